@@ -1,0 +1,279 @@
+//! The data-flow graph: arenas of values, nodes and constants, plus a schedule.
+//!
+//! *What* is computed (nodes and their operands) is kept apart from *order*
+//! ([`Graph::order`], a topological schedule). Removing a node from `order` is how
+//! a pass deletes it; the arena slot stays so that ids never dangle.
+
+use crate::{ConstId, DType, Dim, LocId, NodeId, Op, Symbol, SymbolId, ValueId};
+use crate::{PrimaryMap, SecondaryMap};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Type of a tensor value: element type and (possibly symbolic) shape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    pub dtype: DType,
+    pub shape: Vec<Dim>,
+}
+
+impl TensorType {
+    pub fn new(dtype: DType, shape: Vec<Dim>) -> TensorType {
+        TensorType { dtype, shape }
+    }
+
+    pub fn fixed(dtype: DType, shape: &[i64]) -> TensorType {
+        TensorType { dtype, shape: shape.iter().map(|&d| Dim::Const(d)).collect() }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The shape when every dimension is static.
+    pub fn static_shape(&self) -> Option<Vec<i64>> {
+        self.shape.iter().map(Dim::as_const).collect()
+    }
+
+    /// Number of elements as a dimension expression.
+    pub fn numel(&self) -> Dim {
+        self.shape.iter().cloned().fold(Dim::Const(1), Dim::mul)
+    }
+}
+
+/// Where a value comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ValueDef {
+    /// The `n`-th graph input.
+    Input(u32),
+    /// Output `index` of `node`.
+    Node { node: NodeId, index: u32 },
+    /// A constant (weight or literal).
+    Const(ConstId),
+}
+
+#[derive(Clone, Debug)]
+pub struct ValueData {
+    pub ty: TensorType,
+    pub def: ValueDef,
+    /// The name the value had in the source program, kept for diagnostics and I/O names.
+    pub name: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeData {
+    pub op: Op,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+    pub loc: Option<LocId>,
+}
+
+/// Source location of a node: the exported node's name and its Python stack trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Location {
+    pub node_name: String,
+    pub stack_trace: Option<String>,
+}
+
+impl Location {
+    /// The innermost `File "...", line N` frame of the stack trace as `file:line`.
+    pub fn python_line(&self) -> Option<String> {
+        let trace = self.stack_trace.as_deref()?;
+        let line = trace.lines().rev().find(|l| l.trim_start().starts_with("File \""))?;
+        let rest = line.trim_start().strip_prefix("File \"")?;
+        let (file, rest) = rest.split_once('"')?;
+        let num: String = rest.trim_start_matches(", line ").chars().take_while(|c| c.is_ascii_digit()).collect();
+        if num.is_empty() {
+            return Some(file.to_string());
+        }
+        Some(format!("{file}:{num}"))
+    }
+}
+
+/// Bytes of a constant, shared rather than copied: weights point into the
+/// memory-mapped source file.
+#[derive(Clone)]
+pub struct ConstBytes {
+    buf: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    range: Range<usize>,
+}
+
+impl ConstBytes {
+    /// A view of `range` inside `buf`; panics if out of range (the caller checked it).
+    pub fn shared(buf: Arc<dyn AsRef<[u8]> + Send + Sync>, range: Range<usize>) -> ConstBytes {
+        assert!(range.start <= range.end && range.end <= (*buf).as_ref().len(), "constant range out of bounds");
+        ConstBytes { buf, range }
+    }
+
+    pub fn owned(bytes: Vec<u8>) -> ConstBytes {
+        let len = bytes.len();
+        ConstBytes { buf: Arc::new(bytes), range: 0..len }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &(*self.buf).as_ref()[self.range.clone()]
+    }
+
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
+}
+
+impl std::fmt::Debug for ConstBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ConstBytes({} bytes)", self.len())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ConstData {
+    /// The value this constant defines.
+    pub value: ValueId,
+    /// Row-major, little-endian element bytes; `len == numel * dtype size`.
+    pub bytes: ConstBytes,
+}
+
+/// A whole program: one function from inputs to outputs.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    pub symbols: PrimaryMap<SymbolId, Symbol>,
+    pub values: PrimaryMap<ValueId, ValueData>,
+    pub nodes: PrimaryMap<NodeId, NodeData>,
+    pub consts: PrimaryMap<ConstId, ConstData>,
+    pub locs: PrimaryMap<LocId, Location>,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+    /// Names of the outputs, parallel to `outputs`.
+    pub output_names: Vec<String>,
+    /// The schedule: every live node exactly once, operands before users.
+    pub order: Vec<NodeId>,
+}
+
+impl Graph {
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    pub fn add_symbol(&mut self, name: impl Into<String>, min: i64, max: Option<i64>) -> SymbolId {
+        self.symbols.push(Symbol { name: name.into(), min, max })
+    }
+
+    pub fn symbol_by_name(&self, name: &str) -> Option<SymbolId> {
+        self.symbols.iter().find(|(_, s)| s.name == name).map(|(id, _)| id)
+    }
+
+    pub fn add_input(&mut self, name: impl Into<String>, ty: TensorType) -> ValueId {
+        let index = self.inputs.len() as u32;
+        let v = self.values.push(ValueData { ty, def: ValueDef::Input(index), name: Some(name.into()) });
+        self.inputs.push(v);
+        v
+    }
+
+    pub fn add_const(&mut self, name: Option<String>, ty: TensorType, bytes: ConstBytes) -> ValueId {
+        let c = self.consts.next_key();
+        let v = self.values.push(ValueData { ty, def: ValueDef::Const(c), name });
+        self.consts.push(ConstData { value: v, bytes });
+        v
+    }
+
+    pub fn add_output(&mut self, name: impl Into<String>, value: ValueId) {
+        self.outputs.push(value);
+        self.output_names.push(name.into());
+    }
+
+    /// Appends a node at the end of the schedule; returns it with its output values.
+    pub fn add_node(&mut self, op: Op, inputs: Vec<ValueId>, output_types: Vec<TensorType>, loc: Option<LocId>) -> NodeId {
+        let node = self.nodes.push(NodeData { op, inputs, outputs: Vec::new(), loc });
+        let outputs = output_types
+            .into_iter()
+            .enumerate()
+            .map(|(i, ty)| self.values.push(ValueData { ty, def: ValueDef::Node { node, index: i as u32 }, name: None }))
+            .collect();
+        self.nodes[node].outputs = outputs;
+        self.order.push(node);
+        node
+    }
+
+    /// Single-output convenience over [`Graph::add_node`].
+    pub fn push(&mut self, op: Op, inputs: Vec<ValueId>, ty: TensorType, loc: Option<LocId>) -> ValueId {
+        let n = self.add_node(op, inputs, vec![ty], loc);
+        self.nodes[n].outputs[0]
+    }
+
+    pub fn ty(&self, v: ValueId) -> &TensorType {
+        &self.values[v].ty
+    }
+
+    pub fn const_of(&self, v: ValueId) -> Option<&ConstData> {
+        match self.values[v].def {
+            ValueDef::Const(c) => Some(&self.consts[c]),
+            _ => None,
+        }
+    }
+
+    pub fn producer(&self, v: ValueId) -> Option<NodeId> {
+        match self.values[v].def {
+            ValueDef::Node { node, .. } => Some(node),
+            _ => None,
+        }
+    }
+
+    /// Rewrites every use of each key of `map` to its value, in one sweep over the
+    /// graph (O(operands)). Chains (`a -> b -> c`) are followed.
+    pub fn replace_uses(&mut self, map: &SecondaryMap<ValueId, Option<ValueId>>) {
+        let resolve = |mut v: ValueId| {
+            let mut hops = 0;
+            while let Some(next) = map[v] {
+                v = next;
+                hops += 1;
+                assert!(hops <= map.keys().count(), "cycle in value replacement map");
+            }
+            v
+        };
+        for &n in &self.order {
+            for input in &mut self.nodes[n].inputs {
+                *input = resolve(*input);
+            }
+        }
+        for out in &mut self.outputs {
+            *out = resolve(*out);
+        }
+    }
+
+    /// Replaces every use of `old` with `new` (one sweep; batch with [`Graph::replace_uses`]).
+    pub fn replace_all_uses(&mut self, old: ValueId, new: ValueId) {
+        let mut map = SecondaryMap::new();
+        map[old] = Some(new);
+        self.replace_uses(&map);
+    }
+
+    /// Number of uses of every value by live nodes and graph outputs.
+    pub fn use_counts(&self) -> SecondaryMap<ValueId, u32> {
+        let mut counts = SecondaryMap::new();
+        for &n in &self.order {
+            for &i in &self.nodes[n].inputs {
+                counts[i] += 1;
+            }
+        }
+        for &o in &self.outputs {
+            counts[o] += 1;
+        }
+        counts
+    }
+
+    /// Description of a node for diagnostics: `op (torch node name) at file:line`.
+    pub fn describe_node(&self, n: NodeId) -> String {
+        let node = &self.nodes[n];
+        let mut s = format!("{} ({n})", node.op.name());
+        if let Some(loc) = node.loc.map(|l| &self.locs[l]) {
+            s.push_str(&format!(" from `{}`", loc.node_name));
+            if let Some(line) = loc.python_line() {
+                s.push_str(&format!(" at {line}"));
+            }
+        }
+        s
+    }
+}

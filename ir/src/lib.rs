@@ -1,0 +1,40 @@
+//! kiln's graph IR.
+//!
+//! Values, nodes, constants and symbols are typed `u32` ids into arenas
+//! ([`PrimaryMap`]); side data (memory plans, shardings,
+//! quantization) lives in secondary maps owned by whoever computes it.
+
+mod dim;
+mod dtype;
+mod graph;
+mod op;
+
+mod entity;
+
+use entity::entity_id;
+pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
+pub use dim::{Dim, DimDisplay, Symbol};
+pub use dtype::DType;
+pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, TensorType, ValueData, ValueDef};
+pub use op::{binary_name, unary_name, BinaryOp, Op, PoolKind, ReduceKind, UnaryOp, BINARY_OPS, UNARY_OPS};
+
+entity_id!(
+    /// A tensor value (graph input, node output or constant).
+    ValueId, "v"
+);
+entity_id!(
+    /// An operation in the graph.
+    NodeId, "n"
+);
+entity_id!(
+    /// A constant's bytes (weights, literals).
+    ConstId, "c"
+);
+entity_id!(
+    /// A shape symbol.
+    SymbolId, "s"
+);
+entity_id!(
+    /// A source location.
+    LocId, "loc"
+);

@@ -1,0 +1,302 @@
+//! The closed set of operations.
+//!
+//! A small set of primitives plus the few composites worth a dedicated kernel
+//! (matmul, linear, conv, norms, attention, pooling). Passes dispatch with `match`.
+//! Axes are always normalised (non-negative, `< rank`) by the importer.
+//! Optional operands are trailing: their presence is the operand count (see
+//! [`Op::operand_count`]).
+
+use crate::{DType, Dim};
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Reciprocal,
+    Relu,
+    Sigmoid,
+    Tanh,
+    /// Exact GELU: `x * Φ(x)` with erf.
+    Gelu,
+    /// GELU with the tanh approximation.
+    GeluTanh,
+    Silu,
+    Erf,
+    Sin,
+    Cos,
+    Floor,
+    Ceil,
+    Round,
+    Sign,
+    /// Logical not; input and output are `bool`.
+    Not,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    /// True division (floats); integer operands are promoted by the importer.
+    Div,
+    /// Floor division (`//`), as torch's `div(rounding_mode='floor')`.
+    FloorDiv,
+    /// Python-style remainder (sign of the divisor), as torch's `remainder`.
+    Rem,
+    Pow,
+    Max,
+    Min,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+    Xor,
+}
+
+impl BinaryOp {
+    /// Comparisons produce `bool` whatever their operands are.
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceKind {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    Max,
+    Avg,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// `x -> f(x)`, elementwise.
+    Unary(UnaryOp),
+    /// `(a, b) -> a op b` with numpy broadcasting; both operands share a dtype.
+    Binary(BinaryOp),
+    /// `(cond: bool, a, b) -> cond ? a : b`, broadcasting.
+    Where,
+    Cast { to: DType },
+    /// Clamp to `[min, max]`; either bound may be absent.
+    Clamp { min: Option<f64>, max: Option<f64> },
+    /// `[.., M, K] x [.., K, N] -> [.., M, N]`, batch dims broadcast. Rank-1
+    /// operands follow torch.matmul (prepend/append a unit dim, then drop it).
+    MatMul,
+    /// `(x[.., K], w[N, K] [, b[N]]) -> x wᵀ + b`.
+    Linear,
+    /// N-d convolution, NC(D)HW layout: `(x, w[Cout, Cin/groups, k..] [, b[Cout]])`.
+    Conv { stride: Vec<i64>, padding: Vec<i64>, dilation: Vec<i64>, groups: i64 },
+    /// Inference batch norm over axis 1: `(x, mean, var, weight, bias)`.
+    BatchNorm { eps: f64 },
+    /// Normalises the last `normalized_rank` dims: `(x [, weight [, bias]])`.
+    LayerNorm { normalized_rank: usize, eps: f64 },
+    Softmax { axis: usize },
+    LogSoftmax { axis: usize },
+    Reduce { kind: ReduceKind, axes: Vec<usize>, keep_dims: bool },
+    /// Index of the maximum along `axis` (first on ties), as i64.
+    ArgMax { axis: usize, keep_dims: bool },
+    /// Spatial pooling over the trailing `kernel.len()` dims.
+    Pool {
+        kind: PoolKind,
+        kernel: Vec<i64>,
+        stride: Vec<i64>,
+        padding: Vec<i64>,
+        dilation: Vec<i64>,
+        ceil_mode: bool,
+        count_include_pad: bool,
+    },
+    /// Adaptive average pooling of the trailing `output.len()` dims.
+    AdaptiveAvgPool { output: Vec<i64> },
+    /// Scaled dot-product attention: `(q[.., L, E], k[.., S, E], v[.., S, Ev] [, mask])`.
+    /// A bool mask keeps `true` positions; a float mask is added to the scores.
+    Attention { causal: bool, scale: Option<f64> },
+    /// Same elements, new shape (row-major).
+    Reshape { shape: Vec<Dim> },
+    /// Broadcast to `shape` (numpy rules).
+    Expand { shape: Vec<Dim> },
+    Permute { perm: Vec<usize> },
+    /// Elements `start, start+step, ..` below `end` along `axis`. `end` is clamped
+    /// to the dimension at run time (`i64::MAX` means "to the end").
+    Slice { axis: usize, start: i64, end: i64, step: i64 },
+    Concat { axis: usize },
+    /// `(data, indices: i64) -> data` indexed along `axis` by every index; the
+    /// indices' shape replaces that axis (index_select, embedding).
+    Gather { axis: usize },
+    /// A tensor of `shape` filled with `value`.
+    Full { value: f64, dtype: DType, shape: Vec<Dim> },
+    /// `start, start+step, ...` with `len` elements.
+    Arange { start: f64, step: f64, len: Dim, dtype: DType },
+}
+
+impl Op {
+    /// The text-form name of the op (`add`, `matmul`, `conv`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Unary(u) => unary_name(*u),
+            Op::Binary(b) => binary_name(*b),
+            Op::Where => "where",
+            Op::Cast { .. } => "cast",
+            Op::Clamp { .. } => "clamp",
+            Op::MatMul => "matmul",
+            Op::Linear => "linear",
+            Op::Conv { .. } => "conv",
+            Op::BatchNorm { .. } => "batch_norm",
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::Softmax { .. } => "softmax",
+            Op::LogSoftmax { .. } => "log_softmax",
+            Op::Reduce { kind, .. } => match kind {
+                ReduceKind::Sum => "reduce_sum",
+                ReduceKind::Mean => "reduce_mean",
+                ReduceKind::Max => "reduce_max",
+                ReduceKind::Min => "reduce_min",
+                ReduceKind::Prod => "reduce_prod",
+            },
+            Op::ArgMax { .. } => "argmax",
+            Op::Pool { kind: PoolKind::Max, .. } => "max_pool",
+            Op::Pool { kind: PoolKind::Avg, .. } => "avg_pool",
+            Op::AdaptiveAvgPool { .. } => "adaptive_avg_pool",
+            Op::Attention { .. } => "attention",
+            Op::Reshape { .. } => "reshape",
+            Op::Expand { .. } => "expand",
+            Op::Permute { .. } => "permute",
+            Op::Slice { .. } => "slice",
+            Op::Concat { .. } => "concat",
+            Op::Gather { .. } => "gather",
+            Op::Full { .. } => "full",
+            Op::Arange { .. } => "arange",
+        }
+    }
+
+    /// Allowed operand counts, inclusive. Optional operands are trailing.
+    pub fn operand_count(&self) -> (usize, usize) {
+        match self {
+            Op::Unary(_) | Op::Cast { .. } | Op::Clamp { .. } => (1, 1),
+            Op::Binary(_) | Op::MatMul => (2, 2),
+            Op::Where => (3, 3),
+            Op::Linear | Op::Conv { .. } => (2, 3),
+            Op::BatchNorm { .. } => (5, 5),
+            Op::LayerNorm { .. } => (1, 3),
+            Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::Reduce { .. } | Op::ArgMax { .. } => (1, 1),
+            Op::Pool { .. } | Op::AdaptiveAvgPool { .. } => (1, 1),
+            Op::Attention { .. } => (3, 4),
+            Op::Reshape { .. } | Op::Expand { .. } | Op::Permute { .. } | Op::Slice { .. } => (1, 1),
+            Op::Concat { .. } => (1, usize::MAX),
+            Op::Gather { .. } => (2, 2),
+            Op::Full { .. } | Op::Arange { .. } => (0, 0),
+        }
+    }
+
+    /// Ops whose output is a pure rearrangement of their input's elements.
+    pub fn is_layout_only(&self) -> bool {
+        matches!(self, Op::Reshape { .. } | Op::Expand { .. } | Op::Permute { .. } | Op::Slice { .. })
+    }
+}
+
+pub const UNARY_OPS: [UnaryOp; 21] = [
+    UnaryOp::Neg,
+    UnaryOp::Abs,
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Sqrt,
+    UnaryOp::Rsqrt,
+    UnaryOp::Reciprocal,
+    UnaryOp::Relu,
+    UnaryOp::Sigmoid,
+    UnaryOp::Tanh,
+    UnaryOp::Gelu,
+    UnaryOp::GeluTanh,
+    UnaryOp::Silu,
+    UnaryOp::Erf,
+    UnaryOp::Sin,
+    UnaryOp::Cos,
+    UnaryOp::Floor,
+    UnaryOp::Ceil,
+    UnaryOp::Round,
+    UnaryOp::Sign,
+    UnaryOp::Not,
+];
+
+pub const BINARY_OPS: [BinaryOp; 18] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::FloorDiv,
+    BinaryOp::Rem,
+    BinaryOp::Pow,
+    BinaryOp::Max,
+    BinaryOp::Min,
+    BinaryOp::Eq,
+    BinaryOp::Ne,
+    BinaryOp::Lt,
+    BinaryOp::Le,
+    BinaryOp::Gt,
+    BinaryOp::Ge,
+    BinaryOp::And,
+    BinaryOp::Or,
+    BinaryOp::Xor,
+];
+
+pub fn unary_name(op: UnaryOp) -> &'static str {
+    match op {
+        UnaryOp::Neg => "neg",
+        UnaryOp::Abs => "abs",
+        UnaryOp::Exp => "exp",
+        UnaryOp::Log => "log",
+        UnaryOp::Sqrt => "sqrt",
+        UnaryOp::Rsqrt => "rsqrt",
+        UnaryOp::Reciprocal => "reciprocal",
+        UnaryOp::Relu => "relu",
+        UnaryOp::Sigmoid => "sigmoid",
+        UnaryOp::Tanh => "tanh",
+        UnaryOp::Gelu => "gelu",
+        UnaryOp::GeluTanh => "gelu_tanh",
+        UnaryOp::Silu => "silu",
+        UnaryOp::Erf => "erf",
+        UnaryOp::Sin => "sin",
+        UnaryOp::Cos => "cos",
+        UnaryOp::Floor => "floor",
+        UnaryOp::Ceil => "ceil",
+        UnaryOp::Round => "round",
+        UnaryOp::Sign => "sign",
+        UnaryOp::Not => "not",
+    }
+}
+
+pub fn binary_name(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "add",
+        BinaryOp::Sub => "sub",
+        BinaryOp::Mul => "mul",
+        BinaryOp::Div => "div",
+        BinaryOp::FloorDiv => "floor_div",
+        BinaryOp::Rem => "rem",
+        BinaryOp::Pow => "pow",
+        BinaryOp::Max => "max",
+        BinaryOp::Min => "min",
+        BinaryOp::Eq => "eq",
+        BinaryOp::Ne => "ne",
+        BinaryOp::Lt => "lt",
+        BinaryOp::Le => "le",
+        BinaryOp::Gt => "gt",
+        BinaryOp::Ge => "ge",
+        BinaryOp::And => "and",
+        BinaryOp::Or => "or",
+        BinaryOp::Xor => "xor",
+    }
+}

@@ -1,0 +1,181 @@
+//! Types shared by every kernel: dtypes, tensor views, op selectors, errors.
+
+use std::fmt;
+
+#[cfg(feature = "serde")]
+use serde::{Deserialize, Serialize};
+
+/// Element type.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum DType {
+    F32,
+    F64,
+    F16,
+    BF16,
+    I8,
+    U8,
+    I16,
+    I32,
+    I64,
+    /// One byte per element, 0 or 1.
+    Bool,
+}
+
+impl DType {
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::F64 | DType::I64 => 8,
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 => 2,
+            DType::I8 | DType::U8 | DType::Bool => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::Bool => "bool",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A read-only contiguous row-major tensor.
+#[derive(Copy, Clone, Debug)]
+pub struct TensorRef<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub data: &'a [u8],
+}
+
+/// A writable contiguous row-major tensor.
+#[derive(Debug)]
+pub struct TensorMut<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub data: &'a mut [u8],
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Reciprocal,
+    Relu,
+    Sigmoid,
+    Tanh,
+    Gelu,
+    GeluTanh,
+    Silu,
+    Erf,
+    Sin,
+    Cos,
+    Floor,
+    Ceil,
+    Round,
+    Sign,
+    Not,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    FloorDiv,
+    Rem,
+    Pow,
+    Max,
+    Min,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+    Xor,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum ReduceKind {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum PoolKind {
+    Max,
+    Avg,
+}
+
+/// Why a kernel refused to run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelError {
+    /// The kernel has no implementation for this dtype (combination).
+    UnsupportedDType { kernel: &'static str, dtype: DType },
+    /// Shapes, lengths or parameters do not fit together.
+    Shape { kernel: &'static str, detail: String },
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelError::UnsupportedDType { kernel, dtype } => write!(f, "kernel `{kernel}` does not support dtype {dtype}"),
+            KernelError::Shape { kernel, detail } => write!(f, "kernel `{kernel}`: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+pub type Result<T> = std::result::Result<T, KernelError>;
+
+/// Reusable temporary memory for kernels (im2col buffers, packed panels,
+/// attention scores). Owned by the caller — one per runtime session — so that
+/// steady-state execution allocates nothing.
+#[derive(Default, Debug)]
+pub struct Scratch {
+    f32s: Vec<f32>,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch::default()
+    }
+
+    /// A zero-initialised-on-growth buffer of at least `len` f32s.
+    pub fn f32s(&mut self, len: usize) -> &mut [f32] {
+        if self.f32s.len() < len {
+            self.f32s.resize(len, 0.0);
+        }
+        &mut self.f32s[..len]
+    }
+}
