@@ -9,6 +9,11 @@ mod dtype;
 mod graph;
 mod op;
 
+pub mod filetest;
+pub mod infer;
+pub mod text;
+pub mod verify;
+
 mod entity;
 
 use entity::entity_id;

@@ -1,1 +1,36 @@
-//! placeholder
+//! kiln's graph passes.
+//!
+//! Every pass is a plain function `fn(&mut Graph, &Options) -> Result<Changed, PassError>`
+//! usable on its own ([`dce`], [`simplify`], [`fold_constants`], [`decompose`]) or
+//! through the pass manager ([`run_pipeline`] over [`default_pipeline`]).
+//! [`plan_memory`] is not a rewrite: it reads the final graph and assigns arena slots.
+//!
+//! Architecture invariant: passes depend on `kiln-ir` only — constant folding carries
+//! its own tiny evaluator rather than calling into kernels.
+
+mod check;
+mod compact;
+mod dce;
+mod decompose;
+mod dims;
+mod emit;
+mod error;
+mod eval;
+mod fold;
+mod host;
+pub mod memory;
+mod pipeline;
+mod rewrite;
+mod simplify;
+
+pub use check::verify_graph;
+pub use compact::compact;
+pub use dce::{dce, live_consts};
+pub use decompose::{decompose, target_keeps};
+pub use dims::simplify_dim;
+pub use error::{Changed, PassError};
+pub use fold::fold_constants;
+pub use memory::{check_plan, plan_memory, MemoryOptions, MemoryPlan, Slot};
+pub use pipeline::{cleanup, default_pipeline, run_pipeline, Options, Pass, PassRecord, Report, Target};
+pub use pipeline::{CLEANUP, DCE, DECOMPOSE, FOLD, SIMPLIFY};
+pub use simplify::simplify;

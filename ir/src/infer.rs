@@ -1,0 +1,529 @@
+//! Output types of every op from its operands' types, with torch semantics.
+//!
+//! Symbolic dimensions are handled by three questions: are two dims provably
+//! equal, provably different, or unknown ([`dims_equal`])? Inference trusts
+//! the source program where it cannot decide (e.g. a matmul's `K` of `s0`
+//! against `s1`) and reports only what is definitely wrong.
+//!
+//! Broadcasting ([`broadcast_shapes`]) pairs trailing dims: equal → that dim;
+//! one is `1` → the other; symbolic against a static dim other than 1 → the
+//! static one (the program was valid, so the symbol must equal it at run
+//! time); two different static dims, or two symbolic dims not provably equal,
+//! are errors (torch.export would have specialised or guarded them equal).
+
+use crate::{DType, Dim, Op, PoolKind, PrimaryMap, Symbol, SymbolId, TensorType, UnaryOp};
+use std::collections::BTreeMap;
+
+/// A dim as a polynomial: monomial (sorted atom indices) → coefficient. Atoms
+/// are symbols and, opaquely, `//` and `%` subexpressions.
+type Poly = BTreeMap<Vec<usize>, i64>;
+
+fn poly(d: &Dim, atoms: &mut Vec<Dim>) -> Poly {
+    let atom = |d: &Dim, atoms: &mut Vec<Dim>| {
+        let i = atoms.iter().position(|a| a == d).unwrap_or_else(|| {
+            atoms.push(d.clone());
+            atoms.len() - 1
+        });
+        Poly::from([(vec![i], 1)])
+    };
+    let mut p = match d {
+        Dim::Const(c) => Poly::from([(vec![], *c)]),
+        Dim::Sym(_) | Dim::FloorDiv(..) | Dim::Mod(..) => atom(d, atoms),
+        Dim::Add(a, b) => {
+            let mut p = poly(a, atoms);
+            for (m, c) in poly(b, atoms) {
+                let e = p.entry(m).or_insert(0);
+                *e = e.wrapping_add(c);
+            }
+            p
+        }
+        Dim::Mul(a, b) => {
+            let (pa, pb) = (poly(a, atoms), poly(b, atoms));
+            let mut p = Poly::new();
+            for (ma, ca) in &pa {
+                for (mb, cb) in &pb {
+                    let mut m: Vec<usize> = ma.iter().chain(mb).copied().collect();
+                    m.sort_unstable();
+                    let e = p.entry(m).or_insert(0);
+                    *e = e.wrapping_add(ca.wrapping_mul(*cb));
+                }
+            }
+            p
+        }
+    };
+    p.retain(|_, c| *c != 0);
+    p
+}
+
+/// `Some(true)` when `a == b` for every binding of the symbols, `Some(false)`
+/// when they differ for every binding within the symbols' ranges, `None` when
+/// it depends on the binding or cannot be decided.
+pub fn dims_equal(a: &Dim, b: &Dim, symbols: &PrimaryMap<SymbolId, Symbol>) -> Option<bool> {
+    if a == b {
+        return Some(true);
+    }
+    let mut atoms = vec![];
+    let pa = poly(a, &mut atoms);
+    let pb = poly(b, &mut atoms);
+    if pa == pb {
+        return Some(true);
+    }
+    if symbols_valid(a, symbols) && symbols_valid(b, symbols) {
+        // a - b: when every term has the same sign and one is strictly
+        // positive (each atom >= 1), the difference cannot be zero.
+        let mut diff = pa;
+        for (m, c) in pb {
+            let e = diff.entry(m).or_insert(0);
+            *e = e.wrapping_sub(c);
+        }
+        diff.retain(|_, c| *c != 0);
+        let atom_low: Vec<i64> = atoms.iter().map(|d| d.bounds(symbols).0).collect();
+        let strictly_positive = |m: &Vec<usize>| m.iter().all(|&i| atom_low[i] >= 1);
+        let nonneg = |m: &Vec<usize>| m.iter().all(|&i| atom_low[i] >= 0);
+        let same_sign = diff.values().all(|&c| c > 0) || diff.values().all(|&c| c < 0);
+        if same_sign && diff.keys().all(nonneg) && diff.keys().any(strictly_positive) {
+            return Some(false);
+        }
+        let (alo, ahi) = a.bounds(symbols);
+        let (blo, bhi) = b.bounds(symbols);
+        if ahi.is_some_and(|h| h < blo) || bhi.is_some_and(|h| h < alo) {
+            return Some(false);
+        }
+    }
+    None
+}
+
+fn symbols_valid(d: &Dim, symbols: &PrimaryMap<SymbolId, Symbol>) -> bool {
+    let mut used = vec![];
+    d.collect_symbols(&mut used);
+    used.iter().all(|s| symbols.is_valid(*s))
+}
+
+/// Equality of dims without symbol bounds (for [`broadcast_shapes`]).
+fn same_dim(a: &Dim, b: &Dim) -> bool {
+    dims_equal(a, b, &PrimaryMap::new()) == Some(true)
+}
+
+/// Numpy/torch broadcasting of two shapes (see the module doc for symbolic dims).
+pub fn broadcast_shapes(a: &[Dim], b: &[Dim]) -> Result<Vec<Dim>, String> {
+    let rank = a.len().max(b.len());
+    let at = |s: &[Dim], i: usize| if i + s.len() >= rank { s[i + s.len() - rank].clone() } else { Dim::Const(1) };
+    (0..rank)
+        .map(|i| {
+            let (x, y) = (at(a, i), at(b, i));
+            match (x.as_const(), y.as_const()) {
+                _ if same_dim(&x, &y) => Ok(x),
+                (Some(1), _) => Ok(y),
+                (_, Some(1)) => Ok(x),
+                (Some(p), Some(q)) => Err(format!("cannot broadcast dimension {p} with {q}")),
+                (Some(_), None) => Ok(x),
+                (None, Some(_)) => Ok(y),
+                (None, None) => Err(format!("cannot broadcast symbolic dimensions {x:?} and {y:?}: not provably equal")),
+            }
+        })
+        .collect()
+}
+
+fn rank_at_least(what: &str, t: &TensorType, r: usize) -> Result<(), String> {
+    if t.rank() < r {
+        return Err(format!("{what} needs rank >= {r}, got rank {}", t.rank()));
+    }
+    Ok(())
+}
+
+fn same_dtype(what: &str, a: &TensorType, b: &TensorType) -> Result<(), String> {
+    if a.dtype != b.dtype {
+        return Err(format!("{what}: dtypes differ ({} vs {})", a.dtype, b.dtype));
+    }
+    Ok(())
+}
+
+fn axis_ok(axis: usize, rank: usize) -> Result<(), String> {
+    if axis >= rank {
+        return Err(format!("axis {axis} out of range for rank {rank}"));
+    }
+    Ok(())
+}
+
+/// Errors when `a` and `b` are provably different.
+fn must_match(what: &str, a: &Dim, b: &Dim, symbols: &PrimaryMap<SymbolId, Symbol>) -> Result<(), String> {
+    if dims_equal(a, b, symbols) == Some(false) {
+        let (a, b) = (a.display(symbols), b.display(symbols));
+        return Err(format!("{what}: {a} != {b}"));
+    }
+    Ok(())
+}
+
+/// `in + 2*pad - dil*(k-1) - 1`, the numerator of the conv/pool size formula.
+fn window_span(input: &Dim, k: &Dim, pad: i64, dil: i64) -> Dim {
+    let shift = 2 * pad + dil - 1;
+    match k.as_const() {
+        Some(k) => plus(input.clone(), shift - dil * k),
+        None => Dim::add(plus(input.clone(), shift), Dim::mul(k.clone(), Dim::Const(-dil))),
+    }
+}
+
+/// `d + c`, folding `c` into a constant `d` ends with so that chains of
+/// offsets stay one term: `((x + -2) + 1)` becomes `(x + -1)`.
+fn plus(d: Dim, c: i64) -> Dim {
+    match d {
+        _ if c == 0 => d,
+        Dim::Add(a, b) if b.is_static() => plus(*a, b.as_const().unwrap_or(0).saturating_add(c)),
+        // floor(a / s) + c == floor((a + c*s) / s) for s > 0.
+        Dim::FloorDiv(a, s) if s.as_const().is_some_and(|s| s > 0) => {
+            let step = s.as_const().unwrap_or(1);
+            Dim::floor_div(plus(*a, c.saturating_mul(step)), *s)
+        }
+        d => Dim::add(d, Dim::Const(c)),
+    }
+}
+
+fn positive(what: &str, v: &[i64]) -> Result<(), String> {
+    match v.iter().find(|&&x| x < 1) {
+        Some(x) => Err(format!("{what} must be >= 1, got {x}")),
+        None => Ok(()),
+    }
+}
+
+fn lengths_match(n: usize, attrs: &[(&str, usize)]) -> Result<(), String> {
+    match attrs.iter().find(|(_, l)| *l != n) {
+        Some((name, l)) => Err(format!("`{name}` has {l} entries, expected {n}")),
+        None => Ok(()),
+    }
+}
+
+/// Output types of `op` applied to operands of types `inputs`.
+pub fn infer_types(
+    symbols: &PrimaryMap<SymbolId, Symbol>,
+    op: &Op,
+    inputs: &[&TensorType],
+) -> Result<Vec<TensorType>, String> {
+    let (lo, hi) = op.operand_count();
+    if inputs.len() < lo || inputs.len() > hi {
+        return Err(format!("`{}` takes {lo}..={hi} operands, got {}", op.name(), inputs.len()));
+    }
+    infer_one(symbols, op, inputs).map(|t| vec![t])
+}
+
+fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType]) -> Result<TensorType, String> {
+    let x = ins[..].first().copied();
+    let same = |x: Option<&TensorType>| x.cloned().ok_or_else(|| "missing operand".to_string());
+    match op {
+        Op::Unary(UnaryOp::Not) => Ok(TensorType::new(DType::Bool, same(x)?.shape)),
+        Op::Unary(_) | Op::Clamp { .. } => same(x),
+        Op::Cast { to } => Ok(TensorType::new(*to, same(x)?.shape)),
+        Op::Binary(b) => {
+            let (a, c) = (ins[0], ins[1]);
+            same_dtype(op.name(), a, c)?;
+            let shape = broadcast_shapes(&a.shape, &c.shape)?;
+            Ok(TensorType::new(if b.is_comparison() { DType::Bool } else { a.dtype }, shape))
+        }
+        Op::Where => {
+            let (c, a, b) = (ins[0], ins[1], ins[2]);
+            if c.dtype != DType::Bool {
+                return Err(format!("where: condition must be bool, got {}", c.dtype));
+            }
+            same_dtype("where", a, b)?;
+            let shape = broadcast_shapes(&broadcast_shapes(&c.shape, &a.shape)?, &b.shape)?;
+            Ok(TensorType::new(a.dtype, shape))
+        }
+        Op::MatMul => matmul(symbols, ins[0], ins[1]),
+        Op::Linear => {
+            let (x, w) = (ins[0], ins[1]);
+            rank_at_least("linear input", x, 1)?;
+            if w.rank() != 2 {
+                return Err(format!("linear weight must have rank 2, got {}", w.rank()));
+            }
+            same_dtype("linear", x, w)?;
+            must_match("linear in_features", &x.shape[x.rank() - 1], &w.shape[1], symbols)?;
+            if let Some(b) = ins.get(2) {
+                if b.rank() != 1 {
+                    return Err(format!("linear bias must have rank 1, got {}", b.rank()));
+                }
+                must_match("linear bias length", &b.shape[0], &w.shape[0], symbols)?;
+            }
+            let mut shape = x.shape.clone();
+            let last = shape.len() - 1;
+            shape[last] = w.shape[0].clone();
+            Ok(TensorType::new(x.dtype, shape))
+        }
+        Op::Conv { stride, padding, dilation, groups } => {
+            let (x, w) = (ins[0], ins[1]);
+            let n = stride.len();
+            lengths_match(n, &[("padding", padding.len()), ("dilation", dilation.len())])?;
+            positive("conv stride", stride)?;
+            positive("conv dilation", dilation)?;
+            positive("conv groups", &[*groups])?;
+            if x.rank() != n + 2 || w.rank() != n + 2 {
+                return Err(format!("conv{n}d needs input and weight of rank {}, got {} and {}", n + 2, x.rank(), w.rank()));
+            }
+            same_dtype("conv", x, w)?;
+            must_match("conv input channels", &x.shape[1], &Dim::mul(w.shape[1].clone(), Dim::Const(*groups)), symbols)?;
+            if let Some(b) = ins.get(2) {
+                if b.rank() != 1 {
+                    return Err(format!("conv bias must have rank 1, got {}", b.rank()));
+                }
+                must_match("conv bias length", &b.shape[0], &w.shape[0], symbols)?;
+            }
+            let mut shape = vec![x.shape[0].clone(), w.shape[0].clone()];
+            for i in 0..n {
+                let span = window_span(&x.shape[2 + i], &w.shape[2 + i], padding[i], dilation[i]);
+                shape.push(plus(Dim::floor_div(span, Dim::Const(stride[i])), 1));
+            }
+            Ok(TensorType::new(x.dtype, shape))
+        }
+        Op::BatchNorm { .. } => {
+            let x = ins[0];
+            rank_at_least("batch_norm input", x, 2)?;
+            for (i, p) in ins[1..].iter().enumerate() {
+                if p.rank() != 1 {
+                    return Err(format!("batch_norm parameter {} must have rank 1, got {}", i + 1, p.rank()));
+                }
+                must_match("batch_norm channels", &p.shape[0], &x.shape[1], symbols)?;
+            }
+            Ok(x.clone())
+        }
+        Op::LayerNorm { normalized_rank, .. } => {
+            let x = ins[0];
+            if *normalized_rank > x.rank() {
+                return Err(format!("layer_norm over {normalized_rank} dims of a rank-{} input", x.rank()));
+            }
+            let normalized = &x.shape[x.rank() - normalized_rank..];
+            for p in &ins[1..] {
+                if p.rank() != *normalized_rank {
+                    return Err(format!("layer_norm parameter rank {} != normalized_rank {normalized_rank}", p.rank()));
+                }
+                for (a, b) in p.shape.iter().zip(normalized) {
+                    must_match("layer_norm parameter shape", a, b, symbols)?;
+                }
+            }
+            Ok(x.clone())
+        }
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            axis_ok(*axis, ins[0].rank())?;
+            Ok(ins[0].clone())
+        }
+        Op::Reduce { axes, keep_dims, .. } => reduce(ins[0], ins[0].dtype, axes, *keep_dims),
+        Op::ArgMax { axis, keep_dims } => reduce(ins[0], DType::I64, &[*axis], *keep_dims),
+        Op::Pool { kind, kernel, stride, padding, dilation, ceil_mode, .. } => {
+            let x = ins[0];
+            let n = kernel.len();
+            lengths_match(n, &[("stride", stride.len()), ("padding", padding.len()), ("dilation", dilation.len())])?;
+            positive("pool kernel", kernel)?;
+            positive("pool stride", stride)?;
+            positive("pool dilation", dilation)?;
+            if *kind == PoolKind::Avg && dilation.iter().any(|&d| d != 1) {
+                return Err("avg_pool has no dilation".to_string());
+            }
+            rank_at_least("pool input", x, n)?;
+            let lead = x.rank() - n;
+            let mut shape = x.shape[..lead].to_vec();
+            for i in 0..n {
+                shape.push(pool_dim(&x.shape[lead + i], kernel[i], stride[i], padding[i], dilation[i], *ceil_mode)?);
+            }
+            Ok(TensorType::new(x.dtype, shape))
+        }
+        Op::AdaptiveAvgPool { output } => {
+            let x = ins[0];
+            rank_at_least("adaptive_avg_pool input", x, output.len())?;
+            positive("adaptive_avg_pool output size", output)?;
+            let lead = x.rank() - output.len();
+            let mut shape = x.shape[..lead].to_vec();
+            shape.extend(output.iter().map(|&o| Dim::Const(o)));
+            Ok(TensorType::new(x.dtype, shape))
+        }
+        Op::Attention { .. } => {
+            let (q, k, v) = (ins[0], ins[1], ins[2]);
+            for (name, t) in [("query", q), ("key", k), ("value", v)] {
+                rank_at_least(&format!("attention {name}"), t, 2)?;
+            }
+            same_dtype("attention query/key", q, k)?;
+            same_dtype("attention query/value", q, v)?;
+            let (rq, rk, rv) = (q.rank(), k.rank(), v.rank());
+            must_match("attention embedding (query vs key)", &q.shape[rq - 1], &k.shape[rk - 1], symbols)?;
+            must_match("attention source length (key vs value)", &k.shape[rk - 2], &v.shape[rv - 2], symbols)?;
+            let batch = broadcast_shapes(&q.shape[..rq - 2], &k.shape[..rk - 2])?;
+            let mut shape = broadcast_shapes(&batch, &v.shape[..rv - 2])?;
+            if let Some(m) = ins.get(3) {
+                if m.dtype != DType::Bool && m.dtype != q.dtype {
+                    return Err(format!("attention mask must be bool or {}, got {}", q.dtype, m.dtype));
+                }
+                let mut scores = shape.clone();
+                scores.extend([q.shape[rq - 2].clone(), k.shape[rk - 2].clone()]);
+                broadcast_shapes(&scores, &m.shape).map_err(|e| format!("attention mask: {e}"))?;
+            }
+            shape.extend([q.shape[rq - 2].clone(), v.shape[rv - 1].clone()]);
+            Ok(TensorType::new(q.dtype, shape))
+        }
+        Op::Reshape { shape } => {
+            let x = ins[0];
+            if let Some(d) = shape.iter().find(|d| d.as_const().is_some_and(|c| c < 0)) {
+                return Err(format!("reshape to a negative dimension {d:?}"));
+            }
+            let target = TensorType::new(x.dtype, shape.clone());
+            must_match("reshape element count", &x.numel(), &target.numel(), symbols)?;
+            Ok(target)
+        }
+        Op::Expand { shape } => {
+            let x = ins[0];
+            if x.rank() > shape.len() {
+                return Err(format!("expand of rank {} to rank {}", x.rank(), shape.len()));
+            }
+            let lead = shape.len() - x.rank();
+            for (d, t) in x.shape.iter().zip(&shape[lead..]) {
+                if d.as_const() != Some(1) {
+                    must_match("expand of a non-1 dimension", d, t, symbols)?;
+                }
+            }
+            Ok(TensorType::new(x.dtype, shape.clone()))
+        }
+        Op::Permute { perm } => {
+            let x = ins[0];
+            check_permutation(perm, x.rank())?;
+            Ok(TensorType::new(x.dtype, perm.iter().map(|&p| x.shape[p].clone()).collect()))
+        }
+        Op::Slice { axis, start, end, step } => {
+            let x = ins[0];
+            axis_ok(*axis, x.rank())?;
+            let mut shape = x.shape.clone();
+            shape[*axis] = slice_len(&x.shape[*axis], *start, *end, *step, symbols)?;
+            Ok(TensorType::new(x.dtype, shape))
+        }
+        Op::Concat { axis } => {
+            let first = ins[0];
+            axis_ok(*axis, first.rank())?;
+            let mut shape = first.shape.clone();
+            for t in &ins[1..] {
+                same_dtype("concat", first, t)?;
+                if t.rank() != first.rank() {
+                    return Err(format!("concat of rank {} and rank {}", first.rank(), t.rank()));
+                }
+                for (i, (a, b)) in first.shape.iter().zip(&t.shape).enumerate() {
+                    if i != *axis {
+                        must_match(&format!("concat dimension {i}"), a, b, symbols)?;
+                    }
+                }
+                shape[*axis] = Dim::add(shape[*axis].clone(), t.shape[*axis].clone());
+            }
+            Ok(TensorType::new(first.dtype, shape))
+        }
+        Op::Gather { axis } => {
+            let (data, idx) = (ins[0], ins[1]);
+            axis_ok(*axis, data.rank())?;
+            if !idx.dtype.is_int() {
+                return Err(format!("gather indices must be integers, got {}", idx.dtype));
+            }
+            let mut shape = data.shape[..*axis].to_vec();
+            shape.extend(idx.shape.iter().cloned());
+            shape.extend(data.shape[axis + 1..].iter().cloned());
+            Ok(TensorType::new(data.dtype, shape))
+        }
+        Op::Full { dtype, shape, .. } => Ok(TensorType::new(*dtype, shape.clone())),
+        Op::Arange { len, dtype, .. } => Ok(TensorType::new(*dtype, vec![len.clone()])),
+    }
+}
+
+pub(crate) fn check_permutation(perm: &[usize], rank: usize) -> Result<(), String> {
+    let mut seen = vec![false; perm.len()];
+    let ok = perm.len() == rank && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
+    if !ok {
+        return Err(format!("{perm:?} is not a permutation of 0..{rank}"));
+    }
+    Ok(())
+}
+
+fn reduce(x: &TensorType, dtype: DType, axes: &[usize], keep_dims: bool) -> Result<TensorType, String> {
+    for &a in axes {
+        axis_ok(a, x.rank())?;
+    }
+    let shape = (0..x.rank())
+        .filter_map(|i| match (axes.contains(&i), keep_dims) {
+            (false, _) => Some(x.shape[i].clone()),
+            (true, true) => Some(Dim::Const(1)),
+            (true, false) => None,
+        })
+        .collect();
+    Ok(TensorType::new(dtype, shape))
+}
+
+fn matmul(symbols: &PrimaryMap<SymbolId, Symbol>, a: &TensorType, b: &TensorType) -> Result<TensorType, String> {
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err("matmul operands must have rank >= 1".to_string());
+    }
+    same_dtype("matmul", a, b)?;
+    // torch.matmul: a rank-1 lhs gains a leading 1, a rank-1 rhs a trailing 1,
+    // and those unit dims are dropped from the result.
+    let sa: Vec<Dim> = if a.rank() == 1 { vec![Dim::Const(1), a.shape[0].clone()] } else { a.shape.clone() };
+    let sb: Vec<Dim> = if b.rank() == 1 { vec![b.shape[0].clone(), Dim::Const(1)] } else { b.shape.clone() };
+    let (ra, rb) = (sa.len(), sb.len());
+    must_match("matmul inner dimension", &sa[ra - 1], &sb[rb - 2], symbols)?;
+    let mut shape = broadcast_shapes(&sa[..ra - 2], &sb[..rb - 2])?;
+    if a.rank() > 1 {
+        shape.push(sa[ra - 2].clone());
+    }
+    if b.rank() > 1 {
+        shape.push(sb[rb - 1].clone());
+    }
+    Ok(TensorType::new(a.dtype, shape))
+}
+
+/// Output size of one pooled dimension, torch's formula:
+/// `floor_or_ceil((in + 2p - d(k-1) - 1) / s) + 1`, where in ceil mode the
+/// last window must start inside the input or left padding.
+fn pool_dim(input: &Dim, k: i64, s: i64, p: i64, d: i64, ceil_mode: bool) -> Result<Dim, String> {
+    let span = window_span(input, &Dim::Const(k), p, d);
+    if let Some(span) = span.as_const() {
+        let mut out = if ceil_mode { span.div_euclid(s) + (span.rem_euclid(s) != 0) as i64 } else { span.div_euclid(s) } + 1;
+        let input = input.as_const().unwrap_or(0);
+        if ceil_mode && (out - 1) * s >= input + p {
+            out -= 1;
+        }
+        return Ok(Dim::Const(out));
+    }
+    if !ceil_mode {
+        return Ok(plus(Dim::floor_div(span, Dim::Const(s)), 1));
+    }
+    // The last-window correction never fires when s + p <= d(k-1) + 1, so the
+    // plain ceiling is exact there; elsewhere it depends on the binding.
+    if s + p > d * (k - 1) + 1 {
+        return Err("ceil_mode pooling of a symbolic dimension with stride + padding > window is not expressible".to_string());
+    }
+    let ceil = Dim::floor_div(plus(span, s - 1), Dim::Const(s));
+    Ok(plus(ceil, 1))
+}
+
+/// Length of `x[start:end:step]` along a dimension of size `dim`, Python
+/// semantics (negative indices count from the end, both clamped to `[0, dim]`).
+fn slice_len(dim: &Dim, start: i64, end: i64, step: i64, symbols: &PrimaryMap<SymbolId, Symbol>) -> Result<Dim, String> {
+    if step < 1 {
+        return Err(format!("slice step must be >= 1, got {step}"));
+    }
+    if let Some(n) = dim.as_const() {
+        let clamp = |i: i64| if i < 0 { i.saturating_add(n).max(0) } else { i.min(n) };
+        let (b, e) = (clamp(start), clamp(end));
+        let len = if e > b { (e - b - 1) / step + 1 } else { 0 };
+        return Ok(Dim::Const(len));
+    }
+    // Positions as `coef * dim + offset`, coef in {0, 1}.
+    let (lo, hi) = if symbols_valid(dim, symbols) { dim.bounds(symbols) } else { (0, None) };
+    let start_pos = if start < 0 { (1, start) } else { (0, start) };
+    let end_pos = if end < 0 {
+        (1, end)
+    } else if hi.is_some_and(|h| end >= h) || end == i64::MAX {
+        (1, 0)
+    } else if end <= lo {
+        (0, end)
+    } else {
+        return Err(format!("slice end {end} may or may not exceed the symbolic dimension {}", dim.display(symbols)));
+    };
+    let offset = end_pos.1.saturating_sub(start_pos.1);
+    match end_pos.0 - start_pos.0 {
+        0 => Ok(Dim::Const(if offset > 0 { (offset - 1) / step + 1 } else { 0 })),
+        // ceil((dim + offset) / step), assuming the range is non-empty.
+        1 => Ok(Dim::floor_div(plus(dim.clone(), offset.saturating_add(step - 1)), Dim::Const(step))),
+        _ => Err(format!("slice from {start} to {end} of a symbolic dimension is not expressible")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,247 @@
+use super::*;
+use crate::{BinaryOp, ReduceKind, BINARY_OPS, UNARY_OPS};
+
+/// Symbols `b` in [1, 64] and `n` in [1, inf], plus `t` in [100, 200].
+fn syms() -> PrimaryMap<SymbolId, Symbol> {
+    let mut s = PrimaryMap::new();
+    s.push(Symbol { name: "b".into(), min: 1, max: Some(64) });
+    s.push(Symbol { name: "n".into(), min: 1, max: None });
+    s.push(Symbol { name: "t".into(), min: 100, max: Some(200) });
+    s
+}
+fn b() -> Dim {
+    Dim::Sym(SymbolId::from_u32(0))
+}
+fn n() -> Dim {
+    Dim::Sym(SymbolId::from_u32(1))
+}
+fn t() -> Dim {
+    Dim::Sym(SymbolId::from_u32(2))
+}
+fn c(v: i64) -> Dim {
+    Dim::Const(v)
+}
+fn ty(dtype: DType, shape: &[Dim]) -> TensorType {
+    TensorType::new(dtype, shape.to_vec())
+}
+fn f32t(shape: &[Dim]) -> TensorType {
+    ty(DType::F32, shape)
+}
+
+/// `f32[b, 4]`-style text of the single inferred type.
+fn infer(op: Op, inputs: &[TensorType]) -> Result<String, String> {
+    let s = syms();
+    let refs: Vec<&TensorType> = inputs.iter().collect();
+    let out = infer_types(&s, &op, &refs)?;
+    assert_eq!(out.len(), 1);
+    let dims: Vec<String> = out[0].shape.iter().map(|d| d.display(&s).to_string()).collect();
+    Ok(format!("{}[{}]", out[0].dtype, dims.join(", ")))
+}
+
+fn ok(op: Op, inputs: &[TensorType]) -> String {
+    infer(op, inputs).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn broadcasting() {
+    assert_eq!(broadcast_shapes(&[c(3), c(1)], &[c(4)]), Ok(vec![c(3), c(4)]));
+    assert_eq!(broadcast_shapes(&[b(), c(1)], &[b(), c(5)]), Ok(vec![b(), c(5)]));
+    assert_eq!(broadcast_shapes(&[c(1)], &[b()]), Ok(vec![b()]));
+    assert_eq!(broadcast_shapes(&[b()], &[c(7)]), Ok(vec![c(7)]));
+    assert_eq!(broadcast_shapes(&[], &[n(), c(2)]), Ok(vec![n(), c(2)]));
+    // Provably equal expressions in different forms.
+    let x = Dim::add(b(), c(1));
+    let y = Dim::Add(Box::new(c(1)), Box::new(b()));
+    assert_eq!(broadcast_shapes(&[x.clone()], &[y]), Ok(vec![x]));
+    assert!(broadcast_shapes(&[c(3)], &[c(4)]).is_err());
+    assert!(broadcast_shapes(&[b()], &[n()]).is_err());
+}
+
+#[test]
+fn dim_equality() {
+    let s = syms();
+    assert_eq!(dims_equal(&Dim::mul(b(), c(2)), &Dim::Mul(Box::new(c(2)), Box::new(b())), &s), Some(true));
+    assert_eq!(dims_equal(&b(), &Dim::add(b(), c(1)), &s), Some(false));
+    assert_eq!(dims_equal(&b(), &c(65), &s), Some(false), "b <= 64");
+    assert_eq!(dims_equal(&b(), &t(), &s), Some(false), "disjoint ranges");
+    assert_eq!(dims_equal(&b(), &c(3), &s), None);
+    assert_eq!(dims_equal(&b(), &n(), &s), None);
+    assert_eq!(dims_equal(&Dim::mul(b(), c(24)), &Dim::mul(b(), c(25)), &s), Some(false));
+    assert_eq!(dims_equal(&Dim::mul(b(), c(2)), &Dim::add(b(), c(3)), &s), None, "equal at b = 3");
+    assert_eq!(dims_equal(&Dim::add(Dim::mul(b(), n()), c(1)), &Dim::mul(n(), b()), &s), Some(false));
+}
+
+#[test]
+fn elementwise_family() {
+    let x = f32t(&[b(), c(4)]);
+    for u in UNARY_OPS {
+        let want = if u == UnaryOp::Not { "bool[b, 4]" } else { "f32[b, 4]" };
+        assert_eq!(ok(Op::Unary(u), &[x.clone()]), want);
+    }
+    for op in BINARY_OPS {
+        let want = if op.is_comparison() { "bool[b, 4]" } else { "f32[b, 4]" };
+        assert_eq!(ok(Op::Binary(op), &[x.clone(), f32t(&[c(4)])]), want);
+    }
+    assert!(infer(Op::Binary(BinaryOp::Add), &[x.clone(), ty(DType::I64, &[c(4)])]).unwrap_err().contains("dtypes differ"));
+    let cond = ty(DType::Bool, &[c(1), c(4)]);
+    assert_eq!(ok(Op::Where, &[cond.clone(), x.clone(), f32t(&[])]), "f32[b, 4]");
+    assert!(infer(Op::Where, &[x.clone(), x.clone(), x.clone()]).is_err());
+    assert_eq!(ok(Op::Cast { to: DType::F16 }, &[x.clone()]), "f16[b, 4]");
+    assert_eq!(ok(Op::Clamp { min: None, max: Some(6.0) }, &[x.clone()]), "f32[b, 4]");
+    assert!(infer(Op::Unary(UnaryOp::Neg), &[x.clone(), x]).unwrap_err().contains("operands"));
+}
+
+#[test]
+fn matmul_family() {
+    let mm = |a: &[Dim], bb: &[Dim]| infer(Op::MatMul, &[f32t(a), f32t(bb)]);
+    assert_eq!(mm(&[c(3)], &[c(3)]).unwrap(), "f32[]");
+    assert_eq!(mm(&[c(2), c(3)], &[c(3)]).unwrap(), "f32[2]");
+    assert_eq!(mm(&[c(3)], &[b(), c(3), c(5)]).unwrap(), "f32[b, 5]");
+    assert_eq!(mm(&[b(), c(1), n(), c(8)], &[c(4), c(8), c(16)]).unwrap(), "f32[b, 4, n, 16]");
+    assert!(mm(&[c(2), c(3)], &[c(4), c(5)]).unwrap_err().contains("inner dimension"));
+    assert!(mm(&[], &[c(3)]).is_err());
+    assert_eq!(ok(Op::Linear, &[f32t(&[b(), n(), c(16)]), f32t(&[c(32), c(16)]), f32t(&[c(32)])]), "f32[b, n, 32]");
+    assert!(infer(Op::Linear, &[f32t(&[b(), c(15)]), f32t(&[c(32), c(16)])]).is_err());
+    assert!(infer(Op::Linear, &[f32t(&[b(), c(16)]), f32t(&[c(32), c(16)]), f32t(&[c(31)])]).is_err());
+}
+
+fn conv(stride: i64, padding: i64, dilation: i64, groups: i64) -> Op {
+    Op::Conv { stride: vec![stride; 2], padding: vec![padding; 2], dilation: vec![dilation; 2], groups }
+}
+
+#[test]
+fn conv_and_pool_family() {
+    let x = f32t(&[b(), c(3), c(32), n()]);
+    let w = f32t(&[c(8), c(3), c(3), c(3)]);
+    assert_eq!(ok(conv(1, 1, 1, 1), &[x.clone(), w.clone()]), "f32[b, 8, 32, n]");
+    assert_eq!(ok(conv(2, 0, 1, 1), &[x.clone(), w.clone(), f32t(&[c(8)])]), "f32[b, 8, 15, ((n + -1) // 2)]");
+    assert_eq!(ok(conv(1, 0, 2, 1), &[x.clone(), w.clone()]), "f32[b, 8, 28, (n + -4)]");
+    // Depthwise: Cin = groups * w.shape[1].
+    let dw = f32t(&[c(3), c(1), c(3), c(3)]);
+    assert_eq!(ok(conv(1, 1, 1, 3), &[x.clone(), dw]), "f32[b, 3, 32, n]");
+    assert!(infer(conv(1, 1, 1, 2), &[x.clone(), w.clone()]).unwrap_err().contains("input channels"));
+    assert!(infer(conv(0, 1, 1, 1), &[x.clone(), w]).unwrap_err().contains("stride"));
+
+    let pool = |kind, k, s, p, ceil_mode| Op::Pool {
+        kind,
+        kernel: vec![k; 2],
+        stride: vec![s; 2],
+        padding: vec![p; 2],
+        dilation: vec![1; 2],
+        ceil_mode,
+        count_include_pad: true,
+    };
+    let img = f32t(&[c(1), c(3), c(7), c(6)]);
+    assert_eq!(ok(pool(PoolKind::Max, 2, 2, 0, false), &[img.clone()]), "f32[1, 3, 3, 3]");
+    assert_eq!(ok(pool(PoolKind::Max, 2, 2, 0, true), &[img.clone()]), "f32[1, 3, 4, 3]");
+    // AvgPool2d(3, 2, padding=1, ceil_mode=True): 7 -> 4 and 6 -> 4 (the last
+    // window starts at 5, inside the input, so it is kept).
+    assert_eq!(ok(pool(PoolKind::Avg, 3, 2, 1, true), &[img.clone()]), "f32[1, 3, 4, 4]");
+    // ceil_mode correction: in=5, k=2, s=2, p=1 -> ceil(4/2)+1 = 3, last start 4 >= 5+1? no -> 3;
+    // in=4, k=1, s=3, p=0 -> ceil(3/3)+1 = 2, last start 3 >= 4? no -> 2; in=3,k=1,s=2,p=0 -> 2.
+    let one = |size: i64, k, s, p| ok(pool(PoolKind::Max, k, s, p, true), &[f32t(&[c(size), c(size)])]);
+    assert_eq!(one(5, 2, 2, 1), "f32[3, 3]");
+    assert_eq!(one(4, 1, 3, 0), "f32[2, 2]");
+    // in=2, k=2, s=2, p=1: ceil(2/2)+1 = 2, last start 2 >= 2+1? no -> 2. in=1,k=1,s=2,p=0 -> 1.
+    assert_eq!(one(2, 2, 2, 1), "f32[2, 2]");
+    assert_eq!(one(1, 1, 2, 0), "f32[1, 1]");
+    // in=6, k=3, s=3, p=1: span=6, ceil(6/3)+1 = 3, last start 6 >= 7? no -> 3.
+    // in=4, k=2, s=3, p=1: span=4, ceil(4/3)+1 = 3, last start 6 >= 5 -> 2.
+    assert_eq!(one(4, 2, 3, 1), "f32[2, 2]");
+    let sym = f32t(&[b(), n()]);
+    assert_eq!(ok(pool(PoolKind::Max, 2, 2, 0, false), &[sym.clone()]), "f32[(b // 2), (n // 2)]");
+    // ceil((n - 3) / 2) + 1 == (n - 3 + 1 + 2) // 2.
+    assert_eq!(ok(pool(PoolKind::Max, 3, 2, 0, true), &[sym.clone()]), "f32[(b // 2), (n // 2)]");
+    assert!(infer(pool(PoolKind::Max, 2, 2, 1, true), &[sym]).unwrap_err().contains("not expressible"));
+    assert_eq!(ok(Op::AdaptiveAvgPool { output: vec![1, 1] }, &[img]), "f32[1, 3, 1, 1]");
+}
+
+#[test]
+fn normalisation_family() {
+    let x = f32t(&[b(), c(8), n()]);
+    let p = f32t(&[c(8)]);
+    assert_eq!(ok(Op::BatchNorm { eps: 1e-5 }, &[x.clone(), p.clone(), p.clone(), p.clone(), p.clone()]), "f32[b, 8, n]");
+    assert!(infer(Op::BatchNorm { eps: 1e-5 }, &[x.clone(), p.clone(), p.clone(), p.clone(), f32t(&[c(7)])]).is_err());
+    let y = f32t(&[b(), n(), c(8)]);
+    assert_eq!(ok(Op::LayerNorm { normalized_rank: 1, eps: 1e-5 }, &[y.clone(), p.clone(), p.clone()]), "f32[b, n, 8]");
+    assert!(infer(Op::LayerNorm { normalized_rank: 4, eps: 1e-5 }, &[y.clone()]).is_err());
+    assert_eq!(ok(Op::Softmax { axis: 2 }, &[y.clone()]), "f32[b, n, 8]");
+    assert!(infer(Op::LogSoftmax { axis: 3 }, &[y]).unwrap_err().contains("axis 3"));
+}
+
+#[test]
+fn reduction_family() {
+    let x = f32t(&[b(), c(8), n()]);
+    let r = |axes: Vec<usize>, keep_dims| ok(Op::Reduce { kind: ReduceKind::Mean, axes, keep_dims }, &[x.clone()]);
+    assert_eq!(r(vec![1], true), "f32[b, 1, n]");
+    assert_eq!(r(vec![0, 2], false), "f32[8]");
+    assert!(infer(Op::Reduce { kind: ReduceKind::Sum, axes: vec![3], keep_dims: false }, &[x.clone()]).is_err());
+    assert_eq!(ok(Op::ArgMax { axis: 2, keep_dims: false }, &[x.clone()]), "i64[b, 8]");
+    assert_eq!(ok(Op::ArgMax { axis: 0, keep_dims: true }, &[x]), "i64[1, 8, n]");
+}
+
+#[test]
+fn attention_family() {
+    let q = f32t(&[b(), c(4), n(), c(64)]);
+    let k = f32t(&[b(), c(4), t(), c(64)]);
+    let v = f32t(&[b(), c(4), t(), c(32)]);
+    let att = Op::Attention { causal: false, scale: None };
+    assert_eq!(ok(att.clone(), &[q.clone(), k.clone(), v.clone()]), "f32[b, 4, n, 32]");
+    let mask = ty(DType::Bool, &[n(), t()]);
+    assert_eq!(ok(att.clone(), &[q.clone(), k.clone(), v.clone(), mask]), "f32[b, 4, n, 32]");
+    assert!(infer(att.clone(), &[q.clone(), k.clone(), v.clone(), ty(DType::I64, &[n(), t()])]).is_err());
+    assert!(infer(att.clone(), &[q.clone(), f32t(&[b(), c(4), t(), c(63)]), v.clone()]).is_err());
+    // Grouped heads do not broadcast (4 vs 2): an error, as in torch without enable_gqa.
+    assert!(infer(att, &[q, f32t(&[b(), c(2), t(), c(64)]), v]).is_err());
+}
+
+#[test]
+fn layout_family() {
+    let x = f32t(&[b(), c(4), c(6)]);
+    assert_eq!(ok(Op::Reshape { shape: vec![b(), c(24)] }, &[x.clone()]), "f32[b, 24]");
+    assert_eq!(ok(Op::Reshape { shape: vec![Dim::mul(b(), c(4)), c(6)] }, &[x.clone()]), "f32[(b * 4), 6]");
+    assert!(infer(Op::Reshape { shape: vec![b(), c(25)] }, &[x.clone()]).unwrap_err().contains("element count"));
+    assert_eq!(ok(Op::Expand { shape: vec![c(2), b(), c(4), c(6)] }, &[f32t(&[c(1), c(4), c(1)])]), "f32[2, b, 4, 6]");
+    assert!(infer(Op::Expand { shape: vec![c(3)] }, &[f32t(&[c(2)])]).is_err());
+    assert_eq!(ok(Op::Permute { perm: vec![2, 0, 1] }, &[x.clone()]), "f32[6, b, 4]");
+    assert!(infer(Op::Permute { perm: vec![0, 0, 1] }, &[x.clone()]).unwrap_err().contains("permutation"));
+    assert!(infer(Op::Permute { perm: vec![0, 1] }, &[x.clone()]).is_err());
+    assert_eq!(ok(Op::Concat { axis: 0 }, &[x.clone(), x.clone(), f32t(&[c(2), c(4), c(6)])]), "f32[((b + b) + 2), 4, 6]");
+    assert!(infer(Op::Concat { axis: 0 }, &[x.clone(), f32t(&[b(), c(5), c(6)])]).unwrap_err().contains("dimension 1"));
+    let idx = ty(DType::I64, &[n(), c(2)]);
+    assert_eq!(ok(Op::Gather { axis: 1 }, &[x.clone(), idx]), "f32[b, n, 2, 6]");
+    assert!(infer(Op::Gather { axis: 1 }, &[x.clone(), f32t(&[c(2)])]).is_err());
+}
+
+#[test]
+fn slices() {
+    let sl = |dim: Dim, start, end, step| {
+        infer(Op::Slice { axis: 0, start, end, step }, &[f32t(&[dim])])
+    };
+    // Static: Python semantics.
+    assert_eq!(sl(c(10), 0, i64::MAX, 1).unwrap(), "f32[10]");
+    assert_eq!(sl(c(10), 1, i64::MAX, 3).unwrap(), "f32[3]");
+    assert_eq!(sl(c(10), -3, i64::MAX, 1).unwrap(), "f32[3]");
+    assert_eq!(sl(c(10), 2, -2, 2).unwrap(), "f32[3]");
+    assert_eq!(sl(c(10), 8, 3, 1).unwrap(), "f32[0]");
+    assert_eq!(sl(c(10), 0, 100, 1).unwrap(), "f32[10]");
+    // Symbolic.
+    assert_eq!(sl(n(), 0, i64::MAX, 1).unwrap(), "f32[n]");
+    assert_eq!(sl(n(), 1, i64::MAX, 1).unwrap(), "f32[(n + -1)]");
+    assert_eq!(sl(n(), 1, i64::MAX, 2).unwrap(), "f32[(n // 2)]");
+    assert_eq!(sl(b(), 0, 64, 1).unwrap(), "f32[b]", "end >= max bound");
+    assert_eq!(sl(t(), 10, 50, 4).unwrap(), "f32[10]", "end <= min bound");
+    assert_eq!(sl(n(), -4, i64::MAX, 1).unwrap(), "f32[4]");
+    assert_eq!(sl(n(), 0, -1, 1).unwrap(), "f32[(n + -1)]");
+    assert!(sl(b(), 0, 10, 1).unwrap_err().contains("may or may not"));
+    assert!(sl(c(4), 0, 4, 0).unwrap_err().contains("step"));
+}
+
+#[test]
+fn creation_family() {
+    let full = Op::Full { value: 0.0, dtype: DType::I32, shape: vec![b(), c(3)] };
+    assert_eq!(ok(full, &[]), "i32[b, 3]");
+    let ar = Op::Arange { start: 0.0, step: 1.0, len: n(), dtype: DType::I64 };
+    assert_eq!(ok(ar.clone(), &[]), "i64[n]");
+    assert!(infer(ar, &[f32t(&[])]).is_err());
+}

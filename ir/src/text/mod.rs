@@ -1,0 +1,121 @@
+//! The IR's text form: [`print`] and [`parse`], exact inverses on printed text.
+//!
+//! It is how passes are tested (filetests) and how bugs are reported, so
+//! `print(&parse(&print(g))?) == print(g)` byte for byte, for any graph whose
+//! printed form parses (see "Limits").
+//!
+//! ```text
+//! graph {
+//!   sym batch in [1, 64]                 ; symbol with inclusive bounds
+//!   sym seq in [1, inf]                  ; `inf`: unbounded above
+//!   input %0 "x": f32[batch, 16]
+//!   const %1 "fc.weight": f32[2, 2] = [0.1, -2.5, nan, -inf]
+//!   const %2: i64[] = [7]                ; name optional; `[]` shape is a scalar
+//!   %3: f32[batch, 2] = linear(%0, %1)
+//!   %4 "h": f32[batch, 2] = gelu(%3) @"gelu_1" "File \"m.py\", line 12, in forward"
+//!   %5: f32[(batch + 1), 2] = slice{axis=0, start=0, end=max, step=1}(%4)
+//!   %6: f32[batch, 1], %7: f32[batch, 1] = ...   ; several results
+//!   _ = ...                                      ; no result
+//!   output %4 "out"
+//! }
+//! ```
+//!
+//! * **Statements**: `sym`, `input`, `const`, node lines and `output`, in any
+//!   order as long as symbols and values are defined before use. Line breaks
+//!   are not significant; `;` starts a comment that runs to the end of the line.
+//! * **Canonical printing**: symbols (arena order), inputs, constants (arena
+//!   order), live nodes in [`Graph::order`], outputs. Values are renamed
+//!   `%0, %1, ...` in that order; symbols are printed by name. Parsing accepts
+//!   any labels (`%17` need not follow `%3`) and builds arenas in text order.
+//! * **Names**: a string after a value's label is its source name
+//!   ([`crate::ValueData::name`]); after an output, the output name.
+//! * **Types**: `dtype[d0, d1, ...]`. A dim is an integer, a symbol name, or a
+//!   parenthesised binary expression `(a + b)`, `(a * b)`, `(a // b)`, `(a % b)`
+//!   exactly as [`crate::Dim`] displays it; expressions are kept as written (not
+//!   folded), so they print back unchanged.
+//! * **Nodes**: `results = op{key=value, ...}(operands) @"node" "trace"`. The
+//!   braces are omitted when the op has no attributes; the location (the torch
+//!   node name, then optionally its stack trace) is optional. Attribute values:
+//!   integers (`max` = `i64::MAX`), floats (shortest round-trip decimal, `inf`,
+//!   `-inf`, `nan`, `nan(0xBITS)`), `true`/`false`, dtypes, dims, and `[...]`
+//!   lists of those. Attributes print in a fixed order per op; `clamp`'s
+//!   `min`/`max` and `attention`'s `scale` are omitted when absent.
+//!
+//!   | op | attributes |
+//!   |----|------------|
+//!   | unary (`relu`, `gelu`, ...), binary (`add`, `eq`, ...), `where`, `matmul`, `linear` | none |
+//!   | `cast` | `to` |
+//!   | `clamp` | `min`?, `max`? |
+//!   | `conv` | `stride`, `padding`, `dilation`, `groups` |
+//!   | `batch_norm` | `eps` |
+//!   | `layer_norm` | `normalized_rank`, `eps` |
+//!   | `softmax`, `log_softmax`, `concat`, `gather` | `axis` |
+//!   | `reduce_{sum,mean,max,min,prod}` | `axes`, `keep_dims` |
+//!   | `argmax` | `axis`, `keep_dims` |
+//!   | `max_pool`, `avg_pool` | `kernel`, `stride`, `padding`, `dilation`, `ceil_mode`, `count_include_pad` |
+//!   | `adaptive_avg_pool` | `output` |
+//!   | `attention` | `causal`, `scale`? |
+//!   | `reshape`, `expand` | `shape` (dims) |
+//!   | `permute` | `perm` |
+//!   | `slice` | `axis`, `start`, `end`, `step` |
+//!   | `full` | `value`, `dtype`, `shape` |
+//!   | `arange` | `start`, `step`, `len` (dim), `dtype` |
+//!
+//! * **Constants**: every element, row-major, decoded from the little-endian
+//!   bytes. Floats as for attributes (f16/bf16 use the shortest decimal that
+//!   rounds back to the same bits, read through `f32`); integers in decimal;
+//!   bools `true`/`false`. The shape must be static and the element count must
+//!   equal its product.
+//! * **Strings**: `"..."` with escapes `\" \\ \n \t \r \0 \u{hex}`.
+//!
+//! Limits: unused [`crate::Location`]s are not printed, and nodes sharing a
+//! location get one each on parse; dead nodes (absent from `order`) are not
+//! printed. Graphs that break invariants still print (undefined operands as
+//! `%v12`), but such text may not parse. Symbol names must be identifiers other
+//! than `inf`, `nan`, `true`, `false`.
+
+mod elements;
+mod lexer;
+mod ops;
+mod parse;
+mod print;
+
+use crate::Graph;
+use std::fmt;
+
+/// A syntax or reference error in graph text, at a 1-based line and column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.line, self.column, self.message)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// The canonical text of `g`.
+pub fn print(g: &Graph) -> String {
+    print::print_graph(g, None)
+}
+
+/// Like [`print`], but constants with more than `max_const_elems` elements show
+/// only their first ones and a count. For dumps and logs; the result does not parse.
+pub fn print_elided(g: &Graph, max_const_elems: usize) -> String {
+    print::print_graph(g, Some(max_const_elems))
+}
+
+/// Parses graph text (see the module doc for the syntax).
+pub fn parse(src: &str) -> Result<Graph, ParseError> {
+    parse::parse_graph(src)
+}
+
+/// The text of a type, `f32[batch, 16]`, with `g`'s symbol names.
+pub fn format_type(g: &Graph, ty: &crate::TensorType) -> String {
+    print::format_type(g, ty)
+}

@@ -1,0 +1,320 @@
+//! Op names and attributes, both directions, in one table-like place so that
+//! printing and parsing cannot drift apart.
+
+use super::elements::{format_f64, literal_f64, Literal};
+use super::lexer::Pos;
+use super::ParseError;
+use crate::{DType, Dim, Op, PoolKind, ReduceKind, Symbol, SymbolId};
+use crate::{PrimaryMap, BINARY_OPS, UNARY_OPS};
+
+/// An attribute value as parsed, before the op says what it must be.
+#[derive(Clone, Debug)]
+pub(super) enum AttrVal {
+    Lit(Literal, Pos),
+    /// A bare identifier other than `true`/`false`/`inf`/`nan`: a dtype, a
+    /// symbol, or `max`.
+    Ident(String, Pos),
+    /// A parenthesised dimension expression.
+    Dim(Dim, Pos),
+    List(Vec<AttrVal>, Pos),
+}
+
+impl AttrVal {
+    pub(super) fn pos(&self) -> Pos {
+        match self {
+            AttrVal::Lit(_, p) | AttrVal::Ident(_, p) | AttrVal::Dim(_, p) | AttrVal::List(_, p) => *p,
+        }
+    }
+}
+
+/// The `{key=value, ...}` of one op; each key must be taken exactly once.
+pub(super) struct Attrs {
+    pub(super) items: Vec<(String, AttrVal, Pos)>,
+    pub(super) op_pos: Pos,
+}
+
+impl Attrs {
+    fn opt(&mut self, key: &str) -> Option<AttrVal> {
+        let i = self.items.iter().position(|(k, _, _)| k == key)?;
+        Some(self.items.remove(i).1)
+    }
+
+    fn take(&mut self, key: &str, op: &str) -> Result<AttrVal, ParseError> {
+        self.opt(key).ok_or_else(|| self.op_pos.error(format!("`{op}` needs attribute `{key}`")))
+    }
+
+    fn finish(self, op: &str) -> Result<(), ParseError> {
+        match self.items.first() {
+            Some((k, _, pos)) => Err(pos.error(format!("unknown attribute `{k}` for `{op}`"))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn int(v: &AttrVal) -> Result<i64, ParseError> {
+    match v {
+        AttrVal::Lit(Literal::Num(s), p) => s.parse::<i64>().map_err(|_| p.error(format!("expected an integer, found `{s}`"))),
+        AttrVal::Ident(s, _) if s == "max" => Ok(i64::MAX),
+        other => Err(other.pos().error("expected an integer")),
+    }
+}
+
+fn uint(v: &AttrVal) -> Result<usize, ParseError> {
+    let n = int(v)?;
+    usize::try_from(n).map_err(|_| v.pos().error(format!("expected a non-negative integer, found {n}")))
+}
+
+fn float(v: &AttrVal) -> Result<f64, ParseError> {
+    match v {
+        AttrVal::Lit(lit, p) => literal_f64(lit).map_err(|m| p.error(m)),
+        other => Err(other.pos().error("expected a number")),
+    }
+}
+
+fn boolean(v: &AttrVal) -> Result<bool, ParseError> {
+    match v {
+        AttrVal::Lit(Literal::Bool(b), _) => Ok(*b),
+        other => Err(other.pos().error("expected `true` or `false`")),
+    }
+}
+
+fn dtype(v: &AttrVal) -> Result<DType, ParseError> {
+    match v {
+        AttrVal::Ident(s, p) => DType::from_name(s).ok_or_else(|| p.error(format!("unknown dtype `{s}`"))),
+        other => Err(other.pos().error("expected a dtype")),
+    }
+}
+
+pub(super) fn dim(v: &AttrVal, symbols: &PrimaryMap<SymbolId, Symbol>) -> Result<Dim, ParseError> {
+    match v {
+        AttrVal::Lit(Literal::Num(_), _) => Ok(Dim::Const(int(v)?)),
+        AttrVal::Ident(name, p) => symbol(name, *p, symbols).map(Dim::Sym),
+        AttrVal::Dim(d, _) => Ok(d.clone()),
+        other => Err(other.pos().error("expected a dimension")),
+    }
+}
+
+pub(super) fn symbol(name: &str, pos: Pos, symbols: &PrimaryMap<SymbolId, Symbol>) -> Result<SymbolId, ParseError> {
+    symbols
+        .iter()
+        .find(|(_, s)| s.name == name)
+        .map(|(id, _)| id)
+        .ok_or_else(|| pos.error(format!("undefined symbol `{name}`")))
+}
+
+fn list<T>(v: &AttrVal, each: impl Fn(&AttrVal) -> Result<T, ParseError>) -> Result<Vec<T>, ParseError> {
+    match v {
+        AttrVal::List(items, _) => items.iter().map(each).collect(),
+        other => Err(other.pos().error("expected a list `[...]`")),
+    }
+}
+
+fn reduce_kind(name: &str) -> Option<ReduceKind> {
+    Some(match name {
+        "reduce_sum" => ReduceKind::Sum,
+        "reduce_mean" => ReduceKind::Mean,
+        "reduce_max" => ReduceKind::Max,
+        "reduce_min" => ReduceKind::Min,
+        "reduce_prod" => ReduceKind::Prod,
+        _ => return None,
+    })
+}
+
+/// The attribute keys `name` accepts, so that a misspelt key is reported as
+/// unknown rather than as the missing key it was meant to be.
+fn attr_keys(name: &str) -> &'static [&'static str] {
+    match name {
+        "cast" => &["to"],
+        "clamp" => &["min", "max"],
+        "conv" => &["stride", "padding", "dilation", "groups"],
+        "batch_norm" => &["eps"],
+        "layer_norm" => &["normalized_rank", "eps"],
+        "softmax" | "log_softmax" | "concat" | "gather" => &["axis"],
+        "argmax" => &["axis", "keep_dims"],
+        "max_pool" | "avg_pool" => &["kernel", "stride", "padding", "dilation", "ceil_mode", "count_include_pad"],
+        "adaptive_avg_pool" => &["output"],
+        "attention" => &["causal", "scale"],
+        "reshape" | "expand" => &["shape"],
+        "permute" => &["perm"],
+        "slice" => &["axis", "start", "end", "step"],
+        "full" => &["value", "dtype", "shape"],
+        "arange" => &["start", "step", "len", "dtype"],
+        _ if reduce_kind(name).is_some() => &["axes", "keep_dims"],
+        _ => &[],
+    }
+}
+
+/// Builds the op called `name` from its attributes.
+pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, Symbol>) -> Result<Op, ParseError> {
+    let pos = a.op_pos;
+    let keys = attr_keys(name);
+    if let Some((k, _, kpos)) = a.items.iter().find(|(k, _, _)| !keys.contains(&k.as_str())) {
+        return Err(kpos.error(format!("unknown attribute `{k}` for `{name}`")));
+    }
+    let ints = |v: AttrVal| list(&v, int);
+    let uints = |v: AttrVal| list(&v, uint);
+    let dims = |v: AttrVal| list(&v, |d| dim(d, symbols));
+    let op = if let Some(u) = UNARY_OPS.iter().find(|u| crate::unary_name(**u) == name) {
+        Op::Unary(*u)
+    } else if let Some(b) = BINARY_OPS.iter().find(|b| crate::binary_name(**b) == name) {
+        Op::Binary(*b)
+    } else if let Some(kind) = reduce_kind(name) {
+        Op::Reduce { kind, axes: uints(a.take("axes", name)?)?, keep_dims: boolean(&a.take("keep_dims", name)?)? }
+    } else {
+        match name {
+            "where" => Op::Where,
+            "cast" => Op::Cast { to: dtype(&a.take("to", name)?)? },
+            "clamp" => Op::Clamp {
+                min: a.opt("min").map(|v| float(&v)).transpose()?,
+                max: a.opt("max").map(|v| float(&v)).transpose()?,
+            },
+            "matmul" => Op::MatMul,
+            "linear" => Op::Linear,
+            "conv" => Op::Conv {
+                stride: ints(a.take("stride", name)?)?,
+                padding: ints(a.take("padding", name)?)?,
+                dilation: ints(a.take("dilation", name)?)?,
+                groups: int(&a.take("groups", name)?)?,
+            },
+            "batch_norm" => Op::BatchNorm { eps: float(&a.take("eps", name)?)? },
+            "layer_norm" => Op::LayerNorm {
+                normalized_rank: uint(&a.take("normalized_rank", name)?)?,
+                eps: float(&a.take("eps", name)?)?,
+            },
+            "softmax" => Op::Softmax { axis: uint(&a.take("axis", name)?)? },
+            "log_softmax" => Op::LogSoftmax { axis: uint(&a.take("axis", name)?)? },
+            "argmax" => Op::ArgMax { axis: uint(&a.take("axis", name)?)?, keep_dims: boolean(&a.take("keep_dims", name)?)? },
+            "max_pool" | "avg_pool" => Op::Pool {
+                kind: if name == "max_pool" { PoolKind::Max } else { PoolKind::Avg },
+                kernel: ints(a.take("kernel", name)?)?,
+                stride: ints(a.take("stride", name)?)?,
+                padding: ints(a.take("padding", name)?)?,
+                dilation: ints(a.take("dilation", name)?)?,
+                ceil_mode: boolean(&a.take("ceil_mode", name)?)?,
+                count_include_pad: boolean(&a.take("count_include_pad", name)?)?,
+            },
+            "adaptive_avg_pool" => Op::AdaptiveAvgPool { output: ints(a.take("output", name)?)? },
+            "attention" => Op::Attention {
+                causal: boolean(&a.take("causal", name)?)?,
+                scale: a.opt("scale").map(|v| float(&v)).transpose()?,
+            },
+            "reshape" => Op::Reshape { shape: dims(a.take("shape", name)?)? },
+            "expand" => Op::Expand { shape: dims(a.take("shape", name)?)? },
+            "permute" => Op::Permute { perm: uints(a.take("perm", name)?)? },
+            "slice" => Op::Slice {
+                axis: uint(&a.take("axis", name)?)?,
+                start: int(&a.take("start", name)?)?,
+                end: int(&a.take("end", name)?)?,
+                step: int(&a.take("step", name)?)?,
+            },
+            "concat" => Op::Concat { axis: uint(&a.take("axis", name)?)? },
+            "gather" => Op::Gather { axis: uint(&a.take("axis", name)?)? },
+            "full" => Op::Full {
+                value: float(&a.take("value", name)?)?,
+                dtype: dtype(&a.take("dtype", name)?)?,
+                shape: dims(a.take("shape", name)?)?,
+            },
+            "arange" => Op::Arange {
+                start: float(&a.take("start", name)?)?,
+                step: float(&a.take("step", name)?)?,
+                len: dim(&a.take("len", name)?, symbols)?,
+                dtype: dtype(&a.take("dtype", name)?)?,
+            },
+            _ => return Err(pos.error(format!("unknown op `{name}`"))),
+        }
+    };
+    a.finish(name)?;
+    Ok(op)
+}
+
+fn fmt_int(v: i64) -> String {
+    if v == i64::MAX {
+        "max".to_string()
+    } else {
+        v.to_string()
+    }
+}
+
+fn fmt_list<T>(items: &[T], f: impl Fn(&T) -> String) -> String {
+    let parts: Vec<String> = items.iter().map(f).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// The attributes of `op` in canonical order, as `key=value` texts.
+pub(super) fn format_attrs(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Vec<String> {
+    let attrs = format_attrs_unchecked(op, symbols);
+    debug_assert!(
+        attrs.iter().all(|kv| attr_keys(op.name()).iter().any(|k| kv.starts_with(&format!("{k}=")))),
+        "`attr_keys` is missing a key of {attrs:?}"
+    );
+    attrs
+}
+
+fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Vec<String> {
+    let ints = |v: &[i64]| fmt_list(v, |x| fmt_int(*x));
+    let uints = |v: &[usize]| fmt_list(v, |x| x.to_string());
+    let dims = |v: &[Dim]| fmt_list(v, |d| d.display(symbols).to_string());
+    let kv = |k: &str, v: String| format!("{k}={v}");
+    match op {
+        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::MatMul | Op::Linear => vec![],
+        Op::Cast { to } => vec![kv("to", to.to_string())],
+        Op::Clamp { min, max } => {
+            let mut v = vec![];
+            if let Some(m) = min {
+                v.push(kv("min", format_f64(*m)));
+            }
+            if let Some(m) = max {
+                v.push(kv("max", format_f64(*m)));
+            }
+            v
+        }
+        Op::Conv { stride, padding, dilation, groups } => vec![
+            kv("stride", ints(stride)),
+            kv("padding", ints(padding)),
+            kv("dilation", ints(dilation)),
+            kv("groups", fmt_int(*groups)),
+        ],
+        Op::BatchNorm { eps } => vec![kv("eps", format_f64(*eps))],
+        Op::LayerNorm { normalized_rank, eps } => {
+            vec![kv("normalized_rank", normalized_rank.to_string()), kv("eps", format_f64(*eps))]
+        }
+        Op::Softmax { axis } | Op::LogSoftmax { axis } | Op::Concat { axis } | Op::Gather { axis } => {
+            vec![kv("axis", axis.to_string())]
+        }
+        Op::Reduce { kind: _, axes, keep_dims } => vec![kv("axes", uints(axes)), kv("keep_dims", keep_dims.to_string())],
+        Op::ArgMax { axis, keep_dims } => vec![kv("axis", axis.to_string()), kv("keep_dims", keep_dims.to_string())],
+        Op::Pool { kind: _, kernel, stride, padding, dilation, ceil_mode, count_include_pad } => vec![
+            kv("kernel", ints(kernel)),
+            kv("stride", ints(stride)),
+            kv("padding", ints(padding)),
+            kv("dilation", ints(dilation)),
+            kv("ceil_mode", ceil_mode.to_string()),
+            kv("count_include_pad", count_include_pad.to_string()),
+        ],
+        Op::AdaptiveAvgPool { output } => vec![kv("output", ints(output))],
+        Op::Attention { causal, scale } => {
+            let mut v = vec![kv("causal", causal.to_string())];
+            if let Some(s) = scale {
+                v.push(kv("scale", format_f64(*s)));
+            }
+            v
+        }
+        Op::Reshape { shape } | Op::Expand { shape } => vec![kv("shape", dims(shape))],
+        Op::Permute { perm } => vec![kv("perm", uints(perm))],
+        Op::Slice { axis, start, end, step } => vec![
+            kv("axis", axis.to_string()),
+            kv("start", fmt_int(*start)),
+            kv("end", fmt_int(*end)),
+            kv("step", fmt_int(*step)),
+        ],
+        Op::Full { value, dtype, shape } => {
+            vec![kv("value", format_f64(*value)), kv("dtype", dtype.to_string()), kv("shape", dims(shape))]
+        }
+        Op::Arange { start, step, len, dtype } => vec![
+            kv("start", format_f64(*start)),
+            kv("step", format_f64(*step)),
+            kv("len", len.display(symbols).to_string()),
+            kv("dtype", dtype.to_string()),
+        ],
+    }
+}

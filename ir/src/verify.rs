@@ -1,0 +1,343 @@
+//! Graph invariants, checked all at once.
+//!
+//! [`verify`] collects every violation (not just the first), each naming the
+//! node through [`Graph::describe_node`] (op, id, torch node, Python line) or
+//! the value / constant / symbol concerned. Checked:
+//!
+//! 1. **Symbols**: `0 <= min <= max`; every symbol a type or attribute of a live
+//!    value or node mentions exists.
+//! 2. **Ids in range**: nodes in `order`; operands and results of live nodes;
+//!    `inputs`, `outputs`, constants' values; node locations.
+//! 3. **Schedule**: `order` holds each node at most once.
+//! 4. **Definitions agree**: `values[inputs[i]].def == Input(i)`;
+//!    `values[consts[c].value].def == Const(c)`; for each live node `n`,
+//!    `values[outputs[i]].def == Node { n, i }`.
+//! 5. **Defined before use**: inputs and constants are always defined; a node's
+//!    results only after it in `order`; every operand of a live node is defined
+//!    when the node runs, and every graph output at the end.
+//! 6. **Operand counts** within [`crate::Op::operand_count`].
+//! 7. **Attributes**: axes `< rank` (softmax, reductions, argmax, slice, concat,
+//!    gather, layer_norm's `normalized_rank <= rank`); `perm` is a permutation of
+//!    `0..rank`; conv/pool strides, kernels, dilations and groups `>= 1`,
+//!    paddings `>= 0`, per-spatial-dim lists of equal length; slice step `>= 1`;
+//!    adaptive pool sizes `>= 1`.
+//! 8. **Types**: each live node's result types equal [`crate::infer::infer_types`]
+//!    of its operands: same count, dtypes exactly, ranks exactly, and dims not
+//!    provably different ([`crate::infer::dims_equal`]; undecidable symbolic
+//!    comparisons pass). Inference errors are reported as such.
+//! 9. **Constants**: static, non-negative shape and
+//!    `bytes.len() == numel * dtype.size_bytes()`.
+//! 10. **Outputs**: `output_names` is parallel to `outputs`.
+
+use crate::infer::{check_permutation, dims_equal, infer_types};
+use crate::{Dim, Graph, NodeId, Op, SecondaryMap, SymbolId, TensorType, ValueDef, ValueId};
+use std::fmt;
+
+/// Every invariant violation found, one message each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifyError {
+    pub errors: Vec<String>,
+}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            f.write_str(e)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for VerifyError {}
+
+/// Checks every invariant listed in the module doc.
+pub fn verify(g: &Graph) -> Result<(), VerifyError> {
+    let mut v = Verifier { g, errors: vec![] };
+    v.run();
+    if v.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(VerifyError { errors: v.errors })
+    }
+}
+
+struct Verifier<'a> {
+    g: &'a Graph,
+    errors: Vec<String>,
+}
+
+impl Verifier<'_> {
+    fn error(&mut self, msg: String) {
+        self.errors.push(msg);
+    }
+
+    /// `Graph::describe_node`, which indexes without checks, only when safe.
+    fn node_name(&self, n: NodeId) -> String {
+        match self.g.nodes.get(n) {
+            Some(node) if node.loc.is_none_or(|l| self.g.locs.is_valid(l)) => self.g.describe_node(n),
+            Some(node) => format!("{} ({n})", node.op.name()),
+            None => format!("{n}"),
+        }
+    }
+
+    fn run(&mut self) {
+        let g = self.g;
+        self.check_symbols();
+        self.check_inputs_and_consts();
+
+        // Schedule walk: definitions, uses, counts, attributes, types.
+        let mut defined: SecondaryMap<ValueId, bool> = SecondaryMap::new();
+        for &v in &g.inputs {
+            defined[v] = true;
+        }
+        for c in g.consts.values() {
+            defined[c.value] = true;
+        }
+        let mut scheduled: SecondaryMap<NodeId, bool> = SecondaryMap::new();
+        for &n in &g.order {
+            let Some(node) = g.nodes.get(n) else {
+                self.error(format!("order: node {n} is out of range ({} nodes)", g.nodes.len()));
+                continue;
+            };
+            let what = self.node_name(n);
+            if std::mem::replace(&mut scheduled[n], true) {
+                self.error(format!("{what}: appears more than once in the order"));
+                continue;
+            }
+            if let Some(l) = node.loc.filter(|l| !g.locs.is_valid(*l)) {
+                self.error(format!("{what}: location {l} is out of range"));
+            }
+            let mut operands_ok = true;
+            for (i, &v) in node.inputs.iter().enumerate() {
+                if !g.values.is_valid(v) {
+                    self.error(format!("{what}: operand {i} ({v}) is out of range"));
+                    operands_ok = false;
+                } else if !defined[v] {
+                    let why = match g.values[v].def {
+                        ValueDef::Node { node: p, .. } if g.order.contains(&p) => "its producer comes later in the order",
+                        ValueDef::Node { .. } => "its producer is not in the order",
+                        _ => "it is not in the graph's inputs or constants",
+                    };
+                    self.error(format!("{what}: operand {i} ({v}) is used before it is defined: {why}"));
+                }
+            }
+            let mut results_ok = true;
+            for (i, &v) in node.outputs.iter().enumerate() {
+                match g.values.get(v) {
+                    None => {
+                        self.error(format!("{what}: result {i} ({v}) is out of range"));
+                        results_ok = false;
+                    }
+                    Some(d) => {
+                        let want = ValueDef::Node { node: n, index: i as u32 };
+                        if d.def != want {
+                            self.error(format!("{what}: result {i} ({v}) is defined as {:?}, not by this node", d.def));
+                        }
+                        if defined[v] {
+                            self.error(format!("{what}: result {i} ({v}) is already defined"));
+                        }
+                        defined[v] = true;
+                        self.check_type_symbols(&format!("{what}: result {i} ({v})"), &d.ty);
+                    }
+                }
+            }
+            let (lo, hi) = node.op.operand_count();
+            let count_ok = (lo..=hi).contains(&node.inputs.len());
+            if !count_ok {
+                self.error(format!("{what}: takes {lo}..={hi} operands, has {}", node.inputs.len()));
+            }
+            if operands_ok {
+                let tys: Vec<&TensorType> = node.inputs.iter().map(|&v| &g.values[v].ty).collect();
+                let attrs_ok = self.check_attrs(&what, &node.op, &tys);
+                if attrs_ok && count_ok && results_ok {
+                    self.check_result_types(&what, n, &tys);
+                }
+            }
+        }
+
+        if g.output_names.len() != g.outputs.len() {
+            self.error(format!("{} outputs but {} output names", g.outputs.len(), g.output_names.len()));
+        }
+        for (i, &v) in g.outputs.iter().enumerate() {
+            let name = g.output_names.get(i).map_or(String::new(), |s| format!(" `{s}`"));
+            if !g.values.is_valid(v) {
+                self.error(format!("output {i}{name}: {v} is out of range"));
+            } else if !defined[v] {
+                self.error(format!("output {i}{name}: {v} is not defined by the inputs, constants or a scheduled node"));
+            }
+        }
+    }
+
+    fn check_symbols(&mut self) {
+        for (s, sym) in self.g.symbols.iter() {
+            if sym.min < 0 || sym.max.is_some_and(|m| m < sym.min) {
+                let max = sym.max.map_or("inf".to_string(), |m| m.to_string());
+                self.error(format!("symbol `{}` ({s}): invalid range [{}, {max}]", sym.name, sym.min));
+            }
+        }
+    }
+
+    fn check_dim_symbols(&mut self, what: &str, d: &Dim) {
+        let mut used: Vec<SymbolId> = vec![];
+        d.collect_symbols(&mut used);
+        for s in used {
+            if !self.g.symbols.is_valid(s) {
+                self.error(format!("{what}: mentions symbol {s}, which does not exist"));
+            }
+        }
+    }
+
+    fn check_type_symbols(&mut self, what: &str, ty: &TensorType) {
+        for d in &ty.shape {
+            self.check_dim_symbols(what, d);
+        }
+    }
+
+    fn check_inputs_and_consts(&mut self) {
+        let g = self.g;
+        for (i, &v) in g.inputs.iter().enumerate() {
+            match g.values.get(v) {
+                None => self.error(format!("input {i}: {v} is out of range")),
+                Some(d) => {
+                    if d.def != ValueDef::Input(i as u32) {
+                        self.error(format!("input {i} ({v}): defined as {:?}, not Input({i})", d.def));
+                    }
+                    self.check_type_symbols(&format!("input {i} ({v})"), &d.ty);
+                }
+            }
+        }
+        for (c, data) in g.consts.iter() {
+            let v = data.value;
+            let Some(d) = g.values.get(v) else {
+                self.error(format!("constant {c}: value {v} is out of range"));
+                continue;
+            };
+            let what = match &d.name {
+                Some(name) => format!("constant {c} ({v}, `{name}`)"),
+                None => format!("constant {c} ({v})"),
+            };
+            if d.def != ValueDef::Const(c) {
+                self.error(format!("{what}: defined as {:?}, not Const({c})", d.def));
+            }
+            match d.ty.static_shape() {
+                Some(shape) if shape.iter().all(|&x| x >= 0) => {
+                    let numel = shape.iter().try_fold(1usize, |a, &x| a.checked_mul(x as usize));
+                    let want = numel.and_then(|n| n.checked_mul(d.ty.dtype.size_bytes()));
+                    if want != Some(data.bytes.len()) {
+                        self.error(format!(
+                            "{what}: {} bytes, but shape {shape:?} of {} needs {}",
+                            data.bytes.len(),
+                            d.ty.dtype,
+                            want.map_or("more than usize::MAX".to_string(), |w| w.to_string())
+                        ));
+                    }
+                }
+                _ => self.error(format!("{what}: shape must be static and non-negative")),
+            }
+        }
+    }
+
+    /// Attribute sanity that does not need inference; false when broken (then
+    /// type inference is skipped, it would only repeat the complaint).
+    fn check_attrs(&mut self, what: &str, op: &Op, tys: &[&TensorType]) -> bool {
+        let before = self.errors.len();
+        let rank = tys.first().map(|t| t.rank());
+        let axis = |errors: &mut Vec<String>, name: &str, a: usize| {
+            if let Some(r) = rank.filter(|&r| a >= r) {
+                errors.push(format!("{what}: {name} {a} out of range for rank {r}"));
+            }
+        };
+        let at_least = |errors: &mut Vec<String>, name: &str, v: &[i64], min: i64| {
+            if let Some(x) = v.iter().find(|&&x| x < min) {
+                errors.push(format!("{what}: {name} must be >= {min}, got {x}"));
+            }
+        };
+        let e = &mut self.errors;
+        match op {
+            Op::Softmax { axis: a } | Op::LogSoftmax { axis: a } | Op::Concat { axis: a } | Op::Gather { axis: a } => {
+                axis(e, "axis", *a)
+            }
+            Op::ArgMax { axis: a, .. } => axis(e, "axis", *a),
+            Op::Slice { axis: a, step, .. } => {
+                axis(e, "axis", *a);
+                at_least(e, "slice step", &[*step], 1);
+            }
+            Op::Reduce { axes, .. } => {
+                for &a in axes {
+                    axis(e, "axis", a);
+                }
+                let mut sorted = axes.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                if sorted.len() != axes.len() {
+                    e.push(format!("{what}: repeated axes {axes:?}"));
+                }
+            }
+            Op::LayerNorm { normalized_rank, .. } => {
+                if let Some(r) = rank.filter(|&r| *normalized_rank > r) {
+                    e.push(format!("{what}: normalized_rank {normalized_rank} exceeds rank {r}"));
+                }
+            }
+            Op::Permute { perm } => {
+                if let Some(r) = rank {
+                    if let Err(m) = check_permutation(perm, r) {
+                        e.push(format!("{what}: {m}"));
+                    }
+                }
+            }
+            Op::Conv { stride, padding, dilation, groups } => {
+                at_least(e, "stride", stride, 1);
+                at_least(e, "dilation", dilation, 1);
+                at_least(e, "padding", padding, 0);
+                at_least(e, "groups", &[*groups], 1);
+                if padding.len() != stride.len() || dilation.len() != stride.len() {
+                    e.push(format!("{what}: stride, padding and dilation lengths differ"));
+                }
+            }
+            Op::Pool { kernel, stride, padding, dilation, .. } => {
+                at_least(e, "kernel", kernel, 1);
+                at_least(e, "stride", stride, 1);
+                at_least(e, "dilation", dilation, 1);
+                at_least(e, "padding", padding, 0);
+                let n = kernel.len();
+                if stride.len() != n || padding.len() != n || dilation.len() != n {
+                    e.push(format!("{what}: kernel, stride, padding and dilation lengths differ"));
+                }
+            }
+            Op::AdaptiveAvgPool { output } => at_least(e, "output size", output, 1),
+            Op::Reshape { shape } | Op::Expand { shape } | Op::Full { shape, .. } => {
+                for d in shape.clone() {
+                    self.check_dim_symbols(what, &d);
+                }
+            }
+            Op::Arange { len, .. } => self.check_dim_symbols(what, &len.clone()),
+            _ => {}
+        }
+        self.errors.len() == before
+    }
+
+    fn check_result_types(&mut self, what: &str, n: NodeId, tys: &[&TensorType]) {
+        let g = self.g;
+        let node = &g.nodes[n];
+        let want = match infer_types(&g.symbols, &node.op, tys) {
+            Ok(w) => w,
+            Err(e) => return self.error(format!("{what}: {e}")),
+        };
+        if want.len() != node.outputs.len() {
+            return self.error(format!("{what}: has {} results, the op produces {}", node.outputs.len(), want.len()));
+        }
+        for (i, (w, &v)) in want.iter().zip(&node.outputs).enumerate() {
+            let have = &g.values[v].ty;
+            let show = |t: &TensorType| crate::text::format_type(g, t);
+            let definitely_differs = have.dtype != w.dtype
+                || have.rank() != w.rank()
+                || have.shape.iter().zip(&w.shape).any(|(a, b)| dims_equal(a, b, &g.symbols) == Some(false));
+            if definitely_differs {
+                self.error(format!("{what}: result {i} ({v}) has type {}, but the op gives {}", show(have), show(w)));
+            }
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Round trips and parse errors of the text form.
+
+use kiln_ir::text::{parse, print, print_elided};
+use kiln_ir::*;
+
+fn round_trip(g: &Graph) -> String {
+    let text = print(g);
+    let parsed = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let again = print(&parsed);
+    assert_eq!(text, again, "print -> parse -> print is not identical");
+    text
+}
+
+fn f32s(v: &[f32]) -> ConstBytes {
+    ConstBytes::owned(v.iter().flat_map(|x| x.to_le_bytes()).collect())
+}
+
+/// A graph that uses every op and attribute shape at least once.
+fn every_op_graph() -> Graph {
+    let mut g = Graph::new();
+    let b = g.add_symbol("batch", 1, Some(64));
+    let s = g.add_symbol("seq", 1, None);
+    let bd = Dim::Sym(b);
+    let sd = Dim::Sym(s);
+    let t = |shape: Vec<Dim>| TensorType::new(DType::F32, shape);
+    let x = g.add_input("x", t(vec![bd.clone(), 16.into()]));
+    let img = g.add_input("img", TensorType::fixed(DType::F32, &[1, 3, 8, 8]));
+    let idx = g.add_input("idx", TensorType::new(DType::I64, vec![sd.clone()]));
+    let cond = g.add_input("cond", TensorType::new(DType::Bool, vec![bd.clone(), 16.into()]));
+    let w = g.add_const(Some("fc.weight".into()), TensorType::fixed(DType::F32, &[2, 2]), f32s(&[0.1, -2.5, 1e-7, 3.0e38]));
+    let xt = t(vec![bd.clone(), 16.into()]);
+    let mut last = x;
+    for u in UNARY_OPS {
+        last = g.push(Op::Unary(u), vec![last], xt.clone(), None);
+    }
+    for op in BINARY_OPS {
+        let ty = if op.is_comparison() { TensorType::new(DType::Bool, xt.shape.clone()) } else { xt.clone() };
+        g.push(Op::Binary(op), vec![x, last], ty, None);
+    }
+    g.push(Op::Where, vec![cond, x, last], xt.clone(), None);
+    g.push(Op::Cast { to: DType::F16 }, vec![x], TensorType::new(DType::F16, xt.shape.clone()), None);
+    g.push(Op::Clamp { min: Some(0.0), max: Some(6.0) }, vec![x], xt.clone(), None);
+    g.push(Op::Clamp { min: None, max: Some(-0.0) }, vec![x], xt.clone(), None);
+    g.push(Op::Clamp { min: None, max: None }, vec![x], xt.clone(), None);
+    g.push(Op::MatMul, vec![x, w], xt.clone(), None);
+    g.push(Op::Linear, vec![x, w], xt.clone(), None);
+    let conv = Op::Conv { stride: vec![1, 2], padding: vec![0, 1], dilation: vec![1, 1], groups: 1 };
+    g.push(conv, vec![img, w], TensorType::fixed(DType::F32, &[1, 2, 8, 4]), None);
+    g.push(Op::BatchNorm { eps: 1e-5 }, vec![img, w, w, w, w], TensorType::fixed(DType::F32, &[1, 3, 8, 8]), None);
+    g.push(Op::LayerNorm { normalized_rank: 1, eps: 1e-12 }, vec![x, w, w], xt.clone(), None);
+    g.push(Op::Softmax { axis: 1 }, vec![x], xt.clone(), None);
+    g.push(Op::LogSoftmax { axis: 0 }, vec![x], xt.clone(), None);
+    for kind in [ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max, ReduceKind::Min, ReduceKind::Prod] {
+        g.push(Op::Reduce { kind, axes: vec![1], keep_dims: true }, vec![x], t(vec![bd.clone(), 1.into()]), None);
+    }
+    g.push(Op::ArgMax { axis: 1, keep_dims: false }, vec![x], TensorType::new(DType::I64, vec![bd.clone()]), None);
+    for kind in [PoolKind::Max, PoolKind::Avg] {
+        let pool = Op::Pool {
+            kind,
+            kernel: vec![2, 2],
+            stride: vec![2, 2],
+            padding: vec![0, 0],
+            dilation: vec![1, 1],
+            ceil_mode: true,
+            count_include_pad: false,
+        };
+        g.push(pool, vec![img], TensorType::fixed(DType::F32, &[1, 3, 4, 4]), None);
+    }
+    g.push(Op::AdaptiveAvgPool { output: vec![1, 1] }, vec![img], TensorType::fixed(DType::F32, &[1, 3, 1, 1]), None);
+    g.push(Op::Attention { causal: true, scale: None }, vec![x, x, x], xt.clone(), None);
+    g.push(Op::Attention { causal: false, scale: Some(0.125) }, vec![x, x, x, cond], xt.clone(), None);
+    let sum = Dim::add(bd.clone(), 1.into());
+    let all = [
+        Dim::add(bd.clone(), sd.clone()),
+        Dim::mul(bd.clone(), 16.into()),
+        Dim::floor_div(sd.clone(), 2.into()),
+        Dim::modulo(sd.clone(), 3.into()),
+    ];
+    g.push(Op::Reshape { shape: vec![Dim::mul(bd.clone(), 16.into())] }, vec![x], t(vec![all[1].clone()]), None);
+    g.push(Op::Expand { shape: all.to_vec() }, vec![x], t(all.to_vec()), None);
+    g.push(Op::Permute { perm: vec![1, 0] }, vec![x], t(vec![16.into(), bd.clone()]), None);
+    let sl = Op::Slice { axis: 0, start: 0, end: i64::MAX, step: 1 };
+    g.push(sl, vec![x], t(vec![sum.clone(), 16.into()]), None);
+    g.push(Op::Slice { axis: 1, start: -3, end: i64::MIN, step: 2 }, vec![x], xt.clone(), None);
+    g.push(Op::Concat { axis: 0 }, vec![x, x, x], t(vec![Dim::mul(bd.clone(), 3.into()), 16.into()]), None);
+    g.push(Op::Gather { axis: 0 }, vec![x, idx], t(vec![sd.clone(), 16.into()]), None);
+    g.push(Op::Full { value: f64::NEG_INFINITY, dtype: DType::F32, shape: vec![bd.clone(), 4.into()] }, vec![], t(vec![bd.clone(), 4.into()]), None);
+    g.push(Op::Full { value: 0.1, dtype: DType::Bool, shape: vec![] }, vec![], TensorType::new(DType::Bool, vec![]), None);
+    let ar = Op::Arange { start: 0.0, step: 1.5, len: sd.clone(), dtype: DType::I64 };
+    let loc = g.locs.push(Location { node_name: "arange_1".into(), stack_trace: Some("File \"m.py\", line 3\n  x = \"q\"\\".into()) });
+    g.push(ar, vec![], TensorType::new(DType::I64, vec![sd.clone()]), Some(loc));
+    let loc = g.locs.push(Location { node_name: "relu".into(), stack_trace: None });
+    let y = g.push(Op::Unary(UnaryOp::Relu), vec![last], xt.clone(), Some(loc));
+    g.values[y].name = Some("hidden state".into());
+    g.add_output("out", y);
+    g.add_output("x again", x);
+    g
+}
+
+#[test]
+fn every_op_round_trips() {
+    let g = every_op_graph();
+    let text = round_trip(&g);
+    // The parsed graph holds the same ops (no NaN attributes here, so `==` works).
+    let parsed = parse(&text).unwrap();
+    let ops = |g: &Graph| g.order.iter().map(|&n| g.nodes[n].op.clone()).collect::<Vec<_>>();
+    assert_eq!(ops(&g), ops(&parsed));
+    let tys = |g: &Graph| g.values.values().map(|v| v.ty.clone()).collect::<Vec<_>>();
+    assert_eq!(tys(&g), tys(&parsed));
+    assert_eq!(parsed.symbols, g.symbols);
+    assert_eq!(parsed.output_names, g.output_names);
+    assert_eq!(parsed.locs[LocId::from_u32(0)], g.locs[LocId::from_u32(0)]);
+    for needle in [
+        "sym seq in [1, inf]",
+        "slice{axis=0, start=0, end=max, step=1}",
+        "slice{axis=1, start=-3, end=-9223372036854775808, step=2}",
+        "conv{stride=[1, 2], padding=[0, 1], dilation=[1, 1], groups=1}",
+        "cast{to=f16}",
+        "clamp{min=0.0, max=6.0}",
+        "clamp{max=-0.0}",
+        "= clamp(%0)",
+        "reduce_mean{axes=[1], keep_dims=true}",
+        "full{value=-inf, dtype=f32, shape=[batch, 4]}",
+        "arange{start=0.0, step=1.5, len=seq, dtype=i64}",
+        "batch_norm{eps=1e-5}",
+        "expand{shape=[(batch + seq), (batch * 16), (seq // 2), (seq % 3)]}",
+        "attention{causal=false, scale=0.125}",
+        "const %4 \"fc.weight\": f32[2, 2] = [0.1, -2.5, 1e-7, 3e38]",
+        "@\"arange_1\" \"File \\\"m.py\\\", line 3\\n  x = \\\"q\\\"\\\\\"",
+        "%",
+        "\"hidden state\": f32[batch, 16] = relu(",
+        "output %0 \"x again\"",
+    ] {
+        assert!(text.contains(needle), "missing `{needle}` in\n{text}");
+    }
+}
+
+#[test]
+fn hand_written_text_round_trips_exactly() {
+    let src = "\
+graph {
+  sym batch in [1, 64]
+  input %0 \"x\": f32[batch, 16]
+  const %1 \"fc.weight\": f32[4, 2] = [0.5, 0.25, 0.125, 1.0, 2.0, 3.0, -4.0, 5.5]
+  %2: f32[batch, 4] = linear(%0, %1)
+  %3: f32[batch, 4] = gelu(%2) @\"gelu_1\" \"model.py:12\"
+  %4: f32[(batch + 1), 4] = slice{axis=0, start=0, end=max, step=1}(%3)
+  %5: f32[batch, 2], %6 \"rest\": f32[batch, 2] = linear(%4, %1)
+  _ = relu(%6)
+  output %3 \"out\"
+}
+";
+    let g = parse(src).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(print(&g), src);
+    let n = g.order[3];
+    assert_eq!(g.nodes[n].outputs.len(), 2);
+    assert!(g.nodes[g.order[4]].outputs.is_empty());
+    let elided = print_elided(&g, 3);
+    assert!(elided.contains("= [0.5, 0.25, 0.125, ... (8 elements)]"), "{elided}");
+}
+
+#[test]
+fn labels_and_layout_are_free_on_input() {
+    let src = "graph { input %10: f32[2] %7: f32[2] = neg(%10) ; comment\n output %7 \"y\" }";
+    let g = parse(src).unwrap();
+    assert_eq!(print(&g), "graph {\n  input %0: f32[2]\n  %1: f32[2] = neg(%0)\n  output %1 \"y\"\n}\n");
+    assert_eq!(g.values[g.inputs[0]].name, None);
+}
+
+fn const_graph(dtype: DType, bytes: Vec<u8>, n: i64) -> Graph {
+    let mut g = Graph::new();
+    let v = g.add_const(None, TensorType::fixed(dtype, &[n]), ConstBytes::owned(bytes));
+    g.add_output("c", v);
+    g
+}
+
+fn const_bytes(g: &Graph) -> Vec<u8> {
+    g.consts.values().next().unwrap().bytes.as_bytes().to_vec()
+}
+
+/// Bytes survive print -> parse exactly, NaN payloads and signed zeros included.
+fn assert_bytes_round_trip(dtype: DType, bytes: Vec<u8>) -> String {
+    let n = (bytes.len() / dtype.size_bytes()) as i64;
+    let g = const_graph(dtype, bytes.clone(), n);
+    let text = round_trip(&g);
+    assert_eq!(const_bytes(&parse(&text).unwrap()), bytes, "{text}");
+    text
+}
+
+#[test]
+fn constants_of_every_dtype_round_trip() {
+    let f32v = [0.0f32, -0.0, 1.0, 0.1, -1e-45, f32::MAX, f32::MIN_POSITIVE, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+    let mut bytes: Vec<u8> = f32v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    bytes.extend(0x7fc0_0001u32.to_le_bytes()); // NaN with a payload
+    bytes.extend(0xffc0_0000u32.to_le_bytes()); // negative NaN
+    let text = assert_bytes_round_trip(DType::F32, bytes);
+    assert!(text.contains("[0.0, -0.0, 1.0, 0.1, -1e-45, 3.4028235e38, 1.1754944e-38, inf, -inf, nan, nan(0x7fc00001), nan(0xffc00000)]"), "{text}");
+
+    let f64v = [0.1f64, -0.0, 1e300, f64::MIN_POSITIVE / 2.0, f64::NAN, f64::NEG_INFINITY];
+    assert_bytes_round_trip(DType::F64, f64v.iter().flat_map(|x| x.to_le_bytes()).collect());
+
+    // Every f16 and bf16 bit pattern.
+    let all16: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
+    assert_bytes_round_trip(DType::F16, all16.clone());
+    assert_bytes_round_trip(DType::BF16, all16);
+    let tenth = half::f16::from_f32(0.1).to_bits().to_le_bytes().to_vec();
+    assert!(assert_bytes_round_trip(DType::F16, tenth).contains("= [0.1]"));
+
+    assert_bytes_round_trip(DType::I8, vec![0, 127, 128, 255]);
+    assert_bytes_round_trip(DType::U8, vec![0, 127, 128, 255]);
+    assert_bytes_round_trip(DType::I16, [i16::MIN, -1, 0, i16::MAX].iter().flat_map(|x| x.to_le_bytes()).collect());
+    assert_bytes_round_trip(DType::I32, [i32::MIN, -1, 0, i32::MAX].iter().flat_map(|x| x.to_le_bytes()).collect());
+    assert_bytes_round_trip(DType::I64, [i64::MIN, -1, 0, i64::MAX].iter().flat_map(|x| x.to_le_bytes()).collect());
+    let text = assert_bytes_round_trip(DType::Bool, vec![0, 1, 1, 0]);
+    assert!(text.contains("[false, true, true, false]"));
+    // Not a valid bool, but the text must not lose it.
+    assert_bytes_round_trip(DType::Bool, vec![2]);
+
+    // Scalars and empty tensors.
+    let mut g = Graph::new();
+    let v = g.add_const(None, TensorType::fixed(DType::F32, &[]), f32s(&[2.5]));
+    let e = g.add_const(None, TensorType::fixed(DType::F32, &[0, 3]), f32s(&[]));
+    g.add_output("s", v);
+    g.add_output("e", e);
+    let text = round_trip(&g);
+    assert!(text.contains("const %0: f32[] = [2.5]") && text.contains("const %1: f32[0, 3] = []"), "{text}");
+}
+
+#[test]
+fn nan_float_attributes_round_trip() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::fixed(DType::F32, &[2]));
+    let odd_nan = f64::from_bits(0x7ff8_0000_0000_0001);
+    let y = g.push(Op::Clamp { min: Some(f64::NAN), max: Some(odd_nan) }, vec![x], TensorType::fixed(DType::F32, &[2]), None);
+    g.add_output("y", y);
+    let text = round_trip(&g);
+    assert!(text.contains("clamp{min=nan, max=nan(0x7ff8000000000001)}"), "{text}");
+    let p = parse(&text).unwrap();
+    let Op::Clamp { max: Some(m), .. } = p.nodes[p.order[0]].op else { panic!() };
+    assert_eq!(m.to_bits(), odd_nan.to_bits());
+}
+
+#[test]
+fn graph_with_broken_invariants_still_prints() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::fixed(DType::F32, &[2]));
+    let y = g.push(Op::Unary(UnaryOp::Neg), vec![x, ValueId::from_u32(99)], TensorType::fixed(DType::F32, &[2]), None);
+    g.outputs.push(y); // no name
+    g.order.push(NodeId::from_u32(42));
+    let text = print(&g);
+    assert!(text.contains("neg(%0, %v99)") && text.contains("n42 is out of range"), "{text}");
+}
+
+fn parse_err(src: &str) -> String {
+    match parse(src) {
+        Ok(g) => panic!("parsed:\n{}", print(&g)),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn parse_errors_have_line_and_column() {
+    let cases: &[(&str, &str)] = &[
+        ("graph {\n  input %0: f32[2]\n  %1: f32[2] = frobnicate(%0)\n}", "3:16: unknown op `frobnicate`"),
+        ("graph {\n  input %0: f32[2]\n  %1: f32[2] = softmax{axis=x}(%0)\n}", "3:29: expected an integer"),
+        ("graph {\n  input %0: f32[2]\n  %1: f32[2] = softmax{dim=1}(%0)\n}", "3:24: unknown attribute `dim` for `softmax`"),
+        ("graph {\n  input %0: f32[2]\n  %1: f32[2] = softmax(%0)\n}", "3:16: `softmax` needs attribute `axis`"),
+        ("graph {\n  input %0: f32[2]\n  %1: f32[2] = neg(%5)\n}", "3:20: undefined value %5"),
+        (
+            "graph {\n  input %0: f32[2]\n  %1: f32[2] = add(%0, %2)\n  %2: f32[2] = neg(%0)\n}",
+            "3:24: %2 is used before its definition (at 4:3)",
+        ),
+        ("graph {\n  const %0: f32[2, 2] = [1.0, 2.0, 3.0]\n}", "2:25: constant of shape [2, 2] needs 4 elements, found 3"),
+        ("graph {\n  const %0: i8[1] = [300]\n}", "2:22: 300 is out of range for i8"),
+        ("graph {\n  const %0: i32[1] = [1.5]\n}", "2:23: expected an integer for i32, found `1.5`"),
+        ("graph {\n  input %0: f33[2]\n}", "2:13: unknown dtype `f33`"),
+        ("graph {\n  input %0: f32[n]\n}", "2:17: undefined symbol `n`"),
+        ("graph {\n  input %0: f32[2]\n  input %0: f32[2]\n}", "3:9: %0 is defined twice"),
+        ("graph {\n  input %0: f32[2]\n  output %0 \"y\n}", "3:13: unterminated string"),
+        ("graph {\n  input %0: f32[2] #\n}", "2:20: unexpected character `#`"),
+        ("graph {\n  input %0: f32[2]\n", "3:1: expected `sym`, `input`, `const`, `output`, a `%value` or `}`, found end of input"),
+        ("graph {\n  sym n in [4, 2]\n}", "2:16: symbol `n` has an empty range"),
+        ("graph {\n  input %0: f32[(2 - 1)]\n}", "2:20: expected `+`, `*`, `//` or `%`, found `-`"),
+        ("graph {\n  input %0: f32[2]\n  %1: f32[2] = cast{to=f33}(%0)\n}", "3:24: unknown dtype `f33`"),
+        ("graph {\n  input %0: f32[2]\n  %1: f32[2] = clamp{min=1.0, min=2.0}(%0)\n}", "3:31: attribute `min` is given twice"),
+        ("graph {\n  const %0: bf16[1] = [nan(0x1)]\n}", "2:24: 0x0001 is not a NaN"),
+        ("graph {\n  input %0: f32[b]\n}\n", "2:17: undefined symbol `b`"),
+        ("graph {}\ngraph {}", "2:1: expected end of input after the graph, found `graph`"),
+        ("graph {\n  input %0: f32[2]\n  %1: f32[2], %1: f32[2] = neg(%0)\n}", "3:26: %1 is defined twice"),
+    ];
+    for (src, expected) in cases {
+        assert_eq!(&parse_err(src), expected, "for\n{src}");
+    }
+}

@@ -1,0 +1,56 @@
+//! Scaled dot-product attention as torch defines it:
+//! `softmax(q kᵀ * scale + mask) v`, `scale` defaulting to `1 / sqrt(E)`.
+//! A causal mask keeps key `j` for query `i` when `j <= i` (top-left aligned, like
+//! `torch.tril`); a bool mask keeps `true` positions (others get `-inf`), a float
+//! mask is added.
+
+use crate::emit::Emitter;
+use crate::host::{supported, HostTensor};
+use crate::PassError;
+use kiln_ir::{BinaryOp, DType, Op, ValueId};
+
+pub(super) fn attention(e: &mut Emitter, inputs: &[ValueId], causal: bool, scale: Option<f64>) -> Result<Option<ValueId>, PassError> {
+    let (&q, &k, &v) = match inputs {
+        [q, k, v] | [q, k, v, _] => (q, k, v),
+        _ => return Ok(None),
+    };
+    let (q_ty, k_ty) = (e.ty(q), e.ty(k));
+    if q_ty.rank() < 2 || k_ty.rank() < 2 || e.ty(v).rank() < 2 || !supported(q_ty.dtype) || !q_ty.dtype.is_float() {
+        return Ok(None);
+    }
+    let embed = q_ty.shape[q_ty.rank() - 1].as_const();
+    let Some(scale) = scale.or_else(|| embed.filter(|&d| d > 0).map(|d| 1.0 / (d as f64).sqrt())) else {
+        return Ok(None);
+    };
+    let (len_q, len_k) = (q_ty.shape[q_ty.rank() - 2].as_const(), k_ty.shape[k_ty.rank() - 2].as_const());
+    let causal_shape = match (causal, len_q, len_k) {
+        (false, ..) => None,
+        (true, Some(l), Some(s)) if l >= 0 && s >= 0 => Some((l as usize, s as usize)),
+        // A causal mask over symbolic lengths would need an iota op; keep the node.
+        (true, ..) => return Ok(None),
+    };
+
+    let mut perm: Vec<usize> = (0..k_ty.rank()).collect();
+    perm.swap(k_ty.rank() - 2, k_ty.rank() - 1);
+    let k_t = e.emit(Op::Permute { perm }, vec![k])?;
+    let scores = e.emit(Op::MatMul, vec![q, k_t])?;
+    let scale = e.scalar(q_ty.dtype, scale);
+    let mut scores = e.binary(BinaryOp::Mul, scores, scale)?;
+    if let Some((l, s)) = causal_shape {
+        let keep = (0..l * s).map(|idx| ((idx % s) <= (idx / s)) as u8 as f64).collect();
+        let keep = HostTensor::new(DType::Bool, vec![l, s], keep).add_to(e.g, None);
+        scores = mask_out(e, scores, keep)?;
+    }
+    if let Some(&mask) = inputs.get(3) {
+        scores = if e.ty(mask).dtype == DType::Bool { mask_out(e, scores, mask)? } else { e.binary(BinaryOp::Add, scores, mask)? };
+    }
+    let last = e.ty(scores).rank() - 1;
+    let probs = e.emit(Op::Softmax { axis: last }, vec![scores])?;
+    e.emit(Op::MatMul, vec![probs, v]).map(Some)
+}
+
+/// `where(keep, scores, -inf)`.
+fn mask_out(e: &mut Emitter, scores: ValueId, keep: ValueId) -> Result<ValueId, PassError> {
+    let neg_inf = e.scalar(e.ty(scores).dtype, f64::NEG_INFINITY);
+    e.emit(Op::Where, vec![keep, scores, neg_inf])
+}

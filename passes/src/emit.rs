@@ -1,0 +1,55 @@
+//! Emitting the nodes a decomposition builds.
+//!
+//! [`Emitter::emit`] infers the new node's type, and when the target lacks the op it
+//! decomposes that one too, so a rule may freely use other composites
+//! (attention emits a softmax) and still yield only what the target keeps.
+
+use crate::decompose::{expand_op, target_keeps};
+use crate::host::scalar_const;
+use crate::{PassError, Target};
+use kiln_ir::{DType, Graph, LocId, Op, TensorType, ValueId};
+
+pub(crate) const PASS: &str = "decompose";
+
+pub(crate) struct Emitter<'g> {
+    pub g: &'g mut Graph,
+    pub target: Target,
+    /// The replaced node's location, inherited by everything built for it.
+    pub loc: Option<LocId>,
+}
+
+impl Emitter<'_> {
+    pub fn ty(&self, v: ValueId) -> TensorType {
+        self.g.ty(v).clone()
+    }
+
+    pub fn emit(&mut self, op: Op, inputs: Vec<ValueId>) -> Result<ValueId, PassError> {
+        let operand_types: Vec<&TensorType> = inputs.iter().map(|&v| self.g.ty(v)).collect();
+        let types = kiln_ir::infer::infer_types(&self.g.symbols, &op, &operand_types).map_err(|e| PassError::new(PASS, e))?;
+        let Some(ty) = types.into_iter().next() else {
+            return Err(PassError::new(PASS, format!("`{}` inferred no result", op.name())));
+        };
+        if !target_keeps(self.target, &op) {
+            if let Some(v) = expand_op(self, &op, &inputs, &ty)? {
+                return Ok(v);
+            }
+        }
+        Ok(self.g.push(op, inputs, ty, self.loc))
+    }
+
+    pub fn binary(&mut self, op: kiln_ir::BinaryOp, a: ValueId, b: ValueId) -> Result<ValueId, PassError> {
+        self.emit(Op::Binary(op), vec![a, b])
+    }
+
+    pub fn unary(&mut self, op: kiln_ir::UnaryOp, x: ValueId) -> Result<ValueId, PassError> {
+        self.emit(Op::Unary(op), vec![x])
+    }
+
+    pub fn reduce(&mut self, kind: kiln_ir::ReduceKind, x: ValueId, axes: Vec<usize>, keep_dims: bool) -> Result<ValueId, PassError> {
+        self.emit(Op::Reduce { kind, axes, keep_dims }, vec![x])
+    }
+
+    pub fn scalar(&mut self, dtype: DType, value: f64) -> ValueId {
+        scalar_const(self.g, dtype, value)
+    }
+}

@@ -1,0 +1,78 @@
+//! Constant folding.
+//!
+//! A node all of whose operands are constants (or that has none: `full`, `arange`)
+//! and whose op is layout-only, elementwise, `concat`, `reduce` or `matmul`
+//! is evaluated at compile time by [`crate::eval`] and replaced by a new constant,
+//! provided its type is static and the result is small: at most
+//! `Options::fold_max_elements` elements, or no larger than its largest operand
+//! (then folding never grows the weights — the classic case being `linear`'s
+//! `permute(weight, [1, 0])`, whose operand then dies).
+//! The pass first folds shape arithmetic ([`crate::dims`]), so that a reshape whose
+//! target became static can fold in the same run.
+
+use crate::check::guard;
+use crate::dims::simplify_shapes;
+use crate::eval::eval;
+use crate::host::{static_shape, supported, HostTensor};
+use crate::rewrite::{rewrite_in_order, Rewrite};
+use crate::{Changed, Options, PassError};
+use kiln_ir::{Graph, NodeId, Op};
+
+const PASS: &str = "fold";
+
+pub fn fold_constants(g: &mut Graph, opts: &Options) -> Result<Changed, PassError> {
+    guard(g, PASS)?;
+    let shapes = simplify_shapes(g);
+    let nodes = rewrite_in_order(g, |g, n| Ok(fold_node(g, n, opts)))?;
+    Ok(shapes | nodes)
+}
+
+fn foldable(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Where
+            | Op::Cast { .. }
+            | Op::Clamp { .. }
+            | Op::Reshape { .. }
+            | Op::Expand { .. }
+            | Op::Permute { .. }
+            | Op::Slice { .. }
+            | Op::Concat { .. }
+            | Op::Reduce { .. }
+            | Op::MatMul
+            | Op::Full { .. }
+            | Op::Arange { .. }
+    )
+}
+
+fn fold_node(g: &mut Graph, n: NodeId, opts: &Options) -> Rewrite {
+    let node = &g.nodes[n];
+    let &[out] = node.outputs.as_slice() else { return Rewrite::Keep };
+    if !foldable(&node.op) {
+        return Rewrite::Keep;
+    }
+    let out_ty = g.ty(out);
+    let Some(out_shape) = static_shape(out_ty) else { return Rewrite::Keep };
+    if !supported(out_ty.dtype) {
+        return Rewrite::Keep;
+    }
+    let Some(operands) = node.inputs.iter().map(|&v| HostTensor::from_const(g, v)).collect::<Option<Vec<_>>>() else {
+        return Rewrite::Keep;
+    };
+    let out_elems: usize = out_shape.iter().product();
+    let out_bytes = out_elems.saturating_mul(out_ty.dtype.size_bytes());
+    let largest_operand = operands.iter().map(|t| t.numel() * t.dtype.size_bytes()).max().unwrap_or(0);
+    if out_elems > opts.fold_max_elements && out_bytes > largest_operand {
+        return Rewrite::Keep;
+    }
+    let refs: Vec<&HostTensor> = operands.iter().collect();
+    match eval(&node.op, &refs, out_ty.dtype, &out_shape) {
+        Some(result) => {
+            let name = g.values[out].name.clone();
+            Rewrite::Replace(vec![result.add_to(g, name)])
+        }
+        None => Rewrite::Keep,
+    }
+}

@@ -1,0 +1,150 @@
+//! The pass manager: a list of passes run in order, with an optional verifier
+//! between them and a report of what each did.
+
+use crate::{dce, decompose, fold_constants, simplify, verify_graph, Changed, PassError};
+use kiln_ir::Graph;
+use std::fmt;
+
+/// What the compiled graph must run on; decides which composites survive.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// The CPU runtime: keeps the composites it has kernels for (see
+    /// [`crate::target_keeps`]).
+    Cpu,
+    /// Primitive ops only: every composite that can be decomposed is.
+    Primitive,
+}
+
+impl Target {
+    /// The name used in filetest headers (`; target cpu`).
+    pub fn from_name(name: &str) -> Option<Target> {
+        match name {
+            "cpu" => Some(Target::Cpu),
+            "primitive" => Some(Target::Primitive),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub target: Target,
+    /// Run [`verify_graph`] after every pass (tests turn it on).
+    pub verify_each: bool,
+    /// Constant folding always evaluates a node whose result is no larger than its
+    /// largest operand; beyond that, only results of at most this many elements.
+    pub fold_max_elements: usize,
+}
+
+impl Options {
+    pub fn new(target: Target) -> Options {
+        Options { target, verify_each: false, fold_max_elements: 1 << 16 }
+    }
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options::new(Target::Cpu)
+    }
+}
+
+/// One pass: a name for reports and errors, and the function.
+#[derive(Copy, Clone)]
+pub struct Pass {
+    pub name: &'static str,
+    pub run: fn(&mut Graph, &Options) -> Result<Changed, PassError>,
+}
+
+impl fmt::Debug for Pass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+pub const SIMPLIFY: Pass = Pass { name: "simplify", run: simplify };
+pub const FOLD: Pass = Pass { name: "fold", run: fold_constants };
+pub const DCE: Pass = Pass { name: "dce", run: dce };
+pub const DECOMPOSE: Pass = Pass { name: "decompose", run: decompose };
+pub const CLEANUP: Pass = Pass { name: "cleanup", run: cleanup };
+
+/// The passes, in the order they run.
+pub fn default_pipeline(target: Target) -> Vec<Pass> {
+    // `target` will pick target-specific lowering passes (fusion, layout, Pjrt)
+    // appended at the end; the portable part below does not depend on it except
+    // through `Options::target` inside `decompose`.
+    let _ = target;
+    vec![
+        // Portable clean-up: canonicalise, fold what is constant, drop the dead.
+        CLEANUP,
+        // Rewrite composites the target lacks (and BatchNorm / AdaptiveAvgPool
+        // everywhere) into what it has.
+        DECOMPOSE,
+        // Decomposition exposes new folds: `linear`'s transposed weight, BatchNorm's
+        // reshaped parameters, scalar constants.
+        CLEANUP,
+    ]
+}
+
+/// Simplify, fold and DCE repeated until none of them changes the graph: a fold can
+/// expose a simplification (`reshape` to a now-equal shape) and vice versa.
+pub fn cleanup(g: &mut Graph, opts: &Options) -> Result<Changed, PassError> {
+    // Each round strictly shrinks or canonicalises the graph; the cap only guards
+    // against a future rewrite pair that undo each other.
+    const MAX_ROUNDS: usize = 16;
+    let mut changed = Changed::No;
+    for _ in 0..MAX_ROUNDS {
+        let round = simplify(g, opts)? | fold_constants(g, opts)? | dce(g, opts)?;
+        if !round.is_yes() {
+            break;
+        }
+        changed = Changed::Yes;
+    }
+    Ok(changed)
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassRecord {
+    pub name: &'static str,
+    pub changed: Changed,
+    pub nodes_before: usize,
+    pub nodes_after: usize,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub passes: Vec<PassRecord>,
+}
+
+impl Report {
+    pub fn changed(&self) -> bool {
+        self.passes.iter().any(|p| p.changed.is_yes())
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for p in &self.passes {
+            writeln!(f, "{:<12} {:<9} nodes {} -> {}", p.name, p.changed, p.nodes_before, p.nodes_after)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `passes` in order on `g`. With `opts.verify_each`, the graph is verified
+/// before the first pass and after each one; a failure names the pass that broke it.
+pub fn run_pipeline(g: &mut Graph, passes: &[Pass], opts: &Options) -> Result<Report, PassError> {
+    if opts.verify_each {
+        verify_graph(g).map_err(|e| PassError::new("input", format!("graph invalid before any pass: {e}")))?;
+    }
+    let mut report = Report::default();
+    for pass in passes {
+        let nodes_before = g.order.len();
+        let changed = (pass.run)(g, opts)?;
+        if opts.verify_each {
+            verify_graph(g).map_err(|e| PassError::new(pass.name, format!("graph invalid after pass: {e}")))?;
+        }
+        report.passes.push(PassRecord { name: pass.name, changed, nodes_before, nodes_after: g.order.len() });
+    }
+    Ok(report)
+}

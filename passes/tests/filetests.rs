@@ -1,0 +1,39 @@
+//! Runs every `filetests/**/*.kir` file: `; test <pass>` picks the passes,
+//! `; target cpu|primitive` the target; the result is compacted (dead constants
+//! dropped) and printed. `BLESS=1 cargo test -p kiln-passes --test filetests`
+//! rewrites expectations.
+
+use kiln_ir::filetest::{run_dir, FileTest};
+use kiln_ir::Graph;
+use kiln_passes::{compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, SIMPLIFY};
+use std::path::Path;
+
+fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
+    let target = match test.target.as_deref() {
+        None => Target::Cpu,
+        Some(name) => Target::from_name(name).ok_or_else(|| format!("unknown target `{name}`"))?,
+    };
+    // DCE after a single pass so the printed graph shows only what is live.
+    let passes: Vec<Pass> = match test.test.as_str() {
+        "dce" => vec![DCE],
+        "simplify" => vec![SIMPLIFY, DCE],
+        "fold" => vec![FOLD, DCE],
+        "cleanup" => vec![CLEANUP],
+        "decompose" => vec![DECOMPOSE, DCE],
+        "pipeline" => default_pipeline(target),
+        other => return Err(format!("unknown test `{other}`")),
+    };
+    let opts = Options { verify_each: true, ..Options::new(target) };
+    run_pipeline(g, &passes, &opts).map_err(|e| e.to_string())?;
+    *g = compact(g)?;
+    Ok(())
+}
+
+#[test]
+fn filetests() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("filetests");
+    match run_dir(&dir, &run) {
+        Ok(n) => assert!(n > 0, "no filetests found in {}", dir.display()),
+        Err(e) => panic!("{e}"),
+    }
+}
