@@ -1,1 +1,16 @@
-//! placeholder
+//! kiln's ahead-of-time compiler: reads programs saved by `torch.export.save`
+//! (`.pt2`) into kiln's IR, runs the pass pipeline and writes `.kiln` artifacts.
+//!
+//! - [`pt2`]: the `.pt2` container and its JSON program, as data (no IR).
+//! - [`import`]: turns a parsed program into a [`kiln_ir::Graph`].
+//! - [`lower`]: planned IR → the runtime's execution plan.
+//! - [`compile`]: the driver tying import, passes, memory planning and lowering.
+//! - [`npy`]: `.npy` reading/writing for the CLI.
+
+pub mod compile;
+pub mod import;
+pub mod lower;
+pub mod npy;
+pub mod pt2;
+
+pub use compile::{compile_file, compile_graph, compile_graph_with_passes, CompileError, CompileOptions, CompileSummary};

@@ -8,8 +8,23 @@
 //!
 //! Layout follows tract-linalg: `generic` is the portable implementation and the
 //! test oracle; ISA-specific variants (chosen at run time after CPU detection)
-//! sit beside it and are tested against it.
+//! sit beside it and are tested against it. The public functions re-exported
+//! here are the dispatch points: today they are the generic kernels, and the
+//! GEMM microkernel is where an ISA variant plugs in first.
 
+mod generic;
 mod types;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
 
 pub use types::{BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, Scratch, TensorMut, TensorRef, UnaryOp};
+
+pub use generic::elementwise::{binary, cast, clamp, unary, where_};
+pub use generic::gemm::gemm_f32;
+pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
+pub use generic::matmul::{linear, matmul};
+pub use generic::attention::attention;
+pub use generic::conv::{conv, ConvParams};
+pub use generic::norm::{batch_norm, layer_norm, softmax};
+pub use generic::pool::{adaptive_avg_pool, pool, PoolParams};
+pub use generic::reduce::{argmax, reduce};

@@ -164,6 +164,28 @@ pub type Result<T> = std::result::Result<T, KernelError>;
 #[derive(Default, Debug)]
 pub struct Scratch {
     f32s: Vec<f32>,
+    pub(crate) pack: PackBuffers,
+}
+
+/// Packed GEMM panels; separate from the general buffer so a kernel can hold
+/// an im2col / score buffer while the GEMM packs its operands.
+#[derive(Default, Debug)]
+pub(crate) struct PackBuffers {
+    pub(crate) a: Vec<f32>,
+    pub(crate) b: Vec<f32>,
+}
+
+impl PackBuffers {
+    /// Grows (never shrinks) the panels to the requested lengths.
+    pub(crate) fn reserve(&mut self, a_len: usize, b_len: usize) -> (&mut [f32], &mut [f32]) {
+        if self.a.len() < a_len {
+            self.a.resize(a_len, 0.0);
+        }
+        if self.b.len() < b_len {
+            self.b.resize(b_len, 0.0);
+        }
+        (&mut self.a[..a_len], &mut self.b[..b_len])
+    }
 }
 
 impl Scratch {
@@ -177,5 +199,14 @@ impl Scratch {
             self.f32s.resize(len, 0.0);
         }
         &mut self.f32s[..len]
+    }
+
+    /// The general buffer (like [`Scratch::f32s`]) together with the GEMM
+    /// panels, borrowed at the same time.
+    pub(crate) fn split(&mut self, len: usize) -> (&mut [f32], &mut PackBuffers) {
+        if self.f32s.len() < len {
+            self.f32s.resize(len, 0.0);
+        }
+        (&mut self.f32s[..len], &mut self.pack)
     }
 }

@@ -1,0 +1,656 @@
+//! The walk over the program: environments, argument access, node loop.
+
+use super::error::{ImportError, Problem, UnsupportedList};
+use super::ops;
+use crate::pt2::program::{Arg, InputSpec, Node, OutputSpec, SymExpr, SymIntArg, TensorMeta};
+use crate::pt2::weights::{self, WeightError};
+use crate::pt2::{scalar_type, sympy, Pt2File, CONSTANTS_DIR, WEIGHTS_DIR};
+use kiln_ir::{ConstBytes, DType, Dim, Graph, LocId, Location, Op, TensorType, ValueId};
+use std::collections::{HashMap, HashSet};
+
+/// Why a node could not be converted.
+pub(crate) enum Fail {
+    /// Valid program, but kiln cannot express it; collected and reported.
+    Unsupported(Option<String>),
+    /// The program is inconsistent; stops the import.
+    Invalid(String),
+}
+
+pub(crate) type R<T> = Result<T, Fail>;
+
+pub(crate) fn unsupported<T>(reason: impl Into<String>) -> R<T> {
+    Err(Fail::Unsupported(Some(reason.into())))
+}
+
+pub(crate) fn invalid<T>(detail: impl Into<String>) -> R<T> {
+    Err(Fail::Invalid(detail.into()))
+}
+
+/// A Python scalar argument.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
+
+impl Scalar {
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Scalar::Bool(b) => b as i64 as f64,
+            Scalar::Int(i) => i as f64,
+            Scalar::Float(f) => f,
+        }
+    }
+}
+
+pub(crate) struct Importer<'p> {
+    pub file: &'p Pt2File,
+    pub g: Graph,
+    /// Program value name → IR value.
+    env: HashMap<String, ValueId>,
+    /// Program symbolic-int name → dimension expression.
+    sym_env: HashMap<String, Dim>,
+    /// Names whose producer failed: their users are skipped silently so that
+    /// one unsupported op is reported once, not once per consumer.
+    poisoned: HashSet<String>,
+    problems: Vec<Problem>,
+    types: HashMap<String, TensorType>,
+    /// View outputs → the name they alias (for the in-place hazard check).
+    alias_of: HashMap<String, String>,
+    /// Index of the last node reading each name (`usize::MAX`: a graph output).
+    last_use: HashMap<String, usize>,
+    /// Index of the node being converted.
+    pub node_index: usize,
+    /// Location of the node being converted.
+    pub loc: Option<LocId>,
+}
+
+impl<'p> Importer<'p> {
+    pub fn new(file: &'p Pt2File) -> Importer<'p> {
+        let mut g = Graph::new();
+        for (name, min, max) in &file.program.range_constraints {
+            g.add_symbol(name.clone(), *min, *max);
+        }
+        let mut last_use = HashMap::new();
+        for (i, node) in file.program.nodes.iter().enumerate() {
+            for input in &node.inputs {
+                for name in tensor_names(&input.arg) {
+                    last_use.insert(name.to_string(), i);
+                }
+            }
+        }
+        for spec in &file.program.output_specs {
+            match spec {
+                OutputSpec::User(arg) => tensor_names(arg).for_each(|n| {
+                    last_use.insert(n.to_string(), usize::MAX);
+                }),
+                OutputSpec::Other { arg, .. } => {
+                    last_use.insert(arg.clone(), usize::MAX);
+                }
+            }
+        }
+        Importer {
+            file,
+            g,
+            env: HashMap::new(),
+            sym_env: HashMap::new(),
+            poisoned: HashSet::new(),
+            problems: Vec::new(),
+            types: HashMap::new(),
+            alias_of: HashMap::new(),
+            last_use,
+            node_index: 0,
+            loc: None,
+        }
+    }
+
+    pub fn run(mut self) -> Result<Graph, ImportError> {
+        let program = &self.file.program;
+        for spec in &program.input_specs {
+            self.bind_input(spec)?;
+        }
+        for (i, node) in program.nodes.iter().enumerate() {
+            self.node_index = i;
+            self.loc = Some(self.g.locs.push(Location { node_name: node.name.clone(), stack_trace: node.stack_trace.clone() }));
+            if node.inputs.iter().any(|a| tensor_names(&a.arg).any(|n| self.poisoned.contains(n))) {
+                self.poison_outputs(node);
+                continue;
+            }
+            match ops::convert(&mut self, node) {
+                Ok(()) => {}
+                Err(Fail::Unsupported(reason)) => {
+                    self.problems.push(Problem {
+                        what: short_target(&node.target).to_string(),
+                        node: node.name.clone(),
+                        at: self.g.locs[self.loc.expect("set above")].python_line(),
+                        reason,
+                    });
+                    self.poison_outputs(node);
+                }
+                Err(Fail::Invalid(detail)) => {
+                    return Err(ImportError::InvalidNode { target: node.target.clone(), node: node.name.clone(), detail });
+                }
+            }
+        }
+        self.loc = None;
+        let mut user_outputs = 0;
+        for spec in &program.output_specs {
+            match spec {
+                OutputSpec::User(Arg::Tensor(name)) => {
+                    let output_name = format!("output_{user_outputs}");
+                    user_outputs += 1;
+                    if self.poisoned.contains(name) {
+                        continue;
+                    }
+                    let v = *self
+                        .env
+                        .get(name)
+                        .ok_or_else(|| ImportError::Invalid(format!("output `{name}` is not produced by any node")))?;
+                    self.g.add_output(output_name, v);
+                }
+                OutputSpec::User(other) => {
+                    user_outputs += 1;
+                    self.problems.push(Problem {
+                        what: "user output".into(),
+                        node: format!("output_{}", user_outputs - 1),
+                        at: None,
+                        reason: Some(format!("non-tensor output {other:?}")),
+                    });
+                }
+                // State updates (buffer_mutation, user_input_mutation) and
+                // tokens: not results of an inference call (see module docs).
+                OutputSpec::Other { .. } => {}
+            }
+        }
+        if self.problems.is_empty() {
+            Ok(self.g)
+        } else {
+            Err(ImportError::Unsupported(UnsupportedList(self.problems)))
+        }
+    }
+
+    /// After a node failed: binds each tensor output to a stand-in value of its
+    /// declared type, so that later nodes are still converted and their own
+    /// problems reported (the graph is discarded once a problem exists). Names
+    /// without a usable type are poisoned instead.
+    fn poison_outputs(&mut self, node: &Node) {
+        for out in &node.outputs {
+            for name in output_names(out) {
+                self.stand_in(&name);
+            }
+        }
+    }
+
+    fn stand_in(&mut self, name: &str) {
+        match self.type_of(name) {
+            Ok(ty) => {
+                let v = self.g.add_input(format!("<unavailable {name}>"), ty);
+                self.env.insert(name.to_string(), v);
+            }
+            Err(_) => {
+                self.poisoned.insert(name.to_string());
+            }
+        }
+    }
+
+    fn bind_input(&mut self, spec: &InputSpec) -> Result<(), ImportError> {
+        match spec {
+            InputSpec::User(Arg::Tensor(name)) => match self.type_of(name) {
+                Ok(ty) => {
+                    let v = self.g.add_input(name.clone(), ty);
+                    self.env.insert(name.clone(), v);
+                }
+                Err(e) => self.input_failure(name, e)?,
+            },
+            InputSpec::User(other) => self.problems.push(Problem {
+                what: "user input".into(),
+                node: format!("{other:?}"),
+                at: None,
+                reason: Some("non-tensor user inputs are not supported".into()),
+            }),
+            InputSpec::Parameter { arg, fqn } => self.bind_weight(arg, fqn, true)?,
+            InputSpec::Buffer { arg, fqn, persistent } => self.bind_weight(arg, fqn, *persistent)?,
+            InputSpec::TensorConstant { arg, fqn } => self.bind_weight(arg, fqn, false)?,
+            // A Python constant argument of forward(); torch inlines its value
+            // into the nodes that use it. Only ints can be referred to (as a
+            // symbolic int), so only those are kept.
+            InputSpec::ConstantInput { name, value } => {
+                if let Arg::Int(v) = value {
+                    self.sym_env.insert(name.clone(), Dim::Const(*v));
+                }
+            }
+            InputSpec::Other { kind, arg } => {
+                self.problems.push(Problem {
+                    what: format!("input spec {kind}"),
+                    node: arg.clone(),
+                    at: None,
+                    reason: Some(match kind.as_str() {
+                        "custom_obj" => "TorchScript custom objects are not supported".into(),
+                        "token" => "effect tokens (side-effecting ops) are not supported".into(),
+                        _ => "unknown input kind".into(),
+                    }),
+                });
+                self.stand_in(arg);
+            }
+        }
+        Ok(())
+    }
+
+    fn input_failure(&mut self, name: &str, e: Fail) -> Result<(), ImportError> {
+        match e {
+            Fail::Unsupported(reason) => {
+                self.problems.push(Problem { what: "input".into(), node: name.to_string(), at: None, reason });
+                self.poisoned.insert(name.to_string());
+                Ok(())
+            }
+            Fail::Invalid(detail) => Err(ImportError::Invalid(format!("input `{name}`: {detail}"))),
+        }
+    }
+
+    /// Binds a parameter, buffer or lifted constant to a constant pointing into the file.
+    fn bind_weight(&mut self, arg: &str, fqn: &str, prefer_weights: bool) -> Result<(), ImportError> {
+        let file = self.file;
+        let sources = [(&file.weights, WEIGHTS_DIR), (&file.constants, CONSTANTS_DIR)];
+        let ordered = if prefer_weights { [sources[0], sources[1]] } else { [sources[1], sources[0]] };
+        let Some((cfg, dir)) = ordered.iter().find_map(|(map, dir)| map.get(fqn).map(|c| (c, *dir))) else {
+            return Err(ImportError::Invalid(format!(
+                "`{fqn}` (input `{arg}`) is in neither model_weights_config.json nor model_constants_config.json"
+            )));
+        };
+        let loaded = match weights::load(&file.archive, dir, fqn, cfg) {
+            Ok(t) => t,
+            Err(WeightError::Unsupported { tensor, detail }) => {
+                self.problems.push(Problem { what: "weight".into(), node: tensor, at: None, reason: Some(detail) });
+                self.stand_in(arg);
+                return Ok(());
+            }
+            Err(e @ WeightError::Malformed { .. }) => return Err(ImportError::Weights(e)),
+        };
+        let ty = match self.type_of(arg) {
+            Ok(ty) => ty,
+            // A weight without a graph type: use the stored one.
+            Err(Fail::Invalid(_)) if !file.program.tensor_values.contains_key(arg) => {
+                TensorType::fixed(loaded.dtype, &loaded.shape)
+            }
+            Err(e) => return self.input_failure(arg, e),
+        };
+        if ty.dtype != loaded.dtype || ty.static_shape().as_deref() != Some(&loaded.shape[..]) {
+            return Err(ImportError::Invalid(format!(
+                "`{fqn}`: the graph says {} {:?} but the stored tensor is {} {:?}",
+                ty.dtype,
+                ty.static_shape(),
+                loaded.dtype,
+                loaded.shape
+            )));
+        }
+        let v = self.g.add_const(Some(fqn.to_string()), ty, loaded.bytes);
+        self.env.insert(arg.to_string(), v);
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------- types
+
+    /// The IR type of a program value, from `tensor_values`.
+    pub fn type_of(&mut self, name: &str) -> R<TensorType> {
+        if let Some(ty) = self.types.get(name) {
+            return Ok(ty.clone());
+        }
+        let Some(meta) = self.file.program.tensor_values.get(name) else {
+            return invalid(format!("value `{name}` has no entry in tensor_values"));
+        };
+        let ty = self.meta_type(meta)?;
+        self.types.insert(name.to_string(), ty.clone());
+        Ok(ty)
+    }
+
+    fn meta_type(&mut self, meta: &TensorMeta) -> R<TensorType> {
+        let dtype = match scalar_type::dtype_of(meta.dtype) {
+            Ok(d) => d,
+            Err(name) => return unsupported(format!("element type {name}")),
+        };
+        let shape = meta.sizes.iter().map(|s| self.sym_expr(s)).collect::<R<Vec<_>>>()?;
+        Ok(TensorType::new(dtype, shape))
+    }
+
+    pub fn sym_expr(&mut self, e: &SymExpr) -> R<Dim> {
+        match e {
+            SymExpr::Int(v) => Ok(Dim::Const(*v)),
+            SymExpr::Expr { expr, .. } => self.parse_dim(expr),
+        }
+    }
+
+    /// Parses a sympy expression; unknown symbols (no range constraint) get
+    /// the widest bounds a size can have.
+    pub fn parse_dim(&mut self, expr: &str) -> R<Dim> {
+        let g = &mut self.g;
+        let mut resolve = |name: &str| {
+            let id = g.symbol_by_name(name).unwrap_or_else(|| g.add_symbol(name, 0, None));
+            Dim::Sym(id)
+        };
+        sympy::parse_dim(expr, &mut resolve).map_err(|e| Fail::Unsupported(Some(e.to_string())))
+    }
+
+    /// The type of output `index` of `node` (which must be a single tensor).
+    pub fn out_ty(&mut self, node: &Node, index: usize) -> R<TensorType> {
+        match node.outputs.get(index) {
+            Some(Arg::Tensor(name)) => self.type_of(name),
+            other => invalid(format!("output {index} is {other:?}, expected a tensor")),
+        }
+    }
+
+    // --------------------------------------------------------------- binding
+
+    pub fn value(&self, name: &str) -> R<ValueId> {
+        match self.env.get(name) {
+            Some(v) => Ok(*v),
+            None => invalid(format!("value `{name}` is used before it is defined")),
+        }
+    }
+
+    /// Binds output `index` (a single tensor) of `node` to `v`.
+    pub fn bind(&mut self, node: &Node, index: usize, v: ValueId) -> R<()> {
+        match node.outputs.get(index) {
+            Some(Arg::Tensor(name)) => {
+                self.name_value(name, v);
+                Ok(())
+            }
+            other => invalid(format!("output {index} is {other:?}, expected a tensor")),
+        }
+    }
+
+    pub fn bind_name(&mut self, name: &str, v: ValueId) {
+        self.name_value(name, v);
+    }
+
+    fn name_value(&mut self, name: &str, v: ValueId) {
+        if self.g.values[v].name.is_none() {
+            self.g.values[v].name = Some(name.to_string());
+        }
+        self.env.insert(name.to_string(), v);
+    }
+
+    pub fn bind_sym(&mut self, name: &str, d: Dim) {
+        self.sym_env.insert(name.to_string(), d);
+    }
+
+    /// Whether any node or output reads `name` (unused outputs need no IR).
+    pub fn is_used(&self, name: &str) -> bool {
+        self.last_use.contains_key(name)
+    }
+
+    /// Records that `view` aliases `base`'s storage (for [`Importer::check_inplace`]).
+    pub fn record_view(&mut self, view: &str, base: &str) {
+        let root = self.alias_of.get(base).cloned().unwrap_or_else(|| base.to_string());
+        self.alias_of.insert(view.to_string(), root);
+    }
+
+    /// An in-place update of `name` is only expressible functionally if no
+    /// other alias of its storage is read afterwards.
+    pub fn check_inplace(&self, name: &str) -> R<()> {
+        let root = self.alias_of.get(name).map(String::as_str).unwrap_or(name);
+        let later = |n: &str| self.last_use.get(n).is_some_and(|&i| i > self.node_index);
+        let group = self.alias_of.iter().filter(|(_, r)| r.as_str() == root).map(|(v, _)| v.as_str());
+        for other in group.chain(std::iter::once(root)) {
+            if other != name && later(other) {
+                return unsupported(format!(
+                    "in-place update of `{name}` is observed through its alias `{other}`, which kiln's functional IR cannot express"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------- arguments
+
+    pub fn arg<'n>(&self, node: &'n Node, name: &str) -> Option<&'n Arg> {
+        node.inputs.iter().find(|a| a.name == name).map(|a| &a.arg).filter(|a| !matches!(a, Arg::None))
+    }
+
+    fn required<'n>(&self, node: &'n Node, name: &str) -> R<&'n Arg> {
+        match self.arg(node, name) {
+            Some(a) => Ok(a),
+            None => invalid(format!("required argument `{name}` is missing")),
+        }
+    }
+
+    pub fn tensor(&self, node: &Node, name: &str) -> R<ValueId> {
+        match self.required(node, name)? {
+            Arg::Tensor(t) => self.value(t),
+            other => invalid(format!("argument `{name}`: expected a tensor, found {other:?}")),
+        }
+    }
+
+    pub fn tensor_name<'n>(&self, node: &'n Node, name: &str) -> R<&'n str> {
+        match self.required(node, name)? {
+            Arg::Tensor(t) => Ok(t),
+            other => invalid(format!("argument `{name}`: expected a tensor, found {other:?}")),
+        }
+    }
+
+    pub fn opt_tensor(&self, node: &Node, name: &str) -> R<Option<ValueId>> {
+        match self.arg(node, name) {
+            None => Ok(None),
+            Some(Arg::Tensor(t)) => self.value(t).map(Some),
+            Some(other) => invalid(format!("argument `{name}`: expected an optional tensor, found {other:?}")),
+        }
+    }
+
+    pub fn tensors(&self, node: &Node, name: &str) -> R<Vec<ValueId>> {
+        match self.required(node, name)? {
+            Arg::Tensors(ts) => ts.iter().map(|t| self.value(t)).collect(),
+            other => invalid(format!("argument `{name}`: expected a tensor list, found {other:?}")),
+        }
+    }
+
+    pub fn opt_tensors(&self, node: &Node, name: &str) -> R<Vec<Option<ValueId>>> {
+        match self.required(node, name)? {
+            Arg::Tensors(ts) => ts.iter().map(|t| self.value(t).map(Some)).collect(),
+            Arg::OptionalTensors(ts) => ts.iter().map(|t| t.as_deref().map(|t| self.value(t)).transpose()).collect(),
+            other => invalid(format!("argument `{name}`: expected a tensor list, found {other:?}")),
+        }
+    }
+
+    /// A symbolic int as a dimension expression.
+    pub fn sym(&mut self, s: &SymIntArg) -> R<Dim> {
+        match s {
+            SymIntArg::Int(v) => Ok(Dim::Const(*v)),
+            SymIntArg::Name(n) => {
+                if let Some(d) = self.sym_env.get(n) {
+                    return Ok(d.clone());
+                }
+                match self.file.program.sym_int_values.get(n) {
+                    Some(e) => self.sym_expr(e),
+                    None => invalid(format!("symbolic int `{n}` is used before it is defined")),
+                }
+            }
+        }
+    }
+
+    /// An int argument (`default` when omitted); symbolic ints must be static.
+    pub fn int(&mut self, node: &Node, name: &str, default: Option<i64>) -> R<i64> {
+        match self.arg(node, name) {
+            None => default.map_or_else(|| invalid(format!("required argument `{name}` is missing")), Ok),
+            Some(Arg::Int(v)) => Ok(*v),
+            Some(Arg::SymInt(s)) => match self.sym(s)?.as_const() {
+                Some(v) => Ok(v),
+                None => unsupported(format!("argument `{name}` is symbolic; kiln needs a static value here")),
+            },
+            Some(other) => invalid(format!("argument `{name}`: expected an int, found {other:?}")),
+        }
+    }
+
+    pub fn opt_int(&mut self, node: &Node, name: &str) -> R<Option<i64>> {
+        if self.arg(node, name).is_none() {
+            return Ok(None);
+        }
+        self.int(node, name, None).map(Some)
+    }
+
+    /// An int-list argument; a one-element list is broadcast to `len` entries
+    /// (the schema's `int[2] stride=1` spelling).
+    pub fn ints(&mut self, node: &Node, name: &str, default: &[i64]) -> R<Vec<i64>> {
+        match self.arg(node, name) {
+            None => Ok(default.to_vec()),
+            Some(Arg::Ints(v)) => Ok(v.clone()),
+            Some(Arg::Int(v)) => Ok(vec![*v]),
+            Some(Arg::SymInts(v)) => {
+                let dims = v.iter().map(|s| self.sym(s)).collect::<R<Vec<_>>>()?;
+                match dims.iter().map(Dim::as_const).collect::<Option<Vec<_>>>() {
+                    Some(v) => Ok(v),
+                    None => unsupported(format!("argument `{name}` is symbolic; kiln needs static values here")),
+                }
+            }
+            Some(other) => invalid(format!("argument `{name}`: expected an int list, found {other:?}")),
+        }
+    }
+
+    /// An int list of exactly `len` entries (broadcasting a single one).
+    pub fn ints_n(&mut self, node: &Node, name: &str, default: &[i64], len: usize) -> R<Vec<i64>> {
+        let v = self.ints(node, name, default)?;
+        match v.len() {
+            1 if len != 1 => Ok(vec![v[0]; len]),
+            n if n == len => Ok(v),
+            n => invalid(format!("argument `{name}` has {n} entries, expected {len}")),
+        }
+    }
+
+    pub fn float(&mut self, node: &Node, name: &str, default: Option<f64>) -> R<f64> {
+        match self.arg(node, name) {
+            None => default.map_or_else(|| invalid(format!("required argument `{name}` is missing")), Ok),
+            Some(_) => Ok(self.scalar(node, name)?.as_f64()),
+        }
+    }
+
+    pub fn bool(&self, node: &Node, name: &str, default: bool) -> R<bool> {
+        match self.arg(node, name) {
+            None => Ok(default),
+            Some(Arg::Bool(b)) => Ok(*b),
+            Some(other) => invalid(format!("argument `{name}`: expected a bool, found {other:?}")),
+        }
+    }
+
+    pub fn string<'n>(&self, node: &'n Node, name: &str, default: &'n str) -> R<&'n str> {
+        match self.arg(node, name) {
+            None => Ok(default),
+            Some(Arg::Str(s)) => Ok(s),
+            Some(other) => invalid(format!("argument `{name}`: expected a string, found {other:?}")),
+        }
+    }
+
+    /// A Python scalar (`Scalar` in the schema).
+    pub fn scalar(&mut self, node: &Node, name: &str) -> R<Scalar> {
+        match self.required(node, name)? {
+            Arg::Bool(b) => Ok(Scalar::Bool(*b)),
+            Arg::Int(i) => Ok(Scalar::Int(*i)),
+            Arg::Float(f) => Ok(Scalar::Float(*f)),
+            Arg::SymInt(s) => match self.sym(s)?.as_const() {
+                Some(v) => Ok(Scalar::Int(v)),
+                None => unsupported(format!("argument `{name}` is a symbolic int used as a tensor value")),
+            },
+            other => invalid(format!("argument `{name}`: expected a scalar, found {other:?}")),
+        }
+    }
+
+    pub fn opt_scalar(&mut self, node: &Node, name: &str) -> R<Option<Scalar>> {
+        if self.arg(node, name).is_none() {
+            return Ok(None);
+        }
+        self.scalar(node, name).map(Some)
+    }
+
+    // ----------------------------------------------------------- emitting IR
+
+    pub fn push(&mut self, op: Op, inputs: Vec<ValueId>, ty: TensorType) -> ValueId {
+        self.g.push(op, inputs, ty, self.loc)
+    }
+
+    /// Emits `op` and binds its single output to the node's output 0.
+    pub fn emit(&mut self, node: &Node, op: Op, inputs: Vec<ValueId>) -> R<ValueId> {
+        let ty = self.out_ty(node, 0)?;
+        let v = self.push(op, inputs, ty);
+        self.bind(node, 0, v)?;
+        Ok(v)
+    }
+
+    pub fn ty(&self, v: ValueId) -> &TensorType {
+        self.g.ty(v)
+    }
+
+    /// `v` converted to `dtype` (no node if it already is).
+    pub fn cast(&mut self, v: ValueId, dtype: DType) -> ValueId {
+        let ty = self.g.ty(v);
+        if ty.dtype == dtype {
+            return v;
+        }
+        let out = TensorType::new(dtype, ty.shape.clone());
+        self.push(Op::Cast { to: dtype }, vec![v], out)
+    }
+
+    /// A 0-d constant holding `value` as `dtype`.
+    pub fn scalar_const(&mut self, value: Scalar, dtype: DType) -> ValueId {
+        let bytes = scalar_bytes(value, dtype);
+        self.g.add_const(None, TensorType::new(dtype, Vec::new()), ConstBytes::owned(bytes))
+    }
+
+    /// A 1-d constant of `len` copies of `value` (optional batch-norm operands).
+    pub fn filled_const(&mut self, value: f64, dtype: DType, len: i64) -> ValueId {
+        let one = scalar_bytes(Scalar::Float(value), dtype);
+        let bytes = one.repeat(len.max(0) as usize);
+        self.g.add_const(None, TensorType::fixed(dtype, &[len]), ConstBytes::owned(bytes))
+    }
+}
+
+/// Little-endian bytes of one element.
+pub(crate) fn scalar_bytes(value: Scalar, dtype: DType) -> Vec<u8> {
+    let f = value.as_f64();
+    let i = match value {
+        Scalar::Int(i) => i,
+        Scalar::Bool(b) => b as i64,
+        // Saturating, truncating toward zero like a C cast; NaN becomes 0.
+        Scalar::Float(x) => x as i64,
+    };
+    match dtype {
+        DType::F32 => (f as f32).to_le_bytes().to_vec(),
+        DType::F64 => f.to_le_bytes().to_vec(),
+        DType::F16 => half::f16::from_f64(f).to_le_bytes().to_vec(),
+        DType::BF16 => half::bf16::from_f64(f).to_le_bytes().to_vec(),
+        DType::I8 => (i as i8).to_le_bytes().to_vec(),
+        DType::U8 => (i as u8).to_le_bytes().to_vec(),
+        DType::I16 => (i as i16).to_le_bytes().to_vec(),
+        DType::I32 => (i as i32).to_le_bytes().to_vec(),
+        DType::I64 => i.to_le_bytes().to_vec(),
+        DType::Bool => vec![(f != 0.0) as u8],
+    }
+}
+
+/// Tensor names an argument reads.
+pub(crate) fn tensor_names(arg: &Arg) -> Box<dyn Iterator<Item = &str> + '_> {
+    match arg {
+        Arg::Tensor(n) => Box::new(std::iter::once(n.as_str())),
+        Arg::Tensors(ns) => Box::new(ns.iter().map(String::as_str)),
+        Arg::OptionalTensors(ns) => Box::new(ns.iter().filter_map(|n| n.as_deref())),
+        Arg::SymInt(SymIntArg::Name(n)) => Box::new(std::iter::once(n.as_str())),
+        Arg::SymInts(v) => Box::new(v.iter().filter_map(|s| match s {
+            SymIntArg::Name(n) => Some(n.as_str()),
+            SymIntArg::Int(_) => None,
+        })),
+        _ => Box::new(std::iter::empty()),
+    }
+}
+
+/// Every name an output argument defines.
+pub(crate) fn output_names(arg: &Arg) -> Vec<String> {
+    match arg {
+        Arg::Tensor(n) | Arg::SymBool(n) => vec![n.clone()],
+        Arg::SymInt(SymIntArg::Name(n)) => vec![n.clone()],
+        Arg::Tensors(ns) => ns.clone(),
+        Arg::OptionalTensors(ns) => ns.iter().flatten().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `torch.ops.aten.add.Tensor` → `aten.add.Tensor`.
+pub(crate) fn short_target(target: &str) -> &str {
+    target.strip_prefix("torch.ops.").unwrap_or(target)
+}

@@ -1,0 +1,57 @@
+//! `.pt2` → kiln IR.
+//!
+//! [`import_pt2`] opens the file ([`crate::pt2`]), binds the signature's inputs
+//! (user inputs become graph inputs; parameters, buffers and lifted constants
+//! become constants pointing into the memory-mapped file), converts every node
+//! in order, and binds the user outputs.
+//!
+//! - Both IR flavours are accepted: training IR (composites such as `linear`,
+//!   `layer_norm`, `scaled_dot_product_attention`, in-place ops) and Core ATen.
+//! - In-place ops (`add_`, `relu_`) are functionalised: the result gets a new
+//!   value, and the mutated name is rebound to it. A mutation that would be
+//!   observed through a view alias is reported as unsupported.
+//! - Output types come from the program's `tensor_values` (authoritative and
+//!   symbolic), never from kiln's own inference.
+//! - `buffer_mutation` / `user_input_mutation` outputs are dropped: kiln
+//!   compiles inference programs, whose state updates (e.g. batch-norm running
+//!   statistics) are not observable results.
+//! - Unsupported ops, argument values, weights and input kinds do not stop the
+//!   import at the first: all are collected into one [`ImportError::Unsupported`].
+
+mod error;
+mod importer;
+mod ops;
+mod promote;
+
+pub use error::{ImportError, Problem, UnsupportedList};
+
+use crate::pt2::Pt2File;
+use std::path::Path;
+
+/// A program imported from a `.pt2` file.
+#[derive(Debug)]
+pub struct Imported {
+    pub graph: kiln_ir::Graph,
+    pub torch_version: Option<String>,
+    pub schema_version: (u32, u32),
+    /// `"TRAINING"` or `"ATEN"` (from the program's verifiers).
+    pub ir_flavour: String,
+}
+
+/// Reads `path` (written by `torch.export.save`, torch 2.9 – 2.15) into kiln IR.
+pub fn import_pt2(path: &Path) -> Result<Imported, ImportError> {
+    let file = Pt2File::open(path)?;
+    import_file(&file)
+}
+
+/// Imports an already opened file.
+pub fn import_file(file: &Pt2File) -> Result<Imported, ImportError> {
+    let graph = importer::Importer::new(file).run()?;
+    let program = &file.program;
+    Ok(Imported {
+        graph,
+        torch_version: program.torch_version.clone(),
+        schema_version: program.schema_version,
+        ir_flavour: program.verifiers.first().cloned().unwrap_or_else(|| "TRAINING".to_string()),
+    })
+}

@@ -1,0 +1,330 @@
+//! Elementwise ops, reductions and softmax.
+
+use super::shape::normalize_axis;
+use crate::import::importer::{invalid, unsupported, Importer, Scalar, R};
+use crate::import::promote::{result_type, Operand};
+use crate::pt2::program::{Arg, Node};
+use kiln_ir::{BinaryOp, DType, Op, ReduceKind, TensorType, UnaryOp, ValueId};
+
+/// `aten::relu(Tensor self)`, `aten::gelu(Tensor self, *, str approximate='none')`, ...
+pub(super) fn unary(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let op = match name {
+        "relu" => UnaryOp::Relu,
+        "gelu" => match imp.string(n, "approximate", "none")? {
+            "none" => UnaryOp::Gelu,
+            "tanh" => UnaryOp::GeluTanh,
+            other => return unsupported(format!("gelu approximate={other:?}")),
+        },
+        "silu" => UnaryOp::Silu,
+        "sigmoid" => UnaryOp::Sigmoid,
+        "tanh" => UnaryOp::Tanh,
+        "exp" => UnaryOp::Exp,
+        "log" => UnaryOp::Log,
+        "sqrt" => UnaryOp::Sqrt,
+        "rsqrt" => UnaryOp::Rsqrt,
+        "neg" => UnaryOp::Neg,
+        "abs" => UnaryOp::Abs,
+        "erf" => UnaryOp::Erf,
+        "sin" => UnaryOp::Sin,
+        "cos" => UnaryOp::Cos,
+        "reciprocal" => UnaryOp::Reciprocal,
+        "floor" => UnaryOp::Floor,
+        "ceil" => UnaryOp::Ceil,
+        "round" => {
+            // aten::round.decimals(Tensor self, *, int decimals)
+            if imp.int(n, "decimals", Some(0))? != 0 {
+                return unsupported("round with decimals != 0");
+            }
+            UnaryOp::Round
+        }
+        "sign" => UnaryOp::Sign,
+        "logical_not" => UnaryOp::Not,
+        _ => return Err(crate::import::importer::Fail::Unsupported(None)),
+    };
+    let x = imp.tensor(n, "self")?;
+    let out = imp.out_ty(n, 0)?;
+    // Unary float ops on ints compute in the (promoted) output type;
+    // logical_not reads any type as "nonzero".
+    let compute = if op == UnaryOp::Not { DType::Bool } else { out.dtype };
+    let x = imp.cast(x, compute);
+    let v = imp.push(Op::Unary(op), vec![x], TensorType::new(compute, out.shape.clone()));
+    let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)
+}
+
+/// `aten::hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1)`
+/// `aten::relu6(Tensor self)`
+/// `aten::clamp(Tensor self, Scalar? min=None, Scalar? max=None)`
+/// `aten::clamp_min(Tensor self, Scalar min)`, `aten::clamp_max(Tensor self, Scalar max)`
+pub(super) fn clamp(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let (min, max) = match name {
+        "hardtanh" => (Some(imp.float(n, "min_val", Some(-1.0))?), Some(imp.float(n, "max_val", Some(1.0))?)),
+        "relu6" => (Some(0.0), Some(6.0)),
+        _ => {
+            let tensor_bound = |a: Option<&Arg>| matches!(a, Some(Arg::Tensor(_)));
+            if tensor_bound(imp.arg(n, "min")) || tensor_bound(imp.arg(n, "max")) {
+                return unsupported("clamp with tensor bounds");
+            }
+            let min = imp.opt_scalar(n, "min")?.map(Scalar::as_f64);
+            let max = imp.opt_scalar(n, "max")?.map(Scalar::as_f64);
+            (min, max)
+        }
+    };
+    let x = imp.tensor(n, "self")?;
+    let out = imp.out_ty(n, 0)?.dtype;
+    let x = imp.cast(x, out);
+    imp.emit(n, Op::Clamp { min, max }, vec![x])?;
+    Ok(())
+}
+
+/// An operand of a promoting op: a tensor or a Python scalar.
+#[derive(Copy, Clone)]
+enum Side {
+    Tensor(ValueId),
+    Scalar(Scalar),
+}
+
+impl Side {
+    fn operand(self, imp: &Importer) -> Operand {
+        match self {
+            Side::Tensor(v) => {
+                let ty = imp.ty(v);
+                if ty.rank() == 0 { Operand::ZeroDim(ty.dtype) } else { Operand::Tensor(ty.dtype) }
+            }
+            Side::Scalar(Scalar::Bool(_)) => Operand::Scalar(DType::Bool),
+            Side::Scalar(Scalar::Int(_)) => Operand::Scalar(DType::I64),
+            Side::Scalar(Scalar::Float(_)) => Operand::Scalar(DType::F32),
+        }
+    }
+
+    fn value(self, imp: &mut Importer, dtype: DType) -> ValueId {
+        match self {
+            Side::Tensor(v) => imp.cast(v, dtype),
+            Side::Scalar(s) => imp.scalar_const(s, dtype),
+        }
+    }
+}
+
+fn side(imp: &mut Importer, n: &Node, name: &str) -> R<Side> {
+    match imp.arg(n, name) {
+        Some(Arg::Tensor(t)) => Ok(Side::Tensor(imp.value(t)?)),
+        Some(_) => Ok(Side::Scalar(imp.scalar(n, name)?)),
+        None => invalid(format!("required argument `{name}` is missing")),
+    }
+}
+
+/// Binary ops, `.Tensor` and `.Scalar` overloads alike:
+/// `aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1)`,
+/// `aten::sub.Tensor(... alpha=1)`, `aten::rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1)`,
+/// `aten::div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode)`,
+/// `aten::pow.Tensor_Scalar(Tensor self, Scalar exponent)`, `aten::pow.Scalar(Scalar self, Tensor exponent)`,
+/// comparisons and logical ops `(Tensor self, Tensor|Scalar other)`.
+pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    let (lhs_name, rhs_name) = match (name, overload) {
+        ("pow", "Tensor_Scalar" | "Tensor_Tensor") => ("self", "exponent"),
+        ("pow", "Scalar") => ("self", "exponent"),
+        _ => ("self", "other"),
+    };
+    let mut a = side(imp, n, lhs_name)?;
+    let mut b = side(imp, n, rhs_name)?;
+    let out = imp.out_ty(n, 0)?;
+    let (op, logical) = match name {
+        "add" => (BinaryOp::Add, false),
+        "sub" | "rsub" => (BinaryOp::Sub, false),
+        "mul" => (BinaryOp::Mul, false),
+        "div" => match imp.arg(n, "rounding_mode") {
+            None => (BinaryOp::Div, false),
+            Some(Arg::Str(m)) if m == "floor" => (BinaryOp::FloorDiv, false),
+            Some(Arg::Str(m)) if m == "trunc" => return trunc_div(imp, n, a, b, &out),
+            Some(other) => return unsupported(format!("div rounding_mode {other:?}")),
+        },
+        "floor_divide" => (BinaryOp::FloorDiv, false),
+        "remainder" => (BinaryOp::Rem, false),
+        "pow" => (BinaryOp::Pow, false),
+        "maximum" => (BinaryOp::Max, false),
+        "minimum" => (BinaryOp::Min, false),
+        "eq" => (BinaryOp::Eq, false),
+        "ne" => (BinaryOp::Ne, false),
+        "lt" => (BinaryOp::Lt, false),
+        "le" => (BinaryOp::Le, false),
+        "gt" => (BinaryOp::Gt, false),
+        "ge" => (BinaryOp::Ge, false),
+        "logical_and" => (BinaryOp::And, true),
+        "logical_or" => (BinaryOp::Or, true),
+        "logical_xor" => (BinaryOp::Xor, true),
+        "bitwise_and" => (BinaryOp::And, false),
+        "bitwise_or" => (BinaryOp::Or, false),
+        "bitwise_xor" => (BinaryOp::Xor, false),
+        _ => return Err(crate::import::importer::Fail::Unsupported(None)),
+    };
+    if name == "rsub" {
+        std::mem::swap(&mut a, &mut b);
+    }
+    // The dtype both operands are cast to: comparisons promote their inputs,
+    // logical ops read them as bool, everything else computes in the output
+    // dtype (tensor_values already applied torch's promotion).
+    let compute = if logical {
+        DType::Bool
+    } else if op.is_comparison() {
+        result_type(&[a.operand(imp), b.operand(imp)], DType::F32)
+    } else {
+        out.dtype
+    };
+    if matches!(name, "bitwise_and" | "bitwise_or" | "bitwise_xor") && compute != DType::Bool {
+        return unsupported("bitwise ops on integers (kiln's And/Or/Xor are logical)");
+    }
+    let av = a.value(imp, compute);
+    let mut bv = b.value(imp, compute);
+    // aten::add/sub(..., alpha): self ± alpha * other (rsub: other - alpha * self).
+    if matches!(name, "add" | "sub" | "rsub") {
+        let alpha = imp.opt_scalar(n, "alpha")?.unwrap_or(Scalar::Int(1));
+        if alpha.as_f64() != 1.0 {
+            let k = imp.scalar_const(alpha, compute);
+            let shape = imp.ty(bv).shape.clone();
+            bv = imp.push(Op::Binary(BinaryOp::Mul), vec![bv, k], TensorType::new(compute, shape));
+        }
+    }
+    let result_dtype = if op.is_comparison() { DType::Bool } else { compute };
+    let v = imp.push(Op::Binary(op), vec![av, bv], TensorType::new(result_dtype, out.shape.clone()));
+    let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)
+}
+
+/// `div(rounding_mode='trunc')` on floats: `sign(q) * floor(|q|)`.
+fn trunc_div(imp: &mut Importer, n: &Node, a: Side, b: Side, out: &TensorType) -> R<()> {
+    if !out.dtype.is_float() {
+        return unsupported("integer division with rounding_mode='trunc'");
+    }
+    let (av, bv) = (a.value(imp, out.dtype), b.value(imp, out.dtype));
+    let q = imp.push(Op::Binary(BinaryOp::Div), vec![av, bv], out.clone());
+    let abs = imp.push(Op::Unary(UnaryOp::Abs), vec![q], out.clone());
+    let floor = imp.push(Op::Unary(UnaryOp::Floor), vec![abs], out.clone());
+    let sign = imp.push(Op::Unary(UnaryOp::Sign), vec![q], out.clone());
+    let v = imp.push(Op::Binary(BinaryOp::Mul), vec![sign, floor], out.clone());
+    imp.bind(n, 0, v)
+}
+
+/// `aten::where.self(Tensor condition, Tensor self, Tensor other)`
+pub(super) fn where_(imp: &mut Importer, n: &Node) -> R<()> {
+    let cond = imp.tensor(n, "condition")?;
+    let cond = imp.cast(cond, DType::Bool);
+    let out = imp.out_ty(n, 0)?.dtype;
+    let a = side(imp, n, "self")?.value(imp, out);
+    let b = side(imp, n, "other")?.value(imp, out);
+    imp.emit(n, Op::Where, vec![cond, a, b])?;
+    Ok(())
+}
+
+/// `aten::masked_fill.Scalar(Tensor self, Tensor mask, Scalar value)`
+/// `aten::masked_fill.Tensor(Tensor self, Tensor mask, Tensor value)` (0-d value)
+pub(super) fn masked_fill(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let mask = imp.tensor(n, "mask")?;
+    let mask = imp.cast(mask, DType::Bool);
+    let out = imp.out_ty(n, 0)?.dtype;
+    let fill = side(imp, n, "value")?.value(imp, out);
+    let x = imp.cast(x, out);
+    imp.emit(n, Op::Where, vec![mask, fill, x])?;
+    Ok(())
+}
+
+/// `aten::softmax.int(Tensor self, int dim, ScalarType? dtype=None)`
+/// `aten::_softmax(Tensor self, int dim, bool half_to_float)` (and the log variants)
+pub(super) fn softmax(imp: &mut Importer, n: &Node, log: bool) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let dim = imp.int(n, "dim", None)?;
+    let out = imp.out_ty(n, 0)?;
+    let axis = normalize_axis(dim, out.rank())?;
+    // `dtype=` and `half_to_float` both mean "compute in the output dtype".
+    let x = imp.cast(x, out.dtype);
+    let op = if log { Op::LogSoftmax { axis } } else { Op::Softmax { axis } };
+    imp.emit(n, op, vec![x])?;
+    Ok(())
+}
+
+/// `aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None)`
+/// `aten::sum.dim_IntList(...)` (same), `aten::sum(Tensor self, *, ScalarType? dtype=None)`,
+/// `aten::amax/amin(Tensor self, int[1] dim=[], bool keepdim=False)`,
+/// `aten::prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None)`,
+/// `aten::any.dim(Tensor self, int dim, bool keepdim=False)`, `aten::any.dims(Tensor self, int[1]? dim=None, bool keepdim=False)`
+pub(super) fn reduce(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    let dims = if overload == "default" && name != "amax" && name != "amin" { Vec::new() } else { imp.ints(n, "dim", &[])? };
+    // An empty (or omitted) dim list reduces every axis.
+    let mut axes = if dims.is_empty() {
+        (0..rank).collect::<Vec<_>>()
+    } else {
+        dims.iter().map(|&d| normalize_axis(d, rank.max(1))).collect::<R<Vec<_>>>()?
+    };
+    axes.sort_unstable();
+    axes.dedup();
+    let keep_dims = imp.bool(n, "keepdim", false)?;
+    let out = imp.out_ty(n, 0)?;
+    let kind = match name {
+        "mean" => ReduceKind::Mean,
+        "sum" => ReduceKind::Sum,
+        "amax" => ReduceKind::Max,
+        "amin" => ReduceKind::Min,
+        "prod" => ReduceKind::Prod,
+        // any(x) == max(x != 0) over bool.
+        _ => ReduceKind::Max,
+    };
+    let x = if name == "any" { imp.cast(x, DType::Bool) } else { imp.cast(x, out.dtype) };
+    if rank == 0 {
+        imp.bind(n, 0, x)?;
+        return Ok(());
+    }
+    imp.emit(n, Op::Reduce { kind, axes, keep_dims }, vec![x])?;
+    Ok(())
+}
+
+/// `aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`
+/// (and `min.dim`): values are a reduction, indices an ArgMax (max only).
+pub(super) fn max_dim(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    let axis = normalize_axis(imp.int(n, "dim", None)?, rank.max(1))?;
+    let keep_dims = imp.bool(n, "keepdim", false)?;
+    let names: Vec<String> = n.outputs.iter().map(|o| if let Arg::Tensor(t) = o { t.clone() } else { String::new() }).collect();
+    if names.len() != 2 {
+        return invalid("max.dim must have two outputs");
+    }
+    if imp.is_used(&names[0]) {
+        let kind = if name == "max" { ReduceKind::Max } else { ReduceKind::Min };
+        let ty = imp.out_ty(n, 0)?;
+        let v = imp.push(Op::Reduce { kind, axes: vec![axis], keep_dims }, vec![x], ty);
+        imp.bind(n, 0, v)?;
+    }
+    if imp.is_used(&names[1]) {
+        if name != "max" {
+            return unsupported("min.dim indices (kiln has ArgMax only)");
+        }
+        let ty = imp.out_ty(n, 1)?;
+        let v = imp.push(Op::ArgMax { axis, keep_dims }, vec![x], ty);
+        imp.bind(n, 1, v)?;
+    }
+    Ok(())
+}
+
+/// `aten::argmax(Tensor self, int? dim=None, bool keepdim=False)`
+pub(super) fn argmax(imp: &mut Importer, n: &Node) -> R<()> {
+    let mut x = imp.tensor(n, "self")?;
+    let keep_dims = imp.bool(n, "keepdim", false)?;
+    let out = imp.out_ty(n, 0)?;
+    let axis = match imp.opt_int(n, "dim")? {
+        Some(d) => normalize_axis(d, imp.ty(x).rank().max(1))?,
+        None => {
+            // Over the flattened tensor, then shaped as the output says.
+            let ty = imp.ty(x).clone();
+            let flat = TensorType::new(ty.dtype, vec![ty.numel()]);
+            x = imp.push(Op::Reshape { shape: flat.shape.clone() }, vec![x], flat);
+            let idx_ty = TensorType::new(out.dtype, Vec::new());
+            let v = imp.push(Op::ArgMax { axis: 0, keep_dims: false }, vec![x], idx_ty);
+            let v = imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+            return imp.bind(n, 0, v);
+        }
+    };
+    imp.emit(n, Op::ArgMax { axis, keep_dims }, vec![x])?;
+    Ok(())
+}

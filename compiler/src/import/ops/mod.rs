@@ -1,0 +1,174 @@
+//! Per-op conversion. [`convert`] dispatches on the ATen op name; each handler
+//! reads its arguments *by name* with the ATen schema's defaults, because torch
+//! omits arguments left at their default. The schema line sits above each
+//! handler so the defaults can be checked against it.
+
+mod elementwise;
+mod nn;
+mod shape;
+
+use super::importer::{unsupported, Importer, R};
+use crate::pt2::program::{Arg, Node};
+use kiln_ir::Dim;
+
+/// Converts one node, binding its outputs.
+pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
+    let target = node.target.as_str();
+    if let Some(op) = target.strip_prefix("_operator.") {
+        return sym_operator(imp, node, op);
+    }
+    let Some(aten) = target.strip_prefix("torch.ops.aten.") else {
+        return non_aten(target);
+    };
+    let (name, overload) = aten.rsplit_once('.').unwrap_or((aten, "default"));
+    // In-place variants (`add_`, `relu_`) are functionalised: same math, and
+    // the mutated tensor's name is rebound to the result.
+    let inplace = name.ends_with('_') && !name.starts_with("__") && name.len() > 1;
+    let name = if inplace { &name[..name.len() - 1] } else { name };
+    if inplace {
+        let mutated = imp.tensor_name(node, "self")?.to_string();
+        imp.check_inplace(&mutated)?;
+        dispatch(imp, node, name, overload)?;
+        let result = match node.outputs.first() {
+            Some(Arg::Tensor(out)) => imp.value(out)?,
+            _ => return super::importer::invalid("in-place op without a tensor output"),
+        };
+        imp.bind_name(&mutated, result);
+        return Ok(());
+    }
+    dispatch(imp, node, name, overload)
+}
+
+fn non_aten(target: &str) -> R<()> {
+    if target.starts_with("torch.ops.higher_order.") {
+        return unsupported("higher-order ops (control flow, wrappers) are not supported");
+    }
+    match target.strip_prefix("torch.ops.").and_then(|t| t.split_once('.')) {
+        // The file records no schema for custom ops (torch 2.15), so the
+        // namespace is all we can name.
+        Some((ns, _)) => unsupported(format!("custom op in namespace `{ns}` (not part of ATen)")),
+        None => Err(super::importer::Fail::Unsupported(None)),
+    }
+}
+
+fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    use elementwise as e;
+    use shape as s;
+    match name {
+        // Assertions and metadata checks: no runtime effect for kiln.
+        "_assert_scalar" | "_assert_async" | "_assert_tensor_metadata" | "sym_constrain_range"
+        | "sym_constrain_range_for_size" | "_functional_assert_async" | "_functional_sym_constrain_range"
+        | "_functional_sym_constrain_range_for_size" | "_assert_tensor_metadata_functional" => Ok(()),
+        "sym_size" => sym_size(imp, n),
+        "sym_numel" => sym_numel(imp, n),
+
+        "linear" => nn::linear(imp, n),
+        "addmm" => nn::addmm(imp, n),
+        "mm" | "bmm" | "matmul" => nn::matmul(imp, n),
+        "convolution" | "_convolution" => nn::convolution(imp, n),
+        "conv1d" | "conv2d" | "conv3d" => nn::conv_nd(imp, n, overload),
+        "batch_norm" => nn::batch_norm(imp, n),
+        "_native_batch_norm_legit_no_training" => nn::native_batch_norm_no_training(imp, n),
+        "layer_norm" => nn::layer_norm(imp, n),
+        "native_layer_norm" => nn::native_layer_norm(imp, n),
+        "softmax" | "_softmax" => e::softmax(imp, n, false),
+        "log_softmax" | "_log_softmax" => e::softmax(imp, n, true),
+        "max_pool2d" | "max_pool2d_with_indices" => nn::max_pool2d(imp, n),
+        "avg_pool2d" => nn::avg_pool2d(imp, n),
+        "adaptive_avg_pool2d" | "_adaptive_avg_pool2d" => nn::adaptive_avg_pool(imp, n),
+        "scaled_dot_product_attention" => nn::attention(imp, n),
+
+        "relu" | "gelu" | "silu" | "sigmoid" | "tanh" | "exp" | "log" | "sqrt" | "rsqrt" | "neg" | "abs"
+        | "erf" | "sin" | "cos" | "reciprocal" | "floor" | "ceil" | "round" | "sign" | "logical_not" => {
+            e::unary(imp, n, name)
+        }
+        "hardtanh" | "relu6" | "clamp" | "clamp_min" | "clamp_max" => e::clamp(imp, n, name),
+        "add" | "sub" | "rsub" | "mul" | "div" | "remainder" | "floor_divide" | "pow" | "maximum" | "minimum"
+        | "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "logical_and" | "logical_or" | "logical_xor"
+        | "bitwise_and" | "bitwise_or" | "bitwise_xor" => e::binary(imp, n, name, overload),
+        "where" if overload == "self" => e::where_(imp, n),
+        "masked_fill" => e::masked_fill(imp, n),
+        "mean" | "sum" | "amax" | "amin" | "prod" | "any" => e::reduce(imp, n, name, overload),
+        "max" | "min" if overload == "dim" => e::max_dim(imp, n, name),
+        "argmax" => e::argmax(imp, n),
+
+        "view" | "_unsafe_view" | "reshape" | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "view_as"
+        | "reshape_as" => s::reshape(imp, n),
+        "expand" | "expand_as" => s::expand(imp, n),
+        "t" | "transpose" | "permute" | "numpy_T" => s::permute(imp, n, name),
+        "alias" | "clone" | "contiguous" | "detach" | "lift_fresh_copy" | "_to_copy" | "to" | "type_as" => {
+            s::identity_or_cast(imp, n, name)
+        }
+        "dropout" | "feature_dropout" | "alpha_dropout" => s::dropout(imp, n),
+        "slice" => s::slice(imp, n),
+        "select" => s::select(imp, n),
+        "narrow" => s::narrow(imp, n),
+        "cat" | "concat" | "concatenate" => s::cat(imp, n),
+        "split" | "split_with_sizes" | "chunk" | "unbind" | "tensor_split" => s::split(imp, n, name),
+        "embedding" => s::embedding(imp, n),
+        "index_select" => s::index_select(imp, n),
+        "index" if overload == "Tensor" => s::index(imp, n),
+        "arange" => s::arange(imp, n),
+        "full" | "zeros" | "ones" | "empty" | "full_like" | "zeros_like" | "ones_like" | "empty_like" | "new_zeros"
+        | "new_ones" | "new_full" | "new_empty" | "scalar_tensor" => s::full(imp, n, name),
+        _ => Err(super::importer::Fail::Unsupported(None)),
+    }
+}
+
+/// `aten::sym_size.int(Tensor self, int dim) -> SymInt`
+fn sym_size(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let dim = imp.int(n, "dim", None)?;
+    let rank = imp.ty(x).rank();
+    let axis = shape::normalize_axis(dim, rank)?;
+    let d = imp.ty(x).shape[axis].clone();
+    bind_sym_output(imp, n, d)
+}
+
+/// `aten::sym_numel(Tensor self) -> SymInt`
+fn sym_numel(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let d = imp.ty(x).numel();
+    bind_sym_output(imp, n, d)
+}
+
+fn bind_sym_output(imp: &mut Importer, n: &Node, d: Dim) -> R<()> {
+    match n.outputs.first() {
+        Some(Arg::SymInt(crate::pt2::program::SymIntArg::Name(name))) => {
+            imp.bind_sym(name, d);
+            Ok(())
+        }
+        other => super::importer::invalid(format!("expected a symbolic int output, found {other:?}")),
+    }
+}
+
+/// `_operator.add/sub/mul/floordiv/mod/neg` on symbolic ints (shape
+/// arithmetic); comparisons only feed assertions, which are dropped.
+fn sym_operator(imp: &mut Importer, n: &Node, op: &str) -> R<()> {
+    let outputs_bool = n.outputs.iter().all(|o| matches!(o, Arg::SymBool(_)));
+    if outputs_bool && matches!(op, "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "and_" | "or_" | "not_") {
+        return Ok(());
+    }
+    let mut operand = |i: usize| -> R<Dim> {
+        match n.inputs.get(i).map(|a| &a.arg) {
+            Some(Arg::Int(v)) => Ok(Dim::Const(*v)),
+            Some(Arg::SymInt(s)) => imp.sym(s),
+            other => super::importer::invalid(format!("operand {i}: expected a (symbolic) int, found {other:?}")),
+        }
+    };
+    let d = match op {
+        "neg" => Dim::mul(Dim::Const(-1), operand(0)?),
+        "add" | "sub" | "mul" | "floordiv" | "mod" => {
+            let (a, b) = (operand(0)?, operand(1)?);
+            match op {
+                "add" => Dim::add(a, b),
+                "sub" => Dim::add(a, Dim::mul(Dim::Const(-1), b)),
+                "mul" => Dim::mul(a, b),
+                "floordiv" => Dim::floor_div(a, b),
+                _ => Dim::modulo(a, b),
+            }
+        }
+        _ => return Err(super::importer::Fail::Unsupported(None)),
+    };
+    bind_sym_output(imp, n, d)
+}

@@ -1,0 +1,288 @@
+//! Lowering a planned kiln IR graph to the runtime's execution plan.
+//!
+//! The IR is for transformation; the plan is for execution: flat tables indexed
+//! by `u32`, kernels chosen here once, weights packed into one aligned segment.
+//! This is the only place that knows both vocabularies.
+
+use kiln_ir::{self as ir, Dim, Graph, Op, SymbolId, ValueDef, ValueId};
+use kiln_passes::MemoryPlan;
+use kiln_runtime::format::{DimExpr, DimRef, Instr, IoDecl, Kernel, Plan, Storage, SymbolDecl, TensorDecl, WeightsBuilder};
+use kiln_runtime::DType;
+use std::collections::HashMap;
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot lower to the CPU plan:\n{}", .0.join("\n"))]
+pub struct LowerError(pub Vec<String>);
+
+pub fn dtype(d: ir::DType) -> DType {
+    match d {
+        ir::DType::F32 => DType::F32,
+        ir::DType::F64 => DType::F64,
+        ir::DType::F16 => DType::F16,
+        ir::DType::BF16 => DType::BF16,
+        ir::DType::I8 => DType::I8,
+        ir::DType::U8 => DType::U8,
+        ir::DType::I16 => DType::I16,
+        ir::DType::I32 => DType::I32,
+        ir::DType::I64 => DType::I64,
+        ir::DType::Bool => DType::Bool,
+    }
+}
+
+fn unary(op: ir::UnaryOp) -> kiln_runtime::format::UnaryOp {
+    use kiln_runtime::format::UnaryOp as K;
+    use ir::UnaryOp as U;
+    match op {
+        U::Neg => K::Neg,
+        U::Abs => K::Abs,
+        U::Exp => K::Exp,
+        U::Log => K::Log,
+        U::Sqrt => K::Sqrt,
+        U::Rsqrt => K::Rsqrt,
+        U::Reciprocal => K::Reciprocal,
+        U::Relu => K::Relu,
+        U::Sigmoid => K::Sigmoid,
+        U::Tanh => K::Tanh,
+        U::Gelu => K::Gelu,
+        U::GeluTanh => K::GeluTanh,
+        U::Silu => K::Silu,
+        U::Erf => K::Erf,
+        U::Sin => K::Sin,
+        U::Cos => K::Cos,
+        U::Floor => K::Floor,
+        U::Ceil => K::Ceil,
+        U::Round => K::Round,
+        U::Sign => K::Sign,
+        U::Not => K::Not,
+    }
+}
+
+fn binary(op: ir::BinaryOp) -> kiln_runtime::format::BinaryOp {
+    use kiln_runtime::format::BinaryOp as K;
+    use ir::BinaryOp as B;
+    match op {
+        B::Add => K::Add,
+        B::Sub => K::Sub,
+        B::Mul => K::Mul,
+        B::Div => K::Div,
+        B::FloorDiv => K::FloorDiv,
+        B::Rem => K::Rem,
+        B::Pow => K::Pow,
+        B::Max => K::Max,
+        B::Min => K::Min,
+        B::Eq => K::Eq,
+        B::Ne => K::Ne,
+        B::Lt => K::Lt,
+        B::Le => K::Le,
+        B::Gt => K::Gt,
+        B::Ge => K::Ge,
+        B::And => K::And,
+        B::Or => K::Or,
+        B::Xor => K::Xor,
+    }
+}
+
+fn reduce_kind(k: ir::ReduceKind) -> kiln_runtime::format::ReduceKind {
+    use kiln_runtime::format::ReduceKind as K;
+    match k {
+        ir::ReduceKind::Sum => K::Sum,
+        ir::ReduceKind::Mean => K::Mean,
+        ir::ReduceKind::Max => K::Max,
+        ir::ReduceKind::Min => K::Min,
+        ir::ReduceKind::Prod => K::Prod,
+    }
+}
+
+fn u32s(v: &[i64]) -> Option<Vec<u32>> {
+    v.iter().map(|&x| u32::try_from(x).ok()).collect()
+}
+
+fn axes32(v: &[usize]) -> Vec<u32> {
+    v.iter().map(|&x| x as u32).collect()
+}
+
+/// Chooses the kernel for one node; `Err` says why the CPU cannot run it.
+fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId]) -> Result<Kernel, String> {
+    let bad_params = || format!("parameters out of range for the CPU kernel: {op:?}");
+    Ok(match op {
+        Op::Unary(u) => Kernel::Unary(unary(*u)),
+        Op::Binary(b) => Kernel::Binary(binary(*b)),
+        Op::Where => Kernel::Where,
+        Op::Cast { .. } => Kernel::Cast,
+        Op::Clamp { min, max } => Kernel::Clamp { min: *min, max: *max },
+        Op::MatMul => Kernel::MatMul,
+        Op::Linear => Kernel::Linear,
+        Op::Conv { stride, padding, dilation, groups } => Kernel::Conv {
+            stride: u32s(stride).ok_or_else(bad_params)?,
+            padding: u32s(padding).ok_or_else(bad_params)?,
+            dilation: u32s(dilation).ok_or_else(bad_params)?,
+            groups: u32::try_from(*groups).map_err(|_| bad_params())?,
+        },
+        Op::BatchNorm { eps } => Kernel::BatchNorm { eps: *eps },
+        Op::LayerNorm { normalized_rank, eps } => Kernel::LayerNorm { normalized_rank: *normalized_rank as u32, eps: *eps },
+        Op::Softmax { axis } => Kernel::Softmax { axis: *axis as u32, log: false },
+        Op::LogSoftmax { axis } => Kernel::Softmax { axis: *axis as u32, log: true },
+        Op::Reduce { kind, axes, .. } => Kernel::Reduce { kind: reduce_kind(*kind), axes: axes32(axes) },
+        Op::ArgMax { axis, .. } => Kernel::ArgMax { axis: *axis as u32 },
+        Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, .. } => Kernel::Pool {
+            kind: match kind {
+                ir::PoolKind::Max => kiln_runtime::format::PoolKind::Max,
+                ir::PoolKind::Avg => kiln_runtime::format::PoolKind::Avg,
+            },
+            kernel: u32s(kernel).ok_or_else(bad_params)?,
+            stride: u32s(stride).ok_or_else(bad_params)?,
+            padding: u32s(padding).ok_or_else(bad_params)?,
+            dilation: u32s(dilation).ok_or_else(bad_params)?,
+            count_include_pad: *count_include_pad,
+        },
+        Op::AdaptiveAvgPool { .. } => Kernel::AdaptiveAvgPool,
+        Op::Attention { causal, scale } => Kernel::Attention { causal: *causal, scale: *scale },
+        Op::Reshape { .. } => Kernel::Copy,
+        Op::Expand { .. } => Kernel::Expand,
+        Op::Permute { perm } => Kernel::Permute { perm: axes32(perm) },
+        Op::Slice { axis, start, step, .. } => {
+            let dim = g.ty(inputs[0]).shape.get(*axis).and_then(Dim::as_const);
+            let start = match (*start, dim) {
+                (s, _) if s >= 0 => s,
+                (s, Some(d)) => (s + d).max(0),
+                (_, None) => return Err("a negative slice start on a dynamic dimension is not supported yet".into()),
+            };
+            let step = u64::try_from(*step).ok().filter(|&s| s > 0).ok_or_else(bad_params)?;
+            Kernel::Slice { axis: *axis as u32, start: start as u64, step }
+        }
+        Op::Concat { axis } => Kernel::Concat { axis: *axis as u32 },
+        Op::Gather { axis } => Kernel::Gather { axis: *axis as u32 },
+        Op::Full { value, .. } => Kernel::Fill { value: *value },
+        Op::Arange { start, step, .. } => Kernel::Arange { start: *start, step: *step },
+    })
+}
+
+/// Interns dimension expressions into the plan's expression table. Symbols
+/// are declared on first use: `range_constraints` may name symbols that no
+/// tensor mentions (seen in torch 2.15 files), and those need no bounds.
+struct DimTable<'g> {
+    graph_symbols: &'g kiln_ir::PrimaryMap<SymbolId, kiln_ir::Symbol>,
+    symbols: Vec<SymbolDecl>,
+    sym_index: HashMap<SymbolId, u32>,
+    exprs: Vec<DimExpr>,
+    interned: HashMap<DimExpr, u32>,
+}
+
+impl DimTable<'_> {
+    fn dim(&mut self, d: &Dim) -> Result<DimRef, String> {
+        match d {
+            Dim::Const(v) => u64::try_from(*v).map(DimRef::Static).map_err(|_| format!("negative dimension {v}")),
+            _ => Ok(DimRef::Expr(self.expr(d)?)),
+        }
+    }
+
+    fn symbol(&mut self, s: SymbolId) -> Result<u32, String> {
+        if let Some(&i) = self.sym_index.get(&s) {
+            return Ok(i);
+        }
+        let sym = self.graph_symbols.get(s).ok_or_else(|| format!("unknown symbol {s}"))?;
+        let max = sym
+            .max
+            .ok_or_else(|| format!("symbol `{}` has no upper bound; export with torch.export.Dim(..., max=N)", sym.name))?;
+        let i = self.symbols.len() as u32;
+        self.symbols.push(SymbolDecl { name: sym.name.clone(), min: sym.min.max(0) as u64, max: max.max(0) as u64 });
+        self.sym_index.insert(s, i);
+        Ok(i)
+    }
+
+    fn expr(&mut self, d: &Dim) -> Result<u32, String> {
+        let e = match d {
+            Dim::Const(v) => DimExpr::Const(u64::try_from(*v).map_err(|_| format!("negative dimension {v}"))?),
+            Dim::Sym(s) => DimExpr::Sym(self.symbol(*s)?),
+            Dim::Add(a, b) => DimExpr::Add(self.expr(a)?, self.expr(b)?),
+            Dim::Mul(a, b) => DimExpr::Mul(self.expr(a)?, self.expr(b)?),
+            Dim::FloorDiv(a, b) => DimExpr::FloorDiv(self.expr(a)?, self.expr(b)?),
+            Dim::Mod(a, b) => DimExpr::Mod(self.expr(a)?, self.expr(b)?),
+        };
+        if let Some(&i) = self.interned.get(&e) {
+            return Ok(i);
+        }
+        let i = self.exprs.len() as u32;
+        self.exprs.push(e);
+        self.interned.insert(e, i);
+        Ok(i)
+    }
+
+    fn shape(&mut self, shape: &[Dim]) -> Result<Vec<DimRef>, String> {
+        shape.iter().map(|d| self.dim(d)).collect()
+    }
+}
+
+/// Builds the execution plan and the weights segment for `g`, whose memory was
+/// planned by [`kiln_passes::plan_memory`].
+pub fn lower_to_plan(g: &Graph, mem: &MemoryPlan) -> Result<(Plan, WeightsBuilder), LowerError> {
+    let mut errors = Vec::new();
+    let mut dims =
+        DimTable { graph_symbols: &g.symbols, symbols: Vec::new(), sym_index: HashMap::new(), exprs: Vec::new(), interned: HashMap::new() };
+    let mut weights = WeightsBuilder::new();
+    let mut tensors: Vec<TensorDecl> = Vec::new();
+    let mut tensor_of: HashMap<ValueId, u32> = HashMap::new();
+
+    let mut declare = |v: ValueId, dims: &mut DimTable, weights: &mut WeightsBuilder, errors: &mut Vec<String>| -> u32 {
+        if let Some(&t) = tensor_of.get(&v) {
+            return t;
+        }
+        let ty = g.ty(v);
+        let storage = match &g.values[v].def {
+            ValueDef::Const(c) => weights.push(g.consts[*c].bytes.as_bytes()),
+            _ => match mem.slots[v] {
+                Some(slot) => Storage::Arena { offset: slot.offset, max_bytes: slot.size },
+                None => {
+                    errors.push(format!("value {v} has no memory slot"));
+                    Storage::Arena { offset: 0, max_bytes: 0 }
+                }
+            },
+        };
+        let shape = dims.shape(&ty.shape).unwrap_or_else(|e| {
+            errors.push(format!("value {v}: {e}"));
+            Vec::new()
+        });
+        let t = tensors.len() as u32;
+        tensors.push(TensorDecl { dtype: dtype(ty.dtype), shape, storage });
+        tensor_of.insert(v, t);
+        t
+    };
+
+    let mut inputs = Vec::new();
+    for &v in &g.inputs {
+        let name = g.values[v].name.clone().unwrap_or_else(|| format!("input_{}", inputs.len()));
+        inputs.push(IoDecl { name, tensor: declare(v, &mut dims, &mut weights, &mut errors) });
+    }
+    let mut instrs = Vec::new();
+    for &n in &g.order {
+        let node = &g.nodes[n];
+        match kernel_for(g, &node.op, &node.inputs) {
+            Ok(kernel) => {
+                let ins = node.inputs.iter().map(|&v| declare(v, &mut dims, &mut weights, &mut errors)).collect();
+                let outs = node.outputs.iter().map(|&v| declare(v, &mut dims, &mut weights, &mut errors)).collect();
+                instrs.push(Instr { kernel, inputs: ins, outputs: outs, origin: g.describe_node(n) });
+            }
+            Err(why) => errors.push(format!("  {}: {why}", g.describe_node(n))),
+        }
+    }
+    let mut outputs = Vec::new();
+    for (i, &v) in g.outputs.iter().enumerate() {
+        let name = g.output_names.get(i).cloned().unwrap_or_else(|| format!("output_{i}"));
+        outputs.push(IoDecl { name, tensor: declare(v, &mut dims, &mut weights, &mut errors) });
+    }
+    if !errors.is_empty() {
+        errors.dedup();
+        return Err(LowerError(errors));
+    }
+    let plan = Plan {
+        symbols: dims.symbols,
+        exprs: dims.exprs,
+        tensors,
+        inputs,
+        outputs,
+        instrs,
+        arena_bytes: mem.arena_bytes,
+        peak_live_bytes: mem.peak_live_bytes,
+    };
+    Ok((plan, weights))
+}

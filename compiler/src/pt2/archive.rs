@@ -1,0 +1,167 @@
+//! The zip container of a `.pt2` file.
+//!
+//! The file is memory-mapped once; members are byte ranges inside that map, so
+//! weights are never copied. Only the central directory is trusted for sizes and
+//! offsets (torch writes zeros in the local headers), and every member must be
+//! stored uncompressed — that is what lets a weight be a slice of the map.
+
+use memmap2::Mmap;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Cursor;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Why a container could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("not a readable zip archive: {0}")]
+    Zip(String),
+    #[error("zip member `{member}`: {detail}")]
+    Member { member: String, detail: String },
+    #[error("unsupported container: {0}")]
+    Unsupported(String),
+}
+
+/// An opened `.pt2` archive (the torch 2.9+ layout).
+pub struct Archive {
+    map: Arc<Mmap>,
+    /// Folder every member lives under (`model/` for `model.pt2`), with the slash.
+    root: String,
+    /// Member name (without `root`) → payload range inside `map`.
+    members: BTreeMap<String, Range<usize>>,
+}
+
+impl std::fmt::Debug for Archive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Archive").field("root", &self.root).field("members", &self.members.len()).finish()
+    }
+}
+
+impl Archive {
+    pub fn open(path: &Path) -> Result<Archive, ArchiveError> {
+        let io = |source| ArchiveError::Io { path: path.to_path_buf(), source };
+        let file = File::open(path).map_err(io)?;
+        // SAFETY: the map is read-only and private to this process; like every
+        // mmap-based loader we assume the file is not truncated underneath us.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        Archive::from_map(Arc::new(map))
+    }
+
+    /// Reads the central directory of an already-mapped file.
+    pub fn from_map(map: Arc<Mmap>) -> Result<Archive, ArchiveError> {
+        let all = read_directory(&map)?;
+        let root = find_root(&all)?;
+        let members = all
+            .into_iter()
+            .filter_map(|(name, range)| name.strip_prefix(root.as_str()).map(|n| (n.to_string(), range)))
+            .collect();
+        Ok(Archive { map, root, members })
+    }
+
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    pub fn map(&self) -> &Arc<Mmap> {
+        &self.map
+    }
+
+    pub fn contains(&self, member: &str) -> bool {
+        self.members.contains_key(member)
+    }
+
+    /// Byte range of `member` (relative to the root) inside [`Archive::map`].
+    pub fn range(&self, member: &str) -> Option<Range<usize>> {
+        self.members.get(member).cloned()
+    }
+
+    pub fn bytes(&self, member: &str) -> Option<&[u8]> {
+        self.range(member).and_then(|r| self.map.get(r))
+    }
+
+    /// The member as UTF-8 text, or a precise error.
+    pub fn text(&self, member: &str) -> Result<&str, ArchiveError> {
+        let bytes = self.bytes(member).ok_or_else(|| ArchiveError::Member {
+            member: self.full_name(member),
+            detail: "missing from the archive".into(),
+        })?;
+        std::str::from_utf8(bytes).map_err(|e| ArchiveError::Member {
+            member: self.full_name(member),
+            detail: format!("not UTF-8 text: {e}"),
+        })
+    }
+
+    /// The member's name as written in the zip (with the root folder).
+    pub fn full_name(&self, member: &str) -> String {
+        format!("{}{member}", self.root)
+    }
+}
+
+/// Every stored member with its payload range, validated against the map length.
+fn read_directory(map: &Mmap) -> Result<Vec<(String, Range<usize>)>, ArchiveError> {
+    let bytes: &[u8] = map;
+    let mut zip = zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| ArchiveError::Zip(e.to_string()))?;
+    let mut out = Vec::with_capacity(zip.len());
+    for i in 0..zip.len() {
+        let entry = zip.by_index_raw(i).map_err(|e| ArchiveError::Zip(format!("entry {i}: {e}")))?;
+        let name = entry.name().to_string();
+        if entry.is_dir() {
+            continue;
+        }
+        let bad = |detail: String| ArchiveError::Member { member: name.clone(), detail };
+        if entry.compression() != zip::CompressionMethod::Stored {
+            return Err(bad(format!(
+                "compressed with {:?}; torch.export.save stores members uncompressed (was the file re-zipped?)",
+                entry.compression()
+            )));
+        }
+        if entry.encrypted() {
+            return Err(bad("encrypted".into()));
+        }
+        if entry.compressed_size() != entry.size() {
+            return Err(bad(format!(
+                "stored member with compressed size {} != size {}",
+                entry.compressed_size(),
+                entry.size()
+            )));
+        }
+        let start = usize::try_from(entry.data_start()).map_err(|_| bad("data offset overflows".into()))?;
+        let len = usize::try_from(entry.size()).map_err(|_| bad("size overflows".into()))?;
+        let end = start.checked_add(len).ok_or_else(|| bad("offset + size overflows".into()))?;
+        if end > bytes.len() {
+            return Err(bad(format!("payload {start}..{end} runs past the end of the file ({} bytes)", bytes.len())));
+        }
+        out.push((name, start..end));
+    }
+    Ok(out)
+}
+
+/// Finds the archive's root folder from its `archive_format` marker and rejects
+/// the container generations we do not read.
+fn find_root(all: &[(String, Range<usize>)]) -> Result<String, ArchiveError> {
+    let has = |n: &str| all.iter().any(|(name, _)| name == n);
+    // torch ≤ 2.7 wrote its members at the zip root.
+    if has("serialized_exported_program.json") || all.iter().any(|(n, _)| n.ends_with("/serialized_exported_program.json")) {
+        return Err(ArchiveError::Unsupported(
+            "saved by torch <= 2.7 (serialized_exported_program.json layout); re-save with torch >= 2.9".into(),
+        ));
+    }
+    let marker = all.iter().find(|(n, _)| n == "archive_format" || n.ends_with("/archive_format"));
+    let Some((marker, _)) = marker else {
+        return Err(ArchiveError::Unsupported(
+            "no `archive_format` member: not a file written by torch.export.save".into(),
+        ));
+    };
+    let root = &marker[..marker.len() - "archive_format".len()];
+    let under = |m: &str| has(&format!("{root}{m}"));
+    if under("data/weights/model.pt") && !under("data/weights/model_weights_config.json") {
+        return Err(ArchiveError::Unsupported(
+            "saved by torch 2.8 (pickled weights in data/weights/model.pt); re-save with torch >= 2.9".into(),
+        ));
+    }
+    Ok(root.to_string())
+}

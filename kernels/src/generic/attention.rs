@@ -1,0 +1,137 @@
+//! Scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention
+//! semantics), as GEMM → mask + softmax → GEMM per batch matrix.
+
+use super::common::*;
+use super::gemm::gemm_f32_packed;
+use super::matmul::BatchIter;
+use crate::types::{DType, Result, Scratch, TensorMut, TensorRef};
+
+/// How the mask's trailing [L, S] dims are addressed (stride 0 = broadcast).
+struct MaskLayout {
+    row_stride: usize,
+    col_stride: usize,
+    is_bool: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: TensorRef,
+    k: TensorRef,
+    v: TensorRef,
+    mask: Option<TensorRef>,
+    causal: bool,
+    scale: Option<f64>,
+    mut out: TensorMut,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    const K: &str = "attention";
+    for d in [q.dtype, k.dtype, v.dtype, out.dtype] {
+        if d != DType::F32 {
+            return Err(dtype_err(K, d));
+        }
+    }
+    let (rq, rk, rv) = (q.shape.len(), k.shape.len(), v.shape.len());
+    if rq < 2 || rk < 2 || rv < 2 {
+        return Err(shape_err(K, "q, k and v must have rank >= 2"));
+    }
+    let (l, e) = (q.shape[rq - 2], q.shape[rq - 1]);
+    let (s, ek) = (k.shape[rk - 2], k.shape[rk - 1]);
+    let (sv, ev) = (v.shape[rv - 2], v.shape[rv - 1]);
+    if ek != e || sv != s {
+        return Err(shape_err(K, format!("q {:?}, k {:?}, v {:?} do not fit [..,L,E], [..,S,E], [..,S,Ev]", q.shape, k.shape, v.shape)));
+    }
+    let (mask_batch, mask_layout, mask_mat): (&[usize], Option<MaskLayout>, usize) = match &mask {
+        None => (&[], None, 0),
+        Some(m) => {
+            let is_bool = match m.dtype {
+                DType::Bool => true,
+                DType::F32 => false,
+                d => return Err(dtype_err(K, d)),
+            };
+            let rm = m.shape.len();
+            let ml = if rm >= 2 { m.shape[rm - 2] } else { 1 };
+            let ms = if rm >= 1 { m.shape[rm - 1] } else { 1 };
+            if (ml != 1 && ml != l) || (ms != 1 && ms != s) {
+                return Err(shape_err(K, format!("mask {:?} does not broadcast to [.., {l}, {s}]", m.shape)));
+            }
+            let layout = MaskLayout { row_stride: if ml == 1 { 0 } else { ms }, col_stride: if ms == 1 { 0 } else { 1 }, is_bool };
+            (&m.shape[..rm.saturating_sub(2)], Some(layout), ml * ms)
+        }
+    };
+    let batches = [&q.shape[..rq - 2], &k.shape[..rk - 2], &v.shape[..rv - 2], mask_batch];
+    let it = BatchIter::new(&batches, &[l * e, s * e, s * ev, mask_mat])
+        .ok_or_else(|| shape_err(K, format!("batch dims of q {:?}, k {:?}, v {:?} and mask do not broadcast", q.shape, k.shape, v.shape)))?;
+    let ro = out.shape.len();
+    if ro < 2 || out.shape[..ro - 2] != *it.shape() || out.shape[ro - 2..] != [l, ev] {
+        return Err(shape_err(K, format!("output shape {:?}, expected {:?} ++ [{l}, {ev}]", out.shape, it.shape())));
+    }
+    let qv = view::<f32>(K, "q", &q)?;
+    let kv = view::<f32>(K, "k", &k)?;
+    let vv = view::<f32>(K, "v", &v)?;
+    let mv: &[u8] = match &mask {
+        Some(m) => {
+            check_mask_len(m)?;
+            m.data
+        }
+        None => &[],
+    };
+    let ov = view_mut::<f32>(K, "out", &mut out)?;
+    let scale = scale.unwrap_or(1.0 / (e as f64).sqrt()) as f32;
+    let (scores, pack) = scratch.split(l * s);
+    for t in 0..it.count {
+        let (qo, ko, vo) = (it.offset(0, t), it.offset(1, t), it.offset(2, t));
+        gemm_f32_packed(l, s, e, &qv[qo..], e, &kv[ko..], e, scores, s, true, 0.0, pack);
+        let mo = it.offset(3, t);
+        for i in 0..l {
+            let row = &mut scores[i * s..(i + 1) * s];
+            for (j, x) in row.iter_mut().enumerate() {
+                let mut val = *x * scale;
+                if let Some(ml) = &mask_layout {
+                    let idx = mo + i * ml.row_stride + j * ml.col_stride;
+                    if ml.is_bool {
+                        if mv[idx] == 0 {
+                            val = f32::NEG_INFINITY;
+                        }
+                    } else {
+                        val += f32_at(mv, idx);
+                    }
+                }
+                if causal && j > i {
+                    val = f32::NEG_INFINITY;
+                }
+                *x = val;
+            }
+            softmax_in_place(row);
+        }
+        gemm_f32_packed(l, ev, s, scores, s, &vv[vo..], ev, &mut ov[t * l * ev..], ev, false, 0.0, pack);
+    }
+    Ok(())
+}
+
+fn check_mask_len(m: &TensorRef) -> Result<()> {
+    let n = numel("attention", m.shape)?;
+    if n * m.dtype.size_bytes() != m.data.len() {
+        return Err(shape_err("attention", format!("mask shape {:?} does not match {} bytes", m.shape, m.data.len())));
+    }
+    Ok(())
+}
+
+#[inline(always)]
+fn f32_at(bytes: &[u8], i: usize) -> f32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&bytes[i * 4..i * 4 + 4]);
+    f32::from_ne_bytes(b)
+}
+
+/// Softmax of a row in place; a row that is entirely -inf becomes NaN, which
+/// is what torch returns for fully-masked query rows.
+fn softmax_in_place(row: &mut [f32]) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m || v.is_nan() { v } else { m });
+    let mut sum = 0.0f64;
+    for v in row.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    row.iter_mut().for_each(|v| *v *= inv);
+}

@@ -1,0 +1,188 @@
+//! N-d convolution (1, 2 or 3 spatial dims) as im2col + the packed GEMM.
+//!
+//! Lower-rank convolutions are run as 3-d ones with leading unit spatial dims,
+//! so there is one im2col. The column buffer is built for a chunk of output
+//! positions at a time, bounding scratch memory independently of image size.
+
+use super::common::*;
+use super::gemm::{gemm_f32_packed, NR};
+use crate::types::{DType, Result, Scratch, TensorMut, TensorRef};
+
+/// Stride, padding (symmetric, per spatial dim), dilation and groups, as in
+/// torch.nn.functional.conv{1,2,3}d.
+#[derive(Copy, Clone, Debug)]
+pub struct ConvParams<'a> {
+    pub stride: &'a [usize],
+    pub padding: &'a [usize],
+    pub dilation: &'a [usize],
+    pub groups: usize,
+}
+
+/// Upper bound on the im2col chunk, in f32s (4 MiB): large enough that the
+/// GEMM sees wide N, small enough to stay cache-friendly.
+const COL_BUDGET: usize = 1 << 20;
+
+/// Spatial geometry padded to three dims (leading dims are 1/0/1).
+struct Geometry {
+    input: [usize; 3],
+    kernel: [usize; 3],
+    stride: [usize; 3],
+    pad: [usize; 3],
+    dil: [usize; 3],
+    output: [usize; 3],
+}
+
+fn geometry(x: &[usize], w: &[usize], p: &ConvParams, out: &[usize]) -> Result<Geometry> {
+    const K: &str = "conv";
+    let sd = x.len().saturating_sub(2);
+    if !(1..=3).contains(&sd) {
+        return Err(shape_err(K, format!("input rank {} must be 3, 4 or 5 (N, C, 1-3 spatial dims)", x.len())));
+    }
+    if w.len() != x.len() || out.len() != x.len() {
+        return Err(shape_err(K, format!("ranks differ: x {x:?}, w {w:?}, out {out:?}")));
+    }
+    for (name, v) in [("stride", p.stride), ("padding", p.padding), ("dilation", p.dilation)] {
+        if v.len() != sd {
+            return Err(shape_err(K, format!("{name} {v:?} must have {sd} entries")));
+        }
+    }
+    let mut g = Geometry { input: [1; 3], kernel: [1; 3], stride: [1; 3], pad: [0; 3], dil: [1; 3], output: [1; 3] };
+    for i in 0..sd {
+        let d = 3 - sd + i;
+        g.input[d] = x[2 + i];
+        g.kernel[d] = w[2 + i];
+        g.stride[d] = p.stride[i];
+        g.pad[d] = p.padding[i];
+        g.dil[d] = p.dilation[i];
+        if g.stride[d] == 0 || g.dil[d] == 0 {
+            return Err(shape_err(K, "stride and dilation must be >= 1"));
+        }
+        let span = g.dil[d] * (g.kernel[d].max(1) - 1) + 1;
+        let padded = g.input[d] + 2 * g.pad[d];
+        if g.kernel[d] == 0 || padded < span {
+            return Err(shape_err(K, format!("kernel {w:?} (dilated) larger than padded input {x:?} in spatial dim {i}")));
+        }
+        g.output[d] = (padded - span) / g.stride[d] + 1;
+        if out[2 + i] != g.output[d] {
+            return Err(shape_err(K, format!("output spatial dim {i} is {}, expected {}", out[2 + i], g.output[d])));
+        }
+    }
+    Ok(g)
+}
+
+pub fn conv(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, p: &ConvParams, mut out: TensorMut, scratch: &mut Scratch) -> Result<()> {
+    const K: &str = "conv";
+    for d in [x.dtype, w.dtype, out.dtype] {
+        if d != DType::F32 {
+            return Err(dtype_err(K, d));
+        }
+    }
+    let g = geometry(x.shape, w.shape, p, out.shape)?;
+    let (batch, cin, cout, cin_g) = (x.shape[0], x.shape[1], w.shape[0], w.shape[1]);
+    let groups = p.groups;
+    if groups == 0 || cin % groups != 0 || cout % groups != 0 || cin / groups != cin_g {
+        return Err(shape_err(K, format!("groups {groups} incompatible with Cin {cin}, Cout {cout}, weight Cin/groups {cin_g}")));
+    }
+    if out.shape[0] != batch || out.shape[1] != cout {
+        return Err(shape_err(K, format!("output shape {:?} must start with [{batch}, {cout}]", out.shape)));
+    }
+    let cout_g = cout / groups;
+    let xv = view::<f32>(K, "x", &x)?;
+    let wv = view::<f32>(K, "w", &w)?;
+    let bv = match &bias {
+        Some(b) => {
+            expect_dtype(K, "bias", b.dtype, DType::F32)?;
+            if b.shape != [cout] {
+                return Err(shape_err(K, format!("bias shape {:?}, expected [{cout}]", b.shape)));
+            }
+            Some(view::<f32>(K, "bias", b)?)
+        }
+        None => None,
+    };
+    let ov = view_mut::<f32>(K, "out", &mut out)?;
+    let isp: usize = g.input.iter().product();
+    let osp: usize = g.output.iter().product();
+    let ksp: usize = g.kernel.iter().product();
+    let kdim = cin_g * ksp;
+    if ov.is_empty() {
+        return Ok(());
+    }
+
+    // Seed the output with the bias; every GEMM below accumulates (beta = 1).
+    for (c, plane) in ov.chunks_exact_mut(osp).enumerate() {
+        plane.fill(bv.map_or(0.0, |b| b[c % cout]));
+    }
+    if kdim == 0 {
+        return Ok(());
+    }
+
+    let pointwise = ksp == 1 && g.stride == [1; 3] && g.pad == [0; 3];
+    let chunk = if pointwise { 0 } else { (COL_BUDGET / kdim).max(NR).next_multiple_of(NR).min(osp) };
+    let (col, pack) = scratch.split(kdim * chunk);
+    for n in 0..batch {
+        for gi in 0..groups {
+            let wg = &wv[gi * cout_g * kdim..(gi + 1) * cout_g * kdim];
+            let xg = &xv[(n * cin + gi * cin_g) * isp..(n * cin + (gi + 1) * cin_g) * isp];
+            let o_off = (n * cout + gi * cout_g) * osp;
+            if pointwise {
+                // A 1×1 stride-1 conv is already a GEMM over the input planes.
+                gemm_f32_packed(cout_g, osp, kdim, wg, kdim, xg, isp, &mut ov[o_off..], osp, false, 1.0, pack);
+                continue;
+            }
+            for c0 in (0..osp).step_by(chunk) {
+                let cl = chunk.min(osp - c0);
+                im2col(xg, cin_g, &g, c0, cl, &mut col[..kdim * cl]);
+                gemm_f32_packed(cout_g, cl, kdim, wg, kdim, col, cl, &mut ov[o_off + c0..], osp, false, 1.0, pack);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fills `col[r * cl + q]` with the input value under kernel tap `r`
+/// (channel-major, then kernel z/y/x) for output position `c0 + q`, or 0 in
+/// the padding. Works one output row (fixed oz, oy) at a time: along a row the
+/// valid output columns form one interval, so each row is zeros, a (strided)
+/// copy, zeros — no per-element bounds tests.
+fn im2col(x: &[f32], channels: usize, g: &Geometry, c0: usize, cl: usize, col: &mut [f32]) {
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let [_, oh, ow] = g.output;
+    let (sx, px, dx) = (g.stride[2], g.pad[2], g.dil[2]);
+    let mut rows = col.chunks_exact_mut(cl);
+    for c in 0..channels {
+        let plane = &x[c * id * ih * iw..(c + 1) * id * ih * iw];
+        for kz in 0..kd {
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let Some(row) = rows.next() else { return };
+                    // Output columns ox with 0 <= ox*sx + kx*dx - px < iw.
+                    let shift = kx * dx;
+                    let ox_lo = px.saturating_sub(shift).div_ceil(sx).min(ow);
+                    let ox_hi = if iw + px > shift { (iw + px - shift).div_ceil(sx).min(ow) } else { 0 }.max(ox_lo);
+                    let mut q = 0;
+                    let mut pos = c0;
+                    while q < cl {
+                        let (oz, oy, ox0) = (pos / (oh * ow), (pos / ow) % oh, pos % ow);
+                        let run = (ow - ox0).min(cl - q);
+                        let seg = &mut row[q..q + run];
+                        let iz = (oz * g.stride[0] + kz * g.dil[0]).wrapping_sub(g.pad[0]);
+                        let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+                        // Negative coordinates wrapped to huge values fail the bounds test too.
+                        if iz >= id || iy >= ih {
+                            seg.fill(0.0);
+                        } else {
+                            let src = &plane[(iz * ih + iy) * iw..(iz * ih + iy + 1) * iw];
+                            for (j, v) in seg.iter_mut().enumerate() {
+                                let ox = ox0 + j;
+                                *v = if ox >= ox_lo && ox < ox_hi { src[ox * sx + shift - px] } else { 0.0 };
+                            }
+                        }
+                        q += run;
+                        pos += run;
+                    }
+                }
+            }
+        }
+    }
+}

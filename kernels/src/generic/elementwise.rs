@@ -1,0 +1,569 @@
+//! Elementwise kernels: unary, binary (numpy broadcasting), where, cast, clamp.
+//!
+//! Every op is written once as a closure and handed to a small broadcasting
+//! engine; the engine picks a tight, auto-vectorisable loop when the operands
+//! are contiguous or scalar along the (collapsed) innermost dim.
+
+use super::common::*;
+use super::math::Real;
+use crate::types::{BinaryOp, DType, Result, TensorMut, TensorRef, UnaryOp};
+use half::{bf16, f16};
+
+/// Integer element types: the wrapping arithmetic torch uses for ints.
+pub trait IntElem: Scalar + Ord {
+    const ZERO: Self;
+    fn wadd(self, b: Self) -> Self;
+    fn wsub(self, b: Self) -> Self;
+    fn wmul(self, b: Self) -> Self;
+    fn wneg(self) -> Self;
+    fn wabs(self) -> Self;
+    fn sign(self) -> Self;
+    /// Python `//` (rounds toward -inf). `b != 0` is checked by the caller.
+    fn floor_div(self, b: Self) -> Self;
+    /// Python `%` (result has the sign of the divisor). `b != 0` checked by the caller.
+    fn py_rem(self, b: Self) -> Self;
+    /// `self ** e` with wrapping, for `e >= 0` (checked by the caller).
+    fn wpow(self, e: Self) -> Self;
+    fn band(self, b: Self) -> Self;
+    fn bor(self, b: Self) -> Self;
+    fn bxor(self, b: Self) -> Self;
+}
+
+macro_rules! impl_int_elem {
+    ($($t:ty),*) => {$(
+        impl IntElem for $t {
+            const ZERO: Self = 0;
+            #[inline(always)] fn wadd(self, b: Self) -> Self { self.wrapping_add(b) }
+            #[inline(always)] fn wsub(self, b: Self) -> Self { self.wrapping_sub(b) }
+            #[inline(always)] fn wmul(self, b: Self) -> Self { self.wrapping_mul(b) }
+            #[inline(always)] fn wneg(self) -> Self { self.wrapping_neg() }
+            #[inline(always)]
+            #[allow(unused_comparisons)]
+            fn wabs(self) -> Self { if self < 0 { self.wrapping_neg() } else { self } }
+            #[inline(always)]
+            #[allow(unused_comparisons)]
+            fn sign(self) -> Self { if self > 0 { 1 } else if self < 0 { (0 as $t).wrapping_sub(1) } else { 0 } }
+            #[inline(always)]
+            #[allow(unused_comparisons)]
+            fn floor_div(self, b: Self) -> Self {
+                let q = self.wrapping_div(b);
+                let r = self.wrapping_rem(b);
+                if r != 0 && ((r < 0) != (b < 0)) { q.wrapping_sub(1) } else { q }
+            }
+            #[inline(always)]
+            #[allow(unused_comparisons)]
+            fn py_rem(self, b: Self) -> Self {
+                let r = self.wrapping_rem(b);
+                if r != 0 && ((r < 0) != (b < 0)) { r.wrapping_add(b) } else { r }
+            }
+            #[inline(always)]
+            fn wpow(self, e: Self) -> Self {
+                // Square-and-multiply over the full exponent width, so huge
+                // exponents cost 64 steps instead of overflowing a u32 cast.
+                let mut e = e as u64;
+                let mut base = self;
+                let mut acc: $t = 1;
+                while e > 0 {
+                    if e & 1 == 1 { acc = acc.wrapping_mul(base); }
+                    base = base.wrapping_mul(base);
+                    e >>= 1;
+                }
+                acc
+            }
+            #[inline(always)] fn band(self, b: Self) -> Self { self & b }
+            #[inline(always)] fn bor(self, b: Self) -> Self { self | b }
+            #[inline(always)] fn bxor(self, b: Self) -> Self { self ^ b }
+        }
+    )*};
+}
+impl_int_elem!(i8, u8, i16, i32, i64);
+
+/// `out[i] = f(x[i])`.
+#[inline(always)]
+fn map<A: Copy, O: Copy>(x: &[A], out: &mut [O], f: impl Fn(A) -> O) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = f(v);
+    }
+}
+
+/// Applies a float unary op computed in f32 to a half-precision buffer,
+/// through a stack chunk so nothing is allocated.
+fn map_half<H: Scalar>(x: &[H], out: &mut [H], f: impl Fn(&[f32], &mut [f32])) {
+    const CHUNK: usize = 256;
+    let mut src = [0f32; CHUNK];
+    let mut dst = [0f32; CHUNK];
+    for (xc, oc) in x.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+        let n = xc.len();
+        for (s, &v) in src.iter_mut().zip(xc) {
+            *s = v.to_f64() as f32;
+        }
+        f(&src[..n], &mut dst[..n]);
+        for (o, &v) in oc.iter_mut().zip(&dst[..n]) {
+            *o = H::from_f64(v as f64);
+        }
+    }
+}
+
+fn unary_float<T: Real>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
+    let half = T::lit(0.5);
+    let one = T::ONE;
+    match op {
+        UnaryOp::Neg => map(x, out, |v| -v),
+        UnaryOp::Abs => map(x, out, |v| v.abs()),
+        UnaryOp::Exp => map(x, out, |v| v.exp()),
+        UnaryOp::Log => map(x, out, |v| v.ln()),
+        UnaryOp::Sqrt => map(x, out, |v| v.sqrt()),
+        UnaryOp::Rsqrt => map(x, out, |v| one / v.sqrt()),
+        UnaryOp::Reciprocal => map(x, out, |v| one / v),
+        // NaN stays NaN, as in torch.relu.
+        UnaryOp::Relu => map(x, out, |v| if v < T::ZERO { T::ZERO } else { v }),
+        UnaryOp::Sigmoid => map(x, out, |v| one / (one + (-v).exp())),
+        UnaryOp::Tanh => map(x, out, |v| v.tanh()),
+        UnaryOp::Gelu => map(x, out, |v| v.gelu()),
+        UnaryOp::GeluTanh => {
+            let k0 = T::lit((2.0 / std::f64::consts::PI).sqrt());
+            let k1 = T::lit(0.044715);
+            map(x, out, |v| half * v * (one + (k0 * (v + k1 * v * v * v)).tanh()))
+        }
+        UnaryOp::Silu => map(x, out, |v| v / (one + (-v).exp())),
+        UnaryOp::Erf => map(x, out, |v| v.erf()),
+        UnaryOp::Sin => map(x, out, |v| v.sin()),
+        UnaryOp::Cos => map(x, out, |v| v.cos()),
+        UnaryOp::Floor => map(x, out, |v| v.floor()),
+        UnaryOp::Ceil => map(x, out, |v| v.ceil()),
+        UnaryOp::Round => map(x, out, |v| v.round_even()),
+        UnaryOp::Sign => map(x, out, |v| {
+            if v > T::ZERO {
+                one
+            } else if v < T::ZERO {
+                -one
+            } else {
+                v // ±0 and NaN pass through
+            }
+        }),
+        UnaryOp::Not => return Err(dtype_err("unary(not)", T::DTYPE)),
+    }
+    Ok(())
+}
+
+fn unary_int<T: IntElem>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
+    match op {
+        UnaryOp::Neg => map(x, out, |v| v.wneg()),
+        UnaryOp::Abs => map(x, out, |v| v.wabs()),
+        UnaryOp::Sign => map(x, out, |v| v.sign()),
+        UnaryOp::Relu => map(x, out, |v| v.max(T::ZERO)),
+        // Rounding an integer is the identity (torch accepts these on ints).
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => out.copy_from_slice(x),
+        _ => return Err(dtype_err("unary", T::DTYPE)),
+    }
+    Ok(())
+}
+
+pub fn unary(op: UnaryOp, x: TensorRef, mut out: TensorMut) -> Result<()> {
+    const K: &str = "unary";
+    expect_dtype(K, "out", out.dtype, x.dtype)?;
+    if x.shape != out.shape {
+        return Err(shape_err(K, format!("input shape {:?} != output shape {:?}", x.shape, out.shape)));
+    }
+    macro_rules! run {
+        ($T:ty, $f:expr) => {{
+            let xs = view::<$T>(K, "x", &x)?;
+            let os = view_mut::<$T>(K, "out", &mut out)?;
+            $f(xs, os)
+        }};
+    }
+    match x.dtype {
+        DType::F32 => run!(f32, |xs, os| unary_float::<f32>(op, xs, os)),
+        DType::F64 => run!(f64, |xs, os| unary_float::<f64>(op, xs, os)),
+        DType::F16 | DType::BF16 => {
+            // Validate the op once so the chunk callback cannot fail midway.
+            unary_float::<f32>(op, &[], &mut [])?;
+            if x.dtype == DType::F16 {
+                run!(f16, |xs, os| { map_half::<f16>(xs, os, |s, d| { let _ = unary_float::<f32>(op, s, d); }); Ok(()) })
+            } else {
+                run!(bf16, |xs, os| { map_half::<bf16>(xs, os, |s, d| { let _ = unary_float::<f32>(op, s, d); }); Ok(()) })
+            }
+        }
+        DType::I8 => run!(i8, |xs, os| unary_int::<i8>(op, xs, os)),
+        DType::U8 => run!(u8, |xs, os| unary_int::<u8>(op, xs, os)),
+        DType::I16 => run!(i16, |xs, os| unary_int::<i16>(op, xs, os)),
+        DType::I32 => run!(i32, |xs, os| unary_int::<i32>(op, xs, os)),
+        DType::I64 => run!(i64, |xs, os| unary_int::<i64>(op, xs, os)),
+        DType::Bool => {
+            if op != UnaryOp::Not {
+                return Err(dtype_err(K, DType::Bool));
+            }
+            run!(u8, |xs: &[u8], os: &mut [u8]| { map(xs, os, |v| (v == 0) as u8); Ok(()) })
+        }
+    }
+}
+
+/// `out = f(a, b)` with numpy broadcasting; shapes must already be validated.
+pub fn broadcast_map2<A: Copy, B: Copy, O: Copy>(
+    a: &[A],
+    a_shape: &[usize],
+    b: &[B],
+    b_shape: &[usize],
+    out: &mut [O],
+    out_shape: &[usize],
+    f: impl Fn(A, B) -> O,
+) {
+    if a_shape == out_shape && b_shape == out_shape {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+        return;
+    }
+    let r = out_shape.len();
+    let (mut so, mut sa, mut sb) = ([0; MAX_RANK], [0; MAX_RANK], [0; MAX_RANK]);
+    strides_of(out_shape, &mut so[..r]);
+    broadcast_strides(a_shape, out_shape, &mut sa[..r]);
+    broadcast_strides(b_shape, out_shape, &mut sb[..r]);
+    let c = Collapsed::new(out_shape, [&so[..r], &sa[..r], &sb[..r]]);
+    c.for_each_row(|[oo, ao, bo], n, [_, ia, ib]| {
+        let o = &mut out[oo..oo + n];
+        match (ia, ib) {
+            (1, 1) => {
+                for ((o, &x), &y) in o.iter_mut().zip(&a[ao..ao + n]).zip(&b[bo..bo + n]) {
+                    *o = f(x, y);
+                }
+            }
+            (1, 0) => {
+                let y = b[bo];
+                for (o, &x) in o.iter_mut().zip(&a[ao..ao + n]) {
+                    *o = f(x, y);
+                }
+            }
+            (0, 1) => {
+                let x = a[ao];
+                for (o, &y) in o.iter_mut().zip(&b[bo..bo + n]) {
+                    *o = f(x, y);
+                }
+            }
+            _ => {
+                for (i, o) in o.iter_mut().enumerate() {
+                    *o = f(a[ao + i * ia], b[bo + i * ib]);
+                }
+            }
+        }
+    });
+}
+
+/// torch's float floor_divide: floor of the exact quotient, computed from
+/// fmod so that e.g. 1 // 0.1 == 9 like Python.
+#[inline(always)]
+fn float_floor_div<T: Real>(a: T, b: T) -> T {
+    if b == T::ZERO {
+        return a / b;
+    }
+    let m = a % b;
+    let mut div = (a - m) / b;
+    if m != T::ZERO && ((b < T::ZERO) != (m < T::ZERO)) {
+        div = div - T::ONE;
+    }
+    if div == T::ZERO {
+        return T::ZERO * (a / b); // keeps the sign of the true quotient
+    }
+    let mut fl = div.floor();
+    if div - fl > T::lit(0.5) {
+        fl += T::ONE;
+    }
+    fl
+}
+
+#[inline(always)]
+fn float_py_rem<T: Real>(a: T, b: T) -> T {
+    let m = a % b;
+    if m != T::ZERO && ((b < T::ZERO) != (m < T::ZERO)) {
+        m + b
+    } else {
+        m
+    }
+}
+
+/// NaN-propagating max/min (torch.maximum / torch.minimum).
+#[inline(always)]
+fn nan_max<T: Real>(a: T, b: T) -> T {
+    if a.is_nan() || a > b {
+        a
+    } else {
+        b
+    }
+}
+#[inline(always)]
+fn nan_min<T: Real>(a: T, b: T) -> T {
+    if a.is_nan() || a < b {
+        a
+    } else {
+        b
+    }
+}
+
+/// Dispatches a float op to `$run!(closure)` with the closure typed on `$T`.
+macro_rules! float_binary_closure {
+    ($op:expr, $T:ty, $run:ident, $kernel:expr, $dtype:expr) => {
+        match $op {
+            BinaryOp::Add => $run!(|a: $T, b: $T| a + b),
+            BinaryOp::Sub => $run!(|a: $T, b: $T| a - b),
+            BinaryOp::Mul => $run!(|a: $T, b: $T| a * b),
+            BinaryOp::Div => $run!(|a: $T, b: $T| a / b),
+            BinaryOp::FloorDiv => $run!(|a: $T, b: $T| float_floor_div(a, b)),
+            BinaryOp::Rem => $run!(|a: $T, b: $T| float_py_rem(a, b)),
+            BinaryOp::Pow => $run!(|a: $T, b: $T| a.powf(b)),
+            BinaryOp::Max => $run!(|a: $T, b: $T| nan_max(a, b)),
+            BinaryOp::Min => $run!(|a: $T, b: $T| nan_min(a, b)),
+            _ => return Err(dtype_err($kernel, $dtype)),
+        }
+    };
+}
+
+fn is_comparison(op: BinaryOp) -> bool {
+    matches!(op, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
+}
+
+fn compare<T: Scalar>(op: BinaryOp, a: &[T], ash: &[usize], b: &[T], bsh: &[usize], out: &mut [u8], osh: &[usize]) {
+    macro_rules! go {
+        ($f:expr) => {
+            broadcast_map2(a, ash, b, bsh, out, osh, $f)
+        };
+    }
+    match op {
+        BinaryOp::Eq => go!(|x: T, y: T| (x == y) as u8),
+        BinaryOp::Ne => go!(|x: T, y: T| (x != y) as u8),
+        BinaryOp::Lt => go!(|x: T, y: T| (x < y) as u8),
+        BinaryOp::Le => go!(|x: T, y: T| (x <= y) as u8),
+        BinaryOp::Gt => go!(|x: T, y: T| (x > y) as u8),
+        _ => go!(|x: T, y: T| (x >= y) as u8),
+    }
+}
+
+fn binary_int<T: IntElem>(op: BinaryOp, a: &[T], ash: &[usize], b: &[T], bsh: &[usize], out: &mut [T], osh: &[usize]) -> Result<()> {
+    const K: &str = "binary";
+    let out_empty = out.is_empty();
+    macro_rules! go {
+        ($f:expr) => {
+            broadcast_map2(a, ash, b, bsh, out, osh, $f)
+        };
+    }
+    match op {
+        BinaryOp::Add => go!(|x: T, y: T| x.wadd(y)),
+        BinaryOp::Sub => go!(|x: T, y: T| x.wsub(y)),
+        BinaryOp::Mul => go!(|x: T, y: T| x.wmul(y)),
+        BinaryOp::FloorDiv | BinaryOp::Rem => {
+            // Checked up front so the inner loop stays branch-free of errors.
+            if !out_empty && b.contains(&T::ZERO) {
+                return Err(shape_err(K, "integer division by zero"));
+            }
+            if op == BinaryOp::FloorDiv {
+                go!(|x: T, y: T| x.floor_div(y))
+            } else {
+                go!(|x: T, y: T| x.py_rem(y))
+            }
+        }
+        BinaryOp::Pow => {
+            if !out_empty && b.iter().any(|&y| y < T::ZERO) {
+                return Err(shape_err(K, "integers to negative integer powers are not allowed"));
+            }
+            go!(|x: T, y: T| x.wpow(y))
+        }
+        BinaryOp::Max => go!(|x: T, y: T| x.max(y)),
+        BinaryOp::Min => go!(|x: T, y: T| x.min(y)),
+        BinaryOp::And => go!(|x: T, y: T| x.band(y)),
+        BinaryOp::Or => go!(|x: T, y: T| x.bor(y)),
+        BinaryOp::Xor => go!(|x: T, y: T| x.bxor(y)),
+        // True division of ints needs a float result: the compiler inserts casts.
+        _ => return Err(dtype_err("binary(div)", T::DTYPE)),
+    }
+    Ok(())
+}
+
+pub fn binary(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: TensorMut) -> Result<()> {
+    const K: &str = "binary";
+    expect_dtype(K, "b", b.dtype, a.dtype)?;
+    let want_out = if is_comparison(op) { DType::Bool } else { a.dtype };
+    expect_dtype(K, "out", out.dtype, want_out)?;
+    check_broadcast(K, &[a.shape, b.shape], out.shape)?;
+    let (ash, bsh) = (a.shape, b.shape);
+    let out_shape = out.shape;
+    if is_comparison(op) {
+        let os = view_mut::<u8>(K, "out", &mut out)?;
+        with_scalar!(a.dtype, T, {
+            let av = view::<T>(K, "a", &a)?;
+            let bv = view::<T>(K, "b", &b)?;
+            compare::<T>(op, av, ash, bv, bsh, os, out_shape);
+        });
+        return Ok(());
+    }
+    match a.dtype {
+        DType::F32 | DType::F64 => with_float_native(op, a, b, out),
+        DType::F16 => binary_half::<f16>(op, a, b, out),
+        DType::BF16 => binary_half::<bf16>(op, a, b, out),
+        DType::I8 => binary_int_t::<i8>(op, a, b, out),
+        DType::U8 => binary_int_t::<u8>(op, a, b, out),
+        DType::I16 => binary_int_t::<i16>(op, a, b, out),
+        DType::I32 => binary_int_t::<i32>(op, a, b, out),
+        DType::I64 => binary_int_t::<i64>(op, a, b, out),
+        DType::Bool => {
+            let av = view::<u8>(K, "a", &a)?;
+            let bv = view::<u8>(K, "b", &b)?;
+            let os = view_mut::<u8>(K, "out", &mut out)?;
+            macro_rules! go {
+                ($f:expr) => {
+                    broadcast_map2(av, ash, bv, bsh, os, out_shape, $f)
+                };
+            }
+            match op {
+                BinaryOp::And | BinaryOp::Min | BinaryOp::Mul => go!(|x: u8, y: u8| (x != 0 && y != 0) as u8),
+                BinaryOp::Or | BinaryOp::Max | BinaryOp::Add => go!(|x: u8, y: u8| (x != 0 || y != 0) as u8),
+                BinaryOp::Xor => go!(|x: u8, y: u8| ((x != 0) != (y != 0)) as u8),
+                _ => return Err(dtype_err(K, DType::Bool)),
+            }
+            Ok(())
+        }
+    }
+}
+
+fn binary_int_t<T: IntElem>(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: TensorMut) -> Result<()> {
+    const K: &str = "binary";
+    let out_shape = out.shape;
+    let av = view::<T>(K, "a", &a)?;
+    let bv = view::<T>(K, "b", &b)?;
+    let os = view_mut::<T>(K, "out", &mut out)?;
+    binary_int(op, av, a.shape, bv, b.shape, os, out_shape)
+}
+
+fn with_float_native(op: BinaryOp, a: TensorRef, b: TensorRef, out: TensorMut) -> Result<()> {
+    if a.dtype == DType::F32 {
+        binary_float::<f32>(op, a, b, out)
+    } else {
+        binary_float::<f64>(op, a, b, out)
+    }
+}
+
+fn binary_float<T: Real>(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: TensorMut) -> Result<()> {
+    const K: &str = "binary";
+    let out_shape = out.shape;
+    let av = view::<T>(K, "a", &a)?;
+    let bv = view::<T>(K, "b", &b)?;
+    let os = view_mut::<T>(K, "out", &mut out)?;
+    macro_rules! run {
+        ($f:expr) => {
+            broadcast_map2(av, a.shape, bv, b.shape, os, out_shape, $f)
+        };
+    }
+    float_binary_closure!(op, T, run, K, T::DTYPE);
+    Ok(())
+}
+
+/// Half-precision binary ops compute in f32 and round once on store.
+fn binary_half<H: Scalar>(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: TensorMut) -> Result<()> {
+    const K: &str = "binary";
+    let out_shape = out.shape;
+    let av = view::<H>(K, "a", &a)?;
+    let bv = view::<H>(K, "b", &b)?;
+    let os = view_mut::<H>(K, "out", &mut out)?;
+    macro_rules! run {
+        ($f:expr) => {{
+            let f = $f;
+            broadcast_map2(av, a.shape, bv, b.shape, os, out_shape, |x: H, y: H| {
+                H::from_f64(f(x.to_f64() as f32, y.to_f64() as f32) as f64)
+            })
+        }};
+    }
+    float_binary_closure!(op, f32, run, K, H::DTYPE);
+    Ok(())
+}
+
+/// `out = cond ? a : b`, broadcasting all three; moves elements by size only.
+pub fn where_(cond: TensorRef, a: TensorRef, b: TensorRef, mut out: TensorMut) -> Result<()> {
+    const K: &str = "where";
+    expect_dtype(K, "cond", cond.dtype, DType::Bool)?;
+    expect_dtype(K, "b", b.dtype, a.dtype)?;
+    expect_dtype(K, "out", out.dtype, a.dtype)?;
+    check_broadcast(K, &[cond.shape, a.shape, b.shape], out.shape)?;
+    let osh = out.shape;
+    let r = osh.len();
+    let cv = view::<u8>(K, "cond", &cond)?;
+    let (mut so, mut sc, mut sa, mut sb) = ([0; MAX_RANK], [0; MAX_RANK], [0; MAX_RANK], [0; MAX_RANK]);
+    strides_of(osh, &mut so[..r]);
+    broadcast_strides(cond.shape, osh, &mut sc[..r]);
+    broadcast_strides(a.shape, osh, &mut sa[..r]);
+    broadcast_strides(b.shape, osh, &mut sb[..r]);
+    let c = Collapsed::new(osh, [&so[..r], &sc[..r], &sa[..r], &sb[..r]]);
+    with_elem_size!(a.dtype, T, {
+        let av = view::<T>(K, "a", &a)?;
+        let bv = view::<T>(K, "b", &b)?;
+        let ov = view_mut::<T>(K, "out", &mut out)?;
+        c.for_each_row(|[oo, co, ao, bo], n, [_, ic, ia, ib]| {
+            for (i, o) in ov[oo..oo + n].iter_mut().enumerate() {
+                *o = if cv[co + i * ic] != 0 { av[ao + i * ia] } else { bv[bo + i * ib] };
+            }
+        });
+    });
+    Ok(())
+}
+
+#[inline(always)]
+fn convert<S: Scalar, D: Scalar>(v: S) -> D {
+    if S::IS_FLOAT {
+        D::from_f64(v.to_f64())
+    } else {
+        D::from_i64(v.to_i64())
+    }
+}
+
+/// Converts between any two dtypes: float→int truncates toward zero,
+/// anything→Bool is `!= 0`, int→int wraps.
+pub fn cast(x: TensorRef, mut out: TensorMut) -> Result<()> {
+    const K: &str = "cast";
+    if x.shape != out.shape {
+        return Err(shape_err(K, format!("input shape {:?} != output shape {:?}", x.shape, out.shape)));
+    }
+    if x.dtype == out.dtype {
+        return super::layout::copy(x, out);
+    }
+    with_scalar!(x.dtype, S, {
+        let xs = view::<S>(K, "x", &x)?;
+        with_scalar!(out.dtype, D, {
+            let os = view_mut::<D>(K, "out", &mut out)?;
+            map(xs, os, convert::<S, D>);
+        })
+    });
+    Ok(())
+}
+
+/// `min(max(x, lo), hi)`, applied in that order so `lo > hi` yields `hi` as
+/// in torch; NaN inputs stay NaN.
+pub fn clamp(x: TensorRef, min: Option<f64>, max: Option<f64>, mut out: TensorMut) -> Result<()> {
+    const K: &str = "clamp";
+    expect_dtype(K, "out", out.dtype, x.dtype)?;
+    if x.shape != out.shape {
+        return Err(shape_err(K, format!("input shape {:?} != output shape {:?}", x.shape, out.shape)));
+    }
+    if x.dtype == DType::Bool {
+        return Err(dtype_err(K, DType::Bool));
+    }
+    with_scalar!(x.dtype, T, {
+        let xs = view::<T>(K, "x", &x)?;
+        let os = view_mut::<T>(K, "out", &mut out)?;
+        // For ints the bounds round inward (ceil / floor) so the clamp never
+        // admits a value outside the real-valued interval.
+        let lo = min.map(|v| T::from_f64(if T::IS_FLOAT { v } else { v.ceil() }));
+        let hi = max.map(|v| T::from_f64(if T::IS_FLOAT { v } else { v.floor() }));
+        map(xs, os, |v: T| {
+            let mut v = v;
+            if let Some(lo) = lo {
+                if v < lo {
+                    v = lo;
+                }
+            }
+            if let Some(hi) = hi {
+                if v > hi {
+                    v = hi;
+                }
+            }
+            v
+        });
+    });
+    Ok(())
+}

@@ -1,0 +1,15 @@
+//! Portable implementations of every kernel. They are what runs when no
+//! ISA-specific variant applies, and the oracle those variants are tested
+//! against.
+
+pub(crate) mod common;
+pub mod elementwise;
+pub mod gemm;
+pub mod layout;
+pub mod math;
+pub mod matmul;
+pub mod conv;
+pub mod norm;
+pub mod reduce;
+pub mod pool;
+pub mod attention;

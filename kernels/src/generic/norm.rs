@@ -1,0 +1,144 @@
+//! Normalisations and softmax.
+
+use super::common::*;
+use super::math::Real;
+use crate::types::{DType, Result, TensorMut, TensorRef};
+
+fn f32_operand<'a>(kernel: &'static str, what: &str, t: &TensorRef<'a>, want_len: usize) -> Result<&'a [f32]> {
+    expect_dtype(kernel, what, t.dtype, DType::F32)?;
+    let v = view::<f32>(kernel, what, t)?;
+    if v.len() != want_len {
+        return Err(shape_err(kernel, format!("{what} has {} elements, expected {want_len}", v.len())));
+    }
+    Ok(v)
+}
+
+/// Inference batch norm over channel axis 1:
+/// `y = (x - mean) / sqrt(var + eps) * weight + bias`.
+pub fn batch_norm(x: TensorRef, mean: TensorRef, var: TensorRef, weight: TensorRef, bias: TensorRef, eps: f64, mut out: TensorMut) -> Result<()> {
+    const K: &str = "batch_norm";
+    if x.dtype != DType::F32 {
+        return Err(dtype_err(K, x.dtype));
+    }
+    expect_dtype(K, "out", out.dtype, DType::F32)?;
+    if x.shape.len() < 2 || x.shape != out.shape {
+        return Err(shape_err(K, format!("x {:?} must have rank >= 2 and equal out {:?}", x.shape, out.shape)));
+    }
+    let c = x.shape[1];
+    let mv = f32_operand(K, "mean", &mean, c)?;
+    let vv = f32_operand(K, "var", &var, c)?;
+    let wv = f32_operand(K, "weight", &weight, c)?;
+    let bv = f32_operand(K, "bias", &bias, c)?;
+    let xv = view::<f32>(K, "x", &x)?;
+    let ov = view_mut::<f32>(K, "out", &mut out)?;
+    let inner: usize = x.shape[2..].iter().product();
+    if inner == 0 || c == 0 {
+        return Ok(());
+    }
+    for (i, (xp, op)) in xv.chunks_exact(inner).zip(ov.chunks_exact_mut(inner)).enumerate() {
+        let ch = i % c;
+        // Fold the affine transform into one scale and shift, computed in f64.
+        let scale = wv[ch] as f64 / (vv[ch] as f64 + eps).sqrt();
+        let shift = bv[ch] as f64 - mv[ch] as f64 * scale;
+        let (scale, shift) = (scale as f32, shift as f32);
+        for (o, &v) in op.iter_mut().zip(xp) {
+            *o = v * scale + shift;
+        }
+    }
+    Ok(())
+}
+
+/// Layer norm over the last `normalized_rank` dims, biased variance, two-pass
+/// statistics accumulated in f64.
+pub fn layer_norm(x: TensorRef, weight: Option<TensorRef>, bias: Option<TensorRef>, normalized_rank: usize, eps: f64, mut out: TensorMut) -> Result<()> {
+    const K: &str = "layer_norm";
+    if x.dtype != DType::F32 {
+        return Err(dtype_err(K, x.dtype));
+    }
+    expect_dtype(K, "out", out.dtype, DType::F32)?;
+    let r = x.shape.len();
+    if normalized_rank == 0 || normalized_rank > r || x.shape != out.shape {
+        return Err(shape_err(K, format!("normalized_rank {normalized_rank} invalid for x {:?} / out {:?}", x.shape, out.shape)));
+    }
+    let d: usize = x.shape[r - normalized_rank..].iter().product();
+    let wv = weight.as_ref().map(|t| f32_operand(K, "weight", t, d)).transpose()?;
+    let bv = bias.as_ref().map(|t| f32_operand(K, "bias", t, d)).transpose()?;
+    let xv = view::<f32>(K, "x", &x)?;
+    let ov = view_mut::<f32>(K, "out", &mut out)?;
+    if d == 0 {
+        return Ok(());
+    }
+    for (xr, or) in xv.chunks_exact(d).zip(ov.chunks_exact_mut(d)) {
+        let mean = xr.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+        let var = xr.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for (i, (o, &v)) in or.iter_mut().zip(xr).enumerate() {
+            let mut y = (v as f64 - mean) * rstd;
+            if let Some(w) = wv {
+                y *= w[i] as f64;
+            }
+            if let Some(b) = bv {
+                y += b[i] as f64;
+            }
+            *o = y as f32;
+        }
+    }
+    Ok(())
+}
+
+/// Numerically stable (log-)softmax along `axis`.
+pub fn softmax(x: TensorRef, axis: usize, log: bool, mut out: TensorMut) -> Result<()> {
+    const K: &str = "softmax";
+    expect_dtype(K, "out", out.dtype, x.dtype)?;
+    if axis >= x.shape.len() || x.shape != out.shape {
+        return Err(shape_err(K, format!("axis {axis} invalid for x {:?} / out {:?}", x.shape, out.shape)));
+    }
+    let n = x.shape[axis];
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    match x.dtype {
+        DType::F32 => softmax_typed::<f32>(view(K, "x", &x)?, view_mut(K, "out", &mut out)?, n, inner, log),
+        DType::F64 => softmax_typed::<f64>(view(K, "x", &x)?, view_mut(K, "out", &mut out)?, n, inner, log),
+        d => return Err(dtype_err(K, d)),
+    }
+    Ok(())
+}
+
+fn softmax_typed<T: Real>(x: &[T], out: &mut [T], n: usize, inner: usize, log: bool) {
+    if n == 0 || inner == 0 {
+        return;
+    }
+    for (xb, ob) in x.chunks_exact(n * inner).zip(out.chunks_exact_mut(n * inner)) {
+        for j in 0..inner {
+            // Row elements sit `inner` apart; inner == 1 is the contiguous case.
+            softmax_row(xb, ob, j, inner, n, log);
+        }
+    }
+}
+
+/// Softmax of `x[off + i*stride]` for i in 0..n. A row of all -inf yields NaN,
+/// as torch does (masked-out attention rows).
+pub(crate) fn softmax_row<T: Real>(x: &[T], out: &mut [T], off: usize, stride: usize, n: usize, log: bool) {
+    let mut max = T::NEG_INFINITY;
+    for i in 0..n {
+        let v = x[off + i * stride];
+        if v > max || v.is_nan() {
+            max = v;
+        }
+    }
+    // Sum in f64: rows can be long (vocabulary softmax) and f32 sums drift.
+    let mut sum = 0.0f64;
+    for i in 0..n {
+        sum += (x[off + i * stride] - max).exp().to_f64();
+    }
+    if log {
+        let lse = T::from_f64(sum.ln());
+        for i in 0..n {
+            out[off + i * stride] = x[off + i * stride] - max - lse;
+        }
+    } else {
+        let inv = T::from_f64(1.0 / sum);
+        for i in 0..n {
+            out[off + i * stride] = (x[off + i * stride] - max).exp() * inv;
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Max / average pooling over the trailing 1-3 dims, and adaptive average
+//! pooling. Lower-rank windows run as 3-d ones with leading unit dims.
+
+use super::common::*;
+use super::math::Real;
+use crate::types::{DType, PoolKind, Result, TensorMut, TensorRef};
+
+/// Window geometry over the trailing `kernel.len()` dims. The output size is
+/// read from the output shape so the caller decides ceil_mode.
+#[derive(Copy, Clone, Debug)]
+pub struct PoolParams<'a> {
+    pub kernel: &'a [usize],
+    pub stride: &'a [usize],
+    pub padding: &'a [usize],
+    pub dilation: &'a [usize],
+    pub count_include_pad: bool,
+}
+
+struct Window {
+    input: [usize; 3],
+    output: [usize; 3],
+    kernel: [usize; 3],
+    stride: [usize; 3],
+    pad: [usize; 3],
+    dil: [usize; 3],
+}
+
+fn window(x: &[usize], out: &[usize], p: &PoolParams) -> Result<(Window, usize)> {
+    const K: &str = "pool";
+    let nk = p.kernel.len();
+    if !(1..=3).contains(&nk) {
+        return Err(shape_err(K, format!("kernel {:?} must have 1-3 dims", p.kernel)));
+    }
+    for (name, v) in [("stride", p.stride), ("padding", p.padding), ("dilation", p.dilation)] {
+        if v.len() != nk {
+            return Err(shape_err(K, format!("{name} {v:?} must have {nk} entries")));
+        }
+    }
+    let r = x.len();
+    if r < nk || out.len() != r || x[..r - nk] != out[..r - nk] {
+        return Err(shape_err(K, format!("input {x:?} and output {out:?} must share all but the {nk} pooled dims")));
+    }
+    let mut w = Window { input: [1; 3], output: [1; 3], kernel: [1; 3], stride: [1; 3], pad: [0; 3], dil: [1; 3] };
+    for i in 0..nk {
+        let d = 3 - nk + i;
+        w.input[d] = x[r - nk + i];
+        w.output[d] = out[r - nk + i];
+        w.kernel[d] = p.kernel[i];
+        w.stride[d] = p.stride[i];
+        w.pad[d] = p.padding[i];
+        w.dil[d] = p.dilation[i];
+        if w.kernel[d] == 0 || w.stride[d] == 0 || w.dil[d] == 0 {
+            return Err(shape_err(K, "kernel, stride and dilation must be >= 1"));
+        }
+        // torch's ceil_mode rule: the last window must start inside the input
+        // or the left padding.
+        if w.output[d] > 0 && (w.output[d] - 1) * w.stride[d] >= w.input[d] + w.pad[d] {
+            return Err(shape_err(K, format!("output size {} too large for input {} in pooled dim {i}", w.output[d], w.input[d])));
+        }
+    }
+    let planes = x[..r - nk].iter().product();
+    Ok((w, planes))
+}
+
+pub fn pool(kind: PoolKind, x: TensorRef, p: &PoolParams, mut out: TensorMut) -> Result<()> {
+    const K: &str = "pool";
+    expect_dtype(K, "out", out.dtype, x.dtype)?;
+    let (w, planes) = window(x.shape, out.shape, p)?;
+    match x.dtype {
+        DType::F32 => pool_typed::<f32>(kind, view(K, "x", &x)?, &w, planes, p.count_include_pad, view_mut(K, "out", &mut out)?),
+        DType::F64 => pool_typed::<f64>(kind, view(K, "x", &x)?, &w, planes, p.count_include_pad, view_mut(K, "out", &mut out)?),
+        d => return Err(dtype_err(K, d)),
+    }
+    Ok(())
+}
+
+/// Taps of one window along dim `d`: the range of kernel offsets `k` whose
+/// input coordinate is inside the input, and the number of taps torch counts
+/// for `count_include_pad` (those before the end of the right padding).
+#[inline]
+fn taps(o: usize, w: &Window, d: usize) -> (usize, usize, usize) {
+    let start = o * w.stride[d]; // window start in padded coordinates
+    let (pad, dil, kn) = (w.pad[d], w.dil[d], w.kernel[d]);
+    let taps_below = |limit: usize| if limit > start { (limit - start).div_ceil(dil).min(kn) } else { 0 };
+    let lo = taps_below(pad);
+    let hi = taps_below(w.input[d] + pad);
+    let padded = taps_below(w.input[d] + 2 * pad);
+    (lo, hi.max(lo), padded)
+}
+
+fn pool_typed<T: Real>(kind: PoolKind, x: &[T], w: &Window, planes: usize, include_pad: bool, out: &mut [T]) {
+    let isp: usize = w.input.iter().product();
+    let osp: usize = w.output.iter().product();
+    if osp == 0 {
+        return;
+    }
+    let [_, ih, iw] = w.input;
+    for pl in 0..planes {
+        let xp = &x[pl * isp..(pl + 1) * isp];
+        let op = &mut out[pl * osp..(pl + 1) * osp];
+        let mut o = 0;
+        for oz in 0..w.output[0] {
+            let (z0, z1, pz) = taps(oz, w, 0);
+            for oy in 0..w.output[1] {
+                let (y0, y1, py) = taps(oy, w, 1);
+                for ox in 0..w.output[2] {
+                    let (x0, x1, px) = taps(ox, w, 2);
+                    let coord = |o: usize, k: usize, d: usize| o * w.stride[d] + k * w.dil[d] - w.pad[d];
+                    let mut acc = match kind {
+                        PoolKind::Max => T::NEG_INFINITY,
+                        PoolKind::Avg => T::ZERO,
+                    };
+                    for kz in z0..z1 {
+                        let z = coord(oz, kz, 0);
+                        for ky in y0..y1 {
+                            let y = coord(oy, ky, 1);
+                            let row = &xp[(z * ih + y) * iw..];
+                            for kx in x0..x1 {
+                                let v = row[coord(ox, kx, 2)];
+                                match kind {
+                                    PoolKind::Max => {
+                                        if v > acc || v.is_nan() {
+                                            acc = v;
+                                        }
+                                    }
+                                    PoolKind::Avg => acc += v,
+                                }
+                            }
+                        }
+                    }
+                    if kind == PoolKind::Avg {
+                        let div = if include_pad { pz * py * px } else { (z1 - z0) * (y1 - y0) * (x1 - x0) };
+                        acc = acc / T::from_f64(div as f64);
+                    }
+                    op[o] = acc;
+                    o += 1;
+                }
+            }
+        }
+    }
+}
+
+/// torch adaptive_avg_pool: output cell i averages input [floor(i·in/out),
+/// ceil((i+1)·in/out)). Pools every trailing dim from the first one whose size
+/// differs (at most 3); equal dims map to themselves.
+pub fn adaptive_avg_pool(x: TensorRef, mut out: TensorMut) -> Result<()> {
+    const K: &str = "adaptive_avg_pool";
+    expect_dtype(K, "out", out.dtype, x.dtype)?;
+    let r = x.shape.len();
+    if out.shape.len() != r {
+        return Err(shape_err(K, format!("input {:?} and output {:?} ranks differ", x.shape, out.shape)));
+    }
+    let first = (0..r).find(|&i| x.shape[i] != out.shape[i]).unwrap_or(r);
+    let first = first.min(r.saturating_sub(1)); // pool at least one dim, keeps loops uniform
+    let nk = r - first;
+    if nk > 3 {
+        return Err(shape_err(K, format!("{nk} pooled dims; at most 3 are supported")));
+    }
+    let mut input = [1usize; 3];
+    let mut output = [1usize; 3];
+    for i in 0..nk {
+        input[3 - nk + i] = x.shape[first + i];
+        output[3 - nk + i] = out.shape[first + i];
+    }
+    let planes: usize = x.shape[..first].iter().product();
+    match x.dtype {
+        DType::F32 => adaptive_typed::<f32>(view(K, "x", &x)?, input, output, planes, view_mut(K, "out", &mut out)?),
+        DType::F64 => adaptive_typed::<f64>(view(K, "x", &x)?, input, output, planes, view_mut(K, "out", &mut out)?),
+        d => return Err(dtype_err(K, d)),
+    }
+    Ok(())
+}
+
+#[inline]
+fn adaptive_range(i: usize, inp: usize, out: usize) -> (usize, usize) {
+    (i * inp / out, ((i + 1) * inp).div_ceil(out))
+}
+
+fn adaptive_typed<T: Real>(x: &[T], input: [usize; 3], output: [usize; 3], planes: usize, out: &mut [T]) {
+    let isp: usize = input.iter().product();
+    let osp: usize = output.iter().product();
+    if osp == 0 {
+        return;
+    }
+    for pl in 0..planes {
+        let xp = &x[pl * isp..];
+        let mut o = pl * osp;
+        for oz in 0..output[0] {
+            let (z0, z1) = adaptive_range(oz, input[0], output[0]);
+            for oy in 0..output[1] {
+                let (y0, y1) = adaptive_range(oy, input[1], output[1]);
+                for ox in 0..output[2] {
+                    let (x0, x1) = adaptive_range(ox, input[2], output[2]);
+                    let mut sum = 0.0f64;
+                    for z in z0..z1 {
+                        for y in y0..y1 {
+                            let row = &xp[(z * input[1] + y) * input[2]..];
+                            sum += row[x0..x1].iter().map(|v| v.to_f64()).sum::<f64>();
+                        }
+                    }
+                    let n = (z1 - z0) * (y1 - y0) * (x1 - x0);
+                    out[o] = T::from_f64(sum / n as f64);
+                    o += 1;
+                }
+            }
+        }
+    }
+}

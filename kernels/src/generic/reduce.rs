@@ -1,0 +1,197 @@
+//! Reductions over a set of axes, and argmax.
+
+use super::common::*;
+use crate::types::{DType, ReduceKind, Result, TensorMut, TensorRef};
+
+/// Dims of one kind (kept or reduced) after merging adjacent dims of the same
+/// kind and dropping unit dims: sizes plus element strides into x.
+struct Dims {
+    rank: usize,
+    shape: [usize; MAX_RANK],
+    strides: [usize; MAX_RANK],
+}
+
+impl Dims {
+    fn count(&self) -> usize {
+        self.shape[..self.rank].iter().product()
+    }
+
+    /// Calls `f(offset)` for every index, in row-major order.
+    #[inline]
+    fn for_each(&self, base: usize, mut f: impl FnMut(usize)) {
+        if self.rank == 0 {
+            f(base);
+            return;
+        }
+        let r = self.rank;
+        let (inner, is) = (self.shape[r - 1], self.strides[r - 1]);
+        let mut idx = [0usize; MAX_RANK];
+        let mut off = base;
+        loop {
+            for i in 0..inner {
+                f(off + i * is);
+            }
+            // Odometer over the outer dims.
+            let mut d = r - 1;
+            loop {
+                if d == 0 {
+                    return;
+                }
+                d -= 1;
+                idx[d] += 1;
+                off += self.strides[d];
+                if idx[d] < self.shape[d] {
+                    break;
+                }
+                off -= self.strides[d] * self.shape[d];
+                idx[d] = 0;
+            }
+        }
+    }
+}
+
+fn split_dims(shape: &[usize], axes: &[usize]) -> (Dims, Dims) {
+    let mut st = [0usize; MAX_RANK];
+    strides_of(shape, &mut st[..shape.len()]);
+    let mut kept = Dims { rank: 0, shape: [1; MAX_RANK], strides: [0; MAX_RANK] };
+    let mut red = Dims { rank: 0, shape: [1; MAX_RANK], strides: [0; MAX_RANK] };
+    let mut last_reduced = None;
+    for (i, &n) in shape.iter().enumerate() {
+        if n == 1 {
+            continue;
+        }
+        let is_red = axes.contains(&i);
+        let d = if is_red { &mut red } else { &mut kept };
+        if last_reduced == Some(is_red) && d.rank > 0 {
+            // Same kind as the previous dim and contiguous with it: merge.
+            d.shape[d.rank - 1] *= n;
+            d.strides[d.rank - 1] = st[i];
+        } else {
+            d.shape[d.rank] = n;
+            d.strides[d.rank] = st[i];
+            d.rank += 1;
+        }
+        last_reduced = Some(is_red);
+    }
+    (kept, red)
+}
+
+fn reduce_core<T: Scalar, A: Copy>(x: &[T], out: &mut [T], kept: &Dims, red: &Dims, init: A, fold: impl Fn(A, T) -> A, finish: impl Fn(A) -> T) {
+    let mut o = 0;
+    kept.for_each(0, |base| {
+        let mut acc = init;
+        if red.rank == 1 && red.strides[0] == 1 {
+            // Contiguous trailing reduction: a plain slice fold.
+            for &v in &x[base..base + red.shape[0]] {
+                acc = fold(acc, v);
+            }
+        } else {
+            red.for_each(base, |i| acc = fold(acc, x[i]));
+        }
+        out[o] = finish(acc);
+        o += 1;
+    });
+}
+
+/// Reduces `x` over `axes` (sorted, unique). `out` may keep the reduced dims as
+/// 1 or drop them; only its element count is checked.
+pub fn reduce(kind: ReduceKind, x: TensorRef, axes: &[usize], mut out: TensorMut) -> Result<()> {
+    const K: &str = "reduce";
+    expect_dtype(K, "out", out.dtype, x.dtype)?;
+    check_rank(K, x.shape)?;
+    if axes.windows(2).any(|w| w[0] >= w[1]) || axes.last().is_some_and(|&a| a >= x.shape.len()) {
+        return Err(shape_err(K, format!("axes {axes:?} must be sorted, unique and < rank {}", x.shape.len())));
+    }
+    let (kept, red) = split_dims(x.shape, axes);
+    let kept_n: usize = (0..x.shape.len()).filter(|i| !axes.contains(i)).map(|i| x.shape[i]).product();
+    let red_n: usize = axes.iter().map(|&a| x.shape[a]).product();
+    if numel(K, out.shape)? != kept_n {
+        return Err(shape_err(K, format!("output {:?} must hold {kept_n} elements", out.shape)));
+    }
+    if red_n == 0 && matches!(kind, ReduceKind::Max | ReduceKind::Min) && kept_n > 0 {
+        return Err(shape_err(K, "max/min of an empty reduction has no identity"));
+    }
+    debug_assert!(kept.count() == kept_n && red.count() == red_n);
+    let count = red_n as f64;
+    with_scalar!(x.dtype, T, {
+        let xv = view::<T>(K, "x", &x)?;
+        let ov = view_mut::<T>(K, "out", &mut out)?;
+        if kept_n == 0 {
+            return Ok(());
+        }
+        if T::IS_FLOAT {
+            let mut run = |init: f64, fold: fn(f64, f64) -> f64, fin: &dyn Fn(f64) -> f64| {
+                reduce_core(xv, &mut *ov, &kept, &red, init, |a, v: T| fold(a, v.to_f64()), |a| T::from_f64(fin(a)))
+            };
+            match kind {
+                ReduceKind::Sum => run(0.0, |a, v| a + v, &|a| a),
+                ReduceKind::Mean => run(0.0, |a, v| a + v, &|a| a / count),
+                ReduceKind::Prod => run(1.0, |a, v| a * v, &|a| a),
+                // NaN-propagating, like torch.amax / amin.
+                ReduceKind::Max => run(f64::NEG_INFINITY, |a, v| if a.is_nan() || a >= v { a } else { v }, &|a| a),
+                ReduceKind::Min => run(f64::INFINITY, |a, v| if a.is_nan() || a <= v { a } else { v }, &|a| a),
+            }
+        } else {
+            let is_bool = T::DTYPE == DType::Bool;
+            let mut run = |init: i64, fold: fn(i64, i64) -> i64| {
+                reduce_core(xv, &mut *ov, &kept, &red, init, |a, v: T| fold(a, v.to_i64()), T::from_i64)
+            };
+            match kind {
+                ReduceKind::Sum if !is_bool => run(0, |a, v| a.wrapping_add(v)),
+                ReduceKind::Prod if !is_bool => run(1, |a, v| a.wrapping_mul(v)),
+                // Bool max/min are any/all.
+                ReduceKind::Max => run(i64::MIN, |a, v| a.max(v)),
+                ReduceKind::Min => run(i64::MAX, |a, v| a.min(v)),
+                _ => return Err(dtype_err(K, x.dtype)),
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Index (i64) of the first maximum along `axis`; a NaN counts as the maximum.
+/// `out` may keep `axis` as 1 or drop it; only its element count is checked.
+pub fn argmax(x: TensorRef, axis: usize, mut out: TensorMut) -> Result<()> {
+    const K: &str = "argmax";
+    expect_dtype(K, "out", out.dtype, DType::I64)?;
+    if axis >= x.shape.len() {
+        return Err(shape_err(K, format!("axis {axis} out of range for {:?}", x.shape)));
+    }
+    let n = x.shape[axis];
+    let outer: usize = x.shape[..axis].iter().product();
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    if numel(K, out.shape)? != outer * inner {
+        return Err(shape_err(K, format!("output {:?} must hold {} elements", out.shape, outer * inner)));
+    }
+    if n == 0 && outer * inner > 0 {
+        return Err(shape_err(K, "argmax over an empty axis"));
+    }
+    with_scalar!(x.dtype, T, {
+        let xv = view::<T>(K, "x", &x)?;
+        let ov = view_mut::<i64>(K, "out", &mut out)?;
+        for o in 0..outer {
+            for j in 0..inner {
+                let base = o * n * inner + j;
+                let mut best = 0;
+                let mut bv = xv[base];
+                // `v != v` is the NaN test that works for every element type.
+                #[allow(clippy::eq_op)]
+                if bv == bv {
+                    for i in 1..n {
+                        let v = xv[base + i * inner];
+                        if v != v {
+                            best = i;
+                            break;
+                        }
+                        if v > bv {
+                            bv = v;
+                            best = i;
+                        }
+                    }
+                }
+                ov[o * inner + j] = best as i64;
+            }
+        }
+    });
+    Ok(())
+}

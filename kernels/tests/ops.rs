@@ -1,0 +1,414 @@
+#![allow(clippy::too_many_arguments, clippy::needless_range_loop, clippy::type_complexity)]
+mod common;
+use common::*;
+use kiln_kernels::*;
+
+fn ref_mm(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64).sum();
+        }
+    }
+    c
+}
+
+#[test]
+fn matmul_matches_reference() {
+    let mut r = rng(10);
+    let mut s = Scratch::new();
+    for &(m, n, k) in &[(1, 1, 1), (7, 17, 33), (100, 7, 33), (65, 9, 300), (3, 1030, 5), (17, 1, 100)] {
+        let (av, bv) = (rand_f32(&mut r, m * k), rand_f32(&mut r, k * n));
+        let (a, b) = (f32s(&[m, k], &av), f32s(&[k, n], &bv));
+        let mut o = Buf::zeros(DType::F32, &[m, n]);
+        matmul(a.r(), b.r(), o.w(), &mut s).unwrap();
+        // f32 accumulation error grows with K: scale the absolute tolerance.
+        assert_close(&to64(&o.get::<f32>()), &ref_mm(&av, &bv, m, n, k), 1e-5, 1e-6 * k as f64, &format!("{m}x{n}x{k}"));
+    }
+    // Batch broadcast [2,1,5,7] x [3,7,4] -> [2,3,5,4]; rank-1 operands.
+    let (av, bv) = (rand_f32(&mut r, 2 * 5 * 7), rand_f32(&mut r, 3 * 7 * 4));
+    let (a, b) = (f32s(&[2, 1, 5, 7], &av), f32s(&[3, 7, 4], &bv));
+    let mut o = Buf::zeros(DType::F32, &[2, 3, 5, 4]);
+    matmul(a.r(), b.r(), o.w(), &mut s).unwrap();
+    let got = o.get::<f32>();
+    for i in 0..2 {
+        for j in 0..3 {
+            let want = ref_mm(&av[i * 35..(i + 1) * 35], &bv[j * 28..(j + 1) * 28], 5, 4, 7);
+            assert_close(&to64(&got[(i * 3 + j) * 20..(i * 3 + j + 1) * 20]), &want, 1e-5, 1e-5, "batched");
+        }
+    }
+    let a = f32s(&[7], &av[..7]);
+    let mut o = Buf::zeros(DType::F32, &[3, 4]);
+    matmul(a.r(), b.r(), o.w(), &mut s).unwrap();
+    assert_close(&to64(&o.get::<f32>()[..4]), &ref_mm(&av[..7], &bv[..28], 1, 4, 7), 1e-5, 1e-5, "vec-mat");
+    let (a, b) = (f32s(&[2, 5, 7], &av), f32s(&[7], &bv[..7]));
+    let mut o = Buf::zeros(DType::F32, &[2, 5]);
+    matmul(a.r(), b.r(), o.w(), &mut s).unwrap();
+    assert_close(&to64(&o.get::<f32>()), &ref_mm(&av, &bv[..7], 10, 1, 7), 1e-5, 1e-5, "mat-vec");
+    // f64 and errors.
+    let a64 = Buf::from(DType::F64, &[2, 3], &[1.0f64, 2., 3., 4., 5., 6.]);
+    let mut o = Buf::zeros(DType::F64, &[2, 2]);
+    let b64 = Buf::from(DType::F64, &[3, 2], &[1.0f64, 0., 0., 1., 1., 1.]);
+    matmul(a64.r(), b64.r(), o.w(), &mut s).unwrap();
+    assert_eq!(o.get::<f64>(), vec![4., 5., 10., 11.]);
+    let mut bad = Buf::zeros(DType::F64, &[2, 3]);
+    assert!(matmul(a64.r(), b64.r(), bad.w(), &mut s).is_err());
+    assert!(matmul(a64.r(), a64.r(), o.w(), &mut s).is_err());
+}
+
+#[test]
+fn linear_with_bias() {
+    let mut r = rng(11);
+    let mut s = Scratch::new();
+    let (m, n, k) = (33, 17, 100);
+    let (xv, wv, bv) = (rand_f32(&mut r, m * k), rand_f32(&mut r, n * k), rand_f32(&mut r, n));
+    let (x, w, b) = (f32s(&[3, 11, k], &xv), f32s(&[n, k], &wv), f32s(&[n], &bv));
+    let mut o = Buf::zeros(DType::F32, &[3, 11, n]);
+    linear(x.r(), w.r(), Some(b.r()), o.w(), &mut s).unwrap();
+    let mut wt = vec![0f32; k * n];
+    for i in 0..n {
+        for p in 0..k {
+            wt[p * n + i] = wv[i * k + p];
+        }
+    }
+    let mut want = ref_mm(&xv, &wt, m, n, k);
+    want.iter_mut().enumerate().for_each(|(i, v)| *v += bv[i % n] as f64);
+    assert_close(&to64(&o.get::<f32>()), &want, 1e-5, 1e-5, "linear");
+}
+
+/// Direct convolution reference over padded 3-d geometry.
+#[allow(clippy::too_many_arguments)]
+fn ref_conv(x: &[f32], xs: &[usize], w: &[f32], ws: &[usize], bias: &[f32], st: &[usize], pd: &[usize], dl: &[usize], g: usize, os: &[usize]) -> Vec<f64> {
+    let sd = xs.len() - 2;
+    let pad3 = |v: &[usize], fill: usize| -> [usize; 3] { let mut o = [fill; 3]; o[3 - sd..].copy_from_slice(v); o };
+    let (i3, k3, o3) = (pad3(&xs[2..], 1), pad3(&ws[2..], 1), pad3(&os[2..], 1));
+    let (s3, p3, d3) = (pad3(st, 1), pad3(pd, 0), pad3(dl, 1));
+    let (n, cin, cout, cg) = (xs[0], xs[1], ws[0], ws[1]);
+    let og = cout / g;
+    let mut out = vec![0.0; numel(os)];
+    for b in 0..n {
+        for co in 0..cout {
+            let gi = co / og;
+            for oz in 0..o3[0] { for oy in 0..o3[1] { for ox in 0..o3[2] {
+                let mut acc = bias.get(co).copied().unwrap_or(0.0) as f64;
+                for ci in 0..cg { for kz in 0..k3[0] { for ky in 0..k3[1] { for kx in 0..k3[2] {
+                    let iz = (oz * s3[0] + kz * d3[0]) as isize - p3[0] as isize;
+                    let iy = (oy * s3[1] + ky * d3[1]) as isize - p3[1] as isize;
+                    let ix = (ox * s3[2] + kx * d3[2]) as isize - p3[2] as isize;
+                    if iz < 0 || iy < 0 || ix < 0 || iz >= i3[0] as isize || iy >= i3[1] as isize || ix >= i3[2] as isize { continue; }
+                    let c = gi * cg + ci;
+                    let xi = (((b * cin + c) * i3[0] + iz as usize) * i3[1] + iy as usize) * i3[2] + ix as usize;
+                    let wi = (((co * cg + ci) * k3[0] + kz) * k3[1] + ky) * k3[2] + kx;
+                    acc += x[xi] as f64 * w[wi] as f64;
+                }}}}
+                out[((b * cout + co) * o3[0] + oz) * o3[1] * o3[2] + oy * o3[2] + ox] = acc;
+            }}}
+        }
+    }
+    out
+}
+
+#[test]
+fn conv_matches_reference() {
+    let mut r = rng(12);
+    let mut s = Scratch::new();
+    // (x shape, w shape, stride, pad, dil, groups)
+    let cases: &[(&[usize], &[usize], &[usize], &[usize], &[usize], usize)] = &[
+        (&[2, 3, 17, 13], &[5, 3, 3, 3], &[1, 1], &[1, 1], &[1, 1], 1),
+        (&[1, 4, 16, 16], &[6, 2, 3, 2], &[2, 1], &[1, 0], &[2, 1], 2),
+        (&[1, 6, 9, 9], &[6, 1, 3, 3], &[1, 1], &[1, 1], &[1, 1], 6),
+        (&[2, 8, 7, 5], &[4, 8, 1, 1], &[1, 1], &[0, 0], &[1, 1], 1),
+        (&[1, 3, 33], &[4, 3, 5], &[3], &[2], &[1], 1),
+        (&[1, 2, 5, 6, 7], &[3, 2, 3, 3, 3], &[1, 2, 1], &[1, 1, 0], &[1, 1, 2], 1),
+        (&[1, 1, 200, 200], &[2, 1, 5, 5], &[1, 1], &[2, 2], &[1, 1], 1),
+    ];
+    for (xs, ws, st, pd, dl, g) in cases {
+        let sd = xs.len() - 2;
+        let mut os = vec![xs[0], ws[0]];
+        for i in 0..sd {
+            os.push((xs[2 + i] + 2 * pd[i] - dl[i] * (ws[2 + i] - 1) - 1) / st[i] + 1);
+        }
+        let (xv, wv, bv) = (rand_f32(&mut r, numel(xs)), rand_f32(&mut r, numel(ws)), rand_f32(&mut r, ws[0]));
+        let (x, w, b) = (f32s(xs, &xv), f32s(ws, &wv), f32s(&[ws[0]], &bv));
+        let mut o = Buf::zeros(DType::F32, &os);
+        let p = ConvParams { stride: st, padding: pd, dilation: dl, groups: *g };
+        conv(x.r(), w.r(), Some(b.r()), &p, o.w(), &mut s).unwrap();
+        let want = ref_conv(&xv, xs, &wv, ws, &bv, st, pd, dl, *g, &os);
+        assert_close(&to64(&o.get::<f32>()), &want, 1e-5, 1e-5, &format!("conv {xs:?} {ws:?}"));
+        // Bad groups and bad output shape are errors.
+        let bad = ConvParams { groups: 7, ..p };
+        assert!(conv(x.r(), w.r(), None, &bad, o.w(), &mut s).is_err());
+        let mut os2 = os.clone();
+        *os2.last_mut().unwrap() += 1;
+        let mut o2 = Buf::zeros(DType::F32, &os2);
+        assert!(conv(x.r(), w.r(), None, &p, o2.w(), &mut s).is_err());
+    }
+}
+
+#[test]
+fn norms_and_softmax() {
+    let mut r = rng(13);
+    let xs = [2usize, 3, 7, 5];
+    let xv = rand_f32(&mut r, numel(&xs));
+    let x = f32s(&xs, &xv);
+    let (m, v, w, b) = (rand_f32(&mut r, 3), rand_f32(&mut r, 3).iter().map(|v| v.abs()).collect::<Vec<_>>(), rand_f32(&mut r, 3), rand_f32(&mut r, 3));
+    let mut o = Buf::zeros(DType::F32, &xs);
+    batch_norm(x.r(), f32s(&[3], &m).r(), f32s(&[3], &v).r(), f32s(&[3], &w).r(), f32s(&[3], &b).r(), 1e-5, o.w()).unwrap();
+    let want: Vec<f64> = (0..xv.len()).map(|i| { let c = (i / 35) % 3; (xv[i] as f64 - m[c] as f64) / (v[c] as f64 + 1e-5).sqrt() * w[c] as f64 + b[c] as f64 }).collect();
+    assert_close(&to64(&o.get::<f32>()), &want, 1e-5, 1e-5, "batch_norm");
+
+    let (lw, lb) = (rand_f32(&mut r, 35), rand_f32(&mut r, 35));
+    layer_norm(x.r(), Some(f32s(&[7, 5], &lw).r()), Some(f32s(&[7, 5], &lb).r()), 2, 1e-5, o.w()).unwrap();
+    let mut want = vec![0.0; xv.len()];
+    for (row, wr) in xv.chunks(35).zip(want.chunks_mut(35)) {
+        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / 35.0;
+        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 35.0;
+        for i in 0..35 { wr[i] = (row[i] as f64 - mean) / (var + 1e-5).sqrt() * lw[i] as f64 + lb[i] as f64; }
+    }
+    assert_close(&to64(&o.get::<f32>()), &want, 1e-5, 1e-5, "layer_norm");
+
+    for axis in 0..4 {
+        for log in [false, true] {
+            softmax(x.r(), axis, log, o.w()).unwrap();
+            let inner: usize = xs[axis + 1..].iter().product();
+            let n = xs[axis];
+            let want: Vec<f64> = (0..xv.len()).map(|i| {
+                let (outer, j) = (i / (n * inner), i % inner);
+                let row: Vec<f64> = (0..n).map(|t| xv[outer * n * inner + t * inner + j] as f64).collect();
+                let lse = row.iter().map(|v| v.exp()).sum::<f64>().ln();
+                let y = xv[i] as f64 - lse;
+                if log { y } else { y.exp() }
+            }).collect();
+            assert_close(&to64(&o.get::<f32>()), &want, 1e-5, 1e-6, &format!("softmax {axis} {log}"));
+        }
+    }
+    assert!(softmax(x.r(), 4, false, o.w()).is_err());
+}
+
+#[test]
+fn reductions() {
+    let mut r = rng(14);
+    let xs = [3usize, 4, 5, 6];
+    let xv = rand_f32(&mut r, numel(&xs));
+    let x = f32s(&xs, &xv);
+    let axes_cases: &[&[usize]] = &[&[3], &[0], &[1, 2], &[0, 2], &[0, 1, 2, 3], &[], &[1, 3]];
+    for axes in axes_cases {
+        let os: Vec<usize> = (0..4).map(|i| if axes.contains(&i) { 1 } else { xs[i] }).collect();
+        for kind in [ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max, ReduceKind::Min, ReduceKind::Prod] {
+            let mut o = Buf::zeros(DType::F32, &os);
+            reduce(kind, x.r(), axes, o.w()).unwrap();
+            let mut want = vec![Vec::new(); numel(&os)];
+            for (i, &v) in xv.iter().enumerate() {
+                let idx = unravel(i, &xs);
+                want[bcast_index(&idx, &os)].push(v as f64);
+            }
+            let want: Vec<f64> = want.iter().map(|g| match kind {
+                ReduceKind::Sum => g.iter().sum(),
+                ReduceKind::Mean => g.iter().sum::<f64>() / g.len() as f64,
+                ReduceKind::Max => g.iter().cloned().fold(f64::MIN, f64::max),
+                ReduceKind::Min => g.iter().cloned().fold(f64::MAX, f64::min),
+                ReduceKind::Prod => g.iter().product(),
+            }).collect();
+            assert_close(&to64(&o.get::<f32>()), &want, 1e-5, 1e-6, &format!("{kind:?} {axes:?}"));
+        }
+    }
+    let xi = Buf::from(DType::I64, &[2, 3], &[1i64, -5, 3, 4, 5, 6]);
+    let mut o = Buf::zeros(DType::I64, &[2]);
+    reduce(ReduceKind::Sum, xi.r(), &[1], o.w()).unwrap();
+    assert_eq!(o.get::<i64>(), vec![-1, 15]);
+    reduce(ReduceKind::Min, xi.r(), &[1], o.w()).unwrap();
+    assert_eq!(o.get::<i64>(), vec![-5, 4]);
+    assert!(reduce(ReduceKind::Mean, xi.r(), &[1], o.w()).is_err());
+    let xb = Buf::from(DType::Bool, &[2, 2], &[1u8, 0, 1, 1]);
+    let mut ob = Buf::zeros(DType::Bool, &[2]);
+    reduce(ReduceKind::Min, xb.r(), &[1], ob.w()).unwrap();
+    assert_eq!(ob.get::<u8>(), vec![0, 1]);
+    reduce(ReduceKind::Max, xb.r(), &[1], ob.w()).unwrap();
+    assert_eq!(ob.get::<u8>(), vec![1, 1]);
+    // Empty reductions.
+    let e = f32s(&[2, 0], &[]);
+    let mut o = Buf::zeros(DType::F32, &[2]);
+    reduce(ReduceKind::Sum, e.r(), &[1], o.w()).unwrap();
+    assert_eq!(o.get::<f32>(), vec![0.0, 0.0]);
+    reduce(ReduceKind::Prod, e.r(), &[1], o.w()).unwrap();
+    assert_eq!(o.get::<f32>(), vec![1.0, 1.0]);
+    reduce(ReduceKind::Mean, e.r(), &[1], o.w()).unwrap();
+    assert!(o.get::<f32>()[0].is_nan());
+    assert!(reduce(ReduceKind::Max, e.r(), &[1], o.w()).is_err());
+    assert!(reduce(ReduceKind::Sum, x.r(), &[2, 1], o.w()).is_err());
+    assert!(reduce(ReduceKind::Sum, x.r(), &[4], o.w()).is_err());
+
+    let a = f32s(&[2, 4], &[1.0, 3.0, 3.0, 2.0, 1.0, f32::NAN, 5.0, f32::NAN]);
+    let mut o = Buf::zeros(DType::I64, &[2]);
+    argmax(a.r(), 1, o.w()).unwrap();
+    assert_eq!(o.get::<i64>(), vec![1, 1]);
+    let mut o = Buf::zeros(DType::I64, &[4]);
+    argmax(a.r(), 0, o.w()).unwrap();
+    assert_eq!(o.get::<i64>(), vec![0, 1, 1, 1]);
+}
+
+#[test]
+fn pooling() {
+    let x = f32s(&[1, 1, 4, 5], &(0..20).map(|v| v as f32).collect::<Vec<_>>());
+    // 3x3 max pool, stride 2, pad 1 -> [2, 3]
+    let p = PoolParams { kernel: &[3, 3], stride: &[2, 2], padding: &[1, 1], dilation: &[1, 1], count_include_pad: true };
+    let mut o = Buf::zeros(DType::F32, &[1, 1, 2, 3]);
+    pool(PoolKind::Max, x.r(), &p, o.w()).unwrap();
+    assert_eq!(o.get::<f32>(), vec![6., 8., 9., 16., 18., 19.]);
+    pool(PoolKind::Avg, x.r(), &p, o.w()).unwrap();
+    // torch.nn.functional.avg_pool2d(x, 3, 2, 1, count_include_pad=True)
+    assert_close(&to64(&o.get::<f32>()), &[12. / 9., 27. / 9., 24. / 9., 63. / 9., 108. / 9., 81. / 9.], 1e-6, 0.0, "avg incl");
+    let p2 = PoolParams { count_include_pad: false, ..p };
+    pool(PoolKind::Avg, x.r(), &p2, o.w()).unwrap();
+    assert_close(&to64(&o.get::<f32>()), &[3., 4.5, 6., 10.5, 12., 13.5], 1e-6, 0.0, "avg excl");
+    // ceil_mode: 1-d, len 5, kernel 2 stride 2 -> 3 outputs; last window half past the end.
+    let x1 = f32s(&[1, 5], &[1., 2., 3., 4., 5.]);
+    let p1 = PoolParams { kernel: &[2], stride: &[2], padding: &[0], dilation: &[1], count_include_pad: true };
+    let mut o1 = Buf::zeros(DType::F32, &[1, 3]);
+    pool(PoolKind::Avg, x1.r(), &p1, o1.w()).unwrap();
+    assert_eq!(o1.get::<f32>(), vec![1.5, 3.5, 5.0]);
+    pool(PoolKind::Max, x1.r(), &p1, o1.w()).unwrap();
+    assert_eq!(o1.get::<f32>(), vec![2., 4., 5.]);
+    let mut bad = Buf::zeros(DType::F32, &[1, 4]);
+    assert!(pool(PoolKind::Max, x1.r(), &p1, bad.w()).is_err());
+    // Dilated max pool.
+    let pd = PoolParams { kernel: &[2], stride: &[1], padding: &[0], dilation: &[2], count_include_pad: true };
+    pool(PoolKind::Max, x1.r(), &pd, o1.w()).unwrap();
+    assert_eq!(o1.get::<f32>(), vec![3., 4., 5.]);
+    // Adaptive: 5 -> 3 uses [0,2), [1,4), [3,5).
+    let xa = f32s(&[2, 5], &[1., 2., 3., 4., 5., 0., 0., 0., 0., 10.]);
+    let mut oa = Buf::zeros(DType::F32, &[2, 3]);
+    adaptive_avg_pool(xa.r(), oa.w()).unwrap();
+    assert_close(&to64(&oa.get::<f32>()), &[1.5, 3.0, 4.5, 0.0, 0.0, 5.0], 1e-6, 0.0, "adaptive");
+    let mut og = Buf::zeros(DType::F32, &[1, 1, 1, 1]);
+    adaptive_avg_pool(x.r(), og.w()).unwrap();
+    assert_eq!(og.get::<f32>(), vec![9.5]);
+}
+
+fn ref_attention(q: &[f32], k: &[f32], v: &[f32], l: usize, s: usize, e: usize, ev: usize, keep: &dyn Fn(usize, usize) -> f64) -> Vec<f64> {
+    let scale = 1.0 / (e as f64).sqrt();
+    let mut out = vec![0.0; l * ev];
+    for i in 0..l {
+        let sc: Vec<f64> = (0..s).map(|j| (0..e).map(|p| q[i * e + p] as f64 * k[j * e + p] as f64).sum::<f64>() * scale + keep(i, j)).collect();
+        let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let ex: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+        let z: f64 = ex.iter().sum();
+        for c in 0..ev {
+            out[i * ev + c] = (0..s).map(|j| ex[j] / z * v[j * ev + c] as f64).sum();
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_matches_reference() {
+    let mut r = rng(15);
+    let mut sc = Scratch::new();
+    let (b, l, s, e, ev) = (3, 7, 17, 8, 5);
+    let qv = rand_f32(&mut r, b * l * e);
+    let kv = rand_f32(&mut r, s * e); // batch-broadcast k and v
+    let vv = rand_f32(&mut r, s * ev);
+    let (q, k, v) = (f32s(&[b, l, e], &qv), f32s(&[1, s, e], &kv), f32s(&[1, s, ev], &vv));
+    let mut o = Buf::zeros(DType::F32, &[b, l, ev]);
+    attention(q.r(), k.r(), v.r(), None, true, None, o.w(), &mut sc).unwrap();
+    let got = o.get::<f32>();
+    for t in 0..b {
+        let want = ref_attention(&qv[t * l * e..], &kv, &vv, l, s, e, ev, &|i, j| if j <= i { 0.0 } else { f64::NEG_INFINITY });
+        assert_close(&to64(&got[t * l * ev..(t + 1) * l * ev]), &want, 1e-5, 1e-5, "causal");
+    }
+    // Float mask broadcast over batch; bool mask with a fully masked row -> NaN.
+    let mv = rand_f32(&mut r, l * s);
+    let m = f32s(&[l, s], &mv);
+    attention(q.r(), k.r(), v.r(), Some(m.r()), false, None, o.w(), &mut sc).unwrap();
+    let want = ref_attention(&qv, &kv, &vv, l, s, e, ev, &|i, j| mv[i * s + j] as f64);
+    assert_close(&to64(&o.get::<f32>()[..l * ev]), &want, 1e-5, 1e-5, "float mask");
+    let bm: Vec<u8> = (0..l * s).map(|i| (i / s != 2 && i % 3 != 0) as u8).collect();
+    let m = Buf::from(DType::Bool, &[1, l, s], &bm);
+    attention(q.r(), k.r(), v.r(), Some(m.r()), false, None, o.w(), &mut sc).unwrap();
+    let want = ref_attention(&qv, &kv, &vv, l, s, e, ev, &|i, j| if bm[i * s + j] != 0 { 0.0 } else { f64::NEG_INFINITY });
+    assert_close(&to64(&o.get::<f32>()[..l * ev]), &want, 1e-5, 1e-5, "bool mask");
+    assert!(o.get::<f32>()[2 * ev].is_nan());
+    let mut bad = Buf::zeros(DType::F32, &[b, l, ev + 1]);
+    assert!(attention(q.r(), k.r(), v.r(), None, false, None, bad.w(), &mut sc).is_err());
+}
+
+#[test]
+fn layout_ops() {
+    let xv: Vec<i16> = (0..24).collect();
+    let x = Buf::from(DType::I16, &[2, 3, 4], &xv);
+    let mut o = Buf::zeros(DType::I16, &[4, 2, 3]);
+    permute(x.r(), &[2, 0, 1], o.w()).unwrap();
+    let got = o.get::<i16>();
+    for i in 0..24 {
+        let [a, b, c] = [i / 6, (i / 3) % 2, i % 3];
+        assert_eq!(got[i], xv[b * 12 + c * 4 + a]);
+    }
+    assert!(permute(x.r(), &[0, 0, 1], o.w()).is_err());
+
+    let e = Buf::from(DType::F64, &[3, 1], &[1.0f64, 2.0, 3.0]);
+    let mut o = Buf::zeros(DType::F64, &[2, 3, 2]);
+    expand(e.r(), o.w()).unwrap();
+    assert_eq!(o.get::<f64>(), vec![1., 1., 2., 2., 3., 3., 1., 1., 2., 2., 3., 3.]);
+
+    let mut o = Buf::zeros(DType::I16, &[2, 3, 2]);
+    slice(x.r(), 2, 1, 2, o.w()).unwrap();
+    assert_eq!(o.get::<i16>(), vec![1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23]);
+    let mut o = Buf::zeros(DType::I16, &[2, 3, 3]);
+    assert!(slice(x.r(), 2, 1, 2, o.w()).is_err());
+
+    let y = Buf::from(DType::I16, &[2, 1, 4], &[100i16; 8]);
+    let mut o = Buf::zeros(DType::I16, &[2, 4, 4]);
+    concat(&[x.r(), y.r()], 1, o.w()).unwrap();
+    let got = o.get::<i16>();
+    assert_eq!(&got[..16], &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 100, 100, 100, 100]);
+    assert_eq!(&got[16..20], &[12, 13, 14, 15]);
+
+    let idx = Buf::from(DType::I64, &[2, 2], &[0i64, -1, 2, 1]);
+    let mut o = Buf::zeros(DType::I16, &[2, 2, 2, 4]);
+    gather(x.r(), idx.r(), 1, o.w()).unwrap();
+    let got = o.get::<i16>();
+    assert_eq!(&got[..8], &[0, 1, 2, 3, 8, 9, 10, 11]);
+    let bad = Buf::from(DType::I32, &[2, 2], &[0i32, 3, 1, 1]);
+    assert!(gather(x.r(), bad.r(), 1, o.w()).is_err());
+    let bad = Buf::from(DType::I32, &[2, 2], &[0i32, -4, 1, 1]);
+    assert!(gather(x.r(), bad.r(), 1, o.w()).is_err());
+
+    let mut o = Buf::zeros(DType::I32, &[5]);
+    arange(2.0, 3.0, o.w()).unwrap();
+    assert_eq!(o.get::<i32>(), vec![2, 5, 8, 11, 14]);
+    fill(-1.5, o.w()).unwrap();
+    assert_eq!(o.get::<i32>(), vec![-1; 5]);
+    let mut o = Buf::zeros(DType::I16, &[6, 4]);
+    copy(x.r(), o.w()).unwrap();
+    assert_eq!(o.get::<i16>(), xv);
+    let mut o = Buf::zeros(DType::I16, &[5]);
+    assert!(copy(x.r(), o.w()).is_err());
+}
+
+/// Rough throughput check: `cargo test -p kiln-kernels --release -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn gemm_throughput() {
+    let mut s = Scratch::new();
+    for &n in &[64usize, 256, 512] {
+        let (a, b) = (f32s(&[n, n], &vec![0.5; n * n]), f32s(&[n, n], &vec![0.25; n * n]));
+        let mut o = Buf::zeros(DType::F32, &[n, n]);
+        matmul(a.r(), b.r(), o.w(), &mut s).unwrap();
+        let reps = (1 << 27) / (n * n * n) + 1;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            matmul(a.r(), b.r(), o.w(), &mut s).unwrap();
+        }
+        let secs = t.elapsed().as_secs_f64() / reps as f64;
+        println!("matmul {n}^3: {:.2} GFLOP/s", 2.0 * (n * n * n) as f64 / secs / 1e9);
+    }
+    let x = f32s(&[1, 64, 56, 56], &vec![0.1; 64 * 56 * 56]);
+    let w = f32s(&[64, 64, 3, 3], &vec![0.1; 64 * 64 * 9]);
+    let mut o = Buf::zeros(DType::F32, &[1, 64, 56, 56]);
+    let p = ConvParams { stride: &[1, 1], padding: &[1, 1], dilation: &[1, 1], groups: 1 };
+    conv(x.r(), w.r(), None, &p, o.w(), &mut s).unwrap();
+    let t = std::time::Instant::now();
+    conv(x.r(), w.r(), None, &p, o.w(), &mut s).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    println!("conv 64x56x56 3x3: {:.2} GFLOP/s", 2.0 * 64.0 * 64.0 * 9.0 * 56.0 * 56.0 / secs / 1e9);
+}

@@ -1,0 +1,27 @@
+//! Runtime errors: values, never panics.
+
+use kiln_kernels::KernelError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("malformed artifact: section `{section}` at offset {offset}: {detail}")]
+    Format { section: String, offset: u64, detail: String },
+    #[error("artifact format {}.{} is not supported by this runtime (reads {}.0 to {}.{})", found.0, found.1, supported.0, supported.0, supported.1)]
+    Version { found: (u16, u16), supported: (u16, u16) },
+    #[error("checksum mismatch in section `{section}`: stored {expected:#010x}, computed {found:#010x} (file corrupted?)")]
+    Checksum { section: String, expected: u32, found: u32 },
+    #[error("invalid plan: {0}")]
+    Plan(String),
+    #[error("input {index} (`{name}`): {detail}")]
+    Input { index: usize, name: String, detail: String },
+    #[error("{0}")]
+    Shape(String),
+    #[error("instruction {index} ({origin}): {source}")]
+    Kernel { index: usize, origin: String, source: KernelError },
+    #[error("cannot allocate {bytes} bytes for the session arena")]
+    OutOfMemory { bytes: u64 },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

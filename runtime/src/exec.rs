@@ -1,0 +1,67 @@
+//! Instruction dispatch: one `match` from the plan's kernel ids to the kernels.
+
+use crate::format::Kernel;
+use kiln_kernels::{self as k, ConvParams, PoolParams, Result, Scratch, TensorMut, TensorRef};
+
+/// Small parameter lists (≤ 3 spatial dims, ≤ MAX_RANK axes) converted without
+/// allocating.
+struct Usizes {
+    buf: [usize; crate::validate::MAX_RANK],
+    len: usize,
+}
+
+impl Usizes {
+    fn of(v: &[u32]) -> Usizes {
+        let mut buf = [0; crate::validate::MAX_RANK];
+        let len = v.len().min(buf.len());
+        for (b, &x) in buf.iter_mut().zip(v) {
+            *b = x as usize;
+        }
+        Usizes { buf, len }
+    }
+    fn get(&self) -> &[usize] {
+        &self.buf[..self.len]
+    }
+}
+
+/// Runs one instruction. `in_place` says the first operand shares the output's
+/// storage (a reshape the planner aliased), which makes `Copy` a no-op.
+pub(crate) fn dispatch(kernel: &Kernel, ins: &[TensorRef<'_>], out: TensorMut<'_>, in_place: bool, scratch: &mut Scratch) -> Result<()> {
+    // Operand counts were validated at load; `opt` reads trailing optionals.
+    let opt = |i: usize| ins.get(i).copied();
+    match kernel {
+        Kernel::Unary(op) => k::unary(*op, ins[0], out),
+        Kernel::Binary(op) => k::binary(*op, ins[0], ins[1], out),
+        Kernel::Where => k::where_(ins[0], ins[1], ins[2], out),
+        Kernel::Cast => k::cast(ins[0], out),
+        Kernel::Clamp { min, max } => k::clamp(ins[0], *min, *max, out),
+        Kernel::MatMul => k::matmul(ins[0], ins[1], out, scratch),
+        Kernel::Linear => k::linear(ins[0], ins[1], opt(2), out, scratch),
+        Kernel::Conv { stride, padding, dilation, groups } => {
+            let (s, p, d) = (Usizes::of(stride), Usizes::of(padding), Usizes::of(dilation));
+            let params = ConvParams { stride: s.get(), padding: p.get(), dilation: d.get(), groups: *groups as usize };
+            k::conv(ins[0], ins[1], opt(2), &params, out, scratch)
+        }
+        Kernel::BatchNorm { eps } => k::batch_norm(ins[0], ins[1], ins[2], ins[3], ins[4], *eps, out),
+        Kernel::LayerNorm { normalized_rank, eps } => k::layer_norm(ins[0], opt(1), opt(2), *normalized_rank as usize, *eps, out),
+        Kernel::Softmax { axis, log } => k::softmax(ins[0], *axis as usize, *log, out),
+        Kernel::Reduce { kind, axes } => k::reduce(*kind, ins[0], Usizes::of(axes).get(), out),
+        Kernel::ArgMax { axis } => k::argmax(ins[0], *axis as usize, out),
+        Kernel::Pool { kind, kernel, stride, padding, dilation, count_include_pad } => {
+            let (kk, s, p, d) = (Usizes::of(kernel), Usizes::of(stride), Usizes::of(padding), Usizes::of(dilation));
+            let params = PoolParams { kernel: kk.get(), stride: s.get(), padding: p.get(), dilation: d.get(), count_include_pad: *count_include_pad };
+            k::pool(*kind, ins[0], &params, out)
+        }
+        Kernel::AdaptiveAvgPool => k::adaptive_avg_pool(ins[0], out),
+        Kernel::Attention { causal, scale } => k::attention(ins[0], ins[1], ins[2], opt(3), *causal, *scale, out, scratch),
+        Kernel::Copy if in_place => Ok(()),
+        Kernel::Copy => k::copy(ins[0], out),
+        Kernel::Expand => k::expand(ins[0], out),
+        Kernel::Permute { perm } => k::permute(ins[0], Usizes::of(perm).get(), out),
+        Kernel::Slice { axis, start, step } => k::slice(ins[0], *axis as usize, *start as usize, *step as usize, out),
+        Kernel::Concat { axis } => k::concat(ins, *axis as usize, out),
+        Kernel::Gather { axis } => k::gather(ins[0], ins[1], *axis as usize, out),
+        Kernel::Fill { value } => k::fill(*value, out),
+        Kernel::Arange { start, step } => k::arange(*start, *step, out),
+    }
+}

@@ -1,0 +1,83 @@
+//! The `.kiln` file format.
+//!
+//! ```text
+//! offset 0   FileHeader (48 bytes)
+//!            SectionEntry × section_count (32 bytes each)
+//!            sections, each starting at a multiple of SECTION_ALIGN
+//! ```
+//! All integers are little-endian. Every section carries a CRC-32 of its bytes.
+//! The plan section is a `postcard`-encoded [`Plan`]; the weights section holds
+//! raw tensors, each at a multiple of [`WEIGHT_ALIGN`] from the section start, so
+//! the runtime uses them in place from the memory map.
+//!
+//! Compatibility: a reader accepts files whose major version equals its own and
+//! whose minor version is not newer. Unknown sections flagged
+//! [`SECTION_FLAG_OPTIONAL`] are skipped (room for StableHLO text, native code,
+//! quantization tables, shardings); unknown required sections are an error.
+
+pub mod plan;
+mod read;
+mod write;
+
+pub use plan::*;
+pub use read::{parse_container, Container};
+pub use write::{ArtifactWriter, WeightsBuilder};
+
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+pub const MAGIC: [u8; 8] = *b"KILNART\0";
+pub const FORMAT_MAJOR: u16 = 0;
+pub const FORMAT_MINOR: u16 = 1;
+/// Sections start at multiples of this (a cache line; also enough for any dtype).
+pub const SECTION_ALIGN: u64 = 64;
+/// Each weight tensor starts at a multiple of this inside the weights section.
+pub const WEIGHT_ALIGN: u64 = 64;
+
+/// Section kinds.
+pub const SECTION_PLAN: u32 = 1;
+pub const SECTION_WEIGHTS: u32 = 2;
+pub const SECTION_METADATA: u32 = 3;
+
+/// A reader that does not know this section may skip it.
+pub const SECTION_FLAG_OPTIONAL: u32 = 1;
+
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct FileHeader {
+    pub magic: [u8; 8],
+    pub major: U16,
+    pub minor: U16,
+    pub section_count: U32,
+    /// Total file length, so truncation is caught before anything else.
+    pub file_len: U64,
+    /// CRC-32 of the section table.
+    pub table_crc: U32,
+    pub reserved: [u8; 20],
+}
+
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct SectionEntry {
+    pub kind: U32,
+    pub flags: U32,
+    pub offset: U64,
+    pub len: U64,
+    pub crc: U32,
+    pub reserved: U32,
+}
+
+pub const HEADER_LEN: usize = std::mem::size_of::<FileHeader>();
+pub const ENTRY_LEN: usize = std::mem::size_of::<SectionEntry>();
+
+const _: () = assert!(HEADER_LEN == 48);
+const _: () = assert!(ENTRY_LEN == 32);
+
+pub fn section_name(kind: u32) -> &'static str {
+    match kind {
+        SECTION_PLAN => "plan",
+        SECTION_WEIGHTS => "weights",
+        SECTION_METADATA => "metadata",
+        _ => "unknown",
+    }
+}

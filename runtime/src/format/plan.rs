@@ -1,0 +1,167 @@
+//! The execution plan: tables indexed by `u32`, fixed at compile time.
+//!
+//! Nothing here is looked up by string at load or run time: instructions name
+//! their tensors by index, tensors name their storage by offset, dimensions name
+//! their expressions by index. The loader validates every index before use.
+
+pub use kiln_kernels::{BinaryOp, DType, PoolKind, ReduceKind, UnaryOp};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub symbols: Vec<SymbolDecl>,
+    /// Dimension expressions; an expression's operands index earlier entries.
+    pub exprs: Vec<DimExpr>,
+    pub tensors: Vec<TensorDecl>,
+    pub inputs: Vec<IoDecl>,
+    pub outputs: Vec<IoDecl>,
+    pub instrs: Vec<Instr>,
+    /// Bytes each session allocates for activations (inputs, intermediates, outputs).
+    pub arena_bytes: u64,
+    /// Largest sum of simultaneously live tensors: the lower bound for `arena_bytes`.
+    pub peak_live_bytes: u64,
+}
+
+/// A shape symbol bound at run time from an input dimension.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SymbolDecl {
+    pub name: String,
+    pub min: u64,
+    pub max: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DimExpr {
+    Const(u64),
+    Sym(u32),
+    Add(u32, u32),
+    Mul(u32, u32),
+    FloorDiv(u32, u32),
+    Mod(u32, u32),
+}
+
+/// One dimension of a declared shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DimRef {
+    Static(u64),
+    /// Index into [`Plan::exprs`].
+    Expr(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Storage {
+    /// Activation memory: `max_bytes` at `offset` in the session arena.
+    Arena { offset: u64, max_bytes: u64 },
+    /// Read-only bytes at `offset` in the weights section.
+    Weight { offset: u64, bytes: u64 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorDecl {
+    pub dtype: DType,
+    pub shape: Vec<DimRef>,
+    pub storage: Storage,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoDecl {
+    pub name: String,
+    pub tensor: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Instr {
+    pub kernel: Kernel,
+    pub inputs: Vec<u32>,
+    pub outputs: Vec<u32>,
+    /// Human-readable origin (`linear from fc1 at model.py:12`) for error messages.
+    pub origin: String,
+}
+
+/// The kernel an instruction runs, with its compile-time parameters. Shapes come
+/// from the tensors' declared shapes, evaluated per call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Kernel {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Where,
+    Cast,
+    Clamp { min: Option<f64>, max: Option<f64> },
+    MatMul,
+    Linear,
+    Conv { stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32 },
+    BatchNorm { eps: f64 },
+    LayerNorm { normalized_rank: u32, eps: f64 },
+    Softmax { axis: u32, log: bool },
+    Reduce { kind: ReduceKind, axes: Vec<u32> },
+    ArgMax { axis: u32 },
+    Pool { kind: PoolKind, kernel: Vec<u32>, stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, count_include_pad: bool },
+    AdaptiveAvgPool,
+    Attention { causal: bool, scale: Option<f64> },
+    /// Same bytes, new shape. A no-op when input and output share storage.
+    Copy,
+    Expand,
+    Permute { perm: Vec<u32> },
+    Slice { axis: u32, start: u64, step: u64 },
+    Concat { axis: u32 },
+    Gather { axis: u32 },
+    Fill { value: f64 },
+    Arange { start: f64, step: f64 },
+}
+
+impl Kernel {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kernel::Unary(_) => "unary",
+            Kernel::Binary(_) => "binary",
+            Kernel::Where => "where",
+            Kernel::Cast => "cast",
+            Kernel::Clamp { .. } => "clamp",
+            Kernel::MatMul => "matmul",
+            Kernel::Linear => "linear",
+            Kernel::Conv { .. } => "conv",
+            Kernel::BatchNorm { .. } => "batch_norm",
+            Kernel::LayerNorm { .. } => "layer_norm",
+            Kernel::Softmax { log: false, .. } => "softmax",
+            Kernel::Softmax { log: true, .. } => "log_softmax",
+            Kernel::Reduce { .. } => "reduce",
+            Kernel::ArgMax { .. } => "argmax",
+            Kernel::Pool { kind: PoolKind::Max, .. } => "max_pool",
+            Kernel::Pool { kind: PoolKind::Avg, .. } => "avg_pool",
+            Kernel::AdaptiveAvgPool => "adaptive_avg_pool",
+            Kernel::Attention { .. } => "attention",
+            Kernel::Copy => "copy",
+            Kernel::Expand => "expand",
+            Kernel::Permute { .. } => "permute",
+            Kernel::Slice { .. } => "slice",
+            Kernel::Concat { .. } => "concat",
+            Kernel::Gather { .. } => "gather",
+            Kernel::Fill { .. } => "fill",
+            Kernel::Arange { .. } => "arange",
+        }
+    }
+
+    /// Allowed (min, max) operand counts; checked at load.
+    pub fn operand_count(&self) -> (usize, usize) {
+        match self {
+            Kernel::Binary(_) | Kernel::MatMul | Kernel::Gather { .. } => (2, 2),
+            Kernel::Where => (3, 3),
+            Kernel::Linear | Kernel::Conv { .. } => (2, 3),
+            Kernel::BatchNorm { .. } => (5, 5),
+            Kernel::LayerNorm { .. } => (1, 3),
+            Kernel::Attention { .. } => (3, 4),
+            Kernel::Concat { .. } => (1, u32::MAX as usize),
+            Kernel::Fill { .. } | Kernel::Arange { .. } => (0, 0),
+            _ => (1, 1),
+        }
+    }
+}
+
+/// Producer information, for `kiln inspect` and bug reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    pub producer: String,
+    pub source: String,
+    pub target: String,
+    pub torch_version: String,
+}

@@ -1,0 +1,307 @@
+//! A per-thread execution context: owns the arena, the evaluated shapes and the
+//! kernels' scratch memory. After the first call `run` allocates nothing (the
+//! scratch only grows if a later call has larger dynamic shapes than any before).
+
+use crate::aligned::AlignedBuf;
+use crate::exec::dispatch;
+use crate::format::{DimExpr, DimRef, Storage};
+use crate::program::Program;
+use crate::{Error, Result};
+use kiln_kernels::{DType, Scratch, TensorMut, TensorRef};
+use std::sync::Arc;
+
+/// A read-only view of a tensor: dtype, shape and row-major bytes.
+pub type TensorView<'a> = TensorRef<'a>;
+
+/// An owned tensor, for callers that want to keep outputs past the next run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+impl Tensor {
+    pub fn view(&self) -> TensorView<'_> {
+        TensorRef { dtype: self.dtype, shape: &self.shape, data: &self.data }
+    }
+
+    pub fn from_f32(shape: &[usize], values: &[f32]) -> Tensor {
+        Tensor { dtype: DType::F32, shape: shape.to_vec(), data: values.iter().flat_map(|v| v.to_le_bytes()).collect() }
+    }
+
+    pub fn from_i64(shape: &[usize], values: &[i64]) -> Tensor {
+        Tensor { dtype: DType::I64, shape: shape.to_vec(), data: values.iter().flat_map(|v| v.to_le_bytes()).collect() }
+    }
+
+    /// The elements as f32, when the dtype is f32.
+    pub fn to_f32(&self) -> Option<Vec<f32>> {
+        (self.dtype == DType::F32).then(|| self.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+}
+
+pub struct Session {
+    program: Arc<Program>,
+    arena: AlignedBuf,
+    sym_vals: Vec<u64>,
+    expr_vals: Vec<u64>,
+    /// Evaluated shapes of all tensors, flattened; tensor `t` is `shapes[shape_at[t]..shape_at[t+1]]`.
+    shapes: Vec<usize>,
+    shape_at: Vec<usize>,
+    /// Symbol values the shapes were last evaluated for.
+    evaluated_for: Option<Vec<u64>>,
+    scratch: Scratch,
+    operand_buf: Vec<TensorRef<'static>>,
+}
+
+impl Session {
+    pub(crate) fn new(program: Arc<Program>) -> Result<Session> {
+        let plan = program.plan();
+        let bytes = plan.arena_bytes;
+        let arena = usize::try_from(bytes).ok().and_then(AlignedBuf::zeroed).ok_or(Error::OutOfMemory { bytes })?;
+        let mut shape_at = Vec::with_capacity(plan.tensors.len() + 1);
+        let mut total = 0;
+        for t in &plan.tensors {
+            shape_at.push(total);
+            total += t.shape.len();
+        }
+        shape_at.push(total);
+        Ok(Session {
+            sym_vals: vec![0; plan.symbols.len()],
+            expr_vals: vec![0; plan.exprs.len()],
+            shapes: vec![0; total],
+            shape_at,
+            evaluated_for: None,
+            scratch: Scratch::new(),
+            operand_buf: Vec::new(),
+            arena,
+            program,
+        })
+    }
+
+    pub fn program(&self) -> &Arc<Program> {
+        &self.program
+    }
+
+    /// Runs the program. Inputs are given in the program's input order; the
+    /// outputs borrow the session until the next call.
+    pub fn run(&mut self, inputs: &[TensorView<'_>]) -> Result<Outputs<'_>> {
+        self.bind(inputs)?;
+        self.copy_inputs(inputs);
+        self.execute()?;
+        Ok(Outputs { session: self })
+    }
+
+    /// Checks inputs against the declared dtypes and bounds, binds symbols and
+    /// evaluates every shape.
+    fn bind(&mut self, inputs: &[TensorView<'_>]) -> Result<()> {
+        let plan = self.program.plan();
+        if inputs.len() != plan.inputs.len() {
+            return Err(Error::Shape(format!("expected {} inputs, got {}", plan.inputs.len(), inputs.len())));
+        }
+        let input_err = |index: usize, detail: String| Error::Input { index, name: plan.inputs[index].name.clone(), detail };
+        // Pass 1: dtypes, ranks, and bind symbols from plain symbolic dims.
+        for (i, (io, x)) in plan.inputs.iter().zip(inputs).enumerate() {
+            let decl = &plan.tensors[io.tensor as usize];
+            if x.dtype != decl.dtype {
+                return Err(input_err(i, format!("dtype is {}, expected {}", x.dtype, decl.dtype)));
+            }
+            if x.shape.len() != decl.shape.len() {
+                return Err(input_err(i, format!("rank is {} (shape {:?}), expected {}", x.shape.len(), x.shape, decl.shape.len())));
+            }
+            let numel = x.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+            if numel.and_then(|n| n.checked_mul(x.dtype.size_bytes())) != Some(x.data.len()) {
+                return Err(input_err(i, format!("{} data bytes do not match shape {:?}", x.data.len(), x.shape)));
+            }
+            for (axis, (d, &actual)) in decl.shape.iter().zip(x.shape).enumerate() {
+                if let DimRef::Expr(e) = d {
+                    if let DimExpr::Sym(s) = plan.exprs[*e as usize] {
+                        let sym = &plan.symbols[s as usize];
+                        let actual = actual as u64;
+                        if actual < sym.min || actual > sym.max {
+                            return Err(input_err(
+                                i,
+                                format!("dimension {axis} is {actual}, outside the range [{}, {}] of `{}`", sym.min, sym.max, sym.name),
+                            ));
+                        }
+                        self.sym_vals[s as usize] = actual;
+                    }
+                }
+            }
+        }
+        if self.evaluated_for.as_deref() != Some(&self.sym_vals[..]) {
+            self.evaluate_shapes()?;
+        }
+        // Pass 2: every input dimension must equal its declared value.
+        let plan = self.program.plan();
+        for (i, (io, x)) in plan.inputs.iter().zip(inputs).enumerate() {
+            let t = io.tensor as usize;
+            let expected = &self.shapes[self.shape_at[t]..self.shape_at[t + 1]];
+            if expected != x.shape {
+                return Err(Error::Input {
+                    index: i,
+                    name: io.name.clone(),
+                    detail: format!("shape is {:?}, expected {}", x.shape, self.describe_shape(t)),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn describe_shape(&self, t: usize) -> String {
+        let p = &self.program;
+        let dims: Vec<String> = p.plan().tensors[t].shape.iter().map(|d| p.dim_string(*d)).collect();
+        format!("[{}]", dims.join(", "))
+    }
+
+    fn evaluate_shapes(&mut self) -> Result<()> {
+        let plan = self.program.plan();
+        for (i, e) in plan.exprs.iter().enumerate() {
+            let v = |j: u32| self.expr_vals[j as usize];
+            self.expr_vals[i] = match *e {
+                DimExpr::Const(c) => c,
+                DimExpr::Sym(s) => self.sym_vals[s as usize],
+                DimExpr::Add(a, b) => v(a).saturating_add(v(b)),
+                DimExpr::Mul(a, b) => v(a).saturating_mul(v(b)),
+                DimExpr::FloorDiv(a, b) => v(a).checked_div(v(b)).unwrap_or(0),
+                DimExpr::Mod(a, b) => v(a).checked_rem(v(b)).unwrap_or(0),
+            };
+        }
+        for (t, decl) in plan.tensors.iter().enumerate() {
+            let mut bytes = decl.dtype.size_bytes() as u64;
+            for (k, d) in decl.shape.iter().enumerate() {
+                let v = match d {
+                    DimRef::Static(v) => *v,
+                    DimRef::Expr(e) => self.expr_vals[*e as usize],
+                };
+                bytes = bytes.saturating_mul(v);
+                self.shapes[self.shape_at[t] + k] = v as usize;
+            }
+            // Validation proved this for symbols within bounds; re-checked so a
+            // planner bug can never turn into an out-of-bounds write.
+            if let Storage::Arena { max_bytes, .. } = decl.storage {
+                if bytes > max_bytes {
+                    return Err(Error::Shape(format!("tensor {t} needs {bytes} bytes, more than its {max_bytes}-byte slot")));
+                }
+            }
+        }
+        self.evaluated_for = Some(self.sym_vals.clone());
+        Ok(())
+    }
+
+    fn copy_inputs(&mut self, inputs: &[TensorView<'_>]) {
+        let plan = self.program.plan();
+        let arena = self.arena.as_mut_slice();
+        for (io, x) in plan.inputs.iter().zip(inputs) {
+            if let Storage::Arena { offset, .. } = plan.tensors[io.tensor as usize].storage {
+                // In bounds: `bind` checked the length against the shape, and the
+                // shape's size against the slot, which validation put inside the arena.
+                arena[offset as usize..offset as usize + x.data.len()].copy_from_slice(x.data);
+            }
+        }
+    }
+
+    fn execute(&mut self) -> Result<()> {
+        let Session { program, arena, shapes, shape_at, scratch, operand_buf, .. } = self;
+        let plan = program.plan();
+        let weights = program.weights();
+        let arena = arena.as_mut_slice();
+        let arena_ptr = arena.as_mut_ptr();
+        let tensor_len = |t: usize| -> usize {
+            shapes[shape_at[t]..shape_at[t + 1]].iter().product::<usize>() * plan.tensors[t].dtype.size_bytes()
+        };
+        let view = |t: u32| -> TensorRef<'_> {
+            let t = t as usize;
+            let decl = &plan.tensors[t];
+            let data: &[u8] = match decl.storage {
+                // SAFETY: validation put `offset..offset+max_bytes` inside the arena and
+                // `evaluate_shapes` checked the actual length against `max_bytes`; no
+                // mutable slice overlapping it exists while this one is alive (outputs
+                // never overlap operands, checked at load).
+                Storage::Arena { offset, .. } => unsafe {
+                    std::slice::from_raw_parts(arena_ptr.add(offset as usize), tensor_len(t))
+                },
+                Storage::Weight { offset, bytes } => &weights[offset as usize..(offset + bytes) as usize],
+            };
+            TensorRef { dtype: decl.dtype, shape: &shapes[shape_at[t]..shape_at[t + 1]], data }
+        };
+        for (index, instr) in plan.instrs.iter().enumerate() {
+            let out_t = instr.outputs[0] as usize;
+            let decl = &plan.tensors[out_t];
+            let Storage::Arena { offset, .. } = decl.storage else {
+                unreachable!("validation rejects instructions writing to weights")
+            };
+            // SAFETY: as for `view`; validation guarantees this range overlaps no operand.
+            let out_data = unsafe { std::slice::from_raw_parts_mut(arena_ptr.add(offset as usize), tensor_len(out_t)) };
+            let out = TensorMut { dtype: decl.dtype, shape: &shapes[shape_at[out_t]..shape_at[out_t + 1]], data: out_data };
+            let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
+            operands.extend(instr.inputs.iter().map(|&t| view(t)));
+            let same_storage = instr.inputs.first().is_some_and(|&i| plan.tensors[i as usize].storage == decl.storage);
+            let result = dispatch(&instr.kernel, &operands, out, same_storage, scratch);
+            *operand_buf = recycle(operands);
+            result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
+        }
+        Ok(())
+    }
+
+    fn output_view(&self, i: usize) -> TensorView<'_> {
+        let plan = self.program.plan();
+        let t = plan.outputs[i].tensor as usize;
+        let decl = &plan.tensors[t];
+        let shape = &self.shapes[self.shape_at[t]..self.shape_at[t + 1]];
+        let len = shape.iter().product::<usize>() * decl.dtype.size_bytes();
+        let data = match decl.storage {
+            Storage::Arena { offset, .. } => &self.arena.as_slice()[offset as usize..offset as usize + len],
+            Storage::Weight { offset, bytes } => &self.program.weights()[offset as usize..(offset + bytes) as usize],
+        };
+        TensorRef { dtype: decl.dtype, shape, data }
+    }
+}
+
+/// Returns an emptied operand vector with its capacity, detached from the
+/// arena's lifetime so the session can keep it for the next instruction.
+fn recycle(mut v: Vec<TensorRef<'_>>) -> Vec<TensorRef<'static>> {
+    v.clear();
+    // SAFETY: the vector is empty, so no reference with the shorter lifetime
+    // survives; only the allocation is reused. Layouts are identical.
+    unsafe { std::mem::transmute::<Vec<TensorRef<'_>>, Vec<TensorRef<'static>>>(v) }
+}
+
+/// The outputs of one run, borrowed from the session.
+pub struct Outputs<'s> {
+    session: &'s Session,
+}
+
+impl<'s> Outputs<'s> {
+    pub fn len(&self) -> usize {
+        self.session.program.plan().outputs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Output `i` (panics if `i >= len()`, like slice indexing).
+    pub fn get(&self, i: usize) -> TensorView<'s> {
+        self.session.output_view(i)
+    }
+
+    pub fn name(&self, i: usize) -> &'s str {
+        &self.session.program.plan().outputs[i].name
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = TensorView<'s>> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// Copies every output out of the session.
+    pub fn to_tensors(&self) -> Vec<Tensor> {
+        self.iter().map(|t| Tensor { dtype: t.dtype, shape: t.shape.to_vec(), data: t.data.to_vec() }).collect()
+    }
+}
+
+impl std::fmt::Debug for Outputs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries((0..self.len()).map(|i| (self.name(i), self.get(i).dtype, self.get(i).shape))).finish()
+    }
+}

@@ -1,0 +1,229 @@
+//! Load-time validation of a decoded [`Plan`]. After this passes, execution
+//! may index every table without checks, and the executor's use of one arena
+//! for all tensors is sound:
+//!
+//! - every symbol has `min <= max` and is bound by some input dimension;
+//! - every expression's operands index earlier expressions or existing symbols;
+//! - every tensor's shape references exist, its rank is at most [`MAX_RANK`], and
+//!   its largest possible size (all symbols at their max) fits its storage;
+//! - arena tensors lie inside the arena and are aligned to their element size;
+//!   weight tensors are static, lie inside the weights section, are
+//!   `WEIGHT_ALIGN`-aligned and exactly as long as their shape says;
+//! - inputs live in the arena; every instruction has a valid operand count,
+//!   valid tensor indices, outputs in the arena that overlap neither each other
+//!   nor any of its inputs (except a `Copy` onto its own input's storage);
+//! - kernel parameters agree with the ranks of the tensors they apply to.
+
+use crate::format::{DimExpr, DimRef, Instr, Kernel, Plan, Storage, TensorDecl, WEIGHT_ALIGN};
+use crate::{Error, Result};
+
+pub const MAX_RANK: usize = 16;
+
+fn bad(msg: String) -> Error {
+    Error::Plan(msg)
+}
+
+pub(crate) fn validate_plan(plan: &Plan, weights_len: u64) -> Result<()> {
+    for (i, s) in plan.symbols.iter().enumerate() {
+        if s.min > s.max {
+            return Err(bad(format!("symbol {i} `{}` has min {} > max {}", s.name, s.min, s.max)));
+        }
+    }
+    let bounds = expr_upper_bounds(plan)?;
+    for (i, t) in plan.tensors.iter().enumerate() {
+        validate_tensor(plan, &bounds, weights_len, i, t)?;
+    }
+    validate_io(plan)?;
+    for (i, instr) in plan.instrs.iter().enumerate() {
+        validate_instr(plan, instr).map_err(|e| bad(format!("instruction {i} ({}, {}): {e}", instr.kernel.name(), instr.origin)))?;
+    }
+    Ok(())
+}
+
+/// Upper bound of every expression (symbols at their max), saturating.
+fn expr_upper_bounds(plan: &Plan) -> Result<Vec<u64>> {
+    let mut ub: Vec<u64> = Vec::with_capacity(plan.exprs.len());
+    for (i, e) in plan.exprs.iter().enumerate() {
+        let operand = |j: u32| -> Result<u64> {
+            ub.get(j as usize).copied().ok_or_else(|| bad(format!("expression {i} uses expression {j}, which is not defined before it")))
+        };
+        let v = match *e {
+            DimExpr::Const(c) => c,
+            DimExpr::Sym(s) => plan.symbols.get(s as usize).ok_or_else(|| bad(format!("expression {i} uses unknown symbol {s}")))?.max,
+            DimExpr::Add(a, b) => operand(a)?.saturating_add(operand(b)?),
+            DimExpr::Mul(a, b) => operand(a)?.saturating_mul(operand(b)?),
+            // Dimensions are non-negative and `//` by at least 1 never grows.
+            DimExpr::FloorDiv(a, b) => {
+                operand(b)?;
+                operand(a)?
+            }
+            DimExpr::Mod(a, b) => {
+                operand(a)?;
+                operand(b)?.saturating_sub(1)
+            }
+        };
+        ub.push(v);
+    }
+    Ok(ub)
+}
+
+fn dim_upper(bounds: &[u64], d: DimRef) -> Result<u64> {
+    match d {
+        DimRef::Static(v) => Ok(v),
+        DimRef::Expr(e) => bounds.get(e as usize).copied().ok_or_else(|| bad(format!("unknown dimension expression {e}"))),
+    }
+}
+
+fn validate_tensor(plan: &Plan, bounds: &[u64], weights_len: u64, i: usize, t: &TensorDecl) -> Result<()> {
+    let ctx = |msg: String| bad(format!("tensor {i}: {msg}"));
+    if t.shape.len() > MAX_RANK {
+        return Err(ctx(format!("rank {} exceeds the maximum {MAX_RANK}", t.shape.len())));
+    }
+    let mut max_elems: u64 = 1;
+    for d in &t.shape {
+        max_elems = max_elems.checked_mul(dim_upper(bounds, *d)?).ok_or_else(|| ctx("size overflows u64".into()))?;
+    }
+    let elem = t.dtype.size_bytes() as u64;
+    let max_bytes_needed = max_elems.checked_mul(elem).ok_or_else(|| ctx("size overflows u64".into()))?;
+    match t.storage {
+        Storage::Arena { offset, max_bytes } => {
+            let end = offset.checked_add(max_bytes).ok_or_else(|| ctx("arena range overflows".into()))?;
+            if end > plan.arena_bytes {
+                return Err(ctx(format!("arena range {offset}..{end} exceeds the arena ({} bytes)", plan.arena_bytes)));
+            }
+            if offset % elem != 0 {
+                return Err(ctx(format!("arena offset {offset} is not aligned to its {elem}-byte elements")));
+            }
+            if max_bytes_needed > max_bytes {
+                return Err(ctx(format!("may need {max_bytes_needed} bytes but its slot holds {max_bytes}")));
+            }
+        }
+        Storage::Weight { offset, bytes } => {
+            if t.shape.iter().any(|d| matches!(d, DimRef::Expr(_))) {
+                return Err(ctx("a weight must have a static shape".into()));
+            }
+            if bytes != max_bytes_needed {
+                return Err(ctx(format!("weight holds {bytes} bytes but its shape needs {max_bytes_needed}")));
+            }
+            let end = offset.checked_add(bytes).ok_or_else(|| ctx("weight range overflows".into()))?;
+            if end > weights_len || offset % WEIGHT_ALIGN != 0 {
+                return Err(ctx(format!(
+                    "weight range {offset}..{end} is outside the weights section ({weights_len} bytes) or not {WEIGHT_ALIGN}-aligned"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn tensor(plan: &Plan, t: u32) -> Result<&TensorDecl> {
+    plan.tensors.get(t as usize).ok_or_else(|| bad(format!("tensor index {t} out of range ({} tensors)", plan.tensors.len())))
+}
+
+fn validate_io(plan: &Plan) -> Result<()> {
+    let mut bound = vec![false; plan.symbols.len()];
+    for (i, io) in plan.inputs.iter().enumerate() {
+        let t = tensor(plan, io.tensor)?;
+        if !matches!(t.storage, Storage::Arena { .. }) {
+            return Err(bad(format!("input {i} `{}` is not in the arena", io.name)));
+        }
+        for d in &t.shape {
+            if let DimRef::Expr(e) = d {
+                if let Some(DimExpr::Sym(s)) = plan.exprs.get(*e as usize) {
+                    bound[*s as usize] = true;
+                }
+            }
+        }
+    }
+    if let Some(s) = bound.iter().position(|b| !b) {
+        return Err(bad(format!("symbol `{}` is not the size of any input dimension, so it cannot be bound", plan.symbols[s].name)));
+    }
+    for io in &plan.outputs {
+        tensor(plan, io.tensor)?;
+    }
+    Ok(())
+}
+
+fn arena_range(t: &TensorDecl) -> Option<(u64, u64)> {
+    match t.storage {
+        Storage::Arena { offset, max_bytes } => Some((offset, offset + max_bytes)),
+        Storage::Weight { .. } => None,
+    }
+}
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+fn validate_instr(plan: &Plan, instr: &Instr) -> std::result::Result<(), String> {
+    let (lo, hi) = instr.kernel.operand_count();
+    if instr.inputs.len() < lo || instr.inputs.len() > hi {
+        return Err(format!("has {} operands, expected {lo}..={hi}", instr.inputs.len()));
+    }
+    if instr.outputs.len() != 1 {
+        return Err(format!("has {} outputs, expected 1", instr.outputs.len()));
+    }
+    let get = |t: u32| plan.tensors.get(t as usize).ok_or_else(|| format!("tensor index {t} out of range"));
+    let ins = instr.inputs.iter().map(|&t| get(t)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let out = get(instr.outputs[0])?;
+    let out_range = arena_range(out).ok_or("writes to a read-only weight")?;
+    for (k, t) in ins.iter().enumerate() {
+        if let Some(r) = arena_range(t) {
+            let same_storage_copy = matches!(instr.kernel, Kernel::Copy) && r == out_range;
+            if overlaps(r, out_range) && !same_storage_copy {
+                return Err(format!("output memory overlaps operand {k}"));
+            }
+        }
+    }
+    validate_params(&instr.kernel, &ins, out)
+}
+
+fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::result::Result<(), String> {
+    let rank = |t: &TensorDecl| t.shape.len();
+    let in_rank = ins.first().map_or(0, |t| rank(t));
+    let axis_ok = |axis: u32, r: usize| if (axis as usize) < r { Ok(()) } else { Err(format!("axis {axis} out of range for rank {r}")) };
+    match k {
+        Kernel::Softmax { axis, .. } | Kernel::ArgMax { axis } | Kernel::Slice { axis, .. } => axis_ok(*axis, in_rank)?,
+        Kernel::Gather { axis } => axis_ok(*axis, in_rank)?,
+        Kernel::Concat { axis } => axis_ok(*axis, rank(out))?,
+        Kernel::Reduce { axes, .. } => {
+            for a in axes {
+                axis_ok(*a, in_rank)?
+            }
+        }
+        Kernel::Permute { perm } => {
+            let mut seen = vec![false; in_rank];
+            if perm.len() != in_rank || rank(out) != in_rank {
+                return Err(format!("permutation {perm:?} does not match rank {in_rank}"));
+            }
+            for &p in perm {
+                match seen.get_mut(p as usize) {
+                    Some(s) if !*s => *s = true,
+                    _ => return Err(format!("{perm:?} is not a permutation")),
+                }
+            }
+        }
+        Kernel::LayerNorm { normalized_rank, .. } if *normalized_rank as usize > in_rank => {
+            return Err(format!("normalizes {normalized_rank} dims of a rank-{in_rank} tensor"))
+        }
+        Kernel::Conv { stride, padding, dilation, groups } => {
+            let spatial = in_rank.saturating_sub(2);
+            if spatial == 0 || spatial > 3 || [stride.len(), padding.len(), dilation.len()].iter().any(|&l| l != spatial) || *groups == 0 {
+                return Err("convolution parameters do not match the input rank".into());
+            }
+        }
+        Kernel::Pool { kernel, stride, padding, dilation, .. } => {
+            let n = kernel.len();
+            if n == 0 || n > 3 || n > in_rank || [stride.len(), padding.len(), dilation.len()].iter().any(|&l| l != n) {
+                return Err("pooling parameters do not match the input rank".into());
+            }
+        }
+        _ => {}
+    }
+    if let Kernel::Slice { step, .. } = k {
+        if *step == 0 {
+            return Err("slice step is 0".into());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! The loader treats every .kiln byte as hostile: truncated, bit-flipped and
+//! crafted artifacts give errors, never panics or out-of-bounds accesses.
+
+use kiln_runtime::format::{parse_container, ArtifactWriter, DimExpr, DimRef, Metadata, Plan, Storage, WeightsBuilder};
+use kiln_runtime::{Error, Program, Tensor};
+use kiln_tests::{compile_fixture, fixture_dir, read_numbered};
+
+fn compiled(name: &str) -> Vec<u8> {
+    compile_fixture(name, "aten")
+}
+
+fn outputs_of(program: &std::sync::Arc<Program>, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+    let views: Vec<_> = inputs.iter().map(Tensor::view).collect();
+    let mut s = program.session()?;
+    let out = s.run(&views)?;
+    Ok(out.to_tensors())
+}
+
+#[test]
+fn truncated_artifacts_are_rejected() {
+    let bytes = compiled("mlp");
+    assert!(Program::from_bytes(&bytes).is_ok());
+    let step = (bytes.len() / 500).max(1);
+    for cut in (0..256.min(bytes.len())).chain((256..bytes.len()).step_by(step)) {
+        let err = Program::from_bytes(&bytes[..cut]).err().unwrap_or_else(|| panic!("truncation at {cut} was accepted"));
+        assert!(matches!(err, Error::Format { .. }), "truncation at {cut}: unexpected error {err}");
+    }
+}
+
+#[test]
+fn bit_flips_are_detected_or_harmless() {
+    let bytes = compiled("mlp");
+    let inputs = read_numbered(&fixture_dir("mlp"), "input");
+    let reference = outputs_of(&Program::from_bytes(&bytes).unwrap(), &inputs).unwrap();
+    let step = (bytes.len() / 700).max(1);
+    let mut rejected = 0;
+    for pos in (0..bytes.len()).step_by(step).chain(0..128) {
+        for bit in [0, 3, 7] {
+            let mut corrupt = bytes.clone();
+            corrupt[pos] ^= 1 << bit;
+            match Program::from_bytes(&corrupt) {
+                Err(_) => rejected += 1,
+                // Only bytes no checksum covers (reserved fields, alignment padding)
+                // may change without detection, and they must not change results.
+                Ok(p) => assert_eq!(outputs_of(&p, &inputs).unwrap(), reference, "undetected flip at byte {pos} bit {bit} changed results"),
+            }
+        }
+    }
+    assert!(rejected > 0);
+}
+
+/// Rewrites `bytes` with a modified plan (checksums recomputed), so that only
+/// the plan validator stands between the file and the executor.
+fn with_plan(bytes: &[u8], edit: impl FnOnce(&mut Plan)) -> Vec<u8> {
+    let program = Program::from_bytes(bytes).unwrap();
+    let mut plan = program.plan().clone();
+    edit(&mut plan);
+    let container = parse_container(bytes).unwrap();
+    let mut weights = WeightsBuilder::new();
+    weights.push(&bytes[container.weights]);
+    ArtifactWriter::new(&plan, weights, &Metadata::default()).unwrap().to_bytes()
+}
+
+fn expect_plan_error(bytes: &[u8], what: &str, edit: impl FnOnce(&mut Plan), needle: &str) {
+    let crafted = with_plan(bytes, edit);
+    match Program::from_bytes(&crafted) {
+        Err(Error::Plan(msg)) => assert!(msg.contains(needle), "{what}: error `{msg}` does not mention `{needle}`"),
+        Err(other) => panic!("{what}: expected a plan error, got {other}"),
+        Ok(_) => panic!("{what}: hostile plan was accepted"),
+    }
+}
+
+#[test]
+fn hostile_plans_are_rejected_with_precise_errors() {
+    let bytes = compiled("mlp");
+    let first_arena = |p: &Plan| p.tensors.iter().position(|t| matches!(t.storage, Storage::Arena { .. })).unwrap();
+    let first_weight = |p: &Plan| p.tensors.iter().position(|t| matches!(t.storage, Storage::Weight { .. })).unwrap();
+    expect_plan_error(&bytes, "arena overflow", |p| {
+        let t = first_arena(p);
+        p.tensors[t].storage = Storage::Arena { offset: p.arena_bytes, max_bytes: 64 };
+    }, "exceeds the arena");
+    expect_plan_error(&bytes, "weight out of bounds", |p| {
+        let t = first_weight(p);
+        if let Storage::Weight { bytes, .. } = p.tensors[t].storage {
+            p.tensors[t].storage = Storage::Weight { offset: 1 << 40, bytes };
+        }
+    }, "outside the weights section");
+    expect_plan_error(&bytes, "slot too small", |p| {
+        let t = first_arena(p);
+        p.tensors[t].storage = Storage::Arena { offset: 0, max_bytes: 4 };
+    }, "slot holds");
+    expect_plan_error(&bytes, "dangling tensor index", |p| p.instrs[0].inputs[0] = 999_999, "out of range");
+    expect_plan_error(&bytes, "output overlapping input", |p| {
+        let i = p.instrs[0].inputs[0];
+        p.instrs[0].outputs[0] = i;
+    }, "overlaps");
+    expect_plan_error(&bytes, "size overflow", |p| {
+        let t = first_arena(p);
+        p.tensors[t].shape = vec![DimRef::Static(u64::MAX), DimRef::Static(u64::MAX)];
+    }, "overflows");
+    expect_plan_error(&bytes, "forward expression reference", |p| {
+        p.exprs.push(DimExpr::Add(5, 6));
+    }, "not defined before");
+    expect_plan_error(&bytes, "unbound symbol", |p| {
+        p.symbols.push(kiln_runtime::format::SymbolDecl { name: "ghost".into(), min: 1, max: 4 });
+    }, "ghost");
+}
+
+#[test]
+fn huge_arena_is_an_error_not_an_abort() {
+    let bytes = compiled("mlp");
+    let crafted = with_plan(&bytes, |p| p.arena_bytes = u64::MAX / 2);
+    let program = Program::from_bytes(&crafted).expect("a large arena is valid on paper");
+    assert!(matches!(program.session(), Err(Error::OutOfMemory { .. })));
+}
+
+#[test]
+fn garbage_is_not_a_kiln_file() {
+    for junk in [&b""[..], b"KILN", &[0u8; 4096], b"PK\x03\x04 this is a zip"] {
+        assert!(Program::from_bytes(junk).is_err());
+    }
+    let missing = Program::load("/nonexistent/model.kiln").err().expect("missing file");
+    assert!(missing.to_string().contains("/nonexistent/model.kiln"));
+}

@@ -1,0 +1,72 @@
+//! Architecture invariant (ARCHITECTURE.md): `ir` and `kernels` depend on none of
+//! our crates; `passes → ir`; `runtime → kernels`; `compiler → ir, passes,
+//! runtime`. The runtime never links MLIR or LLVM, nor `ir`/`passes`.
+
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+use std::process::Command;
+
+fn cargo(args: &[&str]) -> Vec<u8> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().expect("run cargo");
+    assert!(out.status.success(), "cargo {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+/// Declared dependencies of the workspace's own crates (no resolution needed).
+fn metadata() -> Value {
+    serde_json::from_slice(&cargo(&["metadata", "--format-version", "1", "--no-deps"])).expect("cargo metadata JSON")
+}
+
+/// Normal (non-dev) dependencies of each of our crates on our crates.
+fn our_edges(meta: &Value) -> HashMap<String, BTreeSet<String>> {
+    let mut edges = HashMap::new();
+    for pkg in meta["packages"].as_array().unwrap() {
+        let name = pkg["name"].as_str().unwrap();
+        if !name.starts_with("kiln-") {
+            continue;
+        }
+        let deps = pkg["dependencies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["kind"].is_null())
+            .filter_map(|d| d["name"].as_str())
+            .filter(|d| d.starts_with("kiln-"))
+            .map(String::from)
+            .collect();
+        edges.insert(name.to_string(), deps);
+    }
+    edges
+}
+
+#[test]
+fn crate_dependencies_follow_the_layering() {
+    let edges = our_edges(&metadata());
+    let allowed: [(&str, &[&str]); 5] = [
+        ("kiln-ir", &[]),
+        ("kiln-kernels", &[]),
+        ("kiln-passes", &["kiln-ir"]),
+        ("kiln-runtime", &["kiln-kernels"]),
+        ("kiln-compiler", &["kiln-ir", "kiln-passes", "kiln-runtime"]),
+    ];
+    for (krate, ok) in allowed {
+        let deps = edges.get(krate).unwrap_or_else(|| panic!("{krate} is not in the workspace"));
+        let extra: Vec<_> = deps.iter().filter(|d| !ok.contains(&d.as_str())).collect();
+        assert!(extra.is_empty(), "{krate} must not depend on {extra:?} (allowed: {ok:?})");
+    }
+}
+
+#[test]
+fn runtime_never_links_mlir_llvm_or_the_ir() {
+    // Everything linked into a user of the runtime: its normal dependencies,
+    // transitively, for the host platform.
+    let tree = cargo(&["tree", "-p", "kiln-runtime", "-e", "normal", "--prefix", "none", "--format", "{p}"]);
+    let tree = String::from_utf8(tree).expect("utf-8");
+    let linked: BTreeSet<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(linked.contains("kiln-kernels"), "unexpected cargo tree output:\n{tree}");
+    let forbidden = ["kiln-ir", "kiln-passes", "kiln-compiler", "melior", "mlir-sys", "inkwell", "llvm-sys"];
+    for f in forbidden {
+        assert!(!linked.contains(f), "kiln-runtime links {f}; the runtime must stay free of it");
+    }
+}
