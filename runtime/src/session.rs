@@ -48,8 +48,9 @@ pub struct Session {
     /// Evaluated shapes of all tensors, flattened; tensor `t` is `shapes[shape_at[t]..shape_at[t+1]]`.
     shapes: Vec<usize>,
     shape_at: Vec<usize>,
-    /// Symbol values the shapes were last evaluated for.
-    evaluated_for: Option<Vec<u64>>,
+    /// Symbol values the shapes were last evaluated for (valid once `evaluated`).
+    evaluated_for: Vec<u64>,
+    evaluated: bool,
     scratch: Scratch,
     operand_buf: Vec<TensorRef<'static>>,
 }
@@ -71,7 +72,8 @@ impl Session {
             expr_vals: vec![0; plan.exprs.len()],
             shapes: vec![0; total],
             shape_at,
-            evaluated_for: None,
+            evaluated_for: vec![0; plan.symbols.len()],
+            evaluated: false,
             scratch: Scratch::new(),
             operand_buf: Vec::new(),
             arena,
@@ -129,7 +131,7 @@ impl Session {
                 }
             }
         }
-        if self.evaluated_for.as_deref() != Some(&self.sym_vals[..]) {
+        if !self.evaluated || self.evaluated_for != self.sym_vals {
             self.evaluate_shapes()?;
         }
         // Pass 2: every input dimension must equal its declared value.
@@ -185,7 +187,8 @@ impl Session {
                 }
             }
         }
-        self.evaluated_for = Some(self.sym_vals.clone());
+        self.evaluated_for.copy_from_slice(&self.sym_vals);
+        self.evaluated = true;
         Ok(())
     }
 

@@ -1,0 +1,143 @@
+//! The `kiln` command line, end to end: compile, run (text and --json),
+//! inspect (text and --json), and its error messages.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).output().expect("run kiln")
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn tmp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kiln-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn compile(model: &Path, out: &Path) {
+    let o = kiln(&["compile", model.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "compile failed: {}", stderr(&o));
+    assert!(stdout(&o).contains("arena"), "summary: {}", stdout(&o));
+}
+
+#[test]
+fn compile_run_writes_outputs_matching_pytorch() {
+    let dir = tmp_dir("run");
+    let artifact = dir.join("cnn.kiln");
+    compile(&fixtures().join("cnn/training.pt2"), &artifact);
+    let out_dir = dir.join("out");
+    let input = fixtures().join("cnn/input_0.npy");
+    let o = kiln(&["run", artifact.to_str().unwrap(), "--input", &format!("0={}", input.display()), "--output-dir", out_dir.to_str().unwrap()]);
+    assert!(o.status.success(), "run failed: {}", stderr(&o));
+    assert!(stdout(&o).contains("output 0"), "{}", stdout(&o));
+    let got = kiln_compiler::npy::read_npy(&out_dir.join("output_0.npy")).unwrap().to_f32().unwrap();
+    let want = kiln_compiler::npy::read_npy(&fixtures().join("cnn/output_0.npy")).unwrap().to_f32().unwrap();
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-5 + 1e-4 * w.abs(), "{g} vs {w}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn run_json_and_inputs_by_name() {
+    let dir = tmp_dir("json");
+    let artifact = dir.join("t.kiln");
+    compile(&fixtures().join("transformer_mask/aten.pt2"), &artifact);
+    let (ids, mask) = (fixtures().join("transformer_mask/input_0.npy"), fixtures().join("transformer_mask/input_1.npy"));
+    let o = kiln(&["run", artifact.to_str().unwrap(), "--input", &format!("mask={}", mask.display()), "--input", &format!("ids={}", ids.display()), "--json"]);
+    assert!(o.status.success(), "run failed: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json prints JSON");
+    let outs = v["outputs"].as_array().unwrap();
+    assert_eq!(outs.len(), 2);
+    assert_eq!(outs[0]["dtype"], "f32");
+    assert_eq!(outs[0]["shape"], serde_json::json!([2, 8, 50]));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn inspect_text_and_json() {
+    let dir = tmp_dir("inspect");
+    let artifact = dir.join("d.kiln");
+    compile(&fixtures().join("dynamic_mlp/aten.pt2"), &artifact);
+    let o = kiln(&["inspect", artifact.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for needle in ["input", "output", "kiln format", "arena", "weights", "matmul", "softmax"] {
+        assert!(text.contains(needle), "inspect output lacks `{needle}`:\n{text}");
+    }
+    let o = kiln(&["inspect", artifact.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json prints JSON");
+    assert_eq!(v["inputs"][0]["dtype"], "f32");
+    assert_eq!(v["symbols"][0]["min"], 1);
+    assert_eq!(v["symbols"][0]["max"], 64);
+    let sym = v["symbols"][0]["name"].as_str().unwrap();
+    assert_eq!(v["inputs"][0]["shape"], serde_json::json!([sym, "16"]));
+    assert!(v["arena_bytes"].as_u64().unwrap() >= v["peak_live_bytes"].as_u64().unwrap());
+    assert!(v["weights_bytes"].as_u64().unwrap() > 0);
+    assert!(v["kernels"].as_array().unwrap().iter().any(|k| k["kernel"] == "matmul"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn unsupported_ops_are_all_listed_with_python_lines() {
+    let dir = tmp_dir("unsupported");
+    let model = fixtures().join("unsupported/two_unsupported.pt2");
+    let o = kiln(&["compile", model.to_str().unwrap(), "-o", dir.join("x.kiln").to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("cumsum") && err.contains("special_erfcx"), "{err}");
+    assert!(err.contains("generate_unsupported.py:"), "python lines missing: {err}");
+    assert!(!dir.join("x.kiln").exists(), "no artifact on failure");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_invocations_give_clear_errors() {
+    let dir = tmp_dir("errors");
+    let not_pt2 = dir.join("junk.pt2");
+    std::fs::write(&not_pt2, b"definitely not a zip").unwrap();
+    let o = kiln(&["compile", not_pt2.to_str().unwrap(), "-o", dir.join("j.kiln").to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("junk.pt2"), "{}", stderr(&o));
+
+    let o = kiln(&["inspect", not_pt2.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("shorter than the 48-byte header"), "{}", stderr(&o));
+    let junk = dir.join("junk.kiln");
+    std::fs::write(&junk, [7u8; 100]).unwrap();
+    let o = kiln(&["inspect", junk.to_str().unwrap()]);
+    assert!(stderr(&o).contains("not a .kiln file"), "{}", stderr(&o));
+
+    let artifact = dir.join("m.kiln");
+    compile(&fixtures().join("mlp/aten.pt2"), &artifact);
+    let o = kiln(&["run", artifact.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("missing input 0"), "{}", stderr(&o));
+    let o = kiln(&["run", artifact.to_str().unwrap(), "--input", "nosuch=x.npy"]);
+    assert!(stderr(&o).contains("no input named `nosuch`"), "{}", stderr(&o));
+    let o = kiln(&["run", artifact.to_str().unwrap(), "--input", &format!("0={}", fixtures().join("cnn/input_0.npy").display())]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("input 0"), "{}", stderr(&o));
+    let o = kiln(&["compile", "x.pt2", "-o", "y.kiln", "--target", "quantum"]);
+    assert!(stderr(&o).contains("unknown target"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn help_has_examples() {
+    let o = kiln(&["run", "--help"]);
+    assert!(stdout(&o).contains("kiln run model.kiln --input 0=x.npy"));
+}

@@ -1,0 +1,70 @@
+//! `Session::run` allocates nothing after the first call (for shapes no larger
+//! than seen before): counted with a global allocator. This binary holds one
+//! test so no other thread allocates while it counts.
+
+use kiln_runtime::Tensor;
+use kiln_tests::{fixture_dir, load_fixture, read_numbered};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+struct Counting;
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations_during(f: impl FnOnce()) -> usize {
+    ALLOCATIONS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    f();
+    COUNTING.store(false, Ordering::SeqCst);
+    ALLOCATIONS.load(Ordering::SeqCst)
+}
+
+#[test]
+fn steady_state_runs_do_not_allocate() {
+    // The counter itself works (so a zero below means something).
+    assert!(allocations_during(|| drop(std::hint::black_box(vec![1u8; 10]))) > 0);
+    for name in ["cnn", "transformer", "transformer_dynseq", "dynamic_mlp"] {
+        let program = load_fixture(name, "aten");
+        let inputs = read_numbered(&fixture_dir(name), "input");
+        let alt = read_numbered(&fixture_dir(name), "alt_input");
+        let views: Vec<_> = inputs.iter().map(Tensor::view).collect();
+        let alt_views: Vec<_> = alt.iter().map(Tensor::view).collect();
+        let mut session = program.session().unwrap();
+        // Warm up with every size the loop below uses.
+        session.run(&views).unwrap();
+        if !alt.is_empty() {
+            session.run(&alt_views).unwrap();
+        }
+        let n = allocations_during(|| {
+            for _ in 0..3 {
+                let out = session.run(&views).unwrap();
+                assert!(!out.get(0).data.is_empty());
+                if !alt.is_empty() {
+                    session.run(&alt_views).unwrap();
+                }
+            }
+        });
+        assert_eq!(n, 0, "{name}: {n} allocations in steady-state runs");
+    }
+}
