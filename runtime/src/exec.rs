@@ -63,5 +63,11 @@ pub(crate) fn dispatch(kernel: &Kernel, ins: &[TensorRef<'_>], out: TensorMut<'_
         Kernel::Gather { axis } => k::gather(ins[0], ins[1], *axis as usize, out),
         Kernel::Fill { value } => k::fill(*value, out),
         Kernel::Arange { start, step } => k::arange(*start, *step, out),
+        // Accelerator calls never reach the CPU dispatcher: the session runs
+        // them (validation rejects them when this runtime has no PJRT support).
+        Kernel::Accel { .. } => Err(kiln_kernels::KernelError::Shape {
+            kernel: "accel",
+            detail: "accelerator segment reached the CPU dispatcher".into(),
+        }),
     }
 }

@@ -156,6 +156,9 @@ fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
 }
 
 fn validate_instr(plan: &Plan, instr: &Instr) -> std::result::Result<(), String> {
+    if let Kernel::Accel { .. } = instr.kernel {
+        return Err("accelerator segments are not supported by this runtime yet".into());
+    }
     let (lo, hi) = instr.kernel.operand_count();
     if instr.inputs.len() < lo || instr.inputs.len() > hi {
         return Err(format!("has {} operands, expected {lo}..={hi}", instr.inputs.len()));

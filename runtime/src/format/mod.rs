@@ -38,6 +38,8 @@ pub const WEIGHT_ALIGN: u64 = 64;
 pub const SECTION_PLAN: u32 = 1;
 pub const SECTION_WEIGHTS: u32 = 2;
 pub const SECTION_METADATA: u32 = 3;
+/// Accelerator segments ([`AccelProgram`], postcard).
+pub const SECTION_ACCEL: u32 = 4;
 
 /// A reader that does not know this section may skip it.
 pub const SECTION_FLAG_OPTIONAL: u32 = 1;
@@ -78,6 +80,7 @@ pub fn section_name(kind: u32) -> &'static str {
         SECTION_PLAN => "plan",
         SECTION_WEIGHTS => "weights",
         SECTION_METADATA => "metadata",
+        SECTION_ACCEL => "accel",
         _ => "unknown",
     }
 }

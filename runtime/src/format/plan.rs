@@ -107,6 +107,9 @@ pub enum Kernel {
     Gather { axis: u32 },
     Fill { value: f64 },
     Arange { start: f64, step: f64 },
+    /// Calls accelerator segment `segment` of the [`AccelProgram`] section
+    /// (PJRT): inputs are its arguments, outputs its results, in order.
+    Accel { segment: u32 },
 }
 
 impl Kernel {
@@ -138,6 +141,7 @@ impl Kernel {
             Kernel::Gather { .. } => "gather",
             Kernel::Fill { .. } => "fill",
             Kernel::Arange { .. } => "arange",
+            Kernel::Accel { .. } => "accel",
         }
     }
 
@@ -152,6 +156,7 @@ impl Kernel {
             Kernel::Attention { .. } => (3, 4),
             Kernel::Concat { .. } => (1, u32::MAX as usize),
             Kernel::Fill { .. } | Kernel::Arange { .. } => (0, 0),
+            Kernel::Accel { .. } => (0, u32::MAX as usize),
             _ => (1, 1),
         }
     }
@@ -164,4 +169,33 @@ pub struct Metadata {
     pub source: String,
     pub target: String,
     pub torch_version: String,
+}
+
+/// The accelerator part of a mixed plan (section `SECTION_ACCEL`): StableHLO
+/// programs run through a PJRT plugin, called by [`Kernel::Accel`] instructions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AccelProgram {
+    pub segments: Vec<AccelSegment>,
+    /// Instructions left on the CPU in a plan for an accelerator, and why
+    /// (shown by `kiln inspect`).
+    pub cpu_fallbacks: Vec<CpuFallback>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccelSegment {
+    /// StableHLO as MLIR text (generic op form) with one `func.func @main`.
+    pub mlir: String,
+    /// Plan tensors passed as `@main`'s arguments, in order. Weight tensors
+    /// among them are uploaded once per session and stay on the device.
+    pub args: Vec<u32>,
+    /// Plan tensors (in the arena) receiving `@main`'s results, in order.
+    pub results: Vec<u32>,
+    /// The IR ops inside, for `kiln inspect`.
+    pub ops: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuFallback {
+    pub instr: u32,
+    pub reason: String,
 }
