@@ -8,13 +8,18 @@
 //! outputs: the last step). Inclusive ends mean an op's outputs never share memory
 //! with its inputs, so kernels need not support aliasing.
 //!
+//! A `Reshape` of an activation is a view: its output shares the input's slot
+//! (the lowering then emits a `Copy` onto the same storage, which the runtime
+//! skips). Such an alias group is planned as one buffer whose lifetime spans
+//! all its members.
+//!
 //! Placement is greedy best-fit: buffers are placed largest first, each in the
 //! smallest gap between already-placed, lifetime-overlapping buffers that holds it,
 //! or above them all. Offsets are multiples of `MemoryOptions::alignment`.
 
 use crate::check::guard;
 use crate::PassError;
-use kiln_ir::{Dim, EntityRef, Graph, SecondaryMap, ValueId};
+use kiln_ir::{Dim, EntityRef, Graph, Op, SecondaryMap, ValueId};
 
 const PASS: &str = "plan_memory";
 
@@ -22,11 +27,13 @@ const PASS: &str = "plan_memory";
 pub struct MemoryOptions {
     /// Byte alignment of every slot's offset (and of the arena's size).
     pub alignment: u64,
+    /// Let reshapes of activations share their input's slot.
+    pub alias_reshapes: bool,
 }
 
 impl Default for MemoryOptions {
     fn default() -> MemoryOptions {
-        MemoryOptions { alignment: 64 }
+        MemoryOptions { alignment: 64, alias_reshapes: true }
     }
 }
 
@@ -47,9 +54,12 @@ pub struct MemoryPlan {
     pub peak_live_bytes: u64,
 }
 
-/// A buffer to place: its value, inclusive lifetime and sizes.
+/// A buffer to place: the values sharing it (one, or an alias group of
+/// reshapes, root first) with their own byte sizes, its inclusive lifetime and
+/// sizes.
 struct Buffer {
     value: ValueId,
+    members: Vec<(ValueId, u64)>,
     first: usize,
     last: usize,
     size: u64,
@@ -59,7 +69,7 @@ struct Buffer {
 pub fn plan_memory(g: &Graph, opts: &MemoryOptions) -> Result<MemoryPlan, PassError> {
     guard(g, PASS)?;
     let align = opts.alignment.max(1);
-    let mut buffers = buffers(g, align)?;
+    let mut buffers = buffers(g, align, opts.alias_reshapes)?;
     let peak_live_bytes = peak_live(&buffers, g.order.len());
 
     // Largest first; ties by definition order for a deterministic plan.
@@ -75,7 +85,9 @@ pub fn plan_memory(g: &Graph, opts: &MemoryOptions) -> Result<MemoryPlan, PassEr
         busy.sort_unstable();
         let offset = best_fit(&busy, b.padded);
         placed.push((b.first, b.last, offset, b.padded));
-        plan.slots[b.value] = Some(Slot { offset, size: b.size });
+        for &(member, _) in &b.members {
+            plan.slots[member] = Some(Slot { offset, size: b.size });
+        }
         plan.arena_bytes = plan.arena_bytes.max(offset + b.padded);
     }
     Ok(plan)
@@ -99,11 +111,13 @@ fn best_fit(busy: &[(u64, u64)], size: u64) -> u64 {
     best.map_or(cursor, |(_, off)| off)
 }
 
-/// Graph inputs and scheduled node outputs with their lifetimes and sizes.
-fn buffers(g: &Graph, align: u64) -> Result<Vec<Buffer>, PassError> {
+/// Graph inputs and scheduled node outputs with their lifetimes and sizes,
+/// reshapes folded into their input's buffer when `alias` is set.
+fn buffers(g: &Graph, align: u64, alias: bool) -> Result<Vec<Buffer>, PassError> {
     let end = g.order.len().saturating_sub(1);
     let mut first: SecondaryMap<ValueId, Option<usize>> = SecondaryMap::new();
     let mut last: SecondaryMap<ValueId, usize> = SecondaryMap::new();
+    let root = if alias { alias_roots(g)? } else { SecondaryMap::new() };
     let mut values = Vec::new();
     for &v in &g.inputs {
         if first[v].is_none() {
@@ -112,10 +126,11 @@ fn buffers(g: &Graph, align: u64) -> Result<Vec<Buffer>, PassError> {
         }
     }
     for (step, &n) in g.order.iter().enumerate() {
-        for &i in &g.nodes[n].inputs {
+        let node = &g.nodes[n];
+        for &i in &node.inputs {
             last[i] = last[i].max(step);
         }
-        for &o in &g.nodes[n].outputs {
+        for &o in &node.outputs {
             if first[o].is_none() {
                 first[o] = Some(step);
                 last[o] = step;
@@ -126,15 +141,52 @@ fn buffers(g: &Graph, align: u64) -> Result<Vec<Buffer>, PassError> {
     for &o in &g.outputs {
         last[o] = end;
     }
-    values
-        .into_iter()
-        .map(|v| {
-            let size = upper_bound_bytes(g, v)?;
-            let padded = size.div_ceil(align).saturating_mul(align);
-            let first = first[v].unwrap_or(0);
-            Ok(Buffer { value: v, first, last: last[v].max(first), size, padded })
-        })
-        .collect()
+    let mut index_of: SecondaryMap<ValueId, Option<usize>> = SecondaryMap::new();
+    let mut out: Vec<Buffer> = Vec::new();
+    for v in values {
+        let size = upper_bound_bytes(g, v)?;
+        let (f, l) = (first[v].unwrap_or(0), last[v]);
+        let r = root[v].unwrap_or(v);
+        match index_of[r] {
+            Some(k) => {
+                let b = &mut out[k];
+                b.members.push((v, size));
+                b.first = b.first.min(f);
+                b.last = b.last.max(l.max(f));
+                b.size = b.size.max(size);
+                b.padded = b.size.div_ceil(align).saturating_mul(align);
+            }
+            None => {
+                index_of[r] = Some(out.len());
+                let padded = size.div_ceil(align).saturating_mul(align);
+                out.push(Buffer { value: v, members: vec![(v, size)], first: f, last: l.max(f), size, padded });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// For each reshape output that is a view of an activation (a graph input or
+/// node output, not a constant, which has no slot), the first value of its
+/// chain of views.
+fn alias_roots(g: &Graph) -> Result<SecondaryMap<ValueId, Option<ValueId>>, PassError> {
+    let mut has_slot: SecondaryMap<ValueId, bool> = SecondaryMap::new();
+    let mut root: SecondaryMap<ValueId, Option<ValueId>> = SecondaryMap::new();
+    for &v in &g.inputs {
+        has_slot[v] = true;
+    }
+    for &n in &g.order {
+        let node = &g.nodes[n];
+        if let (Op::Reshape { .. }, Some(&i), [o]) = (&node.op, node.inputs.first(), node.outputs.as_slice()) {
+            if has_slot[i] && upper_bound_bytes(g, i)? == upper_bound_bytes(g, *o)? {
+                root[*o] = Some(root[i].unwrap_or(i));
+            }
+        }
+        for &o in &node.outputs {
+            has_slot[o] = true;
+        }
+    }
+    Ok(root)
 }
 
 fn upper_bound_bytes(g: &Graph, v: ValueId) -> Result<u64, PassError> {
@@ -187,7 +239,10 @@ fn peak_live(buffers: &[Buffer], steps: usize) -> u64 {
 /// overlapping slots. The compiler runs it on every plan it writes.
 pub fn check_plan(g: &Graph, plan: &MemoryPlan) -> Result<(), String> {
     crate::check::well_formed(g)?;
-    let buffers = buffers(g, 1).map_err(|e| e.message)?;
+    // Every value with its own lifetime; a pair may share memory only when both
+    // are views in one reshape chain and use exactly the same slot.
+    let buffers = buffers(g, 1, false).map_err(|e| e.message)?;
+    let roots = alias_roots(g).map_err(|e| e.message)?;
     let mut errors = Vec::new();
     let mut slotted = Vec::new();
     for b in &buffers {
@@ -197,20 +252,22 @@ pub fn check_plan(g: &Graph, plan: &MemoryPlan) -> Result<(), String> {
             Some(s) if s.offset.saturating_add(s.size) > plan.arena_bytes => {
                 errors.push(format!("{} slot {}..{} exceeds the arena ({} bytes)", b.value, s.offset, s.offset + s.size, plan.arena_bytes))
             }
-            Some(s) => slotted.push((b, s)),
+            Some(s) => slotted.push((b.value, b.first, b.last, s)),
         }
     }
-    for (i, (a, sa)) in slotted.iter().enumerate() {
-        for (b, sb) in &slotted[i + 1..] {
-            let live_together = a.first <= b.last && b.first <= a.last;
+    let group = |v: ValueId| roots[v].unwrap_or(v);
+    for (i, &(a, a_first, a_last, sa)) in slotted.iter().enumerate() {
+        for &(b, b_first, b_last, sb) in &slotted[i + 1..] {
+            let live_together = a_first <= b_last && b_first <= a_last;
             let overlap = sa.size > 0 && sb.size > 0 && sa.offset < sb.offset + sb.size && sb.offset < sa.offset + sa.size;
-            if live_together && overlap {
+            let view_of_same_buffer = group(a) == group(b) && sa == sb;
+            if live_together && overlap && !view_of_same_buffer {
                 errors.push(format!(
                     "{} [{}..{}) and {} [{}..{}) overlap while both live",
-                    a.value,
+                    a,
                     sa.offset,
                     sa.offset + sa.size,
-                    b.value,
+                    b,
                     sb.offset,
                     sb.offset + sb.size
                 ));

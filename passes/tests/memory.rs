@@ -150,3 +150,41 @@ fn realistic_mlp_chain_report() {
     assert!(plan.arena_bytes <= plan.peak_live_bytes * 5 / 4);
     assert!(plan.arena_bytes < naive / 2);
 }
+
+#[test]
+fn reshapes_of_activations_share_their_input_slot() {
+    // x -> relu -> reshape -> reshape -> relu: the reshapes are views of the
+    // first relu's buffer, which must then live until the last reshape's use.
+    let mut g = Graph::new();
+    let x = g.add_input("x", f32_ty(&[4, 64]));
+    let a = push(&mut g, Op::Unary(UnaryOp::Relu), vec![x], &[4, 64]);
+    let r1 = push(&mut g, Op::Reshape { shape: vec![Dim::Const(256)] }, vec![a], &[256]);
+    let r2 = push(&mut g, Op::Reshape { shape: vec![Dim::Const(16), Dim::Const(16)] }, vec![r1], &[16, 16]);
+    let b = push(&mut g, Op::Unary(UnaryOp::Relu), vec![r2], &[16, 16]);
+    g.add_output("y", b);
+    let plan = plan_memory(&g, &MemoryOptions::default()).unwrap();
+    check_plan(&g, &plan).unwrap();
+    assert_eq!(plan.slots[a], plan.slots[r1]);
+    assert_eq!(plan.slots[a], plan.slots[r2]);
+    let (sa, sb) = (plan.slots[a].unwrap(), plan.slots[b].unwrap());
+    assert!(sa.offset + sa.size <= sb.offset || sb.offset + sb.size <= sa.offset, "the view's buffer is read by the last relu");
+    // Without aliasing every reshape gets a buffer of its own.
+    let unaliased = plan_memory(&g, &MemoryOptions { alias_reshapes: false, ..MemoryOptions::default() }).unwrap();
+    check_plan(&g, &unaliased).unwrap();
+    assert_ne!(unaliased.slots[a], unaliased.slots[r1]);
+    assert!(plan.arena_bytes <= unaliased.arena_bytes);
+}
+
+#[test]
+fn reshape_of_a_constant_is_not_aliased() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", f32_ty(&[4]));
+    let w = const_f32(&mut g, &[2, 2], &[1.0; 4]);
+    let r = push(&mut g, Op::Reshape { shape: vec![Dim::Const(4)] }, vec![w], &[4]);
+    let y = push(&mut g, Op::Binary(BinaryOp::Add), vec![x, r], &[4]);
+    g.add_output("y", y);
+    let plan = plan_memory(&g, &MemoryOptions::default()).unwrap();
+    check_plan(&g, &plan).unwrap();
+    assert!(plan.slots[w].is_none());
+    assert!(plan.slots[r].is_some());
+}
