@@ -45,6 +45,9 @@ enum Command {
         /// Print a machine-readable summary.
         #[arg(long)]
         json: bool,
+        /// Run this many times after one warm-up run and report latency (median, p90, min).
+        #[arg(long, default_value_t = 1)]
+        repeat: u32,
     },
     /// Describe an artifact: inputs, outputs, kernels, memory.
     #[command(after_help = "Example:\n  kiln inspect model.kiln --json")]
@@ -61,7 +64,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Compile { model, output, target } => cmd_compile(&model, &output, &target),
-        Command::Run { artifact, inputs, output_dir, json } => cmd_run(&artifact, &inputs, output_dir.as_deref(), json),
+        Command::Run { artifact, inputs, output_dir, json, repeat } => cmd_run(&artifact, &inputs, output_dir.as_deref(), json, repeat),
         Command::Inspect { artifact, json } => cmd_inspect(&artifact, json),
         Command::Demo => cmd_demo(),
     };
@@ -145,11 +148,32 @@ fn stats(t: &TensorView<'_>) -> Option<(f64, f64, f64)> {
     Some((min, max, vals.iter().sum::<f64>() / vals.len() as f64))
 }
 
-fn cmd_run(artifact: &Path, specs: &[String], output_dir: Option<&Path>, as_json: bool) -> CliResult {
+/// Latency statistics in milliseconds over `repeat` timed runs after a warm-up.
+struct Latency {
+    median: f64,
+    p90: f64,
+    min: f64,
+}
+
+fn time_runs(session: &mut kiln_runtime::Session, views: &[TensorView<'_>], repeat: u32) -> Result<Latency, String> {
+    session.run(views).map_err(|e| e.to_string())?;
+    let mut times = Vec::with_capacity(repeat as usize);
+    for _ in 0..repeat {
+        let started = Instant::now();
+        session.run(views).map_err(|e| e.to_string())?;
+        times.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    Ok(Latency { median: at(0.5), p90: at(0.9), min: times[0] })
+}
+
+fn cmd_run(artifact: &Path, specs: &[String], output_dir: Option<&Path>, as_json: bool, repeat: u32) -> CliResult {
     let program = load(artifact)?;
     let inputs = gather_inputs(&program, specs)?;
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
     let mut session = program.session().map_err(|e| e.to_string())?;
+    let latency = if repeat > 1 { Some(time_runs(&mut session, &views, repeat)?) } else { None };
     let started = Instant::now();
     let outputs = session.run(&views).map_err(|e| e.to_string())?;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -174,8 +198,11 @@ fn cmd_run(artifact: &Path, specs: &[String], output_dir: Option<&Path>, as_json
             "min": s.map(|s| s.0), "max": s.map(|s| s.1), "mean": s.map(|s| s.2),
         }));
     }
+    let latency_json = latency.as_ref().map(|l| json!({"runs": repeat, "median_ms": l.median, "p90_ms": l.p90, "min_ms": l.min}));
     if as_json {
-        println!("{}", json!({ "artifact": artifact.display().to_string(), "elapsed_ms": elapsed_ms, "outputs": report }));
+        println!("{}", json!({ "artifact": artifact.display().to_string(), "elapsed_ms": elapsed_ms, "latency": latency_json, "outputs": report }));
+    } else if let Some(l) = latency {
+        println!("latency over {repeat} runs: median {:.3} ms, p90 {:.3} ms, min {:.3} ms", l.median, l.p90, l.min);
     } else {
         println!("ran in {elapsed_ms:.3} ms");
     }
