@@ -33,30 +33,43 @@ fn check_fixture(name: &str, flavour: &str) {
     }
 }
 
+/// One module per fixture with a test per IR flavour; `$prefix` selects the
+/// fixture set (the torch version that saved it).
 macro_rules! fixture_tests {
-    ($($name:ident),*) => {
+    ($prefix:literal: $($name:ident),*) => {
         $(
             mod $name {
                 #[test]
                 fn training_ir() {
-                    super::check_fixture(stringify!($name), "training");
+                    super::super::check_fixture(&format!("{}{}", $prefix, stringify!($name)), "training");
                 }
                 #[test]
                 fn core_aten() {
-                    super::check_fixture(stringify!($name), "aten");
+                    super::super::check_fixture(&format!("{}{}", $prefix, stringify!($name)), "aten");
                 }
             }
         )*
     };
 }
 
-fixture_tests!(mlp, cnn, transformer, transformer_mask, dynamic_mlp, transformer_dynseq);
+/// Saved by torch 2.15 (the newest supported).
+mod torch_2_15 {
+    fixture_tests!("": mlp, cnn, transformer, transformer_mask, dynamic_mlp, transformer_dynseq);
+}
+
+/// The same models saved by torch 2.9 (the oldest supported archive format).
+mod torch_2_9 {
+    fixture_tests!("torch-2.9/": mlp, cnn, transformer, transformer_mask, dynamic_mlp, transformer_dynseq);
+}
 
 #[test]
 fn fixture_list_matches_directories() {
     for name in FIXTURES {
         for flavour in FLAVOURS {
-            assert!(fixture_dir(name).join(format!("{flavour}.pt2")).exists(), "{name}/{flavour}.pt2 missing");
+            for set in ["", "torch-2.9/"] {
+                let dir = fixture_dir(&format!("{set}{name}"));
+                assert!(dir.join(format!("{flavour}.pt2")).exists(), "{}/{flavour}.pt2 missing", dir.display());
+            }
         }
     }
 }
