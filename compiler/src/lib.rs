@@ -6,11 +6,13 @@
 //! - [`lower`]: planned IR → the runtime's execution plan.
 //! - [`compile`]: the driver tying import, passes, memory planning and lowering.
 //! - [`npy`]: `.npy` reading/writing for the CLI.
+//! - [`stablehlo`]: the PJRT target (partitioner; StableHLO emission with feature `mlir`).
 
 pub mod compile;
 pub mod import;
 pub mod lower;
 pub mod npy;
 pub mod pt2;
+pub mod stablehlo;
 
-pub use compile::{compile_file, compile_graph, compile_graph_with_passes, CompileError, CompileOptions, CompileSummary};
+pub use compile::{compile_file, compile_file_for, compile_graph, compile_graph_for, compile_graph_with_passes, Backend, CompileError, CompileOptions, CompileSummary};

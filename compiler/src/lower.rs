@@ -4,7 +4,7 @@
 //! by `u32`, kernels chosen here once, weights packed into one aligned segment.
 //! This is the only place that knows both vocabularies.
 
-use kiln_ir::{self as ir, Dim, Graph, Op, SymbolId, ValueDef, ValueId};
+use kiln_ir::{self as ir, Dim, Graph, NodeId, Op, SymbolId, ValueDef, ValueId};
 use kiln_passes::MemoryPlan;
 use kiln_runtime::format::{DimExpr, DimRef, Instr, IoDecl, Kernel, Plan, Storage, SymbolDecl, TensorDecl, WeightsBuilder};
 use kiln_runtime::DType;
@@ -54,6 +54,21 @@ fn unary(op: ir::UnaryOp) -> kiln_runtime::format::UnaryOp {
         U::Round => K::Round,
         U::Sign => K::Sign,
         U::Not => K::Not,
+        U::Log1p => K::Log1p,
+        U::Expm1 => K::Expm1,
+        U::Trunc => K::Trunc,
+        U::Tan => K::Tan,
+        U::Asin => K::Asin,
+        U::Acos => K::Acos,
+        U::Atan => K::Atan,
+        U::Sinh => K::Sinh,
+        U::Cosh => K::Cosh,
+        U::Asinh => K::Asinh,
+        U::Acosh => K::Acosh,
+        U::Atanh => K::Atanh,
+        U::Log2 => K::Log2,
+        U::Log10 => K::Log10,
+        U::BitNot => K::BitNot,
     }
 }
 
@@ -79,6 +94,8 @@ fn binary(op: ir::BinaryOp) -> kiln_runtime::format::BinaryOp {
         B::And => K::And,
         B::Or => K::Or,
         B::Xor => K::Xor,
+        B::Atan2 => K::Atan2,
+        B::Fmod => K::Fmod,
     }
 }
 
@@ -154,6 +171,30 @@ fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId]) -> Result<Kernel, String> 
         Op::Gather { axis } => Kernel::Gather { axis: *axis as u32 },
         Op::Full { value, .. } => Kernel::Fill { value: *value },
         Op::Arange { start, step, .. } => Kernel::Arange { start: *start, step: *step },
+        Op::CumSum { axis } => Kernel::CumSum { axis: *axis as u32 },
+        Op::ArgMin { axis, .. } => Kernel::ArgMin { axis: *axis as u32 },
+        Op::Sort { axis, descending, indices, .. } => Kernel::Sort { axis: *axis as u32, descending: *descending, indices: *indices },
+        Op::Pad { lo, hi, interior, mode, value } => Kernel::Pad {
+            lo: lo.clone(),
+            hi: hi.clone(),
+            interior: interior.clone(),
+            mode: match mode {
+                ir::PadMode::Constant => kiln_runtime::format::PadMode::Constant,
+                ir::PadMode::Reflect => kiln_runtime::format::PadMode::Reflect,
+                ir::PadMode::Replicate => kiln_runtime::format::PadMode::Replicate,
+            },
+            value: *value,
+        },
+        Op::Flip { axes } => Kernel::Flip { axes: axes32(axes) },
+        Op::Upsample { mode, align_corners, size, scales } => Kernel::Resize {
+            mode: match mode {
+                ir::UpsampleMode::Nearest => kiln_runtime::format::ResizeMode::Nearest,
+                ir::UpsampleMode::Linear => kiln_runtime::format::ResizeMode::Linear,
+            },
+            align_corners: *align_corners,
+            spatial: size.len() as u32,
+            scales: scales.clone(),
+        },
     })
 }
 
@@ -216,6 +257,47 @@ impl DimTable<'_> {
 /// Builds the execution plan and the weights segment for `g`, whose memory was
 /// planned by [`kiln_passes::plan_memory`].
 pub fn lower_to_plan(g: &Graph, mem: &MemoryPlan) -> Result<(Plan, WeightsBuilder), LowerError> {
+    lower_to_plan_with_segments(g, mem, &[]).map(|l| (l.plan, l.weights))
+}
+
+/// A run of scheduled nodes executed by one `Kernel::Accel { segment }`
+/// instruction (segment = index in the slice given to
+/// [`lower_to_plan_with_segments`]); see `stablehlo::partition`.
+#[derive(Clone, Debug)]
+pub struct AccelCall {
+    /// In schedule order and contiguous in it.
+    pub nodes: Vec<NodeId>,
+    /// The call's operands and results, in `@main`'s order.
+    pub args: Vec<ValueId>,
+    pub results: Vec<ValueId>,
+}
+
+/// A plan whose accelerator calls are lowered too.
+pub struct SegmentedPlan {
+    pub plan: Plan,
+    pub weights: WeightsBuilder,
+    /// Per call: plan tensor ids of its args and results.
+    pub call_tensors: Vec<(Vec<u32>, Vec<u32>)>,
+    /// CPU instructions with the node each came from.
+    pub cpu_instrs: Vec<(u32, NodeId)>,
+}
+
+/// [`lower_to_plan`] where each of `calls` becomes one `Kernel::Accel`
+/// instruction at its first node's position and its nodes are skipped.
+/// `mem` must give slots to every call's (non-constant) args and results.
+pub fn lower_to_plan_with_segments(g: &Graph, mem: &MemoryPlan, calls: &[AccelCall]) -> Result<SegmentedPlan, LowerError> {
+    let mut call_at: HashMap<NodeId, usize> = HashMap::new();
+    let mut in_call: HashMap<NodeId, usize> = HashMap::new();
+    for (i, c) in calls.iter().enumerate() {
+        if let Some(&first) = c.nodes.first() {
+            call_at.insert(first, i);
+        }
+        for &n in &c.nodes {
+            in_call.insert(n, i);
+        }
+    }
+    let mut call_tensors = vec![(Vec::new(), Vec::new()); calls.len()];
+    let mut cpu_instrs = Vec::new();
     let mut errors = Vec::new();
     let mut dims =
         DimTable { graph_symbols: &g.symbols, symbols: Vec::new(), sym_index: HashMap::new(), exprs: Vec::new(), interned: HashMap::new() };
@@ -255,7 +337,20 @@ pub fn lower_to_plan(g: &Graph, mem: &MemoryPlan) -> Result<(Plan, WeightsBuilde
     }
     let mut instrs = Vec::new();
     for &n in &g.order {
+        if let Some(&i) = call_at.get(&n) {
+            let c = &calls[i];
+            let ins: Vec<u32> = c.args.iter().map(|&v| declare(v, &mut dims, &mut weights, &mut errors)).collect();
+            let outs: Vec<u32> = c.results.iter().map(|&v| declare(v, &mut dims, &mut weights, &mut errors)).collect();
+            call_tensors[i] = (ins.clone(), outs.clone());
+            let origin = format!("accelerator segment {i} ({} nodes from {})", c.nodes.len(), g.describe_node(n));
+            instrs.push(Instr { kernel: Kernel::Accel { segment: i as u32 }, inputs: ins, outputs: outs, origin });
+            continue;
+        }
+        if in_call.contains_key(&n) {
+            continue;
+        }
         let node = &g.nodes[n];
+        cpu_instrs.push((instrs.len() as u32, n));
         match kernel_for(g, &node.op, &node.inputs) {
             Ok(kernel) => {
                 let ins = node.inputs.iter().map(|&v| declare(v, &mut dims, &mut weights, &mut errors)).collect();
@@ -284,5 +379,5 @@ pub fn lower_to_plan(g: &Graph, mem: &MemoryPlan) -> Result<(Plan, WeightsBuilde
         arena_bytes: mem.arena_bytes,
         peak_live_bytes: mem.peak_live_bytes,
     };
-    Ok((plan, weights))
+    Ok(SegmentedPlan { plan, weights, call_tensors, cpu_instrs })
 }

@@ -3,9 +3,10 @@
 use clap::{Parser, Subcommand};
 use kiln_compiler::compile::target_name;
 use kiln_compiler::npy::{read_npy, write_npy};
-use kiln_compiler::{compile_file, CompileOptions};
+use kiln_compiler::stablehlo::Precision;
+use kiln_compiler::{compile_file_for, Backend, CompileError, CompileOptions};
 use kiln_passes::Target;
-use kiln_runtime::{DType, Program, Tensor, TensorView};
+use kiln_runtime::{DType, Device, Program, SessionOptions, Tensor, TensorView};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -28,12 +29,18 @@ enum Command {
         /// Where to write the artifact.
         #[arg(short, long)]
         output: PathBuf,
-        /// Target: `cpu` (kiln's kernels) or `primitive` (cpu with every composite decomposed).
+        /// Target: `cpu` (kiln's kernels), `primitive` (cpu with every composite decomposed)
+        /// or `pjrt` (StableHLO segments for a PJRT plugin, CPU kernels for the rest; needs a
+        /// kiln built with `--features mlir`).
         #[arg(long, default_value = "cpu")]
         target: String,
+        /// Arithmetic of accelerator segments (`--target pjrt`): `f32` or `bf16` (bf16 compute,
+        /// f32 accumulation, f32 at segment boundaries).
+        #[arg(long, default_value = "f32")]
+        precision: String,
     },
-    /// Run an artifact on the CPU with inputs from .npy files.
-    #[command(after_help = "Examples:\n  kiln run model.kiln --input 0=x.npy --output-dir out/\n  kiln run model.kiln --input x=x.npy --json")]
+    /// Run an artifact with inputs from .npy files.
+    #[command(after_help = "Examples:\n  kiln run model.kiln --input 0=x.npy --output-dir out/\n  kiln run model.kiln --input x=x.npy --json\n  kiln run model.kiln --input x=x.npy --device tpu\n\nKILN_PJRT_PLUGIN=/path/plugin.so overrides where `tpu` and `gpu` find their PJRT plugin, and\nselects that plugin when --device is not given and the artifact has accelerator segments.")]
     Run {
         artifact: PathBuf,
         /// `INDEX=path.npy` or `NAME=path.npy`; one per program input.
@@ -48,6 +55,12 @@ enum Command {
         /// Run this many times after one warm-up run and report latency (median, p90, min).
         #[arg(long, default_value_t = 1)]
         repeat: u32,
+        /// `cpu` (kiln's kernels), `tpu`, `gpu` or `pjrt:PATH` (a PJRT plugin) [default: cpu].
+        #[arg(long)]
+        device: Option<String>,
+        /// Which of the accelerator's addressable devices to use.
+        #[arg(long, default_value_t = 0)]
+        device_index: usize,
     },
     /// Describe an artifact: inputs, outputs, kernels, memory.
     #[command(after_help = "Example:\n  kiln inspect model.kiln --json")]
@@ -58,15 +71,25 @@ enum Command {
     },
     /// Compile and run the bundled example model (an MLP) and compare with PyTorch.
     Demo,
+    /// Print the support table: ATen ops, dtypes, limits, and Core ATen coverage.
+    #[command(after_help = "Example:\n  kiln ops\n  kiln ops --markdown > compiler/OPS.md")]
+    Ops {
+        /// Print the Markdown page (compiler/OPS.md) instead of the text table.
+        #[arg(long)]
+        markdown: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Compile { model, output, target } => cmd_compile(&model, &output, &target),
-        Command::Run { artifact, inputs, output_dir, json, repeat } => cmd_run(&artifact, &inputs, output_dir.as_deref(), json, repeat),
+        Command::Compile { model, output, target, precision } => cmd_compile(&model, &output, &target, &precision),
+        Command::Run { artifact, inputs, output_dir, json, repeat, device, device_index } => {
+            cmd_run(&artifact, &inputs, output_dir.as_deref(), json, repeat, device.as_deref(), device_index)
+        }
         Command::Inspect { artifact, json } => cmd_inspect(&artifact, json),
         Command::Demo => cmd_demo(),
+        Command::Ops { markdown } => cmd_ops(markdown),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -79,16 +102,45 @@ fn main() -> ExitCode {
 
 type CliResult = Result<(), String>;
 
-fn cmd_compile(model: &Path, output: &Path, target: &str) -> CliResult {
-    let target = Target::from_name(target).ok_or_else(|| format!("unknown target `{target}` (known: cpu, primitive)"))?;
+fn cmd_ops(markdown: bool) -> CliResult {
+    use kiln_compiler::import::support::{core_aten_status, supported_ops, CORE_ATEN};
+    if markdown {
+        print!("{}", kiln_compiler::import::support::render_markdown());
+        return Ok(());
+    }
+    println!("{:<36} {:<44} notes", "op", "dtypes");
+    for row in supported_ops() {
+        let dtypes = if row.dtypes.is_empty() { "-".to_string() } else { row.dtypes.join(" ") };
+        for name in row.names {
+            println!("{name:<36} {dtypes:<44} {}", row.note);
+        }
+    }
+    let missing: Vec<&str> = CORE_ATEN.iter().copied().filter(|o| core_aten_status(o).is_some()).collect();
+    println!("\nCore ATen (torch 2.15): {} of {} overloads imported", CORE_ATEN.len() - missing.len(), CORE_ATEN.len());
+    for o in missing {
+        println!("  missing {o:<40} {}", core_aten_status(o).unwrap_or(""));
+    }
+    Ok(())
+}
+
+fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str) -> CliResult {
+    let precision = Precision::from_name(precision).ok_or_else(|| format!("unknown precision `{precision}` (known: f32, bf16)"))?;
+    let (target, backend) = match target {
+        "pjrt" => (Target::Cpu, Backend::Pjrt { precision }),
+        _ if precision != Precision::F32 => return Err("--precision applies to --target pjrt only".into()),
+        name => (Target::from_name(name).ok_or_else(|| format!("unknown target `{name}` (known: cpu, primitive, pjrt)"))?, Backend::Cpu),
+    };
     let started = Instant::now();
     let opts = CompileOptions { target, verify_each: false };
-    let s = compile_file(model, output, &opts).map_err(|e| format!("{}: {e}", model.display()))?;
+    let s = compile_file_for(model, output, &opts, backend).map_err(|e| match e {
+        CompileError::NoMlir => e.to_string(),
+        e => format!("{}: {e}", model.display()),
+    })?;
     println!(
         "compiled {} -> {} (target {}) in {:.0} ms: {} instructions, arena {} (peak live {}), weights {}",
         model.display(),
         output.display(),
-        target_name(target),
+        if backend == Backend::Cpu { target_name(target).to_string() } else { format!("pjrt, {}", precision.name()) },
         started.elapsed().as_secs_f64() * 1e3,
         s.instructions,
         human_bytes(s.arena_bytes),
@@ -168,11 +220,45 @@ fn time_runs(session: &mut kiln_runtime::Session, views: &[TensorView<'_>], repe
     Ok(Latency { median: at(0.5), p90: at(0.9), min: times[0] })
 }
 
-fn cmd_run(artifact: &Path, specs: &[String], output_dir: Option<&Path>, as_json: bool, repeat: u32) -> CliResult {
+/// `--device`, else `pjrt:$KILN_PJRT_PLUGIN` for an artifact that needs an
+/// accelerator, else the CPU.
+fn choose_device(program: &Program, flag: Option<&str>) -> Result<Device, String> {
+    match flag {
+        Some(s) => s.parse().map_err(|e: kiln_runtime::Error| e.to_string()),
+        None => match std::env::var_os("KILN_PJRT_PLUGIN").filter(|v| !v.is_empty()) {
+            Some(p) if program.needs_accelerator() => Ok(Device::Pjrt(PathBuf::from(p))),
+            _ => Ok(Device::Cpu),
+        },
+    }
+}
+
+fn cmd_run(
+    artifact: &Path,
+    specs: &[String],
+    output_dir: Option<&Path>,
+    as_json: bool,
+    repeat: u32,
+    device: Option<&str>,
+    device_index: usize,
+) -> CliResult {
     let program = load(artifact)?;
     let inputs = gather_inputs(&program, specs)?;
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
-    let mut session = program.session().map_err(|e| e.to_string())?;
+    let options = SessionOptions { device: choose_device(&program, device)?, device_index, ..SessionOptions::default() };
+    let mut session = program.session_with(&options).map_err(|e| e.to_string())?;
+    let accel_json = session.accel_info().map(|a| {
+        if !as_json {
+            println!(
+                "device: {} #{} ({}, {} {}), {} segments: {} compiled, {} from cache",
+                a.device_kind, a.device_id, a.plugin.display(), a.platform_name, a.platform_version, a.segments, a.compiled, a.cache_hits
+            );
+        }
+        json!({
+            "plugin": a.plugin.display().to_string(), "platform": a.platform_name, "platform_version": a.platform_version,
+            "device_id": a.device_id, "device_kind": a.device_kind, "segments": a.segments,
+            "compiled": a.compiled, "cache_hits": a.cache_hits,
+        })
+    });
     let latency = if repeat > 1 { Some(time_runs(&mut session, &views, repeat)?) } else { None };
     let started = Instant::now();
     let outputs = session.run(&views).map_err(|e| e.to_string())?;
@@ -200,7 +286,11 @@ fn cmd_run(artifact: &Path, specs: &[String], output_dir: Option<&Path>, as_json
     }
     let latency_json = latency.as_ref().map(|l| json!({"runs": repeat, "median_ms": l.median, "p90_ms": l.p90, "min_ms": l.min}));
     if as_json {
-        println!("{}", json!({ "artifact": artifact.display().to_string(), "elapsed_ms": elapsed_ms, "latency": latency_json, "outputs": report }));
+        println!(
+            "{}",
+            json!({ "artifact": artifact.display().to_string(), "device": options.device.to_string(), "accelerator": accel_json,
+                    "elapsed_ms": elapsed_ms, "latency": latency_json, "outputs": report })
+        );
     } else if let Some(l) = latency {
         println!("latency over {repeat} runs: median {:.3} ms, p90 {:.3} ms, min {:.3} ms", l.median, l.p90, l.min);
     } else {
@@ -234,6 +324,10 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
             "weights_section_bytes": program.weights_bytes(),
             "arena_bytes": plan.arena_bytes,
             "peak_live_bytes": plan.peak_live_bytes,
+            "accel": program.accel().map(|a| json!({
+                "segments": a.segments.iter().map(|s| json!({"ops": s.ops, "args": s.args, "results": s.results})).collect::<Vec<_>>(),
+                "cpu_fallbacks": a.cpu_fallbacks.iter().map(|f| json!({"instr": f.instr, "reason": f.reason})).collect::<Vec<_>>(),
+            })),
         });
         println!("{doc:#}");
         return Ok(());
@@ -256,7 +350,26 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
     println!("\ninstructions {}", plan.instrs.len());
     println!("weights      {}", human_bytes(program.weight_tensor_bytes()));
     println!("arena        {} (peak live {})", human_bytes(plan.arena_bytes), human_bytes(plan.peak_live_bytes));
+    if let Some(accel) = program.accel() {
+        print_accel(plan, accel);
+    }
     Ok(())
+}
+
+/// The accelerator segments (ops inside) and what stayed on the CPU, and why.
+fn print_accel(plan: &kiln_runtime::format::Plan, accel: &kiln_runtime::format::AccelProgram) {
+    println!("
+accelerator segments {}", accel.segments.len());
+    for (i, s) in accel.segments.iter().enumerate() {
+        println!("  segment {i}: {} args, {} results, ops: {}", s.args.len(), s.results.len(), s.ops.join(", "));
+    }
+    if !accel.cpu_fallbacks.is_empty() {
+        println!("CPU fallbacks {}", accel.cpu_fallbacks.len());
+        for f in &accel.cpu_fallbacks {
+            let origin = plan.instrs.get(f.instr as usize).map_or("", |i| i.origin.as_str());
+            println!("  instruction {} ({origin}): {}", f.instr, f.reason);
+        }
+    }
 }
 
 /// The bundled example: the MLP fixture exported from PyTorch (tests/fixtures/mlp).
@@ -264,7 +377,7 @@ fn cmd_demo() -> CliResult {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mlp");
     let model = dir.join("training.pt2");
     let artifact = std::env::temp_dir().join(format!("kiln-demo-{}.kiln", std::process::id()));
-    cmd_compile(&model, &artifact, "cpu")?;
+    cmd_compile(&model, &artifact, "cpu", "f32")?;
     let program = load(&artifact)?;
     let _ = std::fs::remove_file(&artifact);
     let input = read_npy(&dir.join("input_0.npy")).map_err(|e| e.to_string())?;

@@ -420,6 +420,57 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
         }
         Op::Full { dtype, shape, .. } => Ok(TensorType::new(*dtype, shape.clone())),
         Op::Arange { len, dtype, .. } => Ok(TensorType::new(*dtype, vec![len.clone()])),
+        Op::CumSum { axis } => {
+            axis_ok(*axis, ins[0].rank())?;
+            Ok(ins[0].clone())
+        }
+        Op::ArgMin { axis, keep_dims } => reduce(ins[0], DType::I64, &[*axis], *keep_dims),
+        Op::Sort { axis, k, indices, .. } => {
+            let x = ins[0];
+            axis_ok(*axis, x.rank())?;
+            if let (Some(k), Some(n)) = (k.as_const(), x.shape[*axis].as_const()) {
+                if k < 0 || k > n {
+                    return Err(format!("sort: k = {k} outside 0..={n}"));
+                }
+            }
+            let mut shape = x.shape.clone();
+            shape[*axis] = k.clone();
+            Ok(TensorType::new(if *indices { DType::I64 } else { x.dtype }, shape))
+        }
+        Op::Pad { lo, hi, interior, .. } => {
+            let x = ins[0];
+            lengths_match(x.rank(), &[("lo", lo.len()), ("hi", hi.len()), ("interior", interior.len())])?;
+            let mut shape = Vec::with_capacity(x.rank());
+            for (i, d) in x.shape.iter().enumerate() {
+                if interior[i] < 0 {
+                    return Err(format!("pad: negative interior padding {}", interior[i]));
+                }
+                // d + lo + hi + interior * (d - 1), for d >= 1.
+                let grown = if interior[i] == 0 {
+                    d.clone()
+                } else {
+                    plus(Dim::mul(d.clone(), Dim::Const(interior[i] + 1)), -interior[i])
+                };
+                shape.push(plus(grown, lo[i] + hi[i]));
+            }
+            Ok(TensorType::new(x.dtype, shape))
+        }
+        Op::Flip { axes } => {
+            for &a in axes {
+                axis_ok(a, ins[0].rank())?;
+            }
+            Ok(ins[0].clone())
+        }
+        Op::Upsample { size, scales, .. } => {
+            let x = ins[0];
+            rank_at_least("upsample", x, size.len() + 2)?;
+            if !scales.is_empty() {
+                lengths_match(size.len(), &[("scales", scales.len())])?;
+            }
+            let mut shape = x.shape[..x.rank() - size.len()].to_vec();
+            shape.extend(size.iter().cloned());
+            Ok(TensorType::new(x.dtype, shape))
+        }
     }
 }
 

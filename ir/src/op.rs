@@ -34,6 +34,23 @@ pub enum UnaryOp {
     Sign,
     /// Logical not; input and output are `bool`.
     Not,
+    Log1p,
+    Expm1,
+    /// Rounds toward zero.
+    Trunc,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    Log2,
+    Log10,
+    /// Bitwise not of an integer (`~x`); on `bool`, logical not.
+    BitNot,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -59,6 +76,10 @@ pub enum BinaryOp {
     And,
     Or,
     Xor,
+    /// `atan2(a, b)` (floats).
+    Atan2,
+    /// C-style remainder (sign of the dividend), as torch's `fmod`.
+    Fmod,
 }
 
 impl BinaryOp {
@@ -141,6 +162,41 @@ pub enum Op {
     Full { value: f64, dtype: DType, shape: Vec<Dim> },
     /// `start, start+step, ...` with `len` elements.
     Arange { start: f64, step: f64, len: Dim, dtype: DType },
+    /// Inclusive prefix sum along `axis`.
+    CumSum { axis: usize },
+    /// Index of the minimum along `axis` (first on ties), as i64.
+    ArgMin { axis: usize, keep_dims: bool },
+    /// The first `k` elements along `axis` in sorted order (stable; NaN sorts
+    /// above everything, as in torch): their values, or with `indices` their
+    /// positions as i64. `sort` is `k` = the whole axis, `topk` descending.
+    Sort { axis: usize, k: Dim, descending: bool, indices: bool },
+    /// Pads every axis by `lo`/`hi` elements (negative: crops) with `interior`
+    /// elements between neighbours; `mode` says what fills the new positions.
+    Pad { lo: Vec<i64>, hi: Vec<i64>, interior: Vec<i64>, mode: PadMode, value: f64 },
+    /// Reverses the order of elements along each of `axes`.
+    Flip { axes: Vec<usize> },
+    /// Resizes the trailing `size.len()` dims (NC + spatial layout). A
+    /// `scales` entry > 0 is the user's scale factor, which torch uses instead
+    /// of `in/out` to map output positions back (when not `align_corners`).
+    Upsample { mode: UpsampleMode, align_corners: bool, size: Vec<Dim>, scales: Vec<f64> },
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PadMode {
+    /// New positions hold `value`.
+    Constant,
+    /// Mirror without repeating the edge (`reflect`).
+    Reflect,
+    /// Repeat the edge element.
+    Replicate,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum UpsampleMode {
+    /// torch's `nearest` (floor of the scaled position).
+    Nearest,
+    /// Linear in each resized dim (`bilinear` for two).
+    Linear,
 }
 
 impl Op {
@@ -179,6 +235,13 @@ impl Op {
             Op::Gather { .. } => "gather",
             Op::Full { .. } => "full",
             Op::Arange { .. } => "arange",
+            Op::CumSum { .. } => "cumsum",
+            Op::ArgMin { .. } => "argmin",
+            Op::Sort { .. } => "sort",
+            Op::Pad { .. } => "pad",
+            Op::Flip { .. } => "flip",
+            Op::Upsample { mode: UpsampleMode::Nearest, .. } => "upsample_nearest",
+            Op::Upsample { mode: UpsampleMode::Linear, .. } => "upsample_linear",
         }
     }
 
@@ -198,6 +261,7 @@ impl Op {
             Op::Concat { .. } => (1, usize::MAX),
             Op::Gather { .. } => (2, 2),
             Op::Full { .. } | Op::Arange { .. } => (0, 0),
+            Op::CumSum { .. } | Op::ArgMin { .. } | Op::Sort { .. } | Op::Pad { .. } | Op::Flip { .. } | Op::Upsample { .. } => (1, 1),
         }
     }
 
@@ -207,7 +271,7 @@ impl Op {
     }
 }
 
-pub const UNARY_OPS: [UnaryOp; 21] = [
+pub const UNARY_OPS: [UnaryOp; 36] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Exp,
@@ -229,9 +293,24 @@ pub const UNARY_OPS: [UnaryOp; 21] = [
     UnaryOp::Round,
     UnaryOp::Sign,
     UnaryOp::Not,
+    UnaryOp::Log1p,
+    UnaryOp::Expm1,
+    UnaryOp::Trunc,
+    UnaryOp::Tan,
+    UnaryOp::Asin,
+    UnaryOp::Acos,
+    UnaryOp::Atan,
+    UnaryOp::Sinh,
+    UnaryOp::Cosh,
+    UnaryOp::Asinh,
+    UnaryOp::Acosh,
+    UnaryOp::Atanh,
+    UnaryOp::Log2,
+    UnaryOp::Log10,
+    UnaryOp::BitNot,
 ];
 
-pub const BINARY_OPS: [BinaryOp; 18] = [
+pub const BINARY_OPS: [BinaryOp; 20] = [
     BinaryOp::Add,
     BinaryOp::Sub,
     BinaryOp::Mul,
@@ -250,6 +329,8 @@ pub const BINARY_OPS: [BinaryOp; 18] = [
     BinaryOp::And,
     BinaryOp::Or,
     BinaryOp::Xor,
+    BinaryOp::Atan2,
+    BinaryOp::Fmod,
 ];
 
 pub fn unary_name(op: UnaryOp) -> &'static str {
@@ -275,6 +356,21 @@ pub fn unary_name(op: UnaryOp) -> &'static str {
         UnaryOp::Round => "round",
         UnaryOp::Sign => "sign",
         UnaryOp::Not => "not",
+        UnaryOp::Log1p => "log1p",
+        UnaryOp::Expm1 => "expm1",
+        UnaryOp::Trunc => "trunc",
+        UnaryOp::Tan => "tan",
+        UnaryOp::Asin => "asin",
+        UnaryOp::Acos => "acos",
+        UnaryOp::Atan => "atan",
+        UnaryOp::Sinh => "sinh",
+        UnaryOp::Cosh => "cosh",
+        UnaryOp::Asinh => "asinh",
+        UnaryOp::Acosh => "acosh",
+        UnaryOp::Atanh => "atanh",
+        UnaryOp::Log2 => "log2",
+        UnaryOp::Log10 => "log10",
+        UnaryOp::BitNot => "bit_not",
     }
 }
 
@@ -298,5 +394,7 @@ pub fn binary_name(op: BinaryOp) -> &'static str {
         BinaryOp::And => "and",
         BinaryOp::Or => "or",
         BinaryOp::Xor => "xor",
+        BinaryOp::Atan2 => "atan2",
+        BinaryOp::Fmod => "fmod",
     }
 }

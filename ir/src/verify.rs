@@ -260,7 +260,21 @@ impl Verifier<'_> {
             Op::Softmax { axis: a } | Op::LogSoftmax { axis: a } | Op::Concat { axis: a } | Op::Gather { axis: a } => {
                 axis(e, "axis", *a)
             }
-            Op::ArgMax { axis: a, .. } => axis(e, "axis", *a),
+            Op::ArgMax { axis: a, .. } | Op::ArgMin { axis: a, .. } | Op::CumSum { axis: a } => axis(e, "axis", *a),
+            Op::Sort { axis: a, k, .. } => {
+                axis(e, "axis", *a);
+                self.check_dim_symbols(what, &k.clone());
+            }
+            Op::Flip { axes } => {
+                for &a in axes {
+                    axis(e, "axis", a);
+                }
+            }
+            Op::Upsample { size, .. } => {
+                for d in size.clone() {
+                    self.check_dim_symbols(what, &d);
+                }
+            }
             Op::Slice { axis: a, step, .. } => {
                 axis(e, "axis", *a);
                 at_least(e, "slice step", &[*step], 1);

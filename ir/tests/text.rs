@@ -292,3 +292,35 @@ fn parse_errors_have_line_and_column() {
         assert_eq!(&parse_err(src), expected, "for\n{src}");
     }
 }
+
+#[test]
+fn conformance_ops_round_trip() {
+    let mut g = Graph::new();
+    let s = g.add_symbol("n", 1, Some(8));
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![Dim::Const(2), Dim::Sym(s), Dim::Const(4), Dim::Const(4)]));
+    let ops = [
+        Op::Unary(UnaryOp::Log1p),
+        Op::Unary(UnaryOp::Atanh),
+        Op::CumSum { axis: 1 },
+        Op::ArgMin { axis: 3, keep_dims: true },
+        Op::Sort { axis: 1, k: Dim::Sym(s), descending: true, indices: true },
+        Op::Sort { axis: 3, k: Dim::Const(2), descending: false, indices: false },
+        Op::Pad { lo: vec![0, 0, 1, -1], hi: vec![0, 0, 2, 0], interior: vec![0, 0, 1, 0], mode: PadMode::Constant, value: -0.5 },
+        Op::Pad { lo: vec![0, 0, 1, 1], hi: vec![0, 0, 1, 1], interior: vec![0; 4], mode: PadMode::Reflect, value: 0.0 },
+        Op::Flip { axes: vec![1, 3] },
+        Op::Upsample { mode: UpsampleMode::Linear, align_corners: true, size: vec![Dim::Const(8), Dim::Const(8)], scales: vec![] },
+        Op::Upsample { mode: UpsampleMode::Nearest, align_corners: false, size: vec![Dim::Const(6), Dim::Const(8)], scales: vec![1.5, 2.0] },
+    ];
+    for op in ops {
+        let tys = kiln_ir::infer::infer_types(&g.symbols, &op, &[g.ty(x)]).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        let v = g.push(op, vec![x], tys[0].clone(), None);
+        g.add_output(format!("o{}", g.outputs.len()), v);
+    }
+    let y = g.add_input("y", TensorType::new(DType::F32, vec![Dim::Const(3)]));
+    let b = g.push(Op::Binary(BinaryOp::Atan2), vec![y, y], TensorType::new(DType::F32, vec![Dim::Const(3)]), None);
+    g.add_output("atan2", b);
+    let text = round_trip(&g);
+    assert!(text.contains("pad{lo=[0, 0, 1, -1], hi=[0, 0, 2, 0], interior=[0, 0, 1, 0], mode=constant, value=-0.5}"), "{text}");
+    assert!(text.contains("f32[2, n, 6, 6] = pad"), "padded shape: {text}");
+    kiln_ir::verify::verify(&g).unwrap_or_else(|e| panic!("{e:?}"));
+}

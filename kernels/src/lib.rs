@@ -27,4 +27,7 @@ pub use generic::attention::attention;
 pub use generic::conv::{conv, ConvParams};
 pub use generic::norm::{batch_norm, layer_norm, softmax};
 pub use generic::pool::{adaptive_avg_pool, pool, PoolParams};
-pub use generic::reduce::{argmax, reduce};
+pub use generic::reduce::{argmax, argmin, cumsum, reduce};
+pub use generic::sort::sort;
+pub use generic::pad::{flip, pad, PadMode, PadParams};
+pub use generic::resize::{resize, ResizeMode, ResizeParams};

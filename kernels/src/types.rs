@@ -94,6 +94,21 @@ pub enum UnaryOp {
     Round,
     Sign,
     Not,
+    Log1p,
+    Expm1,
+    Trunc,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    Log2,
+    Log10,
+    BitNot,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -117,6 +132,8 @@ pub enum BinaryOp {
     And,
     Or,
     Xor,
+    Atan2,
+    Fmod,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -164,6 +181,7 @@ pub type Result<T> = std::result::Result<T, KernelError>;
 #[derive(Default, Debug)]
 pub struct Scratch {
     f32s: Vec<f32>,
+    idx: Vec<usize>,
     pub(crate) pack: PackBuffers,
 }
 
@@ -199,6 +217,14 @@ impl Scratch {
             self.f32s.resize(len, 0.0);
         }
         &mut self.f32s[..len]
+    }
+
+    /// A buffer of at least `len` indices (contents unspecified).
+    pub fn indices(&mut self, len: usize) -> &mut [usize] {
+        if self.idx.len() < len {
+            self.idx.resize(len, 0);
+        }
+        &mut self.idx[..len]
     }
 
     /// The general buffer (like [`Scratch::f32s`]) together with the GEMM

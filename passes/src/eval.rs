@@ -90,6 +90,23 @@ fn unary(op: UnaryOp, x: f64) -> Option<f64> {
         UnaryOp::Not => (x == 0.0) as u8 as f64,
         // No erf in std; an approximation would make folded and run-time results differ.
         UnaryOp::Erf | UnaryOp::Gelu => return None,
+        UnaryOp::Trunc => x.trunc(),
+        // Left to the run-time kernels (libm results may differ in the last
+        // bit; BitNot depends on the dtype).
+        UnaryOp::Log1p
+        | UnaryOp::Expm1
+        | UnaryOp::Tan
+        | UnaryOp::Asin
+        | UnaryOp::Acos
+        | UnaryOp::Atan
+        | UnaryOp::Sinh
+        | UnaryOp::Cosh
+        | UnaryOp::Asinh
+        | UnaryOp::Acosh
+        | UnaryOp::Atanh
+        | UnaryOp::Log2
+        | UnaryOp::Log10
+        | UnaryOp::BitNot => return None,
     })
 }
 
@@ -120,6 +137,9 @@ fn binary(op: BinaryOp, a: f64, b: f64, dtype: DType) -> Option<f64> {
         BinaryOp::Or if int => ((a as i64) | (b as i64)) as f64,
         BinaryOp::Xor if int => ((a as i64) ^ (b as i64)) as f64,
         BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => return None,
+        BinaryOp::Fmod if int && b == 0.0 => return None,
+        BinaryOp::Fmod => a % b,
+        BinaryOp::Atan2 => return None,
     })
 }
 

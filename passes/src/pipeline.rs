@@ -1,7 +1,7 @@
 //! The pass manager: a list of passes run in order, with an optional verifier
 //! between them and a report of what each did.
 
-use crate::{dce, decompose, fold_constants, simplify, verify_graph, Changed, PassError};
+use crate::{dce, decompose, fold_constants, fuse_conv_affine, legalize_dtypes, simplify, verify_graph, Changed, PassError};
 use kiln_ir::Graph;
 use std::fmt;
 
@@ -66,6 +66,8 @@ pub const FOLD: Pass = Pass { name: "fold", run: fold_constants };
 pub const DCE: Pass = Pass { name: "dce", run: dce };
 pub const DECOMPOSE: Pass = Pass { name: "decompose", run: decompose };
 pub const CLEANUP: Pass = Pass { name: "cleanup", run: cleanup };
+pub const FUSE: Pass = Pass { name: "fuse", run: fuse_conv_affine };
+pub const LEGALIZE: Pass = Pass { name: "legalize", run: legalize_dtypes };
 
 /// The passes, in the order they run.
 pub fn default_pipeline(target: Target) -> Vec<Pass> {
@@ -82,6 +84,13 @@ pub fn default_pipeline(target: Target) -> Vec<Pass> {
         // Decomposition exposes new folds: `linear`'s transposed weight, BatchNorm's
         // reshaped parameters, scalar constants.
         CLEANUP,
+        // Fold per-channel affine ops (decomposed BatchNorm) into the convolutions
+        // before them; drop the convolutions and constants that replaced.
+        FUSE,
+        // Composites whose kernels lack the dtype compute through casts (f16/bf16
+        // in f32, as PyTorch's CPU kernels do).
+        LEGALIZE,
+        DCE,
     ]
 }
 

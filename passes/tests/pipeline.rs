@@ -39,7 +39,7 @@ fn cpu_pipeline() {
     // The transposed weight was folded into a constant.
     let mm = g.order.iter().find(|&&n| g.nodes[n].op == Op::MatMul).unwrap();
     assert!(g.const_of(g.nodes[*mm].inputs[1]).is_some());
-    assert_eq!(report.passes.iter().map(|p| p.name).collect::<Vec<_>>(), ["cleanup", "decompose", "cleanup"]);
+    assert_eq!(report.passes.iter().map(|p| p.name).collect::<Vec<_>>(), ["cleanup", "decompose", "cleanup", "fuse", "legalize", "dce"]);
     assert_eq!(report.passes[1].changed, Changed::Yes);
 }
 

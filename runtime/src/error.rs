@@ -22,6 +22,13 @@ pub enum Error {
     Kernel { index: usize, origin: String, source: KernelError },
     #[error("cannot allocate {bytes} bytes for the session arena")]
     OutOfMemory { bytes: u64 },
+    /// A PJRT plugin call failed; `message` is the plugin's own.
+    #[error("PJRT {call} failed: {message}")]
+    Pjrt { call: String, message: String },
+    /// Device selection: unknown device, no plugin found, no such device, or
+    /// an artifact that needs a device the session does not have.
+    #[error("{0}")]
+    Device(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -63,8 +63,19 @@ pub(crate) fn dispatch(kernel: &Kernel, ins: &[TensorRef<'_>], out: TensorMut<'_
         Kernel::Gather { axis } => k::gather(ins[0], ins[1], *axis as usize, out),
         Kernel::Fill { value } => k::fill(*value, out),
         Kernel::Arange { start, step } => k::arange(*start, *step, out),
+        Kernel::CumSum { axis } => k::cumsum(ins[0], *axis as usize, out),
+        Kernel::ArgMin { axis } => k::argmin(ins[0], *axis as usize, out),
+        Kernel::Sort { axis, descending, indices } => k::sort(ins[0], *axis as usize, *descending, *indices, out, scratch),
+        Kernel::Pad { lo, hi, interior, mode, value } => {
+            k::pad(ins[0], &k::PadParams { lo, hi, interior, mode: *mode, value: *value }, out)
+        }
+        Kernel::Flip { axes } => k::flip(ins[0], Usizes::of(axes).get(), out),
+        Kernel::Resize { mode, align_corners, spatial, scales } => {
+            let params = k::ResizeParams { mode: *mode, align_corners: *align_corners, spatial: *spatial as usize, scales };
+            k::resize(ins[0], &params, out)
+        }
         // Accelerator calls never reach the CPU dispatcher: the session runs
-        // them (validation rejects them when this runtime has no PJRT support).
+        // them (and a session without a PJRT device refuses such plans at start).
         Kernel::Accel { .. } => Err(kiln_kernels::KernelError::Shape {
             kernel: "accel",
             detail: "accelerator segment reached the CPU dispatcher".into(),

@@ -16,13 +16,17 @@
 //! depend on the compiler's IR.
 
 mod aligned;
+mod device;
 mod error;
 mod exec;
 pub mod format;
+#[cfg(feature = "pjrt")]
+pub mod pjrt;
 mod program;
 mod session;
 mod validate;
 
+pub use device::{AccelInfo, Device, ExecutableCache, SessionOptions};
 pub use error::{Error, Result};
 pub use kiln_kernels::{DType, KernelError};
 pub use program::{IoInfo, Program};

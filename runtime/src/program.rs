@@ -2,7 +2,8 @@
 //! can be a flat loop.
 
 use crate::aligned::AlignedBuf;
-use crate::format::{parse_container, DimExpr, DimRef, Kernel, Metadata, Plan, Storage, FORMAT_MAJOR};
+use crate::device::SessionOptions;
+use crate::format::{parse_container, AccelProgram, DimExpr, DimRef, Kernel, Metadata, Plan, Storage, FORMAT_MAJOR};
 use crate::session::Session;
 use crate::validate::validate_plan;
 use crate::{Error, Result};
@@ -31,6 +32,7 @@ pub struct Program {
     weights: Range<usize>,
     plan: Plan,
     metadata: Metadata,
+    accel: Option<AccelProgram>,
     format_minor: u16,
 }
 
@@ -71,13 +73,38 @@ impl Program {
             })?,
             None => Metadata::default(),
         };
-        validate_plan(&plan, container.weights.len() as u64)?;
-        Ok(Arc::new(Program { weights: container.weights, plan, metadata, format_minor: container.minor, backing }))
+        let accel: Option<AccelProgram> = match &container.accel {
+            Some(r) => Some(postcard::from_bytes(&bytes[r.clone()]).map_err(|e| Error::Format {
+                section: "accel".into(),
+                offset: r.start as u64,
+                detail: format!("cannot decode: {e}"),
+            })?),
+            None => None,
+        };
+        validate_plan(&plan, container.weights.len() as u64, accel.as_ref())?;
+        Ok(Arc::new(Program { weights: container.weights, plan, metadata, accel, format_minor: container.minor, backing }))
     }
 
-    /// A new session with its own arena.
+    /// A new session with its own arena, on kiln's CPU kernels.
     pub fn session(self: &Arc<Self>) -> Result<Session> {
-        Session::new(Arc::clone(self))
+        Session::new(Arc::clone(self), &SessionOptions::default())
+    }
+
+    /// A new session on `options.device`. With a PJRT device this compiles
+    /// (or loads from the executable cache) every accelerator segment and
+    /// uploads the weights they read, once for the session's life.
+    pub fn session_with(self: &Arc<Self>, options: &SessionOptions) -> Result<Session> {
+        Session::new(Arc::clone(self), options)
+    }
+
+    /// The accelerator segments, when the artifact has any.
+    pub fn accel(&self) -> Option<&AccelProgram> {
+        self.accel.as_ref()
+    }
+
+    /// Whether any instruction runs on an accelerator.
+    pub fn needs_accelerator(&self) -> bool {
+        self.plan.instrs.iter().any(|i| matches!(i.kernel, Kernel::Accel { .. }))
     }
 
     pub fn plan(&self) -> &Plan {

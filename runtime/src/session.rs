@@ -3,8 +3,9 @@
 //! scratch only grows if a later call has larger dynamic shapes than any before).
 
 use crate::aligned::AlignedBuf;
+use crate::device::{AccelInfo, Device, SessionOptions};
 use crate::exec::dispatch;
-use crate::format::{DimExpr, DimRef, Storage};
+use crate::format::{DimExpr, DimRef, Kernel, Storage};
 use crate::program::Program;
 use crate::{Error, Result};
 use kiln_kernels::{DType, Scratch, TensorMut, TensorRef};
@@ -53,10 +54,57 @@ pub struct Session {
     evaluated: bool,
     scratch: Scratch,
     operand_buf: Vec<TensorRef<'static>>,
+    /// Runs `Kernel::Accel` instructions; present iff the device is not the CPU.
+    accel: AccelDelegate,
+}
+
+#[cfg(feature = "pjrt")]
+type AccelDelegate = Option<crate::pjrt::accel::AccelState>;
+/// Without PJRT support there is never a delegate (sessions on other devices
+/// are refused at creation).
+#[cfg(not(feature = "pjrt"))]
+type AccelDelegate = Option<std::convert::Infallible>;
+
+fn start_accel(program: &Program, options: &SessionOptions) -> Result<AccelDelegate> {
+    if options.device == Device::Cpu {
+        if program.needs_accelerator() {
+            let segments = program.accel().map_or(0, |a| a.segments.len());
+            return Err(Error::Device(format!(
+                "this artifact was compiled for an accelerator ({segments} accelerator segments); run it with --device tpu, gpu or pjrt:PATH"
+            )));
+        }
+        return Ok(None);
+    }
+    #[cfg(feature = "pjrt")]
+    {
+        crate::pjrt::accel::AccelState::new(program, options).map(Some)
+    }
+    #[cfg(not(feature = "pjrt"))]
+    {
+        Err(Error::Device(format!(
+            "device `{}` needs PJRT support, which this build of kiln-runtime lacks (cargo feature `pjrt`)",
+            options.device
+        )))
+    }
+}
+
+#[cfg(feature = "pjrt")]
+fn run_accel(accel: &AccelDelegate, segment: u32, args: &[TensorRef<'_>], results: &mut [&mut [u8]]) -> Result<()> {
+    match accel {
+        Some(a) => a.run(segment, args, results),
+        None => Err(Error::Device("accelerator instruction in a CPU session".into())),
+    }
+}
+
+#[cfg(not(feature = "pjrt"))]
+fn run_accel(_: &AccelDelegate, _: u32, _: &[TensorRef<'_>], _: &mut [&mut [u8]]) -> Result<()> {
+    // Unreachable in practice: such sessions are refused at creation.
+    Err(Error::Device("accelerator instruction in a build without PJRT support".into()))
 }
 
 impl Session {
-    pub(crate) fn new(program: Arc<Program>) -> Result<Session> {
+    pub(crate) fn new(program: Arc<Program>, options: &SessionOptions) -> Result<Session> {
+        let accel = start_accel(&program, options)?;
         let plan = program.plan();
         let bytes = plan.arena_bytes;
         let arena = usize::try_from(bytes).ok().and_then(AlignedBuf::zeroed).ok_or(Error::OutOfMemory { bytes })?;
@@ -76,6 +124,7 @@ impl Session {
             evaluated: false,
             scratch: Scratch::new(),
             operand_buf: Vec::new(),
+            accel,
             arena,
             program,
         })
@@ -83,6 +132,19 @@ impl Session {
 
     pub fn program(&self) -> &Arc<Program> {
         &self.program
+    }
+
+    /// The accelerator delegate's plugin, device and compile/cache counts;
+    /// `None` in a CPU session.
+    pub fn accel_info(&self) -> Option<&AccelInfo> {
+        #[cfg(feature = "pjrt")]
+        {
+            self.accel.as_ref().map(|a| a.info())
+        }
+        #[cfg(not(feature = "pjrt"))]
+        {
+            None
+        }
     }
 
     /// Runs the program. Inputs are given in the program's input order; the
@@ -205,7 +267,7 @@ impl Session {
     }
 
     fn execute(&mut self) -> Result<()> {
-        let Session { program, arena, shapes, shape_at, scratch, operand_buf, .. } = self;
+        let Session { program, arena, shapes, shape_at, scratch, operand_buf, accel, .. } = self;
         let plan = program.plan();
         let weights = program.weights();
         let arena = arena.as_mut_slice();
@@ -228,7 +290,29 @@ impl Session {
             };
             TensorRef { dtype: decl.dtype, shape: &shapes[shape_at[t]..shape_at[t + 1]], data }
         };
+        let arena_slot = |t: u32| -> &mut [u8] {
+            let Storage::Arena { offset, .. } = plan.tensors[t as usize].storage else {
+                unreachable!("validation rejects instructions writing to weights")
+            };
+            // SAFETY: as for `view`; validation guarantees an instruction's
+            // output ranges overlap neither each other nor its operands.
+            unsafe { std::slice::from_raw_parts_mut(arena_ptr.add(offset as usize), tensor_len(t as usize)) }
+        };
         for (index, instr) in plan.instrs.iter().enumerate() {
+            if let Kernel::Accel { segment } = instr.kernel {
+                let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
+                operands.extend(instr.inputs.iter().map(|&t| view(t)));
+                let mut results: Vec<&mut [u8]> = instr.outputs.iter().map(|&t| arena_slot(t)).collect();
+                let result = run_accel(accel, segment, &operands, &mut results);
+                *operand_buf = recycle(operands);
+                result.map_err(|e| match e {
+                    Error::Pjrt { call, message } => {
+                        Error::Pjrt { call, message: format!("instruction {index} ({}): {message}", instr.origin) }
+                    }
+                    other => other,
+                })?;
+                continue;
+            }
             let out_t = instr.outputs[0] as usize;
             let decl = &plan.tensors[out_t];
             let Storage::Arena { offset, .. } = decl.storage else {

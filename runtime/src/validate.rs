@@ -12,9 +12,14 @@
 //! - inputs live in the arena; every instruction has a valid operand count,
 //!   valid tensor indices, outputs in the arena that overlap neither each other
 //!   nor any of its inputs (except a `Copy` onto its own input's storage);
-//! - kernel parameters agree with the ranks of the tensors they apply to.
+//! - kernel parameters agree with the ranks of the tensors they apply to;
+//! - a `Kernel::Accel` instruction names an existing segment of the accel
+//!   section, its inputs/outputs are exactly that segment's args/results, it
+//!   has at least one output, its outputs lie in the arena and overlap neither
+//!   each other nor any argument; every segment's tensor indices exist and
+//!   every CPU-fallback note names an existing instruction.
 
-use crate::format::{DimExpr, DimRef, Instr, Kernel, Plan, Storage, TensorDecl, WEIGHT_ALIGN};
+use crate::format::{AccelProgram, DimExpr, DimRef, Instr, Kernel, Plan, Storage, TensorDecl, WEIGHT_ALIGN};
 use crate::{Error, Result};
 
 pub const MAX_RANK: usize = 16;
@@ -23,7 +28,7 @@ fn bad(msg: String) -> Error {
     Error::Plan(msg)
 }
 
-pub(crate) fn validate_plan(plan: &Plan, weights_len: u64) -> Result<()> {
+pub(crate) fn validate_plan(plan: &Plan, weights_len: u64, accel: Option<&AccelProgram>) -> Result<()> {
     for (i, s) in plan.symbols.iter().enumerate() {
         if s.min > s.max {
             return Err(bad(format!("symbol {i} `{}` has min {} > max {}", s.name, s.min, s.max)));
@@ -34,8 +39,11 @@ pub(crate) fn validate_plan(plan: &Plan, weights_len: u64) -> Result<()> {
         validate_tensor(plan, &bounds, weights_len, i, t)?;
     }
     validate_io(plan)?;
+    if let Some(accel) = accel {
+        validate_accel(plan, accel)?;
+    }
     for (i, instr) in plan.instrs.iter().enumerate() {
-        validate_instr(plan, instr).map_err(|e| bad(format!("instruction {i} ({}, {}): {e}", instr.kernel.name(), instr.origin)))?;
+        validate_instr(plan, accel, instr).map_err(|e| bad(format!("instruction {i} ({}, {}): {e}", instr.kernel.name(), instr.origin)))?;
     }
     Ok(())
 }
@@ -155,9 +163,55 @@ fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
     a.0 < b.1 && b.0 < a.1
 }
 
-fn validate_instr(plan: &Plan, instr: &Instr) -> std::result::Result<(), String> {
-    if let Kernel::Accel { .. } = instr.kernel {
-        return Err("accelerator segments are not supported by this runtime yet".into());
+fn validate_accel(plan: &Plan, accel: &AccelProgram) -> Result<()> {
+    for (i, seg) in accel.segments.iter().enumerate() {
+        for &t in seg.args.iter().chain(&seg.results) {
+            tensor(plan, t).map_err(|e| bad(format!("accelerator segment {i}: {e}")))?;
+        }
+    }
+    for f in &accel.cpu_fallbacks {
+        if f.instr as usize >= plan.instrs.len() {
+            return Err(bad(format!("CPU fallback note names instruction {}, but the plan has {}", f.instr, plan.instrs.len())));
+        }
+    }
+    Ok(())
+}
+
+fn validate_accel_instr(plan: &Plan, accel: Option<&AccelProgram>, segment: u32, instr: &Instr) -> std::result::Result<(), String> {
+    let accel = accel.ok_or("the artifact has no accelerator section")?;
+    let seg = accel
+        .segments
+        .get(segment as usize)
+        .ok_or_else(|| format!("segment {segment} does not exist ({} segments)", accel.segments.len()))?;
+    if instr.inputs != seg.args || instr.outputs != seg.results {
+        return Err(format!("operands/results differ from segment {segment}'s arguments/results"));
+    }
+    if instr.outputs.is_empty() {
+        return Err("has no outputs".into());
+    }
+    let get = |t: u32| plan.tensors.get(t as usize).ok_or_else(|| format!("tensor index {t} out of range"));
+    let mut outs = Vec::with_capacity(instr.outputs.len());
+    for &t in &instr.outputs {
+        outs.push(arena_range(get(t)?).ok_or_else(|| format!("result tensor {t} is a read-only weight"))?);
+    }
+    for (a, ra) in outs.iter().enumerate() {
+        if outs[..a].iter().any(|rb| overlaps(*ra, *rb)) {
+            return Err(format!("result {a} overlaps another result"));
+        }
+    }
+    for (k, &t) in instr.inputs.iter().enumerate() {
+        if let Some(r) = arena_range(get(t)?) {
+            if outs.iter().any(|o| overlaps(r, *o)) {
+                return Err(format!("a result overlaps argument {k}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> std::result::Result<(), String> {
+    if let Kernel::Accel { segment } = instr.kernel {
+        return validate_accel_instr(plan, accel, segment, instr);
     }
     let (lo, hi) = instr.kernel.operand_count();
     if instr.inputs.len() < lo || instr.inputs.len() > hi {
@@ -219,6 +273,23 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
             let n = kernel.len();
             if n == 0 || n > 3 || n > in_rank || [stride.len(), padding.len(), dilation.len()].iter().any(|&l| l != n) {
                 return Err("pooling parameters do not match the input rank".into());
+            }
+        }
+        Kernel::CumSum { axis } | Kernel::ArgMin { axis } | Kernel::Sort { axis, .. } => axis_ok(*axis, in_rank)?,
+        Kernel::Flip { axes } => {
+            for a in axes {
+                axis_ok(*a, in_rank)?
+            }
+        }
+        Kernel::Pad { lo, hi, interior, .. } => {
+            if [lo.len(), hi.len(), interior.len(), rank(out)].iter().any(|&l| l != in_rank) || interior.iter().any(|&i| i < 0) {
+                return Err("padding parameters do not match the input rank".into());
+            }
+        }
+        Kernel::Resize { spatial, scales, .. } => {
+            let s = *spatial as usize;
+            if s == 0 || s > 3 || s > in_rank || rank(out) != in_rank || !(scales.is_empty() || scales.len() == s) {
+                return Err("resize parameters do not match the input rank".into());
             }
         }
         _ => {}

@@ -24,44 +24,102 @@ pub fn read_numbered(dir: &Path, prefix: &str) -> Vec<Tensor> {
 }
 
 fn as_f64(t: &TensorView<'_>) -> Vec<f64> {
+    fn le<const N: usize>(data: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+        data.chunks_exact(N).map(|c| c.try_into().expect("chunk of N bytes"))
+    }
     match t.dtype {
-        DType::F32 => t.data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
-        DType::F64 => t.data.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
-        DType::I64 => t.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
-        DType::I32 => t.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
+        DType::F32 => le::<4>(t.data).map(|c| f32::from_le_bytes(c) as f64).collect(),
+        DType::F64 => le::<8>(t.data).map(f64::from_le_bytes).collect(),
+        DType::F16 => le::<2>(t.data).map(|c| half::f16::from_le_bytes(c).to_f64()).collect(),
+        DType::BF16 => le::<2>(t.data).map(|c| half::bf16::from_le_bytes(c).to_f64()).collect(),
+        DType::I64 => le::<8>(t.data).map(|c| i64::from_le_bytes(c) as f64).collect(),
+        DType::I32 => le::<4>(t.data).map(|c| i32::from_le_bytes(c) as f64).collect(),
+        DType::I16 => le::<2>(t.data).map(|c| i16::from_le_bytes(c) as f64).collect(),
         DType::Bool | DType::U8 => t.data.iter().map(|&b| b as f64).collect(),
         DType::I8 => t.data.iter().map(|&b| b as i8 as f64).collect(),
-        other => panic!("comparison of {other} tensors is not implemented in the test helper"),
     }
 }
 
-/// Asserts `got` matches `want` like `torch.testing.assert_close`: same dtype
+/// `torch.testing.assert_close`'s default `(rtol, atol)` for a dtype; exact
+/// (zero) for integers and bools.
+pub fn default_tolerance(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F32 => (1.3e-6, 1e-5),
+        DType::F64 => (1e-7, 1e-7),
+        DType::F16 => (1e-3, 1e-5),
+        DType::BF16 => (1.6e-2, 1e-5),
+        _ => (0.0, 0.0),
+    }
+}
+
+/// Compares `got` with `want` like `torch.testing.assert_close`: same dtype
 /// and shape, `|got - want| <= atol + rtol * |want|` elementwise (exact for
-/// integers and bools), NaNs in the same places.
-pub fn assert_close(what: &str, got: &TensorView<'_>, want: &TensorView<'_>, rtol: f64, atol: f64) {
-    assert_eq!(got.dtype, want.dtype, "{what}: dtype");
-    assert_eq!(got.shape, want.shape, "{what}: shape");
+/// integers and bools; 64-bit integers compared bit-exactly), NaNs in the
+/// same places, infinities equal. `Err` says where the first mismatch is.
+pub fn compare_close(got: &TensorView<'_>, want: &TensorView<'_>, rtol: f64, atol: f64) -> Result<(), String> {
+    if got.dtype != want.dtype {
+        return Err(format!("dtype {} != expected {}", got.dtype, want.dtype));
+    }
+    if got.shape != want.shape {
+        return Err(format!("shape {:?} != expected {:?}", got.shape, want.shape));
+    }
     let exact = !matches!(want.dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
+    if exact && got.data != want.data {
+        let (g, w) = (as_f64(got), as_f64(want));
+        let i = g.iter().zip(&w).position(|(a, b)| a != b).unwrap_or(0);
+        return Err(format!("element {i}: got {}, want {} (exact dtype)", g.get(i).unwrap_or(&f64::NAN), w.get(i).unwrap_or(&f64::NAN)));
+    }
     let (g, w) = (as_f64(got), as_f64(want));
-    let mut worst = (0.0f64, 0usize);
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
         if a.is_nan() || b.is_nan() {
-            assert!(a.is_nan() && b.is_nan(), "{what}: element {i}: got {a}, want {b} (NaN positions differ)");
+            if !(a.is_nan() && b.is_nan()) {
+                return Err(format!("element {i}: got {a}, want {b} (NaN positions differ)"));
+            }
             continue;
+        }
+        if a == b {
+            continue; // covers equal infinities
         }
         let tol = if exact { 0.0 } else { atol + rtol * b.abs() };
         let err = (a - b).abs();
-        assert!(err <= tol, "{what}: element {i}: got {a}, want {b} (|diff| {err:e} > tol {tol:e})");
-        if err > worst.0 {
-            worst = (err, i);
+        if !(err <= tol) {
+            return Err(format!("element {i}: got {a}, want {b} (|diff| {err:e} > tol {tol:e})"));
         }
     }
+    Ok(())
+}
+
+/// Asserts `got` matches `want` (see [`compare_close`]).
+pub fn assert_close(what: &str, got: &TensorView<'_>, want: &TensorView<'_>, rtol: f64, atol: f64) {
+    if let Err(e) = compare_close(got, want, rtol, atol) {
+        panic!("{what}: {e}");
+    }
+}
+
+/// Reads a `.npy` file; `bf16` says that raw `<u2` bits are bfloat16 (NumPy
+/// has no bfloat16, so the generators store its bits as unsigned 16-bit ints).
+pub fn read_npy_as(path: &Path, bf16: bool) -> Result<Tensor, String> {
+    let mut bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut is_u16 = false;
+    if let Some(at) = bytes.windows(5).take(256).position(|w| w == b"'<u2'") {
+        bytes[at + 2] = b'f'; // parse as f2, then relabel
+        is_u16 = true;
+    }
+    let mut t = kiln_compiler::npy::parse_npy(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    if is_u16 {
+        if !bf16 {
+            return Err(format!("{}: uint16 arrays are only read as bfloat16 bits", path.display()));
+        }
+        t.dtype = DType::BF16;
+    }
+    Ok(t)
 }
 
 /// A temporary file path unique to this process and call.
 pub fn temp_path(tag: &str) -> PathBuf {
     static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag = tag.replace(['/', '\\'], "_");
     std::env::temp_dir().join(format!("kiln-test-{tag}-{}-{n}.kiln", std::process::id()))
 }
 

@@ -573,6 +573,24 @@ impl<'p> Importer<'p> {
         Ok(v)
     }
 
+    /// Emits `op` with its output type inferred from the operands (for the
+    /// intermediate values of decompositions, which the program has no type for).
+    pub fn build(&mut self, op: Op, inputs: Vec<ValueId>) -> R<ValueId> {
+        let tys: Vec<&TensorType> = inputs.iter().map(|&v| self.g.ty(v)).collect();
+        let ty = match kiln_ir::infer::infer_types(&self.g.symbols, &op, &tys) {
+            Ok(mut t) if !t.is_empty() => t.remove(0),
+            Ok(_) => return invalid(format!("`{}` has no result", op.name())),
+            Err(e) => return invalid(format!("`{}`: {e}", op.name())),
+        };
+        Ok(self.push(op, inputs, ty))
+    }
+
+    /// `a op b` with a Python scalar `b` of `a`'s dtype.
+    pub fn with_scalar(&mut self, op: kiln_ir::BinaryOp, a: ValueId, b: f64) -> R<ValueId> {
+        let k = self.scalar_const(Scalar::Float(b), self.g.ty(a).dtype);
+        self.build(Op::Binary(op), vec![a, k])
+    }
+
     pub fn ty(&self, v: ValueId) -> &TensorType {
         self.g.ty(v)
     }

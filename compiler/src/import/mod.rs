@@ -22,8 +22,10 @@ mod error;
 mod importer;
 mod ops;
 mod promote;
+pub mod support;
 
 pub use error::{ImportError, Problem, UnsupportedList};
+pub use support::{supported_ops, OpSupport};
 
 use crate::pt2::Pt2File;
 use std::path::Path;

@@ -4,7 +4,7 @@
 use super::elements::{format_f64, literal_f64, Literal};
 use super::lexer::Pos;
 use super::ParseError;
-use crate::{DType, Dim, Op, PoolKind, ReduceKind, Symbol, SymbolId};
+use crate::{DType, Dim, Op, PadMode, PoolKind, ReduceKind, Symbol, SymbolId, UpsampleMode};
 use crate::{PrimaryMap, BINARY_OPS, UNARY_OPS};
 
 /// An attribute value as parsed, before the op says what it must be.
@@ -139,6 +139,12 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "slice" => &["axis", "start", "end", "step"],
         "full" => &["value", "dtype", "shape"],
         "arange" => &["start", "step", "len", "dtype"],
+        "cumsum" => &["axis"],
+        "argmin" => &["axis", "keep_dims"],
+        "sort" => &["axis", "k", "descending", "indices"],
+        "pad" => &["lo", "hi", "interior", "mode", "value"],
+        "flip" => &["axes"],
+        "upsample_nearest" | "upsample_linear" => &["align_corners", "size", "scales"],
         _ if reduce_kind(name).is_some() => &["axes", "keep_dims"],
         _ => &[],
     }
@@ -219,6 +225,33 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                 step: float(&a.take("step", name)?)?,
                 len: dim(&a.take("len", name)?, symbols)?,
                 dtype: dtype(&a.take("dtype", name)?)?,
+            },
+            "cumsum" => Op::CumSum { axis: uint(&a.take("axis", name)?)? },
+            "argmin" => Op::ArgMin { axis: uint(&a.take("axis", name)?)?, keep_dims: boolean(&a.take("keep_dims", name)?)? },
+            "sort" => Op::Sort {
+                axis: uint(&a.take("axis", name)?)?,
+                k: dim(&a.take("k", name)?, symbols)?,
+                descending: boolean(&a.take("descending", name)?)?,
+                indices: boolean(&a.take("indices", name)?)?,
+            },
+            "pad" => Op::Pad {
+                lo: ints(a.take("lo", name)?)?,
+                hi: ints(a.take("hi", name)?)?,
+                interior: ints(a.take("interior", name)?)?,
+                mode: match a.take("mode", name)? {
+                    AttrVal::Ident(m, _) if m == "constant" => PadMode::Constant,
+                    AttrVal::Ident(m, _) if m == "reflect" => PadMode::Reflect,
+                    AttrVal::Ident(m, _) if m == "replicate" => PadMode::Replicate,
+                    other => return Err(other.pos().error("expected `constant`, `reflect` or `replicate`")),
+                },
+                value: float(&a.take("value", name)?)?,
+            },
+            "flip" => Op::Flip { axes: uints(a.take("axes", name)?)? },
+            "upsample_nearest" | "upsample_linear" => Op::Upsample {
+                mode: if name == "upsample_nearest" { UpsampleMode::Nearest } else { UpsampleMode::Linear },
+                align_corners: boolean(&a.take("align_corners", name)?)?,
+                size: dims(a.take("size", name)?)?,
+                scales: list(&a.take("scales", name)?, float)?,
             },
             _ => return Err(pos.error(format!("unknown op `{name}`"))),
         }
@@ -315,6 +348,35 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
             kv("step", format_f64(*step)),
             kv("len", len.display(symbols).to_string()),
             kv("dtype", dtype.to_string()),
+        ],
+        Op::CumSum { axis } => vec![kv("axis", axis.to_string())],
+        Op::ArgMin { axis, keep_dims } => vec![kv("axis", axis.to_string()), kv("keep_dims", keep_dims.to_string())],
+        Op::Sort { axis, k, descending, indices } => vec![
+            kv("axis", axis.to_string()),
+            kv("k", k.display(symbols).to_string()),
+            kv("descending", descending.to_string()),
+            kv("indices", indices.to_string()),
+        ],
+        Op::Pad { lo, hi, interior, mode, value } => vec![
+            kv("lo", ints(lo)),
+            kv("hi", ints(hi)),
+            kv("interior", ints(interior)),
+            kv(
+                "mode",
+                match mode {
+                    PadMode::Constant => "constant",
+                    PadMode::Reflect => "reflect",
+                    PadMode::Replicate => "replicate",
+                }
+                .to_string(),
+            ),
+            kv("value", format_f64(*value)),
+        ],
+        Op::Flip { axes } => vec![kv("axes", uints(axes))],
+        Op::Upsample { mode: _, align_corners, size, scales } => vec![
+            kv("align_corners", align_corners.to_string()),
+            kv("size", dims(size)),
+            kv("scales", fmt_list(scales, |x| format_f64(*x))),
         ],
     }
 }

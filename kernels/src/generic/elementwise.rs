@@ -27,6 +27,9 @@ pub trait IntElem: Scalar + Ord {
     fn band(self, b: Self) -> Self;
     fn bor(self, b: Self) -> Self;
     fn bxor(self, b: Self) -> Self;
+    fn bnot(self) -> Self;
+    /// C `%` (sign of the dividend). `b != 0` is checked by the caller.
+    fn c_rem(self, b: Self) -> Self;
 }
 
 macro_rules! impl_int_elem {
@@ -73,6 +76,8 @@ macro_rules! impl_int_elem {
             #[inline(always)] fn band(self, b: Self) -> Self { self & b }
             #[inline(always)] fn bor(self, b: Self) -> Self { self | b }
             #[inline(always)] fn bxor(self, b: Self) -> Self { self ^ b }
+            #[inline(always)] fn bnot(self) -> Self { !self }
+            #[inline(always)] fn c_rem(self, b: Self) -> Self { self.wrapping_rem(b) }
         }
     )*};
 }
@@ -141,7 +146,22 @@ fn unary_float<T: Real>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
                 v // ±0 and NaN pass through
             }
         }),
+        UnaryOp::Log1p => map(x, out, |v| v.ln_1p()),
+        UnaryOp::Expm1 => map(x, out, |v| v.exp_m1()),
+        UnaryOp::Trunc => map(x, out, |v| v.trunc()),
+        UnaryOp::Tan => map(x, out, |v| v.tan()),
+        UnaryOp::Asin => map(x, out, |v| v.asin()),
+        UnaryOp::Acos => map(x, out, |v| v.acos()),
+        UnaryOp::Atan => map(x, out, |v| v.atan()),
+        UnaryOp::Sinh => map(x, out, |v| v.sinh()),
+        UnaryOp::Cosh => map(x, out, |v| v.cosh()),
+        UnaryOp::Asinh => map(x, out, |v| v.asinh()),
+        UnaryOp::Acosh => map(x, out, |v| v.acosh()),
+        UnaryOp::Atanh => map(x, out, |v| v.atanh()),
+        UnaryOp::Log2 => map(x, out, |v| v.log2()),
+        UnaryOp::Log10 => map(x, out, |v| v.log10()),
         UnaryOp::Not => return Err(dtype_err("unary(not)", T::DTYPE)),
+        UnaryOp::BitNot => return Err(dtype_err("unary(bit_not)", T::DTYPE)),
     }
     Ok(())
 }
@@ -153,7 +173,8 @@ fn unary_int<T: IntElem>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
         UnaryOp::Sign => map(x, out, |v| v.sign()),
         UnaryOp::Relu => map(x, out, |v| v.max(T::ZERO)),
         // Rounding an integer is the identity (torch accepts these on ints).
-        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => out.copy_from_slice(x),
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => out.copy_from_slice(x),
+        UnaryOp::BitNot => map(x, out, |v| v.bnot()),
         _ => return Err(dtype_err("unary", T::DTYPE)),
     }
     Ok(())
@@ -190,7 +211,7 @@ pub fn unary(op: UnaryOp, x: TensorRef, mut out: TensorMut) -> Result<()> {
         DType::I32 => run!(i32, |xs, os| unary_int::<i32>(op, xs, os)),
         DType::I64 => run!(i64, |xs, os| unary_int::<i64>(op, xs, os)),
         DType::Bool => {
-            if op != UnaryOp::Not {
+            if !matches!(op, UnaryOp::Not | UnaryOp::BitNot) {
                 return Err(dtype_err(K, DType::Bool));
             }
             run!(u8, |xs: &[u8], os: &mut [u8]| { map(xs, os, |v| (v == 0) as u8); Ok(()) })
@@ -312,6 +333,8 @@ macro_rules! float_binary_closure {
             BinaryOp::Pow => $run!(|a: $T, b: $T| a.powf(b)),
             BinaryOp::Max => $run!(|a: $T, b: $T| nan_max(a, b)),
             BinaryOp::Min => $run!(|a: $T, b: $T| nan_min(a, b)),
+            BinaryOp::Atan2 => $run!(|a: $T, b: $T| a.atan2(b)),
+            BinaryOp::Fmod => $run!(|a: $T, b: $T| a % b),
             _ => return Err(dtype_err($kernel, $dtype)),
         }
     };
@@ -349,15 +372,15 @@ fn binary_int<T: IntElem>(op: BinaryOp, a: &[T], ash: &[usize], b: &[T], bsh: &[
         BinaryOp::Add => go!(|x: T, y: T| x.wadd(y)),
         BinaryOp::Sub => go!(|x: T, y: T| x.wsub(y)),
         BinaryOp::Mul => go!(|x: T, y: T| x.wmul(y)),
-        BinaryOp::FloorDiv | BinaryOp::Rem => {
+        BinaryOp::FloorDiv | BinaryOp::Rem | BinaryOp::Fmod => {
             // Checked up front so the inner loop stays branch-free of errors.
             if !out_empty && b.contains(&T::ZERO) {
                 return Err(shape_err(K, "integer division by zero"));
             }
-            if op == BinaryOp::FloorDiv {
-                go!(|x: T, y: T| x.floor_div(y))
-            } else {
-                go!(|x: T, y: T| x.py_rem(y))
+            match op {
+                BinaryOp::FloorDiv => go!(|x: T, y: T| x.floor_div(y)),
+                BinaryOp::Rem => go!(|x: T, y: T| x.py_rem(y)),
+                _ => go!(|x: T, y: T| x.c_rem(y)),
             }
         }
         BinaryOp::Pow => {

@@ -32,6 +32,21 @@ pub trait Real:
     fn powf(self, e: Self) -> Self;
     fn is_nan(self) -> bool;
     fn erf(self) -> Self;
+    fn ln_1p(self) -> Self;
+    fn exp_m1(self) -> Self;
+    fn trunc(self) -> Self;
+    fn tan(self) -> Self;
+    fn asin(self) -> Self;
+    fn acos(self) -> Self;
+    fn atan(self) -> Self;
+    fn sinh(self) -> Self;
+    fn cosh(self) -> Self;
+    fn asinh(self) -> Self;
+    fn acosh(self) -> Self;
+    fn atanh(self) -> Self;
+    fn log2(self) -> Self;
+    fn log10(self) -> Self;
+    fn atan2(self, other: Self) -> Self;
     /// `0.5 * x * (1 + erf(x / √2))`, written through erfc so that the left
     /// tail keeps full relative precision instead of cancelling.
     fn gelu(self) -> Self;
@@ -56,6 +71,21 @@ macro_rules! impl_real {
             #[inline(always)] fn abs(self) -> Self { $t::abs(self) }
             #[inline(always)] fn powf(self, e: Self) -> Self { $t::powf(self, e) }
             #[inline(always)] fn is_nan(self) -> bool { $t::is_nan(self) }
+            #[inline(always)] fn ln_1p(self) -> Self { $t::ln_1p(self) }
+            #[inline(always)] fn exp_m1(self) -> Self { $t::exp_m1(self) }
+            #[inline(always)] fn trunc(self) -> Self { $t::trunc(self) }
+            #[inline(always)] fn tan(self) -> Self { $t::tan(self) }
+            #[inline(always)] fn asin(self) -> Self { $t::asin(self) }
+            #[inline(always)] fn acos(self) -> Self { $t::acos(self) }
+            #[inline(always)] fn atan(self) -> Self { $t::atan(self) }
+            #[inline(always)] fn sinh(self) -> Self { $t::sinh(self) }
+            #[inline(always)] fn cosh(self) -> Self { $t::cosh(self) }
+            #[inline(always)] fn asinh(self) -> Self { $t::asinh(self) }
+            #[inline(always)] fn acosh(self) -> Self { $t::acosh(self) }
+            #[inline(always)] fn atanh(self) -> Self { $t::atanh(self) }
+            #[inline(always)] fn log2(self) -> Self { $t::log2(self) }
+            #[inline(always)] fn log10(self) -> Self { $t::log10(self) }
+            #[inline(always)] fn atan2(self, other: Self) -> Self { $t::atan2(self, other) }
             // f32 goes through the f64 routine: correctly rounded in practice,
             // and one implementation to trust.
             #[inline(always)] fn erf(self) -> Self { erf_f64(self as f64) as $t }

@@ -13,3 +13,6 @@ pub mod norm;
 pub mod reduce;
 pub mod pool;
 pub mod attention;
+pub mod sort;
+pub mod pad;
+pub mod resize;

@@ -151,8 +151,18 @@ pub fn reduce(kind: ReduceKind, x: TensorRef, axes: &[usize], mut out: TensorMut
 
 /// Index (i64) of the first maximum along `axis`; a NaN counts as the maximum.
 /// `out` may keep `axis` as 1 or drop it; only its element count is checked.
-pub fn argmax(x: TensorRef, axis: usize, mut out: TensorMut) -> Result<()> {
-    const K: &str = "argmax";
+pub fn argmax(x: TensorRef, axis: usize, out: TensorMut) -> Result<()> {
+    arg_extreme("argmax", x, axis, out, true)
+}
+
+/// Index (i64) of the first minimum along `axis`; a NaN counts as the minimum.
+pub fn argmin(x: TensorRef, axis: usize, out: TensorMut) -> Result<()> {
+    arg_extreme("argmin", x, axis, out, false)
+}
+
+#[allow(non_snake_case)] // `K` like the kernels' `const K`
+fn arg_extreme(kernel: &'static str, x: TensorRef, axis: usize, mut out: TensorMut, max: bool) -> Result<()> {
+    let K = kernel;
     expect_dtype(K, "out", out.dtype, DType::I64)?;
     if axis >= x.shape.len() {
         return Err(shape_err(K, format!("axis {axis} out of range for {:?}", x.shape)));
@@ -164,7 +174,7 @@ pub fn argmax(x: TensorRef, axis: usize, mut out: TensorMut) -> Result<()> {
         return Err(shape_err(K, format!("output {:?} must hold {} elements", out.shape, outer * inner)));
     }
     if n == 0 && outer * inner > 0 {
-        return Err(shape_err(K, "argmax over an empty axis"));
+        return Err(shape_err(K, "arg-extreme over an empty axis"));
     }
     with_scalar!(x.dtype, T, {
         let xv = view::<T>(K, "x", &x)?;
@@ -183,13 +193,49 @@ pub fn argmax(x: TensorRef, axis: usize, mut out: TensorMut) -> Result<()> {
                             best = i;
                             break;
                         }
-                        if v > bv {
+                        if (max && v > bv) || (!max && v < bv) {
                             bv = v;
                             best = i;
                         }
                     }
                 }
                 ov[o * inner + j] = best as i64;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Inclusive prefix sum along `axis`; floats accumulate in f64, integers in
+/// wrapping i64 (torch's CPU accumulation types are at least this wide).
+pub fn cumsum(x: TensorRef, axis: usize, mut out: TensorMut) -> Result<()> {
+    const K: &str = "cumsum";
+    expect_dtype(K, "out", out.dtype, x.dtype)?;
+    if axis >= x.shape.len() || x.shape != out.shape {
+        return Err(shape_err(K, format!("axis {axis}, input {:?}, output {:?}", x.shape, out.shape)));
+    }
+    let n = x.shape[axis];
+    let outer: usize = x.shape[..axis].iter().product();
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    with_scalar!(x.dtype, T, {
+        let xv = view::<T>(K, "x", &x)?;
+        let ov = view_mut::<T>(K, "out", &mut out)?;
+        for o in 0..outer {
+            for j in 0..inner {
+                let base = o * n * inner + j;
+                if T::IS_FLOAT {
+                    let mut acc = 0f64;
+                    for i in 0..n {
+                        acc += xv[base + i * inner].to_f64();
+                        ov[base + i * inner] = T::from_f64(acc);
+                    }
+                } else {
+                    let mut acc = 0i64;
+                    for i in 0..n {
+                        acc = acc.wrapping_add(xv[base + i * inner].to_i64());
+                        ov[base + i * inner] = T::from_i64(acc);
+                    }
+                }
             }
         }
     });

@@ -4,7 +4,7 @@
 //! their tensors by index, tensors name their storage by offset, dimensions name
 //! their expressions by index. The loader validates every index before use.
 
-pub use kiln_kernels::{BinaryOp, DType, PoolKind, ReduceKind, UnaryOp};
+pub use kiln_kernels::{BinaryOp, DType, PadMode, PoolKind, ReduceKind, ResizeMode, UnaryOp};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -110,6 +110,14 @@ pub enum Kernel {
     /// Calls accelerator segment `segment` of the [`AccelProgram`] section
     /// (PJRT): inputs are its arguments, outputs its results, in order.
     Accel { segment: u32 },
+    CumSum { axis: u32 },
+    ArgMin { axis: u32 },
+    /// The first `out.shape[axis]` elements in sorted order, or their positions.
+    Sort { axis: u32, descending: bool, indices: bool },
+    Pad { lo: Vec<i64>, hi: Vec<i64>, interior: Vec<i64>, mode: PadMode, value: f64 },
+    Flip { axes: Vec<u32> },
+    /// Resizes the trailing `spatial` dims to the output's.
+    Resize { mode: ResizeMode, align_corners: bool, spatial: u32, scales: Vec<f64> },
 }
 
 impl Kernel {
@@ -142,6 +150,12 @@ impl Kernel {
             Kernel::Fill { .. } => "fill",
             Kernel::Arange { .. } => "arange",
             Kernel::Accel { .. } => "accel",
+            Kernel::CumSum { .. } => "cumsum",
+            Kernel::ArgMin { .. } => "argmin",
+            Kernel::Sort { .. } => "sort",
+            Kernel::Pad { .. } => "pad",
+            Kernel::Flip { .. } => "flip",
+            Kernel::Resize { .. } => "resize",
         }
     }
 

@@ -13,6 +13,8 @@ pub struct Container {
     pub plan: Range<usize>,
     pub weights: Range<usize>,
     pub metadata: Option<Range<usize>>,
+    /// Accelerator segments ([`AccelProgram`]), when the plan has any.
+    pub accel: Option<Range<usize>>,
 }
 
 fn fmt_err(section: &str, offset: u64, detail: String) -> Error {
@@ -47,7 +49,7 @@ pub fn parse_container(bytes: &[u8]) -> Result<Container, Error> {
         return Err(Error::Checksum { section: "section table".into(), expected: header.table_crc.get(), found: crc });
     }
     let table_end = (HEADER_LEN + table_len) as u64;
-    let (mut plan, mut weights, mut metadata) = (None, None, None);
+    let (mut plan, mut weights, mut metadata, mut accel) = (None, None, None, None);
     for (i, chunk) in table.chunks_exact(ENTRY_LEN).enumerate() {
         let entry_offset = HEADER_LEN as u64 + (i * ENTRY_LEN) as u64;
         let e = SectionEntry::read_from_bytes(chunk)
@@ -75,6 +77,7 @@ pub fn parse_container(bytes: &[u8]) -> Result<Container, Error> {
             SECTION_PLAN => &mut plan,
             SECTION_WEIGHTS => &mut weights,
             SECTION_METADATA => &mut metadata,
+            SECTION_ACCEL => &mut accel,
             _ if e.flags.get() & SECTION_FLAG_OPTIONAL != 0 => continue,
             _ => {
                 return Err(fmt_err(
@@ -89,5 +92,5 @@ pub fn parse_container(bytes: &[u8]) -> Result<Container, Error> {
         }
     }
     let missing = |what: &str| fmt_err(what, 0, "section is missing".into());
-    Ok(Container { minor, plan: plan.ok_or_else(|| missing("plan"))?, weights: weights.ok_or_else(|| missing("weights"))?, metadata })
+    Ok(Container { minor, plan: plan.ok_or_else(|| missing("plan"))?, weights: weights.ok_or_else(|| missing("weights"))?, metadata, accel })
 }

@@ -61,6 +61,15 @@ impl ArtifactWriter {
         self.sections.push((kind, flags, bytes));
     }
 
+    /// Adds the accelerator section (required: a plan calling `Kernel::Accel`
+    /// cannot run without it).
+    pub fn add_accel(&mut self, accel: &AccelProgram) -> Result<(), Error> {
+        let bytes = postcard::to_allocvec(accel)
+            .map_err(|e| Error::Format { section: "accel".into(), offset: 0, detail: format!("cannot encode: {e}") })?;
+        self.add_section(SECTION_ACCEL, 0, bytes);
+        Ok(())
+    }
+
     /// The complete file image.
     pub fn to_bytes(&self) -> Vec<u8> {
         let table_end = (HEADER_LEN + ENTRY_LEN * self.sections.len()) as u64;

@@ -39,10 +39,30 @@ pub(super) fn unary(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         }
         "sign" => UnaryOp::Sign,
         "logical_not" => UnaryOp::Not,
+        "negative" => UnaryOp::Neg,
+        "absolute" => UnaryOp::Abs,
+        "log1p" => UnaryOp::Log1p,
+        "expm1" => UnaryOp::Expm1,
+        "trunc" | "fix" => UnaryOp::Trunc,
+        "tan" => UnaryOp::Tan,
+        "asin" | "arcsin" => UnaryOp::Asin,
+        "acos" | "arccos" => UnaryOp::Acos,
+        "atan" | "arctan" => UnaryOp::Atan,
+        "sinh" => UnaryOp::Sinh,
+        "cosh" => UnaryOp::Cosh,
+        "asinh" | "arcsinh" => UnaryOp::Asinh,
+        "acosh" | "arccosh" => UnaryOp::Acosh,
+        "atanh" | "arctanh" => UnaryOp::Atanh,
+        "log2" => UnaryOp::Log2,
+        "log10" => UnaryOp::Log10,
+        "bitwise_not" => UnaryOp::BitNot,
         _ => return Err(crate::import::importer::Fail::Unsupported(None)),
     };
     let x = imp.tensor(n, "self")?;
     let out = imp.out_ty(n, 0)?;
+    if op == UnaryOp::Sign && imp.ty(x).dtype == DType::Bool {
+        return imp.bind(n, 0, x); // sign(bool) is the identity
+    }
     // Unary float ops on ints compute in the (promoted) output type;
     // logical_not reads any type as "nonzero".
     let compute = if op == UnaryOp::Not { DType::Bool } else { out.dtype };
@@ -155,6 +175,8 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
         "bitwise_and" => (BinaryOp::And, false),
         "bitwise_or" => (BinaryOp::Or, false),
         "bitwise_xor" => (BinaryOp::Xor, false),
+        "atan2" | "arctan2" => (BinaryOp::Atan2, false),
+        "fmod" => (BinaryOp::Fmod, false),
         _ => return Err(crate::import::importer::Fail::Unsupported(None)),
     };
     if name == "rsub" {
@@ -170,8 +192,8 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
     } else {
         out.dtype
     };
-    if matches!(name, "bitwise_and" | "bitwise_or" | "bitwise_xor") && compute != DType::Bool {
-        return unsupported("bitwise ops on integers (kiln's And/Or/Xor are logical)");
+    if matches!(name, "bitwise_and" | "bitwise_or" | "bitwise_xor") && !(compute == DType::Bool || compute.is_int()) {
+        return unsupported(format!("bitwise ops on {compute}"));
     }
     let av = a.value(imp, compute);
     let mut bv = b.value(imp, compute);
@@ -192,10 +214,17 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
 
 /// `div(rounding_mode='trunc')` on floats: `sign(q) * floor(|q|)`.
 fn trunc_div(imp: &mut Importer, n: &Node, a: Side, b: Side, out: &TensorType) -> R<()> {
-    if !out.dtype.is_float() {
-        return unsupported("integer division with rounding_mode='trunc'");
-    }
     let (av, bv) = (a.value(imp, out.dtype), b.value(imp, out.dtype));
+    if out.dtype.is_int() {
+        // a - fmod(a, b) is a multiple of b, so flooring its quotient is exact.
+        let r = imp.push(Op::Binary(BinaryOp::Fmod), vec![av, bv], out.clone());
+        let m = imp.push(Op::Binary(BinaryOp::Sub), vec![av, r], out.clone());
+        let v = imp.push(Op::Binary(BinaryOp::FloorDiv), vec![m, bv], out.clone());
+        return imp.bind(n, 0, v);
+    }
+    if !out.dtype.is_float() {
+        return unsupported(format!("division with rounding_mode='trunc' on {}", out.dtype));
+    }
     let q = imp.push(Op::Binary(BinaryOp::Div), vec![av, bv], out.clone());
     let abs = imp.push(Op::Unary(UnaryOp::Abs), vec![q], out.clone());
     let floor = imp.push(Op::Unary(UnaryOp::Floor), vec![abs], out.clone());
@@ -279,42 +308,14 @@ pub(super) fn reduce(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
     Ok(())
 }
 
-/// `aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`
-/// (and `min.dim`): values are a reduction, indices an ArgMax (max only).
-pub(super) fn max_dim(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
-    let x = imp.tensor(n, "self")?;
-    let rank = imp.ty(x).rank();
-    let axis = normalize_axis(imp.int(n, "dim", None)?, rank.max(1))?;
-    let keep_dims = imp.bool(n, "keepdim", false)?;
-    let names: Vec<String> = n.outputs.iter().map(|o| if let Arg::Tensor(t) = o { t.clone() } else { String::new() }).collect();
-    if names.len() != 2 {
-        return invalid("max.dim must have two outputs");
-    }
-    if imp.is_used(&names[0]) {
-        let kind = if name == "max" { ReduceKind::Max } else { ReduceKind::Min };
-        let ty = imp.out_ty(n, 0)?;
-        let v = imp.push(Op::Reduce { kind, axes: vec![axis], keep_dims }, vec![x], ty);
-        imp.bind(n, 0, v)?;
-    }
-    if imp.is_used(&names[1]) {
-        if name != "max" {
-            return unsupported("min.dim indices (kiln has ArgMax only)");
-        }
-        let ty = imp.out_ty(n, 1)?;
-        let v = imp.push(Op::ArgMax { axis, keep_dims }, vec![x], ty);
-        imp.bind(n, 1, v)?;
-    }
-    Ok(())
-}
-
 /// `aten::argmax(Tensor self, int? dim=None, bool keepdim=False)`
 pub(super) fn argmax(imp: &mut Importer, n: &Node) -> R<()> {
     let mut x = imp.tensor(n, "self")?;
     let keep_dims = imp.bool(n, "keepdim", false)?;
     let out = imp.out_ty(n, 0)?;
     let axis = match imp.opt_int(n, "dim")? {
-        Some(d) => normalize_axis(d, imp.ty(x).rank().max(1))?,
-        None => {
+        Some(d) if imp.ty(x).rank() > 0 => normalize_axis(d, imp.ty(x).rank())?,
+        _ => {
             // Over the flattened tensor, then shaped as the output says.
             let ty = imp.ty(x).clone();
             let flat = TensorType::new(ty.dtype, vec![ty.numel()]);

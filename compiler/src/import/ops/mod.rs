@@ -3,9 +3,12 @@
 //! omits arguments left at their default. The schema line sits above each
 //! handler so the defaults can be checked against it.
 
+mod activation;
 mod elementwise;
 mod nn;
 mod shape;
+mod spatial;
+mod stats;
 
 use super::importer::{unsupported, Importer, R};
 use crate::pt2::program::{Arg, Node};
@@ -53,6 +56,7 @@ fn non_aten(target: &str) -> R<()> {
 
 fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
     use elementwise as e;
+    use kiln_ir::{PadMode, PoolKind};
     use shape as s;
     match name {
         // Assertions and metadata checks: no runtime effect for kiln.
@@ -79,17 +83,46 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "scaled_dot_product_attention" => nn::attention(imp, n),
 
         "relu" | "gelu" | "silu" | "sigmoid" | "tanh" | "exp" | "log" | "sqrt" | "rsqrt" | "neg" | "abs"
-        | "erf" | "sin" | "cos" | "reciprocal" | "floor" | "ceil" | "round" | "sign" | "logical_not" => {
-            e::unary(imp, n, name)
-        }
+        | "erf" | "sin" | "cos" | "reciprocal" | "floor" | "ceil" | "round" | "sign" | "logical_not" | "log1p"
+        | "expm1" | "trunc" | "fix" | "tan" | "asin" | "acos" | "atan" | "sinh" | "cosh" | "asinh" | "acosh"
+        | "atanh" | "log2" | "log10" | "bitwise_not" | "arcsin" | "arccos" | "arctan" | "arcsinh" | "arccosh"
+        | "arctanh" | "negative" | "absolute" => e::unary(imp, n, name),
+        "clamp" | "clamp_min" | "clamp_max" if overload == "Tensor" => activation::clamp_tensor(imp, n),
         "hardtanh" | "relu6" | "clamp" | "clamp_min" | "clamp_max" => e::clamp(imp, n, name),
+        "hardswish" | "hardsigmoid" | "mish" | "softplus" | "leaky_relu" | "elu" | "square" => {
+            activation::activation(imp, n, name)
+        }
+        "isnan" | "isinf" => activation::float_class(imp, n, name),
+        "atan2" | "arctan2" | "fmod" => e::binary(imp, n, name, overload),
+        "cumsum" => stats::cumsum(imp, n),
+        "argmin" => stats::argmin(imp, n),
+        "sort" => stats::sort(imp, n),
+        "topk" => stats::topk(imp, n),
+        "var" | "std" => stats::var_std(imp, n, name, overload),
+        "tril" => spatial::tri(imp, n, false),
+        "triu" => spatial::tri(imp, n, true),
+        "flip" => spatial::flip(imp, n),
+        "constant_pad_nd" => spatial::constant_pad_nd(imp, n),
+        "pad" => spatial::pad(imp, n),
+        "reflection_pad1d" | "reflection_pad2d" | "reflection_pad3d" => spatial::mode_pad(imp, n, PadMode::Reflect),
+        "replication_pad1d" | "replication_pad2d" | "replication_pad3d" => spatial::mode_pad(imp, n, PadMode::Replicate),
+        "upsample_nearest1d" | "upsample_nearest2d" | "upsample_nearest3d" | "upsample_linear1d" | "upsample_bilinear2d"
+        | "upsample_trilinear3d" => {
+            spatial::upsample(imp, n, name)
+        }
+        "group_norm" => nn::group_norm(imp, n, false),
+        "native_group_norm" => nn::group_norm(imp, n, true),
+        "rms_norm" => nn::rms_norm(imp, n),
+        "conv_transpose1d" | "conv_transpose2d" | "conv_transpose3d" => nn::conv_transpose(imp, n),
+        "avg_pool1d" => nn::pool1d(imp, n, PoolKind::Avg),
+        "max_pool1d" | "max_pool1d_with_indices" => nn::pool1d(imp, n, PoolKind::Max),
         "add" | "sub" | "rsub" | "mul" | "div" | "remainder" | "floor_divide" | "pow" | "maximum" | "minimum"
         | "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "logical_and" | "logical_or" | "logical_xor"
         | "bitwise_and" | "bitwise_or" | "bitwise_xor" => e::binary(imp, n, name, overload),
         "where" if overload == "self" => e::where_(imp, n),
         "masked_fill" => e::masked_fill(imp, n),
         "mean" | "sum" | "amax" | "amin" | "prod" | "any" => e::reduce(imp, n, name, overload),
-        "max" | "min" if overload == "dim" => e::max_dim(imp, n, name),
+        "max" | "min" if overload == "dim" => stats::min_max_dim(imp, n, name),
         "argmax" => e::argmax(imp, n),
 
         "view" | "_unsafe_view" | "reshape" | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "view_as"
@@ -110,7 +143,11 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "index" if overload == "Tensor" => s::index(imp, n),
         "arange" => s::arange(imp, n),
         "full" | "zeros" | "ones" | "empty" | "full_like" | "zeros_like" | "ones_like" | "empty_like" | "new_zeros"
-        | "new_ones" | "new_full" | "new_empty" | "scalar_tensor" => s::full(imp, n, name),
+        | "new_ones" | "new_full" | "new_empty" | "scalar_tensor" | "empty_strided" => s::full(imp, n, name),
+        "repeat" => s::repeat(imp, n),
+        "copy" => s::copy(imp, n),
+        "fill" => s::fill(imp, n),
+        "native_dropout" => s::native_dropout(imp, n),
         _ => Err(super::importer::Fail::Unsupported(None)),
     }
 }

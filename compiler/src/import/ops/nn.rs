@@ -67,9 +67,78 @@ fn spatial_rank(imp: &Importer, w: ValueId) -> R<usize> {
 ///   SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups)`
 pub(super) fn convolution(imp: &mut Importer, n: &Node) -> R<()> {
     if imp.bool(n, "transposed", false)? {
-        return unsupported("transposed convolution");
+        return conv_transpose(imp, n);
     }
     conv_common(imp, n, Padding::Explicit)
+}
+
+/// `aten::conv_transpose{1,2,3}d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[] stride=1,
+///   SymInt[] padding=0, SymInt[] output_padding=0, SymInt groups=1, SymInt[] dilation=1)`
+/// and `convolution(..., transposed=True, ...)`: a convolution (stride 1) of the
+/// input spread apart by `stride - 1` zeros and padded by `dilation*(k-1) - padding`
+/// (plus `output_padding` at the end), with the weight's in/out channels swapped
+/// per group and its taps flipped.
+pub(super) fn conv_transpose(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "input")?;
+    let w = imp.tensor(n, "weight")?;
+    let bias = imp.opt_tensor(n, "bias")?;
+    let k = spatial_rank(imp, w)?;
+    let stride = imp.ints_n(n, "stride", &[1], k)?;
+    let padding = imp.ints_n(n, "padding", &[0], k)?;
+    let output_padding = imp.ints_n(n, "output_padding", &[0], k)?;
+    let dilation = imp.ints_n(n, "dilation", &[1], k)?;
+    let groups = imp.int(n, "groups", Some(1))?;
+    let Some(wshape) = imp.ty(w).static_shape() else { return unsupported("transposed convolution with a dynamic weight shape") };
+    let out = imp.out_ty(n, 0)?;
+    let (x, unbatched) = unsqueeze_batch(imp, x, k)?;
+    let xr = imp.ty(x).rank();
+    let (cin, cout_g) = (wshape[0], wshape[1]);
+    if groups < 1 || cin % groups != 0 {
+        return invalid(format!("weight {wshape:?} with {groups} groups"));
+    }
+    let mut lo = vec![0; xr];
+    let mut hi = vec![0; xr];
+    let mut interior = vec![0; xr];
+    for i in 0..k {
+        let span = dilation[i] * (wshape[2 + i] - 1);
+        lo[2 + i] = span - padding[i];
+        hi[2 + i] = span - padding[i] + output_padding[i];
+        interior[2 + i] = stride[i] - 1;
+    }
+    let spread = imp.build(Op::Pad { lo, hi, interior, mode: kiln_ir::PadMode::Constant, value: 0.0 }, vec![x])?;
+    // [Cin, Cout/g, k..] -> [g, Cin/g, Cout/g, k..] -> [g, Cout/g, Cin/g, k..] -> [Cout, Cin/g, k..]
+    let dims = |v: &[i64]| v.iter().map(|&d| Dim::Const(d)).collect::<Vec<_>>();
+    let mut grouped = vec![groups, cin / groups, cout_g];
+    grouped.extend(&wshape[2..]);
+    let wg = imp.build(Op::Reshape { shape: dims(&grouped) }, vec![w])?;
+    let mut perm: Vec<usize> = vec![0, 2, 1];
+    perm.extend(3..3 + k);
+    let wp = imp.build(Op::Permute { perm }, vec![wg])?;
+    let mut flat = vec![groups * cout_g, cin / groups];
+    flat.extend(&wshape[2..]);
+    let wf = imp.build(Op::Reshape { shape: dims(&flat) }, vec![wp])?;
+    let wflip = imp.build(Op::Flip { axes: (2..2 + k).collect() }, vec![wf])?;
+    let mut inputs = vec![spread, wflip];
+    inputs.extend(bias);
+    let conv = Op::Conv { stride: vec![1; k], padding: vec![0; k], dilation, groups };
+    let v = imp.build(conv, inputs)?;
+    let v = if unbatched { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+    imp.bind(n, 0, v)
+}
+
+/// A convolution's unbatched input `[C, spatial..]` as `[1, C, spatial..]`.
+fn unsqueeze_batch(imp: &mut Importer, x: ValueId, k: usize) -> R<(ValueId, bool)> {
+    let ty = imp.ty(x).clone();
+    if ty.rank() == k + 2 {
+        return Ok((x, false));
+    }
+    if ty.rank() != k + 1 {
+        return invalid(format!("convolution input of rank {} for {k} spatial dims", ty.rank()));
+    }
+    let mut shape = vec![Dim::Const(1)];
+    shape.extend(ty.shape.iter().cloned());
+    let v = imp.push(Op::Reshape { shape: shape.clone() }, vec![x], TensorType::new(ty.dtype, shape));
+    Ok((v, true))
 }
 
 /// `aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1,
@@ -117,9 +186,17 @@ fn conv_common(imp: &mut Importer, n: &Node, padding_mode: Padding) -> R<()> {
             pads
         }
     };
+    let out = imp.out_ty(n, 0)?;
+    let (x, unbatched) = unsqueeze_batch(imp, x, k)?;
     let mut inputs = vec![x, w];
     inputs.extend(bias);
-    imp.emit(n, Op::Conv { stride, padding, dilation, groups }, inputs)?;
+    let op = Op::Conv { stride, padding, dilation, groups };
+    if unbatched {
+        let v = imp.build(op, inputs)?;
+        let v = imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+        return imp.bind(n, 0, v);
+    }
+    imp.emit(n, op, inputs)?;
     Ok(())
 }
 
@@ -259,8 +336,19 @@ pub(super) fn avg_pool2d(imp: &mut Importer, n: &Node) -> R<()> {
     let padding = imp.ints_n(n, "padding", &[0], 2)?;
     let ceil_mode = imp.bool(n, "ceil_mode", false)?;
     let count_include_pad = imp.bool(n, "count_include_pad", true)?;
-    if imp.opt_int(n, "divisor_override")?.is_some() {
-        return unsupported("avg_pool2d with divisor_override");
+    if let Some(divisor) = imp.opt_int(n, "divisor_override")? {
+        // sum / divisor = (mean over the full window) * (window / divisor):
+        // exact when every window lies inside the padded input (no ceil_mode).
+        if ceil_mode || divisor == 0 {
+            return unsupported("avg_pool2d with divisor_override and ceil_mode");
+        }
+        let op = Op::Pool { kind: PoolKind::Avg, kernel: kernel.clone(), stride, padding, dilation: vec![1, 1], ceil_mode, count_include_pad: true };
+        let mean = imp.build(op, vec![x])?;
+        let factor = (kernel[0] * kernel[1]) as f64 / divisor as f64;
+        let out = imp.out_ty(n, 0)?;
+        let v = imp.with_scalar(BinaryOp::Mul, mean, factor)?;
+        let v = if imp.ty(v).dtype != out.dtype { imp.cast(v, out.dtype) } else { v };
+        return imp.bind(n, 0, v);
     }
     let op = Op::Pool { kind: PoolKind::Avg, kernel, stride, padding, dilation: vec![1, 1], ceil_mode, count_include_pad };
     imp.emit(n, op, vec![x])?;
@@ -291,9 +379,7 @@ pub(super) fn attention(imp: &mut Importer, n: &Node) -> R<()> {
         None => None,
         Some(_) => Some(imp.float(n, "scale", None)?),
     };
-    if imp.bool(n, "enable_gqa", false)? {
-        return unsupported("grouped-query attention (enable_gqa=True)");
-    }
+    let (k, v) = if imp.bool(n, "enable_gqa", false)? { (repeat_heads(imp, q, k)?, repeat_heads(imp, q, v)?) } else { (k, v) };
     if causal && mask.is_some() {
         return invalid("is_causal together with attn_mask");
     }
@@ -301,4 +387,129 @@ pub(super) fn attention(imp: &mut Importer, n: &Node) -> R<()> {
     inputs.extend(mask);
     imp.emit(n, Op::Attention { causal, scale }, inputs)?;
     Ok(())
+}
+
+/// `aten::avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0,
+///   bool ceil_mode=False, bool count_include_pad=True)`,
+/// `aten::max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0,
+///   int[1] dilation=1, bool ceil_mode=False)`: pooling over the last dim.
+pub(super) fn pool1d(imp: &mut Importer, n: &Node, kind: PoolKind) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let kernel = imp.ints_n(n, "kernel_size", &[], 1)?;
+    let mut stride = imp.ints(n, "stride", &[])?;
+    if stride.is_empty() {
+        stride = kernel.clone();
+    }
+    let padding = imp.ints_n(n, "padding", &[0], 1)?;
+    let dilation = if kind == PoolKind::Max { imp.ints_n(n, "dilation", &[1], 1)? } else { vec![1] };
+    let ceil_mode = imp.bool(n, "ceil_mode", false)?;
+    let count_include_pad = kind == PoolKind::Avg && imp.bool(n, "count_include_pad", true)?;
+    let ty = imp.out_ty(n, 0)?;
+    let op = Op::Pool { kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad };
+    let v = imp.push(op, vec![x], ty);
+    imp.bind(n, 0, v)?;
+    only_first_output_used(imp, n)
+}
+
+/// `aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None,
+///   float eps=1e-05, bool cudnn_enabled=True)`,
+/// `aten::native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C,
+///   SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)`:
+/// a layer norm over `[N, G, C/G * spatial]`, then the per-channel affine.
+pub(super) fn group_norm(imp: &mut Importer, n: &Node, native: bool) -> R<()> {
+    let x = imp.tensor(n, "input")?;
+    let groups = if native { imp.int(n, "group", None)? } else { imp.int(n, "num_groups", None)? };
+    let eps = imp.float(n, "eps", Some(1e-5))?;
+    let weight = imp.opt_tensor(n, "weight")?;
+    let bias = imp.opt_tensor(n, "bias")?;
+    let out = imp.out_ty(n, 0)?;
+    let ty = imp.ty(x).clone();
+    let Some(shape) = ty.static_shape() else { return unsupported("group norm with dynamic dimensions") };
+    if shape.len() < 2 || groups < 1 || shape[1] % groups != 0 {
+        return invalid(format!("group norm of {shape:?} in {groups} groups"));
+    }
+    let rest: i64 = shape[1..].iter().product::<i64>() / groups;
+    let c = super::activation::compute_dtype(out.dtype);
+    let xc = imp.cast(x, c);
+    let grouped = imp.build(Op::Reshape { shape: vec![Dim::Const(shape[0]), Dim::Const(groups), Dim::Const(rest)] }, vec![xc])?;
+    let normed = imp.build(Op::LayerNorm { normalized_rank: 1, eps }, vec![grouped])?;
+    let mut v = imp.build(Op::Reshape { shape: ty.shape.clone() }, vec![normed])?;
+    let mut per_channel = vec![Dim::Const(shape[1])];
+    per_channel.extend(std::iter::repeat_n(Dim::Const(1), shape.len() - 2));
+    for (t, op) in [(weight, BinaryOp::Mul), (bias, BinaryOp::Add)] {
+        if let Some(t) = t {
+            let t = imp.cast(t, c);
+            let t = imp.build(Op::Reshape { shape: per_channel.clone() }, vec![t])?;
+            v = imp.build(Op::Binary(op), vec![v, t])?;
+        }
+    }
+    let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)?;
+    only_first_output_used(imp, n)
+}
+
+/// `aten::rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None)`:
+/// `x * rsqrt(mean(x², last dims) + eps) * weight`; eps defaults to the dtype's epsilon.
+pub(super) fn rms_norm(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "input")?;
+    let normalized = imp.ints(n, "normalized_shape", &[])?;
+    let weight = imp.opt_tensor(n, "weight")?;
+    let out = imp.out_ty(n, 0)?;
+    let eps = match imp.arg(n, "eps") {
+        Some(_) => imp.float(n, "eps", None)?,
+        None => match out.dtype {
+            kiln_ir::DType::F64 => f64::EPSILON,
+            kiln_ir::DType::F16 => 0.0009765625,
+            kiln_ir::DType::BF16 => 0.0078125,
+            _ => f32::EPSILON as f64,
+        },
+    };
+    let rank = imp.ty(x).rank();
+    if normalized.len() > rank {
+        return invalid("rms_norm normalizes more dims than the input has");
+    }
+    let c = super::activation::compute_dtype(out.dtype);
+    let xc = imp.cast(x, c);
+    let sq = imp.build(Op::Binary(BinaryOp::Mul), vec![xc, xc])?;
+    let axes: Vec<usize> = (rank - normalized.len()..rank).collect();
+    let ms = imp.build(Op::Reduce { kind: kiln_ir::ReduceKind::Mean, axes, keep_dims: true }, vec![sq])?;
+    let ms = imp.with_scalar(BinaryOp::Add, ms, eps)?;
+    let r = imp.build(Op::Unary(kiln_ir::UnaryOp::Rsqrt), vec![ms])?;
+    let mut v = imp.build(Op::Binary(BinaryOp::Mul), vec![xc, r])?;
+    if let Some(w) = weight {
+        // torch rounds the normalized value to the input dtype before the weight.
+        v = imp.cast(v, out.dtype);
+        let w = imp.cast(w, out.dtype);
+        v = imp.build(Op::Binary(BinaryOp::Mul), vec![v, w])?;
+    }
+    let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)
+}
+
+/// Grouped-query attention: key/value `[.., Hkv, S, E]` with each head used by
+/// `Hq / Hkv` query heads, as `[.., Hq, S, E]` (torch's repeat_interleave).
+fn repeat_heads(imp: &mut Importer, q: ValueId, kv: ValueId) -> R<ValueId> {
+    let (qt, t) = (imp.ty(q).clone(), imp.ty(kv).clone());
+    let r = t.rank();
+    if r < 3 || qt.rank() != r {
+        return unsupported("grouped-query attention on inputs of rank < 3");
+    }
+    let (Some(hq), Some(hkv)) = (qt.shape[r - 3].as_const(), t.shape[r - 3].as_const()) else {
+        return unsupported("grouped-query attention with dynamic head counts");
+    };
+    if hkv == hq {
+        return Ok(kv);
+    }
+    if hkv == 0 || hq % hkv != 0 {
+        return invalid(format!("{hq} query heads cannot share {hkv} key/value heads"));
+    }
+    let mut split = t.shape[..r - 2].to_vec();
+    split.push(Dim::Const(1));
+    split.extend(t.shape[r - 2..].iter().cloned());
+    let s = imp.build(Op::Reshape { shape: split.clone() }, vec![kv])?;
+    split[r - 2] = Dim::Const(hq / hkv);
+    let e = imp.build(Op::Expand { shape: split }, vec![s])?;
+    let mut merged = t.shape.clone();
+    merged[r - 3] = Dim::Const(hq);
+    imp.build(Op::Reshape { shape: merged }, vec![e])
 }

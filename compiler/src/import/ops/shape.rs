@@ -295,10 +295,24 @@ pub(super) fn embedding(imp: &mut Importer, n: &Node) -> R<()> {
 
 /// `aten::index_select(Tensor self, int dim, Tensor index)`
 pub(super) fn index_select(imp: &mut Importer, n: &Node) -> R<()> {
-    let x = imp.tensor(n, "self")?;
+    let mut x = imp.tensor(n, "self")?;
     let axis = normalize_axis(imp.int(n, "dim", None)?, imp.ty(x).rank().max(1))?;
     let idx = imp.tensor(n, "index")?;
     let idx = index_value(imp, idx)?;
+    if imp.ty(x).rank() == 0 {
+        // A 0-d tensor is indexed as if it were [1]; the result keeps the output's shape.
+        let ty = imp.ty(x).clone();
+        let one = TensorType::new(ty.dtype, vec![Dim::Const(1)]);
+        x = imp.push(Op::Reshape { shape: one.shape.clone() }, vec![x], one);
+        let out = imp.out_ty(n, 0)?;
+        let gathered = imp.build(Op::Gather { axis: 0 }, vec![x, idx])?;
+        let v = if imp.ty(gathered).shape == out.shape {
+            gathered
+        } else {
+            imp.push(Op::Reshape { shape: out.shape.clone() }, vec![gathered], out)
+        };
+        return imp.bind(n, 0, v);
+    }
     imp.emit(n, Op::Gather { axis }, vec![x, idx])?;
     Ok(())
 }
@@ -350,5 +364,75 @@ pub(super) fn full(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     };
     let out = imp.out_ty(n, 0)?;
     imp.emit(n, Op::Full { value, dtype: out.dtype, shape: out.shape.clone() }, Vec::new())?;
+    Ok(())
+}
+
+/// `aten::repeat(Tensor self, SymInt[] repeats)`: `x` viewed as
+/// `[1, d0, 1, d1, ..]`, expanded to `[r0, d0, r1, d1, ..]`, then merged pairwise.
+pub(super) fn repeat(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let repeats = imp.ints(n, "repeats", &[])?;
+    let out = imp.out_ty(n, 0)?;
+    let ty = imp.ty(x).clone();
+    if repeats.len() < ty.rank() {
+        return invalid(format!("repeat with {} repeats for rank {}", repeats.len(), ty.rank()));
+    }
+    let lead = repeats.len() - ty.rank();
+    let dims: Vec<Dim> = std::iter::repeat_n(Dim::Const(1), lead).chain(ty.shape.iter().cloned()).collect();
+    let mut ones = Vec::new();
+    let mut wide = Vec::new();
+    for (d, &r) in dims.iter().zip(&repeats) {
+        ones.extend([Dim::Const(1), d.clone()]);
+        wide.extend([Dim::Const(r), d.clone()]);
+    }
+    let a = imp.push(Op::Reshape { shape: ones.clone() }, vec![x], TensorType::new(ty.dtype, ones));
+    let b = imp.push(Op::Expand { shape: wide.clone() }, vec![a], TensorType::new(ty.dtype, wide));
+    imp.emit(n, Op::Reshape { shape: out.shape.clone() }, vec![b])?;
+    Ok(())
+}
+
+/// `aten::copy(Tensor self, Tensor src, bool non_blocking=False)`: `src` in
+/// `self`'s dtype, broadcast to its shape.
+pub(super) fn copy(imp: &mut Importer, n: &Node) -> R<()> {
+    let src = imp.tensor(n, "src")?;
+    let out = imp.out_ty(n, 0)?;
+    let v = imp.cast(src, out.dtype);
+    if imp.ty(v).shape == out.shape {
+        return imp.bind(n, 0, v);
+    }
+    imp.emit(n, Op::Expand { shape: out.shape.clone() }, vec![v])?;
+    Ok(())
+}
+
+/// `aten::fill.Scalar(Tensor self, Scalar value)`, `aten::fill.Tensor(Tensor self, Tensor value)` (0-d value).
+pub(super) fn fill(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    if let Some(Arg::Tensor(t)) = imp.arg(n, "value") {
+        let v = imp.value(t)?;
+        let v = imp.cast(v, out.dtype);
+        imp.emit(n, Op::Expand { shape: out.shape.clone() }, vec![v])?;
+        return Ok(());
+    }
+    let value = imp.scalar(n, "value")?.as_f64();
+    imp.emit(n, Op::Full { value, dtype: out.dtype, shape: out.shape.clone() }, Vec::new())?;
+    Ok(())
+}
+
+/// `aten::native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)`:
+/// outside training the identity, with an all-true mask.
+pub(super) fn native_dropout(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "input")?;
+    let p = imp.float(n, "p", None)?;
+    if imp.bool(n, "train", false)? && p != 0.0 {
+        return unsupported(format!("dropout in training mode (train=True, p={p}) needs a random generator"));
+    }
+    imp.bind(n, 0, x)?;
+    if let Some(Arg::Tensor(mask)) = n.outputs.get(1) {
+        if imp.is_used(mask) {
+            let ty = imp.out_ty(n, 1)?;
+            let v = imp.push(Op::Full { value: 1.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty);
+            imp.bind(n, 1, v)?;
+        }
+    }
     Ok(())
 }

@@ -1,0 +1,146 @@
+//! Padding, flipping, resizing and triangular masks.
+
+use super::shape::normalize_axis;
+use crate::import::importer::{invalid, unsupported, Importer, Scalar, R};
+use crate::pt2::program::{Arg, Node};
+use kiln_ir::{BinaryOp as B, DType, Dim, Op, PadMode, TensorType, UpsampleMode, ValueId};
+
+/// torch's pad list (last dim first: `[lo_last, hi_last, lo_prev, hi_prev, ...]`)
+/// as per-axis `lo`/`hi` for a rank-`rank` tensor.
+fn pads_per_axis(pad: &[i64], rank: usize) -> R<(Vec<i64>, Vec<i64>)> {
+    if pad.len() % 2 != 0 || pad.len() / 2 > rank {
+        return invalid(format!("pad list {pad:?} for rank {rank}"));
+    }
+    let (mut lo, mut hi) = (vec![0; rank], vec![0; rank]);
+    for (i, pair) in pad.chunks(2).enumerate() {
+        lo[rank - 1 - i] = pair[0];
+        hi[rank - 1 - i] = pair[1];
+    }
+    Ok((lo, hi))
+}
+
+fn emit_pad(imp: &mut Importer, n: &Node, x: ValueId, pad: &[i64], mode: PadMode, value: f64) -> R<()> {
+    let rank = imp.ty(x).rank();
+    let (lo, hi) = pads_per_axis(pad, rank)?;
+    if mode != PadMode::Constant && (lo.iter().any(|&p| p < 0) || hi.iter().any(|&p| p < 0)) {
+        return unsupported("negative reflect/replicate padding");
+    }
+    imp.emit(n, Op::Pad { lo, hi, interior: vec![0; rank], mode, value }, vec![x])?;
+    Ok(())
+}
+
+/// `aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0)`
+pub(super) fn constant_pad_nd(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let pad = imp.ints(n, "pad", &[])?;
+    let value = imp.opt_scalar(n, "value")?.map_or(0.0, Scalar::as_f64);
+    emit_pad(imp, n, x, &pad, PadMode::Constant, value)
+}
+
+/// `aten::pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None)`
+pub(super) fn pad(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let pad = imp.ints(n, "pad", &[])?;
+    let mode = match imp.string(n, "mode", "constant")? {
+        "constant" => PadMode::Constant,
+        "reflect" => PadMode::Reflect,
+        "replicate" => PadMode::Replicate,
+        other => return unsupported(format!("pad mode {other:?}")),
+    };
+    let value = imp.opt_scalar(n, "value")?.map_or(0.0, Scalar::as_f64);
+    emit_pad(imp, n, x, &pad, mode, value)
+}
+
+/// `aten::reflection_pad{1,2,3}d(Tensor self, SymInt[2|4|6] padding)`, `replication_pad*d` likewise.
+pub(super) fn mode_pad(imp: &mut Importer, n: &Node, mode: PadMode) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let pad = imp.ints(n, "padding", &[])?;
+    emit_pad(imp, n, x, &pad, mode, 0.0)
+}
+
+/// `aten::flip(Tensor self, int[] dims)`
+pub(super) fn flip(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    let dims = imp.ints(n, "dims", &[])?;
+    let mut axes = dims.iter().map(|&d| normalize_axis(d, rank.max(1))).collect::<R<Vec<_>>>()?;
+    axes.sort_unstable();
+    axes.dedup();
+    axes.retain(|&a| a < rank);
+    if axes.is_empty() {
+        return imp.bind(n, 0, x);
+    }
+    imp.emit(n, Op::Flip { axes }, vec![x])?;
+    Ok(())
+}
+
+/// `aten::upsample_nearest{1,2,3}d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors)`,
+/// `aten::upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None)`,
+/// `aten::upsample_{linear1d,bilinear2d,trilinear3d}.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors)`
+/// and their `.default` forms with per-dim `scales_*`. Sizes come from the output type.
+pub(super) fn upsample(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let x = imp.tensor(n, "self").or_else(|_| imp.tensor(n, "input"))?;
+    let out = imp.out_ty(n, 0)?;
+    let spatial: usize = match name.trim_start_matches("upsample_").chars().find(|c| c.is_ascii_digit()) {
+        Some(d) => d.to_digit(10).unwrap_or(0) as usize,
+        None => return invalid(format!("{name}: no spatial rank in the name")),
+    };
+    if spatial == 0 || out.rank() < spatial {
+        return invalid(format!("{name} on rank {}", out.rank()));
+    }
+    let mode = if name.starts_with("upsample_nearest") {
+        if name.contains("exact") {
+            return unsupported("nearest-exact upsampling");
+        }
+        UpsampleMode::Nearest
+    } else if name.contains("linear") {
+        UpsampleMode::Linear
+    } else {
+        return unsupported(format!("{name} (bicubic/area resizing)"));
+    };
+    let align_corners = imp.bool(n, "align_corners", false)?;
+    let scales: Vec<f64> = match imp.arg(n, "scale_factors") {
+        Some(Arg::Floats(v)) => v.clone(),
+        Some(other) => return invalid(format!("scale_factors: {other:?}")),
+        None => {
+            let keys: &[&str] = match spatial {
+                1 => &["scales"],
+                2 => &["scales_h", "scales_w"],
+                _ => &["scales_d", "scales_h", "scales_w"],
+            };
+            let mut v = Vec::new();
+            for k in keys {
+                v.push(match imp.arg(n, k) {
+                    None => 0.0,
+                    Some(_) => imp.float(n, k, None)?,
+                });
+            }
+            if v.iter().all(|&s| s == 0.0) { Vec::new() } else { v }
+        }
+    };
+    let scales = if scales.len() == 1 && spatial > 1 { vec![scales[0]; spatial] } else { scales };
+    let size: Vec<Dim> = out.shape[out.rank() - spatial..].to_vec();
+    imp.emit(n, Op::Upsample { mode, align_corners, size, scales }, vec![x])?;
+    Ok(())
+}
+
+/// `aten::tril(Tensor self, int diagonal=0)`, `aten::triu(...)`: a `where` over
+/// the last two dims with the mask `col - row <= k` (tril) or `>= k` (triu).
+pub(super) fn tri(imp: &mut Importer, n: &Node, upper: bool) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let ty = imp.ty(x).clone();
+    let r = ty.rank();
+    if r < 2 {
+        return invalid("tril/triu need rank >= 2");
+    }
+    let k = imp.int(n, "diagonal", Some(0))?;
+    let (rows, cols) = (ty.shape[r - 2].clone(), ty.shape[r - 1].clone());
+    let ri = imp.push(Op::Arange { start: 0.0, step: 1.0, len: rows.clone(), dtype: DType::I64 }, vec![], TensorType::new(DType::I64, vec![rows.clone()]));
+    let ri = imp.push(Op::Reshape { shape: vec![rows.clone(), Dim::Const(1)] }, vec![ri], TensorType::new(DType::I64, vec![rows, Dim::Const(1)]));
+    let ci = imp.push(Op::Arange { start: 0.0, step: 1.0, len: cols.clone(), dtype: DType::I64 }, vec![], TensorType::new(DType::I64, vec![cols]));
+    let diff = imp.build(Op::Binary(B::Sub), vec![ci, ri])?;
+    let mask = imp.with_scalar(if upper { B::Ge } else { B::Le }, diff, k as f64)?;
+    let zero = imp.scalar_const(Scalar::Int(0), ty.dtype);
+    let v = imp.build(Op::Where, vec![mask, x, zero])?;
+    imp.bind(n, 0, v)
+}

@@ -1,0 +1,176 @@
+//! Order statistics and moments: sort, topk, argmin, min.dim indices, cumsum,
+//! var, std.
+
+use super::shape::normalize_axis;
+use crate::import::importer::{invalid, unsupported, Importer, Scalar, R};
+use crate::pt2::program::{Arg, Node};
+use kiln_ir::{BinaryOp as B, DType, Dim, Op, ReduceKind, TensorType, UnaryOp as U, ValueId};
+
+fn output_names(n: &Node) -> Vec<String> {
+    n.outputs.iter().map(|o| if let Arg::Tensor(t) = o { t.clone() } else { String::new() }).collect()
+}
+
+/// Binds `(values, indices)` outputs of a sort along `axis`, computing only
+/// the used ones.
+fn sort_outputs(imp: &mut Importer, n: &Node, x: ValueId, axis: usize, k: Dim, descending: bool) -> R<()> {
+    let names = output_names(n);
+    if names.len() != 2 {
+        return invalid("sort/topk must have two outputs");
+    }
+    for (i, indices) in [(0, false), (1, true)] {
+        if imp.is_used(&names[i]) {
+            let ty = imp.out_ty(n, i)?;
+            let v = imp.push(Op::Sort { axis, k: k.clone(), descending, indices }, vec![x], ty);
+            imp.bind(n, i, v)?;
+        }
+    }
+    Ok(())
+}
+
+/// `aten::sort(Tensor self, int dim=-1, bool descending=False)`,
+/// `aten::sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False)`
+/// (kiln's sort is always stable, which satisfies both).
+pub(super) fn sort(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    if rank == 0 {
+        return unsupported("sort of a 0-d tensor");
+    }
+    let axis = normalize_axis(imp.int(n, "dim", Some(-1))?, rank)?;
+    let descending = imp.bool(n, "descending", false)?;
+    let k = imp.ty(x).shape[axis].clone();
+    sort_outputs(imp, n, x, axis, k, descending)
+}
+
+/// `aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True)`
+pub(super) fn topk(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    if rank == 0 {
+        return unsupported("topk of a 0-d tensor");
+    }
+    let axis = normalize_axis(imp.int(n, "dim", Some(-1))?, rank)?;
+    let largest = imp.bool(n, "largest", true)?;
+    let k = imp.out_ty(n, 0)?.shape[axis].clone();
+    sort_outputs(imp, n, x, axis, k, largest)
+}
+
+/// `aten::argmin(Tensor self, int? dim=None, bool keepdim=False)`
+pub(super) fn argmin(imp: &mut Importer, n: &Node) -> R<()> {
+    let mut x = imp.tensor(n, "self")?;
+    let keep_dims = imp.bool(n, "keepdim", false)?;
+    let out = imp.out_ty(n, 0)?;
+    let dim = imp.opt_int(n, "dim")?;
+    if imp.ty(x).rank() == 0 || dim.is_none() {
+        let ty = imp.ty(x).clone();
+        let flat = TensorType::new(ty.dtype, vec![ty.numel()]);
+        x = imp.push(Op::Reshape { shape: flat.shape.clone() }, vec![x], flat);
+        let v = imp.push(Op::ArgMin { axis: 0, keep_dims: false }, vec![x], TensorType::new(DType::I64, vec![]));
+        let v = imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+        return imp.bind(n, 0, v);
+    }
+    let axis = normalize_axis(dim.unwrap_or(0), imp.ty(x).rank())?;
+    imp.emit(n, Op::ArgMin { axis, keep_dims }, vec![x])?;
+    Ok(())
+}
+
+/// `aten::min.dim(Tensor self, int dim, bool keepdim=False) -> (values, indices)` and `max.dim`.
+pub(super) fn min_max_dim(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    let names = output_names(n);
+    if names.len() != 2 {
+        return invalid("max.dim/min.dim must have two outputs");
+    }
+    if rank == 0 {
+        // Over a 0-d tensor: the value itself and index 0.
+        imp.bind(n, 0, x)?;
+        if imp.is_used(&names[1]) {
+            let ty = imp.out_ty(n, 1)?;
+            let v = imp.push(Op::Full { value: 0.0, dtype: DType::I64, shape: ty.shape.clone() }, vec![], ty);
+            imp.bind(n, 1, v)?;
+        }
+        return Ok(());
+    }
+    let axis = normalize_axis(imp.int(n, "dim", None)?, rank)?;
+    let keep_dims = imp.bool(n, "keepdim", false)?;
+    if imp.is_used(&names[0]) {
+        let kind = if name == "max" { ReduceKind::Max } else { ReduceKind::Min };
+        let ty = imp.out_ty(n, 0)?;
+        let v = imp.push(Op::Reduce { kind, axes: vec![axis], keep_dims }, vec![x], ty);
+        imp.bind(n, 0, v)?;
+    }
+    if imp.is_used(&names[1]) {
+        let ty = imp.out_ty(n, 1)?;
+        let op = if name == "max" { Op::ArgMax { axis, keep_dims } } else { Op::ArgMin { axis, keep_dims } };
+        let v = imp.push(op, vec![x], ty);
+        imp.bind(n, 1, v)?;
+    }
+    Ok(())
+}
+
+/// `aten::cumsum(Tensor self, int dim, *, ScalarType? dtype=None)`: in the output dtype.
+pub(super) fn cumsum(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let out = imp.out_ty(n, 0)?;
+    let x = imp.cast(x, out.dtype);
+    if out.rank() == 0 {
+        return imp.bind(n, 0, x);
+    }
+    let axis = normalize_axis(imp.int(n, "dim", None)?, out.rank())?;
+    imp.emit(n, Op::CumSum { axis }, vec![x])?;
+    Ok(())
+}
+
+/// `aten::var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False)`,
+/// `aten::var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False)`,
+/// `aten::var(Tensor self, bool unbiased=True)` and the same for `std`:
+/// `sum((x - mean)²) / (N - correction)`, computed in f64 (two passes).
+pub(super) fn var_std(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let out = imp.out_ty(n, 0)?;
+    if !out.dtype.is_float() {
+        return unsupported(format!("{name} with output dtype {}", out.dtype));
+    }
+    let ty = imp.ty(x).clone();
+    let rank = ty.rank();
+    let dims = if overload == "default" { Vec::new() } else { imp.ints(n, "dim", &[])? };
+    let mut axes: Vec<usize> =
+        if dims.is_empty() { (0..rank).collect() } else { dims.iter().map(|&d| normalize_axis(d, rank.max(1))).collect::<R<_>>()? };
+    axes.sort_unstable();
+    axes.dedup();
+    axes.retain(|&a| a < rank);
+    let correction = match overload {
+        "correction" => imp.opt_scalar(n, "correction")?.map_or(1.0, Scalar::as_f64),
+        _ => {
+            if imp.bool(n, "unbiased", true)? {
+                1.0
+            } else {
+                0.0
+            }
+        }
+    };
+    let keep_dims = imp.bool(n, "keepdim", false)?;
+    let mut count = 1i64;
+    for &a in &axes {
+        match ty.shape[a].as_const() {
+            Some(d) => count *= d,
+            None => return unsupported(format!("{name} over a dynamic dimension")),
+        }
+    }
+    let x64 = imp.cast(x, DType::F64);
+    let v = if rank == 0 {
+        imp.with_scalar(B::Mul, x64, 0.0)?
+    } else {
+        let mean = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![x64])?;
+        let d = imp.build(Op::Binary(B::Sub), vec![x64, mean])?;
+        let sq = imp.build(Op::Binary(B::Mul), vec![d, d])?;
+        imp.build(Op::Reduce { kind: ReduceKind::Sum, axes, keep_dims }, vec![sq])?
+    };
+    // torch divides by max(N - correction, 0) (0 / 0 is NaN, x / 0 is inf).
+    let v = imp.with_scalar(B::Div, v, (count as f64 - correction).max(0.0))?;
+    let v = if name == "std" { imp.build(Op::Unary(U::Sqrt), vec![v])? } else { v };
+    let v = imp.cast(v, out.dtype);
+    let v = if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+    imp.bind(n, 0, v)
+}

@@ -1,0 +1,301 @@
+//! The support table: which ATen ops the importer converts, for which
+//! dtypes, with what limits — printed by `kiln ops` and rendered into
+//! `compiler/OPS.md` (a test fails when either drifts from the code).
+//!
+//! Every name the importer's `dispatch` matches must appear here and vice
+//! versa (checked by a test over `import/ops/mod.rs`). `CORE_ATEN` is the
+//! Core ATen opset of torch 2.15 (`torch.Tag.core`), for the coverage count.
+
+/// One row of the support table.
+#[derive(Copy, Clone, Debug)]
+pub struct OpSupport {
+    /// ATen op names (without the `aten.` namespace); `name.overload` when
+    /// only that overload is handled.
+    pub names: &'static [&'static str],
+    /// The dtypes kiln runs it for.
+    pub dtypes: &'static [&'static str],
+    /// Limits, or how the op is computed.
+    pub note: &'static str,
+}
+
+const DT_FLOAT: &[&str] = &["f32", "f64", "f16", "bf16"];
+const DT_NUMERIC: &[&str] = &["f32", "f64", "f16", "bf16", "i64", "i32", "i16", "i8", "u8"];
+const DT_ALL: &[&str] = &["f32", "f64", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool"];
+const DT_NONE: &[&str] = &[];
+
+/// The ops the importer converts.
+pub fn supported_ops() -> &'static [OpSupport] {
+    SUPPORTED
+}
+
+const SUPPORTED: &[OpSupport] = &[
+    OpSupport { names: &["linear", "addmm", "mm", "bmm", "matmul"], dtypes: DT_NUMERIC, note: "f16/bf16 computed in f32, integers in f64" },
+    OpSupport { names: &["convolution", "_convolution", "conv1d", "conv2d", "conv3d"], dtypes: DT_NUMERIC, note: "f16/bf16 in f32, integers in f64; transposed too" },
+    OpSupport { names: &["conv_transpose1d", "conv_transpose2d", "conv_transpose3d"], dtypes: DT_NUMERIC, note: "spread + pad + flipped-weight convolution" },
+    OpSupport { names: &["batch_norm", "_native_batch_norm_legit_no_training"], dtypes: DT_FLOAT, note: "inference statistics only (training=True is rejected)" },
+    OpSupport { names: &["layer_norm", "native_layer_norm"], dtypes: DT_FLOAT, note: "saved mean/rstd outputs must be unused" },
+    OpSupport { names: &["group_norm", "native_group_norm"], dtypes: DT_FLOAT, note: "static shapes; saved statistics must be unused" },
+    OpSupport { names: &["rms_norm"], dtypes: DT_FLOAT, note: "" },
+    OpSupport { names: &["softmax", "_softmax", "log_softmax", "_log_softmax"], dtypes: DT_FLOAT, note: "" },
+    OpSupport { names: &["max_pool2d", "max_pool2d_with_indices", "max_pool1d", "max_pool1d_with_indices"], dtypes: DT_NUMERIC, note: "indices output must be unused" },
+    OpSupport { names: &["avg_pool2d", "avg_pool1d"], dtypes: DT_NUMERIC, note: "divisor_override only without ceil_mode" },
+    OpSupport { names: &["adaptive_avg_pool2d", "_adaptive_avg_pool2d"], dtypes: DT_FLOAT, note: "" },
+    OpSupport { names: &["scaled_dot_product_attention"], dtypes: DT_FLOAT, note: "no dropout; grouped-query heads with static counts" },
+    OpSupport { names: &["relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "sin", "cos", "reciprocal", "log1p", "expm1", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh"], dtypes: DT_FLOAT, note: "integer inputs are promoted to float" },
+    OpSupport { names: &["neg", "negative", "abs", "absolute", "floor", "ceil", "round", "trunc", "fix", "sign"], dtypes: DT_NUMERIC, note: "round: decimals=0 only" },
+    OpSupport { names: &["logical_not", "bitwise_not"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["hardtanh", "relu6", "clamp", "clamp_min", "clamp_max"], dtypes: DT_NUMERIC, note: "scalar or tensor bounds" },
+    OpSupport { names: &["hardswish", "hardsigmoid", "mish", "softplus", "leaky_relu", "elu", "square"], dtypes: DT_FLOAT, note: "decomposed at import (f16/bf16 in f32)" },
+    OpSupport { names: &["isnan", "isinf"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["add", "sub", "rsub", "mul", "div", "remainder", "floor_divide", "pow", "maximum", "minimum", "fmod", "atan2", "arctan2"], dtypes: DT_NUMERIC, note: "torch type promotion; integer div by zero is a run-time error" },
+    OpSupport { names: &["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["where.self", "masked_fill"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["mean", "sum", "amax", "amin", "prod", "any"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["max.dim", "min.dim", "argmax", "argmin"], dtypes: DT_NUMERIC, note: "" },
+    OpSupport { names: &["cumsum"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["sort", "topk"], dtypes: DT_NUMERIC, note: "stable; topk tie order may differ from torch's" },
+    OpSupport { names: &["var", "std"], dtypes: DT_FLOAT, note: "computed in f64; static reduced dims" },
+    OpSupport { names: &["view", "_unsafe_view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "view_as", "reshape_as", "expand", "expand_as", "t", "transpose", "permute", "numpy_T"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["alias", "clone", "contiguous", "detach", "lift_fresh_copy", "_to_copy", "to", "type_as", "copy"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["dropout", "feature_dropout", "alpha_dropout", "native_dropout"], dtypes: DT_ALL, note: "inference only (train=False or p=0)" },
+    OpSupport { names: &["slice", "select", "narrow", "cat", "concat", "concatenate", "split", "split_with_sizes", "chunk", "unbind", "tensor_split"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["embedding", "index_select", "index.Tensor"], dtypes: DT_ALL, note: "index.Tensor: one index tensor, no boolean masks" },
+    OpSupport { names: &["arange", "full", "zeros", "ones", "empty", "empty_strided", "full_like", "zeros_like", "ones_like", "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "scalar_tensor", "fill"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["repeat", "flip", "tril", "triu"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["constant_pad_nd", "pad", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d", "replication_pad3d"], dtypes: DT_ALL, note: "pad modes constant/reflect/replicate" },
+    OpSupport { names: &["upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d"], dtypes: DT_NUMERIC, note: "nearest and (bi/tri)linear; not nearest-exact, bicubic, area" },
+    OpSupport { names: &["sym_size", "sym_numel"], dtypes: DT_NONE, note: "shape arithmetic" },
+];
+
+/// Core ATen overloads of torch 2.15 (`torch.Tag.core`).
+pub const CORE_ATEN: &[&str] = &[
+    "_adaptive_avg_pool2d.default",
+    "_adaptive_avg_pool2d_backward.default",
+    "_adaptive_avg_pool3d.default",
+    "_cdist_forward.default",
+    "_embedding_bag.default",
+    "_fft_c2r.default",
+    "_fft_r2c.default",
+    "_local_scalar_dense.default",
+    "_log_softmax.default",
+    "_native_batch_norm_legit.default",
+    "_native_batch_norm_legit.no_stats",
+    "_native_batch_norm_legit_no_training.default",
+    "_pdist_forward.default",
+    "_softmax.default",
+    "_to_copy.default",
+    "abs.default",
+    "acos.default",
+    "acosh.default",
+    "add.Scalar",
+    "add.Tensor",
+    "addmm.default",
+    "alias.default",
+    "amax.default",
+    "amin.default",
+    "any.default",
+    "any.dim",
+    "any.dims",
+    "arange.start_step",
+    "argmax.default",
+    "argmin.default",
+    "as_strided.default",
+    "asin.default",
+    "asinh.default",
+    "atan.default",
+    "atan2.default",
+    "atan2.out",
+    "atanh.default",
+    "avg_pool2d.default",
+    "avg_pool2d_backward.default",
+    "avg_pool3d.default",
+    "bitwise_and.Scalar",
+    "bitwise_and.Tensor",
+    "bitwise_not.default",
+    "bitwise_or.Scalar",
+    "bitwise_or.Tensor",
+    "bitwise_xor.Scalar",
+    "bitwise_xor.Tensor",
+    "bmm.default",
+    "cat.default",
+    "ceil.default",
+    "clamp.Tensor",
+    "clamp.default",
+    "clone.default",
+    "col2im.default",
+    "constant_pad_nd.default",
+    "convolution.default",
+    "convolution_backward.default",
+    "copy.default",
+    "cos.default",
+    "cosh.default",
+    "cumsum.default",
+    "diagonal.default",
+    "div.Scalar",
+    "div.Scalar_mode",
+    "div.Tensor",
+    "div.Tensor_mode",
+    "elu.default",
+    "embedding.default",
+    "embedding_dense_backward.default",
+    "empty.memory_format",
+    "empty_strided.default",
+    "eq.Scalar",
+    "eq.Tensor",
+    "erf.default",
+    "exp.default",
+    "expand.default",
+    "expm1.default",
+    "fill.Scalar",
+    "flip.default",
+    "floor.default",
+    "fmod.Scalar",
+    "fmod.Tensor",
+    "full.default",
+    "full_like.default",
+    "gather.default",
+    "ge.Scalar",
+    "ge.Tensor",
+    "gelu.default",
+    "grid_sampler_2d.default",
+    "gt.Scalar",
+    "gt.Tensor",
+    "hardtanh.default",
+    "index.Tensor",
+    "index_put.default",
+    "index_select.default",
+    "isinf.default",
+    "isnan.default",
+    "le.Scalar",
+    "le.Tensor",
+    "leaky_relu.default",
+    "log.default",
+    "log10.default",
+    "log1p.default",
+    "log2.default",
+    "logical_and.default",
+    "logical_not.default",
+    "logical_or.default",
+    "logical_xor.default",
+    "lt.Scalar",
+    "lt.Tensor",
+    "masked_scatter.default",
+    "max.dim",
+    "max_pool2d_with_indices.default",
+    "max_pool2d_with_indices_backward.default",
+    "max_pool3d_with_indices.default",
+    "maximum.default",
+    "mean.default",
+    "mean.dim",
+    "min.dim",
+    "minimum.default",
+    "mm.default",
+    "mul.Scalar",
+    "mul.Tensor",
+    "native_dropout.default",
+    "native_group_norm.default",
+    "native_group_norm_backward.default",
+    "native_layer_norm.default",
+    "native_layer_norm_backward.default",
+    "ne.Scalar",
+    "ne.Tensor",
+    "neg.default",
+    "nonzero.default",
+    "permute.default",
+    "pow.Scalar",
+    "pow.Tensor_Scalar",
+    "pow.Tensor_Tensor",
+    "prod.default",
+    "prod.dim_int",
+    "rand.default",
+    "randn.default",
+    "randperm.default",
+    "reciprocal.default",
+    "reflection_pad1d.default",
+    "reflection_pad2d.default",
+    "reflection_pad3d.default",
+    "relu.default",
+    "remainder.Scalar",
+    "remainder.Tensor",
+    "repeat.default",
+    "replication_pad2d.default",
+    "replication_pad3d.default",
+    "round.default",
+    "rsqrt.default",
+    "scalar_tensor.default",
+    "scatter.src",
+    "scatter.value",
+    "scatter_add.default",
+    "scatter_reduce.two",
+    "select.int",
+    "select_scatter.default",
+    "sigmoid.default",
+    "sign.default",
+    "sin.default",
+    "sinh.default",
+    "slice.Tensor",
+    "slice_scatter.default",
+    "sort.default",
+    "split_with_sizes.default",
+    "sqrt.default",
+    "squeeze.dim",
+    "squeeze.dims",
+    "sub.Scalar",
+    "sub.Tensor",
+    "sum.dim_IntList",
+    "sym_numel.default",
+    "sym_size.int",
+    "sym_storage_offset.default",
+    "sym_stride.int",
+    "tan.default",
+    "tanh.default",
+    "topk.default",
+    "trunc.default",
+    "unsqueeze.default",
+    "upsample_bilinear2d.vec",
+    "upsample_nearest2d.vec",
+    "var.correction",
+    "var.dim",
+    "view.default",
+    "where.self",
+];
+
+/// Why a Core ATen overload is not supported (or `None` when it is). Backward
+/// ops are excluded by design: kiln compiles inference programs.
+pub fn core_aten_status(overload: &str) -> Option<&'static str> {
+    let (name, _) = overload.split_once('.').unwrap_or((overload, "default"));
+    let handled = SUPPORTED.iter().flat_map(|s| s.names.iter()).any(|n| *n == overload || *n == name);
+    if handled {
+        return None;
+    }
+    Some(if name.ends_with("_backward") {
+        "excluded: gradients are meaningless for inference"
+    } else if matches!(name, "rand" | "randn" | "randperm") {
+        "random generation is not implemented yet"
+    } else if name == "_native_batch_norm_legit" {
+        "batch statistics (training mode) are not supported"
+    } else if matches!(name, "nonzero" | "_local_scalar_dense") {
+        "data-dependent output shape or scalar output"
+    } else {
+        "not implemented yet"
+    })
+}
+
+/// The table as Markdown: supported ops, then Core ATen coverage.
+pub fn render_markdown() -> String {
+    let mut s = String::from("# Supported ATen ops\n\nGenerated by `kiln ops --markdown` from `compiler/src/import/support.rs`; \
+`BLESS=1 cargo test -p kiln-compiler --test ops_table` rewrites it.\n\n");
+    s.push_str("| ops | dtypes | notes |\n|---|---|---|\n");
+    for row in SUPPORTED {
+        let dtypes = if row.dtypes.is_empty() { "-".to_string() } else { row.dtypes.join(" ") };
+        s.push_str(&format!("| {} | {} | {} |\n", row.names.join(", "), dtypes, row.note));
+    }
+    let missing: Vec<(&str, &str)> = CORE_ATEN.iter().filter_map(|o| core_aten_status(o).map(|why| (*o, why))).collect();
+    let covered = CORE_ATEN.len() - missing.len();
+    s.push_str(&format!("\n## Core ATen coverage\n\n{covered} of {} Core ATen overloads (torch 2.15) are imported.\n\n", CORE_ATEN.len()));
+    s.push_str("| overload | status |\n|---|---|\n");
+    for (o, why) in missing {
+        s.push_str(&format!("| {o} | {why} |\n"));
+    }
+    s
+}

@@ -1,0 +1,46 @@
+//! The PJRT target: accelerator segments as StableHLO.
+//!
+//! - [`partition`]: splits the scheduled graph into accelerator segments and
+//!   CPU nodes (always built; it needs no MLIR).
+//! - `emit` (feature `mlir`): one segment → StableHLO text through melior.
+//! - `driver` (feature `mlir`): partition, emit, plan memory and lower to a
+//!   mixed plan plus the `AccelProgram` section.
+
+pub mod partition;
+
+#[cfg(feature = "mlir")]
+pub mod emit;
+
+#[cfg(feature = "mlir")]
+mod driver;
+
+#[cfg(feature = "mlir")]
+pub use driver::{lower_for_pjrt, PjrtLowering};
+
+/// Arithmetic of accelerator segments.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    F32,
+    /// Compute in bf16 with f32 accumulation (matrix products, convolutions,
+    /// reductions); tensors keep their f32 type at segment boundaries, large
+    /// f32 weights are converted to bf16 at compile time.
+    Bf16,
+}
+
+impl Precision {
+    pub fn from_name(name: &str) -> Option<Precision> {
+        match name {
+            "f32" => Some(Precision::F32),
+            "bf16" => Some(Precision::Bf16),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Splitting the scheduled graph into accelerator segments and CPU nodes.
+//!
+//! A segment is a maximal run of nodes, contiguous in the schedule, that all
+//! have a StableHLO lowering ([`why_not_lowerable`]) and fully static shapes.
+//! Contiguity keeps the plan a flat list of instructions: a segment becomes one
+//! `Kernel::Accel` instruction exactly where its first node was scheduled.
+//! Everything else stays a CPU instruction, with the reason recorded for
+//! `kiln inspect`.
+
+use kiln_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp, ValueDef, ValueId};
+use std::collections::{HashMap, HashSet};
+
+/// One accelerator call: nodes in schedule order, the values it reads from
+/// outside (graph inputs, constants, earlier nodes' outputs) and the values it
+/// defines that are used after it or are graph outputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub nodes: Vec<NodeId>,
+    pub args: Vec<ValueId>,
+    pub results: Vec<ValueId>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Partition {
+    pub segments: Vec<Segment>,
+    /// Nodes left on the CPU, with the reason.
+    pub cpu: Vec<(NodeId, String)>,
+}
+
+impl Partition {
+    pub fn reason_for(&self, n: NodeId) -> Option<&str> {
+        self.cpu.iter().find(|(m, _)| *m == n).map(|(_, r)| r.as_str())
+    }
+}
+
+/// Partitions `g.order`. `forced_cpu` holds nodes the emitter could not lower
+/// after all (with its reason); they are kept on the CPU.
+pub fn partition(g: &Graph, forced_cpu: &HashMap<NodeId, String>) -> Partition {
+    let mut p = Partition::default();
+    let mut run: Vec<NodeId> = Vec::new();
+    for &n in &g.order {
+        let why = forced_cpu.get(&n).cloned().or_else(|| why_not_lowerable(g, n));
+        match why {
+            None => run.push(n),
+            Some(reason) => {
+                close_run(g, &mut run, &mut p);
+                p.cpu.push((n, reason));
+            }
+        }
+    }
+    close_run(g, &mut run, &mut p);
+    p
+}
+
+fn close_run(g: &Graph, run: &mut Vec<NodeId>, p: &mut Partition) {
+    if run.is_empty() {
+        return;
+    }
+    let nodes = std::mem::take(run);
+    let seg = segment_io(g, nodes);
+    if seg.results.is_empty() {
+        // Dead code that DCE did not see (cannot happen after the pipeline);
+        // running it on the CPU keeps the plan honest rather than dropping nodes.
+        for n in seg.nodes {
+            p.cpu.push((n, "segment without results".into()));
+        }
+        return;
+    }
+    p.segments.push(seg);
+}
+
+/// Computes a segment's arguments and results from its nodes.
+pub fn segment_io(g: &Graph, nodes: Vec<NodeId>) -> Segment {
+    let inside: HashSet<NodeId> = nodes.iter().copied().collect();
+    let defined_inside = |v: ValueId| matches!(g.values[v].def, ValueDef::Node { node, .. } if inside.contains(&node));
+    let mut args = Vec::new();
+    for &n in &nodes {
+        for &i in &g.nodes[n].inputs {
+            if !defined_inside(i) && !args.contains(&i) {
+                args.push(i);
+            }
+        }
+    }
+    let mut used_outside: HashSet<ValueId> = g.outputs.iter().copied().collect();
+    for &n in g.order.iter().filter(|n| !inside.contains(n)) {
+        used_outside.extend(g.nodes[n].inputs.iter().copied());
+    }
+    let mut results = Vec::new();
+    for &n in &nodes {
+        for &o in &g.nodes[n].outputs {
+            if used_outside.contains(&o) && !results.contains(&o) {
+                results.push(o);
+            }
+        }
+    }
+    Segment { nodes, args, results }
+}
+
+/// Why node `n` cannot run in an accelerator segment, or `None` when it can.
+/// Must agree with what `emit` lowers; anything `emit` still rejects is
+/// reported back and forced onto the CPU (see `compile`).
+pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
+    let node = &g.nodes[n];
+    for &v in node.inputs.iter().chain(&node.outputs) {
+        if g.ty(v).static_shape().is_none() {
+            return Some("dynamic shape (StableHLO segments are compiled for static shapes)".into());
+        }
+    }
+    let no = |what: &str| Some(format!("no StableHLO lowering for {what}"));
+    let dt = |v: ValueId| g.ty(v).dtype;
+    let in0 = node.inputs.first().map(|&v| dt(v));
+    match &node.op {
+        Op::Unary(u) => match (u, in0) {
+            (UnaryOp::Not | UnaryOp::BitNot, Some(DType::Bool)) => None,
+            (UnaryOp::BitNot, Some(d)) if d.is_int() => None,
+            (UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu, Some(d)) if d.is_int() => None,
+            (u, Some(d)) if d.is_float() && LOWERED_UNARY.contains(u) => None,
+            _ => no(&format!("op {} on {:?}", kiln_ir::unary_name(*u), in0)),
+        },
+        Op::Binary(b) => match b {
+            BinaryOp::FloorDiv | BinaryOp::Rem if !in0.is_some_and(|d| d.is_float()) => {
+                no(&format!("op {} on integers (Python rounding semantics)", kiln_ir::binary_name(*b)))
+            }
+            BinaryOp::Pow if !in0.is_some_and(|d| d.is_float()) => no("op pow on integers"),
+            BinaryOp::Div if !in0.is_some_and(|d| d.is_float()) => no("op div on integers"),
+            BinaryOp::Atan2 | BinaryOp::Fmod if !in0.is_some_and(|d| d.is_float()) => no(&format!("op {} on integers", kiln_ir::binary_name(*b))),
+            b if LOWERED_BINARY.contains(b) => None,
+            b => no(&format!("op {}", kiln_ir::binary_name(*b))),
+        },
+        Op::Where | Op::Cast { .. } | Op::MatMul | Op::Linear | Op::Reshape { .. } | Op::Expand { .. } => None,
+        Op::Permute { .. } | Op::Concat { .. } | Op::Full { .. } | Op::Arange { .. } => None,
+        Op::Clamp { .. } => None,
+        Op::Conv { stride, padding, dilation, groups } => {
+            let ok = stride.iter().all(|&s| s > 0) && padding.iter().all(|&p| p >= 0) && dilation.iter().all(|&d| d > 0) && *groups > 0;
+            if ok { None } else { no("conv with these parameters") }
+        }
+        Op::BatchNorm { .. } | Op::LayerNorm { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => {
+            if in0.is_some_and(|d| d.is_float()) { None } else { no("a normalisation on a non-float tensor") }
+        }
+        Op::Reduce { kind, .. } => match in0 {
+            Some(d) if d.is_float() || d.is_int() => None,
+            // any / all.
+            Some(DType::Bool) if matches!(kind, ReduceKind::Max | ReduceKind::Min) => None,
+            _ => no(&format!("{} over {:?}", node.op.name(), in0)),
+        },
+        Op::ArgMax { .. } => {
+            if in0.is_some_and(|d| d.is_float() || d.is_int()) { None } else { no("argmax over bool") }
+        }
+        Op::Pool { stride, dilation, .. } => {
+            let ok = stride.iter().all(|&s| s > 0) && dilation.iter().all(|&d| d > 0) && in0.is_some_and(|d| d.is_float());
+            if ok { None } else { no("pooling with these parameters") }
+        }
+        Op::AdaptiveAvgPool { .. } => no("op adaptive_avg_pool (decomposed for every target unless sizes are symbolic)"),
+        Op::Attention { .. } => {
+            let batch = |v: ValueId| {
+                let s = &g.ty(v).shape;
+                s[..s.len().saturating_sub(2)].to_vec()
+            };
+            let same_batch = node.inputs.len() >= 3 && batch(node.inputs[0]) == batch(node.inputs[1]) && batch(node.inputs[1]) == batch(node.inputs[2]);
+            if same_batch && in0.is_some_and(|d| d.is_float()) { None } else { no("attention with broadcast batch dims") }
+        }
+        Op::Slice { step, .. } => {
+            if *step > 0 { None } else { no("slice with a non-positive step") }
+        }
+        Op::Gather { .. } => match node.inputs.get(1).map(|&v| dt(v)) {
+            Some(d) if d.is_int() => None,
+            _ => no("gather with non-integer indices"),
+        },
+        Op::ArgMin { .. } => {
+            if in0.is_some_and(|d| d.is_float() || d.is_int()) { None } else { no("argmin over bool") }
+        }
+        Op::CumSum { .. } => {
+            if in0.is_some_and(|d| d.is_float()) { None } else { no("cumsum on integers") }
+        }
+        Op::Flip { .. } => None,
+        Op::Pad { mode: kiln_ir::PadMode::Constant, interior, .. } if interior.iter().all(|&i| i >= 0) => None,
+        Op::Pad { mode, .. } => no(&format!("pad mode {mode:?}")),
+        // Ops added to the IR after this lowering was written (sort, upsample).
+        #[allow(unreachable_patterns)]
+        op => no(&format!("op {}", op.name())),
+    }
+}
+
+/// Unary ops `emit` lowers on floats.
+const LOWERED_UNARY: &[UnaryOp] = &[
+    UnaryOp::Neg,
+    UnaryOp::Abs,
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Sqrt,
+    UnaryOp::Rsqrt,
+    UnaryOp::Reciprocal,
+    UnaryOp::Relu,
+    UnaryOp::Sigmoid,
+    UnaryOp::Tanh,
+    UnaryOp::Gelu,
+    UnaryOp::GeluTanh,
+    UnaryOp::Silu,
+    UnaryOp::Erf,
+    UnaryOp::Sin,
+    UnaryOp::Cos,
+    UnaryOp::Floor,
+    UnaryOp::Ceil,
+    UnaryOp::Round,
+    UnaryOp::Sign,
+    UnaryOp::Log1p,
+    UnaryOp::Expm1,
+    UnaryOp::Trunc,
+    UnaryOp::Tan,
+    UnaryOp::Asin,
+    UnaryOp::Acos,
+    UnaryOp::Atan,
+    UnaryOp::Sinh,
+    UnaryOp::Cosh,
+    UnaryOp::Asinh,
+    UnaryOp::Acosh,
+    UnaryOp::Atanh,
+    UnaryOp::Log2,
+    UnaryOp::Log10,
+];
+
+/// Binary ops `emit` lowers (dtype restrictions are checked separately).
+const LOWERED_BINARY: &[BinaryOp] = &[
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::FloorDiv,
+    BinaryOp::Rem,
+    BinaryOp::Pow,
+    BinaryOp::Max,
+    BinaryOp::Min,
+    BinaryOp::Eq,
+    BinaryOp::Ne,
+    BinaryOp::Lt,
+    BinaryOp::Le,
+    BinaryOp::Gt,
+    BinaryOp::Ge,
+    BinaryOp::And,
+    BinaryOp::Or,
+    BinaryOp::Xor,
+    BinaryOp::Atan2,
+    BinaryOp::Fmod,
+];

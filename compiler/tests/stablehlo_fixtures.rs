@@ -1,0 +1,86 @@
+//! Every PyTorch fixture compiled with `--target pjrt`, run on the XLA CPU
+//! plugin through the runtime's PJRT delegate, compared with PyTorch's
+//! outputs; plus bf16 and a mixed plan. Needs `KILN_TEST_XLA_CPU_PLUGIN`.
+#![cfg(feature = "mlir")]
+
+mod stablehlo_support;
+
+use kiln_compiler::import::import_pt2;
+use kiln_compiler::npy::read_npy;
+use kiln_compiler::stablehlo::Precision;
+use kiln_runtime::Tensor;
+use stablehlo_support::*;
+use std::path::{Path, PathBuf};
+
+const RTOL: f64 = 1e-4;
+const ATOL: f64 = 1e-5;
+/// bf16 keeps 8 significant bits (~4e-3 relative per rounding) and a few
+/// layers compound it; individual small elements can be off by far more than
+/// that relative to themselves, so bf16 runs are checked by relative L2 error.
+const BF16_REL_L2: f64 = 3e-2;
+
+fn fixture_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
+}
+
+fn read_numbered(dir: &Path, prefix: &str) -> Vec<Tensor> {
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
+        .take_while(|p| p.exists())
+        .map(|p| read_npy(&p).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+fn check(name: &str, flavour: &str, precision: Precision) {
+    let Some(plugin) = plugin() else { return };
+    let dir = fixture_dir(name);
+    let graph = import_pt2(&dir.join(format!("{flavour}.pt2"))).unwrap_or_else(|e| panic!("{name}/{flavour}: {e}")).graph;
+    let program = compile(graph, pjrt(precision));
+    let accel = accel(&program);
+    eprintln!(
+        "{name}/{flavour}: {} segment(s) {:?}, {} CPU instruction(s): {:?}",
+        accel.segments.len(),
+        accel.segments.iter().map(|s| s.ops.len()).collect::<Vec<_>>(),
+        accel.cpu_fallbacks.len(),
+        accel.cpu_fallbacks.iter().map(|f| f.reason.as_str()).collect::<std::collections::BTreeSet<_>>()
+    );
+    for (inp, out) in [("input", "output"), ("alt_input", "alt_output")] {
+        let (inputs, expected) = (read_numbered(&dir, inp), read_numbered(&dir, out));
+        if inputs.is_empty() {
+            continue;
+        }
+        let got = run_pjrt(&program, &plugin, &inputs);
+        assert_eq!(got.len(), expected.len(), "{name}/{flavour}: number of outputs");
+        for (i, (g, w)) in got.iter().zip(&expected).enumerate() {
+            let what = format!("{name}/{flavour} {} {inp} output {i}", precision.name());
+            match precision {
+                Precision::F32 => assert_close(&what, g, w, RTOL, ATOL),
+                Precision::Bf16 => assert_close_norm(&what, g, w, BF16_REL_L2),
+            }
+        }
+    }
+}
+
+macro_rules! fixture_tests {
+    ($($name:ident),*) => {
+        $(
+            mod $name {
+                use kiln_compiler::stablehlo::Precision;
+                #[test]
+                fn training_ir() {
+                    super::check(stringify!($name), "training", Precision::F32);
+                }
+                #[test]
+                fn core_aten() {
+                    super::check(stringify!($name), "aten", Precision::F32);
+                }
+                #[test]
+                fn training_ir_bf16() {
+                    super::check(stringify!($name), "training", Precision::Bf16);
+                }
+            }
+        )*
+    };
+}
+
+fixture_tests!(mlp, cnn, transformer, transformer_mask, dynamic_mlp, transformer_dynseq);

@@ -1,0 +1,70 @@
+//! Dtype legalisation: composites whose CPU kernels compute in f32 (or f32
+//! and f64) only run other dtypes through casts.
+//!
+//! f16/bf16 operands are widened to f32 and the result rounded back once —
+//! what PyTorch's CPU kernels do (f32 accumulation). Integer operands compute
+//! in f64, which is exact for the magnitudes these ops see in practice and
+//! rounds back toward zero like torch's integer kernels. f64 on an f32-only
+//! kernel computes in f32 (a precision loss, until those kernels are generic).
+
+use crate::rewrite::{rewrite_in_order, Rewrite};
+use crate::{Changed, Options, PassError};
+use kiln_ir::{DType, Graph, NodeId, Op, TensorType};
+
+const PASS: &str = "legalize";
+
+/// The dtypes the CPU kernel for `op` computes natively; `None` for ops that
+/// take every dtype (or that this pass does not manage).
+pub fn native_dtypes(op: &Op) -> Option<&'static [DType]> {
+    const F32: &[DType] = &[DType::F32];
+    const F32_F64: &[DType] = &[DType::F32, DType::F64];
+    match op {
+        Op::Linear | Op::Conv { .. } | Op::BatchNorm { .. } | Op::LayerNorm { .. } | Op::Attention { .. } => Some(F32),
+        Op::MatMul | Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::Pool { .. } | Op::AdaptiveAvgPool { .. } => Some(F32_F64),
+        _ => None,
+    }
+}
+
+fn compute_dtype(d: DType, native: &[DType]) -> DType {
+    match d {
+        DType::F64 if !native.contains(&DType::F64) => DType::F32,
+        DType::F16 | DType::BF16 | DType::F32 => DType::F32,
+        _ if native.contains(&DType::F64) => DType::F64,
+        _ => DType::F32,
+    }
+}
+
+pub fn legalize_dtypes(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
+    rewrite_in_order(g, legalize_node)
+}
+
+fn legalize_node(g: &mut Graph, n: NodeId) -> Result<Rewrite, PassError> {
+    let node = &g.nodes[n];
+    let Some(native) = native_dtypes(&node.op) else { return Ok(Rewrite::Keep) };
+    let &[out] = node.outputs.as_slice() else { return Ok(Rewrite::Keep) };
+    let Some(&first) = node.inputs.first() else { return Ok(Rewrite::Keep) };
+    let dtype = g.ty(first).dtype;
+    if native.contains(&dtype) || dtype == DType::Bool {
+        return Ok(Rewrite::Keep);
+    }
+    let compute = compute_dtype(dtype, native);
+    let (op, inputs, loc) = (node.op.clone(), node.inputs.clone(), node.loc);
+    let out_ty = g.ty(out).clone();
+    if out_ty.dtype != dtype {
+        return Err(PassError::new(PASS, format!("{}: output dtype {} differs from input {dtype}", g.describe_node(n), out_ty.dtype)));
+    }
+    let cast_inputs = inputs
+        .iter()
+        .map(|&v| {
+            let ty = g.ty(v).clone();
+            if ty.dtype == dtype {
+                g.push(Op::Cast { to: compute }, vec![v], TensorType::new(compute, ty.shape), loc)
+            } else {
+                v
+            }
+        })
+        .collect();
+    let wide = g.push(op, cast_inputs, TensorType::new(compute, out_ty.shape.clone()), loc);
+    let back = g.push(Op::Cast { to: dtype }, vec![wide], out_ty, loc);
+    Ok(Rewrite::Replace(vec![back]))
+}

@@ -1,0 +1,98 @@
+//! Where a session runs: [`Device`] and [`SessionOptions`]. Always compiled,
+//! so the API is the same with or without the `pjrt` feature; without it,
+//! any device but [`Device::Cpu`] is refused when a session starts.
+
+use crate::Error;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// The device a session runs accelerator segments on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Device {
+    /// kiln's own CPU kernels (the only device for plans without accelerator segments).
+    #[default]
+    Cpu,
+    /// A TPU through `libtpu.so`.
+    Tpu,
+    /// An NVIDIA GPU through the XLA CUDA PJRT plugin.
+    Gpu,
+    /// Any PJRT plugin, by path (e.g. the XLA CPU plugin).
+    Pjrt(PathBuf),
+}
+
+impl FromStr for Device {
+    type Err = Error;
+
+    /// `cpu`, `tpu`, `gpu` or `pjrt:PATH`.
+    fn from_str(s: &str) -> Result<Device, Error> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "tpu" => Ok(Device::Tpu),
+            "gpu" | "cuda" => Ok(Device::Gpu),
+            _ => match s.strip_prefix("pjrt:") {
+                Some(path) if !path.is_empty() => Ok(Device::Pjrt(PathBuf::from(path))),
+                _ => Err(Error::Device(format!("unknown device `{s}`: expected cpu, tpu, gpu or pjrt:PATH"))),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Tpu => f.write_str("tpu"),
+            Device::Gpu => f.write_str("gpu"),
+            Device::Pjrt(p) => write!(f, "pjrt:{}", p.display()),
+        }
+    }
+}
+
+/// Where compiled accelerator executables are cached between sessions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ExecutableCache {
+    /// `$XDG_CACHE_HOME/kiln`, else `~/.cache/kiln`; off when neither is known.
+    #[default]
+    Default,
+    Dir(PathBuf),
+    Off,
+}
+
+/// Options for [`crate::Program::session_with`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionOptions {
+    pub device: Device,
+    /// Which of the plugin's addressable devices runs the segments.
+    pub device_index: usize,
+    /// Devices the XLA CPU plugin should expose (its `cpu_device_count`
+    /// client option); not sent when `None`.
+    pub pjrt_cpu_device_count: Option<u32>,
+    pub cache: ExecutableCache,
+}
+
+impl SessionOptions {
+    pub fn with_device(device: Device) -> SessionOptions {
+        SessionOptions { device, ..SessionOptions::default() }
+    }
+}
+
+/// What a session's accelerator delegate did at start-up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccelInfo {
+    pub plugin: PathBuf,
+    /// The plugin's PJRT C API version.
+    pub api_version: (i32, i32),
+    pub platform_name: String,
+    pub platform_version: String,
+    /// The addressable device running the segments: its global id and kind.
+    pub device_id: i32,
+    pub device_kind: String,
+    pub segments: usize,
+    /// Segments compiled by the plugin in this session.
+    pub compiled: usize,
+    /// Segments loaded from the executable cache.
+    pub cache_hits: usize,
+    pub cache_dir: Option<PathBuf>,
+    /// Why an executable could not be written to the cache (not fatal).
+    pub cache_write_errors: Vec<String>,
+}

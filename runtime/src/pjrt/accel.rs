@@ -1,0 +1,200 @@
+//! The session's accelerator delegate: at session start it compiles (or loads
+//! from the cache) every accelerator segment and uploads the weights they
+//! read; a `Kernel::Accel` instruction then copies its arena arguments to the
+//! device, executes, and copies the results back into their arena slots.
+
+use super::api::{Buffer, Client, ClientOptions, Executable, Plugin};
+use super::cache::{self, Cache};
+use super::{compile_options, discover};
+use crate::device::{AccelInfo, Device, ExecutableCache, SessionOptions};
+use crate::format::{AccelProgram, DimRef, Storage};
+use crate::program::Program;
+use crate::session::TensorView;
+use crate::{Error, Result};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+struct Segment {
+    executable: Executable,
+    /// Per `@main` argument: the weight's device buffer, uploaded once, or
+    /// `None` for an arena tensor uploaded on each call.
+    weights: Vec<Option<Buffer>>,
+}
+
+pub(crate) struct AccelState {
+    client: Arc<Client>,
+    device_index: usize,
+    segments: Vec<Segment>,
+    info: AccelInfo,
+}
+
+/// Clients are shared per process: a TPU can be owned by one client only, and
+/// creating a client per session would be wasted work elsewhere.
+type ClientKey = (std::path::PathBuf, ClientOptions);
+static CLIENTS: Mutex<Vec<(ClientKey, Arc<Client>)>> = Mutex::new(Vec::new());
+
+fn client_for(device: &Device, plugin: &Arc<Plugin>, options: ClientOptions) -> Result<Arc<Client>> {
+    let mut clients = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+    let key = (plugin.path().to_path_buf(), options);
+    if let Some((_, c)) = clients.iter().find(|(k, _)| *k == key) {
+        return Ok(Arc::clone(c));
+    }
+    let client = Client::create(plugin, &key.1).map_err(|e| explain_client_error(device, plugin.path(), e))?;
+    clients.push((key, Arc::clone(&client)));
+    Ok(client)
+}
+
+/// libtpu on a machine without a TPU fails client creation with NotFound
+/// ("TPU initialization failed: No jellyfish device found."); say it plainly.
+fn explain_client_error(device: &Device, plugin: &Path, e: Error) -> Error {
+    match e {
+        Error::Pjrt { message, .. }
+            if matches!(device, Device::Tpu) || plugin.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libtpu")) =>
+        {
+            if message.contains("No jellyfish device") || message.contains("TPU initialization failed") {
+                Error::Device(format!("no TPU device on this machine ({} says: {message})", plugin.display()))
+            } else {
+                Error::Pjrt { call: "PJRT_Client_Create".into(), message }
+            }
+        }
+        other => other,
+    }
+}
+
+impl AccelState {
+    pub(crate) fn new(program: &Program, options: &SessionOptions) -> Result<AccelState> {
+        let Some(path) = discover::plugin_path(&options.device)? else {
+            return Err(Error::Device("the CPU device has no accelerator delegate".into()));
+        };
+        let plugin = Plugin::load(&path)?;
+        let client = client_for(&options.device, &plugin, ClientOptions { cpu_device_count: options.pjrt_cpu_device_count })?;
+        let device = client.devices().get(options.device_index).cloned().ok_or_else(|| {
+            Error::Device(format!(
+                "device index {} is out of range: {} ({}) has {} addressable devices",
+                options.device_index,
+                client.platform_name(),
+                path.display(),
+                client.devices().len()
+            ))
+        })?;
+        let cache_dir = match &options.cache {
+            ExecutableCache::Default => cache::default_dir(),
+            ExecutableCache::Dir(d) => Some(d.clone()),
+            ExecutableCache::Off => None,
+        };
+        let cache = cache_dir.map(Cache::new);
+        let mut info = AccelInfo {
+            plugin: plugin.path().to_path_buf(),
+            api_version: plugin.api_version(),
+            platform_name: client.platform_name().to_string(),
+            platform_version: client.platform_version().to_string(),
+            device_id: device.id,
+            device_kind: device.kind.clone(),
+            cache_dir: cache.as_ref().map(|c| c.dir().to_path_buf()),
+            ..AccelInfo::default()
+        };
+        let empty = AccelProgram::default();
+        let accel = program.accel().unwrap_or(&empty);
+        let options_proto = compile_options::single_device(i64::from(device.id));
+        let mut segments = Vec::with_capacity(accel.segments.len());
+        for (i, seg) in accel.segments.iter().enumerate() {
+            let context = |e: Error| match e {
+                Error::Pjrt { call, message } => Error::Pjrt { call: format!("{call} (accelerator segment {i})"), message },
+                other => other,
+            };
+            let executable = load_or_compile(&client, cache.as_ref(), &seg.mlir, &options_proto, &mut info).map_err(context)?;
+            if executable.num_outputs() != seg.results.len() {
+                return Err(Error::Plan(format!(
+                    "accelerator segment {i} returns {} results but the plan expects {}",
+                    executable.num_outputs(),
+                    seg.results.len()
+                )));
+            }
+            let mut weights = Vec::with_capacity(seg.args.len());
+            for &t in &seg.args {
+                weights.push(upload_weight(program, &client, options.device_index, t).map_err(context)?);
+            }
+            segments.push(Segment { executable, weights });
+        }
+        info.segments = segments.len();
+        Ok(AccelState { client, device_index: options.device_index, segments, info })
+    }
+
+    pub(crate) fn info(&self) -> &AccelInfo {
+        &self.info
+    }
+
+    /// Runs segment `segment` on `args` (in `@main`'s order; weight arguments
+    /// are ignored in favour of their device copies) and writes result `k`
+    /// into `results[k]`, whose length is the result's exact size.
+    pub(crate) fn run(&self, segment: u32, args: &[TensorView<'_>], results: &mut [&mut [u8]]) -> Result<()> {
+        // Validation proved the index; checked again rather than indexed so a
+        // mismatch between plan and delegate can never panic.
+        let seg = self
+            .segments
+            .get(segment as usize)
+            .ok_or_else(|| Error::Plan(format!("accelerator segment {segment} does not exist")))?;
+        let mut uploaded = Vec::with_capacity(args.len());
+        for (arg, weight) in args.iter().zip(&seg.weights) {
+            if weight.is_none() {
+                uploaded.push(self.client.buffer_from_host(arg.dtype, arg.shape, arg.data, self.device_index)?);
+            }
+        }
+        let mut fresh = uploaded.iter();
+        let mut operands: Vec<&Buffer> = Vec::with_capacity(args.len());
+        for weight in &seg.weights {
+            match weight {
+                Some(w) => operands.push(w),
+                None => operands.extend(fresh.next()),
+            }
+        }
+        let outputs = seg.executable.execute(&operands)?;
+        for (k, (out, dst)) in outputs.iter().zip(results.iter_mut()).enumerate() {
+            out.to_host(dst).map_err(|e| match e {
+                Error::Pjrt { call, message } => Error::Pjrt { call, message: format!("result {k} of segment {segment}: {message}") },
+                other => other,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+fn load_or_compile(client: &Arc<Client>, cache: Option<&Cache>, mlir: &str, options: &[u8], info: &mut AccelInfo) -> Result<Executable> {
+    let key = cache::key(&[
+        client.plugin().path().as_os_str().as_encoded_bytes(),
+        client.platform_name().as_bytes(),
+        client.platform_version().as_bytes(),
+        options,
+        mlir.as_bytes(),
+    ]);
+    if let Some(cache) = cache {
+        if let Some(bytes) = cache.load(&key) {
+            // A stale or foreign file just means compiling again.
+            if let Ok(exe) = client.deserialize(&bytes, options) {
+                info.cache_hits += 1;
+                return Ok(exe);
+            }
+        }
+    }
+    let exe = client.compile(mlir, options)?;
+    info.compiled += 1;
+    if let Some(cache) = cache {
+        let stored = exe.serialize().and_then(|bytes| {
+            cache.store(&key, &bytes).map_err(|e| Error::Io { path: cache.path(&key).display().to_string(), source: e })
+        });
+        if let Err(e) = stored {
+            info.cache_write_errors.push(e.to_string());
+        }
+    }
+    Ok(exe)
+}
+
+fn upload_weight(program: &Program, client: &Arc<Client>, device_index: usize, t: u32) -> Result<Option<Buffer>> {
+    // Indices were validated at load.
+    let decl = &program.plan().tensors[t as usize];
+    let Storage::Weight { offset, bytes } = decl.storage else { return Ok(None) };
+    // Weights have static shapes (validated).
+    let shape: Vec<usize> = decl.shape.iter().map(|d| if let DimRef::Static(v) = d { *v as usize } else { 0 }).collect();
+    let data = &program.weights()[offset as usize..(offset + bytes) as usize];
+    client.buffer_from_host(decl.dtype, &shape, data, device_index).map(Some)
+}

@@ -1,0 +1,580 @@
+//! Safe wrappers over the PJRT C API: [`Plugin`], [`Client`], [`Executable`],
+//! [`Buffer`]. Every plugin error becomes [`Error::Pjrt`] carrying the
+//! plugin's own message; nothing here panics on a plugin failure.
+
+use super::ffi::{self, Api, ApiFn, ApiHead, ArgsStruct, VoidFn};
+use crate::{DType, Error, Result};
+use std::ffi::{c_char, c_void};
+use std::mem::offset_of;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Calls a table entry by name: checks the entry exists in this plugin's
+/// table, then passes the args struct.
+macro_rules! call {
+    ($plugin:expr, $name:ident, $args:expr) => {
+        $plugin.call(stringify!($name), offset_of!(Api, $name), $args)
+    };
+}
+
+/// A loaded PJRT plugin. Plugins are loaded once per process and never
+/// unloaded: XLA plugins start threads and register process-wide state that
+/// does not survive `dlclose`.
+pub struct Plugin {
+    path: PathBuf,
+    api: *const Api,
+    version: (i32, i32),
+    _library: libloading::Library,
+}
+
+// SAFETY: the PJRT C API is thread-safe (clients, executables and buffers may
+// be used from any thread); the table pointer is immutable for the process.
+unsafe impl Send for Plugin {}
+unsafe impl Sync for Plugin {}
+
+static PLUGINS: Mutex<Vec<Arc<Plugin>>> = Mutex::new(Vec::new());
+
+impl Plugin {
+    /// Loads and initializes the plugin at `path` (or returns the one this
+    /// process already loaded from there).
+    pub fn load(path: &Path) -> Result<Arc<Plugin>> {
+        let canonical = std::fs::canonicalize(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
+        let mut plugins = PLUGINS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = plugins.iter().find(|p| p.path == canonical) {
+            return Ok(Arc::clone(p));
+        }
+        if canonical.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libtpu")) {
+            skip_tpu_metadata_server();
+        }
+        let plugin = Arc::new(Plugin::open(canonical)?);
+        plugin.initialize()?;
+        plugins.push(Arc::clone(&plugin));
+        Ok(plugin)
+    }
+
+    fn open(path: PathBuf) -> Result<Plugin> {
+        let fail = |call: &str, message: String| Error::Pjrt { call: call.to_string(), message: format!("{}: {message}", path.display()) };
+        // SAFETY: loading a shared library runs its initializers; a PJRT
+        // plugin is trusted code by the user's choice of `--device`.
+        let library = unsafe { libloading::Library::new(&path) }.map_err(|e| fail("dlopen", e.to_string()))?;
+        // SAFETY: `GetPjrtApi` has this signature in every PJRT plugin.
+        let get_api = unsafe { library.get::<unsafe extern "C" fn() -> *const Api>(b"GetPjrtApi\0") }
+            .map_err(|e| fail("dlsym GetPjrtApi", format!("not a PJRT plugin ({e})")))?;
+        // SAFETY: as above.
+        let api = unsafe { get_api() };
+        if api.is_null() {
+            return Err(fail("GetPjrtApi", "returned no API table".into()));
+        }
+        // Only the head is read until its size and version are known to be usable.
+        // SAFETY: every PJRT table starts with `struct_size`.
+        let size = unsafe { (*api.cast::<ApiHead>()).struct_size };
+        if size < std::mem::size_of::<ApiHead>() {
+            return Err(fail("GetPjrtApi", format!("API table is {size} bytes, too small to hold a version")));
+        }
+        // SAFETY: the table is at least as large as the head (checked above).
+        let v = unsafe { &(*api.cast::<ApiHead>()).pjrt_api_version };
+        let version = (v.major_version, v.minor_version);
+        if version.0 != ffi::HEADER_MAJOR {
+            return Err(fail(
+                "GetPjrtApi",
+                format!(
+                    "PJRT C API {}.{} is incompatible with kiln's binding ({}.{}): major versions differ",
+                    version.0,
+                    version.1,
+                    ffi::HEADER_MAJOR,
+                    ffi::HEADER_MINOR
+                ),
+            ));
+        }
+        Ok(Plugin { path, api, version, _library: library })
+    }
+
+    fn initialize(&self) -> Result<()> {
+        let mut args = ffi::PJRT_Plugin_Initialize_Args::new();
+        call!(self, PJRT_Plugin_Initialize, &mut args)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The plugin's PJRT C API version (major, minor).
+    pub fn api_version(&self) -> (i32, i32) {
+        self.version
+    }
+
+    fn api(&self) -> &Api {
+        // SAFETY: the table lives as long as the library, which `self` keeps.
+        // Only fields below `struct_size` are read (`call` checks).
+        unsafe { &*self.api }
+    }
+
+    /// Calls the table entry at `offset` with `args`.
+    fn call<A: ArgsStruct>(&self, name: &'static str, offset: usize, args: &mut A) -> Result<()> {
+        let api = self.api();
+        if !api.has(offset) {
+            return Err(Error::Pjrt {
+                call: name.into(),
+                message: format!("the plugin's PJRT {}.{} table has no such entry", self.version.0, self.version.1),
+            });
+        }
+        // SAFETY: the entry lies inside the plugin's table (checked above);
+        // every entry read this way has the `ApiFn` signature.
+        let f = unsafe { *(self.api as *const u8).add(offset).cast::<Option<ApiFn>>() };
+        let Some(f) = f else {
+            return Err(Error::Pjrt { call: name.into(), message: "the plugin does not implement this function".into() });
+        };
+        // SAFETY: `args` is a fully initialised struct of the layout this entry
+        // expects, with `struct_size` set; pointers in it outlive the call.
+        let err = unsafe { f((args as *mut A).cast::<c_void>()) };
+        if err.is_null() {
+            Ok(())
+        } else {
+            Err(self.take_error(name, err))
+        }
+    }
+
+    /// Turns an owned `PJRT_Error` into an error value and frees it.
+    fn take_error(&self, call: &str, err: *mut ffi::PJRT_Error) -> Error {
+        let api = self.api();
+        let mut message = String::from("(the plugin gave no message)");
+        if api.has(offset_of!(Api, PJRT_Error_Message)) {
+            if let Some(f) = api.PJRT_Error_Message {
+                let mut args = ffi::PJRT_Error_Message_Args::new();
+                args.error = err;
+                call_void(f, &mut args);
+                // SAFETY: the message lives as long as `err`, which is freed below.
+                if let Some(m) = unsafe { string_from(args.message, args.message_size) } {
+                    message = m;
+                }
+            }
+        }
+        if self.version.1 > ffi::HEADER_MINOR && message.contains("size") {
+            message.push_str(&format!(
+                " (the plugin speaks PJRT C API {}.{}, kiln's binding {}.{}: a newer plugin may expect larger structs)",
+                self.version.0,
+                self.version.1,
+                ffi::HEADER_MAJOR,
+                ffi::HEADER_MINOR
+            ));
+        }
+        if api.has(offset_of!(Api, PJRT_Error_Destroy)) {
+            if let Some(f) = api.PJRT_Error_Destroy {
+                let mut args = ffi::PJRT_Error_Destroy_Args::new();
+                args.error = err;
+                call_void(f, &mut args);
+            }
+        }
+        Error::Pjrt { call: call.to_string(), message }
+    }
+
+    /// Waits for `event`, then frees it.
+    fn await_event(&self, call: &'static str, event: *mut ffi::PJRT_Event) -> Result<()> {
+        if event.is_null() {
+            return Ok(());
+        }
+        let mut args = ffi::PJRT_Event_Await_Args::new();
+        args.event = event;
+        let result = call!(self, PJRT_Event_Await, &mut args).map_err(|e| match e {
+            Error::Pjrt { message, .. } => Error::Pjrt { call: call.into(), message },
+            other => other,
+        });
+        let mut destroy = ffi::PJRT_Event_Destroy_Args::new();
+        destroy.event = event;
+        let _ = call!(self, PJRT_Event_Destroy, &mut destroy);
+        result
+    }
+}
+
+fn call_void<A: ArgsStruct>(f: VoidFn, args: &mut A) {
+    // SAFETY: as in `Plugin::call`.
+    unsafe { f((args as *mut A).cast::<c_void>()) }
+}
+
+/// Copies a (pointer, length) string out of the plugin.
+///
+/// # Safety
+/// `ptr` must be null or point to `len` readable bytes.
+unsafe fn string_from(ptr: *const c_char, len: usize) -> Option<String> {
+    if ptr.is_null() {
+        return None;
+    }
+    let bytes = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
+    Some(String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// libtpu asks the cloud metadata server for its configuration unless told not
+/// to, retrying for minutes where there is none; kiln never lets it.
+fn skip_tpu_metadata_server() {
+    // Called under the plugin registry lock, before libtpu is loaded, so no
+    // thread of ours is reading the environment concurrently.
+    std::env::set_var("TPU_SKIP_MDS_QUERY", "1");
+}
+
+/// Options for [`Client::create`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// Number of devices the XLA CPU plugin exposes (`cpu_device_count`);
+    /// ignored (not sent) when `None`.
+    pub cpu_device_count: Option<u32>,
+}
+
+/// One addressable device of a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Position among the client's addressable devices.
+    pub index: usize,
+    /// The plugin's global device id (what a device assignment names).
+    pub id: i32,
+    /// E.g. `cpu`, `TPU v5 lite`, `NVIDIA H100 80GB HBM3`.
+    pub kind: String,
+}
+
+/// A PJRT client: the plugin's view of its devices.
+pub struct Client {
+    plugin: Arc<Plugin>,
+    raw: *mut ffi::PJRT_Client,
+    platform_name: String,
+    platform_version: String,
+    devices: Vec<*mut ffi::PJRT_Device>,
+    device_info: Vec<DeviceInfo>,
+}
+
+// SAFETY: see `Plugin`; PJRT clients are thread-safe.
+unsafe impl Send for Client {}
+unsafe impl Sync for Client {}
+
+impl Client {
+    pub fn create(plugin: &Arc<Plugin>, options: &ClientOptions) -> Result<Arc<Client>> {
+        const CPU_DEVICE_COUNT: &str = "cpu_device_count";
+        let mut named = Vec::new();
+        if let Some(n) = options.cpu_device_count {
+            let mut v = ffi::PJRT_NamedValue::new();
+            v.name = CPU_DEVICE_COUNT.as_ptr().cast();
+            v.name_size = CPU_DEVICE_COUNT.len();
+            v.value_type = ffi::PJRT_NamedValue_kInt64;
+            v.value = i64::from(n);
+            v.value_size = 1;
+            named.push(v);
+        }
+        let mut args = ffi::PJRT_Client_Create_Args::new();
+        args.create_options = named.as_ptr();
+        args.num_options = named.len();
+        call!(plugin, PJRT_Client_Create, &mut args)?;
+        if args.client.is_null() {
+            return Err(Error::Pjrt { call: "PJRT_Client_Create".into(), message: "returned no client".into() });
+        }
+        // From here on `client` owns the raw pointer and frees it on error.
+        let mut client = Client {
+            plugin: Arc::clone(plugin),
+            raw: args.client,
+            platform_name: String::new(),
+            platform_version: String::new(),
+            devices: Vec::new(),
+            device_info: Vec::new(),
+        };
+        let mut name = ffi::PJRT_Client_PlatformName_Args::new();
+        name.client = client.raw;
+        call!(plugin, PJRT_Client_PlatformName, &mut name)?;
+        // SAFETY: owned by the client, which is alive.
+        client.platform_name = unsafe { string_from(name.platform_name, name.platform_name_size) }.unwrap_or_default();
+        let mut version = ffi::PJRT_Client_PlatformVersion_Args::new();
+        version.client = client.raw;
+        call!(plugin, PJRT_Client_PlatformVersion, &mut version)?;
+        // SAFETY: as above.
+        client.platform_version = unsafe { string_from(version.platform_version, version.platform_version_size) }.unwrap_or_default();
+        let mut devs = ffi::PJRT_Client_AddressableDevices_Args::new();
+        devs.client = client.raw;
+        call!(plugin, PJRT_Client_AddressableDevices, &mut devs)?;
+        if devs.num_addressable_devices > 0 && devs.addressable_devices.is_null() {
+            return Err(Error::Pjrt { call: "PJRT_Client_AddressableDevices".into(), message: "returned a null device list".into() });
+        }
+        for i in 0..devs.num_addressable_devices {
+            // SAFETY: the plugin returned `num_addressable_devices` entries (non-null list checked).
+            let device = unsafe { *devs.addressable_devices.add(i) };
+            let info = client.describe(i, device)?;
+            client.devices.push(device);
+            client.device_info.push(info);
+        }
+        Ok(Arc::new(client))
+    }
+
+    fn describe(&self, index: usize, device: *mut ffi::PJRT_Device) -> Result<DeviceInfo> {
+        let mut d = ffi::PJRT_Device_GetDescription_Args::new();
+        d.device = device;
+        call!(self.plugin, PJRT_Device_GetDescription, &mut d)?;
+        let mut id = ffi::PJRT_DeviceDescription_Id_Args::new();
+        id.device_description = d.device_description;
+        call!(self.plugin, PJRT_DeviceDescription_Id, &mut id)?;
+        let mut kind = ffi::PJRT_DeviceDescription_Kind_Args::new();
+        kind.device_description = d.device_description;
+        call!(self.plugin, PJRT_DeviceDescription_Kind, &mut kind)?;
+        // SAFETY: owned by the device description, which lives as long as the client.
+        let kind = unsafe { string_from(kind.device_kind, kind.device_kind_size) }.unwrap_or_default();
+        Ok(DeviceInfo { index, id: id.id, kind })
+    }
+
+    pub fn plugin(&self) -> &Arc<Plugin> {
+        &self.plugin
+    }
+
+    /// `cpu`, `tpu`, `cuda`, …
+    pub fn platform_name(&self) -> &str {
+        &self.platform_name
+    }
+
+    /// Human-readable plugin/platform version (part of the executable cache key).
+    pub fn platform_version(&self) -> &str {
+        &self.platform_version
+    }
+
+    pub fn devices(&self) -> &[DeviceInfo] {
+        &self.device_info
+    }
+
+    fn device_at(&self, index: usize) -> Result<*mut ffi::PJRT_Device> {
+        self.devices.get(index).copied().ok_or_else(|| Error::Device(format!(
+            "device index {index} is out of range: the {} client has {} addressable devices",
+            self.platform_name,
+            self.devices.len()
+        )))
+    }
+
+    /// Compiles StableHLO text (`format = "mlir"`) with a serialized
+    /// `CompileOptionsProto` (see [`super::compile_options`]).
+    pub fn compile(self: &Arc<Self>, mlir: &str, compile_options: &[u8]) -> Result<Executable> {
+        const FORMAT: &str = "mlir";
+        let mut program = ffi::PJRT_Program::new();
+        // The plugin only reads the code for this format ("in" direction).
+        program.code = mlir.as_ptr().cast_mut().cast();
+        program.code_size = mlir.len();
+        program.format = FORMAT.as_ptr().cast();
+        program.format_size = FORMAT.len();
+        let mut args = ffi::PJRT_Client_Compile_Args::new();
+        args.client = self.raw;
+        args.program = &program;
+        args.compile_options = compile_options.as_ptr().cast();
+        args.compile_options_size = compile_options.len();
+        call!(self.plugin, PJRT_Client_Compile, &mut args)?;
+        Executable::wrap(self, args.executable, "PJRT_Client_Compile")
+    }
+
+    /// Loads an executable produced by [`Executable::serialize`] with the same
+    /// plugin version.
+    pub fn deserialize(self: &Arc<Self>, bytes: &[u8], compile_options: &[u8]) -> Result<Executable> {
+        let mut args = ffi::PJRT_Executable_DeserializeAndLoad_Args::new();
+        args.client = self.raw;
+        args.serialized_executable = bytes.as_ptr().cast();
+        args.serialized_executable_size = bytes.len();
+        args.overridden_serialized_compile_options = compile_options.as_ptr().cast();
+        args.overridden_serialized_compile_options_size = compile_options.len();
+        call!(self.plugin, PJRT_Executable_DeserializeAndLoad, &mut args)?;
+        Executable::wrap(self, args.loaded_executable, "PJRT_Executable_DeserializeAndLoad")
+    }
+
+    /// Copies a row-major host tensor to addressable device `device_index`.
+    /// The plugin copies during the call, so `data` may change afterwards.
+    pub fn buffer_from_host(self: &Arc<Self>, dtype: DType, shape: &[usize], data: &[u8], device_index: usize) -> Result<Buffer> {
+        let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if numel.and_then(|n| n.checked_mul(dtype.size_bytes())) != Some(data.len()) {
+            return Err(Error::Shape(format!("{} bytes do not hold a {dtype} tensor of shape {shape:?}", data.len())));
+        }
+        let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        let mut args = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
+        args.client = self.raw;
+        args.data = data.as_ptr().cast();
+        args.buffer_type = buffer_type(dtype);
+        args.dims = dims.as_ptr();
+        args.num_dims = dims.len();
+        args.host_buffer_semantics = ffi::PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+        args.device = self.device_at(device_index)?;
+        call!(self.plugin, PJRT_Client_BufferFromHostBuffer, &mut args)?;
+        let buffer = Buffer::wrap(self, args.buffer, "PJRT_Client_BufferFromHostBuffer")?;
+        self.plugin.await_event("PJRT_Client_BufferFromHostBuffer (transfer)", args.done_with_host_buffer)?;
+        Ok(buffer)
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let mut args = ffi::PJRT_Client_Destroy_Args::new();
+        args.client = self.raw;
+        let _ = call!(self.plugin, PJRT_Client_Destroy, &mut args);
+    }
+}
+
+fn buffer_type(dtype: DType) -> std::ffi::c_int {
+    match dtype {
+        DType::F32 => ffi::PJRT_Buffer_Type_F32,
+        DType::F64 => ffi::PJRT_Buffer_Type_F64,
+        DType::F16 => ffi::PJRT_Buffer_Type_F16,
+        DType::BF16 => ffi::PJRT_Buffer_Type_BF16,
+        DType::I8 => ffi::PJRT_Buffer_Type_S8,
+        DType::U8 => ffi::PJRT_Buffer_Type_U8,
+        DType::I16 => ffi::PJRT_Buffer_Type_S16,
+        DType::I32 => ffi::PJRT_Buffer_Type_S32,
+        DType::I64 => ffi::PJRT_Buffer_Type_S64,
+        DType::Bool => ffi::PJRT_Buffer_Type_PRED,
+    }
+}
+
+/// A compiled program loaded on a client's devices.
+pub struct Executable {
+    client: Arc<Client>,
+    raw: *mut ffi::PJRT_LoadedExecutable,
+    num_outputs: usize,
+}
+
+// SAFETY: see `Plugin`.
+unsafe impl Send for Executable {}
+unsafe impl Sync for Executable {}
+
+impl Executable {
+    fn wrap(client: &Arc<Client>, raw: *mut ffi::PJRT_LoadedExecutable, call: &str) -> Result<Executable> {
+        if raw.is_null() {
+            return Err(Error::Pjrt { call: call.into(), message: "returned no executable".into() });
+        }
+        let mut exe = Executable { client: Arc::clone(client), raw, num_outputs: 0 };
+        exe.num_outputs = exe.with_executable(|plugin, e| {
+            let mut args = ffi::PJRT_Executable_NumOutputs_Args::new();
+            args.executable = e;
+            call!(plugin, PJRT_Executable_NumOutputs, &mut args)?;
+            Ok(args.num_outputs)
+        })?;
+        Ok(exe)
+    }
+
+    /// Runs `f` on the (unloaded) executable behind this one, then frees that handle.
+    fn with_executable<T>(&self, f: impl FnOnce(&Plugin, *mut ffi::PJRT_Executable) -> Result<T>) -> Result<T> {
+        let plugin = &self.client.plugin;
+        let mut get = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
+        get.loaded_executable = self.raw;
+        call!(plugin, PJRT_LoadedExecutable_GetExecutable, &mut get)?;
+        if get.executable.is_null() {
+            return Err(Error::Pjrt { call: "PJRT_LoadedExecutable_GetExecutable".into(), message: "returned null".into() });
+        }
+        let result = f(plugin, get.executable);
+        let mut destroy = ffi::PJRT_Executable_Destroy_Args::new();
+        destroy.executable = get.executable;
+        let _ = call!(plugin, PJRT_Executable_Destroy, &mut destroy);
+        result
+    }
+
+    pub fn num_outputs(&self) -> usize {
+        self.num_outputs
+    }
+
+    /// The plugin's serialized form (for the executable cache).
+    pub fn serialize(&self) -> Result<Vec<u8>> {
+        self.with_executable(|plugin, e| {
+            let mut args = ffi::PJRT_Executable_Serialize_Args::new();
+            args.executable = e;
+            call!(plugin, PJRT_Executable_Serialize, &mut args)?;
+            // SAFETY: the bytes live until the deleter runs, below.
+            let bytes = (!args.serialized_bytes.is_null())
+                .then(|| unsafe { std::slice::from_raw_parts(args.serialized_bytes.cast::<u8>(), args.serialized_bytes_size) }.to_vec());
+            if let Some(deleter) = args.serialized_executable_deleter {
+                // SAFETY: the plugin's own deleter for the object it returned.
+                unsafe { deleter(args.serialized_executable) };
+            }
+            bytes.ok_or_else(|| Error::Pjrt { call: "PJRT_Executable_Serialize".into(), message: "returned no bytes".into() })
+        })
+    }
+
+    /// Runs on the device(s) chosen at compile time; `args` in `@main`'s order.
+    pub fn execute(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        let plugin = &self.client.plugin;
+        let arg_ptrs: Vec<*mut ffi::PJRT_Buffer> = args.iter().map(|b| b.raw).collect();
+        let arg_list: *const *mut ffi::PJRT_Buffer = arg_ptrs.as_ptr();
+        let mut outs: Vec<*mut ffi::PJRT_Buffer> = vec![std::ptr::null_mut(); self.num_outputs];
+        let out_list: *mut *mut ffi::PJRT_Buffer = outs.as_mut_ptr();
+        let mut done: *mut ffi::PJRT_Event = std::ptr::null_mut();
+        let mut options = ffi::PJRT_ExecuteOptions::new();
+        let mut exec = ffi::PJRT_LoadedExecutable_Execute_Args::new();
+        exec.executable = self.raw;
+        exec.options = &mut options;
+        exec.argument_lists = &arg_list;
+        exec.num_devices = 1;
+        exec.num_args = arg_ptrs.len();
+        exec.output_lists = &out_list;
+        exec.device_complete_events = &mut done;
+        call!(plugin, PJRT_LoadedExecutable_Execute, &mut exec)?;
+        // Wrap every output first so all are freed whatever fails next.
+        let wrapped: Vec<Result<Buffer>> = outs.iter().map(|&raw| Buffer::wrap(&self.client, raw, "PJRT_LoadedExecutable_Execute")).collect();
+        plugin.await_event("PJRT_LoadedExecutable_Execute (device completion)", done)?;
+        wrapped.into_iter().collect()
+    }
+}
+
+impl Drop for Executable {
+    fn drop(&mut self) {
+        let mut args = ffi::PJRT_LoadedExecutable_Destroy_Args::new();
+        args.executable = self.raw;
+        let _ = call!(self.client.plugin, PJRT_LoadedExecutable_Destroy, &mut args);
+    }
+}
+
+/// An array on a device.
+pub struct Buffer {
+    client: Arc<Client>,
+    raw: *mut ffi::PJRT_Buffer,
+}
+
+// SAFETY: see `Plugin`.
+unsafe impl Send for Buffer {}
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    fn wrap(client: &Arc<Client>, raw: *mut ffi::PJRT_Buffer, call: &str) -> Result<Buffer> {
+        if raw.is_null() {
+            return Err(Error::Pjrt { call: call.into(), message: "returned no buffer".into() });
+        }
+        Ok(Buffer { client: Arc::clone(client), raw })
+    }
+
+    /// Bytes the buffer occupies on the host (row-major, dense).
+    pub fn host_size(&self) -> Result<usize> {
+        let mut args = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
+        args.src = self.raw;
+        call!(self.client.plugin, PJRT_Buffer_ToHostBuffer, &mut args)?;
+        Ok(args.dst_size)
+    }
+
+    /// Copies the buffer into `dst`, which must be exactly its host size.
+    pub fn to_host(&self, dst: &mut [u8]) -> Result<()> {
+        let needed = self.host_size()?;
+        if needed != dst.len() {
+            return Err(Error::Pjrt {
+                call: "PJRT_Buffer_ToHostBuffer".into(),
+                message: format!("device buffer holds {needed} bytes, its destination {}", dst.len()),
+            });
+        }
+        let mut args = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
+        args.src = self.raw;
+        args.dst = dst.as_mut_ptr().cast();
+        args.dst_size = dst.len();
+        call!(self.client.plugin, PJRT_Buffer_ToHostBuffer, &mut args)?;
+        // `dst` stays borrowed until the copy has finished.
+        self.client.plugin.await_event("PJRT_Buffer_ToHostBuffer (transfer)", args.event)
+    }
+
+    /// Dimensions as the device reports them.
+    pub fn dims(&self) -> Result<Vec<i64>> {
+        let mut args = ffi::PJRT_Buffer_Dimensions_Args::new();
+        args.buffer = self.raw;
+        call!(self.client.plugin, PJRT_Buffer_Dimensions, &mut args)?;
+        if args.num_dims == 0 || args.dims.is_null() {
+            return Ok(Vec::new());
+        }
+        // SAFETY: owned by the buffer, alive here.
+        Ok(unsafe { std::slice::from_raw_parts(args.dims, args.num_dims) }.to_vec())
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let mut args = ffi::PJRT_Buffer_Destroy_Args::new();
+        args.buffer = self.raw;
+        let _ = call!(self.client.plugin, PJRT_Buffer_Destroy, &mut args);
+    }
+}

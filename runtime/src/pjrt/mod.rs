@@ -1,0 +1,21 @@
+//! Accelerators through PJRT plugins (cargo feature `pjrt`).
+//!
+//! kiln binds the PJRT C API itself ([`ffi`], written from the header) and
+//! loads plugins with `dlopen`: the runtime links no XLA, MLIR or LLVM. The
+//! safe layer ([`Plugin`], [`Client`], [`Executable`], [`Buffer`]) turns every
+//! plugin error into [`crate::Error::Pjrt`] with the plugin's message.
+//! A session with a PJRT device hands each `Kernel::Accel` instruction to
+//! `accel::AccelState`; executables are cached on disk ([`cache`]).
+
+mod api;
+pub(crate) mod accel;
+mod cache;
+pub mod compile_options;
+mod discover;
+mod ffi;
+
+pub use api::{Buffer, Client, ClientOptions, DeviceInfo, Executable, Plugin};
+pub use discover::{plugin_path, PLUGIN_ENV};
+
+/// The PJRT C API version kiln's binding was written from.
+pub const BINDING_API_VERSION: (i32, i32) = (ffi::HEADER_MAJOR, ffi::HEADER_MINOR);

@@ -1,0 +1,115 @@
+//! Load-time checks of accelerator instructions and device selection; no
+//! plugin needed, so these run in every build.
+
+use kiln_runtime::format::*;
+use kiln_runtime::{Device, Error, Program};
+use std::path::PathBuf;
+
+fn arena_f32(offset: u64, n: u64) -> TensorDecl {
+    TensorDecl { dtype: DType::F32, shape: vec![DimRef::Static(n)], storage: Storage::Arena { offset, max_bytes: n * 4 } }
+}
+
+/// x (input) → Accel segment 0 → y, z; `edit` breaks one thing.
+fn artifact(edit: impl FnOnce(&mut Plan, &mut AccelProgram)) -> Vec<u8> {
+    let mut plan = Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors: vec![arena_f32(0, 4), arena_f32(64, 4), arena_f32(128, 4)],
+        inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
+        outputs: vec![IoDecl { name: "y".into(), tensor: 1 }, IoDecl { name: "z".into(), tensor: 2 }],
+        instrs: vec![Instr { kernel: Kernel::Accel { segment: 0 }, inputs: vec![0], outputs: vec![1, 2], origin: "seg".into() }],
+        arena_bytes: 192,
+        peak_live_bytes: 48,
+    };
+    let mut accel = AccelProgram {
+        segments: vec![AccelSegment { mlir: "module {}".into(), args: vec![0], results: vec![1, 2], ops: vec!["add".into()] }],
+        cpu_fallbacks: vec![],
+    };
+    edit(&mut plan, &mut accel);
+    let mut w = ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap();
+    w.add_accel(&accel).unwrap();
+    w.to_bytes()
+}
+
+fn plan_error(bytes: &[u8]) -> String {
+    match Program::from_bytes(bytes) {
+        Err(Error::Plan(m)) => m,
+        Err(other) => panic!("expected a plan error, got {other}"),
+        Ok(_) => panic!("invalid accelerator plan accepted"),
+    }
+}
+
+#[test]
+fn valid_accel_plan_loads_and_a_cpu_session_refuses_it() {
+    let program = Program::from_bytes(&artifact(|_, _| {})).expect("valid plan");
+    assert!(program.needs_accelerator());
+    assert_eq!(program.accel().unwrap().segments[0].ops, ["add"]);
+    match program.session() {
+        Err(Error::Device(m)) => assert!(m.contains("compiled for an accelerator") && m.contains("--device"), "{m}"),
+        Err(other) => panic!("unexpected {other}"),
+        Ok(_) => panic!("CPU session accepted an accelerator plan"),
+    }
+}
+
+#[test]
+fn bad_accel_instructions_are_rejected_at_load() {
+    let m = plan_error(&artifact(|p, _| p.instrs[0].kernel = Kernel::Accel { segment: 3 }));
+    assert!(m.contains("segment 3 does not exist"), "{m}");
+    let m = plan_error(&artifact(|p, _| p.tensors[2].storage = Storage::Arena { offset: 64, max_bytes: 16 }));
+    assert!(m.contains("overlaps another result"), "{m}");
+    let m = plan_error(&artifact(|p, _| p.tensors[1].storage = Storage::Arena { offset: 0, max_bytes: 16 }));
+    assert!(m.contains("overlaps argument 0"), "{m}");
+    let m = plan_error(&artifact(|p, _| p.instrs[0].outputs = vec![2, 1]));
+    assert!(m.contains("differ from segment 0"), "{m}");
+    let m = plan_error(&artifact(|_, a| a.segments[0].results = vec![1, 99]));
+    assert!(m.contains("99"), "{m}");
+    let m = plan_error(&artifact(|_, a| a.cpu_fallbacks.push(CpuFallback { instr: 5, reason: "x".into() })));
+    assert!(m.contains("instruction 5"), "{m}");
+    let m = plan_error(&artifact(|p, a| {
+        p.instrs[0].outputs.clear();
+        a.segments[0].results.clear();
+    }));
+    assert!(m.contains("no outputs"), "{m}");
+}
+
+#[test]
+fn accel_instruction_without_the_section_is_rejected() {
+    let full = artifact(|_, _| {});
+    let program = Program::from_bytes(&full).unwrap();
+    let w = ArtifactWriter::new(program.plan(), WeightsBuilder::new(), &Metadata::default()).unwrap();
+    let m = plan_error(&w.to_bytes());
+    assert!(m.contains("no accelerator section"), "{m}");
+}
+
+#[test]
+fn devices_parse() {
+    assert_eq!("cpu".parse::<Device>().unwrap(), Device::Cpu);
+    assert_eq!("tpu".parse::<Device>().unwrap(), Device::Tpu);
+    assert_eq!("gpu".parse::<Device>().unwrap(), Device::Gpu);
+    assert_eq!("pjrt:/x/p.so".parse::<Device>().unwrap(), Device::Pjrt(PathBuf::from("/x/p.so")));
+    assert!(matches!("pjrt:".parse::<Device>(), Err(Error::Device(_))));
+    assert!(matches!("npu".parse::<Device>(), Err(Error::Device(_))));
+    assert_eq!(Device::Pjrt(PathBuf::from("/x/p.so")).to_string(), "pjrt:/x/p.so");
+}
+
+#[cfg(feature = "pjrt")]
+#[test]
+fn a_missing_plugin_is_a_clear_error() {
+    let program = Program::from_bytes(&artifact(|_, _| {})).unwrap();
+    let options = kiln_runtime::SessionOptions::with_device(Device::Pjrt(PathBuf::from("/nonexistent/plugin.so")));
+    assert!(matches!(program.session_with(&options), Err(Error::Device(m)) if m.contains("/nonexistent/plugin.so")));
+    // A file that is not a PJRT plugin: dlopen fails with its message.
+    let not_a_plugin = std::env::temp_dir().join(format!("kiln-not-a-plugin-{}.so", std::process::id()));
+    std::fs::write(&not_a_plugin, b"not an ELF file").unwrap();
+    let options = kiln_runtime::SessionOptions::with_device(Device::Pjrt(not_a_plugin.clone()));
+    assert!(matches!(program.session_with(&options), Err(Error::Pjrt { ref call, .. }) if call == "dlopen"));
+    let _ = std::fs::remove_file(not_a_plugin);
+}
+
+#[cfg(not(feature = "pjrt"))]
+#[test]
+fn accelerators_need_the_pjrt_feature() {
+    let program = Program::from_bytes(&artifact(|_, _| {})).unwrap();
+    let options = kiln_runtime::SessionOptions::with_device(Device::Tpu);
+    assert!(matches!(program.session_with(&options), Err(Error::Device(m)) if m.contains("`pjrt`")));
+}

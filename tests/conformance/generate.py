@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Per-op conformance cases for kiln, from PyTorch's own OpInfo sample inputs.
+
+Run by hand (never in CI), from the repository root:
+
+    /root/torchvenv/bin/python tests/conformance/generate.py            # the committed subset
+    /root/torchvenv/bin/python tests/conformance/generate.py --full --out /tmp/kiln-conf   # local, larger
+    /root/torchvenv/bin/python tests/conformance/generate.py --ops cumsum,topk   # regenerate some ops
+
+Needs torch (2.15) and `expecttest` (imported by torch's test helpers).
+
+For every op in OPS and every dtype in DTYPES that PyTorch's CPU supports for
+it (`OpInfo.supported_dtypes('cpu')`), it takes the op's sample inputs
+(`op.sample_inputs('cpu', dtype)`), keeps the first small ones (total input
+elements <= MAX_NUMEL, a few per dtype), wraps each in a tiny nn.Module that
+calls the op, and writes into `cases/<op>/<dtype>_<n>/`:
+
+    training.pt2   torch.export.export(...) as is (training IR); omitted when
+                   its graph calls exactly the same ATen ops as aten.pt2
+    aten.pt2       after .run_decompositions() (Core ATen)
+    input_N.npy    the sample's tensors (contiguous); bf16 as raw '<u2' bits
+    output_N.npy   eager outputs (flattened); bf16 as raw '<u2' bits
+
+Samples that torch cannot export, or whose exported program disagrees with
+eager, are skipped and recorded (with the reason) in manifest.json's
+`skipped`. Each case in `cases` lists op, dtype, flavours and the ATen ops of
+both graphs; KNOWN_UNSUPPORTED below marks cases kiln is expected to reject
+(with the reason), copied into the case's `unsupported` field as
+{flavour: reason}. The committed subset keeps training.pt2 for f32 cases only. Everything is
+deterministic (seeded, single thread).
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import warnings
+import zipfile
+
+import numpy as np
+import torch
+from torch.utils import _pytree as pytree
+
+torch.set_num_threads(1)
+warnings.filterwarnings("ignore")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# (OpInfo name, variant_test_name). Ordered: what kiln's IR had first, then additions.
+OPS = [
+    # elementwise unary
+    ("abs", ""), ("neg", ""), ("exp", ""), ("log", ""), ("sqrt", ""), ("rsqrt", ""), ("reciprocal", ""),
+    ("nn.functional.relu", ""), ("sigmoid", ""), ("tanh", ""), ("nn.functional.gelu", ""),
+    ("nn.functional.silu", ""), ("erf", ""), ("sin", ""), ("cos", ""), ("floor", ""), ("ceil", ""),
+    ("round", ""), ("sign", ""), ("logical_not", ""),
+    # elementwise binary / ternary
+    ("add", ""), ("sub", ""), ("mul", ""), ("rsub", ""), ("div", "no_rounding_mode"), ("div", "trunc_rounding"),
+    ("div", "floor_rounding"), ("remainder", ""), ("floor_divide", ""), ("pow", ""), ("maximum", ""),
+    ("minimum", ""), ("eq", ""), ("ne", ""), ("lt", ""), ("le", ""), ("gt", ""), ("ge", ""),
+    ("logical_and", ""), ("logical_or", ""), ("logical_xor", ""), ("where", ""), ("masked_fill", ""),
+    ("clamp", ""), ("clamp_min", ""), ("clamp_max", ""), ("nn.functional.hardtanh", ""), ("nn.functional.relu6", ""),
+    # reductions
+    ("sum", ""), ("mean", ""), ("amax", ""), ("amin", ""), ("prod", ""), ("any", ""), ("argmax", ""),
+    ("max", "reduction_with_dim"), ("min", "reduction_with_dim"), ("softmax", ""), ("log_softmax", ""),
+    # nn composites
+    ("nn.functional.linear", ""), ("mm", ""), ("bmm", ""), ("matmul", ""), ("addmm", ""),
+    ("nn.functional.conv1d", ""), ("nn.functional.conv2d", ""), ("nn.functional.batch_norm", ""),
+    ("nn.functional.layer_norm", ""), ("nn.functional.max_pool2d", ""), ("nn.functional.avg_pool2d", ""),
+    ("nn.functional.adaptive_avg_pool2d", ""), ("nn.functional.scaled_dot_product_attention", ""),
+    # layout / indexing / creation
+    ("reshape", ""), ("view", ""), ("flatten", ""), ("unsqueeze", ""), ("squeeze", ""), ("expand", ""),
+    ("t", ""), ("transpose", ""), ("permute", ""), ("cat", ""), ("split", ""), ("chunk", ""), ("unbind", ""),
+    ("narrow", ""), ("select", ""), ("index_select", ""), ("nn.functional.embedding", ""),
+    ("full_like", ""), ("zeros_like", ""), ("ones_like", ""),
+    # additions (issue 4)
+    ("log1p", ""), ("expm1", ""), ("trunc", ""), ("tan", ""), ("sinh", ""), ("cosh", ""), ("asin", ""),
+    ("acos", ""), ("atan", ""), ("asinh", ""), ("acosh", ""), ("atanh", ""), ("log2", ""), ("log10", ""),
+    ("isnan", ""), ("isinf", ""), ("square", ""), ("atan2", ""), ("fmod", ""), ("bitwise_not", ""),
+    ("nn.functional.hardswish", ""), ("nn.functional.hardsigmoid", ""), ("nn.functional.mish", ""),
+    ("nn.functional.softplus", ""), ("nn.functional.leaky_relu", ""), ("nn.functional.elu", ""),
+    ("argmin", ""), ("cumsum", ""), ("topk", ""), ("sort", ""), ("tril", ""), ("triu", ""), ("flip", ""),
+    ("var", ""), ("std", ""), ("nn.functional.group_norm", ""), ("nn.functional.rms_norm", ""),
+    ("constant_pad_nd", ""), ("nn.functional.pad", "constant"), ("nn.functional.pad", "reflect"),
+    ("nn.functional.pad", "replicate"),
+    ("nn.functional.interpolate", "nearest"), ("nn.functional.interpolate", "bilinear"),
+    ("nn.functional.conv_transpose1d", ""), ("nn.functional.conv_transpose2d", ""),
+    ("nn.functional.avg_pool1d", ""), ("nn.functional.max_pool1d", ""), ("einsum", ""),
+]
+
+DTYPES = {
+    "f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
+    "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8,
+    "bool": torch.bool,
+}
+# The committed subset: samples per dtype (dtypes absent here are --full only).
+COMMITTED = {"f32": 2, "bf16": 1, "i64": 1, "bool": 1}
+FULL = {d: 4 for d in DTYPES}
+MAX_NUMEL = 512
+
+# (case op name, sample ("f32_0"), dtype or "*", flavour or "*") -> why kiln rejects it. Kept here
+# so that regenerating keeps the marks (`--remark` rewrites only the marks);
+# the conformance test fails on any other failure.
+KNOWN_UNSUPPORTED = {
+    ("F.avg_pool2d", "*", "aten"): "avg_pool2d divisor_override together with ceil_mode",
+    ("F.batch_norm", "f32_0", "*"): "batch norm with batch statistics (training=True)",
+    ("F.batch_norm", "bf16_0", "*"): "batch norm with batch statistics (training=True)",
+    ("F.max_pool1d", "f32_0", "*"): "max pooling indices output (return_indices=True)",
+    ("F.max_pool1d", "bf16_0", "*"): "max pooling indices output (return_indices=True)",
+    ("F.max_pool2d", "f32_0", "aten"): "max pooling indices output (return_indices=True)",
+    ("F.max_pool2d", "bf16_0", "aten"): "max pooling indices output (return_indices=True)",
+    ("F.max_pool2d", "i64_0", "aten"): "max pooling indices output (return_indices=True)",
+    ("einsum", "*", "training"): "aten.einsum in training IR (Core ATen's bmm/permute form works)",
+    ("topk", "i64", "aten"): "order of tied values: torch's partial sort is implementation-defined",
+}
+
+
+def marks(op, dtype, sample, flavours):
+    """{flavour: reason} for the flavours KNOWN_UNSUPPORTED marks (a key's
+    second entry is a sample name like `f32_0`, a dtype, or `*`)."""
+    out = {}
+    for f in flavours:
+        for key in ((op, sample, f), (op, sample, "*"), (op, dtype, f), (op, "*", f), (op, dtype, "*"), (op, "*", "*")):
+            if key in KNOWN_UNSUPPORTED:
+                out[f] = KNOWN_UNSUPPORTED[key]
+                break
+    return out
+
+
+def case_name(name, variant):
+    base = name.replace("nn.functional.", "F.")
+    return f"{base}.{variant}" if variant else base
+
+
+def to_numpy(t):
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.uint16).numpy() if hasattr(torch, "uint16") else t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+class OpModule(torch.nn.Module):
+    """Calls `fn` on the sample's arguments, with its tensors as forward inputs."""
+
+    def __init__(self, fn, spec, leaves, tensor_slots):
+        super().__init__()
+        self.fn, self.spec, self.leaves, self.tensor_slots = fn, spec, leaves, tensor_slots
+
+    def forward(self, *tensors):
+        leaves = list(self.leaves)
+        for slot, t in zip(self.tensor_slots, tensors):
+            leaves[slot] = t
+        inp, args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        return self.fn(inp, *args, **kwargs)
+
+
+def graph_targets(ep):
+    return sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function"})
+
+
+def close(a, b):
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    try:
+        torch.testing.assert_close(a, b, equal_nan=True)
+        return True
+    except AssertionError:
+        return False
+
+
+def build_case(op, sample):
+    """-> (module, inputs, outputs) or raises ValueError(why)."""
+    leaves, spec = pytree.tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    slots = [i for i, l in enumerate(leaves) if isinstance(l, torch.Tensor)]
+    inputs = [leaves[i].detach().clone().contiguous() for i in slots]
+    if not inputs:
+        raise ValueError("no tensor inputs")
+    if sum(t.numel() for t in inputs) > MAX_NUMEL:
+        raise ValueError("too large")
+    if any(t.is_complex() or t.dtype not in DTYPES.values() for t in inputs):
+        raise ValueError("input dtype outside kiln's set")
+    mod = OpModule(op.op, spec, leaves, slots).eval()
+    with torch.no_grad():
+        out = mod(*inputs)
+    outs, _ = pytree.tree_flatten(out)
+    if not outs or not all(isinstance(o, torch.Tensor) for o in outs):
+        raise ValueError(f"non-tensor output {type(out).__name__}")
+    if any(o.is_complex() or o.dtype not in DTYPES.values() for o in outs):
+        raise ValueError("output dtype outside kiln's set")
+    return mod, inputs, [o.detach().clone().contiguous() for o in outs]
+
+
+def export_case(mod, inputs, outputs):
+    """-> (training ep, aten ep) or raises ValueError(why)."""
+    try:
+        ep = torch.export.export(mod, tuple(inputs))
+    except Exception as e:  # noqa: BLE001 - any export failure is a skip reason
+        raise ValueError(f"export failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+    try:
+        aten = ep.run_decompositions()
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"run_decompositions failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    for flavour, prog in (("training", ep), ("aten", aten)):
+        with torch.no_grad():
+            got, _ = pytree.tree_flatten(prog.module()(*inputs))
+        if len(got) != len(outputs) or not all(close(g, w) for g, w in zip(got, outputs)):
+            raise ValueError(f"torch's own {flavour} program disagrees with eager")
+    return ep, aten
+
+
+def strip_sample_inputs(path):
+    """Drops the pickled example inputs (kiln ignores them) to keep cases small."""
+    tmp = path + ".tmp"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as dst:
+        for info in src.infolist():
+            if "/data/sample_inputs/" in info.filename:
+                continue
+            dst.writestr(info, src.read(info.filename))
+    os.replace(tmp, path)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(HERE, "cases"))
+    ap.add_argument("--full", action="store_true", help="every dtype, more samples (local runs)")
+    ap.add_argument("--ops", default="", help="comma-separated case names (e.g. cumsum,F.pad.reflect) to regenerate")
+    ap.add_argument("--remark", action="store_true", help="only rewrite the known-unsupported marks in manifest.json")
+    args = ap.parse_args()
+    if args.remark:
+        path = os.path.join(args.out, "manifest.json")
+        with open(path) as f:
+            manifest = json.load(f)
+        for case in manifest["cases"]:
+            case.pop("unsupported", None)
+            m = marks(case["op"], case["dtype"], case["dir"].rsplit("/", 1)[-1], case["flavours"])
+            if m:
+                case["unsupported"] = m
+        with open(path, "w") as f:
+            json.dump(manifest, f, indent=1)
+            f.write("\n")
+        return
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    per_dtype = FULL if args.full else COMMITTED
+    by_key = {(o.name, o.variant_test_name): o for o in op_db}
+    only = set(filter(None, args.ops.split(",")))
+    manifest_path = os.path.join(args.out, "manifest.json")
+    manifest = {"cases": [], "skipped": []}
+    if only and os.path.exists(manifest_path):
+        with open(manifest_path) as f:
+            old = json.load(f)
+        manifest["cases"] = [c for c in old["cases"] if c["op"] not in only]
+        manifest["skipped"] = [s for s in old["skipped"] if s["op"] not in only]
+    os.makedirs(args.out, exist_ok=True)
+
+    for name, variant in OPS:
+        cname = case_name(name, variant)
+        if only and cname not in only:
+            continue
+        op = by_key.get((name, variant))
+        if op is None:
+            manifest["skipped"].append({"op": cname, "dtype": "*", "why": "no such OpInfo in this torch"})
+            continue
+        shutil.rmtree(os.path.join(args.out, cname), ignore_errors=True)
+        supported = op.supported_dtypes("cpu")
+        for dname, dtype in DTYPES.items():
+            want = per_dtype.get(dname, 0)
+            if want == 0 or dtype not in supported:
+                continue
+            torch.manual_seed(0)
+            made, reasons = 0, {}
+            try:
+                samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
+            except Exception as e:  # noqa: BLE001
+                manifest["skipped"].append({"op": cname, "dtype": dname, "why": f"sample_inputs failed: {e}"})
+                continue
+            for sample in samples:
+                if made >= want:
+                    break
+                try:
+                    mod, inputs, outputs = build_case(op, sample)
+                    ep, aten = export_case(mod, inputs, outputs)
+                except ValueError as e:
+                    reasons[str(e)] = reasons.get(str(e), 0) + 1
+                    continue
+                except Exception as e:  # noqa: BLE001 - eager failures on odd samples
+                    why = f"eager failed: {type(e).__name__}"
+                    reasons[why] = reasons.get(why, 0) + 1
+                    continue
+                rel = f"{cname}/{dname}_{made}"
+                d = os.path.join(args.out, rel)
+                os.makedirs(d, exist_ok=True)
+                flavours = ["aten"]
+                torch.export.save(aten, os.path.join(d, "aten.pt2"))
+                strip_sample_inputs(os.path.join(d, "aten.pt2"))
+                # Training IR only where it differs, and (committed subset) for f32 only.
+                if graph_targets(ep) != graph_targets(aten) and (args.full or dname == "f32"):
+                    torch.export.save(ep, os.path.join(d, "training.pt2"))
+                    strip_sample_inputs(os.path.join(d, "training.pt2"))
+                    flavours.insert(0, "training")
+                for i, t in enumerate(inputs):
+                    np.save(os.path.join(d, f"input_{i}.npy"), to_numpy(t))
+                for i, t in enumerate(outputs):
+                    np.save(os.path.join(d, f"output_{i}.npy"), to_numpy(t))
+                case = {
+                    "op": cname,
+                    "dtype": dname,
+                    "dir": rel,
+                    "flavours": flavours,
+                    "inputs": [[str(t.dtype).removeprefix("torch."), list(t.shape)] for t in inputs],
+                    "outputs": [[str(t.dtype).removeprefix("torch."), list(t.shape)] for t in outputs],
+                    "aten_ops": graph_targets(aten),
+                    "training_ops": graph_targets(ep),
+                }
+                m = marks(cname, dname, f"{dname}_{made}", flavours)
+                if m:
+                    case["unsupported"] = m
+                manifest["cases"].append(case)
+                made += 1
+            if made < want and reasons:
+                manifest["skipped"].append({"op": cname, "dtype": dname, "why": "; ".join(f"{k} (x{v})" for k, v in sorted(reasons.items()))})
+        print(f"{cname}: {sum(1 for c in manifest['cases'] if c['op'] == cname)} cases", file=sys.stderr)
+
+    manifest["cases"].sort(key=lambda c: c["dir"])
+    manifest["torch"] = torch.__version__
+    with open(manifest_path, "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
