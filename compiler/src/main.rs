@@ -41,27 +41,7 @@ enum Command {
     },
     /// Run an artifact with inputs from .npy files.
     #[command(after_help = "Examples:\n  kiln run model.kiln --input 0=x.npy --output-dir out/\n  kiln run model.kiln --input x=x.npy --json\n  kiln run model.kiln --input x=x.npy --device tpu\n\nKILN_PJRT_PLUGIN=/path/plugin.so overrides where `tpu` and `gpu` find their PJRT plugin, and\nselects that plugin when --device is not given and the artifact has accelerator segments.")]
-    Run {
-        artifact: PathBuf,
-        /// `INDEX=path.npy` or `NAME=path.npy`; one per program input.
-        #[arg(short, long = "input", value_name = "INDEX|NAME=PATH")]
-        inputs: Vec<String>,
-        /// Write outputs as output_0.npy, output_1.npy, … here.
-        #[arg(long)]
-        output_dir: Option<PathBuf>,
-        /// Print a machine-readable summary.
-        #[arg(long)]
-        json: bool,
-        /// Run this many times after one warm-up run and report latency (median, p90, min).
-        #[arg(long, default_value_t = 1)]
-        repeat: u32,
-        /// `cpu` (kiln's kernels), `tpu`, `gpu` or `pjrt:PATH` (a PJRT plugin) [default: cpu].
-        #[arg(long)]
-        device: Option<String>,
-        /// Which of the accelerator's addressable devices to use.
-        #[arg(long, default_value_t = 0)]
-        device_index: usize,
-    },
+    Run(RunArgs),
     /// Describe an artifact: inputs, outputs, kernels, memory.
     #[command(after_help = "Example:\n  kiln inspect model.kiln --json")]
     Inspect {
@@ -80,13 +60,37 @@ enum Command {
     },
 }
 
+#[derive(clap::Args)]
+struct RunArgs {
+    artifact: PathBuf,
+    /// `INDEX=path.npy` or `NAME=path.npy`; one per program input.
+    #[arg(short, long = "input", value_name = "INDEX|NAME=PATH")]
+    inputs: Vec<String>,
+    /// Write outputs as output_0.npy, output_1.npy, … here.
+    #[arg(long)]
+    output_dir: Option<PathBuf>,
+    /// Print a machine-readable summary.
+    #[arg(long)]
+    json: bool,
+    /// Run this many times after one warm-up run and report latency (median, p90, min).
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+    /// Report the time spent in each instruction (averaged over the runs).
+    #[arg(long)]
+    profile: bool,
+    /// `cpu` (kiln's kernels), `tpu`, `gpu` or `pjrt:PATH` (a PJRT plugin) [default: cpu].
+    #[arg(long)]
+    device: Option<String>,
+    /// Which of the accelerator's addressable devices to use.
+    #[arg(long, default_value_t = 0)]
+    device_index: usize,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Compile { model, output, target, precision } => cmd_compile(&model, &output, &target, &precision),
-        Command::Run { artifact, inputs, output_dir, json, repeat, device, device_index } => {
-            cmd_run(&artifact, &inputs, output_dir.as_deref(), json, repeat, device.as_deref(), device_index)
-        }
+        Command::Run(args) => cmd_run(&args),
         Command::Inspect { artifact, json } => cmd_inspect(&artifact, json),
         Command::Demo => cmd_demo(),
         Command::Ops { markdown } => cmd_ops(markdown),
@@ -232,15 +236,10 @@ fn choose_device(program: &Program, flag: Option<&str>) -> Result<Device, String
     }
 }
 
-fn cmd_run(
-    artifact: &Path,
-    specs: &[String],
-    output_dir: Option<&Path>,
-    as_json: bool,
-    repeat: u32,
-    device: Option<&str>,
-    device_index: usize,
-) -> CliResult {
+fn cmd_run(args: &RunArgs) -> CliResult {
+    let (artifact, specs, output_dir, as_json, repeat) =
+        (args.artifact.as_path(), &args.inputs[..], args.output_dir.as_deref(), args.json, args.repeat);
+    let (device, device_index) = (args.device.as_deref(), args.device_index);
     let program = load(artifact)?;
     let inputs = gather_inputs(&program, specs)?;
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
@@ -259,6 +258,9 @@ fn cmd_run(
             "compiled": a.compiled, "cache_hits": a.cache_hits,
         })
     });
+    if args.profile {
+        session.enable_profiling();
+    }
     let latency = if repeat > 1 { Some(time_runs(&mut session, &views, repeat)?) } else { None };
     let started = Instant::now();
     let outputs = session.run(&views).map_err(|e| e.to_string())?;
@@ -285,11 +287,12 @@ fn cmd_run(
         }));
     }
     let latency_json = latency.as_ref().map(|l| json!({"runs": repeat, "median_ms": l.median, "p90_ms": l.p90, "min_ms": l.min}));
+    let profile_json = session.profile().map(|p| profile_report(&program, p, as_json));
     if as_json {
         println!(
             "{}",
             json!({ "artifact": artifact.display().to_string(), "device": options.device.to_string(), "accelerator": accel_json,
-                    "elapsed_ms": elapsed_ms, "latency": latency_json, "outputs": report })
+                    "elapsed_ms": elapsed_ms, "latency": latency_json, "profile": profile_json, "outputs": report })
         );
     } else if let Some(l) = latency {
         println!("latency over {repeat} runs: median {:.3} ms, p90 {:.3} ms, min {:.3} ms", l.median, l.p90, l.min);
@@ -297,6 +300,24 @@ fn cmd_run(
         println!("ran in {elapsed_ms:.3} ms");
     }
     Ok(())
+}
+
+/// Per-instruction time, slowest first: printed as a table, returned as JSON.
+fn profile_report(program: &Program, per_instr: &[std::time::Duration], as_json: bool) -> serde_json::Value {
+    let total: f64 = per_instr.iter().map(|d| d.as_secs_f64()).sum::<f64>().max(f64::MIN_POSITIVE);
+    let mut rows: Vec<(usize, f64)> = per_instr.iter().map(|d| d.as_secs_f64()).enumerate().collect();
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let instrs = &program.plan().instrs;
+    if !as_json {
+        println!("{:>5} {:>7} {:>10}  {:<14} origin", "instr", "share", "total µs", "kernel");
+        for &(i, t) in rows.iter().take(20) {
+            println!("{i:>5} {:>6.1}% {:>10.1}  {:<14} {}", 100.0 * t / total, t * 1e6, instrs[i].kernel.name(), instrs[i].origin);
+        }
+    }
+    json!(rows
+        .iter()
+        .map(|&(i, t)| json!({"instr": i, "kernel": instrs[i].kernel.name(), "origin": instrs[i].origin, "total_us": t * 1e6}))
+        .collect::<Vec<_>>())
 }
 
 fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {

@@ -75,18 +75,28 @@ pub struct Location {
 }
 
 impl Location {
-    /// The innermost `File "...", line N` frame of the stack trace as `file:line`.
+    /// `file:line` of the innermost stack frame in the user's code: frames inside
+    /// the installed torch package (`nn.Linear.forward`, ...) are skipped, since
+    /// the line that matters is the model's; falls back to the innermost frame.
     pub fn python_line(&self) -> Option<String> {
         let trace = self.stack_trace.as_deref()?;
-        let line = trace.lines().rev().find(|l| l.trim_start().starts_with("File \""))?;
-        let rest = line.trim_start().strip_prefix("File \"")?;
-        let (file, rest) = rest.split_once('"')?;
-        let num: String = rest.trim_start_matches(", line ").chars().take_while(|c| c.is_ascii_digit()).collect();
-        if num.is_empty() {
-            return Some(file.to_string());
-        }
-        Some(format!("{file}:{num}"))
+        let frames: Vec<(&str, &str)> = trace.lines().filter_map(parse_frame).collect();
+        let in_torch = |file: &str| {
+            let f = file.replace('\\', "/");
+            ["site-packages/torch/", "dist-packages/torch/"].iter().any(|p| f.contains(p))
+        };
+        let (file, line) = frames.iter().rev().find(|(f, _)| !in_torch(f)).or(frames.last())?;
+        Some(if line.is_empty() { file.to_string() } else { format!("{file}:{line}") })
     }
+}
+
+/// `File "path", line N, in fn` → `(path, N)`.
+fn parse_frame(line: &str) -> Option<(&str, &str)> {
+    let rest = line.trim_start().strip_prefix("File \"")?;
+    let (file, rest) = rest.split_once('"')?;
+    let digits = rest.trim_start_matches(", line ");
+    let end = digits.find(|c: char| !c.is_ascii_digit()).unwrap_or(digits.len());
+    Some((file, &digits[..end]))
 }
 
 /// Bytes of a constant, shared rather than copied: weights point into the
@@ -275,5 +285,21 @@ impl Graph {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod location_tests {
+    use super::Location;
+
+    #[test]
+    fn python_line_prefers_the_users_frame() {
+        let trace = "  File \"/home/me/model.py\", line 42, in forward\n    x = self.fc(x)\n  File \"/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py\", line 134, in forward\n    return F.linear(input, self.weight, self.bias)\n";
+        let loc = Location { node_name: "linear".into(), stack_trace: Some(trace.into()) };
+        assert_eq!(loc.python_line().as_deref(), Some("/home/me/model.py:42"));
+        let only_torch = "  File \"/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py\", line 565, in forward\n";
+        let loc = Location { node_name: "conv".into(), stack_trace: Some(only_torch.into()) };
+        assert_eq!(loc.python_line().as_deref(), Some("/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py:565"));
+        assert_eq!(Location::default().python_line(), None);
     }
 }

@@ -275,6 +275,21 @@ fn pooling() {
     let pd = PoolParams { kernel: &[2], stride: &[1], padding: &[0], dilation: &[2], count_include_pad: true };
     pool(PoolKind::Max, x1.r(), &pd, o1.w()).unwrap();
     assert_eq!(o1.get::<f32>(), vec![3., 4., 5.]);
+    // Plain 2-D max pools (no padding/dilation/overhang) take a fast path.
+    let pk2 = PoolParams { kernel: &[2, 2], stride: &[2, 2], padding: &[0, 0], dilation: &[1, 1], count_include_pad: true };
+    let mut o22 = Buf::zeros(DType::F32, &[1, 1, 2, 2]);
+    pool(PoolKind::Max, x.r(), &pk2, o22.w()).unwrap();
+    assert_eq!(o22.get::<f32>(), vec![6., 8., 16., 18.]);
+    let pk3 = PoolParams { kernel: &[3, 3], stride: &[1, 1], ..pk2 };
+    let mut o23 = Buf::zeros(DType::F32, &[1, 1, 2, 3]);
+    pool(PoolKind::Max, x.r(), &pk3, o23.w()).unwrap();
+    assert_eq!(o23.get::<f32>(), vec![12., 13., 14., 17., 18., 19.]);
+    let mut with_nan: Vec<f32> = (0..20).map(|v| v as f32).collect();
+    with_nan[0] = f32::NAN;
+    let xn = f32s(&[1, 1, 4, 5], &with_nan);
+    pool(PoolKind::Max, xn.r(), &pk2, o22.w()).unwrap();
+    let got = o22.get::<f32>();
+    assert!(got[0].is_nan() && got[1..] == [8., 16., 18.], "{got:?}");
     // Adaptive: 5 -> 3 uses [0,2), [1,4), [3,5).
     let xa = f32s(&[2, 5], &[1., 2., 3., 4., 5., 0., 0., 0., 0., 10.]);
     let mut oa = Buf::zeros(DType::F32, &[2, 3]);

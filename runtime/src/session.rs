@@ -54,6 +54,8 @@ pub struct Session {
     evaluated: bool,
     scratch: Scratch,
     operand_buf: Vec<TensorRef<'static>>,
+    /// Time spent in each instruction since profiling was enabled.
+    profile: Option<Vec<std::time::Duration>>,
     /// Runs `Kernel::Accel` instructions; present iff the device is not the CPU.
     accel: AccelDelegate,
 }
@@ -124,6 +126,7 @@ impl Session {
             evaluated: false,
             scratch: Scratch::new(),
             operand_buf: Vec::new(),
+            profile: None,
             accel,
             arena,
             program,
@@ -149,6 +152,18 @@ impl Session {
 
     /// Runs the program. Inputs are given in the program's input order; the
     /// outputs borrow the session until the next call.
+    /// Starts (or restarts) accumulating the time spent in each instruction.
+    /// Off by default: the run loop then reads no clock.
+    pub fn enable_profiling(&mut self) {
+        self.profile = Some(vec![std::time::Duration::ZERO; self.program.plan().instrs.len()]);
+    }
+
+    /// Time spent in each instruction (indexed like `Plan::instrs`) over all
+    /// runs since [`Session::enable_profiling`].
+    pub fn profile(&self) -> Option<&[std::time::Duration]> {
+        self.profile.as_deref()
+    }
+
     pub fn run(&mut self, inputs: &[TensorView<'_>]) -> Result<Outputs<'_>> {
         self.bind(inputs)?;
         self.copy_inputs(inputs);
@@ -267,7 +282,7 @@ impl Session {
     }
 
     fn execute(&mut self) -> Result<()> {
-        let Session { program, arena, shapes, shape_at, scratch, operand_buf, accel, .. } = self;
+        let Session { program, arena, shapes, shape_at, scratch, operand_buf, accel, profile, .. } = self;
         let plan = program.plan();
         let weights = program.weights();
         let arena = arena.as_mut_slice();
@@ -299,6 +314,7 @@ impl Session {
             unsafe { std::slice::from_raw_parts_mut(arena_ptr.add(offset as usize), tensor_len(t as usize)) }
         };
         for (index, instr) in plan.instrs.iter().enumerate() {
+            let started = profile.is_some().then(std::time::Instant::now);
             if let Kernel::Accel { segment } = instr.kernel {
                 let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
                 operands.extend(instr.inputs.iter().map(|&t| view(t)));
@@ -311,6 +327,7 @@ impl Session {
                     }
                     other => other,
                 })?;
+                record(profile, index, started);
                 continue;
             }
             let out_t = instr.outputs[0] as usize;
@@ -327,6 +344,7 @@ impl Session {
             let result = dispatch(&instr.kernel, &operands, out, same_storage, scratch);
             *operand_buf = recycle(operands);
             result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
+            record(profile, index, started);
         }
         Ok(())
     }
@@ -342,6 +360,13 @@ impl Session {
             Storage::Weight { offset, bytes } => &self.program.weights()[offset as usize..(offset + bytes) as usize],
         };
         TensorRef { dtype: decl.dtype, shape, data }
+    }
+}
+
+/// Adds the time since `started` to instruction `index`'s profile entry.
+fn record(profile: &mut Option<Vec<std::time::Duration>>, index: usize, started: Option<std::time::Instant>) {
+    if let (Some(p), Some(t)) = (profile.as_mut(), started) {
+        p[index] += t.elapsed();
     }
 }
 

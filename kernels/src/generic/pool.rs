@@ -94,6 +94,9 @@ fn pool_typed<T: Real>(kind: PoolKind, x: &[T], w: &Window, planes: usize, inclu
     if osp == 0 {
         return;
     }
+    if kind == PoolKind::Max && is_plain_2d(w) {
+        return max_pool_plain_2d(x, w, planes, out);
+    }
     let [_, ih, iw] = w.input;
     for pl in 0..planes {
         let xp = &x[pl * isp..(pl + 1) * isp];
@@ -135,6 +138,38 @@ fn pool_typed<T: Real>(kind: PoolKind, x: &[T], w: &Window, planes: usize, inclu
                     op[o] = acc;
                     o += 1;
                 }
+            }
+        }
+    }
+}
+
+/// A 2-D window with no padding, no dilation, and every window inside the
+/// input (no ceil-mode overhang): the common `MaxPool2d(k, s)`.
+fn is_plain_2d(w: &Window) -> bool {
+    let fits = |d: usize| w.output[d] == 0 || (w.output[d] - 1) * w.stride[d] + w.kernel[d] <= w.input[d];
+    w.input[0] == 1 && w.kernel[0] == 1 && w.pad == [0; 3] && w.dil == [1; 3] && fits(1) && fits(2)
+}
+
+/// Max pooling over plain 2-D windows: row-wise maxima without per-tap
+/// bounds arithmetic (the general loop spends most of its time on that).
+fn max_pool_plain_2d<T: Real>(x: &[T], w: &Window, planes: usize, out: &mut [T]) {
+    let [_, ih, iw] = w.input;
+    let [_, oh, ow] = w.output;
+    let ([_, kh, kw], [_, sh, sw]) = (w.kernel, w.stride);
+    for (xp, op) in x.chunks_exact(ih * iw).zip(out.chunks_exact_mut(oh * ow)).take(planes) {
+        for (oy, orow) in op.chunks_exact_mut(ow).enumerate() {
+            for (ox, o) in orow.iter_mut().enumerate() {
+                let mut acc = T::NEG_INFINITY;
+                for ky in 0..kh {
+                    let row = &xp[(oy * sh + ky) * iw + ox * sw..][..kw];
+                    for &v in row {
+                        // NaN wins, as in torch.
+                        if v > acc || v.is_nan() {
+                            acc = v;
+                        }
+                    }
+                }
+                *o = acc;
             }
         }
     }
