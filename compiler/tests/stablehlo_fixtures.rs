@@ -19,6 +19,7 @@ const ATOL: f64 = 1e-5;
 /// that relative to themselves, so bf16 runs are checked by relative L2 error.
 const BF16_REL_L2: f64 = 3e-2;
 
+/// `name` is a fixture (`mlp`) or one saved by another torch (`torch-2.9/mlp`).
 fn fixture_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
 }
@@ -77,6 +78,12 @@ macro_rules! fixture_tests {
                 #[test]
                 fn training_ir_bf16() {
                     super::check(stringify!($name), "training", Precision::Bf16);
+                }
+                #[test]
+                fn torch_2_9() {
+                    for flavour in ["training", "aten"] {
+                        super::check(&format!("torch-2.9/{}", stringify!($name)), flavour, Precision::F32);
+                    }
                 }
             }
         )*

@@ -327,8 +327,8 @@ fn full_and_arange() {
     check_op("full/arange", c.output(y));
 }
 
-/// An op without a StableHLO lowering (integer remainder, Python semantics)
-/// splits the graph: accelerator segment, CPU instruction, accelerator segment.
+/// An op without a StableHLO lowering (sort) splits the graph: accelerator
+/// segment, CPU instruction, accelerator segment.
 #[test]
 fn mixed_plan() {
     let mut c = Case::new();
@@ -336,16 +336,25 @@ fn mixed_plan() {
     let w = c.weight(&[8, 8], 11);
     let h = c.op(Op::MatMul, &[x, w]);
     let h = c.op(Op::Binary(B::Mul), &[h, x]);
-    let i = c.op(Op::Cast { to: DType::I64 }, &[h]);
-    let three = c.input_i64(&[1], &[3]);
-    let r = c.op(Op::Binary(B::Rem), &[i, three]);
-    let f = c.op(Op::Cast { to: DType::F32 }, &[r]);
-    let y = c.op(Op::Binary(B::Add), &[f, h]);
+    let sorted = c.op(Op::Sort { axis: 1, k: Dim::Const(8), descending: true, indices: false }, &[h]);
+    let y = c.op(Op::Binary(B::Add), &[sorted, h]);
     let y = c.op(Op::Unary(U::Tanh), &[y]);
     let Some(accel) = check_case("mixed plan", c.output(y), Precision::F32) else { return };
     assert_eq!(accel.segments.len(), 2, "two accelerator segments around the CPU op");
     assert_eq!(accel.cpu_fallbacks.len(), 1, "{:?}", accel.cpu_fallbacks);
     assert!(accel.cpu_fallbacks[0].reason.contains("no StableHLO lowering"), "{:?}", accel.cpu_fallbacks);
+}
+
+/// Integer division and remainder with Python's rounding, every sign pair.
+#[test]
+fn integer_floor_div_and_rem() {
+    let mut c = Case::new();
+    let a = c.input_i64(&[8], &[7, -7, 7, -7, 0, 6, -6, 5]);
+    let b = c.input_i64(&[8], &[3, 3, -3, -3, 2, -4, 4, 5]);
+    let q = c.op(Op::Binary(B::FloorDiv), &[a, b]);
+    let r = c.op(Op::Binary(B::Rem), &[a, b]);
+    let f = c.op(Op::Binary(B::Fmod), &[a, b]);
+    check_op("integer floor_div/rem/fmod", c.output(q).output(r).output(f));
 }
 
 /// bf16 segments: weights are stored as bf16 copies, boundaries stay f32.

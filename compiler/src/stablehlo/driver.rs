@@ -51,10 +51,11 @@ pub fn lower_for_pjrt(g: &mut Graph, precision: Precision) -> Result<PjrtLowerin
             ops: s.nodes.iter().map(|&n| g.nodes[n].op.name().to_string()).collect(),
         })
         .collect();
+    let reasons: HashMap<NodeId, &str> = part.cpu.iter().map(|(n, r)| (*n, r.as_str())).collect();
     let cpu_fallbacks = lowered
         .cpu_instrs
         .iter()
-        .map(|&(instr, n)| CpuFallback { instr, reason: part.reason_for(n).unwrap_or("not lowered").to_string() })
+        .map(|&(instr, n)| CpuFallback { instr, reason: reasons.get(&n).copied().unwrap_or("not lowered").to_string() })
         .collect();
     Ok(PjrtLowering { plan: lowered.plan, weights: lowered.weights, accel: AccelProgram { segments, cpu_fallbacks } })
 }

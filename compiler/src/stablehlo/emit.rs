@@ -582,6 +582,10 @@ impl<'c, 'a> Emitter<'c, 'a> {
     fn lower_unary(&self, u: UnaryOp, x: &T<'c, 'a>) -> Result<T<'c, 'a>, EmitError> {
         let dt = x.dt;
         let c = |v: f64| self.scalar(v, dt);
+        if dt.is_int() && matches!(u, UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc) {
+            // Integers are already whole.
+            return Ok(x.clone());
+        }
         Ok(match u {
             UnaryOp::Neg => self.unary("negate", x)?,
             UnaryOp::Abs => self.unary("abs", x)?,
@@ -666,6 +670,20 @@ impl<'c, 'a> Emitter<'c, 'a> {
             BinaryOp::Pow => self.binary("power", x, y)?,
             BinaryOp::Max => self.binary("maximum", x, y)?,
             BinaryOp::Min => self.binary("minimum", x, y)?,
+            BinaryOp::FloorDiv | BinaryOp::Rem if x.dt.is_int() => {
+                // Python semantics from C's: where the remainder is non-zero and
+                // its sign differs from the divisor's, q - 1 and r + y.
+                let (q, r) = (self.binary("divide", x, y)?, self.binary("remainder", x, y)?);
+                let zero = self.scalar(0.0, x.dt)?;
+                let nonzero = self.compare("NE", &r, &zero)?;
+                let signs_differ = self.compare("NE", &self.compare("LT", &r, &zero)?, &self.compare("LT", y, &zero)?)?;
+                let fix = self.binary("and", &nonzero, &signs_differ)?;
+                if b == BinaryOp::FloorDiv {
+                    self.select(&fix, &self.binary("subtract", &q, &self.scalar(1.0, x.dt)?)?, &q)?
+                } else {
+                    self.select(&fix, &self.binary("add", &r, y)?, &r)?
+                }
+            }
             BinaryOp::FloorDiv => self.unary("floor", &self.binary("divide", x, y)?)?,
             BinaryOp::Rem => {
                 // Python remainder (sign of the divisor): x - y * floor(x / y).
@@ -699,8 +717,19 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let x = ins.first().cloned();
         let x0 = || x.clone().ok_or_else(|| err("missing operand"));
         let r = match &node.op {
-            Op::Unary(u) => self.lower_unary(*u, &x0()?)?,
-            Op::Binary(b) => self.lower_binary(*b, &x0()?, ins.get(1).ok_or_else(|| err("missing operand"))?)?,
+            // 16-bit floats are computed in f32 and rounded once, as PyTorch
+            // does: composite formulations (erf, gelu, asinh, …) would
+            // otherwise round after every step.
+            Op::Unary(u) => {
+                let xv = x0()?;
+                let y = self.lower_unary(*u, &self.convert(&xv, self.acc(xv.dt))?)?;
+                self.convert(&y, if y.dt == DType::Bool { DType::Bool } else { out_dt })?
+            }
+            Op::Binary(b) => {
+                let (xv, yv) = (x0()?, ins.get(1).ok_or_else(|| err("missing operand"))?);
+                let z = self.lower_binary(*b, &self.convert(&xv, self.acc(xv.dt))?, &self.convert(yv, self.acc(yv.dt))?)?;
+                self.convert(&z, out_dt)?
+            }
             Op::Where => self.select(&ins[0], &ins[1], &ins[2])?,
             Op::Cast { .. } => self.convert(&x0()?, out_dt)?,
             Op::Clamp { min, max } => {
@@ -769,6 +798,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             }
             Op::ArgMax { axis, .. } => {
                 let xv = x0()?;
+                let xv = if xv.dt == DType::Bool { self.convert(&xv, DType::U8)? } else { xv };
                 let m = self.unreduce(&self.reduce(&xv, &[*axis], ReduceKind::Max)?, &xv.shape, &[*axis])?;
                 let hit = self.compare("EQ", &xv, &m)?;
                 let iota = self.op("stablehlo.iota", &[], &xv.shape, DType::I64, &[("iota_dimension", format!("{axis} : i64"))])?;
@@ -780,6 +810,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             }
             Op::ArgMin { axis, .. } => {
                 let xv = x0()?;
+                let xv = if xv.dt == DType::Bool { self.convert(&xv, DType::U8)? } else { xv };
                 let m = self.unreduce(&self.reduce(&xv, &[*axis], ReduceKind::Min)?, &xv.shape, &[*axis])?;
                 let hit = self.compare("EQ", &xv, &m)?;
                 let iota = self.op("stablehlo.iota", &[], &xv.shape, DType::I64, &[("iota_dimension", format!("{axis} : i64"))])?;

@@ -27,15 +27,11 @@ pub struct Partition {
     pub cpu: Vec<(NodeId, String)>,
 }
 
-impl Partition {
-    pub fn reason_for(&self, n: NodeId) -> Option<&str> {
-        self.cpu.iter().find(|(m, _)| *m == n).map(|(_, r)| r.as_str())
-    }
-}
 
 /// Partitions `g.order`. `forced_cpu` holds nodes the emitter could not lower
 /// after all (with its reason); they are kept on the CPU.
 pub fn partition(g: &Graph, forced_cpu: &HashMap<NodeId, String>) -> Partition {
+    let uses = Uses::new(g);
     let mut p = Partition::default();
     let mut run: Vec<NodeId> = Vec::new();
     for &n in &g.order {
@@ -43,21 +39,45 @@ pub fn partition(g: &Graph, forced_cpu: &HashMap<NodeId, String>) -> Partition {
         match why {
             None => run.push(n),
             Some(reason) => {
-                close_run(g, &mut run, &mut p);
+                close_run(g, &uses, &mut run, &mut p);
                 p.cpu.push((n, reason));
             }
         }
     }
-    close_run(g, &mut run, &mut p);
+    close_run(g, &uses, &mut run, &mut p);
     p
 }
 
-fn close_run(g: &Graph, run: &mut Vec<NodeId>, p: &mut Partition) {
+/// Where each value is last used: a schedule position, or `usize::MAX` for
+/// graph outputs (used after everything).
+struct Uses {
+    position: HashMap<NodeId, usize>,
+    last_use: HashMap<ValueId, usize>,
+}
+
+impl Uses {
+    fn new(g: &Graph) -> Uses {
+        let mut last_use = HashMap::new();
+        let mut position = HashMap::new();
+        for (i, &n) in g.order.iter().enumerate() {
+            position.insert(n, i);
+            for &v in &g.nodes[n].inputs {
+                last_use.insert(v, i);
+            }
+        }
+        for &o in &g.outputs {
+            last_use.insert(o, usize::MAX);
+        }
+        Uses { position, last_use }
+    }
+}
+
+fn close_run(g: &Graph, uses: &Uses, run: &mut Vec<NodeId>, p: &mut Partition) {
     if run.is_empty() {
         return;
     }
     let nodes = std::mem::take(run);
-    let seg = segment_io(g, nodes);
+    let seg = segment_io(g, uses, nodes);
     if seg.results.is_empty() {
         // Dead code that DCE did not see (cannot happen after the pipeline);
         // running it on the CPU keeps the plan honest rather than dropping nodes.
@@ -69,26 +89,24 @@ fn close_run(g: &Graph, run: &mut Vec<NodeId>, p: &mut Partition) {
     p.segments.push(seg);
 }
 
-/// Computes a segment's arguments and results from its nodes.
-pub fn segment_io(g: &Graph, nodes: Vec<NodeId>) -> Segment {
+/// A segment's arguments and results. The nodes are contiguous in the
+/// schedule and every use follows its definition, so a value defined inside is
+/// a result exactly when it is used after the segment's last node (or is a
+/// graph output).
+fn segment_io(g: &Graph, uses: &Uses, nodes: Vec<NodeId>) -> Segment {
     let inside: HashSet<NodeId> = nodes.iter().copied().collect();
     let defined_inside = |v: ValueId| matches!(g.values[v].def, ValueDef::Node { node, .. } if inside.contains(&node));
-    let mut args = Vec::new();
+    let end = nodes.last().and_then(|n| uses.position.get(n)).copied().unwrap_or(0);
+    let (mut args, mut results) = (Vec::new(), Vec::new());
+    let mut seen: HashSet<ValueId> = HashSet::new();
     for &n in &nodes {
         for &i in &g.nodes[n].inputs {
-            if !defined_inside(i) && !args.contains(&i) {
+            if !defined_inside(i) && seen.insert(i) {
                 args.push(i);
             }
         }
-    }
-    let mut used_outside: HashSet<ValueId> = g.outputs.iter().copied().collect();
-    for &n in g.order.iter().filter(|n| !inside.contains(n)) {
-        used_outside.extend(g.nodes[n].inputs.iter().copied());
-    }
-    let mut results = Vec::new();
-    for &n in &nodes {
         for &o in &g.nodes[n].outputs {
-            if used_outside.contains(&o) && !results.contains(&o) {
+            if uses.last_use.get(&o).is_some_and(|&u| u > end) && seen.insert(o) {
                 results.push(o);
             }
         }
@@ -114,16 +132,17 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
             (UnaryOp::Not | UnaryOp::BitNot, Some(DType::Bool)) => None,
             (UnaryOp::BitNot, Some(d)) if d.is_int() => None,
             (UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu, Some(d)) if d.is_int() => None,
+            (UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc, Some(d)) if d.is_int() => None,
             (u, Some(d)) if d.is_float() && LOWERED_UNARY.contains(u) => None,
             _ => no(&format!("op {} on {:?}", kiln_ir::unary_name(*u), in0)),
         },
         Op::Binary(b) => match b {
-            BinaryOp::FloorDiv | BinaryOp::Rem if !in0.is_some_and(|d| d.is_float()) => {
-                no(&format!("op {} on integers (Python rounding semantics)", kiln_ir::binary_name(*b)))
+            BinaryOp::FloorDiv | BinaryOp::Rem | BinaryOp::Fmod if !in0.is_some_and(|d| d.is_float() || d.is_int()) => {
+                no(&format!("op {} on {:?}", kiln_ir::binary_name(*b), in0))
             }
             BinaryOp::Pow if !in0.is_some_and(|d| d.is_float()) => no("op pow on integers"),
             BinaryOp::Div if !in0.is_some_and(|d| d.is_float()) => no("op div on integers"),
-            BinaryOp::Atan2 | BinaryOp::Fmod if !in0.is_some_and(|d| d.is_float()) => no(&format!("op {} on integers", kiln_ir::binary_name(*b))),
+            BinaryOp::Atan2 if !in0.is_some_and(|d| d.is_float()) => no("op atan2 on integers"),
             b if LOWERED_BINARY.contains(b) => None,
             b => no(&format!("op {}", kiln_ir::binary_name(*b))),
         },
@@ -143,9 +162,7 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
             Some(DType::Bool) if matches!(kind, ReduceKind::Max | ReduceKind::Min) => None,
             _ => no(&format!("{} over {:?}", node.op.name(), in0)),
         },
-        Op::ArgMax { .. } => {
-            if in0.is_some_and(|d| d.is_float() || d.is_int()) { None } else { no("argmax over bool") }
-        }
+        Op::ArgMax { .. } | Op::ArgMin { .. } => None,
         Op::Pool { stride, dilation, .. } => {
             let ok = stride.iter().all(|&s| s > 0) && dilation.iter().all(|&d| d > 0) && in0.is_some_and(|d| d.is_float());
             if ok { None } else { no("pooling with these parameters") }
@@ -166,11 +183,8 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
             Some(d) if d.is_int() => None,
             _ => no("gather with non-integer indices"),
         },
-        Op::ArgMin { .. } => {
-            if in0.is_some_and(|d| d.is_float() || d.is_int()) { None } else { no("argmin over bool") }
-        }
         Op::CumSum { .. } => {
-            if in0.is_some_and(|d| d.is_float()) { None } else { no("cumsum on integers") }
+            if in0.is_some_and(|d| d.is_float() || d.is_int()) { None } else { no("cumsum on bool") }
         }
         Op::Flip { .. } => None,
         Op::Pad { mode: kiln_ir::PadMode::Constant, interior, .. } if interior.iter().all(|&i| i >= 0) => None,
