@@ -1,6 +1,6 @@
 //! The compile driver: `.pt2` → IR → passes → memory plan → `.kiln`.
 
-use crate::import::{import_pt2, ImportError};
+use crate::import::{import_pt2_with, ImportError, ImportOptions};
 use crate::lower::{lower_to_plan, LowerError};
 use kiln_ir::Graph;
 use kiln_passes::{check_plan, default_pipeline, plan_memory, run_pipeline, MemoryOptions, Options, Pass, PassError, Report, Target};
@@ -39,11 +39,21 @@ pub struct CompileOptions {
     pub target: Target,
     /// Run the IR verifier after every pass (always on in tests).
     pub verify_each: bool,
+    /// How the `.pt2` is imported: lowerings of custom ops
+    /// ([`crate::import::custom`]).
+    pub import: ImportOptions,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { target: Target::Cpu, verify_each: true }
+        CompileOptions { target: Target::Cpu, verify_each: true, import: ImportOptions::default() }
+    }
+}
+
+impl CompileOptions {
+    /// These options with `import` as the import options (custom-op lowerings).
+    pub fn with_import(self, import: ImportOptions) -> CompileOptions {
+        CompileOptions { import, ..self }
     }
 }
 
@@ -152,7 +162,7 @@ pub fn compile_file_for(input: &Path, output: &Path, opts: &CompileOptions, back
     if matches!(backend, Backend::Pjrt { .. }) && !cfg!(feature = "mlir") {
         return Err(CompileError::NoMlir);
     }
-    let imported = import_pt2(input)?;
+    let imported = import_pt2_with(input, &opts.import)?;
     let target = match backend {
         Backend::Cpu => target_name(opts.target).to_string(),
         Backend::Pjrt { precision: crate::stablehlo::Precision::F32 } => "pjrt".to_string(),

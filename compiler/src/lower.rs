@@ -195,6 +195,21 @@ fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId]) -> Result<Kernel, String> 
             spatial: size.len() as u32,
             scales: scales.clone(),
         },
+        Op::Random { dist, stream, .. } => Kernel::Random {
+            dist: match *dist {
+                ir::RandomDist::Uniform { low, high } => kiln_runtime::format::RandomDist::Uniform { low, high },
+                ir::RandomDist::Normal { mean, std } => kiln_runtime::format::RandomDist::Normal { mean, std },
+                ir::RandomDist::Int { low, high } => kiln_runtime::format::RandomDist::Int { low, high },
+                ir::RandomDist::Perm => kiln_runtime::format::RandomDist::Perm,
+            },
+            stream: *stream,
+        },
+        Op::GatherElements { axis } => Kernel::GatherElements { axis: *axis as u32 },
+        Op::ScatterElements { axis, reduce, include_self } => {
+            Kernel::ScatterElements { axis: *axis as u32, reduce: reduce.map(reduce_kind), include_self: *include_self }
+        }
+        Op::IndexGather { axis } => Kernel::IndexGather { axis: *axis as u32 },
+        Op::IndexPut { axis, accumulate } => Kernel::IndexPut { axis: *axis as u32, accumulate: *accumulate },
     })
 }
 

@@ -135,7 +135,7 @@ fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str) -> Cl
         name => (Target::from_name(name).ok_or_else(|| format!("unknown target `{name}` (known: cpu, primitive, pjrt)"))?, Backend::Cpu),
     };
     let started = Instant::now();
-    let opts = CompileOptions { target, verify_each: false };
+    let opts = CompileOptions { target, verify_each: false, ..CompileOptions::default() };
     let s = compile_file_for(model, output, &opts, backend).map_err(|e| match e {
         CompileError::NoMlir => e.to_string(),
         e => format!("{}: {e}", model.display()),

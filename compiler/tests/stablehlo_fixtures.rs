@@ -91,3 +91,30 @@ macro_rules! fixture_tests {
 }
 
 fixture_tests!(mlp, cnn, transformer, transformer_mask, dynamic_mlp, transformer_dynseq);
+
+/// The real-model fixtures (`tests/fixtures/models/`, made by
+/// `generate_models.py`): torchvision ResNet-18 and MobileNetV2, Hugging Face
+/// BERT and Llama, shrunk, in both IR flavours.
+mod models {
+    use kiln_compiler::stablehlo::Precision;
+
+    macro_rules! model_tests {
+        ($($name:ident),*) => {
+            $(
+                mod $name {
+                    use super::Precision;
+                    #[test]
+                    fn training_ir() {
+                        super::super::check(concat!("models/", stringify!($name)), "training", Precision::F32);
+                    }
+                    #[test]
+                    fn core_aten() {
+                        super::super::check(concat!("models/", stringify!($name)), "aten", Precision::F32);
+                    }
+                }
+            )*
+        };
+    }
+
+    model_tests!(resnet18, mobilenet_v2, bert, llama);
+}

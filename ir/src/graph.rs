@@ -81,9 +81,11 @@ impl Location {
     pub fn python_line(&self) -> Option<String> {
         let trace = self.stack_trace.as_deref()?;
         let frames: Vec<(&str, &str)> = trace.lines().filter_map(parse_frame).collect();
+        // torch's own frames, and code it generated (`<eval_with_key>.5`,
+        // the wrappers of higher-order ops), are not the user's line.
         let in_torch = |file: &str| {
             let f = file.replace('\\', "/");
-            ["site-packages/torch/", "dist-packages/torch/"].iter().any(|p| f.contains(p))
+            f.starts_with('<') || ["site-packages/torch/", "dist-packages/torch/"].iter().any(|p| f.contains(p))
         };
         let (file, line) = frames.iter().rev().find(|(f, _)| !in_torch(f)).or(frames.last())?;
         Some(if line.is_empty() { file.to_string() } else { format!("{file}:{line}") })
@@ -301,5 +303,8 @@ mod location_tests {
         let loc = Location { node_name: "conv".into(), stack_trace: Some(only_torch.into()) };
         assert_eq!(loc.python_line().as_deref(), Some("/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py:565"));
         assert_eq!(Location::default().python_line(), None);
+        let generated = "File \"/home/me/model.py\", line 7, in forward\n    a = torch.cond(p, f, g, (x,))\n  File \"<eval_with_key>.5\", line 12, in forward\n";
+        let loc = Location { node_name: "cond".into(), stack_trace: Some(generated.into()) };
+        assert_eq!(loc.python_line().as_deref(), Some("/home/me/model.py:7"));
     }
 }

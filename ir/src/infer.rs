@@ -420,6 +420,17 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
         }
         Op::Full { dtype, shape, .. } => Ok(TensorType::new(*dtype, shape.clone())),
         Op::Arange { len, dtype, .. } => Ok(TensorType::new(*dtype, vec![len.clone()])),
+        Op::Random { dist, dtype, shape, .. } => {
+            let ok = match dist {
+                crate::RandomDist::Uniform { .. } | crate::RandomDist::Normal { .. } => dtype.is_float(),
+                crate::RandomDist::Int { .. } => *dtype != DType::Bool,
+                crate::RandomDist::Perm => dtype.is_int() && shape.len() == 1,
+            };
+            if !ok {
+                return Err(format!("{}: cannot produce {} with {} dims", op.name(), dtype, shape.len()));
+            }
+            Ok(TensorType::new(*dtype, shape.clone()))
+        }
         Op::CumSum { axis } => {
             axis_ok(*axis, ins[0].rank())?;
             Ok(ins[0].clone())
@@ -471,7 +482,81 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             shape.extend(size.iter().cloned());
             Ok(TensorType::new(x.dtype, shape))
         }
+        Op::GatherElements { axis } => {
+            let (data, index) = (ins[0], ins[1]);
+            axis_ok(*axis, data.rank())?;
+            elements_index("gather_elements", data, index, data, Some(*axis))?;
+            Ok(TensorType::new(data.dtype, index.shape.clone()))
+        }
+        Op::ScatterElements { axis, .. } => {
+            let (data, index, src) = (ins[0], ins[1], ins[2]);
+            axis_ok(*axis, data.rank())?;
+            same_dtype("scatter_elements", data, src)?;
+            elements_index("scatter_elements", data, index, data, Some(*axis))?;
+            elements_index("scatter_elements", data, index, src, None)?;
+            Ok(data.clone())
+        }
+        Op::IndexGather { axis } => index_gather(symbols, *axis, ins[0], &ins[1..]),
+        Op::IndexPut { axis, .. } => {
+            let (data, values) = (ins[0], ins[1]);
+            same_dtype("index_put", data, values)?;
+            let want = index_gather(symbols, *axis, data, &ins[2..])?;
+            if values.rank() != want.rank() {
+                return Err(format!("index_put: values of rank {}, the indexed positions have rank {}", values.rank(), want.rank()));
+            }
+            for (a, b) in values.shape.iter().zip(&want.shape) {
+                must_match("index_put values", a, b, symbols)?;
+            }
+            Ok(data.clone())
+        }
     }
+}
+
+/// Shared by the element-wise gather and scatter ops: `index` is an integer
+/// tensor of `data`'s rank, no larger than `bound` on any axis (`data` off
+/// `axis` when `skip_axis`).
+fn elements_index(what: &str, data: &TensorType, index: &TensorType, bound: &TensorType, skip_axis: Option<usize>) -> Result<(), String> {
+    if !index.dtype.is_int() {
+        return Err(format!("{what}: index must be integers, got {}", index.dtype));
+    }
+    if index.rank() != data.rank() || bound.rank() != data.rank() {
+        return Err(format!("{what}: index rank {} differs from rank {}", index.rank(), bound.rank()));
+    }
+    for (d, (i, b)) in index.shape.iter().zip(&bound.shape).enumerate() {
+        if Some(d) == skip_axis {
+            continue;
+        }
+        if let (Some(i), Some(b)) = (i.as_const(), b.as_const()) {
+            if i > b {
+                return Err(format!("{what}: index dimension {d} is {i}, larger than {b}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The result of [`Op::IndexGather`]: `data.shape[..axis] ++ B ++ data.shape[axis+k..]`.
+fn index_gather(symbols: &PrimaryMap<SymbolId, Symbol>, axis: usize, data: &TensorType, indices: &[&TensorType]) -> Result<TensorType, String> {
+    let k = indices.len();
+    if axis + k > data.rank() {
+        return Err(format!("{k} index tensors from axis {axis} exceed rank {}", data.rank()));
+    }
+    let first = indices[0];
+    for t in indices {
+        if !t.dtype.is_int() {
+            return Err(format!("index tensors must be integers, got {}", t.dtype));
+        }
+        if t.rank() != first.rank() {
+            return Err(format!("index tensors of rank {} and {} (broadcast them first)", first.rank(), t.rank()));
+        }
+        for (a, b) in first.shape.iter().zip(&t.shape) {
+            must_match("index tensor shapes", a, b, symbols)?;
+        }
+    }
+    let mut shape = data.shape[..axis].to_vec();
+    shape.extend(first.shape.iter().cloned());
+    shape.extend(data.shape[axis + k..].iter().cloned());
+    Ok(TensorType::new(data.dtype, shape))
 }
 
 pub(crate) fn check_permutation(perm: &[usize], rank: usize) -> Result<(), String> {

@@ -179,6 +179,44 @@ pub enum Op {
     /// `scales` entry > 0 is the user's scale factor, which torch uses instead
     /// of `in/out` to map output positions back (when not `align_corners`).
     Upsample { mode: UpsampleMode, align_corners: bool, size: Vec<Dim>, scales: Vec<f64> },
+    /// `torch.gather`: `(data, index: i64) -> out` of `index`'s shape with
+    /// `out[p] = data[p with p[axis] = index[p]]`; `index` has `data`'s rank
+    /// and fits inside it on every other axis.
+    GatherElements { axis: usize },
+    /// `torch.scatter` / `scatter_add` / `scatter_reduce`: `(data, index: i64,
+    /// src) -> data` with `src[p]` written to (or, with `reduce`, combined
+    /// into) position `p with p[axis] = index[p]`, for every `p` in `index`'s
+    /// shape (which fits inside `src`, and inside `data` off `axis`). Without
+    /// `include_self`, positions that receive anything start from the first
+    /// value received instead of `data`'s.
+    ScatterElements { axis: usize, reduce: Option<ReduceKind>, include_self: bool },
+    /// Advanced indexing (`x[i0, i1, ..]`): `(data, idx_0, .., idx_k-1)`, the
+    /// indices i64 of one common shape `B`, index axes `axis..axis+k`; the
+    /// result is `data.shape[..axis] ++ B ++ data.shape[axis+k..]`.
+    IndexGather { axis: usize },
+    /// `index_put`: `(data, values, idx_0, .., idx_k-1)` → `data` with `values`
+    /// (shaped like [`Op::IndexGather`]'s result) written to, or with
+    /// `accumulate` added to, the indexed positions.
+    IndexPut { axis: usize, accumulate: bool },
+    /// A tensor of `shape` drawn from `dist` by the runtime's seeded
+    /// counter-based generator. `stream` (unique per random op of a program,
+    /// assigned at import) keeps two random ops from drawing the same numbers;
+    /// the session's seed and call count make each run draw new ones. Never
+    /// folded, merged or evaluated at compile time.
+    Random { dist: RandomDist, dtype: DType, shape: Vec<Dim>, stream: u32 },
+}
+
+/// The distribution of an [`Op::Random`].
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum RandomDist {
+    /// Uniform on `[low, high)` (floats).
+    Uniform { low: f64, high: f64 },
+    /// Normal with `mean` and standard deviation `std` (floats).
+    Normal { mean: f64, std: f64 },
+    /// Uniform integers on `[low, high)`.
+    Int { low: i64, high: i64 },
+    /// A random permutation of `0..n` (`shape` is `[n]`), as torch's `randperm`.
+    Perm,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -242,6 +280,14 @@ impl Op {
             Op::Flip { .. } => "flip",
             Op::Upsample { mode: UpsampleMode::Nearest, .. } => "upsample_nearest",
             Op::Upsample { mode: UpsampleMode::Linear, .. } => "upsample_linear",
+            Op::GatherElements { .. } => "gather_elements",
+            Op::ScatterElements { .. } => "scatter_elements",
+            Op::IndexGather { .. } => "index_gather",
+            Op::IndexPut { .. } => "index_put",
+            Op::Random { dist: RandomDist::Uniform { .. }, .. } => "random_uniform",
+            Op::Random { dist: RandomDist::Normal { .. }, .. } => "random_normal",
+            Op::Random { dist: RandomDist::Int { .. }, .. } => "random_int",
+            Op::Random { dist: RandomDist::Perm, .. } => "random_perm",
         }
     }
 
@@ -260,8 +306,12 @@ impl Op {
             Op::Reshape { .. } | Op::Expand { .. } | Op::Permute { .. } | Op::Slice { .. } => (1, 1),
             Op::Concat { .. } => (1, usize::MAX),
             Op::Gather { .. } => (2, 2),
-            Op::Full { .. } | Op::Arange { .. } => (0, 0),
+            Op::Full { .. } | Op::Arange { .. } | Op::Random { .. } => (0, 0),
             Op::CumSum { .. } | Op::ArgMin { .. } | Op::Sort { .. } | Op::Pad { .. } | Op::Flip { .. } | Op::Upsample { .. } => (1, 1),
+            Op::GatherElements { .. } => (2, 2),
+            Op::ScatterElements { .. } => (3, 3),
+            Op::IndexGather { .. } => (2, usize::MAX),
+            Op::IndexPut { .. } => (3, usize::MAX),
         }
     }
 

@@ -20,7 +20,8 @@
 //!    gather, layer_norm's `normalized_rank <= rank`); `perm` is a permutation of
 //!    `0..rank`; conv/pool strides, kernels, dilations and groups `>= 1`,
 //!    paddings `>= 0`, per-spatial-dim lists of equal length; slice step `>= 1`;
-//!    adaptive pool sizes `>= 1`.
+//!    adaptive pool sizes `>= 1`; gather_elements/scatter_elements axis `< rank`;
+//!    index_gather/index_put `axis + index count <= rank`.
 //! 8. **Types**: each live node's result types equal [`crate::infer::infer_types`]
 //!    of its operands: same count, dtypes exactly, ranks exactly, and dims not
 //!    provably different ([`crate::infer::dims_equal`]; undecidable symbolic
@@ -261,6 +262,13 @@ impl Verifier<'_> {
                 axis(e, "axis", *a)
             }
             Op::ArgMax { axis: a, .. } | Op::ArgMin { axis: a, .. } | Op::CumSum { axis: a } => axis(e, "axis", *a),
+            Op::GatherElements { axis: a } | Op::ScatterElements { axis: a, .. } => axis(e, "axis", *a),
+            Op::IndexGather { axis: a } | Op::IndexPut { axis: a, .. } => {
+                let k = tys.len().saturating_sub(if matches!(op, Op::IndexPut { .. }) { 2 } else { 1 });
+                if let Some(r) = rank.filter(|&r| a + k > r) {
+                    e.push(format!("{what}: {k} index tensors from axis {a} exceed rank {r}"));
+                }
+            }
             Op::Sort { axis: a, k, .. } => {
                 axis(e, "axis", *a);
                 self.check_dim_symbols(what, &k.clone());
@@ -322,7 +330,7 @@ impl Verifier<'_> {
                 }
             }
             Op::AdaptiveAvgPool { output } => at_least(e, "output size", output, 1),
-            Op::Reshape { shape } | Op::Expand { shape } | Op::Full { shape, .. } => {
+            Op::Reshape { shape } | Op::Expand { shape } | Op::Full { shape, .. } | Op::Random { shape, .. } => {
                 for d in shape.clone() {
                     self.check_dim_symbols(what, &d);
                 }

@@ -84,6 +84,12 @@ fn every_op_graph() -> Graph {
     g.push(Op::Slice { axis: 1, start: -3, end: i64::MIN, step: 2 }, vec![x], xt.clone(), None);
     g.push(Op::Concat { axis: 0 }, vec![x, x, x], t(vec![Dim::mul(bd.clone(), 3.into()), 16.into()]), None);
     g.push(Op::Gather { axis: 0 }, vec![x, idx], t(vec![sd.clone(), 16.into()]), None);
+    g.push(Op::GatherElements { axis: 1 }, vec![x, idx], t(vec![sd.clone()]), None);
+    for (reduce, include_self) in [(None, true), (Some(kiln_ir::ReduceKind::Mean), false), (Some(kiln_ir::ReduceKind::Max), true)] {
+        g.push(Op::ScatterElements { axis: 0, reduce, include_self }, vec![x, idx, x], xt.clone(), None);
+    }
+    g.push(Op::IndexGather { axis: 0 }, vec![x, idx, idx], t(vec![sd.clone()]), None);
+    g.push(Op::IndexPut { axis: 0, accumulate: true }, vec![x, x, idx], xt.clone(), None);
     g.push(Op::Full { value: f64::NEG_INFINITY, dtype: DType::F32, shape: vec![bd.clone(), 4.into()] }, vec![], t(vec![bd.clone(), 4.into()]), None);
     g.push(Op::Full { value: 0.1, dtype: DType::Bool, shape: vec![] }, vec![], TensorType::new(DType::Bool, vec![]), None);
     let ar = Op::Arange { start: 0.0, step: 1.5, len: sd.clone(), dtype: DType::I64 };
@@ -118,6 +124,8 @@ fn every_op_round_trips() {
         "cast{to=f16}",
         "clamp{min=0.0, max=6.0}",
         "clamp{max=-0.0}",
+        "scatter_elements{axis=0, reduce=mean, include_self=false}",
+        "index_put{axis=0, accumulate=true}",
         "= clamp(%0)",
         "reduce_mean{axes=[1], keep_dims=true}",
         "full{value=-inf, dtype=f32, shape=[batch, 4]}",
@@ -319,6 +327,17 @@ fn conformance_ops_round_trip() {
     let y = g.add_input("y", TensorType::new(DType::F32, vec![Dim::Const(3)]));
     let b = g.push(Op::Binary(BinaryOp::Atan2), vec![y, y], TensorType::new(DType::F32, vec![Dim::Const(3)]), None);
     g.add_output("atan2", b);
+    let randoms = [
+        Op::Random { dist: RandomDist::Uniform { low: -2.0, high: 3.0 }, dtype: DType::F32, shape: vec![Dim::Sym(s), Dim::Const(4)], stream: 0 },
+        Op::Random { dist: RandomDist::Normal { mean: 1.0, std: 0.5 }, dtype: DType::F64, shape: vec![], stream: 1 },
+        Op::Random { dist: RandomDist::Int { low: -3, high: 10 }, dtype: DType::I64, shape: vec![Dim::Const(7)], stream: 2 },
+        Op::Random { dist: RandomDist::Perm, dtype: DType::I32, shape: vec![Dim::Sym(s)], stream: 3 },
+    ];
+    for op in randoms {
+        let tys = kiln_ir::infer::infer_types(&g.symbols, &op, &[]).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        let v = g.push(op, vec![], tys[0].clone(), None);
+        g.add_output(format!("r{}", g.outputs.len()), v);
+    }
     let text = round_trip(&g);
     assert!(text.contains("pad{lo=[0, 0, 1, -1], hi=[0, 0, 2, 0], interior=[0, 0, 1, 0], mode=constant, value=-0.5}"), "{text}");
     assert!(text.contains("f32[2, n, 6, 6] = pad"), "padded shape: {text}");

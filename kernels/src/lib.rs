@@ -31,3 +31,5 @@ pub use generic::reduce::{argmax, argmin, cumsum, reduce};
 pub use generic::sort::sort;
 pub use generic::pad::{flip, pad, PadMode, PadParams};
 pub use generic::resize::{resize, ResizeMode, ResizeParams};
+pub use generic::scatter::{gather_elements, index_gather, index_put, scatter_elements};
+pub use generic::random::{random, RandomDist, RandomKey};

@@ -69,7 +69,7 @@ fn dim_well_formed(g: &Graph, d: &Dim) -> Result<(), String> {
 pub(crate) fn op_dims(op: &kiln_ir::Op) -> Vec<&Dim> {
     use kiln_ir::Op;
     match op {
-        Op::Reshape { shape } | Op::Expand { shape } | Op::Full { shape, .. } => shape.iter().collect(),
+        Op::Reshape { shape } | Op::Expand { shape } | Op::Full { shape, .. } | Op::Random { shape, .. } => shape.iter().collect(),
         Op::Arange { len, .. } => vec![len],
         _ => Vec::new(),
     }

@@ -88,7 +88,9 @@ pub(crate) fn simplify_shapes(g: &mut Graph) -> Changed {
     }
     for &n in &g.order {
         changed |= match &mut g.nodes[n].op {
-            Op::Reshape { shape } | Op::Expand { shape } | Op::Full { shape, .. } => simplify_all(shape, symbols),
+            Op::Reshape { shape } | Op::Expand { shape } | Op::Full { shape, .. } | Op::Random { shape, .. } => {
+                simplify_all(shape, symbols)
+            }
             Op::Arange { len, .. } => simplify_all(std::slice::from_mut(len), symbols),
             _ => false,
         };

@@ -68,6 +68,11 @@ pub struct SessionOptions {
     /// client option); not sent when `None`.
     pub pjrt_cpu_device_count: Option<u32>,
     pub cache: ExecutableCache,
+    /// Seed of the generator behind random ops (`rand`, `randn`, dropout in
+    /// training mode, ...). Fixed (0) by default so that runs are
+    /// reproducible; every run of a session draws new numbers, and two
+    /// sessions with the same seed draw the same sequence.
+    pub seed: u64,
 }
 
 impl SessionOptions {

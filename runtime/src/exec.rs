@@ -74,6 +74,18 @@ pub(crate) fn dispatch(kernel: &Kernel, ins: &[TensorRef<'_>], out: TensorMut<'_
             let params = k::ResizeParams { mode: *mode, align_corners: *align_corners, spatial: *spatial as usize, scales };
             k::resize(ins[0], &params, out)
         }
+        Kernel::GatherElements { axis } => k::gather_elements(ins[0], ins[1], *axis as usize, out),
+        Kernel::ScatterElements { axis, reduce, include_self } => {
+            k::scatter_elements(ins[0], ins[1], ins[2], *axis as usize, *reduce, *include_self, out, scratch)
+        }
+        Kernel::IndexGather { axis } => k::index_gather(ins[0], &ins[1..], *axis as usize, out, scratch),
+        Kernel::IndexPut { axis, accumulate } => k::index_put(ins[0], ins[1], &ins[2..], *axis as usize, *accumulate, out, scratch),
+        // The session runs random instructions itself: they need its seed
+        // and call count, which no other kernel sees.
+        Kernel::Random { .. } => Err(kiln_kernels::KernelError::Shape {
+            kernel: "random",
+            detail: "random instruction reached the stateless dispatcher".into(),
+        }),
         // Accelerator calls never reach the CPU dispatcher: the session runs
         // them (and a session without a PJRT device refuses such plans at start).
         Kernel::Accel { .. } => Err(kiln_kernels::KernelError::Shape {

@@ -58,6 +58,10 @@ pub struct Session {
     profile: Option<Vec<std::time::Duration>>,
     /// Runs `Kernel::Accel` instructions; present iff the device is not the CPU.
     accel: AccelDelegate,
+    /// Generator seed and the number of runs since it was set: together the
+    /// position of this run's random numbers (see `kiln_kernels::random`).
+    seed: u64,
+    calls: u64,
 }
 
 #[cfg(feature = "pjrt")]
@@ -130,11 +134,20 @@ impl Session {
             accel,
             arena,
             program,
+            seed: options.seed,
+            calls: 0,
         })
     }
 
     pub fn program(&self) -> &Arc<Program> {
         &self.program
+    }
+
+    /// Restarts the random-number sequence from `seed`: the next runs draw
+    /// exactly what a new session with [`SessionOptions::seed`] = `seed` would.
+    pub fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
+        self.calls = 0;
     }
 
     /// The accelerator delegate's plugin, device and compile/cache counts;
@@ -167,7 +180,11 @@ impl Session {
     pub fn run(&mut self, inputs: &[TensorView<'_>]) -> Result<Outputs<'_>> {
         self.bind(inputs)?;
         self.copy_inputs(inputs);
-        self.execute()?;
+        let executed = self.execute();
+        // A failed run still advances the sequence: a retry draws new numbers
+        // rather than silently repeating a partial run's.
+        self.calls = self.calls.wrapping_add(1);
+        executed?;
         Ok(Outputs { session: self })
     }
 
@@ -282,7 +299,7 @@ impl Session {
     }
 
     fn execute(&mut self) -> Result<()> {
-        let Session { program, arena, shapes, shape_at, scratch, operand_buf, accel, profile, .. } = self;
+        let Session { program, arena, shapes, shape_at, scratch, operand_buf, accel, profile, seed, calls, .. } = self;
         let plan = program.plan();
         let weights = program.weights();
         let arena = arena.as_mut_slice();
@@ -341,7 +358,12 @@ impl Session {
             let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
             operands.extend(instr.inputs.iter().map(|&t| view(t)));
             let same_storage = instr.inputs.first().is_some_and(|&i| plan.tensors[i as usize].storage == decl.storage);
-            let result = dispatch(&instr.kernel, &operands, out, same_storage, scratch);
+            let result = match instr.kernel {
+                Kernel::Random { dist, stream } => {
+                    kiln_kernels::random(dist, kiln_kernels::RandomKey { seed: *seed, call: *calls, stream }, out)
+                }
+                _ => dispatch(&instr.kernel, &operands, out, same_storage, scratch),
+            };
             *operand_buf = recycle(operands);
             result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
             record(profile, index, started);

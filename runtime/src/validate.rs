@@ -12,7 +12,9 @@
 //! - inputs live in the arena; every instruction has a valid operand count,
 //!   valid tensor indices, outputs in the arena that overlap neither each other
 //!   nor any of its inputs (except a `Copy` onto its own input's storage);
-//! - kernel parameters agree with the ranks of the tensors they apply to;
+//! - kernel parameters agree with the ranks of the tensors they apply to
+//!   (element-wise gather/scatter operands share a rank; advanced indexing
+//!   has no more index tensors than axes after `axis`);
 //! - a `Kernel::Accel` instruction names an existing segment of the accel
 //!   section, its inputs/outputs are exactly that segment's args/results, it
 //!   has at least one output, its outputs lie in the arena and overlap neither
@@ -242,6 +244,18 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
     match k {
         Kernel::Softmax { axis, .. } | Kernel::ArgMax { axis } | Kernel::Slice { axis, .. } => axis_ok(*axis, in_rank)?,
         Kernel::Gather { axis } => axis_ok(*axis, in_rank)?,
+        Kernel::GatherElements { axis } | Kernel::ScatterElements { axis, .. } => {
+            axis_ok(*axis, in_rank)?;
+            if ins.iter().any(|t| rank(t) != in_rank) {
+                return Err("operands of different ranks".into());
+            }
+        }
+        Kernel::IndexGather { axis } | Kernel::IndexPut { axis, .. } => {
+            let count = ins.len() - if matches!(k, Kernel::IndexPut { .. }) { 2 } else { 1 };
+            if *axis as usize + count > in_rank {
+                return Err(format!("{count} index tensors from axis {axis} exceed rank {in_rank}"));
+            }
+        }
         Kernel::Concat { axis } => axis_ok(*axis, rank(out))?,
         Kernel::Reduce { axes, .. } => {
             for a in axes {

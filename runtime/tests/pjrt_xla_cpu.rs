@@ -161,7 +161,7 @@ fn mixed_artifact() -> Vec<u8> {
 }
 
 fn pjrt_options(path: PathBuf, cache: ExecutableCache) -> SessionOptions {
-    SessionOptions { device: Device::Pjrt(path), device_index: 2, pjrt_cpu_device_count: Some(4), cache }
+    SessionOptions { device: Device::Pjrt(path), device_index: 2, pjrt_cpu_device_count: Some(4), cache, ..SessionOptions::default() }
 }
 
 #[test]

@@ -84,6 +84,12 @@ OPS = [
     ("nn.functional.interpolate", "nearest"), ("nn.functional.interpolate", "bilinear"),
     ("nn.functional.conv_transpose1d", ""), ("nn.functional.conv_transpose2d", ""),
     ("nn.functional.avg_pool1d", ""), ("nn.functional.max_pool1d", ""), ("einsum", ""),
+    # index-driven ops (gather / scatter / advanced indexing)
+    ("gather", ""), ("scatter", ""), ("scatter_add", ""), ("scatter_reduce", "sum"), ("scatter_reduce", "prod"),
+    ("scatter_reduce", "mean"), ("scatter_reduce", "amax"), ("scatter_reduce", "amin"), ("index_put", ""),
+    ("select_scatter", ""), ("slice_scatter", ""), ("diagonal", ""), ("as_strided", ""), ("masked_scatter", ""),
+    ("nn.functional.avg_pool3d", ""), ("nn.functional.max_pool3d", ""), ("nn.functional.adaptive_avg_pool3d", ""),
+    ("nn.functional.embedding_bag", ""), ("nn.functional.fold", ""),
 ]
 
 DTYPES = {
@@ -110,6 +116,11 @@ KNOWN_UNSUPPORTED = {
     ("F.max_pool2d", "i64_0", "aten"): "max pooling indices output (return_indices=True)",
     ("einsum", "*", "training"): "aten.einsum in training IR (Core ATen's bmm/permute form works)",
     ("topk", "i64", "aten"): "order of tied values: torch's partial sort is implementation-defined",
+    ("F.max_pool3d", "f32_0", "aten"): "max pooling indices output (return_indices=True)",
+    ("F.max_pool3d", "bf16_0", "aten"): "max pooling indices output (return_indices=True)",
+    ("F.max_pool3d", "i64_0", "aten"): "max pooling indices output (return_indices=True)",
+    ("F.avg_pool3d", "f32_1", "aten"): "avg_pool3d divisor_override together with ceil_mode",
+    ("index_put", "f32_1", "*"): "boolean-mask index computed at run time with several values (data-dependent)",
 }
 
 

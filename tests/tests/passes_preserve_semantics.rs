@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 
 fn build(name: &str, flavour: &str, passes: &[Pass], target: Target) -> std::sync::Arc<Program> {
     let imported = import_pt2(&fixture_dir(name).join(format!("{flavour}.pt2"))).expect("import");
-    let opts = CompileOptions { target, verify_each: true };
+    let opts = CompileOptions { target, verify_each: true, ..CompileOptions::default() };
     let (writer, _) = compile_graph_with_passes(imported.graph, passes, &opts, Metadata::default())
         .unwrap_or_else(|e| panic!("{name}/{flavour}: {e}"));
     Program::from_bytes(&writer.to_bytes()).expect("load")

@@ -2,7 +2,8 @@
 
 use super::error::{ImportError, Problem, UnsupportedList};
 use super::ops;
-use crate::pt2::program::{Arg, InputSpec, Node, OutputSpec, SymExpr, SymIntArg, TensorMeta};
+use super::custom::ImportOptions;
+use crate::pt2::program::{Arg, InputSpec, Node, OutputSpec, SubGraph, SymExpr, SymIntArg, TensorMeta};
 use crate::pt2::weights::{self, WeightError};
 use crate::pt2::{scalar_type, sympy, Pt2File, CONSTANTS_DIR, WEIGHTS_DIR};
 use kiln_ir::{ConstBytes, DType, Dim, Graph, LocId, Location, Op, TensorType, ValueId};
@@ -46,7 +47,17 @@ impl Scalar {
 
 pub(crate) struct Importer<'p> {
     pub file: &'p Pt2File,
+    pub options: &'p ImportOptions,
     pub g: Graph,
+    /// Types of the graph being converted: the program's, or a nested graph's
+    /// (the branches of `torch.cond`) while one is converted.
+    pub(crate) tensor_values: &'p HashMap<String, TensorMeta>,
+    pub(crate) sym_int_values: &'p HashMap<String, SymExpr>,
+    /// Prefix of IR value names inside a nested graph (`true_graph_0/`), whose
+    /// names may repeat the outer graph's.
+    pub(crate) scope: String,
+    /// The next `Op::Random` stream number: unique per random op.
+    next_stream: u32,
     /// Program value name → IR value.
     env: HashMap<String, ValueId>,
     /// Program symbolic-int name → dimension expression.
@@ -67,7 +78,7 @@ pub(crate) struct Importer<'p> {
 }
 
 impl<'p> Importer<'p> {
-    pub fn new(file: &'p Pt2File) -> Importer<'p> {
+    pub fn new(file: &'p Pt2File, options: &'p ImportOptions) -> Importer<'p> {
         let mut g = Graph::new();
         for (name, min, max) in &file.program.range_constraints {
             g.add_symbol(name.clone(), *min, *max);
@@ -92,7 +103,12 @@ impl<'p> Importer<'p> {
         }
         Importer {
             file,
+            options,
             g,
+            tensor_values: &file.program.tensor_values,
+            sym_int_values: &file.program.sym_int_values,
+            scope: String::new(),
+            next_stream: 0,
             env: HashMap::new(),
             sym_env: HashMap::new(),
             poisoned: HashSet::new(),
@@ -110,29 +126,7 @@ impl<'p> Importer<'p> {
         for spec in &program.input_specs {
             self.bind_input(spec)?;
         }
-        for (i, node) in program.nodes.iter().enumerate() {
-            self.node_index = i;
-            self.loc = Some(self.g.locs.push(Location { node_name: node.name.clone(), stack_trace: node.stack_trace.clone() }));
-            if node.inputs.iter().any(|a| tensor_names(&a.arg).any(|n| self.poisoned.contains(n))) {
-                self.poison_outputs(node);
-                continue;
-            }
-            match ops::convert(&mut self, node) {
-                Ok(()) => {}
-                Err(Fail::Unsupported(reason)) => {
-                    self.problems.push(Problem {
-                        what: short_target(&node.target).to_string(),
-                        node: node.name.clone(),
-                        at: self.g.locs[self.loc.expect("set above")].python_line(),
-                        reason,
-                    });
-                    self.poison_outputs(node);
-                }
-                Err(Fail::Invalid(detail)) => {
-                    return Err(ImportError::InvalidNode { target: node.target.clone(), node: node.name.clone(), detail });
-                }
-            }
-        }
+        self.convert_nodes(&program.nodes, None)?;
         self.loc = None;
         let mut user_outputs = 0;
         for spec in &program.output_specs {
@@ -168,6 +162,125 @@ impl<'p> Importer<'p> {
         } else {
             Err(ImportError::Unsupported(UnsupportedList(self.problems)))
         }
+    }
+
+    /// Converts `nodes` in order, collecting unsupported ones. `outer` is the
+    /// location of the higher-order node whose nested graph these nodes are:
+    /// where their own stack traces point into torch's generated code
+    /// (`<eval_with_key>`), the outer node's Python line is reported instead.
+    pub(crate) fn convert_nodes(&mut self, nodes: &'p [Node], outer: Option<LocId>) -> Result<(), ImportError> {
+        for (i, node) in nodes.iter().enumerate() {
+            self.node_index = i;
+            let generated = node.stack_trace.as_deref().is_none_or(|t| t.contains("<eval_with_key>"));
+            let stack_trace = match outer {
+                Some(o) if generated => self.g.locs[o].stack_trace.clone(),
+                _ => node.stack_trace.clone(),
+            };
+            self.loc = Some(self.g.locs.push(Location { node_name: format!("{}{}", self.scope, node.name), stack_trace }));
+            if node.inputs.iter().any(|a| tensor_names(&a.arg).any(|n| self.poisoned.contains(n))) {
+                self.poison_outputs(node);
+                continue;
+            }
+            let converted = match node.target.as_str() {
+                super::control_flow::COND => super::control_flow::cond(self, node),
+                super::control_flow::WHILE_LOOP => super::control_flow::while_loop(self, node),
+                _ => ops::convert(self, node),
+            };
+            match converted {
+                Ok(()) => {}
+                Err(Fail::Unsupported(reason)) => {
+                    self.problems.push(Problem {
+                        what: short_target(&node.target).to_string(),
+                        node: format!("{}{}", self.scope, node.name),
+                        at: self.g.locs[self.loc.expect("set above")].python_line(),
+                        reason,
+                    });
+                    self.poison_outputs(node);
+                }
+                Err(Fail::Invalid(detail)) => {
+                    return Err(ImportError::InvalidNode { target: node.target.clone(), node: node.name.clone(), detail });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Converts nested graph `sub` inline with its placeholders bound to
+    /// `operands`, and returns the values of its outputs. The nested graph's
+    /// names live in their own scope (saved and restored around it); its
+    /// problems join the program's list.
+    pub(crate) fn inline_graph(&mut self, sub: &'p SubGraph, operands: &[ValueId], outer: LocId) -> R<Vec<ValueId>> {
+        if sub.inputs.len() != operands.len() {
+            return invalid(format!("`{}` takes {} inputs, {} were passed", sub.name, sub.inputs.len(), operands.len()));
+        }
+        let mut last_use = HashMap::new();
+        for (i, node) in sub.nodes.iter().enumerate() {
+            for input in &node.inputs {
+                for name in tensor_names(&input.arg) {
+                    last_use.insert(name.to_string(), i);
+                }
+            }
+        }
+        for out in &sub.outputs {
+            tensor_names(out).for_each(|n| {
+                last_use.insert(n.to_string(), usize::MAX);
+            });
+        }
+        let saved = Scope {
+            env: std::mem::take(&mut self.env),
+            sym_env: std::mem::take(&mut self.sym_env),
+            poisoned: std::mem::take(&mut self.poisoned),
+            types: std::mem::take(&mut self.types),
+            alias_of: std::mem::take(&mut self.alias_of),
+            last_use: std::mem::replace(&mut self.last_use, last_use),
+            node_index: self.node_index,
+            tensor_values: std::mem::replace(&mut self.tensor_values, &sub.tensor_values),
+            sym_int_values: std::mem::replace(&mut self.sym_int_values, &sub.sym_int_values),
+            scope: self.scope.clone(),
+        };
+        self.scope = format!("{}{}/", saved.scope, sub.name);
+        let result = self.inline_graph_body(sub, operands, outer);
+        self.env = saved.env;
+        self.sym_env = saved.sym_env;
+        self.poisoned = saved.poisoned;
+        self.types = saved.types;
+        self.alias_of = saved.alias_of;
+        self.last_use = saved.last_use;
+        self.node_index = saved.node_index;
+        self.tensor_values = saved.tensor_values;
+        self.sym_int_values = saved.sym_int_values;
+        self.scope = saved.scope;
+        self.loc = Some(outer);
+        result
+    }
+
+    fn inline_graph_body(&mut self, sub: &'p SubGraph, operands: &[ValueId], outer: LocId) -> R<Vec<ValueId>> {
+        for (input, &v) in sub.inputs.iter().zip(operands) {
+            match input {
+                Arg::Tensor(name) => self.env.insert(name.clone(), v),
+                other => return unsupported(format!("`{}` has a non-tensor input {other:?}", sub.name)),
+            };
+        }
+        let problems_before = self.problems.len();
+        self.convert_nodes(&sub.nodes, Some(outer)).map_err(|e| Fail::Invalid(format!("in `{}`: {e}", sub.name)))?;
+        let mut outputs = Vec::with_capacity(sub.outputs.len());
+        for out in &sub.outputs {
+            match out {
+                Arg::Tensor(name) if self.poisoned.contains(name) || self.problems.len() > problems_before => {
+                    return unsupported(format!("`{}` uses constructs kiln does not support (listed above)", sub.name));
+                }
+                Arg::Tensor(name) => outputs.push(self.value(name)?),
+                other => return unsupported(format!("`{}` returns a non-tensor {other:?}", sub.name)),
+            }
+        }
+        Ok(outputs)
+    }
+
+    /// A fresh `Op::Random` stream number.
+    pub fn random_stream(&mut self) -> u32 {
+        let s = self.next_stream;
+        self.next_stream = self.next_stream.wrapping_add(1);
+        s
     }
 
     /// After a node failed: binds each tensor output to a stand-in value of its
@@ -296,7 +409,7 @@ impl<'p> Importer<'p> {
         if let Some(ty) = self.types.get(name) {
             return Ok(ty.clone());
         }
-        let Some(meta) = self.file.program.tensor_values.get(name) else {
+        let Some(meta) = self.tensor_values.get(name) else {
             return invalid(format!("value `{name}` has no entry in tensor_values"));
         };
         let ty = self.meta_type(meta)?;
@@ -365,7 +478,7 @@ impl<'p> Importer<'p> {
 
     fn name_value(&mut self, name: &str, v: ValueId) {
         if self.g.values[v].name.is_none() {
-            self.g.values[v].name = Some(name.to_string());
+            self.g.values[v].name = Some(format!("{}{name}", self.scope));
         }
         self.env.insert(name.to_string(), v);
     }
@@ -459,7 +572,7 @@ impl<'p> Importer<'p> {
                 if let Some(d) = self.sym_env.get(n) {
                     return Ok(d.clone());
                 }
-                match self.file.program.sym_int_values.get(n) {
+                match self.sym_int_values.get(n) {
                     Some(e) => self.sym_expr(e),
                     None => invalid(format!("symbolic int `{n}` is used before it is defined")),
                 }
@@ -617,6 +730,20 @@ impl<'p> Importer<'p> {
         let bytes = one.repeat(len.max(0) as usize);
         self.g.add_const(None, TensorType::fixed(dtype, &[len]), ConstBytes::owned(bytes))
     }
+}
+
+/// The outer graph's naming state while a nested graph is converted.
+struct Scope<'p> {
+    env: HashMap<String, ValueId>,
+    sym_env: HashMap<String, Dim>,
+    poisoned: HashSet<String>,
+    types: HashMap<String, TensorType>,
+    alias_of: HashMap<String, String>,
+    last_use: HashMap<String, usize>,
+    node_index: usize,
+    tensor_values: &'p HashMap<String, TensorMeta>,
+    sym_int_values: &'p HashMap<String, SymExpr>,
+    scope: String,
 }
 
 /// Little-endian bytes of one element.

@@ -17,13 +17,24 @@
 //!   statistics) are not observable results.
 //! - Unsupported ops, argument values, weights and input kinds do not stop the
 //!   import at the first: all are collected into one [`ImportError::Unsupported`].
+//! - `torch.cond` is imported with both branches inline and its results
+//!   selected with `Where` (both branches execute; see `control_flow.rs`);
+//!   `while_loop` is reported as unsupported.
+//! - Random ops (`rand`, `randn`, `randint`, `randperm`, `bernoulli`, dropout
+//!   in training mode, ...) become `Op::Random`, drawn at run time from the
+//!   session's seeded generator: same distributions as torch, not same values.
+//! - Custom ops (outside ATen) are reported with the signature the call shows,
+//!   unless [`ImportOptions`] registers a lowering for them ([`custom`]).
 
+mod control_flow;
+pub mod custom;
 mod error;
 mod importer;
 mod ops;
 mod promote;
 pub mod support;
 
+pub use custom::{CustomLowering, CustomOpContext, ImportOptions};
 pub use error::{ImportError, Problem, UnsupportedList};
 pub use support::{supported_ops, OpSupport};
 
@@ -42,13 +53,23 @@ pub struct Imported {
 
 /// Reads `path` (written by `torch.export.save`, torch 2.9 – 2.15) into kiln IR.
 pub fn import_pt2(path: &Path) -> Result<Imported, ImportError> {
+    import_pt2_with(path, &ImportOptions::default())
+}
+
+/// [`import_pt2`] with options: lowerings of custom ops (see [`custom`]).
+pub fn import_pt2_with(path: &Path, options: &ImportOptions) -> Result<Imported, ImportError> {
     let file = Pt2File::open(path)?;
-    import_file(&file)
+    import_file_with(&file, options)
 }
 
 /// Imports an already opened file.
 pub fn import_file(file: &Pt2File) -> Result<Imported, ImportError> {
-    let graph = importer::Importer::new(file).run()?;
+    import_file_with(file, &ImportOptions::default())
+}
+
+/// [`import_file`] with options.
+pub fn import_file_with(file: &Pt2File, options: &ImportOptions) -> Result<Imported, ImportError> {
+    let graph = importer::Importer::new(file, options).run()?;
     let program = &file.program;
     Ok(Imported {
         graph,

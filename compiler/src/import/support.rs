@@ -48,23 +48,31 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["hardswish", "hardsigmoid", "mish", "softplus", "leaky_relu", "elu", "square"], dtypes: DT_FLOAT, note: "decomposed at import (f16/bf16 in f32)" },
     OpSupport { names: &["isnan", "isinf"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["add", "sub", "rsub", "mul", "div", "remainder", "floor_divide", "pow", "maximum", "minimum", "fmod", "atan2", "arctan2"], dtypes: DT_NUMERIC, note: "torch type promotion; integer div by zero is a run-time error" },
-    OpSupport { names: &["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "__and__", "__or__", "__xor__"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["where.self", "masked_fill"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["mean", "sum", "amax", "amin", "prod", "any"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["max.dim", "min.dim", "argmax", "argmin"], dtypes: DT_NUMERIC, note: "" },
     OpSupport { names: &["cumsum"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["diff"], dtypes: DT_ALL, note: "static length along `dim`" },
     OpSupport { names: &["sort", "topk"], dtypes: DT_NUMERIC, note: "stable; topk tie order may differ from torch's" },
     OpSupport { names: &["var", "std"], dtypes: DT_FLOAT, note: "computed in f64; static reduced dims" },
     OpSupport { names: &["view", "_unsafe_view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "view_as", "reshape_as", "expand", "expand_as", "t", "transpose", "permute", "numpy_T"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["alias", "clone", "contiguous", "detach", "lift_fresh_copy", "_to_copy", "to", "type_as", "copy"], dtypes: DT_ALL, note: "" },
-    OpSupport { names: &["dropout", "feature_dropout", "alpha_dropout", "native_dropout"], dtypes: DT_ALL, note: "inference only (train=False or p=0)" },
+    OpSupport { names: &["dropout", "feature_dropout", "alpha_dropout", "native_dropout"], dtypes: DT_ALL, note: "dropout/native_dropout in training mode on floats draw from the session's generator (distribution-tested); feature/alpha dropout inference only" },
     OpSupport { names: &["slice", "select", "narrow", "cat", "concat", "concatenate", "split", "split_with_sizes", "chunk", "unbind", "tensor_split"], dtypes: DT_ALL, note: "" },
-    OpSupport { names: &["embedding", "index_select", "index.Tensor"], dtypes: DT_ALL, note: "index.Tensor: one index tensor, no boolean masks" },
+    OpSupport { names: &["embedding", "index_select", "index.Tensor", "_unsafe_index.Tensor"], dtypes: DT_ALL, note: "index.Tensor: several index tensors (broadcast, None slots); boolean masks only as constants" },
     OpSupport { names: &["arange", "full", "zeros", "ones", "empty", "empty_strided", "full_like", "zeros_like", "ones_like", "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "scalar_tensor", "fill"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["repeat", "flip", "tril", "triu"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["constant_pad_nd", "pad", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d", "replication_pad3d"], dtypes: DT_ALL, note: "pad modes constant/reflect/replicate" },
     OpSupport { names: &["upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d"], dtypes: DT_NUMERIC, note: "nearest and (bi/tri)linear; not nearest-exact, bicubic, area" },
-    OpSupport { names: &["sym_size", "sym_numel"], dtypes: DT_NONE, note: "shape arithmetic" },
+    OpSupport { names: &["sym_size", "sym_numel", "sym_stride", "sym_storage_offset"], dtypes: DT_NONE, note: "shape arithmetic; strides are contiguous, storage offsets 0" },
+    OpSupport { names: &["gather", "scatter", "scatter_add", "scatter_reduce"], dtypes: DT_ALL, note: "scatter_reduce: sum/prod/mean/amax/amin, include_self; out-of-range indices are a run-time error" },
+    OpSupport { names: &["index_put", "_unsafe_index_put"], dtypes: DT_ALL, note: "accumulate or not; several index tensors; run-time boolean masks only with one value" },
+    OpSupport { names: &["select_scatter", "slice_scatter", "masked_scatter"], dtypes: DT_ALL, note: "masked_scatter: source must not be empty" },
+    OpSupport { names: &["diagonal", "as_strided", "col2im"], dtypes: DT_ALL, note: "static shapes (index constants computed at import)" },
+    OpSupport { names: &["embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"], dtypes: DT_FLOAT, note: "sum/mean/max with offsets; outputs 1..3 must be unused" },
+    OpSupport { names: &["avg_pool3d", "max_pool3d", "max_pool3d_with_indices", "adaptive_avg_pool3d", "_adaptive_avg_pool3d"], dtypes: DT_FLOAT, note: "indices output must be unused; no divisor_override" },
+    OpSupport { names: &["rand", "rand_like", "randn", "randn_like", "uniform", "normal", "normal_functional", "bernoulli", "randint", "randint_like", "randperm"], dtypes: DT_NUMERIC, note: "seeded counter-based generator (Philox4x32) per session: torch's distributions, not its values (distribution-tested); floats only except randint/randperm" },
 ];
 
 /// Core ATen overloads of torch 2.15 (`torch.Tag.core`).
@@ -270,8 +278,6 @@ pub fn core_aten_status(overload: &str) -> Option<&'static str> {
     }
     Some(if name.ends_with("_backward") {
         "excluded: gradients are meaningless for inference"
-    } else if matches!(name, "rand" | "randn" | "randperm") {
-        "random generation is not implemented yet"
     } else if name == "_native_batch_norm_legit" {
         "batch statistics (training mode) are not supported"
     } else if matches!(name, "nonzero" | "_local_scalar_dense") {
@@ -297,5 +303,12 @@ pub fn render_markdown() -> String {
     for (o, why) in missing {
         s.push_str(&format!("| {o} | {why} |\n"));
     }
+    s.push_str(
+        "\n## Beyond ATen\n\n\
+| target | status |\n|---|---|\n\
+| higher_order.cond | both branches are compiled and **both execute**; `Where` on the predicate selects each output (branches must agree on dtype and shape) |\n\
+| higher_order.while_loop | not supported: kiln's plans have no loops (compile-time error with the Python line) |\n\
+| custom ops (`mylib::op`, registered with `torch.library`) | compile-time error with the call's signature and Python line, unless a lowering is registered in Rust with `ImportOptions::with_custom_op` |\n",
+    );
     s
 }

@@ -32,7 +32,7 @@ pub enum SymExpr {
     Expr { expr: String, hint: Option<i64> },
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TensorMeta {
     /// Torch's serialized ScalarType number (see [`super::scalar_type`]).
     pub dtype: i64,
@@ -43,7 +43,7 @@ pub struct TensorMeta {
     pub path: String,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Node {
     pub target: String,
     pub inputs: Vec<NamedArg>,
@@ -54,7 +54,7 @@ pub struct Node {
     pub path: String,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NamedArg {
     pub name: String,
     pub arg: Arg,
@@ -90,8 +90,25 @@ pub enum Arg {
     MemoryFormat(i64),
     Layout(i64),
     Device(String),
-    /// Anything else (`as_graph`, `as_custom_obj`, `as_complex`, ...), by tag.
+    /// A nested graph (`as_graph`): the branches of `torch.cond`, the body of
+    /// `while_loop`, ...
+    Graph(Box<SubGraph>),
+    /// Anything else (`as_custom_obj`, `as_complex`, ...), by tag.
     Other(String),
+}
+
+/// A graph argument of a higher-order op. Its value names form their own
+/// namespace (they may repeat the outer graph's), with their own types.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SubGraph {
+    /// The submodule's name (`true_graph_0`).
+    pub name: String,
+    /// Placeholders, in the order the higher-order op passes its operands.
+    pub inputs: Vec<Arg>,
+    pub outputs: Vec<Arg>,
+    pub nodes: Vec<Node>,
+    pub tensor_values: HashMap<String, TensorMeta>,
+    pub sym_int_values: HashMap<String, SymExpr>,
 }
 
 #[derive(Clone, Debug)]
@@ -284,7 +301,31 @@ pub fn parse_arg(j: J<'_>) -> Result<Arg, JsonError> {
             "as_memory_format" => Arg::MemoryFormat(v.i64()?),
             "as_layout" => Arg::Layout(v.i64()?),
             "as_device" => Arg::Device(v.opt_str("type")?.unwrap_or_default()),
+            "as_graph" => Arg::Graph(Box::new(parse_sub_graph(v)?)),
             other => Arg::Other(other.to_string()),
+        })
+    })
+}
+
+/// `{"name": "true_graph_0", "graph": {inputs, outputs, nodes, tensor_values, ...}}`.
+fn parse_sub_graph(j: J<'_>) -> Result<SubGraph, JsonError> {
+    let name = j.opt_str("name")?.unwrap_or_default();
+    j.with("graph", |g| {
+        Ok(SubGraph {
+            name,
+            inputs: g.with_opt("inputs", |l| l.list(parse_arg))?.unwrap_or_default(),
+            outputs: g.with_opt("outputs", |l| l.list(parse_arg))?.unwrap_or_default(),
+            nodes: g.with_opt("nodes", |n| n.list(parse_node))?.unwrap_or_default(),
+            tensor_values: g
+                .with_opt("tensor_values", |t| t.entries(|k, m| Ok((k.to_string(), parse_tensor_meta(m)?))))?
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+            sym_int_values: g
+                .with_opt("sym_int_values", |t| t.entries(|k, s| Ok((k.to_string(), parse_sym_expr(s)?))))?
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
         })
     })
 }

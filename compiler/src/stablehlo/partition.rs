@@ -187,9 +187,15 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
             if in0.is_some_and(|d| d.is_float() || d.is_int()) { None } else { no("cumsum on bool") }
         }
         Op::Flip { .. } => None,
+        // Lowered to stablehlo.gather (negative indices wrapped; out-of-range
+        // ones are clamped there, where the CPU kernel reports an error).
+        Op::IndexGather { .. } | Op::GatherElements { .. } => {
+            if node.inputs.iter().skip(1).all(|&v| dt(v).is_int()) { None } else { no("indexing with non-integer indices") }
+        }
         Op::Pad { mode: kiln_ir::PadMode::Constant, interior, .. } if interior.iter().all(|&i| i >= 0) => None,
         Op::Pad { mode, .. } => no(&format!("pad mode {mode:?}")),
-        // Ops added to the IR after this lowering was written (sort, upsample).
+        // Ops added to the IR after this lowering was written (sort, upsample,
+        // the element-wise gather/scatter and advanced-indexing ops: CPU kernels only).
         #[allow(unreachable_patterns)]
         op => no(&format!("op {}", op.name())),
     }

@@ -245,3 +245,25 @@ fn creation_family() {
     assert_eq!(ok(ar.clone(), &[]), "i64[n]");
     assert!(infer(ar, &[f32t(&[])]).is_err());
 }
+
+#[test]
+fn gather_scatter_and_advanced_indexing() {
+    let x = f32t(&[b(), c(4), c(6)]);
+    let idx = ty(DType::I64, &[b(), c(2), c(6)]);
+    assert_eq!(ok(Op::GatherElements { axis: 1 }, &[x.clone(), idx.clone()]), "f32[b, 2, 6]");
+    // The index may not be larger than the data off the gathered axis.
+    assert!(infer(Op::GatherElements { axis: 1 }, &[x.clone(), ty(DType::I64, &[b(), c(2), c(7)])]).is_err());
+    assert!(infer(Op::GatherElements { axis: 1 }, &[x.clone(), f32t(&[b(), c(2), c(6)])]).is_err());
+    let scatter = Op::ScatterElements { axis: 1, reduce: Some(ReduceKind::Mean), include_self: false };
+    assert_eq!(ok(scatter.clone(), &[x.clone(), idx.clone(), f32t(&[b(), c(3), c(6)])]), "f32[b, 4, 6]");
+    // src must hold the index's window, in the data's dtype.
+    assert!(infer(scatter.clone(), &[x.clone(), idx.clone(), f32t(&[b(), c(1), c(6)])]).is_err());
+    assert!(infer(scatter, &[x.clone(), idx, ty(DType::F64, &[b(), c(2), c(6)])]).is_err());
+    let i = ty(DType::I64, &[n(), c(3)]);
+    assert_eq!(ok(Op::IndexGather { axis: 1 }, &[x.clone(), i.clone(), i.clone()]), "f32[b, n, 3]");
+    assert!(infer(Op::IndexGather { axis: 2 }, &[x.clone(), i.clone(), i.clone()]).is_err());
+    assert!(infer(Op::IndexGather { axis: 0 }, &[x.clone(), i.clone(), ty(DType::I64, &[n(), c(4)])]).is_err());
+    let values = f32t(&[b(), n(), c(3)]);
+    assert_eq!(ok(Op::IndexPut { axis: 1, accumulate: true }, &[x.clone(), values, i.clone(), i.clone()]), "f32[b, 4, 6]");
+    assert!(infer(Op::IndexPut { axis: 1, accumulate: false }, &[x.clone(), f32t(&[b(), n(), c(4)]), i.clone(), i]).is_err());
+}

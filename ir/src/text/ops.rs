@@ -4,7 +4,7 @@
 use super::elements::{format_f64, literal_f64, Literal};
 use super::lexer::Pos;
 use super::ParseError;
-use crate::{DType, Dim, Op, PadMode, PoolKind, ReduceKind, Symbol, SymbolId, UpsampleMode};
+use crate::{DType, Dim, Op, PadMode, PoolKind, RandomDist, ReduceKind, Symbol, SymbolId, UpsampleMode};
 use crate::{PrimaryMap, BINARY_OPS, UNARY_OPS};
 
 /// An attribute value as parsed, before the op says what it must be.
@@ -109,6 +109,30 @@ fn list<T>(v: &AttrVal, each: impl Fn(&AttrVal) -> Result<T, ParseError>) -> Res
     }
 }
 
+/// The names of [`Op::ScatterElements`]'s `reduce` attribute.
+const SCATTER_REDUCE: [(&str, Option<ReduceKind>); 6] = [
+    ("none", None),
+    ("sum", Some(ReduceKind::Sum)),
+    ("mean", Some(ReduceKind::Mean)),
+    ("max", Some(ReduceKind::Max)),
+    ("min", Some(ReduceKind::Min)),
+    ("prod", Some(ReduceKind::Prod)),
+];
+
+fn scatter_reduce(v: &AttrVal) -> Result<Option<ReduceKind>, ParseError> {
+    match v {
+        AttrVal::Ident(m, p) => match SCATTER_REDUCE.iter().find(|(n, _)| n == m) {
+            Some((_, r)) => Ok(*r),
+            None => Err(p.error(format!("unknown scatter reduction `{m}`"))),
+        },
+        other => Err(other.pos().error("expected `none`, `sum`, `mean`, `max`, `min` or `prod`")),
+    }
+}
+
+fn scatter_reduce_name(r: Option<ReduceKind>) -> &'static str {
+    SCATTER_REDUCE.iter().find(|(_, k)| *k == r).map_or("none", |(n, _)| n)
+}
+
 fn reduce_kind(name: &str) -> Option<ReduceKind> {
     Some(match name {
         "reduce_sum" => ReduceKind::Sum,
@@ -145,6 +169,12 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "pad" => &["lo", "hi", "interior", "mode", "value"],
         "flip" => &["axes"],
         "upsample_nearest" | "upsample_linear" => &["align_corners", "size", "scales"],
+        "random_uniform" | "random_int" => &["low", "high", "dtype", "shape", "stream"],
+        "random_normal" => &["mean", "std", "dtype", "shape", "stream"],
+        "random_perm" => &["dtype", "shape", "stream"],
+        "gather_elements" | "index_gather" => &["axis"],
+        "scatter_elements" => &["axis", "reduce", "include_self"],
+        "index_put" => &["axis", "accumulate"],
         _ if reduce_kind(name).is_some() => &["axes", "keep_dims"],
         _ => &[],
     }
@@ -253,6 +283,36 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                 size: dims(a.take("size", name)?)?,
                 scales: list(&a.take("scales", name)?, float)?,
             },
+            "gather_elements" => Op::GatherElements { axis: uint(&a.take("axis", name)?)? },
+            "scatter_elements" => Op::ScatterElements {
+                axis: uint(&a.take("axis", name)?)?,
+                reduce: scatter_reduce(&a.take("reduce", name)?)?,
+                include_self: boolean(&a.take("include_self", name)?)?,
+            },
+            "index_gather" => Op::IndexGather { axis: uint(&a.take("axis", name)?)? },
+            "index_put" => Op::IndexPut {
+                axis: uint(&a.take("axis", name)?)?,
+                accumulate: boolean(&a.take("accumulate", name)?)?,
+            },
+            "random_uniform" | "random_normal" | "random_int" | "random_perm" => {
+                let dist = match name {
+                    "random_uniform" => {
+                        RandomDist::Uniform { low: float(&a.take("low", name)?)?, high: float(&a.take("high", name)?)? }
+                    }
+                    "random_normal" => {
+                        RandomDist::Normal { mean: float(&a.take("mean", name)?)?, std: float(&a.take("std", name)?)? }
+                    }
+                    "random_int" => RandomDist::Int { low: int(&a.take("low", name)?)?, high: int(&a.take("high", name)?)? },
+                    _ => RandomDist::Perm,
+                };
+                let stream = int(&a.take("stream", name)?)?;
+                Op::Random {
+                    dist,
+                    dtype: dtype(&a.take("dtype", name)?)?,
+                    shape: dims(a.take("shape", name)?)?,
+                    stream: u32::try_from(stream).map_err(|_| pos.error(format!("stream {stream} is not a u32")))?,
+                }
+            }
             _ => return Err(pos.error(format!("unknown op `{name}`"))),
         }
     };
@@ -378,5 +438,22 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
             kv("size", dims(size)),
             kv("scales", fmt_list(scales, |x| format_f64(*x))),
         ],
+        Op::GatherElements { axis } | Op::IndexGather { axis } => vec![kv("axis", axis.to_string())],
+        Op::ScatterElements { axis, reduce, include_self } => vec![
+            kv("axis", axis.to_string()),
+            kv("reduce", scatter_reduce_name(*reduce).to_string()),
+            kv("include_self", include_self.to_string()),
+        ],
+        Op::IndexPut { axis, accumulate } => vec![kv("axis", axis.to_string()), kv("accumulate", accumulate.to_string())],
+        Op::Random { dist, dtype, shape, stream } => {
+            let mut v = match dist {
+                RandomDist::Uniform { low, high } => vec![kv("low", format_f64(*low)), kv("high", format_f64(*high))],
+                RandomDist::Normal { mean, std } => vec![kv("mean", format_f64(*mean)), kv("std", format_f64(*std))],
+                RandomDist::Int { low, high } => vec![kv("low", fmt_int(*low)), kv("high", fmt_int(*high))],
+                RandomDist::Perm => vec![],
+            };
+            v.extend([kv("dtype", dtype.to_string()), kv("shape", dims(shape)), kv("stream", stream.to_string())]);
+            v
+        }
     }
 }

@@ -16,3 +16,5 @@ pub mod attention;
 pub mod sort;
 pub mod pad;
 pub mod resize;
+pub mod random;
+pub mod scatter;

@@ -4,7 +4,7 @@
 //! their tensors by index, tensors name their storage by offset, dimensions name
 //! their expressions by index. The loader validates every index before use.
 
-pub use kiln_kernels::{BinaryOp, DType, PadMode, PoolKind, ReduceKind, ResizeMode, UnaryOp};
+pub use kiln_kernels::{BinaryOp, DType, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -118,6 +118,17 @@ pub enum Kernel {
     Flip { axes: Vec<u32> },
     /// Resizes the trailing `spatial` dims to the output's.
     Resize { mode: ResizeMode, align_corners: bool, spatial: u32, scales: Vec<f64> },
+    /// Numbers drawn from `dist` by the session's seeded generator; `stream`
+    /// tells the program's random instructions apart (see `kiln_kernels::random`).
+    Random { dist: RandomDist, stream: u32 },
+    /// `torch.gather` along `axis` (operands: data, index).
+    GatherElements { axis: u32 },
+    /// `torch.scatter` / `scatter_reduce` along `axis` (data, index, src).
+    ScatterElements { axis: u32, reduce: Option<ReduceKind>, include_self: bool },
+    /// Advanced indexing of axes `axis..` by one index tensor each (data, indices..).
+    IndexGather { axis: u32 },
+    /// `index_put` (data, values, indices..).
+    IndexPut { axis: u32, accumulate: bool },
 }
 
 impl Kernel {
@@ -156,6 +167,11 @@ impl Kernel {
             Kernel::Pad { .. } => "pad",
             Kernel::Flip { .. } => "flip",
             Kernel::Resize { .. } => "resize",
+            Kernel::Random { .. } => "random",
+            Kernel::GatherElements { .. } => "gather_elements",
+            Kernel::ScatterElements { .. } => "scatter_elements",
+            Kernel::IndexGather { .. } => "index_gather",
+            Kernel::IndexPut { .. } => "index_put",
         }
     }
 
@@ -169,7 +185,11 @@ impl Kernel {
             Kernel::LayerNorm { .. } => (1, 3),
             Kernel::Attention { .. } => (3, 4),
             Kernel::Concat { .. } => (1, u32::MAX as usize),
-            Kernel::Fill { .. } | Kernel::Arange { .. } => (0, 0),
+            Kernel::Fill { .. } | Kernel::Arange { .. } | Kernel::Random { .. } => (0, 0),
+            Kernel::GatherElements { .. } => (2, 2),
+            Kernel::ScatterElements { .. } => (3, 3),
+            Kernel::IndexGather { .. } => (2, u32::MAX as usize),
+            Kernel::IndexPut { .. } => (3, u32::MAX as usize),
             Kernel::Accel { .. } => (0, u32::MAX as usize),
             _ => (1, 1),
         }

@@ -5,7 +5,9 @@
 
 mod activation;
 mod elementwise;
+mod indexing;
 mod nn;
+mod random;
 mod shape;
 mod spatial;
 mod stats;
@@ -21,7 +23,7 @@ pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
         return sym_operator(imp, node, op);
     }
     let Some(aten) = target.strip_prefix("torch.ops.aten.") else {
-        return non_aten(target);
+        return non_aten(imp, node, target);
     };
     let (name, overload) = aten.rsplit_once('.').unwrap_or((aten, "default"));
     // In-place variants (`add_`, `relu_`) are functionalised: same math, and
@@ -42,14 +44,16 @@ pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
     dispatch(imp, node, name, overload)
 }
 
-fn non_aten(target: &str) -> R<()> {
-    if target.starts_with("torch.ops.higher_order.") {
-        return unsupported("higher-order ops (control flow, wrappers) are not supported");
+fn non_aten(imp: &mut Importer, node: &Node, target: &str) -> R<()> {
+    if let Some(hop) = target.strip_prefix("torch.ops.higher_order.") {
+        return unsupported(format!(
+            "higher-order op `{hop}` is not supported (kiln imports `cond`; other control flow and wrappers are not)"
+        ));
     }
     match target.strip_prefix("torch.ops.").and_then(|t| t.split_once('.')) {
-        // The file records no schema for custom ops (torch 2.15), so the
-        // namespace is all we can name.
-        Some((ns, _)) => unsupported(format!("custom op in namespace `{ns}` (not part of ATen)")),
+        // Custom ops (and prims): a registered lowering, or a report of
+        // what the call shows.
+        Some((ns, rest)) => super::custom::convert(imp, node, ns, rest),
         None => Err(super::importer::Fail::Unsupported(None)),
     }
 }
@@ -65,6 +69,8 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         | "_functional_sym_constrain_range_for_size" | "_assert_tensor_metadata_functional" => Ok(()),
         "sym_size" => sym_size(imp, n),
         "sym_numel" => sym_numel(imp, n),
+        "sym_stride" => sym_stride(imp, n),
+        "sym_storage_offset" => sym_storage_offset(imp, n),
 
         "linear" => nn::linear(imp, n),
         "addmm" => nn::addmm(imp, n),
@@ -95,6 +101,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "isnan" | "isinf" => activation::float_class(imp, n, name),
         "atan2" | "arctan2" | "fmod" => e::binary(imp, n, name, overload),
         "cumsum" => stats::cumsum(imp, n),
+        "diff" => stats::diff(imp, n),
         "argmin" => stats::argmin(imp, n),
         "sort" => stats::sort(imp, n),
         "topk" => stats::topk(imp, n),
@@ -119,6 +126,8 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "add" | "sub" | "rsub" | "mul" | "div" | "remainder" | "floor_divide" | "pow" | "maximum" | "minimum"
         | "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "logical_and" | "logical_or" | "logical_xor"
         | "bitwise_and" | "bitwise_or" | "bitwise_xor" => e::binary(imp, n, name, overload),
+        // Python's `&`, `|`, `^` on tensors: training IR keeps the dunder names.
+        "__and__" | "__or__" | "__xor__" => e::binary(imp, n, &format!("bitwise_{}", name.trim_matches('_')), overload),
         "where" if overload == "self" => e::where_(imp, n),
         "masked_fill" => e::masked_fill(imp, n),
         "mean" | "sum" | "amax" | "amin" | "prod" | "any" => e::reduce(imp, n, name, overload),
@@ -132,7 +141,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "alias" | "clone" | "contiguous" | "detach" | "lift_fresh_copy" | "_to_copy" | "to" | "type_as" => {
             s::identity_or_cast(imp, n, name)
         }
-        "dropout" | "feature_dropout" | "alpha_dropout" => s::dropout(imp, n),
+        "dropout" | "feature_dropout" | "alpha_dropout" => random::dropout(imp, n, name),
         "slice" => s::slice(imp, n),
         "select" => s::select(imp, n),
         "narrow" => s::narrow(imp, n),
@@ -140,14 +149,33 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "split" | "split_with_sizes" | "chunk" | "unbind" | "tensor_split" => s::split(imp, n, name),
         "embedding" => s::embedding(imp, n),
         "index_select" => s::index_select(imp, n),
-        "index" if overload == "Tensor" => s::index(imp, n),
+        "index" | "_unsafe_index" if overload == "Tensor" => indexing::index(imp, n),
+        "gather" => indexing::gather(imp, n),
+        "scatter" | "scatter_add" | "scatter_reduce" => indexing::scatter(imp, n, name, overload),
+        "index_put" | "_unsafe_index_put" => indexing::index_put(imp, n),
+        "select_scatter" => indexing::select_scatter(imp, n),
+        "slice_scatter" => indexing::slice_scatter(imp, n),
+        "diagonal" => indexing::diagonal(imp, n),
+        "as_strided" => indexing::as_strided(imp, n),
+        "masked_scatter" => indexing::masked_scatter(imp, n),
+        "embedding_bag" | "_embedding_bag" | "_embedding_bag_forward_only" => indexing::embedding_bag(imp, n),
+        "col2im" => indexing::col2im(imp, n),
+        "avg_pool3d" => nn::pool3d(imp, n, PoolKind::Avg),
+        "max_pool3d" | "max_pool3d_with_indices" => nn::pool3d(imp, n, PoolKind::Max),
+        "adaptive_avg_pool3d" | "_adaptive_avg_pool3d" => nn::adaptive_avg_pool3d(imp, n),
         "arange" => s::arange(imp, n),
         "full" | "zeros" | "ones" | "empty" | "full_like" | "zeros_like" | "ones_like" | "empty_like" | "new_zeros"
         | "new_ones" | "new_full" | "new_empty" | "scalar_tensor" | "empty_strided" => s::full(imp, n, name),
         "repeat" => s::repeat(imp, n),
         "copy" => s::copy(imp, n),
         "fill" => s::fill(imp, n),
-        "native_dropout" => s::native_dropout(imp, n),
+        "native_dropout" => random::native_dropout(imp, n),
+        "rand" | "rand_like" | "randn" | "randn_like" | "uniform" | "normal" | "normal_functional" => {
+            random::continuous(imp, n, name, overload)
+        }
+        "randint" | "randint_like" => random::randint(imp, n),
+        "randperm" => random::randperm(imp, n),
+        "bernoulli" => random::bernoulli(imp, n, overload),
         _ => Err(super::importer::Fail::Unsupported(None)),
     }
 }
@@ -167,6 +195,21 @@ fn sym_numel(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let d = imp.ty(x).numel();
     bind_sym_output(imp, n, d)
+}
+
+/// `aten::sym_stride.int(Tensor self, int dim) -> SymInt`: every tensor kiln
+/// holds is contiguous, so the product of the later dims.
+fn sym_stride(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    let axis = shape::normalize_axis(imp.int(n, "dim", None)?, rank.max(1))?;
+    let d = imp.ty(x).shape.iter().skip(axis + 1).fold(Dim::Const(1), |acc, d| Dim::mul(acc, d.clone()));
+    bind_sym_output(imp, n, d)
+}
+
+/// `aten::sym_storage_offset(Tensor self) -> SymInt`: always 0 (see `sym_stride`).
+fn sym_storage_offset(imp: &mut Importer, n: &Node) -> R<()> {
+    bind_sym_output(imp, n, Dim::Const(0))
 }
 
 fn bind_sym_output(imp: &mut Importer, n: &Node, d: Dim) -> R<()> {

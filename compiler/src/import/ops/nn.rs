@@ -513,3 +513,49 @@ fn repeat_heads(imp: &mut Importer, q: ValueId, kv: ValueId) -> R<ValueId> {
     merged[r - 3] = Dim::Const(hq);
     imp.build(Op::Reshape { shape: merged }, vec![e])
 }
+
+/// `aten::avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0,
+///   bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None)`,
+/// `max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0,
+///   int[3] dilation=1, bool ceil_mode=False)`, `max_pool3d_with_indices` (indices unused).
+pub(super) fn pool3d(imp: &mut Importer, n: &Node, kind: PoolKind) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let kernel = imp.ints_n(n, "kernel_size", &[], 3)?;
+    let mut stride = imp.ints(n, "stride", &[])?;
+    if stride.is_empty() {
+        stride = kernel.clone();
+    } else if stride.len() == 1 {
+        stride = vec![stride[0]; 3];
+    }
+    let padding = imp.ints_n(n, "padding", &[0], 3)?;
+    let dilation = if kind == PoolKind::Max { imp.ints_n(n, "dilation", &[1], 3)? } else { vec![1; 3] };
+    let ceil_mode = imp.bool(n, "ceil_mode", false)?;
+    let count_include_pad = kind == PoolKind::Avg && imp.bool(n, "count_include_pad", true)?;
+    let divisor = if kind == PoolKind::Avg { imp.opt_int(n, "divisor_override")? } else { None };
+    if let Some(divisor) = divisor {
+        // As in avg_pool2d: the full-window mean scaled by window / divisor.
+        if ceil_mode || divisor == 0 {
+            return unsupported("avg_pool3d with divisor_override and ceil_mode");
+        }
+        let volume: i64 = kernel.iter().product();
+        let op = Op::Pool { kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad: true };
+        let mean = imp.build(op, vec![x])?;
+        let out = imp.out_ty(n, 0)?;
+        let v = imp.with_scalar(BinaryOp::Mul, mean, volume as f64 / divisor as f64)?;
+        let v = imp.cast(v, out.dtype);
+        return imp.bind(n, 0, v);
+    }
+    let ty = imp.out_ty(n, 0)?;
+    let op = Op::Pool { kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad };
+    let v = imp.push(op, vec![x], ty);
+    imp.bind(n, 0, v)?;
+    only_first_output_used(imp, n)
+}
+
+/// `aten::_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size)`, `adaptive_avg_pool3d`
+pub(super) fn adaptive_avg_pool3d(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let output = imp.ints_n(n, "output_size", &[], 3)?;
+    imp.emit(n, Op::AdaptiveAvgPool { output }, vec![x])?;
+    Ok(())
+}

@@ -106,16 +106,6 @@ pub(super) fn identity_or_cast(imp: &mut Importer, n: &Node, name: &str) -> R<()
     imp.bind(n, 0, v)
 }
 
-/// `aten::dropout(Tensor input, float p, bool train)`: the identity unless training.
-pub(super) fn dropout(imp: &mut Importer, n: &Node) -> R<()> {
-    let x = imp.tensor(n, "input")?;
-    let p = imp.float(n, "p", None)?;
-    if imp.bool(n, "train", false)? && p != 0.0 {
-        return unsupported(format!("dropout in training mode (train=True, p={p})"));
-    }
-    imp.bind(n, 0, x)
-}
-
 /// Normalises a slice bound against a (possibly symbolic) dimension. Torch
 /// clamps out-of-range bounds; `i64::MAX` stays "to the end".
 fn slice_bound(v: i64, dim: &Dim, what: &str) -> R<i64> {
@@ -317,20 +307,6 @@ pub(super) fn index_select(imp: &mut Importer, n: &Node) -> R<()> {
     Ok(())
 }
 
-/// `aten::index.Tensor(Tensor self, Tensor?[] indices)` with exactly one index
-/// tensor (leading `None`s pick the axis) → Gather.
-pub(super) fn index(imp: &mut Importer, n: &Node) -> R<()> {
-    let x = imp.tensor(n, "self")?;
-    let indices = imp.opt_tensors(n, "indices")?;
-    let present: Vec<(usize, ValueId)> = indices.iter().enumerate().filter_map(|(i, t)| t.map(|t| (i, t))).collect();
-    let [(axis, idx)] = present.as_slice() else {
-        return unsupported(format!("advanced indexing with {} index tensors (only one is supported)", present.len()));
-    };
-    let idx = index_value(imp, *idx)?;
-    imp.emit(n, Op::Gather { axis: *axis }, vec![x, idx])?;
-    Ok(())
-}
-
 /// `aten::arange(Scalar end, ...)`, `arange.start(Scalar start, Scalar end, ...)`,
 /// `arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, ...)`.
 /// The length is the output's (possibly symbolic) size.
@@ -418,21 +394,3 @@ pub(super) fn fill(imp: &mut Importer, n: &Node) -> R<()> {
     Ok(())
 }
 
-/// `aten::native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)`:
-/// outside training the identity, with an all-true mask.
-pub(super) fn native_dropout(imp: &mut Importer, n: &Node) -> R<()> {
-    let x = imp.tensor(n, "input")?;
-    let p = imp.float(n, "p", None)?;
-    if imp.bool(n, "train", false)? && p != 0.0 {
-        return unsupported(format!("dropout in training mode (train=True, p={p}) needs a random generator"));
-    }
-    imp.bind(n, 0, x)?;
-    if let Some(Arg::Tensor(mask)) = n.outputs.get(1) {
-        if imp.is_used(mask) {
-            let ty = imp.out_ty(n, 1)?;
-            let v = imp.push(Op::Full { value: 1.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty);
-            imp.bind(n, 1, v)?;
-        }
-    }
-    Ok(())
-}

@@ -122,6 +122,54 @@ pub(super) fn cumsum(imp: &mut Importer, n: &Node) -> R<()> {
     Ok(())
 }
 
+/// `aten::diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None)`:
+/// `prepend`/`append` are concatenated along `dim`, then `n` times
+/// `x[1:] - x[:-1]` (`x[1:] != x[:-1]` for bool, as torch's logical_xor).
+/// Training IR keeps it (Hugging Face's packed-sequence detection uses it);
+/// Core ATen decomposes it into the same slices and sub.
+pub(super) fn diff(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let out = imp.out_ty(n, 0)?;
+    let rank = imp.ty(x).rank();
+    if rank == 0 {
+        return invalid("diff of a 0-d tensor");
+    }
+    let axis = normalize_axis(imp.int(n, "dim", Some(-1))?, rank)?;
+    let order = imp.int(n, "n", Some(1))?;
+    if order < 0 {
+        return invalid(format!("diff order {order}"));
+    }
+    let mut parts = Vec::new();
+    for name in ["prepend", "self", "append"] {
+        let Some(p) = (if name == "self" { Some(x) } else { imp.opt_tensor(n, name)? }) else { continue };
+        if imp.ty(p).rank() != rank {
+            return unsupported(format!("diff with a `{name}` of rank {} (input rank {rank})", imp.ty(p).rank()));
+        }
+        parts.push(imp.cast(p, out.dtype));
+    }
+    let mut v = if parts.len() == 1 { parts[0] } else { imp.build(Op::Concat { axis }, parts)? };
+    for _ in 0..order {
+        let ty = imp.ty(v).clone();
+        let Some(len) = ty.shape[axis].as_const() else {
+            return unsupported("diff along a dynamic dimension");
+        };
+        if len == 0 {
+            break; // torch: diff of an empty axis stays empty
+        }
+        let mut shape = ty.shape.clone();
+        shape[axis] = Dim::Const(len - 1);
+        let piece = TensorType::new(ty.dtype, shape);
+        let hi = imp.push(Op::Slice { axis, start: 1, end: len, step: 1 }, vec![v], piece.clone());
+        let lo = imp.push(Op::Slice { axis, start: 0, end: len - 1, step: 1 }, vec![v], piece.clone());
+        let op = if ty.dtype == DType::Bool { B::Ne } else { B::Sub };
+        v = imp.push(Op::Binary(op), vec![hi, lo], piece);
+    }
+    if imp.ty(v).shape != out.shape {
+        return invalid(format!("diff result {:?}, output type {:?}", imp.ty(v).shape, out.shape));
+    }
+    imp.bind(n, 0, v)
+}
+
 /// `aten::var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False)`,
 /// `aten::var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False)`,
 /// `aten::var(Tensor self, bool unbiased=True)` and the same for `std`:

@@ -1,0 +1,587 @@
+//! Index-driven ops: `gather`, the `scatter` family, advanced indexing with
+//! several index tensors (`index.Tensor`, `index_put`), the `*_scatter`
+//! views, strided gathers (`diagonal`, `as_strided`), `masked_scatter`,
+//! `_embedding_bag` and `col2im`. They map onto four IR ops —
+//! `GatherElements`, `ScatterElements`, `IndexGather`, `IndexPut` — plus
+//! `Gather` with index constants computed here for the static strided views.
+
+use crate::import::importer::{invalid, unsupported, Importer, R};
+use crate::pt2::program::{Arg, Node};
+use kiln_ir::{BinaryOp, ConstBytes, DType, Dim, Op, ReduceKind, TensorType, ValueId};
+
+use super::shape::normalize_axis;
+
+/// An i64 constant of a static shape.
+fn i64_const(imp: &mut Importer, shape: &[i64], values: &[i64]) -> ValueId {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    imp.g.add_const(None, TensorType::fixed(DType::I64, shape), ConstBytes::owned(bytes))
+}
+
+/// Indices as i64 (the IR's index dtype).
+fn int_index(imp: &mut Importer, v: ValueId, what: &str) -> R<ValueId> {
+    match imp.ty(v).dtype {
+        DType::I64 => Ok(v),
+        d if d.is_int() => Ok(imp.cast(v, DType::I64)),
+        d => unsupported(format!("{what} of dtype {d}")),
+    }
+}
+
+/// `v` with a new shape (no node when it already has it).
+fn reshape(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> ValueId {
+    let ty = imp.ty(v).clone();
+    if ty.shape == shape {
+        return v;
+    }
+    imp.push(Op::Reshape { shape: shape.clone() }, vec![v], TensorType::new(ty.dtype, shape))
+}
+
+/// `v` broadcast to `shape` (no node when it already has it).
+fn expand(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> ValueId {
+    let ty = imp.ty(v).clone();
+    if ty.shape == shape {
+        return v;
+    }
+    imp.push(Op::Expand { shape: shape.clone() }, vec![v], TensorType::new(ty.dtype, shape))
+}
+
+/// A 0-d tensor viewed as `[1]` (torch treats 0-d operands of gather/scatter so).
+fn at_least_1d(imp: &mut Importer, v: ValueId) -> ValueId {
+    if imp.ty(v).rank() == 0 {
+        reshape(imp, v, vec![Dim::Const(1)])
+    } else {
+        v
+    }
+}
+
+/// Binds output 0 to `v`, reshaped to the output type when ranks differ (0-d cases).
+fn bind_as_output(imp: &mut Importer, n: &Node, v: ValueId) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let v = imp.cast(v, out.dtype);
+    let v = reshape(imp, v, out.shape);
+    imp.bind(n, 0, v)
+}
+
+fn static_dims(imp: &Importer, v: ValueId, what: &str) -> R<Vec<i64>> {
+    match imp.ty(v).static_shape() {
+        Some(s) => Ok(s),
+        None => unsupported(format!("{what} with a dynamic shape")),
+    }
+}
+
+/// Fails unless every output of `n` after the first is unused.
+fn only_first_output_used(imp: &Importer, n: &Node) -> R<()> {
+    for out in n.outputs.iter().skip(1) {
+        if let Arg::Tensor(name) = out {
+            if imp.is_used(name) {
+                return unsupported(format!("output `{name}` is used; only output 0 is supported"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `aten::gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False)`
+pub(super) fn gather(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let axis = normalize_axis(imp.int(n, "dim", None)?, imp.ty(x).rank().max(1))?;
+    let idx = imp.tensor(n, "index")?;
+    let idx = int_index(imp, idx, "gather index")?;
+    let (x, idx) = (at_least_1d(imp, x), at_least_1d(imp, idx));
+    let v = imp.build(Op::GatherElements { axis }, vec![x, idx])?;
+    bind_as_output(imp, n, v)
+}
+
+/// `aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src)`,
+/// `scatter.value(Tensor self, int dim, Tensor index, Scalar value)`,
+/// `scatter.reduce(.., Tensor src, *, str reduce)`, `scatter.value_reduce`,
+/// `scatter_add(Tensor self, int dim, Tensor index, Tensor src)`,
+/// `scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True)`
+pub(super) fn scatter(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let dtype = imp.ty(x).dtype;
+    let axis = normalize_axis(imp.int(n, "dim", None)?, imp.ty(x).rank().max(1))?;
+    let idx = imp.tensor(n, "index")?;
+    let idx = int_index(imp, idx, "scatter index")?;
+    let (x, idx) = (at_least_1d(imp, x), at_least_1d(imp, idx));
+    let src = if overload.starts_with("value") {
+        let value = imp.scalar(n, "value")?.as_f64();
+        let shape = imp.ty(idx).shape.clone();
+        imp.push(Op::Full { value, dtype, shape: shape.clone() }, Vec::new(), TensorType::new(dtype, shape))
+    } else {
+        let s = imp.tensor(n, "src")?;
+        let s = imp.cast(s, dtype);
+        at_least_1d(imp, s)
+    };
+    let (reduce, include_self) = match (name, overload) {
+        ("scatter_add", _) => (Some(ReduceKind::Sum), true),
+        ("scatter_reduce", _) => {
+            let kind = match imp.string(n, "reduce", "")? {
+                "sum" => ReduceKind::Sum,
+                "prod" => ReduceKind::Prod,
+                "mean" => ReduceKind::Mean,
+                "amax" => ReduceKind::Max,
+                "amin" => ReduceKind::Min,
+                other => return unsupported(format!("scatter_reduce with reduce=`{other}`")),
+            };
+            (Some(kind), imp.bool(n, "include_self", true)?)
+        }
+        (_, "reduce" | "value_reduce") => match imp.string(n, "reduce", "")? {
+            "add" => (Some(ReduceKind::Sum), true),
+            "multiply" => (Some(ReduceKind::Prod), true),
+            other => return unsupported(format!("scatter with reduce=`{other}`")),
+        },
+        _ => (None, true),
+    };
+    let v = imp.build(Op::ScatterElements { axis, reduce, include_self }, vec![x, idx, src])?;
+    bind_as_output(imp, n, v)
+}
+
+/// The present entries of an index list, with their slots.
+fn present_indices(indices: &[Option<ValueId>]) -> Vec<(usize, ValueId)> {
+    indices.iter().enumerate().filter_map(|(i, t)| t.map(|t| (i, t))).collect()
+}
+
+/// A boolean mask that is a constant of the program, turned into one i64
+/// index tensor per mask dim (`nonzero` at compile time).
+fn constant_mask_indices(imp: &mut Importer, mask: ValueId) -> R<Option<Vec<ValueId>>> {
+    let Some(c) = imp.g.const_of(mask) else { return Ok(None) };
+    let bytes = c.bytes.as_bytes().to_vec();
+    let Some(shape) = imp.ty(mask).static_shape() else { return Ok(None) };
+    let rank = shape.len();
+    let mut coords: Vec<Vec<i64>> = vec![Vec::new(); rank];
+    let mut pos = vec![0i64; rank];
+    for &b in &bytes {
+        if b != 0 {
+            for (c, &p) in coords.iter_mut().zip(&pos) {
+                c.push(p);
+            }
+        }
+        for d in (0..rank).rev() {
+            pos[d] += 1;
+            if pos[d] < shape[d] {
+                break;
+            }
+            pos[d] = 0;
+        }
+    }
+    Ok(Some(coords.iter().map(|c| i64_const(imp, &[c.len() as i64], c)).collect()))
+}
+
+/// The index list of `index.Tensor` / `index_put` as (data axis, i64 index)
+/// pairs: constant boolean masks become their `nonzero` coordinates, other
+/// masks are refused.
+fn integer_indices(imp: &mut Importer, indices: &[Option<ValueId>]) -> R<Vec<(usize, ValueId)>> {
+    let mut out = Vec::new();
+    let mut axis = 0;
+    for &t in indices {
+        let Some(t) = t else {
+            axis += 1;
+            continue;
+        };
+        if imp.ty(t).dtype == DType::Bool || imp.ty(t).dtype == DType::U8 {
+            let rank = imp.ty(t).rank();
+            let Some(coords) = constant_mask_indices(imp, t)? else {
+                return unsupported("indexing with a boolean mask computed at run time (the result shape depends on the data)");
+            };
+            for (k, c) in coords.into_iter().enumerate() {
+                out.push((axis + k, c));
+            }
+            axis += rank;
+        } else {
+            out.push((axis, int_index(imp, t, "index tensor")?));
+            axis += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// Broadcasts the index tensors to one shape and, when the indexed axes are
+/// not adjacent, moves them to the front (torch then puts the index shape
+/// first). Returns the data to index, the IR axis, the indices, and the
+/// permutation applied to the data (`None` when none).
+fn prepare_advanced(imp: &mut Importer, x: ValueId, pairs: &[(usize, ValueId)]) -> R<(ValueId, usize, Vec<ValueId>, Option<Vec<usize>>)> {
+    let rank = imp.ty(x).rank();
+    if pairs.iter().any(|&(a, _)| a >= rank) {
+        return invalid(format!("too many indices for a tensor of rank {rank}"));
+    }
+    let mut shape: Vec<Dim> = Vec::new();
+    for &(_, t) in pairs {
+        shape = kiln_ir::infer::broadcast_shapes(&shape, &imp.ty(t).shape).map_err(|e| crate::import::importer::Fail::Invalid(e))?;
+    }
+    let idx: Vec<ValueId> = pairs.iter().map(|&(_, t)| expand(imp, t, shape.clone())).collect();
+    let axes: Vec<usize> = pairs.iter().map(|&(a, _)| a).collect();
+    let adjacent = axes.windows(2).all(|w| w[1] == w[0] + 1);
+    if adjacent {
+        return Ok((x, axes[0], idx, None));
+    }
+    let mut perm = axes.clone();
+    perm.extend((0..rank).filter(|a| !axes.contains(a)));
+    let ty = imp.ty(x).clone();
+    let pshape: Vec<Dim> = perm.iter().map(|&p| ty.shape[p].clone()).collect();
+    let xp = imp.push(Op::Permute { perm: perm.clone() }, vec![x], TensorType::new(ty.dtype, pshape));
+    Ok((xp, 0, idx, Some(perm)))
+}
+
+/// `aten::index.Tensor(Tensor self, Tensor?[] indices)` and
+/// `_unsafe_index.Tensor`: one index tensor → Gather; several (with `None`
+/// slots, broadcasting) → IndexGather. Boolean masks only as constants.
+pub(super) fn index(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let indices = imp.opt_tensors(n, "indices")?;
+    let pairs = integer_indices(imp, &indices)?;
+    match pairs.as_slice() {
+        [] => {
+            let v = x;
+            bind_as_output(imp, n, v)
+        }
+        [(axis, idx)] => {
+            imp.emit(n, Op::Gather { axis: *axis }, vec![x, *idx])?;
+            Ok(())
+        }
+        _ => {
+            let (xp, axis, mut idx, _) = prepare_advanced(imp, x, &pairs)?;
+            let mut inputs = vec![xp];
+            inputs.append(&mut idx);
+            imp.emit(n, Op::IndexGather { axis }, inputs)?;
+            Ok(())
+        }
+    }
+}
+
+/// `aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False)`
+/// and `_unsafe_index_put`. A lone boolean mask with one value is a `where`;
+/// otherwise the integer indices (constant masks as their coordinates) → IndexPut.
+pub(super) fn index_put(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let ty = imp.ty(x).clone();
+    let indices = imp.opt_tensors(n, "indices")?;
+    let values = imp.tensor(n, "values")?;
+    let values = imp.cast(values, ty.dtype);
+    let accumulate = imp.bool(n, "accumulate", false)?;
+    let present = present_indices(&indices);
+    if let [(slot, mask)] = present.as_slice() {
+        let single_value = imp.ty(values).numel().as_const() == Some(1);
+        if imp.ty(*mask).dtype == DType::Bool && single_value && imp.g.const_of(*mask).is_none() {
+            // x[mask] = v (or += v): a where over the mask, aligned at its slot.
+            let m = imp.ty(*mask).clone();
+            let mut mshape: Vec<Dim> = vec![Dim::Const(1); *slot];
+            mshape.extend(m.shape.iter().cloned());
+            mshape.extend(std::iter::repeat_n(Dim::Const(1), ty.rank().saturating_sub(*slot + m.rank())));
+            let mask_v = reshape(imp, *mask, mshape);
+            let v = reshape(imp, values, Vec::new());
+            let new = if accumulate { imp.build(Op::Binary(BinaryOp::Add), vec![x, v])? } else { v };
+            let new = expand(imp, new, ty.shape.clone());
+            let out = imp.build(Op::Where, vec![mask_v, new, x])?;
+            return bind_as_output(imp, n, out);
+        }
+    }
+    let pairs = integer_indices(imp, &indices)?;
+    if pairs.is_empty() {
+        let v = expand(imp, values, ty.shape.clone());
+        let v = if accumulate { imp.build(Op::Binary(BinaryOp::Add), vec![x, v])? } else { v };
+        return bind_as_output(imp, n, v);
+    }
+    let (xp, axis, idx, perm) = prepare_advanced(imp, x, &pairs)?;
+    let k = idx.len();
+    let pty = imp.ty(xp).clone();
+    let mut target: Vec<Dim> = pty.shape[..axis].to_vec();
+    target.extend(imp.ty(idx[0]).shape.iter().cloned());
+    target.extend(pty.shape[axis + k..].iter().cloned());
+    let values = expand(imp, values, target);
+    let mut inputs = vec![xp, values];
+    inputs.extend(idx);
+    let put = imp.build(Op::IndexPut { axis, accumulate }, inputs)?;
+    let out = match perm {
+        None => put,
+        Some(perm) => {
+            let mut inv = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inv[p] = i;
+            }
+            imp.push(Op::Permute { perm: inv }, vec![put], ty.clone())
+        }
+    };
+    bind_as_output(imp, n, out)
+}
+
+/// `aten::select_scatter(Tensor self, Tensor src, int dim, SymInt index)`:
+/// a scatter along `dim` of `src` (unsqueezed) at one position.
+pub(super) fn select_scatter(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let ty = imp.ty(x).clone();
+    let axis = normalize_axis(imp.int(n, "dim", None)?, ty.rank())?;
+    let mut index = imp.int(n, "index", None)?;
+    if index < 0 {
+        let Some(d) = ty.shape[axis].as_const() else { return unsupported("negative select_scatter index on a dynamic dimension") };
+        index += d;
+    }
+    let src = imp.tensor(n, "src")?;
+    let src = imp.cast(src, ty.dtype);
+    let mut shape = ty.shape.clone();
+    shape[axis] = Dim::Const(1);
+    let src = reshape(imp, src, shape.clone());
+    let idx = imp.push(Op::Full { value: index as f64, dtype: DType::I64, shape: shape.clone() }, Vec::new(), TensorType::new(DType::I64, shape));
+    imp.emit(n, Op::ScatterElements { axis, reduce: None, include_self: true }, vec![x, idx, src])?;
+    Ok(())
+}
+
+/// `aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None,
+///   SymInt? end=None, SymInt step=1)`: a scatter of `src` at `start + step * i`.
+pub(super) fn slice_scatter(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let ty = imp.ty(x).clone();
+    let axis = normalize_axis(imp.int(n, "dim", Some(0))?, ty.rank())?;
+    let mut start = imp.opt_int(n, "start")?.unwrap_or(0);
+    let step = imp.int(n, "step", Some(1))?;
+    if step < 1 {
+        return invalid(format!("slice_scatter step {step}"));
+    }
+    if start < 0 {
+        let Some(d) = ty.shape[axis].as_const() else { return unsupported("negative slice_scatter start on a dynamic dimension") };
+        start = (start + d).max(0);
+    }
+    let src = imp.tensor(n, "src")?;
+    let src = imp.cast(src, ty.dtype);
+    let sshape = imp.ty(src).shape.clone();
+    if sshape.len() != ty.rank() {
+        return invalid("slice_scatter src rank differs from self");
+    }
+    let len = sshape[axis].clone();
+    let ar = imp.push(
+        Op::Arange { start: start as f64, step: step as f64, len: len.clone(), dtype: DType::I64 },
+        Vec::new(),
+        TensorType::new(DType::I64, vec![len.clone()]),
+    );
+    let mut ones = vec![Dim::Const(1); ty.rank()];
+    ones[axis] = len;
+    let ar = reshape(imp, ar, ones);
+    let idx = expand(imp, ar, sshape);
+    imp.emit(n, Op::ScatterElements { axis, reduce: None, include_self: true }, vec![x, idx, src])?;
+    Ok(())
+}
+
+/// `aten::diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1)`:
+/// the two dims moved last and merged, then a Gather of the diagonal's
+/// positions (static sizes of the two dims).
+pub(super) fn diagonal(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let ty = imp.ty(x).clone();
+    let r = ty.rank();
+    let offset = imp.int(n, "offset", Some(0))?;
+    let d1 = normalize_axis(imp.int(n, "dim1", Some(0))?, r)?;
+    let d2 = normalize_axis(imp.int(n, "dim2", Some(1))?, r)?;
+    if d1 == d2 {
+        return invalid("diagonal dims must differ");
+    }
+    let (Some(n1), Some(n2)) = (ty.shape[d1].as_const(), ty.shape[d2].as_const()) else {
+        return unsupported("diagonal of dynamic dimensions");
+    };
+    let len = if offset >= 0 { n1.min(n2 - offset) } else { (n1 + offset).min(n2) }.max(0);
+    let positions: Vec<i64> = (0..len).map(|i| if offset >= 0 { i * n2 + i + offset } else { (i - offset) * n2 + i }).collect();
+    let mut perm: Vec<usize> = (0..r).filter(|&a| a != d1 && a != d2).collect();
+    perm.extend([d1, d2]);
+    let mut pshape: Vec<Dim> = perm.iter().map(|&p| ty.shape[p].clone()).collect();
+    let xp = if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        x
+    } else {
+        imp.push(Op::Permute { perm }, vec![x], TensorType::new(ty.dtype, pshape.clone()))
+    };
+    pshape.truncate(r - 2);
+    pshape.push(Dim::Const(n1 * n2));
+    let flat = reshape(imp, xp, pshape);
+    let idx = i64_const(imp, &[len], &positions);
+    imp.emit(n, Op::Gather { axis: r - 2 }, vec![flat, idx])?;
+    Ok(())
+}
+
+/// `aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)`:
+/// the input's elements (its contiguous storage) gathered at the strided
+/// offsets; static sizes only.
+pub(super) fn as_strided(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let shape = static_dims(imp, x, "as_strided input")?;
+    let numel: i64 = shape.iter().product();
+    let size = imp.ints(n, "size", &[])?;
+    let stride = imp.ints(n, "stride", &[])?;
+    let offset = imp.opt_int(n, "storage_offset")?.unwrap_or(0);
+    if size.len() != stride.len() || size.iter().any(|&s| s < 0) {
+        return invalid(format!("as_strided size {size:?} and stride {stride:?}"));
+    }
+    let count: i64 = size.iter().product();
+    let mut positions = Vec::with_capacity(count.max(0) as usize);
+    let mut pos = vec![0i64; size.len()];
+    for _ in 0..count {
+        let p = offset + pos.iter().zip(&stride).map(|(i, s)| i * s).sum::<i64>();
+        if p < 0 || p >= numel {
+            return invalid(format!("as_strided reaches element {p} of a {numel}-element tensor"));
+        }
+        positions.push(p);
+        for d in (0..size.len()).rev() {
+            pos[d] += 1;
+            if pos[d] < size[d] {
+                break;
+            }
+            pos[d] = 0;
+        }
+    }
+    let flat = reshape(imp, x, vec![Dim::Const(numel)]);
+    let idx = i64_const(imp, &size, &positions);
+    let v = imp.build(Op::Gather { axis: 0 }, vec![flat, idx])?;
+    bind_as_output(imp, n, v)
+}
+
+/// `aten::masked_scatter(Tensor self, Tensor mask, Tensor source)`: the k-th
+/// true position takes `source`'s k-th element — an inclusive cumsum of the
+/// mask picks it (Gather), a where keeps the rest.
+pub(super) fn masked_scatter(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let mask = imp.tensor(n, "mask")?;
+    let source = imp.tensor(n, "source")?;
+    let out = imp.out_ty(n, 0)?;
+    let source = imp.cast(source, out.dtype);
+    let x = expand(imp, x, out.shape.clone());
+    let mask = expand(imp, mask, out.shape.clone());
+    let total = out.numel();
+    let flat_mask = reshape(imp, mask, vec![total.clone()]);
+    let as_int = imp.cast(flat_mask, DType::I64);
+    let cum = imp.build(Op::CumSum { axis: 0 }, vec![as_int])?;
+    let pos = imp.with_scalar(BinaryOp::Sub, cum, 1.0)?;
+    let pos = imp.with_scalar(BinaryOp::Max, pos, 0.0)?;
+    let src_numel = imp.ty(source).numel();
+    let flat_src = reshape(imp, source, vec![src_numel]);
+    let picked = imp.build(Op::Gather { axis: 0 }, vec![flat_src, pos])?;
+    let picked = reshape(imp, picked, out.shape.clone());
+    imp.emit(n, Op::Where, vec![mask, picked, x])?;
+    Ok(())
+}
+
+/// `aten::_embedding_bag(Tensor weight, Tensor indices, Tensor offsets,
+///   bool scale_grad_by_freq=False, int mode=0, bool sparse=False,
+///   Tensor? per_sample_weights=None, bool include_last_offset=False,
+///   int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor)`: rows gathered,
+/// row `i` sent to slot `#{b : offsets[b] <= i}` of a `[bags + 1, D]`
+/// scatter-reduce (without the zeros it starts from, so empty bags stay 0);
+/// slot 0 collects padding rows and rows before the first offset and is
+/// dropped. Outputs 1..3 must be unused. Also `embedding_bag.padding_idx`
+/// (training IR), whose arguments are the same.
+pub(super) fn embedding_bag(imp: &mut Importer, n: &Node) -> R<()> {
+    let w = imp.tensor(n, "weight")?;
+    let indices = imp.tensor(n, "indices")?;
+    let offsets = imp.tensor(n, "offsets")?;
+    let mode = imp.int(n, "mode", Some(0))?;
+    let psw = imp.opt_tensor(n, "per_sample_weights")?;
+    let include_last = imp.bool(n, "include_last_offset", false)?;
+    let padding_idx = imp.opt_int(n, "padding_idx")?.unwrap_or(-1);
+    only_first_output_used(imp, n)?;
+    let reduce = match mode {
+        0 => ReduceKind::Sum,
+        1 => ReduceKind::Mean,
+        2 => ReduceKind::Max,
+        m => return invalid(format!("embedding_bag mode {m}")),
+    };
+    if imp.ty(indices).rank() != 1 || imp.ty(offsets).rank() != 1 || imp.ty(w).rank() != 2 {
+        return unsupported("embedding_bag with other than 1-d indices and offsets");
+    }
+    let idx = int_index(imp, indices, "embedding_bag indices")?;
+    let mut offs = int_index(imp, offsets, "embedding_bag offsets")?;
+    let wty = imp.ty(w).clone();
+    let count = imp.ty(idx).shape[0].clone();
+    let mut bags = imp.ty(offs).shape[0].clone();
+    if include_last {
+        let Some(len) = bags.as_const() else { return unsupported("include_last_offset with a dynamic number of offsets") };
+        bags = Dim::Const((len - 1).max(0));
+        offs = imp.push(Op::Slice { axis: 0, start: 0, end: len - 1, step: 1 }, vec![offs], TensorType::new(DType::I64, vec![bags.clone()]));
+    }
+    let mut rows = imp.build(Op::Gather { axis: 0 }, vec![w, idx])?;
+    if let Some(p) = psw {
+        let p = imp.cast(p, wty.dtype);
+        let p = reshape(imp, p, vec![count.clone(), Dim::Const(1)]);
+        rows = imp.build(Op::Binary(BinaryOp::Mul), vec![rows, p])?;
+    }
+    let positions = imp.push(
+        Op::Arange { start: 0.0, step: 1.0, len: count.clone(), dtype: DType::I64 },
+        Vec::new(),
+        TensorType::new(DType::I64, vec![count.clone()]),
+    );
+    let positions = reshape(imp, positions, vec![count.clone(), Dim::Const(1)]);
+    let offs_row = reshape(imp, offs, vec![Dim::Const(1), bags.clone()]);
+    let started = imp.build(Op::Binary(BinaryOp::Ge), vec![positions, offs_row])?;
+    let started = imp.cast(started, DType::I64);
+    let mut slot = imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keep_dims: false }, vec![started])?;
+    if padding_idx >= 0 {
+        let is_pad = imp.with_scalar(BinaryOp::Eq, idx, padding_idx as f64)?;
+        let zero = imp.scalar_const(crate::import::importer::Scalar::Int(0), DType::I64);
+        slot = imp.build(Op::Where, vec![is_pad, zero, slot])?;
+    }
+    let d = wty.shape[1].clone();
+    let slot = reshape(imp, slot, vec![count.clone(), Dim::Const(1)]);
+    let slot = expand(imp, slot, vec![count, d.clone()]);
+    let slots = Dim::add(bags.clone(), Dim::Const(1));
+    let zeros = imp.push(
+        Op::Full { value: 0.0, dtype: wty.dtype, shape: vec![slots.clone(), d.clone()] },
+        Vec::new(),
+        TensorType::new(wty.dtype, vec![slots, d.clone()]),
+    );
+    let reduced = imp.build(Op::ScatterElements { axis: 0, reduce: Some(reduce), include_self: false }, vec![zeros, slot, rows])?;
+    let v = imp.push(Op::Slice { axis: 0, start: 1, end: i64::MAX, step: 1 }, vec![reduced], TensorType::new(wty.dtype, vec![bags, d]));
+    bind_as_output(imp, n, v)
+}
+
+/// `aten::col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size,
+///   int[2] dilation, int[2] padding, int[2] stride)`: every column element
+/// is added (ScatterElements, sum) at its position in the padded image, then
+/// the padding is cropped. Static shapes.
+pub(super) fn col2im(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let shape = static_dims(imp, x, "col2im input")?;
+    let out_size = imp.ints_n(n, "output_size", &[], 2)?;
+    let k = imp.ints_n(n, "kernel_size", &[], 2)?;
+    let dil = imp.ints_n(n, "dilation", &[], 2)?;
+    let pad = imp.ints_n(n, "padding", &[], 2)?;
+    let st = imp.ints_n(n, "stride", &[], 2)?;
+    let (b, ckk, l) = match shape.as_slice() {
+        [b, c, l] => (*b, *c, *l),
+        [c, l] => (1, *c, *l),
+        _ => return invalid("col2im input must be 2-d or 3-d"),
+    };
+    if k.iter().chain(&dil).chain(&st).any(|&v| v < 1) || pad.iter().any(|&p| p < 0) {
+        return invalid("col2im parameters");
+    }
+    let kk = k[0] * k[1];
+    if ckk % kk != 0 {
+        return invalid(format!("col2im: {ckk} rows are not a multiple of the kernel's {kk}"));
+    }
+    let c = ckk / kk;
+    let (hp, wp) = (out_size[0] + 2 * pad[0], out_size[1] + 2 * pad[1]);
+    let blocks = |i: usize| (out_size[i] + 2 * pad[i] - dil[i] * (k[i] - 1) - 1) / st[i] + 1;
+    let (lh, lw) = (blocks(0), blocks(1));
+    if lh * lw != l {
+        return invalid(format!("col2im: {l} blocks, the sizes give {lh} x {lw}"));
+    }
+    let mut positions = Vec::with_capacity((kk * l) as usize);
+    for ki in 0..k[0] {
+        for kj in 0..k[1] {
+            for bi in 0..lh {
+                for bj in 0..lw {
+                    positions.push((bi * st[0] + ki * dil[0]) * wp + bj * st[1] + kj * dil[1]);
+                }
+            }
+        }
+    }
+    let dtype = imp.ty(x).dtype;
+    let flat = reshape(imp, x, vec![Dim::Const(b), Dim::Const(c), Dim::Const(kk * l)]);
+    let idx = i64_const(imp, &[1, 1, kk * l], &positions);
+    let idx = expand(imp, idx, vec![Dim::Const(b), Dim::Const(c), Dim::Const(kk * l)]);
+    let canvas = vec![Dim::Const(b), Dim::Const(c), Dim::Const(hp * wp)];
+    let zeros = imp.push(Op::Full { value: 0.0, dtype, shape: canvas.clone() }, Vec::new(), TensorType::new(dtype, canvas));
+    let summed = imp.build(Op::ScatterElements { axis: 2, reduce: Some(ReduceKind::Sum), include_self: true }, vec![zeros, idx, flat])?;
+    let img = reshape(imp, summed, vec![Dim::Const(b), Dim::Const(c), Dim::Const(hp), Dim::Const(wp)]);
+    let (h, w) = (out_size[0], out_size[1]);
+    let img = imp.push(
+        Op::Slice { axis: 2, start: pad[0], end: pad[0] + h, step: 1 },
+        vec![img],
+        TensorType::fixed(dtype, &[b, c, h, wp]),
+    );
+    let img = imp.push(Op::Slice { axis: 3, start: pad[1], end: pad[1] + w, step: 1 }, vec![img], TensorType::fixed(dtype, &[b, c, h, w]));
+    bind_as_output(imp, n, img)
+}
