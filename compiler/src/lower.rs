@@ -159,13 +159,13 @@ fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId]) -> Result<Kernel, String> 
         Op::Permute { perm } => Kernel::Permute { perm: axes32(perm) },
         Op::Slice { axis, start, step, .. } => {
             let dim = g.ty(inputs[0]).shape.get(*axis).and_then(Dim::as_const);
-            let start = match (*start, dim) {
-                (s, _) if s >= 0 => s,
-                (s, Some(d)) => (s + d).max(0),
-                (_, None) => return Err("a negative slice start on a dynamic dimension is not supported yet".into()),
-            };
             let step = u64::try_from(*step).ok().filter(|&s| s > 0).ok_or_else(bad_params)?;
-            Kernel::Slice { axis: *axis as u32, start: start as u64, step }
+            match (*start, dim) {
+                (s, _) if s >= 0 => Kernel::Slice { axis: *axis as u32, start: s as u64, step },
+                (s, Some(d)) => Kernel::Slice { axis: *axis as u32, start: (s + d).max(0) as u64, step },
+                // Counted from the end of a dynamic dimension at run time.
+                (s, None) => Kernel::SliceFromEnd { axis: *axis as u32, back: s.unsigned_abs(), step },
+            }
         }
         Op::Concat { axis } => Kernel::Concat { axis: *axis as u32 },
         Op::Gather { axis } => Kernel::Gather { axis: *axis as u32 },
@@ -213,6 +213,20 @@ fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId]) -> Result<Kernel, String> 
     })
 }
 
+/// `-d` when `d` is a negative constant or a product with one (`-k * x`).
+fn negated(d: &Dim) -> Option<Dim> {
+    let neg = |d: &Dim| d.as_const().filter(|&v| v < 0).map(|v| Dim::Const(v.saturating_neg()));
+    match d {
+        Dim::Const(_) => neg(d),
+        Dim::Mul(a, b) => match (neg(a), neg(b)) {
+            (Some(k), _) => Some(Dim::mul(k, (**b).clone())),
+            (None, Some(k)) => Some(Dim::mul((**a).clone(), k)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Interns dimension expressions into the plan's expression table. Symbols
 /// are declared on first use: `range_constraints` may name symbols that no
 /// tensor mentions (seen in torch 2.15 files), and those need no bounds.
@@ -250,7 +264,12 @@ impl DimTable<'_> {
         let e = match d {
             Dim::Const(v) => DimExpr::Const(u64::try_from(*v).map_err(|_| format!("negative dimension {v}"))?),
             Dim::Sym(s) => DimExpr::Sym(self.symbol(*s)?),
-            Dim::Add(a, b) => DimExpr::Add(self.expr(a)?, self.expr(b)?),
+            // `a + (-k)` / `a + (-k)*b` (sympy's subtraction) become `a - k` / `a - k*b`.
+            Dim::Add(a, b) => match (negated(b), negated(a)) {
+                (Some(nb), _) => DimExpr::Sub(self.expr(a)?, self.expr(&nb)?),
+                (None, Some(na)) => DimExpr::Sub(self.expr(b)?, self.expr(&na)?),
+                (None, None) => DimExpr::Add(self.expr(a)?, self.expr(b)?),
+            },
             Dim::Mul(a, b) => DimExpr::Mul(self.expr(a)?, self.expr(b)?),
             Dim::FloorDiv(a, b) => DimExpr::FloorDiv(self.expr(a)?, self.expr(b)?),
             Dim::Mod(a, b) => DimExpr::Mod(self.expr(a)?, self.expr(b)?),

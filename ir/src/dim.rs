@@ -118,7 +118,12 @@ impl Dim {
             Dim::Mul(a, b) => {
                 let (al, ah) = a.bounds(symbols);
                 let (bl, bh) = b.bounds(symbols);
-                (al.saturating_mul(bl), ah.zip(bh).map(|(x, y)| x.saturating_mul(y)))
+                // A negative constant factor (sympy's `-1*s` in `s0 - s1`) swaps the ends.
+                match (a.as_const(), b.as_const()) {
+                    (Some(k), _) if k < 0 => (bh.map_or(i64::MIN, |h| k.saturating_mul(h)), Some(k.saturating_mul(bl))),
+                    (_, Some(k)) if k < 0 => (ah.map_or(i64::MIN, |h| k.saturating_mul(h)), Some(k.saturating_mul(al))),
+                    _ => (al.saturating_mul(bl), ah.zip(bh).map(|(x, y)| x.saturating_mul(y))),
+                }
             }
             Dim::FloorDiv(a, b) => {
                 let (al, ah) = a.bounds(symbols);

@@ -4,7 +4,8 @@
 //! f16/bf16 operands are widened to f32 and the result rounded back once —
 //! what PyTorch's CPU kernels do (f32 accumulation). Integer operands compute
 //! in f64, which is exact for the magnitudes these ops see in practice and
-//! rounds back toward zero like torch's integer kernels. f64 on an f32-only
+//! rounds back toward zero like torch's integer kernels (narrow integers
+//! through i64, so that overflow wraps as in torch). f64 on an f32-only
 //! kernel computes in f32 (a precision loss, until those kernels are generic).
 
 use crate::rewrite::{rewrite_in_order, Rewrite};
@@ -19,8 +20,8 @@ pub fn native_dtypes(op: &Op) -> Option<&'static [DType]> {
     const F32: &[DType] = &[DType::F32];
     const F32_F64: &[DType] = &[DType::F32, DType::F64];
     match op {
-        Op::Linear | Op::Conv { .. } | Op::BatchNorm { .. } | Op::LayerNorm { .. } | Op::Attention { .. } => Some(F32),
-        Op::MatMul | Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::Pool { .. } | Op::AdaptiveAvgPool { .. } => Some(F32_F64),
+        Op::Linear | Op::BatchNorm { .. } | Op::LayerNorm { .. } | Op::Attention { .. } => Some(F32),
+        Op::MatMul | Op::Conv { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::Pool { .. } | Op::AdaptiveAvgPool { .. } => Some(F32_F64),
         _ => None,
     }
 }
@@ -65,6 +66,13 @@ fn legalize_node(g: &mut Graph, n: NodeId) -> Result<Rewrite, PassError> {
         })
         .collect();
     let wide = g.push(op, cast_inputs, TensorType::new(compute, out_ty.shape.clone()), loc);
+    // Integers come back through i64 so that the narrowing wraps like
+    // torch's integer arithmetic (a float-to-i8 cast would saturate).
+    let wide = if dtype.is_int() && dtype != DType::I64 {
+        g.push(Op::Cast { to: DType::I64 }, vec![wide], TensorType::new(DType::I64, out_ty.shape.clone()), loc)
+    } else {
+        wide
+    };
     let back = g.push(Op::Cast { to: dtype }, vec![wide], out_ty, loc);
     Ok(Rewrite::Replace(vec![back]))
 }

@@ -59,6 +59,10 @@ pub(crate) fn dispatch(kernel: &Kernel, ins: &[TensorRef<'_>], out: TensorMut<'_
         Kernel::Expand => k::expand(ins[0], out),
         Kernel::Permute { perm } => k::permute(ins[0], Usizes::of(perm).get(), out),
         Kernel::Slice { axis, start, step } => k::slice(ins[0], *axis as usize, *start as usize, *step as usize, out),
+        Kernel::SliceFromEnd { axis, back, step } => {
+            let len = ins[0].shape.get(*axis as usize).copied().unwrap_or(0);
+            k::slice(ins[0], *axis as usize, len.saturating_sub(*back as usize), *step as usize, out)
+        }
         Kernel::Concat { axis } => k::concat(ins, *axis as usize, out),
         Kernel::Gather { axis } => k::gather(ins[0], ins[1], *axis as usize, out),
         Kernel::Fill { value } => k::fill(*value, out),

@@ -157,6 +157,7 @@ impl Program {
             DimExpr::Mul(a, b) => bin(a, "*", b),
             DimExpr::FloorDiv(a, b) => bin(a, "//", b),
             DimExpr::Mod(a, b) => bin(a, "%", b),
+            DimExpr::Sub(a, b) => bin(a, "-", b),
         }
     }
 

@@ -52,6 +52,8 @@ pub struct Session {
     /// Symbol values the shapes were last evaluated for (valid once `evaluated`).
     evaluated_for: Vec<u64>,
     evaluated: bool,
+    /// Which symbols the current call has bound so far (reused across calls).
+    bound: Vec<bool>,
     scratch: Scratch,
     operand_buf: Vec<TensorRef<'static>>,
     /// Time spent in each instruction since profiling was enabled.
@@ -128,6 +130,7 @@ impl Session {
             shape_at,
             evaluated_for: vec![0; plan.symbols.len()],
             evaluated: false,
+            bound: vec![false; plan.symbols.len()],
             scratch: Scratch::new(),
             operand_buf: Vec::new(),
             profile: None,
@@ -197,6 +200,7 @@ impl Session {
         }
         let input_err = |index: usize, detail: String| Error::Input { index, name: plan.inputs[index].name.clone(), detail };
         // Pass 1: dtypes, ranks, and bind symbols from plain symbolic dims.
+        self.bound.iter_mut().for_each(|b| *b = false);
         for (i, (io, x)) in plan.inputs.iter().zip(inputs).enumerate() {
             let decl = &plan.tensors[io.tensor as usize];
             if x.dtype != decl.dtype {
@@ -221,8 +225,44 @@ impl Session {
                             ));
                         }
                         self.sym_vals[s as usize] = actual;
+                        self.bound[s as usize] = true;
                     }
                 }
+            }
+        }
+        // Pass 1b: symbols that only appear in derived dims (`2*s`, `s + 1`):
+        // solve `k * s + c = actual`.
+        for (i, (io, x)) in plan.inputs.iter().zip(inputs).enumerate() {
+            for (axis, (d, &actual)) in plan.tensors[io.tensor as usize].shape.iter().zip(x.shape).enumerate() {
+                let DimRef::Expr(e) = d else { continue };
+                let Some((s, k, c)) = plan.affine_symbol(*e) else { continue };
+                if self.bound[s as usize] {
+                    continue; // pass 2 checks this dimension against the bound value
+                }
+                let sym = &plan.symbols[s as usize];
+                let rest = actual as i128 - c;
+                if rest < 0 || rest % k as i128 != 0 {
+                    return Err(input_err(
+                        i,
+                        format!("dimension {axis} is {actual}, which is not {} for any value of `{}`", self.program.dim_string(*d), sym.name),
+                    ));
+                }
+                let v = (rest / k as i128) as u64;
+                if v < sym.min || v > sym.max {
+                    return Err(input_err(
+                        i,
+                        format!(
+                            "dimension {axis} is {actual} = {}, so `{}` = {v}, outside the range [{}, {}] of `{}`",
+                            self.program.dim_string(*d),
+                            sym.name,
+                            sym.min,
+                            sym.max,
+                            sym.name
+                        ),
+                    ));
+                }
+                self.sym_vals[s as usize] = v;
+                self.bound[s as usize] = true;
             }
         }
         if !self.evaluated || self.evaluated_for != self.sym_vals {
@@ -261,6 +301,7 @@ impl Session {
                 DimExpr::Mul(a, b) => v(a).saturating_mul(v(b)),
                 DimExpr::FloorDiv(a, b) => v(a).checked_div(v(b)).unwrap_or(0),
                 DimExpr::Mod(a, b) => v(a).checked_rem(v(b)).unwrap_or(0),
+                DimExpr::Sub(a, b) => v(a).saturating_sub(v(b)),
             };
         }
         for (t, decl) in plan.tensors.iter().enumerate() {

@@ -50,31 +50,47 @@ pub(crate) fn validate_plan(plan: &Plan, weights_len: u64, accel: Option<&AccelP
     Ok(())
 }
 
-/// Upper bound of every expression (symbols at their max), saturating.
+/// Upper bound of every expression (symbols at their max), saturating. Lower
+/// bounds are tracked alongside for `//` and `-`, whose upper bound depends
+/// on the divisor's and subtrahend's lower bound. This must never be below
+/// the compiler's bound (`kiln_ir::Dim::bounds`) for the same expression.
 fn expr_upper_bounds(plan: &Plan) -> Result<Vec<u64>> {
-    let mut ub: Vec<u64> = Vec::with_capacity(plan.exprs.len());
+    let mut b: Vec<(u64, u64)> = Vec::with_capacity(plan.exprs.len());
     for (i, e) in plan.exprs.iter().enumerate() {
-        let operand = |j: u32| -> Result<u64> {
-            ub.get(j as usize).copied().ok_or_else(|| bad(format!("expression {i} uses expression {j}, which is not defined before it")))
+        let operand = |j: u32| -> Result<(u64, u64)> {
+            b.get(j as usize).copied().ok_or_else(|| bad(format!("expression {i} uses expression {j}, which is not defined before it")))
         };
         let v = match *e {
-            DimExpr::Const(c) => c,
-            DimExpr::Sym(s) => plan.symbols.get(s as usize).ok_or_else(|| bad(format!("expression {i} uses unknown symbol {s}")))?.max,
-            DimExpr::Add(a, b) => operand(a)?.saturating_add(operand(b)?),
-            DimExpr::Mul(a, b) => operand(a)?.saturating_mul(operand(b)?),
-            // Dimensions are non-negative and `//` by at least 1 never grows.
-            DimExpr::FloorDiv(a, b) => {
-                operand(b)?;
-                operand(a)?
+            DimExpr::Const(c) => (c, c),
+            DimExpr::Sym(s) => {
+                let sym = plan.symbols.get(s as usize).ok_or_else(|| bad(format!("expression {i} uses unknown symbol {s}")))?;
+                (sym.min.min(sym.max), sym.max)
             }
-            DimExpr::Mod(a, b) => {
-                operand(a)?;
-                operand(b)?.saturating_sub(1)
+            DimExpr::Add(x, y) => {
+                let ((xl, xh), (yl, yh)) = (operand(x)?, operand(y)?);
+                (xl.saturating_add(yl), xh.saturating_add(yh))
+            }
+            DimExpr::Mul(x, y) => {
+                let ((xl, xh), (yl, yh)) = (operand(x)?, operand(y)?);
+                (xl.saturating_mul(yl), xh.saturating_mul(yh))
+            }
+            // Dimensions are non-negative; `//` by 0 evaluates to 0.
+            DimExpr::FloorDiv(x, y) => {
+                let ((xl, xh), (yl, yh)) = (operand(x)?, operand(y)?);
+                (if yl == 0 { 0 } else { xl / yh.max(1) }, xh / yl.max(1))
+            }
+            DimExpr::Mod(x, y) => {
+                operand(x)?;
+                (0, operand(y)?.1.saturating_sub(1))
+            }
+            DimExpr::Sub(x, y) => {
+                let ((xl, xh), (yl, yh)) = (operand(x)?, operand(y)?);
+                (xl.saturating_sub(yh), xh.saturating_sub(yl))
             }
         };
-        ub.push(v);
+        b.push(v);
     }
-    Ok(ub)
+    Ok(b.into_iter().map(|(_, hi)| hi).collect())
 }
 
 fn dim_upper(bounds: &[u64], d: DimRef) -> Result<u64> {
@@ -139,8 +155,10 @@ fn validate_io(plan: &Plan) -> Result<()> {
         }
         for d in &t.shape {
             if let DimRef::Expr(e) = d {
-                if let Some(DimExpr::Sym(s)) = plan.exprs.get(*e as usize) {
-                    bound[*s as usize] = true;
+                if let Some((s, _, _)) = plan.affine_symbol(*e) {
+                    if let Some(b) = bound.get_mut(s as usize) {
+                        *b = true;
+                    }
                 }
             }
         }
@@ -242,7 +260,9 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
     let in_rank = ins.first().map_or(0, |t| rank(t));
     let axis_ok = |axis: u32, r: usize| if (axis as usize) < r { Ok(()) } else { Err(format!("axis {axis} out of range for rank {r}")) };
     match k {
-        Kernel::Softmax { axis, .. } | Kernel::ArgMax { axis } | Kernel::Slice { axis, .. } => axis_ok(*axis, in_rank)?,
+        Kernel::Softmax { axis, .. } | Kernel::ArgMax { axis } | Kernel::Slice { axis, .. } | Kernel::SliceFromEnd { axis, .. } => {
+            axis_ok(*axis, in_rank)?
+        }
         Kernel::Gather { axis } => axis_ok(*axis, in_rank)?,
         Kernel::GatherElements { axis } | Kernel::ScatterElements { axis, .. } => {
             axis_ok(*axis, in_rank)?;
@@ -308,7 +328,7 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
         }
         _ => {}
     }
-    if let Kernel::Slice { step, .. } = k {
+    if let Kernel::Slice { step, .. } | Kernel::SliceFromEnd { step, .. } = k {
         if *step == 0 {
             return Err("slice step is 0".into());
         }

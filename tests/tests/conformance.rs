@@ -9,7 +9,8 @@
 //! The test fails on any mismatch or compile/load/run error, except for case
 //! flavours the manifest marks `unsupported: {flavour: reason}`. It prints a per-op
 //! summary. `KILN_CONFORMANCE_FILTER=cumsum,topk` runs only those ops (for
-//! local iteration).
+//! local iteration); `KILN_CONFORMANCE_DIR=/tmp/kiln-conf` runs the cases of
+//! another folder (the generator's `--full` set).
 
 use kiln_runtime::{Program, Tensor, TensorView};
 use kiln_tests::{compare_close, default_tolerance, read_npy_as, temp_path};
@@ -17,8 +18,13 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// The committed cases, or `KILN_CONFORMANCE_DIR` (a folder holding a
+/// `manifest.json`, e.g. from `generate.py --full --out DIR`) for local runs.
 fn cases_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance").join("cases")
+    match std::env::var_os("KILN_CONFORMANCE_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance").join("cases"),
+    }
 }
 
 fn read_numbered(dir: &Path, prefix: &str, bf16: bool) -> Result<Vec<Tensor>, String> {

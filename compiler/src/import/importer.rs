@@ -724,6 +724,26 @@ impl<'p> Importer<'p> {
         self.g.add_const(None, TensorType::new(dtype, Vec::new()), ConstBytes::owned(bytes))
     }
 
+    /// A 0-d tensor holding the run-time value of a symbolic dimension (`x /
+    /// x.shape[1]`), as `dtype`: the i64 sum of `d` ones, exact for any size.
+    /// Static dimensions become constants.
+    pub fn dim_scalar(&mut self, d: &Dim, dtype: DType) -> ValueId {
+        if let Some(v) = d.as_const() {
+            return self.scalar_const(Scalar::Int(v), dtype);
+        }
+        let ones = self.push(
+            Op::Full { value: 1.0, dtype: DType::I64, shape: vec![d.clone()] },
+            Vec::new(),
+            TensorType::new(DType::I64, vec![d.clone()]),
+        );
+        let sum = self.push(
+            Op::Reduce { kind: kiln_ir::ReduceKind::Sum, axes: vec![0], keep_dims: false },
+            vec![ones],
+            TensorType::new(DType::I64, Vec::new()),
+        );
+        self.cast(sum, dtype)
+    }
+
     /// A 1-d constant of `len` copies of `value` (optional batch-norm operands).
     pub fn filled_const(&mut self, value: f64, dtype: DType, len: i64) -> ValueId {
         let one = scalar_bytes(Scalar::Float(value), dtype);

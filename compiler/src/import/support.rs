@@ -32,7 +32,10 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["linear", "addmm", "mm", "bmm", "matmul"], dtypes: DT_NUMERIC, note: "f16/bf16 computed in f32, integers in f64" },
     OpSupport { names: &["convolution", "_convolution", "conv1d", "conv2d", "conv3d"], dtypes: DT_NUMERIC, note: "f16/bf16 in f32, integers in f64; transposed too" },
     OpSupport { names: &["conv_transpose1d", "conv_transpose2d", "conv_transpose3d"], dtypes: DT_NUMERIC, note: "spread + pad + flipped-weight convolution" },
-    OpSupport { names: &["batch_norm", "_native_batch_norm_legit_no_training"], dtypes: DT_FLOAT, note: "inference statistics only (training=True is rejected)" },
+    OpSupport { names: &["batch_norm", "_native_batch_norm_legit_no_training"], dtypes: DT_FLOAT, note: "running statistics, or the batch's with training=True (decomposed)" },
+    OpSupport { names: &["_cdist_forward", "cdist", "_pdist_forward", "pdist"], dtypes: DT_FLOAT, note: "any p >= 0 (0, 1, 2, inf, general); cdist p=2 takes torch's matrix-product form when compute_mode asks or a side has > 25 rows; pdist needs a static shape" },
+    OpSupport { names: &["grid_sampler_2d", "grid_sampler"], dtypes: DT_FLOAT, note: "bilinear/nearest, zeros/border/reflection padding, align_corners; static input height and width; not bicubic" },
+    OpSupport { names: &["_native_batch_norm_legit", "_native_batch_norm_legit_functional"], dtypes: DT_FLOAT, note: "training mode: the batch's statistics (decomposed; f16/bf16 in f32); save_mean/save_rstd and updated running statistics computed when read" },
     OpSupport { names: &["layer_norm", "native_layer_norm"], dtypes: DT_FLOAT, note: "saved mean/rstd outputs must be unused" },
     OpSupport { names: &["group_norm", "native_group_norm"], dtypes: DT_FLOAT, note: "static shapes; saved statistics must be unused" },
     OpSupport { names: &["rms_norm"], dtypes: DT_FLOAT, note: "" },
@@ -49,14 +52,14 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["isnan", "isinf"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["add", "sub", "rsub", "mul", "div", "remainder", "floor_divide", "pow", "maximum", "minimum", "fmod", "atan2", "arctan2"], dtypes: DT_NUMERIC, note: "torch type promotion; integer div by zero is a run-time error" },
     OpSupport { names: &["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "__and__", "__or__", "__xor__"], dtypes: DT_ALL, note: "" },
-    OpSupport { names: &["where.self", "masked_fill"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar", "masked_fill"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["mean", "sum", "amax", "amin", "prod", "any"], dtypes: DT_ALL, note: "" },
-    OpSupport { names: &["max.dim", "min.dim", "argmax", "argmin"], dtypes: DT_NUMERIC, note: "" },
+    OpSupport { names: &["max.dim", "min.dim", "max.default", "min.default", "argmax", "argmin"], dtypes: DT_NUMERIC, note: "" },
     OpSupport { names: &["cumsum"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["diff"], dtypes: DT_ALL, note: "static length along `dim`" },
     OpSupport { names: &["sort", "topk"], dtypes: DT_NUMERIC, note: "stable; topk tie order may differ from torch's" },
-    OpSupport { names: &["var", "std"], dtypes: DT_FLOAT, note: "computed in f64; static reduced dims" },
-    OpSupport { names: &["view", "_unsafe_view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "view_as", "reshape_as", "expand", "expand_as", "t", "transpose", "permute", "numpy_T"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["var", "std"], dtypes: DT_FLOAT, note: "computed in f64" },
+    OpSupport { names: &["view", "_unsafe_view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "view_as", "reshape_as", "expand", "expand_as", "t", "transpose", "permute", "numpy_T", "mT", "swapaxes", "swapdims", "movedim.int", "moveaxis.int"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["alias", "clone", "contiguous", "detach", "lift_fresh_copy", "_to_copy", "to", "type_as", "copy"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["dropout", "feature_dropout", "alpha_dropout", "native_dropout"], dtypes: DT_ALL, note: "dropout/native_dropout in training mode on floats draw from the session's generator (distribution-tested); feature/alpha dropout inference only" },
     OpSupport { names: &["slice", "select", "narrow", "cat", "concat", "concatenate", "split", "split_with_sizes", "chunk", "unbind", "tensor_split"], dtypes: DT_ALL, note: "" },
@@ -278,10 +281,12 @@ pub fn core_aten_status(overload: &str) -> Option<&'static str> {
     }
     Some(if name.ends_with("_backward") {
         "excluded: gradients are meaningless for inference"
-    } else if name == "_native_batch_norm_legit" {
-        "batch statistics (training mode) are not supported"
-    } else if matches!(name, "nonzero" | "_local_scalar_dense") {
-        "data-dependent output shape or scalar output"
+    } else if name == "nonzero" {
+        "data-dependent output shape (the number of nonzero elements is known only at run time)"
+    } else if name == "_local_scalar_dense" {
+        "data-dependent: reads a tensor element into a Python scalar (`.item()`) that steers shapes or control flow"
+    } else if name.starts_with("_fft_") {
+        "needs a complex dtype, which kiln does not have"
     } else {
         "not implemented yet"
     })

@@ -131,7 +131,11 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
         Op::Unary(u) => match (u, in0) {
             (UnaryOp::Not | UnaryOp::BitNot, Some(DType::Bool)) => None,
             (UnaryOp::BitNot, Some(d)) if d.is_int() => None,
+            // StableHLO's abs and sign take signless integers only: u8 stays on the CPU.
+            (UnaryOp::Abs | UnaryOp::Sign, Some(DType::U8)) => no("abs/sign on an unsigned integer"),
             (UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu, Some(d)) if d.is_int() => None,
+            // XLA's f64 erf is not accurate to f64 (gelu uses it): kiln's CPU kernel is.
+            (UnaryOp::Erf | UnaryOp::Gelu, Some(DType::F64)) => no("f64 erf/gelu (XLA's approximation is not f64-accurate)"),
             (UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc, Some(d)) if d.is_int() => None,
             (u, Some(d)) if d.is_float() && LOWERED_UNARY.contains(u) => None,
             _ => no(&format!("op {} on {:?}", kiln_ir::unary_name(*u), in0)),

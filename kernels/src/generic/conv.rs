@@ -6,6 +6,7 @@
 
 use super::common::*;
 use super::gemm::{gemm_f32_packed, NR};
+use super::math::Real;
 use crate::types::{DType, Result, Scratch, TensorMut, TensorRef};
 
 /// Stride, padding (symmetric, per spatial dim), dilation and groups, as in
@@ -70,10 +71,13 @@ fn geometry(x: &[usize], w: &[usize], p: &ConvParams, out: &[usize]) -> Result<G
     Ok(g)
 }
 
+/// f32 runs im2col + the packed GEMM; f64 a direct loop (f64 accumulation,
+/// like torch's double convolution).
 pub fn conv(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, p: &ConvParams, mut out: TensorMut, scratch: &mut Scratch) -> Result<()> {
     const K: &str = "conv";
+    let dtype = x.dtype;
     for d in [x.dtype, w.dtype, out.dtype] {
-        if d != DType::F32 {
+        if d != DType::F32 && d != DType::F64 || d != dtype {
             return Err(dtype_err(K, d));
         }
     }
@@ -87,6 +91,21 @@ pub fn conv(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, p: &ConvParams,
         return Err(shape_err(K, format!("output shape {:?} must start with [{batch}, {cout}]", out.shape)));
     }
     let cout_g = cout / groups;
+    if dtype == DType::F64 {
+        let bv = match &bias {
+            Some(b) => {
+                expect_dtype(K, "bias", b.dtype, DType::F64)?;
+                if b.shape != [cout] {
+                    return Err(shape_err(K, format!("bias shape {:?}, expected [{cout}]", b.shape)));
+                }
+                Some(view::<f64>(K, "bias", b)?)
+            }
+            None => None,
+        };
+        let (xv, wv) = (view::<f64>(K, "x", &x)?, view::<f64>(K, "w", &w)?);
+        conv_direct(xv, wv, bv, &g, cin, cout, groups, view_mut::<f64>(K, "out", &mut out)?);
+        return Ok(());
+    }
     let xv = view::<f32>(K, "x", &x)?;
     let wv = view::<f32>(K, "w", &w)?;
     let bv = match &bias {
@@ -183,6 +202,43 @@ fn im2col(x: &[f32], channels: usize, g: &Geometry, c0: usize, cl: usize, col: &
                     }
                 }
             }
+        }
+    }
+}
+
+/// Direct convolution: every output element sums its receptive field in `T`.
+/// `x` is `[N, cin, input..]`, `w` `[cout, cin/groups, kernel..]`, `out`
+/// `[N, cout, output..]` (shapes already checked against `g`).
+#[allow(clippy::too_many_arguments)]
+fn conv_direct<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry, cin: usize, cout: usize, groups: usize, out: &mut [T]) {
+    let isp: usize = g.input.iter().product();
+    let osp: usize = g.output.iter().product();
+    let ksp: usize = g.kernel.iter().product();
+    let cin_g = cin / groups;
+    let cout_g = cout / groups;
+    let [_, oh, ow] = g.output;
+    let [id, ih, iw] = g.input;
+    let [_, kh, kw] = g.kernel;
+    let tap = |o: usize, k: usize, d: usize| (o * g.stride[d] + k * g.dil[d]).checked_sub(g.pad[d]);
+    for (plane_index, plane) in out.chunks_exact_mut(osp.max(1)).enumerate() {
+        let (n, oc) = (plane_index / cout.max(1), plane_index % cout.max(1));
+        let first_in = (oc / cout_g.max(1)) * cin_g;
+        let b = bias.map_or(T::ZERO, |b| b[oc]);
+        for (pos, o) in plane.iter_mut().enumerate() {
+            let (oz, oy, ox) = (pos / (oh * ow), (pos / ow) % oh, pos % ow);
+            let mut acc = b;
+            for ic in 0..cin_g {
+                let xc = &x[(n * cin + first_in + ic) * isp..][..isp];
+                let wc = &w[(oc * cin_g + ic) * ksp..][..ksp];
+                for (t, &wv) in wc.iter().enumerate() {
+                    let (kz, ky, kx) = (t / (kh * kw), (t / kw) % kh, t % kw);
+                    let (Some(iz), Some(iy), Some(ix)) = (tap(oz, kz, 0), tap(oy, ky, 1), tap(ox, kx, 2)) else { continue };
+                    if iz < id && iy < ih && ix < iw {
+                        acc += xc[(iz * ih + iy) * iw + ix] * wv;
+                    }
+                }
+            }
+            *o = acc;
         }
     }
 }

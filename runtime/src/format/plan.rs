@@ -38,6 +38,46 @@ pub enum DimExpr {
     Mul(u32, u32),
     FloorDiv(u32, u32),
     Mod(u32, u32),
+    /// `a - b`, saturating at 0 (dimensions such as `s - 1` or `(s - 3) // 2 + 1`).
+    Sub(u32, u32),
+}
+
+impl Plan {
+    /// An input dimension that binds a symbol: `k * s + c` (`k >= 1`) as
+    /// `(s, k, c)`, for a plain symbol or torch's derived dims (`2*s`, `s + 1`,
+    /// `s - 1`). Other expressions are only checked once the symbols are bound.
+    pub fn affine_symbol(&self, e: u32) -> Option<(u32, u64, i128)> {
+        let expr = |j: u32| self.exprs.get(j as usize).copied();
+        let konst = |j: u32| match expr(j) {
+            Some(DimExpr::Const(c)) => Some(c),
+            _ => None,
+        };
+        let sym = |j: u32| match expr(j) {
+            Some(DimExpr::Sym(s)) => Some(s),
+            _ => None,
+        };
+        match expr(e)? {
+            DimExpr::Sym(s) => Some((s, 1, 0)),
+            DimExpr::Mul(a, b) => match (konst(a), sym(b), sym(a), konst(b)) {
+                (Some(k), Some(s), _, _) | (_, _, Some(s), Some(k)) if k >= 1 => Some((s, k, 0)),
+                _ => None,
+            },
+            DimExpr::Add(a, b) => {
+                let (inner, c) = match (konst(a), konst(b)) {
+                    (Some(c), None) => (b, c),
+                    (None, Some(c)) => (a, c),
+                    _ => return None,
+                };
+                let (s, k, c0) = self.affine_symbol(inner)?;
+                Some((s, k, c0 + i128::from(c)))
+            }
+            DimExpr::Sub(a, b) => {
+                let (s, k, c0) = self.affine_symbol(a)?;
+                Some((s, k, c0 - i128::from(konst(b)?)))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// One dimension of a declared shape.
@@ -129,6 +169,9 @@ pub enum Kernel {
     IndexGather { axis: u32 },
     /// `index_put` (data, values, indices..).
     IndexPut { axis: u32, accumulate: bool },
+    /// [`Kernel::Slice`] starting `back` elements before the end of `axis`
+    /// (torch's negative start on a dynamic dimension; clamped to 0).
+    SliceFromEnd { axis: u32, back: u64, step: u64 },
 }
 
 impl Kernel {
@@ -155,7 +198,7 @@ impl Kernel {
             Kernel::Copy => "copy",
             Kernel::Expand => "expand",
             Kernel::Permute { .. } => "permute",
-            Kernel::Slice { .. } => "slice",
+            Kernel::Slice { .. } | Kernel::SliceFromEnd { .. } => "slice",
             Kernel::Concat { .. } => "concat",
             Kernel::Gather { .. } => "gather",
             Kernel::Fill { .. } => "fill",

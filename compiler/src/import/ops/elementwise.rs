@@ -98,15 +98,17 @@ pub(super) fn clamp(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
 }
 
 /// An operand of a promoting op: a tensor or a Python scalar.
-#[derive(Copy, Clone)]
+#[derive(Clone)]
 enum Side {
     Tensor(ValueId),
     Scalar(Scalar),
+    /// A symbolic int (`x.shape[1]`) used as a Python int.
+    Sym(kiln_ir::Dim),
 }
 
 impl Side {
-    fn operand(self, imp: &Importer) -> Operand {
-        match self {
+    fn operand(&self, imp: &Importer) -> Operand {
+        match *self {
             Side::Tensor(v) => {
                 let ty = imp.ty(v);
                 if ty.rank() == 0 { Operand::ZeroDim(ty.dtype) } else { Operand::Tensor(ty.dtype) }
@@ -114,13 +116,15 @@ impl Side {
             Side::Scalar(Scalar::Bool(_)) => Operand::Scalar(DType::Bool),
             Side::Scalar(Scalar::Int(_)) => Operand::Scalar(DType::I64),
             Side::Scalar(Scalar::Float(_)) => Operand::Scalar(DType::F32),
+            Side::Sym(_) => Operand::Scalar(DType::I64),
         }
     }
 
-    fn value(self, imp: &mut Importer, dtype: DType) -> ValueId {
+    fn value(&self, imp: &mut Importer, dtype: DType) -> ValueId {
         match self {
-            Side::Tensor(v) => imp.cast(v, dtype),
-            Side::Scalar(s) => imp.scalar_const(s, dtype),
+            Side::Tensor(v) => imp.cast(*v, dtype),
+            Side::Scalar(s) => imp.scalar_const(*s, dtype),
+            Side::Sym(d) => imp.dim_scalar(d, dtype),
         }
     }
 }
@@ -128,6 +132,13 @@ impl Side {
 fn side(imp: &mut Importer, n: &Node, name: &str) -> R<Side> {
     match imp.arg(n, name) {
         Some(Arg::Tensor(t)) => Ok(Side::Tensor(imp.value(t)?)),
+        Some(Arg::SymInt(s)) => {
+            let d = imp.sym(s)?;
+            match d.as_const() {
+                Some(v) => Ok(Side::Scalar(Scalar::Int(v))),
+                None => Ok(Side::Sym(d)),
+            }
+        }
         Some(_) => Ok(Side::Scalar(imp.scalar(n, name)?)),
         None => invalid(format!("required argument `{name}` is missing")),
     }
@@ -300,12 +311,16 @@ pub(super) fn reduce(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
         _ => ReduceKind::Max,
     };
     let x = if name == "any" { imp.cast(x, DType::Bool) } else { imp.cast(x, out.dtype) };
-    if rank == 0 {
-        imp.bind(n, 0, x)?;
-        return Ok(());
-    }
-    imp.emit(n, Op::Reduce { kind, axes, keep_dims }, vec![x])?;
-    Ok(())
+    let v = if rank == 0 {
+        x
+    } else {
+        let shape = out.shape.clone();
+        let dtype = imp.ty(x).dtype;
+        imp.push(Op::Reduce { kind, axes, keep_dims }, vec![x], TensorType::new(dtype, shape))
+    };
+    // `any` of a uint8 tensor is uint8 in torch (0 or 1), bool otherwise.
+    let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)
 }
 
 /// `aten::argmax(Tensor self, int? dim=None, bool keepdim=False)`

@@ -5,6 +5,7 @@
 
 mod activation;
 mod elementwise;
+mod geometry;
 mod indexing;
 mod nn;
 mod random;
@@ -79,6 +80,9 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "conv1d" | "conv2d" | "conv3d" => nn::conv_nd(imp, n, overload),
         "batch_norm" => nn::batch_norm(imp, n),
         "_native_batch_norm_legit_no_training" => nn::native_batch_norm_no_training(imp, n),
+        "_native_batch_norm_legit" | "_native_batch_norm_legit_functional" => {
+            nn::native_batch_norm_legit(imp, n, name, overload)
+        }
         "layer_norm" => nn::layer_norm(imp, n),
         "native_layer_norm" => nn::native_layer_norm(imp, n),
         "softmax" | "_softmax" => e::softmax(imp, n, false),
@@ -129,15 +133,21 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         // Python's `&`, `|`, `^` on tensors: training IR keeps the dunder names.
         "__and__" | "__or__" | "__xor__" => e::binary(imp, n, &format!("bitwise_{}", name.trim_matches('_')), overload),
         "where" if overload == "self" => e::where_(imp, n),
+        "where" if overload == "ScalarSelf" => e::where_(imp, n),
+        "where" if overload == "ScalarOther" => e::where_(imp, n),
+        "where" if overload == "Scalar" => e::where_(imp, n),
         "masked_fill" => e::masked_fill(imp, n),
         "mean" | "sum" | "amax" | "amin" | "prod" | "any" => e::reduce(imp, n, name, overload),
         "max" | "min" if overload == "dim" => stats::min_max_dim(imp, n, name),
+        // `x.max()`: the whole tensor's maximum, 0-d.
+        "max" | "min" if overload == "default" => e::reduce(imp, n, if name == "max" { "amax" } else { "amin" }, overload),
         "argmax" => e::argmax(imp, n),
 
         "view" | "_unsafe_view" | "reshape" | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "view_as"
         | "reshape_as" => s::reshape(imp, n),
         "expand" | "expand_as" => s::expand(imp, n),
-        "t" | "transpose" | "permute" | "numpy_T" => s::permute(imp, n, name),
+        "t" | "transpose" | "permute" | "numpy_T" | "mT" | "swapaxes" | "swapdims" => s::permute(imp, n, name),
+        "movedim" | "moveaxis" if overload == "int" => s::permute(imp, n, "movedim"),
         "alias" | "clone" | "contiguous" | "detach" | "lift_fresh_copy" | "_to_copy" | "to" | "type_as" => {
             s::identity_or_cast(imp, n, name)
         }
@@ -175,6 +185,9 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         }
         "randint" | "randint_like" => random::randint(imp, n),
         "randperm" => random::randperm(imp, n),
+        "_cdist_forward" | "cdist" => geometry::cdist(imp, n),
+        "_pdist_forward" | "pdist" => geometry::pdist(imp, n),
+        "grid_sampler_2d" | "grid_sampler" => geometry::grid_sampler_2d(imp, n),
         "bernoulli" => random::bernoulli(imp, n, overload),
         _ => Err(super::importer::Fail::Unsupported(None)),
     }

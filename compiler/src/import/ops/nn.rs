@@ -2,7 +2,7 @@
 
 use crate::import::importer::{invalid, unsupported, Importer, Scalar, R};
 use crate::pt2::program::{Arg, Node};
-use kiln_ir::{BinaryOp, Dim, Op, PoolKind, TensorType, ValueId};
+use kiln_ir::{BinaryOp, DType, Dim, Op, PoolKind, ReduceKind, TensorType, UnaryOp, ValueId};
 
 /// `aten::linear(Tensor input, Tensor weight, Tensor? bias=None)`
 pub(super) fn linear(imp: &mut Importer, n: &Node) -> R<()> {
@@ -250,7 +250,7 @@ fn only_first_output_used(imp: &Importer, n: &Node) -> R<()> {
 ///   Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled)`
 pub(super) fn batch_norm(imp: &mut Importer, n: &Node) -> R<()> {
     if imp.bool(n, "training", false)? {
-        return unsupported("batch norm with training=True (batch statistics)");
+        return native_batch_norm_legit(imp, n, "batch_norm", "default");
     }
     let eps = imp.float(n, "eps", Some(1e-5))?;
     batch_norm_common(imp, n, eps)
@@ -261,6 +261,149 @@ pub(super) fn batch_norm(imp: &mut Importer, n: &Node) -> R<()> {
 pub(super) fn native_batch_norm_no_training(imp: &mut Importer, n: &Node) -> R<()> {
     let eps = imp.float(n, "eps", None)?;
     batch_norm_common(imp, n, eps)
+}
+
+/// `aten::_native_batch_norm_legit(Tensor input, Tensor? weight, Tensor? bias,
+///   Tensor(a!) running_mean, Tensor(b!) running_var, bool training, float momentum, float eps)
+///   -> (Tensor, Tensor save_mean, Tensor save_rstd)`,
+/// `_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training,
+///   float momentum, float eps)` and `_native_batch_norm_legit_functional(..same as the first..)
+///   -> (Tensor, Tensor, Tensor, Tensor running_mean_out, Tensor running_var_out)`.
+///
+/// With `training`, the batch's own statistics over every axis but 1:
+/// `mean`, biased `var` (two-pass, as torch's CPU kernel), `rstd = 1/sqrt(var + eps)`,
+/// `out = (x - mean) * rstd * weight + bias`; f16/bf16 compute in f32. The
+/// running-statistics outputs of the functional form are
+/// `(1 - momentum) * running + momentum * batch` (unbiased variance), computed
+/// only when read (torch.export's input mutations are dropped).
+pub(super) fn native_batch_norm_legit(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    let training = imp.bool(n, "training", false)?;
+    let has_stats = overload != "no_stats";
+    if !training {
+        if !has_stats {
+            return unsupported("batch norm in inference mode without running statistics");
+        }
+        return native_batch_norm_inference(imp, n, name);
+    }
+    let x = imp.tensor(n, "input")?;
+    let eps = imp.float(n, "eps", None)?;
+    let momentum = imp.float(n, "momentum", Some(0.1))?;
+    let xt = imp.ty(x).clone();
+    if xt.rank() < 2 || !xt.dtype.is_float() {
+        return unsupported(format!("batch norm of a rank-{} {} tensor", xt.rank(), xt.dtype));
+    }
+    let compute = if matches!(xt.dtype, DType::F16 | DType::BF16) { DType::F32 } else { xt.dtype };
+    let axes: Vec<usize> = (0..xt.rank()).filter(|&a| a != 1).collect();
+    // [C] operands broadcast as [C, 1, ..] against [N, C, ..].
+    let mut per_channel = vec![xt.shape[1].clone()];
+    per_channel.extend(std::iter::repeat_n(Dim::Const(1), xt.rank() - 2));
+    let xc = imp.cast(x, compute);
+    let mean = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![xc])?;
+    let centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, mean])?;
+    let squares = imp.build(Op::Binary(BinaryOp::Mul), vec![centred, centred])?;
+    let var = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes, keep_dims: true }, vec![squares])?;
+    let var_eps = imp.with_scalar(BinaryOp::Add, var, eps)?;
+    let mut rstd = imp.build(Op::Unary(UnaryOp::Rsqrt), vec![var_eps])?;
+    let mut centred = centred;
+    if compute != xt.dtype {
+        // torch keeps the statistics in the input's dtype (they are the
+        // saved outputs) and normalises with those rounded values.
+        let rounded_mean = imp.cast(mean, xt.dtype);
+        let rounded_mean = imp.cast(rounded_mean, compute);
+        centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, rounded_mean])?;
+        let rounded_rstd = imp.cast(rstd, xt.dtype);
+        rstd = imp.cast(rounded_rstd, compute);
+    }
+    let mut y = imp.build(Op::Binary(BinaryOp::Mul), vec![centred, rstd])?;
+    for (operand, op) in [("weight", BinaryOp::Mul), ("bias", BinaryOp::Add)] {
+        if let Some(w) = imp.opt_tensor(n, operand)? {
+            let w = imp.cast(w, compute);
+            let w = imp.build(Op::Reshape { shape: per_channel.clone() }, vec![w])?;
+            y = imp.build(Op::Binary(op), vec![y, w])?;
+        }
+    }
+    let out = imp.out_ty(n, 0)?;
+    let y = imp.cast(y, out.dtype);
+    imp.bind(n, 0, y)?;
+    let names: Vec<Option<String>> =
+        n.outputs.iter().map(|o| if let Arg::Tensor(t) = o { Some(t.clone()) } else { None }).collect();
+    let used = |imp: &Importer, i: usize| names.get(i).and_then(|o| o.as_deref()).is_some_and(|t| imp.is_used(t));
+    for (i, stat) in [(1, mean), (2, rstd)] {
+        if used(imp, i) {
+            let ty = imp.out_ty(n, i)?;
+            let v = imp.push(Op::Reshape { shape: vec![xt.shape[1].clone()] }, vec![stat], TensorType::new(compute, vec![xt.shape[1].clone()]));
+            let v = imp.cast(v, ty.dtype);
+            imp.bind(n, i, v)?;
+        }
+    }
+    if name.ends_with("_functional") && (used(imp, 3) || used(imp, 4)) {
+        let Some(count) = axes_count(&xt.shape) else {
+            return unsupported("updated running variance of a batch norm over dynamic dims");
+        };
+        let unbiased = count as f64 / (count as f64 - 1.0).max(1.0);
+        let var_unbiased = imp.with_scalar(BinaryOp::Mul, var, unbiased)?;
+        for (i, operand, batch) in [(3, "running_mean", mean), (4, "running_var", var_unbiased)] {
+            if !used(imp, i) {
+                continue;
+            }
+            let ty = imp.out_ty(n, i)?;
+            let running = imp.tensor(n, operand)?;
+            let running = imp.cast(running, compute);
+            let kept = imp.with_scalar(BinaryOp::Mul, running, 1.0 - momentum)?;
+            let batch = imp.push(Op::Reshape { shape: ty.shape.clone() }, vec![batch], TensorType::new(compute, ty.shape.clone()));
+            let batch = imp.with_scalar(BinaryOp::Mul, batch, momentum)?;
+            let v = imp.build(Op::Binary(BinaryOp::Add), vec![kept, batch])?;
+            let v = imp.cast(v, ty.dtype);
+            imp.bind(n, i, v)?;
+        }
+    }
+    Ok(())
+}
+
+/// `_native_batch_norm_legit(_functional)` with `training=False`: the running
+/// statistics normalise; the saved statistics are empty and the running
+/// statistics are returned unchanged.
+fn native_batch_norm_inference(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let x = imp.tensor(n, "input")?;
+    let dtype = imp.ty(x).dtype;
+    let (mean, var) = (imp.tensor(n, "running_mean")?, imp.tensor(n, "running_var")?);
+    let weight = match imp.opt_tensor(n, "weight")? {
+        Some(w) => w,
+        None => {
+            let c = channels(imp, x)?;
+            imp.filled_const(1.0, dtype, c)
+        }
+    };
+    let bias = match imp.opt_tensor(n, "bias")? {
+        Some(b) => b,
+        None => {
+            let c = channels(imp, x)?;
+            imp.filled_const(0.0, dtype, c)
+        }
+    };
+    let eps = imp.float(n, "eps", None)?;
+    let ty = imp.out_ty(n, 0)?;
+    let v = imp.push(Op::BatchNorm { eps }, vec![x, mean, var, weight, bias], ty);
+    imp.bind(n, 0, v)?;
+    for i in 1..n.outputs.len() {
+        let Arg::Tensor(out) = &n.outputs[i] else { continue };
+        if !imp.is_used(out) {
+            continue;
+        }
+        let ty = imp.out_ty(n, i)?;
+        let v = match (i, name.ends_with("_functional")) {
+            (3, true) => imp.cast(mean, ty.dtype),
+            (4, true) => imp.cast(var, ty.dtype),
+            _ => imp.push(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty),
+        };
+        imp.bind(n, i, v)?;
+    }
+    Ok(())
+}
+
+/// Elements per channel of `[N, C, ..]` when static.
+fn axes_count(shape: &[Dim]) -> Option<i64> {
+    shape.iter().enumerate().filter(|(a, _)| *a != 1).map(|(_, d)| d.as_const()).product()
 }
 
 fn layer_norm_common(imp: &mut Importer, n: &Node, eps: f64) -> R<()> {

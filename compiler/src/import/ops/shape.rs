@@ -60,7 +60,22 @@ pub(super) fn permute(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     let rank = imp.ty(x).rank();
     let perm: Vec<usize> = match name {
         "t" | "numpy_T" => (0..rank).rev().collect(),
-        "transpose" => {
+        "mT" if rank >= 2 => {
+            let mut p: Vec<usize> = (0..rank).collect();
+            p.swap(rank - 2, rank - 1);
+            p
+        }
+        "mT" => return invalid(format!("mT of a rank-{rank} tensor")),
+        "movedim" => {
+            let src = normalize_axis(imp.int(n, "source", None)?, rank.max(1))?;
+            let dst = normalize_axis(imp.int(n, "destination", None)?, rank.max(1))?;
+            let mut p: Vec<usize> = (0..rank).filter(|&a| a != src).collect();
+            if rank > 0 {
+                p.insert(dst, src);
+            }
+            p
+        }
+        "transpose" | "swapaxes" | "swapdims" => {
             let a = normalize_axis(imp.int(n, "dim0", None)?, rank.max(1))?;
             let b = normalize_axis(imp.int(n, "dim1", None)?, rank.max(1))?;
             let mut p: Vec<usize> = (0..rank).collect();
@@ -107,8 +122,10 @@ pub(super) fn identity_or_cast(imp: &mut Importer, n: &Node, name: &str) -> R<()
 }
 
 /// Normalises a slice bound against a (possibly symbolic) dimension. Torch
-/// clamps out-of-range bounds; `i64::MAX` stays "to the end".
-fn slice_bound(v: i64, dim: &Dim, what: &str) -> R<i64> {
+/// clamps out-of-range bounds; `i64::MAX` stays "to the end". A negative
+/// bound on a dynamic dimension stays negative (counted from the end at run
+/// time, see [`Op::Slice`]) when the dimension's lower bound keeps it in range.
+fn slice_bound(imp: &Importer, v: i64, dim: &Dim, what: &str) -> R<i64> {
     if v >= 0 {
         return Ok(match dim.as_const() {
             Some(d) => v.min(d),
@@ -117,7 +134,12 @@ fn slice_bound(v: i64, dim: &Dim, what: &str) -> R<i64> {
     }
     match dim.as_const() {
         Some(d) => Ok((v + d).max(0)),
-        None => unsupported(format!("negative slice {what} {v} on a dynamic dimension")),
+        None if dim.bounds(&imp.g.symbols).0 >= v.saturating_neg() => Ok(v),
+        None => unsupported(format!(
+            "negative slice {what} {v} on the dynamic dimension {}, which may be shorter than {}",
+            dim.display(&imp.g.symbols),
+            v.saturating_neg()
+        )),
     }
 }
 
@@ -149,14 +171,34 @@ pub(super) fn slice(imp: &mut Importer, n: &Node) -> R<()> {
     let rank = imp.ty(x).rank();
     let axis = normalize_axis(imp.int(n, "dim", Some(0))?, rank)?;
     let dim = imp.ty(x).shape[axis].clone();
-    let start = slice_bound(bound_arg(imp, n, "start", 0)?, &dim, "start")?;
-    let end = slice_bound(bound_arg(imp, n, "end", i64::MAX)?, &dim, "end")?;
+    let start = bound_arg(imp, n, "start", 0)?;
+    let start = slice_bound(imp, start, &dim, "start")?;
     let step = imp.int(n, "step", Some(1))?;
     if step < 1 {
         return invalid(format!("slice step {step}"));
     }
     let out = imp.out_ty(n, 0)?;
     record_views(imp, n, "self");
+    if let Some(Arg::SymInt(e)) = imp.arg(n, "end") {
+        if imp.sym(e)?.as_const().is_none() {
+            // A symbolic end (`x[:, :y.shape[0]]`): gather `start, start+step, ..`
+            // for torch's own output length (its guards keep the end in range;
+            // the gather kernel refuses an index past the dimension).
+            if start < 0 {
+                return unsupported("slice with a negative start and a symbolic end");
+            }
+            let len = out.shape[axis].clone();
+            let idx = imp.push(
+                Op::Arange { start: start as f64, step: step as f64, len: len.clone(), dtype: DType::I64 },
+                Vec::new(),
+                TensorType::new(DType::I64, vec![len]),
+            );
+            imp.emit(n, Op::Gather { axis }, vec![x, idx])?;
+            return Ok(());
+        }
+    }
+    let end = bound_arg(imp, n, "end", i64::MAX)?;
+    let end = slice_bound(imp, end, &dim, "end")?;
     let v = slice_value(imp, x, axis, start, end, step, out);
     imp.bind(n, 0, v)
 }
@@ -167,13 +209,16 @@ pub(super) fn select(imp: &mut Importer, n: &Node) -> R<()> {
     let rank = imp.ty(x).rank();
     let axis = normalize_axis(imp.int(n, "dim", None)?, rank)?;
     let dim = imp.ty(x).shape[axis].clone();
-    let index = slice_bound(bound_arg(imp, n, "index", 0)?, &dim, "index")?;
+    let index = bound_arg(imp, n, "index", 0)?;
+    let index = slice_bound(imp, index, &dim, "index")?;
     let out = imp.out_ty(n, 0)?;
     let mut sliced_shape = imp.ty(x).shape.clone();
     sliced_shape[axis] = Dim::Const(1);
     let sliced = TensorType::new(out.dtype, sliced_shape);
     record_views(imp, n, "self");
-    let s = imp.push(Op::Slice { axis, start: index, end: index + 1, step: 1 }, vec![x], sliced);
+    // A negative index is left on a dynamic dimension: `-1` ends at the end.
+    let end = if index == -1 { i64::MAX } else { index + 1 };
+    let s = imp.push(Op::Slice { axis, start: index, end, step: 1 }, vec![x], sliced);
     imp.emit(n, Op::Reshape { shape: out.shape.clone() }, vec![s])?;
     Ok(())
 }
@@ -184,11 +229,14 @@ pub(super) fn narrow(imp: &mut Importer, n: &Node) -> R<()> {
     let rank = imp.ty(x).rank();
     let axis = normalize_axis(imp.int(n, "dim", None)?, rank)?;
     let dim = imp.ty(x).shape[axis].clone();
-    let start = slice_bound(bound_arg(imp, n, "start", 0)?, &dim, "start")?;
+    let start = bound_arg(imp, n, "start", 0)?;
+    let start = slice_bound(imp, start, &dim, "start")?;
     let length = bound_arg(imp, n, "length", 0)?;
     let out = imp.out_ty(n, 0)?;
     record_views(imp, n, "self");
-    let v = slice_value(imp, x, axis, start, start.saturating_add(length), 1, out);
+    // From the end of a dynamic dimension, `start + length == 0` means "to the end".
+    let end = if start < 0 && start.saturating_add(length) == 0 { i64::MAX } else { start.saturating_add(length) };
+    let v = slice_value(imp, x, axis, start, end, 1, out);
     imp.bind(n, 0, v)
 }
 

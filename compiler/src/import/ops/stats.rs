@@ -199,13 +199,7 @@ pub(super) fn var_std(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
         }
     };
     let keep_dims = imp.bool(n, "keepdim", false)?;
-    let mut count = 1i64;
-    for &a in &axes {
-        match ty.shape[a].as_const() {
-            Some(d) => count *= d,
-            None => return unsupported(format!("{name} over a dynamic dimension")),
-        }
-    }
+    let count = axes.iter().fold(Dim::Const(1), |c, &a| Dim::mul(c, ty.shape[a].clone()));
     let x64 = imp.cast(x, DType::F64);
     let v = if rank == 0 {
         imp.with_scalar(B::Mul, x64, 0.0)?
@@ -216,7 +210,15 @@ pub(super) fn var_std(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
         imp.build(Op::Reduce { kind: ReduceKind::Sum, axes, keep_dims }, vec![sq])?
     };
     // torch divides by max(N - correction, 0) (0 / 0 is NaN, x / 0 is inf).
-    let v = imp.with_scalar(B::Div, v, (count as f64 - correction).max(0.0))?;
+    let v = match count.as_const() {
+        Some(count) => imp.with_scalar(B::Div, v, (count as f64 - correction).max(0.0))?,
+        None => {
+            let n = imp.dim_scalar(&count, DType::F64);
+            let n = imp.with_scalar(B::Sub, n, correction)?;
+            let n = imp.build(Op::Clamp { min: Some(0.0), max: None }, vec![n])?;
+            imp.build(Op::Binary(B::Div), vec![v, n])?
+        }
+    };
     let v = if name == "std" { imp.build(Op::Unary(U::Sqrt), vec![v])? } else { v };
     let v = imp.cast(v, out.dtype);
     let v = if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
