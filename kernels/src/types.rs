@@ -181,6 +181,7 @@ pub type Result<T> = std::result::Result<T, KernelError>;
 #[derive(Default, Debug)]
 pub struct Scratch {
     f32s: Vec<f32>,
+    f64s: Vec<f64>,
     idx: Vec<usize>,
     pub(crate) pack: PackBuffers,
 }
@@ -234,5 +235,13 @@ impl Scratch {
             self.f32s.resize(len, 0.0);
         }
         (&mut self.f32s[..len], &mut self.pack)
+    }
+
+    /// [`Scratch::split`] with an f64 buffer (f64 attention scores).
+    pub(crate) fn split_f64(&mut self, len: usize) -> (&mut [f64], &mut PackBuffers) {
+        if self.f64s.len() < len {
+            self.f64s.resize(len, 0.0);
+        }
+        (&mut self.f64s[..len], &mut self.pack)
     }
 }

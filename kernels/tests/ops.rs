@@ -3,11 +3,11 @@ mod common;
 use common::*;
 use kiln_kernels::*;
 
-fn ref_mm(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
+fn ref_mm<T: Copy + Into<f64>>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> Vec<f64> {
     let mut c = vec![0.0; m * n];
     for i in 0..m {
         for j in 0..n {
-            c[i * n + j] = (0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64).sum();
+            c[i * n + j] = (0..k).map(|p| a[i * k + p].into() * b[p * n + j].into()).sum();
         }
     }
     c
@@ -145,6 +145,31 @@ fn conv_matches_reference() {
     }
 }
 
+/// Inference batch norm over axis 1 of `xs`, in f64.
+fn ref_batch_norm<T: Copy + Into<f64>>(x: &[T], xs: &[usize], m: &[T], v: &[T], w: &[T], b: &[T], eps: f64) -> Vec<f64> {
+    let (c, inner) = (xs[1], numel(&xs[2..]));
+    (0..x.len())
+        .map(|i| {
+            let ch = (i / inner) % c;
+            (x[i].into() - m[ch].into()) / (v[ch].into() + eps).sqrt() * w[ch].into() + b[ch].into()
+        })
+        .collect()
+}
+
+/// Layer norm over rows of `w.len()` elements (biased variance), in f64.
+fn ref_layer_norm<T: Copy + Into<f64>>(x: &[T], w: &[T], b: &[T], eps: f64) -> Vec<f64> {
+    let d = w.len();
+    let mut want = vec![0.0; x.len()];
+    for (row, wr) in x.chunks(d).zip(want.chunks_mut(d)) {
+        let mean = row.iter().map(|&v| v.into()).sum::<f64>() / d as f64;
+        let var = row.iter().map(|&v| (v.into() - mean).powi(2)).sum::<f64>() / d as f64;
+        for i in 0..d {
+            wr[i] = (row[i].into() - mean) / (var + eps).sqrt() * w[i].into() + b[i].into();
+        }
+    }
+    want
+}
+
 #[test]
 fn norms_and_softmax() {
     let mut r = rng(13);
@@ -154,18 +179,11 @@ fn norms_and_softmax() {
     let (m, v, w, b) = (rand_f32(&mut r, 3), rand_f32(&mut r, 3).iter().map(|v| v.abs()).collect::<Vec<_>>(), rand_f32(&mut r, 3), rand_f32(&mut r, 3));
     let mut o = Buf::zeros(DType::F32, &xs);
     batch_norm(x.r(), f32s(&[3], &m).r(), f32s(&[3], &v).r(), f32s(&[3], &w).r(), f32s(&[3], &b).r(), 1e-5, o.w()).unwrap();
-    let want: Vec<f64> = (0..xv.len()).map(|i| { let c = (i / 35) % 3; (xv[i] as f64 - m[c] as f64) / (v[c] as f64 + 1e-5).sqrt() * w[c] as f64 + b[c] as f64 }).collect();
-    assert_close(&to64(&o.get::<f32>()), &want, 1e-5, 1e-5, "batch_norm");
+    assert_close(&to64(&o.get::<f32>()), &ref_batch_norm(&xv, &xs, &m, &v, &w, &b, 1e-5), 1e-5, 1e-5, "batch_norm");
 
     let (lw, lb) = (rand_f32(&mut r, 35), rand_f32(&mut r, 35));
     layer_norm(x.r(), Some(f32s(&[7, 5], &lw).r()), Some(f32s(&[7, 5], &lb).r()), 2, 1e-5, o.w()).unwrap();
-    let mut want = vec![0.0; xv.len()];
-    for (row, wr) in xv.chunks(35).zip(want.chunks_mut(35)) {
-        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / 35.0;
-        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 35.0;
-        for i in 0..35 { wr[i] = (row[i] as f64 - mean) / (var + 1e-5).sqrt() * lw[i] as f64 + lb[i] as f64; }
-    }
-    assert_close(&to64(&o.get::<f32>()), &want, 1e-5, 1e-5, "layer_norm");
+    assert_close(&to64(&o.get::<f32>()), &ref_layer_norm(&xv, &lw, &lb, 1e-5), 1e-5, 1e-5, "layer_norm");
 
     for axis in 0..4 {
         for log in [false, true] {
@@ -300,16 +318,16 @@ fn pooling() {
     assert_eq!(og.get::<f32>(), vec![9.5]);
 }
 
-fn ref_attention(q: &[f32], k: &[f32], v: &[f32], l: usize, s: usize, e: usize, ev: usize, keep: &dyn Fn(usize, usize) -> f64) -> Vec<f64> {
+fn ref_attention<T: Copy + Into<f64>>(q: &[T], k: &[T], v: &[T], l: usize, s: usize, e: usize, ev: usize, keep: &dyn Fn(usize, usize) -> f64) -> Vec<f64> {
     let scale = 1.0 / (e as f64).sqrt();
     let mut out = vec![0.0; l * ev];
     for i in 0..l {
-        let sc: Vec<f64> = (0..s).map(|j| (0..e).map(|p| q[i * e + p] as f64 * k[j * e + p] as f64).sum::<f64>() * scale + keep(i, j)).collect();
+        let sc: Vec<f64> = (0..s).map(|j| (0..e).map(|p| q[i * e + p].into() * k[j * e + p].into()).sum::<f64>() * scale + keep(i, j)).collect();
         let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let ex: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
         let z: f64 = ex.iter().sum();
         for c in 0..ev {
-            out[i * ev + c] = (0..s).map(|j| ex[j] / z * v[j * ev + c] as f64).sum();
+            out[i * ev + c] = (0..s).map(|j| ex[j] / z * v[j * ev + c].into()).sum();
         }
     }
     out
@@ -345,6 +363,98 @@ fn attention_matches_reference() {
     assert!(o.get::<f32>()[2 * ev].is_nan());
     let mut bad = Buf::zeros(DType::F32, &[b, l, ev + 1]);
     assert!(attention(q.r(), k.r(), v.r(), None, false, None, bad.w(), &mut sc).is_err());
+}
+
+fn rand_f64(r: &mut rand::rngs::StdRng, n: usize) -> Vec<f64> {
+    use rand::Rng;
+    (0..n).map(|_| r.gen_range(-2.0f64..2.0)).collect()
+}
+
+fn f64s(shape: &[usize], v: &[f64]) -> Buf {
+    Buf::from(DType::F64, shape, v)
+}
+
+/// f64 runs matmul, linear, the norms and attention in f64: results agree
+/// with the f64 references far below f32 precision, on odd shapes.
+#[test]
+fn f64_kernels_match_reference() {
+    const TOL: f64 = 1e-12;
+    let mut r = rng(16);
+    let mut s = Scratch::new();
+    for &(m, n, k) in &[(1, 1, 1), (7, 17, 33), (17, 1, 100), (3, 1000, 7)] {
+        let (av, bv) = (rand_f64(&mut r, m * k), rand_f64(&mut r, k * n));
+        let mut o = Buf::zeros(DType::F64, &[m, n]);
+        matmul(f64s(&[m, k], &av).r(), f64s(&[k, n], &bv).r(), o.w(), &mut s).unwrap();
+        assert_close(&o.get::<f64>(), &ref_mm(&av, &bv, m, n, k), TOL, TOL, &format!("matmul {m}x{n}x{k}"));
+
+        // linear: w is [n, k]; with and without bias.
+        let (wv, biasv) = (rand_f64(&mut r, n * k), rand_f64(&mut r, n));
+        let mut wt = vec![0.0; k * n];
+        for i in 0..n {
+            for p in 0..k {
+                wt[p * n + i] = wv[i * k + p];
+            }
+        }
+        let (x, w, b) = (f64s(&[m, k], &av), f64s(&[n, k], &wv), f64s(&[n], &biasv));
+        let want = ref_mm(&av, &wt, m, n, k);
+        linear(x.r(), w.r(), None, o.w(), &mut s).unwrap();
+        assert_close(&o.get::<f64>(), &want, TOL, TOL, &format!("linear {m}x{n}x{k}"));
+        linear(x.r(), w.r(), Some(b.r()), o.w(), &mut s).unwrap();
+        let want: Vec<f64> = want.iter().enumerate().map(|(i, v)| v + biasv[i % n]).collect();
+        assert_close(&o.get::<f64>(), &want, TOL, TOL, &format!("linear+bias {m}x{n}x{k}"));
+    }
+    // Batched matmul with a shared B (the folded path) and a rank-3 linear.
+    let (av, bv) = (rand_f64(&mut r, 3 * 5 * 7), rand_f64(&mut r, 7 * 4));
+    let mut o = Buf::zeros(DType::F64, &[3, 5, 4]);
+    matmul(f64s(&[3, 5, 7], &av).r(), f64s(&[7, 4], &bv).r(), o.w(), &mut s).unwrap();
+    assert_close(&o.get::<f64>(), &ref_mm(&av, &bv, 15, 4, 7), TOL, TOL, "batched matmul");
+    let wv = rand_f64(&mut r, 4 * 7);
+    linear(f64s(&[3, 5, 7], &av).r(), f64s(&[4, 7], &wv).r(), None, o.w(), &mut s).unwrap();
+    let wt: Vec<f64> = (0..7 * 4).map(|i| wv[(i % 4) * 7 + i / 4]).collect();
+    assert_close(&o.get::<f64>(), &ref_mm(&av, &wt, 15, 4, 7), TOL, TOL, "rank-3 linear");
+    // Mixed dtypes are rejected rather than reinterpreted.
+    let w32 = f32s(&[4, 7], &[0.0; 28]);
+    assert!(linear(f64s(&[3, 5, 7], &av).r(), w32.r(), None, o.w(), &mut s).is_err());
+
+    // Norms: values with a large common offset, where f32 statistics lose digits.
+    let xs = [2usize, 3, 7, 5];
+    let xv: Vec<f64> = rand_f64(&mut r, numel(&xs)).iter().map(|v| 1000.0 + v).collect();
+    let (m, v, w, b) = (rand_f64(&mut r, 3), rand_f64(&mut r, 3).iter().map(|v| v.abs()).collect::<Vec<_>>(), rand_f64(&mut r, 3), rand_f64(&mut r, 3));
+    let mut o = Buf::zeros(DType::F64, &xs);
+    batch_norm(f64s(&xs, &xv).r(), f64s(&[3], &m).r(), f64s(&[3], &v).r(), f64s(&[3], &w).r(), f64s(&[3], &b).r(), 1e-5, o.w()).unwrap();
+    assert_close(&o.get::<f64>(), &ref_batch_norm(&xv, &xs, &m, &v, &w, &b, 1e-5), 1e-10, 1e-10, "f64 batch_norm");
+    let (lw, lb) = (rand_f64(&mut r, 35), rand_f64(&mut r, 35));
+    layer_norm(f64s(&xs, &xv).r(), Some(f64s(&[7, 5], &lw).r()), Some(f64s(&[7, 5], &lb).r()), 2, 1e-5, o.w()).unwrap();
+    assert_close(&o.get::<f64>(), &ref_layer_norm(&xv, &lw, &lb, 1e-5), TOL, 1e-10, "f64 layer_norm");
+    layer_norm(f64s(&xs, &xv).r(), None, None, 1, 1e-5, o.w()).unwrap();
+    assert_close(&o.get::<f64>(), &ref_layer_norm(&xv, &[1.0; 5], &[0.0; 5], 1e-5), TOL, 1e-10, "f64 layer_norm, no affine");
+    assert!(layer_norm(f64s(&xs, &xv).r(), Some(f32s(&[5], &[0.0; 5]).r()), None, 1, 1e-5, o.w()).is_err());
+
+    // Attention: causal with batch-broadcast k/v, an f64 float mask, and a bool
+    // mask with a fully masked row (NaN, as torch).
+    let (bt, l, sl, e, ev) = (3, 7, 17, 9, 5);
+    let qv = rand_f64(&mut r, bt * l * e);
+    let (kv, vv) = (rand_f64(&mut r, sl * e), rand_f64(&mut r, sl * ev));
+    let (q, k, v) = (f64s(&[bt, l, e], &qv), f64s(&[1, sl, e], &kv), f64s(&[1, sl, ev], &vv));
+    let mut o = Buf::zeros(DType::F64, &[bt, l, ev]);
+    attention(q.r(), k.r(), v.r(), None, true, None, o.w(), &mut s).unwrap();
+    let got = o.get::<f64>();
+    for t in 0..bt {
+        let want = ref_attention(&qv[t * l * e..], &kv, &vv, l, sl, e, ev, &|i, j| if j <= i { 0.0 } else { f64::NEG_INFINITY });
+        assert_close(&got[t * l * ev..(t + 1) * l * ev], &want, TOL, TOL, "f64 causal");
+    }
+    let mv = rand_f64(&mut r, l * sl);
+    attention(q.r(), k.r(), v.r(), Some(f64s(&[l, sl], &mv).r()), false, None, o.w(), &mut s).unwrap();
+    let want = ref_attention(&qv, &kv, &vv, l, sl, e, ev, &|i, j| mv[i * sl + j]);
+    assert_close(&o.get::<f64>()[..l * ev], &want, TOL, TOL, "f64 float mask");
+    let bm: Vec<u8> = (0..l * sl).map(|i| (i / sl != 2 && i % 3 != 0) as u8).collect();
+    attention(q.r(), k.r(), v.r(), Some(Buf::from(DType::Bool, &[1, l, sl], &bm).r()), false, None, o.w(), &mut s).unwrap();
+    let want = ref_attention(&qv, &kv, &vv, l, sl, e, ev, &|i, j| if bm[i * sl + j] != 0 { 0.0 } else { f64::NEG_INFINITY });
+    assert_close(&o.get::<f64>()[..l * ev], &want, TOL, TOL, "f64 bool mask");
+    assert!(o.get::<f64>()[2 * ev].is_nan());
+    // An f32 mask on f64 operands is a dtype error.
+    let m32 = f32s(&[l, sl], &vec![0.0; l * sl]);
+    assert!(attention(q.r(), k.r(), v.r(), Some(m32.r()), false, None, o.w(), &mut s).is_err());
 }
 
 #[test]

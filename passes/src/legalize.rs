@@ -1,12 +1,12 @@
-//! Dtype legalisation: composites whose CPU kernels compute in f32 (or f32
-//! and f64) only run other dtypes through casts.
+//! Dtype legalisation: composites whose CPU kernels compute in f32 and f64
+//! only run other dtypes through casts.
 //!
 //! f16/bf16 operands are widened to f32 and the result rounded back once —
 //! what PyTorch's CPU kernels do (f32 accumulation). Integer operands compute
 //! in f64, which is exact for the magnitudes these ops see in practice and
 //! rounds back toward zero like torch's integer kernels (narrow integers
-//! through i64, so that overflow wraps as in torch). f64 on an f32-only
-//! kernel computes in f32 (a precision loss, until those kernels are generic).
+//! through i64, so that overflow wraps as in torch). Were a kernel f32-only,
+//! f64 would compute in f32 (a precision loss); none is today.
 
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::{Changed, Options, PassError};
@@ -17,11 +17,18 @@ const PASS: &str = "legalize";
 /// The dtypes the CPU kernel for `op` computes natively; `None` for ops that
 /// take every dtype (or that this pass does not manage).
 pub fn native_dtypes(op: &Op) -> Option<&'static [DType]> {
-    const F32: &[DType] = &[DType::F32];
     const F32_F64: &[DType] = &[DType::F32, DType::F64];
     match op {
-        Op::Linear | Op::BatchNorm { .. } | Op::LayerNorm { .. } | Op::Attention { .. } => Some(F32),
-        Op::MatMul | Op::Conv { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::Pool { .. } | Op::AdaptiveAvgPool { .. } => Some(F32_F64),
+        Op::MatMul
+        | Op::Linear
+        | Op::BatchNorm { .. }
+        | Op::LayerNorm { .. }
+        | Op::Attention { .. }
+        | Op::Conv { .. }
+        | Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::Pool { .. }
+        | Op::AdaptiveAvgPool { .. } => Some(F32_F64),
         _ => None,
     }
 }

@@ -5,7 +5,7 @@
 
 use kiln_ir::filetest::{run_dir, FileTest};
 use kiln_ir::Graph;
-use kiln_passes::{compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, SIMPLIFY};
+use kiln_passes::{compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, LEGALIZE, SIMPLIFY};
 use std::path::Path;
 
 fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
@@ -21,6 +21,7 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "cleanup" => vec![CLEANUP],
         "decompose" => vec![DECOMPOSE, DCE],
         "fuse" => vec![FUSE, DCE],
+        "legalize" => vec![LEGALIZE, DCE],
         "pipeline" => default_pipeline(target),
         other => return Err(format!("unknown test `{other}`")),
     };

@@ -125,8 +125,6 @@ KNOWN_UNSUPPORTED = {
     ("F.conv_transpose2d", "f16", "*"): "torch's f16 CPU transposed convolution sums overlapping taps in f16 (col2im); kiln sums in f32 (a few f16 ulps apart)",
     ("F.embedding_bag", "f16_1", "*"): "torch's f16 embedding_bag accumulates the bag in f16; kiln in f32 (1-2 f16 ulps apart)",
     ("F.interpolate.bilinear", "u8", "*"): "torch's uint8 bilinear kernel uses fixed-point weights with its own rounding; kiln rounds the exact value",
-    ("F.layer_norm", "f64", "*"): "f64 layer norm computes in f32 (the LayerNorm kernel is f32-only until it is generic); near torch's f64 tolerance",
-    ("F.group_norm", "f64", "*"): "f64 group norm computes in f32 (the LayerNorm kernel is f32-only until it is generic); near torch's f64 tolerance",
     ("log_softmax", "f16", "*"): "f16 log_softmax: torch's CPU result is 1 ulp from the once-rounded f32 value and kiln's is 2 ulps the other way",
 }
 # Integer topk: the order of tied values is implementation-defined in torch's partial sort.

@@ -2,8 +2,8 @@
 //! semantics), as GEMM → mask + softmax → GEMM per batch matrix.
 
 use super::common::*;
-use super::gemm::gemm_f32_packed;
-use super::matmul::BatchIter;
+use super::math::Real;
+use super::matmul::{BatchIter, GemmFloat};
 use crate::types::{DType, Result, Scratch, TensorMut, TensorRef};
 
 /// How the mask's trailing [L, S] dims are addressed (stride 0 = broadcast).
@@ -11,6 +11,18 @@ struct MaskLayout {
     row_stride: usize,
     col_stride: usize,
     is_bool: bool,
+}
+
+/// The attention problem once shapes are checked: per-matrix sizes and the
+/// batch broadcast of q, k, v and the mask (operands 0..4 of `it`).
+struct Dims {
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+    it: BatchIter,
+    mask: Option<MaskLayout>,
+    scale: f64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -25,10 +37,8 @@ pub fn attention(
     scratch: &mut Scratch,
 ) -> Result<()> {
     const K: &str = "attention";
-    for d in [q.dtype, k.dtype, v.dtype, out.dtype] {
-        if d != DType::F32 {
-            return Err(dtype_err(K, d));
-        }
+    for (what, d) in [("k", k.dtype), ("v", v.dtype), ("out", out.dtype)] {
+        expect_dtype(K, what, d, q.dtype)?;
     }
     let (rq, rk, rv) = (q.shape.len(), k.shape.len(), v.shape.len());
     if rq < 2 || rk < 2 || rv < 2 {
@@ -43,9 +53,10 @@ pub fn attention(
     let (mask_batch, mask_layout, mask_mat): (&[usize], Option<MaskLayout>, usize) = match &mask {
         None => (&[], None, 0),
         Some(m) => {
+            // A float mask has the operands' dtype, as torch requires.
             let is_bool = match m.dtype {
                 DType::Bool => true,
-                DType::F32 => false,
+                d if d == q.dtype => false,
                 d => return Err(dtype_err(K, d)),
             };
             let rm = m.shape.len();
@@ -65,9 +76,6 @@ pub fn attention(
     if ro < 2 || out.shape[..ro - 2] != *it.shape() || out.shape[ro - 2..] != [l, ev] {
         return Err(shape_err(K, format!("output shape {:?}, expected {:?} ++ [{l}, {ev}]", out.shape, it.shape())));
     }
-    let qv = view::<f32>(K, "q", &q)?;
-    let kv = view::<f32>(K, "k", &k)?;
-    let vv = view::<f32>(K, "v", &v)?;
     let mv: &[u8] = match &mask {
         Some(m) => {
             check_mask_len(m)?;
@@ -75,37 +83,50 @@ pub fn attention(
         }
         None => &[],
     };
-    let ov = view_mut::<f32>(K, "out", &mut out)?;
-    let scale = scale.unwrap_or(1.0 / (e as f64).sqrt()) as f32;
-    let (scores, pack) = scratch.split(l * s);
+    let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
+    let dims = Dims { l, s, e, ev, it, mask: mask_layout, scale };
+    match q.dtype {
+        DType::F32 => attention_typed::<f32>(&dims, view(K, "q", &q)?, view(K, "k", &k)?, view(K, "v", &v)?, mv, causal, view_mut(K, "out", &mut out)?, scratch),
+        DType::F64 => attention_typed::<f64>(&dims, view(K, "q", &q)?, view(K, "k", &k)?, view(K, "v", &v)?, mv, causal, view_mut(K, "out", &mut out)?, scratch),
+        d => return Err(dtype_err(K, d)),
+    }
+    Ok(())
+}
+
+/// Per batch matrix: scores = q·kᵀ (GEMM), scale + mask + softmax per row,
+/// out = scores·v (GEMM). `mv` is the mask's raw bytes (bool or `T`).
+#[allow(clippy::too_many_arguments)]
+fn attention_typed<T: GemmFloat>(dims: &Dims, qv: &[T], kv: &[T], vv: &[T], mv: &[u8], causal: bool, ov: &mut [T], scratch: &mut Scratch) {
+    let Dims { l, s, e, ev, ref it, ref mask, scale } = *dims;
+    let scale = T::lit(scale);
+    let (scores, pack) = T::scratch_split(scratch, l * s);
     for t in 0..it.count {
         let (qo, ko, vo) = (it.offset(0, t), it.offset(1, t), it.offset(2, t));
-        gemm_f32_packed(l, s, e, &qv[qo..], e, &kv[ko..], e, scores, s, true, 0.0, pack);
+        T::gemm(l, s, e, &qv[qo..], e, &kv[ko..], e, scores, s, true, T::ZERO, pack);
         let mo = it.offset(3, t);
         for i in 0..l {
             let row = &mut scores[i * s..(i + 1) * s];
             for (j, x) in row.iter_mut().enumerate() {
                 let mut val = *x * scale;
-                if let Some(ml) = &mask_layout {
+                if let Some(ml) = mask {
                     let idx = mo + i * ml.row_stride + j * ml.col_stride;
                     if ml.is_bool {
                         if mv[idx] == 0 {
-                            val = f32::NEG_INFINITY;
+                            val = T::NEG_INFINITY;
                         }
                     } else {
-                        val += f32_at(mv, idx);
+                        val += float_at::<T>(mv, idx);
                     }
                 }
                 if causal && j > i {
-                    val = f32::NEG_INFINITY;
+                    val = T::NEG_INFINITY;
                 }
                 *x = val;
             }
             softmax_in_place(row);
         }
-        gemm_f32_packed(l, ev, s, scores, s, &vv[vo..], ev, &mut ov[t * l * ev..], ev, false, 0.0, pack);
+        T::gemm(l, ev, s, scores, s, &vv[vo..], ev, &mut ov[t * l * ev..], ev, false, T::ZERO, pack);
     }
-    Ok(())
 }
 
 fn check_mask_len(m: &TensorRef) -> Result<()> {
@@ -116,22 +137,22 @@ fn check_mask_len(m: &TensorRef) -> Result<()> {
     Ok(())
 }
 
+/// Element `i` of a float mask stored as raw bytes (read unaligned).
 #[inline(always)]
-fn f32_at(bytes: &[u8], i: usize) -> f32 {
-    let mut b = [0u8; 4];
-    b.copy_from_slice(&bytes[i * 4..i * 4 + 4]);
-    f32::from_ne_bytes(b)
+fn float_at<T: Real>(bytes: &[u8], i: usize) -> T {
+    let size = std::mem::size_of::<T>();
+    bytemuck::pod_read_unaligned(&bytes[i * size..(i + 1) * size])
 }
 
-/// Softmax of a row in place; a row that is entirely -inf becomes NaN, which
-/// is what torch returns for fully-masked query rows.
-fn softmax_in_place(row: &mut [f32]) {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m || v.is_nan() { v } else { m });
+/// Softmax of a row in place, summed in f64; a row that is entirely -inf
+/// becomes NaN, which is what torch returns for fully-masked query rows.
+fn softmax_in_place<T: Real>(row: &mut [T]) {
+    let max = row.iter().fold(T::NEG_INFINITY, |m, &v| if v > m || v.is_nan() { v } else { m });
     let mut sum = 0.0f64;
     for v in row.iter_mut() {
         *v = (*v - max).exp();
-        sum += *v as f64;
+        sum += v.to_f64();
     }
-    let inv = (1.0 / sum) as f32;
-    row.iter_mut().for_each(|v| *v *= inv);
+    let inv = T::from_f64(1.0 / sum);
+    row.iter_mut().for_each(|v| *v = *v * inv);
 }

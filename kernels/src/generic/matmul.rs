@@ -3,19 +3,71 @@
 use super::common::*;
 use super::gemm::gemm_f32_packed;
 use super::math::Real;
-use crate::types::{DType, Result, Scratch, TensorMut, TensorRef};
+use crate::types::{DType, PackBuffers, Result, Scratch, TensorMut, TensorRef};
 
-/// Plain i-k-j loop for f64 (row-major friendly, no packing): f64 matmul is
-/// rare in inference graphs, so it gets correctness rather than speed.
+/// A float the GEMM-based kernels (matmul, linear, attention) are written
+/// over: f32 runs the packed GEMM, f64 a plain loop — f64 products are rare in
+/// inference graphs, so they get f64 accuracy rather than speed.
+pub(crate) trait GemmFloat: Real {
+    /// `C = A · B (or A · Bᵀ when transposed_b) + beta·C`, with the argument
+    /// conventions of [`gemm_f32_packed`]; operands are already validated.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(m: usize, n: usize, k: usize, a: &[Self], lda: usize, b: &[Self], ldb: usize, c: &mut [Self], ldc: usize, transposed_b: bool, beta: Self, pack: &mut PackBuffers);
+
+    /// A scratch buffer of `len` elements, borrowed beside the GEMM panels.
+    fn scratch_split(scratch: &mut Scratch, len: usize) -> (&mut [Self], &mut PackBuffers);
+}
+
+impl GemmFloat for f32 {
+    fn gemm(m: usize, n: usize, k: usize, a: &[f32], lda: usize, b: &[f32], ldb: usize, c: &mut [f32], ldc: usize, transposed_b: bool, beta: f32, pack: &mut PackBuffers) {
+        gemm_f32_packed(m, n, k, a, lda, b, ldb, c, ldc, transposed_b, beta, pack);
+    }
+
+    fn scratch_split(scratch: &mut Scratch, len: usize) -> (&mut [f32], &mut PackBuffers) {
+        scratch.split(len)
+    }
+}
+
+impl GemmFloat for f64 {
+    fn gemm(m: usize, n: usize, k: usize, a: &[f64], lda: usize, b: &[f64], ldb: usize, c: &mut [f64], ldc: usize, transposed_b: bool, beta: f64, _pack: &mut PackBuffers) {
+        gemm_simple(m, n, k, a, lda, b, ldb, c, ldc, transposed_b, beta);
+    }
+
+    fn scratch_split(scratch: &mut Scratch, len: usize) -> (&mut [f64], &mut PackBuffers) {
+        scratch.split_f64(len)
+    }
+}
+
+/// Unpacked GEMM: i-k-j for a row-major B (streams B's rows), a dot product
+/// per element for a transposed B (both operands' rows are contiguous).
+/// `beta == 0` overwrites C without reading it, as the packed GEMM does.
 #[allow(clippy::too_many_arguments)]
-fn gemm_simple<T: Real>(m: usize, n: usize, k: usize, a: &[T], b: &[T], c: &mut [T]) {
+fn gemm_simple<T: Real>(m: usize, n: usize, k: usize, a: &[T], lda: usize, b: &[T], ldb: usize, c: &mut [T], ldc: usize, transposed_b: bool, beta: T) {
+    if n == 0 {
+        return;
+    }
     for i in 0..m {
-        let crow = &mut c[i * n..(i + 1) * n];
-        crow.fill(T::ZERO);
-        for p in 0..k {
-            let av = a[i * k + p];
-            for (cv, &bv) in crow.iter_mut().zip(&b[p * n..(p + 1) * n]) {
-                *cv += av * bv;
+        let crow = &mut c[i * ldc..i * ldc + n];
+        if beta == T::ZERO {
+            crow.fill(T::ZERO);
+        } else if beta != T::ONE {
+            crow.iter_mut().for_each(|v| *v = *v * beta);
+        }
+        let arow = &a[i * lda..i * lda + k];
+        if transposed_b {
+            for (j, cv) in crow.iter_mut().enumerate() {
+                let brow = &b[j * ldb..j * ldb + k];
+                let mut acc = T::ZERO;
+                for (&av, &bv) in arow.iter().zip(brow) {
+                    acc += av * bv;
+                }
+                *cv += acc;
+            }
+        } else {
+            for (p, &av) in arow.iter().enumerate() {
+                for (cv, &bv) in crow.iter_mut().zip(&b[p * ldb..p * ldb + n]) {
+                    *cv += av * bv;
+                }
             }
         }
     }
@@ -110,47 +162,32 @@ pub fn matmul(a: TensorRef, b: TensorRef, mut out: TensorMut, scratch: &mut Scra
         return Err(shape_err(K, format!("output shape {:?}, expected {:?}", out.shape, &want[..wr])));
     }
     match a.dtype {
-        DType::F32 => {
-            let av = view::<f32>(K, "a", &a)?;
-            let bv = view::<f32>(K, "b", &b)?;
-            let ov = view_mut::<f32>(K, "out", &mut out)?;
-            let pack = &mut scratch.pack;
-            if it.count > 1 && it.is_broadcast(1) && it.is_dense(0, m * k) {
-                // One shared B: fold the batch into M for a single, taller GEMM.
-                gemm_f32_packed(it.count * m, n, k, av, k, bv, n, ov, n, false, 0.0, pack);
-                return Ok(());
-            }
-            for t in 0..it.count {
-                let (ao, bo) = (it.offset(0, t), it.offset(1, t));
-                let c = &mut ov[t * m * n..(t + 1) * m * n];
-                gemm_f32_packed(m, n, k, &av[ao..], k, &bv[bo..], n, c, n, false, 0.0, pack);
-            }
-            Ok(())
-        }
-        DType::F64 => {
-            let av = view::<f64>(K, "a", &a)?;
-            let bv = view::<f64>(K, "b", &b)?;
-            let ov = view_mut::<f64>(K, "out", &mut out)?;
-            for t in 0..it.count {
-                let (ao, bo) = (it.offset(0, t), it.offset(1, t));
-                let c = &mut ov[t * m * n..(t + 1) * m * n];
-                gemm_simple(m, n, k, &av[ao..ao + m * k], &bv[bo..bo + k * n], c);
-            }
-            Ok(())
-        }
-        d => Err(dtype_err(K, d)),
+        DType::F32 => matmul_typed::<f32>(&it, m, n, k, view(K, "a", &a)?, view(K, "b", &b)?, view_mut(K, "out", &mut out)?, &mut scratch.pack),
+        DType::F64 => matmul_typed::<f64>(&it, m, n, k, view(K, "a", &a)?, view(K, "b", &b)?, view_mut(K, "out", &mut out)?, &mut scratch.pack),
+        d => return Err(dtype_err(K, d)),
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul_typed<T: GemmFloat>(it: &BatchIter, m: usize, n: usize, k: usize, av: &[T], bv: &[T], ov: &mut [T], pack: &mut PackBuffers) {
+    if it.count > 1 && it.is_broadcast(1) && it.is_dense(0, m * k) {
+        // One shared B: fold the batch into M for a single, taller GEMM.
+        T::gemm(it.count * m, n, k, av, k, bv, n, ov, n, false, T::ZERO, pack);
+        return;
+    }
+    for t in 0..it.count {
+        let (ao, bo) = (it.offset(0, t), it.offset(1, t));
+        let c = &mut ov[t * m * n..(t + 1) * m * n];
+        T::gemm(m, n, k, &av[ao..], k, &bv[bo..], n, c, n, false, T::ZERO, pack);
     }
 }
 
 /// `out = x · wᵀ + bias` with x [.., K], w [N, K], bias [N], out [.., N].
 pub fn linear(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, mut out: TensorMut, scratch: &mut Scratch) -> Result<()> {
     const K: &str = "linear";
-    for (what, d) in [("x", x.dtype), ("w", w.dtype), ("out", out.dtype)] {
-        if d != DType::F32 {
-            let _ = what;
-            return Err(dtype_err(K, d));
-        }
-    }
+    expect_dtype(K, "w", w.dtype, x.dtype)?;
+    expect_dtype(K, "out", out.dtype, x.dtype)?;
     if x.shape.is_empty() || w.shape.len() != 2 {
         return Err(shape_err(K, format!("x {:?} must have rank >= 1 and w {:?} rank 2", x.shape, w.shape)));
     }
@@ -162,19 +199,28 @@ pub fn linear(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, mut out: Tens
     if out.shape.len() != rx || out.shape[..rx - 1] != x.shape[..rx - 1] || out.shape[rx - 1] != n {
         return Err(shape_err(K, format!("output shape {:?} does not match x {:?} and w {:?}", out.shape, x.shape, w.shape)));
     }
-    let xv = view::<f32>(K, "x", &x)?;
-    let wv = view::<f32>(K, "w", &w)?;
-    let bv = match &bias {
-        Some(b) => {
-            expect_dtype(K, "bias", b.dtype, DType::F32)?;
-            if b.shape != [n] {
-                return Err(shape_err(K, format!("bias shape {:?}, expected [{n}]", b.shape)));
-            }
-            Some(view::<f32>(K, "bias", b)?)
+    if let Some(b) = &bias {
+        expect_dtype(K, "bias", b.dtype, x.dtype)?;
+        if b.shape != [n] {
+            return Err(shape_err(K, format!("bias shape {:?}, expected [{n}]", b.shape)));
         }
-        None => None,
-    };
-    let ov = view_mut::<f32>(K, "out", &mut out)?;
+    }
+    let pack = &mut scratch.pack;
+    match x.dtype {
+        DType::F32 => {
+            let bv = bias.as_ref().map(|b| view(K, "bias", b)).transpose()?;
+            linear_typed::<f32>(n, k, view(K, "x", &x)?, view(K, "w", &w)?, bv, view_mut(K, "out", &mut out)?, pack)
+        }
+        DType::F64 => {
+            let bv = bias.as_ref().map(|b| view(K, "bias", b)).transpose()?;
+            linear_typed::<f64>(n, k, view(K, "x", &x)?, view(K, "w", &w)?, bv, view_mut(K, "out", &mut out)?, pack)
+        }
+        d => return Err(dtype_err(K, d)),
+    }
+    Ok(())
+}
+
+fn linear_typed<T: GemmFloat>(n: usize, k: usize, xv: &[T], wv: &[T], bv: Option<&[T]>, ov: &mut [T], pack: &mut PackBuffers) {
     let m = ov.len().checked_div(n).unwrap_or(0);
     // Seed C with the bias and accumulate (beta = 1): the bias add is fused
     // into the GEMM's store instead of a second pass over the output.
@@ -183,10 +229,9 @@ pub fn linear(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, mut out: Tens
             for row in ov.chunks_exact_mut(n.max(1)) {
                 row.copy_from_slice(bv);
             }
-            1.0
+            T::ONE
         }
-        None => 0.0,
+        None => T::ZERO,
     };
-    gemm_f32_packed(m, n, k, xv, k, wv, k, ov, n, true, beta, &mut scratch.pack);
-    Ok(())
+    T::gemm(m, n, k, xv, k, wv, k, ov, n, true, beta, pack);
 }

@@ -4,9 +4,10 @@ use super::common::*;
 use super::math::Real;
 use crate::types::{DType, Result, TensorMut, TensorRef};
 
-fn f32_operand<'a>(kernel: &'static str, what: &str, t: &TensorRef<'a>, want_len: usize) -> Result<&'a [f32]> {
-    expect_dtype(kernel, what, t.dtype, DType::F32)?;
-    let v = view::<f32>(kernel, what, t)?;
+/// A per-channel / per-feature parameter: x's dtype and `want_len` elements.
+fn operand<'a, T: Real>(kernel: &'static str, what: &str, t: &TensorRef<'a>, want_len: usize) -> Result<&'a [T]> {
+    expect_dtype(kernel, what, t.dtype, T::DTYPE)?;
+    let v = view::<T>(kernel, what, t)?;
     if v.len() != want_len {
         return Err(shape_err(kernel, format!("{what} has {} elements, expected {want_len}", v.len())));
     }
@@ -15,22 +16,27 @@ fn f32_operand<'a>(kernel: &'static str, what: &str, t: &TensorRef<'a>, want_len
 
 /// Inference batch norm over channel axis 1:
 /// `y = (x - mean) / sqrt(var + eps) * weight + bias`.
-pub fn batch_norm(x: TensorRef, mean: TensorRef, var: TensorRef, weight: TensorRef, bias: TensorRef, eps: f64, mut out: TensorMut) -> Result<()> {
-    const K: &str = "batch_norm";
-    if x.dtype != DType::F32 {
-        return Err(dtype_err(K, x.dtype));
+pub fn batch_norm(x: TensorRef, mean: TensorRef, var: TensorRef, weight: TensorRef, bias: TensorRef, eps: f64, out: TensorMut) -> Result<()> {
+    match x.dtype {
+        DType::F32 => batch_norm_typed::<f32>(x, mean, var, weight, bias, eps, out),
+        DType::F64 => batch_norm_typed::<f64>(x, mean, var, weight, bias, eps, out),
+        d => Err(dtype_err("batch_norm", d)),
     }
-    expect_dtype(K, "out", out.dtype, DType::F32)?;
+}
+
+fn batch_norm_typed<T: Real>(x: TensorRef, mean: TensorRef, var: TensorRef, weight: TensorRef, bias: TensorRef, eps: f64, mut out: TensorMut) -> Result<()> {
+    const K: &str = "batch_norm";
+    expect_dtype(K, "out", out.dtype, T::DTYPE)?;
     if x.shape.len() < 2 || x.shape != out.shape {
         return Err(shape_err(K, format!("x {:?} must have rank >= 2 and equal out {:?}", x.shape, out.shape)));
     }
     let c = x.shape[1];
-    let mv = f32_operand(K, "mean", &mean, c)?;
-    let vv = f32_operand(K, "var", &var, c)?;
-    let wv = f32_operand(K, "weight", &weight, c)?;
-    let bv = f32_operand(K, "bias", &bias, c)?;
-    let xv = view::<f32>(K, "x", &x)?;
-    let ov = view_mut::<f32>(K, "out", &mut out)?;
+    let mv = operand::<T>(K, "mean", &mean, c)?;
+    let vv = operand::<T>(K, "var", &var, c)?;
+    let wv = operand::<T>(K, "weight", &weight, c)?;
+    let bv = operand::<T>(K, "bias", &bias, c)?;
+    let xv = view::<T>(K, "x", &x)?;
+    let ov = view_mut::<T>(K, "out", &mut out)?;
     let inner: usize = x.shape[2..].iter().product();
     if inner == 0 || c == 0 {
         return Ok(());
@@ -38,9 +44,9 @@ pub fn batch_norm(x: TensorRef, mean: TensorRef, var: TensorRef, weight: TensorR
     for (i, (xp, op)) in xv.chunks_exact(inner).zip(ov.chunks_exact_mut(inner)).enumerate() {
         let ch = i % c;
         // Fold the affine transform into one scale and shift, computed in f64.
-        let scale = wv[ch] as f64 / (vv[ch] as f64 + eps).sqrt();
-        let shift = bv[ch] as f64 - mv[ch] as f64 * scale;
-        let (scale, shift) = (scale as f32, shift as f32);
+        let scale = wv[ch].to_f64() / (vv[ch].to_f64() + eps).sqrt();
+        let shift = bv[ch].to_f64() - mv[ch].to_f64() * scale;
+        let (scale, shift) = (T::from_f64(scale), T::from_f64(shift));
         for (o, &v) in op.iter_mut().zip(xp) {
             *o = v * scale + shift;
         }
@@ -49,38 +55,43 @@ pub fn batch_norm(x: TensorRef, mean: TensorRef, var: TensorRef, weight: TensorR
 }
 
 /// Layer norm over the last `normalized_rank` dims, biased variance, two-pass
-/// statistics accumulated in f64.
-pub fn layer_norm(x: TensorRef, weight: Option<TensorRef>, bias: Option<TensorRef>, normalized_rank: usize, eps: f64, mut out: TensorMut) -> Result<()> {
-    const K: &str = "layer_norm";
-    if x.dtype != DType::F32 {
-        return Err(dtype_err(K, x.dtype));
+/// statistics accumulated in f64 (for f32 and f64 alike).
+pub fn layer_norm(x: TensorRef, weight: Option<TensorRef>, bias: Option<TensorRef>, normalized_rank: usize, eps: f64, out: TensorMut) -> Result<()> {
+    match x.dtype {
+        DType::F32 => layer_norm_typed::<f32>(x, weight, bias, normalized_rank, eps, out),
+        DType::F64 => layer_norm_typed::<f64>(x, weight, bias, normalized_rank, eps, out),
+        d => Err(dtype_err("layer_norm", d)),
     }
-    expect_dtype(K, "out", out.dtype, DType::F32)?;
+}
+
+fn layer_norm_typed<T: Real>(x: TensorRef, weight: Option<TensorRef>, bias: Option<TensorRef>, normalized_rank: usize, eps: f64, mut out: TensorMut) -> Result<()> {
+    const K: &str = "layer_norm";
+    expect_dtype(K, "out", out.dtype, T::DTYPE)?;
     let r = x.shape.len();
     if normalized_rank == 0 || normalized_rank > r || x.shape != out.shape {
         return Err(shape_err(K, format!("normalized_rank {normalized_rank} invalid for x {:?} / out {:?}", x.shape, out.shape)));
     }
     let d: usize = x.shape[r - normalized_rank..].iter().product();
-    let wv = weight.as_ref().map(|t| f32_operand(K, "weight", t, d)).transpose()?;
-    let bv = bias.as_ref().map(|t| f32_operand(K, "bias", t, d)).transpose()?;
-    let xv = view::<f32>(K, "x", &x)?;
-    let ov = view_mut::<f32>(K, "out", &mut out)?;
+    let wv = weight.as_ref().map(|t| operand::<T>(K, "weight", t, d)).transpose()?;
+    let bv = bias.as_ref().map(|t| operand::<T>(K, "bias", t, d)).transpose()?;
+    let xv = view::<T>(K, "x", &x)?;
+    let ov = view_mut::<T>(K, "out", &mut out)?;
     if d == 0 {
         return Ok(());
     }
     for (xr, or) in xv.chunks_exact(d).zip(ov.chunks_exact_mut(d)) {
-        let mean = xr.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
-        let var = xr.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / d as f64;
+        let mean = xr.iter().map(|v| v.to_f64()).sum::<f64>() / d as f64;
+        let var = xr.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / d as f64;
         let rstd = 1.0 / (var + eps).sqrt();
         for (i, (o, &v)) in or.iter_mut().zip(xr).enumerate() {
-            let mut y = (v as f64 - mean) * rstd;
+            let mut y = (v.to_f64() - mean) * rstd;
             if let Some(w) = wv {
-                y *= w[i] as f64;
+                y *= w[i].to_f64();
             }
             if let Some(b) = bv {
-                y += b[i] as f64;
+                y += b[i].to_f64();
             }
-            *o = y as f32;
+            *o = T::from_f64(y);
         }
     }
     Ok(())
