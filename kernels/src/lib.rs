@@ -24,7 +24,7 @@ pub use generic::gemm::gemm_f32;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
 pub use generic::matmul::{linear, matmul};
 pub use generic::attention::attention;
-pub use generic::conv::{conv, ConvParams};
+pub use generic::conv::{conv, conv_with, ConvAlgorithm, ConvParams};
 pub use generic::norm::{batch_norm, layer_norm, softmax};
 pub use generic::pool::{adaptive_avg_pool, pool, PoolParams};
 pub use generic::reduce::{argmax, argmin, cumsum, reduce};

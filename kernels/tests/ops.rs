@@ -76,38 +76,6 @@ fn linear_with_bias() {
     assert_close(&to64(&o.get::<f32>()), &want, 1e-5, 1e-5, "linear");
 }
 
-/// Direct convolution reference over padded 3-d geometry.
-#[allow(clippy::too_many_arguments)]
-fn ref_conv(x: &[f32], xs: &[usize], w: &[f32], ws: &[usize], bias: &[f32], st: &[usize], pd: &[usize], dl: &[usize], g: usize, os: &[usize]) -> Vec<f64> {
-    let sd = xs.len() - 2;
-    let pad3 = |v: &[usize], fill: usize| -> [usize; 3] { let mut o = [fill; 3]; o[3 - sd..].copy_from_slice(v); o };
-    let (i3, k3, o3) = (pad3(&xs[2..], 1), pad3(&ws[2..], 1), pad3(&os[2..], 1));
-    let (s3, p3, d3) = (pad3(st, 1), pad3(pd, 0), pad3(dl, 1));
-    let (n, cin, cout, cg) = (xs[0], xs[1], ws[0], ws[1]);
-    let og = cout / g;
-    let mut out = vec![0.0; numel(os)];
-    for b in 0..n {
-        for co in 0..cout {
-            let gi = co / og;
-            for oz in 0..o3[0] { for oy in 0..o3[1] { for ox in 0..o3[2] {
-                let mut acc = bias.get(co).copied().unwrap_or(0.0) as f64;
-                for ci in 0..cg { for kz in 0..k3[0] { for ky in 0..k3[1] { for kx in 0..k3[2] {
-                    let iz = (oz * s3[0] + kz * d3[0]) as isize - p3[0] as isize;
-                    let iy = (oy * s3[1] + ky * d3[1]) as isize - p3[1] as isize;
-                    let ix = (ox * s3[2] + kx * d3[2]) as isize - p3[2] as isize;
-                    if iz < 0 || iy < 0 || ix < 0 || iz >= i3[0] as isize || iy >= i3[1] as isize || ix >= i3[2] as isize { continue; }
-                    let c = gi * cg + ci;
-                    let xi = (((b * cin + c) * i3[0] + iz as usize) * i3[1] + iy as usize) * i3[2] + ix as usize;
-                    let wi = (((co * cg + ci) * k3[0] + kz) * k3[1] + ky) * k3[2] + kx;
-                    acc += x[xi] as f64 * w[wi] as f64;
-                }}}}
-                out[((b * cout + co) * o3[0] + oz) * o3[1] * o3[2] + oy * o3[2] + ox] = acc;
-            }}}
-        }
-    }
-    out
-}
-
 #[test]
 fn conv_matches_reference() {
     let mut r = rng(12);

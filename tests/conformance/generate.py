@@ -26,8 +26,16 @@ eager, are skipped and recorded (with the reason) in manifest.json's
 `skipped`. Each case in `cases` lists op, dtype, flavours and the ATen ops of
 both graphs; KNOWN_UNSUPPORTED below marks cases kiln is expected to reject
 (with the reason), copied into the case's `unsupported` field as
-{flavour: reason}. The committed subset keeps training.pt2 for f32 cases only. Everything is
-deterministic (seeded, single thread).
+{flavour: reason}. Everything is deterministic (seeded, single thread).
+
+The committed subset (the default mode) is COMMITTED's samples per dtype for
+every op (f32 x2, bf16/i64/bool x1) plus, for the ops EXTRA_GROUPS lists, one
+`<dtype>_0` sample in extra dtypes: f64/f16 for composites, legalized kernels
+and reductions, i8/u8 for the wrapping/promotion/unsigned integer paths, i32/i16
+for a few wide-integer ops. It keeps training.pt2 for f32 cases only; running
+it reproduces cases/ and manifest.json exactly (the .pt2 files may differ in
+their `from_node` provenance graph ids). --full, --per-dtype N ignore
+EXTRA_GROUPS (they cover every dtype); --dtypes and --ops filter it.
 """
 import argparse
 import json
@@ -100,8 +108,43 @@ DTYPES = {
     "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8,
     "bool": torch.bool,
 }
-# The committed subset: samples per dtype (dtypes absent here are --full only).
+# The committed subset: samples per dtype for every op ...
 COMMITTED = {"f32": 2, "bf16": 1, "i64": 1, "bool": 1}
+# ... plus, for the ops below only, one sample (`<dtype>_0`, aten flavour) in
+# each extra dtype: the paths where a dtype changes what kiln does. Other
+# dtypes are --full only. An op listed for a dtype torch's CPU lacks gets no
+# case (F.avg_pool3d, cdist and F.pdist have no f16, F.interpolate.nearest no
+# i8). bmm is left out: its only sample is over MAX_NUMEL in every dtype.
+EXTRA_GROUPS = [
+    # f64 and f16: composites, legalized kernels (f16 computed in f32, f64 kept
+    # native), reductions/accumulations, a few transcendental and rounding ops.
+    (("f64", "f16"), [
+        "F.conv1d", "F.conv2d", "F.conv_transpose1d", "F.conv_transpose2d", "F.linear", "mm", "matmul",
+        "addmm", "einsum", "F.layer_norm", "F.group_norm", "F.rms_norm", "F.batch_norm", "_native_batch_norm_legit",
+        "softmax", "log_softmax", "F.scaled_dot_product_attention", "F.max_pool2d", "F.avg_pool2d",
+        "F.adaptive_avg_pool2d", "F.max_pool3d", "F.avg_pool3d", "F.adaptive_avg_pool3d", "F.interpolate.bilinear",
+        "F.interpolate.nearest", "F.grid_sample", "F.embedding_bag", "cdist", "F.pdist", "var", "std", "cumsum",
+        "sort", "topk", "sum", "mean", "prod", "scatter_reduce.mean", "exp", "log", "tanh", "sigmoid", "F.gelu",
+        "F.softplus", "F.mish", "pow", "div.no_rounding_mode", "atan2", "fmod", "remainder", "round",
+    ]),
+    # i8 and u8: integer legalization wraps like torch (narrow overflow),
+    # promotion of narrow ints (sum/prod/cumsum accumulate in i64, true
+    # division gives float), unsigned semantics (neg/abs/sign/compares/sort on u8).
+    (("i8", "u8"), [
+        "add", "sub", "mul", "rsub", "square", "pow", "abs", "neg", "sign", "bitwise_not", "div.no_rounding_mode",
+        "div.trunc_rounding", "div.floor_rounding", "remainder", "fmod", "floor_divide", "clamp", "maximum", "eq",
+        "lt", "where", "sum", "prod", "cumsum", "mean", "amax", "any", "argmax", "sort", "mm",
+        "scatter_add", "index_put", "F.interpolate.nearest",
+    ]),
+    # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
+    (("i32", "i16"), [
+        "add", "mul", "div.floor_rounding", "remainder", "bitwise_not", "sum", "prod", "cumsum", "mm",
+    ]),
+]
+EXTRA = {}  # case op name -> extra dtypes (committed subset only)
+for _dtypes, _ops in EXTRA_GROUPS:
+    for _op in _ops:
+        EXTRA.setdefault(_op, set()).update(_dtypes)
 FULL = {d: 4 for d in DTYPES}
 MAX_NUMEL = 512
 # Sample indices tried first (then the rest), so that a few samples cover an
@@ -263,10 +306,11 @@ def main():
     from torch.testing._internal.common_methods_invocations import op_db
 
     per_dtype = dict(FULL if args.full else COMMITTED)
+    committed = not args.full and not args.per_dtype  # EXTRA applies to the committed subset only
     if args.per_dtype:
         per_dtype = {d: args.per_dtype for d in DTYPES}
-    if args.dtypes:
-        keep = set(args.dtypes.split(","))
+    keep = set(filter(None, args.dtypes.split(",")))
+    if keep:
         per_dtype = {d: n for d, n in per_dtype.items() if d in keep}
     by_key = {(o.name, o.variant_test_name): o for o in op_db}
     only = set(filter(None, args.ops.split(",")))
@@ -291,6 +335,8 @@ def main():
         supported = op.supported_dtypes("cpu")
         for dname, dtype in DTYPES.items():
             want = per_dtype.get(dname, 0)
+            if committed and dname in EXTRA.get(cname, ()) and (not keep or dname in keep):
+                want = max(want, 1)
             if want == 0 or dtype not in supported:
                 continue
             torch.manual_seed(0)

@@ -5,6 +5,7 @@
 //! positions at a time, bounding scratch memory independently of image size.
 
 use super::common::*;
+use super::conv_depthwise::conv_depthwise_f32;
 use super::gemm::{gemm_f32_packed, NR};
 use super::math::Real;
 use crate::types::{DType, Result, Scratch, TensorMut, TensorRef};
@@ -24,13 +25,26 @@ pub struct ConvParams<'a> {
 const COL_BUDGET: usize = 1 << 20;
 
 /// Spatial geometry padded to three dims (leading dims are 1/0/1).
-struct Geometry {
-    input: [usize; 3],
-    kernel: [usize; 3],
-    stride: [usize; 3],
-    pad: [usize; 3],
-    dil: [usize; 3],
-    output: [usize; 3],
+pub(super) struct Geometry {
+    pub(super) input: [usize; 3],
+    pub(super) kernel: [usize; 3],
+    pub(super) stride: [usize; 3],
+    pub(super) pad: [usize; 3],
+    pub(super) dil: [usize; 3],
+    pub(super) output: [usize; 3],
+}
+
+/// Which f32 algorithm [`conv_with`] runs. [`conv`] uses `Auto`; the others
+/// exist so tests and benchmarks can compare the paths on the same problem.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ConvAlgorithm {
+    /// Direct depthwise loops where they apply, im2col + GEMM otherwise.
+    Auto,
+    /// im2col + the packed GEMM, for every convolution.
+    Im2col,
+    /// Direct depthwise loops; an error unless every group has one input
+    /// channel (`groups == Cin`).
+    Depthwise,
 }
 
 fn geometry(x: &[usize], w: &[usize], p: &ConvParams, out: &[usize]) -> Result<Geometry> {
@@ -71,9 +85,23 @@ fn geometry(x: &[usize], w: &[usize], p: &ConvParams, out: &[usize]) -> Result<G
     Ok(g)
 }
 
-/// f32 runs im2col + the packed GEMM; f64 a direct loop (f64 accumulation,
-/// like torch's double convolution).
-pub fn conv(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, p: &ConvParams, mut out: TensorMut, scratch: &mut Scratch) -> Result<()> {
+/// f32 runs direct depthwise loops for depthwise convolutions and im2col + the
+/// packed GEMM for the rest; f64 a direct loop (f64 accumulation, like torch's
+/// double convolution).
+pub fn conv(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, p: &ConvParams, out: TensorMut, scratch: &mut Scratch) -> Result<()> {
+    conv_with(x, w, bias, p, out, scratch, ConvAlgorithm::Auto)
+}
+
+/// [`conv`] with the f32 algorithm chosen by the caller (f64 ignores it).
+pub fn conv_with(
+    x: TensorRef,
+    w: TensorRef,
+    bias: Option<TensorRef>,
+    p: &ConvParams,
+    mut out: TensorMut,
+    scratch: &mut Scratch,
+    algorithm: ConvAlgorithm,
+) -> Result<()> {
     const K: &str = "conv";
     let dtype = x.dtype;
     for d in [x.dtype, w.dtype, out.dtype] {
@@ -124,6 +152,24 @@ pub fn conv(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, p: &ConvParams,
     let ksp: usize = g.kernel.iter().product();
     let kdim = cin_g * ksp;
     if ov.is_empty() {
+        return Ok(());
+    }
+
+    // One input channel per group: each output plane is a weighted sum of
+    // shifted copies of one input plane, which the GEMM would run with M = 1.
+    // With groups == 1 (a single input channel) and several outputs the GEMM's
+    // blocking over output channels wins, so Auto keeps im2col there.
+    let depthwise = cin_g == 1 && groups == cin;
+    let use_depthwise = match algorithm {
+        ConvAlgorithm::Auto => depthwise && (groups > 1 || cout == 1),
+        ConvAlgorithm::Im2col => false,
+        ConvAlgorithm::Depthwise if depthwise => true,
+        ConvAlgorithm::Depthwise => {
+            return Err(shape_err(K, format!("depthwise path needs groups == Cin, got groups {groups}, Cin {cin}")));
+        }
+    };
+    if use_depthwise {
+        conv_depthwise_f32(xv, wv, bv, &g, cin, cout, ov, scratch);
         return Ok(());
     }
 

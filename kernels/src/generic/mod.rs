@@ -9,6 +9,7 @@ pub mod layout;
 pub mod math;
 pub mod matmul;
 pub mod conv;
+mod conv_depthwise;
 pub mod norm;
 pub mod reduce;
 pub mod pool;

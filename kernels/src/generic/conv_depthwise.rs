@@ -1,0 +1,119 @@
+//! Direct f32 depthwise convolution: every group has one input channel
+//! (`groups == Cin`), and output channel `oc` reads input channel
+//! `oc / multiplier`.
+//!
+//! im2col + GEMM would run these with M = 1 per group, paying for a column
+//! buffer and packing to do one multiply-add per copied element. Here each
+//! output row is seeded with the bias, then every kernel tap adds a weighted,
+//! shifted copy of one input row to it. Along a row, the output columns whose
+//! tap lands inside the input form one interval that depends only on the tap's
+//! column `kx`; it is computed once per call, so the inner loop is a plain
+//! multiply-add over two slices with no bounds arithmetic, which the compiler
+//! vectorises (unit stride: contiguous loads). Working a row at a time keeps
+//! the output row in L1 while all taps accumulate into it.
+
+use super::conv::Geometry;
+use crate::types::Scratch;
+
+/// `x` is `[N, cin, input..]`, `w` `[cout, 1, kernel..]`, `out`
+/// `[N, cout, output..]`, with `cout` a multiple of `cin` and the shapes
+/// already checked against `g`; `out` is not empty.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv_depthwise_f32(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Geometry,
+    cin: usize,
+    cout: usize,
+    out: &mut [f32],
+    scratch: &mut Scratch,
+) {
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let [_, oh, ow] = g.output;
+    let isp = id * ih * iw;
+    let osp: usize = g.output.iter().product();
+    let ksp = kd * kh * kw;
+    let multiplier = cout / cin;
+
+    // columns[2 * kx .. 2 * kx + 2] = the output columns [lo, hi) whose tap kx
+    // reads inside the input row.
+    let columns = scratch.indices(2 * kw);
+    for (kx, range) in columns.chunks_exact_mut(2).enumerate() {
+        let (lo, hi) = valid_columns(kx * g.dil[2], g.pad[2], g.stride[2], iw, ow);
+        range.copy_from_slice(&[lo, hi]);
+    }
+    let columns = &*columns;
+
+    for (plane_index, plane) in out.chunks_exact_mut(osp).enumerate() {
+        let (n, oc) = (plane_index / cout, plane_index % cout);
+        let input = &x[(n * cin + oc / multiplier) * isp..][..isp];
+        let taps = &w[oc * ksp..][..ksp];
+        let b = bias.map_or(0.0, |b| b[oc]);
+        for (r, row) in plane.chunks_exact_mut(ow).enumerate() {
+            let (oz, oy) = (r / oh, r % oh);
+            row.fill(b);
+            for kz in 0..kd {
+                // Negative coordinates wrap to huge values and fail the bounds test too.
+                let iz = (oz * g.stride[0] + kz * g.dil[0]).wrapping_sub(g.pad[0]);
+                if iz >= id {
+                    continue;
+                }
+                for ky in 0..kh {
+                    let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+                    if iy >= ih {
+                        continue;
+                    }
+                    let in_row = &input[(iz * ih + iy) * iw..][..iw];
+                    let row_taps = &taps[(kz * kh + ky) * kw..][..kw];
+                    for (kx, (&weight, range)) in row_taps.iter().zip(columns.chunks_exact(2)).enumerate() {
+                        let (lo, hi) = (range[0], range[1]);
+                        if lo < hi {
+                            let first = lo * g.stride[2] + kx * g.dil[2] - g.pad[2];
+                            add_scaled(&mut row[lo..hi], &in_row[first..], g.stride[2], weight);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Output columns `ox` in `[lo, hi)` satisfy `0 <= ox*stride + shift - pad < width`
+/// (`shift` = the tap's dilated offset); `lo == hi` when there are none.
+fn valid_columns(shift: usize, pad: usize, stride: usize, width: usize, out_width: usize) -> (usize, usize) {
+    let lo = pad.saturating_sub(shift).div_ceil(stride).min(out_width);
+    let hi = if width + pad > shift { (width + pad - shift).div_ceil(stride).min(out_width) } else { 0 };
+    (lo, hi.max(lo))
+}
+
+/// `dst[j] += weight * src[j * stride]`. The unit-stride loop is the hot one;
+/// slicing `src` to `dst`'s length up front lets the compiler drop the bounds
+/// checks and vectorise it.
+#[inline(always)]
+fn add_scaled(dst: &mut [f32], src: &[f32], stride: usize, weight: f32) {
+    if stride == 1 {
+        let src = &src[..dst.len()];
+        for (o, &v) in dst.iter_mut().zip(src) {
+            *o += weight * v;
+        }
+    } else {
+        // Pairs / triples of `src` per output (the compiler vectorises these
+        // with shuffles, unlike `step_by`); the last output may have a partial
+        // group, so it is done on its own.
+        let Some((last, body)) = dst.split_last_mut() else { return };
+        let src_body = &src[..body.len() * stride];
+        if stride == 2 {
+            // A constant group size, the common strided case (MobileNet).
+            for (o, pair) in body.iter_mut().zip(src_body.chunks_exact(2)) {
+                *o += weight * pair[0];
+            }
+        } else {
+            for (o, group) in body.iter_mut().zip(src_body.chunks_exact(stride)) {
+                *o += weight * group[0];
+            }
+        }
+        *last += weight * src[body.len() * stride];
+    }
+}
