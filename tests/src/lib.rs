@@ -143,3 +143,40 @@ pub fn load_fixture(name: &str, flavour: &str) -> std::sync::Arc<kiln_runtime::P
     std::fs::remove_file(&tmp).ok();
     program
 }
+
+/// `prefix_0.npy, prefix_1.npy, …` in `dir` (see [`read_npy_as`] for `bf16`),
+/// with errors as values for suites that tally failures instead of panicking.
+pub fn try_read_numbered(dir: &Path, prefix: &str, bf16: bool) -> Result<Vec<Tensor>, String> {
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
+        .take_while(|p| p.exists())
+        .map(|p| read_npy_as(&p, bf16))
+        .collect()
+}
+
+/// Compiles a `.pt2` through `compile_file` (the CLI's path) and loads the
+/// artifact; the error names the stage (`compile: …`, `load: …`).
+pub fn try_compile_and_load(pt2: &Path, tag: &str) -> Result<std::sync::Arc<kiln_runtime::Program>, String> {
+    let tmp = temp_path(tag);
+    if let Err(e) = kiln_compiler::compile_file(pt2, &tmp, &kiln_compiler::CompileOptions::default()) {
+        return Err(format!("compile: {}", e.to_string().lines().take(4).collect::<Vec<_>>().join(" | ")));
+    }
+    let program = kiln_runtime::Program::load(&tmp).map_err(|e| format!("load: {e}"));
+    std::fs::remove_file(&tmp).ok();
+    program
+}
+
+/// Runs `inputs` through `session` and compares every output with `expected`
+/// at torch's default tolerance for its dtype.
+pub fn try_run_and_compare(session: &mut kiln_runtime::Session, inputs: &[Tensor], expected: &[Tensor]) -> Result<(), String> {
+    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+    let outputs = session.run(&views).map_err(|e| format!("run: {e}"))?;
+    if outputs.len() != expected.len() {
+        return Err(format!("{} outputs, expected {}", outputs.len(), expected.len()));
+    }
+    for (i, want) in expected.iter().enumerate() {
+        let (rtol, atol) = default_tolerance(want.dtype);
+        compare_close(&outputs.get(i), &want.view(), rtol, atol).map_err(|e| format!("output {i}: {e}"))?;
+    }
+    Ok(())
+}

@@ -12,8 +12,7 @@
 //! local iteration); `KILN_CONFORMANCE_DIR=/tmp/kiln-conf` runs the cases of
 //! another folder (the generator's `--full` set).
 
-use kiln_runtime::{Program, Tensor, TensorView};
-use kiln_tests::{compare_close, default_tolerance, read_npy_as, temp_path};
+use kiln_tests::{try_compile_and_load, try_read_numbered, try_run_and_compare};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,37 +26,13 @@ fn cases_dir() -> PathBuf {
     }
 }
 
-fn read_numbered(dir: &Path, prefix: &str, bf16: bool) -> Result<Vec<Tensor>, String> {
-    (0..)
-        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
-        .take_while(|p| p.exists())
-        .map(|p| read_npy_as(&p, bf16))
-        .collect()
-}
-
 /// Compiles, loads and runs one flavour of one case; `Err` names the stage.
 fn run_case(dir: &Path, flavour: &str, bf16: bool) -> Result<(), String> {
-    let inputs = read_numbered(dir, "input", bf16)?;
-    let expected = read_numbered(dir, "output", bf16)?;
-    let tmp = temp_path("conformance");
-    let compiled = kiln_compiler::compile_file(&dir.join(format!("{flavour}.pt2")), &tmp, &kiln_compiler::CompileOptions::default());
-    if let Err(e) = compiled {
-        return Err(format!("compile: {}", e.to_string().lines().take(4).collect::<Vec<_>>().join(" | ")));
-    }
-    let program = Program::load(&tmp).map_err(|e| format!("load: {e}"));
-    std::fs::remove_file(&tmp).ok();
-    let program = program?;
+    let inputs = try_read_numbered(dir, "input", bf16)?;
+    let expected = try_read_numbered(dir, "output", bf16)?;
+    let program = try_compile_and_load(&dir.join(format!("{flavour}.pt2")), "conformance")?;
     let mut session = program.session().map_err(|e| format!("session: {e}"))?;
-    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
-    let outputs = session.run(&views).map_err(|e| format!("run: {e}"))?;
-    if outputs.len() != expected.len() {
-        return Err(format!("{} outputs, expected {}", outputs.len(), expected.len()));
-    }
-    for (i, want) in expected.iter().enumerate() {
-        let (rtol, atol) = default_tolerance(want.dtype);
-        compare_close(&outputs.get(i), &want.view(), rtol, atol).map_err(|e| format!("output {i}: {e}"))?;
-    }
-    Ok(())
+    try_run_and_compare(&mut session, &inputs, &expected)
 }
 
 #[derive(Default)]

@@ -15,8 +15,8 @@
 //! flavours the manifest marks `unsupported: {flavour: reason}`.
 //! `KILN_CONFORMANCE_FILTER=cat_two_syms,pad_dyn` runs only those cases.
 
-use kiln_runtime::{Error, Program, Session, Tensor, TensorView};
-use kiln_tests::{compare_close, default_tolerance, read_npy_as, temp_path};
+use kiln_runtime::{Error, Session, Tensor, TensorView};
+use kiln_tests::{try_compile_and_load, try_read_numbered, try_run_and_compare};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -24,47 +24,23 @@ fn cases_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance").join("dynamic")
 }
 
-fn read_numbered(dir: &Path, prefix: &str) -> Result<Vec<Tensor>, String> {
-    (0..)
-        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
-        .take_while(|p| p.exists())
-        .map(|p| read_npy_as(&p, false))
-        .collect()
-}
-
 /// Runs one size's inputs through `session` and compares with its outputs.
 fn run_size(session: &mut Session, dir: &Path) -> Result<(), String> {
-    let inputs = read_numbered(dir, "input")?;
-    let expected = read_numbered(dir, "output")?;
-    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
-    let outputs = session.run(&views).map_err(|e| format!("run: {e}"))?;
-    if outputs.len() != expected.len() {
-        return Err(format!("{} outputs, expected {}", outputs.len(), expected.len()));
-    }
-    for (i, want) in expected.iter().enumerate() {
-        let (rtol, atol) = default_tolerance(want.dtype);
-        compare_close(&outputs.get(i), &want.view(), rtol, atol).map_err(|e| format!("output {i}: {e}"))?;
-    }
-    Ok(())
+    let inputs = try_read_numbered(dir, "input", false)?;
+    let expected = try_read_numbered(dir, "output", false)?;
+    try_run_and_compare(session, &inputs, &expected)
 }
 
 /// Compiles and loads one flavour once, then runs every size (and the
 /// rejected one) through a single session. `Err` names the stage and size.
 fn run_case(dir: &Path, flavour: &str, sizes: usize, reject: bool) -> Result<(), String> {
-    let tmp = temp_path("conformance-dynamic");
-    let compiled = kiln_compiler::compile_file(&dir.join(format!("{flavour}.pt2")), &tmp, &kiln_compiler::CompileOptions::default());
-    if let Err(e) = compiled {
-        return Err(format!("compile: {}", e.to_string().lines().take(4).collect::<Vec<_>>().join(" | ")));
-    }
-    let program = Program::load(&tmp).map_err(|e| format!("load: {e}"));
-    std::fs::remove_file(&tmp).ok();
-    let program = program?;
+    let program = try_compile_and_load(&dir.join(format!("{flavour}.pt2")), "conformance-dynamic")?;
     let mut session = program.session().map_err(|e| format!("session: {e}"))?;
     for k in 0..sizes {
         run_size(&mut session, &dir.join(format!("size_{k}"))).map_err(|e| format!("size_{k}: {e}"))?;
     }
     if reject {
-        let inputs = read_numbered(&dir.join("reject"), "input")?;
+        let inputs = try_read_numbered(&dir.join("reject"), "input", false)?;
         let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
         match session.run(&views) {
             Ok(_) => return Err("reject: an out-of-bounds size was accepted".into()),
