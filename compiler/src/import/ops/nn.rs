@@ -208,26 +208,28 @@ fn channels(imp: &Importer, x: ValueId) -> R<i64> {
     }
 }
 
+/// The batch norm's `weight` and `bias`, or ones and zeros per channel when
+/// the module has no affine parameters (the IR op always takes both).
+fn affine_or_identity(imp: &mut Importer, n: &Node, x: ValueId, dtype: DType) -> R<(ValueId, ValueId)> {
+    let mut param = |name: &str, fill: f64| -> R<ValueId> {
+        match imp.opt_tensor(n, name)? {
+            Some(p) => Ok(p),
+            None => {
+                let c = channels(imp, x)?;
+                Ok(imp.filled_const(fill, dtype, c))
+            }
+        }
+    };
+    Ok((param("weight", 1.0)?, param("bias", 0.0)?))
+}
+
 fn batch_norm_common(imp: &mut Importer, n: &Node, eps: f64) -> R<()> {
     let x = imp.tensor(n, "input")?;
     let dtype = imp.ty(x).dtype;
     let (Some(mean), Some(var)) = (imp.opt_tensor(n, "running_mean")?, imp.opt_tensor(n, "running_var")?) else {
         return unsupported("batch norm without running statistics (batch statistics)");
     };
-    let weight = match imp.opt_tensor(n, "weight")? {
-        Some(w) => w,
-        None => {
-            let c = channels(imp, x)?;
-            imp.filled_const(1.0, dtype, c)
-        }
-    };
-    let bias = match imp.opt_tensor(n, "bias")? {
-        Some(b) => b,
-        None => {
-            let c = channels(imp, x)?;
-            imp.filled_const(0.0, dtype, c)
-        }
-    };
+    let (weight, bias) = affine_or_identity(imp, n, x, dtype)?;
     let ty = imp.out_ty(n, 0)?;
     let v = imp.push(Op::BatchNorm { eps }, vec![x, mean, var, weight, bias], ty);
     imp.bind(n, 0, v)?;
@@ -367,20 +369,7 @@ fn native_batch_norm_inference(imp: &mut Importer, n: &Node, name: &str) -> R<()
     let x = imp.tensor(n, "input")?;
     let dtype = imp.ty(x).dtype;
     let (mean, var) = (imp.tensor(n, "running_mean")?, imp.tensor(n, "running_var")?);
-    let weight = match imp.opt_tensor(n, "weight")? {
-        Some(w) => w,
-        None => {
-            let c = channels(imp, x)?;
-            imp.filled_const(1.0, dtype, c)
-        }
-    };
-    let bias = match imp.opt_tensor(n, "bias")? {
-        Some(b) => b,
-        None => {
-            let c = channels(imp, x)?;
-            imp.filled_const(0.0, dtype, c)
-        }
-    };
+    let (weight, bias) = affine_or_identity(imp, n, x, dtype)?;
     let eps = imp.float(n, "eps", None)?;
     let ty = imp.out_ty(n, 0)?;
     let v = imp.push(Op::BatchNorm { eps }, vec![x, mean, var, weight, bias], ty);
