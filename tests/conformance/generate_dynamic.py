@@ -35,7 +35,6 @@ import os
 import shutil
 import sys
 import warnings
-import zipfile
 
 import numpy as np
 import torch
@@ -43,6 +42,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.export import Dim
 from torch.utils import _pytree as pytree
+
+# Shared with the per-op generator next to this file (importing it runs nothing).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generate import close, graph_targets, strip_sample_inputs  # noqa: E402
 
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore")
@@ -559,30 +562,6 @@ def to_numpy(t):
 def flat(out):
     outs, _ = pytree.tree_flatten(out)
     return [o.detach().clone().contiguous() for o in outs]
-
-
-def close(a, b):
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    try:
-        torch.testing.assert_close(a, b, equal_nan=True)
-        return True
-    except AssertionError:
-        return False
-
-
-def strip_sample_inputs(path):
-    tmp = path + ".tmp"
-    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as dst:
-        for info in src.infolist():
-            if "/data/sample_inputs/" in info.filename:
-                continue
-            dst.writestr(info, src.read(info.filename))
-    os.replace(tmp, path)
-
-
-def graph_targets(ep):
-    return sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function"})
 
 
 def range_constraints(ep):
