@@ -119,7 +119,7 @@ fn axes32(v: &[usize]) -> Vec<u32> {
 }
 
 /// Chooses the kernel for one node; `Err` says why the CPU cannot run it.
-fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId]) -> Result<Kernel, String> {
+fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> Result<Kernel, String> {
     let bad_params = || format!("parameters out of range for the CPU kernel: {op:?}");
     Ok(match op {
         Op::Unary(u) => Kernel::Unary(unary(*u)),
@@ -141,16 +141,18 @@ fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId]) -> Result<Kernel, String> 
         Op::LogSoftmax { axis } => Kernel::Softmax { axis: *axis as u32, log: true },
         Op::Reduce { kind, axes, .. } => Kernel::Reduce { kind: reduce_kind(*kind), axes: axes32(axes) },
         Op::ArgMax { axis, .. } => Kernel::ArgMax { axis: *axis as u32 },
-        Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, .. } => Kernel::Pool {
+        Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor, .. } => Kernel::Pool {
             kind: match kind {
                 ir::PoolKind::Max => kiln_runtime::format::PoolKind::Max,
                 ir::PoolKind::Avg => kiln_runtime::format::PoolKind::Avg,
+                ir::PoolKind::ArgMax => kiln_runtime::format::PoolKind::ArgMax,
             },
             kernel: u32s(kernel).ok_or_else(bad_params)?,
             stride: u32s(stride).ok_or_else(bad_params)?,
             padding: u32s(padding).ok_or_else(bad_params)?,
             dilation: u32s(dilation).ok_or_else(bad_params)?,
             count_include_pad: *count_include_pad,
+            divisor: *divisor,
         },
         Op::AdaptiveAvgPool { .. } => Kernel::AdaptiveAvgPool,
         Op::Attention { causal, scale } => Kernel::Attention { causal: *causal, scale: *scale },
@@ -210,6 +212,10 @@ fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId]) -> Result<Kernel, String> 
         }
         Op::IndexGather { axis } => Kernel::IndexGather { axis: *axis as u32 },
         Op::IndexPut { axis, accumulate } => Kernel::IndexPut { axis: *axis as u32, accumulate: *accumulate },
+        Op::BindDim { symbol } => Kernel::BindDim { symbol: dims.symbol(*symbol)? },
+        Op::NonZero { .. } => Kernel::NonZero,
+        // Lowered to several instructions by `Builder::lower_while`.
+        Op::While { .. } => return Err("a loop is not one kernel".into()),
     })
 }
 
@@ -251,6 +257,7 @@ impl DimTable<'_> {
             return Ok(i);
         }
         let sym = self.graph_symbols.get(s).ok_or_else(|| format!("unknown symbol {s}"))?;
+        // The importer gives data-dependent symbols a bound or reports them.
         let max = sym
             .max
             .ok_or_else(|| format!("symbol `{}` has no upper bound; export with torch.export.Dim(..., max=N)", sym.name))?;
@@ -332,73 +339,38 @@ pub fn lower_to_plan_with_segments(g: &Graph, mem: &MemoryPlan, calls: &[AccelCa
     }
     let mut call_tensors = vec![(Vec::new(), Vec::new()); calls.len()];
     let mut cpu_instrs = Vec::new();
-    let mut errors = Vec::new();
-    let mut dims =
+    let dims =
         DimTable { graph_symbols: &g.symbols, symbols: Vec::new(), sym_index: HashMap::new(), exprs: Vec::new(), interned: HashMap::new() };
-    let mut weights = WeightsBuilder::new();
-    let mut tensors: Vec<TensorDecl> = Vec::new();
-    let mut tensor_of: HashMap<ValueId, u32> = HashMap::new();
-
-    let mut declare = |v: ValueId, dims: &mut DimTable, weights: &mut WeightsBuilder, errors: &mut Vec<String>| -> u32 {
-        if let Some(&t) = tensor_of.get(&v) {
-            return t;
-        }
-        let ty = g.ty(v);
-        let storage = match &g.values[v].def {
-            ValueDef::Const(c) => weights.push(g.consts[*c].bytes.as_bytes()),
-            _ => match mem.slots[v] {
-                Some(slot) => Storage::Arena { offset: slot.offset, max_bytes: slot.size },
-                None => {
-                    errors.push(format!("value {v} has no memory slot"));
-                    Storage::Arena { offset: 0, max_bytes: 0 }
-                }
-            },
-        };
-        let shape = dims.shape(&ty.shape).unwrap_or_else(|e| {
-            errors.push(format!("value {v}: {e}"));
-            Vec::new()
-        });
-        let t = tensors.len() as u32;
-        tensors.push(TensorDecl { dtype: dtype(ty.dtype), shape, storage });
-        tensor_of.insert(v, t);
-        t
-    };
+    let mut b = Builder { dims, weights: WeightsBuilder::new(), tensors: Vec::new(), instrs: Vec::new(), errors: Vec::new() };
+    let mut top = Scope { g, mem, base: 0, tensor_of: HashMap::new() };
 
     let mut inputs = Vec::new();
     for &v in &g.inputs {
         let name = g.values[v].name.clone().unwrap_or_else(|| format!("input_{}", inputs.len()));
-        inputs.push(IoDecl { name, tensor: declare(v, &mut dims, &mut weights, &mut errors) });
+        inputs.push(IoDecl { name, tensor: b.declare(&mut top, v) });
     }
-    let mut instrs = Vec::new();
     for &n in &g.order {
         if let Some(&i) = call_at.get(&n) {
             let c = &calls[i];
-            let ins: Vec<u32> = c.args.iter().map(|&v| declare(v, &mut dims, &mut weights, &mut errors)).collect();
-            let outs: Vec<u32> = c.results.iter().map(|&v| declare(v, &mut dims, &mut weights, &mut errors)).collect();
+            let ins: Vec<u32> = c.args.iter().map(|&v| b.declare(&mut top, v)).collect();
+            let outs: Vec<u32> = c.results.iter().map(|&v| b.declare(&mut top, v)).collect();
             call_tensors[i] = (ins.clone(), outs.clone());
             let origin = format!("accelerator segment {i} ({} nodes from {})", c.nodes.len(), g.describe_node(n));
-            instrs.push(Instr { kernel: Kernel::Accel { segment: i as u32 }, inputs: ins, outputs: outs, origin });
+            b.instrs.push(Instr { kernel: Kernel::Accel { segment: i as u32 }, inputs: ins, outputs: outs, origin });
             continue;
         }
         if in_call.contains_key(&n) {
             continue;
         }
-        let node = &g.nodes[n];
-        cpu_instrs.push((instrs.len() as u32, n));
-        match kernel_for(g, &node.op, &node.inputs) {
-            Ok(kernel) => {
-                let ins = node.inputs.iter().map(|&v| declare(v, &mut dims, &mut weights, &mut errors)).collect();
-                let outs = node.outputs.iter().map(|&v| declare(v, &mut dims, &mut weights, &mut errors)).collect();
-                instrs.push(Instr { kernel, inputs: ins, outputs: outs, origin: g.describe_node(n) });
-            }
-            Err(why) => errors.push(format!("  {}: {why}", g.describe_node(n))),
-        }
+        cpu_instrs.push((b.instrs.len() as u32, n));
+        b.lower_node(&mut top, n);
     }
     let mut outputs = Vec::new();
     for (i, &v) in g.outputs.iter().enumerate() {
         let name = g.output_names.get(i).cloned().unwrap_or_else(|| format!("output_{i}"));
-        outputs.push(IoDecl { name, tensor: declare(v, &mut dims, &mut weights, &mut errors) });
+        outputs.push(IoDecl { name, tensor: b.declare(&mut top, v) });
     }
+    let Builder { dims, weights, tensors, instrs, mut errors } = b;
     if !errors.is_empty() {
         errors.dedup();
         return Err(LowerError(errors));
@@ -414,4 +386,144 @@ pub fn lower_to_plan_with_segments(g: &Graph, mem: &MemoryPlan, calls: &[AccelCa
         peak_live_bytes: mem.peak_live_bytes,
     };
     Ok(SegmentedPlan { plan, weights, call_tensors, cpu_instrs })
+}
+
+/// The plan's tables under construction, shared by a graph and the nested
+/// graphs of its loops (which use the same symbol ids).
+struct Builder<'g> {
+    dims: DimTable<'g>,
+    weights: WeightsBuilder,
+    tensors: Vec<TensorDecl>,
+    instrs: Vec<Instr>,
+    errors: Vec<String>,
+}
+
+/// One graph being lowered: its memory plan, where that plan's offsets start
+/// in the arena (a loop's region for nested graphs), and its values' tensors
+/// (a nested graph's inputs are its loop's tensors).
+struct Scope<'a> {
+    g: &'a Graph,
+    mem: &'a MemoryPlan,
+    base: u64,
+    tensor_of: HashMap<ValueId, u32>,
+}
+
+impl<'a> Scope<'a> {
+    /// A loop's nested graph, whose inputs are the loop's tensors `inputs`.
+    fn nested(g: &'a Graph, mem: &'a MemoryPlan, base: u64, inputs: &[u32]) -> Scope<'a> {
+        Scope { g, mem, base, tensor_of: g.inputs.iter().copied().zip(inputs.iter().copied()).collect() }
+    }
+}
+
+impl Builder<'_> {
+    /// The plan tensor of `v`, declared on first use.
+    fn declare(&mut self, s: &mut Scope, v: ValueId) -> u32 {
+        if let Some(&t) = s.tensor_of.get(&v) {
+            return t;
+        }
+        let g = s.g;
+        let ty = g.ty(v);
+        let storage = match &g.values[v].def {
+            ValueDef::Const(c) => self.weights.push(g.consts[*c].bytes.as_bytes()),
+            _ => match s.mem.slots[v] {
+                Some(slot) => Storage::Arena { offset: s.base + slot.offset, max_bytes: slot.size },
+                None => {
+                    self.errors.push(format!("value {v} has no memory slot"));
+                    Storage::Arena { offset: 0, max_bytes: 0 }
+                }
+            },
+        };
+        let shape = self.dims.shape(&ty.shape).unwrap_or_else(|e| {
+            self.errors.push(format!("value {v}: {e}"));
+            Vec::new()
+        });
+        let t = self.tensors.len() as u32;
+        self.tensors.push(TensorDecl { dtype: dtype(ty.dtype), shape, storage });
+        s.tensor_of.insert(v, t);
+        t
+    }
+
+    /// One scheduled node as one instruction, or a loop as its instructions.
+    fn lower_node(&mut self, s: &mut Scope, n: NodeId) {
+        let g = s.g;
+        let node = &g.nodes[n];
+        if let Op::While { carried, cond, body } = &node.op {
+            return self.lower_while(s, n, *carried, cond, body);
+        }
+        match kernel_for(g, &node.op, &node.inputs, &mut self.dims) {
+            Ok(kernel) => {
+                let ins = node.inputs.iter().map(|&v| self.declare(s, v)).collect();
+                let outs = node.outputs.iter().map(|&v| self.declare(s, v)).collect();
+                self.instrs.push(Instr { kernel, inputs: ins, outputs: outs, origin: g.describe_node(n) });
+            }
+            Err(why) => self.errors.push(format!("  {}: {why}", g.describe_node(n))),
+        }
+    }
+
+    /// A loop, as a flat run of instructions (the loop's results are its
+    /// carried values' slots):
+    ///
+    /// ```text
+    ///        copy init_j -> carried_j              (each carried value)
+    /// head:  <cond>                                (inputs: carried ++ read-only operands)
+    ///        jump_if_false cond_result -> exit
+    ///        <body>
+    ///        copy carried_k -> swap_j              (body returns carried k as j != k)
+    ///        copy result_j (or swap_j) -> carried_j
+    ///        jump -> head
+    /// exit:
+    /// ```
+    ///
+    /// Body results live in the loop's region, apart from every carried slot,
+    /// so the updates cannot read a slot already overwritten, except for a
+    /// carried value returned unchanged at another position, which is saved
+    /// to its swap slot before any update.
+    fn lower_while(&mut self, s: &mut Scope, n: NodeId, carried: usize, cond: &Graph, body: &Graph) {
+        let g = s.g;
+        let node = &g.nodes[n];
+        let origin = g.describe_node(n);
+        let Some(lp) = s.mem.loops.get(&n) else {
+            return self.errors.push(format!("  {origin}: the loop has no memory region"));
+        };
+        let (Some(&pred), true) = (cond.outputs.first(), body.outputs.len() == carried && node.outputs.len() == carried) else {
+            return self.errors.push(format!("  {origin}: malformed loop"));
+        };
+        let operands: Vec<u32> = node.inputs.iter().map(|&v| self.declare(s, v)).collect();
+        let state: Vec<u32> = node.outputs.iter().map(|&v| self.declare(s, v)).collect();
+        let loop_inputs: Vec<u32> = state.iter().chain(&operands[carried..]).copied().collect();
+        let copy = |from: u32, to: u32, what: String| Instr { kernel: Kernel::Copy, inputs: vec![from], outputs: vec![to], origin: what };
+        for (j, (&init, &slot)) in operands.iter().zip(&state).enumerate() {
+            self.instrs.push(copy(init, slot, format!("{origin}: initial carried value {j}")));
+        }
+        let base = s.base + lp.offset;
+        let head = self.instrs.len();
+        let mut cs = Scope::nested(cond, &lp.cond, base, &loop_inputs);
+        for &m in &cond.order {
+            self.lower_node(&mut cs, m);
+        }
+        let pred = self.declare(&mut cs, pred);
+        let exit_at = self.instrs.len();
+        self.instrs.push(Instr { kernel: Kernel::JumpIfFalse { target: 0 }, inputs: vec![pred], outputs: vec![], origin: format!("{origin}: exit") });
+        let mut bs = Scope::nested(body, &lp.body, base, &loop_inputs);
+        for &m in &body.order {
+            self.lower_node(&mut bs, m);
+        }
+        let mut sources: Vec<u32> = body.outputs.iter().map(|&v| self.declare(&mut bs, v)).collect();
+        for (j, slot) in lp.swap.iter().enumerate() {
+            let (Some(slot), Some(&t)) = (slot, state.get(j)) else { continue };
+            let decl = TensorDecl { storage: Storage::Arena { offset: base + slot.offset, max_bytes: slot.size }, ..self.tensors[t as usize].clone() };
+            let saved = self.tensors.len() as u32;
+            self.tensors.push(decl);
+            self.instrs.push(copy(sources[j], saved, format!("{origin}: save carried value for position {j}")));
+            sources[j] = saved;
+        }
+        for (j, (&from, &to)) in sources.iter().zip(&state).enumerate() {
+            if from != to {
+                self.instrs.push(copy(from, to, format!("{origin}: update carried value {j}")));
+            }
+        }
+        self.instrs.push(Instr { kernel: Kernel::Jump { target: head as u32 }, inputs: vec![], outputs: vec![], origin: format!("{origin}: next iteration") });
+        let exit = self.instrs.len() as u32;
+        self.instrs[exit_at].kernel = Kernel::JumpIfFalse { target: exit };
+    }
 }

@@ -327,7 +327,16 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
     let io_json = |ios: Vec<kiln_runtime::IoInfo>| -> Vec<serde_json::Value> {
         ios.into_iter().map(|io| json!({"name": io.name, "dtype": io.dtype.name(), "shape": io.shape})).collect()
     };
-    let symbols: Vec<_> = plan.symbols.iter().map(|s| json!({"name": s.name, "min": s.min, "max": s.max})).collect();
+    // A symbol a `BindDim` instruction names is bound from data during the run.
+    let bound_by = |i: usize| {
+        plan.instrs.iter().position(|ins| matches!(ins.kernel, kiln_runtime::format::Kernel::BindDim { symbol } if symbol as usize == i))
+    };
+    let symbols: Vec<_> = plan
+        .symbols
+        .iter()
+        .enumerate()
+        .map(|(i, s)| json!({"name": s.name, "min": s.min, "max": s.max, "bound_by_instr": bound_by(i)}))
+        .collect();
     let kernels = program.kernel_counts();
     if as_json {
         let doc = json!({
@@ -361,8 +370,9 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
             println!("{kind:<8} {:<24} {:<6} [{}]", io.name, io.dtype.name(), io.shape.join(", "));
         }
     }
-    for s in &plan.symbols {
-        println!("symbol   {:<24} in [{}, {}]", s.name, s.min, s.max);
+    for (i, s) in plan.symbols.iter().enumerate() {
+        let from = bound_by(i).map_or("an input dimension".to_string(), |k| format!("data at instruction {k}"));
+        println!("symbol   {:<24} in [{}, {}], bound from {from}", s.name, s.min, s.max);
     }
     println!("\n{:<20} count", "kernel");
     for (k, c) in &kernels {

@@ -3,10 +3,14 @@
 //! the XLA CPU plugin and compared with PyTorch's outputs. Ops without a
 //! lowering run on the CPU inside the same (mixed) plan, so every case must
 //! pass whatever its partition. Prints how many cases ran on the accelerator.
-//! Needs `KILN_TEST_XLA_CPU_PLUGIN`; `KILN_CONFORMANCE_FILTER=op,op` narrows.
+//! Needs `KILN_TEST_XLA_CPU_PLUGIN`; `KILN_CONFORMANCE_FILTER=op,op` narrows;
+//! `KILN_CONFORMANCE_DIR` runs another folder's cases.
 #![cfg(feature = "mlir")]
 
 mod stablehlo_support;
+/// topk's tie-order check, shared with tests/tests/conformance.rs.
+#[path = "../../tests/src/tie_order.rs"]
+mod tie_order;
 
 use kiln_compiler::stablehlo::Precision;
 use kiln_compiler::{compile_file_for, Backend, CompileOptions};
@@ -16,8 +20,13 @@ use stablehlo_support::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// The committed cases, or `KILN_CONFORMANCE_DIR` (a generator `--out`
+/// folder) for local runs, as in `tests/tests/conformance.rs`.
 fn cases_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/cases")
+    match std::env::var_os("KILN_CONFORMANCE_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/cases"),
+    }
 }
 
 /// `.npy` with bf16 stored as `<u2` bits (how the generator writes it).
@@ -67,7 +76,7 @@ fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
 
 /// Compiles for PJRT and runs one case flavour; `Ok(on_accel)`. Adds the CPU
 /// fallbacks' reasons to `reasons`.
-fn run_case(plugin: &Path, dir: &Path, flavour: &str, bf16: bool, reasons: &mut BTreeMap<String, usize>) -> Result<bool, String> {
+fn run_case(plugin: &Path, dir: &Path, flavour: &str, bf16: bool, ties: Option<&Value>, reasons: &mut BTreeMap<String, usize>) -> Result<bool, String> {
     let inputs = read_numbered(dir, "input", bf16)?;
     let expected = read_numbered(dir, "output", bf16)?;
     let tmp = std::env::temp_dir().join(format!("kiln-shlo-conf-{}-{}.kiln", std::process::id(), flavour));
@@ -86,7 +95,21 @@ fn run_case(plugin: &Path, dir: &Path, flavour: &str, bf16: bool, reasons: &mut 
     if got.len() != expected.len() {
         return Err(format!("{} outputs, expected {}", got.len(), expected.len()));
     }
+    // topk: the indices output is checked by what it selects (see the `ties` entry).
+    let field = |k: &str| ties.and_then(|t| t.get(k)).and_then(Value::as_u64).map(|v| v as usize);
+    let tied = (field("indices"), field("values"), field("input"), field("dim"));
     for (i, (g, w)) in got.iter().zip(&expected).enumerate() {
+        if let (Some(ix), Some(vals), Some(inp), Some(dim)) = tied {
+            if ix == i {
+                let (Some(values), Some(input)) = (expected.get(vals), inputs.get(inp)) else { return Err("bad ties entry".into()) };
+                if g.dtype != DType::I64 || g.shape != w.shape {
+                    return Err(format!("output {i}: {:?} {:?}, expected i64 {:?}", g.dtype, g.shape, w.shape));
+                }
+                tie_order::check(&stablehlo_support::values(g), &g.shape, &stablehlo_support::values(input), &input.shape, &stablehlo_support::values(values), dim)
+                    .map_err(|e| format!("output {i}: {e}"))?;
+                continue;
+            }
+        }
         compare(g, w).map_err(|e| format!("output {i}: {e}"))?;
     }
     Ok(on_accel)
@@ -113,7 +136,7 @@ fn conformance_on_xla_cpu_plugin() {
             if case.get("unsupported").and_then(|u| u.get(flavour)).is_some() {
                 continue;
             }
-            match run_case(&plugin, &dir, flavour, bf16, &mut reasons) {
+            match run_case(&plugin, &dir, flavour, bf16, case.get("ties"), &mut reasons) {
                 Ok(true) => accel_cases += 1,
                 Ok(false) => cpu_cases += 1,
                 Err(e) => {

@@ -118,3 +118,55 @@ mod models {
 
     model_tests!(resnet18, mobilenet_v2, bert, llama);
 }
+
+/// Data-dependent sizes under `--target pjrt`: static-shaped work (the
+/// counts) may run in segments, `BindDim`, `NonZero` and everything shaped
+/// by their symbols on the CPU, in one mixed plan, for several counts.
+#[test]
+fn data_dependent_fixtures_run_in_a_mixed_plan() {
+    let Some(plugin) = plugin() else { return };
+    for (name, cases) in [("nonzero", 4), ("item", 3)] {
+        let dir = fixture_dir(name);
+        for flavour in ["training", "aten"] {
+            let graph = import_pt2(&dir.join(format!("{flavour}.pt2"))).unwrap_or_else(|e| panic!("{name}/{flavour}: {e}")).graph;
+            let program = compile(graph, pjrt(Precision::F32));
+            let accel = accel(&program);
+            let reasons: Vec<&str> = accel.cpu_fallbacks.iter().map(|f| f.reason.as_str()).collect();
+            assert!(reasons.iter().any(|r| r.contains("from run-time data")), "{name}/{flavour}: {reasons:?}");
+            for k in 0..cases {
+                let inputs = read_numbered(&dir, &format!("case{k}_input"));
+                let expected = read_numbered(&dir, &format!("case{k}_output"));
+                let got = run_pjrt(&program, &plugin, &inputs);
+                assert_eq!(got.len(), expected.len());
+                for (i, (g, w)) in got.iter().zip(&expected).enumerate() {
+                    assert_close(&format!("{name}/{flavour} case {k} output {i}"), g, w, RTOL, ATOL);
+                }
+            }
+        }
+    }
+}
+
+/// `while_loop` under `--target pjrt`: the loops (and their bodies) stay on
+/// the CPU with their reason, the static work around them may run in
+/// segments, and one mixed plan gives torch's results for every trip count.
+#[test]
+fn loops_run_on_the_cpu_in_a_mixed_plan() {
+    let Some(plugin) = plugin() else { return };
+    let dir = fixture_dir("while_loop");
+    for flavour in ["training", "aten"] {
+        let graph = import_pt2(&dir.join(format!("{flavour}.pt2"))).unwrap_or_else(|e| panic!("while_loop/{flavour}: {e}")).graph;
+        let program = compile(graph, pjrt(Precision::F32));
+        let accel = accel(&program);
+        let loops = accel.cpu_fallbacks.iter().filter(|f| f.reason.contains("loop (while_loop)")).count();
+        assert_eq!(loops, 2, "while_loop/{flavour}: {:?}", accel.cpu_fallbacks);
+        for k in 0..4 {
+            let inputs = read_numbered(&dir, &format!("case{k}_input"));
+            let expected = read_numbered(&dir, &format!("case{k}_output"));
+            let got = run_pjrt(&program, &plugin, &inputs);
+            assert_eq!(got.len(), expected.len());
+            for (i, (g, w)) in got.iter().zip(&expected).enumerate() {
+                assert_close(&format!("while_loop/{flavour} case {k} output {i}"), g, w, RTOL, ATOL);
+            }
+        }
+    }
+}

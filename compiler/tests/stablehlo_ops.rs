@@ -248,7 +248,7 @@ fn argmin_cumsum_flip_pad() {
 
 #[test]
 fn pooling() {
-    let pool = |kind, ceil_mode, count_include_pad| Op::Pool {
+    let pool = |kind, ceil_mode, count_include_pad, divisor| Op::Pool {
         kind,
         kernel: vec![3, 3],
         stride: vec![2, 2],
@@ -256,20 +256,33 @@ fn pooling() {
         dilation: vec![1, 1],
         ceil_mode,
         count_include_pad,
+        divisor,
     };
-    for (kind, ceil, include) in [
-        (PoolKind::Max, false, true),
-        (PoolKind::Max, true, true),
-        (PoolKind::Avg, false, true),
-        (PoolKind::Avg, false, false),
-        (PoolKind::Avg, true, true),
-        (PoolKind::Avg, true, false),
+    for (kind, ceil, include, divisor) in [
+        (PoolKind::Max, false, true, None),
+        (PoolKind::Max, true, true, None),
+        (PoolKind::Avg, false, true, None),
+        (PoolKind::Avg, false, false, None),
+        (PoolKind::Avg, true, true, None),
+        (PoolKind::Avg, true, false, None),
+        // divisor_override with ceil_mode windows past the edge.
+        (PoolKind::Avg, true, false, Some(4)),
+        (PoolKind::Avg, false, true, Some(-7)),
     ] {
         let mut c = Case::new();
         let x = c.input(&[2, 3, 8, 8], -1.0, 1.0);
-        let y = c.op(pool(kind, ceil, include), &[x]);
-        check_op(&format!("pool {kind:?} ceil {ceil} include_pad {include}"), c.output(y));
+        let y = c.op(pool(kind, ceil, include, divisor), &[x]);
+        check_op(&format!("pool {kind:?} ceil {ceil} include_pad {include} divisor {divisor:?}"), c.output(y));
     }
+    // Max pooling's indices stay on the CPU, with the reason; the values
+    // beside them still run on the device.
+    let mut c = Case::new();
+    let x = c.input(&[2, 3, 8, 8], -1.0, 1.0);
+    let v = c.op(pool(PoolKind::Max, true, false, None), &[x]);
+    let i = c.op(pool(PoolKind::ArgMax, true, false, None), &[x]);
+    let Some(accel) = check_case("pool indices", c.output(v).output(i), Precision::F32) else { return };
+    assert_eq!(accel.cpu_fallbacks.len(), 1, "{:?}", accel.cpu_fallbacks);
+    assert!(accel.cpu_fallbacks[0].reason.contains("max pooling's indices"), "{:?}", accel.cpu_fallbacks);
 }
 
 #[test]

@@ -276,6 +276,17 @@ impl Graph {
         counts
     }
 
+    /// Symbols bound from run-time data by a scheduled [`Op::BindDim`].
+    pub fn data_dependent_symbols(&self) -> Vec<SymbolId> {
+        self.order
+            .iter()
+            .filter_map(|&n| match self.nodes.get(n).map(|node| &node.op) {
+                Some(Op::BindDim { symbol }) => Some(*symbol),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Description of a node for diagnostics: `op (torch node name) at file:line`.
     pub fn describe_node(&self, n: NodeId) -> String {
         let node = &self.nodes[n];

@@ -202,7 +202,73 @@ pub fn infer_types(
     if inputs.len() < lo || inputs.len() > hi {
         return Err(format!("`{}` takes {lo}..={hi} operands, got {}", op.name(), inputs.len()));
     }
+    if let Op::BindDim { symbol } = op {
+        if !symbols.is_valid(*symbol) {
+            return Err(format!("bind_dim of unknown symbol {symbol}"));
+        }
+        let count = inputs[0];
+        if count.rank() != 0 || !count.dtype.is_int() {
+            return Err(format!("bind_dim needs a 0-d integer operand, got {}[{} dims]", count.dtype, count.rank()));
+        }
+        return Ok(Vec::new());
+    }
+    if let Op::While { carried, cond, body } = op {
+        return while_types(symbols, *carried, cond, body, inputs);
+    }
     infer_one(symbols, op, inputs).map(|t| vec![t])
+}
+
+/// [`Op::While`]: both nested graphs take the operands' types as inputs;
+/// `cond` gives one 1-element bool and `body` the carried types back, so the
+/// carried values keep their types across iterations.
+fn while_types(
+    symbols: &PrimaryMap<SymbolId, Symbol>,
+    carried: usize,
+    cond: &crate::Graph,
+    body: &crate::Graph,
+    inputs: &[&TensorType],
+) -> Result<Vec<TensorType>, String> {
+    let same = |a: &TensorType, b: &TensorType| {
+        a.dtype == b.dtype && a.rank() == b.rank() && a.shape.iter().zip(&b.shape).all(|(x, y)| dims_equal(x, y, symbols) == Some(true))
+    };
+    let show = |t: &TensorType| {
+        let dims: Vec<String> = t.shape.iter().map(|d| d.display(symbols).to_string()).collect();
+        format!("{}[{}]", t.dtype, dims.join(", "))
+    };
+    for (what, g) in [("cond", cond), ("body", body)] {
+        if g.inputs.len() != inputs.len() {
+            return Err(format!("while: `{what}` takes {} inputs, the loop has {} operands", g.inputs.len(), inputs.len()));
+        }
+        for (i, (&v, want)) in g.inputs.iter().zip(inputs).enumerate() {
+            let got = &g.values.get(v).ok_or_else(|| format!("while: `{what}` input {i} is undefined"))?.ty;
+            if !same(got, want) {
+                return Err(format!("while: `{what}` input {i} is {}, the operand is {}", show(got), show(want)));
+            }
+        }
+    }
+    let ty_of = |g: &crate::Graph, v| g.values.get(v).map(|d: &crate::ValueData| d.ty.clone());
+    match cond.outputs.as_slice() {
+        [p] => match ty_of(cond, *p) {
+            Some(t) if t.dtype == DType::Bool && t.numel().as_const() == Some(1) => {}
+            Some(t) => return Err(format!("while: `cond` must return one 1-element bool, returns {}", show(&t))),
+            None => return Err("while: `cond` returns an undefined value".into()),
+        },
+        outs => return Err(format!("while: `cond` must return one value, returns {}", outs.len())),
+    }
+    if body.outputs.len() != carried {
+        return Err(format!("while: `body` returns {} values for {carried} carried values", body.outputs.len()));
+    }
+    for (i, (&v, want)) in body.outputs.iter().zip(inputs).enumerate() {
+        let got = ty_of(body, v).ok_or_else(|| format!("while: `body` output {i} is undefined"))?;
+        if !same(&got, want) {
+            return Err(format!(
+                "while: carried value {i} changes type in the loop: it enters as {}, `body` returns {}",
+                show(want),
+                show(&got)
+            ));
+        }
+    }
+    Ok(inputs[..carried].iter().map(|t| (*t).clone()).collect())
 }
 
 fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType]) -> Result<TensorType, String> {
@@ -321,7 +387,9 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             for i in 0..n {
                 shape.push(pool_dim(&x.shape[lead + i], kernel[i], stride[i], padding[i], dilation[i], *ceil_mode)?);
             }
-            Ok(TensorType::new(x.dtype, shape))
+            // The indices variant yields torch's i64 flat indices.
+            let dtype = if *kind == PoolKind::ArgMax { DType::I64 } else { x.dtype };
+            Ok(TensorType::new(dtype, shape))
         }
         Op::AdaptiveAvgPool { output } => {
             let x = ins[0];
@@ -509,6 +577,14 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             }
             Ok(data.clone())
         }
+        Op::NonZero { count } => {
+            if !symbols.is_valid(*count) {
+                return Err(format!("nonzero count is unknown symbol {count}"));
+            }
+            Ok(TensorType::new(DType::I64, vec![Dim::Sym(*count), Dim::Const(ins[0].rank() as i64)]))
+        }
+        Op::BindDim { .. } => Err("bind_dim has no result".into()),
+        Op::While { .. } => Err("while has one result per carried value".into()),
     }
 }
 

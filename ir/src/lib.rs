@@ -21,7 +21,7 @@ pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
 pub use dim::{Dim, DimDisplay, Symbol};
 pub use dtype::DType;
 pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, TensorType, ValueData, ValueDef};
-pub use op::{binary_name, unary_name, BinaryOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, UnaryOp, UpsampleMode, BINARY_OPS, UNARY_OPS};
+pub use op::{binary_name, unary_name, BinaryOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, UnaryOp, UpsampleMode, BINARY_OPS, UNARY_OPS};
 
 entity_id!(
     /// A tensor value (graph input, node output or constant).

@@ -102,6 +102,10 @@ pub enum ReduceKind {
 pub enum PoolKind {
     Max,
     Avg,
+    /// Max pooling that yields, as i64, the index of the chosen element in
+    /// the input plane (row-major over the pooled dims): torch's `indices`
+    /// output of `max_pool*d_with_indices`.
+    ArgMax,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -140,6 +144,9 @@ pub enum Op {
         dilation: Vec<i64>,
         ceil_mode: bool,
         count_include_pad: bool,
+        /// Avg only: divide each window's sum by this instead of its tap
+        /// count (torch's `divisor_override`); never 0.
+        divisor: Option<i64>,
     },
     /// Adaptive average pooling of the trailing `output.len()` dims.
     AdaptiveAvgPool { output: Vec<i64> },
@@ -188,7 +195,8 @@ pub enum Op {
     /// into) position `p with p[axis] = index[p]`, for every `p` in `index`'s
     /// shape (which fits inside `src`, and inside `data` off `axis`). Without
     /// `include_self`, positions that receive anything start from the first
-    /// value received instead of `data`'s.
+    /// value received instead of `data`'s. A negative index counts from the
+    /// end of `data`'s axis (the importer relies on it for dynamic dims).
     ScatterElements { axis: usize, reduce: Option<ReduceKind>, include_self: bool },
     /// Advanced indexing (`x[i0, i1, ..]`): `(data, idx_0, .., idx_k-1)`, the
     /// indices i64 of one common shape `B`, index axes `axis..axis+k`; the
@@ -204,6 +212,54 @@ pub enum Op {
     /// the session's seed and call count make each run draw new ones. Never
     /// folded, merged or evaluated at compile time.
     Random { dist: RandomDist, dtype: DType, shape: Vec<Dim>, stream: u32 },
+    /// `(count: 0-d integer) -> ()`: binds the data-dependent `symbol` to the
+    /// operand's run-time value, which must lie in the symbol's bounds (a
+    /// run-time error otherwise). Nodes whose types mention `symbol` come
+    /// after it in the schedule; it has no result and is never removed.
+    BindDim { symbol: crate::SymbolId },
+    /// `x -> i64[count, rank]`: the coordinates of `x`'s nonzero elements in
+    /// row-major order. `count` is a data-dependent symbol, bound (by an
+    /// [`Op::BindDim`] of the number of nonzero elements) before this node runs.
+    NonZero { count: crate::SymbolId },
+    /// torch's `while_loop`: operands are the `carried` initial loop values,
+    /// then read-only values passed to every iteration. Both nested graphs take
+    /// all operands as their inputs (the carried ones at their current value):
+    /// `cond` returns one 1-element bool, and while it is true `body` runs and
+    /// its outputs (one per carried value, same dtype and shape) become the
+    /// carried values. The results are the final carried values. Nested graphs
+    /// use their parent's symbols (a copy of its table, same ids). No trip
+    /// limit: a loop whose condition never turns false runs forever, as in torch.
+    While { carried: usize, cond: Region, body: Region },
+}
+
+/// A nested graph held by an op ([`Op::While`]'s condition and body).
+/// Equality is by canonical text, the IR's definition of "same graph".
+#[derive(Clone, Debug)]
+pub struct Region(pub Box<crate::Graph>);
+
+impl Region {
+    pub fn new(g: crate::Graph) -> Region {
+        Region(Box::new(g))
+    }
+}
+
+impl std::ops::Deref for Region {
+    type Target = crate::Graph;
+    fn deref(&self) -> &crate::Graph {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Region {
+    fn deref_mut(&mut self) -> &mut crate::Graph {
+        &mut self.0
+    }
+}
+
+impl PartialEq for Region {
+    fn eq(&self, other: &Region) -> bool {
+        crate::text::print(self) == crate::text::print(other)
+    }
 }
 
 /// The distribution of an [`Op::Random`].
@@ -263,6 +319,7 @@ impl Op {
             Op::ArgMax { .. } => "argmax",
             Op::Pool { kind: PoolKind::Max, .. } => "max_pool",
             Op::Pool { kind: PoolKind::Avg, .. } => "avg_pool",
+            Op::Pool { kind: PoolKind::ArgMax, .. } => "max_pool_indices",
             Op::AdaptiveAvgPool { .. } => "adaptive_avg_pool",
             Op::Attention { .. } => "attention",
             Op::Reshape { .. } => "reshape",
@@ -288,6 +345,9 @@ impl Op {
             Op::Random { dist: RandomDist::Normal { .. }, .. } => "random_normal",
             Op::Random { dist: RandomDist::Int { .. }, .. } => "random_int",
             Op::Random { dist: RandomDist::Perm, .. } => "random_perm",
+            Op::BindDim { .. } => "bind_dim",
+            Op::NonZero { .. } => "nonzero",
+            Op::While { .. } => "while",
         }
     }
 
@@ -312,7 +372,15 @@ impl Op {
             Op::ScatterElements { .. } => (3, 3),
             Op::IndexGather { .. } => (2, usize::MAX),
             Op::IndexPut { .. } => (3, usize::MAX),
+            Op::BindDim { .. } | Op::NonZero { .. } => (1, 1),
+            Op::While { carried, .. } => (*carried, usize::MAX),
         }
+    }
+
+    /// Ops run for an effect other than their results (binding a symbol):
+    /// dead-code elimination keeps them.
+    pub fn has_effect(&self) -> bool {
+        matches!(self, Op::BindDim { .. })
     }
 
     /// Ops whose output is a pure rearrangement of their input's elements.

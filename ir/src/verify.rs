@@ -20,7 +20,7 @@
 //!    gather, layer_norm's `normalized_rank <= rank`); `perm` is a permutation of
 //!    `0..rank`; conv/pool strides, kernels, dilations and groups `>= 1`,
 //!    paddings `>= 0`, per-spatial-dim lists of equal length; slice step `>= 1`;
-//!    adaptive pool sizes `>= 1`; gather_elements/scatter_elements axis `< rank`;
+//!    adaptive pool sizes `>= 1`; a pool divisor only on avg_pool and `!= 0`; gather_elements/scatter_elements axis `< rank`;
 //!    index_gather/index_put `axis + index count <= rank`.
 //! 8. **Types**: each live node's result types equal [`crate::infer::infer_types`]
 //!    of its operands: same count, dtypes exactly, ranks exactly, and dims not
@@ -29,9 +29,13 @@
 //! 9. **Constants**: static, non-negative shape and
 //!    `bytes.len() == numel * dtype.size_bytes()`.
 //! 10. **Outputs**: `output_names` is parallel to `outputs`.
+//! 11. **Data-dependent symbols** (those a live `bind_dim` binds): bound by
+//!     one live `bind_dim` only; no graph input's type mentions them; no
+//!     result type mentions one before its `bind_dim` in `order`; a
+//!     `nonzero`'s count is one.
 
 use crate::infer::{check_permutation, dims_equal, infer_types};
-use crate::{Dim, Graph, NodeId, Op, SecondaryMap, SymbolId, TensorType, ValueDef, ValueId};
+use crate::{Dim, Graph, NodeId, Op, PoolKind, SecondaryMap, SymbolId, TensorType, ValueDef, ValueId};
 use std::fmt;
 
 /// Every invariant violation found, one message each.
@@ -97,6 +101,8 @@ impl Verifier<'_> {
         for c in g.consts.values() {
             defined[c.value] = true;
         }
+        let binder = self.check_binders();
+        let mut bound: SecondaryMap<SymbolId, bool> = SecondaryMap::new();
         let mut scheduled: SecondaryMap<NodeId, bool> = SecondaryMap::new();
         for &n in &g.order {
             let Some(node) = g.nodes.get(n) else {
@@ -142,8 +148,17 @@ impl Verifier<'_> {
                         }
                         defined[v] = true;
                         self.check_type_symbols(&format!("{what}: result {i} ({v})"), &d.ty);
+                        self.check_bound_before_use(&format!("{what}: result {i} ({v})"), &d.ty, &binder, &bound);
                     }
                 }
+            }
+            match node.op {
+                Op::BindDim { symbol } if g.symbols.is_valid(symbol) => bound[symbol] = true,
+                Op::NonZero { count } if !g.symbols.is_valid(count) || binder[count].is_none() => {
+                    self.error(format!("{what}: its count symbol {count} is not bound by a bind_dim"))
+                }
+                Op::While { ref cond, ref body, .. } => self.check_regions(&what, cond, body),
+                _ => {}
             }
             let (lo, hi) = node.op.operand_count();
             let count_ok = (lo..=hi).contains(&node.inputs.len());
@@ -168,6 +183,69 @@ impl Verifier<'_> {
                 self.error(format!("output {i}{name}: {v} is out of range"));
             } else if !defined[v] {
                 self.error(format!("output {i}{name}: {v} is not defined by the inputs, constants or a scheduled node"));
+            }
+        }
+    }
+
+    /// Check 12: a `while`'s nested graphs.
+    fn check_regions(&mut self, what: &str, cond: &Graph, body: &Graph) {
+        let g = self.g;
+        for (name, r) in [("cond", cond), ("body", body)] {
+            if let Err(e) = verify(r) {
+                self.errors.extend(e.errors.into_iter().map(|e| format!("{what}: `{name}`: {e}")));
+            }
+            let prefix = r.symbols.len() <= g.symbols.len()
+                && r.symbols.iter().zip(g.symbols.values()).all(|((_, a), b)| a.name == b.name && a.min == b.min && a.max == b.max);
+            if !prefix {
+                self.error(format!("{what}: `{name}`'s symbols are not its parent's"));
+            }
+            if !r.data_dependent_symbols().is_empty() {
+                self.error(format!("{what}: `{name}` binds a data-dependent symbol, which a loop cannot"));
+            }
+        }
+    }
+
+    /// The live `bind_dim` of each data-dependent symbol (check 11); graph
+    /// inputs must not be shaped by one.
+    fn check_binders(&mut self) -> SecondaryMap<SymbolId, Option<NodeId>> {
+        let g = self.g;
+        let mut binder: SecondaryMap<SymbolId, Option<NodeId>> = SecondaryMap::new();
+        for &n in &g.order {
+            if let Some(Op::BindDim { symbol }) = g.nodes.get(n).map(|node| &node.op) {
+                if !g.symbols.is_valid(*symbol) {
+                    self.error(format!("{}: binds symbol {symbol}, which does not exist", self.node_name(n)));
+                } else if let Some(first) = binder[*symbol] {
+                    let name = &g.symbols[*symbol].name;
+                    self.error(format!("{}: symbol `{name}` is already bound by {}", self.node_name(n), self.node_name(first)));
+                } else {
+                    binder[*symbol] = Some(n);
+                }
+            }
+        }
+        for (i, &v) in g.inputs.iter().enumerate() {
+            let Some(d) = g.values.get(v) else { continue };
+            let mut used = Vec::new();
+            d.ty.shape.iter().for_each(|dim| dim.collect_symbols(&mut used));
+            for s in used.into_iter().filter(|&s| g.symbols.is_valid(s) && binder[s].is_some()) {
+                self.error(format!("input {i} ({v}): its shape uses `{}`, which is bound from data at run time", g.symbols[s].name));
+            }
+        }
+        binder
+    }
+
+    fn check_bound_before_use(
+        &mut self,
+        what: &str,
+        ty: &TensorType,
+        binder: &SecondaryMap<SymbolId, Option<NodeId>>,
+        bound: &SecondaryMap<SymbolId, bool>,
+    ) {
+        let mut used = Vec::new();
+        ty.shape.iter().for_each(|d| d.collect_symbols(&mut used));
+        for s in used.into_iter().filter(|&s| self.g.symbols.is_valid(s)) {
+            if let Some(b) = binder[s].filter(|_| !bound[s]) {
+                let msg = format!("{what}: its shape uses `{}` before {} binds it", self.g.symbols[s].name, self.node_name(b));
+                self.error(msg);
             }
         }
     }
@@ -319,7 +397,13 @@ impl Verifier<'_> {
                     e.push(format!("{what}: stride, padding and dilation lengths differ"));
                 }
             }
-            Op::Pool { kernel, stride, padding, dilation, .. } => {
+            Op::Pool { kind, kernel, stride, padding, dilation, divisor, .. } => {
+                match (kind, divisor) {
+                    (_, None) => {}
+                    (PoolKind::Avg, Some(0)) => e.push(format!("{what}: divisor must not be 0")),
+                    (PoolKind::Avg, Some(_)) => {}
+                    (_, Some(_)) => e.push(format!("{what}: only avg_pool takes a divisor")),
+                }
                 at_least(e, "kernel", kernel, 1);
                 at_least(e, "stride", stride, 1);
                 at_least(e, "dilation", dilation, 1);

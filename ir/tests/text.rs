@@ -54,7 +54,13 @@ fn every_op_graph() -> Graph {
         g.push(Op::Reduce { kind, axes: vec![1], keep_dims: true }, vec![x], t(vec![bd.clone(), 1.into()]), None);
     }
     g.push(Op::ArgMax { axis: 1, keep_dims: false }, vec![x], TensorType::new(DType::I64, vec![bd.clone()]), None);
-    for kind in [PoolKind::Max, PoolKind::Avg] {
+    // Every pool kind, and avg_pool with and without a divisor (omitted when absent).
+    for (kind, divisor, dtype) in [
+        (PoolKind::Max, None, DType::F32),
+        (PoolKind::Avg, None, DType::F32),
+        (PoolKind::Avg, Some(-3), DType::F32),
+        (PoolKind::ArgMax, None, DType::I64),
+    ] {
         let pool = Op::Pool {
             kind,
             kernel: vec![2, 2],
@@ -63,8 +69,9 @@ fn every_op_graph() -> Graph {
             dilation: vec![1, 1],
             ceil_mode: true,
             count_include_pad: false,
+            divisor,
         };
-        g.push(pool, vec![img], TensorType::fixed(DType::F32, &[1, 3, 4, 4]), None);
+        g.push(pool, vec![img], TensorType::fixed(dtype, &[1, 3, 4, 4]), None);
     }
     g.push(Op::AdaptiveAvgPool { output: vec![1, 1] }, vec![img], TensorType::fixed(DType::F32, &[1, 3, 1, 1]), None);
     g.push(Op::Attention { causal: true, scale: None }, vec![x, x, x], xt.clone(), None);
@@ -133,6 +140,9 @@ fn every_op_round_trips() {
         "batch_norm{eps=1e-5}",
         "expand{shape=[(batch + seq), (batch * 16), (seq // 2), (seq % 3)]}",
         "attention{causal=false, scale=0.125}",
+        "avg_pool{kernel=[2, 2], stride=[2, 2], padding=[0, 0], dilation=[1, 1], ceil_mode=true, count_include_pad=false, divisor=-3}",
+        "avg_pool{kernel=[2, 2], stride=[2, 2], padding=[0, 0], dilation=[1, 1], ceil_mode=true, count_include_pad=false}(",
+        "i64[1, 3, 4, 4] = max_pool_indices{kernel=[2, 2],",
         "const %4 \"fc.weight\": f32[2, 2] = [0.1, -2.5, 1e-7, 3e38]",
         "@\"arange_1\" \"File \\\"m.py\\\", line 3\\n  x = \\\"q\\\"\\\\\"",
         "%",

@@ -131,3 +131,51 @@ fn definitions_and_symbols_are_checked() {
         assert!(errs.iter().any(|x| x == e), "missing `{e}` in {errs:#?}");
     }
 }
+
+/// `(i, a, b) -> (i + 1, b, body_b)` over `f32[3]` values, with `body_b`'s
+/// line and the condition's result type given.
+fn loop_text(body_b: &str, cond_ty: &str) -> String {
+    format!(
+        r#"graph {{
+  input %0 "a": f32[3]
+  input %1 "n": i64[]
+  const %2: i64[] = [0]
+  %3: i64[], %4: f32[3], %5: f32[3] = while{{carried=3, cond=graph {{
+    input %0: i64[]
+    input %1: f32[3]
+    input %2: f32[3]
+    input %3: i64[]
+    %4: {cond_ty} = lt(%0, %3)
+    output %4
+  }}, body=graph {{
+    input %0: i64[]
+    input %1: f32[3]
+    input %2: f32[3]
+    input %3: i64[]
+    const %4: i64[] = [1]
+    %5: i64[] = add(%0, %4)
+    {body_b}
+    output %5
+    output %2
+    output %6
+  }}}}(%2, %0, %0, %1)
+  output %5 "b"
+}}
+"#
+    )
+}
+
+#[test]
+fn loops_verify_their_nested_graphs_and_carried_types() {
+    let ok = parse(&loop_text("%6: f32[3] = neg(%1)", "bool[]")).unwrap();
+    verify(&ok).unwrap();
+    // A carried value that changes shape in the body.
+    let g = parse(&loop_text("%6: f32[1] = reduce_sum{axes=[0], keep_dims=true}(%1)", "bool[]")).unwrap();
+    let errors = verify(&g).unwrap_err().to_string();
+    assert!(errors.contains("carried value 2 changes type in the loop: it enters as f32[3], `body` returns f32[1]"), "{errors}");
+    // A broken nested graph is reported through the loop.
+    let g = parse(&loop_text("%6: f32[3] = neg(%1)", "f32[]")).unwrap();
+    let errors = verify(&g).unwrap_err().to_string();
+    assert!(errors.contains("`cond`: lt"), "{errors}");
+    assert!(errors.contains("`cond` must return one 1-element bool"), "{errors}");
+}

@@ -33,3 +33,4 @@ pub use generic::pad::{flip, pad, PadMode, PadParams};
 pub use generic::resize::{resize, ResizeMode, ResizeParams};
 pub use generic::scatter::{gather_elements, index_gather, index_put, scatter_elements};
 pub use generic::random::{random, RandomDist, RandomKey};
+pub use generic::select::nonzero;

@@ -151,6 +151,9 @@ pub enum ReduceKind {
 pub enum PoolKind {
     Max,
     Avg,
+    /// Max pooling that writes, as i64, the flat index (over the pooled dims
+    /// of the input plane) of the element max pooling picks.
+    ArgMax,
 }
 
 /// Why a kernel refused to run.

@@ -237,7 +237,7 @@ fn reductions() {
 fn pooling() {
     let x = f32s(&[1, 1, 4, 5], &(0..20).map(|v| v as f32).collect::<Vec<_>>());
     // 3x3 max pool, stride 2, pad 1 -> [2, 3]
-    let p = PoolParams { kernel: &[3, 3], stride: &[2, 2], padding: &[1, 1], dilation: &[1, 1], count_include_pad: true };
+    let p = PoolParams { kernel: &[3, 3], stride: &[2, 2], padding: &[1, 1], dilation: &[1, 1], count_include_pad: true, divisor: None };
     let mut o = Buf::zeros(DType::F32, &[1, 1, 2, 3]);
     pool(PoolKind::Max, x.r(), &p, o.w()).unwrap();
     assert_eq!(o.get::<f32>(), vec![6., 8., 9., 16., 18., 19.]);
@@ -249,7 +249,7 @@ fn pooling() {
     assert_close(&to64(&o.get::<f32>()), &[3., 4.5, 6., 10.5, 12., 13.5], 1e-6, 0.0, "avg excl");
     // ceil_mode: 1-d, len 5, kernel 2 stride 2 -> 3 outputs; last window half past the end.
     let x1 = f32s(&[1, 5], &[1., 2., 3., 4., 5.]);
-    let p1 = PoolParams { kernel: &[2], stride: &[2], padding: &[0], dilation: &[1], count_include_pad: true };
+    let p1 = PoolParams { kernel: &[2], stride: &[2], padding: &[0], dilation: &[1], count_include_pad: true, divisor: None };
     let mut o1 = Buf::zeros(DType::F32, &[1, 3]);
     pool(PoolKind::Avg, x1.r(), &p1, o1.w()).unwrap();
     assert_eq!(o1.get::<f32>(), vec![1.5, 3.5, 5.0]);
@@ -258,11 +258,11 @@ fn pooling() {
     let mut bad = Buf::zeros(DType::F32, &[1, 4]);
     assert!(pool(PoolKind::Max, x1.r(), &p1, bad.w()).is_err());
     // Dilated max pool.
-    let pd = PoolParams { kernel: &[2], stride: &[1], padding: &[0], dilation: &[2], count_include_pad: true };
+    let pd = PoolParams { kernel: &[2], stride: &[1], padding: &[0], dilation: &[2], count_include_pad: true, divisor: None };
     pool(PoolKind::Max, x1.r(), &pd, o1.w()).unwrap();
     assert_eq!(o1.get::<f32>(), vec![3., 4., 5.]);
     // Plain 2-D max pools (no padding/dilation/overhang) take a fast path.
-    let pk2 = PoolParams { kernel: &[2, 2], stride: &[2, 2], padding: &[0, 0], dilation: &[1, 1], count_include_pad: true };
+    let pk2 = PoolParams { kernel: &[2, 2], stride: &[2, 2], padding: &[0, 0], dilation: &[1, 1], count_include_pad: true, divisor: None };
     let mut o22 = Buf::zeros(DType::F32, &[1, 1, 2, 2]);
     pool(PoolKind::Max, x.r(), &pk2, o22.w()).unwrap();
     assert_eq!(o22.get::<f32>(), vec![6., 8., 16., 18.]);
@@ -284,6 +284,67 @@ fn pooling() {
     let mut og = Buf::zeros(DType::F32, &[1, 1, 1, 1]);
     adaptive_avg_pool(x.r(), og.w()).unwrap();
     assert_eq!(og.get::<f32>(), vec![9.5]);
+}
+
+/// Max pooling's indices and avg pooling with a divisor; expected numbers from
+/// torch 2.x (`F.max_pool*d(.., return_indices=True)`, `divisor_override`).
+#[test]
+fn pooling_indices_and_divisor() {
+    let params = |kernel, stride, padding, dilation| PoolParams { kernel, stride, padding, dilation, count_include_pad: true, divisor: None };
+    let indices = |x: &Buf, p: &PoolParams, out: &[usize]| {
+        let mut o = Buf::zeros(DType::I64, out);
+        pool(PoolKind::ArgMax, x.r(), p, o.w()).unwrap();
+        o.get::<i64>()
+    };
+    // First maximum in window order; every NaN replaces it, so the last NaN wins.
+    let nan = f32::NAN;
+    let x1 = f32s(&[1, 1, 8], &[1., 3., 3., 2., nan, 5., nan, 1.]);
+    assert_eq!(indices(&x1, &params(&[3], &[1], &[0], &[1]), &[1, 1, 6]), vec![1, 1, 4, 4, 6, 6]);
+    assert_eq!(indices(&x1, &params(&[8], &[1], &[0], &[1]), &[1, 1, 1]), vec![6]);
+    // All -inf: the window's first in-bounds element (padding never counts).
+    let xi = f32s(&[1, 1, 4], &[f32::NEG_INFINITY; 4]);
+    assert_eq!(indices(&xi, &params(&[3], &[1], &[1], &[1]), &[1, 1, 4]), vec![0, 0, 1, 2]);
+    // 2-d: flat index h*W + w; the no-padding window must not skip the index.
+    let x2 = f32s(&[1, 1, 3, 3], &[1., 2., 2., 2., nan, nan, 0., 0., 0.]);
+    assert_eq!(indices(&x2, &params(&[2, 2], &[1, 1], &[0, 0], &[1, 1]), &[1, 1, 2, 2]), vec![4, 5, 4, 5]);
+    // 3-d, f64, with padding, dilation, ceil_mode and ties: (d*H + h)*W + w.
+    let v3: Vec<f64> = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7].iter().map(|&v| v as f64).collect();
+    let x3 = Buf::from(DType::F64, &[1, 1, 2, 3, 5], &v3);
+    let p3 = params(&[2, 2, 3], &[1, 2, 2], &[1, 1, 1], &[1, 1, 2]);
+    assert_eq!(indices(&x3, &p3, &[1, 1, 3, 2, 2]), vec![1, 1, 11, 11, 18, 18, 11, 11, 18, 18, 26, 26]);
+    let mut vals = Buf::zeros(DType::F64, &[1, 1, 3, 2, 2]);
+    pool(PoolKind::Max, x3.r(), &p3, vals.w()).unwrap();
+    assert_eq!(vals.get::<f64>(), vec![1., 1., 8., 8., 8., 8., 8., 8., 8., 8., 8., 8.]);
+    // The indices must be written as i64, and only max pooling has them.
+    let mut wrong = Buf::zeros(DType::F32, &[1, 1, 6]);
+    assert!(pool(PoolKind::ArgMax, x1.r(), &params(&[3], &[1], &[0], &[1]), wrong.w()).is_err());
+
+    // divisor_override: the sum of the in-bounds taps over the divisor, also
+    // for ceil_mode windows that hang past the input.
+    let x5 = f32s(&[1, 1, 5, 5], &(1..=25).map(|v| v as f32).collect::<Vec<_>>());
+    let avg = |p: &PoolParams, out: &[usize]| {
+        let mut o = Buf::zeros(DType::F32, out);
+        pool(PoolKind::Avg, x5.r(), p, o.w()).unwrap();
+        o.get::<f32>()
+    };
+    let p = PoolParams { divisor: Some(3), ..params(&[2, 2], &[2, 2], &[0, 0], &[1, 1]) };
+    let sums = [16., 24., 15., 56., 64., 35., 43., 47., 25.];
+    assert_eq!(avg(&p, &[1, 1, 3, 3]), sums.iter().map(|s: &f32| s / 3.).collect::<Vec<_>>());
+    let p = PoolParams { divisor: Some(2), count_include_pad: false, ..params(&[3, 3], &[2, 2], &[1, 1], &[1, 1]) };
+    assert_eq!(avg(&p, &[1, 1, 3, 3]), vec![8., 16.5, 14., 34.5, 58.5, 43.5, 38., 61.5, 44.]);
+    let p = PoolParams { divisor: Some(-2), ..params(&[2, 2], &[2, 2], &[0, 0], &[1, 1]) };
+    assert_eq!(avg(&p, &[1, 1, 2, 2]), vec![-8., -12., -28., -32.]);
+    // 3-d, f64: F.avg_pool3d(x, 2, 2, padding=(1, 0, 1), ceil_mode=True, divisor_override=5).
+    let p = PoolParams { divisor: Some(5), ..params(&[2, 2, 2], &[2, 2, 2], &[1, 0, 1], &[1, 1, 1]) };
+    let mut o = Buf::zeros(DType::F64, &[1, 1, 2, 2, 3]);
+    pool(PoolKind::Avg, x3.r(), &p, o.w()).unwrap();
+    assert_close(&o.get::<f64>(), &[2.4, 2.6, 2.8, 1.0, 3.4, 3.2, 1.8, 2.6, 3.8, 0.6, 2.2, 1.8], 1e-12, 0.0, "avg3d divisor");
+    // A divisor of 0, or one on max pooling, is refused.
+    let mut o = Buf::zeros(DType::F32, &[1, 1, 2, 2]);
+    for (kind, d) in [(PoolKind::Avg, 0), (PoolKind::Max, 2)] {
+        let p = PoolParams { divisor: Some(d), ..params(&[2, 2], &[2, 2], &[0, 0], &[1, 1]) };
+        assert!(pool(kind, x5.r(), &p, o.w()).is_err());
+    }
 }
 
 fn ref_attention<T: Copy + Into<f64>>(q: &[T], k: &[T], v: &[T], l: usize, s: usize, e: usize, ev: usize, keep: &dyn Fn(usize, usize) -> f64) -> Vec<f64> {
@@ -504,4 +565,29 @@ fn gemm_throughput() {
     conv(x.r(), w.r(), None, &p, o.w(), &mut s).unwrap();
     let secs = t.elapsed().as_secs_f64();
     println!("conv 64x56x56 3x3: {:.2} GFLOP/s", 2.0 * 64.0 * 64.0 * 9.0 * 56.0 * 56.0 / secs / 1e9);
+}
+
+#[test]
+fn uint8_bilinear_resize_is_torchs_fixed_point() {
+    // Numbers from torch 2.15 on x86 (torch.manual_seed(3); randint(0, 256, (1, 2, 3, 4), uint8)).
+    let x: Vec<u8> = vec![106, 152, 249, 131, 184, 200, 0, 21, 253, 147, 202, 107, 249, 169, 138, 149, 119, 166, 224, 148, 172, 93, 167, 142];
+    let run = |out_hw: [usize; 2], align_corners: bool| {
+        let input = Buf::from(DType::U8, &[1, 2, 3, 4], &x);
+        let mut out = Buf::zeros(DType::U8, &[1, 2, out_hw[0], out_hw[1]]);
+        let params = ResizeParams { mode: ResizeMode::Linear, align_corners, spatial: 2, scales: &[] };
+        resize(input.r(), &params, out.w()).unwrap();
+        out.get::<u8>()
+    };
+    // interpolate(x, size=(5, 3), mode="bilinear"): one value differs by 1
+    // from rounding the exact (f64) interpolation, which is why this path exists.
+    let want: Vec<u8> = vec![
+        114, 201, 151, 143, 161, 98, 187, 100, 18, 216, 145, 81, 235, 175, 123, 236, 154, 147, 192, 170, 153, 127, 195, 161, 146, 156, 152, 159, 130, 146,
+    ];
+    assert_eq!(run([5, 3], false), want);
+    // align_corners=True, size=(3, 7): only the horizontal pass runs.
+    let want: Vec<u8> = vec![
+        106, 129, 152, 201, 249, 190, 131, 184, 192, 200, 100, 0, 11, 21, 253, 200, 147, 175, 202, 155, 107, 249, 209, 169, 154, 138, 144, 149, 119, 143, 166,
+        195, 224, 186, 148, 172, 133, 93, 130, 167, 155, 142,
+    ];
+    assert_eq!(run([3, 7], true), want);
 }

@@ -6,7 +6,7 @@
 //! writer and the filetests' printed expectations want to see.
 
 use crate::{live_consts, verify_graph};
-use kiln_ir::{Graph, SecondaryMap, ValueId};
+use kiln_ir::{Graph, Op, Region, SecondaryMap, ValueId};
 
 pub fn compact(g: &Graph) -> Result<Graph, String> {
     verify_graph(g)?;
@@ -28,7 +28,14 @@ pub fn compact(g: &Graph) -> Result<Graph, String> {
         let node = &g.nodes[n];
         let inputs = node.inputs.iter().map(|&v| lookup(&map, v)).collect::<Result<Vec<_>, _>>()?;
         let types = node.outputs.iter().map(|&v| g.ty(v).clone()).collect();
-        let nn = new.add_node(node.op.clone(), inputs, types, node.loc);
+        let op = match &node.op {
+            // A loop's nested graphs are compacted too.
+            Op::While { carried, cond, body } => {
+                Op::While { carried: *carried, cond: Region::new(compact(cond)?), body: Region::new(compact(body)?) }
+            }
+            op => op.clone(),
+        };
+        let nn = new.add_node(op, inputs, types, node.loc);
         for (&old, &nv) in node.outputs.iter().zip(&new.nodes[nn].outputs.clone()) {
             new.values[nv].name = g.values[old].name.clone();
             map[old] = Some(nv);

@@ -1,6 +1,7 @@
 //! Dead-code elimination.
 //!
-//! A node is live when one of its outputs is a graph output or feeds a live node.
+//! A node is live when one of its outputs is a graph output or feeds a live
+//! node, or when its op has an effect (`bind_dim` binds a symbol).
 //! Dead nodes leave the schedule (their arena slots stay, so ids never dangle).
 //! Constants stay in their arena too; [`live_consts`] tells the artifact writer
 //! which ones are still used.
@@ -21,7 +22,7 @@ pub fn dce(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
     // Walking the schedule backwards sees every user before its operands' producers.
     for &n in g.order.iter().rev() {
         let node = &g.nodes[n];
-        if node.outputs.iter().any(|&o| live[o]) {
+        if node.op.has_effect() || node.outputs.iter().any(|&o| live[o]) {
             keep[n] = true;
             for &i in &node.inputs {
                 live[i] = true;

@@ -10,7 +10,7 @@
 
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::{Changed, Options, PassError};
-use kiln_ir::{DType, Graph, NodeId, Op, TensorType};
+use kiln_ir::{DType, Graph, NodeId, Op, PoolKind, TensorType};
 
 const PASS: &str = "legalize";
 
@@ -58,6 +58,13 @@ fn legalize_node(g: &mut Graph, n: NodeId) -> Result<Rewrite, PassError> {
     let compute = compute_dtype(dtype, native);
     let (op, inputs, loc) = (node.op.clone(), node.inputs.clone(), node.loc);
     let out_ty = g.ty(out).clone();
+    // An index output (max pooling's indices) is i64 whatever the compute
+    // dtype: only the input is cast.
+    if matches!(op, Op::Pool { kind: PoolKind::ArgMax, .. }) {
+        let cast = g.push(Op::Cast { to: compute }, vec![first], TensorType::new(compute, g.ty(first).shape.clone()), loc);
+        let wide = g.push(op, vec![cast], out_ty, loc);
+        return Ok(Rewrite::Replace(vec![wide]));
+    }
     if out_ty.dtype != dtype {
         return Err(PassError::new(PASS, format!("{}: output dtype {} differs from input {dtype}", g.describe_node(n), out_ty.dtype)));
     }

@@ -34,7 +34,7 @@ pub use error::{Changed, PassError};
 pub use fold::fold_constants;
 pub use fuse::fuse_conv_affine;
 pub use legalize::{legalize_dtypes, native_dtypes};
-pub use memory::{check_plan, plan_memory, MemoryOptions, MemoryPlan, Slot};
+pub use memory::{check_plan, plan_memory, LoopPlan, MemoryOptions, MemoryPlan, Slot};
 pub use pipeline::{cleanup, default_pipeline, run_pipeline, Options, Pass, PassRecord, Report, Target};
 pub use pipeline::{CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, LEGALIZE, SIMPLIFY};
 pub use simplify::simplify;

@@ -13,13 +13,26 @@
 //! skips). Such an alias group is planned as one buffer whose lifetime spans
 //! all its members.
 //!
+//! A loop (`while`) gets one more buffer, live only at its own step: its
+//! *region*, where its nested graphs' values live while it runs. Each nested
+//! graph is planned on its own (offsets relative to the region), with its
+//! inputs external: they are the loop's operands and carried values, whose
+//! slots are the parent's (a reshape of one gets its own slot). The condition
+//! and the body share the region's start (the condition's values are dead once
+//! it has decided); after the body's values come the swap slots: a carried value
+//! that the body returns unchanged at another position is saved there before
+//! the carried values are overwritten. Every value live across the loop,
+//! including its operands and results, overlaps the region's lifetime, so no
+//! nested value ever shares memory with one.
+//!
 //! Placement is greedy best-fit: buffers are placed largest first, each in the
 //! smallest gap between already-placed, lifetime-overlapping buffers that holds it,
 //! or above them all. Offsets are multiples of `MemoryOptions::alignment`.
 
 use crate::check::guard;
 use crate::PassError;
-use kiln_ir::{Dim, EntityRef, Graph, Op, SecondaryMap, ValueId};
+use kiln_ir::{Dim, EntityRef, Graph, NodeId, Op, SecondaryMap, ValueDef, ValueId};
+use std::collections::HashMap;
 
 const PASS: &str = "plan_memory";
 
@@ -52,6 +65,22 @@ pub struct MemoryPlan {
     /// The most bytes (each slot rounded up to the alignment) live at one step: a
     /// lower bound on `arena_bytes` that no placement can beat.
     pub peak_live_bytes: u64,
+    /// Each scheduled `while` node's region and nested plans.
+    pub loops: HashMap<NodeId, LoopPlan>,
+}
+
+/// Memory of one loop (see the module doc). Offsets in `cond`, `body` and
+/// `swap` are relative to `offset`, the region's place in the enclosing plan.
+#[derive(Clone, Debug, Default)]
+pub struct LoopPlan {
+    pub offset: u64,
+    /// Region size: `max(cond.arena_bytes, swap end)`.
+    pub size: u64,
+    pub cond: MemoryPlan,
+    pub body: MemoryPlan,
+    /// Per carried value: where it is saved before the update, when the body
+    /// returns it unchanged as another carried value.
+    pub swap: Vec<Option<Slot>>,
 }
 
 /// A buffer to place: the values sharing it (one, or an alias group of
@@ -59,6 +88,8 @@ pub struct MemoryPlan {
 /// sizes.
 struct Buffer {
     value: ValueId,
+    /// The loop whose region this is (then `members` is empty).
+    region: Option<NodeId>,
     members: Vec<(ValueId, u64)>,
     first: usize,
     last: usize,
@@ -67,9 +98,25 @@ struct Buffer {
 }
 
 pub fn plan_memory(g: &Graph, opts: &MemoryOptions) -> Result<MemoryPlan, PassError> {
+    plan_graph(g, opts, false)
+}
+
+/// [`plan_memory`]; with `external_inputs` (a loop's nested graph), graph
+/// inputs get no slot.
+fn plan_graph(g: &Graph, opts: &MemoryOptions, external_inputs: bool) -> Result<MemoryPlan, PassError> {
     guard(g, PASS)?;
     let align = opts.alignment.max(1);
-    let mut buffers = buffers(g, align, opts.alias_reshapes)?;
+    let mut buffers = buffers(g, align, opts.alias_reshapes, external_inputs)?;
+    let mut loops = HashMap::new();
+    for (step, &n) in g.order.iter().enumerate() {
+        let node = &g.nodes[n];
+        let Op::While { carried, cond, body } = &node.op else { continue };
+        let lp = plan_loop(cond, body, *carried, opts)?;
+        let padded = lp.size.div_ceil(align).saturating_mul(align);
+        let value = node.outputs.first().copied().unwrap_or(ValueId::new(0));
+        buffers.push(Buffer { value, region: Some(n), members: Vec::new(), first: step, last: step, size: lp.size, padded });
+        loops.insert(n, lp);
+    }
     let peak_live_bytes = peak_live(&buffers, g.order.len());
 
     // Largest first; ties by definition order for a deterministic plan.
@@ -85,12 +132,33 @@ pub fn plan_memory(g: &Graph, opts: &MemoryOptions) -> Result<MemoryPlan, PassEr
         busy.sort_unstable();
         let offset = best_fit(&busy, b.padded);
         placed.push((b.first, b.last, offset, b.padded));
+        if let Some(lp) = b.region.and_then(|n| loops.get_mut(&n)) {
+            lp.offset = offset;
+        }
         for &(member, _) in &b.members {
             plan.slots[member] = Some(Slot { offset, size: b.size });
         }
         plan.arena_bytes = plan.arena_bytes.max(offset + b.padded);
     }
+    plan.loops = loops;
     Ok(plan)
+}
+
+/// Plans a loop's nested graphs and its swap slots (offsets relative to the region).
+fn plan_loop(cond: &Graph, body: &Graph, carried: usize, opts: &MemoryOptions) -> Result<LoopPlan, PassError> {
+    let align = opts.alignment.max(1);
+    let cond_plan = plan_graph(cond, opts, true)?;
+    let body_plan = plan_graph(body, opts, true)?;
+    let mut end = body_plan.arena_bytes;
+    let mut swap = vec![None; carried];
+    for (j, &o) in body.outputs.iter().enumerate().take(carried) {
+        if matches!(body.values[o].def, ValueDef::Input(k) if (k as usize) < carried && k as usize != j) {
+            let size = upper_bound_bytes(body, o)?;
+            swap[j] = Some(Slot { offset: end, size });
+            end += size.div_ceil(align).saturating_mul(align);
+        }
+    }
+    Ok(LoopPlan { offset: 0, size: end.max(cond_plan.arena_bytes), cond: cond_plan, body: body_plan, swap })
 }
 
 /// The start of the smallest free gap holding `size` among sorted busy ranges, or
@@ -113,13 +181,13 @@ fn best_fit(busy: &[(u64, u64)], size: u64) -> u64 {
 
 /// Graph inputs and scheduled node outputs with their lifetimes and sizes,
 /// reshapes folded into their input's buffer when `alias` is set.
-fn buffers(g: &Graph, align: u64, alias: bool) -> Result<Vec<Buffer>, PassError> {
+fn buffers(g: &Graph, align: u64, alias: bool, external_inputs: bool) -> Result<Vec<Buffer>, PassError> {
     let end = g.order.len().saturating_sub(1);
     let mut first: SecondaryMap<ValueId, Option<usize>> = SecondaryMap::new();
     let mut last: SecondaryMap<ValueId, usize> = SecondaryMap::new();
-    let root = if alias { alias_roots(g)? } else { SecondaryMap::new() };
+    let root = if alias { alias_roots(g, external_inputs)? } else { SecondaryMap::new() };
     let mut values = Vec::new();
-    for &v in &g.inputs {
+    for &v in g.inputs.iter().filter(|_| !external_inputs) {
         if first[v].is_none() {
             first[v] = Some(0);
             values.push(v);
@@ -159,7 +227,7 @@ fn buffers(g: &Graph, align: u64, alias: bool) -> Result<Vec<Buffer>, PassError>
             None => {
                 index_of[r] = Some(out.len());
                 let padded = size.div_ceil(align).saturating_mul(align);
-                out.push(Buffer { value: v, members: vec![(v, size)], first: f, last: l.max(f), size, padded });
+                out.push(Buffer { value: v, region: None, members: vec![(v, size)], first: f, last: l.max(f), size, padded });
             }
         }
     }
@@ -169,11 +237,11 @@ fn buffers(g: &Graph, align: u64, alias: bool) -> Result<Vec<Buffer>, PassError>
 /// For each reshape output that is a view of an activation (a graph input or
 /// node output, not a constant, which has no slot), the first value of its
 /// chain of views.
-fn alias_roots(g: &Graph) -> Result<SecondaryMap<ValueId, Option<ValueId>>, PassError> {
+fn alias_roots(g: &Graph, external_inputs: bool) -> Result<SecondaryMap<ValueId, Option<ValueId>>, PassError> {
     let mut has_slot: SecondaryMap<ValueId, bool> = SecondaryMap::new();
     let mut root: SecondaryMap<ValueId, Option<ValueId>> = SecondaryMap::new();
     for &v in &g.inputs {
-        has_slot[v] = true;
+        has_slot[v] = !external_inputs;
     }
     for &n in &g.order {
         let node = &g.nodes[n];
@@ -238,14 +306,48 @@ fn peak_live(buffers: &[Buffer], steps: usize) -> u64 {
 /// has a slot inside the arena, and no two values whose lifetimes overlap have
 /// overlapping slots. The compiler runs it on every plan it writes.
 pub fn check_plan(g: &Graph, plan: &MemoryPlan) -> Result<(), String> {
+    check_graph_plan(g, plan, false)
+}
+
+/// [`check_plan`] for a graph or (with `external_inputs`) a loop's nested
+/// graph; a loop's region is checked like a value live at its step, and its
+/// nested plans recursively.
+fn check_graph_plan(g: &Graph, plan: &MemoryPlan, external_inputs: bool) -> Result<(), String> {
     crate::check::well_formed(g)?;
     // Every value with its own lifetime; a pair may share memory only when both
     // are views in one reshape chain and use exactly the same slot.
-    let buffers = buffers(g, 1, false).map_err(|e| e.message)?;
-    let roots = alias_roots(g).map_err(|e| e.message)?;
+    let mut buffers = buffers(g, 1, false, external_inputs).map_err(|e| e.message)?;
+    let roots = alias_roots(g, external_inputs).map_err(|e| e.message)?;
     let mut errors = Vec::new();
     let mut slotted = Vec::new();
+    for (step, &n) in g.order.iter().enumerate() {
+        let Op::While { carried, cond, body } = &g.nodes[n].op else { continue };
+        let Some(lp) = plan.loops.get(&n) else {
+            errors.push(format!("loop {n} has no region"));
+            continue;
+        };
+        for (name, r, p) in [("cond", cond, &lp.cond), ("body", body, &lp.body)] {
+            if let Err(e) = check_graph_plan(r, p, true) {
+                errors.push(format!("loop {n} `{name}`: {e}"));
+            }
+            if p.arena_bytes > lp.size {
+                errors.push(format!("loop {n} `{name}` needs {} bytes, its region holds {}", p.arena_bytes, lp.size));
+            }
+        }
+        for (j, s) in lp.swap.iter().enumerate().take(*carried) {
+            if let Some(s) = s.filter(|s| s.offset < lp.body.arena_bytes || s.offset.saturating_add(s.size) > lp.size) {
+                errors.push(format!("loop {n} swap slot {j} [{}..{}) is not between the body's values and the region's end", s.offset, s.offset + s.size));
+            }
+        }
+        let value = g.nodes[n].outputs.first().copied().unwrap_or(ValueId::new(0));
+        buffers.push(Buffer { value, region: Some(n), members: Vec::new(), first: step, last: step, size: lp.size, padded: lp.size });
+    }
     for b in &buffers {
+        if let Some(n) = b.region {
+            let offset = plan.loops.get(&n).map_or(0, |lp| lp.offset);
+            slotted.push((b.value, b.first, b.last, Slot { offset, size: b.size }));
+            continue;
+        }
         match plan.slots[b.value] {
             None => errors.push(format!("{} has no slot", b.value)),
             Some(s) if s.size < b.size => errors.push(format!("{} needs {} bytes, slot holds {}", b.value, b.size, s.size)),
@@ -260,7 +362,9 @@ pub fn check_plan(g: &Graph, plan: &MemoryPlan) -> Result<(), String> {
         for &(b, b_first, b_last, sb) in &slotted[i + 1..] {
             let live_together = a_first <= b_last && b_first <= a_last;
             let overlap = sa.size > 0 && sb.size > 0 && sa.offset < sb.offset + sb.size && sb.offset < sa.offset + sa.size;
-            let view_of_same_buffer = group(a) == group(b) && sa == sb;
+            // A loop's region stands in the list under its first result's
+            // id, and must not overlap that result: `a != b` keeps it apart.
+            let view_of_same_buffer = group(a) == group(b) && sa == sb && a != b;
             if live_together && overlap && !view_of_same_buffer {
                 errors.push(format!(
                     "{} [{}..{}) and {} [{}..{}) overlap while both live",

@@ -2,7 +2,7 @@
 //! between them and a report of what each did.
 
 use crate::{dce, decompose, fold_constants, fuse_conv_affine, legalize_dtypes, simplify, verify_graph, Changed, PassError};
-use kiln_ir::Graph;
+use kiln_ir::{Graph, Op};
 use std::fmt;
 
 /// What the compiled graph must run on; decides which composites survive.
@@ -140,12 +140,28 @@ impl fmt::Display for Report {
     }
 }
 
+/// Runs the pipeline on every nested graph (a loop's condition and body)
+/// before the parent: the parent's passes treat a loop as one opaque node, so
+/// the order between the levels does not matter, and each level is optimised
+/// once. A nested graph's errors name the loop.
+fn run_on_regions(g: &mut Graph, passes: &[Pass], opts: &Options) -> Result<(), PassError> {
+    for i in 0..g.order.len() {
+        let n = g.order[i];
+        let Some(Op::While { cond, body, .. }) = g.nodes.get_mut(n).map(|node| &mut node.op) else { continue };
+        for (name, region) in [("cond", cond), ("body", body)] {
+            run_pipeline(region, passes, opts).map_err(|e| PassError::new(e.pass, format!("in a loop's `{name}`: {}", e.message)))?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs `passes` in order on `g`. With `opts.verify_each`, the graph is verified
 /// before the first pass and after each one; a failure names the pass that broke it.
 pub fn run_pipeline(g: &mut Graph, passes: &[Pass], opts: &Options) -> Result<Report, PassError> {
     if opts.verify_each {
         verify_graph(g).map_err(|e| PassError::new("input", format!("graph invalid before any pass: {e}")))?;
     }
+    run_on_regions(g, passes, opts)?;
     let mut report = Report::default();
     for pass in passes {
         let nodes_before = g.order.len();

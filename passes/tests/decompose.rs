@@ -205,7 +205,7 @@ fn conv_and_non_tiling_pools_stay() {
     let conv = Op::Conv { stride: vec![1], padding: vec![0], dilation: vec![1], groups: 1 };
     let (mut g, _) = single_op(conv, &[&[1, 2, 5], &[3, 2, 3]], &[1, 3, 3], 1);
     assert_eq!(decompose(&mut g, &opts(Target::Primitive)).unwrap(), Changed::No);
-    let pool = Op::Pool { kind: PoolKind::Max, kernel: vec![3], stride: vec![1], padding: vec![1], dilation: vec![1], ceil_mode: false, count_include_pad: true };
+    let pool = Op::Pool { kind: PoolKind::Max, kernel: vec![3], stride: vec![1], padding: vec![1], dilation: vec![1], ceil_mode: false, count_include_pad: true, divisor: None };
     let (mut g, _) = single_op(pool, &[&[1, 2, 5]], &[1, 2, 5], 1);
     assert_eq!(decompose(&mut g, &opts(Target::Primitive)).unwrap(), Changed::No);
 }

@@ -188,3 +188,63 @@ fn reshape_of_a_constant_is_not_aliased() {
     assert!(plan.slots[w].is_none());
     assert!(plan.slots[r].is_some());
 }
+
+#[test]
+fn a_loop_gets_a_region_apart_from_everything_live_across_it() {
+    // (i, a, b) -> (i + 1, b, -a): `b` moves to position 1 unchanged.
+    let g = kiln_ir::text::parse(
+        r#"graph {
+  input %0 "a": f32[16]
+  input %1 "n": i64[]
+  const %2: i64[] = [0]
+  %3: i64[], %4: f32[16], %5: f32[16] = while{carried=3, cond=graph {
+    input %0: i64[]
+    input %1: f32[16]
+    input %2: f32[16]
+    input %3: i64[]
+    %4: bool[] = lt(%0, %3)
+    output %4
+  }, body=graph {
+    input %0: i64[]
+    input %1: f32[16]
+    input %2: f32[16]
+    input %3: i64[]
+    const %4: i64[] = [1]
+    %5: i64[] = add(%0, %4)
+    %6: f32[16] = neg(%1)
+    %7: f32[16] = reshape{shape=[16]}(%2)
+    output %5
+    output %2
+    output %6
+  }}(%2, %0, %0, %1)
+  %6: f32[16] = exp(%5)
+  output %6 "y"
+}
+"#,
+    )
+    .unwrap();
+    let mut plan = plan_memory(&g, &MemoryOptions::default()).unwrap();
+    check_plan(&g, &plan).unwrap();
+    let (&n, lp) = plan.loops.iter().next().expect("one loop");
+    // Nested inputs are the parent's slots; the body's own values are planned
+    // from the region's start, the swap slot after them.
+    let Op::While { body, .. } = &g.nodes[n].op else { unreachable!() };
+    assert!(body.inputs.iter().all(|&v| lp.body.slots[v].is_none()));
+    // The reshape of a carried value is not a view of the parent's slot.
+    let reshaped = body.nodes[body.order[2]].outputs[0];
+    assert!(lp.body.slots[reshaped].is_some());
+    assert_eq!(lp.swap.iter().map(Option::is_some).collect::<Vec<_>>(), [false, true, false]);
+    let swap = lp.swap[1].unwrap();
+    assert!(swap.offset >= lp.body.arena_bytes && swap.offset + swap.size <= lp.size);
+    assert_eq!(swap.size, 64);
+    let region = (lp.offset, lp.offset + lp.size);
+    for &v in g.inputs.iter().chain(&g.nodes[n].outputs) {
+        let s = plan.slots[v].unwrap();
+        assert!(s.offset + s.size <= region.0 || region.1 <= s.offset, "{v} overlaps the loop's region");
+    }
+    // A region moved onto a value live across the loop is caught.
+    let a = plan.slots[g.inputs[0]].unwrap();
+    plan.loops.get_mut(&n).unwrap().offset = a.offset;
+    let err = check_plan(&g, &plan).unwrap_err();
+    assert!(err.contains("overlap while both live"), "{err}");
+}

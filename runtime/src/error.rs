@@ -8,8 +8,9 @@ pub enum Error {
     Io { path: String, source: std::io::Error },
     #[error("malformed artifact: section `{section}` at offset {offset}: {detail}")]
     Format { section: String, offset: u64, detail: String },
-    #[error("artifact format {}.{} is not supported by this runtime (reads {}.0 to {}.{})", found.0, found.1, supported.0, supported.0, supported.1)]
-    Version { found: (u16, u16), supported: (u16, u16) },
+    /// `supported` is (major, oldest minor, newest minor).
+    #[error("artifact format {}.{} is not supported by this runtime (reads {}.{} to {}.{}; recompile the model with a matching kiln)", found.0, found.1, supported.0, supported.1, supported.0, supported.2)]
+    Version { found: (u16, u16), supported: (u16, u16, u16) },
     #[error("checksum mismatch in section `{section}`: stored {expected:#010x}, computed {found:#010x} (file corrupted?)")]
     Checksum { section: String, expected: u32, found: u32 },
     #[error("invalid plan: {0}")]
@@ -20,6 +21,10 @@ pub enum Error {
     Shape(String),
     #[error("instruction {index} ({origin}): {source}")]
     Kernel { index: usize, origin: String, source: KernelError },
+    /// A value computed during the run (a nonzero count, a `.item()` used
+    /// as a size) falls outside the bounds its symbol was compiled for.
+    #[error("instruction {index} ({origin}): data-dependent size {detail}")]
+    DataDependent { index: usize, origin: String, detail: String },
     #[error("cannot allocate {bytes} bytes for the session arena")]
     OutOfMemory { bytes: u64 },
     /// A PJRT plugin call failed; `message` is the plugin's own.

@@ -47,9 +47,10 @@ pub(crate) fn dispatch(kernel: &Kernel, ins: &[TensorRef<'_>], out: TensorMut<'_
         Kernel::Softmax { axis, log } => k::softmax(ins[0], *axis as usize, *log, out),
         Kernel::Reduce { kind, axes } => k::reduce(*kind, ins[0], Usizes::of(axes).get(), out),
         Kernel::ArgMax { axis } => k::argmax(ins[0], *axis as usize, out),
-        Kernel::Pool { kind, kernel, stride, padding, dilation, count_include_pad } => {
+        Kernel::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor } => {
             let (kk, s, p, d) = (Usizes::of(kernel), Usizes::of(stride), Usizes::of(padding), Usizes::of(dilation));
-            let params = PoolParams { kernel: kk.get(), stride: s.get(), padding: p.get(), dilation: d.get(), count_include_pad: *count_include_pad };
+            let (count_include_pad, divisor) = (*count_include_pad, *divisor);
+            let params = PoolParams { kernel: kk.get(), stride: s.get(), padding: p.get(), dilation: d.get(), count_include_pad, divisor };
             k::pool(*kind, ins[0], &params, out)
         }
         Kernel::AdaptiveAvgPool => k::adaptive_avg_pool(ins[0], out),
@@ -84,11 +85,22 @@ pub(crate) fn dispatch(kernel: &Kernel, ins: &[TensorRef<'_>], out: TensorMut<'_
         }
         Kernel::IndexGather { axis } => k::index_gather(ins[0], &ins[1..], *axis as usize, out, scratch),
         Kernel::IndexPut { axis, accumulate } => k::index_put(ins[0], ins[1], &ins[2..], *axis as usize, *accumulate, out, scratch),
+        Kernel::NonZero => k::nonzero(ins[0], out),
         // The session runs random instructions itself: they need its seed
         // and call count, which no other kernel sees.
         Kernel::Random { .. } => Err(kiln_kernels::KernelError::Shape {
             kernel: "random",
             detail: "random instruction reached the stateless dispatcher".into(),
+        }),
+        // The session binds symbols itself: it owns their values and the shapes.
+        Kernel::BindDim { .. } => Err(kiln_kernels::KernelError::Shape {
+            kernel: "bind_dim",
+            detail: "symbol binding reached the stateless dispatcher".into(),
+        }),
+        // The session follows jumps itself: they change where it continues.
+        Kernel::JumpIfFalse { .. } | Kernel::Jump { .. } => Err(kiln_kernels::KernelError::Shape {
+            kernel: "jump",
+            detail: "loop control reached the stateless dispatcher".into(),
         }),
         // Accelerator calls never reach the CPU dispatcher: the session runs
         // them (and a session without a PJRT device refuses such plans at start).

@@ -183,7 +183,7 @@ impl Session {
     pub fn run(&mut self, inputs: &[TensorView<'_>]) -> Result<Outputs<'_>> {
         self.bind(inputs)?;
         self.copy_inputs(inputs);
-        let executed = self.execute();
+        let executed = self.execute_all();
         // A failed run still advances the sequence: a retry draws new numbers
         // rather than silently repeating a partial run's.
         self.calls = self.calls.wrapping_add(1);
@@ -339,7 +339,48 @@ impl Session {
         }
     }
 
-    fn execute(&mut self) -> Result<()> {
+    /// Runs every instruction. The run loop stops at each `BindDim` (which
+    /// changes shapes the loop holds borrowed) and resumes after binding.
+    /// A taken jump (a loop's exit or back edge) also returns here, to resume
+    /// at its target: validation proved loops structured, and there is no trip
+    /// limit (a loop whose condition stays true runs forever, as in torch).
+    fn execute_all(&mut self) -> Result<()> {
+        let mut start = 0;
+        while let Some(stop) = self.execute(start)? {
+            match stop {
+                Stop::Bind(stop) => {
+                    self.bind_data_dependent(stop)?;
+                    start = stop.index + 1;
+                }
+                Stop::Jump(target) => start = target,
+            }
+        }
+        Ok(())
+    }
+
+    /// Binds a data-dependent symbol to the value the run computed for it,
+    /// within its bounds, and re-evaluates the shapes if it changed.
+    fn bind_data_dependent(&mut self, stop: BindStop) -> Result<()> {
+        let plan = self.program.plan();
+        let sym = &plan.symbols[stop.symbol as usize];
+        let instr = &plan.instrs[stop.index];
+        if stop.value < 0 || (stop.value as u64) < sym.min || stop.value as u64 > sym.max {
+            return Err(Error::DataDependent {
+                index: stop.index,
+                origin: instr.origin.clone(),
+                detail: format!("`{}` = {} is outside its range [{}, {}]", sym.name, stop.value, sym.min, sym.max),
+            });
+        }
+        self.sym_vals[stop.symbol as usize] = stop.value as u64;
+        if self.evaluated_for != self.sym_vals {
+            self.evaluate_shapes()?;
+        }
+        Ok(())
+    }
+
+    /// Runs instructions from `start` until the end (`None`), a `BindDim`,
+    /// whose value it reads and returns, or a taken jump.
+    fn execute(&mut self, start: usize) -> Result<Option<Stop>> {
         let Session { program, arena, shapes, shape_at, scratch, operand_buf, accel, profile, seed, calls, .. } = self;
         let plan = program.plan();
         let weights = program.weights();
@@ -371,8 +412,31 @@ impl Session {
             // output ranges overlap neither each other nor its operands.
             unsafe { std::slice::from_raw_parts_mut(arena_ptr.add(offset as usize), tensor_len(t as usize)) }
         };
-        for (index, instr) in plan.instrs.iter().enumerate() {
+        for (index, instr) in plan.instrs.iter().enumerate().skip(start) {
             let started = profile.is_some().then(std::time::Instant::now);
+            if let Kernel::BindDim { symbol } = instr.kernel {
+                // Validated: one 0-d i64 operand.
+                let count = view(instr.inputs[0]);
+                let value = count.data.get(..8).map_or(0, |b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]));
+                record(profile, index, started);
+                return Ok(Some(Stop::Bind(BindStop { index, symbol, value })));
+            }
+            match instr.kernel {
+                Kernel::JumpIfFalse { target } => {
+                    // Validated: one 1-element bool operand.
+                    let go_on = view(instr.inputs[0]).data.first().is_some_and(|&b| b != 0);
+                    record(profile, index, started);
+                    if go_on {
+                        continue;
+                    }
+                    return Ok(Some(Stop::Jump(target as usize)));
+                }
+                Kernel::Jump { target } => {
+                    record(profile, index, started);
+                    return Ok(Some(Stop::Jump(target as usize)));
+                }
+                _ => {}
+            }
             if let Kernel::Accel { segment } = instr.kernel {
                 let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
                 operands.extend(instr.inputs.iter().map(|&t| view(t)));
@@ -409,7 +473,7 @@ impl Session {
             result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
             record(profile, index, started);
         }
-        Ok(())
+        Ok(None)
     }
 
     fn output_view(&self, i: usize) -> TensorView<'_> {
@@ -424,6 +488,21 @@ impl Session {
         };
         TensorRef { dtype: decl.dtype, shape, data }
     }
+}
+
+/// Why the run loop stopped before the end.
+enum Stop {
+    Bind(BindStop),
+    /// A taken jump: continue at this instruction.
+    Jump(usize),
+}
+
+/// Where the run loop stopped to bind a data-dependent symbol.
+#[derive(Clone, Copy)]
+struct BindStop {
+    index: usize,
+    symbol: u32,
+    value: i64,
 }
 
 /// Adds the time since `started` to instruction `index`'s profile entry.

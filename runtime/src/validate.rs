@@ -2,7 +2,11 @@
 //! may index every table without checks, and the executor's use of one arena
 //! for all tensors is sound:
 //!
-//! - every symbol has `min <= max` and is bound by some input dimension;
+//! - every symbol has `min <= max` and is bound either by some input dimension
+//!   or by exactly one `BindDim` instruction (a data-dependent symbol), never
+//!   both; no input's shape mentions a data-dependent symbol, and no
+//!   instruction's operand or output shape mentions one before its `BindDim`
+//!   (whose operand is a 0-d i64 and which has no outputs);
 //! - every expression's operands index earlier expressions or existing symbols;
 //! - every tensor's shape references exist, its rank is at most [`MAX_RANK`], and
 //!   its largest possible size (all symbols at their max) fits its storage;
@@ -15,13 +19,21 @@
 //! - kernel parameters agree with the ranks of the tensors they apply to
 //!   (element-wise gather/scatter operands share a rank; advanced indexing
 //!   has no more index tensors than axes after `axis`);
+//! - loops are structured: a `Jump` goes back to an instruction at or before
+//!   itself (the loop is `target..=jump`); two loops are disjoint or nested
+//!   and never share a first instruction; each loop has exactly one
+//!   `JumpIfFalse`, directly inside it (not in a nested loop), whose target
+//!   is the instruction just past its `Jump`; every `JumpIfFalse` is such an
+//!   exit, and its operand is a 1-element bool; no `BindDim` is inside a
+//!   loop (shapes are fixed for a loop's whole run). Nothing bounds the trip
+//!   count: a loop whose condition stays true runs forever, as in torch;
 //! - a `Kernel::Accel` instruction names an existing segment of the accel
 //!   section, its inputs/outputs are exactly that segment's args/results, it
 //!   has at least one output, its outputs lie in the arena and overlap neither
 //!   each other nor any argument; every segment's tensor indices exist and
 //!   every CPU-fallback note names an existing instruction.
 
-use crate::format::{AccelProgram, DimExpr, DimRef, Instr, Kernel, Plan, Storage, TensorDecl, WEIGHT_ALIGN};
+use crate::format::{AccelProgram, DimExpr, DimRef, Instr, Kernel, Plan, PoolKind, Storage, TensorDecl, WEIGHT_ALIGN};
 use crate::{Error, Result};
 
 pub const MAX_RANK: usize = 16;
@@ -40,14 +52,134 @@ pub(crate) fn validate_plan(plan: &Plan, weights_len: u64, accel: Option<&AccelP
     for (i, t) in plan.tensors.iter().enumerate() {
         validate_tensor(plan, &bounds, weights_len, i, t)?;
     }
-    validate_io(plan)?;
+    let binders = data_dependent_binders(plan)?;
+    let ready = tensor_ready(plan, &binders)?;
+    validate_io(plan, &binders, &ready)?;
     if let Some(accel) = accel {
         validate_accel(plan, accel)?;
     }
+    validate_loops(plan)?;
     for (i, instr) in plan.instrs.iter().enumerate() {
-        validate_instr(plan, accel, instr).map_err(|e| bad(format!("instruction {i} ({}, {}): {e}", instr.kernel.name(), instr.origin)))?;
+        let ctx = |e: String| bad(format!("instruction {i} ({}, {}): {e}", instr.kernel.name(), instr.origin));
+        validate_instr(plan, accel, instr).map_err(ctx)?;
+        // Indices were checked by `validate_instr`.
+        for &t in instr.inputs.iter().chain(&instr.outputs) {
+            if ready[t as usize] > i {
+                let name = bound_by(plan, &binders, ready[t as usize]);
+                return Err(ctx(format!("tensor {t}'s shape uses data-dependent symbol `{name}` before instruction {} binds it", ready[t as usize] - 1)));
+            }
+        }
     }
     Ok(())
+}
+
+/// The structure of loops (see the module doc); operands are checked with
+/// the other instructions.
+fn validate_loops(plan: &Plan) -> Result<()> {
+    let n = plan.instrs.len();
+    // (first, jump) of every loop, in the order of their jumps.
+    let mut loops: Vec<(usize, usize)> = Vec::new();
+    for (j, instr) in plan.instrs.iter().enumerate() {
+        if let Kernel::Jump { target } = instr.kernel {
+            let h = target as usize;
+            if h > j {
+                return Err(bad(format!("instruction {j} (jump) goes forward to {target}; a jump must go back to its loop's start")));
+            }
+            for &(h2, j2) in &loops {
+                // `j2 < j`: the other loop either ends before this one starts or lies inside it.
+                if h2 == h || (h2 < h && h <= j2) {
+                    return Err(bad(format!("loop {h}..={j} overlaps loop {h2}..={j2} without nesting in it")));
+                }
+            }
+            loops.push((h, j));
+        }
+    }
+    // The innermost loop holding instruction `i`: the shortest one containing it.
+    let innermost = |i: usize| loops.iter().filter(|&&(h, j)| h <= i && i <= j).min_by_key(|&&(h, j)| j - h).copied();
+    let mut exits = vec![0usize; loops.len()];
+    for (i, instr) in plan.instrs.iter().enumerate() {
+        match instr.kernel {
+            Kernel::JumpIfFalse { target } => {
+                let t = target as usize;
+                let Some((h, j)) = innermost(i) else {
+                    return Err(bad(format!("instruction {i} (jump_if_false) is not inside a loop")));
+                };
+                if t != j + 1 || t > n {
+                    return Err(bad(format!(
+                        "instruction {i} (jump_if_false) targets {target}; the exit of its loop {h}..={j} is {}",
+                        j + 1
+                    )));
+                }
+                if let Some(k) = loops.iter().position(|&l| l == (h, j)) {
+                    exits[k] += 1;
+                }
+            }
+            Kernel::BindDim { .. } if innermost(i).is_some() => {
+                return Err(bad(format!("instruction {i} (bind_dim) is inside a loop")));
+            }
+            _ => {}
+        }
+    }
+    if let Some(k) = exits.iter().position(|&e| e != 1) {
+        let (h, j) = loops[k];
+        return Err(bad(format!("loop {h}..={j} has {} exits (jump_if_false), expected 1", exits[k])));
+    }
+    Ok(())
+}
+
+/// The `BindDim` instruction binding each symbol, if any (at most one each).
+fn data_dependent_binders(plan: &Plan) -> Result<Vec<Option<u32>>> {
+    let mut binders = vec![None; plan.symbols.len()];
+    for (i, instr) in plan.instrs.iter().enumerate() {
+        if let Kernel::BindDim { symbol } = instr.kernel {
+            let b = binders
+                .get_mut(symbol as usize)
+                .ok_or_else(|| bad(format!("instruction {i} (bind_dim) binds unknown symbol {symbol}")))?;
+            if let Some(first) = b.replace(i as u32) {
+                return Err(bad(format!("instruction {i} (bind_dim) binds symbol {symbol}, already bound by instruction {first}")));
+            }
+        }
+    }
+    Ok(binders)
+}
+
+/// The name of the symbol bound by instruction `ready - 1`.
+fn bound_by<'p>(plan: &'p Plan, binders: &[Option<u32>], ready: usize) -> &'p str {
+    let s = binders.iter().position(|b| b.is_some_and(|b| b as usize + 1 == ready));
+    s.and_then(|s| plan.symbols.get(s)).map_or("?", |sym| sym.name.as_str())
+}
+
+/// For every tensor, the first instruction index at which all the
+/// data-dependent symbols its shape mentions are bound (0 when none).
+fn tensor_ready(plan: &Plan, binders: &[Option<u32>]) -> Result<Vec<usize>> {
+    // Expression operands were checked to precede their users by `expr_upper_bounds`.
+    let mut expr_ready: Vec<usize> = Vec::with_capacity(plan.exprs.len());
+    for e in &plan.exprs {
+        let at = |j: u32| expr_ready.get(j as usize).copied().unwrap_or(0);
+        let r = match *e {
+            DimExpr::Const(_) => 0,
+            DimExpr::Sym(s) => binders.get(s as usize).copied().flatten().map_or(0, |b| b as usize + 1),
+            DimExpr::Add(a, b) | DimExpr::Mul(a, b) | DimExpr::FloorDiv(a, b) | DimExpr::Mod(a, b) | DimExpr::Sub(a, b) => {
+                at(a).max(at(b))
+            }
+        };
+        expr_ready.push(r);
+    }
+    let ready = plan
+        .tensors
+        .iter()
+        .map(|t| {
+            t.shape
+                .iter()
+                .map(|d| match d {
+                    DimRef::Static(_) => 0,
+                    DimRef::Expr(e) => expr_ready.get(*e as usize).copied().unwrap_or(0),
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    Ok(ready)
 }
 
 /// Upper bound of every expression (symbols at their max), saturating. Lower
@@ -146,12 +278,19 @@ fn tensor(plan: &Plan, t: u32) -> Result<&TensorDecl> {
     plan.tensors.get(t as usize).ok_or_else(|| bad(format!("tensor index {t} out of range ({} tensors)", plan.tensors.len())))
 }
 
-fn validate_io(plan: &Plan) -> Result<()> {
+fn validate_io(plan: &Plan, binders: &[Option<u32>], ready: &[usize]) -> Result<()> {
     let mut bound = vec![false; plan.symbols.len()];
     for (i, io) in plan.inputs.iter().enumerate() {
         let t = tensor(plan, io.tensor)?;
         if !matches!(t.storage, Storage::Arena { .. }) {
             return Err(bad(format!("input {i} `{}` is not in the arena", io.name)));
+        }
+        if ready[io.tensor as usize] > 0 {
+            return Err(bad(format!(
+                "input {i} `{}`: its shape uses `{}`, which a bind_dim instruction binds from data",
+                io.name,
+                bound_by(plan, binders, ready[io.tensor as usize])
+            )));
         }
         for d in &t.shape {
             if let DimRef::Expr(e) = d {
@@ -163,8 +302,11 @@ fn validate_io(plan: &Plan) -> Result<()> {
             }
         }
     }
-    if let Some(s) = bound.iter().position(|b| !b) {
-        return Err(bad(format!("symbol `{}` is not the size of any input dimension, so it cannot be bound", plan.symbols[s].name)));
+    if let Some(s) = bound.iter().zip(binders).position(|(b, d)| !b && d.is_none()) {
+        return Err(bad(format!(
+            "symbol `{}` is neither the size of an input dimension nor bound by an instruction, so it cannot be bound",
+            plan.symbols[s].name
+        )));
     }
     for io in &plan.outputs {
         tensor(plan, io.tensor)?;
@@ -237,6 +379,26 @@ fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> s
     if instr.inputs.len() < lo || instr.inputs.len() > hi {
         return Err(format!("has {} operands, expected {lo}..={hi}", instr.inputs.len()));
     }
+    if let Kernel::BindDim { .. } = instr.kernel {
+        let count = tensor(plan, instr.inputs[0]).map_err(|e| e.to_string())?;
+        if !instr.outputs.is_empty() || count.dtype != crate::DType::I64 || !count.shape.is_empty() {
+            return Err("expects one 0-d i64 operand and no outputs".into());
+        }
+        return Ok(());
+    }
+    match instr.kernel {
+        Kernel::JumpIfFalse { .. } => {
+            let cond = tensor(plan, instr.inputs[0]).map_err(|e| e.to_string())?;
+            let one = cond.shape.iter().all(|d| *d == crate::format::DimRef::Static(1));
+            if !instr.outputs.is_empty() || cond.dtype != crate::DType::Bool || !one {
+                return Err("expects one 1-element bool operand (static shape) and no outputs".into());
+            }
+            return Ok(());
+        }
+        Kernel::Jump { .. } if !instr.outputs.is_empty() => return Err("a jump has no outputs".into()),
+        Kernel::Jump { .. } => return Ok(()),
+        _ => {}
+    }
     if instr.outputs.len() != 1 {
         return Err(format!("has {} outputs, expected 1", instr.outputs.len()));
     }
@@ -303,10 +465,13 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                 return Err("convolution parameters do not match the input rank".into());
             }
         }
-        Kernel::Pool { kernel, stride, padding, dilation, .. } => {
+        Kernel::Pool { kind, kernel, stride, padding, dilation, divisor, .. } => {
             let n = kernel.len();
             if n == 0 || n > 3 || n > in_rank || [stride.len(), padding.len(), dilation.len()].iter().any(|&l| l != n) {
                 return Err("pooling parameters do not match the input rank".into());
+            }
+            if divisor.is_some_and(|d| d == 0 || *kind != PoolKind::Avg) {
+                return Err("a pooling divisor must be non-zero and on an average pool".into());
             }
         }
         Kernel::CumSum { axis } | Kernel::ArgMin { axis } | Kernel::Sort { axis, .. } => axis_ok(*axis, in_rank)?,
@@ -318,6 +483,11 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
         Kernel::Pad { lo, hi, interior, .. } => {
             if [lo.len(), hi.len(), interior.len(), rank(out)].iter().any(|&l| l != in_rank) || interior.iter().any(|&i| i < 0) {
                 return Err("padding parameters do not match the input rank".into());
+            }
+        }
+        Kernel::NonZero => {
+            if out.dtype != crate::DType::I64 || out.shape.len() != 2 || out.shape[1] != DimRef::Static(in_rank as u64) {
+                return Err(format!("nonzero of a rank-{in_rank} tensor must write i64[count, {in_rank}]"));
             }
         }
         Kernel::Resize { spatial, scales, .. } => {

@@ -315,6 +315,16 @@ def _():
                 sizes=[dict(d=4), dict(d=2), dict(d=10)], reject=dict(d=11))
 
 
+@case("numel_as_number")
+def _():
+    # x.numel() of a dynamic tensor: training IR calls aten.sym_numel (Core
+    # ATen rewrites it to a product of sym_size).
+    b, c = Dim("b", **B), Dim("c", min=2, max=8)
+    return dict(module=Fn(lambda _, x: x * x.numel() + x.shape[1]),
+                make=lambda b, c: (rnd(b, c, seed=b + c),), dyn=({0: b, 1: c},),
+                sizes=[dict(b=3, c=4), dict(b=1, c=2), dict(b=16, c=8)], reject=dict(b=17, c=4))
+
+
 @case("split_chunk")
 def _():
     b = Dim("b", **B)
@@ -413,6 +423,48 @@ def _():
     b = Dim("b", **B)
     return dict(module=Fn(lambda _, x: (F.interpolate(x, scale_factor=2, mode="nearest"), F.interpolate(x, size=(5, 3), mode="bilinear"))),
                 make=lambda b: (rnd(b, 2, 3, 4, seed=b),), dyn=({0: b},), sizes=[dict(b=2), dict(b=1), dict(b=16)], reject=dict(b=17))
+
+
+@case("group_norm_dyn")
+def _():
+    b, h, w = Dim("b", **B), Dim("h", min=2, max=8), Dim("w", min=2, max=8)
+    torch.manual_seed(10)
+    gn = nn.GroupNorm(2, 4)
+    with torch.no_grad():
+        gn.weight.uniform_(0.5, 1.5)
+        gn.bias.uniform_(-0.5, 0.5)
+    return dict(module=Fn(lambda m, x: (m.gn(x), F.group_norm(x.flatten(2), 4)), gn=gn),
+                make=lambda b, h, w: (rnd(b, 4, h, w, seed=b + h * w) * 3 + 1,), dyn=({0: b, 2: h, 3: w},),
+                sizes=[dict(b=2, h=3, w=5), dict(b=1, h=2, w=2), dict(b=16, h=8, w=8), dict(b=3, h=7, w=2)], reject=dict(b=2, h=9, w=3))
+
+
+@case("diff_dyn")
+def _():
+    s = Dim("s", min=4, max=12)
+    return dict(module=Fn(lambda _, x, p: (torch.diff(x, dim=1), torch.diff(x, n=2, dim=-1), torch.diff(x > 0, dim=1),
+                                           torch.diff(x, dim=1, prepend=p), torch.diff(x, dim=0))),
+                make=lambda s: (rnd(3, s, seed=s) * 4, rnd(3, 2, seed=1)), dyn=({1: s}, None),
+                sizes=[dict(s=6), dict(s=4), dict(s=12), dict(s=9)], reject=dict(s=3))
+
+
+@case("diagonal_dyn")
+def _():
+    # Square diagonals (torch states a non-square one's length as a Min of sizes, which kiln's
+    # dimensions cannot express); s >= 3 keeps the +-1 diagonals longer than 1, as torch requires.
+    b, s = Dim("b", min=1, max=6), Dim("s", min=3, max=10)
+    return dict(module=Fn(lambda _, x, y: (x.diagonal(), x.diagonal(1), x.diagonal(-1) * 2, y.diagonal(0, 1, 2), y.diagonal(-1, -1, -2),
+                                           y.diagonal(1, 1, 2))),
+                make=lambda b, s: (rnd(s, s, seed=s), rnd(b, s, s, seed=b + s)), dyn=({0: s, 1: s}, {0: b, 1: s, 2: s}),
+                sizes=[dict(b=2, s=4), dict(b=1, s=3), dict(b=6, s=10), dict(b=3, s=7)], reject=dict(b=2, s=11))
+
+
+@case("scatter_neg_index_dyn")
+def _():
+    s = Dim("s", min=3, max=10)
+    return dict(module=Fn(lambda _, x, y, z: (torch.select_scatter(x, y, 0, -1), torch.slice_scatter(x, z, 0, -2),
+                                              torch.select_scatter(x, y, 0, -3), torch.slice_scatter(x, z, 0, -3, -1))),
+                make=lambda s: (rnd(s, 3, seed=s), rnd(3, seed=2), rnd(2, 3, seed=3)), dyn=({0: s}, None, None),
+                sizes=[dict(s=5), dict(s=3), dict(s=10), dict(s=4)], reject=dict(s=2))
 
 
 class Block(nn.Module):

@@ -1,6 +1,9 @@
 //! Shared helpers for kiln's integration tests: fixture discovery, reading the
 //! PyTorch reference tensors, and tolerance comparisons.
 
+pub mod coverage;
+pub mod tie_order;
+
 use kiln_compiler::npy::read_npy;
 use kiln_runtime::{DType, Tensor, TensorView};
 use std::path::{Path, PathBuf};
@@ -169,14 +172,85 @@ pub fn try_compile_and_load(pt2: &Path, tag: &str) -> Result<std::sync::Arc<kiln
 /// Runs `inputs` through `session` and compares every output with `expected`
 /// at torch's default tolerance for its dtype.
 pub fn try_run_and_compare(session: &mut kiln_runtime::Session, inputs: &[Tensor], expected: &[Tensor]) -> Result<(), String> {
+    try_run_and_compare_with_ties(session, inputs, expected, None)
+}
+
+/// An output of indices whose order among equal values torch leaves to its
+/// C++ library (topk's unstable partial sort: libstdc++ and libc++ builds of
+/// torch disagree). Output `indices` is checked by what it selects — input
+/// `input` gathered along `dim` must give output `values`, with no index
+/// repeated within a row — instead of being compared with torch's indices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TieOrder {
+    pub input: usize,
+    pub values: usize,
+    pub indices: usize,
+    pub dim: usize,
+}
+
+/// [`try_run_and_compare`], with `ties` naming an index output checked by
+/// [`check_tied_indices`] instead.
+pub fn try_run_and_compare_with_ties(
+    session: &mut kiln_runtime::Session,
+    inputs: &[Tensor],
+    expected: &[Tensor],
+    ties: Option<TieOrder>,
+) -> Result<(), String> {
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
     let outputs = session.run(&views).map_err(|e| format!("run: {e}"))?;
     if outputs.len() != expected.len() {
         return Err(format!("{} outputs, expected {}", outputs.len(), expected.len()));
     }
     for (i, want) in expected.iter().enumerate() {
+        if let Some(t) = ties.filter(|t| t.indices == i) {
+            let (Some(input), Some(values)) = (views.get(t.input), expected.get(t.values)) else {
+                return Err(format!("tie order names input {} / output {} that do not exist", t.input, t.values));
+            };
+            check_tied_indices(&outputs.get(i), input, &values.view(), t.dim).map_err(|e| format!("output {i}: {e}"))?;
+            continue;
+        }
         let (rtol, atol) = default_tolerance(want.dtype);
         compare_close(&outputs.get(i), &want.view(), rtol, atol).map_err(|e| format!("output {i}: {e}"))?;
     }
     Ok(())
+}
+
+/// Checks that i64 `indices` pick `values` out of `input` along `dim`
+/// (exactly; NaN picks NaN) and that no row repeats an index.
+pub fn check_tied_indices(indices: &TensorView<'_>, input: &TensorView<'_>, values: &TensorView<'_>, dim: usize) -> Result<(), String> {
+    if indices.dtype != DType::I64 || indices.shape != values.shape {
+        return Err(format!("indices {} {:?}, expected i64 {:?}", indices.dtype, indices.shape, values.shape));
+    }
+    tie_order::check(&as_f64(indices), indices.shape, &as_f64(input), input.shape, &as_f64(values), dim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn i64s(shape: &[usize], v: &[i64]) -> Tensor {
+        Tensor::from_i64(shape, v)
+    }
+
+    #[test]
+    fn tied_indices_are_checked_by_what_they_select() {
+        // topk(k=2) of rows [5, 7, 5] and [1, 1, 3] along dim 1.
+        let x = i64s(&[2, 3], &[5, 7, 5, 1, 1, 3]);
+        let values = i64s(&[2, 2], &[7, 5, 3, 1]);
+        let torch = i64s(&[2, 2], &[1, 0, 2, 1]);
+        let other_tie = i64s(&[2, 2], &[1, 2, 2, 0]);
+        assert!(check_tied_indices(&torch.view(), &x.view(), &values.view(), 1).is_ok());
+        assert!(check_tied_indices(&other_tie.view(), &x.view(), &values.view(), 1).is_ok());
+        let wrong_value = i64s(&[2, 2], &[0, 2, 2, 0]);
+        assert!(check_tied_indices(&wrong_value.view(), &x.view(), &values.view(), 1).unwrap_err().contains("selects 5"));
+        let repeated = i64s(&[2, 2], &[1, 0, 2, 2]);
+        assert!(check_tied_indices(&repeated.view(), &x.view(), &values.view(), 1).unwrap_err().contains("repeated"));
+        let out_of_range = i64s(&[2, 2], &[1, 3, 2, 0]);
+        assert!(check_tied_indices(&out_of_range.view(), &x.view(), &values.view(), 1).is_err());
+        // Along dim 0 of the transposed layout.
+        let xt = i64s(&[3, 2], &[5, 1, 7, 1, 5, 3]);
+        let vt = i64s(&[2, 2], &[7, 3, 5, 1]);
+        let it = i64s(&[2, 2], &[1, 2, 2, 0]);
+        assert!(check_tied_indices(&it.view(), &xt.view(), &vt.view(), 0).is_ok());
+    }
 }

@@ -1,7 +1,7 @@
 //! The loader treats every .kiln byte as hostile: truncated, bit-flipped and
 //! crafted artifacts give errors, never panics or out-of-bounds accesses.
 
-use kiln_runtime::format::{parse_container, ArtifactWriter, DimExpr, DimRef, Metadata, Plan, Storage, WeightsBuilder};
+use kiln_runtime::format::{parse_container, ArtifactWriter, DimExpr, DimRef, Kernel, Metadata, Plan, PoolKind, Storage, WeightsBuilder};
 use kiln_runtime::{Error, Program, Tensor};
 use kiln_tests::{compile_fixture, fixture_dir, read_numbered};
 
@@ -107,11 +107,49 @@ fn hostile_plans_are_rejected_with_precise_errors() {
 }
 
 #[test]
+fn hostile_pool_divisors_are_rejected() {
+    let bytes = compiled("cnn");
+    let set_divisor = |kind_to: PoolKind, d: i64| {
+        move |p: &mut Plan| {
+            let pool = p.instrs.iter_mut().find_map(|i| match &mut i.kernel {
+                Kernel::Pool { kind, divisor, .. } => Some((kind, divisor)),
+                _ => None,
+            });
+            let (kind, divisor) = pool.expect("the cnn fixture has a pool");
+            (*kind, *divisor) = (kind_to, Some(d));
+        }
+    };
+    expect_plan_error(&bytes, "zero divisor", set_divisor(PoolKind::Avg, 0), "divisor");
+    expect_plan_error(&bytes, "divisor on max pooling", set_divisor(PoolKind::Max, 2), "divisor");
+}
+
+#[test]
 fn huge_arena_is_an_error_not_an_abort() {
     let bytes = compiled("mlp");
     let crafted = with_plan(&bytes, |p| p.arena_bytes = u64::MAX / 2);
     let program = Program::from_bytes(&crafted).expect("a large arena is valid on paper");
     assert!(matches!(program.session(), Err(Error::OutOfMemory { .. })));
+}
+
+#[test]
+fn other_format_versions_are_refused_by_name() {
+    use kiln_runtime::format::{FORMAT_MAJOR, FORMAT_MINOR};
+    let good = compiled("mlp");
+    assert!(Program::from_bytes(&good).is_ok());
+    // Before 1.0 a runtime reads only its own minor version: older plans
+    // encode differently (e.g. 0.1's pooling had no divisor field).
+    for (major, minor) in [(FORMAT_MAJOR, FORMAT_MINOR - 1), (FORMAT_MAJOR, FORMAT_MINOR + 1), (FORMAT_MAJOR + 1, 0)] {
+        let mut bytes = good.clone();
+        bytes[8..10].copy_from_slice(&major.to_le_bytes());
+        bytes[10..12].copy_from_slice(&minor.to_le_bytes());
+        match Program::from_bytes(&bytes) {
+            Err(e @ Error::Version { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains(&format!("{major}.{minor}")) && msg.contains("recompile"), "{msg}");
+            }
+            other => panic!("format {major}.{minor}: expected a version error, got {:?}", other.map(|_| ())),
+        }
+    }
 }
 
 #[test]
@@ -121,4 +159,40 @@ fn garbage_is_not_a_kiln_file() {
     }
     let missing = Program::load("/nonexistent/model.kiln").err().expect("missing file");
     assert!(missing.to_string().contains("/nonexistent/model.kiln"));
+}
+
+#[test]
+fn hostile_data_dependent_plans_are_rejected() {
+    let bytes = compiled("nonzero");
+    let binder = |p: &Plan| p.instrs.iter().position(|i| matches!(i.kernel, Kernel::BindDim { .. })).unwrap();
+    let sym_expr = |p: &Plan, s: u32| p.exprs.iter().position(|e| *e == DimExpr::Sym(s)).unwrap() as u32;
+    expect_plan_error(&bytes, "bind after use", |p| {
+        let b = p.instrs.remove(binder(p));
+        p.instrs.push(b);
+    }, "before instruction");
+    expect_plan_error(&bytes, "bound twice", |p| {
+        let b = p.instrs[binder(p)].clone();
+        p.instrs.insert(0, b);
+    }, "already bound by instruction");
+    expect_plan_error(&bytes, "bind from a non-scalar", |p| {
+        let i = binder(p);
+        p.instrs[i].inputs[0] = p.inputs[0].tensor;
+    }, "one 0-d i64 operand");
+    expect_plan_error(&bytes, "bind of an unknown symbol", |p| {
+        let i = binder(p);
+        p.instrs[i].kernel = Kernel::BindDim { symbol: 99 };
+    }, "unknown symbol 99");
+    expect_plan_error(&bytes, "input shaped by data", |p| {
+        let i = binder(p);
+        let Kernel::BindDim { symbol } = p.instrs[i].kernel else { unreachable!() };
+        let e = sym_expr(p, symbol);
+        // Small enough that the input's slot still holds it.
+        p.symbols[symbol as usize].max = 1;
+        let t = p.inputs[0].tensor as usize;
+        p.tensors[t].shape[0] = DimRef::Expr(e);
+    }, "binds from data");
+    expect_plan_error(&bytes, "symbol never bound", |p| {
+        let i = binder(p);
+        p.instrs.remove(i);
+    }, "nor bound by an instruction");
 }

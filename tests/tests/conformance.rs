@@ -4,7 +4,9 @@
 //! each IR flavour it has, is compiled, loaded and run, and every output is
 //! compared with PyTorch's eager output at `torch.testing.assert_close`'s
 //! default tolerances for its dtype (exact for integers and bools, NaN
-//! positions must match).
+//! positions must match). topk's indices are the one exception: torch leaves
+//! the order of tied values to its C++ library, so a case's `ties` entry has
+//! them checked by what they select (`kiln_tests::check_tied_indices`).
 //!
 //! The test fails on any mismatch or compile/load/run error, except for case
 //! flavours the manifest marks `unsupported: {flavour: reason}`. It prints a per-op
@@ -12,7 +14,8 @@
 //! local iteration); `KILN_CONFORMANCE_DIR=/tmp/kiln-conf` runs the cases of
 //! another folder (the generator's `--full` set).
 
-use kiln_tests::{try_compile_and_load, try_read_numbered, try_run_and_compare};
+use kiln_tests::coverage::{core_coverage, passing_share, CaseRun, CoreStatus};
+use kiln_tests::{try_compile_and_load, try_read_numbered, try_run_and_compare_with_ties, TieOrder};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,12 +30,20 @@ fn cases_dir() -> PathBuf {
 }
 
 /// Compiles, loads and runs one flavour of one case; `Err` names the stage.
-fn run_case(dir: &Path, flavour: &str, bf16: bool) -> Result<(), String> {
+fn run_case(dir: &Path, flavour: &str, bf16: bool, ties: Option<TieOrder>) -> Result<(), String> {
     let inputs = try_read_numbered(dir, "input", bf16)?;
     let expected = try_read_numbered(dir, "output", bf16)?;
     let program = try_compile_and_load(&dir.join(format!("{flavour}.pt2")), "conformance")?;
     let mut session = program.session().map_err(|e| format!("session: {e}"))?;
-    try_run_and_compare(&mut session, &inputs, &expected)
+    try_run_and_compare_with_ties(&mut session, &inputs, &expected, ties)
+}
+
+/// The case's `ties` entry (written by generate.py for topk): which index
+/// output may order tied values differently from torch.
+fn tie_order(case: &Value) -> Option<TieOrder> {
+    let t = case.get("ties")?;
+    let field = |k: &str| t.get(k).and_then(Value::as_u64).map(|v| v as usize);
+    Some(TieOrder { input: field("input")?, values: field("values")?, indices: field("indices")?, dim: field("dim")? })
 }
 
 #[derive(Default)]
@@ -51,6 +62,7 @@ fn conformance_with_pytorch() {
     let filter: Option<Vec<String>> =
         std::env::var("KILN_CONFORMANCE_FILTER").ok().map(|f| f.split(',').map(str::to_string).collect());
     let mut tally: BTreeMap<String, OpTally> = BTreeMap::new();
+    let mut runs: Vec<CaseRun> = Vec::new();
     let cases = manifest["cases"].as_array().expect("cases");
     assert!(!cases.is_empty(), "the manifest lists no cases");
     for case in cases {
@@ -66,8 +78,11 @@ fn conformance_with_pytorch() {
             let flavour = flavour.as_str().expect("flavour");
             let what = format!("{}/{flavour}", case["dir"].as_str().unwrap_or("?"));
             let unsupported = unsupported.and_then(|u| u.get(flavour)).and_then(Value::as_str);
-            let result = std::panic::catch_unwind(|| run_case(&dir, flavour, dtype == "bf16"))
+            let result = std::panic::catch_unwind(|| run_case(&dir, flavour, dtype == "bf16", tie_order(case)))
                 .unwrap_or_else(|_| Err("panicked".to_string()));
+            let ops_key = if flavour == "training" { "training_ops" } else { "aten_ops" };
+            let ops = case[ops_key].as_array().map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default();
+            runs.push(CaseRun { ops, passed: result.is_ok() && unsupported.is_none() });
             match (result, unsupported) {
                 (Ok(()), None) => t.passed += 1,
                 (Ok(()), Some(_)) => t.unexpectedly_passing.push(what),
@@ -90,6 +105,33 @@ fn conformance_with_pytorch() {
             println!("note: {op}: {w} is marked unsupported but passes; unmark it in generate.py");
         }
     }
+    let committed_and_whole = filter.is_none() && std::env::var_os("KILN_CONFORMANCE_DIR").is_none();
+    report_core_coverage(&runs, committed_and_whole);
     let failures: Vec<&String> = tally.values().flat_map(|t| &t.failures).collect();
     assert!(failures.is_empty(), "{} conformance failures:\n{}", failures.len(), failures.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"));
+}
+
+/// Prints the Core ATen coverage of these runs (see `kiln_tests::coverage`)
+/// and, over the whole committed set, checks it: no imported overload goes
+/// unexercised without a listed reason, and at least 95 % of the
+/// non-gradient overloads pass every run that calls them.
+fn report_core_coverage(runs: &[CaseRun], check: bool) {
+    let rows = core_coverage(runs);
+    let (passing, of) = passing_share(&rows);
+    println!("\nCore ATen (torch 2.15): {passing} of {of} non-gradient overloads pass every case run that calls them (or their suite elsewhere)");
+    for (overload, status) in &rows {
+        match status {
+            CoreStatus::Passes { .. } => {}
+            CoreStatus::Fails { runs, failed } => println!("  {overload}: {failed} of {runs} runs fail or are known-unsupported"),
+            CoreStatus::Elsewhere(w) => println!("  {overload}: exercised by {w}"),
+            CoreStatus::NotExercised(w) => println!("  {overload}: not exercised: {w}"),
+            CoreStatus::Unsupported(w) => println!("  {overload}: {w}"),
+            CoreStatus::Gap => println!("  {overload}: imported but no case calls it"),
+        }
+    }
+    if check {
+        let gaps: Vec<&str> = rows.iter().filter(|(_, s)| *s == CoreStatus::Gap).map(|(o, _)| *o).collect();
+        assert!(gaps.is_empty(), "imported Core ATen overloads no case calls (add cases to generate.py): {gaps:?}");
+        assert!(passing * 100 >= of * 95, "only {passing} of {of} non-gradient Core ATen overloads pass (< 95 %)");
+    }
 }

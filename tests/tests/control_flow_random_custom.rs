@@ -1,5 +1,6 @@
-//! `torch.cond`, random ops and custom ops (fixtures from
-//! `tests/fixtures/generate_extras.py`), in both IR flavours.
+//! `torch.cond`, random ops, custom ops and `x[mask] = values` with a mask
+//! given at run time (fixtures from `tests/fixtures/generate_extras.py`), in
+//! both IR flavours.
 
 use kiln_compiler::import::{import_pt2, import_pt2_with, CustomOpContext, ImportError, ImportOptions};
 use kiln_compiler::{compile_file, CompileOptions};
@@ -46,14 +47,7 @@ fn cond_imports_both_branches_and_selects_with_where() {
     assert!(ops.iter().any(|o| matches!(o, Op::Unary(UnaryOp::Cos))), "false branch missing");
 }
 
-#[test]
-fn while_loop_is_a_clear_compile_time_error() {
-    let path = fixture_dir("control_flow").join("while_loop.pt2");
-    let err = import_pt2(&path).expect_err("while_loop is not supported").to_string();
-    assert!(err.contains("higher_order.while_loop"), "{err}");
-    assert!(err.contains("kiln's plans have no loops"), "{err}");
-    assert!(err.contains("generate_extras.py:"), "no Python line in: {err}");
-}
+// `while_loop` (control_flow/while_loop.pt2 included): tests/while_loop.rs.
 
 // ------------------------------------------------------------------ random ops
 
@@ -246,4 +240,42 @@ fn bad_custom_op_lowerings_are_reported_not_trusted() {
     });
     let err = import_pt2_with(&path, &missing).expect_err("unknown argument").to_string();
     assert!(err.contains("no_such_arg"), "{err}");
+}
+
+// ------------------------------------------------------------------ index_put with a run-time mask
+
+fn bool_mask(bits: &[bool]) -> Tensor {
+    Tensor { dtype: DType::Bool, shape: vec![bits.len()], data: bits.iter().map(|&b| b as u8).collect() }
+}
+
+#[test]
+fn masked_index_put_places_rows_and_refuses_a_count_mismatch() {
+    let dir = fixture_dir("index_put_mask");
+    let (inputs, want) = (read_numbered(&dir, "input"), read_numbered(&dir, "output"));
+    let (x, v) = (inputs[0].to_f32().expect("x f32"), inputs[2].to_f32().expect("v f32"));
+    for flavour in FLAVOURS {
+        let program = load_fixture("index_put_mask", flavour);
+        let mut session = program.session().expect("session");
+        compare(&format!("{flavour} fixture mask"), &run(&mut session, &inputs), &want);
+        // Another mask with three true positions: rows 0, 1, 2 of v go to rows 1, 3, 4 of x.
+        let mask = bool_mask(&[false, true, false, true, true]);
+        let got = run(&mut session, &[inputs[0].clone(), mask, inputs[2].clone()]);
+        let got = got[0].to_f32().expect("f32 output");
+        for (row, from) in [(0, None), (1, Some(0)), (2, None), (3, Some(1)), (4, Some(2))] {
+            let expect: Vec<f32> = match from {
+                Some(r) => v[r * 4..r * 4 + 4].to_vec(),
+                None => x[row * 4..row * 4 + 4].to_vec(),
+            };
+            assert_eq!(&got[row * 4..row * 4 + 4], expect.as_slice(), "{flavour}: row {row}");
+        }
+        // torch raises when the count differs from v's 3 rows; kiln must not use a prefix.
+        for bits in [[true, true, false, false, false], [true, true, true, true, false], [false; 5]] {
+            let ins = [inputs[0].clone(), bool_mask(&bits), inputs[2].clone()];
+            let views: Vec<TensorView<'_>> = ins.iter().map(Tensor::view).collect();
+            let err = session.run(&views).map(|_| ()).expect_err("count mismatch must fail").to_string();
+            assert!(err.contains("out of range"), "{flavour} {bits:?}: {err}");
+        }
+        // The session still works after the refused runs.
+        compare(&format!("{flavour} fixture mask again"), &run(&mut session, &inputs), &want);
+    }
 }

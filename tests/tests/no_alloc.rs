@@ -67,4 +67,24 @@ fn steady_state_runs_do_not_allocate() {
         });
         assert_eq!(n, 0, "{name}: {n} allocations in steady-state runs");
     }
+    // Data-dependent sizes: the run loop stops at each BindDim, rebinds and
+    // re-evaluates shapes, still without allocating. Loops (`while_loop`,
+    // trip counts 3, 0, 1) follow their jumps without allocating either.
+    for name in ["nonzero", "item", "while_loop"] {
+        let program = load_fixture(name, "aten");
+        let cases: Vec<Vec<Tensor>> = (0..3).map(|k| read_numbered(&fixture_dir(name), &format!("case{k}_input"))).collect();
+        let mut session = program.session().unwrap();
+        for c in &cases {
+            session.run(&c.iter().map(Tensor::view).collect::<Vec<_>>()).unwrap();
+        }
+        let views: Vec<Vec<_>> = cases.iter().map(|c| c.iter().map(Tensor::view).collect()).collect();
+        let n = allocations_during(|| {
+            for _ in 0..3 {
+                for v in &views {
+                    session.run(v).unwrap();
+                }
+            }
+        });
+        assert_eq!(n, 0, "{name}: {n} allocations in steady-state runs");
+    }
 }

@@ -14,11 +14,20 @@
 //! Both branches must give each output the same dtype and shape (torch checks
 //! this at export too); a mismatch is a compile-time error naming both types.
 //!
-//! `while_loop` would need a loop in the plan; it is reported as unsupported.
+//! `while_loop` becomes an [`Op::While`] whose condition and body are nested
+//! graphs of their own (converted with a copy of the parent's symbol table;
+//! everything they read arrives as an input: the carried values, then the
+//! additional ones, which torch uses for lifted weights and captured tensors).
+//! The CPU plan runs it with jumps (`lower.rs`); no trip count is needed, and
+//! a condition that never turns false loops forever, as in torch. Carried
+//! values must keep their dtype and shape across iterations (torch checks this
+//! at export; kiln checks it again and reports a mismatch by name). A loop
+//! body that makes a data-dependent size (`.item()`, nonzero) is rejected:
+//! memory is planned once for the loop's region.
 
 use super::importer::{invalid, unsupported, Importer, R};
 use crate::pt2::program::{Arg, Node, SubGraph};
-use kiln_ir::{DType, Op, TensorType, ValueId};
+use kiln_ir::{DType, Op, Region, TensorType, ValueId};
 
 pub(crate) const COND: &str = "torch.ops.higher_order.cond";
 pub(crate) const WHILE_LOOP: &str = "torch.ops.higher_order.while_loop";
@@ -113,9 +122,62 @@ fn show(imp: &Importer, t: &TensorType) -> String {
     format!("{}[{}]", t.dtype, dims.join(", "))
 }
 
-/// `while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)`.
-pub(crate) fn while_loop(_imp: &mut Importer, _n: &Node) -> R<()> {
-    unsupported(
-        "while_loop is not supported: kiln's plans have no loops (rewrite the loop with a static trip count, which torch.export unrolls)",
-    )
+/// `while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)`:
+/// inputs are positional. Both functions become nested graphs of an
+/// [`Op::While`] taking the carried values then the additional (read-only)
+/// ones; the node's outputs are the final carried values.
+pub(crate) fn while_loop<'p>(imp: &mut Importer<'p>, n: &'p Node) -> R<()> {
+    let [cond_fn, body_fn, carried, additional] = n.inputs.as_slice() else {
+        return invalid(format!("while_loop takes 4 arguments, found {}", n.inputs.len()));
+    };
+    let (Arg::Graph(cond_fn), Arg::Graph(body_fn)) = (&cond_fn.arg, &body_fn.arg) else {
+        return invalid("while_loop's cond_fn and body_fn are not graphs");
+    };
+    let tensors = |imp: &Importer, arg: &Arg, what: &str| -> R<Vec<ValueId>> {
+        match arg {
+            Arg::Tensors(names) => names.iter().map(|t| imp.value(t)).collect(),
+            Arg::Tensor(name) => Ok(vec![imp.value(name)?]),
+            Arg::None => Ok(Vec::new()),
+            other => unsupported(format!(
+                "while_loop {what} other than tensors ({other:?}): kiln carries tensors only (make a Python int counter a 0-d tensor)"
+            )),
+        }
+    };
+    let carried = tensors(imp, &carried.arg, "carried inputs")?;
+    let additional = tensors(imp, &additional.arg, "additional inputs")?;
+    if carried.is_empty() || carried.len() != n.outputs.len() {
+        return invalid(format!("while_loop carries {} values and has {} outputs", carried.len(), n.outputs.len()));
+    }
+    let outer = imp.loc.expect("set by convert_nodes");
+    let operands: Vec<ValueId> = carried.iter().chain(&additional).copied().collect();
+    let types: Vec<TensorType> = operands.iter().map(|&v| imp.ty(v).clone()).collect();
+    let cond = imp.convert_region(cond_fn, &types, outer)?;
+    let body = imp.convert_region(body_fn, &types, outer)?;
+    match cond.outputs.as_slice() {
+        [p] if cond.ty(*p).dtype == DType::Bool && cond.ty(*p).numel().as_const() == Some(1) => {}
+        [p] => {
+            return unsupported(format!("while_loop's `{}` returns {}, expected a one-element bool tensor", cond_fn.name, show(imp, cond.ty(*p))))
+        }
+        outs => return unsupported(format!("while_loop's `{}` returns {} values, expected one bool", cond_fn.name, outs.len())),
+    }
+    if body.outputs.len() != carried.len() {
+        return unsupported(format!("while_loop's `{}` returns {} values for {} carried values", body_fn.name, body.outputs.len(), carried.len()));
+    }
+    for (i, (&out, want)) in body.outputs.iter().zip(&types).enumerate() {
+        let got = body.ty(out).clone();
+        if !same_type(imp, want, &got) {
+            // torch checks this at export as well; a mismatch here means the
+            // shapes differ in a way kiln cannot prove equal.
+            return unsupported(format!(
+                "while_loop carried value {i} enters as {} and `{}` returns {}: a carried value must keep its dtype and shape",
+                show(imp, want),
+                body_fn.name,
+                show(imp, &got)
+            ));
+        }
+    }
+    let op = Op::While { carried: carried.len(), cond: Region::new(cond), body: Region::new(body) };
+    let node = imp.g.add_node(op, operands, types[..carried.len()].to_vec(), imp.loc);
+    let results = imp.g.nodes[node].outputs.clone();
+    bind_all(imp, n, &results)
 }

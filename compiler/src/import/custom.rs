@@ -348,6 +348,7 @@ fn arg_kind(a: &Arg) -> &'static str {
         Arg::SymInt(SymIntArg::Int(_)) | Arg::SymInt(SymIntArg::Name(_)) => "SymInt",
         Arg::SymInts(_) => "SymInt[]",
         Arg::SymBool(_) => "SymBool",
+        Arg::SymFloat(_) => "SymFloat",
         Arg::ScalarType(_) => "ScalarType",
         Arg::MemoryFormat(_) => "MemoryFormat",
         Arg::Layout(_) => "Layout",

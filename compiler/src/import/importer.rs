@@ -6,7 +6,7 @@ use super::custom::ImportOptions;
 use crate::pt2::program::{Arg, InputSpec, Node, OutputSpec, SubGraph, SymExpr, SymIntArg, TensorMeta};
 use crate::pt2::weights::{self, WeightError};
 use crate::pt2::{scalar_type, sympy, Pt2File, CONSTANTS_DIR, WEIGHTS_DIR};
-use kiln_ir::{ConstBytes, DType, Dim, Graph, LocId, Location, Op, TensorType, ValueId};
+use kiln_ir::{ConstBytes, DType, Dim, Graph, LocId, Location, Op, SymbolId, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 
 /// Why a node could not be converted.
@@ -75,13 +75,30 @@ pub(crate) struct Importer<'p> {
     pub node_index: usize,
     /// Location of the node being converted.
     pub loc: Option<LocId>,
+    /// Symbolic scalars read with `.item()` (`_local_scalar_dense`) → the 0-d
+    /// tensor they were read from, for their uses as operands.
+    items: HashMap<String, ValueId>,
+    /// Unbacked symbols from `.item()` not bound yet: a `BindDim` is emitted
+    /// just before the first node whose shapes use one (see [`Importer::ensure_bound`]).
+    pending_binds: HashMap<SymbolId, PendingBind>,
+}
+
+/// A `.item()` value that may become a size.
+struct PendingBind {
+    /// The 0-d tensor read.
+    value: ValueId,
+    /// The `.item()` node, for the bind's location and error messages.
+    loc: Option<LocId>,
+    node: String,
 }
 
 impl<'p> Importer<'p> {
     pub fn new(file: &'p Pt2File, options: &'p ImportOptions) -> Importer<'p> {
         let mut g = Graph::new();
         for (name, min, max) in &file.program.range_constraints {
-            g.add_symbol(name.clone(), *min, *max);
+            // IR symbols are sizes (>= 0); an unbacked symbol from `.item()`
+            // may have a negative range, which only matters as a scalar.
+            g.add_symbol(name.clone(), (*min).max(0), max.map(|m| m.max(0)));
         }
         let mut last_use = HashMap::new();
         for (i, node) in file.program.nodes.iter().enumerate() {
@@ -118,6 +135,8 @@ impl<'p> Importer<'p> {
             last_use,
             node_index: 0,
             loc: None,
+            items: HashMap::new(),
+            pending_binds: HashMap::new(),
         }
     }
 
@@ -252,6 +271,49 @@ impl<'p> Importer<'p> {
         self.scope = saved.scope;
         self.loc = Some(outer);
         result
+    }
+
+    /// Converts nested graph `sub` into a graph of its own (a loop's
+    /// condition or body) whose inputs have `input_types`. It starts with a
+    /// copy of this graph's symbol table (nested graphs share symbol ids with
+    /// their parent) and cannot reach this graph's values: everything it reads
+    /// is an input. `outer` is the loop node's location in this graph.
+    pub(crate) fn convert_region(&mut self, sub: &'p SubGraph, input_types: &[TensorType], outer: LocId) -> R<Graph> {
+        let mut region = Graph::new();
+        region.symbols = self.g.symbols.clone();
+        let region_outer = region.locs.push(self.g.locs[outer].clone());
+        let inputs: Vec<ValueId> = input_types
+            .iter()
+            .enumerate()
+            .map(|(i, ty)| {
+                let name = match sub.inputs.get(i) {
+                    Some(Arg::Tensor(name)) => format!("{}{}/{name}", self.scope, sub.name),
+                    _ => format!("input_{i}"),
+                };
+                region.add_input(name, ty.clone())
+            })
+            .collect();
+        let parent = std::mem::replace(&mut self.g, region);
+        // `.item()` reads and pending binds name the parent's values.
+        let items = std::mem::take(&mut self.items);
+        let pending = std::mem::take(&mut self.pending_binds);
+        let result = self.inline_graph(sub, &inputs, region_outer);
+        let leftover_binds = !self.pending_binds.is_empty();
+        self.items = items;
+        self.pending_binds = pending;
+        let mut region = std::mem::replace(&mut self.g, parent);
+        self.loc = Some(outer);
+        let outputs = result?;
+        if leftover_binds || !region.data_dependent_symbols().is_empty() || region.symbols.len() > self.g.symbols.len() {
+            return unsupported(format!(
+                "`{}` makes a data-dependent size (`.item()`, nonzero, ...); inside a loop kiln cannot plan memory for it",
+                sub.name
+            ));
+        }
+        for (i, v) in outputs.into_iter().enumerate() {
+            region.add_output(format!("output_{i}"), v);
+        }
+        Ok(region)
     }
 
     fn inline_graph_body(&mut self, sub: &'p SubGraph, operands: &[ValueId], outer: LocId) -> R<Vec<ValueId>> {
@@ -441,7 +503,67 @@ impl<'p> Importer<'p> {
             let id = g.symbol_by_name(name).unwrap_or_else(|| g.add_symbol(name, 0, None));
             Dim::Sym(id)
         };
-        sympy::parse_dim(expr, &mut resolve).map_err(|e| Fail::Unsupported(Some(e.to_string())))
+        let d = sympy::parse_dim(expr, &mut resolve).map_err(|e| Fail::Unsupported(Some(e.to_string())))?;
+        self.ensure_bound(&d)?;
+        Ok(d)
+    }
+
+    /// Records that `name` (a SymInt, SymFloat or SymBool output of node
+    /// `node`) is `.item()` of the 0-d tensor `value`. A SymInt that is a
+    /// plain unbacked symbol becomes a size once a shape uses it.
+    pub fn define_item(&mut self, name: &str, node: &str, value: ValueId, size: Option<Dim>) {
+        self.items.insert(name.to_string(), value);
+        let Some(d) = size else { return };
+        if let Dim::Sym(s) = d {
+            let from_input = self.g.inputs.iter().any(|&v| {
+                let mut used = Vec::new();
+                self.g.ty(v).shape.iter().for_each(|d| d.collect_symbols(&mut used));
+                used.contains(&s)
+            });
+            if !from_input && !self.g.data_dependent_symbols().contains(&s) {
+                self.pending_binds.insert(s, PendingBind { value, loc: self.loc, node: node.to_string() });
+            }
+        }
+        self.sym_env.insert(name.to_string(), d);
+    }
+
+    /// The 0-d tensor a `.item()` value `name` was read from.
+    pub fn item(&self, name: &str) -> Option<ValueId> {
+        self.items.get(name).copied()
+    }
+
+    /// Binds every `.item()` symbol `d` mentions that is not bound yet: its
+    /// value as i64, checked at run time against the symbol's bounds (the
+    /// `torch._check` ranges), which must be finite since kiln plans memory
+    /// for the largest size.
+    fn ensure_bound(&mut self, d: &Dim) -> R<()> {
+        if self.pending_binds.is_empty() {
+            return Ok(());
+        }
+        let mut used = Vec::new();
+        d.collect_symbols(&mut used);
+        for s in used {
+            let Some(p) = self.pending_binds.remove(&s) else { continue };
+            let sym = &mut self.g.symbols[s];
+            sym.min = sym.min.max(0);
+            if sym.max.is_none() {
+                let at = p.loc.and_then(|l| self.g.locs[l].python_line()).map_or(String::new(), |l| format!(" at {l}"));
+                let name = sym.name.clone();
+                return unsupported(format!(
+                    "`{name}` (`.item()` in node `{}`{at}) is used as a size but has no upper bound; \
+                     bound it with `torch._check({name} <= N)` so that kiln can plan memory",
+                    p.node
+                ));
+            }
+            let ty = TensorType::new(DType::I64, Vec::new());
+            let count = if self.g.ty(p.value).dtype == DType::I64 {
+                p.value
+            } else {
+                self.g.push(Op::Cast { to: DType::I64 }, vec![p.value], ty, p.loc)
+            };
+            self.g.add_node(Op::BindDim { symbol: s }, vec![count], Vec::new(), p.loc);
+        }
+        Ok(())
     }
 
     /// The type of output `index` of `node` (which must be a single tensor).
@@ -498,20 +620,30 @@ impl<'p> Importer<'p> {
         self.alias_of.insert(view.to_string(), root);
     }
 
-    /// An in-place update of `name` is only expressible functionally if no
-    /// other alias of its storage is read afterwards.
-    pub fn check_inplace(&self, name: &str) -> R<()> {
+    /// An in-place update of `name` is only expressible functionally if every
+    /// other alias of its storage read afterwards is the very same value (an
+    /// `alias`/`detach`/same-shape view: same elements, same layout): those
+    /// are returned, for the caller to rebind to the result too. A later read
+    /// through a reshaped or strided view is refused.
+    pub fn check_inplace(&self, name: &str) -> R<Vec<String>> {
         let root = self.alias_of.get(name).map(String::as_str).unwrap_or(name);
         let later = |n: &str| self.last_use.get(n).is_some_and(|&i| i > self.node_index);
         let group = self.alias_of.iter().filter(|(_, r)| r.as_str() == root).map(|(v, _)| v.as_str());
+        let this = self.env.get(name);
+        let mut rebind = Vec::new();
         for other in group.chain(std::iter::once(root)) {
-            if other != name && later(other) {
+            if other == name || !later(other) {
+                continue;
+            }
+            if this.is_some() && self.env.get(other) == this {
+                rebind.push(other.to_string());
+            } else {
                 return unsupported(format!(
                     "in-place update of `{name}` is observed through its alias `{other}`, which kiln's functional IR cannot express"
                 ));
             }
         }
-        Ok(())
+        Ok(rebind)
     }
 
     // ------------------------------------------------------------- arguments
@@ -569,8 +701,9 @@ impl<'p> Importer<'p> {
         match s {
             SymIntArg::Int(v) => Ok(Dim::Const(*v)),
             SymIntArg::Name(n) => {
-                if let Some(d) = self.sym_env.get(n) {
-                    return Ok(d.clone());
+                if let Some(d) = self.sym_env.get(n).cloned() {
+                    self.ensure_bound(&d)?;
+                    return Ok(d);
                 }
                 match self.sym_int_values.get(n) {
                     Some(e) => self.sym_expr(e),
@@ -654,6 +787,9 @@ impl<'p> Importer<'p> {
     /// A Python scalar (`Scalar` in the schema).
     pub fn scalar(&mut self, node: &Node, name: &str) -> R<Scalar> {
         match self.required(node, name)? {
+            Arg::SymInt(SymIntArg::Name(s)) | Arg::SymFloat(s) | Arg::SymBool(s) if self.items.contains_key(s) => {
+                unsupported(format!("argument `{name}` is `.item()` of a tensor; kiln needs a compile-time value here"))
+            }
             Arg::Bool(b) => Ok(Scalar::Bool(*b)),
             Arg::Int(i) => Ok(Scalar::Int(*i)),
             Arg::Float(f) => Ok(Scalar::Float(*f)),
@@ -795,7 +931,7 @@ pub(crate) fn tensor_names(arg: &Arg) -> Box<dyn Iterator<Item = &str> + '_> {
         Arg::Tensor(n) => Box::new(std::iter::once(n.as_str())),
         Arg::Tensors(ns) => Box::new(ns.iter().map(String::as_str)),
         Arg::OptionalTensors(ns) => Box::new(ns.iter().filter_map(|n| n.as_deref())),
-        Arg::SymInt(SymIntArg::Name(n)) => Box::new(std::iter::once(n.as_str())),
+        Arg::SymInt(SymIntArg::Name(n)) | Arg::SymFloat(n) => Box::new(std::iter::once(n.as_str())),
         Arg::SymInts(v) => Box::new(v.iter().filter_map(|s| match s {
             SymIntArg::Name(n) => Some(n.as_str()),
             SymIntArg::Int(_) => None,
@@ -807,7 +943,7 @@ pub(crate) fn tensor_names(arg: &Arg) -> Box<dyn Iterator<Item = &str> + '_> {
 /// Every name an output argument defines.
 pub(crate) fn output_names(arg: &Arg) -> Vec<String> {
     match arg {
-        Arg::Tensor(n) | Arg::SymBool(n) => vec![n.clone()],
+        Arg::Tensor(n) | Arg::SymBool(n) | Arg::SymFloat(n) => vec![n.clone()],
         Arg::SymInt(SymIntArg::Name(n)) => vec![n.clone()],
         Arg::Tensors(ns) => ns.clone(),
         Arg::OptionalTensors(ns) => ns.iter().flatten().cloned().collect(),

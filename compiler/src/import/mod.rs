@@ -19,7 +19,7 @@
 //!   import at the first: all are collected into one [`ImportError::Unsupported`].
 //! - `torch.cond` is imported with both branches inline and its results
 //!   selected with `Where` (both branches execute; see `control_flow.rs`);
-//!   `while_loop` is reported as unsupported.
+//!   `while_loop` becomes `Op::While` with nested condition and body graphs.
 //! - Random ops (`rand`, `randn`, `randint`, `randperm`, `bernoulli`, dropout
 //!   in training mode, ...) become `Op::Random`, drawn at run time from the
 //!   session's seeded generator: same distributions as torch, not same values.

@@ -31,17 +31,17 @@ pub fn supported_ops() -> &'static [OpSupport] {
 const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["linear", "addmm", "mm", "bmm", "matmul"], dtypes: DT_NUMERIC, note: "f16/bf16 computed in f32, integers in f64" },
     OpSupport { names: &["convolution", "_convolution", "conv1d", "conv2d", "conv3d"], dtypes: DT_NUMERIC, note: "f16/bf16 in f32, integers in f64; transposed too" },
-    OpSupport { names: &["conv_transpose1d", "conv_transpose2d", "conv_transpose3d"], dtypes: DT_NUMERIC, note: "spread + pad + flipped-weight convolution" },
+    OpSupport { names: &["conv_transpose1d", "conv_transpose2d", "conv_transpose3d"], dtypes: DT_NUMERIC, note: "spread + pad + flipped-weight convolution; f16 (and bf16 with output_padding >= stride) follow torch's GEMM + col2im rounding (taps summed in the dtype), static sizes" },
     OpSupport { names: &["batch_norm", "_native_batch_norm_legit_no_training"], dtypes: DT_FLOAT, note: "running statistics, or the batch's with training=True (decomposed)" },
     OpSupport { names: &["_cdist_forward", "cdist", "_pdist_forward", "pdist"], dtypes: DT_FLOAT, note: "any p >= 0 (0, 1, 2, inf, general); cdist p=2 takes torch's matrix-product form when compute_mode asks or a side has > 25 rows; pdist needs a static shape" },
-    OpSupport { names: &["grid_sampler_2d", "grid_sampler"], dtypes: DT_FLOAT, note: "bilinear/nearest, zeros/border/reflection padding, align_corners; static input height and width; not bicubic" },
+    OpSupport { names: &["grid_sampler_2d", "grid_sampler"], dtypes: DT_FLOAT, note: "bilinear/nearest/bicubic, zeros/border/reflection padding, align_corners; static input height and width" },
     OpSupport { names: &["_native_batch_norm_legit", "_native_batch_norm_legit_functional"], dtypes: DT_FLOAT, note: "training mode: the batch's statistics (decomposed; f16/bf16 in f32); save_mean/save_rstd and updated running statistics computed when read" },
     OpSupport { names: &["layer_norm", "native_layer_norm"], dtypes: DT_FLOAT, note: "saved mean/rstd outputs must be unused" },
-    OpSupport { names: &["group_norm", "native_group_norm"], dtypes: DT_FLOAT, note: "static shapes; saved statistics must be unused" },
+    OpSupport { names: &["group_norm", "native_group_norm"], dtypes: DT_FLOAT, note: "static channel count (batch and spatial dims may be dynamic); saved statistics must be unused" },
     OpSupport { names: &["rms_norm"], dtypes: DT_FLOAT, note: "" },
-    OpSupport { names: &["softmax", "_softmax", "log_softmax", "_log_softmax"], dtypes: DT_FLOAT, note: "" },
-    OpSupport { names: &["max_pool2d", "max_pool2d_with_indices", "max_pool1d", "max_pool1d_with_indices"], dtypes: DT_NUMERIC, note: "indices output must be unused" },
-    OpSupport { names: &["avg_pool2d", "avg_pool1d"], dtypes: DT_NUMERIC, note: "divisor_override only without ceil_mode" },
+    OpSupport { names: &["softmax", "_softmax", "log_softmax", "_log_softmax"], dtypes: DT_FLOAT, note: "f16/bf16 in f32; last-dim log_softmax rounds the row sum and its log to the dtype, as torch does" },
+    OpSupport { names: &["max_pool2d", "max_pool2d_with_indices", "max_pool1d", "max_pool1d_with_indices"], dtypes: DT_NUMERIC, note: "indices are computed on the CPU under --target pjrt" },
+    OpSupport { names: &["avg_pool2d", "avg_pool1d"], dtypes: DT_NUMERIC, note: "" },
     OpSupport { names: &["adaptive_avg_pool2d", "_adaptive_avg_pool2d"], dtypes: DT_FLOAT, note: "" },
     OpSupport { names: &["scaled_dot_product_attention"], dtypes: DT_FLOAT, note: "no dropout; grouped-query heads with static counts" },
     OpSupport { names: &["relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "sin", "cos", "reciprocal", "log1p", "expm1", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh"], dtypes: DT_FLOAT, note: "integer inputs are promoted to float" },
@@ -56,25 +56,28 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["mean", "sum", "amax", "amin", "prod", "any"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["max.dim", "min.dim", "max.default", "min.default", "argmax", "argmin"], dtypes: DT_NUMERIC, note: "" },
     OpSupport { names: &["cumsum"], dtypes: DT_ALL, note: "" },
-    OpSupport { names: &["diff"], dtypes: DT_ALL, note: "static length along `dim`" },
-    OpSupport { names: &["sort", "topk"], dtypes: DT_NUMERIC, note: "stable; topk tie order may differ from torch's" },
+    OpSupport { names: &["diff"], dtypes: DT_ALL, note: "a dynamic length along `dim` must be at least `n` at its lower bound" },
+    OpSupport { names: &["sort", "topk"], dtypes: DT_NUMERIC, note: "stable; among tied values topk's index order may differ from torch's (whose order is its C++ library's)" },
     OpSupport { names: &["var", "std"], dtypes: DT_FLOAT, note: "computed in f64" },
     OpSupport { names: &["view", "_unsafe_view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "view_as", "reshape_as", "expand", "expand_as", "t", "transpose", "permute", "numpy_T", "mT", "swapaxes", "swapdims", "movedim.int", "moveaxis.int"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["alias", "clone", "contiguous", "detach", "lift_fresh_copy", "_to_copy", "to", "type_as", "copy"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["dropout", "feature_dropout", "alpha_dropout", "native_dropout"], dtypes: DT_ALL, note: "dropout/native_dropout in training mode on floats draw from the session's generator (distribution-tested); feature/alpha dropout inference only" },
     OpSupport { names: &["slice", "select", "narrow", "cat", "concat", "concatenate", "split", "split_with_sizes", "chunk", "unbind", "tensor_split"], dtypes: DT_ALL, note: "" },
-    OpSupport { names: &["embedding", "index_select", "index.Tensor", "_unsafe_index.Tensor"], dtypes: DT_ALL, note: "index.Tensor: several index tensors (broadcast, None slots); boolean masks only as constants" },
+    OpSupport { names: &["embedding", "index_select", "index.Tensor", "_unsafe_index.Tensor"], dtypes: DT_ALL, note: "index.Tensor: several index tensors (broadcast, None slots); a run-time boolean mask alone goes through nonzero (data-dependent size), other masks only as constants" },
     OpSupport { names: &["arange", "full", "zeros", "ones", "empty", "empty_strided", "full_like", "zeros_like", "ones_like", "empty_like", "new_zeros", "new_ones", "new_full", "new_empty", "scalar_tensor", "fill"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["repeat", "flip", "tril", "triu"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["constant_pad_nd", "pad", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d", "replication_pad3d"], dtypes: DT_ALL, note: "pad modes constant/reflect/replicate" },
-    OpSupport { names: &["upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d"], dtypes: DT_NUMERIC, note: "nearest and (bi/tri)linear; not nearest-exact, bicubic, area" },
+    OpSupport { names: &["upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d"], dtypes: DT_NUMERIC, note: "nearest and (bi/tri)linear; uint8 bilinear in torch's x86 fixed-point arithmetic; not nearest-exact, bicubic, area" },
     OpSupport { names: &["sym_size", "sym_numel", "sym_stride", "sym_storage_offset"], dtypes: DT_NONE, note: "shape arithmetic; strides are contiguous, storage offsets 0" },
+    OpSupport { names: &["nonzero", "nonzero_numpy", "argwhere", "nonzero_static"], dtypes: DT_ALL, note: "data-dependent size: counted and bound at run time (CPU), memory planned for the input's element count" },
+    OpSupport { names: &["_local_scalar_dense", "item"], dtypes: DT_ALL, note: "`.item()`: as an operand of arithmetic, read as a 0-d tensor; as a size, bound at run time within its `torch._check` bounds (an upper bound is required); other uses need compile-time values" },
     OpSupport { names: &["gather", "scatter", "scatter_add", "scatter_reduce"], dtypes: DT_ALL, note: "scatter_reduce: sum/prod/mean/amax/amin, include_self; out-of-range indices are a run-time error" },
-    OpSupport { names: &["index_put", "_unsafe_index_put"], dtypes: DT_ALL, note: "accumulate or not; several index tensors; run-time boolean masks only with one value" },
-    OpSupport { names: &["select_scatter", "slice_scatter", "masked_scatter"], dtypes: DT_ALL, note: "masked_scatter: source must not be empty" },
-    OpSupport { names: &["diagonal", "as_strided", "col2im"], dtypes: DT_ALL, note: "static shapes (index constants computed at import)" },
-    OpSupport { names: &["embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"], dtypes: DT_FLOAT, note: "sum/mean/max with offsets; outputs 1..3 must be unused" },
-    OpSupport { names: &["avg_pool3d", "max_pool3d", "max_pool3d_with_indices", "adaptive_avg_pool3d", "_adaptive_avg_pool3d"], dtypes: DT_FLOAT, note: "indices output must be unused; no divisor_override" },
+    OpSupport { names: &["index_put", "_unsafe_index_put"], dtypes: DT_ALL, note: "accumulate or not; several index tensors; a run-time boolean mask alone (values: one per true position, checked at run time, or broadcast)" },
+    OpSupport { names: &["select_scatter", "slice_scatter", "masked_scatter"], dtypes: DT_ALL, note: "a negative slice_scatter start on a dynamic dim needs the dim's lower bound to reach it; masked_scatter: source must not be empty" },
+    OpSupport { names: &["diagonal", "as_strided", "col2im"], dtypes: DT_ALL, note: "as_strided, col2im: static shapes; diagonal: dynamic dims when torch states the length without a min of unrelated sizes (square matrices)" },
+    OpSupport { names: &["embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"], dtypes: DT_FLOAT, note: "sum/mean/max, per_sample_weights, padding_idx, include_last_offset; 1-d indices and offsets; outputs 1..3 must be unused; f16/bf16 in torch's CPU arithmetic bit for bit (f32 accumulation rounded once, fbgemm's bf16 rounding on its fast path)" },
+    OpSupport { names: &["embedding_renorm"], dtypes: DT_FLOAT, note: "`max_norm` of F.embedding/F.embedding_bag: the renormed weight is what later reads see (the training IR's in-place form through `detach`/`alias` of the weight too)" },
+    OpSupport { names: &["avg_pool3d", "max_pool3d", "max_pool3d_with_indices", "adaptive_avg_pool3d", "_adaptive_avg_pool3d"], dtypes: DT_FLOAT, note: "max_pool3d indices are computed on the CPU under --target pjrt" },
     OpSupport { names: &["rand", "rand_like", "randn", "randn_like", "uniform", "normal", "normal_functional", "bernoulli", "randint", "randint_like", "randperm"], dtypes: DT_NUMERIC, note: "seeded counter-based generator (Philox4x32) per session: torch's distributions, not its values (distribution-tested); floats only except randint/randperm" },
 ];
 
@@ -281,10 +284,6 @@ pub fn core_aten_status(overload: &str) -> Option<&'static str> {
     }
     Some(if name.ends_with("_backward") {
         "excluded: gradients are meaningless for inference"
-    } else if name == "nonzero" {
-        "data-dependent output shape (the number of nonzero elements is known only at run time)"
-    } else if name == "_local_scalar_dense" {
-        "data-dependent: reads a tensor element into a Python scalar (`.item()`) that steers shapes or control flow"
     } else if name.starts_with("_fft_") {
         "needs a complex dtype, which kiln does not have"
     } else {
@@ -312,7 +311,7 @@ pub fn render_markdown() -> String {
         "\n## Beyond ATen\n\n\
 | target | status |\n|---|---|\n\
 | higher_order.cond | both branches are compiled and **both execute**; `Where` on the predicate selects each output (branches must agree on dtype and shape) |\n\
-| higher_order.while_loop | not supported: kiln's plans have no loops (compile-time error with the Python line) |\n\
+| higher_order.while_loop | CPU: a loop node with nested condition and body graphs, run by the plan's jumps (trip count decided at run time, no limit); carried values keep dtype and shape; tensors only (no Python-int carries); no data-dependent sizes inside; stays on the CPU under `--target pjrt` |\n\
 | custom ops (`mylib::op`, registered with `torch.library`) | compile-time error with the call's signature and Python line, unless a lowering is registered in Rust with `ImportOptions::with_custom_op` |\n",
     );
     s

@@ -86,6 +86,9 @@ pub enum Arg {
     SymInt(SymIntArg),
     SymInts(Vec<SymIntArg>),
     SymBool(String),
+    /// A symbolic float by name (`.item()` of a float tensor); literal
+    /// floats arrive as [`Arg::Float`].
+    SymFloat(String),
     ScalarType(i64),
     MemoryFormat(i64),
     Layout(i64),
@@ -246,7 +249,7 @@ fn parse_node(j: J<'_>) -> Result<Node, JsonError> {
 
 fn first_name(a: &Arg) -> Option<String> {
     match a {
-        Arg::Tensor(n) | Arg::SymBool(n) => Some(n.clone()),
+        Arg::Tensor(n) | Arg::SymBool(n) | Arg::SymFloat(n) => Some(n.clone()),
         Arg::SymInt(SymIntArg::Name(n)) => Some(n.clone()),
         Arg::Tensors(ns) => ns.first().cloned(),
         _ => None,
@@ -297,6 +300,11 @@ pub fn parse_arg(j: J<'_>) -> Result<Arg, JsonError> {
                 "as_bool" => Ok(format!("{}", x.bool()?)),
                 _ => Err(x.err("`as_name` or `as_bool`")),
             })?),
+            "as_sym_float" => v.union(|t, x| match t {
+                "as_name" => Ok(Arg::SymFloat(x.str()?.to_string())),
+                "as_float" => Ok(Arg::Float(x.f64()?)),
+                _ => Err(x.err("`as_name` or `as_float`")),
+            })?,
             "as_scalar_type" => Arg::ScalarType(v.i64()?),
             "as_memory_format" => Arg::MemoryFormat(v.i64()?),
             "as_layout" => Arg::Layout(v.i64()?),

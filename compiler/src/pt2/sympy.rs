@@ -277,9 +277,30 @@ impl Parser<'_> {
                 let (a, b) = (ds.next().ok_or("missing operand")?, ds.next().ok_or("missing operand")?);
                 Ok(Val::Dim(power(a, b)?))
             }
+            "Min" | "Max" => {
+                let mut ds = dims(args)?.into_iter();
+                let first = ds.next().ok_or_else(|| format!("{name} takes at least 1 argument"))?;
+                ds.try_fold(first, |a, b| min_max_by_offset(name == "Min", a, b)).map(Val::Dim)
+            }
             _ => Err(format!("unsupported function `{name}` (kiln's dimensions support + * // %)")),
         }
     }
+}
+
+/// `Min(a, b)` / `Max(a, b)` of two sizes that differ by a constant (torch's
+/// `Min(s0, s0 - 1)` for an off-centre diagonal of a square): the smaller or
+/// larger one, which holds at every size. Sizes whose order depends on the
+/// symbols' values have no [`Dim`] form.
+fn min_max_by_offset(min: bool, a: Dim, b: Dim) -> Result<Dim, String> {
+    // The candidate offset from one evaluation point; the polynomial
+    // comparison then proves `a == b + offset` for every value.
+    let offset = a.eval(&|_| 7).saturating_sub(b.eval(&|_| 7));
+    let shifted = Dim::add(b.clone(), Dim::Const(offset));
+    if kiln_ir::infer::dims_equal(&a, &shifted, &kiln_ir::PrimaryMap::new()) != Some(true) {
+        let what = if min { "Min" } else { "Max" };
+        return Err(format!("`{what}` of sizes whose order depends on their values (kiln's dimensions have no min/max)"));
+    }
+    Ok(if (offset <= 0) == min { a } else { b })
 }
 
 fn negate(d: Dim) -> Dim {
@@ -324,6 +345,18 @@ mod tests {
         assert_eq!(show("Add(Mul(Integer(2), Symbol('s0')), Symbol('s1'), Integer(-1))"), "(((2 * s0) + s1) + -1)");
         assert_eq!(show("Integer(7)"), "7");
         assert_eq!(show("Pow(Symbol('s0'), Integer(2))"), "(s0 * s0)");
+    }
+
+    #[test]
+    fn min_max_of_sizes_a_constant_apart() {
+        let s = "Symbol('s31', positive=True, integer=True)";
+        assert_eq!(show(&format!("Min({s}, Add({s}, Integer(-1)))")), "(s31 + -1)");
+        assert_eq!(show(&format!("Max({s}, Add({s}, Integer(-1)))")), "s31");
+        assert_eq!(show(&format!("Min(Add({s}, Integer(2)), {s}, Add({s}, Integer(1)))")), "s31");
+        assert_eq!(show("Min(Mul(Integer(2), s0), Add(s0, s0, Integer(3)))"), "(2 * s0)");
+        // Which of `s0` and `s1` (or `3` and `s0`) is smaller depends on the values.
+        assert!(show("Min(s0, s1)").starts_with("error: `Min` of sizes whose order depends"), "{}", show("Min(s0, s1)"));
+        assert!(show("Max(Integer(3), s0)").starts_with("error: `Max`"), "{}", show("Max(Integer(3), s0)"));
     }
 
     #[test]

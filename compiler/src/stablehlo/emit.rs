@@ -860,8 +860,12 @@ impl<'c, 'a> Emitter<'c, 'a> {
                     &[("edge_padding_low", arr(lo)), ("edge_padding_high", arr(hi)), ("interior_padding", arr(interior))],
                 )?
             }
-            Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, .. } => {
-                self.pool(&x0()?, *kind, kernel, stride, padding, dilation, *count_include_pad, &out_shape, out_dt)?
+            Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor, .. } => {
+                let divide = match divisor {
+                    Some(d) => Divisor::Fixed(*d),
+                    None => Divisor::Taps { count_include_pad: *count_include_pad },
+                };
+                self.pool(&x0()?, *kind, kernel, stride, padding, dilation, divide, &out_shape, out_dt)?
             }
             Op::Attention { causal, scale } => self.attention(&ins, *causal, *scale, out_dt)?,
             Op::Reshape { .. } => self.reshape(&x0()?, &out_shape)?,
@@ -1078,7 +1082,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         stride: &[i64],
         padding: &[i64],
         dilation: &[i64],
-        count_include_pad: bool,
+        divide: Divisor,
         out_shape: &[i64],
         out_dt: DType,
     ) -> Result<T<'c, 'a>, EmitError> {
@@ -1135,6 +1139,14 @@ impl<'c, 'a> Emitter<'c, 'a> {
             PoolKind::Avg => {
                 let xa = self.convert(x, self.acc(x.dt))?;
                 let sum = window(&xa, 0.0, "add", &pad_lo, &pad_hi)?;
+                let count_include_pad = match divide {
+                    // torch divides the window's sum by divisor_override.
+                    Divisor::Fixed(d) => {
+                        let y = self.binary("divide", &sum, &self.scalar(d as f64, sum.dt)?)?;
+                        return self.convert(&y, out_dt);
+                    }
+                    Divisor::Taps { count_include_pad } => count_include_pad,
+                };
                 // Divisors: windows over ones, padded as torch counts them.
                 let counts = if count_include_pad {
                     let mut shape = x.shape.clone();
@@ -1150,6 +1162,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 let y = self.binary("divide", &sum, &counts)?;
                 self.convert(&y, out_dt)
             }
+            PoolKind::ArgMax => Err(err("max pooling's indices have no StableHLO lowering (the partitioner keeps them on the CPU)")),
         }
     }
 
@@ -1202,4 +1215,13 @@ fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
         };
     }
     Some(out)
+}
+
+/// What an average pool divides each window's sum by.
+#[derive(Copy, Clone, Debug)]
+enum Divisor {
+    /// torch's `divisor_override`.
+    Fixed(i64),
+    /// The window's taps, counting padding or not.
+    Taps { count_include_pad: bool },
 }

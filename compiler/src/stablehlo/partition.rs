@@ -7,7 +7,7 @@
 //! Everything else stays a CPU instruction, with the reason recorded for
 //! `kiln inspect`.
 
-use kiln_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp, ValueDef, ValueId};
+use kiln_ir::{BinaryOp, DType, Graph, NodeId, Op, PoolKind, ReduceKind, UnaryOp, ValueDef, ValueId};
 use std::collections::{HashMap, HashSet};
 
 /// One accelerator call: nodes in schedule order, the values it reads from
@@ -119,8 +119,24 @@ fn segment_io(g: &Graph, uses: &Uses, nodes: Vec<NodeId>) -> Segment {
 /// reported back and forced onto the CPU (see `compile`).
 pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
     let node = &g.nodes[n];
+    match node.op {
+        Op::BindDim { symbol } => {
+            return Some(format!("binds `{}` from run-time data (the CPU session owns the shapes)", g.symbols[symbol].name))
+        }
+        Op::NonZero { .. } => return Some("data-dependent output size (nonzero)".into()),
+        // The CPU session runs loops (jumps in its instruction stream); a
+        // stablehlo.while is possible but not emitted yet.
+        Op::While { .. } => return Some("a loop (while_loop): its condition and body run on the CPU".into()),
+        _ => {}
+    }
     for &v in node.inputs.iter().chain(&node.outputs) {
         if g.ty(v).static_shape().is_none() {
+            let mut used = Vec::new();
+            g.ty(v).shape.iter().for_each(|d| d.collect_symbols(&mut used));
+            let data_dependent = g.data_dependent_symbols();
+            if let Some(s) = used.iter().find(|s| data_dependent.contains(s)) {
+                return Some(format!("shape depends on run-time data (`{}`)", g.symbols[*s].name));
+            }
             return Some("dynamic shape (StableHLO segments are compiled for static shapes)".into());
         }
     }
@@ -167,6 +183,7 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
             _ => no(&format!("{} over {:?}", node.op.name(), in0)),
         },
         Op::ArgMax { .. } | Op::ArgMin { .. } => None,
+        Op::Pool { kind: PoolKind::ArgMax, .. } => no("max pooling's indices (a CPU kernel only)"),
         Op::Pool { stride, dilation, .. } => {
             let ok = stride.iter().all(|&s| s > 0) && dilation.iter().all(|&d| d > 0) && in0.is_some_and(|d| d.is_float());
             if ok { None } else { no("pooling with these parameters") }

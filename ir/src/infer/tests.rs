@@ -130,8 +130,11 @@ fn conv_and_pool_family() {
         dilation: vec![1; 2],
         ceil_mode,
         count_include_pad: true,
+        divisor: None,
     };
     let img = f32t(&[c(1), c(3), c(7), c(6)]);
+    // The indices variant has the values' shape and dtype i64.
+    assert_eq!(ok(pool(PoolKind::ArgMax, 2, 2, 0, true), &[img.clone()]), "i64[1, 3, 4, 3]");
     assert_eq!(ok(pool(PoolKind::Max, 2, 2, 0, false), &[img.clone()]), "f32[1, 3, 3, 3]");
     assert_eq!(ok(pool(PoolKind::Max, 2, 2, 0, true), &[img.clone()]), "f32[1, 3, 4, 3]");
     // AvgPool2d(3, 2, padding=1, ceil_mode=True): 7 -> 4 and 6 -> 4 (the last

@@ -39,7 +39,8 @@
 //!   integers (`max` = `i64::MAX`), floats (shortest round-trip decimal, `inf`,
 //!   `-inf`, `nan`, `nan(0xBITS)`), `true`/`false`, dtypes, dims, and `[...]`
 //!   lists of those. Attributes print in a fixed order per op; `clamp`'s
-//!   `min`/`max` and `attention`'s `scale` are omitted when absent.
+//!   `min`/`max`, `attention`'s `scale` and the pools' `divisor` are omitted
+//!   when absent.
 //!
 //!   | op | attributes |
 //!   |----|------------|
@@ -52,7 +53,7 @@
 //!   | `softmax`, `log_softmax`, `concat`, `gather` | `axis` |
 //!   | `reduce_{sum,mean,max,min,prod}` | `axes`, `keep_dims` |
 //!   | `argmax` | `axis`, `keep_dims` |
-//!   | `max_pool`, `avg_pool` | `kernel`, `stride`, `padding`, `dilation`, `ceil_mode`, `count_include_pad` |
+//!   | `max_pool`, `max_pool_indices`, `avg_pool` | `kernel`, `stride`, `padding`, `dilation`, `ceil_mode`, `count_include_pad`, `divisor`? |
 //!   | `adaptive_avg_pool` | `output` |
 //!   | `attention` | `causal`, `scale`? |
 //!   | `reshape`, `expand` | `shape` (dims) |
@@ -60,6 +61,20 @@
 //!   | `slice` | `axis`, `start`, `end`, `step` |
 //!   | `full` | `value`, `dtype`, `shape` |
 //!   | `arange` | `start`, `step`, `len` (dim), `dtype` |
+//!   | `while` | `carried`, `cond` (graph), `body` (graph) |
+//!
+//!   A graph-valued attribute is a whole nested `graph { ... }` (its own
+//!   symbol lines, a copy of the parent's, then its own labels from `%0`),
+//!   printed one level deeper than the node holding it:
+//!
+//!   ```text
+//!   %3: i64[], %4: f32[2] = while{carried=2, cond=graph {
+//!     input %0: i64[]
+//!     ...
+//!   }, body=graph {
+//!     ...
+//!   }}(%0, %1, %2)
+//!   ```
 //!
 //! * **Constants**: every element, row-major, decoded from the little-endian
 //!   bytes. Floats as for attributes (f16/bf16 use the shortest decimal that

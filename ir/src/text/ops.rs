@@ -17,12 +17,14 @@ pub(super) enum AttrVal {
     /// A parenthesised dimension expression.
     Dim(Dim, Pos),
     List(Vec<AttrVal>, Pos),
+    /// A nested `graph { ... }` (a loop's condition or body).
+    Graph(Box<crate::Graph>, Pos),
 }
 
 impl AttrVal {
     pub(super) fn pos(&self) -> Pos {
         match self {
-            AttrVal::Lit(_, p) | AttrVal::Ident(_, p) | AttrVal::Dim(_, p) | AttrVal::List(_, p) => *p,
+            AttrVal::Lit(_, p) | AttrVal::Ident(_, p) | AttrVal::Dim(_, p) | AttrVal::List(_, p) | AttrVal::Graph(_, p) => *p,
         }
     }
 }
@@ -155,7 +157,7 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "layer_norm" => &["normalized_rank", "eps"],
         "softmax" | "log_softmax" | "concat" | "gather" => &["axis"],
         "argmax" => &["axis", "keep_dims"],
-        "max_pool" | "avg_pool" => &["kernel", "stride", "padding", "dilation", "ceil_mode", "count_include_pad"],
+        "max_pool" | "max_pool_indices" | "avg_pool" => &["kernel", "stride", "padding", "dilation", "ceil_mode", "count_include_pad", "divisor"],
         "adaptive_avg_pool" => &["output"],
         "attention" => &["causal", "scale"],
         "reshape" | "expand" => &["shape"],
@@ -175,6 +177,9 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "gather_elements" | "index_gather" => &["axis"],
         "scatter_elements" => &["axis", "reduce", "include_self"],
         "index_put" => &["axis", "accumulate"],
+        "bind_dim" => &["symbol"],
+        "nonzero" => &["count"],
+        "while" => &["carried", "cond", "body"],
         _ if reduce_kind(name).is_some() => &["axes", "keep_dims"],
         _ => &[],
     }
@@ -220,14 +225,19 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
             "softmax" => Op::Softmax { axis: uint(&a.take("axis", name)?)? },
             "log_softmax" => Op::LogSoftmax { axis: uint(&a.take("axis", name)?)? },
             "argmax" => Op::ArgMax { axis: uint(&a.take("axis", name)?)?, keep_dims: boolean(&a.take("keep_dims", name)?)? },
-            "max_pool" | "avg_pool" => Op::Pool {
-                kind: if name == "max_pool" { PoolKind::Max } else { PoolKind::Avg },
+            "max_pool" | "max_pool_indices" | "avg_pool" => Op::Pool {
+                kind: match name {
+                    "max_pool" => PoolKind::Max,
+                    "max_pool_indices" => PoolKind::ArgMax,
+                    _ => PoolKind::Avg,
+                },
                 kernel: ints(a.take("kernel", name)?)?,
                 stride: ints(a.take("stride", name)?)?,
                 padding: ints(a.take("padding", name)?)?,
                 dilation: ints(a.take("dilation", name)?)?,
                 ceil_mode: boolean(&a.take("ceil_mode", name)?)?,
                 count_include_pad: boolean(&a.take("count_include_pad", name)?)?,
+                divisor: a.opt("divisor").map(|v| int(&v)).transpose()?,
             },
             "adaptive_avg_pool" => Op::AdaptiveAvgPool { output: ints(a.take("output", name)?)? },
             "attention" => Op::Attention {
@@ -294,6 +304,25 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                 axis: uint(&a.take("axis", name)?)?,
                 accumulate: boolean(&a.take("accumulate", name)?)?,
             },
+            "bind_dim" | "nonzero" => {
+                let key = if name == "bind_dim" { "symbol" } else { "count" };
+                let s = match a.take(key, name)? {
+                    AttrVal::Ident(s, p) => symbol(&s, p, symbols)?,
+                    other => return Err(other.pos().error("expected a symbol")),
+                };
+                if name == "bind_dim" { Op::BindDim { symbol: s } } else { Op::NonZero { count: s } }
+            }
+            "while" => {
+                let region = |v: AttrVal| match v {
+                    AttrVal::Graph(g, _) => Ok(crate::Region(g)),
+                    other => Err(other.pos().error("expected a nested `graph { ... }`")),
+                };
+                Op::While {
+                    carried: uint(&a.take("carried", name)?)?,
+                    cond: region(a.take("cond", name)?)?,
+                    body: region(a.take("body", name)?)?,
+                }
+            }
             "random_uniform" | "random_normal" | "random_int" | "random_perm" => {
                 let dist = match name {
                     "random_uniform" => {
@@ -376,14 +405,20 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
         }
         Op::Reduce { kind: _, axes, keep_dims } => vec![kv("axes", uints(axes)), kv("keep_dims", keep_dims.to_string())],
         Op::ArgMax { axis, keep_dims } => vec![kv("axis", axis.to_string()), kv("keep_dims", keep_dims.to_string())],
-        Op::Pool { kind: _, kernel, stride, padding, dilation, ceil_mode, count_include_pad } => vec![
-            kv("kernel", ints(kernel)),
-            kv("stride", ints(stride)),
-            kv("padding", ints(padding)),
-            kv("dilation", ints(dilation)),
-            kv("ceil_mode", ceil_mode.to_string()),
-            kv("count_include_pad", count_include_pad.to_string()),
-        ],
+        Op::Pool { kind: _, kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor } => {
+            let mut v = vec![
+                kv("kernel", ints(kernel)),
+                kv("stride", ints(stride)),
+                kv("padding", ints(padding)),
+                kv("dilation", ints(dilation)),
+                kv("ceil_mode", ceil_mode.to_string()),
+                kv("count_include_pad", count_include_pad.to_string()),
+            ];
+            if let Some(d) = divisor {
+                v.push(kv("divisor", d.to_string()));
+            }
+            v
+        }
         Op::AdaptiveAvgPool { output } => vec![kv("output", ints(output))],
         Op::Attention { causal, scale } => {
             let mut v = vec![kv("causal", causal.to_string())];
@@ -455,5 +490,17 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
             v.extend([kv("dtype", dtype.to_string()), kv("shape", dims(shape)), kv("stream", stream.to_string())]);
             v
         }
+        Op::BindDim { symbol } => vec![kv("symbol", Dim::Sym(*symbol).display(symbols).to_string())],
+        Op::NonZero { count } => vec![kv("count", Dim::Sym(*count).display(symbols).to_string())],
+        Op::While { carried, cond, body } => {
+            vec![kv("carried", carried.to_string()), kv("cond", nested_graph(cond)), kv("body", nested_graph(body))]
+        }
     }
+}
+
+/// A nested graph's text, indented one level deeper than the node holding it.
+/// Line breaks only ever separate statements (strings escape theirs).
+fn nested_graph(g: &crate::Graph) -> String {
+    let text = super::print::print_graph(g, None);
+    text.trim_end().lines().collect::<Vec<_>>().join("\n  ")
 }

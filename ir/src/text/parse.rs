@@ -135,16 +135,34 @@ impl Parser {
     }
 
     fn graph(&mut self) -> Result<(), ParseError> {
+        self.graph_body()?;
+        match self.peek() {
+            Tok::Eof => Ok(()),
+            _ => self.expected("end of input after the graph"),
+        }
+    }
+
+    /// `graph { statements }`, the top-level graph or a nested one.
+    fn graph_body(&mut self) -> Result<(), ParseError> {
         self.keyword("graph")?;
         self.punct("{")?;
         while !self.is_punct("}") {
             self.statement()?;
         }
-        self.punct("}")?;
-        match self.peek() {
-            Tok::Eof => Ok(()),
-            _ => self.expected("end of input after the graph"),
-        }
+        self.punct("}")
+    }
+
+    /// A nested graph (an attribute value): parsed with its own value labels
+    /// and arenas, by a parser that borrows this one's tokens.
+    fn nested_graph(&mut self) -> Result<Graph, ParseError> {
+        let toks = std::mem::take(&mut self.toks);
+        let defined_somewhere = std::mem::take(&mut self.defined_somewhere);
+        let mut inner = Parser { toks, at: self.at, g: Graph::new(), values: HashMap::new(), defined_somewhere };
+        let result = inner.graph_body();
+        self.toks = inner.toks;
+        self.defined_somewhere = inner.defined_somewhere;
+        self.at = inner.at;
+        result.map(|()| inner.g)
     }
 
     fn statement(&mut self) -> Result<(), ParseError> {
@@ -406,6 +424,9 @@ impl Parser {
             return Ok(AttrVal::Lit(lit, pos));
         }
         match self.peek().clone() {
+            Tok::Ident(s) if s == "graph" && matches!(self.toks.get(self.at + 1), Some((Tok::Punct("{"), _))) => {
+                Ok(AttrVal::Graph(Box::new(self.nested_graph()?), pos))
+            }
             Tok::Ident(s) => {
                 self.next();
                 Ok(AttrVal::Ident(s, pos))

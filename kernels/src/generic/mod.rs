@@ -19,3 +19,4 @@ pub mod pad;
 pub mod resize;
 pub mod random;
 pub mod scatter;
+pub mod select;

@@ -14,6 +14,9 @@ pub struct PoolParams<'a> {
     pub padding: &'a [usize],
     pub dilation: &'a [usize],
     pub count_include_pad: bool,
+    /// Avg only: divide each window's sum by this instead of its tap count
+    /// (torch's `divisor_override`).
+    pub divisor: Option<i64>,
 }
 
 struct Window {
@@ -62,14 +65,27 @@ fn window(x: &[usize], out: &[usize], p: &PoolParams) -> Result<(Window, usize)>
     Ok((w, planes))
 }
 
+/// Max or average pooling into `out` (x's dtype), or max pooling's indices
+/// into `out` (i64) for [`PoolKind::ArgMax`].
 pub fn pool(kind: PoolKind, x: TensorRef, p: &PoolParams, mut out: TensorMut) -> Result<()> {
     const K: &str = "pool";
-    expect_dtype(K, "out", out.dtype, x.dtype)?;
+    let out_dtype = if kind == PoolKind::ArgMax { DType::I64 } else { x.dtype };
+    expect_dtype(K, "out", out.dtype, out_dtype)?;
+    if let Some(d) = p.divisor {
+        if kind != PoolKind::Avg || d == 0 {
+            return Err(shape_err(K, format!("divisor {d} needs avg pooling and must not be 0")));
+        }
+    }
     let (w, planes) = window(x.shape, out.shape, p)?;
-    match x.dtype {
-        DType::F32 => pool_typed::<f32>(kind, view(K, "x", &x)?, &w, planes, p.count_include_pad, view_mut(K, "out", &mut out)?),
-        DType::F64 => pool_typed::<f64>(kind, view(K, "x", &x)?, &w, planes, p.count_include_pad, view_mut(K, "out", &mut out)?),
-        d => return Err(dtype_err(K, d)),
+    let windows = Windows { w: &w, planes, include_pad: p.count_include_pad, divisor: p.divisor };
+    match (kind, x.dtype) {
+        (PoolKind::Max, DType::F32) if is_plain_2d(&w) => max_pool_plain_2d::<f32>(view(K, "x", &x)?, &w, planes, view_mut(K, "out", &mut out)?),
+        (PoolKind::Max, DType::F64) if is_plain_2d(&w) => max_pool_plain_2d::<f64>(view(K, "x", &x)?, &w, planes, view_mut(K, "out", &mut out)?),
+        (PoolKind::ArgMax, DType::F32) => pool_typed::<f32, i64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |_, i| i),
+        (PoolKind::ArgMax, DType::F64) => pool_typed::<f64, i64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |_, i| i),
+        (_, DType::F32) => pool_typed::<f32, f32>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |v, _| v),
+        (_, DType::F64) => pool_typed::<f64, f64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |v, _| v),
+        (_, d) => return Err(dtype_err(K, d)),
     }
     Ok(())
 }
@@ -88,17 +104,26 @@ fn taps(o: usize, w: &Window, d: usize) -> (usize, usize, usize) {
     (lo, hi.max(lo), padded)
 }
 
-fn pool_typed<T: Real>(kind: PoolKind, x: &[T], w: &Window, planes: usize, include_pad: bool, out: &mut [T]) {
+/// The windows [`pool_typed`] walks, and what an average divides by.
+#[derive(Copy, Clone)]
+struct Windows<'a> {
+    w: &'a Window,
+    planes: usize,
+    include_pad: bool,
+    divisor: Option<i64>,
+}
+
+/// One loop for every kind: each window yields its value and, for max, the
+/// flat index of the element chosen; `write` keeps the one the output holds.
+fn pool_typed<T: Real, O>(kind: PoolKind, x: &[T], s: Windows, out: &mut [O], write: impl Fn(T, i64) -> O) {
+    let w = s.w;
     let isp: usize = w.input.iter().product();
     let osp: usize = w.output.iter().product();
     if osp == 0 {
         return;
     }
-    if kind == PoolKind::Max && is_plain_2d(w) {
-        return max_pool_plain_2d(x, w, planes, out);
-    }
     let [_, ih, iw] = w.input;
-    for pl in 0..planes {
+    for pl in 0..s.planes {
         let xp = &x[pl * isp..(pl + 1) * isp];
         let op = &mut out[pl * osp..(pl + 1) * osp];
         let mut o = 0;
@@ -109,21 +134,30 @@ fn pool_typed<T: Real>(kind: PoolKind, x: &[T], w: &Window, planes: usize, inclu
                 for ox in 0..w.output[2] {
                     let (x0, x1, px) = taps(ox, w, 2);
                     let coord = |o: usize, k: usize, d: usize| o * w.stride[d] + k * w.dil[d] - w.pad[d];
+                    // torch starts from -inf at the window's first in-bounds tap,
+                    // so an all -inf window reports that tap's index. Signed: an
+                    // empty window's first tap may lie outside the input.
+                    let first = |o: usize, k: usize, d: usize| (o * w.stride[d] + k * w.dil[d]) as i64 - w.pad[d] as i64;
+                    let mut idx = (first(oz, z0, 0) * ih as i64 + first(oy, y0, 1)) * iw as i64 + first(ox, x0, 2);
                     let mut acc = match kind {
-                        PoolKind::Max => T::NEG_INFINITY,
+                        PoolKind::Max | PoolKind::ArgMax => T::NEG_INFINITY,
                         PoolKind::Avg => T::ZERO,
                     };
                     for kz in z0..z1 {
                         let z = coord(oz, kz, 0);
                         for ky in y0..y1 {
                             let y = coord(oy, ky, 1);
-                            let row = &xp[(z * ih + y) * iw..];
+                            let row = (z * ih + y) * iw;
                             for kx in x0..x1 {
-                                let v = row[coord(ox, kx, 2)];
+                                let xi = coord(ox, kx, 2);
+                                let v = xp[row + xi];
                                 match kind {
-                                    PoolKind::Max => {
+                                    // The first maximum in window order wins, and
+                                    // every NaN replaces it (so the last NaN), as in torch.
+                                    PoolKind::Max | PoolKind::ArgMax => {
                                         if v > acc || v.is_nan() {
                                             acc = v;
+                                            idx = (row + xi) as i64;
                                         }
                                     }
                                     PoolKind::Avg => acc += v,
@@ -132,10 +166,14 @@ fn pool_typed<T: Real>(kind: PoolKind, x: &[T], w: &Window, planes: usize, inclu
                         }
                     }
                     if kind == PoolKind::Avg {
-                        let div = if include_pad { pz * py * px } else { (z1 - z0) * (y1 - y0) * (x1 - x0) };
-                        acc = acc / T::from_f64(div as f64);
+                        let div = match s.divisor {
+                            Some(d) => d as f64,
+                            None if s.include_pad => (pz * py * px) as f64,
+                            None => ((z1 - z0) * (y1 - y0) * (x1 - x0)) as f64,
+                        };
+                        acc = acc / T::from_f64(div);
                     }
-                    op[o] = acc;
+                    op[o] = write(acc, idx);
                     o += 1;
                 }
             }

@@ -28,7 +28,12 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 pub const MAGIC: [u8; 8] = *b"KILNART\0";
 pub const FORMAT_MAJOR: u16 = 0;
-pub const FORMAT_MINOR: u16 = 1;
+/// Before 1.0 every minor version may change the plan's encoding (0.2 added
+/// pooling divisors and indices, data-dependent sizes and loops), so a
+/// runtime reads exactly its own minor version; from 1.0 on, minors only add.
+pub const FORMAT_MINOR: u16 = 2;
+/// The oldest minor version this runtime reads.
+pub const FORMAT_MINOR_MIN: u16 = if FORMAT_MAJOR == 0 { FORMAT_MINOR } else { 0 };
 /// Sections start at multiples of this (a cache line; also enough for any dtype).
 pub const SECTION_ALIGN: u64 = 64;
 /// Each weight tensor starts at a multiple of this inside the weights section.

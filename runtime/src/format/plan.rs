@@ -22,7 +22,8 @@ pub struct Plan {
     pub peak_live_bytes: u64,
 }
 
-/// A shape symbol bound at run time from an input dimension.
+/// A shape symbol bound at run time: from an input dimension, or, when a
+/// [`Kernel::BindDim`] instruction names it, from data during the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SymbolDecl {
     pub name: String,
@@ -135,7 +136,9 @@ pub enum Kernel {
     Softmax { axis: u32, log: bool },
     Reduce { kind: ReduceKind, axes: Vec<u32> },
     ArgMax { axis: u32 },
-    Pool { kind: PoolKind, kernel: Vec<u32>, stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, count_include_pad: bool },
+    /// `divisor` (avg only): torch's `divisor_override`. `PoolKind::ArgMax`
+    /// writes max pooling's i64 indices instead of its values.
+    Pool { kind: PoolKind, kernel: Vec<u32>, stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, count_include_pad: bool, divisor: Option<i64> },
     AdaptiveAvgPool,
     Attention { causal: bool, scale: Option<f64> },
     /// Same bytes, new shape. A no-op when input and output share storage.
@@ -172,6 +175,19 @@ pub enum Kernel {
     /// [`Kernel::Slice`] starting `back` elements before the end of `axis`
     /// (torch's negative start on a dynamic dimension; clamped to 0).
     SliceFromEnd { axis: u32, back: u64, step: u64 },
+    /// Binds data-dependent symbol `symbol` to the value of its one operand
+    /// (a 0-d i64), after checking it against the symbol's bounds; the
+    /// session then re-evaluates the shapes. No outputs.
+    BindDim { symbol: u32 },
+    /// The coordinates of the operand's nonzero elements (i64 `[count, rank]`).
+    NonZero,
+    /// Loop exit: when its one operand (a 1-element bool) is false, the run
+    /// continues at instruction `target` (just past its loop's [`Kernel::Jump`])
+    /// instead of the next one. No outputs.
+    JumpIfFalse { target: u32 },
+    /// A loop's back edge: the run continues at instruction `target`, the
+    /// loop's first instruction. No operands or outputs.
+    Jump { target: u32 },
 }
 
 impl Kernel {
@@ -193,6 +209,7 @@ impl Kernel {
             Kernel::ArgMax { .. } => "argmax",
             Kernel::Pool { kind: PoolKind::Max, .. } => "max_pool",
             Kernel::Pool { kind: PoolKind::Avg, .. } => "avg_pool",
+            Kernel::Pool { kind: PoolKind::ArgMax, .. } => "max_pool_indices",
             Kernel::AdaptiveAvgPool => "adaptive_avg_pool",
             Kernel::Attention { .. } => "attention",
             Kernel::Copy => "copy",
@@ -215,6 +232,10 @@ impl Kernel {
             Kernel::ScatterElements { .. } => "scatter_elements",
             Kernel::IndexGather { .. } => "index_gather",
             Kernel::IndexPut { .. } => "index_put",
+            Kernel::BindDim { .. } => "bind_dim",
+            Kernel::NonZero => "nonzero",
+            Kernel::JumpIfFalse { .. } => "jump_if_false",
+            Kernel::Jump { .. } => "jump",
         }
     }
 
@@ -228,7 +249,7 @@ impl Kernel {
             Kernel::LayerNorm { .. } => (1, 3),
             Kernel::Attention { .. } => (3, 4),
             Kernel::Concat { .. } => (1, u32::MAX as usize),
-            Kernel::Fill { .. } | Kernel::Arange { .. } | Kernel::Random { .. } => (0, 0),
+            Kernel::Fill { .. } | Kernel::Arange { .. } | Kernel::Random { .. } | Kernel::Jump { .. } => (0, 0),
             Kernel::GatherElements { .. } => (2, 2),
             Kernel::ScatterElements { .. } => (3, 3),
             Kernel::IndexGather { .. } => (2, u32::MAX as usize),

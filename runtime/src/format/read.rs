@@ -28,8 +28,8 @@ pub fn parse_container(bytes: &[u8]) -> Result<Container, Error> {
         return Err(fmt_err("header", 0, format!("bad magic {:02x?}: not a .kiln file", header.magic)));
     }
     let (major, minor) = (header.major.get(), header.minor.get());
-    if major != FORMAT_MAJOR || minor > FORMAT_MINOR {
-        return Err(Error::Version { found: (major, minor), supported: (FORMAT_MAJOR, FORMAT_MINOR) });
+    if major != FORMAT_MAJOR || !(FORMAT_MINOR_MIN..=FORMAT_MINOR).contains(&minor) {
+        return Err(Error::Version { found: (major, minor), supported: (FORMAT_MAJOR, FORMAT_MINOR_MIN, FORMAT_MINOR) });
     }
     if header.file_len.get() != bytes.len() as u64 {
         return Err(fmt_err(

@@ -3,7 +3,7 @@
 use super::shape::normalize_axis;
 use crate::import::importer::{invalid, unsupported, Importer, Scalar, R};
 use crate::import::promote::{result_type, Operand};
-use crate::pt2::program::{Arg, Node};
+use crate::pt2::program::{Arg, Node, SymIntArg};
 use kiln_ir::{BinaryOp, DType, Op, ReduceKind, TensorType, UnaryOp, ValueId};
 
 /// `aten::relu(Tensor self)`, `aten::gelu(Tensor self, *, str approximate='none')`, ...
@@ -104,6 +104,9 @@ enum Side {
     Scalar(Scalar),
     /// A symbolic int (`x.shape[1]`) used as a Python int.
     Sym(kiln_ir::Dim),
+    /// A `.item()` value: the 0-d tensor it was read from, and the Python
+    /// scalar kind (i64, f32 or bool) it takes part in promotion as.
+    Item(ValueId, DType),
 }
 
 impl Side {
@@ -117,6 +120,7 @@ impl Side {
             Side::Scalar(Scalar::Int(_)) => Operand::Scalar(DType::I64),
             Side::Scalar(Scalar::Float(_)) => Operand::Scalar(DType::F32),
             Side::Sym(_) => Operand::Scalar(DType::I64),
+            Side::Item(_, kind) => Operand::Scalar(kind),
         }
     }
 
@@ -125,11 +129,26 @@ impl Side {
             Side::Tensor(v) => imp.cast(*v, dtype),
             Side::Scalar(s) => imp.scalar_const(*s, dtype),
             Side::Sym(d) => imp.dim_scalar(d, dtype),
+            Side::Item(v, _) => imp.cast(*v, dtype),
         }
     }
 }
 
+/// A `.item()` value used as an operand, with the Python scalar kind it has.
+fn item_side(imp: &Importer, arg: &Arg) -> Option<Side> {
+    let (name, kind) = match arg {
+        Arg::SymInt(SymIntArg::Name(s)) => (s, DType::I64),
+        Arg::SymFloat(s) => (s, DType::F32),
+        Arg::SymBool(s) => (s, DType::Bool),
+        _ => return None,
+    };
+    imp.item(name).map(|v| Side::Item(v, kind))
+}
+
 fn side(imp: &mut Importer, n: &Node, name: &str) -> R<Side> {
+    if let Some(item) = imp.arg(n, name).and_then(|a| item_side(imp, a)) {
+        return Ok(item);
+    }
     match imp.arg(n, name) {
         Some(Arg::Tensor(t)) => Ok(Side::Tensor(imp.value(t)?)),
         Some(Arg::SymInt(s)) => {

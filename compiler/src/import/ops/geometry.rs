@@ -202,12 +202,15 @@ enum Padding {
 
 /// `aten::grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode,
 ///   int padding_mode, bool align_corners) -> Tensor`: `input [N, C, H, W]`,
-/// `grid [N, Ho, Wo, 2]` of (x, y) in [-1, 1] → `[N, C, Ho, Wo]`. Bilinear (0)
-/// and nearest (1) interpolation; zeros (0), border (1) and reflection (2)
-/// padding; H and W static. The coordinate arithmetic is torch's
-/// (`GridSampler.h`): unnormalise, reflect/clip, then the corners are read
-/// with `IndexGather` from `[N, H, W, C]` at clamped indices, and corners
-/// outside the input contribute zero.
+/// `grid [N, Ho, Wo, 2]` of (x, y) in [-1, 1] → `[N, C, Ho, Wo]`. Bilinear (0),
+/// nearest (1) and bicubic (2) interpolation; zeros (0), border (1) and
+/// reflection (2) padding; H and W static. The coordinate arithmetic is
+/// torch's (`GridSampler.h` and the vectorised CPU kernel): unnormalise, then
+/// the input is read with `IndexGather` from `[N, H, W, C]` at clamped
+/// indices, and reads outside the input contribute zero. Bilinear and nearest
+/// reflect/clip the sampling point itself; bicubic reflects/clips each of its
+/// 16 taps instead (torch's `get_value_bounded`), since clipping the point
+/// would move the 4x4 neighbourhood.
 pub(super) fn grid_sampler_2d(imp: &mut Importer, n: &Node) -> R<()> {
     let input = imp.tensor(n, "input")?;
     let grid = imp.tensor(n, "grid")?;
@@ -219,11 +222,12 @@ pub(super) fn grid_sampler_2d(imp: &mut Importer, n: &Node) -> R<()> {
         other => return unsupported(format!("grid_sampler_2d padding_mode {other}")),
     };
     let align = imp.bool(n, "align_corners", false)?;
-    if !matches!(interpolation, 0 | 1) {
-        return unsupported(format!("grid_sampler_2d interpolation_mode {interpolation} (bicubic is not supported)"));
+    if !matches!(interpolation, 0..=2) {
+        return unsupported(format!("grid_sampler_2d interpolation_mode {interpolation}"));
     }
     let out = imp.out_ty(n, 0)?;
-    // torch's CPU kernel computes f16/bf16 samples in their own dtype.
+    // torch's CPU kernel computes f16/bf16 samples in their own dtype, every
+    // operation rounded to it (checked against torch for all three modes).
     compute_dtype(imp, input, "grid_sampler_2d")?;
     let compute = imp.ty(input).dtype;
     let (ti, tg) = (imp.ty(input).clone(), imp.ty(grid).clone());
@@ -238,72 +242,190 @@ pub(super) fn grid_sampler_2d(imp: &mut Importer, n: &Node) -> R<()> {
         return imp.bind(n, 0, v);
     }
     let points: Vec<Dim> = tg.shape[..3].to_vec(); // [N, Ho, Wo]
-    let mut column = points.clone();
-    column.push(Dim::Const(1));
     let g = imp.cast(grid, compute);
     let coord = |imp: &mut Importer, index: i64, size: i64| -> R<ValueId> {
         let c = imp.build(Op::Slice { axis: 3, start: index, end: index + 1, step: 1 }, vec![g])?;
         let c = reshape(imp, c, points.clone())?;
-        source_index(imp, c, size, padding, align)
+        unnormalize(imp, c, size, align)
     };
-    let ix = coord(imp, 0, w)?;
-    let iy = coord(imp, 1, h)?;
-    // [N, H, W, C] so that (n, y, x) index the leading axes.
-    let data = imp.cast(input, compute);
-    let data = imp.build(Op::Permute { perm: vec![0, 2, 3, 1] }, vec![data])?;
-    let batch = imp.push(
-        Op::Arange { start: 0.0, step: 1.0, len: ti.shape[0].clone(), dtype: DType::I64 },
-        vec![],
-        TensorType::new(DType::I64, vec![ti.shape[0].clone()]),
-    );
-    let batch = reshape(imp, batch, vec![ti.shape[0].clone(), Dim::Const(1), Dim::Const(1)])?;
-    let batch = imp.push(Op::Expand { shape: points.clone() }, vec![batch], TensorType::new(DType::I64, points.clone()));
-    let zero = imp.scalar_const(Scalar::Float(0.0), compute);
-    let corner = |imp: &mut Importer, x: ValueId, y: ValueId, weight: Option<ValueId>| -> R<ValueId> {
-        let inside_x = in_bounds(imp, x, w)?;
-        let inside_y = in_bounds(imp, y, h)?;
-        let inside = binary(imp, B::And, inside_x, inside_y)?;
-        let xi = clamped_index(imp, x, w)?;
-        let yi = clamped_index(imp, y, h)?;
-        let picked = imp.build(Op::IndexGather { axis: 0 }, vec![data, batch, yi, xi])?;
-        let inside = reshape(imp, inside, column.clone())?;
-        let value = match weight {
-            Some(wt) => {
-                let wt = reshape(imp, wt, column.clone())?;
-                binary(imp, B::Mul, picked, wt)?
-            }
-            None => picked,
-        };
-        imp.build(Op::Where, vec![inside, value, zero])
-    };
-    let sampled = if interpolation == 1 {
-        let x = unary(imp, U::Round, ix)?;
-        let y = unary(imp, U::Round, iy)?;
-        corner(imp, x, y, None)?
-    } else {
-        let x0 = unary(imp, U::Floor, ix)?;
-        let y0 = unary(imp, U::Floor, iy)?;
-        let x1 = imp.with_scalar(B::Add, x0, 1.0)?;
-        let y1 = imp.with_scalar(B::Add, y0, 1.0)?;
-        let (wx0, wx1) = (binary(imp, B::Sub, x1, ix)?, binary(imp, B::Sub, ix, x0)?);
-        let (wy0, wy1) = (binary(imp, B::Sub, y1, iy)?, binary(imp, B::Sub, iy, y0)?);
-        let mut acc: Option<ValueId> = None;
-        for (x, y, wx, wy) in [(x0, y0, wx0, wy0), (x1, y0, wx1, wy0), (x0, y1, wx0, wy1), (x1, y1, wx1, wy1)] {
-            let weight = binary(imp, B::Mul, wx, wy)?;
-            let v = corner(imp, x, y, Some(weight))?;
-            acc = Some(match acc {
-                Some(a) => binary(imp, B::Add, a, v)?,
-                None => v,
-            });
+    let ux = coord(imp, 0, w)?;
+    let uy = coord(imp, 1, h)?;
+    let sampler = Sampler::new(imp, input, &points, w, h)?;
+    let sampled = match interpolation {
+        1 => {
+            let x = pad_coordinate(imp, ux, w, padding, align)?;
+            let y = pad_coordinate(imp, uy, h, padding, align)?;
+            let x = unary(imp, U::Round, x)?;
+            let y = unary(imp, U::Round, y)?;
+            let (x, y) = (sampler.axis(imp, x, w)?, sampler.axis(imp, y, h)?);
+            sampler.read(imp, &x, &y)?
         }
-        match acc {
-            Some(a) => a,
-            None => return unsupported("grid_sampler_2d without corners"),
-        }
+        0 => bilinear(imp, &sampler, ux, uy, padding, align)?,
+        _ => bicubic(imp, &sampler, ux, uy, padding, align)?,
     };
     let v = imp.build(Op::Permute { perm: vec![0, 3, 1, 2] }, vec![sampled])?;
     let v = imp.cast(v, out.dtype);
     imp.bind(n, 0, v)
+}
+
+/// One coordinate of the input positions a sampling kernel reads, per output
+/// point `[N, Ho, Wo]`: whether it lies inside the input, and the index it
+/// reads (clamped, so that the gather stays in bounds either way).
+struct Axis {
+    inside: ValueId,
+    index: ValueId,
+}
+
+/// Reads `input` at per-point positions, as `[N, Ho, Wo, C]` values.
+struct Sampler {
+    /// The input as `[N, H, W, C]`, so that (n, y, x) index the leading axes.
+    data: ValueId,
+    /// The batch index of every output point, `[N, Ho, Wo]`.
+    batch: ValueId,
+    zero: ValueId,
+    /// `[N, Ho, Wo, 1]`: per-point values broadcast over channels.
+    column: Vec<Dim>,
+    /// The input's width and height.
+    w: i64,
+    h: i64,
+}
+
+impl Sampler {
+    fn new(imp: &mut Importer, input: ValueId, points: &[Dim], w: i64, h: i64) -> R<Sampler> {
+        let compute = imp.ty(input).dtype;
+        let batch_dim = imp.ty(input).shape[0].clone();
+        let data = imp.build(Op::Permute { perm: vec![0, 2, 3, 1] }, vec![input])?;
+        let batch = imp.push(
+            Op::Arange { start: 0.0, step: 1.0, len: batch_dim.clone(), dtype: DType::I64 },
+            vec![],
+            TensorType::new(DType::I64, vec![batch_dim.clone()]),
+        );
+        let batch = reshape(imp, batch, vec![batch_dim, Dim::Const(1), Dim::Const(1)])?;
+        let batch = imp.push(Op::Expand { shape: points.to_vec() }, vec![batch], TensorType::new(DType::I64, points.to_vec()));
+        let zero = imp.scalar_const(Scalar::Float(0.0), compute);
+        let mut column = points.to_vec();
+        column.push(Dim::Const(1));
+        Ok(Sampler { data, batch, zero, column, w, h })
+    }
+
+    /// A coordinate (already reflected/clipped as the padding mode asks) along an axis of `size`.
+    fn axis(&self, imp: &mut Importer, c: ValueId, size: i64) -> R<Axis> {
+        Ok(Axis { inside: in_bounds(imp, c, size)?, index: clamped_index(imp, c, size)? })
+    }
+
+    /// The input at (x, y), zero where either lies outside.
+    fn read(&self, imp: &mut Importer, x: &Axis, y: &Axis) -> R<ValueId> {
+        let inside = binary(imp, B::And, x.inside, y.inside)?;
+        let inside = reshape(imp, inside, self.column.clone())?;
+        let picked = imp.build(Op::IndexGather { axis: 0 }, vec![self.data, self.batch, y.index, x.index])?;
+        imp.build(Op::Where, vec![inside, picked, self.zero])
+    }
+
+    /// `value [N, Ho, Wo, C] * weight [N, Ho, Wo]`.
+    fn weigh(&self, imp: &mut Importer, value: ValueId, weight: ValueId) -> R<ValueId> {
+        let weight = reshape(imp, weight, self.column.clone())?;
+        binary(imp, B::Mul, value, weight)
+    }
+}
+
+/// Left-to-right sum, the order torch's kernels add their taps in.
+fn sum_in_order(imp: &mut Importer, terms: Vec<ValueId>) -> R<ValueId> {
+    let mut terms = terms.into_iter();
+    let Some(mut acc) = terms.next() else {
+        return unsupported("grid_sampler_2d: an empty sum of taps");
+    };
+    for t in terms {
+        acc = binary(imp, B::Add, acc, t)?;
+    }
+    Ok(acc)
+}
+
+/// The four corners around the (reflected/clipped) point, weighted by the
+/// areas of the opposite sub-rectangles.
+fn bilinear(imp: &mut Importer, s: &Sampler, ux: ValueId, uy: ValueId, padding: Padding, align: bool) -> R<ValueId> {
+    let (w, h) = (s.w, s.h);
+    let ix = pad_coordinate(imp, ux, w, padding, align)?;
+    let iy = pad_coordinate(imp, uy, h, padding, align)?;
+    let x0 = unary(imp, U::Floor, ix)?;
+    let y0 = unary(imp, U::Floor, iy)?;
+    let x1 = imp.with_scalar(B::Add, x0, 1.0)?;
+    let y1 = imp.with_scalar(B::Add, y0, 1.0)?;
+    let (wx0, wx1) = (binary(imp, B::Sub, x1, ix)?, binary(imp, B::Sub, ix, x0)?);
+    let (wy0, wy1) = (binary(imp, B::Sub, y1, iy)?, binary(imp, B::Sub, iy, y0)?);
+    let (ax0, ax1) = (s.axis(imp, x0, w)?, s.axis(imp, x1, w)?);
+    let (ay0, ay1) = (s.axis(imp, y0, h)?, s.axis(imp, y1, h)?);
+    let mut terms = Vec::with_capacity(4);
+    for (x, y, wx, wy) in [(&ax0, &ay0, wx0, wy0), (&ax1, &ay0, wx1, wy0), (&ax0, &ay1, wx0, wy1), (&ax1, &ay1, wx1, wy1)] {
+        let weight = binary(imp, B::Mul, wx, wy)?;
+        let value = s.read(imp, x, y)?;
+        terms.push(s.weigh(imp, value, weight)?);
+    }
+    sum_in_order(imp, terms)
+}
+
+/// torch's bicubic sampling: cubic convolution (A = -0.75) over the 4x4
+/// taps at floor(x) - 1 ..= floor(x) + 2 (and likewise in y) of the
+/// unnormalised point; each tap is reflected/clipped on its own and reads
+/// zero outside the input. As torch's kernel: four sums along x, one per tap
+/// row, then their sum along y, each added left to right.
+fn bicubic(imp: &mut Importer, s: &Sampler, ux: ValueId, uy: ValueId, padding: Padding, align: bool) -> R<ValueId> {
+    let (w, h) = (s.w, s.h);
+    let taps = |imp: &mut Importer, u: ValueId, size: i64| -> R<(Vec<Axis>, [ValueId; 4])> {
+        let floor = unary(imp, U::Floor, u)?;
+        let t = binary(imp, B::Sub, u, floor)?;
+        let coefficients = cubic_coefficients(imp, t)?;
+        let mut axes = Vec::with_capacity(4);
+        for offset in [-1.0, 0.0, 1.0, 2.0] {
+            let c = imp.with_scalar(B::Add, floor, offset)?;
+            let c = pad_coordinate(imp, c, size, padding, align)?;
+            axes.push(s.axis(imp, c, size)?);
+        }
+        Ok((axes, coefficients))
+    };
+    let (xs, cx) = taps(imp, ux, w)?;
+    let (ys, cy) = taps(imp, uy, h)?;
+    let mut rows = Vec::with_capacity(4);
+    for (y, &wy) in ys.iter().zip(&cy) {
+        let mut terms = Vec::with_capacity(4);
+        for (x, &wx) in xs.iter().zip(&cx) {
+            let value = s.read(imp, x, y)?;
+            terms.push(s.weigh(imp, value, wx)?);
+        }
+        let row = sum_in_order(imp, terms)?;
+        rows.push(s.weigh(imp, row, wy)?);
+    }
+    sum_in_order(imp, rows)
+}
+
+/// The cubic convolution weights of the taps at distances 1 + t, t, 1 - t
+/// and 2 - t from a point with fraction `t` in [0, 1), with torch's
+/// A = -0.75, written as its vectorised CPU kernel evaluates them (so the
+/// rounding matches): `((A + 2) d - (A + 3)) d d + 1` for |d| <= 1 and
+/// `((A d - 5A) d + 8A) d - 4A` for 1 < |d| < 2.
+fn cubic_coefficients(imp: &mut Importer, t: ValueId) -> R<[ValueId; 4]> {
+    const A: f64 = -0.75;
+    let near = |imp: &mut Importer, d: ValueId| -> R<ValueId> {
+        let v = imp.with_scalar(B::Mul, d, A + 2.0)?;
+        let v = imp.with_scalar(B::Sub, v, A + 3.0)?;
+        let v = binary(imp, B::Mul, v, d)?;
+        let v = binary(imp, B::Mul, v, d)?;
+        imp.with_scalar(B::Add, v, 1.0)
+    };
+    let far = |imp: &mut Importer, d: ValueId| -> R<ValueId> {
+        let v = imp.with_scalar(B::Mul, d, A)?;
+        let v = imp.with_scalar(B::Sub, v, 5.0 * A)?;
+        let v = binary(imp, B::Mul, v, d)?;
+        let v = imp.with_scalar(B::Add, v, 8.0 * A)?;
+        let v = binary(imp, B::Mul, v, d)?;
+        imp.with_scalar(B::Sub, v, 4.0 * A)
+    };
+    let dtype = imp.ty(t).dtype;
+    let one = imp.scalar_const(Scalar::Float(1.0), dtype);
+    let two = imp.scalar_const(Scalar::Float(2.0), dtype);
+    let t_plus_one = imp.with_scalar(B::Add, t, 1.0)?;
+    let one_minus_t = binary(imp, B::Sub, one, t)?;
+    let two_minus_t = binary(imp, B::Sub, two, t)?;
+    Ok([far(imp, t_plus_one)?, near(imp, t)?, near(imp, one_minus_t)?, far(imp, two_minus_t)?])
 }
 
 /// `0 <= c <= size - 1` (false for NaN).
@@ -319,17 +441,24 @@ fn clamped_index(imp: &mut Importer, c: ValueId, size: i64) -> R<ValueId> {
     Ok(imp.cast(c, DType::I64))
 }
 
-/// torch's `grid_sampler_compute_source_index`: a normalised coordinate in
-/// [-1, 1] to a pixel coordinate, then border clipping or reflection.
-fn source_index(imp: &mut Importer, c: ValueId, size: i64, padding: Padding, align: bool) -> R<ValueId> {
+/// torch's `grid_sampler_unnormalize`: a normalised coordinate in [-1, 1] to
+/// a pixel coordinate, in the form of its vectorised CPU kernel.
+fn unnormalize(imp: &mut Importer, c: ValueId, size: i64, align: bool) -> R<ValueId> {
     let size_f = size as f64;
     // align_corners: (c + 1) * (size - 1) / 2; otherwise (c + 1) * size / 2 - 0.5.
     let scale = if align { (size_f - 1.0) / 2.0 } else { size_f / 2.0 };
     let shifted = imp.with_scalar(B::Add, c, 1.0)?;
-    let mut v = imp.with_scalar(B::Mul, shifted, scale)?;
-    if !align {
-        v = imp.with_scalar(B::Sub, v, 0.5)?;
+    let v = imp.with_scalar(B::Mul, shifted, scale)?;
+    if align {
+        return Ok(v);
     }
+    imp.with_scalar(B::Sub, v, 0.5)
+}
+
+/// torch's `compute_coordinates`: a pixel coordinate clipped to the border
+/// or reflected into the input as the padding mode asks (zeros: unchanged).
+fn pad_coordinate(imp: &mut Importer, v: ValueId, size: i64, padding: Padding, align: bool) -> R<ValueId> {
+    let size_f = size as f64;
     match padding {
         Padding::Zeros => Ok(v),
         Padding::Border => clip(imp, v, size),

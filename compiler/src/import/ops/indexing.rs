@@ -1,7 +1,7 @@
 //! Index-driven ops: `gather`, the `scatter` family, advanced indexing with
 //! several index tensors (`index.Tensor`, `index_put`), the `*_scatter`
-//! views, strided gathers (`diagonal`, `as_strided`), `masked_scatter`,
-//! `_embedding_bag` and `col2im`. They map onto four IR ops —
+//! views, strided gathers (`diagonal`, `as_strided`), `masked_scatter`
+//! and `col2im`. They map onto four IR ops —
 //! `GatherElements`, `ScatterElements`, `IndexGather`, `IndexPut` — plus
 //! `Gather` with index constants computed here for the static strided views.
 
@@ -18,7 +18,7 @@ fn i64_const(imp: &mut Importer, shape: &[i64], values: &[i64]) -> ValueId {
 }
 
 /// Indices as i64 (the IR's index dtype).
-fn int_index(imp: &mut Importer, v: ValueId, what: &str) -> R<ValueId> {
+pub(super) fn int_index(imp: &mut Importer, v: ValueId, what: &str) -> R<ValueId> {
     match imp.ty(v).dtype {
         DType::I64 => Ok(v),
         d if d.is_int() => Ok(imp.cast(v, DType::I64)),
@@ -27,7 +27,7 @@ fn int_index(imp: &mut Importer, v: ValueId, what: &str) -> R<ValueId> {
 }
 
 /// `v` with a new shape (no node when it already has it).
-fn reshape(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> ValueId {
+pub(super) fn reshape(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> ValueId {
     let ty = imp.ty(v).clone();
     if ty.shape == shape {
         return v;
@@ -36,7 +36,7 @@ fn reshape(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> ValueId {
 }
 
 /// `v` broadcast to `shape` (no node when it already has it).
-fn expand(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> ValueId {
+pub(super) fn expand(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> ValueId {
     let ty = imp.ty(v).clone();
     if ty.shape == shape {
         return v;
@@ -54,7 +54,7 @@ fn at_least_1d(imp: &mut Importer, v: ValueId) -> ValueId {
 }
 
 /// Binds output 0 to `v`, reshaped to the output type when ranks differ (0-d cases).
-fn bind_as_output(imp: &mut Importer, n: &Node, v: ValueId) -> R<()> {
+pub(super) fn bind_as_output(imp: &mut Importer, n: &Node, v: ValueId) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let v = imp.cast(v, out.dtype);
     let v = reshape(imp, v, out.shape);
@@ -69,7 +69,7 @@ fn static_dims(imp: &Importer, v: ValueId, what: &str) -> R<Vec<i64>> {
 }
 
 /// Fails unless every output of `n` after the first is unused.
-fn only_first_output_used(imp: &Importer, n: &Node) -> R<()> {
+pub(super) fn only_first_output_used(imp: &Importer, n: &Node) -> R<()> {
     for out in n.outputs.iter().skip(1) {
         if let Arg::Tensor(name) = out {
             if imp.is_used(name) {
@@ -224,10 +224,21 @@ fn prepare_advanced(imp: &mut Importer, x: ValueId, pairs: &[(usize, ValueId)]) 
 
 /// `aten::index.Tensor(Tensor self, Tensor?[] indices)` and
 /// `_unsafe_index.Tensor`: one index tensor → Gather; several (with `None`
-/// slots, broadcasting) → IndexGather. Boolean masks only as constants.
+/// slots, broadcasting) → IndexGather. A lone boolean mask computed at run
+/// time goes through `nonzero` (a data-dependent size); other masks only as
+/// constants.
 pub(super) fn index(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let indices = imp.opt_tensors(n, "indices")?;
+    if let [(slot, mask)] = present_indices(&indices).as_slice() {
+        let run_time_mask = matches!(imp.ty(*mask).dtype, DType::Bool | DType::U8) && imp.g.const_of(*mask).is_none();
+        if run_time_mask {
+            // The selected count is the output's (data-dependent) size at `slot`.
+            let count = imp.out_ty(n, 0)?.shape.get(*slot).cloned().unwrap_or(Dim::Const(0));
+            let v = super::data_dependent::masked_gather(imp, x, *slot, *mask, &count)?;
+            return bind_as_output(imp, n, v);
+        }
+    }
     let pairs = integer_indices(imp, &indices)?;
     match pairs.as_slice() {
         [] => {
@@ -250,6 +261,7 @@ pub(super) fn index(imp: &mut Importer, n: &Node) -> R<()> {
 
 /// `aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False)`
 /// and `_unsafe_index_put`. A lone boolean mask with one value is a `where`;
+/// a lone run-time mask with several values goes to [`masked_index_put`];
 /// otherwise the integer indices (constant masks as their coordinates) → IndexPut.
 pub(super) fn index_put(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
@@ -261,6 +273,12 @@ pub(super) fn index_put(imp: &mut Importer, n: &Node) -> R<()> {
     let present = present_indices(&indices);
     if let [(slot, mask)] = present.as_slice() {
         let single_value = imp.ty(values).numel().as_const() == Some(1);
+        let mask_dtype = imp.ty(*mask).dtype;
+        let run_time_mask = matches!(mask_dtype, DType::Bool | DType::U8) && imp.g.const_of(*mask).is_none();
+        if run_time_mask && !(single_value && mask_dtype == DType::Bool) {
+            let out = masked_index_put(imp, x, *slot, *mask, values, accumulate)?;
+            return bind_as_output(imp, n, out);
+        }
         if imp.ty(*mask).dtype == DType::Bool && single_value && imp.g.const_of(*mask).is_none() {
             // x[mask] = v (or += v): a where over the mask, aligned at its slot.
             let m = imp.ty(*mask).clone();
@@ -304,6 +322,98 @@ pub(super) fn index_put(imp: &mut Importer, n: &Node) -> R<()> {
     bind_as_output(imp, n, out)
 }
 
+/// `x[mask] = values` (or `+=`) for a boolean mask known only at run time,
+/// covering `x`'s dims `slot..slot + mask.rank`. `values` broadcasts to
+/// `[lead.., K, rest..]`, `lead`/`rest` being `x`'s dims before/after the
+/// mask's; torch gives the k-th true position (row-major) the k-th row along
+/// `K`, and requires `K` to equal the number of true positions unless it is 1.
+///
+/// Rows are picked as in `masked_scatter`: an inclusive cumsum of the flat
+/// mask, minus one, gathers row `k` for the k-th true position, and a where
+/// keeps `x` elsewhere. The count check rides on the same gather: more true
+/// positions than rows already send an index `>= K` to it, and one extra
+/// index, `2K - 1 - count`, reaches `>= K` exactly when there are fewer; the
+/// gather kernel then fails the run with "index out of range" instead of
+/// silently using a prefix of `values`. The extra row is sliced off.
+fn masked_index_put(imp: &mut Importer, x: ValueId, slot: usize, mask: ValueId, values: ValueId, accumulate: bool) -> R<ValueId> {
+    let ty = imp.ty(x).clone();
+    let mty = imp.ty(mask).clone();
+    let mask = imp.cast(mask, DType::Bool);
+    let mrank = mty.rank();
+    if slot + mrank > ty.rank() {
+        return invalid(format!("a {mrank}-d mask at dim {slot} of a rank-{} tensor", ty.rank()));
+    }
+    for (k, d) in mty.shape.iter().enumerate() {
+        if kiln_ir::infer::dims_equal(d, &ty.shape[slot + k], &imp.g.symbols) == Some(false) {
+            return invalid(format!("mask dim {k} does not match the indexed tensor's dim {}", slot + k));
+        }
+    }
+    let lead: Vec<Dim> = ty.shape[..slot].to_vec();
+    let rest: Vec<Dim> = ty.shape[slot + mrank..].to_vec();
+    // The mask aligned with `x` (unit dims around it), for the final where.
+    let mut mshape: Vec<Dim> = vec![Dim::Const(1); slot];
+    mshape.extend(mty.shape.iter().cloned());
+    mshape.extend(std::iter::repeat_n(Dim::Const(1), rest.len()));
+    let mask_x = reshape(imp, mask, mshape);
+    let vty = imp.ty(values).clone();
+    let target_rank = slot + 1 + rest.len();
+    if vty.rank() > target_rank {
+        return invalid(format!("index_put values of rank {} for an indexing result of rank {target_rank}", vty.rank()));
+    }
+    // The values dim that lines up with the true positions, if any.
+    let rows = vty.rank().checked_sub(rest.len() + 1).map(|i| vty.shape[i].clone());
+    let new = match rows.as_ref().and_then(Dim::as_const) {
+        None if rows.is_some() => None,
+        Some(k) if k != 1 => None,
+        // One row (or none): broadcast to every true position, no count to check.
+        _ => {
+            let mut one_row = lead.clone();
+            one_row.push(Dim::Const(1));
+            one_row.extend(rest.iter().cloned());
+            let v = expand(imp, values, one_row);
+            let mut aligned = lead.clone();
+            aligned.extend(std::iter::repeat_n(Dim::Const(1), mrank));
+            aligned.extend(rest.iter().cloned());
+            let v = reshape(imp, v, aligned);
+            Some(expand(imp, v, ty.shape.clone()))
+        }
+    };
+    let new = match new {
+        Some(v) => v,
+        None => {
+            let k = rows.unwrap_or(Dim::Const(1));
+            if k.as_const() == Some(0) {
+                return unsupported("x[mask] = values with zero values (kiln cannot check at run time that the mask is all false)");
+            }
+            let mut target = lead.clone();
+            target.push(k.clone());
+            target.extend(rest.iter().cloned());
+            let values = expand(imp, values, target);
+            let count_dim = mty.numel();
+            let flat = reshape(imp, mask, vec![count_dim.clone()]);
+            let flat = imp.cast(flat, DType::I64);
+            let cum = imp.build(Op::CumSum { axis: 0 }, vec![flat])?;
+            let pos = imp.with_scalar(BinaryOp::Sub, cum, 1.0)?;
+            let pos = imp.with_scalar(BinaryOp::Max, pos, 0.0)?;
+            let count = imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![0], keep_dims: false }, vec![flat])?;
+            let kv = imp.dim_scalar(&k, DType::I64);
+            let twice_k = imp.build(Op::Binary(BinaryOp::Add), vec![kv, kv])?;
+            let check = imp.build(Op::Binary(BinaryOp::Sub), vec![twice_k, count])?;
+            let check = imp.with_scalar(BinaryOp::Sub, check, 1.0)?;
+            let check = reshape(imp, check, vec![Dim::Const(1)]);
+            let all = imp.build(Op::Concat { axis: 0 }, vec![pos, check])?;
+            let picked = imp.build(Op::Gather { axis: slot }, vec![values, all])?;
+            let mut picked_shape = imp.ty(picked).shape.clone();
+            picked_shape[slot] = count_dim;
+            let picked_ty = TensorType::new(ty.dtype, picked_shape);
+            let picked = imp.push(Op::Slice { axis: slot, start: 0, end: -1, step: 1 }, vec![picked], picked_ty);
+            reshape(imp, picked, ty.shape.clone())
+        }
+    };
+    let new = if accumulate { imp.build(Op::Binary(BinaryOp::Add), vec![x, new])? } else { new };
+    imp.build(Op::Where, vec![mask_x, new, x])
+}
+
 /// `aten::select_scatter(Tensor self, Tensor src, int dim, SymInt index)`:
 /// a scatter along `dim` of `src` (unsqueezed) at one position.
 pub(super) fn select_scatter(imp: &mut Importer, n: &Node) -> R<()> {
@@ -311,8 +421,10 @@ pub(super) fn select_scatter(imp: &mut Importer, n: &Node) -> R<()> {
     let ty = imp.ty(x).clone();
     let axis = normalize_axis(imp.int(n, "dim", None)?, ty.rank())?;
     let mut index = imp.int(n, "index", None)?;
-    if index < 0 {
-        let Some(d) = ty.shape[axis].as_const() else { return unsupported("negative select_scatter index on a dynamic dimension") };
+    // On a dynamic dimension a negative index stays negative: ScatterElements
+    // counts it from the end at run time (and fails if it is out of range,
+    // as torch does).
+    if let (true, Some(d)) = (index < 0, ty.shape[axis].as_const()) {
         index += d;
     }
     let src = imp.tensor(n, "src")?;
@@ -337,8 +449,20 @@ pub(super) fn slice_scatter(imp: &mut Importer, n: &Node) -> R<()> {
         return invalid(format!("slice_scatter step {step}"));
     }
     if start < 0 {
-        let Some(d) = ty.shape[axis].as_const() else { return unsupported("negative slice_scatter start on a dynamic dimension") };
-        start = (start + d).max(0);
+        match ty.shape[axis].as_const() {
+            Some(d) => start = (start + d).max(0),
+            // Every position `start + step * i` of the slice is then negative
+            // and ScatterElements counts it from the end at run time; torch
+            // would clamp the start at 0 if the dimension could be shorter.
+            None if ty.shape[axis].bounds(&imp.g.symbols).0 >= start.saturating_neg() => {}
+            None => {
+                return unsupported(format!(
+                    "negative slice_scatter start {start} on the dynamic dimension {}, which may be shorter than {}",
+                    ty.shape[axis].display(&imp.g.symbols),
+                    start.saturating_neg()
+                ))
+            }
+        }
     }
     let src = imp.tensor(n, "src")?;
     let src = imp.cast(src, ty.dtype);
@@ -362,7 +486,10 @@ pub(super) fn slice_scatter(imp: &mut Importer, n: &Node) -> R<()> {
 
 /// `aten::diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1)`:
 /// the two dims moved last and merged, then a Gather of the diagonal's
-/// positions (static sizes of the two dims).
+/// positions `base + i * (n2 + 1)` — constants for static sizes, otherwise an
+/// arange scaled by the run-time `n2 + 1`. With dynamic dims the length is
+/// torch's own (its output type); a length torch can only state as a `Min`
+/// of sizes is refused earlier, when the output type is parsed.
 pub(super) fn diagonal(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let ty = imp.ty(x).clone();
@@ -373,11 +500,6 @@ pub(super) fn diagonal(imp: &mut Importer, n: &Node) -> R<()> {
     if d1 == d2 {
         return invalid("diagonal dims must differ");
     }
-    let (Some(n1), Some(n2)) = (ty.shape[d1].as_const(), ty.shape[d2].as_const()) else {
-        return unsupported("diagonal of dynamic dimensions");
-    };
-    let len = if offset >= 0 { n1.min(n2 - offset) } else { (n1 + offset).min(n2) }.max(0);
-    let positions: Vec<i64> = (0..len).map(|i| if offset >= 0 { i * n2 + i + offset } else { (i - offset) * n2 + i }).collect();
     let mut perm: Vec<usize> = (0..r).filter(|&a| a != d1 && a != d2).collect();
     perm.extend([d1, d2]);
     let mut pshape: Vec<Dim> = perm.iter().map(|&p| ty.shape[p].clone()).collect();
@@ -386,10 +508,37 @@ pub(super) fn diagonal(imp: &mut Importer, n: &Node) -> R<()> {
     } else {
         imp.push(Op::Permute { perm }, vec![x], TensorType::new(ty.dtype, pshape.clone()))
     };
+    let (n1, n2) = (ty.shape[d1].clone(), ty.shape[d2].clone());
     pshape.truncate(r - 2);
-    pshape.push(Dim::Const(n1 * n2));
+    pshape.push(Dim::mul(n1.clone(), n2.clone()));
     let flat = reshape(imp, xp, pshape);
-    let idx = i64_const(imp, &[len], &positions);
+    let idx = match (n1.as_const(), n2.as_const()) {
+        (Some(n1), Some(n2)) => {
+            let len = if offset >= 0 { n1.min(n2 - offset) } else { (n1 + offset).min(n2) }.max(0);
+            let positions: Vec<i64> =
+                (0..len).map(|i| if offset >= 0 { i * n2 + i + offset } else { (i - offset) * n2 + i }).collect();
+            i64_const(imp, &[len], &positions)
+        }
+        _ => {
+            let out = imp.out_ty(n, 0)?;
+            let Some(len) = out.shape.last().cloned() else { return invalid("diagonal output of rank 0") };
+            let ar = imp.push(
+                Op::Arange { start: 0.0, step: 1.0, len: len.clone(), dtype: DType::I64 },
+                Vec::new(),
+                TensorType::new(DType::I64, vec![len]),
+            );
+            let stride = imp.dim_scalar(&Dim::add(n2.clone(), Dim::Const(1)), DType::I64);
+            let scaled = imp.build(Op::Binary(BinaryOp::Mul), vec![ar, stride])?;
+            // Offset >= 0 starts at column `offset` of row 0, < 0 at row `-offset`.
+            let base = if offset >= 0 { Dim::Const(offset) } else { Dim::mul(Dim::Const(-offset), n2) };
+            if base.as_const() == Some(0) {
+                scaled
+            } else {
+                let base = imp.dim_scalar(&base, DType::I64);
+                imp.build(Op::Binary(BinaryOp::Add), vec![scaled, base])?
+            }
+        }
+    };
     imp.emit(n, Op::Gather { axis: r - 2 }, vec![flat, idx])?;
     Ok(())
 }
@@ -453,78 +602,6 @@ pub(super) fn masked_scatter(imp: &mut Importer, n: &Node) -> R<()> {
     let picked = reshape(imp, picked, out.shape.clone());
     imp.emit(n, Op::Where, vec![mask, picked, x])?;
     Ok(())
-}
-
-/// `aten::_embedding_bag(Tensor weight, Tensor indices, Tensor offsets,
-///   bool scale_grad_by_freq=False, int mode=0, bool sparse=False,
-///   Tensor? per_sample_weights=None, bool include_last_offset=False,
-///   int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor)`: rows gathered,
-/// row `i` sent to slot `#{b : offsets[b] <= i}` of a `[bags + 1, D]`
-/// scatter-reduce (without the zeros it starts from, so empty bags stay 0);
-/// slot 0 collects padding rows and rows before the first offset and is
-/// dropped. Outputs 1..3 must be unused. Also `embedding_bag.padding_idx`
-/// (training IR), whose arguments are the same.
-pub(super) fn embedding_bag(imp: &mut Importer, n: &Node) -> R<()> {
-    let w = imp.tensor(n, "weight")?;
-    let indices = imp.tensor(n, "indices")?;
-    let offsets = imp.tensor(n, "offsets")?;
-    let mode = imp.int(n, "mode", Some(0))?;
-    let psw = imp.opt_tensor(n, "per_sample_weights")?;
-    let include_last = imp.bool(n, "include_last_offset", false)?;
-    let padding_idx = imp.opt_int(n, "padding_idx")?.unwrap_or(-1);
-    only_first_output_used(imp, n)?;
-    let reduce = match mode {
-        0 => ReduceKind::Sum,
-        1 => ReduceKind::Mean,
-        2 => ReduceKind::Max,
-        m => return invalid(format!("embedding_bag mode {m}")),
-    };
-    if imp.ty(indices).rank() != 1 || imp.ty(offsets).rank() != 1 || imp.ty(w).rank() != 2 {
-        return unsupported("embedding_bag with other than 1-d indices and offsets");
-    }
-    let idx = int_index(imp, indices, "embedding_bag indices")?;
-    let mut offs = int_index(imp, offsets, "embedding_bag offsets")?;
-    let wty = imp.ty(w).clone();
-    let count = imp.ty(idx).shape[0].clone();
-    let mut bags = imp.ty(offs).shape[0].clone();
-    if include_last {
-        let Some(len) = bags.as_const() else { return unsupported("include_last_offset with a dynamic number of offsets") };
-        bags = Dim::Const((len - 1).max(0));
-        offs = imp.push(Op::Slice { axis: 0, start: 0, end: len - 1, step: 1 }, vec![offs], TensorType::new(DType::I64, vec![bags.clone()]));
-    }
-    let mut rows = imp.build(Op::Gather { axis: 0 }, vec![w, idx])?;
-    if let Some(p) = psw {
-        let p = imp.cast(p, wty.dtype);
-        let p = reshape(imp, p, vec![count.clone(), Dim::Const(1)]);
-        rows = imp.build(Op::Binary(BinaryOp::Mul), vec![rows, p])?;
-    }
-    let positions = imp.push(
-        Op::Arange { start: 0.0, step: 1.0, len: count.clone(), dtype: DType::I64 },
-        Vec::new(),
-        TensorType::new(DType::I64, vec![count.clone()]),
-    );
-    let positions = reshape(imp, positions, vec![count.clone(), Dim::Const(1)]);
-    let offs_row = reshape(imp, offs, vec![Dim::Const(1), bags.clone()]);
-    let started = imp.build(Op::Binary(BinaryOp::Ge), vec![positions, offs_row])?;
-    let started = imp.cast(started, DType::I64);
-    let mut slot = imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keep_dims: false }, vec![started])?;
-    if padding_idx >= 0 {
-        let is_pad = imp.with_scalar(BinaryOp::Eq, idx, padding_idx as f64)?;
-        let zero = imp.scalar_const(crate::import::importer::Scalar::Int(0), DType::I64);
-        slot = imp.build(Op::Where, vec![is_pad, zero, slot])?;
-    }
-    let d = wty.shape[1].clone();
-    let slot = reshape(imp, slot, vec![count.clone(), Dim::Const(1)]);
-    let slot = expand(imp, slot, vec![count, d.clone()]);
-    let slots = Dim::add(bags.clone(), Dim::Const(1));
-    let zeros = imp.push(
-        Op::Full { value: 0.0, dtype: wty.dtype, shape: vec![slots.clone(), d.clone()] },
-        Vec::new(),
-        TensorType::new(wty.dtype, vec![slots, d.clone()]),
-    );
-    let reduced = imp.build(Op::ScatterElements { axis: 0, reduce: Some(reduce), include_self: false }, vec![zeros, slot, rows])?;
-    let v = imp.push(Op::Slice { axis: 0, start: 1, end: i64::MAX, step: 1 }, vec![reduced], TensorType::new(wty.dtype, vec![bags, d]));
-    bind_as_output(imp, n, v)
 }
 
 /// `aten::col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size,

@@ -4,7 +4,10 @@
 //! handler so the defaults can be checked against it.
 
 mod activation;
+mod conv_transpose_slow;
+mod data_dependent;
 mod elementwise;
+mod embedding_bag;
 mod geometry;
 mod indexing;
 mod nn;
@@ -33,13 +36,16 @@ pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
     let name = if inplace { &name[..name.len() - 1] } else { name };
     if inplace {
         let mutated = imp.tensor_name(node, "self")?.to_string();
-        imp.check_inplace(&mutated)?;
+        let same_value_aliases = imp.check_inplace(&mutated)?;
         dispatch(imp, node, name, overload)?;
         let result = match node.outputs.first() {
             Some(Arg::Tensor(out)) => imp.value(out)?,
             _ => return super::importer::invalid("in-place op without a tensor output"),
         };
         imp.bind_name(&mutated, result);
+        for alias in &same_value_aliases {
+            imp.bind_name(alias, result);
+        }
         return Ok(());
     }
     dispatch(imp, node, name, overload)
@@ -168,7 +174,8 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "diagonal" => indexing::diagonal(imp, n),
         "as_strided" => indexing::as_strided(imp, n),
         "masked_scatter" => indexing::masked_scatter(imp, n),
-        "embedding_bag" | "_embedding_bag" | "_embedding_bag_forward_only" => indexing::embedding_bag(imp, n),
+        "embedding_bag" | "_embedding_bag" | "_embedding_bag_forward_only" => embedding_bag::embedding_bag(imp, n, name),
+        "embedding_renorm" => embedding_bag::embedding_renorm(imp, n),
         "col2im" => indexing::col2im(imp, n),
         "avg_pool3d" => nn::pool3d(imp, n, PoolKind::Avg),
         "max_pool3d" | "max_pool3d_with_indices" => nn::pool3d(imp, n, PoolKind::Max),
@@ -189,6 +196,10 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "_pdist_forward" | "pdist" => geometry::pdist(imp, n),
         "grid_sampler_2d" | "grid_sampler" => geometry::grid_sampler_2d(imp, n),
         "bernoulli" => random::bernoulli(imp, n, overload),
+        "nonzero" | "argwhere" => data_dependent::nonzero(imp, n),
+        "nonzero_static" => data_dependent::nonzero_static(imp, n),
+        "nonzero_numpy" => data_dependent::nonzero_numpy(imp, n),
+        "_local_scalar_dense" | "item" => data_dependent::local_scalar_dense(imp, n),
         _ => Err(super::importer::Fail::Unsupported(None)),
     }
 }

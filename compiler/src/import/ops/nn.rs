@@ -1,6 +1,7 @@
 //! Composite neural-network ops kept whole when a dedicated kernel exists.
 
 use crate::import::importer::{invalid, unsupported, Importer, Scalar, R};
+use super::conv_transpose_slow::{conv_transpose_slow_path, takes_torch_slow_path, Geometry};
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{BinaryOp, DType, Dim, Op, PoolKind, ReduceKind, TensorType, UnaryOp, ValueId};
 
@@ -23,10 +24,17 @@ pub(super) fn addmm(imp: &mut Importer, n: &Node) -> R<()> {
     let beta = imp.opt_scalar(n, "beta")?.unwrap_or(Scalar::Int(1)).as_f64();
     let alpha = imp.opt_scalar(n, "alpha")?.unwrap_or(Scalar::Int(1)).as_f64();
     let out = imp.out_ty(n, 0)?;
-    let mut product = imp.push(Op::MatMul, vec![a, b], out.clone());
+    // f16/bf16: torch's GEMM computes `beta * self + alpha * (mat1 @ mat2)` in
+    // f32 and rounds once; rounding the product before the add would land
+    // an ulp off. So the whole expression is built in f32 here.
+    let reduced = matches!(out.dtype, DType::F16 | DType::BF16);
+    let compute = if reduced { DType::F32 } else { out.dtype };
+    let (a, b, bias) = if reduced { (imp.cast(a, compute), imp.cast(b, compute), imp.cast(bias, compute)) } else { (a, b, bias) };
+    let wide = TensorType::new(compute, out.shape.clone());
+    let mut product = imp.push(Op::MatMul, vec![a, b], wide.clone());
     if alpha != 1.0 {
-        let k = imp.scalar_const(Scalar::Float(alpha), out.dtype);
-        product = imp.push(Op::Binary(BinaryOp::Mul), vec![product, k], out.clone());
+        let k = imp.scalar_const(Scalar::Float(alpha), compute);
+        product = imp.push(Op::Binary(BinaryOp::Mul), vec![product, k], wide.clone());
     }
     // beta = 0 ignores `self` entirely (even NaNs in it), as torch does.
     let v = if beta == 0.0 {
@@ -34,12 +42,13 @@ pub(super) fn addmm(imp: &mut Importer, n: &Node) -> R<()> {
     } else {
         let mut bias = bias;
         if beta != 1.0 {
-            let k = imp.scalar_const(Scalar::Float(beta), out.dtype);
+            let k = imp.scalar_const(Scalar::Float(beta), compute);
             let ty = imp.ty(bias).clone();
             bias = imp.push(Op::Binary(BinaryOp::Mul), vec![bias, k], ty);
         }
-        imp.push(Op::Binary(BinaryOp::Add), vec![product, bias], out)
+        imp.push(Op::Binary(BinaryOp::Add), vec![product, bias], wide)
     };
+    let v = if reduced { imp.cast(v, out.dtype) } else { v };
     imp.bind(n, 0, v)
 }
 
@@ -91,6 +100,13 @@ pub(super) fn conv_transpose(imp: &mut Importer, n: &Node) -> R<()> {
     let Some(wshape) = imp.ty(w).static_shape() else { return unsupported("transposed convolution with a dynamic weight shape") };
     let out = imp.out_ty(n, 0)?;
     let (x, unbatched) = unsqueeze_batch(imp, x, k)?;
+    let geo = Geometry { stride: &stride, padding: &padding, output_padding: &output_padding, dilation: &dilation, groups };
+    if takes_torch_slow_path(imp.ty(x).dtype, &geo) {
+        if let Some(v) = conv_transpose_slow_path(imp, x, w, bias, &geo)? {
+            let v = if unbatched { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+            return imp.bind(n, 0, v);
+        }
+    }
     let xr = imp.ty(x).rank();
     let (cin, cout_g) = (wshape[0], wshape[1]);
     if groups < 1 || cin % groups != 0 {
@@ -251,6 +267,14 @@ fn only_first_output_used(imp: &Importer, n: &Node) -> R<()> {
 /// `aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean,
 ///   Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled)`
 pub(super) fn batch_norm(imp: &mut Importer, n: &Node) -> R<()> {
+    // torch returns an empty result for an empty input of any rank, before
+    // it checks anything else (the Core ATen form is a bare clone).
+    let x = imp.tensor(n, "input")?;
+    if imp.ty(x).numel().as_const() == Some(0) {
+        let out = imp.out_ty(n, 0)?;
+        let v = imp.push(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
+        return imp.bind(n, 0, v);
+    }
     if imp.bool(n, "training", false)? {
         return native_batch_norm_legit(imp, n, "batch_norm", "default");
     }
@@ -274,7 +298,8 @@ pub(super) fn native_batch_norm_no_training(imp: &mut Importer, n: &Node) -> R<(
 ///
 /// With `training`, the batch's own statistics over every axis but 1:
 /// `mean`, biased `var` (two-pass, as torch's CPU kernel), `rstd = 1/sqrt(var + eps)`,
-/// `out = (x - mean) * rstd * weight + bias`; f16/bf16 compute in f32. The
+/// `out = (x - mean) * rstd * weight + bias`; f16/bf16 compute in f32, bf16
+/// with torch's intermediate roundings (`bf16_batch_stats`). The
 /// running-statistics outputs of the functional form are
 /// `(1 - momentum) * running + momentum * batch` (unbiased variance), computed
 /// only when read (torch.export's input mutations are dropped).
@@ -300,30 +325,18 @@ pub(super) fn native_batch_norm_legit(imp: &mut Importer, n: &Node, name: &str, 
     let mut per_channel = vec![xt.shape[1].clone()];
     per_channel.extend(std::iter::repeat_n(Dim::Const(1), xt.rank() - 2));
     let xc = imp.cast(x, compute);
-    let mean = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![xc])?;
-    let centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, mean])?;
-    let squares = imp.build(Op::Binary(BinaryOp::Mul), vec![centred, centred])?;
-    let var = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes, keep_dims: true }, vec![squares])?;
-    let var_eps = imp.with_scalar(BinaryOp::Add, var, eps)?;
-    let mut rstd = imp.build(Op::Unary(UnaryOp::Rsqrt), vec![var_eps])?;
-    let mut centred = centred;
-    if compute != xt.dtype {
-        // torch keeps the statistics in the input's dtype (they are the
-        // saved outputs) and normalises with those rounded values.
-        let rounded_mean = imp.cast(mean, xt.dtype);
-        let rounded_mean = imp.cast(rounded_mean, compute);
-        centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, rounded_mean])?;
-        let rounded_rstd = imp.cast(rstd, xt.dtype);
-        rstd = imp.cast(rounded_rstd, compute);
-    }
-    let mut y = imp.build(Op::Binary(BinaryOp::Mul), vec![centred, rstd])?;
-    for (operand, op) in [("weight", BinaryOp::Mul), ("bias", BinaryOp::Add)] {
+    let mut affine = [None, None];
+    for (slot, operand) in affine.iter_mut().zip(["weight", "bias"]) {
         if let Some(w) = imp.opt_tensor(n, operand)? {
             let w = imp.cast(w, compute);
-            let w = imp.build(Op::Reshape { shape: per_channel.clone() }, vec![w])?;
-            y = imp.build(Op::Binary(op), vec![y, w])?;
+            *slot = Some(imp.build(Op::Reshape { shape: per_channel.clone() }, vec![w])?);
         }
     }
+    let BatchStats { y, mean, rstd, var } = if xt.dtype == DType::BF16 {
+        bf16_batch_stats(imp, xc, &xt.shape, axes.clone(), eps, affine)?
+    } else {
+        batch_stats(imp, xc, xt.dtype, axes.clone(), eps, affine)?
+    };
     let out = imp.out_ty(n, 0)?;
     let y = imp.cast(y, out.dtype);
     imp.bind(n, 0, y)?;
@@ -360,6 +373,82 @@ pub(super) fn native_batch_norm_legit(imp: &mut Importer, n: &Node, name: &str, 
         }
     }
     Ok(())
+}
+
+/// A training-mode batch norm's output (before the final cast) and the
+/// statistics its other outputs expose, all in the compute dtype.
+struct BatchStats {
+    y: ValueId,
+    mean: ValueId,
+    rstd: ValueId,
+    /// Biased variance, for the running-variance update.
+    var: ValueId,
+}
+
+/// `(x - mean) * rstd * weight + bias` over the batch's statistics (`xc` in
+/// the compute dtype). For f16 torch keeps the statistics in the input's
+/// dtype (they are the saved outputs) and normalises with those rounded values.
+fn batch_stats(imp: &mut Importer, xc: ValueId, dtype: DType, axes: Vec<usize>, eps: f64, [weight, bias]: [Option<ValueId>; 2]) -> R<BatchStats> {
+    let compute = imp.ty(xc).dtype;
+    let mean = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![xc])?;
+    let mut centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, mean])?;
+    let squares = imp.build(Op::Binary(BinaryOp::Mul), vec![centred, centred])?;
+    let var = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes, keep_dims: true }, vec![squares])?;
+    let var_eps = imp.with_scalar(BinaryOp::Add, var, eps)?;
+    let mut rstd = imp.build(Op::Unary(UnaryOp::Rsqrt), vec![var_eps])?;
+    if compute != dtype {
+        let rounded_mean = round_through(imp, mean, dtype);
+        centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, rounded_mean])?;
+        rstd = round_through(imp, rstd, dtype);
+    }
+    let mut y = imp.build(Op::Binary(BinaryOp::Mul), vec![centred, rstd])?;
+    if let Some(w) = weight {
+        y = imp.build(Op::Binary(BinaryOp::Mul), vec![y, w])?;
+    }
+    if let Some(b) = bias {
+        y = imp.build(Op::Binary(BinaryOp::Add), vec![y, b])?;
+    }
+    Ok(BatchStats { y, mean, rstd, var })
+}
+
+/// torch's bf16 CPU batch norm in training mode, step for step (bit-exact
+/// against torch 2.15): the mean, the sum of squared deviations, the
+/// variance and `invstd` are each stored in bf16 before the next step uses
+/// them, and the output is `x * alpha + beta` with `alpha = invstd * weight`,
+/// `beta = bias - mean * alpha` in f32, rounded once.
+fn bf16_batch_stats(imp: &mut Importer, xc: ValueId, shape: &[Dim], axes: Vec<usize>, eps: f64, [weight, bias]: [Option<ValueId>; 2]) -> R<BatchStats> {
+    let mean = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![xc])?;
+    let mean = round_through(imp, mean, DType::BF16);
+    let centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, mean])?;
+    let squares = imp.build(Op::Binary(BinaryOp::Mul), vec![centred, centred])?;
+    let var_sum = imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: axes.clone(), keep_dims: true }, vec![squares])?;
+    let var_sum = round_through(imp, var_sum, DType::BF16);
+    let count = axes.iter().map(|&a| shape[a].clone()).fold(Dim::Const(1), Dim::mul);
+    let count = imp.dim_scalar(&count, DType::F32);
+    let var = imp.build(Op::Binary(BinaryOp::Div), vec![var_sum, count])?;
+    let var_rounded = round_through(imp, var, DType::BF16);
+    let var_eps = imp.with_scalar(BinaryOp::Add, var_rounded, eps)?;
+    let rstd = imp.build(Op::Unary(UnaryOp::Rsqrt), vec![var_eps])?;
+    let rstd = round_through(imp, rstd, DType::BF16);
+    let alpha = match weight {
+        Some(w) => imp.build(Op::Binary(BinaryOp::Mul), vec![rstd, w])?,
+        None => rstd,
+    };
+    let shift = imp.build(Op::Binary(BinaryOp::Mul), vec![mean, alpha])?;
+    let beta = match bias {
+        Some(b) => imp.build(Op::Binary(BinaryOp::Sub), vec![b, shift])?,
+        None => imp.build(Op::Unary(UnaryOp::Neg), vec![shift])?,
+    };
+    let scaled = imp.build(Op::Binary(BinaryOp::Mul), vec![xc, alpha])?;
+    let y = imp.build(Op::Binary(BinaryOp::Add), vec![scaled, beta])?;
+    Ok(BatchStats { y, mean, rstd, var })
+}
+
+/// `v` rounded to `dtype` and widened back to its own dtype.
+fn round_through(imp: &mut Importer, v: ValueId, dtype: DType) -> ValueId {
+    let wide = imp.ty(v).dtype;
+    let narrow = imp.cast(v, dtype);
+    imp.cast(narrow, wide)
 }
 
 /// `_native_batch_norm_legit(_functional)` with `training=False`: the running
@@ -434,7 +523,7 @@ pub(super) fn native_layer_norm(imp: &mut Importer, n: &Node) -> R<()> {
 
 /// `aten::max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0,
 ///   int[2] dilation=1, bool ceil_mode=False)`; `max_pool2d_with_indices` has the same
-///   arguments and an indices output that must be unused.
+///   arguments and an indices output.
 pub(super) fn max_pool2d(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let kernel = imp.ints_n(n, "kernel_size", &[], 2)?;
@@ -447,11 +536,37 @@ pub(super) fn max_pool2d(imp: &mut Importer, n: &Node) -> R<()> {
     let padding = imp.ints_n(n, "padding", &[0], 2)?;
     let dilation = imp.ints_n(n, "dilation", &[1], 2)?;
     let ceil_mode = imp.bool(n, "ceil_mode", false)?;
+    let pool = |kind| Op::Pool {
+        kind,
+        kernel: kernel.clone(),
+        stride: stride.clone(),
+        padding: padding.clone(),
+        dilation: dilation.clone(),
+        ceil_mode,
+        count_include_pad: false,
+        divisor: None,
+    };
+    bind_max_pool(imp, n, x, pool)
+}
+
+/// Binds max pooling's values (output 0) and, when something reads them, the
+/// indices of the `_with_indices` forms (output 1): one instruction each, the
+/// second of kind `ArgMax`, as sort computes values and indices apart.
+fn bind_max_pool(imp: &mut Importer, n: &Node, x: ValueId, pool: impl Fn(PoolKind) -> Op) -> R<()> {
     let ty = imp.out_ty(n, 0)?;
-    let op = Op::Pool { kind: PoolKind::Max, kernel, stride, padding, dilation, ceil_mode, count_include_pad: false };
-    let v = imp.push(op, vec![x], ty);
+    let v = imp.push(pool(PoolKind::Max), vec![x], ty);
     imp.bind(n, 0, v)?;
-    only_first_output_used(imp, n)
+    match n.outputs.get(1) {
+        Some(Arg::Tensor(name)) if imp.is_used(name) => {
+            let ty = imp.out_ty(n, 1)?;
+            if ty.dtype != DType::I64 {
+                return invalid(format!("max pooling indices of dtype {}; expected i64", ty.dtype));
+            }
+            let i = imp.push(pool(PoolKind::ArgMax), vec![x], ty);
+            imp.bind(n, 1, i)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `aten::avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0,
@@ -468,21 +583,11 @@ pub(super) fn avg_pool2d(imp: &mut Importer, n: &Node) -> R<()> {
     let padding = imp.ints_n(n, "padding", &[0], 2)?;
     let ceil_mode = imp.bool(n, "ceil_mode", false)?;
     let count_include_pad = imp.bool(n, "count_include_pad", true)?;
-    if let Some(divisor) = imp.opt_int(n, "divisor_override")? {
-        // sum / divisor = (mean over the full window) * (window / divisor):
-        // exact when every window lies inside the padded input (no ceil_mode).
-        if ceil_mode || divisor == 0 {
-            return unsupported("avg_pool2d with divisor_override and ceil_mode");
-        }
-        let op = Op::Pool { kind: PoolKind::Avg, kernel: kernel.clone(), stride, padding, dilation: vec![1, 1], ceil_mode, count_include_pad: true };
-        let mean = imp.build(op, vec![x])?;
-        let factor = (kernel[0] * kernel[1]) as f64 / divisor as f64;
-        let out = imp.out_ty(n, 0)?;
-        let v = imp.with_scalar(BinaryOp::Mul, mean, factor)?;
-        let v = if imp.ty(v).dtype != out.dtype { imp.cast(v, out.dtype) } else { v };
-        return imp.bind(n, 0, v);
+    let divisor = imp.opt_int(n, "divisor_override")?;
+    if divisor == Some(0) {
+        return invalid("avg_pool2d divisor_override of 0");
     }
-    let op = Op::Pool { kind: PoolKind::Avg, kernel, stride, padding, dilation: vec![1, 1], ceil_mode, count_include_pad };
+    let op = Op::Pool { kind: PoolKind::Avg, kernel, stride, padding, dilation: vec![1, 1], ceil_mode, count_include_pad, divisor };
     imp.emit(n, op, vec![x])?;
     Ok(())
 }
@@ -536,11 +641,20 @@ pub(super) fn pool1d(imp: &mut Importer, n: &Node, kind: PoolKind) -> R<()> {
     let dilation = if kind == PoolKind::Max { imp.ints_n(n, "dilation", &[1], 1)? } else { vec![1] };
     let ceil_mode = imp.bool(n, "ceil_mode", false)?;
     let count_include_pad = kind == PoolKind::Avg && imp.bool(n, "count_include_pad", true)?;
-    let ty = imp.out_ty(n, 0)?;
-    let op = Op::Pool { kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad };
-    let v = imp.push(op, vec![x], ty);
-    imp.bind(n, 0, v)?;
-    only_first_output_used(imp, n)
+    let pool = |kind| Op::Pool {
+        kind,
+        kernel: kernel.clone(),
+        stride: stride.clone(),
+        padding: padding.clone(),
+        dilation: dilation.clone(),
+        ceil_mode,
+        count_include_pad,
+        divisor: None,
+    };
+    match kind {
+        PoolKind::Max => bind_max_pool(imp, n, x, pool),
+        _ => imp.emit(n, pool(kind), vec![x]).map(|_| ()),
+    }
 }
 
 /// `aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None,
@@ -556,18 +670,23 @@ pub(super) fn group_norm(imp: &mut Importer, n: &Node, native: bool) -> R<()> {
     let bias = imp.opt_tensor(n, "bias")?;
     let out = imp.out_ty(n, 0)?;
     let ty = imp.ty(x).clone();
-    let Some(shape) = ty.static_shape() else { return unsupported("group norm with dynamic dimensions") };
-    if shape.len() < 2 || groups < 1 || shape[1] % groups != 0 {
-        return invalid(format!("group norm of {shape:?} in {groups} groups"));
+    if ty.rank() < 2 {
+        return invalid(format!("group norm of a rank-{} tensor", ty.rank()));
     }
-    let rest: i64 = shape[1..].iter().product::<i64>() / groups;
+    // Only the channel count must be known: the batch and spatial dims may be
+    // symbolic, as the group size `C/G * H * W..` is then a product of them.
+    let Some(channels) = ty.shape[1].as_const() else { return unsupported("group norm over a dynamic channel dimension") };
+    if groups < 1 || channels % groups != 0 {
+        return invalid(format!("group norm of {channels} channels in {groups} groups"));
+    }
+    let rest = ty.shape[2..].iter().fold(Dim::Const(channels / groups), |acc, d| Dim::mul(acc, d.clone()));
     let c = super::activation::compute_dtype(out.dtype);
     let xc = imp.cast(x, c);
-    let grouped = imp.build(Op::Reshape { shape: vec![Dim::Const(shape[0]), Dim::Const(groups), Dim::Const(rest)] }, vec![xc])?;
+    let grouped = imp.build(Op::Reshape { shape: vec![ty.shape[0].clone(), Dim::Const(groups), rest] }, vec![xc])?;
     let normed = imp.build(Op::LayerNorm { normalized_rank: 1, eps }, vec![grouped])?;
     let mut v = imp.build(Op::Reshape { shape: ty.shape.clone() }, vec![normed])?;
-    let mut per_channel = vec![Dim::Const(shape[1])];
-    per_channel.extend(std::iter::repeat_n(Dim::Const(1), shape.len() - 2));
+    let mut per_channel = vec![Dim::Const(channels)];
+    per_channel.extend(std::iter::repeat_n(Dim::Const(1), ty.rank() - 2));
     for (t, op) in [(weight, BinaryOp::Mul), (bias, BinaryOp::Add)] {
         if let Some(t) = t {
             let t = imp.cast(t, c);
@@ -649,7 +768,7 @@ fn repeat_heads(imp: &mut Importer, q: ValueId, kv: ValueId) -> R<ValueId> {
 /// `aten::avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0,
 ///   bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None)`,
 /// `max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0,
-///   int[3] dilation=1, bool ceil_mode=False)`, `max_pool3d_with_indices` (indices unused).
+///   int[3] dilation=1, bool ceil_mode=False)`, `max_pool3d_with_indices`.
 pub(super) fn pool3d(imp: &mut Importer, n: &Node, kind: PoolKind) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let kernel = imp.ints_n(n, "kernel_size", &[], 3)?;
@@ -664,24 +783,23 @@ pub(super) fn pool3d(imp: &mut Importer, n: &Node, kind: PoolKind) -> R<()> {
     let ceil_mode = imp.bool(n, "ceil_mode", false)?;
     let count_include_pad = kind == PoolKind::Avg && imp.bool(n, "count_include_pad", true)?;
     let divisor = if kind == PoolKind::Avg { imp.opt_int(n, "divisor_override")? } else { None };
-    if let Some(divisor) = divisor {
-        // As in avg_pool2d: the full-window mean scaled by window / divisor.
-        if ceil_mode || divisor == 0 {
-            return unsupported("avg_pool3d with divisor_override and ceil_mode");
-        }
-        let volume: i64 = kernel.iter().product();
-        let op = Op::Pool { kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad: true };
-        let mean = imp.build(op, vec![x])?;
-        let out = imp.out_ty(n, 0)?;
-        let v = imp.with_scalar(BinaryOp::Mul, mean, volume as f64 / divisor as f64)?;
-        let v = imp.cast(v, out.dtype);
-        return imp.bind(n, 0, v);
+    if divisor == Some(0) {
+        return invalid("avg_pool3d divisor_override of 0");
     }
-    let ty = imp.out_ty(n, 0)?;
-    let op = Op::Pool { kind, kernel, stride, padding, dilation, ceil_mode, count_include_pad };
-    let v = imp.push(op, vec![x], ty);
-    imp.bind(n, 0, v)?;
-    only_first_output_used(imp, n)
+    let pool = |kind| Op::Pool {
+        kind,
+        kernel: kernel.clone(),
+        stride: stride.clone(),
+        padding: padding.clone(),
+        dilation: dilation.clone(),
+        ceil_mode,
+        count_include_pad,
+        divisor,
+    };
+    match kind {
+        PoolKind::Max => bind_max_pool(imp, n, x, pool),
+        _ => imp.emit(n, pool(kind), vec![x]).map(|_| ()),
+    }
 }
 
 /// `aten::_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size)`, `adaptive_avg_pool3d`

@@ -148,24 +148,38 @@ pub(super) fn diff(imp: &mut Importer, n: &Node) -> R<()> {
         parts.push(imp.cast(p, out.dtype));
     }
     let mut v = if parts.len() == 1 { parts[0] } else { imp.build(Op::Concat { axis }, parts)? };
-    for _ in 0..order {
+    for step in 0..order {
         let ty = imp.ty(v).clone();
-        let Some(len) = ty.shape[axis].as_const() else {
-            return unsupported("diff along a dynamic dimension");
+        let len = ty.shape[axis].clone();
+        let shorter = match len.as_const() {
+            Some(0) => break, // torch: diff of an empty axis stays empty
+            Some(l) => Dim::Const(l - 1),
+            // `x[1:] - x[:-1]` with symbolic ends; the length must stay
+            // positive at every size the bounds allow, or torch's empty
+            // result would need a max(len - 1, 0) kiln cannot express.
+            None if len.bounds(&imp.g.symbols).0 >= 1 => Dim::add(len.clone(), Dim::Const(-1)),
+            None => {
+                return unsupported(format!(
+                    "diff of order {order} along the dynamic dimension {} (it may be shorter than {})",
+                    imp.ty(x).shape[axis].display(&imp.g.symbols),
+                    step + 1
+                ))
+            }
         };
-        if len == 0 {
-            break; // torch: diff of an empty axis stays empty
-        }
         let mut shape = ty.shape.clone();
-        shape[axis] = Dim::Const(len - 1);
+        shape[axis] = shorter;
         let piece = TensorType::new(ty.dtype, shape);
-        let hi = imp.push(Op::Slice { axis, start: 1, end: len, step: 1 }, vec![v], piece.clone());
-        let lo = imp.push(Op::Slice { axis, start: 0, end: len - 1, step: 1 }, vec![v], piece.clone());
+        // `end: -1` counts from the end, for a static or a dynamic length alike.
+        let hi = imp.push(Op::Slice { axis, start: 1, end: i64::MAX, step: 1 }, vec![v], piece.clone());
+        let lo = imp.push(Op::Slice { axis, start: 0, end: -1, step: 1 }, vec![v], piece.clone());
         let op = if ty.dtype == DType::Bool { B::Ne } else { B::Sub };
         v = imp.push(Op::Binary(op), vec![hi, lo], piece);
     }
-    if imp.ty(v).shape != out.shape {
-        return invalid(format!("diff result {:?}, output type {:?}", imp.ty(v).shape, out.shape));
+    let got = imp.ty(v).shape.clone();
+    let same = got.len() == out.shape.len()
+        && got.iter().zip(&out.shape).all(|(a, b)| kiln_ir::infer::dims_equal(a, b, &imp.g.symbols) == Some(true));
+    if !same {
+        return invalid(format!("diff result {got:?}, output type {:?}", out.shape));
     }
     imp.bind(n, 0, v)
 }
