@@ -102,6 +102,12 @@ OPS = [
     # the last Core ATen ops: training-mode batch norm, distances, grid sampling
     ("_native_batch_norm_legit", ""), ("cdist", ""),
     ("nn.functional.pdist", ""), ("nn.functional.grid_sample", ""),
+    # composites real models keep in training IR (issue 4's list), and indexing reads
+    ("nn.functional.conv3d", ""), ("nn.functional.interpolate", "linear"), ("nn.functional.interpolate", "trilinear"),
+    ("nn.functional.interpolate", "area"), ("nn.functional.interpolate", "bicubic"),
+    ("nn.functional.interpolate", "nearest-exact"), ("__getitem__", ""), ("masked_select", ""), ("argwhere", ""),
+    ("take_along_dim", ""), ("nn.functional.unfold", ""), ("nn.functional.pixel_shuffle", ""),
+    ("nn.functional.pixel_unshuffle", ""), ("index_add", ""), ("index_fill", ""), ("index_copy", ""),
 ]
 
 DTYPES = {
@@ -158,7 +164,6 @@ PICK = {"F.grid_sample": [4, 3, 9, 0, 12], "F.embedding_bag": [5, 8], "cdist": [
 # so that regenerating keeps the marks (`--remark` rewrites only the marks);
 # the conformance test fails on any other failure.
 KNOWN_UNSUPPORTED = {
-    ("einsum", "*", "training"): "aten.einsum in training IR (Core ATen's bmm/permute form works)",
 }
 
 
@@ -400,6 +405,49 @@ DIRECT = {
 }
 
 
+# Training-IR composites whose OpInfo samples leave paths untried: each
+# entry's programs run in f32 (and the first in every other listed dtype).
+# Case names are `<name>.extra`.
+EINSUM_EQUATIONS = [
+    ("bij,bjk,bkl->bil", [(2, 3, 4), (2, 4, 5), (2, 5, 3)]),  # three operands, a batch label kept throughout
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]),  # ellipsis broadcasting (1 vs 5)
+    ("ii->i", [(4, 4)]),  # diagonal
+    ("ij,ij,ij->i", [(3, 4), (3, 4), (3, 4)]),  # a label shared by three operands
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),  # attention scores
+    ("ijk", [(2, 3, 4)]),  # implicit output (sorted, here the identity)
+    ("ji,kj", [(3, 4), (2, 3)]),  # implicit output `ik`
+]
+COMPOSITE = {
+    "einsum": ([lambda *t, eq=eq: torch.einsum(eq, *t) for eq, _ in EINSUM_EQUATIONS], [shapes for _, shapes in EINSUM_EQUATIONS],
+               ("f32", "f64", "f16", "bf16", "i64", "i8")),
+}
+
+
+def composite_cases(args, manifest, only):
+    """Builds the COMPOSITE cases into args.out and manifest."""
+    for name, (fns, shapes, dtypes) in COMPOSITE.items():
+        cname = f"{name}.extra"
+        if only and cname not in only:
+            continue
+        shutil.rmtree(os.path.join(args.out, cname), ignore_errors=True)
+        for dname in dtypes:
+            dtype = DTYPES[dname]
+            count = len(fns) if dname == "f32" or args.full else 1
+            for k in range(count):
+                torch.manual_seed(k)
+                inputs = [rnd(sh, dtype, -4, 5) for sh in shapes[k]]
+                mod = DirectModule(fns[k]).eval()
+                with torch.no_grad():
+                    outputs = [mod(*inputs).detach().clone().contiguous()]
+                ep, aten = export_case(mod, inputs, outputs)
+                case = save_case(args.out, cname, dname, k, ep, aten, inputs, outputs, with_training=True)
+                m = marks(cname, dname, f"{dname}_{k}", case["flavours"])
+                if m:
+                    case["unsupported"] = m
+                manifest["cases"].append(case)
+        print(f"{cname}: {sum(1 for c in manifest['cases'] if c['op'] == cname)} cases", file=sys.stderr)
+
+
 def k_of(b):
     """slice_scatter's sample index, read back from its src shape."""
     return int(b.shape[0] == 3)
@@ -545,6 +593,7 @@ def main():
         print(f"{cname}: {sum(1 for c in manifest['cases'] if c['op'] == cname)} cases", file=sys.stderr)
 
     direct_cases(args, manifest, only, per_dtype, keep)
+    composite_cases(args, manifest, only)
     manifest["cases"].sort(key=lambda c: c["dir"])
     manifest["torch"] = torch.__version__
     with open(manifest_path, "w") as f:

@@ -53,7 +53,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (case, flavour or "*") -> why kiln is expected to fail it.
 KNOWN_UNSUPPORTED = {
-    ("inplace_on_views", "training"): "in-place writes through views of a clone (training IR keeps them; Core ATen's functional form works)",
 }
 
 CASES = []
@@ -585,6 +584,47 @@ def _():
         y.t()[2].mul_(2.0)
         return y
     return static(Fn(f), rnd(3, 4, seed=12))
+
+
+@case("inplace_view_chain", "views")
+def _():
+    def f(_, x, v, i, w):
+        y = x.clone()
+        z = y.t()[1:4]       # a slice of a transpose
+        z[:, 0] = v          # copy_ through select -> slice -> t
+        z[i] = w             # index_put_ through slice -> t
+        z[1:, 2:] *= 2.0     # mul_ through slice -> slice -> (the index_put_'s result) -> slice -> t
+        return y, z
+    return static(Fn(f), rnd(4, 5, seed=15), rnd(3, seed=16), torch.tensor([2, 0]), rnd(2, 4, seed=17))
+
+
+@case("inplace_reshape_views", "views")
+def _():
+    def f(_, x):
+        y = x.clone()
+        w = y[:, 1::2]                   # views made before the writes, read after them
+        r = y.view(3, 8)
+        v = y.view(2, 12)
+        v.add_(1.0)                      # add_ through a reshape view
+        y.unsqueeze(0)[0, 2].mul_(3.0)   # unsqueeze -> select -> select
+        r[1].sub_(0.5)                   # through another reshape view
+        c = y.t().reshape(24)            # torch copies here (strides): the write stays in `c`
+        c.add_(100.0)
+        return y, w, r, v.sum(1), c
+    return static(Fn(f), rnd(4, 6, seed=18))
+
+
+@case("inplace_diagonal", "views")
+def _():
+    def f(_, x):
+        y = x.clone()
+        d = y.diagonal(0, 1, 2)             # read after the writes below
+        y[0].diagonal().fill_(1.0)
+        y.diagonal(1, -2, -1).add_(10.0)
+        y.transpose(0, 2).diagonal(-1).sub_(100.0)
+        y.mul_(2.0)
+        return y, d
+    return static(Fn(f), rnd(2, 4, 4, seed=19))
 
 
 @case("diagonal_unfold", "views")

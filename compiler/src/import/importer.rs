@@ -2,6 +2,7 @@
 
 use super::error::{ImportError, Problem, UnsupportedList};
 use super::ops;
+use super::views::ViewTable;
 use super::custom::ImportOptions;
 use crate::pt2::program::{Arg, InputSpec, Node, OutputSpec, SubGraph, SymExpr, SymIntArg, TensorMeta};
 use crate::pt2::weights::{self, WeightError};
@@ -67,8 +68,8 @@ pub(crate) struct Importer<'p> {
     poisoned: HashSet<String>,
     problems: Vec<Problem>,
     types: HashMap<String, TensorType>,
-    /// View outputs → the name they alias (for the in-place hazard check).
-    alias_of: HashMap<String, String>,
+    /// View outputs → their base and view op (for in-place writes through views).
+    pub(crate) views: ViewTable,
     /// Index of the last node reading each name (`usize::MAX`: a graph output).
     last_use: HashMap<String, usize>,
     /// Index of the node being converted.
@@ -131,7 +132,7 @@ impl<'p> Importer<'p> {
             poisoned: HashSet::new(),
             problems: Vec::new(),
             types: HashMap::new(),
-            alias_of: HashMap::new(),
+            views: ViewTable::default(),
             last_use,
             node_index: 0,
             loc: None,
@@ -250,7 +251,7 @@ impl<'p> Importer<'p> {
             sym_env: std::mem::take(&mut self.sym_env),
             poisoned: std::mem::take(&mut self.poisoned),
             types: std::mem::take(&mut self.types),
-            alias_of: std::mem::take(&mut self.alias_of),
+            views: std::mem::take(&mut self.views),
             last_use: std::mem::replace(&mut self.last_use, last_use),
             node_index: self.node_index,
             tensor_values: std::mem::replace(&mut self.tensor_values, &sub.tensor_values),
@@ -263,7 +264,7 @@ impl<'p> Importer<'p> {
         self.sym_env = saved.sym_env;
         self.poisoned = saved.poisoned;
         self.types = saved.types;
-        self.alias_of = saved.alias_of;
+        self.views = saved.views;
         self.last_use = saved.last_use;
         self.node_index = saved.node_index;
         self.tensor_values = saved.tensor_values;
@@ -614,36 +615,9 @@ impl<'p> Importer<'p> {
         self.last_use.contains_key(name)
     }
 
-    /// Records that `view` aliases `base`'s storage (for [`Importer::check_inplace`]).
-    pub fn record_view(&mut self, view: &str, base: &str) {
-        let root = self.alias_of.get(base).cloned().unwrap_or_else(|| base.to_string());
-        self.alias_of.insert(view.to_string(), root);
-    }
-
-    /// An in-place update of `name` is only expressible functionally if every
-    /// other alias of its storage read afterwards is the very same value (an
-    /// `alias`/`detach`/same-shape view: same elements, same layout): those
-    /// are returned, for the caller to rebind to the result too. A later read
-    /// through a reshaped or strided view is refused.
-    pub fn check_inplace(&self, name: &str) -> R<Vec<String>> {
-        let root = self.alias_of.get(name).map(String::as_str).unwrap_or(name);
-        let later = |n: &str| self.last_use.get(n).is_some_and(|&i| i > self.node_index);
-        let group = self.alias_of.iter().filter(|(_, r)| r.as_str() == root).map(|(v, _)| v.as_str());
-        let this = self.env.get(name);
-        let mut rebind = Vec::new();
-        for other in group.chain(std::iter::once(root)) {
-            if other == name || !later(other) {
-                continue;
-            }
-            if this.is_some() && self.env.get(other) == this {
-                rebind.push(other.to_string());
-            } else {
-                return unsupported(format!(
-                    "in-place update of `{name}` is observed through its alias `{other}`, which kiln's functional IR cannot express"
-                ));
-            }
-        }
-        Ok(rebind)
+    /// Whether a node after the current one (or a graph output) reads `name`.
+    pub fn read_later(&self, name: &str) -> bool {
+        self.last_use.get(name).is_some_and(|&i| i > self.node_index)
     }
 
     // ------------------------------------------------------------- arguments
@@ -894,7 +868,7 @@ struct Scope<'p> {
     sym_env: HashMap<String, Dim>,
     poisoned: HashSet<String>,
     types: HashMap<String, TensorType>,
-    alias_of: HashMap<String, String>,
+    views: ViewTable,
     last_use: HashMap<String, usize>,
     node_index: usize,
     tensor_values: &'p HashMap<String, TensorMeta>,

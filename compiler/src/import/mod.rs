@@ -8,8 +8,9 @@
 //! - Both IR flavours are accepted: training IR (composites such as `linear`,
 //!   `layer_norm`, `scaled_dot_product_attention`, in-place ops) and Core ATen.
 //! - In-place ops (`add_`, `relu_`) are functionalised: the result gets a new
-//!   value, and the mutated name is rebound to it. A mutation that would be
-//!   observed through a view alias is reported as unsupported.
+//!   value, and the mutated name is rebound to it. A write through a view
+//!   (`y[:, 0] = 0`, `y.t()[2].mul_(2)`) is scattered back into its base, and
+//!   the base's other views read later are re-derived (`views.rs`).
 //! - Output types come from the program's `tensor_values` (authoritative and
 //!   symbolic), never from kiln's own inference.
 //! - `buffer_mutation` / `user_input_mutation` outputs are dropped: kiln
@@ -32,6 +33,7 @@ mod error;
 mod importer;
 mod ops;
 mod promote;
+mod views;
 pub mod support;
 
 pub use custom::{CustomLowering, CustomOpContext, ImportOptions};

@@ -47,6 +47,12 @@ pub(super) fn nonzero_static(imp: &mut Importer, n: &Node) -> R<()> {
 /// narrowed to `x`'s element count, the number is computed and bound with
 /// `BindDim` (once per symbol), then `NonZero` writes the coordinates.
 pub(crate) fn nonzero_of(imp: &mut Importer, x: ValueId, count: &Dim) -> R<ValueId> {
+    if count.as_const() == Some(0) {
+        // torch states the count only when the input is empty: no coordinates.
+        let rank = imp.ty(x).rank() as i64;
+        let shape = vec![Dim::Const(0), Dim::Const(rank)];
+        return Ok(imp.push(Op::Full { value: 0.0, dtype: DType::I64, shape: shape.clone() }, Vec::new(), TensorType::new(DType::I64, shape)));
+    }
     let Dim::Sym(sym) = *count else {
         return unsupported(format!(
             "nonzero whose size torch gives as `{}` (kiln binds a plain unbacked symbol)",
@@ -131,6 +137,22 @@ pub(crate) fn masked_gather(imp: &mut Importer, x: ValueId, slot: usize, mask: V
     let mut inputs = vec![x];
     inputs.extend(columns);
     imp.build(Op::IndexGather { axis: slot }, inputs)
+}
+
+/// `aten::masked_select(Tensor self, Tensor mask) -> Tensor`: `self` and
+/// `mask` broadcast to one shape, then the elements at the mask's true
+/// positions in row-major order, 1-d (a 0-d pair is read as `[1]`).
+pub(super) fn masked_select(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let mask = imp.tensor(n, "mask")?;
+    let mask = imp.cast(mask, DType::Bool);
+    let shape = kiln_ir::infer::broadcast_shapes(&imp.ty(x).shape, &imp.ty(mask).shape).map_err(crate::import::importer::Fail::Invalid)?;
+    // Expand broadcasts to a higher rank; only the all-0-d case needs a reshape.
+    let shape = if shape.is_empty() { vec![Dim::Const(1)] } else { shape };
+    let (x, mask) = (super::indexing::expand(imp, x, shape.clone()), super::indexing::expand(imp, mask, shape));
+    let count = imp.out_ty(n, 0)?.shape.first().cloned().unwrap_or(Dim::Const(0));
+    let v = masked_gather(imp, x, 0, mask, &count)?;
+    imp.bind(n, 0, v)
 }
 
 /// `aten::_local_scalar_dense(Tensor self) -> Scalar` and `aten::item`: the

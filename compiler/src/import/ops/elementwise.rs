@@ -207,6 +207,8 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
         "bitwise_xor" => (BinaryOp::Xor, false),
         "atan2" | "arctan2" => (BinaryOp::Atan2, false),
         "fmod" => (BinaryOp::Fmod, false),
+        "bitwise_left_shift" | "__lshift__" => return shift(imp, n, a, b, &out, true),
+        "bitwise_right_shift" | "__rshift__" => return shift(imp, n, a, b, &out, false),
         _ => return Err(crate::import::importer::Fail::Unsupported(None)),
     };
     if name == "rsub" {
@@ -239,6 +241,52 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
     let result_dtype = if op.is_comparison() { DType::Bool } else { compute };
     let v = imp.push(Op::Binary(op), vec![av, bv], TensorType::new(result_dtype, out.shape.clone()));
     let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)
+}
+
+/// `aten::bitwise_left_shift.Tensor(Tensor self, Tensor other)` (and
+/// `.Tensor_Scalar`, `.Scalar_Tensor`, `__lshift__`), `bitwise_right_shift`
+/// and `__rshift__` likewise, on integers in the promoted dtype. The IR has
+/// no shift, so it is arithmetic by a power of two, with torch's CPU kernel's
+/// answer for shifts outside `0..bits`: a left shift is `a * 2^b` (wrapping
+/// multiplication drops the high bits as the shift does) and 0 out of range;
+/// a right shift is `floor(a / 2^b)` (arithmetic for signed types), and out
+/// of range torch shifts by `bits - 1` on signed types (-1 or 0 by sign) and
+/// gives 0 on unsigned ones. The power is clamped into range so that it is
+/// always a valid divisor; a `where` picks the out-of-range answer.
+fn shift(imp: &mut Importer, n: &Node, a: Side, b: Side, out: &TensorType, left: bool) -> R<()> {
+    let dtype = out.dtype;
+    if !dtype.is_int() {
+        return unsupported(format!("bit shifts on {dtype} (torch shifts integers only)"));
+    }
+    let signed = !matches!(dtype, DType::U8);
+    let bits = 8 * dtype.size_bytes() as i64;
+    let (av, bv) = (a.value(imp, dtype), b.value(imp, dtype));
+    // The largest shift computed arithmetically: 2^(bits-1) wraps to the
+    // sign bit, right for a multiplication but not as a signed divisor.
+    let max_shift = if left || !signed { bits - 1 } else { bits - 2 };
+    let exponent = imp.build(Op::Clamp { min: Some(0.0), max: Some(max_shift as f64) }, vec![bv])?;
+    let exponent = imp.cast(exponent, DType::I64);
+    // 2^k for k in 0..=max_shift, read from a table: exact in every dtype
+    // (2^(bits-1) is the sign bit) without relying on integer `pow`.
+    let powers: Vec<u8> = (0..=max_shift).flat_map(|k| crate::import::importer::scalar_bytes(Scalar::Int(1i64.wrapping_shl(k as u32)), dtype)).collect();
+    let table = imp.g.add_const(None, TensorType::fixed(dtype, &[max_shift + 1]), kiln_ir::ConstBytes::owned(powers));
+    let power = imp.build(Op::Gather { axis: 0 }, vec![table, exponent])?;
+    let shifted = imp.build(Op::Binary(if left { BinaryOp::Mul } else { BinaryOp::FloorDiv }), vec![av, power])?;
+    let lo = imp.with_scalar(BinaryOp::Ge, bv, 0.0)?;
+    let hi = imp.with_scalar(BinaryOp::Le, bv, max_shift as f64)?;
+    let in_range = imp.build(Op::Binary(BinaryOp::And), vec![lo, hi])?;
+    let fallback = if !left && signed {
+        // a >> (bits - 1): all ones for negative a, zero otherwise.
+        let negative = imp.with_scalar(BinaryOp::Lt, av, 0.0)?;
+        let minus_one = imp.scalar_const(Scalar::Int(-1), dtype);
+        let zero = imp.scalar_const(Scalar::Int(0), dtype);
+        imp.build(Op::Where, vec![negative, minus_one, zero])?
+    } else {
+        imp.scalar_const(Scalar::Int(0), dtype)
+    };
+    let v = imp.build(Op::Where, vec![in_range, shifted, fallback])?;
+    let v = if imp.ty(v).shape == out.shape { v } else { imp.push(Op::Expand { shape: out.shape.clone() }, vec![v], out.clone()) };
     imp.bind(n, 0, v)
 }
 

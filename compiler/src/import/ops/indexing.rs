@@ -10,9 +10,10 @@ use crate::pt2::program::{Arg, Node};
 use kiln_ir::{BinaryOp, ConstBytes, DType, Dim, Op, ReduceKind, TensorType, ValueId};
 
 use super::shape::normalize_axis;
+use crate::import::views::ViewStep;
 
 /// An i64 constant of a static shape.
-fn i64_const(imp: &mut Importer, shape: &[i64], values: &[i64]) -> ValueId {
+pub(super) fn i64_const(imp: &mut Importer, shape: &[i64], values: &[i64]) -> ValueId {
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     imp.g.add_const(None, TensorType::fixed(DType::I64, shape), ConstBytes::owned(bytes))
 }
@@ -418,33 +419,46 @@ fn masked_index_put(imp: &mut Importer, x: ValueId, slot: usize, mask: ValueId, 
 /// a scatter along `dim` of `src` (unsqueezed) at one position.
 pub(super) fn select_scatter(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
+    let axis = normalize_axis(imp.int(n, "dim", None)?, imp.ty(x).rank())?;
+    let index = imp.int(n, "index", None)?;
+    let src = imp.tensor(n, "src")?;
+    let v = select_scatter_value(imp, x, src, axis, index)?;
+    imp.bind(n, 0, v)
+}
+
+/// `x` with `src` written at position `index` of `axis` (select's inverse).
+pub(crate) fn select_scatter_value(imp: &mut Importer, x: ValueId, src: ValueId, axis: usize, mut index: i64) -> R<ValueId> {
     let ty = imp.ty(x).clone();
-    let axis = normalize_axis(imp.int(n, "dim", None)?, ty.rank())?;
-    let mut index = imp.int(n, "index", None)?;
     // On a dynamic dimension a negative index stays negative: ScatterElements
     // counts it from the end at run time (and fails if it is out of range,
     // as torch does).
     if let (true, Some(d)) = (index < 0, ty.shape[axis].as_const()) {
         index += d;
     }
-    let src = imp.tensor(n, "src")?;
     let src = imp.cast(src, ty.dtype);
     let mut shape = ty.shape.clone();
     shape[axis] = Dim::Const(1);
     let src = reshape(imp, src, shape.clone());
     let idx = imp.push(Op::Full { value: index as f64, dtype: DType::I64, shape: shape.clone() }, Vec::new(), TensorType::new(DType::I64, shape));
-    imp.emit(n, Op::ScatterElements { axis, reduce: None, include_self: true }, vec![x, idx, src])?;
-    Ok(())
+    Ok(imp.push(Op::ScatterElements { axis, reduce: None, include_self: true }, vec![x, idx, src], ty))
 }
 
 /// `aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None,
 ///   SymInt? end=None, SymInt step=1)`: a scatter of `src` at `start + step * i`.
 pub(super) fn slice_scatter(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
-    let ty = imp.ty(x).clone();
-    let axis = normalize_axis(imp.int(n, "dim", Some(0))?, ty.rank())?;
-    let mut start = imp.opt_int(n, "start")?.unwrap_or(0);
+    let axis = normalize_axis(imp.int(n, "dim", Some(0))?, imp.ty(x).rank())?;
+    let start = imp.opt_int(n, "start")?.unwrap_or(0);
     let step = imp.int(n, "step", Some(1))?;
+    let src = imp.tensor(n, "src")?;
+    let v = slice_scatter_value(imp, x, src, axis, start, step)?;
+    imp.bind(n, 0, v)
+}
+
+/// `x` with `src` written at positions `start + step * i` of `axis` (slice's
+/// inverse; the slice's length is `src`'s).
+pub(crate) fn slice_scatter_value(imp: &mut Importer, x: ValueId, src: ValueId, axis: usize, mut start: i64, step: i64) -> R<ValueId> {
+    let ty = imp.ty(x).clone();
     if step < 1 {
         return invalid(format!("slice_scatter step {step}"));
     }
@@ -464,7 +478,6 @@ pub(super) fn slice_scatter(imp: &mut Importer, n: &Node) -> R<()> {
             }
         }
     }
-    let src = imp.tensor(n, "src")?;
     let src = imp.cast(src, ty.dtype);
     let sshape = imp.ty(src).shape.clone();
     if sshape.len() != ty.rank() {
@@ -480,8 +493,7 @@ pub(super) fn slice_scatter(imp: &mut Importer, n: &Node) -> R<()> {
     ones[axis] = len;
     let ar = reshape(imp, ar, ones);
     let idx = expand(imp, ar, sshape);
-    imp.emit(n, Op::ScatterElements { axis, reduce: None, include_self: true }, vec![x, idx, src])?;
-    Ok(())
+    Ok(imp.push(Op::ScatterElements { axis, reduce: None, include_self: true }, vec![x, idx, src], ty))
 }
 
 /// `aten::diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1)`:
@@ -492,11 +504,36 @@ pub(super) fn slice_scatter(imp: &mut Importer, n: &Node) -> R<()> {
 /// of sizes is refused earlier, when the output type is parsed.
 pub(super) fn diagonal(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
+    let r = imp.ty(x).rank();
+    let offset = imp.int(n, "offset", Some(0))?;
+    let dim1 = normalize_axis(imp.int(n, "dim1", Some(0))?, r)?;
+    let dim2 = normalize_axis(imp.int(n, "dim2", Some(1))?, r)?;
+    let out = imp.out_ty(n, 0)?;
+    let v = diagonal_value(imp, x, offset, dim1, dim2, &out)?;
+    if let (Ok(base), Some(Arg::Tensor(view))) = (imp.tensor_name(n, "self").map(str::to_string), n.outputs.first()) {
+        imp.record_view(view, &base, ViewStep::Diagonal { offset, dim1, dim2 });
+    }
+    imp.bind(n, 0, v)
+}
+
+/// `aten::diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1)`:
+/// diagonal's Gather turned into a ScatterElements over the same positions.
+pub(super) fn diagonal_scatter(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let src = imp.tensor(n, "src")?;
+    let r = imp.ty(x).rank();
+    let offset = imp.int(n, "offset", Some(0))?;
+    let dim1 = normalize_axis(imp.int(n, "dim1", Some(0))?, r)?;
+    let dim2 = normalize_axis(imp.int(n, "dim2", Some(1))?, r)?;
+    let v = diagonal_scatter_value(imp, x, src, offset, dim1, dim2)?;
+    imp.bind(n, 0, v)
+}
+
+/// `x` with dims `d1`, `d2` moved last and merged (`[.., n1 * n2]`), and the
+/// permutation used.
+fn diagonal_layout(imp: &mut Importer, x: ValueId, d1: usize, d2: usize) -> R<(ValueId, Vec<usize>)> {
     let ty = imp.ty(x).clone();
     let r = ty.rank();
-    let offset = imp.int(n, "offset", Some(0))?;
-    let d1 = normalize_axis(imp.int(n, "dim1", Some(0))?, r)?;
-    let d2 = normalize_axis(imp.int(n, "dim2", Some(1))?, r)?;
     if d1 == d2 {
         return invalid("diagonal dims must differ");
     }
@@ -506,41 +543,75 @@ pub(super) fn diagonal(imp: &mut Importer, n: &Node) -> R<()> {
     let xp = if perm.iter().enumerate().all(|(i, &p)| i == p) {
         x
     } else {
-        imp.push(Op::Permute { perm }, vec![x], TensorType::new(ty.dtype, pshape.clone()))
+        imp.push(Op::Permute { perm: perm.clone() }, vec![x], TensorType::new(ty.dtype, pshape.clone()))
     };
-    let (n1, n2) = (ty.shape[d1].clone(), ty.shape[d2].clone());
     pshape.truncate(r - 2);
-    pshape.push(Dim::mul(n1.clone(), n2.clone()));
-    let flat = reshape(imp, xp, pshape);
-    let idx = match (n1.as_const(), n2.as_const()) {
-        (Some(n1), Some(n2)) => {
-            let len = if offset >= 0 { n1.min(n2 - offset) } else { (n1 + offset).min(n2) }.max(0);
-            let positions: Vec<i64> =
-                (0..len).map(|i| if offset >= 0 { i * n2 + i + offset } else { (i - offset) * n2 + i }).collect();
-            i64_const(imp, &[len], &positions)
-        }
-        _ => {
-            let out = imp.out_ty(n, 0)?;
-            let Some(len) = out.shape.last().cloned() else { return invalid("diagonal output of rank 0") };
-            let ar = imp.push(
-                Op::Arange { start: 0.0, step: 1.0, len: len.clone(), dtype: DType::I64 },
-                Vec::new(),
-                TensorType::new(DType::I64, vec![len]),
-            );
-            let stride = imp.dim_scalar(&Dim::add(n2.clone(), Dim::Const(1)), DType::I64);
-            let scaled = imp.build(Op::Binary(BinaryOp::Mul), vec![ar, stride])?;
-            // Offset >= 0 starts at column `offset` of row 0, < 0 at row `-offset`.
-            let base = if offset >= 0 { Dim::Const(offset) } else { Dim::mul(Dim::Const(-offset), n2) };
-            if base.as_const() == Some(0) {
-                scaled
-            } else {
-                let base = imp.dim_scalar(&base, DType::I64);
-                imp.build(Op::Binary(BinaryOp::Add), vec![scaled, base])?
-            }
-        }
-    };
-    imp.emit(n, Op::Gather { axis: r - 2 }, vec![flat, idx])?;
-    Ok(())
+    pshape.push(Dim::mul(ty.shape[d1].clone(), ty.shape[d2].clone()));
+    Ok((reshape(imp, xp, pshape), perm))
+}
+
+/// The diagonal's positions in the merged last dim of [`diagonal_layout`]
+/// (`len` of them: torch's output length, used when a size is dynamic).
+fn diagonal_positions(imp: &mut Importer, n1: &Dim, n2: &Dim, offset: i64, len: &Dim) -> R<ValueId> {
+    if let (Some(n1), Some(n2)) = (n1.as_const(), n2.as_const()) {
+        let len = if offset >= 0 { n1.min(n2 - offset) } else { (n1 + offset).min(n2) }.max(0);
+        let positions: Vec<i64> =
+            (0..len).map(|i| if offset >= 0 { i * n2 + i + offset } else { (i - offset) * n2 + i }).collect();
+        return Ok(i64_const(imp, &[len], &positions));
+    }
+    let ar = imp.push(
+        Op::Arange { start: 0.0, step: 1.0, len: len.clone(), dtype: DType::I64 },
+        Vec::new(),
+        TensorType::new(DType::I64, vec![len.clone()]),
+    );
+    let stride = imp.dim_scalar(&Dim::add(n2.clone(), Dim::Const(1)), DType::I64);
+    let scaled = imp.build(Op::Binary(BinaryOp::Mul), vec![ar, stride])?;
+    // Offset >= 0 starts at column `offset` of row 0, < 0 at row `-offset`.
+    let base = if offset >= 0 { Dim::Const(offset) } else { Dim::mul(Dim::Const(-offset), n2.clone()) };
+    if base.as_const() == Some(0) {
+        Ok(scaled)
+    } else {
+        let base = imp.dim_scalar(&base, DType::I64);
+        imp.build(Op::Binary(BinaryOp::Add), vec![scaled, base])
+    }
+}
+
+/// The diagonal view of `x` (of type `out`).
+pub(crate) fn diagonal_value(imp: &mut Importer, x: ValueId, offset: i64, d1: usize, d2: usize, out: &TensorType) -> R<ValueId> {
+    let ty = imp.ty(x).clone();
+    let (flat, _) = diagonal_layout(imp, x, d1, d2)?;
+    let Some(len) = out.shape.last() else { return invalid("diagonal output of rank 0") };
+    let idx = diagonal_positions(imp, &ty.shape[d1], &ty.shape[d2], offset, len)?;
+    Ok(imp.push(Op::Gather { axis: ty.rank() - 2 }, vec![flat, idx], out.clone()))
+}
+
+/// `x` with `src` written on its diagonal (diagonal's inverse).
+pub(crate) fn diagonal_scatter_value(imp: &mut Importer, x: ValueId, src: ValueId, offset: i64, d1: usize, d2: usize) -> R<ValueId> {
+    let ty = imp.ty(x).clone();
+    let r = ty.rank();
+    let src = imp.cast(src, ty.dtype);
+    let sshape = imp.ty(src).shape.clone();
+    let Some(len) = sshape.last().cloned() else { return invalid("diagonal_scatter src of rank 0") };
+    if sshape.len() != r - 1 {
+        return invalid("diagonal_scatter src rank is not self's minus one");
+    }
+    let (flat, perm) = diagonal_layout(imp, x, d1, d2)?;
+    let idx = diagonal_positions(imp, &ty.shape[d1], &ty.shape[d2], offset, &len)?;
+    let mut ones = vec![Dim::Const(1); r - 1];
+    ones[r - 2] = len;
+    let idx = reshape(imp, idx, ones);
+    let idx = expand(imp, idx, sshape);
+    let scattered = imp.build(Op::ScatterElements { axis: r - 2, reduce: None, include_self: true }, vec![flat, idx, src])?;
+    let pshape: Vec<Dim> = perm.iter().map(|&p| ty.shape[p].clone()).collect();
+    let unflat = reshape(imp, scattered, pshape);
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Ok(unflat);
+    }
+    let mut inverse = vec![0; r];
+    for (i, &p) in perm.iter().enumerate() {
+        inverse[p] = i;
+    }
+    Ok(imp.push(Op::Permute { perm: inverse }, vec![unflat], ty))
 }
 
 /// `aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)`:
@@ -548,6 +619,9 @@ pub(super) fn diagonal(imp: &mut Importer, n: &Node) -> R<()> {
 /// offsets; static sizes only.
 pub(super) fn as_strided(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
+    if let (Ok(base), Some(Arg::Tensor(view))) = (imp.tensor_name(n, "self").map(str::to_string), n.outputs.first()) {
+        imp.record_view(view, &base, ViewStep::Opaque("an `as_strided` view".into()));
+    }
     let shape = static_dims(imp, x, "as_strided input")?;
     let numel: i64 = shape.iter().product();
     let size = imp.ints(n, "size", &[])?;
@@ -604,6 +678,26 @@ pub(super) fn masked_scatter(imp: &mut Importer, n: &Node) -> R<()> {
     Ok(())
 }
 
+/// The flat positions in a padded `[_, wp]` image of the columns of
+/// `im2col`/`col2im`: kernel offset (row-major) outer, block (row-major)
+/// inner, i.e. column `(ki * kw + kj) * L + bi * lw + bj` for `blocks` =
+/// `(lh, lw)` sliding positions of a `k` kernel with dilation `dil` and
+/// stride `st`.
+pub(super) fn patch_positions(k: &[i64], dil: &[i64], st: &[i64], wp: i64, blocks: (i64, i64)) -> Vec<i64> {
+    let (lh, lw) = blocks;
+    let mut positions = Vec::with_capacity((k[0] * k[1] * lh * lw).max(0) as usize);
+    for ki in 0..k[0] {
+        for kj in 0..k[1] {
+            for bi in 0..lh {
+                for bj in 0..lw {
+                    positions.push((bi * st[0] + ki * dil[0]) * wp + bj * st[1] + kj * dil[1]);
+                }
+            }
+        }
+    }
+    positions
+}
+
 /// `aten::col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size,
 ///   int[2] dilation, int[2] padding, int[2] stride)`: every column element
 /// is added (ScatterElements, sum) at its position in the padded image, then
@@ -635,16 +729,7 @@ pub(super) fn col2im(imp: &mut Importer, n: &Node) -> R<()> {
     if lh * lw != l {
         return invalid(format!("col2im: {l} blocks, the sizes give {lh} x {lw}"));
     }
-    let mut positions = Vec::with_capacity((kk * l) as usize);
-    for ki in 0..k[0] {
-        for kj in 0..k[1] {
-            for bi in 0..lh {
-                for bj in 0..lw {
-                    positions.push((bi * st[0] + ki * dil[0]) * wp + bj * st[1] + kj * dil[1]);
-                }
-            }
-        }
-    }
+    let positions = patch_positions(&k, &dil, &st, wp, (lh, lw));
     let dtype = imp.ty(x).dtype;
     let flat = reshape(imp, x, vec![Dim::Const(b), Dim::Const(c), Dim::Const(kk * l)]);
     let idx = i64_const(imp, &[1, 1, kk * l], &positions);

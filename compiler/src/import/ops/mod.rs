@@ -5,18 +5,26 @@
 
 mod activation;
 mod conv_transpose_slow;
+mod einsum;
 mod data_dependent;
 mod elementwise;
 mod embedding_bag;
 mod geometry;
+mod index_dim;
 mod indexing;
 mod nn;
+mod patches;
 mod random;
+mod resize;
 mod shape;
 mod spatial;
 mod stats;
 
+pub(crate) use indexing::{diagonal_scatter_value, diagonal_value, select_scatter_value, slice_scatter_value};
+pub(crate) use shape::slice_value;
+
 use super::importer::{unsupported, Importer, R};
+use super::views::ViewStep;
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::Dim;
 
@@ -36,16 +44,16 @@ pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
     let name = if inplace { &name[..name.len() - 1] } else { name };
     if inplace {
         let mutated = imp.tensor_name(node, "self")?.to_string();
-        let same_value_aliases = imp.check_inplace(&mutated)?;
         dispatch(imp, node, name, overload)?;
-        let result = match node.outputs.first() {
-            Some(Arg::Tensor(out)) => imp.value(out)?,
+        let (out, result) = match node.outputs.first() {
+            Some(Arg::Tensor(out)) => (out, imp.value(out)?),
             _ => return super::importer::invalid("in-place op without a tensor output"),
         };
-        imp.bind_name(&mutated, result);
-        for alias in &same_value_aliases {
-            imp.bind_name(alias, result);
-        }
+        // Through views of `mutated` back to its storage, and on to its other
+        // views (see `import/views.rs`).
+        imp.write_inplace(&mutated, result)?;
+        // `add_` returns `self`: its output is one more alias of the storage.
+        imp.record_view(out, &mutated, ViewStep::Identity);
         return Ok(());
     }
     dispatch(imp, node, name, overload)
@@ -82,6 +90,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "linear" => nn::linear(imp, n),
         "addmm" => nn::addmm(imp, n),
         "mm" | "bmm" | "matmul" => nn::matmul(imp, n),
+        "einsum" => einsum::einsum(imp, n),
         "convolution" | "_convolution" => nn::convolution(imp, n),
         "conv1d" | "conv2d" | "conv3d" => nn::conv_nd(imp, n, overload),
         "batch_norm" => nn::batch_norm(imp, n),
@@ -127,6 +136,19 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         | "upsample_trilinear3d" => {
             spatial::upsample(imp, n, name)
         }
+        "_upsample_nearest_exact1d" | "_upsample_nearest_exact2d" | "_upsample_nearest_exact3d" => {
+            resize::nearest_exact(imp, n, name)
+        }
+        "upsample_bicubic2d" => resize::bicubic(imp, n, name),
+        "adaptive_avg_pool1d" => nn::adaptive_avg_pool1d(imp, n),
+        "pixel_shuffle" => patches::pixel_shuffle(imp, n),
+        "pixel_unshuffle" => patches::pixel_unshuffle(imp, n),
+        "im2col" => patches::im2col(imp, n),
+        "take_along_dim" => index_dim::take_along_dim(imp, n),
+        "index_add" => index_dim::index_add(imp, n),
+        "index_copy" => index_dim::index_copy(imp, n),
+        "index_fill" => index_dim::index_fill(imp, n),
+        "masked_select" => data_dependent::masked_select(imp, n),
         "group_norm" => nn::group_norm(imp, n, false),
         "native_group_norm" => nn::group_norm(imp, n, true),
         "rms_norm" => nn::rms_norm(imp, n),
@@ -135,7 +157,8 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "max_pool1d" | "max_pool1d_with_indices" => nn::pool1d(imp, n, PoolKind::Max),
         "add" | "sub" | "rsub" | "mul" | "div" | "remainder" | "floor_divide" | "pow" | "maximum" | "minimum"
         | "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "logical_and" | "logical_or" | "logical_xor"
-        | "bitwise_and" | "bitwise_or" | "bitwise_xor" => e::binary(imp, n, name, overload),
+        | "bitwise_and" | "bitwise_or" | "bitwise_xor" | "bitwise_left_shift" | "bitwise_right_shift" | "__lshift__"
+        | "__rshift__" => e::binary(imp, n, name, overload),
         // Python's `&`, `|`, `^` on tensors: training IR keeps the dunder names.
         "__and__" | "__or__" | "__xor__" => e::binary(imp, n, &format!("bitwise_{}", name.trim_matches('_')), overload),
         "where" if overload == "self" => e::where_(imp, n),
@@ -150,7 +173,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "argmax" => e::argmax(imp, n),
 
         "view" | "_unsafe_view" | "reshape" | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "view_as"
-        | "reshape_as" => s::reshape(imp, n),
+        | "reshape_as" => s::reshape(imp, n, name),
         "expand" | "expand_as" => s::expand(imp, n),
         "t" | "transpose" | "permute" | "numpy_T" | "mT" | "swapaxes" | "swapdims" => s::permute(imp, n, name),
         "movedim" | "moveaxis" if overload == "int" => s::permute(imp, n, "movedim"),
@@ -171,6 +194,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "index_put" | "_unsafe_index_put" => indexing::index_put(imp, n),
         "select_scatter" => indexing::select_scatter(imp, n),
         "slice_scatter" => indexing::slice_scatter(imp, n),
+        "diagonal_scatter" => indexing::diagonal_scatter(imp, n),
         "diagonal" => indexing::diagonal(imp, n),
         "as_strided" => indexing::as_strided(imp, n),
         "masked_scatter" => indexing::masked_scatter(imp, n),

@@ -600,6 +600,24 @@ pub(super) fn adaptive_avg_pool(imp: &mut Importer, n: &Node) -> R<()> {
     Ok(())
 }
 
+/// `aten::adaptive_avg_pool1d(Tensor self, int[1] output_size)`: the 2-d
+/// pool over `[.., 1, L]`, as its Core ATen form.
+pub(super) fn adaptive_avg_pool1d(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let output = imp.ints_n(n, "output_size", &[], 1)?;
+    let ty = imp.ty(x).clone();
+    if ty.rank() < 1 {
+        return invalid("adaptive_avg_pool1d of a 0-d tensor");
+    }
+    let mut shape = ty.shape.clone();
+    shape.insert(ty.rank() - 1, Dim::Const(1));
+    let x = imp.build(Op::Reshape { shape }, vec![x])?;
+    let pooled = imp.build(Op::AdaptiveAvgPool { output: vec![1, output[0]] }, vec![x])?;
+    let out = imp.out_ty(n, 0)?;
+    imp.emit(n, Op::Reshape { shape: out.shape }, vec![pooled])?;
+    Ok(())
+}
+
 /// `aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value,
 ///   Tensor? attn_mask=None, float dropout_p=0.0, bool is_causal=False, *,
 ///   float? scale=None, bool enable_gqa=False)`

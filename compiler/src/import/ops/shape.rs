@@ -2,6 +2,7 @@
 //! types in `tensor_values` (authoritative and symbolic), not from arguments.
 
 use crate::import::importer::{invalid, unsupported, Importer, R};
+use crate::import::views::{torch_contiguous, ViewStep};
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{DType, Dim, Op, TensorType, ValueId};
 
@@ -16,25 +17,38 @@ pub(crate) fn normalize_axis(dim: i64, rank: usize) -> R<usize> {
     }
 }
 
-/// Records that every tensor output of `n` aliases its `self` input.
-fn record_views(imp: &mut Importer, n: &Node, input: &str) {
-    let Ok(base) = imp.tensor_name(n, input).map(str::to_string) else { return };
-    for out in &n.outputs {
-        match out {
-            Arg::Tensor(t) => imp.record_view(t, &base),
-            Arg::Tensors(ts) => ts.iter().for_each(|t| imp.record_view(t, &base)),
-            _ => {}
-        }
+/// Records output 0 of `n` as a view of its `self` input made by `step`.
+fn record_view(imp: &mut Importer, n: &Node, step: ViewStep) {
+    let Ok(base) = imp.tensor_name(n, "self").map(str::to_string) else { return };
+    if let Some(Arg::Tensor(out)) = n.outputs.first() {
+        imp.record_view(out, &base, step);
     }
 }
 
 /// `view(Tensor self, SymInt[] size)`, `reshape`, `_unsafe_view`, `flatten.using_ints`,
 /// `unflatten`, `unsqueeze`, `squeeze(.dim/.dims)`, `view_as`: all a reshape to the output type.
-pub(super) fn reshape(imp: &mut Importer, n: &Node) -> R<()> {
+pub(super) fn reshape(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let out = imp.out_ty(n, 0)?;
-    record_views(imp, n, "self");
-    if imp.ty(x).shape == out.shape {
+    let same_shape = imp.ty(x).shape == out.shape;
+    let step = if same_shape { ViewStep::Identity } else { ViewStep::Reshape };
+    if matches!(name, "reshape" | "reshape_as" | "flatten") {
+        // These copy when torch cannot view the input's strides. A view keeps
+        // the input's elements in place and in row-major order, so a
+        // non-contiguous input gives a contiguous output only by copying.
+        let (input, output) = match (imp.tensor_name(n, "self"), n.outputs.first()) {
+            (Ok(i), Some(Arg::Tensor(o))) => (i.to_string(), o.clone()),
+            _ => return invalid("reshape without a tensor input and output"),
+        };
+        match (torch_contiguous(imp, &input), torch_contiguous(imp, &output)) {
+            (Some(true), _) | (_, Some(false)) => record_view(imp, n, step),
+            (Some(false), Some(true)) => {}
+            _ => record_view(imp, n, ViewStep::Opaque(format!("a `{name}` that may have copied"))),
+        }
+    } else {
+        record_view(imp, n, step);
+    }
+    if same_shape {
         return imp.bind(n, 0, x);
     }
     imp.emit(n, Op::Reshape { shape: out.shape.clone() }, vec![x])?;
@@ -45,8 +59,9 @@ pub(super) fn reshape(imp: &mut Importer, n: &Node) -> R<()> {
 pub(super) fn expand(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let out = imp.out_ty(n, 0)?;
-    record_views(imp, n, "self");
-    if imp.ty(x).shape == out.shape {
+    let same_shape = imp.ty(x).shape == out.shape;
+    record_view(imp, n, if same_shape { ViewStep::Identity } else { ViewStep::Expand });
+    if same_shape {
         return imp.bind(n, 0, x);
     }
     imp.emit(n, Op::Expand { shape: out.shape.clone() }, vec![x])?;
@@ -99,10 +114,11 @@ pub(super) fn permute(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             p
         }
     };
-    record_views(imp, n, "self");
     if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        record_view(imp, n, ViewStep::Identity);
         return imp.bind(n, 0, x);
     }
+    record_view(imp, n, ViewStep::Permute(perm.clone()));
     imp.emit(n, Op::Permute { perm }, vec![x])?;
     Ok(())
 }
@@ -114,8 +130,32 @@ pub(super) fn permute(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
 pub(super) fn identity_or_cast(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let out = imp.out_ty(n, 0)?;
-    if matches!(name, "alias" | "detach" | "contiguous" | "to") {
-        record_views(imp, n, "self");
+    let input = imp.tensor_name(n, "self")?.to_string();
+    let aliases = match name {
+        "alias" | "detach" => true,
+        // `contiguous` returns `self` when torch's tensor already is.
+        "contiguous" => match torch_contiguous(imp, &input) {
+            Some(c) => c,
+            None => {
+                record_view(imp, n, ViewStep::Opaque("a `contiguous` that may have copied".into()));
+                false
+            }
+        },
+        // `to` returns `self` unless it converts (dtype, memory format) or is told to copy.
+        "to" => {
+            let same_strides = match n.outputs.first() {
+                Some(Arg::Tensor(o)) => {
+                    let tv = imp.tensor_values;
+                    tv.get(&input).map(|m| &m.strides) == tv.get(o.as_str()).map(|m| &m.strides)
+                }
+                _ => false,
+            };
+            imp.ty(x).dtype == out.dtype && !imp.bool(n, "copy", false)? && same_strides
+        }
+        _ => false,
+    };
+    if aliases {
+        record_view(imp, n, ViewStep::Identity);
     }
     let v = imp.cast(x, out.dtype);
     imp.bind(n, 0, v)
@@ -143,7 +183,7 @@ fn slice_bound(imp: &Importer, v: i64, dim: &Dim, what: &str) -> R<i64> {
     }
 }
 
-fn slice_value(imp: &mut Importer, x: ValueId, axis: usize, start: i64, end: i64, step: i64, ty: TensorType) -> ValueId {
+pub(crate) fn slice_value(imp: &mut Importer, x: ValueId, axis: usize, start: i64, end: i64, step: i64, ty: TensorType) -> ValueId {
     let full = start == 0 && step == 1 && imp.ty(x).shape.get(axis).and_then(Dim::as_const).is_some_and(|d| end >= d);
     if full || (start == 0 && end == i64::MAX && step == 1) {
         if imp.ty(x).shape == ty.shape {
@@ -178,7 +218,6 @@ pub(super) fn slice(imp: &mut Importer, n: &Node) -> R<()> {
         return invalid(format!("slice step {step}"));
     }
     let out = imp.out_ty(n, 0)?;
-    record_views(imp, n, "self");
     if let Some(Arg::SymInt(e)) = imp.arg(n, "end") {
         if imp.sym(e)?.as_const().is_none() {
             // A symbolic end (`x[:, :y.shape[0]]`): gather `start, start+step, ..`
@@ -187,6 +226,7 @@ pub(super) fn slice(imp: &mut Importer, n: &Node) -> R<()> {
             if start < 0 {
                 return unsupported("slice with a negative start and a symbolic end");
             }
+            record_view(imp, n, ViewStep::Slice { axis, start, end: None, step });
             let len = out.shape[axis].clone();
             let idx = imp.push(
                 Op::Arange { start: start as f64, step: step as f64, len: len.clone(), dtype: DType::I64 },
@@ -200,6 +240,7 @@ pub(super) fn slice(imp: &mut Importer, n: &Node) -> R<()> {
     let end = bound_arg(imp, n, "end", i64::MAX)?;
     let end = slice_bound(imp, end, &dim, "end")?;
     let v = slice_value(imp, x, axis, start, end, step, out);
+    record_view(imp, n, if v == x { ViewStep::Identity } else { ViewStep::Slice { axis, start, end: Some(end), step } });
     imp.bind(n, 0, v)
 }
 
@@ -215,7 +256,7 @@ pub(super) fn select(imp: &mut Importer, n: &Node) -> R<()> {
     let mut sliced_shape = imp.ty(x).shape.clone();
     sliced_shape[axis] = Dim::Const(1);
     let sliced = TensorType::new(out.dtype, sliced_shape);
-    record_views(imp, n, "self");
+    record_view(imp, n, ViewStep::Select { axis, index });
     // A negative index is left on a dynamic dimension: `-1` ends at the end.
     let end = if index == -1 { i64::MAX } else { index + 1 };
     let s = imp.push(Op::Slice { axis, start: index, end, step: 1 }, vec![x], sliced);
@@ -233,10 +274,10 @@ pub(super) fn narrow(imp: &mut Importer, n: &Node) -> R<()> {
     let start = slice_bound(imp, start, &dim, "start")?;
     let length = bound_arg(imp, n, "length", 0)?;
     let out = imp.out_ty(n, 0)?;
-    record_views(imp, n, "self");
     // From the end of a dynamic dimension, `start + length == 0` means "to the end".
     let end = if start < 0 && start.saturating_add(length) == 0 { i64::MAX } else { start.saturating_add(length) };
     let v = slice_value(imp, x, axis, start, end, 1, out);
+    record_view(imp, n, if v == x { ViewStep::Identity } else { ViewStep::Slice { axis, start, end: Some(end), step: 1 } });
     imp.bind(n, 0, v)
 }
 
@@ -271,7 +312,7 @@ pub(super) fn split(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         [Arg::Tensors(ts)] => ts.clone(),
         outs => outs.iter().filter_map(|o| if let Arg::Tensor(t) = o { Some(t.clone()) } else { None }).collect(),
     };
-    record_views(imp, n, "self");
+    let base = imp.tensor_name(n, "self")?.to_string();
     let count = names.len();
     let mut start = 0i64;
     for (i, out_name) in names.iter().enumerate() {
@@ -306,6 +347,12 @@ pub(super) fn split(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             };
             imp.bind_name(out_name, v);
         }
+        let step = if name == "unbind" {
+            ViewStep::Select { axis, index: start }
+        } else {
+            ViewStep::Slice { axis, start, end: Some(end), step: 1 }
+        };
+        imp.record_view(out_name, &base, step);
         start = end;
     }
     Ok(())

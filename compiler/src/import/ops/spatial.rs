@@ -81,24 +81,36 @@ pub(super) fn flip(imp: &mut Importer, n: &Node) -> R<()> {
 pub(super) fn upsample(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     let x = imp.tensor(n, "self").or_else(|_| imp.tensor(n, "input"))?;
     let out = imp.out_ty(n, 0)?;
-    let spatial: usize = match name.trim_start_matches("upsample_").chars().find(|c| c.is_ascii_digit()) {
-        Some(d) => d.to_digit(10).unwrap_or(0) as usize,
-        None => return invalid(format!("{name}: no spatial rank in the name")),
-    };
+    let spatial = spatial_rank(name)?;
     if spatial == 0 || out.rank() < spatial {
         return invalid(format!("{name} on rank {}", out.rank()));
     }
     let mode = if name.starts_with("upsample_nearest") {
-        if name.contains("exact") {
-            return unsupported("nearest-exact upsampling");
-        }
         UpsampleMode::Nearest
     } else if name.contains("linear") {
         UpsampleMode::Linear
     } else {
-        return unsupported(format!("{name} (bicubic/area resizing)"));
+        return unsupported(format!("{name} (area resizing)"));
     };
     let align_corners = imp.bool(n, "align_corners", false)?;
+    let scales = scale_args(imp, n, spatial)?;
+    let size: Vec<Dim> = out.shape[out.rank() - spatial..].to_vec();
+    imp.emit(n, Op::Upsample { mode, align_corners, size, scales }, vec![x])?;
+    Ok(())
+}
+
+/// The number of resized dims an upsample op's name states (`upsample_bicubic2d` → 2).
+pub(super) fn spatial_rank(name: &str) -> R<usize> {
+    match name.trim_start_matches('_').trim_start_matches("upsample_").chars().find(|c| c.is_ascii_digit()) {
+        Some(d) => Ok(d.to_digit(10).unwrap_or(0) as usize),
+        None => invalid(format!("{name}: no spatial rank in the name")),
+    }
+}
+
+/// An upsample op's scale factors, one per resized dim (0 where torch has
+/// none and sizes decide), from `.vec`'s `scale_factors` or the default
+/// overload's `scales_*`; empty when there are none at all.
+pub(super) fn scale_args(imp: &mut Importer, n: &Node, spatial: usize) -> R<Vec<f64>> {
     let scales: Vec<f64> = match imp.arg(n, "scale_factors") {
         Some(Arg::Floats(v)) => v.clone(),
         Some(other) => return invalid(format!("scale_factors: {other:?}")),
@@ -118,10 +130,7 @@ pub(super) fn upsample(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             if v.iter().all(|&s| s == 0.0) { Vec::new() } else { v }
         }
     };
-    let scales = if scales.len() == 1 && spatial > 1 { vec![scales[0]; spatial] } else { scales };
-    let size: Vec<Dim> = out.shape[out.rank() - spatial..].to_vec();
-    imp.emit(n, Op::Upsample { mode, align_corners, size, scales }, vec![x])?;
-    Ok(())
+    Ok(if scales.len() == 1 && spatial > 1 { vec![scales[0]; spatial] } else { scales })
 }
 
 /// `aten::tril(Tensor self, int diagonal=0)`, `aten::triu(...)`: a `where` over
