@@ -135,11 +135,11 @@ fn cnn_ops_map_as_expected() {
         assert_eq!(count(&g, |o| matches!(o, Op::BatchNorm { .. })), 2, "{flavour}");
         assert_eq!(count(&g, |o| matches!(o, Op::Pool { kind: kiln_ir::PoolKind::Max, .. })), 1, "{flavour}");
         assert_eq!(count(&g, |o| *o == Op::Clamp { min: Some(0.0), max: Some(6.0) }), 1, "{flavour}: relu6/hardtanh");
-        let conv2 = g.order.iter().filter_map(|&n| match &g.nodes[n].op {
+        let mut conv2 = g.order.iter().filter_map(|&n| match &g.nodes[n].op {
             Op::Conv { stride, padding, dilation, groups } => Some((stride.clone(), padding.clone(), dilation.clone(), *groups)),
             _ => None,
         });
-        assert_eq!(conv2.last(), Some((vec![2, 2], vec![2, 2], vec![2, 2], 2)), "{flavour}: conv2 attributes");
+        assert_eq!(conv2.next_back(), Some((vec![2, 2], vec![2, 2], vec![2, 2], 2)), "{flavour}: conv2 attributes");
         // Non-persistent buffer and tensor constant come from data/constants.
         for fqn in ["mean", "inv_std", "bn1.running_var"] {
             assert!(g.consts.values().any(|c| g.values[c.value].name.as_deref() == Some(fqn)), "{flavour}: const {fqn}");
@@ -202,8 +202,8 @@ fn unsupported_ops_are_all_listed_with_their_lines() {
         let src = std::fs::read_to_string(fixtures().join("generate_unsupported.py")).unwrap();
         src.lines().position(|l| l.contains(marker)).unwrap() + 1
     };
-    let lgamma = format!("aten.lgamma.default (node lgamma) at ");
-    let erfcx = format!("aten.special_erfcx.default (node special_erfcx) at ");
+    let lgamma = "aten.lgamma.default (node lgamma) at ".to_string();
+    let erfcx = "aten.special_erfcx.default (node special_erfcx) at ".to_string();
     for (what, marker) in [(lgamma, "UNSUPPORTED-1"), (erfcx, "UNSUPPORTED-2")] {
         let line = text.lines().find(|l| l.contains(&what)).unwrap_or_else(|| panic!("{what} missing from:\n{text}"));
         assert!(line.ends_with(&format!("generate_unsupported.py:{}", line_of(marker))), "{line}");

@@ -69,6 +69,9 @@ fn fold_node(g: &mut Graph, n: NodeId, opts: &Options) -> Rewrite {
     }
     let refs: Vec<&HostTensor> = operands.iter().collect();
     match eval(&node.op, &refs, out_ty.dtype, &out_shape) {
+        // An integer result beyond 2^53 is no longer exact in f64 (and i64
+        // overflow would saturate instead of wrapping): the kernels compute it.
+        Some(result) if !result.is_exact() => Rewrite::Keep,
         Some(result) => {
             let name = g.values[out].name.clone();
             Rewrite::Replace(vec![result.add_to(g, name)])

@@ -30,6 +30,12 @@ impl HostTensor {
         self.shape.iter().product()
     }
 
+    /// Whether every element is held exactly: floats always, integers while
+    /// their magnitude is at most 2^53.
+    pub fn is_exact(&self) -> bool {
+        !self.dtype.is_int() || self.data.iter().all(|x| x.abs() <= MAX_EXACT_INT)
+    }
+
     /// The constant defining `v`, or `None` when `v` is not a constant, has a
     /// symbolic shape, an unsupported dtype, a byte length that does not match its
     /// type, or integers too large to hold exactly.
@@ -47,10 +53,7 @@ impl HostTensor {
             return None;
         }
         let data: Vec<f64> = bytes.chunks_exact(size).map(|b| decode(ty.dtype, b)).collect();
-        if ty.dtype.is_int() && data.iter().any(|x| x.abs() > MAX_EXACT_INT) {
-            return None;
-        }
-        Some(HostTensor { dtype: ty.dtype, shape, data })
+        Some(HostTensor { dtype: ty.dtype, shape, data }).filter(HostTensor::is_exact)
     }
 
     /// Little-endian bytes, each element rounded to the dtype (floats to nearest,

@@ -167,7 +167,7 @@ fn attention_with_bool_mask() {
     let qv = const_f32(&mut g, &[2, 4], &q);
     let kv = const_f32(&mut g, &[3, 4], &k);
     let vv = const_f32(&mut g, &[3, 5], &v);
-    let keep = |i: usize, j: usize| (i + j) % 2 == 0 || j == 0;
+    let keep = |i: usize, j: usize| (i + j).is_multiple_of(2) || j == 0;
     let mask_bytes: Vec<u8> = (0..6).map(|idx| keep(idx / 3, idx % 3) as u8).collect();
     let mask = g.add_const(None, kiln_ir::TensorType::fixed(DType::Bool, &[2, 3]), kiln_ir::ConstBytes::owned(mask_bytes));
     let y = push(&mut g, Op::Attention { causal: false, scale: None }, vec![qv, kv, vv, mask], &[2, 5]);

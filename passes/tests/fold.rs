@@ -127,3 +127,25 @@ fn symbolic_shapes_become_static() {
     assert_eq!(g.ty(r), &f32_ty(&[6]));
     assert_eq!(g.nodes[g.order[0]].op, Op::Reshape { shape: vec![6.into()] });
 }
+
+#[test]
+fn inexact_integer_results_are_left_to_the_kernels() {
+    // 2^31 * 2^31 = 2^62 is past f64's exact integers: folding it would
+    // round before the i32 wrap, so the node stays for the (wrapping) kernel.
+    let i32_ty = |s: &[i64]| TensorType::fixed(DType::I32, s);
+    let mut g = Graph::new();
+    let a = g.add_const(None, i32_ty(&[1]), kiln_ir::ConstBytes::owned(i32::MIN.to_le_bytes().to_vec()));
+    let p = g.push(Op::Binary(BinaryOp::Mul), vec![a, a], i32_ty(&[1]), None);
+    g.add_output("p", p);
+    assert_eq!(fold_constants(&mut g, &opts(Target::Cpu)).unwrap(), Changed::No);
+    assert_eq!(ops(&g), ["mul"]);
+    // In range, the same fold happens and wraps like torch: 100 * 3 as i8 = 44.
+    let i8_ty = TensorType::fixed(DType::I8, &[1]);
+    let mut g = Graph::new();
+    let a = g.add_const(None, i8_ty.clone(), kiln_ir::ConstBytes::owned(vec![100]));
+    let b = g.add_const(None, i8_ty.clone(), kiln_ir::ConstBytes::owned(vec![3]));
+    let p = g.push(Op::Binary(BinaryOp::Mul), vec![a, b], i8_ty, None);
+    g.add_output("p", p);
+    assert_eq!(fold_constants(&mut g, &opts(Target::Cpu)).unwrap(), Changed::Yes);
+    assert_eq!(g.const_of(g.outputs[0]).map(|c| c.bytes.as_bytes().to_vec()), Some(vec![44u8]));
+}

@@ -480,16 +480,14 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                 axis_ok(*a, in_rank)?
             }
         }
-        Kernel::Pad { lo, hi, interior, .. } => {
-            if [lo.len(), hi.len(), interior.len(), rank(out)].iter().any(|&l| l != in_rank) || interior.iter().any(|&i| i < 0) {
+        Kernel::Pad { lo, hi, interior, .. }
+            if ([lo.len(), hi.len(), interior.len(), rank(out)].iter().any(|&l| l != in_rank) || interior.iter().any(|&i| i < 0)) => {
                 return Err("padding parameters do not match the input rank".into());
             }
-        }
-        Kernel::NonZero => {
-            if out.dtype != crate::DType::I64 || out.shape.len() != 2 || out.shape[1] != DimRef::Static(in_rank as u64) {
+        Kernel::NonZero
+            if (out.dtype != crate::DType::I64 || out.shape.len() != 2 || out.shape[1] != DimRef::Static(in_rank as u64)) => {
                 return Err(format!("nonzero of a rank-{in_rank} tensor must write i64[count, {in_rank}]"));
             }
-        }
         Kernel::Resize { spatial, scales, .. } => {
             let s = *spatial as usize;
             if s == 0 || s > 3 || s > in_rank || rank(out) != in_rank || !(scales.is_empty() || scales.len() == s) {

@@ -59,7 +59,7 @@ pub fn core_coverage(runs: &[CaseRun]) -> Vec<(&'static str, CoreStatus)> {
         .iter()
         .map(|&overload| {
             let target = format!("aten.{overload}");
-            let calling: Vec<&CaseRun> = runs.iter().filter(|r| r.ops.iter().any(|o| *o == target)).collect();
+            let calling: Vec<&CaseRun> = runs.iter().filter(|r| r.ops.contains(&target)).collect();
             let failed = calling.iter().filter(|r| !r.passed).count();
             let status = if let Some(why) = core_aten_status(overload) {
                 CoreStatus::Unsupported(why)

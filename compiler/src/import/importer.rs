@@ -82,7 +82,16 @@ pub(crate) struct Importer<'p> {
     /// Unbacked symbols from `.item()` not bound yet: a `BindDim` is emitted
     /// just before the first node whose shapes use one (see [`Importer::ensure_bound`]).
     pending_binds: HashMap<SymbolId, PendingBind>,
+    /// Complex program values (scoped name → real and imaginary parts, both
+    /// of the matching real dtype): kiln's IR has no complex dtype, so only
+    /// the ops of `ops/fft.rs` read and make them (see there).
+    complex: HashMap<String, (ValueId, ValueId)>,
 }
+
+/// Where complex values may appear; the end of every message about one.
+pub(crate) const COMPLEX_SCOPE: &str = "complex values are only supported inside the program, through the FFT ops \
+     (_fft_r2c/_fft_c2r/_fft_c2c, torch.fft.rfft/irfft/fft/ifft and their 2-d/n-d forms), view_as_real, real, imag, \
+     abs, angle, conj, add/sub/mul/div, pow(2), sum/mean and shape ops";
 
 /// A `.item()` value that may become a size.
 struct PendingBind {
@@ -138,6 +147,7 @@ impl<'p> Importer<'p> {
             loc: None,
             items: HashMap::new(),
             pending_binds: HashMap::new(),
+            complex: HashMap::new(),
         }
     }
 
@@ -155,6 +165,15 @@ impl<'p> Importer<'p> {
                     let output_name = format!("output_{user_outputs}");
                     user_outputs += 1;
                     if self.poisoned.contains(name) {
+                        continue;
+                    }
+                    if self.complex(name).is_some() {
+                        self.problems.push(Problem {
+                            what: "user output".into(),
+                            node: name.clone(),
+                            at: None,
+                            reason: Some(format!("a complex program output; {COMPLEX_SCOPE}")),
+                        });
                         continue;
                     }
                     let v = *self
@@ -483,6 +502,7 @@ impl<'p> Importer<'p> {
     fn meta_type(&mut self, meta: &TensorMeta) -> R<TensorType> {
         let dtype = match scalar_type::dtype_of(meta.dtype) {
             Ok(d) => d,
+            Err(name) if name.starts_with("complex") => return unsupported(format!("element type {name}: {COMPLEX_SCOPE}")),
             Err(name) => return unsupported(format!("element type {name}")),
         };
         let shape = meta.sizes.iter().map(|s| self.sym_expr(s)).collect::<R<Vec<_>>>()?;
@@ -580,8 +600,70 @@ impl<'p> Importer<'p> {
     pub fn value(&self, name: &str) -> R<ValueId> {
         match self.env.get(name) {
             Some(v) => Ok(*v),
+            None if self.complex(name).is_some() => {
+                unsupported(format!("operand `{name}` is complex, which this op does not take; {COMPLEX_SCOPE}"))
+            }
             None => invalid(format!("value `{name}` is used before it is defined")),
         }
+    }
+
+    // --------------------------------------------------------------- complex
+
+    /// The (real, imaginary) parts of complex value `name`, if it is one.
+    pub(crate) fn complex(&self, name: &str) -> Option<(ValueId, ValueId)> {
+        if self.env.contains_key(name) {
+            return None;
+        }
+        self.complex.get(&format!("{}{name}", self.scope)).copied()
+    }
+
+    /// Binds complex value `name` to its parts, naming new IR values
+    /// `name.re` and `name.im`.
+    pub(crate) fn bind_complex(&mut self, name: &str, re: ValueId, im: ValueId) {
+        let scoped = format!("{}{name}", self.scope);
+        for (v, part) in [(re, "re"), (im, "im")] {
+            let value = &mut self.g.values[v];
+            if value.name.is_none() || value.name.as_deref() == Some(scoped.as_str()) {
+                value.name = Some(format!("{scoped}.{part}"));
+            }
+        }
+        self.env.remove(name);
+        self.complex.insert(scoped, (re, im));
+    }
+
+    /// The type of each part of complex value `name` (complex64 → f32,
+    /// complex128 → f64), from `tensor_values`.
+    pub(crate) fn part_type(&mut self, name: &str) -> R<TensorType> {
+        let Some(meta) = self.tensor_values.get(name) else {
+            return invalid(format!("value `{name}` has no entry in tensor_values"));
+        };
+        let dtype = match meta.dtype {
+            10 => DType::F32,
+            11 => DType::F64,
+            other => {
+                return unsupported(format!("`{name}` is {}; kiln's FFT ops make complex64 or complex128", scalar_type::torch_name(other)))
+            }
+        };
+        let shape = meta.sizes.iter().map(|s| self.sym_expr(s)).collect::<R<Vec<_>>>()?;
+        Ok(TensorType::new(dtype, shape))
+    }
+
+    /// Binds `name` as a plain value of type `ty` for the duration of a
+    /// per-part conversion (see `ops/fft.rs`); [`Importer::unbind`] undoes it.
+    pub(crate) fn bind_part(&mut self, name: &str, v: ValueId, ty: TensorType) {
+        self.env.insert(name.to_string(), v);
+        self.types.insert(name.to_string(), ty);
+    }
+
+    /// Declares the type of `name` (a complex node's output) as its part type
+    /// for a per-part conversion.
+    pub(crate) fn set_part_type(&mut self, name: &str, ty: TensorType) {
+        self.types.insert(name.to_string(), ty);
+    }
+
+    pub(crate) fn unbind(&mut self, name: &str) {
+        self.env.remove(name);
+        self.types.remove(name);
     }
 
     /// Binds output `index` (a single tensor) of `node` to `v`.

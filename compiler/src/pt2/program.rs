@@ -150,7 +150,7 @@ impl Program {
             None => root.opt_str("dialect")?.into_iter().collect(),
         };
         let range_constraints = root
-            .with_opt("range_constraints", |j| j.entries(|name, r| parse_range(name, r)))?
+            .with_opt("range_constraints", |j| j.entries(parse_range))?
             .unwrap_or_default();
         root.with("graph_module", |gm| {
             let (nodes, tensor_values, sym_int_values) = gm.with("graph", |g| {

@@ -105,7 +105,7 @@ pub(super) fn conv_transpose_slow_path(imp: &mut Importer, x: ValueId, w: ValueI
     }
     let Some(b) = bias else { return Ok(Some(acc)) };
     let mut bshape = vec![g * cout_g];
-    bshape.extend(std::iter::repeat(1).take(k));
+    bshape.extend(std::iter::repeat_n(1, k));
     let b = imp.build(Op::Reshape { shape: dims(&bshape) }, vec![b])?;
     Ok(Some(imp.build(Op::Binary(BinaryOp::Add), vec![acc, b])?))
 }

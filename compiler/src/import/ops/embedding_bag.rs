@@ -246,7 +246,7 @@ pub(super) fn embedding_renorm(imp: &mut Importer, n: &Node) -> R<()> {
 fn row_norm(imp: &mut Importer, x: ValueId, p: f64) -> R<ValueId> {
     let sum = |imp: &mut Importer, v| imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keep_dims: true }, vec![v]);
     let abs = imp.build(Op::Unary(UnaryOp::Abs), vec![x])?;
-    if p == f64::INFINITY || p == f64::NEG_INFINITY {
+    if p.is_infinite() {
         let kind = if p > 0.0 { ReduceKind::Max } else { ReduceKind::Min };
         return imp.build(Op::Reduce { kind, axes: vec![1], keep_dims: true }, vec![abs]);
     }

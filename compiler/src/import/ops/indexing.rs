@@ -207,7 +207,7 @@ fn prepare_advanced(imp: &mut Importer, x: ValueId, pairs: &[(usize, ValueId)]) 
     }
     let mut shape: Vec<Dim> = Vec::new();
     for &(_, t) in pairs {
-        shape = kiln_ir::infer::broadcast_shapes(&shape, &imp.ty(t).shape).map_err(|e| crate::import::importer::Fail::Invalid(e))?;
+        shape = kiln_ir::infer::broadcast_shapes(&shape, &imp.ty(t).shape).map_err(crate::import::importer::Fail::Invalid)?;
     }
     let idx: Vec<ValueId> = pairs.iter().map(|&(_, t)| expand(imp, t, shape.clone())).collect();
     let axes: Vec<usize> = pairs.iter().map(|&(a, _)| a).collect();

@@ -185,11 +185,10 @@ fn slice_bound(imp: &Importer, v: i64, dim: &Dim, what: &str) -> R<i64> {
 
 pub(crate) fn slice_value(imp: &mut Importer, x: ValueId, axis: usize, start: i64, end: i64, step: i64, ty: TensorType) -> ValueId {
     let full = start == 0 && step == 1 && imp.ty(x).shape.get(axis).and_then(Dim::as_const).is_some_and(|d| end >= d);
-    if full || (start == 0 && end == i64::MAX && step == 1) {
-        if imp.ty(x).shape == ty.shape {
+    if (full || (start == 0 && end == i64::MAX && step == 1))
+        && imp.ty(x).shape == ty.shape {
             return x;
         }
-    }
     imp.push(Op::Slice { axis, start, end, step }, vec![x], ty)
 }
 

@@ -8,7 +8,7 @@ use kiln_ir::{BinaryOp as B, DType, Dim, Op, PadMode, TensorType, UpsampleMode, 
 /// torch's pad list (last dim first: `[lo_last, hi_last, lo_prev, hi_prev, ...]`)
 /// as per-axis `lo`/`hi` for a rank-`rank` tensor.
 fn pads_per_axis(pad: &[i64], rank: usize) -> R<(Vec<i64>, Vec<i64>)> {
-    if pad.len() % 2 != 0 || pad.len() / 2 > rank {
+    if !pad.len().is_multiple_of(2) || pad.len() / 2 > rank {
         return invalid(format!("pad list {pad:?} for rank {rank}"));
     }
     let (mut lo, mut hi) = (vec![0; rank], vec![0; rank]);
