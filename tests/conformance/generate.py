@@ -417,7 +417,32 @@ EINSUM_EQUATIONS = [
     ("ijk", [(2, 3, 4)]),  # implicit output (sorted, here the identity)
     ("ji,kj", [(3, 4), (2, 3)]),  # implicit output `ik`
 ]
+# torch.fft programs (Core ATen: _fft_r2c/_fft_c2r/_fft_c2c) and the ops on
+# their complex results; every case returns real tensors, as complex values
+# live only inside a kiln program. Angles skip the DC/Nyquist bins, whose
+# zero imaginary part may carry either sign.
+FFT_CASES = [
+    (lambda x: torch.fft.rfft(x).abs(), [(3, 16)]),
+    (lambda x: torch.view_as_real(torch.fft.rfft(x, norm="backward")), [(2, 15)]),
+    (lambda x: torch.view_as_real(torch.fft.rfft(x, norm="ortho")), [(4, 256)]),
+    (lambda x: torch.view_as_real(torch.fft.rfft(x, dim=0, norm="forward")), [(7, 3)]),
+    (lambda x, f: torch.fft.irfft(torch.fft.rfft(x) * f), [(3, 16), (9,)]),
+    (lambda x, f: torch.fft.irfft(torch.fft.rfft(x) * f, n=15), [(3, 15), (8,)]),
+    (lambda x: torch.fft.irfft(torch.fft.rfft(x), n=40, norm="ortho"), [(2, 16)]),
+    (lambda x: torch.fft.irfft(torch.fft.rfft(x, n=20), n=10, norm="forward"), [(2, 16)]),
+    (lambda x: torch.fft.irfft2(torch.fft.rfft2(x) * 0.5), [(2, 6, 8)]),
+    (lambda x: torch.view_as_real(torch.fft.rfft2(x, norm="ortho")), [(2, 5, 6)]),
+    (lambda x: torch.fft.irfftn(torch.fft.rfftn(x), s=(5, 6, 10)), [(2, 6, 8)]),
+    (lambda x: torch.stft(x, 16, 4, window=torch.hann_window(16, dtype=x.dtype), return_complex=True).abs(), [(2, 100)]),
+    (lambda x: torch.fft.rfft(x)[:, 1:].conj().angle(), [(3, 15)]),
+    (lambda x: torch.fft.rfft(x).real + torch.fft.rfft(x).imag, [(3, 16)]),
+    (lambda x: torch.view_as_real(torch.fft.rfft(x) * torch.fft.rfft(x).conj() - 1), [(3, 16)]),
+    (lambda x: (torch.fft.rfft(x) / (torch.fft.rfft(x).abs() + 1)).imag + torch.fft.rfft(x).pow(2).real, [(3, 16)]),
+    (lambda x: torch.view_as_real(torch.fft.fft2(x)), [(2, 4, 6)]),
+    (lambda x: torch.fft.ifft(torch.fft.rfft(x)).real, [(3, 16)]),
+]
 COMPOSITE = {
+    "fft": ([f for f, _ in FFT_CASES], [shapes for _, shapes in FFT_CASES], ("f32", "f64")),
     "einsum": ([lambda *t, eq=eq: torch.einsum(eq, *t) for eq, _ in EINSUM_EQUATIONS], [shapes for _, shapes in EINSUM_EQUATIONS],
                ("f32", "f64", "f16", "bf16", "i64", "i8")),
 }

@@ -631,6 +631,11 @@ impl<'p> Importer<'p> {
         self.complex.insert(scoped, (re, im));
     }
 
+    /// Whether program value `name` is declared complex (any width).
+    pub(crate) fn is_complex_meta(&self, name: &str) -> bool {
+        self.tensor_values.get(name).is_some_and(|m| matches!(m.dtype, 9..=11))
+    }
+
     /// The type of each part of complex value `name` (complex64 → f32,
     /// complex128 → f64), from `tensor_values`.
     pub(crate) fn part_type(&mut self, name: &str) -> R<TensorType> {

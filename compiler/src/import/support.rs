@@ -81,6 +81,10 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["index_add", "index_copy", "index_fill"], dtypes: DT_ALL, note: "index_put along one dim (index_add accumulates duplicates); index at most 1-d" },
     OpSupport { names: &["pixel_shuffle", "pixel_unshuffle"], dtypes: DT_ALL, note: "reshape, permute, reshape" },
     OpSupport { names: &["im2col"], dtypes: DT_ALL, note: "`F.unfold`: zero padding and a gather at patch-position constants; static height and width" },
+    OpSupport { names: &["unfold"], dtypes: DT_ALL, note: "`Tensor.unfold`: a gather at window-position constants; the unfolded dim must be static" },
+    OpSupport { names: &["_fft_r2c", "_fft_c2r", "_fft_c2c", "fft_rfft", "fft_irfft", "fft_fft", "fft_ifft", "fft_rfft2", "fft_irfft2", "fft_fft2", "fft_ifft2", "fft_rfftn", "fft_irfftn", "fft_fftn", "fft_ifftn", "stft"], dtypes: &["f32", "f64"], note: "DFT by matrix product (f64 cos/sin constants, one `Linear` per transformed dim), O(n²) per dim; transformed dims static; complex values live only inside the program (a pair of real values each; complex program inputs and outputs are rejected); stft: win_length = n_fft, return_complex" },
+    OpSupport { names: &["view_as_real", "view_as_complex", "complex", "real", "imag", "angle", "conj", "_conj", "conj_physical", "resolve_conj", "resolve_neg"], dtypes: &["f32", "f64"], note: "on the FFT ops' complex values (with abs, add/sub/mul/div, pow 1 or 2, and linear shape ops and sum/mean per part); on real tensors as torch defines them" },
+    OpSupport { names: &["hann_window"], dtypes: DT_FLOAT, note: "a compile-time constant" },
     OpSupport { names: &["masked_select"], dtypes: DT_ALL, note: "data-dependent size: through nonzero of the broadcast mask (CPU)" },
     OpSupport { names: &["gather", "scatter", "scatter_add", "scatter_reduce"], dtypes: DT_ALL, note: "scatter_reduce: sum/prod/mean/amax/amin, include_self; out-of-range indices are a run-time error" },
     OpSupport { names: &["index_put", "_unsafe_index_put"], dtypes: DT_ALL, note: "accumulate or not; several index tensors; a run-time boolean mask alone (values: one per true position, checked at run time, or broadcast)" },
@@ -295,8 +299,6 @@ pub fn core_aten_status(overload: &str) -> Option<&'static str> {
     }
     Some(if name.ends_with("_backward") {
         "excluded: gradients are meaningless for inference"
-    } else if name.starts_with("_fft_") {
-        "needs a complex dtype, which kiln does not have"
     } else {
         "not implemented yet"
     })

@@ -4,11 +4,13 @@
 //! handler so the defaults can be checked against it.
 
 mod activation;
+mod batch_norm;
 mod conv_transpose_slow;
 mod einsum;
 mod data_dependent;
 mod elementwise;
 mod embedding_bag;
+mod fft;
 mod geometry;
 mod index_dim;
 mod indexing;
@@ -42,6 +44,14 @@ pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
     // the mutated tensor's name is rebound to the result.
     let inplace = name.ends_with('_') && !name.starts_with("__") && name.len() > 1;
     let name = if inplace { &name[..name.len() - 1] } else { name };
+    // Complex values live in the importer's side table, not in the IR: every
+    // node that reads or makes one is lowered onto their parts.
+    if fft::involves_complex(imp, node) {
+        if inplace {
+            return unsupported(format!("in-place `{name}_` on a complex value; {}", super::importer::COMPLEX_SCOPE));
+        }
+        return fft::convert(imp, node, name, overload);
+    }
     if inplace {
         let mutated = imp.tensor_name(node, "self")?.to_string();
         dispatch(imp, node, name, overload)?;
@@ -93,10 +103,10 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "einsum" => einsum::einsum(imp, n),
         "convolution" | "_convolution" => nn::convolution(imp, n),
         "conv1d" | "conv2d" | "conv3d" => nn::conv_nd(imp, n, overload),
-        "batch_norm" => nn::batch_norm(imp, n),
-        "_native_batch_norm_legit_no_training" => nn::native_batch_norm_no_training(imp, n),
+        "batch_norm" => batch_norm::batch_norm(imp, n),
+        "_native_batch_norm_legit_no_training" => batch_norm::native_batch_norm_no_training(imp, n),
         "_native_batch_norm_legit" | "_native_batch_norm_legit_functional" => {
-            nn::native_batch_norm_legit(imp, n, name, overload)
+            batch_norm::native_batch_norm_legit(imp, n, name, overload)
         }
         "layer_norm" => nn::layer_norm(imp, n),
         "native_layer_norm" => nn::native_layer_norm(imp, n),
@@ -144,6 +154,16 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "pixel_shuffle" => patches::pixel_shuffle(imp, n),
         "pixel_unshuffle" => patches::pixel_unshuffle(imp, n),
         "im2col" => patches::im2col(imp, n),
+        "unfold" => patches::unfold(imp, n),
+        // Complex-valued ops. `convert` sends every node with a complex
+        // operand or result to `fft.rs` first, so these arms see only real
+        // tensors: conjugation and `real` are then the identity.
+        "_fft_r2c" | "_fft_c2r" | "_fft_c2c" | "fft_rfft" | "fft_irfft" | "fft_fft" | "fft_ifft" | "fft_rfft2"
+        | "fft_irfft2" | "fft_fft2" | "fft_ifft2" | "fft_rfftn" | "fft_irfftn" | "fft_fftn" | "fft_ifftn" | "stft"
+        | "view_as_real" | "view_as_complex" | "complex" | "imag" | "angle" => fft::convert(imp, n, name, overload),
+        "real" | "conj" | "_conj" | "resolve_conj" | "resolve_neg" => s::identity_or_cast(imp, n, "alias"),
+        "conj_physical" => s::identity_or_cast(imp, n, "clone"),
+        "hann_window" => fft::hann_window(imp, n),
         "take_along_dim" => index_dim::take_along_dim(imp, n),
         "index_add" => index_dim::index_add(imp, n),
         "index_copy" => index_dim::index_copy(imp, n),

@@ -105,3 +105,32 @@ pub(super) fn im2col(imp: &mut Importer, n: &Node) -> R<()> {
     let cols = reshape(imp, cols, vec![b, Dim::mul(c, Dim::Const(k[0] * k[1])), Dim::Const(lh * lw)]);
     bind_as_output(imp, n, cols)
 }
+
+/// `aten::unfold(Tensor(a) self, int dimension, int size, int step)`
+/// (`Tensor.unfold`, which `torch.stft` frames with): axis `dimension` of
+/// length `L` becomes `(L - size) / step + 1` windows and a new last axis of
+/// `size` holds each window, a `Gather` at `f·step + j`. The axis must be static.
+pub(super) fn unfold(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let (size, step) = (imp.int(n, "size", None)?, imp.int(n, "step", None)?);
+    let rank = imp.ty(x).rank();
+    if rank == 0 {
+        return unsupported("unfold of a 0-d tensor");
+    }
+    let axis = super::shape::normalize_axis(imp.int(n, "dimension", None)?, rank)?;
+    let Some(len) = imp.ty(x).shape[axis].as_const() else {
+        return unsupported("unfold along a dimension of symbolic size");
+    };
+    if size < 0 || step < 1 || size > len {
+        return invalid(format!("unfold of length {len} into windows of {size} every {step}"));
+    }
+    let frames = (len - size) / step + 1;
+    let idx: Vec<i64> = (0..frames).flat_map(|f| (0..size).map(move |j| f * step + j)).collect();
+    let idx = i64_const(imp, &[frames, size], &idx);
+    let v = imp.build(Op::Gather { axis }, vec![x, idx])?;
+    // [.., frames, size, rest..] -> [.., frames, rest.., size]
+    let mut perm: Vec<usize> = (0..=rank).filter(|&d| d != axis + 1).collect();
+    perm.push(axis + 1);
+    let v = if axis + 1 == rank { v } else { permute(imp, v, perm)? };
+    imp.bind(n, 0, v)
+}

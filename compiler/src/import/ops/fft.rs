@@ -1,0 +1,745 @@
+//! Torch's FFT ops and the ops that consume their complex results.
+//!
+//! kiln's IR has no complex dtype and does not grow one: the importer keeps a
+//! complex program value as a pair of real IR values (real part, imaginary
+//! part) in its complex table (see [`Importer::bind_complex`]), and every op
+//! that touches one is lowered here onto those parts. Complex values thus live
+//! only inside the program: a complex program input or output, or an op this
+//! module does not know receiving one, is a compile-time error.
+//!
+//! A transform along one axis is a dense DFT: a `Linear` (batched matrix
+//! product) against constant cos/sin matrices of the signal length, O(n²)
+//! per output row. The matrices are computed in f64 with the angle reduced
+//! exactly (`j·k mod n`), the products run in f64 and the result is cast back
+//! to the program's dtype, which keeps f32 results within torch's tolerance
+//! of pocketfft. Zero-padding or truncating the input to the signal length
+//! (`n=`/`s=`) and the normalization factor are folded into the matrices.
+
+use crate::import::importer::{invalid, tensor_names, unsupported, Importer, Scalar, COMPLEX_SCOPE, R};
+use crate::pt2::program::{Arg, Node};
+use kiln_ir::{BinaryOp, ConstBytes, DType, Dim, Op, TensorType, UnaryOp, ValueId};
+
+use super::shape::normalize_axis;
+
+/// Complex value in parts; `im: None` is a real value seen as complex.
+#[derive(Clone, Copy)]
+struct Parts {
+    re: ValueId,
+    im: Option<ValueId>,
+}
+
+/// Whether `n` reads or makes a complex value (and so is converted here).
+pub(super) fn involves_complex(imp: &Importer, n: &Node) -> bool {
+    if n.inputs.iter().any(|a| tensor_names(&a.arg).any(|t| imp.complex(t).is_some())) {
+        return true;
+    }
+    n.outputs.iter().flat_map(crate::import::importer::output_names).any(|o| imp.is_complex_meta(&o))
+}
+
+/// Converts a node that reads or makes a complex value.
+pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    match name {
+        "_fft_r2c" => fft_r2c(imp, n),
+        "_fft_c2r" => fft_c2r(imp, n),
+        "_fft_c2c" => fft_c2c(imp, n),
+        "fft_rfft" | "fft_rfft2" | "fft_rfftn" | "fft_fft" | "fft_fft2" | "fft_fftn" | "fft_ifft" | "fft_ifft2"
+        | "fft_ifftn" | "fft_irfft" | "fft_irfft2" | "fft_irfftn" => torch_fft(imp, n, name),
+        "view_as_real" => view_as_real(imp, n),
+        "view_as_complex" => view_as_complex(imp, n),
+        "complex" => make_complex(imp, n),
+        "real" | "imag" => {
+            let z = complex_input(imp, n, "self")?;
+            let v = if name == "real" { z.re } else { imag_or_zero(imp, z)? };
+            bind_real(imp, n, v)
+        }
+        "abs" | "absolute" => {
+            let z = complex_input(imp, n, "self")?;
+            let v = abs(imp, z)?;
+            bind_real(imp, n, v)
+        }
+        "angle" => {
+            let z = complex_input(imp, n, "self")?;
+            let im = imag_or_zero(imp, z)?;
+            let v = imp.build(Op::Binary(BinaryOp::Atan2), vec![im, z.re])?;
+            bind_real(imp, n, v)
+        }
+        "_conj" | "conj" | "conj_physical" => {
+            let z = complex_input(imp, n, "self")?;
+            let im = imag_or_zero(imp, z)?;
+            let im = imp.build(Op::Unary(UnaryOp::Neg), vec![im])?;
+            bind_out(imp, n, Parts { re: z.re, im: Some(im) })
+        }
+        "neg" | "negative" => {
+            let z = complex_input(imp, n, "self")?;
+            let re = imp.build(Op::Unary(UnaryOp::Neg), vec![z.re])?;
+            let im = imag_or_zero(imp, z)?;
+            let im = imp.build(Op::Unary(UnaryOp::Neg), vec![im])?;
+            bind_out(imp, n, Parts { re, im: Some(im) })
+        }
+        // Views and copies that keep the values: both parts pass through.
+        "resolve_conj" | "resolve_neg" | "clone" | "alias" | "contiguous" | "detach" | "lift_fresh_copy" => {
+            let z = complex_input(imp, n, "self")?;
+            bind_out(imp, n, z)
+        }
+        // A real tensor converted to complex: a zero imaginary part.
+        "_to_copy" | "to" if imp.complex(imp.tensor_name(n, "self")?).is_none() => {
+            let z = complex_input(imp, n, "self")?;
+            bind_out(imp, n, z)
+        }
+        "stft" => stft(imp, n),
+        "add" | "sub" | "mul" | "div" => arith(imp, n, name),
+        "pow" if overload == "Tensor_Scalar" => {
+            let z = complex_input(imp, n, "self")?;
+            match imp.scalar(n, "exponent")?.as_f64() {
+                1.0 => bind_out(imp, n, z),
+                2.0 => {
+                    let sq = mul(imp, z, z)?;
+                    bind_out(imp, n, sq)
+                }
+                e => unsupported(format!("`pow` of a complex value with exponent {e} (kiln takes 1 and 2); {COMPLEX_SCOPE}")),
+            }
+        }
+        // Linear in the data and the same on both parts: each part is
+        // converted by the real op's handler.
+        "view" | "_unsafe_view" | "reshape" | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "expand" | "t"
+        | "transpose" | "permute" | "movedim" | "moveaxis" | "swapaxes" | "swapdims" | "slice" | "select" | "narrow"
+        | "cat" | "concat" | "concatenate" | "split" | "split_with_sizes" | "chunk" | "unbind" | "tensor_split" | "flip"
+        | "sum" | "mean" | "repeat" | "index_select" | "_to_copy" | "to" => per_part(imp, n, name, overload),
+        "index" | "_unsafe_index" if overload == "Tensor" => per_part(imp, n, name, overload),
+        "constant_pad_nd" => {
+            let value = imp.opt_scalar(n, "value")?.map_or(0.0, Scalar::as_f64);
+            if value != 0.0 {
+                return unsupported(format!("`constant_pad_nd` of a complex value with pad value {value}; {COMPLEX_SCOPE}"));
+            }
+            per_part(imp, n, name, overload)
+        }
+        _ => unsupported(format!("`{name}` on a complex value; {COMPLEX_SCOPE}")),
+    }
+}
+
+// ------------------------------------------------------------------ operands
+
+/// Complex tensor argument `arg` of `n`; a real tensor is taken with a zero
+/// imaginary part.
+fn complex_input(imp: &mut Importer, n: &Node, arg: &str) -> R<Parts> {
+    let name = imp.tensor_name(n, arg)?;
+    operand(imp, name)
+}
+
+fn operand(imp: &mut Importer, name: &str) -> R<Parts> {
+    match imp.complex(name) {
+        Some((re, im)) => Ok(Parts { re, im: Some(im) }),
+        None => Ok(Parts { re: imp.value(name)?, im: None }),
+    }
+}
+
+/// The imaginary part, materializing zeros for a real operand.
+fn imag_or_zero(imp: &mut Importer, z: Parts) -> R<ValueId> {
+    match z.im {
+        Some(im) => Ok(im),
+        // Zeros, not `re · 0`: that would be -0 for negative parts (angle
+        // would flip from π to -π) and NaN for infinite ones.
+        None => {
+            let ty = imp.ty(z.re).clone();
+            Ok(imp.push(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, Vec::new(), ty))
+        }
+    }
+}
+
+fn cast_parts(imp: &mut Importer, z: Parts, dtype: DType) -> Parts {
+    Parts { re: imp.cast(z.re, dtype), im: z.im.map(|im| imp.cast(im, dtype)) }
+}
+
+/// Binds a real output (cast to its declared dtype).
+fn bind_real(imp: &mut Importer, n: &Node, v: ValueId) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let v = imp.cast(v, out.dtype);
+    let v = if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+    imp.bind(n, 0, v)
+}
+
+/// Binds complex output 0 of `n` to `z`, cast to the output's part dtype and
+/// broadcast to its shape.
+fn bind_out(imp: &mut Importer, n: &Node, z: Parts) -> R<()> {
+    let Some(Arg::Tensor(out)) = n.outputs.first() else {
+        return invalid("expected a single tensor output");
+    };
+    let ty = imp.part_type(out)?;
+    let im = imag_or_zero(imp, z)?;
+    let mut parts = [imp.cast(z.re, ty.dtype), imp.cast(im, ty.dtype)];
+    for p in &mut parts {
+        if imp.ty(*p).shape != ty.shape {
+            *p = if imp.ty(*p).numel() == ty.numel() {
+                imp.push(Op::Reshape { shape: ty.shape.clone() }, vec![*p], ty.clone())
+            } else {
+                imp.push(Op::Expand { shape: ty.shape.clone() }, vec![*p], ty.clone())
+            };
+        }
+    }
+    imp.bind_complex(out, parts[0], parts[1]);
+    Ok(())
+}
+
+// ---------------------------------------------------------------- arithmetic
+
+fn bin(imp: &mut Importer, op: BinaryOp, a: ValueId, b: ValueId) -> R<ValueId> {
+    imp.build(Op::Binary(op), vec![a, b])
+}
+
+fn abs(imp: &mut Importer, z: Parts) -> R<ValueId> {
+    let Some(im) = z.im else { return imp.build(Op::Unary(UnaryOp::Abs), vec![z.re]) };
+    let rr = bin(imp, BinaryOp::Mul, z.re, z.re)?;
+    let ii = bin(imp, BinaryOp::Mul, im, im)?;
+    let s = bin(imp, BinaryOp::Add, rr, ii)?;
+    imp.build(Op::Unary(UnaryOp::Sqrt), vec![s])
+}
+
+fn mul(imp: &mut Importer, a: Parts, b: Parts) -> R<Parts> {
+    Ok(match (a.im, b.im) {
+        (None, None) => Parts { re: bin(imp, BinaryOp::Mul, a.re, b.re)?, im: None },
+        (Some(ai), None) => Parts { re: bin(imp, BinaryOp::Mul, a.re, b.re)?, im: Some(bin(imp, BinaryOp::Mul, ai, b.re)?) },
+        (None, Some(bi)) => Parts { re: bin(imp, BinaryOp::Mul, a.re, b.re)?, im: Some(bin(imp, BinaryOp::Mul, a.re, bi)?) },
+        (Some(ai), Some(bi)) => {
+            let ac = bin(imp, BinaryOp::Mul, a.re, b.re)?;
+            let bd = bin(imp, BinaryOp::Mul, ai, bi)?;
+            let ad = bin(imp, BinaryOp::Mul, a.re, bi)?;
+            let bc = bin(imp, BinaryOp::Mul, ai, b.re)?;
+            Parts { re: bin(imp, BinaryOp::Sub, ac, bd)?, im: Some(bin(imp, BinaryOp::Add, ad, bc)?) }
+        }
+    })
+}
+
+fn div(imp: &mut Importer, a: Parts, b: Parts) -> R<Parts> {
+    let Some(bi) = b.im else {
+        let re = bin(imp, BinaryOp::Div, a.re, b.re)?;
+        let im = match a.im {
+            Some(ai) => Some(bin(imp, BinaryOp::Div, ai, b.re)?),
+            None => None,
+        };
+        return Ok(Parts { re, im });
+    };
+    // a / b = a · conj(b) / |b|².
+    let cc = bin(imp, BinaryOp::Mul, b.re, b.re)?;
+    let dd = bin(imp, BinaryOp::Mul, bi, bi)?;
+    let den = bin(imp, BinaryOp::Add, cc, dd)?;
+    let neg_bi = imp.build(Op::Unary(UnaryOp::Neg), vec![bi])?;
+    let num = mul(imp, a, Parts { re: b.re, im: Some(neg_bi) })?;
+    let re = bin(imp, BinaryOp::Div, num.re, den)?;
+    let im = match num.im {
+        Some(i) => Some(bin(imp, BinaryOp::Div, i, den)?),
+        None => None,
+    };
+    Ok(Parts { re, im })
+}
+
+/// `add/sub/mul/div` (`.Tensor` or `.Scalar`, `alpha` for add/sub) with at
+/// least one complex operand; the other may be real, a tensor or a Python
+/// real scalar. Everything runs in the output's part dtype.
+fn arith(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let Some(Arg::Tensor(out)) = n.outputs.first() else {
+        return invalid("expected a single tensor output");
+    };
+    let dtype = imp.part_type(out)?.dtype;
+    let a = complex_input(imp, n, "self")?;
+    let a = cast_parts(imp, a, dtype);
+    let b = match imp.arg(n, "other") {
+        Some(Arg::Tensor(t)) => {
+            let t = t.clone();
+            operand(imp, &t)?
+        }
+        Some(Arg::Int(_) | Arg::Float(_) | Arg::Bool(_) | Arg::SymInt(_) | Arg::SymFloat(_)) => {
+            let s = imp.scalar(n, "other")?;
+            Parts { re: imp.scalar_const(s, dtype), im: None }
+        }
+        Some(other) => return unsupported(format!("`{name}` with operand {other:?} (a complex Python scalar?); {COMPLEX_SCOPE}")),
+        None => return invalid("required argument `other` is missing"),
+    };
+    let mut b = cast_parts(imp, b, dtype);
+    if matches!(name, "add" | "sub") {
+        let alpha = imp.opt_scalar(n, "alpha")?.map_or(1.0, Scalar::as_f64);
+        if alpha != 1.0 {
+            let k = imp.scalar_const(Scalar::Float(alpha), dtype);
+            b = mul(imp, b, Parts { re: k, im: None })?;
+        }
+    }
+    let z = match name {
+        "add" | "sub" => {
+            let op = if name == "add" { BinaryOp::Add } else { BinaryOp::Sub };
+            let re = bin(imp, op, a.re, b.re)?;
+            let im = match (a.im, b.im) {
+                (Some(ai), Some(bi)) => Some(bin(imp, op, ai, bi)?),
+                (Some(ai), None) => Some(ai),
+                (None, Some(bi)) if op == BinaryOp::Add => Some(bi),
+                (None, Some(bi)) => Some(imp.build(Op::Unary(UnaryOp::Neg), vec![bi])?),
+                (None, None) => None,
+            };
+            Parts { re, im }
+        }
+        "mul" => mul(imp, a, b)?,
+        _ => div(imp, a, b)?,
+    };
+    bind_out(imp, n, z)
+}
+
+// ------------------------------------------------------------ complex ↔ real
+
+/// `aten::view_as_real(Tensor(a) self) -> Tensor(a)`: `[.., 2]` of (re, im).
+fn view_as_real(imp: &mut Importer, n: &Node) -> R<()> {
+    let z = complex_input(imp, n, "self")?;
+    let im = imag_or_zero(imp, z)?;
+    let mut parts = Vec::new();
+    for p in [z.re, im] {
+        let mut shape = imp.ty(p).shape.clone();
+        shape.push(Dim::Const(1));
+        parts.push(imp.build(Op::Reshape { shape }, vec![p])?);
+    }
+    let axis = imp.ty(parts[0]).rank() - 1;
+    let v = imp.build(Op::Concat { axis }, parts)?;
+    bind_real(imp, n, v)
+}
+
+/// `aten::view_as_complex(Tensor(a) self) -> Tensor(a)`: the last axis (of
+/// size 2) holds (re, im).
+fn view_as_complex(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    if rank == 0 || imp.ty(x).shape[rank - 1] != Dim::Const(2) {
+        return invalid("view_as_complex needs a last dimension of size 2");
+    }
+    let part = |imp: &mut Importer, i: i64| -> R<ValueId> {
+        let s = imp.build(Op::Slice { axis: rank - 1, start: i, end: i + 1, step: 1 }, vec![x])?;
+        let shape = imp.ty(s).shape[..rank - 1].to_vec();
+        imp.build(Op::Reshape { shape }, vec![s])
+    };
+    let re = part(imp, 0)?;
+    let im = part(imp, 1)?;
+    bind_out(imp, n, Parts { re, im: Some(im) })
+}
+
+/// `aten::complex(Tensor real, Tensor imag) -> Tensor`.
+fn make_complex(imp: &mut Importer, n: &Node) -> R<()> {
+    let re = imp.tensor(n, "real")?;
+    let im = imp.tensor(n, "imag")?;
+    // Broadcast each part against the other so both take the output's shape.
+    let zero_re = imp.scalar_const(Scalar::Float(0.0), imp.ty(re).dtype);
+    let re0 = bin(imp, BinaryOp::Mul, re, zero_re)?;
+    let zero_im = imp.scalar_const(Scalar::Float(0.0), imp.ty(im).dtype);
+    let im0 = bin(imp, BinaryOp::Mul, im, zero_im)?;
+    let im_b = bin(imp, BinaryOp::Add, im, re0)?;
+    let re_b = bin(imp, BinaryOp::Add, re, im0)?;
+    bind_out(imp, n, Parts { re: re_b, im: Some(im_b) })
+}
+
+/// Converts `n` once per part with the real op's handler: each complex
+/// input is bound to its real (then imaginary) part, each complex output is
+/// typed as its part, and the two results become the output's parts. Only
+/// for ops linear in their data whose other tensor operands (indices) are the
+/// same for both parts.
+fn per_part(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    let mut inputs: Vec<(String, (ValueId, ValueId))> = Vec::new();
+    for a in &n.inputs {
+        let names: Vec<&str> = tensor_names(&a.arg).collect();
+        let complex: Vec<(String, (ValueId, ValueId))> =
+            names.iter().filter_map(|t| imp.complex(t).map(|p| (t.to_string(), p))).collect();
+        if matches!(a.arg, Arg::Tensors(_)) && complex.len() != names.len() {
+            return unsupported(format!("`{name}` of complex and real tensors together; {COMPLEX_SCOPE}"));
+        }
+        if a.name == "self" || matches!(a.arg, Arg::Tensors(_)) {
+            inputs.extend(complex);
+        } else if !complex.is_empty() {
+            return unsupported(format!("`{name}` with a complex `{}` operand; {COMPLEX_SCOPE}", a.name));
+        }
+    }
+    let outs: Vec<String> = n.outputs.iter().flat_map(crate::import::importer::output_names).collect();
+    let mut out_types = Vec::new();
+    for o in &outs {
+        match imp.part_type(o) {
+            Ok(t) => out_types.push(t),
+            Err(_) => return unsupported(format!("`{name}` of a complex value with a real result; {COMPLEX_SCOPE}")),
+        }
+    }
+    if inputs.is_empty() {
+        return unsupported(format!("`{name}` making a complex value; {COMPLEX_SCOPE}"));
+    }
+    let mut results: Vec<[Option<ValueId>; 2]> = vec![[None, None]; outs.len()];
+    for imag in [false, true] {
+        for (t, (re, im)) in &inputs {
+            let v = if imag { *im } else { *re };
+            let ty = imp.ty(v).clone();
+            imp.bind_part(t, v, ty);
+        }
+        for (o, ty) in outs.iter().zip(&out_types) {
+            imp.set_part_type(o, ty.clone());
+        }
+        let converted = super::dispatch(imp, n, name, overload);
+        for (i, o) in outs.iter().enumerate() {
+            results[i][imag as usize] = imp.value(o).ok();
+            imp.unbind(o);
+        }
+        for (t, _) in &inputs {
+            imp.unbind(t);
+        }
+        converted?;
+    }
+    for (o, r) in outs.iter().zip(results) {
+        if let [Some(re), Some(im)] = r {
+            imp.bind_complex(o, re, im);
+        }
+    }
+    Ok(())
+}
+
+// --------------------------------------------------------------- transforms
+
+/// What a one-axis transform does.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Real to complex, keeping `n/2+1` bins when `onesided`.
+    R2C { onesided: bool },
+    /// Complex to complex, `e^{-iθ}` when `forward`.
+    C2C { forward: bool },
+    /// Hermitian bins to `n` real samples.
+    C2R,
+}
+
+/// `norm` factor on each axis of length `n` for torch's normalization code
+/// (0: none, 1: 1/√n, 2: 1/n, as `fft_norm_mode` numbers them); the product
+/// over the axes is torch's factor for the whole signal.
+fn norm_factor(code: i64, n: i64) -> R<f64> {
+    match code {
+        0 => Ok(1.0),
+        1 => Ok(1.0 / (n as f64).sqrt()),
+        2 => Ok(1.0 / n as f64),
+        other => invalid(format!("unknown FFT normalization code {other}")),
+    }
+}
+
+/// An f64 `[rows, cols]` constant.
+fn matrix(imp: &mut Importer, rows: i64, cols: i64, data: &[f64]) -> ValueId {
+    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    imp.g.add_const(None, TensorType::fixed(DType::F64, &[rows, cols]), ConstBytes::owned(bytes))
+}
+
+/// The transform of `z` (f64 parts) along `axis`, for signal length `n`:
+/// `y = W x` with `W = Wr + i·Wi` of shape `[out, in]`, `in` being the
+/// axis's current length (entries past `n` are zero: truncation; inputs
+/// shorter than `n`: zero-padding).
+fn transform_axis(imp: &mut Importer, z: Parts, axis: usize, n: i64, kind: Kind, scale: f64) -> R<Parts> {
+    let rank = imp.ty(z.re).rank();
+    let Some(len_in) = imp.ty(z.re).shape[axis].as_const() else {
+        return unsupported("an FFT over a dimension of symbolic size (the DFT matrices need a static length)");
+    };
+    if n < 1 {
+        return invalid(format!("FFT signal length {n}"));
+    }
+    let len_out = match kind {
+        Kind::R2C { onesided: true } => n / 2 + 1,
+        _ => n,
+    };
+    // Input entries that count: the signal's (or, for C2R, its n/2+1 bins).
+    let used = match kind {
+        Kind::C2R => len_in.min(n / 2 + 1),
+        _ => len_in.min(n),
+    };
+    let (rows, cols) = (len_out as usize, len_in as usize);
+    // The DFT matrices are weights of the artifact: cap them (n = 4096
+    // both ways) so a hostile or huge length is an error, not an abort.
+    const MAX_DFT_ENTRIES: usize = 1 << 24;
+    if rows.saturating_mul(cols) > MAX_DFT_ENTRIES {
+        return unsupported(format!(
+            "an FFT of length {n} over {len_in} inputs: kiln's matrix-product DFT needs {rows}x{cols} matrices (at most {MAX_DFT_ENTRIES} entries)"
+        ));
+    }
+    let (mut wr, mut wi) = (vec![0.0; rows * cols], vec![0.0; rows * cols]);
+    for o in 0..rows {
+        for i in 0..used as usize {
+            let theta = 2.0 * std::f64::consts::PI * (((o as i64) * (i as i64)) % n) as f64 / n as f64;
+            let (s, c) = theta.sin_cos();
+            let (r, im) = match kind {
+                Kind::R2C { .. } | Kind::C2C { forward: true } => (c, -s),
+                Kind::C2C { forward: false } => (c, s),
+                Kind::C2R => {
+                    // Bin k stands for k and n-k (Hermitian symmetry) but for
+                    // DC and, with even n, Nyquist; their imaginary parts
+                    // meet sin(0) = sin(πt) = 0 and so are ignored, as torch does.
+                    let w = if i == 0 || (n % 2 == 0 && i as i64 == n / 2) { 1.0 } else { 2.0 };
+                    (w * c, w * s)
+                }
+            };
+            wr[o * cols + i] = r * scale;
+            wi[o * cols + i] = im * scale;
+        }
+    }
+    let to_last = axis + 1 != rank;
+    let mut perm: Vec<usize> = (0..rank).filter(|&d| d != axis).collect();
+    perm.push(axis);
+    let mut inverse = vec![0; rank];
+    for (i, &p) in perm.iter().enumerate() {
+        inverse[p] = i;
+    }
+    let last = |imp: &mut Importer, v: ValueId| -> R<ValueId> {
+        if to_last {
+            imp.build(Op::Permute { perm: perm.clone() }, vec![v])
+        } else {
+            Ok(v)
+        }
+    };
+    let re = last(imp, z.re)?;
+    let im = match z.im {
+        Some(im) => Some(last(imp, im)?),
+        None => None,
+    };
+    let wr_c = matrix(imp, len_out, len_in, &wr);
+    let wi_c = matrix(imp, len_out, len_in, &wi);
+    let lin = |imp: &mut Importer, x: ValueId, w: ValueId| imp.build(Op::Linear, vec![x, w]);
+    // y_re = Wr·re − Wi·im, y_im = Wr·im + Wi·re.
+    let (y_re, y_im) = match im {
+        None => (lin(imp, re, wr_c)?, lin(imp, re, wi_c)?),
+        Some(im) => {
+            let a = lin(imp, re, wr_c)?;
+            let b = lin(imp, im, wi_c)?;
+            let c = lin(imp, im, wr_c)?;
+            let d = lin(imp, re, wi_c)?;
+            (bin(imp, BinaryOp::Sub, a, b)?, bin(imp, BinaryOp::Add, c, d)?)
+        }
+    };
+    let back = |imp: &mut Importer, v: ValueId| -> R<ValueId> {
+        if to_last {
+            imp.build(Op::Permute { perm: inverse.clone() }, vec![v])
+        } else {
+            Ok(v)
+        }
+    };
+    let re = back(imp, y_re)?;
+    match kind {
+        Kind::C2R => Ok(Parts { re, im: None }),
+        _ => Ok(Parts { re, im: Some(back(imp, y_im)?) }),
+    }
+}
+
+fn axes(imp: &Importer, v: ValueId, dims: &[i64]) -> R<Vec<usize>> {
+    let rank = imp.ty(v).rank();
+    let axes = dims.iter().map(|&d| normalize_axis(d, rank)).collect::<R<Vec<_>>>()?;
+    if (1..axes.len()).any(|i| axes[..i].contains(&axes[i])) {
+        return invalid(format!("FFT dims {dims:?} repeat an axis"));
+    }
+    if axes.is_empty() {
+        return invalid("an FFT over no dims");
+    }
+    Ok(axes)
+}
+
+fn static_len(imp: &Importer, v: ValueId, axis: usize) -> R<i64> {
+    match imp.ty(v).shape[axis].as_const() {
+        Some(n) => Ok(n),
+        None => unsupported("an FFT over a dimension of symbolic size (the DFT matrices need a static length)"),
+    }
+}
+
+/// Real-to-complex over `axes` with signal lengths `sizes`: the last axis
+/// first (one-sided when asked), then complex transforms along the others.
+fn r2c(imp: &mut Importer, x: ValueId, axes: &[usize], sizes: &[i64], code: i64, onesided: bool) -> R<Parts> {
+    let x = imp.cast(x, DType::F64);
+    let last = axes.len() - 1;
+    let mut z = transform_axis(imp, Parts { re: x, im: None }, axes[last], sizes[last], Kind::R2C { onesided }, norm_factor(code, sizes[last])?)?;
+    for i in 0..last {
+        z = transform_axis(imp, z, axes[i], sizes[i], Kind::C2C { forward: true }, norm_factor(code, sizes[i])?)?;
+    }
+    Ok(z)
+}
+
+fn c2c(imp: &mut Importer, z: Parts, axes: &[usize], sizes: &[i64], code: i64, forward: bool) -> R<Parts> {
+    let mut z = cast_parts(imp, z, DType::F64);
+    for (&axis, &n) in axes.iter().zip(sizes) {
+        z = transform_axis(imp, z, axis, n, Kind::C2C { forward }, norm_factor(code, n)?)?;
+    }
+    Ok(z)
+}
+
+/// Complex-to-real over `axes`: inverse complex transforms along all but the
+/// last axis, then the Hermitian inverse along it to `sizes.last()` samples.
+fn c2r(imp: &mut Importer, z: Parts, axes: &[usize], sizes: &[i64], code: i64) -> R<ValueId> {
+    let last = axes.len() - 1;
+    let z = c2c(imp, z, &axes[..last], &sizes[..last], code, false)?;
+    let z = cast_parts(imp, z, DType::F64);
+    Ok(transform_axis(imp, z, axes[last], sizes[last], Kind::C2R, norm_factor(code, sizes[last])?)?.re)
+}
+
+/// `aten::_fft_r2c(Tensor self, int[] dim, int normalization, bool onesided) -> Tensor`
+fn fft_r2c(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let dims = imp.ints(n, "dim", &[])?;
+    let code = imp.int(n, "normalization", None)?;
+    let onesided = imp.bool(n, "onesided", true)?;
+    let axes = axes(imp, x, &dims)?;
+    let sizes = axes.iter().map(|&a| static_len(imp, x, a)).collect::<R<Vec<_>>>()?;
+    let z = r2c(imp, x, &axes, &sizes, code, onesided)?;
+    bind_out(imp, n, z)
+}
+
+/// `aten::_fft_c2c(Tensor self, SymInt[] dim, int normalization, bool forward) -> Tensor`
+fn fft_c2c(imp: &mut Importer, n: &Node) -> R<()> {
+    let z = complex_input(imp, n, "self")?;
+    let dims = imp.ints(n, "dim", &[])?;
+    let code = imp.int(n, "normalization", None)?;
+    let forward = imp.bool(n, "forward", true)?;
+    let axes = axes(imp, z.re, &dims)?;
+    let sizes = axes.iter().map(|&a| static_len(imp, z.re, a)).collect::<R<Vec<_>>>()?;
+    let z = c2c(imp, z, &axes, &sizes, code, forward)?;
+    bind_out(imp, n, z)
+}
+
+/// `aten::_fft_c2r(Tensor self, int[] dim, int normalization, SymInt last_dim_size) -> Tensor`
+fn fft_c2r(imp: &mut Importer, n: &Node) -> R<()> {
+    let z = complex_input(imp, n, "self")?;
+    let dims = imp.ints(n, "dim", &[])?;
+    let code = imp.int(n, "normalization", None)?;
+    let last_size = imp.int(n, "last_dim_size", None)?;
+    let axes = axes(imp, z.re, &dims)?;
+    let mut sizes = axes.iter().map(|&a| static_len(imp, z.re, a)).collect::<R<Vec<_>>>()?;
+    *sizes.last_mut().expect("axes is not empty") = last_size;
+    let v = c2r(imp, z, &axes, &sizes, code)?;
+    bind_real(imp, n, v)
+}
+
+/// The training-IR forms `torch.fft.{rfft,irfft,fft,ifft}{,2,n}(self, n|s,
+/// dim, norm)`: the signal lengths and normalization resolved as torch's
+/// Python front end does, then the same lowering as the Core ATen ops.
+fn torch_fft(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let z = complex_input(imp, n, "self")?;
+    let rank = imp.ty(z.re).rank();
+    let base = name.trim_start_matches("fft_");
+    let inverse = base.starts_with('i');
+    let (single, two) = (!base.ends_with('2') && !base.ends_with('n'), base.ends_with('2'));
+    let (dims, sizes): (Vec<i64>, Option<Vec<i64>>) = if single {
+        (vec![imp.int(n, "dim", Some(-1))?], imp.opt_int(n, "n")?.map(|v| vec![v]))
+    } else {
+        let s = if imp.arg(n, "s").is_some() { Some(imp.ints(n, "s", &[])?) } else { None };
+        let dims = match imp.arg(n, "dim") {
+            Some(_) => imp.ints(n, "dim", &[])?,
+            None if two => vec![-2, -1],
+            // fftn: the last len(s) dims, or every dim.
+            None => {
+                let k = s.as_ref().map_or(rank, Vec::len) as i64;
+                (rank as i64 - k..rank as i64).collect()
+            }
+        };
+        (dims, s)
+    };
+    let axes = axes(imp, z.re, &dims)?;
+    if let Some(s) = &sizes {
+        if s.len() != axes.len() {
+            return invalid(format!("`{name}`: s has {} entries for {} dims", s.len(), axes.len()));
+        }
+    }
+    let real_out = base.starts_with("irfft");
+    let mut lens = Vec::new();
+    for (i, &a) in axes.iter().enumerate() {
+        let given = sizes.as_ref().map(|s| s[i]).filter(|&v| v != -1);
+        let len = match given {
+            Some(v) => v,
+            // irfft's default output length comes from the one-sided bins.
+            None if real_out && i + 1 == axes.len() => 2 * (static_len(imp, z.re, a)? - 1),
+            None => static_len(imp, z.re, a)?,
+        };
+        lens.push(len);
+    }
+    let code = match (imp.string(n, "norm", "backward")?, inverse) {
+        ("backward", false) | ("forward", true) => 0,
+        ("ortho", _) => 1,
+        ("forward", false) | ("backward", true) => 2,
+        (other, _) => return invalid(format!("unknown FFT norm {other:?}")),
+    };
+    match base {
+        "rfft" | "rfft2" | "rfftn" => {
+            if z.im.is_some() {
+                return unsupported(format!("`{name}` of a complex value (torch rejects it too)"));
+            }
+            let out = r2c(imp, z.re, &axes, &lens, code, true)?;
+            bind_out(imp, n, out)
+        }
+        "irfft" | "irfft2" | "irfftn" => {
+            let v = c2r(imp, z, &axes, &lens, code)?;
+            bind_real(imp, n, v)
+        }
+        _ => {
+            // fft/ifft of a real input: the full (two-sided) spectrum.
+            let out = match z.im {
+                None if !inverse => r2c(imp, z.re, &axes, &lens, code, false)?,
+                _ => c2c(imp, z, &axes, &lens, code, !inverse)?,
+            };
+            bind_out(imp, n, out)
+        }
+    }
+}
+
+/// `aten::stft(Tensor self, int n_fft, int? hop_length=None, int?
+/// win_length=None, Tensor? window=None, bool normalized=False, bool?
+/// onesided=None, bool? return_complex=None) -> Tensor`, as training IR
+/// keeps it (after `center`'s padding, which torch emits separately): frames
+/// `f·hop + j` gathered from the last axis, times the window, a real DFT of
+/// `n_fft` along the frame, then `[.., freq, frames]`.
+fn stft(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let n_fft = imp.int(n, "n_fft", None)?;
+    let hop = imp.opt_int(n, "hop_length")?.unwrap_or(n_fft / 4);
+    let win_length = imp.opt_int(n, "win_length")?.unwrap_or(n_fft);
+    let window = imp.opt_tensor(n, "window")?;
+    let normalized = imp.bool(n, "normalized", false)?;
+    let onesided = imp.bool(n, "onesided", true)?;
+    if !imp.bool(n, "return_complex", true)? {
+        return unsupported("`stft` with return_complex=False (deprecated in torch; use view_as_real)");
+    }
+    if win_length != n_fft {
+        return unsupported(format!("`stft` with win_length {win_length} != n_fft {n_fft} (a zero-padded window)"));
+    }
+    let rank = imp.ty(x).rank();
+    if rank == 0 || n_fft < 1 || hop < 1 {
+        return invalid(format!("stft of a rank-{rank} tensor, n_fft {n_fft}, hop {hop}"));
+    }
+    let axis = rank - 1;
+    let len = static_len(imp, x, axis)?;
+    if len < n_fft {
+        return invalid(format!("stft: signal of {len} samples is shorter than n_fft {n_fft}"));
+    }
+    let frames = (len - n_fft) / hop + 1;
+    let idx: Vec<i64> = (0..frames).flat_map(|f| (0..n_fft).map(move |j| f * hop + j)).collect();
+    let bytes: Vec<u8> = idx.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let idx = imp.g.add_const(None, TensorType::fixed(DType::I64, &[frames, n_fft]), ConstBytes::owned(bytes));
+    let x = imp.cast(x, DType::F64);
+    let mut framed = imp.build(Op::Gather { axis }, vec![x, idx])?;
+    if let Some(w) = window {
+        let w = imp.cast(w, DType::F64);
+        framed = bin(imp, BinaryOp::Mul, framed, w)?;
+    }
+    let z = transform_axis(imp, Parts { re: framed, im: None }, axis + 1, n_fft, Kind::R2C { onesided }, norm_factor(if normalized { 1 } else { 0 }, n_fft)?)?;
+    let mut perm: Vec<usize> = (0..axis).collect();
+    perm.extend([axis + 1, axis]);
+    let re = imp.build(Op::Permute { perm: perm.clone() }, vec![z.re])?;
+    let im = match z.im {
+        Some(im) => Some(imp.build(Op::Permute { perm }, vec![im])?),
+        None => None,
+    };
+    bind_out(imp, n, Parts { re, im })
+}
+
+/// `aten::hann_window(int window_length, *, ScalarType? dtype=None, ...)` and
+/// `.periodic(int window_length, bool periodic, ...)`: `sin²(π k / N)` with
+/// `N = length` (periodic, the default) or `length - 1`, a constant computed
+/// in f64.
+pub(super) fn hann_window(imp: &mut Importer, n: &Node) -> R<()> {
+    let len = imp.int(n, "window_length", None)?;
+    let periodic = imp.bool(n, "periodic", true)?;
+    let out = imp.out_ty(n, 0)?;
+    if len < 0 {
+        return invalid(format!("hann_window of length {len}"));
+    }
+    let denom = if periodic { len } else { len - 1 };
+    let values: Vec<f64> = (0..len)
+        .map(|k| if denom <= 0 { 1.0 } else { (std::f64::consts::PI * k as f64 / denom as f64).sin().powi(2) })
+        .collect();
+    let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let v = imp.g.add_const(None, TensorType::fixed(DType::F64, &[len]), ConstBytes::owned(bytes));
+    let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)
+}
