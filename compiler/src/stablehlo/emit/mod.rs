@@ -1,0 +1,495 @@
+//! StableHLO emission: one segment → one `func.func @main` as MLIR text.
+//!
+//! MLIR 19 has no StableHLO dialect, so ops are built with `OperationBuilder`
+//! in a context that allows unregistered dialects and are printed in generic
+//! form; only `func` is a registered dialect. Attribute text is opaque to
+//! MLIR here (any spelling parses), so every form below was checked by
+//! compiling and running it on the XLA CPU PJRT plugin (tests
+//! `compiler/tests/stablehlo_*.rs`).
+//!
+//! Composites (linear, norms, softmax, attention, pooling) are built from
+//! primitives; XLA fuses them again. With [`Precision::Bf16`], f32 values
+//! inside a segment are carried as bf16, matrix products and convolutions
+//! accumulate in f32 (their result type is f32, XLA's preferred element
+//! type), and reductions (sums, means, norms, softmax) run in f32; segment
+//! arguments and results keep their f32 type at the boundary except large
+//! weights, which the compiler converts to bf16 ahead of time.
+//!
+//! This file holds the public surface, the `Emitter` with its core op
+//! builder and `lower_node`, the per-op dispatch. The lowerings themselves
+//! live in child modules, one idea each:
+//!
+//! - `text`: MLIR type and attribute text (element types, arrays, literals,
+//!   dot dimension numbers) and shape arithmetic.
+//! - `builders`: single StableHLO ops with operand checks and implicit
+//!   broadcasting (binary, compare, select, convert, reshape, constants).
+//! - `elementwise`: unary and binary math (erf and the composite
+//!   formulations), reductions and softmax.
+//! - `linalg`: dot products, matmul, convolution, pooling, attention.
+//! - `index`: gathers for torch's indexing ops.
+
+mod builders;
+mod elementwise;
+mod index;
+mod linalg;
+mod text;
+
+use super::partition::Segment;
+use super::Precision;
+use kiln_ir::{DType, Graph, NodeId, Op, ReduceKind, ValueId};
+use linalg::Divisor;
+use melior::dialect::DialectHandle;
+use melior::ir::attribute::{StringAttribute, TypeAttribute};
+use melior::ir::block::BlockLike;
+use melior::ir::operation::OperationBuilder;
+use melior::ir::r#type::FunctionType;
+use melior::ir::RegionLike;
+use melior::ir::{Attribute, Block, BlockRef, Identifier, Location, Module, Region, Type, Value};
+use melior::Context;
+use std::collections::HashMap;
+use text::{arr, list, numel, parse_type};
+
+/// Constants with at most this many elements are written into the program
+/// (`dense<…>`); larger ones are passed as arguments so that weights stay in
+/// the artifact's weights section and are uploaded once per session.
+pub const INLINE_CONST_MAX_ELEMENTS: usize = 64;
+
+/// A segment as StableHLO text.
+#[derive(Clone, Debug)]
+pub struct Emitted {
+    pub mlir: String,
+    /// `@main`'s arguments in order (graph values; small constants are inlined
+    /// and do not appear).
+    pub args: Vec<ValueId>,
+    /// Indices into `args` of f32 weights that `@main` takes as bf16: the caller
+    /// passes a bf16 copy of the constant.
+    pub bf16_args: Vec<usize>,
+    pub results: Vec<ValueId>,
+}
+
+/// Why a segment could not be emitted: the node at fault (moved to the CPU by
+/// the caller) and the reason.
+#[derive(Clone, Debug)]
+pub struct EmitError {
+    pub node: Option<NodeId>,
+    pub reason: String,
+}
+
+fn err(reason: impl Into<String>) -> EmitError {
+    EmitError { node: None, reason: reason.into() }
+}
+
+fn mlir_err(e: melior::Error) -> EmitError {
+    err(format!("MLIR: {e}"))
+}
+
+/// A new MLIR context for emission: `func` registered, everything else opaque.
+pub fn new_context() -> Context {
+    let ctx = Context::new();
+    let registry = melior::dialect::DialectRegistry::new();
+    DialectHandle::func().insert_dialect(&registry);
+    ctx.append_dialect_registry(&registry);
+    ctx.load_all_available_dialects();
+    ctx.set_allow_unregistered_dialects(true);
+    ctx
+}
+
+/// Emits `seg` as a StableHLO module with one `func.func @main`.
+pub fn emit_segment(ctx: &Context, g: &Graph, seg: &Segment, precision: Precision) -> Result<Emitted, EmitError> {
+    let loc = Location::unknown(ctx);
+    let bf16 = precision == Precision::Bf16;
+    let cdt = |d: DType| if bf16 && d == DType::F32 { DType::BF16 } else { d };
+
+    // Arguments: every input value, except small constants written inline.
+    let mut args = Vec::new();
+    let mut bf16_args = Vec::new();
+    let mut arg_types = Vec::new();
+    for &v in &seg.args {
+        let ty = g.ty(v);
+        let shape = ty.static_shape().ok_or_else(|| err(format!("argument {v} has a dynamic shape")))?;
+        if let Some(c) = g.const_of(v) {
+            if numel(&shape) <= INLINE_CONST_MAX_ELEMENTS as i64 {
+                continue;
+            }
+            if bf16 && ty.dtype == DType::F32 {
+                bf16_args.push(args.len());
+                let _ = c;
+                arg_types.push((shape, DType::BF16));
+                args.push(v);
+                continue;
+            }
+        }
+        arg_types.push((shape, ty.dtype));
+        args.push(v);
+    }
+    let mlir_arg_types: Vec<Type> = arg_types.iter().map(|(s, d)| parse_type(ctx, s, *d)).collect::<Result<_, _>>()?;
+    let mut result_types = Vec::new();
+    for &v in &seg.results {
+        let ty = g.ty(v);
+        let shape = ty.static_shape().ok_or_else(|| err(format!("result {v} has a dynamic shape")))?;
+        result_types.push(parse_type(ctx, &shape, ty.dtype)?);
+    }
+
+    let region = Region::new();
+    let block = region.append_block(Block::new(&mlir_arg_types.iter().map(|&t| (t, loc)).collect::<Vec<_>>()));
+    {
+        let mut e = Emitter { ctx, block, loc, bf16, values: HashMap::new() };
+        for (i, &v) in args.iter().enumerate() {
+            let arg: Value = block.argument(i).map_err(mlir_err)?.into();
+            let (shape, d) = arg_types[i].clone();
+            let t = T { v: arg, shape, dt: d };
+            let t = e.convert(&t, cdt(g.ty(v).dtype))?;
+            e.values.insert(v, t);
+        }
+        for &v in &seg.args {
+            if !e.values.contains_key(&v) {
+                let c = g.const_of(v).ok_or_else(|| err(format!("argument {v} is neither passed nor constant")))?;
+                let t = e.inline_const(g, c)?;
+                let t = e.convert(&t, cdt(g.ty(v).dtype))?;
+                e.values.insert(v, t);
+            }
+        }
+        for &n in &seg.nodes {
+            e.lower_node(g, n).map_err(|mut x| {
+                x.node = Some(n);
+                x
+            })?;
+        }
+        let mut outs = Vec::new();
+        for &v in &seg.results {
+            let t = e.get(v)?;
+            outs.push(e.convert(&t, g.ty(v).dtype)?.v);
+        }
+        block.append_operation(OperationBuilder::new("func.return", loc).add_operands(&outs).build().map_err(mlir_err)?);
+    }
+    let fn_type = FunctionType::new(ctx, &mlir_arg_types, &result_types);
+    let func = OperationBuilder::new("func.func", loc)
+        .add_attributes(&[
+            (Identifier::new(ctx, "sym_name"), StringAttribute::new(ctx, "main").into()),
+            (Identifier::new(ctx, "function_type"), TypeAttribute::new(fn_type.into()).into()),
+        ])
+        .add_regions([region])
+        .build()
+        .map_err(mlir_err)?;
+    let module = Module::new(loc);
+    module.body().append_operation(func);
+    if !module.as_operation().verify() {
+        return Err(err("the emitted module does not verify"));
+    }
+    Ok(Emitted { mlir: module.as_operation().to_string(), args, bf16_args, results: seg.results.clone() })
+}
+
+/// A tensor inside the segment: its MLIR value with static shape and dtype.
+#[derive(Clone)]
+struct T<'c, 'a> {
+    v: Value<'c, 'a>,
+    shape: Vec<i64>,
+    dt: DType,
+}
+
+struct Emitter<'c, 'a> {
+    ctx: &'c Context,
+    block: BlockRef<'c, 'a>,
+    loc: Location<'c>,
+    bf16: bool,
+    values: HashMap<ValueId, T<'c, 'a>>,
+}
+
+impl<'c, 'a> Emitter<'c, 'a> {
+    fn cdt(&self, d: DType) -> DType {
+        if self.bf16 && d == DType::F32 {
+            DType::BF16
+        } else {
+            d
+        }
+    }
+
+    /// The type reductions and softmax accumulate in.
+    fn acc(&self, d: DType) -> DType {
+        if d == DType::BF16 || d == DType::F16 {
+            DType::F32
+        } else {
+            d
+        }
+    }
+
+    fn precision(&self) -> &'static str {
+        // HIGHEST keeps f32 products exact on TPUs (DEFAULT means bf16 passes
+        // there); bf16 mode asks for the fast path on purpose.
+        if self.bf16 {
+            "[#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>]"
+        } else {
+            "[#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"
+        }
+    }
+
+    fn get(&self, v: ValueId) -> Result<T<'c, 'a>, EmitError> {
+        self.values.get(&v).cloned().ok_or_else(|| err(format!("value {v} is not available in the segment")))
+    }
+
+    fn op(&self, name: &str, operands: &[&T<'c, 'a>], shape: &[i64], dt: DType, attrs: &[(&str, String)]) -> Result<T<'c, 'a>, EmitError> {
+        self.op_with_regions(name, operands, shape, dt, attrs, Vec::new())
+    }
+
+    fn op_with_regions(
+        &self,
+        name: &str,
+        operands: &[&T<'c, 'a>],
+        shape: &[i64],
+        dt: DType,
+        attrs: &[(&str, String)],
+        regions: Vec<Region<'c>>,
+    ) -> Result<T<'c, 'a>, EmitError> {
+        let ty = parse_type(self.ctx, shape, dt)?;
+        let mut attributes = Vec::new();
+        for (k, text) in attrs {
+            let a = Attribute::parse(self.ctx, text).ok_or_else(|| err(format!("cannot parse attribute {k} = {text}")))?;
+            attributes.push((Identifier::new(self.ctx, k), a));
+        }
+        let vals: Vec<Value> = operands.iter().map(|t| t.v).collect();
+        let op = OperationBuilder::new(name, self.loc)
+            .add_operands(&vals)
+            .add_results(&[ty])
+            .add_attributes(&attributes)
+            .add_regions_vec(regions)
+            .build()
+            .map_err(mlir_err)?;
+        let r = self.block.append_operation(op);
+        let v: Value = r.result(0).map_err(mlir_err)?.into();
+        Ok(T { v, shape: shape.to_vec(), dt })
+    }
+
+    fn lower_node(&mut self, g: &Graph, n: NodeId) -> Result<(), EmitError> {
+        let node = &g.nodes[n];
+        let ins: Vec<T<'c, 'a>> = node.inputs.iter().map(|&v| self.get(v)).collect::<Result<_, _>>()?;
+        let &[out] = node.outputs.as_slice() else { return Err(err("nodes with several outputs are not lowered")) };
+        let out_ty = g.ty(out);
+        let out_shape = out_ty.static_shape().ok_or_else(|| err("dynamic output shape"))?;
+        let out_dt = self.cdt(out_ty.dtype);
+        let x = ins.first().cloned();
+        let x0 = || x.clone().ok_or_else(|| err("missing operand"));
+        let r = match &node.op {
+            // 16-bit floats are computed in f32 and rounded once, as PyTorch
+            // does: composite formulations (erf, gelu, asinh, …) would
+            // otherwise round after every step.
+            Op::Unary(u) => {
+                let xv = x0()?;
+                let y = self.lower_unary(*u, &self.convert(&xv, self.acc(xv.dt))?)?;
+                self.convert(&y, if y.dt == DType::Bool { DType::Bool } else { out_dt })?
+            }
+            Op::Binary(b) => {
+                let (xv, yv) = (x0()?, ins.get(1).ok_or_else(|| err("missing operand"))?);
+                let z = self.lower_binary(*b, &self.convert(&xv, self.acc(xv.dt))?, &self.convert(yv, self.acc(yv.dt))?)?;
+                self.convert(&z, out_dt)?
+            }
+            Op::Where => self.select(&ins[0], &ins[1], &ins[2])?,
+            Op::Cast { .. } => self.convert(&x0()?, out_dt)?,
+            Op::Clamp { min, max } => {
+                let mut y = x0()?;
+                if let Some(lo) = min {
+                    y = self.binary("maximum", &y, &self.scalar(*lo, y.dt)?)?;
+                }
+                if let Some(hi) = max {
+                    y = self.binary("minimum", &y, &self.scalar(*hi, y.dt)?)?;
+                }
+                y
+            }
+            Op::MatMul => self.matmul(&ins[0], &ins[1], &out_shape)?,
+            Op::Linear => {
+                let (xv, w) = (&ins[0], &ins[1]);
+                let r = xv.shape.len() as i64;
+                let mut y = self.dot(xv, w, &[], &[], &[r - 1], &[1])?;
+                if let Some(b) = ins.get(2) {
+                    y = self.binary("add", &y, &self.convert(b, y.dt)?)?;
+                }
+                self.convert(&y, out_dt)?
+            }
+            Op::Conv { stride, padding, dilation, groups } => self.conv(&ins, stride, padding, dilation, *groups, &out_shape, out_dt)?,
+            Op::BatchNorm { eps } => {
+                let xv = self.convert(&ins[0], self.acc(ins[0].dt))?;
+                let p = |i: usize| -> Result<T<'c, 'a>, EmitError> { self.bcast_dims(&self.convert(&ins[i], xv.dt)?, &xv.shape, &[1]) };
+                let inv = self.unary("rsqrt", &self.binary("add", &p(2)?, &self.scalar(*eps, xv.dt)?)?)?;
+                let y = self.binary("multiply", &self.binary("subtract", &xv, &p(1)?)?, &inv)?;
+                let y = self.binary("add", &self.binary("multiply", &y, &p(3)?)?, &p(4)?)?;
+                self.convert(&y, out_dt)?
+            }
+            Op::LayerNorm { normalized_rank, eps } => {
+                let xv = self.convert(&ins[0], self.acc(ins[0].dt))?;
+                let r = xv.shape.len();
+                let axes: Vec<usize> = (r.saturating_sub(*normalized_rank)..r).collect();
+                let count: i64 = axes.iter().map(|&a| xv.shape[a]).product();
+                let cnt = self.scalar(count as f64, xv.dt)?;
+                let mean = self.binary("divide", &self.reduce(&xv, &axes, ReduceKind::Sum)?, &cnt)?;
+                let c = self.binary("subtract", &xv, &self.unreduce(&mean, &xv.shape, &axes)?)?;
+                let var = self.binary("divide", &self.reduce(&self.binary("multiply", &c, &c)?, &axes, ReduceKind::Sum)?, &cnt)?;
+                let inv = self.unary("rsqrt", &self.binary("add", &var, &self.scalar(*eps, xv.dt)?)?)?;
+                let mut y = self.binary("multiply", &c, &self.unreduce(&inv, &xv.shape, &axes)?)?;
+                if let Some(w) = ins.get(1) {
+                    y = self.binary("multiply", &y, &self.convert(w, y.dt)?)?;
+                }
+                if let Some(b) = ins.get(2) {
+                    y = self.binary("add", &y, &self.convert(b, y.dt)?)?;
+                }
+                self.convert(&y, out_dt)?
+            }
+            Op::Softmax { axis } => self.softmax(&x0()?, *axis, false)?,
+            Op::LogSoftmax { axis } => self.softmax(&x0()?, *axis, true)?,
+            Op::Reduce { kind, axes, .. } => {
+                let xv = x0()?;
+                let work = match kind {
+                    ReduceKind::Sum | ReduceKind::Mean | ReduceKind::Prod => self.convert(&xv, self.acc(xv.dt))?,
+                    _ => xv.clone(),
+                };
+                let mut y = self.reduce(&work, axes, *kind)?;
+                if *kind == ReduceKind::Mean {
+                    let count: i64 = axes.iter().map(|&a| xv.shape.get(a).copied().unwrap_or(1)).product();
+                    y = self.binary("divide", &y, &self.scalar(count as f64, y.dt)?)?;
+                }
+                let y = self.convert(&y, out_dt)?;
+                self.reshape(&y, &out_shape)?
+            }
+            Op::ArgMax { axis, .. } => {
+                let xv = x0()?;
+                let xv = if xv.dt == DType::Bool { self.convert(&xv, DType::U8)? } else { xv };
+                let m = self.unreduce(&self.reduce(&xv, &[*axis], ReduceKind::Max)?, &xv.shape, &[*axis])?;
+                let hit = self.compare("EQ", &xv, &m)?;
+                let iota = self.op("stablehlo.iota", &[], &xv.shape, DType::I64, &[("iota_dimension", format!("{axis} : i64"))])?;
+                let big = self.op("stablehlo.constant", &[], &[], DType::I64, &[("value", format!("dense<{}> : tensor<i64>", i64::MAX))])?;
+                let idx = self.select(&hit, &iota, &big)?;
+                let first = self.reduce(&idx, &[*axis], ReduceKind::Min)?;
+                let first = self.convert(&first, out_dt)?;
+                self.reshape(&first, &out_shape)?
+            }
+            Op::ArgMin { axis, .. } => {
+                let xv = x0()?;
+                let xv = if xv.dt == DType::Bool { self.convert(&xv, DType::U8)? } else { xv };
+                let m = self.unreduce(&self.reduce(&xv, &[*axis], ReduceKind::Min)?, &xv.shape, &[*axis])?;
+                let hit = self.compare("EQ", &xv, &m)?;
+                let iota = self.op("stablehlo.iota", &[], &xv.shape, DType::I64, &[("iota_dimension", format!("{axis} : i64"))])?;
+                let big = self.op("stablehlo.constant", &[], &[], DType::I64, &[("value", format!("dense<{}> : tensor<i64>", i64::MAX))])?;
+                let first = self.reduce(&self.select(&hit, &iota, &big)?, &[*axis], ReduceKind::Min)?;
+                self.reshape(&self.convert(&first, out_dt)?, &out_shape)?
+            }
+            Op::CumSum { axis } => {
+                // A window spanning the axis, padded in front: output i sums
+                // elements 0..=i.
+                let xv = x0()?;
+                let xa = self.convert(&xv, self.acc(xv.dt))?;
+                let r = xv.shape.len();
+                let n = *xv.shape.get(*axis).ok_or_else(|| err("cumsum axis out of range"))?;
+                let mut win = vec![1; r];
+                win[*axis] = n;
+                let rows: Vec<String> = (0..r).map(|d| if d == *axis { format!("[{}, 0]", n - 1) } else { "[0, 0]".into() }).collect();
+                let init = self.scalar(0.0, xa.dt)?;
+                let region = self.reducer("add", xa.dt)?;
+                let y = self.op_with_regions(
+                    "stablehlo.reduce_window",
+                    &[&xa, &init],
+                    &xv.shape,
+                    xa.dt,
+                    &[
+                        ("window_dimensions", arr(&win)),
+                        ("window_strides", arr(&vec![1; r])),
+                        ("padding", format!("dense<[{}]> : tensor<{r}x2xi64>", rows.join(", "))),
+                    ],
+                    vec![region],
+                )?;
+                self.convert(&y, out_dt)?
+            }
+            Op::Flip { axes } => {
+                let xv = x0()?;
+                let dims: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
+                self.op("stablehlo.reverse", &[&xv], &out_shape, xv.dt, &[("dimensions", arr(&dims))])?
+            }
+            Op::Pad { lo, hi, interior, mode: kiln_ir::PadMode::Constant, value } => {
+                let xv = x0()?;
+                let pv = self.scalar(*value, xv.dt)?;
+                self.op(
+                    "stablehlo.pad",
+                    &[&xv, &pv],
+                    &out_shape,
+                    xv.dt,
+                    &[("edge_padding_low", arr(lo)), ("edge_padding_high", arr(hi)), ("interior_padding", arr(interior))],
+                )?
+            }
+            Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor, .. } => {
+                let divide = match divisor {
+                    Some(d) => Divisor::Fixed(*d),
+                    None => Divisor::Taps { count_include_pad: *count_include_pad },
+                };
+                self.pool(&x0()?, *kind, kernel, stride, padding, dilation, divide, &out_shape, out_dt)?
+            }
+            Op::Attention { causal, scale } => self.attention(&ins, *causal, *scale, out_dt)?,
+            Op::Reshape { .. } => self.reshape(&x0()?, &out_shape)?,
+            Op::Expand { .. } => self.bcast(&x0()?, &out_shape)?,
+            Op::Permute { perm } => self.transpose(&x0()?, &perm.iter().map(|&p| p as i64).collect::<Vec<_>>())?,
+            Op::Slice { axis, start, step, .. } => {
+                let xv = x0()?;
+                let dim = *xv.shape.get(*axis).ok_or_else(|| err("slice axis out of range"))?;
+                let start = if *start < 0 { (*start + dim).max(0) } else { (*start).min(dim) };
+                let len = out_shape[*axis];
+                let mut starts = vec![0; xv.shape.len()];
+                let mut limits = xv.shape.clone();
+                let mut strides = vec![1; xv.shape.len()];
+                starts[*axis] = start;
+                limits[*axis] = if len > 0 { start + (len - 1) * step + 1 } else { start };
+                strides[*axis] = *step;
+                if limits[*axis] > dim {
+                    return Err(err("slice reaches past the end of its input"));
+                }
+                self.op(
+                    "stablehlo.slice",
+                    &[&xv],
+                    &out_shape,
+                    xv.dt,
+                    &[("start_indices", arr(&starts)), ("limit_indices", arr(&limits)), ("strides", arr(&strides))],
+                )?
+            }
+            Op::Concat { axis } => {
+                let refs: Vec<&T<'c, 'a>> = ins.iter().collect();
+                self.op("stablehlo.concatenate", &refs, &out_shape, out_dt, &[("dimension", format!("{axis} : i64"))])?
+            }
+            Op::Gather { axis } => {
+                let (data, idx) = (&ins[0], &ins[1]);
+                let (rd, ri) = (data.shape.len() as i64, idx.shape.len() as i64);
+                let a = *axis as i64;
+                let offset: Vec<i64> = (0..a).chain(a + ri..rd + ri - 1).collect();
+                let mut sizes = data.shape.clone();
+                sizes[*axis] = 1;
+                let mut dn = Vec::new();
+                if !offset.is_empty() {
+                    dn.push(format!("offset_dims = {}", list(&offset)));
+                }
+                dn.push(format!("collapsed_slice_dims = [{a}]"));
+                dn.push(format!("start_index_map = [{a}]"));
+                dn.push(format!("index_vector_dim = {ri}"));
+                self.op(
+                    "stablehlo.gather",
+                    &[data, idx],
+                    &out_shape,
+                    data.dt,
+                    &[
+                        ("dimension_numbers", format!("#stablehlo.gather<{}>", dn.join(", "))),
+                        ("slice_sizes", arr(&sizes)),
+                        ("indices_are_sorted", "false".into()),
+                    ],
+                )?
+            }
+            Op::IndexGather { axis } => self.index_gather(&ins[0], &ins[1..], *axis, &out_shape)?,
+            Op::GatherElements { axis } => self.gather_elements(&ins[0], &ins[1], *axis, &out_shape)?,
+            Op::Full { value, .. } => self.splat(*value, &out_shape, out_dt)?,
+            Op::Arange { start, step, .. } => {
+                let iota = self.op("stablehlo.iota", &[], &out_shape, out_dt, &[("iota_dimension", "0 : i64".into())])?;
+                let y = self.binary("multiply", &iota, &self.scalar(*step, out_dt)?)?;
+                self.binary("add", &y, &self.scalar(*start, out_dt)?)?
+            }
+            #[allow(unreachable_patterns)]
+            op => return Err(err(format!("no StableHLO lowering for {}", op.name()))),
+        };
+        if r.shape != out_shape || r.dt != out_dt {
+            return Err(err(format!("lowering produced {:?} {:?}, expected {:?} {:?}", r.dt, r.shape, out_dt, out_shape)));
+        }
+        self.values.insert(out, r);
+        Ok(())
+    }
+}
