@@ -36,6 +36,14 @@ for a few wide-integer ops. It keeps training.pt2 for f32 cases only; running
 it reproduces cases/ and manifest.json exactly (the .pt2 files may differ in
 their `from_node` provenance graph ids). --full, --per-dtype N ignore
 EXTRA_GROUPS (they cover every dtype); --dtypes and --ops filter it.
+
+Beyond OpInfo: DIRECT calls the Core ATen overloads no sample reaches in an
+exported graph (cases `aten.<overload>`, every dtype torch's CPU accepts,
+training IR kept for every dtype), and COMPOSITE adds programs OpInfo leaves
+out (einsum equations, FFT programs; cases `<name>.extra`). topk cases carry a
+`ties` entry: their indices are checked by what they select (see tie_order).
+The conformance test turns all runs into a Core ATen coverage table and fails
+below 95 % (tests/src/coverage.rs).
 """
 import argparse
 import json
