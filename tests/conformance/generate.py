@@ -165,8 +165,11 @@ MAX_NUMEL = 512
 # Sample indices tried first (then the rest), so that a few samples cover an
 # op's modes: grid_sample reflection/bilinear and border/nearest, cdist's
 # matrix-product p=2 and broadcast p=1, pdist p=2 and p=10, embedding_bag with
-# padding_idx=-1 and with max_norm (renorm).
-PICK = {"F.grid_sample": [4, 3, 9, 0, 12], "F.embedding_bag": [5, 8], "cdist": [16, 13, 80, 144], "F.pdist": [3, 6, 7, 4]}
+# padding_idx=-1 and with max_norm (renorm), 0-d topk/softmax/log_softmax and
+# gather with an empty index of another rank, conv2d padding='same' needing
+# asymmetric padding, negative reflect/replicate padding.
+PICK = {"F.grid_sample": [4, 3, 9, 0, 12], "F.embedding_bag": [5, 8], "topk": [0, 7], "softmax": [0, 6],
+        "log_softmax": [0, 6], "gather": [0, 4], "F.conv2d": [0, 11], "F.pad.reflect": [0, 11], "F.pad.replicate": [0, 11], "cdist": [16, 13, 80, 144], "F.pdist": [3, 6, 7, 4]}
 
 # (case op name, sample ("f32_0"), dtype or "*", flavour or "*") -> why kiln rejects it. Kept here
 # so that regenerating keeps the marks (`--remark` rewrites only the marks);

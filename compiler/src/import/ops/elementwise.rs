@@ -341,12 +341,20 @@ pub(super) fn softmax(imp: &mut Importer, n: &Node, log: bool) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let dim = imp.int(n, "dim", None)?;
     let out = imp.out_ty(n, 0)?;
-    let axis = normalize_axis(dim, out.rank())?;
+    // A 0-d tensor is a one-element row (dim 0 or -1), as in torch.
+    let scalar = out.rank() == 0;
+    let axis = normalize_axis(dim, out.rank().max(1))?;
     // `dtype=` and `half_to_float` both mean "compute in the output dtype".
     let x = imp.cast(x, out.dtype);
+    let x = if scalar { imp.build(Op::Reshape { shape: vec![kiln_ir::Dim::Const(1)] }, vec![x])? } else { x };
     let op = if log { Op::LogSoftmax { axis } } else { Op::Softmax { axis } };
-    imp.emit(n, op, vec![x])?;
-    Ok(())
+    if !scalar {
+        imp.emit(n, op, vec![x])?;
+        return Ok(());
+    }
+    let y = imp.build(op, vec![x])?;
+    let y = imp.push(Op::Reshape { shape: Vec::new() }, vec![y], out);
+    imp.bind(n, 0, y)
 }
 
 /// `aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None)`

@@ -86,6 +86,13 @@ pub(super) fn gather(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let axis = normalize_axis(imp.int(n, "dim", None)?, imp.ty(x).rank().max(1))?;
     let idx = imp.tensor(n, "index")?;
+    // An empty index gathers nothing, whatever its rank (torch checks ranks
+    // only when there is something to gather).
+    if imp.ty(idx).numel().as_const() == Some(0) {
+        let out = imp.out_ty(n, 0)?;
+        let v = imp.push(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
+        return imp.bind(n, 0, v);
+    }
     let idx = int_index(imp, idx, "gather index")?;
     let (x, idx) = (at_least_1d(imp, x), at_least_1d(imp, idx));
     let v = imp.build(Op::GatherElements { axis }, vec![x, idx])?;

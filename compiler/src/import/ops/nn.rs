@@ -186,25 +186,37 @@ fn conv_common(imp: &mut Importer, n: &Node, padding_mode: Padding) -> R<()> {
     let stride = imp.ints_n(n, "stride", &[1], k)?;
     let dilation = imp.ints_n(n, "dilation", &[1], k)?;
     let groups = imp.int(n, "groups", Some(1))?;
-    let padding = match padding_mode {
-        Padding::Explicit => imp.ints_n(n, "padding", &[0], k)?,
-        Padding::Valid => vec![0; k],
+    // Padding the convolution applies on both sides of each spatial axis, and
+    // what 'same' needs past that on the high side only.
+    let (padding, extra_hi) = match padding_mode {
+        Padding::Explicit => (imp.ints_n(n, "padding", &[0], k)?, vec![0; k]),
+        Padding::Valid => (vec![0; k], vec![0; k]),
         Padding::Same => {
             let kernel = imp.ty(w).static_shape().map(|s| s[2..].to_vec());
             let Some(kernel) = kernel else { return unsupported("padding='same' with a dynamic kernel") };
-            let mut pads = Vec::with_capacity(k);
+            // torch's `_convolution_same`: `total = dilation * (kernel - 1)`,
+            // `total / 2` before and the rest after; an odd total puts the
+            // extra element after, which a constant pad ahead of the
+            // convolution adds (as torch's own constant_pad_nd does).
+            let (mut pads, mut extra) = (Vec::with_capacity(k), Vec::with_capacity(k));
             for (&ks, &d) in kernel.iter().zip(&dilation) {
                 let total = d * (ks - 1);
-                if total % 2 != 0 {
-                    return unsupported("padding='same' needing asymmetric padding");
-                }
                 pads.push(total / 2);
+                extra.push(total % 2);
             }
-            pads
+            (pads, extra)
         }
     };
     let out = imp.out_ty(n, 0)?;
     let (x, unbatched) = unsqueeze_batch(imp, x, k)?;
+    let x = if extra_hi.iter().any(|&p| p != 0) {
+        let mut hi = vec![0; 2];
+        hi.extend(extra_hi);
+        let pad = Op::Pad { lo: vec![0; k + 2], hi, interior: vec![0; k + 2], mode: kiln_ir::PadMode::Constant, value: 0.0 };
+        imp.build(pad, vec![x])?
+    } else {
+        x
+    };
     let mut inputs = vec![x, w];
     inputs.extend(bias);
     let op = Op::Conv { stride, padding, dilation, groups };

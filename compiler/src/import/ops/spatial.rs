@@ -23,7 +23,21 @@ fn emit_pad(imp: &mut Importer, n: &Node, x: ValueId, pad: &[i64], mode: PadMode
     let rank = imp.ty(x).rank();
     let (lo, hi) = pads_per_axis(pad, rank)?;
     if mode != PadMode::Constant && (lo.iter().any(|&p| p < 0) || hi.iter().any(|&p| p < 0)) {
-        return unsupported("negative reflect/replicate padding");
+        // torch reflects/replicates about the input's original edges and
+        // crops afterwards (`pad(arange(6), (-4, 3), "reflect")` is
+        // `[4, 5, 4, 3, 2]`), so pad by the positive amounts first, then crop
+        // by the negative ones with a constant pad, which crops.
+        let grow = |p: &[i64]| p.iter().map(|&v| v.max(0)).collect::<Vec<_>>();
+        let crop = |p: &[i64]| p.iter().map(|&v| v.min(0)).collect::<Vec<_>>();
+        let (grow_lo, grow_hi) = (grow(&lo), grow(&hi));
+        let padded = if grow_lo.iter().chain(&grow_hi).all(|&p| p == 0) {
+            x
+        } else {
+            imp.build(Op::Pad { lo: grow_lo, hi: grow_hi, interior: vec![0; rank], mode, value }, vec![x])?
+        };
+        let cropped = Op::Pad { lo: crop(&lo), hi: crop(&hi), interior: vec![0; rank], mode: PadMode::Constant, value: 0.0 };
+        imp.emit(n, cropped, vec![padded])?;
+        return Ok(());
     }
     imp.emit(n, Op::Pad { lo, hi, interior: vec![0; rank], mode, value }, vec![x])?;
     Ok(())

@@ -47,12 +47,31 @@ pub(super) fn topk(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let rank = imp.ty(x).rank();
     if rank == 0 {
-        return unsupported("topk of a 0-d tensor");
+        return topk_of_scalar(imp, n, x);
     }
     let axis = normalize_axis(imp.int(n, "dim", Some(-1))?, rank)?;
     let largest = imp.bool(n, "largest", true)?;
     let k = imp.out_ty(n, 0)?.shape[axis].clone();
     sort_outputs(imp, n, x, axis, k, largest)
+}
+
+/// topk of a 0-d tensor (torch allows k = 0 or 1, dim 0 or -1): with k = 1
+/// the value itself and index 0; the outputs keep torch's declared shapes.
+fn topk_of_scalar(imp: &mut Importer, n: &Node, x: ValueId) -> R<()> {
+    normalize_axis(imp.int(n, "dim", Some(-1))?, 1)?;
+    let names = output_names(n);
+    for (i, name) in names.iter().enumerate().take(2) {
+        if i > 0 && !imp.is_used(name) {
+            continue;
+        }
+        let ty = imp.out_ty(n, i)?;
+        let v = match (i, ty.numel().as_const()) {
+            (_, Some(0)) | (1, _) => imp.push(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty),
+            _ => imp.push(Op::Reshape { shape: ty.shape.clone() }, vec![x], ty),
+        };
+        imp.bind(n, i, v)?;
+    }
+    Ok(())
 }
 
 /// `aten::argmin(Tensor self, int? dim=None, bool keepdim=False)`
