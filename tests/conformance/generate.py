@@ -287,6 +287,13 @@ def export_case(mod, inputs, outputs):
     return ep, aten
 
 
+def write_manifest(path, manifest):
+    """manifest.json as the generators write it (indent 1, final newline)."""
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.write("\n")
+
+
 def strip_sample_inputs(path):
     """Drops the pickled example inputs (kiln ignores them) to keep cases small."""
     tmp = path + ".tmp"
@@ -551,9 +558,7 @@ def main():
             m = marks(case["op"], case["dtype"], case["dir"].rsplit("/", 1)[-1], case["flavours"])
             if m:
                 case["unsupported"] = m
-        with open(path, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.write("\n")
+        write_manifest(path, manifest)
         return
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -632,9 +637,7 @@ def main():
     composite_cases(args, manifest, only)
     manifest["cases"].sort(key=lambda c: c["dir"])
     manifest["torch"] = torch.__version__
-    with open(manifest_path, "w") as f:
-        json.dump(manifest, f, indent=1)
-        f.write("\n")
+    write_manifest(manifest_path, manifest)
 
 
 if __name__ == "__main__":

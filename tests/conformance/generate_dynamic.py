@@ -45,7 +45,7 @@ from torch.utils import _pytree as pytree
 
 # Shared with the per-op generator next to this file (importing it runs nothing).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generate import close, graph_targets, strip_sample_inputs  # noqa: E402
+from generate import close, graph_targets, strip_sample_inputs, write_manifest  # noqa: E402
 
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore")
@@ -755,9 +755,7 @@ def main():
         print(f"{name}: {len(entry['sizes'])} sizes, dims {entry.get('input_dims', '-')}", file=sys.stderr)
     manifest["cases"].sort(key=lambda c: (c["section"], c["name"]))
     manifest["torch"] = torch.__version__
-    with open(manifest_path, "w") as f:
-        json.dump(manifest, f, indent=1)
-        f.write("\n")
+    write_manifest(manifest_path, manifest)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,21 @@ pub fn read_npy_as(path: &Path, bf16: bool) -> Result<Tensor, String> {
     Ok(t)
 }
 
+/// Runs `inputs` through `session` and copies the outputs out.
+pub fn run_session(session: &mut kiln_runtime::Session, inputs: &[Tensor]) -> Result<Vec<Tensor>, kiln_runtime::Error> {
+    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+    Ok(session.run(&views)?.to_tensors())
+}
+
+/// Asserts that `got` has `want`'s outputs, each within `rtol`/`atol` (see
+/// [`assert_close`]).
+pub fn assert_outputs_close(what: &str, got: &[Tensor], want: &[Tensor], rtol: f64, atol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: output count");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_close(&format!("{what} output {i}"), &g.view(), &w.view(), rtol, atol);
+    }
+}
+
 /// A temporary file path unique to this process and call.
 pub fn temp_path(tag: &str) -> PathBuf {
     static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -6,19 +6,15 @@ use kiln_compiler::import::{import_pt2, import_pt2_with, CustomOpContext, Import
 use kiln_compiler::{compile_file, CompileOptions};
 use kiln_ir::{BinaryOp, Op, ReduceKind, UnaryOp, ValueId};
 use kiln_runtime::{DType, Program, SessionOptions, Tensor, TensorView};
-use kiln_tests::{assert_close, fixture_dir, load_fixture, read_numbered, temp_path, FLAVOURS};
+use kiln_tests::{assert_outputs_close, run_session, fixture_dir, load_fixture, read_numbered, temp_path, FLAVOURS};
 use std::sync::Arc;
 
 fn run(session: &mut kiln_runtime::Session, inputs: &[Tensor]) -> Vec<Tensor> {
-    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
-    session.run(&views).expect("run").to_tensors()
+    run_session(session, inputs).expect("run")
 }
 
 fn compare(what: &str, got: &[Tensor], want: &[Tensor]) {
-    assert_eq!(got.len(), want.len(), "{what}: output count");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_close(&format!("{what} output {i}"), &g.view(), &w.view(), 1e-4, 1e-5);
-    }
+    assert_outputs_close(what, got, want, 1e-4, 1e-5);
 }
 
 // ------------------------------------------------------------------ torch.cond

@@ -5,19 +5,15 @@
 
 use kiln_compiler::import::import_pt2;
 use kiln_ir::Op;
-use kiln_runtime::{Error, Tensor, TensorView};
-use kiln_tests::{assert_close, fixture_dir, load_fixture, read_numbered, FLAVOURS};
+use kiln_runtime::{Error, Tensor};
+use kiln_tests::{assert_outputs_close, run_session, fixture_dir, load_fixture, read_numbered, FLAVOURS};
 
 fn run(session: &mut kiln_runtime::Session, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
-    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
-    Ok(session.run(&views)?.to_tensors())
+    run_session(session, inputs)
 }
 
 fn compare(what: &str, got: &[Tensor], want: &[Tensor]) {
-    assert_eq!(got.len(), want.len(), "{what}: output count");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_close(&format!("{what} output {i}"), &g.view(), &w.view(), 1e-5, 1e-6);
-    }
+    assert_outputs_close(what, got, want, 1e-5, 1e-6);
 }
 
 /// Runs every `caseK` of `name` through one session, twice over (sizes

@@ -5,19 +5,15 @@
 
 use kiln_compiler::import::import_pt2;
 use kiln_ir::{Op, ValueDef};
-use kiln_runtime::{Program, Tensor, TensorView};
-use kiln_tests::{assert_close, fixture_dir, load_fixture, read_numbered, temp_path, FLAVOURS};
+use kiln_runtime::{Program, Tensor};
+use kiln_tests::{assert_outputs_close, run_session, fixture_dir, load_fixture, read_numbered, temp_path, FLAVOURS};
 
 fn run(session: &mut kiln_runtime::Session, inputs: &[Tensor]) -> Vec<Tensor> {
-    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
-    session.run(&views).expect("run").to_tensors()
+    run_session(session, inputs).expect("run")
 }
 
 fn compare(what: &str, got: &[Tensor], want: &[Tensor]) {
-    assert_eq!(got.len(), want.len(), "{what}: output count");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_close(&format!("{what} output {i}"), &g.view(), &w.view(), 1e-5, 1e-6);
-    }
+    assert_outputs_close(what, got, want, 1e-5, 1e-6);
 }
 
 #[test]
