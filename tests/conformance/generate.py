@@ -287,6 +287,19 @@ def export_case(mod, inputs, outputs):
     return ep, aten
 
 
+def kept_entries(path, only, key, lists):
+    """A manifest holding, for each of `lists`, the entries of the existing
+    manifest at `path` whose `key` is not being regenerated (`only`); empty
+    lists when everything is regenerated or there is no manifest yet."""
+    manifest = {name: [] for name in lists}
+    if only and os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        for name in lists:
+            manifest[name] = [e for e in old.get(name, []) if e[key] not in only]
+    return manifest
+
+
 def write_manifest(path, manifest):
     """manifest.json as the generators write it (indent 1, final newline)."""
     with open(path, "w") as f:
@@ -572,12 +585,7 @@ def main():
     by_key = {(o.name, o.variant_test_name): o for o in op_db}
     only = set(filter(None, args.ops.split(",")))
     manifest_path = os.path.join(args.out, "manifest.json")
-    manifest = {"cases": [], "skipped": []}
-    if only and os.path.exists(manifest_path):
-        with open(manifest_path) as f:
-            old = json.load(f)
-        manifest["cases"] = [c for c in old["cases"] if c["op"] not in only]
-        manifest["skipped"] = [s for s in old["skipped"] if s["op"] not in only]
+    manifest = kept_entries(manifest_path, only, "op", ("cases", "skipped"))
     os.makedirs(args.out, exist_ok=True)
 
     for name, variant in OPS:

@@ -30,7 +30,6 @@ flavour once and runs every size through one session. KNOWN_UNSUPPORTED marks
 flavours kiln is expected to fail, with the reason.
 """
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -45,7 +44,7 @@ from torch.utils import _pytree as pytree
 
 # Shared with the per-op generator next to this file (importing it runs nothing).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generate import close, graph_targets, strip_sample_inputs, write_manifest  # noqa: E402
+from generate import close, graph_targets, kept_entries, strip_sample_inputs, write_manifest  # noqa: E402
 
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore")
@@ -733,12 +732,7 @@ def main():
     only = set(filter(None, args.cases.split(",")))
     os.makedirs(args.out, exist_ok=True)
     manifest_path = os.path.join(args.out, "manifest.json")
-    manifest = {"cases": [], "failed": []}
-    if only and os.path.exists(manifest_path):
-        with open(manifest_path) as f:
-            old = json.load(f)
-        manifest["cases"] = [c for c in old["cases"] if c["name"] not in only]
-        manifest["failed"] = [c for c in old.get("failed", []) if c["name"] not in only]
+    manifest = kept_entries(manifest_path, only, "name", ("cases", "failed"))
     for name, section, fn in CASES:
         if only and name not in only:
             continue

@@ -267,18 +267,24 @@ pub(super) fn native_layer_norm(imp: &mut Importer, n: &Node) -> R<()> {
     layer_norm_common(imp, n, eps)
 }
 
+/// A pooling op's `stride`: `[]` means "same as the kernel" and one value
+/// stands for every pooled dim.
+fn pool_stride(imp: &mut Importer, n: &Node, kernel: &[i64]) -> R<Vec<i64>> {
+    let stride = imp.ints(n, "stride", &[])?;
+    Ok(match stride.as_slice() {
+        [] => kernel.to_vec(),
+        [s] => vec![*s; kernel.len()],
+        _ => stride,
+    })
+}
+
 /// `aten::max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0,
 ///   int[2] dilation=1, bool ceil_mode=False)`; `max_pool2d_with_indices` has the same
 ///   arguments and an indices output.
 pub(super) fn max_pool2d(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let kernel = imp.ints_n(n, "kernel_size", &[], 2)?;
-    let mut stride = imp.ints(n, "stride", &[])?;
-    if stride.is_empty() {
-        stride = kernel.clone(); // stride=[] means "same as the kernel"
-    } else if stride.len() == 1 {
-        stride = vec![stride[0]; 2];
-    }
+    let stride = pool_stride(imp, n, &kernel)?;
     let padding = imp.ints_n(n, "padding", &[0], 2)?;
     let dilation = imp.ints_n(n, "dilation", &[1], 2)?;
     let ceil_mode = imp.bool(n, "ceil_mode", false)?;
@@ -320,12 +326,7 @@ fn bind_max_pool(imp: &mut Importer, n: &Node, x: ValueId, pool: impl Fn(PoolKin
 pub(super) fn avg_pool2d(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let kernel = imp.ints_n(n, "kernel_size", &[], 2)?;
-    let mut stride = imp.ints(n, "stride", &[])?;
-    if stride.is_empty() {
-        stride = kernel.clone();
-    } else if stride.len() == 1 {
-        stride = vec![stride[0]; 2];
-    }
+    let stride = pool_stride(imp, n, &kernel)?;
     let padding = imp.ints_n(n, "padding", &[0], 2)?;
     let ceil_mode = imp.bool(n, "ceil_mode", false)?;
     let count_include_pad = imp.bool(n, "count_include_pad", true)?;
@@ -397,10 +398,7 @@ pub(super) fn attention(imp: &mut Importer, n: &Node) -> R<()> {
 pub(super) fn pool1d(imp: &mut Importer, n: &Node, kind: PoolKind) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let kernel = imp.ints_n(n, "kernel_size", &[], 1)?;
-    let mut stride = imp.ints(n, "stride", &[])?;
-    if stride.is_empty() {
-        stride = kernel.clone();
-    }
+    let stride = pool_stride(imp, n, &kernel)?;
     let padding = imp.ints_n(n, "padding", &[0], 1)?;
     let dilation = if kind == PoolKind::Max { imp.ints_n(n, "dilation", &[1], 1)? } else { vec![1] };
     let ceil_mode = imp.bool(n, "ceil_mode", false)?;
@@ -536,12 +534,7 @@ fn repeat_heads(imp: &mut Importer, q: ValueId, kv: ValueId) -> R<ValueId> {
 pub(super) fn pool3d(imp: &mut Importer, n: &Node, kind: PoolKind) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let kernel = imp.ints_n(n, "kernel_size", &[], 3)?;
-    let mut stride = imp.ints(n, "stride", &[])?;
-    if stride.is_empty() {
-        stride = kernel.clone();
-    } else if stride.len() == 1 {
-        stride = vec![stride[0]; 3];
-    }
+    let stride = pool_stride(imp, n, &kernel)?;
     let padding = imp.ints_n(n, "padding", &[0], 3)?;
     let dilation = if kind == PoolKind::Max { imp.ints_n(n, "dilation", &[1], 3)? } else { vec![1; 3] };
     let ceil_mode = imp.bool(n, "ceil_mode", false)?;
