@@ -17,7 +17,10 @@ fn bench_matmul(c: &mut Criterion) {
         group.throughput(Throughput::Elements((2 * n * n * n) as u64));
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |bench, _| {
             bench.iter(|| {
-                let (a, b) = (TensorRef { dtype: DType::F32, shape: &shape, data: &a }, TensorRef { dtype: DType::F32, shape: &shape, data: &b });
+                let (a, b) = (
+                    TensorRef { dtype: DType::F32, shape: &shape, data: &a },
+                    TensorRef { dtype: DType::F32, shape: &shape, data: &b },
+                );
                 let out = TensorMut { dtype: DType::F32, shape: &shape, data: &mut out };
                 matmul(a, b, out, &mut scratch).unwrap();
             })

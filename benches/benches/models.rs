@@ -15,7 +15,11 @@ fn bench_models(c: &mut Criterion) {
         let artifact = std::env::temp_dir().join(format!("kiln-bench-{name}.kiln"));
         compile_file(&dir.join("aten.pt2"), &artifact, &CompileOptions::default()).expect("compile");
         let program = Program::load(&artifact).expect("load");
-        let inputs: Vec<Tensor> = (0..).map(|i| dir.join(format!("input_{i}.npy"))).take_while(|p| p.exists()).map(|p| read_npy(&p).unwrap()).collect();
+        let inputs: Vec<Tensor> = (0..)
+            .map(|i| dir.join(format!("input_{i}.npy")))
+            .take_while(|p| p.exists())
+            .map(|p| read_npy(&p).unwrap())
+            .collect();
         let views: Vec<_> = inputs.iter().map(Tensor::view).collect();
         let mut session = program.session().expect("session");
         c.bench_function(&format!("{name}/run"), |b| b.iter(|| session.run(&views).map(|o| o.len()).unwrap()));

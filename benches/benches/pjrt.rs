@@ -37,7 +37,11 @@ fn plugin_path() -> PathBuf {
 
 /// Compiled once per session, never read from or written to the on-disk cache.
 fn pjrt_options(plugin: &Path) -> SessionOptions {
-    SessionOptions { device: Device::Pjrt(plugin.to_path_buf()), cache: ExecutableCache::Off, ..SessionOptions::default() }
+    SessionOptions {
+        device: Device::Pjrt(plugin.to_path_buf()),
+        cache: ExecutableCache::Off,
+        ..SessionOptions::default()
+    }
 }
 
 /// `out = x + y` over four f32 elements, as a one-segment PJRT artifact.
@@ -49,7 +53,8 @@ fn tiny_add() -> Arc<Program> {
     let sum = g.push(Op::Binary(BinaryOp::Add), vec![x, y], ty, None);
     g.add_output("out", sum);
     let backend = Backend::Pjrt { precision: Precision::F32 };
-    let (writer, _) = compile_graph_for(g, &CompileOptions::default(), backend, Metadata::default()).expect("compile tiny add");
+    let (writer, _) =
+        compile_graph_for(g, &CompileOptions::default(), backend, Metadata::default()).expect("compile tiny add");
     Program::from_bytes(&writer.to_bytes()).expect("load tiny add")
 }
 
@@ -101,11 +106,15 @@ fn bench_models(c: &mut Criterion) {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
     for name in ["mlp", "cnn", "transformer"] {
         let dir = fixtures.join(name);
-        let inputs: Vec<Tensor> =
-            (0..).map(|i| dir.join(format!("input_{i}.npy"))).take_while(|p| p.exists()).map(|p| read_npy(&p).expect("input")).collect();
+        let inputs: Vec<Tensor> = (0..)
+            .map(|i| dir.join(format!("input_{i}.npy")))
+            .take_while(|p| p.exists())
+            .map(|p| read_npy(&p).expect("input"))
+            .collect();
         let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
         let mut group = c.benchmark_group(format!("models/{name}"));
-        for (label, backend) in [("kiln-cpu", Backend::Cpu), ("pjrt-cpu", Backend::Pjrt { precision: Precision::F32 })] {
+        for (label, backend) in [("kiln-cpu", Backend::Cpu), ("pjrt-cpu", Backend::Pjrt { precision: Precision::F32 })]
+        {
             let artifact = std::env::temp_dir().join(format!("kiln-bench-pjrt-{name}-{label}.kiln"));
             compile_file_for(&dir.join("aten.pt2"), &artifact, &CompileOptions::default(), backend).expect("compile");
             let program = Program::load(&artifact).expect("load");

@@ -3,7 +3,9 @@
 use crate::import::{import_pt2_with, ImportError, ImportOptions};
 use crate::lower::{lower_to_plan, LowerError};
 use kiln_ir::Graph;
-use kiln_passes::{check_plan, default_pipeline, plan_memory, run_pipeline, MemoryOptions, Options, Pass, PassError, Report, Target};
+use kiln_passes::{
+    check_plan, default_pipeline, plan_memory, run_pipeline, MemoryOptions, Options, Pass, PassError, Report, Target,
+};
 use kiln_runtime::format::{ArtifactWriter, Metadata};
 use std::path::Path;
 
@@ -69,7 +71,11 @@ pub struct CompileSummary {
 }
 
 /// Runs the pass pipeline on `graph` and produces the artifact.
-pub fn compile_graph(graph: Graph, opts: &CompileOptions, metadata: Metadata) -> Result<(ArtifactWriter, CompileSummary), CompileError> {
+pub fn compile_graph(
+    graph: Graph,
+    opts: &CompileOptions,
+    metadata: Metadata,
+) -> Result<(ArtifactWriter, CompileSummary), CompileError> {
     compile_graph_with_passes(graph, &default_pipeline(opts.target), opts, metadata)
 }
 
@@ -135,7 +141,11 @@ fn compile_graph_pjrt(
         weights_bytes: lowered.weights.len(),
     };
     let accel = postcard::to_allocvec(&lowered.accel).map_err(|e| {
-        CompileError::Write(kiln_runtime::Error::Format { section: "accel".into(), offset: 0, detail: format!("cannot encode: {e}") })
+        CompileError::Write(kiln_runtime::Error::Format {
+            section: "accel".into(),
+            offset: 0,
+            detail: format!("cannot encode: {e}"),
+        })
     })?;
     let mut writer = ArtifactWriter::new(&lowered.plan, lowered.weights, &metadata)?;
     writer.add_section(kiln_runtime::format::SECTION_ACCEL, 0, accel);
@@ -158,7 +168,12 @@ pub fn compile_file(input: &Path, output: &Path, opts: &CompileOptions) -> Resul
 }
 
 /// [`compile_file`] for a chosen backend.
-pub fn compile_file_for(input: &Path, output: &Path, opts: &CompileOptions, backend: Backend) -> Result<CompileSummary, CompileError> {
+pub fn compile_file_for(
+    input: &Path,
+    output: &Path,
+    opts: &CompileOptions,
+    backend: Backend,
+) -> Result<CompileSummary, CompileError> {
     if matches!(backend, Backend::Pjrt { .. }) && !cfg!(feature = "mlir") {
         return Err(CompileError::NoMlir);
     }

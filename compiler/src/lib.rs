@@ -15,4 +15,7 @@ pub mod npy;
 pub mod pt2;
 pub mod stablehlo;
 
-pub use compile::{compile_file, compile_file_for, compile_graph, compile_graph_for, compile_graph_with_passes, Backend, CompileError, CompileOptions, CompileSummary};
+pub use compile::{
+    compile_file, compile_file_for, compile_graph, compile_graph_for, compile_graph_with_passes, Backend, CompileError,
+    CompileOptions, CompileSummary,
+};

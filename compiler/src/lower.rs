@@ -6,7 +6,9 @@
 
 use kiln_ir::{self as ir, Dim, Graph, NodeId, Op, SymbolId, ValueDef, ValueId};
 use kiln_passes::MemoryPlan;
-use kiln_runtime::format::{DimExpr, DimRef, Instr, IoDecl, Kernel, Plan, Storage, SymbolDecl, TensorDecl, WeightsBuilder};
+use kiln_runtime::format::{
+    DimExpr, DimRef, Instr, IoDecl, Kernel, Plan, Storage, SymbolDecl, TensorDecl, WeightsBuilder,
+};
 use kiln_runtime::DType;
 use std::collections::HashMap;
 
@@ -30,8 +32,8 @@ pub fn dtype(d: ir::DType) -> DType {
 }
 
 fn unary(op: ir::UnaryOp) -> kiln_runtime::format::UnaryOp {
-    use kiln_runtime::format::UnaryOp as K;
     use ir::UnaryOp as U;
+    use kiln_runtime::format::UnaryOp as K;
     match op {
         U::Neg => K::Neg,
         U::Abs => K::Abs,
@@ -73,8 +75,8 @@ fn unary(op: ir::UnaryOp) -> kiln_runtime::format::UnaryOp {
 }
 
 fn binary(op: ir::BinaryOp) -> kiln_runtime::format::BinaryOp {
-    use kiln_runtime::format::BinaryOp as K;
     use ir::BinaryOp as B;
+    use kiln_runtime::format::BinaryOp as K;
     match op {
         B::Add => K::Add,
         B::Sub => K::Sub,
@@ -136,7 +138,9 @@ fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> Re
             groups: u32::try_from(*groups).map_err(|_| bad_params())?,
         },
         Op::BatchNorm { eps } => Kernel::BatchNorm { eps: *eps },
-        Op::LayerNorm { normalized_rank, eps } => Kernel::LayerNorm { normalized_rank: *normalized_rank as u32, eps: *eps },
+        Op::LayerNorm { normalized_rank, eps } => {
+            Kernel::LayerNorm { normalized_rank: *normalized_rank as u32, eps: *eps }
+        }
         Op::Softmax { axis } => Kernel::Softmax { axis: *axis as u32, log: false },
         Op::LogSoftmax { axis } => Kernel::Softmax { axis: *axis as u32, log: true },
         Op::Reduce { kind, axes, .. } => Kernel::Reduce { kind: reduce_kind(*kind), axes: axes32(axes) },
@@ -175,7 +179,9 @@ fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> Re
         Op::Arange { start, step, .. } => Kernel::Arange { start: *start, step: *step },
         Op::CumSum { axis } => Kernel::CumSum { axis: *axis as u32 },
         Op::ArgMin { axis, .. } => Kernel::ArgMin { axis: *axis as u32 },
-        Op::Sort { axis, descending, indices, .. } => Kernel::Sort { axis: *axis as u32, descending: *descending, indices: *indices },
+        Op::Sort { axis, descending, indices, .. } => {
+            Kernel::Sort { axis: *axis as u32, descending: *descending, indices: *indices }
+        }
         Op::Pad { lo, hi, interior, mode, value } => Kernel::Pad {
             lo: lo.clone(),
             hi: hi.clone(),
@@ -258,9 +264,9 @@ impl DimTable<'_> {
         }
         let sym = self.graph_symbols.get(s).ok_or_else(|| format!("unknown symbol {s}"))?;
         // The importer gives data-dependent symbols a bound or reports them.
-        let max = sym
-            .max
-            .ok_or_else(|| format!("symbol `{}` has no upper bound; export with torch.export.Dim(..., max=N)", sym.name))?;
+        let max = sym.max.ok_or_else(|| {
+            format!("symbol `{}` has no upper bound; export with torch.export.Dim(..., max=N)", sym.name)
+        })?;
         let i = self.symbols.len() as u32;
         self.symbols.push(SymbolDecl { name: sym.name.clone(), min: sym.min.max(0) as u64, max: max.max(0) as u64 });
         self.sym_index.insert(s, i);
@@ -326,7 +332,11 @@ pub struct SegmentedPlan {
 /// [`lower_to_plan`] where each of `calls` becomes one `Kernel::Accel`
 /// instruction at its first node's position and its nodes are skipped.
 /// `mem` must give slots to every call's (non-constant) args and results.
-pub fn lower_to_plan_with_segments(g: &Graph, mem: &MemoryPlan, calls: &[AccelCall]) -> Result<SegmentedPlan, LowerError> {
+pub fn lower_to_plan_with_segments(
+    g: &Graph,
+    mem: &MemoryPlan,
+    calls: &[AccelCall],
+) -> Result<SegmentedPlan, LowerError> {
     let mut call_at: HashMap<NodeId, usize> = HashMap::new();
     let mut in_call: HashMap<NodeId, usize> = HashMap::new();
     for (i, c) in calls.iter().enumerate() {
@@ -339,9 +349,15 @@ pub fn lower_to_plan_with_segments(g: &Graph, mem: &MemoryPlan, calls: &[AccelCa
     }
     let mut call_tensors = vec![(Vec::new(), Vec::new()); calls.len()];
     let mut cpu_instrs = Vec::new();
-    let dims =
-        DimTable { graph_symbols: &g.symbols, symbols: Vec::new(), sym_index: HashMap::new(), exprs: Vec::new(), interned: HashMap::new() };
-    let mut b = Builder { dims, weights: WeightsBuilder::new(), tensors: Vec::new(), instrs: Vec::new(), errors: Vec::new() };
+    let dims = DimTable {
+        graph_symbols: &g.symbols,
+        symbols: Vec::new(),
+        sym_index: HashMap::new(),
+        exprs: Vec::new(),
+        interned: HashMap::new(),
+    };
+    let mut b =
+        Builder { dims, weights: WeightsBuilder::new(), tensors: Vec::new(), instrs: Vec::new(), errors: Vec::new() };
     let mut top = Scope { g, mem, base: 0, tensor_of: HashMap::new() };
 
     let mut inputs = Vec::new();
@@ -485,13 +501,20 @@ impl Builder<'_> {
         let Some(lp) = s.mem.loops.get(&n) else {
             return self.errors.push(format!("  {origin}: the loop has no memory region"));
         };
-        let (Some(&pred), true) = (cond.outputs.first(), body.outputs.len() == carried && node.outputs.len() == carried) else {
+        let (Some(&pred), true) =
+            (cond.outputs.first(), body.outputs.len() == carried && node.outputs.len() == carried)
+        else {
             return self.errors.push(format!("  {origin}: malformed loop"));
         };
         let operands: Vec<u32> = node.inputs.iter().map(|&v| self.declare(s, v)).collect();
         let state: Vec<u32> = node.outputs.iter().map(|&v| self.declare(s, v)).collect();
         let loop_inputs: Vec<u32> = state.iter().chain(&operands[carried..]).copied().collect();
-        let copy = |from: u32, to: u32, what: String| Instr { kernel: Kernel::Copy, inputs: vec![from], outputs: vec![to], origin: what };
+        let copy = |from: u32, to: u32, what: String| Instr {
+            kernel: Kernel::Copy,
+            inputs: vec![from],
+            outputs: vec![to],
+            origin: what,
+        };
         for (j, (&init, &slot)) in operands.iter().zip(&state).enumerate() {
             self.instrs.push(copy(init, slot, format!("{origin}: initial carried value {j}")));
         }
@@ -503,7 +526,12 @@ impl Builder<'_> {
         }
         let pred = self.declare(&mut cs, pred);
         let exit_at = self.instrs.len();
-        self.instrs.push(Instr { kernel: Kernel::JumpIfFalse { target: 0 }, inputs: vec![pred], outputs: vec![], origin: format!("{origin}: exit") });
+        self.instrs.push(Instr {
+            kernel: Kernel::JumpIfFalse { target: 0 },
+            inputs: vec![pred],
+            outputs: vec![],
+            origin: format!("{origin}: exit"),
+        });
         let mut bs = Scope::nested(body, &lp.body, base, &loop_inputs);
         for &m in &body.order {
             self.lower_node(&mut bs, m);
@@ -511,7 +539,10 @@ impl Builder<'_> {
         let mut sources: Vec<u32> = body.outputs.iter().map(|&v| self.declare(&mut bs, v)).collect();
         for (j, slot) in lp.swap.iter().enumerate() {
             let (Some(slot), Some(&t)) = (slot, state.get(j)) else { continue };
-            let decl = TensorDecl { storage: Storage::Arena { offset: base + slot.offset, max_bytes: slot.size }, ..self.tensors[t as usize].clone() };
+            let decl = TensorDecl {
+                storage: Storage::Arena { offset: base + slot.offset, max_bytes: slot.size },
+                ..self.tensors[t as usize].clone()
+            };
             let saved = self.tensors.len() as u32;
             self.tensors.push(decl);
             self.instrs.push(copy(sources[j], saved, format!("{origin}: save carried value for position {j}")));
@@ -522,7 +553,12 @@ impl Builder<'_> {
                 self.instrs.push(copy(from, to, format!("{origin}: update carried value {j}")));
             }
         }
-        self.instrs.push(Instr { kernel: Kernel::Jump { target: head as u32 }, inputs: vec![], outputs: vec![], origin: format!("{origin}: next iteration") });
+        self.instrs.push(Instr {
+            kernel: Kernel::Jump { target: head as u32 },
+            inputs: vec![],
+            outputs: vec![],
+            origin: format!("{origin}: next iteration"),
+        });
         let exit = self.instrs.len() as u32;
         self.instrs[exit_at].kernel = Kernel::JumpIfFalse { target: exit };
     }

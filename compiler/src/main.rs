@@ -13,7 +13,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "kiln", version, about = "Ahead-of-time compiler and runtime for PyTorch programs (torch.export .pt2)")]
+#[command(
+    name = "kiln",
+    version,
+    about = "Ahead-of-time compiler and runtime for PyTorch programs (torch.export .pt2)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -40,7 +44,9 @@ enum Command {
         precision: String,
     },
     /// Run an artifact with inputs from .npy files.
-    #[command(after_help = "Examples:\n  kiln run model.kiln --input 0=x.npy --output-dir out/\n  kiln run model.kiln --input x=x.npy --json\n  kiln run model.kiln --input x=x.npy --device tpu\n\nKILN_PJRT_PLUGIN=/path/plugin.so overrides where `tpu` and `gpu` find their PJRT plugin, and\nselects that plugin when --device is not given and the artifact has accelerator segments.")]
+    #[command(
+        after_help = "Examples:\n  kiln run model.kiln --input 0=x.npy --output-dir out/\n  kiln run model.kiln --input x=x.npy --json\n  kiln run model.kiln --input x=x.npy --device tpu\n\nKILN_PJRT_PLUGIN=/path/plugin.so overrides where `tpu` and `gpu` find their PJRT plugin, and\nselects that plugin when --device is not given and the artifact has accelerator segments."
+    )]
     Run(RunArgs),
     /// Describe an artifact: inputs, outputs, kernels, memory.
     #[command(after_help = "Example:\n  kiln inspect model.kiln --json")]
@@ -128,11 +134,15 @@ fn cmd_ops(markdown: bool) -> CliResult {
 }
 
 fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str) -> CliResult {
-    let precision = Precision::from_name(precision).ok_or_else(|| format!("unknown precision `{precision}` (known: f32, bf16)"))?;
+    let precision =
+        Precision::from_name(precision).ok_or_else(|| format!("unknown precision `{precision}` (known: f32, bf16)"))?;
     let (target, backend) = match target {
         "pjrt" => (Target::Cpu, Backend::Pjrt { precision }),
         _ if precision != Precision::F32 => return Err("--precision applies to --target pjrt only".into()),
-        name => (Target::from_name(name).ok_or_else(|| format!("unknown target `{name}` (known: cpu, primitive, pjrt)"))?, Backend::Cpu),
+        name => (
+            Target::from_name(name).ok_or_else(|| format!("unknown target `{name}` (known: cpu, primitive, pjrt)"))?,
+            Backend::Cpu,
+        ),
     };
     let started = Instant::now();
     let opts = CompileOptions { target, verify_each: false, ..CompileOptions::default() };
@@ -166,10 +176,17 @@ fn gather_inputs(program: &Program, specs: &[String]) -> Result<Vec<Tensor>, Str
     let declared = program.inputs();
     let mut slots: Vec<Option<Tensor>> = vec![None; declared.len()];
     for spec in specs {
-        let (key, path) = spec.split_once('=').ok_or_else(|| format!("--input `{spec}`: expected INDEX=path.npy or NAME=path.npy"))?;
+        let (key, path) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("--input `{spec}`: expected INDEX=path.npy or NAME=path.npy"))?;
         let index = match key.parse::<usize>() {
             Ok(i) if i < declared.len() => i,
-            Ok(i) => return Err(format!("--input `{spec}`: the program has {} inputs, index {i} is out of range", declared.len())),
+            Ok(i) => {
+                return Err(format!(
+                    "--input `{spec}`: the program has {} inputs, index {i} is out of range",
+                    declared.len()
+                ))
+            }
             Err(_) => declared.iter().position(|d| d.name == key).ok_or_else(|| {
                 let names: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
                 format!("--input `{spec}`: no input named `{key}` (inputs: {})", names.join(", "))
@@ -184,7 +201,14 @@ fn gather_inputs(program: &Program, specs: &[String]) -> Result<Vec<Tensor>, Str
         .into_iter()
         .enumerate()
         .map(|(i, t)| {
-            t.ok_or_else(|| format!("missing input {i} (`{}`: {} [{}]); pass --input {i}=path.npy", declared[i].name, declared[i].dtype, declared[i].shape.join(", ")))
+            t.ok_or_else(|| {
+                format!(
+                    "missing input {i} (`{}`: {} [{}]); pass --input {i}=path.npy",
+                    declared[i].name,
+                    declared[i].dtype,
+                    declared[i].shape.join(", ")
+                )
+            })
         })
         .collect()
 }
@@ -193,7 +217,9 @@ fn stats(t: &TensorView<'_>) -> Option<(f64, f64, f64)> {
     let vals: Vec<f64> = match t.dtype {
         DType::F32 => t.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
         DType::F64 => t.data.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
-        DType::I64 => t.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64).collect(),
+        DType::I64 => {
+            t.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64).collect()
+        }
         _ => return None,
     };
     if vals.is_empty() {
@@ -243,7 +269,8 @@ fn cmd_run(args: &RunArgs) -> CliResult {
     let program = load(artifact)?;
     let inputs = gather_inputs(&program, specs)?;
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
-    let options = SessionOptions { device: choose_device(&program, device)?, device_index, ..SessionOptions::default() };
+    let options =
+        SessionOptions { device: choose_device(&program, device)?, device_index, ..SessionOptions::default() };
     let mut session = program.session_with(&options).map_err(|e| e.to_string())?;
     let accel_json = session.accel_info().map(|a| {
         if !as_json {
@@ -286,7 +313,8 @@ fn cmd_run(args: &RunArgs) -> CliResult {
             "min": s.map(|s| s.0), "max": s.map(|s| s.1), "mean": s.map(|s| s.2),
         }));
     }
-    let latency_json = latency.as_ref().map(|l| json!({"runs": repeat, "median_ms": l.median, "p90_ms": l.p90, "min_ms": l.min}));
+    let latency_json =
+        latency.as_ref().map(|l| json!({"runs": repeat, "median_ms": l.median, "p90_ms": l.p90, "min_ms": l.min}));
     let profile_json = session.profile().map(|p| profile_report(&program, p, as_json));
     if as_json {
         println!(
@@ -311,7 +339,13 @@ fn profile_report(program: &Program, per_instr: &[std::time::Duration], as_json:
     if !as_json {
         println!("{:>5} {:>7} {:>10}  {:<14} origin", "instr", "share", "total µs", "kernel");
         for &(i, t) in rows.iter().take(20) {
-            println!("{i:>5} {:>6.1}% {:>10.1}  {:<14} {}", 100.0 * t / total, t * 1e6, instrs[i].kernel.name(), instrs[i].origin);
+            println!(
+                "{i:>5} {:>6.1}% {:>10.1}  {:<14} {}",
+                100.0 * t / total,
+                t * 1e6,
+                instrs[i].kernel.name(),
+                instrs[i].origin
+            );
         }
     }
     json!(rows
@@ -329,7 +363,9 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
     };
     // A symbol a `BindDim` instruction names is bound from data during the run.
     let bound_by = |i: usize| {
-        plan.instrs.iter().position(|ins| matches!(ins.kernel, kiln_runtime::format::Kernel::BindDim { symbol } if symbol as usize == i))
+        plan.instrs.iter().position(
+            |ins| matches!(ins.kernel, kiln_runtime::format::Kernel::BindDim { symbol } if symbol as usize == i),
+        )
     };
     let symbols: Vec<_> = plan
         .symbols
@@ -363,7 +399,13 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
         return Ok(());
     }
     let md = program.metadata();
-    println!("{}  (kiln format {major}.{minor}, {}, target {}, torch {})", artifact.display(), md.producer, md.target, md.torch_version);
+    println!(
+        "{}  (kiln format {major}.{minor}, {}, target {}, torch {})",
+        artifact.display(),
+        md.producer,
+        md.target,
+        md.torch_version
+    );
     println!("\n{:<8} {:<24} {:<6} shape", "", "name", "dtype");
     for (kind, ios) in [("input", program.inputs()), ("output", program.outputs())] {
         for io in ios {
@@ -389,8 +431,11 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
 
 /// The accelerator segments (ops inside) and what stayed on the CPU, and why.
 fn print_accel(plan: &kiln_runtime::format::Plan, accel: &kiln_runtime::format::AccelProgram) {
-    println!("
-accelerator segments {}", accel.segments.len());
+    println!(
+        "
+accelerator segments {}",
+        accel.segments.len()
+    );
     for (i, s) in accel.segments.iter().enumerate() {
         println!("  segment {i}: {} args, {} results, ops: {}", s.args.len(), s.results.len(), s.ops.join(", "));
     }

@@ -60,7 +60,8 @@ pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, String> {
         2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
         _ => return Err(format!("unsupported format version {major}")),
     };
-    let end = start.checked_add(header_len).filter(|&e| e <= bytes.len()).ok_or("header runs past the end of the file")?;
+    let end =
+        start.checked_add(header_len).filter(|&e| e <= bytes.len()).ok_or("header runs past the end of the file")?;
     let header = std::str::from_utf8(&bytes[start..end]).map_err(|_| "header is not text")?;
     let field = |key: &str| -> Result<&str, String> {
         let at = header.find(&format!("'{key}'")).ok_or(format!("header has no '{key}'"))?;
@@ -69,7 +70,8 @@ pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, String> {
     };
     let descr_text = field("descr")?;
     let descr = descr_text.strip_prefix('\'').and_then(|r| r.split('\'').next()).ok_or("malformed descr")?;
-    let dtype = dtype_of(descr).ok_or(format!("unsupported dtype '{descr}' (kiln reads f2/f4/f8, i1/i2/i4/i8, u1, b1; little-endian)"))?;
+    let dtype = dtype_of(descr)
+        .ok_or(format!("unsupported dtype '{descr}' (kiln reads f2/f4/f8, i1/i2/i4/i8, u1, b1; little-endian)"))?;
     if field("fortran_order")?.starts_with("True") {
         return Err("Fortran-order arrays are not supported; save with np.ascontiguousarray".into());
     }
@@ -81,10 +83,7 @@ pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, String> {
         .filter(|s| !s.is_empty())
         .map(|s| s.trim_end_matches('L').parse::<usize>().map_err(|_| format!("bad dimension '{s}' in shape")))
         .collect::<Result<Vec<_>, _>>()?;
-    let len = shape
-        .iter()
-        .try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d))
-        .ok_or("shape is too large")?;
+    let len = shape.iter().try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d)).ok_or("shape is too large")?;
     let data = &bytes[end..];
     if data.len() != len {
         return Err(format!("shape {shape:?} of {descr} needs {len} data bytes, file has {}", data.len()));

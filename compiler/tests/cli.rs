@@ -39,7 +39,14 @@ fn compile_run_writes_outputs_matching_pytorch() {
     compile(&fixtures().join("cnn/training.pt2"), &artifact);
     let out_dir = dir.join("out");
     let input = fixtures().join("cnn/input_0.npy");
-    let o = kiln(&["run", artifact.to_str().unwrap(), "--input", &format!("0={}", input.display()), "--output-dir", out_dir.to_str().unwrap()]);
+    let o = kiln(&[
+        "run",
+        artifact.to_str().unwrap(),
+        "--input",
+        &format!("0={}", input.display()),
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "run failed: {}", stderr(&o));
     assert!(stdout(&o).contains("output 0"), "{}", stdout(&o));
     let got = kiln_compiler::npy::read_npy(&out_dir.join("output_0.npy")).unwrap().to_f32().unwrap();
@@ -56,8 +63,17 @@ fn run_json_and_inputs_by_name() {
     let dir = tmp_dir("json");
     let artifact = dir.join("t.kiln");
     compile(&fixtures().join("transformer_mask/aten.pt2"), &artifact);
-    let (ids, mask) = (fixtures().join("transformer_mask/input_0.npy"), fixtures().join("transformer_mask/input_1.npy"));
-    let o = kiln(&["run", artifact.to_str().unwrap(), "--input", &format!("mask={}", mask.display()), "--input", &format!("ids={}", ids.display()), "--json"]);
+    let (ids, mask) =
+        (fixtures().join("transformer_mask/input_0.npy"), fixtures().join("transformer_mask/input_1.npy"));
+    let o = kiln(&[
+        "run",
+        artifact.to_str().unwrap(),
+        "--input",
+        &format!("mask={}", mask.display()),
+        "--input",
+        &format!("ids={}", ids.display()),
+        "--json",
+    ]);
     assert!(o.status.success(), "run failed: {}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json prints JSON");
     let outs = v["outputs"].as_array().unwrap();
@@ -128,7 +144,12 @@ fn bad_invocations_give_clear_errors() {
     assert!(stderr(&o).contains("missing input 0"), "{}", stderr(&o));
     let o = kiln(&["run", artifact.to_str().unwrap(), "--input", "nosuch=x.npy"]);
     assert!(stderr(&o).contains("no input named `nosuch`"), "{}", stderr(&o));
-    let o = kiln(&["run", artifact.to_str().unwrap(), "--input", &format!("0={}", fixtures().join("cnn/input_0.npy").display())]);
+    let o = kiln(&[
+        "run",
+        artifact.to_str().unwrap(),
+        "--input",
+        &format!("0={}", fixtures().join("cnn/input_0.npy").display()),
+    ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("input 0"), "{}", stderr(&o));
     let o = kiln(&["compile", "x.pt2", "-o", "y.kiln", "--target", "quantum"]);

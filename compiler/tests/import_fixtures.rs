@@ -37,7 +37,8 @@ fn dtype_of(name: &str) -> DType {
 /// Checks input/output names, dtypes and shapes; dynamic dims must be a
 /// symbol with the bounds declared in `meta.json`.
 fn check_signature(model: &str, g: &Graph) {
-    let meta: Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join(model).join("meta.json")).unwrap()).unwrap();
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join(model).join("meta.json")).unwrap()).unwrap();
     let inputs = meta["inputs"].as_array().unwrap();
     assert_eq!(g.inputs.len(), inputs.len(), "{model}: input count");
     for (i, spec) in inputs.iter().enumerate() {
@@ -50,7 +51,9 @@ fn check_signature(model: &str, g: &Graph) {
         for (axis, size) in spec["shape"].as_array().unwrap().iter().enumerate() {
             match dynamic.get(axis.to_string()) {
                 Some(d) => {
-                    let Dim::Sym(s) = &ty.shape[axis] else { panic!("{model}: {name}[{axis}] should be symbolic, is {:?}", ty.shape[axis]) };
+                    let Dim::Sym(s) = &ty.shape[axis] else {
+                        panic!("{model}: {name}[{axis}] should be symbolic, is {:?}", ty.shape[axis])
+                    };
                     let sym = &g.symbols[*s];
                     assert_eq!(sym.min, d["min"].as_i64().unwrap(), "{model}: {name}[{axis}] min");
                     assert_eq!(sym.max, d["max"].as_i64(), "{model}: {name}[{axis}] max");
@@ -79,7 +82,8 @@ fn check_signature(model: &str, g: &Graph) {
         } else {
             // Evaluating the symbolic output shape at the example's sizes gives the example's output shape.
             let input_ty = g.ty(g.inputs[0]).clone();
-            let example: Vec<i64> = inputs[0]["shape"].as_array().unwrap().iter().map(|d| d.as_i64().unwrap()).collect();
+            let example: Vec<i64> =
+                inputs[0]["shape"].as_array().unwrap().iter().map(|d| d.as_i64().unwrap()).collect();
             let binding = |s| {
                 let axis = input_ty.shape.iter().position(|d| *d == Dim::Sym(s)).expect("symbol bound by input 0");
                 example[axis]
@@ -136,13 +140,18 @@ fn cnn_ops_map_as_expected() {
         assert_eq!(count(&g, |o| matches!(o, Op::Pool { kind: kiln_ir::PoolKind::Max, .. })), 1, "{flavour}");
         assert_eq!(count(&g, |o| *o == Op::Clamp { min: Some(0.0), max: Some(6.0) }), 1, "{flavour}: relu6/hardtanh");
         let mut conv2 = g.order.iter().filter_map(|&n| match &g.nodes[n].op {
-            Op::Conv { stride, padding, dilation, groups } => Some((stride.clone(), padding.clone(), dilation.clone(), *groups)),
+            Op::Conv { stride, padding, dilation, groups } => {
+                Some((stride.clone(), padding.clone(), dilation.clone(), *groups))
+            }
             _ => None,
         });
         assert_eq!(conv2.next_back(), Some((vec![2, 2], vec![2, 2], vec![2, 2], 2)), "{flavour}: conv2 attributes");
         // Non-persistent buffer and tensor constant come from data/constants.
         for fqn in ["mean", "inv_std", "bn1.running_var"] {
-            assert!(g.consts.values().any(|c| g.values[c.value].name.as_deref() == Some(fqn)), "{flavour}: const {fqn}");
+            assert!(
+                g.consts.values().any(|c| g.values[c.value].name.as_deref() == Some(fqn)),
+                "{flavour}: const {fqn}"
+            );
         }
     }
     let t = import("cnn", "training").graph;
@@ -185,9 +194,14 @@ fn dynamic_shapes_stay_symbolic() {
     assert_eq!((g.symbols[seq].min, g.symbols[seq].max), (2, Some(16)));
     // Arange over the sequence length and reshapes to `2 * seq` rows.
     assert!(g.order.iter().any(|&n| matches!(&g.nodes[n].op, Op::Arange { len: Dim::Sym(s), .. } if *s == seq)));
-    assert!(g.order.iter().any(|&n| matches!(&g.nodes[n].op, Op::Reshape { shape } if shape[0] == Dim::mul(Dim::Const(2), Dim::Sym(seq)))));
+    assert!(g.order.iter().any(
+        |&n| matches!(&g.nodes[n].op, Op::Reshape { shape } if shape[0] == Dim::mul(Dim::Const(2), Dim::Sym(seq)))
+    ));
     let d = import("dynamic_mlp", "training").graph;
-    assert!(count(&d, |o| matches!(o, Op::Softmax { axis: 1 })) == 1 && count(&d, |o| matches!(o, Op::LogSoftmax { axis: 1 })) == 1);
+    assert!(
+        count(&d, |o| matches!(o, Op::Softmax { axis: 1 })) == 1
+            && count(&d, |o| matches!(o, Op::LogSoftmax { axis: 1 })) == 1
+    );
     assert!(matches!(d.ty(d.outputs[0]).shape[0], Dim::Sym(_)));
 }
 

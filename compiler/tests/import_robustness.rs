@@ -50,7 +50,11 @@ fn bit_flips_never_panic() {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        let pos = if i % 2 == 0 { (state as usize) % bytes.len() } else { bytes.len() - 1 - (state as usize) % 4096.min(bytes.len()) };
+        let pos = if i % 2 == 0 {
+            (state as usize) % bytes.len()
+        } else {
+            bytes.len() - 1 - (state as usize) % 4096.min(bytes.len())
+        };
         let mut flipped = bytes.clone();
         flipped[pos] ^= 1 << ((state >> 60) % 8);
         let _ = try_import("flip", &flipped);

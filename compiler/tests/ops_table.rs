@@ -20,7 +20,8 @@ fn ops_md_is_up_to_date() {
 
 /// The quoted op names in `dispatch`'s match arms (after `match name {`).
 fn dispatched_names() -> BTreeSet<String> {
-    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/import/ops/mod.rs")).expect("read ops/mod.rs");
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/import/ops/mod.rs"))
+        .expect("read ops/mod.rs");
     let body = src.split("fn dispatch(").nth(1).expect("dispatch");
     let body = body.split("\n}\n").next().unwrap_or(body);
     let mut names = BTreeSet::new();
@@ -48,14 +49,22 @@ fn dispatched_names() -> BTreeSet<String> {
 fn table_matches_dispatch() {
     // Assertions and metadata checks have no runtime effect; they are not "ops".
     let ignored = [
-        "_assert_scalar", "_assert_async", "_assert_tensor_metadata", "sym_constrain_range", "sym_constrain_range_for_size",
-        "_functional_assert_async", "_functional_sym_constrain_range", "_functional_sym_constrain_range_for_size",
+        "_assert_scalar",
+        "_assert_async",
+        "_assert_tensor_metadata",
+        "sym_constrain_range",
+        "sym_constrain_range_for_size",
+        "_functional_assert_async",
+        "_functional_sym_constrain_range",
+        "_functional_sym_constrain_range_for_size",
         "_assert_tensor_metadata_functional",
     ];
-    let dispatched: BTreeSet<String> = dispatched_names().into_iter().filter(|n| !ignored.contains(&n.as_str())).collect();
+    let dispatched: BTreeSet<String> =
+        dispatched_names().into_iter().filter(|n| !ignored.contains(&n.as_str())).collect();
     let table: BTreeSet<String> = supported_ops().iter().flat_map(|r| r.names.iter().map(|n| n.to_string())).collect();
     // An overload-specific arm is covered by a plain row of the same name.
-    let covered = |n: &String, set: &BTreeSet<String>| set.contains(n) || n.split_once('.').is_some_and(|(b, _)| set.contains(b));
+    let covered =
+        |n: &String, set: &BTreeSet<String>| set.contains(n) || n.split_once('.').is_some_and(|(b, _)| set.contains(b));
     let missing: Vec<&String> = dispatched.iter().filter(|n| !covered(n, &table)).collect();
     let extra: Vec<&String> = table.iter().filter(|n| !covered(n, &dispatched)).collect();
     assert!(missing.is_empty(), "dispatched but not in the support table: {missing:?}");

@@ -45,7 +45,11 @@ fn read_npy_as(path: &Path, bf16: bool) -> Result<Tensor, String> {
 }
 
 fn read_numbered(dir: &Path, prefix: &str, bf16: bool) -> Result<Vec<Tensor>, String> {
-    (0..).map(|i| dir.join(format!("{prefix}_{i}.npy"))).take_while(|p| p.exists()).map(|p| read_npy_as(&p, bf16)).collect()
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
+        .take_while(|p| p.exists())
+        .map(|p| read_npy_as(&p, bf16))
+        .collect()
 }
 
 /// torch.testing.assert_close's defaults, widened where XLA's math library and
@@ -76,12 +80,24 @@ fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
 
 /// Compiles for PJRT and runs one case flavour; `Ok(on_accel)`. Adds the CPU
 /// fallbacks' reasons to `reasons`.
-fn run_case(plugin: &Path, dir: &Path, flavour: &str, bf16: bool, ties: Option<&Value>, reasons: &mut BTreeMap<String, usize>) -> Result<bool, String> {
+fn run_case(
+    plugin: &Path,
+    dir: &Path,
+    flavour: &str,
+    bf16: bool,
+    ties: Option<&Value>,
+    reasons: &mut BTreeMap<String, usize>,
+) -> Result<bool, String> {
     let inputs = read_numbered(dir, "input", bf16)?;
     let expected = read_numbered(dir, "output", bf16)?;
     let tmp = std::env::temp_dir().join(format!("kiln-shlo-conf-{}-{}.kiln", std::process::id(), flavour));
-    compile_file_for(&dir.join(format!("{flavour}.pt2")), &tmp, &CompileOptions::default(), Backend::Pjrt { precision: Precision::F32 })
-        .map_err(|e| format!("compile: {}", e.to_string().lines().take(3).collect::<Vec<_>>().join(" | ")))?;
+    compile_file_for(
+        &dir.join(format!("{flavour}.pt2")),
+        &tmp,
+        &CompileOptions::default(),
+        Backend::Pjrt { precision: Precision::F32 },
+    )
+    .map_err(|e| format!("compile: {}", e.to_string().lines().take(3).collect::<Vec<_>>().join(" | ")))?;
     let program = Program::load(&tmp).map_err(|e| format!("load: {e}"));
     std::fs::remove_file(&tmp).ok();
     let program = program?;
@@ -90,7 +106,9 @@ fn run_case(plugin: &Path, dir: &Path, flavour: &str, bf16: bool, ties: Option<&
         *reasons.entry(f.reason).or_default() += 1;
     }
     let got = std::panic::catch_unwind(|| run_pjrt(&program, plugin, &inputs)).map_err(|e| {
-        e.downcast_ref::<String>().map(|s| s.lines().next().unwrap_or("").to_string()).unwrap_or_else(|| "panicked".into())
+        e.downcast_ref::<String>()
+            .map(|s| s.lines().next().unwrap_or("").to_string())
+            .unwrap_or_else(|| "panicked".into())
     })?;
     if got.len() != expected.len() {
         return Err(format!("{} outputs, expected {}", got.len(), expected.len()));
@@ -101,12 +119,21 @@ fn run_case(plugin: &Path, dir: &Path, flavour: &str, bf16: bool, ties: Option<&
     for (i, (g, w)) in got.iter().zip(&expected).enumerate() {
         if let (Some(ix), Some(vals), Some(inp), Some(dim)) = tied {
             if ix == i {
-                let (Some(values), Some(input)) = (expected.get(vals), inputs.get(inp)) else { return Err("bad ties entry".into()) };
+                let (Some(values), Some(input)) = (expected.get(vals), inputs.get(inp)) else {
+                    return Err("bad ties entry".into());
+                };
                 if g.dtype != DType::I64 || g.shape != w.shape {
                     return Err(format!("output {i}: {:?} {:?}, expected i64 {:?}", g.dtype, g.shape, w.shape));
                 }
-                tie_order::check(&stablehlo_support::values(g), &g.shape, &stablehlo_support::values(input), &input.shape, &stablehlo_support::values(values), dim)
-                    .map_err(|e| format!("output {i}: {e}"))?;
+                tie_order::check(
+                    &stablehlo_support::values(g),
+                    &g.shape,
+                    &stablehlo_support::values(input),
+                    &input.shape,
+                    &stablehlo_support::values(values),
+                    dim,
+                )
+                .map_err(|e| format!("output {i}: {e}"))?;
                 continue;
             }
         }
@@ -120,7 +147,8 @@ fn conformance_on_xla_cpu_plugin() {
     let Some(plugin) = plugin() else { return };
     let text = std::fs::read_to_string(cases_dir().join("manifest.json")).expect("manifest.json");
     let manifest: Value = serde_json::from_str(&text).expect("manifest.json is JSON");
-    let filter: Option<Vec<String>> = std::env::var("KILN_CONFORMANCE_FILTER").ok().map(|f| f.split(',').map(str::to_string).collect());
+    let filter: Option<Vec<String>> =
+        std::env::var("KILN_CONFORMANCE_FILTER").ok().map(|f| f.split(',').map(str::to_string).collect());
     let (mut accel_cases, mut cpu_cases) = (0, 0);
     let mut failures: BTreeMap<String, String> = BTreeMap::new();
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
@@ -145,7 +173,9 @@ fn conformance_on_xla_cpu_plugin() {
             }
         }
     }
-    eprintln!("conformance on PJRT: {accel_cases} case flavours with accelerator segments, {cpu_cases} entirely on the CPU");
+    eprintln!(
+        "conformance on PJRT: {accel_cases} case flavours with accelerator segments, {cpu_cases} entirely on the CPU"
+    );
     for (reason, n) in &reasons {
         eprintln!("  {n:>4} CPU instructions: {reason}");
     }

@@ -35,7 +35,8 @@ fn read_numbered(dir: &Path, prefix: &str) -> Vec<Tensor> {
 fn check(name: &str, flavour: &str, precision: Precision) {
     let Some(plugin) = plugin() else { return };
     let dir = fixture_dir(name);
-    let graph = import_pt2(&dir.join(format!("{flavour}.pt2"))).unwrap_or_else(|e| panic!("{name}/{flavour}: {e}")).graph;
+    let graph =
+        import_pt2(&dir.join(format!("{flavour}.pt2"))).unwrap_or_else(|e| panic!("{name}/{flavour}: {e}")).graph;
     let program = compile(graph, pjrt(precision));
     let accel = accel(&program);
     eprintln!(
@@ -128,7 +129,9 @@ fn data_dependent_fixtures_run_in_a_mixed_plan() {
     for (name, cases) in [("nonzero", 4), ("item", 3)] {
         let dir = fixture_dir(name);
         for flavour in ["training", "aten"] {
-            let graph = import_pt2(&dir.join(format!("{flavour}.pt2"))).unwrap_or_else(|e| panic!("{name}/{flavour}: {e}")).graph;
+            let graph = import_pt2(&dir.join(format!("{flavour}.pt2")))
+                .unwrap_or_else(|e| panic!("{name}/{flavour}: {e}"))
+                .graph;
             let program = compile(graph, pjrt(Precision::F32));
             let accel = accel(&program);
             let reasons: Vec<&str> = accel.cpu_fallbacks.iter().map(|f| f.reason.as_str()).collect();
@@ -154,7 +157,9 @@ fn loops_run_on_the_cpu_in_a_mixed_plan() {
     let Some(plugin) = plugin() else { return };
     let dir = fixture_dir("while_loop");
     for flavour in ["training", "aten"] {
-        let graph = import_pt2(&dir.join(format!("{flavour}.pt2"))).unwrap_or_else(|e| panic!("while_loop/{flavour}: {e}")).graph;
+        let graph = import_pt2(&dir.join(format!("{flavour}.pt2")))
+            .unwrap_or_else(|e| panic!("while_loop/{flavour}: {e}"))
+            .graph;
         let program = compile(graph, pjrt(Precision::F32));
         let accel = accel(&program);
         let loops = accel.cpu_fallbacks.iter().filter(|f| f.reason.contains("loop (while_loop)")).count();

@@ -10,7 +10,9 @@ mod stablehlo_support;
 use kiln_compiler::stablehlo::Precision;
 use kiln_compiler::Backend;
 use kiln_ir::infer::infer_types;
-use kiln_ir::{BinaryOp as B, ConstBytes, DType, Dim, Graph, Op, PoolKind, ReduceKind, TensorType, UnaryOp as U, ValueId};
+use kiln_ir::{
+    BinaryOp as B, ConstBytes, DType, Dim, Graph, Op, PoolKind, ReduceKind, TensorType, UnaryOp as U, ValueId,
+};
 use kiln_runtime::format::Kernel;
 use kiln_runtime::Tensor;
 use stablehlo_support::*;
@@ -101,9 +103,40 @@ fn unary_case(u: U) -> Case {
 #[test]
 fn unary_ops() {
     for u in [
-        U::Neg, U::Abs, U::Exp, U::Log, U::Sqrt, U::Rsqrt, U::Reciprocal, U::Relu, U::Sigmoid, U::Tanh, U::Gelu,
-        U::GeluTanh, U::Silu, U::Erf, U::Sin, U::Cos, U::Floor, U::Ceil, U::Round, U::Sign, U::Log1p, U::Expm1,
-        U::Trunc, U::Tan, U::Asin, U::Acos, U::Atan, U::Sinh, U::Cosh, U::Asinh, U::Acosh, U::Atanh, U::Log2, U::Log10,
+        U::Neg,
+        U::Abs,
+        U::Exp,
+        U::Log,
+        U::Sqrt,
+        U::Rsqrt,
+        U::Reciprocal,
+        U::Relu,
+        U::Sigmoid,
+        U::Tanh,
+        U::Gelu,
+        U::GeluTanh,
+        U::Silu,
+        U::Erf,
+        U::Sin,
+        U::Cos,
+        U::Floor,
+        U::Ceil,
+        U::Round,
+        U::Sign,
+        U::Log1p,
+        U::Expm1,
+        U::Trunc,
+        U::Tan,
+        U::Asin,
+        U::Acos,
+        U::Atan,
+        U::Sinh,
+        U::Cosh,
+        U::Asinh,
+        U::Acosh,
+        U::Atanh,
+        U::Log2,
+        U::Log10,
     ] {
         check_op(kiln_ir::unary_name(u), unary_case(u));
     }
@@ -149,7 +182,14 @@ fn comparisons_logic_where_and_cast() {
 
 #[test]
 fn matmul_and_linear() {
-    for (a, b) in [(&[4, 6][..], &[6, 5][..]), (&[2, 4, 6], &[6, 5]), (&[2, 4, 6], &[2, 6, 5]), (&[3, 1, 4, 6], &[2, 6, 5]), (&[6], &[6, 5]), (&[2, 4, 6], &[6])] {
+    for (a, b) in [
+        (&[4, 6][..], &[6, 5][..]),
+        (&[2, 4, 6], &[6, 5]),
+        (&[2, 4, 6], &[2, 6, 5]),
+        (&[3, 1, 4, 6], &[2, 6, 5]),
+        (&[6], &[6, 5]),
+        (&[2, 4, 6], &[6]),
+    ] {
         let mut c = Case::new();
         let x = c.input(a, -1.0, 1.0);
         let y = c.input(b, -1.0, 1.0);
@@ -198,7 +238,8 @@ fn norms_and_softmax() {
     check_op("log_softmax", c.output(y));
     let mut c = Case::new();
     let x = c.input(&[2, 3, 4, 4], -2.0, 2.0);
-    let (m, v, w, b) = (c.input(&[3], -0.5, 0.5), c.input(&[3], 0.5, 2.0), c.input(&[3], 0.5, 1.5), c.input(&[3], -1.0, 1.0));
+    let (m, v, w, b) =
+        (c.input(&[3], -0.5, 0.5), c.input(&[3], 0.5, 2.0), c.input(&[3], 0.5, 1.5), c.input(&[3], -1.0, 1.0));
     let y = c.op(Op::BatchNorm { eps: 1e-5 }, &[x, m, v, w, b]);
     check_op("batch_norm", c.output(y));
 }
@@ -240,7 +281,13 @@ fn argmin_cumsum_flip_pad() {
     let s = c.op(Op::CumSum { axis: 1 }, &[x]);
     let f = c.op(Op::Flip { axes: vec![0, 2] }, &[x]);
     let p = c.op(
-        Op::Pad { lo: vec![1, 0, -1], hi: vec![0, 2, 1], interior: vec![0, 1, 0], mode: kiln_ir::PadMode::Constant, value: 0.5 },
+        Op::Pad {
+            lo: vec![1, 0, -1],
+            hi: vec![0, 2, 1],
+            interior: vec![0, 1, 0],
+            mode: kiln_ir::PadMode::Constant,
+            value: 0.5,
+        },
         &[x],
     );
     check_op("argmin/cumsum/flip/pad", c.output(a).output(s).output(f).output(p));

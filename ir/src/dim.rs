@@ -5,8 +5,8 @@
 //! as such expressions; memory planning uses their upper bounds and the runtime
 //! evaluates them once per call.
 
-use crate::SymbolId;
 use crate::PrimaryMap;
+use crate::SymbolId;
 use std::fmt;
 
 /// A shape symbol: a dimension only known at run time, with inclusive bounds.
@@ -50,6 +50,8 @@ impl Dim {
         self.as_const().is_some()
     }
 
+    // An associated constructor that simplifies, not an operator: `Dim::add(a, b)`.
+    #[allow(clippy::should_implement_trait)]
     pub fn add(a: Dim, b: Dim) -> Dim {
         match (a.as_const(), b.as_const()) {
             (Some(x), Some(y)) => Dim::Const(x.saturating_add(y)),
@@ -59,6 +61,8 @@ impl Dim {
         }
     }
 
+    // An associated constructor that simplifies, not an operator: `Dim::mul(a, b)`.
+    #[allow(clippy::should_implement_trait)]
     pub fn mul(a: Dim, b: Dim) -> Dim {
         match (a.as_const(), b.as_const()) {
             (Some(x), Some(y)) => Dim::Const(x.saturating_mul(y)),
@@ -95,11 +99,19 @@ impl Dim {
             Dim::Mul(a, b) => a.eval(sym).saturating_mul(b.eval(sym)),
             Dim::FloorDiv(a, b) => {
                 let d = b.eval(sym);
-                if d == 0 { 0 } else { a.eval(sym).div_euclid(d) }
+                if d == 0 {
+                    0
+                } else {
+                    a.eval(sym).div_euclid(d)
+                }
             }
             Dim::Mod(a, b) => {
                 let d = b.eval(sym);
-                if d == 0 { 0 } else { a.eval(sym).rem_euclid(d) }
+                if d == 0 {
+                    0
+                } else {
+                    a.eval(sym).rem_euclid(d)
+                }
             }
         }
     }

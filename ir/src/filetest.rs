@@ -83,7 +83,8 @@ fn parse_file(path: &Path, src: &str) -> Result<Parsed, String> {
             "test" => header.test = rest.to_string(),
             "target" => header.target = Some(rest.to_string()),
             "option" => {
-                let (k, v) = rest.split_once('=').ok_or_else(|| format!("line {}: expected `; option key=value`", i + 1))?;
+                let (k, v) =
+                    rest.split_once('=').ok_or_else(|| format!("line {}: expected `; option key=value`", i + 1))?;
                 header.options.push((k.trim().to_string(), v.trim().to_string()));
             }
             _ => {}
@@ -182,7 +183,9 @@ fn run_file(
         (Expectation::Graph(want), Ok(got)) => format!("output differs:\n{}", diff(want, &got)),
         (Expectation::Graph(_), Err(e)) => format!("expected a graph, but the run failed: {e}"),
         (Expectation::Error(want), Err(e)) => format!("expected an error containing `{want}`, got: {e}"),
-        (Expectation::Error(want), Ok(got)) => format!("expected an error containing `{want}`, but the run succeeded:\n{got}"),
+        (Expectation::Error(want), Ok(got)) => {
+            format!("expected an error containing `{want}`, but the run succeeded:\n{got}")
+        }
     })
 }
 
@@ -216,7 +219,10 @@ pub fn run_dir_with(
         }
     }
     if failed > 0 {
-        return Err(format!("{failed} of {} filetests failed (BLESS=1 rewrites expectations):\n\n{failures}", files.len()));
+        return Err(format!(
+            "{failed} of {} filetests failed (BLESS=1 rewrites expectations):\n\n{failures}",
+            files.len()
+        ));
     }
     Ok(files.len())
 }

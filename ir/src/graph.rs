@@ -197,12 +197,20 @@ impl Graph {
     }
 
     /// Appends a node at the end of the schedule; returns it with its output values.
-    pub fn add_node(&mut self, op: Op, inputs: Vec<ValueId>, output_types: Vec<TensorType>, loc: Option<LocId>) -> NodeId {
+    pub fn add_node(
+        &mut self,
+        op: Op,
+        inputs: Vec<ValueId>,
+        output_types: Vec<TensorType>,
+        loc: Option<LocId>,
+    ) -> NodeId {
         let node = self.nodes.push(NodeData { op, inputs, outputs: Vec::new(), loc });
         let outputs = output_types
             .into_iter()
             .enumerate()
-            .map(|(i, ty)| self.values.push(ValueData { ty, def: ValueDef::Node { node, index: i as u32 }, name: None }))
+            .map(|(i, ty)| {
+                self.values.push(ValueData { ty, def: ValueDef::Node { node, index: i as u32 }, name: None })
+            })
             .collect();
         self.nodes[node].outputs = outputs;
         self.order.push(node);
@@ -310,9 +318,13 @@ mod location_tests {
         let trace = "  File \"/home/me/model.py\", line 42, in forward\n    x = self.fc(x)\n  File \"/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py\", line 134, in forward\n    return F.linear(input, self.weight, self.bias)\n";
         let loc = Location { node_name: "linear".into(), stack_trace: Some(trace.into()) };
         assert_eq!(loc.python_line().as_deref(), Some("/home/me/model.py:42"));
-        let only_torch = "  File \"/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py\", line 565, in forward\n";
+        let only_torch =
+            "  File \"/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py\", line 565, in forward\n";
         let loc = Location { node_name: "conv".into(), stack_trace: Some(only_torch.into()) };
-        assert_eq!(loc.python_line().as_deref(), Some("/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py:565"));
+        assert_eq!(
+            loc.python_line().as_deref(),
+            Some("/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py:565")
+        );
         assert_eq!(Location::default().python_line(), None);
         let generated = "File \"/home/me/model.py\", line 7, in forward\n    a = torch.cond(p, f, g, (x,))\n  File \"<eval_with_key>.5\", line 12, in forward\n";
         let loc = Location { node_name: "cond".into(), stack_trace: Some(generated.into()) };

@@ -118,7 +118,9 @@ pub fn broadcast_shapes(a: &[Dim], b: &[Dim]) -> Result<Vec<Dim>, String> {
                 (Some(p), Some(q)) => Err(format!("cannot broadcast dimension {p} with {q}")),
                 (Some(_), None) => Ok(x),
                 (None, Some(_)) => Ok(y),
-                (None, None) => Err(format!("cannot broadcast symbolic dimensions {x:?} and {y:?}: not provably equal")),
+                (None, None) => {
+                    Err(format!("cannot broadcast symbolic dimensions {x:?} and {y:?}: not provably equal"))
+                }
             }
         })
         .collect()
@@ -229,7 +231,9 @@ fn while_types(
     inputs: &[&TensorType],
 ) -> Result<Vec<TensorType>, String> {
     let same = |a: &TensorType, b: &TensorType| {
-        a.dtype == b.dtype && a.rank() == b.rank() && a.shape.iter().zip(&b.shape).all(|(x, y)| dims_equal(x, y, symbols) == Some(true))
+        a.dtype == b.dtype
+            && a.rank() == b.rank()
+            && a.shape.iter().zip(&b.shape).all(|(x, y)| dims_equal(x, y, symbols) == Some(true))
     };
     let show = |t: &TensorType| {
         let dims: Vec<String> = t.shape.iter().map(|d| d.display(symbols).to_string()).collect();
@@ -237,7 +241,11 @@ fn while_types(
     };
     for (what, g) in [("cond", cond), ("body", body)] {
         if g.inputs.len() != inputs.len() {
-            return Err(format!("while: `{what}` takes {} inputs, the loop has {} operands", g.inputs.len(), inputs.len()));
+            return Err(format!(
+                "while: `{what}` takes {} inputs, the loop has {} operands",
+                g.inputs.len(),
+                inputs.len()
+            ));
         }
         for (i, (&v, want)) in g.inputs.iter().zip(inputs).enumerate() {
             let got = &g.values.get(v).ok_or_else(|| format!("while: `{what}` input {i} is undefined"))?.ty;
@@ -321,10 +329,20 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             positive("conv dilation", dilation)?;
             positive("conv groups", &[*groups])?;
             if x.rank() != n + 2 || w.rank() != n + 2 {
-                return Err(format!("conv{n}d needs input and weight of rank {}, got {} and {}", n + 2, x.rank(), w.rank()));
+                return Err(format!(
+                    "conv{n}d needs input and weight of rank {}, got {} and {}",
+                    n + 2,
+                    x.rank(),
+                    w.rank()
+                ));
             }
             same_dtype("conv", x, w)?;
-            must_match("conv input channels", &x.shape[1], &Dim::mul(w.shape[1].clone(), Dim::Const(*groups)), symbols)?;
+            must_match(
+                "conv input channels",
+                &x.shape[1],
+                &Dim::mul(w.shape[1].clone(), Dim::Const(*groups)),
+                symbols,
+            )?;
             if let Some(b) = ins.get(2) {
                 if b.rank() != 1 {
                     return Err(format!("conv bias must have rank 1, got {}", b.rank()));
@@ -570,7 +588,11 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             same_dtype("index_put", data, values)?;
             let want = index_gather(symbols, *axis, data, &ins[2..])?;
             if values.rank() != want.rank() {
-                return Err(format!("index_put: values of rank {}, the indexed positions have rank {}", values.rank(), want.rank()));
+                return Err(format!(
+                    "index_put: values of rank {}, the indexed positions have rank {}",
+                    values.rank(),
+                    want.rank()
+                ));
             }
             for (a, b) in values.shape.iter().zip(&want.shape) {
                 must_match("index_put values", a, b, symbols)?;
@@ -591,7 +613,13 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
 /// Shared by the element-wise gather and scatter ops: `index` is an integer
 /// tensor of `data`'s rank, no larger than `bound` on any axis (`data` off
 /// `axis` when `skip_axis`).
-fn elements_index(what: &str, data: &TensorType, index: &TensorType, bound: &TensorType, skip_axis: Option<usize>) -> Result<(), String> {
+fn elements_index(
+    what: &str,
+    data: &TensorType,
+    index: &TensorType,
+    bound: &TensorType,
+    skip_axis: Option<usize>,
+) -> Result<(), String> {
     if !index.dtype.is_int() {
         return Err(format!("{what}: index must be integers, got {}", index.dtype));
     }
@@ -612,7 +640,12 @@ fn elements_index(what: &str, data: &TensorType, index: &TensorType, bound: &Ten
 }
 
 /// The result of [`Op::IndexGather`]: `data.shape[..axis] ++ B ++ data.shape[axis+k..]`.
-fn index_gather(symbols: &PrimaryMap<SymbolId, Symbol>, axis: usize, data: &TensorType, indices: &[&TensorType]) -> Result<TensorType, String> {
+fn index_gather(
+    symbols: &PrimaryMap<SymbolId, Symbol>,
+    axis: usize,
+    data: &TensorType,
+    indices: &[&TensorType],
+) -> Result<TensorType, String> {
     let k = indices.len();
     if axis + k > data.rank() {
         return Err(format!("{k} index tensors from axis {axis} exceed rank {}", data.rank()));
@@ -685,7 +718,8 @@ fn matmul(symbols: &PrimaryMap<SymbolId, Symbol>, a: &TensorType, b: &TensorType
 fn pool_dim(input: &Dim, k: i64, s: i64, p: i64, d: i64, ceil_mode: bool) -> Result<Dim, String> {
     let span = window_span(input, &Dim::Const(k), p, d);
     if let Some(span) = span.as_const() {
-        let mut out = if ceil_mode { span.div_euclid(s) + (span.rem_euclid(s) != 0) as i64 } else { span.div_euclid(s) } + 1;
+        let mut out =
+            if ceil_mode { span.div_euclid(s) + (span.rem_euclid(s) != 0) as i64 } else { span.div_euclid(s) } + 1;
         let input = input.as_const().unwrap_or(0);
         if ceil_mode && (out - 1) * s >= input + p {
             out -= 1;
@@ -698,7 +732,9 @@ fn pool_dim(input: &Dim, k: i64, s: i64, p: i64, d: i64, ceil_mode: bool) -> Res
     // The last-window correction never fires when s + p <= d(k-1) + 1, so the
     // plain ceiling is exact there; elsewhere it depends on the binding.
     if s + p > d * (k - 1) + 1 {
-        return Err("ceil_mode pooling of a symbolic dimension with stride + padding > window is not expressible".to_string());
+        return Err(
+            "ceil_mode pooling of a symbolic dimension with stride + padding > window is not expressible".to_string()
+        );
     }
     let ceil = Dim::floor_div(plus(span, s - 1), Dim::Const(s));
     Ok(plus(ceil, 1))
@@ -706,7 +742,13 @@ fn pool_dim(input: &Dim, k: i64, s: i64, p: i64, d: i64, ceil_mode: bool) -> Res
 
 /// Length of `x[start:end:step]` along a dimension of size `dim`, Python
 /// semantics (negative indices count from the end, both clamped to `[0, dim]`).
-fn slice_len(dim: &Dim, start: i64, end: i64, step: i64, symbols: &PrimaryMap<SymbolId, Symbol>) -> Result<Dim, String> {
+fn slice_len(
+    dim: &Dim,
+    start: i64,
+    end: i64,
+    step: i64,
+    symbols: &PrimaryMap<SymbolId, Symbol>,
+) -> Result<Dim, String> {
     if step < 1 {
         return Err(format!("slice step must be >= 1, got {step}"));
     }

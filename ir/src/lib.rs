@@ -16,12 +16,15 @@ pub mod verify;
 
 mod entity;
 
-use entity::entity_id;
-pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
 pub use dim::{Dim, DimDisplay, Symbol};
 pub use dtype::DType;
+use entity::entity_id;
+pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
 pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, TensorType, ValueData, ValueDef};
-pub use op::{binary_name, unary_name, BinaryOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, UnaryOp, UpsampleMode, BINARY_OPS, UNARY_OPS};
+pub use op::{
+    binary_name, unary_name, BinaryOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, UnaryOp, UpsampleMode,
+    BINARY_OPS, UNARY_OPS,
+};
 
 entity_id!(
     /// A tensor value (graph input, node output or constant).

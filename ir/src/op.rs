@@ -116,25 +116,51 @@ pub enum Op {
     Binary(BinaryOp),
     /// `(cond: bool, a, b) -> cond ? a : b`, broadcasting.
     Where,
-    Cast { to: DType },
+    Cast {
+        to: DType,
+    },
     /// Clamp to `[min, max]`; either bound may be absent.
-    Clamp { min: Option<f64>, max: Option<f64> },
+    Clamp {
+        min: Option<f64>,
+        max: Option<f64>,
+    },
     /// `[.., M, K] x [.., K, N] -> [.., M, N]`, batch dims broadcast. Rank-1
     /// operands follow torch.matmul (prepend/append a unit dim, then drop it).
     MatMul,
     /// `(x[.., K], w[N, K] [, b[N]]) -> x wᵀ + b`.
     Linear,
     /// N-d convolution, NC(D)HW layout: `(x, w[Cout, Cin/groups, k..] [, b[Cout]])`.
-    Conv { stride: Vec<i64>, padding: Vec<i64>, dilation: Vec<i64>, groups: i64 },
+    Conv {
+        stride: Vec<i64>,
+        padding: Vec<i64>,
+        dilation: Vec<i64>,
+        groups: i64,
+    },
     /// Inference batch norm over axis 1: `(x, mean, var, weight, bias)`.
-    BatchNorm { eps: f64 },
+    BatchNorm {
+        eps: f64,
+    },
     /// Normalises the last `normalized_rank` dims: `(x [, weight [, bias]])`.
-    LayerNorm { normalized_rank: usize, eps: f64 },
-    Softmax { axis: usize },
-    LogSoftmax { axis: usize },
-    Reduce { kind: ReduceKind, axes: Vec<usize>, keep_dims: bool },
+    LayerNorm {
+        normalized_rank: usize,
+        eps: f64,
+    },
+    Softmax {
+        axis: usize,
+    },
+    LogSoftmax {
+        axis: usize,
+    },
+    Reduce {
+        kind: ReduceKind,
+        axes: Vec<usize>,
+        keep_dims: bool,
+    },
     /// Index of the maximum along `axis` (first on ties), as i64.
-    ArgMax { axis: usize, keep_dims: bool },
+    ArgMax {
+        axis: usize,
+        keep_dims: bool,
+    },
     /// Spatial pooling over the trailing `kernel.len()` dims.
     Pool {
         kind: PoolKind,
@@ -149,47 +175,101 @@ pub enum Op {
         divisor: Option<i64>,
     },
     /// Adaptive average pooling of the trailing `output.len()` dims.
-    AdaptiveAvgPool { output: Vec<i64> },
+    AdaptiveAvgPool {
+        output: Vec<i64>,
+    },
     /// Scaled dot-product attention: `(q[.., L, E], k[.., S, E], v[.., S, Ev] [, mask])`.
     /// A bool mask keeps `true` positions; a float mask is added to the scores.
-    Attention { causal: bool, scale: Option<f64> },
+    Attention {
+        causal: bool,
+        scale: Option<f64>,
+    },
     /// Same elements, new shape (row-major).
-    Reshape { shape: Vec<Dim> },
+    Reshape {
+        shape: Vec<Dim>,
+    },
     /// Broadcast to `shape` (numpy rules).
-    Expand { shape: Vec<Dim> },
-    Permute { perm: Vec<usize> },
+    Expand {
+        shape: Vec<Dim>,
+    },
+    Permute {
+        perm: Vec<usize>,
+    },
     /// Elements `start, start+step, ..` below `end` along `axis`. `end` is clamped
     /// to the dimension at run time (`i64::MAX` means "to the end").
-    Slice { axis: usize, start: i64, end: i64, step: i64 },
-    Concat { axis: usize },
+    Slice {
+        axis: usize,
+        start: i64,
+        end: i64,
+        step: i64,
+    },
+    Concat {
+        axis: usize,
+    },
     /// `(data, indices: i64) -> data` indexed along `axis` by every index; the
     /// indices' shape replaces that axis (index_select, embedding).
-    Gather { axis: usize },
+    Gather {
+        axis: usize,
+    },
     /// A tensor of `shape` filled with `value`.
-    Full { value: f64, dtype: DType, shape: Vec<Dim> },
+    Full {
+        value: f64,
+        dtype: DType,
+        shape: Vec<Dim>,
+    },
     /// `start, start+step, ...` with `len` elements.
-    Arange { start: f64, step: f64, len: Dim, dtype: DType },
+    Arange {
+        start: f64,
+        step: f64,
+        len: Dim,
+        dtype: DType,
+    },
     /// Inclusive prefix sum along `axis`.
-    CumSum { axis: usize },
+    CumSum {
+        axis: usize,
+    },
     /// Index of the minimum along `axis` (first on ties), as i64.
-    ArgMin { axis: usize, keep_dims: bool },
+    ArgMin {
+        axis: usize,
+        keep_dims: bool,
+    },
     /// The first `k` elements along `axis` in sorted order (stable; NaN sorts
     /// above everything, as in torch): their values, or with `indices` their
     /// positions as i64. `sort` is `k` = the whole axis, `topk` descending.
-    Sort { axis: usize, k: Dim, descending: bool, indices: bool },
+    Sort {
+        axis: usize,
+        k: Dim,
+        descending: bool,
+        indices: bool,
+    },
     /// Pads every axis by `lo`/`hi` elements (negative: crops) with `interior`
     /// elements between neighbours; `mode` says what fills the new positions.
-    Pad { lo: Vec<i64>, hi: Vec<i64>, interior: Vec<i64>, mode: PadMode, value: f64 },
+    Pad {
+        lo: Vec<i64>,
+        hi: Vec<i64>,
+        interior: Vec<i64>,
+        mode: PadMode,
+        value: f64,
+    },
     /// Reverses the order of elements along each of `axes`.
-    Flip { axes: Vec<usize> },
+    Flip {
+        axes: Vec<usize>,
+    },
     /// Resizes the trailing `size.len()` dims (NC + spatial layout). A
     /// `scales` entry > 0 is the user's scale factor, which torch uses instead
     /// of `in/out` to map output positions back (when not `align_corners`).
-    Upsample { mode: UpsampleMode, align_corners: bool, size: Vec<Dim>, scales: Vec<f64> },
+    Upsample {
+        mode: UpsampleMode,
+        align_corners: bool,
+        size: Vec<Dim>,
+        scales: Vec<f64>,
+    },
     /// `torch.gather`: `(data, index: i64) -> out` of `index`'s shape with
     /// `out[p] = data[p with p[axis] = index[p]]`; `index` has `data`'s rank
     /// and fits inside it on every other axis.
-    GatherElements { axis: usize },
+    GatherElements {
+        axis: usize,
+    },
     /// `torch.scatter` / `scatter_add` / `scatter_reduce`: `(data, index: i64,
     /// src) -> data` with `src[p]` written to (or, with `reduce`, combined
     /// into) position `p with p[axis] = index[p]`, for every `p` in `index`'s
@@ -197,30 +277,48 @@ pub enum Op {
     /// `include_self`, positions that receive anything start from the first
     /// value received instead of `data`'s. A negative index counts from the
     /// end of `data`'s axis (the importer relies on it for dynamic dims).
-    ScatterElements { axis: usize, reduce: Option<ReduceKind>, include_self: bool },
+    ScatterElements {
+        axis: usize,
+        reduce: Option<ReduceKind>,
+        include_self: bool,
+    },
     /// Advanced indexing (`x[i0, i1, ..]`): `(data, idx_0, .., idx_k-1)`, the
     /// indices i64 of one common shape `B`, index axes `axis..axis+k`; the
     /// result is `data.shape[..axis] ++ B ++ data.shape[axis+k..]`.
-    IndexGather { axis: usize },
+    IndexGather {
+        axis: usize,
+    },
     /// `index_put`: `(data, values, idx_0, .., idx_k-1)` → `data` with `values`
     /// (shaped like [`Op::IndexGather`]'s result) written to, or with
     /// `accumulate` added to, the indexed positions.
-    IndexPut { axis: usize, accumulate: bool },
+    IndexPut {
+        axis: usize,
+        accumulate: bool,
+    },
     /// A tensor of `shape` drawn from `dist` by the runtime's seeded
     /// counter-based generator. `stream` (unique per random op of a program,
     /// assigned at import) keeps two random ops from drawing the same numbers;
     /// the session's seed and call count make each run draw new ones. Never
     /// folded, merged or evaluated at compile time.
-    Random { dist: RandomDist, dtype: DType, shape: Vec<Dim>, stream: u32 },
+    Random {
+        dist: RandomDist,
+        dtype: DType,
+        shape: Vec<Dim>,
+        stream: u32,
+    },
     /// `(count: 0-d integer) -> ()`: binds the data-dependent `symbol` to the
     /// operand's run-time value, which must lie in the symbol's bounds (a
     /// run-time error otherwise). Nodes whose types mention `symbol` come
     /// after it in the schedule; it has no result and is never removed.
-    BindDim { symbol: crate::SymbolId },
+    BindDim {
+        symbol: crate::SymbolId,
+    },
     /// `x -> i64[count, rank]`: the coordinates of `x`'s nonzero elements in
     /// row-major order. `count` is a data-dependent symbol, bound (by an
     /// [`Op::BindDim`] of the number of nonzero elements) before this node runs.
-    NonZero { count: crate::SymbolId },
+    NonZero {
+        count: crate::SymbolId,
+    },
     /// torch's `while_loop`: operands are the `carried` initial loop values,
     /// then read-only values passed to every iteration. Both nested graphs take
     /// all operands as their inputs (the carried ones at their current value):
@@ -229,7 +327,11 @@ pub enum Op {
     /// carried values. The results are the final carried values. Nested graphs
     /// use their parent's symbols (a copy of its table, same ids). No trip
     /// limit: a loop whose condition never turns false runs forever, as in torch.
-    While { carried: usize, cond: Region, body: Region },
+    While {
+        carried: usize,
+        cond: Region,
+        body: Region,
+    },
 }
 
 /// A nested graph held by an op ([`Op::While`]'s condition and body).
@@ -367,7 +469,12 @@ impl Op {
             Op::Concat { .. } => (1, usize::MAX),
             Op::Gather { .. } => (2, 2),
             Op::Full { .. } | Op::Arange { .. } | Op::Random { .. } => (0, 0),
-            Op::CumSum { .. } | Op::ArgMin { .. } | Op::Sort { .. } | Op::Pad { .. } | Op::Flip { .. } | Op::Upsample { .. } => (1, 1),
+            Op::CumSum { .. }
+            | Op::ArgMin { .. }
+            | Op::Sort { .. }
+            | Op::Pad { .. }
+            | Op::Flip { .. }
+            | Op::Upsample { .. } => (1, 1),
             Op::GatherElements { .. } => (2, 2),
             Op::ScatterElements { .. } => (3, 3),
             Op::IndexGather { .. } => (2, usize::MAX),

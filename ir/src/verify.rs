@@ -124,7 +124,9 @@ impl Verifier<'_> {
                     operands_ok = false;
                 } else if !defined[v] {
                     let why = match g.values[v].def {
-                        ValueDef::Node { node: p, .. } if g.order.contains(&p) => "its producer comes later in the order",
+                        ValueDef::Node { node: p, .. } if g.order.contains(&p) => {
+                            "its producer comes later in the order"
+                        }
                         ValueDef::Node { .. } => "its producer is not in the order",
                         _ => "it is not in the graph's inputs or constants",
                     };
@@ -182,7 +184,9 @@ impl Verifier<'_> {
             if !g.values.is_valid(v) {
                 self.error(format!("output {i}{name}: {v} is out of range"));
             } else if !defined[v] {
-                self.error(format!("output {i}{name}: {v} is not defined by the inputs, constants or a scheduled node"));
+                self.error(format!(
+                    "output {i}{name}: {v} is not defined by the inputs, constants or a scheduled node"
+                ));
             }
         }
     }
@@ -195,7 +199,10 @@ impl Verifier<'_> {
                 self.errors.extend(e.errors.into_iter().map(|e| format!("{what}: `{name}`: {e}")));
             }
             let prefix = r.symbols.len() <= g.symbols.len()
-                && r.symbols.iter().zip(g.symbols.values()).all(|((_, a), b)| a.name == b.name && a.min == b.min && a.max == b.max);
+                && r.symbols
+                    .iter()
+                    .zip(g.symbols.values())
+                    .all(|((_, a), b)| a.name == b.name && a.min == b.min && a.max == b.max);
             if !prefix {
                 self.error(format!("{what}: `{name}`'s symbols are not its parent's"));
             }
@@ -216,7 +223,11 @@ impl Verifier<'_> {
                     self.error(format!("{}: binds symbol {symbol}, which does not exist", self.node_name(n)));
                 } else if let Some(first) = binder[*symbol] {
                     let name = &g.symbols[*symbol].name;
-                    self.error(format!("{}: symbol `{name}` is already bound by {}", self.node_name(n), self.node_name(first)));
+                    self.error(format!(
+                        "{}: symbol `{name}` is already bound by {}",
+                        self.node_name(n),
+                        self.node_name(first)
+                    ));
                 } else {
                     binder[*symbol] = Some(n);
                 }
@@ -227,7 +238,10 @@ impl Verifier<'_> {
             let mut used = Vec::new();
             d.ty.shape.iter().for_each(|dim| dim.collect_symbols(&mut used));
             for s in used.into_iter().filter(|&s| g.symbols.is_valid(s) && binder[s].is_some()) {
-                self.error(format!("input {i} ({v}): its shape uses `{}`, which is bound from data at run time", g.symbols[s].name));
+                self.error(format!(
+                    "input {i} ({v}): its shape uses `{}`, which is bound from data at run time",
+                    g.symbols[s].name
+                ));
             }
         }
         binder
@@ -244,7 +258,11 @@ impl Verifier<'_> {
         ty.shape.iter().for_each(|d| d.collect_symbols(&mut used));
         for s in used.into_iter().filter(|&s| self.g.symbols.is_valid(s)) {
             if let Some(b) = binder[s].filter(|_| !bound[s]) {
-                let msg = format!("{what}: its shape uses `{}` before {} binds it", self.g.symbols[s].name, self.node_name(b));
+                let msg = format!(
+                    "{what}: its shape uses `{}` before {} binds it",
+                    self.g.symbols[s].name,
+                    self.node_name(b)
+                );
                 self.error(msg);
             }
         }

@@ -54,6 +54,9 @@ fn failures_show_a_diff_and_bless_rewrites() {
     assert!(run_dir_with(&dir, false, &run).unwrap_err().contains("2 of 2 filetests failed"));
     assert_eq!(run_dir_with(&dir, true, &run), Ok(2));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), format!("{input}{fresh}"));
-    assert_eq!(std::fs::read_to_string(dir.join("bad.kir")).unwrap(), "; test fail\ngraph {\n}\n; expect-error: failed\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("bad.kir")).unwrap(),
+        "; test fail\ngraph {\n}\n; expect-error: failed\n"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -27,7 +27,8 @@ fn every_op_graph() -> Graph {
     let img = g.add_input("img", TensorType::fixed(DType::F32, &[1, 3, 8, 8]));
     let idx = g.add_input("idx", TensorType::new(DType::I64, vec![sd.clone()]));
     let cond = g.add_input("cond", TensorType::new(DType::Bool, vec![bd.clone(), 16.into()]));
-    let w = g.add_const(Some("fc.weight".into()), TensorType::fixed(DType::F32, &[2, 2]), f32s(&[0.1, -2.5, 1e-7, 3.0e38]));
+    let w =
+        g.add_const(Some("fc.weight".into()), TensorType::fixed(DType::F32, &[2, 2]), f32s(&[0.1, -2.5, 1e-7, 3.0e38]));
     let xt = t(vec![bd.clone(), 16.into()]);
     let mut last = x;
     for u in UNARY_OPS {
@@ -92,15 +93,30 @@ fn every_op_graph() -> Graph {
     g.push(Op::Concat { axis: 0 }, vec![x, x, x], t(vec![Dim::mul(bd.clone(), 3.into()), 16.into()]), None);
     g.push(Op::Gather { axis: 0 }, vec![x, idx], t(vec![sd.clone(), 16.into()]), None);
     g.push(Op::GatherElements { axis: 1 }, vec![x, idx], t(vec![sd.clone()]), None);
-    for (reduce, include_self) in [(None, true), (Some(kiln_ir::ReduceKind::Mean), false), (Some(kiln_ir::ReduceKind::Max), true)] {
+    for (reduce, include_self) in
+        [(None, true), (Some(kiln_ir::ReduceKind::Mean), false), (Some(kiln_ir::ReduceKind::Max), true)]
+    {
         g.push(Op::ScatterElements { axis: 0, reduce, include_self }, vec![x, idx, x], xt.clone(), None);
     }
     g.push(Op::IndexGather { axis: 0 }, vec![x, idx, idx], t(vec![sd.clone()]), None);
     g.push(Op::IndexPut { axis: 0, accumulate: true }, vec![x, x, idx], xt.clone(), None);
-    g.push(Op::Full { value: f64::NEG_INFINITY, dtype: DType::F32, shape: vec![bd.clone(), 4.into()] }, vec![], t(vec![bd.clone(), 4.into()]), None);
-    g.push(Op::Full { value: 0.1, dtype: DType::Bool, shape: vec![] }, vec![], TensorType::new(DType::Bool, vec![]), None);
+    g.push(
+        Op::Full { value: f64::NEG_INFINITY, dtype: DType::F32, shape: vec![bd.clone(), 4.into()] },
+        vec![],
+        t(vec![bd.clone(), 4.into()]),
+        None,
+    );
+    g.push(
+        Op::Full { value: 0.1, dtype: DType::Bool, shape: vec![] },
+        vec![],
+        TensorType::new(DType::Bool, vec![]),
+        None,
+    );
     let ar = Op::Arange { start: 0.0, step: 1.5, len: sd.clone(), dtype: DType::I64 };
-    let loc = g.locs.push(Location { node_name: "arange_1".into(), stack_trace: Some("File \"m.py\", line 3\n  x = \"q\"\\".into()) });
+    let loc = g.locs.push(Location {
+        node_name: "arange_1".into(),
+        stack_trace: Some("File \"m.py\", line 3\n  x = \"q\"\\".into()),
+    });
     g.push(ar, vec![], TensorType::new(DType::I64, vec![sd.clone()]), Some(loc));
     let loc = g.locs.push(Location { node_name: "relu".into(), stack_trace: None });
     let y = g.push(Op::Unary(UnaryOp::Relu), vec![last], xt.clone(), Some(loc));
@@ -207,7 +223,8 @@ fn assert_bytes_round_trip(dtype: DType, bytes: Vec<u8>) -> String {
 
 #[test]
 fn constants_of_every_dtype_round_trip() {
-    let f32v = [0.0f32, -0.0, 1.0, 0.1, -1e-45, f32::MAX, f32::MIN_POSITIVE, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+    let f32v =
+        [0.0f32, -0.0, 1.0, 0.1, -1e-45, f32::MAX, f32::MIN_POSITIVE, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
     let mut bytes: Vec<u8> = f32v.iter().flat_map(|x| x.to_le_bytes()).collect();
     bytes.extend(0x7fc0_0001u32.to_le_bytes()); // NaN with a payload
     bytes.extend(0xffc0_0000u32.to_le_bytes()); // negative NaN
@@ -249,7 +266,12 @@ fn nan_float_attributes_round_trip() {
     let mut g = Graph::new();
     let x = g.add_input("x", TensorType::fixed(DType::F32, &[2]));
     let odd_nan = f64::from_bits(0x7ff8_0000_0000_0001);
-    let y = g.push(Op::Clamp { min: Some(f64::NAN), max: Some(odd_nan) }, vec![x], TensorType::fixed(DType::F32, &[2]), None);
+    let y = g.push(
+        Op::Clamp { min: Some(f64::NAN), max: Some(odd_nan) },
+        vec![x],
+        TensorType::fixed(DType::F32, &[2]),
+        None,
+    );
     g.add_output("y", y);
     let text = round_trip(&g);
     assert!(text.contains("clamp{min=nan, max=nan(0x7ff8000000000001)}"), "{text}");
@@ -281,14 +303,20 @@ fn parse_errors_have_line_and_column() {
     let cases: &[(&str, &str)] = &[
         ("graph {\n  input %0: f32[2]\n  %1: f32[2] = frobnicate(%0)\n}", "3:16: unknown op `frobnicate`"),
         ("graph {\n  input %0: f32[2]\n  %1: f32[2] = softmax{axis=x}(%0)\n}", "3:29: expected an integer"),
-        ("graph {\n  input %0: f32[2]\n  %1: f32[2] = softmax{dim=1}(%0)\n}", "3:24: unknown attribute `dim` for `softmax`"),
+        (
+            "graph {\n  input %0: f32[2]\n  %1: f32[2] = softmax{dim=1}(%0)\n}",
+            "3:24: unknown attribute `dim` for `softmax`",
+        ),
         ("graph {\n  input %0: f32[2]\n  %1: f32[2] = softmax(%0)\n}", "3:16: `softmax` needs attribute `axis`"),
         ("graph {\n  input %0: f32[2]\n  %1: f32[2] = neg(%5)\n}", "3:20: undefined value %5"),
         (
             "graph {\n  input %0: f32[2]\n  %1: f32[2] = add(%0, %2)\n  %2: f32[2] = neg(%0)\n}",
             "3:24: %2 is used before its definition (at 4:3)",
         ),
-        ("graph {\n  const %0: f32[2, 2] = [1.0, 2.0, 3.0]\n}", "2:25: constant of shape [2, 2] needs 4 elements, found 3"),
+        (
+            "graph {\n  const %0: f32[2, 2] = [1.0, 2.0, 3.0]\n}",
+            "2:25: constant of shape [2, 2] needs 4 elements, found 3",
+        ),
         ("graph {\n  const %0: i8[1] = [300]\n}", "2:22: 300 is out of range for i8"),
         ("graph {\n  const %0: i32[1] = [1.5]\n}", "2:23: expected an integer for i32, found `1.5`"),
         ("graph {\n  input %0: f33[2]\n}", "2:13: unknown dtype `f33`"),
@@ -296,11 +324,17 @@ fn parse_errors_have_line_and_column() {
         ("graph {\n  input %0: f32[2]\n  input %0: f32[2]\n}", "3:9: %0 is defined twice"),
         ("graph {\n  input %0: f32[2]\n  output %0 \"y\n}", "3:13: unterminated string"),
         ("graph {\n  input %0: f32[2] #\n}", "2:20: unexpected character `#`"),
-        ("graph {\n  input %0: f32[2]\n", "3:1: expected `sym`, `input`, `const`, `output`, a `%value` or `}`, found end of input"),
+        (
+            "graph {\n  input %0: f32[2]\n",
+            "3:1: expected `sym`, `input`, `const`, `output`, a `%value` or `}`, found end of input",
+        ),
         ("graph {\n  sym n in [4, 2]\n}", "2:16: symbol `n` has an empty range"),
         ("graph {\n  input %0: f32[(2 - 1)]\n}", "2:20: expected `+`, `*`, `//` or `%`, found `-`"),
         ("graph {\n  input %0: f32[2]\n  %1: f32[2] = cast{to=f33}(%0)\n}", "3:24: unknown dtype `f33`"),
-        ("graph {\n  input %0: f32[2]\n  %1: f32[2] = clamp{min=1.0, min=2.0}(%0)\n}", "3:31: attribute `min` is given twice"),
+        (
+            "graph {\n  input %0: f32[2]\n  %1: f32[2] = clamp{min=1.0, min=2.0}(%0)\n}",
+            "3:31: attribute `min` is given twice",
+        ),
         ("graph {\n  const %0: bf16[1] = [nan(0x1)]\n}", "2:24: 0x0001 is not a NaN"),
         ("graph {\n  input %0: f32[b]\n}\n", "2:17: undefined symbol `b`"),
         ("graph {}\ngraph {}", "2:1: expected end of input after the graph, found `graph`"),
@@ -315,7 +349,8 @@ fn parse_errors_have_line_and_column() {
 fn conformance_ops_round_trip() {
     let mut g = Graph::new();
     let s = g.add_symbol("n", 1, Some(8));
-    let x = g.add_input("x", TensorType::new(DType::F32, vec![Dim::Const(2), Dim::Sym(s), Dim::Const(4), Dim::Const(4)]));
+    let x =
+        g.add_input("x", TensorType::new(DType::F32, vec![Dim::Const(2), Dim::Sym(s), Dim::Const(4), Dim::Const(4)]));
     let ops = [
         Op::Unary(UnaryOp::Log1p),
         Op::Unary(UnaryOp::Atanh),
@@ -323,11 +358,33 @@ fn conformance_ops_round_trip() {
         Op::ArgMin { axis: 3, keep_dims: true },
         Op::Sort { axis: 1, k: Dim::Sym(s), descending: true, indices: true },
         Op::Sort { axis: 3, k: Dim::Const(2), descending: false, indices: false },
-        Op::Pad { lo: vec![0, 0, 1, -1], hi: vec![0, 0, 2, 0], interior: vec![0, 0, 1, 0], mode: PadMode::Constant, value: -0.5 },
-        Op::Pad { lo: vec![0, 0, 1, 1], hi: vec![0, 0, 1, 1], interior: vec![0; 4], mode: PadMode::Reflect, value: 0.0 },
+        Op::Pad {
+            lo: vec![0, 0, 1, -1],
+            hi: vec![0, 0, 2, 0],
+            interior: vec![0, 0, 1, 0],
+            mode: PadMode::Constant,
+            value: -0.5,
+        },
+        Op::Pad {
+            lo: vec![0, 0, 1, 1],
+            hi: vec![0, 0, 1, 1],
+            interior: vec![0; 4],
+            mode: PadMode::Reflect,
+            value: 0.0,
+        },
         Op::Flip { axes: vec![1, 3] },
-        Op::Upsample { mode: UpsampleMode::Linear, align_corners: true, size: vec![Dim::Const(8), Dim::Const(8)], scales: vec![] },
-        Op::Upsample { mode: UpsampleMode::Nearest, align_corners: false, size: vec![Dim::Const(6), Dim::Const(8)], scales: vec![1.5, 2.0] },
+        Op::Upsample {
+            mode: UpsampleMode::Linear,
+            align_corners: true,
+            size: vec![Dim::Const(8), Dim::Const(8)],
+            scales: vec![],
+        },
+        Op::Upsample {
+            mode: UpsampleMode::Nearest,
+            align_corners: false,
+            size: vec![Dim::Const(6), Dim::Const(8)],
+            scales: vec![1.5, 2.0],
+        },
     ];
     for op in ops {
         let tys = kiln_ir::infer::infer_types(&g.symbols, &op, &[g.ty(x)]).unwrap_or_else(|e| panic!("{op:?}: {e}"));
@@ -338,9 +395,19 @@ fn conformance_ops_round_trip() {
     let b = g.push(Op::Binary(BinaryOp::Atan2), vec![y, y], TensorType::new(DType::F32, vec![Dim::Const(3)]), None);
     g.add_output("atan2", b);
     let randoms = [
-        Op::Random { dist: RandomDist::Uniform { low: -2.0, high: 3.0 }, dtype: DType::F32, shape: vec![Dim::Sym(s), Dim::Const(4)], stream: 0 },
+        Op::Random {
+            dist: RandomDist::Uniform { low: -2.0, high: 3.0 },
+            dtype: DType::F32,
+            shape: vec![Dim::Sym(s), Dim::Const(4)],
+            stream: 0,
+        },
         Op::Random { dist: RandomDist::Normal { mean: 1.0, std: 0.5 }, dtype: DType::F64, shape: vec![], stream: 1 },
-        Op::Random { dist: RandomDist::Int { low: -3, high: 10 }, dtype: DType::I64, shape: vec![Dim::Const(7)], stream: 2 },
+        Op::Random {
+            dist: RandomDist::Int { low: -3, high: 10 },
+            dtype: DType::I64,
+            shape: vec![Dim::Const(7)],
+            stream: 2,
+        },
         Op::Random { dist: RandomDist::Perm, dtype: DType::I32, shape: vec![Dim::Sym(s)], stream: 3 },
     ];
     for op in randoms {
@@ -349,7 +416,10 @@ fn conformance_ops_round_trip() {
         g.add_output(format!("r{}", g.outputs.len()), v);
     }
     let text = round_trip(&g);
-    assert!(text.contains("pad{lo=[0, 0, 1, -1], hi=[0, 0, 2, 0], interior=[0, 0, 1, 0], mode=constant, value=-0.5}"), "{text}");
+    assert!(
+        text.contains("pad{lo=[0, 0, 1, -1], hi=[0, 0, 2, 0], interior=[0, 0, 1, 0], mode=constant, value=-0.5}"),
+        "{text}"
+    );
     assert!(text.contains("f32[2, n, 6, 6] = pad"), "padded shape: {text}");
     kiln_ir::verify::verify(&g).unwrap_or_else(|e| panic!("{e:?}"));
 }

@@ -43,7 +43,8 @@ fn valid_graph_passes() {
 
 #[test]
 fn filetest_inputs_verify() {
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/filetests/identity_mlp.kir")).unwrap();
+    let src =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/filetests/identity_mlp.kir")).unwrap();
     let input = src.split("; expect:").next().unwrap();
     assert_eq!(verify(&parse(input).unwrap()), Ok(()));
 }
@@ -63,7 +64,12 @@ fn wrong_result_types_are_reported_with_the_node() {
     let slice = g.order[5];
     let out = g.nodes[slice].outputs[0];
     g.values[out].ty.shape[2] = Dim::Const(9);
-    assert_eq!(errors(&g), vec!["slice (n5): result 0 (v9) has type f32[(seq + -1), batch, 9], but the op gives f32[(seq + -1), batch, 8]"]);
+    assert_eq!(
+        errors(&g),
+        vec![
+            "slice (n5): result 0 (v9) has type f32[(seq + -1), batch, 9], but the op gives f32[(seq + -1), batch, 8]"
+        ]
+    );
     // Undecidable symbolic comparisons pass: `seq` could be 5.
     g.values[out].ty.shape[2] = Dim::Const(8);
     g.values[out].ty.shape[0] = Dim::Const(5);
@@ -172,7 +178,10 @@ fn loops_verify_their_nested_graphs_and_carried_types() {
     // A carried value that changes shape in the body.
     let g = parse(&loop_text("%6: f32[1] = reduce_sum{axes=[0], keep_dims=true}(%1)", "bool[]")).unwrap();
     let errors = verify(&g).unwrap_err().to_string();
-    assert!(errors.contains("carried value 2 changes type in the loop: it enters as f32[3], `body` returns f32[1]"), "{errors}");
+    assert!(
+        errors.contains("carried value 2 changes type in the loop: it enters as f32[3], `body` returns f32[1]"),
+        "{errors}"
+    );
     // A broken nested graph is reported through the loop.
     let g = parse(&loop_text("%6: f32[3] = neg(%1)", "f32[]")).unwrap();
     let errors = verify(&g).unwrap_err().to_string();

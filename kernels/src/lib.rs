@@ -19,18 +19,18 @@ mod x86_64;
 
 pub use types::{BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, Scratch, TensorMut, TensorRef, UnaryOp};
 
+pub use generic::attention::attention;
+pub use generic::conv::{conv, conv_with, ConvAlgorithm, ConvParams};
 pub use generic::elementwise::{binary, cast, clamp, unary, where_};
 pub use generic::gemm::gemm_f32;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
 pub use generic::matmul::{linear, matmul};
-pub use generic::attention::attention;
-pub use generic::conv::{conv, conv_with, ConvAlgorithm, ConvParams};
 pub use generic::norm::{batch_norm, layer_norm, softmax};
-pub use generic::pool::{adaptive_avg_pool, pool, PoolParams};
-pub use generic::reduce::{argmax, argmin, cumsum, reduce};
-pub use generic::sort::sort;
 pub use generic::pad::{flip, pad, PadMode, PadParams};
+pub use generic::pool::{adaptive_avg_pool, pool, PoolParams};
+pub use generic::random::{random, RandomDist, RandomKey};
+pub use generic::reduce::{argmax, argmin, cumsum, reduce};
 pub use generic::resize::{resize, ResizeMode, ResizeParams};
 pub use generic::scatter::{gather_elements, index_gather, index_put, scatter_elements};
-pub use generic::random::{random, RandomDist, RandomKey};
 pub use generic::select::nonzero;
+pub use generic::sort::sort;

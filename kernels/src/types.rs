@@ -168,7 +168,9 @@ pub enum KernelError {
 impl fmt::Display for KernelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            KernelError::UnsupportedDType { kernel, dtype } => write!(f, "kernel `{kernel}` does not support dtype {dtype}"),
+            KernelError::UnsupportedDType { kernel, dtype } => {
+                write!(f, "kernel `{kernel}` does not support dtype {dtype}")
+            }
             KernelError::Shape { kernel, detail } => write!(f, "kernel `{kernel}`: {detail}"),
         }
     }

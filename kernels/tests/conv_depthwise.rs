@@ -62,7 +62,11 @@ fn depthwise_2d_matches_im2col_and_reference() {
                         for dl in [1, 2] {
                             let bias = (c + h + kh + st + pd + dl) % 2 == 0;
                             let (xs, ws) = ([1, c, h, wd], [c, 1, kh, kw]);
-                            check(&Case { xs: &xs, ws: &ws, stride: &[st, st], pad: &[pd, pd], dil: &[dl, dl], bias }, &mut r, &mut s);
+                            check(
+                                &Case { xs: &xs, ws: &ws, stride: &[st, st], pad: &[pd, pd], dil: &[dl, dl], bias },
+                                &mut r,
+                                &mut s,
+                            );
                         }
                     }
                 }
@@ -103,7 +107,14 @@ fn depthwise_1d_and_3d() {
             }
         }
     }
-    let case = Case { xs: &[1, 7, 5, 6, 7], ws: &[7, 1, 3, 3, 3], stride: &[1, 2, 1], pad: &[1, 1, 0], dil: &[1, 1, 2], bias: true };
+    let case = Case {
+        xs: &[1, 7, 5, 6, 7],
+        ws: &[7, 1, 3, 3, 3],
+        stride: &[1, 2, 1],
+        pad: &[1, 1, 0],
+        dil: &[1, 1, 2],
+        bias: true,
+    };
     check(&case, &mut r, &mut s);
 }
 

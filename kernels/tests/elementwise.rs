@@ -59,8 +59,8 @@ fn ref_erf(x: f64) -> f64 {
 const FLOAT_UNARY: [UnaryOp; 34] = {
     use UnaryOp::*;
     [
-        Neg, Abs, Exp, Log, Sqrt, Rsqrt, Reciprocal, Relu, Sigmoid, Tanh, Gelu, GeluTanh, Silu, Erf, Sin, Cos, Floor, Ceil,
-        Round, Sign, Log1p, Expm1, Trunc, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Log2, Log10,
+        Neg, Abs, Exp, Log, Sqrt, Rsqrt, Reciprocal, Relu, Sigmoid, Tanh, Gelu, GeluTanh, Silu, Erf, Sin, Cos, Floor,
+        Ceil, Round, Sign, Log1p, Expm1, Trunc, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Log2, Log10,
     ]
 };
 
@@ -163,8 +163,20 @@ fn ref_float_binary(op: BinaryOp, a: f64, b: f64) -> f64 {
         FloorDiv => (a / b).floor(),
         Rem => a - b * (a / b).floor(),
         Pow => a.powf(b),
-        Max => if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) },
-        Min => if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) },
+        Max => {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.max(b)
+            }
+        }
+        Min => {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.min(b)
+            }
+        }
         Eq => (a == b) as u8 as f64,
         Ne => (a != b) as u8 as f64,
         Lt => (a < b) as u8 as f64,
@@ -190,9 +202,14 @@ fn binary_float_broadcasting_matches_reference() {
     run_binary_case(|ash, bsh, osh| {
         let av = rand_f32(&mut r, numel(ash));
         let mut bv = rand_f32(&mut r, numel(bsh));
-        bv.iter_mut().for_each(|v| if v.abs() < 0.1 { *v = 0.5 });
+        bv.iter_mut().for_each(|v| {
+            if v.abs() < 0.1 {
+                *v = 0.5
+            }
+        });
         for op in [Add, Sub, Mul, Div, FloorDiv, Rem, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, Pow] {
-            let (av, bv): (Vec<f32>, Vec<f32>) = if op == Pow { (av.iter().map(|v| v.abs()).collect(), bv.clone()) } else { (av.clone(), bv.clone()) };
+            let (av, bv): (Vec<f32>, Vec<f32>) =
+                if op == Pow { (av.iter().map(|v| v.abs()).collect(), bv.clone()) } else { (av.clone(), bv.clone()) };
             let cmp = matches!(op, Eq | Ne | Lt | Le | Gt | Ge);
             let (a, b) = (f32s(ash, &av), f32s(bsh, &bv));
             let mut out = Buf::zeros(if cmp { DType::Bool } else { DType::F32 }, osh);
@@ -201,10 +218,15 @@ fn binary_float_broadcasting_matches_reference() {
                 .map(|i| {
                     let idx = unravel(i, osh);
                     let w = ref_float_binary(op, av[bcast_index(&idx, ash)] as f64, bv[bcast_index(&idx, bsh)] as f64);
-                    if cmp { w } else { w as f32 as f64 }
+                    if cmp {
+                        w
+                    } else {
+                        w as f32 as f64
+                    }
                 })
                 .collect();
-            let got: Vec<f64> = if cmp { out.get::<u8>().iter().map(|&v| v as f64).collect() } else { to64(&out.get::<f32>()) };
+            let got: Vec<f64> =
+                if cmp { out.get::<u8>().iter().map(|&v| v as f64).collect() } else { to64(&out.get::<f32>()) };
             let rtol = if matches!(op, FloorDiv | Rem) { 1e-5 } else { 1e-6 };
             assert_close(&got, &want, rtol, 1e-6, &format!("{op:?} {ash:?} {bsh:?}"));
         }
@@ -224,7 +246,11 @@ fn binary_nan_propagates_in_max_min() {
 
 fn py_floordiv(a: i64, b: i64) -> i64 {
     let q = a / b;
-    if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q }
+    if (a % b != 0) && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    }
 }
 
 #[test]
@@ -234,21 +260,42 @@ fn binary_int_python_semantics() {
     use rand::Rng;
     run_binary_case(|ash, bsh, osh| {
         let av: Vec<i32> = (0..numel(ash)).map(|_| r.gen_range(-50..50)).collect();
-        let bv: Vec<i32> = (0..numel(bsh)).map(|_| { let v = r.gen_range(-9..9); if v == 0 { 3 } else { v } }).collect();
+        let bv: Vec<i32> = (0..numel(bsh))
+            .map(|_| {
+                let v = r.gen_range(-9..9);
+                if v == 0 {
+                    3
+                } else {
+                    v
+                }
+            })
+            .collect();
         for op in [Add, Sub, Mul, FloorDiv, Rem, Max, Min, And, Or, Xor, Lt, Eq] {
             let cmp = matches!(op, Lt | Eq);
             let (a, b) = (Buf::from(DType::I32, ash, &av), Buf::from(DType::I32, bsh, &bv));
             let mut out = Buf::zeros(if cmp { DType::Bool } else { DType::I32 }, osh);
             binary(op, a.r(), b.r(), out.w()).unwrap();
-            let got: Vec<i64> = if cmp { out.get::<u8>().iter().map(|&v| v as i64).collect() } else { out.get::<i32>().iter().map(|&v| v as i64).collect() };
+            let got: Vec<i64> = if cmp {
+                out.get::<u8>().iter().map(|&v| v as i64).collect()
+            } else {
+                out.get::<i32>().iter().map(|&v| v as i64).collect()
+            };
             for (i, &g) in got.iter().enumerate() {
                 let idx = unravel(i, osh);
                 let (x, y) = (av[bcast_index(&idx, ash)] as i64, bv[bcast_index(&idx, bsh)] as i64);
                 let w = match op {
-                    Add => x + y, Sub => x - y, Mul => x * y,
-                    FloorDiv => py_floordiv(x, y), Rem => x - y * py_floordiv(x, y),
-                    Max => x.max(y), Min => x.min(y), And => x & y, Or => x | y, Xor => x ^ y,
-                    Lt => (x < y) as i64, _ => (x == y) as i64,
+                    Add => x + y,
+                    Sub => x - y,
+                    Mul => x * y,
+                    FloorDiv => py_floordiv(x, y),
+                    Rem => x - y * py_floordiv(x, y),
+                    Max => x.max(y),
+                    Min => x.min(y),
+                    And => x & y,
+                    Or => x | y,
+                    Xor => x ^ y,
+                    Lt => (x < y) as i64,
+                    _ => (x == y) as i64,
                 };
                 assert_eq!(g, w, "{op:?} {x} {y}");
             }
@@ -272,7 +319,12 @@ fn binary_int_python_semantics() {
 fn binary_bool_and_u8_and_shape_errors() {
     let a = Buf::from(DType::Bool, &[4], &[0u8, 0, 1, 1]);
     let b = Buf::from(DType::Bool, &[4], &[0u8, 1, 0, 1]);
-    for (op, want) in [(BinaryOp::And, [0u8, 0, 0, 1]), (BinaryOp::Or, [0, 1, 1, 1]), (BinaryOp::Xor, [0, 1, 1, 0]), (BinaryOp::Eq, [1, 0, 0, 1])] {
+    for (op, want) in [
+        (BinaryOp::And, [0u8, 0, 0, 1]),
+        (BinaryOp::Or, [0, 1, 1, 1]),
+        (BinaryOp::Xor, [0, 1, 1, 0]),
+        (BinaryOp::Eq, [1, 0, 0, 1]),
+    ] {
         let mut out = Buf::zeros(DType::Bool, &[4]);
         binary(op, a.r(), b.r(), out.w()).unwrap();
         assert_eq!(out.get::<u8>(), want, "{op:?}");

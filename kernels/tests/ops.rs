@@ -23,7 +23,13 @@ fn matmul_matches_reference() {
         let mut o = Buf::zeros(DType::F32, &[m, n]);
         matmul(a.r(), b.r(), o.w(), &mut s).unwrap();
         // f32 accumulation error grows with K: scale the absolute tolerance.
-        assert_close(&to64(&o.get::<f32>()), &ref_mm(&av, &bv, m, n, k), 1e-5, 1e-6 * k as f64, &format!("{m}x{n}x{k}"));
+        assert_close(
+            &to64(&o.get::<f32>()),
+            &ref_mm(&av, &bv, m, n, k),
+            1e-5,
+            1e-6 * k as f64,
+            &format!("{m}x{n}x{k}"),
+        );
     }
     // Batch broadcast [2,1,5,7] x [3,7,4] -> [2,3,5,4]; rank-1 operands.
     let (av, bv) = (rand_f32(&mut r, 2 * 5 * 7), rand_f32(&mut r, 3 * 7 * 4));
@@ -114,7 +120,15 @@ fn conv_matches_reference() {
 }
 
 /// Inference batch norm over axis 1 of `xs`, in f64.
-fn ref_batch_norm<T: Copy + Into<f64>>(x: &[T], xs: &[usize], m: &[T], v: &[T], w: &[T], b: &[T], eps: f64) -> Vec<f64> {
+fn ref_batch_norm<T: Copy + Into<f64>>(
+    x: &[T],
+    xs: &[usize],
+    m: &[T],
+    v: &[T],
+    w: &[T],
+    b: &[T],
+    eps: f64,
+) -> Vec<f64> {
     let (c, inner) = (xs[1], numel(&xs[2..]));
     (0..x.len())
         .map(|i| {
@@ -144,9 +158,15 @@ fn norms_and_softmax() {
     let xs = [2usize, 3, 7, 5];
     let xv = rand_f32(&mut r, numel(&xs));
     let x = f32s(&xs, &xv);
-    let (m, v, w, b) = (rand_f32(&mut r, 3), rand_f32(&mut r, 3).iter().map(|v| v.abs()).collect::<Vec<_>>(), rand_f32(&mut r, 3), rand_f32(&mut r, 3));
+    let (m, v, w, b) = (
+        rand_f32(&mut r, 3),
+        rand_f32(&mut r, 3).iter().map(|v| v.abs()).collect::<Vec<_>>(),
+        rand_f32(&mut r, 3),
+        rand_f32(&mut r, 3),
+    );
     let mut o = Buf::zeros(DType::F32, &xs);
-    batch_norm(x.r(), f32s(&[3], &m).r(), f32s(&[3], &v).r(), f32s(&[3], &w).r(), f32s(&[3], &b).r(), 1e-5, o.w()).unwrap();
+    batch_norm(x.r(), f32s(&[3], &m).r(), f32s(&[3], &v).r(), f32s(&[3], &w).r(), f32s(&[3], &b).r(), 1e-5, o.w())
+        .unwrap();
     assert_close(&to64(&o.get::<f32>()), &ref_batch_norm(&xv, &xs, &m, &v, &w, &b, 1e-5), 1e-5, 1e-5, "batch_norm");
 
     let (lw, lb) = (rand_f32(&mut r, 35), rand_f32(&mut r, 35));
@@ -158,13 +178,19 @@ fn norms_and_softmax() {
             softmax(x.r(), axis, log, o.w()).unwrap();
             let inner: usize = xs[axis + 1..].iter().product();
             let n = xs[axis];
-            let want: Vec<f64> = (0..xv.len()).map(|i| {
-                let (outer, j) = (i / (n * inner), i % inner);
-                let row: Vec<f64> = (0..n).map(|t| xv[outer * n * inner + t * inner + j] as f64).collect();
-                let lse = row.iter().map(|v| v.exp()).sum::<f64>().ln();
-                let y = xv[i] as f64 - lse;
-                if log { y } else { y.exp() }
-            }).collect();
+            let want: Vec<f64> = (0..xv.len())
+                .map(|i| {
+                    let (outer, j) = (i / (n * inner), i % inner);
+                    let row: Vec<f64> = (0..n).map(|t| xv[outer * n * inner + t * inner + j] as f64).collect();
+                    let lse = row.iter().map(|v| v.exp()).sum::<f64>().ln();
+                    let y = xv[i] as f64 - lse;
+                    if log {
+                        y
+                    } else {
+                        y.exp()
+                    }
+                })
+                .collect();
             assert_close(&to64(&o.get::<f32>()), &want, 1e-5, 1e-6, &format!("softmax {axis} {log}"));
         }
     }
@@ -188,13 +214,16 @@ fn reductions() {
                 let idx = unravel(i, &xs);
                 want[bcast_index(&idx, &os)].push(v as f64);
             }
-            let want: Vec<f64> = want.iter().map(|g| match kind {
-                ReduceKind::Sum => g.iter().sum(),
-                ReduceKind::Mean => g.iter().sum::<f64>() / g.len() as f64,
-                ReduceKind::Max => g.iter().cloned().fold(f64::MIN, f64::max),
-                ReduceKind::Min => g.iter().cloned().fold(f64::MAX, f64::min),
-                ReduceKind::Prod => g.iter().product(),
-            }).collect();
+            let want: Vec<f64> = want
+                .iter()
+                .map(|g| match kind {
+                    ReduceKind::Sum => g.iter().sum(),
+                    ReduceKind::Mean => g.iter().sum::<f64>() / g.len() as f64,
+                    ReduceKind::Max => g.iter().cloned().fold(f64::MIN, f64::max),
+                    ReduceKind::Min => g.iter().cloned().fold(f64::MAX, f64::min),
+                    ReduceKind::Prod => g.iter().product(),
+                })
+                .collect();
             assert_close(&to64(&o.get::<f32>()), &want, 1e-5, 1e-6, &format!("{kind:?} {axes:?}"));
         }
     }
@@ -237,19 +266,39 @@ fn reductions() {
 fn pooling() {
     let x = f32s(&[1, 1, 4, 5], &(0..20).map(|v| v as f32).collect::<Vec<_>>());
     // 3x3 max pool, stride 2, pad 1 -> [2, 3]
-    let p = PoolParams { kernel: &[3, 3], stride: &[2, 2], padding: &[1, 1], dilation: &[1, 1], count_include_pad: true, divisor: None };
+    let p = PoolParams {
+        kernel: &[3, 3],
+        stride: &[2, 2],
+        padding: &[1, 1],
+        dilation: &[1, 1],
+        count_include_pad: true,
+        divisor: None,
+    };
     let mut o = Buf::zeros(DType::F32, &[1, 1, 2, 3]);
     pool(PoolKind::Max, x.r(), &p, o.w()).unwrap();
     assert_eq!(o.get::<f32>(), vec![6., 8., 9., 16., 18., 19.]);
     pool(PoolKind::Avg, x.r(), &p, o.w()).unwrap();
     // torch.nn.functional.avg_pool2d(x, 3, 2, 1, count_include_pad=True)
-    assert_close(&to64(&o.get::<f32>()), &[12. / 9., 27. / 9., 24. / 9., 63. / 9., 108. / 9., 81. / 9.], 1e-6, 0.0, "avg incl");
+    assert_close(
+        &to64(&o.get::<f32>()),
+        &[12. / 9., 27. / 9., 24. / 9., 63. / 9., 108. / 9., 81. / 9.],
+        1e-6,
+        0.0,
+        "avg incl",
+    );
     let p2 = PoolParams { count_include_pad: false, ..p };
     pool(PoolKind::Avg, x.r(), &p2, o.w()).unwrap();
     assert_close(&to64(&o.get::<f32>()), &[3., 4.5, 6., 10.5, 12., 13.5], 1e-6, 0.0, "avg excl");
     // ceil_mode: 1-d, len 5, kernel 2 stride 2 -> 3 outputs; last window half past the end.
     let x1 = f32s(&[1, 5], &[1., 2., 3., 4., 5.]);
-    let p1 = PoolParams { kernel: &[2], stride: &[2], padding: &[0], dilation: &[1], count_include_pad: true, divisor: None };
+    let p1 = PoolParams {
+        kernel: &[2],
+        stride: &[2],
+        padding: &[0],
+        dilation: &[1],
+        count_include_pad: true,
+        divisor: None,
+    };
     let mut o1 = Buf::zeros(DType::F32, &[1, 3]);
     pool(PoolKind::Avg, x1.r(), &p1, o1.w()).unwrap();
     assert_eq!(o1.get::<f32>(), vec![1.5, 3.5, 5.0]);
@@ -258,11 +307,25 @@ fn pooling() {
     let mut bad = Buf::zeros(DType::F32, &[1, 4]);
     assert!(pool(PoolKind::Max, x1.r(), &p1, bad.w()).is_err());
     // Dilated max pool.
-    let pd = PoolParams { kernel: &[2], stride: &[1], padding: &[0], dilation: &[2], count_include_pad: true, divisor: None };
+    let pd = PoolParams {
+        kernel: &[2],
+        stride: &[1],
+        padding: &[0],
+        dilation: &[2],
+        count_include_pad: true,
+        divisor: None,
+    };
     pool(PoolKind::Max, x1.r(), &pd, o1.w()).unwrap();
     assert_eq!(o1.get::<f32>(), vec![3., 4., 5.]);
     // Plain 2-D max pools (no padding/dilation/overhang) take a fast path.
-    let pk2 = PoolParams { kernel: &[2, 2], stride: &[2, 2], padding: &[0, 0], dilation: &[1, 1], count_include_pad: true, divisor: None };
+    let pk2 = PoolParams {
+        kernel: &[2, 2],
+        stride: &[2, 2],
+        padding: &[0, 0],
+        dilation: &[1, 1],
+        count_include_pad: true,
+        divisor: None,
+    };
     let mut o22 = Buf::zeros(DType::F32, &[1, 1, 2, 2]);
     pool(PoolKind::Max, x.r(), &pk2, o22.w()).unwrap();
     assert_eq!(o22.get::<f32>(), vec![6., 8., 16., 18.]);
@@ -290,7 +353,14 @@ fn pooling() {
 /// torch 2.x (`F.max_pool*d(.., return_indices=True)`, `divisor_override`).
 #[test]
 fn pooling_indices_and_divisor() {
-    let params = |kernel, stride, padding, dilation| PoolParams { kernel, stride, padding, dilation, count_include_pad: true, divisor: None };
+    let params = |kernel, stride, padding, dilation| PoolParams {
+        kernel,
+        stride,
+        padding,
+        dilation,
+        count_include_pad: true,
+        divisor: None,
+    };
     let indices = |x: &Buf, p: &PoolParams, out: &[usize]| {
         let mut o = Buf::zeros(DType::I64, out);
         pool(PoolKind::ArgMax, x.r(), p, o.w()).unwrap();
@@ -308,7 +378,10 @@ fn pooling_indices_and_divisor() {
     let x2 = f32s(&[1, 1, 3, 3], &[1., 2., 2., 2., nan, nan, 0., 0., 0.]);
     assert_eq!(indices(&x2, &params(&[2, 2], &[1, 1], &[0, 0], &[1, 1]), &[1, 1, 2, 2]), vec![4, 5, 4, 5]);
     // 3-d, f64, with padding, dilation, ceil_mode and ties: (d*H + h)*W + w.
-    let v3: Vec<f64> = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7].iter().map(|&v| v as f64).collect();
+    let v3: Vec<f64> = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7]
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
     let x3 = Buf::from(DType::F64, &[1, 1, 2, 3, 5], &v3);
     let p3 = params(&[2, 2, 3], &[1, 2, 2], &[1, 1, 1], &[1, 1, 2]);
     assert_eq!(indices(&x3, &p3, &[1, 1, 3, 2, 2]), vec![1, 1, 11, 11, 18, 18, 11, 11, 18, 18, 26, 26]);
@@ -338,7 +411,13 @@ fn pooling_indices_and_divisor() {
     let p = PoolParams { divisor: Some(5), ..params(&[2, 2, 2], &[2, 2, 2], &[1, 0, 1], &[1, 1, 1]) };
     let mut o = Buf::zeros(DType::F64, &[1, 1, 2, 2, 3]);
     pool(PoolKind::Avg, x3.r(), &p, o.w()).unwrap();
-    assert_close(&o.get::<f64>(), &[2.4, 2.6, 2.8, 1.0, 3.4, 3.2, 1.8, 2.6, 3.8, 0.6, 2.2, 1.8], 1e-12, 0.0, "avg3d divisor");
+    assert_close(
+        &o.get::<f64>(),
+        &[2.4, 2.6, 2.8, 1.0, 3.4, 3.2, 1.8, 2.6, 3.8, 0.6, 2.2, 1.8],
+        1e-12,
+        0.0,
+        "avg3d divisor",
+    );
     // A divisor of 0, or one on max pooling, is refused.
     let mut o = Buf::zeros(DType::F32, &[1, 1, 2, 2]);
     for (kind, d) in [(PoolKind::Avg, 0), (PoolKind::Max, 2)] {
@@ -347,11 +426,22 @@ fn pooling_indices_and_divisor() {
     }
 }
 
-fn ref_attention<T: Copy + Into<f64>>(q: &[T], k: &[T], v: &[T], l: usize, s: usize, e: usize, ev: usize, keep: &dyn Fn(usize, usize) -> f64) -> Vec<f64> {
+fn ref_attention<T: Copy + Into<f64>>(
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+    keep: &dyn Fn(usize, usize) -> f64,
+) -> Vec<f64> {
     let scale = 1.0 / (e as f64).sqrt();
     let mut out = vec![0.0; l * ev];
     for i in 0..l {
-        let sc: Vec<f64> = (0..s).map(|j| (0..e).map(|p| q[i * e + p].into() * k[j * e + p].into()).sum::<f64>() * scale + keep(i, j)).collect();
+        let sc: Vec<f64> = (0..s)
+            .map(|j| (0..e).map(|p| q[i * e + p].into() * k[j * e + p].into()).sum::<f64>() * scale + keep(i, j))
+            .collect();
         let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let ex: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
         let z: f64 = ex.iter().sum();
@@ -375,7 +465,13 @@ fn attention_matches_reference() {
     attention(q.r(), k.r(), v.r(), None, true, None, o.w(), &mut sc).unwrap();
     let got = o.get::<f32>();
     for t in 0..b {
-        let want = ref_attention(&qv[t * l * e..], &kv, &vv, l, s, e, ev, &|i, j| if j <= i { 0.0 } else { f64::NEG_INFINITY });
+        let want = ref_attention(&qv[t * l * e..], &kv, &vv, l, s, e, ev, &|i, j| {
+            if j <= i {
+                0.0
+            } else {
+                f64::NEG_INFINITY
+            }
+        });
         assert_close(&to64(&got[t * l * ev..(t + 1) * l * ev]), &want, 1e-5, 1e-5, "causal");
     }
     // Float mask broadcast over batch; bool mask with a fully masked row -> NaN.
@@ -387,7 +483,8 @@ fn attention_matches_reference() {
     let bm: Vec<u8> = (0..l * s).map(|i| (i / s != 2 && i % 3 != 0) as u8).collect();
     let m = Buf::from(DType::Bool, &[1, l, s], &bm);
     attention(q.r(), k.r(), v.r(), Some(m.r()), false, None, o.w(), &mut sc).unwrap();
-    let want = ref_attention(&qv, &kv, &vv, l, s, e, ev, &|i, j| if bm[i * s + j] != 0 { 0.0 } else { f64::NEG_INFINITY });
+    let want =
+        ref_attention(&qv, &kv, &vv, l, s, e, ev, &|i, j| if bm[i * s + j] != 0 { 0.0 } else { f64::NEG_INFINITY });
     assert_close(&to64(&o.get::<f32>()[..l * ev]), &want, 1e-5, 1e-5, "bool mask");
     assert!(o.get::<f32>()[2 * ev].is_nan());
     let mut bad = Buf::zeros(DType::F32, &[b, l, ev + 1]);
@@ -448,15 +545,35 @@ fn f64_kernels_match_reference() {
     // Norms: values with a large common offset, where f32 statistics lose digits.
     let xs = [2usize, 3, 7, 5];
     let xv: Vec<f64> = rand_f64(&mut r, numel(&xs)).iter().map(|v| 1000.0 + v).collect();
-    let (m, v, w, b) = (rand_f64(&mut r, 3), rand_f64(&mut r, 3).iter().map(|v| v.abs()).collect::<Vec<_>>(), rand_f64(&mut r, 3), rand_f64(&mut r, 3));
+    let (m, v, w, b) = (
+        rand_f64(&mut r, 3),
+        rand_f64(&mut r, 3).iter().map(|v| v.abs()).collect::<Vec<_>>(),
+        rand_f64(&mut r, 3),
+        rand_f64(&mut r, 3),
+    );
     let mut o = Buf::zeros(DType::F64, &xs);
-    batch_norm(f64s(&xs, &xv).r(), f64s(&[3], &m).r(), f64s(&[3], &v).r(), f64s(&[3], &w).r(), f64s(&[3], &b).r(), 1e-5, o.w()).unwrap();
+    batch_norm(
+        f64s(&xs, &xv).r(),
+        f64s(&[3], &m).r(),
+        f64s(&[3], &v).r(),
+        f64s(&[3], &w).r(),
+        f64s(&[3], &b).r(),
+        1e-5,
+        o.w(),
+    )
+    .unwrap();
     assert_close(&o.get::<f64>(), &ref_batch_norm(&xv, &xs, &m, &v, &w, &b, 1e-5), 1e-10, 1e-10, "f64 batch_norm");
     let (lw, lb) = (rand_f64(&mut r, 35), rand_f64(&mut r, 35));
     layer_norm(f64s(&xs, &xv).r(), Some(f64s(&[7, 5], &lw).r()), Some(f64s(&[7, 5], &lb).r()), 2, 1e-5, o.w()).unwrap();
     assert_close(&o.get::<f64>(), &ref_layer_norm(&xv, &lw, &lb, 1e-5), TOL, 1e-10, "f64 layer_norm");
     layer_norm(f64s(&xs, &xv).r(), None, None, 1, 1e-5, o.w()).unwrap();
-    assert_close(&o.get::<f64>(), &ref_layer_norm(&xv, &[1.0; 5], &[0.0; 5], 1e-5), TOL, 1e-10, "f64 layer_norm, no affine");
+    assert_close(
+        &o.get::<f64>(),
+        &ref_layer_norm(&xv, &[1.0; 5], &[0.0; 5], 1e-5),
+        TOL,
+        1e-10,
+        "f64 layer_norm, no affine",
+    );
     assert!(layer_norm(f64s(&xs, &xv).r(), Some(f32s(&[5], &[0.0; 5]).r()), None, 1, 1e-5, o.w()).is_err());
 
     // Attention: causal with batch-broadcast k/v, an f64 float mask, and a bool
@@ -469,7 +586,13 @@ fn f64_kernels_match_reference() {
     attention(q.r(), k.r(), v.r(), None, true, None, o.w(), &mut s).unwrap();
     let got = o.get::<f64>();
     for t in 0..bt {
-        let want = ref_attention(&qv[t * l * e..], &kv, &vv, l, sl, e, ev, &|i, j| if j <= i { 0.0 } else { f64::NEG_INFINITY });
+        let want = ref_attention(&qv[t * l * e..], &kv, &vv, l, sl, e, ev, &|i, j| {
+            if j <= i {
+                0.0
+            } else {
+                f64::NEG_INFINITY
+            }
+        });
         assert_close(&got[t * l * ev..(t + 1) * l * ev], &want, TOL, TOL, "f64 causal");
     }
     let mv = rand_f64(&mut r, l * sl);
@@ -477,8 +600,10 @@ fn f64_kernels_match_reference() {
     let want = ref_attention(&qv, &kv, &vv, l, sl, e, ev, &|i, j| mv[i * sl + j]);
     assert_close(&o.get::<f64>()[..l * ev], &want, TOL, TOL, "f64 float mask");
     let bm: Vec<u8> = (0..l * sl).map(|i| (i / sl != 2 && i % 3 != 0) as u8).collect();
-    attention(q.r(), k.r(), v.r(), Some(Buf::from(DType::Bool, &[1, l, sl], &bm).r()), false, None, o.w(), &mut s).unwrap();
-    let want = ref_attention(&qv, &kv, &vv, l, sl, e, ev, &|i, j| if bm[i * sl + j] != 0 { 0.0 } else { f64::NEG_INFINITY });
+    attention(q.r(), k.r(), v.r(), Some(Buf::from(DType::Bool, &[1, l, sl], &bm).r()), false, None, o.w(), &mut s)
+        .unwrap();
+    let want =
+        ref_attention(&qv, &kv, &vv, l, sl, e, ev, &|i, j| if bm[i * sl + j] != 0 { 0.0 } else { f64::NEG_INFINITY });
     assert_close(&o.get::<f64>()[..l * ev], &want, TOL, TOL, "f64 bool mask");
     assert!(o.get::<f64>()[2 * ev].is_nan());
     // An f32 mask on f64 operands is a dtype error.
@@ -570,7 +695,10 @@ fn gemm_throughput() {
 #[test]
 fn uint8_bilinear_resize_is_torchs_fixed_point() {
     // Numbers from torch 2.15 on x86 (torch.manual_seed(3); randint(0, 256, (1, 2, 3, 4), uint8)).
-    let x: Vec<u8> = vec![106, 152, 249, 131, 184, 200, 0, 21, 253, 147, 202, 107, 249, 169, 138, 149, 119, 166, 224, 148, 172, 93, 167, 142];
+    let x: Vec<u8> = vec![
+        106, 152, 249, 131, 184, 200, 0, 21, 253, 147, 202, 107, 249, 169, 138, 149, 119, 166, 224, 148, 172, 93, 167,
+        142,
+    ];
     let run = |out_hw: [usize; 2], align_corners: bool| {
         let input = Buf::from(DType::U8, &[1, 2, 3, 4], &x);
         let mut out = Buf::zeros(DType::U8, &[1, 2, out_hw[0], out_hw[1]]);
@@ -581,13 +709,14 @@ fn uint8_bilinear_resize_is_torchs_fixed_point() {
     // interpolate(x, size=(5, 3), mode="bilinear"): one value differs by 1
     // from rounding the exact (f64) interpolation, which is why this path exists.
     let want: Vec<u8> = vec![
-        114, 201, 151, 143, 161, 98, 187, 100, 18, 216, 145, 81, 235, 175, 123, 236, 154, 147, 192, 170, 153, 127, 195, 161, 146, 156, 152, 159, 130, 146,
+        114, 201, 151, 143, 161, 98, 187, 100, 18, 216, 145, 81, 235, 175, 123, 236, 154, 147, 192, 170, 153, 127, 195,
+        161, 146, 156, 152, 159, 130, 146,
     ];
     assert_eq!(run([5, 3], false), want);
     // align_corners=True, size=(3, 7): only the horizontal pass runs.
     let want: Vec<u8> = vec![
-        106, 129, 152, 201, 249, 190, 131, 184, 192, 200, 100, 0, 11, 21, 253, 200, 147, 175, 202, 155, 107, 249, 209, 169, 154, 138, 144, 149, 119, 143, 166,
-        195, 224, 186, 148, 172, 133, 93, 130, 167, 155, 142,
+        106, 129, 152, 201, 249, 190, 131, 184, 192, 200, 100, 0, 11, 21, 253, 200, 147, 175, 202, 155, 107, 249, 209,
+        169, 154, 138, 144, 149, 119, 143, 166, 195, 224, 186, 148, 172, 133, 93, 130, 167, 155, 142,
     ];
     assert_eq!(run([3, 7], true), want);
 }

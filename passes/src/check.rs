@@ -25,8 +25,12 @@ pub(crate) fn well_formed(g: &Graph) -> Result<(), String> {
     for (v, data) in g.values.iter() {
         type_well_formed(g, &data.ty).map_err(|e| format!("type of {v}: {e}"))?;
         match data.def {
-            ValueDef::Node { node, .. } if !g.nodes.is_valid(node) => return Err(format!("{v} is defined by missing node {node}")),
-            ValueDef::Const(c) if !g.consts.is_valid(c) => return Err(format!("{v} is defined by missing constant {c}")),
+            ValueDef::Node { node, .. } if !g.nodes.is_valid(node) => {
+                return Err(format!("{v} is defined by missing node {node}"))
+            }
+            ValueDef::Const(c) if !g.consts.is_valid(c) => {
+                return Err(format!("{v} is defined by missing constant {c}"))
+            }
             _ => {}
         }
     }
@@ -69,7 +73,9 @@ fn dim_well_formed(g: &Graph, d: &Dim) -> Result<(), String> {
 pub(crate) fn op_dims(op: &kiln_ir::Op) -> Vec<&Dim> {
     use kiln_ir::Op;
     match op {
-        Op::Reshape { shape } | Op::Expand { shape } | Op::Full { shape, .. } | Op::Random { shape, .. } => shape.iter().collect(),
+        Op::Reshape { shape } | Op::Expand { shape } | Op::Full { shape, .. } | Op::Random { shape, .. } => {
+            shape.iter().collect()
+        }
         Op::Arange { len, .. } => vec![len],
         _ => Vec::new(),
     }

@@ -13,7 +13,8 @@ pub fn compact(g: &Graph) -> Result<Graph, String> {
     let mut new = Graph { symbols: g.symbols.clone(), locs: g.locs.clone(), ..Graph::default() };
     let mut map: SecondaryMap<ValueId, Option<ValueId>> = SecondaryMap::new();
     // Every operand was checked to be defined before its use, so lookups succeed.
-    let lookup = |map: &SecondaryMap<ValueId, Option<ValueId>>, v: ValueId| map[v].ok_or_else(|| format!("{v} is not defined"));
+    let lookup =
+        |map: &SecondaryMap<ValueId, Option<ValueId>>, v: ValueId| map[v].ok_or_else(|| format!("{v} is not defined"));
     for &v in &g.inputs {
         let nv = new.add_input(String::new(), g.ty(v).clone());
         new.values[nv].name = g.values[v].name.clone();

@@ -30,7 +30,9 @@ pub fn decompose(g: &mut Graph, opts: &Options) -> Result<Changed, PassError> {
 pub fn target_keeps(target: Target, op: &Op) -> bool {
     match op {
         Op::BatchNorm { .. } | Op::AdaptiveAvgPool { .. } | Op::LogSoftmax { .. } => false,
-        Op::Linear | Op::LayerNorm { .. } | Op::Softmax { .. } | Op::Attention { .. } | Op::Pool { .. } => target == Target::Cpu,
+        Op::Linear | Op::LayerNorm { .. } | Op::Softmax { .. } | Op::Attention { .. } | Op::Pool { .. } => {
+            target == Target::Cpu
+        }
         _ => true,
     }
 }
@@ -53,7 +55,13 @@ fn decompose_node(g: &mut Graph, n: NodeId, target: Target) -> Result<Rewrite, P
 /// The replacement must carry the original type. Locally inferred shapes can spell
 /// a symbolic dimension differently; the original spelling wins on a value the rule
 /// just built. A different dtype or rank is a bug in a rule.
-fn reconcile_type(g: &mut Graph, v: ValueId, want: &TensorType, first_new: ValueId, n: NodeId) -> Result<(), PassError> {
+fn reconcile_type(
+    g: &mut Graph,
+    v: ValueId,
+    want: &TensorType,
+    first_new: ValueId,
+    n: NodeId,
+) -> Result<(), PassError> {
     let got = g.ty(v);
     if got == want {
         return Ok(());
@@ -68,12 +76,24 @@ fn reconcile_type(g: &mut Graph, v: ValueId, want: &TensorType, first_new: Value
     }
     Err(PassError::new(
         PASS,
-        format!("decomposing {} produced {:?} {:?}, expected {:?} {:?}", g.describe_node(n), got.dtype, got.shape, want.dtype, want.shape),
+        format!(
+            "decomposing {} produced {:?} {:?}, expected {:?} {:?}",
+            g.describe_node(n),
+            got.dtype,
+            got.shape,
+            want.dtype,
+            want.shape
+        ),
     ))
 }
 
 /// Builds `op(inputs)` from smaller ops; `None` when no rule applies.
-pub(crate) fn expand_op(e: &mut Emitter, op: &Op, inputs: &[ValueId], out_ty: &TensorType) -> Result<Option<ValueId>, PassError> {
+pub(crate) fn expand_op(
+    e: &mut Emitter,
+    op: &Op,
+    inputs: &[ValueId],
+    out_ty: &TensorType,
+) -> Result<Option<ValueId>, PassError> {
     match op {
         Op::Linear => linear::linear(e, inputs),
         Op::BatchNorm { eps } => norm::batch_norm(e, inputs, *eps),

@@ -7,8 +7,8 @@
 //! [`simplify_shapes`] applies it to every type and shape attribute of the graph.
 
 use crate::Changed;
-use kiln_ir::{Dim, EntityRef, Graph, Op, Symbol, SymbolId, TensorType};
 use kiln_ir::PrimaryMap;
+use kiln_ir::{Dim, EntityRef, Graph, Op, Symbol, SymbolId, TensorType};
 
 /// An equivalent, simpler expression; static whenever the bounds pin it.
 pub fn simplify_dim(d: &Dim, symbols: &PrimaryMap<SymbolId, Symbol>) -> Dim {

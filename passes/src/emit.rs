@@ -25,7 +25,8 @@ impl Emitter<'_> {
 
     pub fn emit(&mut self, op: Op, inputs: Vec<ValueId>) -> Result<ValueId, PassError> {
         let operand_types: Vec<&TensorType> = inputs.iter().map(|&v| self.g.ty(v)).collect();
-        let types = kiln_ir::infer::infer_types(&self.g.symbols, &op, &operand_types).map_err(|e| PassError::new(PASS, e))?;
+        let types =
+            kiln_ir::infer::infer_types(&self.g.symbols, &op, &operand_types).map_err(|e| PassError::new(PASS, e))?;
         let Some(ty) = types.into_iter().next() else {
             return Err(PassError::new(PASS, format!("`{}` inferred no result", op.name())));
         };
@@ -45,7 +46,13 @@ impl Emitter<'_> {
         self.emit(Op::Unary(op), vec![x])
     }
 
-    pub fn reduce(&mut self, kind: kiln_ir::ReduceKind, x: ValueId, axes: Vec<usize>, keep_dims: bool) -> Result<ValueId, PassError> {
+    pub fn reduce(
+        &mut self,
+        kind: kiln_ir::ReduceKind,
+        x: ValueId,
+        axes: Vec<usize>,
+        keep_dims: bool,
+    ) -> Result<ValueId, PassError> {
         self.emit(Op::Reduce { kind, axes, keep_dims }, vec![x])
     }
 

@@ -18,7 +18,11 @@ impl Changed {
 
 impl From<bool> for Changed {
     fn from(b: bool) -> Changed {
-        if b { Changed::Yes } else { Changed::No }
+        if b {
+            Changed::Yes
+        } else {
+            Changed::No
+        }
     }
 }
 

@@ -22,7 +22,11 @@ pub(crate) fn eval(op: &Op, inputs: &[&HostTensor], out_dtype: DType, out_shape:
             out(xi.iter().zip(&yi).map(|(&i, &j)| binary(*b, x.data[i], y.data[j], x.dtype)).collect::<Option<_>>()?)
         }
         (Op::Where, [c, a, b]) => {
-            let (ci, ai, bi) = (broadcast_index(&c.shape, out_shape)?, broadcast_index(&a.shape, out_shape)?, broadcast_index(&b.shape, out_shape)?);
+            let (ci, ai, bi) = (
+                broadcast_index(&c.shape, out_shape)?,
+                broadcast_index(&a.shape, out_shape)?,
+                broadcast_index(&b.shape, out_shape)?,
+            );
             out((0..numel).map(|k| if c.data[ci[k]] != 0.0 { a.data[ai[k]] } else { b.data[bi[k]] }).collect())
         }
         (Op::Cast { .. }, [x]) => out(x.data.iter().map(|&v| cast(v, out_dtype)).collect()),
@@ -35,7 +39,9 @@ pub(crate) fn eval(op: &Op, inputs: &[&HostTensor], out_dtype: DType, out_shape:
         (Op::Reduce { kind, axes, .. }, [x]) => out(reduce(x, *kind, axes, numel)?),
         (Op::MatMul, [a, b]) => out(matmul(a, b)?),
         (Op::Full { value, .. }, []) => out(vec![cast(*value, out_dtype); numel]),
-        (Op::Arange { start, step, .. }, []) => out((0..numel).map(|i| cast(start + step * i as f64, out_dtype)).collect()),
+        (Op::Arange { start, step, .. }, []) => {
+            out((0..numel).map(|i| cast(start + step * i as f64, out_dtype)).collect())
+        }
         _ => None,
     }
 }
@@ -73,7 +79,13 @@ fn unary(op: UnaryOp, x: f64) -> Option<f64> {
         UnaryOp::Rsqrt => 1.0 / x.sqrt(),
         UnaryOp::Reciprocal => 1.0 / x,
         // NaN passes through, as in torch.
-        UnaryOp::Relu => if x > 0.0 || x.is_nan() { x } else { 0.0 },
+        UnaryOp::Relu => {
+            if x > 0.0 || x.is_nan() {
+                x
+            } else {
+                0.0
+            }
+        }
         UnaryOp::Sigmoid => sigmoid(x),
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::GeluTanh => {
@@ -86,7 +98,15 @@ fn unary(op: UnaryOp, x: f64) -> Option<f64> {
         UnaryOp::Floor => x.floor(),
         UnaryOp::Ceil => x.ceil(),
         UnaryOp::Round => x.round_ties_even(),
-        UnaryOp::Sign => if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x },
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }
         UnaryOp::Not => (x == 0.0) as u8 as f64,
         // No erf in std; an approximation would make folded and run-time results differ.
         UnaryOp::Erf | UnaryOp::Gelu => return None,
@@ -124,8 +144,20 @@ fn binary(op: BinaryOp, a: f64, b: f64, dtype: DType) -> Option<f64> {
         // Python remainder: the sign follows the divisor.
         BinaryOp::Rem => a - b * (a / b).floor(),
         BinaryOp::Pow => a.powf(b),
-        BinaryOp::Max => if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) },
-        BinaryOp::Min => if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) },
+        BinaryOp::Max => {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.max(b)
+            }
+        }
+        BinaryOp::Min => {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.min(b)
+            }
+        }
         BinaryOp::Eq => flag(a == b),
         BinaryOp::Ne => flag(a != b),
         BinaryOp::Lt => flag(a < b),
@@ -225,7 +257,8 @@ fn slice(x: &HostTensor, axis: usize, start: i64, step: i64, out_shape: &[usize]
     let st = strides(&x.shape);
     let mut data = Vec::new();
     for_each_index(out_shape, |idx| {
-        let lin: usize = idx.iter().enumerate().map(|(a, &i)| if a == axis { start + i * step } else { i } * st[a]).sum();
+        let lin: usize =
+            idx.iter().enumerate().map(|(a, &i)| if a == axis { start + i * step } else { i } * st[a]).sum();
         data.push(x.data[lin]);
     });
     Some(data)
@@ -234,7 +267,8 @@ fn slice(x: &HostTensor, axis: usize, start: i64, step: i64, out_shape: &[usize]
 fn concat(xs: &[&HostTensor], axis: usize, out_shape: &[usize]) -> Option<Vec<f64>> {
     let outer: usize = out_shape.get(..axis)?.iter().product();
     let mut data = Vec::with_capacity(out_shape.iter().product());
-    let chunks: Vec<usize> = xs.iter().map(|x| x.shape.get(axis..).map(|s| s.iter().product())).collect::<Option<_>>()?;
+    let chunks: Vec<usize> =
+        xs.iter().map(|x| x.shape.get(axis..).map(|s| s.iter().product())).collect::<Option<_>>()?;
     for o in 0..outer {
         for (x, &chunk) in xs.iter().zip(&chunks) {
             data.extend_from_slice(x.data.get(o * chunk..(o + 1) * chunk)?);
@@ -263,7 +297,8 @@ fn reduce(x: &HostTensor, kind: ReduceKind, axes: &[usize], numel: usize) -> Opt
     let kept_strides = strides(&kept);
     let mut lin = 0;
     for_each_index(&x.shape, |idx| {
-        let o: usize = idx.iter().zip(&kept).zip(&kept_strides).map(|((&i, &k), &s)| if k == 1 { 0 } else { i * s }).sum();
+        let o: usize =
+            idx.iter().zip(&kept).zip(&kept_strides).map(|((&i, &k), &s)| if k == 1 { 0 } else { i * s }).sum();
         let v = x.data[lin];
         lin += 1;
         acc[o] = match kind {

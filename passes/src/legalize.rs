@@ -61,12 +61,16 @@ fn legalize_node(g: &mut Graph, n: NodeId) -> Result<Rewrite, PassError> {
     // An index output (max pooling's indices) is i64 whatever the compute
     // dtype: only the input is cast.
     if matches!(op, Op::Pool { kind: PoolKind::ArgMax, .. }) {
-        let cast = g.push(Op::Cast { to: compute }, vec![first], TensorType::new(compute, g.ty(first).shape.clone()), loc);
+        let cast =
+            g.push(Op::Cast { to: compute }, vec![first], TensorType::new(compute, g.ty(first).shape.clone()), loc);
         let wide = g.push(op, vec![cast], out_ty, loc);
         return Ok(Rewrite::Replace(vec![wide]));
     }
     if out_ty.dtype != dtype {
-        return Err(PassError::new(PASS, format!("{}: output dtype {} differs from input {dtype}", g.describe_node(n), out_ty.dtype)));
+        return Err(PassError::new(
+            PASS,
+            format!("{}: output dtype {} differs from input {dtype}", g.describe_node(n), out_ty.dtype),
+        ));
     }
     let cast_inputs = inputs
         .iter()

@@ -114,13 +114,23 @@ fn plan_graph(g: &Graph, opts: &MemoryOptions, external_inputs: bool) -> Result<
         let lp = plan_loop(cond, body, *carried, opts)?;
         let padded = lp.size.div_ceil(align).saturating_mul(align);
         let value = node.outputs.first().copied().unwrap_or(ValueId::new(0));
-        buffers.push(Buffer { value, region: Some(n), members: Vec::new(), first: step, last: step, size: lp.size, padded });
+        buffers.push(Buffer {
+            value,
+            region: Some(n),
+            members: Vec::new(),
+            first: step,
+            last: step,
+            size: lp.size,
+            padded,
+        });
         loops.insert(n, lp);
     }
     let peak_live_bytes = peak_live(&buffers, g.order.len());
 
     // Largest first; ties by definition order for a deterministic plan.
-    buffers.sort_by(|a, b| b.padded.cmp(&a.padded).then(a.first.cmp(&b.first)).then(a.value.index().cmp(&b.value.index())));
+    buffers.sort_by(|a, b| {
+        b.padded.cmp(&a.padded).then(a.first.cmp(&b.first)).then(a.value.index().cmp(&b.value.index()))
+    });
     let mut placed: Vec<(usize, usize, u64, u64)> = Vec::new(); // (first, last, offset, padded)
     let mut plan = MemoryPlan { peak_live_bytes, ..MemoryPlan::default() };
     for b in &buffers {
@@ -227,7 +237,15 @@ fn buffers(g: &Graph, align: u64, alias: bool, external_inputs: bool) -> Result<
             None => {
                 index_of[r] = Some(out.len());
                 let padded = size.div_ceil(align).saturating_mul(align);
-                out.push(Buffer { value: v, region: None, members: vec![(v, size)], first: f, last: l.max(f), size, padded });
+                out.push(Buffer {
+                    value: v,
+                    region: None,
+                    members: vec![(v, size)],
+                    first: f,
+                    last: l.max(f),
+                    size,
+                    padded,
+                });
             }
         }
     }
@@ -271,7 +289,8 @@ fn upper_bound_bytes(g: &Graph, v: ValueId) -> Result<u64, PassError> {
 fn unbounded(g: &Graph, v: ValueId, d: &Dim) -> PassError {
     let mut syms = Vec::new();
     d.collect_symbols(&mut syms);
-    let names: Vec<String> = syms.iter().filter(|&&s| g.symbols[s].max.is_none()).map(|&s| g.symbols[s].name.clone()).collect();
+    let names: Vec<String> =
+        syms.iter().filter(|&&s| g.symbols[s].max.is_none()).map(|&s| g.symbols[s].name.clone()).collect();
     let name = g.values[v].name.as_deref().map(|n| format!(" (`{n}`)")).unwrap_or_default();
     PassError::new(
         PASS,
@@ -336,11 +355,23 @@ fn check_graph_plan(g: &Graph, plan: &MemoryPlan, external_inputs: bool) -> Resu
         }
         for (j, s) in lp.swap.iter().enumerate().take(*carried) {
             if let Some(s) = s.filter(|s| s.offset < lp.body.arena_bytes || s.offset.saturating_add(s.size) > lp.size) {
-                errors.push(format!("loop {n} swap slot {j} [{}..{}) is not between the body's values and the region's end", s.offset, s.offset + s.size));
+                errors.push(format!(
+                    "loop {n} swap slot {j} [{}..{}) is not between the body's values and the region's end",
+                    s.offset,
+                    s.offset + s.size
+                ));
             }
         }
         let value = g.nodes[n].outputs.first().copied().unwrap_or(ValueId::new(0));
-        buffers.push(Buffer { value, region: Some(n), members: Vec::new(), first: step, last: step, size: lp.size, padded: lp.size });
+        buffers.push(Buffer {
+            value,
+            region: Some(n),
+            members: Vec::new(),
+            first: step,
+            last: step,
+            size: lp.size,
+            padded: lp.size,
+        });
     }
     for b in &buffers {
         if let Some(n) = b.region {
@@ -350,10 +381,16 @@ fn check_graph_plan(g: &Graph, plan: &MemoryPlan, external_inputs: bool) -> Resu
         }
         match plan.slots[b.value] {
             None => errors.push(format!("{} has no slot", b.value)),
-            Some(s) if s.size < b.size => errors.push(format!("{} needs {} bytes, slot holds {}", b.value, b.size, s.size)),
-            Some(s) if s.offset.saturating_add(s.size) > plan.arena_bytes => {
-                errors.push(format!("{} slot {}..{} exceeds the arena ({} bytes)", b.value, s.offset, s.offset + s.size, plan.arena_bytes))
+            Some(s) if s.size < b.size => {
+                errors.push(format!("{} needs {} bytes, slot holds {}", b.value, b.size, s.size))
             }
+            Some(s) if s.offset.saturating_add(s.size) > plan.arena_bytes => errors.push(format!(
+                "{} slot {}..{} exceeds the arena ({} bytes)",
+                b.value,
+                s.offset,
+                s.offset + s.size,
+                plan.arena_bytes
+            )),
             Some(s) => slotted.push((b.value, b.first, b.last, s)),
         }
     }
@@ -361,7 +398,8 @@ fn check_graph_plan(g: &Graph, plan: &MemoryPlan, external_inputs: bool) -> Resu
     for (i, &(a, a_first, a_last, sa)) in slotted.iter().enumerate() {
         for &(b, b_first, b_last, sb) in &slotted[i + 1..] {
             let live_together = a_first <= b_last && b_first <= a_last;
-            let overlap = sa.size > 0 && sb.size > 0 && sa.offset < sb.offset + sb.size && sb.offset < sa.offset + sa.size;
+            let overlap =
+                sa.size > 0 && sb.size > 0 && sa.offset < sb.offset + sb.size && sb.offset < sa.offset + sa.size;
             // A loop's region stands in the list under its first result's
             // id, and must not overlap that result: `a != b` keeps it apart.
             let view_of_same_buffer = group(a) == group(b) && sa == sb && a != b;
@@ -378,5 +416,9 @@ fn check_graph_plan(g: &Graph, plan: &MemoryPlan, external_inputs: bool) -> Resu
             }
         }
     }
-    if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
 }

@@ -1,7 +1,9 @@
 //! The pass manager: a list of passes run in order, with an optional verifier
 //! between them and a report of what each did.
 
-use crate::{dce, decompose, fold_constants, fuse_conv_affine, legalize_dtypes, simplify, verify_graph, Changed, PassError};
+use crate::{
+    dce, decompose, fold_constants, fuse_conv_affine, legalize_dtypes, simplify, verify_graph, Changed, PassError,
+};
 use kiln_ir::{Graph, Op};
 use std::fmt;
 
@@ -89,8 +91,7 @@ pub fn default_pipeline(target: Target) -> Vec<Pass> {
         FUSE,
         // Composites whose kernels lack the dtype compute through casts (f16/bf16
         // in f32, as PyTorch's CPU kernels do).
-        LEGALIZE,
-        DCE,
+        LEGALIZE, DCE,
     ]
 }
 
@@ -149,7 +150,8 @@ fn run_on_regions(g: &mut Graph, passes: &[Pass], opts: &Options) -> Result<(), 
         let n = g.order[i];
         let Some(Op::While { cond, body, .. }) = g.nodes.get_mut(n).map(|node| &mut node.op) else { continue };
         for (name, region) in [("cond", cond), ("body", body)] {
-            run_pipeline(region, passes, opts).map_err(|e| PassError::new(e.pass, format!("in a loop's `{name}`: {}", e.message)))?;
+            run_pipeline(region, passes, opts)
+                .map_err(|e| PassError::new(e.pass, format!("in a loop's `{name}`: {}", e.message)))?;
         }
     }
     Ok(())

@@ -38,7 +38,9 @@ fn linear_kept_on_cpu_decomposed_on_primitive() {
     decompose(&mut structural, &opts(Target::Primitive)).unwrap();
     assert_eq!(ops(&structural), ["permute", "matmul", "add"]);
     let (x, w, b) = (&d[0], &d[1], &d[2]);
-    let want: Vec<f32> = (0..2).flat_map(|i| (0..4).map(move |j| (0..3).map(|k| x[i * 3 + k] * w[j * 3 + k]).sum::<f32>() + b[j])).collect();
+    let want: Vec<f32> = (0..2)
+        .flat_map(|i| (0..4).map(move |j| (0..3).map(|k| x[i * 3 + k] * w[j * 3 + k]).sum::<f32>() + b[j]))
+        .collect();
     assert_close(&evaluate(g, Target::Primitive), &want, 1e-5);
 }
 
@@ -69,7 +71,8 @@ fn batch_norm_with_constant_params_is_mul_add_on_every_target() {
         }
     }
     // Numerically (var made positive by the reference's abs; data are in [-1, 1)).
-    let (mut g, mut d) = single_op(Op::BatchNorm { eps: 1e-5 }, &[&[2, 3, 2, 2], &[3], &[3], &[3], &[3]], &[2, 3, 2, 2], 7);
+    let (mut g, mut d) =
+        single_op(Op::BatchNorm { eps: 1e-5 }, &[&[2, 3, 2, 2], &[3], &[3], &[3], &[3]], &[2, 3, 2, 2], 7);
     d[2] = d[2].iter().map(|v| v.abs()).collect();
     let var_abs = const_f32(&mut g, &[3], &d[2]);
     let bn = g.order[0];
@@ -136,12 +139,27 @@ fn softmax_and_log_softmax() {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn attention_reference(q: &[f32], k: &[f32], v: &[f32], l: usize, s: usize, e: usize, ev: usize, keep: impl Fn(usize, usize) -> bool) -> Vec<f32> {
+fn attention_reference(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+    keep: impl Fn(usize, usize) -> bool,
+) -> Vec<f32> {
     let scale = 1.0 / (e as f32).sqrt();
     let mut out = Vec::new();
     for i in 0..l {
         let scores: Vec<f32> = (0..s)
-            .map(|j| if keep(i, j) { (0..e).map(|t| q[i * e + t] * k[j * e + t]).sum::<f32>() * scale } else { f32::NEG_INFINITY })
+            .map(|j| {
+                if keep(i, j) {
+                    (0..e).map(|t| q[i * e + t] * k[j * e + t]).sum::<f32>() * scale
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
             .collect();
         let p = softmax_reference(&scores, 1, s, 1, false);
         out.extend((0..ev).map(|c| (0..s).map(|j| p[j] * v[j * ev + c]).sum::<f32>()));
@@ -169,7 +187,8 @@ fn attention_with_bool_mask() {
     let vv = const_f32(&mut g, &[3, 5], &v);
     let keep = |i: usize, j: usize| (i + j).is_multiple_of(2) || j == 0;
     let mask_bytes: Vec<u8> = (0..6).map(|idx| keep(idx / 3, idx % 3) as u8).collect();
-    let mask = g.add_const(None, kiln_ir::TensorType::fixed(DType::Bool, &[2, 3]), kiln_ir::ConstBytes::owned(mask_bytes));
+    let mask =
+        g.add_const(None, kiln_ir::TensorType::fixed(DType::Bool, &[2, 3]), kiln_ir::ConstBytes::owned(mask_bytes));
     let y = push(&mut g, Op::Attention { causal: false, scale: None }, vec![qv, kv, vv, mask], &[2, 5]);
     g.add_output("y", y);
     assert_close(&evaluate(g, Target::Primitive), &attention_reference(&q, &k, &v, 2, 3, 4, 5, keep), 1e-5);
@@ -186,7 +205,9 @@ fn adaptive_avg_pool() {
     let mut cpu = g.clone();
     decompose(&mut cpu, &opts(Target::Cpu)).unwrap();
     assert_eq!(ops(&cpu), ["avg_pool"]);
-    assert!(matches!(&cpu.nodes[cpu.order[0]].op, Op::Pool { kind: PoolKind::Avg, kernel, stride, .. } if kernel == &[2, 2] && stride == &[2, 2]));
+    assert!(
+        matches!(&cpu.nodes[cpu.order[0]].op, Op::Pool { kind: PoolKind::Avg, kernel, stride, .. } if kernel == &[2, 2] && stride == &[2, 2])
+    );
     let mut prim = g.clone();
     decompose(&mut prim, &opts(Target::Primitive)).unwrap();
     assert_eq!(ops(&prim), ["reshape", "reduce_mean"]);
@@ -205,7 +226,16 @@ fn conv_and_non_tiling_pools_stay() {
     let conv = Op::Conv { stride: vec![1], padding: vec![0], dilation: vec![1], groups: 1 };
     let (mut g, _) = single_op(conv, &[&[1, 2, 5], &[3, 2, 3]], &[1, 3, 3], 1);
     assert_eq!(decompose(&mut g, &opts(Target::Primitive)).unwrap(), Changed::No);
-    let pool = Op::Pool { kind: PoolKind::Max, kernel: vec![3], stride: vec![1], padding: vec![1], dilation: vec![1], ceil_mode: false, count_include_pad: true, divisor: None };
+    let pool = Op::Pool {
+        kind: PoolKind::Max,
+        kernel: vec![3],
+        stride: vec![1],
+        padding: vec![1],
+        dilation: vec![1],
+        ceil_mode: false,
+        count_include_pad: true,
+        divisor: None,
+    };
     let (mut g, _) = single_op(pool, &[&[1, 2, 5]], &[1, 2, 5], 1);
     assert_eq!(decompose(&mut g, &opts(Target::Primitive)).unwrap(), Changed::No);
 }

@@ -5,7 +5,10 @@
 
 use kiln_ir::filetest::{run_dir, FileTest};
 use kiln_ir::Graph;
-use kiln_passes::{compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, LEGALIZE, SIMPLIFY};
+use kiln_passes::{
+    compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, LEGALIZE,
+    SIMPLIFY,
+};
 use std::path::Path;
 
 fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {

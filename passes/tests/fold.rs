@@ -42,8 +42,18 @@ fn shape_arithmetic_on_i64_folds() {
 #[test]
 fn full_arange_and_comparisons_fold() {
     let mut g = Graph::new();
-    let ar = g.push(Op::Arange { start: 0.0, step: 1.0, len: 4.into(), dtype: DType::I64 }, vec![], TensorType::fixed(DType::I64, &[4]), None);
-    let two = g.push(Op::Full { value: 2.0, dtype: DType::I64, shape: vec![] }, vec![], TensorType::fixed(DType::I64, &[]), None);
+    let ar = g.push(
+        Op::Arange { start: 0.0, step: 1.0, len: 4.into(), dtype: DType::I64 },
+        vec![],
+        TensorType::fixed(DType::I64, &[4]),
+        None,
+    );
+    let two = g.push(
+        Op::Full { value: 2.0, dtype: DType::I64, shape: vec![] },
+        vec![],
+        TensorType::fixed(DType::I64, &[]),
+        None,
+    );
     let lt = g.push(Op::Binary(BinaryOp::Lt), vec![ar, two], TensorType::fixed(DType::Bool, &[4]), None);
     let not = g.push(Op::Unary(UnaryOp::Not), vec![lt], TensorType::fixed(DType::Bool, &[4]), None);
     g.add_output("m", not);
@@ -98,7 +108,12 @@ fn slices_and_where_fold() {
     let mut g = Graph::new();
     let a = const_f32(&mut g, &[2, 4], &[0., 1., 2., 3., 4., 5., 6., 7.]);
     let s = push(&mut g, Op::Slice { axis: 1, start: 1, end: i64::MAX, step: 2 }, vec![a], &[2, 2]);
-    let cond = g.push(Op::Full { value: 1.0, dtype: DType::Bool, shape: vec![2.into(), 1.into()] }, vec![], TensorType::fixed(DType::Bool, &[2, 1]), None);
+    let cond = g.push(
+        Op::Full { value: 1.0, dtype: DType::Bool, shape: vec![2.into(), 1.into()] },
+        vec![],
+        TensorType::fixed(DType::Bool, &[2, 1]),
+        None,
+    );
     let zero = const_f32(&mut g, &[], &[0.0]);
     let w = push(&mut g, Op::Where, vec![cond, s, zero], &[2, 2]);
     g.add_output("w", w);
@@ -120,7 +135,12 @@ fn symbolic_shapes_become_static() {
 
     // A reshape whose target shape only becomes static after shape folding.
     let x = g.add_input("x", TensorType::new(DType::F32, vec![Dim::Sym(pinned), 2.into()]));
-    let r = g.push(Op::Reshape { shape: vec![six] }, vec![x], TensorType::new(DType::F32, vec![Dim::Add(Box::new(Dim::Sym(pinned)), Box::new(3.into()))]), None);
+    let r = g.push(
+        Op::Reshape { shape: vec![six] },
+        vec![x],
+        TensorType::new(DType::F32, vec![Dim::Add(Box::new(Dim::Sym(pinned)), Box::new(3.into()))]),
+        None,
+    );
     g.add_output("r", r);
     assert_eq!(fold_constants(&mut g, &opts(Target::Cpu)).unwrap(), Changed::Yes);
     assert_eq!(g.ty(x), &f32_ty(&[3, 2]));

@@ -84,7 +84,11 @@ fn random_graph(rng: &mut Rng) -> Graph {
     let mut values: Vec<ValueId> = Vec::new();
     let ty = |rng: &mut Rng| {
         let d = 1 + rng.below(300) as i64;
-        if rng.below(4) == 0 { TensorType::new(DType::F32, vec![Dim::Sym(sym), d.into()]) } else { f32_ty(&[d]) }
+        if rng.below(4) == 0 {
+            TensorType::new(DType::F32, vec![Dim::Sym(sym), d.into()])
+        } else {
+            f32_ty(&[d])
+        }
     };
     for i in 0..1 + rng.below(3) {
         let t = ty(rng);
@@ -167,7 +171,10 @@ fn reshapes_of_activations_share_their_input_slot() {
     assert_eq!(plan.slots[a], plan.slots[r1]);
     assert_eq!(plan.slots[a], plan.slots[r2]);
     let (sa, sb) = (plan.slots[a].unwrap(), plan.slots[b].unwrap());
-    assert!(sa.offset + sa.size <= sb.offset || sb.offset + sb.size <= sa.offset, "the view's buffer is read by the last relu");
+    assert!(
+        sa.offset + sa.size <= sb.offset || sb.offset + sb.size <= sa.offset,
+        "the view's buffer is read by the last relu"
+    );
     // Without aliasing every reshape gets a buffer of its own.
     let unaliased = plan_memory(&g, &MemoryOptions { alias_reshapes: false, ..MemoryOptions::default() }).unwrap();
     check_plan(&g, &unaliased).unwrap();

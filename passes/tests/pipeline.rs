@@ -8,7 +8,9 @@ use kiln_passes::{default_pipeline, run_pipeline, Changed, Options, Pass, PassEr
 fn model() -> Graph {
     let mut g = Graph::new();
     let x = g.add_input("x", f32_ty(&[2, 4, 3, 3]));
-    let params: Vec<_> = (0..4).map(|i| const_f32(&mut g, &[4], &data(4, i).iter().map(|v| v.abs() + 0.1).collect::<Vec<_>>())).collect();
+    let params: Vec<_> = (0..4)
+        .map(|i| const_f32(&mut g, &[4], &data(4, i).iter().map(|v| v.abs() + 0.1).collect::<Vec<_>>()))
+        .collect();
     let bn = push(&mut g, Op::BatchNorm { eps: 1e-5 }, [vec![x], params].concat(), &[2, 4, 3, 3]);
     let r = push(&mut g, Op::Unary(UnaryOp::Relu), vec![bn], &[2, 4, 3, 3]);
     let p = push(&mut g, Op::AdaptiveAvgPool { output: vec![1, 1] }, vec![r], &[2, 4, 1, 1]);
@@ -34,12 +36,30 @@ fn cpu_pipeline() {
     println!("{report}");
     assert_eq!(
         ops(&g),
-        ["mul", "add", "relu", "reduce_mean", "reshape", "linear", "matmul", "add", "reduce_max", "sub", "exp", "reduce_sum", "log", "sub"]
+        [
+            "mul",
+            "add",
+            "relu",
+            "reduce_mean",
+            "reshape",
+            "linear",
+            "matmul",
+            "add",
+            "reduce_max",
+            "sub",
+            "exp",
+            "reduce_sum",
+            "log",
+            "sub"
+        ]
     );
     // The transposed weight was folded into a constant.
     let mm = g.order.iter().find(|&&n| g.nodes[n].op == Op::MatMul).unwrap();
     assert!(g.const_of(g.nodes[*mm].inputs[1]).is_some());
-    assert_eq!(report.passes.iter().map(|p| p.name).collect::<Vec<_>>(), ["cleanup", "decompose", "cleanup", "fuse", "legalize", "dce"]);
+    assert_eq!(
+        report.passes.iter().map(|p| p.name).collect::<Vec<_>>(),
+        ["cleanup", "decompose", "cleanup", "fuse", "legalize", "dce"]
+    );
     assert_eq!(report.passes[1].changed, Changed::Yes);
 }
 

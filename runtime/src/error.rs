@@ -11,7 +11,9 @@ pub enum Error {
     /// `supported` is (major, oldest minor, newest minor).
     #[error("artifact format {}.{} is not supported by this runtime (reads {}.{} to {}.{}; recompile the model with a matching kiln)", found.0, found.1, supported.0, supported.1, supported.0, supported.2)]
     Version { found: (u16, u16), supported: (u16, u16, u16) },
-    #[error("checksum mismatch in section `{section}`: stored {expected:#010x}, computed {found:#010x} (file corrupted?)")]
+    #[error(
+        "checksum mismatch in section `{section}`: stored {expected:#010x}, computed {found:#010x} (file corrupted?)"
+    )]
     Checksum { section: String, expected: u32, found: u32 },
     #[error("invalid plan: {0}")]
     Plan(String),

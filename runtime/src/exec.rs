@@ -26,7 +26,13 @@ impl Usizes {
 
 /// Runs one instruction. `in_place` says the first operand shares the output's
 /// storage (a reshape the planner aliased), which makes `Copy` a no-op.
-pub(crate) fn dispatch(kernel: &Kernel, ins: &[TensorRef<'_>], out: TensorMut<'_>, in_place: bool, scratch: &mut Scratch) -> Result<()> {
+pub(crate) fn dispatch(
+    kernel: &Kernel,
+    ins: &[TensorRef<'_>],
+    out: TensorMut<'_>,
+    in_place: bool,
+    scratch: &mut Scratch,
+) -> Result<()> {
     // Operand counts were validated at load; `opt` reads trailing optionals.
     let opt = |i: usize| ins.get(i).copied();
     match kernel {
@@ -43,18 +49,29 @@ pub(crate) fn dispatch(kernel: &Kernel, ins: &[TensorRef<'_>], out: TensorMut<'_
             k::conv(ins[0], ins[1], opt(2), &params, out, scratch)
         }
         Kernel::BatchNorm { eps } => k::batch_norm(ins[0], ins[1], ins[2], ins[3], ins[4], *eps, out),
-        Kernel::LayerNorm { normalized_rank, eps } => k::layer_norm(ins[0], opt(1), opt(2), *normalized_rank as usize, *eps, out),
+        Kernel::LayerNorm { normalized_rank, eps } => {
+            k::layer_norm(ins[0], opt(1), opt(2), *normalized_rank as usize, *eps, out)
+        }
         Kernel::Softmax { axis, log } => k::softmax(ins[0], *axis as usize, *log, out),
         Kernel::Reduce { kind, axes } => k::reduce(*kind, ins[0], Usizes::of(axes).get(), out),
         Kernel::ArgMax { axis } => k::argmax(ins[0], *axis as usize, out),
         Kernel::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor } => {
             let (kk, s, p, d) = (Usizes::of(kernel), Usizes::of(stride), Usizes::of(padding), Usizes::of(dilation));
             let (count_include_pad, divisor) = (*count_include_pad, *divisor);
-            let params = PoolParams { kernel: kk.get(), stride: s.get(), padding: p.get(), dilation: d.get(), count_include_pad, divisor };
+            let params = PoolParams {
+                kernel: kk.get(),
+                stride: s.get(),
+                padding: p.get(),
+                dilation: d.get(),
+                count_include_pad,
+                divisor,
+            };
             k::pool(*kind, ins[0], &params, out)
         }
         Kernel::AdaptiveAvgPool => k::adaptive_avg_pool(ins[0], out),
-        Kernel::Attention { causal, scale } => k::attention(ins[0], ins[1], ins[2], opt(3), *causal, *scale, out, scratch),
+        Kernel::Attention { causal, scale } => {
+            k::attention(ins[0], ins[1], ins[2], opt(3), *causal, *scale, out, scratch)
+        }
         Kernel::Copy if in_place => Ok(()),
         Kernel::Copy => k::copy(ins[0], out),
         Kernel::Expand => k::expand(ins[0], out),
@@ -70,13 +87,16 @@ pub(crate) fn dispatch(kernel: &Kernel, ins: &[TensorRef<'_>], out: TensorMut<'_
         Kernel::Arange { start, step } => k::arange(*start, *step, out),
         Kernel::CumSum { axis } => k::cumsum(ins[0], *axis as usize, out),
         Kernel::ArgMin { axis } => k::argmin(ins[0], *axis as usize, out),
-        Kernel::Sort { axis, descending, indices } => k::sort(ins[0], *axis as usize, *descending, *indices, out, scratch),
+        Kernel::Sort { axis, descending, indices } => {
+            k::sort(ins[0], *axis as usize, *descending, *indices, out, scratch)
+        }
         Kernel::Pad { lo, hi, interior, mode, value } => {
             k::pad(ins[0], &k::PadParams { lo, hi, interior, mode: *mode, value: *value }, out)
         }
         Kernel::Flip { axes } => k::flip(ins[0], Usizes::of(axes).get(), out),
         Kernel::Resize { mode, align_corners, spatial, scales } => {
-            let params = k::ResizeParams { mode: *mode, align_corners: *align_corners, spatial: *spatial as usize, scales };
+            let params =
+                k::ResizeParams { mode: *mode, align_corners: *align_corners, spatial: *spatial as usize, scales };
             k::resize(ins[0], &params, out)
         }
         Kernel::GatherElements { axis } => k::gather_elements(ins[0], ins[1], *axis as usize, out),
@@ -84,7 +104,9 @@ pub(crate) fn dispatch(kernel: &Kernel, ins: &[TensorRef<'_>], out: TensorMut<'_
             k::scatter_elements(ins[0], ins[1], ins[2], *axis as usize, *reduce, *include_self, out, scratch)
         }
         Kernel::IndexGather { axis } => k::index_gather(ins[0], &ins[1..], *axis as usize, out, scratch),
-        Kernel::IndexPut { axis, accumulate } => k::index_put(ins[0], ins[1], &ins[2..], *axis as usize, *accumulate, out, scratch),
+        Kernel::IndexPut { axis, accumulate } => {
+            k::index_put(ins[0], ins[1], &ins[2..], *axis as usize, *accumulate, out, scratch)
+        }
         Kernel::NonZero => k::nonzero(ins[0], out),
         // The session runs random instructions itself: they need its seed
         // and call count, which no other kernel sees.

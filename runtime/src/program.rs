@@ -82,7 +82,14 @@ impl Program {
             None => None,
         };
         validate_plan(&plan, container.weights.len() as u64, accel.as_ref())?;
-        Ok(Arc::new(Program { weights: container.weights, plan, metadata, accel, format_minor: container.minor, backing }))
+        Ok(Arc::new(Program {
+            weights: container.weights,
+            plan,
+            metadata,
+            accel,
+            format_minor: container.minor,
+            backing,
+        }))
     }
 
     /// A new session with its own arena, on kiln's CPU kernels.

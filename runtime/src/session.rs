@@ -37,7 +37,8 @@ impl Tensor {
 
     /// The elements as f32, when the dtype is f32.
     pub fn to_f32(&self) -> Option<Vec<f32>> {
-        (self.dtype == DType::F32).then(|| self.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        (self.dtype == DType::F32)
+            .then(|| self.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 }
 
@@ -198,7 +199,8 @@ impl Session {
         if inputs.len() != plan.inputs.len() {
             return Err(Error::Shape(format!("expected {} inputs, got {}", plan.inputs.len(), inputs.len())));
         }
-        let input_err = |index: usize, detail: String| Error::Input { index, name: plan.inputs[index].name.clone(), detail };
+        let input_err =
+            |index: usize, detail: String| Error::Input { index, name: plan.inputs[index].name.clone(), detail };
         // Pass 1: dtypes, ranks, and bind symbols from plain symbolic dims.
         self.bound.iter_mut().for_each(|b| *b = false);
         for (i, (io, x)) in plan.inputs.iter().zip(inputs).enumerate() {
@@ -207,7 +209,10 @@ impl Session {
                 return Err(input_err(i, format!("dtype is {}, expected {}", x.dtype, decl.dtype)));
             }
             if x.shape.len() != decl.shape.len() {
-                return Err(input_err(i, format!("rank is {} (shape {:?}), expected {}", x.shape.len(), x.shape, decl.shape.len())));
+                return Err(input_err(
+                    i,
+                    format!("rank is {} (shape {:?}), expected {}", x.shape.len(), x.shape, decl.shape.len()),
+                ));
             }
             let numel = x.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
             if numel.and_then(|n| n.checked_mul(x.dtype.size_bytes())) != Some(x.data.len()) {
@@ -221,7 +226,10 @@ impl Session {
                         if actual < sym.min || actual > sym.max {
                             return Err(input_err(
                                 i,
-                                format!("dimension {axis} is {actual}, outside the range [{}, {}] of `{}`", sym.min, sym.max, sym.name),
+                                format!(
+                                    "dimension {axis} is {actual}, outside the range [{}, {}] of `{}`",
+                                    sym.min, sym.max, sym.name
+                                ),
                             ));
                         }
                         self.sym_vals[s as usize] = actual;
@@ -244,7 +252,11 @@ impl Session {
                 if rest < 0 || rest % k as i128 != 0 {
                     return Err(input_err(
                         i,
-                        format!("dimension {axis} is {actual}, which is not {} for any value of `{}`", self.program.dim_string(*d), sym.name),
+                        format!(
+                            "dimension {axis} is {actual}, which is not {} for any value of `{}`",
+                            self.program.dim_string(*d),
+                            sym.name
+                        ),
                     ));
                 }
                 let v = (rest / k as i128) as u64;
@@ -318,7 +330,9 @@ impl Session {
             // planner bug can never turn into an out-of-bounds write.
             if let Storage::Arena { max_bytes, .. } = decl.storage {
                 if bytes > max_bytes {
-                    return Err(Error::Shape(format!("tensor {t} needs {bytes} bytes, more than its {max_bytes}-byte slot")));
+                    return Err(Error::Shape(format!(
+                        "tensor {t} needs {bytes} bytes, more than its {max_bytes}-byte slot"
+                    )));
                 }
             }
         }
@@ -417,7 +431,10 @@ impl Session {
             if let Kernel::BindDim { symbol } = instr.kernel {
                 // Validated: one 0-d i64 operand.
                 let count = view(instr.inputs[0]);
-                let value = count.data.get(..8).map_or(0, |b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]));
+                let value = count
+                    .data
+                    .get(..8)
+                    .map_or(0, |b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]));
                 record(profile, index, started);
                 return Ok(Some(Stop::Bind(BindStop { index, symbol, value })));
             }
@@ -459,7 +476,8 @@ impl Session {
             };
             // SAFETY: as for `view`; validation guarantees this range overlaps no operand.
             let out_data = unsafe { std::slice::from_raw_parts_mut(arena_ptr.add(offset as usize), tensor_len(out_t)) };
-            let out = TensorMut { dtype: decl.dtype, shape: &shapes[shape_at[out_t]..shape_at[out_t + 1]], data: out_data };
+            let out =
+                TensorMut { dtype: decl.dtype, shape: &shapes[shape_at[out_t]..shape_at[out_t + 1]], data: out_data };
             let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
             operands.extend(instr.inputs.iter().map(|&t| view(t)));
             let same_storage = instr.inputs.first().is_some_and(|&i| plan.tensors[i as usize].storage == decl.storage);

@@ -66,7 +66,10 @@ pub(crate) fn validate_plan(plan: &Plan, weights_len: u64, accel: Option<&AccelP
         for &t in instr.inputs.iter().chain(&instr.outputs) {
             if ready[t as usize] > i {
                 let name = bound_by(plan, &binders, ready[t as usize]);
-                return Err(ctx(format!("tensor {t}'s shape uses data-dependent symbol `{name}` before instruction {} binds it", ready[t as usize] - 1)));
+                return Err(ctx(format!(
+                    "tensor {t}'s shape uses data-dependent symbol `{name}` before instruction {} binds it",
+                    ready[t as usize] - 1
+                )));
             }
         }
     }
@@ -83,7 +86,9 @@ fn validate_loops(plan: &Plan) -> Result<()> {
         if let Kernel::Jump { target } = instr.kernel {
             let h = target as usize;
             if h > j {
-                return Err(bad(format!("instruction {j} (jump) goes forward to {target}; a jump must go back to its loop's start")));
+                return Err(bad(format!(
+                    "instruction {j} (jump) goes forward to {target}; a jump must go back to its loop's start"
+                )));
             }
             for &(h2, j2) in &loops {
                 // `j2 < j`: the other loop either ends before this one starts or lies inside it.
@@ -136,7 +141,9 @@ fn data_dependent_binders(plan: &Plan) -> Result<Vec<Option<u32>>> {
                 .get_mut(symbol as usize)
                 .ok_or_else(|| bad(format!("instruction {i} (bind_dim) binds unknown symbol {symbol}")))?;
             if let Some(first) = b.replace(i as u32) {
-                return Err(bad(format!("instruction {i} (bind_dim) binds symbol {symbol}, already bound by instruction {first}")));
+                return Err(bad(format!(
+                    "instruction {i} (bind_dim) binds symbol {symbol}, already bound by instruction {first}"
+                )));
             }
         }
     }
@@ -159,9 +166,11 @@ fn tensor_ready(plan: &Plan, binders: &[Option<u32>]) -> Result<Vec<usize>> {
         let r = match *e {
             DimExpr::Const(_) => 0,
             DimExpr::Sym(s) => binders.get(s as usize).copied().flatten().map_or(0, |b| b as usize + 1),
-            DimExpr::Add(a, b) | DimExpr::Mul(a, b) | DimExpr::FloorDiv(a, b) | DimExpr::Mod(a, b) | DimExpr::Sub(a, b) => {
-                at(a).max(at(b))
-            }
+            DimExpr::Add(a, b)
+            | DimExpr::Mul(a, b)
+            | DimExpr::FloorDiv(a, b)
+            | DimExpr::Mod(a, b)
+            | DimExpr::Sub(a, b) => at(a).max(at(b)),
         };
         expr_ready.push(r);
     }
@@ -190,12 +199,17 @@ fn expr_upper_bounds(plan: &Plan) -> Result<Vec<u64>> {
     let mut b: Vec<(u64, u64)> = Vec::with_capacity(plan.exprs.len());
     for (i, e) in plan.exprs.iter().enumerate() {
         let operand = |j: u32| -> Result<(u64, u64)> {
-            b.get(j as usize).copied().ok_or_else(|| bad(format!("expression {i} uses expression {j}, which is not defined before it")))
+            b.get(j as usize)
+                .copied()
+                .ok_or_else(|| bad(format!("expression {i} uses expression {j}, which is not defined before it")))
         };
         let v = match *e {
             DimExpr::Const(c) => (c, c),
             DimExpr::Sym(s) => {
-                let sym = plan.symbols.get(s as usize).ok_or_else(|| bad(format!("expression {i} uses unknown symbol {s}")))?;
+                let sym = plan
+                    .symbols
+                    .get(s as usize)
+                    .ok_or_else(|| bad(format!("expression {i} uses unknown symbol {s}")))?;
                 (sym.min.min(sym.max), sym.max)
             }
             DimExpr::Add(x, y) => {
@@ -228,7 +242,9 @@ fn expr_upper_bounds(plan: &Plan) -> Result<Vec<u64>> {
 fn dim_upper(bounds: &[u64], d: DimRef) -> Result<u64> {
     match d {
         DimRef::Static(v) => Ok(v),
-        DimRef::Expr(e) => bounds.get(e as usize).copied().ok_or_else(|| bad(format!("unknown dimension expression {e}"))),
+        DimRef::Expr(e) => {
+            bounds.get(e as usize).copied().ok_or_else(|| bad(format!("unknown dimension expression {e}")))
+        }
     }
 }
 
@@ -275,7 +291,9 @@ fn validate_tensor(plan: &Plan, bounds: &[u64], weights_len: u64, i: usize, t: &
 }
 
 fn tensor(plan: &Plan, t: u32) -> Result<&TensorDecl> {
-    plan.tensors.get(t as usize).ok_or_else(|| bad(format!("tensor index {t} out of range ({} tensors)", plan.tensors.len())))
+    plan.tensors
+        .get(t as usize)
+        .ok_or_else(|| bad(format!("tensor index {t} out of range ({} tensors)", plan.tensors.len())))
 }
 
 fn validate_io(plan: &Plan, binders: &[Option<u32>], ready: &[usize]) -> Result<()> {
@@ -333,13 +351,22 @@ fn validate_accel(plan: &Plan, accel: &AccelProgram) -> Result<()> {
     }
     for f in &accel.cpu_fallbacks {
         if f.instr as usize >= plan.instrs.len() {
-            return Err(bad(format!("CPU fallback note names instruction {}, but the plan has {}", f.instr, plan.instrs.len())));
+            return Err(bad(format!(
+                "CPU fallback note names instruction {}, but the plan has {}",
+                f.instr,
+                plan.instrs.len()
+            )));
         }
     }
     Ok(())
 }
 
-fn validate_accel_instr(plan: &Plan, accel: Option<&AccelProgram>, segment: u32, instr: &Instr) -> std::result::Result<(), String> {
+fn validate_accel_instr(
+    plan: &Plan,
+    accel: Option<&AccelProgram>,
+    segment: u32,
+    instr: &Instr,
+) -> std::result::Result<(), String> {
     let accel = accel.ok_or("the artifact has no accelerator section")?;
     let seg = accel
         .segments
@@ -420,11 +447,18 @@ fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> s
 fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::result::Result<(), String> {
     let rank = |t: &TensorDecl| t.shape.len();
     let in_rank = ins.first().map_or(0, |t| rank(t));
-    let axis_ok = |axis: u32, r: usize| if (axis as usize) < r { Ok(()) } else { Err(format!("axis {axis} out of range for rank {r}")) };
-    match k {
-        Kernel::Softmax { axis, .. } | Kernel::ArgMax { axis } | Kernel::Slice { axis, .. } | Kernel::SliceFromEnd { axis, .. } => {
-            axis_ok(*axis, in_rank)?
+    let axis_ok = |axis: u32, r: usize| {
+        if (axis as usize) < r {
+            Ok(())
+        } else {
+            Err(format!("axis {axis} out of range for rank {r}"))
         }
+    };
+    match k {
+        Kernel::Softmax { axis, .. }
+        | Kernel::ArgMax { axis }
+        | Kernel::Slice { axis, .. }
+        | Kernel::SliceFromEnd { axis, .. } => axis_ok(*axis, in_rank)?,
         Kernel::Gather { axis } => axis_ok(*axis, in_rank)?,
         Kernel::GatherElements { axis } | Kernel::ScatterElements { axis, .. } => {
             axis_ok(*axis, in_rank)?;
@@ -461,7 +495,11 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
         }
         Kernel::Conv { stride, padding, dilation, groups } => {
             let spatial = in_rank.saturating_sub(2);
-            if spatial == 0 || spatial > 3 || [stride.len(), padding.len(), dilation.len()].iter().any(|&l| l != spatial) || *groups == 0 {
+            if spatial == 0
+                || spatial > 3
+                || [stride.len(), padding.len(), dilation.len()].iter().any(|&l| l != spatial)
+                || *groups == 0
+            {
                 return Err("convolution parameters do not match the input rank".into());
             }
         }
@@ -481,13 +519,18 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
             }
         }
         Kernel::Pad { lo, hi, interior, .. }
-            if ([lo.len(), hi.len(), interior.len(), rank(out)].iter().any(|&l| l != in_rank) || interior.iter().any(|&i| i < 0)) => {
-                return Err("padding parameters do not match the input rank".into());
-            }
+            if ([lo.len(), hi.len(), interior.len(), rank(out)].iter().any(|&l| l != in_rank)
+                || interior.iter().any(|&i| i < 0)) =>
+        {
+            return Err("padding parameters do not match the input rank".into());
+        }
         Kernel::NonZero
-            if (out.dtype != crate::DType::I64 || out.shape.len() != 2 || out.shape[1] != DimRef::Static(in_rank as u64)) => {
-                return Err(format!("nonzero of a rank-{in_rank} tensor must write i64[count, {in_rank}]"));
-            }
+            if (out.dtype != crate::DType::I64
+                || out.shape.len() != 2
+                || out.shape[1] != DimRef::Static(in_rank as u64)) =>
+        {
+            return Err(format!("nonzero of a rank-{in_rank} tensor must write i64[count, {in_rank}]"));
+        }
         Kernel::Resize { spatial, scales, .. } => {
             let s = *spatial as usize;
             if s == 0 || s > 3 || s > in_rank || rank(out) != in_rank || !(scales.is_empty() || scales.len() == s) {

@@ -6,7 +6,11 @@ use kiln_runtime::{Error, Program, Tensor};
 
 fn arena(dtype: DType, shape: &[u64], offset: u64) -> TensorDecl {
     let bytes = shape.iter().product::<u64>() * dtype.size_bytes() as u64;
-    TensorDecl { dtype, shape: shape.iter().map(|&d| DimRef::Static(d)).collect(), storage: Storage::Arena { offset, max_bytes: bytes } }
+    TensorDecl {
+        dtype,
+        shape: shape.iter().map(|&d| DimRef::Static(d)).collect(),
+        storage: Storage::Arena { offset, max_bytes: bytes },
+    }
 }
 
 fn instr(kernel: Kernel, inputs: &[u32], outputs: &[u32]) -> Instr {

@@ -34,9 +34,16 @@ fn tpu_without_a_tpu_fails_fast_and_clearly() {
         arena_bytes: 0,
         peak_live_bytes: 0,
     };
-    let program = Program::from_bytes(&ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap().to_bytes()).unwrap();
+    let program = Program::from_bytes(
+        &ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap().to_bytes(),
+    )
+    .unwrap();
     let started = Instant::now();
-    let result = program.session_with(&SessionOptions { device: Device::Tpu, cache: ExecutableCache::Off, ..SessionOptions::default() });
+    let result = program.session_with(&SessionOptions {
+        device: Device::Tpu,
+        cache: ExecutableCache::Off,
+        ..SessionOptions::default()
+    });
     let elapsed = started.elapsed();
     match result {
         Err(Error::Device(m)) => assert!(m.contains("no TPU device"), "{m}"),

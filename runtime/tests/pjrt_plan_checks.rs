@@ -6,7 +6,11 @@ use kiln_runtime::{Device, Error, Program};
 use std::path::PathBuf;
 
 fn arena_f32(offset: u64, n: u64) -> TensorDecl {
-    TensorDecl { dtype: DType::F32, shape: vec![DimRef::Static(n)], storage: Storage::Arena { offset, max_bytes: n * 4 } }
+    TensorDecl {
+        dtype: DType::F32,
+        shape: vec![DimRef::Static(n)],
+        storage: Storage::Arena { offset, max_bytes: n * 4 },
+    }
 }
 
 /// x (input) → Accel segment 0 → y, z; `edit` breaks one thing.
@@ -17,12 +21,22 @@ fn artifact(edit: impl FnOnce(&mut Plan, &mut AccelProgram)) -> Vec<u8> {
         tensors: vec![arena_f32(0, 4), arena_f32(64, 4), arena_f32(128, 4)],
         inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
         outputs: vec![IoDecl { name: "y".into(), tensor: 1 }, IoDecl { name: "z".into(), tensor: 2 }],
-        instrs: vec![Instr { kernel: Kernel::Accel { segment: 0 }, inputs: vec![0], outputs: vec![1, 2], origin: "seg".into() }],
+        instrs: vec![Instr {
+            kernel: Kernel::Accel { segment: 0 },
+            inputs: vec![0],
+            outputs: vec![1, 2],
+            origin: "seg".into(),
+        }],
         arena_bytes: 192,
         peak_live_bytes: 48,
     };
     let mut accel = AccelProgram {
-        segments: vec![AccelSegment { mlir: "module {}".into(), args: vec![0], results: vec![1, 2], ops: vec!["add".into()] }],
+        segments: vec![AccelSegment {
+            mlir: "module {}".into(),
+            args: vec![0],
+            results: vec![1, 2],
+            ops: vec!["add".into()],
+        }],
         cpu_fallbacks: vec![],
     };
     edit(&mut plan, &mut accel);

@@ -132,7 +132,12 @@ fn mixed_artifact() -> Vec<u8> {
         outputs: vec![IoDecl { name: "z".into(), tensor: 4 }, IoDecl { name: "m".into(), tensor: 5 }],
         instrs: vec![
             Instr { kernel: Kernel::Unary(UnaryOp::Relu), inputs: vec![0], outputs: vec![1], origin: "relu".into() },
-            Instr { kernel: Kernel::Accel { segment: 0 }, inputs: vec![1, 2, 3], outputs: vec![4, 5], origin: "segment 0".into() },
+            Instr {
+                kernel: Kernel::Accel { segment: 0 },
+                inputs: vec![1, 2, 3],
+                outputs: vec![4, 5],
+                origin: "segment 0".into(),
+            },
         ],
         arena_bytes: 256,
         peak_live_bytes: 80,
@@ -161,7 +166,13 @@ fn mixed_artifact() -> Vec<u8> {
 }
 
 fn pjrt_options(path: PathBuf, cache: ExecutableCache) -> SessionOptions {
-    SessionOptions { device: Device::Pjrt(path), device_index: 2, pjrt_cpu_device_count: Some(4), cache, ..SessionOptions::default() }
+    SessionOptions {
+        device: Device::Pjrt(path),
+        device_index: 2,
+        pjrt_cpu_device_count: Some(4),
+        cache,
+        ..SessionOptions::default()
+    }
 }
 
 #[test]

@@ -22,11 +22,17 @@ pub const EXERCISED_ELSEWHERE: &[(&str, &str)] = &[
     ("rand.default", "the `random` fixture, distribution-tested in tests/tests/control_flow_random_custom.rs"),
     ("randn.default", "the `random` fixture, distribution-tested in tests/tests/control_flow_random_custom.rs"),
     ("randperm.default", "the `random` fixture, distribution-tested in tests/tests/control_flow_random_custom.rs"),
-    ("native_dropout.default", "the `random` fixture, distribution-tested in tests/tests/control_flow_random_custom.rs"),
+    (
+        "native_dropout.default",
+        "the `random` fixture, distribution-tested in tests/tests/control_flow_random_custom.rs",
+    ),
     ("sym_size.int", "the dynamic-shape cases (tests/conformance/dynamic, tests/tests/conformance_dynamic.rs)"),
     ("sym_numel.default", "the dynamic-shape case `numel_as_number` (tests/tests/conformance_dynamic.rs)"),
     ("nonzero.default", "the `nonzero` fixture (several counts per program) in tests/tests/data_dependent.rs"),
-    ("_local_scalar_dense.default", "the `item` fixture (`.item()` as a size and as a multiplier) in tests/tests/data_dependent.rs"),
+    (
+        "_local_scalar_dense.default",
+        "the `item` fixture (`.item()` as a size and as a multiplier) in tests/tests/data_dependent.rs",
+    ),
 ];
 
 /// Imported overloads no suite exercises yet, with why: the coverage check
@@ -84,7 +90,8 @@ pub fn core_coverage(runs: &[CaseRun]) -> Vec<(&'static str, CoreStatus)> {
 pub fn passing_share(rows: &[(&'static str, CoreStatus)]) -> (usize, usize) {
     let gradient = |o: &str| o.split('.').next().is_some_and(|n| n.ends_with("_backward"));
     let considered: Vec<_> = rows.iter().filter(|(o, _)| !gradient(o)).collect();
-    let passing = considered.iter().filter(|(_, s)| matches!(s, CoreStatus::Passes { .. } | CoreStatus::Elsewhere(_))).count();
+    let passing =
+        considered.iter().filter(|(_, s)| matches!(s, CoreStatus::Passes { .. } | CoreStatus::Elsewhere(_))).count();
     (passing, considered.len())
 }
 
@@ -128,7 +135,10 @@ mod tests {
             } else {
                 (&random, format!("torch.ops.aten.{overload}"))
             };
-            assert!(haystack.windows(needle.len()).any(|w| w == needle.as_bytes()), "{overload}: not called where EXERCISED_ELSEWHERE says");
+            assert!(
+                haystack.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                "{overload}: not called where EXERCISED_ELSEWHERE says"
+            );
         }
     }
 }

@@ -70,7 +70,11 @@ pub fn compare_close(got: &TensorView<'_>, want: &TensorView<'_>, rtol: f64, ato
     if exact && got.data != want.data {
         let (g, w) = (as_f64(got), as_f64(want));
         let i = g.iter().zip(&w).position(|(a, b)| a != b).unwrap_or(0);
-        return Err(format!("element {i}: got {}, want {} (exact dtype)", g.get(i).unwrap_or(&f64::NAN), w.get(i).unwrap_or(&f64::NAN)));
+        return Err(format!(
+            "element {i}: got {}, want {} (exact dtype)",
+            g.get(i).unwrap_or(&f64::NAN),
+            w.get(i).unwrap_or(&f64::NAN)
+        ));
     }
     let (g, w) = (as_f64(got), as_f64(want));
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
@@ -85,7 +89,8 @@ pub fn compare_close(got: &TensorView<'_>, want: &TensorView<'_>, rtol: f64, ato
         }
         let tol = if exact { 0.0 } else { atol + rtol * b.abs() };
         let err = (a - b).abs();
-        if !(err <= tol) {
+        // NaN differences fail too: only a provably small difference passes.
+        if !matches!(err.partial_cmp(&tol), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)) {
             return Err(format!("element {i}: got {a}, want {b} (|diff| {err:e} > tol {tol:e})"));
         }
     }
@@ -186,7 +191,11 @@ pub fn try_compile_and_load(pt2: &Path, tag: &str) -> Result<std::sync::Arc<kiln
 
 /// Runs `inputs` through `session` and compares every output with `expected`
 /// at torch's default tolerance for its dtype.
-pub fn try_run_and_compare(session: &mut kiln_runtime::Session, inputs: &[Tensor], expected: &[Tensor]) -> Result<(), String> {
+pub fn try_run_and_compare(
+    session: &mut kiln_runtime::Session,
+    inputs: &[Tensor],
+    expected: &[Tensor],
+) -> Result<(), String> {
     try_run_and_compare_with_ties(session, inputs, expected, None)
 }
 
@@ -221,7 +230,8 @@ pub fn try_run_and_compare_with_ties(
             let (Some(input), Some(values)) = (views.get(t.input), expected.get(t.values)) else {
                 return Err(format!("tie order names input {} / output {} that do not exist", t.input, t.values));
             };
-            check_tied_indices(&outputs.get(i), input, &values.view(), t.dim).map_err(|e| format!("output {i}: {e}"))?;
+            check_tied_indices(&outputs.get(i), input, &values.view(), t.dim)
+                .map_err(|e| format!("output {i}: {e}"))?;
             continue;
         }
         let (rtol, atol) = default_tolerance(want.dtype);
@@ -232,7 +242,12 @@ pub fn try_run_and_compare_with_ties(
 
 /// Checks that i64 `indices` pick `values` out of `input` along `dim`
 /// (exactly; NaN picks NaN) and that no row repeats an index.
-pub fn check_tied_indices(indices: &TensorView<'_>, input: &TensorView<'_>, values: &TensorView<'_>, dim: usize) -> Result<(), String> {
+pub fn check_tied_indices(
+    indices: &TensorView<'_>,
+    input: &TensorView<'_>,
+    values: &TensorView<'_>,
+    dim: usize,
+) -> Result<(), String> {
     if indices.dtype != DType::I64 || indices.shape != values.shape {
         return Err(format!("indices {} {:?}, expected i64 {:?}", indices.dtype, indices.shape, values.shape));
     }
@@ -257,7 +272,9 @@ mod tests {
         assert!(check_tied_indices(&torch.view(), &x.view(), &values.view(), 1).is_ok());
         assert!(check_tied_indices(&other_tie.view(), &x.view(), &values.view(), 1).is_ok());
         let wrong_value = i64s(&[2, 2], &[0, 2, 2, 0]);
-        assert!(check_tied_indices(&wrong_value.view(), &x.view(), &values.view(), 1).unwrap_err().contains("selects 5"));
+        assert!(check_tied_indices(&wrong_value.view(), &x.view(), &values.view(), 1)
+            .unwrap_err()
+            .contains("selects 5"));
         let repeated = i64s(&[2, 2], &[1, 0, 2, 2]);
         assert!(check_tied_indices(&repeated.view(), &x.view(), &values.view(), 1).unwrap_err().contains("repeated"));
         let out_of_range = i64s(&[2, 2], &[1, 3, 2, 0]);

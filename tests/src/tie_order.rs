@@ -5,14 +5,22 @@
 /// `indices` (shape `shape`) must select `values` from `input` (shape
 /// `in_shape`) along `dim` — exactly, NaN selecting NaN — and no row along
 /// `dim` may repeat an index. 0-d tensors count as `[1]`.
-pub fn check(indices: &[f64], shape: &[usize], input: &[f64], in_shape: &[usize], values: &[f64], dim: usize) -> Result<(), String> {
+pub fn check(
+    indices: &[f64],
+    shape: &[usize],
+    input: &[f64],
+    in_shape: &[usize],
+    values: &[f64],
+    dim: usize,
+) -> Result<(), String> {
     let one = [1usize];
     let shape = if shape.is_empty() { &one[..] } else { shape };
     let in_shape = if in_shape.is_empty() { &one[..] } else { in_shape };
     if dim >= shape.len() || in_shape.len() != shape.len() || indices.len() != values.len() {
         return Err(format!("dim {dim} does not fit indices {shape:?} over input {in_shape:?}"));
     }
-    let (outer, k, inner) = (shape[..dim].iter().product::<usize>(), shape[dim], shape[dim + 1..].iter().product::<usize>());
+    let (outer, k, inner) =
+        (shape[..dim].iter().product::<usize>(), shape[dim], shape[dim + 1..].iter().product::<usize>());
     let n = in_shape[dim];
     for o in 0..outer {
         for i in 0..inner {

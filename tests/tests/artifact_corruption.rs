@@ -1,7 +1,9 @@
 //! The loader treats every .kiln byte as hostile: truncated, bit-flipped and
 //! crafted artifacts give errors, never panics or out-of-bounds accesses.
 
-use kiln_runtime::format::{parse_container, ArtifactWriter, DimExpr, DimRef, Kernel, Metadata, Plan, PoolKind, Storage, WeightsBuilder};
+use kiln_runtime::format::{
+    parse_container, ArtifactWriter, DimExpr, DimRef, Kernel, Metadata, Plan, PoolKind, Storage, WeightsBuilder,
+};
 use kiln_runtime::{Error, Program, Tensor};
 use kiln_tests::{compile_fixture, fixture_dir, read_numbered};
 
@@ -22,7 +24,8 @@ fn truncated_artifacts_are_rejected() {
     assert!(Program::from_bytes(&bytes).is_ok());
     let step = (bytes.len() / 500).max(1);
     for cut in (0..256.min(bytes.len())).chain((256..bytes.len()).step_by(step)) {
-        let err = Program::from_bytes(&bytes[..cut]).err().unwrap_or_else(|| panic!("truncation at {cut} was accepted"));
+        let err =
+            Program::from_bytes(&bytes[..cut]).err().unwrap_or_else(|| panic!("truncation at {cut} was accepted"));
         assert!(matches!(err, Error::Format { .. }), "truncation at {cut}: unexpected error {err}");
     }
 }
@@ -42,7 +45,11 @@ fn bit_flips_are_detected_or_harmless() {
                 Err(_) => rejected += 1,
                 // Only bytes no checksum covers (reserved fields, alignment padding)
                 // may change without detection, and they must not change results.
-                Ok(p) => assert_eq!(outputs_of(&p, &inputs).unwrap(), reference, "undetected flip at byte {pos} bit {bit} changed results"),
+                Ok(p) => assert_eq!(
+                    outputs_of(&p, &inputs).unwrap(),
+                    reference,
+                    "undetected flip at byte {pos} bit {bit} changed results"
+                ),
             }
         }
     }
@@ -75,35 +82,70 @@ fn hostile_plans_are_rejected_with_precise_errors() {
     let bytes = compiled("mlp");
     let first_arena = |p: &Plan| p.tensors.iter().position(|t| matches!(t.storage, Storage::Arena { .. })).unwrap();
     let first_weight = |p: &Plan| p.tensors.iter().position(|t| matches!(t.storage, Storage::Weight { .. })).unwrap();
-    expect_plan_error(&bytes, "arena overflow", |p| {
-        let t = first_arena(p);
-        p.tensors[t].storage = Storage::Arena { offset: p.arena_bytes, max_bytes: 64 };
-    }, "exceeds the arena");
-    expect_plan_error(&bytes, "weight out of bounds", |p| {
-        let t = first_weight(p);
-        if let Storage::Weight { bytes, .. } = p.tensors[t].storage {
-            p.tensors[t].storage = Storage::Weight { offset: 1 << 40, bytes };
-        }
-    }, "outside the weights section");
-    expect_plan_error(&bytes, "slot too small", |p| {
-        let t = first_arena(p);
-        p.tensors[t].storage = Storage::Arena { offset: 0, max_bytes: 4 };
-    }, "slot holds");
+    expect_plan_error(
+        &bytes,
+        "arena overflow",
+        |p| {
+            let t = first_arena(p);
+            p.tensors[t].storage = Storage::Arena { offset: p.arena_bytes, max_bytes: 64 };
+        },
+        "exceeds the arena",
+    );
+    expect_plan_error(
+        &bytes,
+        "weight out of bounds",
+        |p| {
+            let t = first_weight(p);
+            if let Storage::Weight { bytes, .. } = p.tensors[t].storage {
+                p.tensors[t].storage = Storage::Weight { offset: 1 << 40, bytes };
+            }
+        },
+        "outside the weights section",
+    );
+    expect_plan_error(
+        &bytes,
+        "slot too small",
+        |p| {
+            let t = first_arena(p);
+            p.tensors[t].storage = Storage::Arena { offset: 0, max_bytes: 4 };
+        },
+        "slot holds",
+    );
     expect_plan_error(&bytes, "dangling tensor index", |p| p.instrs[0].inputs[0] = 999_999, "out of range");
-    expect_plan_error(&bytes, "output overlapping input", |p| {
-        let i = p.instrs[0].inputs[0];
-        p.instrs[0].outputs[0] = i;
-    }, "overlaps");
-    expect_plan_error(&bytes, "size overflow", |p| {
-        let t = first_arena(p);
-        p.tensors[t].shape = vec![DimRef::Static(u64::MAX), DimRef::Static(u64::MAX)];
-    }, "overflows");
-    expect_plan_error(&bytes, "forward expression reference", |p| {
-        p.exprs.push(DimExpr::Add(5, 6));
-    }, "not defined before");
-    expect_plan_error(&bytes, "unbound symbol", |p| {
-        p.symbols.push(kiln_runtime::format::SymbolDecl { name: "ghost".into(), min: 1, max: 4 });
-    }, "ghost");
+    expect_plan_error(
+        &bytes,
+        "output overlapping input",
+        |p| {
+            let i = p.instrs[0].inputs[0];
+            p.instrs[0].outputs[0] = i;
+        },
+        "overlaps",
+    );
+    expect_plan_error(
+        &bytes,
+        "size overflow",
+        |p| {
+            let t = first_arena(p);
+            p.tensors[t].shape = vec![DimRef::Static(u64::MAX), DimRef::Static(u64::MAX)];
+        },
+        "overflows",
+    );
+    expect_plan_error(
+        &bytes,
+        "forward expression reference",
+        |p| {
+            p.exprs.push(DimExpr::Add(5, 6));
+        },
+        "not defined before",
+    );
+    expect_plan_error(
+        &bytes,
+        "unbound symbol",
+        |p| {
+            p.symbols.push(kiln_runtime::format::SymbolDecl { name: "ghost".into(), min: 1, max: 4 });
+        },
+        "ghost",
+    );
 }
 
 #[test]
@@ -166,33 +208,63 @@ fn hostile_data_dependent_plans_are_rejected() {
     let bytes = compiled("nonzero");
     let binder = |p: &Plan| p.instrs.iter().position(|i| matches!(i.kernel, Kernel::BindDim { .. })).unwrap();
     let sym_expr = |p: &Plan, s: u32| p.exprs.iter().position(|e| *e == DimExpr::Sym(s)).unwrap() as u32;
-    expect_plan_error(&bytes, "bind after use", |p| {
-        let b = p.instrs.remove(binder(p));
-        p.instrs.push(b);
-    }, "before instruction");
-    expect_plan_error(&bytes, "bound twice", |p| {
-        let b = p.instrs[binder(p)].clone();
-        p.instrs.insert(0, b);
-    }, "already bound by instruction");
-    expect_plan_error(&bytes, "bind from a non-scalar", |p| {
-        let i = binder(p);
-        p.instrs[i].inputs[0] = p.inputs[0].tensor;
-    }, "one 0-d i64 operand");
-    expect_plan_error(&bytes, "bind of an unknown symbol", |p| {
-        let i = binder(p);
-        p.instrs[i].kernel = Kernel::BindDim { symbol: 99 };
-    }, "unknown symbol 99");
-    expect_plan_error(&bytes, "input shaped by data", |p| {
-        let i = binder(p);
-        let Kernel::BindDim { symbol } = p.instrs[i].kernel else { unreachable!() };
-        let e = sym_expr(p, symbol);
-        // Small enough that the input's slot still holds it.
-        p.symbols[symbol as usize].max = 1;
-        let t = p.inputs[0].tensor as usize;
-        p.tensors[t].shape[0] = DimRef::Expr(e);
-    }, "binds from data");
-    expect_plan_error(&bytes, "symbol never bound", |p| {
-        let i = binder(p);
-        p.instrs.remove(i);
-    }, "nor bound by an instruction");
+    expect_plan_error(
+        &bytes,
+        "bind after use",
+        |p| {
+            let b = p.instrs.remove(binder(p));
+            p.instrs.push(b);
+        },
+        "before instruction",
+    );
+    expect_plan_error(
+        &bytes,
+        "bound twice",
+        |p| {
+            let b = p.instrs[binder(p)].clone();
+            p.instrs.insert(0, b);
+        },
+        "already bound by instruction",
+    );
+    expect_plan_error(
+        &bytes,
+        "bind from a non-scalar",
+        |p| {
+            let i = binder(p);
+            p.instrs[i].inputs[0] = p.inputs[0].tensor;
+        },
+        "one 0-d i64 operand",
+    );
+    expect_plan_error(
+        &bytes,
+        "bind of an unknown symbol",
+        |p| {
+            let i = binder(p);
+            p.instrs[i].kernel = Kernel::BindDim { symbol: 99 };
+        },
+        "unknown symbol 99",
+    );
+    expect_plan_error(
+        &bytes,
+        "input shaped by data",
+        |p| {
+            let i = binder(p);
+            let Kernel::BindDim { symbol } = p.instrs[i].kernel else { unreachable!() };
+            let e = sym_expr(p, symbol);
+            // Small enough that the input's slot still holds it.
+            p.symbols[symbol as usize].max = 1;
+            let t = p.inputs[0].tensor as usize;
+            p.tensors[t].shape[0] = DimRef::Expr(e);
+        },
+        "binds from data",
+    );
+    expect_plan_error(
+        &bytes,
+        "symbol never bound",
+        |p| {
+            let i = binder(p);
+            p.instrs.remove(i);
+        },
+        "nor bound by an instruction",
+    );
 }

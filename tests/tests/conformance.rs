@@ -57,7 +57,8 @@ struct OpTally {
 #[test]
 fn conformance_with_pytorch() {
     let root = cases_dir();
-    let text = std::fs::read_to_string(root.join("manifest.json")).expect("manifest.json (run tests/conformance/generate.py)");
+    let text =
+        std::fs::read_to_string(root.join("manifest.json")).expect("manifest.json (run tests/conformance/generate.py)");
     let manifest: Value = serde_json::from_str(&text).expect("manifest.json is JSON");
     let filter: Option<Vec<String>> =
         std::env::var("KILN_CONFORMANCE_FILTER").ok().map(|f| f.split(',').map(str::to_string).collect());
@@ -81,7 +82,10 @@ fn conformance_with_pytorch() {
             let result = std::panic::catch_unwind(|| run_case(&dir, flavour, dtype == "bf16", tie_order(case)))
                 .unwrap_or_else(|_| Err("panicked".to_string()));
             let ops_key = if flavour == "training" { "training_ops" } else { "aten_ops" };
-            let ops = case[ops_key].as_array().map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default();
+            let ops = case[ops_key]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                .unwrap_or_default();
             runs.push(CaseRun { ops, passed: result.is_ok() && unsupported.is_none() });
             match (result, unsupported) {
                 (Ok(()), None) => t.passed += 1,
@@ -108,7 +112,12 @@ fn conformance_with_pytorch() {
     let committed_and_whole = filter.is_none() && std::env::var_os("KILN_CONFORMANCE_DIR").is_none();
     report_core_coverage(&runs, committed_and_whole);
     let failures: Vec<&String> = tally.values().flat_map(|t| &t.failures).collect();
-    assert!(failures.is_empty(), "{} conformance failures:\n{}", failures.len(), failures.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} conformance failures:\n{}",
+        failures.len(),
+        failures.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+    );
 }
 
 /// Prints the Core ATen coverage of these runs (see `kiln_tests::coverage`)
@@ -122,7 +131,9 @@ fn report_core_coverage(runs: &[CaseRun], check: bool) {
     for (overload, status) in &rows {
         match status {
             CoreStatus::Passes { .. } => {}
-            CoreStatus::Fails { runs, failed } => println!("  {overload}: {failed} of {runs} runs fail or are known-unsupported"),
+            CoreStatus::Fails { runs, failed } => {
+                println!("  {overload}: {failed} of {runs} runs fail or are known-unsupported")
+            }
             CoreStatus::Elsewhere(w) => println!("  {overload}: exercised by {w}"),
             CoreStatus::NotExercised(w) => println!("  {overload}: not exercised: {w}"),
             CoreStatus::Unsupported(w) => println!("  {overload}: {w}"),

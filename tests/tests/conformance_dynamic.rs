@@ -56,7 +56,8 @@ fn run_case(dir: &Path, flavour: &str, sizes: usize, reject: bool) -> Result<(),
 #[test]
 fn dynamic_shapes_and_views_match_pytorch() {
     let root = cases_dir();
-    let text = std::fs::read_to_string(root.join("manifest.json")).expect("manifest.json (run tests/conformance/generate_dynamic.py)");
+    let text = std::fs::read_to_string(root.join("manifest.json"))
+        .expect("manifest.json (run tests/conformance/generate_dynamic.py)");
     let manifest: Value = serde_json::from_str(&text).expect("manifest.json is JSON");
     let filter: Option<Vec<String>> =
         std::env::var("KILN_CONFORMANCE_FILTER").ok().map(|f| f.split(',').map(str::to_string).collect());

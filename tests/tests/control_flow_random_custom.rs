@@ -6,7 +6,7 @@ use kiln_compiler::import::{import_pt2, import_pt2_with, CustomOpContext, Import
 use kiln_compiler::{compile_file, CompileOptions};
 use kiln_ir::{BinaryOp, Op, ReduceKind, UnaryOp, ValueId};
 use kiln_runtime::{DType, Program, SessionOptions, Tensor, TensorView};
-use kiln_tests::{assert_outputs_close, run_session, fixture_dir, load_fixture, read_numbered, temp_path, FLAVOURS};
+use kiln_tests::{assert_outputs_close, fixture_dir, load_fixture, read_numbered, run_session, temp_path, FLAVOURS};
 use std::sync::Arc;
 
 fn run(session: &mut kiln_runtime::Session, inputs: &[Tensor]) -> Vec<Tensor> {
@@ -216,7 +216,8 @@ fn custom_op_registration_accepts_overload_and_dotted_names() {
 #[test]
 fn bad_custom_op_lowerings_are_reported_not_trusted() {
     let path = fixture_dir("custom_op").join("training.pt2");
-    let failing = ImportOptions::default().with_custom_op("mylib::fused_rmsnorm", |_: &mut CustomOpContext| Err("eps must be positive".into()));
+    let failing = ImportOptions::default()
+        .with_custom_op("mylib::fused_rmsnorm", |_: &mut CustomOpContext| Err("eps must be positive".into()));
     let err = import_pt2_with(&path, &failing).expect_err("lowering fails").to_string();
     assert!(err.contains("lowering of `mylib::fused_rmsnorm` failed: eps must be positive"), "{err}");
     let wrong_shape = ImportOptions::default().with_custom_op("mylib::fused_rmsnorm", |ctx: &mut CustomOpContext| {
@@ -231,9 +232,8 @@ fn bad_custom_op_lowerings_are_reported_not_trusted() {
     });
     let err = import_pt2_with(&path, &too_many).expect_err("two values for one output").to_string();
     assert!(err.contains("returned 2 values for 1 tensor outputs"), "{err}");
-    let missing = ImportOptions::default().with_custom_op("mylib::fused_rmsnorm", |ctx: &mut CustomOpContext| {
-        Ok(vec![ctx.input_tensor("no_such_arg")?])
-    });
+    let missing = ImportOptions::default()
+        .with_custom_op("mylib::fused_rmsnorm", |ctx: &mut CustomOpContext| Ok(vec![ctx.input_tensor("no_such_arg")?]));
     let err = import_pt2_with(&path, &missing).expect_err("unknown argument").to_string();
     assert!(err.contains("no_such_arg"), "{err}");
 }

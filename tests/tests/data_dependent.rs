@@ -6,7 +6,7 @@
 use kiln_compiler::import::import_pt2;
 use kiln_ir::Op;
 use kiln_runtime::{Error, Tensor};
-use kiln_tests::{assert_outputs_close, run_session, fixture_dir, load_fixture, read_numbered, FLAVOURS};
+use kiln_tests::{assert_outputs_close, fixture_dir, load_fixture, read_numbered, run_session, FLAVOURS};
 
 fn run(session: &mut kiln_runtime::Session, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
     run_session(session, inputs)
@@ -22,12 +22,17 @@ fn run_cases(name: &str, flavour: &str) -> kiln_runtime::Session {
     let dir = fixture_dir(name);
     let program = load_fixture(name, flavour);
     let mut session = program.session().expect("session");
-    let cases: Vec<_> = (0..).map(|k| format!("case{k}")).take_while(|c| dir.join(format!("{c}_input_0.npy")).exists()).collect();
+    let cases: Vec<_> =
+        (0..).map(|k| format!("case{k}")).take_while(|c| dir.join(format!("{c}_input_0.npy")).exists()).collect();
     assert!(cases.len() >= 3, "{name}: expected several input sets");
     for round in 0..2 {
         for case in &cases {
             let got = run(&mut session, &read_numbered(&dir, &format!("{case}_input"))).expect("run");
-            compare(&format!("{name}/{flavour} {case} (round {round})"), &got, &read_numbered(&dir, &format!("{case}_output")));
+            compare(
+                &format!("{name}/{flavour} {case} (round {round})"),
+                &got,
+                &read_numbered(&dir, &format!("{case}_output")),
+            );
         }
     }
     session
@@ -77,7 +82,8 @@ fn item_outside_its_checked_range_is_a_run_time_error() {
     let dir = fixture_dir("item");
     for flavour in FLAVOURS {
         let mut session = run_cases("item", flavour);
-        let err = run(&mut session, &read_numbered(&dir, "too_big_input")).expect_err("t = 9 exceeds torch._check(n <= 8)");
+        let err =
+            run(&mut session, &read_numbered(&dir, "too_big_input")).expect_err("t = 9 exceeds torch._check(n <= 8)");
         match &err {
             Error::DataDependent { detail, .. } => {
                 assert!(detail.contains("= 9 is outside its range [0, 8]"), "{flavour}: {err}");

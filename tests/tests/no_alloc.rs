@@ -72,7 +72,8 @@ fn steady_state_runs_do_not_allocate() {
     // trip counts 3, 0, 1) follow their jumps without allocating either.
     for name in ["nonzero", "item", "while_loop"] {
         let program = load_fixture(name, "aten");
-        let cases: Vec<Vec<Tensor>> = (0..3).map(|k| read_numbered(&fixture_dir(name), &format!("case{k}_input"))).collect();
+        let cases: Vec<Vec<Tensor>> =
+            (0..3).map(|k| read_numbered(&fixture_dir(name), &format!("case{k}_input"))).collect();
         let mut session = program.session().unwrap();
         for c in &cases {
             session.run(&c.iter().map(Tensor::view).collect::<Vec<_>>()).unwrap();

@@ -61,7 +61,13 @@ fn each_pass_preserves_fixture_results() {
                 let after = build(name, flavour, passes, *target);
                 let got = run(&after, &inputs);
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert_close(&format!("{name}/{flavour} after {pass}, output {i}"), &g.view(), &w.view(), 1e-4, 1e-5);
+                    assert_close(
+                        &format!("{name}/{flavour} after {pass}, output {i}"),
+                        &g.view(),
+                        &w.view(),
+                        1e-4,
+                        1e-5,
+                    );
                 }
             }
         }

@@ -21,13 +21,19 @@ fn dynamic_batch_accepts_every_size_in_range_and_rejects_the_rest() {
         let out = s.run(&[x.view()]).unwrap_or_else(|e| panic!("batch {batch}: {e}"));
         assert_eq!(out.get(0).shape[0], batch);
         // Softmax rows sum to one whatever the batch size.
-        let row: f32 = out.get(0).data[..4 * out.get(0).shape[1]].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).sum();
+        let row: f32 = out.get(0).data[..4 * out.get(0).shape[1]]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .sum();
         assert!((row - 1.0).abs() < 1e-5, "batch {batch}: softmax row sums to {row}");
     }
     for batch in [0, 65, 1000] {
         let x = Tensor::from_f32(&[batch, 16], &vec![0.5; batch * 16]);
         let err = s.run(&[x.view()]).err().unwrap_or_else(|| panic!("batch {batch} accepted"));
-        assert!(matches!(err, Error::Input { .. }) && err.to_string().contains("outside the range [1, 64]"), "batch {batch}: {err}");
+        assert!(
+            matches!(err, Error::Input { .. }) && err.to_string().contains("outside the range [1, 64]"),
+            "batch {batch}: {err}"
+        );
     }
 }
 

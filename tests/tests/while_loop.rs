@@ -6,7 +6,7 @@
 use kiln_compiler::import::import_pt2;
 use kiln_ir::{Op, ValueDef};
 use kiln_runtime::{Program, Tensor};
-use kiln_tests::{assert_outputs_close, run_session, fixture_dir, load_fixture, read_numbered, temp_path, FLAVOURS};
+use kiln_tests::{assert_outputs_close, fixture_dir, load_fixture, read_numbered, run_session, temp_path, FLAVOURS};
 
 fn run(session: &mut kiln_runtime::Session, inputs: &[Tensor]) -> Vec<Tensor> {
     run_session(session, inputs).expect("run")
@@ -27,7 +27,11 @@ fn loops_match_pytorch_for_every_trip_count_in_one_session() {
         for round in 0..2 {
             for case in &cases {
                 let got = run(&mut session, &read_numbered(&dir, &format!("{case}_input")));
-                compare(&format!("{flavour} {case} (round {round})"), &got, &read_numbered(&dir, &format!("{case}_output")));
+                compare(
+                    &format!("{flavour} {case} (round {round})"),
+                    &got,
+                    &read_numbered(&dir, &format!("{case}_output")),
+                );
             }
         }
     }
@@ -38,7 +42,8 @@ fn each_loop_is_one_while_node_with_nested_graphs() {
     for flavour in FLAVOURS {
         let g = import_pt2(&fixture_dir("while_loop").join(format!("{flavour}.pt2"))).expect("import").graph;
         kiln_ir::verify::verify(&g).unwrap_or_else(|e| panic!("{flavour}: {e}"));
-        let loops: Vec<&Op> = g.order.iter().map(|&n| &g.nodes[n].op).filter(|o| matches!(o, Op::While { .. })).collect();
+        let loops: Vec<&Op> =
+            g.order.iter().map(|&n| &g.nodes[n].op).filter(|o| matches!(o, Op::While { .. })).collect();
         assert_eq!(loops.len(), 2, "{flavour}");
         let Op::While { carried, cond, body } = loops[1] else { unreachable!() };
         assert_eq!(*carried, 3, "{flavour}: (i, a, b)");

@@ -46,7 +46,11 @@ pub(crate) fn cond<'p>(imp: &mut Importer<'p>, n: &'p Node) -> R<()> {
         Arg::Tensor(name) => vec![imp.value(name)?],
         // No operands at all: the branches only read constants.
         Arg::None => Vec::new(),
-        other => return unsupported(format!("cond operands other than tensors ({other:?}); symbolic ints among them are not supported")),
+        other => {
+            return unsupported(format!(
+                "cond operands other than tensors ({other:?}); symbolic ints among them are not supported"
+            ))
+        }
     };
     let outer = imp.loc.expect("set by convert_nodes");
     let pred = match &pred.arg {
@@ -156,12 +160,27 @@ pub(crate) fn while_loop<'p>(imp: &mut Importer<'p>, n: &'p Node) -> R<()> {
     match cond.outputs.as_slice() {
         [p] if cond.ty(*p).dtype == DType::Bool && cond.ty(*p).numel().as_const() == Some(1) => {}
         [p] => {
-            return unsupported(format!("while_loop's `{}` returns {}, expected a one-element bool tensor", cond_fn.name, show(imp, cond.ty(*p))))
+            return unsupported(format!(
+                "while_loop's `{}` returns {}, expected a one-element bool tensor",
+                cond_fn.name,
+                show(imp, cond.ty(*p))
+            ))
         }
-        outs => return unsupported(format!("while_loop's `{}` returns {} values, expected one bool", cond_fn.name, outs.len())),
+        outs => {
+            return unsupported(format!(
+                "while_loop's `{}` returns {} values, expected one bool",
+                cond_fn.name,
+                outs.len()
+            ))
+        }
     }
     if body.outputs.len() != carried.len() {
-        return unsupported(format!("while_loop's `{}` returns {} values for {} carried values", body_fn.name, body.outputs.len(), carried.len()));
+        return unsupported(format!(
+            "while_loop's `{}` returns {} values for {} carried values",
+            body_fn.name,
+            body.outputs.len(),
+            carried.len()
+        ));
     }
     for (i, (&out, want)) in body.outputs.iter().zip(&types).enumerate() {
         let got = body.ty(out).clone();

@@ -279,11 +279,15 @@ pub(crate) fn convert(imp: &mut Importer, n: &Node, ns: &str, rest: &str) -> R<(
         return Err(Fail::Unsupported(Some(unregistered(n, ns, name, overload))));
     };
     if n.outputs.iter().any(|o| !matches!(o, Arg::Tensor(_) | Arg::Tensors(_) | Arg::None)) {
-        return Err(Fail::Unsupported(Some(format!("custom op `{ns}::{name}` returns non-tensor values, which kiln cannot bind"))));
+        return Err(Fail::Unsupported(Some(format!(
+            "custom op `{ns}::{name}` returns non-tensor values, which kiln cannot bind"
+        ))));
     }
     let names = output_names(n);
-    let mut ctx = CustomOpContext { imp: &mut *imp, node: n, qualified: format!("{ns}::{name}"), overload: overload.to_string() };
-    let values = lowering(&mut ctx).map_err(|e| Fail::Unsupported(Some(format!("the registered lowering of `{ns}::{name}` failed: {e}"))))?;
+    let mut ctx =
+        CustomOpContext { imp: &mut *imp, node: n, qualified: format!("{ns}::{name}"), overload: overload.to_string() };
+    let values = lowering(&mut ctx)
+        .map_err(|e| Fail::Unsupported(Some(format!("the registered lowering of `{ns}::{name}` failed: {e}"))))?;
     if values.len() != names.len() {
         return Err(Fail::Unsupported(Some(format!(
             "the registered lowering of `{ns}::{name}` returned {} values for {} tensor outputs",
@@ -293,13 +297,19 @@ pub(crate) fn convert(imp: &mut Importer, n: &Node, ns: &str, rest: &str) -> R<(
     }
     for (i, (name_i, &v)) in names.iter().zip(&values).enumerate() {
         if imp.g.values.get(v).is_none() {
-            return Err(Fail::Unsupported(Some(format!("the lowering of `{ns}::{name}` returned {v}, which is not a value of the graph"))));
+            return Err(Fail::Unsupported(Some(format!(
+                "the lowering of `{ns}::{name}` returned {v}, which is not a value of the graph"
+            ))));
         }
         let want = imp.type_of(name_i)?;
         let have = imp.ty(v).clone();
         let differs = have.dtype != want.dtype
             || have.rank() != want.rank()
-            || have.shape.iter().zip(&want.shape).any(|(a, b)| kiln_ir::infer::dims_equal(a, b, &imp.g.symbols) == Some(false));
+            || have
+                .shape
+                .iter()
+                .zip(&want.shape)
+                .any(|(a, b)| kiln_ir::infer::dims_equal(a, b, &imp.g.symbols) == Some(false));
         if differs {
             let show = |t: &TensorType| kiln_ir::text::format_type(&imp.g, t);
             return Err(Fail::Unsupported(Some(format!(

@@ -1,9 +1,9 @@
 //! The walk over the program: environments, argument access, node loop.
 
+use super::custom::ImportOptions;
 use super::error::{ImportError, Problem, UnsupportedList};
 use super::ops;
 use super::views::ViewTable;
-use super::custom::ImportOptions;
 use crate::pt2::program::{Arg, InputSpec, Node, OutputSpec, SubGraph, SymExpr, SymIntArg, TensorMeta};
 use crate::pt2::weights::{self, WeightError};
 use crate::pt2::{scalar_type, sympy, Pt2File, CONSTANTS_DIR, WEIGHTS_DIR};
@@ -215,7 +215,8 @@ impl<'p> Importer<'p> {
                 Some(o) if generated => self.g.locs[o].stack_trace.clone(),
                 _ => node.stack_trace.clone(),
             };
-            self.loc = Some(self.g.locs.push(Location { node_name: format!("{}{}", self.scope, node.name), stack_trace }));
+            self.loc =
+                Some(self.g.locs.push(Location { node_name: format!("{}{}", self.scope, node.name), stack_trace }));
             if node.inputs.iter().any(|a| tensor_names(&a.arg).any(|n| self.poisoned.contains(n))) {
                 self.poison_outputs(node);
                 continue;
@@ -237,7 +238,11 @@ impl<'p> Importer<'p> {
                     self.poison_outputs(node);
                 }
                 Err(Fail::Invalid(detail)) => {
-                    return Err(ImportError::InvalidNode { target: node.target.clone(), node: node.name.clone(), detail });
+                    return Err(ImportError::InvalidNode {
+                        target: node.target.clone(),
+                        node: node.name.clone(),
+                        detail,
+                    });
                 }
             }
         }
@@ -250,7 +255,12 @@ impl<'p> Importer<'p> {
     /// problems join the program's list.
     pub(crate) fn inline_graph(&mut self, sub: &'p SubGraph, operands: &[ValueId], outer: LocId) -> R<Vec<ValueId>> {
         if sub.inputs.len() != operands.len() {
-            return invalid(format!("`{}` takes {} inputs, {} were passed", sub.name, sub.inputs.len(), operands.len()));
+            return invalid(format!(
+                "`{}` takes {} inputs, {} were passed",
+                sub.name,
+                sub.inputs.len(),
+                operands.len()
+            ));
         }
         let mut last_use = HashMap::new();
         for (i, node) in sub.nodes.iter().enumerate() {
@@ -324,7 +334,8 @@ impl<'p> Importer<'p> {
         let mut region = std::mem::replace(&mut self.g, parent);
         self.loc = Some(outer);
         let outputs = result?;
-        if leftover_binds || !region.data_dependent_symbols().is_empty() || region.symbols.len() > self.g.symbols.len() {
+        if leftover_binds || !region.data_dependent_symbols().is_empty() || region.symbols.len() > self.g.symbols.len()
+        {
             return unsupported(format!(
                 "`{}` makes a data-dependent size (`.item()`, nonzero, ...); inside a loop kiln cannot plan memory for it",
                 sub.name
@@ -502,7 +513,9 @@ impl<'p> Importer<'p> {
     fn meta_type(&mut self, meta: &TensorMeta) -> R<TensorType> {
         let dtype = match scalar_type::dtype_of(meta.dtype) {
             Ok(d) => d,
-            Err(name) if name.starts_with("complex") => return unsupported(format!("element type {name}: {COMPLEX_SCOPE}")),
+            Err(name) if name.starts_with("complex") => {
+                return unsupported(format!("element type {name}: {COMPLEX_SCOPE}"))
+            }
             Err(name) => return unsupported(format!("element type {name}")),
         };
         let shape = meta.sizes.iter().map(|s| self.sym_expr(s)).collect::<R<Vec<_>>>()?;
@@ -646,7 +659,10 @@ impl<'p> Importer<'p> {
             10 => DType::F32,
             11 => DType::F64,
             other => {
-                return unsupported(format!("`{name}` is {}; kiln's FFT ops make complex64 or complex128", scalar_type::torch_name(other)))
+                return unsupported(format!(
+                    "`{name}` is {}; kiln's FFT ops make complex64 or complex128",
+                    scalar_type::torch_name(other)
+                ))
             }
         };
         let shape = meta.sizes.iter().map(|s| self.sym_expr(s)).collect::<R<Vec<_>>>()?;

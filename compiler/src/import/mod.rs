@@ -33,8 +33,8 @@ mod error;
 mod importer;
 mod ops;
 mod promote;
-mod views;
 pub mod support;
+mod views;
 
 pub use custom::{CustomLowering, CustomOpContext, ImportOptions};
 pub use error::{ImportError, Problem, UnsupportedList};

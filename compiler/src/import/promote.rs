@@ -72,7 +72,11 @@ pub(crate) fn result_type(ops: &[Operand], default_float: DType) -> DType {
             None if slot == 2 => scalar_dtype(d, default_float),
             None => d,
             Some(r) if category(d) > category(r) => {
-                if slot == 2 { scalar_dtype(d, default_float) } else { d }
+                if slot == 2 {
+                    scalar_dtype(d, default_float)
+                } else {
+                    d
+                }
             }
             Some(r) => r,
         });

@@ -105,8 +105,13 @@ impl Importer<'_> {
             return Ok(()); // `detach_` and the like: nothing changed.
         }
         let root = self.view_root(mutated).to_string();
-        let mut group: Vec<(&str, &View)> =
-            self.views.views.iter().filter(|(name, _)| self.view_root(name) == root).map(|(n, v)| (n.as_str(), v)).collect();
+        let mut group: Vec<(&str, &View)> = self
+            .views
+            .views
+            .iter()
+            .filter(|(name, _)| self.view_root(name) == root)
+            .map(|(n, v)| (n.as_str(), v))
+            .collect();
         group.sort_by_key(|(_, v)| v.order);
         let observers: Vec<String> = group
             .iter()
@@ -218,7 +223,8 @@ fn derive(imp: &mut Importer, step: &ViewStep, base: ValueId, ty: TensorType) ->
             let mut shape = imp.ty(base).shape.clone();
             shape[axis] = Dim::Const(1);
             let end = if index == -1 { i64::MAX } else { index + 1 };
-            let s = imp.push(Op::Slice { axis, start: index, end, step: 1 }, vec![base], TensorType::new(ty.dtype, shape));
+            let s =
+                imp.push(Op::Slice { axis, start: index, end, step: 1 }, vec![base], TensorType::new(ty.dtype, shape));
             reshape_to(imp, s, ty.shape)
         }
         &ViewStep::Diagonal { offset, dim1, dim2 } => diagonal_value(imp, base, offset, dim1, dim2, &ty)?,

@@ -145,7 +145,9 @@ fn read_directory(map: &Mmap) -> Result<Vec<(String, Range<usize>)>, ArchiveErro
 fn find_root(all: &[(String, Range<usize>)]) -> Result<String, ArchiveError> {
     let has = |n: &str| all.iter().any(|(name, _)| name == n);
     // torch ≤ 2.7 wrote its members at the zip root.
-    if has("serialized_exported_program.json") || all.iter().any(|(n, _)| n.ends_with("/serialized_exported_program.json")) {
+    if has("serialized_exported_program.json")
+        || all.iter().any(|(n, _)| n.ends_with("/serialized_exported_program.json"))
+    {
         return Err(ArchiveError::Unsupported(
             "saved by torch <= 2.7 (serialized_exported_program.json layout); re-save with torch >= 2.9".into(),
         ));

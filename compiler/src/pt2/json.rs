@@ -35,7 +35,11 @@ impl PathSeg<'_> {
             PathSeg::Root => String::new(),
             PathSeg::Key(p, k) => {
                 let head = p.render();
-                if head.is_empty() { k.to_string() } else { format!("{head}.{k}") }
+                if head.is_empty() {
+                    k.to_string()
+                } else {
+                    format!("{head}.{k}")
+                }
             }
             PathSeg::Index(p, i) => format!("{}[{i}]", p.render()),
         }
@@ -57,7 +61,11 @@ pub fn describe(v: &Value) -> String {
             format!("object {{{}}}", keys.join(", "))
         }
     };
-    if s.len() > 80 { format!("{}…", &s[..s.char_indices().nth(77).map_or(s.len(), |(i, _)| i)]) } else { s }
+    if s.len() > 80 {
+        format!("{}…", &s[..s.char_indices().nth(77).map_or(s.len(), |(i, _)| i)])
+    } else {
+        s
+    }
 }
 
 impl<'a> J<'a> {
@@ -74,7 +82,12 @@ impl<'a> J<'a> {
     }
 
     pub fn err(&self, expected: impl Into<String>) -> JsonError {
-        JsonError { member: self.member.to_string(), path: self.path(), expected: expected.into(), found: describe(self.v) }
+        JsonError {
+            member: self.member.to_string(),
+            path: self.path(),
+            expected: expected.into(),
+            found: describe(self.v),
+        }
     }
 
     /// Calls `f` with the child at `key` (an error if missing or null).
@@ -92,7 +105,11 @@ impl<'a> J<'a> {
     }
 
     /// Like [`J::with`] but a missing or null key gives `None`.
-    pub fn with_opt<R>(&self, key: &str, f: impl FnOnce(J<'_>) -> Result<R, JsonError>) -> Result<Option<R>, JsonError> {
+    pub fn with_opt<R>(
+        &self,
+        key: &str,
+        f: impl FnOnce(J<'_>) -> Result<R, JsonError>,
+    ) -> Result<Option<R>, JsonError> {
         let seg = PathSeg::Key(self.path, key);
         match self.v.get(key) {
             Some(v) if !v.is_null() => f(J { v, member: self.member, path: &seg }).map(Some),
@@ -118,10 +135,9 @@ impl<'a> J<'a> {
     pub fn entries<R>(&self, mut f: impl FnMut(&str, J<'_>) -> Result<R, JsonError>) -> Result<Vec<R>, JsonError> {
         match self.v {
             Value::Null => Ok(Vec::new()),
-            Value::Object(map) => map
-                .iter()
-                .map(|(k, v)| f(k, J { v, member: self.member, path: &PathSeg::Key(self.path, k) }))
-                .collect(),
+            Value::Object(map) => {
+                map.iter().map(|(k, v)| f(k, J { v, member: self.member, path: &PathSeg::Key(self.path, k) })).collect()
+            }
             _ => Err(self.err("an object")),
         }
     }

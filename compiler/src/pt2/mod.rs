@@ -31,7 +31,9 @@ pub enum Pt2Error {
     Archive(#[from] ArchiveError),
     #[error(transparent)]
     Json(#[from] JsonError),
-    #[error("unsupported program schema version {major}.{minor} (kiln reads {SCHEMA_MAJOR}.x, written by torch 2.9 – 2.15)")]
+    #[error(
+        "unsupported program schema version {major}.{minor} (kiln reads {SCHEMA_MAJOR}.x, written by torch 2.9 – 2.15)"
+    )]
     SchemaVersion { major: u32, minor: u32 },
     #[error("unsupported byte order {0:?} (only little-endian archives are supported)")]
     ByteOrder(String),
@@ -75,7 +77,9 @@ impl Pt2File {
             let root = J::root(&value, &name);
             // Check the version before the shape of the rest: a future schema
             // should say "version", not "missing field".
-            let version = root.with_opt("schema_version", |j| Ok((j.with("major", |m| m.i64())?, j.with_opt("minor", |m| m.i64())?)))?;
+            let version = root.with_opt("schema_version", |j| {
+                Ok((j.with("major", |m| m.i64())?, j.with_opt("minor", |m| m.i64())?))
+            })?;
             if let Some((major, minor)) = version {
                 if major != SCHEMA_MAJOR as i64 {
                     return Err(Pt2Error::SchemaVersion {

@@ -117,19 +117,38 @@ pub struct SubGraph {
 #[derive(Clone, Debug)]
 pub enum InputSpec {
     User(Arg),
-    Parameter { arg: String, fqn: String },
-    Buffer { arg: String, fqn: String, persistent: bool },
-    TensorConstant { arg: String, fqn: String },
-    ConstantInput { name: String, value: Arg },
+    Parameter {
+        arg: String,
+        fqn: String,
+    },
+    Buffer {
+        arg: String,
+        fqn: String,
+        persistent: bool,
+    },
+    TensorConstant {
+        arg: String,
+        fqn: String,
+    },
+    ConstantInput {
+        name: String,
+        value: Arg,
+    },
     /// `custom_obj`, `token` and future kinds, by tag and argument name.
-    Other { kind: String, arg: String },
+    Other {
+        kind: String,
+        arg: String,
+    },
 }
 
 #[derive(Clone, Debug)]
 pub enum OutputSpec {
     User(Arg),
     /// `buffer_mutation`, `user_input_mutation`, `token`, ... by tag.
-    Other { kind: String, arg: String },
+    Other {
+        kind: String,
+        arg: String,
+    },
 }
 
 impl Program {
@@ -149,9 +168,7 @@ impl Program {
             // Before the `verifiers` list there was a single `dialect` string.
             None => root.opt_str("dialect")?.into_iter().collect(),
         };
-        let range_constraints = root
-            .with_opt("range_constraints", |j| j.entries(parse_range))?
-            .unwrap_or_default();
+        let range_constraints = root.with_opt("range_constraints", |j| j.entries(parse_range))?.unwrap_or_default();
         root.with("graph_module", |gm| {
             let (nodes, tensor_values, sym_int_values) = gm.with("graph", |g| {
                 let nodes = g.with_opt("nodes", |n| n.list(parse_node))?.unwrap_or_default();
@@ -343,9 +360,10 @@ fn parse_input_spec(j: J<'_>) -> Result<InputSpec, JsonError> {
         let arg_name = |v: J<'_>| v.with("arg", |a| a.with("name", |n| n.str().map(str::to_string)));
         Ok(match tag {
             "user_input" => InputSpec::User(v.with("arg", parse_arg)?),
-            "parameter" => {
-                InputSpec::Parameter { arg: arg_name(v)?, fqn: v.with("parameter_name", |n| n.str().map(str::to_string))? }
-            }
+            "parameter" => InputSpec::Parameter {
+                arg: arg_name(v)?,
+                fqn: v.with("parameter_name", |n| n.str().map(str::to_string))?,
+            },
             "buffer" => InputSpec::Buffer {
                 arg: arg_name(v)?,
                 fqn: v.with("buffer_name", |n| n.str().map(str::to_string))?,

@@ -64,7 +64,9 @@ fn tokenize(text: &str) -> Result<Vec<Tok>, String> {
             while i < b.len() && b[i].is_ascii_digit() {
                 i += 1;
             }
-            let n = text[start..i].parse::<i64>().map_err(|_| format!("integer {} does not fit in i64", &text[start..i]))?;
+            let n = text[start..i]
+                .parse::<i64>()
+                .map_err(|_| format!("integer {} does not fit in i64", &text[start..i]))?;
             out.push(Tok::Int(n));
         } else if c.is_ascii_alphabetic() || c == b'_' {
             let start = i;
@@ -79,7 +81,10 @@ fn tokenize(text: &str) -> Result<Vec<Tok>, String> {
             i = end + 1;
         } else {
             let ops = ["**", "//", "+", "-", "*", "/", "%", "(", ")", ",", "="];
-            let op = ops.into_iter().find(|o| text[i..].starts_with(o)).ok_or_else(|| format!("unexpected character {:?}", c as char))?;
+            let op = ops
+                .into_iter()
+                .find(|o| text[i..].starts_with(o))
+                .ok_or_else(|| format!("unexpected character {:?}", c as char))?;
             out.push(Tok::Op(op));
             i += op.len();
         }
@@ -150,11 +155,8 @@ impl Parser<'_> {
 
     fn term(&mut self) -> Result<Val, String> {
         let mut acc = self.unary()?;
-        loop {
-            let op = match self.peek() {
-                Some(Tok::Op(o @ ("*" | "//" | "/" | "%"))) => *o,
-                _ => break,
-            };
+        while let Some(Tok::Op(o @ ("*" | "//" | "/" | "%"))) = self.peek() {
+            let op = *o;
             self.pos += 1;
             let rhs = Self::dim(self.unary()?)?;
             let lhs = Self::dim(acc)?;
@@ -247,7 +249,11 @@ impl Parser<'_> {
 
     fn call(&mut self, name: &str, args: Vec<Val>) -> Result<Val, String> {
         let arity = |n: usize| -> Result<(), String> {
-            if args.len() == n { Ok(()) } else { Err(format!("{name} takes {n} arguments, got {}", args.len())) }
+            if args.len() == n {
+                Ok(())
+            } else {
+                Err(format!("{name} takes {n} arguments, got {}", args.len()))
+            }
         };
         let dims = |args: Vec<Val>| args.into_iter().map(Self::dim).collect::<Result<Vec<_>, _>>();
         match name {
@@ -298,7 +304,9 @@ fn min_max_by_offset(min: bool, a: Dim, b: Dim) -> Result<Dim, String> {
     let shifted = Dim::add(b.clone(), Dim::Const(offset));
     if kiln_ir::infer::dims_equal(&a, &shifted, &kiln_ir::PrimaryMap::new()) != Some(true) {
         let what = if min { "Min" } else { "Max" };
-        return Err(format!("`{what}` of sizes whose order depends on their values (kiln's dimensions have no min/max)"));
+        return Err(format!(
+            "`{what}` of sizes whose order depends on their values (kiln's dimensions have no min/max)"
+        ));
     }
     Ok(if (offset <= 0) == min { a } else { b })
 }
@@ -355,7 +363,11 @@ mod tests {
         assert_eq!(show(&format!("Min(Add({s}, Integer(2)), {s}, Add({s}, Integer(1)))")), "s31");
         assert_eq!(show("Min(Mul(Integer(2), s0), Add(s0, s0, Integer(3)))"), "(2 * s0)");
         // Which of `s0` and `s1` (or `3` and `s0`) is smaller depends on the values.
-        assert!(show("Min(s0, s1)").starts_with("error: `Min` of sizes whose order depends"), "{}", show("Min(s0, s1)"));
+        assert!(
+            show("Min(s0, s1)").starts_with("error: `Min` of sizes whose order depends"),
+            "{}",
+            show("Min(s0, s1)")
+        );
         assert!(show("Max(Integer(3), s0)").starts_with("error: `Max`"), "{}", show("Max(Integer(3), s0)"));
     }
 
@@ -382,7 +394,19 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error() {
-        for bad in ["", "Add(", "Symbol(", "s0 +", "Foo(s0)", "1.5", "s0 $ 1", "((((", "Symbol(1)", "99999999999999999999", "Pow(s0, s1)"] {
+        for bad in [
+            "",
+            "Add(",
+            "Symbol(",
+            "s0 +",
+            "Foo(s0)",
+            "1.5",
+            "s0 $ 1",
+            "((((",
+            "Symbol(1)",
+            "99999999999999999999",
+            "Pow(s0, s1)",
+        ] {
             assert!(show(bad).starts_with("error"), "{bad:?} parsed: {}", show(bad));
         }
         let deep = format!("{}s0{}", "(".repeat(10_000), ")".repeat(10_000));

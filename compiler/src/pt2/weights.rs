@@ -79,11 +79,8 @@ fn ints(xs: &[SymExpr]) -> Vec<i64> {
 /// Loads `fqn` from `folder` (`data/weights/` or `data/constants/`).
 pub fn load(archive: &Archive, folder: &str, fqn: &str, cfg: &TensorConfig) -> Result<LoadedTensor, WeightError> {
     let member = format!("{folder}{}", cfg.path_name);
-    let malformed = |detail: String| WeightError::Malformed {
-        tensor: fqn.to_string(),
-        member: archive.full_name(&member),
-        detail,
-    };
+    let malformed =
+        |detail: String| WeightError::Malformed { tensor: fqn.to_string(), member: archive.full_name(&member), detail };
     if cfg.use_pickle {
         return Err(WeightError::Unsupported {
             tensor: fqn.to_string(),
@@ -131,9 +128,10 @@ pub fn load(archive: &Archive, folder: &str, fqn: &str, cfg: &TensorConfig) -> R
         return Ok(LoadedTensor { dtype, shape, bytes: ConstBytes::owned(vec![0; nbytes]) });
     }
     // Largest element index the view touches.
-    let last = shape.iter().zip(&strides).try_fold(offset, |acc, (&d, &s)| {
-        (d as usize - 1).checked_mul(s as usize).and_then(|x| acc.checked_add(x))
-    });
+    let last = shape
+        .iter()
+        .zip(&strides)
+        .try_fold(offset, |acc, (&d, &s)| (d as usize - 1).checked_mul(s as usize).and_then(|x| acc.checked_add(x)));
     let end_bytes = last
         .and_then(|l| l.checked_add(1))
         .and_then(|n| n.checked_mul(el))

@@ -37,7 +37,8 @@ pub fn lower_for_pjrt(g: &mut Graph, precision: Precision) -> Result<PjrtLowerin
     // values internal to a segment need no arena slot.
     let collapsed = collapse(g, &calls);
     let mem = plan_memory(&collapsed, &MemoryOptions::default()).map_err(|e| LowerError(vec![e.to_string()]))?;
-    check_plan(&collapsed, &mem).map_err(|e| LowerError(vec![format!("memory plan is inconsistent (compiler bug): {e}")]))?;
+    check_plan(&collapsed, &mem)
+        .map_err(|e| LowerError(vec![format!("memory plan is inconsistent (compiler bug): {e}")]))?;
 
     let lowered = lower_to_plan_with_segments(g, &mem, &calls)?;
     let segments = emitted
@@ -62,7 +63,11 @@ pub fn lower_for_pjrt(g: &mut Graph, precision: Precision) -> Result<PjrtLowerin
 
 /// Partitions and emits; a node the emitter rejects is moved to the CPU and the
 /// graph partitioned again (each retry moves one more node, so this ends).
-fn partition_and_emit(ctx: &melior::Context, g: &Graph, precision: Precision) -> Result<(Partition, Vec<Emitted>), LowerError> {
+fn partition_and_emit(
+    ctx: &melior::Context,
+    g: &Graph,
+    precision: Precision,
+) -> Result<(Partition, Vec<Emitted>), LowerError> {
     let mut forced: HashMap<NodeId, String> = HashMap::new();
     'retry: for _ in 0..=g.order.len() {
         let part = partition(g, &forced);
@@ -126,7 +131,12 @@ fn collapse(g: &Graph, calls: &[AccelCall]) -> Graph {
     for call in calls {
         // The op is irrelevant to memory planning except that it must not be a
         // reshape (whose output may alias its input); concat takes any arity.
-        let id = c.nodes.push(NodeData { op: Op::Concat { axis: 0 }, inputs: call.args.clone(), outputs: call.results.clone(), loc: None });
+        let id = c.nodes.push(NodeData {
+            op: Op::Concat { axis: 0 },
+            inputs: call.args.clone(),
+            outputs: call.results.clone(),
+            loc: None,
+        });
         for (k, &n) in call.nodes.iter().enumerate() {
             replace.insert(n, if k == 0 { Some(id) } else { None });
         }

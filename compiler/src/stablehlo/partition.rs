@@ -27,7 +27,6 @@ pub struct Partition {
     pub cpu: Vec<(NodeId, String)>,
 }
 
-
 /// Partitions `g.order`. `forced_cpu` holds nodes the emitter could not lower
 /// after all (with its reason); they are kept on the CPU.
 pub fn partition(g: &Graph, forced_cpu: &HashMap<NodeId, String>) -> Partition {
@@ -121,7 +120,10 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
     let node = &g.nodes[n];
     match node.op {
         Op::BindDim { symbol } => {
-            return Some(format!("binds `{}` from run-time data (the CPU session owns the shapes)", g.symbols[symbol].name))
+            return Some(format!(
+                "binds `{}` from run-time data (the CPU session owns the shapes)",
+                g.symbols[symbol].name
+            ))
         }
         Op::NonZero { .. } => return Some("data-dependent output size (nonzero)".into()),
         // The CPU session runs loops (jumps in its instruction stream); a
@@ -151,7 +153,9 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
             (UnaryOp::Abs | UnaryOp::Sign, Some(DType::U8)) => no("abs/sign on an unsigned integer"),
             (UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu, Some(d)) if d.is_int() => None,
             // XLA's f64 erf is not accurate to f64 (gelu uses it): kiln's CPU kernel is.
-            (UnaryOp::Erf | UnaryOp::Gelu, Some(DType::F64)) => no("f64 erf/gelu (XLA's approximation is not f64-accurate)"),
+            (UnaryOp::Erf | UnaryOp::Gelu, Some(DType::F64)) => {
+                no("f64 erf/gelu (XLA's approximation is not f64-accurate)")
+            }
             (UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc, Some(d)) if d.is_int() => None,
             (u, Some(d)) if d.is_float() && LOWERED_UNARY.contains(u) => None,
             _ => no(&format!("op {} on {:?}", kiln_ir::unary_name(*u), in0)),
@@ -170,11 +174,22 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
         Op::Permute { .. } | Op::Concat { .. } | Op::Full { .. } | Op::Arange { .. } => None,
         Op::Clamp { .. } => None,
         Op::Conv { stride, padding, dilation, groups } => {
-            let ok = stride.iter().all(|&s| s > 0) && padding.iter().all(|&p| p >= 0) && dilation.iter().all(|&d| d > 0) && *groups > 0;
-            if ok { None } else { no("conv with these parameters") }
+            let ok = stride.iter().all(|&s| s > 0)
+                && padding.iter().all(|&p| p >= 0)
+                && dilation.iter().all(|&d| d > 0)
+                && *groups > 0;
+            if ok {
+                None
+            } else {
+                no("conv with these parameters")
+            }
         }
         Op::BatchNorm { .. } | Op::LayerNorm { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => {
-            if in0.is_some_and(|d| d.is_float()) { None } else { no("a normalisation on a non-float tensor") }
+            if in0.is_some_and(|d| d.is_float()) {
+                None
+            } else {
+                no("a normalisation on a non-float tensor")
+            }
         }
         Op::Reduce { kind, .. } => match in0 {
             Some(d) if d.is_float() || d.is_int() => None,
@@ -185,33 +200,58 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
         Op::ArgMax { .. } | Op::ArgMin { .. } => None,
         Op::Pool { kind: PoolKind::ArgMax, .. } => no("max pooling's indices (a CPU kernel only)"),
         Op::Pool { stride, dilation, .. } => {
-            let ok = stride.iter().all(|&s| s > 0) && dilation.iter().all(|&d| d > 0) && in0.is_some_and(|d| d.is_float());
-            if ok { None } else { no("pooling with these parameters") }
+            let ok =
+                stride.iter().all(|&s| s > 0) && dilation.iter().all(|&d| d > 0) && in0.is_some_and(|d| d.is_float());
+            if ok {
+                None
+            } else {
+                no("pooling with these parameters")
+            }
         }
-        Op::AdaptiveAvgPool { .. } => no("op adaptive_avg_pool (decomposed for every target unless sizes are symbolic)"),
+        Op::AdaptiveAvgPool { .. } => {
+            no("op adaptive_avg_pool (decomposed for every target unless sizes are symbolic)")
+        }
         Op::Attention { .. } => {
             let batch = |v: ValueId| {
                 let s = &g.ty(v).shape;
                 s[..s.len().saturating_sub(2)].to_vec()
             };
-            let same_batch = node.inputs.len() >= 3 && batch(node.inputs[0]) == batch(node.inputs[1]) && batch(node.inputs[1]) == batch(node.inputs[2]);
-            if same_batch && in0.is_some_and(|d| d.is_float()) { None } else { no("attention with broadcast batch dims") }
+            let same_batch = node.inputs.len() >= 3
+                && batch(node.inputs[0]) == batch(node.inputs[1])
+                && batch(node.inputs[1]) == batch(node.inputs[2]);
+            if same_batch && in0.is_some_and(|d| d.is_float()) {
+                None
+            } else {
+                no("attention with broadcast batch dims")
+            }
         }
         Op::Slice { step, .. } => {
-            if *step > 0 { None } else { no("slice with a non-positive step") }
+            if *step > 0 {
+                None
+            } else {
+                no("slice with a non-positive step")
+            }
         }
         Op::Gather { .. } => match node.inputs.get(1).map(|&v| dt(v)) {
             Some(d) if d.is_int() => None,
             _ => no("gather with non-integer indices"),
         },
         Op::CumSum { .. } => {
-            if in0.is_some_and(|d| d.is_float() || d.is_int()) { None } else { no("cumsum on bool") }
+            if in0.is_some_and(|d| d.is_float() || d.is_int()) {
+                None
+            } else {
+                no("cumsum on bool")
+            }
         }
         Op::Flip { .. } => None,
         // Lowered to stablehlo.gather (negative indices wrapped; out-of-range
         // ones are clamped there, where the CPU kernel reports an error).
         Op::IndexGather { .. } | Op::GatherElements { .. } => {
-            if node.inputs.iter().skip(1).all(|&v| dt(v).is_int()) { None } else { no("indexing with non-integer indices") }
+            if node.inputs.iter().skip(1).all(|&v| dt(v).is_int()) {
+                None
+            } else {
+                no("indexing with non-integer indices")
+            }
         }
         Op::Pad { mode: kiln_ir::PadMode::Constant, interior, .. } if interior.iter().all(|&i| i >= 0) => None,
         Op::Pad { mode, .. } => no(&format!("pad mode {mode:?}")),

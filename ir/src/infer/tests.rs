@@ -52,7 +52,7 @@ fn broadcasting() {
     // Provably equal expressions in different forms.
     let x = Dim::add(b(), c(1));
     let y = Dim::Add(Box::new(c(1)), Box::new(b()));
-    assert_eq!(broadcast_shapes(&[x.clone()], &[y]), Ok(vec![x]));
+    assert_eq!(broadcast_shapes(std::slice::from_ref(&x), &[y]), Ok(vec![x]));
     assert!(broadcast_shapes(&[c(3)], &[c(4)]).is_err());
     assert!(broadcast_shapes(&[b()], &[n()]).is_err());
 }
@@ -76,18 +76,20 @@ fn elementwise_family() {
     let x = f32t(&[b(), c(4)]);
     for u in UNARY_OPS {
         let want = if u == UnaryOp::Not { "bool[b, 4]" } else { "f32[b, 4]" };
-        assert_eq!(ok(Op::Unary(u), &[x.clone()]), want);
+        assert_eq!(ok(Op::Unary(u), std::slice::from_ref(&x)), want);
     }
     for op in BINARY_OPS {
         let want = if op.is_comparison() { "bool[b, 4]" } else { "f32[b, 4]" };
         assert_eq!(ok(Op::Binary(op), &[x.clone(), f32t(&[c(4)])]), want);
     }
-    assert!(infer(Op::Binary(BinaryOp::Add), &[x.clone(), ty(DType::I64, &[c(4)])]).unwrap_err().contains("dtypes differ"));
+    assert!(infer(Op::Binary(BinaryOp::Add), &[x.clone(), ty(DType::I64, &[c(4)])])
+        .unwrap_err()
+        .contains("dtypes differ"));
     let cond = ty(DType::Bool, &[c(1), c(4)]);
     assert_eq!(ok(Op::Where, &[cond.clone(), x.clone(), f32t(&[])]), "f32[b, 4]");
     assert!(infer(Op::Where, &[x.clone(), x.clone(), x.clone()]).is_err());
-    assert_eq!(ok(Op::Cast { to: DType::F16 }, &[x.clone()]), "f16[b, 4]");
-    assert_eq!(ok(Op::Clamp { min: None, max: Some(6.0) }, &[x.clone()]), "f32[b, 4]");
+    assert_eq!(ok(Op::Cast { to: DType::F16 }, std::slice::from_ref(&x)), "f16[b, 4]");
+    assert_eq!(ok(Op::Clamp { min: None, max: Some(6.0) }, std::slice::from_ref(&x)), "f32[b, 4]");
     assert!(infer(Op::Unary(UnaryOp::Neg), &[x.clone(), x]).unwrap_err().contains("operands"));
 }
 
@@ -134,12 +136,12 @@ fn conv_and_pool_family() {
     };
     let img = f32t(&[c(1), c(3), c(7), c(6)]);
     // The indices variant has the values' shape and dtype i64.
-    assert_eq!(ok(pool(PoolKind::ArgMax, 2, 2, 0, true), &[img.clone()]), "i64[1, 3, 4, 3]");
-    assert_eq!(ok(pool(PoolKind::Max, 2, 2, 0, false), &[img.clone()]), "f32[1, 3, 3, 3]");
-    assert_eq!(ok(pool(PoolKind::Max, 2, 2, 0, true), &[img.clone()]), "f32[1, 3, 4, 3]");
+    assert_eq!(ok(pool(PoolKind::ArgMax, 2, 2, 0, true), std::slice::from_ref(&img)), "i64[1, 3, 4, 3]");
+    assert_eq!(ok(pool(PoolKind::Max, 2, 2, 0, false), std::slice::from_ref(&img)), "f32[1, 3, 3, 3]");
+    assert_eq!(ok(pool(PoolKind::Max, 2, 2, 0, true), std::slice::from_ref(&img)), "f32[1, 3, 4, 3]");
     // AvgPool2d(3, 2, padding=1, ceil_mode=True): 7 -> 4 and 6 -> 4 (the last
     // window starts at 5, inside the input, so it is kept).
-    assert_eq!(ok(pool(PoolKind::Avg, 3, 2, 1, true), &[img.clone()]), "f32[1, 3, 4, 4]");
+    assert_eq!(ok(pool(PoolKind::Avg, 3, 2, 1, true), std::slice::from_ref(&img)), "f32[1, 3, 4, 4]");
     // ceil_mode correction: in=5, k=2, s=2, p=1 -> ceil(4/2)+1 = 3, last start 4 >= 5+1? no -> 3;
     // in=4, k=1, s=3, p=0 -> ceil(3/3)+1 = 2, last start 3 >= 4? no -> 2; in=3,k=1,s=2,p=0 -> 2.
     let one = |size: i64, k, s, p| ok(pool(PoolKind::Max, k, s, p, true), &[f32t(&[c(size), c(size)])]);
@@ -152,9 +154,9 @@ fn conv_and_pool_family() {
     // in=4, k=2, s=3, p=1: span=4, ceil(4/3)+1 = 3, last start 6 >= 5 -> 2.
     assert_eq!(one(4, 2, 3, 1), "f32[2, 2]");
     let sym = f32t(&[b(), n()]);
-    assert_eq!(ok(pool(PoolKind::Max, 2, 2, 0, false), &[sym.clone()]), "f32[(b // 2), (n // 2)]");
+    assert_eq!(ok(pool(PoolKind::Max, 2, 2, 0, false), std::slice::from_ref(&sym)), "f32[(b // 2), (n // 2)]");
     // ceil((n - 3) / 2) + 1 == (n - 3 + 1 + 2) // 2.
-    assert_eq!(ok(pool(PoolKind::Max, 3, 2, 0, true), &[sym.clone()]), "f32[(b // 2), (n // 2)]");
+    assert_eq!(ok(pool(PoolKind::Max, 3, 2, 0, true), std::slice::from_ref(&sym)), "f32[(b // 2), (n // 2)]");
     assert!(infer(pool(PoolKind::Max, 2, 2, 1, true), &[sym]).unwrap_err().contains("not expressible"));
     assert_eq!(ok(Op::AdaptiveAvgPool { output: vec![1, 1] }, &[img]), "f32[1, 3, 1, 1]");
 }
@@ -163,23 +165,30 @@ fn conv_and_pool_family() {
 fn normalisation_family() {
     let x = f32t(&[b(), c(8), n()]);
     let p = f32t(&[c(8)]);
-    assert_eq!(ok(Op::BatchNorm { eps: 1e-5 }, &[x.clone(), p.clone(), p.clone(), p.clone(), p.clone()]), "f32[b, 8, n]");
+    assert_eq!(
+        ok(Op::BatchNorm { eps: 1e-5 }, &[x.clone(), p.clone(), p.clone(), p.clone(), p.clone()]),
+        "f32[b, 8, n]"
+    );
     assert!(infer(Op::BatchNorm { eps: 1e-5 }, &[x.clone(), p.clone(), p.clone(), p.clone(), f32t(&[c(7)])]).is_err());
     let y = f32t(&[b(), n(), c(8)]);
     assert_eq!(ok(Op::LayerNorm { normalized_rank: 1, eps: 1e-5 }, &[y.clone(), p.clone(), p.clone()]), "f32[b, n, 8]");
-    assert!(infer(Op::LayerNorm { normalized_rank: 4, eps: 1e-5 }, &[y.clone()]).is_err());
-    assert_eq!(ok(Op::Softmax { axis: 2 }, &[y.clone()]), "f32[b, n, 8]");
+    assert!(infer(Op::LayerNorm { normalized_rank: 4, eps: 1e-5 }, std::slice::from_ref(&y)).is_err());
+    assert_eq!(ok(Op::Softmax { axis: 2 }, std::slice::from_ref(&y)), "f32[b, n, 8]");
     assert!(infer(Op::LogSoftmax { axis: 3 }, &[y]).unwrap_err().contains("axis 3"));
 }
 
 #[test]
 fn reduction_family() {
     let x = f32t(&[b(), c(8), n()]);
-    let r = |axes: Vec<usize>, keep_dims| ok(Op::Reduce { kind: ReduceKind::Mean, axes, keep_dims }, &[x.clone()]);
+    let r = |axes: Vec<usize>, keep_dims| {
+        ok(Op::Reduce { kind: ReduceKind::Mean, axes, keep_dims }, std::slice::from_ref(&x))
+    };
     assert_eq!(r(vec![1], true), "f32[b, 1, n]");
     assert_eq!(r(vec![0, 2], false), "f32[8]");
-    assert!(infer(Op::Reduce { kind: ReduceKind::Sum, axes: vec![3], keep_dims: false }, &[x.clone()]).is_err());
-    assert_eq!(ok(Op::ArgMax { axis: 2, keep_dims: false }, &[x.clone()]), "i64[b, 8]");
+    assert!(
+        infer(Op::Reduce { kind: ReduceKind::Sum, axes: vec![3], keep_dims: false }, std::slice::from_ref(&x)).is_err()
+    );
+    assert_eq!(ok(Op::ArgMax { axis: 2, keep_dims: false }, std::slice::from_ref(&x)), "i64[b, 8]");
     assert_eq!(ok(Op::ArgMax { axis: 0, keep_dims: true }, &[x]), "i64[1, 8, n]");
 }
 
@@ -201,15 +210,20 @@ fn attention_family() {
 #[test]
 fn layout_family() {
     let x = f32t(&[b(), c(4), c(6)]);
-    assert_eq!(ok(Op::Reshape { shape: vec![b(), c(24)] }, &[x.clone()]), "f32[b, 24]");
-    assert_eq!(ok(Op::Reshape { shape: vec![Dim::mul(b(), c(4)), c(6)] }, &[x.clone()]), "f32[(b * 4), 6]");
-    assert!(infer(Op::Reshape { shape: vec![b(), c(25)] }, &[x.clone()]).unwrap_err().contains("element count"));
+    assert_eq!(ok(Op::Reshape { shape: vec![b(), c(24)] }, std::slice::from_ref(&x)), "f32[b, 24]");
+    assert_eq!(ok(Op::Reshape { shape: vec![Dim::mul(b(), c(4)), c(6)] }, std::slice::from_ref(&x)), "f32[(b * 4), 6]");
+    assert!(infer(Op::Reshape { shape: vec![b(), c(25)] }, std::slice::from_ref(&x))
+        .unwrap_err()
+        .contains("element count"));
     assert_eq!(ok(Op::Expand { shape: vec![c(2), b(), c(4), c(6)] }, &[f32t(&[c(1), c(4), c(1)])]), "f32[2, b, 4, 6]");
     assert!(infer(Op::Expand { shape: vec![c(3)] }, &[f32t(&[c(2)])]).is_err());
-    assert_eq!(ok(Op::Permute { perm: vec![2, 0, 1] }, &[x.clone()]), "f32[6, b, 4]");
-    assert!(infer(Op::Permute { perm: vec![0, 0, 1] }, &[x.clone()]).unwrap_err().contains("permutation"));
-    assert!(infer(Op::Permute { perm: vec![0, 1] }, &[x.clone()]).is_err());
-    assert_eq!(ok(Op::Concat { axis: 0 }, &[x.clone(), x.clone(), f32t(&[c(2), c(4), c(6)])]), "f32[((b + b) + 2), 4, 6]");
+    assert_eq!(ok(Op::Permute { perm: vec![2, 0, 1] }, std::slice::from_ref(&x)), "f32[6, b, 4]");
+    assert!(infer(Op::Permute { perm: vec![0, 0, 1] }, std::slice::from_ref(&x)).unwrap_err().contains("permutation"));
+    assert!(infer(Op::Permute { perm: vec![0, 1] }, std::slice::from_ref(&x)).is_err());
+    assert_eq!(
+        ok(Op::Concat { axis: 0 }, &[x.clone(), x.clone(), f32t(&[c(2), c(4), c(6)])]),
+        "f32[((b + b) + 2), 4, 6]"
+    );
     assert!(infer(Op::Concat { axis: 0 }, &[x.clone(), f32t(&[b(), c(5), c(6)])]).unwrap_err().contains("dimension 1"));
     let idx = ty(DType::I64, &[n(), c(2)]);
     assert_eq!(ok(Op::Gather { axis: 1 }, &[x.clone(), idx]), "f32[b, n, 2, 6]");
@@ -218,9 +232,7 @@ fn layout_family() {
 
 #[test]
 fn slices() {
-    let sl = |dim: Dim, start, end, step| {
-        infer(Op::Slice { axis: 0, start, end, step }, &[f32t(&[dim])])
-    };
+    let sl = |dim: Dim, start, end, step| infer(Op::Slice { axis: 0, start, end, step }, &[f32t(&[dim])]);
     // Static: Python semantics.
     assert_eq!(sl(c(10), 0, i64::MAX, 1).unwrap(), "f32[10]");
     assert_eq!(sl(c(10), 1, i64::MAX, 3).unwrap(), "f32[3]");
@@ -267,6 +279,10 @@ fn gather_scatter_and_advanced_indexing() {
     assert!(infer(Op::IndexGather { axis: 2 }, &[x.clone(), i.clone(), i.clone()]).is_err());
     assert!(infer(Op::IndexGather { axis: 0 }, &[x.clone(), i.clone(), ty(DType::I64, &[n(), c(4)])]).is_err());
     let values = f32t(&[b(), n(), c(3)]);
-    assert_eq!(ok(Op::IndexPut { axis: 1, accumulate: true }, &[x.clone(), values, i.clone(), i.clone()]), "f32[b, 4, 6]");
-    assert!(infer(Op::IndexPut { axis: 1, accumulate: false }, &[x.clone(), f32t(&[b(), n(), c(4)]), i.clone(), i]).is_err());
+    assert_eq!(
+        ok(Op::IndexPut { axis: 1, accumulate: true }, &[x.clone(), values, i.clone(), i.clone()]),
+        "f32[b, 4, 6]"
+    );
+    assert!(infer(Op::IndexPut { axis: 1, accumulate: false }, &[x.clone(), f32t(&[b(), n(), c(4)]), i.clone(), i])
+        .is_err());
 }

@@ -66,7 +66,15 @@ fn format_element(dtype: DType, b: &[u8]) -> String {
         DType::F64 => format_f64(f64::from_le_bytes(arr(8))),
         DType::F32 => {
             let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            format_float(v.to_bits() as u64, f32::NAN.to_bits() as u64, v.is_nan(), v.is_infinite(), v < 0.0, || format!("{v:?}"), 8)
+            format_float(
+                v.to_bits() as u64,
+                f32::NAN.to_bits() as u64,
+                v.is_nan(),
+                v.is_infinite(),
+                v < 0.0,
+                || format!("{v:?}"),
+                8,
+            )
         }
         DType::F16 => {
             let h = f16::from_bits(u16v);
@@ -100,7 +108,9 @@ pub(super) enum Literal {
     /// A numeric literal as written, sign included.
     Num(String),
     Bool(bool),
-    Inf { negative: bool },
+    Inf {
+        negative: bool,
+    },
     /// `nan` or `nan(0xBITS)`.
     Nan(Option<u64>),
 }

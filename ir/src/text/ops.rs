@@ -24,7 +24,11 @@ pub(super) enum AttrVal {
 impl AttrVal {
     pub(super) fn pos(&self) -> Pos {
         match self {
-            AttrVal::Lit(_, p) | AttrVal::Ident(_, p) | AttrVal::Dim(_, p) | AttrVal::List(_, p) | AttrVal::Graph(_, p) => *p,
+            AttrVal::Lit(_, p)
+            | AttrVal::Ident(_, p)
+            | AttrVal::Dim(_, p)
+            | AttrVal::List(_, p)
+            | AttrVal::Graph(_, p) => *p,
         }
     }
 }
@@ -55,7 +59,9 @@ impl Attrs {
 
 fn int(v: &AttrVal) -> Result<i64, ParseError> {
     match v {
-        AttrVal::Lit(Literal::Num(s), p) => s.parse::<i64>().map_err(|_| p.error(format!("expected an integer, found `{s}`"))),
+        AttrVal::Lit(Literal::Num(s), p) => {
+            s.parse::<i64>().map_err(|_| p.error(format!("expected an integer, found `{s}`")))
+        }
         AttrVal::Ident(s, _) if s == "max" => Ok(i64::MAX),
         other => Err(other.pos().error("expected an integer")),
     }
@@ -157,7 +163,9 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "layer_norm" => &["normalized_rank", "eps"],
         "softmax" | "log_softmax" | "concat" | "gather" => &["axis"],
         "argmax" => &["axis", "keep_dims"],
-        "max_pool" | "max_pool_indices" | "avg_pool" => &["kernel", "stride", "padding", "dilation", "ceil_mode", "count_include_pad", "divisor"],
+        "max_pool" | "max_pool_indices" | "avg_pool" => {
+            &["kernel", "stride", "padding", "dilation", "ceil_mode", "count_include_pad", "divisor"]
+        }
         "adaptive_avg_pool" => &["output"],
         "attention" => &["causal", "scale"],
         "reshape" | "expand" => &["shape"],
@@ -224,7 +232,9 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
             },
             "softmax" => Op::Softmax { axis: uint(&a.take("axis", name)?)? },
             "log_softmax" => Op::LogSoftmax { axis: uint(&a.take("axis", name)?)? },
-            "argmax" => Op::ArgMax { axis: uint(&a.take("axis", name)?)?, keep_dims: boolean(&a.take("keep_dims", name)?)? },
+            "argmax" => {
+                Op::ArgMax { axis: uint(&a.take("axis", name)?)?, keep_dims: boolean(&a.take("keep_dims", name)?)? }
+            }
             "max_pool" | "max_pool_indices" | "avg_pool" => Op::Pool {
                 kind: match name {
                     "max_pool" => PoolKind::Max,
@@ -267,7 +277,9 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                 dtype: dtype(&a.take("dtype", name)?)?,
             },
             "cumsum" => Op::CumSum { axis: uint(&a.take("axis", name)?)? },
-            "argmin" => Op::ArgMin { axis: uint(&a.take("axis", name)?)?, keep_dims: boolean(&a.take("keep_dims", name)?)? },
+            "argmin" => {
+                Op::ArgMin { axis: uint(&a.take("axis", name)?)?, keep_dims: boolean(&a.take("keep_dims", name)?)? }
+            }
             "sort" => Op::Sort {
                 axis: uint(&a.take("axis", name)?)?,
                 k: dim(&a.take("k", name)?, symbols)?,
@@ -300,17 +312,20 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                 include_self: boolean(&a.take("include_self", name)?)?,
             },
             "index_gather" => Op::IndexGather { axis: uint(&a.take("axis", name)?)? },
-            "index_put" => Op::IndexPut {
-                axis: uint(&a.take("axis", name)?)?,
-                accumulate: boolean(&a.take("accumulate", name)?)?,
-            },
+            "index_put" => {
+                Op::IndexPut { axis: uint(&a.take("axis", name)?)?, accumulate: boolean(&a.take("accumulate", name)?)? }
+            }
             "bind_dim" | "nonzero" => {
                 let key = if name == "bind_dim" { "symbol" } else { "count" };
                 let s = match a.take(key, name)? {
                     AttrVal::Ident(s, p) => symbol(&s, p, symbols)?,
                     other => return Err(other.pos().error("expected a symbol")),
                 };
-                if name == "bind_dim" { Op::BindDim { symbol: s } } else { Op::NonZero { count: s } }
+                if name == "bind_dim" {
+                    Op::BindDim { symbol: s }
+                } else {
+                    Op::NonZero { count: s }
+                }
             }
             "while" => {
                 let region = |v: AttrVal| match v {
@@ -331,7 +346,9 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                     "random_normal" => {
                         RandomDist::Normal { mean: float(&a.take("mean", name)?)?, std: float(&a.take("std", name)?)? }
                     }
-                    "random_int" => RandomDist::Int { low: int(&a.take("low", name)?)?, high: int(&a.take("high", name)?)? },
+                    "random_int" => {
+                        RandomDist::Int { low: int(&a.take("low", name)?)?, high: int(&a.take("high", name)?)? }
+                    }
                     _ => RandomDist::Perm,
                 };
                 let stream = int(&a.take("stream", name)?)?;
@@ -403,7 +420,9 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
         Op::Softmax { axis } | Op::LogSoftmax { axis } | Op::Concat { axis } | Op::Gather { axis } => {
             vec![kv("axis", axis.to_string())]
         }
-        Op::Reduce { kind: _, axes, keep_dims } => vec![kv("axes", uints(axes)), kv("keep_dims", keep_dims.to_string())],
+        Op::Reduce { kind: _, axes, keep_dims } => {
+            vec![kv("axes", uints(axes)), kv("keep_dims", keep_dims.to_string())]
+        }
         Op::ArgMax { axis, keep_dims } => vec![kv("axis", axis.to_string()), kv("keep_dims", keep_dims.to_string())],
         Op::Pool { kind: _, kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor } => {
             let mut v = vec![
@@ -479,7 +498,9 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
             kv("reduce", scatter_reduce_name(*reduce).to_string()),
             kv("include_self", include_self.to_string()),
         ],
-        Op::IndexPut { axis, accumulate } => vec![kv("axis", axis.to_string()), kv("accumulate", accumulate.to_string())],
+        Op::IndexPut { axis, accumulate } => {
+            vec![kv("axis", axis.to_string()), kv("accumulate", accumulate.to_string())]
+        }
         Op::Random { dist, dtype, shape, stream } => {
             let mut v = match dist {
                 RandomDist::Uniform { low, high } => vec![kv("low", format_f64(*low)), kv("high", format_f64(*high))],

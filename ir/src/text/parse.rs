@@ -5,8 +5,8 @@ use super::elements::{encode_element, Literal};
 use super::lexer::{lex, Pos, Tok};
 use super::ops::{build_op, symbol, AttrVal, Attrs};
 use super::ParseError;
-use crate::{ConstBytes, Dim, Graph, Location, TensorType, ValueId};
 use crate::DType;
+use crate::{ConstBytes, Dim, Graph, Location, TensorType, ValueId};
 use std::collections::HashMap;
 
 struct Parser {
@@ -237,13 +237,13 @@ impl Parser {
                         self.next();
                         Ok(v)
                     }
-                    None => match self.defined_somewhere.get(&n) {
-                        Some(def) => Err(pos.error(format!(
-                            "%{n} is used before its definition (at {}:{})",
-                            def.line, def.column
-                        ))),
-                        None => Err(pos.error(format!("undefined value %{n}"))),
-                    },
+                    None => {
+                        match self.defined_somewhere.get(&n) {
+                            Some(def) => Err(pos
+                                .error(format!("%{n} is used before its definition (at {}:{})", def.line, def.column))),
+                            None => Err(pos.error(format!("undefined value %{n}"))),
+                        }
+                    }
                 }
             }
             _ => self.expected("a `%value`"),

@@ -48,7 +48,10 @@ pub fn attention(
     let (s, ek) = (k.shape[rk - 2], k.shape[rk - 1]);
     let (sv, ev) = (v.shape[rv - 2], v.shape[rv - 1]);
     if ek != e || sv != s {
-        return Err(shape_err(K, format!("q {:?}, k {:?}, v {:?} do not fit [..,L,E], [..,S,E], [..,S,Ev]", q.shape, k.shape, v.shape)));
+        return Err(shape_err(
+            K,
+            format!("q {:?}, k {:?}, v {:?} do not fit [..,L,E], [..,S,E], [..,S,Ev]", q.shape, k.shape, v.shape),
+        ));
     }
     let (mask_batch, mask_layout, mask_mat): (&[usize], Option<MaskLayout>, usize) = match &mask {
         None => (&[], None, 0),
@@ -65,13 +68,21 @@ pub fn attention(
             if (ml != 1 && ml != l) || (ms != 1 && ms != s) {
                 return Err(shape_err(K, format!("mask {:?} does not broadcast to [.., {l}, {s}]", m.shape)));
             }
-            let layout = MaskLayout { row_stride: if ml == 1 { 0 } else { ms }, col_stride: if ms == 1 { 0 } else { 1 }, is_bool };
+            let layout = MaskLayout {
+                row_stride: if ml == 1 { 0 } else { ms },
+                col_stride: if ms == 1 { 0 } else { 1 },
+                is_bool,
+            };
             (&m.shape[..rm.saturating_sub(2)], Some(layout), ml * ms)
         }
     };
     let batches = [&q.shape[..rq - 2], &k.shape[..rk - 2], &v.shape[..rv - 2], mask_batch];
-    let it = BatchIter::new(&batches, &[l * e, s * e, s * ev, mask_mat])
-        .ok_or_else(|| shape_err(K, format!("batch dims of q {:?}, k {:?}, v {:?} and mask do not broadcast", q.shape, k.shape, v.shape)))?;
+    let it = BatchIter::new(&batches, &[l * e, s * e, s * ev, mask_mat]).ok_or_else(|| {
+        shape_err(
+            K,
+            format!("batch dims of q {:?}, k {:?}, v {:?} and mask do not broadcast", q.shape, k.shape, v.shape),
+        )
+    })?;
     let ro = out.shape.len();
     if ro < 2 || out.shape[..ro - 2] != *it.shape() || out.shape[ro - 2..] != [l, ev] {
         return Err(shape_err(K, format!("output shape {:?}, expected {:?} ++ [{l}, {ev}]", out.shape, it.shape())));
@@ -86,8 +97,26 @@ pub fn attention(
     let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
     let dims = Dims { l, s, e, ev, it, mask: mask_layout, scale };
     match q.dtype {
-        DType::F32 => attention_typed::<f32>(&dims, view(K, "q", &q)?, view(K, "k", &k)?, view(K, "v", &v)?, mv, causal, view_mut(K, "out", &mut out)?, scratch),
-        DType::F64 => attention_typed::<f64>(&dims, view(K, "q", &q)?, view(K, "k", &k)?, view(K, "v", &v)?, mv, causal, view_mut(K, "out", &mut out)?, scratch),
+        DType::F32 => attention_typed::<f32>(
+            &dims,
+            view(K, "q", &q)?,
+            view(K, "k", &k)?,
+            view(K, "v", &v)?,
+            mv,
+            causal,
+            view_mut(K, "out", &mut out)?,
+            scratch,
+        ),
+        DType::F64 => attention_typed::<f64>(
+            &dims,
+            view(K, "q", &q)?,
+            view(K, "k", &k)?,
+            view(K, "v", &v)?,
+            mv,
+            causal,
+            view_mut(K, "out", &mut out)?,
+            scratch,
+        ),
         d => return Err(dtype_err(K, d)),
     }
     Ok(())
@@ -96,7 +125,16 @@ pub fn attention(
 /// Per batch matrix: scores = q·kᵀ (GEMM), scale + mask + softmax per row,
 /// out = scores·v (GEMM). `mv` is the mask's raw bytes (bool or `T`).
 #[allow(clippy::too_many_arguments)]
-fn attention_typed<T: GemmFloat>(dims: &Dims, qv: &[T], kv: &[T], vv: &[T], mv: &[u8], causal: bool, ov: &mut [T], scratch: &mut Scratch) {
+fn attention_typed<T: GemmFloat>(
+    dims: &Dims,
+    qv: &[T],
+    kv: &[T],
+    vv: &[T],
+    mv: &[u8],
+    causal: bool,
+    ov: &mut [T],
+    scratch: &mut Scratch,
+) {
     let Dims { l, s, e, ev, ref it, ref mask, scale } = *dims;
     let scale = T::lit(scale);
     let (scores, pack) = T::scratch_split(scratch, l * s);

@@ -98,16 +98,46 @@ impl Scalar for Bool8 {
 macro_rules! with_scalar {
     ($dtype:expr, $T:ident, $body:expr) => {
         match $dtype {
-            $crate::types::DType::F32 => { type $T = f32; $body }
-            $crate::types::DType::F64 => { type $T = f64; $body }
-            $crate::types::DType::F16 => { type $T = half::f16; $body }
-            $crate::types::DType::BF16 => { type $T = half::bf16; $body }
-            $crate::types::DType::I8 => { type $T = i8; $body }
-            $crate::types::DType::U8 => { type $T = u8; $body }
-            $crate::types::DType::I16 => { type $T = i16; $body }
-            $crate::types::DType::I32 => { type $T = i32; $body }
-            $crate::types::DType::I64 => { type $T = i64; $body }
-            $crate::types::DType::Bool => { type $T = $crate::generic::common::Bool8; $body }
+            $crate::types::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::types::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::types::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            $crate::types::DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            $crate::types::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::types::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::types::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::types::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::types::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::types::DType::Bool => {
+                type $T = $crate::generic::common::Bool8;
+                $body
+            }
         }
     };
 }
@@ -118,10 +148,22 @@ pub(crate) use with_scalar;
 macro_rules! with_elem_size {
     ($dtype:expr, $T:ident, $body:expr) => {
         match $dtype.size_bytes() {
-            1 => { type $T = u8; $body }
-            2 => { type $T = u16; $body }
-            4 => { type $T = u32; $body }
-            _ => { type $T = u64; $body }
+            1 => {
+                type $T = u8;
+                $body
+            }
+            2 => {
+                type $T = u16;
+                $body
+            }
+            4 => {
+                type $T = u32;
+                $body
+            }
+            _ => {
+                type $T = u64;
+                $body
+            }
         }
     };
 }

@@ -75,7 +75,10 @@ fn geometry(x: &[usize], w: &[usize], p: &ConvParams, out: &[usize]) -> Result<G
         let span = g.dil[d] * (g.kernel[d].max(1) - 1) + 1;
         let padded = g.input[d] + 2 * g.pad[d];
         if g.kernel[d] == 0 || padded < span {
-            return Err(shape_err(K, format!("kernel {w:?} (dilated) larger than padded input {x:?} in spatial dim {i}")));
+            return Err(shape_err(
+                K,
+                format!("kernel {w:?} (dilated) larger than padded input {x:?} in spatial dim {i}"),
+            ));
         }
         g.output[d] = (padded - span) / g.stride[d] + 1;
         if out[2 + i] != g.output[d] {
@@ -88,7 +91,14 @@ fn geometry(x: &[usize], w: &[usize], p: &ConvParams, out: &[usize]) -> Result<G
 /// f32 runs direct depthwise loops for depthwise convolutions and im2col + the
 /// packed GEMM for the rest; f64 a direct loop (f64 accumulation, like torch's
 /// double convolution).
-pub fn conv(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, p: &ConvParams, out: TensorMut, scratch: &mut Scratch) -> Result<()> {
+pub fn conv(
+    x: TensorRef,
+    w: TensorRef,
+    bias: Option<TensorRef>,
+    p: &ConvParams,
+    out: TensorMut,
+    scratch: &mut Scratch,
+) -> Result<()> {
     conv_with(x, w, bias, p, out, scratch, ConvAlgorithm::Auto)
 }
 
@@ -113,7 +123,10 @@ pub fn conv_with(
     let (batch, cin, cout, cin_g) = (x.shape[0], x.shape[1], w.shape[0], w.shape[1]);
     let groups = p.groups;
     if groups == 0 || cin % groups != 0 || cout % groups != 0 || cin / groups != cin_g {
-        return Err(shape_err(K, format!("groups {groups} incompatible with Cin {cin}, Cout {cout}, weight Cin/groups {cin_g}")));
+        return Err(shape_err(
+            K,
+            format!("groups {groups} incompatible with Cin {cin}, Cout {cout}, weight Cin/groups {cin_g}"),
+        ));
     }
     if out.shape[0] != batch || out.shape[1] != cout {
         return Err(shape_err(K, format!("output shape {:?} must start with [{batch}, {cout}]", out.shape)));
@@ -256,7 +269,16 @@ fn im2col(x: &[f32], channels: usize, g: &Geometry, c0: usize, cl: usize, col: &
 /// `x` is `[N, cin, input..]`, `w` `[cout, cin/groups, kernel..]`, `out`
 /// `[N, cout, output..]` (shapes already checked against `g`).
 #[allow(clippy::too_many_arguments)]
-fn conv_direct<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry, cin: usize, cout: usize, groups: usize, out: &mut [T]) {
+fn conv_direct<T: Real>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    g: &Geometry,
+    cin: usize,
+    cout: usize,
+    groups: usize,
+    out: &mut [T],
+) {
     let isp: usize = g.input.iter().product();
     let osp: usize = g.output.iter().product();
     let ksp: usize = g.kernel.iter().product();
@@ -278,7 +300,9 @@ fn conv_direct<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry, cin:
                 let wc = &w[(oc * cin_g + ic) * ksp..][..ksp];
                 for (t, &wv) in wc.iter().enumerate() {
                     let (kz, ky, kx) = (t / (kh * kw), (t / kw) % kh, t % kw);
-                    let (Some(iz), Some(iy), Some(ix)) = (tap(oz, kz, 0), tap(oy, ky, 1), tap(ox, kx, 2)) else { continue };
+                    let (Some(iz), Some(iy), Some(ix)) = (tap(oz, kz, 0), tap(oy, ky, 1), tap(ox, kx, 2)) else {
+                        continue;
+                    };
                     if iz < id && iy < ih && ix < iw {
                         acc += xc[(iz * ih + iy) * iw + ix] * wv;
                     }

@@ -200,9 +200,19 @@ pub fn unary(op: UnaryOp, x: TensorRef, mut out: TensorMut) -> Result<()> {
             // Validate the op once so the chunk callback cannot fail midway.
             unary_float::<f32>(op, &[], &mut [])?;
             if x.dtype == DType::F16 {
-                run!(f16, |xs, os| { map_half::<f16>(xs, os, |s, d| { let _ = unary_float::<f32>(op, s, d); }); Ok(()) })
+                run!(f16, |xs, os| {
+                    map_half::<f16>(xs, os, |s, d| {
+                        let _ = unary_float::<f32>(op, s, d);
+                    });
+                    Ok(())
+                })
             } else {
-                run!(bf16, |xs, os| { map_half::<bf16>(xs, os, |s, d| { let _ = unary_float::<f32>(op, s, d); }); Ok(()) })
+                run!(bf16, |xs, os| {
+                    map_half::<bf16>(xs, os, |s, d| {
+                        let _ = unary_float::<f32>(op, s, d);
+                    });
+                    Ok(())
+                })
             }
         }
         DType::I8 => run!(i8, |xs, os| unary_int::<i8>(op, xs, os)),
@@ -214,7 +224,10 @@ pub fn unary(op: UnaryOp, x: TensorRef, mut out: TensorMut) -> Result<()> {
             if !matches!(op, UnaryOp::Not | UnaryOp::BitNot) {
                 return Err(dtype_err(K, DType::Bool));
             }
-            run!(u8, |xs: &[u8], os: &mut [u8]| { map(xs, os, |v| (v == 0) as u8); Ok(()) })
+            run!(u8, |xs: &[u8], os: &mut [u8]| {
+                map(xs, os, |v| (v == 0) as u8);
+                Ok(())
+            })
         }
     }
 }
@@ -360,7 +373,15 @@ fn compare<T: Scalar>(op: BinaryOp, a: &[T], ash: &[usize], b: &[T], bsh: &[usiz
     }
 }
 
-fn binary_int<T: IntElem>(op: BinaryOp, a: &[T], ash: &[usize], b: &[T], bsh: &[usize], out: &mut [T], osh: &[usize]) -> Result<()> {
+fn binary_int<T: IntElem>(
+    op: BinaryOp,
+    a: &[T],
+    ash: &[usize],
+    b: &[T],
+    bsh: &[usize],
+    out: &mut [T],
+    osh: &[usize],
+) -> Result<()> {
     const K: &str = "binary";
     let out_empty = out.is_empty();
     macro_rules! go {

@@ -60,7 +60,18 @@ pub fn gemm_f32(
 
 /// Checks that every addressed element is inside its slice.
 #[allow(clippy::too_many_arguments)]
-fn check_operands(m: usize, n: usize, k: usize, a: usize, lda: usize, b: usize, ldb: usize, c: usize, ldc: usize, tb: bool) -> Result<()> {
+fn check_operands(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: usize,
+    lda: usize,
+    b: usize,
+    ldb: usize,
+    c: usize,
+    ldc: usize,
+    tb: bool,
+) -> Result<()> {
     let need = |rows: usize, cols: usize, ld: usize| -> Option<usize> {
         if rows == 0 || cols == 0 {
             Some(0)
@@ -71,7 +82,9 @@ fn check_operands(m: usize, n: usize, k: usize, a: usize, lda: usize, b: usize, 
         }
     };
     let (br, bc) = if tb { (n, k) } else { (k, n) };
-    let ok = need(m, k, lda).is_some_and(|v| v <= a) && need(br, bc, ldb).is_some_and(|v| v <= b) && need(m, n, ldc).is_some_and(|v| v <= c);
+    let ok = need(m, k, lda).is_some_and(|v| v <= a)
+        && need(br, bc, ldb).is_some_and(|v| v <= b)
+        && need(m, n, ldc).is_some_and(|v| v <= c);
     if !ok {
         return Err(shape_err("gemm", format!("operands too small or leading dims too short for m={m} n={n} k={k}")));
     }
@@ -172,7 +185,12 @@ struct Problem<'a> {
 pub(crate) type MicroKernel<const R: usize, const C: usize> = fn(&[f32], &[f32], &mut [[f32; C]; R]);
 
 /// The blocked loop nest, generic over the tile shape of the microkernel.
-fn drive<const R: usize, const C: usize>(kernel: MicroKernel<R, C>, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
+fn drive<const R: usize, const C: usize>(
+    kernel: MicroKernel<R, C>,
+    p: &Problem,
+    c: &mut [f32],
+    pack: &mut PackBuffers,
+) {
     let (m, n, k) = (p.m, p.n, p.k);
     let mc_block = (MC / R).max(1) * R;
     let kc_max = KC.min(k);
@@ -276,7 +294,15 @@ fn microkernel_generic(astrip: &[f32], bstrip: &[f32], acc: &mut [[f32; NR]; MR]
 /// Writes the valid `mr×nr` corner of a tile into C. `beta`: `Some` on the
 /// first K slice (C = beta·C + acc, not reading C when beta is 0), `None`
 /// afterwards (C += acc).
-fn store_tile<const MR: usize, const NR: usize>(acc: &[[f32; NR]; MR], c: &mut [f32], off: usize, ldc: usize, mr: usize, nr: usize, beta: Option<f32>) {
+fn store_tile<const MR: usize, const NR: usize>(
+    acc: &[[f32; NR]; MR],
+    c: &mut [f32],
+    off: usize,
+    ldc: usize,
+    mr: usize,
+    nr: usize,
+    beta: Option<f32>,
+) {
     for (i, row_acc) in acc.iter().enumerate().take(mr) {
         let row = &mut c[off + i * ldc..][..nr];
         match beta {
@@ -293,7 +319,17 @@ mod tests {
 
     /// Runs one GEMM with an explicit variant (k > 0, m, n > 0).
     #[allow(clippy::too_many_arguments)]
-    fn gemm_variant(kernel: GemmKernel, m: usize, n: usize, k: usize, a: &[f32], b: &[f32], tb: bool, beta: f32, c: &mut [f32]) {
+    fn gemm_variant(
+        kernel: GemmKernel,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        tb: bool,
+        beta: f32,
+        c: &mut [f32],
+    ) {
         let ldb = if tb { k } else { n };
         let problem = Problem { m, n, k, a, lda: k, b, bl: BLayout { ld: ldb, transposed: tb }, ldc: n, beta };
         run_variant(kernel, &problem, c, &mut PackBuffers::default());
@@ -305,7 +341,8 @@ mod tests {
         let mut c = vec![0.0; m * n];
         for i in 0..m {
             for j in 0..n {
-                let dot: f64 = (0..k).map(|p| a[i * k + p] as f64 * if tb { b[j * k + p] } else { b[p * n + j] } as f64).sum();
+                let dot: f64 =
+                    (0..k).map(|p| a[i * k + p] as f64 * if tb { b[j * k + p] } else { b[p * n + j] } as f64).sum();
                 c[i * n + j] = beta as f64 * c0[i * n + j] as f64 + dot;
             }
         }
@@ -314,7 +351,9 @@ mod tests {
 
     fn data(len: usize, seed: u32) -> Vec<f32> {
         // Small deterministic pseudo-random values; no rng dependency needed.
-        (0..len).map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 2001) as f32 / 1000.0 - 1.0).collect()
+        (0..len)
+            .map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
     }
 
     /// For every shape: generic against the naive oracle, and every other

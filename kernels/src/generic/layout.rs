@@ -32,7 +32,10 @@ pub fn permute(x: TensorRef, perm: &[usize], mut out: TensorMut) -> Result<()> {
     check_rank(K, x.shape)?;
     let r = x.shape.len();
     if perm.len() != r || out.shape.len() != r {
-        return Err(shape_err(K, format!("perm {perm:?} / output rank {} do not match input rank {r}", out.shape.len())));
+        return Err(shape_err(
+            K,
+            format!("perm {perm:?} / output rank {} do not match input rank {r}", out.shape.len()),
+        ));
     }
     let mut seen = [false; MAX_RANK];
     for (i, &p) in perm.iter().enumerate() {
@@ -41,7 +44,10 @@ pub fn permute(x: TensorRef, perm: &[usize], mut out: TensorMut) -> Result<()> {
         }
         seen[p] = true;
         if out.shape[i] != x.shape[p] {
-            return Err(shape_err(K, format!("output shape {:?} != input {:?} permuted by {perm:?}", out.shape, x.shape)));
+            return Err(shape_err(
+                K,
+                format!("output shape {:?} != input {:?} permuted by {perm:?}", out.shape, x.shape),
+            ));
         }
     }
     let mut xs = [0; MAX_RANK];
@@ -91,14 +97,20 @@ pub fn slice(x: TensorRef, axis: usize, start: usize, step: usize, mut out: Tens
     }
     for i in 0..r {
         if i != axis && out.shape[i] != x.shape[i] {
-            return Err(shape_err(K, format!("output shape {:?} differs from input {:?} off the slice axis", out.shape, x.shape)));
+            return Err(shape_err(
+                K,
+                format!("output shape {:?} differs from input {:?} off the slice axis", out.shape, x.shape),
+            ));
         }
     }
     let n = out.shape[axis];
     if n > 0 {
         let last = (n - 1).checked_mul(step).and_then(|v| v.checked_add(start));
         if last.is_none_or(|l| l >= x.shape[axis]) {
-            return Err(shape_err(K, format!("{n} elements from {start} step {step} exceed axis length {}", x.shape[axis])));
+            return Err(shape_err(
+                K,
+                format!("{n} elements from {start} step {step} exceed axis length {}", x.shape[axis]),
+            ));
         }
     }
     let mut st = [0; MAX_RANK];
@@ -127,7 +139,10 @@ pub fn concat(inputs: &[TensorRef], axis: usize, out: TensorMut) -> Result<()> {
         expect_dtype(K, "input", t.dtype, out.dtype)?;
         let ok_rank = t.shape.len() == r;
         if !ok_rank || (0..r).any(|d| d != axis && t.shape[d] != out.shape[d]) {
-            return Err(shape_err(K, format!("input {i} shape {:?} does not fit output {:?} on axis {axis}", t.shape, out.shape)));
+            return Err(shape_err(
+                K,
+                format!("input {i} shape {:?} does not fit output {:?} on axis {axis}", t.shape, out.shape),
+            ));
         }
         check_len(K, t)?;
         total += t.shape[axis];
@@ -154,7 +169,10 @@ pub fn concat(inputs: &[TensorRef], axis: usize, out: TensorMut) -> Result<()> {
 fn check_len(kernel: &'static str, t: &TensorRef) -> Result<()> {
     let n = numel(kernel, t.shape)?;
     if n * t.dtype.size_bytes() != t.data.len() {
-        return Err(shape_err(kernel, format!("shape {:?} of {} does not match {} bytes", t.shape, t.dtype, t.data.len())));
+        return Err(shape_err(
+            kernel,
+            format!("shape {:?} of {} does not match {} bytes", t.shape, t.dtype, t.data.len()),
+        ));
     }
     Ok(())
 }
@@ -162,7 +180,10 @@ fn check_len(kernel: &'static str, t: &TensorRef) -> Result<()> {
 fn check_len_mut(kernel: &'static str, t: &TensorMut) -> Result<()> {
     let n = numel(kernel, t.shape)?;
     if n * t.dtype.size_bytes() != t.data.len() {
-        return Err(shape_err(kernel, format!("output shape {:?} of {} does not match {} bytes", t.shape, t.dtype, t.data.len())));
+        return Err(shape_err(
+            kernel,
+            format!("output shape {:?} of {} does not match {} bytes", t.shape, t.dtype, t.data.len()),
+        ));
     }
     Ok(())
 }
@@ -184,7 +205,10 @@ pub fn gather(data: TensorRef, indices: TensorRef, axis: usize, out: TensorMut) 
     if !fits {
         return Err(shape_err(
             K,
-            format!("output shape {:?} is not data {:?} with axis {axis} replaced by indices {:?}", out.shape, data.shape, indices.shape),
+            format!(
+                "output shape {:?} is not data {:?} with axis {axis} replaced by indices {:?}",
+                out.shape, data.shape, indices.shape
+            ),
         ));
     }
     check_len(K, &data)?;
@@ -199,7 +223,14 @@ pub fn gather(data: TensorRef, indices: TensorRef, axis: usize, out: TensorMut) 
     }
 }
 
-fn gather_bytes<I: Copy + Into<i64>>(idx: &[I], dim: usize, outer: usize, inner: usize, src: &[u8], dst: &mut [u8]) -> Result<()> {
+fn gather_bytes<I: Copy + Into<i64>>(
+    idx: &[I],
+    dim: usize,
+    outer: usize,
+    inner: usize,
+    src: &[u8],
+    dst: &mut [u8],
+) -> Result<()> {
     // Validate every index before writing, so a bad index leaves `out` untouched.
     for &i in idx {
         resolve_index(i.into(), dim)?;

@@ -184,7 +184,12 @@ mod tests {
             assert!((got - want).abs() <= 5e-16 * want.abs(), "erf({x}) = {got}, want {want}");
             assert_eq!(erf_f64(-x), -got);
         }
-        let tails = [(3.0, 2.209049699858544e-05), (4.0, 1.541725790028002e-08), (5.0, 1.537459794428035e-12), (2.5, 4.06952017444959e-4)];
+        let tails = [
+            (3.0, 2.209049699858544e-05),
+            (4.0, 1.541725790028002e-08),
+            (5.0, 1.537459794428035e-12),
+            (2.5, 4.06952017444959e-4),
+        ];
         for (x, want) in tails {
             let got = erfc_f64(x);
             // 1 - erf(2.5) cancels ~4 digits; the continued-fraction range is tighter.

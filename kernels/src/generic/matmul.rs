@@ -12,14 +12,40 @@ pub(crate) trait GemmFloat: Real {
     /// `C = A · B (or A · Bᵀ when transposed_b) + beta·C`, with the argument
     /// conventions of [`gemm_f32_packed`]; operands are already validated.
     #[allow(clippy::too_many_arguments)]
-    fn gemm(m: usize, n: usize, k: usize, a: &[Self], lda: usize, b: &[Self], ldb: usize, c: &mut [Self], ldc: usize, transposed_b: bool, beta: Self, pack: &mut PackBuffers);
+    fn gemm(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[Self],
+        lda: usize,
+        b: &[Self],
+        ldb: usize,
+        c: &mut [Self],
+        ldc: usize,
+        transposed_b: bool,
+        beta: Self,
+        pack: &mut PackBuffers,
+    );
 
     /// A scratch buffer of `len` elements, borrowed beside the GEMM panels.
     fn scratch_split(scratch: &mut Scratch, len: usize) -> (&mut [Self], &mut PackBuffers);
 }
 
 impl GemmFloat for f32 {
-    fn gemm(m: usize, n: usize, k: usize, a: &[f32], lda: usize, b: &[f32], ldb: usize, c: &mut [f32], ldc: usize, transposed_b: bool, beta: f32, pack: &mut PackBuffers) {
+    fn gemm(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        lda: usize,
+        b: &[f32],
+        ldb: usize,
+        c: &mut [f32],
+        ldc: usize,
+        transposed_b: bool,
+        beta: f32,
+        pack: &mut PackBuffers,
+    ) {
         gemm_f32_packed(m, n, k, a, lda, b, ldb, c, ldc, transposed_b, beta, pack);
     }
 
@@ -29,7 +55,20 @@ impl GemmFloat for f32 {
 }
 
 impl GemmFloat for f64 {
-    fn gemm(m: usize, n: usize, k: usize, a: &[f64], lda: usize, b: &[f64], ldb: usize, c: &mut [f64], ldc: usize, transposed_b: bool, beta: f64, _pack: &mut PackBuffers) {
+    fn gemm(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f64],
+        lda: usize,
+        b: &[f64],
+        ldb: usize,
+        c: &mut [f64],
+        ldc: usize,
+        transposed_b: bool,
+        beta: f64,
+        _pack: &mut PackBuffers,
+    ) {
         gemm_simple(m, n, k, a, lda, b, ldb, c, ldc, transposed_b, beta);
     }
 
@@ -42,7 +81,19 @@ impl GemmFloat for f64 {
 /// per element for a transposed B (both operands' rows are contiguous).
 /// `beta == 0` overwrites C without reading it, as the packed GEMM does.
 #[allow(clippy::too_many_arguments)]
-fn gemm_simple<T: Real>(m: usize, n: usize, k: usize, a: &[T], lda: usize, b: &[T], ldb: usize, c: &mut [T], ldc: usize, transposed_b: bool, beta: T) {
+fn gemm_simple<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    lda: usize,
+    b: &[T],
+    ldb: usize,
+    c: &mut [T],
+    ldc: usize,
+    transposed_b: bool,
+    beta: T,
+) {
     if n == 0 {
         return;
     }
@@ -162,15 +213,42 @@ pub fn matmul(a: TensorRef, b: TensorRef, mut out: TensorMut, scratch: &mut Scra
         return Err(shape_err(K, format!("output shape {:?}, expected {:?}", out.shape, &want[..wr])));
     }
     match a.dtype {
-        DType::F32 => matmul_typed::<f32>(&it, m, n, k, view(K, "a", &a)?, view(K, "b", &b)?, view_mut(K, "out", &mut out)?, &mut scratch.pack),
-        DType::F64 => matmul_typed::<f64>(&it, m, n, k, view(K, "a", &a)?, view(K, "b", &b)?, view_mut(K, "out", &mut out)?, &mut scratch.pack),
+        DType::F32 => matmul_typed::<f32>(
+            &it,
+            m,
+            n,
+            k,
+            view(K, "a", &a)?,
+            view(K, "b", &b)?,
+            view_mut(K, "out", &mut out)?,
+            &mut scratch.pack,
+        ),
+        DType::F64 => matmul_typed::<f64>(
+            &it,
+            m,
+            n,
+            k,
+            view(K, "a", &a)?,
+            view(K, "b", &b)?,
+            view_mut(K, "out", &mut out)?,
+            &mut scratch.pack,
+        ),
         d => return Err(dtype_err(K, d)),
     }
     Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
-fn matmul_typed<T: GemmFloat>(it: &BatchIter, m: usize, n: usize, k: usize, av: &[T], bv: &[T], ov: &mut [T], pack: &mut PackBuffers) {
+fn matmul_typed<T: GemmFloat>(
+    it: &BatchIter,
+    m: usize,
+    n: usize,
+    k: usize,
+    av: &[T],
+    bv: &[T],
+    ov: &mut [T],
+    pack: &mut PackBuffers,
+) {
     if it.count > 1 && it.is_broadcast(1) && it.is_dense(0, m * k) {
         // One shared B: fold the batch into M for a single, taller GEMM.
         T::gemm(it.count * m, n, k, av, k, bv, n, ov, n, false, T::ZERO, pack);
@@ -184,7 +262,13 @@ fn matmul_typed<T: GemmFloat>(it: &BatchIter, m: usize, n: usize, k: usize, av: 
 }
 
 /// `out = x · wᵀ + bias` with x [.., K], w [N, K], bias [N], out [.., N].
-pub fn linear(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, mut out: TensorMut, scratch: &mut Scratch) -> Result<()> {
+pub fn linear(
+    x: TensorRef,
+    w: TensorRef,
+    bias: Option<TensorRef>,
+    mut out: TensorMut,
+    scratch: &mut Scratch,
+) -> Result<()> {
     const K: &str = "linear";
     expect_dtype(K, "w", w.dtype, x.dtype)?;
     expect_dtype(K, "out", out.dtype, x.dtype)?;
@@ -197,7 +281,10 @@ pub fn linear(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, mut out: Tens
         return Err(shape_err(K, format!("x {:?} last dim != w {:?} dim 1", x.shape, w.shape)));
     }
     if out.shape.len() != rx || out.shape[..rx - 1] != x.shape[..rx - 1] || out.shape[rx - 1] != n {
-        return Err(shape_err(K, format!("output shape {:?} does not match x {:?} and w {:?}", out.shape, x.shape, w.shape)));
+        return Err(shape_err(
+            K,
+            format!("output shape {:?} does not match x {:?} and w {:?}", out.shape, x.shape, w.shape),
+        ));
     }
     if let Some(b) = &bias {
         expect_dtype(K, "bias", b.dtype, x.dtype)?;
@@ -220,7 +307,15 @@ pub fn linear(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, mut out: Tens
     Ok(())
 }
 
-fn linear_typed<T: GemmFloat>(n: usize, k: usize, xv: &[T], wv: &[T], bv: Option<&[T]>, ov: &mut [T], pack: &mut PackBuffers) {
+fn linear_typed<T: GemmFloat>(
+    n: usize,
+    k: usize,
+    xv: &[T],
+    wv: &[T],
+    bv: Option<&[T]>,
+    ov: &mut [T],
+    pack: &mut PackBuffers,
+) {
     let m = ov.len().checked_div(n).unwrap_or(0);
     // Seed C with the bias and accumulate (beta = 1): the bias add is fused
     // into the GEMM's store instead of a second pass over the output.

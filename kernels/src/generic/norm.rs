@@ -16,7 +16,15 @@ fn operand<'a, T: Real>(kernel: &'static str, what: &str, t: &TensorRef<'a>, wan
 
 /// Inference batch norm over channel axis 1:
 /// `y = (x - mean) / sqrt(var + eps) * weight + bias`.
-pub fn batch_norm(x: TensorRef, mean: TensorRef, var: TensorRef, weight: TensorRef, bias: TensorRef, eps: f64, out: TensorMut) -> Result<()> {
+pub fn batch_norm(
+    x: TensorRef,
+    mean: TensorRef,
+    var: TensorRef,
+    weight: TensorRef,
+    bias: TensorRef,
+    eps: f64,
+    out: TensorMut,
+) -> Result<()> {
     match x.dtype {
         DType::F32 => batch_norm_typed::<f32>(x, mean, var, weight, bias, eps, out),
         DType::F64 => batch_norm_typed::<f64>(x, mean, var, weight, bias, eps, out),
@@ -24,7 +32,15 @@ pub fn batch_norm(x: TensorRef, mean: TensorRef, var: TensorRef, weight: TensorR
     }
 }
 
-fn batch_norm_typed<T: Real>(x: TensorRef, mean: TensorRef, var: TensorRef, weight: TensorRef, bias: TensorRef, eps: f64, mut out: TensorMut) -> Result<()> {
+fn batch_norm_typed<T: Real>(
+    x: TensorRef,
+    mean: TensorRef,
+    var: TensorRef,
+    weight: TensorRef,
+    bias: TensorRef,
+    eps: f64,
+    mut out: TensorMut,
+) -> Result<()> {
     const K: &str = "batch_norm";
     expect_dtype(K, "out", out.dtype, T::DTYPE)?;
     if x.shape.len() < 2 || x.shape != out.shape {
@@ -56,7 +72,14 @@ fn batch_norm_typed<T: Real>(x: TensorRef, mean: TensorRef, var: TensorRef, weig
 
 /// Layer norm over the last `normalized_rank` dims, biased variance, two-pass
 /// statistics accumulated in f64 (for f32 and f64 alike).
-pub fn layer_norm(x: TensorRef, weight: Option<TensorRef>, bias: Option<TensorRef>, normalized_rank: usize, eps: f64, out: TensorMut) -> Result<()> {
+pub fn layer_norm(
+    x: TensorRef,
+    weight: Option<TensorRef>,
+    bias: Option<TensorRef>,
+    normalized_rank: usize,
+    eps: f64,
+    out: TensorMut,
+) -> Result<()> {
     match x.dtype {
         DType::F32 => layer_norm_typed::<f32>(x, weight, bias, normalized_rank, eps, out),
         DType::F64 => layer_norm_typed::<f64>(x, weight, bias, normalized_rank, eps, out),
@@ -64,12 +87,22 @@ pub fn layer_norm(x: TensorRef, weight: Option<TensorRef>, bias: Option<TensorRe
     }
 }
 
-fn layer_norm_typed<T: Real>(x: TensorRef, weight: Option<TensorRef>, bias: Option<TensorRef>, normalized_rank: usize, eps: f64, mut out: TensorMut) -> Result<()> {
+fn layer_norm_typed<T: Real>(
+    x: TensorRef,
+    weight: Option<TensorRef>,
+    bias: Option<TensorRef>,
+    normalized_rank: usize,
+    eps: f64,
+    mut out: TensorMut,
+) -> Result<()> {
     const K: &str = "layer_norm";
     expect_dtype(K, "out", out.dtype, T::DTYPE)?;
     let r = x.shape.len();
     if normalized_rank == 0 || normalized_rank > r || x.shape != out.shape {
-        return Err(shape_err(K, format!("normalized_rank {normalized_rank} invalid for x {:?} / out {:?}", x.shape, out.shape)));
+        return Err(shape_err(
+            K,
+            format!("normalized_rank {normalized_rank} invalid for x {:?} / out {:?}", x.shape, out.shape),
+        ));
     }
     let d: usize = x.shape[r - normalized_rank..].iter().product();
     let wv = weight.as_ref().map(|t| operand::<T>(K, "weight", t, d)).transpose()?;

@@ -64,7 +64,16 @@ pub fn pad(x: TensorRef, params: &PadParams, mut out: TensorMut) -> Result<()> {
         let grown = if n == 0 { 0 } else { n + params.interior[i] * (n - 1) };
         let want = grown + params.lo[i] + params.hi[i];
         if want != out.shape[i] as i64 || params.interior[i] < 0 {
-            return Err(shape_err(K, format!("output {:?} is not input {:?} padded by {params_lo:?}/{params_hi:?}", out.shape, x.shape, params_lo = params.lo, params_hi = params.hi)));
+            return Err(shape_err(
+                K,
+                format!(
+                    "output {:?} is not input {:?} padded by {params_lo:?}/{params_hi:?}",
+                    out.shape,
+                    x.shape,
+                    params_lo = params.lo,
+                    params_hi = params.hi
+                ),
+            ));
         }
         if params.mode != PadMode::Constant && n == 0 && out.shape[i] > 0 {
             return Err(shape_err(K, "reflect/replicate padding of an empty dimension"));

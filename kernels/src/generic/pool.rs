@@ -58,7 +58,10 @@ fn window(x: &[usize], out: &[usize], p: &PoolParams) -> Result<(Window, usize)>
         // torch's ceil_mode rule: the last window must start inside the input
         // or the left padding.
         if w.output[d] > 0 && (w.output[d] - 1) * w.stride[d] >= w.input[d] + w.pad[d] {
-            return Err(shape_err(K, format!("output size {} too large for input {} in pooled dim {i}", w.output[d], w.input[d])));
+            return Err(shape_err(
+                K,
+                format!("output size {} too large for input {} in pooled dim {i}", w.output[d], w.input[d]),
+            ));
         }
     }
     let planes = x[..r - nk].iter().product();
@@ -79,12 +82,24 @@ pub fn pool(kind: PoolKind, x: TensorRef, p: &PoolParams, mut out: TensorMut) ->
     let (w, planes) = window(x.shape, out.shape, p)?;
     let windows = Windows { w: &w, planes, include_pad: p.count_include_pad, divisor: p.divisor };
     match (kind, x.dtype) {
-        (PoolKind::Max, DType::F32) if is_plain_2d(&w) => max_pool_plain_2d::<f32>(view(K, "x", &x)?, &w, planes, view_mut(K, "out", &mut out)?),
-        (PoolKind::Max, DType::F64) if is_plain_2d(&w) => max_pool_plain_2d::<f64>(view(K, "x", &x)?, &w, planes, view_mut(K, "out", &mut out)?),
-        (PoolKind::ArgMax, DType::F32) => pool_typed::<f32, i64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |_, i| i),
-        (PoolKind::ArgMax, DType::F64) => pool_typed::<f64, i64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |_, i| i),
-        (_, DType::F32) => pool_typed::<f32, f32>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |v, _| v),
-        (_, DType::F64) => pool_typed::<f64, f64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |v, _| v),
+        (PoolKind::Max, DType::F32) if is_plain_2d(&w) => {
+            max_pool_plain_2d::<f32>(view(K, "x", &x)?, &w, planes, view_mut(K, "out", &mut out)?)
+        }
+        (PoolKind::Max, DType::F64) if is_plain_2d(&w) => {
+            max_pool_plain_2d::<f64>(view(K, "x", &x)?, &w, planes, view_mut(K, "out", &mut out)?)
+        }
+        (PoolKind::ArgMax, DType::F32) => {
+            pool_typed::<f32, i64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |_, i| i)
+        }
+        (PoolKind::ArgMax, DType::F64) => {
+            pool_typed::<f64, i64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |_, i| i)
+        }
+        (_, DType::F32) => {
+            pool_typed::<f32, f32>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |v, _| v)
+        }
+        (_, DType::F64) => {
+            pool_typed::<f64, f64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |v, _| v)
+        }
         (_, d) => return Err(dtype_err(K, d)),
     }
     Ok(())
@@ -137,7 +152,8 @@ fn pool_typed<T: Real, O>(kind: PoolKind, x: &[T], s: Windows, out: &mut [O], wr
                     // torch starts from -inf at the window's first in-bounds tap,
                     // so an all -inf window reports that tap's index. Signed: an
                     // empty window's first tap may lie outside the input.
-                    let first = |o: usize, k: usize, d: usize| (o * w.stride[d] + k * w.dil[d]) as i64 - w.pad[d] as i64;
+                    let first =
+                        |o: usize, k: usize, d: usize| (o * w.stride[d] + k * w.dil[d]) as i64 - w.pad[d] as i64;
                     let mut idx = (first(oz, z0, 0) * ih as i64 + first(oy, y0, 1)) * iw as i64 + first(ox, x0, 2);
                     let mut acc = match kind {
                         PoolKind::Max | PoolKind::ArgMax => T::NEG_INFINITY,

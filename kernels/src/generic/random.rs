@@ -141,7 +141,10 @@ pub fn random(dist: RandomDist, key: RandomKey, mut out: TensorMut) -> Result<()
         }
         RandomDist::Perm => {
             if out.shape.len() != 1 || float_out || out.dtype == DType::Bool {
-                return Err(shape_err(K, format!("a permutation needs a 1-D integer output, got {} {:?}", out.dtype, out.shape)));
+                return Err(shape_err(
+                    K,
+                    format!("a permutation needs a 1-D integer output, got {} {:?}", out.dtype, out.shape),
+                ));
             }
             with_scalar!(out.dtype, T, {
                 let o = view_mut::<T>(K, "out", &mut out)?;
@@ -167,10 +170,7 @@ mod tests {
     fn philox_matches_the_reference_vectors() {
         // Known-answer tests from the Random123 distribution (kat_vectors, philox4x32_10).
         assert_eq!(philox([0; 4], [0; 2]), [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
-        assert_eq!(
-            philox([0xffffffff; 4], [0xffffffff; 2]),
-            [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]
-        );
+        assert_eq!(philox([0xffffffff; 4], [0xffffffff; 2]), [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]);
         assert_eq!(
             philox([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0]),
             [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]

@@ -76,7 +76,15 @@ fn split_dims(shape: &[usize], axes: &[usize]) -> (Dims, Dims) {
     (kept, red)
 }
 
-fn reduce_core<T: Scalar, A: Copy>(x: &[T], out: &mut [T], kept: &Dims, red: &Dims, init: A, fold: impl Fn(A, T) -> A, finish: impl Fn(A) -> T) {
+fn reduce_core<T: Scalar, A: Copy>(
+    x: &[T],
+    out: &mut [T],
+    kept: &Dims,
+    red: &Dims,
+    init: A,
+    fold: impl Fn(A, T) -> A,
+    finish: impl Fn(A) -> T,
+) {
     let mut o = 0;
     kept.for_each(0, |base| {
         let mut acc = init;

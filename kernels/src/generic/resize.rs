@@ -23,7 +23,11 @@ pub struct ResizeParams<'a> {
 /// torch's `area_pixel_compute_scale` / `compute_scales_value`.
 fn scale_of(input: usize, output: usize, align_corners: bool, scale: f64) -> f64 {
     if align_corners {
-        if output > 1 { (input as f64 - 1.0) / (output as f64 - 1.0) } else { 0.0 }
+        if output > 1 {
+            (input as f64 - 1.0) / (output as f64 - 1.0)
+        } else {
+            0.0
+        }
     } else if scale > 0.0 {
         1.0 / scale
     } else {
@@ -54,7 +58,11 @@ pub fn resize(x: TensorRef, params: &ResizeParams, mut out: TensorMut) -> Result
     let in_plane: usize = ins.iter().product();
     let out_plane: usize = outs.iter().product();
     let scale: [f64; MAX_SPATIAL] = std::array::from_fn(|d| {
-        if d < s { scale_of(ins[d], outs[d], params.align_corners, params.scales.get(d).copied().unwrap_or(0.0)) } else { 0.0 }
+        if d < s {
+            scale_of(ins[d], outs[d], params.align_corners, params.scales.get(d).copied().unwrap_or(0.0))
+        } else {
+            0.0
+        }
     });
     // Source taps of output coordinate `o` along spatial dim `d`.
     let taps = |d: usize, o: usize| -> [(usize, f64); 2] {
@@ -88,7 +96,8 @@ pub fn resize(x: TensorRef, params: &ResizeParams, mut out: TensorMut) -> Result
                 idx[d] = rem % outs[d];
                 rem /= outs[d];
             }
-            let t: [[(usize, f64); 2]; MAX_SPATIAL] = std::array::from_fn(|d| if d < s { taps(d, idx[d]) } else { [(0, 1.0), (0, 0.0)] });
+            let t: [[(usize, f64); 2]; MAX_SPATIAL] =
+                std::array::from_fn(|d| if d < s { taps(d, idx[d]) } else { [(0, 1.0), (0, 0.0)] });
             for p in 0..planes {
                 let src = &xv[p * in_plane..(p + 1) * in_plane];
                 let mut acc = 0f64;
@@ -153,7 +162,11 @@ impl FixedAxis {
     /// The two taps, merged into the first when they are one input.
     fn weights(&self, o: usize) -> [(usize, f64); 2] {
         let [(i0, w0), (i1, w1)] = linear_taps(self.n, self.scale, self.align_corners, o);
-        if i0 == i1 { [(i0, w0 + w1), (i1, 0.0)] } else { [(i0, w0), (i1, w1)] }
+        if i0 == i1 {
+            [(i0, w0 + w1), (i1, 0.0)]
+        } else {
+            [(i0, w0), (i1, w1)]
+        }
     }
 
     fn taps(&self, o: usize) -> [(usize, i64); 2] {
@@ -180,7 +193,11 @@ fn bilinear_u8(x: &[u8], planes: usize, ins: [usize; 2], outs: [usize; 2], [ay, 
             for ox in 0..outs[1] {
                 let horizontal = |row: usize| -> i64 {
                     let line = &src[row * ins[1]..(row + 1) * ins[1]];
-                    if ax.resized { ax.round(ax.taps(ox), |i| i64::from(line[i])) } else { i64::from(line[ox]) }
+                    if ax.resized {
+                        ax.round(ax.taps(ox), |i| i64::from(line[i]))
+                    } else {
+                        i64::from(line[ox])
+                    }
                 };
                 let v = if ay.resized { ay.round(ay.taps(oy), horizontal) } else { horizontal(oy) };
                 out[p * out_plane + oy * outs[1] + ox] = v as u8;

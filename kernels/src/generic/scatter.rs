@@ -81,8 +81,8 @@ fn for_each_position<const N: usize>(
 /// Checks that `index` has `data`'s rank and fits inside `bound` on every axis
 /// (except `skip`).
 fn check_fits(kernel: &'static str, index: &[usize], bound: &[usize], what: &str, skip: Option<usize>) -> Result<()> {
-    let fits = index.len() == bound.len()
-        && index.iter().zip(bound).enumerate().all(|(d, (i, b))| Some(d) == skip || i <= b);
+    let fits =
+        index.len() == bound.len() && index.iter().zip(bound).enumerate().all(|(d, (i, b))| Some(d) == skip || i <= b);
     if !fits {
         return Err(shape_err(kernel, format!("index shape {index:?} does not fit inside {what} {bound:?}")));
     }
@@ -127,8 +127,20 @@ fn combine<T: Scalar>(kind: ReduceKind, a: T, v: T) -> T {
             ReduceKind::Sum | ReduceKind::Mean => a + v,
             ReduceKind::Prod => a * v,
             // NaN-propagating, like torch's amax / amin.
-            ReduceKind::Max => if a.is_nan() || a >= v { a } else { v },
-            ReduceKind::Min => if a.is_nan() || a <= v { a } else { v },
+            ReduceKind::Max => {
+                if a.is_nan() || a >= v {
+                    a
+                } else {
+                    v
+                }
+            }
+            ReduceKind::Min => {
+                if a.is_nan() || a <= v {
+                    a
+                } else {
+                    v
+                }
+            }
         })
     } else {
         // Wrapping integer arithmetic at i64, narrowed like torch's fixed
@@ -211,7 +223,11 @@ pub fn scatter_elements(
                     continue;
                 }
                 let c = c + include_self as usize;
-                *o = if T::IS_FLOAT { T::from_f64(o.to_f64() / c as f64) } else { T::from_i64(o.to_i64().div_euclid(c as i64)) };
+                *o = if T::IS_FLOAT {
+                    T::from_f64(o.to_f64() / c as f64)
+                } else {
+                    T::from_i64(o.to_i64().div_euclid(c as i64))
+                };
             }
         }
         Ok(())
@@ -285,7 +301,13 @@ fn index_layout<'s>(
 /// Advanced indexing `data[.., i0, i1, .., ik-1, ..]` with the index tensors
 /// (one common shape `B`) on axes `axis..axis+k`: `out` is
 /// `data.shape[..axis] ++ B ++ data.shape[axis+k..]`.
-pub fn index_gather(data: TensorRef, indices: &[TensorRef], axis: usize, mut out: TensorMut, scratch: &mut Scratch) -> Result<()> {
+pub fn index_gather(
+    data: TensorRef,
+    indices: &[TensorRef],
+    axis: usize,
+    mut out: TensorMut,
+    scratch: &mut Scratch,
+) -> Result<()> {
     const K: &str = "index_gather";
     expect_dtype(K, "out", out.dtype, data.dtype)?;
     let (l, lin) = index_layout(K, data.shape, indices, axis, out.shape, "output", scratch)?;
@@ -384,7 +406,16 @@ mod tests {
         let mut o = vec![0u8; 8];
         let out = TensorMut { dtype: DType::F32, shape: &[2], data: &mut o };
         let i = i64s(&[-3]);
-        let r = scatter_elements(t(DType::F32, &[2], &x), t(DType::I64, &[1], &i), t(DType::F32, &[1], &s), 0, None, true, out, &mut Scratch::new());
+        let r = scatter_elements(
+            t(DType::F32, &[2], &x),
+            t(DType::I64, &[1], &i),
+            t(DType::F32, &[1], &s),
+            0,
+            None,
+            true,
+            out,
+            &mut Scratch::new(),
+        );
         assert!(r.is_err());
         let mut o = vec![0u8; 8];
         let out = TensorMut { dtype: DType::F32, shape: &[1, 2], data: &mut o };
@@ -451,7 +482,8 @@ mod tests {
         for (acc, want) in [(true, [0., 3., 3., 0.]), (false, [0., 2., 3., 0.])] {
             let mut o = vec![0u8; 16];
             let out = TensorMut { dtype: DType::F32, shape: &[2, 2], data: &mut o };
-            index_put(t(DType::F32, &[2, 2], &z), t(DType::F32, &[3], &v), &idx, 0, acc, out, &mut Scratch::new()).unwrap();
+            index_put(t(DType::F32, &[2, 2], &z), t(DType::F32, &[3], &v), &idx, 0, acc, out, &mut Scratch::new())
+                .unwrap();
             assert_eq!(bytemuck::cast_slice::<u8, f32>(&o), &want);
         }
     }

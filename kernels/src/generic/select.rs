@@ -19,7 +19,10 @@ pub fn nonzero(x: TensorRef, out: TensorMut) -> Result<()> {
     let size = x.dtype.size_bytes();
     let n = numel(K, x.shape)?;
     if n.checked_mul(size) != Some(x.data.len()) {
-        return Err(shape_err(K, format!("input shape {:?} of {} does not match {} bytes", x.shape, x.dtype, x.data.len())));
+        return Err(shape_err(
+            K,
+            format!("input shape {:?} of {} does not match {} bytes", x.shape, x.dtype, x.data.len()),
+        ));
     }
     let count = out.shape[0];
     if count.checked_mul(rank * 8) != Some(out.data.len()) {
@@ -71,7 +74,8 @@ mod tests {
 
     #[test]
     fn coordinates_in_row_major_order() {
-        let x: Vec<u8> = [0.0f32, 1.5, -0.0, 0.0, f32::NAN, 0.0, -2.0, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let x: Vec<u8> =
+            [0.0f32, 1.5, -0.0, 0.0, f32::NAN, 0.0, -2.0, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect();
         // [[0, 1.5, -0, 0], [nan, 0, -2, 0]]: -0.0 is zero, NaN is not.
         assert_eq!(run(DType::F32, &[2, 4], &x, 3).unwrap(), vec![0, 1, 1, 0, 1, 2]);
         let b = [0u8, 1, 1, 0, 0, 1];

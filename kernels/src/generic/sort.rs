@@ -20,7 +20,14 @@ fn nan_last<T: PartialOrd>(a: &T, b: &T) -> Ordering {
 /// The first `k = out.shape[axis]` elements along `axis` of `x` sorted
 /// (stably; ascending or descending), as values (`out` of `x`'s dtype) or as
 /// i64 positions (`indices`).
-pub fn sort(x: TensorRef, axis: usize, descending: bool, indices: bool, mut out: TensorMut, scratch: &mut Scratch) -> Result<()> {
+pub fn sort(
+    x: TensorRef,
+    axis: usize,
+    descending: bool,
+    indices: bool,
+    mut out: TensorMut,
+    scratch: &mut Scratch,
+) -> Result<()> {
     const K: &str = "sort";
     let r = x.shape.len();
     if axis >= r || out.shape.len() != r {

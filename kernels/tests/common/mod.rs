@@ -28,7 +28,11 @@ impl Buf {
         TensorRef { dtype: self.dtype, shape: &self.shape, data: &bytemuck::cast_slice(&self.words)[..self.len] }
     }
     pub fn w(&mut self) -> TensorMut<'_> {
-        TensorMut { dtype: self.dtype, shape: &self.shape, data: &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len] }
+        TensorMut {
+            dtype: self.dtype,
+            shape: &self.shape,
+            data: &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len],
+        }
     }
     pub fn get<T: Pod>(&self) -> Vec<T> {
         bytemuck::cast_slice(&bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]).to_vec()
@@ -77,7 +81,11 @@ pub fn bcast_shape(a: &[usize], b: &[usize]) -> Vec<usize> {
         .map(|i| {
             let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
             let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
-            if da == 1 { db } else { da }
+            if da == 1 {
+                db
+            } else {
+                da
+            }
         })
         .collect()
 }
@@ -104,9 +112,24 @@ pub fn to64(v: &[f32]) -> Vec<f64> {
 
 /// Direct convolution reference over padded 3-d geometry.
 #[allow(clippy::too_many_arguments)]
-pub fn ref_conv(x: &[f32], xs: &[usize], w: &[f32], ws: &[usize], bias: &[f32], st: &[usize], pd: &[usize], dl: &[usize], g: usize, os: &[usize]) -> Vec<f64> {
+pub fn ref_conv(
+    x: &[f32],
+    xs: &[usize],
+    w: &[f32],
+    ws: &[usize],
+    bias: &[f32],
+    st: &[usize],
+    pd: &[usize],
+    dl: &[usize],
+    g: usize,
+    os: &[usize],
+) -> Vec<f64> {
     let sd = xs.len() - 2;
-    let pad3 = |v: &[usize], fill: usize| -> [usize; 3] { let mut o = [fill; 3]; o[3 - sd..].copy_from_slice(v); o };
+    let pad3 = |v: &[usize], fill: usize| -> [usize; 3] {
+        let mut o = [fill; 3];
+        o[3 - sd..].copy_from_slice(v);
+        o
+    };
     let (i3, k3, o3) = (pad3(&xs[2..], 1), pad3(&ws[2..], 1), pad3(&os[2..], 1));
     let (s3, p3, d3) = (pad3(st, 1), pad3(pd, 0), pad3(dl, 1));
     let (n, cin, cout, cg) = (xs[0], xs[1], ws[0], ws[1]);
@@ -115,20 +138,39 @@ pub fn ref_conv(x: &[f32], xs: &[usize], w: &[f32], ws: &[usize], bias: &[f32], 
     for b in 0..n {
         for co in 0..cout {
             let gi = co / og;
-            for oz in 0..o3[0] { for oy in 0..o3[1] { for ox in 0..o3[2] {
-                let mut acc = bias.get(co).copied().unwrap_or(0.0) as f64;
-                for ci in 0..cg { for kz in 0..k3[0] { for ky in 0..k3[1] { for kx in 0..k3[2] {
-                    let iz = (oz * s3[0] + kz * d3[0]) as isize - p3[0] as isize;
-                    let iy = (oy * s3[1] + ky * d3[1]) as isize - p3[1] as isize;
-                    let ix = (ox * s3[2] + kx * d3[2]) as isize - p3[2] as isize;
-                    if iz < 0 || iy < 0 || ix < 0 || iz >= i3[0] as isize || iy >= i3[1] as isize || ix >= i3[2] as isize { continue; }
-                    let c = gi * cg + ci;
-                    let xi = (((b * cin + c) * i3[0] + iz as usize) * i3[1] + iy as usize) * i3[2] + ix as usize;
-                    let wi = (((co * cg + ci) * k3[0] + kz) * k3[1] + ky) * k3[2] + kx;
-                    acc += x[xi] as f64 * w[wi] as f64;
-                }}}}
-                out[((b * cout + co) * o3[0] + oz) * o3[1] * o3[2] + oy * o3[2] + ox] = acc;
-            }}}
+            for oz in 0..o3[0] {
+                for oy in 0..o3[1] {
+                    for ox in 0..o3[2] {
+                        let mut acc = bias.get(co).copied().unwrap_or(0.0) as f64;
+                        for ci in 0..cg {
+                            for kz in 0..k3[0] {
+                                for ky in 0..k3[1] {
+                                    for kx in 0..k3[2] {
+                                        let iz = (oz * s3[0] + kz * d3[0]) as isize - p3[0] as isize;
+                                        let iy = (oy * s3[1] + ky * d3[1]) as isize - p3[1] as isize;
+                                        let ix = (ox * s3[2] + kx * d3[2]) as isize - p3[2] as isize;
+                                        if iz < 0
+                                            || iy < 0
+                                            || ix < 0
+                                            || iz >= i3[0] as isize
+                                            || iy >= i3[1] as isize
+                                            || ix >= i3[2] as isize
+                                        {
+                                            continue;
+                                        }
+                                        let c = gi * cg + ci;
+                                        let xi = (((b * cin + c) * i3[0] + iz as usize) * i3[1] + iy as usize) * i3[2]
+                                            + ix as usize;
+                                        let wi = (((co * cg + ci) * k3[0] + kz) * k3[1] + ky) * k3[2] + kx;
+                                        acc += x[xi] as f64 * w[wi] as f64;
+                                    }
+                                }
+                            }
+                        }
+                        out[((b * cout + co) * o3[0] + oz) * o3[1] * o3[2] + oy * o3[2] + ox] = acc;
+                    }
+                }
+            }
         }
     }
     out

@@ -9,7 +9,12 @@ use crate::host::{supported, HostTensor};
 use crate::PassError;
 use kiln_ir::{BinaryOp, DType, Op, ValueId};
 
-pub(super) fn attention(e: &mut Emitter, inputs: &[ValueId], causal: bool, scale: Option<f64>) -> Result<Option<ValueId>, PassError> {
+pub(super) fn attention(
+    e: &mut Emitter,
+    inputs: &[ValueId],
+    causal: bool,
+    scale: Option<f64>,
+) -> Result<Option<ValueId>, PassError> {
     let (&q, &k, &v) = match inputs {
         [q, k, v] | [q, k, v, _] => (q, k, v),
         _ => return Ok(None),
@@ -42,7 +47,11 @@ pub(super) fn attention(e: &mut Emitter, inputs: &[ValueId], causal: bool, scale
         scores = mask_out(e, scores, keep)?;
     }
     if let Some(&mask) = inputs.get(3) {
-        scores = if e.ty(mask).dtype == DType::Bool { mask_out(e, scores, mask)? } else { e.binary(BinaryOp::Add, scores, mask)? };
+        scores = if e.ty(mask).dtype == DType::Bool {
+            mask_out(e, scores, mask)?
+        } else {
+            e.binary(BinaryOp::Add, scores, mask)?
+        };
     }
     let last = e.ty(scores).rank() - 1;
     let probs = e.emit(Op::Softmax { axis: last }, vec![scores])?;

@@ -22,10 +22,13 @@ pub(super) fn batch_norm(e: &mut Emitter, inputs: &[ValueId], eps: f64) -> Resul
     if [mean, var, weight, bias].iter().any(|&p| e.ty(p).rank() != 1) {
         return Ok(None);
     }
-    let channel_shape = |c: Dim| -> Vec<Dim> { std::iter::once(c).chain(std::iter::repeat_n(Dim::Const(1), x_ty.rank() - 2)).collect() };
+    let channel_shape = |c: Dim| -> Vec<Dim> {
+        std::iter::once(c).chain(std::iter::repeat_n(Dim::Const(1), x_ty.rank() - 2)).collect()
+    };
     let (scale, shift) = match constant_params(e, [mean, var, weight, bias], eps) {
         Some((scale, shift)) => {
-            let shape: Vec<usize> = std::iter::once(scale.len()).chain(std::iter::repeat_n(1, x_ty.rank() - 2)).collect();
+            let shape: Vec<usize> =
+                std::iter::once(scale.len()).chain(std::iter::repeat_n(1, x_ty.rank() - 2)).collect();
             let scale = HostTensor::new(x_ty.dtype, shape.clone(), scale).add_to(e.g, None);
             let shift = HostTensor::new(x_ty.dtype, shape, shift).add_to(e.g, None);
             (scale, shift)
@@ -62,7 +65,12 @@ fn constant_params(e: &Emitter, params: [ValueId; 4], eps: f64) -> Option<(Vec<f
     Some((scale, shift))
 }
 
-pub(super) fn layer_norm(e: &mut Emitter, inputs: &[ValueId], normalized_rank: usize, eps: f64) -> Result<Option<ValueId>, PassError> {
+pub(super) fn layer_norm(
+    e: &mut Emitter,
+    inputs: &[ValueId],
+    normalized_rank: usize,
+    eps: f64,
+) -> Result<Option<ValueId>, PassError> {
     let Some(&x) = inputs.first() else { return Ok(None) };
     let x_ty = e.ty(x);
     if normalized_rank == 0 || normalized_rank > x_ty.rank() || !supported(x_ty.dtype) || !x_ty.dtype.is_float() {

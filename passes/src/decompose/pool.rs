@@ -13,7 +13,11 @@ use crate::emit::Emitter;
 use crate::PassError;
 use kiln_ir::{BinaryOp, Dim, Op, PoolKind, ReduceKind, TensorType, ValueId};
 
-pub(super) fn adaptive_avg_pool(e: &mut Emitter, inputs: &[ValueId], output: &[i64]) -> Result<Option<ValueId>, PassError> {
+pub(super) fn adaptive_avg_pool(
+    e: &mut Emitter,
+    inputs: &[ValueId],
+    output: &[i64],
+) -> Result<Option<ValueId>, PassError> {
     let &[x] = inputs else { return Ok(None) };
     let x_ty = e.ty(x);
     let Some(lead) = x_ty.rank().checked_sub(output.len()) else { return Ok(None) };
@@ -40,8 +44,15 @@ pub(super) fn adaptive_avg_pool(e: &mut Emitter, inputs: &[ValueId], output: &[i
     e.emit(pool, vec![x]).map(Some)
 }
 
-pub(super) fn pool(e: &mut Emitter, op: &Op, inputs: &[ValueId], out_ty: &TensorType) -> Result<Option<ValueId>, PassError> {
-    let (&[x], Op::Pool { kind, kernel, stride, padding, dilation, divisor, .. }) = (inputs, op) else { return Ok(None) };
+pub(super) fn pool(
+    e: &mut Emitter,
+    op: &Op,
+    inputs: &[ValueId],
+    out_ty: &TensorType,
+) -> Result<Option<ValueId>, PassError> {
+    let (&[x], Op::Pool { kind, kernel, stride, padding, dilation, divisor, .. }) = (inputs, op) else {
+        return Ok(None);
+    };
     // Integer division would round differently from torch's integer avg_pool.
     if *kind == PoolKind::ArgMax || (divisor.is_some() && !out_ty.dtype.is_float()) {
         return Ok(None);

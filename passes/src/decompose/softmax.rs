@@ -13,7 +13,12 @@ use crate::emit::Emitter;
 use crate::PassError;
 use kiln_ir::{BinaryOp, DType, Op, ReduceKind, UnaryOp, ValueId};
 
-pub(super) fn softmax(e: &mut Emitter, inputs: &[ValueId], axis: usize, log: bool) -> Result<Option<ValueId>, PassError> {
+pub(super) fn softmax(
+    e: &mut Emitter,
+    inputs: &[ValueId],
+    axis: usize,
+    log: bool,
+) -> Result<Option<ValueId>, PassError> {
     let &[x] = inputs else { return Ok(None) };
     let ty = e.ty(x);
     if axis >= ty.rank() || !ty.dtype.is_float() {

@@ -127,67 +127,161 @@ pub enum Kernel {
     Binary(BinaryOp),
     Where,
     Cast,
-    Clamp { min: Option<f64>, max: Option<f64> },
+    Clamp {
+        min: Option<f64>,
+        max: Option<f64>,
+    },
     MatMul,
     Linear,
-    Conv { stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32 },
-    BatchNorm { eps: f64 },
-    LayerNorm { normalized_rank: u32, eps: f64 },
-    Softmax { axis: u32, log: bool },
-    Reduce { kind: ReduceKind, axes: Vec<u32> },
-    ArgMax { axis: u32 },
+    Conv {
+        stride: Vec<u32>,
+        padding: Vec<u32>,
+        dilation: Vec<u32>,
+        groups: u32,
+    },
+    BatchNorm {
+        eps: f64,
+    },
+    LayerNorm {
+        normalized_rank: u32,
+        eps: f64,
+    },
+    Softmax {
+        axis: u32,
+        log: bool,
+    },
+    Reduce {
+        kind: ReduceKind,
+        axes: Vec<u32>,
+    },
+    ArgMax {
+        axis: u32,
+    },
     /// `divisor` (avg only): torch's `divisor_override`. `PoolKind::ArgMax`
     /// writes max pooling's i64 indices instead of its values.
-    Pool { kind: PoolKind, kernel: Vec<u32>, stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, count_include_pad: bool, divisor: Option<i64> },
+    Pool {
+        kind: PoolKind,
+        kernel: Vec<u32>,
+        stride: Vec<u32>,
+        padding: Vec<u32>,
+        dilation: Vec<u32>,
+        count_include_pad: bool,
+        divisor: Option<i64>,
+    },
     AdaptiveAvgPool,
-    Attention { causal: bool, scale: Option<f64> },
+    Attention {
+        causal: bool,
+        scale: Option<f64>,
+    },
     /// Same bytes, new shape. A no-op when input and output share storage.
     Copy,
     Expand,
-    Permute { perm: Vec<u32> },
-    Slice { axis: u32, start: u64, step: u64 },
-    Concat { axis: u32 },
-    Gather { axis: u32 },
-    Fill { value: f64 },
-    Arange { start: f64, step: f64 },
+    Permute {
+        perm: Vec<u32>,
+    },
+    Slice {
+        axis: u32,
+        start: u64,
+        step: u64,
+    },
+    Concat {
+        axis: u32,
+    },
+    Gather {
+        axis: u32,
+    },
+    Fill {
+        value: f64,
+    },
+    Arange {
+        start: f64,
+        step: f64,
+    },
     /// Calls accelerator segment `segment` of the [`AccelProgram`] section
     /// (PJRT): inputs are its arguments, outputs its results, in order.
-    Accel { segment: u32 },
-    CumSum { axis: u32 },
-    ArgMin { axis: u32 },
+    Accel {
+        segment: u32,
+    },
+    CumSum {
+        axis: u32,
+    },
+    ArgMin {
+        axis: u32,
+    },
     /// The first `out.shape[axis]` elements in sorted order, or their positions.
-    Sort { axis: u32, descending: bool, indices: bool },
-    Pad { lo: Vec<i64>, hi: Vec<i64>, interior: Vec<i64>, mode: PadMode, value: f64 },
-    Flip { axes: Vec<u32> },
+    Sort {
+        axis: u32,
+        descending: bool,
+        indices: bool,
+    },
+    Pad {
+        lo: Vec<i64>,
+        hi: Vec<i64>,
+        interior: Vec<i64>,
+        mode: PadMode,
+        value: f64,
+    },
+    Flip {
+        axes: Vec<u32>,
+    },
     /// Resizes the trailing `spatial` dims to the output's.
-    Resize { mode: ResizeMode, align_corners: bool, spatial: u32, scales: Vec<f64> },
+    Resize {
+        mode: ResizeMode,
+        align_corners: bool,
+        spatial: u32,
+        scales: Vec<f64>,
+    },
     /// Numbers drawn from `dist` by the session's seeded generator; `stream`
     /// tells the program's random instructions apart (see `kiln_kernels::random`).
-    Random { dist: RandomDist, stream: u32 },
+    Random {
+        dist: RandomDist,
+        stream: u32,
+    },
     /// `torch.gather` along `axis` (operands: data, index).
-    GatherElements { axis: u32 },
+    GatherElements {
+        axis: u32,
+    },
     /// `torch.scatter` / `scatter_reduce` along `axis` (data, index, src).
-    ScatterElements { axis: u32, reduce: Option<ReduceKind>, include_self: bool },
+    ScatterElements {
+        axis: u32,
+        reduce: Option<ReduceKind>,
+        include_self: bool,
+    },
     /// Advanced indexing of axes `axis..` by one index tensor each (data, indices..).
-    IndexGather { axis: u32 },
+    IndexGather {
+        axis: u32,
+    },
     /// `index_put` (data, values, indices..).
-    IndexPut { axis: u32, accumulate: bool },
+    IndexPut {
+        axis: u32,
+        accumulate: bool,
+    },
     /// [`Kernel::Slice`] starting `back` elements before the end of `axis`
     /// (torch's negative start on a dynamic dimension; clamped to 0).
-    SliceFromEnd { axis: u32, back: u64, step: u64 },
+    SliceFromEnd {
+        axis: u32,
+        back: u64,
+        step: u64,
+    },
     /// Binds data-dependent symbol `symbol` to the value of its one operand
     /// (a 0-d i64), after checking it against the symbol's bounds; the
     /// session then re-evaluates the shapes. No outputs.
-    BindDim { symbol: u32 },
+    BindDim {
+        symbol: u32,
+    },
     /// The coordinates of the operand's nonzero elements (i64 `[count, rank]`).
     NonZero,
     /// Loop exit: when its one operand (a 1-element bool) is false, the run
     /// continues at instruction `target` (just past its loop's [`Kernel::Jump`])
     /// instead of the next one. No outputs.
-    JumpIfFalse { target: u32 },
+    JumpIfFalse {
+        target: u32,
+    },
     /// A loop's back edge: the run continues at instruction `target`, the
     /// loop's first instruction. No operands or outputs.
-    Jump { target: u32 },
+    Jump {
+        target: u32,
+    },
 }
 
 impl Kernel {

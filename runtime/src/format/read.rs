@@ -22,27 +22,34 @@ fn fmt_err(section: &str, offset: u64, detail: String) -> Error {
 }
 
 pub fn parse_container(bytes: &[u8]) -> Result<Container, Error> {
-    let (header, rest) = FileHeader::read_from_prefix(bytes)
-        .map_err(|_| fmt_err("header", 0, format!("file is {} bytes, shorter than the {HEADER_LEN}-byte header", bytes.len())))?;
+    let (header, rest) = FileHeader::read_from_prefix(bytes).map_err(|_| {
+        fmt_err("header", 0, format!("file is {} bytes, shorter than the {HEADER_LEN}-byte header", bytes.len()))
+    })?;
     if header.magic != MAGIC {
         return Err(fmt_err("header", 0, format!("bad magic {:02x?}: not a .kiln file", header.magic)));
     }
     let (major, minor) = (header.major.get(), header.minor.get());
     if major != FORMAT_MAJOR || !(FORMAT_MINOR_MIN..=FORMAT_MINOR).contains(&minor) {
-        return Err(Error::Version { found: (major, minor), supported: (FORMAT_MAJOR, FORMAT_MINOR_MIN, FORMAT_MINOR) });
+        return Err(Error::Version {
+            found: (major, minor),
+            supported: (FORMAT_MAJOR, FORMAT_MINOR_MIN, FORMAT_MINOR),
+        });
     }
     if header.file_len.get() != bytes.len() as u64 {
         return Err(fmt_err(
             "header",
             16,
-            format!("header says the file is {} bytes, but it is {} (truncated or padded?)", header.file_len.get(), bytes.len()),
+            format!(
+                "header says the file is {} bytes, but it is {} (truncated or padded?)",
+                header.file_len.get(),
+                bytes.len()
+            ),
         ));
     }
     let count = header.section_count.get() as usize;
-    let table_len = count
-        .checked_mul(ENTRY_LEN)
-        .filter(|&l| l <= rest.len())
-        .ok_or_else(|| fmt_err("section table", HEADER_LEN as u64, format!("{count} sections do not fit in the file")))?;
+    let table_len = count.checked_mul(ENTRY_LEN).filter(|&l| l <= rest.len()).ok_or_else(|| {
+        fmt_err("section table", HEADER_LEN as u64, format!("{count} sections do not fit in the file"))
+    })?;
     let table = &rest[..table_len];
     let crc = crc32fast::hash(table);
     if crc != header.table_crc.get() {
@@ -57,7 +64,8 @@ pub fn parse_container(bytes: &[u8]) -> Result<Container, Error> {
         let kind = e.kind.get();
         let name = section_name(kind);
         let (off, len) = (e.offset.get(), e.len.get());
-        let end = off.checked_add(len).ok_or_else(|| fmt_err(name, entry_offset, "offset + length overflows".into()))?;
+        let end =
+            off.checked_add(len).ok_or_else(|| fmt_err(name, entry_offset, "offset + length overflows".into()))?;
         if off < table_end || end > bytes.len() as u64 {
             return Err(fmt_err(
                 name,
@@ -66,7 +74,11 @@ pub fn parse_container(bytes: &[u8]) -> Result<Container, Error> {
             ));
         }
         if off % SECTION_ALIGN != 0 {
-            return Err(fmt_err(name, entry_offset, format!("section offset {off} is not a multiple of {SECTION_ALIGN}")));
+            return Err(fmt_err(
+                name,
+                entry_offset,
+                format!("section offset {off} is not a multiple of {SECTION_ALIGN}"),
+            ));
         }
         let range = off as usize..end as usize;
         let crc = crc32fast::hash(&bytes[range.clone()]);
@@ -92,5 +104,11 @@ pub fn parse_container(bytes: &[u8]) -> Result<Container, Error> {
         }
     }
     let missing = |what: &str| fmt_err(what, 0, "section is missing".into());
-    Ok(Container { minor, plan: plan.ok_or_else(|| missing("plan"))?, weights: weights.ok_or_else(|| missing("weights"))?, metadata, accel })
+    Ok(Container {
+        minor,
+        plan: plan.ok_or_else(|| missing("plan"))?,
+        weights: weights.ok_or_else(|| missing("weights"))?,
+        metadata,
+        accel,
+    })
 }

@@ -64,8 +64,11 @@ impl ArtifactWriter {
     /// Adds the accelerator section (required: a plan calling `Kernel::Accel`
     /// cannot run without it).
     pub fn add_accel(&mut self, accel: &AccelProgram) -> Result<(), Error> {
-        let bytes = postcard::to_allocvec(accel)
-            .map_err(|e| Error::Format { section: "accel".into(), offset: 0, detail: format!("cannot encode: {e}") })?;
+        let bytes = postcard::to_allocvec(accel).map_err(|e| Error::Format {
+            section: "accel".into(),
+            offset: 0,
+            detail: format!("cannot encode: {e}"),
+        })?;
         self.add_section(SECTION_ACCEL, 0, bytes);
         Ok(())
     }

@@ -49,7 +49,8 @@ fn client_for(device: &Device, plugin: &Arc<Plugin>, options: ClientOptions) -> 
 fn explain_client_error(device: &Device, plugin: &Path, e: Error) -> Error {
     match e {
         Error::Pjrt { message, .. }
-            if matches!(device, Device::Tpu) || plugin.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libtpu")) =>
+            if matches!(device, Device::Tpu)
+                || plugin.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libtpu")) =>
         {
             if message.contains("No jellyfish device") || message.contains("TPU initialization failed") {
                 Error::Device(format!("no TPU device on this machine ({} says: {message})", plugin.display()))
@@ -67,7 +68,8 @@ impl AccelState {
             return Err(Error::Device("the CPU device has no accelerator delegate".into()));
         };
         let plugin = Plugin::load(&path)?;
-        let client = client_for(&options.device, &plugin, ClientOptions { cpu_device_count: options.pjrt_cpu_device_count })?;
+        let client =
+            client_for(&options.device, &plugin, ClientOptions { cpu_device_count: options.pjrt_cpu_device_count })?;
         let device = client.devices().get(options.device_index).cloned().ok_or_else(|| {
             Error::Device(format!(
                 "device index {} is out of range: {} ({}) has {} addressable devices",
@@ -99,10 +101,13 @@ impl AccelState {
         let mut segments = Vec::with_capacity(accel.segments.len());
         for (i, seg) in accel.segments.iter().enumerate() {
             let context = |e: Error| match e {
-                Error::Pjrt { call, message } => Error::Pjrt { call: format!("{call} (accelerator segment {i})"), message },
+                Error::Pjrt { call, message } => {
+                    Error::Pjrt { call: format!("{call} (accelerator segment {i})"), message }
+                }
                 other => other,
             };
-            let executable = load_or_compile(&client, cache.as_ref(), &seg.mlir, &options_proto, &mut info).map_err(context)?;
+            let executable =
+                load_or_compile(&client, cache.as_ref(), &seg.mlir, &options_proto, &mut info).map_err(context)?;
             if executable.num_outputs() != seg.results.len() {
                 return Err(Error::Plan(format!(
                     "accelerator segment {i} returns {} results but the plan expects {}",
@@ -151,7 +156,9 @@ impl AccelState {
         let outputs = seg.executable.execute(&operands)?;
         for (k, (out, dst)) in outputs.iter().zip(results.iter_mut()).enumerate() {
             out.to_host(dst).map_err(|e| match e {
-                Error::Pjrt { call, message } => Error::Pjrt { call, message: format!("result {k} of segment {segment}: {message}") },
+                Error::Pjrt { call, message } => {
+                    Error::Pjrt { call, message: format!("result {k} of segment {segment}: {message}") }
+                }
                 other => other,
             })?;
         }
@@ -159,7 +166,13 @@ impl AccelState {
     }
 }
 
-fn load_or_compile(client: &Arc<Client>, cache: Option<&Cache>, mlir: &str, options: &[u8], info: &mut AccelInfo) -> Result<Executable> {
+fn load_or_compile(
+    client: &Arc<Client>,
+    cache: Option<&Cache>,
+    mlir: &str,
+    options: &[u8],
+    info: &mut AccelInfo,
+) -> Result<Executable> {
     let key = cache::key(&[
         client.plugin().path().as_os_str().as_encoded_bytes(),
         client.platform_name().as_bytes(),
@@ -194,7 +207,8 @@ fn upload_weight(program: &Program, client: &Arc<Client>, device_index: usize, t
     let decl = &program.plan().tensors[t as usize];
     let Storage::Weight { offset, bytes } = decl.storage else { return Ok(None) };
     // Weights have static shapes (validated).
-    let shape: Vec<usize> = decl.shape.iter().map(|d| if let DimRef::Static(v) = d { *v as usize } else { 0 }).collect();
+    let shape: Vec<usize> =
+        decl.shape.iter().map(|d| if let DimRef::Static(v) = d { *v as usize } else { 0 }).collect();
     let data = &program.weights()[offset as usize..(offset + bytes) as usize];
     client.buffer_from_host(decl.dtype, &shape, data, device_index).map(Some)
 }

@@ -38,7 +38,8 @@ impl Plugin {
     /// Loads and initializes the plugin at `path` (or returns the one this
     /// process already loaded from there).
     pub fn load(path: &Path) -> Result<Arc<Plugin>> {
-        let canonical = std::fs::canonicalize(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
+        let canonical =
+            std::fs::canonicalize(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
         let mut plugins = PLUGINS.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = plugins.iter().find(|p| p.path == canonical) {
             return Ok(Arc::clone(p));
@@ -53,7 +54,10 @@ impl Plugin {
     }
 
     fn open(path: PathBuf) -> Result<Plugin> {
-        let fail = |call: &str, message: String| Error::Pjrt { call: call.to_string(), message: format!("{}: {message}", path.display()) };
+        let fail = |call: &str, message: String| Error::Pjrt {
+            call: call.to_string(),
+            message: format!("{}: {message}", path.display()),
+        };
         // SAFETY: loading a shared library runs its initializers; a PJRT
         // plugin is trusted code by the user's choice of `--device`.
         let library = unsafe { libloading::Library::new(&path) }.map_err(|e| fail("dlopen", e.to_string()))?;
@@ -122,7 +126,10 @@ impl Plugin {
         // every entry read this way has the `ApiFn` signature.
         let f = unsafe { *(self.api as *const u8).add(offset).cast::<Option<ApiFn>>() };
         let Some(f) = f else {
-            return Err(Error::Pjrt { call: name.into(), message: "the plugin does not implement this function".into() });
+            return Err(Error::Pjrt {
+                call: name.into(),
+                message: "the plugin does not implement this function".into(),
+            });
         };
         // SAFETY: `args` is a fully initialised struct of the layout this entry
         // expects, with `struct_size` set; pointers in it outlive the call.
@@ -282,12 +289,16 @@ impl Client {
         version.client = client.raw;
         call!(plugin, PJRT_Client_PlatformVersion, &mut version)?;
         // SAFETY: as above.
-        client.platform_version = unsafe { string_from(version.platform_version, version.platform_version_size) }.unwrap_or_default();
+        client.platform_version =
+            unsafe { string_from(version.platform_version, version.platform_version_size) }.unwrap_or_default();
         let mut devs = ffi::PJRT_Client_AddressableDevices_Args::new();
         devs.client = client.raw;
         call!(plugin, PJRT_Client_AddressableDevices, &mut devs)?;
         if devs.num_addressable_devices > 0 && devs.addressable_devices.is_null() {
-            return Err(Error::Pjrt { call: "PJRT_Client_AddressableDevices".into(), message: "returned a null device list".into() });
+            return Err(Error::Pjrt {
+                call: "PJRT_Client_AddressableDevices".into(),
+                message: "returned a null device list".into(),
+            });
         }
         for i in 0..devs.num_addressable_devices {
             // SAFETY: the plugin returned `num_addressable_devices` entries (non-null list checked).
@@ -333,11 +344,13 @@ impl Client {
     }
 
     fn device_at(&self, index: usize) -> Result<*mut ffi::PJRT_Device> {
-        self.devices.get(index).copied().ok_or_else(|| Error::Device(format!(
-            "device index {index} is out of range: the {} client has {} addressable devices",
-            self.platform_name,
-            self.devices.len()
-        )))
+        self.devices.get(index).copied().ok_or_else(|| {
+            Error::Device(format!(
+                "device index {index} is out of range: the {} client has {} addressable devices",
+                self.platform_name,
+                self.devices.len()
+            ))
+        })
     }
 
     /// Compiles StableHLO text (`format = "mlir"`) with a serialized
@@ -374,7 +387,13 @@ impl Client {
 
     /// Copies a row-major host tensor to addressable device `device_index`.
     /// The plugin copies during the call, so `data` may change afterwards.
-    pub fn buffer_from_host(self: &Arc<Self>, dtype: DType, shape: &[usize], data: &[u8], device_index: usize) -> Result<Buffer> {
+    pub fn buffer_from_host(
+        self: &Arc<Self>,
+        dtype: DType,
+        shape: &[usize],
+        data: &[u8],
+        device_index: usize,
+    ) -> Result<Buffer> {
         let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         if numel.and_then(|n| n.checked_mul(dtype.size_bytes())) != Some(data.len()) {
             return Err(Error::Shape(format!("{} bytes do not hold a {dtype} tensor of shape {shape:?}", data.len())));
@@ -451,7 +470,10 @@ impl Executable {
         get.loaded_executable = self.raw;
         call!(plugin, PJRT_LoadedExecutable_GetExecutable, &mut get)?;
         if get.executable.is_null() {
-            return Err(Error::Pjrt { call: "PJRT_LoadedExecutable_GetExecutable".into(), message: "returned null".into() });
+            return Err(Error::Pjrt {
+                call: "PJRT_LoadedExecutable_GetExecutable".into(),
+                message: "returned null".into(),
+            });
         }
         let result = f(plugin, get.executable);
         let mut destroy = ffi::PJRT_Executable_Destroy_Args::new();
@@ -471,13 +493,18 @@ impl Executable {
             args.executable = e;
             call!(plugin, PJRT_Executable_Serialize, &mut args)?;
             // SAFETY: the bytes live until the deleter runs, below.
-            let bytes = (!args.serialized_bytes.is_null())
-                .then(|| unsafe { std::slice::from_raw_parts(args.serialized_bytes.cast::<u8>(), args.serialized_bytes_size) }.to_vec());
+            let bytes = (!args.serialized_bytes.is_null()).then(|| {
+                unsafe { std::slice::from_raw_parts(args.serialized_bytes.cast::<u8>(), args.serialized_bytes_size) }
+                    .to_vec()
+            });
             if let Some(deleter) = args.serialized_executable_deleter {
                 // SAFETY: the plugin's own deleter for the object it returned.
                 unsafe { deleter(args.serialized_executable) };
             }
-            bytes.ok_or_else(|| Error::Pjrt { call: "PJRT_Executable_Serialize".into(), message: "returned no bytes".into() })
+            bytes.ok_or_else(|| Error::Pjrt {
+                call: "PJRT_Executable_Serialize".into(),
+                message: "returned no bytes".into(),
+            })
         })
     }
 
@@ -500,7 +527,8 @@ impl Executable {
         exec.device_complete_events = &mut done;
         call!(plugin, PJRT_LoadedExecutable_Execute, &mut exec)?;
         // Wrap every output first so all are freed whatever fails next.
-        let wrapped: Vec<Result<Buffer>> = outs.iter().map(|&raw| Buffer::wrap(&self.client, raw, "PJRT_LoadedExecutable_Execute")).collect();
+        let wrapped: Vec<Result<Buffer>> =
+            outs.iter().map(|&raw| Buffer::wrap(&self.client, raw, "PJRT_LoadedExecutable_Execute")).collect();
         plugin.await_event("PJRT_LoadedExecutable_Execute (device completion)", done)?;
         wrapped.into_iter().collect()
     }

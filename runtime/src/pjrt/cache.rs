@@ -21,7 +21,9 @@ pub struct Cache {
 /// The default cache directory: `$XDG_CACHE_HOME/kiln`, else `$HOME/.cache/kiln`.
 pub fn default_dir() -> Option<PathBuf> {
     let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    nonempty("XDG_CACHE_HOME").map(|d| d.join("kiln")).or_else(|| nonempty("HOME").map(|h| h.join(".cache").join("kiln")))
+    nonempty("XDG_CACHE_HOME")
+        .map(|d| d.join("kiln"))
+        .or_else(|| nonempty("HOME").map(|h| h.join(".cache").join("kiln")))
 }
 
 /// FNV-1a over 128 bits: stable across Rust versions and platforms (unlike

@@ -49,7 +49,10 @@ fn from_env(looked: &mut Vec<String>) -> Result<Option<PathBuf>> {
             if path.is_file() {
                 Ok(Some(path))
             } else {
-                Err(Error::Device(format!("${PLUGIN_ENV} names {}, which does not exist or is not a file", path.display())))
+                Err(Error::Device(format!(
+                    "${PLUGIN_ENV} names {}, which does not exist or is not a file",
+                    path.display()
+                )))
             }
         }
         None => {

@@ -7,8 +7,8 @@
 //! A session with a PJRT device hands each `Kernel::Accel` instruction to
 //! `accel::AccelState`; executables are cached on disk ([`cache`]).
 
-mod api;
 pub(crate) mod accel;
+mod api;
 mod cache;
 pub mod compile_options;
 mod discover;

@@ -125,7 +125,11 @@ pub(super) fn native_batch_norm_legit(imp: &mut Importer, n: &Node, name: &str, 
     for (i, stat) in [(1, mean), (2, rstd)] {
         if used(imp, i) {
             let ty = imp.out_ty(n, i)?;
-            let v = imp.push(Op::Reshape { shape: vec![xt.shape[1].clone()] }, vec![stat], TensorType::new(compute, vec![xt.shape[1].clone()]));
+            let v = imp.push(
+                Op::Reshape { shape: vec![xt.shape[1].clone()] },
+                vec![stat],
+                TensorType::new(compute, vec![xt.shape[1].clone()]),
+            );
             let v = imp.cast(v, ty.dtype);
             imp.bind(n, i, v)?;
         }
@@ -144,7 +148,11 @@ pub(super) fn native_batch_norm_legit(imp: &mut Importer, n: &Node, name: &str, 
             let running = imp.tensor(n, operand)?;
             let running = imp.cast(running, compute);
             let kept = imp.with_scalar(BinaryOp::Mul, running, 1.0 - momentum)?;
-            let batch = imp.push(Op::Reshape { shape: ty.shape.clone() }, vec![batch], TensorType::new(compute, ty.shape.clone()));
+            let batch = imp.push(
+                Op::Reshape { shape: ty.shape.clone() },
+                vec![batch],
+                TensorType::new(compute, ty.shape.clone()),
+            );
             let batch = imp.with_scalar(BinaryOp::Mul, batch, momentum)?;
             let v = imp.build(Op::Binary(BinaryOp::Add), vec![kept, batch])?;
             let v = imp.cast(v, ty.dtype);
@@ -167,7 +175,14 @@ struct BatchStats {
 /// `(x - mean) * rstd * weight + bias` over the batch's statistics (`xc` in
 /// the compute dtype). For f16 torch keeps the statistics in the input's
 /// dtype (they are the saved outputs) and normalises with those rounded values.
-fn batch_stats(imp: &mut Importer, xc: ValueId, dtype: DType, axes: Vec<usize>, eps: f64, [weight, bias]: [Option<ValueId>; 2]) -> R<BatchStats> {
+fn batch_stats(
+    imp: &mut Importer,
+    xc: ValueId,
+    dtype: DType,
+    axes: Vec<usize>,
+    eps: f64,
+    [weight, bias]: [Option<ValueId>; 2],
+) -> R<BatchStats> {
     let compute = imp.ty(xc).dtype;
     let mean = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![xc])?;
     let mut centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, mean])?;
@@ -195,12 +210,20 @@ fn batch_stats(imp: &mut Importer, xc: ValueId, dtype: DType, axes: Vec<usize>, 
 /// variance and `invstd` are each stored in bf16 before the next step uses
 /// them, and the output is `x * alpha + beta` with `alpha = invstd * weight`,
 /// `beta = bias - mean * alpha` in f32, rounded once.
-fn bf16_batch_stats(imp: &mut Importer, xc: ValueId, shape: &[Dim], axes: Vec<usize>, eps: f64, [weight, bias]: [Option<ValueId>; 2]) -> R<BatchStats> {
+fn bf16_batch_stats(
+    imp: &mut Importer,
+    xc: ValueId,
+    shape: &[Dim],
+    axes: Vec<usize>,
+    eps: f64,
+    [weight, bias]: [Option<ValueId>; 2],
+) -> R<BatchStats> {
     let mean = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![xc])?;
     let mean = round_through(imp, mean, DType::BF16);
     let centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, mean])?;
     let squares = imp.build(Op::Binary(BinaryOp::Mul), vec![centred, centred])?;
-    let var_sum = imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: axes.clone(), keep_dims: true }, vec![squares])?;
+    let var_sum =
+        imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: axes.clone(), keep_dims: true }, vec![squares])?;
     let var_sum = round_through(imp, var_sum, DType::BF16);
     let count = axes.iter().map(|&a| shape[a].clone()).fold(Dim::Const(1), Dim::mul);
     let count = imp.dim_scalar(&count, DType::F32);

@@ -42,7 +42,13 @@ pub(super) fn takes_torch_slow_path(dtype: DType, geo: &Geometry) -> bool {
 /// `x` is batched `[N, Cin, S..]` f16 or bf16, `w` is `[Cin, Cout/groups, K..]`;
 /// returns `[N, Cout, O..]`, or `None` when a size is not static (the caller
 /// then takes the general path).
-pub(super) fn conv_transpose_slow_path(imp: &mut Importer, x: ValueId, w: ValueId, bias: Option<ValueId>, geo: &Geometry) -> R<Option<ValueId>> {
+pub(super) fn conv_transpose_slow_path(
+    imp: &mut Importer,
+    x: ValueId,
+    w: ValueId,
+    bias: Option<ValueId>,
+    geo: &Geometry,
+) -> R<Option<ValueId>> {
     let (Some(xs), Some(ws)) = (imp.ty(x).static_shape(), imp.ty(w).static_shape()) else { return Ok(None) };
     let k = ws.len() - 2;
     let (n, cin, g) = (xs[0], xs[1], geo.groups);
@@ -55,7 +61,12 @@ pub(super) fn conv_transpose_slow_path(imp: &mut Importer, x: ValueId, w: ValueI
     let taps: i64 = kernel.iter().product();
     let points: i64 = spatial.iter().product();
     let out_size: Vec<i64> = (0..k)
-        .map(|d| (spatial[d] - 1) * geo.stride[d] - 2 * geo.padding[d] + geo.dilation[d] * (kernel[d] - 1) + geo.output_padding[d] + 1)
+        .map(|d| {
+            (spatial[d] - 1) * geo.stride[d] - 2 * geo.padding[d]
+                + geo.dilation[d] * (kernel[d] - 1)
+                + geo.output_padding[d]
+                + 1
+        })
         .collect();
     let dims = |v: &[i64]| v.iter().map(|&d| Dim::Const(d)).collect::<Vec<_>>();
 

@@ -51,7 +51,11 @@ pub(crate) fn nonzero_of(imp: &mut Importer, x: ValueId, count: &Dim) -> R<Value
         // torch states the count only when the input is empty: no coordinates.
         let rank = imp.ty(x).rank() as i64;
         let shape = vec![Dim::Const(0), Dim::Const(rank)];
-        return Ok(imp.push(Op::Full { value: 0.0, dtype: DType::I64, shape: shape.clone() }, Vec::new(), TensorType::new(DType::I64, shape)));
+        return Ok(imp.push(
+            Op::Full { value: 0.0, dtype: DType::I64, shape: shape.clone() },
+            Vec::new(),
+            TensorType::new(DType::I64, shape),
+        ));
     }
     let Dim::Sym(sym) = *count else {
         return unsupported(format!(
@@ -68,7 +72,10 @@ pub(crate) fn nonzero_of(imp: &mut Importer, x: ValueId, count: &Dim) -> R<Value
         (a, b) => a.or(b),
     };
     if s.max.is_none() {
-        return unsupported(format!("the number of nonzero elements `{}` has no upper bound (the input's size is unbounded)", s.name));
+        return unsupported(format!(
+            "the number of nonzero elements `{}` has no upper bound (the input's size is unbounded)",
+            s.name
+        ));
     }
     if !imp.g.data_dependent_symbols().contains(&sym) {
         let counted = count_nonzero(imp, x)?;
@@ -146,7 +153,8 @@ pub(super) fn masked_select(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let mask = imp.tensor(n, "mask")?;
     let mask = imp.cast(mask, DType::Bool);
-    let shape = kiln_ir::infer::broadcast_shapes(&imp.ty(x).shape, &imp.ty(mask).shape).map_err(crate::import::importer::Fail::Invalid)?;
+    let shape = kiln_ir::infer::broadcast_shapes(&imp.ty(x).shape, &imp.ty(mask).shape)
+        .map_err(crate::import::importer::Fail::Invalid)?;
     // Expand broadcasts to a higher rank; only the all-0-d case needs a reshape.
     let shape = if shape.is_empty() { vec![Dim::Const(1)] } else { shape };
     let (x, mask) = (super::indexing::expand(imp, x, shape.clone()), super::indexing::expand(imp, mask, shape));

@@ -42,7 +42,8 @@ pub(super) fn einsum(imp: &mut Importer, n: &Node) -> R<()> {
     }
     // Sum away labels used by one operand only and absent from the output.
     for i in 0..terms.len() {
-        let needed = |l: u32| output.contains(&l) || terms.iter().enumerate().any(|(j, t)| j != i && t.labels.contains(&l));
+        let needed =
+            |l: u32| output.contains(&l) || terms.iter().enumerate().any(|(j, t)| j != i && t.labels.contains(&l));
         let lonely: Vec<u32> = terms[i].labels.iter().copied().filter(|&l| !needed(l)).collect();
         let value = terms[i].value;
         let term = std::mem::replace(&mut terms[i], Term { value, labels: Vec::new() });
@@ -58,11 +59,17 @@ pub(super) fn einsum(imp: &mut Importer, n: &Node) -> R<()> {
     // Labels the output does not keep (a single operand's contraction).
     let extra: Vec<u32> = acc.labels.iter().copied().filter(|l| !output.contains(l)).collect();
     let acc = sum_labels(imp, acc, &extra)?;
-    let Some(perm) = output.iter().map(|l| acc.labels.iter().position(|x| x == l)).collect::<Option<Vec<usize>>>() else {
+    let Some(perm) = output.iter().map(|l| acc.labels.iter().position(|x| x == l)).collect::<Option<Vec<usize>>>()
+    else {
         return invalid(format!("einsum \"{equation}\": an output label is missing from the operands"));
     };
-    let v = if perm.iter().enumerate().all(|(i, &p)| i == p) { acc.value } else { imp.build(Op::Permute { perm }, vec![acc.value])? };
-    let v = if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+    let v = if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        acc.value
+    } else {
+        imp.build(Op::Permute { perm }, vec![acc.value])?
+    };
+    let v =
+        if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
     imp.bind(n, 0, v)
 }
 
@@ -78,7 +85,11 @@ fn parse(equation: &str, ranks: &[usize]) -> Result<(Vec<Vec<u32>>, Vec<u32>), S
         return Err(format!("{} operand terms for {} tensors", terms.len(), ranks.len()));
     }
     let letter = |c: char| -> Result<u32, String> {
-        if c.is_ascii_alphabetic() { Ok(c as u32) } else { Err(format!("unexpected character {c:?}")) }
+        if c.is_ascii_alphabetic() {
+            Ok(c as u32)
+        } else {
+            Err(format!("unexpected character {c:?}"))
+        }
     };
     // Letters of a term and where its ellipsis is, if any.
     let split = |t: &str| -> Result<(Vec<u32>, Option<usize>), String> {
@@ -104,7 +115,9 @@ fn parse(equation: &str, ranks: &[usize]) -> Result<(Vec<Vec<u32>>, Vec<u32>), S
     for (t, &rank) in terms.iter().zip(ranks) {
         let (letters, at) = split(t)?;
         let dims = match at {
-            Some(_) => rank.checked_sub(letters.len()).ok_or_else(|| format!("term {t:?} has more labels than its tensor's {rank} dims"))?,
+            Some(_) => rank
+                .checked_sub(letters.len())
+                .ok_or_else(|| format!("term {t:?} has more labels than its tensor's {rank} dims"))?,
             None if letters.len() == rank => 0,
             None => return Err(format!("term {t:?} has {} labels for a tensor of {rank} dims", letters.len())),
         };
@@ -224,8 +237,10 @@ fn contract(imp: &mut Importer, a: Term, b: Term, keep: &[u32]) -> R<Term> {
     let contracted: Vec<u32> = shared.iter().copied().filter(|l| !keep.contains(l)).collect();
     let left: Vec<u32> = a.labels.iter().copied().filter(|l| !shared.contains(l)).collect();
     let right: Vec<u32> = b.labels.iter().copied().filter(|l| !shared.contains(l)).collect();
-    let product = |imp: &Importer, t: &Term, ls: &[u32]| ls.iter().map(|&l| size(imp, t, l)).fold(Dim::Const(1), Dim::mul);
-    let (bsz, m, k, nn) = (product(imp, &a, &batch), product(imp, &a, &left), product(imp, &a, &contracted), product(imp, &b, &right));
+    let product =
+        |imp: &Importer, t: &Term, ls: &[u32]| ls.iter().map(|&l| size(imp, t, l)).fold(Dim::Const(1), Dim::mul);
+    let (bsz, m, k, nn) =
+        (product(imp, &a, &batch), product(imp, &a, &left), product(imp, &a, &contracted), product(imp, &b, &right));
     let lhs = arrange(imp, &a, &[&batch[..], &left[..], &contracted[..]].concat(), vec![bsz.clone(), m, k.clone()])?;
     let rhs = arrange(imp, &b, &[&batch[..], &contracted[..], &right[..]].concat(), vec![bsz, k, nn])?;
     let prod = imp.build(Op::MatMul, vec![lhs, rhs])?;
@@ -239,7 +254,11 @@ fn contract(imp: &mut Importer, a: Term, b: Term, keep: &[u32]) -> R<Term> {
 /// `t` permuted into `order` and reshaped to `shape`.
 fn arrange(imp: &mut Importer, t: &Term, order: &[u32], shape: Vec<Dim>) -> R<ValueId> {
     let perm: Vec<usize> = order.iter().map(|l| t.labels.iter().position(|x| x == l).unwrap_or(0)).collect();
-    let v = if perm.iter().enumerate().all(|(i, &p)| i == p) { t.value } else { imp.build(Op::Permute { perm }, vec![t.value])? };
+    let v = if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        t.value
+    } else {
+        imp.build(Op::Permute { perm }, vec![t.value])?
+    };
     imp.build(Op::Reshape { shape }, vec![v])
 }
 

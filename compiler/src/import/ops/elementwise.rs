@@ -114,7 +114,11 @@ impl Side {
         match *self {
             Side::Tensor(v) => {
                 let ty = imp.ty(v);
-                if ty.rank() == 0 { Operand::ZeroDim(ty.dtype) } else { Operand::Tensor(ty.dtype) }
+                if ty.rank() == 0 {
+                    Operand::ZeroDim(ty.dtype)
+                } else {
+                    Operand::Tensor(ty.dtype)
+                }
             }
             Side::Scalar(Scalar::Bool(_)) => Operand::Scalar(DType::Bool),
             Side::Scalar(Scalar::Int(_)) => Operand::Scalar(DType::I64),
@@ -269,7 +273,9 @@ fn shift(imp: &mut Importer, n: &Node, a: Side, b: Side, out: &TensorType, left:
     let exponent = imp.cast(exponent, DType::I64);
     // 2^k for k in 0..=max_shift, read from a table: exact in every dtype
     // (2^(bits-1) is the sign bit) without relying on integer `pow`.
-    let powers: Vec<u8> = (0..=max_shift).flat_map(|k| crate::import::importer::scalar_bytes(Scalar::Int(1i64.wrapping_shl(k as u32)), dtype)).collect();
+    let powers: Vec<u8> = (0..=max_shift)
+        .flat_map(|k| crate::import::importer::scalar_bytes(Scalar::Int(1i64.wrapping_shl(k as u32)), dtype))
+        .collect();
     let table = imp.g.add_const(None, TensorType::fixed(dtype, &[max_shift + 1]), kiln_ir::ConstBytes::owned(powers));
     let power = imp.build(Op::Gather { axis: 0 }, vec![table, exponent])?;
     let shifted = imp.build(Op::Binary(if left { BinaryOp::Mul } else { BinaryOp::FloorDiv }), vec![av, power])?;
@@ -286,7 +292,11 @@ fn shift(imp: &mut Importer, n: &Node, a: Side, b: Side, out: &TensorType, left:
         imp.scalar_const(Scalar::Int(0), dtype)
     };
     let v = imp.build(Op::Where, vec![in_range, shifted, fallback])?;
-    let v = if imp.ty(v).shape == out.shape { v } else { imp.push(Op::Expand { shape: out.shape.clone() }, vec![v], out.clone()) };
+    let v = if imp.ty(v).shape == out.shape {
+        v
+    } else {
+        imp.push(Op::Expand { shape: out.shape.clone() }, vec![v], out.clone())
+    };
     imp.bind(n, 0, v)
 }
 
@@ -365,7 +375,8 @@ pub(super) fn softmax(imp: &mut Importer, n: &Node, log: bool) -> R<()> {
 pub(super) fn reduce(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let rank = imp.ty(x).rank();
-    let dims = if overload == "default" && name != "amax" && name != "amin" { Vec::new() } else { imp.ints(n, "dim", &[])? };
+    let dims =
+        if overload == "default" && name != "amax" && name != "amin" { Vec::new() } else { imp.ints(n, "dim", &[])? };
     // An empty (or omitted) dim list reduces every axis.
     let mut axes = if dims.is_empty() {
         (0..rank).collect::<Vec<_>>()

@@ -117,8 +117,10 @@ pub(super) fn embedding_bag(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             Vec::new(),
             TensorType::new(ty.dtype, vec![slots.clone(), width.clone()]),
         );
-        let reduced =
-            imp.build(Op::ScatterElements { axis: 0, reduce: Some(kind), include_self: false }, vec![zeros, index, values])?;
+        let reduced = imp.build(
+            Op::ScatterElements { axis: 0, reduce: Some(kind), include_self: false },
+            vec![zeros, index, values],
+        )?;
         let out = TensorType::new(ty.dtype, vec![kept.clone(), width]);
         Ok(imp.push(Op::Slice { axis: 0, start: 1, end, step: 1 }, vec![reduced], out))
     };
@@ -127,7 +129,8 @@ pub(super) fn embedding_bag(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         return bind_as_output(imp, n, v);
     }
     let sums = per_slot(imp, if fast_path { slot } else { slot_merged }, ReduceKind::Sum, rows)?;
-    let mut v = if dtype == DType::BF16 && fast_path { round_bf16_ties_away(imp, sums)? } else { imp.cast(sums, dtype) };
+    let mut v =
+        if dtype == DType::BF16 && fast_path { round_bf16_ties_away(imp, sums)? } else { imp.cast(sums, dtype) };
     if reduce == ReduceKind::Mean {
         // Bag sizes in i64 (padding rows not counted), at least 1, then
         // converted to the dtype as torch does before dividing.
@@ -244,7 +247,9 @@ pub(super) fn embedding_renorm(imp: &mut Importer, n: &Node) -> R<()> {
 
 /// `[V, D] -> [V, 1]`: each row's `p`-norm (torch's `Tensor.norm(p)`).
 fn row_norm(imp: &mut Importer, x: ValueId, p: f64) -> R<ValueId> {
-    let sum = |imp: &mut Importer, v| imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keep_dims: true }, vec![v]);
+    let sum = |imp: &mut Importer, v| {
+        imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keep_dims: true }, vec![v])
+    };
     let abs = imp.build(Op::Unary(UnaryOp::Abs), vec![x])?;
     if p.is_infinite() {
         let kind = if p > 0.0 { ReduceKind::Max } else { ReduceKind::Min };

@@ -96,20 +96,26 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
                     let sq = mul(imp, z, z)?;
                     bind_out(imp, n, sq)
                 }
-                e => unsupported(format!("`pow` of a complex value with exponent {e} (kiln takes 1 and 2); {COMPLEX_SCOPE}")),
+                e => unsupported(format!(
+                    "`pow` of a complex value with exponent {e} (kiln takes 1 and 2); {COMPLEX_SCOPE}"
+                )),
             }
         }
         // Linear in the data and the same on both parts: each part is
         // converted by the real op's handler.
         "view" | "_unsafe_view" | "reshape" | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "expand" | "t"
-        | "transpose" | "permute" | "movedim" | "moveaxis" | "swapaxes" | "swapdims" | "slice" | "select" | "narrow"
-        | "cat" | "concat" | "concatenate" | "split" | "split_with_sizes" | "chunk" | "unbind" | "tensor_split" | "flip"
-        | "sum" | "mean" | "repeat" | "index_select" | "_to_copy" | "to" => per_part(imp, n, name, overload),
+        | "transpose" | "permute" | "movedim" | "moveaxis" | "swapaxes" | "swapdims" | "slice" | "select"
+        | "narrow" | "cat" | "concat" | "concatenate" | "split" | "split_with_sizes" | "chunk" | "unbind"
+        | "tensor_split" | "flip" | "sum" | "mean" | "repeat" | "index_select" | "_to_copy" | "to" => {
+            per_part(imp, n, name, overload)
+        }
         "index" | "_unsafe_index" if overload == "Tensor" => per_part(imp, n, name, overload),
         "constant_pad_nd" => {
             let value = imp.opt_scalar(n, "value")?.map_or(0.0, Scalar::as_f64);
             if value != 0.0 {
-                return unsupported(format!("`constant_pad_nd` of a complex value with pad value {value}; {COMPLEX_SCOPE}"));
+                return unsupported(format!(
+                    "`constant_pad_nd` of a complex value with pad value {value}; {COMPLEX_SCOPE}"
+                ));
             }
             per_part(imp, n, name, overload)
         }
@@ -154,7 +160,8 @@ fn cast_parts(imp: &mut Importer, z: Parts, dtype: DType) -> Parts {
 fn bind_real(imp: &mut Importer, n: &Node, v: ValueId) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let v = imp.cast(v, out.dtype);
-    let v = if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+    let v =
+        if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
     imp.bind(n, 0, v)
 }
 
@@ -197,8 +204,12 @@ fn abs(imp: &mut Importer, z: Parts) -> R<ValueId> {
 fn mul(imp: &mut Importer, a: Parts, b: Parts) -> R<Parts> {
     Ok(match (a.im, b.im) {
         (None, None) => Parts { re: bin(imp, BinaryOp::Mul, a.re, b.re)?, im: None },
-        (Some(ai), None) => Parts { re: bin(imp, BinaryOp::Mul, a.re, b.re)?, im: Some(bin(imp, BinaryOp::Mul, ai, b.re)?) },
-        (None, Some(bi)) => Parts { re: bin(imp, BinaryOp::Mul, a.re, b.re)?, im: Some(bin(imp, BinaryOp::Mul, a.re, bi)?) },
+        (Some(ai), None) => {
+            Parts { re: bin(imp, BinaryOp::Mul, a.re, b.re)?, im: Some(bin(imp, BinaryOp::Mul, ai, b.re)?) }
+        }
+        (None, Some(bi)) => {
+            Parts { re: bin(imp, BinaryOp::Mul, a.re, b.re)?, im: Some(bin(imp, BinaryOp::Mul, a.re, bi)?) }
+        }
         (Some(ai), Some(bi)) => {
             let ac = bin(imp, BinaryOp::Mul, a.re, b.re)?;
             let bd = bin(imp, BinaryOp::Mul, ai, bi)?;
@@ -251,7 +262,9 @@ fn arith(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             let s = imp.scalar(n, "other")?;
             Parts { re: imp.scalar_const(s, dtype), im: None }
         }
-        Some(other) => return unsupported(format!("`{name}` with operand {other:?} (a complex Python scalar?); {COMPLEX_SCOPE}")),
+        Some(other) => {
+            return unsupported(format!("`{name}` with operand {other:?} (a complex Python scalar?); {COMPLEX_SCOPE}"))
+        }
         None => return invalid("required argument `other` is missing"),
     };
     let mut b = cast_parts(imp, b, dtype);
@@ -541,7 +554,14 @@ fn static_len(imp: &Importer, v: ValueId, axis: usize) -> R<i64> {
 fn r2c(imp: &mut Importer, x: ValueId, axes: &[usize], sizes: &[i64], code: i64, onesided: bool) -> R<Parts> {
     let x = imp.cast(x, DType::F64);
     let last = axes.len() - 1;
-    let mut z = transform_axis(imp, Parts { re: x, im: None }, axes[last], sizes[last], Kind::R2C { onesided }, norm_factor(code, sizes[last])?)?;
+    let mut z = transform_axis(
+        imp,
+        Parts { re: x, im: None },
+        axes[last],
+        sizes[last],
+        Kind::R2C { onesided },
+        norm_factor(code, sizes[last])?,
+    )?;
     for i in 0..last {
         z = transform_axis(imp, z, axes[i], sizes[i], Kind::C2C { forward: true }, norm_factor(code, sizes[i])?)?;
     }
@@ -712,7 +732,14 @@ fn stft(imp: &mut Importer, n: &Node) -> R<()> {
         let w = imp.cast(w, DType::F64);
         framed = bin(imp, BinaryOp::Mul, framed, w)?;
     }
-    let z = transform_axis(imp, Parts { re: framed, im: None }, axis + 1, n_fft, Kind::R2C { onesided }, norm_factor(if normalized { 1 } else { 0 }, n_fft)?)?;
+    let z = transform_axis(
+        imp,
+        Parts { re: framed, im: None },
+        axis + 1,
+        n_fft,
+        Kind::R2C { onesided },
+        norm_factor(if normalized { 1 } else { 0 }, n_fft)?,
+    )?;
     let mut perm: Vec<usize> = (0..axis).collect();
     perm.extend([axis + 1, axis]);
     let re = imp.build(Op::Permute { perm: perm.clone() }, vec![z.re])?;

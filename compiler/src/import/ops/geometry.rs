@@ -94,12 +94,20 @@ pub(super) fn cdist(imp: &mut Importer, n: &Node) -> R<()> {
             2 => false,
             _ => match (rows(&t1), rows(&t2)) {
                 (Some(r1), Some(r2)) => r1 > 25 || r2 > 25,
-                _ => return unsupported("cdist p=2 with dynamic row counts (torch picks its algorithm by size at run time)"),
+                _ => {
+                    return unsupported(
+                        "cdist p=2 with dynamic row counts (torch picks its algorithm by size at run time)",
+                    )
+                }
             },
         };
     let (a, b) = (imp.cast(x1, compute), imp.cast(x2, compute));
     let v = if out.numel().as_const() == Some(0) {
-        imp.push(Op::Full { value: 0.0, dtype: compute, shape: out.shape.clone() }, vec![], TensorType::new(compute, out.shape.clone()))
+        imp.push(
+            Op::Full { value: 0.0, dtype: compute, shape: out.shape.clone() },
+            vec![],
+            TensorType::new(compute, out.shape.clone()),
+        )
     } else if use_mm {
         euclidean_by_matmul(imp, a, b)?
     } else {
@@ -115,7 +123,8 @@ pub(super) fn cdist(imp: &mut Importer, n: &Node) -> R<()> {
         p_norm(imp, diff, axis, p)?
     };
     let v = imp.cast(v, out.dtype);
-    let v = if imp.ty(v).shape == out.shape { v } else { imp.push(Op::Expand { shape: out.shape.clone() }, vec![v], out) };
+    let v =
+        if imp.ty(v).shape == out.shape { v } else { imp.push(Op::Expand { shape: out.shape.clone() }, vec![v], out) };
     imp.bind(n, 0, v)
 }
 
@@ -179,7 +188,11 @@ pub(super) fn pdist(imp: &mut Importer, n: &Node) -> R<()> {
         }
     }
     let v = if first.is_empty() || shape[1] == 0 {
-        imp.push(Op::Full { value: 0.0, dtype: compute, shape: out.shape.clone() }, vec![], TensorType::new(compute, out.shape.clone()))
+        imp.push(
+            Op::Full { value: 0.0, dtype: compute, shape: out.shape.clone() },
+            vec![],
+            TensorType::new(compute, out.shape.clone()),
+        )
     } else {
         let xc = imp.cast(x, compute);
         let (i, j) = (index_const(imp, &first), index_const(imp, &second));
@@ -301,7 +314,8 @@ impl Sampler {
             TensorType::new(DType::I64, vec![batch_dim.clone()]),
         );
         let batch = reshape(imp, batch, vec![batch_dim, Dim::Const(1), Dim::Const(1)])?;
-        let batch = imp.push(Op::Expand { shape: points.to_vec() }, vec![batch], TensorType::new(DType::I64, points.to_vec()));
+        let batch =
+            imp.push(Op::Expand { shape: points.to_vec() }, vec![batch], TensorType::new(DType::I64, points.to_vec()));
         let zero = imp.scalar_const(Scalar::Float(0.0), compute);
         let mut column = points.to_vec();
         column.push(Dim::Const(1));
@@ -355,7 +369,9 @@ fn bilinear(imp: &mut Importer, s: &Sampler, ux: ValueId, uy: ValueId, padding: 
     let (ax0, ax1) = (s.axis(imp, x0, w)?, s.axis(imp, x1, w)?);
     let (ay0, ay1) = (s.axis(imp, y0, h)?, s.axis(imp, y1, h)?);
     let mut terms = Vec::with_capacity(4);
-    for (x, y, wx, wy) in [(&ax0, &ay0, wx0, wy0), (&ax1, &ay0, wx1, wy0), (&ax0, &ay1, wx0, wy1), (&ax1, &ay1, wx1, wy1)] {
+    for (x, y, wx, wy) in
+        [(&ax0, &ay0, wx0, wy0), (&ax1, &ay0, wx1, wy0), (&ax0, &ay1, wx0, wy1), (&ax1, &ay1, wx1, wy1)]
+    {
         let weight = binary(imp, B::Mul, wx, wy)?;
         let value = s.read(imp, x, y)?;
         terms.push(s.weigh(imp, value, weight)?);
@@ -482,7 +498,11 @@ fn reflect(imp: &mut Importer, v: ValueId, twice_low: f64, twice_high: f64) -> R
     if twice_low == twice_high {
         let dtype = imp.ty(v).dtype;
         let shape = imp.ty(v).shape.clone();
-        return Ok(imp.push(Op::Full { value: 0.0, dtype, shape: shape.clone() }, vec![], TensorType::new(dtype, shape)));
+        return Ok(imp.push(
+            Op::Full { value: 0.0, dtype, shape: shape.clone() },
+            vec![],
+            TensorType::new(dtype, shape),
+        ));
     }
     let min = twice_low / 2.0;
     let span = (twice_high - twice_low) / 2.0;

@@ -6,7 +6,7 @@
 
 use super::indexing::{bind_as_output, expand, int_index, reshape};
 use super::shape::normalize_axis;
-use crate::import::importer::{invalid, unsupported, Importer, Fail, R};
+use crate::import::importer::{invalid, unsupported, Fail, Importer, R};
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{BinaryOp, Dim, Op, ValueId};
 
@@ -65,7 +65,11 @@ pub(super) fn index_add(imp: &mut Importer, n: &Node) -> R<()> {
     let source = imp.cast(source, dtype);
     let alpha = imp.opt_scalar(n, "alpha")?.map_or(1.0, |a| a.as_f64());
     // torch multiplies in the dtype (bool's alpha is a no-op, as in Core ATen).
-    let source = if alpha != 1.0 && dtype != kiln_ir::DType::Bool { imp.with_scalar(BinaryOp::Mul, source, alpha)? } else { source };
+    let source = if alpha != 1.0 && dtype != kiln_ir::DType::Bool {
+        imp.with_scalar(BinaryOp::Mul, source, alpha)?
+    } else {
+        source
+    };
     index_along(imp, n, Write::Add(source))
 }
 
@@ -107,7 +111,9 @@ fn index_along(imp: &mut Importer, n: &Node, write: Write) -> R<()> {
     let axis = normalize_axis(imp.int(n, "dim", None)?, rank)?;
     let index = imp.tensor(n, "index")?;
     if imp.ty(index).rank() > 1 {
-        return unsupported("index_add/index_copy/index_fill with an index of more than one dim (torch requires at most one)");
+        return unsupported(
+            "index_add/index_copy/index_fill with an index of more than one dim (torch requires at most one)",
+        );
     }
     let index = int_index(imp, index, "index")?;
     let index = reshape(imp, index, vec![imp.ty(index).numel()]);

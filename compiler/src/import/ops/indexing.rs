@@ -189,7 +189,9 @@ fn integer_indices(imp: &mut Importer, indices: &[Option<ValueId>]) -> R<Vec<(us
         if imp.ty(t).dtype == DType::Bool || imp.ty(t).dtype == DType::U8 {
             let rank = imp.ty(t).rank();
             let Some(coords) = constant_mask_indices(imp, t)? else {
-                return unsupported("indexing with a boolean mask computed at run time (the result shape depends on the data)");
+                return unsupported(
+                    "indexing with a boolean mask computed at run time (the result shape depends on the data)",
+                );
             };
             for (k, c) in coords.into_iter().enumerate() {
                 out.push((axis + k, c));
@@ -203,18 +205,23 @@ fn integer_indices(imp: &mut Importer, indices: &[Option<ValueId>]) -> R<Vec<(us
     Ok(out)
 }
 
+/// What [`prepare_advanced`] returns: the data to index, the IR axis, the
+/// indices, and the permutation applied to the data (`None` when none).
+type Advanced = (ValueId, usize, Vec<ValueId>, Option<Vec<usize>>);
+
 /// Broadcasts the index tensors to one shape and, when the indexed axes are
 /// not adjacent, moves them to the front (torch then puts the index shape
 /// first). Returns the data to index, the IR axis, the indices, and the
 /// permutation applied to the data (`None` when none).
-fn prepare_advanced(imp: &mut Importer, x: ValueId, pairs: &[(usize, ValueId)]) -> R<(ValueId, usize, Vec<ValueId>, Option<Vec<usize>>)> {
+fn prepare_advanced(imp: &mut Importer, x: ValueId, pairs: &[(usize, ValueId)]) -> R<Advanced> {
     let rank = imp.ty(x).rank();
     if pairs.iter().any(|&(a, _)| a >= rank) {
         return invalid(format!("too many indices for a tensor of rank {rank}"));
     }
     let mut shape: Vec<Dim> = Vec::new();
     for &(_, t) in pairs {
-        shape = kiln_ir::infer::broadcast_shapes(&shape, &imp.ty(t).shape).map_err(crate::import::importer::Fail::Invalid)?;
+        shape = kiln_ir::infer::broadcast_shapes(&shape, &imp.ty(t).shape)
+            .map_err(crate::import::importer::Fail::Invalid)?;
     }
     let idx: Vec<ValueId> = pairs.iter().map(|&(_, t)| expand(imp, t, shape.clone())).collect();
     let axes: Vec<usize> = pairs.iter().map(|&(a, _)| a).collect();
@@ -343,7 +350,14 @@ pub(super) fn index_put(imp: &mut Importer, n: &Node) -> R<()> {
 /// index, `2K - 1 - count`, reaches `>= K` exactly when there are fewer; the
 /// gather kernel then fails the run with "index out of range" instead of
 /// silently using a prefix of `values`. The extra row is sliced off.
-fn masked_index_put(imp: &mut Importer, x: ValueId, slot: usize, mask: ValueId, values: ValueId, accumulate: bool) -> R<ValueId> {
+fn masked_index_put(
+    imp: &mut Importer,
+    x: ValueId,
+    slot: usize,
+    mask: ValueId,
+    values: ValueId,
+    accumulate: bool,
+) -> R<ValueId> {
     let ty = imp.ty(x).clone();
     let mty = imp.ty(mask).clone();
     let mask = imp.cast(mask, DType::Bool);
@@ -366,7 +380,10 @@ fn masked_index_put(imp: &mut Importer, x: ValueId, slot: usize, mask: ValueId, 
     let vty = imp.ty(values).clone();
     let target_rank = slot + 1 + rest.len();
     if vty.rank() > target_rank {
-        return invalid(format!("index_put values of rank {} for an indexing result of rank {target_rank}", vty.rank()));
+        return invalid(format!(
+            "index_put values of rank {} for an indexing result of rank {target_rank}",
+            vty.rank()
+        ));
     }
     // The values dim that lines up with the true positions, if any.
     let rows = vty.rank().checked_sub(rest.len() + 1).map(|i| vty.shape[i].clone());
@@ -391,7 +408,9 @@ fn masked_index_put(imp: &mut Importer, x: ValueId, slot: usize, mask: ValueId, 
         None => {
             let k = rows.unwrap_or(Dim::Const(1));
             if k.as_const() == Some(0) {
-                return unsupported("x[mask] = values with zero values (kiln cannot check at run time that the mask is all false)");
+                return unsupported(
+                    "x[mask] = values with zero values (kiln cannot check at run time that the mask is all false)",
+                );
             }
             let mut target = lead.clone();
             target.push(k.clone());
@@ -434,7 +453,13 @@ pub(super) fn select_scatter(imp: &mut Importer, n: &Node) -> R<()> {
 }
 
 /// `x` with `src` written at position `index` of `axis` (select's inverse).
-pub(crate) fn select_scatter_value(imp: &mut Importer, x: ValueId, src: ValueId, axis: usize, mut index: i64) -> R<ValueId> {
+pub(crate) fn select_scatter_value(
+    imp: &mut Importer,
+    x: ValueId,
+    src: ValueId,
+    axis: usize,
+    mut index: i64,
+) -> R<ValueId> {
     let ty = imp.ty(x).clone();
     // On a dynamic dimension a negative index stays negative: ScatterElements
     // counts it from the end at run time (and fails if it is out of range,
@@ -446,7 +471,11 @@ pub(crate) fn select_scatter_value(imp: &mut Importer, x: ValueId, src: ValueId,
     let mut shape = ty.shape.clone();
     shape[axis] = Dim::Const(1);
     let src = reshape(imp, src, shape.clone());
-    let idx = imp.push(Op::Full { value: index as f64, dtype: DType::I64, shape: shape.clone() }, Vec::new(), TensorType::new(DType::I64, shape));
+    let idx = imp.push(
+        Op::Full { value: index as f64, dtype: DType::I64, shape: shape.clone() },
+        Vec::new(),
+        TensorType::new(DType::I64, shape),
+    );
     Ok(imp.push(Op::ScatterElements { axis, reduce: None, include_self: true }, vec![x, idx, src], ty))
 }
 
@@ -464,7 +493,14 @@ pub(super) fn slice_scatter(imp: &mut Importer, n: &Node) -> R<()> {
 
 /// `x` with `src` written at positions `start + step * i` of `axis` (slice's
 /// inverse; the slice's length is `src`'s).
-pub(crate) fn slice_scatter_value(imp: &mut Importer, x: ValueId, src: ValueId, axis: usize, mut start: i64, step: i64) -> R<ValueId> {
+pub(crate) fn slice_scatter_value(
+    imp: &mut Importer,
+    x: ValueId,
+    src: ValueId,
+    axis: usize,
+    mut start: i64,
+    step: i64,
+) -> R<ValueId> {
     let ty = imp.ty(x).clone();
     if step < 1 {
         return invalid(format!("slice_scatter step {step}"));
@@ -584,7 +620,14 @@ fn diagonal_positions(imp: &mut Importer, n1: &Dim, n2: &Dim, offset: i64, len: 
 }
 
 /// The diagonal view of `x` (of type `out`).
-pub(crate) fn diagonal_value(imp: &mut Importer, x: ValueId, offset: i64, d1: usize, d2: usize, out: &TensorType) -> R<ValueId> {
+pub(crate) fn diagonal_value(
+    imp: &mut Importer,
+    x: ValueId,
+    offset: i64,
+    d1: usize,
+    d2: usize,
+    out: &TensorType,
+) -> R<ValueId> {
     let ty = imp.ty(x).clone();
     let (flat, _) = diagonal_layout(imp, x, d1, d2)?;
     let Some(len) = out.shape.last() else { return invalid("diagonal output of rank 0") };
@@ -593,7 +636,14 @@ pub(crate) fn diagonal_value(imp: &mut Importer, x: ValueId, offset: i64, d1: us
 }
 
 /// `x` with `src` written on its diagonal (diagonal's inverse).
-pub(crate) fn diagonal_scatter_value(imp: &mut Importer, x: ValueId, src: ValueId, offset: i64, d1: usize, d2: usize) -> R<ValueId> {
+pub(crate) fn diagonal_scatter_value(
+    imp: &mut Importer,
+    x: ValueId,
+    src: ValueId,
+    offset: i64,
+    d1: usize,
+    d2: usize,
+) -> R<ValueId> {
     let ty = imp.ty(x).clone();
     let r = ty.rank();
     let src = imp.cast(src, ty.dtype);
@@ -608,7 +658,8 @@ pub(crate) fn diagonal_scatter_value(imp: &mut Importer, x: ValueId, src: ValueI
     ones[r - 2] = len;
     let idx = reshape(imp, idx, ones);
     let idx = expand(imp, idx, sshape);
-    let scattered = imp.build(Op::ScatterElements { axis: r - 2, reduce: None, include_self: true }, vec![flat, idx, src])?;
+    let scattered =
+        imp.build(Op::ScatterElements { axis: r - 2, reduce: None, include_self: true }, vec![flat, idx, src])?;
     let pshape: Vec<Dim> = perm.iter().map(|&p| ty.shape[p].clone()).collect();
     let unflat = reshape(imp, scattered, pshape);
     if perm.iter().enumerate().all(|(i, &p)| i == p) {
@@ -742,8 +793,12 @@ pub(super) fn col2im(imp: &mut Importer, n: &Node) -> R<()> {
     let idx = i64_const(imp, &[1, 1, kk * l], &positions);
     let idx = expand(imp, idx, vec![Dim::Const(b), Dim::Const(c), Dim::Const(kk * l)]);
     let canvas = vec![Dim::Const(b), Dim::Const(c), Dim::Const(hp * wp)];
-    let zeros = imp.push(Op::Full { value: 0.0, dtype, shape: canvas.clone() }, Vec::new(), TensorType::new(dtype, canvas));
-    let summed = imp.build(Op::ScatterElements { axis: 2, reduce: Some(ReduceKind::Sum), include_self: true }, vec![zeros, idx, flat])?;
+    let zeros =
+        imp.push(Op::Full { value: 0.0, dtype, shape: canvas.clone() }, Vec::new(), TensorType::new(dtype, canvas));
+    let summed = imp.build(
+        Op::ScatterElements { axis: 2, reduce: Some(ReduceKind::Sum), include_self: true },
+        vec![zeros, idx, flat],
+    )?;
     let img = reshape(imp, summed, vec![Dim::Const(b), Dim::Const(c), Dim::Const(hp), Dim::Const(wp)]);
     let (h, w) = (out_size[0], out_size[1]);
     let img = imp.push(
@@ -751,6 +806,10 @@ pub(super) fn col2im(imp: &mut Importer, n: &Node) -> R<()> {
         vec![img],
         TensorType::fixed(dtype, &[b, c, h, wp]),
     );
-    let img = imp.push(Op::Slice { axis: 3, start: pad[1], end: pad[1] + w, step: 1 }, vec![img], TensorType::fixed(dtype, &[b, c, h, w]));
+    let img = imp.push(
+        Op::Slice { axis: 3, start: pad[1], end: pad[1] + w, step: 1 },
+        vec![img],
+        TensorType::fixed(dtype, &[b, c, h, w]),
+    );
     bind_as_output(imp, n, img)
 }

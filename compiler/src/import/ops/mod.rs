@@ -6,8 +6,8 @@
 mod activation;
 mod batch_norm;
 mod conv_transpose_slow;
-mod einsum;
 mod data_dependent;
+mod einsum;
 mod elementwise;
 mod embedding_bag;
 mod fft;
@@ -89,9 +89,15 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
     use shape as s;
     match name {
         // Assertions and metadata checks: no runtime effect for kiln.
-        "_assert_scalar" | "_assert_async" | "_assert_tensor_metadata" | "sym_constrain_range"
-        | "sym_constrain_range_for_size" | "_functional_assert_async" | "_functional_sym_constrain_range"
-        | "_functional_sym_constrain_range_for_size" | "_assert_tensor_metadata_functional" => Ok(()),
+        "_assert_scalar"
+        | "_assert_async"
+        | "_assert_tensor_metadata"
+        | "sym_constrain_range"
+        | "sym_constrain_range_for_size"
+        | "_functional_assert_async"
+        | "_functional_sym_constrain_range"
+        | "_functional_sym_constrain_range_for_size"
+        | "_assert_tensor_metadata_functional" => Ok(()),
         "sym_size" => sym_size(imp, n),
         "sym_numel" => sym_numel(imp, n),
         "sym_stride" => sym_stride(imp, n),
@@ -117,11 +123,11 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "adaptive_avg_pool2d" | "_adaptive_avg_pool2d" => nn::adaptive_avg_pool(imp, n),
         "scaled_dot_product_attention" => nn::attention(imp, n),
 
-        "relu" | "gelu" | "silu" | "sigmoid" | "tanh" | "exp" | "log" | "sqrt" | "rsqrt" | "neg" | "abs"
-        | "erf" | "sin" | "cos" | "reciprocal" | "floor" | "ceil" | "round" | "sign" | "logical_not" | "log1p"
-        | "expm1" | "trunc" | "fix" | "tan" | "asin" | "acos" | "atan" | "sinh" | "cosh" | "asinh" | "acosh"
-        | "atanh" | "log2" | "log10" | "bitwise_not" | "arcsin" | "arccos" | "arctan" | "arcsinh" | "arccosh"
-        | "arctanh" | "negative" | "absolute" => e::unary(imp, n, name),
+        "relu" | "gelu" | "silu" | "sigmoid" | "tanh" | "exp" | "log" | "sqrt" | "rsqrt" | "neg" | "abs" | "erf"
+        | "sin" | "cos" | "reciprocal" | "floor" | "ceil" | "round" | "sign" | "logical_not" | "log1p" | "expm1"
+        | "trunc" | "fix" | "tan" | "asin" | "acos" | "atan" | "sinh" | "cosh" | "asinh" | "acosh" | "atanh"
+        | "log2" | "log10" | "bitwise_not" | "arcsin" | "arccos" | "arctan" | "arcsinh" | "arccosh" | "arctanh"
+        | "negative" | "absolute" => e::unary(imp, n, name),
         "clamp" | "clamp_min" | "clamp_max" if overload == "Tensor" => activation::clamp_tensor(imp, n),
         "hardtanh" | "relu6" | "clamp" | "clamp_min" | "clamp_max" => e::clamp(imp, n, name),
         "hardswish" | "hardsigmoid" | "mish" | "softplus" | "leaky_relu" | "elu" | "square" => {
@@ -141,11 +147,15 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "constant_pad_nd" => spatial::constant_pad_nd(imp, n),
         "pad" => spatial::pad(imp, n),
         "reflection_pad1d" | "reflection_pad2d" | "reflection_pad3d" => spatial::mode_pad(imp, n, PadMode::Reflect),
-        "replication_pad1d" | "replication_pad2d" | "replication_pad3d" => spatial::mode_pad(imp, n, PadMode::Replicate),
-        "upsample_nearest1d" | "upsample_nearest2d" | "upsample_nearest3d" | "upsample_linear1d" | "upsample_bilinear2d"
-        | "upsample_trilinear3d" => {
-            spatial::upsample(imp, n, name)
+        "replication_pad1d" | "replication_pad2d" | "replication_pad3d" => {
+            spatial::mode_pad(imp, n, PadMode::Replicate)
         }
+        "upsample_nearest1d"
+        | "upsample_nearest2d"
+        | "upsample_nearest3d"
+        | "upsample_linear1d"
+        | "upsample_bilinear2d"
+        | "upsample_trilinear3d" => spatial::upsample(imp, n, name),
         "_upsample_nearest_exact1d" | "_upsample_nearest_exact2d" | "_upsample_nearest_exact3d" => {
             resize::nearest_exact(imp, n, name)
         }
@@ -175,9 +185,31 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "conv_transpose1d" | "conv_transpose2d" | "conv_transpose3d" => nn::conv_transpose(imp, n),
         "avg_pool1d" => nn::pool1d(imp, n, PoolKind::Avg),
         "max_pool1d" | "max_pool1d_with_indices" => nn::pool1d(imp, n, PoolKind::Max),
-        "add" | "sub" | "rsub" | "mul" | "div" | "remainder" | "floor_divide" | "pow" | "maximum" | "minimum"
-        | "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "logical_and" | "logical_or" | "logical_xor"
-        | "bitwise_and" | "bitwise_or" | "bitwise_xor" | "bitwise_left_shift" | "bitwise_right_shift" | "__lshift__"
+        "add"
+        | "sub"
+        | "rsub"
+        | "mul"
+        | "div"
+        | "remainder"
+        | "floor_divide"
+        | "pow"
+        | "maximum"
+        | "minimum"
+        | "eq"
+        | "ne"
+        | "lt"
+        | "le"
+        | "gt"
+        | "ge"
+        | "logical_and"
+        | "logical_or"
+        | "logical_xor"
+        | "bitwise_and"
+        | "bitwise_or"
+        | "bitwise_xor"
+        | "bitwise_left_shift"
+        | "bitwise_right_shift"
+        | "__lshift__"
         | "__rshift__" => e::binary(imp, n, name, overload),
         // Python's `&`, `|`, `^` on tensors: training IR keeps the dunder names.
         "__and__" | "__or__" | "__xor__" => e::binary(imp, n, &format!("bitwise_{}", name.trim_matches('_')), overload),
@@ -189,7 +221,9 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "mean" | "sum" | "amax" | "amin" | "prod" | "any" => e::reduce(imp, n, name, overload),
         "max" | "min" if overload == "dim" => stats::min_max_dim(imp, n, name),
         // `x.max()`: the whole tensor's maximum, 0-d.
-        "max" | "min" if overload == "default" => e::reduce(imp, n, if name == "max" { "amax" } else { "amin" }, overload),
+        "max" | "min" if overload == "default" => {
+            e::reduce(imp, n, if name == "max" { "amax" } else { "amin" }, overload)
+        }
         "argmax" => e::argmax(imp, n),
 
         "view" | "_unsafe_view" | "reshape" | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "view_as"
@@ -218,7 +252,9 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "diagonal" => indexing::diagonal(imp, n),
         "as_strided" => indexing::as_strided(imp, n),
         "masked_scatter" => indexing::masked_scatter(imp, n),
-        "embedding_bag" | "_embedding_bag" | "_embedding_bag_forward_only" => embedding_bag::embedding_bag(imp, n, name),
+        "embedding_bag" | "_embedding_bag" | "_embedding_bag_forward_only" => {
+            embedding_bag::embedding_bag(imp, n, name)
+        }
         "embedding_renorm" => embedding_bag::embedding_renorm(imp, n),
         "col2im" => indexing::col2im(imp, n),
         "avg_pool3d" => nn::pool3d(imp, n, PoolKind::Avg),

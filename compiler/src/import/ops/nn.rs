@@ -1,8 +1,8 @@
 //! Composite neural-network ops kept whole when a dedicated kernel exists.
 
+use super::conv_transpose_slow::{conv_transpose_slow_path, takes_torch_slow_path, Geometry};
 use super::indexing::only_first_output_used;
 use crate::import::importer::{invalid, unsupported, Importer, Scalar, R};
-use super::conv_transpose_slow::{conv_transpose_slow_path, takes_torch_slow_path, Geometry};
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{BinaryOp, DType, Dim, Op, PoolKind, TensorType, ValueId};
 
@@ -30,7 +30,8 @@ pub(super) fn addmm(imp: &mut Importer, n: &Node) -> R<()> {
     // an ulp off. So the whole expression is built in f32 here.
     let reduced = matches!(out.dtype, DType::F16 | DType::BF16);
     let compute = if reduced { DType::F32 } else { out.dtype };
-    let (a, b, bias) = if reduced { (imp.cast(a, compute), imp.cast(b, compute), imp.cast(bias, compute)) } else { (a, b, bias) };
+    let (a, b, bias) =
+        if reduced { (imp.cast(a, compute), imp.cast(b, compute), imp.cast(bias, compute)) } else { (a, b, bias) };
     let wide = TensorType::new(compute, out.shape.clone());
     let mut product = imp.push(Op::MatMul, vec![a, b], wide.clone());
     if alpha != 1.0 {
@@ -98,10 +99,13 @@ pub(super) fn conv_transpose(imp: &mut Importer, n: &Node) -> R<()> {
     let output_padding = imp.ints_n(n, "output_padding", &[0], k)?;
     let dilation = imp.ints_n(n, "dilation", &[1], k)?;
     let groups = imp.int(n, "groups", Some(1))?;
-    let Some(wshape) = imp.ty(w).static_shape() else { return unsupported("transposed convolution with a dynamic weight shape") };
+    let Some(wshape) = imp.ty(w).static_shape() else {
+        return unsupported("transposed convolution with a dynamic weight shape");
+    };
     let out = imp.out_ty(n, 0)?;
     let (x, unbatched) = unsqueeze_batch(imp, x, k)?;
-    let geo = Geometry { stride: &stride, padding: &padding, output_padding: &output_padding, dilation: &dilation, groups };
+    let geo =
+        Geometry { stride: &stride, padding: &padding, output_padding: &output_padding, dilation: &dilation, groups };
     if takes_torch_slow_path(imp.ty(x).dtype, &geo) {
         if let Some(v) = conv_transpose_slow_path(imp, x, w, bias, &geo)? {
             let v = if unbatched { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
@@ -212,7 +216,8 @@ fn conv_common(imp: &mut Importer, n: &Node, padding_mode: Padding) -> R<()> {
     let x = if extra_hi.iter().any(|&p| p != 0) {
         let mut hi = vec![0; 2];
         hi.extend(extra_hi);
-        let pad = Op::Pad { lo: vec![0; k + 2], hi, interior: vec![0; k + 2], mode: kiln_ir::PadMode::Constant, value: 0.0 };
+        let pad =
+            Op::Pad { lo: vec![0; k + 2], hi, interior: vec![0; k + 2], mode: kiln_ir::PadMode::Constant, value: 0.0 };
         imp.build(pad, vec![x])?
     } else {
         x
@@ -228,7 +233,6 @@ fn conv_common(imp: &mut Importer, n: &Node, padding_mode: Padding) -> R<()> {
     imp.emit(n, op, inputs)?;
     Ok(())
 }
-
 
 fn layer_norm_common(imp: &mut Importer, n: &Node, eps: f64) -> R<()> {
     let x = imp.tensor(n, "input")?;
@@ -334,7 +338,16 @@ pub(super) fn avg_pool2d(imp: &mut Importer, n: &Node) -> R<()> {
     if divisor == Some(0) {
         return invalid("avg_pool2d divisor_override of 0");
     }
-    let op = Op::Pool { kind: PoolKind::Avg, kernel, stride, padding, dilation: vec![1, 1], ceil_mode, count_include_pad, divisor };
+    let op = Op::Pool {
+        kind: PoolKind::Avg,
+        kernel,
+        stride,
+        padding,
+        dilation: vec![1, 1],
+        ceil_mode,
+        count_include_pad,
+        divisor,
+    };
     imp.emit(n, op, vec![x])?;
     Ok(())
 }
@@ -381,7 +394,8 @@ pub(super) fn attention(imp: &mut Importer, n: &Node) -> R<()> {
         None => None,
         Some(_) => Some(imp.float(n, "scale", None)?),
     };
-    let (k, v) = if imp.bool(n, "enable_gqa", false)? { (repeat_heads(imp, q, k)?, repeat_heads(imp, q, v)?) } else { (k, v) };
+    let (k, v) =
+        if imp.bool(n, "enable_gqa", false)? { (repeat_heads(imp, q, k)?, repeat_heads(imp, q, v)?) } else { (k, v) };
     if causal && mask.is_some() {
         return invalid("is_causal together with attn_mask");
     }
@@ -437,7 +451,9 @@ pub(super) fn group_norm(imp: &mut Importer, n: &Node, native: bool) -> R<()> {
     }
     // Only the channel count must be known: the batch and spatial dims may be
     // symbolic, as the group size `C/G * H * W..` is then a product of them.
-    let Some(channels) = ty.shape[1].as_const() else { return unsupported("group norm over a dynamic channel dimension") };
+    let Some(channels) = ty.shape[1].as_const() else {
+        return unsupported("group norm over a dynamic channel dimension");
+    };
     if groups < 1 || channels % groups != 0 {
         return invalid(format!("group norm of {channels} channels in {groups} groups"));
     }

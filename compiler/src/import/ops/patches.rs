@@ -94,7 +94,16 @@ pub(super) fn im2col(imp: &mut Importer, n: &Node) -> R<()> {
     }
     let (b, c) = (shape[0].clone(), shape[1].clone());
     let padded = if pad.iter().any(|&p| p > 0) {
-        imp.build(Op::Pad { lo: vec![0, 0, pad[0], pad[1]], hi: vec![0, 0, pad[0], pad[1]], interior: vec![0; 4], mode: PadMode::Constant, value: 0.0 }, vec![x])?
+        imp.build(
+            Op::Pad {
+                lo: vec![0, 0, pad[0], pad[1]],
+                hi: vec![0, 0, pad[0], pad[1]],
+                interior: vec![0; 4],
+                mode: PadMode::Constant,
+                value: 0.0,
+            },
+            vec![x],
+        )?
     } else {
         x
     };

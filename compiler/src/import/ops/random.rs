@@ -44,8 +44,12 @@ pub(super) fn continuous(imp: &mut Importer, n: &Node, name: &str, overload: &st
     let dist = match name {
         "rand" | "rand_like" => RandomDist::Uniform { low: 0.0, high: 1.0 },
         "randn" | "randn_like" => RandomDist::Normal { mean: 0.0, std: 1.0 },
-        "uniform" => RandomDist::Uniform { low: imp.float(n, "from", Some(0.0))?, high: imp.float(n, "to", Some(1.0))? },
-        "normal_functional" => RandomDist::Normal { mean: imp.float(n, "mean", Some(0.0))?, std: imp.float(n, "std", Some(1.0))? },
+        "uniform" => {
+            RandomDist::Uniform { low: imp.float(n, "from", Some(0.0))?, high: imp.float(n, "to", Some(1.0))? }
+        }
+        "normal_functional" => {
+            RandomDist::Normal { mean: imp.float(n, "mean", Some(0.0))?, std: imp.float(n, "std", Some(1.0))? }
+        }
         "normal" => return normal(imp, n, overload),
         _ => return unsupported(format!("random op {name}")),
     };
@@ -189,7 +193,11 @@ pub(super) fn native_dropout(imp: &mut Importer, n: &Node) -> R<()> {
         train_dropout(imp, x, p)?
     } else {
         let ty = imp.ty(x).clone();
-        let all = imp.push(Op::Full { value: 1.0, dtype: DType::Bool, shape: ty.shape.clone() }, vec![], TensorType::new(DType::Bool, ty.shape));
+        let all = imp.push(
+            Op::Full { value: 1.0, dtype: DType::Bool, shape: ty.shape.clone() },
+            vec![],
+            TensorType::new(DType::Bool, ty.shape),
+        );
         (x, all)
     };
     imp.bind(n, 0, y)?;

@@ -15,7 +15,14 @@ use kiln_ir::{BinaryOp as B, ConstBytes, DType, Op, TensorType, ValueId};
 
 /// The opmath type of torch's index and weight computations: f64 for f64
 /// inputs, f32 otherwise.
-trait Real: Copy + PartialOrd + std::ops::Add<Output = Self> + std::ops::Sub<Output = Self> + std::ops::Mul<Output = Self> + std::ops::Div<Output = Self> {
+trait Real:
+    Copy
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+{
     fn of(v: f64) -> Self;
     fn get(self) -> f64;
 }
@@ -58,7 +65,11 @@ fn source_index<T: Real>(scale: T, i: i64, align_corners: bool, cubic: bool) -> 
         return scale * T::of(i as f64);
     }
     let src = scale * (T::of(i as f64) + T::of(0.5)) - T::of(0.5);
-    if !cubic && src < T::of(0.0) { T::of(0.0) } else { src }
+    if !cubic && src < T::of(0.0) {
+        T::of(0.0)
+    } else {
+        src
+    }
 }
 
 /// `floorf` of a coordinate (torch floors in f32 even for f64's opmath).
@@ -89,7 +100,9 @@ fn resized_dims(imp: &mut Importer, n: &Node, name: &str, x: ValueId) -> R<Vec<R
     for s in 0..spatial {
         let axis = rank - spatial + s;
         let (Some(input), Some(output)) = (imp.ty(x).shape[axis].as_const(), out.shape[axis].as_const()) else {
-            return unsupported(format!("{name} with a dynamic spatial size (the sampling positions are computed at compile time)"));
+            return unsupported(format!(
+                "{name} with a dynamic spatial size (the sampling positions are computed at compile time)"
+            ));
         };
         dims.push(ResizedDim { axis, input, output, scale: scales.get(s).copied().unwrap_or(0.0) });
     }
@@ -246,7 +259,8 @@ pub(super) fn bicubic(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     }
     let v = weighted_sum(imp, rows)?;
     let v = imp.cast(v, out.dtype);
-    let v = if imp.ty(v).shape == out.shape { v } else { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) };
+    let v =
+        if imp.ty(v).shape == out.shape { v } else { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) };
     imp.bind(n, 0, v)
 }
 
@@ -358,7 +372,9 @@ mod tests {
 
     /// Resizes one row with the taps, as the graph does: Σ_k in[index_k] * w_k.
     fn apply(taps: &CubicTaps, row: &[f64]) -> Vec<f64> {
-        (0..taps.index[0].len()).map(|i| (0..4).map(|k| row[taps.index[k][i] as usize] * taps.weight[k][i]).sum()).collect()
+        (0..taps.index[0].len())
+            .map(|i| (0..4).map(|k| row[taps.index[k][i] as usize] * taps.weight[k][i]).sum())
+            .collect()
     }
 
     #[test]
@@ -369,7 +385,10 @@ mod tests {
         let row = [0.0, 0.0, 200.0, 0.0, 0.0, 0.0];
         assert_eq!(apply(&cubic_taps::<f32>(&dim(6, 4, 0.0), false), &row), [-7.03125, 175.78125, -21.09375, 0.0]);
         let (taps, precision) = fixed_cubic_taps(&dim(6, 4, 0.0), false);
-        let fixed: Vec<i64> = apply(&taps, &row).iter().map(|&s| ((s as i64 + (1 << (precision - 1))) >> precision).clamp(0, 255)).collect();
+        let fixed: Vec<i64> = apply(&taps, &row)
+            .iter()
+            .map(|&s| ((s as i64 + (1 << (precision - 1))) >> precision).clamp(0, 255))
+            .collect();
         assert_eq!(fixed, [0, 176, 0, 0]);
     }
 }

@@ -183,12 +183,19 @@ fn slice_bound(imp: &Importer, v: i64, dim: &Dim, what: &str) -> R<i64> {
     }
 }
 
-pub(crate) fn slice_value(imp: &mut Importer, x: ValueId, axis: usize, start: i64, end: i64, step: i64, ty: TensorType) -> ValueId {
+pub(crate) fn slice_value(
+    imp: &mut Importer,
+    x: ValueId,
+    axis: usize,
+    start: i64,
+    end: i64,
+    step: i64,
+    ty: TensorType,
+) -> ValueId {
     let full = start == 0 && step == 1 && imp.ty(x).shape.get(axis).and_then(Dim::as_const).is_some_and(|d| end >= d);
-    if (full || (start == 0 && end == i64::MAX && step == 1))
-        && imp.ty(x).shape == ty.shape {
-            return x;
-        }
+    if (full || (start == 0 && end == i64::MAX && step == 1)) && imp.ty(x).shape == ty.shape {
+        return x;
+    }
     imp.push(Op::Slice { axis, start, end, step }, vec![x], ty)
 }
 
@@ -239,7 +246,11 @@ pub(super) fn slice(imp: &mut Importer, n: &Node) -> R<()> {
     let end = bound_arg(imp, n, "end", i64::MAX)?;
     let end = slice_bound(imp, end, &dim, "end")?;
     let v = slice_value(imp, x, axis, start, end, step, out);
-    record_view(imp, n, if v == x { ViewStep::Identity } else { ViewStep::Slice { axis, start, end: Some(end), step } });
+    record_view(
+        imp,
+        n,
+        if v == x { ViewStep::Identity } else { ViewStep::Slice { axis, start, end: Some(end), step } },
+    );
     imp.bind(n, 0, v)
 }
 
@@ -276,7 +287,11 @@ pub(super) fn narrow(imp: &mut Importer, n: &Node) -> R<()> {
     // From the end of a dynamic dimension, `start + length == 0` means "to the end".
     let end = if start < 0 && start.saturating_add(length) == 0 { i64::MAX } else { start.saturating_add(length) };
     let v = slice_value(imp, x, axis, start, end, 1, out);
-    record_view(imp, n, if v == x { ViewStep::Identity } else { ViewStep::Slice { axis, start, end: Some(end), step: 1 } });
+    record_view(
+        imp,
+        n,
+        if v == x { ViewStep::Identity } else { ViewStep::Slice { axis, start, end: Some(end), step: 1 } },
+    );
     imp.bind(n, 0, v)
 }
 
@@ -487,4 +502,3 @@ pub(super) fn fill(imp: &mut Importer, n: &Node) -> R<()> {
     imp.emit(n, Op::Full { value, dtype: out.dtype, shape: out.shape.clone() }, Vec::new())?;
     Ok(())
 }
-

@@ -35,7 +35,8 @@ fn emit_pad(imp: &mut Importer, n: &Node, x: ValueId, pad: &[i64], mode: PadMode
         } else {
             imp.build(Op::Pad { lo: grow_lo, hi: grow_hi, interior: vec![0; rank], mode, value }, vec![x])?
         };
-        let cropped = Op::Pad { lo: crop(&lo), hi: crop(&hi), interior: vec![0; rank], mode: PadMode::Constant, value: 0.0 };
+        let cropped =
+            Op::Pad { lo: crop(&lo), hi: crop(&hi), interior: vec![0; rank], mode: PadMode::Constant, value: 0.0 };
         imp.emit(n, cropped, vec![padded])?;
         return Ok(());
     }
@@ -141,7 +142,11 @@ pub(super) fn scale_args(imp: &mut Importer, n: &Node, spatial: usize) -> R<Vec<
                     Some(_) => imp.float(n, k, None)?,
                 });
             }
-            if v.iter().all(|&s| s == 0.0) { Vec::new() } else { v }
+            if v.iter().all(|&s| s == 0.0) {
+                Vec::new()
+            } else {
+                v
+            }
         }
     };
     Ok(if scales.len() == 1 && spatial > 1 { vec![scales[0]; spatial] } else { scales })
@@ -158,9 +163,21 @@ pub(super) fn tri(imp: &mut Importer, n: &Node, upper: bool) -> R<()> {
     }
     let k = imp.int(n, "diagonal", Some(0))?;
     let (rows, cols) = (ty.shape[r - 2].clone(), ty.shape[r - 1].clone());
-    let ri = imp.push(Op::Arange { start: 0.0, step: 1.0, len: rows.clone(), dtype: DType::I64 }, vec![], TensorType::new(DType::I64, vec![rows.clone()]));
-    let ri = imp.push(Op::Reshape { shape: vec![rows.clone(), Dim::Const(1)] }, vec![ri], TensorType::new(DType::I64, vec![rows, Dim::Const(1)]));
-    let ci = imp.push(Op::Arange { start: 0.0, step: 1.0, len: cols.clone(), dtype: DType::I64 }, vec![], TensorType::new(DType::I64, vec![cols]));
+    let ri = imp.push(
+        Op::Arange { start: 0.0, step: 1.0, len: rows.clone(), dtype: DType::I64 },
+        vec![],
+        TensorType::new(DType::I64, vec![rows.clone()]),
+    );
+    let ri = imp.push(
+        Op::Reshape { shape: vec![rows.clone(), Dim::Const(1)] },
+        vec![ri],
+        TensorType::new(DType::I64, vec![rows, Dim::Const(1)]),
+    );
+    let ci = imp.push(
+        Op::Arange { start: 0.0, step: 1.0, len: cols.clone(), dtype: DType::I64 },
+        vec![],
+        TensorType::new(DType::I64, vec![cols]),
+    );
     let diff = imp.build(Op::Binary(B::Sub), vec![ci, ri])?;
     let mask = imp.with_scalar(if upper { B::Ge } else { B::Le }, diff, k as f64)?;
     let zero = imp.scalar_const(Scalar::Int(0), ty.dtype);

@@ -66,7 +66,9 @@ fn topk_of_scalar(imp: &mut Importer, n: &Node, x: ValueId) -> R<()> {
         }
         let ty = imp.out_ty(n, i)?;
         let v = match (i, ty.numel().as_const()) {
-            (_, Some(0)) | (1, _) => imp.push(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty),
+            (_, Some(0)) | (1, _) => {
+                imp.push(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty)
+            }
             _ => imp.push(Op::Reshape { shape: ty.shape.clone() }, vec![x], ty),
         };
         imp.bind(n, i, v)?;
@@ -216,8 +218,11 @@ pub(super) fn var_std(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
     let ty = imp.ty(x).clone();
     let rank = ty.rank();
     let dims = if overload == "default" { Vec::new() } else { imp.ints(n, "dim", &[])? };
-    let mut axes: Vec<usize> =
-        if dims.is_empty() { (0..rank).collect() } else { dims.iter().map(|&d| normalize_axis(d, rank.max(1))).collect::<R<_>>()? };
+    let mut axes: Vec<usize> = if dims.is_empty() {
+        (0..rank).collect()
+    } else {
+        dims.iter().map(|&d| normalize_axis(d, rank.max(1))).collect::<R<_>>()?
+    };
     axes.sort_unstable();
     axes.dedup();
     axes.retain(|&a| a < rank);
@@ -254,6 +259,7 @@ pub(super) fn var_std(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
     };
     let v = if name == "std" { imp.build(Op::Unary(U::Sqrt), vec![v])? } else { v };
     let v = imp.cast(v, out.dtype);
-    let v = if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+    let v =
+        if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
     imp.bind(n, 0, v)
 }

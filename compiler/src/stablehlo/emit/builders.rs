@@ -15,7 +15,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
 
     /// Elementwise binary op; operands are broadcast to a common shape.
     pub(super) fn binary(&self, name: &str, a: &T<'c, 'a>, b: &T<'c, 'a>) -> Result<T<'c, 'a>, EmitError> {
-        let shape = broadcast_shapes(&a.shape, &b.shape).ok_or_else(|| err(format!("shapes {:?} and {:?} do not broadcast", a.shape, b.shape)))?;
+        let shape = broadcast_shapes(&a.shape, &b.shape)
+            .ok_or_else(|| err(format!("shapes {:?} and {:?} do not broadcast", a.shape, b.shape)))?;
         let (a, b) = (self.bcast(a, &shape)?, self.bcast(b, &shape)?);
         self.op(&format!("stablehlo.{name}"), &[&a, &b], &shape, a.dt, &[])
     }
@@ -41,8 +42,11 @@ impl<'c, 'a> Emitter<'c, 'a> {
     }
 
     pub(super) fn select(&self, c: &T<'c, 'a>, a: &T<'c, 'a>, b: &T<'c, 'a>) -> Result<T<'c, 'a>, EmitError> {
-        let shape = broadcast_shapes(&c.shape, &broadcast_shapes(&a.shape, &b.shape).ok_or_else(|| err("select operands do not broadcast"))?)
-            .ok_or_else(|| err("select operands do not broadcast"))?;
+        let shape = broadcast_shapes(
+            &c.shape,
+            &broadcast_shapes(&a.shape, &b.shape).ok_or_else(|| err("select operands do not broadcast"))?,
+        )
+        .ok_or_else(|| err("select operands do not broadcast"))?;
         let (c, a, b) = (self.bcast(c, &shape)?, self.bcast(a, &shape)?, self.bcast(b, &shape)?);
         self.op("stablehlo.select", &[&c, &a, &b], &shape, a.dt, &[])
     }

@@ -20,10 +20,16 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let x: Value = b.argument(0).map_err(mlir_err)?.into();
         let y: Value = b.argument(1).map_err(mlir_err)?.into();
         let r = b.append_operation(
-            OperationBuilder::new(&format!("stablehlo.{op}"), self.loc).add_operands(&[x, y]).add_results(&[st]).build().map_err(mlir_err)?,
+            OperationBuilder::new(&format!("stablehlo.{op}"), self.loc)
+                .add_operands(&[x, y])
+                .add_results(&[st])
+                .build()
+                .map_err(mlir_err)?,
         );
         let rv: Value = r.result(0).map_err(mlir_err)?.into();
-        b.append_operation(OperationBuilder::new("stablehlo.return", self.loc).add_operands(&[rv]).build().map_err(mlir_err)?);
+        b.append_operation(
+            OperationBuilder::new("stablehlo.return", self.loc).add_operands(&[rv]).build().map_err(mlir_err)?,
+        );
         Ok(region)
     }
 
@@ -61,7 +67,14 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let shape: Vec<i64> = x.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
         let dims: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
         let region = self.reducer(body, x.dt)?;
-        self.op_with_regions("stablehlo.reduce", &[x, &init_t], &shape, x.dt, &[("dimensions", arr(&dims))], vec![region])
+        self.op_with_regions(
+            "stablehlo.reduce",
+            &[x, &init_t],
+            &shape,
+            x.dt,
+            &[("dimensions", arr(&dims))],
+            vec![region],
+        )
     }
 
     /// Broadcasts a reduced tensor back over the `axes` it lost.
@@ -77,7 +90,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let d = self.binary("subtract", &x, &self.unreduce(&m, &x.shape, &[axis])?)?;
         let ex = self.unary("exponential", &d)?;
         let s = self.unreduce(&self.reduce(&ex, &[axis], ReduceKind::Sum)?, &x.shape, &[axis])?;
-        let y = if log { self.binary("subtract", &d, &self.unary("log", &s)?)? } else { self.binary("divide", &ex, &s)? };
+        let y =
+            if log { self.binary("subtract", &d, &self.unary("log", &s)?)? } else { self.binary("divide", &ex, &s)? };
         self.convert(&y, out_dt)
     }
 
@@ -87,7 +101,11 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let dt = x.dt;
         let c = |v: f64| self.scalar(v, dt);
         let ax = self.unary("abs", x)?;
-        let t = self.binary("divide", &c(1.0)?, &self.binary("add", &c(1.0)?, &self.binary("multiply", &c(0.327_591_1)?, &ax)?)?)?;
+        let t = self.binary(
+            "divide",
+            &c(1.0)?,
+            &self.binary("add", &c(1.0)?, &self.binary("multiply", &c(0.327_591_1)?, &ax)?)?,
+        )?;
         let coeffs = [1.061_405_429, -1.453_152_027, 1.421_413_741, -0.284_496_736, 0.254_829_592];
         let mut poly = c(coeffs[0])?;
         for &k in &coeffs[1..] {
@@ -142,7 +160,9 @@ impl<'c, 'a> Emitter<'c, 'a> {
             UnaryOp::Not | UnaryOp::BitNot => self.unary("not", x)?,
             UnaryOp::Log1p => self.unary("log_plus_one", x)?,
             UnaryOp::Expm1 => self.unary("exponential_minus_one", x)?,
-            UnaryOp::Trunc => self.binary("multiply", &self.unary("sign", x)?, &self.unary("floor", &self.unary("abs", x)?)?)?,
+            UnaryOp::Trunc => {
+                self.binary("multiply", &self.unary("sign", x)?, &self.unary("floor", &self.unary("abs", x)?)?)?
+            }
             UnaryOp::Tan => self.binary("divide", &self.unary("sine", x)?, &self.unary("cosine", x)?)?,
             UnaryOp::Log2 => self.binary("multiply", &self.unary("log", x)?, &c(std::f64::consts::LOG2_E)?)?,
             UnaryOp::Log10 => self.binary("multiply", &self.unary("log", x)?, &c(std::f64::consts::LOG10_E)?)?,
@@ -159,7 +179,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
             }
             UnaryOp::Sinh | UnaryOp::Cosh => {
                 let (e, ne) = (self.unary("exponential", x)?, self.unary("exponential", &self.unary("negate", x)?)?);
-                let sum = if u == UnaryOp::Sinh { self.binary("subtract", &e, &ne)? } else { self.binary("add", &e, &ne)? };
+                let sum =
+                    if u == UnaryOp::Sinh { self.binary("subtract", &e, &ne)? } else { self.binary("add", &e, &ne)? };
                 self.binary("multiply", &sum, &c(0.5)?)?
             }
             UnaryOp::Asinh => {
@@ -173,7 +194,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 self.unary("log", &self.binary("add", x, &r)?)?
             }
             UnaryOp::Atanh => {
-                let q = self.binary("divide", &self.binary("add", &c(1.0)?, x)?, &self.binary("subtract", &c(1.0)?, x)?)?;
+                let q =
+                    self.binary("divide", &self.binary("add", &c(1.0)?, x)?, &self.binary("subtract", &c(1.0)?, x)?)?;
                 self.binary("multiply", &self.unary("log", &q)?, &c(0.5)?)?
             }
             #[allow(unreachable_patterns)]
@@ -196,7 +218,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 let (q, r) = (self.binary("divide", x, y)?, self.binary("remainder", x, y)?);
                 let zero = self.scalar(0.0, x.dt)?;
                 let nonzero = self.compare("NE", &r, &zero)?;
-                let signs_differ = self.compare("NE", &self.compare("LT", &r, &zero)?, &self.compare("LT", y, &zero)?)?;
+                let signs_differ =
+                    self.compare("NE", &self.compare("LT", &r, &zero)?, &self.compare("LT", y, &zero)?)?;
                 let fix = self.binary("and", &nonzero, &signs_differ)?;
                 if b == BinaryOp::FloorDiv {
                     self.select(&fix, &self.binary("subtract", &q, &self.scalar(1.0, x.dt)?)?, &q)?

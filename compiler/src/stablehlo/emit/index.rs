@@ -19,9 +19,19 @@ impl<'c, 'a> Emitter<'c, 'a> {
     /// `B ++ [1]`) are concatenated into `B ++ [k]` index vectors addressing
     /// `data` axes `first..first+k`, which are collapsed; the other axes of
     /// `data` are taken whole, placed around `B` as `offset` says.
-    pub(super) fn gather_columns(&self, data: &T<'c, 'a>, columns: &[T<'c, 'a>], first: usize, offset: &[i64], out_shape: &[i64]) -> Result<T<'c, 'a>, EmitError> {
+    pub(super) fn gather_columns(
+        &self,
+        data: &T<'c, 'a>,
+        columns: &[T<'c, 'a>],
+        first: usize,
+        offset: &[i64],
+        out_shape: &[i64],
+    ) -> Result<T<'c, 'a>, EmitError> {
         let k = columns.len();
-        let batch = columns.first().map(|c| c.shape[..c.shape.len() - 1].to_vec()).ok_or_else(|| err("gather without indices"))?;
+        let batch = columns
+            .first()
+            .map(|c| c.shape[..c.shape.len() - 1].to_vec())
+            .ok_or_else(|| err("gather without indices"))?;
         let mut ishape = batch.clone();
         ishape.push(k as i64);
         let refs: Vec<&T<'c, 'a>> = columns.iter().collect();
@@ -59,7 +69,13 @@ impl<'c, 'a> Emitter<'c, 'a> {
     /// Advanced indexing (`Op::IndexGather`): the index tensors (one shape
     /// `B`) address axes `axis..axis+k`; the result is
     /// `data.shape[..axis] ++ B ++ data.shape[axis+k..]`.
-    pub(super) fn index_gather(&self, data: &T<'c, 'a>, indices: &[T<'c, 'a>], axis: usize, out_shape: &[i64]) -> Result<T<'c, 'a>, EmitError> {
+    pub(super) fn index_gather(
+        &self,
+        data: &T<'c, 'a>,
+        indices: &[T<'c, 'a>],
+        axis: usize,
+        out_shape: &[i64],
+    ) -> Result<T<'c, 'a>, EmitError> {
         let (k, rd) = (indices.len(), data.shape.len());
         if k == 0 || axis + k > rd {
             return Err(err("index_gather: index tensors do not fit the data's rank"));
@@ -78,7 +94,13 @@ impl<'c, 'a> Emitter<'c, 'a> {
     /// `torch.gather` (`Op::GatherElements`): every output position `p`
     /// reads `data[p with p[axis] = index[p]]`, so its coordinates are iotas
     /// on the other axes and the (wrapped) index on `axis`.
-    pub(super) fn gather_elements(&self, data: &T<'c, 'a>, index: &T<'c, 'a>, axis: usize, out_shape: &[i64]) -> Result<T<'c, 'a>, EmitError> {
+    pub(super) fn gather_elements(
+        &self,
+        data: &T<'c, 'a>,
+        index: &T<'c, 'a>,
+        axis: usize,
+        out_shape: &[i64],
+    ) -> Result<T<'c, 'a>, EmitError> {
         let r = index.shape.len();
         if r != data.shape.len() || axis >= r {
             return Err(err("gather_elements: index rank differs from the data's"));

@@ -9,10 +9,21 @@ use kiln_ir::{DType, PoolKind};
 
 impl<'c, 'a> Emitter<'c, 'a> {
     /// `dot_general`; accumulates (and returns) f32 for 16-bit float operands.
-    pub(super) fn dot(&self, a: &T<'c, 'a>, b: &T<'c, 'a>, lb: &[i64], rb: &[i64], lc: &[i64], rc: &[i64]) -> Result<T<'c, 'a>, EmitError> {
+    pub(super) fn dot(
+        &self,
+        a: &T<'c, 'a>,
+        b: &T<'c, 'a>,
+        lb: &[i64],
+        rb: &[i64],
+        lc: &[i64],
+        rc: &[i64],
+    ) -> Result<T<'c, 'a>, EmitError> {
         let mut shape: Vec<i64> = lb.iter().map(|&d| a.shape[d as usize]).collect();
         let free = |t: &T, batch: &[i64], contract: &[i64]| -> Vec<i64> {
-            (0..t.shape.len() as i64).filter(|d| !batch.contains(d) && !contract.contains(d)).map(|d| t.shape[d as usize]).collect()
+            (0..t.shape.len() as i64)
+                .filter(|d| !batch.contains(d) && !contract.contains(d))
+                .map(|d| t.shape[d as usize])
+                .collect()
         };
         shape.extend(free(a, lb, lc));
         shape.extend(free(b, rb, rc));
@@ -33,7 +44,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let r = if rb == 2 {
             self.dot(&a, &b, &[], &[], &[ra as i64 - 1], &[0])?
         } else {
-            let batch = broadcast_shapes(&a.shape[..ra - 2], &b.shape[..rb - 2]).ok_or_else(|| err("matmul batch dims do not broadcast"))?;
+            let batch = broadcast_shapes(&a.shape[..ra - 2], &b.shape[..rb - 2])
+                .ok_or_else(|| err("matmul batch dims do not broadcast"))?;
             let nb = batch.len() as i64;
             let mut sa = batch.clone();
             sa.extend_from_slice(&a.shape[ra - 2..]);
@@ -179,11 +191,19 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 let y = self.binary("divide", &sum, &counts)?;
                 self.convert(&y, out_dt)
             }
-            PoolKind::ArgMax => Err(err("max pooling's indices have no StableHLO lowering (the partitioner keeps them on the CPU)")),
+            PoolKind::ArgMax => {
+                Err(err("max pooling's indices have no StableHLO lowering (the partitioner keeps them on the CPU)"))
+            }
         }
     }
 
-    pub(super) fn attention(&self, ins: &[T<'c, 'a>], causal: bool, scale: Option<f64>, out_dt: DType) -> Result<T<'c, 'a>, EmitError> {
+    pub(super) fn attention(
+        &self,
+        ins: &[T<'c, 'a>],
+        causal: bool,
+        scale: Option<f64>,
+        out_dt: DType,
+    ) -> Result<T<'c, 'a>, EmitError> {
         let (q, k, v) = (&ins[0], &ins[1], &ins[2]);
         let r = q.shape.len();
         if r < 2 || k.shape.len() != r || v.shape.len() != r {
@@ -197,8 +217,15 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let mut s = self.binary("multiply", &s, &self.scalar(scale, s.dt)?)?;
         let neg_inf = self.scalar(f64::NEG_INFINITY, s.dt)?;
         if causal {
-            let row = self.op("stablehlo.iota", &[], &s.shape, DType::I64, &[("iota_dimension", format!("{nb} : i64"))])?;
-            let col = self.op("stablehlo.iota", &[], &s.shape, DType::I64, &[("iota_dimension", format!("{} : i64", nb + 1))])?;
+            let row =
+                self.op("stablehlo.iota", &[], &s.shape, DType::I64, &[("iota_dimension", format!("{nb} : i64"))])?;
+            let col = self.op(
+                "stablehlo.iota",
+                &[],
+                &s.shape,
+                DType::I64,
+                &[("iota_dimension", format!("{} : i64", nb + 1))],
+            )?;
             let keep = self.compare("LE", &col, &row)?;
             s = self.select(&keep, &s, &neg_inf)?;
         }

@@ -160,7 +160,8 @@ pub fn emit_segment(ctx: &Context, g: &Graph, seg: &Segment, precision: Precisio
             let t = e.get(v)?;
             outs.push(e.convert(&t, g.ty(v).dtype)?.v);
         }
-        block.append_operation(OperationBuilder::new("func.return", loc).add_operands(&outs).build().map_err(mlir_err)?);
+        block
+            .append_operation(OperationBuilder::new("func.return", loc).add_operands(&outs).build().map_err(mlir_err)?);
     }
     let fn_type = FunctionType::new(ctx, &mlir_arg_types, &result_types);
     let func = OperationBuilder::new("func.func", loc)
@@ -227,7 +228,14 @@ impl<'c, 'a> Emitter<'c, 'a> {
         self.values.get(&v).cloned().ok_or_else(|| err(format!("value {v} is not available in the segment")))
     }
 
-    fn op(&self, name: &str, operands: &[&T<'c, 'a>], shape: &[i64], dt: DType, attrs: &[(&str, String)]) -> Result<T<'c, 'a>, EmitError> {
+    fn op(
+        &self,
+        name: &str,
+        operands: &[&T<'c, 'a>],
+        shape: &[i64],
+        dt: DType,
+        attrs: &[(&str, String)],
+    ) -> Result<T<'c, 'a>, EmitError> {
         self.op_with_regions(name, operands, shape, dt, attrs, Vec::new())
     }
 
@@ -243,7 +251,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let ty = parse_type(self.ctx, shape, dt)?;
         let mut attributes = Vec::new();
         for (k, text) in attrs {
-            let a = Attribute::parse(self.ctx, text).ok_or_else(|| err(format!("cannot parse attribute {k} = {text}")))?;
+            let a =
+                Attribute::parse(self.ctx, text).ok_or_else(|| err(format!("cannot parse attribute {k} = {text}")))?;
             attributes.push((Identifier::new(self.ctx, k), a));
         }
         let vals: Vec<Value> = operands.iter().map(|t| t.v).collect();
@@ -279,7 +288,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
             }
             Op::Binary(b) => {
                 let (xv, yv) = (x0()?, ins.get(1).ok_or_else(|| err("missing operand"))?);
-                let z = self.lower_binary(*b, &self.convert(&xv, self.acc(xv.dt))?, &self.convert(yv, self.acc(yv.dt))?)?;
+                let z =
+                    self.lower_binary(*b, &self.convert(&xv, self.acc(xv.dt))?, &self.convert(yv, self.acc(yv.dt))?)?;
                 self.convert(&z, out_dt)?
             }
             Op::Where => self.select(&ins[0], &ins[1], &ins[2])?,
@@ -304,10 +314,14 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 }
                 self.convert(&y, out_dt)?
             }
-            Op::Conv { stride, padding, dilation, groups } => self.conv(&ins, stride, padding, dilation, *groups, &out_shape, out_dt)?,
+            Op::Conv { stride, padding, dilation, groups } => {
+                self.conv(&ins, stride, padding, dilation, *groups, &out_shape, out_dt)?
+            }
             Op::BatchNorm { eps } => {
                 let xv = self.convert(&ins[0], self.acc(ins[0].dt))?;
-                let p = |i: usize| -> Result<T<'c, 'a>, EmitError> { self.bcast_dims(&self.convert(&ins[i], xv.dt)?, &xv.shape, &[1]) };
+                let p = |i: usize| -> Result<T<'c, 'a>, EmitError> {
+                    self.bcast_dims(&self.convert(&ins[i], xv.dt)?, &xv.shape, &[1])
+                };
                 let inv = self.unary("rsqrt", &self.binary("add", &p(2)?, &self.scalar(*eps, xv.dt)?)?)?;
                 let y = self.binary("multiply", &self.binary("subtract", &xv, &p(1)?)?, &inv)?;
                 let y = self.binary("add", &self.binary("multiply", &y, &p(3)?)?, &p(4)?)?;
@@ -321,7 +335,11 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 let cnt = self.scalar(count as f64, xv.dt)?;
                 let mean = self.binary("divide", &self.reduce(&xv, &axes, ReduceKind::Sum)?, &cnt)?;
                 let c = self.binary("subtract", &xv, &self.unreduce(&mean, &xv.shape, &axes)?)?;
-                let var = self.binary("divide", &self.reduce(&self.binary("multiply", &c, &c)?, &axes, ReduceKind::Sum)?, &cnt)?;
+                let var = self.binary(
+                    "divide",
+                    &self.reduce(&self.binary("multiply", &c, &c)?, &axes, ReduceKind::Sum)?,
+                    &cnt,
+                )?;
                 let inv = self.unary("rsqrt", &self.binary("add", &var, &self.scalar(*eps, xv.dt)?)?)?;
                 let mut y = self.binary("multiply", &c, &self.unreduce(&inv, &xv.shape, &axes)?)?;
                 if let Some(w) = ins.get(1) {
@@ -353,8 +371,20 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 let xv = if xv.dt == DType::Bool { self.convert(&xv, DType::U8)? } else { xv };
                 let m = self.unreduce(&self.reduce(&xv, &[*axis], ReduceKind::Max)?, &xv.shape, &[*axis])?;
                 let hit = self.compare("EQ", &xv, &m)?;
-                let iota = self.op("stablehlo.iota", &[], &xv.shape, DType::I64, &[("iota_dimension", format!("{axis} : i64"))])?;
-                let big = self.op("stablehlo.constant", &[], &[], DType::I64, &[("value", format!("dense<{}> : tensor<i64>", i64::MAX))])?;
+                let iota = self.op(
+                    "stablehlo.iota",
+                    &[],
+                    &xv.shape,
+                    DType::I64,
+                    &[("iota_dimension", format!("{axis} : i64"))],
+                )?;
+                let big = self.op(
+                    "stablehlo.constant",
+                    &[],
+                    &[],
+                    DType::I64,
+                    &[("value", format!("dense<{}> : tensor<i64>", i64::MAX))],
+                )?;
                 let idx = self.select(&hit, &iota, &big)?;
                 let first = self.reduce(&idx, &[*axis], ReduceKind::Min)?;
                 let first = self.convert(&first, out_dt)?;
@@ -365,8 +395,20 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 let xv = if xv.dt == DType::Bool { self.convert(&xv, DType::U8)? } else { xv };
                 let m = self.unreduce(&self.reduce(&xv, &[*axis], ReduceKind::Min)?, &xv.shape, &[*axis])?;
                 let hit = self.compare("EQ", &xv, &m)?;
-                let iota = self.op("stablehlo.iota", &[], &xv.shape, DType::I64, &[("iota_dimension", format!("{axis} : i64"))])?;
-                let big = self.op("stablehlo.constant", &[], &[], DType::I64, &[("value", format!("dense<{}> : tensor<i64>", i64::MAX))])?;
+                let iota = self.op(
+                    "stablehlo.iota",
+                    &[],
+                    &xv.shape,
+                    DType::I64,
+                    &[("iota_dimension", format!("{axis} : i64"))],
+                )?;
+                let big = self.op(
+                    "stablehlo.constant",
+                    &[],
+                    &[],
+                    DType::I64,
+                    &[("value", format!("dense<{}> : tensor<i64>", i64::MAX))],
+                )?;
                 let first = self.reduce(&self.select(&hit, &iota, &big)?, &[*axis], ReduceKind::Min)?;
                 self.reshape(&self.convert(&first, out_dt)?, &out_shape)?
             }
@@ -379,7 +421,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 let n = *xv.shape.get(*axis).ok_or_else(|| err("cumsum axis out of range"))?;
                 let mut win = vec![1; r];
                 win[*axis] = n;
-                let rows: Vec<String> = (0..r).map(|d| if d == *axis { format!("[{}, 0]", n - 1) } else { "[0, 0]".into() }).collect();
+                let rows: Vec<String> =
+                    (0..r).map(|d| if d == *axis { format!("[{}, 0]", n - 1) } else { "[0, 0]".into() }).collect();
                 let init = self.scalar(0.0, xa.dt)?;
                 let region = self.reducer("add", xa.dt)?;
                 let y = self.op_with_regions(
@@ -409,7 +452,11 @@ impl<'c, 'a> Emitter<'c, 'a> {
                     &[&xv, &pv],
                     &out_shape,
                     xv.dt,
-                    &[("edge_padding_low", arr(lo)), ("edge_padding_high", arr(hi)), ("interior_padding", arr(interior))],
+                    &[
+                        ("edge_padding_low", arr(lo)),
+                        ("edge_padding_high", arr(hi)),
+                        ("interior_padding", arr(interior)),
+                    ],
                 )?
             }
             Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor, .. } => {
@@ -479,7 +526,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::GatherElements { axis } => self.gather_elements(&ins[0], &ins[1], *axis, &out_shape)?,
             Op::Full { value, .. } => self.splat(*value, &out_shape, out_dt)?,
             Op::Arange { start, step, .. } => {
-                let iota = self.op("stablehlo.iota", &[], &out_shape, out_dt, &[("iota_dimension", "0 : i64".into())])?;
+                let iota =
+                    self.op("stablehlo.iota", &[], &out_shape, out_dt, &[("iota_dimension", "0 : i64".into())])?;
                 let y = self.binary("multiply", &iota, &self.scalar(*step, out_dt)?)?;
                 self.binary("add", &y, &self.scalar(*start, out_dt)?)?
             }
@@ -487,7 +535,10 @@ impl<'c, 'a> Emitter<'c, 'a> {
             op => return Err(err(format!("no StableHLO lowering for {}", op.name()))),
         };
         if r.shape != out_shape || r.dt != out_dt {
-            return Err(err(format!("lowering produced {:?} {:?}, expected {:?} {:?}", r.dt, r.shape, out_dt, out_shape)));
+            return Err(err(format!(
+                "lowering produced {:?} {:?}, expected {:?} {:?}",
+                r.dt, r.shape, out_dt, out_shape
+            )));
         }
         self.values.insert(out, r);
         Ok(())
