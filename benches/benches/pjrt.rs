@@ -90,7 +90,7 @@ fn bench_overhead(c: &mut Criterion) {
     raw_call(&mut host);
     assert_eq!(host, want, "raw plugin result");
 
-    // Delegate: the same StableHLO as a Kernel::Accel instruction in a session.
+    // Delegate: the same StableHLO as an InstrOp::Delegate instruction in a session.
     let mut session = program.session_with(&pjrt_options(&plugin)).expect("pjrt session");
     let views: Vec<TensorView<'_>> = vec![x.view(), y.view()];
     assert_eq!(session.run(&views).expect("run").get(0).data, &want[..], "delegate result");

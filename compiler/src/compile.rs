@@ -2,6 +2,7 @@
 
 use crate::import::{import_pt2_with, ImportError, ImportOptions};
 use crate::lower::{lower_to_plan, LowerError};
+use crate::stablehlo::Precision;
 use kiln_ir::Graph;
 use kiln_passes::{
     check_plan, default_pipeline, plan_memory, run_pipeline, MemoryOptions, Options, Pass, PassError, Report, Target,
@@ -25,19 +26,52 @@ pub enum CompileError {
     NoMlir,
 }
 
-/// Where the compiled program runs.
+/// Where the compiled program runs, as the compile functions take it: a
+/// [`Target`] (through [`Backend::target`]), whose description
+/// ([`kiln_passes::TargetDesc`]) the passes, the partitioner and lowering
+/// consult, with the settings of the code it gets.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub enum Backend {
-    /// kiln's CPU kernels only.
+    /// No override: [`CompileOptions::target`] with default settings (kiln's
+    /// CPU kernels only for `cpu` and `primitive`, f32 segments for `pjrt`).
     #[default]
     Cpu,
-    /// Accelerator segments as StableHLO for a PJRT plugin, CPU kernels for
-    /// the rest (a mixed plan). Needs the `mlir` feature.
-    Pjrt { precision: crate::stablehlo::Precision },
+    /// [`Target::Pjrt`]: accelerator segments as StableHLO for a PJRT plugin,
+    /// computing in `precision`, and CPU kernels for the rest (a mixed plan).
+    /// Needs the `mlir` feature.
+    Pjrt { precision: Precision },
+}
+
+impl Backend {
+    /// The backend of `target`; `precision` is for accelerator segments.
+    pub fn for_target(target: Target, precision: Precision) -> Backend {
+        match target.desc().segments {
+            Some(_) => Backend::Pjrt { precision },
+            None => Backend::Cpu,
+        }
+    }
+
+    /// The target compiled for, given the options' `target`.
+    pub fn target(self, target: Target) -> Target {
+        match self {
+            Backend::Cpu => target,
+            Backend::Pjrt { .. } => Target::Pjrt,
+        }
+    }
+
+    fn precision(self) -> Precision {
+        match self {
+            Backend::Cpu => Precision::default(),
+            Backend::Pjrt { precision } => precision,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
 pub struct CompileOptions {
+    /// What the program is compiled for (a [`Backend`] other than
+    /// [`Backend::Cpu`] overrides it). A target with accelerator segments
+    /// (`pjrt`) gets a mixed plan.
     pub target: Target,
     /// Run the IR verifier after every pass (always on in tests).
     pub verify_each: bool,
@@ -70,17 +104,18 @@ pub struct CompileSummary {
     pub weights_bytes: usize,
 }
 
-/// Runs the pass pipeline on `graph` and produces the artifact.
+/// Runs the pass pipeline on `graph` and produces the artifact for
+/// `opts.target` ([`compile_graph_for`] with [`Backend::Cpu`]).
 pub fn compile_graph(
     graph: Graph,
     opts: &CompileOptions,
     metadata: Metadata,
 ) -> Result<(ArtifactWriter, CompileSummary), CompileError> {
-    compile_graph_with_passes(graph, &default_pipeline(opts.target), opts, metadata)
+    compile_graph_for(graph, opts, Backend::Cpu, metadata)
 }
 
-/// Like [`compile_graph`] with an explicit pass list (tests compare programs
-/// compiled with and without a pass).
+/// Runs `pipeline` on `graph` and produces a CPU plan (tests compare programs
+/// compiled with and without a pass); the passes get `opts.target`'s description.
 pub fn compile_graph_with_passes(
     mut graph: Graph,
     pipeline: &[Pass],
@@ -91,7 +126,7 @@ pub fn compile_graph_with_passes(
     let passes = run_pipeline(&mut graph, pipeline, &pass_opts)?;
     let mem = plan_memory(&graph, &MemoryOptions::default())?;
     check_plan(&graph, &mem).map_err(CompileError::MemoryPlan)?;
-    let (plan, weights) = lower_to_plan(&graph, &mem)?;
+    let (plan, weights) = lower_to_plan(&graph, &mem, opts.target.desc())?;
     let summary = CompileSummary {
         passes,
         nodes: graph.order.len(),
@@ -103,29 +138,31 @@ pub fn compile_graph_with_passes(
     Ok((ArtifactWriter::new(&plan, weights, &metadata)?, summary))
 }
 
-/// Runs the pass pipeline on `graph` and produces an artifact for `backend`:
-/// [`compile_graph`] for the CPU, a mixed plan with an accelerator section for
-/// PJRT.
+/// Runs the pass pipeline on `graph` and produces an artifact for `backend`'s
+/// target: a CPU plan, or for a target with accelerator segments a mixed plan
+/// with an accelerator section.
 pub fn compile_graph_for(
     graph: Graph,
     opts: &CompileOptions,
     backend: Backend,
     metadata: Metadata,
 ) -> Result<(ArtifactWriter, CompileSummary), CompileError> {
-    match backend {
-        Backend::Cpu => compile_graph(graph, opts, metadata),
-        Backend::Pjrt { precision } => compile_graph_pjrt(graph, opts, precision, metadata),
+    let target = backend.target(opts.target);
+    let opts = CompileOptions { target, ..opts.clone() };
+    match target.desc().segments {
+        None => compile_graph_with_passes(graph, &default_pipeline(target), &opts, metadata),
+        Some(_) => compile_graph_pjrt(graph, &opts, backend.precision(), metadata),
     }
 }
 
-/// The PJRT pipeline: the CPU target's passes keep the composites (linear,
-/// norms, softmax, attention, pooling), which the StableHLO emitter expands
-/// itself and which stay efficient CPU kernels where they fall back.
+/// The PJRT pipeline: the PJRT target keeps what the CPU keeps (linear, norms,
+/// softmax, attention, pooling), which the StableHLO emitter expands itself
+/// and which stay efficient CPU kernels where they fall back.
 #[cfg(feature = "mlir")]
 fn compile_graph_pjrt(
     mut graph: Graph,
     opts: &CompileOptions,
-    precision: crate::stablehlo::Precision,
+    precision: Precision,
     metadata: Metadata,
 ) -> Result<(ArtifactWriter, CompileSummary), CompileError> {
     let pass_opts = Options { verify_each: opts.verify_each, ..Options::new(opts.target) };
@@ -156,7 +193,7 @@ fn compile_graph_pjrt(
 fn compile_graph_pjrt(
     _graph: Graph,
     _opts: &CompileOptions,
-    _precision: crate::stablehlo::Precision,
+    _precision: Precision,
     _metadata: Metadata,
 ) -> Result<(ArtifactWriter, CompileSummary), CompileError> {
     Err(CompileError::NoMlir)
@@ -174,14 +211,15 @@ pub fn compile_file_for(
     opts: &CompileOptions,
     backend: Backend,
 ) -> Result<CompileSummary, CompileError> {
-    if matches!(backend, Backend::Pjrt { .. }) && !cfg!(feature = "mlir") {
+    let target = backend.target(opts.target);
+    let segments = target.desc().segments.is_some();
+    if segments && !cfg!(feature = "mlir") {
         return Err(CompileError::NoMlir);
     }
     let imported = import_pt2_with(input, &opts.import)?;
-    let target = match backend {
-        Backend::Cpu => target_name(opts.target).to_string(),
-        Backend::Pjrt { precision: crate::stablehlo::Precision::F32 } => "pjrt".to_string(),
-        Backend::Pjrt { precision } => format!("pjrt-{}", precision.name()),
+    let target = match backend.precision() {
+        p if segments && p != Precision::F32 => format!("{target}-{}", p.name()),
+        _ => target.name().to_string(),
     };
     let metadata = Metadata {
         producer: format!("kiln {}", env!("CARGO_PKG_VERSION")),
@@ -192,11 +230,4 @@ pub fn compile_file_for(
     let (writer, summary) = compile_graph_for(imported.graph, opts, backend, metadata)?;
     writer.write_atomic(output)?;
     Ok(summary)
-}
-
-pub fn target_name(t: Target) -> &'static str {
-    match t {
-        Target::Cpu => "cpu",
-        Target::Primitive => "primitive",
-    }
 }

@@ -5,112 +5,15 @@
 //! This is the only place that knows both vocabularies.
 
 use kiln_ir::{self as ir, Dim, Graph, NodeId, Op, SymbolId, ValueDef, ValueId};
-use kiln_passes::MemoryPlan;
+use kiln_passes::{data_dtype, MemoryPlan, TargetDesc};
 use kiln_runtime::format::{
-    DimExpr, DimRef, Instr, IoDecl, Kernel, Plan, Storage, SymbolDecl, TensorDecl, WeightsBuilder,
+    DimExpr, DimRef, Instr, InstrOp, IoDecl, Kernel, Plan, Storage, SymbolDecl, TensorDecl, WeightsBuilder,
 };
-use kiln_runtime::DType;
 use std::collections::HashMap;
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot lower to the CPU plan:\n{}", .0.join("\n"))]
 pub struct LowerError(pub Vec<String>);
-
-pub fn dtype(d: ir::DType) -> DType {
-    match d {
-        ir::DType::F32 => DType::F32,
-        ir::DType::F64 => DType::F64,
-        ir::DType::F16 => DType::F16,
-        ir::DType::BF16 => DType::BF16,
-        ir::DType::I8 => DType::I8,
-        ir::DType::U8 => DType::U8,
-        ir::DType::I16 => DType::I16,
-        ir::DType::I32 => DType::I32,
-        ir::DType::I64 => DType::I64,
-        ir::DType::Bool => DType::Bool,
-    }
-}
-
-fn unary(op: ir::UnaryOp) -> kiln_runtime::format::UnaryOp {
-    use ir::UnaryOp as U;
-    use kiln_runtime::format::UnaryOp as K;
-    match op {
-        U::Neg => K::Neg,
-        U::Abs => K::Abs,
-        U::Exp => K::Exp,
-        U::Log => K::Log,
-        U::Sqrt => K::Sqrt,
-        U::Rsqrt => K::Rsqrt,
-        U::Reciprocal => K::Reciprocal,
-        U::Relu => K::Relu,
-        U::Sigmoid => K::Sigmoid,
-        U::Tanh => K::Tanh,
-        U::Gelu => K::Gelu,
-        U::GeluTanh => K::GeluTanh,
-        U::Silu => K::Silu,
-        U::Erf => K::Erf,
-        U::Sin => K::Sin,
-        U::Cos => K::Cos,
-        U::Floor => K::Floor,
-        U::Ceil => K::Ceil,
-        U::Round => K::Round,
-        U::Sign => K::Sign,
-        U::Not => K::Not,
-        U::Log1p => K::Log1p,
-        U::Expm1 => K::Expm1,
-        U::Trunc => K::Trunc,
-        U::Tan => K::Tan,
-        U::Asin => K::Asin,
-        U::Acos => K::Acos,
-        U::Atan => K::Atan,
-        U::Sinh => K::Sinh,
-        U::Cosh => K::Cosh,
-        U::Asinh => K::Asinh,
-        U::Acosh => K::Acosh,
-        U::Atanh => K::Atanh,
-        U::Log2 => K::Log2,
-        U::Log10 => K::Log10,
-        U::BitNot => K::BitNot,
-    }
-}
-
-fn binary(op: ir::BinaryOp) -> kiln_runtime::format::BinaryOp {
-    use ir::BinaryOp as B;
-    use kiln_runtime::format::BinaryOp as K;
-    match op {
-        B::Add => K::Add,
-        B::Sub => K::Sub,
-        B::Mul => K::Mul,
-        B::Div => K::Div,
-        B::FloorDiv => K::FloorDiv,
-        B::Rem => K::Rem,
-        B::Pow => K::Pow,
-        B::Max => K::Max,
-        B::Min => K::Min,
-        B::Eq => K::Eq,
-        B::Ne => K::Ne,
-        B::Lt => K::Lt,
-        B::Le => K::Le,
-        B::Gt => K::Gt,
-        B::Ge => K::Ge,
-        B::And => K::And,
-        B::Or => K::Or,
-        B::Xor => K::Xor,
-        B::Atan2 => K::Atan2,
-        B::Fmod => K::Fmod,
-    }
-}
-
-fn reduce_kind(k: ir::ReduceKind) -> kiln_runtime::format::ReduceKind {
-    use kiln_runtime::format::ReduceKind as K;
-    match k {
-        ir::ReduceKind::Sum => K::Sum,
-        ir::ReduceKind::Mean => K::Mean,
-        ir::ReduceKind::Max => K::Max,
-        ir::ReduceKind::Min => K::Min,
-        ir::ReduceKind::Prod => K::Prod,
-    }
-}
 
 fn u32s(v: &[i64]) -> Option<Vec<u32>> {
     v.iter().map(|&x| u32::try_from(x).ok()).collect()
@@ -120,17 +23,18 @@ fn axes32(v: &[usize]) -> Vec<u32> {
     v.iter().map(|&x| x as u32).collect()
 }
 
-/// Chooses the kernel for one node; `Err` says why the CPU cannot run it.
-fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> Result<Kernel, String> {
+/// What one node becomes: a kernel call, or (a data-dependent size) a
+/// symbol binding; `Err` says why the CPU cannot run it.
+fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> Result<InstrOp, String> {
     let bad_params = || format!("parameters out of range for the CPU kernel: {op:?}");
-    Ok(match op {
-        Op::Unary(u) => Kernel::Unary(unary(*u)),
-        Op::Binary(b) => Kernel::Binary(binary(*b)),
-        Op::Where => Kernel::Where,
-        Op::Cast { .. } => Kernel::Cast,
+    let kernel = match op {
+        Op::Unary(u) => Kernel::Unary { op: *u },
+        Op::Binary(b) => Kernel::Binary { op: *b },
+        Op::Where => Kernel::Where {},
+        Op::Cast { .. } => Kernel::Cast {},
         Op::Clamp { min, max } => Kernel::Clamp { min: *min, max: *max },
-        Op::MatMul => Kernel::MatMul,
-        Op::Linear => Kernel::Linear,
+        Op::MatMul => Kernel::MatMul {},
+        Op::Linear => Kernel::Linear {},
         Op::Conv { stride, padding, dilation, groups } => Kernel::Conv {
             stride: u32s(stride).ok_or_else(bad_params)?,
             padding: u32s(padding).ok_or_else(bad_params)?,
@@ -143,14 +47,10 @@ fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> Re
         }
         Op::Softmax { axis } => Kernel::Softmax { axis: *axis as u32, log: false },
         Op::LogSoftmax { axis } => Kernel::Softmax { axis: *axis as u32, log: true },
-        Op::Reduce { kind, axes, .. } => Kernel::Reduce { kind: reduce_kind(*kind), axes: axes32(axes) },
+        Op::Reduce { kind, axes, .. } => Kernel::Reduce { kind: *kind, axes: axes32(axes) },
         Op::ArgMax { axis, .. } => Kernel::ArgMax { axis: *axis as u32 },
         Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor, .. } => Kernel::Pool {
-            kind: match kind {
-                ir::PoolKind::Max => kiln_runtime::format::PoolKind::Max,
-                ir::PoolKind::Avg => kiln_runtime::format::PoolKind::Avg,
-                ir::PoolKind::ArgMax => kiln_runtime::format::PoolKind::ArgMax,
-            },
+            kind: *kind,
             kernel: u32s(kernel).ok_or_else(bad_params)?,
             stride: u32s(stride).ok_or_else(bad_params)?,
             padding: u32s(padding).ok_or_else(bad_params)?,
@@ -158,10 +58,10 @@ fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> Re
             count_include_pad: *count_include_pad,
             divisor: *divisor,
         },
-        Op::AdaptiveAvgPool { .. } => Kernel::AdaptiveAvgPool,
+        Op::AdaptiveAvgPool { .. } => Kernel::AdaptiveAvgPool {},
         Op::Attention { causal, scale } => Kernel::Attention { causal: *causal, scale: *scale },
-        Op::Reshape { .. } => Kernel::Copy,
-        Op::Expand { .. } => Kernel::Expand,
+        Op::Reshape { .. } => Kernel::Copy {},
+        Op::Expand { .. } => Kernel::Expand {},
         Op::Permute { perm } => Kernel::Permute { perm: axes32(perm) },
         Op::Slice { axis, start, step, .. } => {
             let dim = g.ty(inputs[0]).shape.get(*axis).and_then(Dim::as_const);
@@ -182,47 +82,70 @@ fn kernel_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> Re
         Op::Sort { axis, descending, indices, .. } => {
             Kernel::Sort { axis: *axis as u32, descending: *descending, indices: *indices }
         }
-        Op::Pad { lo, hi, interior, mode, value } => Kernel::Pad {
-            lo: lo.clone(),
-            hi: hi.clone(),
-            interior: interior.clone(),
-            mode: match mode {
-                ir::PadMode::Constant => kiln_runtime::format::PadMode::Constant,
-                ir::PadMode::Reflect => kiln_runtime::format::PadMode::Reflect,
-                ir::PadMode::Replicate => kiln_runtime::format::PadMode::Replicate,
-            },
-            value: *value,
-        },
+        Op::Pad { lo, hi, interior, mode, value } => {
+            Kernel::Pad { lo: lo.clone(), hi: hi.clone(), interior: interior.clone(), mode: *mode, value: *value }
+        }
         Op::Flip { axes } => Kernel::Flip { axes: axes32(axes) },
         Op::Upsample { mode, align_corners, size, scales } => Kernel::Resize {
-            mode: match mode {
-                ir::UpsampleMode::Nearest => kiln_runtime::format::ResizeMode::Nearest,
-                ir::UpsampleMode::Linear => kiln_runtime::format::ResizeMode::Linear,
-            },
+            mode: *mode,
             align_corners: *align_corners,
             spatial: size.len() as u32,
             scales: scales.clone(),
         },
-        Op::Random { dist, stream, .. } => Kernel::Random {
-            dist: match *dist {
-                ir::RandomDist::Uniform { low, high } => kiln_runtime::format::RandomDist::Uniform { low, high },
-                ir::RandomDist::Normal { mean, std } => kiln_runtime::format::RandomDist::Normal { mean, std },
-                ir::RandomDist::Int { low, high } => kiln_runtime::format::RandomDist::Int { low, high },
-                ir::RandomDist::Perm => kiln_runtime::format::RandomDist::Perm,
-            },
-            stream: *stream,
-        },
+        Op::Random { dist, stream, .. } => Kernel::Random { dist: *dist, stream: *stream },
         Op::GatherElements { axis } => Kernel::GatherElements { axis: *axis as u32 },
         Op::ScatterElements { axis, reduce, include_self } => {
-            Kernel::ScatterElements { axis: *axis as u32, reduce: reduce.map(reduce_kind), include_self: *include_self }
+            Kernel::ScatterElements { axis: *axis as u32, reduce: *reduce, include_self: *include_self }
         }
         Op::IndexGather { axis } => Kernel::IndexGather { axis: *axis as u32 },
         Op::IndexPut { axis, accumulate } => Kernel::IndexPut { axis: *axis as u32, accumulate: *accumulate },
-        Op::BindDim { symbol } => Kernel::BindDim { symbol: dims.symbol(*symbol)? },
-        Op::NonZero { .. } => Kernel::NonZero,
+        Op::BindDim { symbol } => return Ok(InstrOp::BindDim { symbol: dims.symbol(*symbol)? }),
+        Op::NonZero { .. } => Kernel::NonZero {},
         // Lowered to several instructions by `Builder::lower_while`.
         Op::While { .. } => return Err("a loop is not one kernel".into()),
-    })
+    };
+    Ok(InstrOp::Call(kernel))
+}
+
+/// `[values node, indices node]` when nodes `a` and `b` are a sort's (or a
+/// max pool's) values and indices of the same input with the same
+/// parameters: one kernel call computes both. Only for nodes adjacent in the
+/// schedule, so writing the second output one node early cannot overlap
+/// anything the memory plan put in its slot (what dies at the first node is
+/// its operand, which the second still reads).
+fn value_index_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<[NodeId; 2]> {
+    let (na, nb) = (&g.nodes[a], &g.nodes[b]);
+    if na.inputs != nb.inputs || na.outputs.len() != 1 || nb.outputs.len() != 1 {
+        return None;
+    }
+    let values_first = match (&na.op, &nb.op) {
+        (
+            Op::Sort { axis, k, descending, indices },
+            Op::Sort { axis: axis_b, k: k_b, descending: descending_b, indices: indices_b },
+        ) if (axis, k, descending) == (axis_b, k_b, descending_b) && indices != indices_b => !indices,
+        (Op::Pool { kind: ka, .. }, Op::Pool { kind: kb, .. }) => {
+            let as_max = |op: &Op| match op {
+                Op::Pool { kind: ir::PoolKind::ArgMax, .. } => {
+                    let mut op = op.clone();
+                    if let Op::Pool { kind, .. } = &mut op {
+                        *kind = ir::PoolKind::Max;
+                    }
+                    op
+                }
+                other => other.clone(),
+            };
+            match (ka, kb) {
+                (ir::PoolKind::Max, ir::PoolKind::ArgMax) | (ir::PoolKind::ArgMax, ir::PoolKind::Max)
+                    if as_max(&na.op) == as_max(&nb.op) =>
+                {
+                    *ka == ir::PoolKind::Max
+                }
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    Some(if values_first { [a, b] } else { [b, a] })
 }
 
 /// `-d` when `d` is a negative constant or a product with one (`-k * x`).
@@ -303,11 +226,12 @@ impl DimTable<'_> {
 
 /// Builds the execution plan and the weights segment for `g`, whose memory was
 /// planned by [`kiln_passes::plan_memory`].
-pub fn lower_to_plan(g: &Graph, mem: &MemoryPlan) -> Result<(Plan, WeightsBuilder), LowerError> {
-    lower_to_plan_with_segments(g, mem, &[]).map(|l| (l.plan, l.weights))
+/// Every node must have a kernel in `target`'s CPU kernel table, for its dtype.
+pub fn lower_to_plan(g: &Graph, mem: &MemoryPlan, target: &TargetDesc) -> Result<(Plan, WeightsBuilder), LowerError> {
+    lower_to_plan_with_segments(g, mem, &[], target).map(|l| (l.plan, l.weights))
 }
 
-/// A run of scheduled nodes executed by one `Kernel::Accel { segment }`
+/// A run of scheduled nodes executed by one `InstrOp::Delegate { segment }`
 /// instruction (segment = index in the slice given to
 /// [`lower_to_plan_with_segments`]); see `stablehlo::partition`.
 #[derive(Clone, Debug)]
@@ -329,13 +253,14 @@ pub struct SegmentedPlan {
     pub cpu_instrs: Vec<(u32, NodeId)>,
 }
 
-/// [`lower_to_plan`] where each of `calls` becomes one `Kernel::Accel`
+/// [`lower_to_plan`] where each of `calls` becomes one `InstrOp::Delegate`
 /// instruction at its first node's position and its nodes are skipped.
 /// `mem` must give slots to every call's (non-constant) args and results.
 pub fn lower_to_plan_with_segments(
     g: &Graph,
     mem: &MemoryPlan,
     calls: &[AccelCall],
+    target: &TargetDesc,
 ) -> Result<SegmentedPlan, LowerError> {
     let mut call_at: HashMap<NodeId, usize> = HashMap::new();
     let mut in_call: HashMap<NodeId, usize> = HashMap::new();
@@ -356,8 +281,14 @@ pub fn lower_to_plan_with_segments(
         exprs: Vec::new(),
         interned: HashMap::new(),
     };
-    let mut b =
-        Builder { dims, weights: WeightsBuilder::new(), tensors: Vec::new(), instrs: Vec::new(), errors: Vec::new() };
+    let mut b = Builder {
+        dims,
+        kernels: target,
+        weights: WeightsBuilder::new(),
+        tensors: Vec::new(),
+        instrs: Vec::new(),
+        errors: Vec::new(),
+    };
     let mut top = Scope { g, mem, base: 0, tensor_of: HashMap::new() };
 
     let mut inputs = Vec::new();
@@ -365,28 +296,31 @@ pub fn lower_to_plan_with_segments(
         let name = g.values[v].name.clone().unwrap_or_else(|| format!("input_{}", inputs.len()));
         inputs.push(IoDecl { name, tensor: b.declare(&mut top, v) });
     }
-    for &n in &g.order {
+    let mut at = 0;
+    while let Some(&n) = g.order.get(at) {
+        at += 1;
         if let Some(&i) = call_at.get(&n) {
             let c = &calls[i];
             let ins: Vec<u32> = c.args.iter().map(|&v| b.declare(&mut top, v)).collect();
             let outs: Vec<u32> = c.results.iter().map(|&v| b.declare(&mut top, v)).collect();
             call_tensors[i] = (ins.clone(), outs.clone());
             let origin = format!("accelerator segment {i} ({} nodes from {})", c.nodes.len(), g.describe_node(n));
-            b.instrs.push(Instr { kernel: Kernel::Accel { segment: i as u32 }, inputs: ins, outputs: outs, origin });
+            b.instrs.push(Instr { op: InstrOp::Delegate { segment: i as u32 }, inputs: ins, outputs: outs, origin });
             continue;
         }
         if in_call.contains_key(&n) {
             continue;
         }
         cpu_instrs.push((b.instrs.len() as u32, n));
-        b.lower_node(&mut top, n);
+        let next = g.order.get(at).copied().filter(|m| !call_at.contains_key(m) && !in_call.contains_key(m));
+        at += b.lower_next(&mut top, n, next);
     }
     let mut outputs = Vec::new();
     for (i, &v) in g.outputs.iter().enumerate() {
         let name = g.output_names.get(i).cloned().unwrap_or_else(|| format!("output_{i}"));
         outputs.push(IoDecl { name, tensor: b.declare(&mut top, v) });
     }
-    let Builder { dims, weights, tensors, instrs, mut errors } = b;
+    let Builder { dims, weights, tensors, instrs, mut errors, .. } = b;
     if !errors.is_empty() {
         errors.dedup();
         return Err(LowerError(errors));
@@ -408,6 +342,8 @@ pub fn lower_to_plan_with_segments(
 /// graphs of its loops (which use the same symbol ids).
 struct Builder<'g> {
     dims: DimTable<'g>,
+    /// Whose CPU kernels run the plan's calls.
+    kernels: &'g TargetDesc,
     weights: WeightsBuilder,
     tensors: Vec<TensorDecl>,
     instrs: Vec<Instr>,
@@ -454,9 +390,53 @@ impl Builder<'_> {
             Vec::new()
         });
         let t = self.tensors.len() as u32;
-        self.tensors.push(TensorDecl { dtype: dtype(ty.dtype), shape, storage });
+        self.tensors.push(TensorDecl { dtype: ty.dtype, shape, storage });
         s.tensor_of.insert(v, t);
         t
+    }
+
+    /// Lowers `order`, a graph's schedule.
+    fn lower_order(&mut self, s: &mut Scope, order: &[NodeId]) {
+        let mut at = 0;
+        while let Some(&n) = order.get(at) {
+            at += 1;
+            at += self.lower_next(s, n, order.get(at).copied());
+        }
+    }
+
+    /// Lowers scheduled node `n`; when the node scheduled next is its
+    /// sibling (the values and indices of one sort or max pool), both become
+    /// one two-output call, and this returns 1: the sibling is done too.
+    fn lower_next(&mut self, s: &mut Scope, n: NodeId, next: Option<NodeId>) -> usize {
+        if let Some([values, indices]) = next.and_then(|m| value_index_pair(s.g, n, m)) {
+            let g = s.g;
+            match self.instr_op(g, values) {
+                Ok(op) => {
+                    let ins = g.nodes[values].inputs.iter().map(|&v| self.declare(s, v)).collect();
+                    let mut outs = Vec::with_capacity(2);
+                    for m in [values, indices] {
+                        outs.push(self.declare(s, g.nodes[m].outputs[0]));
+                    }
+                    let origin = g.describe_node(values);
+                    self.instrs.push(Instr { op, inputs: ins, outputs: outs, origin });
+                }
+                Err(why) => self.errors.push(format!("  {}: {why}", g.describe_node(values))),
+            }
+            return 1;
+        }
+        self.lower_node(s, n);
+        0
+    }
+
+    /// The instruction for node `n`, when the target's CPU kernels take it.
+    fn instr_op(&mut self, g: &Graph, n: NodeId) -> Result<InstrOp, String> {
+        let node = &g.nodes[n];
+        let dtype = data_dtype(g, node);
+        if !self.kernels.kernel_support(&node.op).takes(dtype) {
+            let dtype = dtype.map_or(String::new(), |d| format!(" for {d}"));
+            return Err(format!("the target's CPU kernels have no `{}`{dtype}", node.op.name()));
+        }
+        instr_op_for(g, &node.op, &node.inputs, &mut self.dims)
     }
 
     /// One scheduled node as one instruction, or a loop as its instructions.
@@ -466,11 +446,11 @@ impl Builder<'_> {
         if let Op::While { carried, cond, body } = &node.op {
             return self.lower_while(s, n, *carried, cond, body);
         }
-        match kernel_for(g, &node.op, &node.inputs, &mut self.dims) {
-            Ok(kernel) => {
+        match self.instr_op(g, n) {
+            Ok(op) => {
                 let ins = node.inputs.iter().map(|&v| self.declare(s, v)).collect();
                 let outs = node.outputs.iter().map(|&v| self.declare(s, v)).collect();
-                self.instrs.push(Instr { kernel, inputs: ins, outputs: outs, origin: g.describe_node(n) });
+                self.instrs.push(Instr { op, inputs: ins, outputs: outs, origin: g.describe_node(n) });
             }
             Err(why) => self.errors.push(format!("  {}: {why}", g.describe_node(n))),
         }
@@ -510,7 +490,7 @@ impl Builder<'_> {
         let state: Vec<u32> = node.outputs.iter().map(|&v| self.declare(s, v)).collect();
         let loop_inputs: Vec<u32> = state.iter().chain(&operands[carried..]).copied().collect();
         let copy = |from: u32, to: u32, what: String| Instr {
-            kernel: Kernel::Copy,
+            op: InstrOp::Call(Kernel::Copy {}),
             inputs: vec![from],
             outputs: vec![to],
             origin: what,
@@ -521,21 +501,17 @@ impl Builder<'_> {
         let base = s.base + lp.offset;
         let head = self.instrs.len();
         let mut cs = Scope::nested(cond, &lp.cond, base, &loop_inputs);
-        for &m in &cond.order {
-            self.lower_node(&mut cs, m);
-        }
+        self.lower_order(&mut cs, &cond.order);
         let pred = self.declare(&mut cs, pred);
         let exit_at = self.instrs.len();
         self.instrs.push(Instr {
-            kernel: Kernel::JumpIfFalse { target: 0 },
+            op: InstrOp::JumpIfFalse { target: 0 },
             inputs: vec![pred],
             outputs: vec![],
             origin: format!("{origin}: exit"),
         });
         let mut bs = Scope::nested(body, &lp.body, base, &loop_inputs);
-        for &m in &body.order {
-            self.lower_node(&mut bs, m);
-        }
+        self.lower_order(&mut bs, &body.order);
         let mut sources: Vec<u32> = body.outputs.iter().map(|&v| self.declare(&mut bs, v)).collect();
         for (j, slot) in lp.swap.iter().enumerate() {
             let (Some(slot), Some(&t)) = (slot, state.get(j)) else { continue };
@@ -554,12 +530,12 @@ impl Builder<'_> {
             }
         }
         self.instrs.push(Instr {
-            kernel: Kernel::Jump { target: head as u32 },
+            op: InstrOp::Jump { target: head as u32 },
             inputs: vec![],
             outputs: vec![],
             origin: format!("{origin}: next iteration"),
         });
         let exit = self.instrs.len() as u32;
-        self.instrs[exit_at].kernel = Kernel::JumpIfFalse { target: exit };
+        self.instrs[exit_at].op = InstrOp::JumpIfFalse { target: exit };
     }
 }

@@ -1,7 +1,6 @@
 //! The `kiln` command-line tool.
 
 use clap::{Parser, Subcommand};
-use kiln_compiler::compile::target_name;
 use kiln_compiler::npy::{read_npy, write_npy};
 use kiln_compiler::stablehlo::Precision;
 use kiln_compiler::{compile_file_for, Backend, CompileError, CompileOptions};
@@ -90,6 +89,22 @@ struct RunArgs {
     /// Which of the accelerator's addressable devices to use.
     #[arg(long, default_value_t = 0)]
     device_index: usize,
+    /// Refuse artifacts whose activation memory exceeds this (bytes, or with
+    /// a K/M/G suffix) [default: 8G].
+    #[arg(long, value_parser = parse_bytes)]
+    max_memory: Option<u64>,
+}
+
+/// `4096`, `64K`, `512M`, `8G` (binary multiples) as bytes.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let (digits, shift) = match s.trim().to_ascii_uppercase() {
+        t if t.ends_with('G') => (t[..t.len() - 1].to_string(), 30),
+        t if t.ends_with('M') => (t[..t.len() - 1].to_string(), 20),
+        t if t.ends_with('K') => (t[..t.len() - 1].to_string(), 10),
+        t => (t, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("`{s}` is not a size such as 4096, 512M or 8G"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| format!("`{s}` is too large"))
 }
 
 fn main() -> ExitCode {
@@ -136,14 +151,14 @@ fn cmd_ops(markdown: bool) -> CliResult {
 fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str) -> CliResult {
     let precision =
         Precision::from_name(precision).ok_or_else(|| format!("unknown precision `{precision}` (known: f32, bf16)"))?;
-    let (target, backend) = match target {
-        "pjrt" => (Target::Cpu, Backend::Pjrt { precision }),
-        _ if precision != Precision::F32 => return Err("--precision applies to --target pjrt only".into()),
-        name => (
-            Target::from_name(name).ok_or_else(|| format!("unknown target `{name}` (known: cpu, primitive, pjrt)"))?,
-            Backend::Cpu,
-        ),
-    };
+    let target = Target::from_name(target).ok_or_else(|| {
+        let known: Vec<&str> = Target::ALL.iter().map(|t| t.name()).collect();
+        format!("unknown target `{target}` (known: {})", known.join(", "))
+    })?;
+    let backend = Backend::for_target(target, precision);
+    if backend == Backend::Cpu && precision != Precision::F32 {
+        return Err("--precision applies to --target pjrt only".into());
+    }
     let started = Instant::now();
     let opts = CompileOptions { target, verify_each: false, ..CompileOptions::default() };
     let s = compile_file_for(model, output, &opts, backend).map_err(|e| match e {
@@ -154,7 +169,7 @@ fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str) -> Cl
         "compiled {} -> {} (target {}) in {:.0} ms: {} instructions, arena {} (peak live {}), weights {}",
         model.display(),
         output.display(),
-        if backend == Backend::Cpu { target_name(target).to_string() } else { format!("pjrt, {}", precision.name()) },
+        if backend == Backend::Cpu { target.to_string() } else { format!("{target}, {}", precision.name()) },
         started.elapsed().as_secs_f64() * 1e3,
         s.instructions,
         human_bytes(s.arena_bytes),
@@ -269,8 +284,10 @@ fn cmd_run(args: &RunArgs) -> CliResult {
     let program = load(artifact)?;
     let inputs = gather_inputs(&program, specs)?;
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+    let defaults = SessionOptions::default();
+    let max_arena_bytes = args.max_memory.unwrap_or(defaults.max_arena_bytes);
     let options =
-        SessionOptions { device: choose_device(&program, device)?, device_index, ..SessionOptions::default() };
+        SessionOptions { device: choose_device(&program, device)?, device_index, max_arena_bytes, ..defaults };
     let mut session = program.session_with(&options).map_err(|e| e.to_string())?;
     let accel_json = session.accel_info().map(|a| {
         if !as_json {
@@ -343,14 +360,14 @@ fn profile_report(program: &Program, per_instr: &[std::time::Duration], as_json:
                 "{i:>5} {:>6.1}% {:>10.1}  {:<14} {}",
                 100.0 * t / total,
                 t * 1e6,
-                instrs[i].kernel.name(),
+                instrs[i].op.name(),
                 instrs[i].origin
             );
         }
     }
     json!(rows
         .iter()
-        .map(|&(i, t)| json!({"instr": i, "kernel": instrs[i].kernel.name(), "origin": instrs[i].origin, "total_us": t * 1e6}))
+        .map(|&(i, t)| json!({"instr": i, "kernel": instrs[i].op.name(), "origin": instrs[i].origin, "total_us": t * 1e6}))
         .collect::<Vec<_>>())
 }
 
@@ -363,9 +380,9 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
     };
     // A symbol a `BindDim` instruction names is bound from data during the run.
     let bound_by = |i: usize| {
-        plan.instrs.iter().position(
-            |ins| matches!(ins.kernel, kiln_runtime::format::Kernel::BindDim { symbol } if symbol as usize == i),
-        )
+        plan.instrs
+            .iter()
+            .position(|ins| matches!(ins.op, kiln_runtime::format::InstrOp::BindDim { symbol } if symbol as usize == i))
     };
     let symbols: Vec<_> = plan
         .symbols

@@ -13,7 +13,7 @@ use kiln_ir::infer::infer_types;
 use kiln_ir::{
     BinaryOp as B, ConstBytes, DType, Dim, Graph, Op, PoolKind, ReduceKind, TensorType, UnaryOp as U, ValueId,
 };
-use kiln_runtime::format::Kernel;
+use kiln_runtime::format::InstrOp;
 use kiln_runtime::Tensor;
 use stablehlo_support::*;
 
@@ -138,7 +138,7 @@ fn unary_ops() {
         U::Log2,
         U::Log10,
     ] {
-        check_op(kiln_ir::unary_name(u), unary_case(u));
+        check_op(u.name(), unary_case(u));
     }
 }
 
@@ -150,7 +150,7 @@ fn binary_ops_with_broadcasting() {
         let y = c.input(&[3, 1], -2.0, 2.0);
         let y = if b == B::Pow { c.op(Op::Unary(U::Abs), &[y]) } else { y };
         let z = c.op(Op::Binary(b), &[x, y]);
-        check_op(kiln_ir::binary_name(b), c.output(z));
+        check_op(b.name(), c.output(z));
     }
 }
 
@@ -169,7 +169,7 @@ fn comparisons_logic_where_and_cast() {
         let picked = c.op(Op::Where, &[not, x, y]);
         let as_int = c.op(Op::Cast { to: DType::I64 }, &[r]);
         let c2 = c.output(picked).output(as_int);
-        check_op(kiln_ir::binary_name(b), c2);
+        check_op(b.name(), c2);
     }
     let mut c = Case::new();
     let x = c.input(&[3, 8], -4.0, 4.0);
@@ -440,6 +440,6 @@ fn bf16_precision() {
     assert!(arg_dtypes.contains(&kiln_runtime::DType::BF16), "bf16 weight arguments: {arg_dtypes:?}");
     let out = program.plan().outputs[0].tensor as usize;
     assert_eq!(program.plan().tensors[out].dtype, kiln_runtime::DType::F32);
-    assert!(program.plan().instrs.iter().all(|i| matches!(i.kernel, Kernel::Accel { .. })));
+    assert!(program.plan().instrs.iter().all(|i| matches!(i.op, InstrOp::Delegate { .. })));
     check_case("bf16 mlp", c, Precision::Bf16);
 }

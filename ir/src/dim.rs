@@ -75,7 +75,8 @@ impl Dim {
 
     pub fn floor_div(a: Dim, b: Dim) -> Dim {
         match (a.as_const(), b.as_const()) {
-            (Some(x), Some(y)) if y != 0 => Dim::Const(x.div_euclid(y)),
+            // i64::MIN / -1 saturates, like the other constant folds.
+            (Some(x), Some(y)) if y != 0 => Dim::Const(x.checked_div_euclid(y).unwrap_or(i64::MAX)),
             (None, Some(1)) => a,
             _ => Dim::FloorDiv(Box::new(a), Box::new(b)),
         }
@@ -83,7 +84,7 @@ impl Dim {
 
     pub fn modulo(a: Dim, b: Dim) -> Dim {
         match (a.as_const(), b.as_const()) {
-            (Some(x), Some(y)) if y != 0 => Dim::Const(x.rem_euclid(y)),
+            (Some(x), Some(y)) if y != 0 => Dim::Const(x.checked_rem_euclid(y).unwrap_or(0)),
             (None, Some(1)) => Dim::Const(0),
             _ => Dim::Mod(Box::new(a), Box::new(b)),
         }
@@ -102,7 +103,7 @@ impl Dim {
                 if d == 0 {
                     0
                 } else {
-                    a.eval(sym).div_euclid(d)
+                    a.eval(sym).checked_div_euclid(d).unwrap_or(i64::MAX)
                 }
             }
             Dim::Mod(a, b) => {
@@ -110,7 +111,7 @@ impl Dim {
                 if d == 0 {
                     0
                 } else {
-                    a.eval(sym).rem_euclid(d)
+                    a.eval(sym).checked_rem_euclid(d).unwrap_or(0)
                 }
             }
         }
@@ -149,7 +150,7 @@ impl Dim {
             }
             Dim::Mod(_, b) => {
                 let (_, bh) = b.bounds(symbols);
-                (0, bh.map(|h| (h - 1).max(0)))
+                (0, bh.map(|h| h.saturating_sub(1).max(0)))
             }
         }
     }

@@ -56,7 +56,54 @@ pub struct ValueData {
     pub ty: TensorType,
     pub def: ValueDef,
     /// The name the value had in the source program, kept for diagnostics and I/O names.
+    /// A label, not an attribute: a value that replaces this one does not take it.
     pub name: Option<String>,
+    /// What passes must carry along with the value (see [`ValueAttrs`]).
+    pub attrs: ValueAttrs,
+}
+
+/// Per-value attributes that survive rewrites.
+///
+/// They live on the value itself rather than in side tables keyed by
+/// [`ValueId`], which compaction renumbers and rewrites replace. Two rules keep
+/// them valid: compaction copies them to the renumbered value, and when a
+/// rewrite replaces value `a` by `b` (replace-all-uses, a pass's replacement)
+/// `b` inherits each attribute of `a` that `b` does not have
+/// ([`ValueAttrs::inherit`]). The text form prints the ones that are set,
+/// after the value's type: `%3: f32[4, 2] {origin="fc.weight"}`.
+///
+/// Quantization parameters and shardings will be fields here, added with the
+/// passes that compute them; each says how it is inherited and verified.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ValueAttrs {
+    /// The fully qualified Python name of the program input, parameter,
+    /// buffer or lifted constant whose data this value holds (`x`,
+    /// `encoder.layers.0.fc1.weight`): what quantization and sharding
+    /// overrides select tensors by. Set by the importer on graph inputs and
+    /// weights; a constant folded from one weight by a layout op or a cast (a
+    /// transposed `linear` weight) keeps it, as does a weight rescaled by
+    /// fusion. Never empty (the verifier checks).
+    pub origin: Option<String>,
+}
+
+impl ValueAttrs {
+    /// A value that holds the data of the program tensor named `origin`.
+    pub fn with_origin(origin: impl Into<String>) -> ValueAttrs {
+        ValueAttrs { origin: Some(origin.into()) }
+    }
+
+    /// No attribute is set.
+    pub fn is_empty(&self) -> bool {
+        self.origin.is_none()
+    }
+
+    /// Takes every attribute of `replaced` that `self` lacks: what the value
+    /// that replaces `replaced` keeps of it. Attributes `self` already has win.
+    pub fn inherit(&mut self, replaced: &ValueAttrs) {
+        if self.origin.is_none() {
+            self.origin.clone_from(&replaced.origin);
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -179,14 +226,19 @@ impl Graph {
 
     pub fn add_input(&mut self, name: impl Into<String>, ty: TensorType) -> ValueId {
         let index = self.inputs.len() as u32;
-        let v = self.values.push(ValueData { ty, def: ValueDef::Input(index), name: Some(name.into()) });
+        let v = self.values.push(ValueData {
+            ty,
+            def: ValueDef::Input(index),
+            name: Some(name.into()),
+            attrs: ValueAttrs::default(),
+        });
         self.inputs.push(v);
         v
     }
 
     pub fn add_const(&mut self, name: Option<String>, ty: TensorType, bytes: ConstBytes) -> ValueId {
         let c = self.consts.next_key();
-        let v = self.values.push(ValueData { ty, def: ValueDef::Const(c), name });
+        let v = self.values.push(ValueData { ty, def: ValueDef::Const(c), name, attrs: ValueAttrs::default() });
         self.consts.push(ConstData { value: v, bytes });
         v
     }
@@ -209,7 +261,8 @@ impl Graph {
             .into_iter()
             .enumerate()
             .map(|(i, ty)| {
-                self.values.push(ValueData { ty, def: ValueDef::Node { node, index: i as u32 }, name: None })
+                let def = ValueDef::Node { node, index: i as u32 };
+                self.values.push(ValueData { ty, def, name: None, attrs: ValueAttrs::default() })
             })
             .collect();
         self.nodes[node].outputs = outputs;
@@ -242,7 +295,9 @@ impl Graph {
     }
 
     /// Rewrites every use of each key of `map` to its value, in one sweep over the
-    /// graph (O(operands)). Chains (`a -> b -> c`) are followed.
+    /// graph (O(operands)). Chains (`a -> b -> c`) are followed. The final
+    /// replacement of each key inherits its attributes ([`ValueAttrs::inherit`];
+    /// keys in id order, so the earliest replaced value's attributes win).
     pub fn replace_uses(&mut self, map: &SecondaryMap<ValueId, Option<ValueId>>) {
         let resolve = |mut v: ValueId| {
             let mut hops = 0;
@@ -253,6 +308,13 @@ impl Graph {
             }
             v
         };
+        for old in map.keys().filter(|&k| map[k].is_some()) {
+            let new = resolve(old);
+            if new != old && !self.values[old].attrs.is_empty() {
+                let attrs = self.values[old].attrs.clone();
+                self.values[new].attrs.inherit(&attrs);
+            }
+        }
         for &n in &self.order {
             for input in &mut self.nodes[n].inputs {
                 *input = resolve(*input);

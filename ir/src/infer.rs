@@ -158,9 +158,10 @@ fn must_match(what: &str, a: &Dim, b: &Dim, symbols: &PrimaryMap<SymbolId, Symbo
 
 /// `in + 2*pad - dil*(k-1) - 1`, the numerator of the conv/pool size formula.
 fn window_span(input: &Dim, k: &Dim, pad: i64, dil: i64) -> Dim {
-    let shift = 2 * pad + dil - 1;
+    // Saturating: hostile attributes must give an error later, not overflow here.
+    let shift = pad.saturating_mul(2).saturating_add(dil.saturating_sub(1));
     match k.as_const() {
-        Some(k) => plus(input.clone(), shift - dil * k),
+        Some(k) => plus(input.clone(), shift.saturating_sub(dil.saturating_mul(k))),
         None => Dim::add(plus(input.clone(), shift), Dim::mul(k.clone(), Dim::Const(-dil))),
     }
 }
@@ -546,9 +547,9 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
                 let grown = if interior[i] == 0 {
                     d.clone()
                 } else {
-                    plus(Dim::mul(d.clone(), Dim::Const(interior[i] + 1)), -interior[i])
+                    plus(Dim::mul(d.clone(), Dim::Const(interior[i].saturating_add(1))), -interior[i])
                 };
-                shape.push(plus(grown, lo[i] + hi[i]));
+                shape.push(plus(grown, lo[i].saturating_add(hi[i])));
             }
             Ok(TensorType::new(x.dtype, shape))
         }
@@ -718,10 +719,10 @@ fn matmul(symbols: &PrimaryMap<SymbolId, Symbol>, a: &TensorType, b: &TensorType
 fn pool_dim(input: &Dim, k: i64, s: i64, p: i64, d: i64, ceil_mode: bool) -> Result<Dim, String> {
     let span = window_span(input, &Dim::Const(k), p, d);
     if let Some(span) = span.as_const() {
-        let mut out =
-            if ceil_mode { span.div_euclid(s) + (span.rem_euclid(s) != 0) as i64 } else { span.div_euclid(s) } + 1;
+        let windows = span.div_euclid(s).saturating_add((ceil_mode && span.rem_euclid(s) != 0) as i64);
+        let mut out = windows.saturating_add(1);
         let input = input.as_const().unwrap_or(0);
-        if ceil_mode && (out - 1) * s >= input + p {
+        if ceil_mode && (out - 1).saturating_mul(s) >= input.saturating_add(p) {
             out -= 1;
         }
         return Ok(Dim::Const(out));
@@ -731,7 +732,7 @@ fn pool_dim(input: &Dim, k: i64, s: i64, p: i64, d: i64, ceil_mode: bool) -> Res
     }
     // The last-window correction never fires when s + p <= d(k-1) + 1, so the
     // plain ceiling is exact there; elsewhere it depends on the binding.
-    if s + p > d * (k - 1) + 1 {
+    if s.saturating_add(p) > d.saturating_mul(k - 1).saturating_add(1) {
         return Err(
             "ceil_mode pooling of a symbolic dimension with stride + padding > window is not expressible".to_string()
         );

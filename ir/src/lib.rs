@@ -1,8 +1,10 @@
 //! kiln's graph IR.
 //!
 //! Values, nodes, constants and symbols are typed `u32` ids into arenas
-//! ([`PrimaryMap`]); side data (memory plans, shardings,
-//! quantization) lives in secondary maps owned by whoever computes it.
+//! ([`PrimaryMap`]). Attributes that must survive rewrites (a value's
+//! origin; later quantization parameters and shardings) live on the value
+//! ([`ValueAttrs`]); data a pass computes and consumes at once (memory
+//! plans) lives in secondary maps owned by whoever computes it.
 
 mod dim;
 mod dtype;
@@ -20,11 +22,9 @@ pub use dim::{Dim, DimDisplay, Symbol};
 pub use dtype::DType;
 use entity::entity_id;
 pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
+pub use graph::ValueAttrs;
 pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, TensorType, ValueData, ValueDef};
-pub use op::{
-    binary_name, unary_name, BinaryOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, UnaryOp, UpsampleMode,
-    BINARY_OPS, UNARY_OPS,
-};
+pub use op::{BinaryOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, ResizeMode, UnaryOp};
 
 entity_id!(
     /// A tensor value (graph input, node output or constant).

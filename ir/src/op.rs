@@ -7,106 +7,7 @@
 //! [`Op::operand_count`]).
 
 use crate::{DType, Dim};
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    Neg,
-    Abs,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Reciprocal,
-    Relu,
-    Sigmoid,
-    Tanh,
-    /// Exact GELU: `x * Φ(x)` with erf.
-    Gelu,
-    /// GELU with the tanh approximation.
-    GeluTanh,
-    Silu,
-    Erf,
-    Sin,
-    Cos,
-    Floor,
-    Ceil,
-    Round,
-    Sign,
-    /// Logical not; input and output are `bool`.
-    Not,
-    Log1p,
-    Expm1,
-    /// Rounds toward zero.
-    Trunc,
-    Tan,
-    Asin,
-    Acos,
-    Atan,
-    Sinh,
-    Cosh,
-    Asinh,
-    Acosh,
-    Atanh,
-    Log2,
-    Log10,
-    /// Bitwise not of an integer (`~x`); on `bool`, logical not.
-    BitNot,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    /// True division (floats); integer operands are promoted by the importer.
-    Div,
-    /// Floor division (`//`), as torch's `div(rounding_mode='floor')`.
-    FloorDiv,
-    /// Python-style remainder (sign of the divisor), as torch's `remainder`.
-    Rem,
-    Pow,
-    Max,
-    Min,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    And,
-    Or,
-    Xor,
-    /// `atan2(a, b)` (floats).
-    Atan2,
-    /// C-style remainder (sign of the dividend), as torch's `fmod`.
-    Fmod,
-}
-
-impl BinaryOp {
-    /// Comparisons produce `bool` whatever their operands are.
-    pub fn is_comparison(self) -> bool {
-        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
-    }
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceKind {
-    Sum,
-    Mean,
-    Max,
-    Min,
-    Prod,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum PoolKind {
-    Max,
-    Avg,
-    /// Max pooling that yields, as i64, the index of the chosen element in
-    /// the input plane (row-major over the pooled dims): torch's `indices`
-    /// output of `max_pool*d_with_indices`.
-    ArgMax,
-}
+pub use kiln_isa::{BinaryOp, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
@@ -259,7 +160,7 @@ pub enum Op {
     /// `scales` entry > 0 is the user's scale factor, which torch uses instead
     /// of `in/out` to map output positions back (when not `align_corners`).
     Upsample {
-        mode: UpsampleMode,
+        mode: ResizeMode,
         align_corners: bool,
         size: Vec<Dim>,
         scales: Vec<f64>,
@@ -364,43 +265,12 @@ impl PartialEq for Region {
     }
 }
 
-/// The distribution of an [`Op::Random`].
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub enum RandomDist {
-    /// Uniform on `[low, high)` (floats).
-    Uniform { low: f64, high: f64 },
-    /// Normal with `mean` and standard deviation `std` (floats).
-    Normal { mean: f64, std: f64 },
-    /// Uniform integers on `[low, high)`.
-    Int { low: i64, high: i64 },
-    /// A random permutation of `0..n` (`shape` is `[n]`), as torch's `randperm`.
-    Perm,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum PadMode {
-    /// New positions hold `value`.
-    Constant,
-    /// Mirror without repeating the edge (`reflect`).
-    Reflect,
-    /// Repeat the edge element.
-    Replicate,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum UpsampleMode {
-    /// torch's `nearest` (floor of the scaled position).
-    Nearest,
-    /// Linear in each resized dim (`bilinear` for two).
-    Linear,
-}
-
 impl Op {
     /// The text-form name of the op (`add`, `matmul`, `conv`, ...).
     pub fn name(&self) -> &'static str {
         match self {
-            Op::Unary(u) => unary_name(*u),
-            Op::Binary(b) => binary_name(*b),
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
             Op::Where => "where",
             Op::Cast { .. } => "cast",
             Op::Clamp { .. } => "clamp",
@@ -437,8 +307,8 @@ impl Op {
             Op::Sort { .. } => "sort",
             Op::Pad { .. } => "pad",
             Op::Flip { .. } => "flip",
-            Op::Upsample { mode: UpsampleMode::Nearest, .. } => "upsample_nearest",
-            Op::Upsample { mode: UpsampleMode::Linear, .. } => "upsample_linear",
+            Op::Upsample { mode: ResizeMode::Nearest, .. } => "upsample_nearest",
+            Op::Upsample { mode: ResizeMode::Linear, .. } => "upsample_linear",
             Op::GatherElements { .. } => "gather_elements",
             Op::ScatterElements { .. } => "scatter_elements",
             Op::IndexGather { .. } => "index_gather",
@@ -493,133 +363,5 @@ impl Op {
     /// Ops whose output is a pure rearrangement of their input's elements.
     pub fn is_layout_only(&self) -> bool {
         matches!(self, Op::Reshape { .. } | Op::Expand { .. } | Op::Permute { .. } | Op::Slice { .. })
-    }
-}
-
-pub const UNARY_OPS: [UnaryOp; 36] = [
-    UnaryOp::Neg,
-    UnaryOp::Abs,
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sqrt,
-    UnaryOp::Rsqrt,
-    UnaryOp::Reciprocal,
-    UnaryOp::Relu,
-    UnaryOp::Sigmoid,
-    UnaryOp::Tanh,
-    UnaryOp::Gelu,
-    UnaryOp::GeluTanh,
-    UnaryOp::Silu,
-    UnaryOp::Erf,
-    UnaryOp::Sin,
-    UnaryOp::Cos,
-    UnaryOp::Floor,
-    UnaryOp::Ceil,
-    UnaryOp::Round,
-    UnaryOp::Sign,
-    UnaryOp::Not,
-    UnaryOp::Log1p,
-    UnaryOp::Expm1,
-    UnaryOp::Trunc,
-    UnaryOp::Tan,
-    UnaryOp::Asin,
-    UnaryOp::Acos,
-    UnaryOp::Atan,
-    UnaryOp::Sinh,
-    UnaryOp::Cosh,
-    UnaryOp::Asinh,
-    UnaryOp::Acosh,
-    UnaryOp::Atanh,
-    UnaryOp::Log2,
-    UnaryOp::Log10,
-    UnaryOp::BitNot,
-];
-
-pub const BINARY_OPS: [BinaryOp; 20] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::FloorDiv,
-    BinaryOp::Rem,
-    BinaryOp::Pow,
-    BinaryOp::Max,
-    BinaryOp::Min,
-    BinaryOp::Eq,
-    BinaryOp::Ne,
-    BinaryOp::Lt,
-    BinaryOp::Le,
-    BinaryOp::Gt,
-    BinaryOp::Ge,
-    BinaryOp::And,
-    BinaryOp::Or,
-    BinaryOp::Xor,
-    BinaryOp::Atan2,
-    BinaryOp::Fmod,
-];
-
-pub fn unary_name(op: UnaryOp) -> &'static str {
-    match op {
-        UnaryOp::Neg => "neg",
-        UnaryOp::Abs => "abs",
-        UnaryOp::Exp => "exp",
-        UnaryOp::Log => "log",
-        UnaryOp::Sqrt => "sqrt",
-        UnaryOp::Rsqrt => "rsqrt",
-        UnaryOp::Reciprocal => "reciprocal",
-        UnaryOp::Relu => "relu",
-        UnaryOp::Sigmoid => "sigmoid",
-        UnaryOp::Tanh => "tanh",
-        UnaryOp::Gelu => "gelu",
-        UnaryOp::GeluTanh => "gelu_tanh",
-        UnaryOp::Silu => "silu",
-        UnaryOp::Erf => "erf",
-        UnaryOp::Sin => "sin",
-        UnaryOp::Cos => "cos",
-        UnaryOp::Floor => "floor",
-        UnaryOp::Ceil => "ceil",
-        UnaryOp::Round => "round",
-        UnaryOp::Sign => "sign",
-        UnaryOp::Not => "not",
-        UnaryOp::Log1p => "log1p",
-        UnaryOp::Expm1 => "expm1",
-        UnaryOp::Trunc => "trunc",
-        UnaryOp::Tan => "tan",
-        UnaryOp::Asin => "asin",
-        UnaryOp::Acos => "acos",
-        UnaryOp::Atan => "atan",
-        UnaryOp::Sinh => "sinh",
-        UnaryOp::Cosh => "cosh",
-        UnaryOp::Asinh => "asinh",
-        UnaryOp::Acosh => "acosh",
-        UnaryOp::Atanh => "atanh",
-        UnaryOp::Log2 => "log2",
-        UnaryOp::Log10 => "log10",
-        UnaryOp::BitNot => "bit_not",
-    }
-}
-
-pub fn binary_name(op: BinaryOp) -> &'static str {
-    match op {
-        BinaryOp::Add => "add",
-        BinaryOp::Sub => "sub",
-        BinaryOp::Mul => "mul",
-        BinaryOp::Div => "div",
-        BinaryOp::FloorDiv => "floor_div",
-        BinaryOp::Rem => "rem",
-        BinaryOp::Pow => "pow",
-        BinaryOp::Max => "max",
-        BinaryOp::Min => "min",
-        BinaryOp::Eq => "eq",
-        BinaryOp::Ne => "ne",
-        BinaryOp::Lt => "lt",
-        BinaryOp::Le => "le",
-        BinaryOp::Gt => "gt",
-        BinaryOp::Ge => "ge",
-        BinaryOp::And => "and",
-        BinaryOp::Or => "or",
-        BinaryOp::Xor => "xor",
-        BinaryOp::Atan2 => "atan2",
-        BinaryOp::Fmod => "fmod",
     }
 }

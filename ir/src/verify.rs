@@ -33,9 +33,16 @@
 //!     one live `bind_dim` only; no graph input's type mentions them; no
 //!     result type mentions one before its `bind_dim` in `order`; a
 //!     `nonzero`'s count is one.
+//! 12. **Nested graphs** (a `while`'s `cond` and `body`): each verifies on its
+//!     own, its symbol table starts with its parent's, and it binds no
+//!     data-dependent symbol.
+//! 13. **Value attributes** ([`crate::ValueAttrs`]) of inputs, constants and
+//!     live results: an `origin` is not empty, and no two graph inputs share
+//!     one (an override that names an input must find one).
 
 use crate::infer::{check_permutation, dims_equal, infer_types};
-use crate::{Dim, Graph, NodeId, Op, PoolKind, SecondaryMap, SymbolId, TensorType, ValueDef, ValueId};
+use crate::{Dim, Graph, NodeId, Op, PoolKind, SecondaryMap, SymbolId, TensorType, ValueAttrs, ValueDef, ValueId};
+use std::collections::HashMap;
 use std::fmt;
 
 /// Every invariant violation found, one message each.
@@ -92,6 +99,7 @@ impl Verifier<'_> {
         let g = self.g;
         self.check_symbols();
         self.check_inputs_and_consts();
+        self.check_input_origins();
 
         // Schedule walk: definitions, uses, counts, attributes, types.
         let mut defined: SecondaryMap<ValueId, bool> = SecondaryMap::new();
@@ -150,6 +158,7 @@ impl Verifier<'_> {
                         }
                         defined[v] = true;
                         self.check_type_symbols(&format!("{what}: result {i} ({v})"), &d.ty);
+                        self.check_value_attrs(&format!("{what}: result {i} ({v})"), &d.attrs);
                         self.check_bound_before_use(&format!("{what}: result {i} ({v})"), &d.ty, &binder, &bound);
                     }
                 }
@@ -268,6 +277,28 @@ impl Verifier<'_> {
         }
     }
 
+    /// Check 13 for one value.
+    fn check_value_attrs(&mut self, what: &str, attrs: &ValueAttrs) {
+        if attrs.origin.as_deref() == Some("") {
+            self.error(format!("{what}: its origin is empty (absent is `None`)"));
+        }
+    }
+
+    /// Check 13 across the graph inputs: distinct origins.
+    fn check_input_origins(&mut self) {
+        let g = self.g;
+        let mut first: HashMap<&str, usize> = HashMap::new();
+        for (i, &v) in g.inputs.iter().enumerate() {
+            let Some(origin) = g.values.get(v).and_then(|d| d.attrs.origin.as_deref()) else { continue };
+            match first.get(origin) {
+                Some(j) => self.error(format!("input {i} ({v}): origin `{origin}` is already input {j}'s")),
+                None => {
+                    first.insert(origin, i);
+                }
+            }
+        }
+    }
+
     fn check_symbols(&mut self) {
         for (s, sym) in self.g.symbols.iter() {
             if sym.min < 0 || sym.max.is_some_and(|m| m < sym.min) {
@@ -302,6 +333,7 @@ impl Verifier<'_> {
                     if d.def != ValueDef::Input(i as u32) {
                         self.error(format!("input {i} ({v}): defined as {:?}, not Input({i})", d.def));
                     }
+                    self.check_value_attrs(&format!("input {i} ({v})"), &d.attrs);
                     self.check_type_symbols(&format!("input {i} ({v})"), &d.ty);
                 }
             }
@@ -319,6 +351,7 @@ impl Verifier<'_> {
             if d.def != ValueDef::Const(c) {
                 self.error(format!("{what}: defined as {:?}, not Const({c})", d.def));
             }
+            self.check_value_attrs(&what, &d.attrs);
             match d.ty.static_shape() {
                 Some(shape) if shape.iter().all(|&x| x >= 0) => {
                     let numel = shape.iter().try_fold(1usize, |a, &x| a.checked_mul(x as usize));

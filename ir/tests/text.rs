@@ -31,10 +31,10 @@ fn every_op_graph() -> Graph {
         g.add_const(Some("fc.weight".into()), TensorType::fixed(DType::F32, &[2, 2]), f32s(&[0.1, -2.5, 1e-7, 3.0e38]));
     let xt = t(vec![bd.clone(), 16.into()]);
     let mut last = x;
-    for u in UNARY_OPS {
+    for &u in UnaryOp::ALL {
         last = g.push(Op::Unary(u), vec![last], xt.clone(), None);
     }
-    for op in BINARY_OPS {
+    for &op in BinaryOp::ALL {
         let ty = if op.is_comparison() { TensorType::new(DType::Bool, xt.shape.clone()) } else { xt.clone() };
         g.push(Op::Binary(op), vec![x, last], ty, None);
     }
@@ -374,13 +374,13 @@ fn conformance_ops_round_trip() {
         },
         Op::Flip { axes: vec![1, 3] },
         Op::Upsample {
-            mode: UpsampleMode::Linear,
+            mode: ResizeMode::Linear,
             align_corners: true,
             size: vec![Dim::Const(8), Dim::Const(8)],
             scales: vec![],
         },
         Op::Upsample {
-            mode: UpsampleMode::Nearest,
+            mode: ResizeMode::Nearest,
             align_corners: false,
             size: vec![Dim::Const(6), Dim::Const(8)],
             scales: vec![1.5, 2.0],

@@ -3,34 +3,66 @@
 //! Every kernel takes contiguous row-major tensors as bytes plus a dtype and a
 //! shape ([`TensorRef`] / [`TensorMut`]), dispatches on the dtype, and reports
 //! problems as [`KernelError`] values — never a panic. Kernels do not allocate on
-//! their own: temporary buffers come from a caller-owned [`Scratch`], which grows
-//! only when a larger shape than ever before is seen.
+//! their own: temporary buffers come from the caller-owned [`Context`]'s
+//! [`Scratch`], which grows only when a larger shape than ever before is seen.
 //!
 //! Layout follows tract-linalg: `generic` is the portable implementation and the
-//! test oracle; ISA-specific variants (chosen at run time after CPU detection)
-//! sit beside it and are tested against it. The public functions re-exported
-//! here are the dispatch points: today they are the generic kernels, and the
-//! GEMM microkernel is where an ISA variant plugs in first.
+//! test oracle; ISA-specific variants (`x86_64/avx2`) sit beside it, are chosen at
+//! run time after CPU detection, and are tested against it
+//! (`tests/variants.rs`). The public functions re-exported here are the
+//! dispatch points.
+//!
+//! # The kernel table
+//!
+//! The hot inner loops that have ISA variants are entries of a [`KernelTable`]
+//! of function pointers, each with its variant's name
+//! ([`KernelTable::entries`]): the f32 GEMM microkernel (with its MR×NR tile,
+//! the k-major panel packing it reads, and a store step that applies a fused
+//! epilogue — a bias per row or column today), f32 exp / sigmoid / silu / tanh
+//! and add / sub / mul / div over slices, and softmax's row max and
+//! exp-and-sum. `generic::table()` fills every entry with the portable code;
+//! `x86_64::plug` overrides them with AVX2 + FMA versions. CPU features are
+//! detected once per process ([`Isa::detect`]: generic, x86-64-v3, or v4 —
+//! AVX-512 is detected and reported, but a v4 table runs the v3 kernels for
+//! now; there are no aarch64 variants yet) and each table is built once into
+//! a static: [`best`] for this CPU, [`KernelTable::generic_only`] as the
+//! oracle, [`KernelTable::for_isa`] for any level the CPU supports.
+//!
+//! # The context
+//!
+//! Every kernel with table-backed loops takes a [`Context`], which carries the
+//! scratch memory, the table ([`Context::new`] uses [`best`];
+//! [`Context::with_table`] pins another, [`Context::isa`] says which), and the
+//! random seed and call count. GEMM-based kernels ([`gemm_f32`], [`matmul`],
+//! [`linear`], [`conv`], [`attention`]) run the table's microkernel;
+//! [`unary_cx`], [`binary_cx`] and [`softmax_cx`] are the context-taking forms
+//! of [`unary`], [`binary`] and [`softmax`] (which use [`best`]). A variant of
+//! a math function stays within a few ulp of the generic one (the bounds are
+//! in `tests/variants.rs`); exact operations (add, max, ...) are bit-identical.
 
+mod context;
 mod generic;
+mod table;
 mod types;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
+pub use context::Context;
+pub use table::{best, BinaryFn, ExpSumFn, Isa, KernelTable, ReduceFn, UnaryFn};
 pub use types::{BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, Scratch, TensorMut, TensorRef, UnaryOp};
 
 pub use generic::attention::attention;
 pub use generic::conv::{conv, conv_with, ConvAlgorithm, ConvParams};
-pub use generic::elementwise::{binary, cast, clamp, unary, where_};
+pub use generic::elementwise::{binary, binary_cx, cast, clamp, unary, unary_cx, where_};
 pub use generic::gemm::gemm_f32;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
 pub use generic::matmul::{linear, matmul};
-pub use generic::norm::{batch_norm, layer_norm, softmax};
+pub use generic::norm::{batch_norm, layer_norm, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};
-pub use generic::pool::{adaptive_avg_pool, pool, PoolParams};
+pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};
 pub use generic::reduce::{argmax, argmin, cumsum, reduce};
 pub use generic::resize::{resize, ResizeMode, ResizeParams};
 pub use generic::scatter::{gather_elements, index_gather, index_put, scatter_elements};
 pub use generic::select::nonzero;
-pub use generic::sort::sort;
+pub use generic::sort::{sort, sort_both};

@@ -1,58 +1,9 @@
-//! Types shared by every kernel: dtypes, tensor views, op selectors, errors.
+//! Types shared by every kernel: tensor views, errors, scratch memory; the
+//! dtypes and op selectors come from `kiln-isa`.
 
 use std::fmt;
 
-#[cfg(feature = "serde")]
-use serde::{Deserialize, Serialize};
-
-/// Element type.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
-pub enum DType {
-    F32,
-    F64,
-    F16,
-    BF16,
-    I8,
-    U8,
-    I16,
-    I32,
-    I64,
-    /// One byte per element, 0 or 1.
-    Bool,
-}
-
-impl DType {
-    pub fn size_bytes(self) -> usize {
-        match self {
-            DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 | DType::I16 => 2,
-            DType::I8 | DType::U8 | DType::Bool => 1,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::I8 => "i8",
-            DType::U8 => "u8",
-            DType::I16 => "i16",
-            DType::I32 => "i32",
-            DType::I64 => "i64",
-            DType::Bool => "bool",
-        }
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use kiln_isa::{BinaryOp, DType, PoolKind, ReduceKind, UnaryOp};
 
 /// A read-only contiguous row-major tensor.
 #[derive(Copy, Clone, Debug)]
@@ -68,92 +19,6 @@ pub struct TensorMut<'a> {
     pub dtype: DType,
     pub shape: &'a [usize],
     pub data: &'a mut [u8],
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
-pub enum UnaryOp {
-    Neg,
-    Abs,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Reciprocal,
-    Relu,
-    Sigmoid,
-    Tanh,
-    Gelu,
-    GeluTanh,
-    Silu,
-    Erf,
-    Sin,
-    Cos,
-    Floor,
-    Ceil,
-    Round,
-    Sign,
-    Not,
-    Log1p,
-    Expm1,
-    Trunc,
-    Tan,
-    Asin,
-    Acos,
-    Atan,
-    Sinh,
-    Cosh,
-    Asinh,
-    Acosh,
-    Atanh,
-    Log2,
-    Log10,
-    BitNot,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    FloorDiv,
-    Rem,
-    Pow,
-    Max,
-    Min,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    And,
-    Or,
-    Xor,
-    Atan2,
-    Fmod,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
-pub enum ReduceKind {
-    Sum,
-    Mean,
-    Max,
-    Min,
-    Prod,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
-pub enum PoolKind {
-    Max,
-    Avg,
-    /// Max pooling that writes, as i64, the flat index (over the pooled dims
-    /// of the input plane) of the element max pooling picks.
-    ArgMax,
 }
 
 /// Why a kernel refused to run.

@@ -21,7 +21,7 @@ struct Case<'a> {
 
 /// Runs `case` through the depthwise path, the im2col path and `conv` (auto),
 /// and checks all three against the reference.
-fn check(case: &Case, r: &mut rand::rngs::StdRng, s: &mut Scratch) {
+fn check(case: &Case, r: &mut rand::rngs::StdRng, s: &mut Context) {
     let Case { xs, ws, stride, pad, dil, bias } = *case;
     let mut os = vec![xs[0], ws[0]];
     for i in 0..xs.len() - 2 {
@@ -51,7 +51,7 @@ fn check(case: &Case, r: &mut rand::rngs::StdRng, s: &mut Scratch) {
 #[test]
 fn depthwise_2d_matches_im2col_and_reference() {
     let mut r = rng(40);
-    let mut s = Scratch::new();
+    let mut s = Context::new();
     let spatial: &[[usize; 2]] = &[[1, 1], [7, 5], [17, 1], [33, 35]];
     let kernels: &[[usize; 2]] = &[[1, 1], [3, 3], [5, 3]];
     for &c in &[1, 7, 17] {
@@ -78,7 +78,7 @@ fn depthwise_2d_matches_im2col_and_reference() {
 #[test]
 fn depthwise_mixed_parameters_batch_and_multiplier() {
     let mut r = rng(41);
-    let mut s = Scratch::new();
+    let mut s = Context::new();
     // Per-dim stride/pad/dilation, batch 2, multiplier 2 and 3, with and without bias.
     for bias in [false, true] {
         let cases = [
@@ -98,7 +98,7 @@ fn depthwise_mixed_parameters_batch_and_multiplier() {
 #[test]
 fn depthwise_1d_and_3d() {
     let mut r = rng(42);
-    let mut s = Scratch::new();
+    let mut s = Context::new();
     for &c in &[1, 7, 17] {
         for len in [1, 7, 33] {
             for (k, st, pd, dl) in [(1, 1, 0, 1), (3, 1, 1, 1), (3, 2, 2, 2), (5, 2, 0, 1)] {
@@ -120,7 +120,7 @@ fn depthwise_1d_and_3d() {
 
 #[test]
 fn forced_depthwise_rejects_grouped_convolutions() {
-    let mut s = Scratch::new();
+    let mut s = Context::new();
     let (x, w) = (Buf::zeros(DType::F32, &[1, 4, 5, 5]), Buf::zeros(DType::F32, &[4, 2, 3, 3]));
     let mut o = Buf::zeros(DType::F32, &[1, 4, 3, 3]);
     let p = ConvParams { stride: &[1, 1], padding: &[0, 0], dilation: &[1, 1], groups: 2 };

@@ -16,7 +16,7 @@ fn ref_mm<T: Copy + Into<f64>>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -
 #[test]
 fn matmul_matches_reference() {
     let mut r = rng(10);
-    let mut s = Scratch::new();
+    let mut s = Context::new();
     for &(m, n, k) in &[(1, 1, 1), (7, 17, 33), (100, 7, 33), (65, 9, 300), (3, 1030, 5), (17, 1, 100)] {
         let (av, bv) = (rand_f32(&mut r, m * k), rand_f32(&mut r, k * n));
         let (a, b) = (f32s(&[m, k], &av), f32s(&[k, n], &bv));
@@ -65,7 +65,7 @@ fn matmul_matches_reference() {
 #[test]
 fn linear_with_bias() {
     let mut r = rng(11);
-    let mut s = Scratch::new();
+    let mut s = Context::new();
     let (m, n, k) = (33, 17, 100);
     let (xv, wv, bv) = (rand_f32(&mut r, m * k), rand_f32(&mut r, n * k), rand_f32(&mut r, n));
     let (x, w, b) = (f32s(&[3, 11, k], &xv), f32s(&[n, k], &wv), f32s(&[n], &bv));
@@ -85,7 +85,7 @@ fn linear_with_bias() {
 #[test]
 fn conv_matches_reference() {
     let mut r = rng(12);
-    let mut s = Scratch::new();
+    let mut s = Context::new();
     // (x shape, w shape, stride, pad, dil, groups)
     let cases: &[(&[usize], &[usize], &[usize], &[usize], &[usize], usize)] = &[
         (&[2, 3, 17, 13], &[5, 3, 3, 3], &[1, 1], &[1, 1], &[1, 1], 1),
@@ -455,7 +455,7 @@ fn ref_attention<T: Copy + Into<f64>>(
 #[test]
 fn attention_matches_reference() {
     let mut r = rng(15);
-    let mut sc = Scratch::new();
+    let mut sc = Context::new();
     let (b, l, s, e, ev) = (3, 7, 17, 8, 5);
     let qv = rand_f32(&mut r, b * l * e);
     let kv = rand_f32(&mut r, s * e); // batch-broadcast k and v
@@ -506,7 +506,7 @@ fn f64s(shape: &[usize], v: &[f64]) -> Buf {
 fn f64_kernels_match_reference() {
     const TOL: f64 = 1e-12;
     let mut r = rng(16);
-    let mut s = Scratch::new();
+    let mut s = Context::new();
     for &(m, n, k) in &[(1, 1, 1), (7, 17, 33), (17, 1, 100), (3, 1000, 7)] {
         let (av, bv) = (rand_f64(&mut r, m * k), rand_f64(&mut r, k * n));
         let mut o = Buf::zeros(DType::F64, &[m, n]);
@@ -668,7 +668,7 @@ fn layout_ops() {
 #[test]
 #[ignore]
 fn gemm_throughput() {
-    let mut s = Scratch::new();
+    let mut s = Context::new();
     for &n in &[64usize, 256, 512] {
         let (a, b) = (f32s(&[n, n], &vec![0.5; n * n]), f32s(&[n, n], &vec![0.25; n * n]));
         let mut o = Buf::zeros(DType::F32, &[n, n]);

@@ -3,7 +3,8 @@
 //! Passes delete by leaving the schedule and never free arena slots, so ids stay
 //! valid while they run. Once they are done, [`compact`] renumbers into fresh
 //! arenas without dead nodes, unused constants or their values — what the artifact
-//! writer and the filetests' printed expectations want to see.
+//! writer and the filetests' printed expectations want to see. Names and value
+//! attributes go along with each value.
 
 use crate::{live_consts, verify_graph};
 use kiln_ir::{Graph, Op, Region, SecondaryMap, ValueId};
@@ -18,12 +19,15 @@ pub fn compact(g: &Graph) -> Result<Graph, String> {
     for &v in &g.inputs {
         let nv = new.add_input(String::new(), g.ty(v).clone());
         new.values[nv].name = g.values[v].name.clone();
+        new.values[nv].attrs = g.values[v].attrs.clone();
         map[v] = Some(nv);
     }
     for c in live_consts(g) {
         let data = &g.consts[c];
         let v = data.value;
-        map[v] = Some(new.add_const(g.values[v].name.clone(), g.ty(v).clone(), data.bytes.clone()));
+        let nv = new.add_const(g.values[v].name.clone(), g.ty(v).clone(), data.bytes.clone());
+        new.values[nv].attrs = g.values[v].attrs.clone();
+        map[v] = Some(nv);
     }
     for &n in &g.order {
         let node = &g.nodes[n];
@@ -39,6 +43,7 @@ pub fn compact(g: &Graph) -> Result<Graph, String> {
         let nn = new.add_node(op, inputs, types, node.loc);
         for (&old, &nv) in node.outputs.iter().zip(&new.nodes[nn].outputs.clone()) {
             new.values[nv].name = g.values[old].name.clone();
+            new.values[nv].attrs = g.values[old].attrs.clone();
             map[old] = Some(nv);
         }
     }

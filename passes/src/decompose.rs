@@ -1,11 +1,12 @@
 //! Decomposition: rewrites composites the target lacks into ops it has.
 //!
-//! Which ops a target keeps is [`target_keeps`]. Two rewrites run for every target
-//! because they are pure wins: BatchNorm becomes one multiply and one add by
-//! per-channel constants, and AdaptiveAvgPool becomes a mean (all-1 output) or a
-//! plain pool. A rule that cannot apply (symbolic sizes it needs, f16 parameters it
-//! would have to encode) leaves the node as it is; that is not an error, and the
-//! target's lowering reports ops it still cannot run.
+//! Which composites survive is the target's call ([`TargetDesc::keeps`]). No
+//! target keeps two of them, because their rewrites are pure wins: BatchNorm
+//! becomes one multiply and one add by per-channel constants, and
+//! AdaptiveAvgPool becomes a mean (all-1 output) or a plain pool. A rule that
+//! cannot apply (symbolic sizes it needs, f16 parameters it would have to
+//! encode) leaves the node as it is; that is not an error, and the target's
+//! lowering reports ops it still cannot run.
 //! One file per family of rules under `decompose/`.
 
 mod attention;
@@ -17,30 +18,18 @@ mod softmax;
 use crate::check::guard;
 use crate::emit::{Emitter, PASS};
 use crate::rewrite::{rewrite_in_order, Rewrite};
-use crate::{Changed, Options, PassError, Target};
+use crate::{Changed, Options, PassError, TargetDesc};
 use kiln_ir::{Graph, NodeId, Op, TensorType, ValueId};
 
 pub fn decompose(g: &mut Graph, opts: &Options) -> Result<Changed, PassError> {
     guard(g, PASS)?;
-    rewrite_in_order(g, |g, n| decompose_node(g, n, opts.target))
+    rewrite_in_order(g, |g, n| decompose_node(g, n, &opts.target))
 }
 
-/// Whether `target` runs `op` as it is. Primitives (and MatMul, Clamp, Gather,
-/// ArgMax, Conv where nothing smaller exists) are kept everywhere.
-pub fn target_keeps(target: Target, op: &Op) -> bool {
-    match op {
-        Op::BatchNorm { .. } | Op::AdaptiveAvgPool { .. } | Op::LogSoftmax { .. } => false,
-        Op::Linear | Op::LayerNorm { .. } | Op::Softmax { .. } | Op::Attention { .. } | Op::Pool { .. } => {
-            target == Target::Cpu
-        }
-        _ => true,
-    }
-}
-
-fn decompose_node(g: &mut Graph, n: NodeId, target: Target) -> Result<Rewrite, PassError> {
+fn decompose_node(g: &mut Graph, n: NodeId, target: &TargetDesc) -> Result<Rewrite, PassError> {
     let node = &g.nodes[n];
     let &[out] = node.outputs.as_slice() else { return Ok(Rewrite::Keep) };
-    if target_keeps(target, &node.op) {
+    if target.keeps(&node.op) {
         return Ok(Rewrite::Keep);
     }
     let (op, inputs, loc) = (node.op.clone(), node.inputs.clone(), node.loc);

@@ -4,16 +4,16 @@
 //! decomposes that one too, so a rule may freely use other composites
 //! (attention emits a softmax) and still yield only what the target keeps.
 
-use crate::decompose::{expand_op, target_keeps};
+use crate::decompose::expand_op;
 use crate::host::scalar_const;
-use crate::{PassError, Target};
+use crate::{PassError, TargetDesc};
 use kiln_ir::{DType, Graph, LocId, Op, TensorType, ValueId};
 
 pub(crate) const PASS: &str = "decompose";
 
 pub(crate) struct Emitter<'g> {
     pub g: &'g mut Graph,
-    pub target: Target,
+    pub target: &'g TargetDesc,
     /// The replaced node's location, inherited by everything built for it.
     pub loc: Option<LocId>,
 }
@@ -30,7 +30,7 @@ impl Emitter<'_> {
         let Some(ty) = types.into_iter().next() else {
             return Err(PassError::new(PASS, format!("`{}` inferred no result", op.name())));
         };
-        if !target_keeps(self.target, &op) {
+        if !self.target.keeps(&op) {
             if let Some(v) = expand_op(self, &op, &inputs, &ty)? {
                 return Ok(v);
             }

@@ -9,6 +9,10 @@
 //! `permute(weight, [1, 0])`, whose operand then dies).
 //! The pass first folds shape arithmetic ([`crate::dims`]), so that a reshape whose
 //! target became static can fold in the same run.
+//!
+//! The new constant inherits the folded value's attributes; a layout op or a
+//! cast of one constant also passes on that constant's origin (the folded
+//! transpose of a weight is still that weight to an override that names it).
 
 use crate::check::guard;
 use crate::dims::simplify_shapes;
@@ -74,7 +78,15 @@ fn fold_node(g: &mut Graph, n: NodeId, opts: &Options) -> Rewrite {
         Some(result) if !result.is_exact() => Rewrite::Keep,
         Some(result) => {
             let name = g.values[out].name.clone();
-            Rewrite::Replace(vec![result.add_to(g, name)])
+            let origin = match node.inputs.as_slice() {
+                [x] if node.op.is_layout_only() || matches!(node.op, Op::Cast { .. }) => {
+                    g.values[*x].attrs.origin.clone()
+                }
+                _ => None,
+            };
+            let folded = result.add_to(g, name);
+            g.values[folded].attrs.origin = origin;
+            Rewrite::Replace(vec![folded])
         }
         None => Rewrite::Keep,
     }

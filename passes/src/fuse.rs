@@ -86,9 +86,11 @@ fn try_fuse(g: &mut Graph, n: NodeId, uses: &SecondaryMap<ValueId, u32>) -> Opti
             _ => new_b[o] -= factors[o],
         }
     }
-    let name = |v: ValueId| g.values[v].name.clone();
-    let w_name = name(conv_node.inputs[1]);
+    // The rescaled weight is still the conv's weight: it keeps its name and attributes.
+    let w_data = &g.values[conv_node.inputs[1]];
+    let (w_name, w_attrs) = (w_data.name.clone(), w_data.attrs.clone());
     let new_w = HostTensor::new(DType::F32, w.shape.clone(), new_w).add_to(g, w_name);
+    g.values[new_w].attrs = w_attrs;
     let new_b = HostTensor::new(DType::F32, vec![channels], new_b).add_to(g, None);
     let fused = g.push(conv_node.op.clone(), vec![conv_node.inputs[0], new_w, new_b], out_ty, conv_node.loc);
     Some(fused)

@@ -1,5 +1,6 @@
-//! Dtype legalisation: composites whose CPU kernels compute in f32 and f64
-//! only run other dtypes through casts.
+//! Dtype legalisation: ops whose kernels compute in some dtypes only (the
+//! composites of kiln's CPU kernels: f32 and f64, see
+//! [`crate::TargetDesc::kernel_support`]) run other dtypes through casts.
 //!
 //! f16/bf16 operands are widened to f32 and the result rounded back once —
 //! what PyTorch's CPU kernels do (f32 accumulation). Integer operands compute
@@ -9,29 +10,10 @@
 //! f64 would compute in f32 (a precision loss); none is today.
 
 use crate::rewrite::{rewrite_in_order, Rewrite};
-use crate::{Changed, Options, PassError};
+use crate::{Changed, Options, PassError, Support, TargetDesc};
 use kiln_ir::{DType, Graph, NodeId, Op, PoolKind, TensorType};
 
 const PASS: &str = "legalize";
-
-/// The dtypes the CPU kernel for `op` computes natively; `None` for ops that
-/// take every dtype (or that this pass does not manage).
-pub fn native_dtypes(op: &Op) -> Option<&'static [DType]> {
-    const F32_F64: &[DType] = &[DType::F32, DType::F64];
-    match op {
-        Op::MatMul
-        | Op::Linear
-        | Op::BatchNorm { .. }
-        | Op::LayerNorm { .. }
-        | Op::Attention { .. }
-        | Op::Conv { .. }
-        | Op::Softmax { .. }
-        | Op::LogSoftmax { .. }
-        | Op::Pool { .. }
-        | Op::AdaptiveAvgPool { .. } => Some(F32_F64),
-        _ => None,
-    }
-}
 
 fn compute_dtype(d: DType, native: &[DType]) -> DType {
     match d {
@@ -42,13 +24,14 @@ fn compute_dtype(d: DType, native: &[DType]) -> DType {
     }
 }
 
-pub fn legalize_dtypes(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
-    rewrite_in_order(g, legalize_node)
+pub fn legalize_dtypes(g: &mut Graph, opts: &Options) -> Result<Changed, PassError> {
+    rewrite_in_order(g, |g, n| legalize_node(g, n, &opts.target))
 }
 
-fn legalize_node(g: &mut Graph, n: NodeId) -> Result<Rewrite, PassError> {
+fn legalize_node(g: &mut Graph, n: NodeId, target: &TargetDesc) -> Result<Rewrite, PassError> {
     let node = &g.nodes[n];
-    let Some(native) = native_dtypes(&node.op) else { return Ok(Rewrite::Keep) };
+    // Ops without a kernel are the partitioner's or lowering's to report.
+    let Support::Only(native) = target.kernel_support(&node.op) else { return Ok(Rewrite::Keep) };
     let &[out] = node.outputs.as_slice() else { return Ok(Rewrite::Keep) };
     let Some(&first) = node.inputs.first() else { return Ok(Rewrite::Keep) };
     let dtype = g.ty(first).dtype;

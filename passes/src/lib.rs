@@ -4,6 +4,9 @@
 //! usable on its own ([`dce`], [`simplify`], [`fold_constants`], [`decompose`]) or
 //! through the pass manager ([`run_pipeline`] over [`default_pipeline`]).
 //! [`plan_memory`] is not a rewrite: it reads the final graph and assigns arena slots.
+//! What a pass may assume about the target — which composites survive, which
+//! dtypes its kernels take — it reads from [`Options::target`], a
+//! [`TargetDesc`] ([`Target::desc`]).
 //!
 //! Architecture invariant: passes depend on `kiln-ir` only — constant folding carries
 //! its own tiny evaluator rather than calling into kernels.
@@ -24,17 +27,19 @@ pub mod memory;
 mod pipeline;
 mod rewrite;
 mod simplify;
+mod target;
 
 pub use check::verify_graph;
 pub use compact::compact;
 pub use dce::{dce, live_consts};
-pub use decompose::{decompose, target_keeps};
+pub use decompose::decompose;
 pub use dims::simplify_dim;
 pub use error::{Changed, PassError};
 pub use fold::fold_constants;
 pub use fuse::fuse_conv_affine;
-pub use legalize::{legalize_dtypes, native_dtypes};
+pub use legalize::legalize_dtypes;
 pub use memory::{check_plan, plan_memory, LoopPlan, MemoryOptions, MemoryPlan, Slot};
-pub use pipeline::{cleanup, default_pipeline, run_pipeline, Options, Pass, PassRecord, Report, Target};
+pub use pipeline::{cleanup, default_pipeline, pipeline_for, run_pipeline, Options, Pass, PassRecord, Report};
 pub use pipeline::{CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, LEGALIZE, SIMPLIFY};
 pub use simplify::simplify;
+pub use target::{data_dtype, Layout, OpKind, OpRow, OpTable, Support, Target, TargetDesc, DTYPES};

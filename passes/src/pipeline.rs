@@ -1,36 +1,18 @@
 //! The pass manager: a list of passes run in order, with an optional verifier
 //! between them and a report of what each did.
 
+use crate::target::{OpKind, Support, Target, TargetDesc};
 use crate::{
     dce, decompose, fold_constants, fuse_conv_affine, legalize_dtypes, simplify, verify_graph, Changed, PassError,
 };
 use kiln_ir::{Graph, Op};
 use std::fmt;
 
-/// What the compiled graph must run on; decides which composites survive.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Target {
-    /// The CPU runtime: keeps the composites it has kernels for (see
-    /// [`crate::target_keeps`]).
-    Cpu,
-    /// Primitive ops only: every composite that can be decomposed is.
-    Primitive,
-}
-
-impl Target {
-    /// The name used in filetest headers (`; target cpu`).
-    pub fn from_name(name: &str) -> Option<Target> {
-        match name {
-            "cpu" => Some(Target::Cpu),
-            "primitive" => Some(Target::Primitive),
-            _ => None,
-        }
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct Options {
-    pub target: Target,
+    /// What the graph is compiled for: the passes read what it keeps and
+    /// what its kernels take.
+    pub target: TargetDesc,
     /// Run [`verify_graph`] after every pass (tests turn it on).
     pub verify_each: bool,
     /// Constant folding always evaluates a node whose result is no larger than its
@@ -40,6 +22,11 @@ pub struct Options {
 
 impl Options {
     pub fn new(target: Target) -> Options {
+        Options::for_desc(target.desc().clone())
+    }
+
+    /// Options for a target description of the caller's own.
+    pub fn for_desc(target: TargetDesc) -> Options {
         Options { target, verify_each: false, fold_max_elements: 1 << 16 }
     }
 }
@@ -71,28 +58,35 @@ pub const CLEANUP: Pass = Pass { name: "cleanup", run: cleanup };
 pub const FUSE: Pass = Pass { name: "fuse", run: fuse_conv_affine };
 pub const LEGALIZE: Pass = Pass { name: "legalize", run: legalize_dtypes };
 
-/// The passes, in the order they run.
+/// The passes for `target`, in the order they run ([`pipeline_for`] its description).
 pub fn default_pipeline(target: Target) -> Vec<Pass> {
-    // `target` will pick target-specific lowering passes (fusion, layout, Pjrt)
-    // appended at the end; the portable part below does not depend on it except
-    // through `Options::target` inside `decompose`.
-    let _ = target;
-    vec![
+    pipeline_for(target.desc())
+}
+
+/// The passes for a target description, in the order they run. The options
+/// the passes then get must hold the same description.
+pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
+    let mut passes = vec![
         // Portable clean-up: canonicalise, fold what is constant, drop the dead.
-        CLEANUP,
-        // Rewrite composites the target lacks (and BatchNorm / AdaptiveAvgPool
-        // everywhere) into what it has.
+        CLEANUP, // Rewrite composites the target does not keep into what it has.
         DECOMPOSE,
         // Decomposition exposes new folds: `linear`'s transposed weight, BatchNorm's
         // reshaped parameters, scalar constants.
         CLEANUP,
-        // Fold per-channel affine ops (decomposed BatchNorm) into the convolutions
-        // before them; drop the convolutions and constants that replaced.
-        FUSE,
-        // Composites whose kernels lack the dtype compute through casts (f16/bf16
-        // in f32, as PyTorch's CPU kernels do).
-        LEGALIZE, DCE,
-    ]
+    ];
+    // Fold per-channel affine ops (decomposed BatchNorm) into the convolutions
+    // before them, when the target has a convolution kernel to fold into; drop
+    // the convolutions and constants that replaced.
+    if target.kernels.support(OpKind::Conv) != Support::No {
+        passes.push(FUSE);
+    }
+    // Kernels that lack a dtype compute through casts (f16/bf16 in f32, as
+    // PyTorch's CPU kernels do).
+    if target.kernels.restricts_dtypes() {
+        passes.push(LEGALIZE);
+    }
+    passes.push(DCE);
+    passes
 }
 
 /// Simplify, fold and DCE repeated until none of them changes the graph: a fold can

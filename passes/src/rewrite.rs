@@ -3,6 +3,10 @@
 //! [`rewrite_in_order`] rebuilds `g.order` while walking the old one. Because
 //! `Graph::add_node` appends to `g.order`, nodes a rewrite creates land exactly where
 //! the node they replace was, so the schedule stays topological without a re-sort.
+//!
+//! A replacement inherits the value attributes of what it replaces
+//! ([`kiln_ir::ValueAttrs::inherit`]): a value that `simplify` replaces by its
+//! operand, or `fold` by a constant, keeps its origin.
 
 use crate::{Changed, PassError};
 use kiln_ir::{Graph, NodeId, SecondaryMap, ValueId};
@@ -35,6 +39,8 @@ pub(crate) fn rewrite_in_order(
                     // A self-mapping would make `replace_uses` chase its own tail.
                     if old != new {
                         map[old] = Some(new);
+                        let attrs = g.values[old].attrs.clone();
+                        g.values[new].attrs.inherit(&attrs);
                     }
                 }
             }

@@ -1,5 +1,5 @@
 //! Runs every `filetests/**/*.kir` file: `; test <pass>` picks the passes,
-//! `; target cpu|primitive` the target; the result is compacted (dead constants
+//! `; target cpu|primitive|pjrt` the target (cpu when absent); the result is compacted (dead constants
 //! dropped) and printed. `BLESS=1 cargo test -p kiln-passes --test filetests`
 //! rewrites expectations.
 

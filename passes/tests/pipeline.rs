@@ -101,3 +101,38 @@ fn verify_each_names_the_pass_that_broke_the_graph() {
     assert_eq!(err.pass, "breaker");
     assert!(err.to_string().starts_with("pass `breaker`"), "{err}");
 }
+
+/// Value attributes survive the default pipeline and compaction: a weight
+/// transposed at compile time keeps its origin, and a value that `simplify`
+/// replaces hands its attributes to what replaces it.
+#[test]
+fn value_attributes_survive_the_pipeline() {
+    use kiln_ir::ValueAttrs;
+    let mut g = Graph::new();
+    let x = g.add_input("x", f32_ty(&[2, 4]));
+    g.values[x].attrs = ValueAttrs::with_origin("x");
+    // An identity reshape whose result carries an attribute (as an override
+    // attached to it would); `x` gets no second origin, `h` does.
+    let h = push(&mut g, Op::Unary(UnaryOp::Tanh), vec![x], &[2, 4]);
+    let same = push(&mut g, Op::Reshape { shape: vec![2.into(), 4.into()] }, vec![h], &[2, 4]);
+    g.values[same].attrs = ValueAttrs::with_origin("encoder.hidden");
+    // Core ATen linear: permute(weight) + matmul.
+    let w = const_f32(&mut g, &[3, 4], &data(12, 1));
+    g.values[w].attrs = ValueAttrs::with_origin("fc.weight");
+    let wt = push(&mut g, Op::Permute { perm: vec![1, 0] }, vec![w], &[4, 3]);
+    let y = push(&mut g, Op::MatMul, vec![same, wt], &[2, 3]);
+    g.add_output("y", y);
+
+    run_pipeline(&mut g, &default_pipeline(Target::Cpu), &opts(Target::Cpu)).unwrap();
+    let g = kiln_passes::compact(&g).unwrap();
+    assert_eq!(ops(&g), ["tanh", "matmul"]);
+    let origin = |v| g.values[v].attrs.origin.as_deref();
+    assert_eq!(origin(g.inputs[0]), Some("x"));
+    let (tanh, mm) = (&g.nodes[g.order[0]], &g.nodes[g.order[1]]);
+    assert_eq!(origin(tanh.outputs[0]), Some("encoder.hidden"));
+    assert_eq!(mm.inputs[0], tanh.outputs[0]);
+    let folded = mm.inputs[1];
+    assert!(g.const_of(folded).is_some());
+    assert_eq!(origin(folded), Some("fc.weight"));
+    assert_eq!(g.ty(folded).static_shape(), Some(vec![4, 3]));
+}

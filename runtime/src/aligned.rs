@@ -1,24 +1,39 @@
 //! 64-byte aligned byte buffers (arena memory, and artifacts loaded from memory).
 
-/// One cache line; a `Vec` of these is a 64-byte aligned byte buffer.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ptr::NonNull;
 
+const ALIGN: usize = 64;
+
+/// A type with [`ALIGN`]: its dangling pointer is aligned for every dtype.
+#[repr(C, align(64))]
+struct Line([u8; ALIGN]);
+
+/// A zero-initialised, 64-byte aligned byte buffer.
 pub(crate) struct AlignedBuf {
-    lines: Vec<Line>,
+    ptr: NonNull<u8>,
     len: usize,
 }
 
+// SAFETY: the buffer owns its allocation exclusively, like a `Vec<u8>`.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access is read-only.
+unsafe impl Sync for AlignedBuf {}
+
 impl AlignedBuf {
     /// Zeroed buffer; `None` when the allocation fails (a hostile plan may ask for
-    /// terabytes, and Rust aborts on a failed infallible allocation).
+    /// terabytes, and Rust aborts on a failed infallible allocation). Large
+    /// buffers come zeroed from the OS page by page (`calloc`-like), so a
+    /// session does not spend time zeroing memory its run never touches.
     pub fn zeroed(len: usize) -> Option<AlignedBuf> {
-        let n = len.div_ceil(64);
-        let mut lines = Vec::new();
-        lines.try_reserve_exact(n).ok()?;
-        lines.resize(n, Line([0; 64]));
-        Some(AlignedBuf { lines, len })
+        if len == 0 {
+            // Still 64-byte aligned: kernels cast (empty) slices of it to wider types.
+            return Some(AlignedBuf { ptr: NonNull::<Line>::dangling().cast(), len });
+        }
+        let layout = Layout::from_size_align(len, ALIGN).ok()?;
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+        Some(AlignedBuf { ptr, len })
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Option<AlignedBuf> {
@@ -28,12 +43,21 @@ impl AlignedBuf {
     }
 
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `lines` holds `n * 64 >= len` initialised bytes, `Line` has no padding.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
+        // SAFETY: `ptr` points at `len` initialised (zeroed or written) bytes we own.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`, and we hold `&mut self`.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if self.len != 0 {
+            // SAFETY: allocated in `zeroed` with this very layout.
+            unsafe { dealloc(self.ptr.as_ptr(), Layout::from_size_align_unchecked(self.len, ALIGN)) }
+        }
     }
 }

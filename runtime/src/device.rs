@@ -58,8 +58,11 @@ pub enum ExecutableCache {
     Off,
 }
 
+/// The default [`SessionOptions::max_arena_bytes`]: 8 GiB.
+pub const DEFAULT_MAX_ARENA_BYTES: u64 = 8 << 30;
+
 /// Options for [`crate::Program::session_with`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionOptions {
     pub device: Device,
     /// Which of the plugin's addressable devices runs the segments.
@@ -73,6 +76,24 @@ pub struct SessionOptions {
     /// reproducible; every run of a session draws new numbers, and two
     /// sessions with the same seed draw the same sequence.
     pub seed: u64,
+    /// The most activation memory (the plan's arena) a session may take; a
+    /// larger plan is refused when the session is created, before anything
+    /// is allocated. An artifact is untrusted: this keeps a hostile or
+    /// mistaken one from taking the machine.
+    pub max_arena_bytes: u64,
+}
+
+impl Default for SessionOptions {
+    fn default() -> SessionOptions {
+        SessionOptions {
+            device: Device::default(),
+            device_index: 0,
+            pjrt_cpu_device_count: None,
+            cache: ExecutableCache::default(),
+            seed: 0,
+            max_arena_bytes: DEFAULT_MAX_ARENA_BYTES,
+        }
+    }
 }
 
 impl SessionOptions {

@@ -27,6 +27,9 @@ pub enum Error {
     /// as a size) falls outside the bounds its symbol was compiled for.
     #[error("instruction {index} ({origin}): data-dependent size {detail}")]
     DataDependent { index: usize, origin: String, detail: String },
+    /// The plan's arena exceeds [`crate::SessionOptions::max_arena_bytes`].
+    #[error("the session arena needs {bytes} bytes, more than the limit of {limit} (SessionOptions::max_arena_bytes, `kiln run --max-memory`)")]
+    ArenaLimit { bytes: u64, limit: u64 },
     #[error("cannot allocate {bytes} bytes for the session arena")]
     OutOfMemory { bytes: u64 },
     /// A PJRT plugin call failed; `message` is the plugin's own.

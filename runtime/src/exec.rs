@@ -1,134 +1,211 @@
-//! Instruction dispatch: one `match` from the plan's kernel ids to the kernels.
+//! The kernel side of the instruction set: every call opcode's kernel, and
+//! the resolution — once, at `Program::load` — of a plan's instructions into
+//! [`Step`]s: a function pointer and decoded parameters per call, so the run
+//! loop neither decodes nor allocates.
 
-use crate::format::Kernel;
-use kiln_kernels::{self as k, ConvParams, PoolParams, Result, Scratch, TensorMut, TensorRef};
+use crate::format::{InstrOp, Kernel, Plan};
+use kiln_kernels::{self as k, Context, ConvParams, KernelError, PoolParams, Result, TensorMut, TensorRef};
+use std::ops::Range;
 
-/// Small parameter lists (≤ 3 spatial dims, ≤ MAX_RANK axes) converted without
-/// allocating.
-struct Usizes {
-    buf: [usize; crate::validate::MAX_RANK],
-    len: usize,
+/// A call opcode's kernel: its parameters, their list parameters decoded to
+/// `usize` (see [`decode_ints`]), the context, operands and outputs (counts
+/// validated at load).
+pub(crate) type KernelFn = fn(&Kernel, &[usize], &mut Context, &[TensorRef<'_>], &mut [TensorMut<'_>]) -> Result<()>;
+
+/// One instruction as the run loop executes it; each kind in one place.
+pub(crate) enum Step {
+    Call {
+        run: KernelFn,
+        /// This call's decoded list parameters in [`Resolved::ints`].
+        ints: Range<usize>,
+    },
+    Delegate {
+        segment: u32,
+    },
+    BindDim {
+        symbol: u32,
+    },
+    JumpIfFalse {
+        target: u32,
+    },
+    Jump {
+        target: u32,
+    },
 }
 
-impl Usizes {
-    fn of(v: &[u32]) -> Usizes {
-        let mut buf = [0; crate::validate::MAX_RANK];
-        let len = v.len().min(buf.len());
-        for (b, &x) in buf.iter_mut().zip(v) {
-            *b = x as usize;
-        }
-        Usizes { buf, len }
-    }
-    fn get(&self) -> &[usize] {
-        &self.buf[..self.len]
-    }
+/// A validated plan's steps, indexed like `Plan::instrs`.
+pub(crate) struct Resolved {
+    pub steps: Vec<Step>,
+    pub ints: Vec<usize>,
 }
 
-/// Runs one instruction. `in_place` says the first operand shares the output's
-/// storage (a reshape the planner aliased), which makes `Copy` a no-op.
-pub(crate) fn dispatch(
-    kernel: &Kernel,
-    ins: &[TensorRef<'_>],
-    out: TensorMut<'_>,
-    in_place: bool,
-    scratch: &mut Scratch,
-) -> Result<()> {
-    // Operand counts were validated at load; `opt` reads trailing optionals.
-    let opt = |i: usize| ins.get(i).copied();
+/// Resolves every instruction of a validated plan.
+pub(crate) fn resolve(plan: &Plan) -> Resolved {
+    let mut ints = Vec::new();
+    let steps = plan
+        .instrs
+        .iter()
+        .map(|instr| match &instr.op {
+            InstrOp::Call(kernel) => {
+                let start = ints.len();
+                decode_ints(kernel, &mut ints);
+                let storage = |t: Option<&u32>| t.and_then(|&t| plan.tensors.get(t as usize)).map(|d| d.storage);
+                let aliased = storage(instr.inputs.first()).is_some_and(|s| Some(s) == storage(instr.outputs.first()));
+                // A reshape the planner aliased moves no data.
+                let run = if aliased && matches!(kernel, Kernel::Copy {}) { no_op } else { kernel_fn(kernel) };
+                Step::Call { run, ints: start..ints.len() }
+            }
+            InstrOp::Delegate { segment } => Step::Delegate { segment: *segment },
+            InstrOp::BindDim { symbol } => Step::BindDim { symbol: *symbol },
+            InstrOp::JumpIfFalse { target } => Step::JumpIfFalse { target: *target },
+            InstrOp::Jump { target } => Step::Jump { target: *target },
+        })
+        .collect();
+    Resolved { steps, ints }
+}
+
+/// The list parameters the kernels take as `usize` slices, concatenated in
+/// field order (each list of a kernel has the same length where there are
+/// several: validated at load).
+fn decode_ints(kernel: &Kernel, out: &mut Vec<usize>) {
+    let mut push = |v: &[u32]| out.extend(v.iter().map(|&x| x as usize));
     match kernel {
-        Kernel::Unary(op) => k::unary(*op, ins[0], out),
-        Kernel::Binary(op) => k::binary(*op, ins[0], ins[1], out),
-        Kernel::Where => k::where_(ins[0], ins[1], ins[2], out),
-        Kernel::Cast => k::cast(ins[0], out),
-        Kernel::Clamp { min, max } => k::clamp(ins[0], *min, *max, out),
-        Kernel::MatMul => k::matmul(ins[0], ins[1], out, scratch),
-        Kernel::Linear => k::linear(ins[0], ins[1], opt(2), out, scratch),
-        Kernel::Conv { stride, padding, dilation, groups } => {
-            let (s, p, d) = (Usizes::of(stride), Usizes::of(padding), Usizes::of(dilation));
-            let params = ConvParams { stride: s.get(), padding: p.get(), dilation: d.get(), groups: *groups as usize };
-            k::conv(ins[0], ins[1], opt(2), &params, out, scratch)
+        Kernel::Conv { stride, padding, dilation, .. } => {
+            push(stride);
+            push(padding);
+            push(dilation);
         }
-        Kernel::BatchNorm { eps } => k::batch_norm(ins[0], ins[1], ins[2], ins[3], ins[4], *eps, out),
-        Kernel::LayerNorm { normalized_rank, eps } => {
-            k::layer_norm(ins[0], opt(1), opt(2), *normalized_rank as usize, *eps, out)
+        Kernel::Pool { kernel, stride, padding, dilation, .. } => {
+            push(kernel);
+            push(stride);
+            push(padding);
+            push(dilation);
         }
-        Kernel::Softmax { axis, log } => k::softmax(ins[0], *axis as usize, *log, out),
-        Kernel::Reduce { kind, axes } => k::reduce(*kind, ins[0], Usizes::of(axes).get(), out),
-        Kernel::ArgMax { axis } => k::argmax(ins[0], *axis as usize, out),
-        Kernel::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor } => {
-            let (kk, s, p, d) = (Usizes::of(kernel), Usizes::of(stride), Usizes::of(padding), Usizes::of(dilation));
-            let (count_include_pad, divisor) = (*count_include_pad, *divisor);
-            let params = PoolParams {
-                kernel: kk.get(),
-                stride: s.get(),
-                padding: p.get(),
-                dilation: d.get(),
-                count_include_pad,
-                divisor,
-            };
-            k::pool(*kind, ins[0], &params, out)
-        }
-        Kernel::AdaptiveAvgPool => k::adaptive_avg_pool(ins[0], out),
-        Kernel::Attention { causal, scale } => {
-            k::attention(ins[0], ins[1], ins[2], opt(3), *causal, *scale, out, scratch)
-        }
-        Kernel::Copy if in_place => Ok(()),
-        Kernel::Copy => k::copy(ins[0], out),
-        Kernel::Expand => k::expand(ins[0], out),
-        Kernel::Permute { perm } => k::permute(ins[0], Usizes::of(perm).get(), out),
-        Kernel::Slice { axis, start, step } => k::slice(ins[0], *axis as usize, *start as usize, *step as usize, out),
-        Kernel::SliceFromEnd { axis, back, step } => {
-            let len = ins[0].shape.get(*axis as usize).copied().unwrap_or(0);
-            k::slice(ins[0], *axis as usize, len.saturating_sub(*back as usize), *step as usize, out)
-        }
-        Kernel::Concat { axis } => k::concat(ins, *axis as usize, out),
-        Kernel::Gather { axis } => k::gather(ins[0], ins[1], *axis as usize, out),
-        Kernel::Fill { value } => k::fill(*value, out),
-        Kernel::Arange { start, step } => k::arange(*start, *step, out),
-        Kernel::CumSum { axis } => k::cumsum(ins[0], *axis as usize, out),
-        Kernel::ArgMin { axis } => k::argmin(ins[0], *axis as usize, out),
-        Kernel::Sort { axis, descending, indices } => {
-            k::sort(ins[0], *axis as usize, *descending, *indices, out, scratch)
-        }
-        Kernel::Pad { lo, hi, interior, mode, value } => {
-            k::pad(ins[0], &k::PadParams { lo, hi, interior, mode: *mode, value: *value }, out)
-        }
-        Kernel::Flip { axes } => k::flip(ins[0], Usizes::of(axes).get(), out),
-        Kernel::Resize { mode, align_corners, spatial, scales } => {
-            let params =
-                k::ResizeParams { mode: *mode, align_corners: *align_corners, spatial: *spatial as usize, scales };
-            k::resize(ins[0], &params, out)
-        }
-        Kernel::GatherElements { axis } => k::gather_elements(ins[0], ins[1], *axis as usize, out),
-        Kernel::ScatterElements { axis, reduce, include_self } => {
-            k::scatter_elements(ins[0], ins[1], ins[2], *axis as usize, *reduce, *include_self, out, scratch)
-        }
-        Kernel::IndexGather { axis } => k::index_gather(ins[0], &ins[1..], *axis as usize, out, scratch),
-        Kernel::IndexPut { axis, accumulate } => {
-            k::index_put(ins[0], ins[1], &ins[2..], *axis as usize, *accumulate, out, scratch)
-        }
-        Kernel::NonZero => k::nonzero(ins[0], out),
-        // The session runs random instructions itself: they need its seed
-        // and call count, which no other kernel sees.
-        Kernel::Random { .. } => Err(kiln_kernels::KernelError::Shape {
-            kernel: "random",
-            detail: "random instruction reached the stateless dispatcher".into(),
-        }),
-        // The session binds symbols itself: it owns their values and the shapes.
-        Kernel::BindDim { .. } => Err(kiln_kernels::KernelError::Shape {
-            kernel: "bind_dim",
-            detail: "symbol binding reached the stateless dispatcher".into(),
-        }),
-        // The session follows jumps itself: they change where it continues.
-        Kernel::JumpIfFalse { .. } | Kernel::Jump { .. } => Err(kiln_kernels::KernelError::Shape {
-            kernel: "jump",
-            detail: "loop control reached the stateless dispatcher".into(),
-        }),
-        // Accelerator calls never reach the CPU dispatcher: the session runs
-        // them (and a session without a PJRT device refuses such plans at start).
-        Kernel::Accel { .. } => Err(kiln_kernels::KernelError::Shape {
-            kernel: "accel",
-            detail: "accelerator segment reached the CPU dispatcher".into(),
-        }),
+        Kernel::Reduce { axes, .. } | Kernel::Flip { axes } => push(axes),
+        Kernel::Permute { perm } => push(perm),
+        _ => {}
     }
+}
+
+fn no_op(_: &Kernel, _: &[usize], _: &mut Context, _: &[TensorRef<'_>], _: &mut [TensorMut<'_>]) -> Result<()> {
+    Ok(())
+}
+
+/// `ints` cut into `n` equal lists.
+fn lists<const N: usize>(ints: &[usize]) -> [&[usize]; N] {
+    let len = ints.len() / N;
+    std::array::from_fn(|i| &ints[i * len..(i + 1) * len])
+}
+
+/// Output `i` reborrowed for one kernel call.
+fn out<'x>(outs: &'x mut [TensorMut<'_>], i: usize) -> TensorMut<'x> {
+    reborrow(&mut outs[i])
+}
+
+fn reborrow<'x>(o: &'x mut TensorMut<'_>) -> TensorMut<'x> {
+    TensorMut { dtype: o.dtype, shape: o.shape, data: &mut *o.data }
+}
+
+/// A kernel function paired with another opcode's parameters: impossible
+/// after [`resolve`], reported rather than trusted.
+fn mismatch(kernel: &Kernel) -> KernelError {
+    KernelError::Shape { kernel: kernel.name(), detail: "resolved to another opcode's kernel".into() }
+}
+
+/// Declares the kernel function of each call opcode: `Variant { fields } =>
+/// body`, where the body sees the names given first: the decoded list
+/// parameters, the context, the operands, the outputs and `opt(i)` (a
+/// trailing optional operand).
+macro_rules! kernel_fns {
+    ( |$ints:ident, $cx:ident, $ins:ident, $outs:ident, $opt:ident|
+      $( $variant:ident { $($field:ident),* } => $body:expr; )* ) => {
+        fn kernel_fn(kernel: &Kernel) -> KernelFn {
+            match kernel {
+                $( Kernel::$variant { .. } => {
+                    #[allow(unused_variables)]
+                    fn run(
+                        kernel: &Kernel,
+                        $ints: &[usize],
+                        $cx: &mut Context,
+                        $ins: &[TensorRef<'_>],
+                        $outs: &mut [TensorMut<'_>],
+                    ) -> Result<()> {
+                        let Kernel::$variant { $($field,)* .. } = kernel else { return Err(mismatch(kernel)) };
+                        let $opt = |i: usize| $ins.get(i).copied();
+                        $body
+                    }
+                    run
+                } )*
+            }
+        }
+    };
+}
+
+kernel_fns! {
+    |ints, cx, ins, outs, opt|
+    Unary { op } => k::unary_cx(*op, ins[0], out(outs, 0), cx);
+    Binary { op } => k::binary_cx(*op, ins[0], ins[1], out(outs, 0), cx);
+    Where {} => k::where_(ins[0], ins[1], ins[2], out(outs, 0));
+    Cast {} => k::cast(ins[0], out(outs, 0));
+    Clamp { min, max } => k::clamp(ins[0], *min, *max, out(outs, 0));
+    MatMul {} => k::matmul(ins[0], ins[1], out(outs, 0), cx);
+    Linear {} => k::linear(ins[0], ins[1], opt(2), out(outs, 0), cx);
+    Conv { groups } => {
+        let [stride, padding, dilation] = lists::<3>(ints);
+        let params = ConvParams { stride, padding, dilation, groups: *groups as usize };
+        k::conv(ins[0], ins[1], opt(2), &params, out(outs, 0), cx)
+    };
+    BatchNorm { eps } => k::batch_norm(ins[0], ins[1], ins[2], ins[3], ins[4], *eps, out(outs, 0));
+    LayerNorm { normalized_rank, eps } =>
+        k::layer_norm(ins[0], opt(1), opt(2), *normalized_rank as usize, *eps, out(outs, 0));
+    Softmax { axis, log } => k::softmax_cx(ins[0], *axis as usize, *log, out(outs, 0), cx);
+    Reduce { kind } => k::reduce(*kind, ins[0], ints, out(outs, 0));
+    ArgMax { axis } => k::argmax(ins[0], *axis as usize, out(outs, 0));
+    Pool { kind, count_include_pad, divisor } => {
+        let [kernel, stride, padding, dilation] = lists::<4>(ints);
+        let params =
+            PoolParams { kernel, stride, padding, dilation, count_include_pad: *count_include_pad, divisor: *divisor };
+        match outs {
+            // Validated: two outputs only on a max pool.
+            [values, indices] => k::max_pool_with_indices(ins[0], &params, reborrow(values), reborrow(indices)),
+            _ => k::pool(*kind, ins[0], &params, out(outs, 0)),
+        }
+    };
+    AdaptiveAvgPool {} => k::adaptive_avg_pool(ins[0], out(outs, 0));
+    Attention { causal, scale } => k::attention(ins[0], ins[1], ins[2], opt(3), *causal, *scale, out(outs, 0), cx);
+    Copy {} => k::copy(ins[0], out(outs, 0));
+    Expand {} => k::expand(ins[0], out(outs, 0));
+    Permute {} => k::permute(ins[0], ints, out(outs, 0));
+    Slice { axis, start, step } => k::slice(ins[0], *axis as usize, *start as usize, *step as usize, out(outs, 0));
+    Concat { axis } => k::concat(ins, *axis as usize, out(outs, 0));
+    Gather { axis } => k::gather(ins[0], ins[1], *axis as usize, out(outs, 0));
+    Fill { value } => k::fill(*value, out(outs, 0));
+    Arange { start, step } => k::arange(*start, *step, out(outs, 0));
+    CumSum { axis } => k::cumsum(ins[0], *axis as usize, out(outs, 0));
+    ArgMin { axis } => k::argmin(ins[0], *axis as usize, out(outs, 0));
+    Sort { axis, descending, indices } => match outs {
+        [values, positions] =>
+            k::sort_both(ins[0], *axis as usize, *descending, reborrow(values), reborrow(positions), cx),
+        _ => k::sort(ins[0], *axis as usize, *descending, *indices, out(outs, 0), cx),
+    };
+    Pad { lo, hi, interior, mode, value } =>
+        k::pad(ins[0], &k::PadParams { lo, hi, interior, mode: *mode, value: *value }, out(outs, 0));
+    Flip {} => k::flip(ins[0], ints, out(outs, 0));
+    Resize { mode, align_corners, spatial, scales } => {
+        let params = k::ResizeParams { mode: *mode, align_corners: *align_corners, spatial: *spatial as usize, scales };
+        k::resize(ins[0], &params, out(outs, 0))
+    };
+    Random { dist, stream } =>
+        k::random(*dist, k::RandomKey { seed: cx.seed, call: cx.call, stream: *stream }, out(outs, 0));
+    GatherElements { axis } => k::gather_elements(ins[0], ins[1], *axis as usize, out(outs, 0));
+    ScatterElements { axis, reduce, include_self } =>
+        k::scatter_elements(ins[0], ins[1], ins[2], *axis as usize, *reduce, *include_self, out(outs, 0), cx);
+    IndexGather { axis } => k::index_gather(ins[0], &ins[1..], *axis as usize, out(outs, 0), cx);
+    IndexPut { axis, accumulate } =>
+        k::index_put(ins[0], ins[1], &ins[2..], *axis as usize, *accumulate, out(outs, 0), cx);
+    SliceFromEnd { axis, back, step } => {
+        let len = ins[0].shape.get(*axis as usize).copied().unwrap_or(0);
+        k::slice(ins[0], *axis as usize, len.saturating_sub(*back as usize), *step as usize, out(outs, 0))
+    };
+    NonZero {} => k::nonzero(ins[0], out(outs, 0));
 }

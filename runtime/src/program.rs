@@ -3,7 +3,10 @@
 
 use crate::aligned::AlignedBuf;
 use crate::device::SessionOptions;
-use crate::format::{parse_container, AccelProgram, DimExpr, DimRef, Kernel, Metadata, Plan, Storage, FORMAT_MAJOR};
+use crate::exec::{resolve, Resolved};
+use crate::format::{
+    parse_container, AccelProgram, DimExpr, DimRef, InstrOp, Kernel, Metadata, Plan, Storage, FORMAT_MAJOR,
+};
 use crate::session::Session;
 use crate::validate::validate_plan;
 use crate::{Error, Result};
@@ -31,6 +34,8 @@ pub struct Program {
     backing: Backing,
     weights: Range<usize>,
     plan: Plan,
+    /// The plan's instructions resolved to kernel functions (see `exec`).
+    resolved: Resolved,
     metadata: Metadata,
     accel: Option<AccelProgram>,
     format_minor: u16,
@@ -82,8 +87,10 @@ impl Program {
             None => None,
         };
         validate_plan(&plan, container.weights.len() as u64, accel.as_ref())?;
+        let resolved = resolve(&plan);
         Ok(Arc::new(Program {
             weights: container.weights,
+            resolved,
             plan,
             metadata,
             accel,
@@ -111,11 +118,15 @@ impl Program {
 
     /// Whether any instruction runs on an accelerator.
     pub fn needs_accelerator(&self) -> bool {
-        self.plan.instrs.iter().any(|i| matches!(i.kernel, Kernel::Accel { .. }))
+        self.plan.instrs.iter().any(|i| matches!(i.op, InstrOp::Delegate { .. }))
     }
 
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    pub(crate) fn resolved(&self) -> &Resolved {
+        &self.resolved
     }
 
     pub fn metadata(&self) -> &Metadata {
@@ -172,7 +183,7 @@ impl Program {
     pub fn kernel_counts(&self) -> Vec<(String, usize)> {
         let mut counts: Vec<(String, usize)> = Vec::new();
         for i in &self.plan.instrs {
-            let name = kernel_display_name(&i.kernel);
+            let name = instr_display_name(&i.op);
             match counts.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, c)) => *c += 1,
                 None => counts.push((name, 1)),
@@ -195,11 +206,11 @@ impl Program {
     }
 }
 
-fn kernel_display_name(k: &Kernel) -> String {
-    match k {
-        Kernel::Unary(u) => format!("{u:?}").to_lowercase(),
-        Kernel::Binary(b) => format!("{b:?}").to_lowercase(),
-        Kernel::Reduce { kind, .. } => format!("reduce_{kind:?}").to_lowercase(),
+fn instr_display_name(op: &InstrOp) -> String {
+    match op {
+        InstrOp::Call(Kernel::Unary { op }) => op.name().to_string(),
+        InstrOp::Call(Kernel::Binary { op }) => op.name().to_string(),
+        InstrOp::Call(Kernel::Reduce { kind, .. }) => format!("reduce_{kind}"),
         other => other.name().to_string(),
     }
 }

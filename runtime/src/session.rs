@@ -4,11 +4,11 @@
 
 use crate::aligned::AlignedBuf;
 use crate::device::{AccelInfo, Device, SessionOptions};
-use crate::exec::dispatch;
-use crate::format::{DimExpr, DimRef, Kernel, Storage};
+use crate::exec::Step;
+use crate::format::{DimExpr, DimRef, InstrOp, Storage};
 use crate::program::Program;
 use crate::{Error, Result};
-use kiln_kernels::{DType, Scratch, TensorMut, TensorRef};
+use kiln_kernels::{Context, DType, TensorMut, TensorRef};
 use std::sync::Arc;
 
 /// A read-only view of a tensor: dtype, shape and row-major bytes.
@@ -44,7 +44,8 @@ impl Tensor {
 
 pub struct Session {
     program: Arc<Program>,
-    arena: AlignedBuf,
+    /// Allocated by the first run, once its inputs passed their checks.
+    arena: Option<AlignedBuf>,
     sym_vals: Vec<u64>,
     expr_vals: Vec<u64>,
     /// Evaluated shapes of all tensors, flattened; tensor `t` is `shapes[shape_at[t]..shape_at[t+1]]`.
@@ -55,8 +56,12 @@ pub struct Session {
     evaluated: bool,
     /// Which symbols the current call has bound so far (reused across calls).
     bound: Vec<bool>,
-    scratch: Scratch,
+    /// The kernels' context: scratch memory, the run's random position.
+    cx: Context,
+    /// Per-instruction operand/output/result lists, reused (empty between calls).
     operand_buf: Vec<TensorRef<'static>>,
+    output_buf: Vec<TensorMut<'static>>,
+    result_buf: Vec<&'static mut [u8]>,
     /// Time spent in each instruction since profiling was enabled.
     profile: Option<Vec<std::time::Duration>>,
     /// Runs `Kernel::Accel` instructions; present iff the device is not the CPU.
@@ -98,7 +103,7 @@ fn start_accel(program: &Program, options: &SessionOptions) -> Result<AccelDeleg
 }
 
 #[cfg(feature = "pjrt")]
-fn run_accel(accel: &AccelDelegate, segment: u32, args: &[TensorRef<'_>], results: &mut [&mut [u8]]) -> Result<()> {
+fn run_accel(accel: &mut AccelDelegate, segment: u32, args: &[TensorRef<'_>], results: &mut [&mut [u8]]) -> Result<()> {
     match accel {
         Some(a) => a.run(segment, args, results),
         None => Err(Error::Device("accelerator instruction in a CPU session".into())),
@@ -106,17 +111,19 @@ fn run_accel(accel: &AccelDelegate, segment: u32, args: &[TensorRef<'_>], result
 }
 
 #[cfg(not(feature = "pjrt"))]
-fn run_accel(_: &AccelDelegate, _: u32, _: &[TensorRef<'_>], _: &mut [&mut [u8]]) -> Result<()> {
+fn run_accel(_: &mut AccelDelegate, _: u32, _: &[TensorRef<'_>], _: &mut [&mut [u8]]) -> Result<()> {
     // Unreachable in practice: such sessions are refused at creation.
     Err(Error::Device("accelerator instruction in a build without PJRT support".into()))
 }
 
 impl Session {
     pub(crate) fn new(program: Arc<Program>, options: &SessionOptions) -> Result<Session> {
-        let accel = start_accel(&program, options)?;
         let plan = program.plan();
-        let bytes = plan.arena_bytes;
-        let arena = usize::try_from(bytes).ok().and_then(AlignedBuf::zeroed).ok_or(Error::OutOfMemory { bytes })?;
+        // Refused before anything is allocated or a device is started.
+        if plan.arena_bytes > options.max_arena_bytes {
+            return Err(Error::ArenaLimit { bytes: plan.arena_bytes, limit: options.max_arena_bytes });
+        }
+        let accel = start_accel(&program, options)?;
         let mut shape_at = Vec::with_capacity(plan.tensors.len() + 1);
         let mut total = 0;
         for t in &plan.tensors {
@@ -132,11 +139,13 @@ impl Session {
             evaluated_for: vec![0; plan.symbols.len()],
             evaluated: false,
             bound: vec![false; plan.symbols.len()],
-            scratch: Scratch::new(),
+            cx: Context::new(),
             operand_buf: Vec::new(),
+            output_buf: Vec::new(),
+            result_buf: Vec::new(),
             profile: None,
             accel,
-            arena,
+            arena: None,
             program,
             seed: options.seed,
             calls: 0,
@@ -167,8 +176,6 @@ impl Session {
         }
     }
 
-    /// Runs the program. Inputs are given in the program's input order; the
-    /// outputs borrow the session until the next call.
     /// Starts (or restarts) accumulating the time spent in each instruction.
     /// Off by default: the run loop then reads no clock.
     pub fn enable_profiling(&mut self) {
@@ -181,9 +188,22 @@ impl Session {
         self.profile.as_deref()
     }
 
+    /// Runs the program once.
+    ///
+    /// `inputs` are given in the program's input order ([`Program::inputs`]);
+    /// each is checked against its declared dtype and every dimension (binding
+    /// the program's symbols) before anything is allocated or written. The
+    /// first run allocates the arena; later runs allocate nothing (unless a
+    /// dynamic shape grows the kernels' scratch beyond anything seen before).
+    /// The outputs borrow the session until the next call. Random ops draw
+    /// new numbers on every run, failed ones included. Errors are values: a
+    /// kernel's names the instruction and the model's source line.
     pub fn run(&mut self, inputs: &[TensorView<'_>]) -> Result<Outputs<'_>> {
         self.bind(inputs)?;
+        self.allocate_arena()?;
         self.copy_inputs(inputs);
+        self.cx.seed = self.seed;
+        self.cx.call = self.calls;
         let executed = self.execute_all();
         // A failed run still advances the sequence: a retry draws new numbers
         // rather than silently repeating a partial run's.
@@ -296,6 +316,17 @@ impl Session {
         Ok(())
     }
 
+    /// The arena, on the first run: fallible, and lazily zeroed by the OS
+    /// (an arena larger than what a run touches costs only address space).
+    fn allocate_arena(&mut self) -> Result<()> {
+        if self.arena.is_none() {
+            let bytes = self.program.plan().arena_bytes;
+            let arena = usize::try_from(bytes).ok().and_then(AlignedBuf::zeroed);
+            self.arena = Some(arena.ok_or(Error::OutOfMemory { bytes })?);
+        }
+        Ok(())
+    }
+
     fn describe_shape(&self, t: usize) -> String {
         let p = &self.program;
         let dims: Vec<String> = p.plan().tensors[t].shape.iter().map(|d| p.dim_string(*d)).collect();
@@ -343,7 +374,8 @@ impl Session {
 
     fn copy_inputs(&mut self, inputs: &[TensorView<'_>]) {
         let plan = self.program.plan();
-        let arena = self.arena.as_mut_slice();
+        let Some(arena) = self.arena.as_mut() else { return };
+        let arena = arena.as_mut_slice();
         for (io, x) in plan.inputs.iter().zip(inputs) {
             if let Storage::Arena { offset, .. } = plan.tensors[io.tensor as usize].storage {
                 // In bounds: `bind` checked the length against the shape, and the
@@ -393,102 +425,104 @@ impl Session {
     }
 
     /// Runs instructions from `start` until the end (`None`), a `BindDim`,
-    /// whose value it reads and returns, or a taken jump.
+    /// whose value it reads and returns, or a taken jump. Each instruction
+    /// kind is handled here, once; calls go through the function pointer
+    /// resolved at load.
     fn execute(&mut self, start: usize) -> Result<Option<Stop>> {
-        let Session { program, arena, shapes, shape_at, scratch, operand_buf, accel, profile, seed, calls, .. } = self;
+        let Session {
+            program, arena, shapes, shape_at, cx, operand_buf, output_buf, result_buf, accel, profile, ..
+        } = self;
         let plan = program.plan();
+        let resolved = program.resolved();
         let weights = program.weights();
+        // `run` allocated the arena before the first instruction.
+        let Some(arena) = arena.as_mut() else { return Err(Error::Shape("the session arena is not allocated".into())) };
         let arena = arena.as_mut_slice();
         let arena_ptr = arena.as_mut_ptr();
         let tensor_len = |t: usize| -> usize {
             shapes[shape_at[t]..shape_at[t + 1]].iter().product::<usize>() * plan.tensors[t].dtype.size_bytes()
         };
+        let shape = |t: u32| &shapes[shape_at[t as usize]..shape_at[t as usize + 1]];
         let view = |t: u32| -> TensorRef<'_> {
-            let t = t as usize;
-            let decl = &plan.tensors[t];
+            let decl = &plan.tensors[t as usize];
             let data: &[u8] = match decl.storage {
                 // SAFETY: validation put `offset..offset+max_bytes` inside the arena and
                 // `evaluate_shapes` checked the actual length against `max_bytes`; no
                 // mutable slice overlapping it exists while this one is alive (outputs
                 // never overlap operands, checked at load).
                 Storage::Arena { offset, .. } => unsafe {
-                    std::slice::from_raw_parts(arena_ptr.add(offset as usize), tensor_len(t))
+                    std::slice::from_raw_parts(arena_ptr.add(offset as usize), tensor_len(t as usize))
                 },
                 Storage::Weight { offset, bytes } => &weights[offset as usize..(offset + bytes) as usize],
             };
-            TensorRef { dtype: decl.dtype, shape: &shapes[shape_at[t]..shape_at[t + 1]], data }
+            TensorRef { dtype: decl.dtype, shape: shape(t), data }
         };
         let arena_slot = |t: u32| -> &mut [u8] {
-            let Storage::Arena { offset, .. } = plan.tensors[t as usize].storage else {
-                unreachable!("validation rejects instructions writing to weights")
-            };
+            // Validation rejects instructions writing to weights; a weight here
+            // would be a validator bug, answered with an empty slot.
+            let Storage::Arena { offset, .. } = plan.tensors[t as usize].storage else { return &mut [] };
             // SAFETY: as for `view`; validation guarantees an instruction's
             // output ranges overlap neither each other nor its operands.
             unsafe { std::slice::from_raw_parts_mut(arena_ptr.add(offset as usize), tensor_len(t as usize)) }
         };
-        for (index, instr) in plan.instrs.iter().enumerate().skip(start) {
+        for (index, (step, instr)) in resolved.steps.iter().zip(&plan.instrs).enumerate().skip(start) {
             let started = profile.is_some().then(std::time::Instant::now);
-            if let Kernel::BindDim { symbol } = instr.kernel {
-                // Validated: one 0-d i64 operand.
-                let count = view(instr.inputs[0]);
-                let value = count
-                    .data
-                    .get(..8)
-                    .map_or(0, |b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]));
-                record(profile, index, started);
-                return Ok(Some(Stop::Bind(BindStop { index, symbol, value })));
-            }
-            match instr.kernel {
-                Kernel::JumpIfFalse { target } => {
+            match step {
+                Step::Call { run, ints } => {
+                    let InstrOp::Call(kernel) = &instr.op else {
+                        return Err(Error::Plan(format!("instruction {index} is not the call it resolved to")));
+                    };
+                    let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
+                    operands.extend(instr.inputs.iter().map(|&t| view(t)));
+                    let mut outputs: Vec<TensorMut<'_>> = std::mem::take(output_buf);
+                    outputs.extend(instr.outputs.iter().map(|&t| TensorMut {
+                        dtype: plan.tensors[t as usize].dtype,
+                        shape: shape(t),
+                        data: arena_slot(t),
+                    }));
+                    let result = run(kernel, &resolved.ints[ints.clone()], cx, &operands, &mut outputs);
+                    *operand_buf = recycle(operands);
+                    *output_buf = recycle(outputs);
+                    result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
+                }
+                Step::Delegate { segment } => {
+                    let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
+                    operands.extend(instr.inputs.iter().map(|&t| view(t)));
+                    let mut results: Vec<&mut [u8]> = std::mem::take(result_buf);
+                    results.extend(instr.outputs.iter().map(|&t| arena_slot(t)));
+                    let result = run_accel(accel, *segment, &operands, &mut results);
+                    *operand_buf = recycle(operands);
+                    *result_buf = recycle(results);
+                    result.map_err(|e| match e {
+                        Error::Pjrt { call, message } => {
+                            Error::Pjrt { call, message: format!("instruction {index} ({}): {message}", instr.origin) }
+                        }
+                        other => other,
+                    })?;
+                }
+                Step::BindDim { symbol } => {
+                    // Validated: one 0-d i64 operand.
+                    let count = view(instr.inputs[0]);
+                    let value = count
+                        .data
+                        .get(..8)
+                        .map_or(0, |b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]));
+                    record(profile, index, started);
+                    return Ok(Some(Stop::Bind(BindStop { index, symbol: *symbol, value })));
+                }
+                Step::JumpIfFalse { target } => {
                     // Validated: one 1-element bool operand.
                     let go_on = view(instr.inputs[0]).data.first().is_some_and(|&b| b != 0);
-                    record(profile, index, started);
-                    if go_on {
-                        continue;
+                    if !go_on {
+                        record(profile, index, started);
+                        return Ok(Some(Stop::Jump(*target as usize)));
                     }
-                    return Ok(Some(Stop::Jump(target as usize)));
                 }
-                Kernel::Jump { target } => {
+                Step::Jump { target } => {
                     record(profile, index, started);
-                    return Ok(Some(Stop::Jump(target as usize)));
+                    return Ok(Some(Stop::Jump(*target as usize)));
                 }
-                _ => {}
             }
-            if let Kernel::Accel { segment } = instr.kernel {
-                let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
-                operands.extend(instr.inputs.iter().map(|&t| view(t)));
-                let mut results: Vec<&mut [u8]> = instr.outputs.iter().map(|&t| arena_slot(t)).collect();
-                let result = run_accel(accel, segment, &operands, &mut results);
-                *operand_buf = recycle(operands);
-                result.map_err(|e| match e {
-                    Error::Pjrt { call, message } => {
-                        Error::Pjrt { call, message: format!("instruction {index} ({}): {message}", instr.origin) }
-                    }
-                    other => other,
-                })?;
-                record(profile, index, started);
-                continue;
-            }
-            let out_t = instr.outputs[0] as usize;
-            let decl = &plan.tensors[out_t];
-            let Storage::Arena { offset, .. } = decl.storage else {
-                unreachable!("validation rejects instructions writing to weights")
-            };
-            // SAFETY: as for `view`; validation guarantees this range overlaps no operand.
-            let out_data = unsafe { std::slice::from_raw_parts_mut(arena_ptr.add(offset as usize), tensor_len(out_t)) };
-            let out =
-                TensorMut { dtype: decl.dtype, shape: &shapes[shape_at[out_t]..shape_at[out_t + 1]], data: out_data };
-            let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
-            operands.extend(instr.inputs.iter().map(|&t| view(t)));
-            let same_storage = instr.inputs.first().is_some_and(|&i| plan.tensors[i as usize].storage == decl.storage);
-            let result = match instr.kernel {
-                Kernel::Random { dist, stream } => {
-                    kiln_kernels::random(dist, kiln_kernels::RandomKey { seed: *seed, call: *calls, stream }, out)
-                }
-                _ => dispatch(&instr.kernel, &operands, out, same_storage, scratch),
-            };
-            *operand_buf = recycle(operands);
-            result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
             record(profile, index, started);
         }
         Ok(None)
@@ -501,7 +535,10 @@ impl Session {
         let shape = &self.shapes[self.shape_at[t]..self.shape_at[t + 1]];
         let len = shape.iter().product::<usize>() * decl.dtype.size_bytes();
         let data = match decl.storage {
-            Storage::Arena { offset, .. } => &self.arena.as_slice()[offset as usize..offset as usize + len],
+            Storage::Arena { offset, .. } => match &self.arena {
+                Some(arena) => &arena.as_slice()[offset as usize..offset as usize + len],
+                None => &[],
+            },
             Storage::Weight { offset, bytes } => &self.program.weights()[offset as usize..(offset + bytes) as usize],
         };
         TensorRef { dtype: decl.dtype, shape, data }
@@ -530,13 +567,29 @@ fn record(profile: &mut Option<Vec<std::time::Duration>>, index: usize, started:
     }
 }
 
-/// Returns an emptied operand vector with its capacity, detached from the
-/// arena's lifetime so the session can keep it for the next instruction.
-fn recycle(mut v: Vec<TensorRef<'_>>) -> Vec<TensorRef<'static>> {
+/// Returns an emptied vector with its capacity, detached from the arena's
+/// lifetime so the session can keep it for the next instruction.
+fn recycle<T: Detach>(mut v: Vec<T>) -> Vec<T::Static> {
     v.clear();
+    let mut v = std::mem::ManuallyDrop::new(v);
     // SAFETY: the vector is empty, so no reference with the shorter lifetime
-    // survives; only the allocation is reused. Layouts are identical.
-    unsafe { std::mem::transmute::<Vec<TensorRef<'_>>, Vec<TensorRef<'static>>>(v) }
+    // survives; only the allocation is reused. `T` and `T::Static` differ only
+    // in lifetimes, so their layouts (and the allocation's) are identical.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<T::Static>(), 0, v.capacity()) }
+}
+
+/// A borrowed type and its `'static` twin (same layout).
+trait Detach {
+    type Static;
+}
+impl Detach for TensorRef<'_> {
+    type Static = TensorRef<'static>;
+}
+impl Detach for TensorMut<'_> {
+    type Static = TensorMut<'static>;
+}
+impl Detach for &mut [u8] {
+    type Static = &'static mut [u8];
 }
 
 /// The outputs of one run, borrowed from the session.

@@ -13,9 +13,11 @@
 //! - arena tensors lie inside the arena and are aligned to their element size;
 //!   weight tensors are static, lie inside the weights section, are
 //!   `WEIGHT_ALIGN`-aligned and exactly as long as their shape says;
-//! - inputs live in the arena; every instruction has a valid operand count,
-//!   valid tensor indices, outputs in the arena that overlap neither each other
-//!   nor any of its inputs (except a `Copy` onto its own input's storage);
+//! - inputs live in the arena; every instruction has operand and output
+//!   counts its opcode allows (`kiln_isa::opcode`), valid tensor indices,
+//!   outputs in the arena that overlap neither each other nor any of its
+//!   inputs (except a `Copy` onto its own input's storage); a call's second
+//!   output is the i64 indices, shaped like the values, of a sort or max pool;
 //! - kernel parameters agree with the ranks of the tensors they apply to
 //!   (element-wise gather/scatter operands share a rank; advanced indexing
 //!   has no more index tensors than axes after `axis`);
@@ -27,13 +29,15 @@
 //!   exit, and its operand is a 1-element bool; no `BindDim` is inside a
 //!   loop (shapes are fixed for a loop's whole run). Nothing bounds the trip
 //!   count: a loop whose condition stays true runs forever, as in torch;
-//! - a `Kernel::Accel` instruction names an existing segment of the accel
+//! - a `Delegate` instruction names an existing segment of the accel
 //!   section, its inputs/outputs are exactly that segment's args/results, it
 //!   has at least one output, its outputs lie in the arena and overlap neither
 //!   each other nor any argument; every segment's tensor indices exist and
 //!   every CPU-fallback note names an existing instruction.
 
-use crate::format::{AccelProgram, DimExpr, DimRef, Instr, Kernel, Plan, PoolKind, Storage, TensorDecl, WEIGHT_ALIGN};
+use crate::format::{
+    AccelProgram, DimExpr, DimRef, Instr, InstrOp, Kernel, Plan, PoolKind, Storage, TensorDecl, WEIGHT_ALIGN,
+};
 use crate::{Error, Result};
 
 pub const MAX_RANK: usize = 16;
@@ -60,7 +64,7 @@ pub(crate) fn validate_plan(plan: &Plan, weights_len: u64, accel: Option<&AccelP
     }
     validate_loops(plan)?;
     for (i, instr) in plan.instrs.iter().enumerate() {
-        let ctx = |e: String| bad(format!("instruction {i} ({}, {}): {e}", instr.kernel.name(), instr.origin));
+        let ctx = |e: String| bad(format!("instruction {i} ({}, {}): {e}", instr.op.name(), instr.origin));
         validate_instr(plan, accel, instr).map_err(ctx)?;
         // Indices were checked by `validate_instr`.
         for &t in instr.inputs.iter().chain(&instr.outputs) {
@@ -83,7 +87,7 @@ fn validate_loops(plan: &Plan) -> Result<()> {
     // (first, jump) of every loop, in the order of their jumps.
     let mut loops: Vec<(usize, usize)> = Vec::new();
     for (j, instr) in plan.instrs.iter().enumerate() {
-        if let Kernel::Jump { target } = instr.kernel {
+        if let InstrOp::Jump { target } = instr.op {
             let h = target as usize;
             if h > j {
                 return Err(bad(format!(
@@ -103,8 +107,8 @@ fn validate_loops(plan: &Plan) -> Result<()> {
     let innermost = |i: usize| loops.iter().filter(|&&(h, j)| h <= i && i <= j).min_by_key(|&&(h, j)| j - h).copied();
     let mut exits = vec![0usize; loops.len()];
     for (i, instr) in plan.instrs.iter().enumerate() {
-        match instr.kernel {
-            Kernel::JumpIfFalse { target } => {
+        match instr.op {
+            InstrOp::JumpIfFalse { target } => {
                 let t = target as usize;
                 let Some((h, j)) = innermost(i) else {
                     return Err(bad(format!("instruction {i} (jump_if_false) is not inside a loop")));
@@ -119,7 +123,7 @@ fn validate_loops(plan: &Plan) -> Result<()> {
                     exits[k] += 1;
                 }
             }
-            Kernel::BindDim { .. } if innermost(i).is_some() => {
+            InstrOp::BindDim { .. } if innermost(i).is_some() => {
                 return Err(bad(format!("instruction {i} (bind_dim) is inside a loop")));
             }
             _ => {}
@@ -136,7 +140,7 @@ fn validate_loops(plan: &Plan) -> Result<()> {
 fn data_dependent_binders(plan: &Plan) -> Result<Vec<Option<u32>>> {
     let mut binders = vec![None; plan.symbols.len()];
     for (i, instr) in plan.instrs.iter().enumerate() {
-        if let Kernel::BindDim { symbol } = instr.kernel {
+        if let InstrOp::BindDim { symbol } = instr.op {
             let b = binders
                 .get_mut(symbol as usize)
                 .ok_or_else(|| bad(format!("instruction {i} (bind_dim) binds unknown symbol {symbol}")))?;
@@ -399,49 +403,63 @@ fn validate_accel_instr(
 }
 
 fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> std::result::Result<(), String> {
-    if let Kernel::Accel { segment } = instr.kernel {
-        return validate_accel_instr(plan, accel, segment, instr);
-    }
-    let (lo, hi) = instr.kernel.operand_count();
-    if instr.inputs.len() < lo || instr.inputs.len() > hi {
+    let opcode = instr.op.opcode();
+    let count_ok = |n: usize, (lo, hi): (u32, u32)| lo as usize <= n && n <= hi as usize;
+    if !count_ok(instr.inputs.len(), opcode.operands()) {
+        let (lo, hi) = opcode.operands();
         return Err(format!("has {} operands, expected {lo}..={hi}", instr.inputs.len()));
     }
-    if let Kernel::BindDim { .. } = instr.kernel {
-        let count = tensor(plan, instr.inputs[0]).map_err(|e| e.to_string())?;
-        if !instr.outputs.is_empty() || count.dtype != crate::DType::I64 || !count.shape.is_empty() {
-            return Err("expects one 0-d i64 operand and no outputs".into());
-        }
-        return Ok(());
+    if !count_ok(instr.outputs.len(), opcode.outputs()) {
+        let (lo, hi) = opcode.outputs();
+        return Err(format!("has {} outputs, expected {lo}..={hi}", instr.outputs.len()));
     }
-    match instr.kernel {
-        Kernel::JumpIfFalse { .. } => {
-            let cond = tensor(plan, instr.inputs[0]).map_err(|e| e.to_string())?;
-            let one = cond.shape.iter().all(|d| *d == crate::format::DimRef::Static(1));
-            if !instr.outputs.is_empty() || cond.dtype != crate::DType::Bool || !one {
-                return Err("expects one 1-element bool operand (static shape) and no outputs".into());
+    let kernel = match &instr.op {
+        InstrOp::Delegate { segment } => return validate_accel_instr(plan, accel, *segment, instr),
+        InstrOp::BindDim { .. } => {
+            let count = tensor(plan, instr.inputs[0]).map_err(|e| e.to_string())?;
+            if count.dtype != crate::DType::I64 || !count.shape.is_empty() {
+                return Err("expects one 0-d i64 operand".into());
             }
             return Ok(());
         }
-        Kernel::Jump { .. } if !instr.outputs.is_empty() => return Err("a jump has no outputs".into()),
-        Kernel::Jump { .. } => return Ok(()),
-        _ => {}
-    }
-    if instr.outputs.len() != 1 {
-        return Err(format!("has {} outputs, expected 1", instr.outputs.len()));
-    }
+        InstrOp::JumpIfFalse { .. } => {
+            let cond = tensor(plan, instr.inputs[0]).map_err(|e| e.to_string())?;
+            let one = cond.shape.iter().all(|d| *d == crate::format::DimRef::Static(1));
+            if cond.dtype != crate::DType::Bool || !one {
+                return Err("expects one 1-element bool operand (static shape)".into());
+            }
+            return Ok(());
+        }
+        InstrOp::Jump { .. } => return Ok(()),
+        InstrOp::Call(kernel) => kernel,
+    };
     let get = |t: u32| plan.tensors.get(t as usize).ok_or_else(|| format!("tensor index {t} out of range"));
     let ins = instr.inputs.iter().map(|&t| get(t)).collect::<std::result::Result<Vec<_>, _>>()?;
-    let out = get(instr.outputs[0])?;
-    let out_range = arena_range(out).ok_or("writes to a read-only weight")?;
-    for (k, t) in ins.iter().enumerate() {
-        if let Some(r) = arena_range(t) {
-            let same_storage_copy = matches!(instr.kernel, Kernel::Copy) && r == out_range;
-            if overlaps(r, out_range) && !same_storage_copy {
-                return Err(format!("output memory overlaps operand {k}"));
+    let outs = instr.outputs.iter().map(|&t| get(t)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut out_ranges = Vec::with_capacity(outs.len());
+    for (r, out) in outs.iter().enumerate() {
+        let out_range = arena_range(out).ok_or_else(|| format!("output {r} is a read-only weight"))?;
+        if out_ranges.iter().any(|o| overlaps(*o, out_range)) {
+            return Err(format!("output {r} overlaps another output"));
+        }
+        for (k, t) in ins.iter().enumerate() {
+            if let Some(a) = arena_range(t) {
+                let same_storage_copy = matches!(kernel, Kernel::Copy {}) && a == out_range;
+                if overlaps(a, out_range) && !same_storage_copy {
+                    return Err(format!("output {r} overlaps operand {k}"));
+                }
             }
         }
+        out_ranges.push(out_range);
     }
-    validate_params(&instr.kernel, &ins, out)
+    if let [values, indices] = outs[..] {
+        // Two outputs: a sort's or a max pool's values and their i64 indices.
+        let pairs = matches!(kernel, Kernel::Sort { .. } | Kernel::Pool { kind: PoolKind::Max, .. });
+        if !pairs || indices.dtype != crate::DType::I64 || indices.shape != values.shape {
+            return Err("a second output must be the i64 indices (shaped like the values) of a sort or max pool".into());
+        }
+    }
+    validate_params(kernel, &ins, outs[0])
 }
 
 fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::result::Result<(), String> {
@@ -524,7 +542,7 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
         {
             return Err("padding parameters do not match the input rank".into());
         }
-        Kernel::NonZero
+        Kernel::NonZero {}
             if (out.dtype != crate::DType::I64
                 || out.shape.len() != 2
                 || out.shape[1] != DimRef::Static(in_rank as u64)) =>

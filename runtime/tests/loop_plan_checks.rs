@@ -13,8 +13,8 @@ fn arena(dtype: DType, shape: &[u64], offset: u64) -> TensorDecl {
     }
 }
 
-fn instr(kernel: Kernel, inputs: &[u32], outputs: &[u32]) -> Instr {
-    Instr { kernel, inputs: inputs.to_vec(), outputs: outputs.to_vec(), origin: "test".into() }
+fn instr(op: InstrOp, inputs: &[u32], outputs: &[u32]) -> Instr {
+    Instr { op, inputs: inputs.to_vec(), outputs: outputs.to_vec(), origin: "test".into() }
 }
 
 const X: u32 = 0;
@@ -51,15 +51,15 @@ fn artifact(edit: impl FnOnce(&mut Plan)) -> Vec<u8> {
         inputs: vec![IoDecl { name: "x".into(), tensor: X }, IoDecl { name: "n".into(), tensor: N }],
         outputs: vec![IoDecl { name: "y".into(), tensor: Y }, IoDecl { name: "i".into(), tensor: I }],
         instrs: vec![
-            instr(Kernel::Copy, &[ZERO], &[I]),
-            instr(Kernel::Copy, &[X], &[Y]),
-            instr(Kernel::Binary(BinaryOp::Lt), &[I, N], &[COND]), // 2: loop start
-            instr(Kernel::JumpIfFalse { target: 9 }, &[COND], &[]),
-            instr(Kernel::Binary(BinaryOp::Add), &[I, ONE], &[I1]),
-            instr(Kernel::Binary(BinaryOp::Add), &[Y, Y], &[Y1]),
-            instr(Kernel::Copy, &[I1], &[I]),
-            instr(Kernel::Copy, &[Y1], &[Y]),
-            instr(Kernel::Jump { target: 2 }, &[], &[]), // 8: back edge
+            instr(InstrOp::Call(Kernel::Copy {}), &[ZERO], &[I]),
+            instr(InstrOp::Call(Kernel::Copy {}), &[X], &[Y]),
+            instr(InstrOp::Call(Kernel::Binary { op: BinaryOp::Lt }), &[I, N], &[COND]), // 2: loop start
+            instr(InstrOp::JumpIfFalse { target: 9 }, &[COND], &[]),
+            instr(InstrOp::Call(Kernel::Binary { op: BinaryOp::Add }), &[I, ONE], &[I1]),
+            instr(InstrOp::Call(Kernel::Binary { op: BinaryOp::Add }), &[Y, Y], &[Y1]),
+            instr(InstrOp::Call(Kernel::Copy {}), &[I1], &[I]),
+            instr(InstrOp::Call(Kernel::Copy {}), &[Y1], &[Y]),
+            instr(InstrOp::Jump { target: 2 }, &[], &[]), // 8: back edge
         ],
         arena_bytes: 448,
         peak_live_bytes: 448,
@@ -94,36 +94,36 @@ fn one_session_runs_a_loop_with_different_trip_counts() {
 
 #[test]
 fn jumps_out_of_range_or_the_wrong_way_are_rejected() {
-    let m = plan_error(&artifact(|p| p.instrs[8].kernel = Kernel::Jump { target: 9 }));
+    let m = plan_error(&artifact(|p| p.instrs[8].op = InstrOp::Jump { target: 9 }));
     assert!(m.contains("goes forward to 9"), "{m}");
-    let m = plan_error(&artifact(|p| p.instrs[3].kernel = Kernel::JumpIfFalse { target: 100 }));
+    let m = plan_error(&artifact(|p| p.instrs[3].op = InstrOp::JumpIfFalse { target: 100 }));
     assert!(m.contains("targets 100") && m.contains("exit of its loop 2..=8 is 9"), "{m}");
-    let m = plan_error(&artifact(|p| p.instrs[3].kernel = Kernel::JumpIfFalse { target: 5 }));
+    let m = plan_error(&artifact(|p| p.instrs[3].op = InstrOp::JumpIfFalse { target: 5 }));
     assert!(m.contains("targets 5"), "{m}");
 }
 
 #[test]
 fn malformed_loops_are_rejected() {
     // An exit with no loop around it.
-    let m = plan_error(&artifact(|p| p.instrs[8] = instr(Kernel::Copy, &[Y1], &[Y])));
+    let m = plan_error(&artifact(|p| p.instrs[8] = instr(InstrOp::Call(Kernel::Copy {}), &[Y1], &[Y])));
     assert!(m.contains("not inside a loop"), "{m}");
     // Two exits, and none.
-    let m = plan_error(&artifact(|p| p.instrs[4] = instr(Kernel::JumpIfFalse { target: 9 }, &[COND], &[])));
+    let m = plan_error(&artifact(|p| p.instrs[4] = instr(InstrOp::JumpIfFalse { target: 9 }, &[COND], &[])));
     assert!(m.contains("has 2 exits"), "{m}");
-    let m = plan_error(&artifact(|p| p.instrs[3] = instr(Kernel::Copy, &[I1], &[I])));
+    let m = plan_error(&artifact(|p| p.instrs[3] = instr(InstrOp::Call(Kernel::Copy {}), &[I1], &[I])));
     assert!(m.contains("has 0 exits"), "{m}");
     // Loops 0..=7 and 2..=8 overlap without nesting.
-    let m = plan_error(&artifact(|p| p.instrs[7] = instr(Kernel::Jump { target: 0 }, &[], &[])));
+    let m = plan_error(&artifact(|p| p.instrs[7] = instr(InstrOp::Jump { target: 0 }, &[], &[])));
     assert!(m.contains("overlaps loop"), "{m}");
     // The condition must be a 1-element bool, and jumps write nothing.
     let m = plan_error(&artifact(|p| p.instrs[3].inputs = vec![I]));
     assert!(m.contains("1-element bool"), "{m}");
     let m = plan_error(&artifact(|p| p.instrs[8].outputs = vec![Y]));
-    assert!(m.contains("no outputs"), "{m}");
+    assert!(m.contains("outputs, expected 0..=0"), "{m}");
     // Shapes are fixed while a loop runs: no symbol is bound inside one.
     let m = plan_error(&artifact(|p| {
         p.symbols.push(SymbolDecl { name: "k".into(), min: 0, max: 8 });
-        p.instrs[4] = instr(Kernel::BindDim { symbol: 0 }, &[I], &[]);
+        p.instrs[4] = instr(InstrOp::BindDim { symbol: 0 }, &[I], &[]);
     }));
     assert!(m.contains("bind_dim) is inside a loop"), "{m}");
 }

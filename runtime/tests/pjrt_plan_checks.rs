@@ -22,7 +22,7 @@ fn artifact(edit: impl FnOnce(&mut Plan, &mut AccelProgram)) -> Vec<u8> {
         inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
         outputs: vec![IoDecl { name: "y".into(), tensor: 1 }, IoDecl { name: "z".into(), tensor: 2 }],
         instrs: vec![Instr {
-            kernel: Kernel::Accel { segment: 0 },
+            op: InstrOp::Delegate { segment: 0 },
             inputs: vec![0],
             outputs: vec![1, 2],
             origin: "seg".into(),
@@ -67,7 +67,7 @@ fn valid_accel_plan_loads_and_a_cpu_session_refuses_it() {
 
 #[test]
 fn bad_accel_instructions_are_rejected_at_load() {
-    let m = plan_error(&artifact(|p, _| p.instrs[0].kernel = Kernel::Accel { segment: 3 }));
+    let m = plan_error(&artifact(|p, _| p.instrs[0].op = InstrOp::Delegate { segment: 3 }));
     assert!(m.contains("segment 3 does not exist"), "{m}");
     let m = plan_error(&artifact(|p, _| p.tensors[2].storage = Storage::Arena { offset: 64, max_bytes: 16 }));
     assert!(m.contains("overlaps another result"), "{m}");

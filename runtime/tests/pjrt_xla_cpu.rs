@@ -131,9 +131,14 @@ fn mixed_artifact() -> Vec<u8> {
         inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
         outputs: vec![IoDecl { name: "z".into(), tensor: 4 }, IoDecl { name: "m".into(), tensor: 5 }],
         instrs: vec![
-            Instr { kernel: Kernel::Unary(UnaryOp::Relu), inputs: vec![0], outputs: vec![1], origin: "relu".into() },
             Instr {
-                kernel: Kernel::Accel { segment: 0 },
+                op: InstrOp::Call(Kernel::Unary { op: UnaryOp::Relu }),
+                inputs: vec![0],
+                outputs: vec![1],
+                origin: "relu".into(),
+            },
+            Instr {
+                op: InstrOp::Delegate { segment: 0 },
                 inputs: vec![1, 2, 3],
                 outputs: vec![4, 5],
                 origin: "segment 0".into(),
@@ -246,4 +251,67 @@ fn segment_failing_to_compile_fails_the_session_with_context() {
         Err(other) => panic!("unexpected error {other}"),
         Ok(_) => panic!("broken segment compiled"),
     }
+}
+
+/// Counts the heap allocations the current thread makes while counting is
+/// on; other test threads (and the plugin's own C++ allocations) are not
+/// counted.
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static COUNTING: Cell<bool> = const { Cell::new(false) };
+        static COUNT: Cell<usize> = const { Cell::new(0) };
+    }
+
+    pub struct Counting;
+
+    fn note() {
+        if COUNTING.with(Cell::get) {
+            COUNT.with(|c| c.set(c.get() + 1));
+        }
+    }
+
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            note();
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            note();
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    pub fn allocations_during(f: impl FnOnce()) -> usize {
+        COUNT.with(|c| c.set(0));
+        COUNTING.with(|c| c.set(true));
+        f();
+        COUNTING.with(|c| c.set(false));
+        COUNT.with(Cell::get)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: counting::Counting = counting::Counting;
+
+#[test]
+fn the_delegate_path_allocates_nothing_after_the_first_run() {
+    let Some(path) = plugin_path() else { return };
+    let program = Program::from_bytes(&mixed_artifact()).unwrap();
+    let mut session = program.session_with(&pjrt_options(path, ExecutableCache::Off)).unwrap();
+    let x = Tensor::from_f32(&[2, 3], &[1., 2., 3., 4., 5., -6.]);
+    session.run(&[x.view()]).unwrap();
+    let allocations = counting::allocations_during(|| {
+        for _ in 0..5 {
+            session.run(&[x.view()]).unwrap();
+        }
+    });
+    assert_eq!(allocations, 0, "steady-state runs with an accelerator segment allocated");
+    let z = session.run(&[x.view()]).unwrap().get(0).data.to_vec();
+    assert_eq!(z, f32_bytes(&[14., 25., 34., 45.]), "still the right numbers");
 }

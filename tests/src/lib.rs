@@ -2,6 +2,7 @@
 //! PyTorch reference tensors, and tolerance comparisons.
 
 pub mod coverage;
+pub mod mutate;
 pub mod tie_order;
 
 use kiln_compiler::npy::read_npy;

@@ -2,9 +2,10 @@
 //! crafted artifacts give errors, never panics or out-of-bounds accesses.
 
 use kiln_runtime::format::{
-    parse_container, ArtifactWriter, DimExpr, DimRef, Kernel, Metadata, Plan, PoolKind, Storage, WeightsBuilder,
+    parse_container, ArtifactWriter, DimExpr, DimRef, InstrOp, Kernel, Metadata, Plan, PoolKind, Storage,
+    WeightsBuilder,
 };
-use kiln_runtime::{Error, Program, Tensor};
+use kiln_runtime::{Error, Program, SessionOptions, Tensor};
 use kiln_tests::{compile_fixture, fixture_dir, read_numbered};
 
 fn compiled(name: &str) -> Vec<u8> {
@@ -153,8 +154,8 @@ fn hostile_pool_divisors_are_rejected() {
     let bytes = compiled("cnn");
     let set_divisor = |kind_to: PoolKind, d: i64| {
         move |p: &mut Plan| {
-            let pool = p.instrs.iter_mut().find_map(|i| match &mut i.kernel {
-                Kernel::Pool { kind, divisor, .. } => Some((kind, divisor)),
+            let pool = p.instrs.iter_mut().find_map(|i| match &mut i.op {
+                InstrOp::Call(Kernel::Pool { kind, divisor, .. }) => Some((kind, divisor)),
                 _ => None,
             });
             let (kind, divisor) = pool.expect("the cnn fixture has a pool");
@@ -170,7 +171,35 @@ fn huge_arena_is_an_error_not_an_abort() {
     let bytes = compiled("mlp");
     let crafted = with_plan(&bytes, |p| p.arena_bytes = u64::MAX / 2);
     let program = Program::from_bytes(&crafted).expect("a large arena is valid on paper");
-    assert!(matches!(program.session(), Err(Error::OutOfMemory { .. })));
+    // Beyond the session's limit: refused at creation, before any allocation.
+    assert!(matches!(program.session(), Err(Error::ArenaLimit { .. })));
+    // With the limit lifted, the allocation itself fails, as an error value,
+    // on the first run and only after the inputs passed their checks.
+    let options = SessionOptions { max_arena_bytes: u64::MAX, ..SessionOptions::default() };
+    let mut session = program.session_with(&options).expect("no allocation at session creation");
+    let err = session.run(&[]).expect_err("inputs are checked first");
+    assert!(matches!(err, Error::Shape(_)), "{err}");
+    let x = Tensor::from_f32(&[4, 16], &[0.5; 64]);
+    let err = session.run(&[x.view()]).expect_err("cannot allocate");
+    assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
+}
+
+/// A hostile plan whose arena is large but under the limit: the session
+/// starts at once (memory is reserved lazily, zeroed by the OS page by page)
+/// and refuses bad inputs before touching it.
+#[test]
+fn a_large_arena_costs_nothing_before_the_inputs_are_checked() {
+    let bytes = compiled("mlp");
+    let crafted = with_plan(&bytes, |p| p.arena_bytes = 6 << 30);
+    let program = Program::from_bytes(&crafted).unwrap();
+    let started = std::time::Instant::now();
+    let mut session = program.session().expect("6 GiB is under the default limit");
+    let wrong = Tensor::from_f32(&[3, 3], &[0.0; 9]);
+    let err = session.run(&[wrong.view()]).expect_err("wrong shape");
+    assert!(matches!(err, Error::Input { .. }), "{err}");
+    // Not a timing test: an eager zeroing of 6 GiB takes seconds; checked
+    // against a minute so a loaded machine cannot fail it.
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
 }
 
 #[test]
@@ -206,7 +235,7 @@ fn garbage_is_not_a_kiln_file() {
 #[test]
 fn hostile_data_dependent_plans_are_rejected() {
     let bytes = compiled("nonzero");
-    let binder = |p: &Plan| p.instrs.iter().position(|i| matches!(i.kernel, Kernel::BindDim { .. })).unwrap();
+    let binder = |p: &Plan| p.instrs.iter().position(|i| matches!(i.op, InstrOp::BindDim { .. })).unwrap();
     let sym_expr = |p: &Plan, s: u32| p.exprs.iter().position(|e| *e == DimExpr::Sym(s)).unwrap() as u32;
     expect_plan_error(
         &bytes,
@@ -240,7 +269,7 @@ fn hostile_data_dependent_plans_are_rejected() {
         "bind of an unknown symbol",
         |p| {
             let i = binder(p);
-            p.instrs[i].kernel = Kernel::BindDim { symbol: 99 };
+            p.instrs[i].op = InstrOp::BindDim { symbol: 99 };
         },
         "unknown symbol 99",
     );
@@ -249,7 +278,7 @@ fn hostile_data_dependent_plans_are_rejected() {
         "input shaped by data",
         |p| {
             let i = binder(p);
-            let Kernel::BindDim { symbol } = p.instrs[i].kernel else { unreachable!() };
+            let InstrOp::BindDim { symbol } = p.instrs[i].op else { unreachable!() };
             let e = sym_expr(p, symbol);
             // Small enough that the input's slot still holds it.
             p.symbols[symbol as usize].max = 1;

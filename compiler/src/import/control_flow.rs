@@ -52,7 +52,7 @@ pub(crate) fn cond<'p>(imp: &mut Importer<'p>, n: &'p Node) -> R<()> {
             ))
         }
     };
-    let outer = imp.loc.expect("set by convert_nodes");
+    let outer = imp.loc().expect("set by convert_nodes");
     let pred = match &pred.arg {
         Arg::Tensor(name) => imp.value(name)?,
         // A Python bool: torch normally specialises such a cond away; if one
@@ -152,7 +152,7 @@ pub(crate) fn while_loop<'p>(imp: &mut Importer<'p>, n: &'p Node) -> R<()> {
     if carried.is_empty() || carried.len() != n.outputs.len() {
         return invalid(format!("while_loop carries {} values and has {} outputs", carried.len(), n.outputs.len()));
     }
-    let outer = imp.loc.expect("set by convert_nodes");
+    let outer = imp.loc().expect("set by convert_nodes");
     let operands: Vec<ValueId> = carried.iter().chain(&additional).copied().collect();
     let types: Vec<TensorType> = operands.iter().map(|&v| imp.ty(v).clone()).collect();
     let cond = imp.convert_region(cond_fn, &types, outer)?;
@@ -196,7 +196,7 @@ pub(crate) fn while_loop<'p>(imp: &mut Importer<'p>, n: &'p Node) -> R<()> {
         }
     }
     let op = Op::While { carried: carried.len(), cond: Region::new(cond), body: Region::new(body) };
-    let node = imp.g.add_node(op, operands, types[..carried.len()].to_vec(), imp.loc);
+    let node = imp.g.add_node(op, operands, types[..carried.len()].to_vec(), imp.loc());
     let results = imp.g.nodes[node].outputs.clone();
     bind_all(imp, n, &results)
 }

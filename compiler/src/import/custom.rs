@@ -226,7 +226,7 @@ impl<'p> CustomOpContext<'_, 'p> {
 
     /// The call's source location, for nodes added through [`CustomOpContext::graph`].
     pub fn location(&self) -> Option<kiln_ir::LocId> {
-        self.imp.loc
+        self.imp.loc()
     }
 
     /// Adds `op` with its result type inferred from the operands.
@@ -235,7 +235,8 @@ impl<'p> CustomOpContext<'_, 'p> {
         self.imp.build(op, inputs).map_err(message)
     }
 
-    /// Adds `op` with an explicit result type (checked by the verifier later).
+    /// Adds `op` with an explicit result type; one that contradicts kiln's
+    /// inference fails the import (see `Importer::push`).
     pub fn push_typed(&mut self, op: Op, inputs: Vec<ValueId>, ty: TensorType) -> Result<ValueId, String> {
         self.check_values(&inputs)?;
         Ok(self.imp.push(op, inputs, ty))

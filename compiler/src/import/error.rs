@@ -15,14 +15,21 @@ pub enum ImportError {
     #[error(transparent)]
     Weights(WeightError),
     /// The program is internally inconsistent (unknown value names, wrong
-    /// argument kinds, ...): a corrupt or hand-edited file.
-    #[error("invalid program: {target} (node {node}): {detail}")]
-    InvalidNode { target: String, node: String, detail: String },
+    /// argument kinds, out-of-range axes, declared types that contradict the
+    /// op, ...): a corrupt or hand-edited file. `at` is the node's Python
+    /// `file:line` when its stack trace has one.
+    #[error("invalid program: {target} (node {node}{}): {detail}", located(.at))]
+    InvalidNode { target: String, node: String, at: Option<String>, detail: String },
     #[error("invalid program: {0}")]
     Invalid(String),
     /// Constructs kiln cannot import; every occurrence is listed.
     #[error("{0}")]
     Unsupported(UnsupportedList),
+}
+
+/// ` at file:line`, or nothing.
+fn located(at: &Option<String>) -> String {
+    at.as_deref().map(|a| format!(" at {a}")).unwrap_or_default()
 }
 
 /// One unsupported construct and where it came from.

@@ -3,12 +3,12 @@
 use super::custom::ImportOptions;
 use super::error::{ImportError, Problem, UnsupportedList};
 use super::ops;
-use super::views::ViewTable;
+use super::scope::{PendingBind, Scope};
 use crate::pt2::program::{Arg, InputSpec, Node, OutputSpec, SubGraph, SymExpr, SymIntArg, TensorMeta};
 use crate::pt2::weights::{self, WeightError};
 use crate::pt2::{scalar_type, sympy, Pt2File, CONSTANTS_DIR, WEIGHTS_DIR};
 use kiln_ir::{ConstBytes, DType, Dim, Graph, LocId, Location, Op, SymbolId, TensorType, ValueId};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// Why a node could not be converted.
 pub(crate) enum Fail {
@@ -26,6 +26,44 @@ pub(crate) fn unsupported<T>(reason: impl Into<String>) -> R<T> {
 
 pub(crate) fn invalid<T>(detail: impl Into<String>) -> R<T> {
     Err(Fail::Invalid(detail.into()))
+}
+
+/// The most elements of a table the importer computes itself from sizes in
+/// the file (gather positions, resampling taps, window and DFT matrices,
+/// filled constants): a hostile size must be an error, not an allocation.
+pub(crate) const MAX_TABLE_ELEMENTS: usize = 1 << 24;
+
+/// The most bytes one tensor may take at its largest shape (1 TiB): memory
+/// is planned for that shape, and a hostile size must not overflow the
+/// planner's sums.
+pub(crate) const MAX_TENSOR_BYTES: u64 = 1 << 40;
+
+/// The element count of a `dims` table `what` computes, refused when a size
+/// is negative, the product overflows or exceeds [`MAX_TABLE_ELEMENTS`].
+pub(crate) fn table_len(what: &str, dims: &[i64]) -> R<usize> {
+    let count = dims.iter().try_fold(1usize, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d)));
+    match count {
+        Some(n) if n <= MAX_TABLE_ELEMENTS => Ok(n),
+        Some(n) => unsupported(format!(
+            "{what} needs a table of {n} elements computed at compile time (kiln allows {MAX_TABLE_ELEMENTS})"
+        )),
+        None => invalid(format!("{what}: sizes {dims:?} are negative or overflow")),
+    }
+}
+
+/// An i64 computed from values in the file, or an error naming `what` when
+/// the arithmetic overflowed (`None`).
+pub(crate) fn checked(what: &str, v: Option<i64>) -> R<i64> {
+    v.map_or_else(|| invalid(format!("{what} overflows a 64-bit integer")), Ok)
+}
+
+/// Dim `axis` of `ty`, or an error naming `what` (a type from the file may
+/// have fewer dims than the op needs).
+pub(crate) fn dim_at(ty: &TensorType, axis: usize, what: &str) -> R<Dim> {
+    match ty.shape.get(axis) {
+        Some(d) => Ok(d.clone()),
+        None => invalid(format!("{what} has rank {}, no dim {axis}", ty.rank())),
+    }
 }
 
 /// A Python scalar argument.
@@ -49,39 +87,23 @@ impl Scalar {
 pub(crate) struct Importer<'p> {
     pub file: &'p Pt2File,
     pub options: &'p ImportOptions,
+    /// The IR graph being built: the program's, or a loop's nested graph
+    /// while one is converted ([`Importer::with_graph`]).
     pub g: Graph,
-    /// Types of the graph being converted: the program's, or a nested graph's
-    /// (the branches of `torch.cond`) while one is converted.
-    pub(crate) tensor_values: &'p HashMap<String, TensorMeta>,
-    pub(crate) sym_int_values: &'p HashMap<String, SymExpr>,
-    /// Prefix of IR value names inside a nested graph (`true_graph_0/`), whose
-    /// names may repeat the outer graph's.
-    pub(crate) scope: String,
+    /// The naming state of the graph being converted (see `scope.rs`).
+    pub(crate) scope: Scope<'p>,
+    /// The enclosing graphs' scopes while a nested graph is converted
+    /// ([`Importer::with_scope`]), innermost last.
+    pub(crate) outer_scopes: Vec<Scope<'p>>,
     /// The next `Op::Random` stream number: unique per random op.
     next_stream: u32,
-    /// Program value name → IR value.
-    env: HashMap<String, ValueId>,
-    /// Program symbolic-int name → dimension expression.
-    sym_env: HashMap<String, Dim>,
-    /// Names whose producer failed: their users are skipped silently so that
-    /// one unsupported op is reported once, not once per consumer.
-    poisoned: HashSet<String>,
     problems: Vec<Problem>,
-    types: HashMap<String, TensorType>,
-    /// View outputs → their base and view op (for in-place writes through views).
-    pub(crate) views: ViewTable,
-    /// Index of the last node reading each name (`usize::MAX`: a graph output).
-    last_use: HashMap<String, usize>,
-    /// Index of the node being converted.
-    pub node_index: usize,
-    /// Location of the node being converted.
-    pub loc: Option<LocId>,
     /// Symbolic scalars read with `.item()` (`_local_scalar_dense`) → the 0-d
     /// tensor they were read from, for their uses as operands.
-    items: HashMap<String, ValueId>,
+    pub(crate) items: HashMap<String, ValueId>,
     /// Unbacked symbols from `.item()` not bound yet: a `BindDim` is emitted
     /// just before the first node whose shapes use one (see [`Importer::ensure_bound`]).
-    pending_binds: HashMap<SymbolId, PendingBind>,
+    pub(crate) pending_binds: HashMap<SymbolId, PendingBind>,
     /// Complex program values (scoped name → real and imaginary parts, both
     /// of the matching real dtype): kiln's IR has no complex dtype, so only
     /// the ops of `ops/fft.rs` read and make them (see there).
@@ -93,15 +115,6 @@ pub(crate) const COMPLEX_SCOPE: &str = "complex values are only supported inside
      (_fft_r2c/_fft_c2r/_fft_c2c, torch.fft.rfft/irfft/fft/ifft and their 2-d/n-d forms), view_as_real, real, imag, \
      abs, angle, conj, add/sub/mul/div, pow(2), sum/mean and shape ops";
 
-/// A `.item()` value that may become a size.
-struct PendingBind {
-    /// The 0-d tensor read.
-    value: ValueId,
-    /// The `.item()` node, for the bind's location and error messages.
-    loc: Option<LocId>,
-    node: String,
-}
-
 impl<'p> Importer<'p> {
     pub fn new(file: &'p Pt2File, options: &'p ImportOptions) -> Importer<'p> {
         let mut g = Graph::new();
@@ -110,41 +123,20 @@ impl<'p> Importer<'p> {
             // may have a negative range, which only matters as a scalar.
             g.add_symbol(name.clone(), (*min).max(0), max.map(|m| m.max(0)));
         }
-        let mut last_use = HashMap::new();
-        for (i, node) in file.program.nodes.iter().enumerate() {
-            for input in &node.inputs {
-                for name in tensor_names(&input.arg) {
-                    last_use.insert(name.to_string(), i);
-                }
-            }
-        }
-        for spec in &file.program.output_specs {
-            match spec {
-                OutputSpec::User(arg) => tensor_names(arg).for_each(|n| {
-                    last_use.insert(n.to_string(), usize::MAX);
-                }),
-                OutputSpec::Other { arg, .. } => {
-                    last_use.insert(arg.clone(), usize::MAX);
-                }
-            }
-        }
+        let program = &file.program;
+        let outputs = program.output_specs.iter().flat_map(|spec| match spec {
+            OutputSpec::User(arg) => tensor_names(arg).collect::<Vec<_>>(),
+            OutputSpec::Other { arg, .. } => vec![arg.as_str()],
+        });
+        let scope = Scope::new(String::new(), &program.tensor_values, &program.sym_int_values, &program.nodes, outputs);
         Importer {
             file,
             options,
             g,
-            tensor_values: &file.program.tensor_values,
-            sym_int_values: &file.program.sym_int_values,
-            scope: String::new(),
+            scope,
+            outer_scopes: Vec::new(),
             next_stream: 0,
-            env: HashMap::new(),
-            sym_env: HashMap::new(),
-            poisoned: HashSet::new(),
             problems: Vec::new(),
-            types: HashMap::new(),
-            views: ViewTable::default(),
-            last_use,
-            node_index: 0,
-            loc: None,
             items: HashMap::new(),
             pending_binds: HashMap::new(),
             complex: HashMap::new(),
@@ -153,18 +145,23 @@ impl<'p> Importer<'p> {
 
     pub fn run(mut self) -> Result<Graph, ImportError> {
         let program = &self.file.program;
+        if let Some((name, min, Some(max))) =
+            program.range_constraints.iter().find(|(_, min, max)| max.is_some_and(|m| m < *min))
+        {
+            return Err(ImportError::Invalid(format!("range_constraints: `{name}` has min {min} > max {max}")));
+        }
         for spec in &program.input_specs {
             self.bind_input(spec)?;
         }
         self.convert_nodes(&program.nodes, None)?;
-        self.loc = None;
+        self.scope.loc = None;
         let mut user_outputs = 0;
         for spec in &program.output_specs {
             match spec {
                 OutputSpec::User(Arg::Tensor(name)) => {
                     let output_name = format!("output_{user_outputs}");
                     user_outputs += 1;
-                    if self.poisoned.contains(name) {
+                    if self.scope.poisoned.contains(name) {
                         continue;
                     }
                     if self.complex(name).is_some() {
@@ -176,10 +173,10 @@ impl<'p> Importer<'p> {
                         });
                         continue;
                     }
-                    let v = *self
-                        .env
-                        .get(name)
-                        .ok_or_else(|| ImportError::Invalid(format!("output `{name}` is not produced by any node")))?;
+                    let v =
+                        *self.scope.env.get(name).ok_or_else(|| {
+                            ImportError::Invalid(format!("output `{name}` is not produced by any node"))
+                        })?;
                     self.g.add_output(output_name, v);
                 }
                 OutputSpec::User(other) => {
@@ -209,15 +206,16 @@ impl<'p> Importer<'p> {
     /// (`<eval_with_key>`), the outer node's Python line is reported instead.
     pub(crate) fn convert_nodes(&mut self, nodes: &'p [Node], outer: Option<LocId>) -> Result<(), ImportError> {
         for (i, node) in nodes.iter().enumerate() {
-            self.node_index = i;
+            self.scope.node_index = i;
             let generated = node.stack_trace.as_deref().is_none_or(|t| t.contains("<eval_with_key>"));
             let stack_trace = match outer {
                 Some(o) if generated => self.g.locs[o].stack_trace.clone(),
                 _ => node.stack_trace.clone(),
             };
-            self.loc =
-                Some(self.g.locs.push(Location { node_name: format!("{}{}", self.scope, node.name), stack_trace }));
-            if node.inputs.iter().any(|a| tensor_names(&a.arg).any(|n| self.poisoned.contains(n))) {
+            let loc =
+                self.g.locs.push(Location { node_name: format!("{}{}", self.scope.prefix, node.name), stack_trace });
+            self.scope.loc = Some(loc);
+            if node.inputs.iter().any(|a| tensor_names(&a.arg).any(|n| self.scope.poisoned.contains(n))) {
                 self.poison_outputs(node);
                 continue;
             }
@@ -226,13 +224,18 @@ impl<'p> Importer<'p> {
                 super::control_flow::WHILE_LOOP => super::control_flow::while_loop(self, node),
                 _ => ops::convert(self, node),
             };
+            let converted = match (converted, self.scope.type_error.take()) {
+                (Err(Fail::Invalid(detail)), _) => Err(Fail::Invalid(detail)),
+                (_, Some(fail)) => Err(fail),
+                (converted, None) => converted,
+            };
             match converted {
                 Ok(()) => {}
                 Err(Fail::Unsupported(reason)) => {
                     self.problems.push(Problem {
                         what: short_target(&node.target).to_string(),
-                        node: format!("{}{}", self.scope, node.name),
-                        at: self.g.locs[self.loc.expect("set above")].python_line(),
+                        node: format!("{}{}", self.scope.prefix, node.name),
+                        at: self.g.locs[loc].python_line(),
                         reason,
                     });
                     self.poison_outputs(node);
@@ -240,7 +243,8 @@ impl<'p> Importer<'p> {
                 Err(Fail::Invalid(detail)) => {
                     return Err(ImportError::InvalidNode {
                         target: node.target.clone(),
-                        node: node.name.clone(),
+                        node: format!("{}{}", self.scope.prefix, node.name),
+                        at: self.g.locs[loc].python_line(),
                         detail,
                     });
                 }
@@ -262,45 +266,10 @@ impl<'p> Importer<'p> {
                 operands.len()
             ));
         }
-        let mut last_use = HashMap::new();
-        for (i, node) in sub.nodes.iter().enumerate() {
-            for input in &node.inputs {
-                for name in tensor_names(&input.arg) {
-                    last_use.insert(name.to_string(), i);
-                }
-            }
-        }
-        for out in &sub.outputs {
-            tensor_names(out).for_each(|n| {
-                last_use.insert(n.to_string(), usize::MAX);
-            });
-        }
-        let saved = Scope {
-            env: std::mem::take(&mut self.env),
-            sym_env: std::mem::take(&mut self.sym_env),
-            poisoned: std::mem::take(&mut self.poisoned),
-            types: std::mem::take(&mut self.types),
-            views: std::mem::take(&mut self.views),
-            last_use: std::mem::replace(&mut self.last_use, last_use),
-            node_index: self.node_index,
-            tensor_values: std::mem::replace(&mut self.tensor_values, &sub.tensor_values),
-            sym_int_values: std::mem::replace(&mut self.sym_int_values, &sub.sym_int_values),
-            scope: self.scope.clone(),
-        };
-        self.scope = format!("{}{}/", saved.scope, sub.name);
-        let result = self.inline_graph_body(sub, operands, outer);
-        self.env = saved.env;
-        self.sym_env = saved.sym_env;
-        self.poisoned = saved.poisoned;
-        self.types = saved.types;
-        self.views = saved.views;
-        self.last_use = saved.last_use;
-        self.node_index = saved.node_index;
-        self.tensor_values = saved.tensor_values;
-        self.sym_int_values = saved.sym_int_values;
-        self.scope = saved.scope;
-        self.loc = Some(outer);
-        result
+        let prefix = format!("{}{}/", self.scope.prefix, sub.name);
+        let outputs = sub.outputs.iter().flat_map(tensor_names);
+        let scope = Scope::new(prefix, &sub.tensor_values, &sub.sym_int_values, &sub.nodes, outputs);
+        self.with_scope(scope, |imp| imp.inline_graph_body(sub, operands, outer))
     }
 
     /// Converts nested graph `sub` into a graph of its own (a loop's
@@ -317,22 +286,16 @@ impl<'p> Importer<'p> {
             .enumerate()
             .map(|(i, ty)| {
                 let name = match sub.inputs.get(i) {
-                    Some(Arg::Tensor(name)) => format!("{}{}/{name}", self.scope, sub.name),
+                    Some(Arg::Tensor(name)) => format!("{}{}/{name}", self.scope.prefix, sub.name),
                     _ => format!("input_{i}"),
                 };
                 region.add_input(name, ty.clone())
             })
             .collect();
-        let parent = std::mem::replace(&mut self.g, region);
-        // `.item()` reads and pending binds name the parent's values.
-        let items = std::mem::take(&mut self.items);
-        let pending = std::mem::take(&mut self.pending_binds);
-        let result = self.inline_graph(sub, &inputs, region_outer);
-        let leftover_binds = !self.pending_binds.is_empty();
-        self.items = items;
-        self.pending_binds = pending;
-        let mut region = std::mem::replace(&mut self.g, parent);
-        self.loc = Some(outer);
+        // `.item()` reads and pending binds name the parent's values: the
+        // region starts without them.
+        let (built, result) = self.with_graph(region, |imp| imp.inline_graph(sub, &inputs, region_outer));
+        let (mut region, leftover_binds) = (built.g, !built.pending_binds.is_empty());
         let outputs = result?;
         if leftover_binds || !region.data_dependent_symbols().is_empty() || region.symbols.len() > self.g.symbols.len()
         {
@@ -350,7 +313,7 @@ impl<'p> Importer<'p> {
     fn inline_graph_body(&mut self, sub: &'p SubGraph, operands: &[ValueId], outer: LocId) -> R<Vec<ValueId>> {
         for (input, &v) in sub.inputs.iter().zip(operands) {
             match input {
-                Arg::Tensor(name) => self.env.insert(name.clone(), v),
+                Arg::Tensor(name) => self.scope.env.insert(name.clone(), v),
                 other => return unsupported(format!("`{}` has a non-tensor input {other:?}", sub.name)),
             };
         }
@@ -359,7 +322,7 @@ impl<'p> Importer<'p> {
         let mut outputs = Vec::with_capacity(sub.outputs.len());
         for out in &sub.outputs {
             match out {
-                Arg::Tensor(name) if self.poisoned.contains(name) || self.problems.len() > problems_before => {
+                Arg::Tensor(name) if self.scope.poisoned.contains(name) || self.problems.len() > problems_before => {
                     return unsupported(format!("`{}` uses constructs kiln does not support (listed above)", sub.name));
                 }
                 Arg::Tensor(name) => outputs.push(self.value(name)?),
@@ -367,6 +330,11 @@ impl<'p> Importer<'p> {
             }
         }
         Ok(outputs)
+    }
+
+    /// Location of the node being converted.
+    pub fn loc(&self) -> Option<LocId> {
+        self.scope.loc
     }
 
     /// A fresh `Op::Random` stream number.
@@ -392,10 +360,10 @@ impl<'p> Importer<'p> {
         match self.type_of(name) {
             Ok(ty) => {
                 let v = self.g.add_input(format!("<unavailable {name}>"), ty);
-                self.env.insert(name.to_string(), v);
+                self.scope.env.insert(name.to_string(), v);
             }
             Err(_) => {
-                self.poisoned.insert(name.to_string());
+                self.scope.poisoned.insert(name.to_string());
             }
         }
     }
@@ -405,7 +373,7 @@ impl<'p> Importer<'p> {
             InputSpec::User(Arg::Tensor(name)) => match self.type_of(name) {
                 Ok(ty) => {
                     let v = self.g.add_input(name.clone(), ty);
-                    self.env.insert(name.clone(), v);
+                    self.scope.env.insert(name.clone(), v);
                 }
                 Err(e) => self.input_failure(name, e)?,
             },
@@ -423,7 +391,7 @@ impl<'p> Importer<'p> {
             // symbolic int), so only those are kept.
             InputSpec::ConstantInput { name, value } => {
                 if let Arg::Int(v) = value {
-                    self.sym_env.insert(name.clone(), Dim::Const(*v));
+                    self.scope.sym_env.insert(name.clone(), Dim::Const(*v));
                 }
             }
             InputSpec::Other { kind, arg } => {
@@ -447,7 +415,7 @@ impl<'p> Importer<'p> {
         match e {
             Fail::Unsupported(reason) => {
                 self.problems.push(Problem { what: "input".into(), node: name.to_string(), at: None, reason });
-                self.poisoned.insert(name.to_string());
+                self.scope.poisoned.insert(name.to_string());
                 Ok(())
             }
             Fail::Invalid(detail) => Err(ImportError::Invalid(format!("input `{name}`: {detail}"))),
@@ -491,7 +459,7 @@ impl<'p> Importer<'p> {
             )));
         }
         let v = self.g.add_const(Some(fqn.to_string()), ty, loaded.bytes);
-        self.env.insert(arg.to_string(), v);
+        self.scope.env.insert(arg.to_string(), v);
         Ok(())
     }
 
@@ -499,14 +467,14 @@ impl<'p> Importer<'p> {
 
     /// The IR type of a program value, from `tensor_values`.
     pub fn type_of(&mut self, name: &str) -> R<TensorType> {
-        if let Some(ty) = self.types.get(name) {
+        if let Some(ty) = self.scope.types.get(name) {
             return Ok(ty.clone());
         }
-        let Some(meta) = self.tensor_values.get(name) else {
+        let Some(meta) = self.scope.tensor_values.get(name) else {
             return invalid(format!("value `{name}` has no entry in tensor_values"));
         };
         let ty = self.meta_type(meta)?;
-        self.types.insert(name.to_string(), ty.clone());
+        self.scope.types.insert(name.to_string(), ty.clone());
         Ok(ty)
     }
 
@@ -519,7 +487,10 @@ impl<'p> Importer<'p> {
             Err(name) => return unsupported(format!("element type {name}")),
         };
         let shape = meta.sizes.iter().map(|s| self.sym_expr(s)).collect::<R<Vec<_>>>()?;
-        Ok(TensorType::new(dtype, shape))
+        check_sizes(&shape, meta)?;
+        let ty = TensorType::new(dtype, shape);
+        self.check_size(&ty)?;
+        Ok(ty)
     }
 
     pub fn sym_expr(&mut self, e: &SymExpr) -> R<Dim> {
@@ -555,10 +526,10 @@ impl<'p> Importer<'p> {
                 used.contains(&s)
             });
             if !from_input && !self.g.data_dependent_symbols().contains(&s) {
-                self.pending_binds.insert(s, PendingBind { value, loc: self.loc, node: node.to_string() });
+                self.pending_binds.insert(s, PendingBind { value, loc: self.scope.loc, node: node.to_string() });
             }
         }
-        self.sym_env.insert(name.to_string(), d);
+        self.scope.sym_env.insert(name.to_string(), d);
     }
 
     /// The 0-d tensor a `.item()` value `name` was read from.
@@ -611,7 +582,7 @@ impl<'p> Importer<'p> {
     // --------------------------------------------------------------- binding
 
     pub fn value(&self, name: &str) -> R<ValueId> {
-        match self.env.get(name) {
+        match self.scope.env.get(name) {
             Some(v) => Ok(*v),
             None if self.complex(name).is_some() => {
                 unsupported(format!("operand `{name}` is complex, which this op does not take; {COMPLEX_SCOPE}"))
@@ -624,35 +595,35 @@ impl<'p> Importer<'p> {
 
     /// The (real, imaginary) parts of complex value `name`, if it is one.
     pub(crate) fn complex(&self, name: &str) -> Option<(ValueId, ValueId)> {
-        if self.env.contains_key(name) {
+        if self.scope.env.contains_key(name) {
             return None;
         }
-        self.complex.get(&format!("{}{name}", self.scope)).copied()
+        self.complex.get(&format!("{}{name}", self.scope.prefix)).copied()
     }
 
     /// Binds complex value `name` to its parts, naming new IR values
     /// `name.re` and `name.im`.
     pub(crate) fn bind_complex(&mut self, name: &str, re: ValueId, im: ValueId) {
-        let scoped = format!("{}{name}", self.scope);
+        let scoped = format!("{}{name}", self.scope.prefix);
         for (v, part) in [(re, "re"), (im, "im")] {
             let value = &mut self.g.values[v];
             if value.name.is_none() || value.name.as_deref() == Some(scoped.as_str()) {
                 value.name = Some(format!("{scoped}.{part}"));
             }
         }
-        self.env.remove(name);
+        self.scope.env.remove(name);
         self.complex.insert(scoped, (re, im));
     }
 
     /// Whether program value `name` is declared complex (any width).
     pub(crate) fn is_complex_meta(&self, name: &str) -> bool {
-        self.tensor_values.get(name).is_some_and(|m| matches!(m.dtype, 9..=11))
+        self.scope.tensor_values.get(name).is_some_and(|m| matches!(m.dtype, 9..=11))
     }
 
     /// The type of each part of complex value `name` (complex64 → f32,
     /// complex128 → f64), from `tensor_values`.
     pub(crate) fn part_type(&mut self, name: &str) -> R<TensorType> {
-        let Some(meta) = self.tensor_values.get(name) else {
+        let Some(meta) = self.scope.tensor_values.get(name) else {
             return invalid(format!("value `{name}` has no entry in tensor_values"));
         };
         let dtype = match meta.dtype {
@@ -666,25 +637,28 @@ impl<'p> Importer<'p> {
             }
         };
         let shape = meta.sizes.iter().map(|s| self.sym_expr(s)).collect::<R<Vec<_>>>()?;
-        Ok(TensorType::new(dtype, shape))
+        check_sizes(&shape, meta)?;
+        let ty = TensorType::new(dtype, shape);
+        self.check_size(&ty)?;
+        Ok(ty)
     }
 
     /// Binds `name` as a plain value of type `ty` for the duration of a
     /// per-part conversion (see `ops/fft.rs`); [`Importer::unbind`] undoes it.
     pub(crate) fn bind_part(&mut self, name: &str, v: ValueId, ty: TensorType) {
-        self.env.insert(name.to_string(), v);
-        self.types.insert(name.to_string(), ty);
+        self.scope.env.insert(name.to_string(), v);
+        self.scope.types.insert(name.to_string(), ty);
     }
 
     /// Declares the type of `name` (a complex node's output) as its part type
     /// for a per-part conversion.
     pub(crate) fn set_part_type(&mut self, name: &str, ty: TensorType) {
-        self.types.insert(name.to_string(), ty);
+        self.scope.types.insert(name.to_string(), ty);
     }
 
     pub(crate) fn unbind(&mut self, name: &str) {
-        self.env.remove(name);
-        self.types.remove(name);
+        self.scope.env.remove(name);
+        self.scope.types.remove(name);
     }
 
     /// Binds output `index` (a single tensor) of `node` to `v`.
@@ -704,23 +678,23 @@ impl<'p> Importer<'p> {
 
     fn name_value(&mut self, name: &str, v: ValueId) {
         if self.g.values[v].name.is_none() {
-            self.g.values[v].name = Some(format!("{}{name}", self.scope));
+            self.g.values[v].name = Some(format!("{}{name}", self.scope.prefix));
         }
-        self.env.insert(name.to_string(), v);
+        self.scope.env.insert(name.to_string(), v);
     }
 
     pub fn bind_sym(&mut self, name: &str, d: Dim) {
-        self.sym_env.insert(name.to_string(), d);
+        self.scope.sym_env.insert(name.to_string(), d);
     }
 
     /// Whether any node or output reads `name` (unused outputs need no IR).
     pub fn is_used(&self, name: &str) -> bool {
-        self.last_use.contains_key(name)
+        self.scope.last_use.contains_key(name)
     }
 
     /// Whether a node after the current one (or a graph output) reads `name`.
     pub fn read_later(&self, name: &str) -> bool {
-        self.last_use.get(name).is_some_and(|&i| i > self.node_index)
+        self.scope.last_use.get(name).is_some_and(|&i| i > self.scope.node_index)
     }
 
     // ------------------------------------------------------------- arguments
@@ -778,11 +752,11 @@ impl<'p> Importer<'p> {
         match s {
             SymIntArg::Int(v) => Ok(Dim::Const(*v)),
             SymIntArg::Name(n) => {
-                if let Some(d) = self.sym_env.get(n).cloned() {
+                if let Some(d) = self.scope.sym_env.get(n).cloned() {
                     self.ensure_bound(&d)?;
                     return Ok(d);
                 }
-                match self.sym_int_values.get(n) {
+                match self.scope.sym_int_values.get(n) {
                     Some(e) => self.sym_expr(e),
                     None => invalid(format!("symbolic int `{n}` is used before it is defined")),
                 }
@@ -887,8 +861,70 @@ impl<'p> Importer<'p> {
 
     // ----------------------------------------------------------- emitting IR
 
+    /// Emits `op` with result type `ty` (usually the type the program
+    /// declares). Where kiln's inference disagrees — another dtype or rank, a
+    /// dim provably different (two different constants, say) — or cannot
+    /// type the op at all, the node being converted fails as an invalid
+    /// program once its conversion returns (see [`Importer::convert_nodes`]):
+    /// a declared type is trusted only where it agrees with the op.
     pub fn push(&mut self, op: Op, inputs: Vec<ValueId>, ty: TensorType) -> ValueId {
-        self.g.push(op, inputs, ty, self.loc)
+        if self.scope.type_error.is_none() {
+            self.scope.type_error = match self.check_declared(&op, &inputs, &ty) {
+                Some(detail) => Some(Fail::Invalid(detail)),
+                None => self.check_size(&ty).err(),
+            };
+        }
+        self.g.push(op, inputs, ty, self.scope.loc)
+    }
+
+    /// Refuses a type whose largest shape exceeds [`MAX_TENSOR_BYTES`].
+    fn check_size(&self, ty: &TensorType) -> R<()> {
+        let mut bytes = ty.dtype.size_bytes() as u64;
+        for d in &ty.shape {
+            // Unbounded dims are the memory planner's to report.
+            let Some(hi) = d.bounds(&self.g.symbols).1 else { return Ok(()) };
+            bytes = bytes.saturating_mul(hi.max(0) as u64);
+        }
+        if bytes <= MAX_TENSOR_BYTES {
+            return Ok(());
+        }
+        let dims: Vec<String> = ty.shape.iter().map(|d| d.display(&self.g.symbols).to_string()).collect();
+        unsupported(format!(
+            "a {}[{}] tensor takes up to {bytes} bytes; kiln plans memory for at most {MAX_TENSOR_BYTES} bytes per tensor",
+            ty.dtype,
+            dims.join(", ")
+        ))
+    }
+
+    /// Why `ty` cannot be `op`'s result on `inputs`, if it cannot.
+    fn check_declared(&self, op: &Op, inputs: &[ValueId], ty: &TensorType) -> Option<String> {
+        let tys: Vec<&TensorType> = inputs.iter().map(|&v| self.g.ty(v)).collect();
+        let symbols = &self.g.symbols;
+        let show = |t: &TensorType| {
+            let dims: Vec<String> = t.shape.iter().map(|d| d.display(symbols).to_string()).collect();
+            format!("{}[{}]", t.dtype, dims.join(", "))
+        };
+        let inferred = match kiln_ir::infer::infer_types(symbols, op, &tys) {
+            Ok(mut t) if t.len() == 1 => t.remove(0),
+            Ok(t) => return Some(format!("`{}` gives {} results, not one", op.name(), t.len())),
+            Err(e) => return Some(format!("`{}`: {e}", op.name())),
+        };
+        let differs = inferred.dtype != ty.dtype
+            || inferred.rank() != ty.rank()
+            || inferred
+                .shape
+                .iter()
+                .zip(&ty.shape)
+                .any(|(a, b)| kiln_ir::infer::dims_equal(a, b, symbols) == Some(false));
+        differs.then(|| {
+            format!(
+                "the declared type {} contradicts `{}` of {}, which gives {}",
+                show(ty),
+                op.name(),
+                tys.iter().map(|t| show(t)).collect::<Vec<_>>().join(" and "),
+                show(&inferred)
+            )
+        })
     }
 
     /// Emits `op` and binds its single output to the node's output 0.
@@ -958,25 +994,21 @@ impl<'p> Importer<'p> {
     }
 
     /// A 1-d constant of `len` copies of `value` (optional batch-norm operands).
-    pub fn filled_const(&mut self, value: f64, dtype: DType, len: i64) -> ValueId {
+    pub fn filled_const(&mut self, value: f64, dtype: DType, len: i64) -> R<ValueId> {
+        let count = table_len("a filled constant", &[len])?;
         let one = scalar_bytes(Scalar::Float(value), dtype);
-        let bytes = one.repeat(len.max(0) as usize);
-        self.g.add_const(None, TensorType::fixed(dtype, &[len]), ConstBytes::owned(bytes))
+        let bytes = one.repeat(count);
+        Ok(self.g.add_const(None, TensorType::fixed(dtype, &[len]), ConstBytes::owned(bytes)))
     }
 }
 
-/// The outer graph's naming state while a nested graph is converted.
-struct Scope<'p> {
-    env: HashMap<String, ValueId>,
-    sym_env: HashMap<String, Dim>,
-    poisoned: HashSet<String>,
-    types: HashMap<String, TensorType>,
-    views: ViewTable,
-    last_use: HashMap<String, usize>,
-    node_index: usize,
-    tensor_values: &'p HashMap<String, TensorMeta>,
-    sym_int_values: &'p HashMap<String, SymExpr>,
-    scope: String,
+/// A declared shape's static dims must be sizes (torch never writes a
+/// negative one).
+fn check_sizes(shape: &[Dim], meta: &TensorMeta) -> R<()> {
+    match shape.iter().find_map(|d| d.as_const().filter(|&c| c < 0)) {
+        Some(c) => invalid(format!("{} declares the negative size {c}", meta.path)),
+        None => Ok(()),
+    }
 }
 
 /// Little-endian bytes of one element.

@@ -11,8 +11,18 @@
 //!   value, and the mutated name is rebound to it. A write through a view
 //!   (`y[:, 0] = 0`, `y.t()[2].mul_(2)`) is scattered back into its base, and
 //!   the base's other views read later are re-derived (`views.rs`).
-//! - Output types come from the program's `tensor_values` (authoritative and
-//!   symbolic), never from kiln's own inference.
+//! - Output types come from the program's `tensor_values` (symbolic where
+//!   torch's are), checked against kiln's own inference: a declared type of
+//!   another dtype or rank, or with a dim provably different from kiln's, is
+//!   an invalid program naming the node (`Importer::push`).
+//! - The file is untrusted: every size, axis and argument list it gives is
+//!   checked before use; a tensor larger than 1 TiB at its largest shape and
+//!   tables computed at compile time from its sizes beyond 2^24 elements are
+//!   refused (`importer.rs`: `MAX_TENSOR_BYTES`, `MAX_TABLE_ELEMENTS`).
+//!   `tests/tests/import_mutations.rs` and `compiler/fuzz` feed it mutated
+//!   fixtures.
+//! - A nested graph (a `cond` branch, a loop's condition or body) is
+//!   converted in a scope of its own, pushed and popped (`scope.rs`).
 //! - `buffer_mutation` / `user_input_mutation` outputs are dropped: kiln
 //!   compiles inference programs, whose state updates (e.g. batch-norm running
 //!   statistics) are not observable results.
@@ -33,6 +43,7 @@ mod error;
 mod importer;
 mod ops;
 mod promote;
+mod scope;
 pub mod support;
 mod views;
 

@@ -21,7 +21,7 @@
 //! observes through another alias are always fine: the mutated name is simply
 //! rebound.
 
-use super::importer::{unsupported, Importer, R};
+use super::importer::{dim_at, invalid, unsupported, Importer, R};
 use super::ops::{diagonal_scatter_value, diagonal_value, select_scatter_value, slice_scatter_value, slice_value};
 use kiln_ir::{DType, Dim, EntityRef, Op, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
@@ -83,15 +83,28 @@ pub(crate) struct ViewTable {
 
 impl Importer<'_> {
     /// Records that program value `view` is a view of `base` made by `step`.
+    /// The table stays a forest: a record that would close a cycle (a name
+    /// reused as its own base, which torch's SSA names never are) is dropped,
+    /// so that every walk to a root ends.
     pub fn record_view(&mut self, view: &str, base: &str, step: ViewStep) {
-        let order = self.views.next;
-        self.views.next += 1;
-        self.views.views.insert(view.to_string(), View { base: base.to_string(), step, order });
+        let mut name = base;
+        while name != view {
+            match self.scope.views.views.get(name) {
+                Some(v) => name = &v.base,
+                None => break,
+            }
+        }
+        if name == view {
+            return;
+        }
+        let order = self.scope.views.next;
+        self.scope.views.next += 1;
+        self.scope.views.views.insert(view.to_string(), View { base: base.to_string(), step, order });
     }
 
     /// The storage `name` is a view of (itself when it is not a view).
     fn view_root<'a>(&'a self, mut name: &'a str) -> &'a str {
-        while let Some(v) = self.views.views.get(name) {
+        while let Some(v) = self.scope.views.views.get(name) {
             name = &v.base;
         }
         name
@@ -106,6 +119,7 @@ impl Importer<'_> {
         }
         let root = self.view_root(mutated).to_string();
         let mut group: Vec<(&str, &View)> = self
+            .scope
             .views
             .views
             .iter()
@@ -128,7 +142,7 @@ impl Importer<'_> {
         let mut stale: HashSet<String> = HashSet::new();
         for name in &observers {
             let mut name = name.as_str();
-            while let Some(v) = self.views.views.get(name) {
+            while let Some(v) = self.scope.views.views.get(name) {
                 if name != mutated {
                     stale.insert(name.to_string());
                 }
@@ -144,7 +158,7 @@ impl Importer<'_> {
         // Back to the root: each base gets the new view scattered into it.
         let mut value = result;
         let mut name = mutated.to_string();
-        while let Some(v) = self.views.views.get(&name) {
+        while let Some(v) = self.scope.views.views.get(&name) {
             let (base, step) = (v.base.clone(), v.step.clone());
             let old_base = self.value(&base)?;
             value = match scatter_into(self, &step, old_base, value)? {
@@ -211,7 +225,7 @@ fn derive(imp: &mut Importer, step: &ViewStep, base: ValueId, ty: TensorType) ->
         &ViewStep::Slice { axis, start, end: Some(end), step } => slice_value(imp, base, axis, start, end, step, ty),
         &ViewStep::Slice { axis, start, end: None, step } => {
             // A symbolic end: the positions `start + step * i` for the view's length.
-            let len = ty.shape[axis].clone();
+            let len = dim_at(&ty, axis, "a sliced view")?;
             let idx = imp.push(
                 Op::Arange { start: start as f64, step: step as f64, len: len.clone(), dtype: DType::I64 },
                 Vec::new(),
@@ -221,8 +235,11 @@ fn derive(imp: &mut Importer, step: &ViewStep, base: ValueId, ty: TensorType) ->
         }
         &ViewStep::Select { axis, index } => {
             let mut shape = imp.ty(base).shape.clone();
-            shape[axis] = Dim::Const(1);
-            let end = if index == -1 { i64::MAX } else { index + 1 };
+            match shape.get_mut(axis) {
+                Some(d) => *d = Dim::Const(1),
+                None => return invalid(format!("a select of dim {axis} of a rank-{} tensor", shape.len())),
+            }
+            let end = if index == -1 { i64::MAX } else { index.saturating_add(1) };
             let s =
                 imp.push(Op::Slice { axis, start: index, end, step: 1 }, vec![base], TensorType::new(ty.dtype, shape));
             reshape_to(imp, s, ty.shape)
@@ -252,7 +269,7 @@ fn reshape_to(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> ValueId {
 /// `strides`; `None` when that cannot be decided. Symbolic strides are
 /// compared by evaluating both sides at a few symbol values.
 pub(crate) fn torch_contiguous(imp: &mut Importer, name: &str) -> Option<bool> {
-    let tensor_values = imp.tensor_values;
+    let tensor_values = imp.scope.tensor_values;
     let meta = tensor_values.get(name)?;
     let sizes = meta.sizes.iter().map(|s| imp.sym_expr(s).ok()).collect::<Option<Vec<Dim>>>()?;
     let strides = meta.strides.iter().map(|s| imp.sym_expr(s).ok()).collect::<Option<Vec<Dim>>>()?;

@@ -62,6 +62,23 @@ impl Archive {
         Ok(Archive { map, root, members })
     }
 
+    /// Reads an archive held in memory (copied into an anonymous map, so that
+    /// weights can still be shared slices of it). For tests and fuzzing.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Archive, ArchiveError> {
+        if bytes.is_empty() {
+            return Err(ArchiveError::Zip("empty file".into()));
+        }
+        let io = |source| ArchiveError::Io { path: PathBuf::from("<memory>"), source };
+        let mut map = memmap2::MmapMut::map_anon(bytes.len()).map_err(io)?;
+        map.copy_from_slice(bytes);
+        Archive::from_map(Arc::new(map.make_read_only().map_err(io)?))
+    }
+
+    /// Every member under the root with its payload, in name order.
+    pub fn members(&self) -> impl Iterator<Item = (&str, &[u8])> + '_ {
+        self.members.iter().filter_map(|(name, range)| Some((name.as_str(), self.map.get(range.clone())?)))
+    }
+
     pub fn root(&self) -> &str {
         &self.root
     }

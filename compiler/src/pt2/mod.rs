@@ -54,6 +54,11 @@ impl Pt2File {
         Pt2File::from_archive(archive)
     }
 
+    /// Opens a `.pt2` held in memory (see [`Archive::from_bytes`]).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Pt2File, Pt2Error> {
+        Pt2File::from_archive(Archive::from_bytes(bytes)?)
+    }
+
     pub fn from_archive(archive: Archive) -> Result<Pt2File, Pt2Error> {
         let format = archive.text("archive_format")?.trim();
         if format != "pt2" {

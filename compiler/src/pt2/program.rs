@@ -210,7 +210,7 @@ fn parse_range(name: &str, r: J<'_>) -> Result<(String, i64, Option<i64>), JsonE
     const HUGE: i64 = i64::MAX / 2;
     let bound = |j: J<'_>| -> Result<Option<i64>, JsonError> {
         match j.v.as_i64() {
-            Some(v) if v.abs() < HUGE => Ok(Some(v)),
+            Some(v) if v.checked_abs().is_some_and(|a| a < HUGE) => Ok(Some(v)),
             Some(_) => Ok(None),
             None if j.v.is_number() || j.v.is_string() => Ok(None),
             None => Err(j.err("an integer bound")),

@@ -414,4 +414,15 @@ mod tests {
         let deep_neg = format!("{}s0", "-".repeat(10_000));
         assert!(show(&deep_neg).starts_with("error"));
     }
+
+    #[test]
+    fn extreme_integers_do_not_overflow() {
+        // i64::MIN // -1 and % -1, as constants and when evaluated.
+        assert_eq!(show("FloorDiv(-9223372036854775807 - 1, -1)"), "9223372036854775807");
+        assert_eq!(show("Mod(-9223372036854775807 - 1, -1)"), "0");
+        let mut g = Graph::new();
+        let d = parse("FloorDiv(-9223372036854775807 - s0, -1)", &mut g).unwrap();
+        assert_eq!(d.eval(&|_| 1), i64::MAX);
+        assert_eq!(show("9223372036854775807 * 9223372036854775807 + 9223372036854775807"), "9223372036854775807");
+    }
 }

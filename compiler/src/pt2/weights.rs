@@ -14,9 +14,10 @@ use kiln_ir::{ConstBytes, DType};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Refuse to materialise zero-filled or copied tensors beyond this many bytes:
+/// Refuse to materialise zero-filled or copied tensors beyond this many bytes
+/// (1 GiB): their size comes from the config, not from bytes in the file, so
 /// a hostile config could otherwise ask for exabytes.
-const MAX_MATERIALISED_BYTES: usize = 1 << 36;
+const MAX_MATERIALISED_BYTES: usize = 1 << 30;
 
 #[derive(Clone, Debug)]
 pub struct TensorConfig {
@@ -123,7 +124,7 @@ pub fn load(archive: &Archive, folder: &str, fqn: &str, cfg: &TensorConfig) -> R
     if range.is_empty() {
         // torch writes an empty file for an all-zero (e.g. freshly allocated) storage.
         if nbytes > MAX_MATERIALISED_BYTES {
-            return Err(malformed(format!("empty storage would expand to {nbytes} bytes")));
+            return Err(too_large(fqn, format!("its empty (all-zero) storage would expand to {nbytes} bytes")));
         }
         return Ok(LoadedTensor { dtype, shape, bytes: ConstBytes::owned(vec![0; nbytes]) });
     }
@@ -148,12 +149,19 @@ pub fn load(archive: &Archive, folder: &str, fqn: &str, cfg: &TensorConfig) -> R
         ConstBytes::shared(map, start..start + nbytes)
     } else {
         if nbytes > MAX_MATERIALISED_BYTES {
-            return Err(malformed(format!("strided view would be copied into {nbytes} bytes")));
+            return Err(too_large(fqn, format!("its strided view would be copied into {nbytes} bytes")));
         }
         let storage = &archive.map()[range.clone()];
         ConstBytes::owned(gather(storage, &shape, &strides, offset, el))
     };
     Ok(LoadedTensor { dtype, shape, bytes })
+}
+
+fn too_large(fqn: &str, what: String) -> WeightError {
+    WeightError::Unsupported {
+        tensor: fqn.to_string(),
+        detail: format!("{what}; kiln materialises at most {MAX_MATERIALISED_BYTES} bytes per tensor"),
+    }
 }
 
 fn contiguous_strides(shape: &[i64]) -> Option<Vec<i64>> {

@@ -40,7 +40,7 @@ pub fn lower_for_pjrt(g: &mut Graph, precision: Precision) -> Result<PjrtLowerin
     check_plan(&collapsed, &mem)
         .map_err(|e| LowerError(vec![format!("memory plan is inconsistent (compiler bug): {e}")]))?;
 
-    let lowered = lower_to_plan_with_segments(g, &mem, &calls)?;
+    let lowered = lower_to_plan_with_segments(g, &mem, &calls, kiln_passes::Target::Pjrt.desc())?;
     let segments = emitted
         .into_iter()
         .zip(&part.segments)
@@ -114,6 +114,8 @@ fn substitute_bf16_weights(g: &mut Graph, emitted: &mut [Emitted]) {
                     let ty = TensorType::new(DType::BF16, g.ty(v).shape.clone());
                     let name = g.values[v].name.as_ref().map(|n| format!("{n}.bf16"));
                     let c = g.add_const(name, ty, ConstBytes::owned(bytes));
+                    // The copy is the same parameter (its origin, later its sharding).
+                    g.values[c].attrs = g.values[v].attrs.clone();
                     copies.insert(v, c);
                     c
                 }

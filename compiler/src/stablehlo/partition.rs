@@ -2,12 +2,16 @@
 //!
 //! A segment is a maximal run of nodes, contiguous in the schedule, that all
 //! have a StableHLO lowering ([`why_not_lowerable`]) and fully static shapes.
+//! Which ops and dtypes have one is the target description's segment table
+//! ([`TargetDesc::segments`], the same object the passes consulted); the
+//! limits on parameters, index operands and shapes are checked here.
 //! Contiguity keeps the plan a flat list of instructions: a segment becomes one
-//! `Kernel::Accel` instruction exactly where its first node was scheduled.
+//! `InstrOp::Delegate` instruction exactly where its first node was scheduled.
 //! Everything else stays a CPU instruction, with the reason recorded for
 //! `kiln inspect`.
 
-use kiln_ir::{BinaryOp, DType, Graph, NodeId, Op, PoolKind, ReduceKind, UnaryOp, ValueDef, ValueId};
+use kiln_ir::{DType, Graph, NodeId, Op, PadMode, ValueDef, ValueId};
+use kiln_passes::{data_dtype, OpKind, OpTable, Target, TargetDesc};
 use std::collections::{HashMap, HashSet};
 
 /// One accelerator call: nodes in schedule order, the values it reads from
@@ -27,14 +31,20 @@ pub struct Partition {
     pub cpu: Vec<(NodeId, String)>,
 }
 
-/// Partitions `g.order`. `forced_cpu` holds nodes the emitter could not lower
-/// after all (with its reason); they are kept on the CPU.
+/// Partitions `g.order` for the PJRT target. `forced_cpu` holds nodes the
+/// emitter could not lower after all (with its reason); they are kept on the CPU.
 pub fn partition(g: &Graph, forced_cpu: &HashMap<NodeId, String>) -> Partition {
+    partition_for(Target::Pjrt.desc(), g, forced_cpu)
+}
+
+/// [`partition`] for the segments `target` describes (none: every node stays
+/// on the CPU).
+pub fn partition_for(target: &TargetDesc, g: &Graph, forced_cpu: &HashMap<NodeId, String>) -> Partition {
     let uses = Uses::new(g);
     let mut p = Partition::default();
     let mut run: Vec<NodeId> = Vec::new();
     for &n in &g.order {
-        let why = forced_cpu.get(&n).cloned().or_else(|| why_not_lowerable(g, n));
+        let why = forced_cpu.get(&n).cloned().or_else(|| why_not_lowerable(target, g, n));
         match why {
             None => run.push(n),
             Some(reason) => {
@@ -113,10 +123,14 @@ fn segment_io(g: &Graph, uses: &Uses, nodes: Vec<NodeId>) -> Segment {
     Segment { nodes, args, results }
 }
 
-/// Why node `n` cannot run in an accelerator segment, or `None` when it can.
-/// Must agree with what `emit` lowers; anything `emit` still rejects is
-/// reported back and forced onto the CPU (see `compile`).
-pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
+/// Why node `n` cannot run in one of `target`'s accelerator segments, or
+/// `None` when it can. The segment table must agree with what `emit` lowers;
+/// anything `emit` still rejects is reported back and forced onto the CPU
+/// (see `driver`).
+pub fn why_not_lowerable(target: &TargetDesc, g: &Graph, n: NodeId) -> Option<String> {
+    let Some(segments) = target.segments else {
+        return Some(format!("target `{}` has no accelerator segments", target.target));
+    };
     let node = &g.nodes[n];
     match node.op {
         Op::BindDim { symbol } => {
@@ -145,34 +159,12 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
     let no = |what: &str| Some(format!("no StableHLO lowering for {what}"));
     let dt = |v: ValueId| g.ty(v).dtype;
     let in0 = node.inputs.first().map(|&v| dt(v));
+    let kind = OpKind::of(&node.op);
+    if !segments.takes(kind, data_dtype(g, node)) {
+        return no(&unsupported(segments, kind, node.op.name(), in0));
+    }
+    // What the table does not say: limits on parameters and index operands.
     match &node.op {
-        Op::Unary(u) => match (u, in0) {
-            (UnaryOp::Not | UnaryOp::BitNot, Some(DType::Bool)) => None,
-            (UnaryOp::BitNot, Some(d)) if d.is_int() => None,
-            // StableHLO's abs and sign take signless integers only: u8 stays on the CPU.
-            (UnaryOp::Abs | UnaryOp::Sign, Some(DType::U8)) => no("abs/sign on an unsigned integer"),
-            (UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu, Some(d)) if d.is_int() => None,
-            // XLA's f64 erf is not accurate to f64 (gelu uses it): kiln's CPU kernel is.
-            (UnaryOp::Erf | UnaryOp::Gelu, Some(DType::F64)) => {
-                no("f64 erf/gelu (XLA's approximation is not f64-accurate)")
-            }
-            (UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc, Some(d)) if d.is_int() => None,
-            (u, Some(d)) if d.is_float() && LOWERED_UNARY.contains(u) => None,
-            _ => no(&format!("op {} on {:?}", kiln_ir::unary_name(*u), in0)),
-        },
-        Op::Binary(b) => match b {
-            BinaryOp::FloorDiv | BinaryOp::Rem | BinaryOp::Fmod if !in0.is_some_and(|d| d.is_float() || d.is_int()) => {
-                no(&format!("op {} on {:?}", kiln_ir::binary_name(*b), in0))
-            }
-            BinaryOp::Pow if !in0.is_some_and(|d| d.is_float()) => no("op pow on integers"),
-            BinaryOp::Div if !in0.is_some_and(|d| d.is_float()) => no("op div on integers"),
-            BinaryOp::Atan2 if !in0.is_some_and(|d| d.is_float()) => no("op atan2 on integers"),
-            b if LOWERED_BINARY.contains(b) => None,
-            b => no(&format!("op {}", kiln_ir::binary_name(*b))),
-        },
-        Op::Where | Op::Cast { .. } | Op::MatMul | Op::Linear | Op::Reshape { .. } | Op::Expand { .. } => None,
-        Op::Permute { .. } | Op::Concat { .. } | Op::Full { .. } | Op::Arange { .. } => None,
-        Op::Clamp { .. } => None,
         Op::Conv { stride, padding, dilation, groups } => {
             let ok = stride.iter().all(|&s| s > 0)
                 && padding.iter().all(|&p| p >= 0)
@@ -184,32 +176,12 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
                 no("conv with these parameters")
             }
         }
-        Op::BatchNorm { .. } | Op::LayerNorm { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => {
-            if in0.is_some_and(|d| d.is_float()) {
-                None
-            } else {
-                no("a normalisation on a non-float tensor")
-            }
-        }
-        Op::Reduce { kind, .. } => match in0 {
-            Some(d) if d.is_float() || d.is_int() => None,
-            // any / all.
-            Some(DType::Bool) if matches!(kind, ReduceKind::Max | ReduceKind::Min) => None,
-            _ => no(&format!("{} over {:?}", node.op.name(), in0)),
-        },
-        Op::ArgMax { .. } | Op::ArgMin { .. } => None,
-        Op::Pool { kind: PoolKind::ArgMax, .. } => no("max pooling's indices (a CPU kernel only)"),
         Op::Pool { stride, dilation, .. } => {
-            let ok =
-                stride.iter().all(|&s| s > 0) && dilation.iter().all(|&d| d > 0) && in0.is_some_and(|d| d.is_float());
-            if ok {
+            if stride.iter().all(|&s| s > 0) && dilation.iter().all(|&d| d > 0) {
                 None
             } else {
                 no("pooling with these parameters")
             }
-        }
-        Op::AdaptiveAvgPool { .. } => {
-            no("op adaptive_avg_pool (decomposed for every target unless sizes are symbolic)")
         }
         Op::Attention { .. } => {
             let batch = |v: ValueId| {
@@ -219,7 +191,7 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
             let same_batch = node.inputs.len() >= 3
                 && batch(node.inputs[0]) == batch(node.inputs[1])
                 && batch(node.inputs[1]) == batch(node.inputs[2]);
-            if same_batch && in0.is_some_and(|d| d.is_float()) {
+            if same_batch {
                 None
             } else {
                 no("attention with broadcast batch dims")
@@ -236,16 +208,6 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
             Some(d) if d.is_int() => None,
             _ => no("gather with non-integer indices"),
         },
-        Op::CumSum { .. } => {
-            if in0.is_some_and(|d| d.is_float() || d.is_int()) {
-                None
-            } else {
-                no("cumsum on bool")
-            }
-        }
-        Op::Flip { .. } => None,
-        // Lowered to stablehlo.gather (negative indices wrapped; out-of-range
-        // ones are clamped there, where the CPU kernel reports an error).
         Op::IndexGather { .. } | Op::GatherElements { .. } => {
             if node.inputs.iter().skip(1).all(|&v| dt(v).is_int()) {
                 None
@@ -253,73 +215,22 @@ pub fn why_not_lowerable(g: &Graph, n: NodeId) -> Option<String> {
                 no("indexing with non-integer indices")
             }
         }
-        Op::Pad { mode: kiln_ir::PadMode::Constant, interior, .. } if interior.iter().all(|&i| i >= 0) => None,
+        Op::Pad { mode: PadMode::Constant, interior, .. } if interior.iter().all(|&i| i >= 0) => None,
         Op::Pad { mode, .. } => no(&format!("pad mode {mode:?}")),
-        // Ops added to the IR after this lowering was written (sort, upsample,
-        // the element-wise gather/scatter and advanced-indexing ops: CPU kernels only).
-        #[allow(unreachable_patterns)]
-        op => no(&format!("op {}", op.name())),
+        _ => None,
     }
 }
 
-/// Unary ops `emit` lowers on floats.
-const LOWERED_UNARY: &[UnaryOp] = &[
-    UnaryOp::Neg,
-    UnaryOp::Abs,
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sqrt,
-    UnaryOp::Rsqrt,
-    UnaryOp::Reciprocal,
-    UnaryOp::Relu,
-    UnaryOp::Sigmoid,
-    UnaryOp::Tanh,
-    UnaryOp::Gelu,
-    UnaryOp::GeluTanh,
-    UnaryOp::Silu,
-    UnaryOp::Erf,
-    UnaryOp::Sin,
-    UnaryOp::Cos,
-    UnaryOp::Floor,
-    UnaryOp::Ceil,
-    UnaryOp::Round,
-    UnaryOp::Sign,
-    UnaryOp::Log1p,
-    UnaryOp::Expm1,
-    UnaryOp::Trunc,
-    UnaryOp::Tan,
-    UnaryOp::Asin,
-    UnaryOp::Acos,
-    UnaryOp::Atan,
-    UnaryOp::Sinh,
-    UnaryOp::Cosh,
-    UnaryOp::Asinh,
-    UnaryOp::Acosh,
-    UnaryOp::Atanh,
-    UnaryOp::Log2,
-    UnaryOp::Log10,
-];
-
-/// Binary ops `emit` lowers (dtype restrictions are checked separately).
-const LOWERED_BINARY: &[BinaryOp] = &[
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::FloorDiv,
-    BinaryOp::Rem,
-    BinaryOp::Pow,
-    BinaryOp::Max,
-    BinaryOp::Min,
-    BinaryOp::Eq,
-    BinaryOp::Ne,
-    BinaryOp::Lt,
-    BinaryOp::Le,
-    BinaryOp::Gt,
-    BinaryOp::Ge,
-    BinaryOp::And,
-    BinaryOp::Or,
-    BinaryOp::Xor,
-    BinaryOp::Atan2,
-    BinaryOp::Fmod,
-];
+/// Why the segment table does not take op `kind` (named `name`) on data of
+/// `in0`: the table's reason, else one that names the op and the dtype.
+fn unsupported(segments: &OpTable, kind: OpKind, name: &str, in0: Option<DType>) -> String {
+    if let Some(why) = segments.why_not(kind, in0) {
+        return why.to_string();
+    }
+    match kind {
+        OpKind::Reduce(_) => format!("{name} over {in0:?}"),
+        OpKind::Unary(_) => format!("op {name} on {in0:?}"),
+        _ if segments.row(kind).is_some() => format!("op {name} on {in0:?}"),
+        _ => format!("op {name}"),
+    }
+}

@@ -1,5 +1,5 @@
 use super::*;
-use crate::{BinaryOp, ReduceKind, BINARY_OPS, UNARY_OPS};
+use crate::{BinaryOp, ReduceKind};
 
 /// Symbols `b` in [1, 64] and `n` in [1, inf], plus `t` in [100, 200].
 fn syms() -> PrimaryMap<SymbolId, Symbol> {
@@ -74,11 +74,11 @@ fn dim_equality() {
 #[test]
 fn elementwise_family() {
     let x = f32t(&[b(), c(4)]);
-    for u in UNARY_OPS {
+    for &u in UnaryOp::ALL {
         let want = if u == UnaryOp::Not { "bool[b, 4]" } else { "f32[b, 4]" };
         assert_eq!(ok(Op::Unary(u), std::slice::from_ref(&x)), want);
     }
-    for op in BINARY_OPS {
+    for &op in BinaryOp::ALL {
         let want = if op.is_comparison() { "bool[b, 4]" } else { "f32[b, 4]" };
         assert_eq!(ok(Op::Binary(op), &[x.clone(), f32t(&[c(4)])]), want);
     }

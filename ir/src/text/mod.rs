@@ -8,8 +8,8 @@
 //! graph {
 //!   sym batch in [1, 64]                 ; symbol with inclusive bounds
 //!   sym seq in [1, inf]                  ; `inf`: unbounded above
-//!   input %0 "x": f32[batch, 16]
-//!   const %1 "fc.weight": f32[2, 2] = [0.1, -2.5, nan, -inf]
+//!   input %0 "x": f32[batch, 16] {origin="x"}
+//!   const %1 "fc.weight": f32[2, 2] {origin="fc.weight"} = [0.1, -2.5, nan, -inf]
 //!   const %2: i64[] = [7]                ; name optional; `[]` shape is a scalar
 //!   %3: f32[batch, 2] = linear(%0, %1)
 //!   %4 "h": f32[batch, 2] = gelu(%3) @"gelu_1" "File \"m.py\", line 12, in forward"
@@ -29,6 +29,9 @@
 //!   any labels (`%17` need not follow `%3`) and builds arenas in text order.
 //! * **Names**: a string after a value's label is its source name
 //!   ([`crate::ValueData::name`]); after an output, the output name.
+//! * **Value attributes** ([`crate::ValueAttrs`]): `{key="value", ...}` after a
+//!   value's type, printed only when one is set (keys in a fixed order;
+//!   today `origin`, a non-empty string). Unknown keys are an error.
 //! * **Types**: `dtype[d0, d1, ...]`. A dim is an integer, a symbol name, or a
 //!   parenthesised binary expression `(a + b)`, `(a * b)`, `(a // b)`, `(a % b)`
 //!   exactly as [`crate::Dim`] displays it; expressions are kept as written (not

@@ -4,8 +4,8 @@
 use super::elements::{format_f64, literal_f64, Literal};
 use super::lexer::Pos;
 use super::ParseError;
-use crate::{DType, Dim, Op, PadMode, PoolKind, RandomDist, ReduceKind, Symbol, SymbolId, UpsampleMode};
-use crate::{PrimaryMap, BINARY_OPS, UNARY_OPS};
+use crate::PrimaryMap;
+use crate::{DType, Dim, Op, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, Symbol, SymbolId};
 
 /// An attribute value as parsed, before the op says what it must be.
 #[derive(Clone, Debug)]
@@ -203,10 +203,10 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
     let ints = |v: AttrVal| list(&v, int);
     let uints = |v: AttrVal| list(&v, uint);
     let dims = |v: AttrVal| list(&v, |d| dim(d, symbols));
-    let op = if let Some(u) = UNARY_OPS.iter().find(|u| crate::unary_name(**u) == name) {
-        Op::Unary(*u)
-    } else if let Some(b) = BINARY_OPS.iter().find(|b| crate::binary_name(**b) == name) {
-        Op::Binary(*b)
+    let op = if let Some(u) = crate::UnaryOp::from_name(name) {
+        Op::Unary(u)
+    } else if let Some(b) = crate::BinaryOp::from_name(name) {
+        Op::Binary(b)
     } else if let Some(kind) = reduce_kind(name) {
         Op::Reduce { kind, axes: uints(a.take("axes", name)?)?, keep_dims: boolean(&a.take("keep_dims", name)?)? }
     } else {
@@ -300,7 +300,7 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
             },
             "flip" => Op::Flip { axes: uints(a.take("axes", name)?)? },
             "upsample_nearest" | "upsample_linear" => Op::Upsample {
-                mode: if name == "upsample_nearest" { UpsampleMode::Nearest } else { UpsampleMode::Linear },
+                mode: if name == "upsample_nearest" { ResizeMode::Nearest } else { ResizeMode::Linear },
                 align_corners: boolean(&a.take("align_corners", name)?)?,
                 size: dims(a.take("size", name)?)?,
                 scales: list(&a.take("scales", name)?, float)?,

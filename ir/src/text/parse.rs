@@ -6,7 +6,7 @@ use super::lexer::{lex, Pos, Tok};
 use super::ops::{build_op, symbol, AttrVal, Attrs};
 use super::ParseError;
 use crate::DType;
-use crate::{ConstBytes, Dim, Graph, Location, TensorType, ValueId};
+use crate::{ConstBytes, Dim, Graph, Location, TensorType, ValueAttrs, ValueId};
 use std::collections::HashMap;
 
 struct Parser {
@@ -18,6 +18,14 @@ struct Parser {
     /// Every label that has a definition somewhere in the text, to tell
     /// "used before its definition" from "undefined".
     defined_somewhere: HashMap<u32, Pos>,
+}
+
+/// One `%N "name"?: type {attrs}?` on the left of a node line.
+struct NodeResult {
+    label: u32,
+    name: Option<String>,
+    ty: TensorType,
+    attrs: ValueAttrs,
 }
 
 pub(super) fn parse_graph(src: &str) -> Result<Graph, ParseError> {
@@ -256,8 +264,10 @@ impl Parser {
         let name = self.opt_string();
         self.punct(":")?;
         let ty = self.ty()?;
+        let attrs = self.value_attrs()?;
         let v = self.g.add_input(String::new(), ty);
         self.g.values[v].name = name;
+        self.g.values[v].attrs = attrs;
         self.values.insert(label, v);
         Ok(())
     }
@@ -269,6 +279,7 @@ impl Parser {
         self.punct(":")?;
         let ty_pos = self.pos();
         let ty = self.ty()?;
+        let attrs = self.value_attrs()?;
         let Some(shape) = ty.static_shape() else {
             return Err(ty_pos.error("a constant's shape must be static"));
         };
@@ -295,6 +306,7 @@ impl Parser {
             return Err(list_pos.error(format!("constant of shape {shape:?} needs {numel} elements, found {count}")));
         }
         let v = self.g.add_const(name, ty, ConstBytes::owned(bytes));
+        self.g.values[v].attrs = attrs;
         self.values.insert(label, v);
         Ok(())
     }
@@ -351,18 +363,52 @@ impl Parser {
         Ok(())
     }
 
-    /// `%N "name"?: type` on the left of a node.
-    fn result(&mut self) -> Result<(u32, Option<String>, TensorType), ParseError> {
+    /// `%N "name"?: type {attrs}?` on the left of a node.
+    fn result(&mut self) -> Result<NodeResult, ParseError> {
         let (label, _) = self.new_label()?;
         let name = self.opt_string();
         self.punct(":")?;
-        Ok((label, name, self.ty()?))
+        let ty = self.ty()?;
+        Ok(NodeResult { label, name, ty, attrs: self.value_attrs()? })
     }
 
-    fn node(&mut self, results: Vec<(u32, Option<String>, TensorType)>) -> Result<(), ParseError> {
+    /// A value's attributes after its type, `{origin="fc.weight"}`; empty
+    /// when no `{` follows (a node's own attributes come after its op name,
+    /// so the brace is never ambiguous).
+    fn value_attrs(&mut self) -> Result<ValueAttrs, ParseError> {
+        let mut attrs = ValueAttrs::default();
+        if !self.eat_punct("{") {
+            return Ok(attrs);
+        }
+        loop {
+            let (key, key_pos) = self.ident("a value attribute name")?;
+            self.punct("=")?;
+            let slot = match key.as_str() {
+                "origin" => &mut attrs.origin,
+                _ => return Err(key_pos.error(format!("unknown value attribute `{key}` (known: origin)"))),
+            };
+            if slot.is_some() {
+                return Err(key_pos.error(format!("value attribute `{key}` is given twice")));
+            }
+            let value_pos = self.pos();
+            match self.opt_string() {
+                Some(s) if !s.is_empty() => *slot = Some(s),
+                Some(_) => return Err(value_pos.error(format!("value attribute `{key}` must not be empty"))),
+                None => return self.expected(&format!("a string for value attribute `{key}`")),
+            }
+            if !self.eat_punct(",") {
+                break;
+            }
+        }
+        self.punct("}")?;
+        Ok(attrs)
+    }
+
+    fn node(&mut self, results: Vec<NodeResult>) -> Result<(), ParseError> {
         // Two results may not share a label either.
-        for (i, (label, _, _)) in results.iter().enumerate() {
-            if results[..i].iter().any(|(l, _, _)| l == label) {
+        for (i, r) in results.iter().enumerate() {
+            let label = r.label;
+            if results[..i].iter().any(|other| other.label == label) {
                 return self.error(format!("%{label} is defined twice"));
             }
         }
@@ -408,12 +454,13 @@ impl Parser {
         } else {
             None
         };
-        let types = results.iter().map(|(_, _, ty)| ty.clone()).collect();
+        let types = results.iter().map(|r| r.ty.clone()).collect();
         let n = self.g.add_node(op, inputs, types, loc);
-        for (i, (label, name, _)) in results.into_iter().enumerate() {
+        for (i, r) in results.into_iter().enumerate() {
             let v = self.g.nodes[n].outputs[i];
-            self.g.values[v].name = name;
-            self.values.insert(label, v);
+            self.g.values[v].name = r.name;
+            self.g.values[v].attrs = r.attrs;
+            self.values.insert(r.label, v);
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 use super::elements::format_elements;
 use super::lexer::quote;
 use super::ops::format_attrs;
-use crate::{Graph, SecondaryMap, TensorType, ValueId};
+use crate::{Graph, SecondaryMap, TensorType, ValueAttrs, ValueId};
 use std::fmt::Write;
 
 pub(super) fn print_graph(g: &Graph, max_const_elems: Option<usize>) -> String {
@@ -23,8 +23,10 @@ pub(super) fn print_graph(g: &Graph, max_const_elems: Option<usize>) -> String {
         }
         s
     };
+    // The type, then the value's attributes when it has any.
     let ty = |v: ValueId| match g.values.get(v) {
-        Some(d) => format_type(g, &d.ty),
+        Some(d) if d.attrs.is_empty() => format_type(g, &d.ty),
+        Some(d) => format!("{} {}", format_type(g, &d.ty), format_value_attrs(&d.attrs)),
         None => "?".to_string(),
     };
 
@@ -99,4 +101,13 @@ fn number_values(g: &Graph) -> SecondaryMap<ValueId, Option<u32>> {
 pub(super) fn format_type(g: &Graph, ty: &TensorType) -> String {
     let dims: Vec<String> = ty.shape.iter().map(|d| d.display(&g.symbols).to_string()).collect();
     format!("{}[{}]", ty.dtype, dims.join(", "))
+}
+
+/// `{origin="fc.weight"}`: the attributes that are set, in a fixed order.
+fn format_value_attrs(attrs: &ValueAttrs) -> String {
+    let mut items = Vec::new();
+    if let Some(origin) = &attrs.origin {
+        items.push(format!("origin={}", quote(origin)));
+    }
+    format!("{{{}}}", items.join(", "))
 }

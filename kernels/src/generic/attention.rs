@@ -4,6 +4,8 @@
 use super::common::*;
 use super::math::Real;
 use super::matmul::{BatchIter, GemmFloat};
+use crate::context::Context;
+use crate::table::KernelTable;
 use crate::types::{DType, Result, Scratch, TensorMut, TensorRef};
 
 /// How the mask's trailing [L, S] dims are addressed (stride 0 = broadcast).
@@ -34,8 +36,9 @@ pub fn attention(
     causal: bool,
     scale: Option<f64>,
     mut out: TensorMut,
-    scratch: &mut Scratch,
+    cx: &mut Context,
 ) -> Result<()> {
+    let (table, scratch) = (cx.table, &mut cx.scratch);
     const K: &str = "attention";
     for (what, d) in [("k", k.dtype), ("v", v.dtype), ("out", out.dtype)] {
         expect_dtype(K, what, d, q.dtype)?;
@@ -105,6 +108,7 @@ pub fn attention(
             mv,
             causal,
             view_mut(K, "out", &mut out)?,
+            table,
             scratch,
         ),
         DType::F64 => attention_typed::<f64>(
@@ -115,6 +119,7 @@ pub fn attention(
             mv,
             causal,
             view_mut(K, "out", &mut out)?,
+            table,
             scratch,
         ),
         d => return Err(dtype_err(K, d)),
@@ -133,6 +138,7 @@ fn attention_typed<T: GemmFloat>(
     mv: &[u8],
     causal: bool,
     ov: &mut [T],
+    table: &KernelTable,
     scratch: &mut Scratch,
 ) {
     let Dims { l, s, e, ev, ref it, ref mask, scale } = *dims;
@@ -140,7 +146,7 @@ fn attention_typed<T: GemmFloat>(
     let (scores, pack) = T::scratch_split(scratch, l * s);
     for t in 0..it.count {
         let (qo, ko, vo) = (it.offset(0, t), it.offset(1, t), it.offset(2, t));
-        T::gemm(l, s, e, &qv[qo..], e, &kv[ko..], e, scores, s, true, T::ZERO, pack);
+        T::gemm(table, l, s, e, &qv[qo..], e, &kv[ko..], e, scores, s, true, T::ZERO, pack);
         let mo = it.offset(3, t);
         for i in 0..l {
             let row = &mut scores[i * s..(i + 1) * s];
@@ -161,9 +167,9 @@ fn attention_typed<T: GemmFloat>(
                 }
                 *x = val;
             }
-            softmax_in_place(row);
+            T::softmax_in_place(table, row);
         }
-        T::gemm(l, ev, s, scores, s, &vv[vo..], ev, &mut ov[t * l * ev..], ev, false, T::ZERO, pack);
+        T::gemm(table, l, ev, s, scores, s, &vv[vo..], ev, &mut ov[t * l * ev..], ev, false, T::ZERO, pack);
     }
 }
 
@@ -180,17 +186,4 @@ fn check_mask_len(m: &TensorRef) -> Result<()> {
 fn float_at<T: Real>(bytes: &[u8], i: usize) -> T {
     let size = std::mem::size_of::<T>();
     bytemuck::pod_read_unaligned(&bytes[i * size..(i + 1) * size])
-}
-
-/// Softmax of a row in place, summed in f64; a row that is entirely -inf
-/// becomes NaN, which is what torch returns for fully-masked query rows.
-fn softmax_in_place<T: Real>(row: &mut [T]) {
-    let max = row.iter().fold(T::NEG_INFINITY, |m, &v| if v > m || v.is_nan() { v } else { m });
-    let mut sum = 0.0f64;
-    for v in row.iter_mut() {
-        *v = (*v - max).exp();
-        sum += v.to_f64();
-    }
-    let inv = T::from_f64(1.0 / sum);
-    row.iter_mut().for_each(|v| *v = *v * inv);
 }

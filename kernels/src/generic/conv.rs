@@ -6,9 +6,10 @@
 
 use super::common::*;
 use super::conv_depthwise::conv_depthwise_f32;
-use super::gemm::{gemm_f32_packed, NR};
+use super::gemm::{gemm_f32_fused, Bias, Epilogue};
 use super::math::Real;
-use crate::types::{DType, Result, Scratch, TensorMut, TensorRef};
+use crate::context::Context;
+use crate::types::{DType, Result, TensorMut, TensorRef};
 
 /// Stride, padding (symmetric, per spatial dim), dilation and groups, as in
 /// torch.nn.functional.conv{1,2,3}d.
@@ -97,9 +98,9 @@ pub fn conv(
     bias: Option<TensorRef>,
     p: &ConvParams,
     out: TensorMut,
-    scratch: &mut Scratch,
+    cx: &mut Context,
 ) -> Result<()> {
-    conv_with(x, w, bias, p, out, scratch, ConvAlgorithm::Auto)
+    conv_with(x, w, bias, p, out, cx, ConvAlgorithm::Auto)
 }
 
 /// [`conv`] with the f32 algorithm chosen by the caller (f64 ignores it).
@@ -109,9 +110,10 @@ pub fn conv_with(
     bias: Option<TensorRef>,
     p: &ConvParams,
     mut out: TensorMut,
-    scratch: &mut Scratch,
+    cx: &mut Context,
     algorithm: ConvAlgorithm,
 ) -> Result<()> {
+    let (table, scratch) = (cx.table, &mut cx.scratch);
     const K: &str = "conv";
     let dtype = x.dtype;
     for d in [x.dtype, w.dtype, out.dtype] {
@@ -186,31 +188,39 @@ pub fn conv_with(
         return Ok(());
     }
 
-    // Seed the output with the bias; every GEMM below accumulates (beta = 1).
-    for (c, plane) in ov.chunks_exact_mut(osp).enumerate() {
-        plane.fill(bv.map_or(0.0, |b| b[c % cout]));
-    }
     if kdim == 0 {
+        for (c, plane) in ov.chunks_exact_mut(osp).enumerate() {
+            plane.fill(bv.map_or(0.0, |b| b[c % cout]));
+        }
         return Ok(());
     }
 
+    // Each GEMM writes its own block of output (beta = 0), and adds the
+    // bias of its output channels (rows) in its epilogue.
     let pointwise = ksp == 1 && g.stride == [1; 3] && g.pad == [0; 3];
-    let chunk = if pointwise { 0 } else { (COL_BUDGET / kdim).max(NR).next_multiple_of(NR).min(osp) };
+    // Chunks of whole microkernel tiles, so only an image's last chunk has a
+    // partial tile.
+    let nr = table.gemm_tile().1;
+    let chunk = if pointwise { 0 } else { (COL_BUDGET / kdim).max(nr).next_multiple_of(nr).min(osp) };
     let (col, pack) = scratch.split(kdim * chunk);
     for n in 0..batch {
         for gi in 0..groups {
             let wg = &wv[gi * cout_g * kdim..(gi + 1) * cout_g * kdim];
             let xg = &xv[(n * cin + gi * cin_g) * isp..(n * cin + (gi + 1) * cin_g) * isp];
             let o_off = (n * cout + gi * cout_g) * osp;
+            let bias = bv.map_or(Bias::None, |b| Bias::PerRow(&b[gi * cout_g..(gi + 1) * cout_g]));
+            let epilogue = Epilogue { bias };
             if pointwise {
                 // A 1×1 stride-1 conv is already a GEMM over the input planes.
-                gemm_f32_packed(cout_g, osp, kdim, wg, kdim, xg, isp, &mut ov[o_off..], osp, false, 1.0, pack);
+                let c = &mut ov[o_off..];
+                gemm_f32_fused(table, cout_g, osp, kdim, wg, kdim, xg, isp, c, osp, false, 0.0, epilogue, pack);
                 continue;
             }
             for c0 in (0..osp).step_by(chunk) {
                 let cl = chunk.min(osp - c0);
                 im2col(xg, cin_g, &g, c0, cl, &mut col[..kdim * cl]);
-                gemm_f32_packed(cout_g, cl, kdim, wg, kdim, col, cl, &mut ov[o_off + c0..], osp, false, 1.0, pack);
+                let c = &mut ov[o_off + c0..];
+                gemm_f32_fused(table, cout_g, cl, kdim, wg, kdim, col, cl, c, osp, false, 0.0, epilogue, pack);
             }
         }
     }

@@ -6,6 +6,9 @@
 
 use super::common::*;
 use super::math::Real;
+use super::vector;
+use crate::context::Context;
+use crate::table::KernelTable;
 use crate::types::{BinaryOp, DType, Result, TensorMut, TensorRef, UnaryOp};
 use half::{bf16, f16};
 
@@ -115,22 +118,22 @@ fn unary_float<T: Real>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
     match op {
         UnaryOp::Neg => map(x, out, |v| -v),
         UnaryOp::Abs => map(x, out, |v| v.abs()),
-        UnaryOp::Exp => map(x, out, |v| v.exp()),
+        UnaryOp::Exp => vector::exp(x, out),
         UnaryOp::Log => map(x, out, |v| v.ln()),
         UnaryOp::Sqrt => map(x, out, |v| v.sqrt()),
         UnaryOp::Rsqrt => map(x, out, |v| one / v.sqrt()),
         UnaryOp::Reciprocal => map(x, out, |v| one / v),
         // NaN stays NaN, as in torch.relu.
         UnaryOp::Relu => map(x, out, |v| if v < T::ZERO { T::ZERO } else { v }),
-        UnaryOp::Sigmoid => map(x, out, |v| one / (one + (-v).exp())),
-        UnaryOp::Tanh => map(x, out, |v| v.tanh()),
+        UnaryOp::Sigmoid => vector::sigmoid(x, out),
+        UnaryOp::Tanh => vector::tanh(x, out),
         UnaryOp::Gelu => map(x, out, |v| v.gelu()),
         UnaryOp::GeluTanh => {
             let k0 = T::lit((2.0 / std::f64::consts::PI).sqrt());
             let k1 = T::lit(0.044715);
             map(x, out, |v| half * v * (one + (k0 * (v + k1 * v * v * v)).tanh()))
         }
-        UnaryOp::Silu => map(x, out, |v| v / (one + (-v).exp())),
+        UnaryOp::Silu => vector::silu(x, out),
         UnaryOp::Erf => map(x, out, |v| v.erf()),
         UnaryOp::Sin => map(x, out, |v| v.sin()),
         UnaryOp::Cos => map(x, out, |v| v.cos()),
@@ -180,7 +183,19 @@ fn unary_int<T: IntElem>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
     Ok(())
 }
 
-pub fn unary(op: UnaryOp, x: TensorRef, mut out: TensorMut) -> Result<()> {
+/// Elementwise `op(x)`, running the f32 ops the kernel table has (exp,
+/// sigmoid, silu, tanh; f16/bf16 compute in f32 through them too) with the
+/// [`best`](crate::best) variants. [`unary_cx`] takes the table from a context.
+pub fn unary(op: UnaryOp, x: TensorRef, out: TensorMut) -> Result<()> {
+    unary_with(op, x, out, crate::table::best())
+}
+
+/// [`unary`] calling through `cx`'s kernel table.
+pub fn unary_cx(op: UnaryOp, x: TensorRef, out: TensorMut, cx: &mut Context) -> Result<()> {
+    unary_with(op, x, out, cx.table)
+}
+
+fn unary_with(op: UnaryOp, x: TensorRef, mut out: TensorMut, table: &KernelTable) -> Result<()> {
     const K: &str = "unary";
     expect_dtype(K, "out", out.dtype, x.dtype)?;
     if x.shape != out.shape {
@@ -193,8 +208,17 @@ pub fn unary(op: UnaryOp, x: TensorRef, mut out: TensorMut) -> Result<()> {
             $f(xs, os)
         }};
     }
+    // The f32 computation: the table's entry where it has one.
+    let f32_entry = table.unary_f32(op);
+    let unary_f32 = |xs: &[f32], os: &mut [f32]| match f32_entry {
+        Some(f) => {
+            f(xs, os);
+            Ok(())
+        }
+        None => unary_float::<f32>(op, xs, os),
+    };
     match x.dtype {
-        DType::F32 => run!(f32, |xs, os| unary_float::<f32>(op, xs, os)),
+        DType::F32 => run!(f32, unary_f32),
         DType::F64 => run!(f64, |xs, os| unary_float::<f64>(op, xs, os)),
         DType::F16 | DType::BF16 => {
             // Validate the op once so the chunk callback cannot fail midway.
@@ -202,14 +226,14 @@ pub fn unary(op: UnaryOp, x: TensorRef, mut out: TensorMut) -> Result<()> {
             if x.dtype == DType::F16 {
                 run!(f16, |xs, os| {
                     map_half::<f16>(xs, os, |s, d| {
-                        let _ = unary_float::<f32>(op, s, d);
+                        let _ = unary_f32(s, d);
                     });
                     Ok(())
                 })
             } else {
                 run!(bf16, |xs, os| {
                     map_half::<bf16>(xs, os, |s, d| {
-                        let _ = unary_float::<f32>(op, s, d);
+                        let _ = unary_f32(s, d);
                     });
                     Ok(())
                 })
@@ -242,9 +266,34 @@ pub fn broadcast_map2<A: Copy, B: Copy, O: Copy>(
     out_shape: &[usize],
     f: impl Fn(A, B) -> O,
 ) {
+    broadcast_map2_rows(a, a_shape, b, b_shape, out, out_shape, f, None);
+}
+
+/// A slice version of a binary op (a kernel table entry) computing exactly
+/// what its element closure does.
+type RowFn<A, B, O> = fn(&[A], &[B], &mut [O]);
+
+/// [`broadcast_map2`] running `rows`, when given, over every stretch where
+/// both operands are contiguous.
+#[allow(clippy::too_many_arguments)]
+fn broadcast_map2_rows<A: Copy, B: Copy, O: Copy>(
+    a: &[A],
+    a_shape: &[usize],
+    b: &[B],
+    b_shape: &[usize],
+    out: &mut [O],
+    out_shape: &[usize],
+    f: impl Fn(A, B) -> O,
+    rows: Option<RowFn<A, B, O>>,
+) {
     if a_shape == out_shape && b_shape == out_shape {
-        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-            *o = f(x, y);
+        match rows {
+            Some(rows) => rows(a, b, out),
+            None => {
+                for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                    *o = f(x, y);
+                }
+            }
         }
         return;
     }
@@ -257,11 +306,14 @@ pub fn broadcast_map2<A: Copy, B: Copy, O: Copy>(
     c.for_each_row(|[oo, ao, bo], n, [_, ia, ib]| {
         let o = &mut out[oo..oo + n];
         match (ia, ib) {
-            (1, 1) => {
-                for ((o, &x), &y) in o.iter_mut().zip(&a[ao..ao + n]).zip(&b[bo..bo + n]) {
-                    *o = f(x, y);
+            (1, 1) => match rows {
+                Some(rows) => rows(&a[ao..ao + n], &b[bo..bo + n], o),
+                None => {
+                    for ((o, &x), &y) in o.iter_mut().zip(&a[ao..ao + n]).zip(&b[bo..bo + n]) {
+                        *o = f(x, y);
+                    }
                 }
-            }
+            },
             (1, 0) => {
                 let y = b[bo];
                 for (o, &x) in o.iter_mut().zip(&a[ao..ao + n]) {
@@ -421,7 +473,19 @@ fn binary_int<T: IntElem>(
     Ok(())
 }
 
-pub fn binary(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: TensorMut) -> Result<()> {
+/// Elementwise `a op b` with numpy broadcasting, running f32 add, sub, mul
+/// and div over contiguous stretches with the [`best`](crate::best) kernel
+/// table's variants. [`binary_cx`] takes the table from a context.
+pub fn binary(op: BinaryOp, a: TensorRef, b: TensorRef, out: TensorMut) -> Result<()> {
+    binary_with(op, a, b, out, crate::table::best())
+}
+
+/// [`binary`] calling through `cx`'s kernel table.
+pub fn binary_cx(op: BinaryOp, a: TensorRef, b: TensorRef, out: TensorMut, cx: &mut Context) -> Result<()> {
+    binary_with(op, a, b, out, cx.table)
+}
+
+fn binary_with(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: TensorMut, table: &KernelTable) -> Result<()> {
     const K: &str = "binary";
     expect_dtype(K, "b", b.dtype, a.dtype)?;
     let want_out = if is_comparison(op) { DType::Bool } else { a.dtype };
@@ -439,7 +503,8 @@ pub fn binary(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: TensorMut) -> R
         return Ok(());
     }
     match a.dtype {
-        DType::F32 | DType::F64 => with_float_native(op, a, b, out),
+        DType::F32 => binary_float::<f32>(op, a, b, out, table.binary_f32(op)),
+        DType::F64 => binary_float::<f64>(op, a, b, out, None),
         DType::F16 => binary_half::<f16>(op, a, b, out),
         DType::BF16 => binary_half::<bf16>(op, a, b, out),
         DType::I8 => binary_int_t::<i8>(op, a, b, out),
@@ -476,15 +541,14 @@ fn binary_int_t<T: IntElem>(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: T
     binary_int(op, av, a.shape, bv, b.shape, os, out_shape)
 }
 
-fn with_float_native(op: BinaryOp, a: TensorRef, b: TensorRef, out: TensorMut) -> Result<()> {
-    if a.dtype == DType::F32 {
-        binary_float::<f32>(op, a, b, out)
-    } else {
-        binary_float::<f64>(op, a, b, out)
-    }
-}
-
-fn binary_float<T: Real>(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: TensorMut) -> Result<()> {
+/// `rows`: the table's slice version of `op`, for f32.
+fn binary_float<T: Real>(
+    op: BinaryOp,
+    a: TensorRef,
+    b: TensorRef,
+    mut out: TensorMut,
+    rows: Option<RowFn<T, T, T>>,
+) -> Result<()> {
     const K: &str = "binary";
     let out_shape = out.shape;
     let av = view::<T>(K, "a", &a)?;
@@ -492,7 +556,7 @@ fn binary_float<T: Real>(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: Tens
     let os = view_mut::<T>(K, "out", &mut out)?;
     macro_rules! run {
         ($f:expr) => {
-            broadcast_map2(av, a.shape, bv, b.shape, os, out_shape, $f)
+            broadcast_map2_rows(av, a.shape, bv, b.shape, os, out_shape, $f, rows)
         };
     }
     float_binary_closure!(op, T, run, K, T::DTYPE);

@@ -1,18 +1,23 @@
 //! torch.matmul and nn.functional.linear on top of the packed GEMM.
 
 use super::common::*;
-use super::gemm::gemm_f32_packed;
+use super::gemm::{gemm_f32_fused, gemm_f32_packed, Bias, Epilogue};
 use super::math::Real;
+use super::vector;
+use crate::context::Context;
+use crate::table::KernelTable;
 use crate::types::{DType, PackBuffers, Result, Scratch, TensorMut, TensorRef};
 
 /// A float the GEMM-based kernels (matmul, linear, attention) are written
-/// over: f32 runs the packed GEMM, f64 a plain loop — f64 products are rare in
-/// inference graphs, so they get f64 accuracy rather than speed.
+/// over: f32 runs the packed GEMM (and the softmax entries) of the kernel
+/// table, f64 plain loops — f64 products are rare in inference graphs, so
+/// they get f64 accuracy rather than speed.
 pub(crate) trait GemmFloat: Real {
     /// `C = A · B (or A · Bᵀ when transposed_b) + beta·C`, with the argument
     /// conventions of [`gemm_f32_packed`]; operands are already validated.
     #[allow(clippy::too_many_arguments)]
     fn gemm(
+        table: &KernelTable,
         m: usize,
         n: usize,
         k: usize,
@@ -27,12 +32,49 @@ pub(crate) trait GemmFloat: Real {
         pack: &mut PackBuffers,
     );
 
+    /// `C = A · Bᵀ + bias` (bias per column of C, as in linear), C m×n dense.
+    /// By default C is seeded with the bias and the GEMM accumulates.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_bt_bias(
+        table: &KernelTable,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[Self],
+        b: &[Self],
+        bias: Option<&[Self]>,
+        c: &mut [Self],
+        pack: &mut PackBuffers,
+    ) {
+        let beta = match bias {
+            Some(bias) => {
+                for row in c.chunks_exact_mut(n.max(1)) {
+                    row.copy_from_slice(bias);
+                }
+                Self::ONE
+            }
+            None => Self::ZERO,
+        };
+        Self::gemm(table, m, n, k, a, k, b, k, c, n, true, beta, pack);
+    }
+
+    /// Softmax of a contiguous row in place, summed in f64; a row that is
+    /// entirely -inf becomes NaN, which is what torch returns for
+    /// fully-masked query rows.
+    fn softmax_in_place(_table: &KernelTable, row: &mut [Self]) {
+        let max = vector::max(row);
+        let sum = vector::exp_sum(row, max);
+        let inv = Self::from_f64(1.0 / sum);
+        row.iter_mut().for_each(|v| *v = *v * inv);
+    }
+
     /// A scratch buffer of `len` elements, borrowed beside the GEMM panels.
     fn scratch_split(scratch: &mut Scratch, len: usize) -> (&mut [Self], &mut PackBuffers);
 }
 
 impl GemmFloat for f32 {
     fn gemm(
+        table: &KernelTable,
         m: usize,
         n: usize,
         k: usize,
@@ -46,7 +88,30 @@ impl GemmFloat for f32 {
         beta: f32,
         pack: &mut PackBuffers,
     ) {
-        gemm_f32_packed(m, n, k, a, lda, b, ldb, c, ldc, transposed_b, beta, pack);
+        gemm_f32_packed(table, m, n, k, a, lda, b, ldb, c, ldc, transposed_b, beta, pack);
+    }
+
+    /// The bias is the GEMM's epilogue: added once, when each sum is done.
+    fn gemm_bt_bias(
+        table: &KernelTable,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        bias: Option<&[f32]>,
+        c: &mut [f32],
+        pack: &mut PackBuffers,
+    ) {
+        let epilogue = Epilogue { bias: bias.map_or(Bias::None, Bias::PerCol) };
+        gemm_f32_fused(table, m, n, k, a, k, b, k, c, n, true, 0.0, epilogue, pack);
+    }
+
+    fn softmax_in_place(table: &KernelTable, row: &mut [f32]) {
+        let max = table.max_f32(row);
+        let sum = table.exp_sum_f32(row, max);
+        let inv = (1.0 / sum) as f32;
+        row.iter_mut().for_each(|v| *v *= inv);
     }
 
     fn scratch_split(scratch: &mut Scratch, len: usize) -> (&mut [f32], &mut PackBuffers) {
@@ -56,6 +121,7 @@ impl GemmFloat for f32 {
 
 impl GemmFloat for f64 {
     fn gemm(
+        _table: &KernelTable,
         m: usize,
         n: usize,
         k: usize,
@@ -176,9 +242,10 @@ impl BatchIter {
     }
 }
 
-/// torch.matmul: rank-1 operands are promoted (a → [1,K], b → [K,1]) and the
+/// torch.matmul: rank-1 operands are promoted (a → `[1, K]`, b → `[K, 1]`) and the
 /// promoted dim is squeezed from the result; batch dims broadcast.
-pub fn matmul(a: TensorRef, b: TensorRef, mut out: TensorMut, scratch: &mut Scratch) -> Result<()> {
+pub fn matmul(a: TensorRef, b: TensorRef, mut out: TensorMut, cx: &mut Context) -> Result<()> {
+    let (table, scratch) = (cx.table, &mut cx.scratch);
     const K: &str = "matmul";
     expect_dtype(K, "b", b.dtype, a.dtype)?;
     expect_dtype(K, "out", out.dtype, a.dtype)?;
@@ -214,6 +281,7 @@ pub fn matmul(a: TensorRef, b: TensorRef, mut out: TensorMut, scratch: &mut Scra
     }
     match a.dtype {
         DType::F32 => matmul_typed::<f32>(
+            table,
             &it,
             m,
             n,
@@ -224,6 +292,7 @@ pub fn matmul(a: TensorRef, b: TensorRef, mut out: TensorMut, scratch: &mut Scra
             &mut scratch.pack,
         ),
         DType::F64 => matmul_typed::<f64>(
+            table,
             &it,
             m,
             n,
@@ -240,6 +309,7 @@ pub fn matmul(a: TensorRef, b: TensorRef, mut out: TensorMut, scratch: &mut Scra
 
 #[allow(clippy::too_many_arguments)]
 fn matmul_typed<T: GemmFloat>(
+    table: &KernelTable,
     it: &BatchIter,
     m: usize,
     n: usize,
@@ -251,24 +321,19 @@ fn matmul_typed<T: GemmFloat>(
 ) {
     if it.count > 1 && it.is_broadcast(1) && it.is_dense(0, m * k) {
         // One shared B: fold the batch into M for a single, taller GEMM.
-        T::gemm(it.count * m, n, k, av, k, bv, n, ov, n, false, T::ZERO, pack);
+        T::gemm(table, it.count * m, n, k, av, k, bv, n, ov, n, false, T::ZERO, pack);
         return;
     }
     for t in 0..it.count {
         let (ao, bo) = (it.offset(0, t), it.offset(1, t));
         let c = &mut ov[t * m * n..(t + 1) * m * n];
-        T::gemm(m, n, k, &av[ao..], k, &bv[bo..], n, c, n, false, T::ZERO, pack);
+        T::gemm(table, m, n, k, &av[ao..], k, &bv[bo..], n, c, n, false, T::ZERO, pack);
     }
 }
 
-/// `out = x · wᵀ + bias` with x [.., K], w [N, K], bias [N], out [.., N].
-pub fn linear(
-    x: TensorRef,
-    w: TensorRef,
-    bias: Option<TensorRef>,
-    mut out: TensorMut,
-    scratch: &mut Scratch,
-) -> Result<()> {
+/// `out = x · wᵀ + bias` with x `[.., K]`, w `[N, K]`, bias `[N]`, out `[.., N]`.
+pub fn linear(x: TensorRef, w: TensorRef, bias: Option<TensorRef>, mut out: TensorMut, cx: &mut Context) -> Result<()> {
+    let (table, scratch) = (cx.table, &mut cx.scratch);
     const K: &str = "linear";
     expect_dtype(K, "w", w.dtype, x.dtype)?;
     expect_dtype(K, "out", out.dtype, x.dtype)?;
@@ -296,18 +361,38 @@ pub fn linear(
     match x.dtype {
         DType::F32 => {
             let bv = bias.as_ref().map(|b| view(K, "bias", b)).transpose()?;
-            linear_typed::<f32>(n, k, view(K, "x", &x)?, view(K, "w", &w)?, bv, view_mut(K, "out", &mut out)?, pack)
+            linear_typed::<f32>(
+                table,
+                n,
+                k,
+                view(K, "x", &x)?,
+                view(K, "w", &w)?,
+                bv,
+                view_mut(K, "out", &mut out)?,
+                pack,
+            )
         }
         DType::F64 => {
             let bv = bias.as_ref().map(|b| view(K, "bias", b)).transpose()?;
-            linear_typed::<f64>(n, k, view(K, "x", &x)?, view(K, "w", &w)?, bv, view_mut(K, "out", &mut out)?, pack)
+            linear_typed::<f64>(
+                table,
+                n,
+                k,
+                view(K, "x", &x)?,
+                view(K, "w", &w)?,
+                bv,
+                view_mut(K, "out", &mut out)?,
+                pack,
+            )
         }
         d => return Err(dtype_err(K, d)),
     }
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn linear_typed<T: GemmFloat>(
+    table: &KernelTable,
     n: usize,
     k: usize,
     xv: &[T],
@@ -317,16 +402,5 @@ fn linear_typed<T: GemmFloat>(
     pack: &mut PackBuffers,
 ) {
     let m = ov.len().checked_div(n).unwrap_or(0);
-    // Seed C with the bias and accumulate (beta = 1): the bias add is fused
-    // into the GEMM's store instead of a second pass over the output.
-    let beta = match bv {
-        Some(bv) => {
-            for row in ov.chunks_exact_mut(n.max(1)) {
-                row.copy_from_slice(bv);
-            }
-            T::ONE
-        }
-        None => T::ZERO,
-    };
-    T::gemm(m, n, k, xv, k, wv, k, ov, n, true, beta, pack);
+    T::gemm_bt_bias(table, m, n, k, xv, wv, bv, ov, pack);
 }

@@ -20,3 +20,26 @@ pub mod resize;
 pub mod scatter;
 pub mod select;
 pub mod sort;
+pub(crate) mod vector;
+
+use crate::table::{Entry, Isa, KernelTable};
+
+/// The kernel table with the portable code in every entry; ISA plug-ins
+/// override entries of a copy of it.
+pub(crate) fn table() -> KernelTable {
+    const G: &str = "generic";
+    KernelTable {
+        isa: Isa::Generic,
+        gemm: gemm::GENERIC_UKR,
+        exp: Entry::new(G, vector::exp::<f32>),
+        sigmoid: Entry::new(G, vector::sigmoid::<f32>),
+        silu: Entry::new(G, vector::silu::<f32>),
+        tanh: Entry::new(G, vector::tanh::<f32>),
+        add: Entry::new(G, vector::add::<f32>),
+        sub: Entry::new(G, vector::sub::<f32>),
+        mul: Entry::new(G, vector::mul::<f32>),
+        div: Entry::new(G, vector::div::<f32>),
+        max: Entry::new(G, vector::max::<f32>),
+        exp_sum: Entry::new(G, vector::exp_sum::<f32>),
+    }
+}

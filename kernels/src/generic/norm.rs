@@ -2,6 +2,8 @@
 
 use super::common::*;
 use super::math::Real;
+use crate::context::Context;
+use crate::table::KernelTable;
 use crate::types::{DType, Result, TensorMut, TensorRef};
 
 /// A per-channel / per-feature parameter: x's dtype and `want_len` elements.
@@ -130,8 +132,19 @@ fn layer_norm_typed<T: Real>(
     Ok(())
 }
 
-/// Numerically stable (log-)softmax along `axis`.
-pub fn softmax(x: TensorRef, axis: usize, log: bool, mut out: TensorMut) -> Result<()> {
+/// Numerically stable (log-)softmax along `axis`. f32 rows along the last
+/// axis run the [`best`](crate::best) kernel table's max and exp-sum entries;
+/// [`softmax_cx`] takes the table from a context.
+pub fn softmax(x: TensorRef, axis: usize, log: bool, out: TensorMut) -> Result<()> {
+    softmax_with(x, axis, log, out, crate::table::best())
+}
+
+/// [`softmax`] calling through `cx`'s kernel table.
+pub fn softmax_cx(x: TensorRef, axis: usize, log: bool, out: TensorMut, cx: &mut Context) -> Result<()> {
+    softmax_with(x, axis, log, out, cx.table)
+}
+
+fn softmax_with(x: TensorRef, axis: usize, log: bool, mut out: TensorMut, table: &KernelTable) -> Result<()> {
     const K: &str = "softmax";
     expect_dtype(K, "out", out.dtype, x.dtype)?;
     if axis >= x.shape.len() || x.shape != out.shape {
@@ -140,11 +153,34 @@ pub fn softmax(x: TensorRef, axis: usize, log: bool, mut out: TensorMut) -> Resu
     let n = x.shape[axis];
     let inner: usize = x.shape[axis + 1..].iter().product();
     match x.dtype {
+        DType::F32 if inner == 1 => softmax_rows_f32(view(K, "x", &x)?, view_mut(K, "out", &mut out)?, n, log, table),
         DType::F32 => softmax_typed::<f32>(view(K, "x", &x)?, view_mut(K, "out", &mut out)?, n, inner, log),
         DType::F64 => softmax_typed::<f64>(view(K, "x", &x)?, view_mut(K, "out", &mut out)?, n, inner, log),
         d => return Err(dtype_err(K, d)),
     }
     Ok(())
+}
+
+/// Contiguous f32 rows through the table: the same steps, in the same order,
+/// as [`softmax_row`], so the generic table reproduces it bit for bit.
+fn softmax_rows_f32(x: &[f32], out: &mut [f32], n: usize, log: bool, table: &KernelTable) {
+    if n == 0 {
+        return;
+    }
+    for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let max = table.max_f32(xr);
+        or.copy_from_slice(xr);
+        let sum = table.exp_sum_f32(or, max);
+        if log {
+            let lse = sum.ln() as f32;
+            for (o, &v) in or.iter_mut().zip(xr) {
+                *o = v - max - lse;
+            }
+        } else {
+            let inv = (1.0 / sum) as f32;
+            or.iter_mut().for_each(|o| *o *= inv);
+        }
+    }
 }
 
 fn softmax_typed<T: Real>(x: &[T], out: &mut [T], n: usize, inner: usize, log: bool) {

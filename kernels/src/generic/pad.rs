@@ -4,13 +4,7 @@
 use super::common::*;
 use crate::types::{Result, TensorMut, TensorRef};
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub enum PadMode {
-    Constant,
-    Reflect,
-    Replicate,
-}
+pub use kiln_isa::PadMode;
 
 /// Per-axis padding: `lo`/`hi` elements before/after (negative: crop),
 /// `interior` between neighbours.

@@ -89,18 +89,63 @@ pub fn pool(kind: PoolKind, x: TensorRef, p: &PoolParams, mut out: TensorMut) ->
             max_pool_plain_2d::<f64>(view(K, "x", &x)?, &w, planes, view_mut(K, "out", &mut out)?)
         }
         (PoolKind::ArgMax, DType::F32) => {
-            pool_typed::<f32, i64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |_, i| i)
+            let ov = view_mut::<i64>(K, "out", &mut out)?;
+            pool_typed::<f32>(kind, view(K, "x", &x)?, windows, |o, _, i| ov[o] = i)
         }
         (PoolKind::ArgMax, DType::F64) => {
-            pool_typed::<f64, i64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |_, i| i)
+            let ov = view_mut::<i64>(K, "out", &mut out)?;
+            pool_typed::<f64>(kind, view(K, "x", &x)?, windows, |o, _, i| ov[o] = i)
         }
         (_, DType::F32) => {
-            pool_typed::<f32, f32>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |v, _| v)
+            let ov = view_mut::<f32>(K, "out", &mut out)?;
+            pool_typed::<f32>(kind, view(K, "x", &x)?, windows, |o, v, _| ov[o] = v)
         }
         (_, DType::F64) => {
-            pool_typed::<f64, f64>(kind, view(K, "x", &x)?, windows, view_mut(K, "out", &mut out)?, |v, _| v)
+            let ov = view_mut::<f64>(K, "out", &mut out)?;
+            pool_typed::<f64>(kind, view(K, "x", &x)?, windows, |o, v, _| ov[o] = v)
         }
         (_, d) => return Err(dtype_err(K, d)),
+    }
+    Ok(())
+}
+
+/// Max pooling's values (x's dtype) and indices (i64, flat within each
+/// plane) in one pass: exactly what [`pool`] gives for [`PoolKind::Max`] and
+/// [`PoolKind::ArgMax`] (first maximum in window order, the last NaN wins).
+pub fn max_pool_with_indices(
+    x: TensorRef,
+    p: &PoolParams,
+    mut values_out: TensorMut,
+    mut indices_out: TensorMut,
+) -> Result<()> {
+    const K: &str = "pool";
+    expect_dtype(K, "out", values_out.dtype, x.dtype)?;
+    expect_dtype(K, "out", indices_out.dtype, DType::I64)?;
+    if values_out.shape != indices_out.shape {
+        return Err(shape_err(
+            K,
+            format!("values {:?} and indices {:?} must have one shape", values_out.shape, indices_out.shape),
+        ));
+    }
+    if p.divisor.is_some() {
+        return Err(shape_err(K, "a divisor needs avg pooling"));
+    }
+    let (w, planes) = window(x.shape, values_out.shape, p)?;
+    let windows = Windows { w: &w, planes, include_pad: p.count_include_pad, divisor: None };
+    let iv = view_mut::<i64>(K, "out", &mut indices_out)?;
+    macro_rules! run {
+        ($T:ty) => {{
+            let vv = view_mut::<$T>(K, "out", &mut values_out)?;
+            pool_typed::<$T>(PoolKind::Max, view(K, "x", &x)?, windows, |o, v, i| {
+                vv[o] = v;
+                iv[o] = i;
+            })
+        }};
+    }
+    match x.dtype {
+        DType::F32 => run!(f32),
+        DType::F64 => run!(f64),
+        d => return Err(dtype_err(K, d)),
     }
     Ok(())
 }
@@ -129,8 +174,9 @@ struct Windows<'a> {
 }
 
 /// One loop for every kind: each window yields its value and, for max, the
-/// flat index of the element chosen; `write` keeps the one the output holds.
-fn pool_typed<T: Real, O>(kind: PoolKind, x: &[T], s: Windows, out: &mut [O], write: impl Fn(T, i64) -> O) {
+/// flat index of the element chosen; `emit(o, value, index)` stores what
+/// output element `o` (flat over every plane) holds.
+fn pool_typed<T: Real>(kind: PoolKind, x: &[T], s: Windows, mut emit: impl FnMut(usize, T, i64)) {
     let w = s.w;
     let isp: usize = w.input.iter().product();
     let osp: usize = w.output.iter().product();
@@ -140,8 +186,7 @@ fn pool_typed<T: Real, O>(kind: PoolKind, x: &[T], s: Windows, out: &mut [O], wr
     let [_, ih, iw] = w.input;
     for pl in 0..s.planes {
         let xp = &x[pl * isp..(pl + 1) * isp];
-        let op = &mut out[pl * osp..(pl + 1) * osp];
-        let mut o = 0;
+        let mut o = pl * osp;
         for oz in 0..w.output[0] {
             let (z0, z1, pz) = taps(oz, w, 0);
             for oy in 0..w.output[1] {
@@ -189,7 +234,7 @@ fn pool_typed<T: Real, O>(kind: PoolKind, x: &[T], s: Windows, out: &mut [O], wr
                         };
                         acc = acc / T::from_f64(div);
                     }
-                    op[o] = write(acc, idx);
+                    emit(o, acc, idx);
                     o += 1;
                 }
             }

@@ -18,19 +18,7 @@
 use super::common::*;
 use crate::types::{DType, Result, TensorMut};
 
-/// What to draw.
-#[derive(Copy, Clone, Debug, PartialEq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub enum RandomDist {
-    /// Uniform on `[low, high)`; float outputs.
-    Uniform { low: f64, high: f64 },
-    /// Normal (Box–Muller); float outputs.
-    Normal { mean: f64, std: f64 },
-    /// Uniform integers on `[low, high)`; any non-bool output.
-    Int { low: i64, high: i64 },
-    /// A permutation of `0..n` into a 1-D integer output of length `n`.
-    Perm,
-}
+pub use kiln_isa::RandomDist;
 
 /// Where in the generator's sequence a tensor's numbers come from.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

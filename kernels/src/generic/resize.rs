@@ -4,12 +4,7 @@
 use super::common::*;
 use crate::types::{Result, TensorMut, TensorRef};
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub enum ResizeMode {
-    Nearest,
-    Linear,
-}
+pub use kiln_isa::ResizeMode;
 
 /// `spatial` trailing dims are resized to the output's; `scales` is empty or
 /// holds one user scale factor per spatial dim (`<= 0`: none given).

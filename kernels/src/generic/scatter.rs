@@ -7,6 +7,7 @@
 //! copy of `data` (or untouched).
 
 use super::common::*;
+use crate::context::Context;
 use crate::types::{DType, ReduceKind, Result, Scratch, TensorMut, TensorRef};
 
 /// An index tensor viewed as integers (i64, or i32).
@@ -170,8 +171,9 @@ pub fn scatter_elements(
     reduce: Option<ReduceKind>,
     include_self: bool,
     mut out: TensorMut,
-    scratch: &mut Scratch,
+    cx: &mut Context,
 ) -> Result<()> {
+    let scratch = &mut cx.scratch;
     const K: &str = "scatter_elements";
     expect_dtype(K, "src", src.dtype, data.dtype)?;
     expect_dtype(K, "out", out.dtype, data.dtype)?;
@@ -306,8 +308,9 @@ pub fn index_gather(
     indices: &[TensorRef],
     axis: usize,
     mut out: TensorMut,
-    scratch: &mut Scratch,
+    cx: &mut Context,
 ) -> Result<()> {
+    let scratch = &mut cx.scratch;
     const K: &str = "index_gather";
     expect_dtype(K, "out", out.dtype, data.dtype)?;
     let (l, lin) = index_layout(K, data.shape, indices, axis, out.shape, "output", scratch)?;
@@ -335,8 +338,9 @@ pub fn index_put(
     axis: usize,
     accumulate: bool,
     mut out: TensorMut,
-    scratch: &mut Scratch,
+    cx: &mut Context,
 ) -> Result<()> {
+    let scratch = &mut cx.scratch;
     const K: &str = "index_put";
     expect_dtype(K, "values", values.dtype, data.dtype)?;
     expect_dtype(K, "out", out.dtype, data.dtype)?;
@@ -414,13 +418,14 @@ mod tests {
             None,
             true,
             out,
-            &mut Scratch::new(),
+            &mut crate::Context::new(),
         );
         assert!(r.is_err());
         let mut o = vec![0u8; 8];
         let out = TensorMut { dtype: DType::F32, shape: &[1, 2], data: &mut o };
         let i = i64s(&[5]);
-        assert!(index_gather(t(DType::F32, &[2], &x), &[t(DType::I64, &[1], &i)], 0, out, &mut Scratch::new()).is_err());
+        assert!(index_gather(t(DType::F32, &[2], &x), &[t(DType::I64, &[1], &i)], 0, out, &mut crate::Context::new())
+            .is_err());
     }
 
     fn scatter_1d(reduce: Option<ReduceKind>, include_self: bool) -> Vec<f32> {
@@ -429,7 +434,7 @@ mod tests {
         let mut o = vec![0u8; 12];
         let out = TensorMut { dtype: DType::F32, shape: &[3], data: &mut o };
         let (d, i, s) = (t(DType::F32, &[3], &x), t(DType::I64, &[4], &i), t(DType::F32, &[4], &s));
-        scatter_elements(d, i, s, 0, reduce, include_self, out, &mut Scratch::new()).unwrap();
+        scatter_elements(d, i, s, 0, reduce, include_self, out, &mut crate::Context::new()).unwrap();
         bytemuck::cast_slice::<u8, f32>(&o).to_vec()
     }
 
@@ -451,7 +456,7 @@ mod tests {
         let mut o = vec![0u8; 16];
         let out = TensorMut { dtype: DType::I64, shape: &[2], data: &mut o };
         let (d, i, s) = (t(DType::I64, &[2], &x), t(DType::I64, &[2], &i), t(DType::I64, &[2], &s));
-        scatter_elements(d, i, s, 0, Some(ReduceKind::Mean), false, out, &mut Scratch::new()).unwrap();
+        scatter_elements(d, i, s, 0, Some(ReduceKind::Mean), false, out, &mut crate::Context::new()).unwrap();
         assert_eq!(bytemuck::cast_slice::<u8, i64>(&o), &[-2, 5]);
     }
 
@@ -462,7 +467,7 @@ mod tests {
         let mut o = vec![0u8; 24];
         let out = TensorMut { dtype: DType::F32, shape: &[2, 3], data: &mut o };
         let (d, i, s) = (t(DType::F32, &[2, 3], &x), t(DType::I64, &[2, 1], &i), t(DType::F32, &[2, 2], &s));
-        scatter_elements(d, i, s, 1, None, true, out, &mut Scratch::new()).unwrap();
+        scatter_elements(d, i, s, 1, None, true, out, &mut crate::Context::new()).unwrap();
         assert_eq!(bytemuck::cast_slice::<u8, f32>(&o), &[0., 0., 1., 3., 0., 0.]);
     }
 
@@ -474,7 +479,7 @@ mod tests {
         let idx = [t(DType::I64, &[3], &i0), t(DType::I64, &[3], &i1)];
         let mut o = vec![0u8; 24];
         let out = TensorMut { dtype: DType::F32, shape: &[2, 3], data: &mut o };
-        index_gather(t(DType::F32, &[2, 3, 2], &x), &idx, 1, out, &mut Scratch::new()).unwrap();
+        index_gather(t(DType::F32, &[2, 3, 2], &x), &idx, 1, out, &mut crate::Context::new()).unwrap();
         assert_eq!(bytemuck::cast_slice::<u8, f32>(&o), &[2., 5., 1., 8., 11., 7.]);
         // Accumulate with a duplicate position: x[[0, 0, 1], [1, 1, 0]] += [1, 2, 3] on a [2, 2].
         let (z, i0, i1, v) = (f32s(&[0.; 4]), i64s(&[0, 0, 1]), i64s(&[1, 1, 0]), f32s(&[1., 2., 3.]));
@@ -482,8 +487,16 @@ mod tests {
         for (acc, want) in [(true, [0., 3., 3., 0.]), (false, [0., 2., 3., 0.])] {
             let mut o = vec![0u8; 16];
             let out = TensorMut { dtype: DType::F32, shape: &[2, 2], data: &mut o };
-            index_put(t(DType::F32, &[2, 2], &z), t(DType::F32, &[3], &v), &idx, 0, acc, out, &mut Scratch::new())
-                .unwrap();
+            index_put(
+                t(DType::F32, &[2, 2], &z),
+                t(DType::F32, &[3], &v),
+                &idx,
+                0,
+                acc,
+                out,
+                &mut crate::Context::new(),
+            )
+            .unwrap();
             assert_eq!(bytemuck::cast_slice::<u8, f32>(&o), &want);
         }
     }

@@ -4,7 +4,9 @@
 //! their tensors by index, tensors name their storage by offset, dimensions name
 //! their expressions by index. The loader validates every index before use.
 
-pub use kiln_kernels::{BinaryOp, DType, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp};
+pub use kiln_isa::{
+    BinaryOp, DType, InstrKind, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -23,7 +25,7 @@ pub struct Plan {
 }
 
 /// A shape symbol bound at run time: from an input dimension, or, when a
-/// [`Kernel::BindDim`] instruction names it, from data during the run.
+/// [`InstrOp::BindDim`] instruction names it, from data during the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SymbolDecl {
     pub name: String,
@@ -110,55 +112,131 @@ pub struct IoDecl {
     pub tensor: u32,
 }
 
+/// One instruction: what it does, its operand and output tensors (plan tensor
+/// indices), and where it came from.
+///
+/// On disk (postcard) the fields follow in this order; `op` starts with its
+/// numeric [`Opcode`], so the encoding never depends on declaration order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Instr {
-    pub kernel: Kernel,
+    pub op: InstrOp,
     pub inputs: Vec<u32>,
     pub outputs: Vec<u32>,
     /// Human-readable origin (`linear from fc1 at model.py:12`) for error messages.
     pub origin: String,
 }
 
-/// The kernel an instruction runs, with its compile-time parameters. Shapes come
-/// from the tensors' declared shapes, evaluated per call.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Kernel {
-    Unary(UnaryOp),
-    Binary(BinaryOp),
-    Where,
-    Cast,
-    Clamp {
-        min: Option<f64>,
-        max: Option<f64>,
-    },
-    MatMul,
-    Linear,
-    Conv {
-        stride: Vec<u32>,
-        padding: Vec<u32>,
-        dilation: Vec<u32>,
-        groups: u32,
-    },
-    BatchNorm {
-        eps: f64,
-    },
-    LayerNorm {
-        normalized_rank: u32,
-        eps: f64,
-    },
-    Softmax {
-        axis: u32,
-        log: bool,
-    },
-    Reduce {
-        kind: ReduceKind,
-        axes: Vec<u32>,
-    },
-    ArgMax {
-        axis: u32,
-    },
+/// The instruction kinds, apart: the runtime handles each in one place.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InstrOp {
+    /// Runs a kernel from the kernel table; it writes every output.
+    Call(Kernel),
+    /// Calls accelerator segment `segment` of the [`AccelProgram`] section
+    /// (PJRT): inputs are its arguments, outputs its results, in order.
+    Delegate { segment: u32 },
+    /// Binds data-dependent symbol `symbol` to the value of its one operand
+    /// (a 0-d i64), after checking it against the symbol's bounds; the
+    /// session then re-evaluates the shapes. No outputs.
+    BindDim { symbol: u32 },
+    /// Loop exit: when its one operand (a 1-element bool) is false, the run
+    /// continues at instruction `target` (just past its loop's
+    /// [`InstrOp::Jump`]) instead of the next one. No outputs.
+    JumpIfFalse { target: u32 },
+    /// A loop's back edge: the run continues at instruction `target`, the
+    /// loop's first instruction. No operands or outputs.
+    Jump { target: u32 },
+}
+
+impl InstrOp {
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            InstrOp::Call(k) => k.opcode(),
+            InstrOp::Delegate { .. } => Opcode::Delegate,
+            InstrOp::BindDim { .. } => Opcode::BindDim,
+            InstrOp::JumpIfFalse { .. } => Opcode::JumpIfFalse,
+            InstrOp::Jump { .. } => Opcode::Jump,
+        }
+    }
+
+    /// The name shown by `kiln inspect`, profiles and error messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            InstrOp::Call(k) => k.name(),
+            other => other.opcode().name(),
+        }
+    }
+
+    /// The kernel, for a call.
+    pub fn kernel(&self) -> Option<&Kernel> {
+        match self {
+            InstrOp::Call(k) => Some(k),
+            _ => None,
+        }
+    }
+}
+
+/// Declares [`Kernel`] from one row per opcode (its typed parameters) and its
+/// on-disk form: the opcode's numeric code, then the fields in row order.
+macro_rules! kernels {
+    ( $( $(#[$meta:meta])* $variant:ident { $( $field:ident : $ty:ty ),* $(,)? } )* ) => {
+        /// A kernel call's compile-time parameters; shapes come from the
+        /// tensors' declared shapes, evaluated per run. Each variant is the
+        /// [`Opcode`] of the same name (the table in `kiln_isa::opcode` gives
+        /// its code and operand/output counts).
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum Kernel {
+            $( $(#[$meta])* $variant { $( $field: $ty ),* }, )*
+        }
+
+        impl Kernel {
+            pub fn opcode(&self) -> Opcode {
+                match self {
+                    $( Kernel::$variant { .. } => Opcode::$variant, )*
+                }
+            }
+
+            fn write_fields<T: serde::ser::SerializeTuple>(&self, t: &mut T) -> Result<(), T::Error> {
+                match self {
+                    $( Kernel::$variant { $( $field ),* } => { $( t.serialize_element($field)?; )* } )*
+                }
+                Ok(())
+            }
+
+            /// The fields of `op`'s kernel, or `None` when `op` is no kernel.
+            fn read_fields<'de, A: serde::de::SeqAccess<'de>>(
+                op: Opcode,
+                seq: &mut A,
+            ) -> Result<Option<Kernel>, A::Error> {
+                Ok(Some(match op {
+                    $( Opcode::$variant => Kernel::$variant { $( $field: next::<A, $ty>(seq)? ),* }, )*
+                    _ => return Ok(None),
+                }))
+            }
+        }
+    };
+}
+
+fn next<'de, A: serde::de::SeqAccess<'de>, T: Deserialize<'de>>(seq: &mut A) -> Result<T, A::Error> {
+    seq.next_element()?.ok_or_else(|| serde::de::Error::custom("instruction truncated"))
+}
+
+kernels! {
+    Unary { op: UnaryOp }
+    Binary { op: BinaryOp }
+    Where {}
+    Cast {}
+    Clamp { min: Option<f64>, max: Option<f64> }
+    MatMul {}
+    Linear {}
+    Conv { stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32 }
+    BatchNorm { eps: f64 }
+    LayerNorm { normalized_rank: u32, eps: f64 }
+    Softmax { axis: u32, log: bool }
+    Reduce { kind: ReduceKind, axes: Vec<u32> }
+    ArgMax { axis: u32 }
     /// `divisor` (avg only): torch's `divisor_override`. `PoolKind::ArgMax`
-    /// writes max pooling's i64 indices instead of its values.
+    /// writes max pooling's i64 indices instead of its values; `Max` with
+    /// two outputs writes both (values, indices) in one pass.
     Pool {
         kind: PoolKind,
         kernel: Vec<u32>,
@@ -167,190 +245,102 @@ pub enum Kernel {
         dilation: Vec<u32>,
         count_include_pad: bool,
         divisor: Option<i64>,
-    },
-    AdaptiveAvgPool,
-    Attention {
-        causal: bool,
-        scale: Option<f64>,
-    },
+    }
+    AdaptiveAvgPool {}
+    Attention { causal: bool, scale: Option<f64> }
     /// Same bytes, new shape. A no-op when input and output share storage.
-    Copy,
-    Expand,
-    Permute {
-        perm: Vec<u32>,
-    },
-    Slice {
-        axis: u32,
-        start: u64,
-        step: u64,
-    },
-    Concat {
-        axis: u32,
-    },
-    Gather {
-        axis: u32,
-    },
-    Fill {
-        value: f64,
-    },
-    Arange {
-        start: f64,
-        step: f64,
-    },
-    /// Calls accelerator segment `segment` of the [`AccelProgram`] section
-    /// (PJRT): inputs are its arguments, outputs its results, in order.
-    Accel {
-        segment: u32,
-    },
-    CumSum {
-        axis: u32,
-    },
-    ArgMin {
-        axis: u32,
-    },
-    /// The first `out.shape[axis]` elements in sorted order, or their positions.
-    Sort {
-        axis: u32,
-        descending: bool,
-        indices: bool,
-    },
-    Pad {
-        lo: Vec<i64>,
-        hi: Vec<i64>,
-        interior: Vec<i64>,
-        mode: PadMode,
-        value: f64,
-    },
-    Flip {
-        axes: Vec<u32>,
-    },
+    Copy {}
+    Expand {}
+    Permute { perm: Vec<u32> }
+    Slice { axis: u32, start: u64, step: u64 }
+    Concat { axis: u32 }
+    Gather { axis: u32 }
+    Fill { value: f64 }
+    Arange { start: f64, step: f64 }
+    CumSum { axis: u32 }
+    ArgMin { axis: u32 }
+    /// The first `out.shape[axis]` elements in sorted order, or (`indices`)
+    /// their positions; with two outputs, both (values, indices) from one sort.
+    Sort { axis: u32, descending: bool, indices: bool }
+    Pad { lo: Vec<i64>, hi: Vec<i64>, interior: Vec<i64>, mode: PadMode, value: f64 }
+    Flip { axes: Vec<u32> }
     /// Resizes the trailing `spatial` dims to the output's.
-    Resize {
-        mode: ResizeMode,
-        align_corners: bool,
-        spatial: u32,
-        scales: Vec<f64>,
-    },
+    Resize { mode: ResizeMode, align_corners: bool, spatial: u32, scales: Vec<f64> }
     /// Numbers drawn from `dist` by the session's seeded generator; `stream`
     /// tells the program's random instructions apart (see `kiln_kernels::random`).
-    Random {
-        dist: RandomDist,
-        stream: u32,
-    },
+    Random { dist: RandomDist, stream: u32 }
     /// `torch.gather` along `axis` (operands: data, index).
-    GatherElements {
-        axis: u32,
-    },
+    GatherElements { axis: u32 }
     /// `torch.scatter` / `scatter_reduce` along `axis` (data, index, src).
-    ScatterElements {
-        axis: u32,
-        reduce: Option<ReduceKind>,
-        include_self: bool,
-    },
+    ScatterElements { axis: u32, reduce: Option<ReduceKind>, include_self: bool }
     /// Advanced indexing of axes `axis..` by one index tensor each (data, indices..).
-    IndexGather {
-        axis: u32,
-    },
+    IndexGather { axis: u32 }
     /// `index_put` (data, values, indices..).
-    IndexPut {
-        axis: u32,
-        accumulate: bool,
-    },
+    IndexPut { axis: u32, accumulate: bool }
     /// [`Kernel::Slice`] starting `back` elements before the end of `axis`
     /// (torch's negative start on a dynamic dimension; clamped to 0).
-    SliceFromEnd {
-        axis: u32,
-        back: u64,
-        step: u64,
-    },
-    /// Binds data-dependent symbol `symbol` to the value of its one operand
-    /// (a 0-d i64), after checking it against the symbol's bounds; the
-    /// session then re-evaluates the shapes. No outputs.
-    BindDim {
-        symbol: u32,
-    },
+    SliceFromEnd { axis: u32, back: u64, step: u64 }
     /// The coordinates of the operand's nonzero elements (i64 `[count, rank]`).
-    NonZero,
-    /// Loop exit: when its one operand (a 1-element bool) is false, the run
-    /// continues at instruction `target` (just past its loop's [`Kernel::Jump`])
-    /// instead of the next one. No outputs.
-    JumpIfFalse {
-        target: u32,
-    },
-    /// A loop's back edge: the run continues at instruction `target`, the
-    /// loop's first instruction. No operands or outputs.
-    Jump {
-        target: u32,
-    },
+    NonZero {}
 }
 
 impl Kernel {
     pub fn name(&self) -> &'static str {
         match self {
-            Kernel::Unary(_) => "unary",
-            Kernel::Binary(_) => "binary",
-            Kernel::Where => "where",
-            Kernel::Cast => "cast",
-            Kernel::Clamp { .. } => "clamp",
-            Kernel::MatMul => "matmul",
-            Kernel::Linear => "linear",
-            Kernel::Conv { .. } => "conv",
-            Kernel::BatchNorm { .. } => "batch_norm",
-            Kernel::LayerNorm { .. } => "layer_norm",
-            Kernel::Softmax { log: false, .. } => "softmax",
             Kernel::Softmax { log: true, .. } => "log_softmax",
-            Kernel::Reduce { .. } => "reduce",
-            Kernel::ArgMax { .. } => "argmax",
             Kernel::Pool { kind: PoolKind::Max, .. } => "max_pool",
             Kernel::Pool { kind: PoolKind::Avg, .. } => "avg_pool",
             Kernel::Pool { kind: PoolKind::ArgMax, .. } => "max_pool_indices",
-            Kernel::AdaptiveAvgPool => "adaptive_avg_pool",
-            Kernel::Attention { .. } => "attention",
-            Kernel::Copy => "copy",
-            Kernel::Expand => "expand",
-            Kernel::Permute { .. } => "permute",
-            Kernel::Slice { .. } | Kernel::SliceFromEnd { .. } => "slice",
-            Kernel::Concat { .. } => "concat",
-            Kernel::Gather { .. } => "gather",
-            Kernel::Fill { .. } => "fill",
-            Kernel::Arange { .. } => "arange",
-            Kernel::Accel { .. } => "accel",
-            Kernel::CumSum { .. } => "cumsum",
-            Kernel::ArgMin { .. } => "argmin",
-            Kernel::Sort { .. } => "sort",
-            Kernel::Pad { .. } => "pad",
-            Kernel::Flip { .. } => "flip",
-            Kernel::Resize { .. } => "resize",
-            Kernel::Random { .. } => "random",
-            Kernel::GatherElements { .. } => "gather_elements",
-            Kernel::ScatterElements { .. } => "scatter_elements",
-            Kernel::IndexGather { .. } => "index_gather",
-            Kernel::IndexPut { .. } => "index_put",
-            Kernel::BindDim { .. } => "bind_dim",
-            Kernel::NonZero => "nonzero",
-            Kernel::JumpIfFalse { .. } => "jump_if_false",
-            Kernel::Jump { .. } => "jump",
+            Kernel::SliceFromEnd { .. } => "slice",
+            other => other.opcode().name(),
         }
     }
+}
 
-    /// Allowed (min, max) operand counts; checked at load.
-    pub fn operand_count(&self) -> (usize, usize) {
+/// Longest on-disk tuple of an instruction op (code + fields): a bound for
+/// the deserializer, which reads only as many elements as the code has.
+const MAX_OP_FIELDS: usize = 16;
+
+impl Serialize for InstrOp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(MAX_OP_FIELDS)?;
+        t.serialize_element(&self.opcode().code())?;
         match self {
-            Kernel::Binary(_) | Kernel::MatMul | Kernel::Gather { .. } => (2, 2),
-            Kernel::Where => (3, 3),
-            Kernel::Linear | Kernel::Conv { .. } => (2, 3),
-            Kernel::BatchNorm { .. } => (5, 5),
-            Kernel::LayerNorm { .. } => (1, 3),
-            Kernel::Attention { .. } => (3, 4),
-            Kernel::Concat { .. } => (1, u32::MAX as usize),
-            Kernel::Fill { .. } | Kernel::Arange { .. } | Kernel::Random { .. } | Kernel::Jump { .. } => (0, 0),
-            Kernel::GatherElements { .. } => (2, 2),
-            Kernel::ScatterElements { .. } => (3, 3),
-            Kernel::IndexGather { .. } => (2, u32::MAX as usize),
-            Kernel::IndexPut { .. } => (3, u32::MAX as usize),
-            Kernel::Accel { .. } => (0, u32::MAX as usize),
-            _ => (1, 1),
+            InstrOp::Call(k) => k.write_fields(&mut t)?,
+            InstrOp::Delegate { segment: x }
+            | InstrOp::BindDim { symbol: x }
+            | InstrOp::JumpIfFalse { target: x }
+            | InstrOp::Jump { target: x } => t.serialize_element(x)?,
         }
+        t.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for InstrOp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<InstrOp, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = InstrOp;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an instruction (opcode, parameters)")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<InstrOp, A::Error> {
+                let code: u16 = next(&mut seq)?;
+                let op = Opcode::from_code(code).map_err(serde::de::Error::custom)?;
+                Ok(match op.kind() {
+                    InstrKind::Call => match Kernel::read_fields(op, &mut seq)? {
+                        Some(k) => InstrOp::Call(k),
+                        None => return Err(serde::de::Error::custom(format!("opcode {op} has no kernel"))),
+                    },
+                    InstrKind::Delegate => InstrOp::Delegate { segment: next(&mut seq)? },
+                    InstrKind::BindDim => InstrOp::BindDim { symbol: next(&mut seq)? },
+                    InstrKind::JumpIfFalse => InstrOp::JumpIfFalse { target: next(&mut seq)? },
+                    InstrKind::Jump => InstrOp::Jump { target: next(&mut seq)? },
+                })
+            }
+        }
+        d.deserialize_tuple(MAX_OP_FIELDS, V)
     }
 }
 
@@ -364,7 +354,7 @@ pub struct Metadata {
 }
 
 /// The accelerator part of a mixed plan (section `SECTION_ACCEL`): StableHLO
-/// programs run through a PJRT plugin, called by [`Kernel::Accel`] instructions.
+/// programs run through a PJRT plugin, called by [`InstrOp::Delegate`] instructions.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AccelProgram {
     pub segments: Vec<AccelSegment>,

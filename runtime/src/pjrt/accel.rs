@@ -1,9 +1,9 @@
 //! The session's accelerator delegate: at session start it compiles (or loads
 //! from the cache) every accelerator segment and uploads the weights they
-//! read; a `Kernel::Accel` instruction then copies its arena arguments to the
+//! read; an `InstrOp::Delegate` instruction then copies its arena arguments to the
 //! device, executes, and copies the results back into their arena slots.
 
-use super::api::{Buffer, Client, ClientOptions, Executable, Plugin};
+use super::api::{Buffer, Client, ClientOptions, Executable, ExecuteLists, Plugin};
 use super::cache::{self, Cache};
 use super::{compile_options, discover};
 use crate::device::{AccelInfo, Device, ExecutableCache, SessionOptions};
@@ -26,6 +26,11 @@ pub(crate) struct AccelState {
     device_index: usize,
     segments: Vec<Segment>,
     info: AccelInfo,
+    /// Reused by every call (empty between calls): the arguments uploaded
+    /// for this call, the raw lists, the results.
+    uploaded: Vec<Buffer>,
+    lists: ExecuteLists,
+    outputs: Vec<Buffer>,
 }
 
 /// Clients are shared per process: a TPU can be owned by one client only, and
@@ -122,7 +127,15 @@ impl AccelState {
             segments.push(Segment { executable, weights });
         }
         info.segments = segments.len();
-        Ok(AccelState { client, device_index: options.device_index, segments, info })
+        Ok(AccelState {
+            client,
+            device_index: options.device_index,
+            segments,
+            info,
+            uploaded: Vec::new(),
+            lists: ExecuteLists::default(),
+            outputs: Vec::new(),
+        })
     }
 
     pub(crate) fn info(&self) -> &AccelInfo {
@@ -132,36 +145,36 @@ impl AccelState {
     /// Runs segment `segment` on `args` (in `@main`'s order; weight arguments
     /// are ignored in favour of their device copies) and writes result `k`
     /// into `results[k]`, whose length is the result's exact size.
-    pub(crate) fn run(&self, segment: u32, args: &[TensorView<'_>], results: &mut [&mut [u8]]) -> Result<()> {
+    pub(crate) fn run(&mut self, segment: u32, args: &[TensorView<'_>], results: &mut [&mut [u8]]) -> Result<()> {
         // Validation proved the index; checked again rather than indexed so a
         // mismatch between plan and delegate can never panic.
         let seg = self
             .segments
             .get(segment as usize)
             .ok_or_else(|| Error::Plan(format!("accelerator segment {segment} does not exist")))?;
-        let mut uploaded = Vec::with_capacity(args.len());
+        let uploaded = &mut self.uploaded;
+        uploaded.clear();
         for (arg, weight) in args.iter().zip(&seg.weights) {
             if weight.is_none() {
                 uploaded.push(self.client.buffer_from_host(arg.dtype, arg.shape, arg.data, self.device_index)?);
             }
         }
         let mut fresh = uploaded.iter();
-        let mut operands: Vec<&Buffer> = Vec::with_capacity(args.len());
-        for weight in &seg.weights {
-            match weight {
-                Some(w) => operands.push(w),
-                None => operands.extend(fresh.next()),
-            }
-        }
-        let outputs = seg.executable.execute(&operands)?;
-        for (k, (out, dst)) in outputs.iter().zip(results.iter_mut()).enumerate() {
+        let operands = seg.weights.iter().filter_map(|w| w.as_ref().or_else(|| fresh.next())).map(Buffer::raw);
+        let executed = seg.executable.execute_into(operands, &mut self.lists, &mut self.outputs);
+        // The arguments' device buffers are freed now, not at the next call.
+        uploaded.clear();
+        executed?;
+        let copied = self.outputs.iter().zip(results.iter_mut()).enumerate().try_for_each(|(k, (out, dst))| {
             out.to_host(dst).map_err(|e| match e {
                 Error::Pjrt { call, message } => {
                     Error::Pjrt { call, message: format!("result {k} of segment {segment}: {message}") }
                 }
                 other => other,
-            })?;
-        }
+            })
+        });
+        self.outputs.clear();
+        copied?;
         Ok(())
     }
 }

@@ -398,7 +398,14 @@ impl Client {
         if numel.and_then(|n| n.checked_mul(dtype.size_bytes())) != Some(data.len()) {
             return Err(Error::Shape(format!("{} bytes do not hold a {dtype} tensor of shape {shape:?}", data.len())));
         }
-        let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        // On the stack: a session's steady state allocates nothing on the host.
+        let mut dims = [0i64; crate::MAX_RANK];
+        let dims = dims
+            .get_mut(..shape.len())
+            .ok_or_else(|| Error::Shape(format!("rank {} exceeds {}", shape.len(), crate::MAX_RANK)))?;
+        for (d, &s) in dims.iter_mut().zip(shape) {
+            *d = s as i64;
+        }
         let mut args = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
         args.client = self.raw;
         args.data = data.as_ptr().cast();
@@ -510,11 +517,28 @@ impl Executable {
 
     /// Runs on the device(s) chosen at compile time; `args` in `@main`'s order.
     pub fn execute(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        let mut lists = ExecuteLists::default();
+        let mut outputs = Vec::new();
+        self.execute_into(args.iter().map(|b| b.raw), &mut lists, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    /// [`Executable::execute`] with caller-owned lists, reused across calls so
+    /// that a session's steady state allocates nothing on the host: `args`
+    /// are the argument buffers in order; `outputs` receives the results.
+    pub(crate) fn execute_into(
+        &self,
+        args: impl Iterator<Item = *mut ffi::PJRT_Buffer>,
+        lists: &mut ExecuteLists,
+        outputs: &mut Vec<Buffer>,
+    ) -> Result<()> {
         let plugin = &self.client.plugin;
-        let arg_ptrs: Vec<*mut ffi::PJRT_Buffer> = args.iter().map(|b| b.raw).collect();
-        let arg_list: *const *mut ffi::PJRT_Buffer = arg_ptrs.as_ptr();
-        let mut outs: Vec<*mut ffi::PJRT_Buffer> = vec![std::ptr::null_mut(); self.num_outputs];
-        let out_list: *mut *mut ffi::PJRT_Buffer = outs.as_mut_ptr();
+        lists.args.clear();
+        lists.args.extend(args);
+        lists.outs.clear();
+        lists.outs.resize(self.num_outputs, std::ptr::null_mut());
+        let arg_list: *const *mut ffi::PJRT_Buffer = lists.args.as_ptr();
+        let out_list: *mut *mut ffi::PJRT_Buffer = lists.outs.as_mut_ptr();
         let mut done: *mut ffi::PJRT_Event = std::ptr::null_mut();
         let mut options = ffi::PJRT_ExecuteOptions::new();
         let mut exec = ffi::PJRT_LoadedExecutable_Execute_Args::new();
@@ -522,17 +546,46 @@ impl Executable {
         exec.options = &mut options;
         exec.argument_lists = &arg_list;
         exec.num_devices = 1;
-        exec.num_args = arg_ptrs.len();
+        exec.num_args = lists.args.len();
         exec.output_lists = &out_list;
         exec.device_complete_events = &mut done;
-        call!(plugin, PJRT_LoadedExecutable_Execute, &mut exec)?;
+        let executed = call!(plugin, PJRT_LoadedExecutable_Execute, &mut exec);
+        lists.args.clear();
+        executed?;
         // Wrap every output first so all are freed whatever fails next.
-        let wrapped: Vec<Result<Buffer>> =
-            outs.iter().map(|&raw| Buffer::wrap(&self.client, raw, "PJRT_LoadedExecutable_Execute")).collect();
+        outputs.clear();
+        let mut first_error = None;
+        for &raw in &lists.outs {
+            match Buffer::wrap(&self.client, raw, "PJRT_LoadedExecutable_Execute") {
+                Ok(b) => outputs.push(b),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        lists.outs.clear();
         plugin.await_event("PJRT_LoadedExecutable_Execute (device completion)", done)?;
-        wrapped.into_iter().collect()
+        match first_error {
+            Some(e) => {
+                outputs.clear();
+                Err(e)
+            }
+            None => Ok(()),
+        }
     }
 }
+
+/// The raw argument and result lists of one execute call, kept between calls
+/// for their capacity; empty between calls.
+#[derive(Default)]
+pub(crate) struct ExecuteLists {
+    args: Vec<*mut ffi::PJRT_Buffer>,
+    outs: Vec<*mut ffi::PJRT_Buffer>,
+}
+
+// SAFETY: the lists hold no pointer between calls (both are cleared before
+// `execute_into` returns); only their capacity moves between threads.
+unsafe impl Send for ExecuteLists {}
 
 impl Drop for Executable {
     fn drop(&mut self) {
@@ -553,6 +606,11 @@ unsafe impl Send for Buffer {}
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
+    /// The plugin's handle, for argument lists (valid while `self` lives).
+    pub(crate) fn raw(&self) -> *mut ffi::PJRT_Buffer {
+        self.raw
+    }
+
     fn wrap(client: &Arc<Client>, raw: *mut ffi::PJRT_Buffer, call: &str) -> Result<Buffer> {
         if raw.is_null() {
             return Err(Error::Pjrt { call: call.into(), message: "returned no buffer".into() });

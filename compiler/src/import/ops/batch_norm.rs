@@ -23,7 +23,7 @@ fn affine_or_identity(imp: &mut Importer, n: &Node, x: ValueId, dtype: DType) ->
             Some(p) => Ok(p),
             None => {
                 let c = channels(imp, x)?;
-                Ok(imp.filled_const(fill, dtype, c))
+                imp.filled_const(fill, dtype, c)
             }
         }
     };
@@ -136,7 +136,7 @@ pub(super) fn native_batch_norm_legit(imp: &mut Importer, n: &Node, name: &str, 
     }
     if name.ends_with("_functional") && (used(imp, 3) || used(imp, 4)) {
         let Some(count) = axes_count(&xt.shape) else {
-            return unsupported("updated running variance of a batch norm over dynamic dims");
+            return unsupported("updated running variance of a batch norm over dynamic (or overflowing) dims");
         };
         let unbiased = count as f64 / (count as f64 - 1.0).max(1.0);
         let var_unbiased = imp.with_scalar(BinaryOp::Mul, var, unbiased)?;
@@ -283,5 +283,5 @@ fn native_batch_norm_inference(imp: &mut Importer, n: &Node, name: &str) -> R<()
 
 /// Elements per channel of `[N, C, ..]` when static.
 fn axes_count(shape: &[Dim]) -> Option<i64> {
-    shape.iter().enumerate().filter(|(a, _)| *a != 1).map(|(_, d)| d.as_const()).product()
+    shape.iter().enumerate().filter(|(a, _)| *a != 1).try_fold(1i64, |acc, (_, d)| acc.checked_mul(d.as_const()?))
 }

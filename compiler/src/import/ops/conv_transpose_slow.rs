@@ -17,8 +17,11 @@
 //! The cost is one Slice/Pad/Add per kernel tap, acceptable for a dtype the
 //! CPU runs rarely; it needs static spatial and channel sizes.
 
-use crate::import::importer::{invalid, Importer, R};
+use crate::import::importer::{checked, invalid, Importer, R};
 use kiln_ir::{BinaryOp, DType, Dim, Op, PadMode, ValueId};
+
+/// The most kernel taps the slow path unrolls.
+const MAX_TAPS: i64 = 4096;
 
 /// The geometry of one transposed convolution (`k` spatial dims).
 pub(super) struct Geometry<'a> {
@@ -52,38 +55,49 @@ pub(super) fn conv_transpose_slow_path(
     let (Some(xs), Some(ws)) = (imp.ty(x).static_shape(), imp.ty(w).static_shape()) else { return Ok(None) };
     let k = ws.len() - 2;
     let (n, cin, g) = (xs[0], xs[1], geo.groups);
+    if g < 1 || cin % g != 0 || ws[0] != cin || xs.len() != k + 2 {
+        return invalid(format!("weight {ws:?} for input {xs:?} with {g} groups"));
+    }
     let (cin_g, cout_g) = (cin / g, ws[1]);
     let kernel = &ws[2..];
     let spatial = &xs[2..];
-    if g < 1 || cin % g != 0 || ws[0] != cin {
-        return invalid(format!("weight {ws:?} for input {xs:?} with {g} groups"));
+    let what = "transposed convolution geometry";
+    let product = |v: &[i64]| checked(what, v.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)));
+    let taps = product(kernel)?;
+    // One Slice/Pad/Add per tap: beyond any real kernel, take the general path.
+    if taps > MAX_TAPS {
+        return Ok(None);
     }
-    let taps: i64 = kernel.iter().product();
-    let points: i64 = spatial.iter().product();
-    let out_size: Vec<i64> = (0..k)
+    let points = product(spatial)?;
+    let out_size = (0..k)
         .map(|d| {
-            (spatial[d] - 1) * geo.stride[d] - 2 * geo.padding[d]
-                + geo.dilation[d] * (kernel[d] - 1)
-                + geo.output_padding[d]
-                + 1
+            let spread = (spatial[d] - 1).checked_mul(geo.stride[d]);
+            let reach = geo.dilation[d].checked_mul(kernel[d] - 1);
+            let size = spread
+                .zip(reach)
+                .and_then(|(s, r)| s.checked_sub(geo.padding[d].checked_mul(2)?)?.checked_add(r))
+                .and_then(|v| v.checked_add(geo.output_padding[d])?.checked_add(1));
+            checked(what, size)
         })
-        .collect();
+        .collect::<R<Vec<i64>>>()?;
+    let g_cout = checked(what, g.checked_mul(cout_g))?;
+    let cout_taps = checked(what, cout_g.checked_mul(taps))?;
     let dims = |v: &[i64]| v.iter().map(|&d| Dim::Const(d)).collect::<Vec<_>>();
 
     // columns[n, g, (cout_g, taps), p] = Σ_cin w[g, cin, (cout_g, taps)] · x[n, g, cin, p]:
     // a batched GEMM, f32 accumulation, rounded to the dtype (the MatMul's legalisation).
     let xg = imp.build(Op::Reshape { shape: dims(&[n, g, cin_g, points]) }, vec![x])?;
-    let wg = imp.build(Op::Reshape { shape: dims(&[g, cin_g, cout_g * taps]) }, vec![w])?;
+    let wg = imp.build(Op::Reshape { shape: dims(&[g, cin_g, cout_taps]) }, vec![w])?;
     let wt = imp.build(Op::Permute { perm: vec![0, 2, 1] }, vec![wg])?;
     let cols = imp.build(Op::MatMul, vec![wt, xg])?;
-    let mut split = vec![n, g * cout_g];
+    let mut split = vec![n, g_cout];
     split.extend(kernel);
     split.extend(spatial);
     let cols = imp.build(Op::Reshape { shape: dims(&split) }, vec![cols])?;
 
     // col2im: each tap placed on the output grid (spread by the stride,
     // shifted by its offset, cropped), added in the dtype in kernel order.
-    let mut out_shape = vec![n, g * cout_g];
+    let mut out_shape = vec![n, g_cout];
     out_shape.extend(&out_size);
     let dtype = imp.ty(x).dtype;
     let mut acc = imp.build(Op::Full { value: 0.0, dtype, shape: dims(&out_shape) }, vec![])?;
@@ -93,15 +107,17 @@ pub(super) fn conv_transpose_slow_path(
         for (d, &t) in tap.iter().enumerate() {
             v = imp.build(Op::Slice { axis: 2 + d, start: t, end: t + 1, step: 1 }, vec![v])?;
         }
-        let mut placed_shape = vec![n, g * cout_g];
+        let mut placed_shape = vec![n, g_cout];
         placed_shape.extend(spatial);
         let v = imp.build(Op::Reshape { shape: dims(&placed_shape) }, vec![v])?;
         let (mut lo, mut hi, mut interior) = (vec![0; k + 2], vec![0; k + 2], vec![0; k + 2]);
         for d in 0..k {
-            let spread = (spatial[d] - 1) * geo.stride[d] + 1;
-            lo[2 + d] = tap[d] * geo.dilation[d] - geo.padding[d];
-            hi[2 + d] = out_size[d] - spread - lo[2 + d];
-            interior[2 + d] = geo.stride[d] - 1;
+            // `tap * dilation` is at most `dilation * (kernel - 1)`, checked above.
+            let spread = ((spatial[d] - 1) * geo.stride[d]).checked_add(1);
+            lo[2 + d] = checked(what, (tap[d] * geo.dilation[d]).checked_sub(geo.padding[d]))?;
+            let rest = spread.and_then(|s| out_size[d].checked_sub(s)?.checked_sub(lo[2 + d]));
+            hi[2 + d] = checked(what, rest)?;
+            interior[2 + d] = checked(what, geo.stride[d].checked_sub(1))?;
         }
         let placed = imp.build(Op::Pad { lo, hi, interior, mode: PadMode::Constant, value: 0.0 }, vec![v])?;
         acc = imp.build(Op::Binary(BinaryOp::Add), vec![acc, placed])?;
@@ -115,7 +131,7 @@ pub(super) fn conv_transpose_slow_path(
         }
     }
     let Some(b) = bias else { return Ok(Some(acc)) };
-    let mut bshape = vec![g * cout_g];
+    let mut bshape = vec![g_cout];
     bshape.extend(std::iter::repeat_n(1, k));
     let b = imp.build(Op::Reshape { shape: dims(&bshape) }, vec![b])?;
     Ok(Some(imp.build(Op::Binary(BinaryOp::Add), vec![acc, b])?))

@@ -25,6 +25,9 @@ pub(super) fn nonzero_static(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let size = imp.int(n, "size", None)?;
     let fill = imp.int(n, "fill_value", Some(-1))?;
+    if size < 0 {
+        return invalid(format!("nonzero_static size {size}"));
+    }
     let rank = imp.ty(x).rank() as i64;
     // A private symbol for the true count, bounded by the input's size.
     let name = format!("nonzero_count_{}", imp.g.symbols.len());
@@ -79,7 +82,7 @@ pub(crate) fn nonzero_of(imp: &mut Importer, x: ValueId, count: &Dim) -> R<Value
     }
     if !imp.g.data_dependent_symbols().contains(&sym) {
         let counted = count_nonzero(imp, x)?;
-        imp.g.add_node(Op::BindDim { symbol: sym }, vec![counted], Vec::new(), imp.loc);
+        imp.g.add_node(Op::BindDim { symbol: sym }, vec![counted], Vec::new(), imp.loc());
     }
     let ty = TensorType::new(DType::I64, vec![Dim::Sym(sym), Dim::Const(xt.rank() as i64)]);
     Ok(imp.push(Op::NonZero { count: sym }, vec![x], ty))
@@ -178,7 +181,7 @@ pub(super) fn local_scalar_dense(imp: &mut Importer, n: &Node) -> R<()> {
     let scalar = if imp.ty(x).rank() == 0 { x } else { imp.build(Op::Reshape { shape: Vec::new() }, vec![x])? };
     match n.outputs.first() {
         Some(Arg::SymInt(SymIntArg::Name(name))) => {
-            let size = match imp.sym_int_values.get(name) {
+            let size = match imp.scope.sym_int_values.get(name) {
                 Some(e) => imp.sym_expr(e)?,
                 None => return invalid(format!("`{name}` has no entry in sym_int_values")),
             };

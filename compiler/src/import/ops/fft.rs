@@ -15,7 +15,9 @@
 //! of pocketfft. Zero-padding or truncating the input to the signal length
 //! (`n=`/`s=`) and the normalization factor are folded into the matrices.
 
-use crate::import::importer::{invalid, tensor_names, unsupported, Importer, Scalar, COMPLEX_SCOPE, R};
+use crate::import::importer::{
+    checked, invalid, table_len, tensor_names, unsupported, Importer, Scalar, COMPLEX_SCOPE, R,
+};
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{BinaryOp, ConstBytes, DType, Dim, Op, TensorType, UnaryOp, ValueId};
 
@@ -659,7 +661,9 @@ fn torch_fft(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         let len = match given {
             Some(v) => v,
             // irfft's default output length comes from the one-sided bins.
-            None if real_out && i + 1 == axes.len() => 2 * (static_len(imp, z.re, a)? - 1),
+            None if real_out && i + 1 == axes.len() => {
+                checked("irfft's default length", (static_len(imp, z.re, a)? - 1).checked_mul(2))?
+            }
             None => static_len(imp, z.re, a)?,
         };
         lens.push(len);
@@ -723,6 +727,7 @@ fn stft(imp: &mut Importer, n: &Node) -> R<()> {
         return invalid(format!("stft: signal of {len} samples is shorter than n_fft {n_fft}"));
     }
     let frames = (len - n_fft) / hop + 1;
+    table_len("stft's frame positions", &[frames, n_fft])?;
     let idx: Vec<i64> = (0..frames).flat_map(|f| (0..n_fft).map(move |j| f * hop + j)).collect();
     let bytes: Vec<u8> = idx.iter().flat_map(|v| v.to_le_bytes()).collect();
     let idx = imp.g.add_const(None, TensorType::fixed(DType::I64, &[frames, n_fft]), ConstBytes::owned(bytes));
@@ -761,6 +766,7 @@ pub(super) fn hann_window(imp: &mut Importer, n: &Node) -> R<()> {
     if len < 0 {
         return invalid(format!("hann_window of length {len}"));
     }
+    table_len("hann_window", &[len])?;
     let denom = if periodic { len } else { len - 1 };
     let values: Vec<f64> = (0..len)
         .map(|k| if denom <= 0 { 1.0 } else { (std::f64::consts::PI * k as f64 / denom as f64).sin().powi(2) })

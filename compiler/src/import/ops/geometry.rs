@@ -3,7 +3,7 @@
 //! `MatMul` and `IndexGather`, following the formulas of torch's CPU kernels
 //! (including when `cdist` switches to its matrix-product form).
 
-use crate::import::importer::{unsupported, Importer, Scalar, R};
+use crate::import::importer::{table_len, unsupported, Importer, Scalar, R};
 use crate::pt2::program::Node;
 use kiln_ir::{BinaryOp as B, ConstBytes, DType, Dim, Op, ReduceKind, TensorType, UnaryOp as U, ValueId};
 
@@ -180,6 +180,7 @@ pub(super) fn pdist(imp: &mut Importer, n: &Node) -> R<()> {
         return unsupported("pdist of a tensor that is not 2-d with static shape");
     };
     let rows = shape[0];
+    table_len("pdist's row pairs", &[rows, rows.saturating_sub(1) / 2 + 1])?;
     let (mut first, mut second) = (Vec::new(), Vec::new());
     for i in 0..rows {
         for j in i + 1..rows {

@@ -5,7 +5,7 @@
 //! `GatherElements`, `ScatterElements`, `IndexGather`, `IndexPut` — plus
 //! `Gather` with index constants computed here for the static strided views.
 
-use crate::import::importer::{invalid, unsupported, Importer, R};
+use crate::import::importer::{checked, dim_at, invalid, table_len, unsupported, Importer, R};
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{BinaryOp, ConstBytes, DType, Dim, Op, ReduceKind, TensorType, ValueId};
 
@@ -461,10 +461,11 @@ pub(crate) fn select_scatter_value(
     mut index: i64,
 ) -> R<ValueId> {
     let ty = imp.ty(x).clone();
+    let len = dim_at(&ty, axis, "select_scatter's input")?;
     // On a dynamic dimension a negative index stays negative: ScatterElements
     // counts it from the end at run time (and fails if it is out of range,
     // as torch does).
-    if let (true, Some(d)) = (index < 0, ty.shape[axis].as_const()) {
+    if let (true, Some(d)) = (index < 0, len.as_const()) {
         index += d;
     }
     let src = imp.cast(src, ty.dtype);
@@ -505,17 +506,18 @@ pub(crate) fn slice_scatter_value(
     if step < 1 {
         return invalid(format!("slice_scatter step {step}"));
     }
+    let dim = dim_at(&ty, axis, "slice_scatter's input")?;
     if start < 0 {
-        match ty.shape[axis].as_const() {
+        match dim.as_const() {
             Some(d) => start = (start + d).max(0),
             // Every position `start + step * i` of the slice is then negative
             // and ScatterElements counts it from the end at run time; torch
             // would clamp the start at 0 if the dimension could be shorter.
-            None if ty.shape[axis].bounds(&imp.g.symbols).0 >= start.saturating_neg() => {}
+            None if dim.bounds(&imp.g.symbols).0 >= start.saturating_neg() => {}
             None => {
                 return unsupported(format!(
                     "negative slice_scatter start {start} on the dynamic dimension {}, which may be shorter than {}",
-                    ty.shape[axis].display(&imp.g.symbols),
+                    dim.display(&imp.g.symbols),
                     start.saturating_neg()
                 ))
             }
@@ -577,8 +579,8 @@ pub(super) fn diagonal_scatter(imp: &mut Importer, n: &Node) -> R<()> {
 fn diagonal_layout(imp: &mut Importer, x: ValueId, d1: usize, d2: usize) -> R<(ValueId, Vec<usize>)> {
     let ty = imp.ty(x).clone();
     let r = ty.rank();
-    if d1 == d2 {
-        return invalid("diagonal dims must differ");
+    if d1 == d2 || d1 >= r || d2 >= r {
+        return invalid(format!("diagonal dims {d1} and {d2} of a rank-{r} tensor"));
     }
     let mut perm: Vec<usize> = (0..r).filter(|&a| a != d1 && a != d2).collect();
     perm.extend([d1, d2]);
@@ -596,8 +598,14 @@ fn diagonal_layout(imp: &mut Importer, x: ValueId, d1: usize, d2: usize) -> R<(V
 /// The diagonal's positions in the merged last dim of [`diagonal_layout`]
 /// (`len` of them: torch's output length, used when a size is dynamic).
 fn diagonal_positions(imp: &mut Importer, n1: &Dim, n2: &Dim, offset: i64, len: &Dim) -> R<ValueId> {
+    if offset == i64::MIN {
+        return invalid("diagonal offset i64::MIN");
+    }
     if let (Some(n1), Some(n2)) = (n1.as_const(), n2.as_const()) {
         let len = if offset >= 0 { n1.min(n2 - offset) } else { (n1 + offset).min(n2) }.max(0);
+        table_len("diagonal's positions", &[len])?;
+        // Positions inside the merged `n1 * n2` dim, which must fit.
+        checked("a diagonal's merged dims", n1.checked_mul(n2))?;
         let positions: Vec<i64> =
             (0..len).map(|i| if offset >= 0 { i * n2 + i + offset } else { (i - offset) * n2 + i }).collect();
         return Ok(i64_const(imp, &[len], &positions));
@@ -681,21 +689,27 @@ pub(super) fn as_strided(imp: &mut Importer, n: &Node) -> R<()> {
         imp.record_view(view, &base, ViewStep::Opaque("an `as_strided` view".into()));
     }
     let shape = static_dims(imp, x, "as_strided input")?;
-    let numel: i64 = shape.iter().product();
+    let numel = checked("as_strided's input size", shape.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)))?;
     let size = imp.ints(n, "size", &[])?;
     let stride = imp.ints(n, "stride", &[])?;
     let offset = imp.opt_int(n, "storage_offset")?.unwrap_or(0);
     if size.len() != stride.len() || size.iter().any(|&s| s < 0) {
         return invalid(format!("as_strided size {size:?} and stride {stride:?}"));
     }
-    let count: i64 = size.iter().product();
-    let mut positions = Vec::with_capacity(count.max(0) as usize);
+    let count = table_len("as_strided's positions", &size)?;
+    let mut positions = Vec::with_capacity(count);
     let mut pos = vec![0i64; size.len()];
     for _ in 0..count {
-        let p = offset + pos.iter().zip(&stride).map(|(i, s)| i * s).sum::<i64>();
-        if p < 0 || p >= numel {
-            return invalid(format!("as_strided reaches element {p} of a {numel}-element tensor"));
-        }
+        let p = pos
+            .iter()
+            .zip(&stride)
+            .try_fold(offset, |acc, (&i, &s)| i.checked_mul(s).and_then(|v| acc.checked_add(v)))
+            .filter(|p| (0..numel).contains(p));
+        let Some(p) = p else {
+            return invalid(format!(
+                "as_strided (size {size:?}, stride {stride:?}, offset {offset}) reaches outside the {numel}-element input"
+            ));
+        };
         positions.push(p);
         for d in (0..size.len()).rev() {
             pos[d] += 1;
@@ -741,9 +755,18 @@ pub(super) fn masked_scatter(imp: &mut Importer, n: &Node) -> R<()> {
 /// inner, i.e. column `(ki * kw + kj) * L + bi * lw + bj` for `blocks` =
 /// `(lh, lw)` sliding positions of a `k` kernel with dilation `dil` and
 /// stride `st`.
-pub(super) fn patch_positions(k: &[i64], dil: &[i64], st: &[i64], wp: i64, blocks: (i64, i64)) -> Vec<i64> {
+pub(super) fn patch_positions(
+    what: &str,
+    k: &[i64],
+    dil: &[i64],
+    st: &[i64],
+    wp: i64,
+    blocks: (i64, i64),
+) -> R<Vec<i64>> {
     let (lh, lw) = blocks;
-    let mut positions = Vec::with_capacity((k[0] * k[1] * lh * lw).max(0) as usize);
+    // Every position lies inside the padded image, whose size the callers
+    // checked, so the arithmetic below stays in range.
+    let mut positions = Vec::with_capacity(table_len(what, &[k[0], k[1], lh, lw])?);
     for ki in 0..k[0] {
         for kj in 0..k[1] {
             for bi in 0..lh {
@@ -753,7 +776,19 @@ pub(super) fn patch_positions(k: &[i64], dil: &[i64], st: &[i64], wp: i64, block
             }
         }
     }
-    positions
+    Ok(positions)
+}
+
+/// `size + 2 * pad` of an `im2col`/`col2im` image.
+pub(super) fn padded_size(size: i64, pad: i64) -> R<i64> {
+    checked("a padded image size", pad.checked_mul(2).and_then(|p| size.checked_add(p)))
+}
+
+/// Sliding positions of a kernel `k` (dilation `dil`, stride `st >= 1`)
+/// along a padded length: `(padded - dil * (k - 1) - 1) / st + 1`.
+pub(super) fn block_count(padded: i64, k: i64, dil: i64, st: i64) -> R<i64> {
+    let span = dil.checked_mul(k - 1).and_then(|r| padded.checked_sub(r)?.checked_sub(1));
+    checked("a kernel's sliding positions", span.and_then(|s| s.div_euclid(st).checked_add(1)))
 }
 
 /// `aten::col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size,
@@ -776,23 +811,27 @@ pub(super) fn col2im(imp: &mut Importer, n: &Node) -> R<()> {
     if k.iter().chain(&dil).chain(&st).any(|&v| v < 1) || pad.iter().any(|&p| p < 0) {
         return invalid("col2im parameters");
     }
-    let kk = k[0] * k[1];
+    if out_size.iter().any(|&s| s < 0) {
+        return invalid(format!("col2im output size {out_size:?}"));
+    }
+    let what = "col2im geometry";
+    let kk = checked(what, k[0].checked_mul(k[1]))?;
     if ckk % kk != 0 {
         return invalid(format!("col2im: {ckk} rows are not a multiple of the kernel's {kk}"));
     }
     let c = ckk / kk;
-    let (hp, wp) = (out_size[0] + 2 * pad[0], out_size[1] + 2 * pad[1]);
-    let blocks = |i: usize| (out_size[i] + 2 * pad[i] - dil[i] * (k[i] - 1) - 1) / st[i] + 1;
-    let (lh, lw) = (blocks(0), blocks(1));
-    if lh * lw != l {
+    let (hp, wp) = (padded_size(out_size[0], pad[0])?, padded_size(out_size[1], pad[1])?);
+    let (lh, lw) = (block_count(hp, k[0], dil[0], st[0])?, block_count(wp, k[1], dil[1], st[1])?);
+    if lh < 1 || lw < 1 || lh.checked_mul(lw) != Some(l) {
         return invalid(format!("col2im: {l} blocks, the sizes give {lh} x {lw}"));
     }
-    let positions = patch_positions(&k, &dil, &st, wp, (lh, lw));
+    let image = checked(what, hp.checked_mul(wp))?;
+    let positions = patch_positions("col2im", &k, &dil, &st, wp, (lh, lw))?;
     let dtype = imp.ty(x).dtype;
     let flat = reshape(imp, x, vec![Dim::Const(b), Dim::Const(c), Dim::Const(kk * l)]);
     let idx = i64_const(imp, &[1, 1, kk * l], &positions);
     let idx = expand(imp, idx, vec![Dim::Const(b), Dim::Const(c), Dim::Const(kk * l)]);
-    let canvas = vec![Dim::Const(b), Dim::Const(c), Dim::Const(hp * wp)];
+    let canvas = vec![Dim::Const(b), Dim::Const(c), Dim::Const(image)];
     let zeros =
         imp.push(Op::Full { value: 0.0, dtype, shape: canvas.clone() }, Vec::new(), TensorType::new(dtype, canvas));
     let summed = imp.build(

@@ -59,6 +59,21 @@ pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
             Some(Arg::Tensor(out)) => (out, imp.value(out)?),
             _ => return super::importer::invalid("in-place op without a tensor output"),
         };
+        // The write keeps `self`'s type: views of it are rebuilt with their axes.
+        let (before, after) = (imp.ty(imp.value(&mutated)?), imp.ty(result));
+        let same = before.dtype == after.dtype
+            && before.rank() == after.rank()
+            && before
+                .shape
+                .iter()
+                .zip(&after.shape)
+                .all(|(a, b)| kiln_ir::infer::dims_equal(a, b, &imp.g.symbols) != Some(false));
+        if !same {
+            return super::importer::invalid(format!(
+                "in-place `{name}_` gives {} {:?}, but `{mutated}` is {} {:?}",
+                after.dtype, after.shape, before.dtype, before.shape
+            ));
+        }
         // Through views of `mutated` back to its storage, and on to its other
         // views (see `import/views.rs`).
         imp.write_inplace(&mutated, result)?;

@@ -2,7 +2,7 @@
 
 use super::conv_transpose_slow::{conv_transpose_slow_path, takes_torch_slow_path, Geometry};
 use super::indexing::only_first_output_used;
-use crate::import::importer::{invalid, unsupported, Importer, Scalar, R};
+use crate::import::importer::{checked, invalid, table_len, unsupported, Importer, Scalar, R};
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{BinaryOp, DType, Dim, Op, PoolKind, TensorType, ValueId};
 
@@ -120,11 +120,12 @@ pub(super) fn conv_transpose(imp: &mut Importer, n: &Node) -> R<()> {
     let mut lo = vec![0; xr];
     let mut hi = vec![0; xr];
     let mut interior = vec![0; xr];
+    let what = "transposed convolution geometry";
     for i in 0..k {
-        let span = dilation[i] * (wshape[2 + i] - 1);
-        lo[2 + i] = span - padding[i];
-        hi[2 + i] = span - padding[i] + output_padding[i];
-        interior[2 + i] = stride[i] - 1;
+        let span = checked(what, dilation[i].checked_mul(wshape[2 + i] - 1))?;
+        lo[2 + i] = checked(what, span.checked_sub(padding[i]))?;
+        hi[2 + i] = checked(what, lo[2 + i].checked_add(output_padding[i]))?;
+        interior[2 + i] = checked(what, stride[i].checked_sub(1))?;
     }
     let spread = imp.build(Op::Pad { lo, hi, interior, mode: kiln_ir::PadMode::Constant, value: 0.0 }, vec![x])?;
     // [Cin, Cout/g, k..] -> [g, Cin/g, Cout/g, k..] -> [g, Cout/g, Cin/g, k..] -> [Cout, Cin/g, k..]
@@ -135,7 +136,7 @@ pub(super) fn conv_transpose(imp: &mut Importer, n: &Node) -> R<()> {
     let mut perm: Vec<usize> = vec![0, 2, 1];
     perm.extend(3..3 + k);
     let wp = imp.build(Op::Permute { perm }, vec![wg])?;
-    let mut flat = vec![groups * cout_g, cin / groups];
+    let mut flat = vec![checked(what, groups.checked_mul(cout_g))?, cin / groups];
     flat.extend(&wshape[2..]);
     let wf = imp.build(Op::Reshape { shape: dims(&flat) }, vec![wp])?;
     let wflip = imp.build(Op::Flip { axes: (2..2 + k).collect() }, vec![wf])?;
@@ -204,7 +205,7 @@ fn conv_common(imp: &mut Importer, n: &Node, padding_mode: Padding) -> R<()> {
             // convolution adds (as torch's own constant_pad_nd does).
             let (mut pads, mut extra) = (Vec::with_capacity(k), Vec::with_capacity(k));
             for (&ks, &d) in kernel.iter().zip(&dilation) {
-                let total = d * (ks - 1);
+                let total = checked("padding='same'", d.checked_mul(ks - 1))?;
                 pads.push(total / 2);
                 extra.push(total % 2);
             }
@@ -242,8 +243,8 @@ fn layer_norm_common(imp: &mut Importer, n: &Node, eps: f64) -> R<()> {
     if weight.is_none() && bias.is_some() {
         // The IR's optional operands are trailing: a bias needs a weight.
         let dtype = imp.ty(x).dtype;
-        let numel: i64 = normalized.iter().product();
-        let ones = imp.filled_const(1.0, dtype, numel);
+        let numel = table_len("layer_norm's default weight", &normalized)? as i64;
+        let ones = imp.filled_const(1.0, dtype, numel)?;
         let shape: Vec<Dim> = normalized.iter().map(|&d| Dim::Const(d)).collect();
         let ty = TensorType::new(dtype, shape.clone());
         weight = Some(imp.push(Op::Reshape { shape }, vec![ones], ty));

@@ -4,8 +4,8 @@
 //! (`F.unfold`: zero padding, then a `Gather` of every patch element at
 //! index constants — the inverse of `col2im`'s scatter).
 
-use super::indexing::{bind_as_output, i64_const, patch_positions, reshape};
-use crate::import::importer::{invalid, unsupported, Importer, R};
+use super::indexing::{bind_as_output, block_count, i64_const, padded_size, patch_positions, reshape};
+use crate::import::importer::{checked, invalid, table_len, unsupported, Importer, R};
 use crate::pt2::program::Node;
 use kiln_ir::{Dim, Op, PadMode, ValueId};
 
@@ -86,12 +86,12 @@ pub(super) fn im2col(imp: &mut Importer, n: &Node) -> R<()> {
     let (Some(h), Some(w)) = (shape[2].as_const(), shape[3].as_const()) else {
         return unsupported("im2col over a dynamic height or width");
     };
-    let (hp, wp) = (h + 2 * pad[0], w + 2 * pad[1]);
-    let blocks = |size: i64, i: usize| (size - dil[i] * (k[i] - 1) - 1).div_euclid(st[i]) + 1;
-    let (lh, lw) = (blocks(hp, 0), blocks(wp, 1));
+    let (hp, wp) = (padded_size(h, pad[0])?, padded_size(w, pad[1])?);
+    let (lh, lw) = (block_count(hp, k[0], dil[0], st[0])?, block_count(wp, k[1], dil[1], st[1])?);
     if lh < 1 || lw < 1 {
         return invalid(format!("im2col: a {}x{} kernel does not fit the padded {hp}x{wp} input", k[0], k[1]));
     }
+    let image = checked("im2col's padded image", hp.checked_mul(wp))?;
     let (b, c) = (shape[0].clone(), shape[1].clone());
     let padded = if pad.iter().any(|&p| p > 0) {
         imp.build(
@@ -107,8 +107,8 @@ pub(super) fn im2col(imp: &mut Importer, n: &Node) -> R<()> {
     } else {
         x
     };
-    let flat = reshape(imp, padded, vec![b.clone(), c.clone(), Dim::Const(hp * wp)]);
-    let positions = patch_positions(&k, &dil, &st, wp, (lh, lw));
+    let flat = reshape(imp, padded, vec![b.clone(), c.clone(), Dim::Const(image)]);
+    let positions = patch_positions("im2col", &k, &dil, &st, wp, (lh, lw))?;
     let idx = i64_const(imp, &[positions.len() as i64], &positions);
     let cols = imp.build(Op::Gather { axis: 2 }, vec![flat, idx])?;
     let cols = reshape(imp, cols, vec![b, Dim::mul(c, Dim::Const(k[0] * k[1])), Dim::Const(lh * lw)]);
@@ -134,6 +134,7 @@ pub(super) fn unfold(imp: &mut Importer, n: &Node) -> R<()> {
         return invalid(format!("unfold of length {len} into windows of {size} every {step}"));
     }
     let frames = (len - size) / step + 1;
+    table_len("unfold's window positions", &[frames, size])?;
     let idx: Vec<i64> = (0..frames).flat_map(|f| (0..size).map(move |j| f * step + j)).collect();
     let idx = i64_const(imp, &[frames, size], &idx);
     let v = imp.build(Op::Gather { axis }, vec![x, idx])?;

@@ -9,7 +9,7 @@
 
 use super::indexing::i64_const;
 use super::spatial::{scale_args, spatial_rank};
-use crate::import::importer::{invalid, unsupported, Importer, R};
+use crate::import::importer::{invalid, table_len, unsupported, Importer, R};
 use crate::pt2::program::Node;
 use kiln_ir::{BinaryOp as B, ConstBytes, DType, Op, TensorType, ValueId};
 
@@ -104,6 +104,7 @@ fn resized_dims(imp: &mut Importer, n: &Node, name: &str, x: ValueId) -> R<Vec<R
                 "{name} with a dynamic spatial size (the sampling positions are computed at compile time)"
             ));
         };
+        table_len(&format!("{name}'s sampling positions"), &[output])?;
         dims.push(ResizedDim { axis, input, output, scale: scales.get(s).copied().unwrap_or(0.0) });
     }
     Ok(dims)

@@ -1,7 +1,7 @@
 //! Layout, indexing and tensor-creation ops. Shapes come from the output
 //! types in `tensor_values` (authoritative and symbolic), not from arguments.
 
-use crate::import::importer::{invalid, unsupported, Importer, R};
+use crate::import::importer::{checked, dim_at, invalid, unsupported, Importer, R};
 use crate::import::views::{torch_contiguous, ViewStep};
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{DType, Dim, Op, TensorType, ValueId};
@@ -145,7 +145,7 @@ pub(super) fn identity_or_cast(imp: &mut Importer, n: &Node, name: &str) -> R<()
         "to" => {
             let same_strides = match n.outputs.first() {
                 Some(Arg::Tensor(o)) => {
-                    let tv = imp.tensor_values;
+                    let tv = imp.scope.tensor_values;
                     tv.get(&input).map(|m| &m.strides) == tv.get(o.as_str()).map(|m| &m.strides)
                 }
                 _ => false,
@@ -233,7 +233,7 @@ pub(super) fn slice(imp: &mut Importer, n: &Node) -> R<()> {
                 return unsupported("slice with a negative start and a symbolic end");
             }
             record_view(imp, n, ViewStep::Slice { axis, start, end: None, step });
-            let len = out.shape[axis].clone();
+            let len = dim_at(&out, axis, "slice's output")?;
             let idx = imp.push(
                 Op::Arange { start: start as f64, step: step as f64, len: len.clone(), dtype: DType::I64 },
                 Vec::new(),
@@ -268,7 +268,7 @@ pub(super) fn select(imp: &mut Importer, n: &Node) -> R<()> {
     let sliced = TensorType::new(out.dtype, sliced_shape);
     record_view(imp, n, ViewStep::Select { axis, index });
     // A negative index is left on a dynamic dimension: `-1` ends at the end.
-    let end = if index == -1 { i64::MAX } else { index + 1 };
+    let end = if index == -1 { i64::MAX } else { index.saturating_add(1) };
     let s = imp.push(Op::Slice { axis, start: index, end, step: 1 }, vec![x], sliced);
     imp.emit(n, Op::Reshape { shape: out.shape.clone() }, vec![s])?;
     Ok(())
@@ -341,9 +341,9 @@ pub(super) fn split(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         };
         let last = i + 1 == count;
         let end = match len.as_const() {
-            Some(l) if !last => start + l,
+            Some(l) if !last => checked("split sizes", start.checked_add(l))?,
             Some(l) => match imp.ty(x).shape[axis].as_const() {
-                Some(_) => start + l,
+                Some(_) => checked("split sizes", start.checked_add(l))?,
                 None => i64::MAX,
             },
             None if last => i64::MAX,
@@ -459,8 +459,8 @@ pub(super) fn repeat(imp: &mut Importer, n: &Node) -> R<()> {
     let repeats = imp.ints(n, "repeats", &[])?;
     let out = imp.out_ty(n, 0)?;
     let ty = imp.ty(x).clone();
-    if repeats.len() < ty.rank() {
-        return invalid(format!("repeat with {} repeats for rank {}", repeats.len(), ty.rank()));
+    if repeats.len() < ty.rank() || repeats.iter().any(|&r| r < 0) {
+        return invalid(format!("repeat by {repeats:?} of a rank-{} tensor", ty.rank()));
     }
     let lead = repeats.len() - ty.rank();
     let dims: Vec<Dim> = std::iter::repeat_n(Dim::Const(1), lead).chain(ty.shape.iter().cloned()).collect();

@@ -3,7 +3,7 @@
 use super::shape::normalize_axis;
 use crate::import::importer::{invalid, unsupported, Importer, Scalar, R};
 use crate::pt2::program::{Arg, Node};
-use kiln_ir::{BinaryOp as B, DType, Dim, Op, PadMode, TensorType, UpsampleMode, ValueId};
+use kiln_ir::{BinaryOp as B, DType, Dim, Op, PadMode, ResizeMode, TensorType, ValueId};
 
 /// torch's pad list (last dim first: `[lo_last, hi_last, lo_prev, hi_prev, ...]`)
 /// as per-axis `lo`/`hi` for a rank-`rank` tensor.
@@ -101,9 +101,9 @@ pub(super) fn upsample(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         return invalid(format!("{name} on rank {}", out.rank()));
     }
     let mode = if name.starts_with("upsample_nearest") {
-        UpsampleMode::Nearest
+        ResizeMode::Nearest
     } else if name.contains("linear") {
-        UpsampleMode::Linear
+        ResizeMode::Linear
     } else {
         return unsupported(format!("{name} (area resizing)"));
     };
@@ -149,6 +149,9 @@ pub(super) fn scale_args(imp: &mut Importer, n: &Node, spatial: usize) -> R<Vec<
             }
         }
     };
+    if let Some(bad) = scales.iter().find(|s| !(s.is_finite() && **s >= 0.0)) {
+        return invalid(format!("upsampling scale factor {bad}"));
+    }
     Ok(if scales.len() == 1 && spatial > 1 { vec![scales[0]; spatial] } else { scales })
 }
 

@@ -2,7 +2,7 @@
 //! var, std.
 
 use super::shape::normalize_axis;
-use crate::import::importer::{invalid, unsupported, Importer, Scalar, R};
+use crate::import::importer::{dim_at, invalid, unsupported, Importer, Scalar, R};
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{BinaryOp as B, DType, Dim, Op, ReduceKind, TensorType, UnaryOp as U, ValueId};
 
@@ -51,7 +51,7 @@ pub(super) fn topk(imp: &mut Importer, n: &Node) -> R<()> {
     }
     let axis = normalize_axis(imp.int(n, "dim", Some(-1))?, rank)?;
     let largest = imp.bool(n, "largest", true)?;
-    let k = imp.out_ty(n, 0)?.shape[axis].clone();
+    let k = dim_at(&imp.out_ty(n, 0)?, axis, "topk's values output")?;
     sort_outputs(imp, n, x, axis, k, largest)
 }
 

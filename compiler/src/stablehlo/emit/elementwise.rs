@@ -199,7 +199,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 self.binary("multiply", &self.unary("log", &q)?, &c(0.5)?)?
             }
             #[allow(unreachable_patterns)]
-            u => return Err(err(format!("no StableHLO lowering for {}", kiln_ir::unary_name(u)))),
+            u => return Err(err(format!("no StableHLO lowering for {}", u.name()))),
         })
     }
 
@@ -246,7 +246,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             // stablehlo.remainder has C semantics (sign of the dividend), as fmod.
             BinaryOp::Fmod => self.binary("remainder", x, y)?,
             #[allow(unreachable_patterns)]
-            b => return Err(err(format!("no StableHLO lowering for {}", kiln_ir::binary_name(b)))),
+            b => return Err(err(format!("no StableHLO lowering for {}", b.name()))),
         })
     }
 }

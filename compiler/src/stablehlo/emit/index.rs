@@ -43,9 +43,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         };
         let addressed: Vec<i64> = (first as i64..(first + k) as i64).collect();
         let mut sizes = data.shape.clone();
-        for d in first..first + k {
-            sizes[d] = 1;
-        }
+        sizes[first..first + k].fill(1);
         let mut dn = Vec::new();
         if !offset.is_empty() {
             dn.push(format!("offset_dims = {}", list(offset)));

@@ -1,0 +1,229 @@
+//! Op selectors: which elementwise function, reduction, pooling, padding,
+//! resize mode or random distribution an op or kernel computes.
+
+use crate::code::code_enum;
+
+code_enum! {
+    pub enum UnaryOp ("unary op") {
+        Neg = 0 => "neg",
+        Abs = 1 => "abs",
+        Exp = 2 => "exp",
+        Log = 3 => "log",
+        Sqrt = 4 => "sqrt",
+        Rsqrt = 5 => "rsqrt",
+        Reciprocal = 6 => "reciprocal",
+        Relu = 7 => "relu",
+        Sigmoid = 8 => "sigmoid",
+        Tanh = 9 => "tanh",
+        /// Exact GELU: `x * Φ(x)` with erf.
+        Gelu = 10 => "gelu",
+        /// GELU with the tanh approximation.
+        GeluTanh = 11 => "gelu_tanh",
+        Silu = 12 => "silu",
+        Erf = 13 => "erf",
+        Sin = 14 => "sin",
+        Cos = 15 => "cos",
+        Floor = 16 => "floor",
+        Ceil = 17 => "ceil",
+        Round = 18 => "round",
+        Sign = 19 => "sign",
+        /// Logical not; input and output are `bool`.
+        Not = 20 => "not",
+        Log1p = 21 => "log1p",
+        Expm1 = 22 => "expm1",
+        /// Rounds toward zero.
+        Trunc = 23 => "trunc",
+        Tan = 24 => "tan",
+        Asin = 25 => "asin",
+        Acos = 26 => "acos",
+        Atan = 27 => "atan",
+        Sinh = 28 => "sinh",
+        Cosh = 29 => "cosh",
+        Asinh = 30 => "asinh",
+        Acosh = 31 => "acosh",
+        Atanh = 32 => "atanh",
+        Log2 = 33 => "log2",
+        Log10 = 34 => "log10",
+        /// Bitwise not of an integer (`~x`); on `bool`, logical not.
+        BitNot = 35 => "bit_not",
+    }
+}
+
+code_enum! {
+    pub enum BinaryOp ("binary op") {
+        Add = 0 => "add",
+        Sub = 1 => "sub",
+        Mul = 2 => "mul",
+        /// True division (floats); integer operands are promoted by the importer.
+        Div = 3 => "div",
+        /// Floor division (`//`), as torch's `div(rounding_mode='floor')`.
+        FloorDiv = 4 => "floor_div",
+        /// Python-style remainder (sign of the divisor), as torch's `remainder`.
+        Rem = 5 => "rem",
+        Pow = 6 => "pow",
+        Max = 7 => "max",
+        Min = 8 => "min",
+        Eq = 9 => "eq",
+        Ne = 10 => "ne",
+        Lt = 11 => "lt",
+        Le = 12 => "le",
+        Gt = 13 => "gt",
+        Ge = 14 => "ge",
+        And = 15 => "and",
+        Or = 16 => "or",
+        Xor = 17 => "xor",
+        /// `atan2(a, b)` (floats).
+        Atan2 = 18 => "atan2",
+        /// C-style remainder (sign of the dividend), as torch's `fmod`.
+        Fmod = 19 => "fmod",
+    }
+}
+
+impl BinaryOp {
+    /// Comparisons produce `bool` whatever their operands are.
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
+    }
+}
+
+code_enum! {
+    pub enum ReduceKind ("reduction") {
+        Sum = 0 => "sum",
+        Mean = 1 => "mean",
+        Max = 2 => "max",
+        Min = 3 => "min",
+        Prod = 4 => "prod",
+    }
+}
+
+code_enum! {
+    pub enum PoolKind ("pooling") {
+        Max = 0 => "max",
+        Avg = 1 => "avg",
+        /// Max pooling that yields, as i64, the index of the chosen element in
+        /// the input plane (row-major over the pooled dims): torch's `indices`
+        /// output of `max_pool*d_with_indices`.
+        ArgMax = 2 => "argmax",
+    }
+}
+
+code_enum! {
+    pub enum PadMode ("pad mode") {
+        /// New positions hold the pad value.
+        Constant = 0 => "constant",
+        /// Mirror without repeating the edge (`reflect`).
+        Reflect = 1 => "reflect",
+        /// Repeat the edge element.
+        Replicate = 2 => "replicate",
+    }
+}
+
+code_enum! {
+    /// How a resize (torch's `upsample_*`) maps output positions to inputs.
+    pub enum ResizeMode ("resize mode") {
+        /// torch's `nearest` (floor of the scaled position).
+        Nearest = 0 => "nearest",
+        /// Linear in each resized dim (`bilinear` for two).
+        Linear = 1 => "linear",
+    }
+}
+
+/// The distribution of a random op.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum RandomDist {
+    /// Uniform on `[low, high)` (floats).
+    Uniform { low: f64, high: f64 },
+    /// Normal with `mean` and standard deviation `std` (floats; Box–Muller).
+    Normal { mean: f64, std: f64 },
+    /// Uniform integers on `[low, high)`; any non-bool output.
+    Int { low: i64, high: i64 },
+    /// A random permutation of `0..n` into a 1-D integer output of length `n`
+    /// (torch's `randperm`).
+    Perm,
+}
+
+impl RandomDist {
+    /// The stable numeric code of the distribution's kind.
+    pub const fn code(&self) -> u16 {
+        match self {
+            RandomDist::Uniform { .. } => 0,
+            RandomDist::Normal { .. } => 1,
+            RandomDist::Int { .. } => 2,
+            RandomDist::Perm => 3,
+        }
+    }
+}
+
+/// On disk: the kind's code, then its parameters (two f64s or two i64s).
+#[cfg(feature = "serde")]
+mod random_serde {
+    use super::RandomDist;
+    use serde::de::{self, SeqAccess, Visitor};
+    use serde::ser::SerializeTuple;
+
+    impl serde::Serialize for RandomDist {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut t = s.serialize_tuple(3)?;
+            t.serialize_element(&self.code())?;
+            match *self {
+                RandomDist::Uniform { low: a, high: b } | RandomDist::Normal { mean: a, std: b } => {
+                    t.serialize_element(&a)?;
+                    t.serialize_element(&b)?;
+                }
+                RandomDist::Int { low, high } => {
+                    t.serialize_element(&low)?;
+                    t.serialize_element(&high)?;
+                }
+                RandomDist::Perm => {
+                    t.serialize_element(&0i64)?;
+                    t.serialize_element(&0i64)?;
+                }
+            }
+            t.end()
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for RandomDist {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RandomDist, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = RandomDist;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a random distribution (code, p0, p1)")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RandomDist, A::Error> {
+                    let missing = || de::Error::custom("truncated random distribution");
+                    let code: u16 = seq.next_element()?.ok_or_else(missing)?;
+                    let floats = |seq: &mut A| -> Result<(f64, f64), A::Error> {
+                        Ok((seq.next_element()?.ok_or_else(missing)?, seq.next_element()?.ok_or_else(missing)?))
+                    };
+                    let ints = |seq: &mut A| -> Result<(i64, i64), A::Error> {
+                        Ok((seq.next_element()?.ok_or_else(missing)?, seq.next_element()?.ok_or_else(missing)?))
+                    };
+                    Ok(match code {
+                        0 => {
+                            let (low, high) = floats(&mut seq)?;
+                            RandomDist::Uniform { low, high }
+                        }
+                        1 => {
+                            let (mean, std) = floats(&mut seq)?;
+                            RandomDist::Normal { mean, std }
+                        }
+                        2 => {
+                            let (low, high) = ints(&mut seq)?;
+                            RandomDist::Int { low, high }
+                        }
+                        3 => {
+                            ints(&mut seq)?;
+                            RandomDist::Perm
+                        }
+                        code => {
+                            return Err(de::Error::custom(crate::UnknownCode { what: "random distribution", code }))
+                        }
+                    })
+                }
+            }
+            d.deserialize_tuple(3, V)
+        }
+    }
+}

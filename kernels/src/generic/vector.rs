@@ -1,0 +1,65 @@
+//! Portable slice primitives: the generic variants of the kernel table's
+//! elementwise and reduction entries, and the one definition of these ops
+//! that the float kernels (f32 and f64 alike) use.
+//!
+//! Each works over the shortest of its slices, so a variant never needs to
+//! bounds-check more than that.
+
+use super::math::Real;
+
+macro_rules! unary_slices {
+    ($($(#[$doc:meta])* $name:ident: |$v:ident| $body:expr;)*) => {$(
+        $(#[$doc])*
+        pub(crate) fn $name<T: Real>(x: &[T], out: &mut [T]) {
+            for (o, &$v) in out.iter_mut().zip(x) {
+                *o = $body;
+            }
+        }
+    )*};
+}
+
+unary_slices! {
+    /// `out[i] = exp(x[i])`.
+    exp: |v| v.exp();
+    /// `out[i] = 1 / (1 + exp(-x[i]))`.
+    sigmoid: |v| T::ONE / (T::ONE + (-v).exp());
+    /// `out[i] = x[i] / (1 + exp(-x[i]))`.
+    silu: |v| v / (T::ONE + (-v).exp());
+    /// `out[i] = tanh(x[i])`.
+    tanh: |v| v.tanh();
+}
+
+macro_rules! binary_slices {
+    ($($name:ident: $op:tt;)*) => {$(
+        #[doc = concat!("`out[i] = a[i] ", stringify!($op), " b[i]`.")]
+        pub(crate) fn $name<T: Real>(a: &[T], b: &[T], out: &mut [T]) {
+            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                *o = x $op y;
+            }
+        }
+    )*};
+}
+
+binary_slices! {
+    add: +;
+    sub: -;
+    mul: *;
+    div: /;
+}
+
+/// The NaN-propagating maximum: -inf for an empty row, the last NaN if there
+/// is one, and among equal maxima (±0) the first.
+pub(crate) fn max<T: Real>(x: &[T]) -> T {
+    x.iter().fold(T::NEG_INFINITY, |m, &v| if v > m || v.is_nan() { v } else { m })
+}
+
+/// `v[i] = exp(v[i] - shift)` in place, returning the sum of the results
+/// accumulated in f64 (long rows such as a vocabulary softmax drift in f32).
+pub(crate) fn exp_sum<T: Real>(v: &mut [T], shift: T) -> f64 {
+    let mut sum = 0.0f64;
+    for e in v.iter_mut() {
+        *e = (*e - shift).exp();
+        sum += e.to_f64();
+    }
+    sum
+}

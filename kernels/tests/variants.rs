@@ -1,0 +1,632 @@
+//! Every variant of every kernel-table entry against the generic one.
+//!
+//! `variant_tests!` makes one test per entry. Each runs every table this CPU
+//! supports besides the generic one (printing a note for the ISA levels it
+//! lacks) on odd lengths (0, 1, 7, 17, 1000, ...), misaligned starts, tails
+//! and special values, and compares with `KernelTable::generic_only()`:
+//! bit for bit where the math is exact (add/sub/mul/div, max), within the
+//! stated ulp bound otherwise (exp and what is built on it). The GEMM entry
+//! runs through `gemm_f32` with odd m/n/k, both B layouts, padded leading
+//! dims and beta 0/1/0.5, and must leave C's padding untouched.
+//!
+//! The checks return errors instead of panicking so that
+//! `checks_reject_wrong_variants` can feed them deliberately broken variants
+//! and see them fail: a check that cannot fail tests nothing.
+
+mod common;
+
+use kiln_kernels::{Context, Isa, KernelTable};
+use rand::Rng;
+
+type Check = Result<(), String>;
+
+/// The non-generic tables this CPU runs; notes the levels it lacks.
+fn variant_tables() -> Vec<&'static KernelTable> {
+    let mut tables = Vec::new();
+    for isa in Isa::ALL {
+        match KernelTable::for_isa(isa) {
+            Some(_) if isa == Isa::Generic => {}
+            Some(t) => tables.push(t),
+            None => println!("note: skipping {isa} variants: not supported by this CPU or build"),
+        }
+    }
+    tables
+}
+
+fn generic() -> &'static KernelTable {
+    KernelTable::generic_only()
+}
+
+/// Distance in representable f32s (0 for two NaNs, huge for NaN vs number).
+fn ulps(a: f32, b: f32) -> u64 {
+    if a.is_nan() || b.is_nan() {
+        return if a.is_nan() && b.is_nan() { 0 } else { u64::MAX };
+    }
+    let ord = |x: f32| {
+        let b = x.to_bits() as i32;
+        (if b < 0 { i32::MIN.wrapping_sub(b) } else { b }) as i64
+    };
+    ord(a).abs_diff(ord(b))
+}
+
+/// Values that exercise exp's clamps, subnormal results, overflow, tanh's
+/// branch point and saturation, and IEEE specials.
+const SPECIALS: &[f32] = &[
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    f32::NAN,
+    -f32::NAN,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    f32::MAX,
+    f32::MIN,
+    f32::MIN_POSITIVE,
+    -f32::MIN_POSITIVE,
+    1e-45,
+    -1e-45,
+    1e-30,
+    88.72,
+    88.7228,
+    88.73,
+    89.0,
+    -87.33,
+    -87.34,
+    -100.0,
+    -103.97,
+    -103.98,
+    -104.0,
+    -105.0,
+    0.625,
+    -0.625,
+    0.624_999_94,
+    9.01,
+    -9.01,
+    44.4,
+    16.646_235,
+    -16.646_235,
+    0.5,
+    std::f32::consts::LN_2,
+    -std::f32::consts::LN_2,
+];
+
+/// Inputs of length `n`: specials first, then random values in ±`range`.
+fn inputs(n: usize, range: f32, seed: u64) -> Vec<f32> {
+    let mut r = common::rng(seed);
+    (0..n).map(|i| SPECIALS.get(i).copied().unwrap_or_else(|| r.gen_range(-range..range))).collect()
+}
+
+/// Lengths around the vector widths (4, 8, 16) and long rows.
+const LENGTHS: &[usize] = &[0, 1, 3, 7, 8, 9, 15, 16, 17, 33, 64, 1000, 1003];
+
+/// A unary entry: every length, start offsets 0/1/3 (misaligned), a dense
+/// sweep over every 4099th f32 bit pattern, `bound` ulp from generic, and
+/// untouched output past the input's end.
+fn check_unary(name: &str, f: impl Fn(&[f32], &mut [f32]), g: impl Fn(&[f32], &mut [f32]), bound: u64) -> Check {
+    let mut cases: Vec<Vec<f32>> = Vec::new();
+    for (s, &n) in LENGTHS.iter().enumerate() {
+        for range in [1.0f32, 20.0, 120.0] {
+            cases.push(inputs(n, range, s as u64));
+        }
+    }
+    cases.push((0..(1u64 << 32)).step_by(4099).map(|b| f32::from_bits(b as u32)).collect());
+    for x in &cases {
+        for off in [0usize, 1, 3] {
+            if off > x.len() {
+                continue;
+            }
+            let xs = &x[off..];
+            // Two extra output slots: a variant must write only x.len() elements.
+            let mut want = vec![7.5f32; xs.len() + 2];
+            let mut got = want.clone();
+            g(xs, &mut want);
+            f(xs, &mut got);
+            for (i, (&gv, &wv)) in got.iter().zip(&want).enumerate() {
+                let d = ulps(gv, wv);
+                let special_input = xs.get(i).is_some_and(|v| !v.is_finite() || *v == 0.0);
+                let exact = i >= xs.len() || special_input;
+                if (exact && gv.to_bits() != wv.to_bits() && !(gv.is_nan() && wv.is_nan())) || d > bound {
+                    let xi = xs.get(i).copied().unwrap_or(f32::NAN);
+                    return Err(format!(
+                        "{name}: len {} off {off} [{i}] x={xi:e}: {gv:e} vs generic {wv:e} ({d} ulp > {bound})",
+                        xs.len()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A binary entry: bit-exact, with operands of different lengths and
+/// offsets (the shortest wins; nothing past it is written).
+fn check_binary(name: &str, f: impl Fn(&[f32], &[f32], &mut [f32]), g: impl Fn(&[f32], &[f32], &mut [f32])) -> Check {
+    for (s, &n) in LENGTHS.iter().enumerate() {
+        let a = inputs(n + 5, 3.0, 100 + s as u64);
+        let mut b = inputs(n + 5, 3.0, 200 + s as u64);
+        b.rotate_left(n.min(7)); // pair specials with other values, including 0 divisors
+        for (oa, ob, extra) in [(0, 0, 0), (1, 0, 2), (0, 3, 1), (2, 1, 0)] {
+            let (av, bv) = (&a[oa..oa + n], &b[ob..ob + n + extra]);
+            let mut want = vec![-3.25f32; n + 2];
+            let mut got = want.clone();
+            g(av, bv, &mut want);
+            f(av, bv, &mut got);
+            for (i, (&gv, &wv)) in got.iter().zip(&want).enumerate() {
+                if gv.to_bits() != wv.to_bits() && !(gv.is_nan() && wv.is_nan()) {
+                    return Err(format!("{name}: len {n} offsets {oa}/{ob} [{i}]: {gv:e} vs generic {wv:e}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A reduction entry: bit-exact (which NaN, which zero), on rows with NaNs
+/// of different payloads anywhere, ±0 ties, all -inf, empty rows.
+fn check_reduce(name: &str, f: impl Fn(&[f32]) -> f32, g: impl Fn(&[f32]) -> f32) -> Check {
+    let nan2 = f32::from_bits(0x7fc0_1234);
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    for (s, &n) in LENGTHS.iter().enumerate() {
+        let mut r = common::rng(300 + s as u64);
+        let base: Vec<f32> = (0..n).map(|_| r.gen_range(-50.0..50.0)).collect();
+        rows.push(base.clone());
+        rows.push(base.iter().map(|v| -v.abs()).collect());
+        rows.push(vec![f32::NEG_INFINITY; n]);
+        rows.push((0..n).map(|i| if i % 3 == 0 { 0.0 } else { -0.0 }).collect());
+        rows.push((0..n).map(|i| if i % 2 == 0 { -0.0 } else { -1.0 }).collect());
+        for at in [0, n / 2, n.saturating_sub(1)] {
+            if at < n {
+                let mut v = base.clone();
+                v[at] = f32::NAN;
+                rows.push(v.clone());
+                v[n - 1 - at / 2] = nan2;
+                rows.push(v);
+                let mut v = base.clone();
+                v[at] = f32::INFINITY;
+                rows.push(v);
+            }
+        }
+    }
+    for row in &rows {
+        for off in [0usize, 1] {
+            if off > row.len() {
+                continue;
+            }
+            let x = &row[off..];
+            let (gv, wv) = (f(x), g(x));
+            if gv.to_bits() != wv.to_bits() {
+                return Err(format!(
+                    "{name}: len {} off {off}: {gv:e} ({:#x}) vs generic {wv:e}",
+                    x.len(),
+                    gv.to_bits()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Softmax's exp-and-sum: outputs within `bound` ulp, the f64 sum within
+/// `bound` f32 ulp relative (f64 summation order may differ), NaN rows NaN.
+fn check_exp_sum(
+    name: &str,
+    f: impl Fn(&mut [f32], f32) -> f64,
+    g: impl Fn(&mut [f32], f32) -> f64,
+    bound: u64,
+) -> Check {
+    for (s, &n) in LENGTHS.iter().enumerate() {
+        for range in [5.0f32, 100.0] {
+            let x = inputs(n, range, 400 + s as u64);
+            let finite: Vec<f32> =
+                x.iter().map(|&v| if v.is_finite() { v.clamp(-range, range) } else { -range }).collect();
+            for row in [&x, &finite] {
+                let shift = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m || v.is_nan() { v } else { m });
+                for shift in [shift, 0.0, -3.5] {
+                    let (mut got, mut want) = (row.to_vec(), row.to_vec());
+                    let (gs, ws) = (f(&mut got, shift), g(&mut want, shift));
+                    for (i, (&gv, &wv)) in got.iter().zip(&want).enumerate() {
+                        let d = ulps(gv, wv);
+                        if d > bound {
+                            return Err(format!("{name}: len {n} shift {shift} [{i}]: {gv:e} vs generic {wv:e}"));
+                        }
+                    }
+                    let tol = bound as f64 * f32::EPSILON as f64 * ws.abs();
+                    let sums_ok = if ws.is_nan() { gs.is_nan() } else { gs == ws || (gs - ws).abs() <= tol };
+                    if !sums_ok {
+                        return Err(format!("{name}: len {n} shift {shift}: sum {gs:e} vs generic {ws:e}"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One GEMM problem's layout: leading dims padded by `pad`.
+#[derive(Copy, Clone, Debug)]
+struct GemmCase {
+    m: usize,
+    n: usize,
+    k: usize,
+    tb: bool,
+    beta: f32,
+    pad: usize,
+}
+
+/// C after `gemm(case, a, b, c)` on a C whose padding holds a sentinel.
+type GemmRun<'a> = &'a dyn Fn(&GemmCase, &[f32], &[f32], &mut [f32]);
+
+fn gemm_shapes() -> Vec<(usize, usize, usize)> {
+    let dims = [1usize, 7, 17, 67];
+    let mut shapes = Vec::new();
+    for m in dims {
+        for n in dims {
+            for k in dims {
+                shapes.push((m, n, k));
+            }
+        }
+    }
+    // Exact tiles of both microkernels, K past the 256-deep slice, N past
+    // the 1024-wide block, and k = 0.
+    shapes.extend([(6, 16, 5), (12, 32, 3), (4, 8, 9), (24, 48, 2), (33, 33, 300), (9, 1030, 3), (5, 9, 0)]);
+    shapes
+}
+
+/// A GEMM variant (`f`) against generic (`g`) and both against an f64
+/// oracle, within `4·k·ε·Σ|a·b|` per element; C's padding must stay as it
+/// was and beta 0 must not read C (it starts as NaN).
+fn check_gemm(name: &str, f: GemmRun, g: GemmRun) -> Check {
+    for (m, n, k) in gemm_shapes() {
+        for tb in [false, true] {
+            for beta in [0.0f32, 1.0, 0.5] {
+                for pad in [0usize, 3] {
+                    let case = GemmCase { m, n, k, tb, beta, pad };
+                    check_gemm_case(name, &case, f, g)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_gemm_case(name: &str, case: &GemmCase, f: GemmRun, g: GemmRun) -> Check {
+    let GemmCase { m, n, k, tb, beta, pad } = *case;
+    let (lda, ldb, ldc) = (k + pad, if tb { k } else { n } + pad, n + pad);
+    let mut r = common::rng((m * 10007 + n * 101 + k) as u64);
+    let a: Vec<f32> = (0..m * lda).map(|_| r.gen_range(-1.0..1.0)).collect();
+    let b: Vec<f32> = (0..(if tb { n } else { k }) * ldb).map(|_| r.gen_range(-1.0..1.0)).collect();
+    const SENTINEL: f32 = 12345.0;
+    let c0: Vec<f32> = (0..m * ldc)
+        .map(|i| {
+            if i % ldc >= n {
+                SENTINEL
+            } else if beta == 0.0 {
+                f32::NAN
+            } else {
+                r.gen_range(-1.0..1.0)
+            }
+        })
+        .collect();
+    let (mut got, mut want) = (c0.clone(), c0.clone());
+    f(case, &a, &b, &mut got);
+    g(case, &a, &b, &mut want);
+    for i in 0..m {
+        for j in 0..ldc {
+            let at = i * ldc + j;
+            let (gv, wv) = (got[at], want[at]);
+            if j >= n {
+                if gv != SENTINEL || wv != SENTINEL {
+                    return Err(format!("{name} {case:?}: padding C[{i}][{j}] written ({gv} / generic {wv})"));
+                }
+                continue;
+            }
+            let bv = |p: usize| if tb { b[j * ldb + p] } else { b[p * ldb + j] } as f64;
+            let exact: f64 = (0..k).map(|p| a[i * lda + p] as f64 * bv(p)).sum::<f64>()
+                + if beta == 0.0 { 0.0 } else { beta as f64 * c0[at] as f64 };
+            let mag: f64 = (0..k).map(|p| (a[i * lda + p] as f64 * bv(p)).abs()).sum::<f64>()
+                + if beta == 0.0 { 0.0 } else { (beta as f64 * c0[at] as f64).abs() };
+            let tol = 4.0 * (k as f64 + 2.0) * f32::EPSILON as f64 * mag + 1e-30;
+            for (what, v) in [("variant", gv), ("generic", wv)] {
+                if (v as f64 - exact).abs().is_nan() || (v as f64 - exact).abs() > tol {
+                    return Err(format!("{name} {case:?}: {what} C[{i}][{j}] = {v}, exact {exact} (tol {tol:e})"));
+                }
+            }
+            if (gv - wv).abs() as f64 > 2.0 * tol {
+                return Err(format!("{name} {case:?}: C[{i}][{j}] = {gv} vs generic {wv}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `gemm_f32` through a context holding `table`.
+fn gemm_with(table: &'static KernelTable) -> impl Fn(&GemmCase, &[f32], &[f32], &mut [f32]) {
+    move |case: &GemmCase, a: &[f32], b: &[f32], c: &mut [f32]| {
+        let GemmCase { m, n, k, tb, beta, pad } = *case;
+        let mut cx = Context::with_table(table);
+        let ldb = if tb { k } else { n } + pad;
+        kiln_kernels::gemm_f32(m, n, k, a, k + pad, b, ldb, c, n + pad, tb, beta, &mut cx).unwrap();
+    }
+}
+
+/// One test per table entry, running every variant this CPU has, plus the
+/// list of entries tested (checked against `KernelTable::entries`).
+macro_rules! variant_tests {
+    ($($entry:ident: $kind:ident $(($bound:expr))?;)*) => {
+        const TESTED: &[&str] = &[$(stringify!($entry)),*];
+        $(
+            #[test]
+            fn $entry() {
+                for t in variant_tables() {
+                    let name = format!("{} {}", stringify!($entry), t.isa());
+                    variant_tests!(@check $kind, $entry, t, name $(, $bound)?).unwrap_or_else(|e| panic!("{e}"));
+                }
+            }
+        )*
+    };
+    (@check unary, $entry:ident, $t:expr, $name:expr, $bound:expr) => {
+        check_unary(&$name, |x, o| $t.$entry(x, o), |x, o| generic().$entry(x, o), $bound)
+    };
+    (@check binary, $entry:ident, $t:expr, $name:expr) => {
+        check_binary(&$name, |a, b, o| $t.$entry(a, b, o), |a, b, o| generic().$entry(a, b, o))
+    };
+    (@check reduce, $entry:ident, $t:expr, $name:expr) => {
+        check_reduce(&$name, |x| $t.$entry(x), |x| generic().$entry(x))
+    };
+    (@check exp_sum, $entry:ident, $t:expr, $name:expr, $bound:expr) => {
+        check_exp_sum(&$name, |v, s| $t.$entry(v, s), |v, s| generic().$entry(v, s), $bound)
+    };
+    (@check gemm, $entry:ident, $t:expr, $name:expr) => {
+        check_gemm(&$name, &gemm_with($t), &gemm_with(generic()))
+    };
+}
+
+// Bounds: exp measured ≤ 1 ulp from glibc's expf over all 2^32 inputs, tanh
+// ≤ 2; sigmoid and silu add 1 + e^-x, whose rounding can turn exp's 1 ulp
+// into 4 (both generic and AVX2 stay within 2 ulp of the exact value).
+variant_tests! {
+    gemm_f32: gemm;
+    exp_f32: unary(2);
+    sigmoid_f32: unary(4);
+    silu_f32: unary(4);
+    tanh_f32: unary(2);
+    add_f32: binary;
+    sub_f32: binary;
+    mul_f32: binary;
+    div_f32: binary;
+    max_f32: reduce;
+    exp_sum_f32: exp_sum(2);
+}
+
+#[test]
+fn every_entry_is_tested() {
+    let names: Vec<&str> = generic().entries().iter().map(|&(e, _)| e).collect();
+    assert_eq!(names, TESTED);
+}
+
+/// A plugged table that silently kept the generic code would make every
+/// variant test above vacuous.
+#[test]
+fn plugged_tables_override_every_entry() {
+    for (entry, variant) in generic().entries() {
+        assert!(variant.starts_with("generic"), "{entry}: {variant}");
+    }
+    for t in variant_tables() {
+        assert_ne!(t.isa(), Isa::Generic);
+        for (entry, variant) in t.entries() {
+            assert!(!variant.starts_with("generic"), "{} {entry} is {variant}", t.isa());
+        }
+    }
+}
+
+#[test]
+fn detection_picks_the_best_supported_table() {
+    let isa = Isa::detect();
+    assert!(isa.is_supported());
+    assert!(std::ptr::eq(kiln_kernels::best(), KernelTable::for_isa(isa).unwrap()));
+    assert_eq!(Context::new().isa(), isa);
+    assert_eq!(Context::with_table(generic()).isa(), Isa::Generic);
+    assert!(std::ptr::eq(Context::with_table(generic()).table(), generic()));
+    #[cfg(target_arch = "x86_64")]
+    {
+        let v3 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        assert_eq!(Isa::X86_64V3.is_supported(), v3);
+        assert_eq!(Isa::X86_64V4.is_supported(), v3 && is_x86_feature_detected!("avx512f"));
+        assert!(!Isa::Aarch64Neon.is_supported());
+        if v3 {
+            assert_eq!(KernelTable::for_isa(Isa::X86_64V3).unwrap().gemm_tile(), (6, 16));
+        }
+    }
+    assert_eq!(generic().gemm_tile(), (4, 8));
+    println!("detected {isa}: {:?}", kiln_kernels::best());
+}
+
+/// The checks themselves: each must reject a plausible bug.
+#[test]
+fn checks_reject_wrong_variants() {
+    let g = generic();
+    // exp off by 3 ulp on one value; exp skipping the tail; exp writing past x.
+    let off_by_3 = |x: &[f32], o: &mut [f32]| {
+        g.exp_f32(x, o);
+        for v in o.iter_mut().take(x.len()) {
+            if *v > 2.0 && *v < 2.5 {
+                *v = f32::from_bits(v.to_bits() + 3);
+            }
+        }
+    };
+    assert!(check_unary("exp", off_by_3, |x, o| g.exp_f32(x, o), 2).is_err());
+    let no_tail = |x: &[f32], o: &mut [f32]| {
+        let n = x.len() / 8 * 8;
+        g.exp_f32(&x[..n], &mut o[..n]);
+    };
+    assert!(check_unary("exp", no_tail, |x, o| g.exp_f32(x, o), 2).is_err());
+    let overrun = |x: &[f32], o: &mut [f32]| {
+        g.exp_f32(x, o);
+        if let Some(v) = o.get_mut(x.len()) {
+            *v = 0.0;
+        }
+    };
+    assert!(check_unary("exp", overrun, |x, o| g.exp_f32(x, o), 2).is_err());
+    let inf_to_max = |x: &[f32], o: &mut [f32]| {
+        g.exp_f32(x, o);
+        for (v, &xi) in o.iter_mut().zip(x) {
+            if xi == f32::INFINITY {
+                *v = f32::MAX;
+            }
+        }
+    };
+    assert!(check_unary("exp", inf_to_max, |x, o| g.exp_f32(x, o), 2).is_err());
+    // add rounding one lane differently; add writing as far as b reaches.
+    let add_1ulp = |a: &[f32], b: &[f32], o: &mut [f32]| {
+        g.add_f32(a, b, o);
+        if let Some(v) = o.get_mut(5) {
+            *v = f32::from_bits(v.to_bits() ^ 1);
+        }
+    };
+    assert!(check_binary("add", add_1ulp, |a, b, o| g.add_f32(a, b, o)).is_err());
+    let add_long = |a: &[f32], b: &[f32], o: &mut [f32]| {
+        g.add_f32(a, b, o);
+        for (v, &y) in o.iter_mut().zip(b).skip(a.len()) {
+            *v = y;
+        }
+    };
+    assert!(check_binary("add", add_long, |a, b, o| g.add_f32(a, b, o)).is_err());
+    // max returning the other zero, or a different NaN.
+    let max_zero = |x: &[f32]| {
+        let m = g.max_f32(x);
+        if m == 0.0 {
+            0.0
+        } else {
+            m
+        }
+    };
+    assert!(check_reduce("max", max_zero, |x| g.max_f32(x)).is_err());
+    let max_nan = |x: &[f32]| {
+        let m = g.max_f32(x);
+        if m.is_nan() {
+            f32::NAN
+        } else {
+            m
+        }
+    };
+    assert!(check_reduce("max", max_nan, |x| g.max_f32(x)).is_err());
+    // exp_sum dropping the last element from the sum.
+    let short_sum = |v: &mut [f32], s: f32| {
+        let sum = g.exp_sum_f32(v, s);
+        sum - v.last().map_or(0.0, |&e| e as f64)
+    };
+    assert!(check_exp_sum("exp_sum", short_sum, |v, s| g.exp_sum_f32(v, s), 2).is_err());
+    // GEMM writing into C's padding, dropping the last row's update, or
+    // reading C when beta is 0.
+    let generic_gemm = gemm_with(g);
+    let pads = |case: &GemmCase, a: &[f32], b: &[f32], c: &mut [f32]| {
+        generic_gemm(case, a, b, c);
+        if case.pad > 0 {
+            c[case.n] = 0.0;
+        }
+    };
+    assert!(check_gemm("gemm", &pads, &gemm_with(g)).is_err());
+    let last_row = |case: &GemmCase, a: &[f32], b: &[f32], c: &mut [f32]| {
+        let keep: Vec<f32> = c.to_vec();
+        generic_gemm(case, a, b, c);
+        let ldc = case.n + case.pad;
+        if case.m > 1 {
+            let r = (case.m - 1) * ldc;
+            c[r..r + case.n].copy_from_slice(&keep[r..r + case.n]);
+        }
+    };
+    assert!(check_gemm("gemm", &last_row, &gemm_with(g)).is_err());
+    let reads_c = |case: &GemmCase, a: &[f32], b: &[f32], c: &mut [f32]| {
+        let beta = if case.beta == 0.0 { 1.0 } else { case.beta };
+        generic_gemm(&GemmCase { beta, ..*case }, a, b, c);
+    };
+    assert!(check_gemm("gemm", &reads_c, &gemm_with(g)).is_err());
+}
+
+/// The kernels that call through a context's table do so: with each table
+/// (generic included) their f32 results are bit-identical to that table's
+/// entries applied by hand, and within tolerance of the generic table's.
+#[test]
+fn kernels_route_through_the_context_table() {
+    use common::{assert_close, f32s, to64, Buf};
+    use kiln_kernels::{binary_cx, linear, matmul, softmax_cx, unary_cx, BinaryOp, DType, UnaryOp};
+    let mut tables = variant_tables();
+    tables.push(generic());
+    let mut r = common::rng(9);
+    let x: Vec<f32> = (0..6 * 37).map(|_| r.gen_range(-6.0..6.0)).collect();
+    let y: Vec<f32> = (0..6 * 37).map(|_| r.gen_range(0.5..6.0)).collect();
+    let xb = f32s(&[6, 37], &x);
+    for t in tables {
+        let mut cx = Context::with_table(t);
+        let mut gx = Context::with_table(generic());
+        let run = |cx: &mut Context, f: &dyn Fn(&mut Context, &mut Buf)| {
+            let mut o = Buf::zeros(DType::F32, &[6, 37]);
+            f(cx, &mut o);
+            o.get::<f32>()
+        };
+        // unary: the table's entry over the whole buffer.
+        for (op, entry) in [
+            (UnaryOp::Exp, KernelTable::exp_f32 as fn(&KernelTable, &[f32], &mut [f32])),
+            (UnaryOp::Sigmoid, KernelTable::sigmoid_f32),
+            (UnaryOp::Silu, KernelTable::silu_f32),
+            (UnaryOp::Tanh, KernelTable::tanh_f32),
+        ] {
+            let got = run(&mut cx, &|cx, o| unary_cx(op, xb.r(), o.w(), cx).unwrap());
+            let mut want = vec![0f32; x.len()];
+            entry(t, &x, &mut want);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{} unary {op:?}", t.isa());
+            let g = run(&mut gx, &|cx, o| unary_cx(op, xb.r(), o.w(), cx).unwrap());
+            assert_close(&to64(&got), &to64(&g), 1e-6, 1e-30, &format!("{} unary {op:?} vs generic", t.isa()));
+        }
+        // binary, same shapes and broadcasting a row: the table's entry per row.
+        let yb = f32s(&[6, 37], &y);
+        let row = f32s(&[37], &y[..37]);
+        for (op, entry) in [
+            (BinaryOp::Add, KernelTable::add_f32 as fn(&KernelTable, &[f32], &[f32], &mut [f32])),
+            (BinaryOp::Sub, KernelTable::sub_f32),
+            (BinaryOp::Mul, KernelTable::mul_f32),
+            (BinaryOp::Div, KernelTable::div_f32),
+        ] {
+            for other in [&yb, &row] {
+                let got = run(&mut cx, &|cx, o| binary_cx(op, xb.r(), other.r(), o.w(), cx).unwrap());
+                let ov = other.get::<f32>();
+                let mut want = vec![0f32; x.len()];
+                for (xr, wr) in x.chunks(37).zip(want.chunks_mut(37)) {
+                    entry(t, xr, &ov[..37], wr);
+                }
+                if other.shape.len() == 2 {
+                    entry(t, &x, &ov, &mut want);
+                }
+                assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{} binary {op:?}", t.isa());
+            }
+        }
+        // softmax along the last axis: max, exp-sum, scale by hand.
+        for log in [false, true] {
+            let got = run(&mut cx, &|cx, o| softmax_cx(xb.r(), 1, log, o.w(), cx).unwrap());
+            let mut want = x.clone();
+            for (wr, xr) in want.chunks_mut(37).zip(x.chunks(37)) {
+                let max = t.max_f32(xr);
+                let sum = t.exp_sum_f32(wr, max);
+                for (w, &v) in wr.iter_mut().zip(xr) {
+                    *w = if log { v - max - sum.ln() as f32 } else { *w * (1.0 / sum) as f32 };
+                }
+            }
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{} softmax log={log}", t.isa());
+            let g = run(&mut gx, &|cx, o| softmax_cx(xb.r(), 1, log, o.w(), cx).unwrap());
+            assert_close(&to64(&got), &to64(&g), 1e-6, 1e-7, &format!("{} softmax vs generic", t.isa()));
+        }
+        // matmul and linear: the table's GEMM.
+        let w: Vec<f32> = (0..37 * 37).map(|_| r.gen_range(-1.0..1.0)).collect();
+        let wb = f32s(&[37, 37], &w);
+        let got = run(&mut cx, &|cx, o| matmul(xb.r(), wb.r(), o.w(), cx).unwrap());
+        let mut want = vec![0f32; 6 * 37];
+        kiln_kernels::gemm_f32(6, 37, 37, &x, 37, &w, 37, &mut want, 37, false, 0.0, &mut cx).unwrap();
+        assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{} matmul", t.isa());
+        let bias: Vec<f32> = (0..37).map(|_| r.gen_range(-1.0..1.0)).collect();
+        let bb = f32s(&[37], &bias);
+        let got = run(&mut cx, &|cx, o| linear(xb.r(), wb.r(), Some(bb.r()), o.w(), cx).unwrap());
+        let g = run(&mut gx, &|cx, o| linear(xb.r(), wb.r(), Some(bb.r()), o.w(), cx).unwrap());
+        assert_close(&to64(&got), &to64(&g), 1e-5, 1e-5, &format!("{} linear vs generic", t.isa()));
+    }
+}
