@@ -6,6 +6,7 @@
 //! ([`ValueAttrs`]); data a pass computes and consumes at once (memory
 //! plans) lives in secondary maps owned by whoever computes it.
 
+pub mod builder;
 mod dim;
 mod dtype;
 mod graph;
@@ -18,6 +19,7 @@ pub mod verify;
 
 mod entity;
 
+pub use builder::Builder;
 pub use dim::{Dim, DimDisplay, Symbol};
 pub use dtype::DType;
 use entity::entity_id;

@@ -7,7 +7,8 @@
 use crate::decompose::expand_op;
 use crate::host::scalar_const;
 use crate::{PassError, TargetDesc};
-use kiln_ir::{DType, Graph, LocId, Op, TensorType, ValueId};
+use kiln_ir::builder::infer_one;
+use kiln_ir::{Builder, DType, Graph, LocId, Op, TensorType, ValueId};
 
 pub(crate) const PASS: &str = "decompose";
 
@@ -23,27 +24,24 @@ impl Emitter<'_> {
         self.g.ty(v).clone()
     }
 
-    pub fn emit(&mut self, op: Op, inputs: Vec<ValueId>) -> Result<ValueId, PassError> {
-        let operand_types: Vec<&TensorType> = inputs.iter().map(|&v| self.g.ty(v)).collect();
-        let types =
-            kiln_ir::infer::infer_types(&self.g.symbols, &op, &operand_types).map_err(|e| PassError::new(PASS, e))?;
-        let Some(ty) = types.into_iter().next() else {
-            return Err(PassError::new(PASS, format!("`{}` inferred no result", op.name())));
-        };
+    /// Adds `op` with its result type inferred ([`Builder::push`]), first
+    /// decomposing it when the target does not keep it.
+    pub fn push(&mut self, op: Op, inputs: Vec<ValueId>) -> Result<ValueId, PassError> {
+        let ty = infer_one(self.g, &op, &inputs).map_err(|e| PassError::new(PASS, e))?;
         if !self.target.keeps(&op) {
             if let Some(v) = expand_op(self, &op, &inputs, &ty)? {
                 return Ok(v);
             }
         }
-        Ok(self.g.push(op, inputs, ty, self.loc))
+        Ok(Builder::new(self.g, self.loc).push_typed(op, inputs, ty))
     }
 
     pub fn binary(&mut self, op: kiln_ir::BinaryOp, a: ValueId, b: ValueId) -> Result<ValueId, PassError> {
-        self.emit(Op::Binary(op), vec![a, b])
+        self.push(Op::Binary(op), vec![a, b])
     }
 
     pub fn unary(&mut self, op: kiln_ir::UnaryOp, x: ValueId) -> Result<ValueId, PassError> {
-        self.emit(Op::Unary(op), vec![x])
+        self.push(Op::Unary(op), vec![x])
     }
 
     pub fn reduce(
@@ -53,7 +51,7 @@ impl Emitter<'_> {
         axes: Vec<usize>,
         keep_dims: bool,
     ) -> Result<ValueId, PassError> {
-        self.emit(Op::Reduce { kind, axes, keep_dims }, vec![x])
+        self.push(Op::Reduce { kind, axes, keep_dims }, vec![x])
     }
 
     pub fn scalar(&mut self, dtype: DType, value: f64) -> ValueId {

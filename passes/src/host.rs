@@ -117,7 +117,8 @@ fn encode(dtype: DType, x: f64, out: &mut Vec<u8>) {
     }
 }
 
-/// A rank-0 constant of `dtype` holding `value`.
+/// A rank-0 constant of `dtype` holding `value` (the shared IR builder's,
+/// which also encodes f16/bf16).
 pub(crate) fn scalar_const(g: &mut Graph, dtype: DType, value: f64) -> ValueId {
-    HostTensor::new(dtype, Vec::new(), vec![value]).add_to(g, None)
+    kiln_ir::builder::scalar_const(g, dtype, value)
 }

@@ -73,7 +73,7 @@ pub(crate) fn cond<'p>(imp: &mut Importer<'p>, n: &'p Node) -> R<()> {
     }
     // A one-element predicate of any rank becomes a 0-d bool, which `Where`
     // broadcasts against every output.
-    let mut pred = if pred_ty.rank() == 0 { pred } else { imp.build(Op::Reshape { shape: Vec::new() }, vec![pred])? };
+    let mut pred = if pred_ty.rank() == 0 { pred } else { imp.push(Op::Reshape { shape: Vec::new() }, vec![pred])? };
     pred = imp.cast(pred, DType::Bool);
 
     let taken = imp.inline_graph(on_true, &operands, outer)?;
@@ -99,7 +99,7 @@ pub(crate) fn cond<'p>(imp: &mut Importer<'p>, n: &'p Node) -> R<()> {
             ));
         }
         let out = imp.out_ty(n, i)?;
-        selected.push(imp.push(Op::Where, vec![pred, t, f], out));
+        selected.push(imp.push_typed(Op::Where, vec![pred, t, f], out));
     }
     bind_all(imp, n, &selected)
 }

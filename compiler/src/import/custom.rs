@@ -232,14 +232,14 @@ impl<'p> CustomOpContext<'_, 'p> {
     /// Adds `op` with its result type inferred from the operands.
     pub fn push(&mut self, op: Op, inputs: Vec<ValueId>) -> Result<ValueId, String> {
         self.check_values(&inputs)?;
-        self.imp.build(op, inputs).map_err(message)
+        self.imp.push(op, inputs).map_err(message)
     }
 
     /// Adds `op` with an explicit result type; one that contradicts kiln's
     /// inference fails the import (see `Importer::push`).
     pub fn push_typed(&mut self, op: Op, inputs: Vec<ValueId>, ty: TensorType) -> Result<ValueId, String> {
         self.check_values(&inputs)?;
-        Ok(self.imp.push(op, inputs, ty))
+        Ok(self.imp.push_typed(op, inputs, ty))
     }
 
     /// A 0-d constant of `dtype` holding `value` (broadcasts in binary ops).

@@ -7,7 +7,7 @@ use super::scope::{PendingBind, Scope};
 use crate::pt2::program::{Arg, InputSpec, Node, OutputSpec, SubGraph, SymExpr, SymIntArg, TensorMeta};
 use crate::pt2::weights::{self, WeightError};
 use crate::pt2::{scalar_type, sympy, Pt2File, CONSTANTS_DIR, WEIGHTS_DIR};
-use kiln_ir::{ConstBytes, DType, Dim, Graph, LocId, Location, Op, SymbolId, TensorType, ValueId};
+use kiln_ir::{ConstBytes, DType, Dim, Graph, LocId, Location, Op, SymbolId, TensorType, ValueAttrs, ValueId};
 use std::collections::HashMap;
 
 /// Why a node could not be converted.
@@ -373,6 +373,8 @@ impl<'p> Importer<'p> {
             InputSpec::User(Arg::Tensor(name)) => match self.type_of(name) {
                 Ok(ty) => {
                     let v = self.g.add_input(name.clone(), ty);
+                    // The Python-level name: what sharding and quantization overrides select by.
+                    self.g.values[v].attrs = ValueAttrs::with_origin(name.clone());
                     self.scope.env.insert(name.clone(), v);
                 }
                 Err(e) => self.input_failure(name, e)?,
@@ -459,6 +461,7 @@ impl<'p> Importer<'p> {
             )));
         }
         let v = self.g.add_const(Some(fqn.to_string()), ty, loaded.bytes);
+        self.g.values[v].attrs = ValueAttrs::with_origin(fqn.to_string());
         self.scope.env.insert(arg.to_string(), v);
         Ok(())
     }
@@ -867,14 +870,14 @@ impl<'p> Importer<'p> {
     /// type the op at all, the node being converted fails as an invalid
     /// program once its conversion returns (see [`Importer::convert_nodes`]):
     /// a declared type is trusted only where it agrees with the op.
-    pub fn push(&mut self, op: Op, inputs: Vec<ValueId>, ty: TensorType) -> ValueId {
+    pub fn push_typed(&mut self, op: Op, inputs: Vec<ValueId>, ty: TensorType) -> ValueId {
         if self.scope.type_error.is_none() {
             self.scope.type_error = match self.check_declared(&op, &inputs, &ty) {
                 Some(detail) => Some(Fail::Invalid(detail)),
                 None => self.check_size(&ty).err(),
             };
         }
-        self.g.push(op, inputs, ty, self.scope.loc)
+        kiln_ir::Builder::new(&mut self.g, self.scope.loc).push_typed(op, inputs, ty)
     }
 
     /// Refuses a type whose largest shape exceeds [`MAX_TENSOR_BYTES`].
@@ -930,27 +933,22 @@ impl<'p> Importer<'p> {
     /// Emits `op` and binds its single output to the node's output 0.
     pub fn emit(&mut self, node: &Node, op: Op, inputs: Vec<ValueId>) -> R<ValueId> {
         let ty = self.out_ty(node, 0)?;
-        let v = self.push(op, inputs, ty);
+        let v = self.push_typed(op, inputs, ty);
         self.bind(node, 0, v)?;
         Ok(v)
     }
 
     /// Emits `op` with its output type inferred from the operands (for the
     /// intermediate values of decompositions, which the program has no type for).
-    pub fn build(&mut self, op: Op, inputs: Vec<ValueId>) -> R<ValueId> {
-        let tys: Vec<&TensorType> = inputs.iter().map(|&v| self.g.ty(v)).collect();
-        let ty = match kiln_ir::infer::infer_types(&self.g.symbols, &op, &tys) {
-            Ok(mut t) if !t.is_empty() => t.remove(0),
-            Ok(_) => return invalid(format!("`{}` has no result", op.name())),
-            Err(e) => return invalid(format!("`{}`: {e}", op.name())),
-        };
-        Ok(self.push(op, inputs, ty))
+    pub fn push(&mut self, op: Op, inputs: Vec<ValueId>) -> R<ValueId> {
+        let ty = kiln_ir::builder::infer_one(&self.g, &op, &inputs).map_err(Fail::Invalid)?;
+        Ok(self.push_typed(op, inputs, ty))
     }
 
     /// `a op b` with a Python scalar `b` of `a`'s dtype.
     pub fn with_scalar(&mut self, op: kiln_ir::BinaryOp, a: ValueId, b: f64) -> R<ValueId> {
         let k = self.scalar_const(Scalar::Float(b), self.g.ty(a).dtype);
-        self.build(Op::Binary(op), vec![a, k])
+        self.push(Op::Binary(op), vec![a, k])
     }
 
     pub fn ty(&self, v: ValueId) -> &TensorType {
@@ -964,7 +962,7 @@ impl<'p> Importer<'p> {
             return v;
         }
         let out = TensorType::new(dtype, ty.shape.clone());
-        self.push(Op::Cast { to: dtype }, vec![v], out)
+        self.push_typed(Op::Cast { to: dtype }, vec![v], out)
     }
 
     /// A 0-d constant holding `value` as `dtype`.
@@ -980,12 +978,12 @@ impl<'p> Importer<'p> {
         if let Some(v) = d.as_const() {
             return self.scalar_const(Scalar::Int(v), dtype);
         }
-        let ones = self.push(
+        let ones = self.push_typed(
             Op::Full { value: 1.0, dtype: DType::I64, shape: vec![d.clone()] },
             Vec::new(),
             TensorType::new(DType::I64, vec![d.clone()]),
         );
-        let sum = self.push(
+        let sum = self.push_typed(
             Op::Reduce { kind: kiln_ir::ReduceKind::Sum, axes: vec![0], keep_dims: false },
             vec![ones],
             TensorType::new(DType::I64, Vec::new()),

@@ -206,7 +206,7 @@ fn scatter_into(imp: &mut Importer, step: &ViewStep, base: ValueId, src: ValueId
             for (i, &p) in perm.iter().enumerate() {
                 inverse[p] = i;
             }
-            imp.push(Op::Permute { perm: inverse }, vec![src], base_ty)
+            imp.push_typed(Op::Permute { perm: inverse }, vec![src], base_ty)
         }
         &ViewStep::Slice { axis, start, step, .. } => slice_scatter_value(imp, base, src, axis, start, step)?,
         &ViewStep::Select { axis, index } => select_scatter_value(imp, base, src, axis, index)?,
@@ -221,17 +221,17 @@ fn derive(imp: &mut Importer, step: &ViewStep, base: ValueId, ty: TensorType) ->
     Ok(Some(match step {
         ViewStep::Identity => base,
         ViewStep::Reshape => reshape_to(imp, base, ty.shape),
-        ViewStep::Permute(perm) => imp.push(Op::Permute { perm: perm.clone() }, vec![base], ty),
+        ViewStep::Permute(perm) => imp.push_typed(Op::Permute { perm: perm.clone() }, vec![base], ty),
         &ViewStep::Slice { axis, start, end: Some(end), step } => slice_value(imp, base, axis, start, end, step, ty),
         &ViewStep::Slice { axis, start, end: None, step } => {
             // A symbolic end: the positions `start + step * i` for the view's length.
             let len = dim_at(&ty, axis, "a sliced view")?;
-            let idx = imp.push(
+            let idx = imp.push_typed(
                 Op::Arange { start: start as f64, step: step as f64, len: len.clone(), dtype: DType::I64 },
                 Vec::new(),
                 TensorType::new(DType::I64, vec![len]),
             );
-            imp.push(Op::Gather { axis }, vec![base, idx], ty)
+            imp.push_typed(Op::Gather { axis }, vec![base, idx], ty)
         }
         &ViewStep::Select { axis, index } => {
             let mut shape = imp.ty(base).shape.clone();
@@ -240,8 +240,11 @@ fn derive(imp: &mut Importer, step: &ViewStep, base: ValueId, ty: TensorType) ->
                 None => return invalid(format!("a select of dim {axis} of a rank-{} tensor", shape.len())),
             }
             let end = if index == -1 { i64::MAX } else { index.saturating_add(1) };
-            let s =
-                imp.push(Op::Slice { axis, start: index, end, step: 1 }, vec![base], TensorType::new(ty.dtype, shape));
+            let s = imp.push_typed(
+                Op::Slice { axis, start: index, end, step: 1 },
+                vec![base],
+                TensorType::new(ty.dtype, shape),
+            );
             reshape_to(imp, s, ty.shape)
         }
         &ViewStep::Diagonal { offset, dim1, dim2 } => diagonal_value(imp, base, offset, dim1, dim2, &ty)?,
@@ -249,7 +252,7 @@ fn derive(imp: &mut Importer, step: &ViewStep, base: ValueId, ty: TensorType) ->
             if imp.ty(base).shape == ty.shape {
                 base
             } else {
-                imp.push(Op::Expand { shape: ty.shape.clone() }, vec![base], ty)
+                imp.push_typed(Op::Expand { shape: ty.shape.clone() }, vec![base], ty)
             }
         }
         ViewStep::Opaque(_) => return Ok(None),
@@ -261,7 +264,7 @@ fn reshape_to(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> ValueId {
     if ty.shape == shape {
         return v;
     }
-    imp.push(Op::Reshape { shape: shape.clone() }, vec![v], TensorType::new(ty.dtype, shape))
+    imp.push_typed(Op::Reshape { shape: shape.clone() }, vec![v], TensorType::new(ty.dtype, shape))
 }
 
 /// Whether torch's tensor is contiguous (its `is_contiguous()`: row-major

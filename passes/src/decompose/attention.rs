@@ -37,8 +37,8 @@ pub(super) fn attention(
 
     let mut perm: Vec<usize> = (0..k_ty.rank()).collect();
     perm.swap(k_ty.rank() - 2, k_ty.rank() - 1);
-    let k_t = e.emit(Op::Permute { perm }, vec![k])?;
-    let scores = e.emit(Op::MatMul, vec![q, k_t])?;
+    let k_t = e.push(Op::Permute { perm }, vec![k])?;
+    let scores = e.push(Op::MatMul, vec![q, k_t])?;
     let scale = e.scalar(q_ty.dtype, scale);
     let mut scores = e.binary(BinaryOp::Mul, scores, scale)?;
     if let Some((l, s)) = causal_shape {
@@ -54,12 +54,12 @@ pub(super) fn attention(
         };
     }
     let last = e.ty(scores).rank() - 1;
-    let probs = e.emit(Op::Softmax { axis: last }, vec![scores])?;
-    e.emit(Op::MatMul, vec![probs, v]).map(Some)
+    let probs = e.push(Op::Softmax { axis: last }, vec![scores])?;
+    e.push(Op::MatMul, vec![probs, v]).map(Some)
 }
 
 /// `where(keep, scores, -inf)`.
 fn mask_out(e: &mut Emitter, scores: ValueId, keep: ValueId) -> Result<ValueId, PassError> {
     let neg_inf = e.scalar(e.ty(scores).dtype, f64::NEG_INFINITY);
-    e.emit(Op::Where, vec![keep, scores, neg_inf])
+    e.push(Op::Where, vec![keep, scores, neg_inf])
 }

@@ -15,8 +15,8 @@ pub(super) fn linear(e: &mut Emitter, inputs: &[ValueId]) -> Result<Option<Value
     if e.ty(w).rank() != 2 {
         return Ok(None);
     }
-    let wt = e.emit(Op::Permute { perm: vec![1, 0] }, vec![w])?;
-    let y = e.emit(Op::MatMul, vec![x, wt])?;
+    let wt = e.push(Op::Permute { perm: vec![1, 0] }, vec![w])?;
+    let y = e.push(Op::MatMul, vec![x, wt])?;
     match inputs.get(2) {
         Some(&b) => e.binary(BinaryOp::Add, y, b).map(Some),
         None => Ok(Some(y)),

@@ -36,7 +36,7 @@ pub(super) fn batch_norm(e: &mut Emitter, inputs: &[ValueId], eps: f64) -> Resul
         None => {
             let as_channels = |e: &mut Emitter, p: ValueId| {
                 let c = e.ty(p).shape[0].clone();
-                e.emit(Op::Reshape { shape: channel_shape(c) }, vec![p])
+                e.push(Op::Reshape { shape: channel_shape(c) }, vec![p])
             };
             let (mean, var) = (as_channels(e, mean)?, as_channels(e, var)?);
             let (weight, bias) = (as_channels(e, weight)?, as_channels(e, bias)?);

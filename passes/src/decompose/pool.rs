@@ -41,7 +41,7 @@ pub(super) fn adaptive_avg_pool(
         count_include_pad: true,
         divisor: None,
     };
-    e.emit(pool, vec![x]).map(Some)
+    e.push(pool, vec![x]).map(Some)
 }
 
 pub(super) fn pool(
@@ -71,7 +71,7 @@ pub(super) fn pool(
         }
     }
     let axes = (0..kernel.len()).map(|i| lead + 2 * i + 1).collect();
-    let windows = e.emit(Op::Reshape { shape: split }, vec![x])?;
+    let windows = e.push(Op::Reshape { shape: split }, vec![x])?;
     match (kind, divisor) {
         (PoolKind::Avg, Some(d)) => {
             // torch divides the sum (not a mean times a factor, which rounds differently).

@@ -25,15 +25,15 @@ pub(super) fn softmax(
         return Ok(None);
     }
     let reduced = matches!(ty.dtype, DType::F16 | DType::BF16);
-    let x = if reduced { e.emit(Op::Cast { to: DType::F32 }, vec![x])? } else { x };
+    let x = if reduced { e.push(Op::Cast { to: DType::F32 }, vec![x])? } else { x };
     // Rounds an f32 intermediate through the input dtype (torch's storage).
     let torch_rounding = reduced && log && axis + 1 == ty.rank();
     let round_through = |e: &mut Emitter, v: ValueId| -> Result<ValueId, PassError> {
         if !torch_rounding {
             return Ok(v);
         }
-        let narrow = e.emit(Op::Cast { to: ty.dtype }, vec![v])?;
-        e.emit(Op::Cast { to: DType::F32 }, vec![narrow])
+        let narrow = e.push(Op::Cast { to: ty.dtype }, vec![v])?;
+        e.push(Op::Cast { to: DType::F32 }, vec![narrow])
     };
     let max = e.reduce(ReduceKind::Max, x, vec![axis], true)?;
     let shifted = e.binary(BinaryOp::Sub, x, max)?;
@@ -48,7 +48,7 @@ pub(super) fn softmax(
         e.binary(BinaryOp::Div, exp, sum)?
     };
     if reduced {
-        return Ok(Some(e.emit(Op::Cast { to: ty.dtype }, vec![y])?));
+        return Ok(Some(e.push(Op::Cast { to: ty.dtype }, vec![y])?));
     }
     Ok(Some(y))
 }

@@ -19,15 +19,15 @@ pub(super) fn compute_dtype(d: DType) -> DType {
 }
 
 fn un(imp: &mut Importer, op: U, x: ValueId) -> R<ValueId> {
-    imp.build(Op::Unary(op), vec![x])
+    imp.push(Op::Unary(op), vec![x])
 }
 
 fn bin(imp: &mut Importer, op: B, a: ValueId, b: ValueId) -> R<ValueId> {
-    imp.build(Op::Binary(op), vec![a, b])
+    imp.push(Op::Binary(op), vec![a, b])
 }
 
 fn clamp(imp: &mut Importer, x: ValueId, min: Option<f64>, max: Option<f64>) -> R<ValueId> {
-    imp.build(Op::Clamp { min, max }, vec![x])
+    imp.push(Op::Clamp { min, max }, vec![x])
 }
 
 /// `log1p(exp(beta * x)) / beta`, or `x` where `beta * x > threshold`.
@@ -37,7 +37,7 @@ fn softplus_of(imp: &mut Importer, x: ValueId, beta: f64, threshold: f64) -> R<V
     let l = un(imp, U::Log1p, e)?;
     let soft = if beta == 1.0 { l } else { imp.with_scalar(B::Div, l, beta)? };
     let big = imp.with_scalar(B::Gt, bx, threshold)?;
-    imp.build(Op::Where, vec![big, x, soft])
+    imp.push(Op::Where, vec![big, x, soft])
 }
 
 /// `aten::hardswish(Tensor self)`, `aten::hardsigmoid(Tensor self)`, `aten::mish(Tensor self)`,
@@ -77,7 +77,7 @@ pub(super) fn activation(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             let slope = imp.opt_scalar(n, "negative_slope")?.map_or(0.01, Scalar::as_f64);
             let pos = imp.with_scalar(B::Gt, x, 0.0)?;
             let neg = imp.with_scalar(B::Mul, x, slope)?;
-            imp.build(Op::Where, vec![pos, x, neg])?
+            imp.push(Op::Where, vec![pos, x, neg])?
         }
         "elu" => {
             let alpha = imp.opt_scalar(n, "alpha")?.map_or(1.0, Scalar::as_f64);
@@ -89,7 +89,7 @@ pub(super) fn activation(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             let em = un(imp, U::Expm1, xs)?;
             let neg = imp.with_scalar(B::Mul, em, alpha * scale)?;
             let p = if scale == 1.0 { x } else { imp.with_scalar(B::Mul, x, scale)? };
-            imp.build(Op::Where, vec![pos, p, neg])?
+            imp.push(Op::Where, vec![pos, p, neg])?
         }
         "square" => bin(imp, B::Mul, x, x)?,
         _ => return Err(crate::import::importer::Fail::Unsupported(None)),
@@ -103,7 +103,7 @@ pub(super) fn float_class(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let v = if !imp.ty(x).dtype.is_float() {
         let out = imp.out_ty(n, 0)?;
-        imp.push(Op::Full { value: 0.0, dtype: DType::Bool, shape: out.shape.clone() }, vec![], out)
+        imp.push_typed(Op::Full { value: 0.0, dtype: DType::Bool, shape: out.shape.clone() }, vec![], out)
     } else if name == "isnan" {
         bin(imp, B::Ne, x, x)?
     } else {
@@ -134,7 +134,7 @@ pub(super) fn clamp_tensor(imp: &mut Importer, n: &Node) -> R<()> {
     }
     // A bound can broadcast the result beyond `self`'s shape.
     if imp.ty(v).shape != out.shape {
-        v = imp.push(Op::Expand { shape: out.shape.clone() }, vec![v], out.clone());
+        v = imp.push_typed(Op::Expand { shape: out.shape.clone() }, vec![v], out.clone());
     }
     imp.bind(n, 0, v)
 }

@@ -38,7 +38,7 @@ fn batch_norm_common(imp: &mut Importer, n: &Node, eps: f64) -> R<()> {
     };
     let (weight, bias) = affine_or_identity(imp, n, x, dtype)?;
     let ty = imp.out_ty(n, 0)?;
-    let v = imp.push(Op::BatchNorm { eps }, vec![x, mean, var, weight, bias], ty);
+    let v = imp.push_typed(Op::BatchNorm { eps }, vec![x, mean, var, weight, bias], ty);
     imp.bind(n, 0, v)?;
     only_first_output_used(imp, n)
 }
@@ -51,7 +51,7 @@ pub(super) fn batch_norm(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "input")?;
     if imp.ty(x).numel().as_const() == Some(0) {
         let out = imp.out_ty(n, 0)?;
-        let v = imp.push(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
+        let v = imp.push_typed(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
         return imp.bind(n, 0, v);
     }
     if imp.bool(n, "training", false)? {
@@ -108,7 +108,7 @@ pub(super) fn native_batch_norm_legit(imp: &mut Importer, n: &Node, name: &str, 
     for (slot, operand) in affine.iter_mut().zip(["weight", "bias"]) {
         if let Some(w) = imp.opt_tensor(n, operand)? {
             let w = imp.cast(w, compute);
-            *slot = Some(imp.build(Op::Reshape { shape: per_channel.clone() }, vec![w])?);
+            *slot = Some(imp.push(Op::Reshape { shape: per_channel.clone() }, vec![w])?);
         }
     }
     let BatchStats { y, mean, rstd, var } = if xt.dtype == DType::BF16 {
@@ -125,7 +125,7 @@ pub(super) fn native_batch_norm_legit(imp: &mut Importer, n: &Node, name: &str, 
     for (i, stat) in [(1, mean), (2, rstd)] {
         if used(imp, i) {
             let ty = imp.out_ty(n, i)?;
-            let v = imp.push(
+            let v = imp.push_typed(
                 Op::Reshape { shape: vec![xt.shape[1].clone()] },
                 vec![stat],
                 TensorType::new(compute, vec![xt.shape[1].clone()]),
@@ -148,13 +148,13 @@ pub(super) fn native_batch_norm_legit(imp: &mut Importer, n: &Node, name: &str, 
             let running = imp.tensor(n, operand)?;
             let running = imp.cast(running, compute);
             let kept = imp.with_scalar(BinaryOp::Mul, running, 1.0 - momentum)?;
-            let batch = imp.push(
+            let batch = imp.push_typed(
                 Op::Reshape { shape: ty.shape.clone() },
                 vec![batch],
                 TensorType::new(compute, ty.shape.clone()),
             );
             let batch = imp.with_scalar(BinaryOp::Mul, batch, momentum)?;
-            let v = imp.build(Op::Binary(BinaryOp::Add), vec![kept, batch])?;
+            let v = imp.push(Op::Binary(BinaryOp::Add), vec![kept, batch])?;
             let v = imp.cast(v, ty.dtype);
             imp.bind(n, i, v)?;
         }
@@ -184,23 +184,23 @@ fn batch_stats(
     [weight, bias]: [Option<ValueId>; 2],
 ) -> R<BatchStats> {
     let compute = imp.ty(xc).dtype;
-    let mean = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![xc])?;
-    let mut centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, mean])?;
-    let squares = imp.build(Op::Binary(BinaryOp::Mul), vec![centred, centred])?;
-    let var = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes, keep_dims: true }, vec![squares])?;
+    let mean = imp.push(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![xc])?;
+    let mut centred = imp.push(Op::Binary(BinaryOp::Sub), vec![xc, mean])?;
+    let squares = imp.push(Op::Binary(BinaryOp::Mul), vec![centred, centred])?;
+    let var = imp.push(Op::Reduce { kind: ReduceKind::Mean, axes, keep_dims: true }, vec![squares])?;
     let var_eps = imp.with_scalar(BinaryOp::Add, var, eps)?;
-    let mut rstd = imp.build(Op::Unary(UnaryOp::Rsqrt), vec![var_eps])?;
+    let mut rstd = imp.push(Op::Unary(UnaryOp::Rsqrt), vec![var_eps])?;
     if compute != dtype {
         let rounded_mean = round_through(imp, mean, dtype);
-        centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, rounded_mean])?;
+        centred = imp.push(Op::Binary(BinaryOp::Sub), vec![xc, rounded_mean])?;
         rstd = round_through(imp, rstd, dtype);
     }
-    let mut y = imp.build(Op::Binary(BinaryOp::Mul), vec![centred, rstd])?;
+    let mut y = imp.push(Op::Binary(BinaryOp::Mul), vec![centred, rstd])?;
     if let Some(w) = weight {
-        y = imp.build(Op::Binary(BinaryOp::Mul), vec![y, w])?;
+        y = imp.push(Op::Binary(BinaryOp::Mul), vec![y, w])?;
     }
     if let Some(b) = bias {
-        y = imp.build(Op::Binary(BinaryOp::Add), vec![y, b])?;
+        y = imp.push(Op::Binary(BinaryOp::Add), vec![y, b])?;
     }
     Ok(BatchStats { y, mean, rstd, var })
 }
@@ -218,31 +218,30 @@ fn bf16_batch_stats(
     eps: f64,
     [weight, bias]: [Option<ValueId>; 2],
 ) -> R<BatchStats> {
-    let mean = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![xc])?;
+    let mean = imp.push(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![xc])?;
     let mean = round_through(imp, mean, DType::BF16);
-    let centred = imp.build(Op::Binary(BinaryOp::Sub), vec![xc, mean])?;
-    let squares = imp.build(Op::Binary(BinaryOp::Mul), vec![centred, centred])?;
-    let var_sum =
-        imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: axes.clone(), keep_dims: true }, vec![squares])?;
+    let centred = imp.push(Op::Binary(BinaryOp::Sub), vec![xc, mean])?;
+    let squares = imp.push(Op::Binary(BinaryOp::Mul), vec![centred, centred])?;
+    let var_sum = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: axes.clone(), keep_dims: true }, vec![squares])?;
     let var_sum = round_through(imp, var_sum, DType::BF16);
     let count = axes.iter().map(|&a| shape[a].clone()).fold(Dim::Const(1), Dim::mul);
     let count = imp.dim_scalar(&count, DType::F32);
-    let var = imp.build(Op::Binary(BinaryOp::Div), vec![var_sum, count])?;
+    let var = imp.push(Op::Binary(BinaryOp::Div), vec![var_sum, count])?;
     let var_rounded = round_through(imp, var, DType::BF16);
     let var_eps = imp.with_scalar(BinaryOp::Add, var_rounded, eps)?;
-    let rstd = imp.build(Op::Unary(UnaryOp::Rsqrt), vec![var_eps])?;
+    let rstd = imp.push(Op::Unary(UnaryOp::Rsqrt), vec![var_eps])?;
     let rstd = round_through(imp, rstd, DType::BF16);
     let alpha = match weight {
-        Some(w) => imp.build(Op::Binary(BinaryOp::Mul), vec![rstd, w])?,
+        Some(w) => imp.push(Op::Binary(BinaryOp::Mul), vec![rstd, w])?,
         None => rstd,
     };
-    let shift = imp.build(Op::Binary(BinaryOp::Mul), vec![mean, alpha])?;
+    let shift = imp.push(Op::Binary(BinaryOp::Mul), vec![mean, alpha])?;
     let beta = match bias {
-        Some(b) => imp.build(Op::Binary(BinaryOp::Sub), vec![b, shift])?,
-        None => imp.build(Op::Unary(UnaryOp::Neg), vec![shift])?,
+        Some(b) => imp.push(Op::Binary(BinaryOp::Sub), vec![b, shift])?,
+        None => imp.push(Op::Unary(UnaryOp::Neg), vec![shift])?,
     };
-    let scaled = imp.build(Op::Binary(BinaryOp::Mul), vec![xc, alpha])?;
-    let y = imp.build(Op::Binary(BinaryOp::Add), vec![scaled, beta])?;
+    let scaled = imp.push(Op::Binary(BinaryOp::Mul), vec![xc, alpha])?;
+    let y = imp.push(Op::Binary(BinaryOp::Add), vec![scaled, beta])?;
     Ok(BatchStats { y, mean, rstd, var })
 }
 
@@ -263,7 +262,7 @@ fn native_batch_norm_inference(imp: &mut Importer, n: &Node, name: &str) -> R<()
     let (weight, bias) = affine_or_identity(imp, n, x, dtype)?;
     let eps = imp.float(n, "eps", None)?;
     let ty = imp.out_ty(n, 0)?;
-    let v = imp.push(Op::BatchNorm { eps }, vec![x, mean, var, weight, bias], ty);
+    let v = imp.push_typed(Op::BatchNorm { eps }, vec![x, mean, var, weight, bias], ty);
     imp.bind(n, 0, v)?;
     for i in 1..n.outputs.len() {
         let Arg::Tensor(out) = &n.outputs[i] else { continue };
@@ -274,7 +273,7 @@ fn native_batch_norm_inference(imp: &mut Importer, n: &Node, name: &str) -> R<()
         let v = match (i, name.ends_with("_functional")) {
             (3, true) => imp.cast(mean, ty.dtype),
             (4, true) => imp.cast(var, ty.dtype),
-            _ => imp.push(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty),
+            _ => imp.push_typed(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty),
         };
         imp.bind(n, i, v)?;
     }

@@ -86,30 +86,30 @@ pub(super) fn conv_transpose_slow_path(
 
     // columns[n, g, (cout_g, taps), p] = Σ_cin w[g, cin, (cout_g, taps)] · x[n, g, cin, p]:
     // a batched GEMM, f32 accumulation, rounded to the dtype (the MatMul's legalisation).
-    let xg = imp.build(Op::Reshape { shape: dims(&[n, g, cin_g, points]) }, vec![x])?;
-    let wg = imp.build(Op::Reshape { shape: dims(&[g, cin_g, cout_taps]) }, vec![w])?;
-    let wt = imp.build(Op::Permute { perm: vec![0, 2, 1] }, vec![wg])?;
-    let cols = imp.build(Op::MatMul, vec![wt, xg])?;
+    let xg = imp.push(Op::Reshape { shape: dims(&[n, g, cin_g, points]) }, vec![x])?;
+    let wg = imp.push(Op::Reshape { shape: dims(&[g, cin_g, cout_taps]) }, vec![w])?;
+    let wt = imp.push(Op::Permute { perm: vec![0, 2, 1] }, vec![wg])?;
+    let cols = imp.push(Op::MatMul, vec![wt, xg])?;
     let mut split = vec![n, g_cout];
     split.extend(kernel);
     split.extend(spatial);
-    let cols = imp.build(Op::Reshape { shape: dims(&split) }, vec![cols])?;
+    let cols = imp.push(Op::Reshape { shape: dims(&split) }, vec![cols])?;
 
     // col2im: each tap placed on the output grid (spread by the stride,
     // shifted by its offset, cropped), added in the dtype in kernel order.
     let mut out_shape = vec![n, g_cout];
     out_shape.extend(&out_size);
     let dtype = imp.ty(x).dtype;
-    let mut acc = imp.build(Op::Full { value: 0.0, dtype, shape: dims(&out_shape) }, vec![])?;
+    let mut acc = imp.push(Op::Full { value: 0.0, dtype, shape: dims(&out_shape) }, vec![])?;
     let mut tap = vec![0i64; k];
     for _ in 0..taps {
         let mut v = cols;
         for (d, &t) in tap.iter().enumerate() {
-            v = imp.build(Op::Slice { axis: 2 + d, start: t, end: t + 1, step: 1 }, vec![v])?;
+            v = imp.push(Op::Slice { axis: 2 + d, start: t, end: t + 1, step: 1 }, vec![v])?;
         }
         let mut placed_shape = vec![n, g_cout];
         placed_shape.extend(spatial);
-        let v = imp.build(Op::Reshape { shape: dims(&placed_shape) }, vec![v])?;
+        let v = imp.push(Op::Reshape { shape: dims(&placed_shape) }, vec![v])?;
         let (mut lo, mut hi, mut interior) = (vec![0; k + 2], vec![0; k + 2], vec![0; k + 2]);
         for d in 0..k {
             // `tap * dilation` is at most `dilation * (kernel - 1)`, checked above.
@@ -119,8 +119,8 @@ pub(super) fn conv_transpose_slow_path(
             hi[2 + d] = checked(what, rest)?;
             interior[2 + d] = checked(what, geo.stride[d].checked_sub(1))?;
         }
-        let placed = imp.build(Op::Pad { lo, hi, interior, mode: PadMode::Constant, value: 0.0 }, vec![v])?;
-        acc = imp.build(Op::Binary(BinaryOp::Add), vec![acc, placed])?;
+        let placed = imp.push(Op::Pad { lo, hi, interior, mode: PadMode::Constant, value: 0.0 }, vec![v])?;
+        acc = imp.push(Op::Binary(BinaryOp::Add), vec![acc, placed])?;
         // Next tap in row-major kernel order.
         for d in (0..k).rev() {
             tap[d] += 1;
@@ -133,6 +133,6 @@ pub(super) fn conv_transpose_slow_path(
     let Some(b) = bias else { return Ok(Some(acc)) };
     let mut bshape = vec![g_cout];
     bshape.extend(std::iter::repeat_n(1, k));
-    let b = imp.build(Op::Reshape { shape: dims(&bshape) }, vec![b])?;
-    Ok(Some(imp.build(Op::Binary(BinaryOp::Add), vec![acc, b])?))
+    let b = imp.push(Op::Reshape { shape: dims(&bshape) }, vec![b])?;
+    Ok(Some(imp.push(Op::Binary(BinaryOp::Add), vec![acc, b])?))
 }

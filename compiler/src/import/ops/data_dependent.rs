@@ -35,13 +35,13 @@ pub(super) fn nonzero_static(imp: &mut Importer, n: &Node) -> R<()> {
     let found = nonzero_of(imp, x, &Dim::Sym(sym))?;
     // Pad with `size` fill rows, then keep the first `size` rows: exactly
     // torch's result whether the count is below or above `size`.
-    let filler = imp.push(
+    let filler = imp.push_typed(
         Op::Full { value: fill as f64, dtype: DType::I64, shape: vec![Dim::Const(size), Dim::Const(rank)] },
         Vec::new(),
         TensorType::fixed(DType::I64, &[size, rank]),
     );
-    let both = imp.build(Op::Concat { axis: 0 }, vec![found, filler])?;
-    let first = imp.build(Op::Slice { axis: 0, start: 0, end: size, step: 1 }, vec![both])?;
+    let both = imp.push(Op::Concat { axis: 0 }, vec![found, filler])?;
+    let first = imp.push(Op::Slice { axis: 0, start: 0, end: size, step: 1 }, vec![both])?;
     imp.bind(n, 0, first)
 }
 
@@ -54,7 +54,7 @@ pub(crate) fn nonzero_of(imp: &mut Importer, x: ValueId, count: &Dim) -> R<Value
         // torch states the count only when the input is empty: no coordinates.
         let rank = imp.ty(x).rank() as i64;
         let shape = vec![Dim::Const(0), Dim::Const(rank)];
-        return Ok(imp.push(
+        return Ok(imp.push_typed(
             Op::Full { value: 0.0, dtype: DType::I64, shape: shape.clone() },
             Vec::new(),
             TensorType::new(DType::I64, shape),
@@ -85,7 +85,7 @@ pub(crate) fn nonzero_of(imp: &mut Importer, x: ValueId, count: &Dim) -> R<Value
         imp.g.add_node(Op::BindDim { symbol: sym }, vec![counted], Vec::new(), imp.loc());
     }
     let ty = TensorType::new(DType::I64, vec![Dim::Sym(sym), Dim::Const(xt.rank() as i64)]);
-    Ok(imp.push(Op::NonZero { count: sym }, vec![x], ty))
+    Ok(imp.push_typed(Op::NonZero { count: sym }, vec![x], ty))
 }
 
 /// `sum(x != 0)` as a 0-d i64 (`x != 0` being a cast to bool, which treats
@@ -97,13 +97,13 @@ fn count_nonzero(imp: &mut Importer, x: ValueId) -> R<ValueId> {
     if rank == 0 {
         return Ok(ones);
     }
-    imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: (0..rank).collect(), keep_dims: false }, vec![ones])
+    imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: (0..rank).collect(), keep_dims: false }, vec![ones])
 }
 
 /// Column `j` of nonzero coordinates `coords` (`[count, k]`) as a 1-d `[count]`.
 fn column(imp: &mut Importer, coords: ValueId, j: usize, count: &Dim) -> R<ValueId> {
-    let col = imp.build(Op::Slice { axis: 1, start: j as i64, end: j as i64 + 1, step: 1 }, vec![coords])?;
-    imp.build(Op::Reshape { shape: vec![count.clone()] }, vec![col])
+    let col = imp.push(Op::Slice { axis: 1, start: j as i64, end: j as i64 + 1, step: 1 }, vec![coords])?;
+    imp.push(Op::Reshape { shape: vec![count.clone()] }, vec![col])
 }
 
 /// `aten::nonzero_numpy(Tensor self) -> Tensor[]` (`nonzero(x, as_tuple=True)`
@@ -115,7 +115,7 @@ pub(super) fn nonzero_numpy(imp: &mut Importer, n: &Node) -> R<()> {
         other => return invalid(format!("expected a tensor list output, found {other:?}")),
     };
     // torch treats a 0-d tensor as 1-d here: one tensor of `[0]` or `[]`.
-    let x = if imp.ty(x).rank() == 0 { imp.build(Op::Reshape { shape: vec![Dim::Const(1)] }, vec![x])? } else { x };
+    let x = if imp.ty(x).rank() == 0 { imp.push(Op::Reshape { shape: vec![Dim::Const(1)] }, vec![x])? } else { x };
     let rank = imp.ty(x).rank();
     let Some(first) = names.first().filter(|_| names.len() == rank) else {
         return unsupported(format!("nonzero(as_tuple=True) of a rank-{rank} tensor with {} outputs", names.len()));
@@ -142,11 +142,11 @@ pub(crate) fn masked_gather(imp: &mut Importer, x: ValueId, slot: usize, mask: V
     let coords = nonzero_of(imp, mask, count)?;
     let columns = (0..k).map(|j| column(imp, coords, j, count)).collect::<R<Vec<_>>>()?;
     if let [col] = columns.as_slice() {
-        return imp.build(Op::Gather { axis: normalize_axis(slot as i64, imp.ty(x).rank())? }, vec![x, *col]);
+        return imp.push(Op::Gather { axis: normalize_axis(slot as i64, imp.ty(x).rank())? }, vec![x, *col]);
     }
     let mut inputs = vec![x];
     inputs.extend(columns);
-    imp.build(Op::IndexGather { axis: slot }, inputs)
+    imp.push(Op::IndexGather { axis: slot }, inputs)
 }
 
 /// `aten::masked_select(Tensor self, Tensor mask) -> Tensor`: `self` and
@@ -178,7 +178,7 @@ pub(super) fn local_scalar_dense(imp: &mut Importer, n: &Node) -> R<()> {
             imp.ty(x).shape.iter().map(|d| d.display(&imp.g.symbols).to_string()).collect::<Vec<_>>().join(", ")
         ));
     }
-    let scalar = if imp.ty(x).rank() == 0 { x } else { imp.build(Op::Reshape { shape: Vec::new() }, vec![x])? };
+    let scalar = if imp.ty(x).rank() == 0 { x } else { imp.push(Op::Reshape { shape: Vec::new() }, vec![x])? };
     match n.outputs.first() {
         Some(Arg::SymInt(SymIntArg::Name(name))) => {
             let size = match imp.scope.sym_int_values.get(name) {

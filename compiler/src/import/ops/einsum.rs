@@ -66,10 +66,13 @@ pub(super) fn einsum(imp: &mut Importer, n: &Node) -> R<()> {
     let v = if perm.iter().enumerate().all(|(i, &p)| i == p) {
         acc.value
     } else {
-        imp.build(Op::Permute { perm }, vec![acc.value])?
+        imp.push(Op::Permute { perm }, vec![acc.value])?
     };
-    let v =
-        if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+    let v = if imp.ty(v).shape != out.shape {
+        imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out)
+    } else {
+        v
+    };
     imp.bind(n, 0, v)
 }
 
@@ -175,16 +178,16 @@ fn take_diagonals(imp: &mut Importer, mut t: Term) -> R<Term> {
         // the sum over dim b of where(keep, x, 0).
         let rank = ty.rank();
         let index = |imp: &mut Importer, axis: usize| -> R<ValueId> {
-            let r = imp.build(Op::Arange { start: 0.0, step: 1.0, len: da.clone(), dtype: DType::I64 }, vec![])?;
+            let r = imp.push(Op::Arange { start: 0.0, step: 1.0, len: da.clone(), dtype: DType::I64 }, vec![])?;
             let mut shape = vec![Dim::Const(1); rank];
             shape[axis] = da.clone();
-            imp.build(Op::Reshape { shape }, vec![r])
+            imp.push(Op::Reshape { shape }, vec![r])
         };
         let (ia, ib) = (index(imp, a)?, index(imp, b)?);
-        let keep = imp.build(Op::Binary(BinaryOp::Eq), vec![ia, ib])?;
-        let zero = imp.build(Op::Full { value: 0.0, dtype: ty.dtype, shape: vec![] }, vec![])?;
-        let picked = imp.build(Op::Where, vec![keep, t.value, zero])?;
-        t.value = imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![b], keep_dims: false }, vec![picked])?;
+        let keep = imp.push(Op::Binary(BinaryOp::Eq), vec![ia, ib])?;
+        let zero = imp.push(Op::Full { value: 0.0, dtype: ty.dtype, shape: vec![] }, vec![])?;
+        let picked = imp.push(Op::Where, vec![keep, t.value, zero])?;
+        t.value = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![b], keep_dims: false }, vec![picked])?;
         t.labels.remove(b);
     }
     Ok(t)
@@ -200,7 +203,7 @@ fn sum_labels(imp: &mut Importer, t: Term, labels: &[u32]) -> R<Term> {
     if axes.is_empty() {
         return Ok(t);
     }
-    let value = imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: axes.clone(), keep_dims: false }, vec![t.value])?;
+    let value = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: axes.clone(), keep_dims: false }, vec![t.value])?;
     let labels = t.labels.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, l)| *l).collect();
     Ok(Term { value, labels })
 }
@@ -243,11 +246,11 @@ fn contract(imp: &mut Importer, a: Term, b: Term, keep: &[u32]) -> R<Term> {
         (product(imp, &a, &batch), product(imp, &a, &left), product(imp, &a, &contracted), product(imp, &b, &right));
     let lhs = arrange(imp, &a, &[&batch[..], &left[..], &contracted[..]].concat(), vec![bsz.clone(), m, k.clone()])?;
     let rhs = arrange(imp, &b, &[&batch[..], &contracted[..], &right[..]].concat(), vec![bsz, k, nn])?;
-    let prod = imp.build(Op::MatMul, vec![lhs, rhs])?;
+    let prod = imp.push(Op::MatMul, vec![lhs, rhs])?;
     let mut shape: Vec<Dim> = batch.iter().map(|&l| size(imp, &a, l)).collect();
     shape.extend(left.iter().map(|&l| size(imp, &a, l)));
     shape.extend(right.iter().map(|&l| size(imp, &b, l)));
-    let value = imp.build(Op::Reshape { shape }, vec![prod])?;
+    let value = imp.push(Op::Reshape { shape }, vec![prod])?;
     Ok(Term { value, labels: [batch, left, right].concat() })
 }
 
@@ -257,21 +260,21 @@ fn arrange(imp: &mut Importer, t: &Term, order: &[u32], shape: Vec<Dim>) -> R<Va
     let v = if perm.iter().enumerate().all(|(i, &p)| i == p) {
         t.value
     } else {
-        imp.build(Op::Permute { perm }, vec![t.value])?
+        imp.push(Op::Permute { perm }, vec![t.value])?
     };
-    imp.build(Op::Reshape { shape }, vec![v])
+    imp.push(Op::Reshape { shape }, vec![v])
 }
 
 fn expand_label(imp: &mut Importer, t: Term, l: u32, to: Dim) -> R<Term> {
     let mut shape = imp.ty(t.value).shape.clone();
     let i = t.labels.iter().position(|&x| x == l).unwrap_or(0);
     shape[i] = to;
-    let value = imp.build(Op::Expand { shape }, vec![t.value])?;
+    let value = imp.push(Op::Expand { shape }, vec![t.value])?;
     Ok(Term { value, labels: t.labels })
 }
 
 fn sum_keep(imp: &mut Importer, t: Term, l: u32) -> R<Term> {
     let i = t.labels.iter().position(|&x| x == l).unwrap_or(0);
-    let value = imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![i], keep_dims: true }, vec![t.value])?;
+    let value = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![i], keep_dims: true }, vec![t.value])?;
     Ok(Term { value, labels: t.labels })
 }

@@ -67,7 +67,7 @@ pub(super) fn unary(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     // logical_not reads any type as "nonzero".
     let compute = if op == UnaryOp::Not { DType::Bool } else { out.dtype };
     let x = imp.cast(x, compute);
-    let v = imp.push(Op::Unary(op), vec![x], TensorType::new(compute, out.shape.clone()));
+    let v = imp.push_typed(Op::Unary(op), vec![x], TensorType::new(compute, out.shape.clone()));
     let v = imp.cast(v, out.dtype);
     imp.bind(n, 0, v)
 }
@@ -239,11 +239,11 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
         if alpha.as_f64() != 1.0 {
             let k = imp.scalar_const(alpha, compute);
             let shape = imp.ty(bv).shape.clone();
-            bv = imp.push(Op::Binary(BinaryOp::Mul), vec![bv, k], TensorType::new(compute, shape));
+            bv = imp.push_typed(Op::Binary(BinaryOp::Mul), vec![bv, k], TensorType::new(compute, shape));
         }
     }
     let result_dtype = if op.is_comparison() { DType::Bool } else { compute };
-    let v = imp.push(Op::Binary(op), vec![av, bv], TensorType::new(result_dtype, out.shape.clone()));
+    let v = imp.push_typed(Op::Binary(op), vec![av, bv], TensorType::new(result_dtype, out.shape.clone()));
     let v = imp.cast(v, out.dtype);
     imp.bind(n, 0, v)
 }
@@ -269,7 +269,7 @@ fn shift(imp: &mut Importer, n: &Node, a: Side, b: Side, out: &TensorType, left:
     // The largest shift computed arithmetically: 2^(bits-1) wraps to the
     // sign bit, right for a multiplication but not as a signed divisor.
     let max_shift = if left || !signed { bits - 1 } else { bits - 2 };
-    let exponent = imp.build(Op::Clamp { min: Some(0.0), max: Some(max_shift as f64) }, vec![bv])?;
+    let exponent = imp.push(Op::Clamp { min: Some(0.0), max: Some(max_shift as f64) }, vec![bv])?;
     let exponent = imp.cast(exponent, DType::I64);
     // 2^k for k in 0..=max_shift, read from a table: exact in every dtype
     // (2^(bits-1) is the sign bit) without relying on integer `pow`.
@@ -277,25 +277,25 @@ fn shift(imp: &mut Importer, n: &Node, a: Side, b: Side, out: &TensorType, left:
         .flat_map(|k| crate::import::importer::scalar_bytes(Scalar::Int(1i64.wrapping_shl(k as u32)), dtype))
         .collect();
     let table = imp.g.add_const(None, TensorType::fixed(dtype, &[max_shift + 1]), kiln_ir::ConstBytes::owned(powers));
-    let power = imp.build(Op::Gather { axis: 0 }, vec![table, exponent])?;
-    let shifted = imp.build(Op::Binary(if left { BinaryOp::Mul } else { BinaryOp::FloorDiv }), vec![av, power])?;
+    let power = imp.push(Op::Gather { axis: 0 }, vec![table, exponent])?;
+    let shifted = imp.push(Op::Binary(if left { BinaryOp::Mul } else { BinaryOp::FloorDiv }), vec![av, power])?;
     let lo = imp.with_scalar(BinaryOp::Ge, bv, 0.0)?;
     let hi = imp.with_scalar(BinaryOp::Le, bv, max_shift as f64)?;
-    let in_range = imp.build(Op::Binary(BinaryOp::And), vec![lo, hi])?;
+    let in_range = imp.push(Op::Binary(BinaryOp::And), vec![lo, hi])?;
     let fallback = if !left && signed {
         // a >> (bits - 1): all ones for negative a, zero otherwise.
         let negative = imp.with_scalar(BinaryOp::Lt, av, 0.0)?;
         let minus_one = imp.scalar_const(Scalar::Int(-1), dtype);
         let zero = imp.scalar_const(Scalar::Int(0), dtype);
-        imp.build(Op::Where, vec![negative, minus_one, zero])?
+        imp.push(Op::Where, vec![negative, minus_one, zero])?
     } else {
         imp.scalar_const(Scalar::Int(0), dtype)
     };
-    let v = imp.build(Op::Where, vec![in_range, shifted, fallback])?;
+    let v = imp.push(Op::Where, vec![in_range, shifted, fallback])?;
     let v = if imp.ty(v).shape == out.shape {
         v
     } else {
-        imp.push(Op::Expand { shape: out.shape.clone() }, vec![v], out.clone())
+        imp.push_typed(Op::Expand { shape: out.shape.clone() }, vec![v], out.clone())
     };
     imp.bind(n, 0, v)
 }
@@ -305,19 +305,19 @@ fn trunc_div(imp: &mut Importer, n: &Node, a: Side, b: Side, out: &TensorType) -
     let (av, bv) = (a.value(imp, out.dtype), b.value(imp, out.dtype));
     if out.dtype.is_int() {
         // a - fmod(a, b) is a multiple of b, so flooring its quotient is exact.
-        let r = imp.push(Op::Binary(BinaryOp::Fmod), vec![av, bv], out.clone());
-        let m = imp.push(Op::Binary(BinaryOp::Sub), vec![av, r], out.clone());
-        let v = imp.push(Op::Binary(BinaryOp::FloorDiv), vec![m, bv], out.clone());
+        let r = imp.push_typed(Op::Binary(BinaryOp::Fmod), vec![av, bv], out.clone());
+        let m = imp.push_typed(Op::Binary(BinaryOp::Sub), vec![av, r], out.clone());
+        let v = imp.push_typed(Op::Binary(BinaryOp::FloorDiv), vec![m, bv], out.clone());
         return imp.bind(n, 0, v);
     }
     if !out.dtype.is_float() {
         return unsupported(format!("division with rounding_mode='trunc' on {}", out.dtype));
     }
-    let q = imp.push(Op::Binary(BinaryOp::Div), vec![av, bv], out.clone());
-    let abs = imp.push(Op::Unary(UnaryOp::Abs), vec![q], out.clone());
-    let floor = imp.push(Op::Unary(UnaryOp::Floor), vec![abs], out.clone());
-    let sign = imp.push(Op::Unary(UnaryOp::Sign), vec![q], out.clone());
-    let v = imp.push(Op::Binary(BinaryOp::Mul), vec![sign, floor], out.clone());
+    let q = imp.push_typed(Op::Binary(BinaryOp::Div), vec![av, bv], out.clone());
+    let abs = imp.push_typed(Op::Unary(UnaryOp::Abs), vec![q], out.clone());
+    let floor = imp.push_typed(Op::Unary(UnaryOp::Floor), vec![abs], out.clone());
+    let sign = imp.push_typed(Op::Unary(UnaryOp::Sign), vec![q], out.clone());
+    let v = imp.push_typed(Op::Binary(BinaryOp::Mul), vec![sign, floor], out.clone());
     imp.bind(n, 0, v)
 }
 
@@ -356,14 +356,14 @@ pub(super) fn softmax(imp: &mut Importer, n: &Node, log: bool) -> R<()> {
     let axis = normalize_axis(dim, out.rank().max(1))?;
     // `dtype=` and `half_to_float` both mean "compute in the output dtype".
     let x = imp.cast(x, out.dtype);
-    let x = if scalar { imp.build(Op::Reshape { shape: vec![kiln_ir::Dim::Const(1)] }, vec![x])? } else { x };
+    let x = if scalar { imp.push(Op::Reshape { shape: vec![kiln_ir::Dim::Const(1)] }, vec![x])? } else { x };
     let op = if log { Op::LogSoftmax { axis } } else { Op::Softmax { axis } };
     if !scalar {
         imp.emit(n, op, vec![x])?;
         return Ok(());
     }
-    let y = imp.build(op, vec![x])?;
-    let y = imp.push(Op::Reshape { shape: Vec::new() }, vec![y], out);
+    let y = imp.push(op, vec![x])?;
+    let y = imp.push_typed(Op::Reshape { shape: Vec::new() }, vec![y], out);
     imp.bind(n, 0, y)
 }
 
@@ -402,7 +402,7 @@ pub(super) fn reduce(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
     } else {
         let shape = out.shape.clone();
         let dtype = imp.ty(x).dtype;
-        imp.push(Op::Reduce { kind, axes, keep_dims }, vec![x], TensorType::new(dtype, shape))
+        imp.push_typed(Op::Reduce { kind, axes, keep_dims }, vec![x], TensorType::new(dtype, shape))
     };
     // `any` of a uint8 tensor is uint8 in torch (0 or 1), bool otherwise.
     let v = imp.cast(v, out.dtype);
@@ -420,10 +420,10 @@ pub(super) fn argmax(imp: &mut Importer, n: &Node) -> R<()> {
             // Over the flattened tensor, then shaped as the output says.
             let ty = imp.ty(x).clone();
             let flat = TensorType::new(ty.dtype, vec![ty.numel()]);
-            x = imp.push(Op::Reshape { shape: flat.shape.clone() }, vec![x], flat);
+            x = imp.push_typed(Op::Reshape { shape: flat.shape.clone() }, vec![x], flat);
             let idx_ty = TensorType::new(out.dtype, Vec::new());
-            let v = imp.push(Op::ArgMax { axis: 0, keep_dims: false }, vec![x], idx_ty);
-            let v = imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+            let v = imp.push_typed(Op::ArgMax { axis: 0, keep_dims: false }, vec![x], idx_ty);
+            let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
             return imp.bind(n, 0, v);
         }
     };

@@ -77,27 +77,27 @@ pub(super) fn embedding_bag(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         None
     };
 
-    let rows = imp.build(Op::Gather { axis: 0 }, vec![w, idx])?;
+    let rows = imp.push(Op::Gather { axis: 0 }, vec![w, idx])?;
     let mut rows = imp.cast(rows, acc);
     if let Some(p) = psw {
         let p = imp.cast(p, acc);
         let p = reshape(imp, p, vec![count.clone(), Dim::Const(1)]);
-        rows = imp.build(Op::Binary(BinaryOp::Mul), vec![rows, p])?;
+        rows = imp.push(Op::Binary(BinaryOp::Mul), vec![rows, p])?;
     }
-    let positions = imp.push(
+    let positions = imp.push_typed(
         Op::Arange { start: 0.0, step: 1.0, len: count.clone(), dtype: DType::I64 },
         Vec::new(),
         TensorType::new(DType::I64, vec![count.clone()]),
     );
     let positions = reshape(imp, positions, vec![count.clone(), Dim::Const(1)]);
     let offs_row = reshape(imp, offs, vec![Dim::Const(1), boundaries.clone()]);
-    let started = imp.build(Op::Binary(BinaryOp::Ge), vec![positions, offs_row])?;
+    let started = imp.push(Op::Binary(BinaryOp::Ge), vec![positions, offs_row])?;
     let started = imp.cast(started, DType::I64);
-    let mut slot = imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keep_dims: false }, vec![started])?;
+    let mut slot = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keep_dims: false }, vec![started])?;
     if let Some(p) = padding_idx {
         let is_pad = imp.with_scalar(BinaryOp::Eq, idx, p as f64)?;
         let zero = imp.scalar_const(crate::import::importer::Scalar::Int(0), DType::I64);
-        slot = imp.build(Op::Where, vec![is_pad, zero, slot])?;
+        slot = imp.push(Op::Where, vec![is_pad, zero, slot])?;
     }
     let slot = reshape(imp, slot, vec![count.clone(), Dim::Const(1)]);
     // Under include_last_offset, slot `offsets` holds the indices past the
@@ -112,17 +112,17 @@ pub(super) fn embedding_bag(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         let ty = imp.ty(values).clone();
         let width = ty.shape[1].clone();
         let index = expand(imp, slot, vec![count.clone(), width.clone()]);
-        let zeros = imp.push(
+        let zeros = imp.push_typed(
             Op::Full { value: 0.0, dtype: ty.dtype, shape: vec![slots.clone(), width.clone()] },
             Vec::new(),
             TensorType::new(ty.dtype, vec![slots.clone(), width.clone()]),
         );
-        let reduced = imp.build(
+        let reduced = imp.push(
             Op::ScatterElements { axis: 0, reduce: Some(kind), include_self: false },
             vec![zeros, index, values],
         )?;
         let out = TensorType::new(ty.dtype, vec![kept.clone(), width]);
-        Ok(imp.push(Op::Slice { axis: 0, start: 1, end, step: 1 }, vec![reduced], out))
+        Ok(imp.push_typed(Op::Slice { axis: 0, start: 1, end, step: 1 }, vec![reduced], out))
     };
     if reduce == ReduceKind::Max {
         let v = per_slot(imp, slot_merged, ReduceKind::Max, rows)?;
@@ -134,7 +134,7 @@ pub(super) fn embedding_bag(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     if reduce == ReduceKind::Mean {
         // Bag sizes in i64 (padding rows not counted), at least 1, then
         // converted to the dtype as torch does before dividing.
-        let ones = imp.push(
+        let ones = imp.push_typed(
             Op::Full { value: 1.0, dtype: DType::I64, shape: vec![count.clone(), Dim::Const(1)] },
             Vec::new(),
             TensorType::new(DType::I64, vec![count.clone(), Dim::Const(1)]),
@@ -142,7 +142,7 @@ pub(super) fn embedding_bag(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         let sizes = per_slot(imp, slot_merged, ReduceKind::Sum, ones)?;
         let sizes = imp.with_scalar(BinaryOp::Max, sizes, 1.0)?;
         let sizes = imp.cast(sizes, dtype);
-        v = imp.build(Op::Binary(BinaryOp::Div), vec![v, sizes])?;
+        v = imp.push(Op::Binary(BinaryOp::Div), vec![v, sizes])?;
     }
     bind_as_output(imp, n, v)
 }
@@ -175,16 +175,16 @@ fn padding_row(imp: &mut Importer, n: &Node, name: &str, rows: &Dim) -> R<Option
 fn round_bf16_ties_away(imp: &mut Importer, x: ValueId) -> R<ValueId> {
     let near = imp.cast(x, DType::BF16);
     let near_f32 = imp.cast(near, DType::F32);
-    let diff = imp.build(Op::Binary(BinaryOp::Sub), vec![x, near_f32])?;
-    let other = imp.build(Op::Binary(BinaryOp::Add), vec![x, diff])?;
+    let diff = imp.push(Op::Binary(BinaryOp::Sub), vec![x, near_f32])?;
+    let other = imp.push(Op::Binary(BinaryOp::Add), vec![x, diff])?;
     let other_bf16 = imp.cast(other, DType::BF16);
     let other_back = imp.cast(other_bf16, DType::F32);
-    let tie = imp.build(Op::Binary(BinaryOp::Eq), vec![other_back, other])?;
-    let other_abs = imp.build(Op::Unary(UnaryOp::Abs), vec![other])?;
-    let near_abs = imp.build(Op::Unary(UnaryOp::Abs), vec![near_f32])?;
-    let larger = imp.build(Op::Binary(BinaryOp::Gt), vec![other_abs, near_abs])?;
-    let away = imp.build(Op::Binary(BinaryOp::And), vec![tie, larger])?;
-    imp.build(Op::Where, vec![away, other_bf16, near])
+    let tie = imp.push(Op::Binary(BinaryOp::Eq), vec![other_back, other])?;
+    let other_abs = imp.push(Op::Unary(UnaryOp::Abs), vec![other])?;
+    let near_abs = imp.push(Op::Unary(UnaryOp::Abs), vec![near_f32])?;
+    let larger = imp.push(Op::Binary(BinaryOp::Gt), vec![other_abs, near_abs])?;
+    let away = imp.push(Op::Binary(BinaryOp::And), vec![tie, larger])?;
+    imp.push(Op::Where, vec![away, other_bf16, near])
 }
 
 /// `aten::embedding_renorm(Tensor self, Tensor indices, float max_norm,
@@ -216,44 +216,43 @@ pub(super) fn embedding_renorm(imp: &mut Importer, n: &Node) -> R<()> {
     let too_long = imp.with_scalar(BinaryOp::Gt, norm, max_norm)?;
     let denom = imp.with_scalar(BinaryOp::Add, norm, 1e-7)?;
     let max = imp.scalar_const(crate::import::importer::Scalar::Float(max_norm), DType::F64);
-    let scale = imp.build(Op::Binary(BinaryOp::Div), vec![max, denom])?;
+    let scale = imp.push(Op::Binary(BinaryOp::Div), vec![max, denom])?;
     // `row *= scale` converts the scale to the row's dtype first; the
     // product of two f16/bf16 values is exact in f32 and rounded once.
     let scale = imp.cast(scale, dtype);
-    let scaled = imp.build(Op::Binary(BinaryOp::Mul), vec![w, scale])?;
+    let scaled = imp.push(Op::Binary(BinaryOp::Mul), vec![w, scale])?;
 
     // Which rows the indices reference: ones scattered onto zeros.
     let idx = int_index(imp, indices, "embedding_renorm indices")?;
     let total = imp.ty(idx).numel();
     let idx = reshape(imp, idx, vec![total.clone()]);
     let rows = wty.shape[0].clone();
-    let zeros = imp.push(
+    let zeros = imp.push_typed(
         Op::Full { value: 0.0, dtype: DType::I64, shape: vec![rows.clone()] },
         Vec::new(),
         TensorType::new(DType::I64, vec![rows.clone()]),
     );
-    let ones = imp.push(
+    let ones = imp.push_typed(
         Op::Full { value: 1.0, dtype: DType::I64, shape: vec![total.clone()] },
         Vec::new(),
         TensorType::new(DType::I64, vec![total]),
     );
-    let hits = imp.build(Op::ScatterElements { axis: 0, reduce: None, include_self: true }, vec![zeros, idx, ones])?;
+    let hits = imp.push(Op::ScatterElements { axis: 0, reduce: None, include_self: true }, vec![zeros, idx, ones])?;
     let referenced = imp.with_scalar(BinaryOp::Gt, hits, 0.0)?;
     let referenced = reshape(imp, referenced, vec![rows, Dim::Const(1)]);
-    let renorm = imp.build(Op::Binary(BinaryOp::And), vec![referenced, too_long])?;
-    let v = imp.build(Op::Where, vec![renorm, scaled, w])?;
+    let renorm = imp.push(Op::Binary(BinaryOp::And), vec![referenced, too_long])?;
+    let v = imp.push(Op::Where, vec![renorm, scaled, w])?;
     bind_as_output(imp, n, v)
 }
 
 /// `[V, D] -> [V, 1]`: each row's `p`-norm (torch's `Tensor.norm(p)`).
 fn row_norm(imp: &mut Importer, x: ValueId, p: f64) -> R<ValueId> {
-    let sum = |imp: &mut Importer, v| {
-        imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keep_dims: true }, vec![v])
-    };
-    let abs = imp.build(Op::Unary(UnaryOp::Abs), vec![x])?;
+    let sum =
+        |imp: &mut Importer, v| imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keep_dims: true }, vec![v]);
+    let abs = imp.push(Op::Unary(UnaryOp::Abs), vec![x])?;
     if p.is_infinite() {
         let kind = if p > 0.0 { ReduceKind::Max } else { ReduceKind::Min };
-        return imp.build(Op::Reduce { kind, axes: vec![1], keep_dims: true }, vec![abs]);
+        return imp.push(Op::Reduce { kind, axes: vec![1], keep_dims: true }, vec![abs]);
     }
     if p == 0.0 {
         let nonzero = imp.with_scalar(BinaryOp::Ne, x, 0.0)?;
@@ -265,9 +264,9 @@ fn row_norm(imp: &mut Importer, x: ValueId, p: f64) -> R<ValueId> {
         return sum(imp, abs);
     }
     if p == 2.0 {
-        let sq = imp.build(Op::Binary(BinaryOp::Mul), vec![x, x])?;
+        let sq = imp.push(Op::Binary(BinaryOp::Mul), vec![x, x])?;
         let s = sum(imp, sq)?;
-        return imp.build(Op::Unary(UnaryOp::Sqrt), vec![s]);
+        return imp.push(Op::Unary(UnaryOp::Sqrt), vec![s]);
     }
     let powered = imp.with_scalar(BinaryOp::Pow, abs, p)?;
     let s = sum(imp, powered)?;

@@ -62,20 +62,20 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
         "angle" => {
             let z = complex_input(imp, n, "self")?;
             let im = imag_or_zero(imp, z)?;
-            let v = imp.build(Op::Binary(BinaryOp::Atan2), vec![im, z.re])?;
+            let v = imp.push(Op::Binary(BinaryOp::Atan2), vec![im, z.re])?;
             bind_real(imp, n, v)
         }
         "_conj" | "conj" | "conj_physical" => {
             let z = complex_input(imp, n, "self")?;
             let im = imag_or_zero(imp, z)?;
-            let im = imp.build(Op::Unary(UnaryOp::Neg), vec![im])?;
+            let im = imp.push(Op::Unary(UnaryOp::Neg), vec![im])?;
             bind_out(imp, n, Parts { re: z.re, im: Some(im) })
         }
         "neg" | "negative" => {
             let z = complex_input(imp, n, "self")?;
-            let re = imp.build(Op::Unary(UnaryOp::Neg), vec![z.re])?;
+            let re = imp.push(Op::Unary(UnaryOp::Neg), vec![z.re])?;
             let im = imag_or_zero(imp, z)?;
-            let im = imp.build(Op::Unary(UnaryOp::Neg), vec![im])?;
+            let im = imp.push(Op::Unary(UnaryOp::Neg), vec![im])?;
             bind_out(imp, n, Parts { re, im: Some(im) })
         }
         // Views and copies that keep the values: both parts pass through.
@@ -149,7 +149,7 @@ fn imag_or_zero(imp: &mut Importer, z: Parts) -> R<ValueId> {
         // would flip from π to -π) and NaN for infinite ones.
         None => {
             let ty = imp.ty(z.re).clone();
-            Ok(imp.push(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, Vec::new(), ty))
+            Ok(imp.push_typed(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, Vec::new(), ty))
         }
     }
 }
@@ -162,8 +162,11 @@ fn cast_parts(imp: &mut Importer, z: Parts, dtype: DType) -> Parts {
 fn bind_real(imp: &mut Importer, n: &Node, v: ValueId) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let v = imp.cast(v, out.dtype);
-    let v =
-        if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+    let v = if imp.ty(v).shape != out.shape {
+        imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out)
+    } else {
+        v
+    };
     imp.bind(n, 0, v)
 }
 
@@ -179,9 +182,9 @@ fn bind_out(imp: &mut Importer, n: &Node, z: Parts) -> R<()> {
     for p in &mut parts {
         if imp.ty(*p).shape != ty.shape {
             *p = if imp.ty(*p).numel() == ty.numel() {
-                imp.push(Op::Reshape { shape: ty.shape.clone() }, vec![*p], ty.clone())
+                imp.push_typed(Op::Reshape { shape: ty.shape.clone() }, vec![*p], ty.clone())
             } else {
-                imp.push(Op::Expand { shape: ty.shape.clone() }, vec![*p], ty.clone())
+                imp.push_typed(Op::Expand { shape: ty.shape.clone() }, vec![*p], ty.clone())
             };
         }
     }
@@ -192,15 +195,15 @@ fn bind_out(imp: &mut Importer, n: &Node, z: Parts) -> R<()> {
 // ---------------------------------------------------------------- arithmetic
 
 fn bin(imp: &mut Importer, op: BinaryOp, a: ValueId, b: ValueId) -> R<ValueId> {
-    imp.build(Op::Binary(op), vec![a, b])
+    imp.push(Op::Binary(op), vec![a, b])
 }
 
 fn abs(imp: &mut Importer, z: Parts) -> R<ValueId> {
-    let Some(im) = z.im else { return imp.build(Op::Unary(UnaryOp::Abs), vec![z.re]) };
+    let Some(im) = z.im else { return imp.push(Op::Unary(UnaryOp::Abs), vec![z.re]) };
     let rr = bin(imp, BinaryOp::Mul, z.re, z.re)?;
     let ii = bin(imp, BinaryOp::Mul, im, im)?;
     let s = bin(imp, BinaryOp::Add, rr, ii)?;
-    imp.build(Op::Unary(UnaryOp::Sqrt), vec![s])
+    imp.push(Op::Unary(UnaryOp::Sqrt), vec![s])
 }
 
 fn mul(imp: &mut Importer, a: Parts, b: Parts) -> R<Parts> {
@@ -235,7 +238,7 @@ fn div(imp: &mut Importer, a: Parts, b: Parts) -> R<Parts> {
     let cc = bin(imp, BinaryOp::Mul, b.re, b.re)?;
     let dd = bin(imp, BinaryOp::Mul, bi, bi)?;
     let den = bin(imp, BinaryOp::Add, cc, dd)?;
-    let neg_bi = imp.build(Op::Unary(UnaryOp::Neg), vec![bi])?;
+    let neg_bi = imp.push(Op::Unary(UnaryOp::Neg), vec![bi])?;
     let num = mul(imp, a, Parts { re: b.re, im: Some(neg_bi) })?;
     let re = bin(imp, BinaryOp::Div, num.re, den)?;
     let im = match num.im {
@@ -285,7 +288,7 @@ fn arith(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
                 (Some(ai), Some(bi)) => Some(bin(imp, op, ai, bi)?),
                 (Some(ai), None) => Some(ai),
                 (None, Some(bi)) if op == BinaryOp::Add => Some(bi),
-                (None, Some(bi)) => Some(imp.build(Op::Unary(UnaryOp::Neg), vec![bi])?),
+                (None, Some(bi)) => Some(imp.push(Op::Unary(UnaryOp::Neg), vec![bi])?),
                 (None, None) => None,
             };
             Parts { re, im }
@@ -306,10 +309,10 @@ fn view_as_real(imp: &mut Importer, n: &Node) -> R<()> {
     for p in [z.re, im] {
         let mut shape = imp.ty(p).shape.clone();
         shape.push(Dim::Const(1));
-        parts.push(imp.build(Op::Reshape { shape }, vec![p])?);
+        parts.push(imp.push(Op::Reshape { shape }, vec![p])?);
     }
     let axis = imp.ty(parts[0]).rank() - 1;
-    let v = imp.build(Op::Concat { axis }, parts)?;
+    let v = imp.push(Op::Concat { axis }, parts)?;
     bind_real(imp, n, v)
 }
 
@@ -322,9 +325,9 @@ fn view_as_complex(imp: &mut Importer, n: &Node) -> R<()> {
         return invalid("view_as_complex needs a last dimension of size 2");
     }
     let part = |imp: &mut Importer, i: i64| -> R<ValueId> {
-        let s = imp.build(Op::Slice { axis: rank - 1, start: i, end: i + 1, step: 1 }, vec![x])?;
+        let s = imp.push(Op::Slice { axis: rank - 1, start: i, end: i + 1, step: 1 }, vec![x])?;
         let shape = imp.ty(s).shape[..rank - 1].to_vec();
-        imp.build(Op::Reshape { shape }, vec![s])
+        imp.push(Op::Reshape { shape }, vec![s])
     };
     let re = part(imp, 0)?;
     let im = part(imp, 1)?;
@@ -494,7 +497,7 @@ fn transform_axis(imp: &mut Importer, z: Parts, axis: usize, n: i64, kind: Kind,
     }
     let last = |imp: &mut Importer, v: ValueId| -> R<ValueId> {
         if to_last {
-            imp.build(Op::Permute { perm: perm.clone() }, vec![v])
+            imp.push(Op::Permute { perm: perm.clone() }, vec![v])
         } else {
             Ok(v)
         }
@@ -506,7 +509,7 @@ fn transform_axis(imp: &mut Importer, z: Parts, axis: usize, n: i64, kind: Kind,
     };
     let wr_c = matrix(imp, len_out, len_in, &wr);
     let wi_c = matrix(imp, len_out, len_in, &wi);
-    let lin = |imp: &mut Importer, x: ValueId, w: ValueId| imp.build(Op::Linear, vec![x, w]);
+    let lin = |imp: &mut Importer, x: ValueId, w: ValueId| imp.push(Op::Linear, vec![x, w]);
     // y_re = Wr·re − Wi·im, y_im = Wr·im + Wi·re.
     let (y_re, y_im) = match im {
         None => (lin(imp, re, wr_c)?, lin(imp, re, wi_c)?),
@@ -520,7 +523,7 @@ fn transform_axis(imp: &mut Importer, z: Parts, axis: usize, n: i64, kind: Kind,
     };
     let back = |imp: &mut Importer, v: ValueId| -> R<ValueId> {
         if to_last {
-            imp.build(Op::Permute { perm: inverse.clone() }, vec![v])
+            imp.push(Op::Permute { perm: inverse.clone() }, vec![v])
         } else {
             Ok(v)
         }
@@ -732,7 +735,7 @@ fn stft(imp: &mut Importer, n: &Node) -> R<()> {
     let bytes: Vec<u8> = idx.iter().flat_map(|v| v.to_le_bytes()).collect();
     let idx = imp.g.add_const(None, TensorType::fixed(DType::I64, &[frames, n_fft]), ConstBytes::owned(bytes));
     let x = imp.cast(x, DType::F64);
-    let mut framed = imp.build(Op::Gather { axis }, vec![x, idx])?;
+    let mut framed = imp.push(Op::Gather { axis }, vec![x, idx])?;
     if let Some(w) = window {
         let w = imp.cast(w, DType::F64);
         framed = bin(imp, BinaryOp::Mul, framed, w)?;
@@ -747,9 +750,9 @@ fn stft(imp: &mut Importer, n: &Node) -> R<()> {
     )?;
     let mut perm: Vec<usize> = (0..axis).collect();
     perm.extend([axis + 1, axis]);
-    let re = imp.build(Op::Permute { perm: perm.clone() }, vec![z.re])?;
+    let re = imp.push(Op::Permute { perm: perm.clone() }, vec![z.re])?;
     let im = match z.im {
-        Some(im) => Some(imp.build(Op::Permute { perm }, vec![im])?),
+        Some(im) => Some(imp.push(Op::Permute { perm }, vec![im])?),
         None => None,
     };
     bind_out(imp, n, Parts { re, im })

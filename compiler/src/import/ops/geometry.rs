@@ -18,22 +18,22 @@ fn compute_dtype(imp: &Importer, v: ValueId, what: &str) -> R<DType> {
 }
 
 fn binary(imp: &mut Importer, op: B, a: ValueId, b: ValueId) -> R<ValueId> {
-    imp.build(Op::Binary(op), vec![a, b])
+    imp.push(Op::Binary(op), vec![a, b])
 }
 
 fn unary(imp: &mut Importer, op: U, a: ValueId) -> R<ValueId> {
-    imp.build(Op::Unary(op), vec![a])
+    imp.push(Op::Unary(op), vec![a])
 }
 
 fn reduce(imp: &mut Importer, kind: ReduceKind, v: ValueId, axis: usize) -> R<ValueId> {
-    imp.build(Op::Reduce { kind, axes: vec![axis], keep_dims: false }, vec![v])
+    imp.push(Op::Reduce { kind, axes: vec![axis], keep_dims: false }, vec![v])
 }
 
 fn reshape(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> R<ValueId> {
     if imp.ty(v).shape == shape {
         return Ok(v);
     }
-    imp.build(Op::Reshape { shape }, vec![v])
+    imp.push(Op::Reshape { shape }, vec![v])
 }
 
 /// The `p`-norm of `diff` along `axis` as torch's distance kernels compute it:
@@ -103,7 +103,7 @@ pub(super) fn cdist(imp: &mut Importer, n: &Node) -> R<()> {
         };
     let (a, b) = (imp.cast(x1, compute), imp.cast(x2, compute));
     let v = if out.numel().as_const() == Some(0) {
-        imp.push(
+        imp.push_typed(
             Op::Full { value: 0.0, dtype: compute, shape: out.shape.clone() },
             vec![],
             TensorType::new(compute, out.shape.clone()),
@@ -123,8 +123,11 @@ pub(super) fn cdist(imp: &mut Importer, n: &Node) -> R<()> {
         p_norm(imp, diff, axis, p)?
     };
     let v = imp.cast(v, out.dtype);
-    let v =
-        if imp.ty(v).shape == out.shape { v } else { imp.push(Op::Expand { shape: out.shape.clone() }, vec![v], out) };
+    let v = if imp.ty(v).shape == out.shape {
+        v
+    } else {
+        imp.push_typed(Op::Expand { shape: out.shape.clone() }, vec![v], out)
+    };
     imp.bind(n, 0, v)
 }
 
@@ -135,24 +138,24 @@ fn euclidean_by_matmul(imp: &mut Importer, a: ValueId, b: ValueId) -> R<ValueId>
     let norm = |imp: &mut Importer, x: ValueId| -> R<ValueId> {
         let sq = binary(imp, B::Mul, x, x)?;
         let axis = imp.ty(x).rank() - 1;
-        imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![axis], keep_dims: true }, vec![sq])
+        imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![axis], keep_dims: true }, vec![sq])
     };
     let ones = |imp: &mut Importer, like: ValueId| -> ValueId {
         let shape = imp.ty(like).shape.clone();
-        imp.push(Op::Full { value: 1.0, dtype, shape: shape.clone() }, vec![], TensorType::new(dtype, shape))
+        imp.push_typed(Op::Full { value: 1.0, dtype, shape: shape.clone() }, vec![], TensorType::new(dtype, shape))
     };
     let (na, nb) = (norm(imp, a)?, norm(imp, b)?);
     let (pa, pb) = (ones(imp, na), ones(imp, nb));
     let a2 = imp.with_scalar(B::Mul, a, -2.0)?;
-    let left = imp.build(Op::Concat { axis }, vec![a2, na, pa])?;
+    let left = imp.push(Op::Concat { axis }, vec![a2, na, pa])?;
     let axis_b = imp.ty(b).rank() - 1;
-    let right = imp.build(Op::Concat { axis: axis_b }, vec![b, pb, nb])?;
+    let right = imp.push(Op::Concat { axis: axis_b }, vec![b, pb, nb])?;
     let r = imp.ty(right).rank();
     let mut perm: Vec<usize> = (0..r).collect();
     perm.swap(r - 2, r - 1);
-    let right_t = imp.build(Op::Permute { perm }, vec![right])?;
-    let product = imp.build(Op::MatMul, vec![left, right_t])?;
-    let clamped = imp.build(Op::Clamp { min: Some(0.0), max: None }, vec![product])?;
+    let right_t = imp.push(Op::Permute { perm }, vec![right])?;
+    let product = imp.push(Op::MatMul, vec![left, right_t])?;
+    let clamped = imp.push(Op::Clamp { min: Some(0.0), max: None }, vec![product])?;
     unary(imp, U::Sqrt, clamped)
 }
 
@@ -189,7 +192,7 @@ pub(super) fn pdist(imp: &mut Importer, n: &Node) -> R<()> {
         }
     }
     let v = if first.is_empty() || shape[1] == 0 {
-        imp.push(
+        imp.push_typed(
             Op::Full { value: 0.0, dtype: compute, shape: out.shape.clone() },
             vec![],
             TensorType::new(compute, out.shape.clone()),
@@ -197,8 +200,8 @@ pub(super) fn pdist(imp: &mut Importer, n: &Node) -> R<()> {
     } else {
         let xc = imp.cast(x, compute);
         let (i, j) = (index_const(imp, &first), index_const(imp, &second));
-        let a = imp.build(Op::Gather { axis: 0 }, vec![xc, i])?;
-        let b = imp.build(Op::Gather { axis: 0 }, vec![xc, j])?;
+        let a = imp.push(Op::Gather { axis: 0 }, vec![xc, i])?;
+        let b = imp.push(Op::Gather { axis: 0 }, vec![xc, j])?;
         let diff = binary(imp, B::Sub, a, b)?;
         p_norm(imp, diff, 1, p)?
     };
@@ -252,13 +255,13 @@ pub(super) fn grid_sampler_2d(imp: &mut Importer, n: &Node) -> R<()> {
         return unsupported("grid_sampler_2d over a dynamic input height or width");
     };
     if out.numel().as_const() == Some(0) || h == 0 || w == 0 {
-        let v = imp.push(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
+        let v = imp.push_typed(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
         return imp.bind(n, 0, v);
     }
     let points: Vec<Dim> = tg.shape[..3].to_vec(); // [N, Ho, Wo]
     let g = imp.cast(grid, compute);
     let coord = |imp: &mut Importer, index: i64, size: i64| -> R<ValueId> {
-        let c = imp.build(Op::Slice { axis: 3, start: index, end: index + 1, step: 1 }, vec![g])?;
+        let c = imp.push(Op::Slice { axis: 3, start: index, end: index + 1, step: 1 }, vec![g])?;
         let c = reshape(imp, c, points.clone())?;
         unnormalize(imp, c, size, align)
     };
@@ -277,7 +280,7 @@ pub(super) fn grid_sampler_2d(imp: &mut Importer, n: &Node) -> R<()> {
         0 => bilinear(imp, &sampler, ux, uy, padding, align)?,
         _ => bicubic(imp, &sampler, ux, uy, padding, align)?,
     };
-    let v = imp.build(Op::Permute { perm: vec![0, 3, 1, 2] }, vec![sampled])?;
+    let v = imp.push(Op::Permute { perm: vec![0, 3, 1, 2] }, vec![sampled])?;
     let v = imp.cast(v, out.dtype);
     imp.bind(n, 0, v)
 }
@@ -308,15 +311,18 @@ impl Sampler {
     fn new(imp: &mut Importer, input: ValueId, points: &[Dim], w: i64, h: i64) -> R<Sampler> {
         let compute = imp.ty(input).dtype;
         let batch_dim = imp.ty(input).shape[0].clone();
-        let data = imp.build(Op::Permute { perm: vec![0, 2, 3, 1] }, vec![input])?;
-        let batch = imp.push(
+        let data = imp.push(Op::Permute { perm: vec![0, 2, 3, 1] }, vec![input])?;
+        let batch = imp.push_typed(
             Op::Arange { start: 0.0, step: 1.0, len: batch_dim.clone(), dtype: DType::I64 },
             vec![],
             TensorType::new(DType::I64, vec![batch_dim.clone()]),
         );
         let batch = reshape(imp, batch, vec![batch_dim, Dim::Const(1), Dim::Const(1)])?;
-        let batch =
-            imp.push(Op::Expand { shape: points.to_vec() }, vec![batch], TensorType::new(DType::I64, points.to_vec()));
+        let batch = imp.push_typed(
+            Op::Expand { shape: points.to_vec() },
+            vec![batch],
+            TensorType::new(DType::I64, points.to_vec()),
+        );
         let zero = imp.scalar_const(Scalar::Float(0.0), compute);
         let mut column = points.to_vec();
         column.push(Dim::Const(1));
@@ -332,8 +338,8 @@ impl Sampler {
     fn read(&self, imp: &mut Importer, x: &Axis, y: &Axis) -> R<ValueId> {
         let inside = binary(imp, B::And, x.inside, y.inside)?;
         let inside = reshape(imp, inside, self.column.clone())?;
-        let picked = imp.build(Op::IndexGather { axis: 0 }, vec![self.data, self.batch, y.index, x.index])?;
-        imp.build(Op::Where, vec![inside, picked, self.zero])
+        let picked = imp.push(Op::IndexGather { axis: 0 }, vec![self.data, self.batch, y.index, x.index])?;
+        imp.push(Op::Where, vec![inside, picked, self.zero])
     }
 
     /// `value [N, Ho, Wo, C] * weight [N, Ho, Wo]`.
@@ -454,7 +460,7 @@ fn in_bounds(imp: &mut Importer, c: ValueId, size: i64) -> R<ValueId> {
 
 /// A coordinate clamped into `[0, size - 1]` as an i64 index.
 fn clamped_index(imp: &mut Importer, c: ValueId, size: i64) -> R<ValueId> {
-    let c = imp.build(Op::Clamp { min: Some(0.0), max: Some((size - 1) as f64) }, vec![c])?;
+    let c = imp.push(Op::Clamp { min: Some(0.0), max: Some((size - 1) as f64) }, vec![c])?;
     Ok(imp.cast(c, DType::I64))
 }
 
@@ -491,7 +497,7 @@ fn pad_coordinate(imp: &mut Importer, v: ValueId, size: i64, padding: Padding, a
 }
 
 fn clip(imp: &mut Importer, v: ValueId, size: i64) -> R<ValueId> {
-    imp.build(Op::Clamp { min: Some(0.0), max: Some((size - 1) as f64) }, vec![v])
+    imp.push(Op::Clamp { min: Some(0.0), max: Some((size - 1) as f64) }, vec![v])
 }
 
 /// torch's `reflect_coordinates(in, twice_low, twice_high)`.
@@ -499,7 +505,7 @@ fn reflect(imp: &mut Importer, v: ValueId, twice_low: f64, twice_high: f64) -> R
     if twice_low == twice_high {
         let dtype = imp.ty(v).dtype;
         let shape = imp.ty(v).shape.clone();
-        return Ok(imp.push(
+        return Ok(imp.push_typed(
             Op::Full { value: 0.0, dtype, shape: shape.clone() },
             vec![],
             TensorType::new(dtype, shape),
@@ -517,5 +523,5 @@ fn reflect(imp: &mut Importer, v: ValueId, twice_low: f64, twice_high: f64) -> R
     let forward = imp.with_scalar(B::Add, extra, min)?;
     let neg_extra = unary(imp, U::Neg, extra)?;
     let backward = imp.with_scalar(B::Add, neg_extra, span + min)?;
-    imp.build(Op::Where, vec![even, forward, backward])
+    imp.push(Op::Where, vec![even, forward, backward])
 }

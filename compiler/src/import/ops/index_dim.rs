@@ -22,7 +22,7 @@ pub(super) fn take_along_dim(imp: &mut Importer, n: &Node) -> R<()> {
     let Some(dim) = imp.opt_int(n, "dim")? else {
         let x = reshape(imp, x, vec![imp.ty(x).numel()]);
         let idx = reshape(imp, idx, vec![imp.ty(idx).numel()]);
-        let v = imp.build(Op::GatherElements { axis: 0 }, vec![x, idx])?;
+        let v = imp.push(Op::GatherElements { axis: 0 }, vec![x, idx])?;
         return bind_as_output(imp, n, v);
     };
     let (xt, it) = (imp.ty(x).clone(), imp.ty(idx).clone());
@@ -31,7 +31,7 @@ pub(super) fn take_along_dim(imp: &mut Importer, n: &Node) -> R<()> {
     }
     if xt.rank() == 0 {
         let (x, idx) = (reshape(imp, x, vec![Dim::Const(1)]), reshape(imp, idx, vec![Dim::Const(1)]));
-        let v = imp.build(Op::GatherElements { axis: 0 }, vec![x, idx])?;
+        let v = imp.push(Op::GatherElements { axis: 0 }, vec![x, idx])?;
         return bind_as_output(imp, n, v);
     }
     let axis = normalize_axis(dim, xt.rank())?;
@@ -44,7 +44,7 @@ pub(super) fn take_along_dim(imp: &mut Importer, n: &Node) -> R<()> {
     let x = expand(imp, x, shape.clone());
     shape[axis] = it.shape[axis].clone();
     let idx = expand(imp, idx, shape);
-    let v = imp.build(Op::GatherElements { axis }, vec![x, idx])?;
+    let v = imp.push(Op::GatherElements { axis }, vec![x, idx])?;
     bind_as_output(imp, n, v)
 }
 
@@ -127,7 +127,7 @@ fn index_along(imp: &mut Importer, n: &Node, write: Write) -> R<()> {
     };
     let values = imp.cast(values, dtype);
     // A 0-d source goes with a 0-d `self` (or is index_fill's value).
-    let values = imp.build(Op::Expand { shape: target }, vec![values])?;
-    let put = imp.build(Op::IndexPut { axis, accumulate }, vec![x, values, index])?;
+    let values = imp.push(Op::Expand { shape: target }, vec![values])?;
+    let put = imp.push(Op::IndexPut { axis, accumulate }, vec![x, values, index])?;
     bind_as_output(imp, n, put)
 }

@@ -33,7 +33,7 @@ pub(super) fn reshape(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> ValueI
     if ty.shape == shape {
         return v;
     }
-    imp.push(Op::Reshape { shape: shape.clone() }, vec![v], TensorType::new(ty.dtype, shape))
+    imp.push_typed(Op::Reshape { shape: shape.clone() }, vec![v], TensorType::new(ty.dtype, shape))
 }
 
 /// `v` broadcast to `shape` (no node when it already has it).
@@ -42,7 +42,7 @@ pub(super) fn expand(imp: &mut Importer, v: ValueId, shape: Vec<Dim>) -> ValueId
     if ty.shape == shape {
         return v;
     }
-    imp.push(Op::Expand { shape: shape.clone() }, vec![v], TensorType::new(ty.dtype, shape))
+    imp.push_typed(Op::Expand { shape: shape.clone() }, vec![v], TensorType::new(ty.dtype, shape))
 }
 
 /// A 0-d tensor viewed as `[1]` (torch treats 0-d operands of gather/scatter so).
@@ -90,12 +90,12 @@ pub(super) fn gather(imp: &mut Importer, n: &Node) -> R<()> {
     // only when there is something to gather).
     if imp.ty(idx).numel().as_const() == Some(0) {
         let out = imp.out_ty(n, 0)?;
-        let v = imp.push(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
+        let v = imp.push_typed(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
         return imp.bind(n, 0, v);
     }
     let idx = int_index(imp, idx, "gather index")?;
     let (x, idx) = (at_least_1d(imp, x), at_least_1d(imp, idx));
-    let v = imp.build(Op::GatherElements { axis }, vec![x, idx])?;
+    let v = imp.push(Op::GatherElements { axis }, vec![x, idx])?;
     bind_as_output(imp, n, v)
 }
 
@@ -114,7 +114,7 @@ pub(super) fn scatter(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
     let src = if overload.starts_with("value") {
         let value = imp.scalar(n, "value")?.as_f64();
         let shape = imp.ty(idx).shape.clone();
-        imp.push(Op::Full { value, dtype, shape: shape.clone() }, Vec::new(), TensorType::new(dtype, shape))
+        imp.push_typed(Op::Full { value, dtype, shape: shape.clone() }, Vec::new(), TensorType::new(dtype, shape))
     } else {
         let s = imp.tensor(n, "src")?;
         let s = imp.cast(s, dtype);
@@ -140,7 +140,7 @@ pub(super) fn scatter(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
         },
         _ => (None, true),
     };
-    let v = imp.build(Op::ScatterElements { axis, reduce, include_self }, vec![x, idx, src])?;
+    let v = imp.push(Op::ScatterElements { axis, reduce, include_self }, vec![x, idx, src])?;
     bind_as_output(imp, n, v)
 }
 
@@ -233,7 +233,7 @@ fn prepare_advanced(imp: &mut Importer, x: ValueId, pairs: &[(usize, ValueId)]) 
     perm.extend((0..rank).filter(|a| !axes.contains(a)));
     let ty = imp.ty(x).clone();
     let pshape: Vec<Dim> = perm.iter().map(|&p| ty.shape[p].clone()).collect();
-    let xp = imp.push(Op::Permute { perm: perm.clone() }, vec![x], TensorType::new(ty.dtype, pshape));
+    let xp = imp.push_typed(Op::Permute { perm: perm.clone() }, vec![x], TensorType::new(ty.dtype, pshape));
     Ok((xp, 0, idx, Some(perm)))
 }
 
@@ -302,16 +302,16 @@ pub(super) fn index_put(imp: &mut Importer, n: &Node) -> R<()> {
             mshape.extend(std::iter::repeat_n(Dim::Const(1), ty.rank().saturating_sub(*slot + m.rank())));
             let mask_v = reshape(imp, *mask, mshape);
             let v = reshape(imp, values, Vec::new());
-            let new = if accumulate { imp.build(Op::Binary(BinaryOp::Add), vec![x, v])? } else { v };
+            let new = if accumulate { imp.push(Op::Binary(BinaryOp::Add), vec![x, v])? } else { v };
             let new = expand(imp, new, ty.shape.clone());
-            let out = imp.build(Op::Where, vec![mask_v, new, x])?;
+            let out = imp.push(Op::Where, vec![mask_v, new, x])?;
             return bind_as_output(imp, n, out);
         }
     }
     let pairs = integer_indices(imp, &indices)?;
     if pairs.is_empty() {
         let v = expand(imp, values, ty.shape.clone());
-        let v = if accumulate { imp.build(Op::Binary(BinaryOp::Add), vec![x, v])? } else { v };
+        let v = if accumulate { imp.push(Op::Binary(BinaryOp::Add), vec![x, v])? } else { v };
         return bind_as_output(imp, n, v);
     }
     let (xp, axis, idx, perm) = prepare_advanced(imp, x, &pairs)?;
@@ -323,7 +323,7 @@ pub(super) fn index_put(imp: &mut Importer, n: &Node) -> R<()> {
     let values = expand(imp, values, target);
     let mut inputs = vec![xp, values];
     inputs.extend(idx);
-    let put = imp.build(Op::IndexPut { axis, accumulate }, inputs)?;
+    let put = imp.push(Op::IndexPut { axis, accumulate }, inputs)?;
     let out = match perm {
         None => put,
         Some(perm) => {
@@ -331,7 +331,7 @@ pub(super) fn index_put(imp: &mut Importer, n: &Node) -> R<()> {
             for (i, &p) in perm.iter().enumerate() {
                 inv[p] = i;
             }
-            imp.push(Op::Permute { perm: inv }, vec![put], ty.clone())
+            imp.push_typed(Op::Permute { perm: inv }, vec![put], ty.clone())
         }
     };
     bind_as_output(imp, n, out)
@@ -419,26 +419,26 @@ fn masked_index_put(
             let count_dim = mty.numel();
             let flat = reshape(imp, mask, vec![count_dim.clone()]);
             let flat = imp.cast(flat, DType::I64);
-            let cum = imp.build(Op::CumSum { axis: 0 }, vec![flat])?;
+            let cum = imp.push(Op::CumSum { axis: 0 }, vec![flat])?;
             let pos = imp.with_scalar(BinaryOp::Sub, cum, 1.0)?;
             let pos = imp.with_scalar(BinaryOp::Max, pos, 0.0)?;
-            let count = imp.build(Op::Reduce { kind: ReduceKind::Sum, axes: vec![0], keep_dims: false }, vec![flat])?;
+            let count = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![0], keep_dims: false }, vec![flat])?;
             let kv = imp.dim_scalar(&k, DType::I64);
-            let twice_k = imp.build(Op::Binary(BinaryOp::Add), vec![kv, kv])?;
-            let check = imp.build(Op::Binary(BinaryOp::Sub), vec![twice_k, count])?;
+            let twice_k = imp.push(Op::Binary(BinaryOp::Add), vec![kv, kv])?;
+            let check = imp.push(Op::Binary(BinaryOp::Sub), vec![twice_k, count])?;
             let check = imp.with_scalar(BinaryOp::Sub, check, 1.0)?;
             let check = reshape(imp, check, vec![Dim::Const(1)]);
-            let all = imp.build(Op::Concat { axis: 0 }, vec![pos, check])?;
-            let picked = imp.build(Op::Gather { axis: slot }, vec![values, all])?;
+            let all = imp.push(Op::Concat { axis: 0 }, vec![pos, check])?;
+            let picked = imp.push(Op::Gather { axis: slot }, vec![values, all])?;
             let mut picked_shape = imp.ty(picked).shape.clone();
             picked_shape[slot] = count_dim;
             let picked_ty = TensorType::new(ty.dtype, picked_shape);
-            let picked = imp.push(Op::Slice { axis: slot, start: 0, end: -1, step: 1 }, vec![picked], picked_ty);
+            let picked = imp.push_typed(Op::Slice { axis: slot, start: 0, end: -1, step: 1 }, vec![picked], picked_ty);
             reshape(imp, picked, ty.shape.clone())
         }
     };
-    let new = if accumulate { imp.build(Op::Binary(BinaryOp::Add), vec![x, new])? } else { new };
-    imp.build(Op::Where, vec![mask_x, new, x])
+    let new = if accumulate { imp.push(Op::Binary(BinaryOp::Add), vec![x, new])? } else { new };
+    imp.push(Op::Where, vec![mask_x, new, x])
 }
 
 /// `aten::select_scatter(Tensor self, Tensor src, int dim, SymInt index)`:
@@ -472,12 +472,12 @@ pub(crate) fn select_scatter_value(
     let mut shape = ty.shape.clone();
     shape[axis] = Dim::Const(1);
     let src = reshape(imp, src, shape.clone());
-    let idx = imp.push(
+    let idx = imp.push_typed(
         Op::Full { value: index as f64, dtype: DType::I64, shape: shape.clone() },
         Vec::new(),
         TensorType::new(DType::I64, shape),
     );
-    Ok(imp.push(Op::ScatterElements { axis, reduce: None, include_self: true }, vec![x, idx, src], ty))
+    Ok(imp.push_typed(Op::ScatterElements { axis, reduce: None, include_self: true }, vec![x, idx, src], ty))
 }
 
 /// `aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None,
@@ -529,7 +529,7 @@ pub(crate) fn slice_scatter_value(
         return invalid("slice_scatter src rank differs from self");
     }
     let len = sshape[axis].clone();
-    let ar = imp.push(
+    let ar = imp.push_typed(
         Op::Arange { start: start as f64, step: step as f64, len: len.clone(), dtype: DType::I64 },
         Vec::new(),
         TensorType::new(DType::I64, vec![len.clone()]),
@@ -538,7 +538,7 @@ pub(crate) fn slice_scatter_value(
     ones[axis] = len;
     let ar = reshape(imp, ar, ones);
     let idx = expand(imp, ar, sshape);
-    Ok(imp.push(Op::ScatterElements { axis, reduce: None, include_self: true }, vec![x, idx, src], ty))
+    Ok(imp.push_typed(Op::ScatterElements { axis, reduce: None, include_self: true }, vec![x, idx, src], ty))
 }
 
 /// `aten::diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1)`:
@@ -588,7 +588,7 @@ fn diagonal_layout(imp: &mut Importer, x: ValueId, d1: usize, d2: usize) -> R<(V
     let xp = if perm.iter().enumerate().all(|(i, &p)| i == p) {
         x
     } else {
-        imp.push(Op::Permute { perm: perm.clone() }, vec![x], TensorType::new(ty.dtype, pshape.clone()))
+        imp.push_typed(Op::Permute { perm: perm.clone() }, vec![x], TensorType::new(ty.dtype, pshape.clone()))
     };
     pshape.truncate(r - 2);
     pshape.push(Dim::mul(ty.shape[d1].clone(), ty.shape[d2].clone()));
@@ -610,20 +610,20 @@ fn diagonal_positions(imp: &mut Importer, n1: &Dim, n2: &Dim, offset: i64, len: 
             (0..len).map(|i| if offset >= 0 { i * n2 + i + offset } else { (i - offset) * n2 + i }).collect();
         return Ok(i64_const(imp, &[len], &positions));
     }
-    let ar = imp.push(
+    let ar = imp.push_typed(
         Op::Arange { start: 0.0, step: 1.0, len: len.clone(), dtype: DType::I64 },
         Vec::new(),
         TensorType::new(DType::I64, vec![len.clone()]),
     );
     let stride = imp.dim_scalar(&Dim::add(n2.clone(), Dim::Const(1)), DType::I64);
-    let scaled = imp.build(Op::Binary(BinaryOp::Mul), vec![ar, stride])?;
+    let scaled = imp.push(Op::Binary(BinaryOp::Mul), vec![ar, stride])?;
     // Offset >= 0 starts at column `offset` of row 0, < 0 at row `-offset`.
     let base = if offset >= 0 { Dim::Const(offset) } else { Dim::mul(Dim::Const(-offset), n2.clone()) };
     if base.as_const() == Some(0) {
         Ok(scaled)
     } else {
         let base = imp.dim_scalar(&base, DType::I64);
-        imp.build(Op::Binary(BinaryOp::Add), vec![scaled, base])
+        imp.push(Op::Binary(BinaryOp::Add), vec![scaled, base])
     }
 }
 
@@ -640,7 +640,7 @@ pub(crate) fn diagonal_value(
     let (flat, _) = diagonal_layout(imp, x, d1, d2)?;
     let Some(len) = out.shape.last() else { return invalid("diagonal output of rank 0") };
     let idx = diagonal_positions(imp, &ty.shape[d1], &ty.shape[d2], offset, len)?;
-    Ok(imp.push(Op::Gather { axis: ty.rank() - 2 }, vec![flat, idx], out.clone()))
+    Ok(imp.push_typed(Op::Gather { axis: ty.rank() - 2 }, vec![flat, idx], out.clone()))
 }
 
 /// `x` with `src` written on its diagonal (diagonal's inverse).
@@ -667,7 +667,7 @@ pub(crate) fn diagonal_scatter_value(
     let idx = reshape(imp, idx, ones);
     let idx = expand(imp, idx, sshape);
     let scattered =
-        imp.build(Op::ScatterElements { axis: r - 2, reduce: None, include_self: true }, vec![flat, idx, src])?;
+        imp.push(Op::ScatterElements { axis: r - 2, reduce: None, include_self: true }, vec![flat, idx, src])?;
     let pshape: Vec<Dim> = perm.iter().map(|&p| ty.shape[p].clone()).collect();
     let unflat = reshape(imp, scattered, pshape);
     if perm.iter().enumerate().all(|(i, &p)| i == p) {
@@ -677,7 +677,7 @@ pub(crate) fn diagonal_scatter_value(
     for (i, &p) in perm.iter().enumerate() {
         inverse[p] = i;
     }
-    Ok(imp.push(Op::Permute { perm: inverse }, vec![unflat], ty))
+    Ok(imp.push_typed(Op::Permute { perm: inverse }, vec![unflat], ty))
 }
 
 /// `aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)`:
@@ -721,7 +721,7 @@ pub(super) fn as_strided(imp: &mut Importer, n: &Node) -> R<()> {
     }
     let flat = reshape(imp, x, vec![Dim::Const(numel)]);
     let idx = i64_const(imp, &size, &positions);
-    let v = imp.build(Op::Gather { axis: 0 }, vec![flat, idx])?;
+    let v = imp.push(Op::Gather { axis: 0 }, vec![flat, idx])?;
     bind_as_output(imp, n, v)
 }
 
@@ -739,12 +739,12 @@ pub(super) fn masked_scatter(imp: &mut Importer, n: &Node) -> R<()> {
     let total = out.numel();
     let flat_mask = reshape(imp, mask, vec![total.clone()]);
     let as_int = imp.cast(flat_mask, DType::I64);
-    let cum = imp.build(Op::CumSum { axis: 0 }, vec![as_int])?;
+    let cum = imp.push(Op::CumSum { axis: 0 }, vec![as_int])?;
     let pos = imp.with_scalar(BinaryOp::Sub, cum, 1.0)?;
     let pos = imp.with_scalar(BinaryOp::Max, pos, 0.0)?;
     let src_numel = imp.ty(source).numel();
     let flat_src = reshape(imp, source, vec![src_numel]);
-    let picked = imp.build(Op::Gather { axis: 0 }, vec![flat_src, pos])?;
+    let picked = imp.push(Op::Gather { axis: 0 }, vec![flat_src, pos])?;
     let picked = reshape(imp, picked, out.shape.clone());
     imp.emit(n, Op::Where, vec![mask, picked, x])?;
     Ok(())
@@ -832,20 +832,23 @@ pub(super) fn col2im(imp: &mut Importer, n: &Node) -> R<()> {
     let idx = i64_const(imp, &[1, 1, kk * l], &positions);
     let idx = expand(imp, idx, vec![Dim::Const(b), Dim::Const(c), Dim::Const(kk * l)]);
     let canvas = vec![Dim::Const(b), Dim::Const(c), Dim::Const(image)];
-    let zeros =
-        imp.push(Op::Full { value: 0.0, dtype, shape: canvas.clone() }, Vec::new(), TensorType::new(dtype, canvas));
-    let summed = imp.build(
+    let zeros = imp.push_typed(
+        Op::Full { value: 0.0, dtype, shape: canvas.clone() },
+        Vec::new(),
+        TensorType::new(dtype, canvas),
+    );
+    let summed = imp.push(
         Op::ScatterElements { axis: 2, reduce: Some(ReduceKind::Sum), include_self: true },
         vec![zeros, idx, flat],
     )?;
     let img = reshape(imp, summed, vec![Dim::Const(b), Dim::Const(c), Dim::Const(hp), Dim::Const(wp)]);
     let (h, w) = (out_size[0], out_size[1]);
-    let img = imp.push(
+    let img = imp.push_typed(
         Op::Slice { axis: 2, start: pad[0], end: pad[0] + h, step: 1 },
         vec![img],
         TensorType::fixed(dtype, &[b, c, h, wp]),
     );
-    let img = imp.push(
+    let img = imp.push_typed(
         Op::Slice { axis: 3, start: pad[1], end: pad[1] + w, step: 1 },
         vec![img],
         TensorType::fixed(dtype, &[b, c, h, w]),

@@ -33,10 +33,10 @@ pub(super) fn addmm(imp: &mut Importer, n: &Node) -> R<()> {
     let (a, b, bias) =
         if reduced { (imp.cast(a, compute), imp.cast(b, compute), imp.cast(bias, compute)) } else { (a, b, bias) };
     let wide = TensorType::new(compute, out.shape.clone());
-    let mut product = imp.push(Op::MatMul, vec![a, b], wide.clone());
+    let mut product = imp.push_typed(Op::MatMul, vec![a, b], wide.clone());
     if alpha != 1.0 {
         let k = imp.scalar_const(Scalar::Float(alpha), compute);
-        product = imp.push(Op::Binary(BinaryOp::Mul), vec![product, k], wide.clone());
+        product = imp.push_typed(Op::Binary(BinaryOp::Mul), vec![product, k], wide.clone());
     }
     // beta = 0 ignores `self` entirely (even NaNs in it), as torch does.
     let v = if beta == 0.0 {
@@ -46,9 +46,9 @@ pub(super) fn addmm(imp: &mut Importer, n: &Node) -> R<()> {
         if beta != 1.0 {
             let k = imp.scalar_const(Scalar::Float(beta), compute);
             let ty = imp.ty(bias).clone();
-            bias = imp.push(Op::Binary(BinaryOp::Mul), vec![bias, k], ty);
+            bias = imp.push_typed(Op::Binary(BinaryOp::Mul), vec![bias, k], ty);
         }
-        imp.push(Op::Binary(BinaryOp::Add), vec![product, bias], wide)
+        imp.push_typed(Op::Binary(BinaryOp::Add), vec![product, bias], wide)
     };
     let v = if reduced { imp.cast(v, out.dtype) } else { v };
     imp.bind(n, 0, v)
@@ -108,7 +108,7 @@ pub(super) fn conv_transpose(imp: &mut Importer, n: &Node) -> R<()> {
         Geometry { stride: &stride, padding: &padding, output_padding: &output_padding, dilation: &dilation, groups };
     if takes_torch_slow_path(imp.ty(x).dtype, &geo) {
         if let Some(v) = conv_transpose_slow_path(imp, x, w, bias, &geo)? {
-            let v = if unbatched { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+            let v = if unbatched { imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
             return imp.bind(n, 0, v);
         }
     }
@@ -127,24 +127,24 @@ pub(super) fn conv_transpose(imp: &mut Importer, n: &Node) -> R<()> {
         hi[2 + i] = checked(what, lo[2 + i].checked_add(output_padding[i]))?;
         interior[2 + i] = checked(what, stride[i].checked_sub(1))?;
     }
-    let spread = imp.build(Op::Pad { lo, hi, interior, mode: kiln_ir::PadMode::Constant, value: 0.0 }, vec![x])?;
+    let spread = imp.push(Op::Pad { lo, hi, interior, mode: kiln_ir::PadMode::Constant, value: 0.0 }, vec![x])?;
     // [Cin, Cout/g, k..] -> [g, Cin/g, Cout/g, k..] -> [g, Cout/g, Cin/g, k..] -> [Cout, Cin/g, k..]
     let dims = |v: &[i64]| v.iter().map(|&d| Dim::Const(d)).collect::<Vec<_>>();
     let mut grouped = vec![groups, cin / groups, cout_g];
     grouped.extend(&wshape[2..]);
-    let wg = imp.build(Op::Reshape { shape: dims(&grouped) }, vec![w])?;
+    let wg = imp.push(Op::Reshape { shape: dims(&grouped) }, vec![w])?;
     let mut perm: Vec<usize> = vec![0, 2, 1];
     perm.extend(3..3 + k);
-    let wp = imp.build(Op::Permute { perm }, vec![wg])?;
+    let wp = imp.push(Op::Permute { perm }, vec![wg])?;
     let mut flat = vec![checked(what, groups.checked_mul(cout_g))?, cin / groups];
     flat.extend(&wshape[2..]);
-    let wf = imp.build(Op::Reshape { shape: dims(&flat) }, vec![wp])?;
-    let wflip = imp.build(Op::Flip { axes: (2..2 + k).collect() }, vec![wf])?;
+    let wf = imp.push(Op::Reshape { shape: dims(&flat) }, vec![wp])?;
+    let wflip = imp.push(Op::Flip { axes: (2..2 + k).collect() }, vec![wf])?;
     let mut inputs = vec![spread, wflip];
     inputs.extend(bias);
     let conv = Op::Conv { stride: vec![1; k], padding: vec![0; k], dilation, groups };
-    let v = imp.build(conv, inputs)?;
-    let v = if unbatched { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+    let v = imp.push(conv, inputs)?;
+    let v = if unbatched { imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
     imp.bind(n, 0, v)
 }
 
@@ -159,7 +159,7 @@ fn unsqueeze_batch(imp: &mut Importer, x: ValueId, k: usize) -> R<(ValueId, bool
     }
     let mut shape = vec![Dim::Const(1)];
     shape.extend(ty.shape.iter().cloned());
-    let v = imp.push(Op::Reshape { shape: shape.clone() }, vec![x], TensorType::new(ty.dtype, shape));
+    let v = imp.push_typed(Op::Reshape { shape: shape.clone() }, vec![x], TensorType::new(ty.dtype, shape));
     Ok((v, true))
 }
 
@@ -219,7 +219,7 @@ fn conv_common(imp: &mut Importer, n: &Node, padding_mode: Padding) -> R<()> {
         hi.extend(extra_hi);
         let pad =
             Op::Pad { lo: vec![0; k + 2], hi, interior: vec![0; k + 2], mode: kiln_ir::PadMode::Constant, value: 0.0 };
-        imp.build(pad, vec![x])?
+        imp.push(pad, vec![x])?
     } else {
         x
     };
@@ -227,8 +227,8 @@ fn conv_common(imp: &mut Importer, n: &Node, padding_mode: Padding) -> R<()> {
     inputs.extend(bias);
     let op = Op::Conv { stride, padding, dilation, groups };
     if unbatched {
-        let v = imp.build(op, inputs)?;
-        let v = imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+        let v = imp.push(op, inputs)?;
+        let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
         return imp.bind(n, 0, v);
     }
     imp.emit(n, op, inputs)?;
@@ -247,13 +247,13 @@ fn layer_norm_common(imp: &mut Importer, n: &Node, eps: f64) -> R<()> {
         let ones = imp.filled_const(1.0, dtype, numel)?;
         let shape: Vec<Dim> = normalized.iter().map(|&d| Dim::Const(d)).collect();
         let ty = TensorType::new(dtype, shape.clone());
-        weight = Some(imp.push(Op::Reshape { shape }, vec![ones], ty));
+        weight = Some(imp.push_typed(Op::Reshape { shape }, vec![ones], ty));
     }
     let mut inputs = vec![x];
     inputs.extend(weight);
     inputs.extend(bias);
     let ty = imp.out_ty(n, 0)?;
-    let v = imp.push(Op::LayerNorm { normalized_rank: normalized.len(), eps }, inputs, ty);
+    let v = imp.push_typed(Op::LayerNorm { normalized_rank: normalized.len(), eps }, inputs, ty);
     imp.bind(n, 0, v)?;
     only_first_output_used(imp, n)
 }
@@ -311,7 +311,7 @@ pub(super) fn max_pool2d(imp: &mut Importer, n: &Node) -> R<()> {
 /// second of kind `ArgMax`, as sort computes values and indices apart.
 fn bind_max_pool(imp: &mut Importer, n: &Node, x: ValueId, pool: impl Fn(PoolKind) -> Op) -> R<()> {
     let ty = imp.out_ty(n, 0)?;
-    let v = imp.push(pool(PoolKind::Max), vec![x], ty);
+    let v = imp.push_typed(pool(PoolKind::Max), vec![x], ty);
     imp.bind(n, 0, v)?;
     match n.outputs.get(1) {
         Some(Arg::Tensor(name)) if imp.is_used(name) => {
@@ -319,7 +319,7 @@ fn bind_max_pool(imp: &mut Importer, n: &Node, x: ValueId, pool: impl Fn(PoolKin
             if ty.dtype != DType::I64 {
                 return invalid(format!("max pooling indices of dtype {}; expected i64", ty.dtype));
             }
-            let i = imp.push(pool(PoolKind::ArgMax), vec![x], ty);
+            let i = imp.push_typed(pool(PoolKind::ArgMax), vec![x], ty);
             imp.bind(n, 1, i)
         }
         _ => Ok(()),
@@ -372,8 +372,8 @@ pub(super) fn adaptive_avg_pool1d(imp: &mut Importer, n: &Node) -> R<()> {
     }
     let mut shape = ty.shape.clone();
     shape.insert(ty.rank() - 1, Dim::Const(1));
-    let x = imp.build(Op::Reshape { shape }, vec![x])?;
-    let pooled = imp.build(Op::AdaptiveAvgPool { output: vec![1, output[0]] }, vec![x])?;
+    let x = imp.push(Op::Reshape { shape }, vec![x])?;
+    let pooled = imp.push(Op::AdaptiveAvgPool { output: vec![1, output[0]] }, vec![x])?;
     let out = imp.out_ty(n, 0)?;
     imp.emit(n, Op::Reshape { shape: out.shape }, vec![pooled])?;
     Ok(())
@@ -461,16 +461,16 @@ pub(super) fn group_norm(imp: &mut Importer, n: &Node, native: bool) -> R<()> {
     let rest = ty.shape[2..].iter().fold(Dim::Const(channels / groups), |acc, d| Dim::mul(acc, d.clone()));
     let c = super::activation::compute_dtype(out.dtype);
     let xc = imp.cast(x, c);
-    let grouped = imp.build(Op::Reshape { shape: vec![ty.shape[0].clone(), Dim::Const(groups), rest] }, vec![xc])?;
-    let normed = imp.build(Op::LayerNorm { normalized_rank: 1, eps }, vec![grouped])?;
-    let mut v = imp.build(Op::Reshape { shape: ty.shape.clone() }, vec![normed])?;
+    let grouped = imp.push(Op::Reshape { shape: vec![ty.shape[0].clone(), Dim::Const(groups), rest] }, vec![xc])?;
+    let normed = imp.push(Op::LayerNorm { normalized_rank: 1, eps }, vec![grouped])?;
+    let mut v = imp.push(Op::Reshape { shape: ty.shape.clone() }, vec![normed])?;
     let mut per_channel = vec![Dim::Const(channels)];
     per_channel.extend(std::iter::repeat_n(Dim::Const(1), ty.rank() - 2));
     for (t, op) in [(weight, BinaryOp::Mul), (bias, BinaryOp::Add)] {
         if let Some(t) = t {
             let t = imp.cast(t, c);
-            let t = imp.build(Op::Reshape { shape: per_channel.clone() }, vec![t])?;
-            v = imp.build(Op::Binary(op), vec![v, t])?;
+            let t = imp.push(Op::Reshape { shape: per_channel.clone() }, vec![t])?;
+            v = imp.push(Op::Binary(op), vec![v, t])?;
         }
     }
     let v = imp.cast(v, out.dtype);
@@ -500,17 +500,17 @@ pub(super) fn rms_norm(imp: &mut Importer, n: &Node) -> R<()> {
     }
     let c = super::activation::compute_dtype(out.dtype);
     let xc = imp.cast(x, c);
-    let sq = imp.build(Op::Binary(BinaryOp::Mul), vec![xc, xc])?;
+    let sq = imp.push(Op::Binary(BinaryOp::Mul), vec![xc, xc])?;
     let axes: Vec<usize> = (rank - normalized.len()..rank).collect();
-    let ms = imp.build(Op::Reduce { kind: kiln_ir::ReduceKind::Mean, axes, keep_dims: true }, vec![sq])?;
+    let ms = imp.push(Op::Reduce { kind: kiln_ir::ReduceKind::Mean, axes, keep_dims: true }, vec![sq])?;
     let ms = imp.with_scalar(BinaryOp::Add, ms, eps)?;
-    let r = imp.build(Op::Unary(kiln_ir::UnaryOp::Rsqrt), vec![ms])?;
-    let mut v = imp.build(Op::Binary(BinaryOp::Mul), vec![xc, r])?;
+    let r = imp.push(Op::Unary(kiln_ir::UnaryOp::Rsqrt), vec![ms])?;
+    let mut v = imp.push(Op::Binary(BinaryOp::Mul), vec![xc, r])?;
     if let Some(w) = weight {
         // torch rounds the normalized value to the input dtype before the weight.
         v = imp.cast(v, out.dtype);
         let w = imp.cast(w, out.dtype);
-        v = imp.build(Op::Binary(BinaryOp::Mul), vec![v, w])?;
+        v = imp.push(Op::Binary(BinaryOp::Mul), vec![v, w])?;
     }
     let v = imp.cast(v, out.dtype);
     imp.bind(n, 0, v)
@@ -536,12 +536,12 @@ fn repeat_heads(imp: &mut Importer, q: ValueId, kv: ValueId) -> R<ValueId> {
     let mut split = t.shape[..r - 2].to_vec();
     split.push(Dim::Const(1));
     split.extend(t.shape[r - 2..].iter().cloned());
-    let s = imp.build(Op::Reshape { shape: split.clone() }, vec![kv])?;
+    let s = imp.push(Op::Reshape { shape: split.clone() }, vec![kv])?;
     split[r - 2] = Dim::Const(hq / hkv);
-    let e = imp.build(Op::Expand { shape: split }, vec![s])?;
+    let e = imp.push(Op::Expand { shape: split }, vec![s])?;
     let mut merged = t.shape.clone();
     merged[r - 3] = Dim::Const(hq);
-    imp.build(Op::Reshape { shape: merged }, vec![e])
+    imp.push(Op::Reshape { shape: merged }, vec![e])
 }
 
 /// `aten::avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0,

@@ -10,7 +10,7 @@ use crate::pt2::program::Node;
 use kiln_ir::{Dim, Op, PadMode, ValueId};
 
 fn permute(imp: &mut Importer, v: ValueId, perm: Vec<usize>) -> R<ValueId> {
-    imp.build(Op::Permute { perm }, vec![v])
+    imp.push(Op::Permute { perm }, vec![v])
 }
 
 /// `aten::pixel_shuffle(Tensor self, int upscale_factor)`:
@@ -94,7 +94,7 @@ pub(super) fn im2col(imp: &mut Importer, n: &Node) -> R<()> {
     let image = checked("im2col's padded image", hp.checked_mul(wp))?;
     let (b, c) = (shape[0].clone(), shape[1].clone());
     let padded = if pad.iter().any(|&p| p > 0) {
-        imp.build(
+        imp.push(
             Op::Pad {
                 lo: vec![0, 0, pad[0], pad[1]],
                 hi: vec![0, 0, pad[0], pad[1]],
@@ -110,7 +110,7 @@ pub(super) fn im2col(imp: &mut Importer, n: &Node) -> R<()> {
     let flat = reshape(imp, padded, vec![b.clone(), c.clone(), Dim::Const(image)]);
     let positions = patch_positions("im2col", &k, &dil, &st, wp, (lh, lw))?;
     let idx = i64_const(imp, &[positions.len() as i64], &positions);
-    let cols = imp.build(Op::Gather { axis: 2 }, vec![flat, idx])?;
+    let cols = imp.push(Op::Gather { axis: 2 }, vec![flat, idx])?;
     let cols = reshape(imp, cols, vec![b, Dim::mul(c, Dim::Const(k[0] * k[1])), Dim::Const(lh * lw)]);
     bind_as_output(imp, n, cols)
 }
@@ -137,7 +137,7 @@ pub(super) fn unfold(imp: &mut Importer, n: &Node) -> R<()> {
     table_len("unfold's window positions", &[frames, size])?;
     let idx: Vec<i64> = (0..frames).flat_map(|f| (0..size).map(move |j| f * step + j)).collect();
     let idx = i64_const(imp, &[frames, size], &idx);
-    let v = imp.build(Op::Gather { axis }, vec![x, idx])?;
+    let v = imp.push(Op::Gather { axis }, vec![x, idx])?;
     // [.., frames, size, rest..] -> [.., frames, rest.., size]
     let mut perm: Vec<usize> = (0..=rank).filter(|&d| d != axis + 1).collect();
     perm.push(axis + 1);

@@ -14,7 +14,7 @@ use kiln_ir::{BinaryOp as B, DType, Op, RandomDist, TensorType, ValueId};
 fn draw(imp: &mut Importer, dist: RandomDist, ty: TensorType) -> ValueId {
     let stream = imp.random_stream();
     let op = Op::Random { dist, dtype: ty.dtype, shape: ty.shape.clone(), stream };
-    imp.push(op, Vec::new(), ty)
+    imp.push_typed(op, Vec::new(), ty)
 }
 
 /// Draws for output 0 of `n` in its declared type.
@@ -85,7 +85,7 @@ fn normal(imp: &mut Importer, n: &Node, overload: &str) -> R<()> {
     };
     let mean = operand(imp, "mean", 0.0)?;
     let std = operand(imp, "std", 1.0)?;
-    let scaled = imp.build(Op::Binary(B::Mul), vec![z, std])?;
+    let scaled = imp.push(Op::Binary(B::Mul), vec![z, std])?;
     imp.emit(n, Op::Binary(B::Add), vec![scaled, mean])?;
     Ok(())
 }
@@ -139,7 +139,7 @@ pub(super) fn bernoulli(imp: &mut Importer, n: &Node, overload: &str) -> R<()> {
         let p = imp.tensor(n, "self")?;
         imp.cast(p, dtype)
     };
-    let hit = imp.build(Op::Binary(B::Lt), vec![u, p])?;
+    let hit = imp.push(Op::Binary(B::Lt), vec![u, p])?;
     imp.emit(n, Op::Cast { to: out.dtype }, vec![hit])?;
     Ok(())
 }
@@ -156,11 +156,11 @@ fn train_dropout(imp: &mut Importer, x: ValueId, p: f64) -> R<(ValueId, ValueId)
     }
     let u = uniform_like(imp, &ty);
     let keep_p = imp.scalar_const(Scalar::Float(1.0 - p), imp.ty(u).dtype);
-    let keep = imp.build(Op::Binary(B::Lt), vec![u, keep_p])?;
+    let keep = imp.push(Op::Binary(B::Lt), vec![u, keep_p])?;
     // p = 1 drops everything; torch gives zeros there, not NaN from 0 * inf.
     let scale = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
     let mask = imp.cast(keep, ty.dtype);
-    let kept = imp.build(Op::Binary(B::Mul), vec![x, mask])?;
+    let kept = imp.push(Op::Binary(B::Mul), vec![x, mask])?;
     let y = imp.with_scalar(B::Mul, kept, scale)?;
     Ok((y, keep))
 }
@@ -193,7 +193,7 @@ pub(super) fn native_dropout(imp: &mut Importer, n: &Node) -> R<()> {
         train_dropout(imp, x, p)?
     } else {
         let ty = imp.ty(x).clone();
-        let all = imp.push(
+        let all = imp.push_typed(
             Op::Full { value: 1.0, dtype: DType::Bool, shape: ty.shape.clone() },
             vec![],
             TensorType::new(DType::Bool, ty.shape),

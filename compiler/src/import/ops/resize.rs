@@ -112,7 +112,7 @@ fn resized_dims(imp: &mut Importer, n: &Node, name: &str, x: ValueId) -> R<Vec<R
 
 fn gather(imp: &mut Importer, v: ValueId, axis: usize, index: &[i64]) -> R<ValueId> {
     let idx = i64_const(imp, &[index.len() as i64], index);
-    imp.build(Op::Gather { axis }, vec![v, idx])
+    imp.push(Op::Gather { axis }, vec![v, idx])
 }
 
 /// `aten::_upsample_nearest_exact{1,2,3}d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors)`
@@ -198,10 +198,10 @@ fn weight_const(imp: &mut Importer, weights: &[f64], stored: DType, dtype: DType
 fn weighted_sum(imp: &mut Importer, terms: Vec<(ValueId, ValueId)>) -> R<ValueId> {
     let mut acc: Option<ValueId> = None;
     for (v, w) in terms {
-        let p = imp.build(Op::Binary(B::Mul), vec![v, w])?;
+        let p = imp.push(Op::Binary(B::Mul), vec![v, w])?;
         acc = Some(match acc {
             None => p,
-            Some(a) => imp.build(Op::Binary(B::Add), vec![a, p])?,
+            Some(a) => imp.push(Op::Binary(B::Add), vec![a, p])?,
         });
     }
     match acc {
@@ -232,7 +232,7 @@ pub(super) fn bicubic(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         return invalid(format!("{name}: expected two resized dims"));
     };
     if out.numel().as_const() == Some(0) || dy.input == 0 || dx.input == 0 {
-        let v = imp.push(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
+        let v = imp.push_typed(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
         return imp.bind(n, 0, v);
     }
     if stored == DType::U8 {
@@ -260,8 +260,11 @@ pub(super) fn bicubic(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     }
     let v = weighted_sum(imp, rows)?;
     let v = imp.cast(v, out.dtype);
-    let v =
-        if imp.ty(v).shape == out.shape { v } else { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) };
+    let v = if imp.ty(v).shape == out.shape {
+        v
+    } else {
+        imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out)
+    };
     imp.bind(n, 0, v)
 }
 
@@ -280,7 +283,7 @@ fn bicubic_u8(imp: &mut Importer, x: ValueId, dy: &ResizedDim, dx: &ResizedDim, 
         let half = if precision > 0 { 1i64 << (precision - 1) } else { 0 };
         let sum = imp.with_scalar(B::Add, sum, half as f64)?;
         let shifted = imp.with_scalar(B::FloorDiv, sum, (1i64 << precision) as f64)?;
-        imp.build(Op::Clamp { min: Some(0.0), max: Some(255.0) }, vec![shifted])
+        imp.push(Op::Clamp { min: Some(0.0), max: Some(255.0) }, vec![shifted])
     };
     let mut rows = Vec::with_capacity(4);
     for j in 0..4 {

@@ -196,7 +196,7 @@ pub(crate) fn slice_value(
     if (full || (start == 0 && end == i64::MAX && step == 1)) && imp.ty(x).shape == ty.shape {
         return x;
     }
-    imp.push(Op::Slice { axis, start, end, step }, vec![x], ty)
+    imp.push_typed(Op::Slice { axis, start, end, step }, vec![x], ty)
 }
 
 /// A static (possibly omitted) slice bound.
@@ -234,7 +234,7 @@ pub(super) fn slice(imp: &mut Importer, n: &Node) -> R<()> {
             }
             record_view(imp, n, ViewStep::Slice { axis, start, end: None, step });
             let len = dim_at(&out, axis, "slice's output")?;
-            let idx = imp.push(
+            let idx = imp.push_typed(
                 Op::Arange { start: start as f64, step: step as f64, len: len.clone(), dtype: DType::I64 },
                 Vec::new(),
                 TensorType::new(DType::I64, vec![len]),
@@ -269,7 +269,7 @@ pub(super) fn select(imp: &mut Importer, n: &Node) -> R<()> {
     record_view(imp, n, ViewStep::Select { axis, index });
     // A negative index is left on a dynamic dimension: `-1` ends at the end.
     let end = if index == -1 { i64::MAX } else { index.saturating_add(1) };
-    let s = imp.push(Op::Slice { axis, start: index, end, step: 1 }, vec![x], sliced);
+    let s = imp.push_typed(Op::Slice { axis, start: index, end, step: 1 }, vec![x], sliced);
     imp.emit(n, Op::Reshape { shape: out.shape.clone() }, vec![s])?;
     Ok(())
 }
@@ -353,11 +353,11 @@ pub(super) fn split(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             let mut shape = imp.ty(x).shape.clone();
             shape[axis] = len.clone();
             let piece_ty = TensorType::new(out.dtype, shape);
-            let piece = imp.push(Op::Slice { axis, start, end, step: 1 }, vec![x], piece_ty.clone());
+            let piece = imp.push_typed(Op::Slice { axis, start, end, step: 1 }, vec![x], piece_ty.clone());
             let v = if piece_ty.shape == out.shape {
                 piece
             } else {
-                imp.push(Op::Reshape { shape: out.shape.clone() }, vec![piece], out)
+                imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![piece], out)
             };
             imp.bind_name(out_name, v);
         }
@@ -402,13 +402,13 @@ pub(super) fn index_select(imp: &mut Importer, n: &Node) -> R<()> {
         // A 0-d tensor is indexed as if it were [1]; the result keeps the output's shape.
         let ty = imp.ty(x).clone();
         let one = TensorType::new(ty.dtype, vec![Dim::Const(1)]);
-        x = imp.push(Op::Reshape { shape: one.shape.clone() }, vec![x], one);
+        x = imp.push_typed(Op::Reshape { shape: one.shape.clone() }, vec![x], one);
         let out = imp.out_ty(n, 0)?;
-        let gathered = imp.build(Op::Gather { axis: 0 }, vec![x, idx])?;
+        let gathered = imp.push(Op::Gather { axis: 0 }, vec![x, idx])?;
         let v = if imp.ty(gathered).shape == out.shape {
             gathered
         } else {
-            imp.push(Op::Reshape { shape: out.shape.clone() }, vec![gathered], out)
+            imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![gathered], out)
         };
         return imp.bind(n, 0, v);
     }
@@ -470,8 +470,8 @@ pub(super) fn repeat(imp: &mut Importer, n: &Node) -> R<()> {
         ones.extend([Dim::Const(1), d.clone()]);
         wide.extend([Dim::Const(r), d.clone()]);
     }
-    let a = imp.push(Op::Reshape { shape: ones.clone() }, vec![x], TensorType::new(ty.dtype, ones));
-    let b = imp.push(Op::Expand { shape: wide.clone() }, vec![a], TensorType::new(ty.dtype, wide));
+    let a = imp.push_typed(Op::Reshape { shape: ones.clone() }, vec![x], TensorType::new(ty.dtype, ones));
+    let b = imp.push_typed(Op::Expand { shape: wide.clone() }, vec![a], TensorType::new(ty.dtype, wide));
     imp.emit(n, Op::Reshape { shape: out.shape.clone() }, vec![b])?;
     Ok(())
 }

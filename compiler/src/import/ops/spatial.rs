@@ -33,7 +33,7 @@ fn emit_pad(imp: &mut Importer, n: &Node, x: ValueId, pad: &[i64], mode: PadMode
         let padded = if grow_lo.iter().chain(&grow_hi).all(|&p| p == 0) {
             x
         } else {
-            imp.build(Op::Pad { lo: grow_lo, hi: grow_hi, interior: vec![0; rank], mode, value }, vec![x])?
+            imp.push(Op::Pad { lo: grow_lo, hi: grow_hi, interior: vec![0; rank], mode, value }, vec![x])?
         };
         let cropped =
             Op::Pad { lo: crop(&lo), hi: crop(&hi), interior: vec![0; rank], mode: PadMode::Constant, value: 0.0 };
@@ -166,24 +166,24 @@ pub(super) fn tri(imp: &mut Importer, n: &Node, upper: bool) -> R<()> {
     }
     let k = imp.int(n, "diagonal", Some(0))?;
     let (rows, cols) = (ty.shape[r - 2].clone(), ty.shape[r - 1].clone());
-    let ri = imp.push(
+    let ri = imp.push_typed(
         Op::Arange { start: 0.0, step: 1.0, len: rows.clone(), dtype: DType::I64 },
         vec![],
         TensorType::new(DType::I64, vec![rows.clone()]),
     );
-    let ri = imp.push(
+    let ri = imp.push_typed(
         Op::Reshape { shape: vec![rows.clone(), Dim::Const(1)] },
         vec![ri],
         TensorType::new(DType::I64, vec![rows, Dim::Const(1)]),
     );
-    let ci = imp.push(
+    let ci = imp.push_typed(
         Op::Arange { start: 0.0, step: 1.0, len: cols.clone(), dtype: DType::I64 },
         vec![],
         TensorType::new(DType::I64, vec![cols]),
     );
-    let diff = imp.build(Op::Binary(B::Sub), vec![ci, ri])?;
+    let diff = imp.push(Op::Binary(B::Sub), vec![ci, ri])?;
     let mask = imp.with_scalar(if upper { B::Ge } else { B::Le }, diff, k as f64)?;
     let zero = imp.scalar_const(Scalar::Int(0), ty.dtype);
-    let v = imp.build(Op::Where, vec![mask, x, zero])?;
+    let v = imp.push(Op::Where, vec![mask, x, zero])?;
     imp.bind(n, 0, v)
 }

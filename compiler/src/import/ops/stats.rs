@@ -20,7 +20,7 @@ fn sort_outputs(imp: &mut Importer, n: &Node, x: ValueId, axis: usize, k: Dim, d
     for (i, indices) in [(0, false), (1, true)] {
         if imp.is_used(&names[i]) {
             let ty = imp.out_ty(n, i)?;
-            let v = imp.push(Op::Sort { axis, k: k.clone(), descending, indices }, vec![x], ty);
+            let v = imp.push_typed(Op::Sort { axis, k: k.clone(), descending, indices }, vec![x], ty);
             imp.bind(n, i, v)?;
         }
     }
@@ -67,9 +67,9 @@ fn topk_of_scalar(imp: &mut Importer, n: &Node, x: ValueId) -> R<()> {
         let ty = imp.out_ty(n, i)?;
         let v = match (i, ty.numel().as_const()) {
             (_, Some(0)) | (1, _) => {
-                imp.push(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty)
+                imp.push_typed(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty)
             }
-            _ => imp.push(Op::Reshape { shape: ty.shape.clone() }, vec![x], ty),
+            _ => imp.push_typed(Op::Reshape { shape: ty.shape.clone() }, vec![x], ty),
         };
         imp.bind(n, i, v)?;
     }
@@ -85,9 +85,9 @@ pub(super) fn argmin(imp: &mut Importer, n: &Node) -> R<()> {
     if imp.ty(x).rank() == 0 || dim.is_none() {
         let ty = imp.ty(x).clone();
         let flat = TensorType::new(ty.dtype, vec![ty.numel()]);
-        x = imp.push(Op::Reshape { shape: flat.shape.clone() }, vec![x], flat);
-        let v = imp.push(Op::ArgMin { axis: 0, keep_dims: false }, vec![x], TensorType::new(DType::I64, vec![]));
-        let v = imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+        x = imp.push_typed(Op::Reshape { shape: flat.shape.clone() }, vec![x], flat);
+        let v = imp.push_typed(Op::ArgMin { axis: 0, keep_dims: false }, vec![x], TensorType::new(DType::I64, vec![]));
+        let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
         return imp.bind(n, 0, v);
     }
     let axis = normalize_axis(dim.unwrap_or(0), imp.ty(x).rank())?;
@@ -108,7 +108,7 @@ pub(super) fn min_max_dim(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         imp.bind(n, 0, x)?;
         if imp.is_used(&names[1]) {
             let ty = imp.out_ty(n, 1)?;
-            let v = imp.push(Op::Full { value: 0.0, dtype: DType::I64, shape: ty.shape.clone() }, vec![], ty);
+            let v = imp.push_typed(Op::Full { value: 0.0, dtype: DType::I64, shape: ty.shape.clone() }, vec![], ty);
             imp.bind(n, 1, v)?;
         }
         return Ok(());
@@ -118,13 +118,13 @@ pub(super) fn min_max_dim(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     if imp.is_used(&names[0]) {
         let kind = if name == "max" { ReduceKind::Max } else { ReduceKind::Min };
         let ty = imp.out_ty(n, 0)?;
-        let v = imp.push(Op::Reduce { kind, axes: vec![axis], keep_dims }, vec![x], ty);
+        let v = imp.push_typed(Op::Reduce { kind, axes: vec![axis], keep_dims }, vec![x], ty);
         imp.bind(n, 0, v)?;
     }
     if imp.is_used(&names[1]) {
         let ty = imp.out_ty(n, 1)?;
         let op = if name == "max" { Op::ArgMax { axis, keep_dims } } else { Op::ArgMin { axis, keep_dims } };
-        let v = imp.push(op, vec![x], ty);
+        let v = imp.push_typed(op, vec![x], ty);
         imp.bind(n, 1, v)?;
     }
     Ok(())
@@ -168,7 +168,7 @@ pub(super) fn diff(imp: &mut Importer, n: &Node) -> R<()> {
         }
         parts.push(imp.cast(p, out.dtype));
     }
-    let mut v = if parts.len() == 1 { parts[0] } else { imp.build(Op::Concat { axis }, parts)? };
+    let mut v = if parts.len() == 1 { parts[0] } else { imp.push(Op::Concat { axis }, parts)? };
     for step in 0..order {
         let ty = imp.ty(v).clone();
         let len = ty.shape[axis].clone();
@@ -191,10 +191,10 @@ pub(super) fn diff(imp: &mut Importer, n: &Node) -> R<()> {
         shape[axis] = shorter;
         let piece = TensorType::new(ty.dtype, shape);
         // `end: -1` counts from the end, for a static or a dynamic length alike.
-        let hi = imp.push(Op::Slice { axis, start: 1, end: i64::MAX, step: 1 }, vec![v], piece.clone());
-        let lo = imp.push(Op::Slice { axis, start: 0, end: -1, step: 1 }, vec![v], piece.clone());
+        let hi = imp.push_typed(Op::Slice { axis, start: 1, end: i64::MAX, step: 1 }, vec![v], piece.clone());
+        let lo = imp.push_typed(Op::Slice { axis, start: 0, end: -1, step: 1 }, vec![v], piece.clone());
         let op = if ty.dtype == DType::Bool { B::Ne } else { B::Sub };
-        v = imp.push(Op::Binary(op), vec![hi, lo], piece);
+        v = imp.push_typed(Op::Binary(op), vec![hi, lo], piece);
     }
     let got = imp.ty(v).shape.clone();
     let same = got.len() == out.shape.len()
@@ -242,10 +242,10 @@ pub(super) fn var_std(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
     let v = if rank == 0 {
         imp.with_scalar(B::Mul, x64, 0.0)?
     } else {
-        let mean = imp.build(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![x64])?;
-        let d = imp.build(Op::Binary(B::Sub), vec![x64, mean])?;
-        let sq = imp.build(Op::Binary(B::Mul), vec![d, d])?;
-        imp.build(Op::Reduce { kind: ReduceKind::Sum, axes, keep_dims }, vec![sq])?
+        let mean = imp.push(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![x64])?;
+        let d = imp.push(Op::Binary(B::Sub), vec![x64, mean])?;
+        let sq = imp.push(Op::Binary(B::Mul), vec![d, d])?;
+        imp.push(Op::Reduce { kind: ReduceKind::Sum, axes, keep_dims }, vec![sq])?
     };
     // torch divides by max(N - correction, 0) (0 / 0 is NaN, x / 0 is inf).
     let v = match count.as_const() {
@@ -253,13 +253,16 @@ pub(super) fn var_std(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
         None => {
             let n = imp.dim_scalar(&count, DType::F64);
             let n = imp.with_scalar(B::Sub, n, correction)?;
-            let n = imp.build(Op::Clamp { min: Some(0.0), max: None }, vec![n])?;
-            imp.build(Op::Binary(B::Div), vec![v, n])?
+            let n = imp.push(Op::Clamp { min: Some(0.0), max: None }, vec![n])?;
+            imp.push(Op::Binary(B::Div), vec![v, n])?
         }
     };
-    let v = if name == "std" { imp.build(Op::Unary(U::Sqrt), vec![v])? } else { v };
+    let v = if name == "std" { imp.push(Op::Unary(U::Sqrt), vec![v])? } else { v };
     let v = imp.cast(v, out.dtype);
-    let v =
-        if imp.ty(v).shape != out.shape { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![v], out) } else { v };
+    let v = if imp.ty(v).shape != out.shape {
+        imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out)
+    } else {
+        v
+    };
     imp.bind(n, 0, v)
 }
