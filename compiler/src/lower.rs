@@ -7,7 +7,7 @@
 use kiln_ir::{self as ir, Dim, Graph, NodeId, Op, SymbolId, ValueDef, ValueId};
 use kiln_passes::{data_dtype, MemoryPlan, TargetDesc};
 use kiln_runtime::format::{
-    DimExpr, DimRef, Instr, InstrOp, IoDecl, Kernel, Plan, Storage, SymbolDecl, TensorDecl, WeightsBuilder,
+    DimExpr, DimRef, Instr, InstrOp, IoDecl, Kernel, Opcode, Plan, Storage, SymbolDecl, TensorDecl, WeightsBuilder,
 };
 use std::collections::HashMap;
 
@@ -436,7 +436,15 @@ impl Builder<'_> {
             let dtype = dtype.map_or(String::new(), |d| format!(" for {d}"));
             return Err(format!("the target's CPU kernels have no `{}`{dtype}", node.op.name()));
         }
-        instr_op_for(g, &node.op, &node.inputs, &mut self.dims)
+        let op = instr_op_for(g, &node.op, &node.inputs, &mut self.dims)?;
+        // The IR names its plan opcode in the instruction-set table; lowering
+        // must agree (a slice counted from a dynamic end is its variant).
+        let agrees = Some(op.opcode()) == node.op.plan_opcode()
+            || (op.opcode() == Opcode::SliceFromEnd && matches!(node.op, Op::Slice { .. }));
+        if !agrees {
+            return Err(format!("lowered to `{}`, not its table opcode (compiler bug)", op.opcode()));
+        }
+        Ok(op)
     }
 
     /// One scheduled node as one instruction, or a loop as its instructions.

@@ -7,7 +7,7 @@
 //! [`Op::operand_count`]).
 
 use crate::{DType, Dim};
-pub use kiln_isa::{BinaryOp, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp};
+pub use kiln_isa::{BinaryOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
@@ -323,34 +323,64 @@ impl Op {
         }
     }
 
-    /// Allowed operand counts, inclusive. Optional operands are trailing.
+    /// The plan opcode this op lowers to (`kiln_isa::opcode`, the one table of
+    /// the instruction set), or `None` for a loop, which lowers to several
+    /// instructions.
+    pub fn plan_opcode(&self) -> Option<Opcode> {
+        Some(match self {
+            Op::Unary(_) => Opcode::Unary,
+            Op::Binary(_) => Opcode::Binary,
+            Op::Where => Opcode::Where,
+            Op::Cast { .. } => Opcode::Cast,
+            Op::Clamp { .. } => Opcode::Clamp,
+            Op::MatMul => Opcode::MatMul,
+            Op::Linear => Opcode::Linear,
+            Op::Conv { .. } => Opcode::Conv,
+            Op::BatchNorm { .. } => Opcode::BatchNorm,
+            Op::LayerNorm { .. } => Opcode::LayerNorm,
+            Op::Softmax { .. } | Op::LogSoftmax { .. } => Opcode::Softmax,
+            Op::Reduce { .. } => Opcode::Reduce,
+            Op::ArgMax { .. } => Opcode::ArgMax,
+            Op::Pool { .. } => Opcode::Pool,
+            Op::AdaptiveAvgPool { .. } => Opcode::AdaptiveAvgPool,
+            Op::Attention { .. } => Opcode::Attention,
+            Op::Reshape { .. } => Opcode::Copy,
+            Op::Expand { .. } => Opcode::Expand,
+            Op::Permute { .. } => Opcode::Permute,
+            // `SliceFromEnd` when the start counts from a dynamic end: same counts.
+            Op::Slice { .. } => Opcode::Slice,
+            Op::Concat { .. } => Opcode::Concat,
+            Op::Gather { .. } => Opcode::Gather,
+            Op::Full { .. } => Opcode::Fill,
+            Op::Arange { .. } => Opcode::Arange,
+            Op::CumSum { .. } => Opcode::CumSum,
+            Op::ArgMin { .. } => Opcode::ArgMin,
+            Op::Sort { .. } => Opcode::Sort,
+            Op::Pad { .. } => Opcode::Pad,
+            Op::Flip { .. } => Opcode::Flip,
+            Op::Upsample { .. } => Opcode::Resize,
+            Op::GatherElements { .. } => Opcode::GatherElements,
+            Op::ScatterElements { .. } => Opcode::ScatterElements,
+            Op::IndexGather { .. } => Opcode::IndexGather,
+            Op::IndexPut { .. } => Opcode::IndexPut,
+            Op::Random { .. } => Opcode::Random,
+            Op::BindDim { .. } => Opcode::BindDim,
+            Op::NonZero { .. } => Opcode::NonZero,
+            Op::While { .. } => return None,
+        })
+    }
+
+    /// Allowed operand counts, inclusive (the plan opcode's, from the one
+    /// table). Optional operands are trailing.
     pub fn operand_count(&self) -> (usize, usize) {
-        match self {
-            Op::Unary(_) | Op::Cast { .. } | Op::Clamp { .. } => (1, 1),
-            Op::Binary(_) | Op::MatMul => (2, 2),
-            Op::Where => (3, 3),
-            Op::Linear | Op::Conv { .. } => (2, 3),
-            Op::BatchNorm { .. } => (5, 5),
-            Op::LayerNorm { .. } => (1, 3),
-            Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::Reduce { .. } | Op::ArgMax { .. } => (1, 1),
-            Op::Pool { .. } | Op::AdaptiveAvgPool { .. } => (1, 1),
-            Op::Attention { .. } => (3, 4),
-            Op::Reshape { .. } | Op::Expand { .. } | Op::Permute { .. } | Op::Slice { .. } => (1, 1),
-            Op::Concat { .. } => (1, usize::MAX),
-            Op::Gather { .. } => (2, 2),
-            Op::Full { .. } | Op::Arange { .. } | Op::Random { .. } => (0, 0),
-            Op::CumSum { .. }
-            | Op::ArgMin { .. }
-            | Op::Sort { .. }
-            | Op::Pad { .. }
-            | Op::Flip { .. }
-            | Op::Upsample { .. } => (1, 1),
-            Op::GatherElements { .. } => (2, 2),
-            Op::ScatterElements { .. } => (3, 3),
-            Op::IndexGather { .. } => (2, usize::MAX),
-            Op::IndexPut { .. } => (3, usize::MAX),
-            Op::BindDim { .. } | Op::NonZero { .. } => (1, 1),
-            Op::While { carried, .. } => (*carried, usize::MAX),
+        let many = |n: u32| if n == kiln_isa::opcode::MANY { usize::MAX } else { n as usize };
+        match (self, self.plan_opcode()) {
+            (Op::While { carried, .. }, _) => (*carried, usize::MAX),
+            (_, Some(code)) => {
+                let (lo, hi) = code.operands();
+                (lo as usize, many(hi))
+            }
+            (_, None) => (0, usize::MAX),
         }
     }
 
