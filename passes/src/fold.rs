@@ -20,7 +20,7 @@ use crate::eval::eval;
 use crate::host::{static_shape, supported, HostTensor};
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::{Changed, Options, PassError};
-use kiln_ir::{Graph, NodeId, Op};
+use kiln_ir::{Graph, NodeId, Op, ValueId};
 
 const PASS: &str = "fold";
 
@@ -60,6 +60,17 @@ fn fold_node(g: &mut Graph, n: NodeId, opts: &Options) -> Rewrite {
     let out_ty = g.ty(out);
     let Some(out_shape) = static_shape(out_ty) else { return Rewrite::Keep };
     if !supported(out_ty.dtype) {
+        return Rewrite::Keep;
+    }
+    // The evaluator holds every operand as f64: bound what one fold may take
+    // (a hostile or huge weight would otherwise cost 8 bytes per element
+    // before any size check). Larger constants are left to the kernels.
+    let too_big = |v: &ValueId| {
+        static_shape(g.ty(*v)).is_none_or(|s| {
+            s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > opts.fold_max_operand_elements)
+        })
+    };
+    if node.inputs.iter().any(too_big) {
         return Rewrite::Keep;
     }
     let Some(operands) = node.inputs.iter().map(|&v| HostTensor::from_const(g, v)).collect::<Option<Vec<_>>>() else {

@@ -18,6 +18,9 @@ pub struct Options {
     /// Constant folding always evaluates a node whose result is no larger than its
     /// largest operand; beyond that, only results of at most this many elements.
     pub fold_max_elements: usize,
+    /// Constant folding leaves a node alone when an operand has more than
+    /// this many elements (the evaluator holds them as f64s): 2^27, 1 GiB.
+    pub fold_max_operand_elements: usize,
 }
 
 impl Options {
@@ -27,7 +30,7 @@ impl Options {
 
     /// Options for a target description of the caller's own.
     pub fn for_desc(target: TargetDesc) -> Options {
-        Options { target, verify_each: false, fold_max_elements: 1 << 16 }
+        Options { target, verify_each: false, fold_max_elements: 1 << 16, fold_max_operand_elements: 1 << 27 }
     }
 }
 

@@ -92,6 +92,26 @@ fn large_growing_results_are_not_folded() {
 }
 
 #[test]
+fn constants_above_the_operand_limit_are_left_to_the_kernels() {
+    // The evaluator holds operands as f64s: a weight beyond the limit is not
+    // expanded at compile time (a 1 GiB weight would take 8 GiB otherwise).
+    let transpose = || {
+        let mut g = Graph::new();
+        let w = const_f32(&mut g, &[64, 32], &data(64 * 32, 1));
+        let t = push(&mut g, Op::Permute { perm: vec![1, 0] }, vec![w], &[32, 64]);
+        g.add_output("t", t);
+        g
+    };
+    let limited = Options { fold_max_operand_elements: 64 * 32 - 1, ..opts(Target::Cpu) };
+    let mut g = transpose();
+    assert_eq!(fold_constants(&mut g, &limited).unwrap(), Changed::No);
+    assert_eq!(ops(&g), ["permute"]);
+    let at_limit = Options { fold_max_operand_elements: 64 * 32, ..opts(Target::Cpu) };
+    let mut g = transpose();
+    assert_eq!(fold_constants(&mut g, &at_limit).unwrap(), Changed::Yes);
+}
+
+#[test]
 fn erf_is_left_alone_and_inputs_block_folding() {
     let mut g = Graph::new();
     let c = const_f32(&mut g, &[2], &[0.5, 1.0]);
