@@ -123,23 +123,24 @@ fn value_index_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<[NodeId; 2]> {
             Op::Sort { axis, k, descending, indices },
             Op::Sort { axis: axis_b, k: k_b, descending: descending_b, indices: indices_b },
         ) if (axis, k, descending) == (axis_b, k_b, descending_b) && indices != indices_b => !indices,
-        (Op::Pool { kind: ka, .. }, Op::Pool { kind: kb, .. }) => {
-            let as_max = |op: &Op| match op {
-                Op::Pool { kind: ir::PoolKind::ArgMax, .. } => {
-                    let mut op = op.clone();
-                    if let Op::Pool { kind, .. } = &mut op {
-                        *kind = ir::PoolKind::Max;
-                    }
-                    op
-                }
-                other => other.clone(),
-            };
+        (
+            Op::Pool { kind: ka, kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor },
+            Op::Pool {
+                kind: kb,
+                kernel: kernel_b,
+                stride: stride_b,
+                padding: padding_b,
+                dilation: dilation_b,
+                ceil_mode: ceil_mode_b,
+                count_include_pad: count_include_pad_b,
+                divisor: divisor_b,
+            },
+        ) if (kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor)
+            == (kernel_b, stride_b, padding_b, dilation_b, ceil_mode_b, count_include_pad_b, divisor_b) =>
+        {
             match (ka, kb) {
-                (ir::PoolKind::Max, ir::PoolKind::ArgMax) | (ir::PoolKind::ArgMax, ir::PoolKind::Max)
-                    if as_max(&na.op) == as_max(&nb.op) =>
-                {
-                    *ka == ir::PoolKind::Max
-                }
+                (ir::PoolKind::Max, ir::PoolKind::ArgMax) => true,
+                (ir::PoolKind::ArgMax, ir::PoolKind::Max) => false,
                 _ => return None,
             }
         }

@@ -58,16 +58,26 @@ pub fn scalar_const(g: &mut Graph, dtype: DType, value: f64) -> ValueId {
 
 /// The little-endian bytes of one `dtype` element holding `value`.
 pub fn scalar_bytes(dtype: DType, value: f64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(dtype.size_bytes());
+    // `as i64` saturates, truncates toward zero and maps NaN to 0.
+    write_scalar(dtype, value, value as i64, &mut out);
+    out
+}
+
+/// Appends one `dtype` element: `float` for the float types and bool
+/// (`!= 0`), `int` — the exact integer, which an f64 cannot hold beyond
+/// 2^53 — for the integer types, wrapped to their width like torch's casts.
+pub fn write_scalar(dtype: DType, float: f64, int: i64, out: &mut Vec<u8>) {
     match dtype {
-        DType::F32 => (value as f32).to_le_bytes().to_vec(),
-        DType::F64 => value.to_le_bytes().to_vec(),
-        DType::F16 => half::f16::from_f64(value).to_le_bytes().to_vec(),
-        DType::BF16 => half::bf16::from_f64(value).to_le_bytes().to_vec(),
-        DType::I8 => (value as i64 as i8).to_le_bytes().to_vec(),
-        DType::U8 => (value as i64 as u8).to_le_bytes().to_vec(),
-        DType::I16 => (value as i64 as i16).to_le_bytes().to_vec(),
-        DType::I32 => (value as i64 as i32).to_le_bytes().to_vec(),
-        DType::I64 => (value as i64).to_le_bytes().to_vec(),
-        DType::Bool => vec![u8::from(value != 0.0)],
+        DType::F32 => out.extend_from_slice(&(float as f32).to_le_bytes()),
+        DType::F64 => out.extend_from_slice(&float.to_le_bytes()),
+        DType::F16 => out.extend_from_slice(&half::f16::from_f64(float).to_le_bytes()),
+        DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(float).to_le_bytes()),
+        DType::I8 => out.push(int as i8 as u8),
+        DType::U8 => out.push(int as u8),
+        DType::I16 => out.extend_from_slice(&(int as i16).to_le_bytes()),
+        DType::I32 => out.extend_from_slice(&(int as i32).to_le_bytes()),
+        DType::I64 => out.extend_from_slice(&int.to_le_bytes()),
+        DType::Bool => out.push(u8::from(float != 0.0)),
     }
 }

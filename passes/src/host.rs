@@ -103,18 +103,7 @@ fn decode(dtype: DType, b: &[u8]) -> f64 {
 
 fn encode(dtype: DType, x: f64, out: &mut Vec<u8>) {
     // `as i64` saturates and maps NaN to 0; the narrower casts then wrap like torch.
-    let i = x as i64;
-    match dtype {
-        DType::F32 => out.extend_from_slice(&(x as f32).to_le_bytes()),
-        DType::F64 => out.extend_from_slice(&x.to_le_bytes()),
-        DType::I64 => out.extend_from_slice(&i.to_le_bytes()),
-        DType::I32 => out.extend_from_slice(&(i as i32).to_le_bytes()),
-        DType::I16 => out.extend_from_slice(&(i as i16).to_le_bytes()),
-        DType::I8 => out.push(i as i8 as u8),
-        DType::U8 => out.push(i as u8),
-        DType::Bool => out.push((x != 0.0) as u8),
-        DType::F16 | DType::BF16 => out.extend_from_slice(&[0, 0]),
-    }
+    kiln_ir::builder::write_scalar(dtype, x, x as i64, out)
 }
 
 /// A rank-0 constant of `dtype` holding `value` (the shared IR builder's,

@@ -56,7 +56,9 @@ pub struct Session {
     evaluated: bool,
     /// Which symbols the current call has bound so far (reused across calls).
     bound: Vec<bool>,
-    /// The kernels' context: scratch memory, the run's random position.
+    /// The kernels' context: scratch memory, and the generator's seed with the
+    /// number of runs since it was set — together the position of this run's
+    /// random numbers (see `kiln_kernels::random`).
     cx: Context,
     /// Per-instruction operand/output/result lists, reused (empty between calls).
     operand_buf: Vec<TensorRef<'static>>,
@@ -64,12 +66,15 @@ pub struct Session {
     result_buf: Vec<&'static mut [u8]>,
     /// Time spent in each instruction since profiling was enabled.
     profile: Option<Vec<std::time::Duration>>,
-    /// Runs `Kernel::Accel` instructions; present iff the device is not the CPU.
+    /// Runs `Delegate` instructions; present iff the device is not the CPU.
     accel: AccelDelegate,
-    /// Generator seed and the number of runs since it was set: together the
-    /// position of this run's random numbers (see `kiln_kernels::random`).
-    seed: u64,
-    calls: u64,
+}
+
+/// A kernel context at the start of `seed`'s random sequence.
+fn seeded_context(seed: u64) -> Context {
+    let mut cx = Context::new();
+    cx.seed = seed;
+    cx
 }
 
 #[cfg(feature = "pjrt")]
@@ -139,7 +144,7 @@ impl Session {
             evaluated_for: vec![0; plan.symbols.len()],
             evaluated: false,
             bound: vec![false; plan.symbols.len()],
-            cx: Context::new(),
+            cx: seeded_context(options.seed),
             operand_buf: Vec::new(),
             output_buf: Vec::new(),
             result_buf: Vec::new(),
@@ -147,8 +152,6 @@ impl Session {
             accel,
             arena: None,
             program,
-            seed: options.seed,
-            calls: 0,
         })
     }
 
@@ -159,8 +162,8 @@ impl Session {
     /// Restarts the random-number sequence from `seed`: the next runs draw
     /// exactly what a new session with [`SessionOptions::seed`] = `seed` would.
     pub fn set_seed(&mut self, seed: u64) {
-        self.seed = seed;
-        self.calls = 0;
+        self.cx.seed = seed;
+        self.cx.call = 0;
     }
 
     /// The accelerator delegate's plugin, device and compile/cache counts;
@@ -202,12 +205,10 @@ impl Session {
         self.bind(inputs)?;
         self.allocate_arena()?;
         self.copy_inputs(inputs);
-        self.cx.seed = self.seed;
-        self.cx.call = self.calls;
         let executed = self.execute_all();
         // A failed run still advances the sequence: a retry draws new numbers
         // rather than silently repeating a partial run's.
-        self.calls = self.calls.wrapping_add(1);
+        self.cx.call = self.cx.call.wrapping_add(1);
         executed?;
         Ok(Outputs { session: self })
     }

@@ -1018,18 +1018,9 @@ pub(crate) fn scalar_bytes(value: Scalar, dtype: DType) -> Vec<u8> {
         // Saturating, truncating toward zero like a C cast; NaN becomes 0.
         Scalar::Float(x) => x as i64,
     };
-    match dtype {
-        DType::F32 => (f as f32).to_le_bytes().to_vec(),
-        DType::F64 => f.to_le_bytes().to_vec(),
-        DType::F16 => half::f16::from_f64(f).to_le_bytes().to_vec(),
-        DType::BF16 => half::bf16::from_f64(f).to_le_bytes().to_vec(),
-        DType::I8 => (i as i8).to_le_bytes().to_vec(),
-        DType::U8 => (i as u8).to_le_bytes().to_vec(),
-        DType::I16 => (i as i16).to_le_bytes().to_vec(),
-        DType::I32 => (i as i32).to_le_bytes().to_vec(),
-        DType::I64 => i.to_le_bytes().to_vec(),
-        DType::Bool => vec![(f != 0.0) as u8],
-    }
+    let mut out = Vec::with_capacity(dtype.size_bytes());
+    kiln_ir::builder::write_scalar(dtype, f, i, &mut out);
+    out
 }
 
 /// Tensor names an argument reads.
