@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
-"""Latency of the fixture models: kiln's CPU runtime vs PyTorch eager vs ONNX
-Runtime, in one run, single-threaded, same inputs.
+"""Latency of kiln's CPU runtime vs PyTorch eager vs ONNX Runtime, in one run,
+on the same models and inputs, at each thread count asked for; prints the
+ratio table (kiln / ONNX Runtime: below 1 means kiln is faster).
 
     cargo build --release -p kiln-compiler
-    /path/to/venv/bin/python benches/compare.py [--runs 200] [--models mlp cnn transformer]
+    /path/to/venv/bin/python benches/compare.py [--runs 200] [--threads 1 2] [--models mlp cnn transformer]
+    /path/to/venv/bin/python benches/real_models.py            # the real-size models, once
+    /path/to/venv/bin/python benches/compare.py --real [--models mlp resnet18 mobilenet_v2 bert llama]
 
-Needs torch (and optionally onnxruntime + onnx + onnxscript) in the Python
-environment; never run in CI. Prints a Markdown table; results with the command
-that produced them are recorded in benches/RESULTS.md.
+Without --real the models are the committed fixtures (tests/fixtures/<model>);
+with it, the real-size programs that benches/real_models.py writes under
+target/bench-models. Needs torch (and optionally onnxruntime + onnx +
+onnxscript) in the Python environment; never run in CI. Prints Markdown;
+results with the command that produced them go to benches/RESULTS.md.
+The three runtimes are measured interleaved per model and thread count, so
+load from other jobs on the machine hits them alike; the ratios matter more
+than the times.
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -24,6 +33,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
+REAL = ROOT / "target" / "bench-models"
 KILN = ROOT / "target" / "release" / "kiln"
 
 
@@ -36,7 +46,8 @@ def inputs_of(d: Path):
 
 
 def median_ms(fn, runs):
-    fn()  # warm-up
+    for _ in range(min(10, runs)):  # warm-up
+        fn()
     times = []
     for _ in range(runs):
         t = time.perf_counter()
@@ -45,67 +56,96 @@ def median_ms(fn, runs):
     return statistics.median(times)
 
 
-def bench_torch(pt2: Path, xs, runs):
+def torch_runner(pt2: Path, xs):
     module = torch.export.load(str(pt2)).module()
     ts = [torch.from_numpy(x) for x in xs]
-    with torch.no_grad():
-        return median_ms(lambda: module(*ts), runs)
+
+    def run():
+        with torch.no_grad():
+            module(*ts)
+
+    return run
 
 
-def bench_ort(pt2: Path, xs, runs):
+def onnx_export(pt2: Path, xs, path):
     try:
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401
     except ImportError:
-        return None
+        return False
     module = torch.export.load(str(pt2)).module()
     ts = tuple(torch.from_numpy(x) for x in xs)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "m.onnx")
-        try:
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # keep the table clean
             torch.onnx.export(module, ts, path, dynamo=True)
-        except Exception as e:  # export coverage differs per model
-            print(f"  onnx export failed for {pt2}: {type(e).__name__}: {e}"[:200], file=sys.stderr)
-            return None
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        feed = {i.name: x for i, x in zip(sess.get_inputs(), xs)}
-        return median_ms(lambda: sess.run(None, feed), runs)
+    except Exception as e:  # export coverage differs per model
+        print(f"  onnx export failed for {pt2}: {type(e).__name__}: {e}"[:200], file=sys.stderr)
+        return False
+    return True
 
 
-def bench_kiln(pt2: Path, d: Path, runs):
-    with tempfile.TemporaryDirectory() as tmp:
-        art = os.path.join(tmp, "m.kiln")
-        subprocess.run([str(KILN), "compile", str(pt2), "-o", art], check=True, capture_output=True)
-        args = [str(KILN), "run", art, "--json", "--repeat", str(runs)]
-        for i in range(len(inputs_of(d))):
-            args += ["--input", f"{i}={d / f'input_{i}.npy'}"]
-        out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-        return json.loads(out)["latency"]["median_ms"]
+def ort_runner(path, xs, threads):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    feed = {i.name: x for i, x in zip(sess.get_inputs(), xs)}
+    return lambda: sess.run(None, feed)
+
+
+def kiln_has_threads_flag():
+    out = subprocess.run([str(KILN), "run", "--help"], capture_output=True, text=True).stdout
+    return "--threads" in out
+
+
+def bench_kiln(art, d: Path, n_inputs, runs, threads):
+    args = [str(KILN), "run", art, "--json", "--repeat", str(runs)]
+    if kiln_has_threads_flag():
+        args += ["--threads", str(threads)]
+    elif threads != 1:
+        return None  # this kiln runs one thread only
+    for i in range(n_inputs):
+        args += ["--input", f"{i}={d / f'input_{i}.npy'}"]
+    env = dict(os.environ, KILN_NUM_THREADS=str(threads))
+    out = subprocess.run(args, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out)["latency"]["median_ms"]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--models", nargs="*", default=["mlp", "cnn", "transformer"])
+    ap.add_argument("--threads", type=int, nargs="*", default=[1])
+    ap.add_argument("--real", action="store_true", help="the real-size models of benches/real_models.py")
+    ap.add_argument("--models", nargs="*")
     ap.add_argument("--flavour", default="aten")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    root = REAL if args.real else FIXTURES
+    models = args.models or (["mlp", "resnet18", "mobilenet_v2", "bert", "llama"] if args.real
+                             else ["mlp", "cnn", "transformer"])
     if not KILN.exists():
         sys.exit(f"{KILN} missing: run `cargo build --release -p kiln-compiler` first")
-    print(f"torch {torch.__version__}, 1 thread, median of {args.runs} runs, {args.flavour}.pt2\n")
-    print("| model | kiln (ms) | PyTorch eager (ms) | ONNX Runtime (ms) |")
-    print("|---|---|---|---|")
-    for name in args.models:
-        d = FIXTURES / name
-        pt2 = d / f"{args.flavour}.pt2"
-        xs = inputs_of(d)
-        k = bench_kiln(pt2, d, args.runs)
-        t = bench_torch(pt2, xs, args.runs)
-        o = bench_ort(pt2, xs, args.runs)
-        fmt = lambda v: "n/a" if v is None else f"{v:.4f}"
-        print(f"| {name} | {fmt(k)} | {fmt(t)} | {fmt(o)} |")
+    print(f"torch {torch.__version__}, median of {args.runs} runs, {args.flavour}.pt2, {root.relative_to(ROOT)}\n")
+    print("| model | threads | kiln (ms) | PyTorch eager (ms) | ONNX Runtime (ms) | kiln / ORT |")
+    print("|---|---|---|---|---|---|")
+    fmt = lambda v: "n/a" if v is None else f"{v:.4f}"
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in models:
+            d = root / name
+            pt2 = d / f"{args.flavour}.pt2"
+            xs = inputs_of(d)
+            art = os.path.join(tmp, f"{name}.kiln")
+            subprocess.run([str(KILN), "compile", str(pt2), "-o", art], check=True, capture_output=True)
+            onnx = os.path.join(tmp, f"{name}.onnx")
+            has_onnx = onnx_export(pt2, xs, onnx)
+            run_torch = torch_runner(pt2, xs)
+            for threads in args.threads:
+                torch.set_num_threads(threads)
+                k = bench_kiln(art, d, len(xs), args.runs, threads)
+                t = median_ms(run_torch, args.runs)
+                o = median_ms(ort_runner(onnx, xs, threads), args.runs) if has_onnx else None
+                ratio = "n/a" if k is None or o is None else f"{k / o:.2f}"
+                print(f"| {name} | {threads} | {fmt(k)} | {fmt(t)} | {fmt(o)} | {ratio} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,29 @@ fn dispatched_names() -> BTreeSet<String> {
             }
         }
     }
+    names.extend(composite_names());
+    names
+}
+
+/// The op names of `composite.rs`'s dispatch arms, `("a" | "b", _)` or
+/// `("a", "overload")`: what training IR keeps and Core ATen decomposes.
+fn composite_names() -> BTreeSet<String> {
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/import/ops/composite.rs"))
+        .expect("read ops/composite.rs");
+    let body = src.split("fn dispatch(").nth(1).expect("dispatch");
+    let body = body.split("\n}\n").next().unwrap_or(body);
+    let mut names = BTreeSet::new();
+    for line in body.lines() {
+        let Some(arm) = line.trim_start().strip_prefix("(\"") else { continue };
+        let pattern = arm.split(") =>").next().unwrap_or("");
+        let (ops, overload) = pattern.rsplit_once(", ").unwrap_or((pattern, "_"));
+        let overload = overload.trim_matches('"');
+        for (i, part) in format!("\"{ops}").split('"').enumerate() {
+            if i % 2 == 1 {
+                names.insert(if overload == "_" { part.to_string() } else { format!("{part}.{overload}") });
+            }
+        }
+    }
     names
 }
 

@@ -94,6 +94,15 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["embedding_renorm"], dtypes: DT_FLOAT, note: "`max_norm` of F.embedding/F.embedding_bag: the renormed weight is what later reads see (the training IR's in-place form through `detach`/`alias` of the weight too)" },
     OpSupport { names: &["avg_pool3d", "max_pool3d", "max_pool3d_with_indices", "adaptive_avg_pool3d", "_adaptive_avg_pool3d"], dtypes: DT_FLOAT, note: "max_pool3d indices are computed on the CPU under --target pjrt" },
     OpSupport { names: &["rand", "rand_like", "randn", "randn_like", "uniform", "normal", "normal_functional", "bernoulli", "randint", "randint_like", "randperm"], dtypes: DT_NUMERIC, note: "seeded counter-based generator (Philox4x32) per session: torch's distributions, not its values (distribution-tested); floats only except randint/randperm" },
+    // What training IR keeps and Core ATen decomposes (import/ops/composite.rs).
+    OpSupport { names: &["true_divide", "max.other", "min.other", "mv", "broadcast_to", "positive", "ravel", "fliplr", "flipud", "tile"], dtypes: DT_ALL, note: "aliases of div, maximum, minimum, matmul, expand, alias, reshape, flip, repeat" },
+    OpSupport { names: &["var_mean", "std_mean"], dtypes: DT_FLOAT, note: "computed in f64, as var/std" },
+    OpSupport { names: &["fmax", "fmin", "exp2", "frac", "deg2rad", "rad2deg", "sinc", "log_sigmoid", "selu", "celu", "logit", "softshrink", "hardshrink", "threshold", "copysign", "hypot", "logaddexp", "logaddexp2", "xlogy", "heaviside", "float_power", "addcmul", "addcdiv", "lerp", "prelu", "glu"], dtypes: DT_NUMERIC, note: "decomposed at import as torch's references define them (f16/bf16 in f32, float_power in f64); integer inputs promoted as torch does" },
+    OpSupport { names: &["signbit", "nan_to_num", "isfinite", "isclose"], dtypes: DT_ALL, note: "signbit reads a NaN's sign bit as clear (-0.0 is seen)" },
+    OpSupport { names: &["logsumexp", "linalg_vector_norm", "dist", "aminmax", "count_nonzero", "all", "nansum", "trace"], dtypes: DT_ALL, note: "norms: any order (0, 1, 2, ±inf, general p); logsumexp shifted by the maximum" },
+    OpSupport { names: &["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits", "nll_loss_nd", "nll_loss", "cross_entropy_loss", "cosine_similarity", "pairwise_distance", "instance_norm"], dtypes: DT_FLOAT, note: "reductions none/mean/sum; nll/cross_entropy: weights and ignore_index, label smoothing with class probabilities only" },
+    OpSupport { names: &["stack", "hstack", "vstack", "dstack", "column_stack", "roll", "rot90", "broadcast_tensors", "channel_shuffle", "repeat_interleave.self_int", "linalg_cross", "block_diag", "diag", "diag_embed", "kron"], dtypes: DT_ALL, note: "rolled, halved, shuffled and diagonal axes need static sizes; diag_embed: the new axes last" },
+    OpSupport { names: &["dot", "inner", "outer", "addmv", "baddbmm", "tensordot"], dtypes: DT_NUMERIC, note: "as matmul (f16/bf16 in f32, integers in f64)" },
 ];
 
 /// Core ATen overloads of torch 2.15 (`torch.Tag.core`).

@@ -5,6 +5,7 @@
 
 mod activation;
 mod batch_norm;
+mod composite;
 mod conv_transpose_slow;
 mod data_dependent;
 mod einsum;
@@ -295,7 +296,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "nonzero_static" => data_dependent::nonzero_static(imp, n),
         "nonzero_numpy" => data_dependent::nonzero_numpy(imp, n),
         "_local_scalar_dense" | "item" => data_dependent::local_scalar_dense(imp, n),
-        _ => Err(super::importer::Fail::Unsupported(None)),
+        _ => composite::dispatch(imp, n, name, overload),
     }
 }
 

@@ -168,7 +168,9 @@ fn train_dropout(imp: &mut Importer, x: ValueId, p: f64) -> R<(ValueId, ValueId)
 /// `dropout(Tensor input, float p, bool train)` (and the feature/alpha
 /// variants, whose training mode is not element-wise and stays unsupported).
 pub(super) fn dropout(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
-    let x = imp.tensor(n, "input")?;
+    // The in-place forms (`dropout_`, EfficientNet's) name their operand `self`.
+    let key = if imp.arg(n, "input").is_some() { "input" } else { "self" };
+    let x = imp.tensor(n, key)?;
     let p = imp.float(n, "p", None)?;
     if !imp.bool(n, "train", false)? || p == 0.0 {
         return imp.bind(n, 0, x);

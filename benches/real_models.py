@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""The five real-size models of the speed target (issue "Fast on the CPU"),
+built with random weights and exported for benches/compare.py.
+
+    /path/to/venv/bin/python benches/real_models.py [--out target/bench-models] [--models ...]
+
+Needs torch, torchvision and transformers; never run in CI (the exported
+programs are 10–50 MB each, so they are written under target/, not committed).
+For every model it writes <out>/<model>/ with
+
+    aten.pt2, training.pt2   the program after / before run_decompositions()
+    input_N.npy              the example inputs (fixed seeds)
+
+Sizes are the ones the issue measured: MLP 512-2048-2048-512 at batch 8,
+ResNet-18 and MobileNetV2 at 224², a BERT-style encoder (4 layers × 256, 4
+heads, seq 128) and a Llama-style decoder (4 layers × 512, 8 heads, 2 KV
+heads — GQA — seq 64).
+"""
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class HFOutputs(nn.Module):
+    """Hugging Face models return ModelOutput objects; export plain tensors."""
+
+    def __init__(self, model, fields):
+        super().__init__()
+        self.model, self.fields = model, fields
+
+    def forward(self, *args):
+        out = self.model(*args)
+        return tuple(out[f] for f in self.fields)
+
+
+def randn(*shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float32)
+
+
+def token_ids(b, t, seed, vocab):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (b, t), generator=g, dtype=torch.int64)
+
+
+def mlp():
+    model = nn.Sequential(
+        nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 512))
+    return model, (randn(8, 512, seed=1),)
+
+
+def resnet18():
+    import torchvision
+    return torchvision.models.resnet18(), (randn(1, 3, 224, 224, seed=2),)
+
+
+def mobilenet_v2():
+    import torchvision
+    return torchvision.models.mobilenet_v2(), (randn(1, 3, 224, 224, seed=3),)
+
+
+def bert():
+    import transformers
+    cfg = transformers.BertConfig(
+        vocab_size=1000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+        intermediate_size=1024, max_position_embeddings=128, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0)
+    model = HFOutputs(transformers.BertModel(cfg), ("last_hidden_state",))
+    return model, (token_ids(1, 128, seed=4, vocab=1000),)
+
+
+def llama():
+    import transformers
+    cfg = transformers.LlamaConfig(
+        vocab_size=1000, hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+        num_key_value_heads=2, intermediate_size=1376, max_position_embeddings=128,
+        use_cache=False, tie_word_embeddings=False)
+    model = HFOutputs(transformers.LlamaForCausalLM(cfg), ("logits",))
+    return model, (token_ids(1, 64, seed=5, vocab=1000),)
+
+
+MODELS = {"mlp": mlp, "resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert": bert, "llama": llama}
+
+
+def export(name, out: Path):
+    torch.manual_seed(0)
+    model, args = MODELS[name]()
+    model.eval()
+    d = out / name
+    d.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        ep = torch.export.export(model, args)
+        torch.export.save(ep, str(d / "training.pt2"))
+        torch.export.save(ep.run_decompositions(), str(d / "aten.pt2"))
+    for i, a in enumerate(args):
+        np.save(d / f"input_{i}.npy", a.numpy())
+    print(f"{name}: {d}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=ROOT / "target" / "bench-models")
+    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    for name in args.models:
+        export(name, args.out)
+
+
+if __name__ == "__main__":
+    main()
