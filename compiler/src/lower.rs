@@ -34,6 +34,7 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
         Op::Cast { .. } => Kernel::Cast {},
         Op::Clamp { min, max } => Kernel::Clamp { min: *min, max: *max },
         Op::MatMul => Kernel::MatMul {},
+        Op::GroupedMatMul => Kernel::GroupedMatMul {},
         Op::Linear => Kernel::Linear {},
         Op::Conv { stride, padding, dilation, groups } => Kernel::Conv {
             stride: u32s(stride).ok_or_else(bad_params)?,

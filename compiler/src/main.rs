@@ -62,6 +62,9 @@ enum Command {
         /// Print the Markdown page (compiler/OPS.md) instead of the text table.
         #[arg(long)]
         markdown: bool,
+        /// List the built-in lowerings of library custom ops instead.
+        #[arg(long)]
+        custom: bool,
     },
 }
 
@@ -114,7 +117,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd_run(&args),
         Command::Inspect { artifact, json } => cmd_inspect(&artifact, json),
         Command::Demo => cmd_demo(),
-        Command::Ops { markdown } => cmd_ops(markdown),
+        Command::Ops { markdown, custom } => cmd_ops(markdown, custom),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -127,8 +130,14 @@ fn main() -> ExitCode {
 
 type CliResult = Result<(), String>;
 
-fn cmd_ops(markdown: bool) -> CliResult {
+fn cmd_ops(markdown: bool, custom: bool) -> CliResult {
     use kiln_compiler::import::support::{core_aten_status, supported_ops, CORE_ATEN};
+    if custom {
+        for b in kiln_compiler::import::builtin::BUILTINS {
+            println!("{:<36} {}", b.name, b.note);
+        }
+        return Ok(());
+    }
     if markdown {
         print!("{}", kiln_compiler::import::support::render_markdown());
         return Ok(());

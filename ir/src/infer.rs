@@ -303,6 +303,22 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             Ok(TensorType::new(a.dtype, shape))
         }
         Op::MatMul => matmul(symbols, ins[0], ins[1]),
+        Op::GroupedMatMul => {
+            let (x, w, offs) = (ins[0], ins[1], ins[2]);
+            if x.rank() != 2 || w.rank() != 3 || offs.rank() != 1 {
+                return Err(format!(
+                    "grouped_matmul takes x[S, K], w[E, K, N], offs[E]; got ranks {}, {}, {}",
+                    x.rank(),
+                    w.rank(),
+                    offs.rank()
+                ));
+            }
+            same_dtype("grouped_matmul", x, w)?;
+            if !matches!(offs.dtype, DType::I32 | DType::I64) {
+                return Err(format!("grouped_matmul offsets must be i32 or i64, got {}", offs.dtype));
+            }
+            Ok(TensorType::new(x.dtype, vec![x.shape[0].clone(), w.shape[2].clone()]))
+        }
         Op::Linear => {
             let (x, w) = (ins[0], ins[1]);
             rank_at_least("linear input", x, 1)?;

@@ -28,6 +28,9 @@ pub enum Op {
     /// `[.., M, K] x [.., K, N] -> [.., M, N]`, batch dims broadcast. Rank-1
     /// operands follow torch.matmul (prepend/append a unit dim, then drop it).
     MatMul,
+    /// Mixture-of-experts products: `(x[S, K], w[E, K, N], offs[E]) -> [S, N]`,
+    /// rows `offs[e-1]..offs[e]` (sorted by expert) times `w[e]`, later rows zero.
+    GroupedMatMul,
     /// `(x[.., K], w[N, K] [, b[N]]) -> x wᵀ + b`.
     Linear,
     /// N-d convolution, NC(D)HW layout: `(x, w[Cout, Cin/groups, k..] [, b[Cout]])`.
@@ -275,6 +278,7 @@ impl Op {
             Op::Cast { .. } => "cast",
             Op::Clamp { .. } => "clamp",
             Op::MatMul => "matmul",
+            Op::GroupedMatMul => "grouped_matmul",
             Op::Linear => "linear",
             Op::Conv { .. } => "conv",
             Op::BatchNorm { .. } => "batch_norm",
@@ -334,6 +338,7 @@ impl Op {
             Op::Cast { .. } => Opcode::Cast,
             Op::Clamp { .. } => Opcode::Clamp,
             Op::MatMul => Opcode::MatMul,
+            Op::GroupedMatMul => Opcode::GroupedMatMul,
             Op::Linear => Opcode::Linear,
             Op::Conv { .. } => Opcode::Conv,
             Op::BatchNorm { .. } => Opcode::BatchNorm,

@@ -55,6 +55,7 @@ pub use generic::attention::attention;
 pub use generic::conv::{conv, conv_with, ConvAlgorithm, ConvParams};
 pub use generic::elementwise::{binary, binary_cx, cast, clamp, unary, unary_cx, where_};
 pub use generic::gemm::gemm_f32;
+pub use generic::grouped::grouped_matmul;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
 pub use generic::matmul::{linear, matmul};
 pub use generic::norm::{batch_norm, layer_norm, softmax, softmax_cx};

@@ -149,6 +149,7 @@ kernel_fns! {
     Cast {} => k::cast(ins[0], out(outs, 0));
     Clamp { min, max } => k::clamp(ins[0], *min, *max, out(outs, 0));
     MatMul {} => k::matmul(ins[0], ins[1], out(outs, 0), cx);
+    GroupedMatMul {} => k::grouped_matmul(ins[0], ins[1], ins[2], out(outs, 0), cx);
     Linear {} => k::linear(ins[0], ins[1], opt(2), out(outs, 0), cx);
     Conv { groups } => {
         let [stride, padding, dilation] = lists::<3>(ints);

@@ -136,7 +136,7 @@ OPS = [
     ("std_mean", ""), ("var_mean", ""), ("aminmax", ""), ("count_nonzero", ""), ("all", ""), ("nansum", ""),
     ("hstack", ""), ("vstack", ""), ("dstack", ""), ("column_stack", ""), ("fliplr", ""), ("flipud", ""),
     ("signbit", ""), ("float_power", ""), ("positive", ""), ("ravel", ""), ("block_diag", ""),
-    ("nn.functional.channel_shuffle", ""), ("nn.functional.local_response_norm", ""),
+    ("nn.functional.channel_shuffle", ""), ("nn.functional.local_response_norm", ""), ("histc", ""),
 ]
 
 DTYPES = {

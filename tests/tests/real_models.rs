@@ -43,4 +43,4 @@ macro_rules! model_tests {
     };
 }
 
-model_tests!(resnet18, mobilenet_v2, bert, llama);
+model_tests!(resnet18, mobilenet_v2, bert, llama, qwen3_moe, mixtral);

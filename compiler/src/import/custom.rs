@@ -57,14 +57,29 @@ use std::sync::Arc;
 /// builds IR, and returns one value per tensor output.
 pub type CustomLowering = dyn Fn(&mut CustomOpContext<'_, '_>) -> Result<Vec<ValueId>, String> + Send + Sync;
 
-/// How to import a `.pt2`: today, the lowerings of custom ops.
-#[derive(Clone, Default)]
+/// How to import a `.pt2`: today, the lowerings of custom ops. The default
+/// holds kiln's built-in lowerings of library ops ([`super::builtin`]);
+/// [`ImportOptions::empty`] holds none.
+#[derive(Clone)]
 pub struct ImportOptions {
     /// Normalised name (`mylib.fused_rmsnorm` or `mylib.fused_rmsnorm.default`) → lowering.
     custom_ops: HashMap<String, Arc<CustomLowering>>,
 }
 
+impl Default for ImportOptions {
+    fn default() -> ImportOptions {
+        let mut options = ImportOptions::empty();
+        super::builtin::register_all(&mut options);
+        options
+    }
+}
+
 impl ImportOptions {
+    /// Options without any lowering, built-ins included.
+    pub fn empty() -> ImportOptions {
+        ImportOptions { custom_ops: HashMap::new() }
+    }
+
     /// Registers `lowering` for the custom op `name`: `"mylib::fused_rmsnorm"`
     /// (every overload) or `"mylib::fused_rmsnorm.default"` (one overload;
     /// preferred over the whole-op registration). `torch.ops.mylib.…` and

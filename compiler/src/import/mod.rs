@@ -37,6 +37,7 @@
 //! - Custom ops (outside ATen) are reported with the signature the call shows,
 //!   unless [`ImportOptions`] registers a lowering for them ([`custom`]).
 
+pub mod builtin;
 mod control_flow;
 pub mod custom;
 mod error;

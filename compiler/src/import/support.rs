@@ -102,6 +102,8 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["logsumexp", "linalg_vector_norm", "dist", "aminmax", "count_nonzero", "all", "nansum", "trace"], dtypes: DT_ALL, note: "norms: any order (0, 1, 2, ±inf, general p); logsumexp shifted by the maximum" },
     OpSupport { names: &["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits", "nll_loss_nd", "nll_loss", "cross_entropy_loss", "cosine_similarity", "pairwise_distance", "instance_norm"], dtypes: DT_FLOAT, note: "reductions none/mean/sum; nll/cross_entropy: weights and ignore_index, label smoothing with class probabilities only" },
     OpSupport { names: &["stack", "hstack", "vstack", "dstack", "column_stack", "roll", "rot90", "broadcast_tensors", "channel_shuffle", "repeat_interleave.self_int", "linalg_cross", "block_diag", "diag", "diag_embed", "kron"], dtypes: DT_ALL, note: "rolled, halved, shuffled and diagonal axes need static sizes; diag_embed: the new axes last" },
+    OpSupport { names: &["histc"], dtypes: DT_FLOAT, note: "torch's linear binning (⌊(x - min)·bins / (max - min)⌋, the top edge in the last bin), counted by one scatter-add; the data's range when min = max = 0" },
+    OpSupport { names: &["empty_permuted"], dtypes: DT_ALL, note: "as empty (contiguous; the physical layout is not observable)" },
     OpSupport { names: &["dot", "inner", "outer", "addmv", "baddbmm", "tensordot"], dtypes: DT_NUMERIC, note: "as matmul (f16/bf16 in f32, integers in f64)" },
 ];
 

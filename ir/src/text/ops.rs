@@ -218,6 +218,7 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                 max: a.opt("max").map(|v| float(&v)).transpose()?,
             },
             "matmul" => Op::MatMul,
+            "grouped_matmul" => Op::GroupedMatMul,
             "linear" => Op::Linear,
             "conv" => Op::Conv {
                 stride: ints(a.take("stride", name)?)?,
@@ -395,7 +396,7 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
     let dims = |v: &[Dim]| fmt_list(v, |d| d.display(symbols).to_string());
     let kv = |k: &str, v: String| format!("{k}={v}");
     match op {
-        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::MatMul | Op::Linear => vec![],
+        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::MatMul | Op::GroupedMatMul | Op::Linear => vec![],
         Op::Cast { to } => vec![kv("to", to.to_string())],
         Op::Clamp { min, max } => {
             let mut v = vec![];

@@ -125,6 +125,8 @@ opcodes! {
     IndexPut = 34, "index_put", Call, operands 3..=MANY, outputs 1..=1;
     SliceFromEnd = 35, "slice_from_end", Call, operands 1..=1, outputs 1..=1;
     NonZero = 36, "nonzero", Call, operands 1..=1, outputs 1..=1;
+    /// `(x, w, offs)`: one GEMM per expert's block of rows.
+    GroupedMatMul = 70, "grouped_matmul", Call, operands 3..=3, outputs 1..=1;
 
     /// An accelerator segment: operands are its arguments, outputs its results.
     Delegate = 1000, "delegate", Delegate, operands 0..=MANY, outputs 0..=MANY;

@@ -8,6 +8,7 @@ pub mod conv;
 mod conv_depthwise;
 pub mod elementwise;
 pub mod gemm;
+pub mod grouped;
 pub mod layout;
 pub mod math;
 pub mod matmul;

@@ -12,6 +12,7 @@ pub(super) static KERNELS: OpTable = OpTable {
     others: Support::Any,
     rows: &[
         OpRow::only(OpKind::MatMul, F32_F64),
+        OpRow::only(OpKind::GroupedMatMul, &[DType::F32]),
         OpRow::only(OpKind::Linear, F32_F64),
         OpRow::only(OpKind::BatchNorm, F32_F64),
         OpRow::only(OpKind::LayerNorm, F32_F64),

@@ -227,6 +227,7 @@ kernels! {
     Cast {}
     Clamp { min: Option<f64>, max: Option<f64> }
     MatMul {}
+    GroupedMatMul {}
     Linear {}
     Conv { stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32 }
     BatchNorm { eps: f64 }

@@ -80,6 +80,8 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         ("instance_norm", _) => instance_norm(imp, n),
         ("nll_loss_nd" | "nll_loss", _) => nll_loss(imp, n),
         ("cross_entropy_loss", _) => cross_entropy(imp, n),
+        ("empty_permuted", _) => redirect(imp, n, "empty", "memory_format", &[]),
+        ("histc", _) => histc(imp, n),
         _ => Err(Fail::Unsupported(None)),
     }
 }
@@ -1614,5 +1616,69 @@ fn cross_entropy(imp: &mut Importer, n: &Node) -> R<()> {
             r => return invalid(format!("reduction {r} (expected 0, 1 or 2)")),
         }
     };
+    finish(imp, n, 0, v)
+}
+
+/// `aten::histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0)`: counts
+/// in `bins` equal bins over [min, max] (the data's range when both are 0),
+/// elements outside left out, the top edge in the last bin. Bins are found as
+/// torch's linear kernel does, `⌊(x - min)·bins / (max - min)⌋`, and counted
+/// with one scatter-add (no per-bin pass).
+fn histc(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let c = out.dtype;
+    if !c.is_float() {
+        return unsupported(format!("histc of {c} (torch takes floats)"));
+    }
+    let x = float_in(imp, n, "self", c)?;
+    let bins = imp.int(n, "bins", Some(100))?;
+    if bins <= 0 {
+        return invalid(format!("histc: bins must be positive, got {bins}"));
+    }
+    let lo = imp.opt_scalar(n, "min")?.map_or(0.0, Scalar::as_f64);
+    let hi = imp.opt_scalar(n, "max")?.map_or(0.0, Scalar::as_f64);
+    if lo > hi {
+        return invalid(format!("histc: max {hi} below min {lo}"));
+    }
+    let total = product_of(&shape_of(imp, x));
+    let flat = reshape(imp, x, vec![total])?;
+    let (lo, hi) = if lo == hi {
+        // The data's range, widened by one each side when it is a point (as torch does).
+        let (mut l, mut h) = if lo == 0.0 {
+            (reduce(imp, flat, ReduceKind::Min, vec![0], false)?, reduce(imp, flat, ReduceKind::Max, vec![0], false)?)
+        } else {
+            (sc(imp, lo, c), sc(imp, hi, c))
+        };
+        let same = bin(imp, B::Eq, l, h)?;
+        let l1 = imp.with_scalar(B::Sub, l, 1.0)?;
+        let h1 = imp.with_scalar(B::Add, h, 1.0)?;
+        l = select(imp, same, l1, l)?;
+        h = select(imp, same, h1, h)?;
+        (l, h)
+    } else {
+        (sc(imp, lo, c), sc(imp, hi, c))
+    };
+    let shifted = bin(imp, B::Sub, flat, lo)?;
+    let scaled = imp.with_scalar(B::Mul, shifted, bins as f64)?;
+    let width = bin(imp, B::Sub, hi, lo)?;
+    let pos = bin(imp, B::Div, scaled, width)?;
+    let pos = imp.push(Op::Clamp { min: Some(0.0), max: Some((bins - 1) as f64) }, vec![pos])?;
+    let pos = imp.cast(pos, DType::I64);
+    let below = bin(imp, B::Lt, flat, lo)?;
+    let above = bin(imp, B::Gt, flat, hi)?;
+    let outside = bin(imp, B::Or, below, above)?;
+    let outside = {
+        // NaNs count nowhere.
+        let nan = is_nan(imp, flat)?;
+        bin(imp, B::Or, outside, nan)?
+    };
+    let (zero, one) = (sc(imp, 0.0, c), sc(imp, 1.0, c));
+    let src = select(imp, outside, zero, one)?;
+    let counts_ty = TensorType::new(c, vec![Dim::Const(bins)]);
+    let base = imp.push_typed(Op::Full { value: 0.0, dtype: c, shape: counts_ty.shape.clone() }, vec![], counts_ty);
+    let v = imp.push(
+        Op::ScatterElements { axis: 0, reduce: Some(ReduceKind::Sum), include_self: true },
+        vec![base, pos, src],
+    )?;
     finish(imp, n, 0, v)
 }
