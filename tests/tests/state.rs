@@ -90,7 +90,7 @@ macro_rules! stateful_tests {
     };
 }
 
-stateful_tests!(counter, lowpass, kv_decoder);
+stateful_tests!(counter, lowpass, kv_decoder, tiny_llama);
 
 #[test]
 fn state_is_read_written_and_reset_by_name() {
