@@ -449,6 +449,7 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
             },
             "inputs": io_json(program.inputs()),
             "outputs": io_json(program.outputs()),
+            "states": io_json(program.states()),
             "symbols": symbols,
             "instructions": plan.instrs.len(),
             "kernels": kernels.iter().map(|(k, c)| json!({"kernel": k, "count": c})).collect::<Vec<_>>(),
@@ -473,7 +474,7 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
         md.torch_version
     );
     println!("\n{:<8} {:<24} {:<6} shape", "", "name", "dtype");
-    for (kind, ios) in [("input", program.inputs()), ("output", program.outputs())] {
+    for (kind, ios) in [("input", program.inputs()), ("output", program.outputs()), ("state", program.states())] {
         for io in ios {
             println!("{kind:<8} {:<24} {:<6} [{}]", io.name, io.dtype.name(), io.shape.join(", "));
         }

@@ -169,6 +169,10 @@ fn run_steps_carries_state_and_reports_per_step_latency() {
     let artifact = dir.join("lowpass.kiln");
     let fixture = fixtures().join("state/lowpass");
     compile(&fixture.join("training.pt2"), &artifact);
+    let o = kiln(&["inspect", artifact.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json prints JSON");
+    assert_eq!(v["states"], serde_json::json!([{"name": "state", "dtype": "f32", "shape": ["2", "4"]}]));
+    assert_eq!(v["inputs"].as_array().map(Vec::len), Some(1), "state is not an input: {v}");
     let out_dir = dir.join("out");
     let o = kiln(&[
         "run",
