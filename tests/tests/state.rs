@@ -2,8 +2,10 @@
 //! by `generate_state.py`): a counter, a low-pass filter and a one-layer
 //! static-KV-cache decoder, in both IR flavours, run step by step through one
 //! session and compared with eager PyTorch after every step; then the state
-//! API (read, write, reset by name) and the refusals (a program writing into
-//! its input; state under `--target pjrt`).
+//! API (read, write, reset by name), the refusals (a program writing into
+//! its input; state under `--target pjrt`), and hand-written IR for the
+//! lowering's corner cases (a state returned before its update; two states
+//! swapping values).
 
 use kiln_compiler::npy::read_npy;
 use kiln_runtime::{Session, Tensor, TensorView};
@@ -169,4 +171,64 @@ fn state_under_pjrt_is_a_clear_compile_error() {
         .to_string();
     assert!(err.contains("mutated buffers: state"), "{err}");
     assert!(err.contains("--target pjrt"), "{err}");
+}
+
+/// Compiles an IR text graph for the CPU and loads it.
+fn compile_text(src: &str) -> std::sync::Arc<kiln_runtime::Program> {
+    let g = kiln_ir::text::parse(src).unwrap_or_else(|e| panic!("{e}"));
+    let (writer, _) = kiln_compiler::compile_graph(g, &Default::default(), Default::default()).expect("compile");
+    kiln_runtime::Program::from_bytes(&writer.to_bytes()).expect("load")
+}
+
+#[test]
+fn a_state_returned_before_its_update_is_the_old_value() {
+    // `before` is the state as the run found it; the update must not show through.
+    let program = compile_text(
+        "graph {
+  input %0 \"x\": f32[2] {origin=\"x\"}
+  input %1 \"acc\": f32[2] {origin=\"acc\"}
+  %2: f32[2] = add(%0, %1)
+  output %1 \"before\"
+  output %2 \"state acc\"
+  state \"acc\" input 1 output 1 = [1.0, 2.0]
+}",
+    );
+    let mut session = program.session().expect("session");
+    let x = Tensor::from_f32(&[2], &[10.0, 20.0]);
+    for (before, after) in [([1.0, 2.0], [11.0, 22.0]), ([11.0, 22.0], [21.0, 42.0])] {
+        let out = session.run(&[x.view()]).expect("run").to_tensors();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].to_f32(), Some(before.to_vec()));
+        assert_eq!(session.state("acc").expect("acc").data, Tensor::from_f32(&[2], &after).data);
+    }
+}
+
+#[test]
+fn states_that_swap_values_both_update() {
+    // a, b = b, a: each update is the other state's current value.
+    let program = compile_text(
+        "graph {
+  input %0 \"x\": f32[2] {origin=\"x\"}
+  input %1 \"a\": f32[2] {origin=\"a\"}
+  input %2 \"b\": f32[2] {origin=\"b\"}
+  %3: f32[2] = add(%0, %1)
+  output %3 \"y\"
+  output %2 \"state a\"
+  output %1 \"state b\"
+  state \"a\" input 1 output 1 = [1.0, 2.0]
+  state \"b\" input 2 output 2 = [3.0, 4.0]
+}",
+    );
+    let mut session = program.session().expect("session");
+    let x = Tensor::from_f32(&[2], &[0.5, 0.5]);
+    let (a, b) = (vec![1.0, 2.0], vec![3.0, 4.0]);
+    for k in 0..4 {
+        let out = session.run(&[x.view()]).expect("run").to_tensors();
+        let now = if k % 2 == 0 { &a } else { &b };
+        let want: Vec<f32> = now.iter().map(|v| v + 0.5).collect();
+        assert_eq!(out[0].to_f32(), Some(want), "run {k}");
+        let (next_a, next_b) = if k % 2 == 0 { (&b, &a) } else { (&a, &b) };
+        assert_eq!(session.state("a").expect("a").data, Tensor::from_f32(&[2], next_a).data, "run {k}");
+        assert_eq!(session.state("b").expect("b").data, Tensor::from_f32(&[2], next_b).data, "run {k}");
+    }
 }
