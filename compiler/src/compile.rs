@@ -24,6 +24,12 @@ pub enum CompileError {
     Write(#[from] kiln_runtime::Error),
     #[error("this kiln was built without MLIR support; rebuild with --features mlir")]
     NoMlir,
+    /// State (mutated buffers) is not kept on an accelerator yet.
+    #[error(
+        "the program keeps state between runs (mutated buffers: {}); --target {target} does not support state yet: compile for the CPU",
+        .names.join(", ")
+    )]
+    StateOnAccelerator { target: String, names: Vec<String> },
 }
 
 /// Where the compiled program runs, as the compile functions take it: a
@@ -149,6 +155,10 @@ pub fn compile_graph_for(
 ) -> Result<(ArtifactWriter, CompileSummary), CompileError> {
     let target = backend.target(opts.target);
     let opts = CompileOptions { target, ..opts.clone() };
+    if target.desc().segments.is_some() && !graph.states.is_empty() {
+        let names = graph.states.iter().map(|st| st.name.clone()).collect();
+        return Err(CompileError::StateOnAccelerator { target: target.name().to_string(), names });
+    }
     match target.desc().segments {
         None => compile_graph_with_passes(graph, &default_pipeline(target), &opts, metadata),
         Some(_) => compile_graph_pjrt(graph, &opts, backend.precision(), metadata),
@@ -213,10 +223,10 @@ pub fn compile_file_for(
 ) -> Result<CompileSummary, CompileError> {
     let target = backend.target(opts.target);
     let segments = target.desc().segments.is_some();
-    if segments && !cfg!(feature = "mlir") {
+    let imported = import_pt2_with(input, &opts.import)?;
+    if segments && !cfg!(feature = "mlir") && imported.graph.states.is_empty() {
         return Err(CompileError::NoMlir);
     }
-    let imported = import_pt2_with(input, &opts.import)?;
     let target = match backend.precision() {
         p if segments && p != Precision::F32 => format!("{target}-{}", p.name()),
         _ => target.name().to_string(),

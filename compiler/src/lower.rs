@@ -7,7 +7,8 @@
 use kiln_ir::{self as ir, Dim, Graph, NodeId, Op, SymbolId, ValueDef, ValueId};
 use kiln_passes::{data_dtype, MemoryPlan, TargetDesc};
 use kiln_runtime::format::{
-    DimExpr, DimRef, Instr, InstrOp, IoDecl, Kernel, Opcode, Plan, Storage, SymbolDecl, TensorDecl, WeightsBuilder,
+    DimExpr, DimRef, Instr, InstrOp, IoDecl, Kernel, Opcode, Plan, StateDecl, Storage, SymbolDecl, TensorDecl,
+    WeightsBuilder,
 };
 use std::collections::HashMap;
 
@@ -293,8 +294,12 @@ pub fn lower_to_plan_with_segments(
     };
     let mut top = Scope { g, mem, base: 0, tensor_of: HashMap::new() };
 
+    let arena_bytes = b.declare_states(&mut top);
     let mut inputs = Vec::new();
-    for &v in &g.inputs {
+    for (i, &v) in g.inputs.iter().enumerate() {
+        if g.is_state_input(i) {
+            continue;
+        }
         let name = g.values[v].name.clone().unwrap_or_else(|| format!("input_{}", inputs.len()));
         inputs.push(IoDecl { name, tensor: b.declare(&mut top, v) });
     }
@@ -318,10 +323,25 @@ pub fn lower_to_plan_with_segments(
         at += b.lower_next(&mut top, n, next);
     }
     let mut outputs = Vec::new();
+    let mut results = Vec::with_capacity(g.outputs.len());
     for (i, &v) in g.outputs.iter().enumerate() {
-        let name = g.output_names.get(i).cloned().unwrap_or_else(|| format!("output_{i}"));
-        outputs.push(IoDecl { name, tensor: b.declare(&mut top, v) });
+        results.push(b.result_tensor(&mut top, v));
+        if !g.is_state_output(i) {
+            let name = g.output_names.get(i).cloned().unwrap_or_else(|| format!("output_{i}"));
+            outputs.push(IoDecl { name, tensor: results[i] });
+        }
     }
+    let states = g
+        .states
+        .iter()
+        .map(|st| {
+            let tensor = top.tensor_of[&g.inputs[st.input]];
+            let init = b.tensors.len() as u32;
+            let decl = TensorDecl { storage: b.weights.push(st.init.as_bytes()), ..b.tensors[tensor as usize].clone() };
+            b.tensors.push(decl);
+            StateDecl { name: st.name.clone(), tensor, update: results[st.output], init }
+        })
+        .collect();
     let Builder { dims, weights, tensors, instrs, mut errors, .. } = b;
     if !errors.is_empty() {
         errors.dedup();
@@ -334,8 +354,9 @@ pub fn lower_to_plan_with_segments(
         inputs,
         outputs,
         instrs,
-        arena_bytes: mem.arena_bytes,
+        arena_bytes,
         peak_live_bytes: mem.peak_live_bytes,
+        states,
     };
     Ok(SegmentedPlan { plan, weights, call_tensors, cpu_instrs })
 }
@@ -369,7 +390,61 @@ impl<'a> Scope<'a> {
     }
 }
 
+/// Where the state region starts: past every slot of the memory plan.
+const STATE_ALIGN: u64 = 64;
+
 impl Builder<'_> {
+    /// Declares each state's current value in the state region, after the
+    /// memory plan's arena, where no instruction writes (the memory planner's
+    /// slot for the input stays unused, or holds a copy: see
+    /// [`Builder::result_tensor`]). Returns the arena size with the region.
+    fn declare_states(&mut self, top: &mut Scope) -> u64 {
+        let g = top.g;
+        let mut end = top.mem.arena_bytes.next_multiple_of(STATE_ALIGN);
+        for st in &g.states {
+            let v = g.inputs[st.input];
+            let bytes = st.init.len() as u64;
+            let shape = self.dims.shape(&g.ty(v).shape).unwrap_or_else(|e| {
+                self.errors.push(format!("state `{}`: {e}", st.name));
+                Vec::new()
+            });
+            let t = self.tensors.len() as u32;
+            let storage = Storage::Arena { offset: end, max_bytes: bytes };
+            self.tensors.push(TensorDecl { dtype: g.ty(v).dtype, shape, storage });
+            top.tensor_of.insert(v, t);
+            end = (end + bytes).next_multiple_of(STATE_ALIGN);
+        }
+        if g.states.is_empty() {
+            top.mem.arena_bytes
+        } else {
+            end
+        }
+    }
+
+    /// The tensor holding graph output `v` when the run ends. A state's
+    /// current value returned as is (an output, or another state's next
+    /// value) is copied into the memory plan's slot for it first: the state
+    /// region is overwritten by the end-of-run update.
+    fn result_tensor(&mut self, top: &mut Scope, v: ValueId) -> u32 {
+        let g = top.g;
+        let t = self.declare(top, v);
+        let Some(k) = g.states.iter().position(|st| g.inputs[st.input] == v) else { return t };
+        let Some(slot) = top.mem.slots[v] else {
+            self.errors.push(format!("state `{}` has no memory slot to be returned from", g.states[k].name));
+            return t;
+        };
+        let storage = Storage::Arena { offset: top.base + slot.offset, max_bytes: slot.size };
+        let copy = self.tensors.len() as u32;
+        self.tensors.push(TensorDecl { storage, ..self.tensors[t as usize].clone() });
+        self.instrs.push(Instr {
+            op: InstrOp::Call(Kernel::Copy {}),
+            inputs: vec![t],
+            outputs: vec![copy],
+            origin: format!("the value of state `{}` before this run's update", g.states[k].name),
+        });
+        copy
+    }
+
     /// The plan tensor of `v`, declared on first use.
     fn declare(&mut self, s: &mut Scope, v: ValueId) -> u32 {
         if let Some(&t) = s.tensor_of.get(&v) {

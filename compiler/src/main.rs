@@ -74,9 +74,14 @@ struct RunArgs {
     /// `INDEX=path.npy` or `NAME=path.npy`; one per program input.
     #[arg(short, long = "input", value_name = "INDEX|NAME=PATH")]
     inputs: Vec<String>,
-    /// Write outputs as output_0.npy, output_1.npy, … here.
+    /// Write outputs as output_0.npy, output_1.npy, … here (with --steps:
+    /// step_<k>/output_<i>.npy).
     #[arg(long)]
     output_dir: Option<PathBuf>,
+    /// Run the steps in DIR (step_0/, step_1/, … each with input_<index>.npy or
+    /// input_<name>.npy) in order through one session: state carries over.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["inputs", "repeat", "profile"])]
+    steps: Option<PathBuf>,
     /// Print a machine-readable summary.
     #[arg(long)]
     json: bool,
@@ -286,7 +291,51 @@ fn choose_device(program: &Program, flag: Option<&str>) -> Result<Device, String
     }
 }
 
+/// `kiln run --steps DIR`: every step through one session, outputs per step,
+/// per-step latency with `--json`.
+fn cmd_run_steps(args: &RunArgs, dir: &Path) -> CliResult {
+    let program = load(&args.artifact)?;
+    let steps = kiln_compiler::steps::step_dirs(dir)?;
+    let declared = program.inputs();
+    let defaults = SessionOptions::default();
+    let max_arena_bytes = args.max_memory.unwrap_or(defaults.max_arena_bytes);
+    let device = choose_device(&program, args.device.as_deref())?;
+    let options = SessionOptions { device, device_index: args.device_index, max_arena_bytes, ..defaults };
+    let mut session = program.session_with(&options).map_err(|e| e.to_string())?;
+    let mut report = Vec::new();
+    for (k, step) in steps.iter().enumerate() {
+        let inputs = kiln_compiler::steps::read_step(step, &declared)?;
+        let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+        let started = Instant::now();
+        let outputs = session.run(&views).map_err(|e| format!("step {k}: {e}"))?;
+        let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+        if let Some(out_dir) = &args.output_dir {
+            let step_out = out_dir.join(format!("step_{k}"));
+            std::fs::create_dir_all(&step_out).map_err(|e| format!("{}: {e}", step_out.display()))?;
+            for (i, out) in outputs.iter().enumerate() {
+                write_npy(&step_out.join(format!("output_{i}.npy")), &out).map_err(|e| e.to_string())?;
+            }
+        }
+        if !args.json {
+            println!("step {k}: {} outputs in {elapsed_ms:.3} ms", outputs.len());
+        }
+        report.push(json!({ "step": k, "latency_ms": elapsed_ms }));
+    }
+    if args.json {
+        let states: Vec<&str> = session.state_names().collect();
+        println!(
+            "{}",
+            json!({ "artifact": args.artifact.display().to_string(), "device": options.device.to_string(),
+                    "states": states, "steps": report })
+        );
+    }
+    Ok(())
+}
+
 fn cmd_run(args: &RunArgs) -> CliResult {
+    if let Some(dir) = &args.steps {
+        return cmd_run_steps(args, dir);
+    }
     let (artifact, specs, output_dir, as_json, repeat) =
         (args.artifact.as_path(), &args.inputs[..], args.output_dir.as_deref(), args.json, args.repeat);
     let (device, device_index) = (args.device.as_deref(), args.device_index);
@@ -409,6 +458,7 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
             },
             "inputs": io_json(program.inputs()),
             "outputs": io_json(program.outputs()),
+            "states": io_json(program.states()),
             "symbols": symbols,
             "instructions": plan.instrs.len(),
             "kernels": kernels.iter().map(|(k, c)| json!({"kernel": k, "count": c})).collect::<Vec<_>>(),
@@ -433,7 +483,7 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
         md.torch_version
     );
     println!("\n{:<8} {:<24} {:<6} shape", "", "name", "dtype");
-    for (kind, ios) in [("input", program.inputs()), ("output", program.outputs())] {
+    for (kind, ios) in [("input", program.inputs()), ("output", program.outputs()), ("state", program.states())] {
         for io in ios {
             println!("{kind:<8} {:<24} {:<6} [{}]", io.name, io.dtype.name(), io.shape.join(", "));
         }

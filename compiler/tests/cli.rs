@@ -162,3 +162,46 @@ fn help_has_examples() {
     let o = kiln(&["run", "--help"]);
     assert!(stdout(&o).contains("kiln run model.kiln --input 0=x.npy"));
 }
+
+#[test]
+fn run_steps_carries_state_and_reports_per_step_latency() {
+    let dir = tmp_dir("steps");
+    let artifact = dir.join("lowpass.kiln");
+    let fixture = fixtures().join("state/lowpass");
+    compile(&fixture.join("training.pt2"), &artifact);
+    let o = kiln(&["inspect", artifact.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json prints JSON");
+    assert_eq!(v["states"], serde_json::json!([{"name": "state", "dtype": "f32", "shape": ["2", "4"]}]));
+    assert_eq!(v["inputs"].as_array().map(Vec::len), Some(1), "state is not an input: {v}");
+    let out_dir = dir.join("out");
+    let o = kiln(&[
+        "run",
+        artifact.to_str().unwrap(),
+        "--steps",
+        fixture.to_str().unwrap(),
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "run --steps failed: {}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("--json prints JSON");
+    let steps = report["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 6, "{report}");
+    assert!(steps.iter().all(|s| s["latency_ms"].as_f64().is_some_and(|ms| ms >= 0.0)), "{report}");
+    assert_eq!(report["states"], serde_json::json!(["state"]));
+    // Every step's output is eager's for that step: the filter state carried over.
+    for k in 0..6 {
+        let got = kiln_compiler::npy::read_npy(&out_dir.join(format!("step_{k}/output_0.npy"))).unwrap();
+        let want = kiln_compiler::npy::read_npy(&fixture.join(format!("step_{k}/output_0.npy"))).unwrap();
+        for (g, w) in got.to_f32().unwrap().iter().zip(&want.to_f32().unwrap()) {
+            assert!((g - w).abs() <= 1e-5 + 1e-4 * w.abs(), "step {k}: {g} vs {w}");
+        }
+    }
+    // A step folder missing an input is an error naming it.
+    let bad = dir.join("bad");
+    std::fs::create_dir_all(bad.join("step_0")).unwrap();
+    let o = kiln(&["run", artifact.to_str().unwrap(), "--steps", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("missing input 0"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -209,6 +209,26 @@ pub struct Graph {
     pub output_names: Vec<String>,
     /// The schedule: every live node exactly once, operands before users.
     pub order: Vec<NodeId>,
+    /// Buffers the program mutates: each is read from a graph input and its
+    /// new value is a graph output; the runtime keeps it between runs.
+    pub states: Vec<StateSlot>,
+}
+
+/// A buffer that persists between runs (a counter, a filter's state, a KV
+/// cache). The program reads its current value from graph input `input` and
+/// leaves the value for the next run in graph output `output`; neither is a
+/// user input or output. Indices rather than value ids, so rewrites that
+/// replace uses and `compact` (which keeps input and output positions) carry it.
+#[derive(Clone, Debug)]
+pub struct StateSlot {
+    /// The buffer's fully-qualified name (`blocks.0.cache_k`).
+    pub name: String,
+    /// Position in [`Graph::inputs`].
+    pub input: usize,
+    /// Position in [`Graph::outputs`].
+    pub output: usize,
+    /// The value before the first run (the module's buffer), `numel * dtype size` bytes.
+    pub init: ConstBytes,
 }
 
 impl Graph {
@@ -241,6 +261,16 @@ impl Graph {
         let v = self.values.push(ValueData { ty, def: ValueDef::Const(c), name, attrs: ValueAttrs::default() });
         self.consts.push(ConstData { value: v, bytes });
         v
+    }
+
+    /// Whether graph input `index` is a state's current value (not a user input).
+    pub fn is_state_input(&self, index: usize) -> bool {
+        self.states.iter().any(|s| s.input == index)
+    }
+
+    /// Whether graph output `index` is a state's next value (not a user output).
+    pub fn is_state_output(&self, index: usize) -> bool {
+        self.states.iter().any(|s| s.output == index)
     }
 
     pub fn add_output(&mut self, name: impl Into<String>, value: ValueId) {

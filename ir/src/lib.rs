@@ -25,7 +25,7 @@ pub use dtype::DType;
 use entity::entity_id;
 pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
 pub use graph::ValueAttrs;
-pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, TensorType, ValueData, ValueDef};
+pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, StateSlot, TensorType, ValueData, ValueDef};
 pub use op::{BinaryOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, ResizeMode, UnaryOp};
 
 entity_id!(

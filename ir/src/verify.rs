@@ -29,6 +29,9 @@
 //! 9. **Constants**: static, non-negative shape and
 //!    `bytes.len() == numel * dtype.size_bytes()`.
 //! 10. **Outputs**: `output_names` is parallel to `outputs`.
+//!     **States** ([`crate::graph::StateSlot`]): each names an existing input
+//!     and output, no input or output belongs to two states, the input and
+//!     output have the same static type, and `init` holds that many bytes.
 //! 11. **Data-dependent symbols** (those a live `bind_dim` binds): bound by
 //!     one live `bind_dim` only; no graph input's type mentions them; no
 //!     result type mentions one before its `bind_dim` in `order`; a
@@ -196,6 +199,37 @@ impl Verifier<'_> {
                 self.error(format!(
                     "output {i}{name}: {v} is not defined by the inputs, constants or a scheduled node"
                 ));
+            }
+        }
+        self.check_states();
+    }
+
+    /// Check 10, for the state slots.
+    fn check_states(&mut self) {
+        let g = self.g;
+        for (k, s) in g.states.iter().enumerate() {
+            let what = format!("state {k} `{}`", s.name);
+            let (Some(&input), Some(&output)) = (g.inputs.get(s.input), g.outputs.get(s.output)) else {
+                self.error(format!("{what}: input {} or output {} does not exist", s.input, s.output));
+                continue;
+            };
+            if g.states[..k].iter().any(|o| o.input == s.input || o.output == s.output) {
+                self.error(format!("{what}: shares its input or output with another state"));
+            }
+            if !g.values.is_valid(input) || !g.values.is_valid(output) {
+                continue; // reported with the inputs and outputs
+            }
+            let (ti, to) = (g.ty(input), g.ty(output));
+            let Some(shape) = ti.static_shape() else {
+                self.error(format!("{what}: its type {ti:?} is not static"));
+                continue;
+            };
+            if ti != to {
+                self.error(format!("{what}: read as {ti:?} but updated as {to:?}"));
+            }
+            let bytes = shape.iter().product::<i64>() as usize * ti.dtype.size_bytes();
+            if s.init.len() != bytes {
+                self.error(format!("{what}: initial value has {} bytes, its type needs {bytes}", s.init.len()));
             }
         }
     }

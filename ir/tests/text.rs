@@ -326,7 +326,7 @@ fn parse_errors_have_line_and_column() {
         ("graph {\n  input %0: f32[2] #\n}", "2:20: unexpected character `#`"),
         (
             "graph {\n  input %0: f32[2]\n",
-            "3:1: expected `sym`, `input`, `const`, `output`, a `%value` or `}`, found end of input",
+            "3:1: expected `sym`, `input`, `const`, `output`, `state`, a `%value` or `}`, found end of input",
         ),
         ("graph {\n  sym n in [4, 2]\n}", "2:16: symbol `n` has an empty range"),
         ("graph {\n  input %0: f32[(2 - 1)]\n}", "2:20: expected `+`, `*`, `//` or `%`, found `-`"),
@@ -422,4 +422,29 @@ fn conformance_ops_round_trip() {
     );
     assert!(text.contains("f32[2, n, 6, 6] = pad"), "padded shape: {text}");
     kiln_ir::verify::verify(&g).unwrap_or_else(|e| panic!("{e:?}"));
+}
+
+#[test]
+fn states_round_trip_and_verify() {
+    let src = "graph {
+  input %0 \"x\": f32[3]
+  input %1 \"count\": f32[1] {origin=\"count\"}
+  %2: f32[1] = add(%1, %1)
+  %3: f32[3] = mul(%0, %2)
+  output %3 \"output_0\"
+  output %2 \"state count\"
+  state \"count\" input 1 output 1 = [0.5]
+}
+";
+    let g = parse(src).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(g.states.len(), 1);
+    assert_eq!((g.states[0].input, g.states[0].output), (1, 1));
+    assert_eq!(g.states[0].init.as_bytes(), 0.5f32.to_le_bytes());
+    assert_eq!(kiln_ir::verify::verify(&g), Ok(()));
+    assert_eq!(round_trip(&g), src);
+    // A state paired with an output of another type, or with missing bytes.
+    let err = parse(&src.replace("output 1 = [0.5]", "output 0 = [0.5]")).map(|g| kiln_ir::verify::verify(&g));
+    assert!(matches!(&err, Ok(Err(e)) if e.errors.iter().any(|m| m.contains("read as"))), "{err:?}");
+    assert!(parse(&src.replace("= [0.5]", "= [0.5, 1]")).is_err());
+    assert!(parse(&src.replace("input 1 output 1", "input 2 output 1")).is_err());
 }

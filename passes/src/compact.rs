@@ -11,7 +11,9 @@ use kiln_ir::{Graph, Op, Region, SecondaryMap, ValueId};
 
 pub fn compact(g: &Graph) -> Result<Graph, String> {
     verify_graph(g)?;
-    let mut new = Graph { symbols: g.symbols.clone(), locs: g.locs.clone(), ..Graph::default() };
+    // Inputs and outputs keep their positions, so the state slots stay valid.
+    let mut new =
+        Graph { symbols: g.symbols.clone(), locs: g.locs.clone(), states: g.states.clone(), ..Graph::default() };
     let mut map: SecondaryMap<ValueId, Option<ValueId>> = SecondaryMap::new();
     // Every operand was checked to be defined before its use, so lookups succeed.
     let lookup =

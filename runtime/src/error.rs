@@ -21,6 +21,10 @@ pub enum Error {
     Input { index: usize, name: String, detail: String },
     #[error("{0}")]
     Shape(String),
+    /// `Session::state` / `set_state`: no such state, or a value of the
+    /// wrong dtype or shape.
+    #[error("state `{name}`: {detail}")]
+    State { name: String, detail: String },
     #[error("instruction {index} ({origin}): {source}")]
     Kernel { index: usize, origin: String, source: KernelError },
     /// A value computed during the run (a nonzero count, a `.item()` used

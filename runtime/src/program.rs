@@ -153,6 +153,11 @@ impl Program {
         self.plan.outputs.iter().map(|io| self.io_info(&io.name, io.tensor)).collect()
     }
 
+    /// The buffers kept between runs (see [`crate::Session::state`]), by name.
+    pub fn states(&self) -> Vec<IoInfo> {
+        self.plan.states.iter().map(|st| self.io_info(&st.name, st.tensor)).collect()
+    }
+
     fn io_info(&self, name: &str, tensor: u32) -> IoInfo {
         let t = &self.plan.tensors[tensor as usize];
         IoInfo { name: name.to_string(), dtype: t.dtype, shape: t.shape.iter().map(|d| self.dim_string(*d)).collect() }

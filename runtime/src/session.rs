@@ -1,6 +1,12 @@
 //! A per-thread execution context: owns the arena, the evaluated shapes and the
 //! kernels' scratch memory. After the first call `run` allocates nothing (the
 //! scratch only grows if a later call has larger dynamic shapes than any before).
+//!
+//! State (buffers the program mutates: counters, filters, KV caches) lives in
+//! the arena's state region, which no instruction writes: it is filled with
+//! the buffers' initial values when the arena is allocated, and each
+//! successful run ends by copying every state's new value into it. A failed
+//! run leaves the state as it was.
 
 use crate::aligned::AlignedBuf;
 use crate::device::{AccelInfo, Device, SessionOptions};
@@ -44,8 +50,11 @@ impl Tensor {
 
 pub struct Session {
     program: Arc<Program>,
-    /// Allocated by the first run, once its inputs passed their checks.
+    /// Allocated by the first run, once its inputs passed their checks (or
+    /// by the first [`Session::set_state`]); its state region is initialised then.
     arena: Option<AlignedBuf>,
+    /// The static shape of each state, indexed like `Plan::states`.
+    state_shapes: Vec<Vec<usize>>,
     sym_vals: Vec<u64>,
     expr_vals: Vec<u64>,
     /// Evaluated shapes of all tensors, flattened; tensor `t` is `shapes[shape_at[t]..shape_at[t+1]]`.
@@ -136,7 +145,17 @@ impl Session {
             total += t.shape.len();
         }
         shape_at.push(total);
+        let state_shapes = plan
+            .states
+            .iter()
+            .map(|st| {
+                // Validated static.
+                let shape = &plan.tensors[st.tensor as usize].shape;
+                shape.iter().map(|d| if let DimRef::Static(v) = d { *v as usize } else { 0 }).collect()
+            })
+            .collect();
         Ok(Session {
+            state_shapes,
             sym_vals: vec![0; plan.symbols.len()],
             expr_vals: vec![0; plan.exprs.len()],
             shapes: vec![0; total],
@@ -210,7 +229,115 @@ impl Session {
         // rather than silently repeating a partial run's.
         self.cx.call = self.cx.call.wrapping_add(1);
         executed?;
+        self.commit_states();
         Ok(Outputs { session: self })
+    }
+
+    /// The names of the buffers this program keeps between runs, in plan order.
+    pub fn state_names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.program.plan().states.iter().map(|st| st.name.as_str())
+    }
+
+    /// The current value of state `name`: its initial value before the first
+    /// run, then what the last successful run left (or [`Session::set_state`] wrote).
+    pub fn state(&self, name: &str) -> Result<TensorView<'_>> {
+        let plan = self.program.plan();
+        let (k, st) = find_state_or_err(plan, name)?;
+        let bytes = self.state_len(k);
+        let data = match (&self.arena, plan.tensors[st.tensor as usize].storage) {
+            (Some(arena), Storage::Arena { offset, .. }) => &arena.as_slice()[offset as usize..offset as usize + bytes],
+            // Not allocated yet: the state still holds its initial value.
+            _ => self.weight_bytes(st.init),
+        };
+        Ok(TensorRef { dtype: plan.tensors[st.tensor as usize].dtype, shape: &self.state_shapes[k], data })
+    }
+
+    /// Overwrites state `name` (same dtype and shape as the buffer); the next
+    /// run reads it. Allocates the arena if no run did yet.
+    pub fn set_state(&mut self, name: &str, value: TensorView<'_>) -> Result<()> {
+        let program = Arc::clone(&self.program);
+        let plan = program.plan();
+        let (k, st) = find_state_or_err(plan, name)?;
+        let decl = &plan.tensors[st.tensor as usize];
+        let wrong = |detail: String| Error::State { name: name.to_string(), detail };
+        if value.dtype != decl.dtype || value.shape != self.state_shapes[k].as_slice() {
+            return Err(wrong(format!(
+                "got {} {:?}, the buffer is {} {:?}",
+                value.dtype, value.shape, decl.dtype, self.state_shapes[k]
+            )));
+        }
+        let bytes = self.state_len(k);
+        if value.data.len() != bytes {
+            return Err(wrong(format!("{} data bytes do not match shape {:?}", value.data.len(), value.shape)));
+        }
+        self.allocate_arena()?;
+        if let (Some(arena), Storage::Arena { offset, .. }) = (self.arena.as_mut(), decl.storage) {
+            arena.as_mut_slice()[offset as usize..offset as usize + bytes].copy_from_slice(value.data);
+        }
+        Ok(())
+    }
+
+    /// Puts every state back to its initial value (the program's buffers), as
+    /// in a new session. Runs, seeds and outputs are otherwise untouched.
+    pub fn reset_state(&mut self) {
+        // Before the first allocation the states are still initial.
+        if self.arena.is_some() {
+            self.init_states();
+        }
+    }
+
+    /// Bytes of state `k` (its static shape).
+    fn state_len(&self, k: usize) -> usize {
+        let plan = self.program.plan();
+        let dtype = plan.tensors[plan.states[k].tensor as usize].dtype;
+        self.state_shapes[k].iter().product::<usize>() * dtype.size_bytes()
+    }
+
+    /// The bytes of weight tensor `t` (validated to be one).
+    fn weight_bytes(&self, t: u32) -> &[u8] {
+        weight_bytes(&self.program, t)
+    }
+
+    /// Copies every state's initial value into its place in the arena.
+    fn init_states(&mut self) {
+        let program = Arc::clone(&self.program);
+        let plan = program.plan();
+        for st in &plan.states {
+            let init = weight_bytes(&program, st.init);
+            let (Some(arena), Storage::Arena { offset, .. }) =
+                (self.arena.as_mut(), plan.tensors[st.tensor as usize].storage)
+            else {
+                continue;
+            };
+            // Validated: the initial value has the state's size, inside the arena.
+            arena.as_mut_slice()[offset as usize..offset as usize + init.len()].copy_from_slice(init);
+        }
+    }
+
+    /// After a successful run: each state's new value becomes its current
+    /// one. Updates lie outside the state region (validated), so the copies
+    /// are independent of their order.
+    fn commit_states(&mut self) {
+        let program = Arc::clone(&self.program);
+        let plan = program.plan();
+        for (k, st) in plan.states.iter().enumerate() {
+            if st.update == st.tensor {
+                continue;
+            }
+            let bytes = self.state_len(k);
+            let Some(arena) = self.arena.as_mut() else { return };
+            let Storage::Arena { offset: dst, .. } = plan.tensors[st.tensor as usize].storage else { continue };
+            let dst = dst as usize;
+            match plan.tensors[st.update as usize].storage {
+                Storage::Arena { offset: src, .. } => {
+                    arena.as_mut_slice().copy_within(src as usize..src as usize + bytes, dst);
+                }
+                Storage::Weight { offset, .. } => {
+                    let src = &program.weights()[offset as usize..offset as usize + bytes];
+                    arena.as_mut_slice()[dst..dst + bytes].copy_from_slice(src);
+                }
+            }
+        }
     }
 
     /// Checks inputs against the declared dtypes and bounds, binds symbols and
@@ -324,6 +451,7 @@ impl Session {
             let bytes = self.program.plan().arena_bytes;
             let arena = usize::try_from(bytes).ok().and_then(AlignedBuf::zeroed);
             self.arena = Some(arena.ok_or(Error::OutOfMemory { bytes })?);
+            self.init_states();
         }
         Ok(())
     }
@@ -544,6 +672,21 @@ impl Session {
         };
         TensorRef { dtype: decl.dtype, shape, data }
     }
+}
+
+/// The bytes of weight tensor `t` of `program` (validated to be one).
+fn weight_bytes(program: &Program, t: u32) -> &[u8] {
+    match program.plan().tensors[t as usize].storage {
+        Storage::Weight { offset, bytes } => &program.weights()[offset as usize..(offset + bytes) as usize],
+        Storage::Arena { .. } => &[],
+    }
+}
+
+fn find_state_or_err<'p>(plan: &'p crate::format::Plan, name: &str) -> Result<(usize, &'p crate::format::StateDecl)> {
+    crate::validate::find_state(plan, name).ok_or_else(|| {
+        let names: Vec<&str> = plan.states.iter().map(|s| s.name.as_str()).collect();
+        Error::State { name: name.to_string(), detail: format!("no such state (the program has {names:?})") }
+    })
 }
 
 /// Why the run loop stopped before the end.

@@ -33,10 +33,17 @@
 //!   section, its inputs/outputs are exactly that segment's args/results, it
 //!   has at least one output, its outputs lie in the arena and overlap neither
 //!   each other nor any argument; every segment's tensor indices exist and
-//!   every CPU-fallback note names an existing instruction.
+//!   every CPU-fallback note names an existing instruction;
+//! - states (buffers kept between runs) have unique non-empty names; each
+//!   one's current value is an arena tensor with a static shape, its update
+//!   and initial value (a weight) have the same dtype and shape; the current
+//!   values overlap neither each other nor any input, output, instruction
+//!   output or other state's update (so nothing but the session's end-of-run
+//!   copy writes them, and no output reads a value that copy overwrites); an
+//!   update is the state's own current value or lies outside every state.
 
 use crate::format::{
-    AccelProgram, DimExpr, DimRef, Instr, InstrOp, Kernel, Plan, PoolKind, Storage, TensorDecl, WEIGHT_ALIGN,
+    AccelProgram, DimExpr, DimRef, Instr, InstrOp, Kernel, Plan, PoolKind, StateDecl, Storage, TensorDecl, WEIGHT_ALIGN,
 };
 use crate::{Error, Result};
 
@@ -59,6 +66,7 @@ pub(crate) fn validate_plan(plan: &Plan, weights_len: u64, accel: Option<&AccelP
     let binders = data_dependent_binders(plan)?;
     let ready = tensor_ready(plan, &binders)?;
     validate_io(plan, &binders, &ready)?;
+    validate_states(plan)?;
     if let Some(accel) = accel {
         validate_accel(plan, accel)?;
     }
@@ -334,6 +342,65 @@ fn validate_io(plan: &Plan, binders: &[Option<u32>], ready: &[usize]) -> Result<
         tensor(plan, io.tensor)?;
     }
     Ok(())
+}
+
+/// The states' tables (see the module doc).
+fn validate_states(plan: &Plan) -> Result<()> {
+    let mut regions: Vec<(u64, u64)> = Vec::with_capacity(plan.states.len());
+    for (k, st) in plan.states.iter().enumerate() {
+        let ctx = |e: String| bad(format!("state {k} `{}`: {e}", st.name));
+        if st.name.is_empty() || plan.states[..k].iter().any(|o| o.name == st.name) {
+            return Err(ctx("its name is empty or not unique".into()));
+        }
+        let (current, update, init) = (tensor(plan, st.tensor)?, tensor(plan, st.update)?, tensor(plan, st.init)?);
+        let Some(region) = arena_range(current) else {
+            return Err(ctx("its current value is not in the arena".into()));
+        };
+        if !matches!(init.storage, Storage::Weight { .. }) {
+            return Err(ctx("its initial value is not a weight".into()));
+        }
+        let is_static = |t: &TensorDecl| t.shape.iter().all(|d| matches!(d, DimRef::Static(_)));
+        for (what, t) in [("update", update), ("initial value", init)] {
+            if t.dtype != current.dtype || t.shape != current.shape || !is_static(t) {
+                return Err(ctx(format!("its {what} is not a static tensor of its dtype and shape")));
+            }
+        }
+        if !is_static(current) {
+            return Err(ctx("its shape is not static".into()));
+        }
+        regions.push(region);
+    }
+    let in_state = |r: (u64, u64)| regions.iter().position(|&s| overlaps(r, s));
+    let arena = |t: u32| plan.tensors.get(t as usize).and_then(arena_range);
+    for (k, &r) in regions.iter().enumerate() {
+        if let Some(j) = regions[..k].iter().position(|&s| overlaps(r, s)) {
+            return Err(bad(format!("states {j} and {k} overlap in the arena")));
+        }
+    }
+    for (k, st) in plan.states.iter().enumerate() {
+        if st.update != st.tensor {
+            if let Some(j) = arena(st.update).and_then(in_state) {
+                return Err(bad(format!("state {k} `{}`: its update lies in state {j}'s storage", st.name)));
+            }
+        }
+    }
+    let io = plan.inputs.iter().map(|io| ("input", io)).chain(plan.outputs.iter().map(|io| ("output", io)));
+    for (what, io) in io {
+        if let Some(j) = arena(io.tensor).and_then(in_state) {
+            return Err(bad(format!("{what} `{}` lies in the storage of state {j}", io.name)));
+        }
+    }
+    for (i, instr) in plan.instrs.iter().enumerate() {
+        if let Some(j) = instr.outputs.iter().find_map(|&t| arena(t).and_then(in_state)) {
+            return Err(bad(format!("instruction {i} ({}) writes into the storage of state {j}", instr.origin)));
+        }
+    }
+    Ok(())
+}
+
+/// The state `name`'s declaration, if the plan has one.
+pub(crate) fn find_state<'p>(plan: &'p Plan, name: &str) -> Option<(usize, &'p StateDecl)> {
+    plan.states.iter().enumerate().find(|(_, s)| s.name == name)
 }
 
 fn arena_range(t: &TensorDecl) -> Option<(u64, u64)> {

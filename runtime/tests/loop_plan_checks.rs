@@ -63,6 +63,7 @@ fn artifact(edit: impl FnOnce(&mut Plan)) -> Vec<u8> {
         ],
         arena_bytes: 448,
         peak_live_bytes: 448,
+        states: vec![],
     };
     edit(&mut plan);
     ArtifactWriter::new(&plan, weights, &Metadata::default()).unwrap().to_bytes()

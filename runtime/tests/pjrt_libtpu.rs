@@ -33,6 +33,7 @@ fn tpu_without_a_tpu_fails_fast_and_clearly() {
         instrs: vec![],
         arena_bytes: 0,
         peak_live_bytes: 0,
+        states: vec![],
     };
     let program = Program::from_bytes(
         &ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap().to_bytes(),

@@ -29,6 +29,7 @@ fn artifact(edit: impl FnOnce(&mut Plan, &mut AccelProgram)) -> Vec<u8> {
         }],
         arena_bytes: 192,
         peak_live_bytes: 48,
+        states: vec![],
     };
     let mut accel = AccelProgram {
         segments: vec![AccelSegment {

@@ -146,6 +146,7 @@ fn mixed_artifact() -> Vec<u8> {
         ],
         arena_bytes: 256,
         peak_live_bytes: 80,
+        states: vec![],
     };
     let mlir = r#"module {
   func.func @main(%y: tensor<2x3xf32>, %w: tensor<3x2xf32>, %c: tensor<2x2xf32>) -> (tensor<2x2xf32>, tensor<2x2xf32>) {

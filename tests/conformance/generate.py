@@ -198,6 +198,13 @@ PICK = {"F.grid_sample": [4, 3, 9, 0, 12], "F.embedding_bag": [5, 8], "topk": [0
 KNOWN_UNSUPPORTED = {
     ("erfc", "*", "*"): "no erfc kernel yet: 1 - erf(x) loses the tail's relative accuracy",
     ("cumprod", "*", "*"): "no cumulative-product kernel yet",
+    ("F.batch_norm", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
+    ("_native_batch_norm_legit", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
+    ("_native_batch_norm_legit", "f32_1", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
+    ("aten._native_batch_norm_legit.default", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
+    ("aten._native_batch_norm_legit.default", "f32_1", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
+    ("F.instance_norm", "*", "*"): "writes into its inputs (use_input_stats with running statistics updates them in place): kiln refuses a program that mutates a user input",
+    ("F.embedding_bag", "f32_1", "*"): "writes into its input (max_norm renormalises the weight in place): kiln refuses a program that mutates a user input",
 }
 
 

@@ -15,10 +15,16 @@ use kiln_runtime::{Error, Program};
 use kiln_tests::{compile_fixture, default_tolerance, fixture_dir, read_numbered, run_session};
 use std::path::{Path, PathBuf};
 
-/// (fixture, input/output prefix) covering the instruction kinds a CPU plan
-/// has: calls (conv, pooling, linear, ...), loops (jumps) and data-dependent
-/// sizes (bind_dim).
-const GOLDEN: [(&str, &str); 4] = [("mlp", ""), ("cnn", ""), ("while_loop", "case0_"), ("nonzero", "case0_")];
+/// (artifact name, fixture, input/output prefix) covering the instruction
+/// kinds a CPU plan has: calls (conv, pooling, linear, ...), loops (jumps)
+/// and data-dependent sizes (bind_dim); and state (buffers kept between runs).
+const GOLDEN: [(&str, &str, &str); 5] = [
+    ("mlp", "mlp", ""),
+    ("cnn", "cnn", ""),
+    ("while_loop", "while_loop", "case0_"),
+    ("nonzero", "nonzero", "case0_"),
+    ("counter", "state/counter", "step_0/"),
+];
 
 fn golden_dir(major: u16, minor: u16) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden").join(format!("v{major}.{minor}"))
@@ -33,11 +39,11 @@ fn current_version_golden_artifacts_run_and_reencode_identically() {
     let dir = current_dir();
     if std::env::var_os("KILN_BLESS_GOLDEN").is_some() {
         std::fs::create_dir_all(&dir).unwrap();
-        for (name, _) in GOLDEN {
-            std::fs::write(dir.join(format!("{name}.kiln")), compile_fixture(name, "aten")).unwrap();
+        for (name, fixture, _) in GOLDEN {
+            std::fs::write(dir.join(format!("{name}.kiln")), compile_fixture(fixture, "aten")).unwrap();
         }
     }
-    for (name, prefix) in GOLDEN {
+    for (name, fixture, prefix) in GOLDEN {
         let path = dir.join(format!("{name}.kiln"));
         let bytes = std::fs::read(&path).unwrap_or_else(|e| {
             panic!("{}: {e} (a format version bump needs its golden artifacts: see this file's doc)", path.display())
@@ -50,7 +56,7 @@ fn current_version_golden_artifacts_run_and_reencode_identically() {
         // And it runs with PyTorch's numbers.
         let program = Program::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(program.format_version(), (FORMAT_MAJOR, FORMAT_MINOR));
-        let fixture = fixture_dir(name);
+        let fixture = fixture_dir(fixture);
         let inputs = read_numbered(&fixture, &format!("{prefix}input"));
         let want = read_numbered(&fixture, &format!("{prefix}output"));
         let got = run_session(&mut program.session().unwrap(), &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -74,6 +80,8 @@ fn the_golden_set_has_the_kinds_it_claims() {
     assert!(kinds("while_loop").contains(&"jump") && kinds("while_loop").contains(&"jump_if_false"));
     assert!(kinds("nonzero").contains(&"bind_dim"));
     assert!(kinds("cnn").contains(&"conv"));
+    let counter = Program::load(current_dir().join("counter.kiln")).unwrap();
+    assert_eq!(counter.states().len(), 2);
 }
 
 #[test]

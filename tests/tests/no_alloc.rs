@@ -88,4 +88,20 @@ fn steady_state_runs_do_not_allocate() {
         });
         assert_eq!(n, 0, "{name}: {n} allocations in steady-state runs");
     }
+    // State: the end-of-run copies into the state region, and a reset, allocate nothing.
+    for name in ["state/counter", "state/kv_decoder"] {
+        let program = load_fixture(name, "aten");
+        let steps: Vec<Vec<Tensor>> =
+            (0..4).map(|k| read_numbered(&fixture_dir(name).join(format!("step_{k}")), "input")).collect();
+        let views: Vec<Vec<_>> = steps.iter().map(|c| c.iter().map(Tensor::view).collect()).collect();
+        let mut session = program.session().unwrap();
+        session.run(&views[0]).unwrap();
+        let n = allocations_during(|| {
+            for v in &views {
+                session.run(v).unwrap();
+            }
+            session.reset_state();
+        });
+        assert_eq!(n, 0, "{name}: {n} allocations in steady-state runs");
+    }
 }

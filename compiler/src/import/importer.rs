@@ -4,6 +4,7 @@ use super::custom::ImportOptions;
 use super::error::{ImportError, Problem, UnsupportedList};
 use super::ops;
 use super::scope::{PendingBind, Scope};
+use super::state::Bound;
 use crate::pt2::program::{Arg, InputSpec, Node, OutputSpec, SubGraph, SymExpr, SymIntArg, TensorMeta};
 use crate::pt2::weights::{self, WeightError};
 use crate::pt2::{scalar_type, sympy, Pt2File, CONSTANTS_DIR, WEIGHTS_DIR};
@@ -97,7 +98,11 @@ pub(crate) struct Importer<'p> {
     pub(crate) outer_scopes: Vec<Scope<'p>>,
     /// The next `Op::Random` stream number: unique per random op.
     next_stream: u32,
-    problems: Vec<Problem>,
+    pub(crate) problems: Vec<Problem>,
+    /// Parameters, buffers and constants as first bound, and user inputs:
+    /// what `state.rs` compares the final bindings with.
+    pub(crate) weight_bindings: Vec<Bound>,
+    pub(crate) user_input_bindings: Vec<Bound>,
     /// Symbolic scalars read with `.item()` (`_local_scalar_dense`) → the 0-d
     /// tensor they were read from, for their uses as operands.
     pub(crate) items: HashMap<String, ValueId>,
@@ -137,6 +142,8 @@ impl<'p> Importer<'p> {
             outer_scopes: Vec::new(),
             next_stream: 0,
             problems: Vec::new(),
+            weight_bindings: Vec::new(),
+            user_input_bindings: Vec::new(),
             items: HashMap::new(),
             pending_binds: HashMap::new(),
             complex: HashMap::new(),
@@ -188,11 +195,12 @@ impl<'p> Importer<'p> {
                         reason: Some(format!("non-tensor output {other:?}")),
                     });
                 }
-                // State updates (buffer_mutation, user_input_mutation) and
-                // tokens: not results of an inference call (see module docs).
+                // State updates (buffer_mutation, user_input_mutation):
+                // `bind_state` below; tokens are refused with their inputs.
                 OutputSpec::Other { .. } => {}
             }
         }
+        self.bind_state();
         if self.problems.is_empty() {
             Ok(self.g)
         } else {
@@ -376,6 +384,7 @@ impl<'p> Importer<'p> {
                     // The Python-level name: what sharding and quantization overrides select by.
                     self.g.values[v].attrs = ValueAttrs::with_origin(name.clone());
                     self.scope.env.insert(name.clone(), v);
+                    self.user_input_bindings.push(Bound { arg: name.clone(), fqn: name.clone(), value: v });
                 }
                 Err(e) => self.input_failure(name, e)?,
             },
@@ -463,6 +472,7 @@ impl<'p> Importer<'p> {
         let v = self.g.add_const(Some(fqn.to_string()), ty, loaded.bytes);
         self.g.values[v].attrs = ValueAttrs::with_origin(fqn.to_string());
         self.scope.env.insert(arg.to_string(), v);
+        self.weight_bindings.push(Bound { arg: arg.to_string(), fqn: fqn.to_string(), value: v });
         Ok(())
     }
 

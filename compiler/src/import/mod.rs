@@ -23,9 +23,10 @@
 //!   fixtures.
 //! - A nested graph (a `cond` branch, a loop's condition or body) is
 //!   converted in a scope of its own, pushed and popped (`scope.rs`).
-//! - `buffer_mutation` / `user_input_mutation` outputs are dropped: kiln
-//!   compiles inference programs, whose state updates (e.g. batch-norm running
-//!   statistics) are not observable results.
+//! - Buffers the program mutates (`buffer_mutation` outputs in Core ATen,
+//!   in-place writes in training IR) become state that persists between runs
+//!   (`kiln_ir::StateSlot`); a program writing into its input is refused,
+//!   naming the input (`state.rs`).
 //! - Unsupported ops, argument values, weights and input kinds do not stop the
 //!   import at the first: all are collected into one [`ImportError::Unsupported`].
 //! - `torch.cond` is imported with both branches inline and its results
@@ -45,6 +46,7 @@ mod importer;
 mod ops;
 mod promote;
 mod scope;
+mod state;
 pub mod support;
 mod views;
 

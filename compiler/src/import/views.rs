@@ -131,7 +131,11 @@ impl Importer<'_> {
             .iter()
             .map(|(name, _)| *name)
             .chain(std::iter::once(root.as_str()))
-            .filter(|&name| name != mutated && self.read_later(name))
+            // A parameter's, buffer's or input's storage is also observed
+            // after the last node: its final value is the state's next one.
+            .filter(|&name| {
+                name != mutated && (self.read_later(name) || (name == root && self.is_module_storage(name)))
+            })
             .map(str::to_string)
             .collect();
         if observers.is_empty() {

@@ -148,6 +148,9 @@ pub enum OutputSpec {
     Other {
         kind: String,
         arg: String,
+        /// What the output writes into: `buffer_name` of a buffer mutation,
+        /// `user_input_name` of an input mutation (empty for other kinds).
+        target: String,
     },
 }
 
@@ -391,7 +394,16 @@ fn parse_output_spec(j: J<'_>) -> Result<OutputSpec, JsonError> {
             "user_output" => OutputSpec::User(v.with("arg", parse_arg)?),
             other => {
                 let arg = v.with_opt("arg", |a| Ok(a.opt_str("name")?.unwrap_or_default()))?.unwrap_or_default();
-                OutputSpec::Other { kind: other.to_string(), arg }
+                let target_key = match other {
+                    "buffer_mutation" => Some("buffer_name"),
+                    "user_input_mutation" => Some("user_input_name"),
+                    _ => None,
+                };
+                let target = match target_key {
+                    Some(key) => v.opt_str(key)?.unwrap_or_default(),
+                    None => String::new(),
+                };
+                OutputSpec::Other { kind: other.to_string(), arg, target }
             }
         })
     })

@@ -17,16 +17,20 @@
 //!   %6: f32[batch, 1], %7: f32[batch, 1] = ...   ; several results
 //!   _ = ...                                      ; no result
 //!   output %4 "out"
+//!   state "count" input 0 output 0 = [0.0]     ; a buffer kept between runs (see below)
 //! }
 //! ```
 //!
-//! * **Statements**: `sym`, `input`, `const`, node lines and `output`, in any
+//! * **Statements**: `sym`, `input`, `const`, node lines, `output` and `state`, in any
 //!   order as long as symbols and values are defined before use. Line breaks
 //!   are not significant; `;` starts a comment that runs to the end of the line.
 //! * **Canonical printing**: symbols (arena order), inputs, constants (arena
 //!   order), live nodes in [`Graph::order`], outputs. Values are renamed
 //!   `%0, %1, ...` in that order; symbols are printed by name. Parsing accepts
 //!   any labels (`%17` need not follow `%3`) and builds arenas in text order.
+//! * **States** ([`crate::StateSlot`]): `state "name" input N output M =
+//!   [initial elements]` pairs input position `N` with output position `M`;
+//!   printed last, after the outputs.
 //! * **Names**: a string after a value's label is its source name
 //!   ([`crate::ValueData::name`]); after an output, the output name.
 //! * **Value attributes** ([`crate::ValueAttrs`]): `{key="value", ...}` after a

@@ -179,6 +179,7 @@ impl Parser {
             Tok::Ident(k) if k == "input" => self.input(),
             Tok::Ident(k) if k == "const" => self.constant(),
             Tok::Ident(k) if k == "output" => self.output(),
+            Tok::Ident(k) if k == "state" => self.state(),
             Tok::Ident(k) if k == "_" => {
                 self.next();
                 self.node(vec![])
@@ -190,7 +191,7 @@ impl Parser {
                 }
                 self.node(results)
             }
-            _ => self.expected("`sym`, `input`, `const`, `output`, a `%value` or `}`"),
+            _ => self.expected("`sym`, `input`, `const`, `output`, `state`, a `%value` or `}`"),
         }
     }
 
@@ -288,13 +289,22 @@ impl Parser {
             return Err(ty_pos.error("a constant's shape must be non-negative and fit in memory"));
         };
         self.punct("=")?;
+        let bytes = self.elements(ty.dtype, &shape, numel)?;
+        let v = self.g.add_const(name, ty, ConstBytes::owned(bytes));
+        self.g.values[v].attrs = attrs;
+        self.values.insert(label, v);
+        Ok(())
+    }
+
+    /// `[e0, e1, ...]`: exactly `numel` elements of `dtype` (a value of `shape`).
+    fn elements(&mut self, dtype: DType, shape: &[i64], numel: usize) -> Result<Vec<u8>, ParseError> {
         let list_pos = self.pos();
         self.punct("[")?;
-        let mut bytes = Vec::with_capacity(numel.saturating_mul(ty.dtype.size_bytes()).min(1 << 20));
+        let mut bytes = Vec::with_capacity(numel.saturating_mul(dtype.size_bytes()).min(1 << 20));
         let mut count = 0usize;
         if !self.is_punct("]") {
             loop {
-                self.element(ty.dtype, &mut bytes)?;
+                self.element(dtype, &mut bytes)?;
                 count += 1;
                 if !self.eat_punct(",") {
                     break;
@@ -305,9 +315,41 @@ impl Parser {
         if count != numel {
             return Err(list_pos.error(format!("constant of shape {shape:?} needs {numel} elements, found {count}")));
         }
-        let v = self.g.add_const(name, ty, ConstBytes::owned(bytes));
-        self.g.values[v].attrs = attrs;
-        self.values.insert(label, v);
+        Ok(bytes)
+    }
+
+    /// `state "name" input N output M = [initial elements]`: a
+    /// [`crate::StateSlot`] pairing input `N` with output `M` (positions;
+    /// both must already be declared).
+    fn state(&mut self) -> Result<(), ParseError> {
+        self.keyword("state")?;
+        let pos = self.pos();
+        let Some(name) = self.opt_string() else {
+            return self.expected("the state's name as a string");
+        };
+        self.keyword("input")?;
+        let input = self.int()?;
+        self.keyword("output")?;
+        let output = self.int()?;
+        let (Some(input), Some(output)) = (
+            usize::try_from(input).ok().filter(|&i| i < self.g.inputs.len()),
+            usize::try_from(output).ok().filter(|&o| o < self.g.outputs.len()),
+        ) else {
+            return Err(
+                pos.error(format!("state `{name}`: input {input} or output {output} is not declared before it"))
+            );
+        };
+        let ty = self.g.ty(self.g.inputs[input]).clone();
+        let Some(shape) = ty.static_shape() else {
+            return Err(pos.error(format!("state `{name}`: its input's shape is not static")));
+        };
+        let numel = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
+        let Some(numel) = numel else {
+            return Err(pos.error(format!("state `{name}`: its shape must be non-negative and fit in memory")));
+        };
+        self.punct("=")?;
+        let init = ConstBytes::owned(self.elements(ty.dtype, &shape, numel)?);
+        self.g.states.push(crate::StateSlot { name, input, output, init });
         Ok(())
     }
 

@@ -74,6 +74,18 @@ pub(super) fn print_graph(g: &Graph, max_const_elems: Option<usize>) -> String {
         let name = g.output_names.get(i).map_or(String::new(), |n| format!(" {}", quote(n)));
         let _ = writeln!(out, "  output {}{name}", value(v));
     }
+    for st in &g.states {
+        let dtype = g.inputs.get(st.input).and_then(|&v| g.values.get(v)).map(|d| d.ty.dtype);
+        let elems = dtype.map_or_else(Vec::new, |d| format_elements(d, st.init.as_bytes()));
+        let _ = writeln!(
+            out,
+            "  state {} input {} output {} = [{}]",
+            quote(&st.name),
+            st.input,
+            st.output,
+            elems.join(", ")
+        );
+    }
     out.push_str("}\n");
     out
 }

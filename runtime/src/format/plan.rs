@@ -22,6 +22,25 @@ pub struct Plan {
     pub arena_bytes: u64,
     /// Largest sum of simultaneously live tensors: the lower bound for `arena_bytes`.
     pub peak_live_bytes: u64,
+    /// Buffers that persist between runs (the program mutates them).
+    pub states: Vec<StateDecl>,
+}
+
+/// A buffer kept by the session between runs: a counter, a filter's state,
+/// a KV cache. Its current value lives in the arena's state region (at its
+/// end, apart from every slot an instruction writes); the session fills it
+/// from `init` when the arena is allocated (and on `reset_state`), and copies
+/// `update` into it after every successful run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateDecl {
+    /// The buffer's fully-qualified name (`blocks.0.cache_k`).
+    pub name: String,
+    /// The tensor the program reads the current value from (arena, state region).
+    pub tensor: u32,
+    /// The tensor holding the next value when a run ends.
+    pub update: u32,
+    /// The initial value (a weight).
+    pub init: u32,
 }
 
 /// A shape symbol bound at run time: from an input dimension, or, when a

@@ -1488,7 +1488,16 @@ fn instance_norm(imp: &mut Importer, n: &Node) -> R<()> {
     }
     let eps = imp.float(n, "eps", Some(1e-5))?;
     let axes: Vec<usize> = (2..rank).collect();
+    let has_running = imp.arg(n, "running_mean").is_some() || imp.arg(n, "running_var").is_some();
     let (mean, var) = if imp.bool(n, "use_input_stats", true)? {
+        if has_running {
+            // torch updates the running statistics in place (Core ATen shows
+            // the write): a mutation of the caller's tensors kiln does not make.
+            return unsupported(
+                "instance_norm with running statistics and use_input_stats=True updates them in place; \
+                 kiln refuses programs that write into their inputs",
+            );
+        }
         let mean = reduce(imp, x, ReduceKind::Mean, axes.clone(), true)?;
         let d = bin(imp, B::Sub, x, mean)?;
         let sq = bin(imp, B::Mul, d, d)?;

@@ -1,0 +1,114 @@
+//! State in a plan (`Plan::states`): a hand-built accumulator keeps its
+//! value between runs, and malformed state declarations are refused at load.
+
+use kiln_runtime::format::*;
+use kiln_runtime::{Error, Program, Tensor};
+
+fn arena(shape: &[u64], offset: u64) -> TensorDecl {
+    let bytes = shape.iter().product::<u64>() * 4;
+    TensorDecl {
+        dtype: DType::F32,
+        shape: shape.iter().map(|&d| DimRef::Static(d)).collect(),
+        storage: Storage::Arena { offset, max_bytes: bytes },
+    }
+}
+
+const X: u32 = 0;
+const Y: u32 = 1;
+const ACC: u32 = 2;
+const INIT: u32 = 3;
+
+/// `y = x + acc; acc = y`, returning `y`, with `acc` starting at 1.
+/// `edit` breaks one thing.
+fn artifact(edit: impl FnOnce(&mut Plan)) -> Vec<u8> {
+    let mut weights = WeightsBuilder::new();
+    let ones: Vec<u8> = [1f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let init = TensorDecl { storage: weights.push(&ones), ..arena(&[4], 0) };
+    let mut plan = Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors: vec![arena(&[4], 0), arena(&[4], 16), arena(&[4], 64), init],
+        inputs: vec![IoDecl { name: "x".into(), tensor: X }],
+        outputs: vec![IoDecl { name: "y".into(), tensor: Y }],
+        instrs: vec![Instr {
+            op: InstrOp::Call(Kernel::Binary { op: BinaryOp::Add }),
+            inputs: vec![X, ACC],
+            outputs: vec![Y],
+            origin: "test".into(),
+        }],
+        arena_bytes: 80,
+        peak_live_bytes: 32,
+        states: vec![StateDecl { name: "acc".into(), tensor: ACC, update: Y, init: INIT }],
+    };
+    edit(&mut plan);
+    ArtifactWriter::new(&plan, weights, &Metadata::default()).unwrap().to_bytes()
+}
+
+fn plan_error(bytes: &[u8]) -> String {
+    match Program::from_bytes(bytes) {
+        Err(Error::Plan(m)) => m,
+        Err(other) => panic!("expected a plan error, got {other}"),
+        Ok(_) => panic!("malformed state accepted"),
+    }
+}
+
+#[test]
+fn an_accumulator_keeps_its_value_between_runs() {
+    let program = Program::from_bytes(&artifact(|_| {})).expect("valid plan");
+    assert_eq!(program.states().len(), 1);
+    let mut session = program.session().expect("session");
+    let x = Tensor::from_f32(&[4], &[1.0, 2.0, 3.0, 4.0]);
+    for k in 1..=3 {
+        let out = session.run(&[x.view()]).expect("run").to_tensors();
+        let want: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|v| 1.0 + k as f32 * v).collect();
+        assert_eq!(out[0].to_f32().unwrap(), want, "run {k}");
+    }
+    session.reset_state();
+    let out = session.run(&[x.view()]).expect("run").to_tensors();
+    assert_eq!(out[0].to_f32().unwrap(), vec![2.0, 3.0, 4.0, 5.0]);
+}
+
+#[test]
+fn malformed_states_are_rejected() {
+    let m = plan_error(&artifact(|p| p.states[0].init = 99));
+    assert!(m.contains("tensor index 99 out of range"), "{m}");
+    let m = plan_error(&artifact(|p| p.states[0].init = X));
+    assert!(m.contains("initial value is not a weight"), "{m}");
+    let m = plan_error(&artifact(|p| p.states[0].tensor = INIT));
+    assert!(m.contains("current value is not in the arena"), "{m}");
+    let m = plan_error(&artifact(|p| {
+        p.tensors.push(arena(&[2], 32));
+        p.states[0].update = 4;
+    }));
+    assert!(m.contains("its update is not a static tensor of its dtype and shape"), "{m}");
+    let m = plan_error(&artifact(|p| {
+        let again = p.states[0].clone();
+        p.states.push(again);
+    }));
+    assert!(m.contains("not unique"), "{m}");
+    // Nothing but the end-of-run copy may write a state, and no input or
+    // output may alias one (it would see the update).
+    let m = plan_error(&artifact(|p| p.tensors[Y as usize] = arena(&[4], 64)));
+    assert!(m.contains("its update lies in state 0's storage"), "{m}");
+    let m = plan_error(&artifact(|p| p.tensors[X as usize] = arena(&[4], 60)));
+    assert!(m.contains("input `x` lies in the storage of state 0"), "{m}");
+    let m = plan_error(&artifact(|p| {
+        p.tensors.push(arena(&[4], 64));
+        p.instrs[0].outputs = vec![4];
+        p.outputs[0].tensor = Y;
+    }));
+    assert!(m.contains("instruction 0 (test) writes into the storage of state 0"), "{m}");
+}
+
+#[test]
+fn set_state_checks_dtype_and_shape() {
+    let program = Program::from_bytes(&artifact(|_| {})).expect("valid plan");
+    let mut session = program.session().expect("session");
+    let err = session.set_state("acc", Tensor::from_f32(&[3], &[0.0; 3]).view()).expect_err("wrong shape");
+    assert!(matches!(err, Error::State { .. }), "{err}");
+    session.set_state("acc", Tensor::from_f32(&[4], &[0.0; 4]).view()).expect("set_state");
+    let x = Tensor::from_f32(&[4], &[1.0, 2.0, 3.0, 4.0]);
+    let out = session.run(&[x.view()]).expect("run").to_tensors();
+    assert_eq!(out[0].to_f32().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(session.state("acc").expect("acc").data, out[0].data);
+}

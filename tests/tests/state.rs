@@ -1,0 +1,234 @@
+//! Programs whose buffers persist between runs (`tests/fixtures/state/`, made
+//! by `generate_state.py`): a counter, a low-pass filter and a one-layer
+//! static-KV-cache decoder, in both IR flavours, run step by step through one
+//! session and compared with eager PyTorch after every step; then the state
+//! API (read, write, reset by name), the refusals (a program writing into
+//! its input; state under `--target pjrt`), and hand-written IR for the
+//! lowering's corner cases (a state returned before its update; two states
+//! swapping values).
+
+use kiln_compiler::npy::read_npy;
+use kiln_runtime::{Session, Tensor, TensorView};
+use kiln_tests::{assert_close, fixture_dir, load_fixture, read_numbered, FLAVOURS};
+use std::path::PathBuf;
+
+const RTOL: f64 = 1e-4;
+const ATOL: f64 = 1e-5;
+
+fn state_fixture(name: &str) -> String {
+    format!("state/{name}")
+}
+
+fn steps(name: &str) -> Vec<PathBuf> {
+    let dir = fixture_dir(&state_fixture(name));
+    let steps: Vec<PathBuf> = (0..).map(|k| dir.join(format!("step_{k}"))).take_while(|p| p.is_dir()).collect();
+    assert!(steps.len() >= 4, "{name}: fixture has {} steps, expected at least 4", steps.len());
+    steps
+}
+
+/// Runs every step through `session`, comparing each step's outputs with eager's.
+fn run_steps(session: &mut Session, what: &str, steps: &[PathBuf]) {
+    for (k, step) in steps.iter().enumerate() {
+        let (inputs, expected) = (read_numbered(step, "input"), read_numbered(step, "output"));
+        let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+        let outputs = session.run(&views).unwrap_or_else(|e| panic!("{what} step {k}: {e}"));
+        assert_eq!(outputs.len(), expected.len(), "{what} step {k}: number of outputs");
+        for (i, want) in expected.iter().enumerate() {
+            assert_close(&format!("{what} step {k} output {i}"), &outputs.get(i), &want.view(), RTOL, ATOL);
+        }
+    }
+}
+
+/// Eager's buffers after the last step (`state_<name>.npy`).
+fn final_states(name: &str) -> Vec<(String, Tensor)> {
+    let dir = fixture_dir(&state_fixture(name));
+    let mut states: Vec<(String, Tensor)> = std::fs::read_dir(&dir)
+        .expect("fixture folder")
+        .filter_map(|e| {
+            let file = e.ok()?.file_name().into_string().ok()?;
+            let buffer = file.strip_prefix("state_")?.strip_suffix(".npy")?.to_string();
+            Some((buffer, read_npy(&dir.join(&file)).unwrap_or_else(|e| panic!("{e}"))))
+        })
+        .collect();
+    states.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(!states.is_empty(), "{name}: no state_*.npy");
+    states
+}
+
+fn check_stateful(name: &str, flavour: &str) {
+    let what = format!("{name}/{flavour}");
+    let program = load_fixture(&state_fixture(name), flavour);
+    let expected_states = final_states(name);
+    let mut names: Vec<String> = program.states().into_iter().map(|s| s.name).collect();
+    names.sort();
+    let want_names: Vec<&String> = expected_states.iter().map(|(n, _)| n).collect();
+    assert_eq!(names.iter().collect::<Vec<_>>(), want_names, "{what}: the program's states");
+    let steps = steps(name);
+    let mut session = program.session().expect("session");
+    run_steps(&mut session, &what, &steps);
+    for (buffer, want) in &expected_states {
+        let got = session.state(buffer).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_close(&format!("{what} final state `{buffer}`"), &got, &want.view(), RTOL, ATOL);
+    }
+    // Reset: the same steps give the same outputs again.
+    session.reset_state();
+    run_steps(&mut session, &format!("{what} after reset_state"), &steps);
+}
+
+macro_rules! stateful_tests {
+    ($($name:ident),*) => {
+        $(
+            mod $name {
+                #[test]
+                fn training_ir() {
+                    super::check_stateful(stringify!($name), "training");
+                }
+                #[test]
+                fn core_aten() {
+                    super::check_stateful(stringify!($name), "aten");
+                }
+            }
+        )*
+    };
+}
+
+stateful_tests!(counter, lowpass, kv_decoder, tiny_llama);
+
+#[test]
+fn state_is_read_written_and_reset_by_name() {
+    for flavour in FLAVOURS {
+        let program = load_fixture(&state_fixture("counter"), flavour);
+        let mut session = program.session().expect("session");
+        let x = Tensor::from_f32(&[3], &[1.0, 2.0, 3.0]);
+        // Before any run: the buffer's initial value.
+        assert_eq!(session.state("count").expect("count").data, 0f32.to_le_bytes());
+        for _ in 0..3 {
+            session.run(&[x.view()]).expect("run");
+        }
+        assert_eq!(session.state("count").expect("count").data, 3f32.to_le_bytes());
+        assert_eq!(session.state("steps").expect("steps").data, 3i64.to_le_bytes());
+        // Written by name: the next run starts from it.
+        session.set_state("count", Tensor::from_f32(&[1], &[10.0]).view()).expect("set_state");
+        let out = session.run(&[x.view()]).expect("run").to_tensors();
+        assert_eq!(out[0].to_f32(), Some(vec![11.0, 22.0, 33.0]), "{flavour}: x * (10 + 1)");
+        assert_eq!(out[1].data, 40i64.to_le_bytes(), "{flavour}: steps * 10 after 4 runs");
+        // Wrong dtype, shape or name: errors, the state unchanged.
+        let wrong_dtype = Tensor::from_i64(&[1], &[1]);
+        let err = session.set_state("count", wrong_dtype.view()).expect_err("i64 into f32").to_string();
+        assert!(err.contains("count") && err.contains("i64"), "{err}");
+        let wrong_shape = Tensor::from_f32(&[2], &[1.0, 2.0]);
+        assert!(session.set_state("count", wrong_shape.view()).is_err());
+        let err = session.state("nope").expect_err("no such state").to_string();
+        assert!(err.contains("nope") && err.contains("count"), "{err}");
+        assert_eq!(session.state("count").expect("count").data, 11f32.to_le_bytes());
+        // Reset: back to the buffers' values; a second session is independent.
+        session.reset_state();
+        assert_eq!(session.state("count").expect("count").data, 0f32.to_le_bytes());
+        let mut other = program.session().expect("session");
+        other.run(&[x.view()]).expect("run");
+        assert_eq!(other.state("count").expect("count").data, 1f32.to_le_bytes());
+        assert_eq!(session.state("count").expect("count").data, 0f32.to_le_bytes());
+        // State is not an input or an output of the program.
+        assert_eq!(program.inputs().len(), 1);
+        assert_eq!(program.outputs().len(), 2);
+    }
+}
+
+#[test]
+fn a_failed_run_leaves_the_state_unchanged() {
+    let program = load_fixture(&state_fixture("counter"), "aten");
+    let mut session = program.session().expect("session");
+    let x = Tensor::from_f32(&[3], &[1.0, 2.0, 3.0]);
+    session.run(&[x.view()]).expect("run");
+    let bad = Tensor::from_f32(&[4], &[1.0; 4]);
+    assert!(session.run(&[bad.view()]).is_err());
+    assert_eq!(session.state("count").expect("count").data, 1f32.to_le_bytes());
+}
+
+#[test]
+fn a_program_writing_into_its_input_is_refused_naming_it() {
+    for flavour in FLAVOURS {
+        let src = fixture_dir("state/input_mutation").join(format!("{flavour}.pt2"));
+        let tmp = kiln_tests::temp_path("input_mutation");
+        let err = kiln_compiler::compile_file(&src, &tmp, &kiln_compiler::CompileOptions::default())
+            .expect_err("an input written in place must be refused")
+            .to_string();
+        assert!(err.contains("writes into its input `x`"), "{flavour}: {err}");
+        assert!(!tmp.exists());
+    }
+}
+
+#[test]
+fn state_under_pjrt_is_a_clear_compile_error() {
+    let src = fixture_dir("state/lowpass").join("aten.pt2");
+    let imported = kiln_compiler::import::import_pt2(&src).expect("import");
+    assert_eq!(imported.graph.states.len(), 1);
+    let backend = kiln_compiler::Backend::for_target(kiln_passes::Target::Pjrt, Default::default());
+    let metadata = Default::default();
+    let err = kiln_compiler::compile_graph_for(imported.graph, &Default::default(), backend, metadata)
+        .err()
+        .expect("state under pjrt must be refused")
+        .to_string();
+    assert!(err.contains("mutated buffers: state"), "{err}");
+    assert!(err.contains("--target pjrt"), "{err}");
+}
+
+/// Compiles an IR text graph for the CPU and loads it.
+fn compile_text(src: &str) -> std::sync::Arc<kiln_runtime::Program> {
+    let g = kiln_ir::text::parse(src).unwrap_or_else(|e| panic!("{e}"));
+    let (writer, _) = kiln_compiler::compile_graph(g, &Default::default(), Default::default()).expect("compile");
+    kiln_runtime::Program::from_bytes(&writer.to_bytes()).expect("load")
+}
+
+#[test]
+fn a_state_returned_before_its_update_is_the_old_value() {
+    // `before` is the state as the run found it; the update must not show through.
+    let program = compile_text(
+        "graph {
+  input %0 \"x\": f32[2] {origin=\"x\"}
+  input %1 \"acc\": f32[2] {origin=\"acc\"}
+  %2: f32[2] = add(%0, %1)
+  output %1 \"before\"
+  output %2 \"state acc\"
+  state \"acc\" input 1 output 1 = [1.0, 2.0]
+}",
+    );
+    let mut session = program.session().expect("session");
+    let x = Tensor::from_f32(&[2], &[10.0, 20.0]);
+    for (before, after) in [([1.0, 2.0], [11.0, 22.0]), ([11.0, 22.0], [21.0, 42.0])] {
+        let out = session.run(&[x.view()]).expect("run").to_tensors();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].to_f32(), Some(before.to_vec()));
+        assert_eq!(session.state("acc").expect("acc").data, Tensor::from_f32(&[2], &after).data);
+    }
+}
+
+#[test]
+fn states_that_swap_values_both_update() {
+    // a, b = b, a: each update is the other state's current value.
+    let program = compile_text(
+        "graph {
+  input %0 \"x\": f32[2] {origin=\"x\"}
+  input %1 \"a\": f32[2] {origin=\"a\"}
+  input %2 \"b\": f32[2] {origin=\"b\"}
+  %3: f32[2] = add(%0, %1)
+  output %3 \"y\"
+  output %2 \"state a\"
+  output %1 \"state b\"
+  state \"a\" input 1 output 1 = [1.0, 2.0]
+  state \"b\" input 2 output 2 = [3.0, 4.0]
+}",
+    );
+    let mut session = program.session().expect("session");
+    let x = Tensor::from_f32(&[2], &[0.5, 0.5]);
+    let (a, b) = (vec![1.0, 2.0], vec![3.0, 4.0]);
+    for k in 0..4 {
+        let out = session.run(&[x.view()]).expect("run").to_tensors();
+        let now = if k % 2 == 0 { &a } else { &b };
+        let want: Vec<f32> = now.iter().map(|v| v + 0.5).collect();
+        assert_eq!(out[0].to_f32(), Some(want), "run {k}");
+        let (next_a, next_b) = if k % 2 == 0 { (&b, &a) } else { (&a, &b) };
+        assert_eq!(session.state("a").expect("a").data, Tensor::from_f32(&[2], next_a).data, "run {k}");
+        assert_eq!(session.state("b").expect("b").data, Tensor::from_f32(&[2], next_b).data, "run {k}");
+    }
+}
