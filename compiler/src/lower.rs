@@ -101,6 +101,7 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
         Op::IndexPut { axis, accumulate } => Kernel::IndexPut { axis: *axis as u32, accumulate: *accumulate },
         Op::BindDim { symbol } => return Ok(InstrOp::BindDim { symbol: dims.symbol(*symbol)? }),
         Op::NonZero { .. } => Kernel::NonZero {},
+        Op::Fused { program } => Kernel::Fused { program: program.clone() },
         // Lowered to several instructions by `Builder::lower_while`.
         Op::While { .. } => return Err("a loop is not one kernel".into()),
     };

@@ -608,6 +608,12 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
         }
         Op::BindDim { .. } => Err("bind_dim has no result".into()),
         Op::While { .. } => Err("while has one result per carried value".into()),
+        Op::Fused { program } => {
+            let dtypes: Vec<DType> = ins.iter().map(|t| t.dtype).collect();
+            let types = kiln_isa::register_types(program, &dtypes).map_err(|e| format!("fused: {e}"))?;
+            let shape = ins.iter().try_fold(Vec::new(), |acc, t| broadcast_shapes(&acc, &t.shape))?;
+            Ok(TensorType::new(types[types.len() - 1], shape))
+        }
     }
 }
 

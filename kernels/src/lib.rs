@@ -48,12 +48,14 @@ mod types;
 mod x86_64;
 
 pub use context::Context;
+pub use kiln_isa::{register_types, FusedOp};
 pub use table::{best, BinaryFn, ExpSumFn, Isa, KernelTable, ReduceFn, UnaryFn};
 pub use types::{BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, Scratch, TensorMut, TensorRef, UnaryOp};
 
 pub use generic::attention::attention;
 pub use generic::conv::{conv, conv_with, ConvAlgorithm, ConvParams};
 pub use generic::elementwise::{binary, binary_cx, cast, clamp, unary, unary_cx, where_};
+pub use generic::fused::fused;
 pub use generic::gemm::gemm_f32;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
 pub use generic::matmul::{linear, matmul};

@@ -184,6 +184,8 @@ pub enum OpKind {
     BindDim,
     NonZero,
     While,
+    /// Fused elementwise ops (made by the fusion pass, CPU target).
+    Fused,
 }
 
 impl OpKind {
@@ -228,6 +230,7 @@ impl OpKind {
             Op::BindDim { .. } => OpKind::BindDim,
             Op::NonZero { .. } => OpKind::NonZero,
             Op::While { .. } => OpKind::While,
+            Op::Fused { .. } => OpKind::Fused,
         }
     }
 

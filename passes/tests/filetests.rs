@@ -6,8 +6,8 @@
 use kiln_ir::filetest::{run_dir, FileTest};
 use kiln_ir::Graph;
 use kiln_passes::{
-    compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, LEGALIZE,
-    SIMPLIFY,
+    compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE,
+    FUSE_ELEMENTWISE, LEGALIZE, SIMPLIFY,
 };
 use std::path::Path;
 
@@ -24,6 +24,7 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "cleanup" => vec![CLEANUP],
         "decompose" => vec![DECOMPOSE, DCE],
         "fuse" => vec![FUSE, DCE],
+        "fuse_elementwise" => vec![FUSE_ELEMENTWISE, DCE],
         "legalize" => vec![LEGALIZE, DCE],
         "pipeline" => default_pipeline(target),
         other => return Err(format!("unknown test `{other}`")),

@@ -549,6 +549,18 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
         {
             return Err(format!("nonzero of a rank-{in_rank} tensor must write i64[count, {in_rank}]"));
         }
+        Kernel::Fused { program } => {
+            // Untrusted: every register index, op and dtype is checked once here.
+            let dtypes: Vec<crate::DType> = ins.iter().map(|t| t.dtype).collect();
+            let types = kiln_isa::register_types(program, &dtypes).map_err(|e| format!("fused program: {e}"))?;
+            let result = types[types.len() - 1];
+            if out.dtype != result {
+                return Err(format!("fused program yields {result}, the output is {}", out.dtype));
+            }
+            if ins.iter().any(|t| rank(t) > rank(out)) {
+                return Err("a fused operand has a higher rank than the output".into());
+            }
+        }
         Kernel::Resize { spatial, scales, .. } => {
             let s = *spatial as usize;
             if s == 0 || s > 3 || s > in_rank || rank(out) != in_rank || !(scales.is_empty() || scales.len() == s) {

@@ -93,6 +93,7 @@
 //! than `inf`, `nan`, `true`, `false`.
 
 mod elements;
+mod fused;
 mod lexer;
 mod ops;
 mod parse;

@@ -67,12 +67,12 @@ fn int(v: &AttrVal) -> Result<i64, ParseError> {
     }
 }
 
-fn uint(v: &AttrVal) -> Result<usize, ParseError> {
+pub(super) fn uint(v: &AttrVal) -> Result<usize, ParseError> {
     let n = int(v)?;
     usize::try_from(n).map_err(|_| v.pos().error(format!("expected a non-negative integer, found {n}")))
 }
 
-fn float(v: &AttrVal) -> Result<f64, ParseError> {
+pub(super) fn float(v: &AttrVal) -> Result<f64, ParseError> {
     match v {
         AttrVal::Lit(lit, p) => literal_f64(lit).map_err(|m| p.error(m)),
         other => Err(other.pos().error("expected a number")),
@@ -188,6 +188,7 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "bind_dim" => &["symbol"],
         "nonzero" => &["count"],
         "while" => &["carried", "cond", "body"],
+        "fused" => &["program"],
         _ if reduce_kind(name).is_some() => &["axes", "keep_dims"],
         _ => &[],
     }
@@ -327,6 +328,7 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                     Op::NonZero { count: s }
                 }
             }
+            "fused" => Op::Fused { program: super::fused::parse_program(&a.take("program", name)?)? },
             "while" => {
                 let region = |v: AttrVal| match v {
                     AttrVal::Graph(g, _) => Ok(crate::Region(g)),
@@ -513,6 +515,7 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
         }
         Op::BindDim { symbol } => vec![kv("symbol", Dim::Sym(*symbol).display(symbols).to_string())],
         Op::NonZero { count } => vec![kv("count", Dim::Sym(*count).display(symbols).to_string())],
+        Op::Fused { program } => vec![kv("program", super::fused::format_program(program))],
         Op::While { carried, cond, body } => {
             vec![kv("carried", carried.to_string()), kv("cond", nested_graph(cond)), kv("body", nested_graph(body))]
         }

@@ -7,6 +7,7 @@ pub(crate) mod common;
 pub mod conv;
 mod conv_depthwise;
 pub mod elementwise;
+pub mod fused;
 pub mod gemm;
 pub mod layout;
 pub mod math;
