@@ -19,7 +19,7 @@
 //! ([`KernelTable::entries`]): the f32 GEMM microkernel (with its MR×NR tile,
 //! the k-major panel packing it reads, and a store step that applies a fused
 //! epilogue — a bias per row or column today), f32 exp / sigmoid / silu / tanh
-//! and add / sub / mul / div over slices, and softmax's row max and
+//! / erf / gelu / gelu_tanh and add / sub / mul / div over slices, and softmax's row max and
 //! exp-and-sum. `generic::table()` fills every entry with the portable code;
 //! `x86_64::plug` overrides them with AVX2 + FMA versions. CPU features are
 //! detected once per process ([`Isa::detect`]: generic, x86-64-v3, or v4 —

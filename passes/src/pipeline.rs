@@ -3,8 +3,8 @@
 
 use crate::target::{OpKind, Support, Target, TargetDesc};
 use crate::{
-    dce, decompose, fold_constants, fuse_conv_affine, fuse_elementwise, legalize_dtypes, simplify, verify_graph,
-    Changed, PassError,
+    dce, decompose, fold_constants, fuse_attention, fuse_conv_affine, fuse_elementwise, legalize_dtypes, simplify,
+    verify_graph, Changed, PassError,
 };
 use kiln_ir::{Graph, Op};
 use std::fmt;
@@ -61,6 +61,7 @@ pub const DECOMPOSE: Pass = Pass { name: "decompose", run: decompose };
 pub const CLEANUP: Pass = Pass { name: "cleanup", run: cleanup };
 pub const FUSE: Pass = Pass { name: "fuse", run: fuse_conv_affine };
 pub const LEGALIZE: Pass = Pass { name: "legalize", run: legalize_dtypes };
+pub const FUSE_ATTENTION: Pass = Pass { name: "fuse_attention", run: fuse_attention };
 pub const FUSE_ELEMENTWISE: Pass = Pass { name: "fuse_elementwise", run: fuse_elementwise };
 
 /// The passes for `target`, in the order they run ([`pipeline_for`] its description).
@@ -93,7 +94,10 @@ pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
     // Chains of elementwise ops become one fused kernel: last, so that it sees
     // the casts legalisation added. The CPU target only: its kernels have the
     // fused one (the PJRT target's segments take the ops one by one).
+    // Attention first: its scale and mask are elementwise ops the next pass
+    // would otherwise take.
     if target.target == Target::Cpu {
+        passes.push(FUSE_ATTENTION);
         passes.push(FUSE_ELEMENTWISE);
     }
     passes.push(DCE);

@@ -20,7 +20,9 @@
 //!   output is the i64 indices, shaped like the values, of a sort or max pool;
 //! - kernel parameters agree with the ranks of the tensors they apply to
 //!   (element-wise gather/scatter operands share a rank; advanced indexing
-//!   has no more index tensors than axes after `axis`);
+//!   has no more index tensors than axes after `axis`; a fused program reads
+//!   only defined registers, its ops' dtypes agree with its operands', it
+//!   yields the output's dtype, and no operand outranks the output);
 //! - loops are structured: a `Jump` goes back to an instruction at or before
 //!   itself (the loop is `target..=jump`); two loops are disjoint or nested
 //!   and never share a first instruction; each loop has exactly one

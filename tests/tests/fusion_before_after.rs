@@ -136,3 +136,58 @@ fn fixtures_are_bit_identical_after_fusion() {
     }
     assert!(fused_total > 0, "no fixture fused anything");
 }
+
+/// Attention written out (and as Core ATen decomposes SDPA) becomes one
+/// attention kernel whose results match the unfused graph's to rounding.
+#[test]
+fn recognised_attention_matches_the_unfused_graph() {
+    let graphs = [
+        // Scores scaled and masked, kᵀ a permute of k, batch broadcast.
+        "graph {
+          input %0 \"q\": f32[2, 3, 17, 16]
+          input %1 \"k\": f32[2, 3, 33, 16]
+          input %2 \"v\": f32[2, 3, 33, 8]
+          input %3 \"mask\": f32[17, 33]
+          const %4: f32[] = [0.25]
+          %5: f32[2, 3, 16, 33] = permute{perm=[0, 1, 3, 2]}(%1)
+          %6: f32[2, 3, 17, 33] = matmul(%0, %5)
+          %7: f32[2, 3, 17, 33] = mul(%6, %4)
+          %8: f32[2, 3, 17, 33] = add(%3, %7)
+          %9: f32[2, 3, 17, 33] = softmax{axis=3}(%8)
+          %10: f32[2, 3, 17, 8] = matmul(%9, %2)
+          output %10 \"out\"
+        }",
+        // Core ATen's SDPA: √scale on q and on kᵀ, which is an input.
+        "graph {
+          input %0 \"q\": f32[1, 4, 9, 8]
+          input %1 \"kt\": f32[1, 4, 8, 12]
+          input %2 \"v\": f32[1, 4, 12, 8]
+          const %3: f32[] = [0.59460354]
+          %4: f32[1, 4, 9, 8] = mul(%0, %3)
+          %5: f32[1, 4, 8, 12] = mul(%1, %3)
+          %6: f32[1, 4, 9, 12] = matmul(%4, %5)
+          %7: f32[1, 4, 9, 12] = softmax{axis=3}(%6)
+          %8: f32[1, 4, 9, 8] = matmul(%7, %2)
+          output %8 \"out\"
+        }",
+    ];
+    let mut rng = StdRng::seed_from_u64(5);
+    for (i, text) in graphs.iter().enumerate() {
+        let g = kiln_ir::text::parse(text).expect("parse");
+        let inputs: Vec<Tensor> = g
+            .inputs
+            .iter()
+            .map(|&v| {
+                let s: Vec<usize> = g.ty(v).static_shape().unwrap().iter().map(|&d| d as usize).collect();
+                let v: Vec<f32> = (0..s.iter().product::<usize>()).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
+                Tensor::from_f32(&s, &v)
+            })
+            .collect();
+        let before = compile(g.clone(), &[]);
+        let after = compile(g, &[kiln_passes::FUSE_ATTENTION, kiln_passes::DCE]);
+        let kernels: Vec<&str> = after.plan().instrs.iter().map(|i| i.op.name()).collect();
+        assert!(kernels.contains(&"attention") && !kernels.contains(&"softmax"), "graph {i}: {kernels:?}");
+        let (got, want) = (run(&after, &inputs), run(&before, &inputs));
+        kiln_tests::assert_close(&format!("attention graph {i}"), &got[0].view(), &want[0].view(), 1e-5, 1e-5);
+    }
+}

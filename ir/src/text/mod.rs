@@ -49,6 +49,7 @@
 //!   |----|------------|
 //!   | unary (`relu`, `gelu`, ...), binary (`add`, `eq`, ...), `where`, `matmul`, `linear` | none |
 //!   | `cast` | `to` |
+//!   | `fused` | `program`: `[[op, args..], ..]`, registers by number (`[scalar, f32, 2.0]`, `[mul, 0, 2]`, `[clamp, 3, none, 6.0]`) |
 //!   | `clamp` | `min`?, `max`? |
 //!   | `conv` | `stride`, `padding`, `dilation`, `groups` |
 //!   | `batch_norm` | `eps` |
