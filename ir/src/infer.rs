@@ -368,7 +368,7 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             }
             Ok(x.clone())
         }
-        Op::LayerNorm { normalized_rank, .. } => {
+        Op::LayerNorm { normalized_rank, .. } | Op::RmsNorm { normalized_rank, .. } => {
             let x = ins[0];
             if *normalized_rank > x.rank() {
                 return Err(format!("layer_norm over {normalized_rank} dims of a rank-{} input", x.rank()));

@@ -240,6 +240,13 @@ pub enum Op {
     Fused {
         program: Vec<FusedOp>,
     },
+    /// RMS normalisation of the last `normalized_rank` dims: `(x [, weight])`,
+    /// `x / sqrt(mean(x²) + eps) · weight`. Recognised from its decomposed
+    /// form by the norm fusion pass (CPU target).
+    RmsNorm {
+        normalized_rank: usize,
+        eps: f64,
+    },
 }
 
 /// A nested graph held by an op ([`Op::While`]'s condition and body).
@@ -328,6 +335,7 @@ impl Op {
             Op::NonZero { .. } => "nonzero",
             Op::While { .. } => "while",
             Op::Fused { .. } => "fused",
+            Op::RmsNorm { .. } => "rms_norm",
         }
     }
 
@@ -375,6 +383,7 @@ impl Op {
             Op::BindDim { .. } => Opcode::BindDim,
             Op::NonZero { .. } => Opcode::NonZero,
             Op::Fused { .. } => Opcode::Fused,
+            Op::RmsNorm { .. } => Opcode::RmsNorm,
             Op::While { .. } => return None,
         })
     }

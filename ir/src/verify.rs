@@ -428,7 +428,7 @@ impl Verifier<'_> {
                     e.push(format!("{what}: repeated axes {axes:?}"));
                 }
             }
-            Op::LayerNorm { normalized_rank, .. } => {
+            Op::LayerNorm { normalized_rank, .. } | Op::RmsNorm { normalized_rank, .. } => {
                 if let Some(r) = rank.filter(|&r| *normalized_rank > r) {
                     e.push(format!("{what}: normalized_rank {normalized_rank} exceeds rank {r}"));
                 }

@@ -59,7 +59,7 @@ pub use generic::fused::fused;
 pub use generic::gemm::gemm_f32;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
 pub use generic::matmul::{linear, matmul};
-pub use generic::norm::{batch_norm, layer_norm, softmax, softmax_cx};
+pub use generic::norm::{batch_norm, layer_norm, rms_norm, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};
 pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};

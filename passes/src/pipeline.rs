@@ -3,8 +3,8 @@
 
 use crate::target::{OpKind, Support, Target, TargetDesc};
 use crate::{
-    dce, decompose, fold_constants, fuse_attention, fuse_conv_affine, fuse_elementwise, legalize_dtypes, simplify,
-    verify_graph, Changed, PassError,
+    dce, decompose, fold_constants, fuse_attention, fuse_conv_affine, fuse_elementwise, fuse_rms_norm, legalize_dtypes,
+    simplify, verify_graph, Changed, PassError,
 };
 use kiln_ir::{Graph, Op};
 use std::fmt;
@@ -62,6 +62,7 @@ pub const CLEANUP: Pass = Pass { name: "cleanup", run: cleanup };
 pub const FUSE: Pass = Pass { name: "fuse", run: fuse_conv_affine };
 pub const LEGALIZE: Pass = Pass { name: "legalize", run: legalize_dtypes };
 pub const FUSE_ATTENTION: Pass = Pass { name: "fuse_attention", run: fuse_attention };
+pub const FUSE_NORM: Pass = Pass { name: "fuse_norm", run: fuse_rms_norm };
 pub const FUSE_ELEMENTWISE: Pass = Pass { name: "fuse_elementwise", run: fuse_elementwise };
 
 /// The passes for `target`, in the order they run ([`pipeline_for`] its description).
@@ -94,10 +95,11 @@ pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
     // Chains of elementwise ops become one fused kernel: last, so that it sees
     // the casts legalisation added. The CPU target only: its kernels have the
     // fused one (the PJRT target's segments take the ops one by one).
-    // Attention first: its scale and mask are elementwise ops the next pass
-    // would otherwise take.
+    // Attention and RMS norm first: their scales, masks and squares are
+    // elementwise ops the last pass would otherwise take.
     if target.target == Target::Cpu {
         passes.push(FUSE_ATTENTION);
+        passes.push(FUSE_NORM);
         passes.push(FUSE_ELEMENTWISE);
     }
     passes.push(DCE);

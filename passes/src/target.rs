@@ -186,6 +186,7 @@ pub enum OpKind {
     While,
     /// Fused elementwise ops (made by the fusion pass, CPU target).
     Fused,
+    RmsNorm,
 }
 
 impl OpKind {
@@ -231,6 +232,7 @@ impl OpKind {
             Op::NonZero { .. } => OpKind::NonZero,
             Op::While { .. } => OpKind::While,
             Op::Fused { .. } => OpKind::Fused,
+            Op::RmsNorm { .. } => OpKind::RmsNorm,
         }
     }
 

@@ -510,7 +510,9 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                 }
             }
         }
-        Kernel::LayerNorm { normalized_rank, .. } if *normalized_rank as usize > in_rank => {
+        Kernel::LayerNorm { normalized_rank, .. } | Kernel::RmsNorm { normalized_rank, .. }
+            if *normalized_rank as usize > in_rank =>
+        {
             return Err(format!("normalizes {normalized_rank} dims of a rank-{in_rank} tensor"))
         }
         Kernel::Conv { stride, padding, dilation, groups } => {

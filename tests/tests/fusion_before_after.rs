@@ -191,3 +191,59 @@ fn recognised_attention_matches_the_unfused_graph() {
         kiln_tests::assert_close(&format!("attention graph {i}"), &got[0].view(), &want[0].view(), 1e-5, 1e-5);
     }
 }
+
+/// RMS norm written out (torch's decomposition) becomes one rms_norm kernel
+/// whose results match the unfused graph's to rounding.
+#[test]
+fn recognised_rms_norm_matches_the_unfused_graph() {
+    let graphs = [
+        "graph {
+          input %0 \"x\": f32[3, 7, 300]
+          input %1 \"w\": f32[300]
+          const %2: f32[] = [2.0]
+          const %3: f32[] = [1e-6]
+          %4: f32[3, 7, 300] = pow(%0, %2)
+          %5: f32[3, 7, 1] = reduce_mean{axes=[2], keep_dims=true}(%4)
+          %6: f32[3, 7, 1] = add(%5, %3)
+          %7: f32[3, 7, 1] = rsqrt(%6)
+          %8: f32[3, 7, 300] = mul(%0, %7)
+          %9: f32[3, 7, 300] = mul(%1, %8)
+          output %9 \"out\"
+        }",
+        "graph {
+          input %0 \"x\": f64[5, 4, 9]
+          const %1: f64[] = [1e-5]
+          %2: f64[5, 4, 9] = mul(%0, %0)
+          %3: f64[5, 1, 1] = reduce_mean{axes=[1, 2], keep_dims=true}(%2)
+          %4: f64[5, 1, 1] = add(%1, %3)
+          %5: f64[5, 1, 1] = rsqrt(%4)
+          %6: f64[5, 4, 9] = mul(%5, %0)
+          output %6 \"out\"
+        }",
+    ];
+    let mut rng = StdRng::seed_from_u64(11);
+    for (i, text) in graphs.iter().enumerate() {
+        let g = kiln_ir::text::parse(text).expect("parse");
+        let inputs: Vec<Tensor> = g
+            .inputs
+            .iter()
+            .map(|&v| {
+                let ty = g.ty(v);
+                let s: Vec<usize> = ty.static_shape().unwrap().iter().map(|&d| d as usize).collect();
+                let n = s.iter().product::<usize>();
+                let vals: Vec<f64> = (0..n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let data = match ty.dtype {
+                    DType::F64 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    _ => vals.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
+                };
+                Tensor { dtype: ty.dtype, shape: s, data }
+            })
+            .collect();
+        let before = compile(g.clone(), &[]);
+        let after = compile(g, &[kiln_passes::FUSE_NORM, kiln_passes::DCE]);
+        let kernels: Vec<&str> = after.plan().instrs.iter().map(|i| i.op.name()).collect();
+        assert_eq!(kernels, ["rms_norm"], "graph {i}");
+        let (got, want) = (run(&after, &inputs), run(&before, &inputs));
+        kiln_tests::assert_close(&format!("rms_norm graph {i}"), &got[0].view(), &want[0].view(), 1e-5, 1e-6);
+    }
+}

@@ -53,7 +53,7 @@
 //!   | `clamp` | `min`?, `max`? |
 //!   | `conv` | `stride`, `padding`, `dilation`, `groups` |
 //!   | `batch_norm` | `eps` |
-//!   | `layer_norm` | `normalized_rank`, `eps` |
+//!   | `layer_norm`, `rms_norm` | `normalized_rank`, `eps` |
 //!   | `softmax`, `log_softmax`, `concat`, `gather` | `axis` |
 //!   | `reduce_{sum,mean,max,min,prod}` | `axes`, `keep_dims` |
 //!   | `argmax` | `axis`, `keep_dims` |

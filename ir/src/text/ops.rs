@@ -189,6 +189,7 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "nonzero" => &["count"],
         "while" => &["carried", "cond", "body"],
         "fused" => &["program"],
+        "rms_norm" => &["normalized_rank", "eps"],
         _ if reduce_kind(name).is_some() => &["axes", "keep_dims"],
         _ => &[],
     }
@@ -328,6 +329,10 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                     Op::NonZero { count: s }
                 }
             }
+            "rms_norm" => Op::RmsNorm {
+                normalized_rank: uint(&a.take("normalized_rank", name)?)?,
+                eps: float(&a.take("eps", name)?)?,
+            },
             "fused" => Op::Fused { program: super::fused::parse_program(&a.take("program", name)?)? },
             "while" => {
                 let region = |v: AttrVal| match v {
@@ -416,7 +421,7 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
             kv("groups", fmt_int(*groups)),
         ],
         Op::BatchNorm { eps } => vec![kv("eps", format_f64(*eps))],
-        Op::LayerNorm { normalized_rank, eps } => {
+        Op::LayerNorm { normalized_rank, eps } | Op::RmsNorm { normalized_rank, eps } => {
             vec![kv("normalized_rank", normalized_rank.to_string()), kv("eps", format_f64(*eps))]
         }
         Op::Softmax { axis } | Op::LogSoftmax { axis } | Op::Concat { axis } | Op::Gather { axis } => {

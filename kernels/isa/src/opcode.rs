@@ -127,6 +127,8 @@ opcodes! {
     NonZero = 36, "nonzero", Call, operands 1..=1, outputs 1..=1;
     /// A fused elementwise program (`kiln_isa::fused`) over its operands.
     Fused = 40, "fused", Call, operands 1..=MANY, outputs 1..=1;
+    /// `(x [, weight])`.
+    RmsNorm = 41, "rms_norm", Call, operands 1..=2, outputs 1..=1;
 
     /// An accelerator segment: operands are its arguments, outputs its results.
     Delegate = 1000, "delegate", Delegate, operands 0..=MANY, outputs 0..=MANY;
@@ -160,6 +162,7 @@ mod tests {
         assert_eq!(Opcode::Conv.code(), 7);
         assert_eq!(Opcode::NonZero.code(), 36);
         assert_eq!(Opcode::Fused.code(), 40);
+        assert_eq!(Opcode::RmsNorm.code(), 41);
         assert_eq!(Opcode::Delegate.code(), 1000);
         assert_eq!(Opcode::Jump.code(), 1003);
         assert_eq!(crate::DType::Bool.code(), 48);

@@ -285,6 +285,8 @@ kernels! {
     /// A fused elementwise program over the operands (`kiln_isa::fused`),
     /// checked at load.
     Fused { program: Vec<FusedOp> }
+    /// RMS normalisation of the last `normalized_rank` dims (x [, weight]).
+    RmsNorm { normalized_rank: u32, eps: f64 }
 }
 
 impl Kernel {
