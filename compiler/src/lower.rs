@@ -47,6 +47,7 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
         Op::LayerNorm { normalized_rank, eps } => {
             Kernel::LayerNorm { normalized_rank: *normalized_rank as u32, eps: *eps }
         }
+        Op::RmsNorm { normalized_rank, eps } => Kernel::RmsNorm { normalized_rank: *normalized_rank as u32, eps: *eps },
         Op::Softmax { axis } => Kernel::Softmax { axis: *axis as u32, log: false },
         Op::LogSoftmax { axis } => Kernel::Softmax { axis: *axis as u32, log: true },
         Op::Reduce { kind, axes, .. } => Kernel::Reduce { kind: *kind, axes: axes32(axes) },
@@ -103,6 +104,7 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
         Op::IndexPut { axis, accumulate } => Kernel::IndexPut { axis: *axis as u32, accumulate: *accumulate },
         Op::BindDim { symbol } => return Ok(InstrOp::BindDim { symbol: dims.symbol(*symbol)? }),
         Op::NonZero { .. } => Kernel::NonZero {},
+        Op::Fused { program } => Kernel::Fused { program: program.clone() },
         // Lowered to several instructions by `Builder::lower_while`.
         Op::While { .. } => return Err("a loop is not one kernel".into()),
     };

@@ -384,7 +384,7 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             }
             Ok(x.clone())
         }
-        Op::LayerNorm { normalized_rank, .. } => {
+        Op::LayerNorm { normalized_rank, .. } | Op::RmsNorm { normalized_rank, .. } => {
             let x = ins[0];
             if *normalized_rank > x.rank() {
                 return Err(format!("layer_norm over {normalized_rank} dims of a rank-{} input", x.rank()));
@@ -624,6 +624,12 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
         }
         Op::BindDim { .. } => Err("bind_dim has no result".into()),
         Op::While { .. } => Err("while has one result per carried value".into()),
+        Op::Fused { program } => {
+            let dtypes: Vec<DType> = ins.iter().map(|t| t.dtype).collect();
+            let types = kiln_isa::register_types(program, &dtypes).map_err(|e| format!("fused: {e}"))?;
+            let shape = ins.iter().try_fold(Vec::new(), |acc, t| broadcast_shapes(&acc, &t.shape))?;
+            Ok(TensorType::new(types[types.len() - 1], shape))
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! [`Op::operand_count`]).
 
 use crate::{DType, Dim};
-pub use kiln_isa::{BinaryOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp};
+pub use kiln_isa::{BinaryOp, FusedOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
@@ -236,6 +236,20 @@ pub enum Op {
         cond: Region,
         body: Region,
     },
+    /// Elementwise ops fused into one pass over memory: `program` (see
+    /// `kiln_isa::fused`) runs over the operands, each broadcast to the
+    /// result's shape (the broadcast of theirs); the result is its last
+    /// register. Made by the elementwise fusion pass for the CPU target.
+    Fused {
+        program: Vec<FusedOp>,
+    },
+    /// RMS normalisation of the last `normalized_rank` dims: `(x [, weight])`,
+    /// `x / sqrt(mean(x²) + eps) · weight`. Recognised from its decomposed
+    /// form by the norm fusion pass (CPU target).
+    RmsNorm {
+        normalized_rank: usize,
+        eps: f64,
+    },
 }
 
 /// A nested graph held by an op ([`Op::While`]'s condition and body).
@@ -324,6 +338,8 @@ impl Op {
             Op::BindDim { .. } => "bind_dim",
             Op::NonZero { .. } => "nonzero",
             Op::While { .. } => "while",
+            Op::Fused { .. } => "fused",
+            Op::RmsNorm { .. } => "rms_norm",
         }
     }
 
@@ -371,6 +387,8 @@ impl Op {
             Op::Random { .. } => Opcode::Random,
             Op::BindDim { .. } => Opcode::BindDim,
             Op::NonZero { .. } => Opcode::NonZero,
+            Op::Fused { .. } => Opcode::Fused,
+            Op::RmsNorm { .. } => Opcode::RmsNorm,
             Op::While { .. } => return None,
         })
     }

@@ -21,7 +21,8 @@
 //!    `0..rank`; conv/pool strides, kernels, dilations and groups `>= 1`,
 //!    paddings `>= 0`, per-spatial-dim lists of equal length; slice step `>= 1`;
 //!    adaptive pool sizes `>= 1`; a pool divisor only on avg_pool and `!= 0`; gather_elements/scatter_elements axis `< rank`;
-//!    index_gather/index_put `axis + index count <= rank`.
+//!    index_gather/index_put `axis + index count <= rank`; a fused program
+//!    is well formed (`kiln_isa::register_types`, through inference).
 //! 8. **Types**: each live node's result types equal [`crate::infer::infer_types`]
 //!    of its operands: same count, dtypes exactly, ranks exactly, and dims not
 //!    provably different ([`crate::infer::dims_equal`]; undecidable symbolic
@@ -461,7 +462,7 @@ impl Verifier<'_> {
                     e.push(format!("{what}: repeated axes {axes:?}"));
                 }
             }
-            Op::LayerNorm { normalized_rank, .. } => {
+            Op::LayerNorm { normalized_rank, .. } | Op::RmsNorm { normalized_rank, .. } => {
                 if let Some(r) = rank.filter(|&r| *normalized_rank > r) {
                     e.push(format!("{what}: normalized_rank {normalized_rank} exceeds rank {r}"));
                 }

@@ -19,7 +19,7 @@
 //! ([`KernelTable::entries`]): the f32 GEMM microkernel (with its MR×NR tile,
 //! the k-major panel packing it reads, and a store step that applies a fused
 //! epilogue — a bias per row or column today), f32 exp / sigmoid / silu / tanh
-//! and add / sub / mul / div over slices, and softmax's row max and
+//! / erf / gelu / gelu_tanh and add / sub / mul / div over slices, and softmax's row max and
 //! exp-and-sum. `generic::table()` fills every entry with the portable code;
 //! `x86_64::plug` overrides them with AVX2 + FMA versions. CPU features are
 //! detected once per process ([`Isa::detect`]: generic, x86-64-v3, or v4 —
@@ -48,17 +48,19 @@ mod types;
 mod x86_64;
 
 pub use context::Context;
+pub use kiln_isa::{register_types, FusedOp};
 pub use table::{best, BinaryFn, ExpSumFn, Isa, KernelTable, ReduceFn, UnaryFn};
 pub use types::{BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, Scratch, TensorMut, TensorRef, UnaryOp};
 
 pub use generic::attention::attention;
 pub use generic::conv::{conv, conv_with, ConvAlgorithm, ConvParams};
 pub use generic::elementwise::{binary, binary_cx, cast, clamp, unary, unary_cx, where_};
+pub use generic::fused::fused;
 pub use generic::gemm::gemm_f32;
 pub use generic::grouped::grouped_matmul;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
 pub use generic::matmul::{linear, matmul};
-pub use generic::norm::{batch_norm, layer_norm, softmax, softmax_cx};
+pub use generic::norm::{batch_norm, layer_norm, rms_norm, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};
 pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};

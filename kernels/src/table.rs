@@ -131,6 +131,9 @@ pub struct KernelTable {
     pub(crate) sigmoid: Entry<UnaryFn>,
     pub(crate) silu: Entry<UnaryFn>,
     pub(crate) tanh: Entry<UnaryFn>,
+    pub(crate) erf: Entry<UnaryFn>,
+    pub(crate) gelu: Entry<UnaryFn>,
+    pub(crate) gelu_tanh: Entry<UnaryFn>,
     pub(crate) add: Entry<BinaryFn>,
     pub(crate) sub: Entry<BinaryFn>,
     pub(crate) mul: Entry<BinaryFn>,
@@ -168,6 +171,9 @@ impl KernelTable {
             ("sigmoid_f32", self.sigmoid.variant),
             ("silu_f32", self.silu.variant),
             ("tanh_f32", self.tanh.variant),
+            ("erf_f32", self.erf.variant),
+            ("gelu_f32", self.gelu.variant),
+            ("gelu_tanh_f32", self.gelu_tanh.variant),
             ("add_f32", self.add.variant),
             ("sub_f32", self.sub.variant),
             ("mul_f32", self.mul.variant),
@@ -200,6 +206,21 @@ impl KernelTable {
     /// `out[i] = tanh(x[i])`.
     pub fn tanh_f32(&self, x: &[f32], out: &mut [f32]) {
         (self.tanh.run)(x, out)
+    }
+
+    /// `out[i] = erf(x[i])`.
+    pub fn erf_f32(&self, x: &[f32], out: &mut [f32]) {
+        (self.erf.run)(x, out)
+    }
+
+    /// Exact GELU, `out[i] = x[i] · Φ(x[i])`.
+    pub fn gelu_f32(&self, x: &[f32], out: &mut [f32]) {
+        (self.gelu.run)(x, out)
+    }
+
+    /// GELU's tanh approximation.
+    pub fn gelu_tanh_f32(&self, x: &[f32], out: &mut [f32]) {
+        (self.gelu_tanh.run)(x, out)
     }
 
     pub fn add_f32(&self, a: &[f32], b: &[f32], out: &mut [f32]) {
@@ -236,6 +257,9 @@ impl KernelTable {
             UnaryOp::Sigmoid => Some(self.sigmoid.run),
             UnaryOp::Silu => Some(self.silu.run),
             UnaryOp::Tanh => Some(self.tanh.run),
+            UnaryOp::Erf => Some(self.erf.run),
+            UnaryOp::Gelu => Some(self.gelu.run),
+            UnaryOp::GeluTanh => Some(self.gelu_tanh.run),
             _ => None,
         }
     }

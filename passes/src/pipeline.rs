@@ -3,7 +3,8 @@
 
 use crate::target::{OpKind, Support, Target, TargetDesc};
 use crate::{
-    dce, decompose, fold_constants, fuse_conv_affine, legalize_dtypes, simplify, verify_graph, Changed, PassError,
+    dce, decompose, fold_constants, fuse_attention, fuse_conv_affine, fuse_elementwise, fuse_rms_norm, legalize_dtypes,
+    simplify, verify_graph, Changed, PassError,
 };
 use kiln_ir::{Graph, Op};
 use std::fmt;
@@ -60,6 +61,9 @@ pub const DECOMPOSE: Pass = Pass { name: "decompose", run: decompose };
 pub const CLEANUP: Pass = Pass { name: "cleanup", run: cleanup };
 pub const FUSE: Pass = Pass { name: "fuse", run: fuse_conv_affine };
 pub const LEGALIZE: Pass = Pass { name: "legalize", run: legalize_dtypes };
+pub const FUSE_ATTENTION: Pass = Pass { name: "fuse_attention", run: fuse_attention };
+pub const FUSE_NORM: Pass = Pass { name: "fuse_norm", run: fuse_rms_norm };
+pub const FUSE_ELEMENTWISE: Pass = Pass { name: "fuse_elementwise", run: fuse_elementwise };
 
 /// The passes for `target`, in the order they run ([`pipeline_for`] its description).
 pub fn default_pipeline(target: Target) -> Vec<Pass> {
@@ -87,6 +91,16 @@ pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
     // PyTorch's CPU kernels do).
     if target.kernels.restricts_dtypes() {
         passes.push(LEGALIZE);
+    }
+    // Chains of elementwise ops become one fused kernel: last, so that it sees
+    // the casts legalisation added. The CPU target only: its kernels have the
+    // fused one (the PJRT target's segments take the ops one by one).
+    // Attention and RMS norm first: their scales, masks and squares are
+    // elementwise ops the last pass would otherwise take.
+    if target.target == Target::Cpu {
+        passes.push(FUSE_ATTENTION);
+        passes.push(FUSE_NORM);
+        passes.push(FUSE_ELEMENTWISE);
     }
     passes.push(DCE);
     passes

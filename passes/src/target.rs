@@ -185,6 +185,9 @@ pub enum OpKind {
     BindDim,
     NonZero,
     While,
+    /// Fused elementwise ops (made by the fusion pass, CPU target).
+    Fused,
+    RmsNorm,
 }
 
 impl OpKind {
@@ -230,6 +233,8 @@ impl OpKind {
             Op::BindDim { .. } => OpKind::BindDim,
             Op::NonZero { .. } => OpKind::NonZero,
             Op::While { .. } => OpKind::While,
+            Op::Fused { .. } => OpKind::Fused,
+            Op::RmsNorm { .. } => OpKind::RmsNorm,
         }
     }
 

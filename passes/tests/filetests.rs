@@ -6,8 +6,8 @@
 use kiln_ir::filetest::{run_dir, FileTest};
 use kiln_ir::Graph;
 use kiln_passes::{
-    compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, LEGALIZE,
-    SIMPLIFY,
+    compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE,
+    FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_NORM, LEGALIZE, SIMPLIFY,
 };
 use std::path::Path;
 
@@ -24,6 +24,9 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "cleanup" => vec![CLEANUP],
         "decompose" => vec![DECOMPOSE, DCE],
         "fuse" => vec![FUSE, DCE],
+        "fuse_elementwise" => vec![FUSE_ELEMENTWISE, DCE],
+        "fuse_attention" => vec![FUSE_ATTENTION, DCE],
+        "fuse_norm" => vec![FUSE_NORM, DCE],
         "legalize" => vec![LEGALIZE, DCE],
         "pipeline" => default_pipeline(target),
         other => return Err(format!("unknown test `{other}`")),

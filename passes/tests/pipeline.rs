@@ -37,9 +37,8 @@ fn cpu_pipeline() {
     assert_eq!(
         ops(&g),
         [
-            "mul",
-            "add",
-            "relu",
+            // BatchNorm's per-channel multiply and add, and the relu, in one pass.
+            "fused",
             "reduce_mean",
             "reshape",
             "linear",
@@ -58,7 +57,17 @@ fn cpu_pipeline() {
     assert!(g.const_of(g.nodes[*mm].inputs[1]).is_some());
     assert_eq!(
         report.passes.iter().map(|p| p.name).collect::<Vec<_>>(),
-        ["cleanup", "decompose", "cleanup", "fuse", "legalize", "dce"]
+        [
+            "cleanup",
+            "decompose",
+            "cleanup",
+            "fuse",
+            "legalize",
+            "fuse_attention",
+            "fuse_norm",
+            "fuse_elementwise",
+            "dce"
+        ]
     );
     assert_eq!(report.passes[1].changed, Changed::Yes);
 }

@@ -209,4 +209,6 @@ kernel_fns! {
         k::slice(ins[0], *axis as usize, len.saturating_sub(*back as usize), *step as usize, out(outs, 0))
     };
     NonZero {} => k::nonzero(ins[0], out(outs, 0));
+    Fused { program } => k::fused(program, ins, out(outs, 0), cx);
+    RmsNorm { normalized_rank, eps } => k::rms_norm(ins[0], opt(1), *normalized_rank as usize, *eps, out(outs, 0));
 }

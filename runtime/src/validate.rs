@@ -20,7 +20,9 @@
 //!   output is the i64 indices, shaped like the values, of a sort or max pool;
 //! - kernel parameters agree with the ranks of the tensors they apply to
 //!   (element-wise gather/scatter operands share a rank; advanced indexing
-//!   has no more index tensors than axes after `axis`);
+//!   has no more index tensors than axes after `axis`; a fused program reads
+//!   only defined registers, its ops' dtypes agree with its operands', it
+//!   yields the output's dtype, and no operand outranks the output);
 //! - loops are structured: a `Jump` goes back to an instruction at or before
 //!   itself (the loop is `target..=jump`); two loops are disjoint or nested
 //!   and never share a first instruction; each loop has exactly one
@@ -575,7 +577,9 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                 }
             }
         }
-        Kernel::LayerNorm { normalized_rank, .. } if *normalized_rank as usize > in_rank => {
+        Kernel::LayerNorm { normalized_rank, .. } | Kernel::RmsNorm { normalized_rank, .. }
+            if *normalized_rank as usize > in_rank =>
+        {
             return Err(format!("normalizes {normalized_rank} dims of a rank-{in_rank} tensor"))
         }
         Kernel::Conv { stride, padding, dilation, groups } => {
@@ -615,6 +619,18 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                 || out.shape[1] != DimRef::Static(in_rank as u64)) =>
         {
             return Err(format!("nonzero of a rank-{in_rank} tensor must write i64[count, {in_rank}]"));
+        }
+        Kernel::Fused { program } => {
+            // Untrusted: every register index, op and dtype is checked once here.
+            let dtypes: Vec<crate::DType> = ins.iter().map(|t| t.dtype).collect();
+            let types = kiln_isa::register_types(program, &dtypes).map_err(|e| format!("fused program: {e}"))?;
+            let result = types[types.len() - 1];
+            if out.dtype != result {
+                return Err(format!("fused program yields {result}, the output is {}", out.dtype));
+            }
+            if ins.iter().any(|t| rank(t) > rank(out)) {
+                return Err("a fused operand has a higher rank than the output".into());
+            }
         }
         Kernel::Resize { spatial, scales, .. } => {
             let s = *spatial as usize;

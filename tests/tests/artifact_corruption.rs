@@ -297,3 +297,46 @@ fn hostile_data_dependent_plans_are_rejected() {
         "nor bound by an instruction",
     );
 }
+
+/// A fused elementwise program is untrusted like the rest of the plan: every
+/// register index, dtype and op is checked at load.
+#[test]
+fn hostile_fused_programs_are_rejected() {
+    use kiln_runtime::format::{DType, FusedOp, UnaryOp};
+    let is_fused = |p: &Plan| p.instrs.iter().position(|i| matches!(i.op.kernel(), Some(Kernel::Fused { .. })));
+    let bytes = kiln_tests::FIXTURES
+        .iter()
+        .map(|name| compiled(name))
+        .find(|b| is_fused(Program::from_bytes(b).unwrap().plan()).is_some())
+        .expect("a fixture with a fused instruction");
+    let edit = |f: fn(&mut Vec<FusedOp>)| {
+        move |p: &mut Plan| {
+            let i = is_fused(p).unwrap();
+            if let InstrOp::Call(Kernel::Fused { program }) = &mut p.instrs[i].op {
+                f(program)
+            }
+        }
+    };
+    expect_plan_error(
+        &bytes,
+        "register out of range",
+        edit(|prog| prog.push(FusedOp::Unary { op: UnaryOp::Neg, x: 1000 })),
+        "before it is defined",
+    );
+    expect_plan_error(&bytes, "empty program", edit(|prog| prog.clear()), "no ops");
+    expect_plan_error(
+        &bytes,
+        "result dtype",
+        edit(|prog| {
+            let x = (prog.len() + 16) as u32;
+            prog.push(FusedOp::Cast { to: DType::I8, x: x.min(prog.len() as u32) })
+        }),
+        "fused program",
+    );
+    expect_plan_error(
+        &bytes,
+        "oversized scalar",
+        edit(|prog| prog.insert(0, FusedOp::Scalar { dtype: DType::Bool, bits: 0x1234 })),
+        "do not fit",
+    );
+}

@@ -53,10 +53,11 @@
 //!   |----|------------|
 //!   | unary (`relu`, `gelu`, ...), binary (`add`, `eq`, ...), `where`, `matmul`, `linear` | none |
 //!   | `cast` | `to` |
+//!   | `fused` | `program`: `[[op, args..], ..]`, registers by number (`[scalar, f32, 2.0]`, `[mul, 0, 2]`, `[clamp, 3, none, 6.0]`) |
 //!   | `clamp` | `min`?, `max`? |
 //!   | `conv` | `stride`, `padding`, `dilation`, `groups` |
 //!   | `batch_norm` | `eps` |
-//!   | `layer_norm` | `normalized_rank`, `eps` |
+//!   | `layer_norm`, `rms_norm` | `normalized_rank`, `eps` |
 //!   | `softmax`, `log_softmax`, `concat`, `gather` | `axis` |
 //!   | `reduce_{sum,mean,max,min,prod}` | `axes`, `keep_dims` |
 //!   | `argmax` | `axis`, `keep_dims` |
@@ -97,6 +98,7 @@
 //! than `inf`, `nan`, `true`, `false`.
 
 mod elements;
+mod fused;
 mod lexer;
 mod ops;
 mod parse;

@@ -67,12 +67,12 @@ fn int(v: &AttrVal) -> Result<i64, ParseError> {
     }
 }
 
-fn uint(v: &AttrVal) -> Result<usize, ParseError> {
+pub(super) fn uint(v: &AttrVal) -> Result<usize, ParseError> {
     let n = int(v)?;
     usize::try_from(n).map_err(|_| v.pos().error(format!("expected a non-negative integer, found {n}")))
 }
 
-fn float(v: &AttrVal) -> Result<f64, ParseError> {
+pub(super) fn float(v: &AttrVal) -> Result<f64, ParseError> {
     match v {
         AttrVal::Lit(lit, p) => literal_f64(lit).map_err(|m| p.error(m)),
         other => Err(other.pos().error("expected a number")),
@@ -188,6 +188,8 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "bind_dim" => &["symbol"],
         "nonzero" => &["count"],
         "while" => &["carried", "cond", "body"],
+        "fused" => &["program"],
+        "rms_norm" => &["normalized_rank", "eps"],
         _ if reduce_kind(name).is_some() => &["axes", "keep_dims"],
         _ => &[],
     }
@@ -328,6 +330,11 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                     Op::NonZero { count: s }
                 }
             }
+            "rms_norm" => Op::RmsNorm {
+                normalized_rank: uint(&a.take("normalized_rank", name)?)?,
+                eps: float(&a.take("eps", name)?)?,
+            },
+            "fused" => Op::Fused { program: super::fused::parse_program(&a.take("program", name)?)? },
             "while" => {
                 let region = |v: AttrVal| match v {
                     AttrVal::Graph(g, _) => Ok(crate::Region(g)),
@@ -415,7 +422,7 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
             kv("groups", fmt_int(*groups)),
         ],
         Op::BatchNorm { eps } => vec![kv("eps", format_f64(*eps))],
-        Op::LayerNorm { normalized_rank, eps } => {
+        Op::LayerNorm { normalized_rank, eps } | Op::RmsNorm { normalized_rank, eps } => {
             vec![kv("normalized_rank", normalized_rank.to_string()), kv("eps", format_f64(*eps))]
         }
         Op::Softmax { axis } | Op::LogSoftmax { axis } | Op::Concat { axis } | Op::Gather { axis } => {
@@ -514,6 +521,7 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
         }
         Op::BindDim { symbol } => vec![kv("symbol", Dim::Sym(*symbol).display(symbols).to_string())],
         Op::NonZero { count } => vec![kv("count", Dim::Sym(*count).display(symbols).to_string())],
+        Op::Fused { program } => vec![kv("program", super::fused::format_program(program))],
         Op::While { carried, cond, body } => {
             vec![kv("carried", carried.to_string()), kv("cond", nested_graph(cond)), kv("body", nested_graph(body))]
         }

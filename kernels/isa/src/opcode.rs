@@ -125,6 +125,10 @@ opcodes! {
     IndexPut = 34, "index_put", Call, operands 3..=MANY, outputs 1..=1;
     SliceFromEnd = 35, "slice_from_end", Call, operands 1..=1, outputs 1..=1;
     NonZero = 36, "nonzero", Call, operands 1..=1, outputs 1..=1;
+    /// A fused elementwise program (`kiln_isa::fused`) over its operands.
+    Fused = 40, "fused", Call, operands 1..=MANY, outputs 1..=1;
+    /// `(x [, weight])`.
+    RmsNorm = 41, "rms_norm", Call, operands 1..=2, outputs 1..=1;
     /// `(x, w, offs)`: one GEMM per expert's block of rows.
     GroupedMatMul = 70, "grouped_matmul", Call, operands 3..=3, outputs 1..=1;
 
@@ -159,6 +163,8 @@ mod tests {
         assert_eq!(Opcode::Unary.code(), 0);
         assert_eq!(Opcode::Conv.code(), 7);
         assert_eq!(Opcode::NonZero.code(), 36);
+        assert_eq!(Opcode::Fused.code(), 40);
+        assert_eq!(Opcode::RmsNorm.code(), 41);
         assert_eq!(Opcode::Delegate.code(), 1000);
         assert_eq!(Opcode::Jump.code(), 1003);
         assert_eq!(crate::DType::Bool.code(), 48);

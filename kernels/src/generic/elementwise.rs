@@ -195,7 +195,7 @@ pub fn unary_cx(op: UnaryOp, x: TensorRef, out: TensorMut, cx: &mut Context) -> 
     unary_with(op, x, out, cx.table)
 }
 
-fn unary_with(op: UnaryOp, x: TensorRef, mut out: TensorMut, table: &KernelTable) -> Result<()> {
+pub(crate) fn unary_with(op: UnaryOp, x: TensorRef, mut out: TensorMut, table: &KernelTable) -> Result<()> {
     const K: &str = "unary";
     expect_dtype(K, "out", out.dtype, x.dtype)?;
     if x.shape != out.shape {
@@ -485,7 +485,13 @@ pub fn binary_cx(op: BinaryOp, a: TensorRef, b: TensorRef, out: TensorMut, cx: &
     binary_with(op, a, b, out, cx.table)
 }
 
-fn binary_with(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: TensorMut, table: &KernelTable) -> Result<()> {
+pub(crate) fn binary_with(
+    op: BinaryOp,
+    a: TensorRef,
+    b: TensorRef,
+    mut out: TensorMut,
+    table: &KernelTable,
+) -> Result<()> {
     const K: &str = "binary";
     expect_dtype(K, "b", b.dtype, a.dtype)?;
     let want_out = if is_comparison(op) { DType::Bool } else { a.dtype };

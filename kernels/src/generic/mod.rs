@@ -7,6 +7,7 @@ pub(crate) mod common;
 pub mod conv;
 mod conv_depthwise;
 pub mod elementwise;
+pub mod fused;
 pub mod gemm;
 pub mod grouped;
 pub mod layout;
@@ -36,6 +37,9 @@ pub(crate) fn table() -> KernelTable {
         sigmoid: Entry::new(G, vector::sigmoid::<f32>),
         silu: Entry::new(G, vector::silu::<f32>),
         tanh: Entry::new(G, vector::tanh::<f32>),
+        erf: Entry::new(G, vector::erf::<f32>),
+        gelu: Entry::new(G, vector::gelu::<f32>),
+        gelu_tanh: Entry::new(G, vector::gelu_tanh_f32),
         add: Entry::new(G, vector::add::<f32>),
         sub: Entry::new(G, vector::sub::<f32>),
         mul: Entry::new(G, vector::mul::<f32>),

@@ -132,6 +132,60 @@ fn layer_norm_typed<T: Real>(
     Ok(())
 }
 
+/// RMS normalisation over the last `normalized_rank` dims (torch's
+/// `rms_norm`, and what its decomposition `x · rsqrt(mean(x²) + eps) [· w]`
+/// computes): the mean square in f64, each element rounded once.
+pub fn rms_norm(
+    x: TensorRef,
+    weight: Option<TensorRef>,
+    normalized_rank: usize,
+    eps: f64,
+    out: TensorMut,
+) -> Result<()> {
+    match x.dtype {
+        DType::F32 => rms_norm_typed::<f32>(x, weight, normalized_rank, eps, out),
+        DType::F64 => rms_norm_typed::<f64>(x, weight, normalized_rank, eps, out),
+        d => Err(dtype_err("rms_norm", d)),
+    }
+}
+
+fn rms_norm_typed<T: Real>(
+    x: TensorRef,
+    weight: Option<TensorRef>,
+    normalized_rank: usize,
+    eps: f64,
+    mut out: TensorMut,
+) -> Result<()> {
+    const K: &str = "rms_norm";
+    expect_dtype(K, "out", out.dtype, T::DTYPE)?;
+    let r = x.shape.len();
+    if normalized_rank == 0 || normalized_rank > r || x.shape != out.shape {
+        return Err(shape_err(
+            K,
+            format!("normalized_rank {normalized_rank} invalid for x {:?} / out {:?}", x.shape, out.shape),
+        ));
+    }
+    let d: usize = x.shape[r - normalized_rank..].iter().product();
+    let wv = weight.as_ref().map(|t| operand::<T>(K, "weight", t, d)).transpose()?;
+    let xv = view::<T>(K, "x", &x)?;
+    let ov = view_mut::<T>(K, "out", &mut out)?;
+    if d == 0 {
+        return Ok(());
+    }
+    for (xr, or) in xv.chunks_exact(d).zip(ov.chunks_exact_mut(d)) {
+        let ms = xr.iter().map(|v| v.to_f64().powi(2)).sum::<f64>() / d as f64;
+        let rrms = 1.0 / (ms + eps).sqrt();
+        for (i, (o, &v)) in or.iter_mut().zip(xr).enumerate() {
+            let mut y = v.to_f64() * rrms;
+            if let Some(w) = wv {
+                y *= w[i].to_f64();
+            }
+            *o = T::from_f64(y);
+        }
+    }
+    Ok(())
+}
+
 /// Numerically stable (log-)softmax along `axis`. f32 rows along the last
 /// axis run the [`best`](crate::best) kernel table's max and exp-sum entries;
 /// [`softmax_cx`] takes the table from a context.

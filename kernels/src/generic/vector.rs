@@ -27,6 +27,23 @@ unary_slices! {
     silu: |v| v / (T::ONE + (-v).exp());
     /// `out[i] = tanh(x[i])`.
     tanh: |v| v.tanh();
+    /// `out[i] = erf(x[i])`.
+    erf: |v| v.erf();
+    /// `out[i] = x[i] · Φ(x[i])` (exact GELU).
+    gelu: |v| v.gelu();
+}
+
+/// GELU's tanh form `x/2 · (1 + tanh(z))`, `z = √(2/π)(x + 0.044715x³)`,
+/// evaluated in f64 as the equal `x / (1 + e^{-2z})` and rounded once: the
+/// textbook form cancels in `1 + tanh` on the left tail.
+pub(crate) fn gelu_tanh_f32(x: &[f32], out: &mut [f32]) {
+    let k0 = (2.0 / std::f64::consts::PI).sqrt();
+    for (o, &v) in out.iter_mut().zip(x) {
+        let v = v as f64;
+        let z = k0 * (v + 0.044715 * v * v * v);
+        // -inf gives -inf / inf = NaN, as the textbook form (-inf · 0) in torch.
+        *o = (v / (1.0 + (-2.0 * z).exp())) as f32;
+    }
 }
 
 macro_rules! binary_slices {

@@ -17,6 +17,9 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.sigmoid = Entry::new(V, avx2::math::sigmoid);
     table.silu = Entry::new(V, avx2::math::silu);
     table.tanh = Entry::new(V, avx2::math::tanh);
+    table.erf = Entry::new(V, avx2::math::erf);
+    table.gelu = Entry::new(V, avx2::math::gelu);
+    table.gelu_tanh = Entry::new(V, avx2::math::gelu_tanh);
     table.add = Entry::new(V, avx2::binary::add);
     table.sub = Entry::new(V, avx2::binary::sub);
     table.mul = Entry::new(V, avx2::binary::mul);

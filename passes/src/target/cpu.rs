@@ -16,6 +16,7 @@ pub(super) static KERNELS: OpTable = OpTable {
         OpRow::only(OpKind::Linear, F32_F64),
         OpRow::only(OpKind::BatchNorm, F32_F64),
         OpRow::only(OpKind::LayerNorm, F32_F64),
+        OpRow::only(OpKind::RmsNorm, F32_F64),
         OpRow::only(OpKind::Attention, F32_F64),
         OpRow::only(OpKind::Conv, F32_F64),
         OpRow::only(OpKind::Softmax, F32_F64),

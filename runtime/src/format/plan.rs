@@ -5,7 +5,7 @@
 //! their expressions by index. The loader validates every index before use.
 
 pub use kiln_isa::{
-    BinaryOp, DType, InstrKind, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp,
+    BinaryOp, DType, FusedOp, InstrKind, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -302,6 +302,11 @@ kernels! {
     SliceFromEnd { axis: u32, back: u64, step: u64 }
     /// The coordinates of the operand's nonzero elements (i64 `[count, rank]`).
     NonZero {}
+    /// A fused elementwise program over the operands (`kiln_isa::fused`),
+    /// checked at load.
+    Fused { program: Vec<FusedOp> }
+    /// RMS normalisation of the last `normalized_rank` dims (x [, weight]).
+    RmsNorm { normalized_rank: u32, eps: f64 }
 }
 
 impl Kernel {

@@ -1,5 +1,5 @@
 //! AVX2 + FMA f32 math over slices: exp and the activations built on it
-//! (sigmoid, silu, tanh), plus softmax's row maximum and exp-and-sum.
+//! (sigmoid, silu, tanh, erf, both GELUs), plus softmax's row maximum and exp-and-sum.
 //!
 //! Accuracy is the contract: each function stays within a few ulp of the
 //! generic (libm-based) version on every input, including ±inf, NaN,
@@ -22,10 +22,23 @@ const LANES: usize = 8;
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn exp_ps(x: __m256) -> __m256 {
-    // Below -104 the result rounds to 0, above 88.8 it overflows, so clamping
-    // there changes no result and keeps n in [-150, 128]. max/min return the
-    // second operand for a NaN lane; NaN is put back at the end.
-    let xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0)), _mm256_set1_ps(88.8));
+    let (a, s2) = exp_parts(x);
+    let e = _mm256_mul_ps(a, s2);
+    _mm256_blendv_ps(e, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x))
+}
+
+/// exp(x) as two factors `(a, s)` with `exp(x) = a · s`, `a` never
+/// subnormal: a caller that scales the result multiplies by `s` last, so
+/// that a subnormal result is rounded only once. NaN lanes are not restored.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_parts(x: __m256) -> (__m256, __m256) {
+    // Below -104 exp rounds to 0, above 88.8 it overflows, so clamping there
+    // changes no result (-110 leaves room for callers that scale a subnormal
+    // result up by up to e^6) and keeps n in [-159, 128], each half of 2^n
+    // a normal number. max/min return the second operand for a NaN lane;
+    // NaN is put back by the caller.
+    let xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-110.0)), _mm256_set1_ps(88.8));
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
         xc,
         _mm256_set1_ps(std::f32::consts::LOG2_E),
@@ -46,8 +59,141 @@ pub(super) unsafe fn exp_ps(x: __m256) -> __m256 {
     let bias = _mm256_set1_epi32(127);
     let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
     let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
-    let e = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
-    _mm256_blendv_ps(e, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x))
+    (_mm256_mul_ps(y, s1), s2)
+}
+
+/// Where erf switches from its odd polynomial to `1 - exp(q(|x|))`.
+const ERF_SPLIT: f32 = 0.927_734_4;
+
+/// erf on |x| ≤ [`ERF_SPLIT`]: `x + x·P(x²)` (a minimax fit, ≤ 1 ulp).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn erf_small_ps(x: __m256) -> __m256 {
+    let s = _mm256_mul_ps(x, x);
+    let mut r = _mm256_set1_ps(-5.967_617e-4);
+    r = _mm256_fmadd_ps(r, s, _mm256_set1_ps(4.991_194_2e-3));
+    r = _mm256_fmadd_ps(r, s, _mm256_set1_ps(-2.676_813_5e-2));
+    r = _mm256_fmadd_ps(r, s, _mm256_set1_ps(0.112_819_925));
+    r = _mm256_fmadd_ps(r, s, _mm256_set1_ps(-0.376_125_34));
+    r = _mm256_fmadd_ps(r, s, _mm256_set1_ps(0.128_379_17));
+    _mm256_fmadd_ps(r, x, x)
+}
+
+/// The exponent `q` with `erfc(t) = exp(q)` for t = |x| ≥ [`ERF_SPLIT`]
+/// (a minimax fit of log erfc; N. Juffa's single-precision erf).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn erfc_exponent_ps(t: __m256) -> __m256 {
+    let s = _mm256_mul_ps(t, t);
+    let r = _mm256_fmadd_ps(_mm256_set1_ps(-1.728_534_7e-5), t, _mm256_set1_ps(3.831_971_3e-4));
+    let u = _mm256_fmadd_ps(_mm256_set1_ps(-3.883_964_4e-3), t, _mm256_set1_ps(2.425_462_2e-2));
+    let mut r = _mm256_fmadd_ps(r, s, u);
+    r = _mm256_fmadd_ps(r, t, _mm256_set1_ps(-0.106_777_88));
+    r = _mm256_fmadd_ps(r, t, _mm256_set1_ps(-0.634_846_7));
+    r = _mm256_fmadd_ps(r, t, _mm256_set1_ps(-0.128_717_51));
+    _mm256_fmadd_ps(r, t, _mm256_xor_ps(t, _mm256_set1_ps(-0.0)))
+}
+
+/// erf(x): the odd polynomial near 0, `±(1 - erfc(|x|))` beyond; NaN stays NaN.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn erf_ps(x: __m256) -> __m256 {
+    let sign_bit = _mm256_set1_ps(-0.0);
+    let t = _mm256_andnot_ps(sign_bit, x);
+    let small = erf_small_ps(x);
+    let large = _mm256_sub_ps(_mm256_set1_ps(1.0), exp_ps(erfc_exponent_ps(t)));
+    let large = _mm256_or_ps(large, _mm256_and_ps(x, sign_bit));
+    // NaN compares false, so it takes the polynomial, which keeps it NaN.
+    _mm256_blendv_ps(small, large, _mm256_cmp_ps::<_CMP_GT_OQ>(t, _mm256_set1_ps(ERF_SPLIT)))
+}
+
+/// erfc(t) for t in [0.9, 10.2] with full relative precision, as two
+/// factors `(m, s)`, `erfc(t) = m · s` (`s` a power of two to apply last):
+/// `(1 + 2t) e^{t²} erfc(t)` is smooth there, fitted (weighted least
+/// squares, ≤ 0.2 ulp) by a degree-8 polynomial in `q = (t - 2) / (t + 2)`;
+/// `t² = sq + err` is given as an unevaluated sum (the caller computes it
+/// exactly) and `e^{-sq-err} ≈ e^{-sq}(1 - err)`, so the steep factor
+/// carries no rounding of its argument.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn erfc_tail_parts(t: __m256, sq: __m256, err: __m256) -> (__m256, __m256) {
+    let one = _mm256_set1_ps(1.0);
+    let two = _mm256_set1_ps(2.0);
+    let q = _mm256_div_ps(_mm256_sub_ps(t, two), _mm256_add_ps(t, two));
+    let mut p = _mm256_set1_ps(-1.523_607_8e-3);
+    for c in [
+        1.122_186_5e-3,
+        8.759_447e-3,
+        -8.015_458e-3,
+        -5.422_427_5e-2,
+        0.164_050_3,
+        -0.166_030_26,
+        -9.276_381e-2,
+        1.276_978_4,
+    ] {
+        p = _mm256_fmadd_ps(p, q, _mm256_set1_ps(c));
+    }
+    let r = _mm256_div_ps(p, _mm256_fmadd_ps(two, t, one));
+    let (a, scale) = exp_parts(_mm256_xor_ps(sq, _mm256_set1_ps(-0.0)));
+    let a = _mm256_fnmadd_ps(a, err, a);
+    (_mm256_mul_ps(r, a), scale)
+}
+
+/// Where the left tail of GELU is 0 in f32 (erfc(t) < 2^-150 for t > 10.1).
+const ERFC_ZERO: f32 = 10.2;
+
+/// Exact GELU, `x · Φ(x) = x/2 · erfc(-x/√2)`: through erf near 0 and on the
+/// right (`x/2 · (1 + erf)`, no cancellation there), through an erfc of full
+/// relative precision on the left tail, whose factors are multiplied so
+/// that a subnormal result is rounded once.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gelu_ps(x: __m256) -> __m256 {
+    let u = _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2));
+    let half_x = _mm256_mul_ps(x, _mm256_set1_ps(0.5));
+    let right = _mm256_mul_ps(half_x, _mm256_add_ps(_mm256_set1_ps(1.0), erf_ps(u)));
+    let t = _mm256_xor_ps(u, _mm256_set1_ps(-0.0));
+    // t² = x²/2 exactly, as x·x plus its rounding error, halved.
+    let half = _mm256_set1_ps(0.5);
+    let xx = _mm256_mul_ps(x, x);
+    let (sq, err) = (_mm256_mul_ps(xx, half), _mm256_mul_ps(_mm256_fmsub_ps(x, x, xx), half));
+    let (m, scale) = erfc_tail_parts(_mm256_min_ps(t, _mm256_set1_ps(ERFC_ZERO)), sq, err);
+    let left = _mm256_mul_ps(_mm256_mul_ps(half_x, m), scale);
+    let left = _mm256_blendv_ps(left, _mm256_set1_ps(-0.0), _mm256_cmp_ps::<_CMP_GE_OQ>(t, _mm256_set1_ps(ERFC_ZERO)));
+    let g = _mm256_blendv_ps(right, left, _mm256_cmp_ps::<_CMP_GT_OQ>(t, _mm256_set1_ps(ERF_SPLIT)));
+    minus_inf_is_nan(x, g)
+}
+
+/// NaN lanes of `x` stay NaN, and GELU(-inf) is NaN as in torch and the
+/// generic code (`-inf · 0`).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn minus_inf_is_nan(x: __m256, g: __m256) -> __m256 {
+    let g = _mm256_blendv_ps(g, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x));
+    _mm256_blendv_ps(g, _mm256_set1_ps(f32::NAN), _mm256_cmp_ps::<_CMP_EQ_OQ>(x, _mm256_set1_ps(f32::NEG_INFINITY)))
+}
+
+/// GELU's tanh form, `x/2 · (1 + tanh(z))` with `z = √(2/π)(x + 0.044715x³)`,
+/// computed as the equal `x · σ(2z)` from `e = e^{-2|z|} ≤ 1`: `x / (1 + e)`
+/// for x ≥ 0, `x·e / (1 + e)` for x < 0 (no cancellation in either tail),
+/// with e's power-of-two factor applied last so a subnormal result is
+/// rounded once.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gelu_tanh_ps(x: __m256) -> __m256 {
+    let sign_bit = _mm256_set1_ps(-0.0);
+    let x2 = _mm256_mul_ps(x, x);
+    let inner = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(0.044_715), x2), x, x);
+    let m2z = _mm256_mul_ps(_mm256_andnot_ps(sign_bit, inner), _mm256_set1_ps(-2.0 * 0.797_884_6));
+    let (a, s) = exp_parts(m2z);
+    let one = _mm256_set1_ps(1.0);
+    let denom = _mm256_fmadd_ps(a, s, one);
+    let pos = _mm256_div_ps(x, denom);
+    let neg = _mm256_mul_ps(_mm256_div_ps(_mm256_mul_ps(x, a), denom), s);
+    // Below e^-110 (exp_parts' clamp) the left tail is 0 in f32 (|x| < 11 there).
+    let neg = _mm256_blendv_ps(neg, sign_bit, _mm256_cmp_ps::<_CMP_LT_OQ>(m2z, _mm256_set1_ps(-110.0)));
+    let g = _mm256_blendv_ps(pos, neg, _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps()));
+    minus_inf_is_nan(x, g)
 }
 
 /// 1 / (1 + e^-x), the generic formula with [`exp_ps`] (division is exact).
@@ -131,6 +277,12 @@ slice_fns! {
     silu => silu_ps;
     /// `out[i] = tanh(x[i])`.
     tanh => tanh_ps;
+    /// `out[i] = erf(x[i])`.
+    erf => erf_ps;
+    /// `out[i] = x[i] · Φ(x[i])`.
+    gelu => gelu_ps;
+    /// GELU with the tanh approximation.
+    gelu_tanh => gelu_tanh_ps;
 }
 
 /// The NaN-propagating maximum of `x` (-inf when empty). Rows holding a NaN,
