@@ -109,7 +109,7 @@ fn unary(op: UnaryOp, x: f64) -> Option<f64> {
         }
         UnaryOp::Not => (x == 0.0) as u8 as f64,
         // No erf in std; an approximation would make folded and run-time results differ.
-        UnaryOp::Erf | UnaryOp::Gelu => return None,
+        UnaryOp::Erf | UnaryOp::Erfc | UnaryOp::Gelu => return None,
         UnaryOp::Trunc => x.trunc(),
         // Left to the run-time kernels (libm results may differ in the last
         // bit; BitNot depends on the dtype).

@@ -196,7 +196,6 @@ PICK = {"F.grid_sample": [4, 3, 9, 0, 12], "F.embedding_bag": [5, 8], "topk": [0
 # so that regenerating keeps the marks (`--remark` rewrites only the marks);
 # the conformance test fails on any other failure.
 KNOWN_UNSUPPORTED = {
-    ("erfc", "*", "*"): "no erfc kernel yet: 1 - erf(x) loses the tail's relative accuracy",
     ("cumprod", "*", "*"): "no cumulative-product kernel yet",
     ("F.batch_norm", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("_native_batch_norm_legit", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",

@@ -47,7 +47,7 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["avg_pool2d", "avg_pool1d"], dtypes: DT_NUMERIC, note: "" },
     OpSupport { names: &["adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_avg_pool1d"], dtypes: DT_FLOAT, note: "1-d as the 2-d pool over `[.., 1, L]`" },
     OpSupport { names: &["scaled_dot_product_attention"], dtypes: DT_FLOAT, note: "no dropout; grouped-query heads with static counts" },
-    OpSupport { names: &["relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "sin", "cos", "reciprocal", "log1p", "expm1", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh"], dtypes: DT_FLOAT, note: "integer inputs are promoted to float" },
+    OpSupport { names: &["relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "erfc", "sin", "cos", "reciprocal", "log1p", "expm1", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh"], dtypes: DT_FLOAT, note: "integer inputs are promoted to float" },
     OpSupport { names: &["neg", "negative", "abs", "absolute", "floor", "ceil", "round", "trunc", "fix", "sign"], dtypes: DT_NUMERIC, note: "round: decimals=0 only" },
     OpSupport { names: &["logical_not", "bitwise_not"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["hardtanh", "relu6", "clamp", "clamp_min", "clamp_max"], dtypes: DT_NUMERIC, note: "scalar or tensor bounds" },

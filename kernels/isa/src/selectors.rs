@@ -46,6 +46,8 @@ code_enum! {
         Log10 = 34 => "log10",
         /// Bitwise not of an integer (`~x`); on `bool`, logical not.
         BitNot = 35 => "bit_not",
+        /// 1 - erf(x), accurate in the tail where that difference cancels.
+        Erfc = 36 => "erfc",
     }
 }
 

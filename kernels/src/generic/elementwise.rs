@@ -135,6 +135,7 @@ fn unary_float<T: Real>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
         }
         UnaryOp::Silu => vector::silu(x, out),
         UnaryOp::Erf => map(x, out, |v| v.erf()),
+        UnaryOp::Erfc => map(x, out, |v| v.erfc()),
         UnaryOp::Sin => map(x, out, |v| v.sin()),
         UnaryOp::Cos => map(x, out, |v| v.cos()),
         UnaryOp::Floor => map(x, out, |v| v.floor()),

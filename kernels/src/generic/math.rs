@@ -32,6 +32,7 @@ pub trait Real:
     fn powf(self, e: Self) -> Self;
     fn is_nan(self) -> bool;
     fn erf(self) -> Self;
+    fn erfc(self) -> Self;
     fn ln_1p(self) -> Self;
     fn exp_m1(self) -> Self;
     fn trunc(self) -> Self;
@@ -89,6 +90,7 @@ macro_rules! impl_real {
             // f32 goes through the f64 routine: correctly rounded in practice,
             // and one implementation to trust.
             #[inline(always)] fn erf(self) -> Self { erf_f64(self as f64) as $t }
+            #[inline(always)] fn erfc(self) -> Self { erfc_f64(self as f64) as $t }
             #[inline(always)] fn gelu(self) -> Self {
                 let x = self as f64;
                 (0.5 * x * erfc_f64(-x * std::f64::consts::FRAC_1_SQRT_2)) as $t

@@ -25,6 +25,7 @@ pub(super) fn unary(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         "neg" => UnaryOp::Neg,
         "abs" => UnaryOp::Abs,
         "erf" => UnaryOp::Erf,
+        "erfc" => UnaryOp::Erfc,
         "sin" => UnaryOp::Sin,
         "cos" => UnaryOp::Cos,
         "reciprocal" => UnaryOp::Reciprocal,

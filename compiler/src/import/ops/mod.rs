@@ -143,7 +143,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         | "sin" | "cos" | "reciprocal" | "floor" | "ceil" | "round" | "sign" | "logical_not" | "log1p" | "expm1"
         | "trunc" | "fix" | "tan" | "asin" | "acos" | "atan" | "sinh" | "cosh" | "asinh" | "acosh" | "atanh"
         | "log2" | "log10" | "bitwise_not" | "arcsin" | "arccos" | "arctan" | "arcsinh" | "arccosh" | "arctanh"
-        | "negative" | "absolute" => e::unary(imp, n, name),
+        | "negative" | "absolute" | "erfc" => e::unary(imp, n, name),
         "clamp" | "clamp_min" | "clamp_max" if overload == "Tensor" => activation::clamp_tensor(imp, n),
         "hardtanh" | "relu6" | "clamp" | "clamp_min" | "clamp_max" => e::clamp(imp, n, name),
         "hardswish" | "hardsigmoid" | "mish" | "softplus" | "leaky_relu" | "elu" | "square" => {
