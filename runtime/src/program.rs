@@ -246,7 +246,7 @@ impl Program {
 /// memory may be anywhere.)
 fn check_weights_alignment(bytes: &[u8], weights: &Range<usize>) -> Result<()> {
     let address = bytes.as_ptr() as usize + weights.start;
-    if address % WEIGHT_ALIGN as usize != 0 {
+    if !address.is_multiple_of(WEIGHT_ALIGN as usize) {
         return Err(Error::Misaligned { address: bytes.as_ptr() as usize, align: WEIGHT_ALIGN as usize });
     }
     Ok(())
