@@ -56,6 +56,7 @@ fn fine_tuned_last_layer_gives_a_small_exact_delta() {
     let delta = dir.join("update.kdelta");
     let o = kiln(&[Path::new("diff"), &old, &new, Path::new("-o"), &delta]);
     assert!(o.status.success(), "diff: {}", String::from_utf8_lossy(&o.stderr));
+    eprintln!("{}", String::from_utf8_lossy(&o.stdout)); // the figure in benches/RESULTS.md
     let delta_len = std::fs::metadata(&delta).expect("delta written").len() as usize;
     assert!(delta_len * 20 < new_bytes.len(), "delta is {delta_len} bytes of {}", new_bytes.len());
 
