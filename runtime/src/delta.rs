@@ -20,7 +20,8 @@
 //!
 //! [`patch`] treats the patch as hostile: its own checksum is verified first,
 //! every op is bounds-checked against the base and the patch, the result's
-//! size is capped and reserved fallibly, and the result must hash to the
+//! size is capped ([`MAX_RESULT_BYTES`]; [`inspect`] tells a device the size
+//! before it applies anything) and reserved fallibly, and the result must hash to the
 //! recorded value, so what it returns is byte-identical to the artifact the
 //! patch was made from. A patch for another base is refused before any work.
 
@@ -213,7 +214,6 @@ fn parse(delta: &[u8]) -> Result<(PatchInfo, Vec<Op>), DeltaError> {
                         format!("copy of {len} bytes at {offset} reaches past the base's {} bytes", info.base_len),
                     ));
                 }
-                info.copied_bytes += len;
                 Op::Copy { offset, len }
             }
             OP_DATA => {
@@ -224,7 +224,6 @@ fn parse(delta: &[u8]) -> Result<(PatchInfo, Vec<Op>), DeltaError> {
                 }
                 let op = Op::Data { at, len };
                 at += len as usize;
-                info.carried_bytes += len;
                 op
             }
             other => return Err(malformed(op_at, format!("unknown op {other}"))),
@@ -233,6 +232,11 @@ fn parse(delta: &[u8]) -> Result<(PatchInfo, Vec<Op>), DeltaError> {
             .checked_add(total)
             .filter(|&t| t <= info.new_len)
             .ok_or_else(|| malformed(op_at, format!("ops produce more than the recorded {} bytes", info.new_len)))?;
+        // Summed only once `total` is bounded, so these cannot overflow.
+        match op {
+            Op::Copy { len, .. } => info.copied_bytes += len,
+            Op::Data { len, .. } => info.carried_bytes += len,
+        }
         ops.push(op);
     }
     if at != body_end {

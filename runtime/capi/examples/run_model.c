@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
     /* Error path 3: the artifact in place at an address that is not 64-byte aligned. */
     size_t shifted_len = 0;
     unsigned char *shifted = read_aligned(argv[1], &shifted_len, 8);
-    kiln_program *misaligned = NULL;
+    kiln_program *misaligned = (kiln_program *)(uintptr_t)1; /* not null: a failed call must null it */
     st = kiln_program_from_memory(shifted + 8, shifted_len, &misaligned);
     printf("misaligned: status %d (%s): %s\n", (int)st, kiln_status_message(st), kiln_last_error_message());
     if (st != KILN_STATUS_BAD_ARTIFACT || misaligned != NULL) return 1;

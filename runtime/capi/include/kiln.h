@@ -131,7 +131,8 @@ extern "C" {
 
 /*
  Memory-maps and validates the `.kiln` file at `path` (a NUL-terminated
- UTF-8 path). On success `*out` is a new program for `kiln_program_free`.
+ UTF-8 path). On success `*out` is a new program for `kiln_program_free`;
+ on failure it is null.
 
  # Safety
  `path` is null or a valid C string; `out` is null or writable.
@@ -142,7 +143,8 @@ kiln_status kiln_program_load(const char *path, struct kiln_program **out);
  Validates the artifact in `data[0..len]` and uses it in place, weights
  included: nothing is copied. `data` must be 64-byte aligned
  (`KILN_STATUS_BAD_ARTIFACT` otherwise) and must stay valid and unchanged
- until the program and every session made from it are freed.
+ until the program and every session made from it are freed. On failure
+ `*out` is null.
 
  # Safety
  `data` is null or readable for `len` bytes for that whole time; `out` is
@@ -176,7 +178,8 @@ size_t kiln_program_num_inputs(const struct kiln_program *program);
 size_t kiln_program_num_outputs(const struct kiln_program *program);
 
 /*
- A new session on the CPU. On success `*out` is a session for `kiln_session_free`.
+ A new session on the CPU. On success `*out` is a session for
+ `kiln_session_free`; on failure it is null.
 
  # Safety
  `program` is null or a live handle; `out` is null or writable.

@@ -151,12 +151,15 @@ fn guard(body: impl FnOnce() -> Result<(), Failure>) -> kiln_status {
     failure.status
 }
 
-/// Writes a new handle to `out`, which must not be null (checked first).
+/// Writes a new handle to `out`, which must not be null (checked first); a
+/// failure leaves null there, so a caller never sees a stale handle.
 fn emit<T>(out: *mut *mut T, make: impl FnOnce() -> Result<T, Failure>) -> kiln_status {
     guard(|| {
         if out.is_null() {
             return Err(Failure::invalid("the output handle pointer is null"));
         }
+        // SAFETY: `out` is non-null and, per the API contract, writable.
+        unsafe { *out = std::ptr::null_mut() };
         let handle = Box::into_raw(Box::new(make()?));
         // SAFETY: `out` is non-null and, per the API contract, writable.
         unsafe { *out = handle };
@@ -185,7 +188,8 @@ impl AsRef<[u8]> for ForeignBytes {
 }
 
 /// Memory-maps and validates the `.kiln` file at `path` (a NUL-terminated
-/// UTF-8 path). On success `*out` is a new program for `kiln_program_free`.
+/// UTF-8 path). On success `*out` is a new program for `kiln_program_free`;
+/// on failure it is null.
 ///
 /// # Safety
 /// `path` is null or a valid C string; `out` is null or writable.
@@ -204,7 +208,8 @@ pub unsafe extern "C" fn kiln_program_load(path: *const c_char, out: *mut *mut k
 /// Validates the artifact in `data[0..len]` and uses it in place, weights
 /// included: nothing is copied. `data` must be 64-byte aligned
 /// (`KILN_STATUS_BAD_ARTIFACT` otherwise) and must stay valid and unchanged
-/// until the program and every session made from it are freed.
+/// until the program and every session made from it are freed. On failure
+/// `*out` is null.
 ///
 /// # Safety
 /// `data` is null or readable for `len` bytes for that whole time; `out` is
@@ -256,7 +261,8 @@ pub unsafe extern "C" fn kiln_program_num_outputs(program: *const kiln_program) 
     unsafe { program.as_ref() }.map_or(0, |p| p.program.plan().outputs.len())
 }
 
-/// A new session on the CPU. On success `*out` is a session for `kiln_session_free`.
+/// A new session on the CPU. On success `*out` is a session for
+/// `kiln_session_free`; on failure it is null.
 ///
 /// # Safety
 /// `program` is null or a live handle; `out` is null or writable.
