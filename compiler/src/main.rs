@@ -1,5 +1,7 @@
 //! The `kiln` command-line tool.
 
+mod delta_cmd;
+
 use clap::{Parser, Subcommand};
 use kiln_compiler::npy::{read_npy, write_npy};
 use kiln_compiler::stablehlo::Precision;
@@ -56,6 +58,23 @@ enum Command {
     },
     /// Compile and run the bundled example model (an MLP) and compare with PyTorch.
     Demo,
+    /// Write a delta that turns OLD into NEW (only what changed is carried).
+    #[command(after_help = "Example:\n  kiln diff old.kiln new.kiln -o update.kdelta")]
+    Diff {
+        old: PathBuf,
+        new: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Apply a delta from `kiln diff` to OLD; the result is byte-identical to the NEW it was made
+    /// from (checked by SHA-256 before anything is written).
+    #[command(after_help = "Example:\n  kiln patch old.kiln update.kdelta -o new.kiln")]
+    Patch {
+        old: PathBuf,
+        delta: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Print the support table: ATen ops, dtypes, limits, and Core ATen coverage.
     #[command(after_help = "Example:\n  kiln ops\n  kiln ops --markdown > compiler/OPS.md")]
     Ops {
@@ -123,6 +142,8 @@ fn main() -> ExitCode {
         Command::Inspect { artifact, json } => cmd_inspect(&artifact, json),
         Command::Demo => cmd_demo(),
         Command::Ops { markdown, custom } => cmd_ops(markdown, custom),
+        Command::Diff { old, new, output } => delta_cmd::cmd_diff(&old, &new, &output),
+        Command::Patch { old, delta, output } => delta_cmd::cmd_patch(&old, &delta, &output),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

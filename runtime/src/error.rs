@@ -15,6 +15,11 @@ pub enum Error {
         "checksum mismatch in section `{section}`: stored {expected:#010x}, computed {found:#010x} (file corrupted?)"
     )]
     Checksum { section: String, expected: u32, found: u32 },
+    /// An artifact used in place (`Program::from_static`, `from_owner`, the
+    /// C API's `kiln_program_from_memory`) is not at an address its weights
+    /// can be read from.
+    #[error("the artifact in memory starts at address {address:#x}, which is not {align}-byte aligned; its weights are used in place and need that alignment (align the buffer, or use Program::from_bytes, which copies)")]
+    Misaligned { address: usize, align: usize },
     #[error("invalid plan: {0}")]
     Plan(String),
     #[error("input {index} (`{name}`): {detail}")]

@@ -16,6 +16,8 @@
 //! depend on the compiler's IR.
 
 mod aligned;
+#[cfg(feature = "delta")]
+pub mod delta;
 mod device;
 mod error;
 mod exec;

@@ -6,24 +6,36 @@ use crate::device::SessionOptions;
 use crate::exec::{resolve, Resolved};
 use crate::format::{
     parse_container, AccelProgram, DimExpr, DimRef, InstrOp, Kernel, Metadata, Plan, Storage, FORMAT_MAJOR,
+    WEIGHT_ALIGN,
 };
 use crate::session::Session;
 use crate::validate::validate_plan;
 use crate::{Error, Result};
 use std::ops::Range;
+#[cfg(feature = "fs")]
 use std::path::Path;
 use std::sync::Arc;
 
+/// Where the artifact's bytes live. The weights are used in place from here
+/// for the program's whole life, so only `Owned` ever copied anything.
 enum Backing {
+    #[cfg(feature = "fs")]
     Mapped(memmap2::Mmap),
     Owned(AlignedBuf),
+    /// Caller memory that outlives the program: `include_bytes!`, a firmware image.
+    Static(&'static [u8]),
+    /// Caller memory kept alive by the program (an `Arc<[u8]>`, a foreign buffer).
+    Shared(Box<dyn AsRef<[u8]> + Send + Sync>),
 }
 
 impl Backing {
     fn bytes(&self) -> &[u8] {
         match self {
+            #[cfg(feature = "fs")]
             Backing::Mapped(m) => m,
             Backing::Owned(b) => b.as_slice(),
+            Backing::Static(s) => s,
+            Backing::Shared(owner) => (**owner).as_ref(),
         }
     }
 }
@@ -47,6 +59,7 @@ impl Program {
     /// The file must not be modified while the program is alive (the usual
     /// memory-map caveat); artifacts are written atomically by a rename, so a
     /// recompile replaces the file rather than changing it under us.
+    #[cfg(feature = "fs")]
     pub fn load(path: impl AsRef<Path>) -> Result<Arc<Program>> {
         let path = path.as_ref();
         let io = |e| Error::Io { path: path.display().to_string(), source: e };
@@ -56,15 +69,35 @@ impl Program {
         Program::from_backing(Backing::Mapped(map))
     }
 
-    /// Validates an artifact held in memory (copied once into aligned memory).
+    /// Validates an artifact held in memory, copying it once into aligned
+    /// memory (so any slice works). [`Program::from_static`] and
+    /// [`Program::from_owner`] use the bytes in place instead.
     pub fn from_bytes(bytes: &[u8]) -> Result<Arc<Program>> {
         let buf = AlignedBuf::from_bytes(bytes).ok_or(Error::OutOfMemory { bytes: bytes.len() as u64 })?;
         Program::from_backing(Backing::Owned(buf))
     }
 
+    /// Validates an artifact that lives for the whole process (an
+    /// `include_bytes!` in a `#[repr(align(64))]` wrapper, a firmware image in
+    /// flash) and runs its weights in place: nothing is copied. The slice
+    /// must start at a 64-byte aligned address ([`crate::format::WEIGHT_ALIGN`]);
+    /// otherwise the result is [`Error::Misaligned`].
+    pub fn from_static(bytes: &'static [u8]) -> Result<Arc<Program>> {
+        Program::from_backing(Backing::Static(bytes))
+    }
+
+    /// Like [`Program::from_static`] for memory the program keeps alive
+    /// itself: `owner` (an `Arc<[u8]>`, a buffer handed over by a host
+    /// application) is stored in the program and dropped with it. Its bytes
+    /// must not change meanwhile and must start 64-byte aligned.
+    pub fn from_owner(owner: impl AsRef<[u8]> + Send + Sync + 'static) -> Result<Arc<Program>> {
+        Program::from_backing(Backing::Shared(Box::new(owner)))
+    }
+
     fn from_backing(backing: Backing) -> Result<Arc<Program>> {
         let bytes = backing.bytes();
         let container = parse_container(bytes)?;
+        check_weights_alignment(bytes, &container.weights)?;
         let plan: Plan = postcard::from_bytes(&bytes[container.plan.clone()]).map_err(|e| Error::Format {
             section: "plan".into(),
             offset: container.plan.start as u64,
@@ -211,6 +244,19 @@ impl Program {
     }
 }
 
+/// Kernels read weights in place as `f32`, `i64`, ... slices, and the
+/// format places every tensor at a multiple of [`WEIGHT_ALIGN`] from the
+/// section start: the section itself must sit at such an address. (A memory
+/// map is page-aligned and `from_bytes` copies into aligned memory; caller
+/// memory may be anywhere.)
+fn check_weights_alignment(bytes: &[u8], weights: &Range<usize>) -> Result<()> {
+    let address = bytes.as_ptr() as usize + weights.start;
+    if !address.is_multiple_of(WEIGHT_ALIGN as usize) {
+        return Err(Error::Misaligned { address: bytes.as_ptr() as usize, align: WEIGHT_ALIGN as usize });
+    }
+    Ok(())
+}
+
 fn instr_display_name(op: &InstrOp) -> String {
     match op {
         InstrOp::Call(Kernel::Unary { op }) => op.name().to_string(),
@@ -226,4 +272,60 @@ pub struct IoInfo {
     pub name: String,
     pub dtype: kiln_kernels::DType,
     pub shape: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::*;
+
+    #[repr(C, align(64))]
+    #[derive(Clone, Copy)]
+    struct Line([u8; 64]);
+
+    /// An artifact with one weight (`y = x + w`, f32[4]).
+    fn artifact() -> Vec<u8> {
+        let mut weights = WeightsBuilder::new();
+        let w = weights.push(&[0u8; 16]);
+        let f32x4 = |storage| TensorDecl { dtype: DType::F32, shape: vec![DimRef::Static(4)], storage };
+        let plan = Plan {
+            symbols: vec![],
+            exprs: vec![],
+            tensors: vec![
+                f32x4(Storage::Arena { offset: 0, max_bytes: 16 }),
+                f32x4(w),
+                f32x4(Storage::Arena { offset: 64, max_bytes: 16 }),
+            ],
+            inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
+            outputs: vec![IoDecl { name: "y".into(), tensor: 2 }],
+            states: vec![],
+            instrs: vec![Instr {
+                op: InstrOp::Call(Kernel::Binary { op: BinaryOp::Add }),
+                inputs: vec![0, 1],
+                outputs: vec![2],
+                origin: "test".into(),
+            }],
+            arena_bytes: 128,
+            peak_live_bytes: 32,
+        };
+        ArtifactWriter::new(&plan, weights, &Metadata::default()).expect("encode").to_bytes()
+    }
+
+    #[test]
+    fn from_static_uses_the_weights_in_place() {
+        let bytes = artifact();
+        let lines: &'static mut [Line] = Vec::leak(vec![Line([0; 64]); bytes.len().div_ceil(64)]);
+        // SAFETY: `Line` is plain bytes and the slice stays inside the leaked lines.
+        let image: &'static mut [u8] =
+            unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<u8>(), bytes.len()) };
+        image.copy_from_slice(&bytes);
+        let image: &'static [u8] = image;
+        let program = Program::from_static(image).expect("load");
+        let weights = program.weights().as_ptr_range();
+        let image_range = image.as_ptr_range();
+        assert!(image_range.start <= weights.start && weights.end <= image_range.end, "weights were copied");
+        // The copying constructor, by contrast, owns its own memory.
+        let copied = Program::from_bytes(image).expect("load");
+        assert!(!image_range.contains(&copied.weights().as_ptr()));
+    }
 }

@@ -21,6 +21,8 @@ mod write;
 
 pub use plan::*;
 pub use read::{parse_container, Container};
+#[cfg(feature = "fs")]
+pub use write::write_file_atomic;
 pub use write::{ArtifactWriter, WeightsBuilder};
 
 use zerocopy::little_endian::{U16, U32, U64};

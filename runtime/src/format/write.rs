@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::Error;
-use std::io::Write;
+#[cfg(feature = "fs")]
 use std::path::Path;
 
 /// Packs weight tensors into one section, each at a multiple of [`WEIGHT_ALIGN`].
@@ -115,22 +115,32 @@ impl ArtifactWriter {
 
     /// Writes atomically: a temporary file beside `path`, then a rename, so a
     /// reader never sees a half-written artifact.
+    #[cfg(feature = "fs")]
     pub fn write_atomic(&self, path: &Path) -> Result<(), Error> {
-        let io = |e: std::io::Error| Error::Io { path: path.display().to_string(), source: e };
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "artifact".into());
-        let tmp = dir.join(format!(".{file_name}.tmp{}", std::process::id()));
-        let result = (|| {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&self.to_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result.map_err(io)
+        write_file_atomic(path, &self.to_bytes())
     }
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside `path`,
+/// flushed, then renamed over it; on any failure the temporary file is removed
+/// and `path` is untouched.
+#[cfg(feature = "fs")]
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    use std::io::Write;
+    let io = |e: std::io::Error| Error::Io { path: path.display().to_string(), source: e };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "artifact".into());
+    let tmp = dir.join(format!(".{file_name}.tmp{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(io)
 }
 
 pub(crate) fn align_up(v: u64, align: u64) -> u64 {
