@@ -42,22 +42,24 @@
 
 mod context;
 mod generic;
+mod parallel;
 mod table;
 mod types;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
 pub use context::Context;
+pub use parallel::{Threads, MAX_THREADS};
 pub use table::{best, BinaryFn, ExpSumFn, Isa, KernelTable, ReduceFn, UnaryFn};
 pub use types::{BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, Scratch, TensorMut, TensorRef, UnaryOp};
 
 pub use generic::attention::attention;
 pub use generic::conv::{conv, conv_with, ConvAlgorithm, ConvParams};
 pub use generic::elementwise::{binary, binary_cx, cast, clamp, unary, unary_cx, where_};
-pub use generic::gemm::gemm_f32;
+pub use generic::gemm::{gemm_f32, gemm_f32_prepacked, Activation, PackedB};
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
-pub use generic::matmul::{linear, matmul};
-pub use generic::norm::{batch_norm, layer_norm, softmax, softmax_cx};
+pub use generic::matmul::{linear, linear_fused, linear_packed, matmul, matmul_packed, LinearEpilogue};
+pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};
 pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};

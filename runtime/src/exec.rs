@@ -3,8 +3,10 @@
 //! [`Step`]s: a function pointer and decoded parameters per call, so the run
 //! loop neither decodes nor allocates.
 
-use crate::format::{InstrOp, Kernel, Plan};
-use kiln_kernels::{self as k, Context, ConvParams, KernelError, PoolParams, Result, TensorMut, TensorRef};
+use crate::format::{DimRef, InstrOp, Kernel, Plan, Storage};
+use kiln_kernels::{
+    self as k, Context, ConvParams, DType, KernelError, PackedB, PoolParams, Result, TensorMut, TensorRef,
+};
 use std::ops::Range;
 
 /// A call opcode's kernel: its parameters, their list parameters decoded to
@@ -18,6 +20,9 @@ pub(crate) enum Step {
         run: KernelFn,
         /// This call's decoded list parameters in [`Resolved::ints`].
         ints: Range<usize>,
+        /// Its constant weight packed at load, in [`Resolved::packed`]: the
+        /// call then goes through [`run_packed`] instead of `run`.
+        packed: Option<usize>,
     },
     Delegate {
         segment: u32,
@@ -37,11 +42,16 @@ pub(crate) enum Step {
 pub(crate) struct Resolved {
     pub steps: Vec<Step>,
     pub ints: Vec<usize>,
+    /// Constant GEMM weights packed once for the microkernel of the best
+    /// kernel table (64-byte aligned), shared by every session.
+    pub packed: Vec<PackedB>,
 }
 
-/// Resolves every instruction of a validated plan.
-pub(crate) fn resolve(plan: &Plan) -> Resolved {
+/// Resolves every instruction of a validated plan; `weights` is the
+/// weights section, whose constant linear / matmul weights are packed here.
+pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
     let mut ints = Vec::new();
+    let mut packed = Vec::new();
     let steps = plan
         .instrs
         .iter()
@@ -53,7 +63,11 @@ pub(crate) fn resolve(plan: &Plan) -> Resolved {
                 let aliased = storage(instr.inputs.first()).is_some_and(|s| Some(s) == storage(instr.outputs.first()));
                 // A reshape the planner aliased moves no data.
                 let run = if aliased && matches!(kernel, Kernel::Copy {}) { no_op } else { kernel_fn(kernel) };
-                Step::Call { run, ints: start..ints.len() }
+                let packed = pack_weight(plan, weights, kernel, &instr.inputs).map(|p| {
+                    packed.push(p);
+                    packed.len() - 1
+                });
+                Step::Call { run, ints: start..ints.len(), packed }
             }
             InstrOp::Delegate { segment } => Step::Delegate { segment: *segment },
             InstrOp::BindDim { symbol } => Step::BindDim { symbol: *symbol },
@@ -61,7 +75,55 @@ pub(crate) fn resolve(plan: &Plan) -> Resolved {
             InstrOp::Jump { target } => Step::Jump { target: *target },
         })
         .collect();
-    Resolved { steps, ints }
+    Resolved { steps, ints, packed }
+}
+
+/// The packed form of a call's constant weight: a linear's `[N, K]` weight
+/// or a matmul's 2-D right operand, when it is an f32 tensor of the weights
+/// section with static dims. None leaves the call to its plain kernel.
+fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> Option<PackedB> {
+    let transposed = match kernel {
+        Kernel::Linear {} => true,
+        Kernel::MatMul {} => false,
+        _ => return None,
+    };
+    let decl = plan.tensors.get(*inputs.get(1)? as usize)?;
+    let Storage::Weight { offset, bytes } = decl.storage else { return None };
+    let dims: Vec<usize> = decl
+        .shape
+        .iter()
+        .map(|d| match d {
+            DimRef::Static(v) => usize::try_from(*v).ok(),
+            DimRef::Expr(_) => None,
+        })
+        .collect::<Option<_>>()?;
+    let &[rows, cols] = dims.as_slice() else { return None };
+    if decl.dtype != DType::F32 {
+        return None;
+    }
+    let data = weights.get(usize::try_from(offset).ok()?..usize::try_from(offset.checked_add(bytes)?).ok()?)?;
+    // Decoded (the section is little-endian f32; no alignment assumed): a
+    // transient copy at load, dropped once packed.
+    let values: Vec<f32> = data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let (k, n) = if transposed { (cols, rows) } else { (rows, cols) };
+    PackedB::new(k::best(), k, n, &values, cols, transposed).ok()
+}
+
+/// A call whose weight operand (`ins[1]`) was packed at load: the packed
+/// kernel when this context's table reads that packing, else the plain one.
+pub(crate) fn run_packed(
+    w: &PackedB,
+    kernel: &Kernel,
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    outs: &mut [TensorMut<'_>],
+) -> Result<()> {
+    let fits = w.fits(cx.table());
+    match kernel {
+        Kernel::Linear {} if fits => k::linear_packed(ins[0], w, ins.get(2).copied(), out(outs, 0), cx),
+        Kernel::MatMul {} if fits => k::matmul_packed(ins[0], w, out(outs, 0), cx),
+        _ => kernel_fn(kernel)(kernel, &[], cx, ins, outs),
+    }
 }
 
 /// The list parameters the kernels take as `usize` slices, concatenated in
@@ -157,7 +219,7 @@ kernel_fns! {
     };
     BatchNorm { eps } => k::batch_norm(ins[0], ins[1], ins[2], ins[3], ins[4], *eps, out(outs, 0));
     LayerNorm { normalized_rank, eps } =>
-        k::layer_norm(ins[0], opt(1), opt(2), *normalized_rank as usize, *eps, out(outs, 0));
+        k::layer_norm_cx(ins[0], opt(1), opt(2), *normalized_rank as usize, *eps, out(outs, 0), cx);
     Softmax { axis, log } => k::softmax_cx(ins[0], *axis as usize, *log, out(outs, 0), cx);
     Reduce { kind } => k::reduce(*kind, ins[0], ints, out(outs, 0));
     ArgMax { axis } => k::argmax(ins[0], *axis as usize, out(outs, 0));

@@ -87,7 +87,7 @@ impl Program {
             None => None,
         };
         validate_plan(&plan, container.weights.len() as u64, accel.as_ref())?;
-        let resolved = resolve(&plan);
+        let resolved = resolve(&plan, &bytes[container.weights.clone()]);
         Ok(Arc::new(Program {
             weights: container.weights,
             resolved,

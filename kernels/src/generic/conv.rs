@@ -209,7 +209,7 @@ pub fn conv_with(
             let xg = &xv[(n * cin + gi * cin_g) * isp..(n * cin + (gi + 1) * cin_g) * isp];
             let o_off = (n * cout + gi * cout_g) * osp;
             let bias = bv.map_or(Bias::None, |b| Bias::PerRow(&b[gi * cout_g..(gi + 1) * cout_g]));
-            let epilogue = Epilogue { bias };
+            let epilogue = Epilogue::bias(bias);
             if pointwise {
                 // A 1×1 stride-1 conv is already a GEMM over the input planes.
                 let c = &mut ov[o_off..];

@@ -39,6 +39,7 @@ pub(super) fn conv_depthwise_f32(
 
     // columns[2 * kx .. 2 * kx + 2] = the output columns [lo, hi) whose tap kx
     // reads inside the input row.
+    let threads = scratch.pack.threads;
     let columns = scratch.indices(2 * kw);
     for (kx, range) in columns.chunks_exact_mut(2).enumerate() {
         let (lo, hi) = valid_columns(kx * g.dil[2], g.pad[2], g.stride[2], iw, ow);
@@ -46,7 +47,8 @@ pub(super) fn conv_depthwise_f32(
     }
     let columns = &*columns;
 
-    for (plane_index, plane) in out.chunks_exact_mut(osp).enumerate() {
+    // Output planes are independent: shared out whole over the threads.
+    threads.for_each_chunk(out, osp.max(1), |plane_index, plane| {
         let (n, oc) = (plane_index / cout, plane_index % cout);
         let input = &x[(n * cin + oc / multiplier) * isp..][..isp];
         let taps = &w[oc * ksp..][..ksp];
@@ -77,7 +79,7 @@ pub(super) fn conv_depthwise_f32(
                 }
             }
         }
-    }
+    });
 }
 
 /// Output columns `ox` in `[lo, hi)` satisfy `0 <= ox*stride + shift - pad < width`
