@@ -21,12 +21,24 @@
 //! epilogue — a bias per row or column today), f32 exp / sigmoid / silu / tanh
 //! and add / sub / mul / div over slices, and softmax's row max and
 //! exp-and-sum. `generic::table()` fills every entry with the portable code;
-//! `x86_64::plug` overrides them with AVX2 + FMA versions. CPU features are
-//! detected once per process ([`Isa::detect`]: generic, x86-64-v3, or v4 —
-//! AVX-512 is detected and reported, but a v4 table runs the v3 kernels for
-//! now; there are no aarch64 variants yet) and each table is built once into
-//! a static: [`best`] for this CPU, [`KernelTable::generic_only`] as the
-//! oracle, [`KernelTable::for_isa`] for any level the CPU supports.
+//! `x86_64::plug` overrides them with AVX2 + FMA versions, and a v4 table
+//! takes the AVX-512F GEMM microkernel. CPU features are detected once per
+//! process ([`Isa::detect`]: generic, x86-64-v3, or v4; there are no aarch64
+//! variants yet) and each table is built once into a static: [`best`] for
+//! this CPU, [`KernelTable::generic_only`] as the oracle,
+//! [`KernelTable::for_isa`] for any level the CPU supports.
+//!
+//! # Threads, packed weights, fused epilogues
+//!
+//! A context runs its kernels on [`Threads`] (one rayon pool per thread
+//! count, shared by the process; [`Context::set_threads`]). Work is split
+//! statically into whole output tiles, rows, planes, batch entries or
+//! fixed-size chunks — never one reduction — so results are bit-identical
+//! for any thread count. [`PackedB`] is a B operand packed once for a
+//! table's microkernel (a constant weight); [`gemm_f32_prepacked`],
+//! [`linear_packed`], [`matmul_packed`] and [`linear_fused`] (with a
+//! [`LinearEpilogue`]: scale, bias, [`Activation`], residual, applied in
+//! the store step) read it without packing anything.
 //!
 //! # The context
 //!

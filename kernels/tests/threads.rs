@@ -249,7 +249,7 @@ fn batched_kernels_are_bit_identical_at_every_thread_count() {
     let q = rand_f32(&mut r, b * h * l * e);
     let kk = rand_f32(&mut r, b * h * s * e);
     let v = rand_f32(&mut r, b * h * s * e);
-    let img = rand_f32(&mut r, 2 * 8 * 20 * 20);
+    let img = rand_f32(&mut r, 2 * 8 * 64 * 64);
     let wconv = rand_f32(&mut r, 16 * 8 * 9);
     let wdw = rand_f32(&mut r, 8 * 9);
     for table in tables() {
@@ -268,9 +268,9 @@ fn batched_kernels_are_bit_identical_at_every_thread_count() {
         for (w, cout, groups) in [(&wconv, 16, 1), (&wdw, 8, 8)] {
             let cin_g = 8 / groups;
             same_at_every_count(&format!("conv groups={groups}"), table, |cx| {
-                let mut out = Buf::zeros(DType::F32, &[2, cout, 20, 20]);
+                let mut out = Buf::zeros(DType::F32, &[2, cout, 64, 64]);
                 let params = k::ConvParams { stride: &[1, 1], padding: &[1, 1], dilation: &[1, 1], groups };
-                let (x, ws) = (f32s(&[2, 8, 20, 20], &img), f32s(&[cout, cin_g, 3, 3], w));
+                let (x, ws) = (f32s(&[2, 8, 64, 64], &img), f32s(&[cout, cin_g, 3, 3], w));
                 k::conv(x.r(), ws.r(), None, &params, out.w(), cx).unwrap();
                 out.get()
             });

@@ -125,6 +125,12 @@ impl Program {
         &self.plan
     }
 
+    /// How many constant GEMM weights were packed for the microkernel at
+    /// load (each used in place by every session's runs).
+    pub fn packed_weights(&self) -> usize {
+        self.resolved.packed.len()
+    }
+
     pub(crate) fn resolved(&self) -> &Resolved {
         &self.resolved
     }

@@ -161,6 +161,12 @@ impl Session {
         &self.program
     }
 
+    /// How many B-operand slices this session's GEMMs have packed so far.
+    /// Weights packed at load ([`Program::packed_weights`]) never add to it.
+    pub fn gemm_b_packs(&self) -> u64 {
+        self.cx.b_packs()
+    }
+
     /// Restarts the random-number sequence from `seed`: the next runs draw
     /// exactly what a new session with [`SessionOptions::seed`] = `seed` would.
     pub fn set_seed(&mut self, seed: u64) {

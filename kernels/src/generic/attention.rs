@@ -2,6 +2,7 @@
 //! semantics), as GEMM → mask + softmax → GEMM per batch matrix.
 
 use super::common::*;
+use super::gemm::PARALLEL_MIN_FLOPS;
 use super::math::Real;
 use super::matmul::{BatchIter, GemmFloat};
 use crate::context::Context;
@@ -146,7 +147,8 @@ fn attention_typed<T: GemmFloat>(
         return;
     }
     let threads = scratch.pack.threads;
-    if threads.count() == 1 || it.count == 1 {
+    let small = it.count * l * s * (e + ev) < PARALLEL_MIN_FLOPS;
+    if threads.count() == 1 || it.count == 1 || small {
         let (scores, pack) = T::scratch_split(scratch, l * s);
         for (t, o) in ov.chunks_exact_mut(l * ev).enumerate() {
             attention_batch(dims, t, qv, kv, vv, mv, causal, o, table, scores, pack);

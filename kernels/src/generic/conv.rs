@@ -9,6 +9,7 @@ use super::conv_depthwise::conv_depthwise_f32;
 use super::gemm::{gemm_f32_fused, Bias, Epilogue};
 use super::math::Real;
 use crate::context::Context;
+use crate::parallel::{Threads, ELEMENT_CHUNK};
 use crate::types::{DType, Result, TensorMut, TensorRef};
 
 /// Stride, padding (symmetric, per spatial dim), dilation and groups, as in
@@ -202,6 +203,7 @@ pub fn conv_with(
     // partial tile.
     let nr = table.gemm_tile().1;
     let chunk = if pointwise { 0 } else { (COL_BUDGET / kdim).max(nr).next_multiple_of(nr).min(osp) };
+    let threads = scratch.pack.threads;
     let (col, pack) = scratch.split(kdim * chunk);
     for n in 0..batch {
         for gi in 0..groups {
@@ -218,7 +220,7 @@ pub fn conv_with(
             }
             for c0 in (0..osp).step_by(chunk) {
                 let cl = chunk.min(osp - c0);
-                im2col(xg, cin_g, &g, c0, cl, &mut col[..kdim * cl]);
+                im2col(xg, cin_g, &g, c0, cl, &mut col[..kdim * cl], threads);
                 let c = &mut ov[o_off + c0..];
                 gemm_f32_fused(table, cout_g, cl, kdim, wg, kdim, col, cl, c, osp, false, 0.0, epilogue, pack);
             }
@@ -232,43 +234,54 @@ pub fn conv_with(
 /// the padding. Works one output row (fixed oz, oy) at a time: along a row the
 /// valid output columns form one interval, so each row is zeros, a (strided)
 /// copy, zeros — no per-element bounds tests.
-fn im2col(x: &[f32], channels: usize, g: &Geometry, c0: usize, cl: usize, col: &mut [f32]) {
+fn im2col(x: &[f32], channels: usize, g: &Geometry, c0: usize, cl: usize, col: &mut [f32], threads: Threads) {
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let isp = id * ih * iw;
+    // Each channel fills its own kd·kh·kw rows: shared out over the threads.
+    let rows = (kd * kh * kw * cl).max(1);
+    let len = (channels * rows).min(col.len());
+    let col = &mut col[..len];
+    // Small copies are not worth waking the pool for.
+    let threads = if col.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { threads };
+    threads.for_each_chunk(col, rows, |c, rows| im2col_channel(&x[c * isp..(c + 1) * isp], g, c0, cl, rows));
+}
+
+/// [`im2col`]'s rows of one input channel (`plane`).
+fn im2col_channel(plane: &[f32], g: &Geometry, c0: usize, cl: usize, col: &mut [f32]) {
     let [id, ih, iw] = g.input;
     let [kd, kh, kw] = g.kernel;
     let [_, oh, ow] = g.output;
     let (sx, px, dx) = (g.stride[2], g.pad[2], g.dil[2]);
     let mut rows = col.chunks_exact_mut(cl);
-    for c in 0..channels {
-        let plane = &x[c * id * ih * iw..(c + 1) * id * ih * iw];
-        for kz in 0..kd {
-            for ky in 0..kh {
-                for kx in 0..kw {
-                    let Some(row) = rows.next() else { return };
-                    // Output columns ox with 0 <= ox*sx + kx*dx - px < iw.
-                    let shift = kx * dx;
-                    let ox_lo = px.saturating_sub(shift).div_ceil(sx).min(ow);
-                    let ox_hi = if iw + px > shift { (iw + px - shift).div_ceil(sx).min(ow) } else { 0 }.max(ox_lo);
-                    let mut q = 0;
-                    let mut pos = c0;
-                    while q < cl {
-                        let (oz, oy, ox0) = (pos / (oh * ow), (pos / ow) % oh, pos % ow);
-                        let run = (ow - ox0).min(cl - q);
-                        let seg = &mut row[q..q + run];
-                        let iz = (oz * g.stride[0] + kz * g.dil[0]).wrapping_sub(g.pad[0]);
-                        let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
-                        // Negative coordinates wrapped to huge values fail the bounds test too.
-                        if iz >= id || iy >= ih {
-                            seg.fill(0.0);
-                        } else {
-                            let src = &plane[(iz * ih + iy) * iw..(iz * ih + iy + 1) * iw];
-                            for (j, v) in seg.iter_mut().enumerate() {
-                                let ox = ox0 + j;
-                                *v = if ox >= ox_lo && ox < ox_hi { src[ox * sx + shift - px] } else { 0.0 };
-                            }
+    for kz in 0..kd {
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let Some(row) = rows.next() else { return };
+                // Output columns ox with 0 <= ox*sx + kx*dx - px < iw.
+                let shift = kx * dx;
+                let ox_lo = px.saturating_sub(shift).div_ceil(sx).min(ow);
+                let ox_hi = if iw + px > shift { (iw + px - shift).div_ceil(sx).min(ow) } else { 0 }.max(ox_lo);
+                let mut q = 0;
+                let mut pos = c0;
+                while q < cl {
+                    let (oz, oy, ox0) = (pos / (oh * ow), (pos / ow) % oh, pos % ow);
+                    let run = (ow - ox0).min(cl - q);
+                    let seg = &mut row[q..q + run];
+                    let iz = (oz * g.stride[0] + kz * g.dil[0]).wrapping_sub(g.pad[0]);
+                    let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+                    // Negative coordinates wrapped to huge values fail the bounds test too.
+                    if iz >= id || iy >= ih {
+                        seg.fill(0.0);
+                    } else {
+                        let src = &plane[(iz * ih + iy) * iw..(iz * ih + iy + 1) * iw];
+                        for (j, v) in seg.iter_mut().enumerate() {
+                            let ox = ox0 + j;
+                            *v = if ox >= ox_lo && ox < ox_hi { src[ox * sx + shift - px] } else { 0.0 };
                         }
-                        q += run;
-                        pos += run;
                     }
+                    q += run;
+                    pos += run;
                 }
             }
         }

@@ -519,7 +519,7 @@ struct Problem<'a> {
 
 /// Below this many multiply-adds a GEMM runs on the calling thread: handing
 /// work to the pool costs more than it saves.
-const PARALLEL_MIN_FLOPS: usize = 1 << 17;
+pub(crate) const PARALLEL_MIN_FLOPS: usize = 1 << 17;
 
 /// The blocked loop nest around one microkernel, at its tile shape. For each
 /// (column block, K slice), B's slice is packed once (its strips in

@@ -3,6 +3,7 @@
 use super::common::*;
 use super::gemm::{
     gemm_f32_fused, gemm_f32_packed, gemm_prepacked_fused, Activation, ActivationFn, Bias, Epilogue, PackedB,
+    PARALLEL_MIN_FLOPS,
 };
 use super::math::Real;
 use super::vector;
@@ -335,7 +336,7 @@ fn matmul_typed<T: GemmFloat>(
         T::gemm(table, m, n, k, &av[ao..], k, &bv[bo..], n, c, n, false, T::ZERO, pack);
     };
     let threads = pack.threads;
-    if threads.count() == 1 || it.count == 1 {
+    if threads.count() == 1 || it.count == 1 || it.count * m * n * k < PARALLEL_MIN_FLOPS {
         ov.chunks_exact_mut(m * n).enumerate().for_each(|(t, c)| one(t, c, pack));
         return;
     }
