@@ -83,9 +83,12 @@ fn bench_skinny(c: &mut Criterion) {
     group.finish();
 }
 
+/// A benchmarked layer: name, x `[n, cin, h, w]`, w `[cout, cin/groups, kh,
+/// kw]`, stride, padding, groups.
+type ConvShape = (&'static str, [usize; 4], [usize; 4], usize, usize, usize);
+
 fn bench_conv(c: &mut Criterion) {
-    // (name, [n, cin, h, w], [cout, cin/groups, kh, kw], stride, pad, groups)
-    let shapes: [(&str, [usize; 4], [usize; 4], usize, usize, usize); 4] = [
+    let shapes: [ConvShape; 4] = [
         ("resnet_3x3_64x56", [1, 64, 56, 56], [64, 64, 3, 3], 1, 1, 1),
         ("resnet_3x3_256x14", [1, 256, 14, 14], [256, 256, 3, 3], 1, 1, 1),
         ("pointwise_32to192x56", [1, 32, 56, 56], [192, 32, 1, 1], 1, 0, 1),

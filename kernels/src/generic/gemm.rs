@@ -696,7 +696,7 @@ impl PackedB {
     /// microkernel.
     pub fn new(table: &KernelTable, k: usize, n: usize, b: &[f32], ldb: usize, transposed: bool) -> Result<PackedB> {
         let (rows, cols) = if transposed { (n, k) } else { (k, n) };
-        if !needed(rows, cols, ldb).is_some_and(|v| v <= b.len()) {
+        if needed(rows, cols, ldb).is_none_or(|v| v > b.len()) {
             return Err(shape_err("pack_b", format!("{} elements cannot hold a {k}x{n} B (ld {ldb})", b.len())));
         }
         let nr = table.gemm.nr;
