@@ -30,8 +30,9 @@
 //!
 //! # Threads, packed weights, fused epilogues
 //!
-//! A context runs its kernels on [`Threads`] (one rayon pool per thread
-//! count, shared by the process; [`Context::set_threads`]). Work is split
+//! A context runs its kernels on [`Threads`] (one small pool of parked
+//! threads per thread count, shared by the process; handing out a job
+//! allocates nothing; [`Context::set_threads`]). Work is split
 //! statically into whole output tiles, rows, planes, batch entries or
 //! fixed-size chunks — never one reduction — so results are bit-identical
 //! for any thread count. [`PackedB`] is a B operand packed once for a

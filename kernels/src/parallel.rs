@@ -1,16 +1,25 @@
-//! The kernels' thread pools: one rayon pool per thread count, built on first
-//! use and shared by every context (and so every session) of the process,
-//! so a run never spawns a thread.
+//! The kernels' thread pools: one pool per thread count, built on first use
+//! and shared by every context (and so every session) of the process, so a
+//! run never spawns a thread.
+//!
+//! The pool is our own and small: `count - 1` parked worker threads plus the
+//! calling thread share out the items `0..n` of one job at a time through an
+//! atomic counter. Unlike rayon (tried first), handing out a job allocates
+//! nothing — rayon's injector queue allocates a block every 63 jobs, which
+//! broke "a steady-state run allocates nothing" — and there is no work
+//! stealing to pay for: every split here is static. Jobs from several
+//! sessions on one pool take turns.
 //!
 //! Work is always split so that no element's arithmetic depends on how many
 //! threads run it: kernels hand out whole output tiles, rows or fixed-size
 //! chunks (whose size never depends on the thread count), never a piece of
 //! one reduction. Results are therefore bit-identical for any thread count.
 
-use rayon::prelude::*;
-use rayon::{ThreadPool, ThreadPoolBuilder};
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 /// The most threads a context may ask for (a sanity bound on user input).
 pub const MAX_THREADS: usize = 256;
@@ -25,7 +34,7 @@ pub(crate) const ELEMENT_CHUNK: usize = 16 * 1024;
 #[derive(Copy, Clone)]
 pub struct Threads {
     /// None runs everything on the calling thread.
-    pool: Option<&'static ThreadPool>,
+    pool: Option<&'static Pool>,
     count: usize,
 }
 
@@ -39,6 +48,14 @@ impl Default for Threads {
     fn default() -> Threads {
         Threads::single()
     }
+}
+
+thread_local! {
+    /// On a pool's worker thread: its index (1..count). On a thread running
+    /// a job's items (worker or caller): `IN_JOB` is set, and a nested
+    /// parallel call runs serially instead of waiting on its own pool.
+    static WORKER_INDEX: Cell<usize> = const { Cell::new(0) };
+    static IN_JOB: Cell<bool> = const { Cell::new(false) };
 }
 
 impl Threads {
@@ -55,15 +72,11 @@ impl Threads {
         if count == 1 {
             return Threads::single();
         }
-        static POOLS: OnceLock<Mutex<HashMap<usize, Option<&'static ThreadPool>>>> = OnceLock::new();
+        static POOLS: OnceLock<Mutex<HashMap<usize, Option<&'static Pool>>>> = OnceLock::new();
         let pools = POOLS.get_or_init(|| Mutex::new(HashMap::new()));
         // A poisoned map still holds valid pools: a panic cannot leave one half-inserted.
         let mut pools = pools.lock().unwrap_or_else(|e| e.into_inner());
-        let pool = *pools.entry(count).or_insert_with(|| {
-            let built = ThreadPoolBuilder::new().num_threads(count).thread_name(|i| format!("kiln-{i}")).build();
-            // Leaked on purpose: pools are shared for the life of the process.
-            built.ok().map(|p| &*Box::leak(Box::new(p)))
-        });
+        let pool = *pools.entry(count).or_insert_with(|| Pool::start(count));
         match pool {
             Some(pool) => Threads { pool: Some(pool), count },
             None => Threads::single(),
@@ -75,10 +88,12 @@ impl Threads {
         self.count
     }
 
-    /// The index of the calling thread within this pool, in `0..count()`.
+    /// The index of the calling thread within the running job, in
+    /// `0..count()`: the job's caller is 0, each worker its own number, so
+    /// per-thread buffers indexed by it are never shared.
     pub(crate) fn index(&self) -> usize {
         match self.pool {
-            Some(pool) => pool.current_thread_index().unwrap_or(0).min(self.count - 1),
+            Some(_) => WORKER_INDEX.with(Cell::get).min(self.count - 1),
             None => 0,
         }
     }
@@ -86,7 +101,7 @@ impl Threads {
     /// `f(i)` for every `i` in `0..n`, over the pool.
     pub(crate) fn for_each(&self, n: usize, f: impl Fn(usize) + Send + Sync) {
         match self.pool {
-            Some(pool) if n > 1 => pool.install(|| (0..n).into_par_iter().for_each(f)),
+            Some(pool) if n > 1 && !IN_JOB.with(Cell::get) => pool.run(n, &f),
             _ => (0..n).for_each(f),
         }
     }
@@ -100,12 +115,15 @@ impl Threads {
         f: impl Fn(usize, &mut [T]) + Send + Sync,
     ) {
         let chunk = chunk.max(1);
-        match self.pool {
-            Some(pool) if data.len() > chunk => {
-                pool.install(|| data.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c)))
-            }
-            _ => data.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c)),
-        }
+        let (len, base) = (data.len(), SharedMut(data.as_mut_ptr()));
+        self.for_each(len.div_ceil(chunk), |i| {
+            let start = i * chunk;
+            // SAFETY: the chunks `start..start + chunk` (clipped to `len`) of
+            // distinct `i` are disjoint parts of `data`, which stays borrowed
+            // mutably until `for_each` returns.
+            let part = unsafe { std::slice::from_raw_parts_mut(base.ptr().add(start), chunk.min(len - start)) };
+            f(i, part)
+        });
     }
 
     /// `f(x_rows, out_rows)` over groups of whole rows of `row` elements of
@@ -121,6 +139,158 @@ impl Threads {
         let row = row.max(1);
         let per = (ELEMENT_CHUNK / row).max(1) * row;
         self.for_each_chunk(out, per, |i, o| f(&x[i * per..][..o.len()], o));
+    }
+}
+
+/// One pool: its workers wait for a job, run items until none are left,
+/// and report back.
+struct Pool {
+    /// Held by the thread submitting a job, for the job's duration.
+    submit: Mutex<()>,
+    state: Mutex<JobState>,
+    /// Signals workers that `state.generation` moved on.
+    work: Condvar,
+    /// Signals the submitter that `state.busy` reached zero.
+    done: Condvar,
+    /// The next item of the current job to hand out.
+    next: AtomicUsize,
+}
+
+/// The current job, as workers see it.
+struct JobState {
+    generation: u64,
+    job: Option<Job>,
+    /// Workers still running the current job.
+    busy: usize,
+    /// Workers started.
+    workers: usize,
+    /// Whether an item of the current job panicked.
+    panicked: bool,
+}
+
+/// A job's items: `run(i)` for `i < n`. The reference's lifetime is erased;
+/// [`Pool::run`] does not return before every worker is done with it.
+#[derive(Copy, Clone)]
+struct Job {
+    run: *const (dyn Fn(usize) + Sync + 'static),
+    n: usize,
+}
+
+// SAFETY: the pointee is `Sync` and outlives every use (see `Job`).
+unsafe impl Send for Job {}
+
+impl Pool {
+    /// A pool of `count - 1` workers plus the submitting thread; None if no
+    /// worker thread could be started.
+    fn start(count: usize) -> Option<&'static Pool> {
+        let pool: &'static Pool = Box::leak(Box::new(Pool {
+            submit: Mutex::new(()),
+            state: Mutex::new(JobState { generation: 0, job: None, busy: 0, workers: 0, panicked: false }),
+            work: Condvar::new(),
+            done: Condvar::new(),
+            next: AtomicUsize::new(0),
+        }));
+        let mut started = 0;
+        for index in 1..count {
+            let spawned =
+                std::thread::Builder::new().name(format!("kiln-{count}-{index}")).spawn(move || pool.work_loop(index));
+            if spawned.is_ok() {
+                started += 1;
+            }
+        }
+        pool.lock_state().workers = started;
+        (started > 0).then_some(pool)
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, JobState> {
+        // Items run outside the lock and panics are caught: never poisoned
+        // in a way that leaves the state inconsistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f(i)` for `i < n` on the workers and the calling thread.
+    fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        let _turn = self.submit.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: only the lifetime is erased; this function waits below
+        // until no worker holds the job any more.
+        let run: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
+        self.next.store(0, Ordering::Relaxed);
+        {
+            let mut state = self.lock_state();
+            state.generation += 1;
+            state.job = Some(Job { run, n });
+            state.busy = state.workers;
+            state.panicked = false;
+        }
+        self.work.notify_all();
+        let mine = catch_unwind(AssertUnwindSafe(|| self.run_items(Job { run, n })));
+        let mut state = self.lock_state();
+        while state.busy > 0 {
+            state = self.done.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.job = None;
+        let panicked = state.panicked;
+        drop(state);
+        if let Err(payload) = mine {
+            resume_unwind(payload);
+        }
+        assert!(!panicked, "a kernel thread panicked");
+    }
+
+    /// Takes items of `job` until none are left.
+    fn run_items(&self, job: Job) {
+        let _in_job = InJob::enter();
+        // SAFETY: the job outlives this call (see `Job`).
+        let f = unsafe { &*job.run };
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= job.n {
+                break;
+            }
+            f(i);
+        }
+    }
+
+    fn work_loop(&self, index: usize) {
+        WORKER_INDEX.with(|c| c.set(index));
+        let mut seen = 0;
+        loop {
+            let job = {
+                let mut state = self.lock_state();
+                while state.generation == seen {
+                    state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
+                }
+                seen = state.generation;
+                state.job
+            };
+            let ok = match job {
+                Some(job) => catch_unwind(AssertUnwindSafe(|| self.run_items(job))).is_ok(),
+                None => true,
+            };
+            let mut state = self.lock_state();
+            state.panicked |= !ok;
+            state.busy -= 1;
+            if state.busy == 0 {
+                self.done.notify_all();
+            }
+        }
+    }
+}
+
+/// Marks the current thread as running a job's items until dropped (also
+/// when an item panics).
+struct InJob;
+
+impl InJob {
+    fn enter() -> InJob {
+        IN_JOB.with(|c| c.set(true));
+        InJob
+    }
+}
+
+impl Drop for InJob {
+    fn drop(&mut self) {
+        IN_JOB.with(|c| c.set(false));
     }
 }
 
@@ -160,17 +330,57 @@ mod tests {
     fn chunks_cover_everything_once() {
         for t in [1, 2, 4] {
             let threads = Threads::new(t);
-            let mut v = vec![0u32; 1001];
-            threads.for_each_chunk(&mut v, 10, |i, c| c.iter_mut().for_each(|x| *x += i as u32 + 1));
-            for (j, &x) in v.iter().enumerate() {
-                assert_eq!(x, j as u32 / 10 + 1);
+            for _ in 0..50 {
+                let mut v = vec![0u32; 1001];
+                threads.for_each_chunk(&mut v, 10, |i, c| c.iter_mut().for_each(|x| *x += i as u32 + 1));
+                for (j, &x) in v.iter().enumerate() {
+                    assert_eq!(x, j as u32 / 10 + 1);
+                }
             }
-            let seen = std::sync::atomic::AtomicUsize::new(0);
-            threads.for_each(17, |i| {
-                seen.fetch_add(i + 1, std::sync::atomic::Ordering::Relaxed);
-                assert!(threads.index() < t);
+            let seen = AtomicUsize::new(0);
+            let indices: Vec<AtomicUsize> = (0..t).map(|_| AtomicUsize::new(0)).collect();
+            threads.for_each(170, |i| {
+                seen.fetch_add(i + 1, Ordering::Relaxed);
+                indices[threads.index()].fetch_add(1, Ordering::Relaxed);
+                // Nested calls run serially instead of deadlocking.
+                threads.for_each(3, |_| {});
             });
-            assert_eq!(seen.into_inner(), 17 * 18 / 2);
+            assert_eq!(seen.into_inner(), 170 * 171 / 2);
+            assert_eq!(indices.iter().map(|c| c.load(Ordering::Relaxed)).sum::<usize>(), 170);
         }
+    }
+
+    #[test]
+    fn sessions_on_several_threads_share_a_pool() {
+        let threads = Threads::new(2);
+        std::thread::scope(|s| {
+            for k in 0..4u64 {
+                s.spawn(move || {
+                    for _ in 0..100 {
+                        let mut v = vec![0u64; 100];
+                        threads.for_each_chunk(&mut v, 7, |_, c| c.iter_mut().for_each(|x| *x = k));
+                        assert!(v.iter().all(|&x| x == k));
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn a_panicking_item_is_reported_and_the_pool_survives() {
+        let threads = Threads::new(2);
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            threads.for_each(8, |i| {
+                if i == 5 {
+                    panic!("item 5");
+                }
+            })
+        }));
+        assert!(result.is_err());
+        let n = AtomicUsize::new(0);
+        threads.for_each(8, |_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(n.into_inner(), 8);
     }
 }

@@ -517,9 +517,11 @@ struct Problem<'a> {
     epilogue: Epilogue<'a>,
 }
 
-/// Below this many multiply-adds a GEMM runs on the calling thread: handing
-/// work to the pool costs more than it saves.
-pub(crate) const PARALLEL_MIN_FLOPS: usize = 1 << 17;
+/// Below this many multiply-adds (~20 µs of one core's work) a GEMM, and a
+/// batch of matmuls or attention heads, runs on the calling thread: waking
+/// the pool costs more than it saves (a 64³ GEMM ran 2× slower on two
+/// threads of the loaded dev VM).
+pub(crate) const PARALLEL_MIN_FLOPS: usize = 1 << 21;
 
 /// The blocked loop nest around one microkernel, at its tile shape. For each
 /// (column block, K slice), B's slice is packed once (its strips in
