@@ -341,7 +341,7 @@ fn cmd_run(args: &RunArgs) -> CliResult {
         println!(
             "{}",
             json!({ "artifact": artifact.display().to_string(), "device": options.device.to_string(), "accelerator": accel_json,
-                    "elapsed_ms": elapsed_ms, "latency": latency_json, "profile": profile_json, "outputs": report })
+                    "threads": options.threads, "elapsed_ms": elapsed_ms, "latency": latency_json, "profile": profile_json, "outputs": report })
         );
     } else if let Some(l) = latency {
         println!("latency over {repeat} runs: median {:.3} ms, p90 {:.3} ms, min {:.3} ms", l.median, l.p90, l.min);
