@@ -67,9 +67,9 @@ pub use table::{best, BinaryFn, ExpSumFn, Isa, KernelTable, ReduceFn, UnaryFn};
 pub use types::{BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, Scratch, TensorMut, TensorRef, UnaryOp};
 
 pub use generic::attention::attention;
-pub use generic::conv::{conv, conv_with, ConvAlgorithm, ConvParams};
+pub use generic::conv::{conv, conv_packed, conv_with, ConvAlgorithm, ConvParams, PackedConv};
 pub use generic::elementwise::{binary, binary_cx, cast, clamp, unary, unary_cx, where_};
-pub use generic::gemm::{gemm_f32, gemm_f32_prepacked, Activation, PackedB};
+pub use generic::gemm::{gemm_f32, gemm_f32_prepacked, Activation, PackedA, PackedB};
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
 pub use generic::matmul::{linear, linear_fused, linear_packed, matmul, matmul_packed, LinearEpilogue};
 pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, softmax, softmax_cx};

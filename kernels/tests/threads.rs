@@ -277,3 +277,43 @@ fn batched_kernels_are_bit_identical_at_every_thread_count() {
         }
     }
 }
+
+#[test]
+fn packed_conv_weights_match_unpacked_bytes() {
+    let mut r = rng(6);
+    for table in tables() {
+        // (x, w, groups, stride, pad): plain, grouped, pointwise, deep K (> KC).
+        for (xs, ws, groups, stride, pad) in [
+            ([2, 8, 17, 19], [16, 8, 3, 3], 1, 1, 1),
+            ([1, 8, 12, 12], [12, 2, 3, 3], 4, 2, 0),
+            ([1, 32, 9, 9], [20, 32, 1, 1], 1, 1, 0),
+            ([1, 40, 10, 10], [7, 40, 3, 3], 1, 1, 1),
+        ] {
+            let x = rand_f32(&mut r, xs.iter().product());
+            let w = rand_f32(&mut r, ws.iter().product());
+            let bias = rand_f32(&mut r, ws[0]);
+            let oh = (xs[2] + 2 * pad - ws[2]) / stride + 1;
+            let ow = (xs[3] + 2 * pad - ws[3]) / stride + 1;
+            let os = [xs[0], ws[0], oh, ow];
+            let params = k::ConvParams { stride: &[stride; 2], padding: &[pad; 2], dilation: &[1, 1], groups };
+            let (xb, wb, bb) = (f32s(&xs, &x), f32s(&ws, &w), f32s(&[ws[0]], &bias));
+            for t in [1, 2] {
+                let mut cx = context(table, t);
+                let mut want = Buf::zeros(DType::F32, &os);
+                k::conv(xb.r(), wb.r(), Some(bb.r()), &params, want.w(), &mut cx).unwrap();
+                let packed = k::PackedConv::new(table, wb.r(), groups).unwrap();
+                let mut got = Buf::zeros(DType::F32, &os);
+                k::conv_packed(xb.r(), wb.r(), &packed, Some(bb.r()), &params, got.w(), &mut cx).unwrap();
+                let ctx = format!("{} conv {xs:?} * {ws:?} groups={groups} threads={t}", table.isa());
+                assert!(bits(&want.get::<f32>()) == bits(&got.get::<f32>()), "packed conv differs: {ctx}");
+            }
+            // A packing of another weight is refused.
+            let other_shape = [ws[0], ws[1], ws[2], ws[3] + 1];
+            let other_w = f32s(&other_shape, &rand_f32(&mut r, other_shape.iter().product()));
+            let other = k::PackedConv::new(table, other_w.r(), groups).unwrap();
+            let mut out = Buf::zeros(DType::F32, &os);
+            let mut cx = context(table, 1);
+            assert!(k::conv_packed(xb.r(), wb.r(), &other, None, &params, out.w(), &mut cx).is_err());
+        }
+    }
+}

@@ -5,7 +5,7 @@
 
 use crate::format::{DimRef, InstrOp, Kernel, Plan, Storage};
 use kiln_kernels::{
-    self as k, Context, ConvParams, DType, KernelError, PackedB, PoolParams, Result, TensorMut, TensorRef,
+    self as k, Context, ConvParams, DType, KernelError, PackedB, PackedConv, PoolParams, Result, TensorMut, TensorRef,
 };
 use std::ops::Range;
 
@@ -44,7 +44,15 @@ pub(crate) struct Resolved {
     pub ints: Vec<usize>,
     /// Constant GEMM weights packed once for the microkernel of the best
     /// kernel table (64-byte aligned), shared by every session.
-    pub packed: Vec<PackedB>,
+    pub packed: Vec<Packed>,
+}
+
+/// A call's constant weight, packed at load.
+pub(crate) enum Packed {
+    /// A linear's `[N, K]` weight or a matmul's 2-D right operand.
+    B(PackedB),
+    /// A (non-depthwise) convolution's weight.
+    Conv(PackedConv),
 }
 
 /// Resolves every instruction of a validated plan; `weights` is the
@@ -78,13 +86,16 @@ pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
     Resolved { steps, ints, packed }
 }
 
-/// The packed form of a call's constant weight: a linear's `[N, K]` weight
-/// or a matmul's 2-D right operand, when it is an f32 tensor of the weights
-/// section with static dims. None leaves the call to its plain kernel.
-fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> Option<PackedB> {
+/// The packed form of a call's constant weight: a linear's `[N, K]` weight,
+/// a matmul's 2-D right operand or a convolution's weight (unless the
+/// convolution runs the direct depthwise loops), when it is an f32 tensor
+/// of the weights section with static dims. None leaves the call to its
+/// plain kernel.
+fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> Option<Packed> {
     let transposed = match kernel {
         Kernel::Linear {} => true,
         Kernel::MatMul {} => false,
+        Kernel::Conv { .. } => false,
         _ => return None,
     };
     let decl = plan.tensors.get(*inputs.get(1)? as usize)?;
@@ -97,32 +108,50 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
             DimRef::Expr(_) => None,
         })
         .collect::<Option<_>>()?;
-    let &[rows, cols] = dims.as_slice() else { return None };
     if decl.dtype != DType::F32 {
         return None;
     }
     let data = weights.get(usize::try_from(offset).ok()?..usize::try_from(offset.checked_add(bytes)?).ok()?)?;
+    if let Kernel::Conv { groups, .. } = kernel {
+        // Depthwise (one input channel per group) never runs a GEMM.
+        let (groups, cout) = (*groups as usize, *dims.first()?);
+        if dims.get(1) == Some(&1) && (groups > 1 || cout == 1) {
+            return None;
+        }
+        // The section is 64-byte aligned: the kernel views it as f32 in place
+        // (an unaligned one is refused and the call stays unpacked).
+        let w = TensorRef { dtype: DType::F32, shape: &dims, data };
+        return PackedConv::new(k::best(), w, groups).ok().map(Packed::Conv);
+    }
     // Decoded (the section is little-endian f32; no alignment assumed): a
     // transient copy at load, dropped once packed.
     let values: Vec<f32> = data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let &[rows, cols] = dims.as_slice() else { return None };
     let (k, n) = if transposed { (cols, rows) } else { (rows, cols) };
-    PackedB::new(k::best(), k, n, &values, cols, transposed).ok()
+    PackedB::new(k::best(), k, n, &values, cols, transposed).ok().map(Packed::B)
 }
 
 /// A call whose weight operand (`ins[1]`) was packed at load: the packed
 /// kernel when this context's table reads that packing, else the plain one.
 pub(crate) fn run_packed(
-    w: &PackedB,
+    packed: &Packed,
     kernel: &Kernel,
+    ints: &[usize],
     cx: &mut Context,
     ins: &[TensorRef<'_>],
     outs: &mut [TensorMut<'_>],
 ) -> Result<()> {
-    let fits = w.fits(cx.table());
-    match kernel {
-        Kernel::Linear {} if fits => k::linear_packed(ins[0], w, ins.get(2).copied(), out(outs, 0), cx),
-        Kernel::MatMul {} if fits => k::matmul_packed(ins[0], w, out(outs, 0), cx),
-        _ => kernel_fn(kernel)(kernel, &[], cx, ins, outs),
+    match (packed, kernel) {
+        (Packed::B(w), Kernel::Linear {}) if w.fits(cx.table()) => {
+            k::linear_packed(ins[0], w, ins.get(2).copied(), out(outs, 0), cx)
+        }
+        (Packed::B(w), Kernel::MatMul {}) if w.fits(cx.table()) => k::matmul_packed(ins[0], w, out(outs, 0), cx),
+        (Packed::Conv(w), Kernel::Conv { groups, .. }) => {
+            let [stride, padding, dilation] = lists::<3>(ints);
+            let params = ConvParams { stride, padding, dilation, groups: *groups as usize };
+            k::conv_packed(ins[0], ins[1], w, ins.get(2).copied(), &params, out(outs, 0), cx)
+        }
+        _ => kernel_fn(kernel)(kernel, ints, cx, ins, outs),
     }
 }
 

@@ -490,7 +490,14 @@ impl Session {
                         data: arena_slot(t),
                     }));
                     let result = match packed {
-                        Some(p) => run_packed(&resolved.packed[*p], kernel, cx, &operands, &mut outputs),
+                        Some(p) => run_packed(
+                            &resolved.packed[*p],
+                            kernel,
+                            &resolved.ints[ints.clone()],
+                            cx,
+                            &operands,
+                            &mut outputs,
+                        ),
                         None => run(kernel, &resolved.ints[ints.clone()], cx, &operands, &mut outputs),
                     };
                     *operand_buf = recycle(operands);

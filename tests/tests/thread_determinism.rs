@@ -63,4 +63,6 @@ fn constant_weights_are_not_repacked_per_run() {
     session.run(&views).expect("run");
     session.run(&views).expect("run");
     assert_eq!(session.gemm_b_packs(), 0, "a run packed constant weights");
+    // Convolution weights (the im2col GEMM's A) are packed at load too.
+    assert!(load_fixture("models/resnet18", "aten").packed_weights() > 0, "resnet18's conv weights were not packed");
 }

@@ -6,10 +6,11 @@
 
 use super::common::*;
 use super::conv_depthwise::conv_depthwise_f32;
-use super::gemm::{gemm_f32_fused, Bias, Epilogue};
+use super::gemm::{run_gemm, ASource, BSource, Bias, Epilogue, PackedA};
 use super::math::Real;
 use crate::context::Context;
 use crate::parallel::{Threads, ELEMENT_CHUNK};
+use crate::table::KernelTable;
 use crate::types::{DType, Result, TensorMut, TensorRef};
 
 /// Stride, padding (symmetric, per spatial dim), dilation and groups, as in
@@ -104,10 +105,75 @@ pub fn conv(
     conv_with(x, w, bias, p, out, cx, ConvAlgorithm::Auto)
 }
 
+/// An f32 convolution weight `[Cout, Cin/groups, k...]` packed once for a
+/// kernel table's GEMM microkernel: one [`PackedA`] per group (the im2col
+/// GEMM's A). Depthwise convolutions do not use it (they run direct loops).
+#[derive(Clone, Debug)]
+pub struct PackedConv {
+    shape: Vec<usize>,
+    groups: Vec<PackedA>,
+}
+
+impl PackedConv {
+    /// Packs `w` for `groups` groups; f32 only.
+    pub fn new(table: &KernelTable, w: TensorRef, groups: usize) -> Result<PackedConv> {
+        const K: &str = "conv";
+        expect_dtype(K, "w", w.dtype, DType::F32)?;
+        let wv = view::<f32>(K, "w", &w)?;
+        let cout = w.shape.first().copied().unwrap_or(0);
+        if w.shape.len() < 3 || groups == 0 || cout % groups != 0 {
+            return Err(shape_err(K, format!("weight {:?} cannot be split into {groups} groups", w.shape)));
+        }
+        let (cout_g, kdim) = (cout / groups, w.shape[1..].iter().product::<usize>());
+        let groups = (0..groups)
+            .map(|g| PackedA::new(table, cout_g, kdim, &wv[g * cout_g * kdim..], kdim))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PackedConv { shape: w.shape.to_vec(), groups })
+    }
+
+    /// Whether `table`'s microkernel reads this packing.
+    pub fn fits(&self, table: &KernelTable) -> bool {
+        self.groups.iter().all(|g| g.fits(table))
+    }
+}
+
+/// [`conv`] with its weight also packed ([`PackedConv`] of that `w`, for
+/// `p.groups`): the im2col GEMMs read the packed copy and pack no A. Falls
+/// back to packing when the packing does not fit `cx`'s table.
+pub fn conv_packed(
+    x: TensorRef,
+    w: TensorRef,
+    packed: &PackedConv,
+    bias: Option<TensorRef>,
+    p: &ConvParams,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    if packed.shape != w.shape || packed.groups.len() != p.groups {
+        return Err(shape_err("conv", format!("packed weight {:?} is not this weight {:?}", packed.shape, w.shape)));
+    }
+    let packed = packed.fits(cx.table).then_some(packed);
+    conv_inner(x, w, packed, bias, p, out, cx, ConvAlgorithm::Auto)
+}
+
 /// [`conv`] with the f32 algorithm chosen by the caller (f64 ignores it).
 pub fn conv_with(
     x: TensorRef,
     w: TensorRef,
+    bias: Option<TensorRef>,
+    p: &ConvParams,
+    out: TensorMut,
+    cx: &mut Context,
+    algorithm: ConvAlgorithm,
+) -> Result<()> {
+    conv_inner(x, w, None, bias, p, out, cx, algorithm)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv_inner(
+    x: TensorRef,
+    w: TensorRef,
+    packed: Option<&PackedConv>,
     bias: Option<TensorRef>,
     p: &ConvParams,
     mut out: TensorMut,
@@ -205,6 +271,11 @@ pub fn conv_with(
     let chunk = if pointwise { 0 } else { (COL_BUDGET / kdim).max(nr).next_multiple_of(nr).min(osp) };
     let threads = scratch.pack.threads;
     let (col, pack) = scratch.split(kdim * chunk);
+    // A group's weight: packed at load, or packed by each GEMM.
+    let weight = |gi: usize, wg| match packed {
+        Some(p) => ASource::Packed(&p.groups[gi]),
+        None => ASource::Strided { a: wg, lda: kdim },
+    };
     for n in 0..batch {
         for gi in 0..groups {
             let wg = &wv[gi * cout_g * kdim..(gi + 1) * cout_g * kdim];
@@ -215,14 +286,16 @@ pub fn conv_with(
             if pointwise {
                 // A 1×1 stride-1 conv is already a GEMM over the input planes.
                 let c = &mut ov[o_off..];
-                gemm_f32_fused(table, cout_g, osp, kdim, wg, kdim, xg, isp, c, osp, false, 0.0, epilogue, pack);
+                let b = BSource::strided(xg, isp, false);
+                run_gemm(table, cout_g, osp, kdim, weight(gi, wg), b, c, osp, 0.0, epilogue, pack);
                 continue;
             }
             for c0 in (0..osp).step_by(chunk) {
                 let cl = chunk.min(osp - c0);
                 im2col(xg, cin_g, &g, c0, cl, &mut col[..kdim * cl], threads);
                 let c = &mut ov[o_off + c0..];
-                gemm_f32_fused(table, cout_g, cl, kdim, wg, kdim, col, cl, c, osp, false, 0.0, epilogue, pack);
+                let b = BSource::strided(col, cl, false);
+                run_gemm(table, cout_g, cl, kdim, weight(gi, wg), b, c, osp, 0.0, epilogue, pack);
             }
         }
     }

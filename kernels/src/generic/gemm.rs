@@ -269,7 +269,7 @@ impl<'a> Tile<'a> {
 
 /// Where B's elements live: `b[p*ldb + j]`, or `b[j*ldb + p]` when transposed.
 #[derive(Copy, Clone)]
-struct BLayout {
+pub(crate) struct BLayout {
     ld: usize,
     transposed: bool,
 }
@@ -338,7 +338,7 @@ pub(crate) fn gemm_prepacked_fused(
     // B is checked at packing: give the checker a B that trivially fits.
     check_operands(m, n, k, a.len(), lda, k * n, n, c.len(), ldc, false)?;
     check_epilogue(&epilogue, m, n)?;
-    run_gemm(table, m, n, k, a, lda, BSource::Packed(b), c, ldc, beta, epilogue, pack);
+    run_gemm(table, m, n, k, ASource::Strided { a, lda }, BSource::Packed(b), c, ldc, beta, epilogue, pack);
     Ok(())
 }
 
@@ -439,19 +439,18 @@ pub(crate) fn gemm_f32_fused(
     epilogue: Epilogue<'_>,
     pack: &mut PackBuffers,
 ) {
-    let b = BSource::Strided { b, bl: BLayout { ld: ldb, transposed: transposed_b } };
-    run_gemm(table, m, n, k, a, lda, b, c, ldc, beta, epilogue, pack);
+    let b = BSource::strided(b, ldb, transposed_b);
+    run_gemm(table, m, n, k, ASource::Strided { a, lda }, b, c, ldc, beta, epilogue, pack);
 }
 
 /// The shared body of every GEMM entry point (operands already checked).
 #[allow(clippy::too_many_arguments)]
-fn run_gemm(
+pub(crate) fn run_gemm(
     table: &KernelTable,
     m: usize,
     n: usize,
     k: usize,
-    a: &[f32],
-    lda: usize,
+    a: ASource<'_>,
     b: BSource<'_>,
     c: &mut [f32],
     ldc: usize,
@@ -477,7 +476,7 @@ fn run_gemm(
         }
         return;
     }
-    let problem = Problem { m, n, k, a, lda, b, ldc, combine, epilogue };
+    let problem = Problem { m, n, k, a, b, ldc, combine, epilogue };
     drive(&table.gemm, &problem, c, pack);
 }
 
@@ -495,13 +494,29 @@ fn store_zero_row(row: &mut [f32], i: usize, combine: Combine, epilogue: Epilogu
     }
 }
 
+/// Where a GEMM's A comes from.
+#[derive(Copy, Clone)]
+pub(crate) enum ASource<'a> {
+    /// A row-major matrix, packed block by block during the call.
+    Strided { a: &'a [f32], lda: usize },
+    /// Packed once beforehand.
+    Packed(&'a PackedA),
+}
+
 /// Where a GEMM's B comes from.
 #[derive(Copy, Clone)]
-enum BSource<'a> {
+pub(crate) enum BSource<'a> {
     /// A strided matrix, packed slice by slice during the call.
     Strided { b: &'a [f32], bl: BLayout },
     /// Packed once beforehand.
     Packed(&'a PackedB),
+}
+
+impl<'a> BSource<'a> {
+    /// `b[p*ldb + j]`, or `b[j*ldb + p]` when transposed.
+    pub(crate) fn strided(b: &'a [f32], ldb: usize, transposed: bool) -> BSource<'a> {
+        BSource::Strided { b, bl: BLayout { ld: ldb, transposed } }
+    }
 }
 
 /// One GEMM call's operands, minus C (borrowed mutably by the driver).
@@ -509,8 +524,7 @@ struct Problem<'a> {
     m: usize,
     n: usize,
     k: usize,
-    a: &'a [f32],
-    lda: usize,
+    a: ASource<'a>,
     b: BSource<'a>,
     ldc: usize,
     combine: Combine,
@@ -535,7 +549,10 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     let (m, n, k) = (p.m, p.n, p.k);
     let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { pack.threads };
     let (mc_block, nc_block) = blocks(ukr);
-    let (a_len, b_len) = pack_lengths(ukr, m, n, k, matches!(p.b, BSource::Packed(_)));
+    let (mut a_len, b_len) = pack_lengths(ukr, m, n, k, matches!(p.b, BSource::Packed(_)));
+    if matches!(p.a, ASource::Packed(_)) {
+        a_len = 0;
+    }
     let (a_bufs, bpack, b_packs) = pack.reserve(threads.count(), a_len, b_len);
     let out = SharedMut(c.as_mut_ptr());
     let row_blocks = m.div_ceil(mc_block);
@@ -565,9 +582,16 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
             threads.for_each(row_blocks * groups, |item| {
                 let (ic, group) = ((item / groups) * mc_block, item % groups);
                 let mc = mc_block.min(m - ic);
-                let mut abuf = a_bufs[threads.index()].lock().unwrap_or_else(|e| e.into_inner());
-                let apack = &mut abuf[..mc.div_ceil(mr) * mr * kc];
-                pack_a(mr, p.a, p.lda, ic, mc, pc, kc, apack);
+                let mut guard = None;
+                let apack: &[f32] = match p.a {
+                    ASource::Packed(packed) => packed.panel(pc, ic),
+                    ASource::Strided { a, lda } => {
+                        let buf = guard.insert(a_bufs[threads.index()].lock().unwrap_or_else(|e| e.into_inner()));
+                        let apack = &mut buf[..mc.div_ceil(mr) * mr * kc];
+                        pack_a(mr, a, lda, ic, mc, pc, kc, apack);
+                        apack
+                    }
+                };
                 for s in group * per_group..((group + 1) * per_group).min(strips) {
                     let jr = s * nr;
                     let bstrip = &bpanel[s * kc * nr..][..kc * nr];
@@ -762,6 +786,69 @@ fn microkernel_generic(kc: usize, astrip: &[f32], bstrip: &[f32], tile: &mut Til
         }
     }
     tile.store(acc.as_flattened(), NR);
+}
+
+/// An A operand (a convolution's weight, `[M, K]` row-major) packed once
+/// into the MR-tall strips a kernel table's microkernel reads: for each
+/// KC-deep slice of K, every strip of M, k-major and zero-padded, 64-byte
+/// aligned.
+#[derive(Clone)]
+pub struct PackedA {
+    m: usize,
+    k: usize,
+    mr: usize,
+    kc: usize,
+    variant: &'static str,
+    lines: Vec<Line>,
+}
+
+impl std::fmt::Debug for PackedA {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedA({}x{} for {})", self.m, self.k, self.variant)
+    }
+}
+
+impl PackedA {
+    /// Packs the row-major m×k matrix A (leading dimension `lda`) for
+    /// `table`'s microkernel.
+    pub fn new(table: &KernelTable, m: usize, k: usize, a: &[f32], lda: usize) -> Result<PackedA> {
+        if needed(m, k, lda).is_none_or(|v| v > a.len()) {
+            return Err(shape_err("pack_a", format!("{} elements cannot hold a {m}x{k} A (ld {lda})", a.len())));
+        }
+        let mr = table.gemm.mr;
+        let mpad = m.next_multiple_of(mr);
+        let total = k.checked_mul(mpad).ok_or_else(|| shape_err("pack_a", "A too large"))?;
+        let mut lines = vec![Line::default(); total.div_ceil(16)];
+        let data: &mut [f32] = bytemuck::cast_slice_mut(&mut lines);
+        for pc in (0..k).step_by(KC) {
+            let kc = KC.min(k - pc);
+            pack_a(mr, a, lda, 0, m, pc, kc, &mut data[pc * mpad..][..kc * mpad]);
+        }
+        Ok(PackedA { m, k, mr, kc: KC, variant: table.gemm.variant, lines })
+    }
+
+    /// A's rows (the GEMM's M).
+    pub fn m(&self) -> usize {
+        self.m
+    }
+
+    /// A's columns (the GEMM's K).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Whether `table`'s microkernel reads this packing.
+    pub fn fits(&self, table: &KernelTable) -> bool {
+        self.variant == table.gemm.variant && self.mr == table.gemm.mr && self.kc == KC
+    }
+
+    /// The packed strips of K slice `pc..` from row `ic` (a multiple of MR)
+    /// on.
+    fn panel(&self, pc: usize, ic: usize) -> &[f32] {
+        let data: &[f32] = bytemuck::cast_slice(&self.lines);
+        let kc = self.kc.min(self.k - pc);
+        &data[pc * self.m.next_multiple_of(self.mr) + (ic / self.mr) * kc * self.mr..]
+    }
 }
 
 #[cfg(test)]
