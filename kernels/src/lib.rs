@@ -36,7 +36,9 @@
 //! statically into whole output tiles, rows, planes, batch entries or
 //! fixed-size chunks — never one reduction — so results are bit-identical
 //! for any thread count. [`PackedB`] is a B operand packed once for a
-//! table's microkernel (a constant weight); [`gemm_f32_prepacked`],
+//! table's microkernel (a constant weight), [`PackedA`] an A operand
+//! ([`PackedConv`]: a convolution weight, one per group, read by
+//! [`conv_packed`]); [`gemm_f32_prepacked`],
 //! [`linear_packed`], [`matmul_packed`] and [`linear_fused`] (with a
 //! [`LinearEpilogue`]: scale, bias, [`Activation`], residual, applied in
 //! the store step) read it without packing anything.
