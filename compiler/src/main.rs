@@ -110,6 +110,9 @@ struct RunArgs {
     /// Report the time spent in each instruction (averaged over the runs).
     #[arg(long)]
     profile: bool,
+    /// Threads the CPU kernels split their work over [default: $KILN_NUM_THREADS, else the machine's cores].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    threads: Option<u32>,
     /// `cpu` (kiln's kernels), `tpu`, `gpu` or `pjrt:PATH` (a PJRT plugin) [default: cpu].
     #[arg(long)]
     device: Option<String>,
@@ -365,8 +368,9 @@ fn cmd_run(args: &RunArgs) -> CliResult {
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
     let defaults = SessionOptions::default();
     let max_arena_bytes = args.max_memory.unwrap_or(defaults.max_arena_bytes);
+    let threads = args.threads.map_or(defaults.threads, |t| t as usize);
     let options =
-        SessionOptions { device: choose_device(&program, device)?, device_index, max_arena_bytes, ..defaults };
+        SessionOptions { device: choose_device(&program, device)?, device_index, max_arena_bytes, threads, ..defaults };
     let mut session = program.session_with(&options).map_err(|e| e.to_string())?;
     let accel_json = session.accel_info().map(|a| {
         if !as_json {
@@ -416,7 +420,7 @@ fn cmd_run(args: &RunArgs) -> CliResult {
         println!(
             "{}",
             json!({ "artifact": artifact.display().to_string(), "device": options.device.to_string(), "accelerator": accel_json,
-                    "elapsed_ms": elapsed_ms, "latency": latency_json, "profile": profile_json, "outputs": report })
+                    "threads": options.threads, "elapsed_ms": elapsed_ms, "latency": latency_json, "profile": profile_json, "outputs": report })
         );
     } else if let Some(l) = latency {
         println!("latency over {repeat} runs: median {:.3} ms, p90 {:.3} ms, min {:.3} ms", l.median, l.p90, l.min);

@@ -83,6 +83,40 @@ fn run_json_and_inputs_by_name() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--threads N` (and `KILN_NUM_THREADS` when it is absent) sets the
+/// session's thread count; the outputs are the same bytes at any count.
+#[test]
+fn run_threads_flag_and_env() {
+    let dir = tmp_dir("threads");
+    let artifact = dir.join("m.kiln");
+    compile(&fixtures().join("models/resnet18/aten.pt2"), &artifact);
+    let input = format!("0={}", fixtures().join("models/resnet18/input_0.npy").display());
+    let run = |threads: Option<&str>, env: Option<&str>, out: &Path| {
+        let mut args = vec!["run", artifact.to_str().unwrap(), "--input", &input, "--json"];
+        args.extend(["--output-dir", out.to_str().unwrap()]);
+        if let Some(t) = threads {
+            args.extend(["--threads", t]);
+        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        cmd.args(&args).env_remove("KILN_NUM_THREADS");
+        if let Some(e) = env {
+            cmd.env("KILN_NUM_THREADS", e);
+        }
+        let o = cmd.output().expect("run kiln");
+        assert!(o.status.success(), "run failed: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json prints JSON");
+        (v["threads"].as_u64(), std::fs::read(out.join("output_0.npy")).unwrap())
+    };
+    let (t1, one) = run(Some("1"), Some("4"), &dir.join("o1"));
+    let (t3, three) = run(Some("3"), None, &dir.join("o3"));
+    let (t2, env_two) = run(None, Some("2"), &dir.join("o2"));
+    assert_eq!((t1, t3, t2), (Some(1), Some(3), Some(2)));
+    assert!(one == three && one == env_two, "outputs differ between thread counts");
+    let o = kiln(&["run", artifact.to_str().unwrap(), "--input", &input, "--threads", "0"]);
+    assert!(!o.status.success() && stderr(&o).contains("threads"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn inspect_text_and_json() {
     let dir = tmp_dir("inspect");

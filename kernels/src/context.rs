@@ -1,11 +1,14 @@
 //! What every kernel call receives besides its tensors.
 
+use crate::parallel::Threads;
 use crate::table::{best, Isa, KernelTable};
 use crate::types::Scratch;
 
 /// The per-session (per-thread) context a kernel runs in: its reusable
-/// scratch memory, the kernel table its inner loops call through, and where
-/// in the seeded random sequence this run is. Owned by the caller — one per
+/// scratch memory, the kernel table its inner loops call through, the
+/// threads its kernels split their work over (one by default; see
+/// [`Context::set_threads`]), and where in the seeded random sequence this
+/// run is. Owned by the caller — one per
 /// runtime session — so steady-state execution allocates nothing and
 /// sessions never share mutable state.
 #[derive(Debug)]
@@ -47,6 +50,29 @@ impl Context {
     /// The kernel table this context's kernels call through.
     pub fn table(&self) -> &'static KernelTable {
         self.table
+    }
+
+    /// Splits this context's kernels over the process-wide pool of `count`
+    /// threads (1: the calling thread only). Results do not depend on it.
+    pub fn set_threads(&mut self, count: usize) {
+        self.scratch.pack.threads = Threads::new(count);
+    }
+
+    /// [`Context::set_threads`], builder style.
+    pub fn with_threads(mut self, count: usize) -> Context {
+        self.set_threads(count);
+        self
+    }
+
+    /// The threads this context's kernels run on.
+    pub fn threads(&self) -> Threads {
+        self.scratch.pack.threads
+    }
+
+    /// How many times a GEMM packed a slice of its B operand in this
+    /// context (GEMMs on a [`crate::PackedB`] never do).
+    pub fn b_packs(&self) -> u64 {
+        self.scratch.pack.b_packs
     }
 
     /// The ISA level of that table.

@@ -21,12 +21,27 @@
 //! epilogue — a bias per row or column today), f32 exp / sigmoid / silu / tanh
 //! / erf / gelu / gelu_tanh and add / sub / mul / div over slices, and softmax's row max and
 //! exp-and-sum. `generic::table()` fills every entry with the portable code;
-//! `x86_64::plug` overrides them with AVX2 + FMA versions. CPU features are
-//! detected once per process ([`Isa::detect`]: generic, x86-64-v3, or v4 —
-//! AVX-512 is detected and reported, but a v4 table runs the v3 kernels for
-//! now; there are no aarch64 variants yet) and each table is built once into
-//! a static: [`best`] for this CPU, [`KernelTable::generic_only`] as the
-//! oracle, [`KernelTable::for_isa`] for any level the CPU supports.
+//! `x86_64::plug` overrides them with AVX2 + FMA versions, and a v4 table
+//! takes the AVX-512F GEMM microkernel. CPU features are detected once per
+//! process ([`Isa::detect`]: generic, x86-64-v3, or v4; there are no aarch64
+//! variants yet) and each table is built once into a static: [`best`] for
+//! this CPU, [`KernelTable::generic_only`] as the oracle,
+//! [`KernelTable::for_isa`] for any level the CPU supports.
+//!
+//! # Threads, packed weights, fused epilogues
+//!
+//! A context runs its kernels on [`Threads`] (one small pool of parked
+//! threads per thread count, shared by the process; handing out a job
+//! allocates nothing; [`Context::set_threads`]). Work is split
+//! statically into whole output tiles, rows, planes, batch entries or
+//! fixed-size chunks — never one reduction — so results are bit-identical
+//! for any thread count. [`PackedB`] is a B operand packed once for a
+//! table's microkernel (a constant weight), [`PackedA`] an A operand
+//! ([`PackedConv`]: a convolution weight, one per group, read by
+//! [`conv_packed`]); [`gemm_f32_prepacked`],
+//! [`linear_packed`], [`matmul_packed`] and [`linear_fused`] (with a
+//! [`LinearEpilogue`]: scale, bias, [`Activation`], residual, applied in
+//! the store step) read it without packing anything.
 //!
 //! # The context
 //!
@@ -42,6 +57,7 @@
 
 mod context;
 mod generic;
+mod parallel;
 mod table;
 mod types;
 #[cfg(target_arch = "x86_64")]
@@ -49,18 +65,19 @@ mod x86_64;
 
 pub use context::Context;
 pub use kiln_isa::{register_types, FusedOp};
+pub use parallel::{Threads, MAX_THREADS};
 pub use table::{best, BinaryFn, ExpSumFn, Isa, KernelTable, ReduceFn, UnaryFn};
 pub use types::{BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, Scratch, TensorMut, TensorRef, UnaryOp};
 
 pub use generic::attention::attention;
-pub use generic::conv::{conv, conv_with, ConvAlgorithm, ConvParams};
+pub use generic::conv::{conv, conv_packed, conv_with, ConvAlgorithm, ConvParams, PackedConv};
 pub use generic::elementwise::{binary, binary_cx, cast, clamp, unary, unary_cx, where_};
 pub use generic::fused::fused;
-pub use generic::gemm::gemm_f32;
+pub use generic::gemm::{gemm_f32, gemm_f32_prepacked, Activation, PackedA, PackedB};
 pub use generic::grouped::grouped_matmul;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
-pub use generic::matmul::{linear, matmul};
-pub use generic::norm::{batch_norm, layer_norm, rms_norm, softmax, softmax_cx};
+pub use generic::matmul::{linear, linear_fused, linear_packed, matmul, matmul_packed, LinearEpilogue};
+pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, rms_norm, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};
 pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};

@@ -34,8 +34,9 @@ pub enum Isa {
     Generic,
     /// x86-64-v3's AVX2 + FMA.
     X86_64V3,
-    /// AVX-512 (F, BW, CD, DQ, VL) on top of v3. Detected and reported, but
-    /// there are no AVX-512 kernels yet: such a table holds the v3 entries.
+    /// AVX-512 (F, BW, CD, DQ, VL) on top of v3: the AVX-512F GEMM
+    /// microkernel (when the compiler has stable AVX-512 support), the v3
+    /// entries elsewhere.
     X86_64V4,
     /// Armv8 NEON. Not built yet: no aarch64 toolchain to test it with.
     Aarch64Neon,
@@ -296,7 +297,7 @@ fn built(isa: Isa) -> &'static KernelTable {
         table.isa = isa;
         match isa {
             Isa::Generic | Isa::Aarch64Neon => {}
-            // v4 has no kernels of its own yet: it runs the v3 entries.
+            // v4 = the v3 entries, then its own (see `x86_64::plug`).
             #[cfg(target_arch = "x86_64")]
             Isa::X86_64V3 | Isa::X86_64V4 => crate::x86_64::plug(&mut table),
             #[cfg(not(target_arch = "x86_64"))]

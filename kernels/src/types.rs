@@ -1,7 +1,10 @@
 //! Types shared by every kernel: tensor views, errors, scratch memory; the
 //! dtypes and op selectors come from `kiln-isa`.
 
+use crate::parallel::Threads;
+use crate::table::KernelTable;
 use std::fmt;
+use std::sync::Mutex;
 
 pub use kiln_isa::{BinaryOp, DType, PoolKind, ReduceKind, UnaryOp};
 
@@ -54,32 +57,91 @@ pub struct Scratch {
     f64s: Vec<f64>,
     idx: Vec<usize>,
     pub(crate) pack: PackBuffers,
+    /// One scratch per thread, for kernels that hand whole sub-problems
+    /// (a batch entry, a convolution group) to each thread.
+    workers: Vec<Mutex<Scratch>>,
 }
 
-/// Packed GEMM panels; separate from the general buffer so a kernel can hold
-/// an im2col / score buffer while the GEMM packs its operands.
+/// A scratch's per-thread scratches, borrowed apart from its panels.
+pub(crate) struct WorkerPool<'a>(&'a mut Vec<Mutex<Scratch>>);
+
+impl<'a> WorkerPool<'a> {
+    /// See [`Scratch::workers`].
+    pub(crate) fn workers(self, n: usize, prepare: impl Fn(&mut Scratch)) -> &'a [Mutex<Scratch>] {
+        if self.0.len() < n {
+            self.0.resize_with(n, Default::default);
+        }
+        for w in &mut self.0[..n] {
+            prepare(w.get_mut().unwrap_or_else(|e| e.into_inner()));
+        }
+        &self.0[..n]
+    }
+}
+
+/// Packed GEMM panels and the threads that fill and read them; separate
+/// from the general buffer so a kernel can hold an im2col / score buffer
+/// while the GEMM packs its operands.
 #[derive(Default, Debug)]
 pub(crate) struct PackBuffers {
-    pub(crate) a: Vec<f32>,
-    pub(crate) b: Vec<f32>,
+    /// The pool GEMMs split their tiles over (set by the [`crate::Context`]).
+    pub(crate) threads: Threads,
+    /// One A block per thread of the pool (a thread locks only its own).
+    a: Vec<Mutex<Vec<f32>>>,
+    /// The B slice, shared by all threads.
+    b: Vec<f32>,
+    /// How many B slices were packed since the context was made (packed
+    /// weights must keep this at zero for their GEMMs).
+    pub(crate) b_packs: u64,
 }
 
 impl PackBuffers {
-    /// Grows (never shrinks) the panels to the requested lengths.
-    pub(crate) fn reserve(&mut self, a_len: usize, b_len: usize) -> (&mut [f32], &mut [f32]) {
-        if self.a.len() < a_len {
-            self.a.resize(a_len, 0.0);
+    /// Grows (never shrinks) `threads` A blocks and the B slice to the
+    /// requested lengths, before any worker runs, so that a steady-state
+    /// call allocates nothing whichever thread picks up which item.
+    pub(crate) fn reserve(
+        &mut self,
+        threads: usize,
+        a_len: usize,
+        b_len: usize,
+    ) -> (&[Mutex<Vec<f32>>], &mut [f32], &mut u64) {
+        if self.a.len() < threads {
+            self.a.resize_with(threads, Default::default);
+        }
+        for a in &mut self.a[..threads] {
+            let a = a.get_mut().unwrap_or_else(|e| e.into_inner());
+            if a.len() < a_len {
+                a.resize(a_len, 0.0);
+            }
         }
         if self.b.len() < b_len {
             self.b.resize(b_len, 0.0);
         }
-        (&mut self.a[..a_len], &mut self.b[..b_len])
+        (&self.a[..threads], &mut self.b[..b_len], &mut self.b_packs)
+    }
+
+    /// Grows the panels to what a single-threaded m×n×k GEMM of `table`
+    /// packs.
+    pub(crate) fn reserve_gemm(&mut self, table: &KernelTable, m: usize, n: usize, k: usize) {
+        let (a, b) = crate::generic::gemm::pack_lengths(&table.gemm, m, n, k, false);
+        self.reserve(1, a, b);
     }
 }
 
 impl Scratch {
     pub fn new() -> Scratch {
         Scratch::default()
+    }
+
+    /// The GEMM panels, and the scratch itself for [`Scratch::workers`].
+    pub(crate) fn pack_and_workers(&mut self) -> (&mut PackBuffers, WorkerPool<'_>) {
+        (&mut self.pack, WorkerPool(&mut self.workers))
+    }
+
+    /// `n` per-thread scratches (their GEMMs single-threaded), each grown by
+    /// `prepare` to what one sub-problem needs before any worker runs: so a
+    /// steady-state call allocates nothing whichever thread takes which part.
+    pub(crate) fn workers(&mut self, n: usize, prepare: impl Fn(&mut Scratch)) -> &[Mutex<Scratch>] {
+        WorkerPool(&mut self.workers).workers(n, prepare)
     }
 
     /// A zero-initialised-on-growth buffer of at least `len` f32s.

@@ -62,7 +62,8 @@ const FLOAT_UNARY: [UnaryOp; 35] = {
     use UnaryOp::*;
     [
         Neg, Abs, Exp, Log, Sqrt, Rsqrt, Reciprocal, Relu, Sigmoid, Tanh, Gelu, GeluTanh, Silu, Erf, Sin, Cos, Floor,
-        Ceil, Round, Sign, Log1p, Expm1, Trunc, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Log2, Log10, Erfc,
+        Ceil, Round, Sign, Log1p, Expm1, Trunc, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Log2, Log10,
+        Erfc,
     ]
 };
 

@@ -81,6 +81,21 @@ pub struct SessionOptions {
     /// is allocated. An artifact is untrusted: this keeps a hostile or
     /// mistaken one from taking the machine.
     pub max_arena_bytes: u64,
+    /// Threads the session's kernels split their work over (1: the calling
+    /// thread only). Sessions with the same count share one process-wide
+    /// pool; results are bit-identical whatever the count. Default:
+    /// [`default_threads`].
+    pub threads: usize,
+}
+
+/// The default thread count: `KILN_NUM_THREADS` when set to a positive
+/// number, else the machine's available parallelism.
+pub fn default_threads() -> usize {
+    let from_env = std::env::var("KILN_NUM_THREADS").ok().and_then(|v| v.trim().parse::<usize>().ok());
+    match from_env {
+        Some(n) if n > 0 => n.min(kiln_kernels::MAX_THREADS),
+        _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
 }
 
 impl Default for SessionOptions {
@@ -92,6 +107,7 @@ impl Default for SessionOptions {
             cache: ExecutableCache::default(),
             seed: 0,
             max_arena_bytes: DEFAULT_MAX_ARENA_BYTES,
+            threads: default_threads(),
         }
     }
 }
@@ -99,6 +115,11 @@ impl Default for SessionOptions {
 impl SessionOptions {
     pub fn with_device(device: Device) -> SessionOptions {
         SessionOptions { device, ..SessionOptions::default() }
+    }
+
+    /// The default options with `threads` threads.
+    pub fn with_threads(threads: usize) -> SessionOptions {
+        SessionOptions { threads, ..SessionOptions::default() }
     }
 }
 

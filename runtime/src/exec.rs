@@ -3,8 +3,10 @@
 //! [`Step`]s: a function pointer and decoded parameters per call, so the run
 //! loop neither decodes nor allocates.
 
-use crate::format::{InstrOp, Kernel, Plan};
-use kiln_kernels::{self as k, Context, ConvParams, KernelError, PoolParams, Result, TensorMut, TensorRef};
+use crate::format::{DimRef, InstrOp, Kernel, Plan, Storage};
+use kiln_kernels::{
+    self as k, Context, ConvParams, DType, KernelError, PackedB, PackedConv, PoolParams, Result, TensorMut, TensorRef,
+};
 use std::ops::Range;
 
 /// A call opcode's kernel: its parameters, their list parameters decoded to
@@ -18,6 +20,9 @@ pub(crate) enum Step {
         run: KernelFn,
         /// This call's decoded list parameters in [`Resolved::ints`].
         ints: Range<usize>,
+        /// Its constant weight packed at load, in [`Resolved::packed`]: the
+        /// call then goes through [`run_packed`] instead of `run`.
+        packed: Option<usize>,
     },
     Delegate {
         segment: u32,
@@ -37,11 +42,24 @@ pub(crate) enum Step {
 pub(crate) struct Resolved {
     pub steps: Vec<Step>,
     pub ints: Vec<usize>,
+    /// Constant GEMM weights packed once for the microkernel of the best
+    /// kernel table (64-byte aligned), shared by every session.
+    pub packed: Vec<Packed>,
 }
 
-/// Resolves every instruction of a validated plan.
-pub(crate) fn resolve(plan: &Plan) -> Resolved {
+/// A call's constant weight, packed at load.
+pub(crate) enum Packed {
+    /// A linear's `[N, K]` weight or a matmul's 2-D right operand.
+    B(PackedB),
+    /// A (non-depthwise) convolution's weight.
+    Conv(PackedConv),
+}
+
+/// Resolves every instruction of a validated plan; `weights` is the
+/// weights section, whose constant linear / matmul weights are packed here.
+pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
     let mut ints = Vec::new();
+    let mut packed = Vec::new();
     let steps = plan
         .instrs
         .iter()
@@ -53,7 +71,11 @@ pub(crate) fn resolve(plan: &Plan) -> Resolved {
                 let aliased = storage(instr.inputs.first()).is_some_and(|s| Some(s) == storage(instr.outputs.first()));
                 // A reshape the planner aliased moves no data.
                 let run = if aliased && matches!(kernel, Kernel::Copy {}) { no_op } else { kernel_fn(kernel) };
-                Step::Call { run, ints: start..ints.len() }
+                let packed = pack_weight(plan, weights, kernel, &instr.inputs).map(|p| {
+                    packed.push(p);
+                    packed.len() - 1
+                });
+                Step::Call { run, ints: start..ints.len(), packed }
             }
             InstrOp::Delegate { segment } => Step::Delegate { segment: *segment },
             InstrOp::BindDim { symbol } => Step::BindDim { symbol: *symbol },
@@ -61,7 +83,76 @@ pub(crate) fn resolve(plan: &Plan) -> Resolved {
             InstrOp::Jump { target } => Step::Jump { target: *target },
         })
         .collect();
-    Resolved { steps, ints }
+    Resolved { steps, ints, packed }
+}
+
+/// The packed form of a call's constant weight: a linear's `[N, K]` weight,
+/// a matmul's 2-D right operand or a convolution's weight (unless the
+/// convolution runs the direct depthwise loops), when it is an f32 tensor
+/// of the weights section with static dims. None leaves the call to its
+/// plain kernel.
+fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> Option<Packed> {
+    let transposed = match kernel {
+        Kernel::Linear {} => true,
+        Kernel::MatMul {} => false,
+        Kernel::Conv { .. } => false,
+        _ => return None,
+    };
+    let decl = plan.tensors.get(*inputs.get(1)? as usize)?;
+    let Storage::Weight { offset, bytes } = decl.storage else { return None };
+    let dims: Vec<usize> = decl
+        .shape
+        .iter()
+        .map(|d| match d {
+            DimRef::Static(v) => usize::try_from(*v).ok(),
+            DimRef::Expr(_) => None,
+        })
+        .collect::<Option<_>>()?;
+    if decl.dtype != DType::F32 {
+        return None;
+    }
+    let data = weights.get(usize::try_from(offset).ok()?..usize::try_from(offset.checked_add(bytes)?).ok()?)?;
+    if let Kernel::Conv { groups, .. } = kernel {
+        // Depthwise (one input channel per group) never runs a GEMM.
+        let (groups, cout) = (*groups as usize, *dims.first()?);
+        if dims.get(1) == Some(&1) && (groups > 1 || cout == 1) {
+            return None;
+        }
+        // The section is 64-byte aligned: the kernel views it as f32 in place
+        // (an unaligned one is refused and the call stays unpacked).
+        let w = TensorRef { dtype: DType::F32, shape: &dims, data };
+        return PackedConv::new(k::best(), w, groups).ok().map(Packed::Conv);
+    }
+    // Decoded (the section is little-endian f32; no alignment assumed): a
+    // transient copy at load, dropped once packed.
+    let values: Vec<f32> = data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let &[rows, cols] = dims.as_slice() else { return None };
+    let (k, n) = if transposed { (cols, rows) } else { (rows, cols) };
+    PackedB::new(k::best(), k, n, &values, cols, transposed).ok().map(Packed::B)
+}
+
+/// A call whose weight operand (`ins[1]`) was packed at load: the packed
+/// kernel when this context's table reads that packing, else the plain one.
+pub(crate) fn run_packed(
+    packed: &Packed,
+    kernel: &Kernel,
+    ints: &[usize],
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    outs: &mut [TensorMut<'_>],
+) -> Result<()> {
+    match (packed, kernel) {
+        (Packed::B(w), Kernel::Linear {}) if w.fits(cx.table()) => {
+            k::linear_packed(ins[0], w, ins.get(2).copied(), out(outs, 0), cx)
+        }
+        (Packed::B(w), Kernel::MatMul {}) if w.fits(cx.table()) => k::matmul_packed(ins[0], w, out(outs, 0), cx),
+        (Packed::Conv(w), Kernel::Conv { groups, .. }) => {
+            let [stride, padding, dilation] = lists::<3>(ints);
+            let params = ConvParams { stride, padding, dilation, groups: *groups as usize };
+            k::conv_packed(ins[0], ins[1], w, ins.get(2).copied(), &params, out(outs, 0), cx)
+        }
+        _ => kernel_fn(kernel)(kernel, ints, cx, ins, outs),
+    }
 }
 
 /// The list parameters the kernels take as `usize` slices, concatenated in
@@ -158,7 +249,7 @@ kernel_fns! {
     };
     BatchNorm { eps } => k::batch_norm(ins[0], ins[1], ins[2], ins[3], ins[4], *eps, out(outs, 0));
     LayerNorm { normalized_rank, eps } =>
-        k::layer_norm(ins[0], opt(1), opt(2), *normalized_rank as usize, *eps, out(outs, 0));
+        k::layer_norm_cx(ins[0], opt(1), opt(2), *normalized_rank as usize, *eps, out(outs, 0), cx);
     Softmax { axis, log } => k::softmax_cx(ins[0], *axis as usize, *log, out(outs, 0), cx);
     Reduce { kind } => k::reduce(*kind, ins[0], ints, out(outs, 0));
     ArgMax { axis } => k::argmax(ins[0], *axis as usize, out(outs, 0));

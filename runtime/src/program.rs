@@ -120,7 +120,7 @@ impl Program {
             None => None,
         };
         validate_plan(&plan, container.weights.len() as u64, accel.as_ref())?;
-        let resolved = resolve(&plan);
+        let resolved = resolve(&plan, &bytes[container.weights.clone()]);
         Ok(Arc::new(Program {
             weights: container.weights,
             resolved,
@@ -156,6 +156,12 @@ impl Program {
 
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// How many constant GEMM weights were packed for the microkernel at
+    /// load (each used in place by every session's runs).
+    pub fn packed_weights(&self) -> usize {
+        self.resolved.packed.len()
     }
 
     pub(crate) fn resolved(&self) -> &Resolved {

@@ -10,7 +10,7 @@
 
 use crate::aligned::AlignedBuf;
 use crate::device::{AccelInfo, Device, SessionOptions};
-use crate::exec::Step;
+use crate::exec::{run_packed, Step};
 use crate::format::{DimExpr, DimRef, InstrOp, Storage};
 use crate::program::Program;
 use crate::{Error, Result};
@@ -80,8 +80,10 @@ pub struct Session {
 }
 
 /// A kernel context at the start of `seed`'s random sequence.
-fn seeded_context(seed: u64) -> Context {
-    let mut cx = Context::new();
+/// A kernel context at the start of `seed`'s random sequence, on the
+/// process-wide pool of `threads` threads.
+fn seeded_context(seed: u64, threads: usize) -> Context {
+    let mut cx = Context::new().with_threads(threads);
     cx.seed = seed;
     cx
 }
@@ -163,7 +165,7 @@ impl Session {
             evaluated_for: vec![0; plan.symbols.len()],
             evaluated: false,
             bound: vec![false; plan.symbols.len()],
-            cx: seeded_context(options.seed),
+            cx: seeded_context(options.seed, options.threads),
             operand_buf: Vec::new(),
             output_buf: Vec::new(),
             result_buf: Vec::new(),
@@ -176,6 +178,12 @@ impl Session {
 
     pub fn program(&self) -> &Arc<Program> {
         &self.program
+    }
+
+    /// How many B-operand slices this session's GEMMs have packed so far.
+    /// Weights packed at load ([`Program::packed_weights`]) never add to it.
+    pub fn gemm_b_packs(&self) -> u64 {
+        self.cx.b_packs()
     }
 
     /// Restarts the random-number sequence from `seed`: the next runs draw
@@ -597,7 +605,7 @@ impl Session {
         for (index, (step, instr)) in resolved.steps.iter().zip(&plan.instrs).enumerate().skip(start) {
             let started = profile.is_some().then(std::time::Instant::now);
             match step {
-                Step::Call { run, ints } => {
+                Step::Call { run, ints, packed } => {
                     let InstrOp::Call(kernel) = &instr.op else {
                         return Err(Error::Plan(format!("instruction {index} is not the call it resolved to")));
                     };
@@ -609,7 +617,17 @@ impl Session {
                         shape: shape(t),
                         data: arena_slot(t),
                     }));
-                    let result = run(kernel, &resolved.ints[ints.clone()], cx, &operands, &mut outputs);
+                    let result = match packed {
+                        Some(p) => run_packed(
+                            &resolved.packed[*p],
+                            kernel,
+                            &resolved.ints[ints.clone()],
+                            cx,
+                            &operands,
+                            &mut outputs,
+                        ),
+                        None => run(kernel, &resolved.ints[ints.clone()], cx, &operands, &mut outputs),
+                    };
                     *operand_buf = recycle(operands);
                     *output_buf = recycle(outputs);
                     result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;

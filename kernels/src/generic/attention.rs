@@ -2,11 +2,12 @@
 //! semantics), as GEMM → mask + softmax → GEMM per batch matrix.
 
 use super::common::*;
+use super::gemm::PARALLEL_MIN_FLOPS;
 use super::math::Real;
 use super::matmul::{BatchIter, GemmFloat};
 use crate::context::Context;
 use crate::table::KernelTable;
-use crate::types::{DType, Result, Scratch, TensorMut, TensorRef};
+use crate::types::{DType, PackBuffers, Result, Scratch, TensorMut, TensorRef};
 
 /// How the mask's trailing [L, S] dims are addressed (stride 0 = broadcast).
 struct MaskLayout {
@@ -141,36 +142,75 @@ fn attention_typed<T: GemmFloat>(
     table: &KernelTable,
     scratch: &mut Scratch,
 ) {
+    let Dims { l, s, e, ev, ref it, .. } = *dims;
+    if l * ev == 0 {
+        return;
+    }
+    let threads = scratch.pack.threads;
+    let small = it.count * l * s * (e + ev) < PARALLEL_MIN_FLOPS;
+    if threads.count() == 1 || it.count == 1 || small {
+        let (scores, pack) = T::scratch_split(scratch, l * s);
+        for (t, o) in ov.chunks_exact_mut(l * ev).enumerate() {
+            attention_batch(dims, t, qv, kv, vv, mv, causal, o, table, scores, pack);
+        }
+        return;
+    }
+    // Batch × heads over the threads, each with its own scores and panels
+    // (every output matrix is computed by one thread, whole).
+    let workers = scratch.workers(threads.count(), |w| {
+        T::scratch_split(w, l * s);
+        w.pack.reserve_gemm(table, l, s, e);
+        w.pack.reserve_gemm(table, l, ev, s);
+    });
+    threads.for_each_chunk(ov, l * ev, |t, o| {
+        let mut w = workers[threads.index()].lock().unwrap_or_else(|e| e.into_inner());
+        let (scores, pack) = T::scratch_split(&mut w, l * s);
+        attention_batch(dims, t, qv, kv, vv, mv, causal, o, table, scores, pack);
+    });
+}
+
+/// One batch entry: `o = softmax(mask(scale · q kᵀ)) v`.
+#[allow(clippy::too_many_arguments)]
+fn attention_batch<T: GemmFloat>(
+    dims: &Dims,
+    t: usize,
+    qv: &[T],
+    kv: &[T],
+    vv: &[T],
+    mv: &[u8],
+    causal: bool,
+    o: &mut [T],
+    table: &KernelTable,
+    scores: &mut [T],
+    pack: &mut PackBuffers,
+) {
     let Dims { l, s, e, ev, ref it, ref mask, scale } = *dims;
     let scale = T::lit(scale);
-    let (scores, pack) = T::scratch_split(scratch, l * s);
-    for t in 0..it.count {
-        let (qo, ko, vo) = (it.offset(0, t), it.offset(1, t), it.offset(2, t));
-        T::gemm(table, l, s, e, &qv[qo..], e, &kv[ko..], e, scores, s, true, T::ZERO, pack);
-        let mo = it.offset(3, t);
-        for i in 0..l {
-            let row = &mut scores[i * s..(i + 1) * s];
-            for (j, x) in row.iter_mut().enumerate() {
-                let mut val = *x * scale;
-                if let Some(ml) = mask {
-                    let idx = mo + i * ml.row_stride + j * ml.col_stride;
-                    if ml.is_bool {
-                        if mv[idx] == 0 {
-                            val = T::NEG_INFINITY;
-                        }
-                    } else {
-                        val += float_at::<T>(mv, idx);
+    let (qo, ko, vo) = (it.offset(0, t), it.offset(1, t), it.offset(2, t));
+    T::gemm(table, l, s, e, &qv[qo..], e, &kv[ko..], e, scores, s, true, T::ZERO, pack);
+    let mo = it.offset(3, t);
+    for i in 0..l {
+        let row = &mut scores[i * s..(i + 1) * s];
+        for (j, x) in row.iter_mut().enumerate() {
+            let mut val = *x * scale;
+            if let Some(ml) = mask {
+                let idx = mo + i * ml.row_stride + j * ml.col_stride;
+                if ml.is_bool {
+                    if mv[idx] == 0 {
+                        val = T::NEG_INFINITY;
                     }
+                } else {
+                    val += float_at::<T>(mv, idx);
                 }
-                if causal && j > i {
-                    val = T::NEG_INFINITY;
-                }
-                *x = val;
             }
-            T::softmax_in_place(table, row);
+            if causal && j > i {
+                val = T::NEG_INFINITY;
+            }
+            *x = val;
         }
-        T::gemm(table, l, ev, s, scores, s, &vv[vo..], ev, &mut ov[t * l * ev..], ev, false, T::ZERO, pack);
+        T::softmax_in_place(table, row);
     }
+    T::gemm(table, l, ev, s, scores, s, &vv[vo..], ev, o, ev, false, T::ZERO, pack);
 }
 
 fn check_mask_len(m: &TensorRef) -> Result<()> {

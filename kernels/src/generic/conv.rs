@@ -6,9 +6,11 @@
 
 use super::common::*;
 use super::conv_depthwise::conv_depthwise_f32;
-use super::gemm::{gemm_f32_fused, Bias, Epilogue};
+use super::gemm::{run_gemm, ASource, BSource, Bias, Epilogue, PackedA};
 use super::math::Real;
 use crate::context::Context;
+use crate::parallel::{Threads, ELEMENT_CHUNK};
+use crate::table::KernelTable;
 use crate::types::{DType, Result, TensorMut, TensorRef};
 
 /// Stride, padding (symmetric, per spatial dim), dilation and groups, as in
@@ -103,10 +105,75 @@ pub fn conv(
     conv_with(x, w, bias, p, out, cx, ConvAlgorithm::Auto)
 }
 
+/// An f32 convolution weight `[Cout, Cin/groups, k...]` packed once for a
+/// kernel table's GEMM microkernel: one [`PackedA`] per group (the im2col
+/// GEMM's A). Depthwise convolutions do not use it (they run direct loops).
+#[derive(Clone, Debug)]
+pub struct PackedConv {
+    shape: Vec<usize>,
+    groups: Vec<PackedA>,
+}
+
+impl PackedConv {
+    /// Packs `w` for `groups` groups; f32 only.
+    pub fn new(table: &KernelTable, w: TensorRef, groups: usize) -> Result<PackedConv> {
+        const K: &str = "conv";
+        expect_dtype(K, "w", w.dtype, DType::F32)?;
+        let wv = view::<f32>(K, "w", &w)?;
+        let cout = w.shape.first().copied().unwrap_or(0);
+        if w.shape.len() < 3 || groups == 0 || cout % groups != 0 {
+            return Err(shape_err(K, format!("weight {:?} cannot be split into {groups} groups", w.shape)));
+        }
+        let (cout_g, kdim) = (cout / groups, w.shape[1..].iter().product::<usize>());
+        let groups = (0..groups)
+            .map(|g| PackedA::new(table, cout_g, kdim, &wv[g * cout_g * kdim..], kdim))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PackedConv { shape: w.shape.to_vec(), groups })
+    }
+
+    /// Whether `table`'s microkernel reads this packing.
+    pub fn fits(&self, table: &KernelTable) -> bool {
+        self.groups.iter().all(|g| g.fits(table))
+    }
+}
+
+/// [`conv`] with its weight also packed ([`PackedConv`] of that `w`, for
+/// `p.groups`): the im2col GEMMs read the packed copy and pack no A. Falls
+/// back to packing when the packing does not fit `cx`'s table.
+pub fn conv_packed(
+    x: TensorRef,
+    w: TensorRef,
+    packed: &PackedConv,
+    bias: Option<TensorRef>,
+    p: &ConvParams,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    if packed.shape != w.shape || packed.groups.len() != p.groups {
+        return Err(shape_err("conv", format!("packed weight {:?} is not this weight {:?}", packed.shape, w.shape)));
+    }
+    let packed = packed.fits(cx.table).then_some(packed);
+    conv_inner(x, w, packed, bias, p, out, cx, ConvAlgorithm::Auto)
+}
+
 /// [`conv`] with the f32 algorithm chosen by the caller (f64 ignores it).
 pub fn conv_with(
     x: TensorRef,
     w: TensorRef,
+    bias: Option<TensorRef>,
+    p: &ConvParams,
+    out: TensorMut,
+    cx: &mut Context,
+    algorithm: ConvAlgorithm,
+) -> Result<()> {
+    conv_inner(x, w, None, bias, p, out, cx, algorithm)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv_inner(
+    x: TensorRef,
+    w: TensorRef,
+    packed: Option<&PackedConv>,
     bias: Option<TensorRef>,
     p: &ConvParams,
     mut out: TensorMut,
@@ -202,25 +269,33 @@ pub fn conv_with(
     // partial tile.
     let nr = table.gemm_tile().1;
     let chunk = if pointwise { 0 } else { (COL_BUDGET / kdim).max(nr).next_multiple_of(nr).min(osp) };
+    let threads = scratch.pack.threads;
     let (col, pack) = scratch.split(kdim * chunk);
+    // A group's weight: packed at load, or packed by each GEMM.
+    let weight = |gi: usize, wg| match packed {
+        Some(p) => ASource::Packed(&p.groups[gi]),
+        None => ASource::Strided { a: wg, lda: kdim },
+    };
     for n in 0..batch {
         for gi in 0..groups {
             let wg = &wv[gi * cout_g * kdim..(gi + 1) * cout_g * kdim];
             let xg = &xv[(n * cin + gi * cin_g) * isp..(n * cin + (gi + 1) * cin_g) * isp];
             let o_off = (n * cout + gi * cout_g) * osp;
             let bias = bv.map_or(Bias::None, |b| Bias::PerRow(&b[gi * cout_g..(gi + 1) * cout_g]));
-            let epilogue = Epilogue { bias };
+            let epilogue = Epilogue::bias(bias);
             if pointwise {
                 // A 1×1 stride-1 conv is already a GEMM over the input planes.
                 let c = &mut ov[o_off..];
-                gemm_f32_fused(table, cout_g, osp, kdim, wg, kdim, xg, isp, c, osp, false, 0.0, epilogue, pack);
+                let b = BSource::strided(xg, isp, false);
+                run_gemm(table, cout_g, osp, kdim, weight(gi, wg), b, c, osp, 0.0, epilogue, pack);
                 continue;
             }
             for c0 in (0..osp).step_by(chunk) {
                 let cl = chunk.min(osp - c0);
-                im2col(xg, cin_g, &g, c0, cl, &mut col[..kdim * cl]);
+                im2col(xg, cin_g, &g, c0, cl, &mut col[..kdim * cl], threads);
                 let c = &mut ov[o_off + c0..];
-                gemm_f32_fused(table, cout_g, cl, kdim, wg, kdim, col, cl, c, osp, false, 0.0, epilogue, pack);
+                let b = BSource::strided(col, cl, false);
+                run_gemm(table, cout_g, cl, kdim, weight(gi, wg), b, c, osp, 0.0, epilogue, pack);
             }
         }
     }
@@ -232,43 +307,54 @@ pub fn conv_with(
 /// the padding. Works one output row (fixed oz, oy) at a time: along a row the
 /// valid output columns form one interval, so each row is zeros, a (strided)
 /// copy, zeros — no per-element bounds tests.
-fn im2col(x: &[f32], channels: usize, g: &Geometry, c0: usize, cl: usize, col: &mut [f32]) {
+fn im2col(x: &[f32], channels: usize, g: &Geometry, c0: usize, cl: usize, col: &mut [f32], threads: Threads) {
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let isp = id * ih * iw;
+    // Each channel fills its own kd·kh·kw rows: shared out over the threads.
+    let rows = (kd * kh * kw * cl).max(1);
+    let len = (channels * rows).min(col.len());
+    let col = &mut col[..len];
+    // Small copies are not worth waking the pool for.
+    let threads = if col.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { threads };
+    threads.for_each_chunk(col, rows, |c, rows| im2col_channel(&x[c * isp..(c + 1) * isp], g, c0, cl, rows));
+}
+
+/// [`im2col`]'s rows of one input channel (`plane`).
+fn im2col_channel(plane: &[f32], g: &Geometry, c0: usize, cl: usize, col: &mut [f32]) {
     let [id, ih, iw] = g.input;
     let [kd, kh, kw] = g.kernel;
     let [_, oh, ow] = g.output;
     let (sx, px, dx) = (g.stride[2], g.pad[2], g.dil[2]);
     let mut rows = col.chunks_exact_mut(cl);
-    for c in 0..channels {
-        let plane = &x[c * id * ih * iw..(c + 1) * id * ih * iw];
-        for kz in 0..kd {
-            for ky in 0..kh {
-                for kx in 0..kw {
-                    let Some(row) = rows.next() else { return };
-                    // Output columns ox with 0 <= ox*sx + kx*dx - px < iw.
-                    let shift = kx * dx;
-                    let ox_lo = px.saturating_sub(shift).div_ceil(sx).min(ow);
-                    let ox_hi = if iw + px > shift { (iw + px - shift).div_ceil(sx).min(ow) } else { 0 }.max(ox_lo);
-                    let mut q = 0;
-                    let mut pos = c0;
-                    while q < cl {
-                        let (oz, oy, ox0) = (pos / (oh * ow), (pos / ow) % oh, pos % ow);
-                        let run = (ow - ox0).min(cl - q);
-                        let seg = &mut row[q..q + run];
-                        let iz = (oz * g.stride[0] + kz * g.dil[0]).wrapping_sub(g.pad[0]);
-                        let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
-                        // Negative coordinates wrapped to huge values fail the bounds test too.
-                        if iz >= id || iy >= ih {
-                            seg.fill(0.0);
-                        } else {
-                            let src = &plane[(iz * ih + iy) * iw..(iz * ih + iy + 1) * iw];
-                            for (j, v) in seg.iter_mut().enumerate() {
-                                let ox = ox0 + j;
-                                *v = if ox >= ox_lo && ox < ox_hi { src[ox * sx + shift - px] } else { 0.0 };
-                            }
+    for kz in 0..kd {
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let Some(row) = rows.next() else { return };
+                // Output columns ox with 0 <= ox*sx + kx*dx - px < iw.
+                let shift = kx * dx;
+                let ox_lo = px.saturating_sub(shift).div_ceil(sx).min(ow);
+                let ox_hi = if iw + px > shift { (iw + px - shift).div_ceil(sx).min(ow) } else { 0 }.max(ox_lo);
+                let mut q = 0;
+                let mut pos = c0;
+                while q < cl {
+                    let (oz, oy, ox0) = (pos / (oh * ow), (pos / ow) % oh, pos % ow);
+                    let run = (ow - ox0).min(cl - q);
+                    let seg = &mut row[q..q + run];
+                    let iz = (oz * g.stride[0] + kz * g.dil[0]).wrapping_sub(g.pad[0]);
+                    let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+                    // Negative coordinates wrapped to huge values fail the bounds test too.
+                    if iz >= id || iy >= ih {
+                        seg.fill(0.0);
+                    } else {
+                        let src = &plane[(iz * ih + iy) * iw..(iz * ih + iy + 1) * iw];
+                        for (j, v) in seg.iter_mut().enumerate() {
+                            let ox = ox0 + j;
+                            *v = if ox >= ox_lo && ox < ox_hi { src[ox * sx + shift - px] } else { 0.0 };
                         }
-                        q += run;
-                        pos += run;
                     }
+                    q += run;
+                    pos += run;
                 }
             }
         }

@@ -13,6 +13,7 @@
 //! the output row in L1 while all taps accumulate into it.
 
 use super::conv::Geometry;
+use crate::parallel::{Threads, ELEMENT_CHUNK};
 use crate::types::Scratch;
 
 /// `x` is `[N, cin, input..]`, `w` `[cout, 1, kernel..]`, `out`
@@ -39,6 +40,8 @@ pub(super) fn conv_depthwise_f32(
 
     // columns[2 * kx .. 2 * kx + 2] = the output columns [lo, hi) whose tap kx
     // reads inside the input row.
+    // Small outputs are not worth waking the pool for.
+    let threads = if out.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { scratch.pack.threads };
     let columns = scratch.indices(2 * kw);
     for (kx, range) in columns.chunks_exact_mut(2).enumerate() {
         let (lo, hi) = valid_columns(kx * g.dil[2], g.pad[2], g.stride[2], iw, ow);
@@ -46,7 +49,8 @@ pub(super) fn conv_depthwise_f32(
     }
     let columns = &*columns;
 
-    for (plane_index, plane) in out.chunks_exact_mut(osp).enumerate() {
+    // Output planes are independent: shared out whole over the threads.
+    threads.for_each_chunk(out, osp.max(1), |plane_index, plane| {
         let (n, oc) = (plane_index / cout, plane_index % cout);
         let input = &x[(n * cin + oc / multiplier) * isp..][..isp];
         let taps = &w[oc * ksp..][..ksp];
@@ -77,7 +81,7 @@ pub(super) fn conv_depthwise_f32(
                 }
             }
         }
-    }
+    });
 }
 
 /// Output columns `ox` in `[lo, hi)` satisfy `0 <= ox*stride + shift - pad < width`

@@ -8,8 +8,9 @@ use super::common::*;
 use super::math::Real;
 use super::vector;
 use crate::context::Context;
-use crate::table::KernelTable;
-use crate::types::{BinaryOp, DType, Result, TensorMut, TensorRef, UnaryOp};
+use crate::parallel::{Threads, ELEMENT_CHUNK};
+use crate::table::{KernelTable, UnaryFn};
+use crate::types::{BinaryOp, DType, KernelError, Result, TensorMut, TensorRef, UnaryOp};
 use half::{bf16, f16};
 
 /// Integer element types: the wrapping arithmetic torch uses for ints.
@@ -170,6 +171,28 @@ fn unary_float<T: Real>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
     Ok(())
 }
 
+/// The f32 function computing an activation-like unary op as [`unary_cx`]
+/// runs it: the table's entry where it has one, else the portable loop;
+/// None for the other ops.
+pub(crate) fn unary_f32_fn(table: &KernelTable, op: UnaryOp) -> Option<UnaryFn> {
+    macro_rules! portable {
+        ($op:ident) => {{
+            fn run(x: &[f32], out: &mut [f32]) {
+                let _ = unary_float::<f32>(UnaryOp::$op, x, out);
+            }
+            run as UnaryFn
+        }};
+    }
+    table.unary_f32(op).or(match op {
+        UnaryOp::Relu => Some(portable!(Relu)),
+        UnaryOp::Gelu => Some(portable!(Gelu)),
+        UnaryOp::GeluTanh => Some(portable!(GeluTanh)),
+        UnaryOp::Sigmoid => Some(portable!(Sigmoid)),
+        UnaryOp::Silu => Some(portable!(Silu)),
+        _ => None,
+    })
+}
+
 fn unary_int<T: IntElem>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
     match op {
         UnaryOp::Neg => map(x, out, |v| v.wneg()),
@@ -188,25 +211,38 @@ fn unary_int<T: IntElem>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
 /// sigmoid, silu, tanh; f16/bf16 compute in f32 through them too) with the
 /// [`best`](crate::best) variants. [`unary_cx`] takes the table from a context.
 pub fn unary(op: UnaryOp, x: TensorRef, out: TensorMut) -> Result<()> {
-    unary_with(op, x, out, crate::table::best())
+    unary_with(op, x, out, crate::table::best(), Threads::single())
 }
 
-/// [`unary`] calling through `cx`'s kernel table.
+/// [`unary`] calling through `cx`'s kernel table, in fixed-size chunks
+/// shared out over its threads.
 pub fn unary_cx(op: UnaryOp, x: TensorRef, out: TensorMut, cx: &mut Context) -> Result<()> {
-    unary_with(op, x, out, cx.table)
+    unary_with(op, x, out, cx.table, cx.threads())
 }
 
-pub(crate) fn unary_with(op: UnaryOp, x: TensorRef, mut out: TensorMut, table: &KernelTable) -> Result<()> {
+pub(crate) fn unary_with(
+    op: UnaryOp,
+    x: TensorRef,
+    mut out: TensorMut,
+    table: &KernelTable,
+    threads: Threads,
+) -> Result<()> {
     const K: &str = "unary";
     expect_dtype(K, "out", out.dtype, x.dtype)?;
     if x.shape != out.shape {
         return Err(shape_err(K, format!("input shape {:?} != output shape {:?}", x.shape, out.shape)));
     }
+    // Whether an op runs depends on the op and dtype only: validated on
+    // empty slices first, the chunks cannot fail.
     macro_rules! run {
         ($T:ty, $f:expr) => {{
             let xs = view::<$T>(K, "x", &x)?;
             let os = view_mut::<$T>(K, "out", &mut out)?;
-            $f(xs, os)
+            ($f)(&xs[..0], &mut os[..0])?;
+            threads.for_each_rows(xs, os, 1, |xc, oc| {
+                let _ = ($f)(xc, oc);
+            });
+            Ok(())
         }};
     }
     // The f32 computation: the table's entry where it has one.
@@ -229,14 +265,14 @@ pub(crate) fn unary_with(op: UnaryOp, x: TensorRef, mut out: TensorMut, table: &
                     map_half::<f16>(xs, os, |s, d| {
                         let _ = unary_f32(s, d);
                     });
-                    Ok(())
+                    Ok::<(), KernelError>(())
                 })
             } else {
                 run!(bf16, |xs, os| {
                     map_half::<bf16>(xs, os, |s, d| {
                         let _ = unary_f32(s, d);
                     });
-                    Ok(())
+                    Ok::<(), KernelError>(())
                 })
             }
         }
@@ -251,7 +287,7 @@ pub(crate) fn unary_with(op: UnaryOp, x: TensorRef, mut out: TensorMut, table: &
             }
             run!(u8, |xs: &[u8], os: &mut [u8]| {
                 map(xs, os, |v| (v == 0) as u8);
-                Ok(())
+                Ok::<(), KernelError>(())
             })
         }
     }
@@ -478,12 +514,12 @@ fn binary_int<T: IntElem>(
 /// and div over contiguous stretches with the [`best`](crate::best) kernel
 /// table's variants. [`binary_cx`] takes the table from a context.
 pub fn binary(op: BinaryOp, a: TensorRef, b: TensorRef, out: TensorMut) -> Result<()> {
-    binary_with(op, a, b, out, crate::table::best())
+    binary_with(op, a, b, out, crate::table::best(), Threads::single())
 }
 
 /// [`binary`] calling through `cx`'s kernel table.
 pub fn binary_cx(op: BinaryOp, a: TensorRef, b: TensorRef, out: TensorMut, cx: &mut Context) -> Result<()> {
-    binary_with(op, a, b, out, cx.table)
+    binary_with(op, a, b, out, cx.table, cx.threads())
 }
 
 pub(crate) fn binary_with(
@@ -492,6 +528,7 @@ pub(crate) fn binary_with(
     b: TensorRef,
     mut out: TensorMut,
     table: &KernelTable,
+    threads: Threads,
 ) -> Result<()> {
     const K: &str = "binary";
     expect_dtype(K, "b", b.dtype, a.dtype)?;
@@ -510,8 +547,8 @@ pub(crate) fn binary_with(
         return Ok(());
     }
     match a.dtype {
-        DType::F32 => binary_float::<f32>(op, a, b, out, table.binary_f32(op)),
-        DType::F64 => binary_float::<f64>(op, a, b, out, None),
+        DType::F32 => binary_float::<f32>(op, a, b, out, table.binary_f32(op), threads),
+        DType::F64 => binary_float::<f64>(op, a, b, out, None, threads),
         DType::F16 => binary_half::<f16>(op, a, b, out),
         DType::BF16 => binary_half::<bf16>(op, a, b, out),
         DType::I8 => binary_int_t::<i8>(op, a, b, out),
@@ -555,6 +592,7 @@ fn binary_float<T: Real>(
     b: TensorRef,
     mut out: TensorMut,
     rows: Option<RowFn<T, T, T>>,
+    threads: Threads,
 ) -> Result<()> {
     const K: &str = "binary";
     let out_shape = out.shape;
@@ -562,12 +600,75 @@ fn binary_float<T: Real>(
     let bv = view::<T>(K, "b", &b)?;
     let os = view_mut::<T>(K, "out", &mut out)?;
     macro_rules! run {
-        ($f:expr) => {
-            broadcast_map2_rows(av, a.shape, bv, b.shape, os, out_shape, $f, rows)
-        };
+        ($f:expr) => {{
+            let f = $f;
+            split_outer(threads, av, a.shape, bv, b.shape, os, out_shape, |av, ash, bv, bsh, os, osh| {
+                broadcast_map2_rows(av, ash, bv, bsh, os, osh, f, rows)
+            })
+        }};
     }
     float_binary_closure!(op, T, run, K, T::DTYPE);
     Ok(())
+}
+
+/// Runs a broadcasting elementwise `f` over pieces of the output cut along
+/// its first axis longer than 1, each with the matching pieces of the
+/// operands (an operand broadcast along that axis is passed whole). A piece
+/// holds about [`ELEMENT_CHUNK`] elements; the cut depends on the shapes
+/// only. Used for ops whose result per element does not depend on where a
+/// piece starts (exact f32 arithmetic and per-element closures).
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn split_outer<A: Sync, B: Sync, O: Send>(
+    threads: Threads,
+    a: &[A],
+    ash: &[usize],
+    b: &[B],
+    bsh: &[usize],
+    out: &mut [O],
+    osh: &[usize],
+    f: impl Fn(&[A], &[usize], &[B], &[usize], &mut [O], &[usize]) + Send + Sync,
+) {
+    let r = osh.len();
+    let axis = osh.iter().position(|&d| d > 1);
+    let (Some(axis), true) = (axis, threads.count() > 1 && out.len() >= 2 * ELEMENT_CHUNK) else {
+        return f(a, ash, b, bsh, out, osh);
+    };
+    let rows = osh[axis];
+    let inner = out.len() / rows;
+    let per = (ELEMENT_CHUNK / inner.max(1)).max(1);
+    threads.for_each_chunk(out, per * inner, |i, oc| {
+        let (r0, n) = (i * per, oc.len() / inner.max(1));
+        let mut piece = [0usize; MAX_RANK];
+        piece[..r].copy_from_slice(osh);
+        piece[axis] = n;
+        let (ap, ashp) = operand_piece(a, ash, r, axis, rows, r0, n);
+        let (bp, bshp) = operand_piece(b, bsh, r, axis, rows, r0, n);
+        f(ap, &ashp[..ash.len()], bp, &bshp[..bsh.len()], oc, &piece[..r]);
+    });
+}
+
+/// The part of a broadcast operand (right-aligned against an output of rank
+/// `r`) for output rows `r0..r0+n` along `axis` (of `rows`), with its shape.
+fn operand_piece<'x, T>(
+    x: &'x [T],
+    xsh: &[usize],
+    r: usize,
+    axis: usize,
+    rows: usize,
+    r0: usize,
+    n: usize,
+) -> (&'x [T], [usize; MAX_RANK]) {
+    let mut shape = [0usize; MAX_RANK];
+    shape[..xsh.len()].copy_from_slice(xsh);
+    // Axes before `axis` have length 1 in the output, so in the operand too.
+    match (axis + xsh.len()).checked_sub(r) {
+        Some(xa) if xsh[xa] == rows => {
+            let inner = x.len() / rows;
+            shape[xa] = n;
+            (&x[r0 * inner..(r0 + n) * inner], shape)
+        }
+        _ => (x, shape),
+    }
 }
 
 /// Half-precision binary ops compute in f32 and round once on store.

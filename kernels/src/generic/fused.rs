@@ -15,6 +15,7 @@
 use super::common::*;
 use super::elementwise::{binary_with, cast, clamp, unary_with, where_};
 use crate::context::Context;
+use crate::parallel::Threads;
 use crate::table::KernelTable;
 use crate::types::{DType, Result, TensorMut, TensorRef};
 use kiln_isa::fused::{register_types_into, FusedOp, MAX_FUSED_INPUTS, MAX_FUSED_OPS};
@@ -279,8 +280,8 @@ fn run_op<'t>(
             fill(dst.data, &bits.to_le_bytes()[..dtype.size_bytes()]);
             Ok(())
         }
-        FusedOp::Unary { op, x } => unary_with(op, arg(x), dst, table),
-        FusedOp::Binary { op, a, b } => binary_with(op, arg(a), arg(b), dst, table),
+        FusedOp::Unary { op, x } => unary_with(op, arg(x), dst, table, Threads::single()),
+        FusedOp::Binary { op, a, b } => binary_with(op, arg(a), arg(b), dst, table, Threads::single()),
         FusedOp::Where { cond, a, b } => where_(arg(cond), arg(a), arg(b), dst),
         FusedOp::Cast { x, .. } => cast(arg(x), dst),
         FusedOp::Clamp { min, max, x } => clamp(arg(x), min, max, dst),

@@ -5,13 +5,18 @@
 //! into MR-tall strips), then an MR×NR register-blocked microkernel over the
 //! packed strips. Packing makes the microkernel's loads unit-stride and
 //! zero-pads the edges, so it never needs tail handling; only the final store
-//! is clipped. The `jc`/`ic` loops are independent and are where threading
-//! would split the work.
+//! is clipped. Threads share out the tiles of each (column block, K slice):
+//! row blocks, and column groups when there are few rows (see [`drive`]).
+//! A constant B (a weight) can be packed once ([`PackedB`]) and reused by
+//! every call.
 
 use super::common::shape_err;
+use super::elementwise::unary_f32_fn;
 use crate::context::Context;
-use crate::table::KernelTable;
-use crate::types::{PackBuffers, Result};
+use crate::parallel::{SharedMut, Threads};
+use crate::table::{KernelTable, UnaryFn};
+use crate::types::{PackBuffers, Result, UnaryOp};
+use std::marker::PhantomData;
 
 /// Rows of C per generic microkernel tile. 4×8 accumulators fit the 16 SSE
 /// registers of baseline x86_64 (and NEON's 32) without spilling.
@@ -20,7 +25,7 @@ pub const MR: usize = 4;
 pub const NR: usize = 8;
 /// Depth of one packed slice: an MR×KC strip of A plus a KC×NR strip of B
 /// (~12 KiB) stay in L1 across the microkernel.
-const KC: usize = 256;
+pub(crate) const KC: usize = 256;
 /// Rows per packed A block (MC×KC f32 ≈ 64 KiB, L2-resident); rounded down
 /// to a multiple of the variant's MR.
 const MC: usize = 64;
@@ -33,7 +38,7 @@ pub(crate) enum Packing {
     /// A in MR-tall strips laid out k-major (`strip[p*MR + i]`), B in NR-wide
     /// strips laid out k-major (`strip[p*NR + j]`), the last strip of each
     /// zero-padded, so the microkernel has no edge cases. (Room for others:
-    /// pair-interleaved bf16, weights packed once at load.)
+    /// pair-interleaved bf16.)
     KMajorPanels,
 }
 
@@ -79,25 +84,135 @@ pub(crate) enum Bias<'a> {
     PerCol(&'a [f32]),
 }
 
-/// What the store step applies to each finished element after combining,
-/// as data (tract's `FusedSpec`); only on the last K slice. A bias today;
-/// activations, a residual add and requantisation belong here later.
-#[derive(Copy, Clone, Debug, Default)]
-pub(crate) struct Epilogue<'a> {
-    pub(crate) bias: Bias<'a>,
+/// An activation a fused epilogue applies after the bias. Each runs the
+/// same f32 code as the unfused unary kernel of the same table.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Relu,
+    Sigmoid,
+    Silu,
+    /// GELU with erf (torch's default).
+    Gelu,
+    /// GELU's tanh approximation.
+    GeluTanh,
 }
 
-impl Epilogue<'_> {
+impl Activation {
+    /// The unary op this activation computes.
+    pub fn op(self) -> UnaryOp {
+        match self {
+            Activation::Relu => UnaryOp::Relu,
+            Activation::Sigmoid => UnaryOp::Sigmoid,
+            Activation::Silu => UnaryOp::Silu,
+            Activation::Gelu => UnaryOp::Gelu,
+            Activation::GeluTanh => UnaryOp::GeluTanh,
+        }
+    }
+
+    /// The activation computing `op`, if `op` is one.
+    pub fn from_op(op: UnaryOp) -> Option<Activation> {
+        [Activation::Relu, Activation::Sigmoid, Activation::Silu, Activation::Gelu, Activation::GeluTanh]
+            .into_iter()
+            .find(|a| a.op() == op)
+    }
+}
+
+/// An activation resolved to the kernel table's f32 function.
+#[derive(Copy, Clone)]
+pub(crate) struct ActivationFn {
+    pub(crate) activation: Activation,
+    run: UnaryFn,
+}
+
+impl std::fmt::Debug for ActivationFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.activation.fmt(f)
+    }
+}
+
+impl ActivationFn {
+    pub(crate) fn new(table: &KernelTable, activation: Activation) -> ActivationFn {
+        // Every activation has an f32 form; the copy is never chosen.
+        fn copy(x: &[f32], out: &mut [f32]) {
+            out.copy_from_slice(&x[..out.len()]);
+        }
+        ActivationFn { activation, run: unary_f32_fn(table, activation.op()).unwrap_or(copy) }
+    }
+
+    /// Applies the activation to `row` in place (the table's functions read
+    /// and write separate slices, so through a small stack copy).
+    fn apply(&self, row: &mut [f32]) {
+        const CHUNK: usize = 64;
+        let mut tmp = [0f32; CHUNK];
+        for part in row.chunks_mut(CHUNK) {
+            let src = &mut tmp[..part.len()];
+            src.copy_from_slice(part);
+            (self.run)(src, part);
+        }
+    }
+}
+
+/// What the store step applies to each finished element after combining,
+/// as data (tract's `FusedSpec`), on the last K slice only, in this order:
+/// `v = scale·v`, `v += bias`, `v = activation(v)`, `v += residual`.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Epilogue<'a> {
+    pub(crate) scale: f32,
+    pub(crate) bias: Bias<'a>,
+    pub(crate) activation: Option<ActivationFn>,
+    /// A tensor shaped like C (`residual[i*ld + j]` for C's element (i, j)).
+    pub(crate) residual: Option<(&'a [f32], usize)>,
+}
+
+impl Default for Epilogue<'_> {
+    fn default() -> Self {
+        Epilogue { scale: 1.0, bias: Bias::None, activation: None, residual: None }
+    }
+}
+
+impl<'a> Epilogue<'a> {
+    /// Just a bias.
+    pub(crate) fn bias(bias: Bias<'a>) -> Epilogue<'a> {
+        Epilogue { bias, ..Epilogue::default() }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
-        matches!(self.bias, Bias::None)
+        self.scale == 1.0 && matches!(self.bias, Bias::None) && self.activation.is_none() && self.residual.is_none()
+    }
+
+    /// Applies the epilogue to a finished row of C: row `i`, columns
+    /// `col0..col0 + row.len()`.
+    fn apply(&self, row: &mut [f32], i: usize, col0: usize) {
+        if self.scale != 1.0 {
+            row.iter_mut().for_each(|c| *c *= self.scale);
+        }
+        match self.bias {
+            Bias::None => {}
+            Bias::PerRow(bias) => {
+                let b = bias[i];
+                row.iter_mut().for_each(|c| *c += b);
+            }
+            Bias::PerCol(bias) => {
+                let bias = &bias[col0..][..row.len()];
+                row.iter_mut().zip(bias).for_each(|(c, &b)| *c += b);
+            }
+        }
+        if let Some(act) = &self.activation {
+            act.apply(row);
+        }
+        if let Some((res, ld)) = self.residual {
+            let res = &res[i * ld + col0..][..row.len()];
+            row.iter_mut().zip(res).for_each(|(c, &r)| *c += r);
+        }
     }
 }
 
 /// Where one microkernel call's tile goes: the valid `rows×cols` corner
-/// (edges are partial) of C starting at (`row0`, `col0`).
+/// (edges are partial) of C starting at (`row0`, `col0`). Tiles of one GEMM
+/// are written by several threads at once, so C is reached through a raw
+/// pointer: each tile's rows are its own and never overlap another's.
 pub(crate) struct Tile<'a> {
-    /// C from the tile's first element on.
-    pub(crate) c: &'a mut [f32],
+    c: *mut f32,
     pub(crate) ldc: usize,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
@@ -105,38 +220,56 @@ pub(crate) struct Tile<'a> {
     pub(crate) col0: usize,
     pub(crate) combine: Combine,
     pub(crate) epilogue: Epilogue<'a>,
+    _c: PhantomData<&'a mut [f32]>,
 }
 
-impl Tile<'_> {
+impl<'a> Tile<'a> {
+    /// A tile whose element (i, j) is `c[i*ldc + j]`.
+    ///
+    /// # Safety
+    /// For `i < rows`, `c + i*ldc .. c + i*ldc + cols` must be valid for
+    /// reads and writes for `'a`, and touched by nothing else meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn new(
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        cols: usize,
+        row0: usize,
+        col0: usize,
+        combine: Combine,
+        epilogue: Epilogue<'a>,
+    ) -> Tile<'a> {
+        Tile { c, ldc, rows, cols, row0, col0, combine, epilogue, _c: PhantomData }
+    }
+
+    /// Row `i` of the tile: its `cols` elements of C.
+    pub(crate) fn row(&mut self, i: usize) -> &mut [f32] {
+        assert!(i < self.rows, "tile row {i} of {}", self.rows);
+        // SAFETY: the contract of `Tile::new`; `&mut self` keeps the row unique.
+        unsafe { std::slice::from_raw_parts_mut(self.c.add(i * self.ldc), self.cols) }
+    }
+
     /// The portable store step: combines the valid corner of `acc` (row-major
     /// with row stride `ld`) with C, then applies the epilogue.
     pub(crate) fn store(&mut self, acc: &[f32], ld: usize) {
+        let (combine, epilogue, row0, col0, cols) = (self.combine, self.epilogue, self.row0, self.col0, self.cols);
         for i in 0..self.rows {
-            let row = &mut self.c[i * self.ldc..][..self.cols];
-            let acc = &acc[i * ld..][..self.cols];
-            match self.combine {
+            let row = self.row(i);
+            let acc = &acc[i * ld..][..cols];
+            match combine {
                 Combine::Overwrite => row.copy_from_slice(acc),
                 Combine::Accumulate => row.iter_mut().zip(acc).for_each(|(c, &v)| *c += v),
                 Combine::Scale(b) => row.iter_mut().zip(acc).for_each(|(c, &v)| *c = b * *c + v),
             }
-            match self.epilogue.bias {
-                Bias::None => {}
-                Bias::PerRow(bias) => {
-                    let b = bias[self.row0 + i];
-                    row.iter_mut().for_each(|c| *c += b);
-                }
-                Bias::PerCol(bias) => {
-                    let bias = &bias[self.col0..][..self.cols];
-                    row.iter_mut().zip(bias).for_each(|(c, &b)| *c += b);
-                }
-            }
+            epilogue.apply(row, row0 + i, col0);
         }
     }
 }
 
 /// Where B's elements live: `b[p*ldb + j]`, or `b[j*ldb + p]` when transposed.
 #[derive(Copy, Clone)]
-struct BLayout {
+pub(crate) struct BLayout {
     ld: usize,
     transposed: bool,
 }
@@ -144,7 +277,7 @@ struct BLayout {
 /// C[m×n] = A[m×k] · B[k×n] + beta·C, all row-major with leading dimensions.
 /// `transposed_b` reads B as its transpose stored n×k (i.e. computes A·Bᵀ).
 /// `beta == 0` overwrites C without reading it (so stale NaNs cannot leak).
-/// Runs the microkernel of `cx`'s kernel table.
+/// Runs the microkernel of `cx`'s kernel table over `cx`'s threads.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_f32(
     m: usize,
@@ -165,6 +298,71 @@ pub fn gemm_f32(
     Ok(())
 }
 
+/// [`gemm_f32`] with B already packed ([`PackedB`]): C = A · B + beta·C.
+/// B's packing must be the one `cx`'s table runs ([`PackedB::fits`]).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_f32_prepacked(
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    c: &mut [f32],
+    ldc: usize,
+    beta: f32,
+    cx: &mut Context,
+) -> Result<()> {
+    gemm_prepacked_fused(cx.table, m, a, lda, b, c, ldc, beta, Epilogue::default(), &mut cx.scratch.pack)
+}
+
+/// C = A · B + beta·C then `epilogue`, with B packed; checks every operand.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_prepacked_fused(
+    table: &KernelTable,
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    c: &mut [f32],
+    ldc: usize,
+    beta: f32,
+    epilogue: Epilogue<'_>,
+    pack: &mut PackBuffers,
+) -> Result<()> {
+    let (n, k) = (b.n, b.k);
+    if !b.fits(table) {
+        return Err(shape_err(
+            "gemm",
+            format!("B was packed for `{}`, but this context runs `{}`", b.variant, table.gemm.variant),
+        ));
+    }
+    // B is checked at packing: give the checker a B that trivially fits.
+    check_operands(m, n, k, a.len(), lda, k * n, n, c.len(), ldc, false)?;
+    check_epilogue(&epilogue, m, n)?;
+    run_gemm(table, m, n, k, ASource::Strided { a, lda }, BSource::Packed(b), c, ldc, beta, epilogue, pack);
+    Ok(())
+}
+
+/// Checks that an epilogue's bias and residual cover an m×n C.
+fn check_epilogue(e: &Epilogue<'_>, m: usize, n: usize) -> Result<()> {
+    let bias_ok = match e.bias {
+        Bias::None => true,
+        Bias::PerRow(b) => b.len() >= m,
+        Bias::PerCol(b) => b.len() >= n,
+    };
+    let residual_ok = match e.residual {
+        None => true,
+        Some((r, ld)) => {
+            m == 0
+                || n == 0
+                || (ld >= n && (m - 1).checked_mul(ld).and_then(|v| v.checked_add(n)).is_some_and(|v| v <= r.len()))
+        }
+    };
+    if !bias_ok || !residual_ok {
+        return Err(shape_err("gemm", format!("bias or residual too small for a {m}x{n} result")));
+    }
+    Ok(())
+}
+
 /// Checks that every addressed element is inside its slice.
 #[allow(clippy::too_many_arguments)]
 fn check_operands(
@@ -179,23 +377,25 @@ fn check_operands(
     ldc: usize,
     tb: bool,
 ) -> Result<()> {
-    let need = |rows: usize, cols: usize, ld: usize| -> Option<usize> {
-        if rows == 0 || cols == 0 {
-            Some(0)
-        } else if ld < cols {
-            None
-        } else {
-            (rows - 1).checked_mul(ld)?.checked_add(cols)
-        }
-    };
     let (br, bc) = if tb { (n, k) } else { (k, n) };
-    let ok = need(m, k, lda).is_some_and(|v| v <= a)
-        && need(br, bc, ldb).is_some_and(|v| v <= b)
-        && need(m, n, ldc).is_some_and(|v| v <= c);
+    let ok = needed(m, k, lda).is_some_and(|v| v <= a)
+        && needed(br, bc, ldb).is_some_and(|v| v <= b)
+        && needed(m, n, ldc).is_some_and(|v| v <= c);
     if !ok {
         return Err(shape_err("gemm", format!("operands too small or leading dims too short for m={m} n={n} k={k}")));
     }
     Ok(())
+}
+
+/// Elements a `rows×cols` matrix with leading dimension `ld` spans.
+fn needed(rows: usize, cols: usize, ld: usize) -> Option<usize> {
+    if rows == 0 || cols == 0 {
+        Some(0)
+    } else if ld < cols {
+        None
+    } else {
+        (rows - 1).checked_mul(ld)?.checked_add(cols)
+    }
 }
 
 /// [`gemm_f32`] for callers that already validated the operands and hold the
@@ -239,9 +439,31 @@ pub(crate) fn gemm_f32_fused(
     epilogue: Epilogue<'_>,
     pack: &mut PackBuffers,
 ) {
+    let b = BSource::strided(b, ldb, transposed_b);
+    run_gemm(table, m, n, k, ASource::Strided { a, lda }, b, c, ldc, beta, epilogue, pack);
+}
+
+/// The shared body of every GEMM entry point (operands already checked).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_gemm(
+    table: &KernelTable,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: ASource<'_>,
+    b: BSource<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    beta: f32,
+    epilogue: Epilogue<'_>,
+    pack: &mut PackBuffers,
+) {
     if m == 0 || n == 0 {
         return;
     }
+    // Every tile stays inside C (callers checked; a bug here must not write
+    // out of bounds through the tiles' raw pointers).
+    assert!(needed(m, n, ldc).is_some_and(|v| v <= c.len()), "gemm: C too small");
     let combine = match beta {
         0.0 => Combine::Overwrite,
         1.0 => Combine::Accumulate,
@@ -250,34 +472,50 @@ pub(crate) fn gemm_f32_fused(
     if k == 0 {
         // Nothing to multiply: the store step over zero tiles does the rest.
         for i in 0..m {
-            let mut tile = Tile { c: &mut c[i * ldc..], ldc, rows: 1, cols: n, row0: i, col0: 0, combine, epilogue };
-            store_zero_row(&mut tile);
+            store_zero_row(&mut c[i * ldc..][..n], i, combine, epilogue);
         }
         return;
     }
-    let bl = BLayout { ld: ldb, transposed: transposed_b };
-    let problem = Problem { m, n, k, a, lda, b, bl, ldc, combine, epilogue };
+    let problem = Problem { m, n, k, a, b, ldc, combine, epilogue };
     drive(&table.gemm, &problem, c, pack);
 }
 
 /// One row of an empty-K product: C = beta·C (or 0), then the epilogue.
-fn store_zero_row(tile: &mut Tile<'_>) {
+fn store_zero_row(row: &mut [f32], i: usize, combine: Combine, epilogue: Epilogue<'_>) {
     const CHUNK: usize = 64;
     let zeros = [0f32; CHUNK];
-    let (n, col0) = (tile.cols, tile.col0);
+    let n = row.len();
     for j in (0..n).step_by(CHUNK) {
         let cols = CHUNK.min(n - j);
-        let mut part = Tile {
-            c: &mut tile.c[j..],
-            ldc: tile.ldc,
-            rows: 1,
-            cols,
-            row0: tile.row0,
-            col0: col0 + j,
-            combine: tile.combine,
-            epilogue: tile.epilogue,
-        };
-        part.store(&zeros, CHUNK);
+        let part = &mut row[j..j + cols];
+        // SAFETY: one row of `cols` elements of the exclusively borrowed `part`.
+        let mut tile = unsafe { Tile::new(part.as_mut_ptr(), cols, 1, cols, i, j, combine, epilogue) };
+        tile.store(&zeros, CHUNK);
+    }
+}
+
+/// Where a GEMM's A comes from.
+#[derive(Copy, Clone)]
+pub(crate) enum ASource<'a> {
+    /// A row-major matrix, packed block by block during the call.
+    Strided { a: &'a [f32], lda: usize },
+    /// Packed once beforehand.
+    Packed(&'a PackedA),
+}
+
+/// Where a GEMM's B comes from.
+#[derive(Copy, Clone)]
+pub(crate) enum BSource<'a> {
+    /// A strided matrix, packed slice by slice during the call.
+    Strided { b: &'a [f32], bl: BLayout },
+    /// Packed once beforehand.
+    Packed(&'a PackedB),
+}
+
+impl<'a> BSource<'a> {
+    /// `b[p*ldb + j]`, or `b[j*ldb + p]` when transposed.
+    pub(crate) fn strided(b: &'a [f32], ldb: usize, transposed: bool) -> BSource<'a> {
+        BSource::Strided { b, bl: BLayout { ld: ldb, transposed } }
     }
 }
 
@@ -286,59 +524,120 @@ struct Problem<'a> {
     m: usize,
     n: usize,
     k: usize,
-    a: &'a [f32],
-    lda: usize,
-    b: &'a [f32],
-    bl: BLayout,
+    a: ASource<'a>,
+    b: BSource<'a>,
     ldc: usize,
     combine: Combine,
     epilogue: Epilogue<'a>,
 }
 
-/// The blocked loop nest around one microkernel, at its tile shape.
+/// Below this many multiply-adds (~20 µs of one core's work) a GEMM, and a
+/// batch of matmuls or attention heads, runs on the calling thread: waking
+/// the pool costs more than it saves (a 64³ GEMM ran 2× slower on two
+/// threads of the loaded dev VM).
+pub(crate) const PARALLEL_MIN_FLOPS: usize = 1 << 21;
+
+/// The blocked loop nest around one microkernel, at its tile shape. For each
+/// (column block, K slice), B's slice is packed once (its strips in
+/// parallel) and the tiles are shared out as (row block, column group) work
+/// items: every element of C is computed by exactly one item, with the same
+/// instructions in the same order whatever the thread count.
 fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     // The one packing there is; another would choose its packers here.
     let Packing::KMajorPanels = ukr.packing;
     let (mr, nr) = (ukr.mr, ukr.nr);
     let (m, n, k) = (p.m, p.n, p.k);
-    let mc_block = (MC / mr).max(1) * mr;
-    let kc_max = KC.min(k);
-    let mc_max = mc_block.min(m.next_multiple_of(mr));
-    let nc_max = NC.min(n).next_multiple_of(nr);
-    let (apack, bpack) = pack.reserve(mc_max * kc_max, kc_max * nc_max);
-    for jc in (0..n).step_by(NC) {
-        let nc = NC.min(n - jc);
+    let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { pack.threads };
+    let (mc_block, nc_block) = blocks(ukr);
+    let (mut a_len, b_len) = pack_lengths(ukr, m, n, k, matches!(p.b, BSource::Packed(_)));
+    if matches!(p.a, ASource::Packed(_)) {
+        a_len = 0;
+    }
+    let (a_bufs, bpack, b_packs) = pack.reserve(threads.count(), a_len, b_len);
+    let out = SharedMut(c.as_mut_ptr());
+    let row_blocks = m.div_ceil(mc_block);
+    for jc in (0..n).step_by(nc_block) {
+        let nc = nc_block.min(n - jc);
+        let strips = nc.div_ceil(nr);
+        let groups = column_groups(row_blocks, strips, threads.count());
+        let per_group = strips.div_ceil(groups);
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
-            pack_b(nr, p.b, p.bl, pc, kc, jc, nc, bpack);
+            let bpanel: &[f32] = match p.b {
+                BSource::Strided { b, bl } => {
+                    let panel = &mut bpack[..strips * kc * nr];
+                    threads.for_each_chunk(panel, kc * nr, |s, strip| {
+                        let c0 = jc + s * nr;
+                        pack_b_strip(nr, b, bl, pc, kc, c0, nr.min(jc + nc - c0), strip);
+                    });
+                    *b_packs += 1;
+                    panel
+                }
+                BSource::Packed(packed) => packed.panel(pc, jc),
+            };
             // The first K slice applies beta, later ones accumulate; the
             // epilogue runs once a sum is complete, on the last slice.
             let combine = if pc == 0 { p.combine } else { Combine::Accumulate };
             let epilogue = if pc + kc == k { p.epilogue } else { Epilogue::default() };
-            for ic in (0..m).step_by(mc_block) {
+            threads.for_each(row_blocks * groups, |item| {
+                let (ic, group) = ((item / groups) * mc_block, item % groups);
                 let mc = mc_block.min(m - ic);
-                pack_a(mr, p.a, p.lda, ic, mc, pc, kc, apack);
-                for jr in (0..nc).step_by(nr) {
-                    let bstrip = &bpack[(jr / nr) * kc * nr..][..kc * nr];
+                let mut guard = None;
+                let apack: &[f32] = match p.a {
+                    ASource::Packed(packed) => packed.panel(pc, ic),
+                    ASource::Strided { a, lda } => {
+                        let buf = guard.insert(a_bufs[threads.index()].lock().unwrap_or_else(|e| e.into_inner()));
+                        let apack = &mut buf[..mc.div_ceil(mr) * mr * kc];
+                        pack_a(mr, a, lda, ic, mc, pc, kc, apack);
+                        apack
+                    }
+                };
+                for s in group * per_group..((group + 1) * per_group).min(strips) {
+                    let jr = s * nr;
+                    let bstrip = &bpanel[s * kc * nr..][..kc * nr];
                     for ir in (0..mc).step_by(mr) {
                         let astrip = &apack[(ir / mr) * kc * mr..][..kc * mr];
                         let (row0, col0) = (ic + ir, jc + jr);
-                        let mut tile = Tile {
-                            c: &mut c[row0 * p.ldc + col0..],
-                            ldc: p.ldc,
-                            rows: mr.min(mc - ir),
-                            cols: nr.min(nc - jr),
-                            row0,
-                            col0,
-                            combine,
-                            epilogue,
+                        let (rows, cols) = (mr.min(mc - ir), nr.min(nc - jr));
+                        // SAFETY: `run_gemm` checked that C holds every
+                        // (row0 + i) * ldc + col0 + j for i < rows, j < cols;
+                        // work items and their tiles partition C, so no other
+                        // thread touches these elements meanwhile.
+                        let mut tile = unsafe {
+                            let ptr = out.ptr().add(row0 * p.ldc + col0);
+                            Tile::new(ptr, p.ldc, rows, cols, row0, col0, combine, epilogue)
                         };
                         (ukr.run)(kc, astrip, bstrip, &mut tile);
                     }
                 }
-            }
+            });
         }
     }
+}
+
+/// The row and column block sizes at a microkernel's tile shape.
+fn blocks(ukr: &GemmUkr) -> (usize, usize) {
+    ((MC / ukr.mr).max(1) * ukr.mr, (NC / ukr.nr).max(1) * ukr.nr)
+}
+
+/// The A block and B slice lengths [`drive`] packs for an m×n×k product.
+pub(crate) fn pack_lengths(ukr: &GemmUkr, m: usize, n: usize, k: usize, b_prepacked: bool) -> (usize, usize) {
+    let (mc_block, nc_block) = blocks(ukr);
+    let kc_max = KC.min(k);
+    let a_len = mc_block.min(m.next_multiple_of(ukr.mr)) * kc_max;
+    let b_len = if b_prepacked { 0 } else { kc_max * nc_block.min(n.next_multiple_of(ukr.nr)) };
+    (a_len, b_len)
+}
+
+/// How many groups a column block's `strips` are cut into: one when the row
+/// blocks alone keep every thread busy, otherwise enough for about four
+/// items per thread (skinny GEMMs), but at least four strips a group so
+/// each item's A packing stays cheap next to its multiply.
+fn column_groups(row_blocks: usize, strips: usize, threads: usize) -> usize {
+    if threads == 1 || row_blocks >= 4 * threads {
+        return 1;
+    }
+    (4 * threads).div_ceil(row_blocks).min(strips.div_ceil(4)).max(1)
 }
 
 /// Packs rows `ic..ic+mc`, columns `pc..pc+kc` of A into `mr`-tall strips
@@ -363,35 +662,112 @@ fn pack_a(mr: usize, a: &[f32], lda: usize, ic: usize, mc: usize, pc: usize, kc:
     }
 }
 
-/// Packs B rows `pc..pc+kc`, columns `jc..jc+nc` into `nr`-wide strips laid
-/// out k-major (`strip[p*nr + j]`), zero-padding the last strip.
+/// Packs B rows `pc..pc+kc`, columns `c0..c0+cols` (`cols <= nr`) into one
+/// `nr`-wide strip laid out k-major (`strip[p*nr + j]`), zero-padded.
 #[allow(clippy::too_many_arguments)]
-fn pack_b(nr: usize, b: &[f32], bl: BLayout, pc: usize, kc: usize, jc: usize, nc: usize, out: &mut [f32]) {
-    for (s, strip) in out.chunks_exact_mut(kc * nr).take(nc.div_ceil(nr)).enumerate() {
-        let c0 = jc + s * nr;
-        let cols = nr.min(jc + nc - c0);
-        if bl.transposed {
-            // Bᵀ stored n×k: each output column is a contiguous row of b.
-            for j in 0..nr {
-                if j < cols {
-                    let col = &b[(c0 + j) * bl.ld + pc..][..kc];
-                    for (p, &v) in col.iter().enumerate() {
-                        strip[p * nr + j] = v;
-                    }
-                } else {
-                    for p in 0..kc {
-                        strip[p * nr + j] = 0.0;
-                    }
+fn pack_b_strip(nr: usize, b: &[f32], bl: BLayout, pc: usize, kc: usize, c0: usize, cols: usize, strip: &mut [f32]) {
+    if bl.transposed {
+        // Bᵀ stored n×k: each output column is a contiguous row of b.
+        for j in 0..nr {
+            if j < cols {
+                let col = &b[(c0 + j) * bl.ld + pc..][..kc];
+                for (p, &v) in col.iter().enumerate() {
+                    strip[p * nr + j] = v;
+                }
+            } else {
+                for p in 0..kc {
+                    strip[p * nr + j] = 0.0;
                 }
             }
-        } else {
-            for p in 0..kc {
-                let dst = &mut strip[p * nr..p * nr + nr];
-                let src = &b[(pc + p) * bl.ld + c0..][..cols];
-                dst[..cols].copy_from_slice(src);
-                dst[cols..].fill(0.0);
+        }
+    } else {
+        for p in 0..kc {
+            let dst = &mut strip[p * nr..p * nr + nr];
+            let src = &b[(pc + p) * bl.ld + c0..][..cols];
+            dst[..cols].copy_from_slice(src);
+            dst[cols..].fill(0.0);
+        }
+    }
+}
+
+/// 64 bytes of f32s: the unit a [`PackedB`] is allocated in, so that its
+/// strips start on cache-line boundaries.
+#[repr(C, align(64))]
+#[derive(Copy, Clone, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Line([f32; 16]);
+
+/// A B operand (typically a constant weight) packed once into the strips a
+/// kernel table's microkernel reads: for each KC-deep slice of K, every
+/// NR-wide strip of N, k-major and zero-padded, 64-byte aligned. A GEMM
+/// with a packed B does no B packing at all.
+#[derive(Clone)]
+pub struct PackedB {
+    k: usize,
+    n: usize,
+    nr: usize,
+    kc: usize,
+    variant: &'static str,
+    lines: Vec<Line>,
+}
+
+impl std::fmt::Debug for PackedB {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedB({}x{} for {})", self.k, self.n, self.variant)
+    }
+}
+
+impl PackedB {
+    /// Packs the k×n matrix B (`b[p*ldb + j]`, or `b[j*ldb + p]` when
+    /// `transposed`: a linear layer's `[N, K]` weight) for `table`'s
+    /// microkernel.
+    pub fn new(table: &KernelTable, k: usize, n: usize, b: &[f32], ldb: usize, transposed: bool) -> Result<PackedB> {
+        let (rows, cols) = if transposed { (n, k) } else { (k, n) };
+        if needed(rows, cols, ldb).is_none_or(|v| v > b.len()) {
+            return Err(shape_err("pack_b", format!("{} elements cannot hold a {k}x{n} B (ld {ldb})", b.len())));
+        }
+        let nr = table.gemm.nr;
+        let npad = n.next_multiple_of(nr);
+        let total = k.checked_mul(npad).ok_or_else(|| shape_err("pack_b", "B too large"))?;
+        let mut lines = vec![Line::default(); total.div_ceil(16)];
+        let data: &mut [f32] = bytemuck::cast_slice_mut(&mut lines);
+        let bl = BLayout { ld: ldb, transposed };
+        for pc in (0..k).step_by(KC) {
+            let kc = KC.min(k - pc);
+            let slice = &mut data[pc * npad..][..kc * npad];
+            for (s, strip) in slice.chunks_exact_mut(kc * nr).enumerate() {
+                let c0 = s * nr;
+                pack_b_strip(nr, b, bl, pc, kc, c0, nr.min(n - c0), strip);
             }
         }
+        Ok(PackedB { k, n, nr, kc: KC, variant: table.gemm.variant, lines })
+    }
+
+    /// B's rows (the GEMM's K).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// B's columns (the GEMM's N).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Bytes the packed copy takes.
+    pub fn bytes(&self) -> usize {
+        self.lines.len() * std::mem::size_of::<Line>()
+    }
+
+    /// Whether `table`'s microkernel reads this packing.
+    pub fn fits(&self, table: &KernelTable) -> bool {
+        self.variant == table.gemm.variant && self.nr == table.gemm.nr && self.kc == KC
+    }
+
+    /// The packed strips of K slice `pc..` from column `jc` (a multiple of
+    /// NR) on.
+    fn panel(&self, pc: usize, jc: usize) -> &[f32] {
+        let data: &[f32] = bytemuck::cast_slice(&self.lines);
+        let kc = self.kc.min(self.k - pc);
+        &data[pc * self.n.next_multiple_of(self.nr) + (jc / self.nr) * kc * self.nr..]
     }
 }
 
@@ -410,6 +786,69 @@ fn microkernel_generic(kc: usize, astrip: &[f32], bstrip: &[f32], tile: &mut Til
         }
     }
     tile.store(acc.as_flattened(), NR);
+}
+
+/// An A operand (a convolution's weight, `[M, K]` row-major) packed once
+/// into the MR-tall strips a kernel table's microkernel reads: for each
+/// KC-deep slice of K, every strip of M, k-major and zero-padded, 64-byte
+/// aligned.
+#[derive(Clone)]
+pub struct PackedA {
+    m: usize,
+    k: usize,
+    mr: usize,
+    kc: usize,
+    variant: &'static str,
+    lines: Vec<Line>,
+}
+
+impl std::fmt::Debug for PackedA {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedA({}x{} for {})", self.m, self.k, self.variant)
+    }
+}
+
+impl PackedA {
+    /// Packs the row-major m×k matrix A (leading dimension `lda`) for
+    /// `table`'s microkernel.
+    pub fn new(table: &KernelTable, m: usize, k: usize, a: &[f32], lda: usize) -> Result<PackedA> {
+        if needed(m, k, lda).is_none_or(|v| v > a.len()) {
+            return Err(shape_err("pack_a", format!("{} elements cannot hold a {m}x{k} A (ld {lda})", a.len())));
+        }
+        let mr = table.gemm.mr;
+        let mpad = m.next_multiple_of(mr);
+        let total = k.checked_mul(mpad).ok_or_else(|| shape_err("pack_a", "A too large"))?;
+        let mut lines = vec![Line::default(); total.div_ceil(16)];
+        let data: &mut [f32] = bytemuck::cast_slice_mut(&mut lines);
+        for pc in (0..k).step_by(KC) {
+            let kc = KC.min(k - pc);
+            pack_a(mr, a, lda, 0, m, pc, kc, &mut data[pc * mpad..][..kc * mpad]);
+        }
+        Ok(PackedA { m, k, mr, kc: KC, variant: table.gemm.variant, lines })
+    }
+
+    /// A's rows (the GEMM's M).
+    pub fn m(&self) -> usize {
+        self.m
+    }
+
+    /// A's columns (the GEMM's K).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Whether `table`'s microkernel reads this packing.
+    pub fn fits(&self, table: &KernelTable) -> bool {
+        self.variant == table.gemm.variant && self.mr == table.gemm.mr && self.kc == KC
+    }
+
+    /// The packed strips of K slice `pc..` from row `ic` (a multiple of MR)
+    /// on.
+    fn panel(&self, pc: usize, ic: usize) -> &[f32] {
+        let data: &[f32] = bytemuck::cast_slice(&self.lines);
+        let kc = self.kc.min(self.k - pc);
+        &data[pc * self.m.next_multiple_of(self.mr) + (ic / self.mr) * kc * self.mr..]
+    }
 }
 
 #[cfg(test)]
@@ -473,7 +912,7 @@ mod tests {
                             let c0 = if beta == 0.0 { vec![f32::NAN; m * n] } else { data(m * n, 3) };
                             let mut c = c0.clone();
                             let ldb = if tb { k } else { n };
-                            let epilogue = Epilogue { bias };
+                            let epilogue = Epilogue::bias(bias);
                             let mut pack = PackBuffers::default();
                             gemm_f32_fused(table, m, n, k, &a, k, &b, ldb, &mut c, n, tb, beta, epilogue, &mut pack);
                             let want = naive(m, n, k, &a, &b, tb, beta, &c0, bias);

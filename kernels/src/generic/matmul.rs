@@ -1,7 +1,10 @@
 //! torch.matmul and nn.functional.linear on top of the packed GEMM.
 
 use super::common::*;
-use super::gemm::{gemm_f32_fused, gemm_f32_packed, Bias, Epilogue};
+use super::gemm::{
+    gemm_f32_fused, gemm_f32_packed, gemm_prepacked_fused, Activation, ActivationFn, Bias, Epilogue, PackedB,
+    PARALLEL_MIN_FLOPS,
+};
 use super::math::Real;
 use super::vector;
 use crate::context::Context;
@@ -103,7 +106,7 @@ impl GemmFloat for f32 {
         c: &mut [f32],
         pack: &mut PackBuffers,
     ) {
-        let epilogue = Epilogue { bias: bias.map_or(Bias::None, Bias::PerCol) };
+        let epilogue = Epilogue::bias(bias.map_or(Bias::None, Bias::PerCol));
         gemm_f32_fused(table, m, n, k, a, k, b, k, c, n, true, 0.0, epilogue, pack);
     }
 
@@ -289,7 +292,7 @@ pub fn matmul(a: TensorRef, b: TensorRef, mut out: TensorMut, cx: &mut Context) 
             view(K, "a", &a)?,
             view(K, "b", &b)?,
             view_mut(K, "out", &mut out)?,
-            &mut scratch.pack,
+            scratch,
         ),
         DType::F64 => matmul_typed::<f64>(
             table,
@@ -300,7 +303,7 @@ pub fn matmul(a: TensorRef, b: TensorRef, mut out: TensorMut, cx: &mut Context) 
             view(K, "a", &a)?,
             view(K, "b", &b)?,
             view_mut(K, "out", &mut out)?,
-            &mut scratch.pack,
+            scratch,
         ),
         d => return Err(dtype_err(K, d)),
     }
@@ -317,18 +320,32 @@ fn matmul_typed<T: GemmFloat>(
     av: &[T],
     bv: &[T],
     ov: &mut [T],
-    pack: &mut PackBuffers,
+    scratch: &mut Scratch,
 ) {
+    let (pack, workers) = scratch.pack_and_workers();
     if it.count > 1 && it.is_broadcast(1) && it.is_dense(0, m * k) {
         // One shared B: fold the batch into M for a single, taller GEMM.
         T::gemm(table, it.count * m, n, k, av, k, bv, n, ov, n, false, T::ZERO, pack);
         return;
     }
-    for t in 0..it.count {
-        let (ao, bo) = (it.offset(0, t), it.offset(1, t));
-        let c = &mut ov[t * m * n..(t + 1) * m * n];
-        T::gemm(table, m, n, k, &av[ao..], k, &bv[bo..], n, c, n, false, T::ZERO, pack);
+    if m * n == 0 {
+        return;
     }
+    let one = |t: usize, c: &mut [T], pack: &mut PackBuffers| {
+        let (ao, bo) = (it.offset(0, t), it.offset(1, t));
+        T::gemm(table, m, n, k, &av[ao..], k, &bv[bo..], n, c, n, false, T::ZERO, pack);
+    };
+    let threads = pack.threads;
+    if threads.count() == 1 || it.count == 1 || it.count * m * n * k < PARALLEL_MIN_FLOPS {
+        ov.chunks_exact_mut(m * n).enumerate().for_each(|(t, c)| one(t, c, pack));
+        return;
+    }
+    // Whole batch entries per thread, each with its own panels.
+    let workers = workers.workers(threads.count(), |w| w.pack.reserve_gemm(table, m, n, k));
+    threads.for_each_chunk(ov, m * n, |t, c| {
+        let mut w = workers[threads.index()].lock().unwrap_or_else(|e| e.into_inner());
+        one(t, c, &mut w.pack);
+    });
 }
 
 /// `out = x · wᵀ + bias` with x `[.., K]`, w `[N, K]`, bias `[N]`, out `[.., N]`.
@@ -403,4 +420,96 @@ fn linear_typed<T: GemmFloat>(
 ) {
     let m = ov.len().checked_div(n).unwrap_or(0);
     T::gemm_bt_bias(table, m, n, k, xv, wv, bv, ov, pack);
+}
+
+/// What a fused linear applies to `x · wᵀ` while each output tile is hot,
+/// in this order: `v = scale·v`, `v += bias[j]`, `v = activation(v)`,
+/// `v += residual[i, j]` (the IR-level fusion pass lowers linear +
+/// activation / residual chains onto it). Each step computes exactly what
+/// the unfused kernel would (the activation runs the same table entry).
+#[derive(Copy, Clone, Debug)]
+pub struct LinearEpilogue<'a> {
+    pub scale: f32,
+    /// One per output feature (`[N]`).
+    pub bias: Option<&'a [f32]>,
+    pub activation: Option<Activation>,
+    /// Shaped like the output (`[.., N]`, contiguous).
+    pub residual: Option<&'a [f32]>,
+}
+
+impl Default for LinearEpilogue<'_> {
+    fn default() -> Self {
+        LinearEpilogue { scale: 1.0, bias: None, activation: None, residual: None }
+    }
+}
+
+/// [`linear`] with a weight packed once ([`PackedB::new`] with
+/// `transposed = true` on the `[N, K]` weight) and a fused epilogue; f32.
+pub fn linear_fused(
+    x: TensorRef,
+    w: &PackedB,
+    epilogue: &LinearEpilogue<'_>,
+    mut out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    const K: &str = "linear";
+    let (n, k) = (w.n(), w.k());
+    let m = check_rows_times_packed(K, &x, w, &out)?;
+    let (xv, ov) = (view::<f32>(K, "x", &x)?, view_mut::<f32>(K, "out", &mut out)?);
+    if epilogue.bias.is_some_and(|b| b.len() != n) || epilogue.residual.is_some_and(|r| r.len() != m * n) {
+        return Err(shape_err(K, format!("bias must hold {n} and residual {} elements", m * n)));
+    }
+    let fused = Epilogue {
+        scale: epilogue.scale,
+        bias: epilogue.bias.map_or(Bias::None, Bias::PerCol),
+        activation: epilogue.activation.map(|a| ActivationFn::new(cx.table, a)),
+        residual: epilogue.residual.map(|r| (r, n)),
+    };
+    gemm_prepacked_fused(cx.table, m, xv, k, w, ov, n, 0.0, fused, &mut cx.scratch.pack)
+}
+
+/// [`linear`] with a packed weight: `out = x · wᵀ + bias`.
+pub fn linear_packed(
+    x: TensorRef,
+    w: &PackedB,
+    bias: Option<TensorRef>,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    let bias = match &bias {
+        Some(b) => {
+            expect_dtype("linear", "bias", b.dtype, DType::F32)?;
+            Some(view::<f32>("linear", "bias", b)?)
+        }
+        None => None,
+    };
+    linear_fused(x, w, &LinearEpilogue { bias, ..LinearEpilogue::default() }, out, cx)
+}
+
+/// [`matmul`] of `a` `[.., M, K]` (or `[K]`) by a packed 2-D `B` `[K, N]`
+/// (the batch folds into M): `out` `[.., M, N]` (or `[N]`); f32.
+pub fn matmul_packed(a: TensorRef, b: &PackedB, mut out: TensorMut, cx: &mut Context) -> Result<()> {
+    const K: &str = "matmul";
+    let m = check_rows_times_packed(K, &a, b, &out)?;
+    let (av, ov) = (view::<f32>(K, "a", &a)?, view_mut::<f32>(K, "out", &mut out)?);
+    gemm_prepacked_fused(cx.table, m, av, b.k(), b, ov, b.n(), 0.0, Epilogue::default(), &mut cx.scratch.pack)
+}
+
+/// Checks `x` `[.., K]` against a packed `[K, N]` operand and `out` `[.., N]`
+/// (all f32); returns the rows (the product of x's leading dims).
+fn check_rows_times_packed(kernel: &'static str, x: &TensorRef, w: &PackedB, out: &TensorMut) -> Result<usize> {
+    expect_dtype(kernel, "x", x.dtype, DType::F32)?;
+    expect_dtype(kernel, "out", out.dtype, DType::F32)?;
+    let (n, k) = (w.n(), w.k());
+    let Some((&last, lead)) = x.shape.split_last() else {
+        return Err(shape_err(kernel, "x must have rank >= 1"));
+    };
+    let shape_ok = out.shape.split_last().is_some_and(|(&on, olead)| on == n && olead == lead);
+    if last != k || !shape_ok {
+        return Err(shape_err(
+            kernel,
+            format!("x {:?} and output {:?} do not fit a packed {k}x{n} operand", x.shape, out.shape),
+        ));
+    }
+    Ok(lead.iter().product())
 }

@@ -3,6 +3,7 @@
 use super::common::*;
 use super::math::Real;
 use crate::context::Context;
+use crate::parallel::Threads;
 use crate::table::KernelTable;
 use crate::types::{DType, Result, TensorMut, TensorRef};
 
@@ -82,9 +83,34 @@ pub fn layer_norm(
     eps: f64,
     out: TensorMut,
 ) -> Result<()> {
+    layer_norm_with(x, weight, bias, normalized_rank, eps, out, Threads::single())
+}
+
+/// [`layer_norm`] with its rows shared out over `cx`'s threads.
+pub fn layer_norm_cx(
+    x: TensorRef,
+    weight: Option<TensorRef>,
+    bias: Option<TensorRef>,
+    normalized_rank: usize,
+    eps: f64,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    layer_norm_with(x, weight, bias, normalized_rank, eps, out, cx.threads())
+}
+
+fn layer_norm_with(
+    x: TensorRef,
+    weight: Option<TensorRef>,
+    bias: Option<TensorRef>,
+    normalized_rank: usize,
+    eps: f64,
+    out: TensorMut,
+    threads: Threads,
+) -> Result<()> {
     match x.dtype {
-        DType::F32 => layer_norm_typed::<f32>(x, weight, bias, normalized_rank, eps, out),
-        DType::F64 => layer_norm_typed::<f64>(x, weight, bias, normalized_rank, eps, out),
+        DType::F32 => layer_norm_typed::<f32>(x, weight, bias, normalized_rank, eps, out, threads),
+        DType::F64 => layer_norm_typed::<f64>(x, weight, bias, normalized_rank, eps, out, threads),
         d => Err(dtype_err("layer_norm", d)),
     }
 }
@@ -96,6 +122,7 @@ fn layer_norm_typed<T: Real>(
     normalized_rank: usize,
     eps: f64,
     mut out: TensorMut,
+    threads: Threads,
 ) -> Result<()> {
     const K: &str = "layer_norm";
     expect_dtype(K, "out", out.dtype, T::DTYPE)?;
@@ -114,6 +141,11 @@ fn layer_norm_typed<T: Real>(
     if d == 0 {
         return Ok(());
     }
+    threads.for_each_rows(xv, ov, d, |xs, os| layer_norm_rows(xs, os, d, wv, bv, eps));
+    Ok(())
+}
+
+fn layer_norm_rows<T: Real>(xv: &[T], ov: &mut [T], d: usize, wv: Option<&[T]>, bv: Option<&[T]>, eps: f64) {
     for (xr, or) in xv.chunks_exact(d).zip(ov.chunks_exact_mut(d)) {
         let mean = xr.iter().map(|v| v.to_f64()).sum::<f64>() / d as f64;
         let var = xr.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / d as f64;
@@ -129,7 +161,6 @@ fn layer_norm_typed<T: Real>(
             *o = T::from_f64(y);
         }
     }
-    Ok(())
 }
 
 /// RMS normalisation over the last `normalized_rank` dims (torch's
@@ -190,15 +221,23 @@ fn rms_norm_typed<T: Real>(
 /// axis run the [`best`](crate::best) kernel table's max and exp-sum entries;
 /// [`softmax_cx`] takes the table from a context.
 pub fn softmax(x: TensorRef, axis: usize, log: bool, out: TensorMut) -> Result<()> {
-    softmax_with(x, axis, log, out, crate::table::best())
+    softmax_with(x, axis, log, out, crate::table::best(), Threads::single())
 }
 
-/// [`softmax`] calling through `cx`'s kernel table.
+/// [`softmax`] calling through `cx`'s kernel table, rows shared out over its
+/// threads.
 pub fn softmax_cx(x: TensorRef, axis: usize, log: bool, out: TensorMut, cx: &mut Context) -> Result<()> {
-    softmax_with(x, axis, log, out, cx.table)
+    softmax_with(x, axis, log, out, cx.table, cx.threads())
 }
 
-fn softmax_with(x: TensorRef, axis: usize, log: bool, mut out: TensorMut, table: &KernelTable) -> Result<()> {
+fn softmax_with(
+    x: TensorRef,
+    axis: usize,
+    log: bool,
+    mut out: TensorMut,
+    table: &KernelTable,
+    threads: Threads,
+) -> Result<()> {
     const K: &str = "softmax";
     expect_dtype(K, "out", out.dtype, x.dtype)?;
     if axis >= x.shape.len() || x.shape != out.shape {
@@ -207,9 +246,17 @@ fn softmax_with(x: TensorRef, axis: usize, log: bool, mut out: TensorMut, table:
     let n = x.shape[axis];
     let inner: usize = x.shape[axis + 1..].iter().product();
     match x.dtype {
-        DType::F32 if inner == 1 => softmax_rows_f32(view(K, "x", &x)?, view_mut(K, "out", &mut out)?, n, log, table),
-        DType::F32 => softmax_typed::<f32>(view(K, "x", &x)?, view_mut(K, "out", &mut out)?, n, inner, log),
-        DType::F64 => softmax_typed::<f64>(view(K, "x", &x)?, view_mut(K, "out", &mut out)?, n, inner, log),
+        DType::F32 if inner == 1 => {
+            threads.for_each_rows(view(K, "x", &x)?, view_mut(K, "out", &mut out)?, n, |x, o| {
+                softmax_rows_f32(x, o, n, log, table)
+            })
+        }
+        DType::F32 => threads.for_each_rows(view(K, "x", &x)?, view_mut(K, "out", &mut out)?, n * inner, |x, o| {
+            softmax_typed::<f32>(x, o, n, inner, log)
+        }),
+        DType::F64 => threads.for_each_rows(view(K, "x", &x)?, view_mut(K, "out", &mut out)?, n * inner, |x, o| {
+            softmax_typed::<f64>(x, o, n, inner, log)
+        }),
         d => return Err(dtype_err(K, d)),
     }
     Ok(())

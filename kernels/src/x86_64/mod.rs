@@ -2,11 +2,14 @@
 //! after run-time CPU feature detection (no `-C target-cpu` needed).
 
 pub(crate) mod avx2;
+#[cfg(kiln_avx512)]
+pub(crate) mod avx512;
 
 use crate::table::{Entry, Isa, KernelTable};
 
-/// Overrides the entries that have AVX2 + FMA versions, if this CPU has both
-/// (x86-64-v4 CPUs get the same entries: there are no AVX-512 kernels yet).
+/// Overrides the entries that have AVX2 + FMA versions, if this CPU has both;
+/// a v4 table (built only when the CPU has AVX-512) then takes the AVX-512
+/// GEMM microkernel, the rest staying AVX2.
 pub(crate) fn plug(table: &mut KernelTable) {
     if !Isa::X86_64V3.is_supported() {
         return;
@@ -26,4 +29,8 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.div = Entry::new(V, avx2::binary::div);
     table.max = Entry::new(V, avx2::math::max);
     table.exp_sum = Entry::new(V, avx2::math::exp_sum);
+    #[cfg(kiln_avx512)]
+    if table.isa == Isa::X86_64V4 && Isa::X86_64V4.is_supported() {
+        table.gemm = avx512::gemm::UKR;
+    }
 }

@@ -42,8 +42,7 @@ unsafe fn kernel_6x16(kc: usize, a: *const f32, b: *const f32, tile: &mut Tile<'
         Combine::Overwrite | Combine::Accumulate if direct => {
             let accumulate = tile.combine == Combine::Accumulate;
             for (i, ci) in c.iter().enumerate() {
-                let row = &mut tile.c[i * tile.ldc..][..NR];
-                let ptr = row.as_mut_ptr();
+                let ptr = tile.row(i).as_mut_ptr();
                 // SAFETY: `row` holds NR = 16 f32s: two unaligned 8-wide accesses.
                 let (mut v0, mut v1) = (ci[0], ci[1]);
                 if accumulate {

@@ -1,0 +1,319 @@
+//! Threads, packed weights and fused epilogues.
+//!
+//! - Every threaded kernel gives the same bytes at 1, 2, 3 and 4 threads, on
+//!   every kernel table this CPU runs (shapes big enough to take the parallel
+//!   paths, with edge tiles).
+//! - A GEMM on a `PackedB` gives the same bytes as one packing B itself, for
+//!   both B layouts, and packs nothing during the call.
+//! - `linear_fused`'s epilogue (scale, bias, activation, residual) equals the
+//!   unfused kernels run one after the other.
+
+mod common;
+
+use common::*;
+use kiln_kernels::{
+    self as k, Activation, BinaryOp, Context, DType, Isa, KernelTable, LinearEpilogue, PackedB, UnaryOp,
+};
+
+const THREADS: [usize; 4] = [1, 2, 3, 4];
+
+fn tables() -> Vec<&'static KernelTable> {
+    Isa::ALL
+        .into_iter()
+        .filter_map(|isa| {
+            let t = KernelTable::for_isa(isa);
+            if t.is_none() {
+                println!("note: skipping {isa}: not supported by this CPU or build");
+            }
+            t
+        })
+        .collect()
+}
+
+fn context(table: &'static KernelTable, threads: usize) -> Context {
+    Context::with_table(table).with_threads(threads)
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Runs `f` at every thread count and checks the outputs are identical.
+fn same_at_every_count(what: &str, table: &'static KernelTable, f: impl Fn(&mut Context) -> Vec<f32>) {
+    let mut first: Option<Vec<u32>> = None;
+    for t in THREADS {
+        let mut cx = context(table, t);
+        let out = bits(&f(&mut cx));
+        // And a second run on the same context (reused buffers).
+        assert_eq!(out, bits(&f(&mut cx)), "{what} on {}: rerun at {t} threads differs", table.isa());
+        match &first {
+            None => first = Some(out),
+            Some(want) => assert!(*want == out, "{what} on {}: {t} threads differ from 1", table.isa()),
+        }
+    }
+}
+
+#[test]
+fn gemm_is_bit_identical_at_every_thread_count() {
+    let mut r = rng(1);
+    for table in tables() {
+        for (m, n, k) in [(300, 200, 300), (8, 2048, 512), (1, 1000, 77), (130, 1030, 260), (17, 7, 1000)] {
+            let a = rand_f32(&mut r, m * k);
+            let b = rand_f32(&mut r, k * n);
+            for tb in [false, true] {
+                same_at_every_count(&format!("gemm {m}x{n}x{k} tb={tb}"), table, |cx| {
+                    let mut c = vec![f32::NAN; m * n];
+                    let ldb = if tb { k } else { n };
+                    k::gemm_f32(m, n, k, &a, k, &b, ldb, &mut c, n, tb, 0.0, cx).unwrap();
+                    c
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_b_matches_unpacked_bytes_and_packs_nothing() {
+    let mut r = rng(2);
+    for table in tables() {
+        for (m, n, k) in [(1, 1, 1), (7, 17, 33), (16, 2048, 512), (100, 1030, 300), (5, 9, 0)] {
+            let a = rand_f32(&mut r, m * k);
+            let b = rand_f32(&mut r, k * n);
+            for tb in [false, true] {
+                let ldb = if tb { k } else { n };
+                for t in [1, 3] {
+                    let mut cx = context(table, t);
+                    let mut want = vec![0f32; m * n];
+                    k::gemm_f32(m, n, k, &a, k, &b, ldb, &mut want, n, tb, 0.0, &mut cx).unwrap();
+                    let packed = PackedB::new(table, k, n, &b, ldb, tb).unwrap();
+                    assert!(packed.fits(table));
+                    let before = cx.b_packs();
+                    let mut got = vec![f32::NAN; m * n];
+                    k::gemm_f32_prepacked(m, &a, k, &packed, &mut got, n, 0.0, &mut cx).unwrap();
+                    assert_eq!(cx.b_packs(), before, "a packed GEMM packed B");
+                    let ctx = format!("{} {m}x{n}x{k} tb={tb} threads={t}", table.isa());
+                    assert!(bits(&want) == bits(&got), "packed differs from unpacked: {ctx}");
+                    if k > 0 && m * n > 0 {
+                        assert!(cx.b_packs() > 0, "the unpacked GEMM should have packed B: {ctx}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_b_refuses_bad_operands_and_other_tables() {
+    let table = k::best();
+    assert!(PackedB::new(table, 4, 4, &[0.0; 15], 4, false).is_err());
+    assert!(PackedB::new(table, 4, 4, &[0.0; 16], 3, false).is_err());
+    let packed = PackedB::new(table, 4, 4, &[1.0; 16], 4, false).unwrap();
+    let mut cx = Context::with_table(table);
+    let mut c = [0f32; 8];
+    // A too short, C too short.
+    assert!(k::gemm_f32_prepacked(2, &[1.0; 7], 4, &packed, &mut c, 4, 0.0, &mut cx).is_err());
+    assert!(k::gemm_f32_prepacked(3, &[1.0; 12], 4, &packed, &mut c, 4, 0.0, &mut cx).is_err());
+    k::gemm_f32_prepacked(2, &[1.0; 8], 4, &packed, &mut c, 4, 0.0, &mut cx).unwrap();
+    assert_eq!(c, [4.0; 8]);
+    for other in tables() {
+        if other.entries()[0].1 != table.entries()[0].1 {
+            let mut cx = Context::with_table(other);
+            let err = k::gemm_f32_prepacked(2, &[1.0; 8], 4, &packed, &mut c, 4, 0.0, &mut cx);
+            assert!(err.is_err(), "a packing for another microkernel must be refused");
+        }
+    }
+}
+
+#[test]
+fn fused_linear_equals_the_unfused_kernels() {
+    let mut r = rng(3);
+    let activations =
+        [None, Some(Activation::Relu), Some(Activation::Silu), Some(Activation::Gelu), Some(Activation::GeluTanh)];
+    let activations = activations.into_iter().chain([Some(Activation::Sigmoid)]);
+    for act in activations {
+        for table in tables() {
+            for (m, n, kk) in [(1, 7, 5), (8, 300, 64), (37, 33, 270)] {
+                let x = rand_f32(&mut r, m * kk);
+                let w = rand_f32(&mut r, n * kk);
+                let bias = rand_f32(&mut r, n);
+                let residual = rand_f32(&mut r, m * n);
+                let scale = 0.75f32;
+                let mut cx = context(table, 2);
+                // Unfused: linear (no bias), scale, bias, activation, residual.
+                let xs = f32s(&[m, kk], &x);
+                let ws = f32s(&[n, kk], &w);
+                let mut y = Buf::zeros(DType::F32, &[m, n]);
+                k::linear(xs.r(), ws.r(), None, y.w(), &mut cx).unwrap();
+                let mut v = y.get::<f32>();
+                v.iter_mut().for_each(|e| *e *= scale);
+                let with_bias = f32s(&[m, n], &v);
+                let mut out = Buf::zeros(DType::F32, &[m, n]);
+                k::binary_cx(BinaryOp::Add, with_bias.r(), f32s(&[n], &bias).r(), out.w(), &mut cx).unwrap();
+                if let Some(a) = act {
+                    let before = f32s(&[m, n], &out.get::<f32>());
+                    k::unary_cx(a.op(), before.r(), out.w(), &mut cx).unwrap();
+                }
+                let before = f32s(&[m, n], &out.get::<f32>());
+                k::binary_cx(BinaryOp::Add, before.r(), f32s(&[m, n], &residual).r(), out.w(), &mut cx).unwrap();
+                let want = out.get::<f32>();
+
+                let packed = PackedB::new(table, kk, n, &w, kk, true).unwrap();
+                let epilogue = LinearEpilogue { scale, bias: Some(&bias), activation: act, residual: Some(&residual) };
+                let mut fused = Buf::zeros(DType::F32, &[m, n]);
+                k::linear_fused(xs.r(), &packed, &epilogue, fused.w(), &mut cx).unwrap();
+                let got = fused.get::<f32>();
+                // The same operations in the same order; the vector math of
+                // an activation may take its scalar tail on different
+                // elements, so those may differ by a few ulp.
+                let ctx = format!("{act:?} on {} {m}x{n}x{kk}", table.isa());
+                assert_close(&to64(&got), &to64(&want), 1e-6, 1e-6, &ctx);
+                if matches!(act, None | Some(Activation::Relu)) {
+                    assert!(bits(&got) == bits(&want), "exact epilogue differs: {ctx}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_linear_checks_its_operands() {
+    let table = k::best();
+    let packed = PackedB::new(table, 3, 2, &[1.0; 6], 3, true).unwrap();
+    let mut cx = Context::with_table(table);
+    let x = f32s(&[4, 3], &[1.0; 12]);
+    let mut out = Buf::zeros(DType::F32, &[4, 2]);
+    let bad_bias = LinearEpilogue { bias: Some(&[1.0; 3]), ..LinearEpilogue::default() };
+    assert!(k::linear_fused(x.r(), &packed, &bad_bias, out.w(), &mut cx).is_err());
+    let bad_res = LinearEpilogue { residual: Some(&[1.0; 7]), ..LinearEpilogue::default() };
+    assert!(k::linear_fused(x.r(), &packed, &bad_res, out.w(), &mut cx).is_err());
+    let mut wrong = Buf::zeros(DType::F32, &[4, 3]);
+    assert!(k::linear_fused(x.r(), &packed, &LinearEpilogue::default(), wrong.w(), &mut cx).is_err());
+    let ok = LinearEpilogue { activation: Some(Activation::Relu), scale: -1.0, ..LinearEpilogue::default() };
+    k::linear_fused(x.r(), &packed, &ok, out.w(), &mut cx).unwrap();
+    assert_eq!(out.get::<f32>(), vec![0.0; 8]);
+    assert_eq!(Activation::from_op(UnaryOp::Silu), Some(Activation::Silu));
+    assert_eq!(Activation::from_op(UnaryOp::Exp), None);
+}
+
+#[test]
+fn row_and_elementwise_kernels_are_bit_identical_at_every_thread_count() {
+    let mut r = rng(4);
+    let (rows, cols) = (300, 517);
+    let x = rand_f32(&mut r, rows * cols);
+    let y = rand_f32(&mut r, rows * cols);
+    let row = rand_f32(&mut r, cols);
+    let gamma = rand_f32(&mut r, cols);
+    for table in tables() {
+        for op in [UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Silu, UnaryOp::Gelu] {
+            same_at_every_count(&format!("unary {op:?}"), table, |cx| {
+                let mut out = Buf::zeros(DType::F32, &[rows, cols]);
+                k::unary_cx(op, f32s(&[rows, cols], &x).r(), out.w(), cx).unwrap();
+                out.get()
+            });
+        }
+        for (op, bshape, b) in [
+            (BinaryOp::Add, vec![rows, cols], &y),
+            (BinaryOp::Mul, vec![cols], &row),
+            (BinaryOp::Pow, vec![1, rows, cols], &y),
+        ] {
+            same_at_every_count(&format!("binary {op:?}"), table, |cx| {
+                let mut out = Buf::zeros(DType::F32, &[1, rows, cols]);
+                let a = f32s(&[1, rows, cols], &x);
+                k::binary_cx(op, a.r(), f32s(&bshape, b).r(), out.w(), cx).unwrap();
+                out.get()
+            });
+        }
+        same_at_every_count("softmax", table, |cx| {
+            let mut out = Buf::zeros(DType::F32, &[rows, cols]);
+            k::softmax_cx(f32s(&[rows, cols], &x).r(), 1, false, out.w(), cx).unwrap();
+            out.get()
+        });
+        same_at_every_count("softmax axis 0", table, |cx| {
+            let mut out = Buf::zeros(DType::F32, &[rows, cols]);
+            k::softmax_cx(f32s(&[rows, cols], &x).r(), 0, true, out.w(), cx).unwrap();
+            out.get()
+        });
+        same_at_every_count("layer_norm", table, |cx| {
+            let mut out = Buf::zeros(DType::F32, &[rows, cols]);
+            let g = f32s(&[cols], &gamma);
+            k::layer_norm_cx(f32s(&[rows, cols], &x).r(), Some(g.r()), None, 1, 1e-5, out.w(), cx).unwrap();
+            out.get()
+        });
+    }
+}
+
+#[test]
+fn batched_kernels_are_bit_identical_at_every_thread_count() {
+    let mut r = rng(5);
+    let (b, h, l, s, e) = (2, 4, 64, 97, 48);
+    let q = rand_f32(&mut r, b * h * l * e);
+    let kk = rand_f32(&mut r, b * h * s * e);
+    let v = rand_f32(&mut r, b * h * s * e);
+    let img = rand_f32(&mut r, 2 * 8 * 64 * 64);
+    let wconv = rand_f32(&mut r, 16 * 8 * 9);
+    let wdw = rand_f32(&mut r, 8 * 9);
+    for table in tables() {
+        same_at_every_count("attention", table, |cx| {
+            let mut out = Buf::zeros(DType::F32, &[b, h, l, e]);
+            let (qs, ks, vs) = (f32s(&[b, h, l, e], &q), f32s(&[b, h, s, e], &kk), f32s(&[b, h, s, e], &v));
+            k::attention(qs.r(), ks.r(), vs.r(), None, true, None, out.w(), cx).unwrap();
+            out.get()
+        });
+        same_at_every_count("batched matmul", table, |cx| {
+            let mut out = Buf::zeros(DType::F32, &[b, h, l, s]);
+            let (qs, ks) = (f32s(&[b, h, l, e], &q), f32s(&[b, h, e, s], &kk));
+            k::matmul(qs.r(), ks.r(), out.w(), cx).unwrap();
+            out.get()
+        });
+        for (w, cout, groups) in [(&wconv, 16, 1), (&wdw, 8, 8)] {
+            let cin_g = 8 / groups;
+            same_at_every_count(&format!("conv groups={groups}"), table, |cx| {
+                let mut out = Buf::zeros(DType::F32, &[2, cout, 64, 64]);
+                let params = k::ConvParams { stride: &[1, 1], padding: &[1, 1], dilation: &[1, 1], groups };
+                let (x, ws) = (f32s(&[2, 8, 64, 64], &img), f32s(&[cout, cin_g, 3, 3], w));
+                k::conv(x.r(), ws.r(), None, &params, out.w(), cx).unwrap();
+                out.get()
+            });
+        }
+    }
+}
+
+#[test]
+fn packed_conv_weights_match_unpacked_bytes() {
+    let mut r = rng(6);
+    for table in tables() {
+        // (x, w, groups, stride, pad): plain, grouped, pointwise, deep K (> KC).
+        for (xs, ws, groups, stride, pad) in [
+            ([2, 8, 17, 19], [16, 8, 3, 3], 1, 1, 1),
+            ([1, 8, 12, 12], [12, 2, 3, 3], 4, 2, 0),
+            ([1, 32, 9, 9], [20, 32, 1, 1], 1, 1, 0),
+            ([1, 40, 10, 10], [7, 40, 3, 3], 1, 1, 1),
+        ] {
+            let x = rand_f32(&mut r, xs.iter().product());
+            let w = rand_f32(&mut r, ws.iter().product());
+            let bias = rand_f32(&mut r, ws[0]);
+            let oh = (xs[2] + 2 * pad - ws[2]) / stride + 1;
+            let ow = (xs[3] + 2 * pad - ws[3]) / stride + 1;
+            let os = [xs[0], ws[0], oh, ow];
+            let params = k::ConvParams { stride: &[stride; 2], padding: &[pad; 2], dilation: &[1, 1], groups };
+            let (xb, wb, bb) = (f32s(&xs, &x), f32s(&ws, &w), f32s(&[ws[0]], &bias));
+            for t in [1, 2] {
+                let mut cx = context(table, t);
+                let mut want = Buf::zeros(DType::F32, &os);
+                k::conv(xb.r(), wb.r(), Some(bb.r()), &params, want.w(), &mut cx).unwrap();
+                let packed = k::PackedConv::new(table, wb.r(), groups).unwrap();
+                let mut got = Buf::zeros(DType::F32, &os);
+                k::conv_packed(xb.r(), wb.r(), &packed, Some(bb.r()), &params, got.w(), &mut cx).unwrap();
+                let ctx = format!("{} conv {xs:?} * {ws:?} groups={groups} threads={t}", table.isa());
+                assert!(bits(&want.get::<f32>()) == bits(&got.get::<f32>()), "packed conv differs: {ctx}");
+            }
+            // A packing of another weight is refused.
+            let other_shape = [ws[0], ws[1], ws[2], ws[3] + 1];
+            let other_w = f32s(&other_shape, &rand_f32(&mut r, other_shape.iter().product()));
+            let other = k::PackedConv::new(table, other_w.r(), groups).unwrap();
+            let mut out = Buf::zeros(DType::F32, &os);
+            let mut cx = context(table, 1);
+            assert!(k::conv_packed(xb.r(), wb.r(), &other, None, &params, out.w(), &mut cx).is_err());
+        }
+    }
+}
