@@ -40,6 +40,8 @@
 //! a math function stays within a few ulp of the generic one (the bounds are
 //! in `tests/variants.rs`); exact operations (add, max, ...) are bit-identical.
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 mod context;
 mod generic;
 mod table;
