@@ -7,7 +7,7 @@
 //! [`Scratch`], which grows only when a larger shape than ever before is seen.
 //!
 //! Layout follows tract-linalg: `generic` is the portable implementation and the
-//! test oracle; ISA-specific variants (`x86_64/avx2`) sit beside it, are chosen at
+//! test oracle; ISA-specific variants (`x86_64/avx2`, `aarch64`) sit beside it, are chosen at
 //! run time after CPU detection, and are tested against it
 //! (`tests/variants.rs`). The public functions re-exported here are the
 //! dispatch points.
@@ -21,10 +21,11 @@
 //! epilogue — a bias per row or column today), f32 exp / sigmoid / silu / tanh
 //! / erf / gelu / gelu_tanh and add / sub / mul / div over slices, and softmax's row max and
 //! exp-and-sum. `generic::table()` fills every entry with the portable code;
-//! `x86_64::plug` overrides them with AVX2 + FMA versions. CPU features are
-//! detected once per process ([`Isa::detect`]: generic, x86-64-v3, or v4 —
-//! AVX-512 is detected and reported, but a v4 table runs the v3 kernels for
-//! now; there are no aarch64 variants yet) and each table is built once into
+//! `x86_64::plug` overrides them with AVX2 + FMA versions, `aarch64::plug`
+//! with NEON ones. CPU features are detected once per process
+//! ([`Isa::detect`]: generic, x86-64-v3, or v4 — AVX-512 is detected and
+//! reported, but a v4 table runs the v3 kernels for now — or aarch64-neon,
+//! baseline on every aarch64 CPU) and each table is built once into
 //! a static: [`best`] for this CPU, [`KernelTable::generic_only`] as the
 //! oracle, [`KernelTable::for_isa`] for any level the CPU supports.
 //!
