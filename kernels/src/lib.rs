@@ -41,7 +41,8 @@
 //! a math function stays within a few ulp of the generic one (the bounds are
 //! in `tests/variants.rs`); exact operations (add, max, ...) are bit-identical.
 
-#[cfg(target_arch = "aarch64")]
+// NEON is baseline on aarch64 Linux/macOS targets; softfloat targets lack it.
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod aarch64;
 mod context;
 mod generic;

@@ -104,13 +104,13 @@ fn detect_uncached() -> Isa {
     }
 }
 
-#[cfg(target_arch = "aarch64")]
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 fn detect_uncached() -> Isa {
     // NEON is part of the aarch64 base ISA: no run-time check needed.
     Isa::Aarch64Neon
 }
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))))]
 fn detect_uncached() -> Isa {
     Isa::Generic
 }
@@ -303,9 +303,9 @@ fn built(isa: Isa) -> &'static KernelTable {
         table.isa = isa;
         match isa {
             Isa::Generic => {}
-            #[cfg(target_arch = "aarch64")]
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
             Isa::Aarch64Neon => crate::aarch64::plug(&mut table),
-            #[cfg(not(target_arch = "aarch64"))]
+            #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
             Isa::Aarch64Neon => {}
             // v4 has no kernels of its own yet: it runs the v3 entries.
             #[cfg(target_arch = "x86_64")]
