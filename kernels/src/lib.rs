@@ -7,7 +7,7 @@
 //! [`Scratch`], which grows only when a larger shape than ever before is seen.
 //!
 //! Layout follows tract-linalg: `generic` is the portable implementation and the
-//! test oracle; ISA-specific variants (`x86_64/avx2`) sit beside it, are chosen at
+//! test oracle; ISA-specific variants (`x86_64/avx2`, `aarch64`) sit beside it, are chosen at
 //! run time after CPU detection, and are tested against it
 //! (`tests/variants.rs`). The public functions re-exported here are the
 //! dispatch points.
@@ -22,9 +22,9 @@
 //! / erf / gelu / gelu_tanh and add / sub / mul / div over slices, and softmax's row max and
 //! exp-and-sum. `generic::table()` fills every entry with the portable code;
 //! `x86_64::plug` overrides them with AVX2 + FMA versions, and a v4 table
-//! takes the AVX-512F GEMM microkernel. CPU features are detected once per
-//! process ([`Isa::detect`]: generic, x86-64-v3, or v4; there are no aarch64
-//! variants yet) and each table is built once into a static: [`best`] for
+//! takes the AVX-512F GEMM microkernel; `aarch64::plug` with NEON ones. CPU
+//! features are detected once per process ([`Isa::detect`]: generic,
+//! x86-64-v3, v4, or aarch64-neon, baseline on every aarch64 CPU) and each table is built once into a static: [`best`] for
 //! this CPU, [`KernelTable::generic_only`] as the oracle,
 //! [`KernelTable::for_isa`] for any level the CPU supports.
 //!
@@ -55,6 +55,9 @@
 //! a math function stays within a few ulp of the generic one (the bounds are
 //! in `tests/variants.rs`); exact operations (add, max, ...) are bit-identical.
 
+// NEON is baseline on aarch64 Linux/macOS targets; softfloat targets lack it.
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod aarch64;
 mod context;
 mod generic;
 mod parallel;

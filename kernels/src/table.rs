@@ -2,7 +2,7 @@
 //! variants, chosen once per process (tract-linalg's `Ops` / `best()`).
 //!
 //! [`crate::generic::table`] fills every entry with the portable code; an ISA
-//! plug-in (`x86_64::plug`) then overrides the entries it has faster versions
+//! plug-in (`x86_64::plug`, `aarch64::plug`) then overrides the entries it has faster versions
 //! of. Each table lives in a static, built on first use; [`best`] is the one
 //! for the detected CPU, [`KernelTable::generic_only`] the oracle, and
 //! [`KernelTable::for_isa`] any level this CPU can run (for tests and
@@ -38,7 +38,8 @@ pub enum Isa {
     /// microkernel (when the compiler has stable AVX-512 support), the v3
     /// entries elsewhere.
     X86_64V4,
-    /// Armv8 NEON. Not built yet: no aarch64 toolchain to test it with.
+    /// Armv8 NEON, baseline on aarch64: the level every aarch64 build
+    /// detects (tested under qemu in CI).
     Aarch64Neon,
 }
 
@@ -104,7 +105,13 @@ fn detect_uncached() -> Isa {
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+fn detect_uncached() -> Isa {
+    // NEON is part of the aarch64 base ISA: no run-time check needed.
+    Isa::Aarch64Neon
+}
+
+#[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))))]
 fn detect_uncached() -> Isa {
     Isa::Generic
 }
@@ -296,7 +303,11 @@ fn built(isa: Isa) -> &'static KernelTable {
         let mut table = crate::generic::table();
         table.isa = isa;
         match isa {
-            Isa::Generic | Isa::Aarch64Neon => {}
+            Isa::Generic => {}
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            Isa::Aarch64Neon => crate::aarch64::plug(&mut table),
+            #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
+            Isa::Aarch64Neon => {}
             // v4 = the v3 entries, then its own (see `x86_64::plug`).
             #[cfg(target_arch = "x86_64")]
             Isa::X86_64V3 | Isa::X86_64V4 => crate::x86_64::plug(&mut table),

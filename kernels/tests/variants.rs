@@ -316,9 +316,10 @@ fn gemm_shapes() -> Vec<(usize, usize, usize)> {
             }
         }
     }
-    // Exact tiles of both microkernels, K past the 256-deep slice, N past
+    // Exact tiles of the microkernels (4×8, 6×16, 8×12), K past the 256-deep slice, N past
     // the 1024-wide block, and k = 0.
     shapes.extend([(6, 16, 5), (12, 32, 3), (4, 8, 9), (24, 48, 2), (33, 33, 300), (9, 1030, 3), (5, 9, 0)]);
+    shapes.extend([(8, 12, 5), (16, 24, 3)]);
     shapes
 }
 
@@ -498,6 +499,13 @@ fn detection_picks_the_best_supported_table() {
         if v3 {
             assert_eq!(KernelTable::for_isa(Isa::X86_64V3).unwrap().gemm_tile(), (6, 16));
         }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // NEON is baseline: every aarch64 build runs the NEON table.
+        assert_eq!(isa, Isa::Aarch64Neon);
+        assert!(!Isa::X86_64V3.is_supported() && !Isa::X86_64V4.is_supported());
+        assert_eq!(KernelTable::for_isa(Isa::Aarch64Neon).unwrap().gemm_tile(), (8, 12));
     }
     assert_eq!(generic().gemm_tile(), (4, 8));
     println!("detected {isa}: {:?}", kiln_kernels::best());

@@ -1,0 +1,28 @@
+//! aarch64 kernel variants (Armv8 NEON). NEON is part of the aarch64 base
+//! ISA (every aarch64 Rust target enables it), so these need no run-time
+//! detection: [`plug`] installs them whenever the table is the NEON one.
+
+pub(crate) mod binary;
+pub(crate) mod gemm;
+pub(crate) mod math;
+
+use crate::table::{Entry, KernelTable};
+
+/// Overrides every entry with its NEON version.
+pub(crate) fn plug(table: &mut KernelTable) {
+    const V: &str = "neon";
+    table.gemm = gemm::UKR;
+    table.exp = Entry::new(V, math::exp);
+    table.sigmoid = Entry::new(V, math::sigmoid);
+    table.silu = Entry::new(V, math::silu);
+    table.tanh = Entry::new(V, math::tanh);
+    table.erf = Entry::new(V, math::erf);
+    table.gelu = Entry::new(V, math::gelu);
+    table.gelu_tanh = Entry::new(V, math::gelu_tanh);
+    table.add = Entry::new(V, binary::add);
+    table.sub = Entry::new(V, binary::sub);
+    table.mul = Entry::new(V, binary::mul);
+    table.div = Entry::new(V, binary::div);
+    table.max = Entry::new(V, math::max);
+    table.exp_sum = Entry::new(V, math::exp_sum);
+}
