@@ -42,6 +42,9 @@ mod tests {
     #[test]
     fn program_is_shareable_and_sessions_movable() {
         assert_send_sync::<Program>();
+        // Embedders call into a program from behind `catch_unwind`.
+        fn assert_unwind_safe<T: std::panic::RefUnwindSafe>() {}
+        assert_unwind_safe::<Program>();
         fn assert_send<T: Send>() {}
         assert_send::<Session>();
     }

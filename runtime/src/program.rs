@@ -25,7 +25,8 @@ enum Backing {
     /// Caller memory that outlives the program: `include_bytes!`, a firmware image.
     Static(&'static [u8]),
     /// Caller memory kept alive by the program (an `Arc<[u8]>`, a foreign buffer).
-    Shared(Box<dyn AsRef<[u8]> + Send + Sync>),
+    // RefUnwindSafe keeps `Program` usable across `catch_unwind` (as before owners existed).
+    Shared(Box<dyn AsRef<[u8]> + Send + Sync + std::panic::RefUnwindSafe>),
 }
 
 impl Backing {
@@ -90,7 +91,9 @@ impl Program {
     /// itself: `owner` (an `Arc<[u8]>`, a buffer handed over by a host
     /// application) is stored in the program and dropped with it. Its bytes
     /// must not change meanwhile and must start 64-byte aligned.
-    pub fn from_owner(owner: impl AsRef<[u8]> + Send + Sync + 'static) -> Result<Arc<Program>> {
+    pub fn from_owner(
+        owner: impl AsRef<[u8]> + Send + Sync + std::panic::RefUnwindSafe + 'static,
+    ) -> Result<Arc<Program>> {
         Program::from_backing(Backing::Shared(Box::new(owner)))
     }
 
