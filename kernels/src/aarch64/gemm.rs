@@ -55,7 +55,7 @@ unsafe fn kernel_8x12(kc: usize, a: *const f32, b: *const f32, tile: &mut Tile<'
         Combine::Overwrite | Combine::Accumulate if direct => {
             let accumulate = tile.combine == Combine::Accumulate;
             for (i, ci) in c.iter().enumerate() {
-                let row = &mut tile.c[i * tile.ldc..][..NR];
+                let row = tile.row(i);
                 let ptr = row.as_mut_ptr();
                 for (v, &acc) in ci.iter().enumerate() {
                     // SAFETY: `row` holds NR = 12 f32s: three 4-wide accesses.
