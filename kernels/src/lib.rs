@@ -61,6 +61,7 @@ mod aarch64;
 mod context;
 mod generic;
 mod parallel;
+pub mod quant;
 mod table;
 mod types;
 #[cfg(target_arch = "x86_64")]

@@ -1,0 +1,253 @@
+//! Quantized linear layers: int8 or int4 weights, float or dynamically
+//! quantized int8 activations.
+//!
+//! This module is the contract between the compiler's quantization (which
+//! writes [`QWeights`] into the artifact) and the integer kernels (which
+//! read them): the storage layout of the weights, how they are packed once
+//! at load ([`PackedQWeights`]), and the arithmetic of [`qlinear`], which
+//! every ISA variant must reproduce.
+//!
+//! # Weight storage (what the artifact holds)
+//! A linear layer's weight `[n, k]`, row-major (one row per output feature):
+//! - [`QBits::I8`]: one `i8` per byte;
+//! - [`QBits::I4`]: two signed 4-bit values per byte (`[-8, 7]`, two's
+//!   complement): element `2j` of a row in the low nibble, `2j + 1` in the
+//!   high nibble; `k` is even.
+//!
+//! Scales are f32 `[n, k / group]` (`group == k`: per channel); optional
+//! zero points are i8 of the same shape (none: symmetric). The dequantized
+//! weight is `(q - zp) * scale`.
+//!
+//! # Arithmetic
+//! - [`ActQuant::Float`] (weight-only): `out[i][j] = bias[j] + Σ_g scale[j][g]
+//!   · Σ_{p in g} x[i][p] · (q[j][p] - zp[j][g])`, f32 accumulation.
+//! - [`ActQuant::DynamicPerRow`] (int8 weights, `group == k`, symmetric
+//!   only): each row of `x` is quantized as torchao's per-token symmetric
+//!   rule does — `s = max(max|x_row| / 127.5, f32::EPSILON)`, `q =
+//!   clamp(rint(x · f32(1/s)), -128, 127)` (half to even) — then `acc =
+//!   Σ q_x · q_w` exactly in i32 and `out = (f32(acc) · s) · scale[j] +
+//!   bias[j]`, in that order, which is torchao's decomposed program
+//!   (`_int_mm`, `mul(act_scale)`, `mul(w_scale)`, `add(bias)`) bit for bit.
+
+use crate::context::Context;
+use crate::types::{KernelError, Result};
+
+/// How wide each stored weight is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum QBits {
+    I8,
+    I4,
+}
+
+/// How a [`qlinear`] treats its activations.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ActQuant {
+    /// f32 activations times the dequantized weights (weight-only).
+    Float,
+    /// Per-row symmetric int8 activations and an exact i32 dot product.
+    DynamicPerRow,
+}
+
+/// A quantized weight as the artifact stores it (see the module doc).
+#[derive(Copy, Clone, Debug)]
+pub struct QWeights<'a> {
+    /// Output features (rows).
+    pub n: usize,
+    /// Input features.
+    pub k: usize,
+    pub bits: QBits,
+    /// Elements of a row sharing one scale; divides `k` (`k`: per channel).
+    pub group: usize,
+    /// `n * k` bytes ([`QBits::I8`]) or `n * k / 2` ([`QBits::I4`]).
+    pub data: &'a [u8],
+    /// `n * (k / group)` scales.
+    pub scales: &'a [f32],
+    /// As many zero points as scales, or `None` (symmetric).
+    pub zero_points: Option<&'a [i8]>,
+}
+
+fn err(detail: impl Into<String>) -> KernelError {
+    KernelError::Shape { kernel: "qlinear", detail: detail.into() }
+}
+
+impl QWeights<'_> {
+    /// Checks that the lengths and the group fit together.
+    pub fn check(&self) -> Result<()> {
+        if self.n == 0 || self.k == 0 || self.group == 0 || self.k % self.group != 0 {
+            return Err(err(format!("group {} does not divide k = {} (n = {})", self.group, self.k, self.n)));
+        }
+        let elems = self.n.checked_mul(self.k).ok_or_else(|| err("weight too large"))?;
+        let bytes = match self.bits {
+            QBits::I8 => elems,
+            QBits::I4 if self.k % 2 == 0 => elems / 2,
+            QBits::I4 => return Err(err(format!("int4 weights need an even k, got {}", self.k))),
+        };
+        if self.data.len() != bytes {
+            return Err(err(format!(
+                "{} weight bytes for a {}x{} {:?} weight (want {bytes})",
+                self.data.len(),
+                self.n,
+                self.k,
+                self.bits
+            )));
+        }
+        let groups = self.n * (self.k / self.group);
+        if self.scales.len() != groups {
+            return Err(err(format!("{} scales, want {groups}", self.scales.len())));
+        }
+        if self.zero_points.is_some_and(|z| z.len() != groups) {
+            return Err(err(format!("zero points do not match the {groups} scales")));
+        }
+        Ok(())
+    }
+
+    /// Element `(j, p)` of the stored weight, as an integer.
+    fn q(&self, j: usize, p: usize) -> i32 {
+        match self.bits {
+            QBits::I8 => self.data[j * self.k + p] as i8 as i32,
+            QBits::I4 => {
+                let byte = self.data[(j * self.k + p) / 2];
+                let nibble = if p % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+                // Sign-extend the 4-bit two's complement value.
+                ((nibble << 4) as i8 >> 4) as i32
+            }
+        }
+    }
+}
+
+/// A quantized weight in the layout the kernels read, built once (at
+/// program load) from [`QWeights`].
+#[derive(Clone, Debug)]
+pub struct PackedQWeights {
+    n: usize,
+    k: usize,
+    bits: QBits,
+    group: usize,
+    /// `n * k` weights widened to i8, row-major (the portable layout).
+    q: Vec<i8>,
+    scales: Vec<f32>,
+    zero_points: Option<Vec<i8>>,
+}
+
+impl PackedQWeights {
+    pub fn pack(w: &QWeights<'_>) -> Result<PackedQWeights> {
+        w.check()?;
+        let q = (0..w.n).flat_map(|j| (0..w.k).map(move |p| (j, p))).map(|(j, p)| w.q(j, p) as i8).collect();
+        Ok(PackedQWeights {
+            n: w.n,
+            k: w.k,
+            bits: w.bits,
+            group: w.group,
+            q,
+            scales: w.scales.to_vec(),
+            zero_points: w.zero_points.map(<[i8]>::to_vec),
+        })
+    }
+
+    /// Output features.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Input features.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    pub fn bits(&self) -> QBits {
+        self.bits
+    }
+
+    pub fn group(&self) -> usize {
+        self.group
+    }
+
+    /// Bytes the packed copy takes.
+    pub fn bytes(&self) -> usize {
+        self.q.len() + self.scales.len() * 4 + self.zero_points.as_ref().map_or(0, Vec::len)
+    }
+
+    fn zp(&self, g: usize) -> i32 {
+        self.zero_points.as_ref().map_or(0, |z| z[g] as i32)
+    }
+}
+
+/// torchao's per-token symmetric int8 scale of one row.
+pub fn row_scale_symmetric(row: &[f32]) -> f32 {
+    let (mn, mx) = row.iter().fold((0f32, 0f32), |(mn, mx), &v| (mn.min(v), mx.max(v)));
+    ((-mn).max(mx) / 127.5).max(f32::EPSILON)
+}
+
+/// Quantizes `row` with scale `s`: multiply by the f32 reciprocal, round
+/// half to even, clamp (torch's rule).
+pub fn quantize_row_i8(row: &[f32], s: f32, out: &mut [i8]) {
+    let inv = 1.0 / s;
+    for (o, &v) in out.iter_mut().zip(row) {
+        *o = (v * inv).round_ties_even().clamp(-128.0, 127.0) as i8;
+    }
+}
+
+/// `out[m, n] = x[m, k] · dequant(w)^T (+ bias)`, as the module doc defines.
+pub fn qlinear(
+    cx: &mut Context,
+    x: &[f32],
+    m: usize,
+    w: &PackedQWeights,
+    act: ActQuant,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<()> {
+    let (n, k) = (w.n, w.k);
+    if m.checked_mul(k) != Some(x.len()) || m.checked_mul(n) != Some(out.len()) {
+        return Err(err(format!("x has {} elements and out {} for m = {m}, k = {k}, n = {n}", x.len(), out.len())));
+    }
+    if bias.is_some_and(|b| b.len() != n) {
+        return Err(err(format!("bias has {} elements, want {n}", bias.map_or(0, <[f32]>::len))));
+    }
+    let _ = cx;
+    match act {
+        ActQuant::Float => qlinear_float(x, m, w, bias, out),
+        ActQuant::DynamicPerRow => {
+            if w.bits != QBits::I8 || w.group != k || w.zero_points.is_some() {
+                return Err(err("dynamic int8 activations need symmetric per-channel int8 weights"));
+            }
+            qlinear_dynamic(x, m, w, bias, out);
+        }
+    }
+    Ok(())
+}
+
+fn qlinear_float(x: &[f32], m: usize, w: &PackedQWeights, bias: Option<&[f32]>, out: &mut [f32]) {
+    let (n, k, group) = (w.n, w.k, w.group);
+    let groups = k / group;
+    for i in 0..m {
+        let xr = &x[i * k..][..k];
+        for j in 0..n {
+            let wr = &w.q[j * k..][..k];
+            let mut total = bias.map_or(0.0, |b| b[j]);
+            for g in 0..groups {
+                let zp = w.zp(j * groups + g) as f32;
+                let span = g * group..(g + 1) * group;
+                let dot: f32 = xr[span.clone()].iter().zip(&wr[span]).map(|(&a, &q)| a * (q as f32 - zp)).sum();
+                total += w.scales[j * groups + g] * dot;
+            }
+            out[i * n + j] = total;
+        }
+    }
+}
+
+fn qlinear_dynamic(x: &[f32], m: usize, w: &PackedQWeights, bias: Option<&[f32]>, out: &mut [f32]) {
+    let (n, k) = (w.n, w.k);
+    let mut qx = vec![0i8; k];
+    for i in 0..m {
+        let xr = &x[i * k..][..k];
+        let s = row_scale_symmetric(xr);
+        quantize_row_i8(xr, s, &mut qx);
+        for j in 0..n {
+            let wr = &w.q[j * k..][..k];
+            let acc: i32 = qx.iter().zip(wr).map(|(&a, &b)| a as i32 * b as i32).sum();
+            let v = (acc as f32 * s) * w.scales[j];
+            out[i * n + j] = bias.map_or(v, |b| v + b[j]);
+        }
+    }
+}
