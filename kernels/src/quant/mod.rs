@@ -73,13 +73,13 @@ fn err(detail: impl Into<String>) -> KernelError {
 impl QWeights<'_> {
     /// Checks that the lengths and the group fit together.
     pub fn check(&self) -> Result<()> {
-        if self.n == 0 || self.k == 0 || self.group == 0 || self.k % self.group != 0 {
+        if self.n == 0 || self.k == 0 || self.group == 0 || !self.k.is_multiple_of(self.group) {
             return Err(err(format!("group {} does not divide k = {} (n = {})", self.group, self.k, self.n)));
         }
         let elems = self.n.checked_mul(self.k).ok_or_else(|| err("weight too large"))?;
         let bytes = match self.bits {
             QBits::I8 => elems,
-            QBits::I4 if self.k % 2 == 0 => elems / 2,
+            QBits::I4 if self.k.is_multiple_of(2) => elems / 2,
             QBits::I4 => return Err(err(format!("int4 weights need an even k, got {}", self.k))),
         };
         if self.data.len() != bytes {
@@ -107,7 +107,7 @@ impl QWeights<'_> {
             QBits::I8 => self.data[j * self.k + p] as i8 as i32,
             QBits::I4 => {
                 let byte = self.data[(j * self.k + p) / 2];
-                let nibble = if p % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+                let nibble = if p.is_multiple_of(2) { byte & 0x0f } else { byte >> 4 };
                 // Sign-extend the 4-bit two's complement value.
                 ((nibble << 4) as i8 >> 4) as i32
             }
