@@ -81,6 +81,7 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
         Op::Full { value, .. } => Kernel::Fill { value: *value },
         Op::Arange { start, step, .. } => Kernel::Arange { start: *start, step: *step },
         Op::CumSum { axis } => Kernel::CumSum { axis: *axis as u32 },
+        Op::Scan { axis, kind } => Kernel::Scan { axis: *axis as u32, kind: *kind },
         Op::ArgMin { axis, .. } => Kernel::ArgMin { axis: *axis as u32 },
         Op::Sort { axis, descending, indices, .. } => {
             Kernel::Sort { axis: *axis as u32, descending: *descending, indices: *indices }

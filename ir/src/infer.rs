@@ -11,7 +11,7 @@
 //! time); two different static dims, or two symbolic dims not provably equal,
 //! are errors (torch.export would have specialised or guarded them equal).
 
-use crate::{DType, Dim, Op, PoolKind, PrimaryMap, Symbol, SymbolId, TensorType, UnaryOp};
+use crate::{DType, Dim, Op, PoolKind, PrimaryMap, ScanKind, Symbol, SymbolId, TensorType, UnaryOp};
 use std::collections::BTreeMap;
 
 /// A dim as a polynomial: monomial (sorted atom indices) → coefficient. Atoms
@@ -537,6 +537,17 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
         Op::CumSum { axis } => {
             axis_ok(*axis, ins[0].rank())?;
             Ok(ins[0].clone())
+        }
+        Op::Scan { axis, kind } => {
+            axis_ok(*axis, ins[0].rank())?;
+            let x = ins[0];
+            match kind {
+                ScanKind::ArgMax | ScanKind::ArgMin => Ok(TensorType::new(DType::I64, x.shape.clone())),
+                ScanKind::LogSumExp if !x.dtype.is_float() => {
+                    Err(format!("scan logsumexp needs a float input, got {}", x.dtype))
+                }
+                _ => Ok(x.clone()),
+            }
         }
         Op::ArgMin { axis, keep_dims } => reduce(ins[0], DType::I64, &[*axis], *keep_dims),
         Op::Sort { axis, k, indices, .. } => {

@@ -7,7 +7,9 @@
 //! [`Op::operand_count`]).
 
 use crate::{DType, Dim};
-pub use kiln_isa::{BinaryOp, FusedOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp};
+pub use kiln_isa::{
+    BinaryOp, FusedOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, ScanKind, UnaryOp,
+};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
@@ -131,6 +133,13 @@ pub enum Op {
     /// Inclusive prefix sum along `axis`.
     CumSum {
         axis: usize,
+    },
+    /// An inclusive scan along `axis` other than a sum: running product,
+    /// log-sum-exp, max or min (same dtype), or the running max/min's index
+    /// (i64).
+    Scan {
+        axis: usize,
+        kind: ScanKind,
     },
     /// Index of the minimum along `axis` (first on ties), as i64.
     ArgMin {
@@ -321,6 +330,7 @@ impl Op {
             Op::Full { .. } => "full",
             Op::Arange { .. } => "arange",
             Op::CumSum { .. } => "cumsum",
+            Op::Scan { .. } => "scan",
             Op::ArgMin { .. } => "argmin",
             Op::Sort { .. } => "sort",
             Op::Pad { .. } => "pad",
@@ -375,6 +385,7 @@ impl Op {
             Op::Full { .. } => Opcode::Fill,
             Op::Arange { .. } => Opcode::Arange,
             Op::CumSum { .. } => Opcode::CumSum,
+            Op::Scan { .. } => Opcode::Scan,
             Op::ArgMin { .. } => Opcode::ArgMin,
             Op::Sort { .. } => Opcode::Sort,
             Op::Pad { .. } => Opcode::Pad,

@@ -425,7 +425,10 @@ impl Verifier<'_> {
             Op::Softmax { axis: a } | Op::LogSoftmax { axis: a } | Op::Concat { axis: a } | Op::Gather { axis: a } => {
                 axis(e, "axis", *a)
             }
-            Op::ArgMax { axis: a, .. } | Op::ArgMin { axis: a, .. } | Op::CumSum { axis: a } => axis(e, "axis", *a),
+            Op::ArgMax { axis: a, .. }
+            | Op::ArgMin { axis: a, .. }
+            | Op::CumSum { axis: a }
+            | Op::Scan { axis: a, .. } => axis(e, "axis", *a),
             Op::GatherElements { axis: a } | Op::ScatterElements { axis: a, .. } => axis(e, "axis", *a),
             Op::IndexGather { axis: a } | Op::IndexPut { axis: a, .. } => {
                 let k = tys.len().saturating_sub(if matches!(op, Op::IndexPut { .. }) { 2 } else { 1 });

@@ -71,7 +71,9 @@ pub use context::Context;
 pub use kiln_isa::{register_types, FusedOp};
 pub use parallel::{Threads, MAX_THREADS};
 pub use table::{best, BinaryFn, ExpSumFn, Isa, KernelTable, ReduceFn, UnaryFn};
-pub use types::{BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, Scratch, TensorMut, TensorRef, UnaryOp};
+pub use types::{
+    BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, ScanKind, Scratch, TensorMut, TensorRef, UnaryOp,
+};
 
 pub use generic::attention::attention;
 pub use generic::conv::{conv, conv_packed, conv_with, ConvAlgorithm, ConvParams, PackedConv};
@@ -85,7 +87,7 @@ pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, rms_norm, softmax
 pub use generic::pad::{flip, pad, PadMode, PadParams};
 pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};
-pub use generic::reduce::{argmax, argmin, cumsum, reduce};
+pub use generic::reduce::{argmax, argmin, cumsum, reduce, scan};
 pub use generic::resize::{resize, ResizeMode, ResizeParams};
 pub use generic::scatter::{gather_elements, index_gather, index_put, scatter_elements};
 pub use generic::select::nonzero;

@@ -274,6 +274,7 @@ kernel_fns! {
     Fill { value } => k::fill(*value, out(outs, 0));
     Arange { start, step } => k::arange(*start, *step, out(outs, 0));
     CumSum { axis } => k::cumsum(ins[0], *axis as usize, out(outs, 0));
+    Scan { axis, kind } => k::scan(ins[0], *axis as usize, *kind, out(outs, 0));
     ArgMin { axis } => k::argmin(ins[0], *axis as usize, out(outs, 0));
     Sort { axis, descending, indices } => match outs {
         [values, positions] =>

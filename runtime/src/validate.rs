@@ -601,7 +601,9 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                 return Err("a pooling divisor must be non-zero and on an average pool".into());
             }
         }
-        Kernel::CumSum { axis } | Kernel::ArgMin { axis } | Kernel::Sort { axis, .. } => axis_ok(*axis, in_rank)?,
+        Kernel::CumSum { axis } | Kernel::Scan { axis, .. } | Kernel::ArgMin { axis } | Kernel::Sort { axis, .. } => {
+            axis_ok(*axis, in_rank)?
+        }
         Kernel::Flip { axes } => {
             for a in axes {
                 axis_ok(*a, in_rank)?

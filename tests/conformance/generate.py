@@ -123,6 +123,7 @@ OPS = [
     ("nn.functional.glu", ""), ("nan_to_num", ""), ("isfinite", ""), ("trace", ""), ("nn.functional.mse_loss", ""),
     ("nn.functional.l1_loss", ""), ("nn.functional.smooth_l1_loss", ""), ("exp2", ""), ("copysign", ""),
     ("hypot", ""), ("fmax", ""), ("fmin", ""), ("erfc", ""), ("cumprod", ""), ("tensordot", ""),
+    ("logcumsumexp", ""), ("cummax", ""), ("cummin", ""),
     ("repeat_interleave", ""), ("isclose", ""), ("nn.functional.instance_norm", ""), ("max", "binary"),
     ("min", "binary"), ("logaddexp2", ""), ("xlogy", ""), ("lerp", ""), ("addcmul", ""), ("addcdiv", ""),
     ("nn.functional.celu", ""), ("nn.functional.softsign", ""), ("nn.functional.tanhshrink", ""),
@@ -196,7 +197,6 @@ PICK = {"F.grid_sample": [4, 3, 9, 0, 12], "F.embedding_bag": [5, 8], "topk": [0
 # so that regenerating keeps the marks (`--remark` rewrites only the marks);
 # the conformance test fails on any other failure.
 KNOWN_UNSUPPORTED = {
-    ("cumprod", "*", "*"): "no cumulative-product kernel yet",
     ("F.batch_norm", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("_native_batch_norm_legit", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("_native_batch_norm_legit", "f32_1", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",

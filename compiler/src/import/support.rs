@@ -60,6 +60,8 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["mean", "sum", "amax", "amin", "prod", "any"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["max.dim", "min.dim", "max.default", "min.default", "argmax", "argmin"], dtypes: DT_NUMERIC, note: "" },
     OpSupport { names: &["cumsum"], dtypes: DT_ALL, note: "" },
+    OpSupport { names: &["cumprod", "cummax", "cummin"], dtypes: DT_ALL, note: "torch's CPU accumulation (f64 for f32/f64, f32 for f16/bf16, wrapping i64); cummax/cummin take NaN at once and the last index among ties" },
+    OpSupport { names: &["logcumsumexp"], dtypes: DT_FLOAT, note: "torch's log1p(exp(min - max)) + max, in f64 for f32/f64" },
     OpSupport { names: &["diff"], dtypes: DT_ALL, note: "a dynamic length along `dim` must be at least `n` at its lower bound" },
     OpSupport { names: &["sort", "topk"], dtypes: DT_NUMERIC, note: "stable; among tied values topk's index order may differ from torch's (whose order is its C++ library's)" },
     OpSupport { names: &["var", "std"], dtypes: DT_FLOAT, note: "computed in f64" },

@@ -174,6 +174,7 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "full" => &["value", "dtype", "shape"],
         "arange" => &["start", "step", "len", "dtype"],
         "cumsum" => &["axis"],
+        "scan" => &["axis", "kind"],
         "argmin" => &["axis", "keep_dims"],
         "sort" => &["axis", "k", "descending", "indices"],
         "pad" => &["lo", "hi", "interior", "mode", "value"],
@@ -280,6 +281,15 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                 dtype: dtype(&a.take("dtype", name)?)?,
             },
             "cumsum" => Op::CumSum { axis: uint(&a.take("axis", name)?)? },
+            "scan" => Op::Scan {
+                axis: uint(&a.take("axis", name)?)?,
+                kind: match a.take("kind", name)? {
+                    AttrVal::Ident(k, p) => {
+                        crate::ScanKind::from_name(&k).ok_or_else(|| p.error(format!("unknown scan kind `{k}`")))?
+                    }
+                    other => return Err(other.pos().error("expected a scan kind (prod, logsumexp, max, min, ...)")),
+                },
+            },
             "argmin" => {
                 Op::ArgMin { axis: uint(&a.take("axis", name)?)?, keep_dims: boolean(&a.take("keep_dims", name)?)? }
             }
@@ -472,6 +482,7 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
             kv("dtype", dtype.to_string()),
         ],
         Op::CumSum { axis } => vec![kv("axis", axis.to_string())],
+        Op::Scan { axis, kind } => vec![kv("axis", axis.to_string()), kv("kind", kind.name().to_string())],
         Op::ArgMin { axis, keep_dims } => vec![kv("axis", axis.to_string()), kv("keep_dims", keep_dims.to_string())],
         Op::Sort { axis, k, descending, indices } => vec![
             kv("axis", axis.to_string()),

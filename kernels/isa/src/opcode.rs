@@ -131,6 +131,8 @@ opcodes! {
     RmsNorm = 41, "rms_norm", Call, operands 1..=2, outputs 1..=1;
     /// `(x, w, offs)`: one GEMM per expert's block of rows.
     GroupedMatMul = 70, "grouped_matmul", Call, operands 3..=3, outputs 1..=1;
+    /// An inclusive scan along an axis other than a sum (`kiln_isa::ScanKind`).
+    Scan = 90, "scan", Call, operands 1..=1, outputs 1..=1;
 
     /// An accelerator segment: operands are its arguments, outputs its results.
     Delegate = 1000, "delegate", Delegate, operands 0..=MANY, outputs 0..=MANY;

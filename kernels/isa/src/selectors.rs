@@ -99,6 +99,21 @@ code_enum! {
 }
 
 code_enum! {
+    /// An inclusive scan along one axis (`cumprod`, `logcumsumexp`,
+    /// `cummax`/`cummin` and their indices); `cumsum` has its own opcode.
+    pub enum ScanKind ("scan") {
+        Prod = 0 => "prod",
+        LogSumExp = 1 => "logsumexp",
+        Max = 2 => "max",
+        Min = 3 => "min",
+        /// The i64 index of the running maximum (the last one among ties).
+        ArgMax = 4 => "argmax",
+        /// The i64 index of the running minimum (the last one among ties).
+        ArgMin = 5 => "argmin",
+    }
+}
+
+code_enum! {
     pub enum PoolKind ("pooling") {
         Max = 0 => "max",
         Avg = 1 => "avg",

@@ -1,7 +1,7 @@
 //! Reductions over a set of axes, and argmax.
 
 use super::common::*;
-use crate::types::{DType, ReduceKind, Result, TensorMut, TensorRef};
+use crate::types::{DType, KernelError, ReduceKind, Result, ScanKind, TensorMut, TensorRef};
 
 /// Dims of one kind (kept or reduced) after merging adjacent dims of the same
 /// kind and dropping unit dims: sizes plus element strides into x.
@@ -248,4 +248,106 @@ pub fn cumsum(x: TensorRef, axis: usize, mut out: TensorMut) -> Result<()> {
         }
     });
     Ok(())
+}
+
+/// An inclusive scan along `axis` (torch's CPU `cumprod`, `logcumsumexp`,
+/// `cummax`, `cummin`). Floats accumulate as torch's CPU accumulation type
+/// does — f64 for f32/f64, f32 for f16/bf16 (emulated by rounding to f32
+/// after each step) — integers in wrapping i64. The running max/min takes
+/// a NaN at once and keeps it, and among equal values the later index
+/// (torch compares with `>=` / `<=`).
+pub fn scan(x: TensorRef, axis: usize, kind: ScanKind, mut out: TensorMut) -> Result<()> {
+    const K: &str = "scan";
+    let indices = matches!(kind, ScanKind::ArgMax | ScanKind::ArgMin);
+    expect_dtype(K, "out", out.dtype, if indices { DType::I64 } else { x.dtype })?;
+    if axis >= x.shape.len() || x.shape != out.shape {
+        return Err(shape_err(K, format!("axis {axis}, input {:?}, output {:?}", x.shape, out.shape)));
+    }
+    if kind == ScanKind::LogSumExp && !x.dtype.is_float() {
+        return Err(KernelError::UnsupportedDType { kernel: K, dtype: x.dtype });
+    }
+    let n = x.shape[axis];
+    let outer: usize = x.shape[..axis].iter().product();
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let half = matches!(x.dtype, DType::F16 | DType::BF16);
+    // Rounds an f64 accumulator to the accumulation type.
+    let acc = move |v: f64| if half { v as f32 as f64 } else { v };
+    with_scalar!(x.dtype, T, {
+        let xv = view::<T>(K, "x", &x)?;
+        let lanes = (0..outer).flat_map(|o| (0..inner).map(move |j| o * n * inner + j));
+        match kind {
+            ScanKind::Prod | ScanKind::LogSumExp => {
+                let ov = view_mut::<T>(K, "out", &mut out)?;
+                for base in lanes {
+                    if !T::IS_FLOAT {
+                        let mut p = 1i64;
+                        for i in 0..n {
+                            p = p.wrapping_mul(xv[base + i * inner].to_i64());
+                            ov[base + i * inner] = T::from_i64(p);
+                        }
+                        continue;
+                    }
+                    let mut r = if kind == ScanKind::Prod { 1.0 } else { f64::NEG_INFINITY };
+                    for i in 0..n {
+                        let v = acc(xv[base + i * inner].to_f64());
+                        r = acc(if kind == ScanKind::Prod { r * v } else { log_add_exp(r, v, half) });
+                        ov[base + i * inner] = T::from_f64(r);
+                    }
+                }
+            }
+            ScanKind::Max | ScanKind::Min | ScanKind::ArgMax | ScanKind::ArgMin => {
+                let max = matches!(kind, ScanKind::Max | ScanKind::ArgMax);
+                // `v != v`: NaN (integers never are).
+                #[allow(clippy::eq_op)]
+                let takes = |v: T, best: T| v != v || (best == best && if max { v >= best } else { v <= best });
+                if indices {
+                    let ov = view_mut::<i64>(K, "out", &mut out)?;
+                    for base in lanes {
+                        let (mut best, mut at) = (xv[base], 0);
+                        for i in 0..n {
+                            let v = xv[base + i * inner];
+                            if takes(v, best) {
+                                (best, at) = (v, i as i64);
+                            }
+                            ov[base + i * inner] = at;
+                        }
+                    }
+                } else {
+                    let ov = view_mut::<T>(K, "out", &mut out)?;
+                    for base in lanes {
+                        let mut best = xv[base];
+                        for i in 0..n {
+                            let v = xv[base + i * inner];
+                            if takes(v, best) {
+                                best = v;
+                            }
+                            ov[base + i * inner] = best;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// torch's `_log_add_exp_helper`: `log1p(exp(min - max)) + max`, NaN
+/// propagated, and `x` itself when both are the same infinity.
+fn log_add_exp(x: f64, y: f64, in_f32: bool) -> f64 {
+    let (lo, hi) = if y.is_nan() {
+        (y, y)
+    } else if x.is_nan() {
+        (x, x)
+    } else {
+        (x.min(y), x.max(y))
+    };
+    if lo != hi || lo.is_finite() {
+        if in_f32 {
+            (((lo - hi) as f32).exp().ln_1p() + hi as f32) as f64
+        } else {
+            (lo - hi).exp().ln_1p() + hi
+        }
+    } else {
+        x
+    }
 }

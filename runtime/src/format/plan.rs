@@ -5,7 +5,8 @@
 //! their expressions by index. The loader validates every index before use.
 
 pub use kiln_isa::{
-    BinaryOp, DType, FusedOp, InstrKind, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp,
+    BinaryOp, DType, FusedOp, InstrKind, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, ScanKind,
+    UnaryOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -278,6 +279,7 @@ kernels! {
     Fill { value: f64 }
     Arange { start: f64, step: f64 }
     CumSum { axis: u32 }
+    Scan { axis: u32, kind: ScanKind }
     ArgMin { axis: u32 }
     /// The first `out.shape[axis]` elements in sorted order, or (`indices`)
     /// their positions; with two outputs, both (values, indices) from one sort.

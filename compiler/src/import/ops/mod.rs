@@ -29,7 +29,7 @@ pub(crate) use shape::slice_value;
 use super::importer::{unsupported, Importer, R};
 use super::views::ViewStep;
 use crate::pt2::program::{Arg, Node};
-use kiln_ir::Dim;
+use kiln_ir::{Dim, ScanKind};
 
 /// Converts one node, binding its outputs.
 pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
@@ -152,6 +152,10 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "isnan" | "isinf" => activation::float_class(imp, n, name),
         "atan2" | "arctan2" | "fmod" => e::binary(imp, n, name, overload),
         "cumsum" => stats::cumsum(imp, n),
+        "cumprod" => stats::scan(imp, n, ScanKind::Prod),
+        "logcumsumexp" => stats::scan(imp, n, ScanKind::LogSumExp),
+        "cummax" => stats::cum_extreme(imp, n, true),
+        "cummin" => stats::cum_extreme(imp, n, false),
         "diff" => stats::diff(imp, n),
         "argmin" => stats::argmin(imp, n),
         "sort" => stats::sort(imp, n),

@@ -4,7 +4,7 @@
 use super::shape::normalize_axis;
 use crate::import::importer::{dim_at, invalid, unsupported, Importer, Scalar, R};
 use crate::pt2::program::{Arg, Node};
-use kiln_ir::{BinaryOp as B, DType, Dim, Op, ReduceKind, TensorType, UnaryOp as U, ValueId};
+use kiln_ir::{BinaryOp as B, DType, Dim, Op, ReduceKind, ScanKind, TensorType, UnaryOp as U, ValueId};
 
 fn output_names(n: &Node) -> Vec<String> {
     n.outputs.iter().map(|o| if let Arg::Tensor(t) = o { t.clone() } else { String::new() }).collect()
@@ -141,6 +141,38 @@ pub(super) fn cumsum(imp: &mut Importer, n: &Node) -> R<()> {
     let axis = normalize_axis(imp.int(n, "dim", None)?, out.rank())?;
     imp.emit(n, Op::CumSum { axis }, vec![x])?;
     Ok(())
+}
+
+/// `aten::cumprod(Tensor self, int dim, *, ScalarType? dtype=None)` (in the
+/// output dtype) and `aten::logcumsumexp(Tensor self, int dim)`.
+pub(super) fn scan(imp: &mut Importer, n: &Node, kind: ScanKind) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let out = imp.out_ty(n, 0)?;
+    let x = imp.cast(x, out.dtype);
+    if out.rank() == 0 {
+        return imp.bind(n, 0, x);
+    }
+    let axis = normalize_axis(imp.int(n, "dim", None)?, out.rank())?;
+    imp.emit(n, Op::Scan { axis, kind }, vec![x])?;
+    Ok(())
+}
+
+/// `aten::cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)`
+/// and `cummin`: the running extreme and its (last) index.
+pub(super) fn cum_extreme(imp: &mut Importer, n: &Node, max: bool) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    if rank == 0 {
+        let zero = imp.push(Op::Full { value: 0.0, dtype: DType::I64, shape: vec![] }, vec![])?;
+        imp.bind(n, 0, x)?;
+        return imp.bind(n, 1, zero);
+    }
+    let axis = normalize_axis(imp.int(n, "dim", None)?, rank)?;
+    let (values, indices) = if max { (ScanKind::Max, ScanKind::ArgMax) } else { (ScanKind::Min, ScanKind::ArgMin) };
+    let v = imp.push(Op::Scan { axis, kind: values }, vec![x])?;
+    imp.bind(n, 0, v)?;
+    let i = imp.push(Op::Scan { axis, kind: indices }, vec![x])?;
+    imp.bind(n, 1, i)
 }
 
 /// `aten::diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None)`:
