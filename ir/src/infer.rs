@@ -215,6 +215,9 @@ pub fn infer_types(
         }
         return Ok(Vec::new());
     }
+    if let Op::Assert { .. } = op {
+        return Ok(Vec::new());
+    }
     if let Op::While { carried, cond, body } = op {
         return while_types(symbols, *carried, cond, body, inputs);
     }
@@ -634,6 +637,8 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             Ok(TensorType::new(DType::I64, vec![Dim::Sym(*count), Dim::Const(ins[0].rank() as i64)]))
         }
         Op::BindDim { .. } => Err("bind_dim has no result".into()),
+        Op::Assert { .. } => Err("assert has no result".into()),
+        Op::Linalg { op, .. } => linalg_type(*op, ins),
         Op::While { .. } => Err("while has one result per carried value".into()),
         Op::Fused { program } => {
             let dtypes: Vec<DType> = ins.iter().map(|t| t.dtype).collect();
@@ -815,3 +820,47 @@ fn slice_len(
 
 #[cfg(test)]
 mod tests;
+
+/// [`Op::Linalg`]: the result of `op` on `[.., m, n]` matrices.
+fn linalg_type(op: crate::LinalgOp, ins: &[&TensorType]) -> Result<TensorType, String> {
+    use crate::LinalgOp as L;
+    let a = ins[0];
+    let r = a.rank();
+    if r < 2 || !matches!(a.dtype, DType::F32 | DType::F64) {
+        return Err(format!("linalg {}: needs f32/f64 matrices, got {}[{} dims]", op.name(), a.dtype, r));
+    }
+    let batch = a.shape[..r - 2].to_vec();
+    let (m, n) = (a.shape[r - 2].clone(), a.shape[r - 1].clone());
+    let with = |tail: &[Dim]| [batch.as_slice(), tail].concat();
+    let square =
+        !matches!(op, L::QrQ | L::QrR | L::QrQComplete | L::QrRComplete | L::LuFactor | L::LuPivots | L::LuInfo);
+    if square && m.as_const().zip(n.as_const()).is_some_and(|(m, n)| m != n) {
+        return Err(format!("linalg {}: needs square matrices, got {m:?}x{n:?}", op.name()));
+    }
+    let rhs = || {
+        let b = ins.get(1).ok_or_else(|| format!("linalg {}: needs a right-hand side", op.name()))?;
+        if b.dtype != a.dtype || b.rank() + 1 < r || b.shape[..r - 2] != a.shape[..r - 2] {
+            return Err(format!(
+                "linalg {}: right-hand side {}[{} dims] does not match the matrices' batch",
+                op.name(),
+                b.dtype,
+                b.rank()
+            ));
+        }
+        Ok(TensorType::new(a.dtype, b.shape.clone()))
+    };
+    let kmin = m.as_const().zip(n.as_const()).map(|(m, n)| Dim::Const(m.min(n)));
+    let k = || kmin.clone().ok_or_else(|| format!("linalg {}: QR needs static matrix sizes", op.name()));
+    Ok(match op {
+        L::Det | L::SignDet | L::LogAbsDet => TensorType::new(a.dtype, batch),
+        L::Inv | L::LuFactor | L::Cholesky => a.clone(),
+        L::LuPivots => TensorType::new(DType::I32, with(&[k()?])),
+        L::EigvalsH => TensorType::new(a.dtype, with(&[n])),
+        L::LuInfo | L::CholeskyInfo => TensorType::new(DType::I32, batch),
+        L::Solve | L::TriangularSolve | L::CholeskySolve => rhs()?,
+        L::QrQ => TensorType::new(a.dtype, with(&[m, k()?])),
+        L::QrR => TensorType::new(a.dtype, with(&[k()?, n])),
+        L::QrQComplete => TensorType::new(a.dtype, with(&[m.clone(), m])),
+        L::QrRComplete => TensorType::new(a.dtype, with(&[m, n])),
+    })
+}

@@ -26,7 +26,9 @@ use entity::entity_id;
 pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
 pub use graph::ValueAttrs;
 pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, StateSlot, TensorType, ValueData, ValueDef};
-pub use op::{BinaryOp, FusedOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, ResizeMode, ScanKind, UnaryOp};
+pub use op::{
+    BinaryOp, FusedOp, LinalgOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, ResizeMode, ScanKind, UnaryOp,
+};
 
 entity_id!(
     /// A tensor value (graph input, node output or constant).

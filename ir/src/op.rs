@@ -8,7 +8,7 @@
 
 use crate::{DType, Dim};
 pub use kiln_isa::{
-    BinaryOp, FusedOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, ScanKind, UnaryOp,
+    BinaryOp, FusedOp, LinalgOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, ScanKind, UnaryOp,
 };
 
 #[derive(Clone, Debug, PartialEq)]
@@ -140,6 +140,23 @@ pub enum Op {
     Scan {
         axis: usize,
         kind: ScanKind,
+    },
+    /// One result of a `torch.linalg` factorisation of the batch of
+    /// matrices in the last two dims of the first operand (`kiln_isa::LinalgOp`
+    /// says which; solves take the right-hand side as a second operand with
+    /// the same batch dims). `upper`: Cholesky's factor or the solves'
+    /// triangle; `left`: `A X = B` rather than `X A = B`; `unit`: a unit
+    /// diagonal (triangular solve).
+    Linalg {
+        op: LinalgOp,
+        upper: bool,
+        left: bool,
+        unit: bool,
+    },
+    /// A run-time check: the run fails with `message` unless every element
+    /// of the operand is nonzero. No result; kept by dead-code elimination.
+    Assert {
+        message: String,
     },
     /// Index of the minimum along `axis` (first on ties), as i64.
     ArgMin {
@@ -331,6 +348,8 @@ impl Op {
             Op::Arange { .. } => "arange",
             Op::CumSum { .. } => "cumsum",
             Op::Scan { .. } => "scan",
+            Op::Linalg { .. } => "linalg",
+            Op::Assert { .. } => "assert",
             Op::ArgMin { .. } => "argmin",
             Op::Sort { .. } => "sort",
             Op::Pad { .. } => "pad",
@@ -386,6 +405,8 @@ impl Op {
             Op::Arange { .. } => Opcode::Arange,
             Op::CumSum { .. } => Opcode::CumSum,
             Op::Scan { .. } => Opcode::Scan,
+            Op::Linalg { .. } => Opcode::Linalg,
+            Op::Assert { .. } => Opcode::Assert,
             Op::ArgMin { .. } => Opcode::ArgMin,
             Op::Sort { .. } => Opcode::Sort,
             Op::Pad { .. } => Opcode::Pad,
@@ -418,10 +439,10 @@ impl Op {
         }
     }
 
-    /// Ops run for an effect other than their results (binding a symbol):
-    /// dead-code elimination keeps them.
+    /// Ops run for an effect other than their results (binding a symbol, a
+    /// run-time check): dead-code elimination keeps them.
     pub fn has_effect(&self) -> bool {
-        matches!(self, Op::BindDim { .. })
+        matches!(self, Op::BindDim { .. } | Op::Assert { .. })
     }
 
     /// Ops whose output is a pure rearrangement of their input's elements.

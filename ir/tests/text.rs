@@ -355,6 +355,11 @@ fn conformance_ops_round_trip() {
         Op::Unary(UnaryOp::Log1p),
         Op::Unary(UnaryOp::Atanh),
         Op::CumSum { axis: 1 },
+        Op::Scan { axis: 1, kind: ScanKind::LogSumExp },
+        Op::Scan { axis: 3, kind: ScanKind::ArgMax },
+        Op::Linalg { op: LinalgOp::Inv, upper: false, left: true, unit: false },
+        Op::Linalg { op: LinalgOp::LuPivots, upper: false, left: true, unit: false },
+        Op::Linalg { op: LinalgOp::QrR, upper: true, left: false, unit: true },
         Op::ArgMin { axis: 3, keep_dims: true },
         Op::Sort { axis: 1, k: Dim::Sym(s), descending: true, indices: true },
         Op::Sort { axis: 3, k: Dim::Const(2), descending: false, indices: false },
@@ -415,7 +420,11 @@ fn conformance_ops_round_trip() {
         let v = g.push(op, vec![], tys[0].clone(), None);
         g.add_output(format!("r{}", g.outputs.len()), v);
     }
+    let ok = g.push(Op::Binary(BinaryOp::Eq), vec![y, y], TensorType::new(DType::Bool, vec![Dim::Const(3)]), None);
+    g.add_node(Op::Assert { message: "torch.linalg.inv: \"singular\"\nmatrix".into() }, vec![ok], vec![], None);
     let text = round_trip(&g);
+    assert!(text.contains("linalg{op=lu_pivots, upper=false, left=true, unit=false}"), "{text}");
+    assert!(text.contains(r#"assert{message="torch.linalg.inv: \"singular\"\nmatrix"}"#), "{text}");
     assert!(
         text.contains("pad{lo=[0, 0, 1, -1], hi=[0, 0, 2, 0], interior=[0, 0, 1, 0], mode=constant, value=-0.5}"),
         "{text}"

@@ -72,7 +72,8 @@ pub use kiln_isa::{register_types, FusedOp};
 pub use parallel::{Threads, MAX_THREADS};
 pub use table::{best, BinaryFn, ExpSumFn, Isa, KernelTable, ReduceFn, UnaryFn};
 pub use types::{
-    BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, ScanKind, Scratch, TensorMut, TensorRef, UnaryOp,
+    BinaryOp, DType, KernelError, LinalgOp, PoolKind, ReduceKind, Result, ScanKind, Scratch, TensorMut, TensorRef,
+    UnaryOp,
 };
 
 pub use generic::attention::attention;
@@ -82,12 +83,13 @@ pub use generic::fused::fused;
 pub use generic::gemm::{gemm_f32, gemm_f32_prepacked, Activation, PackedA, PackedB};
 pub use generic::grouped::grouped_matmul;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
+pub use generic::linalg::{linalg, LinalgFlags};
 pub use generic::matmul::{linear, linear_fused, linear_packed, matmul, matmul_packed, LinearEpilogue};
 pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, rms_norm, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};
 pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};
-pub use generic::reduce::{argmax, argmin, cumsum, reduce, scan};
+pub use generic::reduce::{argmax, argmin, assert_all, cumsum, reduce, scan};
 pub use generic::resize::{resize, ResizeMode, ResizeParams};
 pub use generic::scatter::{gather_elements, index_gather, index_put, scatter_elements};
 pub use generic::select::nonzero;

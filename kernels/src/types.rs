@@ -6,7 +6,7 @@ use crate::table::KernelTable;
 use std::fmt;
 use std::sync::Mutex;
 
-pub use kiln_isa::{BinaryOp, DType, PoolKind, ReduceKind, ScanKind, UnaryOp};
+pub use kiln_isa::{BinaryOp, DType, LinalgOp, PoolKind, ReduceKind, ScanKind, UnaryOp};
 
 /// A read-only contiguous row-major tensor.
 #[derive(Copy, Clone, Debug)]

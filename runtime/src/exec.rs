@@ -275,6 +275,10 @@ kernel_fns! {
     Arange { start, step } => k::arange(*start, *step, out(outs, 0));
     CumSum { axis } => k::cumsum(ins[0], *axis as usize, out(outs, 0));
     Scan { axis, kind } => k::scan(ins[0], *axis as usize, *kind, out(outs, 0));
+    Assert { message } => k::assert_all(ins[0], message);
+    Linalg { op, upper, left, unit } => {
+        k::linalg(*op, k::LinalgFlags { upper: *upper, left: *left, unit: *unit }, ins, out(outs, 0))
+    };
     ArgMin { axis } => k::argmin(ins[0], *axis as usize, out(outs, 0));
     Sort { axis, descending, indices } => match outs {
         [values, positions] =>

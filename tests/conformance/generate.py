@@ -124,6 +124,11 @@ OPS = [
     ("nn.functional.l1_loss", ""), ("nn.functional.smooth_l1_loss", ""), ("exp2", ""), ("copysign", ""),
     ("hypot", ""), ("fmax", ""), ("fmin", ""), ("erfc", ""), ("cumprod", ""), ("tensordot", ""),
     ("logcumsumexp", ""), ("cummax", ""), ("cummin", ""),
+    # torch.linalg (robot and control code): LU, Cholesky, triangular solves, QR, symmetric eigenvalues
+    ("linalg.inv", ""), ("linalg.inv_ex", ""), ("linalg.det", ""), ("linalg.slogdet", ""), ("logdet", ""),
+    ("linalg.solve", ""), ("linalg.solve_ex", ""), ("linalg.cholesky", ""), ("linalg.cholesky_ex", ""),
+    ("linalg.solve_triangular", ""), ("cholesky_solve", ""), ("linalg.qr", ""), ("linalg.lu_factor", ""),
+    ("linalg.lu_factor_ex", ""), ("linalg.eigvalsh", ""),
     ("repeat_interleave", ""), ("isclose", ""), ("nn.functional.instance_norm", ""), ("max", "binary"),
     ("min", "binary"), ("logaddexp2", ""), ("xlogy", ""), ("lerp", ""), ("addcmul", ""), ("addcdiv", ""),
     ("nn.functional.celu", ""), ("nn.functional.softsign", ""), ("nn.functional.tanhshrink", ""),

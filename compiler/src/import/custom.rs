@@ -380,6 +380,7 @@ fn arg_kind(a: &Arg) -> &'static str {
         Arg::Layout(_) => "Layout",
         Arg::Device(_) => "Device",
         Arg::Graph(_) => "Graph",
+        Arg::Operator(_) => "OpOverload",
         Arg::Other(_) => "Any",
     }
 }

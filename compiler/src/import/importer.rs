@@ -230,6 +230,7 @@ impl<'p> Importer<'p> {
             let converted = match node.target.as_str() {
                 super::control_flow::COND => super::control_flow::cond(self, node),
                 super::control_flow::WHILE_LOOP => super::control_flow::while_loop(self, node),
+                "torch.ops.higher_order.with_effects" => ops::linalg::with_effects(self, node),
                 _ => ops::convert(self, node),
             };
             let converted = match (converted, self.scope.type_error.take()) {
@@ -403,6 +404,15 @@ impl<'p> Importer<'p> {
             InputSpec::ConstantInput { name, value } => {
                 if let Arg::Int(v) = value {
                     self.scope.sym_env.insert(name.clone(), Dim::Const(*v));
+                }
+            }
+            // An effect token orders side effects in torch; kiln runs them in
+            // schedule order, so the token is only a placeholder value.
+            InputSpec::Other { kind, arg } if kind == "token" => {
+                let token = self.push(Op::Full { value: 0.0, dtype: DType::F32, shape: vec![Dim::Const(0)] }, vec![]);
+                match token {
+                    Ok(v) => self.bind_name(arg, v),
+                    Err(e) => return self.input_failure(arg, e),
                 }
             }
             InputSpec::Other { kind, arg } => {

@@ -93,6 +93,9 @@ pub enum Arg {
     MemoryFormat(i64),
     Layout(i64),
     Device(String),
+    /// An operator passed to a higher-order op (`with_effects`), by its
+    /// qualified name (`torch.ops.aten._linalg_check_errors.default`).
+    Operator(String),
     /// A nested graph (`as_graph`): the branches of `torch.cond`, the body of
     /// `while_loop`, ...
     Graph(Box<SubGraph>),
@@ -312,6 +315,7 @@ pub fn parse_arg(j: J<'_>) -> Result<Arg, JsonError> {
             "as_bool" => Arg::Bool(v.bool()?),
             "as_bools" => Arg::Bools(v.list(|x| x.bool())?),
             "as_string" => Arg::Str(v.str()?.to_string()),
+            "as_operator" => Arg::Operator(v.str()?.to_string()),
             "as_strings" => Arg::Strs(v.list(|x| x.str().map(str::to_string))?),
             "as_sym_int" => Arg::SymInt(sym_int(v)?),
             "as_sym_ints" => Arg::SymInts(v.list(sym_int)?),

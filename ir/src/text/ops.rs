@@ -14,6 +14,8 @@ pub(super) enum AttrVal {
     /// A bare identifier other than `true`/`false`/`inf`/`nan`: a dtype, a
     /// symbol, or `max`.
     Ident(String, Pos),
+    /// A quoted string (an assertion's message).
+    Str(String, Pos),
     /// A parenthesised dimension expression.
     Dim(Dim, Pos),
     List(Vec<AttrVal>, Pos),
@@ -26,6 +28,7 @@ impl AttrVal {
         match self {
             AttrVal::Lit(_, p)
             | AttrVal::Ident(_, p)
+            | AttrVal::Str(_, p)
             | AttrVal::Dim(_, p)
             | AttrVal::List(_, p)
             | AttrVal::Graph(_, p) => *p,
@@ -175,6 +178,8 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "arange" => &["start", "step", "len", "dtype"],
         "cumsum" => &["axis"],
         "scan" => &["axis", "kind"],
+        "linalg" => &["op", "upper", "left", "unit"],
+        "assert" => &["message"],
         "argmin" => &["axis", "keep_dims"],
         "sort" => &["axis", "k", "descending", "indices"],
         "pad" => &["lo", "hi", "interior", "mode", "value"],
@@ -281,6 +286,23 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                 dtype: dtype(&a.take("dtype", name)?)?,
             },
             "cumsum" => Op::CumSum { axis: uint(&a.take("axis", name)?)? },
+            "linalg" => Op::Linalg {
+                op: match a.take("op", name)? {
+                    AttrVal::Ident(k, p) => {
+                        crate::LinalgOp::from_name(&k).ok_or_else(|| p.error(format!("unknown linalg op `{k}`")))?
+                    }
+                    other => return Err(other.pos().error("expected a linalg op (det, inv, solve, ...)")),
+                },
+                upper: boolean(&a.take("upper", name)?)?,
+                left: boolean(&a.take("left", name)?)?,
+                unit: boolean(&a.take("unit", name)?)?,
+            },
+            "assert" => Op::Assert {
+                message: match a.take("message", name)? {
+                    AttrVal::Str(s, _) => s,
+                    other => return Err(other.pos().error("expected a quoted message")),
+                },
+            },
             "scan" => Op::Scan {
                 axis: uint(&a.take("axis", name)?)?,
                 kind: match a.take("kind", name)? {
@@ -483,6 +505,13 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
         ],
         Op::CumSum { axis } => vec![kv("axis", axis.to_string())],
         Op::Scan { axis, kind } => vec![kv("axis", axis.to_string()), kv("kind", kind.name().to_string())],
+        Op::Linalg { op, upper, left, unit } => vec![
+            kv("op", op.name().to_string()),
+            kv("upper", upper.to_string()),
+            kv("left", left.to_string()),
+            kv("unit", unit.to_string()),
+        ],
+        Op::Assert { message } => vec![kv("message", super::lexer::quote(message))],
         Op::ArgMin { axis, keep_dims } => vec![kv("axis", axis.to_string()), kv("keep_dims", keep_dims.to_string())],
         Op::Sort { axis, k, descending, indices } => vec![
             kv("axis", axis.to_string()),

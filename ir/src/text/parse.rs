@@ -520,6 +520,10 @@ impl Parser {
                 self.next();
                 Ok(AttrVal::Ident(s, pos))
             }
+            Tok::Str(s) => {
+                self.next();
+                Ok(AttrVal::Str(s, pos))
+            }
             Tok::Punct("(") => Ok(AttrVal::Dim(self.dim()?, pos)),
             Tok::Punct("[") => {
                 self.next();

@@ -21,4 +21,4 @@ pub use code::UnknownCode;
 pub use dtype::DType;
 pub use fused::{register_types, FusedOp};
 pub use opcode::{InstrKind, Opcode};
-pub use selectors::{BinaryOp, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, ScanKind, UnaryOp};
+pub use selectors::{BinaryOp, LinalgOp, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, ScanKind, UnaryOp};

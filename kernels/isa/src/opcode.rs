@@ -133,6 +133,12 @@ opcodes! {
     GroupedMatMul = 70, "grouped_matmul", Call, operands 3..=3, outputs 1..=1;
     /// An inclusive scan along an axis other than a sum (`kiln_isa::ScanKind`).
     Scan = 90, "scan", Call, operands 1..=1, outputs 1..=1;
+    /// Fails the run with its message unless every element of its operand
+    /// is nonzero (torch's run-time checks: `_assert_async`,
+    /// `_linalg_check_errors`).
+    Assert = 91, "assert", Call, operands 1..=1, outputs 0..=0;
+    /// A `torch.linalg` result (`kiln_isa::LinalgOp`): `(A [, B])`.
+    Linalg = 92, "linalg", Call, operands 1..=2, outputs 1..=1;
 
     /// An accelerator segment: operands are its arguments, outputs its results.
     Delegate = 1000, "delegate", Delegate, operands 0..=MANY, outputs 0..=MANY;

@@ -114,6 +114,39 @@ code_enum! {
 }
 
 code_enum! {
+    /// A `torch.linalg` result computed from one factorisation of a batch of
+    /// matrices (`kiln_kernels::linalg`); a decomposition with several
+    /// results (LU, QR, slogdet) is one instruction per result.
+    pub enum LinalgOp ("linalg op") {
+        Det = 0 => "det",
+        SignDet = 1 => "sign_det",
+        LogAbsDet = 2 => "log_abs_det",
+        Inv = 3 => "inv",
+        /// `(A, B)`: `A X = B` (or `X A = B`).
+        Solve = 4 => "solve",
+        /// LAPACK's packed L\U.
+        LuFactor = 5 => "lu_factor",
+        /// 1-based i32 row swaps.
+        LuPivots = 6 => "lu_pivots",
+        /// i32: 0, or the first zero pivot (1-based).
+        LuInfo = 7 => "lu_info",
+        Cholesky = 8 => "cholesky",
+        /// i32: 0, or the order of the first leading minor not positive definite.
+        CholeskyInfo = 9 => "cholesky_info",
+        /// `(A, B)` with A triangular.
+        TriangularSolve = 10 => "triangular_solve",
+        /// `(L, B)`: solves `L L^T X = B` (or `U^T U`).
+        CholeskySolve = 11 => "cholesky_solve",
+        QrQ = 12 => "qr_q",
+        QrR = 13 => "qr_r",
+        QrQComplete = 14 => "qr_q_complete",
+        QrRComplete = 15 => "qr_r_complete",
+        /// Eigenvalues of a symmetric matrix, ascending.
+        EigvalsH = 16 => "eigvalsh",
+    }
+}
+
+code_enum! {
     pub enum PoolKind ("pooling") {
         Max = 0 => "max",
         Avg = 1 => "avg",

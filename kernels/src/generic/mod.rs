@@ -11,6 +11,7 @@ pub mod fused;
 pub mod gemm;
 pub mod grouped;
 pub mod layout;
+pub mod linalg;
 pub mod math;
 pub mod matmul;
 pub mod norm;

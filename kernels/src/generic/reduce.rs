@@ -351,3 +351,15 @@ fn log_add_exp(x: f64, y: f64, in_f32: bool) -> f64 {
         x
     }
 }
+
+/// A run-time check: fails with `message` unless every element of `x` is
+/// nonzero (a NaN counts as nonzero, as in torch's `bool(x)`).
+pub fn assert_all(x: TensorRef, message: &str) -> Result<()> {
+    const K: &str = "assert";
+    let ok = with_scalar!(x.dtype, T, view::<T>(K, "x", &x)?.iter().all(|&v| v != T::default()));
+    if ok {
+        Ok(())
+    } else {
+        Err(shape_err(K, message.to_string()))
+    }
+}

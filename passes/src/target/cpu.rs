@@ -25,6 +25,7 @@ pub(super) static KERNELS: OpTable = OpTable {
         OpRow::only(OpKind::Pool(PoolKind::Avg), F32_F64),
         OpRow::only(OpKind::Pool(PoolKind::ArgMax), F32_F64),
         OpRow::only(OpKind::AdaptiveAvgPool, F32_F64),
+        OpRow::only(OpKind::Linalg, F32_F64),
     ],
 };
 

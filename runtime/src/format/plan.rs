@@ -5,8 +5,8 @@
 //! their expressions by index. The loader validates every index before use.
 
 pub use kiln_isa::{
-    BinaryOp, DType, FusedOp, InstrKind, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, ScanKind,
-    UnaryOp,
+    BinaryOp, DType, FusedOp, InstrKind, LinalgOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode,
+    ScanKind, UnaryOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -280,6 +280,9 @@ kernels! {
     Arange { start: f64, step: f64 }
     CumSum { axis: u32 }
     Scan { axis: u32, kind: ScanKind }
+    /// Fails the run with `message` unless every element is nonzero.
+    Assert { message: String }
+    Linalg { op: LinalgOp, upper: bool, left: bool, unit: bool }
     ArgMin { axis: u32 }
     /// The first `out.shape[axis]` elements in sorted order, or (`indices`)
     /// their positions; with two outputs, both (values, indices) from one sort.

@@ -15,6 +15,7 @@ mod fft;
 mod geometry;
 mod index_dim;
 mod indexing;
+pub(crate) mod linalg;
 mod nn;
 mod patches;
 mod random;
@@ -152,6 +153,22 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "isnan" | "isinf" => activation::float_class(imp, n, name),
         "atan2" | "arctan2" | "fmod" => e::binary(imp, n, name, overload),
         "cumsum" => stats::cumsum(imp, n),
+        "linalg_inv" => linalg::inv(imp, n, false),
+        "linalg_inv_ex" => linalg::inv(imp, n, true),
+        "linalg_det" | "_linalg_det" => linalg::det(imp, n),
+        "linalg_slogdet" | "_linalg_slogdet" => linalg::slogdet(imp, n),
+        "logdet" => linalg::logdet(imp, n),
+        "linalg_lu_factor" => linalg::lu_factor(imp, n, false),
+        "linalg_lu_factor_ex" => linalg::lu_factor(imp, n, true),
+        "linalg_solve" => linalg::solve(imp, n, linalg::SolveResults::Solution),
+        "linalg_solve_ex" => linalg::solve(imp, n, linalg::SolveResults::Info),
+        "_linalg_solve_ex" => linalg::solve(imp, n, linalg::SolveResults::LuAndInfo),
+        "linalg_cholesky" => linalg::cholesky(imp, n, false),
+        "linalg_cholesky_ex" => linalg::cholesky(imp, n, true),
+        "linalg_solve_triangular" => linalg::solve_triangular(imp, n),
+        "cholesky_solve" => linalg::cholesky_solve(imp, n),
+        "linalg_qr" => linalg::qr(imp, n),
+        "_linalg_eigh" | "linalg_eigh" | "linalg_eigvalsh" => linalg::eigh(imp, n),
         "cumprod" => stats::scan(imp, n, ScanKind::Prod),
         "logcumsumexp" => stats::scan(imp, n, ScanKind::LogSumExp),
         "cummax" => stats::cum_extreme(imp, n, true),

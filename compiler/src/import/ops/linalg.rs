@@ -1,0 +1,346 @@
+//! `torch.linalg`: LU-based (det, slogdet, inv, solve, lu_factor), Cholesky,
+//! triangular and Cholesky solves, QR, symmetric eigenvalues — one
+//! [`Op::Linalg`] per result used, computed by `kiln_kernels::linalg`.
+//!
+//! Eager torch raises when a matrix is singular (inv, solve) or not
+//! positive definite (cholesky); the training-IR ops do the same here with a
+//! run-time [`Op::Assert`] on the factorisation's info. Core ATen spells
+//! that check out as `with_effects(_linalg_check_errors)` (see
+//! [`with_effects`]), and its `_ex` ops return the info themselves.
+
+use crate::import::importer::{unsupported, Importer, R};
+use crate::pt2::program::{Arg, Node};
+use kiln_ir::{BinaryOp, DType, Dim, LinalgOp as L, Op, TensorType, ValueId};
+
+#[derive(Copy, Clone, Default)]
+struct Flags {
+    upper: bool,
+    left: bool,
+    unit: bool,
+}
+
+fn linalg(imp: &mut Importer, op: L, f: Flags, inputs: Vec<ValueId>) -> R<ValueId> {
+    imp.push(Op::Linalg { op, upper: f.upper, left: f.left, unit: f.unit }, inputs)
+}
+
+/// Output `i`'s tensor name, when the program reads it.
+fn used<'n>(imp: &Importer, n: &'n Node, i: usize) -> Option<&'n str> {
+    match n.outputs.get(i) {
+        Some(Arg::Tensor(name)) if imp.is_used(name) => Some(name),
+        _ => None,
+    }
+}
+
+/// Binds output `i` to `op`'s result when the program reads it.
+fn bind_result(imp: &mut Importer, n: &Node, i: usize, op: L, f: Flags, inputs: &[ValueId]) -> R<()> {
+    if used(imp, n, i).is_some() {
+        let v = linalg(imp, op, f, inputs.to_vec())?;
+        imp.bind(n, i, v)?;
+    }
+    Ok(())
+}
+
+/// The float matrices operand `name`: f32/f64 (torch's CPU linalg takes no
+/// other real dtype).
+fn matrices(imp: &mut Importer, n: &Node, name: &str) -> R<ValueId> {
+    let a = imp.tensor(n, name)?;
+    let ty = imp.ty(a);
+    if !matches!(ty.dtype, DType::F32 | DType::F64) {
+        return unsupported(format!("linalg on {} (kiln's linalg kernels take f32 and f64)", ty.dtype));
+    }
+    if ty.rank() < 2 {
+        return unsupported(format!("linalg on a {}-d tensor", ty.rank()));
+    }
+    Ok(a)
+}
+
+/// Fails the run with `message` unless `info` (i32) is zero everywhere.
+fn assert_zero(imp: &mut Importer, info: ValueId, message: String) -> R<()> {
+    let zero = imp.scalar_const(crate::import::importer::Scalar::Int(0), DType::I32);
+    let ok = imp.push(Op::Binary(BinaryOp::Eq), vec![info, zero])?;
+    let loc = imp.loc();
+    imp.g.add_node(Op::Assert { message }, vec![ok], Vec::new(), loc);
+    Ok(())
+}
+
+fn singular(api: &str) -> String {
+    format!("torch.{api}: the input matrix is singular (its LU factorization has a zero pivot)")
+}
+
+fn not_positive_definite(api: &str) -> String {
+    format!("torch.{api}: the input is not positive-definite (its Cholesky factorization could not be completed)")
+}
+
+/// Broadcasts the batch dims of `a` (`[.., n, n]`) and `b` (`[.., r, c]`)
+/// against each other, as torch's solves do.
+fn broadcast_batches(imp: &mut Importer, a: ValueId, b: ValueId) -> R<(ValueId, ValueId)> {
+    let (ta, tb) = (imp.ty(a).clone(), imp.ty(b).clone());
+    let (ra, rb) = (ta.rank(), tb.rank());
+    let (ba, bb) = (&ta.shape[..ra - 2], &tb.shape[..rb - 2]);
+    if ba == bb {
+        return Ok((a, b));
+    }
+    let len = ba.len().max(bb.len());
+    let pad = |s: &[Dim]| -> Vec<Dim> {
+        std::iter::repeat_n(Dim::Const(1), len - s.len()).chain(s.iter().cloned()).collect()
+    };
+    let (pa, pb) = (pad(ba), pad(bb));
+    let mut batch = Vec::with_capacity(len);
+    for (x, y) in pa.iter().zip(&pb) {
+        batch.push(match (x.as_const(), y.as_const()) {
+            (Some(1), _) => y.clone(),
+            (_, Some(1)) => x.clone(),
+            _ if x == y => x.clone(),
+            _ => return unsupported(format!("linalg: batch dims {ba:?} and {bb:?} do not broadcast")),
+        });
+    }
+    let expand = |imp: &mut Importer, v: ValueId, t: &TensorType| -> R<ValueId> {
+        let r = t.rank();
+        let padded: Vec<Dim> = pad(&t.shape[..r - 2]).into_iter().chain(t.shape[r - 2..].iter().cloned()).collect();
+        let v = imp.push(Op::Reshape { shape: padded }, vec![v])?;
+        let full: Vec<Dim> = batch.iter().cloned().chain(t.shape[r - 2..].iter().cloned()).collect();
+        imp.push(Op::Expand { shape: full }, vec![v])
+    };
+    Ok((expand(imp, a, &ta)?, expand(imp, b, &tb)?))
+}
+
+/// `linalg_inv(A)`, `linalg_inv_ex(A, *, check_errors=False) -> (inverse, info)`.
+pub(super) fn inv(imp: &mut Importer, n: &Node, ex: bool) -> R<()> {
+    let a = matrices(imp, n, "A")?;
+    let inverse = linalg(imp, L::Inv, Flags::default(), vec![a])?;
+    imp.bind(n, 0, inverse)?;
+    let check = !ex || imp.bool(n, "check_errors", false)?;
+    if (ex && used(imp, n, 1).is_some()) || check {
+        let info = linalg(imp, L::LuInfo, Flags::default(), vec![a])?;
+        if ex {
+            imp.bind(n, 1, info)?;
+        }
+        if check {
+            assert_zero(imp, info, singular("linalg.inv"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `linalg_det(A)` and `_linalg_det(A) -> (result, LU, pivots)`.
+pub(super) fn det(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = matrices(imp, n, "A")?;
+    let d = linalg(imp, L::Det, Flags::default(), vec![a])?;
+    imp.bind(n, 0, d)?;
+    bind_result(imp, n, 1, L::LuFactor, Flags::default(), &[a])?;
+    bind_result(imp, n, 2, L::LuPivots, Flags::default(), &[a])
+}
+
+/// `linalg_slogdet(A) -> (sign, logabsdet)`, `_linalg_slogdet(A) -> (sign, logabsdet, LU, pivots)`.
+pub(super) fn slogdet(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = matrices(imp, n, "A")?;
+    for (i, op) in [L::SignDet, L::LogAbsDet, L::LuFactor, L::LuPivots].into_iter().enumerate() {
+        bind_result(imp, n, i, op, Flags::default(), &[a])?;
+    }
+    Ok(())
+}
+
+/// `linalg_lu_factor(A, *, pivot=True) -> (LU, pivots)` and
+/// `linalg_lu_factor_ex(A, *, pivot=True, check_errors=False) -> (LU, pivots, info)`.
+pub(super) fn lu_factor(imp: &mut Importer, n: &Node, ex: bool) -> R<()> {
+    if !imp.bool(n, "pivot", true)? {
+        return unsupported("lu_factor without pivoting");
+    }
+    let a = matrices(imp, n, "A")?;
+    bind_result(imp, n, 0, L::LuFactor, Flags::default(), &[a])?;
+    bind_result(imp, n, 1, L::LuPivots, Flags::default(), &[a])?;
+    let check = ex && imp.bool(n, "check_errors", false)?;
+    if (ex && used(imp, n, 2).is_some()) || check {
+        let info = linalg(imp, L::LuInfo, Flags::default(), vec![a])?;
+        if ex {
+            imp.bind(n, 2, info)?;
+        }
+        if check {
+            assert_zero(imp, info, singular("linalg.lu_factor"))?;
+        }
+    }
+    Ok(())
+}
+
+/// A right-hand side as a same-rank matrix: torch's vector case (`B` is
+/// `[.., n]` against `[.., n, n]`, or 1-d) becomes one column (`left`) or
+/// one row; the second result says to drop that dim again.
+fn rhs_matrix(imp: &mut Importer, a: ValueId, b: ValueId, left: bool) -> R<(ValueId, bool)> {
+    let (ta, tb) = (imp.ty(a).clone(), imp.ty(b).clone());
+    let vector = tb.rank() == 1 || (tb.rank() + 1 == ta.rank() && tb.shape[..] == ta.shape[..ta.rank() - 1]);
+    if !vector {
+        return Ok((b, false));
+    }
+    let axis = if left { tb.rank() } else { tb.rank() - 1 };
+    let mut shape = tb.shape.clone();
+    shape.insert(axis, Dim::Const(1));
+    Ok((imp.push(Op::Reshape { shape }, vec![b])?, true))
+}
+
+/// Which results a solve returns besides the solution.
+#[derive(Copy, Clone, PartialEq)]
+pub(super) enum SolveResults {
+    /// `linalg_solve(A, B, *, left=True)`.
+    Solution,
+    /// `linalg_solve_ex(A, B, *, left=True, check_errors=False) -> (result, info)`.
+    Info,
+    /// `_linalg_solve_ex(A, B, *, left=True, check_errors=False) -> (result, LU, pivots, info)`.
+    LuAndInfo,
+}
+
+/// The solves of [`SolveResults`].
+pub(super) fn solve(imp: &mut Importer, n: &Node, results: SolveResults) -> R<()> {
+    let ex = results != SolveResults::Solution;
+    let a = matrices(imp, n, "A")?;
+    let b = imp.tensor(n, "B")?;
+    let left = imp.bool(n, "left", true)?;
+    let (bm, vector) = rhs_matrix(imp, a, b, left)?;
+    let (a2, bm) = broadcast_batches(imp, a, bm)?;
+    let f = Flags { left, ..Flags::default() };
+    let x = linalg(imp, L::Solve, f, vec![a2, bm])?;
+    let out = imp.out_ty(n, 0)?;
+    let x = if vector { imp.push(Op::Reshape { shape: out.shape.clone() }, vec![x])? } else { x };
+    imp.bind(n, 0, x)?;
+    // LU and pivots are of A^T for a right solve (torch factors what it solves).
+    let fa = if left { a2 } else { imp.push(Op::Permute { perm: swap_last(imp.ty(a2).rank()) }, vec![a2])? };
+    let info_at = if results == SolveResults::LuAndInfo {
+        bind_result(imp, n, 1, L::LuFactor, Flags::default(), &[fa])?;
+        bind_result(imp, n, 2, L::LuPivots, Flags::default(), &[fa])?;
+        3
+    } else {
+        1
+    };
+    let check = !ex || imp.bool(n, "check_errors", false)?;
+    if (ex && used(imp, n, info_at).is_some()) || check {
+        let info = linalg(imp, L::LuInfo, Flags::default(), vec![fa])?;
+        if ex {
+            imp.bind(n, info_at, info)?;
+        }
+        if check {
+            assert_zero(imp, info, singular("linalg.solve"))?;
+        }
+    }
+    Ok(())
+}
+
+fn swap_last(rank: usize) -> Vec<usize> {
+    let mut perm: Vec<usize> = (0..rank).collect();
+    perm.swap(rank - 2, rank - 1);
+    perm
+}
+
+/// `linalg_cholesky(A, *, upper=False)` and
+/// `linalg_cholesky_ex(A, *, upper=False, check_errors=False) -> (L, info)`.
+pub(super) fn cholesky(imp: &mut Importer, n: &Node, ex: bool) -> R<()> {
+    let a = matrices(imp, n, "self")?;
+    let f = Flags { upper: imp.bool(n, "upper", false)?, ..Flags::default() };
+    let l = linalg(imp, L::Cholesky, f, vec![a])?;
+    imp.bind(n, 0, l)?;
+    let check = !ex || imp.bool(n, "check_errors", false)?;
+    if (ex && used(imp, n, 1).is_some()) || check {
+        let info = linalg(imp, L::CholeskyInfo, Flags::default(), vec![a])?;
+        if ex {
+            imp.bind(n, 1, info)?;
+        }
+        if check {
+            assert_zero(imp, info, not_positive_definite("linalg.cholesky"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False)`.
+pub(super) fn solve_triangular(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = matrices(imp, n, "self")?;
+    let b = imp.tensor(n, "B")?;
+    let f = Flags {
+        upper: imp.bool(n, "upper", false)?,
+        left: imp.bool(n, "left", true)?,
+        unit: imp.bool(n, "unitriangular", false)?,
+    };
+    let (a, b) = broadcast_batches(imp, a, b)?;
+    imp.emit(n, Op::Linalg { op: L::TriangularSolve, upper: f.upper, left: f.left, unit: f.unit }, vec![a, b])?;
+    Ok(())
+}
+
+/// `cholesky_solve(Tensor self, Tensor input2, bool upper=False)`: solves
+/// `A X = self` with A's Cholesky factor `input2`.
+pub(super) fn cholesky_solve(imp: &mut Importer, n: &Node) -> R<()> {
+    let b = imp.tensor(n, "self")?;
+    let l = matrices(imp, n, "input2")?;
+    let f = Flags { upper: imp.bool(n, "upper", false)?, left: true, unit: false };
+    let (l, b) = broadcast_batches(imp, l, b)?;
+    imp.emit(n, Op::Linalg { op: L::CholeskySolve, upper: f.upper, left: f.left, unit: f.unit }, vec![l, b])?;
+    Ok(())
+}
+
+/// `linalg_qr(A, mode='reduced') -> (Q, R)`; mode `r` leaves Q empty.
+pub(super) fn qr(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = matrices(imp, n, "A")?;
+    let mode = imp.string(n, "mode", "reduced")?.to_string();
+    let (q, r) = match mode.as_str() {
+        "reduced" => (L::QrQ, L::QrR),
+        "complete" => (L::QrQComplete, L::QrRComplete),
+        "r" => {
+            let out = imp.out_ty(n, 0)?;
+            let empty = imp.push(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![])?;
+            imp.bind(n, 0, empty)?;
+            return bind_result(imp, n, 1, L::QrR, Flags::default(), &[a]);
+        }
+        other => return unsupported(format!("qr mode `{other}`")),
+    };
+    bind_result(imp, n, 0, q, Flags::default(), &[a])?;
+    bind_result(imp, n, 1, r, Flags::default(), &[a])
+}
+
+/// `_linalg_eigh(A, UPLO='L', compute_v=True) -> (eigenvalues, eigenvectors)`,
+/// `linalg_eigh(A, UPLO='L')` and `linalg_eigvalsh(A, UPLO='L')`: the
+/// eigenvalues. Eigenvectors are refused: their signs are LAPACK's choice.
+pub(super) fn eigh(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = matrices(imp, n, if n.target.contains("_linalg_eigh") { "A" } else { "self" })?;
+    if used(imp, n, 1).is_some() {
+        return unsupported("eigenvectors of eigh (their signs are LAPACK's choice); eigenvalues alone are supported");
+    }
+    let upper = match imp.string(n, "UPLO", "L")? {
+        "L" => false,
+        "U" => true,
+        other => return unsupported(format!("eigh UPLO `{other}`")),
+    };
+    let w = linalg(imp, L::EigvalsH, Flags { upper, ..Flags::default() }, vec![a])?;
+    imp.bind(n, 0, w)
+}
+
+/// `logdet(Tensor self)`: `log|det| + log(sign)` — NaN for a negative
+/// determinant, -inf for a singular matrix, as torch gives.
+pub(super) fn logdet(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = matrices(imp, n, "self")?;
+    let sign = linalg(imp, L::SignDet, Flags::default(), vec![a])?;
+    let log_abs = linalg(imp, L::LogAbsDet, Flags::default(), vec![a])?;
+    let log_sign = imp.push(Op::Unary(kiln_ir::UnaryOp::Log), vec![sign])?;
+    imp.emit(n, Op::Binary(BinaryOp::Add), vec![log_abs, log_sign])?;
+    Ok(())
+}
+
+/// `higher_order.with_effects(token, op, *args)`: a side-effecting op
+/// threaded through effect tokens. `_linalg_check_errors(info, api_name, *,
+/// is_matrix)` becomes a run-time check; any other effect is refused.
+pub(crate) fn with_effects(imp: &mut Importer, n: &Node) -> R<()> {
+    let positional = |i: usize| n.inputs.get(i).map(|a| &a.arg);
+    let (Some(Arg::Tensor(token)), Some(Arg::Operator(op))) = (positional(0), positional(1)) else {
+        return unsupported("with_effects without a token and an operator");
+    };
+    match op.as_str() {
+        "torch.ops.aten._linalg_check_errors.default" => {
+            let (Some(Arg::Tensor(info)), Some(Arg::Str(api))) = (positional(2), positional(3)) else {
+                return unsupported("_linalg_check_errors without (info, api_name)");
+            };
+            let info = imp.value(info)?;
+            let message = if api.contains("cholesky") { not_positive_definite(api) } else { singular(api) };
+            assert_zero(imp, info, message)?;
+        }
+        other => return unsupported(format!("side effect `{other}` (kiln honours only torch.linalg's error checks)")),
+    }
+    // The new token is the old one: kiln orders effects by the schedule.
+    let token = imp.value(token)?;
+    imp.bind(n, 0, token)
+}

@@ -1,0 +1,472 @@
+//! Dense linear algebra on batches of small matrices (`torch.linalg`):
+//! LU with partial pivoting (det, slogdet, inv, solve, lu_factor),
+//! Cholesky, triangular solves, Householder QR and symmetric eigenvalues.
+//!
+//! Every matrix is worked in f64 and the results rounded to the tensor's
+//! dtype (f32 or f64), so f32 results are at least as accurate as LAPACK's
+//! single-precision ones. The decompositions follow LAPACK's conventions
+//! where torch exposes them: `getrf`'s pivot choice (the first largest
+//! magnitude in the column) and 1-based i32 pivots, `geqrf`'s Householder
+//! signs (`dlarfg`), and `info` codes (the first zero pivot, the order of
+//! the first leading minor that is not positive definite).
+//!
+//! Unlike the other kernels these allocate their f64 working copies per
+//! call: they serve control and geometry code on small matrices, where the
+//! O(n³) work dwarfs the allocation.
+
+use super::common::*;
+use crate::types::{DType, KernelError, LinalgOp, Result, TensorMut, TensorRef};
+
+const K: &str = "linalg";
+
+/// The parameters of a [`linalg`] call besides its operation.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinalgFlags {
+    /// Cholesky: return the upper factor; triangular and Cholesky solves:
+    /// the matrix is upper triangular.
+    pub upper: bool,
+    /// Solves: `A X = B` (else `X A = B`).
+    pub left: bool,
+    /// Triangular solve: the diagonal is taken as ones.
+    pub unit: bool,
+}
+
+/// Runs `op` over the batch of matrices in `ins[0]` (and right-hand sides in
+/// `ins[1]` for the solves), writing `out`.
+pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: TensorMut) -> Result<()> {
+    let a = *ins.first().ok_or_else(|| shape_err(K, "no operand"))?;
+    if !matches!(a.dtype, DType::F32 | DType::F64) {
+        return Err(KernelError::UnsupportedDType { kernel: K, dtype: a.dtype });
+    }
+    let r = a.shape.len();
+    if r < 2 {
+        return Err(shape_err(K, format!("{} needs matrices, got shape {:?}", op.name(), a.shape)));
+    }
+    let (m, n) = (a.shape[r - 2], a.shape[r - 1]);
+    let batch: usize = a.shape[..r - 2].iter().product();
+    let square =
+        || if m == n { Ok(()) } else { Err(shape_err(K, format!("{} needs square matrices, got {m}x{n}", op.name()))) };
+    let am = to_f64(&a)?;
+    if batch.checked_mul(m * n) != Some(am.len()) {
+        return Err(shape_err(K, format!("{} elements for matrices of shape {:?}", am.len(), a.shape)));
+    }
+    let mut res: Vec<f64> = Vec::new();
+    let mut ints: Vec<i64> = Vec::new();
+    match op {
+        LinalgOp::Det
+        | LinalgOp::SignDet
+        | LinalgOp::LogAbsDet
+        | LinalgOp::Inv
+        | LinalgOp::LuFactor
+        | LinalgOp::LuPivots
+        | LinalgOp::LuInfo => {
+            // LAPACK's getrf factors rectangular matrices too.
+            if !matches!(op, LinalgOp::LuFactor | LinalgOp::LuPivots | LinalgOp::LuInfo) {
+                square()?;
+            }
+            for mat in mats(&am, m * n, batch) {
+                let lu = Lu::factor_rect(mat, m, n);
+                match op {
+                    LinalgOp::Det => res.push(lu.det()),
+                    LinalgOp::SignDet => res.push(lu.sign_logabs().0),
+                    LinalgOp::LogAbsDet => res.push(lu.sign_logabs().1),
+                    LinalgOp::Inv => res.extend(lu.solve(&identity(n), n)),
+                    LinalgOp::LuFactor => res.extend_from_slice(&lu.lu),
+                    LinalgOp::LuPivots => ints.extend(lu.pivots.iter().map(|&p| p as i64 + 1)),
+                    _ => ints.push(lu.info as i64),
+                }
+            }
+        }
+        LinalgOp::Solve => {
+            square()?;
+            let b = ins.get(1).ok_or_else(|| shape_err(K, "solve needs a right-hand side"))?;
+            let bm = to_f64(b)?;
+            // B is [.., n, k] (left) or [.., k, n].
+            let k = rhs_other_dim(b.shape, r, n, flags.left)?;
+            let per = n * k;
+            if bm.len() != batch * per {
+                return Err(shape_err(K, format!("right-hand side {:?} does not match {:?}", b.shape, a.shape)));
+            }
+            for (mat, rhs) in mats(&am, n * n, batch).zip(mats(&bm, per, batch)) {
+                let x = if flags.left {
+                    Lu::factor(mat, n).solve(rhs, k)
+                } else {
+                    // X A = B  <=>  A^T X^T = B^T.
+                    let at = transpose(mat, n, n);
+                    let bt = transpose(rhs, k, n);
+                    transpose(&Lu::factor(&at, n).solve(&bt, k), n, k)
+                };
+                res.extend(x);
+            }
+        }
+        LinalgOp::Cholesky | LinalgOp::CholeskyInfo => {
+            square()?;
+            for mat in mats(&am, n * n, batch) {
+                let (l, info) = cholesky(mat, n);
+                if op == LinalgOp::CholeskyInfo {
+                    ints.push(info as i64);
+                } else if flags.upper {
+                    res.extend(transpose(&l, n, n));
+                } else {
+                    res.extend(l);
+                }
+            }
+        }
+        LinalgOp::TriangularSolve | LinalgOp::CholeskySolve => {
+            square()?;
+            let b = ins.get(1).ok_or_else(|| shape_err(K, "the solve needs a right-hand side"))?;
+            let bm = to_f64(b)?;
+            let rb = b.shape.len();
+            if rb != r || bm.len() != b.shape.iter().product::<usize>() {
+                return Err(shape_err(K, format!("right-hand side {:?} does not match {:?}", b.shape, a.shape)));
+            }
+            let (bm_rows, bm_cols) = (b.shape[rb - 2], b.shape[rb - 1]);
+            // A Cholesky solve is always `A X = B`.
+            let flags = LinalgFlags { left: flags.left || op == LinalgOp::CholeskySolve, ..flags };
+            let per = bm_rows * bm_cols;
+            if (flags.left && bm_rows != n) || (!flags.left && bm_cols != n) || bm.len() != batch * per {
+                return Err(shape_err(K, format!("right-hand side {:?} does not match {:?}", b.shape, a.shape)));
+            }
+            for (mat, rhs) in mats(&am, n * n, batch).zip(mats(&bm, per, batch)) {
+                if op == LinalgOp::CholeskySolve {
+                    // A = L L^T (or U^T U): two triangular solves.
+                    let l = if flags.upper { transpose(mat, n, n) } else { mat.to_vec() };
+                    let y = tri_solve(&l, rhs, n, bm_cols, false, false);
+                    res.extend(tri_solve(&transpose(&l, n, n), &y, n, bm_cols, true, false));
+                } else if flags.left {
+                    res.extend(tri_solve(mat, rhs, n, bm_cols, flags.upper, flags.unit));
+                } else {
+                    // X A = B  <=>  A^T X^T = B^T, with A^T's triangle flipped.
+                    let at = transpose(mat, n, n);
+                    let bt = transpose(rhs, bm_rows, n);
+                    let xt = tri_solve(&at, &bt, n, bm_rows, !flags.upper, flags.unit);
+                    res.extend(transpose(&xt, n, bm_rows));
+                }
+            }
+        }
+        LinalgOp::QrQ | LinalgOp::QrR | LinalgOp::QrQComplete | LinalgOp::QrRComplete => {
+            let complete = matches!(op, LinalgOp::QrQComplete | LinalgOp::QrRComplete);
+            for mat in mats(&am, m * n, batch) {
+                let (q, rr) = qr(mat, m, n, complete);
+                res.extend(if matches!(op, LinalgOp::QrQ | LinalgOp::QrQComplete) { q } else { rr });
+            }
+        }
+        LinalgOp::EigvalsH => {
+            square()?;
+            for mat in mats(&am, n * n, batch) {
+                res.extend(eigvals_symmetric(mat, n, flags.upper));
+            }
+        }
+    }
+    write(op, &mut out, &res, &ints)
+}
+
+/// The number of right-hand sides: `b` is `[.., n, k]` (`left`) or `[.., k,
+/// n]`, with A's rank.
+fn rhs_other_dim(b: &[usize], a_rank: usize, n: usize, left: bool) -> Result<usize> {
+    match b.len() {
+        r if r == a_rank && left && b[r - 2] == n => Ok(b[r - 1]),
+        r if r == a_rank && !left && b[r - 1] == n => Ok(b[r - 2]),
+        _ => Err(shape_err(K, format!("right-hand side {b:?} does not fit {n}x{n} matrices"))),
+    }
+}
+
+/// The `batch` consecutive matrices of `size` elements in `data` (any of
+/// them may be empty).
+fn mats(data: &[f64], size: usize, batch: usize) -> impl Iterator<Item = &[f64]> {
+    (0..batch).map(move |i| &data[i * size..(i + 1) * size])
+}
+
+fn to_f64(t: &TensorRef) -> Result<Vec<f64>> {
+    match t.dtype {
+        DType::F32 => Ok(view::<f32>(K, "a", t)?.iter().map(|&v| v as f64).collect()),
+        DType::F64 => Ok(view::<f64>(K, "a", t)?.to_vec()),
+        other => Err(KernelError::UnsupportedDType { kernel: K, dtype: other }),
+    }
+}
+
+fn write(op: LinalgOp, out: &mut TensorMut, res: &[f64], ints: &[i64]) -> Result<()> {
+    let want = out.shape.iter().product::<usize>();
+    let got = if ints.is_empty() { res.len() } else { ints.len() };
+    if got != want {
+        return Err(shape_err(
+            K,
+            format!("{} produced {got} values for an output of shape {:?}", op.name(), out.shape),
+        ));
+    }
+    match out.dtype {
+        DType::F32 if ints.is_empty() => {
+            view_mut::<f32>(K, "out", out)?.iter_mut().zip(res).for_each(|(o, &v)| *o = v as f32)
+        }
+        DType::F64 if ints.is_empty() => view_mut::<f64>(K, "out", out)?.copy_from_slice(res),
+        DType::I32 => view_mut::<i32>(K, "out", out)?.iter_mut().zip(ints).for_each(|(o, &v)| *o = v as i32),
+        DType::I64 => view_mut::<i64>(K, "out", out)?.copy_from_slice(ints),
+        other => return Err(KernelError::UnsupportedDType { kernel: K, dtype: other }),
+    }
+    Ok(())
+}
+
+fn identity(n: usize) -> Vec<f64> {
+    (0..n * n).map(|i| if i / n == i % n { 1.0 } else { 0.0 }).collect()
+}
+
+fn transpose(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    (0..rows * cols).map(|i| a[(i % rows) * cols + i / rows]).collect()
+}
+
+/// An LU factorisation `P A = L U` (LAPACK `getrf`): L's unit diagonal is
+/// implied, both factors share `lu`; `pivots[k]` is the row swapped with
+/// row `k` at step `k`.
+struct Lu {
+    n: usize,
+    lu: Vec<f64>,
+    pivots: Vec<usize>,
+    /// 0, or the 1-based index of the first exactly-zero pivot.
+    info: usize,
+}
+
+impl Lu {
+    fn factor(a: &[f64], n: usize) -> Lu {
+        Lu::factor_rect(a, n, n)
+    }
+
+    /// `P A = L U` of an `m x n` matrix: `min(m, n)` pivots.
+    fn factor_rect(a: &[f64], m: usize, n: usize) -> Lu {
+        let mut lu = a.to_vec();
+        let mut pivots = vec![0; m.min(n)];
+        let mut info = 0;
+        for k in 0..m.min(n) {
+            // The first row holding the column's largest magnitude (idamax).
+            let p = (k..m).fold(k, |best, i| if lu[i * n + k].abs() > lu[best * n + k].abs() { i } else { best });
+            pivots[k] = p;
+            if p != k {
+                for j in 0..n {
+                    lu.swap(k * n + j, p * n + j);
+                }
+            }
+            let d = lu[k * n + k];
+            if d == 0.0 {
+                if info == 0 {
+                    info = k + 1;
+                }
+                continue;
+            }
+            for i in k + 1..m {
+                let f = lu[i * n + k] / d;
+                lu[i * n + k] = f;
+                for j in k + 1..n {
+                    lu[i * n + j] -= f * lu[k * n + j];
+                }
+            }
+        }
+        Lu { n, lu, pivots, info }
+    }
+
+    fn swaps(&self) -> usize {
+        self.pivots.iter().enumerate().filter(|&(k, &p)| p != k).count()
+    }
+
+    fn det(&self) -> f64 {
+        let d: f64 = (0..self.n).map(|k| self.lu[k * self.n + k]).product();
+        if self.swaps() % 2 == 1 {
+            -d
+        } else {
+            d
+        }
+    }
+
+    /// torch's slogdet: (sign, log|det|); a singular matrix gives (0, -inf).
+    fn sign_logabs(&self) -> (f64, f64) {
+        let mut sign = if self.swaps() % 2 == 1 { -1.0 } else { 1.0 };
+        let mut log = 0.0;
+        for k in 0..self.n {
+            let d = self.lu[k * self.n + k];
+            if d == 0.0 {
+                return (0.0, f64::NEG_INFINITY);
+            }
+            sign *= d.signum();
+            log += d.abs().ln();
+        }
+        (sign, log)
+    }
+
+    /// Solves `A X = B` for `B` of `cols` columns (row-major `[n, cols]`).
+    /// A singular A divides by zero, as LAPACK's `getrs` would.
+    fn solve(&self, b: &[f64], cols: usize) -> Vec<f64> {
+        let n = self.n;
+        let mut x = b.to_vec();
+        for (k, &p) in self.pivots.iter().enumerate() {
+            if p != k {
+                for j in 0..cols {
+                    x.swap(k * cols + j, p * cols + j);
+                }
+            }
+        }
+        // L y = P b (unit lower), then U x = y.
+        for i in 0..n {
+            for k in 0..i {
+                let f = self.lu[i * n + k];
+                for j in 0..cols {
+                    x[i * cols + j] -= f * x[k * cols + j];
+                }
+            }
+        }
+        for i in (0..n).rev() {
+            for k in i + 1..n {
+                let f = self.lu[i * n + k];
+                for j in 0..cols {
+                    x[i * cols + j] -= f * x[k * cols + j];
+                }
+            }
+            let d = self.lu[i * n + i];
+            for j in 0..cols {
+                x[i * cols + j] /= d;
+            }
+        }
+        x
+    }
+}
+
+/// The lower Cholesky factor (zeros above the diagonal) and LAPACK's info:
+/// 0, or the order of the first leading minor that is not positive definite
+/// (the factor's remaining columns are left zero).
+fn cholesky(a: &[f64], n: usize) -> (Vec<f64>, usize) {
+    let mut l = vec![0.0; n * n];
+    for j in 0..n {
+        let d = a[j * n + j] - (0..j).map(|k| l[j * n + k] * l[j * n + k]).sum::<f64>();
+        if d <= 0.0 || d.is_nan() {
+            return (l, j + 1);
+        }
+        let d = d.sqrt();
+        l[j * n + j] = d;
+        for i in j + 1..n {
+            let s = a[i * n + j] - (0..j).map(|k| l[i * n + k] * l[j * n + k]).sum::<f64>();
+            l[i * n + j] = s / d;
+        }
+    }
+    (l, 0)
+}
+
+/// Solves `T X = B` for triangular `T` (`[n, n]`, only its `upper` or lower
+/// triangle read) and `B` `[n, cols]`.
+fn tri_solve(t: &[f64], b: &[f64], n: usize, cols: usize, upper: bool, unit: bool) -> Vec<f64> {
+    let mut x = b.to_vec();
+    let rows: Vec<usize> = if upper { (0..n).rev().collect() } else { (0..n).collect() };
+    for &i in &rows {
+        for k in if upper { i + 1..n } else { 0..i } {
+            let f = t[i * n + k];
+            for j in 0..cols {
+                x[i * cols + j] -= f * x[k * cols + j];
+            }
+        }
+        if !unit {
+            let d = t[i * n + i];
+            for j in 0..cols {
+                x[i * cols + j] /= d;
+            }
+        }
+    }
+    x
+}
+
+/// Householder QR (`geqrf` + `orgqr`): Q `[m, k]` and R `[k, n]` with `k =
+/// min(m, n)`, or with `complete` Q `[m, m]` and R `[m, n]`.
+fn qr(a: &[f64], m: usize, n: usize, complete: bool) -> (Vec<f64>, Vec<f64>) {
+    let kmax = m.min(n);
+    let mut r = a.to_vec();
+    let mut reflectors: Vec<(Vec<f64>, f64)> = Vec::with_capacity(kmax);
+    for j in 0..kmax {
+        let alpha = r[j * n + j];
+        let xnorm = (j + 1..m).map(|i| r[i * n + j] * r[i * n + j]).sum::<f64>().sqrt();
+        // v = [1, x / (alpha - beta)], H = I - tau v v^T (dlarfg's signs).
+        let mut v = vec![0.0; m];
+        v[j] = 1.0;
+        if xnorm == 0.0 {
+            reflectors.push((v, 0.0));
+            continue;
+        }
+        let beta = -alpha.hypot(xnorm).copysign(alpha);
+        let tau = (beta - alpha) / beta;
+        for i in j + 1..m {
+            v[i] = r[i * n + j] / (alpha - beta);
+        }
+        // Apply H to the trailing columns.
+        for c in j..n {
+            let s: f64 = (j..m).map(|i| v[i] * r[i * n + c]).sum();
+            for i in j..m {
+                r[i * n + c] -= tau * v[i] * s;
+            }
+        }
+        reflectors.push((v, tau));
+    }
+    let qcols = if complete { m } else { kmax };
+    // Q = H_0 H_1 ... applied to the first `qcols` columns of the identity.
+    let mut q: Vec<f64> = (0..m * qcols).map(|i| if i / qcols == i % qcols { 1.0 } else { 0.0 }).collect();
+    for (v, tau) in reflectors.iter().rev() {
+        if *tau == 0.0 {
+            continue;
+        }
+        for c in 0..qcols {
+            let s: f64 = (0..m).map(|i| v[i] * q[i * qcols + c]).sum();
+            for i in 0..m {
+                q[i * qcols + c] -= tau * v[i] * s;
+            }
+        }
+    }
+    let rrows = if complete { m } else { kmax };
+    let rr = (0..rrows * n).map(|idx| if idx % n >= idx / n { r[idx] } else { 0.0 }).collect();
+    (q, rr)
+}
+
+/// The eigenvalues of the symmetric matrix in `a`'s lower (or `upper`)
+/// triangle, ascending (cyclic Jacobi rotations until the off-diagonal mass
+/// vanishes).
+fn eigvals_symmetric(a: &[f64], n: usize, upper: bool) -> Vec<f64> {
+    let mut s: Vec<f64> = (0..n * n)
+        .map(|idx| {
+            let (i, j) = (idx / n, idx % n);
+            let from_upper = (i <= j) == upper;
+            if from_upper {
+                a[idx]
+            } else {
+                a[j * n + i]
+            }
+        })
+        .collect();
+    for _sweep in 0..100 {
+        let off: f64 = (0..n)
+            .flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j)))
+            .map(|(i, j)| s[i * n + j].powi(2))
+            .sum();
+        let diag: f64 = (0..n).map(|i| s[i * n + i].powi(2)).sum();
+        if off <= f64::EPSILON * f64::EPSILON * diag || off == 0.0 {
+            break;
+        }
+        for p in 0..n {
+            for q in p + 1..n {
+                let apq = s[p * n + q];
+                if apq == 0.0 {
+                    continue;
+                }
+                let theta = (s[q * n + q] - s[p * n + p]) / (2.0 * apq);
+                let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
+                let t = if theta == 0.0 { 1.0 } else { t };
+                let c = 1.0 / (t * t + 1.0).sqrt();
+                let sn = t * c;
+                for k in 0..n {
+                    let (skp, skq) = (s[k * n + p], s[k * n + q]);
+                    s[k * n + p] = c * skp - sn * skq;
+                    s[k * n + q] = sn * skp + c * skq;
+                }
+                for k in 0..n {
+                    let (spk, sqk) = (s[p * n + k], s[q * n + k]);
+                    s[p * n + k] = c * spk - sn * sqk;
+                    s[q * n + k] = sn * spk + c * sqk;
+                }
+            }
+        }
+    }
+    let mut w: Vec<f64> = (0..n).map(|i| s[i * n + i]).collect();
+    w.sort_by(f64::total_cmp);
+    w
+}
