@@ -86,7 +86,12 @@ fn conformance_with_pytorch() {
                 .as_array()
                 .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
                 .unwrap_or_default();
-            runs.push(CaseRun { ops, passed: result.is_ok() && unsupported.is_none() });
+            // A known-unsupported run is a program kiln refuses for a stated
+            // reason (a write into a user input, ...): it ran none of its
+            // overloads, so it counts for none of them.
+            if unsupported.is_none() {
+                runs.push(CaseRun { ops, passed: result.is_ok() });
+            }
             match (result, unsupported) {
                 (Ok(()), None) => t.passed += 1,
                 (Ok(()), Some(_)) => t.unexpectedly_passing.push(what),
