@@ -110,6 +110,22 @@ fn unary(op: UnaryOp, x: f64) -> Option<f64> {
         UnaryOp::Not => (x == 0.0) as u8 as f64,
         // No erf in std; an approximation would make folded and run-time results differ.
         UnaryOp::Erf | UnaryOp::Erfc | UnaryOp::Gelu => return None,
+        // The special functions live in the kernels only: folding them here
+        // would need a second implementation that could disagree.
+        UnaryOp::Lgamma
+        | UnaryOp::Digamma
+        | UnaryOp::I0
+        | UnaryOp::I0e
+        | UnaryOp::I1
+        | UnaryOp::I1e
+        | UnaryOp::Erfcx
+        | UnaryOp::Ndtr
+        | UnaryOp::LogNdtr
+        | UnaryOp::BesselJ0
+        | UnaryOp::BesselJ1
+        | UnaryOp::BesselY0
+        | UnaryOp::BesselY1
+        | UnaryOp::Entr => return None,
         UnaryOp::Trunc => x.trunc(),
         // Left to the run-time kernels (libm results may differ in the last
         // bit; BitNot depends on the dtype).

@@ -129,6 +129,10 @@ OPS = [
     ("linalg.solve", ""), ("linalg.solve_ex", ""), ("linalg.cholesky", ""), ("linalg.cholesky_ex", ""),
     ("linalg.solve_triangular", ""), ("cholesky_solve", ""), ("linalg.qr", ""), ("linalg.lu_factor", ""),
     ("linalg.lu_factor_ex", ""), ("linalg.eigvalsh", ""),
+    # special functions
+    ("lgamma", ""), ("digamma", ""), ("i0", ""), ("special.i0e", ""), ("special.i1", ""), ("special.i1e", ""),
+    ("special.erfcx", ""), ("special.ndtr", ""), ("special.log_ndtr", ""), ("special.bessel_j0", ""),
+    ("special.bessel_j1", ""), ("special.bessel_y0", ""), ("special.bessel_y1", ""), ("special.entr", ""),
     ("repeat_interleave", ""), ("isclose", ""), ("nn.functional.instance_norm", ""), ("max", "binary"),
     ("min", "binary"), ("logaddexp2", ""), ("xlogy", ""), ("lerp", ""), ("addcmul", ""), ("addcdiv", ""),
     ("nn.functional.celu", ""), ("nn.functional.softsign", ""), ("nn.functional.tanhshrink", ""),

@@ -48,6 +48,25 @@ code_enum! {
         BitNot = 35 => "bit_not",
         /// 1 - erf(x), accurate in the tail where that difference cancels.
         Erfc = 36 => "erfc",
+        /// ln|Γ(x)|.
+        Lgamma = 37 => "lgamma",
+        Digamma = 38 => "digamma",
+        /// Modified Bessel functions of the first kind, and scaled by e^{-|x|}.
+        I0 = 39 => "i0",
+        I0e = 40 => "i0e",
+        I1 = 41 => "i1",
+        I1e = 42 => "i1e",
+        /// e^{x²} erfc(x).
+        Erfcx = 43 => "erfcx",
+        /// The standard normal CDF and its logarithm.
+        Ndtr = 44 => "ndtr",
+        LogNdtr = 45 => "log_ndtr",
+        BesselJ0 = 46 => "bessel_j0",
+        BesselJ1 = 47 => "bessel_j1",
+        BesselY0 = 48 => "bessel_y0",
+        BesselY1 = 49 => "bessel_y1",
+        /// −x ln x.
+        Entr = 50 => "entr",
     }
 }
 

@@ -113,6 +113,21 @@ fn map_half<H: Scalar>(x: &[H], out: &mut [H], f: impl Fn(&[f32], &mut [f32])) {
     }
 }
 
+/// torch's `calc_ndtr` with a half-precision `T`, every step rounded to `T`
+/// as c10's half arithmetic does: `x * T(√½)`, its erf, `1 + erf`, `* 0.5`.
+fn ndtr_half<H: Scalar>(x: H) -> H {
+    let round = |v: f64| H::from_f64(v).to_f64();
+    let c = round(std::f64::consts::FRAC_1_SQRT_2);
+    let scaled = round(((x.to_f64() as f32) * (c as f32)) as f64);
+    let e = round(super::math::erf_f64(scaled) as f32 as f64);
+    H::from_f64(round(1.0 + e) * 0.5)
+}
+
+/// A special function computed in f64 and rounded once to `T`.
+fn via_f64<T: Real>(x: &[T], out: &mut [T], f: fn(f64) -> f64) {
+    map(x, out, |v| T::lit(f(v.to_f64())))
+}
+
 fn unary_float<T: Real>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
     let half = T::lit(0.5);
     let one = T::ONE;
@@ -137,6 +152,20 @@ fn unary_float<T: Real>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
         UnaryOp::Silu => vector::silu(x, out),
         UnaryOp::Erf => map(x, out, |v| v.erf()),
         UnaryOp::Erfc => map(x, out, |v| v.erfc()),
+        UnaryOp::Lgamma => via_f64(x, out, super::special::lgamma),
+        UnaryOp::Digamma => via_f64(x, out, super::special::digamma),
+        UnaryOp::I0 => via_f64(x, out, super::special::i0),
+        UnaryOp::I0e => via_f64(x, out, super::special::i0e),
+        UnaryOp::I1 => via_f64(x, out, super::special::i1),
+        UnaryOp::I1e => via_f64(x, out, super::special::i1e),
+        UnaryOp::Erfcx => via_f64(x, out, super::special::erfcx),
+        UnaryOp::Ndtr => via_f64(x, out, super::special::ndtr),
+        UnaryOp::LogNdtr => via_f64(x, out, super::special::log_ndtr),
+        UnaryOp::BesselJ0 => via_f64(x, out, super::special::bessel_j0),
+        UnaryOp::BesselJ1 => via_f64(x, out, super::special::bessel_j1),
+        UnaryOp::BesselY0 => via_f64(x, out, super::special::bessel_y0),
+        UnaryOp::BesselY1 => via_f64(x, out, super::special::bessel_y1),
+        UnaryOp::Entr => via_f64(x, out, super::special::entr),
         UnaryOp::Sin => map(x, out, |v| v.sin()),
         UnaryOp::Cos => map(x, out, |v| v.cos()),
         UnaryOp::Floor => map(x, out, |v| v.floor()),
@@ -260,6 +289,20 @@ pub(crate) fn unary_with(
         DType::F16 | DType::BF16 => {
             // Validate the op once so the chunk callback cannot fail midway.
             unary_float::<f32>(op, &[], &mut [])?;
+            if op == UnaryOp::Ndtr {
+                // torch evaluates ndtr in the half type itself: see `ndtr_half`.
+                return if x.dtype == DType::F16 {
+                    run!(f16, |xs: &[f16], os: &mut [f16]| {
+                        os.iter_mut().zip(xs).for_each(|(o, &v)| *o = ndtr_half(v));
+                        Ok::<(), KernelError>(())
+                    })
+                } else {
+                    run!(bf16, |xs: &[bf16], os: &mut [bf16]| {
+                        os.iter_mut().zip(xs).for_each(|(o, &v)| *o = ndtr_half(v));
+                        Ok::<(), KernelError>(())
+                    })
+                };
+            }
             if x.dtype == DType::F16 {
                 run!(f16, |xs, os| {
                     map_half::<f16>(xs, os, |s, d| {

@@ -23,6 +23,7 @@ pub mod resize;
 pub mod scatter;
 pub mod select;
 pub mod sort;
+pub mod special;
 pub(crate) mod vector;
 
 use crate::table::{Entry, Isa, KernelTable};

@@ -145,6 +145,11 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         | "trunc" | "fix" | "tan" | "asin" | "acos" | "atan" | "sinh" | "cosh" | "asinh" | "acosh" | "atanh"
         | "log2" | "log10" | "bitwise_not" | "arcsin" | "arccos" | "arctan" | "arcsinh" | "arccosh" | "arctanh"
         | "negative" | "absolute" | "erfc" => e::unary(imp, n, name),
+        "lgamma" | "digamma" | "special_digamma" | "special_psi" | "i0" | "special_i0" | "special_i0e"
+        | "special_i1" | "special_i1e" | "special_erfcx" | "special_ndtr" | "special_log_ndtr"
+        | "special_bessel_j0" | "special_bessel_j1" | "special_bessel_y0" | "special_bessel_y1" | "special_entr" => {
+            e::unary(imp, n, name)
+        }
         "clamp" | "clamp_min" | "clamp_max" if overload == "Tensor" => activation::clamp_tensor(imp, n),
         "hardtanh" | "relu6" | "clamp" | "clamp_min" | "clamp_max" => e::clamp(imp, n, name),
         "hardswish" | "hardsigmoid" | "mish" | "softplus" | "leaky_relu" | "elu" | "square" => {

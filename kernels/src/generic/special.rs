@@ -1,0 +1,248 @@
+//! Special functions (`torch.special`, `lgamma`, `digamma`, `i0`), in f64;
+//! f32/f16/bf16 results are these rounded once.
+//!
+//! Series where they converge without cancellation, asymptotic expansions
+//! beyond, and the `libm` crate (FreeBSD msun) for lgamma and the Bessel
+//! functions of the first and second kind.
+
+use super::math::erfc_f64;
+
+/// ln|Γ(x)| (torch's `lgamma`).
+pub fn lgamma(x: f64) -> f64 {
+    libm::lgamma(x)
+}
+
+/// ψ(x) = Γ'(x)/Γ(x), as torch's `digamma`: NaN at the negative integers,
+/// ∓inf at ±0.
+pub fn digamma(x: f64) -> f64 {
+    if x.is_nan() || x == f64::NEG_INFINITY {
+        return f64::NAN;
+    }
+    if x == 0.0 {
+        // torch: copysign(inf, -x).
+        return f64::INFINITY.copysign(-x);
+    }
+    if x < 0.0 {
+        if x == x.trunc() {
+            return f64::NAN;
+        }
+        // Reflection: ψ(1 − x) − ψ(x) = π cot(πx).
+        let r = std::f64::consts::PI / (std::f64::consts::PI * x).tan();
+        return digamma(1.0 - x) - r;
+    }
+    // Recurrence up to x ≥ 10, then the asymptotic series.
+    let (mut x, mut acc) = (x, 0.0);
+    while x < 10.0 {
+        acc -= 1.0 / x;
+        x += 1.0;
+    }
+    let z = 1.0 / (x * x);
+    // Bernoulli terms B_2k / (2k): 1/12, 1/120, 1/252, 1/240, 1/132, 691/32760, 1/12.
+    let series = z
+        * (1.0 / 12.0
+            - z * (1.0 / 120.0
+                - z * (1.0 / 252.0 - z * (1.0 / 240.0 - z * (1.0 / 132.0 - z * (691.0 / 32760.0 - z / 12.0))))));
+    acc + x.ln() - 0.5 / x - series
+}
+
+/// Above this |x| the modified Bessel functions use their asymptotic series.
+const BESSEL_ASYMPTOTIC: f64 = 30.0;
+
+/// e^{-|x|} I_ν(|x|) for ν = 0 or 1 by the power series (all terms positive).
+fn bessel_i_series(nu: u32, a: f64) -> f64 {
+    let q = a * a / 4.0;
+    let mut term = if nu == 0 { 1.0 } else { a / 2.0 };
+    let mut sum = term;
+    let mut k = 0.0;
+    while term > sum * 1e-17 {
+        k += 1.0;
+        term *= q / (k * (k + nu as f64));
+        sum += term;
+    }
+    sum * (-a).exp()
+}
+
+/// e^{-x} I_ν(x) for large x: (2πx)^{-1/2} Σ_k (−1)^k Π_{j≤k}(4ν² − (2j−1)²) / (k! (8x)^k).
+fn bessel_i_asymptotic(nu: u32, x: f64) -> f64 {
+    let mu = 4.0 * (nu * nu) as f64;
+    let mut term = 1.0;
+    let mut sum = 1.0;
+    for k in 1..60 {
+        let j = (2 * k - 1) as f64;
+        let next = -term * (mu - j * j) / (k as f64 * 8.0 * x);
+        if next.abs() >= term.abs() {
+            break;
+        }
+        term = next;
+        sum += term;
+        if term.abs() < sum.abs() * 1e-17 {
+            break;
+        }
+    }
+    sum / (2.0 * std::f64::consts::PI * x).sqrt()
+}
+
+/// e^{-|x|} I_ν(x) (I_1 is odd, I_0 even).
+fn bessel_i_scaled(nu: u32, x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    let v = if a == f64::INFINITY {
+        0.0
+    } else if a > BESSEL_ASYMPTOTIC {
+        bessel_i_asymptotic(nu, a)
+    } else {
+        bessel_i_series(nu, a)
+    };
+    if nu == 1 && x < 0.0 {
+        -v
+    } else {
+        v
+    }
+}
+
+pub fn i0e(x: f64) -> f64 {
+    bessel_i_scaled(0, x)
+}
+
+pub fn i1e(x: f64) -> f64 {
+    bessel_i_scaled(1, x)
+}
+
+/// I_0(x); overflows to +inf beyond ~713.
+pub fn i0(x: f64) -> f64 {
+    if x.abs() == f64::INFINITY {
+        return f64::INFINITY;
+    }
+    scaled_back(i0e(x), x.abs())
+}
+
+/// I_1(x), odd.
+pub fn i1(x: f64) -> f64 {
+    if x.abs() == f64::INFINITY {
+        return x;
+    }
+    scaled_back(i1e(x), x.abs())
+}
+
+/// `v · e^a` without overflowing early: e^a alone overflows before the product.
+fn scaled_back(v: f64, a: f64) -> f64 {
+    let half = (a / 2.0).exp();
+    v * half * half
+}
+
+/// e^{x²} erfc(x), without the overflow and cancellation of that product.
+pub fn erfcx(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    if x < 0.0 {
+        if x < -26.7 {
+            return f64::INFINITY;
+        }
+        return 2.0 * (x * x).exp() - erfcx(-x);
+    }
+    if x < 3.0 {
+        return (x * x).exp() * erfc_f64(x);
+    }
+    if x > 1e8 {
+        return 1.0 / (x * std::f64::consts::PI.sqrt());
+    }
+    // Laplace's continued fraction of erfc without its e^{-x²} factor.
+    let mut f = x;
+    for k in (1..=60).rev() {
+        f = x + (k as f64 * 0.5) / f;
+    }
+    1.0 / (f * std::f64::consts::PI.sqrt())
+}
+
+/// The standard normal CDF.
+pub fn ndtr(x: f64) -> f64 {
+    0.5 * erfc_f64(-x * std::f64::consts::FRAC_1_SQRT_2)
+}
+
+/// ln of the standard normal CDF, accurate far into the left tail.
+pub fn log_ndtr(x: f64) -> f64 {
+    let t = x * std::f64::consts::FRAC_1_SQRT_2;
+    if x < -1.0 {
+        // ln(½ erfc(−t)) = ln(½ erfcx(−t)) − t².
+        (0.5 * erfcx(-t)).ln() - t * t
+    } else {
+        (-0.5 * erfc_f64(t)).ln_1p()
+    }
+}
+
+/// −x ln x (0 at 0, −inf below).
+pub fn entr(x: f64) -> f64 {
+    if x.is_nan() {
+        x
+    } else if x > 0.0 {
+        -x * x.ln()
+    } else if x == 0.0 {
+        0.0
+    } else {
+        f64::NEG_INFINITY
+    }
+}
+
+pub fn bessel_j0(x: f64) -> f64 {
+    libm::j0(x)
+}
+
+pub fn bessel_j1(x: f64) -> f64 {
+    libm::j1(x)
+}
+
+/// Y_0: NaN below 0, −inf at 0 (as torch).
+pub fn bessel_y0(x: f64) -> f64 {
+    if x < 0.0 {
+        f64::NAN
+    } else {
+        libm::y0(x)
+    }
+}
+
+pub fn bessel_y1(x: f64) -> f64 {
+    if x < 0.0 {
+        f64::NAN
+    } else {
+        libm::y1(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(got: f64, want: f64) {
+        assert!((got - want).abs() <= 1e-14 * want.abs().max(1.0), "{got} vs {want}");
+    }
+
+    #[test]
+    fn known_values() {
+        // ψ(1) = −γ, ψ(1/2) = −γ − 2 ln 2.
+        let gamma = 0.577_215_664_901_532_9;
+        close(digamma(1.0), -gamma);
+        close(digamma(0.5), -gamma - 2.0 * std::f64::consts::LN_2);
+        close(digamma(-0.5), digamma(1.5) - std::f64::consts::PI / (-std::f64::consts::PI * 0.5).tan());
+        // I0(1) = 1.2660658777520082, I1(1) = 0.5651591039924851.
+        close(i0(1.0), 1.266_065_877_752_008_4);
+        close(i1(-1.0), -0.565_159_103_992_485_1);
+        // Series and asymptotic agree at the switch.
+        let (s, a) = (bessel_i_series(0, 30.0), bessel_i_asymptotic(0, 30.0));
+        assert!((s - a).abs() < 1e-15 * s, "{s} vs {a}");
+        let (s, a) = (bessel_i_series(1, 30.0), bessel_i_asymptotic(1, 30.0));
+        assert!((s - a).abs() < 1e-15 * s, "{s} vs {a}");
+        // erfcx(0) = 1; continuous at 3.
+        close(erfcx(0.0), 1.0);
+        let below = (9.0f64).exp() * erfc_f64(3.0);
+        assert!((erfcx(3.0) - below).abs() < 1e-10 * below);
+        close(ndtr(0.0), 0.5);
+        close(log_ndtr(0.0), -std::f64::consts::LN_2);
+        // ln Φ(−40) ≈ −804.6084420137538.
+        assert!((log_ndtr(-40.0) + 804.608_442_013_753_8).abs() < 1e-9);
+        assert_eq!(entr(0.0), 0.0);
+        assert!(digamma(-2.0).is_nan());
+    }
+}
