@@ -92,6 +92,7 @@ type Check = Result<(), String>;
 /// A quantized linear implementation under test: `(x, m, packed, act, bias, out)`.
 type Run<'a> = &'a dyn Fn(&[f32], usize, &PackedQWeights, ActQuant, Option<&[f32]>, &mut [f32]);
 
+#[allow(clippy::type_complexity)]
 fn with(
     kernels: QuantKernels,
     threads: usize,
@@ -473,7 +474,7 @@ fn checks_reject_broken_variants() {
     let tail = |x: &[f32], m: usize, w: &PackedQWeights, act: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
         g(x, m, w, act, bias, out);
         let n = w.n();
-        if n % 16 != 0 {
+        if !n.is_multiple_of(16) {
             out[n - 1] = 0.0;
         }
     };
