@@ -315,6 +315,15 @@ fn variants_are_listed_and_named() {
             println!("note: skipping avx512_vnni: not supported by this CPU");
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        assert!(all.iter().any(|v| v.name() == "neon"));
+        let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
+        assert_eq!(all.iter().any(|v| v.name() == "neon_dotprod"), dotprod);
+        if !dotprod {
+            println!("note: skipping neon_dotprod: this CPU has no dot-product extension");
+        }
+    }
     // The table holds the last (best) variant of its level.
     let best = Context::new().table().entries();
     let qgemm = best.iter().find(|(e, _)| *e == "qgemm_i8").map(|&(_, v)| v);

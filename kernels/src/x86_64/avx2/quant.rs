@@ -41,8 +41,14 @@ unsafe fn int8_avx2_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, acc
     let mut c = [[_mm256_setzero_si256(); 4]; AVX2_MR];
     for t in 0..k4 {
         let bt = b.add(t * 64);
-        let w: [__m256i; 4] =
-            std::array::from_fn(|u| _mm256_cvtepi8_epi16(_mm_loadu_si128(bt.add(16 * u) as *const __m128i)));
+        let load = |u: usize| bt.add(16 * u) as *const __m128i;
+        // Four 16-byte quarters of the lane step: columns 4u..4u+4, sign-extended.
+        let w = [
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(load(0))),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(load(1))),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(load(2))),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(load(3))),
+        ];
         for (i, ci) in c.iter_mut().enumerate() {
             let quad = (a.add(i * lda + 4 * t) as *const i32).read_unaligned();
             let x = _mm256_cvtepi8_epi16(_mm_set1_epi32(quad));
@@ -161,6 +167,31 @@ fn weight_only(s: &WoStrip<'_>, x: &[f32], ldx: usize, rows: usize, bias: &[f32;
     }
 }
 
+/// One value `p` of a lane step for 16 columns: the value sits at bits
+/// `32 - UP - (32 - DOWN)..`: shift it to the top, arithmetic-shift it down
+/// (immediate shifts: one µop each), subtract the zero points, convert, and
+/// accumulate `x[i][p] · w` into every row.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn lane_value<const UP: i32, const DOWN: i32, const R: usize>(
+    v: [__m256i; 2],
+    zp: [__m256i; 2],
+    x: *const f32,
+    ldx: usize,
+    p: usize,
+    acc: &mut [[__m256; 2]; R],
+) {
+    let q0 = _mm256_sub_epi32(_mm256_srai_epi32::<DOWN>(_mm256_slli_epi32::<UP>(v[0])), zp[0]);
+    let q1 = _mm256_sub_epi32(_mm256_srai_epi32::<DOWN>(_mm256_slli_epi32::<UP>(v[1])), zp[1]);
+    let (f0, f1) = (_mm256_cvtepi32_ps(q0), _mm256_cvtepi32_ps(q1));
+    for (i, a) in acc.iter_mut().enumerate() {
+        let xv = _mm256_set1_ps(*x.add(i * ldx + p));
+        a[0] = _mm256_fmadd_ps(xv, f0, a[0]);
+        a[1] = _mm256_fmadd_ps(xv, f1, a[1]);
+    }
+}
+
 #[target_feature(enable = "avx2,fma")]
 unsafe fn weight_only_inner<const R: usize>(
     s: &WoStrip<'_>,
@@ -170,42 +201,43 @@ unsafe fn weight_only_inner<const R: usize>(
     out: &mut [f32],
 ) {
     let int4 = s.bits == crate::quant::QBits::I4;
-    // Value kk of a lane: shift it to the top, then arithmetic-shift down.
-    let (lane, width) = if int4 { (8usize, 4i32) } else { (4usize, 8i32) };
+    let lane = if int4 { 8usize } else { 4usize };
     let steps = s.group / lane;
     let mut total = [[_mm256_setzero_ps(); 2]; R];
     for t in total.iter_mut() {
         t[0] = _mm256_loadu_ps(bias.as_ptr());
         t[1] = _mm256_loadu_ps(bias.as_ptr().add(8));
     }
-    let down = _mm_cvtsi32_si128(32 - width);
     for g in 0..s.groups {
-        let (zp0, zp1) = match s.zps {
+        let zp = match s.zps {
             Some(z) => {
                 let zg = z.as_ptr().add(g * 16);
-                (
+                [
                     _mm256_cvtepi8_epi32(_mm_loadl_epi64(zg as *const __m128i)),
                     _mm256_cvtepi8_epi32(_mm_loadl_epi64(zg.add(8) as *const __m128i)),
-                )
+                ]
             }
-            None => (_mm256_setzero_si256(), _mm256_setzero_si256()),
+            None => [_mm256_setzero_si256(); 2],
         };
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         for t in g * steps..(g + 1) * steps {
             let wt = s.w.as_ptr().add(t * 64);
-            let v0 = _mm256_loadu_si256(wt as *const __m256i);
-            let v1 = _mm256_loadu_si256(wt.add(32) as *const __m256i);
-            for kk in 0..lane {
-                let up = _mm_cvtsi32_si128(32 - width * (kk as i32 + 1));
-                let q0 = _mm256_sub_epi32(_mm256_sra_epi32(_mm256_sll_epi32(v0, up), down), zp0);
-                let q1 = _mm256_sub_epi32(_mm256_sra_epi32(_mm256_sll_epi32(v1, up), down), zp1);
-                let (f0, f1) = (_mm256_cvtepi32_ps(q0), _mm256_cvtepi32_ps(q1));
-                let p = t * lane + kk;
-                for (i, a) in acc.iter_mut().enumerate() {
-                    let xv = _mm256_set1_ps(*x.add(i * ldx + p));
-                    a[0] = _mm256_fmadd_ps(xv, f0, a[0]);
-                    a[1] = _mm256_fmadd_ps(xv, f1, a[1]);
-                }
+            let v = [_mm256_loadu_si256(wt as *const __m256i), _mm256_loadu_si256(wt.add(32) as *const __m256i)];
+            let p = t * lane;
+            if int4 {
+                lane_value::<28, 28, R>(v, zp, x, ldx, p, &mut acc);
+                lane_value::<24, 28, R>(v, zp, x, ldx, p + 1, &mut acc);
+                lane_value::<20, 28, R>(v, zp, x, ldx, p + 2, &mut acc);
+                lane_value::<16, 28, R>(v, zp, x, ldx, p + 3, &mut acc);
+                lane_value::<12, 28, R>(v, zp, x, ldx, p + 4, &mut acc);
+                lane_value::<8, 28, R>(v, zp, x, ldx, p + 5, &mut acc);
+                lane_value::<4, 28, R>(v, zp, x, ldx, p + 6, &mut acc);
+                lane_value::<0, 28, R>(v, zp, x, ldx, p + 7, &mut acc);
+            } else {
+                lane_value::<24, 24, R>(v, zp, x, ldx, p, &mut acc);
+                lane_value::<16, 24, R>(v, zp, x, ldx, p + 1, &mut acc);
+                lane_value::<8, 24, R>(v, zp, x, ldx, p + 2, &mut acc);
+                lane_value::<0, 24, R>(v, zp, x, ldx, p + 3, &mut acc);
             }
         }
         let sc = s.scales.as_ptr().add(g * 16);
