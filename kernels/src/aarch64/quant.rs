@@ -227,8 +227,8 @@ unsafe fn weight_only_inner<const R: usize>(
         }
     }
     for (i, t) in total.iter().enumerate() {
-        for u in 0..4 {
-            vst1q_f32(out.as_mut_ptr().add(i * 16 + 4 * u), t[u]);
+        for (u, v) in t.iter().enumerate() {
+            vst1q_f32(out.as_mut_ptr().add(i * 16 + 4 * u), *v);
         }
     }
 }

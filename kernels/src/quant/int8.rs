@@ -107,6 +107,12 @@ pub(crate) fn run(
     let per_group = tiles.div_ceil(groups);
     let dst = SharedMut(out.as_mut_ptr());
     let out_len = out.len();
+    // Per-channel scales (one group) lie contiguous, column by column.
+    let epilogue = |j0: usize, cols: usize| Epilogue {
+        scales: &layout.scales[j0..j0 + cols],
+        col_sums: &layout.col_sums[j0..j0 + cols],
+        bias: bias.map(|b| &b[j0..j0 + cols]),
+    };
     threads.for_each(row_blocks * groups, |item| {
         let (i0, group) = ((item / groups) * MC, item % groups);
         let i1 = (i0 + MC).min(m);
@@ -127,19 +133,32 @@ pub(crate) fn run(
                     // SAFETY: in bounds (just checked); items own disjoint
                     // (row block, column group) rectangles of `out`.
                     let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(at), cols) };
-                    for (c, o) in o.iter_mut().enumerate() {
-                        let j = j0 + c;
-                        let mut dot = acc[i * ukr.nr + c];
-                        if ukr.offset {
-                            dot = dot.wrapping_sub(layout.col_sums[j].wrapping_mul(128));
-                        }
-                        let v = (dot as f32 * s) * w.scales_at(j, 0);
-                        *o = bias.map_or(v, |b| v + b[j]);
-                    }
+                    store_row(o, &acc[i * ukr.nr..][..cols], s, &epilogue(j0, cols), ukr.offset);
                 }
             }
         }
     });
+}
+
+/// The columns of one tile: their scales, weight sums and bias.
+struct Epilogue<'a> {
+    scales: &'a [f32],
+    col_sums: &'a [i32],
+    bias: Option<&'a [f32]>,
+}
+
+/// One row of a tile: `o = (f32(dot) · s) · scale (+ bias)`, where `dot`
+/// is the kernel's sum, less `128 · Σ_p w` for offset activations. Plain
+/// zipped slices, so the compiler vectorises it.
+fn store_row(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, offset: bool) {
+    let dots =
+        acc.iter().zip(e.col_sums).map(|(&a, &cs)| if offset { a.wrapping_sub(cs.wrapping_mul(128)) } else { a });
+    match e.bias {
+        None => o.iter_mut().zip(dots.zip(e.scales)).for_each(|(o, (d, &sc))| *o = (d as f32 * s) * sc),
+        Some(b) => {
+            o.iter_mut().zip(dots.zip(e.scales).zip(b)).for_each(|(o, ((d, &sc), &b))| *o = (d as f32 * s) * sc + b)
+        }
+    }
 }
 
 /// Column groups per row block: one when row blocks keep every thread

@@ -172,11 +172,6 @@ impl PackedQWeights {
     pub fn bytes(&self) -> usize {
         self.layout.len_bytes()
     }
-
-    /// Column `j`'s scale of group `g`.
-    fn scales_at(&self, j: usize, g: usize) -> f32 {
-        self.layout.scales[((j / pack::STRIP) * self.layout.groups + g) * pack::STRIP + j % pack::STRIP]
-    }
 }
 
 /// torchao's per-token symmetric int8 scale of one row.
