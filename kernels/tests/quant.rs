@@ -521,3 +521,60 @@ fn checks_reject_broken_variants() {
     };
     assert!(check_quantize("nan", &nan_min).is_err());
 }
+
+/// Counts the allocations made on the current thread while enabled.
+struct Counting;
+
+thread_local! {
+    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static ALLOCATIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: defers to the system allocator; the counters are const-initialised
+// thread locals, which never allocate.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if COUNTING.try_with(|c| c.get()).unwrap_or(false) {
+            let _ = ALLOCATIONS.try_with(|a| a.set(a.get() + 1));
+        }
+        std::alloc::System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        std::alloc::System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+#[test]
+fn a_warm_call_allocates_nothing() {
+    let (m, n, k) = (9, 40, 96);
+    let q = weights_i8(n, k, 2);
+    let data: Vec<u8> = q.iter().map(|&v| v as u8).collect();
+    let scales = vec![0.01f32; n];
+    let w8 = PackedQWeights::pack(&QWeights {
+        n,
+        k,
+        bits: QBits::I8,
+        group: k,
+        data: &data,
+        scales: &scales,
+        zero_points: None,
+    })
+    .unwrap();
+    let x = activations(m, k, 1);
+    let mut out = vec![0f32; m * n];
+    for v in variants() {
+        let mut cx = Context::new();
+        for act in [ActQuant::DynamicPerRow, ActQuant::Float] {
+            qlinear_with(&mut cx, &v, &x, m, &w8, act, None, &mut out).unwrap();
+            ALLOCATIONS.with(|a| a.set(0));
+            COUNTING.with(|c| c.set(true));
+            let r = qlinear_with(&mut cx, &v, &x, m, &w8, act, None, &mut out);
+            COUNTING.with(|c| c.set(false));
+            r.unwrap();
+            assert_eq!(ALLOCATIONS.with(|a| a.get()), 0, "{} {act:?} allocated", v.name());
+        }
+    }
+}

@@ -28,6 +28,20 @@
 //!   Σ q_x · q_w` exactly in i32 and `out = (f32(acc) · s) · scale[j] +
 //!   bias[j]`, in that order, which is torchao's decomposed program
 //!   (`_int_mm`, `mul(act_scale)`, `mul(w_scale)`, `add(bias)`) bit for bit.
+//!   Every variant gives the same bits (i32 sums are exact for `k < 2^17`;
+//!   deeper layers are refused).
+//!
+//! # Kernels
+//! [`qlinear`] runs the context's kernel table's [`QuantKernels`] (the best
+//! variant of its ISA level) on the context's threads, taking its
+//! temporary memory from the context's scratch (no allocation once the
+//! scratch has grown to the layer's size). Work is split into whole output
+//! tiles (row blocks × column strips), each computed over the whole of K by
+//! one microkernel call, so results do not depend on the thread count.
+//! The weight-only vector kernels fuse each product into its sum (FMA) where
+//! the generic kernel rounds twice: they stay within `2 · group · ε ·
+//! Σ_p |x · (q − zp) · scale|` of it (`weight_only.rs`). [`variants`] and
+//! [`qlinear_with`] run any variant this CPU has (tests, benchmarks).
 
 mod int8;
 mod pack;
