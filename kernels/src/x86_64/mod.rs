@@ -64,7 +64,12 @@ pub(crate) fn quant_variants() -> Vec<QuantKernels> {
     }
     #[cfg(kiln_avx512)]
     if Isa::X86_64V4.is_supported() && is_x86_feature_detected!("avx512vnni") {
-        all.push(QuantKernels { name: "avx512_vnni", int8: avx512::quant::INT8_AVX512_VNNI, ..avx2 });
+        all.push(QuantKernels {
+            name: "avx512_vnni",
+            int8: avx512::quant::INT8_AVX512_VNNI,
+            weight_only: avx512::quant::WEIGHT_ONLY,
+            ..avx2
+        });
     }
     all
 }
