@@ -77,3 +77,504 @@ fn bad_weights_are_errors() {
     let group = QWeights { n: 2, k: 5, bits: QBits::I8, group: 3, data: &data, scales: &scales, zero_points: None };
     assert!(PackedQWeights::pack(&group).is_err());
 }
+
+// ---------------------------------------------------------------------------
+// Every variant of the integer kernels against the generic one.
+//
+// The checks return errors instead of panicking so that
+// `checks_reject_broken_variants` can feed them deliberately wrong
+// implementations and see them fail.
+
+use kiln_kernels::quant::{qlinear_with, variants, QuantKernels};
+
+type Check = Result<(), String>;
+
+/// A quantized linear implementation under test: `(x, m, packed, act, bias, out)`.
+type Run<'a> = &'a dyn Fn(&[f32], usize, &PackedQWeights, ActQuant, Option<&[f32]>, &mut [f32]);
+
+#[allow(clippy::type_complexity)]
+fn with(
+    kernels: QuantKernels,
+    threads: usize,
+) -> impl Fn(&[f32], usize, &PackedQWeights, ActQuant, Option<&[f32]>, &mut [f32]) {
+    move |x, m, w, act, bias, out| {
+        let mut cx = Context::new().with_threads(threads);
+        qlinear_with(&mut cx, &kernels, x, m, w, act, bias, out).unwrap()
+    }
+}
+
+fn generic_kernels() -> QuantKernels {
+    variants()[0]
+}
+
+/// Activations for `m` rows of `k`: random, with rows that are all zero,
+/// hold exact .5 ties at the scale (±127.5 → ±128/127 ends), or a NaN.
+fn activations(m: usize, k: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    let mut x: Vec<f32> = (0..m * k).map(|_| lcg(&mut s) * 4.0).collect();
+    for i in 0..m {
+        let row = &mut x[i * k..][..k];
+        match i % 5 {
+            1 => row.fill(0.0),
+            2 => {
+                // max |x| = 127.5: the scale is 1, and the ties round to even.
+                row[0] = -127.5;
+                if k > 1 {
+                    row[k - 1] = 127.5;
+                }
+                if k > 2 {
+                    row[1] = 2.5;
+                }
+            }
+            3 if k > 3 => row[k / 2] = -f32::MAX / 2.0,
+            _ => {}
+        }
+    }
+    x
+}
+
+/// int8 weights with both ends of the range and a zero row.
+fn weights_i8(n: usize, k: usize, seed: u64) -> Vec<i8> {
+    let mut s = seed;
+    let mut q: Vec<i8> = (0..n * k).map(|_| (lcg(&mut s) * 128.0).clamp(-128.0, 127.0) as i8).collect();
+    for (j, row) in q.chunks_mut(k).enumerate() {
+        match j % 4 {
+            1 => row.fill(-128),
+            2 => row.fill(127),
+            3 if j % 8 == 3 => row.fill(0),
+            _ => {}
+        }
+    }
+    q
+}
+
+const MS: &[usize] = &[1, 2, 3, 5, 6, 7, 8, 9, 13, 16, 17];
+const NS: &[usize] = &[1, 5, 16, 17, 31, 33, 47];
+const KS: &[usize] = &[1, 3, 4, 7, 64, 66, 131];
+
+fn check_dynamic(name: &str, f: Run, g: Run) -> Check {
+    for (s, &k) in KS.iter().enumerate() {
+        for &n in NS {
+            let q = weights_i8(n, k, s as u64 + 1);
+            let data: Vec<u8> = q.iter().map(|&v| v as u8).collect();
+            let scales: Vec<f32> = (0..n).map(|j| 0.001 + j as f32 * 0.0007).collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.25 - 1.0).collect();
+            let w = QWeights { n, k, bits: QBits::I8, group: k, data: &data, scales: &scales, zero_points: None };
+            let packed = PackedQWeights::pack(&w).map_err(|e| e.to_string())?;
+            for &m in MS {
+                let x = activations(m, k, (m * 31 + n) as u64);
+                for b in [None, Some(&bias[..])] {
+                    let (mut got, mut want) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+                    f(&x, m, &packed, ActQuant::DynamicPerRow, b, &mut got);
+                    g(&x, m, &packed, ActQuant::DynamicPerRow, b, &mut want);
+                    for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+                        if a.to_bits() != e.to_bits() {
+                            return Err(format!("{name}: m={m} n={n} k={k} bias={} [{i}]: {a} vs {e}", b.is_some()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One weight-only case: bits, k, group, zero points.
+#[derive(Copy, Clone, Debug)]
+struct WoCase {
+    bits: QBits,
+    k: usize,
+    group: usize,
+    zp: bool,
+}
+
+fn wo_cases() -> Vec<WoCase> {
+    let mut cases = Vec::new();
+    for zp in [false, true] {
+        for (k, group) in [(64, 64), (64, 32), (96, 8), (130, 130), (12, 6), (256, 128), (40, 4)] {
+            cases.push(WoCase { bits: QBits::I8, k, group, zp });
+            if k % 2 == 0 && group % 2 == 0 {
+                cases.push(WoCase { bits: QBits::I4, k, group, zp });
+            }
+        }
+        cases.push(WoCase { bits: QBits::I8, k: 7, group: 7, zp });
+    }
+    cases
+}
+
+/// `(data, scales, zps, dequantized weight)` of a weight-only case.
+fn wo_weights(c: WoCase, n: usize, seed: u64) -> (Vec<u8>, Vec<f32>, Vec<i8>, Vec<f32>) {
+    let mut s = seed;
+    let groups = c.k / c.group;
+    let (lo, hi) = if c.bits == QBits::I4 { (-8.0, 7.0) } else { (-128.0, 127.0) };
+    let q: Vec<i8> = (0..n * c.k)
+        .map(|i| {
+            if i % 11 == 0 {
+                lo as i8
+            } else if i % 13 == 0 {
+                hi as i8
+            } else {
+                (lcg(&mut s) * -lo).clamp(lo, hi) as i8
+            }
+        })
+        .collect();
+    let scales: Vec<f32> = (0..n * groups).map(|_| 0.001 + (lcg(&mut s) + 1.0) * 0.01).collect();
+    let zps: Vec<i8> = (0..n * groups).map(|i| if c.zp { (i % 7) as i8 - 3 } else { 0 }).collect();
+    let data = if c.bits == QBits::I4 { int4_bytes(&q) } else { q.iter().map(|&v| v as u8).collect() };
+    let deq = (0..n * c.k)
+        .map(|i| {
+            (q[i] as f32 - zps[(i / c.k) * groups + (i % c.k) / c.group] as f32)
+                * scales[(i / c.k) * groups + (i % c.k) / c.group]
+        })
+        .collect();
+    (data, scales, zps, deq)
+}
+
+/// Weight-only: within the documented FMA bound of the generic kernel
+/// (`2 · group · ε · Σ_p |x · w|`, with a floor for results near 0), and
+/// the generic kernel within the same bound of the f64 definition.
+fn check_weight_only(name: &str, f: Run, g: Run) -> Check {
+    for c in wo_cases() {
+        for &n in &[1usize, 16, 17, 40] {
+            let (data, scales, zps, deq) = wo_weights(c, n, (c.k * 7 + n) as u64);
+            let zp = c.zp.then_some(&zps[..]);
+            let w = QWeights { n, k: c.k, bits: c.bits, group: c.group, data: &data, scales: &scales, zero_points: zp };
+            let packed = PackedQWeights::pack(&w).map_err(|e| e.to_string())?;
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.125).collect();
+            for &m in &[1usize, 2, 3, 4, 5, 8, 9, 16, 17] {
+                let mut s = (m * 13 + n) as u64;
+                let x: Vec<f32> = (0..m * c.k).map(|_| lcg(&mut s)).collect();
+                for b in [None, Some(&bias[..])] {
+                    let (mut got, mut want) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+                    f(&x, m, &packed, ActQuant::Float, b, &mut got);
+                    g(&x, m, &packed, ActQuant::Float, b, &mut want);
+                    for i in 0..m {
+                        for j in 0..n {
+                            let terms = (0..c.k).map(|p| x[i * c.k + p] as f64 * deq[j * c.k + p] as f64);
+                            let exact: f64 = b.map_or(0.0, |b| b[j] as f64) + terms.clone().sum::<f64>();
+                            let mag: f64 = terms.map(f64::abs).sum::<f64>() + b.map_or(0.0, |b| b[j].abs() as f64);
+                            let bound = 2.0 * (c.group as f64 + 2.0) * f32::EPSILON as f64 * mag + 1e-30;
+                            let (a, e) = (got[i * n + j] as f64, want[i * n + j] as f64);
+                            if (a - e).abs() > bound || (e - exact).abs() > bound || a.is_nan() {
+                                return Err(format!("{name}: {c:?} m={m} n={n} ({i},{j}): {a} vs generic {e} vs exact {exact} (bound {bound:e})"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Row quantizer: every bit of the scale and values against the generic one.
+fn check_quantize(name: &str, f: &dyn Fn(&[f32], &mut [i8]) -> f32) -> Check {
+    let specials = [0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 127.5, -127.5, f32::NAN, 1e-30, -1e-39, 3.0, -7.25];
+    for len in [0usize, 1, 3, 7, 8, 9, 15, 16, 17, 33, 100] {
+        for variant in 0..4 {
+            let mut s = (len * 4 + variant) as u64;
+            let row: Vec<f32> = (0..len)
+                .map(|i| match variant {
+                    0 => specials[i % specials.len()],
+                    1 => lcg(&mut s) * 1000.0,
+                    2 => (i as f32 - 8.0) * 0.5,
+                    _ => {
+                        if i == len / 2 {
+                            f32::INFINITY
+                        } else {
+                            lcg(&mut s)
+                        }
+                    }
+                })
+                .collect();
+            let (mut got, mut want) = (vec![99i8; len], vec![99i8; len]);
+            let sg = f(&row, &mut got);
+            let s = row_scale_symmetric(&row);
+            quantize_row_i8(&row, s, &mut want);
+            if sg.to_bits() != s.to_bits() || got != want {
+                return Err(format!("{name}: len {len} case {variant}: scale {sg} vs {s}, {got:?} vs {want:?}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn variants_are_listed_and_named() {
+    let all = variants();
+    assert_eq!(all[0].name(), "generic");
+    for v in &all {
+        println!("{v:?}");
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let v3 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        assert_eq!(all.iter().any(|v| v.name() == "avx2"), v3);
+        assert_eq!(all.iter().any(|v| v.name() == "avx_vnni"), v3 && is_x86_feature_detected!("avxvnni"));
+        if !(is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni")) {
+            println!("note: skipping avx512_vnni: not supported by this CPU");
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        assert!(all.iter().any(|v| v.name() == "neon"));
+        let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
+        assert_eq!(all.iter().any(|v| v.name() == "neon_dotprod"), dotprod);
+        if !dotprod {
+            println!("note: skipping neon_dotprod: this CPU has no dot-product extension");
+        }
+    }
+    // The table holds the last (best) variant of its level.
+    let best = Context::new().table().entries();
+    let qgemm = best.iter().find(|(e, _)| *e == "qgemm_i8").map(|&(_, v)| v);
+    assert_eq!(qgemm, all.last().map(|v| v.parts().0));
+}
+
+#[test]
+fn dynamic_int8_every_variant_is_bit_exact() {
+    let g = with(generic_kernels(), 1);
+    for v in variants().into_iter().skip(1) {
+        check_dynamic(v.name(), &with(v, 1), &g).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn dynamic_int8_generic_follows_the_definition() {
+    // Against the module doc's formula computed here, on the odd shapes.
+    let reference = |x: &[f32], m: usize, w: &PackedQWeights, _: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
+        let (n, k) = (w.n(), w.k());
+        // The weights are those of `check_dynamic`, rebuilt from its seed.
+        let s = KS.iter().position(|&kk| kk == k).unwrap_or(0);
+        let q = weights_i8(n, k, s as u64 + 1);
+        let scales: Vec<f32> = (0..n).map(|j| 0.001 + j as f32 * 0.0007).collect();
+        for i in 0..m {
+            let row = &x[i * k..][..k];
+            let sx = row_scale_symmetric(row);
+            let mut qx = vec![0i8; k];
+            quantize_row_i8(row, sx, &mut qx);
+            for j in 0..n {
+                let acc: i32 = (0..k).map(|p| qx[p] as i32 * q[j * k + p] as i32).sum();
+                let v = (acc as f32 * sx) * scales[j];
+                out[i * n + j] = bias.map_or(v, |b| v + b[j]);
+            }
+        }
+    };
+    check_dynamic("generic", &with(generic_kernels(), 1), &reference).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn weight_only_every_variant_within_bound() {
+    let g = with(generic_kernels(), 1);
+    for v in variants() {
+        check_weight_only(v.name(), &with(v, 1), &g).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn quantize_row_every_variant_is_bit_exact() {
+    for v in variants() {
+        check_quantize(v.name(), &|r, o| v.quantize_row(r, o)).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    // Big enough to be split (over 2^21 multiply-adds).
+    let (m, n, k) = (37, 200, 320);
+    let q = weights_i8(n, k, 5);
+    let data: Vec<u8> = q.iter().map(|&v| v as u8).collect();
+    let scales: Vec<f32> = (0..n).map(|j| 0.01 + j as f32 * 1e-4).collect();
+    let w8 = PackedQWeights::pack(&QWeights {
+        n,
+        k,
+        bits: QBits::I8,
+        group: k,
+        data: &data,
+        scales: &scales,
+        zero_points: None,
+    })
+    .unwrap();
+    let c = WoCase { bits: QBits::I4, k, group: 32, zp: true };
+    let (d4, s4, z4, _) = wo_weights(c, n, 9);
+    let w4 = PackedQWeights::pack(&QWeights {
+        n,
+        k,
+        bits: QBits::I4,
+        group: 32,
+        data: &d4,
+        scales: &s4,
+        zero_points: Some(&z4),
+    })
+    .unwrap();
+    let x = activations(m, k, 3);
+    for v in variants() {
+        for (w, act) in [(&w8, ActQuant::DynamicPerRow), (&w8, ActQuant::Float), (&w4, ActQuant::Float)] {
+            let mut first = vec![0f32; m * n];
+            with(v, 1)(&x, m, w, act, None, &mut first);
+            for threads in [2, 3, 4] {
+                let mut out = vec![0f32; m * n];
+                with(v, threads)(&x, m, w, act, None, &mut out);
+                let same = out.iter().zip(&first).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{} {act:?} {:?}: {threads} threads differ from 1", v.name(), w.bits());
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_calls_are_errors() {
+    let data = [1u8; 64];
+    let scales = [1f32; 4];
+    let zps = [0i8; 4];
+    let w = PackedQWeights::pack(&QWeights {
+        n: 4,
+        k: 16,
+        bits: QBits::I8,
+        group: 16,
+        data: &data,
+        scales: &scales,
+        zero_points: Some(&zps),
+    })
+    .unwrap();
+    let mut cx = Context::new();
+    let x = [0.5f32; 32];
+    let mut out = [0f32; 8];
+    assert!(qlinear(&mut cx, &x, 2, &w, ActQuant::DynamicPerRow, None, &mut out).is_err(), "zero points with dynamic");
+    assert!(qlinear(&mut cx, &x, 2, &w, ActQuant::Float, None, &mut out).is_ok());
+    assert!(qlinear(&mut cx, &x[..31], 2, &w, ActQuant::Float, None, &mut out).is_err(), "short x");
+    assert!(qlinear(&mut cx, &x, 2, &w, ActQuant::Float, Some(&[0.0; 3]), &mut out).is_err(), "short bias");
+    let deep = vec![0u8; 1 << 17];
+    let w = PackedQWeights::pack(&QWeights {
+        n: 1,
+        k: 1 << 17,
+        bits: QBits::I8,
+        group: 1 << 17,
+        data: &deep,
+        scales: &scales[..1],
+        zero_points: None,
+    })
+    .unwrap();
+    let x = vec![0f32; 1 << 17];
+    assert!(qlinear(&mut cx, &x, 1, &w, ActQuant::DynamicPerRow, None, &mut out[..1]).is_err(), "k too deep for i32");
+}
+
+/// The checks themselves: each must reject a plausible bug.
+#[test]
+fn checks_reject_broken_variants() {
+    let g = with(generic_kernels(), 1);
+    // Quantizing with round-half-away-from-zero instead of half to even.
+    let away = |x: &[f32], m: usize, w: &PackedQWeights, act: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
+        let k = w.k();
+        let mut xr = x.to_vec();
+        for row in xr.chunks_mut(k) {
+            let s = row_scale_symmetric(row);
+            for v in row.iter_mut() {
+                // Nudge exact ties away from zero: what `f32::round` would give.
+                let t = *v / s;
+                if t.fract().abs() == 0.5 && (t.trunc() as i32) % 2 == 0 {
+                    *v = (t + t.signum() * 0.25) * s;
+                }
+            }
+        }
+        g(&xr, m, w, act, bias, out)
+    };
+    assert!(check_dynamic("half away", &away, &g).is_err());
+    // The last column of a partial tile left unwritten.
+    let tail = |x: &[f32], m: usize, w: &PackedQWeights, act: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
+        g(x, m, w, act, bias, out);
+        let n = w.n();
+        if !n.is_multiple_of(16) {
+            out[n - 1] = 0.0;
+        }
+    };
+    assert!(check_dynamic("tail", &tail, &g).is_err());
+    assert!(check_weight_only("tail", &tail, &g).is_err());
+    // A saturating i16 pair sum (what a bare `vpmaddubsw` would do).
+    let saturating = |x: &[f32], m: usize, w: &PackedQWeights, act: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
+        g(x, m, w, act, bias, out);
+        let (n, k) = (w.n(), w.k());
+        for i in 0..m {
+            let row = &x[i * k..][..k];
+            if row.iter().any(|&v| v == -127.5) && n > 1 && k > 1 {
+                out[i * n + 1] += 1.0; // row 1 of the weights is all -128: pairs of 128·128 saturate
+            }
+        }
+    };
+    assert!(check_dynamic("saturating", &saturating, &g).is_err());
+    // Weight-only ignoring the zero points.
+    let no_zp = |x: &[f32], m: usize, w: &PackedQWeights, act: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
+        g(x, m, w, act, bias, out);
+        if w.bits() == QBits::I4 && w.group() < w.k() {
+            out[0] += 1e-3;
+        }
+    };
+    assert!(check_weight_only("no zp", &no_zp, &g).is_err());
+    // Quantizer treating NaN as -128 (a bare cvtps/packs).
+    let nan_min = |r: &[f32], o: &mut [i8]| {
+        let s = generic_kernels().quantize_row(r, o);
+        for (q, &v) in o.iter_mut().zip(r) {
+            if v.is_nan() {
+                *q = -128;
+            }
+        }
+        s
+    };
+    assert!(check_quantize("nan", &nan_min).is_err());
+}
+
+/// Counts the allocations made on the current thread while enabled.
+struct Counting;
+
+thread_local! {
+    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static ALLOCATIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: defers to the system allocator; the counters are const-initialised
+// thread locals, which never allocate.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if COUNTING.try_with(|c| c.get()).unwrap_or(false) {
+            let _ = ALLOCATIONS.try_with(|a| a.set(a.get() + 1));
+        }
+        std::alloc::System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        std::alloc::System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+#[test]
+fn a_warm_call_allocates_nothing() {
+    let (m, n, k) = (9, 40, 96);
+    let q = weights_i8(n, k, 2);
+    let data: Vec<u8> = q.iter().map(|&v| v as u8).collect();
+    let scales = vec![0.01f32; n];
+    let w8 = PackedQWeights::pack(&QWeights {
+        n,
+        k,
+        bits: QBits::I8,
+        group: k,
+        data: &data,
+        scales: &scales,
+        zero_points: None,
+    })
+    .unwrap();
+    let x = activations(m, k, 1);
+    let mut out = vec![0f32; m * n];
+    for v in variants() {
+        let mut cx = Context::new();
+        for act in [ActQuant::DynamicPerRow, ActQuant::Float] {
+            qlinear_with(&mut cx, &v, &x, m, &w8, act, None, &mut out).unwrap();
+            ALLOCATIONS.with(|a| a.set(0));
+            COUNTING.with(|c| c.set(true));
+            let r = qlinear_with(&mut cx, &v, &x, m, &w8, act, None, &mut out);
+            COUNTING.with(|c| c.set(false));
+            r.unwrap();
+            assert_eq!(ALLOCATIONS.with(|a| a.get()), 0, "{} {act:?} allocated", v.name());
+        }
+    }
+}

@@ -433,6 +433,37 @@ macro_rules! variant_tests {
     (@check gemm, $entry:ident, $t:expr, $name:expr) => {
         check_gemm(&$name, &gemm_with($t), &gemm_with(generic()))
     };
+    (@check qlinear, $entry:ident, $t:expr, $name:expr, $act:expr) => {
+        check_qlinear(&$name, $t, $act)
+    };
+}
+
+/// The table's integer kernels through `quant::qlinear` against the generic
+/// table's (`tests/quant.rs` runs every variant on many more shapes): bit
+/// for bit with dynamic int8 activations (which also runs the row
+/// quantizer), within the FMA's rounding for weight-only int4.
+fn check_qlinear(name: &str, t: &'static KernelTable, act: kiln_kernels::quant::ActQuant) -> Check {
+    use kiln_kernels::quant::{qlinear, ActQuant, PackedQWeights, QBits, QWeights};
+    let mut r = common::rng(17);
+    let (m, n, k) = (7, 45, 96);
+    let bits = if act == ActQuant::Float { QBits::I4 } else { QBits::I8 };
+    let group = if act == ActQuant::Float { 32 } else { k };
+    let data: Vec<u8> = (0..n * k / if bits == QBits::I4 { 2 } else { 1 }).map(|_| r.gen()).collect();
+    let scales: Vec<f32> = (0..n * k / group).map(|_| r.gen_range(0.001..0.02)).collect();
+    let w = QWeights { n, k, bits, group, data: &data, scales: &scales, zero_points: None };
+    let packed = PackedQWeights::pack(&w).map_err(|e| e.to_string())?;
+    let x: Vec<f32> = (0..m * k).map(|_| r.gen_range(-3.0..3.0)).collect();
+    let (mut got, mut want) = (vec![0f32; m * n], vec![0f32; m * n]);
+    qlinear(&mut Context::with_table(t), &x, m, &packed, act, None, &mut got).map_err(|e| e.to_string())?;
+    qlinear(&mut Context::with_table(generic()), &x, m, &packed, act, None, &mut want).map_err(|e| e.to_string())?;
+    for (i, (&a, &b)) in got.iter().zip(&want).enumerate() {
+        let ok =
+            if act == ActQuant::Float { (a - b).abs() <= 1e-5 * (1.0 + b.abs()) } else { a.to_bits() == b.to_bits() };
+        if !ok {
+            return Err(format!("{name} [{i}]: {a} vs {b}"));
+        }
+    }
+    Ok(())
 }
 
 // Bounds: exp measured ≤ 1 ulp from glibc's expf over all 2^32 inputs, tanh
@@ -459,6 +490,9 @@ variant_tests! {
     div_f32: binary;
     max_f32: reduce;
     exp_sum_f32: exp_sum(2);
+    qgemm_i8: qlinear(kiln_kernels::quant::ActQuant::DynamicPerRow);
+    qlinear_weight_only: qlinear(kiln_kernels::quant::ActQuant::Float);
+    quantize_row_i8: qlinear(kiln_kernels::quant::ActQuant::DynamicPerRow);
 }
 
 #[test]

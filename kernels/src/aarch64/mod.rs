@@ -5,6 +5,7 @@
 pub(crate) mod binary;
 pub(crate) mod gemm;
 pub(crate) mod math;
+pub(crate) mod quant;
 
 use crate::table::{Entry, KernelTable};
 
@@ -25,4 +26,8 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.div = Entry::new(V, binary::div);
     table.max = Entry::new(V, math::max);
     table.exp_sum = Entry::new(V, math::exp_sum);
+    // The integer kernels: `sdot` where the CPU has it (detected at run time).
+    if let Some(&q) = quant::variants().last() {
+        table.quant = q;
+    }
 }

@@ -48,5 +48,6 @@ pub(crate) fn table() -> KernelTable {
         div: Entry::new(G, vector::div::<f32>),
         max: Entry::new(G, vector::max::<f32>),
         exp_sum: Entry::new(G, vector::exp_sum::<f32>),
+        quant: crate::quant::GENERIC,
     }
 }

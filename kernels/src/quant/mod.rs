@@ -28,6 +28,31 @@
 //!   Σ q_x · q_w` exactly in i32 and `out = (f32(acc) · s) · scale[j] +
 //!   bias[j]`, in that order, which is torchao's decomposed program
 //!   (`_int_mm`, `mul(act_scale)`, `mul(w_scale)`, `add(bias)`) bit for bit.
+//!   Every variant gives the same bits (i32 sums are exact for `k < 2^17`;
+//!   deeper layers are refused).
+//!
+//! # Kernels
+//! [`qlinear`] runs the context's kernel table's [`QuantKernels`] (the best
+//! variant of its ISA level) on the context's threads, taking its
+//! temporary memory from the context's scratch (no allocation once the
+//! scratch has grown to the layer's size). Work is split into whole output
+//! tiles (row blocks × column strips), each computed over the whole of K by
+//! one microkernel call, so results do not depend on the thread count.
+//! The weight-only vector kernels fuse each product into its sum (FMA) where
+//! the generic kernel rounds twice: they stay within `2 · group · ε ·
+//! Σ_p |x · (q − zp) · scale|` of it (`weight_only.rs`). [`variants`] and
+//! [`qlinear_with`] run any variant this CPU has (tests, benchmarks).
+
+mod int8;
+mod pack;
+mod variant;
+mod weight_only;
+
+pub(crate) use int8::QGemmUkr;
+pub(crate) use pack::lane as lane_of;
+pub(crate) use variant::GENERIC;
+pub use variant::{variants, QuantKernels};
+pub(crate) use weight_only::{WoStrip, WoUkr};
 
 use crate::context::Context;
 use crate::types::{KernelError, Result};
@@ -66,7 +91,7 @@ pub struct QWeights<'a> {
     pub zero_points: Option<&'a [i8]>,
 }
 
-fn err(detail: impl Into<String>) -> KernelError {
+pub(crate) fn err(detail: impl Into<String>) -> KernelError {
     KernelError::Shape { kernel: "qlinear", detail: detail.into() }
 }
 
@@ -102,7 +127,7 @@ impl QWeights<'_> {
     }
 
     /// Element `(j, p)` of the stored weight, as an integer.
-    fn q(&self, j: usize, p: usize) -> i32 {
+    pub(crate) fn q(&self, j: usize, p: usize) -> i32 {
         match self.bits {
             QBits::I8 => self.data[j * self.k + p] as i8 as i32,
             QBits::I4 => {
@@ -116,32 +141,27 @@ impl QWeights<'_> {
 }
 
 /// A quantized weight in the layout the kernels read, built once (at
-/// program load) from [`QWeights`].
-#[derive(Clone, Debug)]
+/// program load) from [`QWeights`]: 16-column strips of 4-byte lanes
+/// (`pack.rs` describes the layout), 64-byte aligned.
+#[derive(Clone)]
 pub struct PackedQWeights {
     n: usize,
     k: usize,
     bits: QBits,
     group: usize,
-    /// `n * k` weights widened to i8, row-major (the portable layout).
-    q: Vec<i8>,
-    scales: Vec<f32>,
-    zero_points: Option<Vec<i8>>,
+    layout: pack::Layout,
+}
+
+impl std::fmt::Debug for PackedQWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedQWeights({}x{} {:?} group {})", self.n, self.k, self.bits, self.group)
+    }
 }
 
 impl PackedQWeights {
     pub fn pack(w: &QWeights<'_>) -> Result<PackedQWeights> {
-        w.check()?;
-        let q = (0..w.n).flat_map(|j| (0..w.k).map(move |p| (j, p))).map(|(j, p)| w.q(j, p) as i8).collect();
-        Ok(PackedQWeights {
-            n: w.n,
-            k: w.k,
-            bits: w.bits,
-            group: w.group,
-            q,
-            scales: w.scales.to_vec(),
-            zero_points: w.zero_points.map(<[i8]>::to_vec),
-        })
+        let layout = pack::Layout::pack(w)?;
+        Ok(PackedQWeights { n: w.n, k: w.k, bits: w.bits, group: w.group, layout })
     }
 
     /// Output features.
@@ -164,11 +184,7 @@ impl PackedQWeights {
 
     /// Bytes the packed copy takes.
     pub fn bytes(&self) -> usize {
-        self.q.len() + self.scales.len() * 4 + self.zero_points.as_ref().map_or(0, Vec::len)
-    }
-
-    fn zp(&self, g: usize) -> i32 {
-        self.zero_points.as_ref().map_or(0, |z| z[g] as i32)
+        self.layout.len_bytes()
     }
 }
 
@@ -187,9 +203,27 @@ pub fn quantize_row_i8(row: &[f32], s: f32, out: &mut [i8]) {
     }
 }
 
-/// `out[m, n] = x[m, k] · dequant(w)^T (+ bias)`, as the module doc defines.
+/// `out[m, n] = x[m, k] · dequant(w)^T (+ bias)`, as the module doc defines,
+/// with the context's kernel table's integer kernels and threads.
 pub fn qlinear(
     cx: &mut Context,
+    x: &[f32],
+    m: usize,
+    w: &PackedQWeights,
+    act: ActQuant,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<()> {
+    let kernels = cx.table.quant;
+    qlinear_with(cx, &kernels, x, m, w, act, bias, out)
+}
+
+/// [`qlinear`] with the given variant of the integer kernels (one of
+/// [`variants`]) instead of the table's: for tests and benchmarks.
+#[allow(clippy::too_many_arguments)]
+pub fn qlinear_with(
+    cx: &mut Context,
+    kernels: &QuantKernels,
     x: &[f32],
     m: usize,
     w: &PackedQWeights,
@@ -204,50 +238,20 @@ pub fn qlinear(
     if bias.is_some_and(|b| b.len() != n) {
         return Err(err(format!("bias has {} elements, want {n}", bias.map_or(0, <[f32]>::len))));
     }
-    let _ = cx;
+    if m == 0 {
+        return Ok(());
+    }
     match act {
-        ActQuant::Float => qlinear_float(x, m, w, bias, out),
+        ActQuant::Float => weight_only::run(cx, kernels, x, m, w, bias, out),
         ActQuant::DynamicPerRow => {
-            if w.bits != QBits::I8 || w.group != k || w.zero_points.is_some() {
+            if w.bits != QBits::I8 || w.group != k || w.layout.zero_points.is_some() {
                 return Err(err("dynamic int8 activations need symmetric per-channel int8 weights"));
             }
-            qlinear_dynamic(x, m, w, bias, out);
+            if k > int8::MAX_K {
+                return Err(err(format!("k = {k} is too deep for exact i32 sums (at most {})", int8::MAX_K)));
+            }
+            int8::run(cx, kernels, x, m, w, bias, out);
         }
     }
     Ok(())
-}
-
-fn qlinear_float(x: &[f32], m: usize, w: &PackedQWeights, bias: Option<&[f32]>, out: &mut [f32]) {
-    let (n, k, group) = (w.n, w.k, w.group);
-    let groups = k / group;
-    for i in 0..m {
-        let xr = &x[i * k..][..k];
-        for j in 0..n {
-            let wr = &w.q[j * k..][..k];
-            let mut total = bias.map_or(0.0, |b| b[j]);
-            for g in 0..groups {
-                let zp = w.zp(j * groups + g) as f32;
-                let span = g * group..(g + 1) * group;
-                let dot: f32 = xr[span.clone()].iter().zip(&wr[span]).map(|(&a, &q)| a * (q as f32 - zp)).sum();
-                total += w.scales[j * groups + g] * dot;
-            }
-            out[i * n + j] = total;
-        }
-    }
-}
-
-fn qlinear_dynamic(x: &[f32], m: usize, w: &PackedQWeights, bias: Option<&[f32]>, out: &mut [f32]) {
-    let (n, k) = (w.n, w.k);
-    let mut qx = vec![0i8; k];
-    for i in 0..m {
-        let xr = &x[i * k..][..k];
-        let s = row_scale_symmetric(xr);
-        quantize_row_i8(xr, s, &mut qx);
-        for j in 0..n {
-            let wr = &w.q[j * k..][..k];
-            let acc: i32 = qx.iter().zip(wr).map(|(&a, &b)| a as i32 * b as i32).sum();
-            let v = (acc as f32 * s) * w.scales[j];
-            out[i * n + j] = bias.map_or(v, |b| v + b[j]);
-        }
-    }
 }

@@ -5,6 +5,7 @@ pub(crate) mod avx2;
 #[cfg(kiln_avx512)]
 pub(crate) mod avx512;
 
+use crate::quant::QuantKernels;
 use crate::table::{Entry, Isa, KernelTable};
 
 /// Overrides the entries that have AVX2 + FMA versions, if this CPU has both;
@@ -29,8 +30,46 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.div = Entry::new(V, avx2::binary::div);
     table.max = Entry::new(V, avx2::math::max);
     table.exp_sum = Entry::new(V, avx2::math::exp_sum);
+    // The integer kernels: the best variant of this level (the last listed).
+    let quant = quant_variants();
+    let v3 = quant.iter().rev().find(|q| q.name != "avx512_vnni");
+    if let Some(&q) = v3 {
+        table.quant = q;
+    }
     #[cfg(kiln_avx512)]
     if table.isa == Isa::X86_64V4 && Isa::X86_64V4.is_supported() {
         table.gemm = avx512::gemm::UKR;
+        if let Some(&q) = quant.iter().find(|q| q.name == "avx512_vnni") {
+            table.quant = q;
+        }
     }
+}
+
+/// Every x86 variant of the integer kernels this CPU runs, lowest first:
+/// AVX2 (with FMA), AVX-VNNI, AVX-512 VNNI.
+pub(crate) fn quant_variants() -> Vec<QuantKernels> {
+    let mut all = Vec::new();
+    if !Isa::X86_64V3.is_supported() {
+        return all;
+    }
+    let avx2 = QuantKernels {
+        name: "avx2",
+        int8: avx2::quant::INT8_AVX2,
+        weight_only: avx2::quant::WEIGHT_ONLY,
+        quantize: Entry::new("avx2", avx2::quant::quantize),
+    };
+    all.push(avx2);
+    if is_x86_feature_detected!("avxvnni") {
+        all.push(QuantKernels { name: "avx_vnni", int8: avx2::quant::INT8_AVX_VNNI, ..avx2 });
+    }
+    #[cfg(kiln_avx512)]
+    if Isa::X86_64V4.is_supported() && is_x86_feature_detected!("avx512vnni") {
+        all.push(QuantKernels {
+            name: "avx512_vnni",
+            int8: avx512::quant::INT8_AVX512_VNNI,
+            weight_only: avx512::quant::WEIGHT_ONLY,
+            ..avx2
+        });
+    }
+    all
 }

@@ -5,3 +5,4 @@
 pub(crate) mod binary;
 pub(crate) mod gemm;
 pub(crate) mod math;
+pub(crate) mod quant;

@@ -4,3 +4,4 @@
 //! table, built after the CPU was detected to have AVX-512.
 
 pub(crate) mod gemm;
+pub(crate) mod quant;

@@ -1,0 +1,250 @@
+//! NEON integer kernels: the int8 GEMM (widening multiplies, and `sdot`
+//! where the CPU has the dot-product extension, detected at run time), the
+//! weight-only kernel and the row quantizer.
+//!
+//! Without `sdot`, `smull` multiplies 8 i8 pairs into i16 (exact: at most
+//! 128·128) and `sadalp` adds neighbouring pairs into the i32 accumulators;
+//! a final pairwise add gives each column's sum. `sdot` (not yet a stable
+//! intrinsic, so through `asm!`) adds each column's four i8·i8 products
+//! into its i32 lane directly.
+
+use crate::quant::{QGemmUkr, QuantKernels, WoStrip, WoUkr};
+use crate::table::Entry;
+use std::arch::aarch64::*;
+
+/// Bounds every int8 kernel relies on (see `QKernelFn`).
+fn check(mr: usize, k4: usize, a: &[u8], lda: usize, b: &[u8], acc: &[i32]) {
+    assert!(a.len() >= (mr - 1) * lda + 4 * k4, "qgemm: activation rows too short");
+    assert!(b.len() >= 64 * k4, "qgemm: weight strip too short");
+    assert!(acc.len() >= mr * 16, "qgemm: accumulator tile too small");
+}
+
+const NEON_MR: usize = 2;
+
+const INT8_NEON: QGemmUkr = QGemmUkr { variant: "neon_2x16", mr: NEON_MR, nr: 16, offset: false, run: int8_neon };
+
+fn int8_neon(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
+    check(NEON_MR, k4, a, lda, b, acc);
+    // SAFETY: NEON is baseline; `check` bounds every load.
+    unsafe { int8_neon_inner(k4, a.as_ptr(), lda, b.as_ptr(), acc) }
+}
+
+unsafe fn int8_neon_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, acc: &mut [i32]) {
+    // c[i][2u + h]: columns 4u + 2h, 4u + 2h + 1 of row i, two pair sums each.
+    let mut c = [[vdupq_n_s32(0); 8]; NEON_MR];
+    for t in 0..k4 {
+        let bt = b.add(t * 64) as *const i8;
+        let w = [vld1q_s8(bt), vld1q_s8(bt.add(16)), vld1q_s8(bt.add(32)), vld1q_s8(bt.add(48))];
+        for (i, ci) in c.iter_mut().enumerate() {
+            let quad = (a.add(i * lda + 4 * t) as *const u32).read_unaligned();
+            let x = vreinterpret_s8_u32(vdup_n_u32(quad));
+            for u in 0..4 {
+                ci[2 * u] = vpadalq_s16(ci[2 * u], vmull_s8(vget_low_s8(w[u]), x));
+                ci[2 * u + 1] = vpadalq_s16(ci[2 * u + 1], vmull_s8(vget_high_s8(w[u]), x));
+            }
+        }
+    }
+    for (i, ci) in c.iter().enumerate() {
+        for u in 0..4 {
+            // [c0:k01, c0:k23, c1:k01, c1:k23] + the next two columns, pairwise.
+            vst1q_s32(acc.as_mut_ptr().add(i * 16 + 4 * u), vpaddq_s32(ci[2 * u], ci[2 * u + 1]));
+        }
+    }
+}
+
+const SDOT_MR: usize = 4;
+
+const INT8_SDOT: QGemmUkr = QGemmUkr { variant: "neon_sdot_4x16", mr: SDOT_MR, nr: 16, offset: false, run: int8_sdot };
+
+fn int8_sdot(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
+    check(SDOT_MR, k4, a, lda, b, acc);
+    // SAFETY: the dot-product extension was detected before this entry was
+    // installed; `check` bounds every load.
+    unsafe { int8_sdot_inner(k4, a.as_ptr(), lda, b.as_ptr(), acc) }
+}
+
+/// `acc.4s += w.16b · x.16b`, four bytes per lane.
+#[inline]
+#[target_feature(enable = "dotprod")]
+unsafe fn sdot(acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    std::arch::asm!(
+        "sdot {acc:v}.4s, {w:v}.16b, {x:v}.16b",
+        acc = inout(vreg) acc,
+        w = in(vreg) w,
+        x = in(vreg) x,
+        options(pure, nomem, nostack, preserves_flags)
+    );
+    acc
+}
+
+#[target_feature(enable = "dotprod")]
+unsafe fn int8_sdot_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, acc: &mut [i32]) {
+    let mut c = [[vdupq_n_s32(0); 4]; SDOT_MR];
+    for t in 0..k4 {
+        let bt = b.add(t * 64) as *const i8;
+        let w = [vld1q_s8(bt), vld1q_s8(bt.add(16)), vld1q_s8(bt.add(32)), vld1q_s8(bt.add(48))];
+        for (i, ci) in c.iter_mut().enumerate() {
+            let quad = (a.add(i * lda + 4 * t) as *const u32).read_unaligned();
+            let x = vreinterpretq_s8_u32(vdupq_n_u32(quad));
+            for u in 0..4 {
+                ci[u] = sdot(ci[u], w[u], x);
+            }
+        }
+    }
+    for (i, ci) in c.iter().enumerate() {
+        for (u, v) in ci.iter().enumerate() {
+            vst1q_s32(acc.as_mut_ptr().add(i * 16 + 4 * u), *v);
+        }
+    }
+}
+
+/// The row quantizer, 8 lanes at a time: `fmaxnm` skips NaNs in the
+/// maximum as `f32::max` does, `frintn` rounds half to even, and `fcvtzs`
+/// maps NaN to 0 as Rust's saturating `as` does.
+fn quantize(row: &[f32], out: &mut [i8]) -> f32 {
+    assert_eq!(row.len(), out.len(), "quantize: row and output lengths differ");
+    // SAFETY: NEON is baseline; lengths checked.
+    unsafe { quantize_inner(row, out) }
+}
+
+unsafe fn quantize_inner(row: &[f32], out: &mut [i8]) -> f32 {
+    let n = row.len();
+    let body = n / 8 * 8;
+    let mut vmax = vdupq_n_f32(0.0);
+    for i in (0..body).step_by(4) {
+        vmax = vmaxnmq_f32(vmax, vabsq_f32(vld1q_f32(row.as_ptr().add(i))));
+    }
+    let amax = row[body..].iter().fold(vmaxnmvq_f32(vmax), |m, &v| m.max(v.abs()));
+    let s = (amax / 127.5).max(f32::EPSILON);
+    let inv = 1.0 / s;
+    let (lo, hi) = (vdupq_n_f32(-128.0), vdupq_n_f32(127.0));
+    let q4 = |v: float32x4_t| vcvtq_s32_f32(vminq_f32(vmaxq_f32(vrndnq_f32(vmulq_n_f32(v, inv)), lo), hi));
+    for i in (0..body).step_by(8) {
+        let a = q4(vld1q_f32(row.as_ptr().add(i)));
+        let b = q4(vld1q_f32(row.as_ptr().add(i + 4)));
+        let q16 = vcombine_s16(vqmovn_s32(a), vqmovn_s32(b));
+        vst1_s8(out.as_mut_ptr().add(i), vqmovn_s16(q16));
+    }
+    for (o, &v) in out[body..].iter_mut().zip(&row[body..]) {
+        *o = (v * inv).round_ties_even().clamp(-128.0, 127.0) as i8;
+    }
+    s
+}
+
+const WO_MR: usize = 2;
+
+const WEIGHT_ONLY: WoUkr = WoUkr { variant: "neon_2x16", mr: WO_MR, lane_groups: true, run: weight_only };
+
+fn weight_only(s: &WoStrip<'_>, x: &[f32], ldx: usize, rows: usize, bias: &[f32; 16], out: &mut [f32]) {
+    let lane = crate::quant::lane_of(s.bits);
+    assert!((1..=WO_MR).contains(&rows) && s.group.is_multiple_of(lane) && s.groups * s.group == s.k);
+    assert!(x.len() >= (rows - 1) * ldx + s.k && out.len() >= rows * 16);
+    assert!(s.w.len() >= s.k / lane * 64 && s.scales.len() >= s.groups * 16);
+    assert!(s.zps.is_none_or(|z| z.len() >= s.groups * 16));
+    // SAFETY: NEON is baseline; the asserts bound every access.
+    unsafe {
+        match rows {
+            1 => weight_only_inner::<1>(s, x.as_ptr(), ldx, bias, out),
+            _ => weight_only_inner::<2>(s, x.as_ptr(), ldx, bias, out),
+        }
+    }
+}
+
+/// One value `p` of a lane step for 16 columns (see the AVX2 kernel).
+#[inline(always)]
+unsafe fn lane_value<const UP: i32, const DOWN: i32, const R: usize>(
+    v: &[int32x4_t; 4],
+    zp: &[int32x4_t; 4],
+    x: *const f32,
+    ldx: usize,
+    p: usize,
+    acc: &mut [[float32x4_t; 4]; R],
+) {
+    let f: [float32x4_t; 4] =
+        [0, 1, 2, 3].map(|u| vcvtq_f32_s32(vsubq_s32(vshrq_n_s32::<DOWN>(vshlq_n_s32::<UP>(v[u])), zp[u])));
+    for (i, a) in acc.iter_mut().enumerate() {
+        let xv = *x.add(i * ldx + p);
+        for u in 0..4 {
+            a[u] = vfmaq_n_f32(a[u], f[u], xv);
+        }
+    }
+}
+
+unsafe fn weight_only_inner<const R: usize>(
+    s: &WoStrip<'_>,
+    x: *const f32,
+    ldx: usize,
+    bias: &[f32; 16],
+    out: &mut [f32],
+) {
+    let int4 = s.bits == crate::quant::QBits::I4;
+    let lane = if int4 { 8usize } else { 4usize };
+    let steps = s.group / lane;
+    let bias4 = [0, 1, 2, 3].map(|u| vld1q_f32(bias.as_ptr().add(4 * u)));
+    let mut total = [bias4; R];
+    for g in 0..s.groups {
+        let zp = match s.zps {
+            Some(z) => {
+                let v = vld1q_s8(z.as_ptr().add(g * 16));
+                let (lo, hi) = (vmovl_s8(vget_low_s8(v)), vmovl_s8(vget_high_s8(v)));
+                [
+                    vmovl_s16(vget_low_s16(lo)),
+                    vmovl_s16(vget_high_s16(lo)),
+                    vmovl_s16(vget_low_s16(hi)),
+                    vmovl_s16(vget_high_s16(hi)),
+                ]
+            }
+            None => [vdupq_n_s32(0); 4],
+        };
+        let mut acc = [[vdupq_n_f32(0.0); 4]; R];
+        for t in g * steps..(g + 1) * steps {
+            let wt = s.w.as_ptr().add(t * 64) as *const i32;
+            let v = [vld1q_s32(wt), vld1q_s32(wt.add(4)), vld1q_s32(wt.add(8)), vld1q_s32(wt.add(12))];
+            let p = t * lane;
+            if int4 {
+                lane_value::<28, 28, R>(&v, &zp, x, ldx, p, &mut acc);
+                lane_value::<24, 28, R>(&v, &zp, x, ldx, p + 1, &mut acc);
+                lane_value::<20, 28, R>(&v, &zp, x, ldx, p + 2, &mut acc);
+                lane_value::<16, 28, R>(&v, &zp, x, ldx, p + 3, &mut acc);
+                lane_value::<12, 28, R>(&v, &zp, x, ldx, p + 4, &mut acc);
+                lane_value::<8, 28, R>(&v, &zp, x, ldx, p + 5, &mut acc);
+                lane_value::<4, 28, R>(&v, &zp, x, ldx, p + 6, &mut acc);
+                lane_value::<0, 28, R>(&v, &zp, x, ldx, p + 7, &mut acc);
+            } else {
+                lane_value::<24, 24, R>(&v, &zp, x, ldx, p, &mut acc);
+                lane_value::<16, 24, R>(&v, &zp, x, ldx, p + 1, &mut acc);
+                lane_value::<8, 24, R>(&v, &zp, x, ldx, p + 2, &mut acc);
+                lane_value::<0, 24, R>(&v, &zp, x, ldx, p + 3, &mut acc);
+            }
+        }
+        let sc = s.scales.as_ptr().add(g * 16);
+        for (t, a) in total.iter_mut().zip(&acc) {
+            for u in 0..4 {
+                // total += scale · dot, unfused, as the generic kernel rounds it.
+                t[u] = vaddq_f32(t[u], vmulq_f32(vld1q_f32(sc.add(4 * u)), a[u]));
+            }
+        }
+    }
+    for (i, t) in total.iter().enumerate() {
+        for (u, v) in t.iter().enumerate() {
+            vst1q_f32(out.as_mut_ptr().add(i * 16 + 4 * u), *v);
+        }
+    }
+}
+
+/// The NEON variants, lowest first: plain NEON, then `sdot` when the CPU
+/// has the dot-product extension.
+pub(crate) fn variants() -> Vec<QuantKernels> {
+    let neon = QuantKernels {
+        name: "neon",
+        int8: INT8_NEON,
+        weight_only: WEIGHT_ONLY,
+        quantize: Entry::new("neon", quantize),
+    };
+    let mut all = vec![neon];
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        all.push(QuantKernels { name: "neon_dotprod", int8: INT8_SDOT, ..neon });
+    }
+    all
+}

@@ -1,0 +1,171 @@
+//! W8A8: per-row dynamically quantized int8 activations times int8 weights,
+//! an exact i32 dot product per output, then torchao's f32 epilogue.
+//!
+//! The driver quantizes every row of `x` once into the context's scratch
+//! (zero-padded to the weight's lane depth, rows padded to the
+//! microkernel's MR), then hands out (row block, column group) items to the
+//! context's threads. Every item runs the table's MR×NR microkernel over
+//! whole K — no K slices, so each output is one i32 sum computed by one
+//! call, and the result is the same whatever the thread count (and, since
+//! integer sums are exact, whatever the variant).
+
+use super::pack::{strip_bytes, LANE_I8, STRIP};
+use super::{PackedQWeights, QBits, QuantKernels};
+use crate::context::Context;
+use crate::generic::gemm::PARALLEL_MIN_FLOPS;
+use crate::parallel::{SharedMut, Threads};
+
+/// One microkernel call: `acc[i*nr + j] = Σ_p a[i][p] · b[j][p]` for the
+/// `mr` activation rows at `a` (row stride `lda` bytes, `4·k4` bytes each)
+/// and the `nr / 16` consecutive weight strips at `b` (`strip` bytes
+/// apart, each `k4` lane steps of 64 bytes). Activation bytes are i8, or
+/// `i8 + 128` as u8 when the entry's `offset` is set; the sum is exact
+/// (wrapping i32, which is exact while the true sum fits: `k < 2^17`).
+pub(crate) type QKernelFn = fn(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]);
+
+/// The kernel table's int8 GEMM entry.
+#[derive(Copy, Clone)]
+pub(crate) struct QGemmUkr {
+    pub(crate) variant: &'static str,
+    /// Activation rows per call.
+    pub(crate) mr: usize,
+    /// Columns per call: 16 or 32 (one or two strips).
+    pub(crate) nr: usize,
+    /// Activations stored as `q + 128` (u8), corrected with the column sums.
+    pub(crate) offset: bool,
+    pub(crate) run: QKernelFn,
+}
+
+const GENERIC_MR: usize = 4;
+
+/// The portable variant, and the oracle.
+pub(crate) const GENERIC_UKR: QGemmUkr =
+    QGemmUkr { variant: "generic_4x16", mr: GENERIC_MR, nr: STRIP, offset: false, run: generic_kernel };
+
+fn generic_kernel(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
+    let mut sums = [[0i32; STRIP]; GENERIC_MR];
+    for (i, row) in sums.iter_mut().enumerate() {
+        let a = &a[i * lda..][..4 * k4];
+        for (t, quad) in a.chunks_exact(4).enumerate() {
+            let lanes = &b[t * 64..][..64];
+            for (c, sum) in row.iter_mut().enumerate() {
+                let w = &lanes[c * 4..][..4];
+                for kk in 0..4 {
+                    *sum = sum.wrapping_add(quad[kk] as i8 as i32 * w[kk] as i8 as i32);
+                }
+            }
+        }
+    }
+    acc[..GENERIC_MR * STRIP].copy_from_slice(sums.as_flattened());
+}
+
+/// Rows per block handed to one work item (a multiple of every MR: 2, 4, 6, 8).
+const MC: usize = 96;
+
+/// Largest K whose i32 sums cannot overflow: `K · 128 · 128 < 2^31`.
+pub(crate) const MAX_K: usize = (1 << 17) - 1;
+
+/// `out = (f32(Σ q_x · q_w) · s_row) · scale[j] (+ bias[j])` for every row.
+pub(crate) fn run(
+    cx: &mut Context,
+    kernels: &QuantKernels,
+    x: &[f32],
+    m: usize,
+    w: &PackedQWeights,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    let ukr = kernels.int8;
+    let (n, k) = (w.n, w.k);
+    let layout = &w.layout;
+    debug_assert_eq!(w.bits, QBits::I8);
+    let kp = layout.kp;
+    let mpad = m.next_multiple_of(ukr.mr);
+    let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { cx.threads() };
+    // One f32 buffer holds the row scales, then the quantized rows' bytes
+    // (kp is a multiple of 4, so they fill whole f32s).
+    let buf = cx.scratch.f32s(m + mpad * kp / 4);
+    let (scales, rows) = buf.split_at_mut(m);
+    let rows: &mut [u8] = bytemuck::cast_slice_mut(rows);
+    let quantize = kernels.quantize.run;
+    for (i, (row, s)) in rows.chunks_exact_mut(kp).zip(scales.iter_mut()).enumerate() {
+        let (q, pad) = row.split_at_mut(k);
+        *s = quantize(&x[i * k..][..k], bytemuck::cast_slice_mut(q));
+        pad.fill(0);
+        if ukr.offset {
+            row.iter_mut().for_each(|v| *v ^= 0x80);
+        }
+    }
+    let pad_byte = if ukr.offset { 0x80 } else { 0 };
+    rows[m * kp..].fill(pad_byte);
+    let (rows, scales): (&[u8], &[f32]) = (rows, scales);
+
+    let strip = strip_bytes(QBits::I8, kp);
+    let tiles = layout.npad / ukr.nr;
+    let row_blocks = m.div_ceil(MC);
+    let groups = column_groups(row_blocks, tiles, threads.count());
+    let per_group = tiles.div_ceil(groups);
+    let dst = SharedMut(out.as_mut_ptr());
+    let out_len = out.len();
+    // Per-channel scales (one group) lie contiguous, column by column.
+    let epilogue = |j0: usize, cols: usize| Epilogue {
+        scales: &layout.scales[j0..j0 + cols],
+        col_sums: &layout.col_sums[j0..j0 + cols],
+        bias: bias.map(|b| &b[j0..j0 + cols]),
+    };
+    threads.for_each(row_blocks * groups, |item| {
+        let (i0, group) = ((item / groups) * MC, item % groups);
+        let i1 = (i0 + MC).min(m);
+        let mut acc = [0i32; 8 * 32];
+        for t in group * per_group..((group + 1) * per_group).min(tiles) {
+            let j0 = t * ukr.nr;
+            if j0 >= n {
+                break;
+            }
+            let b = &layout.bytes()[(j0 / STRIP) * strip..];
+            for r in (i0..i1).step_by(ukr.mr) {
+                (ukr.run)(kp / LANE_I8, &rows[r * kp..], kp, b, strip, &mut acc);
+                let cols = ukr.nr.min(n - j0);
+                for i in 0..ukr.mr.min(m - r) {
+                    let s = scales[r + i];
+                    let at = (r + i) * n + j0;
+                    assert!(at + cols <= out_len);
+                    // SAFETY: in bounds (just checked); items own disjoint
+                    // (row block, column group) rectangles of `out`.
+                    let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(at), cols) };
+                    store_row(o, &acc[i * ukr.nr..][..cols], s, &epilogue(j0, cols), ukr.offset);
+                }
+            }
+        }
+    });
+}
+
+/// The columns of one tile: their scales, weight sums and bias.
+struct Epilogue<'a> {
+    scales: &'a [f32],
+    col_sums: &'a [i32],
+    bias: Option<&'a [f32]>,
+}
+
+/// One row of a tile: `o = (f32(dot) · s) · scale (+ bias)`, where `dot`
+/// is the kernel's sum, less `128 · Σ_p w` for offset activations. Plain
+/// zipped slices, so the compiler vectorises it.
+fn store_row(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, offset: bool) {
+    let dots =
+        acc.iter().zip(e.col_sums).map(|(&a, &cs)| if offset { a.wrapping_sub(cs.wrapping_mul(128)) } else { a });
+    match e.bias {
+        None => o.iter_mut().zip(dots.zip(e.scales)).for_each(|(o, (d, &sc))| *o = (d as f32 * s) * sc),
+        Some(b) => {
+            o.iter_mut().zip(dots.zip(e.scales).zip(b)).for_each(|(o, ((d, &sc), &b))| *o = (d as f32 * s) * sc + b)
+        }
+    }
+}
+
+/// Column groups per row block: one when row blocks keep every thread
+/// busy, else about four items per thread.
+pub(crate) fn column_groups(row_blocks: usize, tiles: usize, threads: usize) -> usize {
+    if threads == 1 || row_blocks >= 4 * threads {
+        return 1;
+    }
+    (4 * threads).div_ceil(row_blocks).min(tiles).max(1)
+}

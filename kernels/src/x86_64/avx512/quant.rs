@@ -1,0 +1,140 @@
+//! AVX-512 VNNI int8 GEMM microkernel: `vpdpbusd` on zmm multiplies 64
+//! u8·i8 pairs and adds each column's four into its i32 lane, exactly.
+//! An 8×32 tile is 16 zmm accumulators (two strips of 16 columns per
+//! row), two weight vectors and one broadcast per row and lane step.
+//! Activations are stored as `q + 128` (u8); the driver subtracts
+//! `128 · Σ_p w` per column. Also the AVX-512F weight-only kernel.
+
+use crate::quant::{QGemmUkr, WoStrip, WoUkr};
+use std::arch::x86_64::*;
+
+const MR: usize = 8;
+const NR: usize = 32;
+
+/// The table entry; installed only after AVX-512F and AVX-512 VNNI were detected.
+pub(crate) const INT8_AVX512_VNNI: QGemmUkr =
+    QGemmUkr { variant: "avx512_vnni_8x32", mr: MR, nr: NR, offset: true, run: int8 };
+
+fn int8(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
+    assert!(a.len() >= (MR - 1) * lda + 4 * k4, "qgemm: activation rows too short");
+    assert!(b.len() >= strip + 64 * k4 && strip >= 64 * k4, "qgemm: weight strips too short");
+    assert!(acc.len() >= MR * NR, "qgemm: accumulator tile too small");
+    // SAFETY: the CPU has AVX-512F and VNNI (see the entry); the asserts
+    // bound every load and store.
+    unsafe { int8_inner(k4, a.as_ptr(), lda, b.as_ptr(), strip, acc) }
+}
+
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn int8_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, strip: usize, acc: &mut [i32]) {
+    let mut c = [[_mm512_setzero_si512(); 2]; MR];
+    for t in 0..k4 {
+        let w0 = _mm512_loadu_si512(b.add(t * 64) as *const _);
+        let w1 = _mm512_loadu_si512(b.add(strip + t * 64) as *const _);
+        for (i, ci) in c.iter_mut().enumerate() {
+            let x = _mm512_set1_epi32((a.add(i * lda + 4 * t) as *const i32).read_unaligned());
+            ci[0] = _mm512_dpbusd_epi32(ci[0], x, w0);
+            ci[1] = _mm512_dpbusd_epi32(ci[1], x, w1);
+        }
+    }
+    for (i, ci) in c.iter().enumerate() {
+        _mm512_storeu_si512(acc.as_mut_ptr().add(i * NR) as *mut _, ci[0]);
+        _mm512_storeu_si512(acc.as_mut_ptr().add(i * NR + 16) as *mut _, ci[1]);
+    }
+}
+
+const WO_MR: usize = 8;
+
+/// The AVX-512F weight-only entry: the AVX2 kernel's arithmetic (same
+/// operations, same order per column) with a strip's 16 columns in one zmm,
+/// so eight rows share each dequantized vector.
+pub(crate) const WEIGHT_ONLY: WoUkr = WoUkr { variant: "avx512f_8x16", mr: WO_MR, lane_groups: true, run: weight_only };
+
+fn weight_only(s: &WoStrip<'_>, x: &[f32], ldx: usize, rows: usize, bias: &[f32; 16], out: &mut [f32]) {
+    let lane = crate::quant::lane_of(s.bits);
+    assert!((1..=WO_MR).contains(&rows) && s.group.is_multiple_of(lane) && s.groups * s.group == s.k);
+    assert!(x.len() >= (rows - 1) * ldx + s.k && out.len() >= rows * 16);
+    assert!(s.w.len() >= s.k / lane * 64 && s.scales.len() >= s.groups * 16);
+    assert!(s.zps.is_none_or(|z| z.len() >= s.groups * 16));
+    let (x, b) = (x.as_ptr(), bias);
+    // SAFETY: the CPU has AVX-512F (see the entry); the asserts bound every access.
+    unsafe {
+        match rows {
+            1 => weight_only_inner::<1>(s, x, ldx, b, out),
+            2 => weight_only_inner::<2>(s, x, ldx, b, out),
+            3 => weight_only_inner::<3>(s, x, ldx, b, out),
+            4 => weight_only_inner::<4>(s, x, ldx, b, out),
+            5 => weight_only_inner::<5>(s, x, ldx, b, out),
+            6 => weight_only_inner::<6>(s, x, ldx, b, out),
+            7 => weight_only_inner::<7>(s, x, ldx, b, out),
+            _ => weight_only_inner::<8>(s, x, ldx, b, out),
+        }
+    }
+}
+
+/// Value `p` of a lane step for the strip's 16 columns: shift it to the
+/// top, arithmetic-shift it down, subtract the zero points, convert, and
+/// accumulate `x[i][p] · w` into every row.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn lane_value<const UP: u32, const DOWN: u32, const R: usize>(
+    v: __m512i,
+    zp: __m512i,
+    x: *const f32,
+    ldx: usize,
+    p: usize,
+    acc: &mut [__m512; R],
+) {
+    let q = _mm512_sub_epi32(_mm512_srai_epi32::<DOWN>(_mm512_slli_epi32::<UP>(v)), zp);
+    let f = _mm512_cvtepi32_ps(q);
+    for (i, a) in acc.iter_mut().enumerate() {
+        *a = _mm512_fmadd_ps(_mm512_set1_ps(*x.add(i * ldx + p)), f, *a);
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn weight_only_inner<const R: usize>(
+    s: &WoStrip<'_>,
+    x: *const f32,
+    ldx: usize,
+    bias: &[f32; 16],
+    out: &mut [f32],
+) {
+    let int4 = s.bits == crate::quant::QBits::I4;
+    let lane = if int4 { 8usize } else { 4usize };
+    let steps = s.group / lane;
+    let mut total = [_mm512_loadu_ps(bias.as_ptr()); R];
+    for g in 0..s.groups {
+        let zp = match s.zps {
+            Some(z) => _mm512_cvtepi8_epi32(_mm_loadu_si128(z.as_ptr().add(g * 16) as *const __m128i)),
+            None => _mm512_setzero_si512(),
+        };
+        let mut acc = [_mm512_setzero_ps(); R];
+        for t in g * steps..(g + 1) * steps {
+            let v = _mm512_loadu_si512(s.w.as_ptr().add(t * 64) as *const _);
+            let p = t * lane;
+            if int4 {
+                lane_value::<28, 28, R>(v, zp, x, ldx, p, &mut acc);
+                lane_value::<24, 28, R>(v, zp, x, ldx, p + 1, &mut acc);
+                lane_value::<20, 28, R>(v, zp, x, ldx, p + 2, &mut acc);
+                lane_value::<16, 28, R>(v, zp, x, ldx, p + 3, &mut acc);
+                lane_value::<12, 28, R>(v, zp, x, ldx, p + 4, &mut acc);
+                lane_value::<8, 28, R>(v, zp, x, ldx, p + 5, &mut acc);
+                lane_value::<4, 28, R>(v, zp, x, ldx, p + 6, &mut acc);
+                lane_value::<0, 28, R>(v, zp, x, ldx, p + 7, &mut acc);
+            } else {
+                lane_value::<24, 24, R>(v, zp, x, ldx, p, &mut acc);
+                lane_value::<16, 24, R>(v, zp, x, ldx, p + 1, &mut acc);
+                lane_value::<8, 24, R>(v, zp, x, ldx, p + 2, &mut acc);
+                lane_value::<0, 24, R>(v, zp, x, ldx, p + 3, &mut acc);
+            }
+        }
+        let sc = _mm512_loadu_ps(s.scales.as_ptr().add(g * 16));
+        for (t, a) in total.iter_mut().zip(&acc) {
+            // total += scale · dot, unfused, as the generic kernel rounds it.
+            *t = _mm512_add_ps(*t, _mm512_mul_ps(sc, *a));
+        }
+    }
+    for (i, t) in total.iter().enumerate() {
+        _mm512_storeu_ps(out.as_mut_ptr().add(i * 16), *t);
+    }
+}
