@@ -188,6 +188,8 @@ pub enum OpKind {
     /// Fused elementwise ops (made by the fusion pass, CPU target).
     Fused,
     RmsNorm,
+    /// Linear layers with int8/int4 weights (made by the quantized-linear pass).
+    QuantLinear,
 }
 
 impl OpKind {
@@ -235,6 +237,7 @@ impl OpKind {
             Op::While { .. } => OpKind::While,
             Op::Fused { .. } => OpKind::Fused,
             Op::RmsNorm { .. } => OpKind::RmsNorm,
+            Op::QuantLinear { .. } => OpKind::QuantLinear,
         }
     }
 

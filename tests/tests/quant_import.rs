@@ -11,13 +11,19 @@
 use kiln_runtime::{Tensor, TensorView};
 use kiln_tests::{fixture_dir, read_numbered, temp_path};
 
-fn run_case(case: &str, flavour: &str) -> (Vec<f32>, Vec<f32>, Vec<f32>, usize) {
+fn compile_case(case: &str, flavour: &str) -> std::sync::Arc<kiln_runtime::Program> {
     let dir = fixture_dir(&format!("quant/{case}"));
     let tmp = temp_path(case);
     kiln_compiler::compile_file(&dir.join(format!("{flavour}.pt2")), &tmp, &kiln_compiler::CompileOptions::default())
         .unwrap_or_else(|e| panic!("{case}/{flavour}: compile failed: {e}"));
     let program = kiln_runtime::Program::load(&tmp).unwrap_or_else(|e| panic!("{case}/{flavour}: load: {e}"));
     std::fs::remove_file(&tmp).ok();
+    program
+}
+
+fn run_case(case: &str, flavour: &str) -> (Vec<f32>, Vec<f32>, Vec<f32>, usize) {
+    let dir = fixture_dir(&format!("quant/{case}"));
+    let program = compile_case(case, flavour);
     let size = program.weights_bytes() as usize;
     let inputs = read_numbered(&dir, "input");
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
@@ -115,5 +121,83 @@ fn unused_float_weights_are_not_copied() {
     let (_, _, _, weights) = run_case("pt2e_x86_static", "decomp");
     // The CNN's float parameters: conv1 8x3x3x3 + 8, conv2 16x8x3x3 + 16, fc 10x256 + 10.
     let float_bytes = 4 * (8 * 27 + 8 + 16 * 72 + 16 + 10 * 256 + 10);
-    assert!(weights < float_bytes * 5 / 4, "{weights} weight bytes for {float_bytes} bytes of float parameters");
+    // The fc layer's weight is int8 (a quarter), the convolutions' stay f32.
+    assert!(weights < float_bytes * 2 / 3, "{weights} weight bytes for {float_bytes} bytes of float parameters");
+}
+
+/// Dequantized integer weights feeding linear layers stay integers: one
+/// `quant_linear` per layer, and int4 weights two a byte.
+#[test]
+fn linear_layers_keep_integer_weights() {
+    let quant_layers = |case: &str| {
+        let program = compile_case(case, "decomp");
+        let count = program.kernel_counts().into_iter().find(|(k, _)| k == "quant_linear").map_or(0, |(_, c)| c);
+        (count, program.weights_bytes() as usize)
+    };
+    for (case, layers) in [
+        ("pt2e_x86_static", 1),
+        ("pt2e_xnnpack_static", 1),
+        ("pt2e_x86_dynamic", 3),
+        ("ao_int8_weight", 3),
+        ("ao_int4_g32", 3),
+    ] {
+        assert_eq!(quant_layers(case).0, layers, "{case}: quantized linear layers");
+    }
+    // The MLP: 64x128, 128x64, 64x32 weights and 224 biases, in f32.
+    let float_bytes = 4 * (64 * 128 + 128 * 64 + 64 * 32 + 224);
+    let (_, int8) = quant_layers("ao_int8_weight");
+    let (_, int4) = quant_layers("ao_int4_g32");
+    assert!(int8 * 10 < float_bytes * 3, "int8: {int8} weight bytes for {float_bytes} f32");
+    assert!(int4 * 5 < float_bytes, "int4 g32: {int4} weight bytes for {float_bytes} f32");
+}
+
+/// The quantized-linear pass alone, before/after on random inputs: the
+/// program without passes (float fake-quant) against the same program with
+/// its linear layers rewritten. The rewritten layers sum in another order,
+/// and programs that quantize activations after a layer may then round an
+/// element to the neighbouring step: compared by cosine and a max bound.
+#[test]
+fn quant_linear_pass_preserves_results_on_random_inputs() {
+    use kiln_compiler::{compile_graph_with_passes, CompileOptions};
+    use kiln_passes::{DCE, QUANT_LINEAR};
+    use rand::{Rng, SeedableRng};
+    let build = |case: &str, passes: &[kiln_passes::Pass]| {
+        let dir = fixture_dir(&format!("quant/{case}"));
+        let imported = kiln_compiler::import::import_pt2(&dir.join("decomp.pt2")).expect("import");
+        let opts = CompileOptions { verify_each: true, ..CompileOptions::default() };
+        let (writer, _) = compile_graph_with_passes(imported.graph, passes, &opts, Default::default())
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        kiln_runtime::Program::from_bytes(&writer.to_bytes()).expect("load")
+    };
+    for case in ["pt2e_x86_static", "pt2e_xnnpack_static", "pt2e_x86_dynamic", "ao_int8_weight", "ao_int4_g32"] {
+        let before = build(case, &[]);
+        let after = build(case, &[QUANT_LINEAR, DCE]);
+        assert!(after.kernel_counts().iter().any(|(k, _)| k == "quant_linear"), "{case}: nothing rewritten");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for _ in 0..3 {
+            let inputs: Vec<Tensor> = read_numbered(&fixture_dir(&format!("quant/{case}")), "input")
+                .into_iter()
+                .map(|t| {
+                    let v: Vec<f32> =
+                        (0..t.shape.iter().product::<usize>()).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
+                    Tensor::from_f32(&t.shape, &v)
+                })
+                .collect();
+            let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+            let f32s = |p: &std::sync::Arc<kiln_runtime::Program>| -> Vec<f32> {
+                let mut s = p.session().expect("session");
+                let out = s.run(&views).expect("run");
+                out.get(0).data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+            };
+            let (want, got) = (f32s(&before), f32s(&after));
+            let c = cosine(&got, &want);
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            assert!(c >= 0.9999, "{case}: cosine {c} after the pass");
+            assert!(
+                max_abs_diff(&got, &want) <= 0.05 * (1.0 + scale),
+                "{case}: max diff {}",
+                max_abs_diff(&got, &want)
+            );
+        }
+    }
 }
