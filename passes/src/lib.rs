@@ -29,6 +29,7 @@ mod legalize;
 pub mod memory;
 mod pipeline;
 mod quant_linear;
+mod quantize;
 mod rewrite;
 mod simplify;
 mod target;
@@ -51,5 +52,6 @@ pub use pipeline::{
     CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_NORM, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
 };
 pub use quant_linear::quantize_linear_weights;
+pub use quantize::{glob_match, quantize_weights, sqnr_db, LayerReport, QuantScheme, QuantizeConfig};
 pub use simplify::simplify;
 pub use target::{data_dtype, Layout, OpKind, OpRow, OpTable, Support, Target, TargetDesc, DTYPES};

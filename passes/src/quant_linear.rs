@@ -42,7 +42,7 @@ pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed
         };
         let out_ty = g.ty(node.outputs[0]).clone();
         let loc = node.loc;
-        let (op, mut inputs) = w.into_operands(g, x);
+        let (op, mut inputs) = w.into_operands(g, x, false);
         inputs.extend(bias);
         Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]))
     })?;
@@ -59,22 +59,49 @@ pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed
     Ok(Changed::Yes)
 }
 
-/// A quantized weight read off the graph's constants.
-struct QuantWeight {
-    n: usize,
-    k: usize,
-    group: usize,
-    q: Vec<i8>,
-    scales: Vec<f32>,
-    zero_points: Option<Vec<i8>>,
-    attrs: ValueAttrs,
+/// A quantized `[n, k]` weight: integers one a byte, `n * (k / group)`
+/// scales and zero points (read off the graph, or made by `quantize`).
+pub(crate) struct QuantWeight {
+    pub n: usize,
+    pub k: usize,
+    pub group: usize,
+    pub q: Vec<i8>,
+    pub scales: Vec<f32>,
+    pub zero_points: Option<Vec<i8>>,
+    pub attrs: ValueAttrs,
 }
 
 impl QuantWeight {
+    /// Whether the weight is stored as int4: every value fits (exact), and
+    /// the layer does not quantize its activations (int8 weights only).
+    fn int4(&self, dynamic: bool) -> bool {
+        !dynamic && self.k.is_multiple_of(2) && self.q.iter().all(|v| (-8..=7).contains(v))
+    }
+
+    pub fn bits(&self) -> u8 {
+        if self.int4(false) {
+            4
+        } else {
+            8
+        }
+    }
+
+    /// Bytes of the stored weight, scales and zero points.
+    pub fn stored_bytes(&self) -> usize {
+        let groups = self.scales.len();
+        self.q.len() * self.bits() as usize / 8 + groups * 4 + self.zero_points.as_ref().map_or(0, |_| groups)
+    }
+
+    /// `(q - zp) · s`, row-major `[n, k]`.
+    pub fn dequantized(&self) -> Vec<f32> {
+        let zp = |g: usize| self.zero_points.as_ref().map_or(0.0, |z| z[g] as f32);
+        self.q.iter().enumerate().map(|(i, &q)| (q as f32 - zp(i / self.group)) * self.scales[i / self.group]).collect()
+    }
+
     /// The op and its leading operands `(x, w, scales [, zero_points])`, the
     /// weight packed to int4 when every value fits.
-    fn into_operands(self, g: &mut Graph, x: ValueId) -> (Op, Vec<ValueId>) {
-        let int4 = self.k.is_multiple_of(2) && self.q.iter().all(|v| (-8..=7).contains(v));
+    pub fn into_operands(self, g: &mut Graph, x: ValueId, dynamic: bool) -> (Op, Vec<ValueId>) {
+        let int4 = self.int4(dynamic);
         let (bits, w) = if int4 {
             let bytes: Vec<u8> =
                 self.q.chunks_exact(2).map(|p| (p[0] as u8 & 0x0f) | ((p[1] as u8 & 0x0f) << 4)).collect();
@@ -88,7 +115,7 @@ impl QuantWeight {
         if let Some(zp) = &self.zero_points {
             inputs.push(self.add(g, DType::I8, groups, zp.iter().map(|&v| v as u8).collect()));
         }
-        let op = Op::QuantLinear { bits, group: self.group, zero_points: self.zero_points.is_some(), dynamic: false };
+        let op = Op::QuantLinear { bits, group: self.group, zero_points: self.zero_points.is_some(), dynamic };
         (op, inputs)
     }
 
@@ -251,7 +278,7 @@ fn scale_rows(g: &mut Graph, s: ValueId, c: ValueId) -> Option<ValueId> {
 /// `mul(quant_linear(..), s[N])` (constant `s`, no bias yet) and
 /// `add(quant_linear(..), b[N])` (no bias yet) become one `quant_linear`,
 /// when the product has no other use.
-fn absorb_columns(g: &mut Graph) -> Result<Changed, PassError> {
+pub(crate) fn absorb_columns(g: &mut Graph) -> Result<Changed, PassError> {
     let uses = g.use_counts();
     rewrite_in_order(g, |g, n| {
         let node = &g.nodes[n];
