@@ -149,8 +149,8 @@ fn through_identity_reshapes(g: &Graph, mut v: ValueId) -> ValueId {
     v
 }
 
-/// The node defining `v` as `op` (of the form `pat`) and its operands.
-fn producer_inputs<'g>(g: &'g Graph, v: ValueId, is: impl Fn(&Op) -> bool) -> Option<&'g [ValueId]> {
+/// The operands of the node defining `v`, when its op passes `is`.
+fn producer_inputs(g: &Graph, v: ValueId, is: impl Fn(&Op) -> bool) -> Option<&[ValueId]> {
     let p = g.producer(v)?;
     is(&g.nodes[p].op).then(|| &g.nodes[p].inputs[..])
 }

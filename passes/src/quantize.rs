@@ -16,7 +16,8 @@
 //!   m / 7.5`, `m` = max |w|) or asymmetric (`s = (max − min) / 15` over the
 //!   range widened to hold 0, `zp = clamp(−8 − rint(min / s))`), the range
 //!   shrunk by the clipping ratio in `{1, 0.99, .., 0.60}` whose dequantized
-//!   group has the least squared error (MSE clipping; `clip=none` keeps the
+//!   group has the least squared error, each candidate's scale also refitted
+//!   by least squares to its integers (MSE clipping; `clip=none` keeps the
 //!   full range, torchao's `IntxWeightOnlyConfig` rule).
 
 use crate::quant_linear::{absorb_columns, QuantWeight};
@@ -262,14 +263,36 @@ fn best_params(w: &[f32], range: (i32, i32), asymmetric: bool, ratios: &[f32], o
     let (mn, mx) = w.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     let mut best: Option<(f64, f32, i8)> = None;
     let mut trial = vec![0i8; w.len()];
+    let error = |s: f32, zp: i8, q: &[i8]| -> f64 {
+        w.iter().zip(q).map(|(&v, &t)| (v as f64 - ((t as f32 - zp as f32) * s) as f64).powi(2)).sum()
+    };
+    // With the integers fixed, the least-squares scale `Σ w·c / Σ c²` (c =
+    // q − zp) is at least as good; requantizing with it may be better still.
+    // A few rounds of both, with the clipping search only.
+    let rounds = if ratios.len() > 1 { 3 } else { 1 };
     for &r in ratios {
-        let (s, zp) = params(mn * r, mx * r, range, asymmetric);
-        quantize_group(w, s, zp, range, &mut trial);
-        let err: f64 =
-            w.iter().zip(&trial).map(|(&v, &t)| (v as f64 - ((t as f32 - zp as f32) * s) as f64).powi(2)).sum();
-        if best.is_none_or(|(e, _, _)| err < e) {
-            best = Some((err, s, zp));
-            out.copy_from_slice(&trial);
+        let (mut s, zp) = params(mn * r, mx * r, range, asymmetric);
+        for round in 0..rounds {
+            quantize_group(w, s, zp, range, &mut trial);
+            let err = error(s, zp, &trial);
+            if best.is_none_or(|(e, _, _)| err < e) {
+                best = Some((err, s, zp));
+                out.copy_from_slice(&trial);
+            }
+            let (num, den) = w.iter().zip(&trial).fold((0f64, 0f64), |(n, d), (&v, &t)| {
+                let c = t as f64 - zp as f64;
+                (n + v as f64 * c, d + c * c)
+            });
+            let refit = (num / den) as f32;
+            if round + 1 == rounds || !(refit.is_finite() && refit > 0.0) {
+                break;
+            }
+            let err_refit = error(refit, zp, &trial);
+            if best.is_none_or(|(e, _, _)| err_refit < e) {
+                best = Some((err_refit, refit, zp));
+                out.copy_from_slice(&trial);
+            }
+            s = refit;
         }
     }
     best.map_or((1.0, 0), |(_, s, zp)| (s, zp))

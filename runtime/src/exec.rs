@@ -147,16 +147,16 @@ fn pack_quant(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> O
         let data = weights.get(start..start.checked_add(usize::try_from(bytes).ok()?)?)?;
         Some(TensorRef { dtype: decl.dtype, shape: &[], data })
     };
-    let Kernel::QuantLinear { zero_points, .. } = kernel else { return None };
+    let Kernel::QuantLinear { bits, zero_points, .. } = kernel else { return None };
     let zp = if *zero_points { Some(weight(3)?) } else { None };
-    let x_decl = plan.tensors.get(*inputs.first()? as usize)?;
     let w_decl = plan.tensors.get(*inputs.get(1)? as usize)?;
     let static_dim = |d: &DimRef| match d {
         DimRef::Static(v) => usize::try_from(*v).ok(),
         DimRef::Expr(_) => None,
     };
-    let k = static_dim(x_decl.shape.last()?)?;
-    let n = static_dim(w_decl.shape.first()?)?;
+    // `[n, k]` int8 or `[n, k / 2]` int4 bytes.
+    let [n, bytes] = w_decl.shape[..] else { return None };
+    let (n, k) = (static_dim(&n)?, static_dim(&bytes)?.checked_mul(if *bits == 4 { 2 } else { 1 })?);
     quant_weights(kernel, n, k, weight(1)?, weight(2)?, zp).and_then(|w| PackedQWeights::pack(&w).ok())
 }
 
