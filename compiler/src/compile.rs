@@ -5,7 +5,8 @@ use crate::lower::{lower_to_plan, LowerError};
 use crate::stablehlo::Precision;
 use kiln_ir::Graph;
 use kiln_passes::{
-    check_plan, default_pipeline, plan_memory, run_pipeline, MemoryOptions, Options, Pass, PassError, Report, Target,
+    check_plan, default_pipeline, plan_memory, quantize_weights, run_pipeline, LayerReport, MemoryOptions, Options,
+    Pass, PassError, QuantizeConfig, Report, Target,
 };
 use kiln_runtime::format::{ArtifactWriter, Metadata};
 use std::path::Path;
@@ -30,6 +31,9 @@ pub enum CompileError {
         .names.join(", ")
     )]
     StateOnAccelerator { target: String, names: Vec<String> },
+    /// `--quantize` makes integer kernels kiln has for the CPU only.
+    #[error("--quantize needs --target cpu (the quantized linear kernel is a CPU kernel), not {0}")]
+    QuantizeTarget(String),
 }
 
 /// Where the compiled program runs, as the compile functions take it: a
@@ -84,11 +88,14 @@ pub struct CompileOptions {
     /// How the `.pt2` is imported: lowerings of custom ops
     /// ([`crate::import::custom`]).
     pub import: ImportOptions,
+    /// Quantize the float program's linear layers before the pipeline
+    /// (`kiln compile --quantize`; `kiln_passes::quantize_weights`).
+    pub quantize: Option<QuantizeConfig>,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { target: Target::Cpu, verify_each: true, import: ImportOptions::default() }
+        CompileOptions { target: Target::Cpu, verify_each: true, import: ImportOptions::default(), quantize: None }
     }
 }
 
@@ -108,6 +115,8 @@ pub struct CompileSummary {
     pub arena_bytes: u64,
     pub peak_live_bytes: u64,
     pub weights_bytes: usize,
+    /// With `--quantize`: every linear layer found, quantized or kept.
+    pub quantized: Vec<LayerReport>,
 }
 
 /// Runs the pass pipeline on `graph` and produces the artifact for
@@ -140,6 +149,7 @@ pub fn compile_graph_with_passes(
         arena_bytes: plan.arena_bytes,
         peak_live_bytes: plan.peak_live_bytes,
         weights_bytes: weights.len(),
+        quantized: Vec::new(),
     };
     Ok((ArtifactWriter::new(&plan, weights, &metadata)?, summary))
 }
@@ -148,7 +158,7 @@ pub fn compile_graph_with_passes(
 /// target: a CPU plan, or for a target with accelerator segments a mixed plan
 /// with an accelerator section.
 pub fn compile_graph_for(
-    graph: Graph,
+    mut graph: Graph,
     opts: &CompileOptions,
     backend: Backend,
     metadata: Metadata,
@@ -159,10 +169,16 @@ pub fn compile_graph_for(
         let names = graph.states.iter().map(|st| st.name.clone()).collect();
         return Err(CompileError::StateOnAccelerator { target: target.name().to_string(), names });
     }
-    match target.desc().segments {
+    let quantized = match &opts.quantize {
+        Some(_) if target != Target::Cpu => return Err(CompileError::QuantizeTarget(target.to_string())),
+        Some(cfg) => quantize_weights(&mut graph, cfg)?,
+        None => Vec::new(),
+    };
+    let (writer, summary) = match target.desc().segments {
         None => compile_graph_with_passes(graph, &default_pipeline(target), &opts, metadata),
         Some(_) => compile_graph_pjrt(graph, &opts, backend.precision(), metadata),
-    }
+    }?;
+    Ok((writer, CompileSummary { quantized, ..summary }))
 }
 
 /// The PJRT pipeline: the PJRT target keeps what the CPU keeps (linear, norms,
@@ -186,6 +202,7 @@ fn compile_graph_pjrt(
         arena_bytes: lowered.plan.arena_bytes,
         peak_live_bytes: lowered.plan.peak_live_bytes,
         weights_bytes: lowered.weights.len(),
+        quantized: Vec::new(),
     };
     let accel = postcard::to_allocvec(&lowered.accel).map_err(|e| {
         CompileError::Write(kiln_runtime::Error::Format {

@@ -43,6 +43,8 @@ enum Command {
         /// f32 accumulation, f32 at segment boundaries).
         #[arg(long, default_value = "f32")]
         precision: String,
+        #[command(flatten)]
+        quant: QuantArgs,
     },
     /// Run an artifact with inputs from .npy files.
     #[command(
@@ -125,6 +127,68 @@ struct RunArgs {
     max_memory: Option<u64>,
 }
 
+/// `kiln compile`'s quantization options.
+#[derive(clap::Args)]
+struct QuantArgs {
+    /// Quantize the linear layers' weights: `int8-weight` (per channel, symmetric),
+    /// `int8-dynamic` (int8 weights and per-row int8 activations), or
+    /// `int4-weight[:group=32|64|128][:asym][:clip=none]` (group-wise, two a byte; scales
+    /// chosen by MSE clipping unless `clip=none`).
+    #[arg(long, value_name = "MODE")]
+    quantize: Option<String>,
+    /// Keep the weights whose Python name matches GLOB (`*`, `?`) in f32; repeatable.
+    #[arg(long, value_name = "GLOB")]
+    quantize_skip: Vec<String>,
+    /// Keep the first linear layer in f32.
+    #[arg(long)]
+    quantize_keep_first: bool,
+    /// Keep the last linear layer in f32.
+    #[arg(long)]
+    quantize_keep_last: bool,
+    /// Write a JSON report of the quantized layers (weight SQNR, bytes saved).
+    #[arg(long, value_name = "PATH")]
+    report: Option<PathBuf>,
+}
+
+impl QuantArgs {
+    fn config(&self) -> Result<Option<kiln_passes::QuantizeConfig>, String> {
+        let Some(mode) = &self.quantize else {
+            let stray = !self.quantize_skip.is_empty() || self.quantize_keep_first || self.quantize_keep_last;
+            return match (stray, &self.report) {
+                (true, _) | (_, Some(_)) => Err("--quantize-* and --report need --quantize MODE".into()),
+                _ => Ok(None),
+            };
+        };
+        let scheme = kiln_passes::QuantScheme::parse(mode)?;
+        Ok(Some(kiln_passes::QuantizeConfig {
+            scheme,
+            skip: self.quantize_skip.clone(),
+            keep_first: self.quantize_keep_first,
+            keep_last: self.quantize_keep_last,
+        }))
+    }
+}
+
+/// The `--report` document: one entry per linear layer.
+fn quant_report(layers: &[kiln_passes::LayerReport]) -> serde_json::Value {
+    let finite = |x: f64| if x.is_finite() { json!(x) } else { json!(null) };
+    let rows: Vec<_> = layers
+        .iter()
+        .map(|l| {
+            json!({
+                "name": l.name, "out_features": l.n, "in_features": l.k, "bits": l.bits, "group": l.group,
+                "float_bytes": l.float_bytes, "quantized_bytes": l.quant_bytes,
+                "bytes_saved": if l.bits.is_some() { l.float_bytes.saturating_sub(l.quant_bytes) } else { 0 },
+                "weight_sqnr_db": if l.bits.is_some() { finite(l.weight_sqnr_db) } else { json!(null) },
+                "note": l.note,
+            })
+        })
+        .collect();
+    let float: usize = layers.iter().map(|l| l.float_bytes).sum();
+    let quant: usize = layers.iter().map(|l| if l.bits.is_some() { l.quant_bytes } else { l.float_bytes }).sum();
+    json!({"layers": rows, "linear_float_bytes": float, "linear_bytes": quant})
+}
+
 /// `4096`, `64K`, `512M`, `8G` (binary multiples) as bytes.
 fn parse_bytes(s: &str) -> Result<u64, String> {
     let (digits, shift) = match s.trim().to_ascii_uppercase() {
@@ -140,7 +204,9 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Compile { model, output, target, precision } => cmd_compile(&model, &output, &target, &precision),
+        Command::Compile { model, output, target, precision, quant } => {
+            cmd_compile(&model, &output, &target, &precision, &quant)
+        }
         Command::Run(args) => cmd_run(&args),
         Command::Inspect { artifact, json } => cmd_inspect(&artifact, json),
         Command::Demo => cmd_demo(),
@@ -186,7 +252,7 @@ fn cmd_ops(markdown: bool, custom: bool) -> CliResult {
     Ok(())
 }
 
-fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str) -> CliResult {
+fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str, quant: &QuantArgs) -> CliResult {
     let precision =
         Precision::from_name(precision).ok_or_else(|| format!("unknown precision `{precision}` (known: f32, bf16)"))?;
     let target = Target::from_name(target).ok_or_else(|| {
@@ -198,7 +264,7 @@ fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str) -> Cl
         return Err("--precision applies to --target pjrt only".into());
     }
     let started = Instant::now();
-    let opts = CompileOptions { target, verify_each: false, ..CompileOptions::default() };
+    let opts = CompileOptions { target, verify_each: false, quantize: quant.config()?, ..CompileOptions::default() };
     let s = compile_file_for(model, output, &opts, backend).map_err(|e| match e {
         CompileError::NoMlir => e.to_string(),
         e => format!("{}: {e}", model.display()),
@@ -214,6 +280,17 @@ fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str) -> Cl
         human_bytes(s.peak_live_bytes),
         human_bytes(s.weights_bytes as u64),
     );
+    if quant.quantize.is_some() {
+        let done = s.quantized.iter().filter(|l| l.bits.is_some()).count();
+        println!("quantized {done} of {} linear layers", s.quantized.len());
+        for l in s.quantized.iter().filter(|l| l.bits.is_none()) {
+            println!("  kept {}: {}", l.name, l.note);
+        }
+    }
+    if let Some(path) = &quant.report {
+        let text = format!("{:#}\n", quant_report(&s.quantized));
+        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     Ok(())
 }
 
@@ -474,6 +551,7 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
         .map(|(i, s)| json!({"name": s.name, "min": s.min, "max": s.max, "bound_by_instr": bound_by(i)}))
         .collect();
     let kernels = program.kernel_counts();
+    let quantized = quantized_layers(plan);
     if as_json {
         let doc = json!({
             "format_version": format!("{major}.{minor}"),
@@ -491,6 +569,10 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
             "weights_section_bytes": program.weights_bytes(),
             "arena_bytes": plan.arena_bytes,
             "peak_live_bytes": plan.peak_live_bytes,
+            "quantized_layers": quantized.iter().map(|q| json!({
+                "instr": q.instr, "origin": q.origin, "bits": q.bits, "group": q.group, "dynamic": q.dynamic,
+                "out_features": q.n, "in_features": q.k, "bytes": q.bytes,
+            })).collect::<Vec<_>>(),
             "accel": program.accel().map(|a| json!({
                 "segments": a.segments.iter().map(|s| json!({"ops": s.ops, "args": s.args, "results": s.results})).collect::<Vec<_>>(),
                 "cpu_fallbacks": a.cpu_fallbacks.iter().map(|f| json!({"instr": f.instr, "reason": f.reason})).collect::<Vec<_>>(),
@@ -524,10 +606,66 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
     println!("\ninstructions {}", plan.instrs.len());
     println!("weights      {}", human_bytes(program.weight_tensor_bytes()));
     println!("arena        {} (peak live {})", human_bytes(plan.arena_bytes), human_bytes(plan.peak_live_bytes));
+    if !quantized.is_empty() {
+        println!("\n{:<6} {:<5} {:<6} {:<8} {:<12} {:<10} origin", "instr", "bits", "group", "acts", "shape", "bytes");
+        for q in &quantized {
+            let acts = if q.dynamic { "int8" } else { "f32" };
+            let shape = format!("{}x{}", q.n, q.k);
+            println!("{:<6} {:<5} {:<6} {acts:<8} {shape:<12} {:<10} {}", q.instr, q.bits, q.group, q.bytes, q.origin);
+        }
+    }
     if let Some(accel) = program.accel() {
         print_accel(plan, accel);
     }
     Ok(())
+}
+
+/// A quantized linear layer of a plan, for `kiln inspect`.
+struct QuantLayer {
+    instr: usize,
+    origin: String,
+    bits: u32,
+    group: u32,
+    dynamic: bool,
+    n: u64,
+    k: u64,
+    /// Bytes of the stored weight, scales and zero points.
+    bytes: u64,
+}
+
+fn quantized_layers(plan: &kiln_runtime::format::Plan) -> Vec<QuantLayer> {
+    use kiln_runtime::format::{DimRef, InstrOp, Kernel, Storage};
+    let tensor = |i: Option<&u32>| i.and_then(|&t| plan.tensors.get(t as usize));
+    let bytes = |i: Option<&u32>| match tensor(i).map(|t| &t.storage) {
+        Some(Storage::Weight { bytes, .. }) => *bytes,
+        _ => 0,
+    };
+    let dim = |d: Option<&DimRef>| match d {
+        Some(DimRef::Static(v)) => *v,
+        _ => 0,
+    };
+    plan.instrs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, ins)| {
+            let InstrOp::Call(Kernel::QuantLinear { bits, group, zero_points, dynamic }) = &ins.op else {
+                return None;
+            };
+            let w = tensor(ins.inputs.get(1))?;
+            let stored: u64 = (1..3 + *zero_points as usize).map(|j| bytes(ins.inputs.get(j))).sum();
+            let per_byte = if *bits == 4 { 2 } else { 1 };
+            Some(QuantLayer {
+                instr: i,
+                origin: ins.origin.clone(),
+                bits: *bits,
+                group: *group,
+                dynamic: *dynamic,
+                n: dim(w.shape.first()),
+                k: dim(w.shape.get(1)) * per_byte,
+                bytes: stored,
+            })
+        })
+        .collect()
 }
 
 /// The accelerator segments (ops inside) and what stayed on the CPU, and why.
@@ -554,7 +692,14 @@ fn cmd_demo() -> CliResult {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mlp");
     let model = dir.join("training.pt2");
     let artifact = std::env::temp_dir().join(format!("kiln-demo-{}.kiln", std::process::id()));
-    cmd_compile(&model, &artifact, "cpu", "f32")?;
+    let no_quant = QuantArgs {
+        quantize: None,
+        quantize_skip: Vec::new(),
+        quantize_keep_first: false,
+        quantize_keep_last: false,
+        report: None,
+    };
+    cmd_compile(&model, &artifact, "cpu", "f32", &no_quant)?;
     let program = load(&artifact)?;
     let _ = std::fs::remove_file(&artifact);
     let input = read_npy(&dir.join("input_0.npy")).map_err(|e| e.to_string())?;

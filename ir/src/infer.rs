@@ -341,6 +341,9 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             shape[last] = w.shape[0].clone();
             Ok(TensorType::new(x.dtype, shape))
         }
+        Op::QuantLinear { bits, group, zero_points, dynamic } => {
+            quant_linear(symbols, ins, *bits, *group, *zero_points, *dynamic)
+        }
         Op::Conv { stride, padding, dilation, groups } => {
             let (x, w) = (ins[0], ins[1]);
             let n = stride.len();
@@ -863,4 +866,61 @@ fn linalg_type(op: crate::LinalgOp, ins: &[&TensorType]) -> Result<TensorType, S
         L::QrQComplete => TensorType::new(a.dtype, with(&[m.clone(), m])),
         L::QrRComplete => TensorType::new(a.dtype, with(&[m, n])),
     })
+}
+
+/// [`Op::QuantLinear`]'s operands against its attributes (see its doc).
+fn quant_linear(
+    symbols: &PrimaryMap<SymbolId, Symbol>,
+    ins: &[&TensorType],
+    bits: u8,
+    group: usize,
+    zero_points: bool,
+    dynamic: bool,
+) -> Result<TensorType, String> {
+    let (x, w, scales) = (ins[0], ins[1], ins[2]);
+    rank_at_least("quant_linear input", x, 1)?;
+    if x.dtype != DType::F32 {
+        return Err(format!("quant_linear input must be f32, got {}", x.dtype));
+    }
+    let per_byte = match (bits, w.dtype) {
+        (8, DType::I8) => 1,
+        (4, DType::U8) => 2,
+        _ => return Err(format!("quant_linear with {bits}-bit weights cannot store them as {}", w.dtype)),
+    };
+    let (Some(ws), Some(ss)) = (w.static_shape(), scales.static_shape()) else {
+        return Err("quant_linear weights and scales must have static shapes".into());
+    };
+    let [n, bytes] = ws[..] else { return Err(format!("quant_linear weight must have rank 2, got {}", ws.len())) };
+    let k = bytes * per_byte;
+    if group == 0 || k % group as i64 != 0 {
+        return Err(format!("quant_linear group {group} does not divide in_features {k}"));
+    }
+    must_match("quant_linear in_features", &x.shape[x.rank() - 1], &Dim::Const(k), symbols)?;
+    let groups = [n, k / group as i64];
+    if scales.dtype != DType::F32 || ss != groups {
+        return Err(format!("quant_linear scales must be f32{groups:?}, got {}{ss:?}", scales.dtype));
+    }
+    let mut rest = ins[3..].iter();
+    if zero_points {
+        match rest.next() {
+            Some(z) if z.dtype == DType::I8 && z.static_shape().as_deref() == Some(&groups[..]) => {}
+            _ => return Err(format!("quant_linear zero points must be i8{groups:?}")),
+        }
+    }
+    if let Some(b) = rest.next() {
+        if b.dtype != DType::F32 || b.rank() != 1 {
+            return Err("quant_linear bias must be 1-d f32".into());
+        }
+        must_match("quant_linear bias length", &b.shape[0], &Dim::Const(n), symbols)?;
+    }
+    if rest.next().is_some() {
+        return Err("quant_linear has too many operands for its zero_points flag".into());
+    }
+    if dynamic && (bits != 8 || group as i64 != k || zero_points) {
+        return Err("dynamic quant_linear needs symmetric per-channel int8 weights".into());
+    }
+    let mut shape = x.shape.clone();
+    let last = shape.len() - 1;
+    shape[last] = Dim::Const(n);
+    Ok(TensorType::new(DType::F32, shape))
 }

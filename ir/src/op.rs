@@ -276,6 +276,19 @@ pub enum Op {
         normalized_rank: usize,
         eps: f64,
     },
+    /// A linear layer with quantized weights, in `kiln_kernels::quant`'s
+    /// storage: `(x f32[.., K], w, scales f32[N, K / group] [, zero_points
+    /// i8[N, K / group]] [, bias f32[N]]) -> f32[.., N]`, the weight `w`
+    /// i8`[N, K]` (`bits` 8) or u8`[N, K / 2]` (`bits` 4: two signed nibbles
+    /// a byte, element `2j` low); `zero_points` says whether that operand is
+    /// there. `dynamic`: activations quantized per row to int8 (torchao's
+    /// per-token symmetric rule; int8 weights, per channel, symmetric).
+    QuantLinear {
+        bits: u8,
+        group: usize,
+        zero_points: bool,
+        dynamic: bool,
+    },
 }
 
 /// A nested graph held by an op ([`Op::While`]'s condition and body).
@@ -369,6 +382,7 @@ impl Op {
             Op::While { .. } => "while",
             Op::Fused { .. } => "fused",
             Op::RmsNorm { .. } => "rms_norm",
+            Op::QuantLinear { .. } => "quant_linear",
         }
     }
 
@@ -421,6 +435,7 @@ impl Op {
             Op::NonZero { .. } => Opcode::NonZero,
             Op::Fused { .. } => Opcode::Fused,
             Op::RmsNorm { .. } => Opcode::RmsNorm,
+            Op::QuantLinear { .. } => Opcode::QuantLinear,
             Op::While { .. } => return None,
         })
     }

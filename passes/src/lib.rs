@@ -28,6 +28,8 @@ mod host;
 mod legalize;
 pub mod memory;
 mod pipeline;
+mod quant_linear;
+mod quantize;
 mod rewrite;
 mod simplify;
 mod target;
@@ -47,7 +49,9 @@ pub use legalize::legalize_dtypes;
 pub use memory::{check_plan, plan_memory, LoopPlan, MemoryOptions, MemoryPlan, Slot};
 pub use pipeline::{cleanup, default_pipeline, pipeline_for, run_pipeline, Options, Pass, PassRecord, Report};
 pub use pipeline::{
-    CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_NORM, LEGALIZE, SIMPLIFY,
+    CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_NORM, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
 };
+pub use quant_linear::quantize_linear_weights;
+pub use quantize::{glob_match, quantize_weights, sqnr_db, LayerReport, QuantScheme, QuantizeConfig};
 pub use simplify::simplify;
 pub use target::{data_dtype, Layout, OpKind, OpRow, OpTable, Support, Target, TargetDesc, DTYPES};

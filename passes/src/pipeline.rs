@@ -4,7 +4,7 @@
 use crate::target::{OpKind, Support, Target, TargetDesc};
 use crate::{
     dce, decompose, fold_constants, fuse_attention, fuse_conv_affine, fuse_elementwise, fuse_rms_norm, legalize_dtypes,
-    simplify, verify_graph, Changed, PassError,
+    quantize_linear_weights, simplify, verify_graph, Changed, PassError,
 };
 use kiln_ir::{Graph, Op};
 use std::fmt;
@@ -63,6 +63,7 @@ pub const FUSE: Pass = Pass { name: "fuse", run: fuse_conv_affine };
 pub const LEGALIZE: Pass = Pass { name: "legalize", run: legalize_dtypes };
 pub const FUSE_ATTENTION: Pass = Pass { name: "fuse_attention", run: fuse_attention };
 pub const FUSE_NORM: Pass = Pass { name: "fuse_norm", run: fuse_rms_norm };
+pub const QUANT_LINEAR: Pass = Pass { name: "quant_linear", run: quantize_linear_weights };
 pub const FUSE_ELEMENTWISE: Pass = Pass { name: "fuse_elementwise", run: fuse_elementwise };
 
 /// The passes for `target`, in the order they run ([`pipeline_for`] its description).
@@ -73,14 +74,21 @@ pub fn default_pipeline(target: Target) -> Vec<Pass> {
 /// The passes for a target description, in the order they run. The options
 /// the passes then get must hold the same description.
 pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
-    let mut passes = vec![
+    let mut passes = Vec::new();
+    // Dequantized integer weights feeding linear layers keep their integers
+    // (before folding would make them f32 constants): the CPU target has
+    // the quantized linear kernel.
+    if target.target == Target::Cpu {
+        passes.push(QUANT_LINEAR);
+    }
+    passes.extend([
         // Portable clean-up: canonicalise, fold what is constant, drop the dead.
         CLEANUP, // Rewrite composites the target does not keep into what it has.
         DECOMPOSE,
         // Decomposition exposes new folds: `linear`'s transposed weight, BatchNorm's
         // reshaped parameters, scalar constants.
         CLEANUP,
-    ];
+    ]);
     // Fold per-channel affine ops (decomposed BatchNorm) into the convolutions
     // before them, when the target has a convolution kernel to fold into; drop
     // the convolutions and constants that replaced.

@@ -191,6 +191,8 @@ pub enum OpKind {
     /// Fused elementwise ops (made by the fusion pass, CPU target).
     Fused,
     RmsNorm,
+    /// Linear layers with int8/int4 weights (made by the quantized-linear pass).
+    QuantLinear,
 }
 
 impl OpKind {
@@ -241,6 +243,7 @@ impl OpKind {
             Op::While { .. } => OpKind::While,
             Op::Fused { .. } => OpKind::Fused,
             Op::RmsNorm { .. } => OpKind::RmsNorm,
+            Op::QuantLinear { .. } => OpKind::QuantLinear,
         }
     }
 

@@ -7,7 +7,7 @@ use kiln_ir::filetest::{run_dir, FileTest};
 use kiln_ir::Graph;
 use kiln_passes::{
     compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE,
-    FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_NORM, LEGALIZE, SIMPLIFY,
+    FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_NORM, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
 };
 use std::path::Path;
 
@@ -28,6 +28,7 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "fuse_attention" => vec![FUSE_ATTENTION, DCE],
         "fuse_norm" => vec![FUSE_NORM, DCE],
         "legalize" => vec![LEGALIZE, DCE],
+        "quant_linear" => vec![QUANT_LINEAR, DCE],
         "pipeline" => default_pipeline(target),
         other => return Err(format!("unknown test `{other}`")),
     };

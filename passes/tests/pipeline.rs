@@ -58,6 +58,7 @@ fn cpu_pipeline() {
     assert_eq!(
         report.passes.iter().map(|p| p.name).collect::<Vec<_>>(),
         [
+            "quant_linear",
             "cleanup",
             "decompose",
             "cleanup",
@@ -69,7 +70,7 @@ fn cpu_pipeline() {
             "dce"
         ]
     );
-    assert_eq!(report.passes[1].changed, Changed::Yes);
+    assert_eq!(report.passes[2].changed, Changed::Yes);
 }
 
 #[test]

@@ -82,6 +82,8 @@ fn the_pipeline_follows_the_description() {
         // Elementwise fusion is for the CPU's fused kernel only.
         if t == Target::Cpu {
             want.splice(5..5, ["fuse_attention", "fuse_norm", "fuse_elementwise"]);
+            // Integer weights are kept for the CPU's quantized linear kernel.
+            want.insert(0, "quant_linear");
         }
         assert_eq!(names(t.desc()), want, "{t}");
     }

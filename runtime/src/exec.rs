@@ -4,6 +4,7 @@
 //! loop neither decodes nor allocates.
 
 use crate::format::{DimRef, InstrOp, Kernel, Plan, Storage};
+use kiln_kernels::quant::{ActQuant, PackedQWeights, QBits, QWeights};
 use kiln_kernels::{
     self as k, Context, ConvParams, DType, KernelError, PackedB, PackedConv, PoolParams, Result, TensorMut, TensorRef,
 };
@@ -53,6 +54,8 @@ pub(crate) enum Packed {
     B(PackedB),
     /// A (non-depthwise) convolution's weight.
     Conv(PackedConv),
+    /// A quantized linear layer's integer weight, scales and zero points.
+    Quant(PackedQWeights),
 }
 
 /// Resolves every instruction of a validated plan; `weights` is the
@@ -92,6 +95,9 @@ pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
 /// of the weights section with static dims. None leaves the call to its
 /// plain kernel.
 fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> Option<Packed> {
+    if let Kernel::QuantLinear { .. } = kernel {
+        return pack_quant(plan, weights, kernel, inputs).map(Packed::Quant);
+    }
     let transposed = match kernel {
         Kernel::Linear {} => true,
         Kernel::MatMul {} => false,
@@ -131,6 +137,102 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
     PackedB::new(k::best(), k, n, &values, cols, transposed).ok().map(Packed::B)
 }
 
+/// A quantized linear layer's weight, scales and zero points, when all three
+/// are tensors of the weights section.
+fn pack_quant(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> Option<PackedQWeights> {
+    let weight = |i: usize| -> Option<TensorRef<'_>> {
+        let decl = plan.tensors.get(*inputs.get(i)? as usize)?;
+        let Storage::Weight { offset, bytes } = decl.storage else { return None };
+        let start = usize::try_from(offset).ok()?;
+        let data = weights.get(start..start.checked_add(usize::try_from(bytes).ok()?)?)?;
+        Some(TensorRef { dtype: decl.dtype, shape: &[], data })
+    };
+    let Kernel::QuantLinear { bits, zero_points, .. } = kernel else { return None };
+    let zp = if *zero_points { Some(weight(3)?) } else { None };
+    let w_decl = plan.tensors.get(*inputs.get(1)? as usize)?;
+    let static_dim = |d: &DimRef| match d {
+        DimRef::Static(v) => usize::try_from(*v).ok(),
+        DimRef::Expr(_) => None,
+    };
+    // `[n, k]` int8 or `[n, k / 2]` int4 bytes.
+    let [n, bytes] = w_decl.shape[..] else { return None };
+    let (n, k) = (static_dim(&n)?, static_dim(&bytes)?.checked_mul(if *bits == 4 { 2 } else { 1 })?);
+    quant_weights(kernel, n, k, weight(1)?, weight(2)?, zp).and_then(|w| PackedQWeights::pack(&w).ok())
+}
+
+/// The [`QWeights`] a quantized linear call reads, its lengths checked by
+/// [`QWeights::check`] when packed.
+fn quant_weights<'a>(
+    kernel: &Kernel,
+    n: usize,
+    k: usize,
+    w: TensorRef<'a>,
+    scales: TensorRef<'a>,
+    zp: Option<TensorRef<'a>>,
+) -> Option<QWeights<'a>> {
+    let Kernel::QuantLinear { bits, group, .. } = kernel else { return None };
+    let bits = match bits {
+        8 => QBits::I8,
+        4 => QBits::I4,
+        _ => return None,
+    };
+    Some(QWeights {
+        n,
+        k,
+        bits,
+        group: *group as usize,
+        data: w.data,
+        scales: bytemuck::try_cast_slice(scales.data).ok()?,
+        zero_points: match zp {
+            Some(z) => Some(bytemuck::try_cast_slice(z.data).ok()?),
+            None => None,
+        },
+    })
+}
+
+fn quant_err(detail: &str) -> KernelError {
+    KernelError::Shape { kernel: "quant_linear", detail: detail.into() }
+}
+
+/// `out = x · dequant(w)ᵀ (+ bias)` over every row of `x`.
+fn quant_linear(
+    kernel: &Kernel,
+    w: &PackedQWeights,
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    outs: &mut [TensorMut<'_>],
+) -> Result<()> {
+    let Kernel::QuantLinear { zero_points, dynamic, .. } = kernel else {
+        return Err(quant_err("not a quantized linear"));
+    };
+    let x: &[f32] = bytemuck::try_cast_slice(ins[0].data).map_err(|_| quant_err("unaligned input"))?;
+    let bias = match ins.get(3 + *zero_points as usize) {
+        Some(b) => Some(bytemuck::try_cast_slice::<u8, f32>(b.data).map_err(|_| quant_err("unaligned bias"))?),
+        None => None,
+    };
+    let out = out(outs, 0);
+    let y: &mut [f32] = bytemuck::try_cast_slice_mut(out.data).map_err(|_| quant_err("unaligned output"))?;
+    let m = if w.k() == 0 { 0 } else { x.len() / w.k() };
+    let act = if *dynamic { ActQuant::DynamicPerRow } else { ActQuant::Float };
+    k::quant::qlinear(cx, x, m, w, act, bias, y)
+}
+
+/// A quantized linear call whose weights are not constants: packed per call.
+fn quant_linear_unpacked(
+    kernel: &Kernel,
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    outs: &mut [TensorMut<'_>],
+) -> Result<()> {
+    let Kernel::QuantLinear { zero_points, .. } = kernel else { return Err(quant_err("not a quantized linear")) };
+    let k = *ins[0].shape.last().ok_or_else(|| quant_err("0-d input"))?;
+    let n = *ins[1].shape.first().ok_or_else(|| quant_err("0-d weight"))?;
+    let zp = if *zero_points { Some(ins[3]) } else { None };
+    let w = quant_weights(kernel, n, k, ins[1], ins[2], zp).ok_or_else(|| quant_err("unreadable weights"))?;
+    let packed = PackedQWeights::pack(&w)?;
+    quant_linear(kernel, &packed, cx, ins, outs)
+}
+
 /// A call whose weight operand (`ins[1]`) was packed at load: the packed
 /// kernel when this context's table reads that packing, else the plain one.
 pub(crate) fn run_packed(
@@ -151,6 +253,7 @@ pub(crate) fn run_packed(
             let params = ConvParams { stride, padding, dilation, groups: *groups as usize };
             k::conv_packed(ins[0], ins[1], w, ins.get(2).copied(), &params, out(outs, 0), cx)
         }
+        (Packed::Quant(w), Kernel::QuantLinear { .. }) => quant_linear(kernel, w, cx, ins, outs),
         _ => kernel_fn(kernel)(kernel, ints, cx, ins, outs),
     }
 }
@@ -307,4 +410,8 @@ kernel_fns! {
     NonZero {} => k::nonzero(ins[0], out(outs, 0));
     Fused { program } => k::fused(program, ins, out(outs, 0), cx);
     RmsNorm { normalized_rank, eps } => k::rms_norm(ins[0], opt(1), *normalized_rank as usize, *eps, out(outs, 0));
+    QuantLinear { bits, group, zero_points, dynamic } => {
+        let kernel = Kernel::QuantLinear { bits: *bits, group: *group, zero_points: *zero_points, dynamic: *dynamic };
+        quant_linear_unpacked(&kernel, cx, ins, outs)
+    };
 }

@@ -32,6 +32,7 @@ pub fn supported_ops() -> &'static [OpSupport] {
 
 const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["linear", "addmm", "mm", "bmm", "matmul"], dtypes: DT_NUMERIC, note: "f16/bf16 computed in f32, integers in f64" },
+    OpSupport { names: &["_int_mm"], dtypes: &["i8"], note: "int8 x int8 -> exact int32 sums (torchao's decomposed dynamic quantization)" },
     OpSupport { names: &["einsum"], dtypes: DT_NUMERIC, note: "training IR: diagonals, `...` broadcasting, implicit output; operands contracted left to right as batched matmuls" },
     OpSupport { names: &["convolution", "_convolution", "conv1d", "conv2d", "conv3d"], dtypes: DT_NUMERIC, note: "f16/bf16 in f32, integers in f64; transposed too" },
     OpSupport { names: &["conv_transpose1d", "conv_transpose2d", "conv_transpose3d"], dtypes: DT_NUMERIC, note: "spread + pad + flipped-weight convolution; f16 (and bf16 with output_padding >= stride) follow torch's GEMM + col2im rounding (taps summed in the dtype), static sizes" },
@@ -350,6 +351,8 @@ prints the overloads that pass every case calling them, and fails below 95 %.\n\
 | target | status |\n|---|---|\n\
 | higher_order.cond | both branches are compiled and **both execute**; `Where` on the predicate selects each output (branches must agree on dtype and shape) |\n\
 | higher_order.while_loop | CPU: a loop node with nested condition and body graphs, run by the plan's jumps (trip count decided at run time, no limit); carried values keep dtype and shape; tensors only (no Python-int carries); no data-dependent sizes inside; stays on the CPU under `--target pjrt` |\n\
+| quantized_decomposed.{quantize,dequantize}_per_tensor (default, .tensor), {quantize,dequantize}_per_channel, choose_qparams.tensor | PT2E's quantize/dequantize as torch's own arithmetic (f32 reciprocal of the f64 scale, round half to even, clamp; `(q - zp) * scale`): bit for bit with eager fake-quant; uint8/int8/int16/int32 |\n\
+| export.access_subclass_inner_tensor, pickled weights (raw torchao archives) | compile-time error asking to save after `ep.run_decompositions()` |\n\
 | custom ops (`mylib::op`, registered with `torch.library`) | compile-time error with the call's signature and Python line, unless a lowering is registered in Rust with `ImportOptions::with_custom_op` |\n",
     );
     s

@@ -85,7 +85,9 @@ pub fn load(archive: &Archive, folder: &str, fqn: &str, cfg: &TensorConfig) -> R
     if cfg.use_pickle {
         return Err(WeightError::Unsupported {
             tensor: fqn.to_string(),
-            detail: "tensor subclass weights (e.g. torchao) are not supported; run_decompositions() first".into(),
+            detail: "pickled tensor subclass weight (torchao); save the program after `ep.run_decompositions()`, \
+                     which stores plain integer tensors kiln imports"
+                .into(),
         });
     }
     let dtype = scalar_type::dtype_of(cfg.meta.dtype).map_err(|name| WeightError::Unsupported {

@@ -286,3 +286,34 @@ fn gather_scatter_and_advanced_indexing() {
     assert!(infer(Op::IndexPut { axis: 1, accumulate: false }, &[x.clone(), f32t(&[b(), n(), c(4)]), i.clone(), i])
         .is_err());
 }
+
+#[test]
+fn quant_linear_checks_storage_against_attributes() {
+    let q = |bits: u8, group: usize, zero_points: bool, dynamic: bool| Op::QuantLinear {
+        bits,
+        group,
+        zero_points,
+        dynamic,
+    };
+    let x = f32t(&[b(), c(64)]);
+    let w8 = ty(DType::I8, &[c(32), c(64)]);
+    let w4 = ty(DType::U8, &[c(32), c(32)]);
+    let per_channel = f32t(&[c(32), c(1)]);
+    let groups = f32t(&[c(32), c(2)]);
+    let zp = ty(DType::I8, &[c(32), c(2)]);
+    let bias = f32t(&[c(32)]);
+    assert_eq!(
+        infer(q(8, 64, false, true), &[x.clone(), w8.clone(), per_channel.clone(), bias.clone()]).unwrap(),
+        "f32[b, 32]"
+    );
+    assert_eq!(
+        infer(q(4, 32, true, false), &[x.clone(), w4.clone(), groups.clone(), zp.clone(), bias]).unwrap(),
+        "f32[b, 32]"
+    );
+    // int4 stored one a byte, scales of the wrong group count, a missing zero point, dynamic int4.
+    assert!(infer(q(4, 64, false, false), &[x.clone(), w8.clone(), per_channel.clone()]).is_err());
+    assert!(infer(q(8, 32, false, false), &[x.clone(), w8.clone(), per_channel.clone()]).is_err());
+    assert!(infer(q(4, 32, true, false), &[x.clone(), w4.clone(), groups.clone()]).is_err());
+    assert!(infer(q(4, 32, false, true), &[x.clone(), w4, groups]).is_err());
+    assert!(infer(q(8, 64, false, false), &[f32t(&[b(), c(63)]), w8, per_channel]).is_err());
+}

@@ -196,6 +196,7 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "while" => &["carried", "cond", "body"],
         "fused" => &["program"],
         "rms_norm" => &["normalized_rank", "eps"],
+        "quant_linear" => &["bits", "group", "zero_points", "dynamic"],
         _ if reduce_kind(name).is_some() => &["axes", "keep_dims"],
         _ => &[],
     }
@@ -362,6 +363,12 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                     Op::NonZero { count: s }
                 }
             }
+            "quant_linear" => Op::QuantLinear {
+                bits: u8::try_from(uint(&a.take("bits", name)?)?).map_err(|_| a.op_pos.error("bits out of range"))?,
+                group: uint(&a.take("group", name)?)?,
+                zero_points: boolean(&a.take("zero_points", name)?)?,
+                dynamic: boolean(&a.take("dynamic", name)?)?,
+            },
             "rms_norm" => Op::RmsNorm {
                 normalized_rank: uint(&a.take("normalized_rank", name)?)?,
                 eps: float(&a.take("eps", name)?)?,
@@ -454,6 +461,12 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
             kv("groups", fmt_int(*groups)),
         ],
         Op::BatchNorm { eps } => vec![kv("eps", format_f64(*eps))],
+        Op::QuantLinear { bits, group, zero_points, dynamic } => vec![
+            kv("bits", bits.to_string()),
+            kv("group", group.to_string()),
+            kv("zero_points", zero_points.to_string()),
+            kv("dynamic", dynamic.to_string()),
+        ],
         Op::LayerNorm { normalized_rank, eps } | Op::RmsNorm { normalized_rank, eps } => {
             vec![kv("normalized_rank", normalized_rank.to_string()), kv("eps", format_f64(*eps))]
         }

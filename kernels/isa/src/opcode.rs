@@ -139,6 +139,9 @@ opcodes! {
     Assert = 91, "assert", Call, operands 1..=1, outputs 0..=0;
     /// A `torch.linalg` result (`kiln_isa::LinalgOp`): `(A [, B])`.
     Linalg = 92, "linalg", Call, operands 1..=2, outputs 1..=1;
+    /// `(x, w, scales [, zero_points] [, bias])`: a linear layer with int8
+    /// or int4 weights (`kiln_kernels::quant`'s storage), packed at load.
+    QuantLinear = 80, "quant_linear", Call, operands 3..=5, outputs 1..=1;
 
     /// An accelerator segment: operands are its arguments, outputs its results.
     Delegate = 1000, "delegate", Delegate, operands 0..=MANY, outputs 0..=MANY;
@@ -173,6 +176,7 @@ mod tests {
         assert_eq!(Opcode::NonZero.code(), 36);
         assert_eq!(Opcode::Fused.code(), 40);
         assert_eq!(Opcode::RmsNorm.code(), 41);
+        assert_eq!(Opcode::QuantLinear.code(), 80);
         assert_eq!(Opcode::Delegate.code(), 1000);
         assert_eq!(Opcode::Jump.code(), 1003);
         assert_eq!(crate::DType::Bool.code(), 48);

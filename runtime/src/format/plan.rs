@@ -312,6 +312,11 @@ kernels! {
     Fused { program: Vec<FusedOp> }
     /// RMS normalisation of the last `normalized_rank` dims (x [, weight]).
     RmsNorm { normalized_rank: u32, eps: f64 }
+    /// A linear layer with `bits`-bit weights (8, or 4 two a byte), `group`
+    /// input features per scale, optional zero points (operands: x, w,
+    /// scales [, zero points] [, bias]); `dynamic`: per-row int8 activations
+    /// (`kiln_kernels::quant::qlinear`).
+    QuantLinear { bits: u32, group: u32, zero_points: bool, dynamic: bool }
 }
 
 impl Kernel {

@@ -18,6 +18,7 @@ mod indexing;
 pub(crate) mod linalg;
 mod nn;
 mod patches;
+mod quant;
 mod random;
 mod resize;
 mod shape;
@@ -93,6 +94,16 @@ fn non_aten(imp: &mut Importer, node: &Node, target: &str) -> R<()> {
         ));
     }
     match target.strip_prefix("torch.ops.").and_then(|t| t.split_once('.')) {
+        // PT2E's quantize/dequantize ops: torch's own arithmetic.
+        Some(("quantized_decomposed", rest)) => {
+            let (name, overload) = rest.rsplit_once('.').unwrap_or((rest, "default"));
+            quant::convert(imp, node, name, overload)
+        }
+        // A raw torchao program reads its subclass weights' inner tensors.
+        Some(("export", rest)) if rest.starts_with("access_subclass_inner_tensor") => unsupported(
+            "tensor subclass weights (torchao) are read through `export::access_subclass_inner_tensor`; \
+             save the program after `ep.run_decompositions()`, which turns them into plain tensors",
+        ),
         // Custom ops (and prims): a registered lowering, or a report of
         // what the call shows.
         Some((ns, rest)) => super::custom::convert(imp, node, ns, rest),
@@ -123,6 +134,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "linear" => nn::linear(imp, n),
         "addmm" => nn::addmm(imp, n),
         "mm" | "bmm" | "matmul" => nn::matmul(imp, n),
+        "_int_mm" => quant::int_mm(imp, n),
         "einsum" => einsum::einsum(imp, n),
         "convolution" | "_convolution" => nn::convolution(imp, n),
         "conv1d" | "conv2d" | "conv3d" => nn::conv_nd(imp, n, overload),

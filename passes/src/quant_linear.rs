@@ -1,0 +1,324 @@
+//! Linear layers whose weight is a dequantized integer constant become one
+//! `Op::QuantLinear`, which keeps the integers (int8, or int4 two a byte)
+//! and runs `kiln_kernels::quant::qlinear`; without this pass constant
+//! folding would turn the dequantization into an f32 weight.
+//!
+//! Recognised (CPU target, before constant folding), `q` an i8 constant
+//! seen through reshapes:
+//! - the dequantized weight `w[N, K] = reshape((f32(q) [- f32(zp)]) · s)`,
+//!   the product shaped `[N, .., group]` with `s` (and `zp`) constants of
+//!   its shape with a last dim of 1 — what PT2E's `dequantize_per_channel`
+//!   (group = K) and torchao's decomposed group-wise dequantization import
+//!   as — used by `linear(x, w [, b])` or `matmul(x, permute(w, [1, 0]))`;
+//! - `matmul(x, f32(permute(q)))`, torchao's int8 weight-only `mm`, which
+//!   scales after the product: a `QuantLinear` with unit scales here, and
+//!   the `mul` by a per-column constant `[N]` that follows is folded into
+//!   the scales by the second sweep;
+//! - `add(quant_linear(..), b[N])` (addmm's bias) becomes the op's bias.
+//!
+//! The weight is stored as int4 when every value lies in `[-8, 7]` and `K`
+//! is even (exact: the same integers); zero points that are all zero are
+//! dropped. The rewritten layer computes `bias + Σ_g s · Σ x · (q - zp)`:
+//! the same real number as the float graph, rounded in another order.
+
+use crate::rewrite::{rewrite_in_order, Rewrite};
+use crate::{Changed, Options, PassError};
+use kiln_ir::{BinaryOp, ConstBytes, DType, Dim, Graph, Op, TensorType, ValueAttrs, ValueId};
+
+pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
+    crate::check::guard(g, "quant_linear")?;
+    let layers = rewrite_in_order(g, |g, n| {
+        let node = &g.nodes[n];
+        let (x, w, bias) = match (&node.op, &node.inputs[..]) {
+            (Op::Linear, [x, w, rest @ ..]) => match dequantized_nk(g, *w) {
+                Some(w) => (*x, w, rest.first().copied()),
+                None => return Ok(Rewrite::Keep),
+            },
+            (Op::MatMul, &[x, wt]) if g.ty(x).rank() >= 2 && g.ty(wt).rank() == 2 => match dequantized_kn(g, wt) {
+                Some(w) => (x, w, None),
+                None => return Ok(Rewrite::Keep),
+            },
+            _ => return Ok(Rewrite::Keep),
+        };
+        let out_ty = g.ty(node.outputs[0]).clone();
+        let loc = node.loc;
+        let (op, mut inputs) = w.into_operands(g, x, false);
+        inputs.extend(bias);
+        Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]))
+    })?;
+    if !layers.is_yes() {
+        return Ok(Changed::No);
+    }
+    // Per-column scales and biases applied after the product join the op:
+    // each sweep takes one of them per layer (a scale, then a bias).
+    for _ in 0..2 {
+        if !absorb_columns(g)?.is_yes() {
+            break;
+        }
+    }
+    Ok(Changed::Yes)
+}
+
+/// A quantized `[n, k]` weight: integers one a byte, `n * (k / group)`
+/// scales and zero points (read off the graph, or made by `quantize`).
+pub(crate) struct QuantWeight {
+    pub n: usize,
+    pub k: usize,
+    pub group: usize,
+    pub q: Vec<i8>,
+    pub scales: Vec<f32>,
+    pub zero_points: Option<Vec<i8>>,
+    pub attrs: ValueAttrs,
+}
+
+impl QuantWeight {
+    /// Whether the weight is stored as int4: every value fits (exact), and
+    /// the layer does not quantize its activations (int8 weights only).
+    fn int4(&self, dynamic: bool) -> bool {
+        !dynamic && self.k.is_multiple_of(2) && self.q.iter().all(|v| (-8..=7).contains(v))
+    }
+
+    pub fn bits(&self) -> u8 {
+        if self.int4(false) {
+            4
+        } else {
+            8
+        }
+    }
+
+    /// Bytes of the stored weight, scales and zero points.
+    pub fn stored_bytes(&self) -> usize {
+        let groups = self.scales.len();
+        self.q.len() * self.bits() as usize / 8 + groups * 4 + self.zero_points.as_ref().map_or(0, |_| groups)
+    }
+
+    /// `(q - zp) · s`, row-major `[n, k]`.
+    pub fn dequantized(&self) -> Vec<f32> {
+        let zp = |g: usize| self.zero_points.as_ref().map_or(0.0, |z| z[g] as f32);
+        self.q.iter().enumerate().map(|(i, &q)| (q as f32 - zp(i / self.group)) * self.scales[i / self.group]).collect()
+    }
+
+    /// The op and its leading operands `(x, w, scales [, zero_points])`, the
+    /// weight packed to int4 when every value fits.
+    pub fn into_operands(self, g: &mut Graph, x: ValueId, dynamic: bool) -> (Op, Vec<ValueId>) {
+        let int4 = self.int4(dynamic);
+        let (bits, w) = if int4 {
+            let bytes: Vec<u8> =
+                self.q.chunks_exact(2).map(|p| (p[0] as u8 & 0x0f) | ((p[1] as u8 & 0x0f) << 4)).collect();
+            (4, self.add(g, DType::U8, self.k / 2, bytes))
+        } else {
+            (8, self.add(g, DType::I8, self.k, self.q.iter().map(|&v| v as u8).collect()))
+        };
+        let groups = self.k / self.group;
+        let scales = self.add(g, DType::F32, groups, self.scales.iter().flat_map(|s| s.to_le_bytes()).collect());
+        let mut inputs = vec![x, w, scales];
+        if let Some(zp) = &self.zero_points {
+            inputs.push(self.add(g, DType::I8, groups, zp.iter().map(|&v| v as u8).collect()));
+        }
+        let op = Op::QuantLinear { bits, group: self.group, zero_points: self.zero_points.is_some(), dynamic };
+        (op, inputs)
+    }
+
+    fn add(&self, g: &mut Graph, dtype: DType, cols: usize, bytes: Vec<u8>) -> ValueId {
+        let ty = TensorType::fixed(dtype, &[self.n as i64, cols as i64]);
+        let v = g.add_const(None, ty, ConstBytes::owned(bytes));
+        g.values[v].attrs = self.attrs.clone();
+        v
+    }
+}
+
+/// `v` seen through reshapes.
+fn through_reshapes(g: &Graph, mut v: ValueId) -> ValueId {
+    while let Some(p) = g.producer(v) {
+        match (&g.nodes[p].op, &g.nodes[p].inputs[..]) {
+            (Op::Reshape { .. }, &[x]) => v = x,
+            _ => break,
+        }
+    }
+    v
+}
+
+/// `v` seen through reshapes that do not change its type (`view(x, x.shape)`).
+fn through_identity_reshapes(g: &Graph, mut v: ValueId) -> ValueId {
+    while let Some(&[x]) = producer_inputs(g, v, |op| matches!(op, Op::Reshape { .. })) {
+        if g.ty(x) != g.ty(v) {
+            break;
+        }
+        v = x;
+    }
+    v
+}
+
+/// The operands of the node defining `v`, when its op passes `is`.
+fn producer_inputs(g: &Graph, v: ValueId, is: impl Fn(&Op) -> bool) -> Option<&[ValueId]> {
+    let p = g.producer(v)?;
+    is(&g.nodes[p].op).then(|| &g.nodes[p].inputs[..])
+}
+
+fn static_dims(g: &Graph, v: ValueId) -> Option<Vec<usize>> {
+    g.ty(v).static_shape()?.into_iter().map(|d| usize::try_from(d).ok()).collect()
+}
+
+/// The bytes of the constant `v` (seen through reshapes) when its dtype is `dtype`.
+fn const_bytes(g: &Graph, v: ValueId, dtype: DType) -> Option<(&[u8], ValueId)> {
+    let c = through_reshapes(g, v);
+    let data = g.const_of(c)?;
+    (g.ty(c).dtype == dtype).then(|| (data.bytes.as_bytes(), c))
+}
+
+/// `f32(q)` with `q` an i8 constant: its values.
+fn int8_values(g: &Graph, v: ValueId) -> Option<(Vec<i8>, ValueAttrs)> {
+    let &[src] = producer_inputs(g, v, |op| matches!(op, Op::Cast { to: DType::F32 }))? else { return None };
+    let (bytes, c) = const_bytes(g, src, DType::I8)?;
+    Some((bytes.iter().map(|&b| b as i8).collect(), g.values[c].attrs.clone()))
+}
+
+/// Zero points: `f32(zp)` of an integer constant with values in i8's range.
+fn zero_point_values(g: &Graph, v: ValueId) -> Option<Vec<i8>> {
+    let &[src] = producer_inputs(g, v, |op| matches!(op, Op::Cast { to: DType::F32 }))? else { return None };
+    let c = through_reshapes(g, src);
+    let data = g.const_of(c)?.bytes.as_bytes();
+    let dtype = g.ty(c).dtype;
+    let wide: Vec<i64> = match dtype {
+        DType::I8 => data.iter().map(|&b| b as i8 as i64).collect(),
+        DType::I32 => data.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64).collect(),
+        DType::I64 => data.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).collect(),
+        _ => return None,
+    };
+    wide.iter().map(|&z| i8::try_from(z).ok()).collect()
+}
+
+fn f32_values(g: &Graph, v: ValueId) -> Option<Vec<f32>> {
+    let (bytes, _) = const_bytes(g, v, DType::F32)?;
+    Some(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+}
+
+/// A `[K, N]` matmul operand that is a quantized `[N, K]` weight transposed.
+fn dequantized_kn(g: &Graph, v: ValueId) -> Option<QuantWeight> {
+    let is_transpose = |op: &Op| matches!(op, Op::Permute { perm } if perm == &[1, 0]);
+    if let Some(&[w]) = producer_inputs(g, v, is_transpose) {
+        return dequantized_nk(g, w);
+    }
+    // `f32(permute(q))`: unit scales (torchao's weight-only int8 scales after the mm).
+    let &[t] = producer_inputs(g, v, |op| matches!(op, Op::Cast { to: DType::F32 }))? else { return None };
+    let &[q] = producer_inputs(g, t, is_transpose)? else { return None };
+    let [n, k] = static_dims(g, q)?[..] else { return None };
+    let (bytes, c) = const_bytes(g, q, DType::I8)?;
+    let q = bytes.iter().map(|&b| b as i8).collect();
+    Some(QuantWeight { n, k, group: k, q, scales: vec![1.0; n], zero_points: None, attrs: g.values[c].attrs.clone() })
+}
+
+/// A `[N, K]` f32 weight computed as `reshape((f32(q) [- f32(zp)]) · s)`.
+fn dequantized_nk(g: &Graph, v: ValueId) -> Option<QuantWeight> {
+    let [n, k] = static_dims(g, v)?[..] else { return None };
+    let m = through_reshapes(g, v);
+    if let Some((q, attrs)) = int8_values(g, m) {
+        return (q.len() == n * k).then(|| QuantWeight {
+            n,
+            k,
+            group: k,
+            q,
+            scales: vec![1.0; n],
+            zero_points: None,
+            attrs,
+        });
+    }
+    let &[a, b] = producer_inputs(g, m, |op| matches!(op, Op::Binary(BinaryOp::Mul)))? else { return None };
+    let shape = static_dims(g, m)?;
+    let (&group, lead) = shape.split_last()?;
+    if shape.first() != Some(&n) || shape.iter().product::<usize>() != n * k || group == 0 {
+        return None;
+    }
+    // The scale has the product's shape with a last dim of 1.
+    let param_shape: Vec<usize> = lead.iter().copied().chain([1]).collect();
+    let groups = n * (k / group);
+    [(a, b), (b, a)].into_iter().find_map(|(centred, s)| {
+        if static_dims(g, s)? != param_shape {
+            return None;
+        }
+        let scales = f32_values(g, s).filter(|s| s.len() == groups)?;
+        let (q, zero_points, attrs) = match producer_inputs(g, centred, |op| matches!(op, Op::Binary(BinaryOp::Sub))) {
+            Some(&[qf, zf]) => {
+                let (q, attrs) = int8_values(g, qf)?;
+                if static_dims(g, zf)? != param_shape {
+                    return None;
+                }
+                let zp = zero_point_values(g, zf).filter(|z| z.len() == groups)?;
+                (q, zp.iter().any(|&z| z != 0).then_some(zp), attrs)
+            }
+            _ => {
+                let (q, attrs) = int8_values(g, centred)?;
+                (q, None, attrs)
+            }
+        };
+        (q.len() == n * k).then_some(QuantWeight { n, k, group, q, scales, zero_points, attrs })
+    })
+}
+
+/// The `[N, G]` scales `s` times a per-row constant `c[N]`, as a new constant.
+fn scale_rows(g: &mut Graph, s: ValueId, c: ValueId) -> Option<ValueId> {
+    let shape = static_dims(g, s)?;
+    let scales = f32_values(g, s)?;
+    let column = f32_values(g, c)?;
+    let [n, groups] = shape[..] else { return None };
+    if column.len() != n {
+        return None;
+    }
+    let bytes: Vec<u8> = scales.iter().enumerate().flat_map(|(i, &v)| (v * column[i / groups]).to_le_bytes()).collect();
+    let attrs = g.values[s].attrs.clone();
+    let v = g.add_const(
+        None,
+        TensorType::new(DType::F32, vec![Dim::Const(n as i64), Dim::Const(groups as i64)]),
+        ConstBytes::owned(bytes),
+    );
+    g.values[v].attrs = attrs;
+    Some(v)
+}
+
+/// `mul(quant_linear(..), s[N])` (constant `s`, no bias yet) and
+/// `add(quant_linear(..), b[N])` (no bias yet) become one `quant_linear`,
+/// when the product has no other use.
+pub(crate) fn absorb_columns(g: &mut Graph) -> Result<Changed, PassError> {
+    let uses = g.use_counts();
+    rewrite_in_order(g, |g, n| {
+        let node = &g.nodes[n];
+        let (Op::Binary(op @ (BinaryOp::Mul | BinaryOp::Add)), &[a, b]) = (&node.op, &node.inputs[..]) else {
+            return Ok(Rewrite::Keep);
+        };
+        let out_ty = g.ty(node.outputs[0]).clone();
+        let loc = node.loc;
+        let (op, a, b) = (*op, through_identity_reshapes(g, a), through_identity_reshapes(g, b));
+        let is_layer = |p: Option<kiln_ir::NodeId>| p.filter(|&p| matches!(g.nodes[p].op, Op::QuantLinear { .. }));
+        let (ql, column) = match (is_layer(g.producer(a)), is_layer(g.producer(b))) {
+            (Some(p), _) => (p, b),
+            (_, Some(p)) => (p, a),
+            _ => return Ok(Rewrite::Keep),
+        };
+        let produced = g.nodes[ql].outputs[0];
+        if uses[produced] != 1 || g.outputs.contains(&produced) || &out_ty != g.ty(produced) {
+            return Ok(Rewrite::Keep);
+        }
+        let Op::QuantLinear { zero_points, .. } = g.nodes[ql].op else { return Ok(Rewrite::Keep) };
+        let n_out = g.ty(g.nodes[ql].inputs[1]).shape[0].clone();
+        let mut inputs = g.nodes[ql].inputs.clone();
+        let has_bias = inputs.len() == 4 + zero_points as usize;
+        let column_ty = g.ty(column);
+        let per_column = column_ty.dtype == DType::F32
+            && column_ty.rank() == 1
+            && kiln_ir::infer::dims_equal(&column_ty.shape[0], &n_out, &g.symbols) == Some(true);
+        if !per_column || has_bias {
+            return Ok(Rewrite::Keep);
+        }
+        match op {
+            BinaryOp::Add => inputs.push(column),
+            // A constant per-column scale after the product (torchao's int8
+            // weight-only `mm · s`) multiplies into the weight's scales.
+            _ => {
+                let Some(scaled) = scale_rows(g, inputs[2], column) else { return Ok(Rewrite::Keep) };
+                inputs[2] = scaled;
+            }
+        }
+        let op = g.nodes[ql].op.clone();
+        Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]))
+    })
+}

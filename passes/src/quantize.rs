@@ -1,0 +1,392 @@
+//! `kiln compile --quantize`: the f32 weights of a float program's linear
+//! layers quantized by kiln, each layer becoming an `Op::QuantLinear`.
+//!
+//! Run once before the pipeline (it takes its own [`QuantizeConfig`], so it
+//! is not one of the pipeline's passes); layers are found as the importer
+//! writes them: `linear(x, w [, b])` (training IR) and `matmul(x,
+//! permute(w, [1, 0]))` followed by `add(·, b)` (Core ATen's `addmm`), `w`
+//! an f32 constant `[N, K]`.
+//!
+//! Rounding is torch's: `q = clamp(rint(w · (1 / s)) + zp, qmin, qmax)`,
+//! the reciprocal in f32, half to even. Schemes:
+//! - int8 (weight-only and dynamic): per output channel, symmetric, torchao's
+//!   rule `s = max|w_row| / 127.5` over `[-128, 127]` — the same integers
+//!   torchao's `Int8WeightOnlyConfig` stores;
+//! - int4: per group of `group` input features, `[-8, 7]`, symmetric (`s =
+//!   m / 7.5`, `m` = max |w|) or asymmetric (`s = (max − min) / 15` over the
+//!   range widened to hold 0, `zp = clamp(−8 − rint(min / s))`), the range
+//!   shrunk by the clipping ratio in `{1, 0.99, .., 0.60}` whose dequantized
+//!   group has the least squared error, each candidate's scale also refitted
+//!   by least squares to its integers (MSE clipping; `clip=none` keeps the
+//!   full range, torchao's `IntxWeightOnlyConfig` rule).
+
+use crate::quant_linear::{absorb_columns, QuantWeight};
+use crate::rewrite::{rewrite_in_order, Rewrite};
+use crate::PassError;
+use kiln_ir::{DType, Graph, NodeId, Op, ValueId};
+
+/// How the weights are quantized.
+#[derive(Clone, Debug, PartialEq)]
+pub enum QuantScheme {
+    /// Per-channel symmetric int8 weights, f32 activations.
+    Int8Weight,
+    /// Per-channel symmetric int8 weights, per-row dynamic int8 activations.
+    Int8Dynamic,
+    /// Group-wise int4 weights (two a byte), f32 activations.
+    Int4Weight { group: usize, asymmetric: bool, clip_search: bool },
+}
+
+impl QuantScheme {
+    /// `int8-weight`, `int8-dynamic`, `int4-weight[:group=32|64|128][:asym][:clip=none]`.
+    pub fn parse(mode: &str) -> Result<QuantScheme, String> {
+        let mut parts = mode.split(':');
+        let base = parts.next().unwrap_or_default();
+        let options: Vec<&str> = parts.collect();
+        let scheme = match base {
+            "int8-weight" => QuantScheme::Int8Weight,
+            "int8-dynamic" => QuantScheme::Int8Dynamic,
+            "int4-weight" => {
+                let (mut group, mut asymmetric, mut clip_search) = (32, false, true);
+                for o in &options {
+                    match *o {
+                        "asym" => asymmetric = true,
+                        "sym" => asymmetric = false,
+                        "clip=none" => clip_search = false,
+                        "clip=mse" => clip_search = true,
+                        _ => match o.strip_prefix("group=").map(str::parse::<usize>) {
+                            Some(Ok(g)) if g >= 2 && g % 2 == 0 => group = g,
+                            _ => return Err(format!("unknown int4-weight option `{o}` (group=N, asym, clip=none)")),
+                        },
+                    }
+                }
+                return Ok(QuantScheme::Int4Weight { group, asymmetric, clip_search });
+            }
+            other => {
+                return Err(format!(
+                    "unknown quantization mode `{other}` (known: int8-weight, int8-dynamic, \
+                     int4-weight[:group=32|64|128][:asym])"
+                ))
+            }
+        };
+        match options.first() {
+            Some(o) => Err(format!("`{base}` takes no options, found `{o}`")),
+            None => Ok(scheme),
+        }
+    }
+}
+
+/// What to quantize.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuantizeConfig {
+    pub scheme: QuantScheme,
+    /// Weights whose Python name (`ValueAttrs::origin`, `encoder.0.fc1.weight`)
+    /// matches one of these globs (`*`, `?`) stay f32.
+    pub skip: Vec<String>,
+    /// Keep the first / last linear layer (in schedule order) in f32.
+    pub keep_first: bool,
+    pub keep_last: bool,
+}
+
+impl QuantizeConfig {
+    pub fn new(scheme: QuantScheme) -> QuantizeConfig {
+        QuantizeConfig { scheme, skip: Vec::new(), keep_first: false, keep_last: false }
+    }
+}
+
+/// One linear layer, quantized or kept.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerReport {
+    /// The weight's Python name, or `linear#i` (the i-th layer) without one.
+    pub name: String,
+    pub n: usize,
+    pub k: usize,
+    /// `None`: kept in f32, for the reason in `note`.
+    pub bits: Option<u8>,
+    pub group: usize,
+    /// Bytes of the f32 weight, and of the quantized weight, scales and zero points.
+    pub float_bytes: usize,
+    pub quant_bytes: usize,
+    /// Signal-to-quantization-noise ratio of the dequantized weight, in dB.
+    pub weight_sqnr_db: f64,
+    pub note: String,
+}
+
+/// Quantizes the linear layers `cfg` selects; returns one report per layer found.
+pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerReport>, PassError> {
+    crate::check::guard(g, "quantize")?;
+    let layers = find_layers(g);
+    let mut reports = Vec::new();
+    let mut chosen: Vec<(NodeId, QuantWeight)> = Vec::new();
+    for (i, layer) in layers.iter().enumerate() {
+        let name = g.values[layer.weight].attrs.origin.clone().unwrap_or_else(|| format!("linear#{i}"));
+        let (n, k) = layer.dims;
+        let mut report = LayerReport {
+            name: name.clone(),
+            n,
+            k,
+            bits: None,
+            group: k,
+            float_bytes: n * k * 4,
+            quant_bytes: 0,
+            weight_sqnr_db: f64::INFINITY,
+            note: String::new(),
+        };
+        let kept = if cfg.keep_first && i == 0 {
+            Some("the first linear layer (kept in f32)".to_string())
+        } else if cfg.keep_last && i + 1 == layers.len() {
+            Some("the last linear layer (kept in f32)".to_string())
+        } else if let Some(glob) = cfg.skip.iter().find(|p| glob_match(p, &name)) {
+            Some(format!("skipped by `{glob}`"))
+        } else if let QuantScheme::Int4Weight { group, .. } = cfg.scheme {
+            (!k.is_multiple_of(group)).then(|| format!("group {group} does not divide in_features {k}"))
+        } else {
+            None
+        };
+        if let Some(note) = kept {
+            report.note = note;
+            reports.push(report);
+            continue;
+        }
+        let w = f32_weight(g, layer.weight);
+        let qw = quantize_matrix(&w, n, k, &cfg.scheme, g.values[layer.weight].attrs.clone());
+        report.bits = Some(qw.bits());
+        report.group = qw.group;
+        report.quant_bytes = qw.stored_bytes();
+        report.weight_sqnr_db = sqnr_db(&w, &qw.dequantized());
+        reports.push(report);
+        chosen.push((layer.node, qw));
+    }
+    let dynamic = cfg.scheme == QuantScheme::Int8Dynamic;
+    let mut by_node: std::collections::HashMap<NodeId, QuantWeight> = chosen.into_iter().collect();
+    rewrite_in_order(g, |g, n| {
+        let Some(qw) = by_node.remove(&n) else { return Ok(Rewrite::Keep) };
+        let node = &g.nodes[n];
+        let (x, bias) = (node.inputs[0], node.inputs.get(2).copied().filter(|_| node.op == Op::Linear));
+        let out_ty = g.ty(node.outputs[0]).clone();
+        let loc = node.loc;
+        let (op, mut inputs) = qw.into_operands(g, x, dynamic);
+        inputs.extend(bias);
+        Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]))
+    })?;
+    // addmm's bias, added after the product.
+    absorb_columns(g)?;
+    Ok(reports)
+}
+
+struct Layer {
+    node: NodeId,
+    weight: ValueId,
+    dims: (usize, usize),
+}
+
+/// Linear layers with a constant f32 `[N, K]` weight, in schedule order.
+fn find_layers(g: &Graph) -> Vec<Layer> {
+    let weight = |v: ValueId| -> Option<(ValueId, (usize, usize))> {
+        g.const_of(v)?;
+        let ty = g.ty(v);
+        let dims = ty.static_shape()?;
+        match (ty.dtype, &dims[..]) {
+            (DType::F32, &[n, k]) if n > 0 && k > 0 => Some((v, (n as usize, k as usize))),
+            _ => None,
+        }
+    };
+    g.order
+        .iter()
+        .filter_map(|&n| {
+            let node = &g.nodes[n];
+            let (w, dims) = match (&node.op, &node.inputs[..]) {
+                (Op::Linear, [_, w, ..]) => weight(*w)?,
+                (Op::MatMul, &[x, wt]) if g.ty(x).rank() >= 2 => {
+                    let p = g.producer(wt)?;
+                    match (&g.nodes[p].op, &g.nodes[p].inputs[..]) {
+                        (Op::Permute { perm }, &[w]) if perm == &[1, 0] => weight(w)?,
+                        _ => return None,
+                    }
+                }
+                _ => return None,
+            };
+            Some(Layer { node: n, weight: w, dims })
+        })
+        .collect()
+}
+
+fn f32_weight(g: &Graph, v: ValueId) -> Vec<f32> {
+    let bytes = g.const_of(v).map(|c| c.bytes.as_bytes()).unwrap_or_default();
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+/// `10 log10(Σ w² / Σ (w − ŵ)²)`; infinite for an exact copy.
+pub fn sqnr_db(w: &[f32], dq: &[f32]) -> f64 {
+    let signal: f64 = w.iter().map(|&v| (v as f64).powi(2)).sum();
+    let noise: f64 = w.iter().zip(dq).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum();
+    if noise == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (signal / noise).log10()
+    }
+}
+
+/// Quantizes a row-major `[n, k]` matrix (see the module doc).
+fn quantize_matrix(w: &[f32], n: usize, k: usize, scheme: &QuantScheme, attrs: kiln_ir::ValueAttrs) -> QuantWeight {
+    let (group, range, asymmetric, clip_search) = match *scheme {
+        QuantScheme::Int8Weight | QuantScheme::Int8Dynamic => (k, (-128, 127), false, false),
+        QuantScheme::Int4Weight { group, asymmetric, clip_search } => (group, (-8, 7), asymmetric, clip_search),
+    };
+    let mut q = vec![0i8; n * k];
+    let mut scales = Vec::with_capacity(n * (k / group));
+    let mut zero_points = Vec::with_capacity(scales.capacity());
+    for (g_index, chunk) in w.chunks_exact(group).enumerate() {
+        let out = &mut q[g_index * group..][..group];
+        let ratios: &[f32] = if clip_search { &CLIP_RATIOS } else { &[1.0] };
+        let (s, zp) = best_params(chunk, range, asymmetric, ratios, out);
+        scales.push(s);
+        zero_points.push(zp);
+    }
+    let zero_points = zero_points.iter().any(|&z| z != 0).then_some(zero_points);
+    QuantWeight { n, k, group, q, scales, zero_points, attrs }
+}
+
+/// Clipping ratios tried per int4 group.
+const CLIP_RATIOS: [f32; 41] = {
+    let mut r = [0f32; 41];
+    let mut i = 0;
+    while i < 41 {
+        r[i] = 1.0 - 0.01 * i as f32;
+        i += 1;
+    }
+    r
+};
+
+/// The scale and zero point (over `ratios` of the full range) whose
+/// dequantized group is closest to `w` in squared error; writes the integers.
+fn best_params(w: &[f32], range: (i32, i32), asymmetric: bool, ratios: &[f32], out: &mut [i8]) -> (f32, i8) {
+    let (mn, mx) = w.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let mut best: Option<(f64, f32, i8)> = None;
+    let mut trial = vec![0i8; w.len()];
+    let error = |s: f32, zp: i8, q: &[i8]| -> f64 {
+        w.iter().zip(q).map(|(&v, &t)| (v as f64 - ((t as f32 - zp as f32) * s) as f64).powi(2)).sum()
+    };
+    // With the integers fixed, the least-squares scale `Σ w·c / Σ c²` (c =
+    // q − zp) is at least as good; requantizing with it may be better still.
+    // A few rounds of both, with the clipping search only.
+    let rounds = if ratios.len() > 1 { 3 } else { 1 };
+    for &r in ratios {
+        let (mut s, zp) = params(mn * r, mx * r, range, asymmetric);
+        for round in 0..rounds {
+            quantize_group(w, s, zp, range, &mut trial);
+            let err = error(s, zp, &trial);
+            if best.is_none_or(|(e, _, _)| err < e) {
+                best = Some((err, s, zp));
+                out.copy_from_slice(&trial);
+            }
+            let (num, den) = w.iter().zip(&trial).fold((0f64, 0f64), |(n, d), (&v, &t)| {
+                let c = t as f64 - zp as f64;
+                (n + v as f64 * c, d + c * c)
+            });
+            let refit = (num / den) as f32;
+            if round + 1 == rounds || !(refit.is_finite() && refit > 0.0) {
+                break;
+            }
+            let err_refit = error(refit, zp, &trial);
+            if best.is_none_or(|(e, _, _)| err_refit < e) {
+                best = Some((err_refit, refit, zp));
+                out.copy_from_slice(&trial);
+            }
+            s = refit;
+        }
+    }
+    best.map_or((1.0, 0), |(_, s, zp)| (s, zp))
+}
+
+/// torchao's `choose_qparams_affine` for a range `[mn, mx]` holding 0.
+fn params(mn: f32, mx: f32, (qmin, qmax): (i32, i32), asymmetric: bool) -> (f32, i8) {
+    if asymmetric {
+        let s = ((mx - mn) / (qmax - qmin) as f32).max(f32::EPSILON);
+        let zp = (qmin as f32 - (mn / s).round_ties_even()).clamp(qmin as f32, qmax as f32);
+        (s, zp as i8)
+    } else {
+        let s = ((-mn).max(mx) / ((qmax - qmin) as f32 / 2.0)).max(f32::EPSILON);
+        (s, 0)
+    }
+}
+
+fn quantize_group(w: &[f32], s: f32, zp: i8, (qmin, qmax): (i32, i32), out: &mut [i8]) {
+    let inv = 1.0 / s;
+    for (o, &v) in out.iter_mut().zip(w) {
+        *o = ((v * inv).round_ties_even() + zp as f32).clamp(qmin as f32, qmax as f32) as i8;
+    }
+}
+
+/// `*` (any run) and `?` (one character) glob matching.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, s): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut pi, mut si, mut star, mut mark) = (0, 0, None, 0);
+    while si < s.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == s[si]) {
+            pi += 1;
+            si += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = si;
+            pi += 1;
+        } else if let Some(st) = star {
+            pi = st + 1;
+            mark += 1;
+            si = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*.fc1.weight", "encoder.0.fc1.weight"));
+        assert!(glob_match("head*", "head.weight"));
+        assert!(glob_match("layer?.w", "layer3.w"));
+        assert!(!glob_match("layer?.w", "layer10.w"));
+        assert!(!glob_match("fc1", "fc1.weight"));
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!(QuantScheme::parse("int8-weight"), Ok(QuantScheme::Int8Weight));
+        assert_eq!(
+            QuantScheme::parse("int4-weight:group=64:asym"),
+            Ok(QuantScheme::Int4Weight { group: 64, asymmetric: true, clip_search: true })
+        );
+        assert!(QuantScheme::parse("int4-weight:group=3").is_err());
+        assert!(QuantScheme::parse("int8-weight:asym").is_err());
+        assert!(QuantScheme::parse("int3").is_err());
+    }
+
+    /// torchao's int8 rule, checked against torch 2.15: `s = 1 / 127.5`,
+    /// `round(tensor([-1, 0.5, 0.25]) * (1.0 / s))` is `[-127, 64, 32]` (the
+    /// f32 reciprocal lands just below 127.5).
+    #[test]
+    fn int8_rows_follow_torchao() {
+        let w = [0.5f32, -1.0, 0.25, 0.0, 2.0, -0.5, 1.0, 0.125];
+        let qw = quantize_matrix(&w, 2, 4, &QuantScheme::Int8Weight, Default::default());
+        assert_eq!(qw.scales, vec![1.0 / 127.5, 2.0 / 127.5]);
+        assert_eq!(qw.q[..4], [64, -127, 32, 0]);
+        assert!(qw.zero_points.is_none());
+    }
+
+    /// Clipping never does worse than the full range (ratio 1 is tried).
+    #[test]
+    fn mse_clipping_beats_max_abs() {
+        let w: Vec<f32> =
+            (0..64).map(|i| ((i * 37 % 64) as f32 - 32.0) / 10.0 + if i == 5 { 9.0 } else { 0.0 }).collect();
+        let err = |clip_search| {
+            let s = QuantScheme::Int4Weight { group: 32, asymmetric: false, clip_search };
+            let qw = quantize_matrix(&w, 1, 64, &s, Default::default());
+            w.iter().zip(qw.dequantized()).map(|(a, b)| (a - b).powi(2)).sum::<f32>()
+        };
+        assert!(err(true) < err(false), "{} vs {}", err(true), err(false));
+    }
+}

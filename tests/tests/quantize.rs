@@ -1,0 +1,146 @@
+//! `kiln compile --quantize` on a float program (`tests/fixtures/quant/mlp_float`,
+//! the MLP the torchao fixtures quantized): each mode against the float
+//! output (cosine) and against torchao's eager run of the same rule (the
+//! int8 weights are the integers torchao stores; int4 with `clip=none` is
+//! torchao's symmetric group-wise rule), artifact sizes, and the layer
+//! selection options.
+
+use kiln_compiler::{compile_file, CompileOptions, CompileSummary};
+use kiln_passes::{QuantScheme, QuantizeConfig};
+use kiln_runtime::{Program, Tensor, TensorView};
+use kiln_tests::{fixture_dir, read_numbered, temp_path};
+use std::sync::Arc;
+
+fn compile(flavour: &str, quantize: Option<QuantizeConfig>) -> (Arc<Program>, CompileSummary) {
+    let src = fixture_dir("quant/mlp_float").join(format!("{flavour}.pt2"));
+    let tmp = temp_path("quantize");
+    let opts = CompileOptions { quantize, ..CompileOptions::default() };
+    let summary = compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("compile: {e}"));
+    let program = Program::load(&tmp).expect("load");
+    std::fs::remove_file(&tmp).ok();
+    (program, summary)
+}
+
+fn mode(m: &str) -> Option<QuantizeConfig> {
+    Some(QuantizeConfig::new(QuantScheme::parse(m).expect("mode")))
+}
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn run(p: &Arc<Program>) -> Vec<f32> {
+    let inputs = read_numbered(&fixture_dir("quant/mlp_float"), "input");
+    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+    let out = p.session().expect("session").run(&views).expect("run").to_tensors();
+    f32s(&out[0])
+}
+
+fn reference(case: &str) -> Vec<f32> {
+    f32s(&read_numbered(&fixture_dir(&format!("quant/{case}")), "output").remove(0))
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+    let norm = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn quant_layers(p: &Program) -> usize {
+    p.kernel_counts().into_iter().find(|(k, _)| k == "quant_linear").map_or(0, |(_, c)| c)
+}
+
+#[test]
+fn every_mode_stays_close_to_float() {
+    let float = reference("mlp_float");
+    for flavour in ["training", "decomp"] {
+        let (p, _) = compile(flavour, None);
+        assert!(max_abs_diff(&run(&p), &float) < 1e-5, "{flavour}: float compile");
+        for (m, bound) in [
+            ("int8-weight", 0.9999),
+            ("int8-dynamic", 0.999),
+            ("int4-weight", 0.99),
+            ("int4-weight:group=64:asym", 0.99),
+            ("int4-weight:group=32:clip=none", 0.99),
+        ] {
+            let (p, summary) = compile(flavour, mode(m));
+            assert_eq!(quant_layers(&p), 3, "{flavour} {m}: every layer quantized");
+            assert!(summary.quantized.iter().all(|l| l.bits.is_some()), "{flavour} {m}");
+            let got = run(&p);
+            let c = cosine(&got, &float);
+            assert!(c >= bound, "{flavour} {m}: cosine {c} vs float");
+            assert!(max_abs_diff(&got, &float) > 1e-6, "{flavour} {m}: identical to float");
+        }
+    }
+}
+
+/// The same rules as torchao's configs: the same integers and scales, so
+/// the outputs differ only by the order of the float sums.
+#[test]
+fn modes_reproduce_torchao() {
+    for (m, case, tol) in
+        [("int8-weight", "ao_int8_weight", 1e-5), ("int4-weight:group=32:clip=none", "ao_int4_g32", 1e-5)]
+    {
+        let (p, _) = compile("decomp", mode(m));
+        let (got, want) = (run(&p), reference(case));
+        let d = max_abs_diff(&got, &want);
+        assert!(d <= tol, "{m} vs torchao {case}: max diff {d}");
+    }
+    // Dynamic activations: a 1-ulp difference before a rounding can move a
+    // value by one step (the quantization notes' noise), so cosine.
+    let (p, _) = compile("decomp", mode("int8-dynamic"));
+    let c = cosine(&run(&p), &reference("ao_da8w8"));
+    assert!(c >= 0.9999, "int8-dynamic vs torchao da8w8: cosine {c}");
+}
+
+#[test]
+fn artifact_sizes_shrink() {
+    let (float, _) = compile("decomp", None);
+    let f = float.weights_bytes() as f64;
+    let (int8, _) = compile("decomp", mode("int8-weight"));
+    let (int4, s4) = compile("decomp", mode("int4-weight:group=32"));
+    let (r8, r4) = (int8.weights_bytes() as f64 / f, int4.weights_bytes() as f64 / f);
+    // Weights, scales (f32 per row or group) and the f32 biases.
+    assert!((0.24..=0.30).contains(&r8), "int8 / f32 = {r8}");
+    assert!(r4 <= 0.2, "int4 g32 / f32 = {r4}");
+    // The linear weights alone (weight + scales): at most a fifth.
+    let (fl, q): (usize, usize) =
+        s4.quantized.iter().map(|l| (l.float_bytes, l.quant_bytes)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    assert!(q * 5 <= fl, "int4 g32 linear weights {q} of {fl}");
+}
+
+/// MSE clipping chooses each group's range for the least error: never worse
+/// than the full range per layer, better overall.
+#[test]
+fn mse_clipping_improves_int4_weights() {
+    let (_, mse) = compile("decomp", mode("int4-weight"));
+    let (_, full) = compile("decomp", mode("int4-weight:clip=none"));
+    for (a, b) in mse.quantized.iter().zip(&full.quantized) {
+        assert!(a.weight_sqnr_db >= b.weight_sqnr_db, "{}: {} dB vs {} dB", a.name, a.weight_sqnr_db, b.weight_sqnr_db);
+    }
+    assert!(mse.quantized.iter().zip(&full.quantized).any(|(a, b)| a.weight_sqnr_db > b.weight_sqnr_db + 0.5));
+}
+
+#[test]
+fn layers_can_be_kept_in_float() {
+    let with = |f: fn(&mut QuantizeConfig)| {
+        let mut cfg = mode("int8-weight").expect("mode");
+        f(&mut cfg);
+        let (p, s) = compile("decomp", Some(cfg));
+        (quant_layers(&p), s.quantized)
+    };
+    let (n, layers) = with(|c| c.skip = vec!["fc2.*".into()]);
+    assert_eq!(n, 2);
+    let kept: Vec<&str> = layers.iter().filter(|l| l.bits.is_none()).map(|l| l.name.as_str()).collect();
+    assert_eq!(kept, ["fc2.weight"]);
+    let (n, layers) = with(|c| {
+        c.keep_first = true;
+        c.keep_last = true;
+    });
+    assert_eq!(n, 1);
+    assert_eq!(layers.iter().filter(|l| l.bits.is_some()).map(|l| l.name.as_str()).collect::<Vec<_>>(), ["fc2.weight"]);
+}
