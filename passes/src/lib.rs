@@ -29,6 +29,7 @@ mod legalize;
 pub mod memory;
 mod pipeline;
 mod rewrite;
+pub mod shard;
 mod simplify;
 mod target;
 
