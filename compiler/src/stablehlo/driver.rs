@@ -50,6 +50,8 @@ pub fn lower_for_pjrt(g: &mut Graph, precision: Precision) -> Result<PjrtLowerin
             args,
             results,
             ops: s.nodes.iter().map(|&n| g.nodes[n].op.name().to_string()).collect(),
+            arg_shardings: vec![],
+            result_shardings: vec![],
         })
         .collect();
     let reasons: HashMap<NodeId, &str> = part.cpu.iter().map(|(n, r)| (*n, r.as_str())).collect();
@@ -58,7 +60,11 @@ pub fn lower_for_pjrt(g: &mut Graph, precision: Precision) -> Result<PjrtLowerin
         .iter()
         .map(|&(instr, n)| CpuFallback { instr, reason: reasons.get(&n).copied().unwrap_or("not lowered").to_string() })
         .collect();
-    Ok(PjrtLowering { plan: lowered.plan, weights: lowered.weights, accel: AccelProgram { segments, cpu_fallbacks } })
+    Ok(PjrtLowering {
+        plan: lowered.plan,
+        weights: lowered.weights,
+        accel: AccelProgram { segments, cpu_fallbacks, mesh: None },
+    })
 }
 
 /// Partitions and emits; a node the emitter rejects is moved to the CPU and the
