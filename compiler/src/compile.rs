@@ -24,6 +24,9 @@ pub enum CompileError {
     Write(#[from] kiln_runtime::Error),
     #[error("this kiln was built without MLIR support; rebuild with --features mlir")]
     NoMlir,
+    /// A sharding the mesh, the strategy or an override cannot give.
+    #[error("sharding: {0}")]
+    Shard(String),
     /// State (mutated buffers) is not kept on an accelerator yet.
     #[error(
         "the program keeps state between runs (mutated buffers: {}); --target {target} does not support state yet: compile for the CPU",
@@ -84,11 +87,23 @@ pub struct CompileOptions {
     /// How the `.pt2` is imported: lowerings of custom ops
     /// ([`crate::import::custom`]).
     pub import: ImportOptions,
+    /// SPMD over a device mesh (`--target pjrt` only): the program is
+    /// sharded after the pass pipeline and emitted as one annotated segment.
+    pub shard: Option<ShardConfig>,
+}
+
+/// `--mesh`, `--shard`, `--shard-spec` and `--sharding-dialect`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardConfig {
+    pub mesh: kiln_ir::Mesh,
+    pub strategy: kiln_passes::shard::Strategy,
+    pub overrides: Vec<kiln_passes::shard::Override>,
+    pub dialect: crate::stablehlo::sharding::ShardingDialect,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { target: Target::Cpu, verify_each: true, import: ImportOptions::default() }
+        CompileOptions { target: Target::Cpu, verify_each: true, import: ImportOptions::default(), shard: None }
     }
 }
 
@@ -159,6 +174,12 @@ pub fn compile_graph_for(
         let names = graph.states.iter().map(|st| st.name.clone()).collect();
         return Err(CompileError::StateOnAccelerator { target: target.name().to_string(), names });
     }
+    if opts.shard.is_some() && target.desc().segments.is_none() {
+        return Err(CompileError::Shard(format!(
+            "a mesh needs an accelerator target (--target pjrt), not `{}`",
+            target.name()
+        )));
+    }
     match target.desc().segments {
         None => compile_graph_with_passes(graph, &default_pipeline(target), &opts, metadata),
         Some(_) => compile_graph_pjrt(graph, &opts, backend.precision(), metadata),
@@ -178,7 +199,11 @@ fn compile_graph_pjrt(
     let pass_opts = Options { verify_each: opts.verify_each, ..Options::new(opts.target) };
     let passes = run_pipeline(&mut graph, &default_pipeline(opts.target), &pass_opts)?;
     let nodes = graph.order.len();
-    let lowered = crate::stablehlo::lower_for_pjrt(&mut graph, precision)?;
+    let spmd = match &opts.shard {
+        Some(config) => Some(shard_for_pjrt(&mut graph, config, opts.verify_each)?),
+        None => None,
+    };
+    let lowered = crate::stablehlo::lower_for_pjrt_sharded(&mut graph, precision, spmd.as_ref())?;
     let summary = CompileSummary {
         passes,
         nodes,
@@ -197,6 +222,32 @@ fn compile_graph_pjrt(
     let mut writer = ArtifactWriter::new(&lowered.plan, lowered.weights, &metadata)?;
     writer.add_section(kiln_runtime::format::SECTION_ACCEL, 0, accel);
     Ok((writer, summary))
+}
+
+/// Shards the graph after the pipeline: strategy, overrides, propagation.
+#[cfg(feature = "mlir")]
+fn shard_for_pjrt(
+    graph: &mut Graph,
+    config: &ShardConfig,
+    verify: bool,
+) -> Result<crate::stablehlo::sharding::SpmdEmit, CompileError> {
+    use kiln_passes::shard::{shard_graph, ShardOptions};
+    let options = ShardOptions {
+        mesh: config.mesh.clone(),
+        strategy: config.strategy,
+        overrides: config.overrides.clone(),
+        inline_max_elements: crate::stablehlo::emit::INLINE_CONST_MAX_ELEMENTS,
+    };
+    let plan = shard_graph(graph, &options).map_err(CompileError::Shard)?;
+    if verify {
+        kiln_ir::verify::verify(graph)
+            .map_err(|e| CompileError::Shard(format!("the sharded graph does not verify (compiler bug): {e}")))?;
+    }
+    Ok(crate::stablehlo::sharding::SpmdEmit {
+        mesh: config.mesh.clone(),
+        dialect: config.dialect,
+        reshards: plan.reshards,
+    })
 }
 
 #[cfg(not(feature = "mlir"))]
