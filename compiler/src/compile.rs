@@ -123,6 +123,8 @@ pub struct CompileSummary {
     pub arena_bytes: u64,
     pub peak_live_bytes: u64,
     pub weights_bytes: usize,
+    /// The sharding plan of an SPMD compile (`kiln compile --report`).
+    pub sharding: Option<crate::stablehlo::sharding::ShardReport>,
 }
 
 /// Runs the pass pipeline on `graph` and produces the artifact for
@@ -155,6 +157,7 @@ pub fn compile_graph_with_passes(
         arena_bytes: plan.arena_bytes,
         peak_live_bytes: plan.peak_live_bytes,
         weights_bytes: weights.len(),
+        sharding: None,
     };
     Ok((ArtifactWriter::new(&plan, weights, &metadata)?, summary))
 }
@@ -203,6 +206,7 @@ fn compile_graph_pjrt(
         Some(config) => Some(shard_for_pjrt(&mut graph, config, opts.verify_each)?),
         None => None,
     };
+    let sharding = spmd.as_ref().map(|s| crate::stablehlo::sharding::ShardReport::new(&graph, s));
     let lowered = crate::stablehlo::lower_for_pjrt_sharded(&mut graph, precision, spmd.as_ref())?;
     let summary = CompileSummary {
         passes,
@@ -211,6 +215,7 @@ fn compile_graph_pjrt(
         arena_bytes: lowered.plan.arena_bytes,
         peak_live_bytes: lowered.plan.peak_live_bytes,
         weights_bytes: lowered.weights.len(),
+        sharding,
     };
     let accel = postcard::to_allocvec(&lowered.accel).map_err(|e| {
         CompileError::Write(kiln_runtime::Error::Format {
@@ -236,7 +241,7 @@ fn shard_for_pjrt(
         mesh: config.mesh.clone(),
         strategy: config.strategy,
         overrides: config.overrides.clone(),
-        inline_max_elements: crate::stablehlo::emit::INLINE_CONST_MAX_ELEMENTS,
+        inline_max_elements: crate::stablehlo::INLINE_CONST_MAX_ELEMENTS,
     };
     let plan = shard_graph(graph, &options).map_err(CompileError::Shard)?;
     if verify {

@@ -4,8 +4,10 @@ mod delta_cmd;
 
 use clap::{Parser, Subcommand};
 use kiln_compiler::npy::{read_npy, write_npy};
+use kiln_compiler::stablehlo::sharding::{parse_mesh, ShardSpec, ShardingDialect};
 use kiln_compiler::stablehlo::Precision;
-use kiln_compiler::{compile_file_for, Backend, CompileError, CompileOptions};
+use kiln_compiler::{compile_file_for, Backend, CompileError, CompileOptions, ShardConfig};
+use kiln_passes::shard::Strategy;
 use kiln_passes::Target;
 use kiln_runtime::{DType, Device, Program, SessionOptions, Tensor, TensorView};
 use serde_json::json;
@@ -22,6 +24,58 @@ use std::time::Instant;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// SPMD over several devices (`--target pjrt`).
+#[derive(clap::Args, Default)]
+struct ShardArgs {
+    /// Device mesh, axes major to minor: `data=2,model=2`. The program runs on that many
+    /// devices at once as one StableHLO program that XLA partitions.
+    #[arg(long)]
+    mesh: Option<String>,
+    /// Strategy: `data-parallel` (inputs split on batch), `tensor-parallel` (Megatron
+    /// column/row linears), `fsdp` (weights split over the data axis too) or `replicated`.
+    #[arg(long, default_value = "data-parallel")]
+    shard: String,
+    /// JSON file with per-tensor overrides by Python name or glob, and the device order:
+    /// `{"devices": [..], "overrides": [{"tensor": "fc1.*", "sharding": [["model"], []]}]}`.
+    #[arg(long)]
+    shard_spec: Option<PathBuf>,
+    /// Annotations of the sharded program: `shardy` or `gspmd`.
+    #[arg(long, default_value = "shardy")]
+    sharding_dialect: String,
+    /// Print the sharding plan: per tensor sharding and bytes per device, collectives.
+    #[arg(long)]
+    report: bool,
+}
+
+impl ShardArgs {
+    fn config(&self) -> Result<Option<ShardConfig>, String> {
+        let Some(mesh) = &self.mesh else {
+            if self.shard_spec.is_some() {
+                return Err("--shard-spec needs --mesh".into());
+            }
+            return Ok(None);
+        };
+        let mut mesh = parse_mesh(mesh)?;
+        let strategy = Strategy::from_name(&self.shard).ok_or_else(|| {
+            format!("unknown --shard `{}` (known: data-parallel, tensor-parallel, fsdp, replicated)", self.shard)
+        })?;
+        let dialect = ShardingDialect::from_name(&self.sharding_dialect)
+            .ok_or_else(|| format!("unknown --sharding-dialect `{}` (known: shardy, gspmd)", self.sharding_dialect))?;
+        let mut overrides = Vec::new();
+        if let Some(path) = &self.shard_spec {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let spec = ShardSpec::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            overrides = spec.overrides();
+            mesh.devices.clone_from(&spec.devices);
+            let problems = mesh.problems();
+            if !problems.is_empty() {
+                return Err(format!("{}: {}", path.display(), problems.join("; ")));
+            }
+        }
+        Ok(Some(ShardConfig { mesh, strategy, overrides, dialect }))
+    }
 }
 
 #[derive(Subcommand)]
@@ -43,6 +97,8 @@ enum Command {
         /// f32 accumulation, f32 at segment boundaries).
         #[arg(long, default_value = "f32")]
         precision: String,
+        #[command(flatten)]
+        shard: ShardArgs,
     },
     /// Run an artifact with inputs from .npy files.
     #[command(
@@ -140,7 +196,9 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Compile { model, output, target, precision } => cmd_compile(&model, &output, &target, &precision),
+        Command::Compile { model, output, target, precision, shard } => {
+            cmd_compile(&model, &output, &target, &precision, &shard)
+        }
         Command::Run(args) => cmd_run(&args),
         Command::Inspect { artifact, json } => cmd_inspect(&artifact, json),
         Command::Demo => cmd_demo(),
@@ -186,7 +244,7 @@ fn cmd_ops(markdown: bool, custom: bool) -> CliResult {
     Ok(())
 }
 
-fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str) -> CliResult {
+fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str, shard: &ShardArgs) -> CliResult {
     let precision =
         Precision::from_name(precision).ok_or_else(|| format!("unknown precision `{precision}` (known: f32, bf16)"))?;
     let target = Target::from_name(target).ok_or_else(|| {
@@ -198,7 +256,10 @@ fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str) -> Cl
         return Err("--precision applies to --target pjrt only".into());
     }
     let started = Instant::now();
-    let opts = CompileOptions { target, verify_each: false, ..CompileOptions::default() };
+    let opts = CompileOptions { target, verify_each: false, shard: shard.config()?, ..CompileOptions::default() };
+    if opts.shard.is_some() && backend == Backend::Cpu {
+        return Err("--mesh needs --target pjrt".into());
+    }
     let s = compile_file_for(model, output, &opts, backend).map_err(|e| match e {
         CompileError::NoMlir => e.to_string(),
         e => format!("{}: {e}", model.display()),
@@ -214,6 +275,9 @@ fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str) -> Cl
         human_bytes(s.peak_live_bytes),
         human_bytes(s.weights_bytes as u64),
     );
+    if let Some(report) = s.sharding.as_ref().filter(|_| shard.report) {
+        report.lines().iter().for_each(|l| println!("{l}"));
+    }
     Ok(())
 }
 
@@ -375,14 +439,15 @@ fn cmd_run(args: &RunArgs) -> CliResult {
     let accel_json = session.accel_info().map(|a| {
         if !as_json {
             println!(
-                "device: {} #{} ({}, {} {}), {} segments: {} compiled, {} from cache",
-                a.device_kind, a.device_id, a.plugin.display(), a.platform_name, a.platform_version, a.segments, a.compiled, a.cache_hits
+                "device: {} #{} ({}, {} {}), {} segments: {} compiled, {} from cache{}",
+                a.device_kind, a.device_id, a.plugin.display(), a.platform_name, a.platform_version, a.segments, a.compiled, a.cache_hits,
+                if a.partitions > 1 { format!("; SPMD over {} devices", a.partitions) } else { String::new() }
             );
         }
         json!({
             "plugin": a.plugin.display().to_string(), "platform": a.platform_name, "platform_version": a.platform_version,
             "device_id": a.device_id, "device_kind": a.device_kind, "segments": a.segments,
-            "compiled": a.compiled, "cache_hits": a.cache_hits,
+            "compiled": a.compiled, "cache_hits": a.cache_hits, "partitions": a.partitions,
         })
     });
     if args.profile {
@@ -540,6 +605,9 @@ accelerator segments {}",
     for (i, s) in accel.segments.iter().enumerate() {
         println!("  segment {i}: {} args, {} results, ops: {}", s.args.len(), s.results.len(), s.ops.join(", "));
     }
+    if let Some(mesh) = &accel.mesh {
+        print_mesh(plan, accel, mesh);
+    }
     if !accel.cpu_fallbacks.is_empty() {
         println!("CPU fallbacks {}", accel.cpu_fallbacks.len());
         for f in &accel.cpu_fallbacks {
@@ -549,12 +617,67 @@ accelerator segments {}",
     }
 }
 
+/// An SPMD artifact's mesh and each segment argument's and result's sharding
+/// with its bytes per device.
+fn print_mesh(
+    plan: &kiln_runtime::format::Plan,
+    accel: &kiln_runtime::format::AccelProgram,
+    mesh: &kiln_runtime::format::MeshDecl,
+) {
+    let axes: Vec<String> = mesh.axes.iter().map(|a| format!("{}={}", a.name, a.size)).collect();
+    let order = if mesh.devices.is_empty() {
+        "the client's first devices".to_string()
+    } else {
+        format!("devices {:?}", mesh.devices)
+    };
+    println!("mesh [{}] ({} devices, {order})", axes.join(", "), mesh.size());
+    for seg in &accel.segments {
+        let tensors = seg.args.iter().zip(&seg.arg_shardings).map(|t| ("arg", t));
+        let tensors = tensors.chain(seg.results.iter().zip(&seg.result_shardings).map(|t| ("result", t)));
+        for (kind, (&t, sharding)) in tensors {
+            let Some(decl) = plan.tensors.get(t as usize) else { continue };
+            let dims: Vec<String> = sharding
+                .dims
+                .iter()
+                .map(|d| {
+                    let names: Vec<&str> =
+                        d.iter().filter_map(|&a| mesh.axes.get(a as usize)).map(|a| a.name.as_str()).collect();
+                    format!("{{{}}}", names.join(", "))
+                })
+                .collect();
+            let pieces: u64 = sharding
+                .dims
+                .iter()
+                .flatten()
+                .filter_map(|&a| mesh.axes.get(a as usize))
+                .map(|a| u64::from(a.size))
+                .product();
+            let bytes: u64 = decl
+                .shape
+                .iter()
+                .map(|d| match d {
+                    kiln_runtime::format::DimRef::Static(v) => *v,
+                    _ => 0,
+                })
+                .product::<u64>()
+                * decl.dtype.size_bytes() as u64;
+            let weight =
+                if matches!(decl.storage, kiln_runtime::format::Storage::Weight { .. }) { "weight" } else { "" };
+            println!(
+                "  {kind:<6} tensor {t:<5} {:<24} {} per device {weight}",
+                format!("[{}]", dims.join(", ")),
+                human_bytes(bytes / pieces.max(1))
+            );
+        }
+    }
+}
+
 /// The bundled example: the MLP fixture exported from PyTorch (tests/fixtures/mlp).
 fn cmd_demo() -> CliResult {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mlp");
     let model = dir.join("training.pt2");
     let artifact = std::env::temp_dir().join(format!("kiln-demo-{}.kiln", std::process::id()));
-    cmd_compile(&model, &artifact, "cpu", "f32")?;
+    cmd_compile(&model, &artifact, "cpu", "f32", &ShardArgs::default())?;
     let program = load(&artifact)?;
     let _ = std::fs::remove_file(&artifact);
     let input = read_npy(&dir.join("input_0.npy")).map_err(|e| e.to_string())?;

@@ -20,6 +20,11 @@ mod driver;
 #[cfg(feature = "mlir")]
 pub use driver::{lower_for_pjrt, lower_for_pjrt_sharded, PjrtLowering};
 
+/// Constants with at most this many elements are written into the program
+/// (`dense<…>`); larger ones are passed as arguments so that weights stay in
+/// the artifact's weights section and are uploaded once per session.
+pub const INLINE_CONST_MAX_ELEMENTS: usize = 64;
+
 /// Arithmetic of accelerator segments.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub enum Precision {

@@ -4,8 +4,8 @@
 //! off). Both forms were checked on the XLA CPU plugin (see
 //! `../shared/notes/sharding-pjrt.md`).
 
-use kiln_ir::{Mesh, Sharding};
-use kiln_passes::shard::Reshard;
+use kiln_ir::{Graph, Mesh, MeshAxis, Sharding};
+use kiln_passes::shard::{Override, Reshard, Use};
 use kiln_runtime::format::{MeshAxisDecl, MeshDecl, TensorSharding};
 
 /// How a sharded module is annotated.
@@ -115,6 +115,117 @@ pub fn tensor_sharding(mesh: &Mesh, s: &Sharding) -> TensorSharding {
     TensorSharding { dims: s.dims.iter().map(|axes| axes.iter().map(index).collect()).collect() }
 }
 
+/// `--mesh data=2,model=2`: axes major to minor.
+pub fn parse_mesh(text: &str) -> Result<Mesh, String> {
+    let mut mesh = Mesh { axes: vec![], devices: vec![] };
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, size) = item.split_once('=').ok_or_else(|| format!("mesh axis `{item}` is not NAME=SIZE"))?;
+        let size: u32 = size.trim().parse().map_err(|_| format!("mesh axis `{item}`: `{size}` is not a size"))?;
+        mesh.axes.push(MeshAxis { name: name.trim().to_string(), size });
+    }
+    let problems = mesh.problems();
+    if problems.is_empty() {
+        Ok(mesh)
+    } else {
+        Err(format!("--mesh {text}: {}", problems.join("; ")))
+    }
+}
+
+/// A `--shard-spec` file: `{"devices": [3, 2, 1, 0], "overrides": [{"tensor":
+/// "layers.*.fc1.weight", "sharding": [["model"], []]}]}`, both optional;
+/// `tensor` is an origin (the Python name) or a glob over them, `sharding`
+/// per dim the mesh axes it is split over. Unknown keys are errors.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardSpec {
+    #[serde(default)]
+    pub devices: Vec<u32>,
+    #[serde(default)]
+    pub overrides: Vec<SpecOverride>,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecOverride {
+    pub tensor: String,
+    pub sharding: Vec<Vec<String>>,
+}
+
+impl ShardSpec {
+    pub fn parse(json: &str) -> Result<ShardSpec, String> {
+        serde_json::from_str(json).map_err(|e| format!("sharding spec: {e}"))
+    }
+
+    pub fn overrides(&self) -> Vec<Override> {
+        self.overrides
+            .iter()
+            .map(|o| Override {
+                pattern: o.tensor.clone(),
+                sharding: Sharding { dims: o.sharding.clone(), partial: vec![] },
+            })
+            .collect()
+    }
+}
+
+/// What `kiln compile --report` shows of an SPMD plan.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShardReport {
+    pub mesh: String,
+    /// Inputs and weights: name, sharding, whole bytes, bytes per device.
+    pub tensors: Vec<(String, String, u64, u64)>,
+    /// Every resharding: collective, where, bytes of the whole tensor.
+    pub collectives: Vec<(&'static str, String, u64)>,
+}
+
+impl ShardReport {
+    pub fn new(g: &Graph, spmd: &SpmdEmit) -> ShardReport {
+        let mut tensors = Vec::new();
+        let values = g.inputs.iter().copied().chain(g.consts.values().map(|c| c.value));
+        for v in values {
+            let ty = g.ty(v);
+            let Some(shape) = ty.static_shape() else { continue };
+            let bytes = shape.iter().product::<i64>().max(0) as u64 * ty.dtype.size_bytes() as u64;
+            if g.const_of(v).is_some() && shape.iter().product::<i64>() <= super::INLINE_CONST_MAX_ELEMENTS as i64 {
+                continue;
+            }
+            let s = g.values[v].attrs.sharding.clone().unwrap_or_else(|| Sharding::replicated(shape.len()));
+            let pieces: u64 = (0..shape.len()).map(|d| s.pieces(&spmd.mesh, d)).product();
+            let name = g.values[v].attrs.origin.clone().or_else(|| g.values[v].name.clone()).unwrap_or(v.to_string());
+            tensors.push((name, s.to_string(), bytes, bytes / pieces.max(1)));
+        }
+        let collectives = spmd
+            .reshards
+            .iter()
+            .filter(|r| r.collective.name() != "slice")
+            .map(|r| {
+                let at = match r.at {
+                    Use::Operand { node, index } => format!("operand {index} of {}", g.describe_node(node)),
+                    Use::Output(k) => format!("output {k}"),
+                };
+                (r.collective.name(), format!("{at}: {} -> {}", r.from, r.to), r.bytes)
+            })
+            .collect();
+        ShardReport { mesh: spmd.mesh.to_string(), tensors, collectives }
+    }
+
+    /// Weight bytes each device holds (inputs excluded).
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![format!("sharding over mesh [{}]:", self.mesh)];
+        for (name, s, whole, per) in &self.tensors {
+            out.push(format!("  {name:<40} {s:<24} {whole:>10} B whole, {per:>10} B per device"));
+        }
+        let per_device: u64 = self.tensors.iter().map(|t| t.3).sum();
+        out.push(format!("  inputs and weights per device: {per_device} B"));
+        if self.collectives.is_empty() {
+            out.push("  collectives kiln placed: none (XLA may add its own)".to_string());
+        }
+        for (kind, what, bytes) in &self.collectives {
+            out.push(format!("  {kind:<10} {bytes:>10} B  {what}"));
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +245,18 @@ mod tests {
         assert_eq!(gspmd_sharding(&one, &Sharding::replicated(2)), "{replicated}");
         let both = Sharding { dims: vec![vec!["model".into(), "data".into()]], partial: vec![] };
         assert_eq!(gspmd_sharding(&mesh, &both), "{devices=[4]0,2,1,3}");
+    }
+
+    #[test]
+    fn mesh_and_spec_parse() {
+        let mesh = parse_mesh("data=2, model=4").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(mesh.to_string(), "data=2, model=4");
+        assert!(parse_mesh("data=2,data=2").is_err());
+        assert!(parse_mesh("data").is_err());
+        let spec = ShardSpec::parse(r#"{"overrides": [{"tensor": "fc1.*", "sharding": [["model"], []]}]}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(spec.overrides()[0].sharding, Sharding::split(2, 0, "model"));
+        assert!(ShardSpec::parse(r#"{"overides": []}"#).is_err());
     }
 
     #[test]

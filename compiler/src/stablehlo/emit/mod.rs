@@ -51,10 +51,7 @@ use melior::Context;
 use std::collections::HashMap;
 use text::{arr, list, numel, parse_type};
 
-/// Constants with at most this many elements are written into the program
-/// (`dense<…>`); larger ones are passed as arguments so that weights stay in
-/// the artifact's weights section and are uploaded once per session.
-pub const INLINE_CONST_MAX_ELEMENTS: usize = 64;
+pub use super::INLINE_CONST_MAX_ELEMENTS;
 
 /// A segment as StableHLO text.
 #[derive(Clone, Debug)]
