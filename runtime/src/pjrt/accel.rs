@@ -391,14 +391,15 @@ impl Spmd {
                 self.uploaded[p].push(buffer);
             }
         }
-        self.lists.args.clear();
-        for (weights, uploaded) in self.weights.iter().zip(&self.uploaded) {
+        // The lists keep their capacity between calls: no allocation after the first.
+        self.lists.args.resize_with(self.devices.len(), Vec::new);
+        for ((weights, uploaded), list) in self.weights.iter().zip(&self.uploaded).zip(&mut self.lists.args) {
             let mut fresh = uploaded.iter();
-            let list = weights.iter().filter_map(|w| w.as_ref().or_else(|| fresh.next())).map(Buffer::raw).collect();
-            self.lists.args.push(list);
+            list.clear();
+            list.extend(weights.iter().filter_map(|w| w.as_ref().or_else(|| fresh.next())).map(Buffer::raw));
         }
         let executed = self.executable.execute_partitioned(&mut self.lists, &mut self.outputs);
-        self.lists.args.clear();
+        self.lists.args.iter_mut().for_each(Vec::clear);
         self.uploaded.iter_mut().for_each(Vec::clear);
         executed?;
         let copied = self.assemble(results);
