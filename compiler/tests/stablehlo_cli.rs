@@ -43,8 +43,11 @@ fn mesh_and_shard_flags() {
     let artifact = dir.join("mlp.kiln");
     let artifact = artifact.to_str().expect("utf-8 temp path");
     let spec = dir.join("spec.json");
-    std::fs::write(&spec, r#"{"devices": [1, 0], "overrides": [{"tensor": "fc2.weight", "sharding": [[], ["model"]]}]}"#)
-        .expect("spec");
+    std::fs::write(
+        &spec,
+        r#"{"devices": [1, 0], "overrides": [{"tensor": "fc2.weight", "sharding": [[], ["model"]]}]}"#,
+    )
+    .expect("spec");
     let spec = spec.to_str().expect("utf-8 temp path");
     let compile = |extra: &[&str]| {
         let mut args = vec!["compile", model, "-o", artifact, "--target", "pjrt"];

@@ -84,12 +84,19 @@ fn one_device(name: &str, flavour: &str, plugin: &Path) -> Vec<Tensor> {
 }
 
 #[test]
-fn mlp_under_every_strategy_on_2_and_4_devices() {
+fn mlp_under_every_strategy_on_2_4_and_8_devices() {
     let Some(plugin) = plugin() else { return };
     for flavour in ["training", "aten"] {
         let one = one_device("mlp", flavour, &plugin);
         for strategy in [Strategy::DataParallel, Strategy::TensorParallel, Strategy::Fsdp] {
-            for mesh in [&[("data", 2)][..], &[("data", 4)], &[("data", 2), ("model", 2)], &[("model", 4)]] {
+            let meshes = [
+                &[("data", 2)][..],
+                &[("data", 4)],
+                &[("data", 2), ("model", 2)],
+                &[("model", 4)],
+                &[("data", 2), ("model", 4)],
+            ];
+            for mesh in meshes {
                 if strategy == Strategy::TensorParallel && !mesh.iter().any(|a| a.0 == "model") {
                     continue;
                 }
@@ -102,12 +109,18 @@ fn mlp_under_every_strategy_on_2_and_4_devices() {
 }
 
 #[test]
-fn bert_and_llama_on_2_and_4_devices() {
+fn bert_and_llama_on_2_4_and_8_devices() {
     let Some(plugin) = plugin() else { return };
     let shardy = ShardingDialect::Shardy;
     let bert = one_device("models/bert", "training", &plugin);
     for strategy in [Strategy::DataParallel, Strategy::TensorParallel, Strategy::Fsdp] {
-        for mesh in [&[("data", 2)][..], &[("data", 2), ("model", 2)], &[("model", 2)], &[("model", 4)]] {
+        for mesh in [
+            &[("data", 2)][..],
+            &[("data", 2), ("model", 2)],
+            &[("model", 2)],
+            &[("model", 4)],
+            &[("data", 2), ("model", 4)],
+        ] {
             let has_data = mesh.iter().any(|a| a.0 == "data");
             let has_model = mesh.iter().any(|a| a.0 == "model");
             if strategy == Strategy::TensorParallel && !has_model || strategy != Strategy::TensorParallel && !has_data {
@@ -118,7 +131,7 @@ fn bert_and_llama_on_2_and_4_devices() {
     }
     // Llama's batch is 1: tensor parallelism only (data parallelism is refused, below).
     let llama = one_device("models/llama", "training", &plugin);
-    for mesh in [&[("model", 2)][..], &[("model", 4)]] {
+    for mesh in [&[("model", 2)][..], &[("model", 4)], &[("model", 8)]] {
         check("models/llama", "training", config(mesh, Strategy::TensorParallel, shardy), &llama, &plugin);
     }
 }

@@ -114,19 +114,51 @@ fn mlp_artifact(n: u32, devices: Vec<u32>, text: [&str; 4], dims: [Vec<Vec<u32>>
 }
 
 fn run(artifact: &[u8], plugin: &Path, count: Option<u32>) -> Result<Vec<f32>, Error> {
+    run_cached(artifact, plugin, count, ExecutableCache::Off, (1, 0))
+}
+
+/// Runs twice in one session (the second call reuses every list) and checks
+/// how the segment was obtained: `(compiled, cache hits)`.
+fn run_cached(
+    artifact: &[u8],
+    plugin: &Path,
+    count: Option<u32>,
+    cache: ExecutableCache,
+    obtained: (usize, usize),
+) -> Result<Vec<f32>, Error> {
     let program = Program::from_bytes(artifact)?;
     let opts = SessionOptions {
         device: Device::Pjrt(plugin.to_path_buf()),
         pjrt_cpu_device_count: count,
-        cache: ExecutableCache::Off,
+        cache,
         ..SessionOptions::default()
     };
     let mut session = program.session_with(&opts)?;
     let x = Tensor::from_f32(&[8, 16], &ints(8 * 16, 3, 2));
-    let out = session.run(&[x.view()])?.to_tensors();
+    let first = session.run(&[x.view()])?.to_tensors();
+    let again = session.run(&[x.view()])?.to_tensors();
+    assert_eq!(first[0].data, again[0].data, "a second run gives the same bytes");
     let info = session.accel_info().expect("accelerator session");
-    assert_eq!(info.compiled, 1, "the sharded segment was compiled by the plugin");
-    Ok(out[0].data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    assert_eq!((info.compiled, info.cache_hits), obtained, "how the sharded segment was obtained");
+    assert_eq!(info.partitions, program.accel().and_then(|a| a.mesh.as_ref()).map_or(1, |m| m.size() as usize));
+    Ok(first[0].data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+#[test]
+fn sharded_executables_come_from_the_cache() {
+    let Some(plugin) = plugin_path() else { return };
+    let want = mlp_reference(&ints(8 * 16, 3, 2), &ints(16 * 32, 1, 1), &ints(32 * 16, 2, 1));
+    let dir = std::env::temp_dir().join(format!("kiln-spmd-cache-{}", std::process::id()));
+    let tp = mlp_artifact(
+        4,
+        vec![],
+        ["{}, {}", "{}, {\"x\"}", "{\"x\"}, {}", "{}, {}"],
+        [vec![vec![], vec![]], vec![vec![], vec![0]], vec![vec![0], vec![]], vec![vec![], vec![]]],
+    );
+    let cache = ExecutableCache::Dir(dir.clone());
+    assert_eq!(run_cached(&tp, &plugin, None, cache.clone(), (1, 0)).unwrap_or_else(|e| panic!("{e}")), want);
+    assert_eq!(run_cached(&tp, &plugin, None, cache, (0, 1)).unwrap_or_else(|e| panic!("{e}")), want);
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
