@@ -25,6 +25,9 @@ pub enum CompileError {
     Write(#[from] kiln_runtime::Error),
     #[error("this kiln was built without MLIR support; rebuild with --features mlir")]
     NoMlir,
+    /// A sharding the mesh, the strategy or an override cannot give.
+    #[error("sharding: {0}")]
+    Shard(String),
     /// State (mutated buffers) is not kept on an accelerator yet.
     #[error(
         "the program keeps state between runs (mutated buffers: {}); --target {target} does not support state yet: compile for the CPU",
@@ -91,11 +94,29 @@ pub struct CompileOptions {
     /// Quantize the float program's linear layers before the pipeline
     /// (`kiln compile --quantize`; `kiln_passes::quantize_weights`).
     pub quantize: Option<QuantizeConfig>,
+    /// SPMD over a device mesh (`--target pjrt` only): the program is
+    /// sharded after the pass pipeline and emitted as one annotated segment.
+    pub shard: Option<ShardConfig>,
+}
+
+/// `--mesh`, `--shard`, `--shard-spec` and `--sharding-dialect`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardConfig {
+    pub mesh: kiln_ir::Mesh,
+    pub strategy: kiln_passes::shard::Strategy,
+    pub overrides: Vec<kiln_passes::shard::Override>,
+    pub dialect: crate::stablehlo::sharding::ShardingDialect,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { target: Target::Cpu, verify_each: true, import: ImportOptions::default(), quantize: None }
+        CompileOptions {
+            target: Target::Cpu,
+            verify_each: true,
+            import: ImportOptions::default(),
+            quantize: None,
+            shard: None,
+        }
     }
 }
 
@@ -117,6 +138,8 @@ pub struct CompileSummary {
     pub weights_bytes: usize,
     /// With `--quantize`: every linear layer found, quantized or kept.
     pub quantized: Vec<LayerReport>,
+    /// The sharding plan of an SPMD compile (`kiln compile --report`).
+    pub sharding: Option<crate::stablehlo::sharding::ShardReport>,
 }
 
 /// Runs the pass pipeline on `graph` and produces the artifact for
@@ -150,6 +173,7 @@ pub fn compile_graph_with_passes(
         peak_live_bytes: plan.peak_live_bytes,
         weights_bytes: weights.len(),
         quantized: Vec::new(),
+        sharding: None,
     };
     Ok((ArtifactWriter::new(&plan, weights, &metadata)?, summary))
 }
@@ -168,6 +192,12 @@ pub fn compile_graph_for(
     if target.desc().segments.is_some() && !graph.states.is_empty() {
         let names = graph.states.iter().map(|st| st.name.clone()).collect();
         return Err(CompileError::StateOnAccelerator { target: target.name().to_string(), names });
+    }
+    if opts.shard.is_some() && target.desc().segments.is_none() {
+        return Err(CompileError::Shard(format!(
+            "a mesh needs an accelerator target (--target pjrt), not `{}`",
+            target.name()
+        )));
     }
     let quantized = match &opts.quantize {
         Some(_) if target != Target::Cpu => return Err(CompileError::QuantizeTarget(target.to_string())),
@@ -194,7 +224,12 @@ fn compile_graph_pjrt(
     let pass_opts = Options { verify_each: opts.verify_each, ..Options::new(opts.target) };
     let passes = run_pipeline(&mut graph, &default_pipeline(opts.target), &pass_opts)?;
     let nodes = graph.order.len();
-    let lowered = crate::stablehlo::lower_for_pjrt(&mut graph, precision)?;
+    let spmd = match &opts.shard {
+        Some(config) => Some(shard_for_pjrt(&mut graph, config, opts.verify_each)?),
+        None => None,
+    };
+    let sharding = spmd.as_ref().map(|s| crate::stablehlo::sharding::ShardReport::new(&graph, s));
+    let lowered = crate::stablehlo::lower_for_pjrt_sharded(&mut graph, precision, spmd.as_ref())?;
     let summary = CompileSummary {
         passes,
         nodes,
@@ -203,6 +238,7 @@ fn compile_graph_pjrt(
         peak_live_bytes: lowered.plan.peak_live_bytes,
         weights_bytes: lowered.weights.len(),
         quantized: Vec::new(),
+        sharding,
     };
     let accel = postcard::to_allocvec(&lowered.accel).map_err(|e| {
         CompileError::Write(kiln_runtime::Error::Format {
@@ -214,6 +250,32 @@ fn compile_graph_pjrt(
     let mut writer = ArtifactWriter::new(&lowered.plan, lowered.weights, &metadata)?;
     writer.add_section(kiln_runtime::format::SECTION_ACCEL, 0, accel);
     Ok((writer, summary))
+}
+
+/// Shards the graph after the pipeline: strategy, overrides, propagation.
+#[cfg(feature = "mlir")]
+fn shard_for_pjrt(
+    graph: &mut Graph,
+    config: &ShardConfig,
+    verify: bool,
+) -> Result<crate::stablehlo::sharding::SpmdEmit, CompileError> {
+    use kiln_passes::shard::{shard_graph, ShardOptions};
+    let options = ShardOptions {
+        mesh: config.mesh.clone(),
+        strategy: config.strategy,
+        overrides: config.overrides.clone(),
+        inline_max_elements: crate::stablehlo::INLINE_CONST_MAX_ELEMENTS,
+    };
+    let plan = shard_graph(graph, &options).map_err(CompileError::Shard)?;
+    if verify {
+        kiln_ir::verify::verify(graph)
+            .map_err(|e| CompileError::Shard(format!("the sharded graph does not verify (compiler bug): {e}")))?;
+    }
+    Ok(crate::stablehlo::sharding::SpmdEmit {
+        mesh: config.mesh.clone(),
+        dialect: config.dialect,
+        reshards: plan.reshards,
+    })
 }
 
 #[cfg(not(feature = "mlir"))]

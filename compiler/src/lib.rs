@@ -18,5 +18,5 @@ pub mod steps;
 
 pub use compile::{
     compile_file, compile_file_for, compile_graph, compile_graph_for, compile_graph_with_passes, Backend, CompileError,
-    CompileOptions, CompileSummary,
+    CompileOptions, CompileSummary, ShardConfig,
 };

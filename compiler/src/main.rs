@@ -4,8 +4,10 @@ mod delta_cmd;
 
 use clap::{Parser, Subcommand};
 use kiln_compiler::npy::{read_npy, write_npy};
+use kiln_compiler::stablehlo::sharding::{parse_mesh, ShardSpec, ShardingDialect};
 use kiln_compiler::stablehlo::Precision;
-use kiln_compiler::{compile_file_for, Backend, CompileError, CompileOptions};
+use kiln_compiler::{compile_file_for, Backend, CompileError, CompileOptions, ShardConfig};
+use kiln_passes::shard::Strategy;
 use kiln_passes::Target;
 use kiln_runtime::{DType, Device, Program, SessionOptions, Tensor, TensorView};
 use serde_json::json;
@@ -22,6 +24,55 @@ use std::time::Instant;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// SPMD over several devices (`--target pjrt`).
+#[derive(clap::Args, Default)]
+struct ShardArgs {
+    /// Device mesh, axes major to minor: `data=2,model=2`. The program runs on that many
+    /// devices at once as one StableHLO program that XLA partitions.
+    #[arg(long)]
+    mesh: Option<String>,
+    /// Strategy: `data-parallel` (inputs split on batch), `tensor-parallel` (Megatron
+    /// column/row linears), `fsdp` (weights split over the data axis too) or `replicated`.
+    #[arg(long, default_value = "data-parallel")]
+    shard: String,
+    /// JSON file with per-tensor overrides by Python name or glob, and the device order:
+    /// `{"devices": [..], "overrides": [{"tensor": "fc1.*", "sharding": [["model"], []]}]}`.
+    #[arg(long)]
+    shard_spec: Option<PathBuf>,
+    /// Annotations of the sharded program: `shardy` or `gspmd`.
+    #[arg(long, default_value = "shardy")]
+    sharding_dialect: String,
+}
+
+impl ShardArgs {
+    fn config(&self) -> Result<Option<ShardConfig>, String> {
+        let Some(mesh) = &self.mesh else {
+            if self.shard_spec.is_some() {
+                return Err("--shard-spec needs --mesh".into());
+            }
+            return Ok(None);
+        };
+        let mut mesh = parse_mesh(mesh)?;
+        let strategy = Strategy::from_name(&self.shard).ok_or_else(|| {
+            format!("unknown --shard `{}` (known: data-parallel, tensor-parallel, fsdp, replicated)", self.shard)
+        })?;
+        let dialect = ShardingDialect::from_name(&self.sharding_dialect)
+            .ok_or_else(|| format!("unknown --sharding-dialect `{}` (known: shardy, gspmd)", self.sharding_dialect))?;
+        let mut overrides = Vec::new();
+        if let Some(path) = &self.shard_spec {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let spec = ShardSpec::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            overrides = spec.overrides();
+            mesh.devices.clone_from(&spec.devices);
+            let problems = mesh.problems();
+            if !problems.is_empty() {
+                return Err(format!("{}: {}", path.display(), problems.join("; ")));
+            }
+        }
+        Ok(Some(ShardConfig { mesh, strategy, overrides, dialect }))
+    }
 }
 
 #[derive(Subcommand)]
@@ -45,6 +96,13 @@ enum Command {
         precision: String,
         #[command(flatten)]
         quant: QuantArgs,
+        #[command(flatten)]
+        shard: ShardArgs,
+        /// Report what the compiler decided: with a mesh, the sharding plan (per tensor
+        /// sharding, bytes per device, collectives) on stdout; with --quantize, per layer
+        /// weight SQNR and bytes saved as JSON, written to PATH (stdout without one).
+        #[arg(long, value_name = "PATH", num_args = 0..=1)]
+        report: Option<Option<PathBuf>>,
     },
     /// Run an artifact with inputs from .npy files.
     #[command(
@@ -128,7 +186,7 @@ struct RunArgs {
 }
 
 /// `kiln compile`'s quantization options.
-#[derive(clap::Args)]
+#[derive(clap::Args, Default)]
 struct QuantArgs {
     /// Quantize the linear layers' weights: `int8-weight` (per channel, symmetric),
     /// `int8-dynamic` (int8 weights and per-row int8 activations), or
@@ -145,19 +203,13 @@ struct QuantArgs {
     /// Keep the last linear layer in f32.
     #[arg(long)]
     quantize_keep_last: bool,
-    /// Write a JSON report of the quantized layers (weight SQNR, bytes saved).
-    #[arg(long, value_name = "PATH")]
-    report: Option<PathBuf>,
 }
 
 impl QuantArgs {
     fn config(&self) -> Result<Option<kiln_passes::QuantizeConfig>, String> {
         let Some(mode) = &self.quantize else {
             let stray = !self.quantize_skip.is_empty() || self.quantize_keep_first || self.quantize_keep_last;
-            return match (stray, &self.report) {
-                (true, _) | (_, Some(_)) => Err("--quantize-* and --report need --quantize MODE".into()),
-                _ => Ok(None),
-            };
+            return if stray { Err("--quantize-* options need --quantize MODE".into()) } else { Ok(None) };
         };
         let scheme = kiln_passes::QuantScheme::parse(mode)?;
         Ok(Some(kiln_passes::QuantizeConfig {
@@ -204,8 +256,8 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Compile { model, output, target, precision, quant } => {
-            cmd_compile(&model, &output, &target, &precision, &quant)
+        Command::Compile { model, output, target, precision, quant, shard, report } => {
+            cmd_compile(&model, &output, &target, &precision, &quant, &shard, report.as_ref())
         }
         Command::Run(args) => cmd_run(&args),
         Command::Inspect { artifact, json } => cmd_inspect(&artifact, json),
@@ -252,7 +304,15 @@ fn cmd_ops(markdown: bool, custom: bool) -> CliResult {
     Ok(())
 }
 
-fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str, quant: &QuantArgs) -> CliResult {
+fn cmd_compile(
+    model: &Path,
+    output: &Path,
+    target: &str,
+    precision: &str,
+    quant: &QuantArgs,
+    shard: &ShardArgs,
+    report: Option<&Option<PathBuf>>,
+) -> CliResult {
     let precision =
         Precision::from_name(precision).ok_or_else(|| format!("unknown precision `{precision}` (known: f32, bf16)"))?;
     let target = Target::from_name(target).ok_or_else(|| {
@@ -264,7 +324,19 @@ fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str, quant
         return Err("--precision applies to --target pjrt only".into());
     }
     let started = Instant::now();
-    let opts = CompileOptions { target, verify_each: false, quantize: quant.config()?, ..CompileOptions::default() };
+    let opts = CompileOptions {
+        target,
+        verify_each: false,
+        quantize: quant.config()?,
+        shard: shard.config()?,
+        ..CompileOptions::default()
+    };
+    if opts.shard.is_some() && backend == Backend::Cpu {
+        return Err("--mesh needs --target pjrt".into());
+    }
+    if report.is_some() && opts.quantize.is_none() && opts.shard.is_none() {
+        return Err("--report needs --quantize or --mesh".into());
+    }
     let s = compile_file_for(model, output, &opts, backend).map_err(|e| match e {
         CompileError::NoMlir => e.to_string(),
         e => format!("{}: {e}", model.display()),
@@ -287,9 +359,15 @@ fn cmd_compile(model: &Path, output: &Path, target: &str, precision: &str, quant
             println!("  kept {}: {}", l.name, l.note);
         }
     }
-    if let Some(path) = &quant.report {
+    if let (Some(path), true) = (report, quant.quantize.is_some()) {
         let text = format!("{:#}\n", quant_report(&s.quantized));
-        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        match path {
+            Some(path) => std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?,
+            None => print!("{text}"),
+        }
+    }
+    if let Some(plan) = s.sharding.as_ref().filter(|_| report.is_some()) {
+        plan.lines().iter().for_each(|l| println!("{l}"));
     }
     Ok(())
 }
@@ -452,14 +530,15 @@ fn cmd_run(args: &RunArgs) -> CliResult {
     let accel_json = session.accel_info().map(|a| {
         if !as_json {
             println!(
-                "device: {} #{} ({}, {} {}), {} segments: {} compiled, {} from cache",
-                a.device_kind, a.device_id, a.plugin.display(), a.platform_name, a.platform_version, a.segments, a.compiled, a.cache_hits
+                "device: {} #{} ({}, {} {}), {} segments: {} compiled, {} from cache{}",
+                a.device_kind, a.device_id, a.plugin.display(), a.platform_name, a.platform_version, a.segments, a.compiled, a.cache_hits,
+                if a.partitions > 1 { format!("; SPMD over {} devices", a.partitions) } else { String::new() }
             );
         }
         json!({
             "plugin": a.plugin.display().to_string(), "platform": a.platform_name, "platform_version": a.platform_version,
             "device_id": a.device_id, "device_kind": a.device_kind, "segments": a.segments,
-            "compiled": a.compiled, "cache_hits": a.cache_hits,
+            "compiled": a.compiled, "cache_hits": a.cache_hits, "partitions": a.partitions,
         })
     });
     if args.profile {
@@ -678,6 +757,9 @@ accelerator segments {}",
     for (i, s) in accel.segments.iter().enumerate() {
         println!("  segment {i}: {} args, {} results, ops: {}", s.args.len(), s.results.len(), s.ops.join(", "));
     }
+    if let Some(mesh) = &accel.mesh {
+        print_mesh(plan, accel, mesh);
+    }
     if !accel.cpu_fallbacks.is_empty() {
         println!("CPU fallbacks {}", accel.cpu_fallbacks.len());
         for f in &accel.cpu_fallbacks {
@@ -687,19 +769,67 @@ accelerator segments {}",
     }
 }
 
+/// An SPMD artifact's mesh and each segment argument's and result's sharding
+/// with its bytes per device.
+fn print_mesh(
+    plan: &kiln_runtime::format::Plan,
+    accel: &kiln_runtime::format::AccelProgram,
+    mesh: &kiln_runtime::format::MeshDecl,
+) {
+    let axes: Vec<String> = mesh.axes.iter().map(|a| format!("{}={}", a.name, a.size)).collect();
+    let order = if mesh.devices.is_empty() {
+        "the client's first devices".to_string()
+    } else {
+        format!("devices {:?}", mesh.devices)
+    };
+    println!("mesh [{}] ({} devices, {order})", axes.join(", "), mesh.size());
+    for seg in &accel.segments {
+        let tensors = seg.args.iter().zip(&seg.arg_shardings).map(|t| ("arg", t));
+        let tensors = tensors.chain(seg.results.iter().zip(&seg.result_shardings).map(|t| ("result", t)));
+        for (kind, (&t, sharding)) in tensors {
+            let Some(decl) = plan.tensors.get(t as usize) else { continue };
+            let dims: Vec<String> = sharding
+                .dims
+                .iter()
+                .map(|d| {
+                    let names: Vec<&str> =
+                        d.iter().filter_map(|&a| mesh.axes.get(a as usize)).map(|a| a.name.as_str()).collect();
+                    format!("{{{}}}", names.join(", "))
+                })
+                .collect();
+            let pieces: u64 = sharding
+                .dims
+                .iter()
+                .flatten()
+                .filter_map(|&a| mesh.axes.get(a as usize))
+                .map(|a| u64::from(a.size))
+                .product();
+            let bytes: u64 = decl
+                .shape
+                .iter()
+                .map(|d| match d {
+                    kiln_runtime::format::DimRef::Static(v) => *v,
+                    _ => 0,
+                })
+                .product::<u64>()
+                * decl.dtype.size_bytes() as u64;
+            let weight =
+                if matches!(decl.storage, kiln_runtime::format::Storage::Weight { .. }) { "weight" } else { "" };
+            println!(
+                "  {kind:<6} tensor {t:<5} {:<24} {} per device {weight}",
+                format!("[{}]", dims.join(", ")),
+                human_bytes(bytes / pieces.max(1))
+            );
+        }
+    }
+}
+
 /// The bundled example: the MLP fixture exported from PyTorch (tests/fixtures/mlp).
 fn cmd_demo() -> CliResult {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mlp");
     let model = dir.join("training.pt2");
     let artifact = std::env::temp_dir().join(format!("kiln-demo-{}.kiln", std::process::id()));
-    let no_quant = QuantArgs {
-        quantize: None,
-        quantize_skip: Vec::new(),
-        quantize_keep_first: false,
-        quantize_keep_last: false,
-        report: None,
-    };
-    cmd_compile(&model, &artifact, "cpu", "f32", &no_quant)?;
+    cmd_compile(&model, &artifact, "cpu", "f32", &QuantArgs::default(), &ShardArgs::default(), None)?;
     let program = load(&artifact)?;
     let _ = std::fs::remove_file(&artifact);
     let input = read_npy(&dir.join("input_0.npy")).map_err(|e| e.to_string())?;

@@ -31,3 +31,57 @@ fn target_pjrt() {
     assert!(!ok && text.contains("unknown precision"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--mesh`, `--shard`, `--shard-spec` and `--report`; a sharded artifact
+/// runs with `--device pjrt:PATH` on as many devices as its mesh has.
+#[test]
+fn mesh_and_shard_flags() {
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp/training.pt2");
+    let input = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp/input_0.npy");
+    let dir = std::env::temp_dir().join(format!("kiln-shard-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let artifact = dir.join("mlp.kiln");
+    let artifact = artifact.to_str().expect("utf-8 temp path");
+    let spec = dir.join("spec.json");
+    std::fs::write(
+        &spec,
+        r#"{"devices": [1, 0], "overrides": [{"tensor": "fc2.weight", "sharding": [[], ["model"]]}]}"#,
+    )
+    .expect("spec");
+    let spec = spec.to_str().expect("utf-8 temp path");
+    let compile = |extra: &[&str]| {
+        let mut args = vec!["compile", model, "-o", artifact, "--target", "pjrt"];
+        args.extend_from_slice(extra);
+        kiln(&args)
+    };
+    let (ok, text) = compile(&["--mesh", "model=2", "--shard", "tensor-parallel", "--shard-spec", spec, "--report"]);
+    if !cfg!(feature = "mlir") {
+        assert!(!ok);
+        std::fs::remove_dir_all(&dir).ok();
+        return;
+    }
+    assert!(ok, "{text}");
+    assert!(text.contains("sharding over mesh [model=2]"), "{text}");
+    assert!(text.contains("fc2.weight") && text.contains("[{}, {model}]"), "{text}");
+    assert!(text.contains("fc1.weight") && text.contains("[{model}, {}]"), "{text}");
+    let (ok, text) = kiln(&["inspect", artifact]);
+    assert!(ok && text.contains("mesh [model=2] (2 devices, devices [1, 0])"), "{text}");
+    if let Some(plugin) = std::env::var_os("KILN_TEST_XLA_CPU_PLUGIN").filter(|p| !p.is_empty()) {
+        let device = format!("pjrt:{}", plugin.to_string_lossy());
+        let (ok, text) = kiln(&["run", artifact, "--device", &device, "--input", &format!("0={input}")]);
+        assert!(ok && text.contains("SPMD over 2 devices"), "{text}");
+    }
+    for (extra, want) in [
+        (&["--mesh", "data=2,data=2"][..], "mesh axis `data` is named twice"),
+        (&["--mesh", "data=3"], "mesh axis `data` (size 3) does not divide dim 0 (size 4) of `x`"),
+        (&["--mesh", "data=2", "--shard", "auto"], "unknown --shard `auto`"),
+        (&["--mesh", "data=2", "--sharding-dialect", "xyz"], "unknown --sharding-dialect `xyz`"),
+        (&["--shard-spec", spec], "--shard-spec needs --mesh"),
+    ] {
+        let (ok, text) = compile(extra);
+        assert!(!ok && text.contains(want), "{extra:?}: {text}");
+    }
+    let (ok, text) = kiln(&["compile", model, "-o", artifact, "--mesh", "data=2"]);
+    assert!(!ok && text.contains("--mesh needs --target pjrt"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}

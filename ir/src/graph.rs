@@ -5,7 +5,7 @@
 //! a pass deletes it; the arena slot stays so that ids never dangle.
 
 use crate::{ConstId, DType, Dim, LocId, NodeId, Op, Symbol, SymbolId, ValueId};
-use crate::{PrimaryMap, SecondaryMap};
+use crate::{Mesh, PrimaryMap, SecondaryMap, Sharding};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -72,8 +72,8 @@ pub struct ValueData {
 /// ([`ValueAttrs::inherit`]). The text form prints the ones that are set,
 /// after the value's type: `%3: f32[4, 2] {origin="fc.weight"}`.
 ///
-/// Quantization parameters and shardings will be fields here, added with the
-/// passes that compute them; each says how it is inherited and verified.
+/// Quantization parameters will be a field here, added with the passes that
+/// compute them; each field says how it is inherited and verified.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ValueAttrs {
     /// The fully qualified Python name of the program input, parameter,
@@ -84,17 +84,22 @@ pub struct ValueAttrs {
     /// transposed `linear` weight) keeps it, as does a weight rescaled by
     /// fusion. Never empty (the verifier checks).
     pub origin: Option<String>,
+    /// How the value is laid out over [`Graph::mesh`]: set on inputs and
+    /// weights by a sharding strategy or the user, on intermediates by
+    /// propagation. Inherited like `origin` (a replacement holds the same
+    /// data). The verifier checks it against the mesh and the value's type.
+    pub sharding: Option<Sharding>,
 }
 
 impl ValueAttrs {
     /// A value that holds the data of the program tensor named `origin`.
     pub fn with_origin(origin: impl Into<String>) -> ValueAttrs {
-        ValueAttrs { origin: Some(origin.into()) }
+        ValueAttrs { origin: Some(origin.into()), sharding: None }
     }
 
     /// No attribute is set.
     pub fn is_empty(&self) -> bool {
-        self.origin.is_none()
+        self.origin.is_none() && self.sharding.is_none()
     }
 
     /// Takes every attribute of `replaced` that `self` lacks: what the value
@@ -102,6 +107,9 @@ impl ValueAttrs {
     pub fn inherit(&mut self, replaced: &ValueAttrs) {
         if self.origin.is_none() {
             self.origin.clone_from(&replaced.origin);
+        }
+        if self.sharding.is_none() {
+            self.sharding.clone_from(&replaced.sharding);
         }
     }
 }
@@ -212,6 +220,9 @@ pub struct Graph {
     /// Buffers the program mutates: each is read from a graph input and its
     /// new value is a graph output; the runtime keeps it between runs.
     pub states: Vec<StateSlot>,
+    /// The devices the program is sharded over; `None` for one device. Every
+    /// [`ValueAttrs::sharding`] names its axes.
+    pub mesh: Option<Mesh>,
 }
 
 /// A buffer that persists between runs (a counter, a filter's state, a KV

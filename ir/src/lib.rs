@@ -2,7 +2,7 @@
 //!
 //! Values, nodes, constants and symbols are typed `u32` ids into arenas
 //! ([`PrimaryMap`]). Attributes that must survive rewrites (a value's
-//! origin; later quantization parameters and shardings) live on the value
+//! origin and sharding; later quantization parameters) live on the value
 //! ([`ValueAttrs`]); data a pass computes and consumes at once (memory
 //! plans) lives in secondary maps owned by whoever computes it.
 
@@ -11,6 +11,7 @@ mod dim;
 mod dtype;
 mod graph;
 mod op;
+mod shard;
 
 pub mod filetest;
 pub mod infer;
@@ -29,6 +30,7 @@ pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, StateSlot, Ten
 pub use op::{
     BinaryOp, FusedOp, LinalgOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, ResizeMode, ScanKind, UnaryOp,
 };
+pub use shard::{is_axis_name, Mesh, MeshAxis, Sharding};
 
 entity_id!(
     /// A tensor value (graph input, node output or constant).

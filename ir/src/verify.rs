@@ -42,7 +42,12 @@
 //!     data-dependent symbol.
 //! 13. **Value attributes** ([`crate::ValueAttrs`]) of inputs, constants and
 //!     live results: an `origin` is not empty, and no two graph inputs share
-//!     one (an override that names an input must find one).
+//!     one (an override that names an input must find one). A `sharding`
+//!     needs a mesh, has the value's rank, names only the mesh's axes, each
+//!     at most once, and its axes divide every static dim they split
+//!     (a dynamic dim is never split).
+//! 14. **Mesh** ([`crate::Mesh`]): at least one axis; names are identifiers,
+//!     distinct; sizes `>= 1`; a device list holds `size` distinct ids.
 
 use crate::infer::{check_permutation, dims_equal, infer_types};
 use crate::{Dim, Graph, NodeId, Op, PoolKind, SecondaryMap, SymbolId, TensorType, ValueAttrs, ValueDef, ValueId};
@@ -102,6 +107,7 @@ impl Verifier<'_> {
     fn run(&mut self) {
         let g = self.g;
         self.check_symbols();
+        self.check_mesh();
         self.check_inputs_and_consts();
         self.check_input_origins();
 
@@ -162,7 +168,7 @@ impl Verifier<'_> {
                         }
                         defined[v] = true;
                         self.check_type_symbols(&format!("{what}: result {i} ({v})"), &d.ty);
-                        self.check_value_attrs(&format!("{what}: result {i} ({v})"), &d.attrs);
+                        self.check_value_attrs(&format!("{what}: result {i} ({v})"), &d.attrs, &d.ty);
                         self.check_bound_before_use(&format!("{what}: result {i} ({v})"), &d.ty, &binder, &bound);
                     }
                 }
@@ -313,9 +319,29 @@ impl Verifier<'_> {
     }
 
     /// Check 13 for one value.
-    fn check_value_attrs(&mut self, what: &str, attrs: &ValueAttrs) {
+    fn check_value_attrs(&mut self, what: &str, attrs: &ValueAttrs, ty: &TensorType) {
         if attrs.origin.as_deref() == Some("") {
             self.error(format!("{what}: its origin is empty (absent is `None`)"));
+        }
+        if let Some(sharding) = &attrs.sharding {
+            match &self.g.mesh {
+                None => self.error(format!("{what}: has sharding {sharding} but the graph has no mesh")),
+                Some(mesh) => {
+                    let shape: Vec<Option<i64>> = ty.shape.iter().map(Dim::as_const).collect();
+                    for p in sharding.problems(mesh, &shape) {
+                        self.error(format!("{what}: {p}"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Check 14: the mesh is well formed.
+    fn check_mesh(&mut self) {
+        if let Some(mesh) = &self.g.mesh {
+            for p in mesh.problems() {
+                self.error(format!("mesh: {p}"));
+            }
         }
     }
 
@@ -368,7 +394,7 @@ impl Verifier<'_> {
                     if d.def != ValueDef::Input(i as u32) {
                         self.error(format!("input {i} ({v}): defined as {:?}, not Input({i})", d.def));
                     }
-                    self.check_value_attrs(&format!("input {i} ({v})"), &d.attrs);
+                    self.check_value_attrs(&format!("input {i} ({v})"), &d.attrs, &d.ty);
                     self.check_type_symbols(&format!("input {i} ({v})"), &d.ty);
                 }
             }
@@ -386,7 +412,7 @@ impl Verifier<'_> {
             if d.def != ValueDef::Const(c) {
                 self.error(format!("{what}: defined as {:?}, not Const({c})", d.def));
             }
-            self.check_value_attrs(&what, &d.attrs);
+            self.check_value_attrs(&what, &d.attrs, &d.ty);
             match d.ty.static_shape() {
                 Some(shape) if shape.iter().all(|&x| x >= 0) => {
                     let numel = shape.iter().try_fold(1usize, |a, &x| a.checked_mul(x as usize));

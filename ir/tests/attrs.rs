@@ -55,7 +55,10 @@ fn parse_err(src: &str) -> String {
 #[test]
 fn bad_attributes_are_parse_errors() {
     let cases: &[(&str, &str)] = &[
-        ("graph {\n  input %0: f32[2] {layout=\"nchw\"}\n}", "2:21: unknown value attribute `layout` (known: origin)"),
+        (
+            "graph {\n  input %0: f32[2] {layout=\"nchw\"}\n}",
+            "2:21: unknown value attribute `layout` (known: origin, sharding)",
+        ),
         (
             "graph {\n  input %0: f32[2] {origin=\"a\", origin=\"b\"}\n}",
             "2:33: value attribute `origin` is given twice",

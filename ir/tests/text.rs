@@ -326,7 +326,7 @@ fn parse_errors_have_line_and_column() {
         ("graph {\n  input %0: f32[2] #\n}", "2:20: unexpected character `#`"),
         (
             "graph {\n  input %0: f32[2]\n",
-            "3:1: expected `sym`, `input`, `const`, `output`, `state`, a `%value` or `}`, found end of input",
+            "3:1: expected `sym`, `mesh`, `input`, `const`, `output`, `state`, a `%value` or `}`, found end of input",
         ),
         ("graph {\n  sym n in [4, 2]\n}", "2:16: symbol `n` has an empty range"),
         ("graph {\n  input %0: f32[(2 - 1)]\n}", "2:20: expected `+`, `*`, `//` or `%`, found `-`"),

@@ -12,8 +12,13 @@ use kiln_ir::{Graph, Op, Region, SecondaryMap, ValueId};
 pub fn compact(g: &Graph) -> Result<Graph, String> {
     verify_graph(g)?;
     // Inputs and outputs keep their positions, so the state slots stay valid.
-    let mut new =
-        Graph { symbols: g.symbols.clone(), locs: g.locs.clone(), states: g.states.clone(), ..Graph::default() };
+    let mut new = Graph {
+        symbols: g.symbols.clone(),
+        locs: g.locs.clone(),
+        states: g.states.clone(),
+        mesh: g.mesh.clone(),
+        ..Graph::default()
+    };
     let mut map: SecondaryMap<ValueId, Option<ValueId>> = SecondaryMap::new();
     // Every operand was checked to be defined before its use, so lookups succeed.
     let lookup =

@@ -12,7 +12,8 @@
 //!
 //! The new constant inherits the folded value's attributes; a layout op or a
 //! cast of one constant also passes on that constant's origin (the folded
-//! transpose of a weight is still that weight to an override that names it).
+//! transpose of a weight is still that weight to an override that names it);
+//! a cast keeps its sharding too, and a transpose permutes it.
 
 use crate::check::guard;
 use crate::dims::simplify_shapes;
@@ -95,8 +96,18 @@ fn fold_node(g: &mut Graph, n: NodeId, opts: &Options) -> Rewrite {
                 }
                 _ => None,
             };
+            let sharding = match (node.inputs.as_slice(), &node.op) {
+                ([x], Op::Cast { .. }) => g.values[*x].attrs.sharding.clone(),
+                // A transposed weight's dims move with their splits.
+                ([x], Op::Permute { perm }) => g.values[*x].attrs.sharding.as_ref().map(|s| kiln_ir::Sharding {
+                    dims: perm.iter().map(|&p| s.dims.get(p).cloned().unwrap_or_default()).collect(),
+                    partial: s.partial.clone(),
+                }),
+                _ => None,
+            };
             let folded = result.add_to(g, name);
             g.values[folded].attrs.origin = origin;
+            g.values[folded].attrs.sharding = sharding;
             Rewrite::Replace(vec![folded])
         }
         None => Rewrite::Keep,

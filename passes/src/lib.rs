@@ -31,6 +31,7 @@ mod pipeline;
 mod quant_linear;
 mod quantize;
 mod rewrite;
+pub mod shard;
 mod simplify;
 mod target;
 

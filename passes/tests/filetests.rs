@@ -5,6 +5,7 @@
 
 use kiln_ir::filetest::{run_dir, FileTest};
 use kiln_ir::Graph;
+use kiln_passes::shard::{shard_graph, ShardOptions, Strategy, Use};
 use kiln_passes::{
     compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE,
     FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_NORM, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
@@ -16,6 +17,9 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         None => Target::Cpu,
         Some(name) => Target::from_name(name).ok_or_else(|| format!("unknown target `{name}`"))?,
     };
+    if test.test == "shard" {
+        return run_shard(test, g);
+    }
     // DCE after a single pass so the printed graph shows only what is live.
     let passes: Vec<Pass> = match test.test.as_str() {
         "dce" => vec![DCE],
@@ -36,6 +40,37 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
     run_pipeline(g, &passes, &opts).map_err(|e| e.to_string())?;
     *g = compact(g)?;
     Ok(())
+}
+
+/// `; test shard`: the graph's mesh, `; option strategy=…` (default
+/// replicated), `; option inline_max=N` (default 0); the printed result shows
+/// every value's sharding, and `; option reshards=…` must equal the
+/// reshardings, `; `-separated.
+fn run_shard(test: &FileTest, g: &mut Graph) -> Result<(), String> {
+    let mesh = g.mesh.clone().ok_or("a shard filetest declares a mesh")?;
+    let name = test.option("strategy").unwrap_or("replicated");
+    let strategy = Strategy::from_name(name).ok_or_else(|| format!("unknown strategy `{name}`"))?;
+    let inline_max_elements = test.option("inline_max").map_or(Ok(0), str::parse).map_err(|e| format!("{e}"))?;
+    let opts = ShardOptions { mesh, strategy, overrides: vec![], inline_max_elements };
+    let plan = shard_graph(g, &opts)?;
+    kiln_ir::verify::verify(g).map_err(|e| e.to_string())?;
+    let got: Vec<String> = plan
+        .reshards
+        .iter()
+        .map(|r| {
+            let at = match r.at {
+                Use::Operand { node, index } => format!("{node}.{index}"),
+                Use::Output(k) => format!("output {k}"),
+            };
+            format!("{at} {} -> {} {} {}B", r.from, r.to, r.collective.name(), r.bytes)
+        })
+        .collect();
+    let got = got.join("; ");
+    match test.option("reshards") {
+        Some(want) if want != got => Err(format!("reshards: got `{got}`, expected `{want}`")),
+        None if !got.is_empty() => Err(format!("unexpected reshards `{got}` (add `; option reshards=…`)")),
+        _ => Ok(()),
+    }
 }
 
 #[test]

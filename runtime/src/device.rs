@@ -134,6 +134,8 @@ pub struct AccelInfo {
     /// The addressable device running the segments: its global id and kind.
     pub device_id: i32,
     pub device_kind: String,
+    /// Devices an SPMD program runs on at once (1 without a mesh).
+    pub partitions: usize,
     pub segments: usize,
     /// Segments compiled by the plugin in this session.
     pub compiled: usize,

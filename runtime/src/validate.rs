@@ -422,6 +422,14 @@ fn validate_accel(plan: &Plan, accel: &AccelProgram) -> Result<()> {
             tensor(plan, t).map_err(|e| bad(format!("accelerator segment {i}: {e}")))?;
         }
     }
+    match &accel.mesh {
+        Some(mesh) => validate_mesh(plan, accel, mesh).map_err(|e| bad(format!("sharded program: {e}")))?,
+        None => {
+            if accel.segments.iter().any(|s| !s.arg_shardings.is_empty() || !s.result_shardings.is_empty()) {
+                return Err(bad("an accelerator segment has shardings but the program has no mesh".to_string()));
+            }
+        }
+    }
     for f in &accel.cpu_fallbacks {
         if f.instr as usize >= plan.instrs.len() {
             return Err(bad(format!(
@@ -429,6 +437,63 @@ fn validate_accel(plan: &Plan, accel: &AccelProgram) -> Result<()> {
                 f.instr,
                 plan.instrs.len()
             )));
+        }
+    }
+    Ok(())
+}
+
+/// Most devices one mesh may name (far above any single host).
+const MAX_MESH_DEVICES: u64 = 1 << 16;
+
+/// A mesh: 1–16 named axes of size ≥ 1, at most [`MAX_MESH_DEVICES`]
+/// devices, a device list of distinct ids when given; exactly one segment,
+/// whose every argument and result has a sharding of its rank over the
+/// mesh's axes (each used once) that divides its static shape.
+fn validate_mesh(plan: &Plan, accel: &AccelProgram, mesh: &crate::format::MeshDecl) -> std::result::Result<(), String> {
+    if mesh.axes.is_empty() || mesh.axes.len() > 16 {
+        return Err(format!("the mesh has {} axes (1 to 16 allowed)", mesh.axes.len()));
+    }
+    if mesh.axes.iter().any(|a| a.size == 0) || mesh.size() > MAX_MESH_DEVICES {
+        return Err(format!("mesh axis sizes must be >= 1 and multiply to at most {MAX_MESH_DEVICES}"));
+    }
+    if !mesh.devices.is_empty() {
+        let mut ids = mesh.devices.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        if mesh.devices.len() as u64 != mesh.size() || ids.len() != mesh.devices.len() {
+            return Err(format!("the mesh of {} devices lists {} device ids", mesh.size(), mesh.devices.len()));
+        }
+    }
+    let [seg] = accel.segments.as_slice() else {
+        return Err(format!("{} accelerator segments (exactly one allowed)", accel.segments.len()));
+    };
+    if seg.arg_shardings.len() != seg.args.len() || seg.result_shardings.len() != seg.results.len() {
+        return Err("the segment's shardings are not one per argument and result".to_string());
+    }
+    let pairs = seg.args.iter().zip(&seg.arg_shardings).chain(seg.results.iter().zip(&seg.result_shardings));
+    for (&t, sharding) in pairs {
+        let decl = tensor(plan, t).map_err(|e| e.to_string())?;
+        if sharding.dims.len() != decl.shape.len() {
+            return Err(format!("tensor {t}: sharding of rank {} for rank {}", sharding.dims.len(), decl.shape.len()));
+        }
+        let mut used = vec![false; mesh.axes.len()];
+        for (d, axes) in sharding.dims.iter().enumerate() {
+            let mut pieces = 1u64;
+            for &a in axes {
+                let slot =
+                    used.get_mut(a as usize).ok_or_else(|| format!("tensor {t}: mesh axis {a} does not exist"))?;
+                if std::mem::replace(slot, true) {
+                    return Err(format!("tensor {t}: mesh axis {a} is used twice"));
+                }
+                pieces *= u64::from(mesh.axes[a as usize].size);
+            }
+            match decl.shape[d] {
+                crate::format::DimRef::Static(n) if n % pieces == 0 => {}
+                crate::format::DimRef::Static(n) => {
+                    return Err(format!("tensor {t}: dim {d} (size {n}) is not divisible into {pieces} pieces"));
+                }
+                _ => return Err(format!("tensor {t}: a sharded tensor must have a static shape")),
+            }
         }
     }
     Ok(())

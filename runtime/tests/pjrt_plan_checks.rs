@@ -37,8 +37,11 @@ fn artifact(edit: impl FnOnce(&mut Plan, &mut AccelProgram)) -> Vec<u8> {
             args: vec![0],
             results: vec![1, 2],
             ops: vec!["add".into()],
+            arg_shardings: vec![],
+            result_shardings: vec![],
         }],
         cpu_fallbacks: vec![],
+        mesh: None,
     };
     edit(&mut plan, &mut accel);
     let mut w = ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap();

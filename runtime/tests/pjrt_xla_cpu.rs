@@ -163,8 +163,11 @@ fn mixed_artifact() -> Vec<u8> {
             args: vec![1, 2, 3],
             results: vec![4, 5],
             ops: vec!["matmul".into(), "add".into(), "mul".into()],
+            arg_shardings: vec![],
+            result_shardings: vec![],
         }],
         cpu_fallbacks: vec![CpuFallback { instr: 0, reason: "test: relu stays on the CPU".into() }],
+        mesh: None,
     };
     let mut writer = ArtifactWriter::new(&plan, weights, &Metadata::default()).unwrap();
     writer.add_accel(&accel).unwrap();

@@ -1,8 +1,9 @@
 //! From a graph after the pass pipeline to a mixed plan: partition, emit each
 //! segment, plan memory with every segment seen as one instruction, lower.
 
-use super::emit::{emit_segment, new_context, Emitted};
+use super::emit::{emit_segment_with, new_context, Emitted};
 use super::partition::{partition, Partition};
+use super::sharding::{mesh_decl, tensor_sharding, SpmdEmit};
 use super::Precision;
 use crate::lower::{lower_to_plan_with_segments, AccelCall, LowerError};
 use kiln_ir::{ConstBytes, DType, Graph, NodeData, NodeId, Op, TensorType, ValueId};
@@ -19,8 +20,23 @@ pub struct PjrtLowering {
 /// Lowers `g` (after the pass pipeline) for the PJRT target. Adds bf16 copies
 /// of weights to `g` with [`Precision::Bf16`].
 pub fn lower_for_pjrt(g: &mut Graph, precision: Precision) -> Result<PjrtLowering, LowerError> {
+    lower_for_pjrt_sharded(g, precision, None)
+}
+
+/// [`lower_for_pjrt`] for an SPMD program when `spmd` is given (`g` has a
+/// mesh and shardings from `kiln_passes::shard`): the whole program must be
+/// one segment, annotated for XLA's partitioner; the accelerator section
+/// records the mesh and every argument's and result's sharding.
+pub fn lower_for_pjrt_sharded(
+    g: &mut Graph,
+    precision: Precision,
+    spmd: Option<&SpmdEmit>,
+) -> Result<PjrtLowering, LowerError> {
     let ctx = new_context();
-    let (part, mut emitted) = partition_and_emit(&ctx, g, precision)?;
+    let (part, mut emitted) = partition_and_emit(&ctx, g, precision, spmd)?;
+    if spmd.is_some() {
+        check_single_segment(g, &part)?;
+    }
     if precision == Precision::Bf16 {
         substitute_bf16_weights(g, &mut emitted);
     }
@@ -45,11 +61,26 @@ pub fn lower_for_pjrt(g: &mut Graph, precision: Precision) -> Result<PjrtLowerin
         .into_iter()
         .zip(&part.segments)
         .zip(lowered.call_tensors)
-        .map(|((e, s), (args, results))| AccelSegment {
-            mlir: e.mlir,
-            args,
-            results,
-            ops: s.nodes.iter().map(|&n| g.nodes[n].op.name().to_string()).collect(),
+        .map(|((e, s), (args, results))| {
+            let shardings = |vs: &[ValueId]| match spmd {
+                Some(spmd) => vs
+                    .iter()
+                    .map(|&v| {
+                        let sharding = g.values[v].attrs.sharding.clone();
+                        let sharding = sharding.unwrap_or_else(|| kiln_ir::Sharding::replicated(g.ty(v).rank()));
+                        tensor_sharding(&spmd.mesh, &sharding)
+                    })
+                    .collect(),
+                None => vec![],
+            };
+            AccelSegment {
+                arg_shardings: shardings(&e.args),
+                result_shardings: shardings(&e.results),
+                mlir: e.mlir,
+                args,
+                results,
+                ops: s.nodes.iter().map(|&n| g.nodes[n].op.name().to_string()).collect(),
+            }
         })
         .collect();
     let reasons: HashMap<NodeId, &str> = part.cpu.iter().map(|(n, r)| (*n, r.as_str())).collect();
@@ -58,7 +89,11 @@ pub fn lower_for_pjrt(g: &mut Graph, precision: Precision) -> Result<PjrtLowerin
         .iter()
         .map(|&(instr, n)| CpuFallback { instr, reason: reasons.get(&n).copied().unwrap_or("not lowered").to_string() })
         .collect();
-    Ok(PjrtLowering { plan: lowered.plan, weights: lowered.weights, accel: AccelProgram { segments, cpu_fallbacks } })
+    Ok(PjrtLowering {
+        plan: lowered.plan,
+        weights: lowered.weights,
+        accel: AccelProgram { segments, cpu_fallbacks, mesh: spmd.map(|s| mesh_decl(&s.mesh)) },
+    })
 }
 
 /// Partitions and emits; a node the emitter rejects is moved to the CPU and the
@@ -67,13 +102,14 @@ fn partition_and_emit(
     ctx: &melior::Context,
     g: &Graph,
     precision: Precision,
+    spmd: Option<&SpmdEmit>,
 ) -> Result<(Partition, Vec<Emitted>), LowerError> {
     let mut forced: HashMap<NodeId, String> = HashMap::new();
     'retry: for _ in 0..=g.order.len() {
         let part = partition(g, &forced);
         let mut emitted = Vec::with_capacity(part.segments.len());
         for seg in &part.segments {
-            match emit_segment(ctx, g, seg, precision) {
+            match emit_segment_with(ctx, g, seg, precision, spmd) {
                 Ok(e) => emitted.push(e),
                 Err(e) => {
                     let reason = format!("StableHLO lowering failed: {}", e.reason);
@@ -92,6 +128,21 @@ fn partition_and_emit(
         return Ok((part, emitted));
     }
     Err(LowerError(vec!["partitioning did not converge (compiler bug)".into()]))
+}
+
+/// An SPMD program runs as one executable on every device: every node must
+/// be in one segment. Otherwise the error names each node left on the CPU.
+fn check_single_segment(g: &Graph, part: &Partition) -> Result<(), LowerError> {
+    let mut problems: Vec<String> =
+        part.cpu.iter().map(|(n, reason)| format!("{} stays on the CPU: {reason}", g.describe_node(*n))).collect();
+    if part.segments.len() > 1 {
+        problems.push(format!("the program splits into {} accelerator segments", part.segments.len()));
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    problems.insert(0, "a sharded program must lower to a single PJRT segment, but:".to_string());
+    Err(LowerError(problems))
 }
 
 /// Replaces f32 weight arguments that `@main` takes as bf16 with bf16 copies

@@ -5,8 +5,11 @@
 //! - `emit` (feature `mlir`): one segment → StableHLO text through melior.
 //! - `driver` (feature `mlir`): partition, emit, plan memory and lower to a
 //!   mixed plan plus the `AccelProgram` section.
+//! - [`sharding`]: Shardy and GSPMD annotation text for SPMD programs (a
+//!   graph with a mesh: one segment over every device).
 
 pub mod partition;
+pub mod sharding;
 
 #[cfg(feature = "mlir")]
 pub mod emit;
@@ -15,7 +18,12 @@ pub mod emit;
 mod driver;
 
 #[cfg(feature = "mlir")]
-pub use driver::{lower_for_pjrt, PjrtLowering};
+pub use driver::{lower_for_pjrt, lower_for_pjrt_sharded, PjrtLowering};
+
+/// Constants with at most this many elements are written into the program
+/// (`dense<…>`); larger ones are passed as arguments so that weights stay in
+/// the artifact's weights section and are uploaded once per session.
+pub const INLINE_CONST_MAX_ELEMENTS: usize = 64;
 
 /// Arithmetic of accelerator segments.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]

@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! graph {
+//!   mesh [data=2, model=2]               ; devices to shard over (optional)
 //!   sym batch in [1, 64]                 ; symbol with inclusive bounds
 //!   sym seq in [1, inf]                  ; `inf`: unbounded above
 //!   input %0 "x": f32[batch, 16] {origin="x"}
@@ -35,7 +36,11 @@
 //!   ([`crate::ValueData::name`]); after an output, the output name.
 //! * **Value attributes** ([`crate::ValueAttrs`]): `{key="value", ...}` after a
 //!   value's type, printed only when one is set (keys in a fixed order;
-//!   today `origin`, a non-empty string). Unknown keys are an error.
+//!   `origin`, a non-empty string; `sharding=[{data}, {}]`, per dimension the
+//!   mesh axes it is split over, then `sum{model}` for partial-sum axes).
+//!   Unknown keys are an error.
+//! * **Mesh** ([`crate::Mesh`]): `mesh [name=size, ...]`, then `devices [ids]`
+//!   when the device order is not the identity; printed first.
 //! * **Types**: `dtype[d0, d1, ...]`. A dim is an integer, a symbol name, or a
 //!   parenthesised binary expression `(a + b)`, `(a * b)`, `(a // b)`, `(a % b)`
 //!   exactly as [`crate::Dim`] displays it; expressions are kept as written (not

@@ -6,7 +6,7 @@ use super::lexer::{lex, Pos, Tok};
 use super::ops::{build_op, symbol, AttrVal, Attrs};
 use super::ParseError;
 use crate::DType;
-use crate::{ConstBytes, Dim, Graph, Location, TensorType, ValueAttrs, ValueId};
+use crate::{ConstBytes, Dim, Graph, Location, Mesh, MeshAxis, Sharding, TensorType, ValueAttrs, ValueId};
 use std::collections::HashMap;
 
 struct Parser {
@@ -180,6 +180,7 @@ impl Parser {
             Tok::Ident(k) if k == "const" => self.constant(),
             Tok::Ident(k) if k == "output" => self.output(),
             Tok::Ident(k) if k == "state" => self.state(),
+            Tok::Ident(k) if k == "mesh" => self.mesh(),
             Tok::Ident(k) if k == "_" => {
                 self.next();
                 self.node(vec![])
@@ -191,7 +192,7 @@ impl Parser {
                 }
                 self.node(results)
             }
-            _ => self.expected("`sym`, `input`, `const`, `output`, `state`, a `%value` or `}`"),
+            _ => self.expected("`sym`, `mesh`, `input`, `const`, `output`, `state`, a `%value` or `}`"),
         }
     }
 
@@ -425,18 +426,25 @@ impl Parser {
         loop {
             let (key, key_pos) = self.ident("a value attribute name")?;
             self.punct("=")?;
-            let slot = match key.as_str() {
-                "origin" => &mut attrs.origin,
-                _ => return Err(key_pos.error(format!("unknown value attribute `{key}` (known: origin)"))),
-            };
-            if slot.is_some() {
-                return Err(key_pos.error(format!("value attribute `{key}` is given twice")));
-            }
-            let value_pos = self.pos();
-            match self.opt_string() {
-                Some(s) if !s.is_empty() => *slot = Some(s),
-                Some(_) => return Err(value_pos.error(format!("value attribute `{key}` must not be empty"))),
-                None => return self.expected(&format!("a string for value attribute `{key}`")),
+            match key.as_str() {
+                "origin" => {
+                    if attrs.origin.is_some() {
+                        return Err(key_pos.error("value attribute `origin` is given twice"));
+                    }
+                    let value_pos = self.pos();
+                    match self.opt_string() {
+                        Some(s) if !s.is_empty() => attrs.origin = Some(s),
+                        Some(_) => return Err(value_pos.error("value attribute `origin` must not be empty")),
+                        None => return self.expected("a string for value attribute `origin`"),
+                    }
+                }
+                "sharding" => {
+                    if attrs.sharding.is_some() {
+                        return Err(key_pos.error("value attribute `sharding` is given twice"));
+                    }
+                    attrs.sharding = Some(self.sharding()?);
+                }
+                _ => return Err(key_pos.error(format!("unknown value attribute `{key}` (known: origin, sharding)"))),
             }
             if !self.eat_punct(",") {
                 break;
@@ -444,6 +452,74 @@ impl Parser {
         }
         self.punct("}")?;
         Ok(attrs)
+    }
+
+    /// `[{data}, {}]`, optionally followed by `sum{model}` (partial-sum axes).
+    fn sharding(&mut self) -> Result<Sharding, ParseError> {
+        let mut sharding = Sharding::default();
+        self.punct("[")?;
+        while !self.is_punct("]") {
+            sharding.dims.push(self.axis_set()?);
+            if !self.eat_punct(",") {
+                break;
+            }
+        }
+        self.punct("]")?;
+        if self.is_ident("sum") {
+            self.next();
+            sharding.partial = self.axis_set()?;
+        }
+        Ok(sharding)
+    }
+
+    /// `{a, b}`: mesh axis names.
+    fn axis_set(&mut self) -> Result<Vec<String>, ParseError> {
+        self.punct("{")?;
+        let mut axes = Vec::new();
+        while !self.is_punct("}") {
+            axes.push(self.ident("a mesh axis name")?.0);
+            if !self.eat_punct(",") {
+                break;
+            }
+        }
+        self.punct("}")?;
+        Ok(axes)
+    }
+
+    /// `mesh [data=2, model=2]`, optionally `devices [0, 2, 1, 3]`.
+    fn mesh(&mut self) -> Result<(), ParseError> {
+        let pos = self.pos();
+        self.keyword("mesh")?;
+        if self.g.mesh.is_some() {
+            return Err(pos.error("the graph declares a mesh twice"));
+        }
+        let mut mesh = Mesh { axes: vec![], devices: vec![] };
+        self.punct("[")?;
+        while !self.is_punct("]") {
+            let (name, _) = self.ident("a mesh axis name")?;
+            self.punct("=")?;
+            let size_pos = self.pos();
+            let size = u32::try_from(self.int()?).map_err(|_| size_pos.error("a mesh axis size is a u32"))?;
+            mesh.axes.push(MeshAxis { name, size });
+            if !self.eat_punct(",") {
+                break;
+            }
+        }
+        self.punct("]")?;
+        if self.is_ident("devices") {
+            self.next();
+            self.punct("[")?;
+            while !self.is_punct("]") {
+                let id_pos = self.pos();
+                mesh.devices.push(u32::try_from(self.int()?).map_err(|_| id_pos.error("a device id is a u32"))?);
+                if !self.eat_punct(",") {
+                    break;
+                }
+            }
+            self.punct("]")?;
+        }
+        self.g.mesh = Some(mesh);
+        Ok(())
     }
 
     fn node(&mut self, results: Vec<NodeResult>) -> Result<(), ParseError> {

@@ -4,7 +4,7 @@
 use super::elements::format_elements;
 use super::lexer::quote;
 use super::ops::format_attrs;
-use crate::{Graph, SecondaryMap, TensorType, ValueAttrs, ValueId};
+use crate::{Graph, Mesh, SecondaryMap, TensorType, ValueAttrs, ValueId};
 use std::fmt::Write;
 
 pub(super) fn print_graph(g: &Graph, max_const_elems: Option<usize>) -> String {
@@ -31,6 +31,9 @@ pub(super) fn print_graph(g: &Graph, max_const_elems: Option<usize>) -> String {
     };
 
     let mut out = String::from("graph {\n");
+    if let Some(mesh) = &g.mesh {
+        let _ = writeln!(out, "  {}", format_mesh(mesh));
+    }
     for (_, sym) in g.symbols.iter() {
         let max = sym.max.map_or("inf".to_string(), |m| m.to_string());
         let _ = writeln!(out, "  sym {} in [{}, {max}]", sym.name, sym.min);
@@ -121,5 +124,19 @@ fn format_value_attrs(attrs: &ValueAttrs) -> String {
     if let Some(origin) = &attrs.origin {
         items.push(format!("origin={}", quote(origin)));
     }
+    if let Some(sharding) = &attrs.sharding {
+        items.push(format!("sharding={sharding}"));
+    }
     format!("{{{}}}", items.join(", "))
+}
+
+/// `mesh [data=2, model=2]`, then `devices [3, 2, 1, 0]` when the order is not
+/// the identity.
+fn format_mesh(mesh: &Mesh) -> String {
+    let mut s = format!("mesh [{mesh}]");
+    if !mesh.devices.is_empty() {
+        let ids: Vec<String> = mesh.devices.iter().map(u32::to_string).collect();
+        s.push_str(&format!(" devices [{}]", ids.join(", ")));
+    }
+    s
 }

@@ -396,6 +396,39 @@ pub struct AccelProgram {
     /// Instructions left on the CPU in a plan for an accelerator, and why
     /// (shown by `kiln inspect`).
     pub cpu_fallbacks: Vec<CpuFallback>,
+    /// The device mesh of an SPMD program (`kiln compile --mesh`): then the
+    /// plan has exactly one segment, run on every device of the mesh at once,
+    /// and each of its arguments and results records its sharding.
+    pub mesh: Option<MeshDecl>,
+}
+
+/// A device mesh: named axes (major to minor) and the device id at each
+/// mesh position (row-major; empty: the client's first `size` devices).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeshDecl {
+    pub axes: Vec<MeshAxisDecl>,
+    pub devices: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeshAxisDecl {
+    pub name: String,
+    pub size: u32,
+}
+
+impl MeshDecl {
+    /// Number of devices (saturating: validation bounds it).
+    pub fn size(&self) -> u64 {
+        self.axes.iter().fold(1u64, |n, a| n.saturating_mul(u64::from(a.size)))
+    }
+}
+
+/// How one segment argument or result is split over the mesh: per dim, the
+/// mesh axes (indices into [`MeshDecl::axes`], major to minor) it is split
+/// over; axes named nowhere replicate it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorSharding {
+    pub dims: Vec<Vec<u32>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -409,6 +442,10 @@ pub struct AccelSegment {
     pub results: Vec<u32>,
     /// The IR ops inside, for `kiln inspect`.
     pub ops: Vec<String>,
+    /// With a mesh: the sharding of each argument, then of each result
+    /// (parallel to `args` and `results`); empty otherwise.
+    pub arg_shardings: Vec<TensorSharding>,
+    pub result_shardings: Vec<TensorSharding>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,11 +3,12 @@
 //! read; an `InstrOp::Delegate` instruction then copies its arena arguments to the
 //! device, executes, and copies the results back into their arena slots.
 
-use super::api::{Buffer, Client, ClientOptions, Executable, ExecuteLists, Plugin};
+use super::api::{Buffer, Client, ClientOptions, Executable, ExecuteLists, Plugin, SpmdLists};
 use super::cache::{self, Cache};
+use super::spmd::PieceLayout;
 use super::{compile_options, discover};
 use crate::device::{AccelInfo, Device, ExecutableCache, SessionOptions};
-use crate::format::{AccelProgram, DimRef, Storage};
+use crate::format::{AccelProgram, AccelSegment, DimRef, MeshDecl, Storage};
 use crate::program::Program;
 use crate::session::TensorView;
 use crate::{Error, Result};
@@ -21,8 +22,27 @@ struct Segment {
     weights: Vec<Option<Buffer>>,
 }
 
+/// An SPMD segment (an artifact compiled with a mesh): one executable over
+/// every device of the mesh.
+struct Spmd {
+    executable: Executable,
+    /// Client device index of each partition.
+    devices: Vec<usize>,
+    args: Vec<PieceLayout>,
+    results: Vec<PieceLayout>,
+    /// Per partition, per argument: the weight piece uploaded once, or `None`.
+    weights: Vec<Vec<Option<Buffer>>>,
+    /// Reused by every call: one piece on the host, this call's uploads,
+    /// the raw lists, the results per partition.
+    scratch: Vec<u8>,
+    uploaded: Vec<Vec<Buffer>>,
+    lists: SpmdLists,
+    outputs: Vec<Vec<Buffer>>,
+}
+
 pub(crate) struct AccelState {
     client: Arc<Client>,
+    spmd: Option<Spmd>,
     device_index: usize,
     segments: Vec<Segment>,
     info: AccelInfo,
@@ -73,8 +93,20 @@ impl AccelState {
             return Err(Error::Device("the CPU device has no accelerator delegate".into()));
         };
         let plugin = Plugin::load(&path)?;
-        let client =
-            client_for(&options.device, &plugin, ClientOptions { cpu_device_count: options.pjrt_cpu_device_count })?;
+        let empty = AccelProgram::default();
+        let accel = program.accel().unwrap_or(&empty);
+        // A plugin named by path (the XLA CPU plugin) is asked for as many
+        // devices as the mesh has, unless the caller chose a count.
+        let mesh_devices = accel.mesh.as_ref().map(|m| m.size().min(u64::from(u32::MAX)) as u32);
+        let cpu_device_count = match (&options.device, options.pjrt_cpu_device_count) {
+            (_, Some(n)) => Some(n),
+            (Device::Pjrt(_), None) => mesh_devices,
+            _ => None,
+        };
+        let client = client_for(&options.device, &plugin, ClientOptions { cpu_device_count })?;
+        if let Some(mesh) = &accel.mesh {
+            return AccelState::new_spmd(program, options, client, accel, mesh);
+        }
         let device = client.devices().get(options.device_index).cloned().ok_or_else(|| {
             Error::Device(format!(
                 "device index {} is out of range: {} ({}) has {} addressable devices",
@@ -100,8 +132,6 @@ impl AccelState {
             cache_dir: cache.as_ref().map(|c| c.dir().to_path_buf()),
             ..AccelInfo::default()
         };
-        let empty = AccelProgram::default();
-        let accel = program.accel().unwrap_or(&empty);
         let options_proto = compile_options::single_device(i64::from(device.id));
         let mut segments = Vec::with_capacity(accel.segments.len());
         for (i, seg) in accel.segments.iter().enumerate() {
@@ -127,10 +157,121 @@ impl AccelState {
             segments.push(Segment { executable, weights });
         }
         info.segments = segments.len();
+        info.partitions = 1;
         Ok(AccelState {
             client,
+            spmd: None,
             device_index: options.device_index,
             segments,
+            info,
+            uploaded: Vec::new(),
+            lists: ExecuteLists::default(),
+            outputs: Vec::new(),
+        })
+    }
+
+    /// The session state of an artifact compiled with `mesh`: its one
+    /// segment compiled for every device of the mesh, weight pieces uploaded
+    /// to their devices.
+    fn new_spmd(
+        program: &Program,
+        options: &SessionOptions,
+        client: Arc<Client>,
+        accel: &AccelProgram,
+        mesh: &MeshDecl,
+    ) -> Result<AccelState> {
+        let n = mesh.size() as usize;
+        let have = client.devices().len();
+        let axes: Vec<String> = mesh.axes.iter().map(|a| format!("{}={}", a.name, a.size)).collect();
+        if have < n {
+            return Err(Error::Device(format!(
+                "the program is sharded over {n} devices (mesh {}) but {} ({}) has {have} addressable devices",
+                axes.join(", "),
+                client.platform_name(),
+                client.plugin().path().display()
+            )));
+        }
+        // Device ids by partition: the mesh's order, else the client's first n.
+        let ids: Vec<i32> = if mesh.devices.is_empty() {
+            client.devices()[..n].iter().map(|d| d.id).collect()
+        } else {
+            mesh.devices.iter().map(|&d| d as i32).collect()
+        };
+        let devices = ids
+            .iter()
+            .map(|id| {
+                client.devices().iter().position(|d| d.id == *id).ok_or_else(|| {
+                    Error::Device(format!("the mesh names device {id}, which {} lacks", client.platform_name()))
+                })
+            })
+            .collect::<Result<Vec<usize>>>()?;
+        let [seg]: &[AccelSegment; 1] = accel
+            .segments
+            .as_slice()
+            .try_into()
+            .map_err(|_| Error::Plan("a sharded program has exactly one accelerator segment".into()))?;
+        let cache_dir = match &options.cache {
+            ExecutableCache::Default => cache::default_dir(),
+            ExecutableCache::Dir(d) => Some(d.clone()),
+            ExecutableCache::Off => None,
+        };
+        let cache = cache_dir.map(Cache::new);
+        let first = &client.devices()[devices[0]];
+        let mut info = AccelInfo {
+            plugin: client.plugin().path().to_path_buf(),
+            api_version: client.plugin().api_version(),
+            platform_name: client.platform_name().to_string(),
+            platform_version: client.platform_version().to_string(),
+            device_id: first.id,
+            device_kind: first.kind.clone(),
+            partitions: n,
+            segments: 1,
+            cache_dir: cache.as_ref().map(|c| c.dir().to_path_buf()),
+            ..AccelInfo::default()
+        };
+        let shardy = seg.mlir.contains("sdy.mesh");
+        let proto = compile_options::spmd(&ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>(), shardy);
+        let executable = load_or_compile(&client, cache.as_ref(), &seg.mlir, &proto, &mut info)?;
+        if executable.num_outputs() != seg.results.len() {
+            return Err(Error::Plan(format!(
+                "the sharded segment returns {} results but the plan expects {}",
+                executable.num_outputs(),
+                seg.results.len()
+            )));
+        }
+        let tensors = &program.plan().tensors;
+        let layout = |t: u32, s| PieceLayout::new(mesh, &tensors[t as usize], s);
+        let args = seg.args.iter().zip(&seg.arg_shardings).map(|(&t, s)| layout(t, s)).collect::<Result<Vec<_>>>()?;
+        let results =
+            seg.results.iter().zip(&seg.result_shardings).map(|(&t, s)| layout(t, s)).collect::<Result<Vec<_>>>()?;
+        let mut scratch = Vec::new();
+        let mut weights = Vec::with_capacity(n);
+        for (p, &device) in devices.iter().enumerate() {
+            let mut mine = Vec::with_capacity(seg.args.len());
+            for (&t, piece) in seg.args.iter().zip(&args) {
+                mine.push(upload_weight_piece(program, &client, device, t, piece, p, &mut scratch)?);
+            }
+            weights.push(mine);
+        }
+        let largest = args.iter().chain(&results).map(PieceLayout::piece_bytes).max().unwrap_or(0);
+        scratch.clear();
+        scratch.resize(largest, 0);
+        let spmd = Spmd {
+            executable,
+            devices,
+            args,
+            results,
+            weights,
+            scratch,
+            uploaded: (0..n).map(|_| Vec::new()).collect(),
+            lists: SpmdLists::default(),
+            outputs: Vec::new(),
+        };
+        Ok(AccelState {
+            client,
+            spmd: Some(spmd),
+            device_index: options.device_index,
+            segments: Vec::new(),
             info,
             uploaded: Vec::new(),
             lists: ExecuteLists::default(),
@@ -146,6 +287,9 @@ impl AccelState {
     /// are ignored in favour of their device copies) and writes result `k`
     /// into `results[k]`, whose length is the result's exact size.
     pub(crate) fn run(&mut self, segment: u32, args: &[TensorView<'_>], results: &mut [&mut [u8]]) -> Result<()> {
+        if let Some(spmd) = &mut self.spmd {
+            return spmd.run(&self.client, args, results);
+        }
         // Validation proved the index; checked again rather than indexed so a
         // mismatch between plan and delegate can never panic.
         let seg = self
@@ -224,4 +368,89 @@ fn upload_weight(program: &Program, client: &Arc<Client>, device_index: usize, t
         decl.shape.iter().map(|d| if let DimRef::Static(v) = d { *v as usize } else { 0 }).collect();
     let data = &program.weights()[offset as usize..(offset + bytes) as usize];
     client.buffer_from_host(decl.dtype, &shape, data, device_index).map(Some)
+}
+
+impl Spmd {
+    /// Splits the arena arguments into their pieces on every device, runs all
+    /// partitions in one call, and assembles each result from the pieces of
+    /// the partitions that own them.
+    fn run(&mut self, client: &Arc<Client>, args: &[TensorView<'_>], results: &mut [&mut [u8]]) -> Result<()> {
+        for (p, &device) in self.devices.iter().enumerate() {
+            self.uploaded[p].clear();
+            for ((arg, layout), weight) in args.iter().zip(&self.args).zip(&self.weights[p]) {
+                if weight.is_some() {
+                    continue;
+                }
+                let buffer = if layout.whole {
+                    client.buffer_from_host(arg.dtype, arg.shape, arg.data, device)?
+                } else {
+                    let piece = &mut self.scratch[..layout.piece_bytes()];
+                    layout.split(p, arg.data, piece);
+                    client.buffer_from_host(arg.dtype, &layout.local, piece, device)?
+                };
+                self.uploaded[p].push(buffer);
+            }
+        }
+        // The lists keep their capacity between calls: no allocation after the first.
+        self.lists.args.resize_with(self.devices.len(), Vec::new);
+        for ((weights, uploaded), list) in self.weights.iter().zip(&self.uploaded).zip(&mut self.lists.args) {
+            let mut fresh = uploaded.iter();
+            list.clear();
+            list.extend(weights.iter().filter_map(|w| w.as_ref().or_else(|| fresh.next())).map(Buffer::raw));
+        }
+        let executed = self.executable.execute_partitioned(&mut self.lists, &mut self.outputs);
+        self.lists.args.iter_mut().for_each(Vec::clear);
+        self.uploaded.iter_mut().for_each(Vec::clear);
+        executed?;
+        let copied = self.assemble(results);
+        self.outputs.iter_mut().for_each(Vec::clear);
+        copied
+    }
+
+    fn assemble(&mut self, results: &mut [&mut [u8]]) -> Result<()> {
+        for (k, (layout, dst)) in self.results.iter().zip(results.iter_mut()).enumerate() {
+            let context = |e: Error| match e {
+                Error::Pjrt { call, message } => {
+                    Error::Pjrt { call, message: format!("result {k} of the sharded segment: {message}") }
+                }
+                other => other,
+            };
+            let piece_of = |p: usize| self.outputs.get(p).and_then(|o| o.get(k));
+            if layout.whole {
+                let out = piece_of(0).ok_or_else(|| Error::Plan(format!("partition 0 returned no result {k}")))?;
+                out.to_host(dst).map_err(context)?;
+                continue;
+            }
+            for &p in &layout.owners {
+                let out = piece_of(p).ok_or_else(|| Error::Plan(format!("partition {p} returned no result {k}")))?;
+                let piece = &mut self.scratch[..layout.piece_bytes()];
+                out.to_host(piece).map_err(context)?;
+                layout.place(p, piece, dst);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Uploads partition `p`'s piece of weight tensor `t` (its whole bytes when
+/// it is replicated); `None` for an arena tensor.
+fn upload_weight_piece(
+    program: &Program,
+    client: &Arc<Client>,
+    device_index: usize,
+    t: u32,
+    layout: &PieceLayout,
+    p: usize,
+    scratch: &mut Vec<u8>,
+) -> Result<Option<Buffer>> {
+    let decl = &program.plan().tensors[t as usize];
+    let Storage::Weight { offset, bytes } = decl.storage else { return Ok(None) };
+    let data = &program.weights()[offset as usize..(offset + bytes) as usize];
+    if layout.whole {
+        return client.buffer_from_host(decl.dtype, &layout.full, data, device_index).map(Some);
+    }
+    scratch.clear();
+    scratch.resize(layout.piece_bytes(), 0);
+    layout.split(p, data, scratch);
+    client.buffer_from_host(decl.dtype, &layout.local, scratch, device_index).map(Some)
 }

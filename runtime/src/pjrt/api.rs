@@ -575,6 +575,89 @@ impl Executable {
     }
 }
 
+impl Executable {
+    /// Runs an SPMD executable on all its devices in one call (launching them
+    /// one by one would deadlock in the first collective): `args[p]` are the
+    /// argument buffers of partition `p`, on that partition's device; on
+    /// success `outputs[p]` holds its results. The lists are reused between
+    /// calls for their capacity.
+    pub(crate) fn execute_partitioned(&self, lists: &mut SpmdLists, outputs: &mut Vec<Vec<Buffer>>) -> Result<()> {
+        let plugin = &self.client.plugin;
+        let n = lists.args.len();
+        let num_args = lists.args.first().map_or(0, Vec::len);
+        if lists.args.iter().any(|a| a.len() != num_args) {
+            return Err(Error::Plan("partitions have different argument counts".into()));
+        }
+        lists.outs.resize_with(n, Vec::new);
+        for o in &mut lists.outs {
+            o.clear();
+            o.resize(self.num_outputs, std::ptr::null_mut());
+        }
+        lists.arg_ptrs.clear();
+        lists.arg_ptrs.extend(lists.args.iter().map(|a| a.as_ptr()));
+        lists.out_ptrs.clear();
+        lists.out_ptrs.extend(lists.outs.iter_mut().map(|o| o.as_mut_ptr()));
+        lists.events.clear();
+        lists.events.resize(n, std::ptr::null_mut());
+        let mut options = ffi::PJRT_ExecuteOptions::new();
+        let mut exec = ffi::PJRT_LoadedExecutable_Execute_Args::new();
+        exec.executable = self.raw;
+        exec.options = &mut options;
+        exec.argument_lists = lists.arg_ptrs.as_ptr();
+        exec.num_devices = n;
+        exec.num_args = num_args;
+        exec.output_lists = lists.out_ptrs.as_ptr();
+        exec.device_complete_events = lists.events.as_mut_ptr();
+        let executed = call!(plugin, PJRT_LoadedExecutable_Execute, &mut exec);
+        lists.arg_ptrs.clear();
+        lists.out_ptrs.clear();
+        executed?;
+        // Wrap every output first so all are freed whatever fails next.
+        outputs.resize_with(n, Vec::new);
+        let mut first_error = None;
+        for (p, outs) in lists.outs.iter_mut().enumerate() {
+            outputs[p].clear();
+            for &raw in outs.iter() {
+                match Buffer::wrap(&self.client, raw, "PJRT_LoadedExecutable_Execute") {
+                    Ok(b) => outputs[p].push(b),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            outs.clear();
+        }
+        for &event in &lists.events {
+            if let Err(e) = plugin.await_event("PJRT_LoadedExecutable_Execute (device completion)", event) {
+                first_error.get_or_insert(e);
+            }
+        }
+        lists.events.clear();
+        match first_error {
+            Some(e) => {
+                outputs.iter_mut().for_each(Vec::clear);
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// The raw lists of a partitioned execute call: `args[p]` is filled by the
+/// caller; the rest is scratch, empty between calls.
+#[derive(Default)]
+pub(crate) struct SpmdLists {
+    pub(crate) args: Vec<Vec<*mut ffi::PJRT_Buffer>>,
+    outs: Vec<Vec<*mut ffi::PJRT_Buffer>>,
+    arg_ptrs: Vec<*const *mut ffi::PJRT_Buffer>,
+    out_ptrs: Vec<*mut *mut ffi::PJRT_Buffer>,
+    events: Vec<*mut ffi::PJRT_Event>,
+}
+
+// SAFETY: as `ExecuteLists`: the caller clears `args` after each call and the
+// rest is cleared before `execute_partitioned` returns.
+unsafe impl Send for SpmdLists {}
+
 /// The raw argument and result lists of one execute call, kept between calls
 /// for their capacity; empty between calls.
 #[derive(Default)]

@@ -13,6 +13,7 @@ mod cache;
 pub mod compile_options;
 mod discover;
 mod ffi;
+mod spmd;
 
 pub use api::{Buffer, Client, ClientOptions, DeviceInfo, Executable, Plugin};
 pub use discover::{plugin_path, PLUGIN_ENV};

@@ -35,8 +35,10 @@ mod linalg;
 mod text;
 
 use super::partition::Segment;
+use super::sharding::{gspmd_sharding, shardy_mesh, shardy_sharding, ShardingDialect, SpmdEmit, MESH_SYMBOL};
 use super::Precision;
-use kiln_ir::{DType, Graph, NodeId, Op, ReduceKind, ValueId};
+use kiln_ir::{DType, Graph, NodeId, Op, ReduceKind, Sharding, ValueId};
+use kiln_passes::shard::Use;
 use linalg::Divisor;
 use melior::dialect::DialectHandle;
 use melior::ir::attribute::{StringAttribute, TypeAttribute};
@@ -49,10 +51,7 @@ use melior::Context;
 use std::collections::HashMap;
 use text::{arr, list, numel, parse_type};
 
-/// Constants with at most this many elements are written into the program
-/// (`dense<…>`); larger ones are passed as arguments so that weights stay in
-/// the artifact's weights section and are uploaded once per session.
-pub const INLINE_CONST_MAX_ELEMENTS: usize = 64;
+pub use super::INLINE_CONST_MAX_ELEMENTS;
 
 /// A segment as StableHLO text.
 #[derive(Clone, Debug)]
@@ -96,6 +95,20 @@ pub fn new_context() -> Context {
 
 /// Emits `seg` as a StableHLO module with one `func.func @main`.
 pub fn emit_segment(ctx: &Context, g: &Graph, seg: &Segment, precision: Precision) -> Result<Emitted, EmitError> {
+    emit_segment_with(ctx, g, seg, precision, None)
+}
+
+/// [`emit_segment`], for an SPMD program when `spmd` is given: every `@main`
+/// argument and result annotated with its sharding (`g`'s value attributes;
+/// none is replicated), and propagation's reshardings as constraints on the
+/// uses they name.
+pub fn emit_segment_with(
+    ctx: &Context,
+    g: &Graph,
+    seg: &Segment,
+    precision: Precision,
+    spmd: Option<&SpmdEmit>,
+) -> Result<Emitted, EmitError> {
     let loc = Location::unknown(ctx);
     let bf16 = precision == Precision::Bf16;
     let cdt = |d: DType| if bf16 && d == DType::F32 { DType::BF16 } else { d };
@@ -150,10 +163,18 @@ pub fn emit_segment(ctx: &Context, g: &Graph, seg: &Segment, precision: Precisio
             }
         }
         for &n in &seg.nodes {
+            // Constrained operands replace the values for this node only.
+            let saved = match spmd {
+                Some(spmd) => e.constrain_operands(g, n, spmd)?,
+                None => Vec::new(),
+            };
             e.lower_node(g, n).map_err(|mut x| {
                 x.node = Some(n);
                 x
             })?;
+            for (v, t) in saved {
+                e.values.insert(v, t);
+            }
         }
         let mut outs = Vec::new();
         for &v in &seg.results {
@@ -164,20 +185,52 @@ pub fn emit_segment(ctx: &Context, g: &Graph, seg: &Segment, precision: Precisio
             .append_operation(OperationBuilder::new("func.return", loc).add_operands(&outs).build().map_err(mlir_err)?);
     }
     let fn_type = FunctionType::new(ctx, &mlir_arg_types, &result_types);
+    let mut func_attrs: Vec<(Identifier, Attribute)> = vec![
+        (Identifier::new(ctx, "sym_name"), StringAttribute::new(ctx, "main").into()),
+        (Identifier::new(ctx, "function_type"), TypeAttribute::new(fn_type.into()).into()),
+    ];
+    let module = Module::new(loc);
+    if let Some(spmd) = spmd {
+        let annotations = |vs: &[ValueId]| -> Result<Attribute, EmitError> {
+            let dicts: Vec<String> = vs.iter().map(|&v| annotation(g, spmd, v)).collect();
+            let text = format!("[{}]", dicts.join(", "));
+            Attribute::parse(ctx, &text).ok_or_else(|| err(format!("cannot parse sharding annotations {text}")))
+        };
+        func_attrs.push((Identifier::new(ctx, "arg_attrs"), annotations(&args)?));
+        func_attrs.push((Identifier::new(ctx, "res_attrs"), annotations(&seg.results)?));
+        if spmd.dialect == ShardingDialect::Shardy {
+            let mesh = Attribute::parse(ctx, &shardy_mesh(&spmd.mesh))
+                .ok_or_else(|| err(format!("cannot parse {}", shardy_mesh(&spmd.mesh))))?;
+            let op = OperationBuilder::new("sdy.mesh", loc)
+                .add_attributes(&[
+                    (Identifier::new(ctx, "sym_name"), StringAttribute::new(ctx, MESH_SYMBOL).into()),
+                    (Identifier::new(ctx, "mesh"), mesh),
+                ])
+                .build()
+                .map_err(mlir_err)?;
+            module.body().append_operation(op);
+        }
+    }
     let func = OperationBuilder::new("func.func", loc)
-        .add_attributes(&[
-            (Identifier::new(ctx, "sym_name"), StringAttribute::new(ctx, "main").into()),
-            (Identifier::new(ctx, "function_type"), TypeAttribute::new(fn_type.into()).into()),
-        ])
+        .add_attributes(&func_attrs)
         .add_regions([region])
         .build()
         .map_err(mlir_err)?;
-    let module = Module::new(loc);
     module.body().append_operation(func);
     if !module.as_operation().verify() {
         return Err(err("the emitted module does not verify"));
     }
     Ok(Emitted { mlir: module.as_operation().to_string(), args, bf16_args, results: seg.results.clone() })
+}
+
+/// `{sdy.sharding = …}` or `{mhlo.sharding = "…"}` for `@main` argument or
+/// result `v` (partial sums resolved: a boundary is always whole).
+fn annotation(g: &Graph, spmd: &SpmdEmit, v: ValueId) -> String {
+    let s = g.values[v].attrs.sharding.clone().unwrap_or_else(|| Sharding::replicated(g.ty(v).rank()));
+    match spmd.dialect {
+        ShardingDialect::Shardy => format!("{{sdy.sharding = {}}}", shardy_sharding(&s)),
+        ShardingDialect::Gspmd => format!("{{mhlo.sharding = \"{}\"}}", gspmd_sharding(&spmd.mesh, &s)),
+    }
 }
 
 /// A tensor inside the segment: its MLIR value with static shape and dtype.
@@ -222,6 +275,44 @@ impl<'c, 'a> Emitter<'c, 'a> {
         } else {
             "[#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"
         }
+    }
+
+    /// Emits a sharding constraint for every resharding of an operand of `n`
+    /// and makes it the operand's value; returns the values it replaced.
+    fn constrain_operands(
+        &mut self,
+        g: &Graph,
+        n: NodeId,
+        spmd: &SpmdEmit,
+    ) -> Result<Vec<(ValueId, T<'c, 'a>)>, EmitError> {
+        let mut saved = Vec::new();
+        for r in &spmd.reshards {
+            let Use::Operand { node, index } = r.at else { continue };
+            if node != n || !r.to.partial.is_empty() {
+                continue;
+            }
+            let Some(&v) = g.nodes[n].inputs.get(index) else { continue };
+            if saved.iter().any(|(s, _)| *s == v) {
+                continue;
+            }
+            let t = self.get(v)?;
+            let constrained = match spmd.dialect {
+                ShardingDialect::Shardy => {
+                    let attrs = [("sharding", shardy_sharding(&r.to))];
+                    self.op("sdy.sharding_constraint", &[&t], &t.shape, t.dt, &attrs)?
+                }
+                ShardingDialect::Gspmd => {
+                    let attrs = [
+                        ("call_target_name", "\"Sharding\"".to_string()),
+                        ("mhlo.sharding", format!("\"{}\"", gspmd_sharding(&spmd.mesh, &r.to))),
+                    ];
+                    self.op("stablehlo.custom_call", &[&t], &t.shape, t.dt, &attrs)?
+                }
+            };
+            self.values.insert(v, constrained);
+            saved.push((v, t));
+        }
+        Ok(saved)
     }
 
     fn get(&self, v: ValueId) -> Result<T<'c, 'a>, EmitError> {

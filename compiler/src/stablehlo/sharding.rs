@@ -1,0 +1,270 @@
+//! Sharding annotations for SPMD modules: Shardy (`sdy.mesh`, `sdy.sharding`,
+//! `sdy.sharding_constraint`; the default) or GSPMD strings (`mhlo.sharding`;
+//! the fallback), never both in one module (GSPMD attributes switch Shardy
+//! off). Both forms were checked on the XLA CPU plugin (see
+//! `../shared/notes/sharding-pjrt.md`).
+
+use kiln_ir::{Graph, Mesh, MeshAxis, Sharding};
+use kiln_passes::shard::{Override, Reshard, Use};
+use kiln_runtime::format::{MeshAxisDecl, MeshDecl, TensorSharding};
+
+/// How a sharded module is annotated.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum ShardingDialect {
+    #[default]
+    Shardy,
+    Gspmd,
+}
+
+impl ShardingDialect {
+    pub fn from_name(name: &str) -> Option<ShardingDialect> {
+        match name {
+            "shardy" | "sdy" => Some(ShardingDialect::Shardy),
+            "gspmd" | "mhlo" => Some(ShardingDialect::Gspmd),
+            _ => None,
+        }
+    }
+}
+
+/// What the emitter needs to annotate an SPMD segment.
+#[derive(Clone, Debug)]
+pub struct SpmdEmit {
+    pub mesh: Mesh,
+    pub dialect: ShardingDialect,
+    /// Propagation's reshardings: each becomes a constraint on that use.
+    pub reshards: Vec<Reshard>,
+}
+
+/// The `sdy.mesh` symbol every Shardy annotation names.
+pub const MESH_SYMBOL: &str = "mesh";
+
+/// `#sdy.mesh<["data"=2, "model"=2]>`.
+pub fn shardy_mesh(mesh: &Mesh) -> String {
+    let axes: Vec<String> = mesh.axes.iter().map(|a| format!("\"{}\"={}", a.name, a.size)).collect();
+    format!("#sdy.mesh<[{}]>", axes.join(", "))
+}
+
+/// `#sdy.sharding<@mesh, [{"data"}, {}]>` (partial sums are not annotated:
+/// XLA resolves them where the value is used).
+pub fn shardy_sharding(s: &Sharding) -> String {
+    let dims: Vec<String> = s
+        .dims
+        .iter()
+        .map(|axes| {
+            let names: Vec<String> = axes.iter().map(|a| format!("\"{a}\"")).collect();
+            format!("{{{}}}", names.join(", "))
+        })
+        .collect();
+    format!("#sdy.sharding<@{MESH_SYMBOL}, [{}]>", dims.join(", "))
+}
+
+/// The GSPMD tile string: `{replicated}`, or `{devices=[t0,..,tn(,r)]ids
+/// (last_tile_dim_replicate)}` where `t_d` is the number of pieces of dim
+/// `d`, `r` the devices holding the same piece, and `ids` the partitions in
+/// row-major order of that tile array.
+pub fn gspmd_sharding(mesh: &Mesh, s: &Sharding) -> String {
+    if s.dims.iter().all(Vec::is_empty) {
+        return "{replicated}".to_string();
+    }
+    let size_of = |name: &str| mesh.axis(name).map_or(1, |a| a.size as usize);
+    let tiles: Vec<usize> = s.dims.iter().map(|axes| axes.iter().map(|a| size_of(a)).product()).collect();
+    let unused: Vec<&str> =
+        mesh.axes.iter().map(|a| a.name.as_str()).filter(|a| !s.dims.iter().flatten().any(|b| b == a)).collect();
+    let replicas: usize = unused.iter().map(|a| size_of(a)).product();
+    let n = mesh.size() as usize;
+    let mut ids = vec![0usize; n];
+    for p in 0..n {
+        // Mesh coordinates of partition p (row-major over the axes).
+        let mut coord = std::collections::HashMap::new();
+        let mut rest = p;
+        for a in mesh.axes.iter().rev() {
+            coord.insert(a.name.as_str(), rest % a.size.max(1) as usize);
+            rest /= a.size.max(1) as usize;
+        }
+        let radix = |axes: &mut dyn Iterator<Item = &str>| {
+            axes.fold(0, |i, a| i * size_of(a) + coord.get(a).copied().unwrap_or(0))
+        };
+        let mut flat = 0;
+        for axes in &s.dims {
+            let tile: usize = axes.iter().map(|a| size_of(a)).product();
+            flat = flat * tile + radix(&mut axes.iter().map(String::as_str));
+        }
+        flat = flat * replicas + radix(&mut unused.iter().copied());
+        ids[flat] = p;
+    }
+    let mut shape: Vec<String> = tiles.iter().map(usize::to_string).collect();
+    if replicas > 1 {
+        shape.push(replicas.to_string());
+    }
+    let ids: Vec<String> = ids.iter().map(usize::to_string).collect();
+    let tail = if replicas > 1 { " last_tile_dim_replicate" } else { "" };
+    format!("{{devices=[{}]{}{tail}}}", shape.join(","), ids.join(","))
+}
+
+/// The runtime's form of the mesh.
+pub fn mesh_decl(mesh: &Mesh) -> MeshDecl {
+    MeshDecl {
+        axes: mesh.axes.iter().map(|a| MeshAxisDecl { name: a.name.clone(), size: a.size }).collect(),
+        devices: mesh.devices.clone(),
+    }
+}
+
+/// The runtime's form of a sharding: axis indices per dim.
+pub fn tensor_sharding(mesh: &Mesh, s: &Sharding) -> TensorSharding {
+    let index = |name: &String| mesh.axes.iter().position(|a| &a.name == name).unwrap_or(0) as u32;
+    TensorSharding { dims: s.dims.iter().map(|axes| axes.iter().map(index).collect()).collect() }
+}
+
+/// `--mesh data=2,model=2`: axes major to minor.
+pub fn parse_mesh(text: &str) -> Result<Mesh, String> {
+    let mut mesh = Mesh { axes: vec![], devices: vec![] };
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, size) = item.split_once('=').ok_or_else(|| format!("mesh axis `{item}` is not NAME=SIZE"))?;
+        let size: u32 = size.trim().parse().map_err(|_| format!("mesh axis `{item}`: `{size}` is not a size"))?;
+        mesh.axes.push(MeshAxis { name: name.trim().to_string(), size });
+    }
+    let problems = mesh.problems();
+    if problems.is_empty() {
+        Ok(mesh)
+    } else {
+        Err(format!("--mesh {text}: {}", problems.join("; ")))
+    }
+}
+
+/// A `--shard-spec` file: `{"devices": [3, 2, 1, 0], "overrides": [{"tensor":
+/// "layers.*.fc1.weight", "sharding": [["model"], []]}]}`, both optional;
+/// `tensor` is an origin (the Python name) or a glob over them, `sharding`
+/// per dim the mesh axes it is split over. Unknown keys are errors.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardSpec {
+    #[serde(default)]
+    pub devices: Vec<u32>,
+    #[serde(default)]
+    pub overrides: Vec<SpecOverride>,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecOverride {
+    pub tensor: String,
+    pub sharding: Vec<Vec<String>>,
+}
+
+impl ShardSpec {
+    pub fn parse(json: &str) -> Result<ShardSpec, String> {
+        serde_json::from_str(json).map_err(|e| format!("sharding spec: {e}"))
+    }
+
+    pub fn overrides(&self) -> Vec<Override> {
+        self.overrides
+            .iter()
+            .map(|o| Override {
+                pattern: o.tensor.clone(),
+                sharding: Sharding { dims: o.sharding.clone(), partial: vec![] },
+            })
+            .collect()
+    }
+}
+
+/// What `kiln compile --report` shows of an SPMD plan.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShardReport {
+    pub mesh: String,
+    /// Inputs and weights: name, sharding, whole bytes, bytes per device.
+    pub tensors: Vec<(String, String, u64, u64)>,
+    /// Every resharding: collective, where, bytes of the whole tensor.
+    pub collectives: Vec<(&'static str, String, u64)>,
+}
+
+impl ShardReport {
+    pub fn new(g: &Graph, spmd: &SpmdEmit) -> ShardReport {
+        let mut tensors = Vec::new();
+        let values = g.inputs.iter().copied().chain(g.consts.values().map(|c| c.value));
+        for v in values {
+            let ty = g.ty(v);
+            let Some(shape) = ty.static_shape() else { continue };
+            let bytes = shape.iter().product::<i64>().max(0) as u64 * ty.dtype.size_bytes() as u64;
+            if g.const_of(v).is_some() && shape.iter().product::<i64>() <= super::INLINE_CONST_MAX_ELEMENTS as i64 {
+                continue;
+            }
+            let s = g.values[v].attrs.sharding.clone().unwrap_or_else(|| Sharding::replicated(shape.len()));
+            let pieces: u64 = (0..shape.len()).map(|d| s.pieces(&spmd.mesh, d)).product();
+            let name = g.values[v].attrs.origin.clone().or_else(|| g.values[v].name.clone()).unwrap_or(v.to_string());
+            tensors.push((name, s.to_string(), bytes, bytes / pieces.max(1)));
+        }
+        let collectives = spmd
+            .reshards
+            .iter()
+            .filter(|r| r.collective.name() != "slice")
+            .map(|r| {
+                let at = match r.at {
+                    Use::Operand { node, index } => format!("operand {index} of {}", g.describe_node(node)),
+                    Use::Output(k) => format!("output {k}"),
+                };
+                (r.collective.name(), format!("{at}: {} -> {}", r.from, r.to), r.bytes)
+            })
+            .collect();
+        ShardReport { mesh: spmd.mesh.to_string(), tensors, collectives }
+    }
+
+    /// Weight bytes each device holds (inputs excluded).
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![format!("sharding over mesh [{}]:", self.mesh)];
+        for (name, s, whole, per) in &self.tensors {
+            out.push(format!("  {name:<40} {s:<24} {whole:>10} B whole, {per:>10} B per device"));
+        }
+        let per_device: u64 = self.tensors.iter().map(|t| t.3).sum();
+        out.push(format!("  inputs and weights per device: {per_device} B"));
+        if self.collectives.is_empty() {
+            out.push("  collectives kiln placed: none (XLA may add its own)".to_string());
+        }
+        for (kind, what, bytes) in &self.collectives {
+            out.push(format!("  {kind:<10} {bytes:>10} B  {what}"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gspmd_strings_match_the_checked_ones() {
+        // The note's 2-D mesh example (E15), and the 1-D tensor-parallel MLP (E11).
+        let mesh = Mesh::new(&[("data", 2), ("model", 2)]);
+        let x = Sharding::split(2, 0, "data");
+        assert_eq!(gspmd_sharding(&mesh, &x), "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
+        let w1 = Sharding::split(2, 1, "model");
+        assert_eq!(gspmd_sharding(&mesh, &w1), "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}");
+        let w2 = Sharding::split(2, 0, "model");
+        assert_eq!(gspmd_sharding(&mesh, &w2), "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}");
+        let one = Mesh::new(&[("x", 4)]);
+        assert_eq!(gspmd_sharding(&one, &Sharding::split(2, 1, "x")), "{devices=[1,4]0,1,2,3}");
+        assert_eq!(gspmd_sharding(&one, &Sharding::replicated(2)), "{replicated}");
+        let both = Sharding { dims: vec![vec!["model".into(), "data".into()]], partial: vec![] };
+        assert_eq!(gspmd_sharding(&mesh, &both), "{devices=[4]0,2,1,3}");
+    }
+
+    #[test]
+    fn mesh_and_spec_parse() {
+        let mesh = parse_mesh("data=2, model=4").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(mesh.to_string(), "data=2, model=4");
+        assert!(parse_mesh("data=2,data=2").is_err());
+        assert!(parse_mesh("data").is_err());
+        let spec = ShardSpec::parse(r#"{"overrides": [{"tensor": "fc1.*", "sharding": [["model"], []]}]}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(spec.overrides()[0].sharding, Sharding::split(2, 0, "model"));
+        assert!(ShardSpec::parse(r#"{"overides": []}"#).is_err());
+    }
+
+    #[test]
+    fn shardy_text() {
+        let mesh = Mesh::new(&[("data", 2), ("model", 2)]);
+        assert_eq!(shardy_mesh(&mesh), "#sdy.mesh<[\"data\"=2, \"model\"=2]>");
+        let s = Sharding { dims: vec![vec!["data".into(), "model".into()], vec![]], partial: vec![] };
+        assert_eq!(shardy_sharding(&s), "#sdy.sharding<@mesh, [{\"data\", \"model\"}, {}]>");
+        assert_eq!(tensor_sharding(&mesh, &s).dims, [vec![0, 1], vec![]]);
+    }
+}

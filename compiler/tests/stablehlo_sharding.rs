@@ -1,0 +1,162 @@
+//! SPMD programs (`--mesh`, `--shard`) on the XLA CPU plugin: fixtures
+//! compiled with a mesh and a strategy run on 2 and 4 devices and must match
+//! PyTorch's outputs and one device (within torch's tolerance: XLA:CPU's
+//! GEMM tiling depends on the shapes each device sees). Needs
+//! `KILN_TEST_XLA_CPU_PLUGIN`; skips without it (fails under CI).
+#![cfg(feature = "mlir")]
+
+mod stablehlo_support;
+
+use kiln_compiler::import::import_pt2;
+use kiln_compiler::npy::read_npy;
+use kiln_compiler::stablehlo::sharding::ShardingDialect;
+use kiln_compiler::stablehlo::Precision;
+use kiln_compiler::{compile_graph_for, Backend, CompileOptions, ShardConfig};
+use kiln_ir::{Mesh, Sharding};
+use kiln_passes::shard::{Override, Strategy};
+use kiln_runtime::format::Metadata;
+use kiln_runtime::{Program, Tensor};
+use stablehlo_support::*;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const RTOL: f64 = 1e-4;
+const ATOL: f64 = 1e-5;
+
+fn fixture_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
+}
+
+fn read_numbered(dir: &Path, prefix: &str) -> Vec<Tensor> {
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
+        .take_while(|p| p.exists())
+        .map(|p| read_npy(&p).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+fn config(mesh: &[(&str, u32)], strategy: Strategy, dialect: ShardingDialect) -> ShardConfig {
+    ShardConfig { mesh: Mesh::new(mesh), strategy, overrides: vec![], dialect }
+}
+
+fn compile_sharded(name: &str, flavour: &str, shard: Option<ShardConfig>) -> Result<Arc<Program>, String> {
+    let graph = import_pt2(&fixture_dir(name).join(format!("{flavour}.pt2"))).map_err(|e| e.to_string())?.graph;
+    let opts = CompileOptions { shard, ..CompileOptions::default() };
+    let (writer, _) = compile_graph_for(graph, &opts, Backend::Pjrt { precision: Precision::F32 }, Metadata::default())
+        .map_err(|e| e.to_string())?;
+    Program::from_bytes(&writer.to_bytes()).map_err(|e| e.to_string())
+}
+
+/// Compiles `name` with `shard`, runs it on the mesh's devices and checks it
+/// against PyTorch and against `one_device`'s outputs.
+fn check(name: &str, flavour: &str, shard: ShardConfig, one_device: &[Tensor], plugin: &Path) {
+    let what = format!("{name}/{flavour} {} on [{}]", shard.strategy.name(), shard.mesh);
+    let program = compile_sharded(name, flavour, Some(shard.clone())).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let accel = accel(&program);
+    let mesh = accel.mesh.as_ref().unwrap_or_else(|| panic!("{what}: no mesh in the artifact"));
+    assert_eq!(mesh.size(), shard.mesh.size(), "{what}: mesh size");
+    assert_eq!(accel.segments.len(), 1, "{what}: one segment");
+    let text = &accel.segments[0].mlir;
+    match shard.dialect {
+        ShardingDialect::Shardy => assert!(text.contains("sdy.mesh") && !text.contains("mhlo.sharding"), "{what}"),
+        ShardingDialect::Gspmd => assert!(text.contains("mhlo.sharding") && !text.contains("sdy."), "{what}"),
+    }
+    let dir = fixture_dir(name);
+    let (inputs, expected) = (read_numbered(&dir, "input"), read_numbered(&dir, "output"));
+    let got = run_pjrt(&program, plugin, &inputs);
+    assert_eq!(got.len(), expected.len(), "{what}: outputs");
+    for (i, ((g, w), one)) in got.iter().zip(&expected).zip(one_device).enumerate() {
+        assert_close(&format!("{what}: output {i} vs PyTorch"), g, w, RTOL, ATOL);
+        // XLA:CPU tiles a GEMM by its row count, so even data parallelism
+        // (the same products on fewer rows) may round differently: torch's
+        // tolerance, and a note when the bits agree.
+        assert_close(&format!("{what}: output {i} vs one device"), g, one, RTOL, ATOL);
+        eprintln!(
+            "{what}: output {i} {} one device",
+            if g.data == one.data { "bit-identical to" } else { "within tolerance of" }
+        );
+    }
+}
+
+fn one_device(name: &str, flavour: &str, plugin: &Path) -> Vec<Tensor> {
+    let program = compile_sharded(name, flavour, None).unwrap_or_else(|e| panic!("{name}: {e}"));
+    run_pjrt(&program, plugin, &read_numbered(&fixture_dir(name), "input"))
+}
+
+#[test]
+fn mlp_under_every_strategy_on_2_4_and_8_devices() {
+    let Some(plugin) = plugin() else { return };
+    for flavour in ["training", "aten"] {
+        let one = one_device("mlp", flavour, &plugin);
+        for strategy in [Strategy::DataParallel, Strategy::TensorParallel, Strategy::Fsdp] {
+            let meshes = [
+                &[("data", 2)][..],
+                &[("data", 4)],
+                &[("data", 2), ("model", 2)],
+                &[("model", 4)],
+                &[("data", 2), ("model", 4)],
+            ];
+            for mesh in meshes {
+                if strategy == Strategy::TensorParallel && !mesh.iter().any(|a| a.0 == "model") {
+                    continue;
+                }
+                for dialect in [ShardingDialect::Shardy, ShardingDialect::Gspmd] {
+                    check("mlp", flavour, config(mesh, strategy, dialect), &one, &plugin);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bert_and_llama_on_2_4_and_8_devices() {
+    let Some(plugin) = plugin() else { return };
+    let shardy = ShardingDialect::Shardy;
+    let bert = one_device("models/bert", "training", &plugin);
+    for strategy in [Strategy::DataParallel, Strategy::TensorParallel, Strategy::Fsdp] {
+        for mesh in [
+            &[("data", 2)][..],
+            &[("data", 2), ("model", 2)],
+            &[("model", 2)],
+            &[("model", 4)],
+            &[("data", 2), ("model", 4)],
+        ] {
+            let has_data = mesh.iter().any(|a| a.0 == "data");
+            let has_model = mesh.iter().any(|a| a.0 == "model");
+            if strategy == Strategy::TensorParallel && !has_model || strategy != Strategy::TensorParallel && !has_data {
+                continue;
+            }
+            check("models/bert", "training", config(mesh, strategy, shardy), &bert, &plugin);
+        }
+    }
+    // Llama's batch is 1: tensor parallelism only (data parallelism is refused, below).
+    let llama = one_device("models/llama", "training", &plugin);
+    for mesh in [&[("model", 2)][..], &[("model", 4)], &[("model", 8)]] {
+        check("models/llama", "training", config(mesh, Strategy::TensorParallel, shardy), &llama, &plugin);
+    }
+}
+
+#[test]
+fn overrides_select_tensors_by_python_name() {
+    let Some(plugin) = plugin() else { return };
+    let one = one_device("mlp", "training", &plugin);
+    // Everything replicated except the first layer's weight, split by hand.
+    let mut shard = config(&[("model", 2)], Strategy::Replicated, ShardingDialect::Shardy);
+    shard.overrides = vec![Override { pattern: "fc1.w*".into(), sharding: Sharding::split(2, 0, "model") }];
+    check("mlp", "training", shard.clone(), &one, &plugin);
+    shard.overrides[0].pattern = "no.such.*".into();
+    let err = compile_sharded("mlp", "training", Some(shard)).err().unwrap_or_default();
+    assert!(err.contains("sharding override `no.such.*` matches no input or weight"), "{err}");
+}
+
+#[test]
+fn unshardable_programs_are_clear_compile_errors() {
+    // Llama's batch of 1 cannot be split over 2 devices.
+    let dp = config(&[("data", 2)], Strategy::DataParallel, ShardingDialect::Shardy);
+    let err = compile_sharded("models/llama", "training", Some(dp)).err().unwrap_or_default();
+    assert!(err.contains("mesh axis `data` (size 2) does not divide dim 0 (size 1) of `"), "{err}");
+    // A program with a data-dependent size cannot be one segment.
+    let dp = config(&[("data", 1)], Strategy::Replicated, ShardingDialect::Shardy);
+    let err = compile_sharded("nonzero", "training", Some(dp)).err().unwrap_or_default();
+    assert!(err.contains("must lower to a single PJRT segment") && err.contains("stays on the CPU"), "{err}");
+}

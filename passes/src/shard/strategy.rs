@@ -1,0 +1,209 @@
+//! Seeding: the shardings of graph inputs and weights a strategy starts from,
+//! then the user's per-tensor overrides.
+
+use super::ShardOptions;
+use kiln_ir::{Dim, Graph, Mesh, Sharding, ValueId};
+
+/// How `--shard` lays a program out.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Nothing split (only overrides apply).
+    Replicated,
+    /// Inputs split along their batch (first) dim over the data axis,
+    /// weights replicated.
+    DataParallel,
+    /// Megatron: a linear whose input arrives whole is column-parallel (its
+    /// output features split over the model axis), one whose input arrives
+    /// split on its features is row-parallel (its contraction split, a
+    /// partial sum reduced after it); attention heads follow the column
+    /// split through the reshapes. Inputs split on batch over a separate
+    /// `data` axis when the mesh has one.
+    TensorParallel,
+    /// Data-parallel inputs, and every weight split on its largest dim the
+    /// data axis divides (XLA gathers it where it is used).
+    Fsdp,
+}
+
+impl Strategy {
+    pub fn from_name(name: &str) -> Option<Strategy> {
+        Some(match name {
+            "replicated" | "none" => Strategy::Replicated,
+            "data-parallel" | "dp" => Strategy::DataParallel,
+            "tensor-parallel" | "tp" => Strategy::TensorParallel,
+            "fsdp" => Strategy::Fsdp,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Replicated => "replicated",
+            Strategy::DataParallel => "data-parallel",
+            Strategy::TensorParallel => "tensor-parallel",
+            Strategy::Fsdp => "fsdp",
+        }
+    }
+}
+
+/// A user's sharding for every input or weight whose origin matches `pattern`
+/// (`*` any run of characters, `?` one character).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Override {
+    pub pattern: String,
+    pub sharding: Sharding,
+}
+
+/// The axis batch dims are split over: `data`, else the first.
+pub(super) fn data_axis(mesh: &Mesh) -> &str {
+    mesh.axis("data").or(mesh.axes.first()).map_or("", |a| a.name.as_str())
+}
+
+/// The axis tensor parallelism splits weights over: `model`, else the last.
+pub(super) fn model_axis(mesh: &Mesh) -> &str {
+    mesh.axis("model").or(mesh.axes.last()).map_or("", |a| a.name.as_str())
+}
+
+pub(super) fn seed(g: &mut Graph, opts: &ShardOptions) -> Result<(), String> {
+    let mesh = &opts.mesh;
+    let data = data_axis(mesh).to_string();
+    let split_batch = match opts.strategy {
+        Strategy::DataParallel | Strategy::Fsdp => true,
+        Strategy::TensorParallel => mesh.axis("data").is_some() && model_axis(mesh) != "data",
+        Strategy::Replicated => false,
+    };
+    // An axis of one device splits nothing.
+    if split_batch && mesh.axis(&data).is_some_and(|a| a.size > 1) {
+        for i in 0..g.inputs.len() {
+            let v = g.inputs[i];
+            if g.is_state_input(i) || g.ty(v).rank() == 0 {
+                continue;
+            }
+            check_divides(g, mesh, v, 0, &data, opts.strategy)?;
+            g.values[v].attrs.sharding = Some(Sharding::split(g.ty(v).rank(), 0, &data));
+        }
+    }
+    if opts.strategy == Strategy::Fsdp {
+        let size = mesh.axis(&data).map_or(1, |a| i64::from(a.size));
+        let weights: Vec<ValueId> = g.consts.values().map(|c| c.value).collect();
+        for w in weights {
+            let Some(shape) = g.ty(w).static_shape() else { continue };
+            if shape.iter().product::<i64>() as usize <= opts.inline_max_elements {
+                continue;
+            }
+            // The largest dim the axis divides (the first of equals).
+            let best = (0..shape.len()).filter(|&d| shape[d] % size == 0).max_by_key(|&d| (shape[d], -(d as i64)));
+            if let Some(d) = best {
+                g.values[w].attrs.sharding = Some(Sharding::split(shape.len(), d, &data));
+            }
+        }
+    }
+    apply_overrides(g, opts)
+}
+
+fn check_divides(g: &Graph, mesh: &Mesh, v: ValueId, dim: usize, axis: &str, strategy: Strategy) -> Result<(), String> {
+    let size = mesh.axis(axis).map_or(1, |a| a.size);
+    let name = describe(g, v);
+    match g.ty(v).shape.get(dim) {
+        Some(Dim::Const(n)) if n % i64::from(size) == 0 => Ok(()),
+        Some(Dim::Const(n)) => Err(format!(
+            "--shard {}: mesh axis `{axis}` (size {size}) does not divide dim {dim} (size {n}) of {name}",
+            strategy.name()
+        )),
+        _ => Err(format!(
+            "--shard {}: dim {dim} of {name} is dynamic; a sharded program needs static shapes",
+            strategy.name()
+        )),
+    }
+}
+
+fn describe(g: &Graph, v: ValueId) -> String {
+    match (&g.values[v].attrs.origin, &g.values[v].name) {
+        (Some(o), _) => format!("`{o}`"),
+        (None, Some(n)) => format!("`{n}`"),
+        _ => format!("{v}"),
+    }
+}
+
+fn apply_overrides(g: &mut Graph, opts: &ShardOptions) -> Result<(), String> {
+    if opts.overrides.is_empty() {
+        return Ok(());
+    }
+    let candidates: Vec<ValueId> = g.inputs.iter().copied().chain(g.consts.values().map(|c| c.value)).collect();
+    let mut used = vec![false; opts.overrides.len()];
+    for v in candidates {
+        let Some(origin) = g.values[v].attrs.origin.clone() else { continue };
+        let Some(k) = opts.overrides.iter().position(|o| glob_match(&o.pattern, &origin)) else { continue };
+        used[k] = true;
+        let sharding = &opts.overrides[k].sharding;
+        let shape: Vec<Option<i64>> = g.ty(v).shape.iter().map(Dim::as_const).collect();
+        let problems = sharding.problems(&opts.mesh, &shape);
+        if !problems.is_empty() {
+            return Err(format!(
+                "sharding override `{}` for `{origin}`: {}",
+                opts.overrides[k].pattern,
+                problems.join("; ")
+            ));
+        }
+        if !sharding.partial.is_empty() {
+            return Err(format!("sharding override for `{origin}`: an input or weight cannot be a partial sum"));
+        }
+        g.values[v].attrs.sharding = Some(sharding.clone());
+    }
+    if let Some(k) = used.iter().position(|u| !u) {
+        let mut names: Vec<&str> = g
+            .inputs
+            .iter()
+            .chain(g.consts.values().map(|c| &c.value))
+            .filter_map(|&v| g.values[v].attrs.origin.as_deref())
+            .collect();
+        names.sort_unstable();
+        names.truncate(12);
+        return Err(format!(
+            "sharding override `{}` matches no input or weight (some names: {})",
+            opts.overrides[k].pattern,
+            names.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// `*` matches any run of characters (dots included), `?` one character.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // Iterative matching with one backtrack point: linear in practice.
+    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some(i);
+            mark = j;
+            i += 1;
+        } else if let Some(s) = star {
+            i = s + 1;
+            mark += 1;
+            j = mark;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("layers.*.fc1.weight", "layers.0.fc1.weight"));
+        assert!(glob_match("*", "x"));
+        assert!(glob_match("x?", "x1"));
+        assert!(!glob_match("layers.*.fc1.weight", "layers.0.fc2.weight"));
+        assert!(glob_match("*.weight", "a.b.weight"));
+        assert!(!glob_match("*.weight", "a.b.bias"));
+        assert!(glob_match("exact", "exact"));
+        assert!(!glob_match("exact", "exactly"));
+    }
+}
