@@ -127,10 +127,11 @@ fn packed_b_refuses_bad_operands_and_other_tables() {
 #[test]
 fn fused_linear_equals_the_unfused_kernels() {
     let mut r = rng(3);
+    let relu6 = Activation::Clamp { min: Some(0.0), max: Some(6.0) };
     let activations =
         [None, Some(Activation::Relu), Some(Activation::Silu), Some(Activation::Gelu), Some(Activation::GeluTanh)];
-    let activations = activations.into_iter().chain([Some(Activation::Sigmoid)]);
-    for act in activations {
+    let activations = activations.into_iter().chain([Some(Activation::Sigmoid), Some(relu6)]);
+    for (act, residual_first) in activations.flat_map(|a| [(a, false), (a, true)]) {
         for table in tables() {
             for (m, n, kk) in [(1, 7, 5), (8, 300, 64), (37, 33, 270)] {
                 let x = rand_f32(&mut r, m * kk);
@@ -149,25 +150,42 @@ fn fused_linear_equals_the_unfused_kernels() {
                 let with_bias = f32s(&[m, n], &v);
                 let mut out = Buf::zeros(DType::F32, &[m, n]);
                 k::binary_cx(BinaryOp::Add, with_bias.r(), f32s(&[n], &bias).r(), out.w(), &mut cx).unwrap();
-                if let Some(a) = act {
+                let add_residual = |out: &mut Buf, cx: &mut Context| {
                     let before = f32s(&[m, n], &out.get::<f32>());
-                    k::unary_cx(a.op(), before.r(), out.w(), &mut cx).unwrap();
+                    k::binary_cx(BinaryOp::Add, before.r(), f32s(&[m, n], &residual).r(), out.w(), cx).unwrap();
+                };
+                if residual_first {
+                    add_residual(&mut out, &mut cx);
                 }
-                let before = f32s(&[m, n], &out.get::<f32>());
-                k::binary_cx(BinaryOp::Add, before.r(), f32s(&[m, n], &residual).r(), out.w(), &mut cx).unwrap();
+                if let Some(a) = act {
+                    activate(a, &mut out, &[m, n], &mut cx);
+                }
+                if !residual_first {
+                    add_residual(&mut out, &mut cx);
+                }
                 let want = out.get::<f32>();
 
                 let packed = PackedB::new(table, kk, n, &w, kk, true).unwrap();
-                let epilogue = LinearEpilogue { scale, bias: Some(&bias), activation: act, residual: Some(&residual) };
+                let epilogue = LinearEpilogue {
+                    scale,
+                    bias: Some(&bias),
+                    activation: act,
+                    residual: Some(&residual),
+                    residual_first,
+                };
                 let mut fused = Buf::zeros(DType::F32, &[m, n]);
                 k::linear_fused(xs.r(), &packed, &epilogue, fused.w(), &mut cx).unwrap();
                 let got = fused.get::<f32>();
+                // Packing during the call computes the same tiles.
+                let mut unpacked = Buf::zeros(DType::F32, &[m, n]);
+                k::linear_fused_unpacked(xs.r(), ws.r(), &epilogue, unpacked.w(), &mut cx).unwrap();
+                assert!(bits(&unpacked.get::<f32>()) == bits(&got), "unpacked fused linear differs");
                 // The same operations in the same order; the vector math of
                 // an activation may take its scalar tail on different
                 // elements, so those may differ by a few ulp.
-                let ctx = format!("{act:?} on {} {m}x{n}x{kk}", table.isa());
+                let ctx = format!("{act:?} (residual first: {residual_first}) on {} {m}x{n}x{kk}", table.isa());
                 assert_close(&to64(&got), &to64(&want), 1e-6, 1e-6, &ctx);
-                if matches!(act, None | Some(Activation::Relu)) {
+                if matches!(act, None | Some(Activation::Relu | Activation::Clamp { .. })) {
                     assert!(bits(&got) == bits(&want), "exact epilogue differs: {ctx}");
                 }
             }
@@ -191,8 +209,111 @@ fn fused_linear_checks_its_operands() {
     let ok = LinearEpilogue { activation: Some(Activation::Relu), scale: -1.0, ..LinearEpilogue::default() };
     k::linear_fused(x.r(), &packed, &ok, out.w(), &mut cx).unwrap();
     assert_eq!(out.get::<f32>(), vec![0.0; 8]);
-    assert_eq!(Activation::from_op(UnaryOp::Silu), Some(Activation::Silu));
-    assert_eq!(Activation::from_op(UnaryOp::Exp), None);
+    assert_eq!(Activation::from_unary(UnaryOp::Silu), Some(Activation::Silu));
+    assert_eq!(Activation::from_unary(UnaryOp::Exp), None);
+}
+
+/// The unfused kernel of an epilogue activation, on `out` in place.
+fn activate(a: Activation, out: &mut Buf, shape: &[usize], cx: &mut Context) {
+    let before = f32s(shape, &out.get::<f32>());
+    match (a, a.unary_op()) {
+        (Activation::Clamp { min, max }, _) => k::clamp_cx(before.r(), min, max, out.w(), cx).unwrap(),
+        (_, Some(op)) => k::unary_cx(op, before.r(), out.w(), cx).unwrap(),
+        (_, None) => unreachable!("every activation but clamp is a unary op"),
+    }
+}
+
+/// A fused convolution (dense im2col, pointwise, grouped and depthwise,
+/// packed or not) equals the convolution followed by the unfused
+/// activation and residual add — bit for bit for ReLU and clamp (exact
+/// operations) — at every thread count.
+#[test]
+fn fused_conv_equals_the_unfused_kernels() {
+    let mut r = rng(5);
+    let relu6 = Activation::Clamp { min: Some(0.0), max: Some(6.0) };
+    // (x shape, w shape, stride, padding, groups)
+    let cases: [(&[usize], &[usize], usize, usize, usize); 5] = [
+        (&[2, 3, 17, 19], &[8, 3, 3, 3], 1, 1, 1),
+        (&[1, 16, 30, 30], &[24, 16, 1, 1], 1, 0, 1),
+        (&[1, 8, 33, 33], &[8, 1, 3, 3], 2, 1, 8),
+        (&[1, 8, 20, 20], &[16, 4, 3, 3], 1, 1, 2),
+        (&[1, 32, 70, 70], &[32, 1, 3, 3], 1, 1, 32),
+    ];
+    for table in tables() {
+        for (xs, ws, stride, pad, groups) in cases {
+            let (x, w) = (rand_f32(&mut r, xs.iter().product()), rand_f32(&mut r, ws.iter().product()));
+            let bias = rand_f32(&mut r, ws[0]);
+            let (x, w, b) = (f32s(xs, &x), f32s(ws, &w), f32s(&[ws[0]], &bias));
+            let (s2, p2, d2) = ([stride; 2], [pad; 2], [1; 2]);
+            let p = k::ConvParams { stride: &s2, padding: &p2, dilation: &d2, groups };
+            let oh = (xs[2] + 2 * pad - ws[2]) / stride + 1;
+            let ow = (xs[3] + 2 * pad - ws[3]) / stride + 1;
+            let os = [xs[0], ws[0], oh, ow];
+            let residual = f32s(&os, &rand_f32(&mut r, os.iter().product()));
+            let packed = k::PackedConv::new(table, w.r(), groups).unwrap();
+            for act in [None, Some(Activation::Relu), Some(relu6), Some(Activation::Silu)] {
+                for (with_residual, residual_first) in [(false, false), (true, false), (true, true)] {
+                    let mut cx = context(table, 2);
+                    let mut want = Buf::zeros(DType::F32, &os);
+                    k::conv(x.r(), w.r(), Some(b.r()), &p, want.w(), &mut cx).unwrap();
+                    let add_residual = |out: &mut Buf, cx: &mut Context| {
+                        let before = f32s(&os, &out.get::<f32>());
+                        k::binary_cx(BinaryOp::Add, before.r(), residual.r(), out.w(), cx).unwrap();
+                    };
+                    if with_residual && residual_first {
+                        add_residual(&mut want, &mut cx);
+                    }
+                    if let Some(a) = act {
+                        activate(a, &mut want, &os, &mut cx);
+                    }
+                    if with_residual && !residual_first {
+                        add_residual(&mut want, &mut cx);
+                    }
+                    let want = want.get::<f32>();
+                    let epilogue = k::ConvEpilogue {
+                        activation: act,
+                        residual: with_residual.then(|| residual.r()),
+                        residual_first,
+                    };
+                    let ctx =
+                        format!("{act:?} residual {with_residual}/{residual_first} {xs:?}*{ws:?} {}", table.isa());
+                    for packed in [None, Some(&packed)] {
+                        let run = |cx: &mut Context| {
+                            let mut got = Buf::zeros(DType::F32, &os);
+                            k::conv_fused(x.r(), w.r(), packed, Some(b.r()), &epilogue, &p, got.w(), cx).unwrap();
+                            got.get::<f32>()
+                        };
+                        same_at_every_count(&ctx, table, run);
+                        let got = run(&mut cx);
+                        assert_close(&to64(&got), &to64(&want), 1e-6, 1e-6, &ctx);
+                        if !matches!(act, Some(Activation::Silu)) {
+                            assert!(bits(&got) == bits(&want), "exact epilogue differs: {ctx}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_conv_checks_its_residual() {
+    let mut cx = Context::new();
+    let (s, p0, d) = ([1usize], [0usize], [1usize]);
+    let p = k::ConvParams { stride: &s, padding: &p0, dilation: &d, groups: 1 };
+    let (x, w) = (f32s(&[1, 2, 5], &[1.0; 10]), f32s(&[3, 2, 1], &[1.0; 6]));
+    let wrong = f32s(&[1, 3, 4], &[0.0; 12]);
+    let e = k::ConvEpilogue { residual: Some(wrong.r()), ..k::ConvEpilogue::default() };
+    let mut out = Buf::zeros(DType::F32, &[1, 3, 5]);
+    assert!(k::conv_fused(x.r(), w.r(), None, None, &e, &p, out.w(), &mut cx).is_err());
+    let right = f32s(&[1, 3, 5], &[0.5; 15]);
+    let e = k::ConvEpilogue {
+        residual: Some(right.r()),
+        activation: Some(Activation::Clamp { min: None, max: Some(2.0) }),
+        residual_first: true,
+    };
+    k::conv_fused(x.r(), w.r(), None, None, &e, &p, out.w(), &mut cx).unwrap();
+    assert_eq!(out.get::<f32>(), vec![2.0; 15]);
 }
 
 #[test]
