@@ -26,7 +26,10 @@ use entity::entity_id;
 pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
 pub use graph::ValueAttrs;
 pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, StateSlot, TensorType, ValueData, ValueDef};
-pub use op::{BinaryOp, FusedOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, ResizeMode, UnaryOp};
+pub use op::{
+    Activation, BinaryOp, Epilogue, FusedOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, Residual,
+    ResizeMode, UnaryOp,
+};
 
 entity_id!(
     /// A tensor value (graph input, node output or constant).

@@ -7,7 +7,10 @@
 //! [`Op::operand_count`]).
 
 use crate::{DType, Dim};
-pub use kiln_isa::{BinaryOp, FusedOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp};
+pub use kiln_isa::{
+    Activation, BinaryOp, Epilogue, FusedOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, Residual, ResizeMode,
+    UnaryOp,
+};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
@@ -250,6 +253,21 @@ pub enum Op {
         normalized_rank: usize,
         eps: f64,
     },
+    /// [`Op::Conv`] with a fused epilogue (`kiln_isa::epilogue`): `(x, w
+    /// [, b] [, residual])`, as `epilogue`'s flags say; the residual is
+    /// shaped like the result. f32. Made by the epilogue fusion pass (CPU).
+    ConvFused {
+        stride: Vec<i64>,
+        padding: Vec<i64>,
+        dilation: Vec<i64>,
+        groups: i64,
+        epilogue: Epilogue,
+    },
+    /// [`Op::Linear`] with a fused epilogue: `(x, w[N, K] [, b[N]] [,
+    /// residual])`. f32. Made by the epilogue fusion pass (CPU).
+    LinearFused {
+        epilogue: Epilogue,
+    },
 }
 
 /// A nested graph held by an op ([`Op::While`]'s condition and body).
@@ -340,6 +358,8 @@ impl Op {
             Op::While { .. } => "while",
             Op::Fused { .. } => "fused",
             Op::RmsNorm { .. } => "rms_norm",
+            Op::ConvFused { .. } => "conv_fused",
+            Op::LinearFused { .. } => "linear_fused",
         }
     }
 
@@ -389,6 +409,8 @@ impl Op {
             Op::NonZero { .. } => Opcode::NonZero,
             Op::Fused { .. } => Opcode::Fused,
             Op::RmsNorm { .. } => Opcode::RmsNorm,
+            Op::ConvFused { .. } => Opcode::ConvFused,
+            Op::LinearFused { .. } => Opcode::LinearFused,
             Op::While { .. } => return None,
         })
     }

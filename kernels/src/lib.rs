@@ -75,7 +75,7 @@ pub use types::{BinaryOp, DType, KernelError, PoolKind, ReduceKind, Result, Scra
 
 pub use generic::attention::attention;
 pub use generic::conv::{
-    conv, conv_fused, conv_packed, conv_with, ConvAlgorithm, ConvEpilogue, ConvParams, PackedConv,
+    conv, conv_fused, conv_packed, conv_with, ConvAlgorithm, ConvParams, PackedConv, TensorEpilogue,
 };
 pub use generic::elementwise::{binary, binary_cx, cast, clamp, clamp_cx, unary, unary_cx, where_};
 pub use generic::fused::fused;
@@ -83,7 +83,8 @@ pub use generic::gemm::{gemm_f32, gemm_f32_prepacked, Activation, PackedA, Packe
 pub use generic::grouped::grouped_matmul;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
 pub use generic::matmul::{
-    linear, linear_fused, linear_fused_unpacked, linear_packed, matmul, matmul_packed, LinearEpilogue,
+    linear, linear_fused, linear_fused_unpacked, linear_packed, linear_with_epilogue, matmul, matmul_packed,
+    LinearEpilogue,
 };
 pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, rms_norm, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};

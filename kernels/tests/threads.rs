@@ -270,7 +270,7 @@ fn fused_conv_equals_the_unfused_kernels() {
                         add_residual(&mut want, &mut cx);
                     }
                     let want = want.get::<f32>();
-                    let epilogue = k::ConvEpilogue {
+                    let epilogue = k::TensorEpilogue {
                         activation: act,
                         residual: with_residual.then(|| residual.r()),
                         residual_first,
@@ -303,11 +303,11 @@ fn fused_conv_checks_its_residual() {
     let p = k::ConvParams { stride: &s, padding: &p0, dilation: &d, groups: 1 };
     let (x, w) = (f32s(&[1, 2, 5], &[1.0; 10]), f32s(&[3, 2, 1], &[1.0; 6]));
     let wrong = f32s(&[1, 3, 4], &[0.0; 12]);
-    let e = k::ConvEpilogue { residual: Some(wrong.r()), ..k::ConvEpilogue::default() };
+    let e = k::TensorEpilogue { residual: Some(wrong.r()), ..k::TensorEpilogue::default() };
     let mut out = Buf::zeros(DType::F32, &[1, 3, 5]);
     assert!(k::conv_fused(x.r(), w.r(), None, None, &e, &p, out.w(), &mut cx).is_err());
     let right = f32s(&[1, 3, 5], &[0.5; 15]);
-    let e = k::ConvEpilogue {
+    let e = k::TensorEpilogue {
         residual: Some(right.r()),
         activation: Some(Activation::Clamp { min: None, max: Some(2.0) }),
         residual_first: true,

@@ -188,6 +188,10 @@ pub enum OpKind {
     /// Fused elementwise ops (made by the fusion pass, CPU target).
     Fused,
     RmsNorm,
+    /// Convolution / linear with a fused epilogue (the epilogue fusion
+    /// pass, CPU target).
+    ConvFused,
+    LinearFused,
 }
 
 impl OpKind {
@@ -235,6 +239,8 @@ impl OpKind {
             Op::While { .. } => OpKind::While,
             Op::Fused { .. } => OpKind::Fused,
             Op::RmsNorm { .. } => OpKind::RmsNorm,
+            Op::ConvFused { .. } => OpKind::ConvFused,
+            Op::LinearFused { .. } => OpKind::LinearFused,
         }
     }
 

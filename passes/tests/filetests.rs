@@ -7,7 +7,7 @@ use kiln_ir::filetest::{run_dir, FileTest};
 use kiln_ir::Graph;
 use kiln_passes::{
     compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE,
-    FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_NORM, LEGALIZE, SIMPLIFY,
+    FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LEGALIZE, SIMPLIFY,
 };
 use std::path::Path;
 
@@ -25,6 +25,7 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "decompose" => vec![DECOMPOSE, DCE],
         "fuse" => vec![FUSE, DCE],
         "fuse_elementwise" => vec![FUSE_ELEMENTWISE, DCE],
+        "fuse_epilogue" => vec![FUSE_EPILOGUE, DCE],
         "fuse_attention" => vec![FUSE_ATTENTION, DCE],
         "fuse_norm" => vec![FUSE_NORM, DCE],
         "legalize" => vec![LEGALIZE, DCE],

@@ -4,8 +4,10 @@
 //! loop neither decodes nor allocates.
 
 use crate::format::{DimRef, InstrOp, Kernel, Plan, Storage};
+use kiln_isa::{Epilogue, Residual};
 use kiln_kernels::{
-    self as k, Context, ConvParams, DType, KernelError, PackedB, PackedConv, PoolParams, Result, TensorMut, TensorRef,
+    self as k, Context, ConvParams, DType, KernelError, PackedB, PackedConv, PoolParams, Result, TensorEpilogue,
+    TensorMut, TensorRef,
 };
 use std::ops::Range;
 
@@ -93,9 +95,9 @@ pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
 /// plain kernel.
 fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> Option<Packed> {
     let transposed = match kernel {
-        Kernel::Linear {} => true,
+        Kernel::Linear {} | Kernel::LinearFused { .. } => true,
         Kernel::MatMul {} => false,
-        Kernel::Conv { .. } => false,
+        Kernel::Conv { .. } | Kernel::ConvFused { .. } => false,
         _ => return None,
     };
     let decl = plan.tensors.get(*inputs.get(1)? as usize)?;
@@ -112,7 +114,7 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
         return None;
     }
     let data = weights.get(usize::try_from(offset).ok()?..usize::try_from(offset.checked_add(bytes)?).ok()?)?;
-    if let Kernel::Conv { groups, .. } = kernel {
+    if let Kernel::Conv { groups, .. } | Kernel::ConvFused { groups, .. } = kernel {
         // Depthwise (one input channel per group) never runs a GEMM.
         let (groups, cout) = (*groups as usize, *dims.first()?);
         if dims.get(1) == Some(&1) && (groups > 1 || cout == 1) {
@@ -151,6 +153,13 @@ pub(crate) fn run_packed(
             let params = ConvParams { stride, padding, dilation, groups: *groups as usize };
             k::conv_packed(ins[0], ins[1], w, ins.get(2).copied(), &params, out(outs, 0), cx)
         }
+        (Packed::Conv(w), Kernel::ConvFused { groups, epilogue, .. }) => {
+            conv_fused(Some(w), *groups, epilogue, ints, cx, ins, outs)
+        }
+        (Packed::B(w), Kernel::LinearFused { epilogue }) => {
+            let (bias, fused) = tensor_epilogue(epilogue, ins);
+            k::linear_with_epilogue(ins[0], ins[1], Some(w), bias, &fused, out(outs, 0), cx)
+        }
         _ => kernel_fn(kernel)(kernel, ints, cx, ins, outs),
     }
 }
@@ -161,7 +170,7 @@ pub(crate) fn run_packed(
 fn decode_ints(kernel: &Kernel, out: &mut Vec<usize>) {
     let mut push = |v: &[u32]| out.extend(v.iter().map(|&x| x as usize));
     match kernel {
-        Kernel::Conv { stride, padding, dilation, .. } => {
+        Kernel::Conv { stride, padding, dilation, .. } | Kernel::ConvFused { stride, padding, dilation, .. } => {
             push(stride);
             push(padding);
             push(dilation);
@@ -176,6 +185,32 @@ fn decode_ints(kernel: &Kernel, out: &mut Vec<usize>) {
         Kernel::Permute { perm } => push(perm),
         _ => {}
     }
+}
+
+/// A fused call's bias operand and its epilogue over the operand tensors
+/// (operand counts were validated against the epilogue's flags at load).
+fn tensor_epilogue<'a>(e: &Epilogue, ins: &[TensorRef<'a>]) -> (Option<TensorRef<'a>>, TensorEpilogue<'a>) {
+    let bias = e.bias_operand().and_then(|i| ins.get(i).copied());
+    let residual = e.residual_operand().and_then(|i| ins.get(i).copied());
+    let fused =
+        TensorEpilogue { activation: e.activation, residual, residual_first: e.residual == Residual::BeforeActivation };
+    (bias, fused)
+}
+
+/// A fused convolution, through its weight packed at load when there is one.
+fn conv_fused(
+    packed: Option<&PackedConv>,
+    groups: u32,
+    epilogue: &Epilogue,
+    ints: &[usize],
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    outs: &mut [TensorMut<'_>],
+) -> Result<()> {
+    let [stride, padding, dilation] = lists::<3>(ints);
+    let params = ConvParams { stride, padding, dilation, groups: groups as usize };
+    let (bias, fused) = tensor_epilogue(epilogue, ins);
+    k::conv_fused(ins[0], ins[1], packed, bias, &fused, &params, out(outs, 0), cx)
 }
 
 fn no_op(_: &Kernel, _: &[usize], _: &mut Context, _: &[TensorRef<'_>], _: &mut [TensorMut<'_>]) -> Result<()> {
@@ -238,7 +273,7 @@ kernel_fns! {
     Binary { op } => k::binary_cx(*op, ins[0], ins[1], out(outs, 0), cx);
     Where {} => k::where_(ins[0], ins[1], ins[2], out(outs, 0));
     Cast {} => k::cast(ins[0], out(outs, 0));
-    Clamp { min, max } => k::clamp(ins[0], *min, *max, out(outs, 0));
+    Clamp { min, max } => k::clamp_cx(ins[0], *min, *max, out(outs, 0), cx);
     MatMul {} => k::matmul(ins[0], ins[1], out(outs, 0), cx);
     GroupedMatMul {} => k::grouped_matmul(ins[0], ins[1], ins[2], out(outs, 0), cx);
     Linear {} => k::linear(ins[0], ins[1], opt(2), out(outs, 0), cx);
@@ -302,4 +337,9 @@ kernel_fns! {
     NonZero {} => k::nonzero(ins[0], out(outs, 0));
     Fused { program } => k::fused(program, ins, out(outs, 0), cx);
     RmsNorm { normalized_rank, eps } => k::rms_norm(ins[0], opt(1), *normalized_rank as usize, *eps, out(outs, 0));
+    ConvFused { groups, epilogue } => conv_fused(None, *groups, epilogue, ints, cx, ins, outs);
+    LinearFused { epilogue } => {
+        let (bias, fused) = tensor_epilogue(epilogue, ins);
+        k::linear_with_epilogue(ins[0], ins[1], None, bias, &fused, out(outs, 0), cx)
+    };
 }

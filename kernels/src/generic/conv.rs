@@ -153,22 +153,22 @@ pub fn conv_packed(
         return Err(shape_err("conv", format!("packed weight {:?} is not this weight {:?}", packed.shape, w.shape)));
     }
     let packed = packed.fits(cx.table).then_some(packed);
-    conv_inner(x, w, packed, bias, &ConvEpilogue::default(), p, out, cx, ConvAlgorithm::Auto)
+    conv_inner(x, w, packed, bias, &TensorEpilogue::default(), p, out, cx, ConvAlgorithm::Auto)
 }
 
-/// What a fused convolution applies to each output element after the bias
-/// (`kiln_isa::epilogue`): the activation and a residual shaped like the
-/// output, added before or after it. f32 only.
+/// What a fused convolution or linear applies to each output element after
+/// the bias (`kiln_isa::epilogue`): the activation and a residual tensor
+/// shaped like the output, added before or after it. f32 only.
 #[derive(Copy, Clone, Debug, Default)]
-pub struct ConvEpilogue<'a> {
+pub struct TensorEpilogue<'a> {
     pub activation: Option<Activation>,
     pub residual: Option<TensorRef<'a>>,
     /// Add the residual before the activation instead of after it.
     pub residual_first: bool,
 }
 
-impl ConvEpilogue<'_> {
-    fn is_empty(&self) -> bool {
+impl TensorEpilogue<'_> {
+    pub(crate) fn is_empty(&self) -> bool {
         self.activation.is_none() && self.residual.is_none()
     }
 }
@@ -183,7 +183,7 @@ pub fn conv_fused(
     w: TensorRef,
     packed: Option<&PackedConv>,
     bias: Option<TensorRef>,
-    epilogue: &ConvEpilogue<'_>,
+    epilogue: &TensorEpilogue<'_>,
     p: &ConvParams,
     out: TensorMut,
     cx: &mut Context,
@@ -210,7 +210,7 @@ pub fn conv_with(
     cx: &mut Context,
     algorithm: ConvAlgorithm,
 ) -> Result<()> {
-    conv_inner(x, w, None, bias, &ConvEpilogue::default(), p, out, cx, algorithm)
+    conv_inner(x, w, None, bias, &TensorEpilogue::default(), p, out, cx, algorithm)
 }
 
 /// Output positions per plane.
@@ -224,7 +224,7 @@ fn conv_inner<'a>(
     w: TensorRef,
     packed: Option<&PackedConv>,
     bias: Option<TensorRef<'a>>,
-    fused: &ConvEpilogue<'a>,
+    fused: &TensorEpilogue<'a>,
     p: &ConvParams,
     mut out: TensorMut,
     cx: &mut Context,

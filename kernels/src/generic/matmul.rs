@@ -1,6 +1,7 @@
 //! torch.matmul and nn.functional.linear on top of the packed GEMM.
 
 use super::common::*;
+use super::conv::TensorEpilogue;
 use super::gemm::{
     gemm_f32_fused, gemm_f32_packed, gemm_prepacked_fused, Activation, ActivationFn, Bias, Epilogue, PackedB,
     PARALLEL_MIN_FLOPS,
@@ -503,6 +504,48 @@ pub fn linear_fused_unpacked(
     let fused = epilogue.to_gemm(cx.table, m, n)?;
     gemm_f32_fused(cx.table, m, n, k, xv, k, wv, k, ov, n, true, 0.0, fused, &mut cx.scratch.pack);
     Ok(())
+}
+
+/// [`linear`] with a bias and a [`TensorEpilogue`] (the plan's fused
+/// linear): through the packed weight when there is one that fits `cx`'s
+/// table, else packing `w` during the call; f32.
+pub fn linear_with_epilogue(
+    x: TensorRef,
+    w: TensorRef,
+    packed: Option<&PackedB>,
+    bias: Option<TensorRef>,
+    epilogue: &TensorEpilogue<'_>,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    const K: &str = "linear";
+    fn f32_view<'t>(what: &str, t: &Option<TensorRef<'t>>) -> Result<Option<&'t [f32]>> {
+        match t {
+            Some(t) => {
+                expect_dtype(K, what, t.dtype, DType::F32)?;
+                Ok(Some(view::<f32>(K, what, t)?))
+            }
+            None => Ok(None),
+        }
+    }
+    if let Some(r) = &epilogue.residual {
+        if r.shape != out.shape {
+            return Err(shape_err(K, format!("residual shape {:?}, expected {:?}", r.shape, out.shape)));
+        }
+    }
+    let fused = LinearEpilogue {
+        scale: 1.0,
+        bias: f32_view("bias", &bias)?,
+        activation: epilogue.activation,
+        residual: f32_view("residual", &epilogue.residual)?,
+        residual_first: epilogue.residual_first,
+    };
+    match packed.filter(|p| p.fits(cx.table)) {
+        Some(p) if p.k() == w.shape.get(1).copied().unwrap_or(0) && p.n() == w.shape.first().copied().unwrap_or(0) => {
+            linear_fused(x, p, &fused, out, cx)
+        }
+        _ => linear_fused_unpacked(x, w, &fused, out, cx),
+    }
 }
 
 /// [`linear`] with a packed weight: `out = x · wᵀ + bias`.

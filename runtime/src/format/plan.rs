@@ -5,7 +5,8 @@
 //! their expressions by index. The loader validates every index before use.
 
 pub use kiln_isa::{
-    BinaryOp, DType, FusedOp, InstrKind, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, UnaryOp,
+    BinaryOp, DType, Epilogue, FusedOp, InstrKind, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode,
+    UnaryOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -307,6 +308,11 @@ kernels! {
     Fused { program: Vec<FusedOp> }
     /// RMS normalisation of the last `normalized_rank` dims (x [, weight]).
     RmsNorm { normalized_rank: u32, eps: f64 }
+    /// [`Kernel::Conv`] with a fused epilogue: `(x, w [, bias] [, residual])`
+    /// as the epilogue's flags say.
+    ConvFused { stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32, epilogue: Epilogue }
+    /// [`Kernel::Linear`] with a fused epilogue: `(x, w [, bias] [, residual])`.
+    LinearFused { epilogue: Epilogue }
 }
 
 impl Kernel {
