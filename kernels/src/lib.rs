@@ -88,7 +88,7 @@ pub use generic::matmul::{
 };
 pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, rms_norm, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};
-pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, PoolParams};
+pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, pool_cx, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};
 pub use generic::reduce::{argmax, argmin, cumsum, reduce};
 pub use generic::resize::{resize, ResizeMode, ResizeParams};

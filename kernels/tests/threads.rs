@@ -296,6 +296,21 @@ fn fused_conv_equals_the_unfused_kernels() {
     }
 }
 
+/// The f32 clamp keeps torch's semantics: NaN passes through, -0.0 stays
+/// -0.0 at a bound of 0, and bounds are applied low first.
+#[test]
+fn clamp_keeps_nan_and_signed_zero() {
+    let x = [f32::NAN, -0.0, 0.0, -1.0, 7.0, 3.0, f32::INFINITY, f32::NEG_INFINITY];
+    let mut out = Buf::zeros(DType::F32, &[8]);
+    k::clamp(f32s(&[8], &x).r(), Some(0.0), Some(6.0), out.w()).unwrap();
+    let got = out.get::<f32>();
+    assert!(got[0].is_nan());
+    assert_eq!(bits(&got[1..]), bits(&[-0.0, 0.0, 0.0, 6.0, 3.0, 6.0, 0.0]));
+    // min > max: every value ends at max, as torch.clamp gives.
+    k::clamp(f32s(&[8], &x).r(), Some(2.0), Some(1.0), out.w()).unwrap();
+    assert_eq!(&out.get::<f32>()[1..], &[1.0; 7]);
+}
+
 #[test]
 fn fused_conv_checks_its_residual() {
     let mut cx = Context::new();
@@ -343,6 +358,58 @@ fn row_and_elementwise_kernels_are_bit_identical_at_every_thread_count() {
                 k::binary_cx(op, a.r(), f32s(&bshape, b).r(), out.w(), cx).unwrap();
                 out.get()
             });
+        }
+        // Clamp (ReLU6, one-sided), threaded; also equal to the plain kernel.
+        for (min, max) in [(Some(0.0), Some(6.0)), (None, Some(0.5)), (Some(-0.25), None)] {
+            let xs = f32s(&[rows, cols], &x);
+            let mut plain = Buf::zeros(DType::F32, &[rows, cols]);
+            k::clamp(xs.r(), min, max, plain.w()).unwrap();
+            let plain = bits(&plain.get::<f32>());
+            same_at_every_count(&format!("clamp {min:?} {max:?}"), table, |cx| {
+                let mut out = Buf::zeros(DType::F32, &[rows, cols]);
+                k::clamp_cx(xs.r(), min, max, out.w(), cx).unwrap();
+                let got = out.get::<f32>();
+                assert!(bits(&got) == plain, "threaded clamp differs from the plain kernel");
+                got
+            });
+        }
+        // Pooling, threaded over planes: max 3×3/2 with padding (ResNet's),
+        // the plain 2×2 max, average with and without the padding counted,
+        // and max pooling's indices; also equal to the plain kernel.
+        // Outputs above two element chunks, so the threaded path runs.
+        let img = f32s(&[2, 40, 45, 43], &x[..2 * 40 * 45 * 43]);
+        let (k3, s2, p1, d1) = ([3usize, 3], [2usize, 2], [1usize, 1], [1usize, 1]);
+        let (k2, p0) = ([2usize, 2], [0usize, 0]);
+        for (kind, kernel, padding, include_pad, out_hw) in [
+            (k::PoolKind::Max, &k3, &p1, false, [23, 22]),
+            (k::PoolKind::Max, &k2, &p0, false, [22, 21]),
+            (k::PoolKind::Avg, &k3, &p1, true, [23, 22]),
+            (k::PoolKind::Avg, &k3, &p1, false, [23, 22]),
+        ] {
+            let params = k::PoolParams {
+                kernel,
+                stride: &s2,
+                padding,
+                dilation: &d1,
+                count_include_pad: include_pad,
+                divisor: None,
+            };
+            let os = [2, 40, out_hw[0], out_hw[1]];
+            let mut plain = Buf::zeros(DType::F32, &os);
+            k::pool(kind, img.r(), &params, plain.w()).unwrap();
+            let plain = bits(&plain.get::<f32>());
+            same_at_every_count(&format!("pool {kind:?} {kernel:?}"), table, |cx| {
+                let mut out = Buf::zeros(DType::F32, &os);
+                k::pool_cx(kind, img.r(), &params, out.w(), cx).unwrap();
+                let got = out.get::<f32>();
+                assert!(bits(&got) == plain, "threaded pool differs from the plain kernel");
+                got
+            });
+            let mut plain_idx = Buf::zeros(DType::I64, &os);
+            k::pool(k::PoolKind::ArgMax, img.r(), &params, plain_idx.w()).unwrap();
+            let mut idx = Buf::zeros(DType::I64, &os);
+            k::pool_cx(k::PoolKind::ArgMax, img.r(), &params, idx.w(), &mut context(table, 3)).unwrap();
+            assert!(idx.get::<i64>() == plain_idx.get::<i64>(), "threaded max pool indices differ");
         }
         same_at_every_count("softmax", table, |cx| {
             let mut out = Buf::zeros(DType::F32, &[rows, cols]);

@@ -295,7 +295,7 @@ kernel_fns! {
         match outs {
             // Validated: two outputs only on a max pool.
             [values, indices] => k::max_pool_with_indices(ins[0], &params, reborrow(values), reborrow(indices)),
-            _ => k::pool(*kind, ins[0], &params, out(outs, 0)),
+            _ => k::pool_cx(*kind, ins[0], &params, out(outs, 0), cx),
         }
     };
     AdaptiveAvgPool {} => k::adaptive_avg_pool(ins[0], out(outs, 0));

@@ -3,6 +3,8 @@
 
 use super::common::*;
 use super::math::Real;
+use crate::context::Context;
+use crate::parallel::{Threads, ELEMENT_CHUNK};
 use crate::types::{DType, PoolKind, Result, TensorMut, TensorRef};
 
 /// Window geometry over the trailing `kernel.len()` dims. The output size is
@@ -70,7 +72,17 @@ fn window(x: &[usize], out: &[usize], p: &PoolParams) -> Result<(Window, usize)>
 
 /// Max or average pooling into `out` (x's dtype), or max pooling's indices
 /// into `out` (i64) for [`PoolKind::ArgMax`].
-pub fn pool(kind: PoolKind, x: TensorRef, p: &PoolParams, mut out: TensorMut) -> Result<()> {
+pub fn pool(kind: PoolKind, x: TensorRef, p: &PoolParams, out: TensorMut) -> Result<()> {
+    pool_with(kind, x, p, out, Threads::single())
+}
+
+/// [`pool`] on `cx`'s threads: whole planes (batch × channel) per thread,
+/// in fixed groups, so the result is the same at any thread count.
+pub fn pool_cx(kind: PoolKind, x: TensorRef, p: &PoolParams, out: TensorMut, cx: &mut Context) -> Result<()> {
+    pool_with(kind, x, p, out, cx.threads())
+}
+
+fn pool_with(kind: PoolKind, x: TensorRef, p: &PoolParams, mut out: TensorMut, threads: Threads) -> Result<()> {
     const K: &str = "pool";
     let out_dtype = if kind == PoolKind::ArgMax { DType::I64 } else { x.dtype };
     expect_dtype(K, "out", out.dtype, out_dtype)?;
@@ -80,31 +92,51 @@ pub fn pool(kind: PoolKind, x: TensorRef, p: &PoolParams, mut out: TensorMut) ->
         }
     }
     let (w, planes) = window(x.shape, out.shape, p)?;
-    let windows = Windows { w: &w, planes, include_pad: p.count_include_pad, divisor: p.divisor };
-    match (kind, x.dtype) {
-        (PoolKind::Max, DType::F32) if is_plain_2d(&w) => {
-            max_pool_plain_2d::<f32>(view(K, "x", &x)?, &w, planes, view_mut(K, "out", &mut out)?)
-        }
-        (PoolKind::Max, DType::F64) if is_plain_2d(&w) => {
-            max_pool_plain_2d::<f64>(view(K, "x", &x)?, &w, planes, view_mut(K, "out", &mut out)?)
-        }
-        (PoolKind::ArgMax, DType::F32) => {
-            let ov = view_mut::<i64>(K, "out", &mut out)?;
-            pool_typed::<f32>(kind, view(K, "x", &x)?, windows, |o, _, i| ov[o] = i)
-        }
-        (PoolKind::ArgMax, DType::F64) => {
-            let ov = view_mut::<i64>(K, "out", &mut out)?;
-            pool_typed::<f64>(kind, view(K, "x", &x)?, windows, |o, _, i| ov[o] = i)
-        }
-        (_, DType::F32) => {
-            let ov = view_mut::<f32>(K, "out", &mut out)?;
-            pool_typed::<f32>(kind, view(K, "x", &x)?, windows, |o, v, _| ov[o] = v)
-        }
-        (_, DType::F64) => {
-            let ov = view_mut::<f64>(K, "out", &mut out)?;
-            pool_typed::<f64>(kind, view(K, "x", &x)?, windows, |o, v, _| ov[o] = v)
-        }
-        (_, d) => return Err(dtype_err(K, d)),
+    let isp: usize = w.input.iter().product();
+    let osp: usize = w.output.iter().product();
+    // Groups of whole planes of about ELEMENT_CHUNK outputs (an empty output
+    // has no group to run); small outputs are not worth waking the pool for.
+    let group = (ELEMENT_CHUNK / osp.max(1)).max(1);
+    let threads = if planes * osp < 2 * ELEMENT_CHUNK { Threads::single() } else { threads };
+    let (include_pad, divisor) = (p.count_include_pad, p.divisor);
+    // Pools `group` planes (or fewer, the last) of `xs` into `os`.
+    fn planes_of<T: Real, O: Send>(
+        xs: &[T],
+        out: &mut [O],
+        osp: usize,
+        isp: usize,
+        group: usize,
+        threads: Threads,
+        one: impl Fn(&[T], usize, &mut [O]) + Send + Sync,
+    ) {
+        threads.for_each_chunk(out, group * osp, |i, o| one(&xs[i * group * isp..], o.len() / osp, o));
+    }
+    macro_rules! run {
+        ($T:ty) => {{
+            let xs = view::<$T>(K, "x", &x)?;
+            if kind == PoolKind::ArgMax {
+                let ov = view_mut::<i64>(K, "out", &mut out)?;
+                planes_of(xs, ov, osp, isp, group, threads, |xs, planes, o| {
+                    let windows = Windows { w: &w, planes, include_pad, divisor };
+                    pool_typed::<$T>(kind, xs, windows, |j, _, i| o[j] = i)
+                })
+            } else {
+                let ov = view_mut::<$T>(K, "out", &mut out)?;
+                planes_of(xs, ov, osp, isp, group, threads, |xs, planes, o| {
+                    if kind == PoolKind::Max && is_plain_2d(&w) {
+                        max_pool_plain_2d::<$T>(xs, &w, planes, o)
+                    } else {
+                        let windows = Windows { w: &w, planes, include_pad, divisor };
+                        pool_typed::<$T>(kind, xs, windows, |j, v, _| o[j] = v)
+                    }
+                })
+            }
+        }};
+    }
+    match x.dtype {
+        DType::F32 => run!(f32),
+        DType::F64 => run!(f64),
+        d => return Err(dtype_err(K, d)),
     }
     Ok(())
 }
