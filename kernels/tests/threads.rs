@@ -405,6 +405,19 @@ fn row_and_elementwise_kernels_are_bit_identical_at_every_thread_count() {
                 assert!(bits(&got) == plain, "threaded pool differs from the plain kernel");
                 got
             });
+            if kind == k::PoolKind::Max {
+                // The plain 2-D fast path gives what the general loop (behind
+                // the values-and-indices kernel) gives, NaNs and -inf included.
+                let mut special = x[..2 * 40 * 45 * 43].to_vec();
+                special.iter_mut().step_by(97).for_each(|v| *v = f32::NAN);
+                special.iter_mut().skip(5).step_by(89).for_each(|v| *v = f32::NEG_INFINITY);
+                let special = f32s(&[2, 40, 45, 43], &special);
+                let (mut fast, mut values, mut indices) =
+                    (Buf::zeros(DType::F32, &os), Buf::zeros(DType::F32, &os), Buf::zeros(DType::I64, &os));
+                k::pool(kind, special.r(), &params, fast.w()).unwrap();
+                k::max_pool_with_indices(special.r(), &params, values.w(), indices.w()).unwrap();
+                assert!(bits(&fast.get::<f32>()) == bits(&values.get::<f32>()), "plain max pool differs");
+            }
             let mut plain_idx = Buf::zeros(DType::I64, &os);
             k::pool(k::PoolKind::ArgMax, img.r(), &params, plain_idx.w()).unwrap();
             let mut idx = Buf::zeros(DType::I64, &os);

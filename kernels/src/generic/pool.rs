@@ -274,26 +274,34 @@ fn pool_typed<T: Real>(kind: PoolKind, x: &[T], s: Windows, mut emit: impl FnMut
     }
 }
 
-/// A 2-D window with no padding, no dilation, and every window inside the
-/// input (no ceil-mode overhang): the common `MaxPool2d(k, s)`.
+/// A 2-D window without dilation (padding and ceil-mode overhang allowed):
+/// the common `MaxPool2d(k, s, p)` (ResNet's 3×3/2 with padding 1).
 fn is_plain_2d(w: &Window) -> bool {
-    let fits = |d: usize| w.output[d] == 0 || (w.output[d] - 1) * w.stride[d] + w.kernel[d] <= w.input[d];
-    w.input[0] == 1 && w.kernel[0] == 1 && w.pad == [0; 3] && w.dil == [1; 3] && fits(1) && fits(2)
+    w.input[0] == 1 && w.kernel[0] == 1 && w.pad[0] == 0 && w.dil == [1; 3]
 }
 
-/// Max pooling over plain 2-D windows: row-wise maxima without per-tap
-/// bounds arithmetic (the general loop spends most of its time on that).
+/// Max pooling over plain 2-D windows: each window's in-bounds taps are a
+/// rectangle computed once per output row and column, so the inner loop is
+/// a plain maximum over a row slice, without the general loop's per-tap
+/// bounds arithmetic. Taps are visited in the same order as there (rows,
+/// then columns), so the result is the same value, NaNs included.
 fn max_pool_plain_2d<T: Real>(x: &[T], w: &Window, planes: usize, out: &mut [T]) {
     let [_, ih, iw] = w.input;
     let [_, oh, ow] = w.output;
-    let ([_, kh, kw], [_, sh, sw]) = (w.kernel, w.stride);
+    let ([_, kh, kw], [_, sh, sw], [_, ph, pw]) = (w.kernel, w.stride, w.pad);
+    // The in-bounds taps of window `o` along a dim: input coordinates [lo, hi).
+    let range = |o: usize, s: usize, p: usize, k: usize, n: usize| {
+        let start = o * s;
+        (start.saturating_sub(p).min(n), (start + k).saturating_sub(p).min(n))
+    };
     for (xp, op) in x.chunks_exact(ih * iw).zip(out.chunks_exact_mut(oh * ow)).take(planes) {
         for (oy, orow) in op.chunks_exact_mut(ow).enumerate() {
+            let (y0, y1) = range(oy, sh, ph, kh, ih);
             for (ox, o) in orow.iter_mut().enumerate() {
+                let (x0, x1) = range(ox, sw, pw, kw, iw);
                 let mut acc = T::NEG_INFINITY;
-                for ky in 0..kh {
-                    let row = &xp[(oy * sh + ky) * iw + ox * sw..][..kw];
-                    for &v in row {
+                for y in y0..y1 {
+                    for &v in &xp[y * iw + x0..y * iw + x1.max(x0)] {
                         // NaN wins, as in torch.
                         if v > acc || v.is_nan() {
                             acc = v;
