@@ -232,7 +232,8 @@ fn fused_conv_equals_the_unfused_kernels() {
     let mut r = rng(5);
     let relu6 = Activation::Clamp { min: Some(0.0), max: Some(6.0) };
     // (x shape, w shape, stride, padding, groups)
-    let cases: [(&[usize], &[usize], usize, usize, usize); 5] = [
+    type Case = (&'static [usize], &'static [usize], usize, usize, usize);
+    let cases: [Case; 5] = [
         (&[2, 3, 17, 19], &[8, 3, 3, 3], 1, 1, 1),
         (&[1, 16, 30, 30], &[24, 16, 1, 1], 1, 0, 1),
         (&[1, 8, 33, 33], &[8, 1, 3, 3], 2, 1, 8),

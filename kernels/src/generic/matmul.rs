@@ -448,7 +448,7 @@ impl Default for LinearEpilogue<'_> {
 
 impl<'a> LinearEpilogue<'a> {
     /// The store step's form, once its sizes were checked against `m×n`.
-    fn to_gemm(&self, table: &KernelTable, m: usize, n: usize) -> Result<Epilogue<'a>> {
+    fn store_step(&self, table: &KernelTable, m: usize, n: usize) -> Result<Epilogue<'a>> {
         if self.bias.is_some_and(|b| b.len() != n) || self.residual.is_some_and(|r| r.len() != m * n) {
             return Err(shape_err("linear", format!("bias must hold {n} and residual {} elements", m * n)));
         }
@@ -475,7 +475,7 @@ pub fn linear_fused(
     let (n, k) = (w.n(), w.k());
     let m = check_rows_times_packed(K, &x, w, &out)?;
     let (xv, ov) = (view::<f32>(K, "x", &x)?, view_mut::<f32>(K, "out", &mut out)?);
-    let fused = epilogue.to_gemm(cx.table, m, n)?;
+    let fused = epilogue.store_step(cx.table, m, n)?;
     gemm_prepacked_fused(cx.table, m, xv, k, w, ov, n, 0.0, fused, &mut cx.scratch.pack)
 }
 
@@ -501,7 +501,7 @@ pub fn linear_fused_unpacked(
     }
     let m: usize = lead.iter().product();
     let (xv, wv, ov) = (view::<f32>(K, "x", &x)?, view::<f32>(K, "w", &w)?, view_mut::<f32>(K, "out", &mut out)?);
-    let fused = epilogue.to_gemm(cx.table, m, n)?;
+    let fused = epilogue.store_step(cx.table, m, n)?;
     gemm_f32_fused(cx.table, m, n, k, xv, k, wv, k, ov, n, true, 0.0, fused, &mut cx.scratch.pack);
     Ok(())
 }
