@@ -43,6 +43,14 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
             dilation: u32s(dilation).ok_or_else(bad_params)?,
             groups: u32::try_from(*groups).map_err(|_| bad_params())?,
         },
+        Op::ConvFused { stride, padding, dilation, groups, epilogue } => Kernel::ConvFused {
+            stride: u32s(stride).ok_or_else(bad_params)?,
+            padding: u32s(padding).ok_or_else(bad_params)?,
+            dilation: u32s(dilation).ok_or_else(bad_params)?,
+            groups: u32::try_from(*groups).map_err(|_| bad_params())?,
+            epilogue: *epilogue,
+        },
+        Op::LinearFused { epilogue } => Kernel::LinearFused { epilogue: *epilogue },
         Op::BatchNorm { eps } => Kernel::BatchNorm { eps: *eps },
         Op::LayerNorm { normalized_rank, eps } => {
             Kernel::LayerNorm { normalized_rank: *normalized_rank as u32, eps: *eps }

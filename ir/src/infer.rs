@@ -379,6 +379,16 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             }
             Ok(TensorType::new(x.dtype, shape))
         }
+        Op::ConvFused { stride, padding, dilation, groups, epilogue } => {
+            let conv = Op::Conv {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups: *groups,
+            };
+            fused_epilogue(symbols, &conv, epilogue, ins)
+        }
+        Op::LinearFused { epilogue } => fused_epilogue(symbols, &Op::Linear, epilogue, ins),
         Op::BatchNorm { .. } => {
             let x = ins[0];
             rank_at_least("batch_norm input", x, 2)?;
@@ -655,6 +665,38 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
 /// Shared by the element-wise gather and scatter ops: `index` is an integer
 /// tensor of `data`'s rank, no larger than `bound` on any axis (`data` off
 /// `axis` when `skip_axis`).
+/// A fused conv's or linear's result: the plain op's, on f32, with the
+/// operands the epilogue's flags say and a residual shaped like the result.
+fn fused_epilogue(
+    symbols: &PrimaryMap<SymbolId, Symbol>,
+    op: &Op,
+    epilogue: &crate::Epilogue,
+    ins: &[&TensorType],
+) -> Result<TensorType, String> {
+    let name = op.name();
+    if ins.len() != epilogue.operand_count() {
+        return Err(format!(
+            "{name} with this epilogue takes {} operands, got {}",
+            epilogue.operand_count(),
+            ins.len()
+        ));
+    }
+    if ins[0].dtype != DType::F32 {
+        return Err(format!("a fused {name} computes f32, got {}", ins[0].dtype));
+    }
+    let plain = 2 + usize::from(epilogue.bias);
+    let out = infer_one(symbols, op, &ins[..plain])?;
+    if let Some(r) = epilogue.residual_operand().map(|i| ins[i]) {
+        if r.dtype != out.dtype || r.rank() != out.rank() {
+            return Err(format!("{name} residual {} must have the result's type", r.dtype));
+        }
+        for (a, b) in r.shape.iter().zip(&out.shape) {
+            must_match(&format!("{name} residual dim"), a, b, symbols)?;
+        }
+    }
+    Ok(out)
+}
+
 fn elements_index(
     what: &str,
     data: &TensorType,

@@ -8,7 +8,8 @@
 
 use crate::{DType, Dim};
 pub use kiln_isa::{
-    BinaryOp, FusedOp, LinalgOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, ScanKind, UnaryOp,
+    Activation, BinaryOp, Epilogue, FusedOp, LinalgOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, Residual,
+    ResizeMode, ScanKind, UnaryOp,
 };
 
 #[derive(Clone, Debug, PartialEq)]
@@ -289,6 +290,21 @@ pub enum Op {
         zero_points: bool,
         dynamic: bool,
     },
+    /// [`Op::Conv`] with a fused epilogue (`kiln_isa::epilogue`): `(x, w
+    /// [, b] [, residual])`, as `epilogue`'s flags say; the residual is
+    /// shaped like the result. f32. Made by the epilogue fusion pass (CPU).
+    ConvFused {
+        stride: Vec<i64>,
+        padding: Vec<i64>,
+        dilation: Vec<i64>,
+        groups: i64,
+        epilogue: Epilogue,
+    },
+    /// [`Op::Linear`] with a fused epilogue: `(x, w[N, K] [, b[N]] [,
+    /// residual])`. f32. Made by the epilogue fusion pass (CPU).
+    LinearFused {
+        epilogue: Epilogue,
+    },
 }
 
 /// A nested graph held by an op ([`Op::While`]'s condition and body).
@@ -383,6 +399,8 @@ impl Op {
             Op::Fused { .. } => "fused",
             Op::RmsNorm { .. } => "rms_norm",
             Op::QuantLinear { .. } => "quant_linear",
+            Op::ConvFused { .. } => "conv_fused",
+            Op::LinearFused { .. } => "linear_fused",
         }
     }
 
@@ -436,6 +454,8 @@ impl Op {
             Op::Fused { .. } => Opcode::Fused,
             Op::RmsNorm { .. } => Opcode::RmsNorm,
             Op::QuantLinear { .. } => Opcode::QuantLinear,
+            Op::ConvFused { .. } => Opcode::ConvFused,
+            Op::LinearFused { .. } => Opcode::LinearFused,
             Op::While { .. } => return None,
         })
     }

@@ -503,7 +503,8 @@ impl Verifier<'_> {
                     }
                 }
             }
-            Op::Conv { stride, padding, dilation, groups } => {
+            Op::Conv { stride, padding, dilation, groups }
+            | Op::ConvFused { stride, padding, dilation, groups, .. } => {
                 at_least(e, "stride", stride, 1);
                 at_least(e, "dilation", dilation, 1);
                 at_least(e, "padding", padding, 0);

@@ -77,17 +77,22 @@ pub use types::{
 };
 
 pub use generic::attention::attention;
-pub use generic::conv::{conv, conv_packed, conv_with, ConvAlgorithm, ConvParams, PackedConv};
-pub use generic::elementwise::{binary, binary_cx, cast, clamp, unary, unary_cx, where_};
+pub use generic::conv::{
+    conv, conv_fused, conv_packed, conv_with, ConvAlgorithm, ConvParams, PackedConv, TensorEpilogue,
+};
+pub use generic::elementwise::{binary, binary_cx, cast, clamp, clamp_cx, unary, unary_cx, where_};
 pub use generic::fused::fused;
 pub use generic::gemm::{gemm_f32, gemm_f32_prepacked, Activation, PackedA, PackedB};
 pub use generic::grouped::grouped_matmul;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
 pub use generic::linalg::{linalg, LinalgFlags};
-pub use generic::matmul::{linear, linear_fused, linear_packed, matmul, matmul_packed, LinearEpilogue};
+pub use generic::matmul::{
+    linear, linear_fused, linear_fused_unpacked, linear_packed, linear_with_epilogue, matmul, matmul_packed,
+    LinearEpilogue,
+};
 pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, rms_norm, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};
-pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, PoolParams};
+pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, pool_cx, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};
 pub use generic::reduce::{argmax, argmin, assert_all, cumsum, reduce, scan};
 pub use generic::resize::{resize, ResizeMode, ResizeParams};

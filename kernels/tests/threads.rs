@@ -127,10 +127,11 @@ fn packed_b_refuses_bad_operands_and_other_tables() {
 #[test]
 fn fused_linear_equals_the_unfused_kernels() {
     let mut r = rng(3);
+    let relu6 = Activation::Clamp { min: Some(0.0), max: Some(6.0) };
     let activations =
         [None, Some(Activation::Relu), Some(Activation::Silu), Some(Activation::Gelu), Some(Activation::GeluTanh)];
-    let activations = activations.into_iter().chain([Some(Activation::Sigmoid)]);
-    for act in activations {
+    let activations = activations.into_iter().chain([Some(Activation::Sigmoid), Some(relu6)]);
+    for (act, residual_first) in activations.flat_map(|a| [(a, false), (a, true)]) {
         for table in tables() {
             for (m, n, kk) in [(1, 7, 5), (8, 300, 64), (37, 33, 270)] {
                 let x = rand_f32(&mut r, m * kk);
@@ -149,25 +150,42 @@ fn fused_linear_equals_the_unfused_kernels() {
                 let with_bias = f32s(&[m, n], &v);
                 let mut out = Buf::zeros(DType::F32, &[m, n]);
                 k::binary_cx(BinaryOp::Add, with_bias.r(), f32s(&[n], &bias).r(), out.w(), &mut cx).unwrap();
-                if let Some(a) = act {
+                let add_residual = |out: &mut Buf, cx: &mut Context| {
                     let before = f32s(&[m, n], &out.get::<f32>());
-                    k::unary_cx(a.op(), before.r(), out.w(), &mut cx).unwrap();
+                    k::binary_cx(BinaryOp::Add, before.r(), f32s(&[m, n], &residual).r(), out.w(), cx).unwrap();
+                };
+                if residual_first {
+                    add_residual(&mut out, &mut cx);
                 }
-                let before = f32s(&[m, n], &out.get::<f32>());
-                k::binary_cx(BinaryOp::Add, before.r(), f32s(&[m, n], &residual).r(), out.w(), &mut cx).unwrap();
+                if let Some(a) = act {
+                    activate(a, &mut out, &[m, n], &mut cx);
+                }
+                if !residual_first {
+                    add_residual(&mut out, &mut cx);
+                }
                 let want = out.get::<f32>();
 
                 let packed = PackedB::new(table, kk, n, &w, kk, true).unwrap();
-                let epilogue = LinearEpilogue { scale, bias: Some(&bias), activation: act, residual: Some(&residual) };
+                let epilogue = LinearEpilogue {
+                    scale,
+                    bias: Some(&bias),
+                    activation: act,
+                    residual: Some(&residual),
+                    residual_first,
+                };
                 let mut fused = Buf::zeros(DType::F32, &[m, n]);
                 k::linear_fused(xs.r(), &packed, &epilogue, fused.w(), &mut cx).unwrap();
                 let got = fused.get::<f32>();
+                // Packing during the call computes the same tiles.
+                let mut unpacked = Buf::zeros(DType::F32, &[m, n]);
+                k::linear_fused_unpacked(xs.r(), ws.r(), &epilogue, unpacked.w(), &mut cx).unwrap();
+                assert!(bits(&unpacked.get::<f32>()) == bits(&got), "unpacked fused linear differs");
                 // The same operations in the same order; the vector math of
                 // an activation may take its scalar tail on different
                 // elements, so those may differ by a few ulp.
-                let ctx = format!("{act:?} on {} {m}x{n}x{kk}", table.isa());
+                let ctx = format!("{act:?} (residual first: {residual_first}) on {} {m}x{n}x{kk}", table.isa());
                 assert_close(&to64(&got), &to64(&want), 1e-6, 1e-6, &ctx);
-                if matches!(act, None | Some(Activation::Relu)) {
+                if matches!(act, None | Some(Activation::Relu | Activation::Clamp { .. })) {
                     assert!(bits(&got) == bits(&want), "exact epilogue differs: {ctx}");
                 }
             }
@@ -191,8 +209,127 @@ fn fused_linear_checks_its_operands() {
     let ok = LinearEpilogue { activation: Some(Activation::Relu), scale: -1.0, ..LinearEpilogue::default() };
     k::linear_fused(x.r(), &packed, &ok, out.w(), &mut cx).unwrap();
     assert_eq!(out.get::<f32>(), vec![0.0; 8]);
-    assert_eq!(Activation::from_op(UnaryOp::Silu), Some(Activation::Silu));
-    assert_eq!(Activation::from_op(UnaryOp::Exp), None);
+    assert_eq!(Activation::from_unary(UnaryOp::Silu), Some(Activation::Silu));
+    assert_eq!(Activation::from_unary(UnaryOp::Exp), None);
+}
+
+/// The unfused kernel of an epilogue activation, on `out` in place.
+fn activate(a: Activation, out: &mut Buf, shape: &[usize], cx: &mut Context) {
+    let before = f32s(shape, &out.get::<f32>());
+    match (a, a.unary_op()) {
+        (Activation::Clamp { min, max }, _) => k::clamp_cx(before.r(), min, max, out.w(), cx).unwrap(),
+        (_, Some(op)) => k::unary_cx(op, before.r(), out.w(), cx).unwrap(),
+        (_, None) => unreachable!("every activation but clamp is a unary op"),
+    }
+}
+
+/// A fused convolution (dense im2col, pointwise, grouped and depthwise,
+/// packed or not) equals the convolution followed by the unfused
+/// activation and residual add — bit for bit for ReLU and clamp (exact
+/// operations) — at every thread count.
+#[test]
+fn fused_conv_equals_the_unfused_kernels() {
+    let mut r = rng(5);
+    let relu6 = Activation::Clamp { min: Some(0.0), max: Some(6.0) };
+    // (x shape, w shape, stride, padding, groups)
+    type Case = (&'static [usize], &'static [usize], usize, usize, usize);
+    let cases: [Case; 5] = [
+        (&[2, 3, 17, 19], &[8, 3, 3, 3], 1, 1, 1),
+        (&[1, 16, 30, 30], &[24, 16, 1, 1], 1, 0, 1),
+        (&[1, 8, 33, 33], &[8, 1, 3, 3], 2, 1, 8),
+        (&[1, 8, 20, 20], &[16, 4, 3, 3], 1, 1, 2),
+        (&[1, 32, 70, 70], &[32, 1, 3, 3], 1, 1, 32),
+    ];
+    for table in tables() {
+        for (xs, ws, stride, pad, groups) in cases {
+            let (x, w) = (rand_f32(&mut r, xs.iter().product()), rand_f32(&mut r, ws.iter().product()));
+            let bias = rand_f32(&mut r, ws[0]);
+            let (x, w, b) = (f32s(xs, &x), f32s(ws, &w), f32s(&[ws[0]], &bias));
+            let (s2, p2, d2) = ([stride; 2], [pad; 2], [1; 2]);
+            let p = k::ConvParams { stride: &s2, padding: &p2, dilation: &d2, groups };
+            let oh = (xs[2] + 2 * pad - ws[2]) / stride + 1;
+            let ow = (xs[3] + 2 * pad - ws[3]) / stride + 1;
+            let os = [xs[0], ws[0], oh, ow];
+            let residual = f32s(&os, &rand_f32(&mut r, os.iter().product()));
+            let packed = k::PackedConv::new(table, w.r(), groups).unwrap();
+            for act in [None, Some(Activation::Relu), Some(relu6), Some(Activation::Silu)] {
+                for (with_residual, residual_first) in [(false, false), (true, false), (true, true)] {
+                    let mut cx = context(table, 2);
+                    let mut want = Buf::zeros(DType::F32, &os);
+                    k::conv(x.r(), w.r(), Some(b.r()), &p, want.w(), &mut cx).unwrap();
+                    let add_residual = |out: &mut Buf, cx: &mut Context| {
+                        let before = f32s(&os, &out.get::<f32>());
+                        k::binary_cx(BinaryOp::Add, before.r(), residual.r(), out.w(), cx).unwrap();
+                    };
+                    if with_residual && residual_first {
+                        add_residual(&mut want, &mut cx);
+                    }
+                    if let Some(a) = act {
+                        activate(a, &mut want, &os, &mut cx);
+                    }
+                    if with_residual && !residual_first {
+                        add_residual(&mut want, &mut cx);
+                    }
+                    let want = want.get::<f32>();
+                    let epilogue = k::TensorEpilogue {
+                        activation: act,
+                        residual: with_residual.then(|| residual.r()),
+                        residual_first,
+                    };
+                    let ctx =
+                        format!("{act:?} residual {with_residual}/{residual_first} {xs:?}*{ws:?} {}", table.isa());
+                    for packed in [None, Some(&packed)] {
+                        let run = |cx: &mut Context| {
+                            let mut got = Buf::zeros(DType::F32, &os);
+                            k::conv_fused(x.r(), w.r(), packed, Some(b.r()), &epilogue, &p, got.w(), cx).unwrap();
+                            got.get::<f32>()
+                        };
+                        same_at_every_count(&ctx, table, run);
+                        let got = run(&mut cx);
+                        assert_close(&to64(&got), &to64(&want), 1e-6, 1e-6, &ctx);
+                        if !matches!(act, Some(Activation::Silu)) {
+                            assert!(bits(&got) == bits(&want), "exact epilogue differs: {ctx}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The f32 clamp keeps torch's semantics: NaN passes through, -0.0 stays
+/// -0.0 at a bound of 0, and bounds are applied low first.
+#[test]
+fn clamp_keeps_nan_and_signed_zero() {
+    let x = [f32::NAN, -0.0, 0.0, -1.0, 7.0, 3.0, f32::INFINITY, f32::NEG_INFINITY];
+    let mut out = Buf::zeros(DType::F32, &[8]);
+    k::clamp(f32s(&[8], &x).r(), Some(0.0), Some(6.0), out.w()).unwrap();
+    let got = out.get::<f32>();
+    assert!(got[0].is_nan());
+    assert_eq!(bits(&got[1..]), bits(&[-0.0, 0.0, 0.0, 6.0, 3.0, 6.0, 0.0]));
+    // min > max: every value ends at max, as torch.clamp gives.
+    k::clamp(f32s(&[8], &x).r(), Some(2.0), Some(1.0), out.w()).unwrap();
+    assert_eq!(&out.get::<f32>()[1..], &[1.0; 7]);
+}
+
+#[test]
+fn fused_conv_checks_its_residual() {
+    let mut cx = Context::new();
+    let (s, p0, d) = ([1usize], [0usize], [1usize]);
+    let p = k::ConvParams { stride: &s, padding: &p0, dilation: &d, groups: 1 };
+    let (x, w) = (f32s(&[1, 2, 5], &[1.0; 10]), f32s(&[3, 2, 1], &[1.0; 6]));
+    let wrong = f32s(&[1, 3, 4], &[0.0; 12]);
+    let e = k::TensorEpilogue { residual: Some(wrong.r()), ..k::TensorEpilogue::default() };
+    let mut out = Buf::zeros(DType::F32, &[1, 3, 5]);
+    assert!(k::conv_fused(x.r(), w.r(), None, None, &e, &p, out.w(), &mut cx).is_err());
+    let right = f32s(&[1, 3, 5], &[0.5; 15]);
+    let e = k::TensorEpilogue {
+        residual: Some(right.r()),
+        activation: Some(Activation::Clamp { min: None, max: Some(2.0) }),
+        residual_first: true,
+    };
+    k::conv_fused(x.r(), w.r(), None, None, &e, &p, out.w(), &mut cx).unwrap();
+    assert_eq!(out.get::<f32>(), vec![2.0; 15]);
 }
 
 #[test]
@@ -222,6 +359,71 @@ fn row_and_elementwise_kernels_are_bit_identical_at_every_thread_count() {
                 k::binary_cx(op, a.r(), f32s(&bshape, b).r(), out.w(), cx).unwrap();
                 out.get()
             });
+        }
+        // Clamp (ReLU6, one-sided), threaded; also equal to the plain kernel.
+        for (min, max) in [(Some(0.0), Some(6.0)), (None, Some(0.5)), (Some(-0.25), None)] {
+            let xs = f32s(&[rows, cols], &x);
+            let mut plain = Buf::zeros(DType::F32, &[rows, cols]);
+            k::clamp(xs.r(), min, max, plain.w()).unwrap();
+            let plain = bits(&plain.get::<f32>());
+            same_at_every_count(&format!("clamp {min:?} {max:?}"), table, |cx| {
+                let mut out = Buf::zeros(DType::F32, &[rows, cols]);
+                k::clamp_cx(xs.r(), min, max, out.w(), cx).unwrap();
+                let got = out.get::<f32>();
+                assert!(bits(&got) == plain, "threaded clamp differs from the plain kernel");
+                got
+            });
+        }
+        // Pooling, threaded over planes: max 3×3/2 with padding (ResNet's),
+        // the plain 2×2 max, average with and without the padding counted,
+        // and max pooling's indices; also equal to the plain kernel.
+        // Outputs above two element chunks, so the threaded path runs.
+        let img = f32s(&[2, 40, 45, 43], &x[..2 * 40 * 45 * 43]);
+        let (k3, s2, p1, d1) = ([3usize, 3], [2usize, 2], [1usize, 1], [1usize, 1]);
+        let (k2, p0) = ([2usize, 2], [0usize, 0]);
+        for (kind, kernel, padding, include_pad, out_hw) in [
+            (k::PoolKind::Max, &k3, &p1, false, [23, 22]),
+            (k::PoolKind::Max, &k2, &p0, false, [22, 21]),
+            (k::PoolKind::Avg, &k3, &p1, true, [23, 22]),
+            (k::PoolKind::Avg, &k3, &p1, false, [23, 22]),
+        ] {
+            let params = k::PoolParams {
+                kernel,
+                stride: &s2,
+                padding,
+                dilation: &d1,
+                count_include_pad: include_pad,
+                divisor: None,
+            };
+            let os = [2, 40, out_hw[0], out_hw[1]];
+            let mut plain = Buf::zeros(DType::F32, &os);
+            k::pool(kind, img.r(), &params, plain.w()).unwrap();
+            let plain = bits(&plain.get::<f32>());
+            same_at_every_count(&format!("pool {kind:?} {kernel:?}"), table, |cx| {
+                let mut out = Buf::zeros(DType::F32, &os);
+                k::pool_cx(kind, img.r(), &params, out.w(), cx).unwrap();
+                let got = out.get::<f32>();
+                assert!(bits(&got) == plain, "threaded pool differs from the plain kernel");
+                got
+            });
+            if kind == k::PoolKind::Max {
+                // The plain 2-D fast path gives what the general loop (behind
+                // the values-and-indices kernel) gives, NaNs and -inf included.
+                let mut special = x[..2 * 40 * 45 * 43].to_vec();
+                special.iter_mut().step_by(97).for_each(|v| *v = f32::NAN);
+                special.iter_mut().skip(5).step_by(89).for_each(|v| *v = f32::NEG_INFINITY);
+                let special = f32s(&[2, 40, 45, 43], &special);
+                let (mut fast, mut values, mut indices) =
+                    (Buf::zeros(DType::F32, &os), Buf::zeros(DType::F32, &os), Buf::zeros(DType::I64, &os));
+                k::pool(kind, special.r(), &params, fast.w()).unwrap();
+                k::max_pool_with_indices(special.r(), &params, values.w(), indices.w()).unwrap();
+                assert!(bits(&fast.get::<f32>()) == bits(&values.get::<f32>()), "plain max pool differs");
+            }
+            let mut plain_idx = Buf::zeros(DType::I64, &os);
+            k::pool(k::PoolKind::ArgMax, img.r(), &params, plain_idx.w()).unwrap();
+            let mut idx = Buf::zeros(DType::I64, &os);
+            k::pool_cx(k::PoolKind::ArgMax, img.r(), &params, idx.w(), &mut context(table, 3)).unwrap();
+            assert!(idx.get::<i64>() == plain_idx.get::<i64>(), "threaded max pool indices differ");
         }
         same_at_every_count("softmax", table, |cx| {
             let mut out = Buf::zeros(DType::F32, &[rows, cols]);

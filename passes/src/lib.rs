@@ -23,6 +23,7 @@ mod fold;
 mod fuse;
 mod fuse_attention;
 mod fuse_elementwise;
+mod fuse_epilogue;
 mod fuse_norm;
 mod host;
 mod legalize;
@@ -45,12 +46,14 @@ pub use fold::fold_constants;
 pub use fuse::fuse_conv_affine;
 pub use fuse_attention::fuse_attention;
 pub use fuse_elementwise::fuse_elementwise;
+pub use fuse_epilogue::fuse_epilogues;
 pub use fuse_norm::fuse_rms_norm;
 pub use legalize::legalize_dtypes;
 pub use memory::{check_plan, plan_memory, LoopPlan, MemoryOptions, MemoryPlan, Slot};
 pub use pipeline::{cleanup, default_pipeline, pipeline_for, run_pipeline, Options, Pass, PassRecord, Report};
 pub use pipeline::{
-    CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_NORM, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
+    CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LEGALIZE, QUANT_LINEAR,
+    SIMPLIFY,
 };
 pub use quant_linear::quantize_linear_weights;
 pub use quantize::{glob_match, quantize_weights, sqnr_db, LayerReport, QuantScheme, QuantizeConfig};

@@ -3,8 +3,8 @@
 
 use crate::target::{OpKind, Support, Target, TargetDesc};
 use crate::{
-    dce, decompose, fold_constants, fuse_attention, fuse_conv_affine, fuse_elementwise, fuse_rms_norm, legalize_dtypes,
-    quantize_linear_weights, simplify, verify_graph, Changed, PassError,
+    dce, decompose, fold_constants, fuse_attention, fuse_conv_affine, fuse_elementwise, fuse_epilogues, fuse_rms_norm,
+    legalize_dtypes, quantize_linear_weights, simplify, verify_graph, Changed, PassError,
 };
 use kiln_ir::{Graph, Op};
 use std::fmt;
@@ -65,6 +65,7 @@ pub const FUSE_ATTENTION: Pass = Pass { name: "fuse_attention", run: fuse_attent
 pub const FUSE_NORM: Pass = Pass { name: "fuse_norm", run: fuse_rms_norm };
 pub const QUANT_LINEAR: Pass = Pass { name: "quant_linear", run: quantize_linear_weights };
 pub const FUSE_ELEMENTWISE: Pass = Pass { name: "fuse_elementwise", run: fuse_elementwise };
+pub const FUSE_EPILOGUE: Pass = Pass { name: "fuse_epilogue", run: fuse_epilogues };
 
 /// The passes for `target`, in the order they run ([`pipeline_for`] its description).
 pub fn default_pipeline(target: Target) -> Vec<Pass> {
@@ -104,10 +105,13 @@ pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
     // the casts legalisation added. The CPU target only: its kernels have the
     // fused one (the PJRT target's segments take the ops one by one).
     // Attention and RMS norm first: their scales, masks and squares are
-    // elementwise ops the last pass would otherwise take.
+    // elementwise ops the last pass would otherwise take; then the
+    // activations and residual adds that follow a conv or linear go into
+    // its store step (`fuse_epilogue`), and what is left into fused kernels.
     if target.target == Target::Cpu {
         passes.push(FUSE_ATTENTION);
         passes.push(FUSE_NORM);
+        passes.push(FUSE_EPILOGUE);
         passes.push(FUSE_ELEMENTWISE);
     }
     passes.push(DCE);

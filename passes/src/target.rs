@@ -193,6 +193,10 @@ pub enum OpKind {
     RmsNorm,
     /// Linear layers with int8/int4 weights (made by the quantized-linear pass).
     QuantLinear,
+    /// Convolution / linear with a fused epilogue (the epilogue fusion
+    /// pass, CPU target).
+    ConvFused,
+    LinearFused,
 }
 
 impl OpKind {
@@ -244,6 +248,8 @@ impl OpKind {
             Op::Fused { .. } => OpKind::Fused,
             Op::RmsNorm { .. } => OpKind::RmsNorm,
             Op::QuantLinear { .. } => OpKind::QuantLinear,
+            Op::ConvFused { .. } => OpKind::ConvFused,
+            Op::LinearFused { .. } => OpKind::LinearFused,
         }
     }
 

@@ -42,8 +42,9 @@ fn cpu_pipeline() {
             "reduce_mean",
             "reshape",
             "linear",
-            "matmul",
-            "add",
+            // The matmul by the folded constant weight and its bias add:
+            // one linear with the bias in its epilogue.
+            "linear_fused",
             "reduce_max",
             "sub",
             "exp",
@@ -52,9 +53,11 @@ fn cpu_pipeline() {
             "sub"
         ]
     );
-    // The transposed weight was folded into a constant.
-    let mm = g.order.iter().find(|&&n| g.nodes[n].op == Op::MatMul).unwrap();
+    // The transposed weight was folded into a constant (and transposed
+    // back to the linear's [N, K]).
+    let mm = g.order.iter().find(|&&n| matches!(g.nodes[n].op, Op::LinearFused { .. })).unwrap();
     assert!(g.const_of(g.nodes[*mm].inputs[1]).is_some());
+    assert_eq!(g.ty(g.nodes[*mm].inputs[1]).shape, [3.into(), 8.into()]);
     assert_eq!(
         report.passes.iter().map(|p| p.name).collect::<Vec<_>>(),
         [
@@ -66,6 +69,7 @@ fn cpu_pipeline() {
             "legalize",
             "fuse_attention",
             "fuse_norm",
+            "fuse_epilogue",
             "fuse_elementwise",
             "dce"
         ]

@@ -5,8 +5,10 @@
 
 use crate::format::{DimRef, InstrOp, Kernel, Plan, Storage};
 use kiln_kernels::quant::{ActQuant, PackedQWeights, QBits, QWeights};
+use kiln_isa::{Epilogue, Residual};
 use kiln_kernels::{
-    self as k, Context, ConvParams, DType, KernelError, PackedB, PackedConv, PoolParams, Result, TensorMut, TensorRef,
+    self as k, Context, ConvParams, DType, KernelError, PackedB, PackedConv, PoolParams, Result, TensorEpilogue,
+    TensorMut, TensorRef,
 };
 use std::ops::Range;
 
@@ -99,9 +101,9 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
         return pack_quant(plan, weights, kernel, inputs).map(Packed::Quant);
     }
     let transposed = match kernel {
-        Kernel::Linear {} => true,
+        Kernel::Linear {} | Kernel::LinearFused { .. } => true,
         Kernel::MatMul {} => false,
-        Kernel::Conv { .. } => false,
+        Kernel::Conv { .. } | Kernel::ConvFused { .. } => false,
         _ => return None,
     };
     let decl = plan.tensors.get(*inputs.get(1)? as usize)?;
@@ -118,7 +120,7 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
         return None;
     }
     let data = weights.get(usize::try_from(offset).ok()?..usize::try_from(offset.checked_add(bytes)?).ok()?)?;
-    if let Kernel::Conv { groups, .. } = kernel {
+    if let Kernel::Conv { groups, .. } | Kernel::ConvFused { groups, .. } = kernel {
         // Depthwise (one input channel per group) never runs a GEMM.
         let (groups, cout) = (*groups as usize, *dims.first()?);
         if dims.get(1) == Some(&1) && (groups > 1 || cout == 1) {
@@ -254,6 +256,13 @@ pub(crate) fn run_packed(
             k::conv_packed(ins[0], ins[1], w, ins.get(2).copied(), &params, out(outs, 0), cx)
         }
         (Packed::Quant(w), Kernel::QuantLinear { .. }) => quant_linear(kernel, w, cx, ins, outs),
+        (Packed::Conv(w), Kernel::ConvFused { groups, epilogue, .. }) => {
+            conv_fused(Some(w), *groups, epilogue, ints, cx, ins, outs)
+        }
+        (Packed::B(w), Kernel::LinearFused { epilogue }) => {
+            let (bias, fused) = tensor_epilogue(epilogue, ins);
+            k::linear_with_epilogue(ins[0], ins[1], Some(w), bias, &fused, out(outs, 0), cx)
+        }
         _ => kernel_fn(kernel)(kernel, ints, cx, ins, outs),
     }
 }
@@ -264,7 +273,7 @@ pub(crate) fn run_packed(
 fn decode_ints(kernel: &Kernel, out: &mut Vec<usize>) {
     let mut push = |v: &[u32]| out.extend(v.iter().map(|&x| x as usize));
     match kernel {
-        Kernel::Conv { stride, padding, dilation, .. } => {
+        Kernel::Conv { stride, padding, dilation, .. } | Kernel::ConvFused { stride, padding, dilation, .. } => {
             push(stride);
             push(padding);
             push(dilation);
@@ -279,6 +288,32 @@ fn decode_ints(kernel: &Kernel, out: &mut Vec<usize>) {
         Kernel::Permute { perm } => push(perm),
         _ => {}
     }
+}
+
+/// A fused call's bias operand and its epilogue over the operand tensors
+/// (operand counts were validated against the epilogue's flags at load).
+fn tensor_epilogue<'a>(e: &Epilogue, ins: &[TensorRef<'a>]) -> (Option<TensorRef<'a>>, TensorEpilogue<'a>) {
+    let bias = e.bias_operand().and_then(|i| ins.get(i).copied());
+    let residual = e.residual_operand().and_then(|i| ins.get(i).copied());
+    let fused =
+        TensorEpilogue { activation: e.activation, residual, residual_first: e.residual == Residual::BeforeActivation };
+    (bias, fused)
+}
+
+/// A fused convolution, through its weight packed at load when there is one.
+fn conv_fused(
+    packed: Option<&PackedConv>,
+    groups: u32,
+    epilogue: &Epilogue,
+    ints: &[usize],
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    outs: &mut [TensorMut<'_>],
+) -> Result<()> {
+    let [stride, padding, dilation] = lists::<3>(ints);
+    let params = ConvParams { stride, padding, dilation, groups: groups as usize };
+    let (bias, fused) = tensor_epilogue(epilogue, ins);
+    k::conv_fused(ins[0], ins[1], packed, bias, &fused, &params, out(outs, 0), cx)
 }
 
 fn no_op(_: &Kernel, _: &[usize], _: &mut Context, _: &[TensorRef<'_>], _: &mut [TensorMut<'_>]) -> Result<()> {
@@ -341,7 +376,7 @@ kernel_fns! {
     Binary { op } => k::binary_cx(*op, ins[0], ins[1], out(outs, 0), cx);
     Where {} => k::where_(ins[0], ins[1], ins[2], out(outs, 0));
     Cast {} => k::cast(ins[0], out(outs, 0));
-    Clamp { min, max } => k::clamp(ins[0], *min, *max, out(outs, 0));
+    Clamp { min, max } => k::clamp_cx(ins[0], *min, *max, out(outs, 0), cx);
     MatMul {} => k::matmul(ins[0], ins[1], out(outs, 0), cx);
     GroupedMatMul {} => k::grouped_matmul(ins[0], ins[1], ins[2], out(outs, 0), cx);
     Linear {} => k::linear(ins[0], ins[1], opt(2), out(outs, 0), cx);
@@ -363,7 +398,7 @@ kernel_fns! {
         match outs {
             // Validated: two outputs only on a max pool.
             [values, indices] => k::max_pool_with_indices(ins[0], &params, reborrow(values), reborrow(indices)),
-            _ => k::pool(*kind, ins[0], &params, out(outs, 0)),
+            _ => k::pool_cx(*kind, ins[0], &params, out(outs, 0), cx),
         }
     };
     AdaptiveAvgPool {} => k::adaptive_avg_pool(ins[0], out(outs, 0));
@@ -413,5 +448,10 @@ kernel_fns! {
     QuantLinear { bits, group, zero_points, dynamic } => {
         let kernel = Kernel::QuantLinear { bits: *bits, group: *group, zero_points: *zero_points, dynamic: *dynamic };
         quant_linear_unpacked(&kernel, cx, ins, outs)
+    };
+    ConvFused { groups, epilogue } => conv_fused(None, *groups, epilogue, ints, cx, ins, outs);
+    LinearFused { epilogue } => {
+        let (bias, fused) = tensor_epilogue(epilogue, ins);
+        k::linear_with_epilogue(ins[0], ins[1], None, bias, &fused, out(outs, 0), cx)
     };
 }

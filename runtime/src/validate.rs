@@ -651,7 +651,8 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
         {
             return Err(format!("normalizes {normalized_rank} dims of a rank-{in_rank} tensor"))
         }
-        Kernel::Conv { stride, padding, dilation, groups } => {
+        Kernel::Conv { stride, padding, dilation, groups }
+        | Kernel::ConvFused { stride, padding, dilation, groups, .. } => {
             let spatial = in_rank.saturating_sub(2);
             if spatial == 0
                 || spatial > 3
@@ -703,6 +704,7 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                 return Err("a fused operand has a higher rank than the output".into());
             }
         }
+        Kernel::LinearFused { .. } => {}
         Kernel::Resize { spatial, scales, .. } => {
             let s = *spatial as usize;
             if s == 0 || s > 3 || s > in_rank || rank(out) != in_rank || !(scales.is_empty() || scales.len() == s) {
@@ -710,6 +712,16 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
             }
         }
         _ => {}
+    }
+    if let Kernel::ConvFused { epilogue, .. } | Kernel::LinearFused { epilogue } = k {
+        // Which operand is the bias and which the residual comes from the flags.
+        if ins.len() != epilogue.operand_count() {
+            return Err(format!(
+                "the epilogue {epilogue:?} takes {} operands, got {}",
+                epilogue.operand_count(),
+                ins.len()
+            ));
+        }
     }
     if let Kernel::Slice { step, .. } | Kernel::SliceFromEnd { step, .. } = k {
         if *step == 0 {

@@ -66,3 +66,71 @@ fn constant_weights_are_not_repacked_per_run() {
     // Convolution weights (the im2col GEMM's A) are packed at load too.
     assert!(load_fixture("models/resnet18", "aten").packed_weights() > 0, "resnet18's conv weights were not packed");
 }
+
+/// The CPU-speed kernels at sizes that take their threaded paths: a conv
+/// with ReLU6 and a residual fused into its store step, a depthwise conv
+/// with a fused ReLU, a standalone clamp, a 3×3/2 max pool (threaded over
+/// planes) and a linear with a fused GELU and residual.
+#[test]
+fn fused_epilogues_clamp_and_pool_are_bit_identical_at_every_thread_count() {
+    use kiln_compiler::{compile_graph_with_passes, CompileOptions};
+    use kiln_ir::{BinaryOp, ConstBytes, DType, Graph, Op, TensorType, UnaryOp};
+    use kiln_passes::{default_pipeline, Target};
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let mut g = Graph::new();
+    let ty = |s: &[i64]| TensorType::fixed(DType::F32, s);
+    let mut constant = |g: &mut Graph, s: &[i64]| {
+        let bytes: Vec<u8> =
+            (0..s.iter().product::<i64>()).flat_map(|_| rng.gen_range(-0.3f32..0.3).to_le_bytes()).collect();
+        g.add_const(None, ty(s), ConstBytes::owned(bytes))
+    };
+    let x = g.add_input("x", ty(&[1, 16, 56, 56]));
+    let conv = |stride: i64, groups: i64, pad: i64| Op::Conv {
+        stride: vec![stride; 2],
+        padding: vec![pad; 2],
+        dilation: vec![1; 2],
+        groups,
+    };
+    let (w1, b1) = (constant(&mut g, &[16, 16, 3, 3]), constant(&mut g, &[16]));
+    let y = g.push(conv(1, 1, 1), vec![x, w1, b1], ty(&[1, 16, 56, 56]), None);
+    let y = g.push(Op::Binary(BinaryOp::Add), vec![y, x], ty(&[1, 16, 56, 56]), None);
+    let y = g.push(Op::Clamp { min: Some(0.0), max: Some(6.0) }, vec![y], ty(&[1, 16, 56, 56]), None);
+    let (w2, b2) = (constant(&mut g, &[16, 1, 3, 3]), constant(&mut g, &[16]));
+    let d = g.push(conv(1, 16, 1), vec![y, w2, b2], ty(&[1, 16, 56, 56]), None);
+    let d = g.push(Op::Unary(UnaryOp::Relu), vec![d], ty(&[1, 16, 56, 56]), None);
+    // Read twice: the clamp stays a kernel of its own.
+    let c = g.push(Op::Clamp { min: Some(-0.5), max: None }, vec![d], ty(&[1, 16, 56, 56]), None);
+    let pool = Op::Pool {
+        kind: kiln_ir::PoolKind::Max,
+        kernel: vec![3, 3],
+        stride: vec![2, 2],
+        padding: vec![1, 1],
+        dilation: vec![1, 1],
+        ceil_mode: false,
+        count_include_pad: false,
+        divisor: None,
+    };
+    let p = g.push(pool, vec![c], ty(&[1, 16, 28, 28]), None);
+    let flat = g.push(Op::Reshape { shape: vec![16.into(), 784.into()] }, vec![p], ty(&[16, 784]), None);
+    let (wl, bl) = (constant(&mut g, &[784, 784]), constant(&mut g, &[784]));
+    let l = g.push(Op::Linear, vec![flat, wl, bl], ty(&[16, 784]), None);
+    let l = g.push(Op::Unary(UnaryOp::Gelu), vec![l], ty(&[16, 784]), None);
+    let l = g.push(Op::Binary(BinaryOp::Add), vec![flat, l], ty(&[16, 784]), None);
+    g.add_output("y", l);
+    g.add_output("d", d);
+    let opts = CompileOptions { target: Target::Cpu, verify_each: true, ..CompileOptions::default() };
+    let (writer, _) =
+        compile_graph_with_passes(g, &default_pipeline(Target::Cpu), &opts, Default::default()).expect("compile");
+    let program = kiln_runtime::Program::from_bytes(&writer.to_bytes()).expect("load");
+    let kernels: Vec<&str> = program.plan().instrs.iter().map(|i| i.op.name()).collect();
+    for k in ["conv_fused", "clamp", "max_pool", "linear_fused"] {
+        assert!(kernels.contains(&k), "no {k} in {kernels:?}");
+    }
+    let input: Vec<f32> = (0..16 * 56 * 56).map(|_| rng.gen_range(-4.0f32..4.0)).collect();
+    let inputs = [Tensor::from_f32(&[1, 16, 56, 56], &input)];
+    let want = output_bytes(&program, 1, &inputs);
+    for t in &THREADS[1..] {
+        assert!(output_bytes(&program, *t, &inputs) == want, "{t} threads differ from 1 thread");
+    }
+}

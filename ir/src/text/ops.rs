@@ -155,6 +155,58 @@ fn reduce_kind(name: &str) -> Option<ReduceKind> {
     })
 }
 
+/// A fused epilogue's attributes: `bias`, then `activation` (a unary op's
+/// name or `clamp` with optional `min` / `max`) and `residual` (`before` or
+/// `after` the activation), each omitted when absent.
+fn epilogue(a: &mut Attrs, op: &str) -> Result<crate::Epilogue, ParseError> {
+    use crate::{Activation, Residual};
+    let bias = boolean(&a.take("bias", op)?)?;
+    let (min, max) = (a.opt("min"), a.opt("max"));
+    let activation = match a.opt("activation") {
+        None => None,
+        Some(AttrVal::Ident(s, _)) if s == "clamp" => Some(Activation::Clamp {
+            min: min.as_ref().map(float).transpose()?,
+            max: max.as_ref().map(float).transpose()?,
+        }),
+        Some(AttrVal::Ident(s, p)) => Some(
+            crate::UnaryOp::from_name(&s)
+                .and_then(Activation::from_unary)
+                .ok_or_else(|| p.error(format!("`{s}` is no epilogue activation")))?,
+        ),
+        Some(other) => return Err(other.pos().error("expected an activation name")),
+    };
+    if !matches!(activation, Some(Activation::Clamp { .. })) {
+        if let Some(v) = min.or(max) {
+            return Err(v.pos().error("`min` and `max` belong to `activation=clamp`"));
+        }
+    }
+    let residual = match a.opt("residual") {
+        None => Residual::None,
+        Some(AttrVal::Ident(s, p)) => match Residual::from_name(&s) {
+            Some(r) if r != Residual::None => r,
+            _ => return Err(p.error(format!("residual must be `before` or `after`, found `{s}`"))),
+        },
+        Some(other) => return Err(other.pos().error("expected `before` or `after`")),
+    };
+    Ok(crate::Epilogue { bias, activation, residual })
+}
+
+fn format_epilogue(e: &crate::Epilogue) -> Vec<String> {
+    use crate::{Activation, Residual};
+    let mut v = vec![format!("bias={}", e.bias)];
+    if let Some(a) = e.activation {
+        v.push(format!("activation={}", a.name()));
+        if let Activation::Clamp { min, max } = a {
+            v.extend(min.map(|m| format!("min={}", format_f64(m))));
+            v.extend(max.map(|m| format!("max={}", format_f64(m))));
+        }
+    }
+    if e.residual != Residual::None {
+        v.push(format!("residual={}", e.residual.name()));
+    }
+    v
+}
+
 /// The attribute keys `name` accepts, so that a misspelt key is reported as
 /// unknown rather than as the missing key it was meant to be.
 fn attr_keys(name: &str) -> &'static [&'static str] {
@@ -162,6 +214,8 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "cast" => &["to"],
         "clamp" => &["min", "max"],
         "conv" => &["stride", "padding", "dilation", "groups"],
+        "conv_fused" => &["stride", "padding", "dilation", "groups", "bias", "activation", "min", "max", "residual"],
+        "linear_fused" => &["bias", "activation", "min", "max", "residual"],
         "batch_norm" => &["eps"],
         "layer_norm" => &["normalized_rank", "eps"],
         "softmax" | "log_softmax" | "concat" | "gather" => &["axis"],
@@ -235,6 +289,14 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                 dilation: ints(a.take("dilation", name)?)?,
                 groups: int(&a.take("groups", name)?)?,
             },
+            "conv_fused" => Op::ConvFused {
+                stride: ints(a.take("stride", name)?)?,
+                padding: ints(a.take("padding", name)?)?,
+                dilation: ints(a.take("dilation", name)?)?,
+                groups: int(&a.take("groups", name)?)?,
+                epilogue: epilogue(&mut a, name)?,
+            },
+            "linear_fused" => Op::LinearFused { epilogue: epilogue(&mut a, name)? },
             "batch_norm" => Op::BatchNorm { eps: float(&a.take("eps", name)?)? },
             "layer_norm" => Op::LayerNorm {
                 normalized_rank: uint(&a.take("normalized_rank", name)?)?,
@@ -460,6 +522,17 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
             kv("dilation", ints(dilation)),
             kv("groups", fmt_int(*groups)),
         ],
+        Op::ConvFused { stride, padding, dilation, groups, epilogue } => {
+            let mut v = vec![
+                kv("stride", ints(stride)),
+                kv("padding", ints(padding)),
+                kv("dilation", ints(dilation)),
+                kv("groups", fmt_int(*groups)),
+            ];
+            v.extend(format_epilogue(epilogue));
+            v
+        }
+        Op::LinearFused { epilogue } => format_epilogue(epilogue),
         Op::BatchNorm { eps } => vec![kv("eps", format_f64(*eps))],
         Op::QuantLinear { bits, group, zero_points, dynamic } => vec![
             kv("bits", bits.to_string()),

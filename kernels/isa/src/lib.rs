@@ -13,12 +13,14 @@
 
 mod code;
 mod dtype;
+pub mod epilogue;
 pub mod fused;
 pub mod opcode;
 mod selectors;
 
 pub use code::UnknownCode;
 pub use dtype::DType;
+pub use epilogue::{Activation, Epilogue, Residual};
 pub use fused::{register_types, FusedOp};
 pub use opcode::{InstrKind, Opcode};
 pub use selectors::{BinaryOp, LinalgOp, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, ScanKind, UnaryOp};

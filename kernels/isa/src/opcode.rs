@@ -129,6 +129,11 @@ opcodes! {
     Fused = 40, "fused", Call, operands 1..=MANY, outputs 1..=1;
     /// `(x [, weight])`.
     RmsNorm = 41, "rms_norm", Call, operands 1..=2, outputs 1..=1;
+    /// A convolution with a fused epilogue (`kiln_isa::epilogue`):
+    /// `(x, w [, bias] [, residual])`, as its epilogue's flags say.
+    ConvFused = 42, "conv_fused", Call, operands 2..=4, outputs 1..=1;
+    /// A linear with a fused epilogue: `(x, w[N, K] [, bias] [, residual])`.
+    LinearFused = 43, "linear_fused", Call, operands 2..=4, outputs 1..=1;
     /// `(x, w, offs)`: one GEMM per expert's block of rows.
     GroupedMatMul = 70, "grouped_matmul", Call, operands 3..=3, outputs 1..=1;
     /// An inclusive scan along an axis other than a sum (`kiln_isa::ScanKind`).
@@ -177,6 +182,8 @@ mod tests {
         assert_eq!(Opcode::Fused.code(), 40);
         assert_eq!(Opcode::RmsNorm.code(), 41);
         assert_eq!(Opcode::QuantLinear.code(), 80);
+        assert_eq!(Opcode::ConvFused.code(), 42);
+        assert_eq!(Opcode::LinearFused.code(), 43);
         assert_eq!(Opcode::Delegate.code(), 1000);
         assert_eq!(Opcode::Jump.code(), 1003);
         assert_eq!(crate::DType::Bool.code(), 48);

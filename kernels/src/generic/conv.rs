@@ -6,7 +6,7 @@
 
 use super::common::*;
 use super::conv_depthwise::conv_depthwise_f32;
-use super::gemm::{run_gemm, ASource, BSource, Bias, Epilogue, PackedA};
+use super::gemm::{run_gemm, ASource, Activation, ActivationFn, BSource, Bias, Epilogue, PackedA};
 use super::math::Real;
 use crate::context::Context;
 use crate::parallel::{Threads, ELEMENT_CHUNK};
@@ -153,7 +153,51 @@ pub fn conv_packed(
         return Err(shape_err("conv", format!("packed weight {:?} is not this weight {:?}", packed.shape, w.shape)));
     }
     let packed = packed.fits(cx.table).then_some(packed);
-    conv_inner(x, w, packed, bias, p, out, cx, ConvAlgorithm::Auto)
+    conv_inner(x, w, packed, bias, &TensorEpilogue::default(), p, out, cx, ConvAlgorithm::Auto)
+}
+
+/// What a fused convolution or linear applies to each output element after
+/// the bias (`kiln_isa::epilogue`): the activation and a residual tensor
+/// shaped like the output, added before or after it. f32 only.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct TensorEpilogue<'a> {
+    pub activation: Option<Activation>,
+    pub residual: Option<TensorRef<'a>>,
+    /// Add the residual before the activation instead of after it.
+    pub residual_first: bool,
+}
+
+impl TensorEpilogue<'_> {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.activation.is_none() && self.residual.is_none()
+    }
+}
+
+/// [`conv`] followed by `epilogue`, applied in the GEMM's store step (or to
+/// each finished row of the depthwise loops) while the output is hot; with
+/// `packed` (a [`PackedConv`] of this `w`, for `p.groups`), the GEMMs read
+/// the packed weight when it fits `cx`'s table.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_fused(
+    x: TensorRef,
+    w: TensorRef,
+    packed: Option<&PackedConv>,
+    bias: Option<TensorRef>,
+    epilogue: &TensorEpilogue<'_>,
+    p: &ConvParams,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    if let Some(packed) = packed {
+        if packed.shape != w.shape || packed.groups.len() != p.groups {
+            return Err(shape_err(
+                "conv",
+                format!("packed weight {:?} is not this weight {:?}", packed.shape, w.shape),
+            ));
+        }
+    }
+    let packed = packed.filter(|p| p.fits(cx.table));
+    conv_inner(x, w, packed, bias, epilogue, p, out, cx, ConvAlgorithm::Auto)
 }
 
 /// [`conv`] with the f32 algorithm chosen by the caller (f64 ignores it).
@@ -166,15 +210,21 @@ pub fn conv_with(
     cx: &mut Context,
     algorithm: ConvAlgorithm,
 ) -> Result<()> {
-    conv_inner(x, w, None, bias, p, out, cx, algorithm)
+    conv_inner(x, w, None, bias, &TensorEpilogue::default(), p, out, cx, algorithm)
+}
+
+/// Output positions per plane.
+fn osp_of(g: &Geometry) -> usize {
+    g.output.iter().product()
 }
 
 #[allow(clippy::too_many_arguments)]
-fn conv_inner(
+fn conv_inner<'a>(
     x: TensorRef,
     w: TensorRef,
     packed: Option<&PackedConv>,
-    bias: Option<TensorRef>,
+    bias: Option<TensorRef<'a>>,
+    fused: &TensorEpilogue<'a>,
     p: &ConvParams,
     mut out: TensorMut,
     cx: &mut Context,
@@ -201,6 +251,9 @@ fn conv_inner(
         return Err(shape_err(K, format!("output shape {:?} must start with [{batch}, {cout}]", out.shape)));
     }
     let cout_g = cout / groups;
+    if dtype == DType::F64 && !fused.is_empty() {
+        return Err(shape_err(K, "a fused activation or residual needs f32"));
+    }
     if dtype == DType::F64 {
         let bv = match &bias {
             Some(b) => {
@@ -228,6 +281,26 @@ fn conv_inner(
         }
         None => None,
     };
+    let residual = match &fused.residual {
+        Some(r) => {
+            expect_dtype(K, "residual", r.dtype, DType::F32)?;
+            if r.shape != out.shape {
+                return Err(shape_err(K, format!("residual shape {:?}, expected {:?}", r.shape, out.shape)));
+            }
+            Some(view::<f32>(K, "residual", r)?)
+        }
+        None => None,
+    };
+    let activation = fused.activation.map(|a| ActivationFn::new(table, a));
+    // The epilogue of the output rows starting at `offset` (of the
+    // `[N·Cout, osp]` output matrix), given the bias the rows add.
+    let epilogue_at = |offset: usize, bias: Bias<'a>| Epilogue {
+        bias,
+        activation,
+        residual: residual.map(|r| (&r[offset..], osp_of(&g))),
+        residual_first: fused.residual_first,
+        ..Epilogue::default()
+    };
     let ov = view_mut::<f32>(K, "out", &mut out)?;
     let isp: usize = g.input.iter().product();
     let osp: usize = g.output.iter().product();
@@ -251,13 +324,15 @@ fn conv_inner(
         }
     };
     if use_depthwise {
-        conv_depthwise_f32(xv, wv, bv, &g, cin, cout, ov, scratch);
+        conv_depthwise_f32(xv, wv, bv, &epilogue_at(0, Bias::None), &g, cin, cout, ov, scratch);
         return Ok(());
     }
 
     if kdim == 0 {
+        let epilogue = epilogue_at(0, Bias::None);
         for (c, plane) in ov.chunks_exact_mut(osp).enumerate() {
             plane.fill(bv.map_or(0.0, |b| b[c % cout]));
+            epilogue.apply(plane, c, 0);
         }
         return Ok(());
     }
@@ -282,8 +357,8 @@ fn conv_inner(
             let xg = &xv[(n * cin + gi * cin_g) * isp..(n * cin + (gi + 1) * cin_g) * isp];
             let o_off = (n * cout + gi * cout_g) * osp;
             let bias = bv.map_or(Bias::None, |b| Bias::PerRow(&b[gi * cout_g..(gi + 1) * cout_g]));
-            let epilogue = Epilogue::bias(bias);
             if pointwise {
+                let epilogue = epilogue_at(o_off, bias);
                 // A 1×1 stride-1 conv is already a GEMM over the input planes.
                 let c = &mut ov[o_off..];
                 let b = BSource::strided(xg, isp, false);
@@ -293,6 +368,7 @@ fn conv_inner(
             for c0 in (0..osp).step_by(chunk) {
                 let cl = chunk.min(osp - c0);
                 im2col(xg, cin_g, &g, c0, cl, &mut col[..kdim * cl], threads);
+                let epilogue = epilogue_at(o_off + c0, bias);
                 let c = &mut ov[o_off + c0..];
                 let b = BSource::strided(col, cl, false);
                 run_gemm(table, cout_g, cl, kdim, weight(gi, wg), b, c, osp, 0.0, epilogue, pack);

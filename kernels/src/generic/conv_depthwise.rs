@@ -13,17 +13,21 @@
 //! the output row in L1 while all taps accumulate into it.
 
 use super::conv::Geometry;
+use super::gemm::Epilogue;
 use crate::parallel::{Threads, ELEMENT_CHUNK};
 use crate::types::Scratch;
 
 /// `x` is `[N, cin, input..]`, `w` `[cout, 1, kernel..]`, `out`
 /// `[N, cout, output..]`, with `cout` a multiple of `cin` and the shapes
-/// already checked against `g`; `out` is not empty.
+/// already checked against `g`; `out` is not empty. `epilogue` (no bias:
+/// the bias seeds each row) is applied to each finished row while it is in
+/// L1, as output plane `plane_index`'s row of a `[N·cout, osp]` matrix.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv_depthwise_f32(
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
+    epilogue: &Epilogue<'_>,
     g: &Geometry,
     cin: usize,
     cout: usize,
@@ -80,6 +84,7 @@ pub(super) fn conv_depthwise_f32(
                     }
                 }
             }
+            epilogue.apply(row, plane_index, r * ow);
         }
     });
 }

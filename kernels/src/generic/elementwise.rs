@@ -793,7 +793,17 @@ pub fn cast(x: TensorRef, mut out: TensorMut) -> Result<()> {
 
 /// `min(max(x, lo), hi)`, applied in that order so `lo > hi` yields `hi` as
 /// in torch; NaN inputs stay NaN.
-pub fn clamp(x: TensorRef, min: Option<f64>, max: Option<f64>, mut out: TensorMut) -> Result<()> {
+pub fn clamp(x: TensorRef, min: Option<f64>, max: Option<f64>, out: TensorMut) -> Result<()> {
+    clamp_with(x, min, max, out, Threads::single())
+}
+
+/// [`clamp`] on `cx`'s threads (fixed-size chunks: the same result at any
+/// thread count).
+pub fn clamp_cx(x: TensorRef, min: Option<f64>, max: Option<f64>, out: TensorMut, cx: &mut Context) -> Result<()> {
+    clamp_with(x, min, max, out, cx.threads())
+}
+
+fn clamp_with(x: TensorRef, min: Option<f64>, max: Option<f64>, mut out: TensorMut, threads: Threads) -> Result<()> {
     const K: &str = "clamp";
     expect_dtype(K, "out", out.dtype, x.dtype)?;
     if x.shape != out.shape {
@@ -801,6 +811,13 @@ pub fn clamp(x: TensorRef, min: Option<f64>, max: Option<f64>, mut out: TensorMu
     }
     if x.dtype == DType::Bool {
         return Err(dtype_err(K, DType::Bool));
+    }
+    if x.dtype == DType::F32 {
+        let xs = view::<f32>(K, "x", &x)?;
+        let os = view_mut::<f32>(K, "out", &mut out)?;
+        let (lo, hi) = (clamp_bound(min, f32::NEG_INFINITY), clamp_bound(max, f32::INFINITY));
+        threads.for_each_rows(xs, os, 1, |xc, oc| clamp_f32(xc, oc, lo, hi));
+        return Ok(());
     }
     with_scalar!(x.dtype, T, {
         let xs = view::<T>(K, "x", &x)?;
@@ -825,4 +842,28 @@ pub fn clamp(x: TensorRef, min: Option<f64>, max: Option<f64>, mut out: TensorMu
         });
     });
     Ok(())
+}
+
+/// A clamp bound as the f32 clamp uses it: rounded to f32, an absent one
+/// infinite (`v < -inf` and `v > inf` never hold, so it never acts).
+pub(crate) fn clamp_bound(bound: Option<f64>, absent: f32) -> f32 {
+    bound.map_or(absent, |v| v as f32)
+}
+
+/// `out[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i])` in that order (NaN
+/// passes through, as in torch). Written as selects so it vectorises (the
+/// compares and blends of the baseline ISA), with no branch per element.
+pub(crate) fn clamp_f32(x: &[f32], out: &mut [f32], lo: f32, hi: f32) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        let v = if v < lo { lo } else { v };
+        *o = if v > hi { hi } else { v };
+    }
+}
+
+/// [`clamp_f32`] in place (the fused epilogues' activation).
+pub(crate) fn clamp_f32_in_place(v: &mut [f32], lo: f32, hi: f32) {
+    for e in v.iter_mut() {
+        let x = if *e < lo { lo } else { *e };
+        *e = if x > hi { hi } else { x };
+    }
 }

@@ -11,11 +11,11 @@
 //! every call.
 
 use super::common::shape_err;
-use super::elementwise::unary_f32_fn;
+use super::elementwise::{clamp_bound, clamp_f32_in_place, unary_f32_fn};
 use crate::context::Context;
 use crate::parallel::{SharedMut, Threads};
 use crate::table::{KernelTable, UnaryFn};
-use crate::types::{PackBuffers, Result, UnaryOp};
+use crate::types::{PackBuffers, Result};
 use std::marker::PhantomData;
 
 /// Rows of C per generic microkernel tile. 4×8 accumulators fit the 16 SSE
@@ -84,44 +84,23 @@ pub(crate) enum Bias<'a> {
     PerCol(&'a [f32]),
 }
 
-/// An activation a fused epilogue applies after the bias. Each runs the
-/// same f32 code as the unfused unary kernel of the same table.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Activation {
-    Relu,
-    Sigmoid,
-    Silu,
-    /// GELU with erf (torch's default).
-    Gelu,
-    /// GELU's tanh approximation.
-    GeluTanh,
-}
-
-impl Activation {
-    /// The unary op this activation computes.
-    pub fn op(self) -> UnaryOp {
-        match self {
-            Activation::Relu => UnaryOp::Relu,
-            Activation::Sigmoid => UnaryOp::Sigmoid,
-            Activation::Silu => UnaryOp::Silu,
-            Activation::Gelu => UnaryOp::Gelu,
-            Activation::GeluTanh => UnaryOp::GeluTanh,
-        }
-    }
-
-    /// The activation computing `op`, if `op` is one.
-    pub fn from_op(op: UnaryOp) -> Option<Activation> {
-        [Activation::Relu, Activation::Sigmoid, Activation::Silu, Activation::Gelu, Activation::GeluTanh]
-            .into_iter()
-            .find(|a| a.op() == op)
-    }
-}
+/// An activation a fused epilogue applies (`kiln_isa::epilogue`). Each runs
+/// the same f32 code as the unfused unary or clamp kernel of the same table.
+pub use kiln_isa::Activation;
 
 /// An activation resolved to the kernel table's f32 function.
 #[derive(Copy, Clone)]
 pub(crate) struct ActivationFn {
     pub(crate) activation: Activation,
-    run: UnaryFn,
+    run: ActivationKernel,
+}
+
+#[derive(Copy, Clone)]
+enum ActivationKernel {
+    Unary(UnaryFn),
+    /// Bounds as the clamp kernel rounds them (an absent one is infinite,
+    /// which no value crosses).
+    Clamp(f32, f32),
 }
 
 impl std::fmt::Debug for ActivationFn {
@@ -132,29 +111,41 @@ impl std::fmt::Debug for ActivationFn {
 
 impl ActivationFn {
     pub(crate) fn new(table: &KernelTable, activation: Activation) -> ActivationFn {
-        // Every activation has an f32 form; the copy is never chosen.
+        // Every unary activation has an f32 form; the copy is never chosen.
         fn copy(x: &[f32], out: &mut [f32]) {
             out.copy_from_slice(&x[..out.len()]);
         }
-        ActivationFn { activation, run: unary_f32_fn(table, activation.op()).unwrap_or(copy) }
+        let run = match activation {
+            Activation::Clamp { min, max } => {
+                ActivationKernel::Clamp(clamp_bound(min, f32::NEG_INFINITY), clamp_bound(max, f32::INFINITY))
+            }
+            a => ActivationKernel::Unary(a.unary_op().and_then(|op| unary_f32_fn(table, op)).unwrap_or(copy)),
+        };
+        ActivationFn { activation, run }
     }
 
     /// Applies the activation to `row` in place (the table's functions read
     /// and write separate slices, so through a small stack copy).
-    fn apply(&self, row: &mut [f32]) {
+    pub(crate) fn apply(&self, row: &mut [f32]) {
         const CHUNK: usize = 64;
-        let mut tmp = [0f32; CHUNK];
-        for part in row.chunks_mut(CHUNK) {
-            let src = &mut tmp[..part.len()];
-            src.copy_from_slice(part);
-            (self.run)(src, part);
+        match self.run {
+            ActivationKernel::Clamp(lo, hi) => clamp_f32_in_place(row, lo, hi),
+            ActivationKernel::Unary(run) => {
+                let mut tmp = [0f32; CHUNK];
+                for part in row.chunks_mut(CHUNK) {
+                    let src = &mut tmp[..part.len()];
+                    src.copy_from_slice(part);
+                    run(src, part);
+                }
+            }
         }
     }
 }
 
 /// What the store step applies to each finished element after combining,
 /// as data (tract's `FusedSpec`), on the last K slice only, in this order:
-/// `v = scale·v`, `v += bias`, `v = activation(v)`, `v += residual`.
+/// `v = scale·v`, `v += bias`, `v = activation(v)`, `v += residual` — or,
+/// with `residual_first`, the residual before the activation.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Epilogue<'a> {
     pub(crate) scale: f32,
@@ -162,11 +153,12 @@ pub(crate) struct Epilogue<'a> {
     pub(crate) activation: Option<ActivationFn>,
     /// A tensor shaped like C (`residual[i*ld + j]` for C's element (i, j)).
     pub(crate) residual: Option<(&'a [f32], usize)>,
+    pub(crate) residual_first: bool,
 }
 
 impl Default for Epilogue<'_> {
     fn default() -> Self {
-        Epilogue { scale: 1.0, bias: Bias::None, activation: None, residual: None }
+        Epilogue { scale: 1.0, bias: Bias::None, activation: None, residual: None, residual_first: false }
     }
 }
 
@@ -182,7 +174,7 @@ impl<'a> Epilogue<'a> {
 
     /// Applies the epilogue to a finished row of C: row `i`, columns
     /// `col0..col0 + row.len()`.
-    fn apply(&self, row: &mut [f32], i: usize, col0: usize) {
+    pub(crate) fn apply(&self, row: &mut [f32], i: usize, col0: usize) {
         if self.scale != 1.0 {
             row.iter_mut().for_each(|c| *c *= self.scale);
         }
@@ -197,12 +189,20 @@ impl<'a> Epilogue<'a> {
                 row.iter_mut().zip(bias).for_each(|(c, &b)| *c += b);
             }
         }
+        let add_residual = |row: &mut [f32]| {
+            if let Some((res, ld)) = self.residual {
+                let res = &res[i * ld + col0..][..row.len()];
+                row.iter_mut().zip(res).for_each(|(c, &r)| *c += r);
+            }
+        };
+        if self.residual_first {
+            add_residual(row);
+        }
         if let Some(act) = &self.activation {
             act.apply(row);
         }
-        if let Some((res, ld)) = self.residual {
-            let res = &res[i * ld + col0..][..row.len()];
-            row.iter_mut().zip(res).for_each(|(c, &r)| *c += r);
+        if !self.residual_first {
+            add_residual(row);
         }
     }
 }

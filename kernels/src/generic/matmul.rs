@@ -1,6 +1,7 @@
 //! torch.matmul and nn.functional.linear on top of the packed GEMM.
 
 use super::common::*;
+use super::conv::TensorEpilogue;
 use super::gemm::{
     gemm_f32_fused, gemm_f32_packed, gemm_prepacked_fused, Activation, ActivationFn, Bias, Epilogue, PackedB,
     PARALLEL_MIN_FLOPS,
@@ -435,11 +436,29 @@ pub struct LinearEpilogue<'a> {
     pub activation: Option<Activation>,
     /// Shaped like the output (`[.., N]`, contiguous).
     pub residual: Option<&'a [f32]>,
+    /// Add the residual before the activation instead of after it.
+    pub residual_first: bool,
 }
 
 impl Default for LinearEpilogue<'_> {
     fn default() -> Self {
-        LinearEpilogue { scale: 1.0, bias: None, activation: None, residual: None }
+        LinearEpilogue { scale: 1.0, bias: None, activation: None, residual: None, residual_first: false }
+    }
+}
+
+impl<'a> LinearEpilogue<'a> {
+    /// The store step's form, once its sizes were checked against `m×n`.
+    fn store_step(&self, table: &KernelTable, m: usize, n: usize) -> Result<Epilogue<'a>> {
+        if self.bias.is_some_and(|b| b.len() != n) || self.residual.is_some_and(|r| r.len() != m * n) {
+            return Err(shape_err("linear", format!("bias must hold {n} and residual {} elements", m * n)));
+        }
+        Ok(Epilogue {
+            scale: self.scale,
+            bias: self.bias.map_or(Bias::None, Bias::PerCol),
+            activation: self.activation.map(|a| ActivationFn::new(table, a)),
+            residual: self.residual.map(|r| (r, n)),
+            residual_first: self.residual_first,
+        })
     }
 }
 
@@ -456,16 +475,77 @@ pub fn linear_fused(
     let (n, k) = (w.n(), w.k());
     let m = check_rows_times_packed(K, &x, w, &out)?;
     let (xv, ov) = (view::<f32>(K, "x", &x)?, view_mut::<f32>(K, "out", &mut out)?);
-    if epilogue.bias.is_some_and(|b| b.len() != n) || epilogue.residual.is_some_and(|r| r.len() != m * n) {
-        return Err(shape_err(K, format!("bias must hold {n} and residual {} elements", m * n)));
-    }
-    let fused = Epilogue {
-        scale: epilogue.scale,
-        bias: epilogue.bias.map_or(Bias::None, Bias::PerCol),
-        activation: epilogue.activation.map(|a| ActivationFn::new(cx.table, a)),
-        residual: epilogue.residual.map(|r| (r, n)),
-    };
+    let fused = epilogue.store_step(cx.table, m, n)?;
     gemm_prepacked_fused(cx.table, m, xv, k, w, ov, n, 0.0, fused, &mut cx.scratch.pack)
+}
+
+/// [`linear_fused`] with the `[N, K]` weight as it is (packed by the call):
+/// for a weight that was not packed at load; f32.
+pub fn linear_fused_unpacked(
+    x: TensorRef,
+    w: TensorRef,
+    epilogue: &LinearEpilogue<'_>,
+    mut out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    const K: &str = "linear";
+    for (name, d) in [("x", x.dtype), ("w", w.dtype), ("out", out.dtype)] {
+        expect_dtype(K, name, d, DType::F32)?;
+    }
+    let (&[n, k], Some((&last, lead))) = (w.shape, x.shape.split_last()) else {
+        return Err(shape_err(K, format!("x {:?} must have rank >= 1 and w {:?} rank 2", x.shape, w.shape)));
+    };
+    let shape_ok = out.shape.split_last().is_some_and(|(&on, olead)| on == n && olead == lead);
+    if last != k || !shape_ok {
+        return Err(shape_err(K, format!("x {:?}, w {:?} and output {:?} do not fit", x.shape, w.shape, out.shape)));
+    }
+    let m: usize = lead.iter().product();
+    let (xv, wv, ov) = (view::<f32>(K, "x", &x)?, view::<f32>(K, "w", &w)?, view_mut::<f32>(K, "out", &mut out)?);
+    let fused = epilogue.store_step(cx.table, m, n)?;
+    gemm_f32_fused(cx.table, m, n, k, xv, k, wv, k, ov, n, true, 0.0, fused, &mut cx.scratch.pack);
+    Ok(())
+}
+
+/// [`linear`] with a bias and a [`TensorEpilogue`] (the plan's fused
+/// linear): through the packed weight when there is one that fits `cx`'s
+/// table, else packing `w` during the call; f32.
+pub fn linear_with_epilogue(
+    x: TensorRef,
+    w: TensorRef,
+    packed: Option<&PackedB>,
+    bias: Option<TensorRef>,
+    epilogue: &TensorEpilogue<'_>,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    const K: &str = "linear";
+    fn f32_view<'t>(what: &str, t: &Option<TensorRef<'t>>) -> Result<Option<&'t [f32]>> {
+        match t {
+            Some(t) => {
+                expect_dtype(K, what, t.dtype, DType::F32)?;
+                Ok(Some(view::<f32>(K, what, t)?))
+            }
+            None => Ok(None),
+        }
+    }
+    if let Some(r) = &epilogue.residual {
+        if r.shape != out.shape {
+            return Err(shape_err(K, format!("residual shape {:?}, expected {:?}", r.shape, out.shape)));
+        }
+    }
+    let fused = LinearEpilogue {
+        scale: 1.0,
+        bias: f32_view("bias", &bias)?,
+        activation: epilogue.activation,
+        residual: f32_view("residual", &epilogue.residual)?,
+        residual_first: epilogue.residual_first,
+    };
+    match packed.filter(|p| p.fits(cx.table)) {
+        Some(p) if p.k() == w.shape.get(1).copied().unwrap_or(0) && p.n() == w.shape.first().copied().unwrap_or(0) => {
+            linear_fused(x, p, &fused, out, cx)
+        }
+        _ => linear_fused_unpacked(x, w, &fused, out, cx),
+    }
 }
 
 /// [`linear`] with a packed weight: `out = x · wᵀ + bias`.

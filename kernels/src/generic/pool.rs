@@ -3,6 +3,8 @@
 
 use super::common::*;
 use super::math::Real;
+use crate::context::Context;
+use crate::parallel::{Threads, ELEMENT_CHUNK};
 use crate::types::{DType, PoolKind, Result, TensorMut, TensorRef};
 
 /// Window geometry over the trailing `kernel.len()` dims. The output size is
@@ -70,7 +72,17 @@ fn window(x: &[usize], out: &[usize], p: &PoolParams) -> Result<(Window, usize)>
 
 /// Max or average pooling into `out` (x's dtype), or max pooling's indices
 /// into `out` (i64) for [`PoolKind::ArgMax`].
-pub fn pool(kind: PoolKind, x: TensorRef, p: &PoolParams, mut out: TensorMut) -> Result<()> {
+pub fn pool(kind: PoolKind, x: TensorRef, p: &PoolParams, out: TensorMut) -> Result<()> {
+    pool_with(kind, x, p, out, Threads::single())
+}
+
+/// [`pool`] on `cx`'s threads: whole planes (batch × channel) per thread,
+/// in fixed groups, so the result is the same at any thread count.
+pub fn pool_cx(kind: PoolKind, x: TensorRef, p: &PoolParams, out: TensorMut, cx: &mut Context) -> Result<()> {
+    pool_with(kind, x, p, out, cx.threads())
+}
+
+fn pool_with(kind: PoolKind, x: TensorRef, p: &PoolParams, mut out: TensorMut, threads: Threads) -> Result<()> {
     const K: &str = "pool";
     let out_dtype = if kind == PoolKind::ArgMax { DType::I64 } else { x.dtype };
     expect_dtype(K, "out", out.dtype, out_dtype)?;
@@ -80,31 +92,51 @@ pub fn pool(kind: PoolKind, x: TensorRef, p: &PoolParams, mut out: TensorMut) ->
         }
     }
     let (w, planes) = window(x.shape, out.shape, p)?;
-    let windows = Windows { w: &w, planes, include_pad: p.count_include_pad, divisor: p.divisor };
-    match (kind, x.dtype) {
-        (PoolKind::Max, DType::F32) if is_plain_2d(&w) => {
-            max_pool_plain_2d::<f32>(view(K, "x", &x)?, &w, planes, view_mut(K, "out", &mut out)?)
-        }
-        (PoolKind::Max, DType::F64) if is_plain_2d(&w) => {
-            max_pool_plain_2d::<f64>(view(K, "x", &x)?, &w, planes, view_mut(K, "out", &mut out)?)
-        }
-        (PoolKind::ArgMax, DType::F32) => {
-            let ov = view_mut::<i64>(K, "out", &mut out)?;
-            pool_typed::<f32>(kind, view(K, "x", &x)?, windows, |o, _, i| ov[o] = i)
-        }
-        (PoolKind::ArgMax, DType::F64) => {
-            let ov = view_mut::<i64>(K, "out", &mut out)?;
-            pool_typed::<f64>(kind, view(K, "x", &x)?, windows, |o, _, i| ov[o] = i)
-        }
-        (_, DType::F32) => {
-            let ov = view_mut::<f32>(K, "out", &mut out)?;
-            pool_typed::<f32>(kind, view(K, "x", &x)?, windows, |o, v, _| ov[o] = v)
-        }
-        (_, DType::F64) => {
-            let ov = view_mut::<f64>(K, "out", &mut out)?;
-            pool_typed::<f64>(kind, view(K, "x", &x)?, windows, |o, v, _| ov[o] = v)
-        }
-        (_, d) => return Err(dtype_err(K, d)),
+    let isp: usize = w.input.iter().product();
+    let osp: usize = w.output.iter().product();
+    // Groups of whole planes of about ELEMENT_CHUNK outputs (an empty output
+    // has no group to run); small outputs are not worth waking the pool for.
+    let group = (ELEMENT_CHUNK / osp.max(1)).max(1);
+    let threads = if planes * osp < 2 * ELEMENT_CHUNK { Threads::single() } else { threads };
+    let (include_pad, divisor) = (p.count_include_pad, p.divisor);
+    // Pools `group` planes (or fewer, the last) of `xs` into `os`.
+    fn planes_of<T: Real, O: Send>(
+        xs: &[T],
+        out: &mut [O],
+        osp: usize,
+        isp: usize,
+        group: usize,
+        threads: Threads,
+        one: impl Fn(&[T], usize, &mut [O]) + Send + Sync,
+    ) {
+        threads.for_each_chunk(out, group * osp, |i, o| one(&xs[i * group * isp..], o.len() / osp, o));
+    }
+    macro_rules! run {
+        ($T:ty) => {{
+            let xs = view::<$T>(K, "x", &x)?;
+            if kind == PoolKind::ArgMax {
+                let ov = view_mut::<i64>(K, "out", &mut out)?;
+                planes_of(xs, ov, osp, isp, group, threads, |xs, planes, o| {
+                    let windows = Windows { w: &w, planes, include_pad, divisor };
+                    pool_typed::<$T>(kind, xs, windows, |j, _, i| o[j] = i)
+                })
+            } else {
+                let ov = view_mut::<$T>(K, "out", &mut out)?;
+                planes_of(xs, ov, osp, isp, group, threads, |xs, planes, o| {
+                    if kind == PoolKind::Max && is_plain_2d(&w) {
+                        max_pool_plain_2d::<$T>(xs, &w, planes, o)
+                    } else {
+                        let windows = Windows { w: &w, planes, include_pad, divisor };
+                        pool_typed::<$T>(kind, xs, windows, |j, v, _| o[j] = v)
+                    }
+                })
+            }
+        }};
+    }
+    match x.dtype {
+        DType::F32 => run!(f32),
+        DType::F64 => run!(f64),
+        d => return Err(dtype_err(K, d)),
     }
     Ok(())
 }
@@ -242,26 +274,34 @@ fn pool_typed<T: Real>(kind: PoolKind, x: &[T], s: Windows, mut emit: impl FnMut
     }
 }
 
-/// A 2-D window with no padding, no dilation, and every window inside the
-/// input (no ceil-mode overhang): the common `MaxPool2d(k, s)`.
+/// A 2-D window without dilation (padding and ceil-mode overhang allowed):
+/// the common `MaxPool2d(k, s, p)` (ResNet's 3×3/2 with padding 1).
 fn is_plain_2d(w: &Window) -> bool {
-    let fits = |d: usize| w.output[d] == 0 || (w.output[d] - 1) * w.stride[d] + w.kernel[d] <= w.input[d];
-    w.input[0] == 1 && w.kernel[0] == 1 && w.pad == [0; 3] && w.dil == [1; 3] && fits(1) && fits(2)
+    w.input[0] == 1 && w.kernel[0] == 1 && w.pad[0] == 0 && w.dil == [1; 3]
 }
 
-/// Max pooling over plain 2-D windows: row-wise maxima without per-tap
-/// bounds arithmetic (the general loop spends most of its time on that).
+/// Max pooling over plain 2-D windows: each window's in-bounds taps are a
+/// rectangle computed once per output row and column, so the inner loop is
+/// a plain maximum over a row slice, without the general loop's per-tap
+/// bounds arithmetic. Taps are visited in the same order as there (rows,
+/// then columns), so the result is the same value, NaNs included.
 fn max_pool_plain_2d<T: Real>(x: &[T], w: &Window, planes: usize, out: &mut [T]) {
     let [_, ih, iw] = w.input;
     let [_, oh, ow] = w.output;
-    let ([_, kh, kw], [_, sh, sw]) = (w.kernel, w.stride);
+    let ([_, kh, kw], [_, sh, sw], [_, ph, pw]) = (w.kernel, w.stride, w.pad);
+    // The in-bounds taps of window `o` along a dim: input coordinates [lo, hi).
+    let range = |o: usize, s: usize, p: usize, k: usize, n: usize| {
+        let start = o * s;
+        (start.saturating_sub(p).min(n), (start + k).saturating_sub(p).min(n))
+    };
     for (xp, op) in x.chunks_exact(ih * iw).zip(out.chunks_exact_mut(oh * ow)).take(planes) {
         for (oy, orow) in op.chunks_exact_mut(ow).enumerate() {
+            let (y0, y1) = range(oy, sh, ph, kh, ih);
             for (ox, o) in orow.iter_mut().enumerate() {
+                let (x0, x1) = range(ox, sw, pw, kw, iw);
                 let mut acc = T::NEG_INFINITY;
-                for ky in 0..kh {
-                    let row = &xp[(oy * sh + ky) * iw + ox * sw..][..kw];
-                    for &v in row {
+                for y in y0..y1 {
+                    for &v in &xp[y * iw + x0..y * iw + x1.max(x0)] {
                         // NaN wins, as in torch.
                         if v > acc || v.is_nan() {
                             acc = v;

@@ -5,8 +5,8 @@
 //! their expressions by index. The loader validates every index before use.
 
 pub use kiln_isa::{
-    BinaryOp, DType, FusedOp, InstrKind, LinalgOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode,
-    ScanKind, UnaryOp,
+    BinaryOp, DType, Epilogue, FusedOp, InstrKind, LinalgOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind,
+    ResizeMode, ScanKind, UnaryOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -317,6 +317,11 @@ kernels! {
     /// scales [, zero points] [, bias]); `dynamic`: per-row int8 activations
     /// (`kiln_kernels::quant::qlinear`).
     QuantLinear { bits: u32, group: u32, zero_points: bool, dynamic: bool }
+    /// [`Kernel::Conv`] with a fused epilogue: `(x, w [, bias] [, residual])`
+    /// as the epilogue's flags say.
+    ConvFused { stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32, epilogue: Epilogue }
+    /// [`Kernel::Linear`] with a fused epilogue: `(x, w [, bias] [, residual])`.
+    LinearFused { epilogue: Epilogue }
 }
 
 impl Kernel {

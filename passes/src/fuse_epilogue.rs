@@ -1,0 +1,275 @@
+//! Epilogue fusion: a convolution or linear followed by an activation and a
+//! residual add becomes one `Op::ConvFused` / `Op::LinearFused`, whose
+//! kernel applies them in the GEMM's store step (or to each finished row of
+//! the depthwise loops) while the output tile is hot — one pass over the
+//! activation instead of three.
+//!
+//! From each f32 `conv` / `linear` (its bias is already an operand; BatchNorm
+//! and constant adds were folded into it by `fuse`), the chain grows
+//! forward through values with exactly one use that are no graph output:
+//! - an activation (`relu`, `sigmoid`, `silu`, `gelu`, `gelu_tanh`, `clamp`
+//!   — ReLU6), then optionally an `add` of a residual;
+//! - or an `add` of a residual, then optionally an activation (ResNet's
+//!   `relu(bn(conv(x)) + identity)`).
+//!
+//! A residual is the add's other operand when it has exactly the result's
+//! type (no broadcast). The fused node takes the last member's place in the
+//! schedule, after everything it reads. When two chains want one add (two
+//! convolutions summed), the first in schedule order takes it and the other
+//! operand is its residual.
+//!
+//! The fused kernel computes exactly the unfused ops, in the same order
+//! (the activation through the same kernel-table function), so results are
+//! bit-identical for ReLU, clamp and the residual add; the transcendental
+//! activations may differ by the vector math's ulps where the unfused
+//! kernel took a scalar tail on other elements. CPU target only.
+
+use crate::host::{static_shape, HostTensor};
+use crate::rewrite::{rewrite_in_order, Rewrite};
+use crate::{Changed, Options, PassError};
+use kiln_ir::{Activation, BinaryOp, DType, Epilogue, Graph, NodeId, Op, Residual, SecondaryMap, ValueId};
+use std::collections::HashMap;
+
+pub fn fuse_epilogues(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
+    crate::check::guard(g, "fuse_epilogue")?;
+    let chains = find_chains(g);
+    if chains.is_empty() {
+        return Ok(Changed::No);
+    }
+    let mut member: SecondaryMap<NodeId, bool> = SecondaryMap::new();
+    let mut by_root = HashMap::new();
+    for chain in chains {
+        for &n in chain.members.iter().chain([&chain.base]) {
+            member[n] = true;
+        }
+        by_root.insert(*chain.members.last().unwrap_or(&chain.base), chain);
+    }
+    rewrite_in_order(g, |g, n| {
+        if let Some(chain) = by_root.get(&n) {
+            // Every member was visited (its operands redirected) before the root.
+            let fused = push_fused(g, chain, n).ok_or_else(|| {
+                PassError::new("fuse_epilogue", format!("cannot fuse the epilogue of {}", g.describe_node(chain.base)))
+            })?;
+            return Ok(Rewrite::Replace(vec![fused]));
+        }
+        // A member's only use is the next member: it goes with its chain.
+        Ok(if member[n] { Rewrite::Replace(vec![]) } else { Rewrite::Keep })
+    })
+}
+
+/// A conv, linear or matmul and what follows it into its epilogue.
+struct Chain {
+    base: NodeId,
+    /// The nodes after `base`, in order; the last is the root.
+    members: Vec<NodeId>,
+    /// A matmul's bias: the add and which of its operands is the constant.
+    bias_add: Option<(NodeId, usize)>,
+    activation: Option<Activation>,
+    /// The add that brings the residual and which of its operands that is.
+    residual: Option<(NodeId, usize)>,
+    residual_first: bool,
+}
+
+/// The activation `op` is, if it is one the epilogue applies.
+fn activation_of(op: &Op) -> Option<Activation> {
+    match op {
+        Op::Unary(u) => Activation::from_unary(*u),
+        Op::Clamp { min, max } => Some(Activation::Clamp { min: *min, max: *max }),
+        _ => None,
+    }
+}
+
+/// Whether `n` starts a chain: an f32 conv or linear, or an f32 matmul of
+/// a matrix (or batch of rows) by a constant 2-D weight `[K, N]`, which
+/// becomes a linear with the weight transposed at compile time.
+fn is_base(g: &Graph, n: NodeId) -> bool {
+    let node = &g.nodes[n];
+    if node.outputs.len() != 1 || g.ty(node.outputs[0]).dtype != DType::F32 {
+        return false;
+    }
+    match node.op {
+        Op::Conv { .. } | Op::Linear => true,
+        Op::MatMul => constant_weight(g, node.inputs[1]).is_some() && g.ty(node.inputs[0]).rank() >= 2,
+        _ => false,
+    }
+}
+
+/// A matmul's constant f32 right operand `[K, N]`, as `(K, N)`.
+fn constant_weight(g: &Graph, w: ValueId) -> Option<(usize, usize)> {
+    g.const_of(w)?;
+    let ty = g.ty(w);
+    let shape = static_shape(ty)?;
+    match shape[..] {
+        [k, n] if ty.dtype == DType::F32 => Some((k, n)),
+        _ => None,
+    }
+}
+
+/// Of an add reading `cur` (a matmul's `[.., N]` result), the operand that
+/// is a constant per-column bias (`[N]`, `[1, N]`, ...), if one is.
+fn bias_operand(g: &Graph, add: NodeId, cur: ValueId, n: usize) -> Option<usize> {
+    let node = &g.nodes[add];
+    if node.op != Op::Binary(BinaryOp::Add) || node.inputs[0] == node.inputs[1] {
+        return None;
+    }
+    let other = usize::from(node.inputs[0] == cur);
+    let b = node.inputs[other];
+    g.const_of(b)?;
+    let shape = static_shape(g.ty(b))?;
+    let per_column = shape.last() == Some(&n) && shape.iter().rev().skip(1).all(|&d| d == 1);
+    let keeps_type = g.ty(b).dtype == DType::F32 && g.ty(node.outputs[0]) == g.ty(cur);
+    (per_column && keeps_type && shape.len() <= g.ty(cur).rank()).then_some(other)
+}
+
+fn find_chains(g: &Graph) -> Vec<Chain> {
+    let uses = g.use_counts();
+    // The reader of each value (its only one, where the value has one use).
+    let mut reader: HashMap<ValueId, NodeId> = HashMap::new();
+    for &n in &g.order {
+        for &v in &g.nodes[n].inputs {
+            reader.insert(v, n);
+        }
+    }
+    let mut taken: SecondaryMap<NodeId, bool> = SecondaryMap::new();
+    let mut chains = Vec::new();
+    for &base in &g.order {
+        if taken[base] || !is_base(g, base) {
+            continue;
+        }
+        // The next node of the chain: the only reader of `v`, when `v` has
+        // one use, is no output, and the reader is in no other chain.
+        let next = |v: ValueId, taken: &SecondaryMap<NodeId, bool>| {
+            let single = uses[v] == 1 && !g.outputs.contains(&v);
+            reader.get(&v).copied().filter(|&r| single && !taken[r] && g.nodes[r].outputs.len() == 1)
+        };
+        let base_node = &g.nodes[base];
+        let mut chain =
+            Chain { base, members: vec![], bias_add: None, activation: None, residual: None, residual_first: false };
+        let mut cur = base_node.outputs[0];
+        // A matmul's bias add comes first (a matmul with nothing to fuse
+        // stays a matmul: the linear would gain nothing).
+        if base_node.op == Op::MatMul {
+            let Some((_, n)) = constant_weight(g, base_node.inputs[1]) else { continue };
+            let bias = next(cur, &taken).and_then(|add| Some((add, bias_operand(g, add, cur, n)?)));
+            if let Some((add, other)) = bias {
+                chain.bias_add = Some((add, other));
+                chain.members.push(add);
+                cur = g.nodes[add].outputs[0];
+            }
+        }
+        // The residual add of `n` to `cur`: its other operand, when that has
+        // `cur`'s type (no broadcast).
+        let residual_of = |n: NodeId, cur: ValueId| {
+            let node = &g.nodes[n];
+            if node.op != Op::Binary(BinaryOp::Add) || node.inputs[0] == node.inputs[1] {
+                return None;
+            }
+            let other = usize::from(node.inputs[0] == cur);
+            let ty = g.ty(cur);
+            (g.ty(node.inputs[other]) == ty && g.ty(node.outputs[0]) == ty).then_some(other)
+        };
+        // Reshapes (which move no data) may sit between the steps: Core
+        // ATen's linear on a batch of sequences is view → addmm → view.
+        let mut steps = 0;
+        while steps < 2 {
+            let Some(n) = next(cur, &taken) else { break };
+            let node = &g.nodes[n];
+            let same_type = g.ty(node.outputs[0]) == g.ty(cur);
+            if matches!(node.op, Op::Reshape { .. }) {
+                chain.members.push(n);
+                cur = node.outputs[0];
+                continue;
+            }
+            match (activation_of(&node.op), residual_of(n, cur)) {
+                (Some(a), _) if chain.activation.is_none() && same_type => {
+                    chain.activation = Some(a);
+                    chain.residual_first = chain.residual.is_some();
+                }
+                (_, Some(other)) if chain.residual.is_none() => chain.residual = Some((n, other)),
+                _ => break,
+            }
+            chain.members.push(n);
+            cur = node.outputs[0];
+            steps += 1;
+            // An activation after the residual ends the epilogue.
+            if chain.residual_first {
+                break;
+            }
+        }
+        // Trailing reshapes stay outside (nothing fused after them).
+        while chain.members.last().is_some_and(|&n| matches!(g.nodes[n].op, Op::Reshape { .. })) {
+            chain.members.pop();
+        }
+        let fused_something = chain.activation.is_some() || chain.residual.is_some() || chain.bias_add.is_some();
+        if !fused_something {
+            continue;
+        }
+        taken[base] = true;
+        for &n in &chain.members {
+            taken[n] = true;
+        }
+        chains.push(chain);
+    }
+    chains
+}
+
+/// Pushes the fused node (and the reshapes around it) for `chain`; returns
+/// the value that replaces the root's result. `(x, w [, bias] [, residual])`:
+/// a matmul's weight transposed to the linear's `[N, K]` and its bias as
+/// `[N]`, both new constants; a residual of another shape reshaped to the
+/// fused result's (reshapes move no data).
+fn push_fused(g: &mut Graph, chain: &Chain, root: NodeId) -> Option<ValueId> {
+    let base = g.nodes[chain.base].clone();
+    let base_ty = g.ty(base.outputs[0]).clone();
+    let mut inputs = base.inputs.clone();
+    if base.op == Op::MatMul {
+        let w = HostTensor::from_const(g, inputs[1])?;
+        let &[k, n] = w.shape.as_slice() else { return None };
+        let transposed = (0..n * k).map(|i| w.data[(i % k) * n + i / k]).collect();
+        // Still the layer's weight: it keeps its name and attributes.
+        let (w_name, w_attrs) = (g.values[inputs[1]].name.clone(), g.values[inputs[1]].attrs.clone());
+        inputs[1] = HostTensor::new(DType::F32, vec![n, k], transposed).add_to(g, w_name);
+        g.values[inputs[1]].attrs = w_attrs;
+    }
+    if let Some((add, other)) = chain.bias_add {
+        let b = HostTensor::from_const(g, g.nodes[add].inputs[other])?;
+        inputs.push(HostTensor::new(DType::F32, vec![b.numel()], b.data).add_to(g, None));
+    }
+    let residual = match chain.residual {
+        Some((add, other)) => {
+            let mut r = g.nodes[add].inputs[other];
+            if g.ty(r) != &base_ty {
+                r = g.push(Op::Reshape { shape: base_ty.shape.clone() }, vec![r], base_ty.clone(), base.loc);
+            }
+            inputs.push(r);
+            if chain.residual_first {
+                Residual::BeforeActivation
+            } else {
+                Residual::AfterActivation
+            }
+        }
+        None => Residual::None,
+    };
+    let epilogue = Epilogue {
+        bias: inputs.len() - usize::from(residual != Residual::None) == 3,
+        activation: chain.activation,
+        residual,
+    };
+    let op = match &base.op {
+        Op::Conv { stride, padding, dilation, groups } => Op::ConvFused {
+            stride: stride.clone(),
+            padding: padding.clone(),
+            dilation: dilation.clone(),
+            groups: *groups,
+            epilogue,
+        },
+        _ => Op::LinearFused { epilogue },
+    };
+    let fused = g.push(op, inputs, base_ty.clone(), base.loc);
+    let root_ty = g.ty(g.nodes[root].outputs[0]).clone();
+    Some(if root_ty == base_ty {
+        fused
+    } else {
+        g.push(Op::Reshape { shape: root_ty.shape.clone() }, vec![fused], root_ty, base.loc)
+    })
+}

@@ -1,0 +1,212 @@
+//! Epilogue fusion keeps the numbers: programs compiled with and without
+//! the `fuse_epilogue` pass run on the same random inputs — random
+//! convolutions (dense 3×3 at strides 1 and 2, pointwise, grouped,
+//! depthwise; with and without bias) and linears / Core ATen matmuls with
+//! every epilogue activation and the residual before, after or absent, and
+//! every fixture and real-model topology. ReLU, clamp (ReLU6) and the adds
+//! are exact operations done in the same order, so those results must be
+//! byte for byte the unfused ones; the transcendental activations go through
+//! the same vector functions but may take the scalar tail on other
+//! elements, so they are held to a few ulp.
+
+use kiln_compiler::import::import_pt2;
+use kiln_compiler::{compile_graph_with_passes, CompileOptions};
+use kiln_ir::{BinaryOp, ConstBytes, DType, Graph, Op, TensorType, UnaryOp, ValueId};
+use kiln_passes::{default_pipeline, Pass, Target, DCE, FUSE_EPILOGUE};
+use kiln_runtime::format::{Kernel, Metadata};
+use kiln_runtime::{Program, Tensor};
+use kiln_tests::{assert_close, fixture_dir, read_numbered, FIXTURES, FLAVOURS};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+
+fn compile(g: Graph, passes: &[Pass]) -> Arc<Program> {
+    let opts = CompileOptions { target: Target::Cpu, verify_each: true, ..CompileOptions::default() };
+    let (writer, _) = compile_graph_with_passes(g, passes, &opts, Metadata::default()).expect("compile");
+    Program::from_bytes(&writer.to_bytes()).expect("load")
+}
+
+fn run(p: &Arc<Program>, inputs: &[Tensor]) -> Vec<Tensor> {
+    let views: Vec<_> = inputs.iter().map(Tensor::view).collect();
+    p.session().unwrap().run(&views).unwrap().to_tensors()
+}
+
+/// The fused calls of a plan, and whether every one of them is exact (no
+/// activation, or ReLU / clamp).
+fn fused_calls(p: &Program) -> (usize, bool) {
+    let mut count = 0;
+    let mut exact = true;
+    for i in &p.plan().instrs {
+        let epilogue = match i.op.kernel() {
+            Some(Kernel::ConvFused { epilogue, .. }) | Some(Kernel::LinearFused { epilogue }) => epilogue,
+            _ => continue,
+        };
+        count += 1;
+        exact &=
+            matches!(epilogue.activation, None | Some(kiln_ir::Activation::Relu | kiln_ir::Activation::Clamp { .. }));
+    }
+    (count, exact)
+}
+
+/// Compares the fused program's outputs with the unfused one's: bytes when
+/// `exact`, else within a few ulp.
+fn compare(what: &str, got: &[Tensor], want: &[Tensor], exact: bool) {
+    assert_eq!(got.len(), want.len(), "{what}: output count");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        if exact {
+            assert!(g.data == w.data, "{what}: output {i} differs after epilogue fusion");
+        } else {
+            assert_close(&format!("{what} output {i}"), &g.view(), &w.view(), 1e-5, 1e-6);
+        }
+    }
+}
+
+fn constant(g: &mut Graph, rng: &mut StdRng, shape: &[i64]) -> ValueId {
+    let n: i64 = shape.iter().product();
+    let bytes: Vec<u8> = (0..n).flat_map(|_| rng.gen_range(-0.5f32..0.5).to_le_bytes()).collect();
+    g.add_const(None, TensorType::fixed(DType::F32, shape), ConstBytes::owned(bytes))
+}
+
+fn random_inputs(g: &Graph, rng: &mut StdRng) -> Vec<Tensor> {
+    g.inputs
+        .iter()
+        .map(|&v| {
+            let s: Vec<usize> = g.ty(v).static_shape().unwrap().iter().map(|&d| d as usize).collect();
+            let v: Vec<f32> = (0..s.iter().product::<usize>()).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
+            Tensor::from_f32(&s, &v)
+        })
+        .collect()
+}
+
+/// The activation ops an epilogue takes, as the graph writes them.
+fn activation(i: usize) -> Option<Op> {
+    match i {
+        0 => None,
+        1 => Some(Op::Unary(UnaryOp::Relu)),
+        2 => Some(Op::Clamp { min: Some(0.0), max: Some(6.0) }),
+        3 => Some(Op::Unary(UnaryOp::Silu)),
+        4 => Some(Op::Unary(UnaryOp::Sigmoid)),
+        5 => Some(Op::Unary(UnaryOp::Gelu)),
+        _ => Some(Op::Unary(UnaryOp::GeluTanh)),
+    }
+}
+
+/// `y = op(x..)`, then the activation and the residual in the order asked
+/// (`residual`: 0 none, 1 before the activation, 2 after it).
+fn epilogue_tail(g: &mut Graph, y: ValueId, act: Option<Op>, residual: usize) -> ValueId {
+    let ty = g.ty(y).clone();
+    let r = (residual > 0).then(|| g.add_input("residual", ty.clone()));
+    let mut v = y;
+    if let (Some(r), 1) = (r, residual) {
+        v = g.push(Op::Binary(BinaryOp::Add), vec![r, v], ty.clone(), None);
+    }
+    if let Some(a) = act {
+        v = g.push(a, vec![v], ty.clone(), None);
+    }
+    if let (Some(r), 2) = (r, residual) {
+        v = g.push(Op::Binary(BinaryOp::Add), vec![v, r], ty, None);
+    }
+    v
+}
+
+fn random_conv(rng: &mut StdRng) -> Graph {
+    let mut g = Graph::new();
+    let c = [3i64, 8, 16][rng.gen_range(0..3)];
+    let (h, w) = ([5i64, 9, 17, 30][rng.gen_range(0..4)], [6i64, 11, 19][rng.gen_range(0..3)]);
+    let x = g.add_input("x", TensorType::fixed(DType::F32, &[rng.gen_range(1..3), c, h, w]));
+    // (cout, cin per group, kernel, stride, pad, groups)
+    let (cout, cin_g, k, stride, pad, groups) = match rng.gen_range(0..5) {
+        0 => (8, c, 3, 1, 1, 1),
+        1 => (12, c, 3, 2, 1, 1),
+        2 => (24, c, 1, 1, 0, 1),
+        3 if c % 2 == 0 => (8, c / 2, 3, 1, 1, 2),
+        _ => (c, 1, 3, rng.gen_range(1..3), 1, c),
+    };
+    let wt = constant(&mut g, rng, &[cout, cin_g, k, k]);
+    let mut inputs = vec![x, wt];
+    if rng.gen_bool(0.7) {
+        inputs.push(constant(&mut g, rng, &[cout]));
+    }
+    let op = Op::Conv { stride: vec![stride; 2], padding: vec![pad; 2], dilation: vec![1; 2], groups };
+    let ty = kiln_ir::builder::infer_one(&g, &op, &inputs).unwrap();
+    let y = g.push(op, inputs, ty, None);
+    let out = epilogue_tail(&mut g, y, activation(rng.gen_range(0..7)), rng.gen_range(0..3));
+    g.add_output("y", out);
+    g
+}
+
+/// A linear, or Core ATen's form of one: a matmul by a constant `[K, N]`
+/// weight, optionally with a bias add, optionally through a view.
+fn random_linear(rng: &mut StdRng) -> Graph {
+    let mut g = Graph::new();
+    let (m, k, n) = (
+        [1i64, 7, 16, 33][rng.gen_range(0..4)],
+        [5i64, 64, 300][rng.gen_range(0..3)],
+        [3i64, 40, 257][rng.gen_range(0..3)],
+    );
+    let x = g.add_input("x", TensorType::fixed(DType::F32, &[2, m, k]));
+    let bias = rng.gen_bool(0.6);
+    let y = if rng.gen_bool(0.5) {
+        let w = constant(&mut g, rng, &[n, k]);
+        let mut inputs = vec![x, w];
+        if bias {
+            inputs.push(constant(&mut g, rng, &[n]));
+        }
+        g.push(Op::Linear, inputs, TensorType::fixed(DType::F32, &[2, m, n]), None)
+    } else {
+        let flat = TensorType::fixed(DType::F32, &[2 * m, k]);
+        let x2 = g.push(Op::Reshape { shape: vec![(2 * m).into(), k.into()] }, vec![x], flat, None);
+        let w = constant(&mut g, rng, &[k, n]);
+        let out = TensorType::fixed(DType::F32, &[2 * m, n]);
+        let mut y = g.push(Op::MatMul, vec![x2, w], out.clone(), None);
+        if bias {
+            let b = constant(&mut g, rng, &[n]);
+            y = g.push(Op::Binary(BinaryOp::Add), vec![b, y], out, None);
+        }
+        let shape = vec![2.into(), m.into(), n.into()];
+        g.push(Op::Reshape { shape }, vec![y], TensorType::fixed(DType::F32, &[2, m, n]), None)
+    };
+    let out = epilogue_tail(&mut g, y, activation(rng.gen_range(0..7)), rng.gen_range(0..3));
+    g.add_output("y", out);
+    g
+}
+
+#[test]
+fn random_convolutions_and_linears_keep_their_results() {
+    let mut rng = StdRng::seed_from_u64(2027);
+    let mut fused = 0;
+    for case in 0..80 {
+        let g = if case % 2 == 0 { random_conv(&mut rng) } else { random_linear(&mut rng) };
+        let inputs = random_inputs(&g, &mut rng);
+        let before = compile(g.clone(), &[]);
+        let after = compile(g, &[FUSE_EPILOGUE, DCE]);
+        let (count, exact) = fused_calls(&after);
+        fused += count;
+        compare(&format!("random graph {case}"), &run(&after, &inputs), &run(&before, &inputs), exact);
+    }
+    // Most graphs have something to fuse (a bare conv / linear does not).
+    assert!(fused > 50, "only {fused} of 80 random graphs fused an epilogue");
+}
+
+/// Every fixture and real-model topology, through the whole CPU pipeline
+/// with and without the pass.
+#[test]
+fn fixtures_and_models_keep_their_results() {
+    let without: Vec<Pass> =
+        default_pipeline(Target::Cpu).into_iter().filter(|p| p.name != FUSE_EPILOGUE.name).collect();
+    let with = default_pipeline(Target::Cpu);
+    let models = ["resnet18", "mobilenet_v2", "bert", "llama"].map(|m| format!("models/{m}"));
+    let mut fused = 0;
+    for name in FIXTURES.iter().map(|s| s.to_string()).chain(models) {
+        for flavour in FLAVOURS {
+            let path = fixture_dir(&name).join(format!("{flavour}.pt2"));
+            let import = || import_pt2(&path).expect("import").graph;
+            let (before, after) = (compile(import(), &without), compile(import(), &with));
+            let (count, exact) = fused_calls(&after);
+            fused += count;
+            let inputs = read_numbered(&fixture_dir(&name), "input");
+            compare(&format!("{name}/{flavour}"), &run(&after, &inputs), &run(&before, &inputs), exact);
+        }
+    }
+    assert!(fused > 100, "the fixtures fused only {fused} epilogues");
+}
