@@ -28,8 +28,8 @@ pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
 pub use graph::ValueAttrs;
 pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, StateSlot, TensorType, ValueData, ValueDef};
 pub use op::{
-    Activation, BinaryOp, Epilogue, FusedOp, LinalgOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region,
-    Residual, ResizeMode, ScanKind, UnaryOp,
+    Activation, BinaryOp, Epilogue, FusedOp, LinalgOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, Residual,
+    ResizeMode, ScanKind, UnaryOp,
 };
 pub use shard::{is_axis_name, Mesh, MeshAxis, Sharding};
 

@@ -52,8 +52,8 @@ pub use legalize::legalize_dtypes;
 pub use memory::{check_plan, plan_memory, LoopPlan, MemoryOptions, MemoryPlan, Slot};
 pub use pipeline::{cleanup, default_pipeline, pipeline_for, run_pipeline, Options, Pass, PassRecord, Report};
 pub use pipeline::{
-    CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LEGALIZE, QUANT_LINEAR,
-    SIMPLIFY,
+    CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LEGALIZE,
+    QUANT_LINEAR, SIMPLIFY,
 };
 pub use quant_linear::quantize_linear_weights;
 pub use quantize::{glob_match, quantize_weights, sqnr_db, LayerReport, QuantScheme, QuantizeConfig};

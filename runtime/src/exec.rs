@@ -4,8 +4,8 @@
 //! loop neither decodes nor allocates.
 
 use crate::format::{DimRef, InstrOp, Kernel, Plan, Storage};
-use kiln_kernels::quant::{ActQuant, PackedQWeights, QBits, QWeights};
 use kiln_isa::{Epilogue, Residual};
+use kiln_kernels::quant::{ActQuant, PackedQWeights, QBits, QWeights};
 use kiln_kernels::{
     self as k, Context, ConvParams, DType, KernelError, PackedB, PackedConv, PoolParams, Result, TensorEpilogue,
     TensorMut, TensorRef,
