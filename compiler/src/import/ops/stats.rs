@@ -132,6 +132,12 @@ pub(super) fn min_max_dim(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
 
 /// `aten::cumsum(Tensor self, int dim, *, ScalarType? dtype=None)`: in the output dtype.
 pub(super) fn cumsum(imp: &mut Importer, n: &Node) -> R<()> {
+    cumulative(imp, n, |axis| Op::CumSum { axis })
+}
+
+/// A scan along `dim` of `self` cast to the output dtype (a 0-d tensor is
+/// its own scan).
+fn cumulative(imp: &mut Importer, n: &Node, op: impl FnOnce(usize) -> Op) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let out = imp.out_ty(n, 0)?;
     let x = imp.cast(x, out.dtype);
@@ -139,22 +145,14 @@ pub(super) fn cumsum(imp: &mut Importer, n: &Node) -> R<()> {
         return imp.bind(n, 0, x);
     }
     let axis = normalize_axis(imp.int(n, "dim", None)?, out.rank())?;
-    imp.emit(n, Op::CumSum { axis }, vec![x])?;
+    imp.emit(n, op(axis), vec![x])?;
     Ok(())
 }
 
 /// `aten::cumprod(Tensor self, int dim, *, ScalarType? dtype=None)` (in the
 /// output dtype) and `aten::logcumsumexp(Tensor self, int dim)`.
 pub(super) fn scan(imp: &mut Importer, n: &Node, kind: ScanKind) -> R<()> {
-    let x = imp.tensor(n, "self")?;
-    let out = imp.out_ty(n, 0)?;
-    let x = imp.cast(x, out.dtype);
-    if out.rank() == 0 {
-        return imp.bind(n, 0, x);
-    }
-    let axis = normalize_axis(imp.int(n, "dim", None)?, out.rank())?;
-    imp.emit(n, Op::Scan { axis, kind }, vec![x])?;
-    Ok(())
+    cumulative(imp, n, |axis| Op::Scan { axis, kind })
 }
 
 /// `aten::cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)`
