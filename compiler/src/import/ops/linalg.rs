@@ -63,6 +63,32 @@ fn assert_zero(imp: &mut Importer, info: ValueId, message: String) -> R<()> {
     Ok(())
 }
 
+/// A factorisation's info (`op` of `a`): bound to output `at` of an `_ex`
+/// op when the program reads it, and with `check` (where eager torch
+/// raises) a run-time check that it is zero everywhere.
+fn info_result(
+    imp: &mut Importer,
+    n: &Node,
+    at: Option<usize>,
+    check: bool,
+    op: L,
+    a: ValueId,
+    message: impl FnOnce() -> String,
+) -> R<()> {
+    let bind = at.filter(|&i| used(imp, n, i).is_some());
+    if bind.is_none() && !check {
+        return Ok(());
+    }
+    let info = linalg(imp, op, Flags::default(), vec![a])?;
+    if let Some(i) = bind {
+        imp.bind(n, i, info)?;
+    }
+    if check {
+        assert_zero(imp, info, message())?;
+    }
+    Ok(())
+}
+
 fn singular(api: &str) -> String {
     format!("torch.{api}: the input matrix is singular (its LU factorization has a zero pivot)")
 }
@@ -110,16 +136,7 @@ pub(super) fn inv(imp: &mut Importer, n: &Node, ex: bool) -> R<()> {
     let inverse = linalg(imp, L::Inv, Flags::default(), vec![a])?;
     imp.bind(n, 0, inverse)?;
     let check = !ex || imp.bool(n, "check_errors", false)?;
-    if (ex && used(imp, n, 1).is_some()) || check {
-        let info = linalg(imp, L::LuInfo, Flags::default(), vec![a])?;
-        if ex {
-            imp.bind(n, 1, info)?;
-        }
-        if check {
-            assert_zero(imp, info, singular("linalg.inv"))?;
-        }
-    }
-    Ok(())
+    info_result(imp, n, ex.then_some(1), check, L::LuInfo, a, || singular("linalg.inv"))
 }
 
 /// `linalg_det(A)` and `_linalg_det(A) -> (result, LU, pivots)`.
@@ -150,16 +167,7 @@ pub(super) fn lu_factor(imp: &mut Importer, n: &Node, ex: bool) -> R<()> {
     bind_result(imp, n, 0, L::LuFactor, Flags::default(), &[a])?;
     bind_result(imp, n, 1, L::LuPivots, Flags::default(), &[a])?;
     let check = ex && imp.bool(n, "check_errors", false)?;
-    if (ex && used(imp, n, 2).is_some()) || check {
-        let info = linalg(imp, L::LuInfo, Flags::default(), vec![a])?;
-        if ex {
-            imp.bind(n, 2, info)?;
-        }
-        if check {
-            assert_zero(imp, info, singular("linalg.lu_factor"))?;
-        }
-    }
-    Ok(())
+    info_result(imp, n, ex.then_some(2), check, L::LuInfo, a, || singular("linalg.lu_factor"))
 }
 
 /// A right-hand side as a same-rank matrix: torch's vector case (`B` is
@@ -211,16 +219,7 @@ pub(super) fn solve(imp: &mut Importer, n: &Node, results: SolveResults) -> R<()
         1
     };
     let check = !ex || imp.bool(n, "check_errors", false)?;
-    if (ex && used(imp, n, info_at).is_some()) || check {
-        let info = linalg(imp, L::LuInfo, Flags::default(), vec![fa])?;
-        if ex {
-            imp.bind(n, info_at, info)?;
-        }
-        if check {
-            assert_zero(imp, info, singular("linalg.solve"))?;
-        }
-    }
-    Ok(())
+    info_result(imp, n, ex.then_some(info_at), check, L::LuInfo, fa, || singular("linalg.solve"))
 }
 
 fn swap_last(rank: usize) -> Vec<usize> {
@@ -237,16 +236,7 @@ pub(super) fn cholesky(imp: &mut Importer, n: &Node, ex: bool) -> R<()> {
     let l = linalg(imp, L::Cholesky, f, vec![a])?;
     imp.bind(n, 0, l)?;
     let check = !ex || imp.bool(n, "check_errors", false)?;
-    if (ex && used(imp, n, 1).is_some()) || check {
-        let info = linalg(imp, L::CholeskyInfo, Flags::default(), vec![a])?;
-        if ex {
-            imp.bind(n, 1, info)?;
-        }
-        if check {
-            assert_zero(imp, info, not_positive_definite("linalg.cholesky"))?;
-        }
-    }
-    Ok(())
+    info_result(imp, n, ex.then_some(1), check, L::CholeskyInfo, a, || not_positive_definite("linalg.cholesky"))
 }
 
 /// `linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False)`.
