@@ -116,13 +116,14 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
     use kiln_ir::{PadMode, PoolKind};
     use shape as s;
     match name {
-        // Assertions and metadata checks: no runtime effect for kiln.
+        // `torch._assert_async(cond, msg)`: a run-time check, as in eager.
+        "_assert_async" | "_functional_assert_async" => assert_async(imp, n, name),
+        // Symbolic-shape assertions and metadata checks: the shapes they
+        // constrain are checked where kiln binds them (declared bounds).
         "_assert_scalar"
-        | "_assert_async"
         | "_assert_tensor_metadata"
         | "sym_constrain_range"
         | "sym_constrain_range_for_size"
-        | "_functional_assert_async"
         | "_functional_sym_constrain_range"
         | "_functional_sym_constrain_range_for_size"
         | "_assert_tensor_metadata_functional" => Ok(()),
@@ -368,6 +369,26 @@ fn sym_stride(imp: &mut Importer, n: &Node) -> R<()> {
 /// `aten::sym_storage_offset(Tensor self) -> SymInt`: always 0 (see `sym_stride`).
 fn sym_storage_offset(imp: &mut Importer, n: &Node) -> R<()> {
     bind_sym_output(imp, n, Dim::Const(0))
+}
+
+/// `_assert_async(self[, assert_msg])`: the run fails with the message
+/// unless the one-element `self` is nonzero (eager raises the same way on
+/// the CPU). `_functional_assert_async` also threads an effect token through,
+/// which kiln passes on unchanged (effects run in schedule order).
+fn assert_async(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let cond = imp.tensor(n, "self")?;
+    let ty = imp.ty(cond);
+    if ty.shape.iter().any(|d| !matches!(d, Dim::Const(1))) {
+        return unsupported(format!("{name} on a tensor of shape {:?}: it takes a one-element condition", ty.shape));
+    }
+    let message = imp.string(n, "assert_msg", "Expected Tensor with single nonzero value, but got zero")?.to_string();
+    let loc = imp.loc();
+    imp.g.add_node(kiln_ir::Op::Assert { message }, vec![cond], Vec::new(), loc);
+    if name == "_functional_assert_async" {
+        let token = imp.tensor(n, "dep_token")?;
+        return imp.bind(n, 0, token);
+    }
+    Ok(())
 }
 
 fn bind_sym_output(imp: &mut Importer, n: &Node, d: Dim) -> R<()> {
