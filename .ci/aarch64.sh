@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# aarch64 check: cross-builds kiln-isa and kiln-kernels for
-# aarch64-unknown-linux-gnu, runs their tests under qemu-user (the NEON kernel
-# table against the generic one, and every kernel test on the NEON table), and
-# runs clippy -D warnings for that target. Works on a fresh Debian 12 (bookworm)
-# x86-64 machine; installs only what is missing (root or sudo), so reruns are
-# cheap. Speed under qemu means nothing: this checks correctness only.
+# aarch64 check: cross-builds kiln-isa, kiln-kernels, kiln-runtime and
+# kiln-runner for aarch64-unknown-linux-gnu and runs their tests under
+# qemu-user (the NEON kernel table against the generic one, every kernel test
+# on the NEON table, the runtime's loader/session/state tests), runs clippy
+# -D warnings for that target, and builds the runtime-only runner `kiln-run`
+# twice: linked with the cross gcc (glibc 2.34+, JetPack 6) and with zig for
+# glibc 2.17 (every Jetson still in the field), checking the symbol versions
+# the second one needs. It writes the command that runs the gcc-linked runner
+# under qemu to $KILN_A64_RUNNER_FILE (default target/aarch64-runner) for the
+# end-to-end test tests/tests/aarch64_e2e.rs (artifacts compiled on x86-64,
+# run on aarch64, compared with PyTorch and the x86-64 run), and runs that
+# test's fixture check with the glibc 2.17 runner itself. Works on a fresh
+# Debian 12 (bookworm) x86-64 machine; installs only what is missing (root or
+# sudo), so reruns are cheap. Speed under qemu means nothing: this checks
+# correctness only.
 #
 #   KILN_A64_ROUTE=auto|rustup|debian  where the aarch64 standard library comes from:
 #     rustup  `rustup target add` for the toolchain in use (needs the Rust
@@ -20,6 +29,12 @@ route=${KILN_A64_ROUTE:-auto}
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 start=$SECONDS
+# The host toolchain and target dir, before the Debian route replaces them:
+# the end-to-end test at the end is a host build and reuses the suite's.
+host_path=$PATH
+host_target=${CARGO_TARGET_DIR:-$PWD/target}
+runner_file=${KILN_A64_RUNNER_FILE:-$host_target/aarch64-runner}
+cache=${KILN_CI_CACHE:-$HOME/.cache/kiln-ci}
 
 # Installs the named apt packages that are not installed yet.
 apt_install() {
@@ -79,6 +94,57 @@ export QEMU_SET_ENV=LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib
 # Jetson Orin-like (NEON, fp16, dotprod, no SVE); qemu's default `max` has SVE.
 export QEMU_CPU=cortex-a76
 
-cargo test -p kiln-isa -p kiln-kernels --target "$T"
-cargo clippy -p kiln-kernels --all-targets --target "$T" -- -D warnings
+# No aarch64 PJRT plugin exists here: the plugin tests must skip, not try
+# to load the x86-64 plugins the suite's environment names.
+unset KILN_TEST_XLA_CPU_PLUGIN KILN_TEST_LIBTPU KILN_PJRT_PLUGIN
+crates=(-p kiln-isa -p kiln-kernels -p kiln-runtime -p kiln-runner)
+cargo test "${crates[@]}" --target "$T"
+cargo clippy "${crates[@]}" --all-targets --target "$T" -- -D warnings
+
+# The runtime-only runner, linked with the cross gcc.
+cargo build -p kiln-runner --bin kiln-run --target "$T"
+a64_target=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)
+runner="qemu-aarch64-static -L $QEMU_LD_PREFIX -E LD_LIBRARY_PATH=$QEMU_LD_PREFIX/lib -cpu $QEMU_CPU $a64_target/$T/debug/kiln-run"
+mkdir -p "$(dirname "$runner_file")"
+echo "$runner" >"$runner_file"
+echo "aarch64 runner: $runner (written to $runner_file)"
+
+# The same runner for glibc 2.17 (JetPack 4/5 run glibc 2.27/2.31; gcc-linked
+# binaries need 2.34): zig from PyPI as the linker through cargo-zigbuild.
+zig_dir="$cache/ziglang"
+if [ ! -x "$zig_dir/ziglang/zig" ]; then
+    wheels=$(mktemp -d)
+    python3 -m pip download --quiet --no-deps --dest "$wheels" "ziglang==0.13.0"
+    rm -rf "$zig_dir" && mkdir -p "$zig_dir"
+    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$wheels"/ziglang-*.whl "$zig_dir"
+    chmod +x "$zig_dir/ziglang/zig"
+    rm -rf "$wheels"
+fi
+zigbuild_version=0.19.8
+zigbuild_root="$cache/cargo-zigbuild-$zigbuild_version"
+[ -x "$zigbuild_root/bin/cargo-zigbuild" ] ||
+    env -u RUSTC -u RUSTDOC -u CARGO_TARGET_DIR PATH="$host_path" \
+        cargo install --quiet --locked --root "$zigbuild_root" cargo-zigbuild --version "$zigbuild_version"
+# Its own target dir and no linker override: cargo does not relink when only
+# the linker changes, so a shared dir would keep the gcc-linked binary.
+env -u CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER PATH="$zig_dir/ziglang:$PATH" \
+    "$zigbuild_root/bin/cargo-zigbuild" zigbuild -p kiln-runner --bin kiln-run \
+    --target "$T.2.17" --target-dir "$a64_target/zig"
+zig_runner_bin="$a64_target/zig/$T/debug/kiln-run"
+newest=$(aarch64-linux-gnu-objdump -T "$zig_runner_bin" | grep -oE 'GLIBC_[0-9.]+' | sort -uV | tail -1)
+echo "glibc 2.17 runner needs up to $newest"
+if [ "$(printf '%s\n' "$newest" GLIBC_2.17 | sort -V | tail -1)" != GLIBC_2.17 ]; then
+    echo "aarch64.sh: the zig-linked kiln-run needs $newest (> GLIBC_2.17)" >&2
+    exit 1
+fi
+zig_runner="qemu-aarch64-static -L $QEMU_LD_PREFIX -E LD_LIBRARY_PATH=$QEMU_LD_PREFIX/lib -cpu $QEMU_CPU $zig_runner_bin"
+
+# The glibc 2.17 runner through the end-to-end fixture check (a host build:
+# the suite's toolchain, target dir and features).
+(
+    export PATH="$host_path" CARGO_TARGET_DIR="$host_target" KILN_A64_RUNNER="$zig_runner"
+    unset RUSTC RUSTDOC
+    cargo test --workspace ${KILN_HOST_TEST_FEATURES:+--features "$KILN_HOST_TEST_FEATURES"} \
+        --test aarch64_e2e -- fixtures_match_pytorch_and_x86_64
+)
 echo "aarch64 check passed in $((SECONDS - start)) s"

@@ -5,16 +5,16 @@
 //! - [`import`]: turns a parsed program into a [`kiln_ir::Graph`].
 //! - [`lower`]: planned IR → the runtime's execution plan.
 //! - [`compile`]: the driver tying import, passes, memory planning and lowering.
-//! - [`npy`]: `.npy` reading/writing for the CLI; [`steps`]: `kiln run --steps` folders.
+//! - [`npy`], [`steps`]: `.npy` files and `kiln run --steps` folders (from `kiln-runner`).
 //! - [`stablehlo`]: the PJRT target (partitioner; StableHLO emission with feature `mlir`).
 
 pub mod compile;
 pub mod import;
 pub mod lower;
-pub mod npy;
 pub mod pt2;
 pub mod stablehlo;
-pub mod steps;
+
+pub use kiln_runner::{npy, steps};
 
 pub use compile::{
     compile_file, compile_file_for, compile_graph, compile_graph_for, compile_graph_with_passes, Backend, CompileError,

@@ -44,14 +44,15 @@ fn our_edges(meta: &Value) -> HashMap<String, BTreeSet<String>> {
 #[test]
 fn crate_dependencies_follow_the_layering() {
     let edges = our_edges(&metadata());
-    let allowed: [(&str, &[&str]); 7] = [
+    let allowed: [(&str, &[&str]); 8] = [
         ("kiln-isa", &[]),
         ("kiln-ir", &["kiln-isa"]),
         ("kiln-kernels", &["kiln-isa"]),
         ("kiln-passes", &["kiln-ir"]),
         ("kiln-runtime", &["kiln-kernels", "kiln-isa"]),
-        ("kiln-compiler", &["kiln-ir", "kiln-passes", "kiln-runtime"]),
+        ("kiln-compiler", &["kiln-ir", "kiln-passes", "kiln-runtime", "kiln-runner"]),
         ("kiln-capi", &["kiln-runtime"]),
+        ("kiln-runner", &["kiln-runtime"]),
     ];
     for (krate, ok) in allowed {
         let deps = edges.get(krate).unwrap_or_else(|| panic!("{krate} is not in the workspace"));
@@ -62,14 +63,17 @@ fn crate_dependencies_follow_the_layering() {
 
 #[test]
 fn runtime_never_links_mlir_llvm_or_the_ir() {
-    // Everything linked into a user of the runtime: its normal dependencies,
-    // transitively, for the host platform.
-    let tree = cargo(&["tree", "-p", "kiln-runtime", "-e", "normal", "--prefix", "none", "--format", "{p}"]);
-    let tree = String::from_utf8(tree).expect("utf-8");
-    let linked: BTreeSet<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
-    assert!(linked.contains("kiln-kernels"), "unexpected cargo tree output:\n{tree}");
-    let forbidden = ["kiln-ir", "kiln-passes", "kiln-compiler", "melior", "mlir-sys", "inkwell", "llvm-sys"];
-    for f in forbidden {
-        assert!(!linked.contains(f), "kiln-runtime links {f}; the runtime must stay free of it");
+    // Everything linked into a user of the runtime (and of `kiln-run`, the
+    // runtime-only runner shipped to edge boxes): normal dependencies,
+    // transitively, for the host platform, all features on.
+    for krate in ["kiln-runtime", "kiln-runner"] {
+        let args = ["tree", "-p", krate, "-e", "normal", "--all-features", "--prefix", "none", "--format", "{p}"];
+        let tree = String::from_utf8(cargo(&args)).expect("utf-8");
+        let linked: BTreeSet<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
+        assert!(linked.contains("kiln-kernels"), "unexpected cargo tree output:\n{tree}");
+        let forbidden = ["kiln-ir", "kiln-passes", "kiln-compiler", "melior", "mlir-sys", "inkwell", "llvm-sys"];
+        for f in forbidden {
+            assert!(!linked.contains(f), "{krate} links {f}; the runtime must stay free of it");
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! Reading and writing NumPy `.npy` files (format versions 1–3, C order,
-//! little-endian), for `kiln run` inputs and outputs.
+//! little-endian), for `kiln run` / `kiln-run` inputs and outputs.
 
 use kiln_runtime::{DType, Tensor, TensorView};
 use std::path::Path;

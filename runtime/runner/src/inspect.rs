@@ -1,0 +1,229 @@
+//! `inspect`: what an artifact holds — inputs, outputs, state, kernels,
+//! memory, quantized layers, accelerator segments and their sharding.
+
+use crate::run::{load, CliResult};
+use serde_json::json;
+use std::path::Path;
+
+pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
+    let program = load(artifact)?;
+    let plan = program.plan();
+    let (major, minor) = program.format_version();
+    let io_json = |ios: Vec<kiln_runtime::IoInfo>| -> Vec<serde_json::Value> {
+        ios.into_iter().map(|io| json!({"name": io.name, "dtype": io.dtype.name(), "shape": io.shape})).collect()
+    };
+    // A symbol a `BindDim` instruction names is bound from data during the run.
+    let bound_by = |i: usize| {
+        plan.instrs
+            .iter()
+            .position(|ins| matches!(ins.op, kiln_runtime::format::InstrOp::BindDim { symbol } if symbol as usize == i))
+    };
+    let symbols: Vec<_> = plan
+        .symbols
+        .iter()
+        .enumerate()
+        .map(|(i, s)| json!({"name": s.name, "min": s.min, "max": s.max, "bound_by_instr": bound_by(i)}))
+        .collect();
+    let kernels = program.kernel_counts();
+    let quantized = quantized_layers(plan);
+    if as_json {
+        let doc = json!({
+            "format_version": format!("{major}.{minor}"),
+            "metadata": {
+                "producer": program.metadata().producer, "source": program.metadata().source,
+                "target": program.metadata().target, "torch_version": program.metadata().torch_version,
+            },
+            "inputs": io_json(program.inputs()),
+            "outputs": io_json(program.outputs()),
+            "states": io_json(program.states()),
+            "symbols": symbols,
+            "instructions": plan.instrs.len(),
+            "kernels": kernels.iter().map(|(k, c)| json!({"kernel": k, "count": c})).collect::<Vec<_>>(),
+            "weights_bytes": program.weight_tensor_bytes(),
+            "weights_section_bytes": program.weights_bytes(),
+            "arena_bytes": plan.arena_bytes,
+            "peak_live_bytes": plan.peak_live_bytes,
+            "quantized_layers": quantized.iter().map(|q| json!({
+                "instr": q.instr, "origin": q.origin, "bits": q.bits, "group": q.group, "dynamic": q.dynamic,
+                "out_features": q.n, "in_features": q.k, "bytes": q.bytes,
+            })).collect::<Vec<_>>(),
+            "accel": program.accel().map(|a| json!({
+                "segments": a.segments.iter().map(|s| json!({"ops": s.ops, "args": s.args, "results": s.results})).collect::<Vec<_>>(),
+                "cpu_fallbacks": a.cpu_fallbacks.iter().map(|f| json!({"instr": f.instr, "reason": f.reason})).collect::<Vec<_>>(),
+            })),
+        });
+        println!("{doc:#}");
+        return Ok(());
+    }
+    let md = program.metadata();
+    println!(
+        "{}  (kiln format {major}.{minor}, {}, target {}, torch {})",
+        artifact.display(),
+        md.producer,
+        md.target,
+        md.torch_version
+    );
+    println!("\n{:<8} {:<24} {:<6} shape", "", "name", "dtype");
+    for (kind, ios) in [("input", program.inputs()), ("output", program.outputs()), ("state", program.states())] {
+        for io in ios {
+            println!("{kind:<8} {:<24} {:<6} [{}]", io.name, io.dtype.name(), io.shape.join(", "));
+        }
+    }
+    for (i, s) in plan.symbols.iter().enumerate() {
+        let from = bound_by(i).map_or("an input dimension".to_string(), |k| format!("data at instruction {k}"));
+        println!("symbol   {:<24} in [{}, {}], bound from {from}", s.name, s.min, s.max);
+    }
+    println!("\n{:<20} count", "kernel");
+    for (k, c) in &kernels {
+        println!("{k:<20} {c}");
+    }
+    println!("\ninstructions {}", plan.instrs.len());
+    println!("weights      {}", human_bytes(program.weight_tensor_bytes()));
+    println!("arena        {} (peak live {})", human_bytes(plan.arena_bytes), human_bytes(plan.peak_live_bytes));
+    if !quantized.is_empty() {
+        println!("\n{:<6} {:<5} {:<6} {:<8} {:<12} {:<10} origin", "instr", "bits", "group", "acts", "shape", "bytes");
+        for q in &quantized {
+            let acts = if q.dynamic { "int8" } else { "f32" };
+            let shape = format!("{}x{}", q.n, q.k);
+            println!("{:<6} {:<5} {:<6} {acts:<8} {shape:<12} {:<10} {}", q.instr, q.bits, q.group, q.bytes, q.origin);
+        }
+    }
+    if let Some(accel) = program.accel() {
+        print_accel(plan, accel);
+    }
+    Ok(())
+}
+
+/// A quantized linear layer of a plan, for `kiln inspect`.
+struct QuantLayer {
+    instr: usize,
+    origin: String,
+    bits: u32,
+    group: u32,
+    dynamic: bool,
+    n: u64,
+    k: u64,
+    /// Bytes of the stored weight, scales and zero points.
+    bytes: u64,
+}
+
+fn quantized_layers(plan: &kiln_runtime::format::Plan) -> Vec<QuantLayer> {
+    use kiln_runtime::format::{DimRef, InstrOp, Kernel, Storage};
+    let tensor = |i: Option<&u32>| i.and_then(|&t| plan.tensors.get(t as usize));
+    let bytes = |i: Option<&u32>| match tensor(i).map(|t| &t.storage) {
+        Some(Storage::Weight { bytes, .. }) => *bytes,
+        _ => 0,
+    };
+    let dim = |d: Option<&DimRef>| match d {
+        Some(DimRef::Static(v)) => *v,
+        _ => 0,
+    };
+    plan.instrs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, ins)| {
+            let InstrOp::Call(Kernel::QuantLinear { bits, group, zero_points, dynamic }) = &ins.op else {
+                return None;
+            };
+            let w = tensor(ins.inputs.get(1))?;
+            let stored: u64 = (1..3 + *zero_points as usize).map(|j| bytes(ins.inputs.get(j))).sum();
+            let per_byte = if *bits == 4 { 2 } else { 1 };
+            Some(QuantLayer {
+                instr: i,
+                origin: ins.origin.clone(),
+                bits: *bits,
+                group: *group,
+                dynamic: *dynamic,
+                n: dim(w.shape.first()),
+                k: dim(w.shape.get(1)) * per_byte,
+                bytes: stored,
+            })
+        })
+        .collect()
+}
+
+/// The accelerator segments (ops inside) and what stayed on the CPU, and why.
+fn print_accel(plan: &kiln_runtime::format::Plan, accel: &kiln_runtime::format::AccelProgram) {
+    println!(
+        "
+accelerator segments {}",
+        accel.segments.len()
+    );
+    for (i, s) in accel.segments.iter().enumerate() {
+        println!("  segment {i}: {} args, {} results, ops: {}", s.args.len(), s.results.len(), s.ops.join(", "));
+    }
+    if let Some(mesh) = &accel.mesh {
+        print_mesh(plan, accel, mesh);
+    }
+    if !accel.cpu_fallbacks.is_empty() {
+        println!("CPU fallbacks {}", accel.cpu_fallbacks.len());
+        for f in &accel.cpu_fallbacks {
+            let origin = plan.instrs.get(f.instr as usize).map_or("", |i| i.origin.as_str());
+            println!("  instruction {} ({origin}): {}", f.instr, f.reason);
+        }
+    }
+}
+
+/// An SPMD artifact's mesh and each segment argument's and result's sharding
+/// with its bytes per device.
+fn print_mesh(
+    plan: &kiln_runtime::format::Plan,
+    accel: &kiln_runtime::format::AccelProgram,
+    mesh: &kiln_runtime::format::MeshDecl,
+) {
+    let axes: Vec<String> = mesh.axes.iter().map(|a| format!("{}={}", a.name, a.size)).collect();
+    let order = if mesh.devices.is_empty() {
+        "the client's first devices".to_string()
+    } else {
+        format!("devices {:?}", mesh.devices)
+    };
+    println!("mesh [{}] ({} devices, {order})", axes.join(", "), mesh.size());
+    for seg in &accel.segments {
+        let tensors = seg.args.iter().zip(&seg.arg_shardings).map(|t| ("arg", t));
+        let tensors = tensors.chain(seg.results.iter().zip(&seg.result_shardings).map(|t| ("result", t)));
+        for (kind, (&t, sharding)) in tensors {
+            let Some(decl) = plan.tensors.get(t as usize) else { continue };
+            let dims: Vec<String> = sharding
+                .dims
+                .iter()
+                .map(|d| {
+                    let names: Vec<&str> =
+                        d.iter().filter_map(|&a| mesh.axes.get(a as usize)).map(|a| a.name.as_str()).collect();
+                    format!("{{{}}}", names.join(", "))
+                })
+                .collect();
+            let pieces: u64 = sharding
+                .dims
+                .iter()
+                .flatten()
+                .filter_map(|&a| mesh.axes.get(a as usize))
+                .map(|a| u64::from(a.size))
+                .product();
+            let bytes: u64 = decl
+                .shape
+                .iter()
+                .map(|d| match d {
+                    kiln_runtime::format::DimRef::Static(v) => *v,
+                    _ => 0,
+                })
+                .product::<u64>()
+                * decl.dtype.size_bytes() as u64;
+            let weight =
+                if matches!(decl.storage, kiln_runtime::format::Storage::Weight { .. }) { "weight" } else { "" };
+            println!(
+                "  {kind:<6} tensor {t:<5} {:<24} {} per device {weight}",
+                format!("[{}]", dims.join(", ")),
+                human_bytes(bytes / pieces.max(1))
+            );
+        }
+    }
+}
+
+/// `b` bytes for people: B, KiB or MiB.
+pub fn human_bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}

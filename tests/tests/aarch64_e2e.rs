@@ -1,0 +1,174 @@
+//! End to end on aarch64: artifacts compiled on this machine are run by an
+//! aarch64 build of `kiln-run` (the runtime-only runner) and must match
+//! PyTorch's eager outputs and this machine's own run of the same artifact.
+//!
+//! `.ci/aarch64.sh` cross-builds `kiln-run` and sets `KILN_A64_RUNNER` to the
+//! command that runs it (`qemu-aarch64-static …/kiln-run`, split on spaces);
+//! without that variable there is no aarch64 runner and each test says so and
+//! returns. The artifact format is portable: the same bytes run on both ISAs;
+//! outputs agree within torch's tolerances, not bit for bit (x86-64's GEMM
+//! uses FMA in another order than NEON's), and on aarch64 they are
+//! bit-identical at 1 and 2 threads like everywhere else.
+
+use kiln_compiler::npy::read_npy;
+use kiln_runtime::{Program, Tensor, TensorView};
+use kiln_tests::{assert_close, compile_fixture, fixture_dir, read_numbered, temp_path, FIXTURES};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const RTOL: f64 = 1e-4;
+const ATOL: f64 = 1e-5;
+
+/// The aarch64 runner's command line, if this run has one.
+fn runner() -> Option<Vec<String>> {
+    let cmd = std::env::var("KILN_A64_RUNNER").ok().filter(|v| !v.trim().is_empty());
+    if cmd.is_none() {
+        eprintln!("KILN_A64_RUNNER is not set: no aarch64 runner in this run (.ci/aarch64.sh sets it)");
+    }
+    cmd.map(|c| c.split_whitespace().map(String::from).collect())
+}
+
+/// A fresh empty directory for one run's outputs.
+fn out_dir(tag: &str) -> PathBuf {
+    let dir = temp_path(tag).with_extension("out");
+    std::fs::create_dir_all(&dir).expect("create output directory");
+    dir
+}
+
+/// Runs `kiln-run run ARTIFACT ARGS…` on aarch64; panics with its stderr on failure.
+fn run_a64(runner: &[String], what: &str, artifact: &Path, args: &[String]) {
+    let out = Command::new(&runner[0])
+        .args(&runner[1..])
+        .arg("run")
+        .arg(artifact)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot start the aarch64 runner {runner:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: aarch64 kiln-run failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `output_0.npy, output_1.npy, …` in `dir`.
+fn outputs_in(dir: &Path) -> Vec<Tensor> {
+    read_numbered(dir, "output")
+}
+
+/// Compiles `fixture` (`flavour`.pt2) here, runs it here and on aarch64 with
+/// the fixture's inputs at `threads`, checks both against PyTorch and each
+/// other, and returns the aarch64 outputs.
+fn check_artifact(runner: &[String], fixture: &str, flavour: &str, threads: u32) -> Vec<Tensor> {
+    let what = format!("{fixture}/{flavour} ({threads} threads)");
+    let dir = fixture_dir(fixture);
+    let (inputs, expected) = (read_numbered(&dir, "input"), read_numbered(&dir, "output"));
+    assert!(!inputs.is_empty() && !expected.is_empty(), "{what}: fixture has no inputs/outputs");
+    let bytes = compile_fixture(fixture, flavour);
+    let artifact = temp_path(fixture);
+    std::fs::write(&artifact, &bytes).expect("write artifact");
+
+    let program = Program::from_bytes(&bytes).unwrap_or_else(|e| panic!("{what}: load here: {e}"));
+    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+    let here = program.session().expect("session").run(&views).expect("run here").to_tensors();
+
+    let out = out_dir(fixture);
+    let mut args: Vec<String> =
+        (0..inputs.len()).map(|i| format!("--input={i}={}", dir.join(format!("input_{i}.npy")).display())).collect();
+    args.extend([format!("--threads={threads}"), format!("--output-dir={}", out.display())]);
+    run_a64(runner, &what, &artifact, &args);
+    let there = outputs_in(&out);
+    std::fs::remove_file(&artifact).ok();
+    std::fs::remove_dir_all(&out).ok();
+
+    assert_eq!(there.len(), expected.len(), "{what}: number of outputs on aarch64");
+    for (i, want) in expected.iter().enumerate() {
+        assert_close(&format!("{what} aarch64 output {i} vs PyTorch"), &there[i].view(), &want.view(), RTOL, ATOL);
+        assert_close(&format!("{what} aarch64 output {i} vs x86-64"), &there[i].view(), &here[i].view(), RTOL, ATOL);
+    }
+    there
+}
+
+/// The small fixtures in both IR flavours; on aarch64 1 and 2 threads give
+/// the same bytes.
+#[test]
+fn fixtures_match_pytorch_and_x86_64() {
+    let Some(runner) = runner() else { return };
+    for name in FIXTURES {
+        for flavour in ["training", "aten"] {
+            let one = check_artifact(&runner, name, flavour, 1);
+            let two = check_artifact(&runner, name, flavour, 2);
+            for (i, (a, b)) in one.iter().zip(&two).enumerate() {
+                assert!(a.data == b.data, "{name}/{flavour} output {i}: aarch64 differs between 1 and 2 threads");
+            }
+        }
+    }
+}
+
+/// The real-model topologies (shrunk ResNet-18, MobileNetV2, BERT, Llama,
+/// MoE models), Core ATen flavour.
+#[test]
+fn models_match_pytorch_and_x86_64() {
+    let Some(runner) = runner() else { return };
+    for name in ["resnet18", "mobilenet_v2", "bert", "llama", "qwen3_moe", "mixtral"] {
+        check_artifact(&runner, &format!("models/{name}"), "aten", 2);
+    }
+}
+
+/// Stateful programs replayed with `--steps` (as a robot replays its log):
+/// the state carries over inside the aarch64 session, every step matches eager.
+#[test]
+fn stateful_steps_match_pytorch() {
+    let Some(runner) = runner() else { return };
+    for name in ["counter", "lowpass", "kv_decoder"] {
+        let fixture = format!("state/{name}");
+        let dir = fixture_dir(&fixture);
+        for flavour in ["training", "aten"] {
+            let what = format!("{fixture}/{flavour}");
+            let artifact = temp_path(&fixture);
+            std::fs::write(&artifact, compile_fixture(&fixture, flavour)).expect("write artifact");
+            let out = out_dir(&fixture);
+            let args = [format!("--steps={}", dir.display()), format!("--output-dir={}", out.display())];
+            run_a64(&runner, &what, &artifact, &args);
+            let steps: Vec<PathBuf> = (0..).map(|k| dir.join(format!("step_{k}"))).take_while(|p| p.is_dir()).collect();
+            assert!(steps.len() >= 4, "{what}: {} steps", steps.len());
+            for (k, step) in steps.iter().enumerate() {
+                let expected = read_numbered(step, "output");
+                let got = outputs_in(&out.join(format!("step_{k}")));
+                assert_eq!(got.len(), expected.len(), "{what} step {k}: number of outputs");
+                for (i, want) in expected.iter().enumerate() {
+                    let got = &got[i];
+                    assert_close(&format!("{what} step {k} output {i}"), &got.view(), &want.view(), RTOL, ATOL);
+                }
+            }
+            std::fs::remove_file(&artifact).ok();
+            std::fs::remove_dir_all(&out).ok();
+        }
+    }
+}
+
+/// A malformed artifact is a clear error on aarch64 too, not a crash.
+#[test]
+fn corrupt_artifact_is_an_error() {
+    let Some(runner) = runner() else { return };
+    let mut bytes = compile_fixture("mlp", "aten");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    let artifact = temp_path("a64-corrupt");
+    std::fs::write(&artifact, &bytes).expect("write artifact");
+    let input = fixture_dir("mlp").join("input_0.npy");
+    let out = Command::new(&runner[0])
+        .args(&runner[1..])
+        .arg("run")
+        .arg(&artifact)
+        .arg(format!("--input=0={}", input.display()))
+        .output()
+        .expect("start the aarch64 runner");
+    std::fs::remove_file(&artifact).ok();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "corrupt artifact: expected exit status 1, got {}: {stderr}", out.status);
+    assert!(stderr.starts_with("error: "), "corrupt artifact: expected an error message, got: {stderr}");
+    // The reference inputs stay readable (sanity: the failure is the artifact's).
+    read_npy(&input).expect("input");
+}
