@@ -28,12 +28,6 @@ pub enum CompileError {
     /// A sharding the mesh, the strategy or an override cannot give.
     #[error("sharding: {0}")]
     Shard(String),
-    /// State (mutated buffers) is not kept on an accelerator yet.
-    #[error(
-        "the program keeps state between runs (mutated buffers: {}); --target {target} does not support state yet: compile for the CPU",
-        .names.join(", ")
-    )]
-    StateOnAccelerator { target: String, names: Vec<String> },
     /// `--quantize` makes integer kernels kiln has for the CPU only.
     #[error("--quantize needs --target cpu (the quantized linear kernel is a CPU kernel), not {0}")]
     QuantizeTarget(String),
@@ -189,10 +183,6 @@ pub fn compile_graph_for(
 ) -> Result<(ArtifactWriter, CompileSummary), CompileError> {
     let target = backend.target(opts.target);
     let opts = CompileOptions { target, ..opts.clone() };
-    if target.desc().segments.is_some() && !graph.states.is_empty() {
-        let names = graph.states.iter().map(|st| st.name.clone()).collect();
-        return Err(CompileError::StateOnAccelerator { target: target.name().to_string(), names });
-    }
     if opts.shard.is_some() && target.desc().segments.is_none() {
         return Err(CompileError::Shard(format!(
             "a mesh needs an accelerator target (--target pjrt), not `{}`",

@@ -85,3 +85,48 @@ fn mesh_and_shard_flags() {
     assert!(!ok && text.contains("--mesh needs --target pjrt"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `kiln run --profile --json` on a PJRT artifact reports each segment's
+/// calls, device execute time and host↔device bytes (the mlp is one segment:
+/// its input goes up and its output comes down), and names the largest costs.
+#[test]
+fn profile_reports_segments() {
+    let Some(plugin) = std::env::var_os("KILN_TEST_XLA_CPU_PLUGIN").filter(|p| !p.is_empty()) else { return };
+    if !cfg!(feature = "mlir") {
+        return;
+    }
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp/training.pt2");
+    let input = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp/input_0.npy");
+    let dir = std::env::temp_dir().join(format!("kiln-profile-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let artifact = dir.join("mlp.kiln");
+    let artifact = artifact.to_str().expect("utf-8 temp path");
+    let (ok, text) = kiln(&["compile", model, "-o", artifact, "--target", "pjrt"]);
+    assert!(ok, "{text}");
+    let device = format!("pjrt:{}", plugin.to_string_lossy());
+    let run = ["run", artifact, "--device", &device, "--input", &format!("0={input}"), "--profile"];
+    let (ok, text) = kiln(&[&run[..], &["--json"]].concat());
+    assert!(ok, "{text}");
+    let line = text.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON in {text}"));
+    let doc: serde_json::Value = serde_json::from_str(line).expect("JSON");
+    let segments = doc["accel_profile"]["segments"].as_array().unwrap_or_else(|| panic!("no accel_profile: {doc}"));
+    assert_eq!(segments.len(), 1, "{doc}");
+    let seg = &segments[0];
+    assert_eq!(seg["calls"], 1, "{doc}");
+    assert!(seg["execute_ms"].as_f64().is_some_and(|t| t > 0.0), "{doc}");
+    let out_bytes: u64 = doc["outputs"]
+        .as_array()
+        .expect("outputs")
+        .iter()
+        .map(|o| o["shape"].as_array().expect("shape").iter().map(|d| d.as_u64().expect("dim")).product::<u64>() * 4)
+        .sum();
+    // The .npy's data: the file less its (version 1) header.
+    let npy = std::fs::read(input).expect("input");
+    let in_bytes = (npy.len() - 10 - usize::from(u16::from_le_bytes([npy[8], npy[9]]))) as u64;
+    assert_eq!(seg["upload_bytes"].as_u64(), Some(in_bytes), "{doc}");
+    assert_eq!(seg["download_bytes"].as_u64(), Some(out_bytes), "{doc}");
+    assert_eq!(doc["accel_profile"]["largest"][0]["segment"], 0, "{doc}");
+    let (ok, text) = kiln(&run);
+    assert!(ok && text.contains("largest accelerator costs: segment 0"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}

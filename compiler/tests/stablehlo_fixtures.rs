@@ -149,11 +149,11 @@ fn data_dependent_fixtures_run_in_a_mixed_plan() {
     }
 }
 
-/// `while_loop` under `--target pjrt`: the loops (and their bodies) stay on
-/// the CPU with their reason, the static work around them may run in
-/// segments, and one mixed plan gives torch's results for every trip count.
+/// `while_loop` under `--target pjrt`: both loops become `stablehlo.while`
+/// inside accelerator segments (none is left on the CPU), and give torch's
+/// results for every trip count (0, 1, 3, 7) with no CPU fallback.
 #[test]
-fn loops_run_on_the_cpu_in_a_mixed_plan() {
+fn loops_run_as_stablehlo_while() {
     let Some(plugin) = plugin() else { return };
     let dir = fixture_dir("while_loop");
     for flavour in ["training", "aten"] {
@@ -162,8 +162,12 @@ fn loops_run_on_the_cpu_in_a_mixed_plan() {
             .graph;
         let program = compile(graph, pjrt(Precision::F32));
         let accel = accel(&program);
-        let loops = accel.cpu_fallbacks.iter().filter(|f| f.reason.contains("loop (while_loop)")).count();
-        assert_eq!(loops, 2, "while_loop/{flavour}: {:?}", accel.cpu_fallbacks);
+        let on_cpu: Vec<&str> = accel.cpu_fallbacks.iter().map(|f| f.reason.as_str()).collect();
+        assert!(on_cpu.iter().all(|r| !r.contains("while_loop")), "while_loop/{flavour}: {on_cpu:?}");
+        let loops: usize = accel.segments.iter().map(|s| s.ops.iter().filter(|o| *o == "while").count()).sum();
+        assert_eq!(loops, 2, "while_loop/{flavour}: loops in segments");
+        let whiles: usize = accel.segments.iter().map(|s| s.mlir.matches("\"stablehlo.while\"").count()).sum();
+        assert_eq!(whiles, 2, "while_loop/{flavour}: stablehlo.while ops in the segments' text");
         for k in 0..4 {
             let inputs = read_numbered(&dir, &format!("case{k}_input"));
             let expected = read_numbered(&dir, &format!("case{k}_output"));

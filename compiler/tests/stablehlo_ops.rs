@@ -376,6 +376,27 @@ fn layout_ops() {
     check_op("gather", c.output(emb).output(picked));
 }
 
+/// `index_put` (and `index_copy`) as `stablehlo.scatter`: one index tensor
+/// along a middle axis (a KV-cache write, negative index included), two
+/// index tensors, and accumulation with a repeated position.
+#[test]
+fn index_put_as_scatter() {
+    let mut c = Case::new();
+    let cache = c.input(&[1, 2, 8, 4], -1.0, 1.0);
+    let kv = c.input(&[1, 2, 2, 4], -1.0, 1.0);
+    let pos = c.input_i64(&[2], &[3, -1]);
+    let written = c.op(Op::IndexPut { axis: 2, accumulate: false }, &[cache, kv, pos]);
+    let x = c.input(&[4, 5, 3], -1.0, 1.0);
+    let v = c.input(&[3, 3], -1.0, 1.0);
+    let (i0, i1) = (c.input_i64(&[3], &[0, 3, 2]), c.input_i64(&[3], &[4, 0, -2]));
+    let two = c.op(Op::IndexPut { axis: 0, accumulate: false }, &[x, v, i0, i1]);
+    let y = c.input(&[6, 2], -1.0, 1.0);
+    let u = c.input(&[3, 2], -1.0, 1.0);
+    let rows = c.input_i64(&[3], &[1, 4, 1]);
+    let summed = c.op(Op::IndexPut { axis: 0, accumulate: true }, &[y, u, rows]);
+    check_op("index_put", c.output(written).output(two).output(summed));
+}
+
 #[test]
 fn full_and_arange() {
     let mut c = Case::new();

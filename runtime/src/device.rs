@@ -123,6 +123,38 @@ impl SessionOptions {
     }
 }
 
+/// What a session's accelerator delegate moved and ran since the session
+/// started: per segment (indexed like `AccelProgram::segments`), and the
+/// downloads made when the caller read state kept on the device.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccelStats {
+    pub segments: Vec<SegmentStats>,
+    /// Reads of device-resident state ([`crate::Session::state`]).
+    pub state_downloads: u64,
+    pub state_download_bytes: u64,
+}
+
+/// One segment's calls and host↔device traffic. `execute_time` runs from the
+/// execute call to the device's completion event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SegmentStats {
+    pub calls: u64,
+    pub uploads: u64,
+    pub upload_bytes: u64,
+    pub upload_time: std::time::Duration,
+    pub execute_time: std::time::Duration,
+    pub downloads: u64,
+    pub download_bytes: u64,
+    pub download_time: std::time::Duration,
+}
+
+impl AccelStats {
+    /// Bytes copied host→device and device→host by all segments so far.
+    pub fn total_bytes(&self) -> (u64, u64) {
+        self.segments.iter().fold((0, 0), |(up, down), s| (up + s.upload_bytes, down + s.download_bytes))
+    }
+}
+
 /// What a session's accelerator delegate did at start-up.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AccelInfo {

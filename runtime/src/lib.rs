@@ -28,7 +28,10 @@ mod program;
 mod session;
 mod validate;
 
-pub use device::{default_threads, AccelInfo, Device, ExecutableCache, SessionOptions, DEFAULT_MAX_ARENA_BYTES};
+pub use device::{
+    default_threads, AccelInfo, AccelStats, Device, ExecutableCache, SegmentStats, SessionOptions,
+    DEFAULT_MAX_ARENA_BYTES,
+};
 pub use error::{Error, Result};
 pub use kiln_kernels::{DType, KernelError};
 pub use program::{IoInfo, Program};

@@ -126,6 +126,60 @@ fn run_accel(accel: &mut AccelDelegate, segment: u32, args: &[TensorRef<'_>], re
     }
 }
 
+/// The delegate's view of session state: under `--target pjrt` a state that
+/// only accelerator segments read stays on the device between runs
+/// (`pjrt/state.rs`); the session asks here before using its arena copy.
+trait DelegateState {
+    /// Whether state `k` (index in `Plan::states`) lives on the device.
+    fn holds_state(&self, k: usize) -> bool;
+    /// State `k`'s value when the device's is newer than the arena's.
+    fn device_state(&self, k: usize) -> Option<Result<&[u8]>>;
+    /// Before a run: drop what a failed run left.
+    fn begin_run(&mut self);
+    /// After a successful run: the run's state updates become current.
+    fn commit_states(&mut self);
+    /// The caller wrote state `k` into the arena: the device copy is stale.
+    fn state_written(&mut self, k: usize);
+}
+
+#[cfg(feature = "pjrt")]
+impl DelegateState for AccelDelegate {
+    fn holds_state(&self, k: usize) -> bool {
+        self.as_ref().is_some_and(|a| a.device_states().holds(k))
+    }
+    fn device_state(&self, k: usize) -> Option<Result<&[u8]>> {
+        self.as_ref()?.device_states().host_bytes(k)
+    }
+    fn begin_run(&mut self) {
+        if let Some(a) = self {
+            a.device_states_mut().begin_run();
+        }
+    }
+    fn commit_states(&mut self) {
+        if let Some(a) = self {
+            a.device_states_mut().commit();
+        }
+    }
+    fn state_written(&mut self, k: usize) {
+        if let Some(a) = self {
+            a.device_states_mut().written_on_host(k);
+        }
+    }
+}
+
+#[cfg(not(feature = "pjrt"))]
+impl DelegateState for AccelDelegate {
+    fn holds_state(&self, _: usize) -> bool {
+        false
+    }
+    fn device_state(&self, _: usize) -> Option<Result<&[u8]>> {
+        None
+    }
+    fn begin_run(&mut self) {}
+    fn commit_states(&mut self) {}
+    fn state_written(&mut self, _: usize) {}
+}
+
 #[cfg(not(feature = "pjrt"))]
 fn run_accel(_: &mut AccelDelegate, _: u32, _: &[TensorRef<'_>], _: &mut [&mut [u8]]) -> Result<()> {
     // Unreachable in practice: such sessions are refused at creation.
@@ -206,6 +260,19 @@ impl Session {
         }
     }
 
+    /// What the accelerator delegate's segments ran and copied so far (per
+    /// segment: calls, host↔device bytes and times); `None` in a CPU session.
+    pub fn accel_stats(&self) -> Option<crate::device::AccelStats> {
+        #[cfg(feature = "pjrt")]
+        {
+            self.accel.as_ref().map(|a| a.stats())
+        }
+        #[cfg(not(feature = "pjrt"))]
+        {
+            None
+        }
+    }
+
     /// Starts (or restarts) accumulating the time spent in each instruction.
     /// Off by default: the run loop then reads no clock.
     pub fn enable_profiling(&mut self) {
@@ -232,12 +299,14 @@ impl Session {
         self.bind(inputs)?;
         self.allocate_arena()?;
         self.copy_inputs(inputs);
+        self.accel.begin_run();
         let executed = self.execute_all();
         // A failed run still advances the sequence: a retry draws new numbers
         // rather than silently repeating a partial run's.
         self.cx.call = self.cx.call.wrapping_add(1);
         executed?;
         self.commit_states();
+        self.accel.commit_states();
         Ok(Outputs { session: self })
     }
 
@@ -252,7 +321,10 @@ impl Session {
         let plan = self.program.plan();
         let (k, st) = find_state_or_err(plan, name)?;
         let bytes = self.state_len(k);
+        let on_device = self.accel.device_state(k).transpose()?;
         let data = match (&self.arena, plan.tensors[st.tensor as usize].storage) {
+            // Kept on the device, whose value is newer than the arena's.
+            _ if on_device.is_some() => on_device.unwrap_or_default(),
             (Some(arena), Storage::Arena { offset, .. }) => &arena.as_slice()[offset as usize..offset as usize + bytes],
             // Not allocated yet: the state still holds its initial value.
             _ => self.weight_bytes(st.init),
@@ -282,6 +354,7 @@ impl Session {
         if let (Some(arena), Storage::Arena { offset, .. }) = (self.arena.as_mut(), decl.storage) {
             arena.as_mut_slice()[offset as usize..offset as usize + bytes].copy_from_slice(value.data);
         }
+        self.accel.state_written(k);
         Ok(())
     }
 
@@ -291,6 +364,9 @@ impl Session {
         // Before the first allocation the states are still initial.
         if self.arena.is_some() {
             self.init_states();
+        }
+        for k in 0..self.state_shapes.len() {
+            self.accel.state_written(k);
         }
     }
 
@@ -329,7 +405,9 @@ impl Session {
         let program = Arc::clone(&self.program);
         let plan = program.plan();
         for (k, st) in plan.states.iter().enumerate() {
-            if st.update == st.tensor {
+            // A state kept on the device is updated there (its update may
+            // not even be copied to the arena).
+            if st.update == st.tensor || self.accel.holds_state(k) {
                 continue;
             }
             let bytes = self.state_len(k);

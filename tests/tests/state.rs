@@ -2,8 +2,8 @@
 //! by `generate_state.py`): a counter, a low-pass filter and a one-layer
 //! static-KV-cache decoder, in both IR flavours, run step by step through one
 //! session and compared with eager PyTorch after every step; then the state
-//! API (read, write, reset by name), the refusals (a program writing into
-//! its input; state under `--target pjrt`), and hand-written IR for the
+//! API (read, write, reset by name), the refusal (a program writing into
+//! its input), and hand-written IR for the
 //! lowering's corner cases (a state returned before its update; two states
 //! swapping values).
 
@@ -156,21 +156,6 @@ fn a_program_writing_into_its_input_is_refused_naming_it() {
         assert!(err.contains("writes into its input `x`"), "{flavour}: {err}");
         assert!(!tmp.exists());
     }
-}
-
-#[test]
-fn state_under_pjrt_is_a_clear_compile_error() {
-    let src = fixture_dir("state/lowpass").join("aten.pt2");
-    let imported = kiln_compiler::import::import_pt2(&src).expect("import");
-    assert_eq!(imported.graph.states.len(), 1);
-    let backend = kiln_compiler::Backend::for_target(kiln_passes::Target::Pjrt, Default::default());
-    let metadata = Default::default();
-    let err = kiln_compiler::compile_graph_for(imported.graph, &Default::default(), backend, metadata)
-        .err()
-        .expect("state under pjrt must be refused")
-        .to_string();
-    assert!(err.contains("mutated buffers: state"), "{err}");
-    assert!(err.contains("--target pjrt"), "{err}");
 }
 
 /// Compiles an IR text graph for the CPU and loads it.

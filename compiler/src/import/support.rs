@@ -350,7 +350,7 @@ prints the overloads that pass every case calling them, and fails below 95 %.\n\
         "\n## Beyond ATen\n\n\
 | target | status |\n|---|---|\n\
 | higher_order.cond | both branches are compiled and **both execute**; `Where` on the predicate selects each output (branches must agree on dtype and shape) |\n\
-| higher_order.while_loop | CPU: a loop node with nested condition and body graphs, run by the plan's jumps (trip count decided at run time, no limit); carried values keep dtype and shape; tensors only (no Python-int carries); no data-dependent sizes inside; stays on the CPU under `--target pjrt` |\n\
+| higher_order.while_loop | CPU: a loop node with nested condition and body graphs, run by the plan's jumps (trip count decided at run time, no limit); carried values keep dtype and shape; tensors only (no Python-int carries); no data-dependent sizes inside; under `--target pjrt` one `stablehlo.while` when its condition and body lower |\n\
 | quantized_decomposed.{quantize,dequantize}_per_tensor (default, .tensor), {quantize,dequantize}_per_channel, choose_qparams.tensor | PT2E's quantize/dequantize as torch's own arithmetic (f32 reciprocal of the f64 scale, round half to even, clamp; `(q - zp) * scale`): bit for bit with eager fake-quant; uint8/int8/int16/int32 |\n\
 | export.access_subclass_inner_tensor, pickled weights (raw torchao archives) | compile-time error asking to save after `ep.run_decompositions()` |\n\
 | custom ops (`mylib::op`, registered with `torch.library`) | compile-time error with the call's signature and Python line, unless a lowering is registered in Rust with `ImportOptions::with_custom_op` |\n",

@@ -140,9 +140,23 @@ pub fn why_not_lowerable(target: &TargetDesc, g: &Graph, n: NodeId) -> Option<St
             ))
         }
         Op::NonZero { .. } => return Some("data-dependent output size (nonzero)".into()),
-        // The CPU session runs loops (jumps in its instruction stream); a
-        // stablehlo.while is possible but not emitted yet.
-        Op::While { .. } => return Some("a loop (while_loop): its condition and body run on the CPU".into()),
+        // A loop becomes one stablehlo.while when everything in its
+        // condition and body can run in a segment.
+        Op::While { ref cond, ref body, .. } => {
+            for (what, region) in [("condition", cond), ("body", body)] {
+                for &m in &region.order {
+                    if let Some(why) = why_not_lowerable(target, region, m) {
+                        return Some(format!(
+                            "a loop (while_loop) whose {what} holds {}: {why}",
+                            region.describe_node(m)
+                        ));
+                    }
+                }
+                if region.inputs.iter().chain(&region.outputs).any(|&v| region.ty(v).static_shape().is_none()) {
+                    return Some(format!("a loop (while_loop) whose {what} has a dynamic shape"));
+                }
+            }
+        }
         _ => {}
     }
     for &v in node.inputs.iter().chain(&node.outputs) {
@@ -213,6 +227,13 @@ pub fn why_not_lowerable(target: &TargetDesc, g: &Graph, n: NodeId) -> Option<St
                 None
             } else {
                 no("indexing with non-integer indices")
+            }
+        }
+        Op::IndexPut { .. } => {
+            if node.inputs.iter().skip(2).all(|&v| dt(v).is_int()) {
+                None
+            } else {
+                no("index_put with non-integer indices")
             }
         }
         Op::Pad { mode: PadMode::Constant, interior, .. } if interior.iter().all(|&i| i >= 0) => None,

@@ -115,6 +115,8 @@ pub(super) static SEGMENTS: OpTable = OpTable {
         OpRow::any(OpKind::Permute),
         OpRow::any(OpKind::Slice),
         OpRow::any(OpKind::Concat),
+        // stablehlo.while; the partitioner checks its condition and body.
+        OpRow::any(OpKind::While),
         OpRow::any(OpKind::Gather),
         OpRow::any(OpKind::Full),
         OpRow::any(OpKind::Arange),
@@ -123,6 +125,7 @@ pub(super) static SEGMENTS: OpTable = OpTable {
         // Lowered to stablehlo.gather (negative indices wrapped; out-of-range
         // ones are clamped there, where the CPU kernel reports an error).
         OpRow::any(OpKind::IndexGather),
+        OpRow::any(OpKind::IndexPut),
         OpRow::any(OpKind::GatherElements),
         OpRow::any(OpKind::Pad),
         // Everything else (sort, upsample, scatter, index_put, random, loops,

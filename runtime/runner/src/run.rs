@@ -261,11 +261,14 @@ pub fn cmd_run(args: &RunArgs) -> CliResult {
     let latency_json =
         latency.as_ref().map(|l| json!({"runs": repeat, "median_ms": l.median, "p90_ms": l.p90, "min_ms": l.min}));
     let profile_json = session.profile().map(|p| profile_report(&program, p, as_json));
+    let accel_profile_json =
+        if args.profile { session.accel_stats().map(|s| accel_profile_report(&s, as_json)) } else { None };
     if as_json {
         println!(
             "{}",
             json!({ "artifact": artifact.display().to_string(), "device": options.device.to_string(), "accelerator": accel_json,
-                    "threads": options.threads, "elapsed_ms": elapsed_ms, "latency": latency_json, "profile": profile_json, "outputs": report })
+                    "threads": options.threads, "elapsed_ms": elapsed_ms, "latency": latency_json, "profile": profile_json,
+                    "accel_profile": accel_profile_json, "outputs": report })
         );
     } else if let Some(l) = latency {
         println!("latency over {repeat} runs: median {:.3} ms, p90 {:.3} ms, min {:.3} ms", l.median, l.p90, l.min);
@@ -297,4 +300,59 @@ fn profile_report(program: &Program, per_instr: &[std::time::Duration], as_json:
         .iter()
         .map(|&(i, t)| json!({"instr": i, "kernel": instrs[i].op.name(), "origin": instrs[i].origin, "total_us": t * 1e6}))
         .collect::<Vec<_>>())
+}
+
+/// Per accelerator segment: device execute time (from the execute call to
+/// the device's completion event) and host↔device copy time and bytes, over
+/// every run of the session; the largest costs first. Printed as a table,
+/// returned as JSON.
+fn accel_profile_report(stats: &kiln_runtime::AccelStats, as_json: bool) -> serde_json::Value {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    // Every (segment, what, time) cost, largest first.
+    let mut costs: Vec<(usize, &str, f64)> = stats
+        .segments
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| {
+            [(i, "execute", ms(s.execute_time)), (i, "upload", ms(s.upload_time)), (i, "download", ms(s.download_time))]
+        })
+        .collect();
+    costs.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let total: f64 = costs.iter().map(|c| c.2).sum::<f64>().max(f64::MIN_POSITIVE);
+    if !as_json {
+        println!(
+            "{:>7} {:>5} {:>11} {:>10} {:>12} {:>11} {:>12}",
+            "segment", "calls", "execute ms", "upload ms", "upload B", "download ms", "download B"
+        );
+        for (i, s) in stats.segments.iter().enumerate() {
+            println!(
+                "{i:>7} {:>5} {:>11.3} {:>10.3} {:>12} {:>11.3} {:>12}",
+                s.calls,
+                ms(s.execute_time),
+                ms(s.upload_time),
+                s.upload_bytes,
+                ms(s.download_time),
+                s.download_bytes
+            );
+        }
+        let largest: Vec<String> = costs
+            .iter()
+            .take(3)
+            .filter(|c| c.2 > 0.0)
+            .map(|(i, what, t)| format!("segment {i} {what} {t:.3} ms ({:.0}%)", 100.0 * t / total))
+            .collect();
+        println!("largest accelerator costs: {}", largest.join(", "));
+        if stats.state_downloads > 0 {
+            println!("state read from the device: {} copies, {} B", stats.state_downloads, stats.state_download_bytes);
+        }
+    }
+    json!({
+        "segments": stats.segments.iter().enumerate().map(|(i, s)| json!({
+            "segment": i, "calls": s.calls, "execute_ms": ms(s.execute_time),
+            "upload_ms": ms(s.upload_time), "uploads": s.uploads, "upload_bytes": s.upload_bytes,
+            "download_ms": ms(s.download_time), "downloads": s.downloads, "download_bytes": s.download_bytes,
+        })).collect::<Vec<_>>(),
+        "largest": costs.iter().take(3).map(|(i, what, t)| json!({"segment": i, "cost": what, "ms": t, "share": t / total})).collect::<Vec<_>>(),
+        "state_downloads": stats.state_downloads, "state_download_bytes": stats.state_download_bytes,
+    })
 }

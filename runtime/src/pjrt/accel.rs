@@ -6,20 +6,24 @@
 use super::api::{Buffer, Client, ClientOptions, Executable, ExecuteLists, Plugin, SpmdLists};
 use super::cache::{self, Cache};
 use super::spmd::PieceLayout;
+use super::state::{DeviceStates, SegmentStateUse};
 use super::{compile_options, discover};
-use crate::device::{AccelInfo, Device, ExecutableCache, SessionOptions};
+use crate::device::{AccelInfo, AccelStats, Device, ExecutableCache, SegmentStats, SessionOptions};
 use crate::format::{AccelProgram, AccelSegment, DimRef, MeshDecl, Storage};
 use crate::program::Program;
 use crate::session::TensorView;
 use crate::{Error, Result};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 struct Segment {
     executable: Executable,
     /// Per `@main` argument: the weight's device buffer, uploaded once, or
     /// `None` for an arena tensor uploaded on each call.
     weights: Vec<Option<Buffer>>,
+    /// Which arguments and results are state kept on the device.
+    states: SegmentStateUse,
 }
 
 /// An SPMD segment (an artifact compiled with a mesh): one executable over
@@ -46,6 +50,9 @@ pub(crate) struct AccelState {
     device_index: usize,
     segments: Vec<Segment>,
     info: AccelInfo,
+    stats: AccelStats,
+    /// State kept on the device between runs (single-device programs).
+    states: DeviceStates,
     /// Reused by every call (empty between calls): the arguments uploaded
     /// for this call, the raw lists, the results.
     uploaded: Vec<Buffer>,
@@ -133,6 +140,7 @@ impl AccelState {
             ..AccelInfo::default()
         };
         let options_proto = compile_options::single_device(i64::from(device.id));
+        let (states, mut state_uses) = DeviceStates::plan(program.plan(), accel);
         let mut segments = Vec::with_capacity(accel.segments.len());
         for (i, seg) in accel.segments.iter().enumerate() {
             let context = |e: Error| match e {
@@ -154,7 +162,8 @@ impl AccelState {
             for &t in &seg.args {
                 weights.push(upload_weight(program, &client, options.device_index, t).map_err(context)?);
             }
-            segments.push(Segment { executable, weights });
+            let states = std::mem::take(&mut state_uses[i]);
+            segments.push(Segment { executable, weights, states });
         }
         info.segments = segments.len();
         info.partitions = 1;
@@ -162,8 +171,10 @@ impl AccelState {
             client,
             spmd: None,
             device_index: options.device_index,
+            stats: AccelStats { segments: vec![SegmentStats::default(); segments.len()], ..AccelStats::default() },
             segments,
             info,
+            states,
             uploaded: Vec::new(),
             lists: ExecuteLists::default(),
             outputs: Vec::new(),
@@ -273,6 +284,8 @@ impl AccelState {
             device_index: options.device_index,
             segments: Vec::new(),
             info,
+            stats: AccelStats { segments: vec![SegmentStats::default()], ..AccelStats::default() },
+            states: DeviceStates::default(),
             uploaded: Vec::new(),
             lists: ExecuteLists::default(),
             outputs: Vec::new(),
@@ -288,38 +301,97 @@ impl AccelState {
     /// into `results[k]`, whose length is the result's exact size.
     pub(crate) fn run(&mut self, segment: u32, args: &[TensorView<'_>], results: &mut [&mut [u8]]) -> Result<()> {
         if let Some(spmd) = &mut self.spmd {
-            return spmd.run(&self.client, args, results);
+            let Some(stats) = self.stats.segments.first_mut() else {
+                return Err(Error::Plan("a sharded program has exactly one accelerator segment".into()));
+            };
+            return spmd.run(&self.client, args, results, stats);
         }
         // Validation proved the index; checked again rather than indexed so a
         // mismatch between plan and delegate can never panic.
-        let seg = self
-            .segments
-            .get(segment as usize)
-            .ok_or_else(|| Error::Plan(format!("accelerator segment {segment} does not exist")))?;
+        let (Some(seg), Some(stats)) =
+            (self.segments.get(segment as usize), self.stats.segments.get_mut(segment as usize))
+        else {
+            return Err(Error::Plan(format!("accelerator segment {segment} does not exist")));
+        };
+        stats.calls += 1;
+        let started = Instant::now();
         let uploaded = &mut self.uploaded;
         uploaded.clear();
-        for (arg, weight) in args.iter().zip(&seg.weights) {
-            if weight.is_none() {
-                uploaded.push(self.client.buffer_from_host(arg.dtype, arg.shape, arg.data, self.device_index)?);
+        for ((arg, weight), state) in args.iter().zip(&seg.weights).zip(&seg.states.args) {
+            if weight.is_some() {
+                continue;
             }
+            // State on the device is uploaded once, then stays there.
+            let slot = match state {
+                Some(k) => match &mut self.states.states[*k].current {
+                    Some(_) => continue,
+                    empty => empty,
+                },
+                None => {
+                    uploaded.push(self.client.buffer_from_host(arg.dtype, arg.shape, arg.data, self.device_index)?);
+                    stats.uploads += 1;
+                    stats.upload_bytes += arg.data.len() as u64;
+                    continue;
+                }
+            };
+            *slot = Some(self.client.buffer_from_host(arg.dtype, arg.shape, arg.data, self.device_index)?);
+            stats.uploads += 1;
+            stats.upload_bytes += arg.data.len() as u64;
         }
+        let executing = Instant::now();
+        stats.upload_time += executing - started;
         let mut fresh = uploaded.iter();
-        let operands = seg.weights.iter().filter_map(|w| w.as_ref().or_else(|| fresh.next())).map(Buffer::raw);
+        let device_states = &self.states.states;
+        let operands = seg
+            .weights
+            .iter()
+            .zip(&seg.states.args)
+            .filter_map(|(w, state)| match (w, state) {
+                (Some(w), _) => Some(w),
+                (None, Some(k)) => device_states[*k].current.as_ref(),
+                (None, None) => fresh.next(),
+            })
+            .map(Buffer::raw);
         let executed = seg.executable.execute_into(operands, &mut self.lists, &mut self.outputs);
         // The arguments' device buffers are freed now, not at the next call.
         uploaded.clear();
+        let copying = Instant::now();
+        stats.execute_time += copying - executing;
         executed?;
-        let copied = self.outputs.iter().zip(results.iter_mut()).enumerate().try_for_each(|(k, (out, dst))| {
-            out.to_host(dst).map_err(|e| match e {
-                Error::Pjrt { call, message } => {
-                    Error::Pjrt { call, message: format!("result {k} of segment {segment}: {message}") }
-                }
-                other => other,
-            })
-        });
-        self.outputs.clear();
-        copied?;
-        Ok(())
+        let mut copied = Ok(());
+        for (k, (out, dst)) in self.outputs.drain(..).zip(results.iter_mut()).enumerate() {
+            if copied.is_ok() && seg.states.to_host.get(k).copied().unwrap_or(true) {
+                copied = out.to_host(dst).map_err(|e| match e {
+                    Error::Pjrt { call, message } => {
+                        Error::Pjrt { call, message: format!("result {k} of segment {segment}: {message}") }
+                    }
+                    other => other,
+                });
+                stats.downloads += 1;
+                stats.download_bytes += dst.len() as u64;
+            }
+            // The next value of a device state stays there, for the next run.
+            if let Some(&Some(s)) = seg.states.results.get(k) {
+                self.states.states[s].pending = Some(out);
+            }
+        }
+        stats.download_time += copying.elapsed();
+        copied
+    }
+
+    /// What the segments ran and copied so far.
+    pub(crate) fn stats(&self) -> AccelStats {
+        let (state_downloads, state_download_bytes) = self.states.downloads();
+        AccelStats { segments: self.stats.segments.clone(), state_downloads, state_download_bytes }
+    }
+
+    /// The states kept on the device (see [`DeviceStates`]).
+    pub(crate) fn device_states(&self) -> &DeviceStates {
+        &self.states
+    }
+
+    pub(crate) fn device_states_mut(&mut self) -> &mut DeviceStates {
+        &mut self.states
     }
 }
 
@@ -374,7 +446,15 @@ impl Spmd {
     /// Splits the arena arguments into their pieces on every device, runs all
     /// partitions in one call, and assembles each result from the pieces of
     /// the partitions that own them.
-    fn run(&mut self, client: &Arc<Client>, args: &[TensorView<'_>], results: &mut [&mut [u8]]) -> Result<()> {
+    fn run(
+        &mut self,
+        client: &Arc<Client>,
+        args: &[TensorView<'_>],
+        results: &mut [&mut [u8]],
+        stats: &mut SegmentStats,
+    ) -> Result<()> {
+        stats.calls += 1;
+        let started = Instant::now();
         for (p, &device) in self.devices.iter().enumerate() {
             self.uploaded[p].clear();
             for ((arg, layout), weight) in args.iter().zip(&self.args).zip(&self.weights[p]) {
@@ -388,6 +468,8 @@ impl Spmd {
                     layout.split(p, arg.data, piece);
                     client.buffer_from_host(arg.dtype, &layout.local, piece, device)?
                 };
+                stats.uploads += 1;
+                stats.upload_bytes += if layout.whole { arg.data.len() } else { layout.piece_bytes() } as u64;
                 self.uploaded[p].push(buffer);
             }
         }
@@ -398,16 +480,21 @@ impl Spmd {
             list.clear();
             list.extend(weights.iter().filter_map(|w| w.as_ref().or_else(|| fresh.next())).map(Buffer::raw));
         }
+        let executing = Instant::now();
+        stats.upload_time += executing - started;
         let executed = self.executable.execute_partitioned(&mut self.lists, &mut self.outputs);
         self.lists.args.iter_mut().for_each(Vec::clear);
         self.uploaded.iter_mut().for_each(Vec::clear);
+        let copying = Instant::now();
+        stats.execute_time += copying - executing;
         executed?;
-        let copied = self.assemble(results);
+        let copied = self.assemble(results, stats);
         self.outputs.iter_mut().for_each(Vec::clear);
+        stats.download_time += copying.elapsed();
         copied
     }
 
-    fn assemble(&mut self, results: &mut [&mut [u8]]) -> Result<()> {
+    fn assemble(&mut self, results: &mut [&mut [u8]], stats: &mut SegmentStats) -> Result<()> {
         for (k, (layout, dst)) in self.results.iter().zip(results.iter_mut()).enumerate() {
             let context = |e: Error| match e {
                 Error::Pjrt { call, message } => {
@@ -419,12 +506,16 @@ impl Spmd {
             if layout.whole {
                 let out = piece_of(0).ok_or_else(|| Error::Plan(format!("partition 0 returned no result {k}")))?;
                 out.to_host(dst).map_err(context)?;
+                stats.downloads += 1;
+                stats.download_bytes += dst.len() as u64;
                 continue;
             }
             for &p in &layout.owners {
                 let out = piece_of(p).ok_or_else(|| Error::Plan(format!("partition {p} returned no result {k}")))?;
                 let piece = &mut self.scratch[..layout.piece_bytes()];
                 out.to_host(piece).map_err(context)?;
+                stats.downloads += 1;
+                stats.download_bytes += piece.len() as u64;
                 layout.place(p, piece, dst);
             }
         }

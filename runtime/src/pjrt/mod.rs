@@ -4,7 +4,7 @@
 //! loads plugins with `dlopen`: the runtime links no XLA, MLIR or LLVM. The
 //! safe layer ([`Plugin`], [`Client`], [`Executable`], [`Buffer`]) turns every
 //! plugin error into [`crate::Error::Pjrt`] with the plugin's message.
-//! A session with a PJRT device hands each `Kernel::Accel` instruction to
+//! A session with a PJRT device hands each `InstrOp::Delegate` instruction to
 //! `accel::AccelState`; executables are cached on disk ([`cache`]).
 
 pub(crate) mod accel;
@@ -14,6 +14,7 @@ pub mod compile_options;
 mod discover;
 mod ffi;
 mod spmd;
+mod state;
 
 pub use api::{Buffer, Client, ClientOptions, DeviceInfo, Executable, Plugin};
 pub use discover::{plugin_path, PLUGIN_ENV};

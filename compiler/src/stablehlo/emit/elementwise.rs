@@ -33,6 +33,18 @@ impl<'c, 'a> Emitter<'c, 'a> {
         Ok(region)
     }
 
+    /// A scatter's combiner that keeps the update: `(old, new) -> new`.
+    pub(super) fn replacer(&self, dt: DType) -> Result<Region<'c>, EmitError> {
+        let st = parse_type(self.ctx, &[], dt)?;
+        let region = Region::new();
+        let b = region.append_block(Block::new(&[(st, self.loc), (st, self.loc)]));
+        let new: Value = b.argument(1).map_err(mlir_err)?.into();
+        b.append_operation(
+            OperationBuilder::new("stablehlo.return", self.loc).add_operands(&[new]).build().map_err(mlir_err)?,
+        );
+        Ok(region)
+    }
+
     /// Identity element and body op of a reduction over `dt`.
     fn reduce_parts(kind: ReduceKind, dt: DType) -> (f64, &'static str) {
         let (lo, hi) = match dt {

@@ -5,6 +5,7 @@
 
 use super::text::{arr, list};
 use super::{err, EmitError, Emitter, T};
+use kiln_ir::DType;
 
 impl<'c, 'a> Emitter<'c, 'a> {
     /// Torch's negative indices count from the end of a dimension of size
@@ -87,6 +88,76 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let (a, rb) = (axis as i64, indices[0].shape.len() as i64);
         let offset: Vec<i64> = (0..a).chain(a + rb..rd as i64 - k as i64 + rb).collect();
         self.gather_columns(data, &columns, axis, &offset, out_shape)
+    }
+
+    /// `index_put` (`Op::IndexPut`, also `index_copy`): one
+    /// `stablehlo.scatter` writing (or, with `accumulate`, adding) `values`
+    /// — shaped `data.shape[..axis] ++ B ++ data.shape[axis+k..]` — at the
+    /// positions the index tensors (one shape `B`, negative ones wrapped)
+    /// address on axes `axis..axis+k`. An out-of-range index writes nothing
+    /// (StableHLO's rule; the CPU kernel reports an error).
+    pub(super) fn index_put(
+        &self,
+        data: &T<'c, 'a>,
+        values: &T<'c, 'a>,
+        indices: &[T<'c, 'a>],
+        axis: usize,
+        accumulate: bool,
+    ) -> Result<T<'c, 'a>, EmitError> {
+        let (k, rd) = (indices.len(), data.shape.len());
+        if k == 0 || axis + k > rd || indices.iter().any(|i| i.shape != indices[0].shape) {
+            return Err(err("index_put: index tensors of one shape that fit the data's rank"));
+        }
+        let batch = indices[0].shape.clone();
+        let mut want = data.shape[..axis].to_vec();
+        want.extend_from_slice(&batch);
+        want.extend_from_slice(&data.shape[axis + k..]);
+        if values.shape != want {
+            return Err(err(format!("index_put: values shaped {:?}, expected {want:?}", values.shape)));
+        }
+        let mut columns = Vec::with_capacity(k);
+        for (m, i) in indices.iter().enumerate() {
+            let mut shape = i.shape.clone();
+            shape.push(1);
+            columns.push(self.reshape(&self.wrap_index(i, data.shape[axis + m])?, &shape)?);
+        }
+        let ivd = batch.len();
+        let mut ishape = batch.clone();
+        ishape.push(k as i64);
+        let refs: Vec<&T<'c, 'a>> = columns.iter().collect();
+        let index = if k == 1 {
+            columns[0].clone()
+        } else {
+            self.op("stablehlo.concatenate", &refs, &ishape, columns[0].dt, &[("dimension", format!("{ivd} : i64"))])?
+        };
+        let (a, rb) = (axis as i64, batch.len() as i64);
+        let window: Vec<i64> = (0..a).chain(a + rb..rd as i64 - k as i64 + rb).collect();
+        let addressed: Vec<i64> = (a..a + k as i64).collect();
+        let mut dn = Vec::new();
+        if !window.is_empty() {
+            dn.push(format!("update_window_dims = {}", list(&window)));
+        }
+        dn.push(format!("inserted_window_dims = {}", list(&addressed)));
+        dn.push(format!("scatter_dims_to_operand_dims = {}", list(&addressed)));
+        dn.push(format!("index_vector_dim = {ivd}"));
+        let values = self.convert(values, data.dt)?;
+        let combiner = if accumulate {
+            self.reducer(if data.dt == DType::Bool { "or" } else { "add" }, data.dt)?
+        } else {
+            self.replacer(data.dt)?
+        };
+        self.op_with_regions(
+            "stablehlo.scatter",
+            &[data, &index, &values],
+            &data.shape.clone(),
+            data.dt,
+            &[
+                ("scatter_dimension_numbers", format!("#stablehlo.scatter<{}>", dn.join(", "))),
+                ("indices_are_sorted", "false".into()),
+                ("unique_indices", "false".into()),
+            ],
+            vec![combiner],
+        )
     }
 
     /// `torch.gather` (`Op::GatherElements`): every output position `p`

@@ -27,8 +27,10 @@
 //!   formulations), reductions and softmax.
 //! - `linalg`: dot products, matmul, convolution, pooling, attention.
 //! - `index`: gathers for torch's indexing ops.
+//! - `control`: `while_loop` as `stablehlo.while`.
 
 mod builders;
+mod control;
 mod elementwise;
 mod index;
 mod linalg;
@@ -361,6 +363,9 @@ impl<'c, 'a> Emitter<'c, 'a> {
 
     fn lower_node(&mut self, g: &Graph, n: NodeId) -> Result<(), EmitError> {
         let node = &g.nodes[n];
+        if matches!(node.op, Op::While { .. }) {
+            return self.lower_while(g, n);
+        }
         let ins: Vec<T<'c, 'a>> = node.inputs.iter().map(|&v| self.get(v)).collect::<Result<_, _>>()?;
         let &[out] = node.outputs.as_slice() else { return Err(err("nodes with several outputs are not lowered")) };
         let out_ty = g.ty(out);
@@ -614,6 +619,10 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 )?
             }
             Op::IndexGather { axis } => self.index_gather(&ins[0], &ins[1..], *axis, &out_shape)?,
+            Op::IndexPut { axis, accumulate } => {
+                let values = ins.get(1).ok_or_else(|| err("index_put without values"))?;
+                self.index_put(&ins[0], values, &ins[2..], *axis, *accumulate)?
+            }
             Op::GatherElements { axis } => self.gather_elements(&ins[0], &ins[1], *axis, &out_shape)?,
             Op::Full { value, .. } => self.splat(*value, &out_shape, out_dt)?,
             Op::Arange { start, step, .. } => {

@@ -1,0 +1,194 @@
+//! State on the device: the stateful fixtures (`tests/fixtures/state/`, made
+//! by `generate_state.py`) compiled with `--target pjrt` and run step by step
+//! on the XLA CPU plugin through one session, compared with eager PyTorch at
+//! every step; the transfer counts show the state is uploaded once and never
+//! copied back unless read. Needs `KILN_TEST_XLA_CPU_PLUGIN`.
+#![cfg(feature = "mlir")]
+
+mod stablehlo_support;
+
+use kiln_compiler::import::import_pt2;
+use kiln_compiler::npy::read_npy;
+use kiln_compiler::stablehlo::Precision;
+use kiln_runtime::{Device, ExecutableCache, Program, Session, SessionOptions, Tensor, TensorView};
+use stablehlo_support::*;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const RTOL: f64 = 1e-4;
+const ATOL: f64 = 1e-5;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/state").join(name)
+}
+
+fn read_numbered(dir: &Path, prefix: &str) -> Vec<Tensor> {
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
+        .take_while(|p| p.exists())
+        .map(|p| read_npy(&p).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+fn steps(name: &str) -> Vec<PathBuf> {
+    let dir = fixture(name);
+    let steps: Vec<PathBuf> = (0..).map(|k| dir.join(format!("step_{k}"))).take_while(|p| p.is_dir()).collect();
+    assert!(steps.len() >= 4, "{name}: {} steps, expected at least 4", steps.len());
+    steps
+}
+
+fn compile_fixture(name: &str, flavour: &str) -> Arc<Program> {
+    let graph = import_pt2(&fixture(name).join(format!("{flavour}.pt2")))
+        .unwrap_or_else(|e| panic!("{name}/{flavour}: {e}"))
+        .graph;
+    assert!(!graph.states.is_empty(), "{name}: the fixture has no state");
+    compile(graph, pjrt(Precision::F32))
+}
+
+fn session(program: &Arc<Program>, plugin: &Path) -> Session {
+    let opts = SessionOptions {
+        device: Device::Pjrt(plugin.to_path_buf()),
+        cache: ExecutableCache::Off,
+        ..SessionOptions::default()
+    };
+    program.session_with(&opts).unwrap_or_else(|e| panic!("pjrt session: {e}"))
+}
+
+/// Bytes of every state of `program`.
+fn state_bytes(session: &Session) -> u64 {
+    let names: Vec<String> = session.state_names().map(str::to_string).collect();
+    names.iter().map(|n| session.state(n).map(|t| t.data.len() as u64).unwrap_or_else(|e| panic!("{e}"))).sum()
+}
+
+/// Host→device and device→host bytes of all segments so far.
+fn moved(session: &Session) -> (u64, u64) {
+    session.accel_stats().expect("an accelerator session has stats").total_bytes()
+}
+
+/// Runs every step, comparing the outputs with eager's; returns the bytes
+/// each step uploaded and downloaded.
+fn run_steps(session: &mut Session, what: &str, steps: &[PathBuf]) -> Vec<(u64, u64)> {
+    let mut per_step = Vec::new();
+    for (k, step) in steps.iter().enumerate() {
+        let (inputs, expected) = (read_numbered(step, "input"), read_numbered(step, "output"));
+        let before = moved(session);
+        let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+        let got = session.run(&views).unwrap_or_else(|e| panic!("{what} step {k}: {e}")).to_tensors();
+        let after = moved(session);
+        per_step.push((after.0 - before.0, after.1 - before.1));
+        assert_eq!(got.len(), expected.len(), "{what} step {k}: number of outputs");
+        for (i, (g, w)) in got.iter().zip(&expected).enumerate() {
+            assert_close(&format!("{what} step {k} output {i}"), g, w, RTOL, ATOL);
+        }
+    }
+    per_step
+}
+
+fn final_states(name: &str) -> Vec<(String, Tensor)> {
+    let dir = fixture(name);
+    let mut states: Vec<(String, Tensor)> = std::fs::read_dir(&dir)
+        .expect("fixture folder")
+        .filter_map(|e| {
+            let file = e.ok()?.file_name().into_string().ok()?;
+            let buffer = file.strip_prefix("state_")?.strip_suffix(".npy")?.to_string();
+            Some((buffer, read_npy(&dir.join(&file)).unwrap_or_else(|e| panic!("{e}"))))
+        })
+        .collect();
+    states.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(!states.is_empty(), "{name}: no state_*.npy");
+    states
+}
+
+/// The user inputs' bytes of a step: what an upload may carry besides state.
+fn input_bytes(step: &Path) -> u64 {
+    read_numbered(step, "input").iter().map(|t| t.data.len() as u64).sum()
+}
+
+fn check_on_device(name: &str, flavour: &str) {
+    let Some(plugin) = plugin() else { return };
+    let what = format!("{name}/{flavour}");
+    let program = compile_fixture(name, flavour);
+    let accel = accel(&program);
+    assert!(!accel.segments.is_empty(), "{what}: no accelerator segment");
+    let steps = steps(name);
+    let mut session = session(&program, &plugin);
+    let states = state_bytes(&session);
+    let per_step = run_steps(&mut session, &what, &steps);
+    eprintln!(
+        "{what}: {} segment(s), CPU fallbacks {:?}, state {states} B, bytes up/down per step {per_step:?}",
+        accel.segments.len(),
+        accel.cpu_fallbacks.iter().map(|f| f.reason.as_str()).collect::<Vec<_>>()
+    );
+
+    // The first step uploads every state; later ones carry at most the
+    // user's inputs (the state stays on the device), and no step downloads
+    // state it does not output.
+    let (first_up, _) = per_step[0];
+    assert!(first_up >= states, "{what}: step 0 uploaded {first_up} bytes, less than the {states} state bytes");
+    for (k, (&(up, _), step)) in per_step.iter().zip(&steps).enumerate().skip(1) {
+        let inputs = input_bytes(step);
+        assert!(up <= inputs, "{what} step {k}: uploaded {up} bytes, more than the {inputs} input bytes");
+    }
+    let before = session.accel_stats().expect("stats");
+    for (buffer, want) in final_states(name) {
+        let got = session.state(&buffer).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_close(&format!("{what} final state `{buffer}`"), &to_tensor(&got), &want, RTOL, ATOL);
+        // A second read is served from the host copy.
+        let again = session.state(&buffer).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(again.data, got.data);
+    }
+    let after = session.accel_stats().expect("stats");
+    let state_count = session.state_names().count() as u64;
+    assert_eq!(after.state_downloads - before.state_downloads, state_count, "{what}: one download per state read");
+    assert_eq!(after.state_download_bytes - before.state_download_bytes, states, "{what}: bytes read");
+
+    // reset_state re-uploads the initial values: the same steps again.
+    session.reset_state();
+    let again = run_steps(&mut session, &format!("{what} after reset_state"), &steps);
+    assert!(again[0].0 >= states, "{what}: after reset the first step uploads the state again");
+}
+
+fn to_tensor(v: &TensorView<'_>) -> Tensor {
+    Tensor { dtype: v.dtype, shape: v.shape.to_vec(), data: v.data.to_vec() }
+}
+
+macro_rules! device_state_tests {
+    ($($name:ident),*) => {
+        $(
+            mod $name {
+                #[test]
+                fn training_ir() {
+                    super::check_on_device(stringify!($name), "training");
+                }
+                #[test]
+                fn core_aten() {
+                    super::check_on_device(stringify!($name), "aten");
+                }
+            }
+        )*
+    };
+}
+
+device_state_tests!(counter, lowpass, kv_decoder);
+
+/// `set_state` on a device session: the next run reads the written value,
+/// and a failed run leaves the device state as it was.
+#[test]
+fn set_state_and_failed_run_on_device() {
+    let Some(plugin) = plugin() else { return };
+    let program = compile_fixture("lowpass", "aten");
+    let mut session = session(&program, &plugin);
+    let x = Tensor::from_f32(&[2, 4], &[1.0; 8]);
+    session.run(&[x.view()]).expect("run");
+    let written = Tensor::from_f32(&[2, 4], &[3.0; 8]);
+    session.set_state("state", written.view()).expect("set_state");
+    assert_eq!(session.state("state").expect("state").data, written.data, "set_state is read back");
+    let out = session.run(&[x.view()]).expect("run").to_tensors();
+    // state = 0.9 * 3 + 0.1 * 1 = 2.8; output = 2 * state.
+    let want = Tensor::from_f32(&[2, 4], &[5.6; 8]);
+    assert_close("after set_state", &out[0], &want, RTOL, ATOL);
+    let before = session.state("state").expect("state").data.to_vec();
+    let wrong = Tensor::from_f32(&[3, 4], &[1.0; 12]);
+    assert!(session.run(&[wrong.view()]).is_err(), "a wrong input shape fails");
+    assert_eq!(session.state("state").expect("state").data, &before[..], "a failed run keeps the state");
+}
