@@ -21,6 +21,7 @@ pub mod delta;
 mod device;
 mod error;
 mod exec;
+pub mod native;
 pub mod format;
 #[cfg(feature = "pjrt")]
 pub mod pjrt;
