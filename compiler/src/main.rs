@@ -878,7 +878,8 @@ fn cmd_demo() -> CliResult {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mlp");
     let model = dir.join("training.pt2");
     let artifact = std::env::temp_dir().join(format!("kiln-demo-{}.kiln", std::process::id()));
-    cmd_compile(&model, &artifact, "cpu", "f32", &QuantArgs::default(), &ShardArgs::default(), None)?;
+    let cpu = TargetArgs { target: "cpu".into(), cpu: None };
+    cmd_compile(&model, &artifact, &cpu, "f32", &QuantArgs::default(), &ShardArgs::default(), None)?;
     let program = load(&artifact)?;
     let _ = std::fs::remove_file(&artifact);
     let input = read_npy(&dir.join("input_0.npy")).map_err(|e| e.to_string())?;

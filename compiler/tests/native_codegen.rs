@@ -24,6 +24,18 @@ fn object_for(program: &[FusedOp], modes: &[InputMode], triple: &str, cpu: &str)
 /// Runs `program` natively (every level this CPU runs) and portably on
 /// `inputs` (the last one a splat when `splat_last`), asserting closeness.
 fn check_program(what: &str, program: &[FusedOp], inputs: &[Vec<f32>], splat_last: bool, ulps: u32) {
+    check_program_levels(what, program, inputs, splat_last, ulps, ulps)
+}
+
+/// [`check_program`] with a looser bound for the baseline level (no FMA).
+fn check_program_levels(
+    what: &str,
+    program: &[FusedOp],
+    inputs: &[Vec<f32>],
+    splat_last: bool,
+    ulps: u32,
+    baseline_ulps: u32,
+) {
     let n = inputs[0].len();
     let modes: Vec<InputMode> = (0..inputs.len())
         .map(|i| if splat_last && i + 1 == inputs.len() { InputMode::Splat } else { InputMode::Full })
@@ -39,6 +51,7 @@ fn check_program(what: &str, program: &[FusedOp], inputs: &[Vec<f32>], splat_las
         .expect("portable run");
     let mut ran = 0;
     for level in X86_64_LEVELS.iter().filter(|l| cpu_runs(NativeArch::X86_64, l)) {
+        let ulps = if *level == "x86-64" { baseline_ulps } else { ulps };
         let obj = object_for(program, &modes, "x86_64-unknown-linux-gnu", level);
         let loaded = LoadedObject::load(&obj, Arch::X86_64).unwrap_or_else(|e| panic!("{what} {level}: {e}"));
         let f = loaded.function("kiln_test").expect("function defined");
@@ -111,7 +124,11 @@ fn every_unary_op_matches_the_portable_kernel() {
     for (op, ulps) in ops {
         for scale in [1.0, 12.0] {
             let x = values(&mut rng, N, scale);
-            check_program(&format!("{op} (scale {scale})"), &[FusedOp::Unary { op, x: 0 }], &[x], false, ulps);
+            // Without FMA (baseline x86-64) the rounding of x + 0.044715x³ is
+            // amplified by the exponential of GELU's left tail (~1e-5 relative at x = -10).
+            let baseline = if op == UnaryOp::GeluTanh { 1 << 9 } else { ulps };
+            let p = [FusedOp::Unary { op, x: 0 }];
+            check_program_levels(&format!("{op} (scale {scale})"), &p, &[x], false, ulps, baseline);
         }
     }
 }
@@ -146,16 +163,17 @@ fn binary_compare_where_clamp_cast_and_scalars_match() {
     for (min, max) in [(Some(-1.0), Some(2.5)), (None, Some(0.1)), (Some(0.3), None)] {
         check_program("clamp", &[FusedOp::Clamp { min, max, x: 0 }], &[a.clone()], false, 0);
     }
-    // A norm-style chain with scalars: (x - m) * s + 0.5, then silu.
+    // A norm-style chain with scalars: (x - m) * 1.5 + 0.5, then silu.
     let chain = [
-        FusedOp::Binary { op: BinaryOp::Sub, a: 0, b: 1 },
         FusedOp::Scalar { dtype: DType::F32, bits: 1.5f32.to_bits() as u64 },
-        FusedOp::Binary { op: BinaryOp::Mul, a: 2, b: 3 },
         FusedOp::Scalar { dtype: DType::F32, bits: 0.5f32.to_bits() as u64 },
-        FusedOp::Binary { op: BinaryOp::Add, a: 4, b: 5 },
+        FusedOp::Binary { op: BinaryOp::Sub, a: 0, b: 1 },
+        FusedOp::Binary { op: BinaryOp::Mul, a: 4, b: 2 },
+        FusedOp::Binary { op: BinaryOp::Add, a: 5, b: 3 },
         FusedOp::Unary { op: UnaryOp::Silu, x: 6 },
     ];
-    check_program("chain", &chain, &[a.clone(), vec![0.25]], true, 2);
+    check_program("chain", &chain, &[a.clone(), b.clone()], false, 2);
+    check_program("chain splat", &chain, &[a.clone(), vec![0.25]], true, 2);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use inkwell::module::Module as LlvmModule;
 use inkwell::passes::PassBuilderOptions;
-use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};
+use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetTriple};
 use inkwell::OptimizationLevel;
 use melior::dialect::DialectRegistry;
 use melior::ir::Module;
