@@ -80,6 +80,17 @@ impl LoadedObject {
     }
 
     fn load_inner(bytes: &[u8], arch: Arch, executable: bool) -> Result<LoadedObject, String> {
+        // The ELF reader needs 8-byte-aligned headers: an unaligned object
+        // (a slice of a larger buffer) is read from an aligned copy.
+        let aligned: Vec<u64>;
+        let bytes = if bytes.as_ptr().align_offset(8) == 0 {
+            bytes
+        } else {
+            let mut words = vec![0u64; bytes.len().div_ceil(8)];
+            bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+            aligned = words;
+            &bytemuck::cast_slice::<u64, u8>(&aligned)[..bytes.len()]
+        };
         let file = ElfFile64::<Endianness>::parse(bytes).map_err(|e| format!("not an ELF64 object: {e}"))?;
         let header = file.elf_header();
         let endian = file.endian();
@@ -482,5 +493,52 @@ fn flush_icache(ptr: *const u8, len: usize) {
             a += iline;
         }
         std::arch::asm!("dsb ish", "isb");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn insn(word: u32) -> [u8; 4] {
+        word.to_le_bytes()
+    }
+
+    fn patched(r_type: u32, word: u32, s: u64, p: u64) -> Result<u32, String> {
+        let mut at = insn(word);
+        apply(Arch::Aarch64, r_type, &mut at, s, 0, p, 0)?;
+        Ok(u32::from_le_bytes(at))
+    }
+
+    #[test]
+    fn aarch64_instruction_fields_are_patched() {
+        // bl +8
+        assert_eq!(patched(R_AARCH64_CALL26, 0x9400_0000, 0x1008, 0x1000), Ok(0x9400_0002));
+        // b -4
+        assert_eq!(patched(R_AARCH64_JUMP26, 0x1400_0000, 0x0ffc, 0x1000), Ok(0x17ff_ffff));
+        // adrp x0, +1 page
+        assert_eq!(patched(R_AARCH64_ADR_PREL_PG_HI21, 0x9000_0000, 0x2123, 0x1ff0), Ok(0xb000_0000));
+        // add x0, x0, #0x123
+        assert_eq!(patched(R_AARCH64_ADD_ABS_LO12_NC, 0x9100_0000, 0x2123, 0), Ok(0x9104_8c00));
+        // ldr w0, [x0, #0x124]; ldr q0, [x0, #0x120]
+        assert_eq!(patched(R_AARCH64_LDST32_ABS_LO12_NC, 0xb940_0000, 0x2124, 0), Ok(0xb941_2400));
+        assert_eq!(patched(R_AARCH64_LDST128_ABS_LO12_NC, 0x3dc0_0000, 0x2120, 0), Ok(0x3dc0_4800));
+        // Misaligned low bits and out-of-range branches are errors.
+        assert!(patched(R_AARCH64_LDST64_ABS_LO12_NC, 0xf940_0000, 0x2124, 0).is_err());
+        assert!(patched(R_AARCH64_CALL26, 0x9400_0000, 1 << 28, 0).is_err());
+        assert!(patched(R_AARCH64_CALL26, 0x9400_0000, 6, 0).is_err());
+    }
+
+    #[test]
+    fn x86_64_values_are_range_checked() {
+        let mut at = [0u8; 4];
+        apply(Arch::X86_64, elf::R_X86_64_PC32, &mut at, 0x2000, -4, 0x1000, 0).unwrap();
+        assert_eq!(i32::from_le_bytes(at), 0xffc);
+        assert!(apply(Arch::X86_64, elf::R_X86_64_PC32, &mut at, 1 << 40, 0, 0, 0).is_err());
+        let mut wide = [0u8; 8];
+        apply(Arch::X86_64, elf::R_X86_64_64, &mut wide, 0x1234, 8, 0, 0).unwrap();
+        assert_eq!(u64::from_le_bytes(wide), 0x123c);
+        assert_eq!(reloc_width(Arch::X86_64, elf::R_X86_64_32), None);
+        assert_eq!(reloc_width(Arch::Aarch64, 1024), None);
     }
 }
