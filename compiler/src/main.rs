@@ -733,8 +733,11 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
 
 /// `kiln inspect`'s native-code part: levels with their code sizes, then each function.
 fn print_native(plan: &kiln_runtime::format::Plan, native: &kiln_runtime::native::NativeSection) {
-    println!("
-native code: {} functions", native.functions.len());
+    println!(
+        "
+native code: {} functions",
+        native.functions.len()
+    );
     for l in &native.levels {
         let here = if kiln_runtime::native::cpu_runs(l.arch, &l.level) { "  (runs on this CPU)" } else { "" };
         println!("  level {:?} {:<14} {}{here}", l.arch, l.level, human_bytes(l.object.len() as u64));

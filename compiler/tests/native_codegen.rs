@@ -40,7 +40,8 @@ fn check_program_levels(
     let modes: Vec<InputMode> = (0..inputs.len())
         .map(|i| if splat_last && i + 1 == inputs.len() { InputMode::Splat } else { InputMode::Full })
         .collect();
-    let shapes: Vec<Vec<usize>> = modes.iter().map(|m| if *m == InputMode::Splat { vec![1] } else { vec![n] }).collect();
+    let shapes: Vec<Vec<usize>> =
+        modes.iter().map(|m| if *m == InputMode::Splat { vec![1] } else { vec![n] }).collect();
     let bytes: Vec<Vec<u8>> = inputs.iter().map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
     let refs: Vec<TensorRef<'_>> =
         bytes.iter().zip(&shapes).map(|(b, s)| TensorRef { dtype: DType::F32, shape: s, data: b }).collect();
@@ -70,7 +71,11 @@ fn check_program_levels(
             let g = f32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
             let w = f32::from_le_bytes(want[4 * i..4 * i + 4].try_into().unwrap());
             let ok = (g.is_nan() && w.is_nan()) || g == w || ulp_distance(g, w) <= ulps || (g - w).abs() <= 1e-37;
-            assert!(ok, "{what} {level}: element {i} (inputs {:?}): native {g:e}, portable {w:e}", inputs_at(inputs, i));
+            assert!(
+                ok,
+                "{what} {level}: element {i} (inputs {:?}): native {g:e}, portable {w:e}",
+                inputs_at(inputs, i)
+            );
         }
         ran += 1;
     }
@@ -97,9 +102,7 @@ fn ulp_distance(a: f32, b: f32) -> u32 {
 /// tiny, huge) every op must agree on.
 fn values(rng: &mut rand::rngs::StdRng, n: usize, scale: f32) -> Vec<f32> {
     let special = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, -1e-30, 100.0, -100.0, 88.0, -104.0];
-    (0..n)
-        .map(|i| if i < special.len() { special[i] } else { (rng.gen::<f32>() * 2.0 - 1.0) * scale })
-        .collect()
+    (0..n).map(|i| if i < special.len() { special[i] } else { (rng.gen::<f32>() * 2.0 - 1.0) * scale }).collect()
 }
 
 const N: usize = 1037;
@@ -214,9 +217,10 @@ fn aarch64_objects_load_in_the_runtime_loader() {
 fn bless_loader_fixtures() {
     let modes = [InputMode::Full, InputMode::Splat];
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/tests/fixtures/native");
-    for (name, triple, cpu) in
-        [("sigmoid_mul_add.x86_64.o", "x86_64-unknown-linux-gnu", "x86-64"), ("sigmoid_mul_add.aarch64.o", "aarch64-unknown-linux-gnu", "generic")]
-    {
+    for (name, triple, cpu) in [
+        ("sigmoid_mul_add.x86_64.o", "x86_64-unknown-linux-gnu", "x86-64"),
+        ("sigmoid_mul_add.aarch64.o", "aarch64-unknown-linux-gnu", "generic"),
+    ] {
         let obj = object_for(&fixture_program(), &modes, triple, cpu);
         let path = dir.join(name);
         if std::env::var_os("KILN_BLESS_NATIVE").is_some() {
@@ -224,7 +228,8 @@ fn bless_loader_fixtures() {
             std::fs::write(&path, &obj).unwrap();
         }
         // The committed object is what this compiler emits (LLVM 19 is deterministic).
-        let committed = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run with KILN_BLESS_NATIVE=1)", path.display()));
+        let committed =
+            std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run with KILN_BLESS_NATIVE=1)", path.display()));
         assert_eq!(committed, obj, "{name} is stale: rerun with KILN_BLESS_NATIVE=1");
     }
 }

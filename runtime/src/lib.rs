@@ -21,8 +21,8 @@ pub mod delta;
 mod device;
 mod error;
 mod exec;
-pub mod native;
 pub mod format;
+pub mod native;
 #[cfg(feature = "pjrt")]
 pub mod pjrt;
 mod program;

@@ -8,6 +8,7 @@ use crate::format::{
     parse_container, AccelProgram, DimExpr, DimRef, InstrOp, Kernel, Metadata, Plan, Storage, FORMAT_MAJOR,
     WEIGHT_ALIGN,
 };
+use crate::native::{NativeCode, NativeSection};
 use crate::session::Session;
 use crate::validate::validate_plan;
 use crate::{Error, Result};
@@ -15,7 +16,6 @@ use std::ops::Range;
 #[cfg(feature = "fs")]
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
-use crate::native::{NativeCode, NativeSection};
 
 /// Where the artifact's bytes live. The weights are used in place from here
 /// for the program's whole life, so only `Owned` ever copied anything.

@@ -572,7 +572,18 @@ impl Session {
     /// resolved at load.
     fn execute(&mut self, start: usize) -> Result<Option<Stop>> {
         let Session {
-            program, arena, shapes, shape_at, cx, operand_buf, output_buf, result_buf, accel, profile, use_native, ..
+            program,
+            arena,
+            shapes,
+            shape_at,
+            cx,
+            operand_buf,
+            output_buf,
+            result_buf,
+            accel,
+            profile,
+            use_native,
+            ..
         } = self;
         let plan = program.plan();
         let resolved = program.resolved();
@@ -684,7 +695,8 @@ impl Session {
                     let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
                     operands.extend(instr.inputs.iter().map(|&t| view(t)));
                     let t = instr.outputs[0];
-                    let mut out = TensorMut { dtype: plan.tensors[t as usize].dtype, shape: shape(t), data: arena_slot(t) };
+                    let mut out =
+                        TensorMut { dtype: plan.tensors[t as usize].dtype, shape: shape(t), data: arena_slot(t) };
                     let result = crate::native::run_native(code, section, *function, fused, cx, &operands, &mut out);
                     *operand_buf = recycle(operands);
                     result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;

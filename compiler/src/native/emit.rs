@@ -261,8 +261,23 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
                 let _ = writeln!(head, "    %s{i} = llvm.load %p{i} : !llvm.ptr -> f32");
                 regs.push((format!("%s{i}"), Ty::F32));
             }
+            InputMode::Broadcast { inner, period } => {
+                // Element (i / inner) % period; LLVM turns the constant
+                // division into multiplies.
+                let _ = writeln!(loads, "      %d{i} = arith.constant {inner} : i64");
+                let _ = writeln!(loads, "      %m{i} = arith.constant {period} : i64");
+                let _ = writeln!(loads, "      %q{i} = arith.divui %ii, %d{i} : i64");
+                let _ = writeln!(loads, "      %k{i} = arith.remui %q{i}, %m{i} : i64");
+                let _ = writeln!(
+                    loads,
+                    "      %e{i} = llvm.getelementptr %p{i}[%k{i}] : (!llvm.ptr, i64) -> !llvm.ptr, f32"
+                );
+                let _ = writeln!(loads, "      %x{i} = llvm.load %e{i} : !llvm.ptr -> f32");
+                regs.push((format!("%x{i}"), Ty::F32));
+            }
             InputMode::Full => {
-                let _ = writeln!(loads, "      %e{i} = llvm.getelementptr %p{i}[%ii] : (!llvm.ptr, i64) -> !llvm.ptr, f32");
+                let _ =
+                    writeln!(loads, "      %e{i} = llvm.getelementptr %p{i}[%ii] : (!llvm.ptr, i64) -> !llvm.ptr, f32");
                 let _ = writeln!(loads, "      %x{i} = llvm.load %e{i} : !llvm.ptr -> f32");
                 regs.push((format!("%x{i}"), Ty::F32));
             }
@@ -272,7 +287,9 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
         let reg = |r: u32| regs.get(r as usize).cloned().ok_or_else(|| Unsupported(format!("op {i}: register {r}")));
         let def = match *op {
             FusedOp::Scalar { dtype: DType::F32, bits } => (b.c(f32::from_bits(bits as u32)), Ty::F32),
-            FusedOp::Scalar { dtype: DType::Bool, bits } => (b.let_(format_args!("arith.constant {} : i1", bits != 0)), Ty::Bool),
+            FusedOp::Scalar { dtype: DType::Bool, bits } => {
+                (b.let_(format_args!("arith.constant {} : i1", bits != 0)), Ty::Bool)
+            }
             FusedOp::Unary { op: UnaryOp::Not, x } => {
                 let (x, _) = reg(x)?;
                 let t = b.let_("arith.constant true");

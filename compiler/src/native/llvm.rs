@@ -9,7 +9,9 @@ use inkwell::OptimizationLevel;
 use melior::dialect::DialectRegistry;
 use melior::ir::Module;
 use melior::pass::PassManager;
-use melior::utility::{parse_pass_pipeline, register_all_dialects, register_all_llvm_translations, register_all_passes};
+use melior::utility::{
+    parse_pass_pipeline, register_all_dialects, register_all_llvm_translations, register_all_passes,
+};
 use melior::Context;
 
 /// The upstream lowering of func/scf/arith/math to the LLVM dialect.

@@ -71,7 +71,17 @@ mod codegen {
     use super::NativeTarget;
     use kiln_ir::DType;
     use kiln_runtime::format::{DimRef, InstrOp, Kernel, Plan};
-    use kiln_runtime::native::{InputMode, LoadedObject, NativeFunction, NativeLevel, NativeSection};
+    use kiln_runtime::native::{broadcast_of, InputMode, LoadedObject, NativeFunction, NativeLevel, NativeSection};
+
+    fn static_dims(shape: &[DimRef]) -> Option<Vec<usize>> {
+        shape
+            .iter()
+            .map(|d| match d {
+                DimRef::Static(v) => usize::try_from(*v).ok(),
+                DimRef::Expr(_) => None,
+            })
+            .collect()
+    }
 
     /// Turns the plan's eligible fused calls into native calls and returns
     /// the native section (None when no group qualified).
@@ -116,8 +126,9 @@ mod codegen {
     }
 
     /// How each operand of a fused call is read natively: all f32, each
-    /// shaped like the output (same dims, symbolic ones included) or one
-    /// element. None leaves the call portable.
+    /// shaped like the output (same dims, symbolic ones included), one
+    /// element, or (static shapes) a contiguous-block broadcast
+    /// (`kiln_runtime::native::broadcast_of`). None leaves the call portable.
     fn input_modes(plan: &Plan, inputs: &[u32], outputs: &[u32]) -> Option<Vec<InputMode>> {
         let out = plan.tensors.get(*outputs.first()? as usize)?;
         if out.dtype != DType::F32 || outputs.len() != 1 {
@@ -135,7 +146,7 @@ mod codegen {
                 } else if d.shape.iter().all(|s| *s == DimRef::Static(1)) {
                     Some(InputMode::Splat)
                 } else {
-                    None
+                    broadcast_of(&static_dims(&d.shape)?, &static_dims(&out.shape)?)
                 }
             })
             .collect()

@@ -53,6 +53,40 @@ pub enum InputMode {
     Full,
     /// One element broadcast to every output element.
     Splat,
+    /// Broadcast along all but one contiguous block of the output's dims
+    /// (a bias `[C]` of `[N, T, C]`, a per-channel `[1, C, 1, 1]`): output
+    /// element `i` reads element `(i / inner) % period` (see [`broadcast_of`]).
+    Broadcast { inner: u64, period: u64 },
+}
+
+/// How an operand of shape `input` broadcast to `output` is indexed, when
+/// one [`InputMode`] describes it: shaped alike (Full), one element
+/// (Splat), or its non-1 dims one contiguous block of the output's
+/// (Broadcast). None for any other broadcast (the call then stays portable).
+pub fn broadcast_of(input: &[usize], output: &[usize]) -> Option<InputMode> {
+    if input == output {
+        return Some(InputMode::Full);
+    }
+    if input.len() > output.len() {
+        return None;
+    }
+    let pad = output.len() - input.len();
+    let dim = |d: usize| if d < pad { 1 } else { input[d - pad] };
+    if (0..output.len()).any(|d| dim(d) != 1 && dim(d) != output[d]) {
+        return None;
+    }
+    // The output dims the operand spans (its non-1 dims, size-1 output dims
+    // being free either way) must be contiguous.
+    let spanned: Vec<usize> = (0..output.len()).filter(|&d| dim(d) != 1).collect();
+    let (Some(&first), Some(&last)) = (spanned.first(), spanned.last()) else {
+        return Some(InputMode::Splat);
+    };
+    if (first..=last).any(|d| dim(d) != output[d]) {
+        return None;
+    }
+    let period = (first..=last).map(|d| output[d] as u64).product();
+    let inner = output[last + 1..].iter().map(|&d| d as u64).product();
+    Some(InputMode::Broadcast { inner, period })
 }
 
 /// One ISA level's object code.
@@ -102,7 +136,9 @@ fn host_runs(level: &str) -> bool {
     match level {
         "x86-64" => true,
         "x86-64-v3" => v3(),
-        "x86-64-v4" => v3() && has!("avx512f") && has!("avx512bw") && has!("avx512cd") && has!("avx512dq") && has!("avx512vl"),
+        "x86-64-v4" => {
+            v3() && has!("avx512f") && has!("avx512bw") && has!("avx512cd") && has!("avx512dq") && has!("avx512vl")
+        }
         _ => false,
     }
 }
@@ -136,8 +172,8 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
         if !known.contains(&level.level.as_str()) {
             return Err(format!("unknown {:?} level {:?}", level.arch, level.level));
         }
-        let defined = LoadedObject::check(&level.object, level.arch.arch())
-            .map_err(|e| format!("level {}: {e}", level.level))?;
+        let defined =
+            LoadedObject::check(&level.object, level.arch.arch()).map_err(|e| format!("level {}: {e}", level.level))?;
         for f in &section.functions {
             if !defined.iter().any(|d| *d == f.symbol) {
                 return Err(format!("level {}: function {} is not defined", level.level, f.symbol));
@@ -146,7 +182,12 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
     }
     for f in &section.functions {
         if f.inputs.len() != f.input_dtypes.len() {
-            return Err(format!("function {}: {} modes for {} operands", f.symbol, f.inputs.len(), f.input_dtypes.len()));
+            return Err(format!(
+                "function {}: {} modes for {} operands",
+                f.symbol,
+                f.inputs.len(),
+                f.input_dtypes.len()
+            ));
         }
     }
     for (i, instr) in plan.instrs.iter().enumerate() {
@@ -219,7 +260,8 @@ pub(crate) fn run_native(
     ins: &[TensorRef<'_>],
     out: &mut TensorMut<'_>,
 ) -> Result<()> {
-    let native = code.and_then(|c| Some((c.functions.get(function as usize)?, section.functions.get(function as usize)?)));
+    let native =
+        code.and_then(|c| Some((c.functions.get(function as usize)?, section.functions.get(function as usize)?)));
     let Some((&f, _)) = native.filter(|(_, sig)| shapes_fit(sig, ins, out)) else {
         let out = TensorMut { dtype: out.dtype, shape: out.shape, data: &mut *out.data };
         return kiln_kernels::fused(program, ins, out, cx);
@@ -232,8 +274,9 @@ pub(crate) fn run_native(
     let (ptrs, dst) = (Shared(ptrs.as_ptr()), SharedMut(out.data.as_mut_ptr()));
     cx.threads().for_each_element_range(total, |start, end| {
         let (ptrs, dst) = (&ptrs, &dst);
-        // SAFETY: `shapes_fit` checked every operand holds `total` elements
-        // (Full) or one (Splat) of its dtype and the output `total`; each
+        // SAFETY: `shapes_fit` checked every operand holds the elements its
+        // mode indexes (`total`, one, or `period`·(outer) with `(i / inner)
+        // % period` in range) and the output `total`; each
         // range writes only its own output elements.
         unsafe { f(ptrs.0, dst.0, start, end) }
     });
@@ -243,18 +286,18 @@ pub(crate) fn run_native(
 /// Whether the operands and output have the dtypes and shapes `sig` was compiled for.
 fn shapes_fit(sig: &NativeFunction, ins: &[TensorRef<'_>], out: &TensorMut<'_>) -> bool {
     let total = out.shape.iter().product::<usize>();
-    if ins.len() != sig.inputs.len() || out.dtype != sig.output_dtype || out.data.len() != total * out.dtype.size_bytes()
+    if ins.len() != sig.inputs.len()
+        || out.dtype != sig.output_dtype
+        || out.data.len() != total * out.dtype.size_bytes()
     {
         return false;
     }
     ins.iter().zip(&sig.inputs).zip(&sig.input_dtypes).all(|((t, mode), &dtype)| {
-        let n = match mode {
-            InputMode::Full => total,
-            InputMode::Splat => 1,
-        };
-        let shape_ok = match mode {
-            InputMode::Full => t.shape == out.shape,
-            InputMode::Splat => t.shape.iter().product::<usize>() == 1,
+        let n = t.shape.iter().product::<usize>();
+        let shape_ok = match (mode, broadcast_of(t.shape, out.shape)) {
+            (InputMode::Splat, _) => n == 1,
+            (m, Some(actual)) => *m == actual,
+            (_, None) => false,
         };
         t.dtype == dtype && shape_ok && t.data.len() == n * dtype.size_bytes()
     })
@@ -267,3 +310,21 @@ struct SharedMut(*mut u8);
 // ranges of distinct calls are disjoint.
 unsafe impl Sync for Shared {}
 unsafe impl Sync for SharedMut {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasts_are_classified() {
+        assert_eq!(broadcast_of(&[2, 8, 32], &[2, 8, 32]), Some(InputMode::Full));
+        assert_eq!(broadcast_of(&[1, 1], &[2, 8, 32]), Some(InputMode::Splat));
+        assert_eq!(broadcast_of(&[32], &[2, 8, 32]), Some(InputMode::Broadcast { inner: 1, period: 32 }));
+        assert_eq!(broadcast_of(&[1, 3, 1, 1], &[2, 3, 16, 16]), Some(InputMode::Broadcast { inner: 256, period: 3 }));
+        assert_eq!(broadcast_of(&[8, 1], &[2, 8, 32]), Some(InputMode::Broadcast { inner: 32, period: 8 }));
+        // Two separate blocks, a mismatched dim, a longer operand.
+        assert_eq!(broadcast_of(&[2, 1, 32], &[2, 8, 32]), None);
+        assert_eq!(broadcast_of(&[7], &[2, 8, 32]), None);
+        assert_eq!(broadcast_of(&[1, 2, 8, 32], &[2, 8, 32]), None);
+    }
+}
