@@ -306,6 +306,21 @@ pub struct IoInfo {
     pub shape: Vec<String>,
 }
 
+/// Decodes and validates the native section; a plan with native calls needs one.
+fn load_native_section(bytes: &[u8], range: Option<&Range<usize>>, plan: &Plan) -> Result<Option<NativeSection>> {
+    let bad = |offset: usize, detail: String| Error::Format { section: "native".into(), offset: offset as u64, detail };
+    let Some(r) = range else {
+        if plan.instrs.iter().any(|i| matches!(i.op, InstrOp::Native { .. })) {
+            return Err(bad(0, "the plan calls native code but the artifact has no native section".into()));
+        }
+        return Ok(None);
+    };
+    let section: NativeSection =
+        postcard::from_bytes(&bytes[r.clone()]).map_err(|e| bad(r.start, format!("cannot decode: {e}")))?;
+    crate::native::validate_section(&section, plan).map_err(|e| bad(r.start, e))?;
+    Ok(Some(section))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,19 +375,4 @@ mod tests {
         let copied = Program::from_bytes(image).expect("load");
         assert!(!image_range.contains(&copied.weights().as_ptr()));
     }
-}
-
-/// Decodes and validates the native section; a plan with native calls needs one.
-fn load_native_section(bytes: &[u8], range: Option<&Range<usize>>, plan: &Plan) -> Result<Option<NativeSection>> {
-    let bad = |offset: usize, detail: String| Error::Format { section: "native".into(), offset: offset as u64, detail };
-    let Some(r) = range else {
-        if plan.instrs.iter().any(|i| matches!(i.op, InstrOp::Native { .. })) {
-            return Err(bad(0, "the plan calls native code but the artifact has no native section".into()));
-        }
-        return Ok(None);
-    };
-    let section: NativeSection =
-        postcard::from_bytes(&bytes[r.clone()]).map_err(|e| bad(r.start, format!("cannot decode: {e}")))?;
-    crate::native::validate_section(&section, plan).map_err(|e| bad(r.start, e))?;
-    Ok(Some(section))
 }

@@ -175,7 +175,7 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
         let defined =
             LoadedObject::check(&level.object, level.arch.arch()).map_err(|e| format!("level {}: {e}", level.level))?;
         for f in &section.functions {
-            if !defined.iter().any(|d| *d == f.symbol) {
+            if !defined.contains(&f.symbol) {
                 return Err(format!("level {}: function {} is not defined", level.level, f.symbol));
             }
         }
