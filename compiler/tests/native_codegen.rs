@@ -164,7 +164,7 @@ fn binary_compare_where_clamp_cast_and_scalars_match() {
     ];
     check_program("bool logic", &bools, &[a.clone(), b.clone()], false, 0);
     for (min, max) in [(Some(-1.0), Some(2.5)), (None, Some(0.1)), (Some(0.3), None)] {
-        check_program("clamp", &[FusedOp::Clamp { min, max, x: 0 }], &[a.clone()], false, 0);
+        check_program("clamp", &[FusedOp::Clamp { min, max, x: 0 }], std::slice::from_ref(&a), false, 0);
     }
     // A norm-style chain with scalars: (x - m) * 1.5 + 0.5, then silu.
     let chain = [
