@@ -25,6 +25,11 @@ pub enum CompileError {
     Write(#[from] kiln_runtime::Error),
     #[error("this kiln was built without MLIR support; rebuild with --features mlir")]
     NoMlir,
+    #[error("this kiln was built without native code generation; rebuild with --features native")]
+    NoNative,
+    /// Native code generation failed where it should not (LLVM, the loader check).
+    #[error("native code: {0}")]
+    Native(String),
     /// A sharding the mesh, the strategy or an override cannot give.
     #[error("sharding: {0}")]
     Shard(String),
@@ -91,6 +96,9 @@ pub struct CompileOptions {
     /// SPMD over a device mesh (`--target pjrt` only): the program is
     /// sharded after the pass pipeline and emitted as one annotated segment.
     pub shard: Option<ShardConfig>,
+    /// Native code for the fused elementwise groups (`--target
+    /// x86_64|aarch64`, feature `native`; CPU plans only).
+    pub native: Option<crate::native::NativeTarget>,
 }
 
 /// `--mesh`, `--shard`, `--shard-spec` and `--sharding-dialect`.
@@ -110,6 +118,7 @@ impl Default for CompileOptions {
             import: ImportOptions::default(),
             quantize: None,
             shard: None,
+            native: None,
         }
     }
 }
@@ -158,7 +167,11 @@ pub fn compile_graph_with_passes(
     let passes = run_pipeline(&mut graph, pipeline, &pass_opts)?;
     let mem = plan_memory(&graph, &MemoryOptions::default())?;
     check_plan(&graph, &mem).map_err(CompileError::MemoryPlan)?;
-    let (plan, weights) = lower_to_plan(&graph, &mem, opts.target.desc())?;
+    let (mut plan, weights) = lower_to_plan(&graph, &mem, opts.target.desc())?;
+    let native = match &opts.native {
+        Some(target) => native_section(&mut plan, target)?,
+        None => None,
+    };
     let summary = CompileSummary {
         passes,
         nodes: graph.order.len(),
@@ -169,7 +182,27 @@ pub fn compile_graph_with_passes(
         quantized: Vec::new(),
         sharding: None,
     };
-    Ok((ArtifactWriter::new(&plan, weights, &metadata)?, summary))
+    let mut writer = ArtifactWriter::new(&plan, weights, &metadata)?;
+    if let Some(native) = &native {
+        writer.add_native(native)?;
+    }
+    Ok((writer, summary))
+}
+
+#[cfg(feature = "native")]
+fn native_section(
+    plan: &mut kiln_runtime::format::Plan,
+    target: &crate::native::NativeTarget,
+) -> Result<Option<kiln_runtime::native::NativeSection>, CompileError> {
+    crate::native::compile_plan(plan, target).map_err(CompileError::Native)
+}
+
+#[cfg(not(feature = "native"))]
+fn native_section(
+    _plan: &mut kiln_runtime::format::Plan,
+    _target: &crate::native::NativeTarget,
+) -> Result<Option<kiln_runtime::native::NativeSection>, CompileError> {
+    Err(CompileError::NoNative)
 }
 
 /// Runs the pass pipeline on `graph` and produces an artifact for `backend`'s

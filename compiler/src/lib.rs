@@ -11,6 +11,7 @@
 pub mod compile;
 pub mod import;
 pub mod lower;
+pub mod native;
 pub mod pt2;
 pub mod stablehlo;
 

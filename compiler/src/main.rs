@@ -85,11 +85,8 @@ enum Command {
         /// Where to write the artifact.
         #[arg(short, long)]
         output: PathBuf,
-        /// Target: `cpu` (kiln's kernels), `primitive` (cpu with every composite decomposed)
-        /// or `pjrt` (StableHLO segments for a PJRT plugin, CPU kernels for the rest; needs a
-        /// kiln built with `--features mlir`).
-        #[arg(long, default_value = "cpu")]
-        target: String,
+        #[command(flatten)]
+        target: TargetArgs,
         /// Arithmetic of accelerator segments (`--target pjrt`): `f32` or `bf16` (bf16 compute,
         /// f32 accumulation, f32 at segment boundaries).
         #[arg(long, default_value = "f32")]
@@ -251,10 +248,26 @@ fn cmd_ops(markdown: bool, custom: bool) -> CliResult {
     Ok(())
 }
 
+/// `--target` and `--cpu`.
+#[derive(clap::Args, Debug)]
+struct TargetArgs {
+    /// Target: `cpu` (kiln's kernels), `primitive` (cpu with every composite decomposed),
+    /// `pjrt` (StableHLO segments for a PJRT plugin, CPU kernels for the rest; needs a
+    /// kiln built with `--features mlir`), or `x86_64` / `aarch64` (cpu plus native code
+    /// for the fused elementwise groups; needs `--features native`).
+    #[arg(long, default_value = "cpu")]
+    target: String,
+    /// CPU levels of the native code, comma-separated, chosen at load by CPU detection:
+    /// `x86-64`, `x86-64-v3`, `x86-64-v4` (default `x86-64,x86-64-v3`) or `generic`,
+    /// `neoverse-n1`, `cortex-a78ae` (default `generic`).
+    #[arg(long)]
+    cpu: Option<String>,
+}
+
 fn cmd_compile(
     model: &Path,
     output: &Path,
-    target: &str,
+    target_args: &TargetArgs,
     precision: &str,
     quant: &QuantArgs,
     shard: &ShardArgs,
@@ -262,9 +275,16 @@ fn cmd_compile(
 ) -> CliResult {
     let precision =
         Precision::from_name(precision).ok_or_else(|| format!("unknown precision `{precision}` (known: f32, bf16)"))?;
-    let target = Target::from_name(target).ok_or_else(|| {
+    let native_arch = kiln_compiler::native::NativeTarget::arch_from_name(&target_args.target);
+    let native = match native_arch {
+        Some(arch) => Some(kiln_compiler::native::NativeTarget::new(arch, target_args.cpu.as_deref())?),
+        None if target_args.cpu.is_some() => return Err("--cpu needs --target x86_64 or aarch64".into()),
+        None => None,
+    };
+    let target_name = if native.is_some() { "cpu" } else { target_args.target.as_str() };
+    let target = Target::from_name(target_name).ok_or_else(|| {
         let known: Vec<&str> = Target::ALL.iter().map(|t| t.name()).collect();
-        format!("unknown target `{target}` (known: {})", known.join(", "))
+        format!("unknown target `{}` (known: {}, x86_64, aarch64)", target_args.target, known.join(", "))
     })?;
     let backend = Backend::for_target(target, precision);
     if backend == Backend::Cpu && precision != Precision::F32 {
@@ -276,6 +296,7 @@ fn cmd_compile(
         verify_each: false,
         quantize: quant.config()?,
         shard: shard.config()?,
+        native,
         ..CompileOptions::default()
     };
     if opts.shard.is_some() && backend == Backend::Cpu {
@@ -285,14 +306,18 @@ fn cmd_compile(
         return Err("--report needs --quantize or --mesh".into());
     }
     let s = compile_file_for(model, output, &opts, backend).map_err(|e| match e {
-        CompileError::NoMlir => e.to_string(),
+        CompileError::NoMlir | CompileError::NoNative => e.to_string(),
         e => format!("{}: {e}", model.display()),
     })?;
     println!(
         "compiled {} -> {} (target {}) in {:.0} ms: {} instructions, arena {} (peak live {}), weights {}",
         model.display(),
         output.display(),
-        if backend == Backend::Cpu { target.to_string() } else { format!("{target}, {}", precision.name()) },
+        match (&opts.native, backend) {
+            (Some(n), _) => format!("{}, cpu levels {}", target_args.target, n.levels.join(",")),
+            (None, Backend::Cpu) => target.to_string(),
+            (None, _) => format!("{target}, {}", precision.name()),
+        },
         started.elapsed().as_secs_f64() * 1e3,
         s.instructions,
         human_bytes(s.arena_bytes),
@@ -323,7 +348,8 @@ fn cmd_demo() -> CliResult {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mlp");
     let model = dir.join("training.pt2");
     let artifact = std::env::temp_dir().join(format!("kiln-demo-{}.kiln", std::process::id()));
-    cmd_compile(&model, &artifact, "cpu", "f32", &QuantArgs::default(), &ShardArgs::default(), None)?;
+    let cpu = TargetArgs { target: "cpu".into(), cpu: None };
+    cmd_compile(&model, &artifact, &cpu, "f32", &QuantArgs::default(), &ShardArgs::default(), None)?;
     let program = load(&artifact)?;
     let _ = std::fs::remove_file(&artifact);
     let input = read_npy(&dir.join("input_0.npy")).map_err(|e| e.to_string())?;

@@ -106,6 +106,17 @@ impl Threads {
         }
     }
 
+    /// `f(start, end)` over `0..total` cut into [`ELEMENT_CHUNK`]-sized
+    /// ranges (the last shorter), over the pool: for elementwise code outside
+    /// this crate (the runtime's native calls). The cut never depends on the
+    /// thread count, so neither does any result.
+    pub fn for_each_element_range(&self, total: usize, f: impl Fn(usize, usize) + Send + Sync) {
+        self.for_each(total.div_ceil(ELEMENT_CHUNK), |i| {
+            let start = i * ELEMENT_CHUNK;
+            f(start, (start + ELEMENT_CHUNK).min(total))
+        });
+    }
+
     /// `f(i, chunk)` for every `chunk`-sized piece of `data` (the last may be
     /// shorter), over the pool.
     pub(crate) fn for_each_chunk<T: Send>(

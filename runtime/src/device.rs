@@ -86,6 +86,12 @@ pub struct SessionOptions {
     /// pool; results are bit-identical whatever the count. Default:
     /// [`default_threads`].
     pub threads: usize,
+    /// Whether the session may run the artifact's native code (its native
+    /// section, `kiln compile --target x86_64|aarch64`). An artifact with
+    /// native code is code: refuse it (false) for artifacts from a channel
+    /// you do not trust; native calls then run their portable fused
+    /// programs. Default true.
+    pub allow_native_code: bool,
 }
 
 /// The default thread count: `KILN_NUM_THREADS` when set to a positive
@@ -108,6 +114,7 @@ impl Default for SessionOptions {
             seed: 0,
             max_arena_bytes: DEFAULT_MAX_ARENA_BYTES,
             threads: default_threads(),
+            allow_native_code: true,
         }
     }
 }

@@ -39,6 +39,10 @@ pub(crate) enum Step {
     Jump {
         target: u32,
     },
+    /// A native call (`crate::native::run_native`).
+    Native {
+        function: u32,
+    },
 }
 
 /// A validated plan's steps, indexed like `Plan::instrs`.
@@ -86,6 +90,7 @@ pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
             InstrOp::BindDim { symbol } => Step::BindDim { symbol: *symbol },
             InstrOp::JumpIfFalse { target } => Step::JumpIfFalse { target: *target },
             InstrOp::Jump { target } => Step::Jump { target: *target },
+            InstrOp::Native { function, .. } => Step::Native { function: *function },
         })
         .collect();
     Resolved { steps, ints, packed }

@@ -22,6 +22,7 @@ mod device;
 mod error;
 mod exec;
 pub mod format;
+pub mod native;
 #[cfg(feature = "pjrt")]
 pub mod pjrt;
 mod program;

@@ -8,13 +8,14 @@ use crate::format::{
     parse_container, AccelProgram, DimExpr, DimRef, InstrOp, Kernel, Metadata, Plan, Storage, FORMAT_MAJOR,
     WEIGHT_ALIGN,
 };
+use crate::native::{NativeCode, NativeSection};
 use crate::session::Session;
 use crate::validate::validate_plan;
 use crate::{Error, Result};
 use std::ops::Range;
 #[cfg(feature = "fs")]
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Where the artifact's bytes live. The weights are used in place from here
 /// for the program's whole life, so only `Owned` ever copied anything.
@@ -51,6 +52,10 @@ pub struct Program {
     resolved: Resolved,
     metadata: Metadata,
     accel: Option<AccelProgram>,
+    /// The native-code section, validated; mapped on first use by a session
+    /// that allows native code.
+    native: Option<NativeSection>,
+    native_code: OnceLock<std::result::Result<Option<NativeCode>, String>>,
     format_minor: u16,
 }
 
@@ -123,6 +128,7 @@ impl Program {
             None => None,
         };
         validate_plan(&plan, container.weights.len() as u64, accel.as_ref())?;
+        let native = load_native_section(bytes, container.native.as_ref(), &plan)?;
         let resolved = resolve(&plan, &bytes[container.weights.clone()]);
         Ok(Arc::new(Program {
             weights: container.weights,
@@ -130,6 +136,8 @@ impl Program {
             plan,
             metadata,
             accel,
+            native,
+            native_code: OnceLock::new(),
             format_minor: container.minor,
             backing,
         }))
@@ -165,6 +173,21 @@ impl Program {
     /// load (each used in place by every session's runs).
     pub fn packed_weights(&self) -> usize {
         self.resolved.packed.len()
+    }
+
+    /// The native-code section, when the artifact has one (`kiln inspect`).
+    pub fn native_section(&self) -> Option<&NativeSection> {
+        self.native.as_ref()
+    }
+
+    /// The native code for this CPU, mapped on first call: None when the
+    /// artifact has none or no level runs here; an error when mapping fails.
+    pub fn native_code(&self) -> Result<Option<&NativeCode>> {
+        let Some(section) = &self.native else { return Ok(None) };
+        match self.native_code.get_or_init(|| NativeCode::load(section)) {
+            Ok(code) => Ok(code.as_ref()),
+            Err(e) => Err(Error::Format { section: "native".into(), offset: 0, detail: e.clone() }),
+        }
     }
 
     pub(crate) fn resolved(&self) -> &Resolved {
@@ -281,6 +304,21 @@ pub struct IoInfo {
     pub name: String,
     pub dtype: kiln_kernels::DType,
     pub shape: Vec<String>,
+}
+
+/// Decodes and validates the native section; a plan with native calls needs one.
+fn load_native_section(bytes: &[u8], range: Option<&Range<usize>>, plan: &Plan) -> Result<Option<NativeSection>> {
+    let bad = |offset: usize, detail: String| Error::Format { section: "native".into(), offset: offset as u64, detail };
+    let Some(r) = range else {
+        if plan.instrs.iter().any(|i| matches!(i.op, InstrOp::Native { .. })) {
+            return Err(bad(0, "the plan calls native code but the artifact has no native section".into()));
+        }
+        return Ok(None);
+    };
+    let section: NativeSection =
+        postcard::from_bytes(&bytes[r.clone()]).map_err(|e| bad(r.start, format!("cannot decode: {e}")))?;
+    crate::native::validate_section(&section, plan).map_err(|e| bad(r.start, e))?;
+    Ok(Some(section))
 }
 
 #[cfg(test)]

@@ -77,6 +77,9 @@ pub struct Session {
     profile: Option<Vec<std::time::Duration>>,
     /// Runs `Delegate` instructions; present iff the device is not the CPU.
     accel: AccelDelegate,
+    /// Native calls run their generated code (native code allowed and a
+    /// level matched this CPU); else their portable programs.
+    use_native: bool,
 }
 
 /// A kernel context at the start of `seed`'s random sequence.
@@ -194,6 +197,7 @@ impl Session {
             return Err(Error::ArenaLimit { bytes: plan.arena_bytes, limit: options.max_arena_bytes });
         }
         let accel = start_accel(&program, options)?;
+        let use_native = options.allow_native_code && program.native_code()?.is_some();
         let mut shape_at = Vec::with_capacity(plan.tensors.len() + 1);
         let mut total = 0;
         for t in &plan.tensors {
@@ -225,6 +229,7 @@ impl Session {
             result_buf: Vec::new(),
             profile: None,
             accel,
+            use_native,
             arena: None,
             program,
         })
@@ -645,7 +650,18 @@ impl Session {
     /// resolved at load.
     fn execute(&mut self, start: usize) -> Result<Option<Stop>> {
         let Session {
-            program, arena, shapes, shape_at, cx, operand_buf, output_buf, result_buf, accel, profile, ..
+            program,
+            arena,
+            shapes,
+            shape_at,
+            cx,
+            operand_buf,
+            output_buf,
+            result_buf,
+            accel,
+            profile,
+            use_native,
+            ..
         } = self;
         let plan = program.plan();
         let resolved = program.resolved();
@@ -746,6 +762,22 @@ impl Session {
                 Step::Jump { target } => {
                     record(profile, index, started);
                     return Ok(Some(Stop::Jump(*target as usize)));
+                }
+                Step::Native { function } => {
+                    let (InstrOp::Native { program: fused, .. }, Some(section)) = (&instr.op, program.native_section())
+                    else {
+                        return Err(Error::Plan(format!("instruction {index} is not the native call it resolved to")));
+                    };
+                    // Mapped when the session was created (`use_native`).
+                    let code = if *use_native { program.native_code().ok().flatten() } else { None };
+                    let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
+                    operands.extend(instr.inputs.iter().map(|&t| view(t)));
+                    let t = instr.outputs[0];
+                    let mut out =
+                        TensorMut { dtype: plan.tensors[t as usize].dtype, shape: shape(t), data: arena_slot(t) };
+                    let result = crate::native::run_native(code, section, *function, fused, cx, &operands, &mut out);
+                    *operand_buf = recycle(operands);
+                    result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
                 }
             }
             record(profile, index, started);

@@ -19,6 +19,9 @@ pub enum InstrKind {
     JumpIfFalse,
     /// A loop's back edge.
     Jump,
+    /// Generated machine code from the artifact's native section, with its
+    /// portable fused program as the fallback.
+    Native,
 }
 
 /// "Any number": the upper bound of a variadic operand or output list.
@@ -155,6 +158,9 @@ opcodes! {
     /// One 1-element bool operand.
     JumpIfFalse = 1002, "jump_if_false", JumpIfFalse, operands 1..=1, outputs 0..=0;
     Jump = 1003, "jump", Jump, operands 0..=0, outputs 0..=0;
+    /// A native function of the artifact's native section (operands as the
+    /// fused program's, one output).
+    NativeCall = 1004, "native_call", Native, operands 1..=MANY, outputs 1..=1;
 }
 
 #[cfg(test)]
@@ -186,6 +192,7 @@ mod tests {
         assert_eq!(Opcode::LinearFused.code(), 43);
         assert_eq!(Opcode::Delegate.code(), 1000);
         assert_eq!(Opcode::Jump.code(), 1003);
+        assert_eq!(Opcode::NativeCall.code(), 1004);
         assert_eq!(crate::DType::Bool.code(), 48);
         assert_eq!(crate::UnaryOp::BitNot.code(), 35);
         assert_eq!(crate::BinaryOp::Fmod.code(), 19);

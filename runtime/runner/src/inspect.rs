@@ -51,6 +51,10 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
                 "segments": a.segments.iter().map(|s| json!({"ops": s.ops, "args": s.args, "results": s.results})).collect::<Vec<_>>(),
                 "cpu_fallbacks": a.cpu_fallbacks.iter().map(|f| json!({"instr": f.instr, "reason": f.reason})).collect::<Vec<_>>(),
             })),
+            "native": program.native_section().map(|n| json!({
+                "functions": n.functions.iter().map(|f| json!({"symbol": f.symbol, "operands": f.inputs.len()})).collect::<Vec<_>>(),
+                "levels": n.levels.iter().map(|l| json!({"arch": format!("{:?}", l.arch), "level": l.level, "bytes": l.object.len()})).collect::<Vec<_>>(),
+            })),
         });
         println!("{doc:#}");
         return Ok(());
@@ -91,7 +95,30 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
     if let Some(accel) = program.accel() {
         print_accel(plan, accel);
     }
+    if let Some(native) = program.native_section() {
+        print_native(plan, native);
+    }
     Ok(())
+}
+
+/// `kiln inspect`'s native-code part: levels with their code sizes, then each function.
+fn print_native(plan: &kiln_runtime::format::Plan, native: &kiln_runtime::native::NativeSection) {
+    println!(
+        "
+native code: {} functions",
+        native.functions.len()
+    );
+    for l in &native.levels {
+        let here = if kiln_runtime::native::cpu_runs(l.arch, &l.level) { "  (runs on this CPU)" } else { "" };
+        println!("  level {:?} {:<14} {}{here}", l.arch, l.level, human_bytes(l.object.len() as u64));
+    }
+    for (i, f) in native.functions.iter().enumerate() {
+        let at = plan.instrs.iter().position(
+            |ins| matches!(ins.op, kiln_runtime::format::InstrOp::Native { function, .. } if function as usize == i),
+        );
+        let at = at.map_or("-".to_string(), |k| k.to_string());
+        println!("  {:<16} {} operands, instruction {at}", f.symbol, f.inputs.len());
+    }
 }
 
 /// A quantized linear layer of a plan, for `kiln inspect`.

@@ -53,6 +53,9 @@ pub const SECTION_WEIGHTS: u32 = 2;
 pub const SECTION_METADATA: u32 = 3;
 /// Accelerator segments ([`AccelProgram`], postcard).
 pub const SECTION_ACCEL: u32 = 4;
+/// Generated machine code per ISA level (`crate::native::NativeSection`,
+/// postcard); required: the plan's native calls name its functions.
+pub const SECTION_NATIVE: u32 = 5;
 
 /// A reader that does not know this section may skip it.
 pub const SECTION_FLAG_OPTIONAL: u32 = 1;
@@ -94,6 +97,7 @@ pub fn section_name(kind: u32) -> &'static str {
         SECTION_WEIGHTS => "weights",
         SECTION_METADATA => "metadata",
         SECTION_ACCEL => "accel",
+        SECTION_NATIVE => "native",
         _ => "unknown",
     }
 }

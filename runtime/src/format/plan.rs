@@ -165,6 +165,11 @@ pub enum InstrOp {
     /// A loop's back edge: the run continues at instruction `target`, the
     /// loop's first instruction. No operands or outputs.
     Jump { target: u32 },
+    /// Calls function `function` of the native section (see
+    /// `crate::native`); `program` is the same group as a portable
+    /// [`Kernel::Fused`] program, run when native code is refused, no level
+    /// matches the CPU or the operands' shapes differ from the compiled ones.
+    Native { function: u32, program: Vec<FusedOp> },
 }
 
 impl InstrOp {
@@ -175,6 +180,7 @@ impl InstrOp {
             InstrOp::BindDim { .. } => Opcode::BindDim,
             InstrOp::JumpIfFalse { .. } => Opcode::JumpIfFalse,
             InstrOp::Jump { .. } => Opcode::Jump,
+            InstrOp::Native { .. } => Opcode::NativeCall,
         }
     }
 
@@ -352,6 +358,10 @@ impl Serialize for InstrOp {
             | InstrOp::BindDim { symbol: x }
             | InstrOp::JumpIfFalse { target: x }
             | InstrOp::Jump { target: x } => t.serialize_element(x)?,
+            InstrOp::Native { function, program } => {
+                t.serialize_element(function)?;
+                t.serialize_element(program)?;
+            }
         }
         t.end()
     }
@@ -377,6 +387,7 @@ impl<'de> Deserialize<'de> for InstrOp {
                     InstrKind::BindDim => InstrOp::BindDim { symbol: next(&mut seq)? },
                     InstrKind::JumpIfFalse => InstrOp::JumpIfFalse { target: next(&mut seq)? },
                     InstrKind::Jump => InstrOp::Jump { target: next(&mut seq)? },
+                    InstrKind::Native => InstrOp::Native { function: next(&mut seq)?, program: next(&mut seq)? },
                 })
             }
         }

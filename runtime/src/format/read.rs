@@ -15,6 +15,7 @@ pub struct Container {
     pub metadata: Option<Range<usize>>,
     /// Accelerator segments ([`AccelProgram`]), when the plan has any.
     pub accel: Option<Range<usize>>,
+    pub native: Option<Range<usize>>,
 }
 
 fn fmt_err(section: &str, offset: u64, detail: String) -> Error {
@@ -56,7 +57,7 @@ pub fn parse_container(bytes: &[u8]) -> Result<Container, Error> {
         return Err(Error::Checksum { section: "section table".into(), expected: header.table_crc.get(), found: crc });
     }
     let table_end = (HEADER_LEN + table_len) as u64;
-    let (mut plan, mut weights, mut metadata, mut accel) = (None, None, None, None);
+    let (mut plan, mut weights, mut metadata, mut accel, mut native) = (None, None, None, None, None);
     for (i, chunk) in table.chunks_exact(ENTRY_LEN).enumerate() {
         let entry_offset = HEADER_LEN as u64 + (i * ENTRY_LEN) as u64;
         let e = SectionEntry::read_from_bytes(chunk)
@@ -90,6 +91,7 @@ pub fn parse_container(bytes: &[u8]) -> Result<Container, Error> {
             SECTION_WEIGHTS => &mut weights,
             SECTION_METADATA => &mut metadata,
             SECTION_ACCEL => &mut accel,
+            SECTION_NATIVE => &mut native,
             _ if e.flags.get() & SECTION_FLAG_OPTIONAL != 0 => continue,
             _ => {
                 return Err(fmt_err(
@@ -110,5 +112,6 @@ pub fn parse_container(bytes: &[u8]) -> Result<Container, Error> {
         weights: weights.ok_or_else(|| missing("weights"))?,
         metadata,
         accel,
+        native,
     })
 }

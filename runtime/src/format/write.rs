@@ -73,6 +73,17 @@ impl ArtifactWriter {
         Ok(())
     }
 
+    /// Adds the native-code section (required: the plan's native calls name its functions).
+    pub fn add_native(&mut self, native: &crate::native::NativeSection) -> Result<(), Error> {
+        let bytes = postcard::to_allocvec(native).map_err(|e| Error::Format {
+            section: "native".into(),
+            offset: 0,
+            detail: format!("cannot encode: {e}"),
+        })?;
+        self.add_section(SECTION_NATIVE, 0, bytes);
+        Ok(())
+    }
+
     /// The complete file image.
     pub fn to_bytes(&self) -> Vec<u8> {
         let table_end = (HEADER_LEN + ENTRY_LEN * self.sections.len()) as u64;

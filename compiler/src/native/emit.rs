@@ -1,0 +1,391 @@
+//! A fused program as an MLIR function (textual `func`/`scf`/`arith`/`math`
+//! plus `llvm` pointer ops) over raw pointers, with the C ABI of
+//! `kiln_runtime::native::NativeFunction`:
+//! `fn(ins: *const *const u8, out: *mut u8, start: i64, end: i64)`.
+//!
+//! The loop body is scalar and branch-free (selects, no calls), so LLVM's
+//! loop vectoriser widens it for the target CPU. Transcendentals are the
+//! CPU kernels' own polynomials (`kernels/src/x86_64/avx2/math.rs`) written
+//! out in arith ops — the same constants and operation order, FMA where the
+//! kernels use one (`llvm.intr.fmuladd`: fused where the CPU level has FMA,
+//! never a libm call) — so accuracy matches and the object needs no symbols.
+//! Anything else returns [`Unsupported`] and the group stays portable.
+
+use kiln_ir::{BinaryOp, DType, FusedOp, UnaryOp};
+use kiln_runtime::native::InputMode;
+use std::fmt::Write;
+
+/// Why a program cannot be compiled (the group then stays on the portable kernel).
+#[derive(Debug, PartialEq)]
+pub struct Unsupported(pub String);
+
+/// The register types this lowering handles: f32 values and i1 masks.
+#[derive(Copy, Clone, PartialEq, Debug)]
+enum Ty {
+    F32,
+    Bool,
+}
+
+/// An SSA body under construction: every `let_` defines the next `%vN`.
+struct Body {
+    text: String,
+    next: usize,
+}
+
+impl Body {
+    fn let_(&mut self, rhs: impl std::fmt::Display) -> String {
+        let name = format!("%v{}", self.next);
+        self.next += 1;
+        let _ = writeln!(self.text, "      {name} = {rhs}");
+        name
+    }
+
+    fn c(&mut self, v: f32) -> String {
+        self.let_(format_args!("arith.constant 0x{:08X} : f32", v.to_bits()))
+    }
+
+    fn ci(&mut self, v: i32) -> String {
+        self.let_(format_args!("arith.constant {v} : i32"))
+    }
+
+    fn bin(&mut self, op: &str, a: &str, b: &str) -> String {
+        self.let_(format_args!("arith.{op} {a}, {b} : f32"))
+    }
+
+    fn add(&mut self, a: &str, b: &str) -> String {
+        self.bin("addf", a, b)
+    }
+
+    fn sub(&mut self, a: &str, b: &str) -> String {
+        self.bin("subf", a, b)
+    }
+
+    fn mul(&mut self, a: &str, b: &str) -> String {
+        self.bin("mulf", a, b)
+    }
+
+    fn div(&mut self, a: &str, b: &str) -> String {
+        self.bin("divf", a, b)
+    }
+
+    fn neg(&mut self, a: &str) -> String {
+        self.let_(format_args!("arith.negf {a} : f32"))
+    }
+
+    /// `a·b + c`, fused where the CPU has FMA (as the kernels' `fmadd`).
+    fn fma(&mut self, a: &str, b: &str, c: &str) -> String {
+        self.let_(format_args!("llvm.intr.fmuladd({a}, {b}, {c}) : (f32, f32, f32) -> f32"))
+    }
+
+    fn fma_c(&mut self, a: &str, b: &str, c: f32) -> String {
+        let c = self.c(c);
+        self.fma(a, b, &c)
+    }
+
+    fn cmp(&mut self, pred: &str, a: &str, b: &str) -> String {
+        self.let_(format_args!("arith.cmpf {pred}, {a}, {b} : f32"))
+    }
+
+    fn cmp_c(&mut self, pred: &str, a: &str, b: f32) -> String {
+        let b = self.c(b);
+        self.cmp(pred, a, &b)
+    }
+
+    fn select(&mut self, cond: &str, a: &str, b: &str) -> String {
+        self.let_(format_args!("arith.select {cond}, {a}, {b} : f32"))
+    }
+
+    fn is_nan(&mut self, a: &str) -> String {
+        self.cmp("uno", a, a)
+    }
+
+    fn abs(&mut self, a: &str) -> String {
+        self.let_(format_args!("math.absf {a} : f32"))
+    }
+
+    /// Horner's rule from the highest coefficient, as the kernels evaluate it.
+    fn horner(&mut self, x: &str, coeffs: &[f32]) -> String {
+        let mut p = self.c(coeffs[0]);
+        for &c in &coeffs[1..] {
+            p = self.fma_c(&p, x, c);
+        }
+        p
+    }
+
+    /// exp(x) as `(a, s)` with `exp(x) = a·s`: `exp_parts` of the AVX2 kernels.
+    fn exp_parts(&mut self, x: &str) -> (String, String) {
+        let lo = self.c(-110.0);
+        let gt = self.cmp("ogt", x, &lo);
+        let xc = self.select(&gt, x, &lo);
+        let hi = self.c(88.8);
+        let lt = self.cmp("olt", &xc, &hi);
+        let xc = self.select(&lt, &xc, &hi);
+        let log2e = self.c(std::f32::consts::LOG2_E);
+        let t = self.mul(&xc, &log2e);
+        // Round to nearest even: |t| < 2^22 after the clamp.
+        let magic = self.c(12_582_912.0);
+        let shifted = self.add(&t, &magic);
+        let n = self.sub(&shifted, &magic);
+        let nn = self.neg(&n);
+        let c1 = self.c(0.693_359_4);
+        let r = self.fma(&nn, &c1, &xc);
+        let c2 = self.c(-2.121_944_4e-4);
+        let r = self.fma(&nn, &c2, &r);
+        let p = self.horner(&r, &[1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5]);
+        let rr = self.mul(&r, &r);
+        let small = self.fma(&p, &rr, &r);
+        let one = self.c(1.0);
+        let y = self.add(&small, &one);
+        let ni = self.let_(format_args!("arith.fptosi {n} : f32 to i32"));
+        let c1i = self.ci(1);
+        let n1 = self.let_(format_args!("arith.shrsi {ni}, {c1i} : i32"));
+        let n2 = self.let_(format_args!("arith.subi {ni}, {n1} : i32"));
+        let s1 = self.pow2(&n1);
+        let s2 = self.pow2(&n2);
+        (self.mul(&y, &s1), s2)
+    }
+
+    /// 2^n for a normal exponent `n` (an i32 register).
+    fn pow2(&mut self, n: &str) -> String {
+        let bias = self.ci(127);
+        let sh = self.ci(23);
+        let b = self.let_(format_args!("arith.addi {n}, {bias} : i32"));
+        let bits = self.let_(format_args!("arith.shli {b}, {sh} : i32"));
+        self.let_(format_args!("arith.bitcast {bits} : i32 to f32"))
+    }
+
+    fn exp(&mut self, x: &str) -> String {
+        let (a, s) = self.exp_parts(x);
+        let e = self.mul(&a, &s);
+        let nan = self.is_nan(x);
+        self.select(&nan, x, &e)
+    }
+
+    fn tanh(&mut self, x: &str) -> String {
+        let ax = self.abs(x);
+        let z = self.mul(x, x);
+        let p = self.horner(&z, &[-5.704_988_7e-3, 2.063_909e-2, -5.373_971_6e-2, 0.133_314_42, -0.333_332_8]);
+        let pz = self.mul(&p, &z);
+        let small = self.fma(&pz, &ax, &ax);
+        let two_ax = self.add(&ax, &ax);
+        let e = self.exp(&two_ax);
+        let one = self.c(1.0);
+        let e1 = self.add(&e, &one);
+        let two = self.c(2.0);
+        let q = self.div(&two, &e1);
+        let large = self.sub(&one, &q);
+        let is_small = self.cmp_c("olt", &ax, 0.625);
+        let t = self.select(&is_small, &small, &large);
+        self.let_(format_args!("math.copysign {t}, {x} : f32"))
+    }
+
+    fn gelu_tanh(&mut self, x: &str) -> String {
+        let x2 = self.mul(x, x);
+        let k = self.c(0.044_715);
+        let kx2 = self.mul(&k, &x2);
+        let inner = self.fma(&kx2, x, x);
+        let a_inner = self.abs(&inner);
+        let m2 = self.c(-2.0f32 * 0.797_884_6f32);
+        let m2z = self.mul(&a_inner, &m2);
+        let (a, s) = self.exp_parts(&m2z);
+        let one = self.c(1.0);
+        let denom = self.fma(&a, &s, &one);
+        let pos = self.div(x, &denom);
+        let xa = self.mul(x, &a);
+        let q = self.div(&xa, &denom);
+        let neg = self.mul(&q, &s);
+        let tiny = self.cmp_c("olt", &m2z, -110.0);
+        let mzero = self.c(-0.0);
+        let neg = self.select(&tiny, &mzero, &neg);
+        let below = self.cmp_c("olt", x, 0.0);
+        let g = self.select(&below, &neg, &pos);
+        self.minus_inf_is_nan(x, &g)
+    }
+
+    fn minus_inf_is_nan(&mut self, x: &str, g: &str) -> String {
+        let nan = self.is_nan(x);
+        let g = self.select(&nan, x, g);
+        let ninf = self.cmp_c("oeq", x, f32::NEG_INFINITY);
+        let qnan = self.c(f32::NAN);
+        self.select(&ninf, &qnan, &g)
+    }
+
+    fn unary(&mut self, op: UnaryOp, x: &str) -> Result<String, Unsupported> {
+        Ok(match op {
+            UnaryOp::Neg => self.neg(x),
+            UnaryOp::Abs => self.abs(x),
+            UnaryOp::Exp => self.exp(x),
+            UnaryOp::Sqrt => self.let_(format_args!("math.sqrt {x} : f32")),
+            UnaryOp::Rsqrt => {
+                let s = self.let_(format_args!("math.sqrt {x} : f32"));
+                let one = self.c(1.0);
+                self.div(&one, &s)
+            }
+            UnaryOp::Reciprocal => {
+                let one = self.c(1.0);
+                self.div(&one, x)
+            }
+            UnaryOp::Relu => {
+                let zero = self.c(0.0);
+                let lt = self.cmp("olt", x, &zero);
+                self.select(&lt, &zero, x)
+            }
+            UnaryOp::Sigmoid | UnaryOp::Silu => {
+                let nx = self.neg(x);
+                let e = self.exp(&nx);
+                let one = self.c(1.0);
+                let d = self.add(&one, &e);
+                let num = if op == UnaryOp::Sigmoid { one } else { x.to_string() };
+                self.div(&num, &d)
+            }
+            UnaryOp::Tanh => self.tanh(x),
+            UnaryOp::GeluTanh => self.gelu_tanh(x),
+            other => return Err(Unsupported(format!("unary {other}"))),
+        })
+    }
+}
+
+/// The MLIR function text of `program` as function `symbol`, reading operand
+/// `i` as `modes[i]` says; every operand and the result are f32.
+pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -> Result<String, Unsupported> {
+    let mut b = Body { text: String::new(), next: 0 };
+    let mut head = String::new();
+    let _ = writeln!(head, "  func.func @{symbol}(%ins: !llvm.ptr, %out: !llvm.ptr, %start: i64, %end: i64) {{");
+    let mut regs: Vec<(String, Ty)> = Vec::new();
+    let mut loads = String::new();
+    for (i, mode) in modes.iter().enumerate() {
+        let _ = writeln!(head, "    %pa{i} = llvm.getelementptr %ins[{i}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr");
+        let _ = writeln!(head, "    %p{i} = llvm.load %pa{i} : !llvm.ptr -> !llvm.ptr");
+        match mode {
+            InputMode::Splat => {
+                let _ = writeln!(head, "    %s{i} = llvm.load %p{i} : !llvm.ptr -> f32");
+                regs.push((format!("%s{i}"), Ty::F32));
+            }
+            InputMode::Broadcast { inner, period } => {
+                // Element (i / inner) % period; LLVM turns the constant
+                // division into multiplies.
+                let _ = writeln!(loads, "      %d{i} = arith.constant {inner} : i64");
+                let _ = writeln!(loads, "      %m{i} = arith.constant {period} : i64");
+                let _ = writeln!(loads, "      %q{i} = arith.divui %ii, %d{i} : i64");
+                let _ = writeln!(loads, "      %k{i} = arith.remui %q{i}, %m{i} : i64");
+                let _ = writeln!(
+                    loads,
+                    "      %e{i} = llvm.getelementptr %p{i}[%k{i}] : (!llvm.ptr, i64) -> !llvm.ptr, f32"
+                );
+                let _ = writeln!(loads, "      %x{i} = llvm.load %e{i} : !llvm.ptr -> f32");
+                regs.push((format!("%x{i}"), Ty::F32));
+            }
+            InputMode::Full => {
+                let _ =
+                    writeln!(loads, "      %e{i} = llvm.getelementptr %p{i}[%ii] : (!llvm.ptr, i64) -> !llvm.ptr, f32");
+                let _ = writeln!(loads, "      %x{i} = llvm.load %e{i} : !llvm.ptr -> f32");
+                regs.push((format!("%x{i}"), Ty::F32));
+            }
+        }
+    }
+    for (i, op) in program.iter().enumerate() {
+        let reg = |r: u32| regs.get(r as usize).cloned().ok_or_else(|| Unsupported(format!("op {i}: register {r}")));
+        let def = match *op {
+            FusedOp::Scalar { dtype: DType::F32, bits } => (b.c(f32::from_bits(bits as u32)), Ty::F32),
+            FusedOp::Scalar { dtype: DType::Bool, bits } => {
+                (b.let_(format_args!("arith.constant {} : i1", bits != 0)), Ty::Bool)
+            }
+            FusedOp::Unary { op: UnaryOp::Not, x } => {
+                let (x, _) = reg(x)?;
+                let t = b.let_("arith.constant true");
+                (b.let_(format_args!("arith.xori {x}, {t} : i1")), Ty::Bool)
+            }
+            FusedOp::Unary { op, x } => match reg(x)? {
+                (x, Ty::F32) => (b.unary(op, &x)?, Ty::F32),
+                _ => return Err(Unsupported(format!("{op} of bool"))),
+            },
+            FusedOp::Binary { op, a, b: rb } => {
+                let ((x, tx), (y, _)) = (reg(a)?, reg(rb)?);
+                binary(&mut b, op, &x, &y, tx)?
+            }
+            FusedOp::Where { cond, a, b: rb } => {
+                let ((c, _), (x, tx), (y, _)) = (reg(cond)?, reg(a)?, reg(rb)?);
+                let ty = if tx == Ty::F32 { "f32" } else { "i1" };
+                (b.let_(format_args!("arith.select {c}, {x}, {y} : {ty}")), tx)
+            }
+            FusedOp::Clamp { min, max, x } => {
+                let (mut v, _) = reg(x)?;
+                // As the f32 clamp: bounds rounded to f32, `v < lo` then `v > hi`.
+                if let Some(lo) = min {
+                    let lo = b.c(lo as f32);
+                    let lt = b.cmp("olt", &v, &lo);
+                    v = b.select(&lt, &lo, &v);
+                }
+                if let Some(hi) = max {
+                    let hi = b.c(hi as f32);
+                    let gt = b.cmp("ogt", &v, &hi);
+                    v = b.select(&gt, &hi, &v);
+                }
+                (v, Ty::F32)
+            }
+            FusedOp::Cast { to: DType::F32, x } => match reg(x)? {
+                (x, Ty::F32) => (x, Ty::F32),
+                (x, Ty::Bool) => (b.let_(format_args!("arith.uitofp {x} : i1 to f32")), Ty::F32),
+            },
+            other => return Err(Unsupported(format!("{other:?}"))),
+        };
+        regs.push(def);
+    }
+    let (result, ty) = regs.last().cloned().ok_or_else(|| Unsupported("empty program".into()))?;
+    if ty != Ty::F32 {
+        return Err(Unsupported("a bool result".into()));
+    }
+    let mut text = head;
+    let _ = writeln!(text, "    %lo = arith.index_cast %start : i64 to index");
+    let _ = writeln!(text, "    %hi = arith.index_cast %end : i64 to index");
+    let _ = writeln!(text, "    %step = arith.constant 1 : index");
+    let _ = writeln!(text, "    scf.for %i = %lo to %hi step %step {{");
+    let _ = writeln!(text, "      %ii = arith.index_cast %i : index to i64");
+    text.push_str(&loads);
+    text.push_str(&b.text);
+    let _ = writeln!(text, "      %o = llvm.getelementptr %out[%ii] : (!llvm.ptr, i64) -> !llvm.ptr, f32");
+    let _ = writeln!(text, "      llvm.store {result}, %o : f32, !llvm.ptr");
+    let _ = writeln!(text, "    }}");
+    let _ = writeln!(text, "    return");
+    let _ = writeln!(text, "  }}");
+    Ok(text)
+}
+
+/// A binary op on two registers of type `ty`, as the generic kernels define it.
+fn binary(b: &mut Body, op: BinaryOp, x: &str, y: &str, ty: Ty) -> Result<(String, Ty), Unsupported> {
+    if ty == Ty::Bool {
+        let name = match op {
+            BinaryOp::And => "andi",
+            BinaryOp::Or => "ori",
+            BinaryOp::Xor | BinaryOp::Ne => "xori",
+            _ => return Err(Unsupported(format!("{op} of bool"))),
+        };
+        return Ok((b.let_(format_args!("arith.{name} {x}, {y} : i1")), Ty::Bool));
+    }
+    let pred = |p: &str| p.to_string();
+    Ok(match op {
+        BinaryOp::Add => (b.add(x, y), Ty::F32),
+        BinaryOp::Sub => (b.sub(x, y), Ty::F32),
+        BinaryOp::Mul => (b.mul(x, y), Ty::F32),
+        BinaryOp::Div => (b.div(x, y), Ty::F32),
+        // NaN-propagating: `a` if it is NaN or wins, else `b` (NaN or not).
+        BinaryOp::Max | BinaryOp::Min => {
+            let nan = b.is_nan(x);
+            let wins = b.cmp(if op == BinaryOp::Max { "ogt" } else { "olt" }, x, y);
+            let take = b.let_(format_args!("arith.ori {nan}, {wins} : i1"));
+            (b.select(&take, x, y), Ty::F32)
+        }
+        BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => {
+            let p = match op {
+                BinaryOp::Eq => pred("oeq"),
+                BinaryOp::Ne => pred("une"),
+                BinaryOp::Lt => pred("olt"),
+                BinaryOp::Le => pred("ole"),
+                BinaryOp::Gt => pred("ogt"),
+                _ => pred("oge"),
+            };
+            (b.cmp(&p, x, y), Ty::Bool)
+        }
+        other => return Err(Unsupported(format!("binary {other}"))),
+    })
+}

@@ -1,0 +1,235 @@
+//! Native code generation (feature `native`): random fused programs of every
+//! op kind compiled for each x86-64 level this CPU runs, loaded by the
+//! runtime's own loader and compared with the portable fused kernel; objects
+//! for aarch64 parsed and relocated by the same loader.
+//!
+//! `KILN_BLESS_NATIVE=1` rewrites the objects under
+//! runtime/tests/fixtures/native/ that the runtime's loader tests run.
+#![cfg(feature = "native")]
+
+use kiln_compiler::native::emit::program_to_mlir;
+use kiln_compiler::native::llvm::compile_module;
+use kiln_isa::{BinaryOp, DType, FusedOp, UnaryOp};
+use kiln_kernels::{Context, TensorMut, TensorRef};
+use kiln_runtime::native::{cpu_runs, Arch, InputMode, LoadedObject, NativeArch, AARCH64_LEVELS, X86_64_LEVELS};
+use rand::{Rng, SeedableRng};
+
+type NativeFn = unsafe extern "C" fn(*const *const u8, *mut u8, usize, usize);
+
+fn object_for(program: &[FusedOp], modes: &[InputMode], triple: &str, cpu: &str) -> Vec<u8> {
+    let func = program_to_mlir("kiln_test", program, modes).expect("lowerable program");
+    compile_module(&format!("module {{\n{func}}}\n"), triple, cpu).unwrap_or_else(|e| panic!("{cpu}: {e}"))
+}
+
+/// Runs `program` natively (every level this CPU runs) and portably on
+/// `inputs` (the last one a splat when `splat_last`), asserting closeness.
+fn check_program(what: &str, program: &[FusedOp], inputs: &[Vec<f32>], splat_last: bool, ulps: u32) {
+    check_program_levels(what, program, inputs, splat_last, ulps, ulps)
+}
+
+/// [`check_program`] with a looser bound for the baseline level (no FMA).
+fn check_program_levels(
+    what: &str,
+    program: &[FusedOp],
+    inputs: &[Vec<f32>],
+    splat_last: bool,
+    ulps: u32,
+    baseline_ulps: u32,
+) {
+    let n = inputs[0].len();
+    let modes: Vec<InputMode> = (0..inputs.len())
+        .map(|i| if splat_last && i + 1 == inputs.len() { InputMode::Splat } else { InputMode::Full })
+        .collect();
+    let shapes: Vec<Vec<usize>> =
+        modes.iter().map(|m| if *m == InputMode::Splat { vec![1] } else { vec![n] }).collect();
+    let bytes: Vec<Vec<u8>> = inputs.iter().map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
+    let refs: Vec<TensorRef<'_>> =
+        bytes.iter().zip(&shapes).map(|(b, s)| TensorRef { dtype: DType::F32, shape: s, data: b }).collect();
+    let out_shape = [n];
+    let mut want = vec![0u8; n * 4];
+    let mut cx = Context::new();
+    kiln_kernels::fused(program, &refs, TensorMut { dtype: DType::F32, shape: &out_shape, data: &mut want }, &mut cx)
+        .expect("portable run");
+    let mut ran = 0;
+    for level in X86_64_LEVELS.iter().filter(|l| cpu_runs(NativeArch::X86_64, l)) {
+        let ulps = if *level == "x86-64" { baseline_ulps } else { ulps };
+        let obj = object_for(program, &modes, "x86_64-unknown-linux-gnu", level);
+        let loaded = LoadedObject::load(&obj, Arch::X86_64).unwrap_or_else(|e| panic!("{what} {level}: {e}"));
+        let f = loaded.function("kiln_test").expect("function defined");
+        // SAFETY: the generated function has the NativeFn ABI.
+        let f: NativeFn = unsafe { std::mem::transmute(f) };
+        let ptrs: Vec<*const u8> = bytes.iter().map(|b| b.as_ptr()).collect();
+        let mut got = vec![0u8; n * 4];
+        // Two ranges, as two threads would split them.
+        let mid = n / 3;
+        // SAFETY: the operands hold n elements (one for a splat), the output n.
+        unsafe {
+            f(ptrs.as_ptr(), got.as_mut_ptr(), 0, mid);
+            f(ptrs.as_ptr(), got.as_mut_ptr(), mid, n);
+        }
+        for i in 0..n {
+            let g = f32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
+            let w = f32::from_le_bytes(want[4 * i..4 * i + 4].try_into().unwrap());
+            let ok = (g.is_nan() && w.is_nan()) || g == w || ulp_distance(g, w) <= ulps || (g - w).abs() <= 1e-37;
+            assert!(
+                ok,
+                "{what} {level}: element {i} (inputs {:?}): native {g:e}, portable {w:e}",
+                inputs_at(inputs, i)
+            );
+        }
+        ran += 1;
+    }
+    assert!(ran > 0, "the baseline level always runs on x86-64");
+}
+
+fn inputs_at(inputs: &[Vec<f32>], i: usize) -> Vec<f32> {
+    inputs.iter().map(|v| v[i.min(v.len() - 1)]).collect()
+}
+
+fn ulp_distance(a: f32, b: f32) -> u32 {
+    let key = |x: f32| {
+        let b = x.to_bits() as i32;
+        if b < 0 {
+            i32::MIN - b
+        } else {
+            b
+        }
+    };
+    (key(a) as i64 - key(b) as i64).unsigned_abs().min(u32::MAX as u64) as u32
+}
+
+/// Random values over a wide range plus the special ones (±0, ±inf, NaN,
+/// tiny, huge) every op must agree on.
+fn values(rng: &mut rand::rngs::StdRng, n: usize, scale: f32) -> Vec<f32> {
+    let special = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, -1e-30, 100.0, -100.0, 88.0, -104.0];
+    (0..n).map(|i| if i < special.len() { special[i] } else { (rng.gen::<f32>() * 2.0 - 1.0) * scale }).collect()
+}
+
+const N: usize = 1037;
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_unary_op_matches_the_portable_kernel() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let ops = [
+        (UnaryOp::Neg, 0),
+        (UnaryOp::Abs, 0),
+        (UnaryOp::Relu, 0),
+        (UnaryOp::Sqrt, 0),
+        (UnaryOp::Rsqrt, 1),
+        (UnaryOp::Reciprocal, 0),
+        (UnaryOp::Exp, 2),
+        (UnaryOp::Sigmoid, 2),
+        (UnaryOp::Silu, 2),
+        (UnaryOp::Tanh, 2),
+        (UnaryOp::GeluTanh, 4),
+    ];
+    for (op, ulps) in ops {
+        for scale in [1.0, 12.0] {
+            let x = values(&mut rng, N, scale);
+            // Without FMA (baseline x86-64) the rounding of x + 0.044715x³ is
+            // amplified by the exponential of GELU's left tail (~1e-5 relative at x = -10).
+            let baseline = if op == UnaryOp::GeluTanh { 1 << 9 } else { ulps };
+            let p = [FusedOp::Unary { op, x: 0 }];
+            check_program_levels(&format!("{op} (scale {scale})"), &p, &[x], false, ulps, baseline);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn binary_compare_where_clamp_cast_and_scalars_match() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+    let a = values(&mut rng, N, 5.0);
+    let mut b = values(&mut rng, N, 5.0);
+    b.reverse();
+    for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min] {
+        let p = [FusedOp::Binary { op, a: 0, b: 1 }];
+        check_program(&format!("{op}"), &p, &[a.clone(), b.clone()], false, 0);
+        check_program(&format!("{op} splat"), &p, &[a.clone(), vec![0.5]], true, 0);
+    }
+    for op in [BinaryOp::Eq, BinaryOp::Ne, BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge] {
+        // where(a op b, a, b), and the comparison cast to f32.
+        let p = [FusedOp::Binary { op, a: 0, b: 1 }, FusedOp::Where { cond: 2, a: 0, b: 1 }];
+        check_program(&format!("where {op}"), &p, &[a.clone(), b.clone()], false, 0);
+        let p = [FusedOp::Binary { op, a: 0, b: 1 }, FusedOp::Cast { to: DType::F32, x: 2 }];
+        check_program(&format!("cast {op}"), &p, &[a.clone(), b.clone()], false, 0);
+    }
+    let bools = [
+        FusedOp::Binary { op: BinaryOp::Gt, a: 0, b: 1 },
+        FusedOp::Binary { op: BinaryOp::Lt, a: 0, b: 1 },
+        FusedOp::Binary { op: BinaryOp::Or, a: 2, b: 3 },
+        FusedOp::Unary { op: UnaryOp::Not, x: 4 },
+        FusedOp::Cast { to: DType::F32, x: 5 },
+    ];
+    check_program("bool logic", &bools, &[a.clone(), b.clone()], false, 0);
+    for (min, max) in [(Some(-1.0), Some(2.5)), (None, Some(0.1)), (Some(0.3), None)] {
+        check_program("clamp", &[FusedOp::Clamp { min, max, x: 0 }], std::slice::from_ref(&a), false, 0);
+    }
+    // A norm-style chain with scalars: (x - m) * 1.5 + 0.5, then silu.
+    let chain = [
+        FusedOp::Scalar { dtype: DType::F32, bits: 1.5f32.to_bits() as u64 },
+        FusedOp::Scalar { dtype: DType::F32, bits: 0.5f32.to_bits() as u64 },
+        FusedOp::Binary { op: BinaryOp::Sub, a: 0, b: 1 },
+        FusedOp::Binary { op: BinaryOp::Mul, a: 4, b: 2 },
+        FusedOp::Binary { op: BinaryOp::Add, a: 5, b: 3 },
+        FusedOp::Unary { op: UnaryOp::Silu, x: 6 },
+    ];
+    check_program("chain", &chain, &[a.clone(), b.clone()], false, 2);
+    check_program("chain splat", &chain, &[a.clone(), vec![0.25]], true, 2);
+}
+
+#[test]
+fn unsupported_ops_are_refused_not_miscompiled() {
+    for p in [
+        vec![FusedOp::Unary { op: UnaryOp::Log, x: 0 }],
+        vec![FusedOp::Binary { op: BinaryOp::Pow, a: 0, b: 0 }],
+        vec![FusedOp::Cast { to: DType::F16, x: 0 }],
+        vec![FusedOp::Binary { op: BinaryOp::Gt, a: 0, b: 0 }],
+    ] {
+        assert!(program_to_mlir("f", &p, &[InputMode::Full]).is_err(), "{p:?}");
+    }
+}
+
+/// The chain the runtime's loader tests run: `sigmoid(a) * b + 1` (b a splat).
+fn fixture_program() -> Vec<FusedOp> {
+    vec![
+        FusedOp::Unary { op: UnaryOp::Sigmoid, x: 0 },
+        FusedOp::Binary { op: BinaryOp::Mul, a: 2, b: 1 },
+        FusedOp::Scalar { dtype: DType::F32, bits: 1f32.to_bits() as u64 },
+        FusedOp::Binary { op: BinaryOp::Add, a: 3, b: 4 },
+    ]
+}
+
+#[test]
+fn aarch64_objects_load_in_the_runtime_loader() {
+    let modes = [InputMode::Full, InputMode::Splat];
+    for level in AARCH64_LEVELS {
+        let obj = object_for(&fixture_program(), &modes, "aarch64-unknown-linux-gnu", level);
+        let names = LoadedObject::check(&obj, Arch::Aarch64).unwrap_or_else(|e| panic!("{level}: {e}"));
+        assert_eq!(names, ["kiln_test"]);
+        // Not an x86-64 object.
+        assert!(LoadedObject::check(&obj, Arch::X86_64).is_err());
+    }
+}
+
+#[test]
+fn bless_loader_fixtures() {
+    let modes = [InputMode::Full, InputMode::Splat];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/tests/fixtures/native");
+    for (name, triple, cpu) in [
+        ("sigmoid_mul_add.x86_64.o", "x86_64-unknown-linux-gnu", "x86-64"),
+        ("sigmoid_mul_add.aarch64.o", "aarch64-unknown-linux-gnu", "generic"),
+    ] {
+        let obj = object_for(&fixture_program(), &modes, triple, cpu);
+        let path = dir.join(name);
+        if std::env::var_os("KILN_BLESS_NATIVE").is_some() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &obj).unwrap();
+        }
+        // The committed object is what this compiler emits (LLVM 19 is deterministic).
+        let committed =
+            std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run with KILN_BLESS_NATIVE=1)", path.display()));
+        assert_eq!(committed, obj, "{name} is stale: rerun with KILN_BLESS_NATIVE=1");
+    }
+}

@@ -1,0 +1,330 @@
+//! Native code: machine code the compiler generated for fused elementwise
+//! groups (`kiln compile --target x86_64|aarch64`), carried in the artifact's
+//! native section and run through this runtime's own object loader
+//! ([`loader`]); no LLVM, no system linker, no `dlopen`.
+//!
+//! The section holds the functions' signatures once and one relocatable
+//! object per ISA level (`x86-64`, `x86-64-v3`, ...), each defining every
+//! function. At load the best level this CPU runs is chosen; a
+//! [`crate::format::InstrOp::Native`] instruction calls its function when
+//! native code is allowed ([`crate::SessionOptions::allow_native_code`]), a
+//! level matched and the operands have the shapes the code was compiled for,
+//! and otherwise runs its portable fused program — the same op list, so
+//! either way gives the same results within the kernels' tolerance.
+//!
+//! Trust: an artifact with native code *is* code. The loader refuses
+//! malformed objects, but it cannot tell what well-formed code does; ship
+//! such artifacts over a channel you trust, pin their hash, or refuse native
+//! code in the session options.
+
+pub mod loader;
+
+use crate::format::Plan;
+use kiln_kernels::{Context, DType, FusedOp, Result, TensorMut, TensorRef};
+pub use loader::{Arch, LoadedObject};
+use serde::{Deserialize, Serialize};
+
+/// The artifact's native section (`SECTION_NATIVE`, postcard-encoded).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NativeSection {
+    pub functions: Vec<NativeFunction>,
+    /// Lowest level first; the loader picks the last one the CPU runs.
+    pub levels: Vec<NativeLevel>,
+}
+
+/// One generated function, with the fixed C ABI
+/// `extern "C" fn(ins: *const *const u8, out: *mut u8, start: usize, end: usize)`:
+/// it computes output elements `start..end` (flat, row-major) from the
+/// operand base pointers `ins[0..inputs.len()]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NativeFunction {
+    pub symbol: String,
+    /// How each operand is read (its count is the function's arity).
+    pub inputs: Vec<InputMode>,
+    /// Operand dtypes and the result's (checked at load against the instruction's tensors).
+    pub input_dtypes: Vec<DType>,
+    pub output_dtype: DType,
+}
+
+/// How a native function reads one operand.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InputMode {
+    /// Shaped like the output: element `i` for output element `i`.
+    Full,
+    /// One element broadcast to every output element.
+    Splat,
+    /// Broadcast along all but one contiguous block of the output's dims
+    /// (a bias `[C]` of `[N, T, C]`, a per-channel `[1, C, 1, 1]`): output
+    /// element `i` reads element `(i / inner) % period` (see [`broadcast_of`]).
+    Broadcast { inner: u64, period: u64 },
+}
+
+/// How an operand of shape `input` broadcast to `output` is indexed, when
+/// one [`InputMode`] describes it: shaped alike (Full), one element
+/// (Splat), or its non-1 dims one contiguous block of the output's
+/// (Broadcast). None for any other broadcast (the call then stays portable).
+pub fn broadcast_of(input: &[usize], output: &[usize]) -> Option<InputMode> {
+    if input == output {
+        return Some(InputMode::Full);
+    }
+    if input.len() > output.len() {
+        return None;
+    }
+    let pad = output.len() - input.len();
+    let dim = |d: usize| if d < pad { 1 } else { input[d - pad] };
+    if (0..output.len()).any(|d| dim(d) != 1 && dim(d) != output[d]) {
+        return None;
+    }
+    // The output dims the operand spans (its non-1 dims, size-1 output dims
+    // being free either way) must be contiguous.
+    let spanned: Vec<usize> = (0..output.len()).filter(|&d| dim(d) != 1).collect();
+    let (Some(&first), Some(&last)) = (spanned.first(), spanned.last()) else {
+        return Some(InputMode::Splat);
+    };
+    if (first..=last).any(|d| dim(d) != output[d]) {
+        return None;
+    }
+    let period = (first..=last).map(|d| output[d] as u64).product();
+    let inner = output[last + 1..].iter().map(|&d| d as u64).product();
+    Some(InputMode::Broadcast { inner, period })
+}
+
+/// One ISA level's object code.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NativeLevel {
+    pub arch: NativeArch,
+    /// `x86-64`, `x86-64-v3`, `x86-64-v4`, `generic`, `neoverse-n1`, `cortex-a78ae`.
+    pub level: String,
+    /// An ELF relocatable object.
+    pub object: Vec<u8>,
+}
+
+/// [`Arch`] as the artifact stores it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NativeArch {
+    X86_64,
+    Aarch64,
+}
+
+impl NativeArch {
+    pub fn arch(self) -> Arch {
+        match self {
+            NativeArch::X86_64 => Arch::X86_64,
+            NativeArch::Aarch64 => Arch::Aarch64,
+        }
+    }
+}
+
+/// The CPU levels the compiler can target, per ISA, lowest first.
+pub const X86_64_LEVELS: &[&str] = &["x86-64", "x86-64-v3", "x86-64-v4"];
+pub const AARCH64_LEVELS: &[&str] = &["generic", "neoverse-n1", "cortex-a78ae"];
+
+/// Whether this CPU runs code compiled for `level` of `arch` (detected at run time).
+pub fn cpu_runs(arch: NativeArch, level: &str) -> bool {
+    if Arch::host() != Some(arch.arch()) {
+        return false;
+    }
+    host_runs(level)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn host_runs(level: &str) -> bool {
+    use std::arch::is_x86_feature_detected as has;
+    let v3 = || {
+        has!("avx2") && has!("fma") && has!("bmi1") && has!("bmi2") && has!("lzcnt") && has!("movbe") && has!("f16c")
+    };
+    match level {
+        "x86-64" => true,
+        "x86-64-v3" => v3(),
+        "x86-64-v4" => {
+            v3() && has!("avx512f") && has!("avx512bw") && has!("avx512cd") && has!("avx512dq") && has!("avx512vl")
+        }
+        _ => false,
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+fn host_runs(level: &str) -> bool {
+    use std::arch::is_aarch64_feature_detected as has;
+    match level {
+        "generic" => true,
+        // Armv8.2 cores: both add fp16 arithmetic, dot product and RCpc.
+        "neoverse-n1" | "cortex-a78ae" => has!("fp16") && has!("dotprod") && has!("rcpc"),
+        _ => false,
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn host_runs(_level: &str) -> bool {
+    false
+}
+
+/// Checks a decoded native section against the plan: every level's object
+/// loads for its ISA (parsed and relocated, not mapped) and defines every
+/// function; every native instruction names a function whose arity and
+/// dtypes match its tensors. Errors say what is wrong.
+pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Result<(), String> {
+    for level in &section.levels {
+        let known = match level.arch {
+            NativeArch::X86_64 => X86_64_LEVELS,
+            NativeArch::Aarch64 => AARCH64_LEVELS,
+        };
+        if !known.contains(&level.level.as_str()) {
+            return Err(format!("unknown {:?} level {:?}", level.arch, level.level));
+        }
+        let defined =
+            LoadedObject::check(&level.object, level.arch.arch()).map_err(|e| format!("level {}: {e}", level.level))?;
+        for f in &section.functions {
+            if !defined.contains(&f.symbol) {
+                return Err(format!("level {}: function {} is not defined", level.level, f.symbol));
+            }
+        }
+    }
+    for f in &section.functions {
+        if f.inputs.len() != f.input_dtypes.len() {
+            return Err(format!(
+                "function {}: {} modes for {} operands",
+                f.symbol,
+                f.inputs.len(),
+                f.input_dtypes.len()
+            ));
+        }
+    }
+    for (i, instr) in plan.instrs.iter().enumerate() {
+        let crate::format::InstrOp::Native { function, .. } = &instr.op else { continue };
+        let f = section
+            .functions
+            .get(*function as usize)
+            .ok_or_else(|| format!("instruction {i}: native function {function} of {}", section.functions.len()))?;
+        if f.inputs.len() != instr.inputs.len() || instr.outputs.len() != 1 {
+            return Err(format!(
+                "instruction {i}: native function {} takes {} operands and 1 output, the instruction has {} and {}",
+                f.symbol,
+                f.inputs.len(),
+                instr.inputs.len(),
+                instr.outputs.len()
+            ));
+        }
+        let dtype = |t: u32| plan.tensors.get(t as usize).map(|d| d.dtype);
+        let ins_ok = instr.inputs.iter().zip(&f.input_dtypes).all(|(&t, &d)| dtype(t) == Some(d));
+        if !ins_ok || dtype(instr.outputs[0]) != Some(f.output_dtype) {
+            return Err(format!("instruction {i}: tensor dtypes differ from native function {}'s", f.symbol));
+        }
+    }
+    Ok(())
+}
+
+/// The native signature, fixed by the compiler (see [`NativeFunction`]).
+type NativeFn = unsafe extern "C" fn(*const *const u8, *mut u8, usize, usize);
+
+/// A section's best level for this CPU, mapped and resolved.
+pub struct NativeCode {
+    /// Keeps the code mapped for as long as the pointers below live.
+    _object: LoadedObject,
+    functions: Vec<NativeFn>,
+    pub level: String,
+}
+
+impl std::fmt::Debug for NativeCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NativeCode({}, {} functions)", self.level, self.functions.len())
+    }
+}
+
+impl NativeCode {
+    /// Maps the best level of `section` this CPU runs; None when none does.
+    pub fn load(section: &NativeSection) -> std::result::Result<Option<NativeCode>, String> {
+        let Some(level) = section.levels.iter().rev().find(|l| cpu_runs(l.arch, &l.level)) else {
+            return Ok(None);
+        };
+        let object = LoadedObject::load(&level.object, level.arch.arch())?;
+        let mut functions = Vec::with_capacity(section.functions.len());
+        for f in &section.functions {
+            let addr = object.function(&f.symbol).ok_or_else(|| format!("function {} is not defined", f.symbol))?;
+            // SAFETY: `addr` is a function symbol of a validated object
+            // mapped read + execute; the compiler emits it with `NativeFn`'s ABI.
+            functions.push(unsafe { std::mem::transmute::<*const u8, NativeFn>(addr) });
+        }
+        Ok(Some(NativeCode { _object: object, functions, level: level.level.clone() }))
+    }
+}
+
+/// Runs native call `function` (or, when `code` is None or the operands are
+/// not shaped as the function expects, the portable `program`).
+pub(crate) fn run_native(
+    code: Option<&NativeCode>,
+    section: &NativeSection,
+    function: u32,
+    program: &[FusedOp],
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    out: &mut TensorMut<'_>,
+) -> Result<()> {
+    let native =
+        code.and_then(|c| Some((c.functions.get(function as usize)?, section.functions.get(function as usize)?)));
+    let Some((&f, _)) = native.filter(|(_, sig)| shapes_fit(sig, ins, out)) else {
+        let out = TensorMut { dtype: out.dtype, shape: out.shape, data: &mut *out.data };
+        return kiln_kernels::fused(program, ins, out, cx);
+    };
+    let total = out.data.len() / out.dtype.size_bytes();
+    let mut ptrs = [std::ptr::null::<u8>(); kiln_isa::fused::MAX_FUSED_INPUTS];
+    for (p, t) in ptrs.iter_mut().zip(ins) {
+        *p = t.data.as_ptr();
+    }
+    let (ptrs, dst) = (Shared(ptrs.as_ptr()), SharedMut(out.data.as_mut_ptr()));
+    cx.threads().for_each_element_range(total, |start, end| {
+        let (ptrs, dst) = (&ptrs, &dst);
+        // SAFETY: `shapes_fit` checked every operand holds the elements its
+        // mode indexes (`total`, one, or `period`·(outer) with `(i / inner)
+        // % period` in range) and the output `total`; each
+        // range writes only its own output elements.
+        unsafe { f(ptrs.0, dst.0, start, end) }
+    });
+    Ok(())
+}
+
+/// Whether the operands and output have the dtypes and shapes `sig` was compiled for.
+fn shapes_fit(sig: &NativeFunction, ins: &[TensorRef<'_>], out: &TensorMut<'_>) -> bool {
+    let total = out.shape.iter().product::<usize>();
+    if ins.len() != sig.inputs.len()
+        || out.dtype != sig.output_dtype
+        || out.data.len() != total * out.dtype.size_bytes()
+    {
+        return false;
+    }
+    ins.iter().zip(&sig.inputs).zip(&sig.input_dtypes).all(|((t, mode), &dtype)| {
+        let n = t.shape.iter().product::<usize>();
+        let shape_ok = match (mode, broadcast_of(t.shape, out.shape)) {
+            (InputMode::Splat, _) => n == 1,
+            (m, Some(actual)) => *m == actual,
+            (_, None) => false,
+        };
+        t.dtype == dtype && shape_ok && t.data.len() == n * dtype.size_bytes()
+    })
+}
+
+/// Pointers handed to the pool's threads (each range touches its own part).
+struct Shared(*const *const u8);
+struct SharedMut(*mut u8);
+// SAFETY: see `run_native`: the operands are only read, and the output
+// ranges of distinct calls are disjoint.
+unsafe impl Sync for Shared {}
+unsafe impl Sync for SharedMut {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasts_are_classified() {
+        assert_eq!(broadcast_of(&[2, 8, 32], &[2, 8, 32]), Some(InputMode::Full));
+        assert_eq!(broadcast_of(&[1, 1], &[2, 8, 32]), Some(InputMode::Splat));
+        assert_eq!(broadcast_of(&[32], &[2, 8, 32]), Some(InputMode::Broadcast { inner: 1, period: 32 }));
+        assert_eq!(broadcast_of(&[1, 3, 1, 1], &[2, 3, 16, 16]), Some(InputMode::Broadcast { inner: 256, period: 3 }));
+        assert_eq!(broadcast_of(&[8, 1], &[2, 8, 32]), Some(InputMode::Broadcast { inner: 32, period: 8 }));
+        // Two separate blocks, a mismatched dim, a longer operand.
+        assert_eq!(broadcast_of(&[2, 1, 32], &[2, 8, 32]), None);
+        assert_eq!(broadcast_of(&[7], &[2, 8, 32]), None);
+        assert_eq!(broadcast_of(&[1, 2, 8, 32], &[2, 8, 32]), None);
+    }
+}
