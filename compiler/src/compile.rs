@@ -37,6 +37,9 @@ pub enum CompileError {
     /// `--quantize` makes integer kernels kiln has for the CPU only.
     #[error("--quantize needs --target cpu (the quantized linear kernel is a CPU kernel), not {0}")]
     QuantizeTarget(String),
+    /// `--calibration`: unreadable samples, or a run of the float program failed.
+    #[error("calibration: {0}")]
+    Calibration(String),
 }
 
 /// Where the compiled program runs, as the compile functions take it: a
@@ -94,6 +97,10 @@ pub struct CompileOptions {
     /// Quantize the float program's linear layers before the pipeline
     /// (`kiln compile --quantize`; `kiln_passes::quantize_weights`).
     pub quantize: Option<QuantizeConfig>,
+    /// `--calibration DIR` (`crate::calibrate`): samples the float program
+    /// runs on to observe activations, for the quantization schemes that
+    /// need them.
+    pub calibration: Option<std::path::PathBuf>,
     /// SPMD over a device mesh (`--target pjrt` only): the program is
     /// sharded after the pass pipeline and emitted as one annotated segment.
     pub shard: Option<ShardConfig>,
@@ -115,6 +122,7 @@ impl Default for CompileOptions {
             verify_each: true,
             import: ImportOptions::default(),
             quantize: None,
+            calibration: None,
             shard: None,
         }
     }
@@ -201,6 +209,16 @@ pub fn compile_graph_for(
     }
     let quantized = match &opts.quantize {
         Some(_) if target != Target::Cpu => return Err(CompileError::QuantizeTarget(target.to_string())),
+        Some(cfg) if cfg.needs_calibration() || !cfg.activations.is_empty() => {
+            let mut cfg = cfg.clone();
+            if cfg.activations.is_empty() {
+                let dir = opts.calibration.as_deref().ok_or_else(|| {
+                    CompileError::Calibration("this quantization mode needs --calibration DIR".into())
+                })?;
+                cfg.activations = crate::calibrate::observe(&graph, &crate::calibrate::read_samples(dir)?)?;
+            }
+            quantize_weights(&mut graph, &cfg)?
+        }
         Some(cfg) => quantize_weights(&mut graph, cfg)?,
         None => Vec::new(),
     };

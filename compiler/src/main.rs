@@ -189,7 +189,9 @@ struct RunArgs {
 #[derive(clap::Args, Default)]
 struct QuantArgs {
     /// Quantize the linear layers' weights: `int8-weight` (per channel, symmetric),
-    /// `int8-dynamic` (int8 weights and per-row int8 activations), or
+    /// `int8-dynamic` (int8 weights and per-row int8 activations),
+    /// `int8-static[:observer=minmax|percentile[=P]|mse]` (int8 weights, per-tensor int8
+    /// activations calibrated on --calibration samples), or
     /// `int4-weight[:group=32|64|128][:asym][:clip=none]` (group-wise, two a byte; scales
     /// chosen by MSE clipping unless `clip=none`).
     #[arg(long, value_name = "MODE")]
@@ -203,12 +205,19 @@ struct QuantArgs {
     /// Keep the last linear layer in f32.
     #[arg(long)]
     quantize_keep_last: bool,
+    /// Calibration samples for `int8-static`: DIR/sample_0/input_0.npy, … (the float
+    /// program runs on each to observe the layers' input ranges).
+    #[arg(long, value_name = "DIR")]
+    calibration: Option<PathBuf>,
 }
 
 impl QuantArgs {
     fn config(&self) -> Result<Option<kiln_passes::QuantizeConfig>, String> {
         let Some(mode) = &self.quantize else {
-            let stray = !self.quantize_skip.is_empty() || self.quantize_keep_first || self.quantize_keep_last;
+            let stray = !self.quantize_skip.is_empty()
+                || self.quantize_keep_first
+                || self.quantize_keep_last
+                || self.calibration.is_some();
             return if stray { Err("--quantize-* options need --quantize MODE".into()) } else { Ok(None) };
         };
         let scheme = kiln_passes::QuantScheme::parse(mode)?;
@@ -217,6 +226,7 @@ impl QuantArgs {
             skip: self.quantize_skip.clone(),
             keep_first: self.quantize_keep_first,
             keep_last: self.quantize_keep_last,
+            activations: Vec::new(),
         }))
     }
 }
@@ -232,6 +242,7 @@ fn quant_report(layers: &[kiln_passes::LayerReport]) -> serde_json::Value {
                 "float_bytes": l.float_bytes, "quantized_bytes": l.quant_bytes,
                 "bytes_saved": if l.bits.is_some() { l.float_bytes.saturating_sub(l.quant_bytes) } else { 0 },
                 "weight_sqnr_db": if l.bits.is_some() { finite(l.weight_sqnr_db) } else { json!(null) },
+                "act_scale": l.act_qparams.map(|(s, _)| s), "act_zero_point": l.act_qparams.map(|(_, z)| z),
                 "note": l.note,
             })
         })
@@ -328,6 +339,7 @@ fn cmd_compile(
         target,
         verify_each: false,
         quantize: quant.config()?,
+        calibration: quant.calibration.clone(),
         shard: shard.config()?,
         ..CompileOptions::default()
     };
@@ -650,6 +662,7 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
             "peak_live_bytes": plan.peak_live_bytes,
             "quantized_layers": quantized.iter().map(|q| json!({
                 "instr": q.instr, "origin": q.origin, "bits": q.bits, "group": q.group, "dynamic": q.dynamic,
+                "static": q.act_static,
                 "out_features": q.n, "in_features": q.k, "bytes": q.bytes,
             })).collect::<Vec<_>>(),
             "accel": program.accel().map(|a| json!({
@@ -688,7 +701,11 @@ fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
     if !quantized.is_empty() {
         println!("\n{:<6} {:<5} {:<6} {:<8} {:<12} {:<10} origin", "instr", "bits", "group", "acts", "shape", "bytes");
         for q in &quantized {
-            let acts = if q.dynamic { "int8" } else { "f32" };
+            let acts = match (q.dynamic, q.act_static) {
+                (true, _) => "int8",
+                (_, true) => "int8 static",
+                _ => "f32",
+            };
             let shape = format!("{}x{}", q.n, q.k);
             println!("{:<6} {:<5} {:<6} {acts:<8} {shape:<12} {:<10} {}", q.instr, q.bits, q.group, q.bytes, q.origin);
         }
@@ -706,6 +723,8 @@ struct QuantLayer {
     bits: u32,
     group: u32,
     dynamic: bool,
+    /// Static (calibrated) int8 activations.
+    act_static: bool,
     n: u64,
     k: u64,
     /// Bytes of the stored weight, scales and zero points.
@@ -727,7 +746,8 @@ fn quantized_layers(plan: &kiln_runtime::format::Plan) -> Vec<QuantLayer> {
         .iter()
         .enumerate()
         .filter_map(|(i, ins)| {
-            let InstrOp::Call(Kernel::QuantLinear { bits, group, zero_points, dynamic }) = &ins.op else {
+            let InstrOp::Call(Kernel::QuantLinear { bits, group, zero_points, dynamic, act_scale, .. }) = &ins.op
+            else {
                 return None;
             };
             let w = tensor(ins.inputs.get(1))?;
@@ -739,6 +759,7 @@ fn quantized_layers(plan: &kiln_runtime::format::Plan) -> Vec<QuantLayer> {
                 bits: *bits,
                 group: *group,
                 dynamic: *dynamic,
+                act_static: act_scale.is_some(),
                 n: dim(w.shape.first()),
                 k: dim(w.shape.get(1)) * per_byte,
                 bytes: stored,

@@ -9,9 +9,12 @@
 //!
 //! Rounding is torch's: `q = clamp(rint(w · (1 / s)) + zp, qmin, qmax)`,
 //! the reciprocal in f32, half to even. Schemes:
-//! - int8 (weight-only and dynamic): per output channel, symmetric, torchao's
-//!   rule `s = max|w_row| / 127.5` over `[-128, 127]` — the same integers
-//!   torchao's `Int8WeightOnlyConfig` stores;
+//! - int8 (weight-only, dynamic and static): per output channel, symmetric,
+//!   torchao's rule `s = max|w_row| / 127.5` over `[-128, 127]` — the same
+//!   integers torchao's `Int8WeightOnlyConfig` stores; static activations
+//!   get one scale and zero point per layer input from the observer over
+//!   the calibration samples' values ([`crate::observe`]), which the
+//!   compiler collects by running the float program;
 //! - int4: per group of `group` input features, `[-8, 7]`, symmetric (`s =
 //!   m / 7.5`, `m` = max |w|) or asymmetric (`s = (max − min) / 15` over the
 //!   range widened to hold 0, `zp = clamp(−8 − rint(min / s))`), the range
@@ -20,7 +23,8 @@
 //!   by least squares to its integers (MSE clipping; `clip=none` keeps the
 //!   full range, torchao's `IntxWeightOnlyConfig` rule).
 
-use crate::quant_linear::{absorb_columns, QuantWeight};
+use crate::observe::{ActObservation, Observer};
+use crate::quant_linear::{absorb_columns, Acts, QuantWeight};
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::PassError;
 use kiln_ir::{DType, Graph, NodeId, Op, ValueId};
@@ -32,12 +36,16 @@ pub enum QuantScheme {
     Int8Weight,
     /// Per-channel symmetric int8 weights, per-row dynamic int8 activations.
     Int8Dynamic,
+    /// Per-channel symmetric int8 weights, per-tensor int8 activations with
+    /// parameters from calibration ([`QuantizeConfig::activations`]).
+    Int8Static { observer: Observer },
     /// Group-wise int4 weights (two a byte), f32 activations.
     Int4Weight { group: usize, asymmetric: bool, clip_search: bool },
 }
 
 impl QuantScheme {
-    /// `int8-weight`, `int8-dynamic`, `int4-weight[:group=32|64|128][:asym][:clip=none]`.
+    /// `int8-weight`, `int8-dynamic`, `int8-static[:observer=minmax|percentile[=P]|mse]`,
+    /// `int4-weight[:group=32|64|128][:asym][:clip=none]`.
     pub fn parse(mode: &str) -> Result<QuantScheme, String> {
         let mut parts = mode.split(':');
         let base = parts.next().unwrap_or_default();
@@ -45,6 +53,16 @@ impl QuantScheme {
         let scheme = match base {
             "int8-weight" => QuantScheme::Int8Weight,
             "int8-dynamic" => QuantScheme::Int8Dynamic,
+            "int8-static" => {
+                let mut observer = Observer::MinMax;
+                for o in &options {
+                    match o.strip_prefix("observer=") {
+                        Some(name) => observer = Observer::parse(name)?,
+                        None => return Err(format!("unknown int8-static option `{o}` (observer=NAME)")),
+                    }
+                }
+                return Ok(QuantScheme::Int8Static { observer });
+            }
             "int4-weight" => {
                 let (mut group, mut asymmetric, mut clip_search) = (32, false, true);
                 for o in &options {
@@ -64,7 +82,7 @@ impl QuantScheme {
             other => {
                 return Err(format!(
                     "unknown quantization mode `{other}` (known: int8-weight, int8-dynamic, \
-                     int4-weight[:group=32|64|128][:asym])"
+                     int8-static[:observer=..], int4-weight[:group=32|64|128][:asym])"
                 ))
             }
         };
@@ -85,11 +103,19 @@ pub struct QuantizeConfig {
     /// Keep the first / last linear layer (in schedule order) in f32.
     pub keep_first: bool,
     pub keep_last: bool,
+    /// What each linear layer's input took on the calibration samples, in
+    /// [`layer_inputs`]' order (the compiler fills it: `--calibration`).
+    pub activations: Vec<ActObservation>,
 }
 
 impl QuantizeConfig {
     pub fn new(scheme: QuantScheme) -> QuantizeConfig {
-        QuantizeConfig { scheme, skip: Vec::new(), keep_first: false, keep_last: false }
+        QuantizeConfig { scheme, skip: Vec::new(), keep_first: false, keep_last: false, activations: Vec::new() }
+    }
+
+    /// Whether the scheme needs [`QuantizeConfig::activations`].
+    pub fn needs_calibration(&self) -> bool {
+        matches!(self.scheme, QuantScheme::Int8Static { .. })
     }
 }
 
@@ -108,6 +134,8 @@ pub struct LayerReport {
     pub quant_bytes: usize,
     /// Signal-to-quantization-noise ratio of the dequantized weight, in dB.
     pub weight_sqnr_db: f64,
+    /// Static activations: the scale and zero point chosen.
+    pub act_qparams: Option<(f32, i32)>,
     pub note: String,
 }
 
@@ -115,8 +143,20 @@ pub struct LayerReport {
 pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerReport>, PassError> {
     crate::check::guard(g, "quantize")?;
     let layers = find_layers(g);
+    let observer = match cfg.scheme {
+        QuantScheme::Int8Static { observer } => Some(observer),
+        _ => None,
+    };
+    if observer.is_some() && cfg.activations.len() != layers.len() {
+        let detail = format!(
+            "int8-static needs calibration (--calibration DIR): {} activation observations for {} linear layers",
+            cfg.activations.len(),
+            layers.len()
+        );
+        return Err(PassError::new("quantize", detail));
+    }
     let mut reports = Vec::new();
-    let mut chosen: Vec<(NodeId, QuantWeight)> = Vec::new();
+    let mut chosen: Vec<(NodeId, (QuantWeight, Acts))> = Vec::new();
     for (i, layer) in layers.iter().enumerate() {
         let name = g.values[layer.weight].attrs.origin.clone().unwrap_or_else(|| format!("linear#{i}"));
         let (n, k) = layer.dims;
@@ -129,6 +169,7 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
             float_bytes: n * k * 4,
             quant_bytes: 0,
             weight_sqnr_db: f64::INFINITY,
+            act_qparams: None,
             note: String::new(),
         };
         let kept = if cfg.keep_first && i == 0 {
@@ -147,6 +188,15 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
             reports.push(report);
             continue;
         }
+        let acts = match (&cfg.scheme, observer) {
+            (_, Some(obs)) => {
+                let (scale, zero_point) = cfg.activations[i].qparams(obs);
+                report.act_qparams = Some((scale, zero_point));
+                Acts::Static { scale, zero_point }
+            }
+            (QuantScheme::Int8Dynamic, _) => Acts::Dynamic,
+            _ => Acts::Float,
+        };
         let w = f32_weight(g, layer.weight);
         let qw = quantize_matrix(&w, n, k, &cfg.scheme, g.values[layer.weight].attrs.clone());
         report.bits = Some(qw.bits());
@@ -154,23 +204,28 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
         report.quant_bytes = qw.stored_bytes();
         report.weight_sqnr_db = sqnr_db(&w, &qw.dequantized());
         reports.push(report);
-        chosen.push((layer.node, qw));
+        chosen.push((layer.node, (qw, acts)));
     }
-    let dynamic = cfg.scheme == QuantScheme::Int8Dynamic;
-    let mut by_node: std::collections::HashMap<NodeId, QuantWeight> = chosen.into_iter().collect();
+    let mut by_node: std::collections::HashMap<NodeId, (QuantWeight, Acts)> = chosen.into_iter().collect();
     rewrite_in_order(g, |g, n| {
-        let Some(qw) = by_node.remove(&n) else { return Ok(Rewrite::Keep) };
+        let Some((qw, acts)) = by_node.remove(&n) else { return Ok(Rewrite::Keep) };
         let node = &g.nodes[n];
         let (x, bias) = (node.inputs[0], node.inputs.get(2).copied().filter(|_| node.op == Op::Linear));
         let out_ty = g.ty(node.outputs[0]).clone();
         let loc = node.loc;
-        let (op, mut inputs) = qw.into_operands(g, x, dynamic);
+        let (op, mut inputs) = qw.into_operands(g, x, acts);
         inputs.extend(bias);
         Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]))
     })?;
     // addmm's bias, added after the product.
     absorb_columns(g)?;
     Ok(reports)
+}
+
+/// The input `x` of every linear layer [`quantize_weights`] finds, in its
+/// order: the values calibration observes.
+pub fn layer_inputs(g: &Graph) -> Vec<ValueId> {
+    find_layers(g).iter().map(|l| g.nodes[l.node].inputs[0]).collect()
 }
 
 struct Layer {
@@ -229,7 +284,9 @@ pub fn sqnr_db(w: &[f32], dq: &[f32]) -> f64 {
 /// Quantizes a row-major `[n, k]` matrix (see the module doc).
 fn quantize_matrix(w: &[f32], n: usize, k: usize, scheme: &QuantScheme, attrs: kiln_ir::ValueAttrs) -> QuantWeight {
     let (group, range, asymmetric, clip_search) = match *scheme {
-        QuantScheme::Int8Weight | QuantScheme::Int8Dynamic => (k, (-128, 127), false, false),
+        QuantScheme::Int8Weight | QuantScheme::Int8Dynamic | QuantScheme::Int8Static { .. } => {
+            (k, (-128, 127), false, false)
+        }
         QuantScheme::Int4Weight { group, asymmetric, clip_search } => (group, (-8, 7), asymmetric, clip_search),
     };
     let mut q = vec![0i8; n * k];
@@ -363,6 +420,13 @@ mod tests {
         assert!(QuantScheme::parse("int4-weight:group=3").is_err());
         assert!(QuantScheme::parse("int8-weight:asym").is_err());
         assert!(QuantScheme::parse("int3").is_err());
+        assert_eq!(QuantScheme::parse("int8-static"), Ok(QuantScheme::Int8Static { observer: Observer::MinMax }));
+        assert_eq!(
+            QuantScheme::parse("int8-static:observer=percentile=99.9"),
+            Ok(QuantScheme::Int8Static { observer: Observer::Percentile(99.9) })
+        );
+        assert!(QuantScheme::parse("int8-static:observer=max").is_err());
+        assert!(QuantScheme::parse("int8-static:asym").is_err());
     }
 
     /// torchao's int8 rule, checked against torch 2.15: `s = 1 / 127.5`,

@@ -276,7 +276,7 @@ pub fn qlinear_with(
             }
             let rows = match act {
                 ActQuant::Static { scale, zero_point } => {
-                    if !(scale.is_finite() && scale > 0.0) || !(-128..=127).contains(&zero_point) {
+                    if !(scale.is_finite() && scale > 0.0 && (-128..=127).contains(&zero_point)) {
                         return Err(err(format!("static activation scale {scale} / zero point {zero_point}")));
                     }
                     int8::Rows::Static { scale, zero_point }
