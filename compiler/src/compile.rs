@@ -146,6 +146,9 @@ pub struct CompileSummary {
     pub weights_bytes: usize,
     /// With `--quantize`: every linear layer found, quantized or kept.
     pub quantized: Vec<LayerReport>,
+    /// With `--quantize` and `--calibration`: per calibration sample, the
+    /// cosine of the quantized program's outputs against the float one's.
+    pub output_cosine: Option<Vec<f64>>,
     /// The sharding plan of an SPMD compile (`kiln compile --report`).
     pub sharding: Option<crate::stablehlo::sharding::ShardReport>,
 }
@@ -181,6 +184,7 @@ pub fn compile_graph_with_passes(
         peak_live_bytes: plan.peak_live_bytes,
         weights_bytes: weights.len(),
         quantized: Vec::new(),
+        output_cosine: None,
         sharding: None,
     };
     Ok((ArtifactWriter::new(&plan, weights, &metadata)?, summary))
@@ -207,26 +211,36 @@ pub fn compile_graph_for(
             target.name()
         )));
     }
+    let mut output_cosine = None;
     let quantized = match &opts.quantize {
         Some(_) if target != Target::Cpu => return Err(CompileError::QuantizeTarget(target.to_string())),
-        Some(cfg) if cfg.needs_calibration() || !cfg.activations.is_empty() => {
-            let mut cfg = cfg.clone();
-            if cfg.activations.is_empty() {
-                let dir = opts.calibration.as_deref().ok_or_else(|| {
-                    CompileError::Calibration("this quantization mode needs --calibration DIR".into())
-                })?;
-                cfg.activations = crate::calibrate::observe(&graph, &crate::calibrate::read_samples(dir)?)?;
+        Some(cfg) => match opts.calibration.as_deref() {
+            None if cfg.needs_calibration() => {
+                return Err(CompileError::Calibration("this quantization mode needs --calibration DIR".into()))
             }
-            quantize_weights(&mut graph, &cfg)?
-        }
-        Some(cfg) => quantize_weights(&mut graph, cfg)?,
+            None => quantize_weights(&mut graph, cfg)?,
+            Some(dir) => {
+                let samples = crate::calibrate::read_samples(dir)?;
+                let mut cfg = cfg.clone();
+                if cfg.uses_calibration() && cfg.activations.is_empty() {
+                    cfg.activations = crate::calibrate::observe(&graph, &samples)?;
+                }
+                let effect = crate::calibrate::measure(&graph, &cfg, &samples)?;
+                let mut reports = quantize_weights(&mut graph, &cfg)?;
+                for (r, db) in reports.iter_mut().zip(&effect.layer_sqnr_db) {
+                    r.output_sqnr_db = r.bits.map(|_| *db);
+                }
+                output_cosine = Some(effect.output_cosine);
+                reports
+            }
+        },
         None => Vec::new(),
     };
     let (writer, summary) = match target.desc().segments {
         None => compile_graph_with_passes(graph, &default_pipeline(target), &opts, metadata),
         Some(_) => compile_graph_pjrt(graph, &opts, backend.precision(), metadata),
     }?;
-    Ok((writer, CompileSummary { quantized, ..summary }))
+    Ok((writer, CompileSummary { quantized, output_cosine, ..summary }))
 }
 
 /// The PJRT pipeline: the PJRT target keeps what the CPU keeps (linear, norms,
@@ -256,6 +270,7 @@ fn compile_graph_pjrt(
         peak_live_bytes: lowered.plan.peak_live_bytes,
         weights_bytes: lowered.weights.len(),
         quantized: Vec::new(),
+        output_cosine: None,
         sharding,
     };
     let accel = postcard::to_allocvec(&lowered.accel).map_err(|e| {

@@ -232,7 +232,7 @@ impl QuantArgs {
 }
 
 /// The `--report` document: one entry per linear layer.
-fn quant_report(layers: &[kiln_passes::LayerReport]) -> serde_json::Value {
+fn quant_report(layers: &[kiln_passes::LayerReport], output_cosine: Option<&[f64]>) -> serde_json::Value {
     let finite = |x: f64| if x.is_finite() { json!(x) } else { json!(null) };
     let rows: Vec<_> = layers
         .iter()
@@ -243,13 +243,19 @@ fn quant_report(layers: &[kiln_passes::LayerReport]) -> serde_json::Value {
                 "bytes_saved": if l.bits.is_some() { l.float_bytes.saturating_sub(l.quant_bytes) } else { 0 },
                 "weight_sqnr_db": if l.bits.is_some() { finite(l.weight_sqnr_db) } else { json!(null) },
                 "act_scale": l.act_qparams.map(|(s, _)| s), "act_zero_point": l.act_qparams.map(|(_, z)| z),
+                "output_sqnr_db": l.output_sqnr_db.map(finite),
                 "note": l.note,
             })
         })
         .collect();
     let float: usize = layers.iter().map(|l| l.float_bytes).sum();
     let quant: usize = layers.iter().map(|l| if l.bits.is_some() { l.quant_bytes } else { l.float_bytes }).sum();
-    json!({"layers": rows, "linear_float_bytes": float, "linear_bytes": quant})
+    // Per calibration sample, the quantized outputs against the float ones.
+    let cosine = output_cosine.filter(|c| !c.is_empty()).map(|c| {
+        let mean = c.iter().sum::<f64>() / c.len() as f64;
+        json!({"mean": mean, "min": c.iter().copied().fold(f64::INFINITY, f64::min), "per_sample": c})
+    });
+    json!({"layers": rows, "linear_float_bytes": float, "linear_bytes": quant, "output_cosine_vs_float": cosine})
 }
 
 /// `4096`, `64K`, `512M`, `8G` (binary multiples) as bytes.
@@ -372,7 +378,7 @@ fn cmd_compile(
         }
     }
     if let (Some(path), true) = (report, quant.quantize.is_some()) {
-        let text = format!("{:#}\n", quant_report(&s.quantized));
+        let text = format!("{:#}\n", quant_report(&s.quantized, s.output_cosine.as_deref()));
         match path {
             Some(path) => std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?,
             None => print!("{text}"),

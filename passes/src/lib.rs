@@ -58,6 +58,8 @@ pub use pipeline::{
     QUANT_LINEAR, SIMPLIFY,
 };
 pub use quant_linear::quantize_linear_weights;
-pub use quantize::{glob_match, layer_inputs, quantize_weights, sqnr_db, LayerReport, QuantScheme, QuantizeConfig};
+pub use quantize::{
+    glob_match, layer_inputs, layer_outputs, quantize_weights, sqnr_db, LayerReport, QuantScheme, QuantizeConfig,
+};
 pub use simplify::simplify;
 pub use target::{data_dtype, Layout, OpKind, OpRow, OpTable, Support, Target, TargetDesc, DTYPES};

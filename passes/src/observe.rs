@@ -48,14 +48,37 @@ pub struct ActObservation {
     pub values: Vec<f32>,
     /// Non-NaN values seen (all samples).
     pub count: u64,
+    /// Per channel (the last dimension): `Σ |x|` and `Σ x²` over the rows
+    /// seen, and the row count — the activation magnitudes the int4 weight
+    /// scales are fitted to.
+    pub channel_abs: Vec<f64>,
+    pub channel_sq: Vec<f64>,
+    pub rows: u64,
 }
 
 impl ActObservation {
     /// Values kept per layer (the distribution's observers read these).
     pub const MAX_VALUES: usize = 1 << 20;
 
-    /// Adds one sample's values (NaNs are ignored).
-    pub fn add(&mut self, xs: &[f32]) {
+    /// Adds one sample's values, `channels` the size of their last
+    /// dimension (NaNs are ignored).
+    pub fn add(&mut self, xs: &[f32], channels: usize) {
+        if channels > 0 && xs.len().is_multiple_of(channels) {
+            if self.channel_abs.len() != channels {
+                self.channel_abs = vec![0.0; channels];
+                self.channel_sq = vec![0.0; channels];
+                self.rows = 0;
+            }
+            for row in xs.chunks_exact(channels) {
+                for ((a, q), &v) in self.channel_abs.iter_mut().zip(&mut self.channel_sq).zip(row) {
+                    if !v.is_nan() {
+                        *a += (v as f64).abs();
+                        *q += (v as f64) * (v as f64);
+                    }
+                }
+                self.rows += 1;
+            }
+        }
         let (mut mn, mut mx) = if self.count == 0 { (f32::INFINITY, f32::NEG_INFINITY) } else { (self.min, self.max) };
         for &v in xs.iter().filter(|v| !v.is_nan()) {
             mn = mn.min(v);
@@ -127,7 +150,7 @@ mod tests {
 
     fn observed(xs: &[f32]) -> ActObservation {
         let mut o = ActObservation::default();
-        o.add(xs);
+        o.add(xs, 1);
         o
     }
 
@@ -179,8 +202,9 @@ mod tests {
         let o = observed(&[f32::NAN, -2.0, 1.0]);
         assert_eq!((o.min, o.max, o.values.len()), (-2.0, 1.0, 2));
         let mut o = ActObservation::default();
-        o.add(&[1.0, 2.0]);
-        o.add(&[-3.0]);
+        o.add(&[1.0, 2.0], 2);
+        o.add(&[-3.0, 0.5], 2);
         assert_eq!((o.min, o.max), (-3.0, 2.0));
+        assert_eq!((o.channel_abs.clone(), o.channel_sq.clone(), o.rows), (vec![4.0, 2.5], vec![10.0, 4.25], 2));
     }
 }

@@ -186,7 +186,30 @@ fn int8_static_matches_torch_with_the_same_scales() {
         let d = max_abs_diff(&got, &want);
         assert!(d <= 2e-6, "{flavour}: max diff {d} vs torch's static fake-quant");
         assert!(cosine(&got, &float) >= 0.9999, "{flavour}: vs float");
+        // The report's measurements on the calibration samples.
+        let cos = s.output_cosine.as_deref().expect("output cosine");
+        assert_eq!(cos.len(), 8, "{flavour}: one per sample");
+        assert!(cos.iter().all(|&c| (0.999..1.0).contains(&c)), "{flavour}: {cos:?}");
+        for l in &s.quantized {
+            let db = l.output_sqnr_db.expect("output SQNR");
+            assert!((25.0..80.0).contains(&db), "{flavour} {}: output SQNR {db} dB", l.name);
+        }
     }
+}
+
+/// int4 with calibration samples: scales fitted to the activations
+/// (weighted clipping, AWQ-style input scaling where it lowers the error),
+/// and the report measures each layer.
+#[test]
+fn int4_with_calibration() {
+    let float = reference("mlp_float");
+    let calib = Some(static_dir().join("calib"));
+    let (p, s) = compile_calibrated("decomp", mode("int4-weight"), calib).expect("compile");
+    assert_eq!(quant_layers(&p), 3);
+    let c = cosine(&run(&p), &float);
+    assert!(c >= 0.99, "cosine {c} vs float");
+    assert!(s.quantized.iter().all(|l| l.output_sqnr_db.is_some_and(|db| db > 10.0)), "{:?}", s.quantized);
+    assert!(s.output_cosine.as_deref().is_some_and(|c| c.iter().all(|&c| c > 0.99)));
 }
 
 /// Every observer makes a working static program; min-max's scales cover
