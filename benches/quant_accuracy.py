@@ -13,8 +13,8 @@ against PyTorch's float embedding (and against kiln's float one), the weights' s
 the compile time. Results with the command go to benches/RESULTS.md.
 
 A mode ending in `+calib` (and every `int8-static` mode) is compiled with `--calibration`:
-32 other sentences (CALIB_SENTENCES, none of the evaluated ones), tokenised the same way,
-as one sample of the same [32, 16] shape the program takes.
+36 other sentences (CALIB_SENTENCES, none of the evaluated ones), tokenised the same way,
+as one sample of the same [36, 16] shape the program takes.
 """
 import argparse
 import subprocess
@@ -62,6 +62,8 @@ CALIB_SENTENCES = [
     "The bridge was closed for repairs.", "He solved the puzzle in under a minute.",
     "Electric cars are becoming more common.", "The choir sang at the wedding.",
     "Fog made it hard to see the road.", "The shop around the corner sells antiques.",
+    "The lecture hall was almost empty.", "A jazz band played in the square.",
+    "The software update fixed several bugs.", "Tomatoes grow best in full sun.",
 ]
 
 MODES = ["int8-weight", "int8-dynamic", "int4-weight:group=32", "int4-weight:group=32:asym",
@@ -98,6 +100,7 @@ def export(path: Path):
         want = enc(ids, mask).numpy()
         ep = torch.export.export(enc, (ids, mask)).run_decompositions()
     torch.export.save(ep, path)
+    assert len(CALIB_SENTENCES) == len(SENTENCES)
     calib = tok(CALIB_SENTENCES, padding="max_length", max_length=16, truncation=True, return_tensors="pt")
     return ids.numpy(), mask.numpy(), want, (calib["input_ids"].numpy(), calib["attention_mask"].numpy())
 
