@@ -11,6 +11,10 @@ saves it after run_decompositions(), compiles it with kiln in float and in every
 each artifact, and prints per mode the mean and minimum cosine of each sentence's embedding
 against PyTorch's float embedding (and against kiln's float one), the weights' size, and
 the compile time. Results with the command go to benches/RESULTS.md.
+
+A mode ending in `+calib` (and every `int8-static` mode) is compiled with `--calibration`:
+36 other sentences (CALIB_SENTENCES, none of the evaluated ones), tokenised the same way,
+as one sample of the same [36, 16] shape the program takes.
 """
 import argparse
 import subprocess
@@ -41,9 +45,31 @@ SENTENCES = [
     "The price of fuel went up again.",
 ]
 
+CALIB_SENTENCES = [
+    "An old man walked slowly down the street.", "The recipe calls for two eggs and some flour.",
+    "Satellites orbit the earth every ninety minutes.", "The concert was cancelled because of rain.",
+    "My sister works as a nurse in the city hospital.", "The printer on the third floor is broken.",
+    "Mountains are covered with snow in January.", "He painted the fence a bright shade of blue.",
+    "The airport was crowded during the holidays.", "Databases store records in tables.",
+    "A cup of tea helps me relax after work.", "The professor explained the theorem twice.",
+    "Wolves hunt in packs across the tundra.", "The new phone has a larger screen.",
+    "We watched the sunset from the beach.", "The factory produces thousands of bottles a day.",
+    "Her speech inspired everyone in the room.", "The bus was late again this morning.",
+    "Vaccines train the immune system.", "The kids built a sandcastle by the water.",
+    "Interest rates were raised by the central bank.", "The violinist practised for hours.",
+    "A small boat drifted across the lake.", "Encryption protects messages from eavesdroppers.",
+    "The farmer harvested corn in the autumn.", "Our neighbours adopted a kitten.",
+    "The bridge was closed for repairs.", "He solved the puzzle in under a minute.",
+    "Electric cars are becoming more common.", "The choir sang at the wedding.",
+    "Fog made it hard to see the road.", "The shop around the corner sells antiques.",
+    "The lecture hall was almost empty.", "A jazz band played in the square.",
+    "The software update fixed several bugs.", "Tomatoes grow best in full sun.",
+]
+
 MODES = ["int8-weight", "int8-dynamic", "int4-weight:group=32", "int4-weight:group=32:asym",
          "int4-weight:group=32:clip=none", "int4-weight:group=32:asym:clip=none", "int4-weight:group=64",
-         "int4-weight:group=128"]
+         "int4-weight:group=128", "int8-static", "int8-static:observer=percentile",
+         "int8-static:observer=mse", "int4-weight:group=32+calib", "int4-weight:group=32:asym+calib"]
 
 
 class Encoder(torch.nn.Module):
@@ -74,7 +100,9 @@ def export(path: Path):
         want = enc(ids, mask).numpy()
         ep = torch.export.export(enc, (ids, mask)).run_decompositions()
     torch.export.save(ep, path)
-    return ids.numpy(), mask.numpy(), want
+    assert len(CALIB_SENTENCES) == len(SENTENCES)
+    calib = tok(CALIB_SENTENCES, padding="max_length", max_length=16, truncation=True, return_tensors="pt")
+    return ids.numpy(), mask.numpy(), want, (calib["input_ids"].numpy(), calib["attention_mask"].numpy())
 
 
 def kiln(*args):
@@ -97,16 +125,23 @@ def main():
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     pt2 = OUT / "minilm.pt2"
-    ids, mask, want = export(pt2)
+    ids, mask, want, (cids, cmask) = export(pt2)
     work = Path(tempfile.mkdtemp(prefix="kiln-quant-"))
     np.save(work / "ids.npy", ids)
     np.save(work / "mask.npy", mask)
+    calib = work / "calib"
+    (calib / "sample_0").mkdir(parents=True)
+    np.save(calib / "sample_0" / "input_0.npy", cids)
+    np.save(calib / "sample_0" / "input_1.npy", cmask)
     rows = []
     base = None
     for mode in [None, *args.modes]:
         name = mode or "float"
-        art = work / (name.replace(":", "_").replace("=", "") + ".kiln")
-        cmd = ["compile", str(pt2), "-o", str(art)] + (["--quantize", mode] if mode else [])
+        art = work / (name.replace(":", "_").replace("=", "").replace("+", "_") + ".kiln")
+        q = (mode or "").removesuffix("+calib")
+        cmd = ["compile", str(pt2), "-o", str(art)] + (["--quantize", q] if mode else [])
+        if mode and (mode.endswith("+calib") or q.startswith("int8-static")):
+            cmd += ["--calibration", str(calib)]
         t = time.perf_counter()
         kiln(*cmd)
         secs = time.perf_counter() - t

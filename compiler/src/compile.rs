@@ -36,6 +36,9 @@ pub enum CompileError {
     /// `--quantize` makes integer kernels kiln has for the CPU only.
     #[error("--quantize needs --target cpu (the quantized linear kernel is a CPU kernel), not {0}")]
     QuantizeTarget(String),
+    /// `--calibration`: unreadable samples, or a run of the float program failed.
+    #[error("calibration: {0}")]
+    Calibration(String),
 }
 
 /// Where the compiled program runs, as the compile functions take it: a
@@ -93,6 +96,10 @@ pub struct CompileOptions {
     /// Quantize the float program's linear layers before the pipeline
     /// (`kiln compile --quantize`; `kiln_passes::quantize_weights`).
     pub quantize: Option<QuantizeConfig>,
+    /// `--calibration DIR` (`crate::calibrate`): samples the float program
+    /// runs on to observe activations, for the quantization schemes that
+    /// need them.
+    pub calibration: Option<std::path::PathBuf>,
     /// SPMD over a device mesh (`--target pjrt` only): the program is
     /// sharded after the pass pipeline and emitted as one annotated segment.
     pub shard: Option<ShardConfig>,
@@ -117,6 +124,7 @@ impl Default for CompileOptions {
             verify_each: true,
             import: ImportOptions::default(),
             quantize: None,
+            calibration: None,
             shard: None,
             native: None,
         }
@@ -141,6 +149,9 @@ pub struct CompileSummary {
     pub weights_bytes: usize,
     /// With `--quantize`: every linear layer found, quantized or kept.
     pub quantized: Vec<LayerReport>,
+    /// With `--quantize` and `--calibration`: per calibration sample, the
+    /// cosine of the quantized program's outputs against the float one's.
+    pub output_cosine: Option<Vec<f64>>,
     /// The sharding plan of an SPMD compile (`kiln compile --report`).
     pub sharding: Option<crate::stablehlo::sharding::ShardReport>,
 }
@@ -180,6 +191,7 @@ pub fn compile_graph_with_passes(
         peak_live_bytes: plan.peak_live_bytes,
         weights_bytes: weights.len(),
         quantized: Vec::new(),
+        output_cosine: None,
         sharding: None,
     };
     let mut writer = ArtifactWriter::new(&plan, weights, &metadata)?;
@@ -222,16 +234,36 @@ pub fn compile_graph_for(
             target.name()
         )));
     }
+    let mut output_cosine = None;
     let quantized = match &opts.quantize {
         Some(_) if target != Target::Cpu => return Err(CompileError::QuantizeTarget(target.to_string())),
-        Some(cfg) => quantize_weights(&mut graph, cfg)?,
+        Some(cfg) => match opts.calibration.as_deref() {
+            None if cfg.needs_calibration() => {
+                return Err(CompileError::Calibration("this quantization mode needs --calibration DIR".into()))
+            }
+            None => quantize_weights(&mut graph, cfg)?,
+            Some(dir) => {
+                let samples = crate::calibrate::read_samples(dir)?;
+                let mut cfg = cfg.clone();
+                if cfg.uses_calibration() && cfg.activations.is_empty() {
+                    cfg.activations = crate::calibrate::observe(&graph, &samples)?;
+                }
+                let effect = crate::calibrate::measure(&graph, &cfg, &samples)?;
+                let mut reports = quantize_weights(&mut graph, &cfg)?;
+                for (r, db) in reports.iter_mut().zip(&effect.layer_sqnr_db) {
+                    r.output_sqnr_db = r.bits.map(|_| *db);
+                }
+                output_cosine = Some(effect.output_cosine);
+                reports
+            }
+        },
         None => Vec::new(),
     };
     let (writer, summary) = match target.desc().segments {
         None => compile_graph_with_passes(graph, &default_pipeline(target), &opts, metadata),
         Some(_) => compile_graph_pjrt(graph, &opts, backend.precision(), metadata),
     }?;
-    Ok((writer, CompileSummary { quantized, ..summary }))
+    Ok((writer, CompileSummary { quantized, output_cosine, ..summary }))
 }
 
 /// The PJRT pipeline: the PJRT target keeps what the CPU keeps (linear, norms,
@@ -261,6 +293,7 @@ fn compile_graph_pjrt(
         peak_live_bytes: lowered.plan.peak_live_bytes,
         weights_bytes: lowered.weights.len(),
         quantized: Vec::new(),
+        output_cosine: None,
         sharding,
     };
     let accel = postcard::to_allocvec(&lowered.accel).map_err(|e| {

@@ -4,10 +4,12 @@
 //! - [`pt2`]: the `.pt2` container and its JSON program, as data (no IR).
 //! - [`import`]: turns a parsed program into a [`kiln_ir::Graph`].
 //! - [`lower`]: planned IR → the runtime's execution plan.
-//! - [`compile`]: the driver tying import, passes, memory planning and lowering.
+//! - [`compile`]: the driver tying import, passes, memory planning and lowering;
+//!   [`calibrate`]: runs the float program on `--calibration` samples.
 //! - [`npy`], [`steps`]: `.npy` files and `kiln run --steps` folders (from `kiln-runner`).
 //! - [`stablehlo`]: the PJRT target (partitioner; StableHLO emission with feature `mlir`).
 
+pub mod calibrate;
 pub mod compile;
 pub mod import;
 pub mod lower;

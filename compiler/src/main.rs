@@ -147,7 +147,9 @@ enum Command {
 #[derive(clap::Args, Default)]
 struct QuantArgs {
     /// Quantize the linear layers' weights: `int8-weight` (per channel, symmetric),
-    /// `int8-dynamic` (int8 weights and per-row int8 activations), or
+    /// `int8-dynamic` (int8 weights and per-row int8 activations),
+    /// `int8-static[:observer=minmax|percentile[=P]|mse]` (int8 weights, per-tensor int8
+    /// activations calibrated on --calibration samples), or
     /// `int4-weight[:group=32|64|128][:asym][:clip=none]` (group-wise, two a byte; scales
     /// chosen by MSE clipping unless `clip=none`).
     #[arg(long, value_name = "MODE")]
@@ -161,12 +163,19 @@ struct QuantArgs {
     /// Keep the last linear layer in f32.
     #[arg(long)]
     quantize_keep_last: bool,
+    /// Calibration samples for `int8-static`: DIR/sample_0/input_0.npy, … (the float
+    /// program runs on each to observe the layers' input ranges).
+    #[arg(long, value_name = "DIR")]
+    calibration: Option<PathBuf>,
 }
 
 impl QuantArgs {
     fn config(&self) -> Result<Option<kiln_passes::QuantizeConfig>, String> {
         let Some(mode) = &self.quantize else {
-            let stray = !self.quantize_skip.is_empty() || self.quantize_keep_first || self.quantize_keep_last;
+            let stray = !self.quantize_skip.is_empty()
+                || self.quantize_keep_first
+                || self.quantize_keep_last
+                || self.calibration.is_some();
             return if stray { Err("--quantize-* options need --quantize MODE".into()) } else { Ok(None) };
         };
         let scheme = kiln_passes::QuantScheme::parse(mode)?;
@@ -175,12 +184,13 @@ impl QuantArgs {
             skip: self.quantize_skip.clone(),
             keep_first: self.quantize_keep_first,
             keep_last: self.quantize_keep_last,
+            activations: Vec::new(),
         }))
     }
 }
 
 /// The `--report` document: one entry per linear layer.
-fn quant_report(layers: &[kiln_passes::LayerReport]) -> serde_json::Value {
+fn quant_report(layers: &[kiln_passes::LayerReport], output_cosine: Option<&[f64]>) -> serde_json::Value {
     let finite = |x: f64| if x.is_finite() { json!(x) } else { json!(null) };
     let rows: Vec<_> = layers
         .iter()
@@ -190,13 +200,20 @@ fn quant_report(layers: &[kiln_passes::LayerReport]) -> serde_json::Value {
                 "float_bytes": l.float_bytes, "quantized_bytes": l.quant_bytes,
                 "bytes_saved": if l.bits.is_some() { l.float_bytes.saturating_sub(l.quant_bytes) } else { 0 },
                 "weight_sqnr_db": if l.bits.is_some() { finite(l.weight_sqnr_db) } else { json!(null) },
+                "act_scale": l.act_qparams.map(|(s, _)| s), "act_zero_point": l.act_qparams.map(|(_, z)| z),
+                "output_sqnr_db": l.output_sqnr_db.map(finite),
                 "note": l.note,
             })
         })
         .collect();
     let float: usize = layers.iter().map(|l| l.float_bytes).sum();
     let quant: usize = layers.iter().map(|l| if l.bits.is_some() { l.quant_bytes } else { l.float_bytes }).sum();
-    json!({"layers": rows, "linear_float_bytes": float, "linear_bytes": quant})
+    // Per calibration sample, the quantized outputs against the float ones.
+    let cosine = output_cosine.filter(|c| !c.is_empty()).map(|c| {
+        let mean = c.iter().sum::<f64>() / c.len() as f64;
+        json!({"mean": mean, "min": c.iter().copied().fold(f64::INFINITY, f64::min), "per_sample": c})
+    });
+    json!({"layers": rows, "linear_float_bytes": float, "linear_bytes": quant, "output_cosine_vs_float": cosine})
 }
 
 fn main() -> ExitCode {
@@ -295,6 +312,7 @@ fn cmd_compile(
         target,
         verify_each: false,
         quantize: quant.config()?,
+        calibration: quant.calibration.clone(),
         shard: shard.config()?,
         native,
         ..CompileOptions::default()
@@ -332,7 +350,7 @@ fn cmd_compile(
         }
     }
     if let (Some(path), true) = (report, quant.quantize.is_some()) {
-        let text = format!("{:#}\n", quant_report(&s.quantized));
+        let text = format!("{:#}\n", quant_report(&s.quantized, s.output_cosine.as_deref()));
         match path {
             Some(path) => std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?,
             None => print!("{text}"),

@@ -341,8 +341,10 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             shape[last] = w.shape[0].clone();
             Ok(TensorType::new(x.dtype, shape))
         }
-        Op::QuantLinear { bits, group, zero_points, dynamic } => {
-            quant_linear(symbols, ins, *bits, *group, *zero_points, *dynamic)
+        Op::QuantLinear { bits, group, zero_points, dynamic, act_scale, act_zero_point } => {
+            static_activations(*dynamic, *act_scale, *act_zero_point)?;
+            // Static activations need the weights dynamic ones need.
+            quant_linear(symbols, ins, *bits, *group, *zero_points, *dynamic || act_scale.is_some())
         }
         Op::Conv { stride, padding, dilation, groups } => {
             let (x, w) = (ins[0], ins[1]);
@@ -910,6 +912,21 @@ fn linalg_type(op: crate::LinalgOp, ins: &[&TensorType]) -> Result<TensorType, S
     })
 }
 
+/// [`Op::QuantLinear`]'s static activation parameters: a positive finite
+/// f32 scale and an int8 zero point.
+fn static_activations(dynamic: bool, scale: Option<f64>, zero_point: i64) -> Result<(), String> {
+    let Some(s) = scale else {
+        return if zero_point == 0 { Ok(()) } else { Err("quant_linear act_zero_point needs act_scale".into()) };
+    };
+    if dynamic {
+        return Err("quant_linear cannot be both dynamic and static".into());
+    }
+    if !(s.is_finite() && s > 0.0 && (s as f32) as f64 == s && (-128..=127).contains(&zero_point)) {
+        return Err(format!("quant_linear act_scale {s} / act_zero_point {zero_point} out of range"));
+    }
+    Ok(())
+}
+
 /// [`Op::QuantLinear`]'s operands against its attributes (see its doc).
 fn quant_linear(
     symbols: &PrimaryMap<SymbolId, Symbol>,
@@ -959,7 +976,7 @@ fn quant_linear(
         return Err("quant_linear has too many operands for its zero_points flag".into());
     }
     if dynamic && (bits != 8 || group as i64 != k || zero_points) {
-        return Err("dynamic quant_linear needs symmetric per-channel int8 weights".into());
+        return Err("int8 activations (dynamic or static) need symmetric per-channel int8 weights".into());
     }
     let mut shape = x.shape.clone();
     let last = shape.len() - 1;

@@ -284,11 +284,16 @@ pub enum Op {
     /// a byte, element `2j` low); `zero_points` says whether that operand is
     /// there. `dynamic`: activations quantized per row to int8 (torchao's
     /// per-token symmetric rule; int8 weights, per channel, symmetric).
+    /// `act_scale` (static, from calibration; not with `dynamic`): every
+    /// activation quantized to int8 with that scale (an f32 value) and
+    /// `act_zero_point` in `[-128, 127]` (torch's `quantize_per_tensor`).
     QuantLinear {
         bits: u8,
         group: usize,
         zero_points: bool,
         dynamic: bool,
+        act_scale: Option<f64>,
+        act_zero_point: i64,
     },
     /// [`Op::Conv`] with a fused epilogue (`kiln_isa::epilogue`): `(x, w
     /// [, b] [, residual])`, as `epilogue`'s flags say; the residual is

@@ -1,7 +1,9 @@
 //! The quantized linear layer against its definition (kiln_kernels::quant's
 //! module doc), computed here from the dequantized weights.
 
-use kiln_kernels::quant::{qlinear, quantize_row_i8, row_scale_symmetric, ActQuant, PackedQWeights, QBits, QWeights};
+use kiln_kernels::quant::{
+    qlinear, quantize_row_i8, quantize_row_static, row_scale_symmetric, ActQuant, PackedQWeights, QBits, QWeights,
+};
 use kiln_kernels::Context;
 
 fn lcg(seed: &mut u64) -> f32 {
@@ -152,7 +154,7 @@ const MS: &[usize] = &[1, 2, 3, 5, 6, 7, 8, 9, 13, 16, 17];
 const NS: &[usize] = &[1, 5, 16, 17, 31, 33, 47];
 const KS: &[usize] = &[1, 3, 4, 7, 64, 66, 131];
 
-fn check_dynamic(name: &str, f: Run, g: Run) -> Check {
+fn check_int8(name: &str, act: ActQuant, f: Run, g: Run) -> Check {
     for (s, &k) in KS.iter().enumerate() {
         for &n in NS {
             let q = weights_i8(n, k, s as u64 + 1);
@@ -165,11 +167,12 @@ fn check_dynamic(name: &str, f: Run, g: Run) -> Check {
                 let x = activations(m, k, (m * 31 + n) as u64);
                 for b in [None, Some(&bias[..])] {
                     let (mut got, mut want) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
-                    f(&x, m, &packed, ActQuant::DynamicPerRow, b, &mut got);
-                    g(&x, m, &packed, ActQuant::DynamicPerRow, b, &mut want);
+                    f(&x, m, &packed, act, b, &mut got);
+                    g(&x, m, &packed, act, b, &mut want);
                     for (i, (a, e)) in got.iter().zip(&want).enumerate() {
                         if a.to_bits() != e.to_bits() {
-                            return Err(format!("{name}: m={m} n={n} k={k} bias={} [{i}]: {a} vs {e}", b.is_some()));
+                            let bias = b.is_some();
+                            return Err(format!("{name} {act:?}: m={m} n={n} k={k} bias={bias} [{i}]: {a} vs {e}"));
                         }
                     }
                 }
@@ -334,7 +337,73 @@ fn variants_are_listed_and_named() {
 fn dynamic_int8_every_variant_is_bit_exact() {
     let g = with(generic_kernels(), 1);
     for v in variants().into_iter().skip(1) {
-        check_dynamic(v.name(), &with(v, 1), &g).unwrap_or_else(|e| panic!("{e}"));
+        check_int8(v.name(), ActQuant::DynamicPerRow, &with(v, 1), &g).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Static activations: a scale that saturates the big rows and zero points
+/// at both ends and in the middle (the u8-offset variants shift them).
+const STATIC_ACTS: [ActQuant; 3] = [
+    ActQuant::Static { scale: 0.03125, zero_point: 0 },
+    ActQuant::Static { scale: 0.05, zero_point: -128 },
+    ActQuant::Static { scale: 0.0173, zero_point: 77 },
+];
+
+#[test]
+fn static_int8_every_variant_is_bit_exact() {
+    let g = with(generic_kernels(), 1);
+    for v in variants().into_iter().skip(1) {
+        for act in STATIC_ACTS {
+            check_int8(v.name(), act, &with(v, 1), &g).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
+
+#[test]
+fn static_int8_generic_follows_the_definition() {
+    let reference = |x: &[f32], m: usize, w: &PackedQWeights, act: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
+        let ActQuant::Static { scale: sx, zero_point: zp } = act else { panic!("not static") };
+        let (n, k) = (w.n(), w.k());
+        let s = KS.iter().position(|&kk| kk == k).unwrap_or(0);
+        let q = weights_i8(n, k, s as u64 + 1);
+        let scales: Vec<f32> = (0..n).map(|j| 0.001 + j as f32 * 0.0007).collect();
+        for i in 0..m {
+            // torch's quantize_per_tensor, written out: rint(x * f32(1/s)) + zp, clamped.
+            let qx: Vec<i32> = x[i * k..][..k]
+                .iter()
+                .map(|&v| ((v * (1.0 / sx)).round_ties_even() + zp as f32).clamp(-128.0, 127.0) as i32)
+                .collect();
+            for j in 0..n {
+                let acc: i32 = (0..k).map(|p| (qx[p] - zp) * q[j * k + p] as i32).sum();
+                let v = (acc as f32 * sx) * scales[j];
+                out[i * n + j] = bias.map_or(v, |b| v + b[j]);
+            }
+        }
+    };
+    for act in STATIC_ACTS {
+        check_int8("generic", act, &with(generic_kernels(), 1), &reference).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// The static row quantizer is torch's rule, ties to even included
+/// (`0.5 / 0.25 = 2.0` exactly; `x = ±(n + 0.5) · s` for a power-of-two `s`).
+#[test]
+fn static_row_quantizer_is_torchs_rule() {
+    let s = 0.25f32;
+    let row = [0.125f32, 0.375, -0.125, -0.375, 31.9, 32.0, -32.2, 1e30, -1e30, 0.0, 0.626, f32::NAN];
+    let mut got = [0i8; 12];
+    quantize_row_static(&row, s, 3, &mut got);
+    assert_eq!(got, [3, 5, 3, 1, 127, 127, -126, 127, -128, 3, 6, 0]);
+    // Against round_ties_even on a sweep of values and zero points.
+    let mut seed = 11;
+    let xs: Vec<f32> = (0..4096).map(|i| lcg(&mut seed) * 8.0 + (i % 7) as f32 * 0.015625).collect();
+    for (s, zp) in [(0.015625f32, 0), (0.0173, -128), (0.05, 127), (1e-3, -5)] {
+        let mut got = vec![0i8; xs.len()];
+        quantize_row_static(&xs, s, zp, &mut got);
+        for (&x, &q) in xs.iter().zip(&got) {
+            let want = ((x * (1.0 / s)).round_ties_even() + zp as f32).clamp(-128.0, 127.0) as i8;
+            assert_eq!(q, want, "x = {x}, s = {s}, zp = {zp}");
+        }
     }
 }
 
@@ -359,7 +428,8 @@ fn dynamic_int8_generic_follows_the_definition() {
             }
         }
     };
-    check_dynamic("generic", &with(generic_kernels(), 1), &reference).unwrap_or_else(|e| panic!("{e}"));
+    check_int8("generic", ActQuant::DynamicPerRow, &with(generic_kernels(), 1), &reference)
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
@@ -408,7 +478,9 @@ fn results_do_not_depend_on_the_thread_count() {
     .unwrap();
     let x = activations(m, k, 3);
     for v in variants() {
-        for (w, act) in [(&w8, ActQuant::DynamicPerRow), (&w8, ActQuant::Float), (&w4, ActQuant::Float)] {
+        let cases =
+            [(&w8, ActQuant::DynamicPerRow), (&w8, STATIC_ACTS[2]), (&w8, ActQuant::Float), (&w4, ActQuant::Float)];
+        for (w, act) in cases {
             let mut first = vec![0f32; m * n];
             with(v, 1)(&x, m, w, act, None, &mut first);
             for threads in [2, 3, 4] {
@@ -440,6 +512,8 @@ fn bad_calls_are_errors() {
     let x = [0.5f32; 32];
     let mut out = [0f32; 8];
     assert!(qlinear(&mut cx, &x, 2, &w, ActQuant::DynamicPerRow, None, &mut out).is_err(), "zero points with dynamic");
+    let st = ActQuant::Static { scale: 0.1, zero_point: 0 };
+    assert!(qlinear(&mut cx, &x, 2, &w, st, None, &mut out).is_err(), "zero points with static");
     assert!(qlinear(&mut cx, &x, 2, &w, ActQuant::Float, None, &mut out).is_ok());
     assert!(qlinear(&mut cx, &x[..31], 2, &w, ActQuant::Float, None, &mut out).is_err(), "short x");
     assert!(qlinear(&mut cx, &x, 2, &w, ActQuant::Float, Some(&[0.0; 3]), &mut out).is_err(), "short bias");
@@ -478,7 +552,7 @@ fn checks_reject_broken_variants() {
         }
         g(&xr, m, w, act, bias, out)
     };
-    assert!(check_dynamic("half away", &away, &g).is_err());
+    assert!(check_int8("half away", ActQuant::DynamicPerRow, &away, &g).is_err());
     // The last column of a partial tile left unwritten.
     let tail = |x: &[f32], m: usize, w: &PackedQWeights, act: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
         g(x, m, w, act, bias, out);
@@ -487,7 +561,7 @@ fn checks_reject_broken_variants() {
             out[n - 1] = 0.0;
         }
     };
-    assert!(check_dynamic("tail", &tail, &g).is_err());
+    assert!(check_int8("tail", ActQuant::DynamicPerRow, &tail, &g).is_err());
     assert!(check_weight_only("tail", &tail, &g).is_err());
     // A saturating i16 pair sum (what a bare `vpmaddubsw` would do).
     let saturating = |x: &[f32], m: usize, w: &PackedQWeights, act: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
@@ -500,7 +574,7 @@ fn checks_reject_broken_variants() {
             }
         }
     };
-    assert!(check_dynamic("saturating", &saturating, &g).is_err());
+    assert!(check_int8("saturating", ActQuant::DynamicPerRow, &saturating, &g).is_err());
     // Weight-only ignoring the zero points.
     let no_zp = |x: &[f32], m: usize, w: &PackedQWeights, act: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
         g(x, m, w, act, bias, out);

@@ -28,6 +28,7 @@ mod fuse_norm;
 mod host;
 mod legalize;
 pub mod memory;
+mod observe;
 mod pipeline;
 mod quant_linear;
 mod quantize;
@@ -50,12 +51,15 @@ pub use fuse_epilogue::fuse_epilogues;
 pub use fuse_norm::fuse_rms_norm;
 pub use legalize::legalize_dtypes;
 pub use memory::{check_plan, plan_memory, LoopPlan, MemoryOptions, MemoryPlan, Slot};
+pub use observe::{range_qparams, ActObservation, Observer};
 pub use pipeline::{cleanup, default_pipeline, pipeline_for, run_pipeline, Options, Pass, PassRecord, Report};
 pub use pipeline::{
     CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LEGALIZE,
     QUANT_LINEAR, SIMPLIFY,
 };
 pub use quant_linear::quantize_linear_weights;
-pub use quantize::{glob_match, quantize_weights, sqnr_db, LayerReport, QuantScheme, QuantizeConfig};
+pub use quantize::{
+    glob_match, layer_inputs, layer_outputs, quantize_weights, sqnr_db, LayerReport, QuantScheme, QuantizeConfig,
+};
 pub use simplify::simplify;
 pub use target::{data_dtype, Layout, OpKind, OpRow, OpTable, Support, Target, TargetDesc, DTYPES};

@@ -42,7 +42,7 @@ pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed
         };
         let out_ty = g.ty(node.outputs[0]).clone();
         let loc = node.loc;
-        let (op, mut inputs) = w.into_operands(g, x, false);
+        let (op, mut inputs) = w.into_operands(g, x, Acts::Float);
         inputs.extend(bias);
         Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]))
     })?;
@@ -57,6 +57,15 @@ pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed
         }
     }
     Ok(Changed::Yes)
+}
+
+/// How a rewritten layer treats its activations (`Op::QuantLinear`'s
+/// `dynamic` and `act_scale`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Acts {
+    Float,
+    Dynamic,
+    Static { scale: f32, zero_point: i32 },
 }
 
 /// A quantized `[n, k]` weight: integers one a byte, `n * (k / group)`
@@ -74,12 +83,12 @@ pub(crate) struct QuantWeight {
 impl QuantWeight {
     /// Whether the weight is stored as int4: every value fits (exact), and
     /// the layer does not quantize its activations (int8 weights only).
-    fn int4(&self, dynamic: bool) -> bool {
-        !dynamic && self.k.is_multiple_of(2) && self.q.iter().all(|v| (-8..=7).contains(v))
+    fn int4(&self, acts: Acts) -> bool {
+        acts == Acts::Float && self.k.is_multiple_of(2) && self.q.iter().all(|v| (-8..=7).contains(v))
     }
 
     pub fn bits(&self) -> u8 {
-        if self.int4(false) {
+        if self.int4(Acts::Float) {
             4
         } else {
             8
@@ -100,8 +109,8 @@ impl QuantWeight {
 
     /// The op and its leading operands `(x, w, scales [, zero_points])`, the
     /// weight packed to int4 when every value fits.
-    pub fn into_operands(self, g: &mut Graph, x: ValueId, dynamic: bool) -> (Op, Vec<ValueId>) {
-        let int4 = self.int4(dynamic);
+    pub fn into_operands(self, g: &mut Graph, x: ValueId, acts: Acts) -> (Op, Vec<ValueId>) {
+        let int4 = self.int4(acts);
         let (bits, w) = if int4 {
             let bytes: Vec<u8> =
                 self.q.chunks_exact(2).map(|p| (p[0] as u8 & 0x0f) | ((p[1] as u8 & 0x0f) << 4)).collect();
@@ -115,7 +124,20 @@ impl QuantWeight {
         if let Some(zp) = &self.zero_points {
             inputs.push(self.add(g, DType::I8, groups, zp.iter().map(|&v| v as u8).collect()));
         }
-        let op = Op::QuantLinear { bits, group: self.group, zero_points: self.zero_points.is_some(), dynamic };
+        let op = Op::QuantLinear {
+            bits,
+            group: self.group,
+            zero_points: self.zero_points.is_some(),
+            dynamic: acts == Acts::Dynamic,
+            act_scale: match acts {
+                Acts::Static { scale, .. } => Some(f64::from(scale)),
+                _ => None,
+            },
+            act_zero_point: match acts {
+                Acts::Static { zero_point, .. } => i64::from(zero_point),
+                _ => 0,
+            },
+        };
         (op, inputs)
     }
 

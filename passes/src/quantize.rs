@@ -9,9 +9,12 @@
 //!
 //! Rounding is torch's: `q = clamp(rint(w · (1 / s)) + zp, qmin, qmax)`,
 //! the reciprocal in f32, half to even. Schemes:
-//! - int8 (weight-only and dynamic): per output channel, symmetric, torchao's
-//!   rule `s = max|w_row| / 127.5` over `[-128, 127]` — the same integers
-//!   torchao's `Int8WeightOnlyConfig` stores;
+//! - int8 (weight-only, dynamic and static): per output channel, symmetric,
+//!   torchao's rule `s = max|w_row| / 127.5` over `[-128, 127]` — the same
+//!   integers torchao's `Int8WeightOnlyConfig` stores; static activations
+//!   get one scale and zero point per layer input from the observer over
+//!   the calibration samples' values ([`crate::observe`]), which the
+//!   compiler collects by running the float program;
 //! - int4: per group of `group` input features, `[-8, 7]`, symmetric (`s =
 //!   m / 7.5`, `m` = max |w|) or asymmetric (`s = (max − min) / 15` over the
 //!   range widened to hold 0, `zp = clamp(−8 − rint(min / s))`), the range
@@ -20,10 +23,15 @@
 //!   by least squares to its integers (MSE clipping; `clip=none` keeps the
 //!   full range, torchao's `IntxWeightOnlyConfig` rule).
 
-use crate::quant_linear::{absorb_columns, QuantWeight};
+use crate::observe::{ActObservation, Observer};
+use crate::quant_linear::{absorb_columns, Acts, QuantWeight};
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::PassError;
-use kiln_ir::{DType, Graph, NodeId, Op, ValueId};
+use kiln_ir::{BinaryOp, ConstBytes, DType, Graph, NodeId, Op, TensorType, ValueId};
+
+/// A layer's quantized weight, its activations, and the per-input-channel
+/// scaling its input gets first (activation-aware int4).
+type Chosen = (QuantWeight, Acts, Option<Vec<f32>>);
 
 /// How the weights are quantized.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,12 +40,16 @@ pub enum QuantScheme {
     Int8Weight,
     /// Per-channel symmetric int8 weights, per-row dynamic int8 activations.
     Int8Dynamic,
+    /// Per-channel symmetric int8 weights, per-tensor int8 activations with
+    /// parameters from calibration ([`QuantizeConfig::activations`]).
+    Int8Static { observer: Observer },
     /// Group-wise int4 weights (two a byte), f32 activations.
     Int4Weight { group: usize, asymmetric: bool, clip_search: bool },
 }
 
 impl QuantScheme {
-    /// `int8-weight`, `int8-dynamic`, `int4-weight[:group=32|64|128][:asym][:clip=none]`.
+    /// `int8-weight`, `int8-dynamic`, `int8-static[:observer=minmax|percentile[=P]|mse]`,
+    /// `int4-weight[:group=32|64|128][:asym][:clip=none]`.
     pub fn parse(mode: &str) -> Result<QuantScheme, String> {
         let mut parts = mode.split(':');
         let base = parts.next().unwrap_or_default();
@@ -45,6 +57,16 @@ impl QuantScheme {
         let scheme = match base {
             "int8-weight" => QuantScheme::Int8Weight,
             "int8-dynamic" => QuantScheme::Int8Dynamic,
+            "int8-static" => {
+                let mut observer = Observer::MinMax;
+                for o in &options {
+                    match o.strip_prefix("observer=") {
+                        Some(name) => observer = Observer::parse(name)?,
+                        None => return Err(format!("unknown int8-static option `{o}` (observer=NAME)")),
+                    }
+                }
+                return Ok(QuantScheme::Int8Static { observer });
+            }
             "int4-weight" => {
                 let (mut group, mut asymmetric, mut clip_search) = (32, false, true);
                 for o in &options {
@@ -64,7 +86,7 @@ impl QuantScheme {
             other => {
                 return Err(format!(
                     "unknown quantization mode `{other}` (known: int8-weight, int8-dynamic, \
-                     int4-weight[:group=32|64|128][:asym])"
+                     int8-static[:observer=..], int4-weight[:group=32|64|128][:asym])"
                 ))
             }
         };
@@ -85,11 +107,25 @@ pub struct QuantizeConfig {
     /// Keep the first / last linear layer (in schedule order) in f32.
     pub keep_first: bool,
     pub keep_last: bool,
+    /// What each linear layer's input took on the calibration samples, in
+    /// [`layer_inputs`]' order (the compiler fills it: `--calibration`).
+    pub activations: Vec<ActObservation>,
 }
 
 impl QuantizeConfig {
     pub fn new(scheme: QuantScheme) -> QuantizeConfig {
-        QuantizeConfig { scheme, skip: Vec::new(), keep_first: false, keep_last: false }
+        QuantizeConfig { scheme, skip: Vec::new(), keep_first: false, keep_last: false, activations: Vec::new() }
+    }
+
+    /// Whether the scheme needs [`QuantizeConfig::activations`].
+    pub fn needs_calibration(&self) -> bool {
+        matches!(self.scheme, QuantScheme::Int8Static { .. })
+    }
+
+    /// Whether the scheme uses [`QuantizeConfig::activations`] when given
+    /// (int4 fits its scales to the activation magnitudes).
+    pub fn uses_calibration(&self) -> bool {
+        matches!(self.scheme, QuantScheme::Int8Static { .. } | QuantScheme::Int4Weight { .. })
     }
 }
 
@@ -108,6 +144,11 @@ pub struct LayerReport {
     pub quant_bytes: usize,
     /// Signal-to-quantization-noise ratio of the dequantized weight, in dB.
     pub weight_sqnr_db: f64,
+    /// Static activations: the scale and zero point chosen.
+    pub act_qparams: Option<(f32, i32)>,
+    /// With calibration samples: the SQNR of the layer's output in the
+    /// quantized program against the float one, over the samples, in dB.
+    pub output_sqnr_db: Option<f64>,
     pub note: String,
 }
 
@@ -115,8 +156,20 @@ pub struct LayerReport {
 pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerReport>, PassError> {
     crate::check::guard(g, "quantize")?;
     let layers = find_layers(g);
+    let observer = match cfg.scheme {
+        QuantScheme::Int8Static { observer } => Some(observer),
+        _ => None,
+    };
+    if (observer.is_some() || !cfg.activations.is_empty()) && cfg.activations.len() != layers.len() {
+        let detail = format!(
+            "int8-static needs calibration (--calibration DIR): {} activation observations for {} linear layers",
+            cfg.activations.len(),
+            layers.len()
+        );
+        return Err(PassError::new("quantize", detail));
+    }
     let mut reports = Vec::new();
-    let mut chosen: Vec<(NodeId, QuantWeight)> = Vec::new();
+    let mut chosen: Vec<(NodeId, Chosen)> = Vec::new();
     for (i, layer) in layers.iter().enumerate() {
         let name = g.values[layer.weight].attrs.origin.clone().unwrap_or_else(|| format!("linear#{i}"));
         let (n, k) = layer.dims;
@@ -129,6 +182,8 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
             float_bytes: n * k * 4,
             quant_bytes: 0,
             weight_sqnr_db: f64::INFINITY,
+            act_qparams: None,
+            output_sqnr_db: None,
             note: String::new(),
         };
         let kept = if cfg.keep_first && i == 0 {
@@ -147,30 +202,69 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
             reports.push(report);
             continue;
         }
+        let acts = match (&cfg.scheme, observer) {
+            (_, Some(obs)) => {
+                let (scale, zero_point) = cfg.activations[i].qparams(obs);
+                report.act_qparams = Some((scale, zero_point));
+                Acts::Static { scale, zero_point }
+            }
+            (QuantScheme::Int8Dynamic, _) => Acts::Dynamic,
+            _ => Acts::Float,
+        };
         let w = f32_weight(g, layer.weight);
-        let qw = quantize_matrix(&w, n, k, &cfg.scheme, g.values[layer.weight].attrs.clone());
+        let attrs = g.values[layer.weight].attrs.clone();
+        let magnitudes = cfg.activations.get(i).and_then(|o| Magnitudes::of(o, k));
+        let (qw, input_scale) = match (&cfg.scheme, &magnitudes) {
+            (QuantScheme::Int4Weight { .. }, Some(m)) => activation_aware(&w, n, k, &cfg.scheme, m, attrs),
+            _ => (quantize_matrix(&w, n, k, &cfg.scheme, None, attrs), None),
+        };
         report.bits = Some(qw.bits());
         report.group = qw.group;
         report.quant_bytes = qw.stored_bytes();
-        report.weight_sqnr_db = sqnr_db(&w, &qw.dequantized());
+        // Against the f32 weight: the stored weight undone by the input scaling.
+        let mut dq = qw.dequantized();
+        if let Some(s) = &input_scale {
+            dq.iter_mut().enumerate().for_each(|(i, v)| *v /= s[i % k]);
+            report.note = "activation-aware input scaling".into();
+        }
+        report.weight_sqnr_db = sqnr_db(&w, &dq);
         reports.push(report);
-        chosen.push((layer.node, qw));
+        chosen.push((layer.node, (qw, acts, input_scale)));
     }
-    let dynamic = cfg.scheme == QuantScheme::Int8Dynamic;
-    let mut by_node: std::collections::HashMap<NodeId, QuantWeight> = chosen.into_iter().collect();
+    let mut by_node: std::collections::HashMap<NodeId, Chosen> = chosen.into_iter().collect();
     rewrite_in_order(g, |g, n| {
-        let Some(qw) = by_node.remove(&n) else { return Ok(Rewrite::Keep) };
+        let Some((qw, acts, input_scale)) = by_node.remove(&n) else { return Ok(Rewrite::Keep) };
         let node = &g.nodes[n];
-        let (x, bias) = (node.inputs[0], node.inputs.get(2).copied().filter(|_| node.op == Op::Linear));
+        let (mut x, bias) = (node.inputs[0], node.inputs.get(2).copied().filter(|_| node.op == Op::Linear));
         let out_ty = g.ty(node.outputs[0]).clone();
         let loc = node.loc;
-        let (op, mut inputs) = qw.into_operands(g, x, dynamic);
+        if let Some(s) = input_scale {
+            // x / s, as x · (1 / s): the weight was quantized as W · diag(s).
+            let inv: Vec<u8> = s.iter().flat_map(|v| (1.0 / v).to_le_bytes()).collect();
+            let inv = g.add_const(None, TensorType::fixed(DType::F32, &[s.len() as i64]), ConstBytes::owned(inv));
+            let x_ty = g.ty(x).clone();
+            x = g.push(Op::Binary(BinaryOp::Mul), vec![x, inv], x_ty, loc);
+        }
+        let (op, mut inputs) = qw.into_operands(g, x, acts);
         inputs.extend(bias);
         Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]))
     })?;
     // addmm's bias, added after the product.
     absorb_columns(g)?;
     Ok(reports)
+}
+
+/// The input `x` of every linear layer [`quantize_weights`] finds, in its
+/// order: the values calibration observes.
+pub fn layer_inputs(g: &Graph) -> Vec<ValueId> {
+    find_layers(g).iter().map(|l| g.nodes[l.node].inputs[0]).collect()
+}
+
+/// The product each of those layers computes (before addmm's bias), in the
+/// same order: what the report compares between the float and the
+/// quantized program.
+pub fn layer_outputs(g: &Graph) -> Vec<ValueId> {
+    find_layers(g).iter().map(|l| g.nodes[l.node].outputs[0]).collect()
 }
 
 struct Layer {
@@ -226,19 +320,104 @@ pub fn sqnr_db(w: &[f32], dq: &[f32]) -> f64 {
     }
 }
 
-/// Quantizes a row-major `[n, k]` matrix (see the module doc).
-fn quantize_matrix(w: &[f32], n: usize, k: usize, scheme: &QuantScheme, attrs: kiln_ir::ValueAttrs) -> QuantWeight {
+/// Per input channel: the mean `|x|` and mean `x²` of a layer's input on
+/// the calibration samples.
+struct Magnitudes {
+    mean_abs: Vec<f64>,
+    mean_sq: Vec<f64>,
+}
+
+impl Magnitudes {
+    fn of(o: &ActObservation, k: usize) -> Option<Magnitudes> {
+        if o.channel_abs.len() != k || o.rows == 0 {
+            return None;
+        }
+        let rows = o.rows as f64;
+        Some(Magnitudes {
+            mean_abs: o.channel_abs.iter().map(|v| v / rows).collect(),
+            mean_sq: o.channel_sq.iter().map(|v| v / rows).collect(),
+        })
+    }
+}
+
+/// Exponents tried for the activation-aware input scaling `s_c = mean|x_c|^α`.
+const AWQ_ALPHAS: [f64; 9] = [0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0];
+
+/// Activation-aware int4 (AWQ-style): the weight's columns scaled by `s_c
+/// = mean|x_c|^α` (normalised to a geometric mean of 1) before group-wise
+/// quantization, the input divided by `s` at run time, so that channels
+/// with large activations get finer steps. Each group's clipping minimises
+/// the error weighted by `E[x_c²]`, the layer output's error to first
+/// order; α is chosen by that same error over the whole weight (a coarse
+/// clipping search per α, then the full one for the chosen α). `α = 0`
+/// (no scaling; returned as `None`) is the activation-weighted MSE
+/// clipping alone.
+fn activation_aware(
+    w: &[f32],
+    n: usize,
+    k: usize,
+    scheme: &QuantScheme,
+    m: &Magnitudes,
+    attrs: kiln_ir::ValueAttrs,
+) -> (QuantWeight, Option<Vec<f32>>) {
+    let scaling = |alpha: f64| -> Vec<f32> {
+        let raw: Vec<f64> = m.mean_abs.iter().map(|&a| a.max(1e-8).powf(alpha)).collect();
+        let log_mean = raw.iter().map(|v| v.ln()).sum::<f64>() / k as f64;
+        raw.iter().map(|v| ((v.ln() - log_mean).exp() as f32).clamp(1e-4, 1e4)).collect()
+    };
+    let coarse = match *scheme {
+        QuantScheme::Int4Weight { group, asymmetric, clip_search: true } => {
+            QuantScheme::Int4Weight { group, asymmetric, clip_search: false }
+        }
+        ref other => other.clone(),
+    };
+    let attempt = |alpha: f64, scheme: &QuantScheme| {
+        let s = scaling(alpha);
+        let scaled: Vec<f32> = w.iter().enumerate().map(|(i, &v)| v * s[i % k]).collect();
+        // Error in the original space: (w'_c − ŵ'_c) / s_c, weighted by E[x_c²].
+        let imp: Vec<f64> = (0..k).map(|c| m.mean_sq[c] / (s[c] as f64).powi(2)).collect();
+        let qw = quantize_matrix(&scaled, n, k, scheme, Some(&imp), attrs.clone());
+        let dq = qw.dequantized();
+        let err: f64 =
+            scaled.iter().zip(&dq).enumerate().map(|(i, (&a, &b))| imp[i % k] * (a as f64 - b as f64).powi(2)).sum();
+        (err, qw, s)
+    };
+    let best = AWQ_ALPHAS
+        .iter()
+        .map(|&alpha| (attempt(alpha, &coarse).0, alpha))
+        .fold((f64::INFINITY, 0.0), |b, c| if c.0 < b.0 { c } else { b })
+        .1;
+    let (_, qw, s) = attempt(best, scheme);
+    (qw, (best > 0.0).then_some(s))
+}
+
+/// Quantizes a row-major `[n, k]` matrix (see the module doc); `imp` (one
+/// per input channel) weights each element's squared error in the
+/// clipping search.
+fn quantize_matrix(
+    w: &[f32],
+    n: usize,
+    k: usize,
+    scheme: &QuantScheme,
+    imp: Option<&[f64]>,
+    attrs: kiln_ir::ValueAttrs,
+) -> QuantWeight {
     let (group, range, asymmetric, clip_search) = match *scheme {
-        QuantScheme::Int8Weight | QuantScheme::Int8Dynamic => (k, (-128, 127), false, false),
+        QuantScheme::Int8Weight | QuantScheme::Int8Dynamic | QuantScheme::Int8Static { .. } => {
+            (k, (-128, 127), false, false)
+        }
         QuantScheme::Int4Weight { group, asymmetric, clip_search } => (group, (-8, 7), asymmetric, clip_search),
     };
+    let ones = vec![1.0f64; k];
+    let imp = imp.unwrap_or(&ones);
     let mut q = vec![0i8; n * k];
     let mut scales = Vec::with_capacity(n * (k / group));
     let mut zero_points = Vec::with_capacity(scales.capacity());
     for (g_index, chunk) in w.chunks_exact(group).enumerate() {
         let out = &mut q[g_index * group..][..group];
         let ratios: &[f32] = if clip_search { &CLIP_RATIOS } else { &[1.0] };
-        let (s, zp) = best_params(chunk, range, asymmetric, ratios, out);
+        let col = (g_index % (k / group)) * group;
+        let (s, zp) = best_params(chunk, &imp[col..col + group], range, asymmetric, ratios, out);
         scales.push(s);
         zero_points.push(zp);
     }
@@ -258,17 +437,29 @@ const CLIP_RATIOS: [f32; 41] = {
 };
 
 /// The scale and zero point (over `ratios` of the full range) whose
-/// dequantized group is closest to `w` in squared error; writes the integers.
-fn best_params(w: &[f32], range: (i32, i32), asymmetric: bool, ratios: &[f32], out: &mut [i8]) -> (f32, i8) {
+/// dequantized group is closest to `w` in squared error, element `p`'s
+/// weighted by `imp[p]`; writes the integers.
+fn best_params(
+    w: &[f32],
+    imp: &[f64],
+    range: (i32, i32),
+    asymmetric: bool,
+    ratios: &[f32],
+    out: &mut [i8],
+) -> (f32, i8) {
     let (mn, mx) = w.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     let mut best: Option<(f64, f32, i8)> = None;
     let mut trial = vec![0i8; w.len()];
     let error = |s: f32, zp: i8, q: &[i8]| -> f64 {
-        w.iter().zip(q).map(|(&v, &t)| (v as f64 - ((t as f32 - zp as f32) * s) as f64).powi(2)).sum()
+        w.iter()
+            .zip(q)
+            .zip(imp)
+            .map(|((&v, &t), &m)| m * (v as f64 - ((t as f32 - zp as f32) * s) as f64).powi(2))
+            .sum()
     };
-    // With the integers fixed, the least-squares scale `Σ w·c / Σ c²` (c =
-    // q − zp) is at least as good; requantizing with it may be better still.
-    // A few rounds of both, with the clipping search only.
+    // With the integers fixed, the weighted least-squares scale `Σ m·w·c /
+    // Σ m·c²` (c = q − zp) is at least as good; requantizing with it may be
+    // better still. A few rounds of both, with the clipping search only.
     let rounds = if ratios.len() > 1 { 3 } else { 1 };
     for &r in ratios {
         let (mut s, zp) = params(mn * r, mx * r, range, asymmetric);
@@ -279,9 +470,9 @@ fn best_params(w: &[f32], range: (i32, i32), asymmetric: bool, ratios: &[f32], o
                 best = Some((err, s, zp));
                 out.copy_from_slice(&trial);
             }
-            let (num, den) = w.iter().zip(&trial).fold((0f64, 0f64), |(n, d), (&v, &t)| {
+            let (num, den) = w.iter().zip(&trial).zip(imp).fold((0f64, 0f64), |(n, d), ((&v, &t), &m)| {
                 let c = t as f64 - zp as f64;
-                (n + v as f64 * c, d + c * c)
+                (n + m * v as f64 * c, d + m * c * c)
             });
             let refit = (num / den) as f32;
             if round + 1 == rounds || !(refit.is_finite() && refit > 0.0) {
@@ -363,6 +554,13 @@ mod tests {
         assert!(QuantScheme::parse("int4-weight:group=3").is_err());
         assert!(QuantScheme::parse("int8-weight:asym").is_err());
         assert!(QuantScheme::parse("int3").is_err());
+        assert_eq!(QuantScheme::parse("int8-static"), Ok(QuantScheme::Int8Static { observer: Observer::MinMax }));
+        assert_eq!(
+            QuantScheme::parse("int8-static:observer=percentile=99.9"),
+            Ok(QuantScheme::Int8Static { observer: Observer::Percentile(99.9) })
+        );
+        assert!(QuantScheme::parse("int8-static:observer=max").is_err());
+        assert!(QuantScheme::parse("int8-static:asym").is_err());
     }
 
     /// torchao's int8 rule, checked against torch 2.15: `s = 1 / 127.5`,
@@ -371,7 +569,7 @@ mod tests {
     #[test]
     fn int8_rows_follow_torchao() {
         let w = [0.5f32, -1.0, 0.25, 0.0, 2.0, -0.5, 1.0, 0.125];
-        let qw = quantize_matrix(&w, 2, 4, &QuantScheme::Int8Weight, Default::default());
+        let qw = quantize_matrix(&w, 2, 4, &QuantScheme::Int8Weight, None, Default::default());
         assert_eq!(qw.scales, vec![1.0 / 127.5, 2.0 / 127.5]);
         assert_eq!(qw.q[..4], [64, -127, 32, 0]);
         assert!(qw.zero_points.is_none());
@@ -384,9 +582,32 @@ mod tests {
             (0..64).map(|i| ((i * 37 % 64) as f32 - 32.0) / 10.0 + if i == 5 { 9.0 } else { 0.0 }).collect();
         let err = |clip_search| {
             let s = QuantScheme::Int4Weight { group: 32, asymmetric: false, clip_search };
-            let qw = quantize_matrix(&w, 1, 64, &s, Default::default());
+            let qw = quantize_matrix(&w, 1, 64, &s, None, Default::default());
             w.iter().zip(qw.dequantized()).map(|(a, b)| (a - b).powi(2)).sum::<f32>()
         };
         assert!(err(true) < err(false), "{} vs {}", err(true), err(false));
+    }
+
+    /// Two input channels with activations 40× the others': scaling them
+    /// (and weighting their error) lowers the layer's output error, to first
+    /// order `Σ_c E[x_c²] Σ_j (w_jc − ŵ_jc)²`, below plain MSE clipping's.
+    #[test]
+    fn activation_aware_int4_lowers_output_error() {
+        let (n, k) = (8, 64);
+        let w: Vec<f32> = (0..n * k).map(|i| ((i * 29 % 61) as f32 - 30.0) / 40.0).collect();
+        let mean_abs: Vec<f64> = (0..k).map(|c| if c == 3 || c == 17 { 20.0 } else { 0.5 }).collect();
+        let m = Magnitudes { mean_sq: mean_abs.iter().map(|a| a * a * 1.2).collect(), mean_abs };
+        let scheme = QuantScheme::Int4Weight { group: 32, asymmetric: false, clip_search: true };
+        let out_err = |dq: &[f32]| -> f64 {
+            w.iter().zip(dq).enumerate().map(|(i, (&a, &b))| m.mean_sq[i % k] * (a as f64 - b as f64).powi(2)).sum()
+        };
+        let plain = quantize_matrix(&w, n, k, &scheme, None, Default::default()).dequantized();
+        let (qw, s) = activation_aware(&w, n, k, &scheme, &m, Default::default());
+        let mut aware = qw.dequantized();
+        if let Some(s) = &s {
+            aware.iter_mut().enumerate().for_each(|(i, v)| *v /= s[i % k]);
+        }
+        let (a, p) = (out_err(&aware), out_err(&plain));
+        assert!(a < 0.7 * p, "activation-aware {a} vs plain {p}");
     }
 }

@@ -12,13 +12,26 @@ use kiln_tests::{fixture_dir, read_numbered, temp_path};
 use std::sync::Arc;
 
 fn compile(flavour: &str, quantize: Option<QuantizeConfig>) -> (Arc<Program>, CompileSummary) {
+    compile_calibrated(flavour, quantize, None).unwrap_or_else(|e| panic!("compile: {e}"))
+}
+
+/// The MLP's static int8 fixture (`generate_static.py`).
+fn static_dir() -> std::path::PathBuf {
+    fixture_dir("quant/mlp_static")
+}
+
+fn compile_calibrated(
+    flavour: &str,
+    quantize: Option<QuantizeConfig>,
+    calibration: Option<std::path::PathBuf>,
+) -> Result<(Arc<Program>, CompileSummary), String> {
     let src = fixture_dir("quant/mlp_float").join(format!("{flavour}.pt2"));
     let tmp = temp_path("quantize");
-    let opts = CompileOptions { quantize, ..CompileOptions::default() };
-    let summary = compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("compile: {e}"));
+    let opts = CompileOptions { quantize, calibration, ..CompileOptions::default() };
+    let summary = compile_file(&src, &tmp, &opts).map_err(|e| e.to_string())?;
     let program = Program::load(&tmp).expect("load");
     std::fs::remove_file(&tmp).ok();
-    (program, summary)
+    Ok((program, summary))
 }
 
 fn mode(m: &str) -> Option<QuantizeConfig> {
@@ -143,4 +156,82 @@ fn layers_can_be_kept_in_float() {
     });
     assert_eq!(n, 1);
     assert_eq!(layers.iter().filter(|l| l.bits.is_some()).map(|l| l.name.as_str()).collect::<Vec<_>>(), ["fc2.weight"]);
+}
+
+/// int8-static with the min-max observer chooses torch's `MinMaxObserver`
+/// parameters on the same calibration samples (kiln runs the float program
+/// itself to observe them), and the program then computes what torch's
+/// fake-quant program with those parameters computes: the same activation
+/// and weight integers, the float sums in another order. One activation
+/// integer off by one would move an output by about `s_x · s_w · |q_w|`
+/// (≥ 1e-4 here), far above the tolerance.
+#[test]
+fn int8_static_matches_torch_with_the_same_scales() {
+    let dir = static_dir();
+    let scales = f32s(&kiln_tests::read_npy_as(&dir.join("act_scales.npy"), false).expect("scales"));
+    let zps = kiln_tests::read_npy_as(&dir.join("act_zero_points.npy"), false).expect("zero points");
+    let zps: Vec<i64> =
+        zps.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+    let want = f32s(&read_numbered(&dir, "output").remove(0));
+    let float = reference("mlp_float");
+    for flavour in ["training", "decomp"] {
+        let (p, s) = compile_calibrated(flavour, mode("int8-static:observer=minmax"), Some(dir.join("calib")))
+            .unwrap_or_else(|e| panic!("{flavour}: {e}"));
+        assert_eq!(quant_layers(&p), 3, "{flavour}");
+        let chosen: Vec<(f32, i64)> =
+            s.quantized.iter().map(|l| l.act_qparams.map(|(s, z)| (s, z as i64 + 128)).expect("static")).collect();
+        let torch: Vec<(f32, i64)> = scales.iter().copied().zip(zps.iter().copied()).collect();
+        assert_eq!(chosen, torch, "{flavour}: (scale, uint8 zero point) per layer");
+        let got = run(&p);
+        let d = max_abs_diff(&got, &want);
+        assert!(d <= 2e-6, "{flavour}: max diff {d} vs torch's static fake-quant");
+        assert!(cosine(&got, &float) >= 0.9999, "{flavour}: vs float");
+        // The report's measurements on the calibration samples.
+        let cos = s.output_cosine.as_deref().expect("output cosine");
+        assert_eq!(cos.len(), 8, "{flavour}: one per sample");
+        assert!(cos.iter().all(|&c| (0.999..1.0).contains(&c)), "{flavour}: {cos:?}");
+        for l in &s.quantized {
+            let db = l.output_sqnr_db.expect("output SQNR");
+            assert!((25.0..80.0).contains(&db), "{flavour} {}: output SQNR {db} dB", l.name);
+        }
+    }
+}
+
+/// int4 with calibration samples: scales fitted to the activations
+/// (weighted clipping, AWQ-style input scaling where it lowers the error),
+/// and the report measures each layer.
+#[test]
+fn int4_with_calibration() {
+    let float = reference("mlp_float");
+    let calib = Some(static_dir().join("calib"));
+    let (p, s) = compile_calibrated("decomp", mode("int4-weight"), calib).expect("compile");
+    assert_eq!(quant_layers(&p), 3);
+    let c = cosine(&run(&p), &float);
+    assert!(c >= 0.99, "cosine {c} vs float");
+    assert!(s.quantized.iter().all(|l| l.output_sqnr_db.is_some_and(|db| db > 10.0)), "{:?}", s.quantized);
+    assert!(s.output_cosine.as_deref().is_some_and(|c| c.iter().all(|&c| c > 0.99)));
+}
+
+/// Every observer makes a working static program; min-max's scales cover
+/// the whole observed range, so the others' are never larger.
+#[test]
+fn int8_static_observers_and_errors() {
+    let calib = Some(static_dir().join("calib"));
+    let float = reference("mlp_float");
+    let (_, minmax) = compile_calibrated("decomp", mode("int8-static"), calib.clone()).expect("minmax");
+    for obs in ["percentile=99.9", "mse"] {
+        let (p, s) = compile_calibrated("decomp", mode(&format!("int8-static:observer={obs}")), calib.clone())
+            .unwrap_or_else(|e| panic!("{obs}: {e}"));
+        assert_eq!(quant_layers(&p), 3, "{obs}");
+        let c = cosine(&run(&p), &float);
+        assert!(c >= 0.999, "{obs}: cosine {c} vs float");
+        for (a, b) in s.quantized.iter().zip(&minmax.quantized) {
+            let (sa, sb) = (a.act_qparams.expect("static").0, b.act_qparams.expect("static").0);
+            assert!(sa <= sb, "{obs} {}: scale {sa} above min-max's {sb}", a.name);
+        }
+    }
+    let e = compile_calibrated("decomp", mode("int8-static"), None).err().expect("no calibration");
+    assert!(e.contains("--calibration"), "{e}");
+    let e = compile_calibrated("decomp", mode("int8-static"), Some(static_dir())).err().expect("no samples");
+    assert!(e.contains("sample_0"), "{e}");
 }

@@ -294,6 +294,8 @@ fn quant_linear_checks_storage_against_attributes() {
         group,
         zero_points,
         dynamic,
+        act_scale: None,
+        act_zero_point: 0,
     };
     let x = f32t(&[b(), c(64)]);
     let w8 = ty(DType::I8, &[c(32), c(64)]);
@@ -315,5 +317,34 @@ fn quant_linear_checks_storage_against_attributes() {
     assert!(infer(q(8, 32, false, false), &[x.clone(), w8.clone(), per_channel.clone()]).is_err());
     assert!(infer(q(4, 32, true, false), &[x.clone(), w4.clone(), groups.clone()]).is_err());
     assert!(infer(q(4, 32, false, true), &[x.clone(), w4, groups]).is_err());
-    assert!(infer(q(8, 64, false, false), &[f32t(&[b(), c(63)]), w8, per_channel]).is_err());
+    assert!(infer(q(8, 64, false, false), &[f32t(&[b(), c(63)]), w8.clone(), per_channel.clone()]).is_err());
+    // Static activations: an f32 scale and an int8 zero point, never with dynamic.
+    let st = |scale: f64, zp: i64, dynamic: bool| Op::QuantLinear {
+        bits: 8,
+        group: 64,
+        zero_points: false,
+        dynamic,
+        act_scale: Some(scale),
+        act_zero_point: zp,
+    };
+    let ins = [x.clone(), w8.clone(), per_channel.clone()];
+    assert_eq!(infer(st(0.25, -3, false), &ins).unwrap(), "f32[b, 32]");
+    assert!(infer(st(0.25, -3, true), &ins).is_err(), "dynamic and static");
+    assert!(infer(st(0.25, 128, false), &ins).is_err(), "zero point out of int8");
+    assert!(infer(st(0.1, 0, false), &ins).is_err(), "not an f32 value");
+    assert!(infer(st(-1.0, 0, false), &ins).is_err(), "negative scale");
+    let mut zp_only = q(8, 64, false, false);
+    if let Op::QuantLinear { act_zero_point, .. } = &mut zp_only {
+        *act_zero_point = 4;
+    }
+    assert!(infer(zp_only, &ins).is_err(), "zero point without a scale");
+    let grouped = Op::QuantLinear {
+        bits: 8,
+        group: 32,
+        zero_points: false,
+        dynamic: false,
+        act_scale: Some(0.5),
+        act_zero_point: 0,
+    };
+    assert!(infer(grouped, &[x, w8, f32t(&[c(32), c(2)])]).is_err(), "static needs per-channel weights");
 }

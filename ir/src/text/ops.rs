@@ -250,7 +250,7 @@ fn attr_keys(name: &str) -> &'static [&'static str] {
         "while" => &["carried", "cond", "body"],
         "fused" => &["program"],
         "rms_norm" => &["normalized_rank", "eps"],
-        "quant_linear" => &["bits", "group", "zero_points", "dynamic"],
+        "quant_linear" => &["bits", "group", "zero_points", "dynamic", "act_scale", "act_zero_point"],
         _ if reduce_kind(name).is_some() => &["axes", "keep_dims"],
         _ => &[],
     }
@@ -430,6 +430,8 @@ pub(super) fn build_op(name: &str, mut a: Attrs, symbols: &PrimaryMap<SymbolId, 
                 group: uint(&a.take("group", name)?)?,
                 zero_points: boolean(&a.take("zero_points", name)?)?,
                 dynamic: boolean(&a.take("dynamic", name)?)?,
+                act_scale: a.opt("act_scale").map(|v| float(&v)).transpose()?,
+                act_zero_point: a.opt("act_zero_point").map(|v| int(&v)).transpose()?.unwrap_or(0),
             },
             "rms_norm" => Op::RmsNorm {
                 normalized_rank: uint(&a.take("normalized_rank", name)?)?,
@@ -534,12 +536,20 @@ fn format_attrs_unchecked(op: &Op, symbols: &PrimaryMap<SymbolId, Symbol>) -> Ve
         }
         Op::LinearFused { epilogue } => format_epilogue(epilogue),
         Op::BatchNorm { eps } => vec![kv("eps", format_f64(*eps))],
-        Op::QuantLinear { bits, group, zero_points, dynamic } => vec![
-            kv("bits", bits.to_string()),
-            kv("group", group.to_string()),
-            kv("zero_points", zero_points.to_string()),
-            kv("dynamic", dynamic.to_string()),
-        ],
+        Op::QuantLinear { bits, group, zero_points, dynamic, act_scale, act_zero_point } => {
+            let mut attrs = vec![
+                kv("bits", bits.to_string()),
+                kv("group", group.to_string()),
+                kv("zero_points", zero_points.to_string()),
+                kv("dynamic", dynamic.to_string()),
+            ];
+            // Static activations only: the float programs' text stays as it was.
+            if let Some(s) = act_scale {
+                attrs.push(kv("act_scale", format_f64(*s)));
+                attrs.push(kv("act_zero_point", act_zero_point.to_string()));
+            }
+            attrs
+        }
         Op::LayerNorm { normalized_rank, eps } | Op::RmsNorm { normalized_rank, eps } => {
             vec![kv("normalized_rank", normalized_rank.to_string()), kv("eps", format_f64(*eps))]
         }

@@ -65,13 +65,24 @@ const MC: usize = 96;
 /// Largest K whose i32 sums cannot overflow: `K · 128 · 128 < 2^31`.
 pub(crate) const MAX_K: usize = (1 << 17) - 1;
 
-/// `out = (f32(Σ q_x · q_w) · s_row) · scale[j] (+ bias[j])` for every row.
+/// How the activation rows are quantized.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Rows {
+    /// Per row, symmetric (the table's row quantizer).
+    Dynamic,
+    /// One compile-time scale and zero point for every row.
+    Static { scale: f32, zero_point: i32 },
+}
+
+/// `out = (f32(Σ (q_x − zp) · q_w) · s_row) · scale[j] (+ bias[j])` for every row.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     cx: &mut Context,
     kernels: &QuantKernels,
     x: &[f32],
     m: usize,
     w: &PackedQWeights,
+    act: Rows,
     bias: Option<&[f32]>,
     out: &mut [f32],
 ) {
@@ -90,12 +101,26 @@ pub(crate) fn run(
     let quantize = kernels.quantize.run;
     for (i, (row, s)) in rows.chunks_exact_mut(kp).zip(scales.iter_mut()).enumerate() {
         let (q, pad) = row.split_at_mut(k);
-        *s = quantize(&x[i * k..][..k], bytemuck::cast_slice_mut(q));
+        let xrow = &x[i * k..][..k];
+        *s = match act {
+            Rows::Dynamic => quantize(xrow, bytemuck::cast_slice_mut(q)),
+            Rows::Static { scale, zero_point } => {
+                super::quantize_row_static(xrow, scale, zero_point, bytemuck::cast_slice_mut(q));
+                scale
+            }
+        };
         pad.fill(0);
         if ukr.offset {
             row.iter_mut().for_each(|v| *v ^= 0x80);
         }
     }
+    // Padded K lanes meet zero weights, so their bytes add nothing; the
+    // zero point and the u8 offset come off through the column sums:
+    // `Σ (q − zp) · w = Σ q · w − zp · Σ w`.
+    let shift = match act {
+        Rows::Static { zero_point, .. } => zero_point,
+        Rows::Dynamic => 0,
+    } + if ukr.offset { 128 } else { 0 };
     let pad_byte = if ukr.offset { 0x80 } else { 0 };
     rows[m * kp..].fill(pad_byte);
     let (rows, scales): (&[u8], &[f32]) = (rows, scales);
@@ -133,7 +158,7 @@ pub(crate) fn run(
                     // SAFETY: in bounds (just checked); items own disjoint
                     // (row block, column group) rectangles of `out`.
                     let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(at), cols) };
-                    store_row(o, &acc[i * ukr.nr..][..cols], s, &epilogue(j0, cols), ukr.offset);
+                    store_row(o, &acc[i * ukr.nr..][..cols], s, &epilogue(j0, cols), shift);
                 }
             }
         }
@@ -148,11 +173,11 @@ struct Epilogue<'a> {
 }
 
 /// One row of a tile: `o = (f32(dot) · s) · scale (+ bias)`, where `dot`
-/// is the kernel's sum, less `128 · Σ_p w` for offset activations. Plain
-/// zipped slices, so the compiler vectorises it.
-fn store_row(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, offset: bool) {
-    let dots =
-        acc.iter().zip(e.col_sums).map(|(&a, &cs)| if offset { a.wrapping_sub(cs.wrapping_mul(128)) } else { a });
+/// is the kernel's sum less `shift · Σ_p w` (the activations' zero point,
+/// plus 128 for offset activations). Plain zipped slices, so the compiler
+/// vectorises it.
+fn store_row(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
+    let dots = acc.iter().zip(e.col_sums).map(|(&a, &cs)| a.wrapping_sub(cs.wrapping_mul(shift)));
     match e.bias {
         None => o.iter_mut().zip(dots.zip(e.scales)).for_each(|(o, (d, &sc))| *o = (d as f32 * s) * sc),
         Some(b) => {

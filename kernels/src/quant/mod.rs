@@ -30,6 +30,12 @@
 //!   (`_int_mm`, `mul(act_scale)`, `mul(w_scale)`, `add(bias)`) bit for bit.
 //!   Every variant gives the same bits (i32 sums are exact for `k < 2^17`;
 //!   deeper layers are refused).
+//! - [`ActQuant::Static`] (int8 weights, `group == k`, symmetric only):
+//!   every element of `x` is quantized with the one compile-time scale and
+//!   zero point, `q = clamp(rint(x · f32(1/s)) + zp, -128, 127)` (torch's
+//!   `quantize_per_tensor`; a uint8 zero point `z` is `z - 128` here, the
+//!   same integers shifted), then `acc = Σ (q_x − zp) · q_w` exactly in i32
+//!   and `out = (f32(acc) · s) · scale[j] + bias[j]`.
 //!
 //! # Kernels
 //! [`qlinear`] runs the context's kernel table's [`QuantKernels`] (the best
@@ -65,12 +71,16 @@ pub enum QBits {
 }
 
 /// How a [`qlinear`] treats its activations.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq)]
 pub enum ActQuant {
     /// f32 activations times the dequantized weights (weight-only).
     Float,
     /// Per-row symmetric int8 activations and an exact i32 dot product.
     DynamicPerRow,
+    /// Per-tensor int8 activations with a scale and zero point chosen at
+    /// compile time (calibration): `q = clamp(rint(x · f32(1/scale)) +
+    /// zero_point, -128, 127)`, then an exact i32 dot product.
+    Static { scale: f32, zero_point: i32 },
 }
 
 /// A quantized weight as the artifact stores it (see the module doc).
@@ -203,6 +213,20 @@ pub fn quantize_row_i8(row: &[f32], s: f32, out: &mut [i8]) {
     }
 }
 
+/// Quantizes `row` with a per-tensor scale and zero point (torch's
+/// `quantize_per_tensor` over `[-128, 127]`): `clamp(rint(x · f32(1/s)) +
+/// zp)`. Rounds with the `1.5 · 2^23` trick (round to nearest even in the
+/// default mode) on a value clamped to ±512 first, which gives the same
+/// integers as `round_ties_even` and vectorises without SSE4.1.
+pub fn quantize_row_static(row: &[f32], s: f32, zp: i32, out: &mut [i8]) {
+    const MAGIC: f32 = 12_582_912.0;
+    let (inv, zp) = (1.0 / s, zp as f32);
+    for (o, &v) in out.iter_mut().zip(row) {
+        let t = (v * inv).clamp(-512.0, 512.0);
+        *o = (((t + MAGIC) - MAGIC) + zp).clamp(-128.0, 127.0) as i8;
+    }
+}
+
 /// `out[m, n] = x[m, k] · dequant(w)^T (+ bias)`, as the module doc defines,
 /// with the context's kernel table's integer kernels and threads.
 pub fn qlinear(
@@ -243,14 +267,23 @@ pub fn qlinear_with(
     }
     match act {
         ActQuant::Float => weight_only::run(cx, kernels, x, m, w, bias, out),
-        ActQuant::DynamicPerRow => {
+        ActQuant::DynamicPerRow | ActQuant::Static { .. } => {
             if w.bits != QBits::I8 || w.group != k || w.layout.zero_points.is_some() {
-                return Err(err("dynamic int8 activations need symmetric per-channel int8 weights"));
+                return Err(err("int8 activations need symmetric per-channel int8 weights"));
             }
             if k > int8::MAX_K {
                 return Err(err(format!("k = {k} is too deep for exact i32 sums (at most {})", int8::MAX_K)));
             }
-            int8::run(cx, kernels, x, m, w, bias, out);
+            let rows = match act {
+                ActQuant::Static { scale, zero_point } => {
+                    if !(scale.is_finite() && scale > 0.0 && (-128..=127).contains(&zero_point)) {
+                        return Err(err(format!("static activation scale {scale} / zero point {zero_point}")));
+                    }
+                    int8::Rows::Static { scale, zero_point }
+                }
+                _ => int8::Rows::Dynamic,
+            };
+            int8::run(cx, kernels, x, m, w, rows, bias, out);
         }
     }
     Ok(())

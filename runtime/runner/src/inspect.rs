@@ -45,6 +45,7 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
             "peak_live_bytes": plan.peak_live_bytes,
             "quantized_layers": quantized.iter().map(|q| json!({
                 "instr": q.instr, "origin": q.origin, "bits": q.bits, "group": q.group, "dynamic": q.dynamic,
+                "static": q.act_static,
                 "out_features": q.n, "in_features": q.k, "bytes": q.bytes,
             })).collect::<Vec<_>>(),
             "accel": program.accel().map(|a| json!({
@@ -87,7 +88,11 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
     if !quantized.is_empty() {
         println!("\n{:<6} {:<5} {:<6} {:<8} {:<12} {:<10} origin", "instr", "bits", "group", "acts", "shape", "bytes");
         for q in &quantized {
-            let acts = if q.dynamic { "int8" } else { "f32" };
+            let acts = match (q.dynamic, q.act_static) {
+                (true, _) => "int8",
+                (_, true) => "int8 static",
+                _ => "f32",
+            };
             let shape = format!("{}x{}", q.n, q.k);
             println!("{:<6} {:<5} {:<6} {acts:<8} {shape:<12} {:<10} {}", q.instr, q.bits, q.group, q.bytes, q.origin);
         }
@@ -128,6 +133,8 @@ struct QuantLayer {
     bits: u32,
     group: u32,
     dynamic: bool,
+    /// Static (calibrated) int8 activations.
+    act_static: bool,
     n: u64,
     k: u64,
     /// Bytes of the stored weight, scales and zero points.
@@ -149,7 +156,8 @@ fn quantized_layers(plan: &kiln_runtime::format::Plan) -> Vec<QuantLayer> {
         .iter()
         .enumerate()
         .filter_map(|(i, ins)| {
-            let InstrOp::Call(Kernel::QuantLinear { bits, group, zero_points, dynamic }) = &ins.op else {
+            let InstrOp::Call(Kernel::QuantLinear { bits, group, zero_points, dynamic, act_scale, .. }) = &ins.op
+            else {
                 return None;
             };
             let w = tensor(ins.inputs.get(1))?;
@@ -161,6 +169,7 @@ fn quantized_layers(plan: &kiln_runtime::format::Plan) -> Vec<QuantLayer> {
                 bits: *bits,
                 group: *group,
                 dynamic: *dynamic,
+                act_static: act_scale.is_some(),
                 n: dim(w.shape.first()),
                 k: dim(w.shape.get(1)) * per_byte,
                 bytes: stored,

@@ -320,9 +320,10 @@ kernels! {
     RmsNorm { normalized_rank: u32, eps: f64 }
     /// A linear layer with `bits`-bit weights (8, or 4 two a byte), `group`
     /// input features per scale, optional zero points (operands: x, w,
-    /// scales [, zero points] [, bias]); `dynamic`: per-row int8 activations
-    /// (`kiln_kernels::quant::qlinear`).
-    QuantLinear { bits: u32, group: u32, zero_points: bool, dynamic: bool }
+    /// scales [, zero points] [, bias]); `dynamic`: per-row int8 activations;
+    /// `act_scale` (an f32 value) and `act_zero_point`: per-tensor static
+    /// int8 activations (`kiln_kernels::quant::qlinear`).
+    QuantLinear { bits: u32, group: u32, zero_points: bool, dynamic: bool, act_scale: Option<f64>, act_zero_point: i32 }
     /// [`Kernel::Conv`] with a fused epilogue: `(x, w [, bias] [, residual])`
     /// as the epilogue's flags say.
     ConvFused { stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32, epilogue: Epilogue }
