@@ -12,7 +12,7 @@
 //! vectorises (unit stride: contiguous loads). Working a row at a time keeps
 //! the output row in L1 while all taps accumulate into it.
 
-use super::conv::Geometry;
+use super::conv::{valid_columns, Geometry};
 use super::gemm::Epilogue;
 use crate::parallel::{Threads, ELEMENT_CHUNK};
 use crate::types::Scratch;
@@ -87,14 +87,6 @@ pub(super) fn conv_depthwise_f32(
             epilogue.apply(row, plane_index, r * ow);
         }
     });
-}
-
-/// Output columns `ox` in `[lo, hi)` satisfy `0 <= ox*stride + shift - pad < width`
-/// (`shift` = the tap's dilated offset); `lo == hi` when there are none.
-fn valid_columns(shift: usize, pad: usize, stride: usize, width: usize, out_width: usize) -> (usize, usize) {
-    let lo = pad.saturating_sub(shift).div_ceil(stride).min(out_width);
-    let hi = if width + pad > shift { (width + pad - shift).div_ceil(stride).min(out_width) } else { 0 };
-    (lo, hi.max(lo))
 }
 
 /// `dst[j] += weight * src[j * stride]`. The unit-stride loop is the hot one;
