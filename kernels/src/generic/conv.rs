@@ -26,13 +26,13 @@ pub struct ConvParams<'a> {
 }
 
 /// Spatial geometry padded to three dims (leading dims are 1/0/1).
-pub(super) struct Geometry {
-    pub(super) input: [usize; 3],
-    pub(super) kernel: [usize; 3],
-    pub(super) stride: [usize; 3],
-    pub(super) pad: [usize; 3],
-    pub(super) dil: [usize; 3],
-    pub(super) output: [usize; 3],
+pub(crate) struct Geometry {
+    pub(crate) input: [usize; 3],
+    pub(crate) kernel: [usize; 3],
+    pub(crate) stride: [usize; 3],
+    pub(crate) pad: [usize; 3],
+    pub(crate) dil: [usize; 3],
+    pub(crate) output: [usize; 3],
 }
 
 /// Which f32 algorithm [`conv_with`] runs. [`conv`] uses `Auto`; the others
@@ -322,7 +322,7 @@ fn conv_inner<'a>(
         }
     };
     if use_depthwise {
-        conv_depthwise_f32(xv, wv, bv, &epilogue_at(0, Bias::None), &g, cin, cout, ov, scratch);
+        conv_depthwise_f32(xv, wv, bv, &epilogue_at(0, Bias::None), &g, cin, cout, ov, table, scratch);
         return Ok(());
     }
 

@@ -276,6 +276,7 @@ impl<'a> Tile<'a> {
 /// exactly like the portable `if v < lo {lo} else {v}`: so every element is
 /// the same IEEE operations on the same operands as [`Tile::store`], bit for
 /// bit.
+#[cfg(target_arch = "x86_64")]
 #[derive(Copy, Clone)]
 pub(crate) struct VectorStore<'a> {
     pub(crate) accumulate: bool,
@@ -289,6 +290,7 @@ pub(crate) struct VectorStore<'a> {
 }
 
 /// What [`VectorStore::row`] adds to one row of a tile.
+#[cfg(target_arch = "x86_64")]
 pub(crate) struct RowAddends<'a> {
     /// Added to every element (a per-row bias).
     pub(crate) bias: Option<f32>,
@@ -298,6 +300,7 @@ pub(crate) struct RowAddends<'a> {
     pub(crate) residual: Option<&'a [f32]>,
 }
 
+#[cfg(target_arch = "x86_64")]
 impl<'a> VectorStore<'a> {
     /// Row `i`'s bias and residual.
     pub(crate) fn row(&self, i: usize) -> RowAddends<'a> {
@@ -316,6 +319,7 @@ impl<'a> VectorStore<'a> {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 impl<'a> Tile<'a> {
     /// The vector store step for a full `mr`×`nr` tile whose combine and
     /// epilogue it covers (overwrite or accumulate; no scale; bias,
