@@ -18,9 +18,8 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
 
 /// The most threads a context may ask for (a sanity bound on user input).
 pub const MAX_THREADS: usize = 256;
@@ -155,34 +154,6 @@ struct Pool {
     done: Condvar,
     /// The next item of the current job to hand out.
     next: AtomicUsize,
-    /// Mirrors of `state.generation` and `state.busy` (written under the
-    /// lock), read without it while spinning.
-    generation: AtomicU64,
-    busy: AtomicUsize,
-}
-
-/// How long a worker spins for the next job, and the submitter for the
-/// workers to finish, before sleeping on the condition variable. A model
-/// runs one job per kernel, microseconds apart; a futex wake-up costs
-/// 10–50 µs each way, which at 2 threads was a large part of a small
-/// kernel's time. Short enough that an idle pool stops burning its cores
-/// within a fraction of a millisecond.
-const SPIN: Duration = Duration::from_micros(100);
-
-/// Spins until `done()` or [`SPIN`] has passed; whether `done()` became true.
-fn spin_until(done: impl Fn() -> bool) -> bool {
-    let start = Instant::now();
-    loop {
-        for _ in 0..64 {
-            if done() {
-                return true;
-            }
-            std::hint::spin_loop();
-        }
-        if start.elapsed() >= SPIN {
-            return done();
-        }
-    }
 }
 
 /// The current job, as workers see it.
@@ -195,10 +166,6 @@ struct JobState {
     workers: usize,
     /// Whether an item of the current job panicked.
     panicked: bool,
-    /// Workers asleep on `work`, and whether the submitter sleeps on
-    /// `done`: a notification (a syscall) is only sent to a sleeper.
-    sleepers: usize,
-    submitter_asleep: bool,
 }
 
 /// A job's items: `run(i)` for `i < n`. The reference's lifetime is erased;
@@ -218,20 +185,10 @@ impl Pool {
     fn start(count: usize) -> Option<&'static Pool> {
         let pool: &'static Pool = Box::leak(Box::new(Pool {
             submit: Mutex::new(()),
-            state: Mutex::new(JobState {
-                generation: 0,
-                job: None,
-                busy: 0,
-                workers: 0,
-                panicked: false,
-                sleepers: 0,
-                submitter_asleep: false,
-            }),
+            state: Mutex::new(JobState { generation: 0, job: None, busy: 0, workers: 0, panicked: false }),
             work: Condvar::new(),
             done: Condvar::new(),
             next: AtomicUsize::new(0),
-            generation: AtomicU64::new(0),
-            busy: AtomicUsize::new(0),
         }));
         let mut started = 0;
         for index in 1..count {
@@ -258,27 +215,18 @@ impl Pool {
         // until no worker holds the job any more.
         let run: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
         self.next.store(0, Ordering::Relaxed);
-        let wake = {
+        {
             let mut state = self.lock_state();
             state.generation += 1;
             state.job = Some(Job { run, n });
             state.busy = state.workers;
             state.panicked = false;
-            self.busy.store(state.workers, Ordering::Release);
-            self.generation.store(state.generation, Ordering::Release);
-            state.sleepers > 0
-        };
-        if wake {
-            self.work.notify_all();
         }
+        self.work.notify_all();
         let mine = catch_unwind(AssertUnwindSafe(|| self.run_items(Job { run, n })));
-        // The workers usually finish within microseconds of the caller.
-        spin_until(|| self.busy.load(Ordering::Acquire) == 0);
         let mut state = self.lock_state();
         while state.busy > 0 {
-            state.submitter_asleep = true;
             state = self.done.wait(state).unwrap_or_else(|e| e.into_inner());
-            state.submitter_asleep = false;
         }
         state.job = None;
         let panicked = state.panicked;
@@ -307,15 +255,10 @@ impl Pool {
         WORKER_INDEX.with(|c| c.set(index));
         let mut seen = 0;
         loop {
-            // The next job usually comes within microseconds: spin for it
-            // before sleeping (the check below, under the lock, decides).
-            spin_until(|| self.generation.load(Ordering::Acquire) != seen);
             let job = {
                 let mut state = self.lock_state();
                 while state.generation == seen {
-                    state.sleepers += 1;
                     state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
-                    state.sleepers -= 1;
                 }
                 seen = state.generation;
                 state.job
@@ -327,8 +270,7 @@ impl Pool {
             let mut state = self.lock_state();
             state.panicked |= !ok;
             state.busy -= 1;
-            self.busy.store(state.busy, Ordering::Release);
-            if state.busy == 0 && state.submitter_asleep {
+            if state.busy == 0 {
                 self.done.notify_all();
             }
         }
