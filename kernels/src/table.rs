@@ -148,6 +148,8 @@ pub struct KernelTable {
     pub(crate) div: Entry<BinaryFn>,
     pub(crate) max: Entry<ReduceFn>,
     pub(crate) exp_sum: Entry<ExpSumFn>,
+    /// One output plane of a depthwise convolution.
+    pub(crate) depthwise: Entry<crate::generic::conv_depthwise::DepthwisePlaneFn>,
     /// The integer kernels (int8 GEMM, weight-only, row quantizer).
     pub(crate) quant: crate::quant::QuantKernels,
 }
@@ -190,6 +192,7 @@ impl KernelTable {
             ("div_f32", self.div.variant),
             ("max_f32", self.max.variant),
             ("exp_sum_f32", self.exp_sum.variant),
+            ("depthwise_plane_f32", self.depthwise.variant),
             ("qgemm_i8", self.quant.int8.variant),
             ("qlinear_weight_only", self.quant.weight_only.variant),
             ("quantize_row_i8", self.quant.quantize.variant),

@@ -233,8 +233,11 @@ fn fused_conv_equals_the_unfused_kernels() {
     let relu6 = Activation::Clamp { min: Some(0.0), max: Some(6.0) };
     // (x shape, w shape, stride, padding, groups)
     type Case = (&'static [usize], &'static [usize], usize, usize, usize);
-    let cases: [Case; 5] = [
+    let cases: [Case; 6] = [
         (&[2, 3, 17, 19], &[8, 3, 3, 3], 1, 1, 1),
+        // Stride 2 with several K slices (K = 360): the implicit im2col's
+        // strips cross output rows.
+        (&[1, 40, 15, 15], &[16, 40, 3, 3], 2, 1, 1),
         (&[1, 16, 30, 30], &[24, 16, 1, 1], 1, 0, 1),
         (&[1, 8, 33, 33], &[8, 1, 3, 3], 2, 1, 8),
         (&[1, 8, 20, 20], &[16, 4, 3, 3], 1, 1, 2),

@@ -436,6 +436,53 @@ macro_rules! variant_tests {
     (@check qlinear, $entry:ident, $t:expr, $name:expr, $act:expr) => {
         check_qlinear(&$name, $t, $act)
     };
+    (@check depthwise, $entry:ident, $t:expr, $name:expr) => {
+        check_depthwise(&$name, $t)
+    };
+}
+
+/// The depthwise plane kernel through `conv_with(.., Depthwise)` against the
+/// generic table's, bit for bit (the same operations in the same order):
+/// 3×3 at stride 1 and 2, padding 0/1/2 (the border columns), dilation,
+/// channel multiplier 2, odd widths (vector tails), 1-d and 3-d.
+fn check_depthwise(name: &str, t: &'static KernelTable) -> Check {
+    use common::{f32s, rand_f32, Buf};
+    use kiln_kernels::{conv_with, ConvAlgorithm, ConvParams, DType};
+    let mut r = common::rng(23);
+    // (x shape, w shape, stride, pad, dilation)
+    type Case = (&'static [usize], &'static [usize], &'static [usize], &'static [usize], &'static [usize]);
+    let cases: [Case; 7] = [
+        (&[1, 4, 57, 61], &[4, 1, 3, 3], &[1, 1], &[1, 1], &[1, 1]),
+        (&[2, 3, 56, 37], &[3, 1, 3, 3], &[2, 2], &[1, 1], &[1, 1]),
+        (&[1, 2, 9, 70], &[4, 1, 3, 3], &[1, 2], &[2, 0], &[1, 2]),
+        (&[1, 5, 7, 7], &[5, 1, 5, 5], &[1, 1], &[2, 2], &[1, 1]),
+        (&[1, 3, 1, 1], &[3, 1, 3, 3], &[1, 1], &[1, 1], &[1, 1]),
+        (&[1, 3, 101], &[3, 1, 3], &[2], &[1], &[1]),
+        (&[1, 2, 5, 6, 19], &[2, 1, 3, 3, 3], &[1, 1, 1], &[1, 1, 1], &[1, 1, 1]),
+    ];
+    for (xs, ws, stride, padding, dilation) in cases {
+        let sd = xs.len() - 2;
+        let mut os = vec![xs[0], ws[0]];
+        for i in 0..sd {
+            os.push((xs[2 + i] + 2 * padding[i] - dilation[i] * (ws[2 + i] - 1) - 1) / stride[i] + 1);
+        }
+        let x = f32s(xs, &rand_f32(&mut r, xs.iter().product()));
+        let w = f32s(ws, &rand_f32(&mut r, ws.iter().product()));
+        let b = f32s(&[ws[0]], &rand_f32(&mut r, ws[0]));
+        let p = ConvParams { stride, padding, dilation, groups: xs[1] };
+        let run = |table: &'static KernelTable| {
+            let mut out = Buf::zeros(DType::F32, &os);
+            let mut cx = Context::with_table(table);
+            conv_with(x.r(), w.r(), Some(b.r()), &p, out.w(), &mut cx, ConvAlgorithm::Depthwise)
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(out.get::<f32>())
+        };
+        let (got, want) = (run(t)?, run(generic())?);
+        if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+            return Err(format!("{name} {xs:?}*{ws:?} [{i}]: {} vs {}", got[i], want[i]));
+        }
+    }
+    Ok(())
 }
 
 /// The table's integer kernels through `quant::qlinear` against the generic
@@ -490,6 +537,7 @@ variant_tests! {
     div_f32: binary;
     max_f32: reduce;
     exp_sum_f32: exp_sum(2);
+    depthwise_plane_f32: depthwise;
     qgemm_i8: qlinear(kiln_kernels::quant::ActQuant::DynamicPerRow);
     qlinear_weight_only: qlinear(kiln_kernels::quant::ActQuant::Float);
     quantize_row_i8: qlinear(kiln_kernels::quant::ActQuant::DynamicPerRow);

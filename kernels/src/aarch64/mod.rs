@@ -3,6 +3,7 @@
 //! detection: [`plug`] installs them whenever the table is the NEON one.
 
 pub(crate) mod binary;
+pub(crate) mod conv;
 pub(crate) mod gemm;
 pub(crate) mod math;
 pub(crate) mod quant;
@@ -26,6 +27,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.div = Entry::new(V, binary::div);
     table.max = Entry::new(V, math::max);
     table.exp_sum = Entry::new(V, math::exp_sum);
+    table.depthwise = Entry::new(V, conv::depthwise_plane);
     // The integer kernels: `sdot` where the CPU has it (detected at run time).
     if let Some(&q) = quant::variants().last() {
         table.quant = q;

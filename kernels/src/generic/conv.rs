@@ -1,15 +1,17 @@
 //! N-d convolution (1, 2 or 3 spatial dims) as im2col + the packed GEMM.
 //!
 //! Lower-rank convolutions are run as 3-d ones with leading unit spatial dims,
-//! so there is one im2col. The column buffer is built for a chunk of output
-//! positions at a time, bounding scratch memory independently of image size.
+//! so there is one im2col. It is implicit: the column matrix is never stored;
+//! the GEMM packs each of its B strips straight from the input
+//! ([`pack_conv_strip`]), which saves a write and a read of every column
+//! element and the column buffer itself. 1×1 stride-1 convolutions read the
+//! input planes as B directly.
 
 use super::common::*;
 use super::conv_depthwise::conv_depthwise_f32;
 use super::gemm::{run_gemm, ASource, Activation, ActivationFn, BSource, Bias, Epilogue, PackedA};
 use super::math::Real;
 use crate::context::Context;
-use crate::parallel::{Threads, ELEMENT_CHUNK};
 use crate::table::KernelTable;
 use crate::types::{DType, Result, TensorMut, TensorRef};
 
@@ -23,18 +25,14 @@ pub struct ConvParams<'a> {
     pub groups: usize,
 }
 
-/// Upper bound on the im2col chunk, in f32s (4 MiB): large enough that the
-/// GEMM sees wide N, small enough to stay cache-friendly.
-const COL_BUDGET: usize = 1 << 20;
-
 /// Spatial geometry padded to three dims (leading dims are 1/0/1).
-pub(super) struct Geometry {
-    pub(super) input: [usize; 3],
-    pub(super) kernel: [usize; 3],
-    pub(super) stride: [usize; 3],
-    pub(super) pad: [usize; 3],
-    pub(super) dil: [usize; 3],
-    pub(super) output: [usize; 3],
+pub(crate) struct Geometry {
+    pub(crate) input: [usize; 3],
+    pub(crate) kernel: [usize; 3],
+    pub(crate) stride: [usize; 3],
+    pub(crate) pad: [usize; 3],
+    pub(crate) dil: [usize; 3],
+    pub(crate) output: [usize; 3],
 }
 
 /// Which f32 algorithm [`conv_with`] runs. [`conv`] uses `Auto`; the others
@@ -324,7 +322,7 @@ fn conv_inner<'a>(
         }
     };
     if use_depthwise {
-        conv_depthwise_f32(xv, wv, bv, &epilogue_at(0, Bias::None), &g, cin, cout, ov, scratch);
+        conv_depthwise_f32(xv, wv, bv, &epilogue_at(0, Bias::None), &g, cin, cout, ov, table, scratch);
         return Ok(());
     }
 
@@ -340,12 +338,7 @@ fn conv_inner<'a>(
     // Each GEMM writes its own block of output (beta = 0), and adds the
     // bias of its output channels (rows) in its epilogue.
     let pointwise = ksp == 1 && g.stride == [1; 3] && g.pad == [0; 3];
-    // Chunks of whole microkernel tiles, so only an image's last chunk has a
-    // partial tile.
-    let nr = table.gemm_tile().1;
-    let chunk = if pointwise { 0 } else { (COL_BUDGET / kdim).max(nr).next_multiple_of(nr).min(osp) };
-    let threads = scratch.pack.threads;
-    let (col, pack) = scratch.split(kdim * chunk);
+    let pack = &mut scratch.pack;
     // A group's weight: packed at load, or packed by each GEMM.
     let weight = |gi: usize, wg| match packed {
         Some(p) => ASource::Packed(&p.groups[gi]),
@@ -357,84 +350,111 @@ fn conv_inner<'a>(
             let xg = &xv[(n * cin + gi * cin_g) * isp..(n * cin + (gi + 1) * cin_g) * isp];
             let o_off = (n * cout + gi * cout_g) * osp;
             let bias = bv.map_or(Bias::None, |b| Bias::PerRow(&b[gi * cout_g..(gi + 1) * cout_g]));
+            let epilogue = epilogue_at(o_off, bias);
+            let c = &mut ov[o_off..];
             if pointwise {
-                let epilogue = epilogue_at(o_off, bias);
                 // A 1×1 stride-1 conv is already a GEMM over the input planes.
-                let c = &mut ov[o_off..];
                 let b = BSource::strided(xg, isp, false);
                 run_gemm(table, cout_g, osp, kdim, weight(gi, wg), b, c, osp, 0.0, epilogue, pack);
-                continue;
-            }
-            for c0 in (0..osp).step_by(chunk) {
-                let cl = chunk.min(osp - c0);
-                im2col(xg, cin_g, &g, c0, cl, &mut col[..kdim * cl], threads);
-                let epilogue = epilogue_at(o_off + c0, bias);
-                let c = &mut ov[o_off + c0..];
-                let b = BSource::strided(col, cl, false);
-                run_gemm(table, cout_g, cl, kdim, weight(gi, wg), b, c, osp, 0.0, epilogue, pack);
+            } else {
+                // Implicit im2col: the GEMM packs its B strips straight from
+                // the input, so the column matrix is never stored.
+                let pack_b = |pc, kc, c0, cols, strip: &mut [f32]| pack_conv_strip(xg, &g, pc, kc, c0, cols, strip);
+                let b = BSource::Implicit(&pack_b);
+                run_gemm(table, cout_g, osp, kdim, weight(gi, wg), b, c, osp, 0.0, epilogue, pack);
             }
         }
     }
     Ok(())
 }
 
-/// Fills `col[r * cl + q]` with the input value under kernel tap `r`
-/// (channel-major, then kernel z/y/x) for output position `c0 + q`, or 0 in
-/// the padding. Works one output row (fixed oz, oy) at a time: along a row the
-/// valid output columns form one interval, so each row is zeros, a (strided)
-/// copy, zeros — no per-element bounds tests.
-fn im2col(x: &[f32], channels: usize, g: &Geometry, c0: usize, cl: usize, col: &mut [f32], threads: Threads) {
-    let [id, ih, iw] = g.input;
-    let [kd, kh, kw] = g.kernel;
-    let isp = id * ih * iw;
-    // Each channel fills its own kd·kh·kw rows: shared out over the threads.
-    let rows = (kd * kh * kw * cl).max(1);
-    let len = (channels * rows).min(col.len());
-    let col = &mut col[..len];
-    // Small copies are not worth waking the pool for.
-    let threads = if col.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { threads };
-    threads.for_each_chunk(col, rows, |c, rows| im2col_channel(&x[c * isp..(c + 1) * isp], g, c0, cl, rows));
+/// Most output positions one packed strip covers (the widest microkernel
+/// tile's NR is 32).
+const MAX_STRIP: usize = 64;
+
+/// One output row's part of a strip: strip columns `j0..j0 + len` are output
+/// positions (`oz`, `oy`, `ox0..ox0 + len`).
+#[derive(Copy, Clone, Default)]
+struct RowSegment {
+    j0: usize,
+    len: usize,
+    oz: usize,
+    oy: usize,
+    ox0: usize,
 }
 
-/// [`im2col`]'s rows of one input channel (`plane`).
-fn im2col_channel(plane: &[f32], g: &Geometry, c0: usize, cl: usize, col: &mut [f32]) {
+/// Packs rows `pc..pc + kc` (channel-major, then kernel z/y/x taps) and
+/// columns `c0..c0 + cols` (output positions) of the im2col matrix of `x`
+/// (one group's input channels) into a GEMM B strip laid out k-major
+/// (`strip[p * nr + j]`, zero-padded past `cols`): the value under tap `p`
+/// for output position `c0 + j`, or 0 in the padding. The strip's positions
+/// are cut into output-row segments once; along a segment the valid columns
+/// of a tap form one interval, so each segment of each row is zeros, a
+/// (strided) copy, zeros — no per-element bounds tests.
+fn pack_conv_strip(x: &[f32], g: &Geometry, pc: usize, kc: usize, c0: usize, cols: usize, strip: &mut [f32]) {
     let [id, ih, iw] = g.input;
-    let [kd, kh, kw] = g.kernel;
+    let [_, kh, kw] = g.kernel;
     let [_, oh, ow] = g.output;
+    let (isp, ksp) = (id * ih * iw, g.kernel.iter().product::<usize>());
     let (sx, px, dx) = (g.stride[2], g.pad[2], g.dil[2]);
-    let mut rows = col.chunks_exact_mut(cl);
-    for kz in 0..kd {
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let Some(row) = rows.next() else { return };
-                // Output columns ox with 0 <= ox*sx + kx*dx - px < iw.
-                let shift = kx * dx;
-                let ox_lo = px.saturating_sub(shift).div_ceil(sx).min(ow);
-                let ox_hi = if iw + px > shift { (iw + px - shift).div_ceil(sx).min(ow) } else { 0 }.max(ox_lo);
-                let mut q = 0;
-                let mut pos = c0;
-                while q < cl {
-                    let (oz, oy, ox0) = (pos / (oh * ow), (pos / ow) % oh, pos % ow);
-                    let run = (ow - ox0).min(cl - q);
-                    let seg = &mut row[q..q + run];
-                    let iz = (oz * g.stride[0] + kz * g.dil[0]).wrapping_sub(g.pad[0]);
-                    let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
-                    // Negative coordinates wrapped to huge values fail the bounds test too.
-                    if iz >= id || iy >= ih {
-                        seg.fill(0.0);
-                    } else {
-                        let src = &plane[(iz * ih + iy) * iw..(iz * ih + iy + 1) * iw];
-                        for (j, v) in seg.iter_mut().enumerate() {
-                            let ox = ox0 + j;
-                            *v = if ox >= ox_lo && ox < ox_hi { src[ox * sx + shift - px] } else { 0.0 };
-                        }
+    let nr = strip.len() / kc.max(1);
+    assert!(cols <= nr && nr <= MAX_STRIP, "conv strip of {cols} columns, {nr} wide");
+    let mut segments = [RowSegment::default(); MAX_STRIP];
+    let mut count = 0;
+    let mut j = 0;
+    while j < cols {
+        let pos = c0 + j;
+        let (oz, oy, ox0) = (pos / (oh * ow), (pos / ow) % oh, pos % ow);
+        let len = (ow - ox0).min(cols - j);
+        segments[count] = RowSegment { j0: j, len, oz, oy, ox0 };
+        count += 1;
+        j += len;
+    }
+    let segments = &segments[..count];
+    for (p, row) in strip.chunks_exact_mut(nr).take(kc).enumerate() {
+        let r = pc + p;
+        let (ch, t) = (r / ksp, r % ksp);
+        let (kz, ky, kx) = (t / (kh * kw), (t / kw) % kh, t % kw);
+        let plane = &x[ch * isp..][..isp];
+        let shift = kx * dx;
+        let (lo, hi) = valid_columns(shift, px, sx, iw, ow);
+        row[cols..].fill(0.0);
+        for s in segments {
+            let seg = &mut row[s.j0..s.j0 + s.len];
+            // Negative coordinates wrapped to huge values fail the bounds test too.
+            let iz = (s.oz * g.stride[0] + kz * g.dil[0]).wrapping_sub(g.pad[0]);
+            let iy = (s.oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+            if iz >= id || iy >= ih {
+                seg.fill(0.0);
+                continue;
+            }
+            let src = &plane[(iz * ih + iy) * iw..][..iw];
+            // This segment's part of the valid interval, relative to it.
+            let a = lo.clamp(s.ox0, s.ox0 + s.len) - s.ox0;
+            let b = hi.clamp(s.ox0, s.ox0 + s.len) - s.ox0;
+            seg[..a].fill(0.0);
+            seg[b.max(a)..].fill(0.0);
+            if a < b {
+                let first = (s.ox0 + a) * sx + shift - px;
+                let dst = &mut seg[a..b];
+                if sx == 1 {
+                    dst.copy_from_slice(&src[first..][..dst.len()]);
+                } else {
+                    for (q, v) in dst.iter_mut().enumerate() {
+                        *v = src[first + q * sx];
                     }
-                    q += run;
-                    pos += run;
                 }
             }
         }
     }
+}
+
+/// Output columns `ox` in `[lo, hi)` satisfy `0 <= ox*stride + shift - pad < width`
+/// (`shift` = the tap's dilated offset); `lo == hi` when there are none.
+pub(super) fn valid_columns(shift: usize, pad: usize, stride: usize, width: usize, out_width: usize) -> (usize, usize) {
+    let lo = pad.saturating_sub(shift).div_ceil(stride).min(out_width);
+    let hi = if width + pad > shift { (width + pad - shift).div_ceil(stride).min(out_width) } else { 0 };
+    (lo, hi.max(lo))
 }
 
 /// Direct convolution: every output element sums its receptive field in `T`.

@@ -12,9 +12,10 @@
 //! vectorises (unit stride: contiguous loads). Working a row at a time keeps
 //! the output row in L1 while all taps accumulate into it.
 
-use super::conv::Geometry;
+use super::conv::{valid_columns, Geometry};
 use super::gemm::Epilogue;
 use crate::parallel::{Threads, ELEMENT_CHUNK};
+use crate::table::KernelTable;
 use crate::types::Scratch;
 
 /// `x` is `[N, cin, input..]`, `w` `[cout, 1, kernel..]`, `out`
@@ -32,14 +33,15 @@ pub(super) fn conv_depthwise_f32(
     cin: usize,
     cout: usize,
     out: &mut [f32],
+    table: &KernelTable,
     scratch: &mut Scratch,
 ) {
-    let [id, ih, iw] = g.input;
-    let [kd, kh, kw] = g.kernel;
-    let [_, oh, ow] = g.output;
-    let isp = id * ih * iw;
+    let [_, _, iw] = g.input;
+    let [_, _, kw] = g.kernel;
+    let [_, _, ow] = g.output;
+    let isp: usize = g.input.iter().product();
     let osp: usize = g.output.iter().product();
-    let ksp = kd * kh * kw;
+    let ksp: usize = g.kernel.iter().product();
     let multiplier = cout / cin;
 
     // columns[2 * kx .. 2 * kx + 2] = the output columns [lo, hi) whose tap kx
@@ -54,47 +56,81 @@ pub(super) fn conv_depthwise_f32(
     let columns = &*columns;
 
     // Output planes are independent: shared out whole over the threads.
+    let run = table.depthwise.run;
     threads.for_each_chunk(out, osp.max(1), |plane_index, plane| {
         let (n, oc) = (plane_index / cout, plane_index % cout);
-        let input = &x[(n * cin + oc / multiplier) * isp..][..isp];
-        let taps = &w[oc * ksp..][..ksp];
-        let b = bias.map_or(0.0, |b| b[oc]);
-        for (r, row) in plane.chunks_exact_mut(ow).enumerate() {
-            let (oz, oy) = (r / oh, r % oh);
-            row.fill(b);
-            for kz in 0..kd {
-                // Negative coordinates wrap to huge values and fail the bounds test too.
-                let iz = (oz * g.stride[0] + kz * g.dil[0]).wrapping_sub(g.pad[0]);
-                if iz >= id {
-                    continue;
-                }
-                for ky in 0..kh {
-                    let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
-                    if iy >= ih {
-                        continue;
-                    }
-                    let in_row = &input[(iz * ih + iy) * iw..][..iw];
-                    let row_taps = &taps[(kz * kh + ky) * kw..][..kw];
-                    for (kx, (&weight, range)) in row_taps.iter().zip(columns.chunks_exact(2)).enumerate() {
-                        let (lo, hi) = (range[0], range[1]);
-                        if lo < hi {
-                            let first = lo * g.stride[2] + kx * g.dil[2] - g.pad[2];
-                            add_scaled(&mut row[lo..hi], &in_row[first..], g.stride[2], weight);
-                        }
-                    }
-                }
-            }
-            epilogue.apply(row, plane_index, r * ow);
-        }
+        let job = DepthwisePlane {
+            input: &x[(n * cin + oc / multiplier) * isp..][..isp],
+            taps: &w[oc * ksp..][..ksp],
+            bias: bias.map_or(0.0, |b| b[oc]),
+            g,
+            columns,
+            epilogue,
+            plane_index,
+        };
+        run(&job, plane);
     });
 }
 
-/// Output columns `ox` in `[lo, hi)` satisfy `0 <= ox*stride + shift - pad < width`
-/// (`shift` = the tap's dilated offset); `lo == hi` when there are none.
-fn valid_columns(shift: usize, pad: usize, stride: usize, width: usize, out_width: usize) -> (usize, usize) {
-    let lo = pad.saturating_sub(shift).div_ceil(stride).min(out_width);
-    let hi = if width + pad > shift { (width + pad - shift).div_ceil(stride).min(out_width) } else { 0 };
-    (lo, hi.max(lo))
+/// One output plane of a depthwise convolution: its input plane, kernel taps
+/// and bias, the valid output columns of each tap column (`columns[2*kx..]`
+/// = `[lo, hi)`), and the epilogue of its rows (plane `plane_index` of the
+/// `[N·cout, osp]` output matrix).
+pub(crate) struct DepthwisePlane<'a> {
+    pub(crate) input: &'a [f32],
+    pub(crate) taps: &'a [f32],
+    pub(crate) bias: f32,
+    pub(crate) g: &'a Geometry,
+    pub(crate) columns: &'a [usize],
+    pub(crate) epilogue: &'a Epilogue<'a>,
+    pub(crate) plane_index: usize,
+}
+
+/// The kernel table's depthwise entry: fills one output plane.
+pub(crate) type DepthwisePlaneFn = fn(&DepthwisePlane<'_>, &mut [f32]);
+
+/// The portable variant.
+pub(crate) fn depthwise_plane_generic(job: &DepthwisePlane<'_>, plane: &mut [f32]) {
+    depthwise_plane(job, plane)
+}
+
+/// The plane loops, inlined into each ISA's variant: the x86 ones compile
+/// this same code with wider vectors enabled (`#[target_feature]`). Rust
+/// never contracts `a * b + c` into an FMA, so every variant does the same
+/// IEEE operations in the same order as the portable one, bit for bit.
+#[inline(always)]
+pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, plane: &mut [f32]) {
+    let g = job.g;
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let [_, oh, ow] = g.output;
+    for (r, row) in plane.chunks_exact_mut(ow).enumerate() {
+        let (oz, oy) = (r / oh, r % oh);
+        row.fill(job.bias);
+        for kz in 0..kd {
+            // Negative coordinates wrap to huge values and fail the bounds test too.
+            let iz = (oz * g.stride[0] + kz * g.dil[0]).wrapping_sub(g.pad[0]);
+            if iz >= id {
+                continue;
+            }
+            for ky in 0..kh {
+                let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+                if iy >= ih {
+                    continue;
+                }
+                let in_row = &job.input[(iz * ih + iy) * iw..][..iw];
+                let row_taps = &job.taps[(kz * kh + ky) * kw..][..kw];
+                for (kx, (&weight, range)) in row_taps.iter().zip(job.columns.chunks_exact(2)).enumerate() {
+                    let (lo, hi) = (range[0], range[1]);
+                    if lo < hi {
+                        let first = lo * g.stride[2] + kx * g.dil[2] - g.pad[2];
+                        add_scaled(&mut row[lo..hi], &in_row[first..], g.stride[2], weight);
+                    }
+                }
+            }
+        }
+        job.epilogue.apply(row, job.plane_index, r * ow);
+    }
 }
 
 /// `dst[j] += weight * src[j * stride]`. The unit-stride loop is the hot one;

@@ -168,6 +168,8 @@ impl<'a> Epilogue<'a> {
         Epilogue { bias, ..Epilogue::default() }
     }
 
+    // The x86 microkernels ask `Tile::vector_store` instead.
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
     pub(crate) fn is_empty(&self) -> bool {
         self.scale == 1.0 && matches!(self.bias, Bias::None) && self.activation.is_none() && self.residual.is_none()
     }
@@ -264,6 +266,92 @@ impl<'a> Tile<'a> {
             }
             epilogue.apply(row, row0 + i, col0);
         }
+    }
+}
+
+/// A full tile's store step in the form the ISA microkernels run from
+/// registers: per element `v = acc` (or `C + acc`), `v += bias`, then the
+/// residual and a clamp in the epilogue's order. ReLU is the clamp to
+/// `[0, +inf)` and the vector `max(lo, v)` / `min(hi, v)` pick `v` for NaN,
+/// exactly like the portable `if v < lo {lo} else {v}`: so every element is
+/// the same IEEE operations on the same operands as [`Tile::store`], bit for
+/// bit.
+#[cfg(target_arch = "x86_64")]
+#[derive(Copy, Clone)]
+pub(crate) struct VectorStore<'a> {
+    pub(crate) accumulate: bool,
+    pub(crate) clamp: Option<(f32, f32)>,
+    pub(crate) residual_first: bool,
+    bias: Bias<'a>,
+    residual: Option<(&'a [f32], usize)>,
+    row0: usize,
+    col0: usize,
+    cols: usize,
+}
+
+/// What [`VectorStore::row`] adds to one row of a tile.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct RowAddends<'a> {
+    /// Added to every element (a per-row bias).
+    pub(crate) bias: Option<f32>,
+    /// Added element by element, `cols` long: a per-column bias ...
+    pub(crate) col_bias: Option<&'a [f32]>,
+    /// ... and the residual row.
+    pub(crate) residual: Option<&'a [f32]>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a> VectorStore<'a> {
+    /// Row `i`'s bias and residual.
+    pub(crate) fn row(&self, i: usize) -> RowAddends<'a> {
+        let (r, c) = (self.row0 + i, self.col0);
+        RowAddends {
+            bias: match self.bias {
+                Bias::PerRow(b) => Some(b[r]),
+                _ => None,
+            },
+            col_bias: match self.bias {
+                Bias::PerCol(b) => Some(&b[c..][..self.cols]),
+                _ => None,
+            },
+            residual: self.residual.map(|(res, ld)| &res[r * ld + c..][..self.cols]),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a> Tile<'a> {
+    /// The vector store step for a full `mr`×`nr` tile whose combine and
+    /// epilogue it covers (overwrite or accumulate; no scale; bias,
+    /// residual, ReLU or clamp); None sends the tile to [`Tile::store`].
+    pub(crate) fn vector_store(&self, mr: usize, nr: usize) -> Option<VectorStore<'a>> {
+        let e = self.epilogue;
+        let accumulate = match self.combine {
+            Combine::Overwrite => false,
+            Combine::Accumulate => true,
+            Combine::Scale(_) => return None,
+        };
+        if self.rows != mr || self.cols != nr || e.scale != 1.0 {
+            return None;
+        }
+        let clamp = match e.activation {
+            None => None,
+            Some(a) => match a.run {
+                ActivationKernel::Clamp(lo, hi) => Some((lo, hi)),
+                ActivationKernel::Unary(_) if a.activation == Activation::Relu => Some((0.0, f32::INFINITY)),
+                ActivationKernel::Unary(_) => return None,
+            },
+        };
+        Some(VectorStore {
+            accumulate,
+            clamp,
+            residual_first: e.residual_first,
+            bias: e.bias,
+            residual: e.residual,
+            row0: self.row0,
+            col0: self.col0,
+            cols: self.cols,
+        })
     }
 }
 
@@ -510,7 +598,15 @@ pub(crate) enum BSource<'a> {
     Strided { b: &'a [f32], bl: BLayout },
     /// Packed once beforehand.
     Packed(&'a PackedB),
+    /// Never stored: `pack(pc, kc, c0, cols, strip)` writes B's rows
+    /// `pc..pc+kc`, columns `c0..c0+cols` straight into one strip in the
+    /// [`pack_b_strip`] layout (a convolution's implicit im2col).
+    Implicit(&'a StripPacker<'a>),
 }
+
+/// Packs one B strip for [`BSource::Implicit`]: `(pc, kc, c0, cols, strip)`,
+/// `strip` being `kc` rows of NR (its length / `kc`) columns.
+pub(crate) type StripPacker<'a> = dyn Fn(usize, usize, usize, usize, &mut [f32]) + Sync + 'a;
 
 impl<'a> BSource<'a> {
     /// `b[p*ldb + j]`, or `b[j*ldb + p]` when transposed.
@@ -569,6 +665,15 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
                     threads.for_each_chunk(panel, kc * nr, |s, strip| {
                         let c0 = jc + s * nr;
                         pack_b_strip(nr, b, bl, pc, kc, c0, nr.min(jc + nc - c0), strip);
+                    });
+                    *b_packs += 1;
+                    panel
+                }
+                BSource::Implicit(pack) => {
+                    let panel = &mut bpack[..strips * kc * nr];
+                    threads.for_each_chunk(panel, kc * nr, |s, strip| {
+                        let c0 = jc + s * nr;
+                        pack(pc, kc, c0, nr.min(jc + nc - c0), strip);
                     });
                     *b_packs += 1;
                     panel

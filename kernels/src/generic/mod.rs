@@ -5,7 +5,7 @@
 pub mod attention;
 pub(crate) mod common;
 pub mod conv;
-mod conv_depthwise;
+pub(crate) mod conv_depthwise;
 pub mod elementwise;
 pub mod fused;
 pub mod gemm;
@@ -48,6 +48,7 @@ pub(crate) fn table() -> KernelTable {
         div: Entry::new(G, vector::div::<f32>),
         max: Entry::new(G, vector::max::<f32>),
         exp_sum: Entry::new(G, vector::exp_sum::<f32>),
+        depthwise: Entry::new(G, conv_depthwise::depthwise_plane_generic),
         quant: crate::quant::GENERIC,
     }
 }

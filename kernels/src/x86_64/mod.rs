@@ -30,6 +30,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.div = Entry::new(V, avx2::binary::div);
     table.max = Entry::new(V, avx2::math::max);
     table.exp_sum = Entry::new(V, avx2::math::exp_sum);
+    table.depthwise = Entry::new(V, avx2::conv::depthwise_plane);
     // The integer kernels: the best variant of this level (the last listed).
     let quant = quant_variants();
     let v3 = quant.iter().rev().find(|q| q.name != "avx512_vnni");
@@ -39,6 +40,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     #[cfg(kiln_avx512)]
     if table.isa == Isa::X86_64V4 && Isa::X86_64V4.is_supported() {
         table.gemm = avx512::gemm::UKR;
+        table.depthwise = Entry::new("avx512f", avx512::conv::depthwise_plane);
         if let Some(&q) = quant.iter().find(|q| q.name == "avx512_vnni") {
             table.quant = q;
         }

@@ -3,6 +3,7 @@
 //! table that [`super::plug`] filled after detecting both features.
 
 pub(crate) mod binary;
+pub(crate) mod conv;
 pub(crate) mod gemm;
 pub(crate) mod math;
 pub(crate) mod quant;

@@ -3,5 +3,6 @@
 //! `cfg(kiln_avx512)`, see build.rs) and reached only through a v4 kernel
 //! table, built after the CPU was detected to have AVX-512.
 
+pub(crate) mod conv;
 pub(crate) mod gemm;
 pub(crate) mod quant;

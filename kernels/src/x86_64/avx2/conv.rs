@@ -1,0 +1,17 @@
+//! AVX2 depthwise convolution: the portable plane loops
+//! (`generic::conv_depthwise::depthwise_plane`) compiled with avx2,fma enabled,
+//! so their multiply-adds run on full-width vectors. Same operations in the
+//! same order as the generic variant (no FMA contraction), so bit-identical.
+
+use crate::generic::conv_depthwise::{depthwise_plane as portable, DepthwisePlane};
+
+/// The table entry.
+pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32]) {
+    // SAFETY: installed only by `x86_64::plug` after AVX2 and FMA were detected.
+    unsafe { wide(job, out) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn wide(job: &DepthwisePlane<'_>, out: &mut [f32]) {
+    portable(job, out)
+}

@@ -1,0 +1,17 @@
+//! AVX-512F depthwise convolution: the portable plane loops
+//! (`generic::conv_depthwise::depthwise_plane`) compiled with avx512f enabled,
+//! so their multiply-adds run on full-width vectors. Same operations in the
+//! same order as the generic variant (no FMA contraction), so bit-identical.
+
+use crate::generic::conv_depthwise::{depthwise_plane as portable, DepthwisePlane};
+
+/// The table entry.
+pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32]) {
+    // SAFETY: installed only in a v4 table, after AVX-512F was detected.
+    unsafe { wide(job, out) }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn wide(job: &DepthwisePlane<'_>, out: &mut [f32]) {
+    portable(job, out)
+}
