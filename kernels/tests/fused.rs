@@ -152,12 +152,24 @@ fn cases() -> Vec<Case> {
         FusedOp::Where { cond: 4, a: 2, b: 2 },
         U { op: UnaryOp::Neg, x: 5 },
     ];
+    // Scalars defined after an intermediate has died: `(a - b) * 1.5 + 0.5`,
+    // silu. A scalar must not share a slot with a per-tile register (it once
+    // took the dead `a - b` slot and was overwritten by the next tile's).
+    let late_scalars = vec![
+        B { op: Sub, a: 0, b: 1 },
+        f32s(1.5),
+        B { op: Mul, a: 2, b: 3 },
+        f32s(0.5),
+        B { op: Add, a: 4, b: 5 },
+        U { op: UnaryOp::Silu, x: 6 },
+    ];
     let f32_ = DType::F32;
     let out = |s: &[usize]| s.to_vec();
     let mut v = Vec::new();
     for shape in [vec![1], vec![7], vec![513], vec![3, 700], vec![2, 3, 5, 67]] {
         let last = *shape.last().unwrap();
         v.push(("chain", chain.clone(), vec![(f32_, out(&shape)), (f32_, out(&shape))]));
+        v.push(("late scalars", late_scalars.clone(), vec![(f32_, out(&shape)), (f32_, out(&shape))]));
         // A row broadcast over the leading dims and a column over the last.
         let mut col = shape.clone();
         *col.last_mut().unwrap() = 1;

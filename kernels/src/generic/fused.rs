@@ -112,14 +112,23 @@ fn assign_slots(program: &[FusedOp], direct: &[bool]) -> Slots {
             of[r] = slots.take();
         }
     }
-    for (i, op) in program.iter().enumerate() {
+    // Scalars are filled once per call, before any tile: each gets a slot of
+    // its own, taken before any slot is freed, so no register computed per
+    // tile can share it (a scalar defined after an intermediate died would
+    // otherwise take that intermediate's slot and be overwritten).
+    for i in 0..program.len() {
         let reg = n_in + i;
-        // Scalars are filled once per call, so their slots are never reused.
-        if reg + 1 < n_regs {
+        if is_scalar(reg) && reg + 1 < n_regs {
             of[reg] = slots.take();
         }
+    }
+    for (i, op) in program.iter().enumerate() {
+        let reg = n_in + i;
         if is_scalar(reg) {
             continue;
+        }
+        if reg + 1 < n_regs {
+            of[reg] = slots.take();
         }
         for (k, r) in op.operands().enumerate() {
             let r = r as usize;
