@@ -39,7 +39,7 @@ pub const FORMAT_MAJOR: u16 = 0;
 /// functions, and the SPMD mesh and shardings of accelerator segments), so a
 /// runtime reads exactly its own minor version; from
 /// 1.0 on, minors only add. `tests/golden/` holds one artifact per version.
-pub const FORMAT_MINOR: u16 = 5;
+pub const FORMAT_MINOR: u16 = 6;
 /// The oldest minor version this runtime reads.
 pub const FORMAT_MINOR_MIN: u16 = if FORMAT_MAJOR == 0 { FORMAT_MINOR } else { 0 };
 /// Sections start at multiples of this (a cache line; also enough for any dtype).
