@@ -103,23 +103,9 @@ fn dtype_name(d: DType) -> String {
     d.to_string()
 }
 
-/// Every output dtype as JSON numbers (f64 holds each one exactly except
-/// i64 beyond 2^53, which JSON clients read as doubles anyway).
+/// Every output dtype as JSON numbers.
 fn to_wire(name: Option<&str>, t: kiln_runtime::TensorView<'_>) -> WireTensor {
-    fn le<const N: usize>(data: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
-        data.chunks_exact(N).map(|c| c.try_into().unwrap_or([0; N]))
-    }
-    let data = match t.dtype {
-        DType::F32 => le::<4>(t.data).map(|c| f32::from_le_bytes(c) as f64).collect(),
-        DType::F64 => le::<8>(t.data).map(f64::from_le_bytes).collect(),
-        DType::F16 => le::<2>(t.data).map(|c| half::f16::from_le_bytes(c).to_f64()).collect(),
-        DType::BF16 => le::<2>(t.data).map(|c| half::bf16::from_le_bytes(c).to_f64()).collect(),
-        DType::I64 => le::<8>(t.data).map(|c| i64::from_le_bytes(c) as f64).collect(),
-        DType::I32 => le::<4>(t.data).map(|c| i32::from_le_bytes(c) as f64).collect(),
-        DType::I16 => le::<2>(t.data).map(|c| i16::from_le_bytes(c) as f64).collect(),
-        DType::I8 => t.data.iter().map(|&b| b as i8 as f64).collect(),
-        DType::U8 | DType::Bool => t.data.iter().map(|&b| b as f64).collect(),
-    };
+    let data = kiln_runtime::elements_f64(&t);
     WireTensor { name: name.map(str::to_string), dtype: dtype_name(t.dtype), shape: t.shape.to_vec(), data }
 }
 

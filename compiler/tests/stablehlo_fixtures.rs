@@ -6,11 +6,9 @@
 mod stablehlo_support;
 
 use kiln_compiler::import::import_pt2;
-use kiln_compiler::npy::read_npy;
 use kiln_compiler::stablehlo::Precision;
 use kiln_runtime::Tensor;
 use stablehlo_support::*;
-use std::path::{Path, PathBuf};
 
 const RTOL: f64 = 1e-4;
 const ATOL: f64 = 1e-5;
@@ -18,19 +16,6 @@ const ATOL: f64 = 1e-5;
 /// layers compound it; individual small elements can be off by far more than
 /// that relative to themselves, so bf16 runs are checked by relative L2 error.
 const BF16_REL_L2: f64 = 3e-2;
-
-/// `name` is a fixture (`mlp`) or one saved by another torch (`torch-2.9/mlp`).
-fn fixture_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
-}
-
-fn read_numbered(dir: &Path, prefix: &str) -> Vec<Tensor> {
-    (0..)
-        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
-        .take_while(|p| p.exists())
-        .map(|p| read_npy(&p).unwrap_or_else(|e| panic!("{e}")))
-        .collect()
-}
 
 fn check(name: &str, flavour: &str, precision: Precision) {
     let Some(plugin) = plugin() else { return };

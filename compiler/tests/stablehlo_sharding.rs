@@ -8,7 +8,6 @@
 mod stablehlo_support;
 
 use kiln_compiler::import::import_pt2;
-use kiln_compiler::npy::read_npy;
 use kiln_compiler::stablehlo::sharding::ShardingDialect;
 use kiln_compiler::stablehlo::Precision;
 use kiln_compiler::{compile_graph_for, Backend, CompileOptions, ShardConfig};
@@ -17,23 +16,11 @@ use kiln_passes::shard::{Override, Strategy};
 use kiln_runtime::format::Metadata;
 use kiln_runtime::{Program, Tensor};
 use stablehlo_support::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 const RTOL: f64 = 1e-4;
 const ATOL: f64 = 1e-5;
-
-fn fixture_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
-}
-
-fn read_numbered(dir: &Path, prefix: &str) -> Vec<Tensor> {
-    (0..)
-        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
-        .take_while(|p| p.exists())
-        .map(|p| read_npy(&p).unwrap_or_else(|e| panic!("{e}")))
-        .collect()
-}
 
 fn config(mesh: &[(&str, u32)], strategy: Strategy, dialect: ShardingDialect) -> ShardConfig {
     ShardConfig { mesh: Mesh::new(mesh), strategy, overrides: vec![], dialect }

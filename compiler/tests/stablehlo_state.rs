@@ -19,15 +19,7 @@ const RTOL: f64 = 1e-4;
 const ATOL: f64 = 1e-5;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/state").join(name)
-}
-
-fn read_numbered(dir: &Path, prefix: &str) -> Vec<Tensor> {
-    (0..)
-        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
-        .take_while(|p| p.exists())
-        .map(|p| read_npy(&p).unwrap_or_else(|e| panic!("{e}")))
-        .collect()
+    fixture_dir(&format!("state/{name}"))
 }
 
 fn steps(name: &str) -> Vec<PathBuf> {

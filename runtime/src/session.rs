@@ -48,6 +48,30 @@ impl Tensor {
     }
 }
 
+/// The elements of `t` as f64, whatever its dtype (exact for every dtype
+/// but i64 beyond 2^53; bools as 0 and 1): for reports, comparisons and
+/// JSON, not for hot paths.
+pub fn elements_f64(t: &TensorView<'_>) -> Vec<f64> {
+    fn le<const N: usize>(data: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+        data.chunks_exact(N).map(|c| {
+            let mut a = [0; N];
+            a.copy_from_slice(c);
+            a
+        })
+    }
+    match t.dtype {
+        DType::F32 => le::<4>(t.data).map(|c| f32::from_le_bytes(c) as f64).collect(),
+        DType::F64 => le::<8>(t.data).map(f64::from_le_bytes).collect(),
+        DType::F16 => le::<2>(t.data).map(|c| half::f16::from_le_bytes(c).to_f64()).collect(),
+        DType::BF16 => le::<2>(t.data).map(|c| half::bf16::from_le_bytes(c).to_f64()).collect(),
+        DType::I64 => le::<8>(t.data).map(|c| i64::from_le_bytes(c) as f64).collect(),
+        DType::I32 => le::<4>(t.data).map(|c| i32::from_le_bytes(c) as f64).collect(),
+        DType::I16 => le::<2>(t.data).map(|c| i16::from_le_bytes(c) as f64).collect(),
+        DType::I8 => t.data.iter().map(|&b| b as i8 as f64).collect(),
+        DType::U8 | DType::Bool => t.data.iter().map(|&b| b as f64).collect(),
+    }
+}
+
 pub struct Session {
     program: Arc<Program>,
     /// Allocated by the first run, once its inputs passed their checks (or

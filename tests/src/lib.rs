@@ -28,20 +28,7 @@ pub fn read_numbered(dir: &Path, prefix: &str) -> Vec<Tensor> {
 }
 
 fn as_f64(t: &TensorView<'_>) -> Vec<f64> {
-    fn le<const N: usize>(data: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
-        data.chunks_exact(N).map(|c| c.try_into().expect("chunk of N bytes"))
-    }
-    match t.dtype {
-        DType::F32 => le::<4>(t.data).map(|c| f32::from_le_bytes(c) as f64).collect(),
-        DType::F64 => le::<8>(t.data).map(f64::from_le_bytes).collect(),
-        DType::F16 => le::<2>(t.data).map(|c| half::f16::from_le_bytes(c).to_f64()).collect(),
-        DType::BF16 => le::<2>(t.data).map(|c| half::bf16::from_le_bytes(c).to_f64()).collect(),
-        DType::I64 => le::<8>(t.data).map(|c| i64::from_le_bytes(c) as f64).collect(),
-        DType::I32 => le::<4>(t.data).map(|c| i32::from_le_bytes(c) as f64).collect(),
-        DType::I16 => le::<2>(t.data).map(|c| i16::from_le_bytes(c) as f64).collect(),
-        DType::Bool | DType::U8 => t.data.iter().map(|&b| b as f64).collect(),
-        DType::I8 => t.data.iter().map(|&b| b as i8 as f64).collect(),
-    }
+    kiln_runtime::elements_f64(t)
 }
 
 /// `torch.testing.assert_close`'s default `(rtol, atol)` for a dtype; exact

@@ -11,6 +11,20 @@ use std::sync::Arc;
 
 pub const PLUGIN_ENV: &str = "KILN_TEST_XLA_CPU_PLUGIN";
 
+/// `name` is a fixture under tests/fixtures (`mlp`, `torch-2.9/mlp`, `state/counter`).
+pub fn fixture_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
+}
+
+/// `prefix_0.npy, prefix_1.npy, …` in `dir`, until one is missing.
+pub fn read_numbered(dir: &Path, prefix: &str) -> Vec<Tensor> {
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
+        .take_while(|p| p.exists())
+        .map(|p| kiln_compiler::npy::read_npy(&p).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
 /// The XLA CPU plugin from `KILN_TEST_XLA_CPU_PLUGIN`. Unset: a failure under
 /// CI (the tests must not pass vacuously there), a skip note otherwise.
 pub fn plugin() -> Option<PathBuf> {

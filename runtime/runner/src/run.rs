@@ -2,7 +2,7 @@
 //! latency, profiled, or as a recorded sequence of steps through one session.
 
 use crate::npy::{read_npy, write_npy};
-use kiln_runtime::{DType, Device, Program, SessionOptions, Tensor, TensorView};
+use kiln_runtime::{Device, Program, SessionOptions, Tensor, TensorView};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -111,14 +111,7 @@ fn gather_inputs(program: &Program, specs: &[String]) -> Result<Vec<Tensor>, Str
 }
 
 fn stats(t: &TensorView<'_>) -> Option<(f64, f64, f64)> {
-    let vals: Vec<f64> = match t.dtype {
-        DType::F32 => t.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
-        DType::F64 => t.data.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
-        DType::I64 => {
-            t.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64).collect()
-        }
-        _ => return None,
-    };
+    let vals = kiln_runtime::elements_f64(t);
     if vals.is_empty() {
         return None;
     }
