@@ -7,7 +7,6 @@ mod stablehlo_support;
 
 use kiln_compiler::import::import_pt2;
 use kiln_compiler::stablehlo::Precision;
-use kiln_runtime::Tensor;
 use stablehlo_support::*;
 
 const RTOL: f64 = 1e-4;

@@ -62,14 +62,18 @@ fn outputs_in(dir: &Path) -> Vec<Tensor> {
 /// other, and returns the aarch64 outputs.
 fn check_artifact(runner: &[String], fixture: &str, flavour: &str, threads: u32) -> Vec<Tensor> {
     let what = format!("{fixture}/{flavour} ({threads} threads)");
+    check_bytes(runner, &what, fixture, &compile_fixture(fixture, flavour), threads)
+}
+
+/// [`check_artifact`] for an artifact already compiled from `fixture`.
+fn check_bytes(runner: &[String], what: &str, fixture: &str, bytes: &[u8], threads: u32) -> Vec<Tensor> {
     let dir = fixture_dir(fixture);
     let (inputs, expected) = (read_numbered(&dir, "input"), read_numbered(&dir, "output"));
     assert!(!inputs.is_empty() && !expected.is_empty(), "{what}: fixture has no inputs/outputs");
-    let bytes = compile_fixture(fixture, flavour);
     let artifact = temp_path(fixture);
-    std::fs::write(&artifact, &bytes).expect("write artifact");
+    std::fs::write(&artifact, bytes).expect("write artifact");
 
-    let program = Program::from_bytes(&bytes).unwrap_or_else(|e| panic!("{what}: load here: {e}"));
+    let program = Program::from_bytes(bytes).unwrap_or_else(|e| panic!("{what}: load here: {e}"));
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
     let here = program.session().expect("session").run(&views).expect("run here").to_tensors();
 
@@ -77,7 +81,7 @@ fn check_artifact(runner: &[String], fixture: &str, flavour: &str, threads: u32)
     let mut args: Vec<String> =
         (0..inputs.len()).map(|i| format!("--input={i}={}", dir.join(format!("input_{i}.npy")).display())).collect();
     args.extend([format!("--threads={threads}"), format!("--output-dir={}", out.display())]);
-    run_a64(runner, &what, &artifact, &args);
+    run_a64(runner, what, &artifact, &args);
     let there = outputs_in(&out);
     std::fs::remove_file(&artifact).ok();
     std::fs::remove_dir_all(&out).ok();
@@ -104,6 +108,32 @@ fn fixtures_match_pytorch_and_x86_64() {
             }
         }
     }
+}
+
+/// `--target aarch64` artifacts (native code for the fused elementwise
+/// groups, default level `generic`): the runtime's loader maps and runs the
+/// code on aarch64; here, on x86-64, the same artifact runs its portable
+/// fallback. Both match PyTorch and each other.
+#[cfg(feature = "native")]
+#[test]
+fn native_aarch64_artifacts_match_pytorch_and_x86_64() {
+    use kiln_compiler::native::NativeTarget;
+    use kiln_runtime::native::NativeArch;
+    let Some(runner) = runner() else { return };
+    let mut functions = 0;
+    for name in FIXTURES {
+        let src = fixture_dir(name).join("aten.pt2");
+        let tmp = temp_path(&format!("a64-native-{name}"));
+        let native = NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level");
+        let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
+        kiln_compiler::compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{name}: compile failed: {e}"));
+        let bytes = std::fs::read(&tmp).expect("read artifact");
+        std::fs::remove_file(&tmp).ok();
+        let program = Program::from_bytes(&bytes).expect("load");
+        functions += program.native_section().map_or(0, |n| n.functions.len());
+        check_bytes(&runner, &format!("{name}/aten --target aarch64"), name, &bytes, 2);
+    }
+    assert!(functions > 0, "no fixture got native code for aarch64");
 }
 
 /// The real-model topologies (shrunk ResNet-18, MobileNetV2, BERT, Llama,
