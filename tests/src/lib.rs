@@ -1,6 +1,7 @@
 //! Shared helpers for kiln's integration tests: fixture discovery, reading the
 //! PyTorch reference tensors, and tolerance comparisons.
 
+pub mod alloc_count;
 pub mod coverage;
 pub mod mutate;
 pub mod tie_order;

@@ -81,11 +81,30 @@ pub struct kiln_session {
     session: Session,
     /// Input shapes converted to `usize`, reused between runs.
     input_shapes: Vec<Vec<usize>>,
-    /// The last successful run's outputs; empty before one (or after a failure).
+    /// The views handed to `Session::run`: always empty between calls, kept
+    /// for its capacity so that a run allocates nothing (see [`recycle`]).
+    views: Vec<TensorView<'static>>,
+    /// One slot per program output, reused between runs (their shapes keep
+    /// their capacity); meaningful only while `outputs_valid`.
     outputs: Vec<OutputSlot>,
+    /// Whether `outputs` holds the last run's results: false before the first
+    /// successful run and after a failed one.
+    outputs_valid: bool,
+}
+
+/// An empty vector of `T<'b>` on the allocation of an empty `Vec<T<'a>>`:
+/// lets the session keep one views buffer across runs although each run's
+/// views borrow that run's inputs. In-place collection reuses the allocation
+/// (same layout); the vector is empty, so no element is ever converted.
+// `filter_map` rather than `filter`: the element type changes (the lifetime).
+#[allow(clippy::unnecessary_filter_map)]
+fn recycle<'a, 'b>(mut v: Vec<TensorView<'a>>) -> Vec<TensorView<'b>> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
 }
 
 /// An output as C sees it: its shape in `int64_t`, its bytes in the arena.
+#[derive(Clone)]
 struct OutputSlot {
     dtype: kiln_dtype,
     shape: Vec<i64>,
@@ -271,11 +290,20 @@ pub unsafe extern "C" fn kiln_session_new(program: *const kiln_program, out: *mu
     emit(out, || {
         // SAFETY: null or live (the contract).
         let program = unsafe { program.as_ref() }.ok_or_else(|| Failure::invalid("program is null"))?;
-        let n_inputs = program.program.plan().inputs.len();
+        let plan = program.program.plan();
+        let (n_inputs, n_outputs) = (plan.inputs.len(), plan.outputs.len());
+        let slot = OutputSlot {
+            dtype: 0,
+            shape: Vec::with_capacity(kiln_runtime::MAX_RANK),
+            data: std::ptr::null(),
+            bytes: 0,
+        };
         Ok(kiln_session {
             session: program.program.session()?,
-            input_shapes: vec![Vec::new(); n_inputs],
-            outputs: Vec::new(),
+            input_shapes: vec![Vec::with_capacity(kiln_runtime::MAX_RANK); n_inputs],
+            views: Vec::with_capacity(n_inputs),
+            outputs: (0..n_outputs).map(|_| slot.clone()).collect(),
+            outputs_valid: false,
         })
     })
 }
@@ -309,7 +337,7 @@ pub unsafe extern "C" fn kiln_session_run(
     guard(|| {
         // SAFETY: null or live and not shared during the call (the contract).
         let s = unsafe { session.as_mut() }.ok_or_else(|| Failure::invalid("session is null"))?;
-        s.outputs.clear();
+        s.outputs_valid = false;
         let inputs: &[kiln_tensor] = match n_inputs {
             0 => &[],
             _ if inputs.is_null() => return Err(Failure::invalid("inputs is null")),
@@ -327,7 +355,7 @@ pub unsafe extern "C" fn kiln_session_run(
             // SAFETY: `t.shape` is readable for `t.rank` values (the contract).
             unsafe { read_shape(t, shape) }.map_err(|m| Failure::invalid(format!("input {i}: {m}")))?;
         }
-        let mut views = Vec::with_capacity(inputs.len());
+        let mut views = recycle(std::mem::take(&mut s.views));
         for (i, (t, shape)) in inputs.iter().zip(&s.input_shapes).enumerate() {
             let dtype = dtype_from_c(t.dtype).map_err(|m| Failure::invalid(format!("input {i}: {m}")))?;
             let data: &[u8] = match t.bytes {
@@ -338,13 +366,23 @@ pub unsafe extern "C" fn kiln_session_run(
             };
             views.push(TensorView { dtype, shape, data });
         }
-        let outputs = s.session.run(&views)?;
-        s.outputs.extend(outputs.iter().map(|o| OutputSlot {
-            dtype: i32::from(o.dtype.code()),
-            shape: o.shape.iter().map(|&d| d as i64).collect(),
-            data: o.data.as_ptr(),
-            bytes: o.data.len(),
-        }));
+        let result = s.session.run(&views);
+        let outputs = match result {
+            Ok(outputs) => outputs,
+            Err(e) => {
+                s.views = recycle(views);
+                return Err(e.into());
+            }
+        };
+        for (slot, o) in s.outputs.iter_mut().zip(outputs.iter()) {
+            slot.dtype = i32::from(o.dtype.code());
+            slot.shape.clear();
+            slot.shape.extend(o.shape.iter().map(|&d| d as i64));
+            slot.data = o.data.as_ptr();
+            slot.bytes = o.data.len();
+        }
+        s.views = recycle(views);
+        s.outputs_valid = true;
         Ok(())
     })
 }
@@ -394,10 +432,10 @@ pub unsafe extern "C" fn kiln_session_output(
         if out.is_null() {
             return Err(Failure::invalid("out is null"));
         }
-        if s.outputs.is_empty() && s.session.program().plan().outputs.is_empty() {
+        if s.outputs.is_empty() {
             return Err(Failure::invalid(format!("output {index}: the program has no outputs")));
         }
-        if s.outputs.is_empty() {
+        if !s.outputs_valid {
             return Err(Failure { status: KILN_STATUS_NO_OUTPUTS, message: "no successful run yet".into() });
         }
         let o = s.outputs.get(index).ok_or_else(|| {
