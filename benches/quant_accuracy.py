@@ -14,7 +14,10 @@ the compile time. Results with the command go to benches/RESULTS.md.
 
 A mode ending in `+calib` (and every `int8-static` mode) is compiled with `--calibration`:
 36 other sentences (CALIB_SENTENCES, none of the evaluated ones), tokenised the same way,
-as one sample of the same [36, 16] shape the program takes.
+as one sample of the same [36, 16] shape the program takes. `+skip=GLOB` (repeatable) keeps
+the matching weights in f32 (`--quantize-skip`). `--sensitivity MODE` also compiles MODE once
+per linear layer with that one layer kept in f32, and prints how each changes the cosines:
+the layers that lose the accuracy.
 """
 import argparse
 import subprocess
@@ -96,13 +99,15 @@ def export(path: Path):
     batch = tok(SENTENCES, padding="max_length", max_length=16, truncation=True, return_tensors="pt")
     ids, mask = batch["input_ids"], batch["attention_mask"]
     enc = Encoder(model).eval()
+    linears = [f"model.{n}.weight" for n, mod in model.named_modules() if isinstance(mod, torch.nn.Linear)]
     with torch.no_grad():
         want = enc(ids, mask).numpy()
         ep = torch.export.export(enc, (ids, mask)).run_decompositions()
     torch.export.save(ep, path)
     assert len(CALIB_SENTENCES) == len(SENTENCES)
     calib = tok(CALIB_SENTENCES, padding="max_length", max_length=16, truncation=True, return_tensors="pt")
-    return ids.numpy(), mask.numpy(), want, (calib["input_ids"].numpy(), calib["attention_mask"].numpy())
+    calib = (calib["input_ids"].numpy(), calib["attention_mask"].numpy())
+    return ids.numpy(), mask.numpy(), want, calib, linears
 
 
 def kiln(*args):
@@ -122,10 +127,11 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--modes", nargs="*", default=MODES)
+    ap.add_argument("--sensitivity", metavar="MODE", help="also run MODE with each linear layer kept in f32")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     pt2 = OUT / "minilm.pt2"
-    ids, mask, want, (cids, cmask) = export(pt2)
+    ids, mask, want, (cids, cmask), linears = export(pt2)
     work = Path(tempfile.mkdtemp(prefix="kiln-quant-"))
     np.save(work / "ids.npy", ids)
     np.save(work / "mask.npy", mask)
@@ -135,13 +141,17 @@ def main():
     np.save(calib / "sample_0" / "input_1.npy", cmask)
     rows = []
     base = None
-    for mode in [None, *args.modes]:
+    modes = [None, *args.modes]
+    if args.sensitivity:
+        modes += [args.sensitivity] + [f"{args.sensitivity}+skip={w}" for w in linears]
+    for mode in modes:
         name = mode or "float"
-        art = work / (name.replace(":", "_").replace("=", "").replace("+", "_") + ".kiln")
-        q = (mode or "").removesuffix("+calib")
+        art = work / (f"m{len(rows)}.kiln")
+        q, *extras = (mode or "").split("+")
         cmd = ["compile", str(pt2), "-o", str(art)] + (["--quantize", q] if mode else [])
-        if mode and (mode.endswith("+calib") or q.startswith("int8-static")):
+        if "calib" in extras or q.startswith("int8-static"):
             cmd += ["--calibration", str(calib)]
+        cmd += [a for e in extras if e.startswith("skip=") for a in ("--quantize-skip", e.removeprefix("skip="))]
         t = time.perf_counter()
         kiln(*cmd)
         secs = time.perf_counter() - t

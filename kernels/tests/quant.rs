@@ -317,6 +317,11 @@ fn variants_are_listed_and_named() {
         if !(is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni")) {
             println!("note: skipping avx512_vnni: not supported by this CPU");
         }
+        if !(is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")) {
+            println!("note: skipping avx512bw: not supported by this CPU");
+        }
+        // AVX-512 variants are listed only where the CPU has AVX-512.
+        assert!(all.iter().all(|v| !v.name().starts_with("avx512") || is_x86_feature_detected!("avx512f")));
     }
     #[cfg(target_arch = "aarch64")]
     {

@@ -8,7 +8,7 @@
 //! intrinsic, so through `asm!`) adds each column's four i8·i8 products
 //! into its i32 lane directly.
 
-use crate::quant::{QGemmUkr, QuantKernels, WoStrip, WoUkr};
+use crate::quant::{Acts, QGemmUkr, QuantKernels, WoStrip, WoUkr};
 use crate::table::Entry;
 use std::arch::aarch64::*;
 
@@ -21,7 +21,7 @@ fn check(mr: usize, k4: usize, a: &[u8], lda: usize, b: &[u8], acc: &[i32]) {
 
 const NEON_MR: usize = 2;
 
-const INT8_NEON: QGemmUkr = QGemmUkr { variant: "neon_2x16", mr: NEON_MR, nr: 16, offset: false, run: int8_neon };
+const INT8_NEON: QGemmUkr = QGemmUkr { variant: "neon_2x16", mr: NEON_MR, nr: 16, acts: Acts::I8, run: int8_neon };
 
 fn int8_neon(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
     check(NEON_MR, k4, a, lda, b, acc);
@@ -54,7 +54,7 @@ unsafe fn int8_neon_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, acc
 
 const SDOT_MR: usize = 4;
 
-const INT8_SDOT: QGemmUkr = QGemmUkr { variant: "neon_sdot_4x16", mr: SDOT_MR, nr: 16, offset: false, run: int8_sdot };
+const INT8_SDOT: QGemmUkr = QGemmUkr { variant: "neon_sdot_4x16", mr: SDOT_MR, nr: 16, acts: Acts::I8, run: int8_sdot };
 
 fn int8_sdot(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
     check(SDOT_MR, k4, a, lda, b, acc);

@@ -16,11 +16,11 @@ use crate::generic::gemm::PARALLEL_MIN_FLOPS;
 use crate::parallel::{SharedMut, Threads};
 
 /// One microkernel call: `acc[i*nr + j] = Σ_p a[i][p] · b[j][p]` for the
-/// `mr` activation rows at `a` (row stride `lda` bytes, `4·k4` bytes each)
-/// and the `nr / 16` consecutive weight strips at `b` (`strip` bytes
-/// apart, each `k4` lane steps of 64 bytes). Activation bytes are i8, or
-/// `i8 + 128` as u8 when the entry's `offset` is set; the sum is exact
-/// (wrapping i32, which is exact while the true sum fits: `k < 2^17`).
+/// `mr` activation rows at `a` (row stride `lda` bytes, `4·k4` values
+/// each, stored as the entry's [`Acts`] says) and the `nr / 16`
+/// consecutive weight strips at `b` (`strip` bytes apart, each `k4` lane
+/// steps of 64 bytes); the sum is exact (wrapping i32, which is exact while
+/// the true sum fits: `k < 2^17`).
 pub(crate) type QKernelFn = fn(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]);
 
 /// The kernel table's int8 GEMM entry.
@@ -31,16 +31,40 @@ pub(crate) struct QGemmUkr {
     pub(crate) mr: usize,
     /// Columns per call: 16 or 32 (one or two strips).
     pub(crate) nr: usize,
-    /// Activations stored as `q + 128` (u8), corrected with the column sums.
-    pub(crate) offset: bool,
+    /// How the driver stores the activation rows the kernel reads.
+    pub(crate) acts: Acts,
     pub(crate) run: QKernelFn,
+}
+
+/// The storage of the quantized activations a [`QGemmUkr`] reads.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Acts {
+    /// One i8 per value.
+    I8,
+    /// One u8 per value, `q + 128` (`vpdpbusd` multiplies u8 by i8); the
+    /// driver takes `128 · Σ_p w` off each column.
+    U8Offset,
+    /// One little-endian i16 per value, so a kernel that multiplies i16
+    /// pairs (`vpmaddwd`) broadcasts a row's lane step with a plain load
+    /// instead of sign-extending it once per row and step.
+    I16,
+}
+
+impl Acts {
+    /// Bytes per stored value.
+    fn width(self) -> usize {
+        match self {
+            Acts::I8 | Acts::U8Offset => 1,
+            Acts::I16 => 2,
+        }
+    }
 }
 
 const GENERIC_MR: usize = 4;
 
 /// The portable variant, and the oracle.
 pub(crate) const GENERIC_UKR: QGemmUkr =
-    QGemmUkr { variant: "generic_4x16", mr: GENERIC_MR, nr: STRIP, offset: false, run: generic_kernel };
+    QGemmUkr { variant: "generic_4x16", mr: GENERIC_MR, nr: STRIP, acts: Acts::I8, run: generic_kernel };
 
 fn generic_kernel(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
     let mut sums = [[0i32; STRIP]; GENERIC_MR];
@@ -94,25 +118,13 @@ pub(crate) fn run(
     let mpad = m.next_multiple_of(ukr.mr);
     let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { cx.threads() };
     // One f32 buffer holds the row scales, then the quantized rows' bytes
-    // (kp is a multiple of 4, so they fill whole f32s).
-    let buf = cx.scratch.f32s(m + mpad * kp / 4);
+    // (`lda` is a multiple of 4, so they fill whole f32s).
+    let lda = kp * ukr.acts.width();
+    let buf = cx.scratch.f32s(m + mpad * lda / 4);
     let (scales, rows) = buf.split_at_mut(m);
     let rows: &mut [u8] = bytemuck::cast_slice_mut(rows);
-    let quantize = kernels.quantize.run;
-    for (i, (row, s)) in rows.chunks_exact_mut(kp).zip(scales.iter_mut()).enumerate() {
-        let (q, pad) = row.split_at_mut(k);
-        let xrow = &x[i * k..][..k];
-        *s = match act {
-            Rows::Dynamic => quantize(xrow, bytemuck::cast_slice_mut(q)),
-            Rows::Static { scale, zero_point } => {
-                super::quantize_row_static(xrow, scale, zero_point, bytemuck::cast_slice_mut(q));
-                scale
-            }
-        };
-        pad.fill(0);
-        if ukr.offset {
-            row.iter_mut().for_each(|v| *v ^= 0x80);
-        }
+    for (i, (row, s)) in rows.chunks_exact_mut(lda).zip(scales.iter_mut()).enumerate() {
+        *s = quantize_row(kernels, &x[i * k..][..k], act, ukr.acts, row);
     }
     // Padded K lanes meet zero weights, so their bytes add nothing; the
     // zero point and the u8 offset come off through the column sums:
@@ -120,9 +132,9 @@ pub(crate) fn run(
     let shift = match act {
         Rows::Static { zero_point, .. } => zero_point,
         Rows::Dynamic => 0,
-    } + if ukr.offset { 128 } else { 0 };
-    let pad_byte = if ukr.offset { 0x80 } else { 0 };
-    rows[m * kp..].fill(pad_byte);
+    } + if ukr.acts == Acts::U8Offset { 128 } else { 0 };
+    let pad_byte = if ukr.acts == Acts::U8Offset { 0x80 } else { 0 };
+    rows[m * lda..].fill(pad_byte);
     let (rows, scales): (&[u8], &[f32]) = (rows, scales);
 
     let strip = strip_bytes(QBits::I8, kp);
@@ -149,7 +161,7 @@ pub(crate) fn run(
             }
             let b = &layout.bytes()[(j0 / STRIP) * strip..];
             for r in (i0..i1).step_by(ukr.mr) {
-                (ukr.run)(kp / LANE_I8, &rows[r * kp..], kp, b, strip, &mut acc);
+                (ukr.run)(kp / LANE_I8, &rows[r * lda..], lda, b, strip, &mut acc);
                 let cols = ukr.nr.min(n - j0);
                 for i in 0..ukr.mr.min(m - r) {
                     let s = scales[r + i];
@@ -163,6 +175,35 @@ pub(crate) fn run(
             }
         }
     });
+}
+
+/// Quantizes one row of `x` into `row` (`kp` values stored as `acts` says,
+/// zero past `k`) and returns its scale.
+fn quantize_row(kernels: &QuantKernels, x: &[f32], act: Rows, acts: Acts, row: &mut [u8]) -> f32 {
+    let k = x.len();
+    // I16 rows are quantized into their second half, then widened forward:
+    // value `p` goes to bytes `2p, 2p + 1`, below the unread values `> p`.
+    let start = if acts == Acts::I16 { row.len() / 2 } else { 0 };
+    let (q, pad) = row[start..].split_at_mut(k);
+    let s = match act {
+        Rows::Dynamic => (kernels.quantize.run)(x, bytemuck::cast_slice_mut(q)),
+        Rows::Static { scale, zero_point } => {
+            super::quantize_row_static(x, scale, zero_point, bytemuck::cast_slice_mut(q));
+            scale
+        }
+    };
+    pad.fill(0);
+    match acts {
+        Acts::I8 => {}
+        Acts::U8Offset => row.iter_mut().for_each(|v| *v ^= 0x80),
+        Acts::I16 => {
+            for p in 0..start {
+                let v = (row[start + p] as i8 as i16).to_le_bytes();
+                row[2 * p..2 * p + 2].copy_from_slice(&v);
+            }
+        }
+    }
+    s
 }
 
 /// The columns of one tile: their scales, weight sums and bias.

@@ -54,7 +54,7 @@ mod pack;
 mod variant;
 mod weight_only;
 
-pub(crate) use int8::QGemmUkr;
+pub(crate) use int8::{Acts, QGemmUkr};
 pub(crate) use pack::lane as lane_of;
 pub(crate) use variant::GENERIC;
 pub use variant::{variants, QuantKernels};

@@ -33,7 +33,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.depthwise = Entry::new(V, avx2::conv::depthwise_plane);
     // The integer kernels: the best variant of this level (the last listed).
     let quant = quant_variants();
-    let v3 = quant.iter().rev().find(|q| q.name != "avx512_vnni");
+    let v3 = quant.iter().rev().find(|q| !q.name.starts_with("avx512"));
     if let Some(&q) = v3 {
         table.quant = q;
     }
@@ -41,14 +41,14 @@ pub(crate) fn plug(table: &mut KernelTable) {
     if table.isa == Isa::X86_64V4 && Isa::X86_64V4.is_supported() {
         table.gemm = avx512::gemm::UKR;
         table.depthwise = Entry::new("avx512f", avx512::conv::depthwise_plane);
-        if let Some(&q) = quant.iter().find(|q| q.name == "avx512_vnni") {
+        if let Some(&q) = quant.iter().rev().find(|q| q.name.starts_with("avx512")) {
             table.quant = q;
         }
     }
 }
 
 /// Every x86 variant of the integer kernels this CPU runs, lowest first:
-/// AVX2 (with FMA), AVX-VNNI, AVX-512 VNNI.
+/// AVX2 (with FMA), AVX-VNNI, AVX-512BW, AVX-512 VNNI.
 pub(crate) fn quant_variants() -> Vec<QuantKernels> {
     let mut all = Vec::new();
     if !Isa::X86_64V3.is_supported() {
@@ -63,6 +63,15 @@ pub(crate) fn quant_variants() -> Vec<QuantKernels> {
     all.push(avx2);
     if is_x86_feature_detected!("avxvnni") {
         all.push(QuantKernels { name: "avx_vnni", int8: avx2::quant::INT8_AVX_VNNI, ..avx2 });
+    }
+    #[cfg(kiln_avx512)]
+    if Isa::X86_64V4.is_supported() && is_x86_feature_detected!("avx512bw") {
+        all.push(QuantKernels {
+            name: "avx512bw",
+            int8: avx512::quant::INT8_AVX512BW,
+            weight_only: avx512::quant::WEIGHT_ONLY,
+            ..avx2
+        });
     }
     #[cfg(kiln_avx512)]
     if Isa::X86_64V4.is_supported() && is_x86_feature_detected!("avx512vnni") {

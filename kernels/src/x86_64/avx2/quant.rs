@@ -5,12 +5,13 @@
 //! Plain AVX2 has no exact u8·i8 dot product: `vpmaddubsw` adds two u8·i8
 //! products into a saturating i16, and `255 · 127 · 2` (or, with the sign
 //! moved onto the other operand, the `-128` corner) overflows it. So the
-//! AVX2 kernel sign-extends both operands to i16 and uses `vpmaddwd`
-//! (i16·i16 pairs into i32), exact for every input. AVX-VNNI's `vpdpbusd`
+//! AVX2 kernel multiplies i16 pairs with `vpmaddwd` (into i32), exact for
+//! every input: the driver stores the activations as i16 ([`Acts::I16`]),
+//! the kernel sign-extends the weights once per lane step for three rows. AVX-VNNI's `vpdpbusd`
 //! multiplies u8 by i8 into i32 exactly: activations are stored as
 //! `q + 128` and the driver subtracts `128 · Σ_p w` per column.
 
-use crate::quant::{QGemmUkr, WoStrip, WoUkr};
+use crate::quant::{Acts, QGemmUkr, WoStrip, WoUkr};
 use std::arch::x86_64::*;
 
 /// Bounds every kernel below relies on: `mr` rows of `4·k4` bytes at
@@ -22,48 +23,47 @@ fn check(mr: usize, nr: usize, k4: usize, a: &[u8], lda: usize, b: &[u8], strip:
     assert!(acc.len() >= mr * nr, "qgemm: accumulator tile too small");
 }
 
-const AVX2_MR: usize = 2;
+const AVX2_MR: usize = 3;
 
-/// The plain AVX2 int8 entry (sign extension + `vpmaddwd`).
+/// The plain AVX2 int8 entry (`vpmaddwd` on i16 activations and
+/// sign-extended weights).
 pub(crate) const INT8_AVX2: QGemmUkr =
-    QGemmUkr { variant: "avx2_2x16", mr: AVX2_MR, nr: 16, offset: false, run: int8_avx2 };
+    QGemmUkr { variant: "avx2_3x16", mr: AVX2_MR, nr: 16, acts: Acts::I16, run: int8_avx2 };
 
 fn int8_avx2(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
     check(AVX2_MR, 16, k4, a, lda, b, strip, acc);
-    // SAFETY: AVX2 was detected before this entry was installed; `check`
-    // bounds every load.
+    assert!(a.len() >= (AVX2_MR - 1) * lda + 8 * k4, "qgemm: i16 activation rows too short");
+    // SAFETY: AVX2 was detected before this entry was installed; the
+    // asserts bound every load.
     unsafe { int8_avx2_inner(k4, a.as_ptr(), lda, b.as_ptr(), acc) }
 }
 
+/// 3 rows × 16 columns: twelve accumulators (`c[i][u]`: columns 4u..4u+4
+/// of row i, two pair sums per column), one weight quarter and three
+/// broadcast rows — the sixteen ymm registers. Per lane step the weights
+/// cost four sign extensions (the shuffle port) shared by the three rows;
+/// the i16 activations are broadcast straight from memory.
 #[target_feature(enable = "avx2")]
 unsafe fn int8_avx2_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, acc: &mut [i32]) {
-    // acc[i][u]: columns 4u..4u+4 of row i, two pair sums per column.
     let mut c = [[_mm256_setzero_si256(); 4]; AVX2_MR];
     for t in 0..k4 {
         let bt = b.add(t * 64);
-        let load = |u: usize| bt.add(16 * u) as *const __m128i;
-        // Four 16-byte quarters of the lane step: columns 4u..4u+4, sign-extended.
-        let w = [
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(load(0))),
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(load(1))),
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(load(2))),
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(load(3))),
-        ];
-        for (i, ci) in c.iter_mut().enumerate() {
-            let quad = (a.add(i * lda + 4 * t) as *const i32).read_unaligned();
-            let x = _mm256_cvtepi8_epi16(_mm_set1_epi32(quad));
-            for u in 0..4 {
-                ci[u] = _mm256_add_epi32(ci[u], _mm256_madd_epi16(w[u], x));
+        // Row i's four i16 values of this lane step, in every 64-bit lane.
+        let x: [__m256i; AVX2_MR] =
+            std::array::from_fn(|i| _mm256_set1_epi64x((a.add(i * lda + 8 * t) as *const i64).read_unaligned()));
+        for u in 0..4 {
+            let w = _mm256_cvtepi8_epi16(_mm_loadu_si128(bt.add(16 * u) as *const __m128i));
+            for (ci, xi) in c.iter_mut().zip(&x) {
+                ci[u] = _mm256_add_epi32(ci[u], _mm256_madd_epi16(w, *xi));
             }
         }
     }
     for (i, ci) in c.iter().enumerate() {
-        for (u, v) in ci.iter().enumerate() {
-            let mut lanes = [0i32; 8];
-            _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, *v);
-            for cc in 0..4 {
-                acc[i * 16 + 4 * u + cc] = lanes[2 * cc].wrapping_add(lanes[2 * cc + 1]);
-            }
+        for h in 0..2 {
+            // hadd gives columns [0 1 4 5 | 2 3 6 7] of the pair; the
+            // permute puts them in order.
+            let sums = _mm256_permute4x64_epi64::<0xd8>(_mm256_hadd_epi32(ci[2 * h], ci[2 * h + 1]));
+            _mm256_storeu_si256(acc.as_mut_ptr().add(i * 16 + 8 * h) as *mut __m256i, sums);
         }
     }
 }
@@ -72,7 +72,7 @@ const VNNI_MR: usize = 6;
 
 /// The AVX-VNNI int8 entry (`vpdpbusd` on ymm, u8-offset activations).
 pub(crate) const INT8_AVX_VNNI: QGemmUkr =
-    QGemmUkr { variant: "avx_vnni_6x16", mr: VNNI_MR, nr: 16, offset: true, run: int8_avx_vnni };
+    QGemmUkr { variant: "avx_vnni_6x16", mr: VNNI_MR, nr: 16, acts: Acts::U8Offset, run: int8_avx_vnni };
 
 fn int8_avx_vnni(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
     check(VNNI_MR, 16, k4, a, lda, b, strip, acc);

@@ -1,11 +1,12 @@
-//! AVX-512 VNNI int8 GEMM microkernel: `vpdpbusd` on zmm multiplies 64
+//! AVX-512 int8 GEMM microkernels. VNNI: `vpdpbusd` on zmm multiplies 64
 //! u8·i8 pairs and adds each column's four into its i32 lane, exactly.
 //! An 8×32 tile is 16 zmm accumulators (two strips of 16 columns per
 //! row), two weight vectors and one broadcast per row and lane step.
 //! Activations are stored as `q + 128` (u8); the driver subtracts
-//! `128 · Σ_p w` per column. Also the AVX-512F weight-only kernel.
+//! `128 · Σ_p w` per column. AVX-512BW (no VNNI): exact i16 `vpmaddwd`.
+//! Also the AVX-512F weight-only kernel.
 
-use crate::quant::{QGemmUkr, WoStrip, WoUkr};
+use crate::quant::{Acts, QGemmUkr, WoStrip, WoUkr};
 use std::arch::x86_64::*;
 
 const MR: usize = 8;
@@ -13,7 +14,7 @@ const NR: usize = 32;
 
 /// The table entry; installed only after AVX-512F and AVX-512 VNNI were detected.
 pub(crate) const INT8_AVX512_VNNI: QGemmUkr =
-    QGemmUkr { variant: "avx512_vnni_8x32", mr: MR, nr: NR, offset: true, run: int8 };
+    QGemmUkr { variant: "avx512_vnni_8x32", mr: MR, nr: NR, acts: Acts::U8Offset, run: int8 };
 
 fn int8(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
     assert!(a.len() >= (MR - 1) * lda + 4 * k4, "qgemm: activation rows too short");
@@ -39,6 +40,53 @@ unsafe fn int8_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, strip: u
     for (i, ci) in c.iter().enumerate() {
         _mm512_storeu_si512(acc.as_mut_ptr().add(i * NR) as *mut _, ci[0]);
         _mm512_storeu_si512(acc.as_mut_ptr().add(i * NR + 16) as *mut _, ci[1]);
+    }
+}
+
+const BW_MR: usize = 6;
+
+/// The AVX-512BW entry, for CPUs without VNNI (Skylake-SP, Cascade Lake
+/// has VNNI): the AVX2 kernel's exact i16 `vpmaddwd` on zmm, 6 rows × 32
+/// columns (24 accumulators, four sign-extended weight vectors per lane
+/// step shared by the six rows). Installed only after AVX-512BW was detected.
+pub(crate) const INT8_AVX512BW: QGemmUkr =
+    QGemmUkr { variant: "avx512bw_6x32", mr: BW_MR, nr: NR, acts: Acts::I16, run: int8_bw };
+
+fn int8_bw(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
+    assert!(a.len() >= (BW_MR - 1) * lda + 8 * k4, "qgemm: i16 activation rows too short");
+    assert!(b.len() >= strip + 64 * k4 && strip >= 64 * k4, "qgemm: weight strips too short");
+    assert!(acc.len() >= BW_MR * NR, "qgemm: accumulator tile too small");
+    // SAFETY: the CPU has AVX-512F and BW (see the entry); the asserts
+    // bound every load and store.
+    unsafe { int8_bw_inner(k4, a.as_ptr(), lda, b.as_ptr(), strip, acc) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn int8_bw_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, strip: usize, acc: &mut [i32]) {
+    // c[i][v]: columns 8v..8v+8 of row i, two pair sums per column.
+    let mut c = [[_mm512_setzero_si512(); 4]; BW_MR];
+    for t in 0..k4 {
+        let half = |s: usize, h: usize| {
+            _mm512_cvtepi8_epi16(_mm256_loadu_si256(b.add(s * strip + t * 64 + 32 * h) as *const __m256i))
+        };
+        let w = [half(0, 0), half(0, 1), half(1, 0), half(1, 1)];
+        for (i, ci) in c.iter_mut().enumerate() {
+            let x = _mm512_set1_epi64((a.add(i * lda + 8 * t) as *const i64).read_unaligned());
+            for (cv, wv) in ci.iter_mut().zip(&w) {
+                *cv = _mm512_add_epi32(*cv, _mm512_madd_epi16(*wv, x));
+            }
+        }
+    }
+    // Even and odd lanes of a vector pair: each column's two pair sums.
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (i, ci) in c.iter().enumerate() {
+        for h in 0..2 {
+            let (lo, hi) = (ci[2 * h], ci[2 * h + 1]);
+            let sums =
+                _mm512_add_epi32(_mm512_permutex2var_epi32(lo, even, hi), _mm512_permutex2var_epi32(lo, odd, hi));
+            _mm512_storeu_si512(acc.as_mut_ptr().add(i * NR + 16 * h) as *mut _, sums);
+        }
     }
 }
 
