@@ -12,7 +12,8 @@
 //! (transposed back with a new permute). An additive float mask becomes the
 //! attention's mask. The softmax may be torch's `_safe_softmax` (a guard
 //! that zeroes fully-masked rows: what Core ATen's SDPA decomposes to since
-//! torch 2.5; the kernel does the same). Results agree with the unfused
+//! torch 2.5; the kernel does the same — so a plain softmax whose row is
+//! fully masked, NaN unfused, gives zeros once fused). Results agree with the unfused
 //! graph to rounding (the kernel accumulates the scores in its own order).
 
 use crate::host::HostTensor;
