@@ -462,6 +462,10 @@ fn ref_attention<T: Copy + Into<f64>>(
             .map(|j| (0..e).map(|p| q[i * e + p].into() * k[j * e + p].into()).sum::<f64>() * scale + keep(i, j))
             .collect();
         let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        // A fully-masked row attends to nothing: zeros (torch's `_safe_softmax`).
+        if mx == f64::NEG_INFINITY {
+            continue;
+        }
         let ex: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
         let z: f64 = ex.iter().sum();
         for c in 0..ev {
@@ -493,7 +497,8 @@ fn attention_matches_reference() {
         });
         assert_close(&to64(&got[t * l * ev..(t + 1) * l * ev]), &want, 1e-5, 1e-5, "causal");
     }
-    // Float mask broadcast over batch; bool mask with a fully masked row -> NaN.
+    // Float mask broadcast over batch; bool mask with a fully masked row -> zeros
+    // (torch's SDPA since 2.5).
     let mv = rand_f32(&mut r, l * s);
     let m = f32s(&[l, s], &mv);
     attention(q.r(), k.r(), v.r(), Some(m.r()), false, None, o.w(), &mut sc).unwrap();
@@ -505,7 +510,7 @@ fn attention_matches_reference() {
     let want =
         ref_attention(&qv, &kv, &vv, l, s, e, ev, &|i, j| if bm[i * s + j] != 0 { 0.0 } else { f64::NEG_INFINITY });
     assert_close(&to64(&o.get::<f32>()[..l * ev]), &want, 1e-5, 1e-5, "bool mask");
-    assert!(o.get::<f32>()[2 * ev].is_nan());
+    assert!(o.get::<f32>()[2 * ev..3 * ev].iter().all(|&x| x == 0.0));
     let mut bad = Buf::zeros(DType::F32, &[b, l, ev + 1]);
     assert!(attention(q.r(), k.r(), v.r(), None, false, None, bad.w(), &mut sc).is_err());
 }
@@ -596,7 +601,7 @@ fn f64_kernels_match_reference() {
     assert!(layer_norm(f64s(&xs, &xv).r(), Some(f32s(&[5], &[0.0; 5]).r()), None, 1, 1e-5, o.w()).is_err());
 
     // Attention: causal with batch-broadcast k/v, an f64 float mask, and a bool
-    // mask with a fully masked row (NaN, as torch).
+    // mask with a fully masked row (zeros, as torch's SDPA).
     let (bt, l, sl, e, ev) = (3, 7, 17, 9, 5);
     let qv = rand_f64(&mut r, bt * l * e);
     let (kv, vv) = (rand_f64(&mut r, sl * e), rand_f64(&mut r, sl * ev));
@@ -624,7 +629,7 @@ fn f64_kernels_match_reference() {
     let want =
         ref_attention(&qv, &kv, &vv, l, sl, e, ev, &|i, j| if bm[i * sl + j] != 0 { 0.0 } else { f64::NEG_INFINITY });
     assert_close(&o.get::<f64>()[..l * ev], &want, TOL, TOL, "f64 bool mask");
-    assert!(o.get::<f64>()[2 * ev].is_nan());
+    assert!(o.get::<f64>()[2 * ev..3 * ev].iter().all(|&x| x == 0.0));
     // An f32 mask on f64 operands is a dtype error.
     let m32 = f32s(&[l, sl], &vec![0.0; l * sl]);
     assert!(attention(q.r(), k.r(), v.r(), Some(m32.r()), false, None, o.w(), &mut s).is_err());

@@ -63,10 +63,14 @@ pub(crate) trait GemmFloat: Real {
     }
 
     /// Softmax of a contiguous row in place, summed in f64; a row that is
-    /// entirely -inf becomes NaN, which is what torch returns for
-    /// fully-masked query rows.
+    /// entirely -inf (a fully-masked query) becomes zeros, as torch's
+    /// `scaled_dot_product_attention` returns since 2.5 (its `_safe_softmax`).
     fn softmax_in_place(_table: &KernelTable, row: &mut [Self]) {
         let max = vector::max(row);
+        if max == Self::NEG_INFINITY {
+            row.fill(Self::ZERO);
+            return;
+        }
         let sum = vector::exp_sum(row, max);
         let inv = Self::from_f64(1.0 / sum);
         row.iter_mut().for_each(|v| *v = *v * inv);
@@ -113,6 +117,10 @@ impl GemmFloat for f32 {
 
     fn softmax_in_place(table: &KernelTable, row: &mut [f32]) {
         let max = table.max_f32(row);
+        if max == f32::NEG_INFINITY {
+            row.fill(0.0);
+            return;
+        }
         let sum = table.exp_sum_f32(row, max);
         let inv = (1.0 / sum) as f32;
         row.iter_mut().for_each(|v| *v *= inv);

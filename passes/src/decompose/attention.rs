@@ -2,12 +2,13 @@
 //! `softmax(q kᵀ * scale + mask) v`, `scale` defaulting to `1 / sqrt(E)`.
 //! A causal mask keeps key `j` for query `i` when `j <= i` (top-left aligned, like
 //! `torch.tril`); a bool mask keeps `true` positions (others get `-inf`), a float
-//! mask is added.
+//! mask is added. A fully-masked query row gives zeros (torch's
+//! `_safe_softmax`, what SDPA returns since torch 2.5).
 
 use crate::emit::Emitter;
 use crate::host::{supported, HostTensor};
 use crate::PassError;
-use kiln_ir::{BinaryOp, DType, Op, ValueId};
+use kiln_ir::{BinaryOp, DType, Op, ReduceKind, UnaryOp, ValueId};
 
 pub(super) fn attention(
     e: &mut Emitter,
@@ -55,7 +56,23 @@ pub(super) fn attention(
     }
     let last = e.ty(scores).rank() - 1;
     let probs = e.push(Op::Softmax { axis: last }, vec![scores])?;
+    let probs = zero_fully_masked(e, scores, probs, last)?;
     e.push(Op::MatMul, vec![probs, v]).map(Some)
+}
+
+/// Torch's `_safe_softmax` guard, in the form Core ATen's SDPA decomposes
+/// to (and `fuse_attention` matches): a query row whose scores are all -inf
+/// attends to nothing and gives zeros, not NaN —
+/// `where(not(any(not(scores == -inf), -1)), 0, probs)`.
+fn zero_fully_masked(e: &mut Emitter, scores: ValueId, probs: ValueId, last: usize) -> Result<ValueId, PassError> {
+    let dtype = e.ty(scores).dtype;
+    let neg_inf = e.scalar(dtype, f64::NEG_INFINITY);
+    let masked = e.binary(BinaryOp::Eq, scores, neg_inf)?;
+    let kept = e.unary(UnaryOp::Not, masked)?;
+    let any_kept = e.reduce(ReduceKind::Max, kept, vec![last], true)?;
+    let none_kept = e.unary(UnaryOp::Not, any_kept)?;
+    let zero = e.scalar(dtype, 0.0);
+    e.push(Op::Where, vec![none_kept, zero, probs])
 }
 
 /// `where(keep, scores, -inf)`.
