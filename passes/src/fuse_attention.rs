@@ -12,9 +12,10 @@
 //! (transposed back with a new permute). An additive float mask becomes the
 //! attention's mask. The softmax may be torch's `_safe_softmax` (a guard
 //! that zeroes fully-masked rows: what Core ATen's SDPA decomposes to since
-//! torch 2.5; the kernel does the same — so a plain softmax whose row is
-//! fully masked, NaN unfused, gives zeros once fused). Results agree with the unfused
-//! graph to rounding (the kernel accumulates the scores in its own order).
+//! torch 2.5; the kernel does the same). A plain softmax is fused only
+//! without a mask: with one, a fully-masked row is NaN in torch, which the
+//! kernel (zeros) would not reproduce. Results agree with the unfused graph
+//! to rounding (the kernel accumulates the scores in its own order).
 
 use crate::host::HostTensor;
 use crate::rewrite::{rewrite_in_order, Rewrite};
@@ -143,7 +144,7 @@ fn match_attention(g: &Graph, n: NodeId, uses: &SecondaryMap<ValueId, u32>) -> O
         Some(p) => (p, Some(g.ty(p).shape[..g.ty(p).rank() - 2].to_vec())),
         None => (*probs, None),
     };
-    let (masked, masked_uses) = softmax_input(g, uses, probs)?;
+    let (masked, masked_uses, guarded) = softmax_input(g, uses, probs)?;
     // Optional additive mask (either operand order), then the score scale;
     // each value keeps the use count the pattern expects of it.
     let (scaled, scaled_uses, mask) = match used_only_by(g, uses, masked, masked_uses).map(|p| &g.nodes[p]) {
@@ -158,6 +159,9 @@ fn match_attention(g: &Graph, n: NodeId, uses: &SecondaryMap<ValueId, u32>) -> O
         }
         _ => (masked, masked_uses, None),
     };
+    if mask.is_some() && !guarded {
+        return None;
+    }
     let (scores, c_scores) = peel_scale_used(g, uses, scaled, scaled_uses);
     let scores_uses = if scores == scaled { scaled_uses } else { 1 };
     let mm = match batch {
@@ -206,13 +210,14 @@ fn batch_reshape_input(g: &Graph, uses: &SecondaryMap<ValueId, u32>, v: ValueId)
     (rx >= 2 && rv >= 2 && tx.shape[rx - 2..] == tv.shape[rv - 2..]).then_some(*x)
 }
 
-/// The scores a softmax over the last axis normalises into `probs`, and how
-/// many uses they have inside the pattern: `softmax(x)` (x used once), or
+/// The scores a softmax over the last axis normalises into `probs`, how
+/// many uses they have inside the pattern, and whether the softmax is
+/// guarded: `softmax(x)` (x used once, unguarded), or
 /// torch's `_safe_softmax` (Core ATen's SDPA since torch 2.5, and kiln's own
 /// decomposition): `where(not(any(not(x == -inf), -1)), 0, softmax(x))`, x
 /// used by the softmax and the guard. The attention kernel gives a
 /// fully-masked row zeros, as the guard does.
-fn softmax_input(g: &Graph, uses: &SecondaryMap<ValueId, u32>, probs: ValueId) -> Option<(ValueId, u32)> {
+fn softmax_input(g: &Graph, uses: &SecondaryMap<ValueId, u32>, probs: ValueId) -> Option<(ValueId, u32, bool)> {
     let rank = g.ty(probs).rank();
     let node = &g.nodes[single_use(g, uses, probs)?];
     let softmax_of = |v: ValueId| -> Option<ValueId> {
@@ -223,10 +228,10 @@ fn softmax_input(g: &Graph, uses: &SecondaryMap<ValueId, u32>, probs: ValueId) -
         }
     };
     match (&node.op, &node.inputs[..]) {
-        (Op::Softmax { .. }, _) => softmax_of(probs).map(|x| (x, 1)),
+        (Op::Softmax { .. }, _) => softmax_of(probs).map(|x| (x, 1, false)),
         (Op::Where, [cond, zero, sm]) if is_zero(g, *zero) && g.ty(*sm) == g.ty(probs) => {
             let x = softmax_of(*sm)?;
-            (guard_input(g, uses, *cond, rank)? == x).then_some((x, 2))
+            (guard_input(g, uses, *cond, rank)? == x).then_some((x, 2, true))
         }
         _ => None,
     }
