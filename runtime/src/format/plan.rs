@@ -417,6 +417,27 @@ pub struct AccelProgram {
     /// plan has exactly one segment, run on every device of the mesh at once,
     /// and each of its arguments and results records its sharding.
     pub mesh: Option<MeshDecl>,
+    /// Shape buckets (`kiln compile --buckets`): the whole program compiled
+    /// for padded static sizes of its symbols. A run whose sizes fit one
+    /// runs it (the smallest that fits) instead of the plan's instructions;
+    /// a larger run executes the plan on the CPU.
+    pub buckets: Vec<AccelBucket>,
+}
+
+/// One shape bucket: the program as one StableHLO executable for the padded
+/// sizes `sizes` of the plan's symbols. Its arguments are the plan's input
+/// and weight tensors, its results the plan's output tensors; the runtime
+/// pads each argument with zeros to `arg_shapes` and slices each result from
+/// `result_shapes` back to the run's shape (the compiler proved that padding
+/// changes no element the slice keeps).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccelBucket {
+    /// Per plan symbol (in [`Plan::symbols`] order): the size compiled for.
+    pub sizes: Vec<u64>,
+    pub segment: AccelSegment,
+    /// Static shapes of `segment.args` and `segment.results` in `@main`.
+    pub arg_shapes: Vec<Vec<u64>>,
+    pub result_shapes: Vec<Vec<u64>>,
 }
 
 /// A device mesh: named axes (major to minor) and the device id at each
