@@ -161,3 +161,19 @@ graph {
     let err = refused(g, BucketSpec::Sizes(vec![("n".into(), vec![8])]));
     assert!(err.contains("softmax") && err.contains("padded axis"), "{err}");
 }
+
+#[test]
+fn dynamic_sequence_transformer_runs_in_buckets() {
+    let Some(plugin) = plugin() else { return };
+    let g = fixture("transformer_dynseq");
+    let seq = only_symbol(&g);
+    let program = compile_bucketed(g, BucketSpec::Sizes(vec![(seq, vec![8, 16])])).unwrap_or_else(|e| panic!("{e}"));
+    let dir = fixture_dir("transformer_dynseq");
+    // Sequence 8 (bucket 8, no padding) and 5 (bucket 8, 3 padded keys).
+    let (x8, y8) = (read_numbered(&dir, "input"), read_numbered(&dir, "output"));
+    let (x5, y5) = (read_numbered(&dir, "alt_input"), read_numbered(&dir, "alt_output"));
+    let cpu = compile(fixture("transformer_dynseq"), kiln_compiler::Backend::Cpu);
+    let x11 = vec![Tensor::from_i64(&[2, 11], &(0..22).map(|i| (i * 7) % 50).collect::<Vec<i64>>())];
+    let y11 = run_cpu(&cpu, &x11);
+    check_runs("transformer_dynseq", &program, &plugin, &[(x8, y8, 0), (x5, y5, 0), (x11, y11, 1)]);
+}

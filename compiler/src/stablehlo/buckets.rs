@@ -14,8 +14,10 @@
 //! - a reshape keeps it when a padded dimension is kept, merged with static
 //!   dimensions *after* it (it stays the outermost factor), or split into
 //!   itself and static ones;
+//! - causal attention whose queries and keys have the same padded length
+//!   keeps it: a real query reads only earlier keys, all real;
 //! - an op that combines elements along an axis (matrix product's
-//!   contracting dim, reductions, softmax, norms, attention keys, concat,
+//!   contracting dim, reductions, softmax, norms, other attention keys, concat,
 //!   slices, flips, pads, convolutions and pools over a padded axis) is
 //!   refused when that axis is padded. Masking them from the true sizes is
 //!   not built yet; such programs run on the CPU plan or need a static size.
@@ -279,13 +281,21 @@ impl<'g> Padded<'g> {
             Op::ArgMax { axis, .. } | Op::ArgMin { axis, .. } | Op::Sort { axis, .. } | Op::Scan { axis, .. } => {
                 x_axis(*axis).then(|| "it compares or scans along a padded axis".into())
             }
-            Op::Attention { .. } => {
-                let keys = node.inputs.get(1).copied();
-                let padded_keys = keys.is_some_and(|k| {
-                    let rank = self.g.ty(k).rank();
-                    self.axis_padded(k, rank.saturating_sub(2)) || self.trailing_padded(k, 1)
-                });
-                padded_keys.then(|| "attention over padded keys (key masking is not built yet)".into())
+            Op::Attention { causal, .. } => {
+                let (Some(&q), Some(&k)) = (node.inputs.first(), node.inputs.get(1)) else { return None };
+                let seq = |v: ValueId| self.g.ty(v).shape.get(self.g.ty(v).rank().saturating_sub(2)).cloned();
+                let padded_keys = seq(k).is_some_and(|d| self.padded(&d));
+                // Causal over one padded length: real query i reads keys
+                // j <= i, all real, so the padded keys are masked already.
+                let causal_same =
+                    *causal && node.inputs.len() == 3 && seq(q).zip(seq(k)).is_some_and(|(a, b)| self.evals(&a) == self.evals(&b));
+                if self.trailing_padded(k, 1) {
+                    Some("attention with a padded head dim".into())
+                } else if padded_keys && !causal_same {
+                    Some("attention over padded keys (masking them from the true length is not built yet)".into())
+                } else {
+                    None
+                }
             }
             Op::Reshape { .. } => self.reshape_problem(node.inputs[0], node.outputs[0]),
             Op::Slice { axis, .. } => {
