@@ -163,3 +163,31 @@ fn loops_run_as_stablehlo_while() {
         }
     }
 }
+
+/// A loop body's 80-element constant is a weight argument of the segment
+/// (uploaded once), not `dense<…>` text inside the loop.
+#[test]
+fn loop_constants_are_arguments() {
+    let g = kiln_ir::text::parse(include_str!("stablehlo_support/loop_weight.kir")).unwrap_or_else(|e| panic!("{e}"));
+    let program = compile(g.clone(), pjrt(Precision::F32));
+    let accel = accel(&program);
+    let [seg] = accel.segments.as_slice() else { panic!("{} segments", accel.segments.len()) };
+    assert!(seg.ops.contains(&"while".to_string()), "{:?}", seg.ops);
+    let weights = seg
+        .args
+        .iter()
+        .filter(|&&t| {
+            matches!(program.plan().tensors[t as usize].storage, kiln_runtime::format::Storage::Weight { .. })
+        })
+        .count();
+    assert_eq!(weights, 1, "the loop's constant is a weight argument");
+    // 80 f32 inline would be a 640-digit hex literal.
+    let longest = seg.mlir.split("dense<").skip(1).map(|t| t.find('>').unwrap_or(t.len())).max().unwrap_or(0);
+    assert!(longest < 600, "an inline constant of {longest} characters is left");
+    let Some(plugin) = plugin() else { return };
+    let cpu = compile(g, kiln_compiler::Backend::Cpu);
+    let inputs = vec![random_f32(&[80], 21, -1.0, 1.0), kiln_runtime::Tensor::from_i64(&[], &[3])];
+    let want = run_cpu(&cpu, &inputs);
+    let got = run_pjrt(&program, &plugin, &inputs);
+    assert_close("loop with a weight", &got[0], &want[0], RTOL, ATOL);
+}

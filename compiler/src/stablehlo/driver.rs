@@ -48,6 +48,7 @@ pub fn lower_for_pjrt_with(
     if buckets.is_some() && (spmd.is_some() || precision != Precision::F32) {
         return Err(LowerError(vec!["--buckets is built for f32 programs on one device (no --mesh, no bf16)".into()]));
     }
+    super::loop_consts::hoist_loop_constants(g, super::INLINE_CONST_MAX_ELEMENTS);
     let ctx = new_context();
     let (part, mut emitted) = partition_and_emit(&ctx, g, precision, spmd)?;
     if spmd.is_some() {

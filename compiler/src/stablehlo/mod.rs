@@ -7,10 +7,13 @@
 //!   mixed plan plus the `AccelProgram` section.
 //! - [`buckets`]: shape buckets for programs with symbolic dimensions
 //!   (`--buckets`): sizes, specialisation, the padding-safety check.
+//! - [`loop_consts`]: large constants of loop regions become loop operands
+//!   (weights), not inline text.
 //! - [`sharding`]: Shardy and GSPMD annotation text for SPMD programs (a
 //!   graph with a mesh: one segment over every device).
 
 pub mod buckets;
+pub mod loop_consts;
 pub mod partition;
 pub mod sharding;
 
