@@ -823,6 +823,8 @@ impl Session {
                         Error::Pjrt { call, message } => {
                             Error::Pjrt { call, message: format!("instruction {index} ({}): {message}", instr.origin) }
                         }
+                        // An index check: the op's origin, this instruction.
+                        Error::Kernel { origin, source, .. } => Error::Kernel { index, origin, source },
                         other => other,
                     })?;
                 }

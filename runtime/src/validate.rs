@@ -421,6 +421,7 @@ fn validate_accel(plan: &Plan, accel: &AccelProgram) -> Result<()> {
         for &t in seg.args.iter().chain(&seg.results) {
             tensor(plan, t).map_err(|e| bad(format!("accelerator segment {i}: {e}")))?;
         }
+        validate_index_checks(plan, seg).map_err(|e| bad(format!("accelerator segment {i}: {e}")))?;
     }
     match &accel.mesh {
         Some(mesh) => validate_mesh(plan, accel, mesh).map_err(|e| bad(format!("sharded program: {e}")))?,
@@ -440,6 +441,19 @@ fn validate_accel(plan: &Plan, accel: &AccelProgram) -> Result<()> {
                 f.instr,
                 plan.instrs.len()
             )));
+        }
+    }
+    Ok(())
+}
+
+/// Each index check names an argument of the segment whose tensor holds
+/// i32 or i64 indices.
+fn validate_index_checks(plan: &Plan, seg: &crate::format::AccelSegment) -> std::result::Result<(), String> {
+    for c in &seg.index_checks {
+        let t = seg.args.get(c.arg as usize).ok_or_else(|| format!("index check names argument {}", c.arg))?;
+        let dtype = plan.tensors.get(*t as usize).map(|d| d.dtype);
+        if !matches!(dtype, Some(crate::DType::I64 | crate::DType::I32)) {
+            return Err(format!("index check on argument {} of dtype {dtype:?}", c.arg));
         }
     }
     Ok(())
@@ -472,6 +486,10 @@ fn validate_bucket(
     if !seg.arg_shardings.is_empty() || !seg.result_shardings.is_empty() {
         return Err("a bucket has shardings".into());
     }
+    for &t in &seg.args {
+        tensor(plan, t).map_err(|e| e.to_string())?;
+    }
+    validate_index_checks(plan, seg)?;
     if b.arg_shapes.len() != seg.args.len() || b.result_shapes.len() != seg.results.len() {
         return Err("shapes do not match the arguments and results".into());
     }

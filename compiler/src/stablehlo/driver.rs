@@ -9,7 +9,9 @@ use super::Precision;
 use crate::lower::{lower_to_plan_with_segments, AccelCall, LowerError};
 use kiln_ir::{ConstBytes, DType, Graph, NodeData, NodeId, Op, TensorType, ValueId};
 use kiln_passes::{check_plan, plan_memory, MemoryOptions};
-use kiln_runtime::format::{AccelBucket, AccelProgram, AccelSegment, CpuFallback, Plan, WeightsBuilder};
+use kiln_runtime::format::{
+    AccelBucket, AccelProgram, AccelSegment, CpuFallback, IndexCheck, IndexKernel, Plan, WeightsBuilder,
+};
 use std::collections::HashMap;
 
 pub struct PjrtLowering {
@@ -93,6 +95,7 @@ pub fn lower_for_pjrt_with(
             AccelSegment {
                 arg_shardings: shardings(&e.args),
                 result_shardings: shardings(&e.results),
+                index_checks: index_checks(g, &s.nodes, &e.args),
                 mlir: e.mlir,
                 args,
                 results,
@@ -179,10 +182,37 @@ fn lower_buckets(
                 mlir: e.mlir,
                 arg_shardings: vec![],
                 result_shardings: vec![],
+                index_checks: index_checks(&sg, &seg.nodes, &e.args),
             },
         });
     }
     Ok(out)
+}
+
+/// The `@main` arguments among `args` that `nodes` use as indices into a
+/// static dimension, for the delegate's host-side range check.
+fn index_checks(g: &Graph, nodes: &[NodeId], args: &[ValueId]) -> Vec<IndexCheck> {
+    let mut checks = Vec::new();
+    for &n in nodes {
+        let node = &g.nodes[n];
+        // (kernel, first index operand, first indexed axis, one axis per operand)
+        let (kernel, first, axis, stepping) = match node.op {
+            Op::Gather { axis } => (IndexKernel::Gather, 1, axis, false),
+            Op::GatherElements { axis } => (IndexKernel::GatherElements, 1, axis, false),
+            Op::IndexGather { axis } => (IndexKernel::IndexGather, 1, axis, true),
+            Op::IndexPut { axis, .. } => (IndexKernel::IndexPut, 2, axis, true),
+            _ => continue,
+        };
+        let operands = if stepping { node.inputs.get(first..) } else { node.inputs.get(first..=first) };
+        let operands = operands.unwrap_or(&[]);
+        for (m, &v) in operands.iter().enumerate() {
+            let data_axis = if stepping { axis + m } else { axis };
+            let dim = g.ty(node.inputs[0]).shape.get(data_axis).and_then(kiln_ir::Dim::as_const);
+            let (Some(arg), Some(dim)) = (args.iter().position(|&a| a == v), dim) else { continue };
+            checks.push(IndexCheck { arg: arg as u32, dim: dim as u64, kernel, origin: g.describe_node(n) });
+        }
+    }
+    checks
 }
 
 /// Names a bucket's sizes (`s77=16`) for messages.

@@ -484,6 +484,50 @@ pub struct AccelSegment {
     /// (parallel to `args` and `results`); empty otherwise.
     pub arg_shardings: Vec<TensorSharding>,
     pub result_shardings: Vec<TensorSharding>,
+    /// Index arguments the delegate checks on the host before upload.
+    pub index_checks: Vec<IndexCheck>,
+}
+
+/// An `@main` argument holding indices into a dimension of size `dim`
+/// inside the segment (a gather's or `index_put`'s indices that come from a
+/// program input or a CPU instruction). The device would clamp or skip an
+/// index out of range, so before upload the delegate checks every element
+/// is in `[-dim, dim)` and fails as the CPU kernel `kernel` does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexCheck {
+    pub arg: u32,
+    pub dim: u64,
+    pub kernel: IndexKernel,
+    /// The indexing op, for the error (`gather from embedding at model.py:12`).
+    pub origin: String,
+}
+
+/// The CPU kernel whose out-of-range error an [`IndexCheck`] reproduces.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IndexKernel {
+    Gather,
+    GatherElements,
+    IndexGather,
+    IndexPut,
+}
+
+impl IndexKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexKernel::Gather => "gather",
+            IndexKernel::GatherElements => "gather_elements",
+            IndexKernel::IndexGather => "index_gather",
+            IndexKernel::IndexPut => "index_put",
+        }
+    }
+
+    /// The CPU kernel's message for index `i` into a dimension of size `dim`.
+    pub fn out_of_range(self, i: i64, dim: u64) -> String {
+        match self {
+            IndexKernel::Gather => format!("index {i} out of range for axis of size {dim}"),
+            _ => format!("index {i} out of range for a dimension of size {dim}"),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use super::spmd::PieceLayout;
 use super::state::{DeviceStates, SegmentStateUse};
 use super::{compile_options, discover};
 use crate::device::{AccelInfo, AccelStats, Device, ExecutableCache, SegmentStats, SessionOptions};
-use crate::format::{AccelProgram, AccelSegment, DimRef, MeshDecl, Storage};
+use crate::format::{AccelProgram, AccelSegment, DimRef, IndexCheck, MeshDecl, Storage};
 use crate::program::Program;
 use crate::session::TensorView;
 use crate::{Error, Result};
@@ -24,6 +24,7 @@ struct Segment {
     weights: Vec<Option<Buffer>>,
     /// Which arguments and results are state kept on the device.
     states: SegmentStateUse,
+    index_checks: Vec<IndexCheck>,
 }
 
 /// An SPMD segment (an artifact compiled with a mesh): one executable over
@@ -54,6 +55,7 @@ struct Bucket {
     weights: Vec<Option<Buffer>>,
     arg_shapes: Vec<Vec<usize>>,
     result_shapes: Vec<Vec<usize>>,
+    index_checks: Vec<IndexCheck>,
 }
 
 pub(crate) struct AccelState {
@@ -178,7 +180,7 @@ impl AccelState {
                 weights.push(upload_weight(program, &client, options.device_index, t).map_err(context)?);
             }
             let states = std::mem::take(&mut state_uses[i]);
-            segments.push(Segment { executable, weights, states });
+            segments.push(Segment { executable, weights, states, index_checks: seg.index_checks.clone() });
         }
         let mut buckets = Vec::with_capacity(accel.buckets.len());
         for (i, b) in accel.buckets.iter().enumerate() {
@@ -210,6 +212,7 @@ impl AccelState {
                 weights,
                 arg_shapes: usizes(&b.arg_shapes),
                 result_shapes: usizes(&b.result_shapes),
+                index_checks: seg.index_checks.clone(),
             });
         }
         info.segments = segments.len();
@@ -369,6 +372,7 @@ impl AccelState {
         else {
             return Err(Error::Plan(format!("accelerator segment {segment} does not exist")));
         };
+        check_indices(&seg.index_checks, args)?;
         stats.calls += 1;
         let started = Instant::now();
         let uploaded = &mut self.uploaded;
@@ -474,6 +478,7 @@ impl AccelState {
         let (Some(bucket), Some(stats)) = (self.buckets.get(b), self.stats.buckets.get_mut(b)) else {
             return Err(Error::Plan(format!("shape bucket {b} does not exist")));
         };
+        check_indices(&bucket.index_checks, args)?;
         stats.calls += 1;
         let started = Instant::now();
         let uploaded = &mut self.uploaded;
@@ -528,6 +533,40 @@ impl AccelState {
     pub(crate) fn device_states_mut(&mut self) -> &mut DeviceStates {
         &mut self.states
     }
+}
+
+/// The CPU kernels' error for the first index out of `[-dim, dim)` in a
+/// checked argument (the device would clamp or skip it). The instruction
+/// index is the caller's to fill in.
+fn check_indices(checks: &[IndexCheck], args: &[TensorView<'_>]) -> Result<()> {
+    for c in checks {
+        let Some(arg) = args.get(c.arg as usize) else { continue };
+        let dim = i64::try_from(c.dim).unwrap_or(i64::MAX);
+        let bad = match arg.dtype {
+            kiln_kernels::DType::I64 => arg
+                .data
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                .find(|&i| i < -dim || i >= dim),
+            kiln_kernels::DType::I32 => arg
+                .data
+                .chunks_exact(4)
+                .map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                .find(|&i| i < -dim || i >= dim),
+            _ => None,
+        };
+        if let Some(i) = bad {
+            return Err(Error::Kernel {
+                index: 0,
+                origin: c.origin.clone(),
+                source: kiln_kernels::KernelError::Shape {
+                    kernel: c.kernel.name(),
+                    detail: c.kernel.out_of_range(i, c.dim),
+                },
+            });
+        }
+    }
+    Ok(())
 }
 
 fn load_or_compile(
