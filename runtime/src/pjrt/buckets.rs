@@ -26,7 +26,7 @@ fn corner_rows(small: &[usize], big: &[usize], elem: usize, mut copy: impl FnMut
         copy(0, 0, elem);
         return Ok(());
     };
-    if small.iter().any(|&d| d == 0) {
+    if small.contains(&0) {
         return Ok(());
     }
     let big_row = big[big.len() - 1];
