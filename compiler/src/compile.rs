@@ -103,6 +103,9 @@ pub struct CompileOptions {
     /// SPMD over a device mesh (`--target pjrt` only): the program is
     /// sharded after the pass pipeline and emitted as one annotated segment.
     pub shard: Option<ShardConfig>,
+    /// Shape buckets for a program with symbolic dimensions (`--target pjrt`
+    /// only; [`crate::stablehlo::buckets`]).
+    pub buckets: Option<crate::stablehlo::buckets::BucketSpec>,
     /// Native code for the fused elementwise groups (`--target
     /// x86_64|aarch64`, feature `native`; CPU plans only).
     pub native: Option<crate::native::NativeTarget>,
@@ -126,6 +129,7 @@ impl Default for CompileOptions {
             quantize: None,
             calibration: None,
             shard: None,
+            buckets: None,
             native: None,
         }
     }
@@ -284,7 +288,7 @@ fn compile_graph_pjrt(
         None => None,
     };
     let sharding = spmd.as_ref().map(|s| crate::stablehlo::sharding::ShardReport::new(&graph, s));
-    let lowered = crate::stablehlo::lower_for_pjrt_sharded(&mut graph, precision, spmd.as_ref())?;
+    let lowered = crate::stablehlo::lower_for_pjrt_with(&mut graph, precision, spmd.as_ref(), opts.buckets.as_ref())?;
     let summary = CompileSummary {
         passes,
         nodes,

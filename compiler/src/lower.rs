@@ -275,6 +275,8 @@ pub struct SegmentedPlan {
     pub call_tensors: Vec<(Vec<u32>, Vec<u32>)>,
     /// CPU instructions with the node each came from.
     pub cpu_instrs: Vec<(u32, NodeId)>,
+    /// The plan tensor of each value of the top-level graph that has one.
+    pub tensor_of: HashMap<ValueId, u32>,
 }
 
 /// [`lower_to_plan`] where each of `calls` becomes one `InstrOp::Delegate`
@@ -368,6 +370,7 @@ pub fn lower_to_plan_with_segments(
         errors.dedup();
         return Err(LowerError(errors));
     }
+    let tensor_of = top.tensor_of;
     let plan = Plan {
         symbols: dims.symbols,
         exprs: dims.exprs,
@@ -379,7 +382,7 @@ pub fn lower_to_plan_with_segments(
         peak_live_bytes: mem.peak_live_bytes,
         states,
     };
-    Ok(SegmentedPlan { plan, weights, call_tensors, cpu_instrs })
+    Ok(SegmentedPlan { plan, weights, call_tensors, cpu_instrs, tensor_of })
 }
 
 /// The plan's tables under construction, shared by a graph and the nested

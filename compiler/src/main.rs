@@ -44,6 +44,21 @@ struct ShardArgs {
     /// Annotations of the sharded program: `shardy` or `gspmd`.
     #[arg(long, default_value = "shardy")]
     sharding_dialect: String,
+    /// Shape buckets for dynamic dims (`--target pjrt`): `s77=8,16,32` (the symbol names
+    /// `kiln inspect` prints; `;` or a second --buckets for more symbols) or `auto`
+    /// (powers of two within each dim's bounds). One executable per bucket.
+    #[arg(long)]
+    buckets: Vec<String>,
+}
+
+impl ShardArgs {
+    fn buckets(&self) -> Result<Option<kiln_compiler::stablehlo::buckets::BucketSpec>, String> {
+        use kiln_compiler::stablehlo::buckets::BucketSpec;
+        if self.buckets.is_empty() {
+            return Ok(None);
+        }
+        BucketSpec::parse(&self.buckets.join(";")).map(Some)
+    }
 }
 
 impl ShardArgs {
@@ -314,11 +329,15 @@ fn cmd_compile(
         quantize: quant.config()?,
         calibration: quant.calibration.clone(),
         shard: shard.config()?,
+        buckets: shard.buckets()?,
         native,
         ..CompileOptions::default()
     };
     if opts.shard.is_some() && backend == Backend::Cpu {
         return Err("--mesh needs --target pjrt".into());
+    }
+    if opts.buckets.is_some() && backend == Backend::Cpu {
+        return Err("--buckets needs --target pjrt".into());
     }
     if report.is_some() && opts.quantize.is_none() && opts.shard.is_none() {
         return Err("--report needs --quantize or --mesh".into());

@@ -163,3 +163,92 @@ fn loops_run_as_stablehlo_while() {
         }
     }
 }
+
+/// A loop body's 80-element constant is a weight argument of the segment
+/// (uploaded once), not `dense<…>` text inside the loop.
+#[test]
+fn loop_constants_are_arguments() {
+    let g = kiln_ir::text::parse(include_str!("stablehlo_support/loop_weight.kir")).unwrap_or_else(|e| panic!("{e}"));
+    let program = compile(g.clone(), pjrt(Precision::F32));
+    let accel = accel(&program);
+    let [seg] = accel.segments.as_slice() else { panic!("{} segments", accel.segments.len()) };
+    assert!(seg.ops.contains(&"while".to_string()), "{:?}", seg.ops);
+    let weights = seg
+        .args
+        .iter()
+        .filter(|&&t| {
+            matches!(program.plan().tensors[t as usize].storage, kiln_runtime::format::Storage::Weight { .. })
+        })
+        .count();
+    assert_eq!(weights, 1, "the loop's constant is a weight argument");
+    // 80 f32 inline would be a 640-digit hex literal.
+    let longest = seg.mlir.split("dense<").skip(1).map(|t| t.find('>').unwrap_or(t.len())).max().unwrap_or(0);
+    assert!(longest < 600, "an inline constant of {longest} characters is left");
+    let Some(plugin) = plugin() else { return };
+    let cpu = compile(g, kiln_compiler::Backend::Cpu);
+    let inputs = vec![random_f32(&[80], 21, -1.0, 1.0), kiln_runtime::Tensor::from_i64(&[], &[3])];
+    let want = run_cpu(&cpu, &inputs);
+    let got = run_pjrt(&program, &plugin, &inputs);
+    assert_close("loop with a weight", &got[0], &want[0], RTOL, ATOL);
+}
+
+/// The error of running `program` on `inputs` (a panic if it succeeds).
+fn run_error(session: &mut kiln_runtime::Session, inputs: &[kiln_runtime::Tensor]) -> kiln_runtime::Error {
+    let views: Vec<kiln_runtime::TensorView<'_>> = inputs.iter().map(kiln_runtime::Tensor::view).collect();
+    match session.run(&views) {
+        Ok(_) => panic!("an index out of range was accepted"),
+        Err(e) => e,
+    }
+}
+
+fn pjrt_session(program: &std::sync::Arc<kiln_runtime::Program>, plugin: &std::path::Path) -> kiln_runtime::Session {
+    let opts = kiln_runtime::SessionOptions {
+        device: kiln_runtime::Device::Pjrt(plugin.to_path_buf()),
+        cache: kiln_runtime::ExecutableCache::Off,
+        ..kiln_runtime::SessionOptions::default()
+    };
+    program.session_with(&opts).unwrap_or_else(|e| panic!("pjrt session: {e}"))
+}
+
+/// Indices that are program inputs are checked on the host before upload:
+/// out of range is the CPU kernel's error (the device would clamp), negative
+/// ones within range wrap as in torch.
+#[test]
+fn out_of_range_gather_indices_fail_as_on_the_cpu() {
+    let text = "
+graph {
+  input %0 \"ids\": i64[3]
+  const %1 \"w\": f32[5, 2] = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+  %2: f32[3, 2] = gather{axis=0}(%1, %0) @\"embedding\"
+  output %2 \"y\"
+}
+";
+    let g = kiln_ir::text::parse(text).unwrap_or_else(|e| panic!("{e}"));
+    let program = compile(g.clone(), pjrt(Precision::F32));
+    let cpu = compile(g, kiln_compiler::Backend::Cpu);
+    let accel = accel(&program);
+    assert_eq!(accel.segments.len(), 1, "the gather runs in a segment");
+    assert_eq!(accel.segments[0].index_checks.len(), 1);
+    let Some(plugin) = plugin() else { return };
+    let ids = |v: &[i64]| vec![kiln_runtime::Tensor::from_i64(&[3], v)];
+    let ok = ids(&[1, -5, 4]);
+    assert_close("gather in range", &run_pjrt(&program, &plugin, &ok)[0], &run_cpu(&cpu, &ok)[0], 0.0, 0.0);
+    let mut device = pjrt_session(&program, &plugin);
+    let mut host = cpu.session().unwrap();
+    for bad in [[1, 5, 0], [0, -6, 1]] {
+        let (d, h) = (run_error(&mut device, &ids(&bad)), run_error(&mut host, &ids(&bad)));
+        let (kiln_runtime::Error::Kernel { source: ds, .. }, kiln_runtime::Error::Kernel { source: hs, .. }) = (&d, &h)
+        else {
+            panic!("kernel errors expected: device {d}, cpu {h}")
+        };
+        assert_eq!(ds, hs, "{bad:?}: device {d} vs cpu {h}");
+        assert!(d.to_string().contains("out of range") && d.to_string().contains("embedding"), "{d}");
+    }
+    // The session still runs after the refused calls.
+    assert_close("gather again", &run(&mut device, &ok)[0], &run_cpu(&cpu, &ok)[0], 0.0, 0.0);
+}
+
+fn run(session: &mut kiln_runtime::Session, inputs: &[kiln_runtime::Tensor]) -> Vec<kiln_runtime::Tensor> {
+    let views: Vec<kiln_runtime::TensorView<'_>> = inputs.iter().map(kiln_runtime::Tensor::view).collect();
+    session.run(&views).unwrap_or_else(|e| panic!("run: {e}")).to_tensors()
+}

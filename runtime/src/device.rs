@@ -136,6 +136,10 @@ impl SessionOptions {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AccelStats {
     pub segments: Vec<SegmentStats>,
+    /// Per shape bucket (`AccelProgram::buckets`): the runs it took.
+    pub buckets: Vec<SegmentStats>,
+    /// Runs that executed the plan's instructions (none fitted a bucket).
+    pub plan_runs: u64,
     /// Reads of device-resident state ([`crate::Session::state`]).
     pub state_downloads: u64,
     pub state_download_bytes: u64,
@@ -176,6 +180,8 @@ pub struct AccelInfo {
     /// Devices an SPMD program runs on at once (1 without a mesh).
     pub partitions: usize,
     pub segments: usize,
+    /// Shape buckets compiled (or loaded) for this session.
+    pub buckets: usize,
     /// Segments compiled by the plugin in this session.
     pub compiled: usize,
     /// Segments loaded from the executable cache.

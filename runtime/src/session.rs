@@ -153,6 +153,48 @@ fn run_accel(accel: &mut AccelDelegate, segment: u32, args: &[TensorRef<'_>], re
     }
 }
 
+/// The shape bucket (`AccelProgram::buckets`) a run with these symbol values
+/// takes instead of the plan, if the delegate has one that fits.
+#[cfg(feature = "pjrt")]
+fn accel_bucket(accel: &mut AccelDelegate, sym_vals: &[u64]) -> Option<usize> {
+    accel.as_mut().and_then(|a| a.bucket_for(sym_vals))
+}
+
+/// Bucket `b`'s argument or (`result`) result tensor `k`, if it has one.
+#[cfg(feature = "pjrt")]
+fn bucket_tensor(accel: &AccelDelegate, b: usize, result: bool, k: usize) -> Option<u32> {
+    let (args, results) = accel.as_ref()?.bucket_tensors(b);
+    if result { results } else { args }.get(k).copied()
+}
+
+#[cfg(feature = "pjrt")]
+fn run_bucket(
+    accel: &mut AccelDelegate,
+    b: usize,
+    args: &[TensorRef<'_>],
+    results: &mut [TensorMut<'_>],
+) -> Result<()> {
+    match accel {
+        Some(a) => a.run_bucket(b, args, results),
+        None => Err(Error::Device("shape bucket in a CPU session".into())),
+    }
+}
+
+#[cfg(not(feature = "pjrt"))]
+fn accel_bucket(_: &mut AccelDelegate, _: &[u64]) -> Option<usize> {
+    None
+}
+
+#[cfg(not(feature = "pjrt"))]
+fn bucket_tensor(_: &AccelDelegate, _: usize, _: bool, _: usize) -> Option<u32> {
+    None
+}
+
+#[cfg(not(feature = "pjrt"))]
+fn run_bucket(_: &mut AccelDelegate, _: usize, _: &[TensorRef<'_>], _: &mut [TensorMut<'_>]) -> Result<()> {
+    Err(Error::Device("shape bucket in a build without PJRT support".into()))
+}
+
 /// The delegate's view of session state: under `--target pjrt` a state that
 /// only accelerator segments read stays on the device between runs
 /// (`pjrt/state.rs`); the session asks here before using its arena copy.
@@ -685,6 +727,7 @@ impl Session {
             accel,
             profile,
             use_native,
+            sym_vals,
             ..
         } = self;
         let plan = program.plan();
@@ -720,6 +763,24 @@ impl Session {
             // output ranges overlap neither each other nor its operands.
             unsafe { std::slice::from_raw_parts_mut(arena_ptr.add(offset as usize), tensor_len(t as usize)) }
         };
+        // A run whose sizes fit a shape bucket runs it instead of the plan
+        // (the bucket computes every output; it never binds or loops).
+        if start == 0 {
+            if let Some(b) = accel_bucket(accel, sym_vals) {
+                let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
+                operands.extend((0..).map_while(|k| bucket_tensor(accel, b, false, k)).map(view));
+                let mut outputs: Vec<TensorMut<'_>> = std::mem::take(output_buf);
+                outputs.extend((0..).map_while(|k| bucket_tensor(accel, b, true, k)).map(|t| TensorMut {
+                    dtype: plan.tensors[t as usize].dtype,
+                    shape: shape(t),
+                    data: arena_slot(t),
+                }));
+                let result = run_bucket(accel, b, &operands, &mut outputs);
+                *operand_buf = recycle(operands);
+                *output_buf = recycle(outputs);
+                return result.map(|()| None);
+            }
+        }
         for (index, (step, instr)) in resolved.steps.iter().zip(&plan.instrs).enumerate().skip(start) {
             let started = profile.is_some().then(std::time::Instant::now);
             match step {
@@ -762,6 +823,8 @@ impl Session {
                         Error::Pjrt { call, message } => {
                             Error::Pjrt { call, message: format!("instruction {index} ({}): {message}", instr.origin) }
                         }
+                        // An index check: the op's origin, this instruction.
+                        Error::Kernel { origin, source, .. } => Error::Kernel { index, origin, source },
                         other => other,
                     })?;
                 }

@@ -421,6 +421,7 @@ fn validate_accel(plan: &Plan, accel: &AccelProgram) -> Result<()> {
         for &t in seg.args.iter().chain(&seg.results) {
             tensor(plan, t).map_err(|e| bad(format!("accelerator segment {i}: {e}")))?;
         }
+        validate_index_checks(plan, seg).map_err(|e| bad(format!("accelerator segment {i}: {e}")))?;
     }
     match &accel.mesh {
         Some(mesh) => validate_mesh(plan, accel, mesh).map_err(|e| bad(format!("sharded program: {e}")))?,
@@ -430,6 +431,9 @@ fn validate_accel(plan: &Plan, accel: &AccelProgram) -> Result<()> {
             }
         }
     }
+    for (i, b) in accel.buckets.iter().enumerate() {
+        validate_bucket(plan, accel, b).map_err(|e| bad(format!("shape bucket {i}: {e}")))?;
+    }
     for f in &accel.cpu_fallbacks {
         if f.instr as usize >= plan.instrs.len() {
             return Err(bad(format!(
@@ -438,6 +442,96 @@ fn validate_accel(plan: &Plan, accel: &AccelProgram) -> Result<()> {
                 plan.instrs.len()
             )));
         }
+    }
+    Ok(())
+}
+
+/// Each index check names an argument of the segment whose tensor holds
+/// i32 or i64 indices.
+fn validate_index_checks(plan: &Plan, seg: &crate::format::AccelSegment) -> std::result::Result<(), String> {
+    for c in &seg.index_checks {
+        let t = seg.args.get(c.arg as usize).ok_or_else(|| format!("index check names argument {}", c.arg))?;
+        let dtype = plan.tensors.get(*t as usize).map(|d| d.dtype);
+        if !matches!(dtype, Some(crate::DType::I64 | crate::DType::I32)) {
+            return Err(format!("index check on argument {} of dtype {dtype:?}", c.arg));
+        }
+    }
+    Ok(())
+}
+
+/// Most elements one padded bucket argument or result may have (2^40).
+const MAX_BUCKET_ELEMENTS: u64 = 1 << 40;
+
+/// A bucket: one size per plan symbol within its bounds; no mesh, no state;
+/// arguments are the plan's inputs and weights, results distinct output
+/// tensors in the arena; each padded shape has its tensor's rank, equals
+/// its static dims, and stays under [`MAX_BUCKET_ELEMENTS`].
+fn validate_bucket(
+    plan: &Plan,
+    accel: &AccelProgram,
+    b: &crate::format::AccelBucket,
+) -> std::result::Result<(), String> {
+    if accel.mesh.is_some() || !plan.states.is_empty() {
+        return Err("buckets are for one device and programs without state".into());
+    }
+    if b.sizes.len() != plan.symbols.len() {
+        return Err(format!("{} sizes for {} symbols", b.sizes.len(), plan.symbols.len()));
+    }
+    for (size, sym) in b.sizes.iter().zip(&plan.symbols) {
+        if *size < sym.min || *size > sym.max {
+            return Err(format!("size {size} of `{}` is outside [{}, {}]", sym.name, sym.min, sym.max));
+        }
+    }
+    let seg = &b.segment;
+    if !seg.arg_shardings.is_empty() || !seg.result_shardings.is_empty() {
+        return Err("a bucket has shardings".into());
+    }
+    for &t in &seg.args {
+        tensor(plan, t).map_err(|e| e.to_string())?;
+    }
+    validate_index_checks(plan, seg)?;
+    if b.arg_shapes.len() != seg.args.len() || b.result_shapes.len() != seg.results.len() {
+        return Err("shapes do not match the arguments and results".into());
+    }
+    let check = |t: u32, shape: &[u64]| -> std::result::Result<(), String> {
+        let decl = tensor(plan, t).map_err(|e| e.to_string())?;
+        if decl.shape.len() != shape.len() {
+            return Err(format!("tensor {t} has rank {} but its padded shape {shape:?}", decl.shape.len()));
+        }
+        for (d, &p) in decl.shape.iter().zip(shape) {
+            if let DimRef::Static(v) = d {
+                if *v != p {
+                    return Err(format!("tensor {t}'s static dim {v} is padded to {p}"));
+                }
+            }
+        }
+        let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).filter(|&n| n <= MAX_BUCKET_ELEMENTS);
+        if elements.is_none() {
+            return Err(format!("padded shape {shape:?} of tensor {t} is too large"));
+        }
+        Ok(())
+    };
+    for (&t, shape) in seg.args.iter().zip(&b.arg_shapes) {
+        check(t, shape)?;
+        let decl = &plan.tensors[t as usize];
+        let is_input = plan.inputs.iter().any(|io| io.tensor == t);
+        if !is_input && !matches!(decl.storage, Storage::Weight { .. }) {
+            return Err(format!("argument tensor {t} is neither an input nor a weight"));
+        }
+    }
+    let mut seen = Vec::new();
+    for (&t, shape) in seg.results.iter().zip(&b.result_shapes) {
+        check(t, shape)?;
+        if !plan.outputs.iter().any(|io| io.tensor == t) || seen.contains(&t) {
+            return Err(format!("result tensor {t} is not a distinct output"));
+        }
+        if !matches!(plan.tensors[t as usize].storage, Storage::Arena { .. }) {
+            return Err(format!("result tensor {t} is not in the arena"));
+        }
+        seen.push(t);
+    }
+    if let Some(io) = plan.outputs.iter().find(|io| !seen.contains(&io.tensor)) {
+        return Err(format!("output `{}` is not one of its results", io.name));
     }
     Ok(())
 }

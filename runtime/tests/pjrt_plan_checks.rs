@@ -39,9 +39,11 @@ fn artifact(edit: impl FnOnce(&mut Plan, &mut AccelProgram)) -> Vec<u8> {
             ops: vec!["add".into()],
             arg_shardings: vec![],
             result_shardings: vec![],
+            index_checks: vec![],
         }],
         cpu_fallbacks: vec![],
         mesh: None,
+        buckets: vec![],
     };
     edit(&mut plan, &mut accel);
     let mut w = ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap();
@@ -88,6 +90,53 @@ fn bad_accel_instructions_are_rejected_at_load() {
         a.segments[0].results.clear();
     }));
     assert!(m.contains("no outputs"), "{m}");
+}
+
+/// A shape bucket over the same program: x → y, z with padded shapes.
+fn bucket() -> AccelBucket {
+    AccelBucket {
+        sizes: vec![],
+        segment: AccelSegment {
+            mlir: "module {}".into(),
+            args: vec![0],
+            results: vec![1, 2],
+            ops: vec!["add".into()],
+            arg_shardings: vec![],
+            result_shardings: vec![],
+            index_checks: vec![],
+        },
+        arg_shapes: vec![vec![4]],
+        result_shapes: vec![vec![4], vec![4]],
+    }
+}
+
+#[test]
+fn bad_shape_buckets_are_rejected_at_load() {
+    Program::from_bytes(&artifact(|_, a| a.buckets.push(bucket()))).expect("a valid bucket");
+    let with = |edit: fn(&mut AccelBucket)| {
+        artifact(move |_, a| {
+            let mut b = bucket();
+            edit(&mut b);
+            a.buckets.push(b);
+        })
+    };
+    let m = plan_error(&with(|b| b.sizes = vec![3]));
+    assert!(m.contains("shape bucket 0") && m.contains("1 sizes for 0 symbols"), "{m}");
+    let m = plan_error(&with(|b| b.arg_shapes = vec![vec![5]]));
+    assert!(m.contains("static dim 4 is padded to 5"), "{m}");
+    let m = plan_error(&with(|b| b.arg_shapes = vec![vec![4, 1]]));
+    assert!(m.contains("rank"), "{m}");
+    let m = plan_error(&with(|b| b.segment.results = vec![0, 2]));
+    assert!(m.contains("not a distinct output"), "{m}");
+    let m = plan_error(&with(|b| {
+        b.segment.results = vec![1];
+        b.result_shapes = vec![vec![4]];
+    }));
+    assert!(m.contains("output `z` is not one of its results"), "{m}");
+    let m = plan_error(&with(|b| b.segment.args = vec![1]));
+    assert!(m.contains("neither an input nor a weight"), "{m}");
+    let m = plan_error(&with(|b| b.result_shapes = vec![vec![4]]));
+    assert!(m.contains("do not match"), "{m}");
 }
 
 #[test]

@@ -104,9 +104,11 @@ fn mlp_artifact(n: u32, devices: Vec<u32>, text: [&str; 4], dims: [Vec<Vec<u32>>
             ops: vec!["matmul".into(), "relu".into(), "matmul".into()],
             arg_shardings: vec![x, w1s, w2s],
             result_shardings: vec![y],
+            index_checks: vec![],
         }],
         cpu_fallbacks: vec![],
         mesh: Some(MeshDecl { axes: vec![MeshAxisDecl { name: "x".into(), size: n }], devices }),
+        buckets: vec![],
     };
     let mut writer = ArtifactWriter::new(&plan, weights, &Metadata::default()).expect("writer");
     writer.add_accel(&accel).expect("accel");

@@ -165,9 +165,11 @@ fn mixed_artifact() -> Vec<u8> {
             ops: vec!["matmul".into(), "add".into(), "mul".into()],
             arg_shardings: vec![],
             result_shardings: vec![],
+            index_checks: vec![],
         }],
         cpu_fallbacks: vec![CpuFallback { instr: 0, reason: "test: relu stays on the CPU".into() }],
         mesh: None,
+        buckets: vec![],
     };
     let mut writer = ArtifactWriter::new(&plan, weights, &Metadata::default()).unwrap();
     writer.add_accel(&accel).unwrap();

@@ -1,6 +1,7 @@
 //! From a graph after the pass pipeline to a mixed plan: partition, emit each
 //! segment, plan memory with every segment seen as one instruction, lower.
 
+use super::buckets::{bucket_sizes, padding_problem, specialize, BucketSpec};
 use super::emit::{emit_segment_with, new_context, Emitted};
 use super::partition::{partition, Partition};
 use super::sharding::{mesh_decl, tensor_sharding, SpmdEmit};
@@ -8,7 +9,9 @@ use super::Precision;
 use crate::lower::{lower_to_plan_with_segments, AccelCall, LowerError};
 use kiln_ir::{ConstBytes, DType, Graph, NodeData, NodeId, Op, TensorType, ValueId};
 use kiln_passes::{check_plan, plan_memory, MemoryOptions};
-use kiln_runtime::format::{AccelProgram, AccelSegment, CpuFallback, Plan, WeightsBuilder};
+use kiln_runtime::format::{
+    AccelBucket, AccelProgram, AccelSegment, CpuFallback, IndexCheck, IndexKernel, Plan, WeightsBuilder,
+};
 use std::collections::HashMap;
 
 pub struct PjrtLowering {
@@ -32,6 +35,22 @@ pub fn lower_for_pjrt_sharded(
     precision: Precision,
     spmd: Option<&SpmdEmit>,
 ) -> Result<PjrtLowering, LowerError> {
+    lower_for_pjrt_with(g, precision, spmd, None)
+}
+
+/// [`lower_for_pjrt_sharded`], plus shape buckets when `buckets` is given
+/// (see [`super::buckets`]): the plan stays the symbolic CPU plan (with any
+/// static segments), run for sizes past the largest bucket.
+pub fn lower_for_pjrt_with(
+    g: &mut Graph,
+    precision: Precision,
+    spmd: Option<&SpmdEmit>,
+    buckets: Option<&BucketSpec>,
+) -> Result<PjrtLowering, LowerError> {
+    if buckets.is_some() && (spmd.is_some() || precision != Precision::F32) {
+        return Err(LowerError(vec!["--buckets is built for f32 programs on one device (no --mesh, no bf16)".into()]));
+    }
+    super::loop_consts::hoist_loop_constants(g, super::INLINE_CONST_MAX_ELEMENTS);
     let ctx = new_context();
     let (part, mut emitted) = partition_and_emit(&ctx, g, precision, spmd)?;
     if spmd.is_some() {
@@ -76,6 +95,7 @@ pub fn lower_for_pjrt_sharded(
             AccelSegment {
                 arg_shardings: shardings(&e.args),
                 result_shardings: shardings(&e.results),
+                index_checks: index_checks(g, &s.nodes, &e.args),
                 mlir: e.mlir,
                 args,
                 results,
@@ -83,6 +103,10 @@ pub fn lower_for_pjrt_sharded(
             }
         })
         .collect();
+    let buckets = match buckets {
+        Some(spec) => lower_buckets(&ctx, g, spec, &lowered.plan, &lowered.tensor_of)?,
+        None => Vec::new(),
+    };
     let reasons: HashMap<NodeId, &str> = part.cpu.iter().map(|(n, r)| (*n, r.as_str())).collect();
     let cpu_fallbacks = lowered
         .cpu_instrs
@@ -92,8 +116,110 @@ pub fn lower_for_pjrt_sharded(
     Ok(PjrtLowering {
         plan: lowered.plan,
         weights: lowered.weights,
-        accel: AccelProgram { segments, cpu_fallbacks, mesh: spmd.map(|s| mesh_decl(&s.mesh)) },
+        accel: AccelProgram { segments, cpu_fallbacks, mesh: spmd.map(|s| mesh_decl(&s.mesh)), buckets },
     })
+}
+
+/// One executable per bucket: `g` specialised to the bucket's sizes must be
+/// one segment; its arguments are the plan's tensors for the same values
+/// (inputs and weights), its results the plan's outputs.
+fn lower_buckets(
+    ctx: &melior::Context,
+    g: &Graph,
+    spec: &BucketSpec,
+    plan: &Plan,
+    tensor_of: &HashMap<ValueId, u32>,
+) -> Result<Vec<AccelBucket>, LowerError> {
+    let refuse = |why: String| LowerError(vec![format!("--buckets: {why}")]);
+    if !g.states.is_empty() {
+        return Err(refuse("a program with state (mutated buffers) cannot be bucketed yet".into()));
+    }
+    if let Some(why) = padding_problem(g) {
+        return Err(refuse(why));
+    }
+    let mut outputs: HashMap<ValueId, u32> = HashMap::new();
+    for (v, io) in g.outputs.iter().zip(&plan.outputs) {
+        if outputs.insert(*v, io.tensor).is_some() {
+            return Err(refuse("the same value is returned twice".into()));
+        }
+    }
+    let sizes = bucket_sizes(g, spec).map_err(|e| LowerError(vec![e]))?;
+    let mut out = Vec::with_capacity(sizes.len());
+    for bucket in &sizes {
+        let sg = specialize(g, bucket);
+        let part = partition(&sg, &HashMap::new());
+        let what = describe_sizes(g, bucket);
+        check_single_segment(&sg, &part).map_err(|mut e| {
+            e.0.insert(0, format!("--buckets: the program for {} is not one accelerator segment", what));
+            e
+        })?;
+        let seg = &part.segments[0];
+        let e = emit_segment_with(ctx, &sg, seg, Precision::F32, None).map_err(|e| {
+            let at = e.node.map(|n| format!(" at {}", sg.describe_node(n))).unwrap_or_default();
+            refuse(format!("StableHLO lowering failed for {}{at}: {}", what, e.reason))
+        })?;
+        if e.results.len() != g.outputs.len() {
+            return Err(refuse("an output is an input or a constant (not computed by the program)".into()));
+        }
+        let tensor = |v: &ValueId, table: &HashMap<ValueId, u32>| {
+            table.get(v).copied().ok_or_else(|| refuse(format!("value {v:?} has no plan tensor (compiler bug)")))
+        };
+        let shape = |v: &ValueId| -> Vec<u64> { sg.ty(*v).shape.iter().map(|d| d.eval(&|_| 0) as u64).collect() };
+        let symbol_size = |name: &str| {
+            g.symbol_by_name(name)
+                .and_then(|s| bucket.get(&s))
+                .map(|&v| v as u64)
+                .ok_or_else(|| refuse(format!("plan symbol `{name}` is not the program's (compiler bug)")))
+        };
+        out.push(AccelBucket {
+            sizes: plan.symbols.iter().map(|s| symbol_size(&s.name)).collect::<Result<_, _>>()?,
+            arg_shapes: e.args.iter().map(shape).collect(),
+            result_shapes: e.results.iter().map(shape).collect(),
+            segment: AccelSegment {
+                args: e.args.iter().map(|v| tensor(v, tensor_of)).collect::<Result<_, _>>()?,
+                results: e.results.iter().map(|v| tensor(v, &outputs)).collect::<Result<_, _>>()?,
+                ops: seg.nodes.iter().map(|&n| sg.nodes[n].op.name().to_string()).collect(),
+                mlir: e.mlir,
+                arg_shardings: vec![],
+                result_shardings: vec![],
+                index_checks: index_checks(&sg, &seg.nodes, &e.args),
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// The `@main` arguments among `args` that `nodes` use as indices into a
+/// static dimension, for the delegate's host-side range check.
+fn index_checks(g: &Graph, nodes: &[NodeId], args: &[ValueId]) -> Vec<IndexCheck> {
+    let mut checks = Vec::new();
+    for &n in nodes {
+        let node = &g.nodes[n];
+        // (kernel, first index operand, first indexed axis, one axis per operand)
+        let (kernel, first, axis, stepping) = match node.op {
+            Op::Gather { axis } => (IndexKernel::Gather, 1, axis, false),
+            Op::GatherElements { axis } => (IndexKernel::GatherElements, 1, axis, false),
+            Op::IndexGather { axis } => (IndexKernel::IndexGather, 1, axis, true),
+            Op::IndexPut { axis, .. } => (IndexKernel::IndexPut, 2, axis, true),
+            _ => continue,
+        };
+        let operands = if stepping { node.inputs.get(first..) } else { node.inputs.get(first..=first) };
+        let operands = operands.unwrap_or(&[]);
+        for (m, &v) in operands.iter().enumerate() {
+            let data_axis = if stepping { axis + m } else { axis };
+            let dim = g.ty(node.inputs[0]).shape.get(data_axis).and_then(kiln_ir::Dim::as_const);
+            let (Some(arg), Some(dim)) = (args.iter().position(|&a| a == v), dim) else { continue };
+            checks.push(IndexCheck { arg: arg as u32, dim: dim as u64, kernel, origin: g.describe_node(n) });
+        }
+    }
+    checks
+}
+
+/// Names a bucket's sizes (`s77=16`) for messages.
+fn describe_sizes(g: &Graph, sizes: &HashMap<kiln_ir::SymbolId, i64>) -> String {
+    let mut parts: Vec<String> = sizes.iter().map(|(s, v)| format!("{}={v}", g.symbols[*s].name)).collect();
+    parts.sort();
+    parts.join(", ")
 }
 
 /// Partitions and emits; a node the emitter rejects is moved to the CPU and the

@@ -5,9 +5,15 @@
 //! - `emit` (feature `mlir`): one segment → StableHLO text through melior.
 //! - `driver` (feature `mlir`): partition, emit, plan memory and lower to a
 //!   mixed plan plus the `AccelProgram` section.
+//! - [`buckets`]: shape buckets for programs with symbolic dimensions
+//!   (`--buckets`): sizes, specialisation, the padding-safety check.
+//! - [`loop_consts`]: large constants of loop regions become loop operands
+//!   (weights), not inline text.
 //! - [`sharding`]: Shardy and GSPMD annotation text for SPMD programs (a
 //!   graph with a mesh: one segment over every device).
 
+pub mod buckets;
+pub mod loop_consts;
 pub mod partition;
 pub mod sharding;
 
@@ -18,7 +24,7 @@ pub mod emit;
 mod driver;
 
 #[cfg(feature = "mlir")]
-pub use driver::{lower_for_pjrt, lower_for_pjrt_sharded, PjrtLowering};
+pub use driver::{lower_for_pjrt, lower_for_pjrt_sharded, lower_for_pjrt_with, PjrtLowering};
 
 /// Constants with at most this many elements are written into the program
 /// (`dense<…>`); larger ones are passed as arguments so that weights stay in

@@ -51,6 +51,7 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
             "accel": program.accel().map(|a| json!({
                 "segments": a.segments.iter().map(|s| json!({"ops": s.ops, "args": s.args, "results": s.results})).collect::<Vec<_>>(),
                 "cpu_fallbacks": a.cpu_fallbacks.iter().map(|f| json!({"instr": f.instr, "reason": f.reason})).collect::<Vec<_>>(),
+                "buckets": a.buckets.iter().map(|b| json!({"sizes": b.sizes, "ops": b.segment.ops.len()})).collect::<Vec<_>>(),
             })),
             "native": program.native_section().map(|n| json!({
                 "functions": n.functions.iter().map(|f| json!({"symbol": f.symbol, "operands": f.inputs.len()})).collect::<Vec<_>>(),
@@ -190,6 +191,14 @@ accelerator segments {}",
     }
     if let Some(mesh) = &accel.mesh {
         print_mesh(plan, accel, mesh);
+    }
+    if !accel.buckets.is_empty() {
+        println!("shape buckets {} (larger sizes run the plan on the CPU)", accel.buckets.len());
+        for (i, b) in accel.buckets.iter().enumerate() {
+            let sizes: Vec<String> =
+                plan.symbols.iter().zip(&b.sizes).map(|(s, v)| format!("{}={v}", s.name)).collect();
+            println!("  bucket {i}: {}, {} ops", sizes.join(", "), b.segment.ops.len());
+        }
     }
     if !accel.cpu_fallbacks.is_empty() {
         println!("CPU fallbacks {}", accel.cpu_fallbacks.len());

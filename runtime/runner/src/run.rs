@@ -141,12 +141,14 @@ fn time_runs(session: &mut kiln_runtime::Session, views: &[TensorView<'_>], repe
 }
 
 /// `--device`, else `pjrt:$KILN_PJRT_PLUGIN` for an artifact that needs an
-/// accelerator, else the CPU.
+/// accelerator or has shape buckets, else the CPU.
 fn choose_device(program: &Program, flag: Option<&str>) -> Result<Device, String> {
     match flag {
         Some(s) => s.parse().map_err(|e: kiln_runtime::Error| e.to_string()),
         None => match std::env::var_os("KILN_PJRT_PLUGIN").filter(|v| !v.is_empty()) {
-            Some(p) if program.needs_accelerator() => Ok(Device::Pjrt(PathBuf::from(p))),
+            Some(p) if program.needs_accelerator() || program.accel().is_some_and(|a| !a.buckets.is_empty()) => {
+                Ok(Device::Pjrt(PathBuf::from(p)))
+            }
             _ => Ok(Device::Cpu),
         },
     }
@@ -212,15 +214,15 @@ pub fn cmd_run(args: &RunArgs) -> CliResult {
     let accel_json = session.accel_info().map(|a| {
         if !as_json {
             println!(
-                "device: {} #{} ({}, {} {}), {} segments: {} compiled, {} from cache{}",
-                a.device_kind, a.device_id, a.plugin.display(), a.platform_name, a.platform_version, a.segments, a.compiled, a.cache_hits,
+                "device: {} #{} ({}, {} {}), {} segments, {} shape buckets: {} compiled, {} from cache{}",
+                a.device_kind, a.device_id, a.plugin.display(), a.platform_name, a.platform_version, a.segments, a.buckets, a.compiled, a.cache_hits,
                 if a.partitions > 1 { format!("; SPMD over {} devices", a.partitions) } else { String::new() }
             );
         }
         json!({
             "plugin": a.plugin.display().to_string(), "platform": a.platform_name, "platform_version": a.platform_version,
             "device_id": a.device_id, "device_kind": a.device_kind, "segments": a.segments,
-            "compiled": a.compiled, "cache_hits": a.cache_hits, "partitions": a.partitions,
+            "buckets": a.buckets, "compiled": a.compiled, "cache_hits": a.cache_hits, "partitions": a.partitions,
         })
     });
     if args.profile {

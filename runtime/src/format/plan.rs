@@ -417,6 +417,27 @@ pub struct AccelProgram {
     /// plan has exactly one segment, run on every device of the mesh at once,
     /// and each of its arguments and results records its sharding.
     pub mesh: Option<MeshDecl>,
+    /// Shape buckets (`kiln compile --buckets`): the whole program compiled
+    /// for padded static sizes of its symbols. A run whose sizes fit one
+    /// runs it (the smallest that fits) instead of the plan's instructions;
+    /// a larger run executes the plan on the CPU.
+    pub buckets: Vec<AccelBucket>,
+}
+
+/// One shape bucket: the program as one StableHLO executable for the padded
+/// sizes `sizes` of the plan's symbols. Its arguments are the plan's input
+/// and weight tensors, its results the plan's output tensors; the runtime
+/// pads each argument with zeros to `arg_shapes` and slices each result from
+/// `result_shapes` back to the run's shape (the compiler proved that padding
+/// changes no element the slice keeps).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccelBucket {
+    /// Per plan symbol (in [`Plan::symbols`] order): the size compiled for.
+    pub sizes: Vec<u64>,
+    pub segment: AccelSegment,
+    /// Static shapes of `segment.args` and `segment.results` in `@main`.
+    pub arg_shapes: Vec<Vec<u64>>,
+    pub result_shapes: Vec<Vec<u64>>,
 }
 
 /// A device mesh: named axes (major to minor) and the device id at each
@@ -463,6 +484,50 @@ pub struct AccelSegment {
     /// (parallel to `args` and `results`); empty otherwise.
     pub arg_shardings: Vec<TensorSharding>,
     pub result_shardings: Vec<TensorSharding>,
+    /// Index arguments the delegate checks on the host before upload.
+    pub index_checks: Vec<IndexCheck>,
+}
+
+/// An `@main` argument holding indices into a dimension of size `dim`
+/// inside the segment (a gather's or `index_put`'s indices that come from a
+/// program input or a CPU instruction). The device would clamp or skip an
+/// index out of range, so before upload the delegate checks every element
+/// is in `[-dim, dim)` and fails as the CPU kernel `kernel` does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexCheck {
+    pub arg: u32,
+    pub dim: u64,
+    pub kernel: IndexKernel,
+    /// The indexing op, for the error (`gather from embedding at model.py:12`).
+    pub origin: String,
+}
+
+/// The CPU kernel whose out-of-range error an [`IndexCheck`] reproduces.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IndexKernel {
+    Gather,
+    GatherElements,
+    IndexGather,
+    IndexPut,
+}
+
+impl IndexKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexKernel::Gather => "gather",
+            IndexKernel::GatherElements => "gather_elements",
+            IndexKernel::IndexGather => "index_gather",
+            IndexKernel::IndexPut => "index_put",
+        }
+    }
+
+    /// The CPU kernel's message for index `i` into a dimension of size `dim`.
+    pub fn out_of_range(self, i: i64, dim: u64) -> String {
+        match self {
+            IndexKernel::Gather => format!("index {i} out of range for axis of size {dim}"),
+            _ => format!("index {i} out of range for a dimension of size {dim}"),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

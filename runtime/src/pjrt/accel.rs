@@ -9,7 +9,7 @@ use super::spmd::PieceLayout;
 use super::state::{DeviceStates, SegmentStateUse};
 use super::{compile_options, discover};
 use crate::device::{AccelInfo, AccelStats, Device, ExecutableCache, SegmentStats, SessionOptions};
-use crate::format::{AccelProgram, AccelSegment, DimRef, MeshDecl, Storage};
+use crate::format::{AccelProgram, AccelSegment, DimRef, IndexCheck, MeshDecl, Storage};
 use crate::program::Program;
 use crate::session::TensorView;
 use crate::{Error, Result};
@@ -24,6 +24,7 @@ struct Segment {
     weights: Vec<Option<Buffer>>,
     /// Which arguments and results are state kept on the device.
     states: SegmentStateUse,
+    index_checks: Vec<IndexCheck>,
 }
 
 /// An SPMD segment (an artifact compiled with a mesh): one executable over
@@ -44,8 +45,24 @@ struct Spmd {
     outputs: Vec<Vec<Buffer>>,
 }
 
+/// A shape bucket: the whole program for padded static shapes.
+struct Bucket {
+    executable: Executable,
+    sizes: Vec<u64>,
+    /// Plan tensors of the arguments and results (as `AccelSegment`).
+    args: Vec<u32>,
+    results: Vec<u32>,
+    weights: Vec<Option<Buffer>>,
+    arg_shapes: Vec<Vec<usize>>,
+    result_shapes: Vec<Vec<usize>>,
+    index_checks: Vec<IndexCheck>,
+}
+
 pub(crate) struct AccelState {
     client: Arc<Client>,
+    buckets: Vec<Bucket>,
+    /// One padded argument or result on the host (reused).
+    pad_scratch: Vec<u8>,
     spmd: Option<Spmd>,
     device_index: usize,
     segments: Vec<Segment>,
@@ -163,15 +180,55 @@ impl AccelState {
                 weights.push(upload_weight(program, &client, options.device_index, t).map_err(context)?);
             }
             let states = std::mem::take(&mut state_uses[i]);
-            segments.push(Segment { executable, weights, states });
+            segments.push(Segment { executable, weights, states, index_checks: seg.index_checks.clone() });
+        }
+        let mut buckets = Vec::with_capacity(accel.buckets.len());
+        for (i, b) in accel.buckets.iter().enumerate() {
+            let context = |e: Error| match e {
+                Error::Pjrt { call, message } => Error::Pjrt { call: format!("{call} (shape bucket {i})"), message },
+                other => other,
+            };
+            let seg = &b.segment;
+            let executable =
+                load_or_compile(&client, cache.as_ref(), &seg.mlir, &options_proto, &mut info).map_err(context)?;
+            if executable.num_outputs() != seg.results.len() {
+                return Err(Error::Plan(format!(
+                    "shape bucket {i} returns {} results but the plan expects {}",
+                    executable.num_outputs(),
+                    seg.results.len()
+                )));
+            }
+            let mut weights = Vec::with_capacity(seg.args.len());
+            for &t in &seg.args {
+                weights.push(upload_weight(program, &client, options.device_index, t).map_err(context)?);
+            }
+            // Validation bounded every padded shape.
+            let usizes = |s: &[Vec<u64>]| s.iter().map(|d| d.iter().map(|&v| v as usize).collect()).collect();
+            buckets.push(Bucket {
+                executable,
+                sizes: b.sizes.clone(),
+                args: seg.args.clone(),
+                results: seg.results.clone(),
+                weights,
+                arg_shapes: usizes(&b.arg_shapes),
+                result_shapes: usizes(&b.result_shapes),
+                index_checks: seg.index_checks.clone(),
+            });
         }
         info.segments = segments.len();
+        info.buckets = buckets.len();
         info.partitions = 1;
         Ok(AccelState {
             client,
+            stats: AccelStats {
+                segments: vec![SegmentStats::default(); segments.len()],
+                buckets: vec![SegmentStats::default(); buckets.len()],
+                ..AccelStats::default()
+            },
+            buckets,
+            pad_scratch: Vec::new(),
             spmd: None,
             device_index: options.device_index,
-            stats: AccelStats { segments: vec![SegmentStats::default(); segments.len()], ..AccelStats::default() },
             segments,
             info,
             states,
@@ -280,6 +337,8 @@ impl AccelState {
         };
         Ok(AccelState {
             client,
+            buckets: Vec::new(),
+            pad_scratch: Vec::new(),
             spmd: Some(spmd),
             device_index: options.device_index,
             segments: Vec::new(),
@@ -313,6 +372,7 @@ impl AccelState {
         else {
             return Err(Error::Plan(format!("accelerator segment {segment} does not exist")));
         };
+        check_indices(&seg.index_checks, args)?;
         stats.calls += 1;
         let started = Instant::now();
         let uploaded = &mut self.uploaded;
@@ -382,7 +442,87 @@ impl AccelState {
     /// What the segments ran and copied so far.
     pub(crate) fn stats(&self) -> AccelStats {
         let (state_downloads, state_download_bytes) = self.states.downloads();
-        AccelStats { segments: self.stats.segments.clone(), state_downloads, state_download_bytes }
+        AccelStats {
+            segments: self.stats.segments.clone(),
+            buckets: self.stats.buckets.clone(),
+            plan_runs: self.stats.plan_runs,
+            state_downloads,
+            state_download_bytes,
+        }
+    }
+
+    /// The shape bucket a run with symbol values `sym_vals` takes, if any
+    /// fits; otherwise counts a run of the plan.
+    pub(crate) fn bucket_for(&mut self, sym_vals: &[u64]) -> Option<usize> {
+        let picked = super::buckets::pick(self.buckets.iter().map(|b| b.sizes.as_slice()), sym_vals);
+        if picked.is_none() {
+            self.stats.plan_runs += 1;
+        }
+        picked
+    }
+
+    /// The plan tensors bucket `b` reads and writes.
+    pub(crate) fn bucket_tensors(&self, b: usize) -> (&[u32], &[u32]) {
+        self.buckets.get(b).map_or((&[], &[]), |b| (b.args.as_slice(), b.results.as_slice()))
+    }
+
+    /// Runs bucket `b`: each non-weight argument zero-padded to the
+    /// bucket's shape and uploaded, one execute, each result copied back and
+    /// sliced to its run shape (`results[k]`: the run's shape and slot).
+    pub(crate) fn run_bucket(
+        &mut self,
+        b: usize,
+        args: &[TensorView<'_>],
+        results: &mut [kiln_kernels::TensorMut<'_>],
+    ) -> Result<()> {
+        let (Some(bucket), Some(stats)) = (self.buckets.get(b), self.stats.buckets.get_mut(b)) else {
+            return Err(Error::Plan(format!("shape bucket {b} does not exist")));
+        };
+        check_indices(&bucket.index_checks, args)?;
+        stats.calls += 1;
+        let started = Instant::now();
+        let uploaded = &mut self.uploaded;
+        uploaded.clear();
+        for ((arg, weight), padded) in args.iter().zip(&bucket.weights).zip(&bucket.arg_shapes) {
+            if weight.is_some() {
+                continue;
+            }
+            let elem = arg.dtype.size_bytes();
+            let bytes = padded.iter().product::<usize>() * elem;
+            self.pad_scratch.resize(bytes, 0);
+            super::buckets::pad(arg.data, arg.shape, padded, elem, &mut self.pad_scratch)?;
+            uploaded.push(self.client.buffer_from_host(arg.dtype, padded, &self.pad_scratch, self.device_index)?);
+            stats.uploads += 1;
+            stats.upload_bytes += bytes as u64;
+        }
+        let executing = Instant::now();
+        stats.upload_time += executing - started;
+        let mut fresh = uploaded.iter();
+        let operands = bucket.weights.iter().filter_map(|w| w.as_ref().or_else(|| fresh.next())).map(Buffer::raw);
+        let executed = bucket.executable.execute_into(operands, &mut self.lists, &mut self.outputs);
+        uploaded.clear();
+        let copying = Instant::now();
+        stats.execute_time += copying - executing;
+        executed?;
+        let mut copied = Ok(());
+        for (k, (out, dst)) in self.outputs.drain(..).zip(results.iter_mut()).enumerate() {
+            let Some(padded) = bucket.result_shapes.get(k).filter(|_| copied.is_ok()) else { continue };
+            let elem = dst.dtype.size_bytes();
+            self.pad_scratch.resize(padded.iter().product::<usize>() * elem, 0);
+            copied = out
+                .to_host(&mut self.pad_scratch)
+                .and_then(|()| super::buckets::slice(&self.pad_scratch, padded, dst.shape, elem, dst.data))
+                .map_err(|e| match e {
+                    Error::Pjrt { call, message } => {
+                        Error::Pjrt { call, message: format!("result {k} of shape bucket {b}: {message}") }
+                    }
+                    other => other,
+                });
+            stats.downloads += 1;
+            stats.download_bytes += self.pad_scratch.len() as u64;
+        }
+        stats.download_time += copying.elapsed();
+        copied
     }
 
     /// The states kept on the device (see [`DeviceStates`]).
@@ -393,6 +533,40 @@ impl AccelState {
     pub(crate) fn device_states_mut(&mut self) -> &mut DeviceStates {
         &mut self.states
     }
+}
+
+/// The CPU kernels' error for the first index out of `[-dim, dim)` in a
+/// checked argument (the device would clamp or skip it). The instruction
+/// index is the caller's to fill in.
+fn check_indices(checks: &[IndexCheck], args: &[TensorView<'_>]) -> Result<()> {
+    for c in checks {
+        let Some(arg) = args.get(c.arg as usize) else { continue };
+        let dim = i64::try_from(c.dim).unwrap_or(i64::MAX);
+        let bad = match arg.dtype {
+            kiln_kernels::DType::I64 => arg
+                .data
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                .find(|&i| i < -dim || i >= dim),
+            kiln_kernels::DType::I32 => arg
+                .data
+                .chunks_exact(4)
+                .map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                .find(|&i| i < -dim || i >= dim),
+            _ => None,
+        };
+        if let Some(i) = bad {
+            return Err(Error::Kernel {
+                index: 0,
+                origin: c.origin.clone(),
+                source: kiln_kernels::KernelError::Shape {
+                    kernel: c.kernel.name(),
+                    detail: c.kernel.out_of_range(i, c.dim),
+                },
+            });
+        }
+    }
+    Ok(())
 }
 
 fn load_or_compile(

@@ -9,6 +9,7 @@
 
 pub(crate) mod accel;
 mod api;
+mod buckets;
 mod cache;
 pub mod compile_options;
 mod discover;
