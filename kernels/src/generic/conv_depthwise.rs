@@ -144,18 +144,7 @@ pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, plane: &mut [f32]) {
         }
         if kd * kh <= MAX_TAP_ROWS {
             let tap_rows = &rows[..count];
-            let mut ox = lo;
-            while ox + BLOCK <= hi {
-                interior_block::<BLOCK>(job, tap_rows, ox, &mut row[ox..ox + BLOCK]);
-                ox += BLOCK;
-            }
-            while ox + 4 <= hi {
-                interior_block::<4>(job, tap_rows, ox, &mut row[ox..ox + 4]);
-                ox += 4;
-            }
-            for o in ox..hi {
-                interior_block::<1>(job, tap_rows, o, &mut row[o..o + 1]);
-            }
+            interior(job, tap_rows, lo, hi, row);
             for o in (0..lo).chain(hi..ow) {
                 row[o] = border_column(job, tap_rows, o, sx, dx, px, iw);
             }
@@ -165,6 +154,40 @@ pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, plane: &mut [f32]) {
             plane_rows_fallback(job, row, oz, oy);
         }
         job.epilogue.apply(row, job.plane_index, r * ow);
+    }
+}
+
+/// Interior outputs `lo..hi` of `row` in whole blocks: a tail shorter than
+/// a block is covered by one more block ending at `hi`, overlapping the
+/// previous one (recomputing an output gives the same bits), so only rows
+/// narrower than 4 take single outputs.
+#[inline(always)]
+fn interior(job: &DepthwisePlane<'_>, tap_rows: &[(usize, usize)], lo: usize, hi: usize, row: &mut [f32]) {
+    match hi - lo {
+        n if n >= BLOCK => blocks::<BLOCK>(job, tap_rows, lo, hi, row),
+        n if n >= 8 => blocks::<8>(job, tap_rows, lo, hi, row),
+        n if n >= 4 => blocks::<4>(job, tap_rows, lo, hi, row),
+        _ => blocks::<1>(job, tap_rows, lo, hi, row),
+    }
+}
+
+/// Outputs `lo..hi` (at least `B` of them, or none) in `B`-wide blocks, the
+/// last one ending at `hi`.
+#[inline(always)]
+fn blocks<const B: usize>(
+    job: &DepthwisePlane<'_>,
+    tap_rows: &[(usize, usize)],
+    lo: usize,
+    hi: usize,
+    row: &mut [f32],
+) {
+    let mut ox = lo;
+    while ox + B <= hi {
+        interior_block::<B>(job, tap_rows, ox, &mut row[ox..ox + B]);
+        ox += B;
+    }
+    if ox < hi {
+        interior_block::<B>(job, tap_rows, hi - B, &mut row[hi - B..hi]);
     }
 }
 
@@ -190,6 +213,13 @@ fn interior_block<const B: usize>(job: &DepthwisePlane<'_>, tap_rows: &[(usize, 
                 let src = &in_row[first..][..B];
                 for (a, &v) in acc.iter_mut().zip(src) {
                     *a += weight * v;
+                }
+            } else if sx == 2 {
+                // A constant stride (MobileNet's downsampling): the compiler
+                // turns the even elements into one permute, not a gather.
+                let src = &in_row[first..][..2 * B - 1];
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a += weight * src[2 * j];
                 }
             } else {
                 let src = &in_row[first..][..(B - 1) * sx + 1];
