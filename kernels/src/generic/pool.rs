@@ -325,6 +325,13 @@ fn max_into<T: Real>(dst: &mut [T], src: &[T], stride: usize) {
         for (o, &v) in dst.iter_mut().zip(src) {
             *o = pick(*o, v);
         }
+    } else if stride == 2 {
+        // A constant stride (ResNet's 3×3/2): the even elements become a
+        // permute instead of a gather.
+        let src = &src[..2 * dst.len() - 1];
+        for (j, o) in dst.iter_mut().enumerate() {
+            *o = pick(*o, src[2 * j]);
+        }
     } else {
         for (j, o) in dst.iter_mut().enumerate() {
             *o = pick(*o, src[j * stride]);
