@@ -332,7 +332,8 @@ mod tests {
             (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
         };
         // (input [d, h, w], kernel, stride, pad, dilation)
-        let cases: [([usize; 3], [usize; 3], [usize; 3], [usize; 3], [usize; 3]); 9] = [
+        type Case = ([usize; 3], [usize; 3], [usize; 3], [usize; 3], [usize; 3]);
+        let cases: [Case; 9] = [
             ([1, 9, 40], [1, 3, 3], [1, 1, 1], [0, 1, 1], [1; 3]),
             ([1, 8, 37], [1, 3, 3], [1, 2, 2], [0, 1, 1], [1; 3]),
             ([1, 7, 7], [1, 3, 3], [1, 1, 1], [0, 1, 1], [1; 3]),
