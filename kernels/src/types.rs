@@ -85,39 +85,38 @@ impl<'a> WorkerPool<'a> {
 pub(crate) struct PackBuffers {
     /// The pool GEMMs split their tiles over (set by the [`crate::Context`]).
     pub(crate) threads: Threads,
-    /// One A block and B slice per thread of the pool (a thread locks only
-    /// its own).
-    panels: Vec<Mutex<Panels>>,
+    /// One A block per thread of the pool (a thread locks only its own).
+    a: Vec<Mutex<Vec<f32>>>,
+    /// The B slice, shared by all threads.
+    b: Vec<f32>,
     /// How many B slices were packed since the context was made (packed
     /// weights must keep this at zero for their GEMMs).
     pub(crate) b_packs: u64,
 }
 
-/// One thread's GEMM packing buffers: an A block and a B slice.
-#[derive(Default, Debug)]
-pub(crate) struct Panels {
-    pub(crate) a: Vec<f32>,
-    pub(crate) b: Vec<f32>,
-}
-
 impl PackBuffers {
-    /// Grows (never shrinks) `threads` A blocks and B slices to the
+    /// Grows (never shrinks) `threads` A blocks and the B slice to the
     /// requested lengths, before any worker runs, so that a steady-state
     /// call allocates nothing whichever thread picks up which item.
-    pub(crate) fn reserve(&mut self, threads: usize, a_len: usize, b_len: usize) -> (&[Mutex<Panels>], &mut u64) {
-        if self.panels.len() < threads {
-            self.panels.resize_with(threads, Default::default);
+    pub(crate) fn reserve(
+        &mut self,
+        threads: usize,
+        a_len: usize,
+        b_len: usize,
+    ) -> (&[Mutex<Vec<f32>>], &mut [f32], &mut u64) {
+        if self.a.len() < threads {
+            self.a.resize_with(threads, Default::default);
         }
-        for p in &mut self.panels[..threads] {
-            let p = p.get_mut().unwrap_or_else(|e| e.into_inner());
-            if p.a.len() < a_len {
-                p.a.resize(a_len, 0.0);
-            }
-            if p.b.len() < b_len {
-                p.b.resize(b_len, 0.0);
+        for a in &mut self.a[..threads] {
+            let a = a.get_mut().unwrap_or_else(|e| e.into_inner());
+            if a.len() < a_len {
+                a.resize(a_len, 0.0);
             }
         }
-        (&self.panels[..threads], &mut self.b_packs)
+        if self.b.len() < b_len {
+            self.b.resize(b_len, 0.0);
+        }
+        (&self.a[..threads], &mut self.b[..b_len], &mut self.b_packs)
     }
 
     /// Grows the panels to what a single-threaded m×n×k GEMM of `table`

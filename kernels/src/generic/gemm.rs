@@ -5,9 +5,8 @@
 //! into MR-tall strips), then an MR×NR register-blocked microkernel over the
 //! packed strips. Packing makes the microkernel's loads unit-stride and
 //! zero-pads the edges, so it never needs tail handling; only the final store
-//! is clipped. Threads share out rectangles of C (column groups, and row
-//! splits when there are few columns), each running the whole loop nest with
-//! its own packing, in one pool job per GEMM (see [`drive`]).
+//! is clipped. Threads share out the tiles of each (column block, K slice):
+//! row blocks, and column groups when there are few rows (see [`drive`]).
 //! A constant B (a weight) can be packed once ([`PackedB`]) and reused by
 //! every call.
 
@@ -16,10 +15,8 @@ use super::elementwise::{clamp_bound, clamp_f32_in_place, unary_f32_fn};
 use crate::context::Context;
 use crate::parallel::{SharedMut, Threads};
 use crate::table::{KernelTable, UnaryFn};
-use crate::types::{PackBuffers, Panels, Result};
+use crate::types::{PackBuffers, Result};
 use std::marker::PhantomData;
-use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Rows of C per generic microkernel tile. 4×8 accumulators fit the 16 SSE
 /// registers of baseline x86_64 (and NEON's 32) without spilling.
@@ -636,126 +633,49 @@ struct Problem<'a> {
 /// threads of the loaded dev VM).
 pub(crate) const PARALLEL_MIN_FLOPS: usize = 1 << 21;
 
-/// Splits the GEMM into rectangular work items and runs the blocked loop
-/// nest ([`block`]) on each, over the pool, in **one** job: each item packs
-/// its own B strips for every K slice, so no barrier separates packing from
-/// the multiply and a GEMM wakes the pool once (it used to wake it twice
-/// per K slice). Every element of C is computed by exactly one item, with
-/// the same instructions in the same order whatever the split, so results
-/// do not depend on the thread count.
+/// The blocked loop nest around one microkernel, at its tile shape. For each
+/// (column block, K slice), B's slice is packed once (its strips in
+/// parallel) and the tiles are shared out as (row block, column group) work
+/// items: every element of C is computed by exactly one item, with the same
+/// instructions in the same order whatever the thread count.
 fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
+    // The one packing there is; another would choose its packers here.
+    let Packing::KMajorPanels = ukr.packing;
+    let (mr, nr) = (ukr.mr, ukr.nr);
     let (m, n, k) = (p.m, p.n, p.k);
     let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { pack.threads };
-    let (mc_block, _) = blocks(ukr);
-    let split = Split::new(m.div_ceil(mc_block), n.div_ceil(ukr.nr), threads.count());
+    let (mc_block, nc_block) = blocks(ukr);
     let (mut a_len, b_len) = pack_lengths(ukr, m, n, k, matches!(p.b, BSource::Packed(_)));
     if matches!(p.a, ASource::Packed(_)) {
         a_len = 0;
     }
-    let (panels, b_packs) = pack.reserve(threads.count(), a_len, b_len);
+    let (a_bufs, bpack, b_packs) = pack.reserve(threads.count(), a_len, b_len);
     let out = SharedMut(c.as_mut_ptr());
-    let packed_slices = AtomicU64::new(0);
-    threads.for_each(split.items(), |item| {
-        let (rows, cols) = split.ranges(item, m, n, mc_block, ukr.nr);
-        let mut guard = panels[threads.index()].lock().unwrap_or_else(|e| e.into_inner());
-        let slices = block(ukr, p, out, rows, cols, &mut guard);
-        packed_slices.fetch_add(slices, Ordering::Relaxed);
-    });
-    *b_packs += packed_slices.into_inner();
-}
-
-/// How [`drive`] cuts C: `row_splits` × `col_groups` items, row splits
-/// made of whole MC row blocks, column groups of whole NR strips.
-struct Split {
-    row_splits: usize,
-    rows_per: usize,
-    col_groups: usize,
-    strips_per: usize,
-}
-
-/// Fewest strips in a column group, so that an item's A packing (when A is
-/// not prepacked) stays cheap next to its multiply.
-const MIN_GROUP_STRIPS: usize = 4;
-
-impl Split {
-    /// About four items per thread when the shape allows (a descheduled
-    /// thread's share is picked up by the others), column groups first
-    /// (they share nothing), then row splits for tall, narrow products
-    /// (each row split packs its own copy of B's columns). One item on one
-    /// thread: the plain loop nest.
-    fn new(row_blocks: usize, strips: usize, threads: usize) -> Split {
-        let (row_blocks, strips) = (row_blocks.max(1), strips.max(1));
-        let (col_groups, row_splits) = if threads == 1 {
-            (1, 1)
-        } else {
-            let target = 4 * threads;
-            let cols = target.min(strips.div_ceil(MIN_GROUP_STRIPS)).max(1);
-            (cols, target.div_ceil(cols).min(row_blocks))
-        };
-        let strips_per = strips.div_ceil(col_groups);
-        let rows_per = row_blocks.div_ceil(row_splits);
-        Split {
-            row_splits: row_blocks.div_ceil(rows_per),
-            rows_per,
-            col_groups: strips.div_ceil(strips_per),
-            strips_per,
-        }
-    }
-
-    fn items(&self) -> usize {
-        self.row_splits * self.col_groups
-    }
-
-    /// Item `item`'s rows and columns of an m×n C.
-    fn ranges(&self, item: usize, m: usize, n: usize, mc_block: usize, nr: usize) -> (Range<usize>, Range<usize>) {
-        let (r, g) = (item / self.col_groups, item % self.col_groups);
-        let rows = (r * self.rows_per * mc_block).min(m)..((r + 1) * self.rows_per * mc_block).min(m);
-        let cols = (g * self.strips_per * nr).min(n)..((g + 1) * self.strips_per * nr).min(n);
-        (rows, cols)
-    }
-}
-
-/// The blocked loop nest around one microkernel, at its tile shape, over
-/// rows `rows` and columns `cols` of C: NC-wide column blocks, KC-deep K
-/// slices (B's slice packed into `panels.b` unless prepacked), MC-tall row
-/// blocks (A packed into `panels.a` unless prepacked), tiles. Returns how
-/// many B slices it packed.
-fn block(
-    ukr: &GemmUkr,
-    p: &Problem,
-    out: SharedMut<f32>,
-    rows: Range<usize>,
-    cols: Range<usize>,
-    panels: &mut Panels,
-) -> u64 {
-    // The one packing there is; another would choose its packers here.
-    let Packing::KMajorPanels = ukr.packing;
-    let (mr, nr, k) = (ukr.mr, ukr.nr, p.k);
-    let (mc_block, nc_block) = blocks(ukr);
-    let Panels { a: abuf, b: bbuf } = panels;
-    let mut packed = 0;
-    for jc in cols.clone().step_by(nc_block) {
-        let nc = nc_block.min(cols.end - jc);
+    let row_blocks = m.div_ceil(mc_block);
+    for jc in (0..n).step_by(nc_block) {
+        let nc = nc_block.min(n - jc);
         let strips = nc.div_ceil(nr);
+        let groups = column_groups(row_blocks, strips, threads.count());
+        let per_group = strips.div_ceil(groups);
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
             let bpanel: &[f32] = match p.b {
                 BSource::Strided { b, bl } => {
-                    let panel = &mut bbuf[..strips * kc * nr];
-                    for (s, strip) in panel.chunks_exact_mut(kc * nr).enumerate() {
+                    let panel = &mut bpack[..strips * kc * nr];
+                    threads.for_each_chunk(panel, kc * nr, |s, strip| {
                         let c0 = jc + s * nr;
                         pack_b_strip(nr, b, bl, pc, kc, c0, nr.min(jc + nc - c0), strip);
-                    }
-                    packed += 1;
+                    });
+                    *b_packs += 1;
                     panel
                 }
                 BSource::Implicit(pack) => {
-                    let panel = &mut bbuf[..strips * kc * nr];
-                    for (s, strip) in panel.chunks_exact_mut(kc * nr).enumerate() {
+                    let panel = &mut bpack[..strips * kc * nr];
+                    threads.for_each_chunk(panel, kc * nr, |s, strip| {
                         let c0 = jc + s * nr;
                         pack(pc, kc, c0, nr.min(jc + nc - c0), strip);
-                    }
-                    packed += 1;
+                    });
+                    *b_packs += 1;
                     panel
                 }
                 BSource::Packed(packed) => packed.panel(pc, jc),
@@ -764,17 +684,20 @@ fn block(
             // epilogue runs once a sum is complete, on the last slice.
             let combine = if pc == 0 { p.combine } else { Combine::Accumulate };
             let epilogue = if pc + kc == k { p.epilogue } else { Epilogue::default() };
-            for ic in rows.clone().step_by(mc_block) {
-                let mc = mc_block.min(rows.end - ic);
+            threads.for_each(row_blocks * groups, |item| {
+                let (ic, group) = ((item / groups) * mc_block, item % groups);
+                let mc = mc_block.min(m - ic);
+                let mut guard = None;
                 let apack: &[f32] = match p.a {
                     ASource::Packed(packed) => packed.panel(pc, ic),
                     ASource::Strided { a, lda } => {
-                        let apack = &mut abuf[..mc.div_ceil(mr) * mr * kc];
+                        let buf = guard.insert(a_bufs[threads.index()].lock().unwrap_or_else(|e| e.into_inner()));
+                        let apack = &mut buf[..mc.div_ceil(mr) * mr * kc];
                         pack_a(mr, a, lda, ic, mc, pc, kc, apack);
                         apack
                     }
                 };
-                for s in 0..strips {
+                for s in group * per_group..((group + 1) * per_group).min(strips) {
                     let jr = s * nr;
                     let bstrip = &bpanel[s * kc * nr..][..kc * nr];
                     for ir in (0..mc).step_by(mr) {
@@ -792,10 +715,9 @@ fn block(
                         (ukr.run)(kc, astrip, bstrip, &mut tile);
                     }
                 }
-            }
+            });
         }
     }
-    packed
 }
 
 /// The row and column block sizes at a microkernel's tile shape.
@@ -810,6 +732,17 @@ pub(crate) fn pack_lengths(ukr: &GemmUkr, m: usize, n: usize, k: usize, b_prepac
     let a_len = mc_block.min(m.next_multiple_of(ukr.mr)) * kc_max;
     let b_len = if b_prepacked { 0 } else { kc_max * nc_block.min(n.next_multiple_of(ukr.nr)) };
     (a_len, b_len)
+}
+
+/// How many groups a column block's `strips` are cut into: one when the row
+/// blocks alone keep every thread busy, otherwise enough for about four
+/// items per thread (skinny GEMMs), but at least four strips a group so
+/// each item's A packing stays cheap next to its multiply.
+fn column_groups(row_blocks: usize, strips: usize, threads: usize) -> usize {
+    if threads == 1 || row_blocks >= 4 * threads {
+        return 1;
+    }
+    (4 * threads).div_ceil(row_blocks).min(strips.div_ceil(4)).max(1)
 }
 
 /// Packs rows `ic..ic+mc`, columns `pc..pc+kc` of A into `mr`-tall strips
