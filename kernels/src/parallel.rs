@@ -7,8 +7,8 @@
 //! atomic counter. The caller never waits for a worker that has not started:
 //! once it runs out of items it closes the job, and waits only for workers
 //! that joined (took the job before it closed). On a loaded machine a woken
-//! worker can take milliseconds to get a core; waiting for it to merely
-//! report "nothing left" made 2 threads slower than 1 (MLP 3.1 ms vs 1.7).
+//! worker can take milliseconds to get a core, and waiting for it merely to
+//! report "nothing left" stalled every job that the caller had finished.
 //! Workers park on a condvar, never spin: a spinning worker holds the core
 //! the submitting thread needs (tried: 1.5–4× slower on the shared VM). Unlike rayon (tried first), handing out a job allocates
 //! nothing — rayon's injector queue allocates a block every 63 jobs, which
