@@ -4,7 +4,13 @@
 //!
 //! The pool is our own and small: `count - 1` parked worker threads plus the
 //! calling thread share out the items `0..n` of one job at a time through an
-//! atomic counter. Unlike rayon (tried first), handing out a job allocates
+//! atomic counter. The caller never waits for a worker that has not started:
+//! once it runs out of items it closes the job, and waits only for workers
+//! that joined (took the job before it closed). On a loaded machine a woken
+//! worker can take milliseconds to get a core, and waiting for it merely to
+//! report "nothing left" stalled every job that the caller had finished.
+//! Workers park on a condvar, never spin: a spinning worker holds the core
+//! the submitting thread needs (tried: 1.5–4× slower on the shared VM). Unlike rayon (tried first), handing out a job allocates
 //! nothing — rayon's injector queue allocates a block every 63 jobs, which
 //! broke "a steady-state run allocates nothing" — and there is no work
 //! stealing to pay for: every split here is static. Jobs from several
@@ -161,7 +167,7 @@ struct Pool {
     state: Mutex<JobState>,
     /// Signals workers that `state.generation` moved on.
     work: Condvar,
-    /// Signals the submitter that `state.busy` reached zero.
+    /// Signals the submitter that `state.active` reached zero.
     done: Condvar,
     /// The next item of the current job to hand out.
     next: AtomicUsize,
@@ -170,11 +176,11 @@ struct Pool {
 /// The current job, as workers see it.
 struct JobState {
     generation: u64,
+    /// The open job: None once its caller ran out of items (closed), so a
+    /// worker waking later does not join it.
     job: Option<Job>,
-    /// Workers still running the current job.
-    busy: usize,
-    /// Workers started.
-    workers: usize,
+    /// Workers that joined the current job and are still running its items.
+    active: usize,
     /// Whether an item of the current job panicked.
     panicked: bool,
 }
@@ -196,7 +202,7 @@ impl Pool {
     fn start(count: usize) -> Option<&'static Pool> {
         let pool: &'static Pool = Box::leak(Box::new(Pool {
             submit: Mutex::new(()),
-            state: Mutex::new(JobState { generation: 0, job: None, busy: 0, workers: 0, panicked: false }),
+            state: Mutex::new(JobState { generation: 0, job: None, active: 0, panicked: false }),
             work: Condvar::new(),
             done: Condvar::new(),
             next: AtomicUsize::new(0),
@@ -209,7 +215,6 @@ impl Pool {
                 started += 1;
             }
         }
-        pool.lock_state().workers = started;
         (started > 0).then_some(pool)
     }
 
@@ -222,24 +227,25 @@ impl Pool {
     /// Runs `f(i)` for `i < n` on the workers and the calling thread.
     fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
         let _turn = self.submit.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: only the lifetime is erased; this function waits below
-        // until no worker holds the job any more.
+        // SAFETY: only the lifetime is erased; this function closes the job
+        // and waits below until no worker that joined it holds it any more.
         let run: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
         self.next.store(0, Ordering::Relaxed);
         {
             let mut state = self.lock_state();
             state.generation += 1;
             state.job = Some(Job { run, n });
-            state.busy = state.workers;
+            state.active = 0;
             state.panicked = false;
         }
         self.work.notify_all();
         let mine = catch_unwind(AssertUnwindSafe(|| self.run_items(Job { run, n })));
         let mut state = self.lock_state();
-        while state.busy > 0 {
+        // Closed: workers not yet awake skip it; wait only for those inside.
+        state.job = None;
+        while state.active > 0 {
             state = self.done.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        state.job = None;
         let panicked = state.panicked;
         drop(state);
         if let Err(payload) = mine {
@@ -268,10 +274,12 @@ impl Pool {
         loop {
             let job = {
                 let mut state = self.lock_state();
-                while state.generation == seen {
+                while state.generation == seen || state.job.is_none() {
+                    seen = state.generation;
                     state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
                 }
                 seen = state.generation;
+                state.active += 1;
                 state.job
             };
             let ok = match job {
@@ -280,8 +288,8 @@ impl Pool {
             };
             let mut state = self.lock_state();
             state.panicked |= !ok;
-            state.busy -= 1;
-            if state.busy == 0 {
+            state.active -= 1;
+            if state.active == 0 {
                 self.done.notify_all();
             }
         }

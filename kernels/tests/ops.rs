@@ -114,6 +114,8 @@ fn conv_matches_reference_on(s: &mut Context) {
         (&[1, 3, 33], &[4, 3, 5], &[3], &[2], &[1], 1),
         (&[1, 2, 5, 6, 7], &[3, 2, 3, 3, 3], &[1, 2, 1], &[1, 1, 0], &[1, 1, 2], 1),
         (&[1, 1, 200, 200], &[2, 1, 5, 5], &[1, 1], &[2, 2], &[1, 1], 1),
+        // A kernel wider than the im2col packer's tap-column table (17 > 16).
+        (&[1, 2, 5, 40], &[3, 2, 2, 17], &[1, 2], &[1, 8], &[1, 1], 1),
     ];
     for (xs, ws, st, pd, dl, g) in cases {
         let sd = xs.len() - 2;

@@ -57,7 +57,9 @@ fn same_at_every_count(what: &str, table: &'static KernelTable, f: impl Fn(&mut 
 fn gemm_is_bit_identical_at_every_thread_count() {
     let mut r = rng(1);
     for table in tables() {
-        for (m, n, k) in [(300, 200, 300), (8, 2048, 512), (1, 1000, 77), (130, 1030, 260), (17, 7, 1000)] {
+        // Wide, skinny, tall-and-narrow (many row blocks, one column group), several column blocks.
+        let shapes = [(300, 200, 300), (8, 2048, 512), (1, 1000, 77), (130, 1030, 260), (17, 7, 1000), (520, 40, 300)];
+        for (m, n, k) in shapes {
             let a = rand_f32(&mut r, m * k);
             let b = rand_f32(&mut r, k * n);
             for tb in [false, true] {

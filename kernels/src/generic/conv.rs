@@ -372,6 +372,10 @@ fn conv_inner<'a>(
 /// tile's NR is 32).
 const MAX_STRIP: usize = 64;
 
+/// Tap columns whose valid output columns [`pack_conv_strip`] tabulates
+/// once per strip (wider kernels compute them per row).
+const MAX_TAP_COLUMNS: usize = 16;
+
 /// One output row's part of a strip: strip columns `j0..j0 + len` are output
 /// positions (`oz`, `oy`, `ox0..ox0 + len`).
 #[derive(Copy, Clone, Default)]
@@ -411,19 +415,41 @@ fn pack_conv_strip(x: &[f32], g: &Geometry, pc: usize, kc: usize, c0: usize, col
         j += len;
     }
     let segments = &segments[..count];
-    for (p, row) in strip.chunks_exact_mut(nr).take(kc).enumerate() {
-        let r = pc + p;
-        let (ch, t) = (r / ksp, r % ksp);
-        let (kz, ky, kx) = (t / (kh * kw), (t / kw) % kh, t % kw);
+    // The valid output columns of each tap column, once per strip rather
+    // than once per row (two divisions by the stride each).
+    let mut valid = [(0usize, 0usize); MAX_TAP_COLUMNS];
+    for (kx, v) in valid.iter_mut().enumerate().take(kw) {
+        *v = valid_columns(kx * dx, px, sx, iw, ow);
+    }
+    // Row `pc`'s channel and taps, then stepped along with the rows (no
+    // divisions per row).
+    let (mut ch, t) = (pc / ksp, pc % ksp);
+    let (mut kz, mut ky, mut kx) = (t / (kh * kw), (t / kw) % kh, t % kw);
+    for row in strip.chunks_exact_mut(nr).take(kc) {
         let plane = &x[ch * isp..][..isp];
         let shift = kx * dx;
-        let (lo, hi) = valid_columns(shift, px, sx, iw, ow);
+        let (lo, hi) = if kw <= MAX_TAP_COLUMNS { valid[kx] } else { valid_columns(shift, px, sx, iw, ow) };
+        let (tz, ty) = (kz, ky);
+        // The next row's tap: x fastest, then y, z, channel.
+        kx += 1;
+        if kx == kw {
+            kx = 0;
+            ky += 1;
+            if ky == kh {
+                ky = 0;
+                kz += 1;
+                if kz == g.kernel[0] {
+                    kz = 0;
+                    ch += 1;
+                }
+            }
+        }
         row[cols..].fill(0.0);
         for s in segments {
             let seg = &mut row[s.j0..s.j0 + s.len];
             // Negative coordinates wrapped to huge values fail the bounds test too.
-            let iz = (s.oz * g.stride[0] + kz * g.dil[0]).wrapping_sub(g.pad[0]);
-            let iy = (s.oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+            let iz = (s.oz * g.stride[0] + tz * g.dil[0]).wrapping_sub(g.pad[0]);
+            let iy = (s.oy * g.stride[1] + ty * g.dil[1]).wrapping_sub(g.pad[1]);
             if iz >= id || iy >= ih {
                 seg.fill(0.0);
                 continue;

@@ -2,6 +2,7 @@
 //! pooling. Lower-rank windows run as 3-d ones with leading unit dims.
 
 use super::common::*;
+use super::conv::valid_columns;
 use super::math::Real;
 use crate::context::Context;
 use crate::parallel::{Threads, ELEMENT_CHUNK};
@@ -280,36 +281,60 @@ fn is_plain_2d(w: &Window) -> bool {
     w.input[0] == 1 && w.kernel[0] == 1 && w.pad[0] == 0 && w.dil == [1; 3]
 }
 
-/// Max pooling over plain 2-D windows: each window's in-bounds taps are a
-/// rectangle computed once per output row and column, so the inner loop is
-/// a plain maximum over a row slice, without the general loop's per-tap
-/// bounds arithmetic. Taps are visited in the same order as there (rows,
-/// then columns), so the result is the same value, NaNs included.
+/// Max pooling over plain 2-D windows, a whole output row at a time: for
+/// each in-bounds input row of the row's windows and each tap column `kx`,
+/// the output columns whose tap lands inside the input form one interval
+/// (computed once per plane), and the inner loop takes a branch-free
+/// running maximum along it (a data-dependent branch per tap mispredicted
+/// half the time: this kernel took 11 % of ResNet-18). Each output still
+/// sees its in-bounds taps in the general loop's order (rows, then
+/// columns), so the result is the same value, NaNs included.
 fn max_pool_plain_2d<T: Real>(x: &[T], w: &Window, planes: usize, out: &mut [T]) {
     let [_, ih, iw] = w.input;
     let [_, oh, ow] = w.output;
     let ([_, kh, kw], [_, sh, sw], [_, ph, pw]) = (w.kernel, w.stride, w.pad);
-    // The in-bounds taps of window `o` along a dim: input coordinates [lo, hi).
-    let range = |o: usize, s: usize, p: usize, k: usize, n: usize| {
-        let start = o * s;
-        (start.saturating_sub(p).min(n), (start + k).saturating_sub(p).min(n))
+    // The in-bounds rows of window row `oy`: input rows [lo, hi).
+    let rows = |oy: usize| {
+        let start = oy * sh;
+        (start.saturating_sub(ph).min(ih), (start + kh).saturating_sub(ph).min(ih))
     };
     for (xp, op) in x.chunks_exact(ih * iw).zip(out.chunks_exact_mut(oh * ow)).take(planes) {
         for (oy, orow) in op.chunks_exact_mut(ow).enumerate() {
-            let (y0, y1) = range(oy, sh, ph, kh, ih);
-            for (ox, o) in orow.iter_mut().enumerate() {
-                let (x0, x1) = range(ox, sw, pw, kw, iw);
-                let mut acc = T::NEG_INFINITY;
-                for y in y0..y1 {
-                    for &v in &xp[y * iw + x0..y * iw + x1.max(x0)] {
-                        // NaN wins, as in torch.
-                        if v > acc || v.is_nan() {
-                            acc = v;
-                        }
+            orow.fill(T::NEG_INFINITY);
+            let (y0, y1) = rows(oy);
+            for xrow in xp.chunks_exact(iw).take(y1).skip(y0) {
+                for kx in 0..kw {
+                    let (lo, hi) = valid_columns(kx, pw, sw, iw, ow);
+                    if lo < hi {
+                        let first = lo * sw + kx - pw;
+                        max_into(&mut orow[lo..hi], &xrow[first..], sw);
                     }
                 }
-                *o = acc;
             }
+        }
+    }
+}
+
+/// `dst[j] = max(dst[j], src[j * stride])`, where a NaN `src` always wins
+/// (torch's rule), as a select the compiler keeps branch-free.
+#[inline(always)]
+fn max_into<T: Real>(dst: &mut [T], src: &[T], stride: usize) {
+    let pick = |acc: T, v: T| if v > acc || v.is_nan() { v } else { acc };
+    if stride == 1 {
+        let src = &src[..dst.len()];
+        for (o, &v) in dst.iter_mut().zip(src) {
+            *o = pick(*o, v);
+        }
+    } else if stride == 2 {
+        // A constant stride (ResNet's 3×3/2): the even elements become a
+        // permute instead of a gather.
+        let src = &src[..2 * dst.len() - 1];
+        for (j, o) in dst.iter_mut().enumerate() {
+            *o = pick(*o, src[2 * j]);
+        }
+    } else {
+        for (j, o) in dst.iter_mut().enumerate() {
+            *o = pick(*o, src[j * stride]);
         }
     }
 }
@@ -375,6 +400,63 @@ fn adaptive_typed<T: Real>(x: &[T], input: [usize; 3], output: [usize; 3], plane
                     let n = (z1 - z0) * (y1 - y0) * (x1 - x0);
                     out[o] = T::from_f64(sum / n as f64);
                     o += 1;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The row-at-a-time max pooling gives the general loop's bits (NaNs,
+    /// infinities, padding, ceil-mode overhang, odd sizes, strides 1–3).
+    #[test]
+    fn plain_2d_max_matches_the_general_loop() {
+        let mut seed = 7u32;
+        let mut next = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            match seed >> 28 {
+                0 => f32::NAN,
+                1 => f32::NEG_INFINITY,
+                _ => (seed >> 8) as f32 / (1 << 24) as f32 - 0.5,
+            }
+        };
+        for (ih, iw) in [(1, 1), (7, 5), (17, 13), (8, 9)] {
+            for (k, s, p) in [(1, 1, 0), (2, 2, 0), (3, 2, 1), (3, 1, 1), (2, 3, 1), (3, 3, 0)] {
+                for ceil in [false, true] {
+                    let size = |n: usize| {
+                        let span = (n + 2 * p).saturating_sub(k);
+                        let o = if ceil { span.div_ceil(s) + 1 } else { span / s + 1 };
+                        // torch drops a last window that starts in the right padding.
+                        if ceil && (o - 1) * s >= n + p {
+                            o - 1
+                        } else {
+                            o
+                        }
+                    };
+                    if ih + 2 * p < k || iw + 2 * p < k {
+                        continue;
+                    }
+                    let (oh, ow) = (size(ih), size(iw));
+                    let w = Window {
+                        input: [1, ih, iw],
+                        output: [1, oh, ow],
+                        kernel: [1, k, k],
+                        stride: [1, s, s],
+                        pad: [0, p, p],
+                        dil: [1; 3],
+                    };
+                    let planes = 3;
+                    let x: Vec<f32> = (0..planes * ih * iw).map(|_| next()).collect();
+                    let mut fast = vec![0.0f32; planes * oh * ow];
+                    max_pool_plain_2d(&x, &w, planes, &mut fast);
+                    let mut general = vec![0.0f32; fast.len()];
+                    let windows = Windows { w: &w, planes, include_pad: false, divisor: None };
+                    pool_typed::<f32>(PoolKind::Max, &x, windows, |j, v, _| general[j] = v);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&fast), bits(&general), "{ih}x{iw} k{k} s{s} p{p} ceil {ceil}");
                 }
             }
         }
