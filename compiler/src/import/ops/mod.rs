@@ -185,7 +185,18 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         }
         "isnan" | "isinf" => activation::float_class(imp, n, name),
         "atan2" | "arctan2" | "fmod" => e::binary(imp, n, name, overload),
-        p if e::polynomial(p).is_some() => e::binary(imp, n, name, overload),
+        "special_chebyshev_polynomial_t"
+        | "special_chebyshev_polynomial_u"
+        | "special_chebyshev_polynomial_v"
+        | "special_chebyshev_polynomial_w"
+        | "special_shifted_chebyshev_polynomial_t"
+        | "special_shifted_chebyshev_polynomial_u"
+        | "special_shifted_chebyshev_polynomial_v"
+        | "special_shifted_chebyshev_polynomial_w"
+        | "special_hermite_polynomial_h"
+        | "special_hermite_polynomial_he"
+        | "special_laguerre_polynomial_l"
+        | "special_legendre_polynomial_p" => e::binary(imp, n, name, overload),
         "special_zeta" => e::binary(imp, n, name, overload),
         "polygamma" | "special_polygamma" => e::polygamma(imp, n),
         "cumsum" => stats::cumsum(imp, n),
