@@ -370,11 +370,14 @@ mod zeta_tests {
         assert_eq!(zeta(1.0, 2.0), f64::INFINITY);
         assert!(zeta(0.5, 2.0).is_nan());
         assert_eq!(zeta(3.0, -2.0), f64::INFINITY);
-        assert!(close(trigamma(1.0f64), pi2 / 6.0));
-        assert!(close(trigamma(0.5f64), pi2 / 2.0));
+        // torch's trigamma truncates its asymptotic series after the 1/42
+        // term at x ≥ 6: about 1e-9 relative, which is what it is checked to.
+        let near = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+        assert!(near(trigamma(1.0f64), pi2 / 6.0));
+        assert!(near(trigamma(0.5f64), pi2 / 2.0));
         // ψ'(1 - x) + ψ'(x) = π² / sin²(πx).
         let x = -0.3f64;
-        assert!(close(trigamma(x) + trigamma(1.0f64 - x), pi2 / (std::f64::consts::PI * x).sin().powi(2)));
+        assert!(near(trigamma(x) + trigamma(1.0f64 - x), pi2 / (std::f64::consts::PI * x).sin().powi(2)));
         assert!(close(spherical_bessel_j0(2.0), 2f64.sin() / 2.0));
         assert!(close(spherical_bessel_j0(0.1), 0.1f64.sin() / 0.1));
         assert_eq!(spherical_bessel_j0(f64::INFINITY), 0.0);
