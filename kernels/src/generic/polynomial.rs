@@ -16,7 +16,7 @@ use crate::types::BinaryOp;
 /// out of range become `i64::MIN` (the "integer indefinite" of `cvttsd2si`),
 /// where Rust's `as` would saturate (and map NaN to 0).
 fn degree(n: f64) -> i64 {
-    if n.is_nan() || !(-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&n) {
+    if n.is_nan() || !(i64::MIN as f64..-(i64::MIN as f64)).contains(&n) {
         i64::MIN
     } else {
         n as i64

@@ -253,7 +253,8 @@ mod tests {
 /// non-integer q with a non-integer x.
 pub fn zeta(x: f64, q: f64) -> f64 {
     const MACHEP: f64 = 1.110_223_024_625_156_5e-16;
-    // (2k)! / B_2k, the Euler–Maclaurin coefficients.
+    // (2k)! / B_2k, the Euler–Maclaurin coefficients, digits as Cephes has them.
+    #[allow(clippy::excessive_precision)]
     const A: [f64; 12] = [
         12.0,
         -720.0,
