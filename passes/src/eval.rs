@@ -125,7 +125,9 @@ fn unary(op: UnaryOp, x: f64) -> Option<f64> {
         | UnaryOp::BesselJ1
         | UnaryOp::BesselY0
         | UnaryOp::BesselY1
-        | UnaryOp::Entr => return None,
+        | UnaryOp::Entr
+        | UnaryOp::Trigamma
+        | UnaryOp::SphericalBesselJ0 => return None,
         UnaryOp::Trunc => x.trunc(),
         // Left to the run-time kernels (libm results may differ in the last
         // bit; BitNot depends on the dtype).
@@ -188,6 +190,19 @@ fn binary(op: BinaryOp, a: f64, b: f64, dtype: DType) -> Option<f64> {
         BinaryOp::Fmod if int && b == 0.0 => return None,
         BinaryOp::Fmod => a % b,
         BinaryOp::Atan2 => return None,
+        BinaryOp::ChebyshevT
+        | BinaryOp::ChebyshevU
+        | BinaryOp::ChebyshevV
+        | BinaryOp::ChebyshevW
+        | BinaryOp::ShiftedChebyshevT
+        | BinaryOp::ShiftedChebyshevU
+        | BinaryOp::ShiftedChebyshevV
+        | BinaryOp::ShiftedChebyshevW
+        | BinaryOp::HermiteH
+        | BinaryOp::HermiteHe
+        | BinaryOp::LaguerreL
+        | BinaryOp::LegendreP
+        | BinaryOp::Zeta => return None,
     })
 }
 

@@ -147,6 +147,15 @@ OPS = [
     ("hstack", ""), ("vstack", ""), ("dstack", ""), ("column_stack", ""), ("fliplr", ""), ("flipud", ""),
     ("signbit", ""), ("float_power", ""), ("positive", ""), ("ravel", ""), ("block_diag", ""),
     ("nn.functional.channel_shuffle", ""), ("nn.functional.local_response_norm", ""), ("histc", ""),
+    # what the --all sweep found missing (issue 10): torch.special's orthogonal polynomials, zeta/polygamma, Bessel
+    ("special.chebyshev_polynomial_t", ""), ("special.chebyshev_polynomial_u", ""), ("special.chebyshev_polynomial_v", ""),
+    ("special.chebyshev_polynomial_w", ""), ("special.shifted_chebyshev_polynomial_t", ""),
+    ("special.shifted_chebyshev_polynomial_u", ""), ("special.shifted_chebyshev_polynomial_v", ""),
+    ("special.shifted_chebyshev_polynomial_w", ""), ("special.hermite_polynomial_h", ""),
+    ("special.hermite_polynomial_he", ""), ("special.laguerre_polynomial_l", ""), ("special.legendre_polynomial_p", ""),
+    ("special.zeta", ""), ("polygamma", "polygamma_n_0"), ("polygamma", "polygamma_n_1"), ("polygamma", "polygamma_n_2"),
+    ("polygamma", "polygamma_n_3"), ("polygamma", "polygamma_n_4"), ("special.polygamma", "special_polygamma_n_0"),
+    ("special.spherical_bessel_j0", ""), ("special.modified_bessel_i0", ""), ("special.modified_bessel_i1", ""),
 ]
 
 DTYPES = {
@@ -192,6 +201,7 @@ for _dtypes, _ops in EXTRA_GROUPS:
     for _op in _ops:
         EXTRA.setdefault(_op, set()).update(_dtypes)
 FULL = {d: 4 for d in DTYPES}
+SWEEP = {d: 1 for d in DTYPES}  # --all: the first exportable sample of each dtype
 MAX_NUMEL = 512
 # Sample indices tried first (then the rest), so that a few samples cover an
 # op's modes: grid_sample reflection/bilinear and border/nearest, cdist's
@@ -544,6 +554,63 @@ def composite_cases(args, manifest, only):
         print(f"{cname}: {sum(1 for c in manifest['cases'] if c['op'] == cname)} cases", file=sys.stderr)
 
 
+def sweep_ops(op_db):
+    """--all: every (name, variant) of op_db, in op_db's order. The question
+    it answers is the issue's: of the OpInfo cases torch can export, how many
+    does kiln compile and match, per flavour (see summarise)."""
+    return [(o.name, o.variant_test_name) for o in op_db]
+
+
+def summarise(manifest_path, results_path):
+    """Prints, per flavour, the --all sweep's cases exported by torch, those
+    kiln compiles and matches, those refused at compile time (with the ops
+    named in kiln's error), mismatches and other failures; plus the samples
+    torch itself could not export or kiln cannot take (complex dtypes).
+    `results_path` is what tests/tests/conformance.rs writes with
+    KILN_CONFORMANCE_RESULTS set. A case saved without training.pt2 (its
+    training graph calls the same ops as Core ATen) counts its aten run
+    for both flavours."""
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    with open(results_path) as f:
+        results = {(r["dir"], r["flavour"]): r for r in json.load(f)}
+    summary = {}
+    for flavour in ("training", "aten"):
+        tally = {"exported": 0, "pass": 0, "unsupported": 0, "mismatch": 0, "other": 0}
+        unsupported_ops, mismatches, others = {}, [], []
+        for case in manifest["cases"]:
+            run = results.get((case["dir"], flavour if flavour in case["flavours"] else "aten"))
+            if run is None:
+                continue
+            tally["exported"] += 1
+            status = run["status"]
+            tally[status] += 1
+            if status == "unsupported":
+                for op in run.get("ops", []) or ["?"]:
+                    unsupported_ops.setdefault(op, set()).add(case["dir"])
+            elif status == "mismatch":
+                mismatches.append(f"{case['dir']}: {run['detail']}")
+            elif status == "other":
+                others.append(f"{case['dir']}: {run['detail']}")
+        share = 100.0 * tally["pass"] / max(tally["exported"], 1)
+        print(f"## {flavour}: {tally['exported']} exported, {tally['pass']} pass ({share:.1f} %), "
+              f"{tally['unsupported']} unsupported at compile time, {tally['mismatch']} mismatch, {tally['other']} other")
+        for op, dirs in sorted(unsupported_ops.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            print(f"  unsupported {op}: {len(dirs)} cases (e.g. {sorted(dirs)[0]})")
+        for line in mismatches + others:
+            print(f"  FAIL {line}")
+        summary[flavour] = dict(tally, unsupported_ops={op: len(d) for op, d in unsupported_ops.items()})
+    reasons = {}
+    for s in manifest["skipped"]:
+        for part in s["why"].split("; "):
+            key = part.rsplit(" (x", 1)[0][:80]
+            reasons[key] = reasons.get(key, 0) + 1
+    print("## samples not exported (op x dtype groups, by first reason)")
+    for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:25]:
+        print(f"  {n:5d}  {why}")
+    return summary
+
+
 def k_of(b):
     """slice_scatter's sample index, read back from its src shape."""
     return int(b.shape[0] == 3)
@@ -601,7 +668,13 @@ def main():
     ap.add_argument("--dtypes", default="", help="comma-separated dtypes (e.g. f64,i8) to generate, others skipped")
     ap.add_argument("--per-dtype", type=int, default=0, help="samples per dtype (overrides --full/committed counts)")
     ap.add_argument("--remark", action="store_true", help="only rewrite the known-unsupported marks in manifest.json")
+    ap.add_argument("--all", action="store_true", help="every op_db entry, both flavours (local sweep; see sweep_ops)")
+    ap.add_argument("--shard", default="", help="K/N: only the op entries whose index is K mod N (parallel --all runs into separate --out folders)")
+    ap.add_argument("--summary", metavar="RESULTS", help="only summarise a conformance run's results.json against --out's manifest")
     args = ap.parse_args()
+    if args.summary:
+        summarise(os.path.join(args.out, "manifest.json"), args.summary)
+        return
     if args.remark:
         path = os.path.join(args.out, "manifest.json")
         with open(path) as f:
@@ -615,8 +688,8 @@ def main():
         return
     from torch.testing._internal.common_methods_invocations import op_db
 
-    per_dtype = dict(FULL if args.full else COMMITTED)
-    committed = not args.full and not args.per_dtype  # EXTRA applies to the committed subset only
+    per_dtype = dict(FULL if args.full else SWEEP if args.all else COMMITTED)
+    committed = not args.full and not args.per_dtype and not args.all  # EXTRA applies to the committed subset only
     if args.per_dtype:
         per_dtype = {d: args.per_dtype for d in DTYPES}
     keep = set(filter(None, args.dtypes.split(",")))
@@ -628,7 +701,11 @@ def main():
     manifest = kept_entries(manifest_path, only, "op", ("cases", "skipped"))
     os.makedirs(args.out, exist_ok=True)
 
-    for name, variant in OPS:
+    entries = sweep_ops(op_db) if args.all else OPS
+    if args.shard:
+        k, n = (int(v) for v in args.shard.split("/"))
+        entries = [e for i, e in enumerate(entries) if i % n == k]
+    for name, variant in entries:
         cname = case_name(name, variant)
         if only and cname not in only:
             continue
@@ -647,15 +724,23 @@ def main():
             torch.manual_seed(0)
             made, reasons = 0, {}
             try:
-                samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
+                samples = op.sample_inputs("cpu", dtype, requires_grad=False)
+                if cname in PICK:
+                    samples = list(samples)
+                    first = [samples[i] for i in PICK[cname] if i < len(samples)]
+                    samples = first + [s for i, s in enumerate(samples) if i not in PICK[cname]]
+                samples = iter(samples)
             except Exception as e:  # noqa: BLE001
                 manifest["skipped"].append({"op": cname, "dtype": dname, "why": f"sample_inputs failed: {e}"})
                 continue
-            if cname in PICK:
-                first = [samples[i] for i in PICK[cname] if i < len(samples)]
-                samples = first + [s for i, s in enumerate(samples) if i not in PICK[cname]]
-            for sample in samples:
-                if made >= want:
+            while made < want:
+                try:
+                    sample = next(samples)
+                except StopIteration:
+                    break
+                except Exception as e:  # noqa: BLE001 - a sample generator failing midway
+                    why = f"sample_inputs failed: {type(e).__name__}"
+                    reasons[why] = reasons.get(why, 0) + 1
                     break
                 try:
                     mod, inputs, outputs = build_case(op, sample)
@@ -668,7 +753,7 @@ def main():
                     reasons[why] = reasons.get(why, 0) + 1
                     continue
                 case = save_case(args.out, cname, dname, made, ep, aten, inputs, outputs,
-                                 with_training=args.full or dname == "f32")
+                                 with_training=args.full or args.all or dname == "f32")
                 ties = tie_order(cname, sample)
                 if ties:
                     case["ties"] = ties
@@ -680,9 +765,12 @@ def main():
             if made < want and reasons:
                 manifest["skipped"].append({"op": cname, "dtype": dname, "why": "; ".join(f"{k} (x{v})" for k, v in sorted(reasons.items()))})
         print(f"{cname}: {sum(1 for c in manifest['cases'] if c['op'] == cname)} cases", file=sys.stderr)
+        if args.all:  # a long sweep: what is done so far survives an interruption
+            write_manifest(manifest_path, manifest)
 
-    direct_cases(args, manifest, only, per_dtype, keep)
-    composite_cases(args, manifest, only)
+    if not args.all:
+        direct_cases(args, manifest, only, per_dtype, keep)
+        composite_cases(args, manifest, only)
     manifest["cases"].sort(key=lambda c: c["dir"])
     manifest["torch"] = torch.__version__
     write_manifest(manifest_path, manifest)

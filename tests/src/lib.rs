@@ -171,7 +171,7 @@ pub fn try_read_numbered(dir: &Path, prefix: &str, bf16: bool) -> Result<Vec<Ten
 pub fn try_compile_and_load(pt2: &Path, tag: &str) -> Result<std::sync::Arc<kiln_runtime::Program>, String> {
     let tmp = temp_path(tag);
     if let Err(e) = kiln_compiler::compile_file(pt2, &tmp, &kiln_compiler::CompileOptions::default()) {
-        return Err(format!("compile: {}", e.to_string().lines().take(4).collect::<Vec<_>>().join(" | ")));
+        return Err(format!("compile: {}", e.to_string().lines().take(40).collect::<Vec<_>>().join(" | ")));
     }
     let program = kiln_runtime::Program::load(&tmp).map_err(|e| format!("load: {e}"));
     std::fs::remove_file(&tmp).ok();

@@ -12,7 +12,9 @@
 //! flavours the manifest marks `unsupported: {flavour: reason}`. It prints a per-op
 //! summary. `KILN_CONFORMANCE_FILTER=cumsum,topk` runs only those ops (for
 //! local iteration); `KILN_CONFORMANCE_DIR=/tmp/kiln-conf` runs the cases of
-//! another folder (the generator's `--full` set).
+//! another folder (the generator's `--full` or `--all` set), and
+//! `KILN_CONFORMANCE_RESULTS=PATH` writes every run's outcome there as JSON
+//! (`generate.py --summary PATH` turns it into the per-flavour sweep table).
 
 use kiln_tests::coverage::{core_coverage, passing_share, CaseRun, CoreStatus};
 use kiln_tests::{try_compile_and_load, try_read_numbered, try_run_and_compare_with_ties, TieOrder};
@@ -64,6 +66,7 @@ fn conformance_with_pytorch() {
         std::env::var("KILN_CONFORMANCE_FILTER").ok().map(|f| f.split(',').map(str::to_string).collect());
     let mut tally: BTreeMap<String, OpTally> = BTreeMap::new();
     let mut runs: Vec<CaseRun> = Vec::new();
+    let mut outcomes: Vec<Value> = Vec::new();
     let cases = manifest["cases"].as_array().expect("cases");
     assert!(!cases.is_empty(), "the manifest lists no cases");
     for case in cases {
@@ -92,6 +95,7 @@ fn conformance_with_pytorch() {
             if unsupported.is_none() {
                 runs.push(CaseRun { ops, passed: result.is_ok() });
             }
+            outcomes.push(outcome(case["dir"].as_str().unwrap_or("?"), flavour, &result));
             match (result, unsupported) {
                 (Ok(()), None) => t.passed += 1,
                 (Ok(()), Some(_)) => t.unexpectedly_passing.push(what),
@@ -114,6 +118,10 @@ fn conformance_with_pytorch() {
             println!("note: {op}: {w} is marked unsupported but passes; unmark it in generate.py");
         }
     }
+    if let Some(path) = std::env::var_os("KILN_CONFORMANCE_RESULTS") {
+        let text = serde_json::to_string_pretty(&outcomes).expect("outcomes serialise");
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {path:?}: {e}"));
+    }
     let committed_and_whole = filter.is_none() && std::env::var_os("KILN_CONFORMANCE_DIR").is_none();
     report_core_coverage(&runs, committed_and_whole);
     let failures: Vec<&String> = tally.values().flat_map(|t| &t.failures).collect();
@@ -123,6 +131,30 @@ fn conformance_with_pytorch() {
         failures.len(),
         failures.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
     );
+}
+
+/// One run's outcome for `KILN_CONFORMANCE_RESULTS`: `pass`, `unsupported`
+/// (kiln's compile-time list of constructs it does not support, with the
+/// targets it names), `mismatch` (ran, gave other numbers) or `other`
+/// (any other compile, load or run error).
+fn outcome(dir: &str, flavour: &str, result: &Result<(), String>) -> Value {
+    let (status, ops, detail) = match result {
+        Ok(()) => ("pass", Vec::new(), String::new()),
+        Err(e) if e.starts_with("compile: the program uses") => ("unsupported", unsupported_targets(e), e.clone()),
+        Err(e) if e.starts_with("output ") || e.contains(" outputs, expected ") => ("mismatch", Vec::new(), e.clone()),
+        Err(e) => ("other", Vec::new(), e.clone()),
+    };
+    serde_json::json!({ "dir": dir, "flavour": flavour, "status": status, "ops": ops, "detail": detail })
+}
+
+/// The targets an unsupported-constructs error lists, one per ` | ` line
+/// (`aten.roll.default (node roll) at …` → `aten.roll.default`).
+fn unsupported_targets(error: &str) -> Vec<String> {
+    let mut ops: Vec<String> =
+        error.split(" | ").skip(1).filter_map(|line| line.trim().split(" (node").next()).map(str::to_string).collect();
+    ops.sort();
+    ops.dedup();
+    ops
 }
 
 /// Prints the Core ATen coverage of these runs (see `kiln_tests::coverage`)

@@ -49,13 +49,15 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_avg_pool1d"], dtypes: DT_FLOAT, note: "1-d as the 2-d pool over `[.., 1, L]`" },
     OpSupport { names: &["scaled_dot_product_attention"], dtypes: DT_FLOAT, note: "no dropout; grouped-query heads with static counts" },
     OpSupport { names: &["relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "erfc", "sin", "cos", "reciprocal", "log1p", "expm1", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh"], dtypes: DT_FLOAT, note: "integer inputs are promoted to float" },
-    OpSupport { names: &["lgamma", "digamma", "special_digamma", "special_psi", "i0", "special_i0", "special_i0e", "special_i1", "special_i1e", "special_erfcx", "special_ndtr", "special_log_ndtr", "special_bessel_j0", "special_bessel_j1", "special_bessel_y0", "special_bessel_y1", "special_entr"], dtypes: DT_FLOAT, note: "computed in f64 and rounded once (ndtr on f16/bf16 rounds every step, as torch does); CPU only; near the zeros of J0/Y1 (x ≈ 5.5) torch's own port is off by up to 4e-7 absolute where kiln agrees with scipy's Cephes, so f64 comparisons there fail at torch's tolerance" },
+    OpSupport { names: &["lgamma", "digamma", "special_digamma", "special_psi", "i0", "special_i0", "special_i0e", "special_i1", "special_i1e", "special_erfcx", "special_ndtr", "special_log_ndtr", "special_bessel_j0", "special_bessel_j1", "special_bessel_y0", "special_bessel_y1", "special_entr", "special_spherical_bessel_j0", "special_modified_bessel_i0", "special_modified_bessel_i1"], dtypes: DT_FLOAT, note: "computed in f64 and rounded once (ndtr on f16/bf16 rounds every step, as torch does); CPU only; near the zeros of J0/Y1 (x ≈ 5.5) torch's own port is off by up to 4e-7 absolute where kiln agrees with scipy's Cephes, so f64 comparisons there fail at torch's tolerance" },
+    OpSupport { names: &["polygamma", "special_polygamma", "special_zeta"], dtypes: DT_NUMERIC, note: "Hurwitz ζ by torch's (Cephes') Euler–Maclaurin summation in f64, rounded once; polygamma: digamma, torch's trigamma, and (-1)^(n+1) n! ζ(n+1, x) above; integers promoted to f32" },
     OpSupport { names: &["neg", "negative", "abs", "absolute", "floor", "ceil", "round", "trunc", "fix", "sign"], dtypes: DT_NUMERIC, note: "round: decimals=0 only" },
     OpSupport { names: &["logical_not", "bitwise_not"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["hardtanh", "relu6", "clamp", "clamp_min", "clamp_max"], dtypes: DT_NUMERIC, note: "scalar or tensor bounds" },
     OpSupport { names: &["hardswish", "hardsigmoid", "mish", "softplus", "leaky_relu", "elu", "square"], dtypes: DT_FLOAT, note: "decomposed at import (f16/bf16 in f32)" },
     OpSupport { names: &["isnan", "isinf"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["add", "sub", "rsub", "mul", "div", "remainder", "floor_divide", "pow", "maximum", "minimum", "fmod", "atan2", "arctan2"], dtypes: DT_NUMERIC, note: "torch type promotion; integer div by zero is a run-time error" },
+    OpSupport { names: &["special_chebyshev_polynomial_t", "special_chebyshev_polynomial_u", "special_chebyshev_polynomial_v", "special_chebyshev_polynomial_w", "special_shifted_chebyshev_polynomial_t", "special_shifted_chebyshev_polynomial_u", "special_shifted_chebyshev_polynomial_v", "special_shifted_chebyshev_polynomial_w", "special_hermite_polynomial_h", "special_hermite_polynomial_he", "special_laguerre_polynomial_l", "special_legendre_polynomial_p"], dtypes: &["f32", "f64", "i64", "i32", "i16", "i8", "u8", "bool"], note: "torch's recurrences and trigonometric forms step for step in the float dtype (integers promoted to f32); n from the tensor, truncated as torch casts it" },
     OpSupport { names: &["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "__and__", "__or__", "__xor__"], dtypes: DT_ALL, note: "" },
     OpSupport { names: &["bitwise_left_shift", "bitwise_right_shift", "__lshift__", "__rshift__"], dtypes: DT_INT, note: "as multiplication/floor division by powers of two; shifts outside 0..bits give torch's answer (0, or the sign for signed right shifts)" },
     OpSupport { names: &["where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar", "masked_fill"], dtypes: DT_ALL, note: "" },
@@ -322,6 +324,21 @@ pub fn core_aten_status(overload: &str) -> Option<&'static str> {
     })
 }
 
+/// Ops PyTorch's OpInfo cases reach that kiln refuses, and why. Each one is
+/// a compile-time error naming the op and the Python `file:line` of the call
+/// (see `import::error::Problem`); `generate.py --all` / `--summary` counts
+/// them.
+pub const REFUSED: &[(&str, &str)] = &[
+    ("linalg_eigh (eigenvectors), linalg_eig, linalg_eigvals", "not implemented yet: eigenvectors' signs are LAPACK's choice, so they need a comparison up to sign (and complex results for eig)"),
+    ("_linalg_svd, linalg_svd, linalg_svdvals, linalg_pinv, linalg_matrix_rank, linalg_lstsq, linalg_matrix_exp", "not implemented yet (SVD-based; singular vectors compared up to sign)"),
+    ("bincount, _unique2, unique_consecutive, unique_dim", "data-dependent output sizes: not implemented yet"),
+    ("mode, kthvalue, median, nanmedian, quantile, nanquantile", "selection along a dim: not implemented yet"),
+    ("index_reduce, segment_reduce, triu_indices, tril_indices", "not implemented yet"),
+    ("special_modified_bessel_k0/k1, special_scaled_modified_bessel_k0/k1, special_airy_ai, erfinv, special_ndtri, igamma, igammac", "special functions not implemented yet"),
+    ("complex program inputs and outputs", "kiln has no complex dtype at its boundary (complex values live only inside a program)"),
+    ("backward ops (`*_backward`)", "excluded: gradients are meaningless for inference"),
+];
+
 /// The table as Markdown: supported ops, then Core ATen coverage.
 pub fn render_markdown() -> String {
     let mut s = String::from(
@@ -345,6 +362,14 @@ prints the overloads that pass every case calling them, and fails below 95 %.\n\
     s.push_str("| overload | status |\n|---|---|\n");
     for (o, why) in missing {
         s.push_str(&format!("| {o} | {why} |\n"));
+    }
+    s.push_str(
+        "\n## Refused\n\nCompile-time errors naming the op and the Python `file:line` of its call; \
+`tests/conformance/generate.py --all` then `--summary` counts the OpInfo cases each one costs.\n\n\
+| ops | reason |\n|---|---|\n",
+    );
+    for (ops, why) in REFUSED {
+        s.push_str(&format!("| {ops} | {why} |\n"));
     }
     s.push_str(
         "\n## Beyond ATen\n\n\

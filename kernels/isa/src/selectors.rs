@@ -67,6 +67,10 @@ code_enum! {
         BesselY1 = 49 => "bessel_y1",
         /// −x ln x.
         Entr = 50 => "entr",
+        /// ψ'(x), `polygamma(1, x)`.
+        Trigamma = 51 => "trigamma",
+        /// sin(x)/x (`special.spherical_bessel_j0`).
+        SphericalBesselJ0 = 52 => "spherical_bessel_j0",
     }
 }
 
@@ -97,10 +101,31 @@ code_enum! {
         Atan2 = 18 => "atan2",
         /// C-style remainder (sign of the dividend), as torch's `fmod`.
         Fmod = 19 => "fmod",
+        /// `torch.special`'s orthogonal polynomials `P_n(x)` of `(x, n)`
+        /// (floats; torch's recurrences, `kiln_kernels::generic::polynomial`).
+        ChebyshevT = 20 => "chebyshev_t",
+        ChebyshevU = 21 => "chebyshev_u",
+        ChebyshevV = 22 => "chebyshev_v",
+        ChebyshevW = 23 => "chebyshev_w",
+        ShiftedChebyshevT = 24 => "shifted_chebyshev_t",
+        ShiftedChebyshevU = 25 => "shifted_chebyshev_u",
+        ShiftedChebyshevV = 26 => "shifted_chebyshev_v",
+        ShiftedChebyshevW = 27 => "shifted_chebyshev_w",
+        HermiteH = 28 => "hermite_h",
+        HermiteHe = 29 => "hermite_he",
+        LaguerreL = 30 => "laguerre_l",
+        LegendreP = 31 => "legendre_p",
+        /// The Hurwitz zeta function ζ(x, q) (`special.zeta`; floats).
+        Zeta = 32 => "zeta",
     }
 }
 
 impl BinaryOp {
+    /// `torch.special`'s orthogonal polynomials (float operands only).
+    pub fn is_polynomial(self) -> bool {
+        (BinaryOp::ChebyshevT.code()..=BinaryOp::LegendreP.code()).contains(&self.code())
+    }
+
     /// Comparisons produce `bool` whatever their operands are.
     pub fn is_comparison(self) -> bool {
         matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)

@@ -166,6 +166,8 @@ fn unary_float<T: Real>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
         UnaryOp::BesselY0 => via_f64(x, out, super::special::bessel_y0),
         UnaryOp::BesselY1 => via_f64(x, out, super::special::bessel_y1),
         UnaryOp::Entr => via_f64(x, out, super::special::entr),
+        UnaryOp::Trigamma => map(x, out, super::special::trigamma),
+        UnaryOp::SphericalBesselJ0 => via_f64(x, out, super::special::spherical_bessel_j0),
         UnaryOp::Sin => map(x, out, |v| v.sin()),
         UnaryOp::Cos => map(x, out, |v| v.cos()),
         UnaryOp::Floor => map(x, out, |v| v.floor()),
@@ -480,6 +482,10 @@ macro_rules! float_binary_closure {
             BinaryOp::Min => $run!(|a: $T, b: $T| nan_min(a, b)),
             BinaryOp::Atan2 => $run!(|a: $T, b: $T| a.atan2(b)),
             BinaryOp::Fmod => $run!(|a: $T, b: $T| a % b),
+            BinaryOp::Zeta => $run!(|a: $T, b: $T| <$T>::lit(super::special::zeta(a.to_f64(), b.to_f64()))),
+            p if p.is_polynomial() => {
+                $run!(|a: $T, b: $T| super::polynomial::polynomial(p, a, b).unwrap_or(<$T>::lit(f64::NAN)))
+            }
             _ => return Err(dtype_err($kernel, $dtype)),
         }
     };

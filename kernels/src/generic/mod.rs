@@ -16,6 +16,7 @@ pub mod math;
 pub mod matmul;
 pub mod norm;
 pub mod pad;
+pub mod polynomial;
 pub mod pool;
 pub mod random;
 pub mod reduce;

@@ -40,6 +40,9 @@ pub(super) fn unary(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         "special_bessel_y0" => UnaryOp::BesselY0,
         "special_bessel_y1" => UnaryOp::BesselY1,
         "special_entr" => UnaryOp::Entr,
+        "special_spherical_bessel_j0" => UnaryOp::SphericalBesselJ0,
+        "special_modified_bessel_i0" => UnaryOp::I0,
+        "special_modified_bessel_i1" => UnaryOp::I1,
         "sin" => UnaryOp::Sin,
         "cos" => UnaryOp::Cos,
         "reciprocal" => UnaryOp::Reciprocal,
@@ -73,7 +76,8 @@ pub(super) fn unary(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         "bitwise_not" => UnaryOp::BitNot,
         _ => return Err(crate::import::importer::Fail::Unsupported(None)),
     };
-    let x = imp.tensor(n, "self")?;
+    // torch names spherical_bessel_j0's operand `x`, every other one's `self`.
+    let x = imp.tensor(n, if name == "special_spherical_bessel_j0" { "x" } else { "self" })?;
     let out = imp.out_ty(n, 0)?;
     if op == UnaryOp::Sign && imp.ty(x).dtype == DType::Bool {
         return imp.bind(n, 0, x); // sign(bool) is the identity
@@ -84,6 +88,32 @@ pub(super) fn unary(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     let x = imp.cast(x, compute);
     let v = imp.push_typed(Op::Unary(op), vec![x], TensorType::new(compute, out.shape.clone()));
     let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)
+}
+
+/// `aten::polygamma(int n, Tensor self)` (and `special_polygamma`): ψ for
+/// n = 0, ψ' for n = 1, and for n ≥ 2 torch's
+/// `(-1)^(n+1) · n! · ζ(n + 1, x)` (n! a constant).
+pub(super) fn polygamma(imp: &mut Importer, n: &Node) -> R<()> {
+    let order = imp.int(n, "n", None)?;
+    let x = imp.tensor(n, "self")?;
+    let out = imp.out_ty(n, 0)?;
+    let x = imp.cast(x, out.dtype);
+    let ty = TensorType::new(out.dtype, out.shape.clone());
+    let v = match order {
+        i64::MIN..=-1 => return unsupported(format!("polygamma of negative order {order}")),
+        0 => imp.push_typed(Op::Unary(UnaryOp::Digamma), vec![x], ty),
+        1 => imp.push_typed(Op::Unary(UnaryOp::Trigamma), vec![x], ty),
+        _ => {
+            let s = imp.scalar_const(Scalar::Float((order + 1) as f64), out.dtype);
+            let z = imp.push_typed(Op::Binary(BinaryOp::Zeta), vec![s, x], ty.clone());
+            let sign = if order % 2 == 1 { 1.0 } else { -1.0 };
+            // n! (torch's exp(lgamma(n + 1)), exact here; inf past 170!).
+            let factorial: f64 = (1..=order).map(|k| k as f64).product();
+            let k = imp.scalar_const(Scalar::Float(sign * factorial), out.dtype);
+            imp.push_typed(Op::Binary(BinaryOp::Mul), vec![k, z], ty)
+        }
+    };
     imp.bind(n, 0, v)
 }
 
@@ -182,6 +212,27 @@ fn side(imp: &mut Importer, n: &Node, name: &str) -> R<Side> {
     }
 }
 
+/// `torch.special`'s orthogonal polynomials `(Tensor x, Tensor n)` (and
+/// their `x_scalar`/`n_scalar` overloads), float results as torch computes
+/// them (integer operands promoted to the output's float dtype).
+pub(super) fn polynomial(name: &str) -> Option<BinaryOp> {
+    Some(match name {
+        "special_chebyshev_polynomial_t" => BinaryOp::ChebyshevT,
+        "special_chebyshev_polynomial_u" => BinaryOp::ChebyshevU,
+        "special_chebyshev_polynomial_v" => BinaryOp::ChebyshevV,
+        "special_chebyshev_polynomial_w" => BinaryOp::ChebyshevW,
+        "special_shifted_chebyshev_polynomial_t" => BinaryOp::ShiftedChebyshevT,
+        "special_shifted_chebyshev_polynomial_u" => BinaryOp::ShiftedChebyshevU,
+        "special_shifted_chebyshev_polynomial_v" => BinaryOp::ShiftedChebyshevV,
+        "special_shifted_chebyshev_polynomial_w" => BinaryOp::ShiftedChebyshevW,
+        "special_hermite_polynomial_h" => BinaryOp::HermiteH,
+        "special_hermite_polynomial_he" => BinaryOp::HermiteHe,
+        "special_laguerre_polynomial_l" => BinaryOp::LaguerreL,
+        "special_legendre_polynomial_p" => BinaryOp::LegendreP,
+        _ => return None,
+    })
+}
+
 /// Binary ops, `.Tensor` and `.Scalar` overloads alike:
 /// `aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1)`,
 /// `aten::sub.Tensor(... alpha=1)`, `aten::rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1)`,
@@ -192,6 +243,7 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
     let (lhs_name, rhs_name) = match (name, overload) {
         ("pow", "Tensor_Scalar" | "Tensor_Tensor") => ("self", "exponent"),
         ("pow", "Scalar") => ("self", "exponent"),
+        (p, _) if polynomial(p).is_some() => ("x", "n"),
         _ => ("self", "other"),
     };
     let mut a = side(imp, n, lhs_name)?;
@@ -226,9 +278,13 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
         "bitwise_xor" => (BinaryOp::Xor, false),
         "atan2" | "arctan2" => (BinaryOp::Atan2, false),
         "fmod" => (BinaryOp::Fmod, false),
+        "special_zeta" => (BinaryOp::Zeta, false),
         "bitwise_left_shift" | "__lshift__" => return shift(imp, n, a, b, &out, true),
         "bitwise_right_shift" | "__rshift__" => return shift(imp, n, a, b, &out, false),
-        _ => return Err(crate::import::importer::Fail::Unsupported(None)),
+        _ => match polynomial(name) {
+            Some(op) => (op, false),
+            None => return Err(crate::import::importer::Fail::Unsupported(None)),
+        },
     };
     if name == "rsub" {
         std::mem::swap(&mut a, &mut b);

@@ -158,11 +158,26 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         | "trunc" | "fix" | "tan" | "asin" | "acos" | "atan" | "sinh" | "cosh" | "asinh" | "acosh" | "atanh"
         | "log2" | "log10" | "bitwise_not" | "arcsin" | "arccos" | "arctan" | "arcsinh" | "arccosh" | "arctanh"
         | "negative" | "absolute" | "erfc" => e::unary(imp, n, name),
-        "lgamma" | "digamma" | "special_digamma" | "special_psi" | "i0" | "special_i0" | "special_i0e"
-        | "special_i1" | "special_i1e" | "special_erfcx" | "special_ndtr" | "special_log_ndtr"
-        | "special_bessel_j0" | "special_bessel_j1" | "special_bessel_y0" | "special_bessel_y1" | "special_entr" => {
-            e::unary(imp, n, name)
-        }
+        "lgamma"
+        | "digamma"
+        | "special_digamma"
+        | "special_psi"
+        | "i0"
+        | "special_i0"
+        | "special_i0e"
+        | "special_i1"
+        | "special_i1e"
+        | "special_erfcx"
+        | "special_ndtr"
+        | "special_log_ndtr"
+        | "special_bessel_j0"
+        | "special_bessel_j1"
+        | "special_bessel_y0"
+        | "special_bessel_y1"
+        | "special_entr"
+        | "special_spherical_bessel_j0"
+        | "special_modified_bessel_i0"
+        | "special_modified_bessel_i1" => e::unary(imp, n, name),
         "clamp" | "clamp_min" | "clamp_max" if overload == "Tensor" => activation::clamp_tensor(imp, n),
         "hardtanh" | "relu6" | "clamp" | "clamp_min" | "clamp_max" => e::clamp(imp, n, name),
         "hardswish" | "hardsigmoid" | "mish" | "softplus" | "leaky_relu" | "elu" | "square" => {
@@ -170,6 +185,20 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         }
         "isnan" | "isinf" => activation::float_class(imp, n, name),
         "atan2" | "arctan2" | "fmod" => e::binary(imp, n, name, overload),
+        "special_chebyshev_polynomial_t"
+        | "special_chebyshev_polynomial_u"
+        | "special_chebyshev_polynomial_v"
+        | "special_chebyshev_polynomial_w"
+        | "special_shifted_chebyshev_polynomial_t"
+        | "special_shifted_chebyshev_polynomial_u"
+        | "special_shifted_chebyshev_polynomial_v"
+        | "special_shifted_chebyshev_polynomial_w"
+        | "special_hermite_polynomial_h"
+        | "special_hermite_polynomial_he"
+        | "special_laguerre_polynomial_l"
+        | "special_legendre_polynomial_p" => e::binary(imp, n, name, overload),
+        "special_zeta" => e::binary(imp, n, name, overload),
+        "polygamma" | "special_polygamma" => e::polygamma(imp, n),
         "cumsum" => stats::cumsum(imp, n),
         "linalg_inv" => linalg::inv(imp, n, false),
         "linalg_inv_ex" => linalg::inv(imp, n, true),
