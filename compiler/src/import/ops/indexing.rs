@@ -344,12 +344,13 @@ pub(super) fn index_put(imp: &mut Importer, n: &Node) -> R<()> {
 /// `K`, and requires `K` to equal the number of true positions unless it is 1.
 ///
 /// Rows are picked as in `masked_scatter`: an inclusive cumsum of the flat
-/// mask, minus one, gathers row `k` for the k-th true position, and a where
-/// keeps `x` elsewhere. The count check rides on the same gather: more true
-/// positions than rows already send an index `>= K` to it, and one extra
-/// index, `2K - 1 - count`, reaches `>= K` exactly when there are fewer; the
-/// gather kernel then fails the run with "index out of range" instead of
-/// silently using a prefix of `values`. The extra row is sliced off.
+/// mask, minus one (clamped into `0..K`), gathers row `k` for the k-th true
+/// position, and a where keeps `x` elsewhere. The count is checked by a
+/// run-time assertion (`count == K`), not by the gather: under `--target
+/// pjrt` the cumsum and gather run on the device, where a gather clamps an
+/// index out of range instead of failing, while the assertion always runs
+/// on the host. Either way a mismatch fails the run, as in torch, instead of
+/// silently using a prefix of `values`.
 fn masked_index_put(
     imp: &mut Importer,
     x: ValueId,
@@ -420,20 +421,20 @@ fn masked_index_put(
             let flat = reshape(imp, mask, vec![count_dim.clone()]);
             let flat = imp.cast(flat, DType::I64);
             let cum = imp.push(Op::CumSum { axis: 0 }, vec![flat])?;
-            let pos = imp.with_scalar(BinaryOp::Sub, cum, 1.0)?;
-            let pos = imp.with_scalar(BinaryOp::Max, pos, 0.0)?;
             let count = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![0], keep_dims: false }, vec![flat])?;
             let kv = imp.dim_scalar(&k, DType::I64);
-            let twice_k = imp.push(Op::Binary(BinaryOp::Add), vec![kv, kv])?;
-            let check = imp.push(Op::Binary(BinaryOp::Sub), vec![twice_k, count])?;
-            let check = imp.with_scalar(BinaryOp::Sub, check, 1.0)?;
-            let check = reshape(imp, check, vec![Dim::Const(1)]);
-            let all = imp.push(Op::Concat { axis: 0 }, vec![pos, check])?;
-            let picked = imp.push(Op::Gather { axis: slot }, vec![values, all])?;
-            let mut picked_shape = imp.ty(picked).shape.clone();
-            picked_shape[slot] = count_dim;
-            let picked_ty = TensorType::new(ty.dtype, picked_shape);
-            let picked = imp.push_typed(Op::Slice { axis: slot, start: 0, end: -1, step: 1 }, vec![picked], picked_ty);
+            let same = imp.push(Op::Binary(BinaryOp::Eq), vec![count, kv])?;
+            let loc = imp.loc();
+            let message = "shape mismatch: the values' rows do not match the number of true positions in the \
+                           index_put mask"
+                .to_string();
+            imp.g.add_node(Op::Assert { message }, vec![same], Vec::new(), loc);
+            // Every index stays in range, so only the assertion reports a mismatch.
+            let pos = imp.with_scalar(BinaryOp::Sub, cum, 1.0)?;
+            let pos = imp.with_scalar(BinaryOp::Max, pos, 0.0)?;
+            let last = imp.with_scalar(BinaryOp::Sub, kv, 1.0)?;
+            let pos = imp.push(Op::Binary(BinaryOp::Min), vec![pos, last])?;
+            let picked = imp.push(Op::Gather { axis: slot }, vec![values, pos])?;
             reshape(imp, picked, ty.shape.clone())
         }
     };
