@@ -159,49 +159,22 @@ impl AccelState {
         let options_proto = compile_options::single_device(i64::from(device.id));
         let (states, mut state_uses) = DeviceStates::plan(program.plan(), accel);
         let mut segments = Vec::with_capacity(accel.segments.len());
+        let loader = SegmentLoader {
+            program,
+            client: &client,
+            cache: cache.as_ref(),
+            options_proto: &options_proto,
+            device_index: options.device_index,
+        };
         for (i, seg) in accel.segments.iter().enumerate() {
-            let context = |e: Error| match e {
-                Error::Pjrt { call, message } => {
-                    Error::Pjrt { call: format!("{call} (accelerator segment {i})"), message }
-                }
-                other => other,
-            };
-            let executable =
-                load_or_compile(&client, cache.as_ref(), &seg.mlir, &options_proto, &mut info).map_err(context)?;
-            if executable.num_outputs() != seg.results.len() {
-                return Err(Error::Plan(format!(
-                    "accelerator segment {i} returns {} results but the plan expects {}",
-                    executable.num_outputs(),
-                    seg.results.len()
-                )));
-            }
-            let mut weights = Vec::with_capacity(seg.args.len());
-            for &t in &seg.args {
-                weights.push(upload_weight(program, &client, options.device_index, t).map_err(context)?);
-            }
+            let (executable, weights) = loader.load(seg, &format!("accelerator segment {i}"), &mut info)?;
             let states = std::mem::take(&mut state_uses[i]);
             segments.push(Segment { executable, weights, states, index_checks: seg.index_checks.clone() });
         }
         let mut buckets = Vec::with_capacity(accel.buckets.len());
         for (i, b) in accel.buckets.iter().enumerate() {
-            let context = |e: Error| match e {
-                Error::Pjrt { call, message } => Error::Pjrt { call: format!("{call} (shape bucket {i})"), message },
-                other => other,
-            };
             let seg = &b.segment;
-            let executable =
-                load_or_compile(&client, cache.as_ref(), &seg.mlir, &options_proto, &mut info).map_err(context)?;
-            if executable.num_outputs() != seg.results.len() {
-                return Err(Error::Plan(format!(
-                    "shape bucket {i} returns {} results but the plan expects {}",
-                    executable.num_outputs(),
-                    seg.results.len()
-                )));
-            }
-            let mut weights = Vec::with_capacity(seg.args.len());
-            for &t in &seg.args {
-                weights.push(upload_weight(program, &client, options.device_index, t).map_err(context)?);
-            }
+            let (executable, weights) = loader.load(seg, &format!("shape bucket {i}"), &mut info)?;
             // Validation bounded every padded shape.
             let usizes = |s: &[Vec<u64>]| s.iter().map(|d| d.iter().map(|&v| v as usize).collect()).collect();
             buckets.push(Bucket {
@@ -567,6 +540,42 @@ fn check_indices(checks: &[IndexCheck], args: &[TensorView<'_>]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What loading a segment (or a shape bucket's program) on one device needs.
+struct SegmentLoader<'a> {
+    program: &'a Program,
+    client: &'a Arc<Client>,
+    cache: Option<&'a Cache>,
+    options_proto: &'a [u8],
+    device_index: usize,
+}
+
+impl SegmentLoader<'_> {
+    /// `seg`'s executable (compiled, or from the cache), checked to return
+    /// the plan's result count, and its weight arguments uploaded; errors
+    /// name `what` ("accelerator segment 3", "shape bucket 1").
+    fn load(&self, seg: &AccelSegment, what: &str, info: &mut AccelInfo) -> Result<(Executable, Vec<Option<Buffer>>)> {
+        let context = |e: Error| match e {
+            Error::Pjrt { call, message } => Error::Pjrt { call: format!("{call} ({what})"), message },
+            other => other,
+        };
+        let executable =
+            load_or_compile(self.client, self.cache, &seg.mlir, self.options_proto, info).map_err(context)?;
+        if executable.num_outputs() != seg.results.len() {
+            return Err(Error::Plan(format!(
+                "{what} returns {} results but the plan expects {}",
+                executable.num_outputs(),
+                seg.results.len()
+            )));
+        }
+        let weights = seg
+            .args
+            .iter()
+            .map(|&t| upload_weight(self.program, self.client, self.device_index, t).map_err(context))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((executable, weights))
+    }
 }
 
 fn load_or_compile(
