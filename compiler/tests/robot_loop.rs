@@ -8,13 +8,24 @@ mod robot_loop;
 
 #[test]
 fn robot_loop_ticks_without_allocating() {
-    let report = robot_loop::run_loop(500.0, 200).expect("loop");
+    for (wait, threads) in [(robot_loop::Wait::Sleep, 1), (robot_loop::Wait::Spin, 1)] {
+        check_loop(wait, threads);
+    }
+}
+
+fn check_loop(wait: robot_loop::Wait, threads: usize) {
+    let report = robot_loop::run_loop(500.0, 200, wait, threads).expect("loop");
     assert_eq!(report.ticks, 200);
     assert_eq!(report.latencies.len(), 200);
-    assert_eq!(report.tick_allocations, 0, "a tick allocated");
+    assert_eq!(report.tick_allocations, 0, "a tick allocated ({wait:?}, {threads} threads)");
     let (p50, p999) = (report.percentile(0.5), report.percentile(0.999));
     assert!(p50 > std::time::Duration::ZERO && p50 <= p999);
     // The policy takes microseconds; a 2 ms period leaves it plenty (loose: the CI machine is shared).
     assert!(p50 < std::time::Duration::from_millis(2), "p50 {p50:?}");
-    assert!(report.overruns < 20, "{} of 200 ticks overran", report.overruns);
+    // A spinning loop on a shared, loaded machine loses its core to the
+    // scheduler (it never sleeps, so it is never owed time): overruns are
+    // bounded only for the sleeping loop.
+    if wait == robot_loop::Wait::Sleep {
+        assert!(report.overruns < 20, "{} of 200 ticks overran", report.overruns);
+    }
 }

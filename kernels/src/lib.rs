@@ -55,8 +55,8 @@
 //! a math function stays within a few ulp of the generic one (the bounds are
 //! in `tests/variants.rs`); exact operations (add, max, ...) are bit-identical.
 
-// NEON is baseline on aarch64 Linux/macOS targets; softfloat targets lack it.
-#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+// The ISA plug-ins (feature `isa`; cfgs from build.rs).
+#[cfg(kiln_neon)]
 mod aarch64;
 mod context;
 mod generic;
@@ -64,7 +64,7 @@ mod parallel;
 pub mod quant;
 mod table;
 mod types;
-#[cfg(target_arch = "x86_64")]
+#[cfg(kiln_x86_64)]
 mod x86_64;
 
 pub use context::Context;

@@ -90,7 +90,7 @@ impl fmt::Display for Isa {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(kiln_x86_64)]
 fn detect_uncached() -> Isa {
     let v3 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
     let v4 = is_x86_feature_detected!("avx512f")
@@ -105,13 +105,13 @@ fn detect_uncached() -> Isa {
     }
 }
 
-#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+#[cfg(kiln_neon)]
 fn detect_uncached() -> Isa {
     // NEON is part of the aarch64 base ISA: no run-time check needed.
     Isa::Aarch64Neon
 }
 
-#[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))))]
+#[cfg(not(any(kiln_x86_64, kiln_neon)))]
 fn detect_uncached() -> Isa {
     Isa::Generic
 }
@@ -312,14 +312,14 @@ fn built(isa: Isa) -> &'static KernelTable {
         table.isa = isa;
         match isa {
             Isa::Generic => {}
-            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            #[cfg(kiln_neon)]
             Isa::Aarch64Neon => crate::aarch64::plug(&mut table),
-            #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
+            #[cfg(not(kiln_neon))]
             Isa::Aarch64Neon => {}
             // v4 = the v3 entries, then its own (see `x86_64::plug`).
-            #[cfg(target_arch = "x86_64")]
+            #[cfg(kiln_x86_64)]
             Isa::X86_64V3 | Isa::X86_64V4 => crate::x86_64::plug(&mut table),
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(not(kiln_x86_64))]
             Isa::X86_64V3 | Isa::X86_64V4 => {}
         }
         table

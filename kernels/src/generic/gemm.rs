@@ -169,7 +169,7 @@ impl<'a> Epilogue<'a> {
     }
 
     // The x86 microkernels ask `Tile::vector_store` instead.
-    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    #[cfg_attr(not(kiln_neon), allow(dead_code))]
     pub(crate) fn is_empty(&self) -> bool {
         self.scale == 1.0 && matches!(self.bias, Bias::None) && self.activation.is_none() && self.residual.is_none()
     }
@@ -276,7 +276,7 @@ impl<'a> Tile<'a> {
 /// exactly like the portable `if v < lo {lo} else {v}`: so every element is
 /// the same IEEE operations on the same operands as [`Tile::store`], bit for
 /// bit.
-#[cfg(target_arch = "x86_64")]
+#[cfg(kiln_x86_64)]
 #[derive(Copy, Clone)]
 pub(crate) struct VectorStore<'a> {
     pub(crate) accumulate: bool,
@@ -290,7 +290,7 @@ pub(crate) struct VectorStore<'a> {
 }
 
 /// What [`VectorStore::row`] adds to one row of a tile.
-#[cfg(target_arch = "x86_64")]
+#[cfg(kiln_x86_64)]
 pub(crate) struct RowAddends<'a> {
     /// Added to every element (a per-row bias).
     pub(crate) bias: Option<f32>,
@@ -300,7 +300,7 @@ pub(crate) struct RowAddends<'a> {
     pub(crate) residual: Option<&'a [f32]>,
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(kiln_x86_64)]
 impl<'a> VectorStore<'a> {
     /// Row `i`'s bias and residual.
     pub(crate) fn row(&self, i: usize) -> RowAddends<'a> {
@@ -319,7 +319,7 @@ impl<'a> VectorStore<'a> {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(kiln_x86_64)]
 impl<'a> Tile<'a> {
     /// The vector store step for a full `mr`×`nr` tile whose combine and
     /// epilogue it covers (overwrite or accumulate; no scale; bias,

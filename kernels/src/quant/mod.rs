@@ -54,10 +54,14 @@ mod pack;
 mod variant;
 mod weight_only;
 
+// What the ISA variants (x86_64/, aarch64/) build their microkernels from.
+#[cfg(any(kiln_x86_64, kiln_neon))]
 pub(crate) use int8::{Acts, QGemmUkr};
+#[cfg(any(kiln_x86_64, kiln_neon))]
 pub(crate) use pack::lane as lane_of;
 pub(crate) use variant::GENERIC;
 pub use variant::{variants, QuantKernels};
+#[cfg(any(kiln_x86_64, kiln_neon))]
 pub(crate) use weight_only::{WoStrip, WoUkr};
 
 use crate::context::Context;

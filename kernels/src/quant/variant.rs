@@ -68,9 +68,9 @@ pub(crate) const GENERIC: QuantKernels = QuantKernels {
 pub fn variants() -> Vec<QuantKernels> {
     #[allow(unused_mut)]
     let mut all = vec![GENERIC];
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(kiln_x86_64)]
     all.extend(crate::x86_64::quant_variants());
-    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    #[cfg(kiln_neon)]
     all.extend(crate::aarch64::quant::variants());
     all
 }
