@@ -231,11 +231,19 @@ def tie_order(cname, sample):
     the C++ library's unstable partial sort/nth_element (libstdc++ and libc++
     builds of torch differ), so the case records where the indices may
     differ: the test then checks that kiln's indices select torch's values
-    from the input along `dim` (and are distinct), instead of comparing them."""
-    if cname != "topk":
-        return None
+    from the input along `dim` (and are distinct), instead of comparing them.
+    kthvalue/median/nanmedian pick by quickselect, whose order among ties no
+    rule gives: their indices (when the overload has them) are checked the
+    same way."""
     args = list(sample.args)
-    dim = args[1] if len(args) > 1 else sample.kwargs.get("dim", -1)
+    if cname in ("topk", "kthvalue"):
+        dim = args[1] if len(args) > 1 else sample.kwargs.get("dim", -1)
+    elif cname in ("median", "nanmedian"):
+        dim = args[0] if args else sample.kwargs.get("dim")
+        if dim is None:  # the whole-tensor overload: no indices
+            return None
+    else:
+        return None
     rank = max(sample.input.dim(), 1)
     return {"input": 0, "values": 0, "indices": 1, "dim": dim % rank}
 
