@@ -24,6 +24,7 @@ mod resize;
 mod shape;
 mod spatial;
 mod stats;
+mod training_ir;
 
 pub(crate) use indexing::{diagonal_scatter_value, diagonal_value, select_scatter_value, slice_scatter_value};
 pub(crate) use shape::slice_value;
