@@ -157,12 +157,13 @@ OPS = [
     ("polygamma", "polygamma_n_3"), ("polygamma", "polygamma_n_4"), ("special.polygamma", "special_polygamma_n_0"),
     ("special.spherical_bessel_j0", ""), ("special.modified_bessel_i0", ""), ("special.modified_bessel_i1", ""),
     # the sweep's next refusals (issue 10): training IR's copies of views, grids and combinatorics, products
-    # with a bias
+    # with a bias; then selection along a dim
     ("alias_copy", ""), ("as_strided_copy", ""), ("diagonal_copy", ""), ("expand_copy", ""), ("narrow_copy", ""),
     ("permute_copy", ""), ("split_with_sizes_copy", ""), ("squeeze_copy", ""), ("t_copy", ""), ("transpose_copy", ""),
     ("unbind_copy", ""), ("unfold_copy", ""), ("unsqueeze_copy", ""), ("view_copy", ""),
     ("meshgrid", "variadic_tensors"), ("meshgrid", "list_of_tensors"), ("cartesian_prod", ""), ("combinations", ""),
     ("addr", ""), ("addbmm", ""), ("sum_to_size", ""), ("unsafe_chunk", ""),
+    ("kthvalue", ""), ("median", ""), ("nanmedian", ""), ("mode", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).

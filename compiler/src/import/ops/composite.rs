@@ -103,6 +103,10 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         ("sum_to_size", _) => super::training_ir::sum_to_size(imp, n),
         ("tril_indices", _) => super::training_ir::tri_indices(imp, n, false),
         ("triu_indices", _) => super::training_ir::tri_indices(imp, n, true),
+        ("kthvalue", _) => super::selection::kthvalue(imp, n),
+        ("median", _) => super::selection::median(imp, n, overload),
+        ("nanmedian", _) => super::selection::nanmedian(imp, n, overload),
+        ("mode", _) => super::selection::mode(imp, n),
         _ => Err(Fail::Unsupported(None)),
     }
 }

@@ -21,6 +21,7 @@ mod patches;
 mod quant;
 mod random;
 mod resize;
+mod selection;
 mod shape;
 mod spatial;
 mod stats;
