@@ -157,13 +157,14 @@ OPS = [
     ("polygamma", "polygamma_n_3"), ("polygamma", "polygamma_n_4"), ("special.polygamma", "special_polygamma_n_0"),
     ("special.spherical_bessel_j0", ""), ("special.modified_bessel_i0", ""), ("special.modified_bessel_i1", ""),
     # the sweep's next refusals (issue 10): training IR's copies of views, grids and combinatorics, products
-    # with a bias; then selection along a dim
+    # with a bias; then selection along a dim, gcd/lcm, frexp/ldexp
     ("alias_copy", ""), ("as_strided_copy", ""), ("diagonal_copy", ""), ("expand_copy", ""), ("narrow_copy", ""),
     ("permute_copy", ""), ("split_with_sizes_copy", ""), ("squeeze_copy", ""), ("t_copy", ""), ("transpose_copy", ""),
     ("unbind_copy", ""), ("unfold_copy", ""), ("unsqueeze_copy", ""), ("view_copy", ""),
     ("meshgrid", "variadic_tensors"), ("meshgrid", "list_of_tensors"), ("cartesian_prod", ""), ("combinations", ""),
     ("addr", ""), ("addbmm", ""), ("sum_to_size", ""), ("unsafe_chunk", ""),
     ("kthvalue", ""), ("median", ""), ("nanmedian", ""), ("mode", ""),
+    ("gcd", ""), ("lcm", ""), ("frexp", ""), ("ldexp", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -195,6 +196,7 @@ EXTRA_GROUPS = [
         "F.interpolate.nearest", "F.grid_sample", "F.embedding_bag", "cdist", "F.pdist", "var", "std", "cumsum",
         "sort", "topk", "sum", "mean", "prod", "scatter_reduce.mean", "exp", "log", "tanh", "sigmoid", "F.gelu",
         "F.softplus", "F.mish", "pow", "div.no_rounding_mode", "atan2", "fmod", "remainder", "round",
+        "frexp", "ldexp",
     ]),
     # i8 and u8: integer legalization wraps like torch (narrow overflow),
     # promotion of narrow ints (sum/prod/cumsum accumulate in i64, true
@@ -203,11 +205,11 @@ EXTRA_GROUPS = [
         "add", "sub", "mul", "rsub", "square", "pow", "abs", "neg", "sign", "bitwise_not", "div.no_rounding_mode",
         "div.trunc_rounding", "div.floor_rounding", "remainder", "fmod", "floor_divide", "clamp", "maximum", "eq",
         "lt", "where", "sum", "prod", "cumsum", "mean", "amax", "any", "argmax", "sort", "mm",
-        "scatter_add", "index_put", "F.interpolate.nearest",
+        "scatter_add", "index_put", "F.interpolate.nearest", "gcd", "lcm",
     ]),
     # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
     (("i32", "i16"), [
-        "add", "mul", "div.floor_rounding", "remainder", "bitwise_not", "sum", "prod", "cumsum", "mm",
+        "add", "mul", "div.floor_rounding", "remainder", "bitwise_not", "sum", "prod", "cumsum", "mm", "gcd", "lcm",
     ]),
 ]
 EXTRA = {}  # case op name -> extra dtypes (committed subset only)

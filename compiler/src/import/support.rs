@@ -114,12 +114,14 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["histc"], dtypes: DT_FLOAT, note: "torch's linear binning (⌊(x - min)·bins / (max - min)⌋, the top edge in the last bin), counted by one scatter-add; the data's range when min = max = 0" },
     OpSupport { names: &["empty_permuted"], dtypes: DT_ALL, note: "as empty (contiguous; the physical layout is not observable)" },
     OpSupport { names: &["dot", "inner", "outer", "addmv", "baddbmm", "tensordot"], dtypes: DT_NUMERIC, note: "as matmul (f16/bf16 in f32, integers in f64)" },
-    // More of what training IR keeps, from the --all sweep (import/ops/training_ir.rs, selection.rs).
+    // More of what training IR keeps, from the --all sweep (import/ops/training_ir.rs, selection.rs, number.rs).
     OpSupport { names: &["alias_copy", "as_strided_copy", "diagonal_copy", "expand_copy", "narrow_copy", "permute_copy", "select_copy", "slice_copy", "split_copy", "split_with_sizes_copy", "squeeze_copy", "t_copy", "transpose_copy", "unbind_copy", "unfold_copy", "unsqueeze_copy", "view_copy"], dtypes: DT_ALL, note: "the view op's value in new storage: in-place writes into the copy or its input do not reach the other" },
     OpSupport { names: &["meshgrid", "cartesian_prod", "combinations", "unsafe_chunk", "sum_to_size"], dtypes: DT_ALL, note: "combinations: a gather at a compile-time table of index tuples (static length, at most 4M indices)" },
     OpSupport { names: &["tril_indices", "triu_indices"], dtypes: DT_NUMERIC, note: "a compile-time table (at most 2M cells)" },
     OpSupport { names: &["addr", "addbmm"], dtypes: DT_NUMERIC, note: "as matmul/outer product (f16/bf16 in f32); `self` ignored when beta = 0" },
     OpSupport { names: &["kthvalue", "median", "nanmedian", "mode"], dtypes: DT_NUMERIC, note: "static length along `dim`; through the stable sort (NaN largest; median NaN if any, nanmedian skips them); among tied values kthvalue/median may return another index holding the value than torch's quickselect; mode: smallest most-frequent value, its last index (torch's for rows up to 16 elements), from pairwise counts (L² memory), also on bool" },
+    OpSupport { names: &["gcd", "lcm"], dtypes: DT_INT, note: "Euclid's algorithm with C remainders, unrolled to the dtype's worst case (95 steps for i64)" },
+    OpSupport { names: &["frexp", "ldexp"], dtypes: DT_FLOAT, note: "frexp in f64 (exact); i32 exponents; zero, ±inf and NaN keep their value with exponent 0" },
 ];
 
 /// Core ATen overloads of torch 2.15 (`torch.Tag.core`).

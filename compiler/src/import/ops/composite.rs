@@ -107,6 +107,9 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         ("median", _) => super::selection::median(imp, n, overload),
         ("nanmedian", _) => super::selection::nanmedian(imp, n, overload),
         ("mode", _) => super::selection::mode(imp, n),
+        ("gcd" | "lcm", _) => super::number::gcd_lcm(imp, n, name),
+        ("frexp", _) => super::number::frexp(imp, n),
+        ("ldexp", _) => super::number::ldexp(imp, n),
         _ => Err(Fail::Unsupported(None)),
     }
 }

@@ -17,6 +17,7 @@ mod index_dim;
 mod indexing;
 pub(crate) mod linalg;
 mod nn;
+mod number;
 mod patches;
 mod quant;
 mod random;
