@@ -110,6 +110,7 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         ("gcd" | "lcm", _) => super::number::gcd_lcm(imp, n, name),
         ("frexp", _) => super::number::frexp(imp, n),
         ("ldexp", _) => super::number::ldexp(imp, n),
+        ("linalg_matrix_exp" | "matrix_exp", _) => super::linalg::matrix_exp(imp, n),
         _ => Err(Fail::Unsupported(None)),
     }
 }
