@@ -506,6 +506,9 @@ DIRECT = {
                                          ("f32", "f64", "bf16")),
     "_native_batch_norm_legit.no_stats": (lambda x, w, b: A._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5),
                                           lambda d, k: [rnd((2, 3, 4 + k), d), rnd((3,), d), rnd((3,), d)], ("f32", "f64", "bf16")),
+    # Integer and bool sums come out as i64 (training IR keeps sum_to_size; a bool sample sums nothing).
+    "sum_to_size.default": (lambda a: A.sum_to_size.default(a, list(a.shape) if a.dtype == torch.bool else [1, a.shape[-1]]),
+                            lambda d, k: [rnd((3, 4), d)], ("i64", "i8", "bool")),
     # Factories no OpInfo sample exports (they take no tensor): a triangle's indices, offset both ways.
     "tril_indices.default": (lambda a: a + A.tril_indices.default(4, 3, -1), lambda d, k: [rnd((2, 1), d)], ("f32", "i64")),
     "triu_indices.default": (lambda a: a * A.triu_indices.default(3, 5, 1), lambda d, k: [rnd((2, 1), d)], ("f32", "i64")),

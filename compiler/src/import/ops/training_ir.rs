@@ -400,10 +400,13 @@ fn finish(imp: &mut Importer, n: &Node, v: ValueId) -> R<()> {
 }
 
 /// `aten::sum_to_size(Tensor self, SymInt[] size)`: sums the leading axes
-/// `size` lacks and, keeping them, the axes where `size` is 1 and `self` is not.
+/// `size` lacks and, keeping them, the axes where `size` is 1 and `self` is
+/// not, in the output dtype (integers and bool sum as i64, even when no axis
+/// is summed).
 pub(super) fn sum_to_size(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let out = imp.out_ty(n, 0)?;
+    let x = imp.cast(x, out.dtype);
     let shape = imp.ty(x).shape.clone();
     let lead = match shape.len().checked_sub(out.rank()) {
         Some(l) => l,
