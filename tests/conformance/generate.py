@@ -243,7 +243,7 @@ KNOWN_UNSUPPORTED = {
     ("F.embedding_bag", "f32_1", "*"): "writes into its input (max_norm renormalises the weight in place): kiln refuses a program that mutates a user input",
     ("matrix_exp", "f32", "*"): "f64 only: torch's f32 scaling and squaring misses the exact exponential by more than its own tolerance on large norms (2e-3 relative on this sample set), and kiln does not reproduce its rounding",
     ("matrix_exp", "bf16", "*"): "f64 only: torch's bf16 scaling and squaring overflows to NaN on OpInfo's sample, which kiln does not reproduce",
-    ("matrix_exp", "f16", "*"): "f64 only: torch computes f16 in the dtype, whose rounding kiln does not reproduce",
+    ("matrix_exp", "f16", "*"): "f64 only: torch's f16 scaling and squaring rounds in the dtype, which kiln does not reproduce",
 }
 
 
