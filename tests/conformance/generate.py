@@ -156,7 +156,23 @@ OPS = [
     ("special.zeta", ""), ("polygamma", "polygamma_n_0"), ("polygamma", "polygamma_n_1"), ("polygamma", "polygamma_n_2"),
     ("polygamma", "polygamma_n_3"), ("polygamma", "polygamma_n_4"), ("special.polygamma", "special_polygamma_n_0"),
     ("special.spherical_bessel_j0", ""), ("special.modified_bessel_i0", ""), ("special.modified_bessel_i1", ""),
+    # the sweep's next refusals (issue 10): training IR's copies of views, grids and combinatorics, products
+    # with a bias; then selection along a dim, gcd/lcm, frexp/ldexp, matrix_exp
+    ("alias_copy", ""), ("as_strided_copy", ""), ("diagonal_copy", ""), ("expand_copy", ""), ("narrow_copy", ""),
+    ("permute_copy", ""), ("split_with_sizes_copy", ""), ("squeeze_copy", ""), ("t_copy", ""), ("transpose_copy", ""),
+    ("unbind_copy", ""), ("unfold_copy", ""), ("unsqueeze_copy", ""), ("view_copy", ""),
+    ("meshgrid", "variadic_tensors"), ("meshgrid", "list_of_tensors"), ("cartesian_prod", ""), ("combinations", ""),
+    ("addr", ""), ("addbmm", ""), ("sum_to_size", ""), ("unsafe_chunk", ""),
+    ("kthvalue", ""), ("median", ""), ("nanmedian", ""), ("mode", ""),
+    ("gcd", ""), ("lcm", ""), ("frexp", ""), ("ldexp", ""),
+    ("matrix_exp", ""),
 ]
+# Ops whose committed cases are fewer than COMMITTED's (simple redirections:
+# a sample or two is enough to show the conversion).
+FEW = {name: {"f32": 1, "i64": 1} for name in (
+    "alias_copy", "as_strided_copy", "diagonal_copy", "expand_copy", "narrow_copy", "permute_copy",
+    "split_with_sizes_copy", "squeeze_copy", "t_copy", "transpose_copy", "unbind_copy", "unfold_copy",
+    "unsqueeze_copy", "view_copy", "unsafe_chunk", "meshgrid.list_of_tensors")}
 
 DTYPES = {
     "f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -181,6 +197,8 @@ EXTRA_GROUPS = [
         "F.interpolate.nearest", "F.grid_sample", "F.embedding_bag", "cdist", "F.pdist", "var", "std", "cumsum",
         "sort", "topk", "sum", "mean", "prod", "scatter_reduce.mean", "exp", "log", "tanh", "sigmoid", "F.gelu",
         "F.softplus", "F.mish", "pow", "div.no_rounding_mode", "atan2", "fmod", "remainder", "round",
+        "frexp", "ldexp",
+        "matrix_exp",
     ]),
     # i8 and u8: integer legalization wraps like torch (narrow overflow),
     # promotion of narrow ints (sum/prod/cumsum accumulate in i64, true
@@ -189,11 +207,11 @@ EXTRA_GROUPS = [
         "add", "sub", "mul", "rsub", "square", "pow", "abs", "neg", "sign", "bitwise_not", "div.no_rounding_mode",
         "div.trunc_rounding", "div.floor_rounding", "remainder", "fmod", "floor_divide", "clamp", "maximum", "eq",
         "lt", "where", "sum", "prod", "cumsum", "mean", "amax", "any", "argmax", "sort", "mm",
-        "scatter_add", "index_put", "F.interpolate.nearest",
+        "scatter_add", "index_put", "F.interpolate.nearest", "gcd", "lcm",
     ]),
     # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
     (("i32", "i16"), [
-        "add", "mul", "div.floor_rounding", "remainder", "bitwise_not", "sum", "prod", "cumsum", "mm",
+        "add", "mul", "div.floor_rounding", "remainder", "bitwise_not", "sum", "prod", "cumsum", "mm", "gcd", "lcm",
     ]),
 ]
 EXTRA = {}  # case op name -> extra dtypes (committed subset only)
@@ -223,6 +241,9 @@ KNOWN_UNSUPPORTED = {
     ("aten._native_batch_norm_legit.default", "f32_1", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("F.instance_norm", "*", "*"): "writes into its inputs (use_input_stats with running statistics updates them in place): kiln refuses a program that mutates a user input",
     ("F.embedding_bag", "f32_1", "*"): "writes into its input (max_norm renormalises the weight in place): kiln refuses a program that mutates a user input",
+    ("matrix_exp", "f32", "*"): "f64 only: torch's f32 scaling and squaring misses the exact exponential by more than its own tolerance on large norms (2e-3 relative on this sample set), and kiln does not reproduce its rounding",
+    ("matrix_exp", "bf16", "*"): "f64 only: torch's bf16 scaling and squaring overflows to NaN on OpInfo's sample, which kiln does not reproduce",
+    ("matrix_exp", "f16", "*"): "f64 only: torch's f16 scaling and squaring rounds in the dtype, which kiln does not reproduce",
 }
 
 
@@ -231,11 +252,19 @@ def tie_order(cname, sample):
     the C++ library's unstable partial sort/nth_element (libstdc++ and libc++
     builds of torch differ), so the case records where the indices may
     differ: the test then checks that kiln's indices select torch's values
-    from the input along `dim` (and are distinct), instead of comparing them."""
-    if cname != "topk":
-        return None
+    from the input along `dim` (and are distinct), instead of comparing them.
+    kthvalue/median/nanmedian pick by quickselect, whose order among ties no
+    rule gives: their indices (when the overload has them) are checked the
+    same way."""
     args = list(sample.args)
-    dim = args[1] if len(args) > 1 else sample.kwargs.get("dim", -1)
+    if cname in ("topk", "kthvalue"):
+        dim = args[1] if len(args) > 1 else sample.kwargs.get("dim", -1)
+    elif cname in ("median", "nanmedian"):
+        dim = args[0] if args else sample.kwargs.get("dim")
+        if dim is None:  # the whole-tensor overload: no indices
+            return None
+    else:
+        return None
     rank = max(sample.input.dim(), 1)
     return {"input": 0, "values": 0, "indices": 1, "dim": dim % rank}
 
@@ -477,6 +506,12 @@ DIRECT = {
                                          ("f32", "f64", "bf16")),
     "_native_batch_norm_legit.no_stats": (lambda x, w, b: A._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5),
                                           lambda d, k: [rnd((2, 3, 4 + k), d), rnd((3,), d), rnd((3,), d)], ("f32", "f64", "bf16")),
+    # Integer and bool sums come out as i64 (training IR keeps sum_to_size; a bool sample sums nothing).
+    "sum_to_size.default": (lambda a: A.sum_to_size.default(a, list(a.shape) if a.dtype == torch.bool else [1, a.shape[-1]]),
+                            lambda d, k: [rnd((3, 4), d)], ("i64", "i8", "bool")),
+    # Factories no OpInfo sample exports (they take no tensor): a triangle's indices, offset both ways.
+    "tril_indices.default": (lambda a: a + A.tril_indices.default(4, 3, -1), lambda d, k: [rnd((2, 1), d)], ("f32", "i64")),
+    "triu_indices.default": (lambda a: a * A.triu_indices.default(3, 5, 1), lambda d, k: [rnd((2, 1), d)], ("f32", "i64")),
     # sum (mode 0) over bags [0, 2), [2, 4), [4, 6), then mean (mode 1) with an empty bag.
     "_embedding_bag.default": (lambda w, i, o: A._embedding_bag.default(w, i, o, False, 0 if o.numel() == 3 else 1)[0],
                                lambda d, k: [rnd((10, 3), d), torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 2, 4] if k == 0 else [0, 2, 2, 5])],
@@ -717,6 +752,8 @@ def main():
         supported = op.supported_dtypes("cpu")
         for dname, dtype in DTYPES.items():
             want = per_dtype.get(dname, 0)
+            if committed and cname in FEW:
+                want = min(want, FEW[cname].get(dname, 0))
             if committed and dname in EXTRA.get(cname, ()) and (not keep or dname in keep):
                 want = max(want, 1)
             if want == 0 or dtype not in supported:

@@ -273,5 +273,9 @@ mod tests {
         let vt = i64s(&[2, 2], &[7, 3, 5, 1]);
         let it = i64s(&[2, 2], &[1, 2, 2, 0]);
         assert!(check_tied_indices(&it.view(), &xt.view(), &vt.view(), 0).is_ok());
+        // One index per row with dim 1 dropped (median, keepdim=False).
+        let med = i64s(&[2], &[5, 1]);
+        assert!(check_tied_indices(&i64s(&[2], &[2, 1]).view(), &x.view(), &med.view(), 1).is_ok());
+        assert!(check_tied_indices(&i64s(&[2], &[1, 1]).view(), &x.view(), &med.view(), 1).is_err());
     }
 }

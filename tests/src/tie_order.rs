@@ -4,7 +4,8 @@
 
 /// `indices` (shape `shape`) must select `values` from `input` (shape
 /// `in_shape`) along `dim` — exactly, NaN selecting NaN — and no row along
-/// `dim` may repeat an index. 0-d tensors count as `[1]`.
+/// `dim` may repeat an index. 0-d tensors count as `[1]`; indices one rank
+/// below the input have `dim` dropped (one index per row).
 pub fn check(
     indices: &[f64],
     shape: &[usize],
@@ -14,8 +15,18 @@ pub fn check(
     dim: usize,
 ) -> Result<(), String> {
     let one = [1usize];
-    let shape = if shape.is_empty() { &one[..] } else { shape };
     let in_shape = if in_shape.is_empty() { &one[..] } else { in_shape };
+    // One index per row with `dim` dropped (kthvalue/median, keepdim=False):
+    // the same check with `dim` kept at size 1.
+    let kept: Vec<usize>;
+    let shape = if shape.len() + 1 == in_shape.len() && dim <= shape.len() {
+        kept = [&shape[..dim], &[1][..], &shape[dim..]].concat();
+        &kept[..]
+    } else if shape.is_empty() {
+        &one[..]
+    } else {
+        shape
+    };
     if dim >= shape.len() || in_shape.len() != shape.len() || indices.len() != values.len() {
         return Err(format!("dim {dim} does not fit indices {shape:?} over input {in_shape:?}"));
     }

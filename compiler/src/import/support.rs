@@ -114,6 +114,15 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["histc"], dtypes: DT_FLOAT, note: "torch's linear binning (⌊(x - min)·bins / (max - min)⌋, the top edge in the last bin), counted by one scatter-add; the data's range when min = max = 0" },
     OpSupport { names: &["empty_permuted"], dtypes: DT_ALL, note: "as empty (contiguous; the physical layout is not observable)" },
     OpSupport { names: &["dot", "inner", "outer", "addmv", "baddbmm", "tensordot"], dtypes: DT_NUMERIC, note: "as matmul (f16/bf16 in f32, integers in f64)" },
+    // More of what training IR keeps, from the --all sweep (import/ops/training_ir.rs, selection.rs, number.rs).
+    OpSupport { names: &["alias_copy", "as_strided_copy", "diagonal_copy", "expand_copy", "narrow_copy", "permute_copy", "select_copy", "slice_copy", "split_copy", "split_with_sizes_copy", "squeeze_copy", "t_copy", "transpose_copy", "unbind_copy", "unfold_copy", "unsqueeze_copy", "view_copy"], dtypes: DT_ALL, note: "the view op's value in new storage: in-place writes into the copy or its input do not reach the other" },
+    OpSupport { names: &["meshgrid", "cartesian_prod", "combinations", "unsafe_chunk", "sum_to_size"], dtypes: DT_ALL, note: "combinations: a gather at a compile-time table of index tuples (static length, at most 4M indices)" },
+    OpSupport { names: &["tril_indices", "triu_indices"], dtypes: DT_NUMERIC, note: "a compile-time table (at most 2M cells)" },
+    OpSupport { names: &["addr", "addbmm"], dtypes: DT_NUMERIC, note: "as matmul/outer product (f16/bf16 in f32); `self` ignored when beta = 0" },
+    OpSupport { names: &["kthvalue", "median", "nanmedian", "mode"], dtypes: DT_NUMERIC, note: "static length along `dim`; through the stable sort (NaN largest; median NaN if any, nanmedian skips them); among tied values kthvalue/median may return another index holding the value than torch's quickselect; mode: smallest most-frequent value, its last index (torch's for rows up to 16 elements), from pairwise counts (L² memory), also on bool" },
+    OpSupport { names: &["linalg_matrix_exp", "matrix_exp"], dtypes: &["f64"], note: "scaling and squaring: degree-18 Taylor at 1-norm <= 1/2, then up to 64 squarings (a larger norm fails the run); f32/f16/bf16 refused: torch's f32 result misses the exact exponential by more than its tolerance on large norms (2e-3 relative on an OpInfo sample), and kiln does not reproduce its rounding" },
+    OpSupport { names: &["gcd", "lcm"], dtypes: DT_INT, note: "Euclid's algorithm with C remainders, unrolled to the dtype's worst case (95 steps for i64)" },
+    OpSupport { names: &["frexp", "ldexp"], dtypes: DT_FLOAT, note: "frexp in f64 (exact); i32 exponents; zero, ±inf and NaN keep their value with exponent 0" },
 ];
 
 /// Core ATen overloads of torch 2.15 (`torch.Tag.core`).
@@ -330,10 +339,11 @@ pub fn core_aten_status(overload: &str) -> Option<&'static str> {
 /// them.
 pub const REFUSED: &[(&str, &str)] = &[
     ("linalg_eigh (eigenvectors), linalg_eig, linalg_eigvals", "not implemented yet: eigenvectors' signs are LAPACK's choice, so they need a comparison up to sign (and complex results for eig)"),
-    ("_linalg_svd, linalg_svd, linalg_svdvals, linalg_pinv, linalg_matrix_rank, linalg_lstsq, linalg_matrix_exp", "not implemented yet (SVD-based; singular vectors compared up to sign)"),
+    ("_linalg_svd, linalg_svd, linalg_svdvals, linalg_pinv, linalg_matrix_rank, linalg_lstsq", "not implemented yet (SVD-based; singular vectors compared up to sign)"),
     ("bincount, _unique2, unique_consecutive, unique_dim", "data-dependent output sizes: not implemented yet"),
-    ("mode, kthvalue, median, nanmedian, quantile, nanquantile", "selection along a dim: not implemented yet"),
-    ("index_reduce, segment_reduce, triu_indices, tril_indices", "not implemented yet"),
+    ("quantile, nanquantile", "selection along a dim: not implemented yet"),
+    ("linalg_matrix_exp, matrix_exp (f32, f16, bf16)", "torch's scaling and squaring in the dtype misses the exact exponential by more than its own tolerance on large norms; kiln computes f64 only"),
+    ("index_reduce, segment_reduce", "not implemented yet"),
     ("special_modified_bessel_k0/k1, special_scaled_modified_bessel_k0/k1, special_airy_ai, erfinv, special_ndtri, igamma, igammac", "special functions not implemented yet"),
     ("complex program inputs and outputs", "kiln has no complex dtype at its boundary (complex values live only inside a program)"),
     ("backward ops (`*_backward`)", "excluded: gradients are meaningless for inference"),

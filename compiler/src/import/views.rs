@@ -102,6 +102,13 @@ impl Importer<'_> {
         self.scope.views.views.insert(view.to_string(), View { base: base.to_string(), step, order });
     }
 
+    /// Forgets that `view` is a view: the `*_copy` form of a view op puts
+    /// the view's value into new storage, which no write through its input
+    /// (or into it) may reach.
+    pub fn forget_view(&mut self, view: &str) {
+        self.scope.views.views.remove(view);
+    }
+
     /// The storage `name` is a view of (itself when it is not a view).
     fn view_root<'a>(&'a self, mut name: &'a str) -> &'a str {
         while let Some(v) = self.scope.views.views.get(name) {

@@ -13,6 +13,11 @@ use crate::import::importer::{invalid, unsupported, Fail, Importer, Scalar, R};
 use crate::pt2::program::{Arg, NamedArg, Node};
 use kiln_ir::{BinaryOp as B, DType, Dim, Op, PadMode, ReduceKind, TensorType, UnaryOp as U, ValueId};
 
+/// The `*_copy` form of a view op (see `training_ir::view_copy`).
+fn copy(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    super::training_ir::view_copy(imp, n, name, overload)
+}
+
 /// Converts `name` if it is one of this module's ops; `Unsupported(None)`
 /// otherwise, so the caller reports the op.
 pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
@@ -82,6 +87,30 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         ("cross_entropy_loss", _) => cross_entropy(imp, n),
         ("empty_permuted", _) => redirect(imp, n, "empty", "memory_format", &[]),
         ("histc", _) => histc(imp, n),
+
+        // More of what training IR keeps (import/ops/training_ir.rs).
+        ("alias_copy" | "as_strided_copy" | "diagonal_copy" | "expand_copy", _) => copy(imp, n, name, overload),
+        ("narrow_copy" | "permute_copy" | "select_copy" | "slice_copy", _) => copy(imp, n, name, overload),
+        ("split_copy" | "split_with_sizes_copy" | "squeeze_copy" | "t_copy", _) => copy(imp, n, name, overload),
+        ("transpose_copy" | "unbind_copy" | "unfold_copy" | "unsqueeze_copy", _) => copy(imp, n, name, overload),
+        ("view_copy", _) => copy(imp, n, name, overload),
+        ("unsafe_chunk", _) => super::training_ir::unsafe_chunk(imp, n),
+        ("meshgrid", _) => super::training_ir::meshgrid(imp, n),
+        ("cartesian_prod", _) => super::training_ir::cartesian_prod(imp, n),
+        ("combinations", _) => super::training_ir::combinations(imp, n),
+        ("addr", _) => super::training_ir::addr(imp, n),
+        ("addbmm", _) => super::training_ir::addbmm(imp, n),
+        ("sum_to_size", _) => super::training_ir::sum_to_size(imp, n),
+        ("tril_indices", _) => super::training_ir::tri_indices(imp, n, false),
+        ("triu_indices", _) => super::training_ir::tri_indices(imp, n, true),
+        ("kthvalue", _) => super::selection::kthvalue(imp, n),
+        ("median", _) => super::selection::median(imp, n, overload),
+        ("nanmedian", _) => super::selection::nanmedian(imp, n, overload),
+        ("mode", _) => super::selection::mode(imp, n),
+        ("gcd" | "lcm", _) => super::number::gcd_lcm(imp, n, name),
+        ("frexp", _) => super::number::frexp(imp, n),
+        ("ldexp", _) => super::number::ldexp(imp, n),
+        ("linalg_matrix_exp" | "matrix_exp", _) => super::linalg::matrix_exp(imp, n),
         _ => Err(Fail::Unsupported(None)),
     }
 }

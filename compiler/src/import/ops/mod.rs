@@ -17,13 +17,16 @@ mod index_dim;
 mod indexing;
 pub(crate) mod linalg;
 mod nn;
+mod number;
 mod patches;
 mod quant;
 mod random;
 mod resize;
+mod selection;
 mod shape;
 mod spatial;
 mod stats;
+mod training_ir;
 
 pub(crate) use indexing::{diagonal_scatter_value, diagonal_value, select_scatter_value, slice_scatter_value};
 pub(crate) use shape::slice_value;

@@ -124,7 +124,22 @@ pub(super) fn unfold(imp: &mut Importer, n: &Node) -> R<()> {
     let (size, step) = (imp.int(n, "size", None)?, imp.int(n, "step", None)?);
     let rank = imp.ty(x).rank();
     if rank == 0 {
-        return unsupported("unfold of a 0-d tensor");
+        // torch treats a 0-d tensor as one element along dim 0 or -1: a
+        // window of 1 is that element as [1], a window of 0 is empty.
+        super::shape::normalize_axis(imp.int(n, "dimension", None)?, 1)?;
+        if !(0..=1).contains(&size) || step < 1 {
+            return invalid(format!("unfold of a 0-d tensor into windows of {size} every {step}"));
+        }
+        let out = imp.out_ty(n, 0)?;
+        if out.shape != [Dim::Const(size)] {
+            return invalid(format!("unfold of a 0-d tensor declares the shape {:?}", out.shape));
+        }
+        let v = if size == 1 {
+            imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![x], out)
+        } else {
+            imp.push_typed(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out)
+        };
+        return imp.bind(n, 0, v);
     }
     let axis = super::shape::normalize_axis(imp.int(n, "dimension", None)?, rank)?;
     let Some(len) = imp.ty(x).shape[axis].as_const() else {
