@@ -109,6 +109,8 @@ mod ops;
 mod parse;
 mod print;
 
+pub(crate) use ops::{attr_keys, put_attr, take_attr, Attrs};
+
 use crate::Graph;
 use std::fmt;
 
