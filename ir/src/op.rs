@@ -9,6 +9,7 @@
 //! Each op is declared once, as a row of the table below (`op_table!`, see
 //! `op_table.rs`): its fields, its plan opcode, its text spelling and its
 //! flags. The enum, `name`, `plan_opcode`, `has_effect`, `is_layout_only`,
+//! `is_channels_first`,
 //! [`text_forms`] and the text form's parsing and printing come from the
 //! rows. Adding an op: a row here, a plan opcode in `kiln_isa::opcode` (and
 //! its `Kernel` row in the runtime), its shape inference (`infer.rs`), its
@@ -39,9 +40,9 @@ op_table! {
     /// `(x[.., K], w[N, K] [, b[N]]) -> x wᵀ + b`.
     [Linear] opcode Linear, text("linear");
     /// N-d convolution, NC(D)HW layout: `(x, w[Cout, Cin/groups, k..] [, b[Cout]])`.
-    [Conv { stride: Vec<i64>, padding: Vec<i64>, dilation: Vec<i64>, groups: i64 }] opcode Conv, text("conv");
+    [Conv { stride: Vec<i64>, padding: Vec<i64>, dilation: Vec<i64>, groups: i64 }] opcode Conv, text("conv"), channels_first;
     /// Inference batch norm over axis 1: `(x, mean, var, weight, bias)`.
-    [BatchNorm { eps: f64 }] opcode BatchNorm, text("batch_norm");
+    [BatchNorm { eps: f64 }] opcode BatchNorm, text("batch_norm"), channels_first;
     /// Normalises the last `normalized_rank` dims: `(x [, weight [, bias]])`.
     [LayerNorm { normalized_rank: usize, eps: f64 }] opcode LayerNorm, text("layer_norm");
     [Softmax { axis: usize }] opcode Softmax, text("softmax");
@@ -67,9 +68,9 @@ op_table! {
         /// Avg only: divide each window's sum by this instead of its tap
         /// count (torch's `divisor_override`); never 0.
         divisor: Option<i64>,
-    }] opcode Pool, select(Max => "max_pool", Avg => "avg_pool", ArgMax => "max_pool_indices");
+    }] opcode Pool, select(Max => "max_pool", Avg => "avg_pool", ArgMax => "max_pool_indices"), channels_first;
     /// Adaptive average pooling of the trailing `output.len()` dims.
-    [AdaptiveAvgPool { output: Vec<i64> }] opcode AdaptiveAvgPool, text("adaptive_avg_pool");
+    [AdaptiveAvgPool { output: Vec<i64> }] opcode AdaptiveAvgPool, text("adaptive_avg_pool"), channels_first;
     /// Scaled dot-product attention: `(q[.., L, E], k[.., S, E], v[.., S, Ev] [, mask])`.
     /// A bool mask keeps `true` positions; a float mask is added to the scores.
     [Attention { causal: bool, scale: Option<f64> }] opcode Attention, text("attention");
@@ -124,7 +125,7 @@ op_table! {
         align_corners: bool,
         size: Vec<Dim>,
         scales: Vec<f64>,
-    }] opcode Resize, select(Nearest => "upsample_nearest", Linear => "upsample_linear");
+    }] opcode Resize, select(Nearest => "upsample_nearest", Linear => "upsample_linear"), channels_first;
     /// `torch.gather`: `(data, index: i64) -> out` of `index`'s shape with
     /// `out[p] = data[p with p[axis] = index[p]]`; `index` has `data`'s rank
     /// and fits inside it on every other axis.
@@ -222,7 +223,7 @@ op_table! {
         dilation: Vec<i64>,
         groups: i64,
         epilogue: Epilogue,
-    }] opcode ConvFused, text("conv_fused");
+    }] opcode ConvFused, text("conv_fused"), channels_first;
     /// [`Op::Linear`] with a fused epilogue: `(x, w[N, K] [, b[N]] [,
     /// residual])`. f32. Made by the epilogue fusion pass (CPU).
     [LinearFused { epilogue: Epilogue }] opcode LinearFused, text("linear_fused");

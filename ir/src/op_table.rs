@@ -23,10 +23,13 @@
 //!     is not one attribute per field (a distribution's parameters, a
 //!     reduction printed even when absent, keys present only together).
 //! - Flags: `effect` (run for an effect, kept by dead-code elimination),
-//!   `layout_only` (a pure rearrangement of its input's elements).
+//!   `layout_only` (a pure rearrangement of its input's elements),
+//!   `channels_first` (its operands are `N, C, spatial..`: the one layout
+//!   convention the IR has; a target description's `layout` is checked
+//!   against it).
 //!
 //! From the rows come the `Op` enum, `name`, `plan_opcode`, `has_effect`,
-//! `is_layout_only`, [`crate::op::text_forms`] (every text name with its
+//! `is_layout_only`, `is_channels_first`, [`crate::op::text_forms`] (every text name with its
 //! attribute keys) and the text form's per-op parsing and printing, through
 //! one codec per field type (`text/codec.rs`). Shape inference and
 //! lowering's parameter conversion stay hand-written, one arm per op.
@@ -69,6 +72,15 @@ macro_rules! op_table {
             pub fn is_layout_only(&self) -> bool {
                 match self {
                     $( Op::$variant { .. } => op_row!(flag layout_only; $( $flag )*), )*
+                }
+            }
+
+            /// Ops whose operands follow the `N, C, spatial..` convention
+            /// (convolution, pooling, batch norm, resizing): their meaning
+            /// depends on the memory layout, every other op's does not.
+            pub fn is_channels_first(&self) -> bool {
+                match self {
+                    $( Op::$variant { .. } => op_row!(flag channels_first; $( $flag )*), )*
                 }
             }
 
@@ -115,6 +127,7 @@ macro_rules! op_row {
     (flag $want:ident; ) => { false };
     (flag effect; effect $( $rest:ident )*) => { true };
     (flag layout_only; layout_only $( $rest:ident )*) => { true };
+    (flag channels_first; channels_first $( $rest:ident )*) => { true };
     (flag $want:ident; $other:ident $( $rest:ident )*) => { op_row!(flag $want; $( $rest )*) };
 
     // `name`.

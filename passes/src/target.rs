@@ -9,13 +9,18 @@
 //! data ([`OpTable`]): `target/cpu.rs` for kiln's CPU kernels, `target/pjrt.rs`
 //! for what a StableHLO segment takes.
 //!
+//! The description's `layout` is checked against the IR's one layout
+//! convention before the passes run and before lowering
+//! ([`TargetDesc::check_layout`]); its `vector_bytes` sets the memory
+//! planner's buffer alignment (`MemoryOptions::for_target`).
+//!
 //! Native code for x86_64 and aarch64 will be further [`Target`]s whose
 //! descriptions carry their own kernel tables, layouts and vector widths.
 
 mod cpu;
 mod pjrt;
 
-use kiln_ir::{BinaryOp, DType, Op, PoolKind, ReduceKind, UnaryOp};
+use kiln_ir::{BinaryOp, DType, Graph, Op, PoolKind, ReduceKind, UnaryOp};
 use std::fmt;
 
 /// A target by name.
@@ -77,9 +82,15 @@ pub struct TargetDesc {
     /// What an accelerator segment takes (PJRT: the ops and dtypes with a
     /// StableHLO lowering); `None` for a target without segments.
     pub segments: Option<&'static OpTable>,
-    /// The memory layout the kernels take tensors in.
+    /// The memory layout the kernels take tensors in. The IR has one
+    /// convention (`N, C, spatial..` for the ops [`Op::is_channels_first`]
+    /// marks) and no pass converts layouts, so the pipeline and lowering
+    /// refuse such an op for a target with another layout
+    /// ([`TargetDesc::check_layout`]).
     pub layout: Layout,
-    /// Width in bytes of the vector registers `kernels` are compiled for.
+    /// Width in bytes of the vector registers `kernels` are compiled for: the
+    /// memory planner aligns every arena buffer to it, and to at least a cache
+    /// line (`MemoryOptions::for_target`).
     pub vector_bytes: u32,
 }
 
@@ -130,6 +141,36 @@ impl TargetDesc {
     pub fn kernel_takes(&self, op: &Op, dtype: DType) -> bool {
         self.kernel_support(op).takes(Some(dtype))
     }
+
+    /// Refuses a graph (nested graphs included) holding an op whose meaning
+    /// depends on the layout ([`Op::is_channels_first`]) when the target's
+    /// kernels take another layout than the IR's: the op would run on
+    /// tensors laid out as it does not expect. Graphs without such ops are
+    /// the same under every dense layout.
+    pub fn check_layout(&self, g: &Graph) -> Result<(), crate::PassError> {
+        if self.layout == Layout::RowMajor {
+            return Ok(());
+        }
+        for &n in &g.order {
+            let Some(node) = g.nodes.get(n) else { continue };
+            if node.op.is_channels_first() {
+                return Err(crate::PassError::new(
+                    "layout",
+                    format!(
+                        "target `{}` takes {} tensors, but {} is built for N, C, spatial.. and no pass converts layouts",
+                        self.target,
+                        self.layout.name(),
+                        g.describe_node(n)
+                    ),
+                ));
+            }
+            if let Op::While { cond, body, .. } = &node.op {
+                self.check_layout(cond)?;
+                self.check_layout(body)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// How a target's kernels lay tensors out in memory.
@@ -138,6 +179,19 @@ pub enum Layout {
     /// Dense row-major, channels before the spatial dims (`NC…`): the IR's
     /// convention, and what every target's kernels take today.
     RowMajor,
+    /// Dense row-major, channels after the spatial dims (`N…C`, NHWC), as
+    /// some accelerator and mobile kernels want. No target has it yet: a
+    /// description with it compiles only graphs without channels-first ops.
+    ChannelsLast,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::RowMajor => "row-major N, C, spatial..",
+            Layout::ChannelsLast => "channels-last N, spatial.., C",
+        }
+    }
 }
 
 /// An op without its parameters: the key of an [`OpTable`]. The selectors
