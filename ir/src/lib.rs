@@ -29,7 +29,7 @@ use entity::entity_id;
 pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
 pub use graph::ValueAttrs;
 pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, StateSlot, TensorType, ValueData, ValueDef};
-pub use op::text_forms as op_text_forms;
+pub use op::{text_forms as op_text_forms, OpKind};
 pub use op::{
     Activation, BinaryOp, Epilogue, FusedOp, LinalgOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, Residual,
     ResizeMode, ScanKind, UnaryOp,

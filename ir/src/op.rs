@@ -38,15 +38,15 @@ op_table! {
     /// rows `offs[e-1]..offs[e]` (sorted by expert) times `w[e]`, later rows zero.
     [GroupedMatMul] opcode GroupedMatMul, text("grouped_matmul");
     /// `(x[.., K], w[N, K] [, b[N]]) -> x wᵀ + b`.
-    [Linear] opcode Linear, text("linear");
+    [Linear] opcode Linear, text("linear"), composite;
     /// N-d convolution, NC(D)HW layout: `(x, w[Cout, Cin/groups, k..] [, b[Cout]])`.
     [Conv { stride: Vec<i64>, padding: Vec<i64>, dilation: Vec<i64>, groups: i64 }] opcode Conv, text("conv"), channels_first;
     /// Inference batch norm over axis 1: `(x, mean, var, weight, bias)`.
-    [BatchNorm { eps: f64 }] opcode BatchNorm, text("batch_norm"), channels_first;
+    [BatchNorm { eps: f64 }] opcode BatchNorm, text("batch_norm"), channels_first, composite;
     /// Normalises the last `normalized_rank` dims: `(x [, weight [, bias]])`.
-    [LayerNorm { normalized_rank: usize, eps: f64 }] opcode LayerNorm, text("layer_norm");
-    [Softmax { axis: usize }] opcode Softmax, text("softmax");
-    [LogSoftmax { axis: usize }] opcode Softmax, text("log_softmax");
+    [LayerNorm { normalized_rank: usize, eps: f64 }] opcode LayerNorm, text("layer_norm"), composite;
+    [Softmax { axis: usize }] opcode Softmax, text("softmax"), composite;
+    [LogSoftmax { axis: usize }] opcode Softmax, text("log_softmax"), composite;
     [Reduce {
         kind: ReduceKind,
         axes: Vec<usize>,
@@ -68,12 +68,12 @@ op_table! {
         /// Avg only: divide each window's sum by this instead of its tap
         /// count (torch's `divisor_override`); never 0.
         divisor: Option<i64>,
-    }] opcode Pool, select(Max => "max_pool", Avg => "avg_pool", ArgMax => "max_pool_indices"), channels_first;
+    }] opcode Pool, select(Max => "max_pool", Avg => "avg_pool", ArgMax => "max_pool_indices"), channels_first, composite;
     /// Adaptive average pooling of the trailing `output.len()` dims.
-    [AdaptiveAvgPool { output: Vec<i64> }] opcode AdaptiveAvgPool, text("adaptive_avg_pool"), channels_first;
+    [AdaptiveAvgPool { output: Vec<i64> }] opcode AdaptiveAvgPool, text("adaptive_avg_pool"), channels_first, composite;
     /// Scaled dot-product attention: `(q[.., L, E], k[.., S, E], v[.., S, Ev] [, mask])`.
     /// A bool mask keeps `true` positions; a float mask is added to the scores.
-    [Attention { causal: bool, scale: Option<f64> }] opcode Attention, text("attention");
+    [Attention { causal: bool, scale: Option<f64> }] opcode Attention, text("attention"), composite;
     /// Same elements, new shape (row-major).
     [Reshape { shape: Vec<Dim> }] opcode Copy, text("reshape"), layout_only;
     /// Broadcast to `shape` (numpy rules).

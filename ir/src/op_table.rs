@@ -22,14 +22,16 @@
 //!     (`text/ops.rs`, `parse_custom` / `format_custom`) because their text
 //!     is not one attribute per field (a distribution's parameters, a
 //!     reduction printed even when absent, keys present only together).
-//! - Flags: `effect` (run for an effect, kept by dead-code elimination),
+//! - Flags: `composite` (built from primitives: decomposition may rewrite
+//!   it), `effect` (run for an effect, kept by dead-code elimination),
 //!   `layout_only` (a pure rearrangement of its input's elements),
 //!   `channels_first` (its operands are `N, C, spatial..`: the one layout
 //!   convention the IR has; a target description's `layout` is checked
 //!   against it).
 //!
 //! From the rows come the `Op` enum, `name`, `plan_opcode`, `has_effect`,
-//! `is_layout_only`, `is_channels_first`, [`crate::op::text_forms`] (every text name with its
+//! `is_layout_only`, `is_channels_first`, `OpKind` (the op without its
+//! parameters, with `OpKind::of` and `is_composite`), [`crate::op::text_forms`] (every text name with its
 //! attribute keys) and the text form's per-op parsing and printing, through
 //! one codec per field type (`text/codec.rs`). Shape inference and
 //! lowering's parameter conversion stay hand-written, one arm per op.
@@ -107,6 +109,19 @@ macro_rules! op_table {
             }
         }
 
+        impl OpKind {
+            /// Ops built from primitives, which decomposition can rewrite into
+            /// them (when its rule applies to the node's sizes and dtypes); a
+            /// target keeps those its kernels run whole.
+            pub fn is_composite(self) -> bool {
+                match self {
+                    $( OpKind::$variant { .. } => op_row!(flag composite; $( $flag )*), )*
+                }
+            }
+        }
+
+        op_kind! { [] [] $( [$variant [$( $shape )?] $tkind] )* }
+
         /// Every text-form name of an op with the attribute keys it accepts, in
         /// canonical order (optional ones included), from the op table.
         pub fn text_forms() -> Vec<(&'static str, Vec<&'static str>)> {
@@ -128,6 +143,7 @@ macro_rules! op_row {
     (flag effect; effect $( $rest:ident )*) => { true };
     (flag layout_only; layout_only $( $rest:ident )*) => { true };
     (flag channels_first; channels_first $( $rest:ident )*) => { true };
+    (flag composite; composite $( $rest:ident )*) => { true };
     (flag $want:ident; $other:ident $( $rest:ident )*) => { op_row!(flag $want; $( $rest )*) };
 
     // `name`.
@@ -214,5 +230,52 @@ macro_rules! op_row {
     };
     (forms, $v:ident, $variant:ident, custom($( $pat:pat => $name:literal [$( $key:literal ),*] ),+ $(,)?), $shape:tt) => {
         $( $v.push(($name, vec![$( $key ),*])); )+
+    };
+}
+
+/// [`crate::OpKind`] from the rows of [`op_table!`], one at a time: its
+/// variants and `OpKind::of`'s arms are collected, then declared.
+macro_rules! op_kind {
+    // A `leaf()` row: the leaf enum tells ops apart.
+    ([$( $variants:tt )*] [$( $arms:tt )*] [$variant:ident [( $leaf:ident )] leaf] $( $rest:tt )*) => {
+        op_kind! {
+            [$( $variants )* $variant($leaf),]
+            [$( $arms )* Op::$variant(leaf) => OpKind::$variant(*leaf),]
+            $( $rest )*
+        }
+    };
+    // A `select` row: so does the selecting field.
+    ([$( $variants:tt )*] [$( $arms:tt )*]
+        [$variant:ident [{ $(#[$smeta:meta])* $sel:ident : $selty:ident $(, $( $fields:tt )* )? }] select] $( $rest:tt )*) => {
+        op_kind! {
+            [$( $variants )* $variant($selty),]
+            [$( $arms )* Op::$variant { $sel, .. } => OpKind::$variant(*$sel),]
+            $( $rest )*
+        }
+    };
+    ([$( $variants:tt )*] [$( $arms:tt )*] [$variant:ident $shape:tt $tkind:ident] $( $rest:tt )*) => {
+        op_kind! {
+            [$( $variants )* $variant,]
+            [$( $arms )* Op::$variant { .. } => OpKind::$variant,]
+            $( $rest )*
+        }
+    };
+    ([$( $variants:tt )*] [$( $arms:tt )*]) => {
+        /// An op without its parameters: the key of a target's capability
+        /// tables. The selectors that pick a different function (which
+        /// unary, binary, reduction, pooling or resize) are part of it;
+        /// sizes, axes and other modes are not. From the op table.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+        pub enum OpKind {
+            $( $variants )*
+        }
+
+        impl OpKind {
+            pub fn of(op: &Op) -> OpKind {
+                match op {
+                    $( $arms )*
+                }
+            }
+        }
     };
 }

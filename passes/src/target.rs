@@ -20,7 +20,10 @@
 mod cpu;
 mod pjrt;
 
-use kiln_ir::{BinaryOp, DType, Graph, Op, PoolKind, ReduceKind, UnaryOp};
+/// The key of an [`OpTable`]: an op without its parameters, declared by the
+/// IR's op table (`kiln_ir::OpKind`), so a new op needs no row here.
+pub use kiln_ir::OpKind;
+use kiln_ir::{DType, Graph, Op};
 use std::fmt;
 
 /// A target by name.
@@ -191,136 +194,6 @@ impl Layout {
             Layout::RowMajor => "row-major N, C, spatial..",
             Layout::ChannelsLast => "channels-last N, spatial.., C",
         }
-    }
-}
-
-/// An op without its parameters: the key of an [`OpTable`]. The selectors
-/// that pick a different function (which unary, binary, reduction or pooling)
-/// are part of it; sizes, axes and modes are not.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum OpKind {
-    Unary(UnaryOp),
-    Binary(BinaryOp),
-    Where,
-    Cast,
-    Clamp,
-    MatMul,
-    GroupedMatMul,
-    Linear,
-    Conv,
-    BatchNorm,
-    LayerNorm,
-    Softmax,
-    LogSoftmax,
-    Reduce(ReduceKind),
-    ArgMax,
-    Pool(PoolKind),
-    AdaptiveAvgPool,
-    Attention,
-    Reshape,
-    Expand,
-    Permute,
-    Slice,
-    Concat,
-    Gather,
-    Full,
-    Arange,
-    CumSum,
-    Scan,
-    Linalg,
-    Assert,
-    ArgMin,
-    Sort,
-    Pad,
-    Flip,
-    Upsample,
-    GatherElements,
-    ScatterElements,
-    IndexGather,
-    IndexPut,
-    Random,
-    BindDim,
-    NonZero,
-    While,
-    /// Fused elementwise ops (made by the fusion pass, CPU target).
-    Fused,
-    RmsNorm,
-    /// Linear layers with int8/int4 weights (made by the quantized-linear pass).
-    QuantLinear,
-    /// Convolution / linear with a fused epilogue (the epilogue fusion
-    /// pass, CPU target).
-    ConvFused,
-    LinearFused,
-}
-
-impl OpKind {
-    pub fn of(op: &Op) -> OpKind {
-        match op {
-            Op::Unary(u) => OpKind::Unary(*u),
-            Op::Binary(b) => OpKind::Binary(*b),
-            Op::Where => OpKind::Where,
-            Op::Cast { .. } => OpKind::Cast,
-            Op::Clamp { .. } => OpKind::Clamp,
-            Op::MatMul => OpKind::MatMul,
-            Op::GroupedMatMul => OpKind::GroupedMatMul,
-            Op::Linear => OpKind::Linear,
-            Op::Conv { .. } => OpKind::Conv,
-            Op::BatchNorm { .. } => OpKind::BatchNorm,
-            Op::LayerNorm { .. } => OpKind::LayerNorm,
-            Op::Softmax { .. } => OpKind::Softmax,
-            Op::LogSoftmax { .. } => OpKind::LogSoftmax,
-            Op::Reduce { kind, .. } => OpKind::Reduce(*kind),
-            Op::ArgMax { .. } => OpKind::ArgMax,
-            Op::Pool { kind, .. } => OpKind::Pool(*kind),
-            Op::AdaptiveAvgPool { .. } => OpKind::AdaptiveAvgPool,
-            Op::Attention { .. } => OpKind::Attention,
-            Op::Reshape { .. } => OpKind::Reshape,
-            Op::Expand { .. } => OpKind::Expand,
-            Op::Permute { .. } => OpKind::Permute,
-            Op::Slice { .. } => OpKind::Slice,
-            Op::Concat { .. } => OpKind::Concat,
-            Op::Gather { .. } => OpKind::Gather,
-            Op::Full { .. } => OpKind::Full,
-            Op::Arange { .. } => OpKind::Arange,
-            Op::CumSum { .. } => OpKind::CumSum,
-            Op::Scan { .. } => OpKind::Scan,
-            Op::Linalg { .. } => OpKind::Linalg,
-            Op::Assert { .. } => OpKind::Assert,
-            Op::ArgMin { .. } => OpKind::ArgMin,
-            Op::Sort { .. } => OpKind::Sort,
-            Op::Pad { .. } => OpKind::Pad,
-            Op::Flip { .. } => OpKind::Flip,
-            Op::Upsample { .. } => OpKind::Upsample,
-            Op::GatherElements { .. } => OpKind::GatherElements,
-            Op::ScatterElements { .. } => OpKind::ScatterElements,
-            Op::IndexGather { .. } => OpKind::IndexGather,
-            Op::IndexPut { .. } => OpKind::IndexPut,
-            Op::Random { .. } => OpKind::Random,
-            Op::BindDim { .. } => OpKind::BindDim,
-            Op::NonZero { .. } => OpKind::NonZero,
-            Op::While { .. } => OpKind::While,
-            Op::Fused { .. } => OpKind::Fused,
-            Op::RmsNorm { .. } => OpKind::RmsNorm,
-            Op::QuantLinear { .. } => OpKind::QuantLinear,
-            Op::ConvFused { .. } => OpKind::ConvFused,
-            Op::LinearFused { .. } => OpKind::LinearFused,
-        }
-    }
-
-    /// Ops built from primitives, which decomposition can rewrite into them
-    /// (when its rule applies to the node's sizes and dtypes).
-    pub fn is_composite(self) -> bool {
-        matches!(
-            self,
-            OpKind::Linear
-                | OpKind::BatchNorm
-                | OpKind::LayerNorm
-                | OpKind::Softmax
-                | OpKind::LogSoftmax
-                | OpKind::Attention
-                | OpKind::Pool(_)
-                | OpKind::AdaptiveAvgPool
-        )
     }
 }
 
