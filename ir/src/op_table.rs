@@ -31,15 +31,16 @@
 //!
 //! From the rows come the `Op` enum, `name`, `plan_opcode`, `has_effect`,
 //! `is_layout_only`, `is_channels_first`, `OpKind` (the op without its
-//! parameters, with `OpKind::of` and `is_composite`), [`crate::op::text_forms`] (every text name with its
-//! attribute keys) and the text form's per-op parsing and printing, through
-//! one codec per field type (`text/codec.rs`). Shape inference and
+//! parameters, with `OpKind::of` and `is_composite`),
+//! [`crate::op::text_forms`] (every text name with its attribute keys) and
+//! the text form's per-op parsing and printing, through one codec per field
+//! type (`text/ops.rs`: `AttrValue`, `AttrField`). Shape inference and
 //! lowering's parameter conversion stay hand-written, one arm per op.
 
 macro_rules! op_table {
     ( $( $(#[$meta:meta])* [ $variant:ident $( $shape:tt )? ] opcode $opcode:ident, $tkind:ident $targs:tt
          $( , $flag:ident )* ; )* ) => {
-        /// The closed set of operations; see the module doc and the table below.
+        /// The closed set of operations, declared by the op table (`op.rs`).
         #[derive(Clone, Debug, PartialEq)]
         pub enum Op {
             $( $(#[$meta])* $variant $( $shape )?, )*
