@@ -180,7 +180,7 @@ pub fn compile_graph_with_passes(
 ) -> Result<(ArtifactWriter, CompileSummary), CompileError> {
     let pass_opts = Options { verify_each: opts.verify_each, ..Options::new(opts.target) };
     let passes = run_pipeline(&mut graph, pipeline, &pass_opts)?;
-    let mem = plan_memory(&graph, &MemoryOptions::default())?;
+    let mem = plan_memory(&graph, &MemoryOptions::for_target(opts.target.desc()))?;
     check_plan(&graph, &mem).map_err(CompileError::MemoryPlan)?;
     let (mut plan, weights) = lower_to_plan(&graph, &mem, opts.target.desc())?;
     let native = match &opts.native {

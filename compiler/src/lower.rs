@@ -10,6 +10,7 @@ use kiln_runtime::format::{
     DimExpr, DimRef, Instr, InstrOp, IoDecl, Kernel, Opcode, Plan, StateDecl, Storage, SymbolDecl, TensorDecl,
     WeightsBuilder,
 };
+use kiln_runtime::ARENA_ALIGN;
 use std::collections::HashMap;
 
 #[derive(Debug, thiserror::Error)]
@@ -288,6 +289,15 @@ pub fn lower_to_plan_with_segments(
     calls: &[AccelCall],
     target: &TargetDesc,
 ) -> Result<SegmentedPlan, LowerError> {
+    // The plan's tensors take the IR's layout, and its offsets the memory
+    // plan's alignment: both must be what the target and the runtime take.
+    target.check_layout(g).map_err(|e| LowerError(vec![format!("  {}", e.message)]))?;
+    if mem.alignment > ARENA_ALIGN {
+        return Err(LowerError(vec![format!(
+            "  the memory plan aligns buffers to {} bytes (target `{}`: {}-byte vectors), but a session's arena is only {ARENA_ALIGN}-byte aligned",
+            mem.alignment, target.target, target.vector_bytes
+        )]));
+    }
     let mut call_at: HashMap<NodeId, usize> = HashMap::new();
     let mut in_call: HashMap<NodeId, usize> = HashMap::new();
     for (i, c) in calls.iter().enumerate() {
@@ -646,5 +656,47 @@ impl Builder<'_> {
         });
         let exit = self.instrs.len() as u32;
         self.instrs[exit_at].op = InstrOp::JumpIfFalse { target: exit };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_ir::{DType, Op, TensorType, UnaryOp};
+    use kiln_passes::{plan_memory, Layout, MemoryOptions, Target};
+
+    fn graph(op: Op, shape: &[i64]) -> Graph {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::fixed(DType::F32, shape));
+        let y = g.push(op, vec![x], TensorType::fixed(DType::F32, shape), None);
+        g.add_output("y", y);
+        g
+    }
+
+    /// Lowering consults the target description: a vector width the
+    /// runtime's arena cannot align for, or a layout the IR's ops do not
+    /// have, is refused; the CPU description lowers.
+    #[test]
+    fn lowering_checks_the_target_alignment_and_layout() {
+        let cpu = Target::Cpu.desc();
+        let g = graph(Op::Unary(UnaryOp::Relu), &[2, 3]);
+        let mem = plan_memory(&g, &MemoryOptions::for_target(cpu)).unwrap();
+        lower_to_plan(&g, &mem, cpu).unwrap();
+
+        let wide = TargetDesc { vector_bytes: 256, ..cpu.clone() };
+        let mem = plan_memory(&g, &MemoryOptions::for_target(&wide)).unwrap();
+        let err = lower_to_plan(&g, &mem, &wide).err().expect("a 256-byte alignment lowered").to_string();
+        assert!(err.contains("aligns buffers to 256 bytes"), "{err}");
+
+        let channels_last = TargetDesc { layout: Layout::ChannelsLast, ..cpu.clone() };
+        lower_to_plan(&g, &mem_for(&g), &channels_last).unwrap();
+        let pool = Op::AdaptiveAvgPool { output: vec![1, 1] };
+        let g = graph(pool, &[1, 2, 4, 4]);
+        let err = lower_to_plan(&g, &mem_for(&g), &channels_last).err().expect("pooling lowered").to_string();
+        assert!(err.contains("adaptive_avg_pool") && err.contains("channels-last"), "{err}");
+    }
+
+    fn mem_for(g: &Graph) -> MemoryPlan {
+        plan_memory(g, &MemoryOptions::default()).unwrap()
     }
 }

@@ -10,6 +10,8 @@ pub mod builder;
 mod dim;
 mod dtype;
 mod graph;
+#[macro_use]
+mod op_table;
 mod op;
 mod shard;
 
@@ -27,6 +29,7 @@ use entity::entity_id;
 pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
 pub use graph::ValueAttrs;
 pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, StateSlot, TensorType, ValueData, ValueDef};
+pub use op::{text_forms as op_text_forms, OpKind};
 pub use op::{
     Activation, BinaryOp, Epilogue, FusedOp, LinalgOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, Residual,
     ResizeMode, ScanKind, UnaryOp,

@@ -5,6 +5,15 @@
 //! Axes are always normalised (non-negative, `< rank`) by the importer.
 //! Optional operands are trailing: their presence is the operand count (see
 //! [`Op::operand_count`]).
+//!
+//! Each op is declared once, as a row of the table below (`op_table!`, see
+//! `op_table.rs`): its fields, its plan opcode, its text spelling and its
+//! flags. The enum, `name`, `plan_opcode`, `has_effect`, `is_layout_only`,
+//! `is_channels_first`,
+//! [`text_forms`] and the text form's parsing and printing come from the
+//! rows. Adding an op: a row here, a plan opcode in `kiln_isa::opcode` (and
+//! its `Kernel` row in the runtime), its shape inference (`infer.rs`), its
+//! lowering arm (`compiler/src/lower.rs`) and its kernel.
 
 use crate::{DType, Dim};
 pub use kiln_isa::{
@@ -12,64 +21,43 @@ pub use kiln_isa::{
     ResizeMode, ScanKind, UnaryOp,
 };
 
-#[derive(Clone, Debug, PartialEq)]
-pub enum Op {
+op_table! {
     /// `x -> f(x)`, elementwise.
-    Unary(UnaryOp),
+    [Unary(UnaryOp)] opcode Unary, leaf();
     /// `(a, b) -> a op b` with numpy broadcasting; both operands share a dtype.
-    Binary(BinaryOp),
+    [Binary(BinaryOp)] opcode Binary, leaf();
     /// `(cond: bool, a, b) -> cond ? a : b`, broadcasting.
-    Where,
-    Cast {
-        to: DType,
-    },
+    [Where] opcode Where, text("where");
+    [Cast { to: DType }] opcode Cast, text("cast");
     /// Clamp to `[min, max]`; either bound may be absent.
-    Clamp {
-        min: Option<f64>,
-        max: Option<f64>,
-    },
+    [Clamp { min: Option<f64>, max: Option<f64> }] opcode Clamp, text("clamp");
     /// `[.., M, K] x [.., K, N] -> [.., M, N]`, batch dims broadcast. Rank-1
     /// operands follow torch.matmul (prepend/append a unit dim, then drop it).
-    MatMul,
+    [MatMul] opcode MatMul, text("matmul");
     /// Mixture-of-experts products: `(x[S, K], w[E, K, N], offs[E]) -> [S, N]`,
     /// rows `offs[e-1]..offs[e]` (sorted by expert) times `w[e]`, later rows zero.
-    GroupedMatMul,
+    [GroupedMatMul] opcode GroupedMatMul, text("grouped_matmul");
     /// `(x[.., K], w[N, K] [, b[N]]) -> x wᵀ + b`.
-    Linear,
+    [Linear] opcode Linear, text("linear"), composite;
     /// N-d convolution, NC(D)HW layout: `(x, w[Cout, Cin/groups, k..] [, b[Cout]])`.
-    Conv {
-        stride: Vec<i64>,
-        padding: Vec<i64>,
-        dilation: Vec<i64>,
-        groups: i64,
-    },
+    [Conv { stride: Vec<i64>, padding: Vec<i64>, dilation: Vec<i64>, groups: i64 }] opcode Conv, text("conv"), channels_first;
     /// Inference batch norm over axis 1: `(x, mean, var, weight, bias)`.
-    BatchNorm {
-        eps: f64,
-    },
+    [BatchNorm { eps: f64 }] opcode BatchNorm, text("batch_norm"), channels_first, composite;
     /// Normalises the last `normalized_rank` dims: `(x [, weight [, bias]])`.
-    LayerNorm {
-        normalized_rank: usize,
-        eps: f64,
-    },
-    Softmax {
-        axis: usize,
-    },
-    LogSoftmax {
-        axis: usize,
-    },
-    Reduce {
+    [LayerNorm { normalized_rank: usize, eps: f64 }] opcode LayerNorm, text("layer_norm"), composite;
+    [Softmax { axis: usize }] opcode Softmax, text("softmax"), composite;
+    [LogSoftmax { axis: usize }] opcode Softmax, text("log_softmax"), composite;
+    [Reduce {
         kind: ReduceKind,
         axes: Vec<usize>,
         keep_dims: bool,
-    },
+    }] opcode Reduce, select(
+        Sum => "reduce_sum", Mean => "reduce_mean", Max => "reduce_max", Min => "reduce_min", Prod => "reduce_prod",
+    );
     /// Index of the maximum along `axis` (first on ties), as i64.
-    ArgMax {
-        axis: usize,
-        keep_dims: bool,
-    },
+    [ArgMax { axis: usize, keep_dims: bool }] opcode ArgMax, text("argmax");
     /// Spatial pooling over the trailing `kernel.len()` dims.
-    Pool {
+    [Pool {
         kind: PoolKind,
         kernel: Vec<i64>,
         stride: Vec<i64>,
@@ -80,127 +68,68 @@ pub enum Op {
         /// Avg only: divide each window's sum by this instead of its tap
         /// count (torch's `divisor_override`); never 0.
         divisor: Option<i64>,
-    },
+    }] opcode Pool, select(Max => "max_pool", Avg => "avg_pool", ArgMax => "max_pool_indices"), channels_first, composite;
     /// Adaptive average pooling of the trailing `output.len()` dims.
-    AdaptiveAvgPool {
-        output: Vec<i64>,
-    },
+    [AdaptiveAvgPool { output: Vec<i64> }] opcode AdaptiveAvgPool, text("adaptive_avg_pool"), channels_first, composite;
     /// Scaled dot-product attention: `(q[.., L, E], k[.., S, E], v[.., S, Ev] [, mask])`.
     /// A bool mask keeps `true` positions; a float mask is added to the scores.
-    Attention {
-        causal: bool,
-        scale: Option<f64>,
-    },
+    [Attention { causal: bool, scale: Option<f64> }] opcode Attention, text("attention"), composite;
     /// Same elements, new shape (row-major).
-    Reshape {
-        shape: Vec<Dim>,
-    },
+    [Reshape { shape: Vec<Dim> }] opcode Copy, text("reshape"), layout_only;
     /// Broadcast to `shape` (numpy rules).
-    Expand {
-        shape: Vec<Dim>,
-    },
-    Permute {
-        perm: Vec<usize>,
-    },
+    [Expand { shape: Vec<Dim> }] opcode Expand, text("expand"), layout_only;
+    [Permute { perm: Vec<usize> }] opcode Permute, text("permute"), layout_only;
     /// Elements `start, start+step, ..` below `end` along `axis`. `end` is clamped
     /// to the dimension at run time (`i64::MAX` means "to the end").
-    Slice {
-        axis: usize,
-        start: i64,
-        end: i64,
-        step: i64,
-    },
-    Concat {
-        axis: usize,
-    },
+    [Slice { axis: usize, start: i64, end: i64, step: i64 }] opcode Slice, text("slice"), layout_only;
+    [Concat { axis: usize }] opcode Concat, text("concat");
     /// `(data, indices: i64) -> data` indexed along `axis` by every index; the
     /// indices' shape replaces that axis (index_select, embedding).
-    Gather {
-        axis: usize,
-    },
+    [Gather { axis: usize }] opcode Gather, text("gather");
     /// A tensor of `shape` filled with `value`.
-    Full {
-        value: f64,
-        dtype: DType,
-        shape: Vec<Dim>,
-    },
+    [Full { value: f64, dtype: DType, shape: Vec<Dim> }] opcode Fill, text("full");
     /// `start, start+step, ...` with `len` elements.
-    Arange {
-        start: f64,
-        step: f64,
-        len: Dim,
-        dtype: DType,
-    },
+    [Arange { start: f64, step: f64, len: Dim, dtype: DType }] opcode Arange, text("arange");
     /// Inclusive prefix sum along `axis`.
-    CumSum {
-        axis: usize,
-    },
+    [CumSum { axis: usize }] opcode CumSum, text("cumsum");
     /// An inclusive scan along `axis` other than a sum: running product,
     /// log-sum-exp, max or min (same dtype), or the running max/min's index
     /// (i64).
-    Scan {
-        axis: usize,
-        kind: ScanKind,
-    },
+    [Scan { axis: usize, kind: ScanKind }] opcode Scan, text("scan");
     /// One result of a `torch.linalg` factorisation of the batch of
     /// matrices in the last two dims of the first operand (`kiln_isa::LinalgOp`
     /// says which; solves take the right-hand side as a second operand with
     /// the same batch dims). `upper`: Cholesky's factor or the solves'
     /// triangle; `left`: `A X = B` rather than `X A = B`; `unit`: a unit
     /// diagonal (triangular solve).
-    Linalg {
-        op: LinalgOp,
-        upper: bool,
-        left: bool,
-        unit: bool,
-    },
+    [Linalg { op: LinalgOp, upper: bool, left: bool, unit: bool }] opcode Linalg, text("linalg");
     /// A run-time check: the run fails with `message` unless every element
     /// of the operand is nonzero. No result; kept by dead-code elimination.
-    Assert {
-        message: String,
-    },
+    [Assert { message: String }] opcode Assert, text("assert"), effect;
     /// Index of the minimum along `axis` (first on ties), as i64.
-    ArgMin {
-        axis: usize,
-        keep_dims: bool,
-    },
+    [ArgMin { axis: usize, keep_dims: bool }] opcode ArgMin, text("argmin");
     /// The first `k` elements along `axis` in sorted order (stable; NaN sorts
     /// above everything, as in torch): their values, or with `indices` their
     /// positions as i64. `sort` is `k` = the whole axis, `topk` descending.
-    Sort {
-        axis: usize,
-        k: Dim,
-        descending: bool,
-        indices: bool,
-    },
+    [Sort { axis: usize, k: Dim, descending: bool, indices: bool }] opcode Sort, text("sort");
     /// Pads every axis by `lo`/`hi` elements (negative: crops) with `interior`
     /// elements between neighbours; `mode` says what fills the new positions.
-    Pad {
-        lo: Vec<i64>,
-        hi: Vec<i64>,
-        interior: Vec<i64>,
-        mode: PadMode,
-        value: f64,
-    },
+    [Pad { lo: Vec<i64>, hi: Vec<i64>, interior: Vec<i64>, mode: PadMode, value: f64 }] opcode Pad, text("pad");
     /// Reverses the order of elements along each of `axes`.
-    Flip {
-        axes: Vec<usize>,
-    },
+    [Flip { axes: Vec<usize> }] opcode Flip, text("flip");
     /// Resizes the trailing `size.len()` dims (NC + spatial layout). A
     /// `scales` entry > 0 is the user's scale factor, which torch uses instead
     /// of `in/out` to map output positions back (when not `align_corners`).
-    Upsample {
+    [Upsample {
         mode: ResizeMode,
         align_corners: bool,
         size: Vec<Dim>,
         scales: Vec<f64>,
-    },
+    }] opcode Resize, select(Nearest => "upsample_nearest", Linear => "upsample_linear"), channels_first;
     /// `torch.gather`: `(data, index: i64) -> out` of `index`'s shape with
     /// `out[p] = data[p with p[axis] = index[p]]`; `index` has `data`'s rank
     /// and fits inside it on every other axis.
-    GatherElements {
-        axis: usize,
-    },
+    [GatherElements { axis: usize }] opcode GatherElements, text("gather_elements");
     /// `torch.scatter` / `scatter_add` / `scatter_reduce`: `(data, index: i64,
     /// src) -> data` with `src[p]` written to (or, with `reduce`, combined
     /// into) position `p with p[axis] = index[p]`, for every `p` in `index`'s
@@ -208,48 +137,44 @@ pub enum Op {
     /// `include_self`, positions that receive anything start from the first
     /// value received instead of `data`'s. A negative index counts from the
     /// end of `data`'s axis (the importer relies on it for dynamic dims).
-    ScatterElements {
+    [ScatterElements {
         axis: usize,
         reduce: Option<ReduceKind>,
         include_self: bool,
-    },
+    }] opcode ScatterElements, custom(
+        Op::ScatterElements { .. } => "scatter_elements" ["axis", "reduce", "include_self"],
+    );
     /// Advanced indexing (`x[i0, i1, ..]`): `(data, idx_0, .., idx_k-1)`, the
     /// indices i64 of one common shape `B`, index axes `axis..axis+k`; the
     /// result is `data.shape[..axis] ++ B ++ data.shape[axis+k..]`.
-    IndexGather {
-        axis: usize,
-    },
+    [IndexGather { axis: usize }] opcode IndexGather, text("index_gather");
     /// `index_put`: `(data, values, idx_0, .., idx_k-1)` → `data` with `values`
     /// (shaped like [`Op::IndexGather`]'s result) written to, or with
     /// `accumulate` added to, the indexed positions.
-    IndexPut {
-        axis: usize,
-        accumulate: bool,
-    },
+    [IndexPut { axis: usize, accumulate: bool }] opcode IndexPut, text("index_put");
     /// A tensor of `shape` drawn from `dist` by the runtime's seeded
     /// counter-based generator. `stream` (unique per random op of a program,
     /// assigned at import) keeps two random ops from drawing the same numbers;
     /// the session's seed and call count make each run draw new ones. Never
     /// folded, merged or evaluated at compile time.
-    Random {
-        dist: RandomDist,
-        dtype: DType,
-        shape: Vec<Dim>,
-        stream: u32,
-    },
+    [Random { dist: RandomDist, dtype: DType, shape: Vec<Dim>, stream: u32 }] opcode Random, custom(
+        Op::Random { dist: RandomDist::Uniform { .. }, .. } =>
+            "random_uniform" ["low", "high", "dtype", "shape", "stream"],
+        Op::Random { dist: RandomDist::Normal { .. }, .. } =>
+            "random_normal" ["mean", "std", "dtype", "shape", "stream"],
+        Op::Random { dist: RandomDist::Int { .. }, .. } =>
+            "random_int" ["low", "high", "dtype", "shape", "stream"],
+        Op::Random { dist: RandomDist::Perm, .. } => "random_perm" ["dtype", "shape", "stream"],
+    );
     /// `(count: 0-d integer) -> ()`: binds the data-dependent `symbol` to the
     /// operand's run-time value, which must lie in the symbol's bounds (a
     /// run-time error otherwise). Nodes whose types mention `symbol` come
     /// after it in the schedule; it has no result and is never removed.
-    BindDim {
-        symbol: crate::SymbolId,
-    },
+    [BindDim { symbol: crate::SymbolId }] opcode BindDim, text("bind_dim"), effect;
     /// `x -> i64[count, rank]`: the coordinates of `x`'s nonzero elements in
     /// row-major order. `count` is a data-dependent symbol, bound (by an
     /// [`Op::BindDim`] of the number of nonzero elements) before this node runs.
-    NonZero {
-        count: crate::SymbolId,
-    },
+    [NonZero { count: crate::SymbolId }] opcode NonZero, text("nonzero");
     /// torch's `while_loop`: operands are the `carried` initial loop values,
     /// then read-only values passed to every iteration. Both nested graphs take
     /// all operands as their inputs (the carried ones at their current value):
@@ -258,25 +183,16 @@ pub enum Op {
     /// carried values. The results are the final carried values. Nested graphs
     /// use their parent's symbols (a copy of its table, same ids). No trip
     /// limit: a loop whose condition never turns false runs forever, as in torch.
-    While {
-        carried: usize,
-        cond: Region,
-        body: Region,
-    },
+    [While { carried: usize, cond: Region, body: Region }] opcode none, text("while");
     /// Elementwise ops fused into one pass over memory: `program` (see
     /// `kiln_isa::fused`) runs over the operands, each broadcast to the
     /// result's shape (the broadcast of theirs); the result is its last
     /// register. Made by the elementwise fusion pass for the CPU target.
-    Fused {
-        program: Vec<FusedOp>,
-    },
+    [Fused { program: Vec<FusedOp> }] opcode Fused, text("fused");
     /// RMS normalisation of the last `normalized_rank` dims: `(x [, weight])`,
     /// `x / sqrt(mean(x²) + eps) · weight`. Recognised from its decomposed
     /// form by the norm fusion pass (CPU target).
-    RmsNorm {
-        normalized_rank: usize,
-        eps: f64,
-    },
+    [RmsNorm { normalized_rank: usize, eps: f64 }] opcode RmsNorm, text("rms_norm");
     /// A linear layer with quantized weights, in `kiln_kernels::quant`'s
     /// storage: `(x f32[.., K], w, scales f32[N, K / group] [, zero_points
     /// i8[N, K / group]] [, bias f32[N]]) -> f32[.., N]`, the weight `w`
@@ -287,29 +203,30 @@ pub enum Op {
     /// `act_scale` (static, from calibration; not with `dynamic`): every
     /// activation quantized to int8 with that scale (an f32 value) and
     /// `act_zero_point` in `[-128, 127]` (torch's `quantize_per_tensor`).
-    QuantLinear {
+    [QuantLinear {
         bits: u8,
         group: usize,
         zero_points: bool,
         dynamic: bool,
         act_scale: Option<f64>,
         act_zero_point: i64,
-    },
+    }] opcode QuantLinear, custom(
+        Op::QuantLinear { .. } =>
+            "quant_linear" ["bits", "group", "zero_points", "dynamic", "act_scale", "act_zero_point"],
+    );
     /// [`Op::Conv`] with a fused epilogue (`kiln_isa::epilogue`): `(x, w
     /// [, b] [, residual])`, as `epilogue`'s flags say; the residual is
     /// shaped like the result. f32. Made by the epilogue fusion pass (CPU).
-    ConvFused {
+    [ConvFused {
         stride: Vec<i64>,
         padding: Vec<i64>,
         dilation: Vec<i64>,
         groups: i64,
         epilogue: Epilogue,
-    },
+    }] opcode ConvFused, text("conv_fused"), channels_first;
     /// [`Op::Linear`] with a fused epilogue: `(x, w[N, K] [, b[N]] [,
     /// residual])`. f32. Made by the epilogue fusion pass (CPU).
-    LinearFused {
-        epilogue: Epilogue,
-    },
+    [LinearFused { epilogue: Epilogue }] opcode LinearFused, text("linear_fused");
 }
 
 /// A nested graph held by an op ([`Op::While`]'s condition and body).
@@ -343,128 +260,6 @@ impl PartialEq for Region {
 }
 
 impl Op {
-    /// The text-form name of the op (`add`, `matmul`, `conv`, ...).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Op::Unary(u) => u.name(),
-            Op::Binary(b) => b.name(),
-            Op::Where => "where",
-            Op::Cast { .. } => "cast",
-            Op::Clamp { .. } => "clamp",
-            Op::MatMul => "matmul",
-            Op::GroupedMatMul => "grouped_matmul",
-            Op::Linear => "linear",
-            Op::Conv { .. } => "conv",
-            Op::BatchNorm { .. } => "batch_norm",
-            Op::LayerNorm { .. } => "layer_norm",
-            Op::Softmax { .. } => "softmax",
-            Op::LogSoftmax { .. } => "log_softmax",
-            Op::Reduce { kind, .. } => match kind {
-                ReduceKind::Sum => "reduce_sum",
-                ReduceKind::Mean => "reduce_mean",
-                ReduceKind::Max => "reduce_max",
-                ReduceKind::Min => "reduce_min",
-                ReduceKind::Prod => "reduce_prod",
-            },
-            Op::ArgMax { .. } => "argmax",
-            Op::Pool { kind: PoolKind::Max, .. } => "max_pool",
-            Op::Pool { kind: PoolKind::Avg, .. } => "avg_pool",
-            Op::Pool { kind: PoolKind::ArgMax, .. } => "max_pool_indices",
-            Op::AdaptiveAvgPool { .. } => "adaptive_avg_pool",
-            Op::Attention { .. } => "attention",
-            Op::Reshape { .. } => "reshape",
-            Op::Expand { .. } => "expand",
-            Op::Permute { .. } => "permute",
-            Op::Slice { .. } => "slice",
-            Op::Concat { .. } => "concat",
-            Op::Gather { .. } => "gather",
-            Op::Full { .. } => "full",
-            Op::Arange { .. } => "arange",
-            Op::CumSum { .. } => "cumsum",
-            Op::Scan { .. } => "scan",
-            Op::Linalg { .. } => "linalg",
-            Op::Assert { .. } => "assert",
-            Op::ArgMin { .. } => "argmin",
-            Op::Sort { .. } => "sort",
-            Op::Pad { .. } => "pad",
-            Op::Flip { .. } => "flip",
-            Op::Upsample { mode: ResizeMode::Nearest, .. } => "upsample_nearest",
-            Op::Upsample { mode: ResizeMode::Linear, .. } => "upsample_linear",
-            Op::GatherElements { .. } => "gather_elements",
-            Op::ScatterElements { .. } => "scatter_elements",
-            Op::IndexGather { .. } => "index_gather",
-            Op::IndexPut { .. } => "index_put",
-            Op::Random { dist: RandomDist::Uniform { .. }, .. } => "random_uniform",
-            Op::Random { dist: RandomDist::Normal { .. }, .. } => "random_normal",
-            Op::Random { dist: RandomDist::Int { .. }, .. } => "random_int",
-            Op::Random { dist: RandomDist::Perm, .. } => "random_perm",
-            Op::BindDim { .. } => "bind_dim",
-            Op::NonZero { .. } => "nonzero",
-            Op::While { .. } => "while",
-            Op::Fused { .. } => "fused",
-            Op::RmsNorm { .. } => "rms_norm",
-            Op::QuantLinear { .. } => "quant_linear",
-            Op::ConvFused { .. } => "conv_fused",
-            Op::LinearFused { .. } => "linear_fused",
-        }
-    }
-
-    /// The plan opcode this op lowers to (`kiln_isa::opcode`, the one table of
-    /// the instruction set), or `None` for a loop, which lowers to several
-    /// instructions.
-    pub fn plan_opcode(&self) -> Option<Opcode> {
-        Some(match self {
-            Op::Unary(_) => Opcode::Unary,
-            Op::Binary(_) => Opcode::Binary,
-            Op::Where => Opcode::Where,
-            Op::Cast { .. } => Opcode::Cast,
-            Op::Clamp { .. } => Opcode::Clamp,
-            Op::MatMul => Opcode::MatMul,
-            Op::GroupedMatMul => Opcode::GroupedMatMul,
-            Op::Linear => Opcode::Linear,
-            Op::Conv { .. } => Opcode::Conv,
-            Op::BatchNorm { .. } => Opcode::BatchNorm,
-            Op::LayerNorm { .. } => Opcode::LayerNorm,
-            Op::Softmax { .. } | Op::LogSoftmax { .. } => Opcode::Softmax,
-            Op::Reduce { .. } => Opcode::Reduce,
-            Op::ArgMax { .. } => Opcode::ArgMax,
-            Op::Pool { .. } => Opcode::Pool,
-            Op::AdaptiveAvgPool { .. } => Opcode::AdaptiveAvgPool,
-            Op::Attention { .. } => Opcode::Attention,
-            Op::Reshape { .. } => Opcode::Copy,
-            Op::Expand { .. } => Opcode::Expand,
-            Op::Permute { .. } => Opcode::Permute,
-            // `SliceFromEnd` when the start counts from a dynamic end: same counts.
-            Op::Slice { .. } => Opcode::Slice,
-            Op::Concat { .. } => Opcode::Concat,
-            Op::Gather { .. } => Opcode::Gather,
-            Op::Full { .. } => Opcode::Fill,
-            Op::Arange { .. } => Opcode::Arange,
-            Op::CumSum { .. } => Opcode::CumSum,
-            Op::Scan { .. } => Opcode::Scan,
-            Op::Linalg { .. } => Opcode::Linalg,
-            Op::Assert { .. } => Opcode::Assert,
-            Op::ArgMin { .. } => Opcode::ArgMin,
-            Op::Sort { .. } => Opcode::Sort,
-            Op::Pad { .. } => Opcode::Pad,
-            Op::Flip { .. } => Opcode::Flip,
-            Op::Upsample { .. } => Opcode::Resize,
-            Op::GatherElements { .. } => Opcode::GatherElements,
-            Op::ScatterElements { .. } => Opcode::ScatterElements,
-            Op::IndexGather { .. } => Opcode::IndexGather,
-            Op::IndexPut { .. } => Opcode::IndexPut,
-            Op::Random { .. } => Opcode::Random,
-            Op::BindDim { .. } => Opcode::BindDim,
-            Op::NonZero { .. } => Opcode::NonZero,
-            Op::Fused { .. } => Opcode::Fused,
-            Op::RmsNorm { .. } => Opcode::RmsNorm,
-            Op::QuantLinear { .. } => Opcode::QuantLinear,
-            Op::ConvFused { .. } => Opcode::ConvFused,
-            Op::LinearFused { .. } => Opcode::LinearFused,
-            Op::While { .. } => return None,
-        })
-    }
-
     /// Allowed operand counts, inclusive (the plan opcode's, from the one
     /// table). Optional operands are trailing.
     pub fn operand_count(&self) -> (usize, usize) {
@@ -477,16 +272,5 @@ impl Op {
             }
             (_, None) => (0, usize::MAX),
         }
-    }
-
-    /// Ops run for an effect other than their results (binding a symbol, a
-    /// run-time check): dead-code elimination keeps them.
-    pub fn has_effect(&self) -> bool {
-        matches!(self, Op::BindDim { .. } | Op::Assert { .. })
-    }
-
-    /// Ops whose output is a pure rearrangement of their input's elements.
-    pub fn is_layout_only(&self) -> bool {
-        matches!(self, Op::Reshape { .. } | Op::Expand { .. } | Op::Permute { .. } | Op::Slice { .. })
     }
 }

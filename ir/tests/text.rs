@@ -457,3 +457,139 @@ fn states_round_trip_and_verify() {
     assert!(parse(&src.replace("= [0.5]", "= [0.5, 1]")).is_err());
     assert!(parse(&src.replace("input 1 output 1", "input 2 output 1")).is_err());
 }
+
+/// The op table gives every op's text names and attribute keys: the parser
+/// knows every name, and what the printer writes uses only the table's keys,
+/// in the table's order.
+#[test]
+fn op_table_names_and_keys_match_the_text_form() {
+    let forms = kiln_ir::op_text_forms();
+    let mut names: Vec<&str> = forms.iter().map(|(n, _)| *n).collect();
+    names.sort_unstable();
+    let before = names.len();
+    names.dedup();
+    assert_eq!(before, names.len(), "a text name is used twice by the op table");
+    for (name, keys) in &forms {
+        let src = format!("graph {{\n  input %0: f32[2]\n  %1: f32[2] = {name}(%0)\n}}");
+        match parse(&src) {
+            Ok(_) => {}
+            Err(e) => {
+                let key =
+                    e.message.strip_prefix(&format!("`{name}` needs attribute `")).and_then(|k| k.strip_suffix('`'));
+                assert!(key.is_some_and(|k| keys.contains(&k)), "`{name}`: {e}");
+            }
+        }
+    }
+    // Every name is printed by the graphs above, and only with its keys.
+    let samples = table_samples_graph();
+    let sample_text = round_trip(&samples);
+    let ops = |g: &Graph| g.order.iter().map(|&n| g.nodes[n].op.clone()).collect::<Vec<_>>();
+    assert_eq!(ops(&samples), ops(&parse(&sample_text).unwrap()));
+    let text = print(&every_op_graph()) + &sample_text;
+    let mut printed = std::collections::HashSet::new();
+    for line in text.lines() {
+        let Some((_, rhs)) = line.split_once(" = ") else { continue };
+        let name: String = rhs.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        let Some((_, keys)) = forms.iter().find(|(n, _)| *n == name) else { continue };
+        printed.insert(name.clone());
+        let rest = &rhs[name.len()..];
+        let attrs = if rest.starts_with('{') { &rest[1..rest.find("}(").unwrap_or(rest.len())] } else { "" };
+        // Top-level keys: `key=` at the start or after `, ` outside brackets.
+        let mut depth = 0;
+        let mut at_key = true;
+        let mut seen = vec![];
+        let mut key = String::new();
+        for c in attrs.chars() {
+            match c {
+                '[' | '(' | '{' => depth += 1,
+                ']' | ')' | '}' => depth -= 1,
+                '=' if depth == 0 && at_key => {
+                    seen.push(std::mem::take(&mut key));
+                    at_key = false;
+                }
+                ',' if depth == 0 => at_key = true,
+                ' ' => {}
+                _ if at_key => key.push(c),
+                _ => {}
+            }
+        }
+        let order: Vec<usize> = seen
+            .iter()
+            .map(|k| keys.iter().position(|t| t == k).unwrap_or_else(|| panic!("`{name}` printed key `{k}`")))
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "`{name}` printed {seen:?}, the table says {keys:?}");
+    }
+    let missing: Vec<&str> = names.iter().copied().filter(|n| !printed.contains(*n)).collect();
+    assert!(missing.is_empty(), "not in `every_op_graph` or `table_samples_graph`: {missing:?}");
+}
+
+/// The ops `every_op_graph` lacks, one node each (types do not matter here).
+fn table_samples_graph() -> Graph {
+    let mut g = Graph::new();
+    let n = g.add_symbol("n", 0, Some(8));
+    let x = g.add_input("x", TensorType::fixed(DType::F32, &[2, 4]));
+    let ty = TensorType::fixed(DType::F32, &[2, 4]);
+    let mut body = Graph::new();
+    let b = body.add_input("i", TensorType::fixed(DType::F32, &[2, 4]));
+    body.add_output("i", b);
+    let epilogue = Epilogue {
+        bias: true,
+        activation: Some(Activation::Clamp { min: Some(0.0), max: None }),
+        residual: Residual::AfterActivation,
+    };
+    let shape = vec![Dim::Const(2), Dim::Sym(n)];
+    let ops = [
+        Op::ArgMin { axis: 1, keep_dims: false },
+        Op::CumSum { axis: 0 },
+        Op::Scan { axis: 1, kind: ScanKind::Max },
+        Op::Linalg { op: LinalgOp::Solve, upper: false, left: true, unit: false },
+        Op::Sort { axis: 1, k: Dim::Sym(n), descending: true, indices: false },
+        Op::Pad { lo: vec![0, 1], hi: vec![0, 0], interior: vec![0, 0], mode: PadMode::Replicate, value: 0.0 },
+        Op::Flip { axes: vec![0, 1] },
+        Op::Fused { program: vec![FusedOp::Unary { op: UnaryOp::Exp, x: 0 }] },
+        Op::GroupedMatMul,
+        Op::RmsNorm { normalized_rank: 1, eps: 1e-6 },
+        Op::QuantLinear {
+            bits: 4,
+            group: 32,
+            zero_points: true,
+            dynamic: false,
+            act_scale: Some(0.5),
+            act_zero_point: -3,
+        },
+        Op::QuantLinear { bits: 8, group: 4, zero_points: false, dynamic: true, act_scale: None, act_zero_point: 0 },
+        Op::ConvFused { stride: vec![1, 1], padding: vec![0, 0], dilation: vec![1, 1], groups: 1, epilogue },
+        Op::LinearFused { epilogue: Epilogue { bias: false, activation: None, residual: Residual::None } },
+        Op::Upsample { mode: ResizeMode::Nearest, align_corners: false, size: shape.clone(), scales: vec![2.0, 0.0] },
+        Op::Upsample { mode: ResizeMode::Linear, align_corners: true, size: shape.clone(), scales: vec![] },
+        Op::Random {
+            dist: RandomDist::Uniform { low: -1.0, high: 1.0 },
+            dtype: DType::F32,
+            shape: shape.clone(),
+            stream: 0,
+        },
+        Op::Random {
+            dist: RandomDist::Normal { mean: 0.0, std: 2.0 },
+            dtype: DType::F64,
+            shape: shape.clone(),
+            stream: 1,
+        },
+        Op::Random {
+            dist: RandomDist::Int { low: 0, high: i64::MAX },
+            dtype: DType::I64,
+            shape: shape.clone(),
+            stream: 2,
+        },
+        Op::Random { dist: RandomDist::Perm, dtype: DType::I64, shape, stream: 3 },
+        Op::NonZero { count: n },
+        Op::While { carried: 1, cond: Region::new(body.clone()), body: Region::new(body) },
+    ];
+    for op in ops {
+        g.push(op, vec![x], ty.clone(), None);
+    }
+    // No results: a check and a symbol binding.
+    g.add_node(Op::Assert { message: "x \"must\" hold".into() }, vec![x], vec![], None);
+    g.add_node(Op::BindDim { symbol: n }, vec![x], vec![], None);
+    g.add_output("x", x);
+    g
+}

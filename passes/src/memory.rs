@@ -30,7 +30,7 @@
 //! or above them all. Offsets are multiples of `MemoryOptions::alignment`.
 
 use crate::check::guard;
-use crate::PassError;
+use crate::{PassError, TargetDesc};
 use kiln_ir::{Dim, EntityRef, Graph, NodeId, Op, SecondaryMap, ValueDef, ValueId};
 use std::collections::HashMap;
 
@@ -44,9 +44,22 @@ pub struct MemoryOptions {
     pub alias_reshapes: bool,
 }
 
+/// The smallest buffer alignment: a cache line, so that threads writing
+/// different buffers never share one.
+pub const CACHE_LINE: u64 = 64;
+
 impl Default for MemoryOptions {
     fn default() -> MemoryOptions {
-        MemoryOptions { alignment: 64, alias_reshapes: true }
+        MemoryOptions { alignment: CACHE_LINE, alias_reshapes: true }
+    }
+}
+
+impl MemoryOptions {
+    /// Options for `target`: every buffer aligned to its vector width (so a
+    /// kernel's aligned vector loads and stores never straddle a buffer's
+    /// start), and to at least [`CACHE_LINE`].
+    pub fn for_target(target: &TargetDesc) -> MemoryOptions {
+        MemoryOptions { alignment: CACHE_LINE.max(u64::from(target.vector_bytes)), ..MemoryOptions::default() }
     }
 }
 
@@ -62,6 +75,9 @@ pub struct MemoryPlan {
     pub slots: SecondaryMap<ValueId, Option<Slot>>,
     /// Arena size: the end of the highest slot, rounded up to the alignment.
     pub arena_bytes: u64,
+    /// Every slot's offset is a multiple of this ([`MemoryOptions::alignment`]);
+    /// the arena's start must be aligned at least as much.
+    pub alignment: u64,
     /// The most bytes (each slot rounded up to the alignment) live at one step: a
     /// lower bound on `arena_bytes` that no placement can beat.
     pub peak_live_bytes: u64,
@@ -106,6 +122,9 @@ pub fn plan_memory(g: &Graph, opts: &MemoryOptions) -> Result<MemoryPlan, PassEr
 fn plan_graph(g: &Graph, opts: &MemoryOptions, external_inputs: bool) -> Result<MemoryPlan, PassError> {
     guard(g, PASS)?;
     let align = opts.alignment.max(1);
+    if !align.is_power_of_two() {
+        return Err(PassError::new(PASS, format!("alignment {align} is not a power of two")));
+    }
     let mut buffers = buffers(g, align, opts.alias_reshapes, external_inputs)?;
     let mut loops = HashMap::new();
     for (step, &n) in g.order.iter().enumerate() {
@@ -132,7 +151,7 @@ fn plan_graph(g: &Graph, opts: &MemoryOptions, external_inputs: bool) -> Result<
         b.padded.cmp(&a.padded).then(a.first.cmp(&b.first)).then(a.value.index().cmp(&b.value.index()))
     });
     let mut placed: Vec<(usize, usize, u64, u64)> = Vec::new(); // (first, last, offset, padded)
-    let mut plan = MemoryPlan { peak_live_bytes, ..MemoryPlan::default() };
+    let mut plan = MemoryPlan { peak_live_bytes, alignment: align, ..MemoryPlan::default() };
     for b in &buffers {
         let mut busy: Vec<(u64, u64)> = placed
             .iter()

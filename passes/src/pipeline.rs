@@ -182,7 +182,10 @@ fn run_on_regions(g: &mut Graph, passes: &[Pass], opts: &Options) -> Result<(), 
 
 /// Runs `passes` in order on `g`. With `opts.verify_each`, the graph is verified
 /// before the first pass and after each one; a failure names the pass that broke it.
+/// A graph whose ops assume another layout than the target's is refused
+/// first ([`TargetDesc::check_layout`]).
 pub fn run_pipeline(g: &mut Graph, passes: &[Pass], opts: &Options) -> Result<Report, PassError> {
+    opts.target.check_layout(g)?;
     if opts.verify_each {
         verify_graph(g).map_err(|e| PassError::new("input", format!("graph invalid before any pass: {e}")))?;
     }

@@ -9,13 +9,21 @@
 //! data ([`OpTable`]): `target/cpu.rs` for kiln's CPU kernels, `target/pjrt.rs`
 //! for what a StableHLO segment takes.
 //!
+//! The description's `layout` is checked against the IR's one layout
+//! convention before the passes run and before lowering
+//! ([`TargetDesc::check_layout`]); its `vector_bytes` sets the memory
+//! planner's buffer alignment (`MemoryOptions::for_target`).
+//!
 //! Native code for x86_64 and aarch64 will be further [`Target`]s whose
 //! descriptions carry their own kernel tables, layouts and vector widths.
 
 mod cpu;
 mod pjrt;
 
-use kiln_ir::{BinaryOp, DType, Op, PoolKind, ReduceKind, UnaryOp};
+/// The key of an [`OpTable`]: an op without its parameters, declared by the
+/// IR's op table (`kiln_ir::OpKind`), so a new op needs no row here.
+pub use kiln_ir::OpKind;
+use kiln_ir::{DType, Graph, Op};
 use std::fmt;
 
 /// A target by name.
@@ -77,9 +85,15 @@ pub struct TargetDesc {
     /// What an accelerator segment takes (PJRT: the ops and dtypes with a
     /// StableHLO lowering); `None` for a target without segments.
     pub segments: Option<&'static OpTable>,
-    /// The memory layout the kernels take tensors in.
+    /// The memory layout the kernels take tensors in. The IR has one
+    /// convention (`N, C, spatial..` for the ops [`Op::is_channels_first`]
+    /// marks) and no pass converts layouts, so the pipeline and lowering
+    /// refuse such an op for a target with another layout
+    /// ([`TargetDesc::check_layout`]).
     pub layout: Layout,
-    /// Width in bytes of the vector registers `kernels` are compiled for.
+    /// Width in bytes of the vector registers `kernels` are compiled for: the
+    /// memory planner aligns every arena buffer to it, and to at least a cache
+    /// line (`MemoryOptions::for_target`).
     pub vector_bytes: u32,
 }
 
@@ -130,6 +144,36 @@ impl TargetDesc {
     pub fn kernel_takes(&self, op: &Op, dtype: DType) -> bool {
         self.kernel_support(op).takes(Some(dtype))
     }
+
+    /// Refuses a graph (nested graphs included) holding an op whose meaning
+    /// depends on the layout ([`Op::is_channels_first`]) when the target's
+    /// kernels take another layout than the IR's: the op would run on
+    /// tensors laid out as it does not expect. Graphs without such ops are
+    /// the same under every dense layout.
+    pub fn check_layout(&self, g: &Graph) -> Result<(), crate::PassError> {
+        if self.layout == Layout::RowMajor {
+            return Ok(());
+        }
+        for &n in &g.order {
+            let Some(node) = g.nodes.get(n) else { continue };
+            if node.op.is_channels_first() {
+                return Err(crate::PassError::new(
+                    "layout",
+                    format!(
+                        "target `{}` takes {} tensors, but {} is built for N, C, spatial.. and no pass converts layouts",
+                        self.target,
+                        self.layout.name(),
+                        g.describe_node(n)
+                    ),
+                ));
+            }
+            if let Op::While { cond, body, .. } = &node.op {
+                self.check_layout(cond)?;
+                self.check_layout(body)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// How a target's kernels lay tensors out in memory.
@@ -138,135 +182,18 @@ pub enum Layout {
     /// Dense row-major, channels before the spatial dims (`NC…`): the IR's
     /// convention, and what every target's kernels take today.
     RowMajor,
+    /// Dense row-major, channels after the spatial dims (`N…C`, NHWC), as
+    /// some accelerator and mobile kernels want. No target has it yet: a
+    /// description with it compiles only graphs without channels-first ops.
+    ChannelsLast,
 }
 
-/// An op without its parameters: the key of an [`OpTable`]. The selectors
-/// that pick a different function (which unary, binary, reduction or pooling)
-/// are part of it; sizes, axes and modes are not.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum OpKind {
-    Unary(UnaryOp),
-    Binary(BinaryOp),
-    Where,
-    Cast,
-    Clamp,
-    MatMul,
-    GroupedMatMul,
-    Linear,
-    Conv,
-    BatchNorm,
-    LayerNorm,
-    Softmax,
-    LogSoftmax,
-    Reduce(ReduceKind),
-    ArgMax,
-    Pool(PoolKind),
-    AdaptiveAvgPool,
-    Attention,
-    Reshape,
-    Expand,
-    Permute,
-    Slice,
-    Concat,
-    Gather,
-    Full,
-    Arange,
-    CumSum,
-    Scan,
-    Linalg,
-    Assert,
-    ArgMin,
-    Sort,
-    Pad,
-    Flip,
-    Upsample,
-    GatherElements,
-    ScatterElements,
-    IndexGather,
-    IndexPut,
-    Random,
-    BindDim,
-    NonZero,
-    While,
-    /// Fused elementwise ops (made by the fusion pass, CPU target).
-    Fused,
-    RmsNorm,
-    /// Linear layers with int8/int4 weights (made by the quantized-linear pass).
-    QuantLinear,
-    /// Convolution / linear with a fused epilogue (the epilogue fusion
-    /// pass, CPU target).
-    ConvFused,
-    LinearFused,
-}
-
-impl OpKind {
-    pub fn of(op: &Op) -> OpKind {
-        match op {
-            Op::Unary(u) => OpKind::Unary(*u),
-            Op::Binary(b) => OpKind::Binary(*b),
-            Op::Where => OpKind::Where,
-            Op::Cast { .. } => OpKind::Cast,
-            Op::Clamp { .. } => OpKind::Clamp,
-            Op::MatMul => OpKind::MatMul,
-            Op::GroupedMatMul => OpKind::GroupedMatMul,
-            Op::Linear => OpKind::Linear,
-            Op::Conv { .. } => OpKind::Conv,
-            Op::BatchNorm { .. } => OpKind::BatchNorm,
-            Op::LayerNorm { .. } => OpKind::LayerNorm,
-            Op::Softmax { .. } => OpKind::Softmax,
-            Op::LogSoftmax { .. } => OpKind::LogSoftmax,
-            Op::Reduce { kind, .. } => OpKind::Reduce(*kind),
-            Op::ArgMax { .. } => OpKind::ArgMax,
-            Op::Pool { kind, .. } => OpKind::Pool(*kind),
-            Op::AdaptiveAvgPool { .. } => OpKind::AdaptiveAvgPool,
-            Op::Attention { .. } => OpKind::Attention,
-            Op::Reshape { .. } => OpKind::Reshape,
-            Op::Expand { .. } => OpKind::Expand,
-            Op::Permute { .. } => OpKind::Permute,
-            Op::Slice { .. } => OpKind::Slice,
-            Op::Concat { .. } => OpKind::Concat,
-            Op::Gather { .. } => OpKind::Gather,
-            Op::Full { .. } => OpKind::Full,
-            Op::Arange { .. } => OpKind::Arange,
-            Op::CumSum { .. } => OpKind::CumSum,
-            Op::Scan { .. } => OpKind::Scan,
-            Op::Linalg { .. } => OpKind::Linalg,
-            Op::Assert { .. } => OpKind::Assert,
-            Op::ArgMin { .. } => OpKind::ArgMin,
-            Op::Sort { .. } => OpKind::Sort,
-            Op::Pad { .. } => OpKind::Pad,
-            Op::Flip { .. } => OpKind::Flip,
-            Op::Upsample { .. } => OpKind::Upsample,
-            Op::GatherElements { .. } => OpKind::GatherElements,
-            Op::ScatterElements { .. } => OpKind::ScatterElements,
-            Op::IndexGather { .. } => OpKind::IndexGather,
-            Op::IndexPut { .. } => OpKind::IndexPut,
-            Op::Random { .. } => OpKind::Random,
-            Op::BindDim { .. } => OpKind::BindDim,
-            Op::NonZero { .. } => OpKind::NonZero,
-            Op::While { .. } => OpKind::While,
-            Op::Fused { .. } => OpKind::Fused,
-            Op::RmsNorm { .. } => OpKind::RmsNorm,
-            Op::QuantLinear { .. } => OpKind::QuantLinear,
-            Op::ConvFused { .. } => OpKind::ConvFused,
-            Op::LinearFused { .. } => OpKind::LinearFused,
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::RowMajor => "row-major N, C, spatial..",
+            Layout::ChannelsLast => "channels-last N, spatial.., C",
         }
-    }
-
-    /// Ops built from primitives, which decomposition can rewrite into them
-    /// (when its rule applies to the node's sizes and dtypes).
-    pub fn is_composite(self) -> bool {
-        matches!(
-            self,
-            OpKind::Linear
-                | OpKind::BatchNorm
-                | OpKind::LayerNorm
-                | OpKind::Softmax
-                | OpKind::LogSoftmax
-                | OpKind::Attention
-                | OpKind::Pool(_)
-                | OpKind::AdaptiveAvgPool
-        )
     }
 }
 

@@ -101,3 +101,61 @@ fn the_pipeline_follows_the_description() {
     run_pipeline(&mut g, &pipeline_for(&unrestricted), &custom(unrestricted.clone())).unwrap();
     assert_eq!(ops(&g), ["softmax"]);
 }
+
+/// A target whose kernels take channels-last tensors: the IR's channels-first
+/// ops are refused before any pass runs; a graph without them compiles.
+#[test]
+fn a_channels_last_target_refuses_channels_first_ops() {
+    let desc = TargetDesc { layout: kiln_passes::Layout::ChannelsLast, ..Target::Cpu.desc().clone() };
+    let mut conv = Graph::new();
+    let x = conv.add_input("x", f32_ty(&[1, 3, 8, 8]));
+    let w = const_f32(&mut conv, &[4, 3, 1, 1], &[0.5; 12]);
+    let op = Op::Conv { stride: vec![1, 1], padding: vec![0, 0], dilation: vec![1, 1], groups: 1 };
+    let y = push(&mut conv, op, vec![x, w], &[1, 4, 8, 8]);
+    conv.add_output("y", y);
+    let err = run_pipeline(&mut conv.clone(), &pipeline_for(&desc), &custom(desc.clone())).unwrap_err();
+    assert_eq!(err.pass, "layout");
+    assert!(err.message.contains("channels-last") && err.message.contains("conv"), "{err}");
+    // The same graph compiles for the CPU, whose kernels take the IR's layout.
+    let cpu = Target::Cpu.desc();
+    run_pipeline(&mut conv, &pipeline_for(cpu), &custom(cpu.clone())).unwrap();
+
+    let mut mlp = Graph::new();
+    let x = mlp.add_input("x", f32_ty(&[2, 3]));
+    let w = const_f32(&mut mlp, &[4, 3], &[0.25; 12]);
+    let h = push(&mut mlp, Op::Linear, vec![x, w], &[2, 4]);
+    let y = push(&mut mlp, Op::Unary(UnaryOp::Relu), vec![h], &[2, 4]);
+    mlp.add_output("y", y);
+    run_pipeline(&mut mlp, &pipeline_for(&desc), &custom(desc.clone())).unwrap();
+    desc.check_layout(&mlp).unwrap();
+}
+
+/// The memory planner aligns every buffer to the target's vector width (and
+/// to at least a cache line).
+#[test]
+fn buffers_are_aligned_to_the_target_vector_width() {
+    use kiln_passes::{check_plan, plan_memory, MemoryOptions, CACHE_LINE};
+    // Three small values live at once: with 64-byte alignment some would sit
+    // at odd multiples of 64.
+    let mut g = Graph::new();
+    let x = g.add_input("x", f32_ty(&[4]));
+    let a = push(&mut g, Op::Unary(UnaryOp::Exp), vec![x], &[4]);
+    let b = push(&mut g, Op::Unary(UnaryOp::Neg), vec![a], &[4]);
+    let c = push(&mut g, Op::Binary(kiln_ir::BinaryOp::Add), vec![a, b], &[4]);
+    g.add_output("c", c);
+    g.add_output("x", x);
+    for (vector_bytes, alignment) in [(16, CACHE_LINE), (64, 64), (128, 128), (256, 256)] {
+        let desc = TargetDesc { vector_bytes, ..Target::Cpu.desc().clone() };
+        let opts = MemoryOptions::for_target(&desc);
+        assert_eq!(opts.alignment, alignment);
+        let plan = plan_memory(&g, &opts).unwrap();
+        check_plan(&g, &plan).unwrap();
+        assert_eq!(plan.alignment, alignment);
+        let offsets: Vec<u64> = [x, a, b, c].iter().map(|&v| plan.slots[v].unwrap().offset).collect();
+        assert!(offsets.iter().all(|o| o % alignment == 0), "{vector_bytes}: {offsets:?}");
+        assert!(offsets.iter().any(|&o| o == 3 * alignment), "{vector_bytes}: {offsets:?}");
+        assert_eq!(plan.arena_bytes % alignment, 0);
+    }
+    let odd = MemoryOptions { alignment: 48, ..MemoryOptions::default() };
+    assert!(plan_memory(&g, &odd).unwrap_err().message.contains("power of two"));
+}

@@ -5,6 +5,12 @@ use std::ptr::NonNull;
 
 const ALIGN: usize = 64;
 
+/// The alignment of a session's arena (and of artifacts copied into memory):
+/// a plan whose buffer offsets are multiples of at most this has every
+/// buffer aligned as much in memory. The compiler refuses a memory plan that
+/// asks for more.
+pub const ARENA_ALIGN: u64 = ALIGN as u64;
+
 /// A type with [`ALIGN`]: its dangling pointer is aligned for every dtype.
 #[repr(C, align(64))]
 struct Line([u8; ALIGN]);

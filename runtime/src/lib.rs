@@ -29,6 +29,7 @@ mod program;
 mod session;
 mod validate;
 
+pub use aligned::ARENA_ALIGN;
 pub use device::{
     default_threads, AccelInfo, AccelStats, Device, ExecutableCache, SegmentStats, SessionOptions,
     DEFAULT_MAX_ARENA_BYTES,

@@ -18,8 +18,12 @@
 //!   outputs in the arena that overlap neither each other nor any of its
 //!   inputs (except a `Copy` onto its own input's storage); a call's second
 //!   output is the i64 indices, shaped like the values, of a sort or max pool;
-//! - kernel parameters agree with the ranks of the tensors they apply to
-//!   (element-wise gather/scatter operands share a rank; advanced indexing
+//! - kernel parameters agree with the ranks of the tensors they apply to:
+//!   each parameter declared with a kind in `format::plan`'s `kernels!` table
+//!   gets that kind's check ([`param`]: axes in range, normalised ranks,
+//!   non-zero steps and groups, one entry per dim or per spatial dim), named
+//!   in the error; the rest, relating several parameters or tensors, is
+//!   checked per opcode (element-wise gather/scatter operands share a rank; advanced indexing
 //!   has no more index tensors than axes after `axis`; a fused program reads
 //!   only defined registers, its ops' dtypes agree with its operands', it
 //!   yields the output's dtype, and no operand outranks the output);
@@ -701,38 +705,92 @@ fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> s
     }
 }
 
+/// The per-kind parameter checks `kernels!` rows name (`axis: u32 => axis`):
+/// the same for every opcode, so declared with the parameter, not per opcode.
+pub(crate) mod param {
+    /// The ranks a parameter is checked against.
+    pub(crate) struct Ranks {
+        /// The first operand's (0 without operands).
+        pub input: usize,
+        /// The first output's.
+        pub output: usize,
+    }
+
+    /// An axis of the first operand.
+    pub(crate) fn axis(name: &str, v: &u32, r: &Ranks) -> Result<(), String> {
+        in_range(name, *v, r.input)
+    }
+
+    /// An axis of the output (concatenation: the operands may be rank 0..).
+    pub(crate) fn output_axis(name: &str, v: &u32, r: &Ranks) -> Result<(), String> {
+        in_range(name, *v, r.output)
+    }
+
+    /// Axes of the first operand.
+    pub(crate) fn axes(name: &str, v: &[u32], r: &Ranks) -> Result<(), String> {
+        v.iter().try_for_each(|&a| in_range(name, a, r.input))
+    }
+
+    /// A count of trailing dims of the first operand.
+    pub(crate) fn normalized_rank(name: &str, v: &u32, r: &Ranks) -> Result<(), String> {
+        if *v as usize > r.input {
+            return Err(format!("parameter `{name}` normalizes {v} dims of a rank-{} tensor", r.input));
+        }
+        Ok(())
+    }
+
+    /// A step or group count: never 0.
+    pub(crate) fn nonzero<T: Copy + Into<u64>>(name: &str, v: &T, _: &Ranks) -> Result<(), String> {
+        if (*v).into() == 0 {
+            return Err(format!("parameter `{name}` is 0"));
+        }
+        Ok(())
+    }
+
+    /// One entry per dim of the first operand.
+    pub(crate) fn per_dim<T>(name: &str, v: &[T], r: &Ranks) -> Result<(), String> {
+        if v.len() != r.input {
+            return Err(format!("parameter `{name}` has {} entries for rank {}", v.len(), r.input));
+        }
+        Ok(())
+    }
+
+    /// One entry per spatial dim (after `N, C`) of the first operand: 1 to 3.
+    pub(crate) fn spatial<T>(name: &str, v: &[T], r: &Ranks) -> Result<(), String> {
+        let spatial = r.input.saturating_sub(2);
+        if !(1..=3).contains(&spatial) || v.len() != spatial {
+            return Err(format!(
+                "parameter `{name}` has {} entries for a rank-{} input ({spatial} spatial dims, 1 to 3 allowed)",
+                v.len(),
+                r.input
+            ));
+        }
+        Ok(())
+    }
+
+    fn in_range(name: &str, axis: u32, rank: usize) -> Result<(), String> {
+        if (axis as usize) >= rank {
+            return Err(format!("parameter `{name}` = {axis} is out of range for rank {rank}"));
+        }
+        Ok(())
+    }
+}
+
+/// A call's parameters: first the checks each parameter's kind declares
+/// (`Kernel::check_params`), then the ones that relate several parameters
+/// or tensors, hand-written per opcode.
 fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::result::Result<(), String> {
     let rank = |t: &TensorDecl| t.shape.len();
     let in_rank = ins.first().map_or(0, |t| rank(t));
-    let axis_ok = |axis: u32, r: usize| {
-        if (axis as usize) < r {
-            Ok(())
-        } else {
-            Err(format!("axis {axis} out of range for rank {r}"))
-        }
-    };
+    k.check_params(&param::Ranks { input: in_rank, output: rank(out) })?;
     match k {
-        Kernel::Softmax { axis, .. }
-        | Kernel::ArgMax { axis }
-        | Kernel::Slice { axis, .. }
-        | Kernel::SliceFromEnd { axis, .. } => axis_ok(*axis, in_rank)?,
-        Kernel::Gather { axis } => axis_ok(*axis, in_rank)?,
-        Kernel::GatherElements { axis } | Kernel::ScatterElements { axis, .. } => {
-            axis_ok(*axis, in_rank)?;
-            if ins.iter().any(|t| rank(t) != in_rank) {
-                return Err("operands of different ranks".into());
-            }
+        Kernel::GatherElements { .. } | Kernel::ScatterElements { .. } if ins.iter().any(|t| rank(t) != in_rank) => {
+            return Err("operands of different ranks".into());
         }
         Kernel::IndexGather { axis } | Kernel::IndexPut { axis, .. } => {
             let count = ins.len() - if matches!(k, Kernel::IndexPut { .. }) { 2 } else { 1 };
             if *axis as usize + count > in_rank {
                 return Err(format!("{count} index tensors from axis {axis} exceed rank {in_rank}"));
-            }
-        }
-        Kernel::Concat { axis } => axis_ok(*axis, rank(out))?,
-        Kernel::Reduce { axes, .. } => {
-            for a in axes {
-                axis_ok(*a, in_rank)?
             }
         }
         Kernel::Permute { perm } => {
@@ -747,22 +805,6 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                 }
             }
         }
-        Kernel::LayerNorm { normalized_rank, .. } | Kernel::RmsNorm { normalized_rank, .. }
-            if *normalized_rank as usize > in_rank =>
-        {
-            return Err(format!("normalizes {normalized_rank} dims of a rank-{in_rank} tensor"))
-        }
-        Kernel::Conv { stride, padding, dilation, groups }
-        | Kernel::ConvFused { stride, padding, dilation, groups, .. } => {
-            let spatial = in_rank.saturating_sub(2);
-            if spatial == 0
-                || spatial > 3
-                || [stride.len(), padding.len(), dilation.len()].iter().any(|&l| l != spatial)
-                || *groups == 0
-            {
-                return Err("convolution parameters do not match the input rank".into());
-            }
-        }
         Kernel::Pool { kind, kernel, stride, padding, dilation, divisor, .. } => {
             let n = kernel.len();
             if n == 0 || n > 3 || n > in_rank || [stride.len(), padding.len(), dilation.len()].iter().any(|&l| l != n) {
@@ -772,18 +814,7 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                 return Err("a pooling divisor must be non-zero and on an average pool".into());
             }
         }
-        Kernel::CumSum { axis } | Kernel::Scan { axis, .. } | Kernel::ArgMin { axis } | Kernel::Sort { axis, .. } => {
-            axis_ok(*axis, in_rank)?
-        }
-        Kernel::Flip { axes } => {
-            for a in axes {
-                axis_ok(*a, in_rank)?
-            }
-        }
-        Kernel::Pad { lo, hi, interior, .. }
-            if ([lo.len(), hi.len(), interior.len(), rank(out)].iter().any(|&l| l != in_rank)
-                || interior.iter().any(|&i| i < 0)) =>
-        {
+        Kernel::Pad { interior, .. } if rank(out) != in_rank || interior.iter().any(|&i| i < 0) => {
             return Err("padding parameters do not match the input rank".into());
         }
         Kernel::NonZero {}
@@ -805,7 +836,6 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                 return Err("a fused operand has a higher rank than the output".into());
             }
         }
-        Kernel::LinearFused { .. } => {}
         Kernel::Resize { spatial, scales, .. } => {
             let s = *spatial as usize;
             if s == 0 || s > 3 || s > in_rank || rank(out) != in_rank || !(scales.is_empty() || scales.len() == s) {
@@ -822,11 +852,6 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                 epilogue.operand_count(),
                 ins.len()
             ));
-        }
-    }
-    if let Kernel::Slice { step, .. } | Kernel::SliceFromEnd { step, .. } = k {
-        if *step == 0 {
-            return Err("slice step is 0".into());
         }
     }
     Ok(())

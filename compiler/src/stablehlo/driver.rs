@@ -71,11 +71,13 @@ pub fn lower_for_pjrt_with(
     // (the loader rejects an instruction whose outputs overlap its inputs), and
     // values internal to a segment need no arena slot.
     let collapsed = collapse(g, &calls);
-    let mem = plan_memory(&collapsed, &MemoryOptions::default()).map_err(|e| LowerError(vec![e.to_string()]))?;
+    let target = kiln_passes::Target::Pjrt.desc();
+    let mem =
+        plan_memory(&collapsed, &MemoryOptions::for_target(target)).map_err(|e| LowerError(vec![e.to_string()]))?;
     check_plan(&collapsed, &mem)
         .map_err(|e| LowerError(vec![format!("memory plan is inconsistent (compiler bug): {e}")]))?;
 
-    let lowered = lower_to_plan_with_segments(g, &mem, &calls, kiln_passes::Target::Pjrt.desc())?;
+    let lowered = lower_to_plan_with_segments(g, &mem, &calls, target)?;
     let segments = emitted
         .into_iter()
         .zip(&part.segments)

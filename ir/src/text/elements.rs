@@ -104,7 +104,7 @@ fn format_element(dtype: DType, b: &[u8]) -> String {
 
 /// One element as parsed, before it is checked against the dtype.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Literal {
+pub(crate) enum Literal {
     /// A numeric literal as written, sign included.
     Num(String),
     Bool(bool),

@@ -31,7 +31,7 @@ impl Tok {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(super) struct Pos {
+pub(crate) struct Pos {
     pub line: usize,
     pub column: usize,
 }

@@ -50,7 +50,9 @@
 //!   node name, then optionally its stack trace) is optional. Attribute values:
 //!   integers (`max` = `i64::MAX`), floats (shortest round-trip decimal, `inf`,
 //!   `-inf`, `nan`, `nan(0xBITS)`), `true`/`false`, dtypes, dims, and `[...]`
-//!   lists of those. Attributes print in a fixed order per op; `clamp`'s
+//!   lists of those. Each op's names and attribute keys come from the op
+//!   table (`crate::op`, [`crate::op_text_forms`]). Attributes print in a
+//!   fixed order per op (its fields' order); `clamp`'s
 //!   `min`/`max`, `attention`'s `scale` and the pools' `divisor` are omitted
 //!   when absent.
 //!
@@ -108,6 +110,8 @@ mod lexer;
 mod ops;
 mod parse;
 mod print;
+
+pub(crate) use ops::{attr_keys, put_attr, take_attr, Attrs};
 
 use crate::Graph;
 use std::fmt;

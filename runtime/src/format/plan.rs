@@ -203,8 +203,15 @@ impl InstrOp {
 
 /// Declares [`Kernel`] from one row per opcode (its typed parameters) and its
 /// on-disk form: the opcode's numeric code, then the fields in row order.
+///
+/// A field may name the load-time check its kind of parameter gets
+/// (`axis: u32 => axis`): one of the functions of `crate::validate::param`
+/// (an axis of the first operand, an axis of the output, a list of axes, a
+/// normalised rank, a non-zero count, one entry per dim, one per spatial dim).
+/// `Kernel::check_params` runs them; checks that relate several parameters
+/// or tensors stay hand-written in `validate.rs`, one arm per opcode.
 macro_rules! kernels {
-    ( $( $(#[$meta:meta])* $variant:ident { $( $field:ident : $ty:ty ),* $(,)? } )* ) => {
+    ( $( $(#[$meta:meta])* $variant:ident { $( $field:ident : $ty:ty $( => $check:ident )? ),* $(,)? } )* ) => {
         /// A kernel call's compile-time parameters; shapes come from the
         /// tensors' declared shapes, evaluated per run. Each variant is the
         /// [`Opcode`] of the same name (the table in `kiln_isa::opcode` gives
@@ -219,6 +226,26 @@ macro_rules! kernels {
                 match self {
                     $( Kernel::$variant { .. } => Opcode::$variant, )*
                 }
+            }
+
+            /// The parameters of `op`'s kernel that have a check of their
+            /// kind, as (field, check) names; empty when `op` is no kernel.
+            pub fn param_checks(op: Opcode) -> &'static [(&'static str, &'static str)] {
+                match op {
+                    $( Opcode::$variant => &[$( $( (stringify!($field), stringify!($check)), )? )*], )*
+                    _ => &[],
+                }
+            }
+
+            /// Runs every parameter's check of its kind (see the macro's doc).
+            pub(crate) fn check_params(&self, cx: &crate::validate::param::Ranks) -> Result<(), String> {
+                match self {
+                    // Only the fields with a check are read.
+                    $( #[allow(unused_variables)] Kernel::$variant { $( $field ),* } => {
+                        $( $( crate::validate::param::$check(stringify!($field), $field, cx)?; )? )*
+                    } )*
+                }
+                Ok(())
             }
 
             fn write_fields<T: serde::ser::SerializeTuple>(&self, t: &mut T) -> Result<(), T::Error> {
@@ -255,12 +282,17 @@ kernels! {
     MatMul {}
     GroupedMatMul {}
     Linear {}
-    Conv { stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32 }
+    Conv {
+        stride: Vec<u32> => spatial,
+        padding: Vec<u32> => spatial,
+        dilation: Vec<u32> => spatial,
+        groups: u32 => nonzero,
+    }
     BatchNorm { eps: f64 }
-    LayerNorm { normalized_rank: u32, eps: f64 }
-    Softmax { axis: u32, log: bool }
-    Reduce { kind: ReduceKind, axes: Vec<u32> }
-    ArgMax { axis: u32 }
+    LayerNorm { normalized_rank: u32 => normalized_rank, eps: f64 }
+    Softmax { axis: u32 => axis, log: bool }
+    Reduce { kind: ReduceKind, axes: Vec<u32> => axes }
+    ArgMax { axis: u32 => axis }
     /// `divisor` (avg only): torch's `divisor_override`. `PoolKind::ArgMax`
     /// writes max pooling's i64 indices instead of its values; `Max` with
     /// two outputs writes both (values, indices) in one pass.
@@ -279,45 +311,45 @@ kernels! {
     Copy {}
     Expand {}
     Permute { perm: Vec<u32> }
-    Slice { axis: u32, start: u64, step: u64 }
-    Concat { axis: u32 }
-    Gather { axis: u32 }
+    Slice { axis: u32 => axis, start: u64, step: u64 => nonzero }
+    Concat { axis: u32 => output_axis }
+    Gather { axis: u32 => axis }
     Fill { value: f64 }
     Arange { start: f64, step: f64 }
-    CumSum { axis: u32 }
-    Scan { axis: u32, kind: ScanKind }
+    CumSum { axis: u32 => axis }
+    Scan { axis: u32 => axis, kind: ScanKind }
     /// Fails the run with `message` unless every element is nonzero.
     Assert { message: String }
     Linalg { op: LinalgOp, upper: bool, left: bool, unit: bool }
-    ArgMin { axis: u32 }
+    ArgMin { axis: u32 => axis }
     /// The first `out.shape[axis]` elements in sorted order, or (`indices`)
     /// their positions; with two outputs, both (values, indices) from one sort.
-    Sort { axis: u32, descending: bool, indices: bool }
-    Pad { lo: Vec<i64>, hi: Vec<i64>, interior: Vec<i64>, mode: PadMode, value: f64 }
-    Flip { axes: Vec<u32> }
+    Sort { axis: u32 => axis, descending: bool, indices: bool }
+    Pad { lo: Vec<i64> => per_dim, hi: Vec<i64> => per_dim, interior: Vec<i64> => per_dim, mode: PadMode, value: f64 }
+    Flip { axes: Vec<u32> => axes }
     /// Resizes the trailing `spatial` dims to the output's.
     Resize { mode: ResizeMode, align_corners: bool, spatial: u32, scales: Vec<f64> }
     /// Numbers drawn from `dist` by the session's seeded generator; `stream`
     /// tells the program's random instructions apart (see `kiln_kernels::random`).
     Random { dist: RandomDist, stream: u32 }
     /// `torch.gather` along `axis` (operands: data, index).
-    GatherElements { axis: u32 }
+    GatherElements { axis: u32 => axis }
     /// `torch.scatter` / `scatter_reduce` along `axis` (data, index, src).
-    ScatterElements { axis: u32, reduce: Option<ReduceKind>, include_self: bool }
+    ScatterElements { axis: u32 => axis, reduce: Option<ReduceKind>, include_self: bool }
     /// Advanced indexing of axes `axis..` by one index tensor each (data, indices..).
     IndexGather { axis: u32 }
     /// `index_put` (data, values, indices..).
     IndexPut { axis: u32, accumulate: bool }
     /// [`Kernel::Slice`] starting `back` elements before the end of `axis`
     /// (torch's negative start on a dynamic dimension; clamped to 0).
-    SliceFromEnd { axis: u32, back: u64, step: u64 }
+    SliceFromEnd { axis: u32 => axis, back: u64, step: u64 => nonzero }
     /// The coordinates of the operand's nonzero elements (i64 `[count, rank]`).
     NonZero {}
     /// A fused elementwise program over the operands (`kiln_isa::fused`),
     /// checked at load.
     Fused { program: Vec<FusedOp> }
     /// RMS normalisation of the last `normalized_rank` dims (x [, weight]).
-    RmsNorm { normalized_rank: u32, eps: f64 }
+    RmsNorm { normalized_rank: u32 => normalized_rank, eps: f64 }
     /// A linear layer with `bits`-bit weights (8, or 4 two a byte), `group`
     /// input features per scale, optional zero points (operands: x, w,
     /// scales [, zero points] [, bias]); `dynamic`: per-row int8 activations;
@@ -326,7 +358,13 @@ kernels! {
     QuantLinear { bits: u32, group: u32, zero_points: bool, dynamic: bool, act_scale: Option<f64>, act_zero_point: i32 }
     /// [`Kernel::Conv`] with a fused epilogue: `(x, w [, bias] [, residual])`
     /// as the epilogue's flags say.
-    ConvFused { stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32, epilogue: Epilogue }
+    ConvFused {
+        stride: Vec<u32> => spatial,
+        padding: Vec<u32> => spatial,
+        dilation: Vec<u32> => spatial,
+        groups: u32 => nonzero,
+        epilogue: Epilogue,
+    }
     /// [`Kernel::Linear`] with a fused epilogue: `(x, w [, bias] [, residual])`.
     LinearFused { epilogue: Epilogue }
 }

@@ -1,0 +1,137 @@
+//! Kernel parameters are checked at load by their kind, as `kernels!`
+//! declares (`axis: u32 => axis`): every declared check refuses a wrong
+//! value with a message naming the parameter, and a right one loads.
+
+use kiln_runtime::format::*;
+use kiln_runtime::{Error, Program};
+
+fn arena(shape: &[u64], offset: u64) -> TensorDecl {
+    let bytes = shape.iter().product::<u64>() * 4;
+    TensorDecl {
+        dtype: DType::F32,
+        shape: shape.iter().map(|&d| DimRef::Static(d)).collect(),
+        storage: Storage::Arena { offset, max_bytes: bytes },
+    }
+}
+
+/// One call of `kernel` on a rank-2 (`[2, 3]`) or rank-4 (`[1, 1, 2, 3]`)
+/// operand, as many times as the opcode takes at least, into a tensor of the
+/// same shape.
+fn load(kernel: Kernel, rank: usize) -> Result<std::sync::Arc<Program>, Error> {
+    let shape: &[u64] = if rank == 4 { &[1, 1, 2, 3] } else { &[2, 3] };
+    let operands = kernel.opcode().operands().0.max(1) as usize;
+    let plan = Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors: vec![arena(shape, 0), arena(shape, 64)],
+        inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
+        outputs: vec![IoDecl { name: "y".into(), tensor: 1 }],
+        instrs: vec![Instr {
+            op: InstrOp::Call(kernel),
+            inputs: vec![0; operands],
+            outputs: vec![1],
+            origin: "test".into(),
+        }],
+        arena_bytes: 128,
+        peak_live_bytes: 128,
+        states: vec![],
+    };
+    let bytes = ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap().to_bytes();
+    Program::from_bytes(&bytes)
+}
+
+fn conv(stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32) -> Kernel {
+    Kernel::Conv { stride, padding, dilation, groups }
+}
+
+fn conv_fused(stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32) -> Kernel {
+    let epilogue = Epilogue { bias: false, activation: None, residual: Default::default() };
+    Kernel::ConvFused { stride, padding, dilation, groups, epilogue }
+}
+
+fn pad(lo: Vec<i64>, hi: Vec<i64>, interior: Vec<i64>) -> Kernel {
+    Kernel::Pad { lo, hi, interior, mode: PadMode::Constant, value: 0.0 }
+}
+
+/// For every (opcode, parameter) with a declared check: a kernel whose
+/// parameter breaks it (the others right), the operand rank, the parameter.
+fn wrong_parameters() -> Vec<(Kernel, usize, &'static str)> {
+    let two = || vec![1u32, 1];
+    vec![
+        (conv(vec![1], two(), two(), 1), 4, "stride"),
+        (conv(two(), vec![0, 0, 0], two(), 1), 4, "padding"),
+        (conv(two(), two(), vec![], 1), 4, "dilation"),
+        (conv(two(), two(), two(), 0), 4, "groups"),
+        (conv_fused(vec![1], two(), two(), 1), 4, "stride"),
+        (conv_fused(two(), vec![0], two(), 1), 4, "padding"),
+        (conv_fused(two(), two(), vec![1], 1), 4, "dilation"),
+        (conv_fused(two(), two(), two(), 0), 4, "groups"),
+        (Kernel::LayerNorm { normalized_rank: 3, eps: 1e-5 }, 2, "normalized_rank"),
+        (Kernel::RmsNorm { normalized_rank: 5, eps: 1e-5 }, 4, "normalized_rank"),
+        (Kernel::Softmax { axis: 2, log: false }, 2, "axis"),
+        (Kernel::Reduce { kind: ReduceKind::Sum, axes: vec![0, 2] }, 2, "axes"),
+        (Kernel::ArgMax { axis: 2 }, 2, "axis"),
+        (Kernel::ArgMin { axis: 4 }, 4, "axis"),
+        (Kernel::Slice { axis: 2, start: 0, step: 1 }, 2, "axis"),
+        (Kernel::Slice { axis: 1, start: 0, step: 0 }, 2, "step"),
+        (Kernel::SliceFromEnd { axis: 2, back: 1, step: 1 }, 2, "axis"),
+        (Kernel::SliceFromEnd { axis: 0, back: 1, step: 0 }, 2, "step"),
+        (Kernel::Concat { axis: 2 }, 2, "axis"),
+        (Kernel::Gather { axis: 2 }, 2, "axis"),
+        (Kernel::CumSum { axis: 2 }, 2, "axis"),
+        (Kernel::Scan { axis: 2, kind: ScanKind::Max }, 2, "axis"),
+        (Kernel::Sort { axis: 2, descending: false, indices: false }, 2, "axis"),
+        (pad(vec![0], vec![0, 0], vec![0, 0]), 2, "lo"),
+        (pad(vec![0, 0], vec![0, 0, 0], vec![0, 0]), 2, "hi"),
+        (pad(vec![0, 0], vec![0, 0], vec![]), 2, "interior"),
+        (Kernel::Flip { axes: vec![1, 2] }, 2, "axes"),
+        (Kernel::GatherElements { axis: 2 }, 2, "axis"),
+        (Kernel::ScatterElements { axis: 2, reduce: None, include_self: true }, 2, "axis"),
+    ]
+}
+
+#[test]
+fn every_declared_parameter_check_refuses_a_wrong_value_at_load() {
+    let cases = wrong_parameters();
+    for &op in Opcode::ALL {
+        for &(field, check) in Kernel::param_checks(op) {
+            assert!(
+                cases.iter().any(|(k, _, f)| k.opcode() == op && *f == field),
+                "no case breaks `{field}` ({check}) of {op}"
+            );
+        }
+    }
+    for (kernel, rank, field) in cases {
+        let name = kernel.name();
+        match load(kernel, rank) {
+            Err(Error::Plan(m)) => {
+                assert!(m.starts_with(&format!("instruction 0 ({name}, test): parameter `{field}`")), "{name}: {m}");
+            }
+            Err(other) => panic!("{name}: expected a plan error, got {other}"),
+            Ok(_) => panic!("{name}: a wrong `{field}` was accepted"),
+        }
+    }
+}
+
+#[test]
+fn right_parameters_load() {
+    let two = || vec![1u32, 1];
+    for (kernel, rank) in [
+        (Kernel::Softmax { axis: 1, log: false }, 2),
+        (Kernel::Reduce { kind: ReduceKind::Max, axes: vec![0, 1] }, 2),
+        (Kernel::Slice { axis: 1, start: 0, step: 2 }, 2),
+        (Kernel::Concat { axis: 1 }, 2),
+        (Kernel::LayerNorm { normalized_rank: 2, eps: 1e-5 }, 2),
+        (pad(vec![0, 1], vec![0, 0], vec![0, 0]), 2),
+        (conv(two(), vec![0, 0], two(), 1), 4),
+    ] {
+        let name = kernel.name();
+        load(kernel, rank).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+#[test]
+fn a_wrong_axis_is_refused_with_a_clear_message() {
+    let Err(Error::Plan(m)) = load(Kernel::Softmax { axis: 7, log: true }, 2) else { panic!("accepted") };
+    assert_eq!(m, "instruction 0 (log_softmax, test): parameter `axis` = 7 is out of range for rank 2");
+}
