@@ -5,7 +5,11 @@
 //! into MR-tall strips), then an MR×NR register-blocked microkernel over the
 //! packed strips. Packing makes the microkernel's loads unit-stride and
 //! zero-pads the edges, so it never needs tail handling; only the final store
-//! is clipped. Threads share out the tiles of each (column block, K slice):
+//! is clipped. A microkernel with a direct form ([`DirectKernel`]) reads a
+//! row-major A in place instead: no A packing, and the last `m mod MR` rows
+//! (all rows of a skinny GEMM) are computed as they are, several B strips
+//! at a time, rather than as a zero-padded tile.
+//! Threads share out the tiles of each (column block, K slice):
 //! row blocks, and column groups when there are few rows (see [`drive`]).
 //! A constant B (a weight) can be packed once ([`PackedB`]) and reused by
 //! every call.
@@ -47,8 +51,39 @@ pub(crate) enum Packing {
 /// store step (or stores them directly when the tile allows it).
 pub(crate) type MicroKernel = fn(kc: usize, a: &[f32], b: &[f32], tile: &mut Tile<'_>);
 
+/// Rows of A read in place by a [`DirectKernel`]: element (i, p) of the
+/// strip is `data[i*row_stride + p*k_stride]` (a row-major A: `lda`, 1; a
+/// packed strip: 1, MR).
+#[derive(Copy, Clone)]
+pub(crate) struct AView<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) row_stride: usize,
+    pub(crate) k_stride: usize,
+}
+
+impl AView<'_> {
+    /// Whether elements (i, p) for i < rows, p < kc all lie inside `data`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn covers(&self, rows: usize, kc: usize) -> bool {
+        if rows == 0 || kc == 0 {
+            return true;
+        }
+        let last = (rows - 1).checked_mul(self.row_stride).zip((kc - 1).checked_mul(self.k_stride));
+        last.and_then(|(r, k)| r.checked_add(k)).is_some_and(|at| at < self.data.len())
+    }
+}
+
+/// A microkernel that reads A in place ([`AView`], no packing) for any
+/// `tile.rows` in `1..=MR`, over `tile.cols.div_ceil(NR)` consecutive packed
+/// B strips of `kc·NR` each (`b`), with few rows several strips at a time
+/// so that enough FMA chains are in flight (the skinny path: M ≤ 16 and the
+/// last rows of any GEMM). Every element is the same operations in the same
+/// order as the [`MicroKernel`] of the same entry computes for it, so the
+/// results are bit-identical whichever runs.
+pub(crate) type DirectKernel = fn(kc: usize, a: AView<'_>, b: &[f32], tile: &mut Tile<'_>);
+
 /// The kernel table's GEMM entry: a microkernel with its tile shape and the
-/// packing it reads.
+/// packing it reads, and optionally its direct form.
 #[derive(Copy, Clone)]
 pub(crate) struct GemmUkr {
     pub(crate) variant: &'static str,
@@ -56,11 +91,19 @@ pub(crate) struct GemmUkr {
     pub(crate) nr: usize,
     pub(crate) packing: Packing,
     pub(crate) run: MicroKernel,
+    /// Without one, a row-major A is packed block by block.
+    pub(crate) direct: Option<DirectKernel>,
 }
 
-/// The portable variant.
-pub(crate) const GENERIC_UKR: GemmUkr =
-    GemmUkr { variant: "generic_4x8", mr: MR, nr: NR, packing: Packing::KMajorPanels, run: microkernel_generic };
+/// The portable variant (packs A: it is the test oracle, kept simple).
+pub(crate) const GENERIC_UKR: GemmUkr = GemmUkr {
+    variant: "generic_4x8",
+    mr: MR,
+    nr: NR,
+    packing: Packing::KMajorPanels,
+    run: microkernel_generic,
+    direct: None,
+};
 
 /// How a tile's accumulators combine with what C holds.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -245,6 +288,19 @@ impl<'a> Tile<'a> {
         Tile { c, ldc, rows, cols, row0, col0, combine, epilogue, _c: PhantomData }
     }
 
+    /// Columns `col..col + cols` of the tile (inside it), as a tile of their
+    /// own, for a kernel that computed several strips at once.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn columns(&mut self, col: usize, cols: usize) -> Tile<'_> {
+        assert!(col + cols <= self.cols, "columns {col}+{cols} of a {}-wide tile", self.cols);
+        // SAFETY: a part of this tile's elements, reached only through the
+        // returned tile while it borrows this one mutably.
+        unsafe {
+            let c = self.c.add(col);
+            Tile::new(c, self.ldc, self.rows, cols, self.row0, self.col0 + col, self.combine, self.epilogue)
+        }
+    }
+
     /// Row `i` of the tile: its `cols` elements of C.
     pub(crate) fn row(&mut self, i: usize) -> &mut [f32] {
         assert!(i < self.rows, "tile row {i} of {}", self.rows);
@@ -321,7 +377,8 @@ impl<'a> VectorStore<'a> {
 
 #[cfg(target_arch = "x86_64")]
 impl<'a> Tile<'a> {
-    /// The vector store step for a full `mr`×`nr` tile whose combine and
+    /// The vector store step for a tile of full `nr`-wide rows (at most
+    /// `mr`; the kernel stores `self.rows` of them) whose combine and
     /// epilogue it covers (overwrite or accumulate; no scale; bias,
     /// residual, ReLU or clamp); None sends the tile to [`Tile::store`].
     pub(crate) fn vector_store(&self, mr: usize, nr: usize) -> Option<VectorStore<'a>> {
@@ -331,7 +388,7 @@ impl<'a> Tile<'a> {
             Combine::Accumulate => true,
             Combine::Scale(_) => return None,
         };
-        if self.rows != mr || self.cols != nr || e.scale != 1.0 {
+        if self.rows > mr || self.cols != nr || e.scale != 1.0 {
             return None;
         }
         let clamp = match e.activation {
@@ -646,7 +703,12 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { pack.threads };
     let (mc_block, nc_block) = blocks(ukr);
     let (mut a_len, b_len) = pack_lengths(ukr, m, n, k, matches!(p.b, BSource::Packed(_)));
-    if matches!(p.a, ASource::Packed(_)) {
+    // A row-major A is read in place by the direct kernel, if there is one.
+    let direct = match (p.a, ukr.direct) {
+        (ASource::Strided { a, lda }, Some(kernel)) => Some((a, lda, kernel)),
+        _ => None,
+    };
+    if matches!(p.a, ASource::Packed(_)) || direct.is_some() {
         a_len = 0;
     }
     let (a_bufs, bpack, b_packs) = pack.reserve(threads.count(), a_len, b_len);
@@ -687,6 +749,31 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
             threads.for_each(row_blocks * groups, |item| {
                 let (ic, group) = ((item / groups) * mc_block, item % groups);
                 let mc = mc_block.min(m - ic);
+                let group_strips = group * per_group..((group + 1) * per_group).min(strips);
+                if let Some((a, lda, kernel)) = direct {
+                    let view = |row: usize| AView { data: &a[row * lda + pc..], row_stride: lda, k_stride: 1 };
+                    // SAFETY (both tiles): as for the packed tiles below.
+                    let tile = |row0: usize, col0: usize, rows: usize, cols: usize| unsafe {
+                        let ptr = out.ptr().add(row0 * p.ldc + col0);
+                        Tile::new(ptr, p.ldc, rows, cols, row0, col0, combine, epilogue)
+                    };
+                    let full = mc / mr * mr;
+                    for s in group_strips.clone() {
+                        let (jr, bstrip) = (s * nr, &bpanel[s * kc * nr..][..kc * nr]);
+                        for ir in (0..full).step_by(mr) {
+                            kernel(kc, view(ic + ir), bstrip, &mut tile(ic + ir, jc + jr, mr, nr.min(nc - jr)));
+                        }
+                    }
+                    if full < mc && !group_strips.is_empty() {
+                        // The last rows (all of a skinny GEMM's) take every
+                        // strip of the group in one call.
+                        let (s0, s1) = (group_strips.start, group_strips.end);
+                        let b = &bpanel[s0 * kc * nr..s1 * kc * nr];
+                        let cols = (s1 * nr).min(nc) - s0 * nr;
+                        kernel(kc, view(ic + full), b, &mut tile(ic + full, jc + s0 * nr, mc - full, cols));
+                    }
+                    return;
+                }
                 let mut guard = None;
                 let apack: &[f32] = match p.a {
                     ASource::Packed(packed) => packed.panel(pc, ic),
@@ -697,7 +784,7 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
                         apack
                     }
                 };
-                for s in group * per_group..((group + 1) * per_group).min(strips) {
+                for s in group_strips {
                     let jr = s * nr;
                     let bstrip = &bpanel[s * kc * nr..][..kc * nr];
                     for ir in (0..mc).step_by(mr) {
@@ -729,7 +816,7 @@ fn blocks(ukr: &GemmUkr) -> (usize, usize) {
 pub(crate) fn pack_lengths(ukr: &GemmUkr, m: usize, n: usize, k: usize, b_prepacked: bool) -> (usize, usize) {
     let (mc_block, nc_block) = blocks(ukr);
     let kc_max = KC.min(k);
-    let a_len = mc_block.min(m.next_multiple_of(ukr.mr)) * kc_max;
+    let a_len = if ukr.direct.is_some() { 0 } else { mc_block.min(m.next_multiple_of(ukr.mr)) * kc_max };
     let b_len = if b_prepacked { 0 } else { kc_max * nc_block.min(n.next_multiple_of(ukr.nr)) };
     (a_len, b_len)
 }
@@ -1026,6 +1113,47 @@ mod tests {
                                 assert!(ok, "{isa} {m}x{n}x{k} tb={tb} beta={beta} {bias:?} [{i}]: {g} vs {w}");
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The direct kernels (A read in place, any row count, several strips
+    /// at a time) against the packed-A microkernel of the same table: bit
+    /// for bit, with an epilogue the vector store step finishes (bias,
+    /// residual, ReLU) and one it does not (scale), every row count up to
+    /// two tiles, widths with partial strips and groups, two K slices.
+    #[test]
+    fn direct_kernels_match_packed_a_bit_for_bit() {
+        for isa in Isa::ALL {
+            let Some(table) = KernelTable::for_isa(isa) else { continue };
+            if table.gemm.direct.is_none() {
+                continue;
+            }
+            for m in 1..=2 * table.gemm.mr + 1 {
+                for (n, k) in [(1, 3), (31, 1), (100, 300), (300, 17)] {
+                    let (a, b) = (data(m * k, 1), data(k * n, 2));
+                    let (bias, residual) = (data(n, 3), data(m * n, 4));
+                    let relu = ActivationFn::new(table, Activation::Relu);
+                    let full = Epilogue {
+                        bias: Bias::PerCol(&bias),
+                        activation: Some(relu),
+                        residual: Some((&residual, n)),
+                        ..Epilogue::default()
+                    };
+                    let scaled = Epilogue { scale: 0.5, ..Epilogue::default() };
+                    for epilogue in [full, scaled] {
+                        let packed = PackedB::new(table, k, n, &b, n, false).unwrap();
+                        let packed_a = PackedA::new(table, m, k, &a, k).unwrap();
+                        let mut pack = PackBuffers::default();
+                        let (mut want, mut got) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+                        let (bp, ap) = (BSource::Packed(&packed), ASource::Packed(&packed_a));
+                        run_gemm(table, m, n, k, ap, bp, &mut want, n, 0.0, epilogue, &mut pack);
+                        let strided = ASource::Strided { a: &a, lda: k };
+                        run_gemm(table, m, n, k, strided, bp, &mut got, n, 0.0, epilogue, &mut pack);
+                        let same = want.iter().zip(&got).all(|(w, g)| w.to_bits() == g.to_bits());
+                        assert!(same, "{isa} {m}x{n}x{k}: direct differs from packed A");
                     }
                 }
             }
