@@ -711,9 +711,31 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     if matches!(p.a, ASource::Packed(_)) || direct.is_some() {
         a_len = 0;
     }
-    let (a_bufs, bpack, b_packs) = pack.reserve(threads.count(), a_len, b_len);
     let out = SharedMut(c.as_mut_ptr());
     let row_blocks = m.div_ceil(mc_block);
+    if let (BSource::Packed(b), Some((a, lda, kernel))) = (p.b, direct) {
+        // Nothing to pack: the whole product is one job, with no wait
+        // between K slices. Each item owns a (row block, column group)
+        // rectangle of C and runs the K slices over it in order: the same
+        // tiles, sums and order as the sliced loop below.
+        let strips = n.div_ceil(nr);
+        let groups = column_groups(row_blocks, strips, threads.count());
+        let per_group = strips.div_ceil(groups);
+        threads.for_each(row_blocks * groups, |item| {
+            let (ic, group) = ((item / groups) * mc_block, item % groups);
+            let group_strips = group * per_group..((group + 1) * per_group).min(strips);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let combine = if pc == 0 { p.combine } else { Combine::Accumulate };
+                let epilogue = if pc + kc == k { p.epilogue } else { Epilogue::default() };
+                let (mc, strips) = (mc_block.min(m - ic), group_strips.clone());
+                let rect = Rect { ic, mc, jc: 0, nc: n, strips, pc, kc, combine, epilogue };
+                direct_rect(ukr, kernel, a, lda, b.panel(pc, 0), &rect, out, p.ldc);
+            }
+        });
+        return;
+    }
+    let (a_bufs, bpack, b_packs) = pack.reserve(threads.count(), a_len, b_len);
     for jc in (0..n).step_by(nc_block) {
         let nc = nc_block.min(n - jc);
         let strips = nc.div_ceil(nr);
@@ -751,27 +773,8 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
                 let mc = mc_block.min(m - ic);
                 let group_strips = group * per_group..((group + 1) * per_group).min(strips);
                 if let Some((a, lda, kernel)) = direct {
-                    let view = |row: usize| AView { data: &a[row * lda + pc..], row_stride: lda, k_stride: 1 };
-                    // SAFETY (both tiles): as for the packed tiles below.
-                    let tile = |row0: usize, col0: usize, rows: usize, cols: usize| unsafe {
-                        let ptr = out.ptr().add(row0 * p.ldc + col0);
-                        Tile::new(ptr, p.ldc, rows, cols, row0, col0, combine, epilogue)
-                    };
-                    let full = mc / mr * mr;
-                    for s in group_strips.clone() {
-                        let (jr, bstrip) = (s * nr, &bpanel[s * kc * nr..][..kc * nr]);
-                        for ir in (0..full).step_by(mr) {
-                            kernel(kc, view(ic + ir), bstrip, &mut tile(ic + ir, jc + jr, mr, nr.min(nc - jr)));
-                        }
-                    }
-                    if full < mc && !group_strips.is_empty() {
-                        // The last rows (all of a skinny GEMM's) take every
-                        // strip of the group in one call.
-                        let (s0, s1) = (group_strips.start, group_strips.end);
-                        let b = &bpanel[s0 * kc * nr..s1 * kc * nr];
-                        let cols = (s1 * nr).min(nc) - s0 * nr;
-                        kernel(kc, view(ic + full), b, &mut tile(ic + full, jc + s0 * nr, mc - full, cols));
-                    }
+                    let rect = Rect { ic, mc, jc, nc, strips: group_strips, pc, kc, combine, epilogue };
+                    direct_rect(ukr, kernel, a, lda, bpanel, &rect, out, p.ldc);
                     return;
                 }
                 let mut guard = None;
@@ -804,6 +807,59 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
                 }
             });
         }
+    }
+}
+
+/// One work item's part of a K slice: rows `ic..ic + mc` of C, the NR-wide
+/// `strips` of the column block at `jc` (`nc` wide), K slice `pc..pc + kc`.
+struct Rect<'a> {
+    ic: usize,
+    mc: usize,
+    jc: usize,
+    nc: usize,
+    strips: std::ops::Range<usize>,
+    pc: usize,
+    kc: usize,
+    combine: Combine,
+    epilogue: Epilogue<'a>,
+}
+
+/// Runs a direct kernel over `rect`, A read in place (`a`, `lda`), B from
+/// the packed strips of the column block (`bpanel`): full MR-row tiles strip
+/// by strip, then the last rows over every strip of the rectangle at once.
+#[allow(clippy::too_many_arguments)]
+fn direct_rect(
+    ukr: &GemmUkr,
+    kernel: DirectKernel,
+    a: &[f32],
+    lda: usize,
+    bpanel: &[f32],
+    r: &Rect<'_>,
+    out: SharedMut<f32>,
+    ldc: usize,
+) {
+    let (mr, nr, kc) = (ukr.mr, ukr.nr, r.kc);
+    let view = |row: usize| AView { data: &a[row * lda + r.pc..], row_stride: lda, k_stride: 1 };
+    // SAFETY: `run_gemm` checked that C holds every (row0 + i) * ldc + col0
+    // + j for i < rows, j < cols of every tile; work items' rectangles
+    // partition C, so no other thread touches these elements meanwhile.
+    let tile = |row0: usize, col0: usize, rows: usize, cols: usize| unsafe {
+        let ptr = out.ptr().add(row0 * ldc + col0);
+        Tile::new(ptr, ldc, rows, cols, row0, col0, r.combine, r.epilogue)
+    };
+    let full = r.mc / mr * mr;
+    for s in r.strips.clone() {
+        let (jr, bstrip) = (s * nr, &bpanel[s * kc * nr..][..kc * nr]);
+        for ir in (0..full).step_by(mr) {
+            kernel(kc, view(r.ic + ir), bstrip, &mut tile(r.ic + ir, r.jc + jr, mr, nr.min(r.nc - jr)));
+        }
+    }
+    if full < r.mc && !r.strips.is_empty() {
+        // The last rows (all of a skinny GEMM's) take every strip at once.
+        let (s0, s1) = (r.strips.start, r.strips.end);
+        let b = &bpanel[s0 * kc * nr..s1 * kc * nr];
+        let cols = (s1 * nr).min(r.nc) - s0 * nr;
+        kernel(kc, view(r.ic + full), b, &mut tile(r.ic + full, r.jc + s0 * nr, r.mc - full, cols));
     }
 }
 
