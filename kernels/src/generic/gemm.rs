@@ -719,7 +719,7 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
         // rectangle of C and runs the K slices over it in order: the same
         // tiles, sums and order as the sliced loop below.
         let strips = n.div_ceil(nr);
-        let groups = column_groups(row_blocks, strips, threads.count());
+        let groups = column_groups(row_blocks, strips, threads.count(), 1);
         let per_group = strips.div_ceil(groups);
         threads.for_each(row_blocks * groups, |item| {
             let (ic, group) = ((item / groups) * mc_block, item % groups);
@@ -739,7 +739,7 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     for jc in (0..n).step_by(nc_block) {
         let nc = nc_block.min(n - jc);
         let strips = nc.div_ceil(nr);
-        let groups = column_groups(row_blocks, strips, threads.count());
+        let groups = column_groups(row_blocks, strips, threads.count(), if direct.is_some() { 1 } else { 4 });
         let per_group = strips.div_ceil(groups);
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
@@ -879,13 +879,15 @@ pub(crate) fn pack_lengths(ukr: &GemmUkr, m: usize, n: usize, k: usize, b_prepac
 
 /// How many groups a column block's `strips` are cut into: one when the row
 /// blocks alone keep every thread busy, otherwise enough for about four
-/// items per thread (skinny GEMMs), but at least four strips a group so
-/// each item's A packing stays cheap next to its multiply.
-fn column_groups(row_blocks: usize, strips: usize, threads: usize) -> usize {
+/// items per thread (skinny GEMMs), but at least `min_strips` strips a
+/// group (four when each item packs its A block, so that the packing stays
+/// cheap next to its multiply; one for a direct kernel, which packs
+/// nothing). Which item computes a tile never changes its arithmetic.
+fn column_groups(row_blocks: usize, strips: usize, threads: usize, min_strips: usize) -> usize {
     if threads == 1 || row_blocks >= 4 * threads {
         return 1;
     }
-    (4 * threads).div_ceil(row_blocks).min(strips.div_ceil(4)).max(1)
+    (4 * threads).div_ceil(row_blocks).min(strips.div_ceil(min_strips)).max(1)
 }
 
 /// Packs rows `ic..ic+mc`, columns `pc..pc+kc` of A into `mr`-tall strips
