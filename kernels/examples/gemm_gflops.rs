@@ -6,12 +6,13 @@
 //! Square n×n (n = 64 … 2048, best of several runs), skinny linear layers
 //! (x `[m, 512]` by a packed `[2048, 512]` weight, m = 1 … 16) and the
 //! linear layers of the BERT- and Llama-style benchmark models (x `[m, k]`
-//! by a packed `[n, k]` weight plus a bias, as `kiln run` calls them), on
+//! by a packed `[n, k]` weight plus a bias, as `kiln run` calls them), the
+//! 3×3 convolutions of ResNet-18's stages (batch 1, packed weight), on
 //! the best kernel table of this CPU or the one of `ISA` (`x86-64-v3`, ...).
 
 use kiln_kernels::{
-    best, gemm_f32, gemm_f32_prepacked, linear_fused, Activation, Context, DType, Isa, KernelTable, LinearEpilogue,
-    PackedB, TensorMut, TensorRef,
+    best, conv_packed, gemm_f32, gemm_f32_prepacked, linear_fused, Activation, Context, ConvParams, DType, Isa,
+    KernelTable, LinearEpilogue, PackedB, PackedConv, TensorMut, TensorRef,
 };
 use std::time::Instant;
 
@@ -103,6 +104,25 @@ fn main() {
         let act = activation.map_or("none".to_string(), |a| format!("{a:?}"));
         println!(
             r#"{{"kind":"linear","m":{m},"k":{k},"n":{n},"activation":"{act}","threads":{threads},"variant":"{variant}","gflops":{gflops:.2}}}"#
+        );
+    }
+    // ResNet-18's 3×3 stride-1 convolutions: (channels, height = width).
+    for (ch, hw) in [(64usize, 56usize), (128, 28), (256, 14), (512, 7)] {
+        let (x, w) = (values(ch * hw * hw), values(ch * ch * 9));
+        let wshape = [ch, ch, 3, 3];
+        let wt = TensorRef { data: bytemuck::cast_slice(&w), dtype: DType::F32, shape: &wshape };
+        let Ok(packed) = PackedConv::new(table, wt, 1) else { return };
+        let mut out = vec![0f32; ch * hw * hw];
+        let p = ConvParams { stride: &[1, 1], padding: &[1, 1], dilation: &[1, 1], groups: 1 };
+        let xshape = [1, ch, hw, hw];
+        let secs = best_time(|| {
+            let xt = TensorRef { data: bytemuck::cast_slice(&x), dtype: DType::F32, shape: &xshape };
+            let o = TensorMut { data: bytemuck::cast_slice_mut(&mut out), dtype: DType::F32, shape: &xshape };
+            conv_packed(xt, wt, &packed, None, &p, o, &mut cx).unwrap()
+        });
+        let gflops = 2.0 * (ch * ch * 9 * hw * hw) as f64 / secs / 1e9;
+        println!(
+            r#"{{"kind":"conv3x3","channels":{ch},"hw":{hw},"threads":{threads},"variant":"{variant}","gflops":{gflops:.2}}}"#
         );
     }
 }

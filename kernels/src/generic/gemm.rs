@@ -27,14 +27,18 @@ use std::marker::PhantomData;
 pub const MR: usize = 4;
 /// Columns of C per generic microkernel tile.
 pub const NR: usize = 8;
-/// Depth of one packed slice: an MR×KC strip of A plus a KC×NR strip of B
-/// (~12 KiB) stay in L1 across the microkernel.
-pub(crate) const KC: usize = 256;
-/// Rows per packed A block (MC×KC f32 ≈ 64 KiB, L2-resident); rounded down
-/// to a multiple of the variant's MR.
+/// Depth of one packed slice. Each slice but the first re-reads and
+/// rewrites its tile of C, so deeper is better while a KC×NR strip of B
+/// stays close: 512 keeps the AVX2 strip (32 KiB) in L1 and the AVX-512 one
+/// (64 KiB) in L2, which still feeds the 8×32 kernel, and was 4–6 % faster
+/// than 256 on both (benches/RESULTS.md, 2026-12-04): at K ≤ 512, the
+/// common transformer width, C is written once.
+pub(crate) const KC: usize = 512;
+/// Rows per A block (MC×KC f32 = 128 KiB, L2-resident); rounded down to a
+/// multiple of the variant's MR.
 const MC: usize = 64;
-/// Columns per packed B block (KC×NC f32 = 1 MiB, L3-resident).
-const NC: usize = 1024;
+/// Columns per packed B block (KC×NC f32 = 1 MiB, L2/L3-resident).
+const NC: usize = 512;
 
 /// How the microkernel expects its operands packed.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -1153,7 +1157,7 @@ mod tests {
                 println!("skipping {isa}: not supported by this CPU");
                 continue;
             };
-            for (m, n, k) in [(1, 1, 1), (7, 17, 33), (13, 40, 300), (6, 16, 5), (5, 9, 0)] {
+            for (m, n, k) in [(1, 1, 1), (7, 17, 33), (13, 40, 600), (6, 16, 5), (5, 9, 0)] {
                 let (a, b) = (data(m * k, 1), data(k * n, 2));
                 let (rb, cb) = (data(m, 4), data(n, 5));
                 for tb in [false, true] {
@@ -1190,7 +1194,7 @@ mod tests {
                 continue;
             }
             for m in 1..=2 * table.gemm.mr + 1 {
-                for (n, k) in [(1, 3), (31, 1), (100, 300), (300, 17)] {
+                for (n, k) in [(1, 3), (31, 1), (100, 600), (300, 17)] {
                     let (a, b) = (data(m * k, 1), data(k * n, 2));
                     let (bias, residual) = (data(n, 3), data(m * n, 4));
                     let relu = ActivationFn::new(table, Activation::Relu);
