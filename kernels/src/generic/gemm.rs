@@ -30,7 +30,7 @@ pub const NR: usize = 8;
 /// Depth of one packed slice. Each slice but the first re-reads and
 /// rewrites its tile of C, so deeper is better while a KC×NR strip of B
 /// stays close: 512 keeps the AVX2 strip (32 KiB) in L1 and the AVX-512 one
-/// (64 KiB) in L2, which still feeds the 8×32 kernel, and was 4–6 % faster
+/// (64 KiB) in L2, which still feeds the 8×32 kernel, and was 2–5 % faster
 /// than 256 on both (benches/RESULTS.md, 2026-12-04): at K ≤ 512, the
 /// common transformer width, C is written once.
 pub(crate) const KC: usize = 512;
