@@ -2,13 +2,17 @@
 """f32 GEMM: kiln vs numpy's OpenBLAS, at the same thread count, in one run.
 
     cargo build --release -p kiln-kernels --example gemm_gflops
-    /work/torchvenv/bin/python benches/gemm_vs_numpy.py [--threads 1]
+    /work/torchvenv/bin/python benches/gemm_vs_numpy.py [--threads 1] [--isa x86-64-v3]
 
 Runs kiln's `gemm_gflops` example (best of several runs per size) and
 numpy's `a @ b` (OpenBLAS, `OPENBLAS_NUM_THREADS` pinned before numpy is
 imported) on the same shapes, then prints a Markdown table: square n×n and
 skinny [m, 512] × [512, 2048] (kiln with the weight packed once, numpy
-with the transposed weight view, as a linear layer does). Never run in CI;
+with the transposed weight view, as a linear layer does), and the linear
+layers of the BERT/Llama benchmark models (kiln's fused linear with its
+bias and activation; numpy's `x @ w.T + b`, activation not counted).
+`--isa` runs kiln on that level's kernel table instead of the best one
+(e.g. the AVX2 table on an AVX-512 machine). Never run in CI;
 results with this command go to benches/RESULTS.md.
 """
 import argparse
@@ -37,6 +41,7 @@ def best_time(fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--isa", help="kiln's kernel table level (default: the best this CPU runs)")
     ap.add_argument("--example", type=Path, default=EXAMPLE, help="the built gemm_gflops example")
     args = ap.parse_args()
     for var in ["OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"]:
@@ -45,7 +50,8 @@ def main():
 
     if not args.example.exists():
         sys.exit(f"{args.example} missing: cargo build --release -p kiln-kernels --example gemm_gflops")
-    out = subprocess.run([str(args.example), str(args.threads)], check=True, capture_output=True, text=True).stdout
+    cmd = [str(args.example), str(args.threads)] + ([args.isa] if args.isa else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     kiln = [json.loads(line) for line in out.splitlines() if line.strip()]
 
     rng = np.random.default_rng(0)
@@ -56,6 +62,15 @@ def main():
             a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
             secs = best_time(lambda: a @ b)
             rows.append((f"square {n}", r["gflops"], 2 * n**3 / secs / 1e9, r["variant"]))
+        elif r["kind"] == "conv3x3":
+            continue  # kiln only (numpy has no convolution): see the raw JSON lines
+        elif r["kind"] == "linear":
+            m, k, n = r["m"], r["k"], r["n"]
+            x, w = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((n, k), dtype=np.float32)
+            bias = rng.standard_normal(n, dtype=np.float32)
+            secs = best_time(lambda: x @ w.T + bias)
+            act = "" if r["activation"] == "none" else f" +{r['activation']}"
+            rows.append((f"linear {m}×{k}→{n}{act}", r["gflops"], 2 * m * k * n / secs / 1e9, r["variant"]))
         else:
             m, k, n = r["m"], r["k"], r["n"]
             x, w = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((n, k), dtype=np.float32)

@@ -316,9 +316,9 @@ fn gemm_shapes() -> Vec<(usize, usize, usize)> {
             }
         }
     }
-    // Exact tiles of the microkernels (4×8, 6×16, 8×12), K past the 256-deep slice, N past
-    // the 1024-wide block, and k = 0.
-    shapes.extend([(6, 16, 5), (12, 32, 3), (4, 8, 9), (24, 48, 2), (33, 33, 300), (9, 1030, 3), (5, 9, 0)]);
+    // Exact tiles of the microkernels (4×8, 6×16, 8×12), K past the 512-deep slice, N past
+    // the 512-wide block, and k = 0.
+    shapes.extend([(6, 16, 5), (12, 32, 3), (4, 8, 9), (24, 48, 2), (33, 33, 600), (9, 1030, 3), (5, 9, 0)]);
     shapes.extend([(8, 12, 5), (16, 24, 3)]);
     shapes
 }

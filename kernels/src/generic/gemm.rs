@@ -5,7 +5,11 @@
 //! into MR-tall strips), then an MR×NR register-blocked microkernel over the
 //! packed strips. Packing makes the microkernel's loads unit-stride and
 //! zero-pads the edges, so it never needs tail handling; only the final store
-//! is clipped. Threads share out the tiles of each (column block, K slice):
+//! is clipped. A microkernel with a direct form ([`DirectKernel`]) reads a
+//! row-major A in place instead: no A packing, and the last `m mod MR` rows
+//! (all rows of a skinny GEMM) are computed as they are, several B strips
+//! at a time, rather than as a zero-padded tile.
+//! Threads share out the tiles of each (column block, K slice):
 //! row blocks, and column groups when there are few rows (see [`drive`]).
 //! A constant B (a weight) can be packed once ([`PackedB`]) and reused by
 //! every call.
@@ -23,14 +27,18 @@ use std::marker::PhantomData;
 pub const MR: usize = 4;
 /// Columns of C per generic microkernel tile.
 pub const NR: usize = 8;
-/// Depth of one packed slice: an MR×KC strip of A plus a KC×NR strip of B
-/// (~12 KiB) stay in L1 across the microkernel.
-pub(crate) const KC: usize = 256;
-/// Rows per packed A block (MC×KC f32 ≈ 64 KiB, L2-resident); rounded down
-/// to a multiple of the variant's MR.
+/// Depth of one packed slice. Each slice but the first re-reads and
+/// rewrites its tile of C, so deeper is better while a KC×NR strip of B
+/// stays close: 512 keeps the AVX2 strip (32 KiB) in L1 and the AVX-512 one
+/// (64 KiB) in L2, which still feeds the 8×32 kernel, and was 2–5 % faster
+/// than 256 on both (benches/RESULTS.md, 2026-12-04): at K ≤ 512, the
+/// common transformer width, C is written once.
+pub(crate) const KC: usize = 512;
+/// Rows per A block (MC×KC f32 = 128 KiB, L2-resident); rounded down to a
+/// multiple of the variant's MR.
 const MC: usize = 64;
-/// Columns per packed B block (KC×NC f32 = 1 MiB, L3-resident).
-const NC: usize = 1024;
+/// Columns per packed B block (KC×NC f32 = 1 MiB, L2/L3-resident).
+const NC: usize = 512;
 
 /// How the microkernel expects its operands packed.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -47,8 +55,39 @@ pub(crate) enum Packing {
 /// store step (or stores them directly when the tile allows it).
 pub(crate) type MicroKernel = fn(kc: usize, a: &[f32], b: &[f32], tile: &mut Tile<'_>);
 
+/// Rows of A read in place by a [`DirectKernel`]: element (i, p) of the
+/// strip is `data[i*row_stride + p*k_stride]` (a row-major A: `lda`, 1; a
+/// packed strip: 1, MR).
+#[derive(Copy, Clone)]
+pub(crate) struct AView<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) row_stride: usize,
+    pub(crate) k_stride: usize,
+}
+
+impl AView<'_> {
+    /// Whether elements (i, p) for i < rows, p < kc all lie inside `data`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn covers(&self, rows: usize, kc: usize) -> bool {
+        if rows == 0 || kc == 0 {
+            return true;
+        }
+        let last = (rows - 1).checked_mul(self.row_stride).zip((kc - 1).checked_mul(self.k_stride));
+        last.and_then(|(r, k)| r.checked_add(k)).is_some_and(|at| at < self.data.len())
+    }
+}
+
+/// A microkernel that reads A in place ([`AView`], no packing) for any
+/// `tile.rows` in `1..=MR`, over `tile.cols.div_ceil(NR)` consecutive packed
+/// B strips of `kc·NR` each (`b`), with few rows several strips at a time
+/// so that enough FMA chains are in flight (the skinny path: M ≤ 16 and the
+/// last rows of any GEMM). Every element is the same operations in the same
+/// order as the [`MicroKernel`] of the same entry computes for it, so the
+/// results are bit-identical whichever runs.
+pub(crate) type DirectKernel = fn(kc: usize, a: AView<'_>, b: &[f32], tile: &mut Tile<'_>);
+
 /// The kernel table's GEMM entry: a microkernel with its tile shape and the
-/// packing it reads.
+/// packing it reads, and optionally its direct form.
 #[derive(Copy, Clone)]
 pub(crate) struct GemmUkr {
     pub(crate) variant: &'static str,
@@ -56,11 +95,19 @@ pub(crate) struct GemmUkr {
     pub(crate) nr: usize,
     pub(crate) packing: Packing,
     pub(crate) run: MicroKernel,
+    /// Without one, a row-major A is packed block by block.
+    pub(crate) direct: Option<DirectKernel>,
 }
 
-/// The portable variant.
-pub(crate) const GENERIC_UKR: GemmUkr =
-    GemmUkr { variant: "generic_4x8", mr: MR, nr: NR, packing: Packing::KMajorPanels, run: microkernel_generic };
+/// The portable variant (packs A: it is the test oracle, kept simple).
+pub(crate) const GENERIC_UKR: GemmUkr = GemmUkr {
+    variant: "generic_4x8",
+    mr: MR,
+    nr: NR,
+    packing: Packing::KMajorPanels,
+    run: microkernel_generic,
+    direct: None,
+};
 
 /// How a tile's accumulators combine with what C holds.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -245,6 +292,19 @@ impl<'a> Tile<'a> {
         Tile { c, ldc, rows, cols, row0, col0, combine, epilogue, _c: PhantomData }
     }
 
+    /// Columns `col..col + cols` of the tile (inside it), as a tile of their
+    /// own, for a kernel that computed several strips at once.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn columns(&mut self, col: usize, cols: usize) -> Tile<'_> {
+        assert!(col + cols <= self.cols, "columns {col}+{cols} of a {}-wide tile", self.cols);
+        // SAFETY: a part of this tile's elements, reached only through the
+        // returned tile while it borrows this one mutably.
+        unsafe {
+            let c = self.c.add(col);
+            Tile::new(c, self.ldc, self.rows, cols, self.row0, self.col0 + col, self.combine, self.epilogue)
+        }
+    }
+
     /// Row `i` of the tile: its `cols` elements of C.
     pub(crate) fn row(&mut self, i: usize) -> &mut [f32] {
         assert!(i < self.rows, "tile row {i} of {}", self.rows);
@@ -321,7 +381,8 @@ impl<'a> VectorStore<'a> {
 
 #[cfg(kiln_x86_64)]
 impl<'a> Tile<'a> {
-    /// The vector store step for a full `mr`×`nr` tile whose combine and
+    /// The vector store step for a tile of full `nr`-wide rows (at most
+    /// `mr`; the kernel stores `self.rows` of them) whose combine and
     /// epilogue it covers (overwrite or accumulate; no scale; bias,
     /// residual, ReLU or clamp); None sends the tile to [`Tile::store`].
     pub(crate) fn vector_store(&self, mr: usize, nr: usize) -> Option<VectorStore<'a>> {
@@ -331,7 +392,7 @@ impl<'a> Tile<'a> {
             Combine::Accumulate => true,
             Combine::Scale(_) => return None,
         };
-        if self.rows != mr || self.cols != nr || e.scale != 1.0 {
+        if self.rows > mr || self.cols != nr || e.scale != 1.0 {
             return None;
         }
         let clamp = match e.activation {
@@ -646,16 +707,43 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { pack.threads };
     let (mc_block, nc_block) = blocks(ukr);
     let (mut a_len, b_len) = pack_lengths(ukr, m, n, k, matches!(p.b, BSource::Packed(_)));
-    if matches!(p.a, ASource::Packed(_)) {
+    // A row-major A is read in place by the direct kernel, if there is one.
+    let direct = match (p.a, ukr.direct) {
+        (ASource::Strided { a, lda }, Some(kernel)) => Some((a, lda, kernel)),
+        _ => None,
+    };
+    if matches!(p.a, ASource::Packed(_)) || direct.is_some() {
         a_len = 0;
     }
-    let (a_bufs, bpack, b_packs) = pack.reserve(threads.count(), a_len, b_len);
     let out = SharedMut(c.as_mut_ptr());
     let row_blocks = m.div_ceil(mc_block);
+    if let (BSource::Packed(b), Some((a, lda, kernel))) = (p.b, direct) {
+        // Nothing to pack: the whole product is one job, with no wait
+        // between K slices. Each item owns a (row block, column group)
+        // rectangle of C and runs the K slices over it in order: the same
+        // tiles, sums and order as the sliced loop below.
+        let strips = n.div_ceil(nr);
+        let groups = column_groups(row_blocks, strips, threads.count(), 1);
+        let per_group = strips.div_ceil(groups);
+        threads.for_each(row_blocks * groups, |item| {
+            let (ic, group) = ((item / groups) * mc_block, item % groups);
+            let group_strips = group * per_group..((group + 1) * per_group).min(strips);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let combine = if pc == 0 { p.combine } else { Combine::Accumulate };
+                let epilogue = if pc + kc == k { p.epilogue } else { Epilogue::default() };
+                let (mc, strips) = (mc_block.min(m - ic), group_strips.clone());
+                let rect = Rect { ic, mc, jc: 0, nc: n, strips, pc, kc, combine, epilogue };
+                direct_rect(ukr, kernel, a, lda, b.panel(pc, 0), &rect, out, p.ldc);
+            }
+        });
+        return;
+    }
+    let (a_bufs, bpack, b_packs) = pack.reserve(threads.count(), a_len, b_len);
     for jc in (0..n).step_by(nc_block) {
         let nc = nc_block.min(n - jc);
         let strips = nc.div_ceil(nr);
-        let groups = column_groups(row_blocks, strips, threads.count());
+        let groups = column_groups(row_blocks, strips, threads.count(), if direct.is_some() { 1 } else { 4 });
         let per_group = strips.div_ceil(groups);
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
@@ -687,6 +775,12 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
             threads.for_each(row_blocks * groups, |item| {
                 let (ic, group) = ((item / groups) * mc_block, item % groups);
                 let mc = mc_block.min(m - ic);
+                let group_strips = group * per_group..((group + 1) * per_group).min(strips);
+                if let Some((a, lda, kernel)) = direct {
+                    let rect = Rect { ic, mc, jc, nc, strips: group_strips, pc, kc, combine, epilogue };
+                    direct_rect(ukr, kernel, a, lda, bpanel, &rect, out, p.ldc);
+                    return;
+                }
                 let mut guard = None;
                 let apack: &[f32] = match p.a {
                     ASource::Packed(packed) => packed.panel(pc, ic),
@@ -697,7 +791,7 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
                         apack
                     }
                 };
-                for s in group * per_group..((group + 1) * per_group).min(strips) {
+                for s in group_strips {
                     let jr = s * nr;
                     let bstrip = &bpanel[s * kc * nr..][..kc * nr];
                     for ir in (0..mc).step_by(mr) {
@@ -720,6 +814,59 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     }
 }
 
+/// One work item's part of a K slice: rows `ic..ic + mc` of C, the NR-wide
+/// `strips` of the column block at `jc` (`nc` wide), K slice `pc..pc + kc`.
+struct Rect<'a> {
+    ic: usize,
+    mc: usize,
+    jc: usize,
+    nc: usize,
+    strips: std::ops::Range<usize>,
+    pc: usize,
+    kc: usize,
+    combine: Combine,
+    epilogue: Epilogue<'a>,
+}
+
+/// Runs a direct kernel over `rect`, A read in place (`a`, `lda`), B from
+/// the packed strips of the column block (`bpanel`): full MR-row tiles strip
+/// by strip, then the last rows over every strip of the rectangle at once.
+#[allow(clippy::too_many_arguments)]
+fn direct_rect(
+    ukr: &GemmUkr,
+    kernel: DirectKernel,
+    a: &[f32],
+    lda: usize,
+    bpanel: &[f32],
+    r: &Rect<'_>,
+    out: SharedMut<f32>,
+    ldc: usize,
+) {
+    let (mr, nr, kc) = (ukr.mr, ukr.nr, r.kc);
+    let view = |row: usize| AView { data: &a[row * lda + r.pc..], row_stride: lda, k_stride: 1 };
+    // SAFETY: `run_gemm` checked that C holds every (row0 + i) * ldc + col0
+    // + j for i < rows, j < cols of every tile; work items' rectangles
+    // partition C, so no other thread touches these elements meanwhile.
+    let tile = |row0: usize, col0: usize, rows: usize, cols: usize| unsafe {
+        let ptr = out.ptr().add(row0 * ldc + col0);
+        Tile::new(ptr, ldc, rows, cols, row0, col0, r.combine, r.epilogue)
+    };
+    let full = r.mc / mr * mr;
+    for s in r.strips.clone() {
+        let (jr, bstrip) = (s * nr, &bpanel[s * kc * nr..][..kc * nr]);
+        for ir in (0..full).step_by(mr) {
+            kernel(kc, view(r.ic + ir), bstrip, &mut tile(r.ic + ir, r.jc + jr, mr, nr.min(r.nc - jr)));
+        }
+    }
+    if full < r.mc && !r.strips.is_empty() {
+        // The last rows (all of a skinny GEMM's) take every strip at once.
+        let (s0, s1) = (r.strips.start, r.strips.end);
+        let b = &bpanel[s0 * kc * nr..s1 * kc * nr];
+        let cols = (s1 * nr).min(r.nc) - s0 * nr;
+        kernel(kc, view(r.ic + full), b, &mut tile(r.ic + full, r.jc + s0 * nr, r.mc - full, cols));
+    }
+}
+
 /// The row and column block sizes at a microkernel's tile shape.
 fn blocks(ukr: &GemmUkr) -> (usize, usize) {
     ((MC / ukr.mr).max(1) * ukr.mr, (NC / ukr.nr).max(1) * ukr.nr)
@@ -729,20 +876,22 @@ fn blocks(ukr: &GemmUkr) -> (usize, usize) {
 pub(crate) fn pack_lengths(ukr: &GemmUkr, m: usize, n: usize, k: usize, b_prepacked: bool) -> (usize, usize) {
     let (mc_block, nc_block) = blocks(ukr);
     let kc_max = KC.min(k);
-    let a_len = mc_block.min(m.next_multiple_of(ukr.mr)) * kc_max;
+    let a_len = if ukr.direct.is_some() { 0 } else { mc_block.min(m.next_multiple_of(ukr.mr)) * kc_max };
     let b_len = if b_prepacked { 0 } else { kc_max * nc_block.min(n.next_multiple_of(ukr.nr)) };
     (a_len, b_len)
 }
 
 /// How many groups a column block's `strips` are cut into: one when the row
 /// blocks alone keep every thread busy, otherwise enough for about four
-/// items per thread (skinny GEMMs), but at least four strips a group so
-/// each item's A packing stays cheap next to its multiply.
-fn column_groups(row_blocks: usize, strips: usize, threads: usize) -> usize {
+/// items per thread (skinny GEMMs), but at least `min_strips` strips a
+/// group (four when each item packs its A block, so that the packing stays
+/// cheap next to its multiply; one for a direct kernel, which packs
+/// nothing). Which item computes a tile never changes its arithmetic.
+fn column_groups(row_blocks: usize, strips: usize, threads: usize, min_strips: usize) -> usize {
     if threads == 1 || row_blocks >= 4 * threads {
         return 1;
     }
-    (4 * threads).div_ceil(row_blocks).min(strips.div_ceil(4)).max(1)
+    (4 * threads).div_ceil(row_blocks).min(strips.div_ceil(min_strips)).max(1)
 }
 
 /// Packs rows `ic..ic+mc`, columns `pc..pc+kc` of A into `mr`-tall strips
@@ -1008,7 +1157,7 @@ mod tests {
                 println!("skipping {isa}: not supported by this CPU");
                 continue;
             };
-            for (m, n, k) in [(1, 1, 1), (7, 17, 33), (13, 40, 300), (6, 16, 5), (5, 9, 0)] {
+            for (m, n, k) in [(1, 1, 1), (7, 17, 33), (13, 40, 600), (6, 16, 5), (5, 9, 0)] {
                 let (a, b) = (data(m * k, 1), data(k * n, 2));
                 let (rb, cb) = (data(m, 4), data(n, 5));
                 for tb in [false, true] {
@@ -1026,6 +1175,47 @@ mod tests {
                                 assert!(ok, "{isa} {m}x{n}x{k} tb={tb} beta={beta} {bias:?} [{i}]: {g} vs {w}");
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The direct kernels (A read in place, any row count, several strips
+    /// at a time) against the packed-A microkernel of the same table: bit
+    /// for bit, with an epilogue the vector store step finishes (bias,
+    /// residual, ReLU) and one it does not (scale), every row count up to
+    /// two tiles, widths with partial strips and groups, two K slices.
+    #[test]
+    fn direct_kernels_match_packed_a_bit_for_bit() {
+        for isa in Isa::ALL {
+            let Some(table) = KernelTable::for_isa(isa) else { continue };
+            if table.gemm.direct.is_none() {
+                continue;
+            }
+            for m in 1..=2 * table.gemm.mr + 1 {
+                for (n, k) in [(1, 3), (31, 1), (100, 600), (300, 17)] {
+                    let (a, b) = (data(m * k, 1), data(k * n, 2));
+                    let (bias, residual) = (data(n, 3), data(m * n, 4));
+                    let relu = ActivationFn::new(table, Activation::Relu);
+                    let full = Epilogue {
+                        bias: Bias::PerCol(&bias),
+                        activation: Some(relu),
+                        residual: Some((&residual, n)),
+                        ..Epilogue::default()
+                    };
+                    let scaled = Epilogue { scale: 0.5, ..Epilogue::default() };
+                    for epilogue in [full, scaled] {
+                        let packed = PackedB::new(table, k, n, &b, n, false).unwrap();
+                        let packed_a = PackedA::new(table, m, k, &a, k).unwrap();
+                        let mut pack = PackBuffers::default();
+                        let (mut want, mut got) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+                        let (bp, ap) = (BSource::Packed(&packed), ASource::Packed(&packed_a));
+                        run_gemm(table, m, n, k, ap, bp, &mut want, n, 0.0, epilogue, &mut pack);
+                        let strided = ASource::Strided { a: &a, lda: k };
+                        run_gemm(table, m, n, k, strided, bp, &mut got, n, 0.0, epilogue, &mut pack);
+                        let same = want.iter().zip(&got).all(|(w, g)| w.to_bits() == g.to_bits());
+                        assert!(same, "{isa} {m}x{n}x{k}: direct differs from packed A");
                     }
                 }
             }

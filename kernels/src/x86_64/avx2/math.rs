@@ -95,16 +95,21 @@ unsafe fn erfc_exponent_ps(t: __m256) -> __m256 {
 }
 
 /// erf(x): the odd polynomial near 0, `±(1 - erfc(|x|))` beyond; NaN stays NaN.
+/// The exp branch is skipped when no lane takes it (activations near 0).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn erf_ps(x: __m256) -> __m256 {
     let sign_bit = _mm256_set1_ps(-0.0);
     let t = _mm256_andnot_ps(sign_bit, x);
     let small = erf_small_ps(x);
+    // NaN compares false, so it takes the polynomial, which keeps it NaN.
+    let beyond = _mm256_cmp_ps::<_CMP_GT_OQ>(t, _mm256_set1_ps(ERF_SPLIT));
+    if _mm256_movemask_ps(beyond) == 0 {
+        return small;
+    }
     let large = _mm256_sub_ps(_mm256_set1_ps(1.0), exp_ps(erfc_exponent_ps(t)));
     let large = _mm256_or_ps(large, _mm256_and_ps(x, sign_bit));
-    // NaN compares false, so it takes the polynomial, which keeps it NaN.
-    _mm256_blendv_ps(small, large, _mm256_cmp_ps::<_CMP_GT_OQ>(t, _mm256_set1_ps(ERF_SPLIT)))
+    _mm256_blendv_ps(small, large, beyond)
 }
 
 /// erfc(t) for t in [0.9, 10.2] with full relative precision, as two
@@ -153,6 +158,12 @@ unsafe fn gelu_ps(x: __m256) -> __m256 {
     let half_x = _mm256_mul_ps(x, _mm256_set1_ps(0.5));
     let right = _mm256_mul_ps(half_x, _mm256_add_ps(_mm256_set1_ps(1.0), erf_ps(u)));
     let t = _mm256_xor_ps(u, _mm256_set1_ps(-0.0));
+    let in_tail = _mm256_cmp_ps::<_CMP_GT_OQ>(t, _mm256_set1_ps(ERF_SPLIT));
+    if _mm256_movemask_ps(in_tail) == 0 {
+        // No lane below -1.31 (most of a layer's activations): the left
+        // tail's divisions and exp would all be blended away.
+        return minus_inf_is_nan(x, right);
+    }
     // t² = x²/2 exactly, as x·x plus its rounding error, halved.
     let half = _mm256_set1_ps(0.5);
     let xx = _mm256_mul_ps(x, x);
@@ -160,7 +171,7 @@ unsafe fn gelu_ps(x: __m256) -> __m256 {
     let (m, scale) = erfc_tail_parts(_mm256_min_ps(t, _mm256_set1_ps(ERFC_ZERO)), sq, err);
     let left = _mm256_mul_ps(_mm256_mul_ps(half_x, m), scale);
     let left = _mm256_blendv_ps(left, _mm256_set1_ps(-0.0), _mm256_cmp_ps::<_CMP_GE_OQ>(t, _mm256_set1_ps(ERFC_ZERO)));
-    let g = _mm256_blendv_ps(right, left, _mm256_cmp_ps::<_CMP_GT_OQ>(t, _mm256_set1_ps(ERF_SPLIT)));
+    let g = _mm256_blendv_ps(right, left, in_tail);
     minus_inf_is_nan(x, g)
 }
 
