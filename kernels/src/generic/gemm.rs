@@ -67,7 +67,7 @@ pub(crate) struct AView<'a> {
 
 impl AView<'_> {
     /// Whether elements (i, p) for i < rows, p < kc all lie inside `data`.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(not(kiln_x86_64), allow(dead_code))]
     pub(crate) fn covers(&self, rows: usize, kc: usize) -> bool {
         if rows == 0 || kc == 0 {
             return true;
@@ -294,7 +294,7 @@ impl<'a> Tile<'a> {
 
     /// Columns `col..col + cols` of the tile (inside it), as a tile of their
     /// own, for a kernel that computed several strips at once.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(not(kiln_x86_64), allow(dead_code))]
     pub(crate) fn columns(&mut self, col: usize, cols: usize) -> Tile<'_> {
         assert!(col + cols <= self.cols, "columns {col}+{cols} of a {}-wide tile", self.cols);
         // SAFETY: a part of this tile's elements, reached only through the
