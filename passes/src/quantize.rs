@@ -3,9 +3,11 @@
 //!
 //! Run once before the pipeline (it takes its own [`QuantizeConfig`], so it
 //! is not one of the pipeline's passes); layers are found as the importer
-//! writes them: `linear(x, w [, b])` (training IR) and `matmul(x,
-//! permute(w, [1, 0]))` followed by `add(·, b)` (Core ATen's `addmm`), `w`
-//! an f32 constant `[N, K]`.
+//! writes them after [`crate::simplify`] (the compiler runs it first):
+//! `linear(x, w [, b])` (training IR) and `matmul(x, permute(w, [1, 0]))`
+//! followed by `add(·, b)` (Core ATen's `addmm`, and its `bmm` by an
+//! expanded weight, which simplify makes a matmul by the matrix), `w` an
+//! f32 constant `[N, K]`.
 //!
 //! Rounding is torch's: `q = clamp(rint(w · (1 / s)) + zp, qmin, qmax)`,
 //! the reciprocal in f32, half to even. Schemes:
