@@ -125,9 +125,13 @@ impl QuantizeConfig {
     }
 
     /// Whether the scheme uses [`QuantizeConfig::activations`] when given
-    /// (int4 fits its scales to the activation magnitudes).
+    /// (int4 fits its scales to the activation magnitudes, int8-dynamic
+    /// smooths the activations' outlier channels into the weights).
     pub fn uses_calibration(&self) -> bool {
-        matches!(self.scheme, QuantScheme::Int8Static { .. } | QuantScheme::Int4Weight { .. })
+        matches!(
+            self.scheme,
+            QuantScheme::Int8Static { .. } | QuantScheme::Int4Weight { .. } | QuantScheme::Int8Dynamic
+        )
     }
 }
 
@@ -218,6 +222,7 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
         let magnitudes = cfg.activations.get(i).and_then(|o| Magnitudes::of(o, k));
         let (qw, input_scale) = match (&cfg.scheme, &magnitudes) {
             (QuantScheme::Int4Weight { .. }, Some(m)) => activation_aware(&w, n, k, &cfg.scheme, m, attrs),
+            (QuantScheme::Int8Dynamic, Some(_)) => smooth_dynamic(&w, n, k, &cfg.activations[i], attrs),
             _ => (quantize_matrix(&w, n, k, &cfg.scheme, None, attrs), None),
         };
         report.bits = Some(qw.bits());
@@ -391,6 +396,97 @@ fn activation_aware(
         .1;
     let (_, qw, s) = attempt(best, scheme);
     (qw, (best > 0.0).then_some(s))
+}
+
+/// Calibration rows the smoothing search quantizes per candidate.
+const SMOOTH_ROWS: usize = 128;
+
+/// int8-dynamic with calibration (SmoothQuant-style): the weight's columns
+/// scaled by `s_c = max|x_c|^α / max_j |w_jc|^(1−α)` (normalised to a
+/// geometric mean of 1) and the input divided by `s` at run time. That
+/// moves the range of the activations' outlier channels (BERT's, after
+/// its layer norms) into the weights, so that each token's int8 scale is
+/// no longer set by a few channels. The candidates — no scaling, and each
+/// α — are compared by the layer's output error on the kept calibration
+/// rows, each quantized as the kernel does (per-token symmetric
+/// activations, per-channel weights); no scaling wins ties.
+fn smooth_dynamic(
+    w: &[f32],
+    n: usize,
+    k: usize,
+    o: &ActObservation,
+    attrs: kiln_ir::ValueAttrs,
+) -> (QuantWeight, Option<Vec<f32>>) {
+    let scheme = QuantScheme::Int8Dynamic;
+    let plain = || (quantize_matrix(w, n, k, &scheme, None, attrs.clone()), None);
+    let rows = (o.kept_rows.len() / k).min(SMOOTH_ROWS);
+    if rows == 0 || o.channel_max.len() != k {
+        return plain();
+    }
+    let xs = &o.kept_rows[..rows * k];
+    let w_max: Vec<f64> = (0..k).map(|c| (0..n).map(|j| w[j * k + c].abs() as f64).fold(1e-8, f64::max)).collect();
+    let scaling = |alpha: f64| -> Vec<f32> {
+        let raw: Vec<f64> =
+            (0..k).map(|c| (o.channel_max[c] as f64).max(1e-8).powf(alpha) / w_max[c].powf(1.0 - alpha)).collect();
+        let log_mean = raw.iter().map(|v| v.ln()).sum::<f64>() / k as f64;
+        raw.iter().map(|v| ((v.ln() - log_mean).exp() as f32).clamp(1e-4, 1e4)).collect()
+    };
+    // The float layer's output on the rows, then each candidate's.
+    let want: Vec<f32> = xs.chunks_exact(k).flat_map(|x| w.chunks_exact(k).map(|wr| dot(x, wr))).collect();
+    let attempt = |s: Option<Vec<f32>>| -> (f64, QuantWeight, Option<Vec<f32>>) {
+        let qw = match &s {
+            Some(s) => {
+                let scaled: Vec<f32> = w.iter().enumerate().map(|(i, &v)| v * s[i % k]).collect();
+                quantize_matrix(&scaled, n, k, &scheme, None, attrs.clone())
+            }
+            None => quantize_matrix(w, n, k, &scheme, None, attrs.clone()),
+        };
+        let wq = qw.dequantized();
+        let inv: Option<Vec<f32>> = s.as_ref().map(|s| s.iter().map(|v| 1.0 / v).collect());
+        let mut err = 0f64;
+        let mut row = vec![0f32; k];
+        for (r, x) in xs.chunks_exact(k).enumerate() {
+            match &inv {
+                Some(inv) => row.iter_mut().zip(x).zip(inv).for_each(|((o, &v), &i)| *o = v * i),
+                None => row.copy_from_slice(x),
+            }
+            fake_quant_token(&mut row);
+            for (j, wr) in wq.chunks_exact(k).enumerate() {
+                err += (dot(&row, wr) as f64 - want[r * n + j] as f64).powi(2);
+            }
+        }
+        (err, qw, s)
+    };
+    let mut best = attempt(None);
+    for &alpha in &AWQ_ALPHAS {
+        let candidate = attempt(Some(scaling(alpha)));
+        if candidate.0 < best.0 {
+            best = candidate;
+        }
+    }
+    (best.1, best.2)
+}
+
+/// torchao's per-token symmetric int8 quantization of one row, undone:
+/// `s = max|x| / 127.5`, `q = clamp(rint(x · (1 / s)), -128, 127)`, `q · s`.
+fn fake_quant_token(row: &mut [f32]) {
+    let m = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let s = (m / 127.5).max(f32::EPSILON);
+    let inv = 1.0 / s;
+    row.iter_mut().for_each(|v| *v = (*v * inv).round_ties_even().clamp(-128.0, 127.0) * s);
+}
+
+/// `Σ a·b` in f32, eight partial sums (vectorisable).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// Quantizes a row-major `[n, k]` matrix (see the module doc); `imp` (one
@@ -588,6 +684,49 @@ mod tests {
             w.iter().zip(qw.dequantized()).map(|(a, b)| (a - b).powi(2)).sum::<f32>()
         };
         assert!(err(true) < err(false), "{} vs {}", err(true), err(false));
+    }
+
+    /// Rows whose two outlier channels are 50× the others': per-token int8
+    /// steps are then set by the outliers; smoothing them into the weight
+    /// lowers the layer's output error on those rows, and without
+    /// outliers (uniform channels) the search may keep the plain weight.
+    #[test]
+    fn smoothing_lowers_int8_dynamic_output_error() {
+        let (n, k, rows) = (16, 64, 96);
+        let w: Vec<f32> = (0..n * k).map(|i| ((i * 29 % 61) as f32 - 30.0) / 40.0).collect();
+        let xs: Vec<f32> = (0..rows * k)
+            .map(|i| {
+                let base = ((i * 37 % 101) as f32 - 50.0) / 50.0;
+                if i % k == 3 || i % k == 17 {
+                    base.signum() * 50.0 + base
+                } else {
+                    base
+                }
+            })
+            .collect();
+        let mut o = ActObservation::default();
+        o.add(&xs, k);
+        assert_eq!(o.kept_rows.len(), rows * k);
+        let out_err = |qw: &QuantWeight, s: Option<&Vec<f32>>| -> f64 {
+            let wq = qw.dequantized();
+            let mut err = 0.0;
+            for x in xs.chunks_exact(k) {
+                let mut row: Vec<f32> = match s {
+                    Some(s) => x.iter().zip(s).map(|(v, s)| v * (1.0 / s)).collect(),
+                    None => x.to_vec(),
+                };
+                fake_quant_token(&mut row);
+                for (wr, wq) in w.chunks_exact(k).zip(wq.chunks_exact(k)) {
+                    err += (dot(&row, wq) as f64 - dot(x, wr) as f64).powi(2);
+                }
+            }
+            err
+        };
+        let plain = quantize_matrix(&w, n, k, &QuantScheme::Int8Dynamic, None, Default::default());
+        let (qw, s) = smooth_dynamic(&w, n, k, &o, Default::default());
+        assert!(s.is_some(), "outlier channels are smoothed");
+        let (a, p) = (out_err(&qw, s.as_ref()), out_err(&plain, None));
+        assert!(a < 0.5 * p, "smoothed {a} vs plain {p}");
     }
 
     /// Two input channels with activations 40× the others': scaling them
