@@ -66,7 +66,7 @@ impl ActObservation {
     /// Values kept per layer (the distribution's observers read these).
     pub const MAX_VALUES: usize = 1 << 20;
     /// Whole rows kept per layer.
-    pub const MAX_ROWS: usize = 256;
+    pub const MAX_ROWS: usize = 1024;
 
     /// Adds one sample's values, `channels` the size of their last
     /// dimension (NaNs are ignored).

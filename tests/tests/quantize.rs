@@ -239,6 +239,20 @@ fn int4_with_calibration() {
     assert!(s.output_cosine.as_deref().is_some_and(|c| c.iter().all(|&c| c > 0.99)));
 }
 
+/// int8-dynamic with calibration samples (smoothing) stays at least as
+/// close to float as without them, every layer quantized.
+#[test]
+fn int8_dynamic_with_calibration() {
+    let float = reference("mlp_float");
+    let (plain, _) = compile("decomp", mode("int8-dynamic"));
+    let calib = Some(static_dir().join("calib"));
+    let (p, s) = compile_calibrated("decomp", mode("int8-dynamic"), calib).expect("compile");
+    assert_eq!(quant_layers(&p), 3);
+    let (c, c_plain) = (cosine(&run(&p), &float), cosine(&run(&plain), &float));
+    assert!(c >= 0.999 && c >= c_plain - 1e-4, "cosine {c} vs float (without calibration {c_plain})");
+    assert!(s.output_cosine.as_deref().is_some_and(|c| c.iter().all(|&c| c > 0.999)));
+}
+
 /// Every observer makes a working static program; min-max's scales cover
 /// the whole observed range, so the others' are never larger.
 #[test]
