@@ -58,7 +58,8 @@ pub struct ActObservation {
     pub channel_max: Vec<f32>,
     /// Whole rows (row-major, a channel count wide), at most
     /// [`ActObservation::MAX_ROWS`], spread over each sample: what the
-    /// int8-dynamic smoothing search quantizes row by row.
+    /// int8-dynamic smoothing search quantizes row by row and GPTQ's
+    /// Hessian is built from.
     pub kept_rows: Vec<f32>,
 }
 
