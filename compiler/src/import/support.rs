@@ -32,7 +32,7 @@ pub fn supported_ops() -> &'static [OpSupport] {
 
 const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["linear", "addmm", "mm", "bmm", "matmul"], dtypes: DT_NUMERIC, note: "f16/bf16 computed in f32, integers in f64" },
-    OpSupport { names: &["_int_mm"], dtypes: &["i8"], note: "int8 x int8 -> exact int32 sums (torchao's decomposed dynamic quantization)" },
+    OpSupport { names: &["_int_mm"], dtypes: &["i8", "u8"], note: "int8 (or uint8) x int8 -> exact int32 sums (torchao's decomposed dynamic quantization)" },
     OpSupport { names: &["einsum"], dtypes: DT_NUMERIC, note: "training IR: diagonals, `...` broadcasting, implicit output; operands contracted left to right as batched matmuls" },
     OpSupport { names: &["convolution", "_convolution", "conv1d", "conv2d", "conv3d"], dtypes: DT_NUMERIC, note: "f16/bf16 in f32, integers in f64; transposed too" },
     OpSupport { names: &["conv_transpose1d", "conv_transpose2d", "conv_transpose3d"], dtypes: DT_NUMERIC, note: "spread + pad + flipped-weight convolution; f16 (and bf16 with output_padding >= stride) follow torch's GEMM + col2im rounding (taps summed in the dtype), static sizes" },

@@ -265,15 +265,19 @@ fn choose_qparams(imp: &mut Importer, n: &Node) -> R<()> {
     imp.bind(n, 1, zp)
 }
 
-/// `aten::_int_mm(Tensor self, Tensor mat2) -> Tensor`: int8 `[M, K] x [K, N]`
-/// with exact int32 sums, computed in f64 (exact for every `K` below 2^38).
+/// `aten::_int_mm(Tensor self, Tensor mat2) -> Tensor`: int8 (or, for
+/// `self`, uint8) `[M, K] x [K, N]` with exact int32 sums, computed in f64
+/// (every product is below 2^15 in magnitude: exact for every `K` below
+/// 2^38). torchao's CPU path for dynamic int8 activations shifts them by
+/// 128 into uint8 (torch's CPU `_int_mm` takes u8 × s8) and subtracts
+/// 128 · the weight's column sums afterwards.
 pub(super) fn int_mm(imp: &mut Importer, n: &Node) -> R<()> {
     let a = imp.tensor(n, "self")?;
     let b = imp.tensor(n, "mat2")?;
-    for v in [a, b] {
-        if imp.ty(v).dtype != DType::I8 || imp.ty(v).rank() != 2 {
+    for (v, dtypes) in [(a, &[DType::I8, DType::U8][..]), (b, &[DType::I8][..])] {
+        if !dtypes.contains(&imp.ty(v).dtype) || imp.ty(v).rank() != 2 {
             return invalid(format!(
-                "_int_mm takes 2-d int8 matrices, found {} of rank {}",
+                "_int_mm takes 2-d int8 matrices (uint8 also for `self`), found {} of rank {}",
                 imp.ty(v).dtype,
                 imp.ty(v).rank()
             ));
