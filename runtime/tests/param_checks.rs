@@ -5,14 +5,8 @@
 use kiln_runtime::format::*;
 use kiln_runtime::{Error, Program};
 
-fn arena(shape: &[u64], offset: u64) -> TensorDecl {
-    let bytes = shape.iter().product::<u64>() * 4;
-    TensorDecl {
-        dtype: DType::F32,
-        shape: shape.iter().map(|&d| DimRef::Static(d)).collect(),
-        storage: Storage::Arena { offset, max_bytes: bytes },
-    }
-}
+mod common;
+use common::arena;
 
 /// One call of `kernel` on a rank-2 (`[2, 3]`) or rank-4 (`[1, 1, 2, 3]`)
 /// operand, as many times as the opcode takes at least, into a tensor of the

@@ -4,14 +4,8 @@
 use kiln_runtime::format::*;
 use kiln_runtime::{Error, Program, Tensor};
 
-fn arena(shape: &[u64], offset: u64) -> TensorDecl {
-    let bytes = shape.iter().product::<u64>() * 4;
-    TensorDecl {
-        dtype: DType::F32,
-        shape: shape.iter().map(|&d| DimRef::Static(d)).collect(),
-        storage: Storage::Arena { offset, max_bytes: bytes },
-    }
-}
+mod common;
+use common::arena;
 
 const X: u32 = 0;
 const Y: u32 = 1;
