@@ -71,7 +71,7 @@ CALIB_SENTENCES = [
     "The software update fixed several bugs.", "Tomatoes grow best in full sun.",
 ]
 
-MODES = ["int8-weight", "int8-dynamic", "int8-dynamic+calib", "int4-weight:group=32", "int4-weight:group=32:asym",
+MODES = ["int8-weight", "int8-dynamic", "int8-dynamic:sym", "int8-dynamic+calib", "int4-weight:group=32", "int4-weight:group=32:asym",
          "int4-weight:group=32:clip=none", "int4-weight:group=32:asym:clip=none", "int4-weight:group=64",
          "int4-weight:group=128", "int8-static", "int8-static:observer=percentile",
          "int8-static:observer=mse", "int4-weight:group=32+calib", "int4-weight:group=32:asym+calib"]

@@ -56,14 +56,17 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
         Op::LayerNorm { normalized_rank, eps } => {
             Kernel::LayerNorm { normalized_rank: *normalized_rank as u32, eps: *eps }
         }
-        Op::QuantLinear { bits, group, zero_points, dynamic, act_scale, act_zero_point } => Kernel::QuantLinear {
-            bits: u32::from(*bits),
-            group: u32::try_from(*group).map_err(|_| bad_params())?,
-            zero_points: *zero_points,
-            dynamic: *dynamic,
-            act_scale: *act_scale,
-            act_zero_point: i32::try_from(*act_zero_point).map_err(|_| bad_params())?,
-        },
+        Op::QuantLinear { bits, group, zero_points, dynamic, asymmetric, act_scale, act_zero_point } => {
+            Kernel::QuantLinear {
+                bits: u32::from(*bits),
+                group: u32::try_from(*group).map_err(|_| bad_params())?,
+                zero_points: *zero_points,
+                dynamic: *dynamic,
+                asymmetric: *asymmetric,
+                act_scale: *act_scale,
+                act_zero_point: i32::try_from(*act_zero_point).map_err(|_| bad_params())?,
+            }
+        }
         Op::RmsNorm { normalized_rank, eps } => Kernel::RmsNorm { normalized_rank: *normalized_rank as u32, eps: *eps },
         Op::Softmax { axis } => Kernel::Softmax { axis: *axis as u32, log: false },
         Op::LogSoftmax { axis } => Kernel::Softmax { axis: *axis as u32, log: true },

@@ -162,7 +162,8 @@ enum Command {
 #[derive(clap::Args, Default)]
 struct QuantArgs {
     /// Quantize the linear layers' weights: `int8-weight` (per channel, symmetric),
-    /// `int8-dynamic` (int8 weights and per-row int8 activations),
+    /// `int8-dynamic[:sym]` (int8 weights and per-row int8 activations, each row with its own
+    /// scale and zero point; `:sym` torchao's per-token symmetric rule),
     /// `int8-static[:observer=minmax|percentile[=P]|mse]` (int8 weights, per-tensor int8
     /// activations calibrated on --calibration samples), or
     /// `int4-weight[:group=32|64|128][:asym][:clip=none]` (group-wise, two a byte; scales

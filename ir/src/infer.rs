@@ -341,8 +341,11 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             shape[last] = w.shape[0].clone();
             Ok(TensorType::new(x.dtype, shape))
         }
-        Op::QuantLinear { bits, group, zero_points, dynamic, act_scale, act_zero_point } => {
+        Op::QuantLinear { bits, group, zero_points, dynamic, asymmetric, act_scale, act_zero_point } => {
             static_activations(*dynamic, *act_scale, *act_zero_point)?;
+            if *asymmetric && !*dynamic {
+                return Err("quant_linear asymmetric needs dynamic activations".into());
+            }
             // Static activations need the weights dynamic ones need.
             quant_linear(symbols, ins, *bits, *group, *zero_points, *dynamic || act_scale.is_some())
         }

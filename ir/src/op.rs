@@ -199,7 +199,9 @@ op_table! {
     /// i8`[N, K]` (`bits` 8) or u8`[N, K / 2]` (`bits` 4: two signed nibbles
     /// a byte, element `2j` low); `zero_points` says whether that operand is
     /// there. `dynamic`: activations quantized per row to int8 (torchao's
-    /// per-token symmetric rule; int8 weights, per channel, symmetric).
+    /// per-token symmetric rule; int8 weights, per channel, symmetric);
+    /// with `asymmetric` (only with `dynamic`), each row gets a scale and
+    /// zero point from its range instead (torch's `MinMaxObserver` rule).
     /// `act_scale` (static, from calibration; not with `dynamic`): every
     /// activation quantized to int8 with that scale (an f32 value) and
     /// `act_zero_point` in `[-128, 127]` (torch's `quantize_per_tensor`).
@@ -208,11 +210,12 @@ op_table! {
         group: usize,
         zero_points: bool,
         dynamic: bool,
+        asymmetric: bool,
         act_scale: Option<f64>,
         act_zero_point: i64,
     }] opcode QuantLinear, custom(
         Op::QuantLinear { .. } =>
-            "quant_linear" ["bits", "group", "zero_points", "dynamic", "act_scale", "act_zero_point"],
+            "quant_linear" ["bits", "group", "zero_points", "dynamic", "asymmetric", "act_scale", "act_zero_point"],
     );
     /// [`Op::Conv`] with a fused epilogue (`kiln_isa::epilogue`): `(x, w
     /// [, b] [, residual])`, as `epilogue`'s flags say; the residual is

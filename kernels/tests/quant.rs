@@ -2,7 +2,8 @@
 //! module doc), computed here from the dequantized weights.
 
 use kiln_kernels::quant::{
-    qlinear, quantize_row_i8, quantize_row_static, row_scale_symmetric, ActQuant, PackedQWeights, QBits, QWeights,
+    qlinear, quantize_row_i8, quantize_row_static, row_qparams_asymmetric, row_scale_symmetric, ActQuant,
+    PackedQWeights, QBits, QWeights,
 };
 use kiln_kernels::Context;
 
@@ -129,6 +130,8 @@ fn activations(m: usize, k: usize, seed: u64) -> Vec<f32> {
                 }
             }
             3 if k > 3 => row[k / 2] = -f32::MAX / 2.0,
+            // One sign, as after a ReLU: the asymmetric zero point is -128.
+            4 => row.iter_mut().for_each(|v| *v = v.abs()),
             _ => {}
         }
     }
@@ -344,6 +347,60 @@ fn dynamic_int8_every_variant_is_bit_exact() {
     for v in variants().into_iter().skip(1) {
         check_int8(v.name(), ActQuant::DynamicPerRow, &with(v, 1), &g).unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+#[test]
+fn asymmetric_dynamic_int8_every_variant_is_bit_exact() {
+    let g = with(generic_kernels(), 1);
+    for v in variants().into_iter().skip(1) {
+        check_int8(v.name(), ActQuant::DynamicAsymmetric, &with(v, 1), &g).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn asymmetric_dynamic_int8_generic_follows_the_definition() {
+    let reference = |x: &[f32], m: usize, w: &PackedQWeights, _: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
+        let (n, k) = (w.n(), w.k());
+        let s = KS.iter().position(|&kk| kk == k).unwrap_or(0);
+        let q = weights_i8(n, k, s as u64 + 1);
+        let scales: Vec<f32> = (0..n).map(|j| 0.001 + j as f32 * 0.0007).collect();
+        for i in 0..m {
+            let row = &x[i * k..][..k];
+            // torch's MinMaxObserver (quint8 range shifted to [-128, 127])
+            // on the row's range, written out.
+            let mn = row.iter().copied().fold(0f32, f32::min);
+            let mx = row.iter().copied().fold(0f32, f32::max);
+            let sx = ((mx - mn) / 255.0).max(f32::EPSILON);
+            let zp = (-128.0 - (mn / sx).round_ties_even()).clamp(-128.0, 127.0) as i32;
+            let qx: Vec<i32> = row
+                .iter()
+                .map(|&v| ((v * (1.0 / sx)).round_ties_even() + zp as f32).clamp(-128.0, 127.0) as i32)
+                .collect();
+            for j in 0..n {
+                let acc: i32 = (0..k).map(|p| (qx[p] - zp) * q[j * k + p] as i32).sum();
+                let v = (acc as f32 * sx) * scales[j];
+                out[i * n + j] = bias.map_or(v, |b| v + b[j]);
+            }
+        }
+    };
+    check_int8("generic", ActQuant::DynamicAsymmetric, &with(generic_kernels(), 1), &reference)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The asymmetric row parameters: a one-signed row uses the whole range,
+/// and zero is exact.
+#[test]
+fn asymmetric_row_qparams() {
+    let (s, zp) = row_qparams_asymmetric(&[0.0, 2.55, 1.0]);
+    assert_eq!((s, zp), (2.55f32 / 255.0, -128));
+    let (s, zp) = row_qparams_asymmetric(&[-2.55, 0.5]);
+    assert_eq!((s, zp), (3.05f32 / 255.0, ((-128.0f32 - (-2.55f32 / s).round_ties_even()) as i32)));
+    assert_eq!(row_qparams_asymmetric(&[0.0; 4]), (f32::EPSILON, -128));
+    let mut q = [0i8; 3];
+    let (s, zp) = row_qparams_asymmetric(&[-1.0, 0.0, 3.0]);
+    quantize_row_static(&[-1.0, 0.0, 3.0], s, zp, &mut q);
+    assert_eq!(q[1] as i32, zp, "zero is exactly representable");
+    assert_eq!((q[0], q[2]), (-128, 127));
 }
 
 /// Static activations: a scale that saturates the big rows and zero points
@@ -646,7 +703,7 @@ fn a_warm_call_allocates_nothing() {
     let mut out = vec![0f32; m * n];
     for v in variants() {
         let mut cx = Context::new();
-        for act in [ActQuant::DynamicPerRow, ActQuant::Float] {
+        for act in [ActQuant::DynamicPerRow, ActQuant::DynamicAsymmetric, ActQuant::Float] {
             qlinear_with(&mut cx, &v, &x, m, &w8, act, None, &mut out).unwrap();
             ALLOCATIONS.with(|a| a.set(0));
             COUNTING.with(|c| c.set(true));

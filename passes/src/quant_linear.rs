@@ -60,12 +60,17 @@ pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed
 }
 
 /// How a rewritten layer treats its activations (`Op::QuantLinear`'s
-/// `dynamic` and `act_scale`).
+/// `dynamic`, `asymmetric` and `act_scale`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Acts {
     Float,
     Dynamic,
-    Static { scale: f32, zero_point: i32 },
+    /// Per-row dynamic activations with a zero point per row.
+    DynamicAsymmetric,
+    Static {
+        scale: f32,
+        zero_point: i32,
+    },
 }
 
 /// A quantized `[n, k]` weight: integers one a byte, `n * (k / group)`
@@ -128,7 +133,8 @@ impl QuantWeight {
             bits,
             group: self.group,
             zero_points: self.zero_points.is_some(),
-            dynamic: acts == Acts::Dynamic,
+            dynamic: matches!(acts, Acts::Dynamic | Acts::DynamicAsymmetric),
+            asymmetric: acts == Acts::DynamicAsymmetric,
             act_scale: match acts {
                 Acts::Static { scale, .. } => Some(f64::from(scale)),
                 _ => None,

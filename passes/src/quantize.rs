@@ -48,8 +48,10 @@ type Chosen = (QuantWeight, Acts, Option<Vec<f32>>);
 pub enum QuantScheme {
     /// Per-channel symmetric int8 weights, f32 activations.
     Int8Weight,
-    /// Per-channel symmetric int8 weights, per-row dynamic int8 activations.
-    Int8Dynamic,
+    /// Per-channel symmetric int8 weights, per-row dynamic int8
+    /// activations: with a zero point per row from its range (`asymmetric`,
+    /// the default), or torchao's per-token symmetric rule (`:sym`).
+    Int8Dynamic { asymmetric: bool },
     /// Per-channel symmetric int8 weights, per-tensor int8 activations with
     /// parameters from calibration ([`QuantizeConfig::activations`]).
     Int8Static { observer: Observer },
@@ -58,7 +60,7 @@ pub enum QuantScheme {
 }
 
 impl QuantScheme {
-    /// `int8-weight`, `int8-dynamic`, `int8-static[:observer=minmax|percentile[=P]|mse]`,
+    /// `int8-weight`, `int8-dynamic[:sym|:asym]`, `int8-static[:observer=minmax|percentile[=P]|mse]`,
     /// `int4-weight[:group=32|64|128][:asym][:clip=none]`.
     pub fn parse(mode: &str) -> Result<QuantScheme, String> {
         let mut parts = mode.split(':');
@@ -66,7 +68,17 @@ impl QuantScheme {
         let options: Vec<&str> = parts.collect();
         let scheme = match base {
             "int8-weight" => QuantScheme::Int8Weight,
-            "int8-dynamic" => QuantScheme::Int8Dynamic,
+            "int8-dynamic" => {
+                let mut asymmetric = true;
+                for o in &options {
+                    match *o {
+                        "asym" => asymmetric = true,
+                        "sym" => asymmetric = false,
+                        _ => return Err(format!("unknown int8-dynamic option `{o}` (sym, asym)")),
+                    }
+                }
+                return Ok(QuantScheme::Int8Dynamic { asymmetric });
+            }
             "int8-static" => {
                 let mut observer = Observer::MinMax;
                 for o in &options {
@@ -95,7 +107,7 @@ impl QuantScheme {
             }
             other => {
                 return Err(format!(
-                    "unknown quantization mode `{other}` (known: int8-weight, int8-dynamic, \
+                    "unknown quantization mode `{other}` (known: int8-weight, int8-dynamic[:sym|:asym], \
                      int8-static[:observer=..], int4-weight[:group=32|64|128][:asym])"
                 ))
             }
@@ -138,7 +150,7 @@ impl QuantizeConfig {
     pub fn uses_calibration(&self) -> bool {
         matches!(
             self.scheme,
-            QuantScheme::Int8Static { .. } | QuantScheme::Int4Weight { .. } | QuantScheme::Int8Dynamic
+            QuantScheme::Int8Static { .. } | QuantScheme::Int4Weight { .. } | QuantScheme::Int8Dynamic { .. }
         )
     }
 }
@@ -222,7 +234,8 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
                 report.act_qparams = Some((scale, zero_point));
                 Acts::Static { scale, zero_point }
             }
-            (QuantScheme::Int8Dynamic, _) => Acts::Dynamic,
+            (QuantScheme::Int8Dynamic { asymmetric: false }, _) => Acts::Dynamic,
+            (QuantScheme::Int8Dynamic { asymmetric: true }, _) => Acts::DynamicAsymmetric,
             _ => Acts::Float,
         };
         let w = f32_weight(g, layer.weight);
@@ -230,7 +243,9 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
         let magnitudes = cfg.activations.get(i).and_then(|o| Magnitudes::of(o, k));
         let (qw, input_scale) = match (&cfg.scheme, &magnitudes) {
             (QuantScheme::Int4Weight { .. }, Some(m)) => activation_aware(&w, n, k, &cfg.scheme, m, attrs),
-            (QuantScheme::Int8Dynamic, Some(_)) => smooth_dynamic(&w, n, k, &cfg.activations[i], attrs),
+            (&QuantScheme::Int8Dynamic { asymmetric }, Some(_)) => {
+                smooth_dynamic(&w, n, k, &cfg.activations[i], asymmetric, attrs)
+            }
             _ => (quantize_matrix(&w, n, k, &cfg.scheme, None, attrs), None),
         };
         report.bits = Some(qw.bits());
@@ -574,16 +589,17 @@ const SMOOTH_ROWS: usize = 128;
 /// its layer norms) into the weights, so that each token's int8 scale is
 /// no longer set by a few channels. The candidates — no scaling, and each
 /// α — are compared by the layer's output error on the kept calibration
-/// rows, each quantized as the kernel does (per-token symmetric
-/// activations, per-channel weights); no scaling wins ties.
+/// rows, each quantized as the kernel does (per-token activations,
+/// `asymmetric` or not; per-channel weights); no scaling wins ties.
 fn smooth_dynamic(
     w: &[f32],
     n: usize,
     k: usize,
     o: &ActObservation,
+    asymmetric: bool,
     attrs: kiln_ir::ValueAttrs,
 ) -> (QuantWeight, Option<Vec<f32>>) {
-    let scheme = QuantScheme::Int8Dynamic;
+    let scheme = QuantScheme::Int8Dynamic { asymmetric };
     let plain = || (quantize_matrix(w, n, k, &scheme, None, attrs.clone()), None);
     let kept = o.kept_rows.len() / k;
     if kept == 0 || o.channel_max.len() != k {
@@ -618,7 +634,7 @@ fn smooth_dynamic(
                 Some(inv) => row.iter_mut().zip(x).zip(inv).for_each(|((o, &v), &i)| *o = v * i),
                 None => row.copy_from_slice(x),
             }
-            fake_quant_token(&mut row);
+            fake_quant_token(&mut row, asymmetric);
             for (j, wr) in wq.chunks_exact(k).enumerate() {
                 err += (dot(&row, wr) as f64 - want[r * n + j] as f64).powi(2);
             }
@@ -635,13 +651,22 @@ fn smooth_dynamic(
     (best.1, best.2)
 }
 
-/// torchao's per-token symmetric int8 quantization of one row, undone:
-/// `s = max|x| / 127.5`, `q = clamp(rint(x · (1 / s)), -128, 127)`, `q · s`.
-fn fake_quant_token(row: &mut [f32]) {
-    let m = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let s = (m / 127.5).max(f32::EPSILON);
-    let inv = 1.0 / s;
-    row.iter_mut().for_each(|v| *v = (*v * inv).round_ties_even().clamp(-128.0, 127.0) * s);
+/// The kernel's per-token int8 quantization of one row, undone. Symmetric
+/// (torchao's): `s = max|x| / 127.5`, `q = clamp(rint(x · (1 / s)), -128,
+/// 127)`, `q · s`; asymmetric: `s`, `zp` from the row's range
+/// ([`crate::observe::range_qparams`], the rule of
+/// `kiln_kernels::quant::row_qparams_asymmetric`), `(q − zp) · s`.
+fn fake_quant_token(row: &mut [f32], asymmetric: bool) {
+    let (s, zp) = if asymmetric {
+        let (mn, mx) = row.iter().fold((0f32, 0f32), |(mn, mx), &v| (mn.min(v), mx.max(v)));
+        crate::observe::range_qparams(mn, mx)
+    } else {
+        let m = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+        ((m / 127.5).max(f32::EPSILON), 0)
+    };
+    let (inv, zp) = (1.0 / s, zp as f32);
+    row.iter_mut().for_each(|v| *v = ((*v * inv).round_ties_even() + zp).clamp(-128.0, 127.0) - zp);
+    row.iter_mut().for_each(|v| *v *= s);
 }
 
 /// `Σ a·b` in f32, eight partial sums (vectorisable).
@@ -669,7 +694,7 @@ fn quantize_matrix(
     attrs: kiln_ir::ValueAttrs,
 ) -> QuantWeight {
     let (group, range, asymmetric, clip_search) = match *scheme {
-        QuantScheme::Int8Weight | QuantScheme::Int8Dynamic | QuantScheme::Int8Static { .. } => {
+        QuantScheme::Int8Weight | QuantScheme::Int8Dynamic { .. } | QuantScheme::Int8Static { .. } => {
             (k, (-128, 127), false, false)
         }
         QuantScheme::Int4Weight { group, asymmetric, clip_search } => (group, (-8, 7), asymmetric, clip_search),
@@ -819,6 +844,9 @@ mod tests {
         );
         assert!(QuantScheme::parse("int4-weight:group=3").is_err());
         assert!(QuantScheme::parse("int8-weight:asym").is_err());
+        assert_eq!(QuantScheme::parse("int8-dynamic"), Ok(QuantScheme::Int8Dynamic { asymmetric: true }));
+        assert_eq!(QuantScheme::parse("int8-dynamic:sym"), Ok(QuantScheme::Int8Dynamic { asymmetric: false }));
+        assert!(QuantScheme::parse("int8-dynamic:group=32").is_err());
         assert!(QuantScheme::parse("int3").is_err());
         assert_eq!(QuantScheme::parse("int8-static"), Ok(QuantScheme::Int8Static { observer: Observer::MinMax }));
         assert_eq!(
@@ -875,26 +903,28 @@ mod tests {
         let mut o = ActObservation::default();
         o.add(&xs, k);
         assert_eq!(o.kept_rows.len(), rows * k);
-        let out_err = |qw: &QuantWeight, s: Option<&Vec<f32>>| -> f64 {
-            let wq = qw.dequantized();
-            let mut err = 0.0;
-            for x in xs.chunks_exact(k) {
-                let mut row: Vec<f32> = match s {
-                    Some(s) => x.iter().zip(s).map(|(v, s)| v * (1.0 / s)).collect(),
-                    None => x.to_vec(),
-                };
-                fake_quant_token(&mut row);
-                for (wr, wq) in w.chunks_exact(k).zip(wq.chunks_exact(k)) {
-                    err += (dot(&row, wq) as f64 - dot(x, wr) as f64).powi(2);
+        for asymmetric in [false, true] {
+            let out_err = |qw: &QuantWeight, s: Option<&Vec<f32>>| -> f64 {
+                let wq = qw.dequantized();
+                let mut err = 0.0;
+                for x in xs.chunks_exact(k) {
+                    let mut row: Vec<f32> = match s {
+                        Some(s) => x.iter().zip(s).map(|(v, s)| v * (1.0 / s)).collect(),
+                        None => x.to_vec(),
+                    };
+                    fake_quant_token(&mut row, asymmetric);
+                    for (wr, wq) in w.chunks_exact(k).zip(wq.chunks_exact(k)) {
+                        err += (dot(&row, wq) as f64 - dot(x, wr) as f64).powi(2);
+                    }
                 }
-            }
-            err
-        };
-        let plain = quantize_matrix(&w, n, k, &QuantScheme::Int8Dynamic, None, Default::default());
-        let (qw, s) = smooth_dynamic(&w, n, k, &o, Default::default());
-        assert!(s.is_some(), "outlier channels are smoothed");
-        let (a, p) = (out_err(&qw, s.as_ref()), out_err(&plain, None));
-        assert!(a < 0.5 * p, "smoothed {a} vs plain {p}");
+                err
+            };
+            let plain = quantize_matrix(&w, n, k, &QuantScheme::Int8Dynamic { asymmetric }, None, Default::default());
+            let (qw, s) = smooth_dynamic(&w, n, k, &o, asymmetric, Default::default());
+            assert!(s.is_some(), "outlier channels are smoothed");
+            let (a, p) = (out_err(&qw, s.as_ref()), out_err(&plain, None));
+            assert!(a < 0.5 * p, "asymmetric {asymmetric}: smoothed {a} vs plain {p}");
+        }
     }
 
     /// `U` with `Uᵀ U = H⁻¹` (upper triangular).

@@ -209,7 +209,7 @@ fn quant_linear(
     ins: &[TensorRef<'_>],
     outs: &mut [TensorMut<'_>],
 ) -> Result<()> {
-    let Kernel::QuantLinear { zero_points, dynamic, act_scale, act_zero_point, .. } = kernel else {
+    let Kernel::QuantLinear { zero_points, dynamic, asymmetric, act_scale, act_zero_point, .. } = kernel else {
         return Err(quant_err("not a quantized linear"));
     };
     let x: &[f32] = bytemuck::try_cast_slice(ins[0].data).map_err(|_| quant_err("unaligned input"))?;
@@ -222,10 +222,13 @@ fn quant_linear(
     let m = if w.k() == 0 { 0 } else { x.len() / w.k() };
     // The kernel validates the static parameters (an artifact's bytes are
     // untrusted); a scale that is not an f32 value is refused here.
-    let act = match (*dynamic, *act_scale) {
-        (false, None) => ActQuant::Float,
-        (true, None) => ActQuant::DynamicPerRow,
-        (false, Some(s)) if (s as f32) as f64 == s => ActQuant::Static { scale: s as f32, zero_point: *act_zero_point },
+    let act = match (*dynamic, *asymmetric, *act_scale) {
+        (false, false, None) => ActQuant::Float,
+        (true, false, None) => ActQuant::DynamicPerRow,
+        (true, true, None) => ActQuant::DynamicAsymmetric,
+        (false, false, Some(s)) if (s as f32) as f64 == s => {
+            ActQuant::Static { scale: s as f32, zero_point: *act_zero_point }
+        }
         _ => return Err(quant_err("bad activation quantization parameters")),
     };
     k::quant::qlinear(cx, x, m, w, act, bias, y)
@@ -457,12 +460,13 @@ kernel_fns! {
     NonZero {} => k::nonzero(ins[0], out(outs, 0));
     Fused { program } => k::fused(program, ins, out(outs, 0), cx);
     RmsNorm { normalized_rank, eps } => k::rms_norm(ins[0], opt(1), *normalized_rank as usize, *eps, out(outs, 0));
-    QuantLinear { bits, group, zero_points, dynamic, act_scale, act_zero_point } => {
+    QuantLinear { bits, group, zero_points, dynamic, asymmetric, act_scale, act_zero_point } => {
         let kernel = Kernel::QuantLinear {
             bits: *bits,
             group: *group,
             zero_points: *zero_points,
             dynamic: *dynamic,
+            asymmetric: *asymmetric,
             act_scale: *act_scale,
             act_zero_point: *act_zero_point,
         };

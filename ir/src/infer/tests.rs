@@ -294,6 +294,7 @@ fn quant_linear_checks_storage_against_attributes() {
         group,
         zero_points,
         dynamic,
+        asymmetric: false,
         act_scale: None,
         act_zero_point: 0,
     };
@@ -324,6 +325,7 @@ fn quant_linear_checks_storage_against_attributes() {
         group: 64,
         zero_points: false,
         dynamic,
+        asymmetric: false,
         act_scale: Some(scale),
         act_zero_point: zp,
     };
@@ -338,11 +340,24 @@ fn quant_linear_checks_storage_against_attributes() {
         *act_zero_point = 4;
     }
     assert!(infer(zp_only, &ins).is_err(), "zero point without a scale");
+    // Per-row zero points: dynamic activations only.
+    let asym = |dynamic: bool| Op::QuantLinear {
+        bits: 8,
+        group: 64,
+        zero_points: false,
+        dynamic,
+        asymmetric: true,
+        act_scale: None,
+        act_zero_point: 0,
+    };
+    assert_eq!(infer(asym(true), &ins).unwrap(), "f32[b, 32]");
+    assert!(infer(asym(false), &ins).is_err(), "asymmetric without dynamic");
     let grouped = Op::QuantLinear {
         bits: 8,
         group: 32,
         zero_points: false,
         dynamic: false,
+        asymmetric: false,
         act_scale: Some(0.5),
         act_zero_point: 0,
     };

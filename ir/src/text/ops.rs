@@ -473,6 +473,7 @@ fn parse_custom(name: &str, a: &mut Attrs, symbols: &Symbols) -> Result<Op, Pars
             group: uint(&a.take("group", name)?)?,
             zero_points: boolean(&a.take("zero_points", name)?)?,
             dynamic: boolean(&a.take("dynamic", name)?)?,
+            asymmetric: a.opt("asymmetric").map(|v| boolean(&v)).transpose()?.unwrap_or(false),
             act_scale: a.opt("act_scale").map(|v| float(&v)).transpose()?,
             act_zero_point: a.opt("act_zero_point").map(|v| int(&v)).transpose()?.unwrap_or(0),
         },
@@ -510,13 +511,17 @@ fn format_custom(op: &Op, symbols: &Symbols) -> Vec<String> {
             kv("reduce", scatter_reduce_name(*reduce).to_string()),
             kv("include_self", include_self.to_string()),
         ],
-        Op::QuantLinear { bits, group, zero_points, dynamic, act_scale, act_zero_point } => {
+        Op::QuantLinear { bits, group, zero_points, dynamic, asymmetric, act_scale, act_zero_point } => {
             let mut attrs = vec![
                 kv("bits", bits.to_string()),
                 kv("group", group.to_string()),
                 kv("zero_points", zero_points.to_string()),
                 kv("dynamic", dynamic.to_string()),
             ];
+            // Written only when set, as the static parameters below.
+            if *asymmetric {
+                attrs.push(kv("asymmetric", "true".into()));
+            }
             // Static activations only: the float programs' text stays as it was.
             if let Some(s) = act_scale {
                 attrs.push(kv("act_scale", format_f64(*s)));

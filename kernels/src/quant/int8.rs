@@ -94,6 +94,8 @@ pub(crate) const MAX_K: usize = (1 << 17) - 1;
 pub(crate) enum Rows {
     /// Per row, symmetric (the table's row quantizer).
     Dynamic,
+    /// Per row, a scale and zero point from the row's range.
+    DynamicAsymmetric,
     /// One compile-time scale and zero point for every row.
     Static { scale: f32, zero_point: i32 },
 }
@@ -117,25 +119,26 @@ pub(crate) fn run(
     let kp = layout.kp;
     let mpad = m.next_multiple_of(ukr.mr);
     let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { cx.threads() };
-    // One f32 buffer holds the row scales, then the quantized rows' bytes
-    // (`lda` is a multiple of 4, so they fill whole f32s).
+    // One f32 buffer holds the row scales, the rows' shifts (i32 bits),
+    // then the quantized rows' bytes (`lda` is a multiple of 4, so they
+    // fill whole f32s).
     let lda = kp * ukr.acts.width();
-    let buf = cx.scratch.f32s(m + mpad * lda / 4);
-    let (scales, rows) = buf.split_at_mut(m);
+    let buf = cx.scratch.f32s(2 * m + mpad * lda / 4);
+    let (scales, rest) = buf.split_at_mut(m);
+    let (shifts, rows) = rest.split_at_mut(m);
+    let shifts: &mut [i32] = bytemuck::cast_slice_mut(shifts);
     let rows: &mut [u8] = bytemuck::cast_slice_mut(rows);
-    for (i, (row, s)) in rows.chunks_exact_mut(lda).zip(scales.iter_mut()).enumerate() {
-        *s = quantize_row(kernels, &x[i * k..][..k], act, ukr.acts, row);
-    }
-    // Padded K lanes meet zero weights, so their bytes add nothing; the
-    // zero point and the u8 offset come off through the column sums:
+    // Padded K lanes meet zero weights, so their bytes add nothing; each
+    // row's zero point and the u8 offset come off through the column sums:
     // `Σ (q − zp) · w = Σ q · w − zp · Σ w`.
-    let shift = match act {
-        Rows::Static { zero_point, .. } => zero_point,
-        Rows::Dynamic => 0,
-    } + if ukr.acts == Acts::U8Offset { 128 } else { 0 };
+    let offset = if ukr.acts == Acts::U8Offset { 128 } else { 0 };
+    for (i, ((row, s), shift)) in rows.chunks_exact_mut(lda).zip(scales.iter_mut()).zip(shifts.iter_mut()).enumerate() {
+        let (scale, zero_point) = quantize_row(kernels, &x[i * k..][..k], act, ukr.acts, row);
+        (*s, *shift) = (scale, zero_point + offset);
+    }
     let pad_byte = if ukr.acts == Acts::U8Offset { 0x80 } else { 0 };
     rows[m * lda..].fill(pad_byte);
-    let (rows, scales): (&[u8], &[f32]) = (rows, scales);
+    let (rows, scales, shifts): (&[u8], &[f32], &[i32]) = (rows, scales, shifts);
 
     let strip = strip_bytes(QBits::I8, kp);
     let tiles = layout.npad / ukr.nr;
@@ -170,7 +173,7 @@ pub(crate) fn run(
                     // SAFETY: in bounds (just checked); items own disjoint
                     // (row block, column group) rectangles of `out`.
                     let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(at), cols) };
-                    store_row(o, &acc[i * ukr.nr..][..cols], s, &epilogue(j0, cols), shift);
+                    store_row(o, &acc[i * ukr.nr..][..cols], s, &epilogue(j0, cols), shifts[r + i]);
                 }
             }
         }
@@ -178,18 +181,23 @@ pub(crate) fn run(
 }
 
 /// Quantizes one row of `x` into `row` (`kp` values stored as `acts` says,
-/// zero past `k`) and returns its scale.
-fn quantize_row(kernels: &QuantKernels, x: &[f32], act: Rows, acts: Acts, row: &mut [u8]) -> f32 {
+/// zero past `k`) and returns its scale and zero point.
+fn quantize_row(kernels: &QuantKernels, x: &[f32], act: Rows, acts: Acts, row: &mut [u8]) -> (f32, i32) {
     let k = x.len();
     // I16 rows are quantized into their second half, then widened forward:
     // value `p` goes to bytes `2p, 2p + 1`, below the unread values `> p`.
     let start = if acts == Acts::I16 { row.len() / 2 } else { 0 };
     let (q, pad) = row[start..].split_at_mut(k);
-    let s = match act {
-        Rows::Dynamic => (kernels.quantize.run)(x, bytemuck::cast_slice_mut(q)),
+    let (s, zp) = match act {
+        Rows::Dynamic => ((kernels.quantize.run)(x, bytemuck::cast_slice_mut(q)), 0),
+        Rows::DynamicAsymmetric => {
+            let (scale, zero_point) = super::row_qparams_asymmetric(x);
+            super::quantize_row_static(x, scale, zero_point, bytemuck::cast_slice_mut(q));
+            (scale, zero_point)
+        }
         Rows::Static { scale, zero_point } => {
             super::quantize_row_static(x, scale, zero_point, bytemuck::cast_slice_mut(q));
-            scale
+            (scale, zero_point)
         }
     };
     pad.fill(0);
@@ -203,7 +211,7 @@ fn quantize_row(kernels: &QuantKernels, x: &[f32], act: Rows, acts: Acts, row: &
             }
         }
     }
-    s
+    (s, zp)
 }
 
 /// The columns of one tile: their scales, weight sums and bias.

@@ -30,6 +30,13 @@
 //!   (`_int_mm`, `mul(act_scale)`, `mul(w_scale)`, `add(bias)`) bit for bit.
 //!   Every variant gives the same bits (i32 sums are exact for `k < 2^17`;
 //!   deeper layers are refused).
+//! - [`ActQuant::DynamicAsymmetric`] (int8 weights, `group == k`, symmetric
+//!   only): each row of `x` gets its own scale and zero point from its
+//!   range, torch's `MinMaxObserver` rule over `[-128, 127]`
+//!   ([`row_qparams_asymmetric`]), is quantized as [`ActQuant::Static`]
+//!   quantizes a tensor, and `out = (f32(Σ (q_x − zp) · q_w) · s) ·
+//!   scale[j] + bias[j]`. Rows that are mostly of one sign (after a GELU or
+//!   ReLU) keep twice the resolution of the symmetric rule.
 //! - [`ActQuant::Static`] (int8 weights, `group == k`, symmetric only):
 //!   every element of `x` is quantized with the one compile-time scale and
 //!   zero point, `q = clamp(rint(x · f32(1/s)) + zp, -128, 127)` (torch's
@@ -81,6 +88,9 @@ pub enum ActQuant {
     Float,
     /// Per-row symmetric int8 activations and an exact i32 dot product.
     DynamicPerRow,
+    /// Per-row asymmetric int8 activations (a scale and zero point per
+    /// row, from its range) and an exact i32 dot product.
+    DynamicAsymmetric,
     /// Per-tensor int8 activations with a scale and zero point chosen at
     /// compile time (calibration): `q = clamp(rint(x · f32(1/scale)) +
     /// zero_point, -128, 127)`, then an exact i32 dot product.
@@ -208,6 +218,17 @@ pub fn row_scale_symmetric(row: &[f32]) -> f32 {
     ((-mn).max(mx) / 127.5).max(f32::EPSILON)
 }
 
+/// The per-row asymmetric scale and zero point of one row: torch's
+/// `MinMaxObserver` rule over `[-128, 127]` on the row's range widened to
+/// hold 0 — `s = max((max − min) / 255, f32::EPSILON)`, `zp = clamp(-128 −
+/// rint(min / s), -128, 127)`.
+pub fn row_qparams_asymmetric(row: &[f32]) -> (f32, i32) {
+    let (mn, mx) = row.iter().fold((0f32, 0f32), |(mn, mx), &v| (mn.min(v), mx.max(v)));
+    let s = ((mx - mn) / 255.0).max(f32::EPSILON);
+    let zp = (-128.0 - (mn / s).round_ties_even()).clamp(-128.0, 127.0);
+    (s, zp as i32)
+}
+
 /// Quantizes `row` with scale `s`: multiply by the f32 reciprocal, round
 /// half to even, clamp (torch's rule).
 pub fn quantize_row_i8(row: &[f32], s: f32, out: &mut [i8]) {
@@ -271,7 +292,7 @@ pub fn qlinear_with(
     }
     match act {
         ActQuant::Float => weight_only::run(cx, kernels, x, m, w, bias, out),
-        ActQuant::DynamicPerRow | ActQuant::Static { .. } => {
+        ActQuant::DynamicPerRow | ActQuant::DynamicAsymmetric | ActQuant::Static { .. } => {
             if w.bits != QBits::I8 || w.group != k || w.layout.zero_points.is_some() {
                 return Err(err("int8 activations need symmetric per-channel int8 weights"));
             }
@@ -285,6 +306,7 @@ pub fn qlinear_with(
                     }
                     int8::Rows::Static { scale, zero_point }
                 }
+                ActQuant::DynamicAsymmetric => int8::Rows::DynamicAsymmetric,
                 _ => int8::Rows::Dynamic,
             };
             int8::run(cx, kernels, x, m, w, rows, bias, out);

@@ -352,10 +352,19 @@ kernels! {
     RmsNorm { normalized_rank: u32 => normalized_rank, eps: f64 }
     /// A linear layer with `bits`-bit weights (8, or 4 two a byte), `group`
     /// input features per scale, optional zero points (operands: x, w,
-    /// scales [, zero points] [, bias]); `dynamic`: per-row int8 activations;
+    /// scales [, zero points] [, bias]); `dynamic`: per-row int8 activations
+    /// (symmetric, or with a zero point per row with `asymmetric`);
     /// `act_scale` (an f32 value) and `act_zero_point`: per-tensor static
     /// int8 activations (`kiln_kernels::quant::qlinear`).
-    QuantLinear { bits: u32, group: u32, zero_points: bool, dynamic: bool, act_scale: Option<f64>, act_zero_point: i32 }
+    QuantLinear {
+        bits: u32,
+        group: u32,
+        zero_points: bool,
+        dynamic: bool,
+        asymmetric: bool,
+        act_scale: Option<f64>,
+        act_zero_point: i32,
+    }
     /// [`Kernel::Conv`] with a fused epilogue: `(x, w [, bias] [, residual])`
     /// as the epilogue's flags say.
     ConvFused {
