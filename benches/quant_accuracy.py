@@ -14,7 +14,7 @@ the compile time. Results with the command go to benches/RESULTS.md.
 
 A mode ending in `+calib` (and every `int8-static` mode) is compiled with `--calibration`:
 36 other sentences (CALIB_SENTENCES, none of the evaluated ones), tokenised the same way,
-as one sample of the same [36, 16] shape the program takes. `+skip=GLOB` (repeatable) keeps
+as one sample of the same [36, 16] shape the program takes. `auto[:MODE]` modes always get the calibration sample; `+drop=X` passes `--max-cosine-drop X`. `+skip=GLOB` (repeatable) keeps
 the matching weights in f32 (`--quantize-skip`). `--sensitivity MODE` also compiles MODE once
 per linear layer with that one layer kept in f32, and prints how each changes the cosines:
 the layers that lose the accuracy. `--torchao` also quantizes the eager model with torchao's
@@ -180,9 +180,10 @@ def main():
         art = work / (f"m{len(rows)}.kiln")
         q, *extras = (mode or "").split("+")
         cmd = ["compile", str(pt2), "-o", str(art)] + (["--quantize", q] if mode else [])
-        if "calib" in extras or q.startswith("int8-static"):
+        if "calib" in extras or q.startswith(("int8-static", "auto")):
             cmd += ["--calibration", str(calib)]
         cmd += [a for e in extras if e.startswith("skip=") for a in ("--quantize-skip", e.removeprefix("skip="))]
+        cmd += [a for e in extras if e.startswith("drop=") for a in ("--max-cosine-drop", e.removeprefix("drop="))]
         t = time.perf_counter()
         kiln(*cmd)
         secs = time.perf_counter() - t

@@ -118,56 +118,155 @@ pub struct QuantEffect {
 /// every layer's output as an extra output, and compares them.
 pub fn measure(
     float: &Graph,
-    cfg: &kiln_passes::QuantizeConfig,
+    planned: &[kiln_passes::LayerQuant],
     samples: &[Vec<Tensor>],
 ) -> Result<QuantEffect, CompileError> {
     let layers = kiln_passes::layer_outputs(float);
     let (probe, slot) = with_outputs(float, &layers, "layer");
     let mut quantized = probe.clone();
-    // The extra outputs follow the rewrite: they name the quantized layers' results.
-    kiln_passes::quantize_weights(&mut quantized, cfg)?;
+    // The extra outputs follow the rewrite: they name the quantized layers'
+    // results (the probe keeps the float graph's nodes, which the plan names).
+    kiln_passes::apply_layers(&mut quantized, planned.to_vec())?;
     let outputs = float.outputs.len();
-    let runs = |g: Graph| -> Result<Vec<Vec<Tensor>>, CompileError> {
-        let program = cpu_program(g)?;
-        let mut session = program.session()?;
-        samples
-            .iter()
-            .map(|s| {
-                let views: Vec<TensorView<'_>> = s.iter().map(Tensor::view).collect();
-                Ok(session.run(&views).map_err(|e| calib_err(e.to_string()))?.to_tensors())
-            })
-            .collect()
-    };
-    let (f, q) = (runs(probe)?, runs(quantized)?);
-    let f32s = |t: &Tensor| -> Vec<f64> {
-        match t.dtype {
-            kiln_runtime::DType::F32 => {
-                t.data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64).collect()
-            }
-            _ => Vec::new(),
-        }
-    };
+    let (f, q) = (run_all(cpu_program(probe)?, samples)?, run_all(cpu_program(quantized)?, samples)?);
     let mut layer_sqnr_db = Vec::with_capacity(layers.len());
     for &at in &slot {
         let (mut signal, mut noise) = (0f64, 0f64);
         for (fs, qs) in f.iter().zip(&q) {
-            for (a, b) in f32s(&fs[at]).iter().zip(f32s(&qs[at])) {
+            for (a, b) in fs[at].iter().zip(&qs[at]) {
                 signal += a * a;
                 noise += (a - b) * (a - b);
             }
         }
         layer_sqnr_db.push(if noise == 0.0 { f64::INFINITY } else { 10.0 * (signal / noise).log10() });
     }
-    let output_cosine = f
-        .iter()
-        .zip(&q)
-        .map(|(fs, qs)| {
-            let (a, b): (Vec<f64>, Vec<f64>) =
-                (fs[..outputs].iter().flat_map(f32s).collect(), qs[..outputs].iter().flat_map(f32s).collect());
-            let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-            let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
-            dot / (norm(&a) * norm(&b)).max(f64::MIN_POSITIVE)
-        })
-        .collect();
+    let output_cosine = f.iter().zip(&q).map(|(fs, qs)| cosine(&fs[..outputs], &qs[..outputs])).collect();
     Ok(QuantEffect { layer_sqnr_db, output_cosine })
+}
+
+/// `--quantize auto`: each linear layer's rung of [`kiln_passes::auto_ladder`]
+/// (from `cfg.scheme`, most compressed first), chosen so that the output
+/// cosine against the float program stays within `1 − max_drop` on every
+/// calibration sample (the cosine of all of a sample's f32 outputs
+/// together).
+///
+/// Each layer is quantized once per rung ([`kiln_passes::plan_layers`]);
+/// the search only mixes those. Every layer starts on the first rung. Each
+/// layer's sensitivity is the drop with it alone quantized (one compile
+/// and run per layer). While the whole program's drop is over the budget,
+/// the most sensitive layers of the lowest rung still in use move up one
+/// rung — the fewest that meet the budget, found by bisection (the drop
+/// falls, nearly monotonically, as layers move up) — or all of them if
+/// none suffices, and the next rung is tried the same way. Returns the
+/// chosen layers, ready for [`kiln_passes::apply_layers`].
+pub fn choose_auto(
+    graph: &Graph,
+    cfg: &kiln_passes::QuantizeConfig,
+    samples: &[Vec<Tensor>],
+    max_drop: f64,
+) -> Result<Vec<kiln_passes::LayerQuant>, CompileError> {
+    let ladder = kiln_passes::auto_ladder(&cfg.scheme);
+    let mut rungs = Vec::with_capacity(ladder.len());
+    for scheme in &ladder {
+        let plan = match scheme {
+            Some(s) => {
+                let c = kiln_passes::QuantizeConfig {
+                    scheme: s.clone(),
+                    overrides: Default::default(),
+                    auto_max_cosine_drop: None,
+                    ..cfg.clone()
+                };
+                kiln_passes::plan_layers(graph, &c)?
+            }
+            None => {
+                let first: &Vec<kiln_passes::LayerQuant> = &rungs[0];
+                first.iter().map(|l| l.kept("kept in f32 by --quantize auto")).collect()
+            }
+        };
+        rungs.push(plan);
+    }
+    let layers = rungs[0].len();
+    let float = run_all(cpu_program(graph.clone())?, samples)?;
+    let outputs = graph.outputs.len();
+    let mix = |levels: &[usize]| -> Vec<kiln_passes::LayerQuant> {
+        levels.iter().enumerate().map(|(i, &l)| rungs[l][i].clone()).collect()
+    };
+    let drop = |levels: &[usize]| -> Result<f64, CompileError> {
+        let mut g = graph.clone();
+        kiln_passes::apply_layers(&mut g, mix(levels))?;
+        let got = run_all(cpu_program(g)?, samples)?;
+        let worst =
+            float.iter().zip(&got).map(|(f, q)| cosine(&f[..outputs], &q[..outputs])).fold(f64::INFINITY, f64::min);
+        Ok(1.0 - worst)
+    };
+    let top = ladder.len() - 1;
+    let mut sensitivity = Vec::with_capacity(layers);
+    for i in 0..layers {
+        let mut alone = vec![top; layers];
+        alone[i] = 0;
+        sensitivity.push(drop(&alone)?);
+    }
+    // Most sensitive first; ties by layer order, so the choice is reproducible.
+    let mut order: Vec<usize> = (0..layers).collect();
+    order.sort_by(|&a, &b| sensitivity[b].total_cmp(&sensitivity[a]).then(a.cmp(&b)));
+    let mut levels = vec![0usize; layers];
+    for rung in 0..top {
+        if drop(&levels)? <= max_drop {
+            break;
+        }
+        let on_rung: Vec<usize> = order.iter().copied().filter(|&i| levels[i] == rung).collect();
+        let promoted = |count: usize| {
+            let mut l = levels.clone();
+            on_rung[..count].iter().for_each(|&i| l[i] = rung + 1);
+            l
+        };
+        // The fewest promotions that meet the budget: bisect on (lo, hi].
+        let (mut lo, mut hi) = (0, on_rung.len());
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if drop(&promoted(mid))? <= max_drop {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        levels = promoted(hi);
+    }
+    let mut chosen = mix(&levels);
+    for (l, &level) in chosen.iter_mut().zip(&levels) {
+        if let (true, Some(scheme)) = (level > 0, &ladder[level]) {
+            l.report.note = format!("--quantize auto: {scheme} (more sensitive than the budget allows {})", cfg.scheme);
+        }
+    }
+    Ok(chosen)
+}
+
+/// `program` run once per sample, every output as f64s (non-f32 outputs empty).
+fn run_all(program: std::sync::Arc<Program>, samples: &[Vec<Tensor>]) -> Result<Vec<Vec<Vec<f64>>>, CompileError> {
+    let mut session = program.session()?;
+    samples
+        .iter()
+        .map(|s| {
+            let views: Vec<TensorView<'_>> = s.iter().map(Tensor::view).collect();
+            let outs = session.run(&views).map_err(|e| calib_err(e.to_string()))?.to_tensors();
+            Ok(outs.iter().map(f64s).collect())
+        })
+        .collect()
+}
+
+fn f64s(t: &Tensor) -> Vec<f64> {
+    match t.dtype {
+        kiln_runtime::DType::F32 => {
+            t.data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The cosine of all of `a`'s values against all of `b`'s.
+fn cosine(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
+    let (a, b): (Vec<f64>, Vec<f64>) = (a.iter().flatten().copied().collect(), b.iter().flatten().copied().collect());
+    let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (norm(&a) * norm(&b)).max(f64::MIN_POSITIVE)
 }

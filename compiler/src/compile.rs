@@ -251,7 +251,9 @@ pub fn compile_graph_for(
         Some(_) if target != Target::Cpu => return Err(CompileError::QuantizeTarget(target.to_string())),
         Some(cfg) => match opts.calibration.as_deref() {
             None if cfg.needs_calibration() => {
-                return Err(CompileError::Calibration("this quantization mode needs --calibration DIR".into()))
+                return Err(CompileError::Calibration(
+                    "this quantization mode (int8-static, or auto) needs --calibration DIR".into(),
+                ))
             }
             None => quantize_weights(&mut graph, cfg)?,
             Some(dir) => {
@@ -260,8 +262,12 @@ pub fn compile_graph_for(
                 if cfg.uses_calibration() && cfg.activations.is_empty() {
                     cfg.activations = crate::calibrate::observe(&graph, &samples)?;
                 }
-                let effect = crate::calibrate::measure(&graph, &cfg, &samples)?;
-                let mut reports = quantize_weights(&mut graph, &cfg)?;
+                let planned = match cfg.auto_max_cosine_drop {
+                    Some(max_drop) => crate::calibrate::choose_auto(&graph, &cfg, &samples, max_drop)?,
+                    None => kiln_passes::plan_layers(&graph, &cfg)?,
+                };
+                let effect = crate::calibrate::measure(&graph, &planned, &samples)?;
+                let mut reports = kiln_passes::apply_layers(&mut graph, planned)?;
                 for (r, db) in reports.iter_mut().zip(&effect.layer_sqnr_db) {
                     r.output_sqnr_db = r.bits.map(|_| *db);
                 }

@@ -159,6 +159,9 @@ enum Command {
     },
 }
 
+/// `--quantize auto`'s budget when `--max-cosine-drop` is not given.
+const DEFAULT_MAX_COSINE_DROP: f64 = 0.005;
+
 #[derive(clap::Args, Default)]
 struct QuantArgs {
     /// Quantize the linear layers' weights: `int8-weight` (per channel, symmetric),
@@ -167,9 +170,15 @@ struct QuantArgs {
     /// `int8-static[:observer=minmax|percentile[=P]|mse]` (int8 weights, per-tensor int8
     /// activations calibrated on --calibration samples), or
     /// `int4-weight[:group=32|64|128][:asym][:clip=none]` (group-wise, two a byte; scales
-    /// chosen by MSE clipping unless `clip=none`).
+    /// chosen by MSE clipping unless `clip=none`), or `auto[:MODE]` (per layer MODE —
+    /// default int8-dynamic —, int8-weight or f32, chosen on the --calibration samples by
+    /// measured sensitivity to keep the output cosine within --max-cosine-drop).
     #[arg(long, value_name = "MODE")]
     quantize: Option<String>,
+    /// With `--quantize auto`: the largest drop of the output cosine against the float
+    /// program, on the worst calibration sample.
+    #[arg(long, value_name = "X")]
+    max_cosine_drop: Option<f64>,
     /// Keep the weights whose Python name matches GLOB (`*`, `?`) in f32; repeatable.
     #[arg(long, value_name = "GLOB")]
     quantize_skip: Vec<String>,
@@ -192,16 +201,28 @@ impl QuantArgs {
             let stray = !self.quantize_skip.is_empty()
                 || self.quantize_keep_first
                 || self.quantize_keep_last
-                || self.calibration.is_some();
+                || self.calibration.is_some()
+                || self.max_cosine_drop.is_some();
             return if stray { Err("--quantize-* options need --quantize MODE".into()) } else { Ok(None) };
         };
-        let scheme = kiln_passes::QuantScheme::parse(mode)?;
+        let (scheme, auto) = match mode.strip_prefix("auto") {
+            Some("") => (kiln_passes::QuantScheme::Int8Dynamic { asymmetric: true }, true),
+            Some(base) if base.starts_with(':') => (kiln_passes::QuantScheme::parse(&base[1..])?, true),
+            _ => (kiln_passes::QuantScheme::parse(mode)?, false),
+        };
+        let auto_max_cosine_drop = match (auto, self.max_cosine_drop) {
+            (true, Some(x)) if x.is_finite() && (0.0..=2.0).contains(&x) => Some(x),
+            (true, Some(x)) => return Err(format!("--max-cosine-drop {x} must be in [0, 2]")),
+            (true, None) => Some(DEFAULT_MAX_COSINE_DROP),
+            (false, Some(_)) => return Err("--max-cosine-drop needs --quantize auto[:MODE]".into()),
+            (false, None) => None,
+        };
         Ok(Some(kiln_passes::QuantizeConfig {
-            scheme,
             skip: self.quantize_skip.clone(),
             keep_first: self.quantize_keep_first,
             keep_last: self.quantize_keep_last,
-            activations: Vec::new(),
+            auto_max_cosine_drop,
+            ..kiln_passes::QuantizeConfig::new(scheme)
         }))
     }
 }

@@ -189,6 +189,17 @@ fn bad_invocations_give_clear_errors() {
     assert!(stderr(&o).contains("input 0"), "{}", stderr(&o));
     let o = kiln(&["compile", "x.pt2", "-o", "y.kiln", "--target", "quantum"]);
     assert!(stderr(&o).contains("unknown target"), "{}", stderr(&o));
+    let mlp = fixtures().join("mlp/aten.pt2");
+    let (mlp, out) = (mlp.to_str().unwrap(), dir.join("q.kiln"));
+    let q = |extra: &[&str]| kiln(&[&["compile", mlp, "-o", out.to_str().unwrap()], extra].concat());
+    let o = q(&["--quantize", "int8-weight", "--max-cosine-drop", "0.01"]);
+    assert!(stderr(&o).contains("--max-cosine-drop needs --quantize auto"), "{}", stderr(&o));
+    let o = q(&["--quantize", "auto", "--max-cosine-drop=-1"]);
+    assert!(stderr(&o).contains("must be in [0, 2]"), "{}", stderr(&o));
+    let o = q(&["--quantize", "auto:int3"]);
+    assert!(stderr(&o).contains("unknown quantization mode `int3`"), "{}", stderr(&o));
+    let o = q(&["--quantize", "auto"]);
+    assert!(stderr(&o).contains("needs --calibration"), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -59,7 +59,8 @@ pub use pipeline::{
 };
 pub use quant_linear::quantize_linear_weights;
 pub use quantize::{
-    glob_match, layer_inputs, layer_outputs, quantize_weights, sqnr_db, LayerReport, QuantScheme, QuantizeConfig,
+    apply_layers, auto_ladder, glob_match, layer_inputs, layer_outputs, plan_layers, quantize_weights, sqnr_db,
+    LayerQuant, LayerReport, QuantScheme, QuantizeConfig,
 };
 pub use simplify::simplify;
 pub use target::{data_dtype, Layout, OpKind, OpRow, OpTable, Support, Target, TargetDesc, DTYPES};

@@ -75,6 +75,7 @@ pub(crate) enum Acts {
 
 /// A quantized `[n, k]` weight: integers one a byte, `n * (k / group)`
 /// scales and zero points (read off the graph, or made by `quantize`).
+#[derive(Clone)]
 pub(crate) struct QuantWeight {
     pub n: usize,
     pub k: usize,

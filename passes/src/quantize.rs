@@ -119,6 +119,32 @@ impl QuantScheme {
     }
 }
 
+impl std::fmt::Display for QuantScheme {
+    /// The mode as `--quantize` spells it ([`QuantScheme::parse`] reads it back).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QuantScheme::Int8Weight => write!(f, "int8-weight"),
+            QuantScheme::Int8Dynamic { asymmetric: true } => write!(f, "int8-dynamic"),
+            QuantScheme::Int8Dynamic { asymmetric: false } => write!(f, "int8-dynamic:sym"),
+            QuantScheme::Int8Static { observer } => match observer {
+                Observer::MinMax => write!(f, "int8-static"),
+                Observer::Percentile(p) => write!(f, "int8-static:observer=percentile={p}"),
+                Observer::Mse => write!(f, "int8-static:observer=mse"),
+            },
+            QuantScheme::Int4Weight { group, asymmetric, clip_search } => {
+                write!(f, "int4-weight:group={group}")?;
+                if *asymmetric {
+                    write!(f, ":asym")?;
+                }
+                if !clip_search {
+                    write!(f, ":clip=none")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// What to quantize.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuantizeConfig {
@@ -132,16 +158,45 @@ pub struct QuantizeConfig {
     /// What each linear layer's input took on the calibration samples, in
     /// [`layer_inputs`]' order (the compiler fills it: `--calibration`).
     pub activations: Vec<ActObservation>,
+    /// Per layer (by its index in [`layer_inputs`]' order), a scheme other
+    /// than `scheme`, or `None` to keep it in f32: `--quantize auto`'s
+    /// choices ([`auto_ladder`]).
+    pub overrides: std::collections::BTreeMap<usize, Option<QuantScheme>>,
+    /// `--quantize auto`: the largest drop of the output cosine against the
+    /// float program (its worst calibration sample) the compiler's search
+    /// may accept; `scheme` is the ladder's first rung.
+    pub auto_max_cosine_drop: Option<f64>,
 }
 
 impl QuantizeConfig {
     pub fn new(scheme: QuantScheme) -> QuantizeConfig {
-        QuantizeConfig { scheme, skip: Vec::new(), keep_first: false, keep_last: false, activations: Vec::new() }
+        QuantizeConfig {
+            scheme,
+            skip: Vec::new(),
+            keep_first: false,
+            keep_last: false,
+            activations: Vec::new(),
+            overrides: Default::default(),
+            auto_max_cosine_drop: None,
+        }
     }
 
-    /// Whether the scheme needs [`QuantizeConfig::activations`].
+    /// Whether the configuration needs calibration samples: static
+    /// activations need [`QuantizeConfig::activations`], and `auto`
+    /// measures each choice on them.
     pub fn needs_calibration(&self) -> bool {
-        matches!(self.scheme, QuantScheme::Int8Static { .. })
+        self.auto_max_cosine_drop.is_some()
+            || std::iter::once(Some(&self.scheme))
+                .chain(self.overrides.values().map(Option::as_ref))
+                .any(|s| matches!(s, Some(QuantScheme::Int8Static { .. })))
+    }
+
+    /// The scheme of layer `i` (in [`layer_inputs`]' order); `None`: f32.
+    pub fn scheme_of(&self, i: usize) -> Option<&QuantScheme> {
+        match self.overrides.get(&i) {
+            Some(choice) => choice.as_ref(),
+            None => Some(&self.scheme),
+        }
     }
 
     /// Whether the scheme uses [`QuantizeConfig::activations`] when given
@@ -180,13 +235,45 @@ pub struct LayerReport {
 
 /// Quantizes the linear layers `cfg` selects; returns one report per layer found.
 pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerReport>, PassError> {
+    let layers = plan_layers(g, cfg)?;
+    apply_layers(g, layers)
+}
+
+/// One linear layer's quantization as [`plan_layers`] chose it, not yet
+/// applied: [`apply_layers`] rewrites the graph (or any clone of it that
+/// keeps its nodes) with a list of them, so the compiler's `--quantize
+/// auto` search quantizes each layer once per scheme and tries mixes.
+#[derive(Clone)]
+pub struct LayerQuant {
+    pub report: LayerReport,
+    node: NodeId,
+    chosen: Option<Chosen>,
+}
+
+impl LayerQuant {
+    /// The same layer kept in f32, `note` saying why.
+    pub fn kept(&self, note: &str) -> LayerQuant {
+        let report = LayerReport {
+            bits: None,
+            group: self.report.k,
+            quant_bytes: 0,
+            weight_sqnr_db: f64::INFINITY,
+            act_qparams: None,
+            output_sqnr_db: None,
+            note: note.to_string(),
+            ..self.report.clone()
+        };
+        LayerQuant { report, node: self.node, chosen: None }
+    }
+}
+
+/// What [`quantize_weights`] would do to each linear layer found (in
+/// [`layer_inputs`]' order), without changing the graph.
+pub fn plan_layers(g: &Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerQuant>, PassError> {
     crate::check::guard(g, "quantize")?;
     let layers = find_layers(g);
-    let observer = match cfg.scheme {
-        QuantScheme::Int8Static { observer } => Some(observer),
-        _ => None,
-    };
-    if (observer.is_some() || !cfg.activations.is_empty()) && cfg.activations.len() != layers.len() {
+    let any_static = (0..layers.len()).any(|i| matches!(cfg.scheme_of(i), Some(QuantScheme::Int8Static { .. })));
+    if (any_static || !cfg.activations.is_empty()) && cfg.activations.len() != layers.len() {
         let detail = format!(
             "int8-static needs calibration (--calibration DIR): {} activation observations for {} linear layers",
             cfg.activations.len(),
@@ -194,8 +281,7 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
         );
         return Err(PassError::new("quantize", detail));
     }
-    let mut reports = Vec::new();
-    let mut chosen: Vec<(NodeId, Chosen)> = Vec::new();
+    let mut planned = Vec::new();
     for (i, layer) in layers.iter().enumerate() {
         let name = g.values[layer.weight].attrs.origin.clone().unwrap_or_else(|| format!("linear#{i}"));
         let (n, k) = layer.dims;
@@ -212,41 +298,44 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
             output_sqnr_db: None,
             note: String::new(),
         };
+        let scheme = cfg.scheme_of(i);
         let kept = if cfg.keep_first && i == 0 {
             Some("the first linear layer (kept in f32)".to_string())
         } else if cfg.keep_last && i + 1 == layers.len() {
             Some("the last linear layer (kept in f32)".to_string())
         } else if let Some(glob) = cfg.skip.iter().find(|p| glob_match(p, &name)) {
             Some(format!("skipped by `{glob}`"))
-        } else if let QuantScheme::Int4Weight { group, .. } = cfg.scheme {
+        } else if let Some(&QuantScheme::Int4Weight { group, .. }) = scheme {
             (!k.is_multiple_of(group)).then(|| format!("group {group} does not divide in_features {k}"))
+        } else if scheme.is_none() {
+            Some("kept in f32 by --quantize auto".to_string())
         } else {
             None
         };
-        if let Some(note) = kept {
-            report.note = note;
-            reports.push(report);
+        let (Some(scheme), None) = (scheme, &kept) else {
+            report.note = kept.unwrap_or_default();
+            planned.push(LayerQuant { report, node: layer.node, chosen: None });
             continue;
-        }
-        let acts = match (&cfg.scheme, observer) {
-            (_, Some(obs)) => {
-                let (scale, zero_point) = cfg.activations[i].qparams(obs);
+        };
+        let acts = match scheme {
+            &QuantScheme::Int8Static { observer } => {
+                let (scale, zero_point) = cfg.activations[i].qparams(observer);
                 report.act_qparams = Some((scale, zero_point));
                 Acts::Static { scale, zero_point }
             }
-            (QuantScheme::Int8Dynamic { asymmetric: false }, _) => Acts::Dynamic,
-            (QuantScheme::Int8Dynamic { asymmetric: true }, _) => Acts::DynamicAsymmetric,
+            QuantScheme::Int8Dynamic { asymmetric: false } => Acts::Dynamic,
+            QuantScheme::Int8Dynamic { asymmetric: true } => Acts::DynamicAsymmetric,
             _ => Acts::Float,
         };
         let w = f32_weight(g, layer.weight);
         let attrs = g.values[layer.weight].attrs.clone();
         let magnitudes = cfg.activations.get(i).and_then(|o| Magnitudes::of(o, k));
-        let (qw, input_scale) = match (&cfg.scheme, &magnitudes) {
-            (QuantScheme::Int4Weight { .. }, Some(m)) => activation_aware(&w, n, k, &cfg.scheme, m, attrs),
+        let (qw, input_scale) = match (scheme, &magnitudes) {
+            (QuantScheme::Int4Weight { .. }, Some(m)) => activation_aware(&w, n, k, scheme, m, attrs),
             (&QuantScheme::Int8Dynamic { asymmetric }, Some(_)) => {
                 smooth_dynamic(&w, n, k, &cfg.activations[i], asymmetric, attrs)
             }
-            _ => (quantize_matrix(&w, n, k, &cfg.scheme, None, attrs), None),
+            _ => (quantize_matrix(&w, n, k, scheme, None, attrs), None),
         };
         report.bits = Some(qw.bits());
         report.group = qw.group;
@@ -258,10 +347,24 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
             report.note = "activation-aware input scaling".into();
         }
         report.weight_sqnr_db = sqnr_db(&w, &dq);
-        reports.push(report);
-        chosen.push((layer.node, (qw, acts, input_scale)));
+        planned.push(LayerQuant { report, node: layer.node, chosen: Some((qw, acts, input_scale)) });
     }
-    let mut by_node: std::collections::HashMap<NodeId, Chosen> = chosen.into_iter().collect();
+    Ok(planned)
+}
+
+/// Rewrites the layers of `layers` that are quantized; returns their reports.
+pub fn apply_layers(g: &mut Graph, layers: Vec<LayerQuant>) -> Result<Vec<LayerReport>, PassError> {
+    let mut reports = Vec::with_capacity(layers.len());
+    let mut by_node = std::collections::HashMap::new();
+    for l in layers {
+        reports.push(l.report);
+        if let Some(chosen) = l.chosen {
+            if g.nodes.get(l.node).is_none() {
+                return Err(PassError::new("quantize", "a planned layer is not in this graph"));
+            }
+            by_node.insert(l.node, chosen);
+        }
+    }
     rewrite_in_order(g, |g, n| {
         let Some((qw, acts, input_scale)) = by_node.remove(&n) else { return Ok(Rewrite::Keep) };
         let node = &g.nodes[n];
@@ -282,6 +385,18 @@ pub fn quantize_weights(g: &mut Graph, cfg: &QuantizeConfig) -> Result<Vec<Layer
     // addmm's bias, added after the product.
     absorb_columns(g)?;
     Ok(reports)
+}
+
+/// `--quantize auto`'s rungs from `base`, most compressed first: `base`,
+/// then int8 weights with f32 activations (the most accurate integer
+/// scheme), then f32 (`None`).
+pub fn auto_ladder(base: &QuantScheme) -> Vec<Option<QuantScheme>> {
+    let mut rungs = vec![Some(base.clone())];
+    if *base != QuantScheme::Int8Weight {
+        rungs.push(Some(QuantScheme::Int8Weight));
+    }
+    rungs.push(None);
+    rungs
 }
 
 /// The input `x` of every linear layer [`quantize_weights`] finds, in its
@@ -847,6 +962,17 @@ mod tests {
         assert_eq!(QuantScheme::parse("int8-dynamic"), Ok(QuantScheme::Int8Dynamic { asymmetric: true }));
         assert_eq!(QuantScheme::parse("int8-dynamic:sym"), Ok(QuantScheme::Int8Dynamic { asymmetric: false }));
         assert!(QuantScheme::parse("int8-dynamic:group=32").is_err());
+        for m in [
+            "int8-weight",
+            "int8-dynamic",
+            "int8-dynamic:sym",
+            "int8-static",
+            "int8-static:observer=percentile=99.5",
+            "int8-static:observer=mse",
+            "int4-weight:group=64:asym:clip=none",
+        ] {
+            assert_eq!(QuantScheme::parse(m).map(|s| s.to_string()).as_deref(), Ok(m), "round trip");
+        }
         assert!(QuantScheme::parse("int3").is_err());
         assert_eq!(QuantScheme::parse("int8-static"), Ok(QuantScheme::Int8Static { observer: Observer::MinMax }));
         assert_eq!(

@@ -271,6 +271,45 @@ fn int8_dynamic_with_calibration() {
     assert!(s.output_cosine.as_deref().is_some_and(|c| c.iter().all(|&c| c > 0.999)));
 }
 
+/// `--quantize auto:int4-weight:group=32`: per layer int4, int8 weights or
+/// f32, chosen on the calibration samples to keep the output cosine within
+/// the budget.
+#[test]
+fn auto_keeps_the_output_within_the_budget() {
+    let calib = Some(static_dir().join("calib"));
+    let auto = |drop: f64| {
+        let cfg = QuantizeConfig {
+            auto_max_cosine_drop: Some(drop),
+            ..QuantizeConfig::new(QuantScheme::parse("int4-weight:group=32").expect("mode"))
+        };
+        let (p, s) = compile_calibrated("decomp", Some(cfg), calib.clone()).expect("compile");
+        let worst = s.output_cosine.as_deref().expect("measured").iter().copied().fold(1.0, f64::min);
+        (p, s, 1.0 - worst)
+    };
+    let bits = |s: &CompileSummary| s.quantized.iter().map(|l| l.bits).collect::<Vec<_>>();
+    // A loose budget keeps every layer on the first rung.
+    let (p, s, all_int4) = auto(1.0);
+    assert_eq!(quant_layers(&p), 3);
+    assert_eq!(bits(&s), [Some(4); 3]);
+    assert!(all_int4 > 0.0, "int4 changes the output");
+    // No budget: nothing quantized can stay.
+    let (p, s, drop) = auto(0.0);
+    assert_eq!((quant_layers(&p), drop), (0, 0.0));
+    assert!(s.quantized.iter().all(|l| l.note.contains("auto")), "{:?}", s.quantized);
+    // Half of all-int4's drop: some layers move up, and the result is within it.
+    let budget = all_int4 / 2.0;
+    let (p, s, drop) = auto(budget);
+    assert!(drop <= budget, "drop {drop} over the budget {budget}");
+    assert_ne!(bits(&s), [Some(4); 3], "something moved up");
+    assert_eq!(quant_layers(&p), bits(&s).iter().flatten().count(), "the program has the layers reported");
+    let e = compile_calibrated("decomp", auto_cfg_without_calibration(), None).err().expect("no calibration");
+    assert!(e.contains("--calibration"), "{e}");
+}
+
+fn auto_cfg_without_calibration() -> Option<QuantizeConfig> {
+    Some(QuantizeConfig { auto_max_cosine_drop: Some(0.01), ..QuantizeConfig::new(QuantScheme::Int8Weight) })
+}
+
 /// Every observer makes a working static program; min-max's scales cover
 /// the whole observed range, so the others' are never larger.
 #[test]
