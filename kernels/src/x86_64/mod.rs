@@ -4,6 +4,7 @@
 pub(crate) mod avx2;
 #[cfg(kiln_avx512)]
 pub(crate) mod avx512;
+mod gemm_kernel;
 
 use crate::quant::QuantKernels;
 use crate::table::{Entry, Isa, KernelTable};

@@ -1,0 +1,204 @@
+//! One f32 GEMM microkernel body for every x86-64 vector width: the AVX2
+//! (6×16, ymm) and AVX-512 (8×32, zmm) kernels are the same code over
+//! other intrinsics, widths, tile shapes and row dispatch, so both modules
+//! instantiate [`f32_gemm_kernel!`] (each keeps its own doc: why its tile).
+//!
+//! The direct form reads A in place and computes only the rows there are;
+//! below the full tile it takes several strips at a time (`R`×`S` tiles,
+//! `rows` below says how many per row count), so that a GEMV still has
+//! eight FMA chains in flight and does no multiply-adds on padding rows.
+
+/// Defines `UKR` (the table entry) and its kernels in the calling module.
+/// `lanes` f32s per vector `vec`; NR is two vectors; `rows` maps a row
+/// count below MR to the strips its direct tiles take at once.
+macro_rules! f32_gemm_kernel {
+    (
+        features: $features:literal,
+        variant: $variant:literal,
+        mr: $mr:literal,
+        lanes: $lanes:literal,
+        vec: $vec:ty,
+        zero: $zero:ident,
+        loadu: $loadu:ident,
+        storeu: $storeu:ident,
+        set1: $set1:ident,
+        fmadd: $fmadd:ident,
+        add: $add:ident,
+        min: $min:ident,
+        max: $max:ident,
+        rows: { $( $rows:literal => $strips:literal ),* $(,)? } $(,)?
+    ) => {
+        use crate::generic::gemm::{AView, GemmUkr, Packing, RowAddends, Tile, VectorStore};
+        use std::arch::x86_64::*;
+
+        const MR: usize = $mr;
+        const LANES: usize = $lanes;
+        const NR: usize = 2 * LANES;
+
+        /// The table entry; installed only by `x86_64::plug` after the
+        /// kernel's CPU features were detected.
+        pub(crate) const UKR: GemmUkr = GemmUkr {
+            variant: $variant,
+            mr: MR,
+            nr: NR,
+            packing: Packing::KMajorPanels,
+            run: microkernel,
+            direct: Some(direct),
+        };
+
+fn microkernel(kc: usize, astrip: &[f32], bstrip: &[f32], tile: &mut Tile<'_>) {
+    let kc = kc.min(astrip.len() / MR).min(bstrip.len() / NR);
+    // SAFETY: the CPU has the kernel's features (see `UKR`), and `kc` is bounded by
+    // both strip lengths so every load stays in bounds.
+    unsafe { block::<MR, 1>(kc, astrip.as_ptr(), 1, MR, bstrip.as_ptr(), 0, tile) }
+}
+
+fn direct(kc: usize, a: AView<'_>, b: &[f32], tile: &mut Tile<'_>) {
+    let (rows, strips) = (tile.rows, tile.cols.div_ceil(NR));
+    assert!(rows <= MR && a.covers(rows, kc), "direct kernel: {rows} rows of A out of bounds");
+    assert!(b.len() >= strips * kc * NR, "direct kernel: {strips} B strips out of bounds");
+    let (ap, rs, ks) = (a.data.as_ptr(), a.row_stride, a.k_stride);
+    // SAFETY: the CPU has the kernel's features (see `UKR`); A's `rows`×`kc` and B's
+    // `strips` strips were checked above.
+    unsafe {
+        match rows {
+            0 => {}
+            $( $rows => strips_of::<$rows, $strips>(kc, ap, rs, ks, b.as_ptr(), strips, tile), )*
+            _ => strips_of::<MR, 1>(kc, ap, rs, ks, b.as_ptr(), strips, tile),
+        }
+    }
+}
+
+/// `R` rows by `strips` strips, `S` strips at a time (then one at a time).
+///
+/// # Safety
+/// The kernel's CPU features; A's element (i, p) at `a + i*rs + p*ks` is readable for
+/// i < R, p < kc, and `b` holds `strips` strips of `kc·NR`.
+#[inline]
+#[target_feature(enable = $features)]
+unsafe fn strips_of<const R: usize, const S: usize>(
+    kc: usize,
+    a: *const f32,
+    rs: usize,
+    ks: usize,
+    b: *const f32,
+    strips: usize,
+    tile: &mut Tile<'_>,
+) {
+    let stride = kc * NR;
+    let mut s = 0;
+    while s + S <= strips {
+        let mut part = tile.columns(s * NR, (strips.min(s + S) * NR).min(tile.cols) - s * NR);
+        block::<R, S>(kc, a, rs, ks, b.add(s * stride), stride, &mut part);
+        s += S;
+    }
+    while s < strips {
+        let mut part = tile.columns(s * NR, NR.min(tile.cols - s * NR));
+        block::<R, 1>(kc, a, rs, ks, b.add(s * stride), stride, &mut part);
+        s += 1;
+    }
+}
+
+/// The `R`×`S·NR` tile: per element a chain of FMAs over `p` in order from
+/// zero, as every shape of this kernel computes it.
+///
+/// # Safety
+/// As [`strips_of`] with `S` strips `stride` apart; `tile` has `R` rows.
+#[inline]
+#[target_feature(enable = $features)]
+unsafe fn block<const R: usize, const S: usize>(
+    kc: usize,
+    a: *const f32,
+    rs: usize,
+    ks: usize,
+    b: *const f32,
+    stride: usize,
+    tile: &mut Tile<'_>,
+) {
+    // Per strip, per row: two vectors of accumulators.
+    let mut c = [[[$zero(); 2]; R]; S];
+    let rows: [*const f32; R] = std::array::from_fn(|i| a.add(i * rs));
+    for p in 0..kc {
+        let bp = b.add(p * NR);
+        let mut bv = [[$zero(); 2]; S];
+        for (s, v) in bv.iter_mut().enumerate() {
+            *v = [$loadu(bp.add(s * stride)), $loadu(bp.add(s * stride + LANES))];
+        }
+        for (i, row) in rows.iter().enumerate() {
+            let av = $set1(*row.add(p * ks));
+            for (cs, v) in c.iter_mut().zip(&bv) {
+                cs[i][0] = $fmadd(av, v[0], cs[i][0]);
+                cs[i][1] = $fmadd(av, v[1], cs[i][1]);
+            }
+        }
+    }
+    for (s, cs) in c.iter().enumerate() {
+        let col = s * NR;
+        if col >= tile.cols {
+            break;
+        }
+        store(cs, &mut tile.columns(col, NR.min(tile.cols - col)));
+    }
+}
+
+/// Stores `R` rows of one strip's accumulators into `tile` (`R` rows, up
+/// to NR columns). A full-width tile whose epilogue is a bias, residual,
+/// ReLU or clamp is finished in registers; the rest goes through the
+/// portable store step.
+#[inline]
+#[target_feature(enable = $features)]
+unsafe fn store<const R: usize>(c: &[[$vec; 2]; R], tile: &mut Tile<'_>) {
+    if let Some(vs) = tile.vector_store(MR, NR) {
+        for (i, ci) in c.iter().enumerate().take(tile.rows) {
+            let addends = vs.row(i);
+            let ptr = tile.row(i).as_mut_ptr();
+            // SAFETY: the row, the column bias and the residual row each hold
+            // NR = 2 · LANES f32s: two unaligned vector accesses.
+            store_row(&vs, &addends, ptr, ci[0], 0);
+            store_row(&vs, &addends, ptr, ci[1], LANES);
+        }
+        return;
+    }
+    let mut acc = [0f32; MR * NR];
+    for (row, ci) in acc.chunks_exact_mut(NR).zip(c) {
+        // SAFETY: each row holds NR = 2 · LANES f32s, two unaligned vector stores.
+        $storeu(row.as_mut_ptr(), ci[0]);
+        $storeu(row.as_mut_ptr().add(LANES), ci[1]);
+    }
+    tile.store(&acc, NR);
+}
+
+/// [`VectorStore`]'s steps for the LANES elements of a row at `ptr + off`, in
+/// the portable store step's order and operand order.
+///
+/// # Safety
+/// `ptr + off .. ptr + off + LANES` is writable, and the addends' slices hold
+/// `off + LANES` elements.
+#[target_feature(enable = $features)]
+unsafe fn store_row(vs: &VectorStore<'_>, row: &RowAddends<'_>, ptr: *mut f32, acc: $vec, off: usize) {
+    let ptr = ptr.add(off);
+    let mut v = if vs.accumulate { $add($loadu(ptr), acc) } else { acc };
+    if let Some(b) = row.bias {
+        v = $add(v, $set1(b));
+    }
+    if let Some(b) = row.col_bias {
+        v = $add(v, $loadu(b.as_ptr().add(off)));
+    }
+    let residual = row.residual.map(|r| $loadu(r.as_ptr().add(off)));
+    if let (true, Some(r)) = (vs.residual_first, residual) {
+        v = $add(v, r);
+    }
+    if let Some((lo, hi)) = vs.clamp {
+        // max(lo, v) is lo only when lo > v, min(hi, v) hi only when hi < v:
+        // NaN stays NaN, as in the portable clamp.
+        v = $min($set1(hi), $max($set1(lo), v));
+    }
+    if let (false, Some(r)) = (vs.residual_first, residual) {
+        v = $add(v, r);
+    }
+    $storeu(ptr, v);
+}
+    };
+}
+
+pub(crate) use f32_gemm_kernel;
