@@ -357,31 +357,49 @@ fn asymmetric_dynamic_int8_every_variant_is_bit_exact() {
     }
 }
 
+/// The module doc's int8 arithmetic written out for the generic kernel's
+/// check: each row of `x` quantized by `quantize` (integers, scale, zero
+/// point), then `out = (f32(Σ (q_x − zp) · q_w) · s) · scale[j] (+ bias[j])`
+/// with `check_int8`'s weights, rebuilt from their seed.
+fn int8_reference(
+    x: &[f32],
+    m: usize,
+    w: &PackedQWeights,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    quantize: impl Fn(&[f32]) -> (Vec<i32>, f32, i32),
+) {
+    let (n, k) = (w.n(), w.k());
+    let s = KS.iter().position(|&kk| kk == k).unwrap_or(0);
+    let q = weights_i8(n, k, s as u64 + 1);
+    let scales: Vec<f32> = (0..n).map(|j| 0.001 + j as f32 * 0.0007).collect();
+    for i in 0..m {
+        let (qx, sx, zp) = quantize(&x[i * k..][..k]);
+        for j in 0..n {
+            let acc: i32 = (0..k).map(|p| (qx[p] - zp) * q[j * k + p] as i32).sum();
+            let v = (acc as f32 * sx) * scales[j];
+            out[i * n + j] = bias.map_or(v, |b| v + b[j]);
+        }
+    }
+}
+
+/// torch's `quantize_per_tensor` rule, written out: `clamp(rint(x · f32(1/s)) + zp, -128, 127)`.
+fn quantize_written_out(row: &[f32], s: f32, zp: i32) -> Vec<i32> {
+    row.iter().map(|&v| ((v * (1.0 / s)).round_ties_even() + zp as f32).clamp(-128.0, 127.0) as i32).collect()
+}
+
 #[test]
 fn asymmetric_dynamic_int8_generic_follows_the_definition() {
     let reference = |x: &[f32], m: usize, w: &PackedQWeights, _: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
-        let (n, k) = (w.n(), w.k());
-        let s = KS.iter().position(|&kk| kk == k).unwrap_or(0);
-        let q = weights_i8(n, k, s as u64 + 1);
-        let scales: Vec<f32> = (0..n).map(|j| 0.001 + j as f32 * 0.0007).collect();
-        for i in 0..m {
-            let row = &x[i * k..][..k];
+        int8_reference(x, m, w, bias, out, |row| {
             // torch's MinMaxObserver (quint8 range shifted to [-128, 127])
             // on the row's range, written out.
             let mn = row.iter().copied().fold(0f32, f32::min);
             let mx = row.iter().copied().fold(0f32, f32::max);
             let sx = ((mx - mn) / 255.0).max(f32::EPSILON);
             let zp = (-128.0 - (mn / sx).round_ties_even()).clamp(-128.0, 127.0) as i32;
-            let qx: Vec<i32> = row
-                .iter()
-                .map(|&v| ((v * (1.0 / sx)).round_ties_even() + zp as f32).clamp(-128.0, 127.0) as i32)
-                .collect();
-            for j in 0..n {
-                let acc: i32 = (0..k).map(|p| (qx[p] - zp) * q[j * k + p] as i32).sum();
-                let v = (acc as f32 * sx) * scales[j];
-                out[i * n + j] = bias.map_or(v, |b| v + b[j]);
-            }
-        }
+            (quantize_written_out(row, sx, zp), sx, zp)
+        })
     };
     check_int8("generic", ActQuant::DynamicAsymmetric, &with(generic_kernels(), 1), &reference)
         .unwrap_or_else(|e| panic!("{e}"));
@@ -425,22 +443,7 @@ fn static_int8_every_variant_is_bit_exact() {
 fn static_int8_generic_follows_the_definition() {
     let reference = |x: &[f32], m: usize, w: &PackedQWeights, act: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
         let ActQuant::Static { scale: sx, zero_point: zp } = act else { panic!("not static") };
-        let (n, k) = (w.n(), w.k());
-        let s = KS.iter().position(|&kk| kk == k).unwrap_or(0);
-        let q = weights_i8(n, k, s as u64 + 1);
-        let scales: Vec<f32> = (0..n).map(|j| 0.001 + j as f32 * 0.0007).collect();
-        for i in 0..m {
-            // torch's quantize_per_tensor, written out: rint(x * f32(1/s)) + zp, clamped.
-            let qx: Vec<i32> = x[i * k..][..k]
-                .iter()
-                .map(|&v| ((v * (1.0 / sx)).round_ties_even() + zp as f32).clamp(-128.0, 127.0) as i32)
-                .collect();
-            for j in 0..n {
-                let acc: i32 = (0..k).map(|p| (qx[p] - zp) * q[j * k + p] as i32).sum();
-                let v = (acc as f32 * sx) * scales[j];
-                out[i * n + j] = bias.map_or(v, |b| v + b[j]);
-            }
-        }
+        int8_reference(x, m, w, bias, out, |row| (quantize_written_out(row, sx, zp), sx, zp))
     };
     for act in STATIC_ACTS {
         check_int8("generic", act, &with(generic_kernels(), 1), &reference).unwrap_or_else(|e| panic!("{e}"));
@@ -473,22 +476,12 @@ fn static_row_quantizer_is_torchs_rule() {
 fn dynamic_int8_generic_follows_the_definition() {
     // Against the module doc's formula computed here, on the odd shapes.
     let reference = |x: &[f32], m: usize, w: &PackedQWeights, _: ActQuant, bias: Option<&[f32]>, out: &mut [f32]| {
-        let (n, k) = (w.n(), w.k());
-        // The weights are those of `check_dynamic`, rebuilt from its seed.
-        let s = KS.iter().position(|&kk| kk == k).unwrap_or(0);
-        let q = weights_i8(n, k, s as u64 + 1);
-        let scales: Vec<f32> = (0..n).map(|j| 0.001 + j as f32 * 0.0007).collect();
-        for i in 0..m {
-            let row = &x[i * k..][..k];
+        int8_reference(x, m, w, bias, out, |row| {
             let sx = row_scale_symmetric(row);
-            let mut qx = vec![0i8; k];
+            let mut qx = vec![0i8; row.len()];
             quantize_row_i8(row, sx, &mut qx);
-            for j in 0..n {
-                let acc: i32 = (0..k).map(|p| qx[p] as i32 * q[j * k + p] as i32).sum();
-                let v = (acc as f32 * sx) * scales[j];
-                out[i * n + j] = bias.map_or(v, |b| v + b[j]);
-            }
-        }
+            (qx.iter().map(|&v| v as i32).collect(), sx, 0)
+        })
     };
     check_int8("generic", ActQuant::DynamicPerRow, &with(generic_kernels(), 1), &reference)
         .unwrap_or_else(|e| panic!("{e}"));
