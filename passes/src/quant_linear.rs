@@ -14,7 +14,11 @@
 //!   scales after the product: a `QuantLinear` with unit scales here, and
 //!   the `mul` by a per-column constant `[N]` that follows is folded into
 //!   the scales by the second sweep;
-//! - `add(quant_linear(..), b[N])` (addmm's bias) becomes the op's bias.
+//! - `add(quant_linear(..), b[N])` (addmm's bias) becomes the op's bias;
+//! - torchao's decomposed int8 dynamic layer on a 2-d `x`: the rows
+//!   quantized with their per-token symmetric scales, `_int_mm`, the
+//!   product times the row scales (`dynamic_int_mm`) — a `QuantLinear`
+//!   with dynamic activations, whose kernel computes the same bits.
 //!
 //! The weight is stored as int4 when every value lies in `[-8, 7]` and `K`
 //! is even (exact: the same integers); zero points that are all zero are
@@ -23,26 +27,30 @@
 
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::{Changed, Options, PassError};
-use kiln_ir::{BinaryOp, ConstBytes, DType, Dim, Graph, Op, TensorType, ValueAttrs, ValueId};
+use kiln_ir::{BinaryOp, ConstBytes, DType, Dim, Graph, Op, ReduceKind, TensorType, UnaryOp, ValueAttrs, ValueId};
 
 pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
     crate::check::guard(g, "quant_linear")?;
     let layers = rewrite_in_order(g, |g, n| {
         let node = &g.nodes[n];
-        let (x, w, bias) = match (&node.op, &node.inputs[..]) {
+        let (x, w, bias, acts) = match (&node.op, &node.inputs[..]) {
             (Op::Linear, [x, w, rest @ ..]) => match dequantized_nk(g, *w) {
-                Some(w) => (*x, w, rest.first().copied()),
+                Some(w) => (*x, w, rest.first().copied(), Acts::Float),
                 None => return Ok(Rewrite::Keep),
             },
             (Op::MatMul, &[x, wt]) if g.ty(x).rank() >= 2 && g.ty(wt).rank() == 2 => match dequantized_kn(g, wt) {
-                Some(w) => (x, w, None),
+                Some(w) => (x, w, None, Acts::Float),
+                None => return Ok(Rewrite::Keep),
+            },
+            (Op::Binary(BinaryOp::Mul), &[a, b]) => match dynamic_int_mm(g, a, b).or_else(|| dynamic_int_mm(g, b, a)) {
+                Some((x, w)) => (x, w, None, Acts::Dynamic),
                 None => return Ok(Rewrite::Keep),
             },
             _ => return Ok(Rewrite::Keep),
         };
         let out_ty = g.ty(node.outputs[0]).clone();
         let loc = node.loc;
-        let (op, mut inputs) = w.into_operands(g, x, Acts::Float);
+        let (op, mut inputs) = w.into_operands(g, x, acts);
         inputs.extend(bias);
         Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]))
     })?;
@@ -282,6 +290,96 @@ fn dequantized_nk(g: &Graph, v: ValueId) -> Option<QuantWeight> {
         };
         (q.len() == n * k).then_some(QuantWeight { n, k, group, q, scales, zero_points, attrs })
     })
+}
+
+/// torchao's decomposed int8 dynamic layer, `mul(f32(_int_mm(q, permute(w))),
+/// s)` — `_int_mm` imported as `i32(matmul(f64(q), f64(permute(w))))`, `w`
+/// an i8 constant `[N, K]`, `q` the rows of `x [M, K]` quantized with their
+/// per-token symmetric scales `s` ([`per_row_symmetric`]) — is
+/// `kiln_kernels::quant`'s `DynamicPerRow` arithmetic exactly: `x` and the
+/// weight with unit scales (the per-column scale and bias after it join by
+/// [`absorb_columns`]).
+fn dynamic_int_mm(g: &Graph, product: ValueId, s: ValueId) -> Option<(ValueId, QuantWeight)> {
+    let cast = |v: ValueId, to: DType| match producer_inputs(g, v, |op| *op == Op::Cast { to }) {
+        Some(&[x]) => Some(x),
+        _ => None,
+    };
+    let acc = cast(product, DType::F32)?;
+    let &[q64, w64] = producer_inputs(g, cast(acc, DType::I32)?, |op| *op == Op::MatMul)? else { return None };
+    let (q, wt) = (cast(q64, DType::F64)?, cast(w64, DType::F64)?);
+    let &[w] = producer_inputs(g, wt, |op| matches!(op, Op::Permute { perm } if perm == &[1, 0]))? else {
+        return None;
+    };
+    let [n, k] = static_dims(g, w)?[..] else { return None };
+    let (x, row_scale) = per_row_symmetric(g, q)?;
+    // Deeper layers would overflow the kernel's exact i32 sums.
+    if row_scale != s || g.ty(x).rank() != 2 || k > (1 << 17) - 1 {
+        return None;
+    }
+    let (bytes, c) = const_bytes(g, w, DType::I8)?;
+    let qw: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
+    let attrs = g.values[c].attrs.clone();
+    (qw.len() == n * k)
+        .then(|| (x, QuantWeight { n, k, group: k, q: qw, scales: vec![1.0; n], zero_points: None, attrs }))
+}
+
+/// `q = i8(clamp(round(x · (reciprocal(s) [· 1])) + 0, -128, 127))` with
+/// `s = clamp(max(−min(min_row(x), 0), max(max_row(x), 0)) / 127.5, ε)`
+/// (torchao's per-token symmetric rule, over `x`'s last axis): `(x, s)`.
+fn per_row_symmetric(g: &Graph, q: ValueId) -> Option<(ValueId, ValueId)> {
+    let one_input = |v: ValueId, is: &dyn Fn(&Op) -> bool| match producer_inputs(g, v, is) {
+        Some(&[x]) => Some(x),
+        _ => None,
+    };
+    let pair = |v: ValueId, op: BinaryOp| match producer_inputs(g, v, |o| *o == Op::Binary(op)) {
+        Some(&[a, b]) => Some((a, b)),
+        _ => None,
+    };
+    let clamped = one_input(q, &|op| *op == Op::Cast { to: DType::I8 })?;
+    let shifted = one_input(clamped, &|op| *op == Op::Clamp { min: Some(-128.0), max: Some(127.0) })?;
+    let (rounded, _) = pair(shifted, BinaryOp::Add).filter(|&(_, z)| scalar_is(g, z, 0.0))?;
+    let (x, inv) = pair(one_input(rounded, &|op| *op == Op::Unary(UnaryOp::Round))?, BinaryOp::Mul)?;
+    let inv = match pair(inv, BinaryOp::Mul) {
+        Some((r, one)) if scalar_is(g, one, 1.0) => r,
+        _ => inv,
+    };
+    let s = one_input(inv, &|op| *op == Op::Unary(UnaryOp::Reciprocal))?;
+    let is_eps = |op: &Op| *op == Op::Clamp { min: Some(f64::from(f32::EPSILON)), max: None };
+    let (m, d) = pair(one_input(s, &is_eps)?, BinaryOp::Div)?;
+    if !scalar_is(g, d, 127.5) {
+        return None;
+    }
+    let last = g.ty(x).rank().checked_sub(1)?;
+    let reduced = |v: ValueId, kind: ReduceKind| -> bool {
+        let want = Op::Reduce { kind, axes: vec![last], keep_dims: true };
+        producer_inputs(g, v, |op| *op == want) == Some(&[x][..])
+    };
+    let (neg_min, pos_max) = pair(m, BinaryOp::Max)?;
+    let (lo, z1) = pair(one_input(neg_min, &|op| *op == Op::Unary(UnaryOp::Neg))?, BinaryOp::Min)?;
+    let (hi, z2) = pair(pos_max, BinaryOp::Max)?;
+    let ok =
+        reduced(lo, ReduceKind::Min) && reduced(hi, ReduceKind::Max) && scalar_is(g, z1, 0.0) && scalar_is(g, z2, 0.0);
+    ok.then_some((x, s))
+}
+
+/// Whether every element of `v` is `value`: a `full` or a constant, seen
+/// through casts and reshapes.
+fn scalar_is(g: &Graph, mut v: ValueId, value: f64) -> bool {
+    while let Some(p) = g.producer(v) {
+        match (&g.nodes[p].op, &g.nodes[p].inputs[..]) {
+            (Op::Cast { .. } | Op::Reshape { .. }, &[x]) => v = x,
+            (Op::Full { value: f, .. }, []) => return *f == value,
+            _ => return false,
+        }
+    }
+    let Some(data) = g.const_of(v) else { return false };
+    let bytes = data.bytes.as_bytes();
+    match g.ty(v).dtype {
+        DType::F32 => bytes.chunks_exact(4).all(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])) == value),
+        DType::F64 => bytes.chunks_exact(8).all(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])) == value),
+        DType::I8 => bytes.iter().all(|&b| f64::from(b as i8) == value),
+        _ => false,
+    }
 }
 
 /// The `[N, G]` scales `s` times a per-row constant `c[N]`, as a new constant.
