@@ -15,7 +15,8 @@
 //!   the `mul` by a per-column constant `[N]` that follows is folded into
 //!   the scales by the second sweep;
 //! - `add(quant_linear(..), b[N])` (addmm's bias) becomes the op's bias;
-//! - torchao's decomposed int8 dynamic layer on a 2-d `x`: the rows
+//! - torchao's decomposed int8 dynamic layer (token-shaped `x` flattened
+//!   to rows, and its CPU path's `u8(q + 128)` product included): the rows
 //!   quantized with their per-token symmetric scales, `_int_mm`, the
 //!   product times the row scales (`dynamic_int_mm`) — a `QuantLinear`
 //!   with dynamic activations, whose kernel computes the same bits.
@@ -50,6 +51,14 @@ pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed
         };
         let out_ty = g.ty(node.outputs[0]).clone();
         let loc = node.loc;
+        // A dynamic layer takes `x` as the product's rows: torchao flattens
+        // token-shaped activations to them after quantizing.
+        let x = if acts == Acts::Dynamic && g.ty(x).rank() != 2 {
+            let ty = TensorType::new(DType::F32, vec![out_ty.shape[0].clone(), Dim::Const(w.k as i64)]);
+            g.push(Op::Reshape { shape: ty.shape.clone() }, vec![x], ty, loc)
+        } else {
+            x
+        };
         let (op, mut inputs) = w.into_operands(g, x, acts);
         inputs.extend(bias);
         Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]))
@@ -294,26 +303,56 @@ fn dequantized_nk(g: &Graph, v: ValueId) -> Option<QuantWeight> {
 
 /// torchao's decomposed int8 dynamic layer, `mul(f32(_int_mm(q, permute(w))),
 /// s)` — `_int_mm` imported as `i32(matmul(f64(q), f64(permute(w))))`, `w`
-/// an i8 constant `[N, K]`, `q` the rows of `x [M, K]` quantized with their
+/// an i8 constant `[N, K]`, `q` the rows of `x [.., K]` quantized with their
 /// per-token symmetric scales `s` ([`per_row_symmetric`]) — is
 /// `kiln_kernels::quant`'s `DynamicPerRow` arithmetic exactly: `x` and the
 /// weight with unit scales (the per-column scale and bias after it join by
-/// [`absorb_columns`]).
+/// [`absorb_columns`]). Token-shaped `x` is flattened to rows first (`q`
+/// and `s` reshaped to `[M, ..]`), and torchao's CPU path then multiplies
+/// `u8(q + 128)` and subtracts `128 · Σ_p w[p, j]`: the same exact sums.
 fn dynamic_int_mm(g: &Graph, product: ValueId, s: ValueId) -> Option<(ValueId, QuantWeight)> {
     let cast = |v: ValueId, to: DType| match producer_inputs(g, v, |op| *op == Op::Cast { to }) {
         Some(&[x]) => Some(x),
         _ => None,
     };
+    let transposed =
+        |v: ValueId| match producer_inputs(g, v, |op| matches!(op, Op::Permute { perm } if perm == &[1, 0])) {
+            Some(&[w]) => Some(w),
+            _ => None,
+        };
+    let int_mm = |v: ValueId| -> Option<(ValueId, ValueId)> {
+        let &[a, b] = producer_inputs(g, cast(v, DType::I32)?, |op| *op == Op::MatMul)? else { return None };
+        Some((cast(a, DType::F64)?, transposed(cast(b, DType::F64)?)?))
+    };
     let acc = cast(product, DType::F32)?;
-    let &[q64, w64] = producer_inputs(g, cast(acc, DType::I32)?, |op| *op == Op::MatMul)? else { return None };
-    let (q, wt) = (cast(q64, DType::F64)?, cast(w64, DType::F64)?);
-    let &[w] = producer_inputs(g, wt, |op| matches!(op, Op::Permute { perm } if perm == &[1, 0]))? else {
-        return None;
+    let (q, w) = match int_mm(acc) {
+        Some(found) => found,
+        None => {
+            // `sub(_int_mm(u8(i32(q) + 128), permute(w)), Σ_rows(i32(permute(w))) · 128)`.
+            let &[shifted_mm, correction] = producer_inputs(g, acc, |op| *op == Op::Binary(BinaryOp::Sub))? else {
+                return None;
+            };
+            let (u, w) = int_mm(shifted_mm)?;
+            let &[plus, c128] = producer_inputs(g, cast(u, DType::U8)?, |op| *op == Op::Binary(BinaryOp::Add))? else {
+                return None;
+            };
+            let &[sums, c] = producer_inputs(g, correction, |op| *op == Op::Binary(BinaryOp::Mul))? else {
+                return None;
+            };
+            let sum_op = Op::Reduce { kind: ReduceKind::Sum, axes: vec![0], keep_dims: true };
+            let &[wt32] = producer_inputs(g, sums, |op| *op == sum_op)? else { return None };
+            let ok = scalar_is(g, c128, 128.0) && scalar_is(g, c, 128.0) && transposed(cast(wt32, DType::I32)?)? == w;
+            (ok.then_some(cast(plus, DType::I32)?)?, w)
+        }
     };
     let [n, k] = static_dims(g, w)?[..] else { return None };
-    let (x, row_scale) = per_row_symmetric(g, q)?;
+    let (x, row_scale) = per_row_symmetric(g, through_reshapes(g, q))?;
+    // `q` and `s` flattened alike (to `[M, K]` and `[M, 1]`), or not at all.
+    let rows = static_dims(g, q)?;
+    let flat_scale = through_reshapes(g, s);
+    let same_rows = static_dims(g, s)? == [rows[0], 1] && static_dims(g, x)?.iter().product::<usize>() == rows[0] * k;
     // Deeper layers would overflow the kernel's exact i32 sums.
-    if row_scale != s || g.ty(x).rank() != 2 || k > (1 << 17) - 1 {
+    if row_scale != flat_scale || rows.len() != 2 || rows[1] != k || !same_rows || k > (1 << 17) - 1 {
         return None;
     }
     let (bytes, c) = const_bytes(g, w, DType::I8)?;
@@ -378,6 +417,8 @@ fn scalar_is(g: &Graph, mut v: ValueId, value: f64) -> bool {
         DType::F32 => bytes.chunks_exact(4).all(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])) == value),
         DType::F64 => bytes.chunks_exact(8).all(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])) == value),
         DType::I8 => bytes.iter().all(|&b| f64::from(b as i8) == value),
+        DType::I32 => bytes.chunks_exact(4).all(|b| f64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])) == value),
+        DType::I64 => bytes.chunks_exact(8).all(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f64 == value),
         _ => false,
     }
 }
