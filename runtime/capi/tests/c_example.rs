@@ -8,12 +8,14 @@ use kiln_tests::{assert_close, compile_fixture, fixture_dir, read_npy_as, temp_p
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The directory cargo put this test's build of the library in (`target/<profile>`).
+/// Where cargo put this test's build of the library: `target/<profile>/deps`
+/// (what `cargo test` builds), else `target/<profile>` (`cargo build`'s
+/// copy, which a `cargo test` leaves as it was: it may be stale).
 fn library_dir(file: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let deps = exe.parent().expect("deps directory").to_path_buf();
     let profile = deps.parent().expect("profile directory").to_path_buf();
-    [profile, deps]
+    [deps, profile]
         .into_iter()
         .map(|d| d.join(file))
         .find(|p| p.exists())
@@ -38,7 +40,10 @@ fn run_example(exe: &Path, model: &Path, input: &Tensor) -> (String, Vec<u8>) {
     let input_path = temp_path("capi-input");
     let output_path = temp_path("capi-output");
     std::fs::write(&input_path, &input.data).expect("write input");
+    // cargo's LD_LIBRARY_PATH lists `target/<profile>` before the rpath:
+    // a library `cargo build` left there (possibly stale) would be loaded.
     let out = Command::new(exe)
+        .env_remove("LD_LIBRARY_PATH")
         .arg(model)
         .arg(&input_path)
         .arg(&output_path)
