@@ -30,6 +30,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.div = Entry::new(V, avx2::binary::div);
     table.max = Entry::new(V, avx2::math::max);
     table.exp_sum = Entry::new(V, avx2::math::exp_sum);
+    table.layer_norm = Entry::new(V, avx2::norm::layer_norm_rows);
     table.depthwise = Entry::new(V, avx2::conv::depthwise_plane);
     // The integer kernels: the best variant of this level (the last listed).
     let quant = quant_variants();
