@@ -83,7 +83,7 @@ pub fn layer_norm(
     eps: f64,
     out: TensorMut,
 ) -> Result<()> {
-    layer_norm_with(x, weight, bias, normalized_rank, eps, out, crate::table::best(), Threads::single())
+    layer_norm_with(x, weight, bias, normalized_rank, eps, out, (crate::table::best(), Threads::single()))
 }
 
 /// [`layer_norm`] with its rows shared out over `cx`'s threads.
@@ -96,7 +96,7 @@ pub fn layer_norm_cx(
     out: TensorMut,
     cx: &mut Context,
 ) -> Result<()> {
-    layer_norm_with(x, weight, bias, normalized_rank, eps, out, cx.table, cx.threads())
+    layer_norm_with(x, weight, bias, normalized_rank, eps, out, (cx.table, cx.threads()))
 }
 
 fn layer_norm_with(
@@ -106,8 +106,7 @@ fn layer_norm_with(
     normalized_rank: usize,
     eps: f64,
     out: TensorMut,
-    table: &KernelTable,
-    threads: Threads,
+    (table, threads): (&KernelTable, Threads),
 ) -> Result<()> {
     let rows = (normalized_rank, eps, threads);
     match x.dtype {
