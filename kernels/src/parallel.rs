@@ -2,19 +2,40 @@
 //! and shared by every context (and so every session) of the process, so a
 //! run never spawns a thread.
 //!
-//! The pool is our own and small: `count - 1` parked worker threads plus the
+//! The pool is our own and small: `count - 1` worker threads plus the
 //! calling thread share out the items `0..n` of one job at a time through an
 //! atomic counter. The caller never waits for a worker that has not started:
 //! once it runs out of items it closes the job, and waits only for workers
 //! that joined (took the job before it closed). On a loaded machine a woken
 //! worker can take milliseconds to get a core, and waiting for it merely to
 //! report "nothing left" stalled every job that the caller had finished.
-//! Workers park on a condvar, never spin: a spinning worker holds the core
-//! the submitting thread needs (tried: 1.5–4× slower on the shared VM). Unlike rayon (tried first), handing out a job allocates
-//! nothing — rayon's injector queue allocates a block every 63 jobs, which
-//! broke "a steady-state run allocates nothing" — and there is no work
-//! stealing to pay for: every split here is static. Jobs from several
-//! sessions on one pool take turns.
+//! Unlike rayon (tried first), handing out a job allocates nothing —
+//! rayon's injector queue allocates a block every 63 jobs, which broke "a
+//! steady-state run allocates nothing" — and there is no work stealing to
+//! pay for: every split here is static. Jobs from several sessions on one
+//! pool take turns.
+//!
+//! **Spin or park.** A worker that parks after every job costs a wake-up
+//! (two context switches, tens of µs on a VM) per parallel instruction:
+//! ~60 per BERT run. Spinning instead holds a core, which on an
+//! oversubscribed machine is the core the submitting thread needs (an
+//! unconditional 50 µs spin was 2–3× slower there). So spinning is scoped
+//! and watched:
+//! - *Run-scoped*: workers spin only while some run holds the pool hot
+//!   ([`Threads::hot`]; `Session::run` does for each run unless the session
+//!   opted out), for at most [`SPIN_LIMIT`] per wait, and park as soon as no
+//!   run is hot — never between runs.
+//! - *Backs off under contention*: any of three signs that more threads want
+//!   the cores than there are calms the pool (nobody spins) for [`CALM`],
+//!   doubling up to [`CALM_MAX`] while the signs recur: a spinning thread
+//!   whose clock reads jump by [`PREEMPTED`] (it lost its core), a spinning
+//!   worker that did not join a job the submitter then ran alone (it had no
+//!   core), and a run whose thread was involuntarily switched
+//!   (`getrusage(RUSAGE_THREAD)` on Linux, read when the hot guard drops).
+//!
+//! The job hand-off is lock-free (one atomic word: generation, open bit,
+//! joined count); the mutex and condvars serve only threads that park and
+//! whoever must wake them, so a hot pool makes no system call per job.
 //!
 //! Work is always split so that no element's arithmetic depends on how many
 //! threads run it: kernels hand out whole output tiles, rows or fixed-size
