@@ -35,8 +35,9 @@ pub enum Isa {
     /// x86-64-v3's AVX2 + FMA.
     X86_64V3,
     /// AVX-512 (F, BW, CD, DQ, VL) on top of v3: the AVX-512F GEMM
-    /// microkernel (when the compiler has stable AVX-512 support), the v3
-    /// entries elsewhere.
+    /// microkernel, depthwise plane and exp / sigmoid / SiLU / erf / GELU
+    /// (when the compiler has stable AVX-512 support), the v3 entries
+    /// elsewhere.
     X86_64V4,
     /// Armv8 NEON, baseline on aarch64: the level every aarch64 build
     /// detects (tested under qemu in CI).

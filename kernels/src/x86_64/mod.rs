@@ -10,7 +10,8 @@ use crate::table::{Entry, Isa, KernelTable};
 
 /// Overrides the entries that have AVX2 + FMA versions, if this CPU has both;
 /// a v4 table (built only when the CPU has AVX-512) then takes the AVX-512
-/// GEMM microkernel, the rest staying AVX2.
+/// GEMM microkernel, depthwise plane and exp-based activations (16 lanes,
+/// the AVX2 results), the rest staying AVX2.
 pub(crate) fn plug(table: &mut KernelTable) {
     if !Isa::X86_64V3.is_supported() {
         return;
@@ -42,6 +43,11 @@ pub(crate) fn plug(table: &mut KernelTable) {
     if table.isa == Isa::X86_64V4 && Isa::X86_64V4.is_supported() {
         table.gemm = avx512::gemm::UKR;
         table.depthwise = Entry::new("avx512f", avx512::conv::depthwise_plane);
+        table.exp = Entry::new("avx512f", avx512::math::exp);
+        table.sigmoid = Entry::new("avx512f", avx512::math::sigmoid);
+        table.silu = Entry::new("avx512f", avx512::math::silu);
+        table.erf = Entry::new("avx512f", avx512::math::erf);
+        table.gelu = Entry::new("avx512f", avx512::math::gelu);
         if let Some(&q) = quant.iter().rev().find(|q| q.name.starts_with("avx512")) {
             table.quant = q;
         }
