@@ -223,6 +223,8 @@ struct Pool {
     workers: AtomicUsize,
     /// Workers that joined the current job.
     joined: AtomicUsize,
+    /// Workers that have started running their loop.
+    ready: AtomicUsize,
     /// Whether the submitter parked (or is about to) on `done`.
     submitter_parked: AtomicBool,
     /// Guards nothing but the parking itself.
@@ -299,6 +301,7 @@ impl Pool {
             origin: Instant::now(),
             workers: AtomicUsize::new(0),
             joined: AtomicUsize::new(0),
+            ready: AtomicUsize::new(0),
         }));
         let mut started = 0;
         for index in 1..count {
@@ -311,6 +314,12 @@ impl Pool {
         // Counted as they start: a worker that never started must not look
         // like one that never gets a core.
         pool.workers.store(started, Ordering::Relaxed);
+        // Wait until every worker runs its loop: the thread's start-up
+        // (the OS thread, std's per-thread setup) then happens here, once,
+        // not during some later run that promised to allocate nothing.
+        while pool.ready.load(Ordering::Acquire) < started {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
         (started > 0).then_some(pool)
     }
 
@@ -412,6 +421,7 @@ impl Pool {
 
     fn work_loop(&self, index: usize) {
         WORKER_INDEX.with(|c| c.set(index));
+        self.ready.fetch_add(1, Ordering::Release);
         let mut seen = 0;
         loop {
             seen = self.next_job(seen);
