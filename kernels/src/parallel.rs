@@ -2,30 +2,53 @@
 //! and shared by every context (and so every session) of the process, so a
 //! run never spawns a thread.
 //!
-//! The pool is our own and small: `count - 1` parked worker threads plus the
+//! The pool is our own and small: `count - 1` worker threads plus the
 //! calling thread share out the items `0..n` of one job at a time through an
 //! atomic counter. The caller never waits for a worker that has not started:
 //! once it runs out of items it closes the job, and waits only for workers
 //! that joined (took the job before it closed). On a loaded machine a woken
 //! worker can take milliseconds to get a core, and waiting for it merely to
 //! report "nothing left" stalled every job that the caller had finished.
-//! Workers park on a condvar, never spin: a spinning worker holds the core
-//! the submitting thread needs (tried: 1.5–4× slower on the shared VM). Unlike rayon (tried first), handing out a job allocates
-//! nothing — rayon's injector queue allocates a block every 63 jobs, which
-//! broke "a steady-state run allocates nothing" — and there is no work
-//! stealing to pay for: every split here is static. Jobs from several
-//! sessions on one pool take turns.
+//! Unlike rayon (tried first), handing out a job allocates nothing —
+//! rayon's injector queue allocates a block every 63 jobs, which broke "a
+//! steady-state run allocates nothing" — and there is no work stealing to
+//! pay for: every split here is static. Jobs from several sessions on one
+//! pool take turns.
+//!
+//! **Spin or park.** A worker that parks after every job costs a wake-up
+//! (two context switches, tens of µs on a VM) per parallel instruction:
+//! ~60 per BERT run. Spinning instead holds a core, which on an
+//! oversubscribed machine is the core the submitting thread needs (an
+//! unconditional 50 µs spin was 2–3× slower there). So spinning is scoped
+//! and watched:
+//! - *Run-scoped*: workers spin only while some run holds the pool hot
+//!   ([`Threads::hot`]; `Session::run` does for each run unless the session
+//!   opted out), for at most [`SPIN_LIMIT`] per wait, and park as soon as no
+//!   run is hot — never between runs.
+//! - *Backs off under contention*: any of three signs that more threads want
+//!   the cores than there are calms the pool (nobody spins) for [`CALM`],
+//!   doubling up to [`CALM_MAX`] while the signs recur: a spinning thread
+//!   whose clock reads jump by [`PREEMPTED`] (it lost its core), a spinning
+//!   worker that did not join a job the submitter then ran alone (it had no
+//!   core), and a run whose thread was involuntarily switched
+//!   (`getrusage(RUSAGE_THREAD)` on Linux, read when the hot guard drops).
+//!
+//! The job hand-off is lock-free (one atomic word: generation, open bit,
+//! joined count); the mutex and condvars serve only threads that park and
+//! whoever must wake them, so a hot pool makes no system call per job.
 //!
 //! Work is always split so that no element's arithmetic depends on how many
 //! threads run it: kernels hand out whole output tiles, rows or fixed-size
 //! chunks (whose size never depends on the thread count), never a piece of
 //! one reduction. Results are therefore bit-identical for any thread count.
 
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The most threads a context may ask for (a sanity bound on user input).
 pub const MAX_THREADS: usize = 256;
@@ -104,6 +127,21 @@ impl Threads {
         }
     }
 
+    /// Makes the pool hot until the guard drops: between the jobs of a
+    /// run, its workers spin for the next one instead of parking (see
+    /// [`Pool`]'s spinning). A session holds one for each run; nothing
+    /// spins while no run holds one.
+    pub fn hot(&self) -> HotRun {
+        if let Some(pool) = self.pool {
+            pool.hot.fetch_add(1, Ordering::Relaxed);
+        }
+        HotRun {
+            pool: self.pool,
+            preempted_before: self.pool.and_then(|_| involuntary_switches()),
+            not_send: PhantomData,
+        }
+    }
+
     /// `f(i)` for every `i` in `0..n`, over the pool.
     pub(crate) fn for_each(&self, n: usize, f: impl Fn(usize) + Send + Sync) {
         match self.pool {
@@ -161,29 +199,73 @@ impl Threads {
 
 /// One pool: its workers wait for a job, run items until none are left,
 /// and report back.
+///
+/// The job hand-off is lock-free: `ctl` packs the job's generation, whether
+/// it is still open, and how many workers joined it and still run its items,
+/// so joining, closing and leaving are one atomic operation each. The mutex
+/// and condvars are touched only by threads that park (and by whoever must
+/// wake them), which is what a hot pool avoids.
 struct Pool {
     /// Held by the thread submitting a job, for the job's duration.
     submit: Mutex<()>,
-    state: Mutex<JobState>,
-    /// Signals workers that `state.generation` moved on.
-    work: Condvar,
-    /// Signals the submitter that `state.active` reached zero.
-    done: Condvar,
+    /// `generation << GEN_SHIFT | OPEN? | active workers`.
+    ctl: AtomicU64,
+    /// The current job; written before `ctl` opens it, read by a worker only
+    /// after it joined (so it cannot change under the worker).
+    job: UnsafeCell<Job>,
     /// The next item of the current job to hand out.
     next: AtomicUsize,
+    /// Whether an item of the current job panicked.
+    panicked: AtomicBool,
+    /// Workers parked (or about to park) on `work`.
+    sleepers: AtomicUsize,
+    /// Worker threads that started (`count - 1`, unless the OS refused some).
+    workers: AtomicUsize,
+    /// Workers that joined the current job.
+    joined: AtomicUsize,
+    /// Workers that have started running their loop.
+    ready: AtomicUsize,
+    /// Whether the submitter parked (or is about to) on `done`.
+    submitter_parked: AtomicBool,
+    /// Guards nothing but the parking itself.
+    park: Mutex<()>,
+    /// Signals parked workers that a job was opened.
+    work: Condvar,
+    /// Signals a parked submitter that its job's last worker left.
+    done: Condvar,
+    /// Runs in progress that asked for a hot pool ([`Threads::hot`]).
+    hot: AtomicUsize,
+    /// Until when (ns since `origin`) nobody spins: set when a spinning
+    /// thread finds it was preempted, i.e. the cores are oversubscribed.
+    calm_until: AtomicU64,
+    /// The last calm period (ns): doubled when contention is found again
+    /// soon after it ended (a machine that stays loaded), up to [`CALM_MAX`].
+    calm_len: AtomicU64,
+
+    origin: Instant,
 }
 
-/// The current job, as workers see it.
-struct JobState {
-    generation: u64,
-    /// The open job: None once its caller ran out of items (closed), so a
-    /// worker waking later does not join it.
-    job: Option<Job>,
-    /// Workers that joined the current job and are still running its items.
-    active: usize,
-    /// Whether an item of the current job panicked.
-    panicked: bool,
-}
+// SAFETY: `job` is written only by the submitter holding `submit` while no
+// worker is joined, and read only by joined workers (see `Pool::run`).
+unsafe impl Sync for Pool {}
+
+const OPEN: u64 = 1 << 32;
+const GEN_SHIFT: u32 = 33;
+const ACTIVE: u64 = OPEN - 1;
+
+/// The longest a thread spins for the next job (or, submitting, for its
+/// last joined worker) before it parks, while the pool is hot: bounds what
+/// a long serial stretch of a run costs.
+const SPIN_LIMIT: Duration = Duration::from_millis(1);
+/// A gap this long between two clock reads of a spinning thread means it
+/// lost its core: another thread wanted it.
+const PREEMPTED: Duration = Duration::from_micros(50);
+/// How long nobody spins on a pool after a spinning thread was preempted
+/// (first time; see `calm_len`).
+const CALM: Duration = Duration::from_millis(20);
+const CALM_MAX: Duration = Duration::from_secs(2);
+/// Spin-loop hints between clock reads (~1–2 µs).
+const SPINS_PER_CHECK: u32 = 64;
 
 /// A job's items: `run(i)` for `i < n`. The reference's lifetime is erased;
 /// [`Pool::run`] does not return before every worker is done with it.
@@ -196,16 +278,30 @@ struct Job {
 // SAFETY: the pointee is `Sync` and outlives every use (see `Job`).
 unsafe impl Send for Job {}
 
+fn noop(_: usize) {}
+
 impl Pool {
     /// A pool of `count - 1` workers plus the submitting thread; None if no
     /// worker thread could be started.
     fn start(count: usize) -> Option<&'static Pool> {
         let pool: &'static Pool = Box::leak(Box::new(Pool {
             submit: Mutex::new(()),
-            state: Mutex::new(JobState { generation: 0, job: None, active: 0, panicked: false }),
+            ctl: AtomicU64::new(0),
+            job: UnsafeCell::new(Job { run: &noop as &(dyn Fn(usize) + Sync), n: 0 }),
+            next: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            submitter_parked: AtomicBool::new(false),
+            park: Mutex::new(()),
             work: Condvar::new(),
             done: Condvar::new(),
-            next: AtomicUsize::new(0),
+            hot: AtomicUsize::new(0),
+            calm_until: AtomicU64::new(0),
+            calm_len: AtomicU64::new(0),
+            origin: Instant::now(),
+            workers: AtomicUsize::new(0),
+            joined: AtomicUsize::new(0),
+            ready: AtomicUsize::new(0),
         }));
         let mut started = 0;
         for index in 1..count {
@@ -215,13 +311,21 @@ impl Pool {
                 started += 1;
             }
         }
+        // Counted as they start: a worker that never started must not look
+        // like one that never gets a core.
+        pool.workers.store(started, Ordering::Relaxed);
+        // Wait until every worker runs its loop: the thread's start-up
+        // (the OS thread, std's per-thread setup) then happens here, once,
+        // not during some later run that promised to allocate nothing.
+        while pool.ready.load(Ordering::Acquire) < started {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
         (started > 0).then_some(pool)
     }
 
-    fn lock_state(&self) -> MutexGuard<'_, JobState> {
-        // Items run outside the lock and panics are caught: never poisoned
-        // in a way that leaves the state inconsistent.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock_park(&self) -> MutexGuard<'_, ()> {
+        // Guards no data: a poisoned lock is as good as a clean one.
+        self.park.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs `f(i)` for `i < n` on the workers and the calling thread.
@@ -230,28 +334,56 @@ impl Pool {
         // SAFETY: only the lifetime is erased; this function closes the job
         // and waits below until no worker that joined it holds it any more.
         let run: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(f) };
+        let job = Job { run, n };
+        // SAFETY: the previous job is closed and no worker is joined (its
+        // `run` waited for that), and we hold `submit`.
+        unsafe { *self.job.get() = job };
         self.next.store(0, Ordering::Relaxed);
-        {
-            let mut state = self.lock_state();
-            state.generation += 1;
-            state.job = Some(Job { run, n });
-            state.active = 0;
-            state.panicked = false;
+        self.panicked.store(false, Ordering::Relaxed);
+        self.joined.store(0, Ordering::Relaxed);
+        let hot = self.is_hot();
+        // Wraps after 2^31 jobs; a worker then at worst skips one job.
+        let generation = ((self.ctl.load(Ordering::Relaxed) >> GEN_SHIFT) + 1) & (u64::MAX >> GEN_SHIFT);
+        // SeqCst: paired with a parking worker's `sleepers` increment, so
+        // either it sees the job or we see it and wake it.
+        self.ctl.store(generation << GEN_SHIFT | OPEN, Ordering::SeqCst);
+        let sleepers = self.sleepers.load(Ordering::SeqCst);
+        if sleepers > 0 {
+            drop(self.lock_park());
+            self.work.notify_all();
         }
-        self.work.notify_all();
-        let mine = catch_unwind(AssertUnwindSafe(|| self.run_items(Job { run, n })));
-        let mut state = self.lock_state();
-        // Closed: workers not yet awake skip it; wait only for those inside.
-        state.job = None;
-        while state.active > 0 {
-            state = self.done.wait(state).unwrap_or_else(|e| e.into_inner());
+        let mine = catch_unwind(AssertUnwindSafe(|| self.run_items(job)));
+        // Closed: workers that did not join yet skip it; wait only for those inside.
+        let active = self.ctl.fetch_and(!OPEN, Ordering::AcqRel) & ACTIVE;
+        // A worker that was spinning (not parked) when the job opened and
+        // did not join it while we ran every item was not on a core.
+        let spinning = self.workers.load(Ordering::Relaxed).saturating_sub(sleepers);
+        if hot && n > spinning && self.joined.load(Ordering::Relaxed) < spinning {
+            self.calm(Instant::now());
         }
-        let panicked = state.panicked;
-        drop(state);
+        if active > 0 {
+            self.wait_for_workers();
+        }
+        let panicked = self.panicked.load(Ordering::Relaxed);
         if let Err(payload) = mine {
             resume_unwind(payload);
         }
         assert!(!panicked, "a kernel thread panicked");
+    }
+
+    /// Waits until no joined worker runs the closed job: spinning while the
+    /// pool is hot (a joined worker is running an item), then parked.
+    fn wait_for_workers(&self) {
+        let all_left = || self.ctl.load(Ordering::Acquire) & ACTIVE == 0;
+        if self.spin_until(all_left) {
+            return;
+        }
+        let mut guard = self.lock_park();
+        self.submitter_parked.store(true, Ordering::SeqCst);
+        while self.ctl.load(Ordering::SeqCst) & ACTIVE != 0 {
+            guard = self.done.wait(guard).unwrap_or_else(|e| e.into_inner());
+        }
+        self.submitter_parked.store(false, Ordering::Relaxed);
     }
 
     /// Takes items of `job` until none are left.
@@ -268,32 +400,171 @@ impl Pool {
         }
     }
 
+    /// Joins the open job if it is newer than generation `seen`: its
+    /// generation on success.
+    fn try_join(&self, seen: u64) -> Option<u64> {
+        // SeqCst: paired with the submitter's store (see `next_job`).
+        let mut ctl = self.ctl.load(Ordering::SeqCst);
+        loop {
+            if ctl & OPEN == 0 || ctl >> GEN_SHIFT == seen {
+                return None;
+            }
+            match self.ctl.compare_exchange_weak(ctl, ctl + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.joined.fetch_add(1, Ordering::Relaxed);
+                    return Some(ctl >> GEN_SHIFT);
+                }
+                Err(now) => ctl = now,
+            }
+        }
+    }
+
     fn work_loop(&self, index: usize) {
         WORKER_INDEX.with(|c| c.set(index));
+        self.ready.fetch_add(1, Ordering::Release);
         let mut seen = 0;
         loop {
-            let job = {
-                let mut state = self.lock_state();
-                while state.generation == seen || state.job.is_none() {
-                    seen = state.generation;
-                    state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
-                }
-                seen = state.generation;
-                state.active += 1;
-                state.job
-            };
-            let ok = match job {
-                Some(job) => catch_unwind(AssertUnwindSafe(|| self.run_items(job))).is_ok(),
-                None => true,
-            };
-            let mut state = self.lock_state();
-            state.panicked |= !ok;
-            state.active -= 1;
-            if state.active == 0 {
+            seen = self.next_job(seen);
+            // SAFETY: joined, so the job stays as it is until we leave.
+            let job = unsafe { *self.job.get() };
+            if catch_unwind(AssertUnwindSafe(|| self.run_items(job))).is_err() {
+                self.panicked.store(true, Ordering::Relaxed);
+            }
+            // SeqCst: paired with the submitter's `submitter_parked` store.
+            let left = self.ctl.fetch_sub(1, Ordering::SeqCst);
+            if left & ACTIVE == 1 && left & OPEN == 0 && self.submitter_parked.load(Ordering::SeqCst) {
+                drop(self.lock_park());
                 self.done.notify_all();
             }
         }
     }
+
+    /// Joins the next job after generation `seen` (returning its
+    /// generation): spinning for it while the pool is hot, else parked.
+    fn next_job(&self, seen: u64) -> u64 {
+        loop {
+            let mut joined = None;
+            if self.spin_until(|| {
+                joined = self.try_join(seen);
+                joined.is_some()
+            }) {
+                return joined.unwrap_or(seen);
+            }
+            let mut guard = self.lock_park();
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            loop {
+                if let Some(generation) = self.try_join(seen) {
+                    self.sleepers.fetch_sub(1, Ordering::Relaxed);
+                    return generation;
+                }
+                guard = self.work.wait(guard).unwrap_or_else(|e| e.into_inner());
+                // A run may have made the pool hot: spin again rather than
+                // park for the next job.
+                if self.is_hot() {
+                    break;
+                }
+            }
+            self.sleepers.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether some run in progress asked for spinning and no spinning
+    /// thread was preempted lately.
+    fn is_hot(&self) -> bool {
+        self.hot.load(Ordering::Relaxed) > 0
+            && self.origin.elapsed().as_nanos() as u64 >= self.calm_until.load(Ordering::Relaxed)
+    }
+
+    /// Stops all spinning on this pool for a while: some thread found the
+    /// cores oversubscribed. Found again during a calm period, the period
+    /// is extended; within a period of its end, the next one is twice as
+    /// long (up to [`CALM_MAX`]); later, it starts over at [`CALM`].
+    fn calm(&self, now: Instant) {
+        let now = now.duration_since(self.origin).as_nanos() as u64;
+        let (until, len) = (self.calm_until.load(Ordering::Relaxed), self.calm_len.load(Ordering::Relaxed));
+        if now < until {
+            // Still loaded: stay calm a full period from now.
+            self.calm_until.fetch_max(now + len, Ordering::Relaxed);
+            return;
+        }
+        let len = if now - until < len { (2 * len).min(CALM_MAX.as_nanos() as u64) } else { CALM.as_nanos() as u64 };
+        self.calm_len.store(len, Ordering::Relaxed);
+        self.calm_until.store(now + len, Ordering::Relaxed);
+    }
+
+    /// Spins until `done()` while the pool is hot, for at most
+    /// [`SPIN_LIMIT`]: whether `done()` became true. A thread that finds it was
+    /// preempted while spinning calms the pool (nobody spins for a while):
+    /// the cores are wanted by other threads, which spinning would only
+    /// slow down.
+    fn spin_until(&self, mut done: impl FnMut() -> bool) -> bool {
+        if done() {
+            return true;
+        }
+        if !self.is_hot() {
+            return false;
+        }
+        let start = Instant::now();
+        let mut last = start;
+        loop {
+            for _ in 0..SPINS_PER_CHECK {
+                std::hint::spin_loop();
+                if done() {
+                    return true;
+                }
+            }
+            let now = Instant::now();
+            if now - last >= PREEMPTED {
+                self.calm(now);
+                return false;
+            }
+            if now - start >= SPIN_LIMIT || self.hot.load(Ordering::Relaxed) == 0 {
+                return false;
+            }
+            last = now;
+        }
+    }
+}
+
+/// A run in progress that keeps its pool hot ([`Threads::hot`]).
+#[must_use = "the pool is hot only while the guard lives"]
+pub struct HotRun {
+    pool: Option<&'static Pool>,
+    /// The calling thread's involuntary context switches when the run began.
+    preempted_before: Option<u64>,
+    /// Counts switches of the thread that made it: stays there.
+    not_send: PhantomData<*const ()>,
+}
+
+impl Drop for HotRun {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool {
+            pool.hot.fetch_sub(1, Ordering::Relaxed);
+            // The submitting thread lost its core during the run: more
+            // threads want the cores than there are.
+            if let (Some(before), Some(after)) = (self.preempted_before, involuntary_switches()) {
+                if after > before {
+                    pool.calm(Instant::now());
+                }
+            }
+        }
+    }
+}
+
+/// How many times the calling thread was preempted (lost its core while
+/// runnable) so far; None where the OS does not say.
+#[cfg(target_os = "linux")]
+fn involuntary_switches() -> Option<u64> {
+    // SAFETY: getrusage writes only the struct it is given.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        (libc::getrusage(libc::RUSAGE_THREAD, &mut usage) == 0).then_some(usage.ru_nivcsw as u64)
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn involuntary_switches() -> Option<u64> {
+    None
 }
 
 /// Marks the current thread as running a job's items until dropped (also
@@ -383,6 +654,51 @@ mod tests {
                 });
             }
         });
+    }
+
+    #[test]
+    fn a_hot_pool_runs_every_job_and_parks_when_the_run_ends() {
+        // A count no other test uses, so no other run keeps this pool hot.
+        let threads = Threads::new(5);
+        let pool = threads.pool.unwrap_or_else(|| panic!("no pool"));
+        for round in 0..3u64 {
+            let hot = threads.hot();
+            assert!(pool.hot.load(Ordering::Relaxed) >= 1);
+            for job in 0..500u64 {
+                let mut v = vec![0u64; 64 + job as usize % 7];
+                threads.for_each_chunk(&mut v, 3, |i, c| c.iter_mut().for_each(|x| *x = round * job + i as u64));
+                assert!(v.chunks(3).enumerate().all(|(i, c)| c.iter().all(|&x| x == round * job + i as u64)));
+            }
+            drop(hot);
+            assert_eq!(pool.hot.load(Ordering::Relaxed), 0);
+            // Cold: every worker parks within its spin limit (allow a
+            // loaded machine a few seconds).
+            let start = Instant::now();
+            while pool.sleepers.load(Ordering::SeqCst) < 4 {
+                assert!(start.elapsed() < Duration::from_secs(10), "workers still spin after the run ended");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_spinning_thread_that_loses_its_core_calms_the_pool() {
+        let threads = Threads::new(6);
+        let pool = threads.pool.unwrap_or_else(|| panic!("no pool"));
+        let _hot = threads.hot();
+        assert!(pool.is_hot());
+        // A `done` that sleeps past the preemption threshold looks, to the
+        // spinning loop, exactly like a lost core.
+        let mut calls = 0;
+        let found = pool.spin_until(|| {
+            calls += 1;
+            if calls == 2 {
+                std::thread::sleep(PREEMPTED * 2);
+            }
+            false
+        });
+        assert!(!found);
+        assert!(!pool.is_hot(), "still spinning after a preemption");
     }
 
     #[test]

@@ -35,8 +35,9 @@ pub enum Isa {
     /// x86-64-v3's AVX2 + FMA.
     X86_64V3,
     /// AVX-512 (F, BW, CD, DQ, VL) on top of v3: the AVX-512F GEMM
-    /// microkernel (when the compiler has stable AVX-512 support), the v3
-    /// entries elsewhere.
+    /// microkernel, depthwise plane and exp / sigmoid / SiLU / erf / GELU
+    /// (when the compiler has stable AVX-512 support), the v3 entries
+    /// elsewhere.
     X86_64V4,
     /// Armv8 NEON, baseline on aarch64: the level every aarch64 build
     /// detects (tested under qemu in CI).
@@ -148,6 +149,8 @@ pub struct KernelTable {
     pub(crate) div: Entry<BinaryFn>,
     pub(crate) max: Entry<ReduceFn>,
     pub(crate) exp_sum: Entry<ExpSumFn>,
+    /// Layer norm of whole f32 rows.
+    pub(crate) layer_norm: Entry<crate::generic::norm::LayerNormRowsFn<f32>>,
     /// One output plane of a depthwise convolution.
     pub(crate) depthwise: Entry<crate::generic::conv_depthwise::DepthwisePlaneFn>,
     /// The integer kernels (int8 GEMM, weight-only, row quantizer).
@@ -192,6 +195,7 @@ impl KernelTable {
             ("div_f32", self.div.variant),
             ("max_f32", self.max.variant),
             ("exp_sum_f32", self.exp_sum.variant),
+            ("layer_norm_rows_f32", self.layer_norm.variant),
             ("depthwise_plane_f32", self.depthwise.variant),
             ("qgemm_i8", self.quant.int8.variant),
             ("qlinear_weight_only", self.quant.weight_only.variant),
@@ -264,6 +268,20 @@ impl KernelTable {
     /// `v[i] = exp(v[i] - shift)` in place, returning the sum in f64.
     pub fn exp_sum_f32(&self, v: &mut [f32], shift: f32) -> f64 {
         (self.exp_sum.run)(v, shift)
+    }
+
+    /// Layer norm of the rows of `d` elements of `x` into `out` (same
+    /// length, a multiple of `d`), with optional weight and bias of `d`.
+    pub fn layer_norm_rows_f32(
+        &self,
+        x: &[f32],
+        out: &mut [f32],
+        d: usize,
+        w: Option<&[f32]>,
+        b: Option<&[f32]>,
+        eps: f64,
+    ) {
+        (self.layer_norm.run)(x, out, d, w, b, eps)
     }
 
     /// The entry for a float unary op, if the table has one.

@@ -436,9 +436,42 @@ macro_rules! variant_tests {
     (@check qlinear, $entry:ident, $t:expr, $name:expr, $act:expr) => {
         check_qlinear(&$name, $t, $act)
     };
+    (@check layer_norm, $entry:ident, $t:expr, $name:expr) => {
+        check_layer_norm(&$name, &|x, o, d, w, b| $t.$entry(x, o, d, w, b, 1e-5), &|x, o, d, w, b| generic().$entry(x, o, d, w, b, 1e-5))
+    };
     (@check depthwise, $entry:ident, $t:expr, $name:expr) => {
         check_depthwise(&$name, $t)
     };
+}
+
+type LayerNormRun<'a> = &'a dyn Fn(&[f32], &mut [f32], usize, Option<&[f32]>, Option<&[f32]>);
+
+/// Layer norm rows bit for bit against the generic ones (the same source
+/// compiled per ISA): row lengths around the vector widths, three rows,
+/// with and without weight and bias, offset data (the two-pass variance).
+fn check_layer_norm(name: &str, f: LayerNormRun<'_>, g: LayerNormRun<'_>) -> Check {
+    for &d in LENGTHS.iter().filter(|&&d| d > 0) {
+        let x: Vec<f32> =
+            inputs(3 * d, 4.0, d as u64).iter().map(|v| if v.is_finite() { v + 100.0 } else { 1.5 }).collect();
+        let (w, b) = (inputs(d, 2.0, 7), inputs(d, 1.0, 8));
+        let (w, b): (Vec<f32>, Vec<f32>) =
+            (w.iter().map(|v| v.clamp(-2.0, 2.0)).collect(), b.iter().map(|v| v.clamp(-1.0, 1.0)).collect());
+        for (wo, bo) in [(None, None), (Some(&w[..]), None), (None, Some(&b[..])), (Some(&w[..]), Some(&b[..]))] {
+            let (mut got, mut want) = (vec![0.0f32; 3 * d], vec![0.0f32; 3 * d]);
+            f(&x, &mut got, d, wo, bo);
+            g(&x, &mut want, d, wo, bo);
+            if let Some(i) = (0..3 * d).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+                return Err(format!(
+                    "{name}: d={d} w={} b={}: [{i}] {} vs generic {}",
+                    wo.is_some(),
+                    bo.is_some(),
+                    got[i],
+                    want[i]
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The depthwise plane kernel through `conv_with(.., Depthwise)` against the
@@ -537,6 +570,7 @@ variant_tests! {
     div_f32: binary;
     max_f32: reduce;
     exp_sum_f32: exp_sum(2);
+    layer_norm_rows_f32: layer_norm;
     depthwise_plane_f32: depthwise;
     qgemm_i8: qlinear(kiln_kernels::quant::ActQuant::DynamicPerRow);
     qlinear_weight_only: qlinear(kiln_kernels::quant::ActQuant::Float);
@@ -622,6 +656,12 @@ fn checks_reject_wrong_variants() {
         }
     };
     assert!(check_unary("exp", overrun, |x, o| g.exp_f32(x, o), 2).is_err());
+    // Layer norm with another eps; one ignoring the bias.
+    let want: LayerNormRun<'_> = &|x, o, d, w, b| g.layer_norm_rows_f32(x, o, d, w, b, 1e-5);
+    let other_eps: LayerNormRun<'_> = &|x, o, d, w, b| g.layer_norm_rows_f32(x, o, d, w, b, 1e-3);
+    assert!(check_layer_norm("layer_norm", other_eps, want).is_err());
+    let no_bias: LayerNormRun<'_> = &|x, o, d, w, _| g.layer_norm_rows_f32(x, o, d, w, None, 1e-5);
+    assert!(check_layer_norm("layer_norm", no_bias, want).is_err());
     let inf_to_max = |x: &[f32], o: &mut [f32]| {
         g.exp_f32(x, o);
         for (v, &xi) in o.iter_mut().zip(x) {

@@ -112,6 +112,9 @@ pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
     // its store step (`fuse_epilogue`), and what is left into fused kernels.
     if target.target == Target::Cpu {
         passes.push(FUSE_ATTENTION);
+        // The attention kernel takes K as it is: the transpose the model put
+        // on K (now a permute of a permute) composes into one.
+        passes.push(SIMPLIFY);
         passes.push(FUSE_NORM);
         passes.push(FUSE_EPILOGUE);
         passes.push(FUSE_ELEMENTWISE);

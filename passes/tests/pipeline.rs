@@ -69,6 +69,7 @@ fn cpu_pipeline() {
             "fuse",
             "legalize",
             "fuse_attention",
+            "simplify",
             "fuse_norm",
             "fuse_epilogue",
             "fuse_elementwise",

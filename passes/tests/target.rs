@@ -81,7 +81,7 @@ fn the_pipeline_follows_the_description() {
         let mut want = vec!["cleanup", "decompose", "cleanup", "fuse", "legalize", "dce"];
         // Elementwise fusion is for the CPU's fused kernel only.
         if t == Target::Cpu {
-            want.splice(5..5, ["fuse_attention", "fuse_norm", "fuse_epilogue", "fuse_elementwise"]);
+            want.splice(5..5, ["fuse_attention", "simplify", "fuse_norm", "fuse_epilogue", "fuse_elementwise"]);
             // Integer weights are kept for the CPU's quantized linear kernel.
             want.splice(0..0, ["simplify", "quant_linear"]);
         }

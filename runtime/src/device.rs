@@ -86,6 +86,14 @@ pub struct SessionOptions {
     /// pool; results are bit-identical whatever the count. Default:
     /// [`default_threads`].
     pub threads: usize,
+    /// Whether, during a run, the pool's idle threads spin for the run's
+    /// next parallel job instead of parking (as ONNX Runtime's
+    /// `allow_spinning`): saves a wake-up (a context switch each) per job.
+    /// They never spin between runs, and back off for a while when a
+    /// spinning thread finds it lost its core (the machine is
+    /// oversubscribed, where spinning would only slow everyone). Default
+    /// true; false parks them after every job.
+    pub spin: bool,
     /// Whether the session may run the artifact's native code (its native
     /// section, `kiln compile --target x86_64|aarch64`). An artifact with
     /// native code is code: refuse it (false) for artifacts from a channel
@@ -114,6 +122,7 @@ impl Default for SessionOptions {
             seed: 0,
             max_arena_bytes: DEFAULT_MAX_ARENA_BYTES,
             threads: default_threads(),
+            spin: true,
             allow_native_code: true,
         }
     }

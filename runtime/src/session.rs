@@ -104,6 +104,8 @@ pub struct Session {
     /// Native calls run their generated code (native code allowed and a
     /// level matched this CPU); else their portable programs.
     use_native: bool,
+    /// Whether runs keep the pool hot ([`SessionOptions::spin`]).
+    spin: bool,
 }
 
 /// A kernel context at the start of `seed`'s random sequence.
@@ -296,6 +298,7 @@ impl Session {
             profile: None,
             accel,
             use_native,
+            spin: options.spin,
             arena: None,
             program,
         })
@@ -371,7 +374,11 @@ impl Session {
         self.allocate_arena()?;
         self.copy_inputs(inputs);
         self.accel.begin_run();
+        // The pool's workers spin between this run's jobs rather than park
+        // (unless the session opted out); they park once no run is hot.
+        let hot = self.spin.then(|| self.cx.threads().hot());
         let executed = self.execute_all();
+        drop(hot);
         // A failed run still advances the sequence: a retry draws new numbers
         // rather than silently repeating a partial run's.
         self.cx.call = self.cx.call.wrapping_add(1);

@@ -1,7 +1,8 @@
 //! Results are bit-identical whatever the thread count: every fixture model
 //! (the small PyTorch fixtures, both IR flavours, and the real-model
 //! topologies) runs at 1, 2, 3 and 4 threads, and every output's bytes must
-//! equal the 1-thread run's. Also: a run does no B packing for the
+//! equal the 1-thread run's (at 2 threads also with the pool's spinning
+//! off, the parking path). Also: a run does no B packing for the
 //! constant weights that were packed at load.
 
 use kiln_runtime::{SessionOptions, Tensor, TensorView};
@@ -10,7 +11,16 @@ use kiln_tests::{fixture_dir, load_fixture, read_numbered, FIXTURES, FLAVOURS};
 const THREADS: [usize; 4] = [1, 2, 3, 4];
 
 fn output_bytes(program: &std::sync::Arc<kiln_runtime::Program>, threads: usize, inputs: &[Tensor]) -> Vec<Vec<u8>> {
-    let mut session = program.session_with(&SessionOptions::with_threads(threads)).expect("session");
+    output_bytes_with(program, &SessionOptions::with_threads(threads), inputs)
+}
+
+fn output_bytes_with(
+    program: &std::sync::Arc<kiln_runtime::Program>,
+    opts: &SessionOptions,
+    inputs: &[Tensor],
+) -> Vec<Vec<u8>> {
+    let threads = opts.threads;
+    let mut session = program.session_with(opts).expect("session");
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
     let outputs = session.run(&views).unwrap_or_else(|e| panic!("run at {threads} threads: {e}"));
     outputs.iter().map(|o| o.data.to_vec()).collect()
@@ -26,10 +36,16 @@ fn check(fixture: &str, flavour: &str) {
         }
         let want = output_bytes(&program, 1, &inputs);
         assert!(!want.is_empty(), "{fixture}/{flavour}: no outputs");
-        for t in &THREADS[1..] {
-            let got = output_bytes(&program, *t, &inputs);
+        let parked = SessionOptions { spin: false, ..SessionOptions::with_threads(2) };
+        let runs = THREADS[1..].iter().map(|&t| SessionOptions::with_threads(t)).chain([parked]);
+        for opts in runs {
+            let got = output_bytes_with(&program, &opts, &inputs);
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!(g == w, "{fixture}/{flavour} ({prefix}) output {i}: {t} threads differ from 1 thread");
+                let (t, spin) = (opts.threads, opts.spin);
+                assert!(
+                    g == w,
+                    "{fixture}/{flavour} ({prefix}) output {i}: {t} threads (spin {spin}) differ from 1 thread"
+                );
             }
         }
     }

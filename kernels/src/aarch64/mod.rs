@@ -27,6 +27,8 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.div = Entry::new(V, binary::div);
     table.max = Entry::new(V, math::max);
     table.exp_sum = Entry::new(V, math::exp_sum);
+    // NEON is baseline on aarch64: the generic rows already compile to it.
+    table.layer_norm = Entry::new("neon_baseline", crate::generic::norm::layer_norm_rows::<f32>);
     table.depthwise = Entry::new(V, conv::depthwise_plane);
     // The integer kernels: `sdot` where the CPU has it (detected at run time).
     if let Some(&q) = quant::variants().last() {

@@ -83,7 +83,7 @@ pub fn layer_norm(
     eps: f64,
     out: TensorMut,
 ) -> Result<()> {
-    layer_norm_with(x, weight, bias, normalized_rank, eps, out, Threads::single())
+    layer_norm_with(x, weight, bias, normalized_rank, eps, out, (crate::table::best(), Threads::single()))
 }
 
 /// [`layer_norm`] with its rows shared out over `cx`'s threads.
@@ -96,7 +96,7 @@ pub fn layer_norm_cx(
     out: TensorMut,
     cx: &mut Context,
 ) -> Result<()> {
-    layer_norm_with(x, weight, bias, normalized_rank, eps, out, cx.threads())
+    layer_norm_with(x, weight, bias, normalized_rank, eps, out, (cx.table, cx.threads()))
 }
 
 fn layer_norm_with(
@@ -106,23 +106,27 @@ fn layer_norm_with(
     normalized_rank: usize,
     eps: f64,
     out: TensorMut,
-    threads: Threads,
+    (table, threads): (&KernelTable, Threads),
 ) -> Result<()> {
+    let rows = (normalized_rank, eps, threads);
     match x.dtype {
-        DType::F32 => layer_norm_typed::<f32>(x, weight, bias, normalized_rank, eps, out, threads),
-        DType::F64 => layer_norm_typed::<f64>(x, weight, bias, normalized_rank, eps, out, threads),
+        DType::F32 => layer_norm_typed::<f32>(x, weight, bias, rows, out, table.layer_norm.run),
+        DType::F64 => layer_norm_typed::<f64>(x, weight, bias, rows, out, layer_norm_rows::<f64>),
         d => Err(dtype_err("layer_norm", d)),
     }
 }
+
+/// Layer norm of whole rows of `d` elements of `x` into `out`, with an
+/// optional weight and bias of `d` elements each.
+pub(crate) type LayerNormRowsFn<T> = fn(&[T], &mut [T], usize, Option<&[T]>, Option<&[T]>, f64);
 
 fn layer_norm_typed<T: Real>(
     x: TensorRef,
     weight: Option<TensorRef>,
     bias: Option<TensorRef>,
-    normalized_rank: usize,
-    eps: f64,
+    (normalized_rank, eps, threads): (usize, f64, Threads),
     mut out: TensorMut,
-    threads: Threads,
+    rows: LayerNormRowsFn<T>,
 ) -> Result<()> {
     const K: &str = "layer_norm";
     expect_dtype(K, "out", out.dtype, T::DTYPE)?;
@@ -141,26 +145,70 @@ fn layer_norm_typed<T: Real>(
     if d == 0 {
         return Ok(());
     }
-    threads.for_each_rows(xv, ov, d, |xs, os| layer_norm_rows(xs, os, d, wv, bv, eps));
+    threads.for_each_rows(xv, ov, d, |xs, os| rows(xs, os, d, wv, bv, eps));
     Ok(())
 }
 
-fn layer_norm_rows<T: Real>(xv: &[T], ov: &mut [T], d: usize, wv: Option<&[T]>, bv: Option<&[T]>, eps: f64) {
+/// The generic [`LayerNormRowsFn`], also compiled per ISA by the plug-ins
+/// (`#[inline(always)]` into a `#[target_feature]` function: the same
+/// operations in the same order, so every variant gives the same bits).
+/// Two-pass statistics in f64, each sum over [`F64_LANES`] interleaved
+/// partial sums (independent chains a vector unit runs side by side, in a
+/// fixed order); each element's `(x - mean) · rstd [· w] [+ b]` in f64,
+/// rounded once.
+#[inline(always)]
+pub(crate) fn layer_norm_rows<T: Real>(xv: &[T], ov: &mut [T], d: usize, wv: Option<&[T]>, bv: Option<&[T]>, eps: f64) {
     for (xr, or) in xv.chunks_exact(d).zip(ov.chunks_exact_mut(d)) {
-        let mean = xr.iter().map(|v| v.to_f64()).sum::<f64>() / d as f64;
-        let var = xr.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / d as f64;
+        let mean = lane_sum(xr, |v| v) / d as f64;
+        let var = lane_sum(xr, |v| (v - mean) * (v - mean)) / d as f64;
         let rstd = 1.0 / (var + eps).sqrt();
-        for (i, (o, &v)) in or.iter_mut().zip(xr).enumerate() {
-            let mut y = (v.to_f64() - mean) * rstd;
-            if let Some(w) = wv {
-                y *= w[i].to_f64();
+        let centred = |v: T| (v.to_f64() - mean) * rstd;
+        // One loop per case rather than a test per element: each vectorizes.
+        match (wv, bv) {
+            (Some(w), Some(b)) => {
+                for (((o, &v), &w), &b) in or.iter_mut().zip(xr).zip(w).zip(b) {
+                    *o = T::from_f64(centred(v) * w.to_f64() + b.to_f64());
+                }
             }
-            if let Some(b) = bv {
-                y += b[i].to_f64();
+            (Some(w), None) => {
+                for ((o, &v), &w) in or.iter_mut().zip(xr).zip(w) {
+                    *o = T::from_f64(centred(v) * w.to_f64());
+                }
             }
-            *o = T::from_f64(y);
+            (None, Some(b)) => {
+                for ((o, &v), &b) in or.iter_mut().zip(xr).zip(b) {
+                    *o = T::from_f64(centred(v) + b.to_f64());
+                }
+            }
+            (None, None) => {
+                for (o, &v) in or.iter_mut().zip(xr) {
+                    *o = T::from_f64(centred(v));
+                }
+            }
         }
     }
+}
+
+/// Partial sums per [`lane_sum`].
+const F64_LANES: usize = 8;
+
+/// `Σ f(x[i])` in f64: element `i` into partial sum `i mod 8`, the eight
+/// then added pairwise. The order depends only on the length. (Eight
+/// independent chains instead of one: the sequential sum was bound by the
+/// f64 add latency, ~4× slower on a row of 256.)
+#[inline(always)]
+fn lane_sum<T: Real>(x: &[T], f: impl Fn(f64) -> f64) -> f64 {
+    let mut acc = [0.0f64; F64_LANES];
+    let mut chunks = x.chunks_exact(F64_LANES);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f(v.to_f64());
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
+        *a += f(v.to_f64());
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
 /// RMS normalisation over the last `normalized_rank` dims (torch's
@@ -204,14 +252,19 @@ fn rms_norm_typed<T: Real>(
         return Ok(());
     }
     for (xr, or) in xv.chunks_exact(d).zip(ov.chunks_exact_mut(d)) {
-        let ms = xr.iter().map(|v| v.to_f64().powi(2)).sum::<f64>() / d as f64;
+        let ms = lane_sum(xr, |v| v * v) / d as f64;
         let rrms = 1.0 / (ms + eps).sqrt();
-        for (i, (o, &v)) in or.iter_mut().zip(xr).enumerate() {
-            let mut y = v.to_f64() * rrms;
-            if let Some(w) = wv {
-                y *= w[i].to_f64();
+        match wv {
+            Some(w) => {
+                for ((o, &v), &w) in or.iter_mut().zip(xr).zip(w) {
+                    *o = T::from_f64(v.to_f64() * rrms * w.to_f64());
+                }
             }
-            *o = T::from_f64(y);
+            None => {
+                for (o, &v) in or.iter_mut().zip(xr) {
+                    *o = T::from_f64(v.to_f64() * rrms);
+                }
+            }
         }
     }
     Ok(())

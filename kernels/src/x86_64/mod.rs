@@ -11,7 +11,8 @@ use crate::table::{Entry, Isa, KernelTable};
 
 /// Overrides the entries that have AVX2 + FMA versions, if this CPU has both;
 /// a v4 table (built only when the CPU has AVX-512) then takes the AVX-512
-/// GEMM microkernel, the rest staying AVX2.
+/// GEMM microkernel, depthwise plane and exp-based activations (16 lanes,
+/// the AVX2 results), the rest staying AVX2.
 pub(crate) fn plug(table: &mut KernelTable) {
     if !Isa::X86_64V3.is_supported() {
         return;
@@ -31,6 +32,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.div = Entry::new(V, avx2::binary::div);
     table.max = Entry::new(V, avx2::math::max);
     table.exp_sum = Entry::new(V, avx2::math::exp_sum);
+    table.layer_norm = Entry::new(V, avx2::norm::layer_norm_rows);
     table.depthwise = Entry::new(V, avx2::conv::depthwise_plane);
     // The integer kernels: the best variant of this level (the last listed).
     let quant = quant_variants();
@@ -42,6 +44,11 @@ pub(crate) fn plug(table: &mut KernelTable) {
     if table.isa == Isa::X86_64V4 && Isa::X86_64V4.is_supported() {
         table.gemm = avx512::gemm::UKR;
         table.depthwise = Entry::new("avx512f", avx512::conv::depthwise_plane);
+        table.exp = Entry::new("avx512f", avx512::math::exp);
+        table.sigmoid = Entry::new("avx512f", avx512::math::sigmoid);
+        table.silu = Entry::new("avx512f", avx512::math::silu);
+        table.erf = Entry::new("avx512f", avx512::math::erf);
+        table.gelu = Entry::new("avx512f", avx512::math::gelu);
         if let Some(&q) = quant.iter().rev().find(|q| q.name.starts_with("avx512")) {
             table.quant = q;
         }

@@ -36,6 +36,11 @@ pub struct RunArgs {
     /// Threads the CPU kernels split their work over [default: $KILN_NUM_THREADS, else the machine's cores].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: Option<u32>,
+    /// Park the pool's idle threads after every parallel job instead of
+    /// letting them spin for the run's next one (for machines whose cores
+    /// are shared with other busy programs).
+    #[arg(long)]
+    pub no_spin: bool,
     /// `cpu` (kiln's kernels), `tpu`, `gpu` or `pjrt:PATH` (a PJRT plugin) [default: cpu].
     #[arg(long)]
     pub device: Option<String>,
@@ -208,8 +213,14 @@ pub fn cmd_run(args: &RunArgs) -> CliResult {
     let defaults = SessionOptions::default();
     let max_arena_bytes = args.max_memory.unwrap_or(defaults.max_arena_bytes);
     let threads = args.threads.map_or(defaults.threads, |t| t as usize);
-    let options =
-        SessionOptions { device: choose_device(&program, device)?, device_index, max_arena_bytes, threads, ..defaults };
+    let options = SessionOptions {
+        device: choose_device(&program, device)?,
+        device_index,
+        max_arena_bytes,
+        threads,
+        spin: !args.no_spin,
+        ..defaults
+    };
     let mut session = program.session_with(&options).map_err(|e| e.to_string())?;
     let accel_json = session.accel_info().map(|a| {
         if !as_json {

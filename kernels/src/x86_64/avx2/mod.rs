@@ -6,4 +6,5 @@ pub(crate) mod binary;
 pub(crate) mod conv;
 pub(crate) mod gemm;
 pub(crate) mod math;
+pub(crate) mod norm;
 pub(crate) mod quant;

@@ -5,4 +5,5 @@
 
 pub(crate) mod conv;
 pub(crate) mod gemm;
+pub(crate) mod math;
 pub(crate) mod quant;

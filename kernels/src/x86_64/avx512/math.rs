@@ -1,0 +1,250 @@
+//! AVX-512F f32 math over slices: exp, sigmoid, SiLU, erf and exact GELU,
+//! 16 lanes at a time. Each is the AVX2 version (`avx2/math.rs`, which
+//! documents the methods) operation for operation, so the results are the
+//! AVX2 ones: blends become mask blends, sign tricks integer bit operations
+//! (AVX-512F alone has no float `and`/`xor`). tanh and GELU's tanh form stay
+//! on the AVX2 code.
+//!
+//! Every `unsafe fn` here requires AVX-512F; the safe wrappers are only
+//! installed in a v4 kernel table, built after AVX-512 was detected.
+
+use std::arch::x86_64::*;
+
+const LANES: usize = 16;
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn set(v: f32) -> __m512 {
+    _mm512_set1_ps(v)
+}
+
+/// `a ^ b` on the bits.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn xor(a: __m512, b: __m512) -> __m512 {
+    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+}
+
+/// `a & b` on the bits.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn and(a: __m512, b: __m512) -> __m512 {
+    _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+}
+
+/// `a | b` on the bits.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn or(a: __m512, b: __m512) -> __m512 {
+    _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+}
+
+/// `|a|`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn abs(a: __m512) -> __m512 {
+    _mm512_castsi512_ps(_mm512_andnot_si512(_mm512_castps_si512(set(-0.0)), _mm512_castps_si512(a)))
+}
+
+/// exp(x) (AVX2 `exp_ps`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp_ps(x: __m512) -> __m512 {
+    let (a, s2) = exp_parts(x);
+    let e = _mm512_mul_ps(a, s2);
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), e, x)
+}
+
+/// exp(x) as two factors (AVX2 `exp_parts`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp_parts(x: __m512) -> (__m512, __m512) {
+    let xc = _mm512_min_ps(_mm512_max_ps(x, set(-110.0)), set(88.8));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
+        xc,
+        set(std::f32::consts::LOG2_E),
+    ));
+    let r = _mm512_fnmadd_ps(n, set(0.693_359_4), xc);
+    let r = _mm512_fnmadd_ps(n, set(-2.121_944_4e-4), r);
+    let mut p = set(1.987_569_1e-4);
+    p = _mm512_fmadd_ps(p, r, set(1.398_199_9e-3));
+    p = _mm512_fmadd_ps(p, r, set(8.333_452e-3));
+    p = _mm512_fmadd_ps(p, r, set(4.166_579_6e-2));
+    p = _mm512_fmadd_ps(p, r, set(0.166_666_65));
+    p = _mm512_fmadd_ps(p, r, set(0.5));
+    let y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), set(1.0));
+    let ni = _mm512_cvtps_epi32(n);
+    let n1 = _mm512_srai_epi32::<1>(ni);
+    let n2 = _mm512_sub_epi32(ni, n1);
+    let bias = _mm512_set1_epi32(127);
+    let s1 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(n1, bias)));
+    let s2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(n2, bias)));
+    (_mm512_mul_ps(y, s1), s2)
+}
+
+/// Where erf switches from its odd polynomial to `1 - exp(q(|x|))`.
+const ERF_SPLIT: f32 = 0.927_734_4;
+
+/// erf on |x| ≤ [`ERF_SPLIT`] (AVX2 `erf_small_ps`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn erf_small_ps(x: __m512) -> __m512 {
+    let s = _mm512_mul_ps(x, x);
+    let mut r = set(-5.967_617e-4);
+    r = _mm512_fmadd_ps(r, s, set(4.991_194_2e-3));
+    r = _mm512_fmadd_ps(r, s, set(-2.676_813_5e-2));
+    r = _mm512_fmadd_ps(r, s, set(0.112_819_925));
+    r = _mm512_fmadd_ps(r, s, set(-0.376_125_34));
+    r = _mm512_fmadd_ps(r, s, set(0.128_379_17));
+    _mm512_fmadd_ps(r, x, x)
+}
+
+/// The exponent of erfc beyond the split (AVX2 `erfc_exponent_ps`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn erfc_exponent_ps(t: __m512) -> __m512 {
+    let s = _mm512_mul_ps(t, t);
+    let r = _mm512_fmadd_ps(set(-1.728_534_7e-5), t, set(3.831_971_3e-4));
+    let u = _mm512_fmadd_ps(set(-3.883_964_4e-3), t, set(2.425_462_2e-2));
+    let mut r = _mm512_fmadd_ps(r, s, u);
+    r = _mm512_fmadd_ps(r, t, set(-0.106_777_88));
+    r = _mm512_fmadd_ps(r, t, set(-0.634_846_7));
+    r = _mm512_fmadd_ps(r, t, set(-0.128_717_51));
+    _mm512_fmadd_ps(r, t, xor(t, set(-0.0)))
+}
+
+/// erf(x) (AVX2 `erf_ps`), the exp branch skipped when no lane takes it.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn erf_ps(x: __m512) -> __m512 {
+    let t = abs(x);
+    let small = erf_small_ps(x);
+    let beyond = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(t, set(ERF_SPLIT));
+    if beyond == 0 {
+        return small;
+    }
+    let large = _mm512_sub_ps(set(1.0), exp_ps(erfc_exponent_ps(t)));
+    let large = or(large, and(x, set(-0.0)));
+    _mm512_mask_blend_ps(beyond, small, large)
+}
+
+/// erfc(t) on GELU's left tail as two factors (AVX2 `erfc_tail_parts`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn erfc_tail_parts(t: __m512, sq: __m512, err: __m512) -> (__m512, __m512) {
+    let one = set(1.0);
+    let two = set(2.0);
+    let q = _mm512_div_ps(_mm512_sub_ps(t, two), _mm512_add_ps(t, two));
+    let mut p = set(-1.523_607_8e-3);
+    for c in [
+        1.122_186_5e-3,
+        8.759_447e-3,
+        -8.015_458e-3,
+        -5.422_427_5e-2,
+        0.164_050_3,
+        -0.166_030_26,
+        -9.276_381e-2,
+        1.276_978_4,
+    ] {
+        p = _mm512_fmadd_ps(p, q, set(c));
+    }
+    let r = _mm512_div_ps(p, _mm512_fmadd_ps(two, t, one));
+    let (a, scale) = exp_parts(xor(sq, set(-0.0)));
+    let a = _mm512_fnmadd_ps(a, err, a);
+    (_mm512_mul_ps(r, a), scale)
+}
+
+/// Where the left tail of GELU is 0 in f32.
+const ERFC_ZERO: f32 = 10.2;
+
+/// Exact GELU (AVX2 `gelu_ps`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn gelu_ps(x: __m512) -> __m512 {
+    let u = _mm512_mul_ps(x, set(std::f32::consts::FRAC_1_SQRT_2));
+    let half_x = _mm512_mul_ps(x, set(0.5));
+    let right = _mm512_mul_ps(half_x, _mm512_add_ps(set(1.0), erf_ps(u)));
+    let t = xor(u, set(-0.0));
+    let in_tail = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(t, set(ERF_SPLIT));
+    if in_tail == 0 {
+        return minus_inf_is_nan(x, right);
+    }
+    let half = set(0.5);
+    let xx = _mm512_mul_ps(x, x);
+    let (sq, err) = (_mm512_mul_ps(xx, half), _mm512_mul_ps(_mm512_fmsub_ps(x, x, xx), half));
+    let (m, scale) = erfc_tail_parts(_mm512_min_ps(t, set(ERFC_ZERO)), sq, err);
+    let left = _mm512_mul_ps(_mm512_mul_ps(half_x, m), scale);
+    let left = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GE_OQ>(t, set(ERFC_ZERO)), left, set(-0.0));
+    let g = _mm512_mask_blend_ps(in_tail, right, left);
+    minus_inf_is_nan(x, g)
+}
+
+/// NaN lanes of `x` stay NaN, and GELU(-inf) is NaN (AVX2 `minus_inf_is_nan`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn minus_inf_is_nan(x: __m512, g: __m512) -> __m512 {
+    let g = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), g, x);
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, set(f32::NEG_INFINITY)), g, set(f32::NAN))
+}
+
+/// 1 / (1 + e^-x) (AVX2 `sigmoid_ps`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn sigmoid_ps(x: __m512) -> __m512 {
+    let one = set(1.0);
+    let e = exp_ps(xor(x, set(-0.0)));
+    _mm512_div_ps(one, _mm512_add_ps(one, e))
+}
+
+/// x / (1 + e^-x) (AVX2 `silu_ps`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn silu_ps(x: __m512) -> __m512 {
+    let e = exp_ps(xor(x, set(-0.0)));
+    _mm512_div_ps(x, _mm512_add_ps(set(1.0), e))
+}
+
+/// Defines a safe slice function `out[i] = $vector(x[i])` over the shorter
+/// length, 16 lanes at a time, the tail through masked loads and stores
+/// (its missing lanes computed on zeros and not written).
+macro_rules! slice_fns {
+    ($($(#[$doc:meta])* $name:ident => $vector:ident;)*) => {$(
+        $(#[$doc])*
+        pub(crate) fn $name(x: &[f32], out: &mut [f32]) {
+            #[target_feature(enable = "avx512f")]
+            unsafe fn run(x: &[f32], out: &mut [f32]) {
+                let n = x.len().min(out.len());
+                let (x, out) = (&x[..n], &mut out[..n]);
+                let mut xs = x.chunks_exact(LANES);
+                let mut os = out.chunks_exact_mut(LANES);
+                for (xc, oc) in (&mut xs).zip(&mut os) {
+                    // SAFETY: both chunks hold exactly LANES f32s.
+                    _mm512_storeu_ps(oc.as_mut_ptr(), $vector(_mm512_loadu_ps(xc.as_ptr())));
+                }
+                let (xt, ot) = (xs.remainder(), os.into_remainder());
+                if !xt.is_empty() {
+                    let mask: __mmask16 = (1u16 << xt.len()) - 1;
+                    // SAFETY: the mask covers the tail's xt.len() (< LANES)
+                    // elements only; masked-off lanes are neither read nor written.
+                    let v = $vector(_mm512_maskz_loadu_ps(mask, xt.as_ptr()));
+                    _mm512_mask_storeu_ps(ot.as_mut_ptr(), mask, v);
+                }
+            }
+            // SAFETY: only installed in a v4 table, after AVX-512F was detected.
+            unsafe { run(x, out) }
+        }
+    )*};
+}
+
+slice_fns! {
+    /// `out[i] = exp(x[i])`.
+    exp => exp_ps;
+    /// `out[i] = 1 / (1 + exp(-x[i]))`.
+    sigmoid => sigmoid_ps;
+    /// `out[i] = x[i] / (1 + exp(-x[i]))`.
+    silu => silu_ps;
+    /// `out[i] = erf(x[i])`.
+    erf => erf_ps;
+    /// `out[i] = x[i] · Φ(x[i])`.
+    gelu => gelu_ps;
+}
