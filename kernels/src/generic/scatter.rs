@@ -532,4 +532,43 @@ mod tests {
             assert_eq!(bytemuck::cast_slice::<u8, f32>(&o), &want);
         }
     }
+
+    #[test]
+    fn in_place_forms_write_only_the_indexed_positions_and_fail_before_writing() {
+        // x [3, 2] = 0..6; rows [2, 0] <- v, accumulating or not; then a
+        // scatter_reduce mean into the same rows.
+        let x: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        let (xb, rows, v) = (f32s(&x), i64s(&[2, 0]), f32s(&[10., 11., 12., 13.]));
+        let cx = &mut crate::Context::new();
+        for acc in [false, true] {
+            let mut copied = vec![0u8; 24];
+            let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut copied };
+            let idx = [t(DType::I64, &[2], &rows)];
+            index_put(t(DType::F32, &[3, 2], &xb), t(DType::F32, &[2, 2], &v), &idx, 0, acc, out, cx).unwrap();
+            let mut in_place = xb.clone();
+            let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut in_place };
+            index_put_in_place(t(DType::F32, &[2, 2], &v), &idx, 0, acc, out, cx).unwrap();
+            assert_eq!(in_place, copied, "accumulate {acc}");
+        }
+        let index = i64s(&[2, 2, 0, 0]);
+        let mut copied = vec![0u8; 24];
+        let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut copied };
+        let (d, i, sv) = (t(DType::F32, &[3, 2], &xb), t(DType::I64, &[2, 2], &index), t(DType::F32, &[2, 2], &v));
+        scatter_elements(d, i, sv, 0, Some(ReduceKind::Mean), true, out, cx).unwrap();
+        let mut in_place = xb.clone();
+        let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut in_place };
+        scatter_elements_in_place(i, sv, 0, Some(ReduceKind::Mean), true, out, cx).unwrap();
+        assert_eq!(in_place, copied);
+        // An index out of range: an error, and nothing written.
+        let bad = i64s(&[0, 3]);
+        let mut in_place = xb.clone();
+        let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut in_place };
+        let idx = [t(DType::I64, &[2], &bad)];
+        assert!(index_put_in_place(t(DType::F32, &[2, 2], &v), &idx, 0, false, out, cx).is_err());
+        assert_eq!(in_place, xb);
+        let bad = i64s(&[0, 0, 3, 0]);
+        let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut in_place };
+        assert!(scatter_elements_in_place(t(DType::I64, &[2, 2], &bad), sv, 0, None, true, out, cx).is_err());
+        assert_eq!(in_place, xb);
+    }
 }
