@@ -228,6 +228,10 @@ fn plan_graph(g: &Graph, opts: &MemoryOptions, external_inputs: bool) -> Result<
             }
             state.is_none()
         });
+        // A state's old value is read where it lies (lowering gives it the
+        // state's storage): its slot is needed only to return it (a copy
+        // taken before the update) or for reshapes sharing it.
+        buffers.retain(|b| !unused_state_slot(g, b));
     }
     let mut loops = HashMap::new();
     for (step, &n) in g.order.iter().enumerate() {
@@ -273,6 +277,13 @@ fn plan_graph(g: &Graph, opts: &MemoryOptions, external_inputs: bool) -> Result<
     }
     plan.loops = loops;
     Ok(plan)
+}
+
+/// Whether `b` is only a state's old value, which is not returned: it is
+/// never read from a slot.
+fn unused_state_slot(g: &Graph, b: &Buffer) -> bool {
+    let [(v, _)] = b.members[..] else { return false };
+    b.region.is_none() && g.states.iter().any(|st| g.inputs.get(st.input) == Some(&v)) && !g.outputs.contains(&v)
 }
 
 /// Plans a loop's nested graphs and its swap slots (offsets relative to the region).
@@ -503,6 +514,9 @@ fn check_graph_plan(g: &Graph, plan: &MemoryPlan, external_inputs: bool) -> Resu
             }
         }
     }
+    // A state's old value without a slot is read where it lies (see
+    // `unused_state_slot`); one with a slot is checked like any value.
+    buffers.retain(|b| !(plan.slots[b.value].is_none() && unused_state_slot(g, b)));
     buffers.retain(|b| {
         let Some(k) = plan.state_values[b.value] else { return true };
         let update = plan.state_writes.get(k).copied().flatten().and(g.states.get(k)).map(|st| g.outputs[st.output]);

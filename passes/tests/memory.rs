@@ -293,6 +293,8 @@ fn a_state_update_is_written_in_its_storage_when_nothing_reads_the_old_value_aft
     assert!(matches!(plan.state_writes[..], [Some(StateWrite::InPlace { .. })]), "{:?}", plan.state_writes);
     assert_eq!((plan.state_values[u], plan.state_values[view]), (Some(0), Some(0)));
     assert_eq!((plan.slots[u], plan.slots[view]), (None, None));
+    // Nor does the old value, read where it lies.
+    assert_eq!(plan.slots[ValueId::new(2)], None);
     let copied = plan_memory(&g, &MemoryOptions::default()).unwrap();
     assert!(copied.state_writes.is_empty() && copied.slots[u].is_some());
     assert!(plan.arena_bytes < copied.arena_bytes, "{} vs {}", plan.arena_bytes, copied.arena_bytes);
@@ -325,6 +327,10 @@ fn a_state_update_keeps_its_copy_when_the_old_value_is_needed_later() {
         let plan = plan_memory(&g, &in_place()).unwrap();
         check_plan(&g, &plan).unwrap();
         assert_eq!(plan.state_writes, [None], "{body} / {outputs}");
+        // A returned old value keeps the slot its copy is returned from.
+        if g.outputs.contains(&ValueId::new(2)) {
+            assert!(plan.slots[ValueId::new(2)].is_some());
+        }
         assert!(plan.state_values.iter().all(|(_, k)| k.is_none()), "{body} / {outputs}");
     }
 }
