@@ -94,7 +94,7 @@ pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
                 decode_ints(kernel, &mut ints);
                 let storage = |t: Option<&u32>| t.and_then(|&t| plan.tensors.get(t as usize)).map(|d| d.storage);
                 let aliased = storage(instr.inputs.first()).is_some_and(|s| Some(s) == storage(instr.outputs.first()));
-                let in_place = instr.inputs.first().is_some() && instr.inputs.first() == instr.outputs.first();
+                let in_place = !instr.inputs.is_empty() && instr.inputs.first() == instr.outputs.first();
                 let run = match in_place_fn(kernel) {
                     Some(run) if in_place => run,
                     // A reshape the planner aliased moves no data.
