@@ -180,7 +180,10 @@ pub fn compile_graph_with_passes(
 ) -> Result<(ArtifactWriter, CompileSummary), CompileError> {
     let pass_opts = Options { verify_each: opts.verify_each, ..Options::new(opts.target) };
     let passes = run_pipeline(&mut graph, pipeline, &pass_opts)?;
-    let mem = plan_memory(&graph, &MemoryOptions::for_target(opts.target.desc()))?;
+    // On the CPU the session owns every state's storage: updates are
+    // written there during the run where the planner proves it safe.
+    let mem_opts = MemoryOptions { state_in_place: true, ..MemoryOptions::for_target(opts.target.desc()) };
+    let mem = plan_memory(&graph, &mem_opts)?;
     check_plan(&graph, &mem).map_err(CompileError::MemoryPlan)?;
     let (mut plan, weights) = lower_to_plan(&graph, &mem, opts.target.desc())?;
     let native = match &opts.native {

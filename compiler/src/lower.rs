@@ -489,9 +489,22 @@ impl Builder<'_> {
         }
         let g = s.g;
         let ty = g.ty(v);
-        let storage = match &g.values[v].def {
-            ValueDef::Const(c) => self.weights.push(g.consts[*c].bytes.as_bytes()),
-            _ => match s.mem.slots[v] {
+        // A state's update written into the state's storage, or a reshape
+        // sharing its buffer (the memory plan proved it safe): the state's
+        // own tensor, or a view of its storage.
+        let state = s.mem.state_values[v]
+            .and_then(|k| g.states.get(k))
+            .and_then(|st| s.tensor_of.get(&g.inputs[st.input]).map(|&t| (t, g.inputs[st.input])));
+        if let Some((current, old)) = state {
+            if ty == g.ty(old) {
+                s.tensor_of.insert(v, current);
+                return current;
+            }
+        }
+        let storage = match (&g.values[v].def, state) {
+            (_, Some((current, _))) => self.tensors[current as usize].storage,
+            (ValueDef::Const(c), None) => self.weights.push(g.consts[*c].bytes.as_bytes()),
+            (_, None) => match s.mem.slots[v] {
                 Some(slot) => Storage::Arena { offset: s.base + slot.offset, max_bytes: slot.size },
                 None => {
                     self.errors.push(format!("value {v} has no memory slot"));

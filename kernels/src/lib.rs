@@ -96,6 +96,8 @@ pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, pool_cx,
 pub use generic::random::{random, RandomDist, RandomKey};
 pub use generic::reduce::{argmax, argmin, assert_all, cumsum, reduce, scan};
 pub use generic::resize::{resize, ResizeMode, ResizeParams};
-pub use generic::scatter::{gather_elements, index_gather, index_put, scatter_elements};
+pub use generic::scatter::{
+    gather_elements, index_gather, index_put, index_put_in_place, scatter_elements, scatter_elements_in_place,
+};
 pub use generic::select::nonzero;
 pub use generic::sort::{sort, sort_both};

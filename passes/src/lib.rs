@@ -50,7 +50,9 @@ pub use fuse_elementwise::fuse_elementwise;
 pub use fuse_epilogue::fuse_epilogues;
 pub use fuse_norm::fuse_rms_norm;
 pub use legalize::legalize_dtypes;
-pub use memory::{check_plan, plan_memory, LoopPlan, MemoryOptions, MemoryPlan, Slot, CACHE_LINE};
+pub use memory::{
+    check_plan, plan_memory, state_write, LoopPlan, MemoryOptions, MemoryPlan, Slot, StateWrite, CACHE_LINE,
+};
 pub use observe::{range_qparams, ActObservation, Observer};
 pub use pipeline::{cleanup, default_pipeline, pipeline_for, run_pipeline, Options, Pass, PassRecord, Report};
 pub use pipeline::{

@@ -25,6 +25,19 @@
 //! including its operands and results, overlaps the region's lifetime, so no
 //! nested value ever shares memory with one.
 //!
+//! State (`Graph::states`) normally costs a copy at the end of every run: the
+//! update is planned like any value and the runtime copies it into the
+//! state's own storage (outside this arena) when the run succeeds. With
+//! `MemoryOptions::state_in_place`, an update that can be written straight
+//! into that storage gets no slot ([`MemoryPlan::state_values`]), so a
+//! decode step that writes one row of a KV cache touches only that row:
+//! [`state_write`] proves it safe when the update's producer runs after every
+//! other reader of the state's old value (the program's results included)
+//! and either does not read the old value ([`StateWrite::Direct`]) or is an
+//! `index_put` / `scatter_elements` whose data operand is the old value,
+//! which then runs in place ([`StateWrite::InPlace`]). Otherwise the update
+//! keeps its slot and its end-of-run copy.
+//!
 //! Placement is greedy best-fit: buffers are placed largest first, each in the
 //! smallest gap between already-placed, lifetime-overlapping buffers that holds it,
 //! or above them all. Offsets are multiples of `MemoryOptions::alignment`.
@@ -42,6 +55,10 @@ pub struct MemoryOptions {
     pub alignment: u64,
     /// Let reshapes of activations share their input's slot.
     pub alias_reshapes: bool,
+    /// Let a state's update live in the state's own storage when
+    /// [`state_write`] proves it safe (see the module doc). Off for plans
+    /// whose states an accelerator delegate keeps.
+    pub state_in_place: bool,
 }
 
 /// The smallest buffer alignment: a cache line, so that threads writing
@@ -50,7 +67,7 @@ pub const CACHE_LINE: u64 = 64;
 
 impl Default for MemoryOptions {
     fn default() -> MemoryOptions {
-        MemoryOptions { alignment: CACHE_LINE, alias_reshapes: true }
+        MemoryOptions { alignment: CACHE_LINE, alias_reshapes: true, state_in_place: false }
     }
 }
 
@@ -83,6 +100,77 @@ pub struct MemoryPlan {
     pub peak_live_bytes: u64,
     /// Each scheduled `while` node's region and nested plans.
     pub loops: HashMap<NodeId, LoopPlan>,
+    /// Values that live in state `k`'s own storage instead of a slot: a
+    /// state's update written there directly or in place, and the reshapes
+    /// sharing its buffer (`None` for every other value).
+    pub state_values: SecondaryMap<ValueId, Option<usize>>,
+    /// Per state (indexed like `Graph::states`): how its update reaches its
+    /// storage; `None` when by the end-of-run copy.
+    pub state_writes: Vec<Option<StateWrite>>,
+}
+
+/// How a state's update is written into the state's storage during the run
+/// (see the module doc).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StateWrite {
+    /// `node` does not read the state's old value and writes its result there.
+    Direct { node: NodeId },
+    /// `node` (an `index_put` or `scatter_elements` whose data operand is the
+    /// old value) updates the storage in place.
+    InPlace { node: NodeId },
+}
+
+impl StateWrite {
+    pub fn node(self) -> NodeId {
+        match self {
+            StateWrite::Direct { node } | StateWrite::InPlace { node } => node,
+        }
+    }
+}
+
+/// Whether state `k`'s update may be written into the state's storage during
+/// the run, and how; `Err` says why not. Safe when the update `u` is a
+/// node's only output (not a loop, not a reshape, which shares its input's
+/// buffer), returned once (as this state's update), with the state's type;
+/// and the old value `s` is not returned and has no reader scheduled after
+/// that node, which itself reads `s` only as the data operand of an
+/// `index_put` / `scatter_elements` (then in place) or not at all. Every
+/// read of the old value then happens before it is overwritten, and every
+/// later read of the storage wants the new value.
+pub fn state_write(g: &Graph, k: usize) -> Result<StateWrite, String> {
+    let st = g.states.get(k).ok_or_else(|| format!("no state {k}"))?;
+    let (Some(&s), Some(&u)) = (g.inputs.get(st.input), g.outputs.get(st.output)) else {
+        return Err("its input or output position is out of range".into());
+    };
+    if u == s {
+        return Err("the update is the old value".into());
+    }
+    let ValueDef::Node { node: n, .. } = g.values[u].def else {
+        return Err("the update is not computed by a node".into());
+    };
+    let node = &g.nodes[n];
+    if node.outputs.len() != 1 || matches!(node.op, Op::While { .. } | Op::Reshape { .. }) {
+        return Err(format!("the update comes from `{}`, which cannot write into the state", node.op.name()));
+    }
+    if g.outputs.iter().filter(|&&o| o == u).count() != 1 {
+        return Err("the update is also returned".into());
+    }
+    if g.outputs.contains(&s) {
+        return Err("the old value is returned".into());
+    }
+    if g.ty(u) != g.ty(s) || g.ty(u).shape.iter().any(|d| d.as_const().is_none()) {
+        return Err("the update's type is not the state's static type".into());
+    }
+    let at = g.order.iter().position(|&m| m == n).ok_or("the update's node is not scheduled")?;
+    if let Some(&m) = g.order[at + 1..].iter().find(|&&m| g.nodes[m].inputs.contains(&s)) {
+        return Err(format!("`{}` reads the old value after the update", g.describe_node(m)));
+    }
+    let in_place = matches!(node.op, Op::IndexPut { .. } | Op::ScatterElements { .. });
+    match node.inputs.iter().filter(|&&i| i == s).count() {
+        0 => Ok(StateWrite::Direct { node: n }),
+        1 if in_place && node.inputs[0] == s => Ok(StateWrite::InPlace { node: n }),
+        _ => Err(format!("`{}` reads the old value other than as the data it updates", g.describe_node(n))),
+    }
 }
 
 /// Memory of one loop (see the module doc). Offsets in `cond`, `body` and
@@ -126,6 +214,25 @@ fn plan_graph(g: &Graph, opts: &MemoryOptions, external_inputs: bool) -> Result<
         return Err(PassError::new(PASS, format!("alignment {align} is not a power of two")));
     }
     let mut buffers = buffers(g, align, opts.alias_reshapes, external_inputs)?;
+    let mut plan = MemoryPlan { alignment: align, ..MemoryPlan::default() };
+    if opts.state_in_place && !external_inputs {
+        plan.state_writes = (0..g.states.len()).map(|k| state_write(g, k).ok()).collect();
+        // An update written into its state's storage needs no slot, nor do
+        // the reshapes sharing its buffer.
+        buffers.retain(|b| {
+            let state = g.states.iter().enumerate().position(|(k, st)| {
+                plan.state_writes[k].is_some() && b.members.iter().any(|&(v, _)| v == g.outputs[st.output])
+            });
+            for &(v, _) in b.members.iter().filter(|_| state.is_some()) {
+                plan.state_values[v] = state;
+            }
+            state.is_none()
+        });
+        // A state's old value is read where it lies (lowering gives it the
+        // state's storage): its slot is needed only to return it (a copy
+        // taken before the update) or for reshapes sharing it.
+        buffers.retain(|b| !unused_state_slot(g, b));
+    }
     let mut loops = HashMap::new();
     for (step, &n) in g.order.iter().enumerate() {
         let node = &g.nodes[n];
@@ -144,14 +251,13 @@ fn plan_graph(g: &Graph, opts: &MemoryOptions, external_inputs: bool) -> Result<
         });
         loops.insert(n, lp);
     }
-    let peak_live_bytes = peak_live(&buffers, g.order.len());
+    plan.peak_live_bytes = peak_live(&buffers, g.order.len());
 
     // Largest first; ties by definition order for a deterministic plan.
     buffers.sort_by(|a, b| {
         b.padded.cmp(&a.padded).then(a.first.cmp(&b.first)).then(a.value.index().cmp(&b.value.index()))
     });
     let mut placed: Vec<(usize, usize, u64, u64)> = Vec::new(); // (first, last, offset, padded)
-    let mut plan = MemoryPlan { peak_live_bytes, alignment: align, ..MemoryPlan::default() };
     for b in &buffers {
         let mut busy: Vec<(u64, u64)> = placed
             .iter()
@@ -171,6 +277,13 @@ fn plan_graph(g: &Graph, opts: &MemoryOptions, external_inputs: bool) -> Result<
     }
     plan.loops = loops;
     Ok(plan)
+}
+
+/// Whether `b` is only a state's old value, which is not returned: it is
+/// never read from a slot.
+fn unused_state_slot(g: &Graph, b: &Buffer) -> bool {
+    let [(v, _)] = b.members[..] else { return false };
+    b.region.is_none() && g.states.iter().any(|st| g.inputs.get(st.input) == Some(&v)) && !g.outputs.contains(&v)
 }
 
 /// Plans a loop's nested graphs and its swap slots (offsets relative to the region).
@@ -392,6 +505,26 @@ fn check_graph_plan(g: &Graph, plan: &MemoryPlan, external_inputs: bool) -> Resu
             padded: lp.size,
         });
     }
+    for (k, w) in plan.state_writes.iter().enumerate() {
+        if let Some(w) = w {
+            match state_write(g, k) {
+                Ok(proved) if proved == *w => {}
+                Ok(proved) => errors.push(format!("state {k} is written as {w:?}, the graph allows {proved:?}")),
+                Err(why) => errors.push(format!("state {k} is written into its storage, but {why}")),
+            }
+        }
+    }
+    // A state's old value without a slot is read where it lies (see
+    // `unused_state_slot`); one with a slot is checked like any value.
+    buffers.retain(|b| !(plan.slots[b.value].is_none() && unused_state_slot(g, b)));
+    buffers.retain(|b| {
+        let Some(k) = plan.state_values[b.value] else { return true };
+        let update = plan.state_writes.get(k).copied().flatten().and(g.states.get(k)).map(|st| g.outputs[st.output]);
+        if update.is_none_or(|u| roots[b.value].unwrap_or(b.value) != u) {
+            errors.push(format!("{} lies in state {k}'s storage but is not its update or a view of it", b.value));
+        }
+        false
+    });
     for b in &buffers {
         if let Some(n) = b.region {
             let offset = plan.loops.get(&n).map_or(0, |lp| lp.offset);

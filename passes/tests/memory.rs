@@ -1,6 +1,6 @@
 mod common;
 use common::*;
-use kiln_ir::{BinaryOp, DType, Dim, Graph, Op, TensorType, UnaryOp, ValueId};
+use kiln_ir::{BinaryOp, DType, Dim, EntityRef, Graph, Op, TensorType, UnaryOp, ValueId};
 use kiln_passes::{check_plan, plan_memory, MemoryOptions};
 
 #[test]
@@ -254,4 +254,99 @@ fn a_loop_gets_a_region_apart_from_everything_live_across_it() {
     plan.loops.get_mut(&n).unwrap().offset = a.offset;
     let err = check_plan(&g, &plan).unwrap_err();
     assert!(err.contains("overlap while both live"), "{err}");
+}
+
+/// A graph over a `[4, 2]` state `s` (input `%2`, with `%0` a row and
+/// `%1` its position): `body` defines the values from `%3` on, `outputs`
+/// lists the program's results, then the state's update `update`.
+fn state_graph(body: &str, outputs: &str, update: &str) -> Graph {
+    let k = outputs.matches("output").count();
+    let src = format!(
+        "graph {{
+  input %0 \"row\": f32[1, 2] {{origin=\"row\"}}
+  input %1 \"pos\": i64[1] {{origin=\"pos\"}}
+  input %2 \"s\": f32[4, 2] {{origin=\"s\"}}
+{body}
+{outputs}
+  output {update} \"state s\"
+  state \"s\" input 2 output {k} = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+}}"
+    );
+    kiln_ir::text::parse(&src).unwrap_or_else(|e| panic!("{e}\n{src}"))
+}
+
+fn in_place() -> MemoryOptions {
+    MemoryOptions { state_in_place: true, ..MemoryOptions::default() }
+}
+
+const WRITE_ROW: &str = "  %3: f32[4, 2] = index_put{axis=0, accumulate=false}(%2, %0, %1)";
+
+#[test]
+fn a_state_update_is_written_in_its_storage_when_nothing_reads_the_old_value_after() {
+    use kiln_passes::memory::StateWrite;
+    // index_put on the old value: in place; the view of the update shares it.
+    let body = format!("{WRITE_ROW}\n  %4: f32[8] = reshape{{shape=[8]}}(%3)\n  %5: f32[8] = neg(%4)");
+    let g = state_graph(&body, "  output %5 \"y\"", "%3");
+    let plan = plan_memory(&g, &in_place()).unwrap();
+    check_plan(&g, &plan).unwrap();
+    let (u, view) = (ValueId::new(3), ValueId::new(4));
+    assert!(matches!(plan.state_writes[..], [Some(StateWrite::InPlace { .. })]), "{:?}", plan.state_writes);
+    assert_eq!((plan.state_values[u], plan.state_values[view]), (Some(0), Some(0)));
+    assert_eq!((plan.slots[u], plan.slots[view]), (None, None));
+    // Nor does the old value, read where it lies.
+    assert_eq!(plan.slots[ValueId::new(2)], None);
+    let copied = plan_memory(&g, &MemoryOptions::default()).unwrap();
+    assert!(copied.state_writes.is_empty() && copied.slots[u].is_some());
+    assert!(plan.arena_bytes < copied.arena_bytes, "{} vs {}", plan.arena_bytes, copied.arena_bytes);
+    // A producer that does not read the old value, scheduled after its last
+    // reader, writes there directly.
+    let body = "  %3: f32[4, 2] = neg(%2)\n  %4: f32[4, 2] = exp(%3)";
+    let g = state_graph(body, "  output %3 \"y\"", "%4");
+    let plan = plan_memory(&g, &in_place()).unwrap();
+    check_plan(&g, &plan).unwrap();
+    assert!(matches!(plan.state_writes[..], [Some(StateWrite::Direct { .. })]), "{:?}", plan.state_writes);
+    assert_eq!(plan.state_values[ValueId::new(4)], Some(0));
+}
+
+#[test]
+fn a_state_update_keeps_its_copy_when_the_old_value_is_needed_later() {
+    let read_after = format!("{WRITE_ROW}\n  %4: f32[4, 2] = neg(%2)");
+    for (body, outputs, update) in [
+        // The old value read after the update.
+        (read_after.as_str(), "  output %4 \"y\"", "%3"),
+        // The old value returned.
+        (WRITE_ROW, "  output %2 \"old\"", "%3"),
+        // The update also returned to the caller.
+        (WRITE_ROW, "  output %3 \"new\"", "%3"),
+        // The old value read by the update other than as the data updated in place.
+        ("  %3: f32[4, 2] = add(%2, %2)", "", "%3"),
+        // The state unchanged.
+        ("", "", "%2"),
+    ] {
+        let g = state_graph(body, outputs, update);
+        let plan = plan_memory(&g, &in_place()).unwrap();
+        check_plan(&g, &plan).unwrap();
+        assert_eq!(plan.state_writes, [None], "{body} / {outputs}");
+        // A returned old value keeps the slot its copy is returned from.
+        if g.outputs.contains(&ValueId::new(2)) {
+            assert!(plan.slots[ValueId::new(2)].is_some());
+        }
+        assert!(plan.state_values.iter().all(|(_, k)| k.is_none()), "{body} / {outputs}");
+    }
+}
+
+#[test]
+fn check_plan_refuses_a_state_write_the_graph_does_not_allow() {
+    use kiln_passes::memory::StateWrite;
+    let g = state_graph(WRITE_ROW, "", "%3");
+    let mut plan = plan_memory(&g, &in_place()).unwrap();
+    check_plan(&g, &plan).unwrap();
+    let n = plan.state_writes[0].expect("in place").node();
+    plan.state_writes[0] = Some(StateWrite::Direct { node: n });
+    assert!(check_plan(&g, &plan).unwrap_err().contains("the graph allows"));
+    // The same plan for a graph that reads the old value afterwards.
+    let plan = plan_memory(&g, &in_place()).unwrap();
+    let later = state_graph(&format!("{WRITE_ROW}\n  %4: f32[4, 2] = neg(%2)"), "  output %4 \"y\"", "%3");
+    let err = check_plan(&later, &plan).unwrap_err();
+    assert!(err.contains("reads the old value after the update"), "{err}");
 }

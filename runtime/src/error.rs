@@ -30,6 +30,12 @@ pub enum Error {
     /// wrong dtype or shape.
     #[error("state `{name}`: {detail}")]
     State { name: String, detail: String },
+    /// A failed run may have left state `name` partly updated (it is
+    /// written in place during the run): the session refuses to run or read
+    /// it until `Session::reset_state` / `set_state` (C:
+    /// `kiln_session_reset_state`).
+    #[error("state `{name}`: a failed run may have left it partly updated (it is written in place during the run); call reset_state() or set_state() before running again")]
+    StaleState { name: String },
     #[error("instruction {index} ({origin}): {source}")]
     Kernel { index: usize, origin: String, source: KernelError },
     /// A value computed during the run (a nonzero count, a `.item()` used

@@ -26,6 +26,9 @@ pub(crate) enum Step {
         /// Its constant weight packed at load, in [`Resolved::packed`]: the
         /// call then goes through [`run_packed`] instead of `run`.
         packed: Option<usize>,
+        /// Operand 0 is output 0's own tensor (a state updated in place,
+        /// see [`in_place_fn`]): the call gets the other operands only.
+        in_place: bool,
     },
     Delegate {
         segment: u32,
@@ -52,6 +55,19 @@ pub(crate) struct Resolved {
     /// Constant GEMM weights packed once for the microkernel of the best
     /// kernel table (64-byte aligned), shared by every session.
     pub packed: Vec<Packed>,
+    /// Per state (indexed like `Plan::states`): the first instruction that
+    /// writes its storage during the run, if any. A run that fails at or
+    /// after it may leave the state partly updated.
+    pub state_writers: Vec<Option<StateWriter>>,
+}
+
+/// The instruction writing a state's storage during the run.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct StateWriter {
+    pub index: usize,
+    /// It updates in place ([`in_place_fn`]): an error there leaves the
+    /// storage as it was.
+    pub in_place: bool,
 }
 
 /// A call's constant weight, packed at load.
@@ -78,13 +94,18 @@ pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
                 decode_ints(kernel, &mut ints);
                 let storage = |t: Option<&u32>| t.and_then(|&t| plan.tensors.get(t as usize)).map(|d| d.storage);
                 let aliased = storage(instr.inputs.first()).is_some_and(|s| Some(s) == storage(instr.outputs.first()));
-                // A reshape the planner aliased moves no data.
-                let run = if aliased && matches!(kernel, Kernel::Copy {}) { no_op } else { kernel_fn(kernel) };
+                let in_place = !instr.inputs.is_empty() && instr.inputs.first() == instr.outputs.first();
+                let run = match in_place_fn(kernel) {
+                    Some(run) if in_place => run,
+                    // A reshape the planner aliased moves no data.
+                    _ if aliased && matches!(kernel, Kernel::Copy {}) => no_op,
+                    _ => kernel_fn(kernel),
+                };
                 let packed = pack_weight(plan, weights, kernel, &instr.inputs).map(|p| {
                     packed.push(p);
                     packed.len() - 1
                 });
-                Step::Call { run, ints: start..ints.len(), packed }
+                Step::Call { run, ints: start..ints.len(), packed, in_place }
             }
             InstrOp::Delegate { segment } => Step::Delegate { segment: *segment },
             InstrOp::BindDim { symbol } => Step::BindDim { symbol: *symbol },
@@ -93,7 +114,59 @@ pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
             InstrOp::Native { function, .. } => Step::Native { function: *function },
         })
         .collect();
-    Resolved { steps, ints, packed }
+    Resolved { steps, ints, packed, state_writers: state_writers(plan) }
+}
+
+/// Each state's first writing instruction (see [`Resolved::state_writers`]).
+fn state_writers(plan: &Plan) -> Vec<Option<StateWriter>> {
+    let region = |t: u32| match plan.tensors.get(t as usize).map(|d| d.storage) {
+        Some(Storage::Arena { offset, max_bytes }) => Some((offset, max_bytes)),
+        _ => None,
+    };
+    plan.states
+        .iter()
+        .map(|st| {
+            let state = region(st.tensor)?;
+            let index = plan.instrs.iter().position(|i| i.outputs.iter().any(|&t| region(t) == Some(state)))?;
+            let instr = &plan.instrs[index];
+            let in_place = match &instr.op {
+                InstrOp::Call(kernel) => instr.inputs.first() == instr.outputs.first() && in_place_fn(kernel).is_some(),
+                _ => false,
+            };
+            Some(StateWriter { index, in_place })
+        })
+        .collect()
+}
+
+/// The in-place form of a call whose operand 0 is its output's own tensor
+/// (a state's storage, updated where it lies; validated at load): it gets
+/// the operands after the first, and the output already holds the data.
+pub(crate) fn in_place_fn(kernel: &Kernel) -> Option<KernelFn> {
+    fn index_put(
+        kernel: &Kernel,
+        _: &[usize],
+        cx: &mut Context,
+        ins: &[TensorRef<'_>],
+        outs: &mut [TensorMut<'_>],
+    ) -> Result<()> {
+        let Kernel::IndexPut { axis, accumulate } = kernel else { return Err(mismatch(kernel)) };
+        k::index_put_in_place(ins[0], &ins[1..], *axis as usize, *accumulate, out(outs, 0), cx)
+    }
+    fn scatter(
+        kernel: &Kernel,
+        _: &[usize],
+        cx: &mut Context,
+        ins: &[TensorRef<'_>],
+        outs: &mut [TensorMut<'_>],
+    ) -> Result<()> {
+        let Kernel::ScatterElements { axis, reduce, include_self } = kernel else { return Err(mismatch(kernel)) };
+        k::scatter_elements_in_place(ins[0], ins[1], *axis as usize, *reduce, *include_self, out(outs, 0), cx)
+    }
+    match kernel {
+        Kernel::IndexPut { .. } => Some(index_put),
+        Kernel::ScatterElements { .. } => Some(scatter),
+        _ => None,
+    }
 }
 
 /// The packed form of a call's constant weight: a linear's `[N, K]` weight,

@@ -3,10 +3,20 @@
 //! scratch only grows if a later call has larger dynamic shapes than any before).
 //!
 //! State (buffers the program mutates: counters, filters, KV caches) lives in
-//! the arena's state region, which no instruction writes: it is filled with
-//! the buffers' initial values when the arena is allocated, and each
-//! successful run ends by copying every state's new value into it. A failed
-//! run leaves the state as it was.
+//! the arena's state region: it is filled with the buffers' initial values
+//! when the arena is allocated. A state's update is written there either by
+//! the run itself, where the compiler proved nothing reads the old value
+//! afterwards (a KV cache's `index_copy_` updates its rows in place: a decode
+//! step touches only the rows it writes), or by a copy when the run
+//! succeeds (every other update).
+//!
+//! Failed runs: a run that fails before the instruction writing a state
+//! leaves that state as it was. One that fails at or after it may leave it
+//! partly updated (an in-place write has happened, later instructions have
+//! not): the session then marks the state *stale*, and refuses to run or to
+//! read it ([`Error::StaleState`], naming it) until [`Session::reset_state`] or
+//! [`Session::set_state`] gives it a whole value again. Nothing is silently
+//! run on a half-updated cache.
 
 use crate::aligned::AlignedBuf;
 use crate::device::{AccelInfo, Device, SessionOptions};
@@ -79,6 +89,11 @@ pub struct Session {
     arena: Option<AlignedBuf>,
     /// The static shape of each state, indexed like `Plan::states`.
     state_shapes: Vec<Vec<usize>>,
+    /// Per state: a failed run may have written it partly (see the module
+    /// doc); cleared by `reset_state` and `set_state`.
+    stale: Vec<bool>,
+    /// The highest instruction index the current run has started.
+    reached: usize,
     sym_vals: Vec<u64>,
     expr_vals: Vec<u64>,
     /// Evaluated shapes of all tensors, flattened; tensor `t` is `shapes[shape_at[t]..shape_at[t+1]]`.
@@ -283,6 +298,8 @@ impl Session {
             })
             .collect();
         Ok(Session {
+            stale: vec![false; plan.states.len()],
+            reached: 0,
             state_shapes,
             sym_vals: vec![0; plan.symbols.len()],
             expr_vals: vec![0; plan.exprs.len()],
@@ -369,7 +386,16 @@ impl Session {
     /// The outputs borrow the session until the next call. Random ops draw
     /// new numbers on every run, failed ones included. Errors are values: a
     /// kernel's names the instruction and the model's source line.
+    ///
+    /// State: a run that fails may leave a state written in place partly
+    /// updated; that state is then *stale* and the next `run` (or
+    /// [`Session::state`]) is refused with [`Error::StaleState`] until
+    /// [`Session::reset_state`] or [`Session::set_state`] (see the module
+    /// doc). Input errors are found before anything runs and never do this.
     pub fn run(&mut self, inputs: &[TensorView<'_>]) -> Result<Outputs<'_>> {
+        if let Some(k) = self.stale.iter().position(|&s| s) {
+            return Err(self.stale_error(k));
+        }
         self.bind(inputs)?;
         self.allocate_arena()?;
         self.copy_inputs(inputs);
@@ -377,11 +403,15 @@ impl Session {
         // The pool's workers spin between this run's jobs rather than park
         // (unless the session opted out); they park once no run is hot.
         let hot = self.spin.then(|| self.cx.threads().hot());
+        self.reached = 0;
         let executed = self.execute_all();
         drop(hot);
         // A failed run still advances the sequence: a retry draws new numbers
         // rather than silently repeating a partial run's.
         self.cx.call = self.cx.call.wrapping_add(1);
+        if executed.is_err() {
+            self.mark_stale();
+        }
         executed?;
         self.commit_states();
         self.accel.commit_states();
@@ -395,9 +425,13 @@ impl Session {
 
     /// The current value of state `name`: its initial value before the first
     /// run, then what the last successful run left (or [`Session::set_state`] wrote).
+    /// A state a failed run left stale is an error (see [`Session::run`]).
     pub fn state(&self, name: &str) -> Result<TensorView<'_>> {
         let plan = self.program.plan();
         let (k, st) = find_state_or_err(plan, name)?;
+        if self.stale[k] {
+            return Err(self.stale_error(k));
+        }
         let bytes = self.state_len(k);
         let on_device = self.accel.device_state(k).transpose()?;
         let data = match (&self.arena, plan.tensors[st.tensor as usize].storage) {
@@ -433,12 +467,36 @@ impl Session {
             arena.as_mut_slice()[offset as usize..offset as usize + bytes].copy_from_slice(value.data);
         }
         self.accel.state_written(k);
+        self.stale[k] = false;
         Ok(())
     }
 
+    /// Whether a failed run left state `name` stale (partly updated in
+    /// place): runs are refused until it is reset or set.
+    pub fn state_is_stale(&self, name: &str) -> Result<bool> {
+        let (k, _) = find_state_or_err(self.program.plan(), name)?;
+        Ok(self.stale[k])
+    }
+
+    /// After a failed run: every state whose writing instruction ran is
+    /// stale, and so is one whose writer failed, unless that writer updates
+    /// in place (those kernels check everything before writing anything).
+    fn mark_stale(&mut self) {
+        let writers = &self.program.resolved().state_writers;
+        for (stale, writer) in self.stale.iter_mut().zip(writers) {
+            *stale |= writer.is_some_and(|w| w.index < self.reached || (w.index == self.reached && !w.in_place));
+        }
+    }
+
+    fn stale_error(&self, k: usize) -> Error {
+        Error::StaleState { name: self.program.plan().states[k].name.clone() }
+    }
+
     /// Puts every state back to its initial value (the program's buffers), as
-    /// in a new session. Runs, seeds and outputs are otherwise untouched.
+    /// in a new session; stale states (see [`Session::run`]) become usable
+    /// again. Runs, seeds and outputs are otherwise untouched.
     pub fn reset_state(&mut self) {
+        self.stale.fill(false);
         // Before the first allocation the states are still initial.
         if self.arena.is_some() {
             self.init_states();
@@ -735,6 +793,7 @@ impl Session {
             profile,
             use_native,
             sym_vals,
+            reached,
             ..
         } = self;
         let plan = program.plan();
@@ -790,13 +849,15 @@ impl Session {
         }
         for (index, (step, instr)) in resolved.steps.iter().zip(&plan.instrs).enumerate().skip(start) {
             let started = profile.is_some().then(std::time::Instant::now);
+            *reached = index.max(*reached);
             match step {
-                Step::Call { run, ints, packed } => {
+                Step::Call { run, ints, packed, in_place } => {
                     let InstrOp::Call(kernel) = &instr.op else {
                         return Err(Error::Plan(format!("instruction {index} is not the call it resolved to")));
                     };
                     let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
-                    operands.extend(instr.inputs.iter().map(|&t| view(t)));
+                    // In place: operand 0 is the output, which holds its data.
+                    operands.extend(instr.inputs.iter().skip(usize::from(*in_place)).map(|&t| view(t)));
                     let mut outputs: Vec<TensorMut<'_>> = std::mem::take(output_buf);
                     outputs.extend(instr.outputs.iter().map(|&t| TensorMut {
                         dtype: plan.tensors[t as usize].dtype,

@@ -43,10 +43,16 @@
 //! - states (buffers kept between runs) have unique non-empty names; each
 //!   one's current value is an arena tensor with a static shape, its update
 //!   and initial value (a weight) have the same dtype and shape; the current
-//!   values overlap neither each other nor any input, output, instruction
-//!   output or other state's update (so nothing but the session's end-of-run
-//!   copy writes them, and no output reads a value that copy overwrites); an
-//!   update is the state's own current value or lies outside every state.
+//!   values overlap neither each other nor any input, output or other
+//!   state's update (no output reads a value a later run overwrites); an
+//!   update is the state's own current value or lies outside every state; an
+//!   instruction output in a state's storage is the whole of it, written by a
+//!   CPU instruction, for a state whose update is its current value (written
+//!   during the run: no end-of-run copy).
+//! - an output may overlap an operand only as a `Copy` onto the same storage
+//!   (a no-op) or as an in-place update: operand 0 and output 0 the same
+//!   tensor, of a kernel with an in-place form (`index_put`,
+//!   `scatter_elements`).
 
 use crate::format::{
     AccelProgram, DimExpr, DimRef, Instr, InstrOp, Kernel, Plan, PoolKind, StateDecl, Storage, TensorDecl, WEIGHT_ALIGN,
@@ -397,8 +403,15 @@ fn validate_states(plan: &Plan) -> Result<()> {
         }
     }
     for (i, instr) in plan.instrs.iter().enumerate() {
-        if let Some(j) = instr.outputs.iter().find_map(|&t| arena(t).and_then(in_state)) {
-            return Err(bad(format!("instruction {i} ({}) writes into the storage of state {j}", instr.origin)));
+        for &t in &instr.outputs {
+            let Some(j) = arena(t).and_then(in_state) else { continue };
+            // A state written during the run: the whole of its storage, by a
+            // CPU instruction, and the state's update is that storage (no
+            // end-of-run copy over it).
+            let whole = arena(t) == Some(regions[j]) && plan.states[j].update == plan.states[j].tensor;
+            if !whole || matches!(instr.op, InstrOp::Delegate { .. }) {
+                return Err(bad(format!("instruction {i} ({}) writes into the storage of state {j}", instr.origin)));
+            }
         }
     }
     Ok(())
@@ -684,7 +697,12 @@ fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> s
         for (k, t) in ins.iter().enumerate() {
             if let Some(a) = arena_range(t) {
                 let same_storage_copy = matches!(kernel, Kernel::Copy {}) && a == out_range;
-                if overlaps(a, out_range) && !same_storage_copy {
+                // A state updated in place: operand 0 is output 0's own tensor.
+                let in_place = r == 0
+                    && k == 0
+                    && instr.inputs.first() == instr.outputs.first()
+                    && crate::exec::in_place_fn(kernel).is_some();
+                if overlaps(a, out_range) && !same_storage_copy && !in_place {
                     return Err(format!("output {r} overlaps operand {k}"));
                 }
             }

@@ -106,3 +106,76 @@ fn set_state_checks_dtype_and_shape() {
     assert_eq!(out[0].to_f32().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
     assert_eq!(session.state("acc").expect("acc").data, out[0].data);
 }
+
+/// `acc[pos] = x[0..1]` written in place (operand 0 and output 0 are the
+/// state's own tensor, the update is that tensor: no end-of-run copy), then
+/// `y = acc + acc` of the updated state. `edit` breaks one thing.
+fn in_place_artifact(edit: impl FnOnce(&mut Plan)) -> Vec<u8> {
+    artifact(|p| {
+        const POS: u32 = 4;
+        const ROW: u32 = 5;
+        p.tensors.push(TensorDecl {
+            dtype: DType::I64,
+            shape: vec![DimRef::Static(1)],
+            storage: Storage::Arena { offset: 32, max_bytes: 8 },
+        });
+        p.tensors.push(arena(&[1], 48));
+        p.inputs = vec![IoDecl { name: "row".into(), tensor: ROW }, IoDecl { name: "pos".into(), tensor: POS }];
+        p.instrs = vec![
+            Instr {
+                op: InstrOp::Call(Kernel::IndexPut { axis: 0, accumulate: false }),
+                inputs: vec![ACC, ROW, POS],
+                outputs: vec![ACC],
+                origin: "write".into(),
+            },
+            Instr {
+                op: InstrOp::Call(Kernel::Binary { op: BinaryOp::Add }),
+                inputs: vec![ACC, ACC],
+                outputs: vec![Y],
+                origin: "read".into(),
+            },
+        ];
+        p.states[0].update = ACC;
+        edit(p);
+    })
+}
+
+#[test]
+fn a_state_updated_in_place_during_the_run() {
+    let program = Program::from_bytes(&in_place_artifact(|_| {})).expect("valid plan");
+    let mut session = program.session().expect("session");
+    let pos = |k: i64| Tensor::from_i64(&[1], &[k]);
+    for (k, want) in [(0, [10.0, 2.0, 2.0, 2.0]), (3, [10.0, 2.0, 2.0, 10.0])] {
+        let row = Tensor::from_f32(&[1], &[5.0]);
+        let out = session.run(&[row.view(), pos(k).view()]).expect("run").to_tensors();
+        assert_eq!(out[0].to_f32().unwrap(), want, "row {k}");
+    }
+    let acc = session.state("acc").expect("acc");
+    assert_eq!(acc.data, Tensor::from_f32(&[4], &[5.0, 1.0, 1.0, 5.0]).data);
+}
+
+#[test]
+fn writes_into_a_state_are_refused_unless_whole_and_its_update() {
+    // Part of the state's storage.
+    let m = plan_error(&in_place_artifact(|p| {
+        p.tensors.push(arena(&[2], 64));
+        p.instrs[1].outputs = vec![6];
+        p.outputs[0].tensor = Y;
+    }));
+    assert!(m.contains("instruction 1 (read) writes into the storage of state 0"), "{m}");
+    // The whole storage, but the update is another tensor (its end-of-run
+    // copy would overwrite the write).
+    let m = plan_error(&in_place_artifact(|p| p.states[0].update = Y));
+    assert!(m.contains("instruction 0 (write) writes into the storage of state 0"), "{m}");
+    // In place only as operand 0 of a kernel with an in-place form.
+    let m = plan_error(&in_place_artifact(|p| {
+        p.tensors.push(arena(&[4], 64));
+        p.instrs[0].inputs = vec![6, 5, 4];
+    }));
+    assert!(m.contains("overlaps operand"), "{m}");
+    let m = plan_error(&in_place_artifact(|p| {
+        p.instrs[0].op = InstrOp::Call(Kernel::Binary { op: BinaryOp::Add });
+        p.instrs[0].inputs = vec![ACC, ACC];
+    }));
+    assert!(m.contains("overlaps operand"), "{m}");
+}

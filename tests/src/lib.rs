@@ -243,6 +243,23 @@ pub fn check_tied_indices(
     tie_order::check(&as_f64(indices), indices.shape, &as_f64(input), input.shape, &as_f64(values), dim)
 }
 
+/// A four-row cache kept as state: each run writes `row` at `pos` (in
+/// place: nothing reads the old cache afterwards) and returns the row at
+/// `pick` of the updated cache. An out-of-range `pos` fails the run at the
+/// write, before anything is written; an out-of-range `pick` fails it after
+/// the write (the failed-run tests of `tests/state.rs` and the C API).
+pub const IN_PLACE_CACHE_IR: &str = "graph {
+  input %0 \"row\": f32[1, 2] {origin=\"row\"}
+  input %1 \"pos\": i64[1] {origin=\"pos\"}
+  input %2 \"pick\": i64[1] {origin=\"pick\"}
+  input %3 \"cache\": f32[4, 2] {origin=\"cache\"}
+  %4: f32[4, 2] = index_put{axis=0, accumulate=false}(%3, %0, %1)
+  %5: f32[1, 2] = gather{axis=0}(%4, %2)
+  output %5 \"y\"
+  output %4 \"state cache\"
+  state \"cache\" input 3 output 1 = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+}";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -217,3 +217,100 @@ fn states_that_swap_values_both_update() {
         assert_eq!(session.state("b").expect("b").data, Tensor::from_f32(&[2], next_b).data, "run {k}");
     }
 }
+
+/// Each state's update in `program`'s plan is written into the state's
+/// storage during the run: the update is the state's own tensor, and no
+/// instruction copies the whole state (reads it into another buffer or
+/// writes it from one) except views of the same storage, which move no data.
+fn assert_updated_in_place(what: &str, program: &kiln_runtime::Program) {
+    use kiln_runtime::format::{InstrOp, Kernel, Storage};
+    let plan = program.plan();
+    let storage = |t: u32| plan.tensors[t as usize].storage;
+    for st in &plan.states {
+        assert_eq!(st.update, st.tensor, "{what}: state `{}` has an end-of-run copy", st.name);
+        let Storage::Arena { offset, max_bytes } = storage(st.tensor) else { panic!("{what}: state not in the arena") };
+        let in_state = |t: u32| matches!(storage(t), Storage::Arena { offset: o, .. } if o == offset);
+        let mut writers = 0;
+        for (i, instr) in plan.instrs.iter().enumerate() {
+            let (reads, writes) =
+                (instr.inputs.iter().any(|&t| in_state(t)), instr.outputs.iter().any(|&t| in_state(t)));
+            if let InstrOp::Call(Kernel::Copy {}) = instr.op {
+                let out = storage(instr.outputs[0]);
+                assert!(
+                    !(reads || writes) || storage(instr.inputs[0]) == out,
+                    "{what}: instruction {i} ({}) copies state `{}` ({max_bytes} bytes)",
+                    instr.origin,
+                    st.name
+                );
+            } else if writes {
+                writers += 1;
+                assert!(matches!(instr.op, InstrOp::Call(Kernel::IndexPut { .. })), "{what}: instruction {i}");
+                assert_eq!(instr.inputs[0], st.tensor, "{what}: instruction {i} updates the state in place");
+            }
+        }
+        assert_eq!(writers, 1, "{what}: state `{}` has one writer", st.name);
+    }
+}
+
+#[test]
+fn kv_caches_are_updated_in_place_not_copied_per_step() {
+    for name in ["kv_decoder", "tiny_llama"] {
+        for flavour in FLAVOURS {
+            let program = load_fixture(&state_fixture(name), flavour);
+            assert_updated_in_place(&format!("{name}/{flavour}"), &program);
+        }
+    }
+}
+
+fn cache_inputs(row: [f32; 2], pos: i64, pick: i64) -> [Tensor; 3] {
+    [Tensor::from_f32(&[1, 2], &row), Tensor::from_i64(&[1], &[pos]), Tensor::from_i64(&[1], &[pick])]
+}
+
+fn run_cache(session: &mut Session, row: [f32; 2], pos: i64, pick: i64) -> Result<Vec<f32>, kiln_runtime::Error> {
+    let inputs = cache_inputs(row, pos, pick);
+    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+    Ok(session.run(&views)?.to_tensors()[0].to_f32().expect("f32"))
+}
+
+fn cache_of(session: &Session) -> Vec<f32> {
+    let t = session.state("cache").expect("cache");
+    t.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+#[test]
+fn a_run_failing_after_an_in_place_write_leaves_the_state_stale_until_reset() {
+    let program = compile_text(kiln_tests::IN_PLACE_CACHE_IR);
+    assert_updated_in_place("in-place cache", &program);
+    let mut session = program.session().expect("session");
+    assert_eq!(run_cache(&mut session, [1.0, 2.0], 0, 0).expect("run"), [1.0, 2.0]);
+    // Fails at the write itself, which checks every index first: the
+    // state is untouched and the session goes on.
+    let err = run_cache(&mut session, [3.0, 4.0], 9, 0).expect_err("pos 9 of 4 rows");
+    assert!(matches!(err, kiln_runtime::Error::Kernel { .. }), "{err}");
+    assert!(!session.state_is_stale("cache").expect("cache"));
+    assert_eq!(cache_of(&session), [1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    assert_eq!(run_cache(&mut session, [3.0, 4.0], 1, 1).expect("run"), [3.0, 4.0]);
+    // Fails after the write: row 2 is written, the run is not complete.
+    let err = run_cache(&mut session, [5.0, 6.0], 2, 7).expect_err("pick 7 of 4 rows");
+    assert!(matches!(err, kiln_runtime::Error::Kernel { .. }), "{err}");
+    assert!(session.state_is_stale("cache").expect("cache"));
+    // Refused, naming the state and the way out, until reset or set.
+    for err in [
+        run_cache(&mut session, [7.0, 8.0], 3, 0).expect_err("stale"),
+        session.state("cache").map(|_| ()).expect_err("stale"),
+    ] {
+        assert!(matches!(&err, kiln_runtime::Error::StaleState { name } if name == "cache"), "{err}");
+        assert!(err.to_string().contains("reset_state()"), "{err}");
+    }
+    session.reset_state();
+    assert_eq!(cache_of(&session), [0.0; 8]);
+    assert_eq!(run_cache(&mut session, [7.0, 8.0], 3, 3).expect("run after reset"), [7.0, 8.0]);
+    assert_eq!(cache_of(&session), [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0, 8.0]);
+    // set_state also gives the state a whole value again.
+    run_cache(&mut session, [1.0, 1.0], 0, 9).expect_err("pick 9");
+    assert!(session.state_is_stale("cache").expect("cache"));
+    let whole = Tensor::from_f32(&[4, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    session.set_state("cache", whole.view()).expect("set_state");
+    assert_eq!(run_cache(&mut session, [0.5, 0.5], 0, 3).expect("run after set_state"), [7.0, 8.0]);
+    assert_eq!(cache_of(&session), [0.5, 0.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+}

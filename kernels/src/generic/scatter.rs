@@ -173,36 +173,49 @@ pub fn scatter_elements(
     mut out: TensorMut,
     cx: &mut Context,
 ) -> Result<()> {
+    const K: &str = "scatter_elements";
+    copy_data(K, &data, &mut out)?;
+    scatter_elements_in_place(index, src, axis, reduce, include_self, out, cx)
+}
+
+/// [`scatter_elements`] with `out` already holding the data: only the
+/// scattered positions (and, for `Mean`, those that received values) are
+/// written. Every index is checked before anything is written, so an error
+/// leaves `out` as it was.
+pub fn scatter_elements_in_place(
+    index: TensorRef,
+    src: TensorRef,
+    axis: usize,
+    reduce: Option<ReduceKind>,
+    include_self: bool,
+    mut out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
     let scratch = &mut cx.scratch;
     const K: &str = "scatter_elements";
-    expect_dtype(K, "src", src.dtype, data.dtype)?;
-    expect_dtype(K, "out", out.dtype, data.dtype)?;
-    check_rank(K, data.shape)?;
-    if axis >= data.shape.len() {
-        return Err(shape_err(K, format!("axis {axis} out of range for rank {}", data.shape.len())));
+    expect_dtype(K, "src", src.dtype, out.dtype)?;
+    let shape = out.shape;
+    check_rank(K, shape)?;
+    if axis >= shape.len() {
+        return Err(shape_err(K, format!("axis {axis} out of range for rank {}", shape.len())));
     }
-    check_fits(K, index.shape, data.shape, "data", Some(axis))?;
+    check_fits(K, index.shape, shape, "data", Some(axis))?;
     check_fits(K, index.shape, src.shape, "src", None)?;
-    if out.shape != data.shape {
-        return Err(shape_err(K, format!("output shape {:?} is not the data shape {:?}", out.shape, data.shape)));
-    }
     let idx = Indices::of(K, "index", &index)?;
-    let r = data.shape.len();
+    let r = shape.len();
     let (mut ds, mut ss) = ([0usize; MAX_RANK], [0usize; MAX_RANK]);
-    strides_of(data.shape, &mut ds[..r]);
+    strides_of(shape, &mut ds[..r]);
     strides_of(src.shape, &mut ss[..r]);
-    let (axis_stride, dim) = (ds[axis], data.shape[axis]);
+    let (axis_stride, dim) = (ds[axis], shape[axis]);
     ds[axis] = 0;
     let n = numel(K, index.shape)?;
     for j in 0..n {
         resolve(K, idx.get(j), dim)?;
     }
     let counting = reduce.is_some_and(|k| k == ReduceKind::Mean || !include_self);
-    with_scalar!(data.dtype, T, {
-        let dv = view::<T>(K, "data", &data)?;
+    with_scalar!(out.dtype, T, {
         let sv = view::<T>(K, "src", &src)?;
         let ov = view_mut::<T>(K, "out", &mut out)?;
-        ov.copy_from_slice(dv);
         let Some(kind) = reduce else {
             return for_each_position(index.shape, [&ds[..r], &ss[..r]], |j, [d, s]| {
                 ov[d + resolve(K, idx.get(j), dim)? * axis_stride] = sv[s];
@@ -300,6 +313,16 @@ fn index_layout<'s>(
     Ok((layout, lin))
 }
 
+/// `out = data` before a scatter: same dtype, shape and byte length.
+fn copy_data(kernel: &'static str, data: &TensorRef, out: &mut TensorMut) -> Result<()> {
+    expect_dtype(kernel, "out", out.dtype, data.dtype)?;
+    if out.shape != data.shape || out.data.len() != data.data.len() {
+        return Err(shape_err(kernel, format!("output shape {:?} is not the data shape {:?}", out.shape, data.shape)));
+    }
+    out.data.copy_from_slice(data.data);
+    Ok(())
+}
+
 /// Advanced indexing `data[.., i0, i1, .., ik-1, ..]` with the index tensors
 /// (one common shape `B`) on axes `axis..axis+k`: `out` is
 /// `data.shape[..axis] ++ B ++ data.shape[axis+k..]`.
@@ -340,19 +363,28 @@ pub fn index_put(
     mut out: TensorMut,
     cx: &mut Context,
 ) -> Result<()> {
+    copy_data("index_put", &data, &mut out)?;
+    index_put_in_place(values, indices, axis, accumulate, out, cx)
+}
+
+/// [`index_put`] with `out` already holding the data: only the indexed
+/// positions are written (a KV cache's new rows). Every index is checked
+/// before anything is written, so an error leaves `out` as it was.
+pub fn index_put_in_place(
+    values: TensorRef,
+    indices: &[TensorRef],
+    axis: usize,
+    accumulate: bool,
+    mut out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
     let scratch = &mut cx.scratch;
     const K: &str = "index_put";
-    expect_dtype(K, "values", values.dtype, data.dtype)?;
-    expect_dtype(K, "out", out.dtype, data.dtype)?;
-    if out.shape != data.shape {
-        return Err(shape_err(K, format!("output shape {:?} is not the data shape {:?}", out.shape, data.shape)));
-    }
-    let (l, lin) = index_layout(K, data.shape, indices, axis, values.shape, "values", scratch)?;
-    with_scalar!(data.dtype, T, {
-        let dv = view::<T>(K, "data", &data)?;
+    expect_dtype(K, "values", values.dtype, out.dtype)?;
+    let (l, lin) = index_layout(K, out.shape, indices, axis, values.shape, "values", scratch)?;
+    with_scalar!(out.dtype, T, {
         let vv = view::<T>(K, "values", &values)?;
         let ov = view_mut::<T>(K, "out", &mut out)?;
-        ov.copy_from_slice(dv);
         for o in 0..l.outer {
             for (j, &p) in lin.iter().enumerate() {
                 let d = (o * l.block + p) * l.inner;
@@ -499,5 +531,44 @@ mod tests {
             .unwrap();
             assert_eq!(bytemuck::cast_slice::<u8, f32>(&o), &want);
         }
+    }
+
+    #[test]
+    fn in_place_forms_write_only_the_indexed_positions_and_fail_before_writing() {
+        // x [3, 2] = 0..6; rows [2, 0] <- v, accumulating or not; then a
+        // scatter_reduce mean into the same rows.
+        let x: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        let (xb, rows, v) = (f32s(&x), i64s(&[2, 0]), f32s(&[10., 11., 12., 13.]));
+        let cx = &mut crate::Context::new();
+        for acc in [false, true] {
+            let mut copied = vec![0u8; 24];
+            let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut copied };
+            let idx = [t(DType::I64, &[2], &rows)];
+            index_put(t(DType::F32, &[3, 2], &xb), t(DType::F32, &[2, 2], &v), &idx, 0, acc, out, cx).unwrap();
+            let mut in_place = xb.clone();
+            let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut in_place };
+            index_put_in_place(t(DType::F32, &[2, 2], &v), &idx, 0, acc, out, cx).unwrap();
+            assert_eq!(in_place, copied, "accumulate {acc}");
+        }
+        let index = i64s(&[2, 2, 0, 0]);
+        let mut copied = vec![0u8; 24];
+        let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut copied };
+        let (d, i, sv) = (t(DType::F32, &[3, 2], &xb), t(DType::I64, &[2, 2], &index), t(DType::F32, &[2, 2], &v));
+        scatter_elements(d, i, sv, 0, Some(ReduceKind::Mean), true, out, cx).unwrap();
+        let mut in_place = xb.clone();
+        let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut in_place };
+        scatter_elements_in_place(i, sv, 0, Some(ReduceKind::Mean), true, out, cx).unwrap();
+        assert_eq!(in_place, copied);
+        // An index out of range: an error, and nothing written.
+        let bad = i64s(&[0, 3]);
+        let mut in_place = xb.clone();
+        let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut in_place };
+        let idx = [t(DType::I64, &[2], &bad)];
+        assert!(index_put_in_place(t(DType::F32, &[2, 2], &v), &idx, 0, false, out, cx).is_err());
+        assert_eq!(in_place, xb);
+        let bad = i64s(&[0, 0, 3, 0]);
+        let out = TensorMut { dtype: DType::F32, shape: &[3, 2], data: &mut in_place };
+        assert!(scatter_elements_in_place(t(DType::I64, &[2, 2], &bad), sv, 0, None, true, out, cx).is_err());
+        assert_eq!(in_place, xb);
     }
 }

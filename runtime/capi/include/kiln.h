@@ -102,6 +102,13 @@ typedef struct kiln_tensor {
  */
 #define KILN_STATUS_INTERNAL 9
 
+/*
+ A failed run may have left the session's state (a KV cache, a filter)
+ partly updated, as states are written in place during a run: runs are
+ refused until `kiln_session_reset_state`.
+ */
+#define KILN_STATUS_STATE_STALE 10
+
 #define KILN_DTYPE_F32 0
 
 #define KILN_DTYPE_F64 1
@@ -207,6 +214,17 @@ void kiln_session_free(struct kiln_session *session);
 kiln_status kiln_session_run(struct kiln_session *session,
                              const struct kiln_tensor *inputs,
                              size_t n_inputs);
+
+/*
+ Puts every state of the session (buffers the program keeps between runs:
+ KV caches, filters) back to its initial value, as in a new session; the
+ way back after a failed run (`KILN_STATUS_STATE_STALE`). The outputs of
+ the last run stay valid.
+
+ # Safety
+ `session` is null or a live handle, not shared during the call.
+ */
+kiln_status kiln_session_reset_state(struct kiln_session *session);
 
 /*
  Output `index` of the last successful run: `out` gets pointers into the

@@ -39,6 +39,10 @@ pub const KILN_STATUS_DEVICE: kiln_status = 7;
 pub const KILN_STATUS_NO_OUTPUTS: kiln_status = 8;
 /// A bug in kiln (a caught panic); the message says where.
 pub const KILN_STATUS_INTERNAL: kiln_status = 9;
+/// A failed run may have left the session's state (a KV cache, a filter)
+/// partly updated, as states are written in place during a run: runs are
+/// refused until `kiln_session_reset_state`.
+pub const KILN_STATUS_STATE_STALE: kiln_status = 10;
 
 /// An element type; the values are kiln's dtype codes.
 pub type kiln_dtype = i32;
@@ -135,6 +139,7 @@ impl From<Error> for Failure {
             | Error::Misaligned { .. } => KILN_STATUS_BAD_ARTIFACT,
             Error::Input { .. } | Error::Shape(_) | Error::State { .. } => KILN_STATUS_BAD_INPUT,
             Error::Kernel { .. } | Error::DataDependent { .. } => KILN_STATUS_RUN_FAILED,
+            Error::StaleState { .. } => KILN_STATUS_STATE_STALE,
             Error::ArenaLimit { .. } | Error::OutOfMemory { .. } => KILN_STATUS_OUT_OF_MEMORY,
             Error::Pjrt { .. } | Error::Device(_) => KILN_STATUS_DEVICE,
         };
@@ -387,6 +392,23 @@ pub unsafe extern "C" fn kiln_session_run(
     })
 }
 
+/// Puts every state of the session (buffers the program keeps between runs:
+/// KV caches, filters) back to its initial value, as in a new session; the
+/// way back after a failed run (`KILN_STATUS_STATE_STALE`). The outputs of
+/// the last run stay valid.
+///
+/// # Safety
+/// `session` is null or a live handle, not shared during the call.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_session_reset_state(session: *mut kiln_session) -> kiln_status {
+    guard(|| {
+        // SAFETY: null or live and not shared during the call (the contract).
+        let s = unsafe { session.as_mut() }.ok_or_else(|| Failure::invalid("session is null"))?;
+        s.session.reset_state();
+        Ok(())
+    })
+}
+
 /// Copies `t.shape` (checked: non-negative, at most the runtime's rank) into `shape`.
 ///
 /// # Safety
@@ -468,6 +490,7 @@ pub extern "C" fn kiln_status_message(status: kiln_status) -> *const c_char {
         KILN_STATUS_DEVICE => c"device unavailable",
         KILN_STATUS_NO_OUTPUTS => c"no successful run yet",
         KILN_STATUS_INTERNAL => c"internal error",
+        KILN_STATUS_STATE_STALE => c"a failed run left the session's state partly updated; reset it",
         _ => c"unknown status",
     };
     text.as_ptr()

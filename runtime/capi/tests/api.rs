@@ -115,10 +115,55 @@ fn null_and_bad_handles_are_errors() {
         assert_eq!(kiln_program_num_outputs(null()), 0);
         kiln_program_free(null_mut());
         kiln_session_free(null_mut());
+        assert_eq!(kiln_session_reset_state(null_mut()), KILN_STATUS_INVALID_ARGUMENT);
     }
-    for status in -1..=10 {
+    for status in -1..=11 {
         // SAFETY: static, never-null strings.
         let text = unsafe { CStr::from_ptr(kiln_status_message(status)) };
         assert!(!text.to_bytes().is_empty());
     }
+}
+
+/// The failed-run semantics of the Rust API (`tests/state.rs`), seen from C:
+/// a run failing after its state was written in place makes later runs
+/// `KILN_STATUS_STATE_STALE` until `kiln_session_reset_state`.
+#[test]
+fn a_stale_state_is_refused_until_reset() {
+    let g = kiln_ir::text::parse(kiln_tests::IN_PLACE_CACHE_IR).expect("parse");
+    let (writer, _) = kiln_compiler::compile_graph(g, &Default::default(), Default::default()).expect("compile");
+    let path = kiln_tests::temp_path("capi_stale.kiln");
+    std::fs::write(&path, writer.to_bytes()).expect("write");
+    let c_path = std::ffi::CString::new(path.to_str().expect("utf-8 path")).expect("path");
+    let (two, one) = ([1i64, 2], [1i64]);
+    let tensor = |dtype, shape: &[i64], data: &[u8]| kiln_tensor {
+        dtype,
+        rank: shape.len(),
+        shape: shape.as_ptr(),
+        data: data.as_ptr().cast(),
+        bytes: data.len(),
+    };
+    let row: Vec<u8> = [1f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let (zero, seven) = (0i64.to_le_bytes(), 7i64.to_le_bytes());
+    let inputs = |pick: &[u8]| {
+        [tensor(KILN_DTYPE_F32, &two, &row), tensor(KILN_DTYPE_I64, &one, &zero), tensor(KILN_DTYPE_I64, &one, pick)]
+    };
+    let (good, bad_pick) = (inputs(&zero), inputs(&seven));
+    // SAFETY: all handles are live and all pointers valid for the calls below.
+    unsafe {
+        let (mut p, mut s) = (null_mut(), null_mut());
+        assert_eq!(kiln_program_load(c_path.as_ptr(), &mut p), KILN_STATUS_OK, "{}", last_error());
+        assert_eq!(kiln_session_new(p, &mut s), KILN_STATUS_OK);
+        assert_eq!(kiln_session_run(s, good.as_ptr(), 3), KILN_STATUS_OK, "{}", last_error());
+        assert_eq!(kiln_session_run(s, bad_pick.as_ptr(), 3), KILN_STATUS_RUN_FAILED);
+        assert_eq!(kiln_session_run(s, good.as_ptr(), 3), KILN_STATUS_STATE_STALE);
+        assert!(last_error().contains("state `cache`"), "{}", last_error());
+        assert_eq!(kiln_session_reset_state(s), KILN_STATUS_OK);
+        assert_eq!(kiln_session_run(s, good.as_ptr(), 3), KILN_STATUS_OK, "{}", last_error());
+        let mut out = std::mem::zeroed::<kiln_tensor>();
+        assert_eq!(kiln_session_output(s, 0, &mut out), KILN_STATUS_OK);
+        assert_eq!(std::slice::from_raw_parts(out.data.cast::<u8>(), out.bytes), &row[..]);
+        kiln_session_free(s);
+        kiln_program_free(p);
+    }
+    let _ = std::fs::remove_file(&path);
 }
