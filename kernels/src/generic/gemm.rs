@@ -814,6 +814,76 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     }
 }
 
+/// One term of [`gemm_sum_packed`]: an m×k A read in place (`a[i*lda + p]`)
+/// times a B packed once (k×n).
+#[derive(Copy, Clone)]
+pub(crate) struct SumTerm<'a> {
+    pub(crate) a: &'a [f32],
+    pub(crate) lda: usize,
+    pub(crate) b: &'a PackedB,
+}
+
+/// C = Σ A_t·B_t over `term(t)`, t < `terms` (m×n, `c[i*ldc + j]`), then `epilogue`, with the table's
+/// direct kernel (A read in place, no packing at all): a convolution as one
+/// GEMM per kernel tap. One parallel job: each item owns a (row block,
+/// column group) rectangle of C and runs every term's K slices over it in
+/// order, so the rectangle stays in cache from term to term and every
+/// element is the same sum in the same order whatever the thread count.
+/// False (C untouched) when the table has no direct kernel or a packing does
+/// not fit it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_sum_packed<'a>(
+    table: &KernelTable,
+    m: usize,
+    n: usize,
+    terms: usize,
+    term: &(dyn Fn(usize) -> SumTerm<'a> + Sync),
+    c: &mut [f32],
+    ldc: usize,
+    epilogue: Epilogue<'_>,
+    threads: &Threads,
+) -> bool {
+    let ukr = &table.gemm;
+    let Some(kernel) = ukr.direct else { return false };
+    if terms == 0 || (0..terms).map(term).any(|t| !t.b.fits(table) || t.b.n() != n) {
+        return false;
+    }
+    if m == 0 || n == 0 {
+        return true;
+    }
+    // Every tile and every row of A stays in bounds (callers size them; a
+    // bug here must not reach memory through the tiles' raw pointers).
+    assert!(needed(m, n, ldc).is_some_and(|v| v <= c.len()), "gemm sum: C too small");
+    for t in (0..terms).map(term) {
+        assert!(needed(m, t.b.k(), t.lda).is_some_and(|v| v <= t.a.len()), "gemm sum: A too small");
+    }
+    let flops = m * n * (0..terms).map(|t| term(t).b.k()).sum::<usize>();
+    let threads = if flops < PARALLEL_MIN_FLOPS { Threads::single() } else { *threads };
+    let (mc_block, _) = blocks(ukr);
+    let (row_blocks, strips) = (m.div_ceil(mc_block), n.div_ceil(ukr.nr));
+    let groups = column_groups(row_blocks, strips, threads.count(), 1);
+    let per_group = strips.div_ceil(groups);
+    let out = SharedMut(c.as_mut_ptr());
+    let last = terms - 1;
+    threads.for_each(row_blocks * groups, |item| {
+        let (ic, group) = ((item / groups) * mc_block, item % groups);
+        let strips = group * per_group..((group + 1) * per_group).min(strips);
+        let mc = mc_block.min(m - ic);
+        for t in 0..terms {
+            let term = term(t);
+            let k = term.b.k();
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let combine = if t == 0 && pc == 0 { Combine::Overwrite } else { Combine::Accumulate };
+                let epilogue = if t == last && pc + kc == k { epilogue } else { Epilogue::default() };
+                let rect = Rect { ic, mc, jc: 0, nc: n, strips: strips.clone(), pc, kc, combine, epilogue };
+                direct_rect(ukr, kernel, term.a, term.lda, term.b.panel(pc, 0), &rect, out, ldc);
+            }
+        }
+    });
+    true
+}
+
 /// One work item's part of a K slice: rows `ic..ic + mc` of C, the NR-wide
 /// `strips` of the column block at `jc` (`nc` wide), K slice `pc..pc + kc`.
 struct Rect<'a> {
