@@ -5,7 +5,8 @@
 //! the GEMM packs each of its B strips straight from the input
 //! ([`pack_conv_strip`]), which saves a write and a read of every column
 //! element and the column buffer itself. 1×1 stride-1 convolutions read the
-//! input planes as B directly.
+//! input planes as B directly. Dense 2-d convolutions with a wide kernel and
+//! enough channels run one GEMM per kernel tap instead (`conv_taps`).
 
 use super::common::*;
 use super::conv_depthwise::conv_depthwise_f32;
@@ -121,6 +122,17 @@ pub struct PackedConv {
 impl PackedConv {
     /// Packs `w` for `groups` groups; f32 only.
     pub fn new(table: &KernelTable, w: TensorRef, groups: usize) -> Result<PackedConv> {
+        Self::pack(table, w, groups, ConvAlgorithm::Auto)
+    }
+
+    /// Packs `w` for the im2col GEMM even where [`conv`] would run the tap
+    /// path: a convolution with this packing runs im2col (for comparing
+    /// the two paths in benchmarks).
+    pub fn for_im2col(table: &KernelTable, w: TensorRef, groups: usize) -> Result<PackedConv> {
+        Self::pack(table, w, groups, ConvAlgorithm::Im2col)
+    }
+
+    fn pack(table: &KernelTable, w: TensorRef, groups: usize, algorithm: ConvAlgorithm) -> Result<PackedConv> {
         const K: &str = "conv";
         expect_dtype(K, "w", w.dtype, DType::F32)?;
         let wv = view::<f32>(K, "w", &w)?;
@@ -129,7 +141,7 @@ impl PackedConv {
             return Err(shape_err(K, format!("weight {:?} cannot be split into {groups} groups", w.shape)));
         }
         let shape = w.shape.to_vec();
-        if conv_taps::applies(table, w.shape, groups) {
+        if algorithm == ConvAlgorithm::Auto && conv_taps::applies(table, w.shape, groups) {
             let taps = Some(PackedTaps::new(table, wv, w.shape)?);
             return Ok(PackedConv { shape, group_count: groups, groups: Vec::new(), taps });
         }
@@ -346,7 +358,8 @@ fn conv_inner<'a>(
         return Ok(());
     }
 
-    if algorithm == ConvAlgorithm::Auto && conv_taps::applies(table, w.shape, groups) {
+    let im2col_packing = packed.is_some_and(|p| p.taps.is_none());
+    if algorithm == ConvAlgorithm::Auto && !im2col_packing && conv_taps::applies(table, w.shape, groups) {
         // The same path packed or not, so that both give the same bits; an
         // unpacked weight (not a constant) is packed for this call.
         let owned;

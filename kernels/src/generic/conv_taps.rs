@@ -14,7 +14,10 @@
 //! grid `Wq` wide (`p = oy·Wq + ox`; columns `ox ≥ OW` are computed and
 //! dropped) and every tap's A is the phase read in place from pixel
 //! `qy·Wq + qx` on, one row per `Cin`: a plain row-major matrix, which the
-//! direct GEMM kernels read without packing. The taps' products are summed
+//! direct GEMM kernels read without packing; with unit stride and dilation
+//! along x a whole row of taps reads adjacent pixels, so it is one term of
+//! `kw·Cin` (A's rows overlapping). The weight is one B packed once,
+//! tap-major, each term a range of its rows. The terms' products are summed
 //! by one GEMM job ([`gemm_sum_packed`]) into a channels-last result, which
 //! is transposed into the NCHW output (with the residual and a post-residual
 //! activation). The extra columns cost `Wq / OW - 1` of the work (3 % at
@@ -41,11 +44,13 @@ pub(crate) fn applies(table: &KernelTable, w: &[usize], groups: usize) -> bool {
     table.gemm.direct.is_some() && groups == 1 && w.len() == 4 && w[2] * w[3] > 1 && w[1] >= MIN_CIN && w[0] > 0
 }
 
-/// A convolution weight `[Cout, Cin, kh, kw]` packed once as one GEMM B per
-/// tap (`[Cin, Cout]`, tap-major).
+/// A convolution weight `[Cout, Cin, kh, kw]` packed once as one GEMM B
+/// `[kh·kw·Cin, Cout]`, tap-major: row `t·Cin + c` is tap t's (y, x
+/// row-major) weights of input channel c.
 #[derive(Clone, Debug)]
 pub(crate) struct PackedTaps {
-    taps: Vec<PackedB>,
+    b: PackedB,
+    ksp: usize,
 }
 
 impl PackedTaps {
@@ -55,25 +60,21 @@ impl PackedTaps {
             return Err(super::common::shape_err("conv", format!("tap packing needs a 2-d weight, got {shape:?}")));
         };
         let ksp = kh * kw;
-        // Tap t's B is `[Cin, Cout]`; PackedB reads it transposed from a
-        // `[Cout, Cin]` copy (the weight's Cin stride is ksp, not 1).
-        let mut slice = vec![0f32; cout * cin];
-        let taps = (0..ksp)
-            .map(|t| {
-                for (co, row) in slice.chunks_exact_mut(cin).enumerate() {
-                    for (ci, v) in row.iter_mut().enumerate() {
-                        *v = w[(co * cin + ci) * ksp + t];
-                    }
-                }
-                PackedB::new(table, cin, cout, &slice, cin, true)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(PackedTaps { taps })
+        // PackedB reads B transposed from a `[Cout, ksp·Cin]` copy (the
+        // weight is channel-major: its taps of one channel are adjacent).
+        let mut bt = vec![0f32; cout * ksp * cin];
+        for (co, row) in bt.chunks_exact_mut(ksp * cin).enumerate() {
+            for (k, v) in row.iter_mut().enumerate() {
+                let (t, ci) = (k / cin, k % cin);
+                *v = w[(co * cin + ci) * ksp + t];
+            }
+        }
+        Ok(PackedTaps { b: PackedB::new(table, ksp * cin, cout, &bt, ksp * cin, true)?, ksp })
     }
 
     /// Whether `table`'s microkernel reads this packing.
     pub(crate) fn fits(&self, table: &KernelTable) -> bool {
-        table.gemm.direct.is_some() && self.taps.iter().all(|t| t.fits(table))
+        table.gemm.direct.is_some() && self.b.fits(table)
     }
 }
 
@@ -147,6 +148,11 @@ pub(crate) fn conv_taps(
     let cbuf = &mut cbuf[..oh * ph.wq * cout];
     let threads = &pack.threads;
     let tap = |t: usize| ph.tap(g, t / kw, t % kw);
+    // With unit stride and dilation along x, a row of taps reads adjacent
+    // pixels: one term of kw·Cin (the A rows overlap), a third of the C
+    // tile reloads of a 3×3. Otherwise one term per tap.
+    let rows_merged = ph.sx == 1 && g.dil[2] == 1;
+    let (terms, per_term) = if rows_merged { (kh, kw) } else { (kh * kw, 1) };
     let post_activation = e.activation.filter(|_| e.residual.is_some() && e.residual_first);
     let gemm_epilogue = Epilogue {
         bias: e.bias.map_or(Bias::None, Bias::PerCol),
@@ -157,12 +163,16 @@ pub(crate) fn conv_taps(
         let xn = &x[n * cin * isp..][..cin * isp];
         fill_phases(xn, g, &ph, cin, &|phase| (0..kh * kw).any(|t| tap(t).0 == phase), phases, threads);
         let phases = &*phases;
-        let term = |t: usize| {
-            let (phase, first) = tap(t);
-            SumTerm { a: &phases[phase * plen + first * cin..], lda: cin, b: &packed.taps[t] }
+        let term = |i: usize| {
+            let t0 = i * per_term;
+            let (phase, first) = tap(t0);
+            let a = &phases[phase * plen + first * cin..];
+            SumTerm { a, lda: cin, k0: t0 * cin, k1: (t0 + per_term) * cin }
         };
-        if packed.taps.len() != kh * kw
-            || !gemm_sum_packed(table, oh * ph.wq, cout, kh * kw, &term, cbuf, cout, gemm_epilogue, threads)
+        if packed.ksp != kh * kw
+            || packed.b.k() != kh * kw * cin
+            || packed.b.n() != cout
+            || !gemm_sum_packed(table, oh * ph.wq, &packed.b, terms, &term, cbuf, cout, gemm_epilogue, threads)
         {
             return false;
         }
