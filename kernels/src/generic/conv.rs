@@ -5,10 +5,12 @@
 //! the GEMM packs each of its B strips straight from the input
 //! ([`pack_conv_strip`]), which saves a write and a read of every column
 //! element and the column buffer itself. 1×1 stride-1 convolutions read the
-//! input planes as B directly.
+//! input planes as B directly. Dense 2-d convolutions with a wide kernel and
+//! enough channels run one GEMM per kernel tap instead (`conv_taps`).
 
 use super::common::*;
 use super::conv_depthwise::conv_depthwise_f32;
+use super::conv_taps::{self, PackedTaps, TapEpilogue};
 use super::gemm::{run_gemm, ASource, Activation, ActivationFn, BSource, Bias, Epilogue, PackedA};
 use super::math::Real;
 use crate::context::Context;
@@ -39,7 +41,9 @@ pub(crate) struct Geometry {
 /// exist so tests and benchmarks can compare the paths on the same problem.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ConvAlgorithm {
-    /// Direct depthwise loops where they apply, im2col + GEMM otherwise.
+    /// Direct depthwise loops where they apply, one GEMM per kernel tap
+    /// over a channels-last copy for dense 2-d convolutions with a wide
+    /// kernel and enough channels (`conv_taps`), im2col + GEMM otherwise.
     Auto,
     /// im2col + the packed GEMM, for every convolution.
     Im2col,
@@ -104,17 +108,31 @@ pub fn conv(
 }
 
 /// An f32 convolution weight `[Cout, Cin/groups, k...]` packed once for a
-/// kernel table's GEMM microkernel: one [`PackedA`] per group (the im2col
-/// GEMM's A). Depthwise convolutions do not use it (they run direct loops).
+/// kernel table's GEMM microkernel: one B per kernel tap where the tap path
+/// runs it (`conv_taps`), else one [`PackedA`] per group (the im2col GEMM's
+/// A). Depthwise convolutions do not use it (they run direct loops).
 #[derive(Clone, Debug)]
 pub struct PackedConv {
     shape: Vec<usize>,
+    group_count: usize,
     groups: Vec<PackedA>,
+    taps: Option<PackedTaps>,
 }
 
 impl PackedConv {
     /// Packs `w` for `groups` groups; f32 only.
     pub fn new(table: &KernelTable, w: TensorRef, groups: usize) -> Result<PackedConv> {
+        Self::pack(table, w, groups, ConvAlgorithm::Auto)
+    }
+
+    /// Packs `w` for the im2col GEMM even where [`conv`] would run the tap
+    /// path: a convolution with this packing runs im2col (for comparing
+    /// the two paths in benchmarks).
+    pub fn for_im2col(table: &KernelTable, w: TensorRef, groups: usize) -> Result<PackedConv> {
+        Self::pack(table, w, groups, ConvAlgorithm::Im2col)
+    }
+
+    fn pack(table: &KernelTable, w: TensorRef, groups: usize, algorithm: ConvAlgorithm) -> Result<PackedConv> {
         const K: &str = "conv";
         expect_dtype(K, "w", w.dtype, DType::F32)?;
         let wv = view::<f32>(K, "w", &w)?;
@@ -122,16 +140,21 @@ impl PackedConv {
         if w.shape.len() < 3 || groups == 0 || cout % groups != 0 {
             return Err(shape_err(K, format!("weight {:?} cannot be split into {groups} groups", w.shape)));
         }
+        let shape = w.shape.to_vec();
+        if algorithm == ConvAlgorithm::Auto && conv_taps::applies(table, w.shape, groups) {
+            let taps = Some(PackedTaps::new(table, wv, w.shape)?);
+            return Ok(PackedConv { shape, group_count: groups, groups: Vec::new(), taps });
+        }
         let (cout_g, kdim) = (cout / groups, w.shape[1..].iter().product::<usize>());
-        let groups = (0..groups)
+        let packed = (0..groups)
             .map(|g| PackedA::new(table, cout_g, kdim, &wv[g * cout_g * kdim..], kdim))
             .collect::<Result<Vec<_>>>()?;
-        Ok(PackedConv { shape: w.shape.to_vec(), groups })
+        Ok(PackedConv { shape, group_count: groups, groups: packed, taps: None })
     }
 
     /// Whether `table`'s microkernel reads this packing.
     pub fn fits(&self, table: &KernelTable) -> bool {
-        self.groups.iter().all(|g| g.fits(table))
+        self.groups.iter().all(|g| g.fits(table)) && self.taps.as_ref().is_none_or(|t| t.fits(table))
     }
 }
 
@@ -147,7 +170,7 @@ pub fn conv_packed(
     out: TensorMut,
     cx: &mut Context,
 ) -> Result<()> {
-    if packed.shape != w.shape || packed.groups.len() != p.groups {
+    if packed.shape != w.shape || packed.group_count != p.groups {
         return Err(shape_err("conv", format!("packed weight {:?} is not this weight {:?}", packed.shape, w.shape)));
     }
     let packed = packed.fits(cx.table).then_some(packed);
@@ -187,7 +210,7 @@ pub fn conv_fused(
     cx: &mut Context,
 ) -> Result<()> {
     if let Some(packed) = packed {
-        if packed.shape != w.shape || packed.groups.len() != p.groups {
+        if packed.shape != w.shape || packed.group_count != p.groups {
             return Err(shape_err(
                 "conv",
                 format!("packed weight {:?} is not this weight {:?}", packed.shape, w.shape),
@@ -335,6 +358,26 @@ fn conv_inner<'a>(
         return Ok(());
     }
 
+    let im2col_packing = packed.is_some_and(|p| p.taps.is_none());
+    if algorithm == ConvAlgorithm::Auto && !im2col_packing && conv_taps::applies(table, w.shape, groups) {
+        // The same path packed or not, so that both give the same bits; an
+        // unpacked weight (not a constant) is packed for this call.
+        let owned;
+        let taps = match packed.and_then(|p| p.taps.as_ref()) {
+            Some(t) => t,
+            None => {
+                owned = PackedTaps::new(table, wv, w.shape)?;
+                &owned
+            }
+        };
+        let (buf, pack) = scratch.split(conv_taps::scratch_len(&g, cin, cout));
+        let e = TapEpilogue { bias: bv, activation, residual, residual_first: fused.residual_first };
+        if conv_taps::conv_taps(table, xv, taps, &e, &g, (batch, cin, cout), ov, buf, pack) {
+            return Ok(());
+        }
+    }
+    // A packing of A per group, if this weight has one.
+    let packed = packed.filter(|p| p.groups.len() == groups);
     // Each GEMM writes its own block of output (beta = 0), and adds the
     // bias of its output channels (rows) in its epilogue.
     let pointwise = ksp == 1 && g.stride == [1; 3] && g.pad == [0; 3];

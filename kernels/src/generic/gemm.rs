@@ -814,6 +814,105 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     }
 }
 
+/// One term of [`gemm_sum_packed`]: rows `k0..k1` of the packed B times an
+/// m×(k1 - k0) A read in place (`a[i*lda + p]`; a convolution's taps read
+/// overlapping rows of one image, so `lda` may be less than `k1 - k0`).
+#[derive(Copy, Clone)]
+pub(crate) struct SumTerm<'a> {
+    pub(crate) a: &'a [f32],
+    pub(crate) lda: usize,
+    pub(crate) k0: usize,
+    pub(crate) k1: usize,
+}
+
+/// C = Σ A_t·B[k0_t..k1_t] over `term(t)`, t < `terms` (C m×n,
+/// `c[i*ldc + j]`; B packed once), then `epilogue`, with the table's direct
+/// kernel (A read in place, no packing at all): a convolution as one GEMM
+/// per kernel tap (or row of taps). One parallel job: each item owns a
+/// (row block, column group) rectangle of C and, tile by tile, runs every
+/// term over the tile (cut where B's K slices end) while it is in L1; each
+/// element is the same sum in the same order whatever the thread count.
+/// False (C untouched) when the table has no direct kernel or `b` does not
+/// fit it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_sum_packed<'a>(
+    table: &KernelTable,
+    m: usize,
+    b: &PackedB,
+    terms: usize,
+    term: &(dyn Fn(usize) -> SumTerm<'a> + Sync),
+    c: &mut [f32],
+    ldc: usize,
+    epilogue: Epilogue<'_>,
+    threads: &Threads,
+) -> bool {
+    let ukr = &table.gemm;
+    let Some(kernel) = ukr.direct else { return false };
+    if terms == 0 || !b.fits(table) {
+        return false;
+    }
+    let (n, nr) = (b.n, ukr.nr);
+    if m == 0 || n == 0 {
+        return true;
+    }
+    // Every tile and every row of A stays in bounds (callers size them; a
+    // bug here must not reach memory through the tiles' raw pointers).
+    assert!(needed(m, n, ldc).is_some_and(|v| v <= c.len()), "gemm sum: C too small");
+    let mut depth = 0;
+    for t in (0..terms).map(term) {
+        assert!(t.k0 < t.k1 && t.k1 <= b.k, "gemm sum: rows {}..{} of a {}-row B", t.k0, t.k1, b.k);
+        let view = AView { data: t.a, row_stride: t.lda, k_stride: 1 };
+        assert!(view.covers(m, t.k1 - t.k0), "gemm sum: A too small");
+        depth += t.k1 - t.k0;
+    }
+    let threads = if m * n * depth < PARALLEL_MIN_FLOPS { Threads::single() } else { *threads };
+    let (mc_block, _) = blocks(ukr);
+    let (row_blocks, strips) = (m.div_ceil(mc_block), n.div_ceil(nr));
+    let groups = column_groups(row_blocks, strips, threads.count(), 1);
+    let per_group = strips.div_ceil(groups);
+    let out = SharedMut(c.as_mut_ptr());
+    let data: &[f32] = bytemuck::cast_slice(&b.lines);
+    let npad = n.next_multiple_of(nr);
+    threads.for_each(row_blocks * groups, |item| {
+        let (ic, group) = ((item / groups) * mc_block, item % groups);
+        let mc = mc_block.min(m - ic);
+        for s in group * per_group..((group + 1) * per_group).min(strips) {
+            let (col0, cols) = (s * nr, nr.min(n - s * nr));
+            for ir in (ic..ic + mc).step_by(ukr.mr) {
+                let rows = ukr.mr.min(ic + mc - ir);
+                let mut first = true;
+                for t in 0..terms {
+                    let SumTerm { a, lda, k0, k1 } = term(t);
+                    // The term's rows of B, cut where B's K slices end.
+                    let mut p = k0;
+                    while p < k1 {
+                        let pc = p / b.kc * b.kc;
+                        let slice = b.kc.min(b.k - pc);
+                        let kc = k1.min(pc + slice) - p;
+                        let bstrip = &data[pc * npad + s * slice * nr + (p - pc) * nr..][..kc * nr];
+                        let view = AView { data: &a[ir * lda + (p - k0)..], row_stride: lda, k_stride: 1 };
+                        let last = t + 1 == terms && p + kc == k1;
+                        let combine = if first { Combine::Overwrite } else { Combine::Accumulate };
+                        let epilogue = if last { epilogue } else { Epilogue::default() };
+                        // SAFETY: C holds every (ir + i) * ldc + col0 + j for
+                        // i < rows, j < cols (checked above); work items'
+                        // rectangles partition C, so no other thread touches
+                        // these elements meanwhile.
+                        let mut tile = unsafe {
+                            let ptr = out.ptr().add(ir * ldc + col0);
+                            Tile::new(ptr, ldc, rows, cols, ir, col0, combine, epilogue)
+                        };
+                        kernel(kc, view, bstrip, &mut tile);
+                        first = false;
+                        p += kc;
+                    }
+                }
+            }
+        }
+    });
+    true
+}
+
 /// One work item's part of a K slice: rows `ic..ic + mc` of C, the NR-wide
 /// `strips` of the column block at `jc` (`nc` wide), K slice `pc..pc + kc`.
 struct Rect<'a> {

@@ -6,6 +6,7 @@ pub mod attention;
 pub(crate) mod common;
 pub mod conv;
 pub(crate) mod conv_depthwise;
+pub(crate) mod conv_taps;
 pub mod elementwise;
 pub mod fused;
 pub mod gemm;
