@@ -166,6 +166,9 @@ OPS = [
     ("kthvalue", ""), ("median", ""), ("nanmedian", ""), ("mode", ""),
     ("gcd", ""), ("lcm", ""), ("frexp", ""), ("ldexp", ""),
     ("matrix_exp", ""),
+    # the top refusals after that (issue 10): erfinv, index_reduce, unique, bincount
+    ("erfinv", ""), ("index_reduce", "prod"), ("index_reduce", "mean"), ("index_reduce", "amax"),
+    ("index_reduce", "amin"), ("unique", ""), ("unique_consecutive", ""), ("bincount", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -198,7 +201,7 @@ EXTRA_GROUPS = [
         "sort", "topk", "sum", "mean", "prod", "scatter_reduce.mean", "exp", "log", "tanh", "sigmoid", "F.gelu",
         "F.softplus", "F.mish", "pow", "div.no_rounding_mode", "atan2", "fmod", "remainder", "round",
         "frexp", "ldexp",
-        "matrix_exp",
+        "matrix_exp", "erfinv", "index_reduce.mean", "index_reduce.prod", "unique",
     ]),
     # i8 and u8: integer legalization wraps like torch (narrow overflow),
     # promotion of narrow ints (sum/prod/cumsum accumulate in i64, true
@@ -207,11 +210,13 @@ EXTRA_GROUPS = [
         "add", "sub", "mul", "rsub", "square", "pow", "abs", "neg", "sign", "bitwise_not", "div.no_rounding_mode",
         "div.trunc_rounding", "div.floor_rounding", "remainder", "fmod", "floor_divide", "clamp", "maximum", "eq",
         "lt", "where", "sum", "prod", "cumsum", "mean", "amax", "any", "argmax", "sort", "mm",
-        "scatter_add", "index_put", "F.interpolate.nearest", "gcd", "lcm",
+        "scatter_add", "index_put", "F.interpolate.nearest", "gcd", "lcm", "index_reduce.mean", "bincount",
+        "unique",
     ]),
     # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
     (("i32", "i16"), [
         "add", "mul", "div.floor_rounding", "remainder", "bitwise_not", "sum", "prod", "cumsum", "mm", "gcd", "lcm",
+        "bincount",
     ]),
 ]
 EXTRA = {}  # case op name -> extra dtypes (committed subset only)
@@ -228,12 +233,15 @@ MAX_NUMEL = 512
 # gather with an empty index of another rank, conv2d padding='same' needing
 # asymmetric padding, negative reflect/replicate padding.
 PICK = {"F.grid_sample": [4, 3, 9, 0, 12], "F.embedding_bag": [5, 8], "topk": [0, 7], "softmax": [0, 6],
-        "log_softmax": [0, 6], "gather": [0, 4], "F.conv2d": [0, 11], "F.pad.reflect": [0, 11], "F.pad.replicate": [0, 11], "cdist": [16, 13, 80, 144], "F.pdist": [3, 6, 7, 4]}
+        "log_softmax": [0, 6], "gather": [0, 4], "F.conv2d": [0, 11], "F.pad.reflect": [0, 11], "F.pad.replicate": [0, 11], "cdist": [16, 13, 80, 144], "F.pdist": [3, 6, 7, 4],
+        "unique": [202, 142, 0], "unique_consecutive": [94, 40, 0]}
 
 # (case op name, sample ("f32_0"), dtype or "*", flavour or "*") -> why kiln rejects it. Kept here
 # so that regenerating keeps the marks (`--remark` rewrites only the marks);
 # the conformance test fails on any other failure.
 KNOWN_UNSUPPORTED = {
+    ("bincount", "i64", "*"): "data-dependent length with no upper bound (OpInfo's program has no torch._check on it): kiln plans memory for the largest length (bincount.extra bounds it)",
+    ("bincount", "i32", "*"): "data-dependent length with no upper bound (OpInfo's program has no torch._check on it): kiln plans memory for the largest length (bincount.extra bounds it)",
     ("F.batch_norm", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("_native_batch_norm_legit", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("_native_batch_norm_legit", "f32_1", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
@@ -555,12 +563,21 @@ FFT_CASES = [
     (lambda x: torch.view_as_real(torch.fft.fft2(x)), [(2, 4, 6)]),
     (lambda x: torch.fft.ifft(torch.fft.rfft(x)).real, [(3, 16)]),
 ]
+def bounded_bincount(x):
+    """Weighted bincount with minlength, its length bounded by torch._check."""
+    counts = torch.bincount(x.abs() % 9, weights=x.float() * 0.5, minlength=4)
+    torch._check(counts.size(0) <= 16)
+    return counts
+
+
 COMPOSITE = {
     "fft": ([f for f, _ in FFT_CASES], [shapes for _, shapes in FFT_CASES], ("f32", "f64")),
     "einsum": ([lambda *t, eq=eq: torch.einsum(eq, *t) for eq, _ in EINSUM_EQUATIONS], [shapes for _, shapes in EINSUM_EQUATIONS],
                ("f32", "f64", "f16", "bf16", "i64", "i8")),
     # In-place forms training IR keeps (EfficientNet's nn.Dropout(inplace=True) → aten.dropout_).
     "inplace": ([lambda x: torch.nn.functional.dropout(x * 2, 0.2, training=False, inplace=True)], [[(3, 4)]], ("f32",)),
+    # bincount of int32/int64 with its length bounded in the program (OpInfo's samples leave it unbounded).
+    "bincount": ([bounded_bincount], [[(12,)]], ("i64", "i32", "u8")),
 }
 
 

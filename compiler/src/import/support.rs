@@ -85,9 +85,12 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["upsample_bicubic2d"], dtypes: DT_FLOAT_U8, note: "A = -0.75, border-clamped taps, align_corners; gathers and weight constants computed as torch's CPU kernels do (f16/bf16 weights rounded to the dtype, sums in f32; uint8 in its fixed-point arithmetic); static spatial sizes" },
     OpSupport { names: &["sym_size", "sym_numel", "sym_stride", "sym_storage_offset"], dtypes: DT_NONE, note: "shape arithmetic; strides are contiguous, storage offsets 0" },
     OpSupport { names: &["nonzero", "nonzero_numpy", "argwhere", "nonzero_static"], dtypes: DT_ALL, note: "data-dependent size: counted and bound at run time (CPU), memory planned for the input's element count" },
+    OpSupport { names: &["_unique2", "unique_consecutive"], dtypes: DT_ALL, note: "without dim: data-dependent size bound at run time like nonzero's (at most the input's element count); stable sort (NaN last, each NaN distinct), run starts, inverse by scatter, counts by scatter-add" },
+    OpSupport { names: &["bincount"], dtypes: DT_INT, note: "data-dependent length max(max + 1, minlength) bound at run time; memory for its upper bound: the program's `torch._check(out.size(0) <= N)`, else uint8 256, int8 128, int16 32768 (int32/int64 without a bound refused); weights summed in the output dtype" },
     OpSupport { names: &["_local_scalar_dense", "item"], dtypes: DT_ALL, note: "`.item()`: as an operand of arithmetic, read as a 0-d tensor; as a size, bound at run time within its `torch._check` bounds (an upper bound is required); other uses need compile-time values" },
     OpSupport { names: &["take_along_dim"], dtypes: DT_ALL, note: "a broadcast gather; negative indices count from the end" },
     OpSupport { names: &["index_add", "index_copy", "index_fill"], dtypes: DT_ALL, note: "index_put along one dim (index_add accumulates duplicates); index at most 1-d" },
+    OpSupport { names: &["index_reduce"], dtypes: DT_NUMERIC, note: "prod/mean/amax/amin, include_self or not: scatter_reduce along one dim with the index broadcast over the source; index at most 1-d" },
     OpSupport { names: &["pixel_shuffle", "pixel_unshuffle"], dtypes: DT_ALL, note: "reshape, permute, reshape" },
     OpSupport { names: &["im2col"], dtypes: DT_ALL, note: "`F.unfold`: zero padding and a gather at patch-position constants; static height and width" },
     OpSupport { names: &["unfold"], dtypes: DT_ALL, note: "`Tensor.unfold`: a gather at window-position constants; the unfolded dim must be static" },
@@ -122,6 +125,7 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["kthvalue", "median", "nanmedian", "mode"], dtypes: DT_NUMERIC, note: "static length along `dim`; through the stable sort (NaN largest; median NaN if any, nanmedian skips them); among tied values kthvalue/median may return another index holding the value than torch's quickselect; mode: smallest most-frequent value, its last index (torch's for rows up to 16 elements), from pairwise counts (L² memory), also on bool" },
     OpSupport { names: &["linalg_matrix_exp", "matrix_exp"], dtypes: &["f64"], note: "scaling and squaring: degree-18 Taylor at 1-norm <= 1/2, then up to 64 squarings (a larger norm fails the run); f32/f16/bf16 refused: torch's f32 result misses the exact exponential by more than its tolerance on large norms (2e-3 relative on an OpInfo sample), and kiln does not reproduce its rounding" },
     OpSupport { names: &["gcd", "lcm"], dtypes: DT_INT, note: "Euclid's algorithm with C remainders, unrolled to the dtype's worst case (95 steps for i64)" },
+    OpSupport { names: &["erfinv", "special_erfinv"], dtypes: DT_ALL, note: "torch's CPU algorithm: rational first guess (central for abs(y) <= 0.7, tails beyond) and two Newton steps on erf, in the dtype (f16/bf16 in f32); ±inf at ±1, NaN outside [-1, 1]" },
     OpSupport { names: &["frexp", "ldexp"], dtypes: DT_FLOAT, note: "frexp in f64 (exact); i32 exponents; zero, ±inf and NaN keep their value with exponent 0" },
 ];
 
@@ -340,11 +344,12 @@ pub fn core_aten_status(overload: &str) -> Option<&'static str> {
 pub const REFUSED: &[(&str, &str)] = &[
     ("linalg_eigh (eigenvectors), linalg_eig, linalg_eigvals", "not implemented yet: eigenvectors' signs are LAPACK's choice, so they need a comparison up to sign (and complex results for eig)"),
     ("_linalg_svd, linalg_svd, linalg_svdvals, linalg_pinv, linalg_matrix_rank, linalg_lstsq", "not implemented yet (SVD-based; singular vectors compared up to sign)"),
-    ("bincount, _unique2, unique_consecutive, unique_dim", "data-dependent output sizes: not implemented yet"),
+    ("unique_dim, unique_consecutive with dim", "data-dependent output sizes of rows compared whole: not implemented yet"),
+    ("bincount without an upper bound on its length", "kiln plans memory for the largest length: an int32/int64 input needs `torch._check(out.size(0) <= N)` in the program"),
     ("quantile, nanquantile", "selection along a dim: not implemented yet"),
     ("linalg_matrix_exp, matrix_exp (f32, f16, bf16)", "torch's scaling and squaring in the dtype misses the exact exponential by more than its own tolerance on large norms; kiln computes f64 only"),
-    ("index_reduce, segment_reduce", "not implemented yet"),
-    ("special_modified_bessel_k0/k1, special_scaled_modified_bessel_k0/k1, special_airy_ai, erfinv, special_ndtri, igamma, igammac", "special functions not implemented yet"),
+    ("segment_reduce", "not implemented yet"),
+    ("special_modified_bessel_k0/k1, special_scaled_modified_bessel_k0/k1, special_airy_ai, special_ndtri, igamma, igammac", "special functions not implemented yet"),
     ("complex program inputs and outputs", "kiln has no complex dtype at its boundary (complex values live only inside a program)"),
     ("backward ops (`*_backward`)", "excluded: gradients are meaningless for inference"),
 ];

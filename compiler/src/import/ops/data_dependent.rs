@@ -8,7 +8,7 @@
 use super::shape::normalize_axis;
 use crate::import::importer::{invalid, unsupported, Importer, R};
 use crate::pt2::program::{Arg, Node, SymIntArg};
-use kiln_ir::{DType, Dim, Op, ReduceKind, TensorType, ValueId};
+use kiln_ir::{BinaryOp, DType, Dim, Op, ReduceKind, TensorType, ValueId};
 
 /// `aten::nonzero(Tensor self) -> Tensor` and `aten::argwhere(Tensor self)`.
 pub(super) fn nonzero(imp: &mut Importer, n: &Node) -> R<()> {
@@ -194,4 +194,181 @@ pub(super) fn local_scalar_dense(imp: &mut Importer, n: &Node) -> R<()> {
         }
         other => invalid(format!("expected a symbolic scalar output, found {other:?}")),
     }
+}
+
+/// `aten::_unique2(Tensor self, bool sorted=True, bool return_inverse=False,
+/// bool return_counts=False)` (`torch.unique` without `dim`) and
+/// `aten::unique_consecutive(Tensor self, bool return_inverse=False,
+/// bool return_counts=False, int? dim=None)` without `dim`: the distinct
+/// values of the flattened input, (for `_unique2`) ascending — torch's CPU
+/// kernel sorts whether or not `sorted` is set — with NaNs last, each NaN
+/// its own value (NaN ≠ NaN); the inverse (each element's position among the
+/// values, in the input's shape) and the counts when asked (else torch's
+/// empty `[0]`). A run starts wherever the (stably) sorted values differ
+/// from their predecessor; the number of runs is the output's symbol, bound
+/// like `nonzero`'s (its upper bound is the input's size).
+pub(super) fn unique(imp: &mut Importer, n: &Node, consecutive: bool) -> R<()> {
+    if consecutive && imp.opt_int(n, "dim")?.is_some() {
+        return unsupported("unique_consecutive along a dim (rows compared whole): not implemented yet");
+    }
+    let x = imp.tensor(n, "self")?;
+    let dtype = imp.ty(x).dtype;
+    let len = imp.ty(x).numel();
+    let flat = imp.push(Op::Reshape { shape: vec![len.clone()] }, vec![x])?;
+    // Sorted (and compared) as bytes for bool.
+    let key = if dtype == DType::Bool { imp.cast(flat, DType::U8) } else { flat };
+    let (sorted, perm) = if consecutive {
+        (key, None)
+    } else {
+        let sort = |imp: &mut Importer, indices| {
+            imp.push(Op::Sort { axis: 0, k: len.clone(), descending: false, indices }, vec![key])
+        };
+        (sort(imp, false)?, Some(sort(imp, true)?))
+    };
+    let firsts = run_starts(imp, sorted, &len)?;
+    let count = imp.out_ty(n, 0)?.shape.first().cloned().unwrap_or(Dim::Const(0));
+    let starts = nonzero_of(imp, firsts, &count)?;
+    let starts = imp.push(Op::Reshape { shape: vec![count.clone()] }, vec![starts])?;
+    let values = imp.push(Op::Gather { axis: 0 }, vec![sorted, starts])?;
+    let values = imp.cast(values, dtype);
+    imp.bind(n, 0, values)?;
+    let names: Vec<String> =
+        n.outputs.iter().map(|o| if let Arg::Tensor(t) = o { t.clone() } else { String::new() }).collect();
+    let wanted = |imp: &Importer, i: usize| names.get(i).is_some_and(|name| imp.is_used(name));
+    if !wanted(imp, 1) && !wanted(imp, 2) {
+        return Ok(());
+    }
+    // Each sorted element's run: (number of run starts up to it) - 1.
+    let starts_i64 = imp.cast(firsts, DType::I64);
+    let runs = imp.push(Op::CumSum { axis: 0 }, vec![starts_i64])?;
+    let group = imp.with_scalar(BinaryOp::Sub, runs, 1.0)?;
+    for i in [1, 2] {
+        if !wanted(imp, i) {
+            continue;
+        }
+        let ty = imp.out_ty(n, i)?;
+        let v = if ty.numel().as_const() == Some(0) {
+            // Not asked for: torch's empty tensor.
+            imp.push_typed(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty)
+        } else if i == 1 {
+            // Back to the input's order: inverse[perm[j]] = group[j].
+            let inverse = match perm {
+                Some(perm) => {
+                    let zeros = full(imp, 0.0, DType::I64, vec![len.clone()]);
+                    let op = Op::ScatterElements { axis: 0, reduce: None, include_self: true };
+                    imp.push(op, vec![zeros, perm, group])?
+                }
+                None => group,
+            };
+            imp.push_typed(Op::Reshape { shape: ty.shape.clone() }, vec![inverse], ty)
+        } else {
+            // counts[g] = the number of elements in run g.
+            let zeros = full(imp, 0.0, DType::I64, vec![count.clone()]);
+            let ones = full(imp, 1.0, DType::I64, vec![len.clone()]);
+            let op = Op::ScatterElements { axis: 0, reduce: Some(ReduceKind::Sum), include_self: true };
+            imp.push(op, vec![zeros, group, ones])?
+        };
+        imp.bind(n, i, v)?;
+    }
+    Ok(())
+}
+
+/// Bool `[len]`: true where element i of the 1-d `x` differs from element
+/// i - 1 (NaN differs from everything), and at 0.
+fn run_starts(imp: &mut Importer, x: ValueId, len: &Dim) -> R<ValueId> {
+    let ty = TensorType::new(DType::I64, vec![len.clone()]);
+    let pos = imp.push_typed(Op::Arange { start: 0.0, step: 1.0, len: len.clone(), dtype: DType::I64 }, vec![], ty);
+    let before = imp.with_scalar(BinaryOp::Sub, pos, 1.0)?;
+    let before = imp.with_scalar(BinaryOp::Max, before, 0.0)?;
+    let prev = imp.push(Op::Gather { axis: 0 }, vec![x, before])?;
+    let differs = imp.push(Op::Binary(BinaryOp::Ne), vec![x, prev])?;
+    let first = imp.with_scalar(BinaryOp::Eq, pos, 0.0)?;
+    imp.push(Op::Binary(BinaryOp::Or), vec![differs, first])
+}
+
+fn full(imp: &mut Importer, value: f64, dtype: DType, shape: Vec<Dim>) -> ValueId {
+    let ty = TensorType::new(dtype, shape.clone());
+    imp.push_typed(Op::Full { value, dtype, shape }, vec![], ty)
+}
+
+/// `aten::bincount(Tensor self, Tensor? weights=None, SymInt minlength=0)`:
+/// how often each value 0..=max occurs in the 1-d non-negative integer
+/// `self` (or the sum of its `weights`), at least `minlength` bins. The
+/// length, max(max(self) + 1, minlength), is data-dependent: it is bound at
+/// run time (`BindDim`) and the bins are one scatter-add into a buffer of the
+/// length's upper bound. That bound is the output symbol's (a
+/// `torch._check(out.size(0) <= N)` in the program sets it), else the input
+/// dtype's range (uint8: 256, int8: 128, int16: 32768); an unbounded length
+/// is a compile-time error saying so, and a value past the bound or a
+/// negative value fails the run.
+pub(super) fn bincount(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let xt = imp.ty(x).clone();
+    if xt.rank() != 1 || !xt.dtype.is_int() {
+        return invalid(format!("bincount takes a 1-d tensor of integers, found {} of rank {}", xt.dtype, xt.rank()));
+    }
+    let minlength = imp.int(n, "minlength", Some(0))?;
+    if minlength < 0 {
+        return invalid(format!("bincount: minlength {minlength} is negative"));
+    }
+    let out = imp.out_ty(n, 0)?;
+    let length = out.shape.first().cloned().unwrap_or(Dim::Const(0));
+    if let Dim::Sym(sym) = length {
+        let dtype_bound = match xt.dtype {
+            DType::U8 => Some(256),
+            DType::I8 => Some(128),
+            DType::I16 => Some(32768),
+            _ => None,
+        };
+        let s = &mut imp.g.symbols[sym];
+        s.max = match (s.max, dtype_bound.map(|b: i64| b.max(minlength))) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if s.max.is_none() {
+            return unsupported(format!(
+                "bincount of {}: its length `{}` (largest value + 1, at least minlength = {minlength}) has no upper \
+                 bound, and kiln plans memory for the largest length; bound it in the program (e.g. \
+                 `torch._check(counts.size(0) <= N)` after the call) or count a uint8/int8/int16 tensor",
+                xt.dtype, s.name
+            ));
+        }
+    } else if !matches!(length, Dim::Const(_)) {
+        return unsupported(format!(
+            "bincount whose length torch gives as `{}` (kiln binds a plain unbacked symbol)",
+            length.display(&imp.g.symbols)
+        ));
+    }
+    let idx = imp.cast(x, DType::I64);
+    let empty = xt.numel().as_const() == Some(0);
+    if let Dim::Sym(sym) = length {
+        if !imp.g.data_dependent_symbols().contains(&sym) {
+            let top = if empty {
+                imp.scalar_const(crate::import::importer::Scalar::Int(-1), DType::I64)
+            } else {
+                imp.push(Op::Reduce { kind: ReduceKind::Max, axes: vec![0], keep_dims: false }, vec![idx])?
+            };
+            let bins = imp.with_scalar(BinaryOp::Add, top, 1.0)?;
+            let bins = imp.with_scalar(BinaryOp::Max, bins, minlength as f64)?;
+            imp.g.add_node(Op::BindDim { symbol: sym }, vec![bins], Vec::new(), imp.loc());
+        }
+    }
+    if !empty {
+        // torch raises on a negative value; the scatter would too, less clearly.
+        let low = imp.push(Op::Reduce { kind: ReduceKind::Min, axes: vec![0], keep_dims: false }, vec![idx])?;
+        let ok = imp.with_scalar(BinaryOp::Ge, low, 0.0)?;
+        let message = "bincount only supports 1-d non-negative integral inputs.".to_string();
+        let loc = imp.loc();
+        imp.g.add_node(Op::Assert { message }, vec![ok], Vec::new(), loc);
+    }
+    let counts = full(imp, 0.0, out.dtype, vec![length]);
+    let src = match imp.opt_tensor(n, "weights")? {
+        Some(w) => imp.cast(w, out.dtype),
+        None => full(imp, 1.0, out.dtype, xt.shape.clone()),
+    };
+    let v = imp.push(
+        Op::ScatterElements { axis: 0, reduce: Some(ReduceKind::Sum), include_self: true },
+        vec![counts, idx, src],
+    )?;
+    imp.bind(n, 0, v)
 }
