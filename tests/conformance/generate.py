@@ -40,7 +40,9 @@ EXTRA_GROUPS (they cover every dtype); --dtypes and --ops filter it.
 Beyond OpInfo: DIRECT calls the Core ATen overloads no sample reaches in an
 exported graph (cases `aten.<overload>`, every dtype torch's CPU accepts,
 training IR kept for every dtype), and COMPOSITE adds programs OpInfo leaves
-out (einsum equations, FFT programs; cases `<name>.extra`). topk cases carry a
+out (einsum equations, FFT programs, erfinv over its whole domain, bincount
+with a bounded length; cases `<name>.extra`; inputs random in [-4, 5) unless
+the entry gives a maker). topk cases carry a
 `ties` entry: their indices are checked by what they select (see tie_order).
 The conformance test turns all runs into a Core ATen coverage table and fails
 below 95 % (tests/src/coverage.rs).
@@ -563,6 +565,15 @@ FFT_CASES = [
     (lambda x: torch.view_as_real(torch.fft.fft2(x)), [(2, 4, 6)]),
     (lambda x: torch.fft.ifft(torch.fft.rfft(x)).real, [(3, 16)]),
 ]
+def erfinv_grid(dtype):
+    """401 points over [-0.99999, 0.99999] (denser in the tails), then ±1
+    (±inf), ±0, outside the domain (NaN) and NaN."""
+    t = torch.linspace(-1, 1, 401, dtype=torch.float64)
+    inner = torch.sign(t) * (1 - (1 - t.abs()) ** 2) * 0.99999
+    edges = torch.tensor([1.0, -1.0, 0.0, -0.0, 1.5, -2.0, float("nan")], dtype=torch.float64)
+    return torch.cat([inner, edges]).to(dtype)
+
+
 def bounded_bincount(x):
     """Weighted bincount with minlength, its length bounded by torch._check."""
     counts = torch.bincount(x.abs() % 9, weights=x.float() * 0.5, minlength=4)
@@ -578,12 +589,14 @@ COMPOSITE = {
     "inplace": ([lambda x: torch.nn.functional.dropout(x * 2, 0.2, training=False, inplace=True)], [[(3, 4)]], ("f32",)),
     # bincount of int32/int64 with its length bounded in the program (OpInfo's samples leave it unbounded).
     "bincount": ([bounded_bincount], [[(12,)]], ("i64", "i32", "u8")),
+    # erfinv over its whole domain (OpInfo samples only a few points), with its edges.
+    "erfinv": ([torch.erfinv], [[(408,)]], ("f32", "f64"), lambda dtype, k: [erfinv_grid(dtype)]),
 }
 
 
 def composite_cases(args, manifest, only):
     """Builds the COMPOSITE cases into args.out and manifest."""
-    for name, (fns, shapes, dtypes) in COMPOSITE.items():
+    for name, (fns, shapes, dtypes, *make) in COMPOSITE.items():
         cname = f"{name}.extra"
         if only and cname not in only:
             continue
@@ -593,7 +606,7 @@ def composite_cases(args, manifest, only):
             count = len(fns) if dname == "f32" or args.full else 1
             for k in range(count):
                 torch.manual_seed(k)
-                inputs = [rnd(sh, dtype, -4, 5) for sh in shapes[k]]
+                inputs = make[0](dtype, k) if make else [rnd(sh, dtype, -4, 5) for sh in shapes[k]]
                 mod = DirectModule(fns[k]).eval()
                 with torch.no_grad():
                     outputs = [mod(*inputs).detach().clone().contiguous()]
