@@ -171,6 +171,7 @@ OPS = [
     # the top refusals after that (issue 10): erfinv, index_reduce, unique, bincount
     ("erfinv", ""), ("index_reduce", "prod"), ("index_reduce", "mean"), ("index_reduce", "amax"),
     ("index_reduce", "amin"), ("unique", ""), ("unique_consecutive", ""), ("bincount", ""),
+    ("searchsorted", ""), ("bucketize", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -233,10 +234,13 @@ MAX_NUMEL = 512
 # matrix-product p=2 and broadcast p=1, pdist p=2 and p=10, embedding_bag with
 # padding_idx=-1 and with max_norm (renorm), 0-d topk/softmax/log_softmax and
 # gather with an empty index of another rank, conv2d padding='same' needing
-# asymmetric padding, negative reflect/replicate padding.
+# asymmetric padding, negative reflect/replicate padding; unique/unique_consecutive with inverse
+# and counts on data with repeats, searchsorted with a sorter (n-d and 1-d sequences), bucketize
+# right=True on ints (ties).
 PICK = {"F.grid_sample": [4, 3, 9, 0, 12], "F.embedding_bag": [5, 8], "topk": [0, 7], "softmax": [0, 6],
         "log_softmax": [0, 6], "gather": [0, 4], "F.conv2d": [0, 11], "F.pad.reflect": [0, 11], "F.pad.replicate": [0, 11], "cdist": [16, 13, 80, 144], "F.pdist": [3, 6, 7, 4],
-        "unique": [202, 142, 0], "unique_consecutive": [94, 40, 0]}
+        "unique": [202, 142, 0], "unique_consecutive": [94, 40, 0], "searchsorted": [166, 43, 76, 163],
+        "bucketize": [9, 14, 4]}
 
 # (case op name, sample ("f32_0"), dtype or "*", flavour or "*") -> why kiln rejects it. Kept here
 # so that regenerating keeps the marks (`--remark` rewrites only the marks);

@@ -88,6 +88,8 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         ("empty_permuted", _) => redirect(imp, n, "empty", "memory_format", &[]),
         ("histc", _) => histc(imp, n),
         ("erfinv" | "special_erfinv", _) => erfinv(imp, n),
+        ("searchsorted", _) => searchsorted(imp, n, "sorted_sequence", "self"),
+        ("bucketize", _) => searchsorted(imp, n, "boundaries", "self"),
 
         // More of what training IR keeps (import/ops/training_ir.rs).
         ("alias_copy" | "as_strided_copy" | "diagonal_copy" | "expand_copy", _) => copy(imp, n, name, overload),
@@ -1797,4 +1799,52 @@ fn copysign_of(imp: &mut Importer, m: ValueId, s: ValueId) -> R<ValueId> {
     let neg = un(imp, U::Neg, a)?;
     let negative = signbit_of(imp, s)?;
     select(imp, negative, neg, a)
+}
+
+/// `aten::searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *,
+/// bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None)`
+/// (and `.Scalar`), `aten::bucketize.Tensor(Tensor self, Tensor boundaries, *,
+/// bool out_int32=False, bool right=False)` (and `.Scalar`): for each value,
+/// the number of sequence entries before which torch's binary search stops —
+/// on the left side those with `!(s >= v)`, on the right `!(s > v)` (so a
+/// NaN value lands past the end, as in torch). Counted by one broadcast
+/// comparison and a sum over the sequence axis: O(values × sequence) work,
+/// no data-dependent loop. A 1-d sequence serves every value; an n-d one
+/// is searched row by row (its leading dims match the values').
+fn searchsorted(imp: &mut Importer, n: &Node, seq_key: &str, values_key: &str) -> R<()> {
+    let mut seq = imp.tensor(n, seq_key)?;
+    let dtype = imp.ty(seq).dtype;
+    let values = float_in(imp, n, values_key, dtype)?;
+    if imp.ty(seq).rank() == 0 {
+        return invalid(format!("{seq_key} must not be 0-d"));
+    }
+    let right = match imp.arg(n, "side") {
+        Some(Arg::Str(side)) if side == "left" => false,
+        Some(Arg::Str(side)) if side == "right" => true,
+        Some(Arg::Str(other)) => return invalid(format!("searchsorted side `{other}` (expected left or right)")),
+        _ => imp.bool(n, "right", false)?,
+    };
+    let last = imp.ty(seq).rank() - 1;
+    if let Some(sorter) = imp.opt_tensor(n, "sorter")? {
+        let sorter = imp.cast(sorter, DType::I64);
+        seq = imp.push(Op::GatherElements { axis: last }, vec![seq, sorter])?;
+    }
+    let value_shape = shape_of(imp, values);
+    // values [.., M] -> [.., M, 1]; an n-d sequence [.., N] -> [.., 1, N].
+    let mut with_one = value_shape.clone();
+    with_one.push(Dim::Const(1));
+    let v = reshape(imp, values, with_one)?;
+    let s = if last == 0 {
+        seq
+    } else {
+        let mut shape = shape_of(imp, seq);
+        shape.insert(last, Dim::Const(1));
+        reshape(imp, seq, shape)?
+    };
+    let stops = bin(imp, if right { B::Gt } else { B::Ge }, s, v)?;
+    let before = un(imp, U::Not, stops)?;
+    let before = imp.cast(before, DType::I64);
+    let axis = imp.ty(before).rank() - 1;
+    let count = reduce(imp, before, ReduceKind::Sum, vec![axis], false)?;
+    finish(imp, n, 0, count)
 }
