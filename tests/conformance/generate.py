@@ -41,7 +41,7 @@ Beyond OpInfo: DIRECT calls the Core ATen overloads no sample reaches in an
 exported graph (cases `aten.<overload>`, every dtype torch's CPU accepts,
 training IR kept for every dtype), and COMPOSITE adds programs OpInfo leaves
 out (einsum equations, FFT programs, erfinv over its whole domain, bincount
-with a bounded length; cases `<name>.extra`; inputs random in [-4, 5) unless
+with a bounded length, quantiles of rows with NaNs; cases `<name>.extra`; inputs random in [-4, 5) unless
 the entry gives a maker). topk cases carry a
 `ties` entry: their indices are checked by what they select (see tie_order).
 The conformance test turns all runs into a Core ATen coverage table and fails
@@ -171,7 +171,7 @@ OPS = [
     # the top refusals after that (issue 10): erfinv, index_reduce, unique, bincount
     ("erfinv", ""), ("index_reduce", "prod"), ("index_reduce", "mean"), ("index_reduce", "amax"),
     ("index_reduce", "amin"), ("unique", ""), ("unique_consecutive", ""), ("bincount", ""),
-    ("searchsorted", ""), ("bucketize", ""),
+    ("searchsorted", ""), ("bucketize", ""), ("quantile", ""), ("nanquantile", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -236,11 +236,11 @@ MAX_NUMEL = 512
 # gather with an empty index of another rank, conv2d padding='same' needing
 # asymmetric padding, negative reflect/replicate padding; unique/unique_consecutive with inverse
 # and counts on data with repeats, searchsorted with a sorter (n-d and 1-d sequences), bucketize
-# right=True on ints (ties).
+# right=True on ints (ties), (nan)quantile with a q tensor and keepdim, midpoint on 4-d, no dim.
 PICK = {"F.grid_sample": [4, 3, 9, 0, 12], "F.embedding_bag": [5, 8], "topk": [0, 7], "softmax": [0, 6],
         "log_softmax": [0, 6], "gather": [0, 4], "F.conv2d": [0, 11], "F.pad.reflect": [0, 11], "F.pad.replicate": [0, 11], "cdist": [16, 13, 80, 144], "F.pdist": [3, 6, 7, 4],
         "unique": [202, 142, 0], "unique_consecutive": [94, 40, 0], "searchsorted": [166, 43, 76, 163],
-        "bucketize": [9, 14, 4]}
+        "bucketize": [9, 14, 4], "quantile": [47, 57, 21], "nanquantile": [47, 57, 21]}
 
 # (case op name, sample ("f32_0"), dtype or "*", flavour or "*") -> why kiln rejects it. Kept here
 # so that regenerating keeps the marks (`--remark` rewrites only the marks);
@@ -578,6 +578,24 @@ def erfinv_grid(dtype):
     return torch.cat([inner, edges]).to(dtype)
 
 
+def quantiles_with_nans(x):
+    """quantile and nanquantile in the modes OpInfo leaves out (lower, higher,
+    nearest), on rows with NaNs, one all-NaN row and ties."""
+    q = torch.tensor([0.0, 0.25, 0.5, 0.9, 1.0], dtype=x.dtype)
+    parts = [torch.quantile(x, q, dim=1, interpolation=m) for m in ("lower", "higher", "nearest", "linear")]
+    parts += [torch.nanquantile(x, q, dim=1, interpolation=m) for m in ("lower", "nearest", "midpoint", "linear")]
+    parts.append(torch.nanquantile(x, 0.3, dim=0, keepdim=True))
+    return torch.cat([p.flatten() for p in parts])
+
+
+def rows_with_nans(dtype, k):
+    torch.manual_seed(k)
+    x = torch.round(torch.randn(5, 7, dtype=torch.float64) * 4) / 4  # ties
+    x[1, 2] = x[3, 0] = x[3, 5] = float("nan")
+    x[4] = float("nan")
+    return [x.to(dtype)]
+
+
 def bounded_bincount(x):
     """Weighted bincount with minlength, its length bounded by torch._check."""
     counts = torch.bincount(x.abs() % 9, weights=x.float() * 0.5, minlength=4)
@@ -595,6 +613,7 @@ COMPOSITE = {
     "bincount": ([bounded_bincount], [[(12,)]], ("i64", "i32", "u8")),
     # erfinv over its whole domain (OpInfo samples only a few points), with its edges.
     "erfinv": ([torch.erfinv], [[(408,)]], ("f32", "f64"), lambda dtype, k: [erfinv_grid(dtype)]),
+    "quantile": ([quantiles_with_nans], [[(5, 7)]], ("f32", "f64"), rows_with_nans),
 }
 
 

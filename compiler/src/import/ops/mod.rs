@@ -20,6 +20,7 @@ mod nn;
 mod number;
 mod patches;
 mod quant;
+mod quantile;
 mod random;
 mod resize;
 mod selection;
@@ -369,6 +370,8 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "_unique2" => data_dependent::unique(imp, n, false),
         "unique_consecutive" => data_dependent::unique(imp, n, true),
         "bincount" => data_dependent::bincount(imp, n),
+        "quantile" => quantile::quantile(imp, n, false),
+        "nanquantile" => quantile::quantile(imp, n, true),
         "nonzero_numpy" => data_dependent::nonzero_numpy(imp, n),
         "_local_scalar_dense" | "item" => data_dependent::local_scalar_dense(imp, n),
         _ => composite::dispatch(imp, n, name, overload),
