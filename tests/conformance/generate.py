@@ -41,7 +41,8 @@ Beyond OpInfo: DIRECT calls the Core ATen overloads no sample reaches in an
 exported graph (cases `aten.<overload>`, every dtype torch's CPU accepts,
 training IR kept for every dtype), and COMPOSITE adds programs OpInfo leaves
 out (einsum equations, FFT programs, erfinv over its whole domain, bincount
-with a bounded length, quantiles of rows with NaNs; cases `<name>.extra`; inputs random in [-4, 5) unless
+with a bounded length, quantiles of rows with NaNs, Bessel K over both
+series' ranges; cases `<name>.extra`; inputs random in [-4, 5) unless
 the entry gives a maker). topk cases carry a
 `ties` entry: their indices are checked by what they select (see tie_order).
 The conformance test turns all runs into a Core ATen coverage table and fails
@@ -172,6 +173,8 @@ OPS = [
     ("erfinv", ""), ("index_reduce", "prod"), ("index_reduce", "mean"), ("index_reduce", "amax"),
     ("index_reduce", "amin"), ("unique", ""), ("unique_consecutive", ""), ("bincount", ""),
     ("searchsorted", ""), ("bucketize", ""), ("quantile", ""), ("nanquantile", ""),
+    ("special.modified_bessel_k0", ""), ("special.modified_bessel_k1", ""),
+    ("special.scaled_modified_bessel_k0", ""), ("special.scaled_modified_bessel_k1", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -596,6 +599,23 @@ def rows_with_nans(dtype, k):
     return [x.to(dtype)]
 
 
+def bessel_k_all(x):
+    """K0, K1 and their scaled forms, side by side."""
+    sp = torch.special
+    fns = (sp.modified_bessel_k0, sp.modified_bessel_k1, sp.scaled_modified_bessel_k0, sp.scaled_modified_bessel_k1)
+    return torch.cat([f(x) for f in fns])
+
+
+def bessel_k_grid(dtype, k):
+    """Both series' ranges: (0, 2] densely (the log term), around 2 (the
+    switch), out to 80 (K underflows, scaled K does not), and 0 (+inf),
+    negative (NaN), NaN."""
+    near = torch.linspace(1e-3, 2, 120, dtype=torch.float64)
+    far = torch.logspace(0.302, 1.9, 120, dtype=torch.float64)
+    edges = torch.tensor([0.0, -1.0, float("nan"), 2.0, 2.0000001, 1e-30], dtype=torch.float64)
+    return [torch.cat([near, far, edges]).to(dtype)]
+
+
 def bounded_bincount(x):
     """Weighted bincount with minlength, its length bounded by torch._check."""
     counts = torch.bincount(x.abs() % 9, weights=x.float() * 0.5, minlength=4)
@@ -614,6 +634,7 @@ COMPOSITE = {
     # erfinv over its whole domain (OpInfo samples only a few points), with its edges.
     "erfinv": ([torch.erfinv], [[(408,)]], ("f32", "f64"), lambda dtype, k: [erfinv_grid(dtype)]),
     "quantile": ([quantiles_with_nans], [[(5, 7)]], ("f32", "f64"), rows_with_nans),
+    "bessel_k": ([bessel_k_all], [[(246,)]], ("f32", "f64"), bessel_k_grid),
 }
 
 

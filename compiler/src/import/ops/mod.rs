@@ -5,6 +5,7 @@
 
 mod activation;
 mod batch_norm;
+mod bessel_k;
 mod composite;
 mod conv_transpose_slow;
 mod data_dependent;
@@ -371,6 +372,10 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "unique_consecutive" => data_dependent::unique(imp, n, true),
         "bincount" => data_dependent::bincount(imp, n),
         "quantile" => quantile::quantile(imp, n, false),
+        "special_modified_bessel_k0" => bessel_k::bessel_k(imp, n, 0, false),
+        "special_modified_bessel_k1" => bessel_k::bessel_k(imp, n, 1, false),
+        "special_scaled_modified_bessel_k0" => bessel_k::bessel_k(imp, n, 0, true),
+        "special_scaled_modified_bessel_k1" => bessel_k::bessel_k(imp, n, 1, true),
         "nanquantile" => quantile::quantile(imp, n, true),
         "nonzero_numpy" => data_dependent::nonzero_numpy(imp, n),
         "_local_scalar_dense" | "item" => data_dependent::local_scalar_dense(imp, n),
