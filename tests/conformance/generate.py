@@ -42,7 +42,7 @@ exported graph (cases `aten.<overload>`, every dtype torch's CPU accepts,
 training IR kept for every dtype), and COMPOSITE adds programs OpInfo leaves
 out (einsum equations, FFT programs, erfinv over its whole domain, bincount
 with a bounded length, quantiles of rows with NaNs, Bessel K over both
-series' ranges; cases `<name>.extra`; inputs random in [-4, 5) unless
+series' ranges, ndtri into both tails; cases `<name>.extra`; inputs random in [-4, 5) unless
 the entry gives a maker). topk cases carry a
 `ties` entry: their indices are checked by what they select (see tie_order).
 The conformance test turns all runs into a Core ATen coverage table and fails
@@ -174,7 +174,7 @@ OPS = [
     ("index_reduce", "amin"), ("unique", ""), ("unique_consecutive", ""), ("bincount", ""),
     ("searchsorted", ""), ("bucketize", ""), ("quantile", ""), ("nanquantile", ""),
     ("special.modified_bessel_k0", ""), ("special.modified_bessel_k1", ""),
-    ("special.scaled_modified_bessel_k0", ""), ("special.scaled_modified_bessel_k1", ""),
+    ("special.scaled_modified_bessel_k0", ""), ("special.scaled_modified_bessel_k1", ""), ("special.ndtri", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -616,6 +616,18 @@ def bessel_k_grid(dtype, k):
     return [torch.cat([near, far, edges]).to(dtype)]
 
 
+def ndtri_grid(dtype, k):
+    """ndtri over (0, 1): the central range, both tails down to 1e-300 (f64;
+    f32 to its smallest normal numbers), 1 - e^-2's neighbourhood, and 0, 1,
+    outside (NaN), NaN."""
+    tiny = -300 if dtype == torch.float64 else -37
+    tail = torch.logspace(tiny, -0.87, 120, dtype=torch.float64)
+    central = torch.linspace(0.14, 0.86, 81, dtype=torch.float64)
+    e2 = 0.1353352832366127
+    edges = torch.tensor([0.0, 1.0, -0.5, 1.5, float("nan"), e2, 1 - e2, 0.5], dtype=torch.float64)
+    return [torch.cat([tail, central, 1 - tail, edges]).to(dtype)]
+
+
 def bounded_bincount(x):
     """Weighted bincount with minlength, its length bounded by torch._check."""
     counts = torch.bincount(x.abs() % 9, weights=x.float() * 0.5, minlength=4)
@@ -635,6 +647,7 @@ COMPOSITE = {
     "erfinv": ([torch.erfinv], [[(408,)]], ("f32", "f64"), lambda dtype, k: [erfinv_grid(dtype)]),
     "quantile": ([quantiles_with_nans], [[(5, 7)]], ("f32", "f64"), rows_with_nans),
     "bessel_k": ([bessel_k_all], [[(246,)]], ("f32", "f64"), bessel_k_grid),
+    "ndtri": ([torch.special.ndtri], [[(329,)]], ("f32", "f64"), ndtri_grid),
 }
 
 

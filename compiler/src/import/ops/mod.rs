@@ -17,6 +17,7 @@ mod geometry;
 mod index_dim;
 mod indexing;
 pub(crate) mod linalg;
+mod ndtri;
 mod nn;
 mod number;
 mod patches;
@@ -372,6 +373,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "unique_consecutive" => data_dependent::unique(imp, n, true),
         "bincount" => data_dependent::bincount(imp, n),
         "quantile" => quantile::quantile(imp, n, false),
+        "special_ndtri" => ndtri::ndtri(imp, n),
         "special_modified_bessel_k0" => bessel_k::bessel_k(imp, n, 0, false),
         "special_modified_bessel_k1" => bessel_k::bessel_k(imp, n, 1, false),
         "special_scaled_modified_bessel_k0" => bessel_k::bessel_k(imp, n, 0, true),
