@@ -42,7 +42,7 @@ exported graph (cases `aten.<overload>`, every dtype torch's CPU accepts,
 training IR kept for every dtype), and COMPOSITE adds programs OpInfo leaves
 out (einsum equations, FFT programs, erfinv over its whole domain, bincount
 with a bounded length, quantiles of rows with NaNs, Bessel K over both
-series' ranges, ndtri into both tails; cases `<name>.extra`; inputs random in [-4, 5) unless
+series' ranges, ndtri into both tails, Airy Ai across its three forms; cases `<name>.extra`; inputs random in [-4, 5) unless
 the entry gives a maker). topk cases carry a
 `ties` entry: their indices are checked by what they select (see tie_order).
 The conformance test turns all runs into a Core ATen coverage table and fails
@@ -175,6 +175,7 @@ OPS = [
     ("searchsorted", ""), ("bucketize", ""), ("quantile", ""), ("nanquantile", ""),
     ("special.modified_bessel_k0", ""), ("special.modified_bessel_k1", ""),
     ("special.scaled_modified_bessel_k0", ""), ("special.scaled_modified_bessel_k1", ""), ("special.ndtri", ""),
+    ("special.airy_ai", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -628,6 +629,16 @@ def ndtri_grid(dtype, k):
     return [torch.cat([tail, central, 1 - tail, edges]).to(dtype)]
 
 
+def airy_grid(dtype, k):
+    """Ai over its three forms and their switches (-2.09, 2.09, 8.32 where the
+    series stops being computed, 103.892), and ±inf, NaN."""
+    parts = [torch.linspace(-30, -2.1, 80, dtype=torch.float64), torch.linspace(-2.09, 2.09, 100, dtype=torch.float64),
+             torch.linspace(2.1, 110, 80, dtype=torch.float64)]
+    edges = torch.tensor([-2.09, 2.09, 8.3203353, 103.892, 0.0, float("inf"), -float("inf"), float("nan")],
+                         dtype=torch.float64)
+    return [torch.cat(parts + [edges]).to(dtype)]
+
+
 def bounded_bincount(x):
     """Weighted bincount with minlength, its length bounded by torch._check."""
     counts = torch.bincount(x.abs() % 9, weights=x.float() * 0.5, minlength=4)
@@ -648,6 +659,7 @@ COMPOSITE = {
     "quantile": ([quantiles_with_nans], [[(5, 7)]], ("f32", "f64"), rows_with_nans),
     "bessel_k": ([bessel_k_all], [[(246,)]], ("f32", "f64"), bessel_k_grid),
     "ndtri": ([torch.special.ndtri], [[(329,)]], ("f32", "f64"), ndtri_grid),
+    "airy": ([torch.special.airy_ai], [[(268,)]], ("f32", "f64"), airy_grid),
 }
 
 

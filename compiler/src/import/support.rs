@@ -128,6 +128,7 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["quantile", "nanquantile"], dtypes: &["f32", "f64"], note: "torch's quantile_compute: stable sort (NaN last), ranks q·(n - 1) (NaN rows: the last; nanquantile: over the non-NaN count), all five interpolations (linear/midpoint through torch's lerp); static length along `dim`" },
     OpSupport { names: &["searchsorted", "bucketize"], dtypes: DT_NUMERIC, note: "left/right side, sorter, out_int32; a broadcast comparison summed over the sequence (values x sequence work and memory, no binary search); a NaN value lands past the end as in torch" },
     OpSupport { names: &["special_modified_bessel_k0", "special_modified_bessel_k1", "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1"], dtypes: DT_NUMERIC, note: "torch's Cephes series (Clenshaw in x² - 2 below 2 with the log·I0/I1 term, in 8/x - 2 above) in the dtype (f16/bf16 in f32); +inf at 0, NaN below" },
+    OpSupport { names: &["special_airy_ai"], dtypes: DT_NUMERIC, note: "torch's Cephes forms: asymptotic with sin/cos below -2.09, rational in 1/ζ from 2.09, 0 above 103.892; between, the power series unrolled to 16 terms, each lane stopping where torch's loop does (at the dtype's epsilon)" },
     OpSupport { names: &["special_ndtri"], dtypes: DT_NUMERIC, note: "torch's Cephes rational functions (central, tails split at z = 8, the upper half through 1 - y), in the dtype; -inf at 0, +inf at 1, NaN outside [0, 1]" },
     OpSupport { names: &["erfinv", "special_erfinv"], dtypes: DT_ALL, note: "torch's CPU algorithm: rational first guess (central for abs(y) <= 0.7, tails beyond) and two Newton steps on erf, in the dtype (f16/bf16 in f32); ±inf at ±1, NaN outside [-1, 1]" },
     OpSupport { names: &["frexp", "ldexp"], dtypes: DT_FLOAT, note: "frexp in f64 (exact); i32 exponents; zero, ±inf and NaN keep their value with exponent 0" },
@@ -352,7 +353,7 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("bincount without an upper bound on its length", "kiln plans memory for the largest length: an int32/int64 input needs `torch._check(out.size(0) <= N)` in the program"),
     ("linalg_matrix_exp, matrix_exp (f32, f16, bf16)", "torch's scaling and squaring in the dtype misses the exact exponential by more than its own tolerance on large norms; kiln computes f64 only"),
     ("segment_reduce", "not implemented yet"),
-    ("special_airy_ai, igamma, igammac (special_gammainc, special_gammaincc)", "special functions not implemented yet"),
+    ("igamma, igammac (special_gammainc, special_gammaincc)", "special functions not implemented yet"),
     ("complex program inputs and outputs", "kiln has no complex dtype at its boundary (complex values live only inside a program)"),
     ("backward ops (`*_backward`)", "excluded: gradients are meaningless for inference"),
 ];

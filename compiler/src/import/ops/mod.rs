@@ -4,6 +4,7 @@
 //! handler so the defaults can be checked against it.
 
 mod activation;
+mod airy;
 mod batch_norm;
 mod bessel_k;
 mod composite;
@@ -374,6 +375,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "bincount" => data_dependent::bincount(imp, n),
         "quantile" => quantile::quantile(imp, n, false),
         "special_ndtri" => ndtri::ndtri(imp, n),
+        "special_airy_ai" => airy::airy_ai(imp, n),
         "special_modified_bessel_k0" => bessel_k::bessel_k(imp, n, 0, false),
         "special_modified_bessel_k1" => bessel_k::bessel_k(imp, n, 1, false),
         "special_scaled_modified_bessel_k0" => bessel_k::bessel_k(imp, n, 0, true),

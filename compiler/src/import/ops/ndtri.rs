@@ -143,7 +143,7 @@ fn rational(imp: &mut Importer, z: ValueId, p: &[f64], q: &[f64]) -> R<ValueId> 
 
 /// Cephes' `polevl`: `(..(k[0]·t + k[1])·t + ..) + k[n-1]`, from the constant
 /// `k[0]` (torch starts from 0·t + k[0], the same value).
-fn polevl(imp: &mut Importer, t: ValueId, k: &[f64]) -> R<ValueId> {
+pub(super) fn polevl(imp: &mut Importer, t: ValueId, k: &[f64]) -> R<ValueId> {
     let dtype = imp.ty(t).dtype;
     let (first, rest) = k.split_first().expect("a polynomial has coefficients");
     let mut acc = imp.scalar_const(Scalar::Float(*first), dtype);
