@@ -89,7 +89,7 @@ const AGD: [f64; 10] = [
 ];
 
 /// 1/√π.
-const FRAC_1_SQRT_PI: f64 = 5.64189583547756286948e-01;
+const FRAC_1_SQRT_PI: f64 = 0.5641895835477563;
 /// The series' terms unrolled: more than the loop ever takes on its range.
 const SERIES_TERMS: usize = 16;
 
@@ -212,7 +212,7 @@ fn power_series(imp: &mut Importer, x: ValueId, dtype: DType) -> R<ValueId> {
         });
         (m, n) = (m2, n2);
     }
-    let cf = imp.with_scalar(B::Mul, f, 0.355028053887817239260)?;
-    let cg = imp.with_scalar(B::Mul, g, 0.258819403792806798405)?;
+    let cf = imp.with_scalar(B::Mul, f, 0.3550280538878172)?;
+    let cg = imp.with_scalar(B::Mul, g, 0.2588194037928068)?;
     imp.push(Op::Binary(B::Sub), vec![cf, cg])
 }
