@@ -42,7 +42,8 @@ exported graph (cases `aten.<overload>`, every dtype torch's CPU accepts,
 training IR kept for every dtype), and COMPOSITE adds programs OpInfo leaves
 out (einsum equations, FFT programs, erfinv over its whole domain, bincount
 with a bounded length, quantiles of rows with NaNs, Bessel K over both
-series' ranges, ndtri into both tails, Airy Ai across its three forms; cases `<name>.extra`; inputs random in [-4, 5) unless
+series' ranges, ndtri into both tails, Airy Ai across its three forms,
+unique along dims on rows with repeats; cases `<name>.extra`; inputs random in [-4, 5) unless
 the entry gives a maker). topk cases carry a
 `ties` entry: their indices are checked by what they select (see tie_order).
 The conformance test turns all runs into a Core ATen coverage table and fails
@@ -639,6 +640,24 @@ def airy_grid(dtype, k):
     return [torch.cat(parts + [edges]).to(dtype)]
 
 
+def unique_slices(x):
+    """unique and unique_consecutive of [8, 2, 3]'s slices along dim 0, with
+    inverse and counts, flattened side by side (in x's dtype: small ints).
+    (Along another dim torch's own Core ATen program fails to run: its
+    decomposition views a non-contiguous result.)"""
+    parts = [*torch.unique(x, dim=0, return_inverse=True, return_counts=True),
+             *torch.unique_consecutive(x, dim=0, return_inverse=True, return_counts=True)]
+    return torch.cat([t.reshape(-1).to(x.dtype) for t in parts])
+
+
+def repeated_rows(dtype, k):
+    """Rows of 0/1 with repeats, some consecutive, and a repeated column."""
+    torch.manual_seed(k)
+    base = torch.randint(0, 2, (4, 3))
+    x = base[[2, 0, 0, 1, 2, 2, 3, 0]]
+    return [torch.cat([x, x[:, :1], x[:, 1:]], dim=1).reshape(8, 2, 3).to(dtype)]
+
+
 def bounded_bincount(x):
     """Weighted bincount with minlength, its length bounded by torch._check."""
     counts = torch.bincount(x.abs() % 9, weights=x.float() * 0.5, minlength=4)
@@ -660,6 +679,7 @@ COMPOSITE = {
     "bessel_k": ([bessel_k_all], [[(246,)]], ("f32", "f64"), bessel_k_grid),
     "ndtri": ([torch.special.ndtri], [[(329,)]], ("f32", "f64"), ndtri_grid),
     "airy": ([torch.special.airy_ai], [[(268,)]], ("f32", "f64"), airy_grid),
+    "unique_dim": ([unique_slices], [[(8, 2, 3)]], ("f32", "i64"), repeated_rows),
 }
 
 

@@ -85,7 +85,7 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["upsample_bicubic2d"], dtypes: DT_FLOAT_U8, note: "A = -0.75, border-clamped taps, align_corners; gathers and weight constants computed as torch's CPU kernels do (f16/bf16 weights rounded to the dtype, sums in f32; uint8 in its fixed-point arithmetic); static spatial sizes" },
     OpSupport { names: &["sym_size", "sym_numel", "sym_stride", "sym_storage_offset"], dtypes: DT_NONE, note: "shape arithmetic; strides are contiguous, storage offsets 0" },
     OpSupport { names: &["nonzero", "nonzero_numpy", "argwhere", "nonzero_static"], dtypes: DT_ALL, note: "data-dependent size: counted and bound at run time (CPU), memory planned for the input's element count" },
-    OpSupport { names: &["_unique2", "unique_consecutive"], dtypes: DT_ALL, note: "without dim: data-dependent size bound at run time like nonzero's (at most the input's element count); stable sort (NaN last, each NaN distinct), run starts, inverse by scatter, counts by scatter-add" },
+    OpSupport { names: &["_unique2", "unique_consecutive", "unique_dim"], dtypes: DT_ALL, note: "data-dependent size bound at run time like nonzero's (at most the input's length); stable sort (NaN last, each NaN distinct), run starts, inverse by scatter, counts by scatter-add; along a dim: slices compared whole, sorted lexicographically by one stable sort per element position (static slices of at most 1024 elements)" },
     OpSupport { names: &["bincount"], dtypes: DT_INT, note: "data-dependent length max(max + 1, minlength) bound at run time; memory for its upper bound: the program's `torch._check(out.size(0) <= N)`, else uint8 256, int8 128, int16 32768 (int32/int64 without a bound refused); weights summed in the output dtype" },
     OpSupport { names: &["_local_scalar_dense", "item"], dtypes: DT_ALL, note: "`.item()`: as an operand of arithmetic, read as a 0-d tensor; as a size, bound at run time within its `torch._check` bounds (an upper bound is required); other uses need compile-time values" },
     OpSupport { names: &["take_along_dim"], dtypes: DT_ALL, note: "a broadcast gather; negative indices count from the end" },
@@ -349,7 +349,6 @@ pub fn core_aten_status(overload: &str) -> Option<&'static str> {
 pub const REFUSED: &[(&str, &str)] = &[
     ("linalg_eigh (eigenvectors), linalg_eig, linalg_eigvals", "not implemented yet: eigenvectors' signs are LAPACK's choice, so they need a comparison up to sign (and complex results for eig)"),
     ("_linalg_svd, linalg_svd, linalg_svdvals, linalg_pinv, linalg_matrix_rank, linalg_lstsq", "not implemented yet (SVD-based; singular vectors compared up to sign)"),
-    ("unique_dim, unique_consecutive with dim", "data-dependent output sizes of rows compared whole: not implemented yet"),
     ("bincount without an upper bound on its length", "kiln plans memory for the largest length: an int32/int64 input needs `torch._check(out.size(0) <= N)` in the program"),
     ("linalg_matrix_exp, matrix_exp (f32, f16, bf16)", "torch's scaling and squaring in the dtype misses the exact exponential by more than its own tolerance on large norms; kiln computes f64 only"),
     ("segment_reduce", "not implemented yet"),

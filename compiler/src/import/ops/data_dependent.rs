@@ -1,5 +1,6 @@
 //! Ops whose output sizes depend on tensor values: `nonzero` (and the boolean
-//! masks that index through it), and `.item()` (`_local_scalar_dense`).
+//! masks that index through it), `unique` and its forms, `bincount`, and
+//! `.item()` (`_local_scalar_dense`).
 //! torch.export names such a size with an unbacked symbol (`u0`); kiln binds
 //! it at run time with `Op::BindDim` from a count computed in the graph (or
 //! the `.item()` value), then runs the ops it shapes in buffers planned for
@@ -208,10 +209,12 @@ pub(super) fn local_scalar_dense(imp: &mut Importer, n: &Node) -> R<()> {
 /// from their predecessor; the number of runs is the output's symbol, bound
 /// like `nonzero`'s (its upper bound is the input's size).
 pub(super) fn unique(imp: &mut Importer, n: &Node, consecutive: bool) -> R<()> {
-    if consecutive && imp.opt_int(n, "dim")?.is_some() {
-        return unsupported("unique_consecutive along a dim (rows compared whole): not implemented yet");
-    }
     let x = imp.tensor(n, "self")?;
+    if consecutive {
+        if let Some(dim) = imp.opt_int(n, "dim")? {
+            return unique_rows(imp, n, x, dim, true);
+        }
+    }
     let dtype = imp.ty(x).dtype;
     let len = imp.ty(x).numel();
     let flat = imp.push(Op::Reshape { shape: vec![len.clone()] }, vec![x])?;
@@ -232,13 +235,108 @@ pub(super) fn unique(imp: &mut Importer, n: &Node, consecutive: bool) -> R<()> {
     let values = imp.push(Op::Gather { axis: 0 }, vec![sorted, starts])?;
     let values = imp.cast(values, dtype);
     imp.bind(n, 0, values)?;
+    bind_inverse_and_counts(imp, n, firsts, perm, &len, &count)
+}
+
+/// `aten::unique_dim(Tensor self, int dim, bool sorted=True, bool
+/// return_inverse=False, bool return_counts=False)` (`torch.unique(x, dim=d)`):
+/// the distinct slices along `dim`, compared whole.
+pub(super) fn unique_dim(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let dim = imp.int(n, "dim", None)?;
+    unique_rows(imp, n, x, dim, false)
+}
+
+/// The most elements a slice compared whole may have: sorting them
+/// lexicographically takes a stable sort per element position.
+const MAX_UNIQUE_ROW: i64 = 1024;
+
+/// `unique_dim` and `unique_consecutive` with `dim`: the slices of `x` along
+/// `dim` as rows; for `unique_dim` sorted lexicographically (torch's CPU
+/// kernel sorts whatever `sorted` says) by stable sorts from the last
+/// element position to the first; a run starts where a row differs from
+/// the previous one anywhere (NaN differs). Values are the runs' first rows,
+/// put back along `dim`; inverse and counts as for [`unique`].
+fn unique_rows(imp: &mut Importer, n: &Node, x: ValueId, dim: i64, consecutive: bool) -> R<()> {
+    let dtype = imp.ty(x).dtype;
+    let rank = imp.ty(x).rank();
+    if rank == 0 {
+        return invalid("unique along a dim of a 0-d tensor");
+    }
+    let axis = normalize_axis(dim, rank)?;
+    // [rows, the other dims in order] -> [rows, cols].
+    let mut order = vec![axis];
+    order.extend((0..rank).filter(|&a| a != axis));
+    let moved = if axis == 0 { x } else { imp.push(Op::Permute { perm: order.clone() }, vec![x])? };
+    let moved_shape = imp.ty(moved).shape.clone();
+    let len = moved_shape[0].clone();
+    let cols = match moved_shape[1..].iter().try_fold(1i64, |acc, d| d.as_const().map(|c| acc * c)) {
+        Some(c) if (1..=MAX_UNIQUE_ROW).contains(&c) => c,
+        _ => {
+            return unsupported(format!(
+                "unique along a dim whose slices are not a static 1..={MAX_UNIQUE_ROW} elements (kiln sorts them \
+                 one element position at a time)"
+            ))
+        }
+    };
+    let table = imp.push(Op::Reshape { shape: vec![len.clone(), Dim::Const(cols)] }, vec![moved])?;
+    let key = if dtype == DType::Bool { imp.cast(table, DType::U8) } else { table };
+    let (sorted, perm) = if consecutive {
+        (key, None)
+    } else {
+        let ty = TensorType::new(DType::I64, vec![len.clone()]);
+        let arange = Op::Arange { start: 0.0, step: 1.0, len: len.clone(), dtype: DType::I64 };
+        let mut perm = imp.push_typed(arange, vec![], ty);
+        for col in (0..cols).rev() {
+            let column = imp.push(Op::Slice { axis: 1, start: col, end: col + 1, step: 1 }, vec![key])?;
+            let column = imp.push(Op::Reshape { shape: vec![len.clone()] }, vec![column])?;
+            let keys = imp.push(Op::Gather { axis: 0 }, vec![column, perm])?;
+            let sort = Op::Sort { axis: 0, k: len.clone(), descending: false, indices: true };
+            let step = imp.push(sort, vec![keys])?;
+            perm = imp.push(Op::Gather { axis: 0 }, vec![perm, step])?;
+        }
+        (imp.push(Op::Gather { axis: 0 }, vec![key, perm])?, Some(perm))
+    };
+    let firsts = run_starts(imp, sorted, &len)?;
+    let count = imp.out_ty(n, 0)?.shape.get(axis).cloned().unwrap_or(Dim::Const(0));
+    let starts = nonzero_of(imp, firsts, &count)?;
+    let starts = imp.push(Op::Reshape { shape: vec![count.clone()] }, vec![starts])?;
+    let values = imp.push(Op::Gather { axis: 0 }, vec![sorted, starts])?;
+    let values = imp.cast(values, dtype);
+    let mut shape = moved_shape;
+    shape[0] = count.clone();
+    let values = imp.push(Op::Reshape { shape }, vec![values])?;
+    let values = if axis == 0 {
+        values
+    } else {
+        let mut back = vec![0; rank];
+        for (i, &a) in order.iter().enumerate() {
+            back[a] = i;
+        }
+        imp.push(Op::Permute { perm: back }, vec![values])?
+    };
+    imp.bind(n, 0, values)?;
+    bind_inverse_and_counts(imp, n, firsts, perm, &len, &count)
+}
+
+/// Outputs 1 (inverse) and 2 (counts) of the unique ops, when read: each
+/// sorted element's run is (the number of run starts up to it) - 1, put back
+/// in the input's order through `perm` (the sort's indices); the counts sum
+/// ones per run. A flag torch was not given leaves its empty `[0]`.
+fn bind_inverse_and_counts(
+    imp: &mut Importer,
+    n: &Node,
+    firsts: ValueId,
+    perm: Option<ValueId>,
+    len: &Dim,
+    count: &Dim,
+) -> R<()> {
     let names: Vec<String> =
         n.outputs.iter().map(|o| if let Arg::Tensor(t) = o { t.clone() } else { String::new() }).collect();
     let wanted = |imp: &Importer, i: usize| names.get(i).is_some_and(|name| imp.is_used(name));
     if !wanted(imp, 1) && !wanted(imp, 2) {
         return Ok(());
     }
-    // Each sorted element's run: (number of run starts up to it) - 1.
     let starts_i64 = imp.cast(firsts, DType::I64);
     let runs = imp.push(Op::CumSum { axis: 0 }, vec![starts_i64])?;
     let group = imp.with_scalar(BinaryOp::Sub, runs, 1.0)?;
@@ -248,10 +346,9 @@ pub(super) fn unique(imp: &mut Importer, n: &Node, consecutive: bool) -> R<()> {
         }
         let ty = imp.out_ty(n, i)?;
         let v = if ty.numel().as_const() == Some(0) {
-            // Not asked for: torch's empty tensor.
             imp.push_typed(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty)
         } else if i == 1 {
-            // Back to the input's order: inverse[perm[j]] = group[j].
+            // inverse[perm[j]] = group[j].
             let inverse = match perm {
                 Some(perm) => {
                     let zeros = full(imp, 0.0, DType::I64, vec![len.clone()]);
@@ -262,7 +359,6 @@ pub(super) fn unique(imp: &mut Importer, n: &Node, consecutive: bool) -> R<()> {
             };
             imp.push_typed(Op::Reshape { shape: ty.shape.clone() }, vec![inverse], ty)
         } else {
-            // counts[g] = the number of elements in run g.
             let zeros = full(imp, 0.0, DType::I64, vec![count.clone()]);
             let ones = full(imp, 1.0, DType::I64, vec![len.clone()]);
             let op = Op::ScatterElements { axis: 0, reduce: Some(ReduceKind::Sum), include_self: true };
@@ -273,15 +369,20 @@ pub(super) fn unique(imp: &mut Importer, n: &Node, consecutive: bool) -> R<()> {
     Ok(())
 }
 
-/// Bool `[len]`: true where element i of the 1-d `x` differs from element
-/// i - 1 (NaN differs from everything), and at 0.
+/// Bool `[len]`: true where row i of `x` (`[len]` or `[len, cols]`) differs
+/// from row i - 1 in any element (NaN differs from everything), and at 0.
 fn run_starts(imp: &mut Importer, x: ValueId, len: &Dim) -> R<ValueId> {
     let ty = TensorType::new(DType::I64, vec![len.clone()]);
     let pos = imp.push_typed(Op::Arange { start: 0.0, step: 1.0, len: len.clone(), dtype: DType::I64 }, vec![], ty);
     let before = imp.with_scalar(BinaryOp::Sub, pos, 1.0)?;
     let before = imp.with_scalar(BinaryOp::Max, before, 0.0)?;
     let prev = imp.push(Op::Gather { axis: 0 }, vec![x, before])?;
-    let differs = imp.push(Op::Binary(BinaryOp::Ne), vec![x, prev])?;
+    let mut differs = imp.push(Op::Binary(BinaryOp::Ne), vec![x, prev])?;
+    if imp.ty(differs).rank() == 2 {
+        let any = imp.cast(differs, DType::I64);
+        let any = imp.push(Op::Reduce { kind: ReduceKind::Max, axes: vec![1], keep_dims: false }, vec![any])?;
+        differs = imp.cast(any, DType::Bool);
+    }
     let first = imp.with_scalar(BinaryOp::Eq, pos, 0.0)?;
     imp.push(Op::Binary(BinaryOp::Or), vec![differs, first])
 }

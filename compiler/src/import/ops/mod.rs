@@ -372,6 +372,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "nonzero_static" => data_dependent::nonzero_static(imp, n),
         "_unique2" => data_dependent::unique(imp, n, false),
         "unique_consecutive" => data_dependent::unique(imp, n, true),
+        "unique_dim" => data_dependent::unique_dim(imp, n),
         "bincount" => data_dependent::bincount(imp, n),
         "quantile" => quantile::quantile(imp, n, false),
         "special_ndtri" => ndtri::ndtri(imp, n),
