@@ -43,7 +43,7 @@ training IR kept for every dtype), and COMPOSITE adds programs OpInfo leaves
 out (einsum equations, FFT programs, erfinv over its whole domain, bincount
 with a bounded length, quantiles of rows with NaNs, Bessel K over both
 series' ranges, ndtri into both tails, Airy Ai across its three forms,
-unique along dims on rows with repeats; cases `<name>.extra`; inputs random in [-4, 5) unless
+unique along dims on rows with repeats, segment_reduce without initial; cases `<name>.extra`; inputs random in [-4, 5) unless
 the entry gives a maker). topk cases carry a
 `ties` entry: their indices are checked by what they select (see tie_order).
 The conformance test turns all runs into a Core ATen coverage table and fails
@@ -176,7 +176,7 @@ OPS = [
     ("searchsorted", ""), ("bucketize", ""), ("quantile", ""), ("nanquantile", ""),
     ("special.modified_bessel_k0", ""), ("special.modified_bessel_k1", ""),
     ("special.scaled_modified_bessel_k0", ""), ("special.scaled_modified_bessel_k1", ""), ("special.ndtri", ""),
-    ("special.airy_ai", ""),
+    ("special.airy_ai", ""), ("_segment_reduce", "lengths"), ("_segment_reduce", "offsets"),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -241,11 +241,13 @@ MAX_NUMEL = 512
 # gather with an empty index of another rank, conv2d padding='same' needing
 # asymmetric padding, negative reflect/replicate padding; unique/unique_consecutive with inverse
 # and counts on data with repeats, searchsorted with a sorter (n-d and 1-d sequences), bucketize
-# right=True on ints (ties), (nan)quantile with a q tensor and keepdim, midpoint on 4-d, no dim.
+# right=True on ints (ties), (nan)quantile with a q tensor and keepdim, midpoint on 4-d, no dim,
+# segment_reduce mean with empty segments, prod on 2-d data.
 PICK = {"F.grid_sample": [4, 3, 9, 0, 12], "F.embedding_bag": [5, 8], "topk": [0, 7], "softmax": [0, 6],
         "log_softmax": [0, 6], "gather": [0, 4], "F.conv2d": [0, 11], "F.pad.reflect": [0, 11], "F.pad.replicate": [0, 11], "cdist": [16, 13, 80, 144], "F.pdist": [3, 6, 7, 4],
         "unique": [202, 142, 0], "unique_consecutive": [94, 40, 0], "searchsorted": [166, 43, 76, 163],
-        "bucketize": [9, 14, 4], "quantile": [47, 57, 21], "nanquantile": [47, 57, 21]}
+        "bucketize": [9, 14, 4], "quantile": [47, 57, 21], "nanquantile": [47, 57, 21],
+        "_segment_reduce.lengths": [22, 38, 26], "_segment_reduce.offsets": [22, 38, 26]}
 
 # (case op name, sample ("f32_0"), dtype or "*", flavour or "*") -> why kiln rejects it. Kept here
 # so that regenerating keeps the marks (`--remark` rewrites only the marks);
@@ -658,6 +660,20 @@ def repeated_rows(dtype, k):
     return [torch.cat([x, x[:, :1], x[:, 1:]], dim=1).reshape(8, 2, 3).to(dtype)]
 
 
+def segments_without_initial(x, lengths):
+    """segment_reduce's five reductions without `initial` (empty segments:
+    0, NaN, -inf, +inf, 1), side by side."""
+    return torch.cat([torch.segment_reduce(x, r, lengths=lengths).reshape(-1)
+                      for r in ("sum", "mean", "max", "min", "prod")])
+
+
+def segment_data(dtype, k):
+    torch.manual_seed(k)
+    x = torch.randn(7, 3, dtype=torch.float64)
+    x[5, 1] = float("nan")
+    return [x.to(dtype), torch.tensor([2, 0, 3, 0, 2])]
+
+
 def bounded_bincount(x):
     """Weighted bincount with minlength, its length bounded by torch._check."""
     counts = torch.bincount(x.abs() % 9, weights=x.float() * 0.5, minlength=4)
@@ -680,6 +696,7 @@ COMPOSITE = {
     "ndtri": ([torch.special.ndtri], [[(329,)]], ("f32", "f64"), ndtri_grid),
     "airy": ([torch.special.airy_ai], [[(268,)]], ("f32", "f64"), airy_grid),
     "unique_dim": ([unique_slices], [[(8, 2, 3)]], ("f32", "i64"), repeated_rows),
+    "segment_reduce": ([segments_without_initial], [[(7, 3), (5,)]], ("f32", "f64"), segment_data),
 }
 
 

@@ -26,6 +26,7 @@ mod quant;
 mod quantile;
 mod random;
 mod resize;
+mod segment_reduce;
 mod selection;
 mod shape;
 mod spatial;
@@ -376,6 +377,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "bincount" => data_dependent::bincount(imp, n),
         "quantile" => quantile::quantile(imp, n, false),
         "special_ndtri" => ndtri::ndtri(imp, n),
+        "segment_reduce" => segment_reduce::segment_reduce(imp, n),
         "special_airy_ai" => airy::airy_ai(imp, n),
         "special_modified_bessel_k0" => bessel_k::bessel_k(imp, n, 0, false),
         "special_modified_bessel_k1" => bessel_k::bessel_k(imp, n, 1, false),
