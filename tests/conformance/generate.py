@@ -177,6 +177,7 @@ OPS = [
     ("special.modified_bessel_k0", ""), ("special.modified_bessel_k1", ""),
     ("special.scaled_modified_bessel_k0", ""), ("special.scaled_modified_bessel_k1", ""), ("special.ndtri", ""),
     ("special.airy_ai", ""), ("_segment_reduce", "lengths"), ("_segment_reduce", "offsets"),
+    ("vdot", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).

@@ -76,6 +76,8 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         ("repeat_interleave", "self_int") => repeat_interleave_int(imp, n),
         ("linalg_cross", _) => linalg_cross(imp, n),
         ("dot" | "inner" | "outer", _) => products(imp, n, name),
+        // vdot conjugates its first operand: the identity on real dtypes (complex ones never reach kiln's boundary).
+        ("vdot", _) => products(imp, n, "inner"),
         ("addmv" | "baddbmm", _) => add_product(imp, n, name),
         ("tensordot", _) => tensordot(imp, n),
         ("kron", _) => kron(imp, n),
