@@ -78,8 +78,8 @@ macro_rules! fixture_tests {
 fixture_tests!(mlp, cnn, transformer, transformer_mask, dynamic_mlp, transformer_dynseq);
 
 /// The real-model fixtures (`tests/fixtures/models/`, made by
-/// `generate_models.py`): torchvision ResNet-18 and MobileNetV2, Hugging Face
-/// BERT and Llama, shrunk, in both IR flavours.
+/// `generate_models.py`): torchvision ResNet-18, MobileNetV2, EfficientNet-B0
+/// and Swin-T, Hugging Face BERT, Llama and T5, shrunk, in both IR flavours.
 mod models {
     use kiln_compiler::stablehlo::Precision;
 
@@ -101,7 +101,7 @@ mod models {
         };
     }
 
-    model_tests!(resnet18, mobilenet_v2, bert, llama);
+    model_tests!(resnet18, mobilenet_v2, efficientnet_b0, swin_t, bert, llama, t5);
 }
 
 /// Data-dependent sizes under `--target pjrt`: static-shaped work (the

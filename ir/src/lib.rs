@@ -29,6 +29,9 @@ use entity::entity_id;
 pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
 pub use graph::ValueAttrs;
 pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, StateSlot, TensorType, ValueData, ValueDef};
+/// The most operands and ops one `Op::Fused` program may have (the fused
+/// kernel's register file).
+pub use kiln_isa::fused::{MAX_FUSED_INPUTS, MAX_FUSED_OPS};
 pub use op::{text_forms as op_text_forms, OpKind};
 pub use op::{
     Activation, BinaryOp, Epilogue, FusedOp, LinalgOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, Residual,

@@ -12,7 +12,10 @@
 //!   instead: computing it at the output's size would repeat work).
 //!
 //! Everything else a group reads is an operand, broadcast by the kernel; a
-//! one-element constant is inlined as a scalar. A lone op stays as it is.
+//! one-element constant is inlined as a scalar. A lone op stays as it is, and
+//! so does a group too large for one fused program (`MAX_FUSED_OPS` ops,
+//! `MAX_FUSED_INPUTS` operands): its earlier ops then group from their own
+//! roots.
 //! The fused kernel runs the very element functions of the unfused kernels,
 //! so results are bit-identical. Runs late (after legalisation) and only for
 //! the CPU target, whose kernels have the fused one.
@@ -20,7 +23,7 @@
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::{Changed, Options, PassError};
 use kiln_ir::infer::broadcast_shapes;
-use kiln_ir::{FusedOp, Graph, NodeId, Op, SecondaryMap, ValueId};
+use kiln_ir::{FusedOp, Graph, NodeId, Op, SecondaryMap, ValueId, MAX_FUSED_INPUTS, MAX_FUSED_OPS};
 use std::collections::HashMap;
 
 pub fn fuse_elementwise(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
@@ -103,6 +106,9 @@ fn fused_op(g: &Graph, root: NodeId, members: &[NodeId]) -> Option<(Op, Vec<Valu
     let out_shape = &g.ty(g.nodes[root].outputs[0]).shape;
     for inline_scalars in [true, false] {
         let (program, inputs) = program_of(g, root, members, inline_scalars)?;
+        if program.len() > MAX_FUSED_OPS || inputs.len() > MAX_FUSED_INPUTS {
+            return None;
+        }
         // Inlining a scalar must not change the broadcast shape (a `[1, 1]`
         // constant can add a dimension); the kernel broadcasts to the operands'.
         let shape = inputs.iter().try_fold(Vec::new(), |acc, &v| broadcast_shapes(&acc, &g.ty(v).shape)).ok()?;

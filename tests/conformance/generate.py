@@ -40,7 +40,11 @@ EXTRA_GROUPS (they cover every dtype); --dtypes and --ops filter it.
 Beyond OpInfo: DIRECT calls the Core ATen overloads no sample reaches in an
 exported graph (cases `aten.<overload>`, every dtype torch's CPU accepts,
 training IR kept for every dtype), and COMPOSITE adds programs OpInfo leaves
-out (einsum equations, FFT programs; cases `<name>.extra`). topk cases carry a
+out (einsum equations, FFT programs, erfinv over its whole domain, bincount
+with a bounded length, quantiles of rows with NaNs, Bessel K over both
+series' ranges, ndtri into both tails, Airy Ai across its three forms,
+unique along dims on rows with repeats, segment_reduce without initial; cases `<name>.extra`; inputs random in [-4, 5) unless
+the entry gives a maker). topk cases carry a
 `ties` entry: their indices are checked by what they select (see tie_order).
 The conformance test turns all runs into a Core ATen coverage table and fails
 below 95 % (tests/src/coverage.rs).
@@ -166,6 +170,14 @@ OPS = [
     ("kthvalue", ""), ("median", ""), ("nanmedian", ""), ("mode", ""),
     ("gcd", ""), ("lcm", ""), ("frexp", ""), ("ldexp", ""),
     ("matrix_exp", ""),
+    # the top refusals after that (issue 10): erfinv, index_reduce, unique, bincount
+    ("erfinv", ""), ("index_reduce", "prod"), ("index_reduce", "mean"), ("index_reduce", "amax"),
+    ("index_reduce", "amin"), ("unique", ""), ("unique_consecutive", ""), ("bincount", ""),
+    ("searchsorted", ""), ("bucketize", ""), ("quantile", ""), ("nanquantile", ""),
+    ("special.modified_bessel_k0", ""), ("special.modified_bessel_k1", ""),
+    ("special.scaled_modified_bessel_k0", ""), ("special.scaled_modified_bessel_k1", ""), ("special.ndtri", ""),
+    ("special.airy_ai", ""), ("_segment_reduce", "lengths"), ("_segment_reduce", "offsets"),
+    ("vdot", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -198,7 +210,7 @@ EXTRA_GROUPS = [
         "sort", "topk", "sum", "mean", "prod", "scatter_reduce.mean", "exp", "log", "tanh", "sigmoid", "F.gelu",
         "F.softplus", "F.mish", "pow", "div.no_rounding_mode", "atan2", "fmod", "remainder", "round",
         "frexp", "ldexp",
-        "matrix_exp",
+        "matrix_exp", "erfinv", "index_reduce.mean", "index_reduce.prod", "unique",
     ]),
     # i8 and u8: integer legalization wraps like torch (narrow overflow),
     # promotion of narrow ints (sum/prod/cumsum accumulate in i64, true
@@ -207,11 +219,13 @@ EXTRA_GROUPS = [
         "add", "sub", "mul", "rsub", "square", "pow", "abs", "neg", "sign", "bitwise_not", "div.no_rounding_mode",
         "div.trunc_rounding", "div.floor_rounding", "remainder", "fmod", "floor_divide", "clamp", "maximum", "eq",
         "lt", "where", "sum", "prod", "cumsum", "mean", "amax", "any", "argmax", "sort", "mm",
-        "scatter_add", "index_put", "F.interpolate.nearest", "gcd", "lcm",
+        "scatter_add", "index_put", "F.interpolate.nearest", "gcd", "lcm", "index_reduce.mean", "bincount",
+        "unique",
     ]),
     # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
     (("i32", "i16"), [
         "add", "mul", "div.floor_rounding", "remainder", "bitwise_not", "sum", "prod", "cumsum", "mm", "gcd", "lcm",
+        "bincount",
     ]),
 ]
 EXTRA = {}  # case op name -> extra dtypes (committed subset only)
@@ -226,14 +240,22 @@ MAX_NUMEL = 512
 # matrix-product p=2 and broadcast p=1, pdist p=2 and p=10, embedding_bag with
 # padding_idx=-1 and with max_norm (renorm), 0-d topk/softmax/log_softmax and
 # gather with an empty index of another rank, conv2d padding='same' needing
-# asymmetric padding, negative reflect/replicate padding.
+# asymmetric padding, negative reflect/replicate padding; unique/unique_consecutive with inverse
+# and counts on data with repeats, searchsorted with a sorter (n-d and 1-d sequences), bucketize
+# right=True on ints (ties), (nan)quantile with a q tensor and keepdim, midpoint on 4-d, no dim,
+# segment_reduce mean with empty segments, prod on 2-d data.
 PICK = {"F.grid_sample": [4, 3, 9, 0, 12], "F.embedding_bag": [5, 8], "topk": [0, 7], "softmax": [0, 6],
-        "log_softmax": [0, 6], "gather": [0, 4], "F.conv2d": [0, 11], "F.pad.reflect": [0, 11], "F.pad.replicate": [0, 11], "cdist": [16, 13, 80, 144], "F.pdist": [3, 6, 7, 4]}
+        "log_softmax": [0, 6], "gather": [0, 4], "F.conv2d": [0, 11], "F.pad.reflect": [0, 11], "F.pad.replicate": [0, 11], "cdist": [16, 13, 80, 144], "F.pdist": [3, 6, 7, 4],
+        "unique": [202, 142, 0], "unique_consecutive": [94, 40, 0], "searchsorted": [166, 43, 76, 163],
+        "bucketize": [9, 14, 4], "quantile": [47, 57, 21], "nanquantile": [47, 57, 21],
+        "_segment_reduce.lengths": [22, 38, 26], "_segment_reduce.offsets": [22, 38, 26]}
 
 # (case op name, sample ("f32_0"), dtype or "*", flavour or "*") -> why kiln rejects it. Kept here
 # so that regenerating keeps the marks (`--remark` rewrites only the marks);
 # the conformance test fails on any other failure.
 KNOWN_UNSUPPORTED = {
+    ("bincount", "i64", "*"): "data-dependent length with no upper bound (OpInfo's program has no torch._check on it): kiln plans memory for the largest length (bincount.extra bounds it)",
+    ("bincount", "i32", "*"): "data-dependent length with no upper bound (OpInfo's program has no torch._check on it): kiln plans memory for the largest length (bincount.extra bounds it)",
     ("F.batch_norm", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("_native_batch_norm_legit", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("_native_batch_norm_legit", "f32_1", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
@@ -555,18 +577,137 @@ FFT_CASES = [
     (lambda x: torch.view_as_real(torch.fft.fft2(x)), [(2, 4, 6)]),
     (lambda x: torch.fft.ifft(torch.fft.rfft(x)).real, [(3, 16)]),
 ]
+def erfinv_grid(dtype):
+    """401 points over [-0.99999, 0.99999] (denser in the tails; f32 to
+    ±0.999: nearer ±1 erfinv's slope, ~exp(x²), turns one ulp of difference
+    between erf implementations — XLA's f32 erf and libm's, under
+    `--target pjrt` — into more than torch's tolerances), then ±1 (±inf), ±0,
+    outside the domain (NaN) and NaN."""
+    top = 0.99999 if dtype == torch.float64 else 0.999
+    t = torch.linspace(-1, 1, 401, dtype=torch.float64)
+    inner = torch.sign(t) * (1 - (1 - t.abs()) ** 2) * top
+    edges = torch.tensor([1.0, -1.0, 0.0, -0.0, 1.5, -2.0, float("nan")], dtype=torch.float64)
+    return torch.cat([inner, edges]).to(dtype)
+
+
+def quantiles_with_nans(x):
+    """quantile and nanquantile in the modes OpInfo leaves out (lower, higher,
+    nearest), on rows with NaNs, one all-NaN row and ties."""
+    q = torch.tensor([0.0, 0.25, 0.5, 0.9, 1.0], dtype=x.dtype)
+    parts = [torch.quantile(x, q, dim=1, interpolation=m) for m in ("lower", "higher", "nearest", "linear")]
+    parts += [torch.nanquantile(x, q, dim=1, interpolation=m) for m in ("lower", "nearest", "midpoint", "linear")]
+    parts.append(torch.nanquantile(x, 0.3, dim=0, keepdim=True))
+    return torch.cat([p.flatten() for p in parts])
+
+
+def rows_with_nans(dtype, k):
+    torch.manual_seed(k)
+    x = torch.round(torch.randn(5, 7, dtype=torch.float64) * 4) / 4  # ties
+    x[1, 2] = x[3, 0] = x[3, 5] = float("nan")
+    x[4] = float("nan")
+    return [x.to(dtype)]
+
+
+def bessel_k_all(x):
+    """K0, K1 and their scaled forms, side by side."""
+    sp = torch.special
+    fns = (sp.modified_bessel_k0, sp.modified_bessel_k1, sp.scaled_modified_bessel_k0, sp.scaled_modified_bessel_k1)
+    return torch.cat([f(x) for f in fns])
+
+
+def bessel_k_grid(dtype, k):
+    """Both series' ranges: (0, 2] densely (the log term), around 2 (the
+    switch), out to 80 (K underflows, scaled K does not), and 0 (+inf),
+    negative (NaN), NaN."""
+    near = torch.linspace(1e-3, 2, 120, dtype=torch.float64)
+    far = torch.logspace(0.302, 1.9, 120, dtype=torch.float64)
+    edges = torch.tensor([0.0, -1.0, float("nan"), 2.0, 2.0000001, 1e-30], dtype=torch.float64)
+    return [torch.cat([near, far, edges]).to(dtype)]
+
+
+def ndtri_grid(dtype, k):
+    """ndtri over (0, 1): the central range, both tails down to 1e-300 (f64;
+    f32 to its smallest normal numbers), 1 - e^-2's neighbourhood, and 0, 1,
+    outside (NaN), NaN."""
+    tiny = -300 if dtype == torch.float64 else -37
+    tail = torch.logspace(tiny, -0.87, 120, dtype=torch.float64)
+    central = torch.linspace(0.14, 0.86, 81, dtype=torch.float64)
+    e2 = 0.1353352832366127
+    edges = torch.tensor([0.0, 1.0, -0.5, 1.5, float("nan"), e2, 1 - e2, 0.5], dtype=torch.float64)
+    return [torch.cat([tail, central, 1 - tail, edges]).to(dtype)]
+
+
+def airy_grid(dtype, k):
+    """Ai over its three forms and their switches (-2.09, 2.09, 8.32 where the
+    series stops being computed, 103.892), and ±inf, NaN."""
+    parts = [torch.linspace(-30, -2.1, 80, dtype=torch.float64), torch.linspace(-2.09, 2.09, 100, dtype=torch.float64),
+             torch.linspace(2.1, 110, 80, dtype=torch.float64)]
+    edges = torch.tensor([-2.09, 2.09, 8.3203353, 103.892, 0.0, float("inf"), -float("inf"), float("nan")],
+                         dtype=torch.float64)
+    return [torch.cat(parts + [edges]).to(dtype)]
+
+
+def unique_slices(x):
+    """unique and unique_consecutive of [8, 2, 3]'s slices along dim 0, with
+    inverse and counts, flattened side by side (in x's dtype: small ints).
+    (Along another dim torch's own Core ATen program fails to run: its
+    decomposition views a non-contiguous result.)"""
+    parts = [*torch.unique(x, dim=0, return_inverse=True, return_counts=True),
+             *torch.unique_consecutive(x, dim=0, return_inverse=True, return_counts=True)]
+    return torch.cat([t.reshape(-1).to(x.dtype) for t in parts])
+
+
+def repeated_rows(dtype, k):
+    """Rows of 0/1 with repeats, some consecutive, and a repeated column."""
+    torch.manual_seed(k)
+    base = torch.randint(0, 2, (4, 3))
+    x = base[[2, 0, 0, 1, 2, 2, 3, 0]]
+    return [torch.cat([x, x[:, :1], x[:, 1:]], dim=1).reshape(8, 2, 3).to(dtype)]
+
+
+def segments_without_initial(x, lengths):
+    """segment_reduce's five reductions without `initial` (empty segments:
+    0, NaN, -inf, +inf, 1), side by side."""
+    return torch.cat([torch.segment_reduce(x, r, lengths=lengths).reshape(-1)
+                      for r in ("sum", "mean", "max", "min", "prod")])
+
+
+def segment_data(dtype, k):
+    torch.manual_seed(k)
+    x = torch.randn(7, 3, dtype=torch.float64)
+    x[5, 1] = float("nan")
+    return [x.to(dtype), torch.tensor([2, 0, 3, 0, 2])]
+
+
+def bounded_bincount(x):
+    """Weighted bincount with minlength, its length bounded by torch._check."""
+    counts = torch.bincount(x.abs() % 9, weights=x.float() * 0.5, minlength=4)
+    torch._check(counts.size(0) <= 16)
+    return counts
+
+
 COMPOSITE = {
     "fft": ([f for f, _ in FFT_CASES], [shapes for _, shapes in FFT_CASES], ("f32", "f64")),
     "einsum": ([lambda *t, eq=eq: torch.einsum(eq, *t) for eq, _ in EINSUM_EQUATIONS], [shapes for _, shapes in EINSUM_EQUATIONS],
                ("f32", "f64", "f16", "bf16", "i64", "i8")),
     # In-place forms training IR keeps (EfficientNet's nn.Dropout(inplace=True) → aten.dropout_).
     "inplace": ([lambda x: torch.nn.functional.dropout(x * 2, 0.2, training=False, inplace=True)], [[(3, 4)]], ("f32",)),
+    # bincount of int32/int64 with its length bounded in the program (OpInfo's samples leave it unbounded).
+    "bincount": ([bounded_bincount], [[(12,)]], ("i64", "i32", "u8")),
+    # erfinv over its whole domain (OpInfo samples only a few points), with its edges.
+    "erfinv": ([torch.erfinv], [[(408,)]], ("f32", "f64"), lambda dtype, k: [erfinv_grid(dtype)]),
+    "quantile": ([quantiles_with_nans], [[(5, 7)]], ("f32", "f64"), rows_with_nans),
+    "bessel_k": ([bessel_k_all], [[(246,)]], ("f32", "f64"), bessel_k_grid),
+    "ndtri": ([torch.special.ndtri], [[(329,)]], ("f32", "f64"), ndtri_grid),
+    "airy": ([torch.special.airy_ai], [[(268,)]], ("f32", "f64"), airy_grid),
+    "unique_dim": ([unique_slices], [[(8, 2, 3)]], ("f32", "i64"), repeated_rows),
+    "segment_reduce": ([segments_without_initial], [[(7, 3), (5,)]], ("f32", "f64"), segment_data),
 }
 
 
 def composite_cases(args, manifest, only):
     """Builds the COMPOSITE cases into args.out and manifest."""
-    for name, (fns, shapes, dtypes) in COMPOSITE.items():
+    for name, (fns, shapes, dtypes, *make) in COMPOSITE.items():
         cname = f"{name}.extra"
         if only and cname not in only:
             continue
@@ -576,7 +717,7 @@ def composite_cases(args, manifest, only):
             count = len(fns) if dname == "f32" or args.full else 1
             for k in range(count):
                 torch.manual_seed(k)
-                inputs = [rnd(sh, dtype, -4, 5) for sh in shapes[k]]
+                inputs = make[0](dtype, k) if make else [rnd(sh, dtype, -4, 5) for sh in shapes[k]]
                 mod = DirectModule(fns[k]).eval()
                 with torch.no_grad():
                     outputs = [mod(*inputs).detach().clone().contiguous()]

@@ -1,5 +1,6 @@
-//! Real model topologies (torchvision ResNet-18 and MobileNetV2, Hugging Face
-//! BERT and Llama; random weights, shrunk — see tests/fixtures/README.md),
+//! Real model topologies (torchvision ResNet-18, MobileNetV2, EfficientNet-B0
+//! and Swin-T, Hugging Face BERT, Llama, T5, Qwen3-MoE and Mixtral; random
+//! weights, shrunk — see tests/fixtures/README.md),
 //! in both IR flavours: compiled to a .kiln file, loaded, run, and compared
 //! with PyTorch's eager outputs. Made by tests/fixtures/generate_models.py.
 
@@ -43,4 +44,4 @@ macro_rules! model_tests {
     };
 }
 
-model_tests!(resnet18, mobilenet_v2, bert, llama, qwen3_moe, mixtral);
+model_tests!(resnet18, mobilenet_v2, efficientnet_b0, swin_t, bert, llama, t5, qwen3_moe, mixtral);

@@ -76,6 +76,8 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         ("repeat_interleave", "self_int") => repeat_interleave_int(imp, n),
         ("linalg_cross", _) => linalg_cross(imp, n),
         ("dot" | "inner" | "outer", _) => products(imp, n, name),
+        // vdot conjugates its first operand: the identity on real dtypes (complex ones never reach kiln's boundary).
+        ("vdot", _) => products(imp, n, "inner"),
         ("addmv" | "baddbmm", _) => add_product(imp, n, name),
         ("tensordot", _) => tensordot(imp, n),
         ("kron", _) => kron(imp, n),
@@ -87,6 +89,9 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         ("cross_entropy_loss", _) => cross_entropy(imp, n),
         ("empty_permuted", _) => redirect(imp, n, "empty", "memory_format", &[]),
         ("histc", _) => histc(imp, n),
+        ("erfinv" | "special_erfinv", _) => erfinv(imp, n),
+        ("searchsorted", _) => searchsorted(imp, n, "sorted_sequence", "self"),
+        ("bucketize", _) => searchsorted(imp, n, "boundaries", "self"),
 
         // More of what training IR keeps (import/ops/training_ir.rs).
         ("alias_copy" | "as_strided_copy" | "diagonal_copy" | "expand_copy", _) => copy(imp, n, name, overload),
@@ -1719,4 +1724,129 @@ fn histc(imp: &mut Importer, n: &Node) -> R<()> {
         vec![base, pos, src],
     )?;
     finish(imp, n, 0, v)
+}
+
+/// `aten::erfinv(Tensor self)`: torch's CPU algorithm (`calc_erfinv`, after
+/// Giles/Pavlis): a rational first guess — in y² for |y| ≤ 0.7, in
+/// √(−log((1 − |y|)/2)) beyond — then two Newton steps on erf(x) − y, all in
+/// the compute dtype; ±inf at ±1, NaN outside [−1, 1] (the tail's log of a
+/// negative number).
+fn erfinv(imp: &mut Importer, n: &Node) -> R<()> {
+    const A: [f64; 4] = [0.886226899, -1.645349621, 0.914624893, -0.140543331];
+    const B: [f64; 4] = [-2.118377725, 1.442710462, -0.329097515, 0.012229801];
+    const C: [f64; 4] = [-1.970840454, -1.624906493, 3.429567803, 1.641345311];
+    const D: [f64; 2] = [3.543889200, 1.637067800];
+    let out = imp.out_ty(n, 0)?;
+    let c = compute_dtype(out.dtype);
+    let y = float_in(imp, n, "self", c)?;
+    let y_abs = un(imp, U::Abs, y)?;
+    // Central range: y · A(z) / (z · B(z) + 1), z = y².
+    let z = bin(imp, B::Mul, y, y)?;
+    let num = horner(imp, z, &A)?;
+    let dem = horner(imp, z, &B)?;
+    let dem = bin(imp, B::Mul, dem, z)?;
+    let dem = imp.with_scalar(B::Add, dem, 1.0)?;
+    let central = bin(imp, B::Mul, y, num)?;
+    let central = bin(imp, B::Div, central, dem)?;
+    // Tails: copysign(C(t), y) / D'(t), t = √(−log((1 − |y|)/2)).
+    let one = sc(imp, 1.0, c);
+    let t = bin(imp, B::Sub, one, y_abs)?;
+    let t = imp.with_scalar(B::Div, t, 2.0)?;
+    let t = un(imp, U::Log, t)?;
+    let t = un(imp, U::Neg, t)?;
+    let t = un(imp, U::Sqrt, t)?;
+    let num = horner(imp, t, &C)?;
+    let dem = horner(imp, t, &D)?;
+    let dem = bin(imp, B::Mul, dem, t)?;
+    let dem = imp.with_scalar(B::Add, dem, 1.0)?;
+    let num = copysign_of(imp, num, y)?;
+    let tail = bin(imp, B::Div, num, dem)?;
+    let in_centre = imp.with_scalar(B::Le, y_abs, 0.7)?;
+    let mut x = select(imp, in_centre, central, tail)?;
+    // Two Newton steps: x -= (erf(x) - y) / (2/√π · exp(-x²)).
+    for _ in 0..2 {
+        let e = un(imp, U::Erf, x)?;
+        let r = bin(imp, B::Sub, e, y)?;
+        let xx = bin(imp, B::Mul, x, x)?;
+        let nxx = un(imp, U::Neg, xx)?;
+        let d = un(imp, U::Exp, nxx)?;
+        let d = imp.with_scalar(B::Mul, d, std::f64::consts::FRAC_2_SQRT_PI)?;
+        let step = bin(imp, B::Div, r, d)?;
+        x = bin(imp, B::Sub, x, step)?;
+    }
+    // ±1 map to ±inf (the Newton steps would make them NaN).
+    let at_one = imp.with_scalar(B::Eq, y_abs, 1.0)?;
+    let inf = sc(imp, f64::INFINITY, c);
+    let signed_inf = copysign_of(imp, inf, y)?;
+    let v = select(imp, at_one, signed_inf, x)?;
+    finish(imp, n, 0, v)
+}
+
+/// `((k[n-1]·t + k[n-2])·t + …)·t + k[0]`.
+fn horner(imp: &mut Importer, t: ValueId, k: &[f64]) -> R<ValueId> {
+    let dtype = imp.ty(t).dtype;
+    let (last, rest) = k.split_last().expect("a polynomial has coefficients");
+    let mut acc = sc(imp, *last, dtype);
+    for &coef in rest.iter().rev() {
+        acc = bin(imp, B::Mul, acc, t)?;
+        acc = imp.with_scalar(B::Add, acc, coef)?;
+    }
+    Ok(acc)
+}
+
+/// |m| with the sign of `s` (the sign bit: −0.0 counts as negative, as in
+/// C's `copysign`).
+fn copysign_of(imp: &mut Importer, m: ValueId, s: ValueId) -> R<ValueId> {
+    let a = un(imp, U::Abs, m)?;
+    let neg = un(imp, U::Neg, a)?;
+    let negative = signbit_of(imp, s)?;
+    select(imp, negative, neg, a)
+}
+
+/// `aten::searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *,
+/// bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None)`
+/// (and `.Scalar`), `aten::bucketize.Tensor(Tensor self, Tensor boundaries, *,
+/// bool out_int32=False, bool right=False)` (and `.Scalar`): for each value,
+/// the number of sequence entries before which torch's binary search stops —
+/// on the left side those with `!(s >= v)`, on the right `!(s > v)` (so a
+/// NaN value lands past the end, as in torch). Counted by one broadcast
+/// comparison and a sum over the sequence axis: O(values × sequence) work,
+/// no data-dependent loop. A 1-d sequence serves every value; an n-d one
+/// is searched row by row (its leading dims match the values').
+fn searchsorted(imp: &mut Importer, n: &Node, seq_key: &str, values_key: &str) -> R<()> {
+    let mut seq = imp.tensor(n, seq_key)?;
+    let dtype = imp.ty(seq).dtype;
+    let values = float_in(imp, n, values_key, dtype)?;
+    if imp.ty(seq).rank() == 0 {
+        return invalid(format!("{seq_key} must not be 0-d"));
+    }
+    let right = match imp.arg(n, "side") {
+        Some(Arg::Str(side)) if side == "left" => false,
+        Some(Arg::Str(side)) if side == "right" => true,
+        Some(Arg::Str(other)) => return invalid(format!("searchsorted side `{other}` (expected left or right)")),
+        _ => imp.bool(n, "right", false)?,
+    };
+    let last = imp.ty(seq).rank() - 1;
+    if let Some(sorter) = imp.opt_tensor(n, "sorter")? {
+        let sorter = imp.cast(sorter, DType::I64);
+        seq = imp.push(Op::GatherElements { axis: last }, vec![seq, sorter])?;
+    }
+    let value_shape = shape_of(imp, values);
+    // values [.., M] -> [.., M, 1]; an n-d sequence [.., N] -> [.., 1, N].
+    let mut with_one = value_shape.clone();
+    with_one.push(Dim::Const(1));
+    let v = reshape(imp, values, with_one)?;
+    let s = if last == 0 {
+        seq
+    } else {
+        let mut shape = shape_of(imp, seq);
+        shape.insert(last, Dim::Const(1));
+        reshape(imp, seq, shape)?
+    };
+    let stops = bin(imp, if right { B::Gt } else { B::Ge }, s, v)?;
+    let before = un(imp, U::Not, stops)?;
+    let before = imp.cast(before, DType::I64);
+    let axis = imp.ty(before).rank() - 1;
+    let count = reduce(imp, before, ReduceKind::Sum, vec![axis], false)?;
+    finish(imp, n, 0, count)
 }

@@ -1,5 +1,6 @@
 //! Ops whose output sizes depend on tensor values: `nonzero` (and the boolean
-//! masks that index through it), and `.item()` (`_local_scalar_dense`).
+//! masks that index through it), `unique` and its forms, `bincount`, and
+//! `.item()` (`_local_scalar_dense`).
 //! torch.export names such a size with an unbacked symbol (`u0`); kiln binds
 //! it at run time with `Op::BindDim` from a count computed in the graph (or
 //! the `.item()` value), then runs the ops it shapes in buffers planned for
@@ -8,7 +9,7 @@
 use super::shape::normalize_axis;
 use crate::import::importer::{invalid, unsupported, Importer, R};
 use crate::pt2::program::{Arg, Node, SymIntArg};
-use kiln_ir::{DType, Dim, Op, ReduceKind, TensorType, ValueId};
+use kiln_ir::{BinaryOp, DType, Dim, Op, ReduceKind, TensorType, ValueId};
 
 /// `aten::nonzero(Tensor self) -> Tensor` and `aten::argwhere(Tensor self)`.
 pub(super) fn nonzero(imp: &mut Importer, n: &Node) -> R<()> {
@@ -194,4 +195,281 @@ pub(super) fn local_scalar_dense(imp: &mut Importer, n: &Node) -> R<()> {
         }
         other => invalid(format!("expected a symbolic scalar output, found {other:?}")),
     }
+}
+
+/// `aten::_unique2(Tensor self, bool sorted=True, bool return_inverse=False,
+/// bool return_counts=False)` (`torch.unique` without `dim`) and
+/// `aten::unique_consecutive(Tensor self, bool return_inverse=False,
+/// bool return_counts=False, int? dim=None)` without `dim`: the distinct
+/// values of the flattened input, (for `_unique2`) ascending — torch's CPU
+/// kernel sorts whether or not `sorted` is set — with NaNs last, each NaN
+/// its own value (NaN ≠ NaN); the inverse (each element's position among the
+/// values, in the input's shape) and the counts when asked (else torch's
+/// empty `[0]`). A run starts wherever the (stably) sorted values differ
+/// from their predecessor; the number of runs is the output's symbol, bound
+/// like `nonzero`'s (its upper bound is the input's size).
+pub(super) fn unique(imp: &mut Importer, n: &Node, consecutive: bool) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    if consecutive {
+        if let Some(dim) = imp.opt_int(n, "dim")? {
+            return unique_rows(imp, n, x, dim, true);
+        }
+    }
+    let dtype = imp.ty(x).dtype;
+    let len = imp.ty(x).numel();
+    let flat = imp.push(Op::Reshape { shape: vec![len.clone()] }, vec![x])?;
+    // Sorted (and compared) as bytes for bool.
+    let key = if dtype == DType::Bool { imp.cast(flat, DType::U8) } else { flat };
+    let (sorted, perm) = if consecutive {
+        (key, None)
+    } else {
+        let sort = |imp: &mut Importer, indices| {
+            imp.push(Op::Sort { axis: 0, k: len.clone(), descending: false, indices }, vec![key])
+        };
+        (sort(imp, false)?, Some(sort(imp, true)?))
+    };
+    let firsts = run_starts(imp, sorted, &len)?;
+    let count = imp.out_ty(n, 0)?.shape.first().cloned().unwrap_or(Dim::Const(0));
+    let starts = nonzero_of(imp, firsts, &count)?;
+    let starts = imp.push(Op::Reshape { shape: vec![count.clone()] }, vec![starts])?;
+    let values = imp.push(Op::Gather { axis: 0 }, vec![sorted, starts])?;
+    let values = imp.cast(values, dtype);
+    imp.bind(n, 0, values)?;
+    bind_inverse_and_counts(imp, n, firsts, perm, &len, &count)
+}
+
+/// `aten::unique_dim(Tensor self, int dim, bool sorted=True, bool
+/// return_inverse=False, bool return_counts=False)` (`torch.unique(x, dim=d)`):
+/// the distinct slices along `dim`, compared whole.
+pub(super) fn unique_dim(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let dim = imp.int(n, "dim", None)?;
+    unique_rows(imp, n, x, dim, false)
+}
+
+/// The most elements a slice compared whole may have: sorting them
+/// lexicographically takes a stable sort per element position.
+const MAX_UNIQUE_ROW: i64 = 1024;
+
+/// `unique_dim` and `unique_consecutive` with `dim`: the slices of `x` along
+/// `dim` as rows; for `unique_dim` sorted lexicographically (torch's CPU
+/// kernel sorts whatever `sorted` says) by stable sorts from the last
+/// element position to the first; a run starts where a row differs from
+/// the previous one anywhere (NaN differs). Values are the runs' first rows,
+/// put back along `dim`; inverse and counts as for [`unique`].
+fn unique_rows(imp: &mut Importer, n: &Node, x: ValueId, dim: i64, consecutive: bool) -> R<()> {
+    let dtype = imp.ty(x).dtype;
+    let rank = imp.ty(x).rank();
+    if rank == 0 {
+        return invalid("unique along a dim of a 0-d tensor");
+    }
+    let axis = normalize_axis(dim, rank)?;
+    // [rows, the other dims in order] -> [rows, cols].
+    let mut order = vec![axis];
+    order.extend((0..rank).filter(|&a| a != axis));
+    let moved = if axis == 0 { x } else { imp.push(Op::Permute { perm: order.clone() }, vec![x])? };
+    let moved_shape = imp.ty(moved).shape.clone();
+    let len = moved_shape[0].clone();
+    let cols = match moved_shape[1..].iter().try_fold(1i64, |acc, d| d.as_const().map(|c| acc * c)) {
+        Some(c) if (1..=MAX_UNIQUE_ROW).contains(&c) => c,
+        _ => {
+            return unsupported(format!(
+                "unique along a dim whose slices are not a static 1..={MAX_UNIQUE_ROW} elements (kiln sorts them \
+                 one element position at a time)"
+            ))
+        }
+    };
+    let table = imp.push(Op::Reshape { shape: vec![len.clone(), Dim::Const(cols)] }, vec![moved])?;
+    let key = if dtype == DType::Bool { imp.cast(table, DType::U8) } else { table };
+    let (sorted, perm) = if consecutive {
+        (key, None)
+    } else {
+        let ty = TensorType::new(DType::I64, vec![len.clone()]);
+        let arange = Op::Arange { start: 0.0, step: 1.0, len: len.clone(), dtype: DType::I64 };
+        let mut perm = imp.push_typed(arange, vec![], ty);
+        for col in (0..cols).rev() {
+            let column = imp.push(Op::Slice { axis: 1, start: col, end: col + 1, step: 1 }, vec![key])?;
+            let column = imp.push(Op::Reshape { shape: vec![len.clone()] }, vec![column])?;
+            let keys = imp.push(Op::Gather { axis: 0 }, vec![column, perm])?;
+            let sort = Op::Sort { axis: 0, k: len.clone(), descending: false, indices: true };
+            let step = imp.push(sort, vec![keys])?;
+            perm = imp.push(Op::Gather { axis: 0 }, vec![perm, step])?;
+        }
+        (imp.push(Op::Gather { axis: 0 }, vec![key, perm])?, Some(perm))
+    };
+    let firsts = run_starts(imp, sorted, &len)?;
+    let count = imp.out_ty(n, 0)?.shape.get(axis).cloned().unwrap_or(Dim::Const(0));
+    let starts = nonzero_of(imp, firsts, &count)?;
+    let starts = imp.push(Op::Reshape { shape: vec![count.clone()] }, vec![starts])?;
+    let values = imp.push(Op::Gather { axis: 0 }, vec![sorted, starts])?;
+    let values = imp.cast(values, dtype);
+    let mut shape = moved_shape;
+    shape[0] = count.clone();
+    let values = imp.push(Op::Reshape { shape }, vec![values])?;
+    let values = if axis == 0 {
+        values
+    } else {
+        let mut back = vec![0; rank];
+        for (i, &a) in order.iter().enumerate() {
+            back[a] = i;
+        }
+        imp.push(Op::Permute { perm: back }, vec![values])?
+    };
+    imp.bind(n, 0, values)?;
+    bind_inverse_and_counts(imp, n, firsts, perm, &len, &count)
+}
+
+/// Outputs 1 (inverse) and 2 (counts) of the unique ops, when read: each
+/// sorted element's run is (the number of run starts up to it) - 1, put back
+/// in the input's order through `perm` (the sort's indices); the counts sum
+/// ones per run. A flag torch was not given leaves its empty `[0]`.
+fn bind_inverse_and_counts(
+    imp: &mut Importer,
+    n: &Node,
+    firsts: ValueId,
+    perm: Option<ValueId>,
+    len: &Dim,
+    count: &Dim,
+) -> R<()> {
+    let names: Vec<String> =
+        n.outputs.iter().map(|o| if let Arg::Tensor(t) = o { t.clone() } else { String::new() }).collect();
+    let wanted = |imp: &Importer, i: usize| names.get(i).is_some_and(|name| imp.is_used(name));
+    if !wanted(imp, 1) && !wanted(imp, 2) {
+        return Ok(());
+    }
+    let starts_i64 = imp.cast(firsts, DType::I64);
+    let runs = imp.push(Op::CumSum { axis: 0 }, vec![starts_i64])?;
+    let group = imp.with_scalar(BinaryOp::Sub, runs, 1.0)?;
+    for i in [1, 2] {
+        if !wanted(imp, i) {
+            continue;
+        }
+        let ty = imp.out_ty(n, i)?;
+        let v = if ty.numel().as_const() == Some(0) {
+            imp.push_typed(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty)
+        } else if i == 1 {
+            // inverse[perm[j]] = group[j].
+            let inverse = match perm {
+                Some(perm) => {
+                    let zeros = full(imp, 0.0, DType::I64, vec![len.clone()]);
+                    let op = Op::ScatterElements { axis: 0, reduce: None, include_self: true };
+                    imp.push(op, vec![zeros, perm, group])?
+                }
+                None => group,
+            };
+            imp.push_typed(Op::Reshape { shape: ty.shape.clone() }, vec![inverse], ty)
+        } else {
+            let zeros = full(imp, 0.0, DType::I64, vec![count.clone()]);
+            let ones = full(imp, 1.0, DType::I64, vec![len.clone()]);
+            let op = Op::ScatterElements { axis: 0, reduce: Some(ReduceKind::Sum), include_self: true };
+            imp.push(op, vec![zeros, group, ones])?
+        };
+        imp.bind(n, i, v)?;
+    }
+    Ok(())
+}
+
+/// Bool `[len]`: true where row i of `x` (`[len]` or `[len, cols]`) differs
+/// from row i - 1 in any element (NaN differs from everything), and at 0.
+fn run_starts(imp: &mut Importer, x: ValueId, len: &Dim) -> R<ValueId> {
+    let ty = TensorType::new(DType::I64, vec![len.clone()]);
+    let pos = imp.push_typed(Op::Arange { start: 0.0, step: 1.0, len: len.clone(), dtype: DType::I64 }, vec![], ty);
+    let before = imp.with_scalar(BinaryOp::Sub, pos, 1.0)?;
+    let before = imp.with_scalar(BinaryOp::Max, before, 0.0)?;
+    let prev = imp.push(Op::Gather { axis: 0 }, vec![x, before])?;
+    let mut differs = imp.push(Op::Binary(BinaryOp::Ne), vec![x, prev])?;
+    if imp.ty(differs).rank() == 2 {
+        let any = imp.cast(differs, DType::I64);
+        let any = imp.push(Op::Reduce { kind: ReduceKind::Max, axes: vec![1], keep_dims: false }, vec![any])?;
+        differs = imp.cast(any, DType::Bool);
+    }
+    let first = imp.with_scalar(BinaryOp::Eq, pos, 0.0)?;
+    imp.push(Op::Binary(BinaryOp::Or), vec![differs, first])
+}
+
+fn full(imp: &mut Importer, value: f64, dtype: DType, shape: Vec<Dim>) -> ValueId {
+    let ty = TensorType::new(dtype, shape.clone());
+    imp.push_typed(Op::Full { value, dtype, shape }, vec![], ty)
+}
+
+/// `aten::bincount(Tensor self, Tensor? weights=None, SymInt minlength=0)`:
+/// how often each value 0..=max occurs in the 1-d non-negative integer
+/// `self` (or the sum of its `weights`), at least `minlength` bins. The
+/// length, max(max(self) + 1, minlength), is data-dependent: it is bound at
+/// run time (`BindDim`) and the bins are one scatter-add into a buffer of the
+/// length's upper bound. That bound is the output symbol's (a
+/// `torch._check(out.size(0) <= N)` in the program sets it), else the input
+/// dtype's range (uint8: 256, int8: 128, int16: 32768); an unbounded length
+/// is a compile-time error saying so, and a value past the bound or a
+/// negative value fails the run.
+pub(super) fn bincount(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let xt = imp.ty(x).clone();
+    if xt.rank() != 1 || !xt.dtype.is_int() {
+        return invalid(format!("bincount takes a 1-d tensor of integers, found {} of rank {}", xt.dtype, xt.rank()));
+    }
+    let minlength = imp.int(n, "minlength", Some(0))?;
+    if minlength < 0 {
+        return invalid(format!("bincount: minlength {minlength} is negative"));
+    }
+    let out = imp.out_ty(n, 0)?;
+    let length = out.shape.first().cloned().unwrap_or(Dim::Const(0));
+    if let Dim::Sym(sym) = length {
+        let dtype_bound = match xt.dtype {
+            DType::U8 => Some(256),
+            DType::I8 => Some(128),
+            DType::I16 => Some(32768),
+            _ => None,
+        };
+        let s = &mut imp.g.symbols[sym];
+        s.max = match (s.max, dtype_bound.map(|b: i64| b.max(minlength))) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if s.max.is_none() {
+            return unsupported(format!(
+                "bincount of {}: its length `{}` (largest value + 1, at least minlength = {minlength}) has no upper \
+                 bound, and kiln plans memory for the largest length; bound it in the program (e.g. \
+                 `torch._check(counts.size(0) <= N)` after the call) or count a uint8/int8/int16 tensor",
+                xt.dtype, s.name
+            ));
+        }
+    } else if !matches!(length, Dim::Const(_)) {
+        return unsupported(format!(
+            "bincount whose length torch gives as `{}` (kiln binds a plain unbacked symbol)",
+            length.display(&imp.g.symbols)
+        ));
+    }
+    let idx = imp.cast(x, DType::I64);
+    let empty = xt.numel().as_const() == Some(0);
+    if let Dim::Sym(sym) = length {
+        if !imp.g.data_dependent_symbols().contains(&sym) {
+            let top = if empty {
+                imp.scalar_const(crate::import::importer::Scalar::Int(-1), DType::I64)
+            } else {
+                imp.push(Op::Reduce { kind: ReduceKind::Max, axes: vec![0], keep_dims: false }, vec![idx])?
+            };
+            let bins = imp.with_scalar(BinaryOp::Add, top, 1.0)?;
+            let bins = imp.with_scalar(BinaryOp::Max, bins, minlength as f64)?;
+            imp.g.add_node(Op::BindDim { symbol: sym }, vec![bins], Vec::new(), imp.loc());
+        }
+    }
+    if !empty {
+        // torch raises on a negative value; the scatter would too, less clearly.
+        let low = imp.push(Op::Reduce { kind: ReduceKind::Min, axes: vec![0], keep_dims: false }, vec![idx])?;
+        let ok = imp.with_scalar(BinaryOp::Ge, low, 0.0)?;
+        let message = "bincount only supports 1-d non-negative integral inputs.".to_string();
+        let loc = imp.loc();
+        imp.g.add_node(Op::Assert { message }, vec![ok], Vec::new(), loc);
+    }
+    let counts = full(imp, 0.0, out.dtype, vec![length]);
+    let src = match imp.opt_tensor(n, "weights")? {
+        Some(w) => imp.cast(w, out.dtype),
+        None => full(imp, 1.0, out.dtype, xt.shape.clone()),
+    };
+    let v = imp.push(
+        Op::ScatterElements { axis: 0, reduce: Some(ReduceKind::Sum), include_self: true },
+        vec![counts, idx, src],
+    )?;
+    imp.bind(n, 0, v)
 }

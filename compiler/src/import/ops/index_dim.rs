@@ -1,14 +1,16 @@
 //! Composites that torch's training IR keeps and Core ATen decomposes: ops
 //! indexing one dim with an index tensor — `take_along_dim` (a broadcast
 //! `gather`) and `index_add` / `index_copy` / `index_fill` (an `index_put`
-//! along one dim). They lower onto the same IR ops as their Core ATen forms
-//! (`GatherElements`, `IndexPut`), so the results match those forms.
+//! along one dim), and `index_reduce` (a `scatter_reduce` along one dim).
+//! They lower onto the same IR ops as their Core ATen forms
+//! (`GatherElements`, `IndexPut`, `ScatterElements`), so the results match
+//! those forms.
 
 use super::indexing::{bind_as_output, expand, int_index, reshape};
 use super::shape::normalize_axis;
 use crate::import::importer::{invalid, unsupported, Fail, Importer, R};
 use crate::pt2::program::{Arg, Node};
-use kiln_ir::{BinaryOp, Dim, Op, ValueId};
+use kiln_ir::{BinaryOp, Dim, Op, ReduceKind, ValueId};
 
 /// `aten::take_along_dim(Tensor self, Tensor indices, int? dim=None)`: with
 /// `dim`, `self` and `indices` broadcast against each other except along
@@ -130,4 +132,52 @@ fn index_along(imp: &mut Importer, n: &Node, write: Write) -> R<()> {
     let values = imp.push(Op::Expand { shape: target }, vec![values])?;
     let put = imp.push(Op::IndexPut { axis, accumulate }, vec![x, values, index])?;
     bind_as_output(imp, n, put)
+}
+
+/// `aten::index_reduce(Tensor self, int dim, Tensor index, Tensor source,
+/// str reduce, *, bool include_self=True)`: `self[.., index[i], ..]` reduced
+/// with `source[.., i, ..]` (prod, mean, amax, amin). The index runs along
+/// `dim` of `source`, so broadcast over `source`'s other dims it is a
+/// `scatter_reduce` index, and the op is that scatter (the same counts for
+/// mean, floor division for integers, NaN propagation).
+pub(super) fn index_reduce(imp: &mut Importer, n: &Node) -> R<()> {
+    let kind = match imp.string(n, "reduce", "")? {
+        "prod" => ReduceKind::Prod,
+        "mean" => ReduceKind::Mean,
+        "amax" => ReduceKind::Max,
+        "amin" => ReduceKind::Min,
+        other => return invalid(format!("index_reduce with reduce=`{other}` (torch takes prod, mean, amax, amin)")),
+    };
+    let include_self = imp.bool(n, "include_self", true)?;
+    let dtype = imp.out_ty(n, 0)?.dtype;
+    let at_least_1d = |imp: &mut Importer, v: ValueId| {
+        let v = imp.cast(v, dtype);
+        if imp.ty(v).rank() == 0 {
+            reshape(imp, v, vec![Dim::Const(1)])
+        } else {
+            v
+        }
+    };
+    let x = imp.tensor(n, "self")?;
+    let x = at_least_1d(imp, x);
+    let source = imp.tensor(n, "source")?;
+    let source = at_least_1d(imp, source);
+    let rank = imp.ty(x).rank();
+    if imp.ty(source).rank() != rank {
+        return invalid(format!("index_reduce of a rank-{rank} tensor with a rank-{} source", imp.ty(source).rank()));
+    }
+    let axis = normalize_axis(imp.int(n, "dim", None)?, rank)?;
+    let index = imp.tensor(n, "index")?;
+    if imp.ty(index).rank() > 1 {
+        return invalid("index_reduce with an index of more than one dim (torch requires at most one)");
+    }
+    let index = int_index(imp, index, "index")?;
+    let len = imp.ty(index).numel();
+    // [1, .., len, .., 1] along `axis`, then broadcast to the source's shape.
+    let mut along = vec![Dim::Const(1); rank];
+    along[axis] = len;
+    let index = reshape(imp, index, along);
+    let index = expand(imp, index, imp.ty(source).shape.clone());
+    let v = imp.push(Op::ScatterElements { axis, reduce: Some(kind), include_self }, vec![x, index, source])?;
+    bind_as_output(imp, n, v)
 }

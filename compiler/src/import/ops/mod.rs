@@ -4,7 +4,9 @@
 //! handler so the defaults can be checked against it.
 
 mod activation;
+mod airy;
 mod batch_norm;
+mod bessel_k;
 mod composite;
 mod conv_transpose_slow;
 mod data_dependent;
@@ -16,12 +18,15 @@ mod geometry;
 mod index_dim;
 mod indexing;
 pub(crate) mod linalg;
+mod ndtri;
 mod nn;
 mod number;
 mod patches;
 mod quant;
+mod quantile;
 mod random;
 mod resize;
+mod segment_reduce;
 mod selection;
 mod shape;
 mod spatial;
@@ -263,6 +268,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "hann_window" => fft::hann_window(imp, n),
         "take_along_dim" => index_dim::take_along_dim(imp, n),
         "index_add" => index_dim::index_add(imp, n),
+        "index_reduce" => index_dim::index_reduce(imp, n),
         "index_copy" => index_dim::index_copy(imp, n),
         "index_fill" => index_dim::index_fill(imp, n),
         "masked_select" => data_dependent::masked_select(imp, n),
@@ -365,6 +371,19 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "bernoulli" => random::bernoulli(imp, n, overload),
         "nonzero" | "argwhere" => data_dependent::nonzero(imp, n),
         "nonzero_static" => data_dependent::nonzero_static(imp, n),
+        "_unique2" => data_dependent::unique(imp, n, false),
+        "unique_consecutive" => data_dependent::unique(imp, n, true),
+        "unique_dim" => data_dependent::unique_dim(imp, n),
+        "bincount" => data_dependent::bincount(imp, n),
+        "quantile" => quantile::quantile(imp, n, false),
+        "special_ndtri" => ndtri::ndtri(imp, n),
+        "segment_reduce" => segment_reduce::segment_reduce(imp, n),
+        "special_airy_ai" => airy::airy_ai(imp, n),
+        "special_modified_bessel_k0" => bessel_k::bessel_k(imp, n, 0, false),
+        "special_modified_bessel_k1" => bessel_k::bessel_k(imp, n, 1, false),
+        "special_scaled_modified_bessel_k0" => bessel_k::bessel_k(imp, n, 0, true),
+        "special_scaled_modified_bessel_k1" => bessel_k::bessel_k(imp, n, 1, true),
+        "nanquantile" => quantile::quantile(imp, n, true),
         "nonzero_numpy" => data_dependent::nonzero_numpy(imp, n),
         "_local_scalar_dense" | "item" => data_dependent::local_scalar_dense(imp, n),
         _ => composite::dispatch(imp, n, name, overload),
