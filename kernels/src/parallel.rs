@@ -264,6 +264,10 @@ const PREEMPTED: Duration = Duration::from_micros(50);
 /// (first time; see `calm_len`).
 const CALM: Duration = Duration::from_millis(20);
 const CALM_MAX: Duration = Duration::from_secs(2);
+/// The longest a parked submitter sleeps before it looks again whether its
+/// workers left, and an idle worker whether a job opened (see the waits).
+const PARK_BACKSTOP: Duration = Duration::from_millis(1);
+const IDLE_BACKSTOP: Duration = Duration::from_millis(100);
 /// Spin-loop hints between clock reads (~1–2 µs).
 const SPINS_PER_CHECK: u32 = 64;
 
@@ -381,7 +385,10 @@ impl Pool {
         let mut guard = self.lock_park();
         self.submitter_parked.store(true, Ordering::SeqCst);
         while self.ctl.load(Ordering::SeqCst) & ACTIVE != 0 {
-            guard = self.done.wait(guard).unwrap_or_else(|e| e.into_inner());
+            // Timed: a backstop against a lost wake-up (seen under qemu's
+            // aarch64 emulation, ~1 run in 20 of the kernels' tests, cause
+            // not found), which then costs a millisecond instead of a hang.
+            guard = self.done.wait_timeout(guard, PARK_BACKSTOP).unwrap_or_else(|e| e.into_inner()).0;
         }
         self.submitter_parked.store(false, Ordering::Relaxed);
     }
@@ -457,7 +464,9 @@ impl Pool {
                     self.sleepers.fetch_sub(1, Ordering::Relaxed);
                     return generation;
                 }
-                guard = self.work.wait(guard).unwrap_or_else(|e| e.into_inner());
+                // Timed for the same reason as the submitter's wait; an idle
+                // worker then looks for a job ten times a second.
+                guard = self.work.wait_timeout(guard, IDLE_BACKSTOP).unwrap_or_else(|e| e.into_inner()).0;
                 // A run may have made the pool hot: spin again rather than
                 // park for the next job.
                 if self.is_hot() {
