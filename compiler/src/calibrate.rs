@@ -170,12 +170,7 @@ pub fn choose_auto(
     for scheme in &ladder {
         let plan = match scheme {
             Some(s) => {
-                let c = kiln_passes::QuantizeConfig {
-                    scheme: s.clone(),
-                    overrides: Default::default(),
-                    auto_max_cosine_drop: None,
-                    ..cfg.clone()
-                };
+                let c = kiln_passes::QuantizeConfig { scheme: s.clone(), auto_max_cosine_drop: None, ..cfg.clone() };
                 kiln_passes::plan_layers(graph, &c)?
             }
             None => {
@@ -191,12 +186,19 @@ pub fn choose_auto(
     let mix = |levels: &[usize]| -> Vec<kiln_passes::LayerQuant> {
         levels.iter().enumerate().map(|(i, &l)| rungs[l][i].clone()).collect()
     };
-    let drop = |levels: &[usize]| -> Result<f64, CompileError> {
+    // Each mix is compiled and run once: the bisection's last trial is the
+    // next rung's starting point.
+    let mut measured = std::collections::HashMap::<Vec<usize>, f64>::new();
+    let mut drop = |levels: &[usize]| -> Result<f64, CompileError> {
+        if let Some(&d) = measured.get(levels) {
+            return Ok(d);
+        }
         let mut g = graph.clone();
         kiln_passes::apply_layers(&mut g, mix(levels))?;
         let got = run_all(cpu_program(g)?, samples)?;
         let worst =
             float.iter().zip(&got).map(|(f, q)| cosine(&f[..outputs], &q[..outputs])).fold(f64::INFINITY, f64::min);
+        measured.insert(levels.to_vec(), 1.0 - worst);
         Ok(1.0 - worst)
     };
     let top = ladder.len() - 1;

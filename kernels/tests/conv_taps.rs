@@ -7,19 +7,6 @@ mod common;
 use common::*;
 use kiln_kernels::*;
 
-fn tables() -> Vec<&'static KernelTable> {
-    Isa::ALL
-        .into_iter()
-        .filter_map(|isa| {
-            let t = KernelTable::for_isa(isa);
-            if t.is_none() {
-                println!("note: skipping {isa}: not supported by this CPU or build");
-            }
-            t
-        })
-        .collect()
-}
-
 /// Whether `table`'s GEMM reads A in place, so that the tap path runs (on
 /// x86-64; NEON and the generic table keep im2col).
 fn runs_taps(table: &KernelTable) -> bool {

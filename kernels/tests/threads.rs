@@ -11,24 +11,9 @@
 mod common;
 
 use common::*;
-use kiln_kernels::{
-    self as k, Activation, BinaryOp, Context, DType, Isa, KernelTable, LinearEpilogue, PackedB, UnaryOp,
-};
+use kiln_kernels::{self as k, Activation, BinaryOp, Context, DType, KernelTable, LinearEpilogue, PackedB, UnaryOp};
 
 const THREADS: [usize; 4] = [1, 2, 3, 4];
-
-fn tables() -> Vec<&'static KernelTable> {
-    Isa::ALL
-        .into_iter()
-        .filter_map(|isa| {
-            let t = KernelTable::for_isa(isa);
-            if t.is_none() {
-                println!("note: skipping {isa}: not supported by this CPU or build");
-            }
-            t
-        })
-        .collect()
-}
 
 fn context(table: &'static KernelTable, threads: usize) -> Context {
     Context::with_table(table).with_threads(threads)

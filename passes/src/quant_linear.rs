@@ -411,16 +411,7 @@ fn scalar_is(g: &Graph, mut v: ValueId, value: f64) -> bool {
             _ => return false,
         }
     }
-    let Some(data) = g.const_of(v) else { return false };
-    let bytes = data.bytes.as_bytes();
-    match g.ty(v).dtype {
-        DType::F32 => bytes.chunks_exact(4).all(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])) == value),
-        DType::F64 => bytes.chunks_exact(8).all(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8])) == value),
-        DType::I8 => bytes.iter().all(|&b| f64::from(b as i8) == value),
-        DType::I32 => bytes.chunks_exact(4).all(|b| f64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])) == value),
-        DType::I64 => bytes.chunks_exact(8).all(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f64 == value),
-        _ => false,
-    }
+    crate::host::HostTensor::from_const(g, v).is_some_and(|c| c.data.iter().all(|&x| x == value))
 }
 
 /// The `[N, G]` scales `s` times a per-row constant `c[N]`, as a new constant.

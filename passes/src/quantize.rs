@@ -158,10 +158,6 @@ pub struct QuantizeConfig {
     /// What each linear layer's input took on the calibration samples, in
     /// [`layer_inputs`]' order (the compiler fills it: `--calibration`).
     pub activations: Vec<ActObservation>,
-    /// Per layer (by its index in [`layer_inputs`]' order), a scheme other
-    /// than `scheme`, or `None` to keep it in f32: `--quantize auto`'s
-    /// choices ([`auto_ladder`]).
-    pub overrides: std::collections::BTreeMap<usize, Option<QuantScheme>>,
     /// `--quantize auto`: the largest drop of the output cosine against the
     /// float program (its worst calibration sample) the compiler's search
     /// may accept; `scheme` is the ladder's first rung.
@@ -176,7 +172,6 @@ impl QuantizeConfig {
             keep_first: false,
             keep_last: false,
             activations: Vec::new(),
-            overrides: Default::default(),
             auto_max_cosine_drop: None,
         }
     }
@@ -185,18 +180,7 @@ impl QuantizeConfig {
     /// activations need [`QuantizeConfig::activations`], and `auto`
     /// measures each choice on them.
     pub fn needs_calibration(&self) -> bool {
-        self.auto_max_cosine_drop.is_some()
-            || std::iter::once(Some(&self.scheme))
-                .chain(self.overrides.values().map(Option::as_ref))
-                .any(|s| matches!(s, Some(QuantScheme::Int8Static { .. })))
-    }
-
-    /// The scheme of layer `i` (in [`layer_inputs`]' order); `None`: f32.
-    pub fn scheme_of(&self, i: usize) -> Option<&QuantScheme> {
-        match self.overrides.get(&i) {
-            Some(choice) => choice.as_ref(),
-            None => Some(&self.scheme),
-        }
+        self.auto_max_cosine_drop.is_some() || matches!(self.scheme, QuantScheme::Int8Static { .. })
     }
 
     /// Whether the scheme uses [`QuantizeConfig::activations`] when given
@@ -272,8 +256,8 @@ impl LayerQuant {
 pub fn plan_layers(g: &Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerQuant>, PassError> {
     crate::check::guard(g, "quantize")?;
     let layers = find_layers(g);
-    let any_static = (0..layers.len()).any(|i| matches!(cfg.scheme_of(i), Some(QuantScheme::Int8Static { .. })));
-    if (any_static || !cfg.activations.is_empty()) && cfg.activations.len() != layers.len() {
+    let is_static = matches!(cfg.scheme, QuantScheme::Int8Static { .. });
+    if (is_static || !cfg.activations.is_empty()) && cfg.activations.len() != layers.len() {
         let detail = format!(
             "int8-static needs calibration (--calibration DIR): {} activation observations for {} linear layers",
             cfg.activations.len(),
@@ -298,25 +282,23 @@ pub fn plan_layers(g: &Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerQuant>, P
             output_sqnr_db: None,
             note: String::new(),
         };
-        let scheme = cfg.scheme_of(i);
+        let scheme = &cfg.scheme;
         let kept = if cfg.keep_first && i == 0 {
             Some("the first linear layer (kept in f32)".to_string())
         } else if cfg.keep_last && i + 1 == layers.len() {
             Some("the last linear layer (kept in f32)".to_string())
         } else if let Some(glob) = cfg.skip.iter().find(|p| glob_match(p, &name)) {
             Some(format!("skipped by `{glob}`"))
-        } else if let Some(&QuantScheme::Int4Weight { group, .. }) = scheme {
+        } else if let &QuantScheme::Int4Weight { group, .. } = scheme {
             (!k.is_multiple_of(group)).then(|| format!("group {group} does not divide in_features {k}"))
-        } else if scheme.is_none() {
-            Some("kept in f32 by --quantize auto".to_string())
         } else {
             None
         };
-        let (Some(scheme), None) = (scheme, &kept) else {
-            report.note = kept.unwrap_or_default();
+        if let Some(note) = kept {
+            report.note = note;
             planned.push(LayerQuant { report, node: layer.node, chosen: None });
             continue;
-        };
+        }
         let acts = match scheme {
             &QuantScheme::Int8Static { observer } => {
                 let (scale, zero_point) = cfg.activations[i].qparams(observer);

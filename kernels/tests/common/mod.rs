@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use bytemuck::Pod;
-use kiln_kernels::{DType, TensorMut, TensorRef};
+use kiln_kernels::{DType, Isa, KernelTable, TensorMut, TensorRef};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 /// A byte buffer with 8-byte alignment, as the runtime guarantees.
@@ -174,4 +174,19 @@ pub fn ref_conv(
         }
     }
     out
+}
+
+/// Every kernel table this CPU and build run (generic first); notes the
+/// levels they lack, so a skipped variant shows in the test output.
+pub fn tables() -> Vec<&'static KernelTable> {
+    Isa::ALL
+        .into_iter()
+        .filter_map(|isa| {
+            let t = KernelTable::for_isa(isa);
+            if t.is_none() {
+                println!("note: skipping {isa}: not supported by this CPU or build");
+            }
+            t
+        })
+        .collect()
 }
