@@ -118,6 +118,8 @@ pub struct ShardConfig {
     pub strategy: kiln_passes::shard::Strategy,
     pub overrides: Vec<kiln_passes::shard::Override>,
     pub dialect: crate::stablehlo::sharding::ShardingDialect,
+    /// What plans are costed with: the report's estimates and `auto`'s choice.
+    pub cost: kiln_passes::shard::CostModel,
 }
 
 impl Default for CompileOptions {
@@ -342,6 +344,7 @@ fn shard_for_pjrt(
         strategy: config.strategy,
         overrides: config.overrides.clone(),
         inline_max_elements: crate::stablehlo::INLINE_CONST_MAX_ELEMENTS,
+        cost: config.cost.clone(),
     };
     let plan = shard_graph(graph, &options).map_err(CompileError::Shard)?;
     if verify {
@@ -352,6 +355,8 @@ fn shard_for_pjrt(
         mesh: config.mesh.clone(),
         dialect: config.dialect,
         reshards: plan.reshards,
+        cost: plan.cost,
+        auto: plan.auto,
     })
 }
 

@@ -34,9 +34,15 @@ struct ShardArgs {
     #[arg(long)]
     mesh: Option<String>,
     /// Strategy: `data-parallel` (inputs split on batch), `tensor-parallel` (Megatron
-    /// column/row linears), `fsdp` (weights split over the data axis too) or `replicated`.
+    /// column/row linears), `fsdp` (weights split over the data axis too), `replicated`,
+    /// or `auto` (the cheapest plan under --shard-cost, chosen per layer; --report explains it).
     #[arg(long, default_value = "data-parallel")]
     shard: String,
+    /// The cost model plans are estimated with (and `--shard auto` chooses by), SI units:
+    /// `flops=1e14,memory=16e9,link=1e11,link.model=4e11,latency=1e-5` (FLOP/s per device,
+    /// bytes per device, bytes/s per link and per named axis, seconds per collective).
+    #[arg(long, default_value = "")]
+    shard_cost: String,
     /// JSON file with per-tensor overrides by Python name or glob, and the device order:
     /// `{"devices": [..], "overrides": [{"tensor": "fc1.*", "sharding": [["model"], []]}]}`.
     #[arg(long)]
@@ -67,11 +73,14 @@ impl ShardArgs {
             if self.shard_spec.is_some() {
                 return Err("--shard-spec needs --mesh".into());
             }
+            if !self.shard_cost.is_empty() {
+                return Err("--shard-cost needs --mesh".into());
+            }
             return Ok(None);
         };
         let mut mesh = parse_mesh(mesh)?;
         let strategy = Strategy::from_name(&self.shard).ok_or_else(|| {
-            format!("unknown --shard `{}` (known: data-parallel, tensor-parallel, fsdp, replicated)", self.shard)
+            format!("unknown --shard `{}` (known: data-parallel, tensor-parallel, fsdp, replicated, auto)", self.shard)
         })?;
         let dialect = ShardingDialect::from_name(&self.sharding_dialect)
             .ok_or_else(|| format!("unknown --sharding-dialect `{}` (known: shardy, gspmd)", self.sharding_dialect))?;
@@ -86,10 +95,13 @@ impl ShardArgs {
                 return Err(format!("{}: {}", path.display(), problems.join("; ")));
             }
         }
-        Ok(Some(ShardConfig { mesh, strategy, overrides, dialect }))
+        let cost = kiln_passes::shard::CostModel::parse(&self.shard_cost)?;
+        Ok(Some(ShardConfig { mesh, strategy, overrides, dialect, cost }))
     }
 }
 
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Compile a program saved by torch.export.save into a .kiln artifact.

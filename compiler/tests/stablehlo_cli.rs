@@ -64,6 +64,7 @@ fn mesh_and_shard_flags() {
     assert!(text.contains("sharding over mesh [model=2]"), "{text}");
     assert!(text.contains("fc2.weight") && text.contains("[{}, {model}]"), "{text}");
     assert!(text.contains("fc1.weight") && text.contains("[{model}, {}]"), "{text}");
+    assert!(text.contains("estimated per step and device:") && text.contains("communication"), "{text}");
     let (ok, text) = kiln(&["inspect", artifact]);
     assert!(ok && text.contains("mesh [model=2] (2 devices, devices [1, 0])"), "{text}");
     if let Some(plugin) = std::env::var_os("KILN_TEST_XLA_CPU_PLUGIN").filter(|p| !p.is_empty()) {
@@ -71,10 +72,29 @@ fn mesh_and_shard_flags() {
         let (ok, text) = kiln(&["run", artifact, "--device", &device, "--input", &format!("0={input}")]);
         assert!(ok && text.contains("SPMD over 2 devices"), "{text}");
     }
+    // auto explains itself: the cost model, every strategy, every layer's options.
+    let (ok, text) =
+        compile(&["--mesh", "data=2,model=2", "--shard", "auto", "--shard-cost", "memory=2e5", "--report"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("auto: cost model 1.000e14 FLOP/s per device") && text.contains("memory 200.00 kB"),
+        "{text}"
+    );
+    for strategy in ["data-parallel", "tensor-parallel", "fsdp", "replicated"] {
+        assert!(text.contains(&format!("    {strategy:<16} ")), "{strategy}: {text}");
+    }
+    assert!(text.contains("fc1.weight (") && text.contains("<- chosen") && text.contains("<- start"), "{text}");
+    if let Some(plugin) = std::env::var_os("KILN_TEST_XLA_CPU_PLUGIN").filter(|p| !p.is_empty()) {
+        let device = format!("pjrt:{}", plugin.to_string_lossy());
+        let (ok, text) = kiln(&["run", artifact, "--device", &device, "--input", &format!("0={input}")]);
+        assert!(ok && text.contains("SPMD over 4 devices"), "{text}");
+    }
     for (extra, want) in [
         (&["--mesh", "data=2,data=2"][..], "mesh axis `data` is named twice"),
         (&["--mesh", "data=3"], "mesh axis `data` (size 3) does not divide dim 0 (size 4) of `x`"),
-        (&["--mesh", "data=2", "--shard", "auto"], "unknown --shard `auto`"),
+        (&["--mesh", "data=2", "--shard", "diagonal"], "unknown --shard `diagonal`"),
+        (&["--mesh", "data=2", "--shard", "auto", "--shard-cost", "flops=fast"], "`fast` is not a number"),
+        (&["--shard-cost", "flops=1e12"], "--shard-cost needs --mesh"),
         (&["--mesh", "data=2", "--sharding-dialect", "xyz"], "unknown --sharding-dialect `xyz`"),
         (&["--shard-spec", spec], "--shard-spec needs --mesh"),
     ] {

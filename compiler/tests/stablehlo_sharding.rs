@@ -12,7 +12,7 @@ use kiln_compiler::stablehlo::sharding::ShardingDialect;
 use kiln_compiler::stablehlo::Precision;
 use kiln_compiler::{compile_graph_for, Backend, CompileOptions, ShardConfig};
 use kiln_ir::{Mesh, Sharding};
-use kiln_passes::shard::{Override, Strategy};
+use kiln_passes::shard::{CostModel, Override, Strategy};
 use kiln_runtime::format::Metadata;
 use kiln_runtime::{Program, Tensor};
 use stablehlo_support::*;
@@ -23,7 +23,7 @@ const RTOL: f64 = 1e-4;
 const ATOL: f64 = 1e-5;
 
 fn config(mesh: &[(&str, u32)], strategy: Strategy, dialect: ShardingDialect) -> ShardConfig {
-    ShardConfig { mesh: Mesh::new(mesh), strategy, overrides: vec![], dialect }
+    ShardConfig { mesh: Mesh::new(mesh), strategy, overrides: vec![], dialect, cost: CostModel::default() }
 }
 
 fn compile_sharded(name: &str, flavour: &str, shard: Option<ShardConfig>) -> Result<Arc<Program>, String> {
@@ -121,6 +121,72 @@ fn bert_and_llama_on_2_4_and_8_devices() {
     for mesh in [&[("model", 2)][..], &[("model", 4)], &[("model", 8)]] {
         check("models/llama", "training", config(mesh, Strategy::TensorParallel, shardy), &llama, &plugin);
     }
+}
+
+/// `--shard auto` under cost models that lead it to different plans: each
+/// plan runs on the devices and matches one device and PyTorch.
+#[test]
+fn auto_plans_run_on_2_4_and_8_devices() {
+    let Some(plugin) = plugin() else { return };
+    let auto = |mesh: &[(&str, u32)], cost: &str| ShardConfig {
+        cost: CostModel::parse(cost).unwrap_or_else(|e| panic!("{e}")),
+        ..config(mesh, Strategy::Auto, ShardingDialect::Shardy)
+    };
+    // Per model: the default (collectives dear next to these tiny models'
+    // compute), a memory limit below the whole weights, and slow compute.
+    let costs = |memory: &str| ["".to_string(), format!("memory={memory}"), "flops=1e6,latency=1e-9".to_string()];
+    // (model, flavour, mesh) → the distinct plans its cost models led to.
+    let mut plans = std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
+    let mut run = |name: &str, flavour: &str, mesh: &[(&str, u32)], cost: &str, one: &[Tensor]| {
+        let shard = auto(mesh, cost);
+        let plan = plan_of(name, flavour, &shard);
+        plans.entry(format!("{name}/{flavour} [{}]", shard.mesh)).or_default().insert(plan);
+        check(name, flavour, shard, one, &plugin);
+    };
+    for flavour in ["training", "aten"] {
+        let one = one_device("mlp", flavour, &plugin);
+        for mesh in [&[("data", 2)][..], &[("model", 4)], &[("data", 2), ("model", 4)]] {
+            for cost in costs("5e3") {
+                run("mlp", flavour, mesh, &cost, &one);
+            }
+        }
+    }
+    let bert = one_device("models/bert", "training", &plugin);
+    for cost in costs("7e4") {
+        run("models/bert", "training", &[("data", 2), ("model", 2)], &cost, &bert);
+    }
+    // Llama's batch of 1 leaves data parallelism out.
+    let llama = one_device("models/llama", "training", &plugin);
+    for cost in costs("6e4") {
+        run("models/llama", "training", &[("model", 4)], &cost, &llama);
+    }
+    for (what, p) in &plans {
+        eprintln!("{what}: {} plans: {p:?}", p.len());
+    }
+    // Each program's cost models must have led to different plans.
+    assert!(plans.values().all(|p| p.len() >= 2), "{plans:#?}");
+}
+
+/// The shardings auto gave the inputs and weights of `name`, as text.
+fn plan_of(name: &str, flavour: &str, shard: &ShardConfig) -> String {
+    use kiln_passes::shard::{shard_graph, ShardOptions};
+    let mut graph =
+        import_pt2(&fixture_dir(name).join(format!("{flavour}.pt2"))).unwrap_or_else(|e| panic!("{e}")).graph;
+    let passes = kiln_passes::default_pipeline(kiln_passes::Target::Pjrt);
+    kiln_passes::run_pipeline(&mut graph, &passes, &kiln_passes::Options::new(kiln_passes::Target::Pjrt))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let opts = ShardOptions {
+        mesh: shard.mesh.clone(),
+        strategy: shard.strategy,
+        overrides: vec![],
+        inline_max_elements: kiln_compiler::stablehlo::INLINE_CONST_MAX_ELEMENTS,
+        cost: shard.cost.clone(),
+    };
+    shard_graph(&mut graph, &opts).unwrap_or_else(|e| panic!("{e}"));
+    let planned = graph.inputs.iter().copied().chain(graph.consts.values().map(|c| c.value));
+    let shardings: Vec<String> =
+        planned.filter_map(|v| graph.values[v].attrs.sharding.as_ref().map(|s| format!("{v}:{s}"))).collect();
+    shardings.join(" ")
 }
 
 #[test]

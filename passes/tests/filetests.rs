@@ -5,7 +5,7 @@
 
 use kiln_ir::filetest::{run_dir, FileTest};
 use kiln_ir::Graph;
-use kiln_passes::shard::{shard_graph, ShardOptions, Strategy, Use};
+use kiln_passes::shard::{shard_graph, CostModel, ShardOptions, Strategy, Use};
 use kiln_passes::{
     compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE,
     FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
@@ -44,7 +44,8 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
 }
 
 /// `; test shard`: the graph's mesh, `; option strategy=…` (default
-/// replicated), `; option inline_max=N` (default 0); the printed result shows
+/// replicated), `; option inline_max=N` (default 0), `; option cost=…` (the
+/// cost model, `CostModel::parse`'s form); the printed result shows
 /// every value's sharding, and `; option reshards=…` must equal the
 /// reshardings, `; `-separated.
 fn run_shard(test: &FileTest, g: &mut Graph) -> Result<(), String> {
@@ -52,7 +53,8 @@ fn run_shard(test: &FileTest, g: &mut Graph) -> Result<(), String> {
     let name = test.option("strategy").unwrap_or("replicated");
     let strategy = Strategy::from_name(name).ok_or_else(|| format!("unknown strategy `{name}`"))?;
     let inline_max_elements = test.option("inline_max").map_or(Ok(0), str::parse).map_err(|e| format!("{e}"))?;
-    let opts = ShardOptions { mesh, strategy, overrides: vec![], inline_max_elements };
+    let cost = CostModel::parse(test.option("cost").unwrap_or(""))?;
+    let opts = ShardOptions { mesh, strategy, overrides: vec![], inline_max_elements, cost };
     let plan = shard_graph(g, &opts)?;
     kiln_ir::verify::verify(g).map_err(|e| e.to_string())?;
     let got: Vec<String> = plan

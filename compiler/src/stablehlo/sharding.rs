@@ -5,7 +5,7 @@
 //! `../shared/notes/sharding-pjrt.md`).
 
 use kiln_ir::{Graph, Mesh, MeshAxis, Sharding};
-use kiln_passes::shard::{Override, Reshard, Use};
+use kiln_passes::shard::{bytes, seconds, AutoReport, Override, PlanCost, Reshard, Use};
 use kiln_runtime::format::{MeshAxisDecl, MeshDecl, TensorSharding};
 
 /// How a sharded module is annotated.
@@ -33,6 +33,10 @@ pub struct SpmdEmit {
     pub dialect: ShardingDialect,
     /// Propagation's reshardings: each becomes a constraint on that use.
     pub reshards: Vec<Reshard>,
+    /// The plan's estimated cost per step and device (for the report).
+    pub cost: PlanCost,
+    /// What `--shard auto` tried and chose (for the report).
+    pub auto: Option<AutoReport>,
 }
 
 /// The `sdy.mesh` symbol every Shardy annotation names.
@@ -175,6 +179,10 @@ pub struct ShardReport {
     pub tensors: Vec<(String, String, u64, u64)>,
     /// Every resharding: collective, where, bytes of the whole tensor.
     pub collectives: Vec<(&'static str, String, u64)>,
+    /// The plan's estimated cost per step and device.
+    pub cost: PlanCost,
+    /// `--shard auto`'s decisions, one line each.
+    pub decisions: Vec<String>,
 }
 
 impl ShardReport {
@@ -205,7 +213,8 @@ impl ShardReport {
                 (r.collective.name(), format!("{at}: {} -> {}", r.from, r.to), r.bytes)
             })
             .collect();
-        ShardReport { mesh: spmd.mesh.to_string(), tensors, collectives }
+        let decisions = spmd.auto.as_ref().map_or_else(Vec::new, |a| auto_lines(g, a));
+        ShardReport { mesh: spmd.mesh.to_string(), tensors, collectives, cost: spmd.cost.clone(), decisions }
     }
 
     /// Weight bytes each device holds (inputs excluded).
@@ -222,8 +231,48 @@ impl ShardReport {
         for (kind, what, bytes) in &self.collectives {
             out.push(format!("  {kind:<10} {bytes:>10} B  {what}"));
         }
+        let c = &self.cost;
+        out.push(format!(
+            "  estimated per step and device: {} compute ({:.3e} FLOP), {} communication ({}), weights {}, peak activations {}",
+            seconds(c.compute_s),
+            c.flops,
+            seconds(c.comm_s),
+            bytes(c.comm_bytes as u64),
+            bytes(c.weight_bytes),
+            bytes(c.activation_bytes)
+        ));
+        out.extend(self.decisions.iter().cloned());
         out
     }
+}
+
+/// `--shard auto`'s search as report lines: the cost model, each strategy
+/// tried, then per layer the choice and the plan's cost under each option.
+fn auto_lines(g: &Graph, a: &AutoReport) -> Vec<String> {
+    let m = &a.model;
+    let mut links = format!("{:.3e} B/s", m.default_link_bytes_per_s);
+    for (axis, b) in &m.link_bytes_per_s {
+        links.push_str(&format!(", {axis} {b:.3e} B/s"));
+    }
+    let memory = m.memory_per_device.map_or("no limit".to_string(), bytes);
+    let mut out = vec![format!(
+        "  auto: cost model {:.3e} FLOP/s per device, links {links}, {} per collective, memory {memory}",
+        m.flops_per_s,
+        seconds(m.collective_latency_s)
+    )];
+    for (strategy, cost) in &a.strategies {
+        let what = cost.as_ref().map_or("does not apply".to_string(), |c| c.summary());
+        let mark = if *strategy == a.start { "  <- start" } else { "" };
+        out.push(format!("    {:<16} {what}{mark}", strategy.name()));
+    }
+    for l in &a.layers {
+        out.push(format!("    {} ({}): {}", l.name, g.describe_node(l.node), l.chosen.name()));
+        for (choice, cost) in &l.options {
+            let mark = if *choice == l.chosen { "  <- chosen" } else { "" };
+            out.push(format!("      {:<16} {}{mark}", choice.name(), cost.summary()));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -13,10 +13,17 @@
 //!   overrides by origin glob); tensor parallelism decides weights during
 //!   propagation, from the sharding of the activation that reaches them.
 //! - `propagate`: the per-op rules.
+//! - `cost`: what a plan costs per step and device (compute, communication,
+//!   memory), reported for every plan.
+//! - `auto`: `--shard auto`, the plan the cost model picks, per layer.
 
+mod auto;
+mod cost;
 mod propagate;
 mod strategy;
 
+pub use auto::{AutoReport, LayerChoice, LayerPlan};
+pub use cost::{bytes, estimate, seconds, CostModel, PlanCost};
 pub use propagate::{propagate_shardings, Collective, Reshard, Use};
 pub use strategy::{glob_match, Override, Strategy};
 
@@ -33,13 +40,19 @@ pub struct ShardOptions {
     /// Weights with at most this many elements are left replicated (the
     /// StableHLO emitter writes them into the program).
     pub inline_max_elements: usize,
+    /// What plans are costed with (the report, and `--shard auto`'s choice).
+    pub cost: CostModel,
 }
 
 /// The outcome of [`shard_graph`]: every use where a value had to change
 /// sharding (in schedule order, then the graph outputs).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ShardPlan {
     pub reshards: Vec<Reshard>,
+    /// The plan's cost per step and device under `ShardOptions::cost`.
+    pub cost: PlanCost,
+    /// What `--shard auto` tried and chose.
+    pub auto: Option<AutoReport>,
 }
 
 /// Sets `g.mesh`, seeds inputs and weights from `opts`, and propagates.
@@ -51,7 +64,13 @@ pub fn shard_graph(g: &mut Graph, opts: &ShardOptions) -> Result<ShardPlan, Stri
         return Err(format!("bad mesh: {}", problems.join("; ")));
     }
     g.mesh = Some(opts.mesh.clone());
-    strategy::seed(g, opts)?;
-    let reshards = propagate_shardings(g, opts)?;
-    Ok(ShardPlan { reshards })
+    let (reshards, auto) = if opts.strategy == Strategy::Auto {
+        let (reshards, report) = auto::shard_auto(g, opts)?;
+        (reshards, Some(report))
+    } else {
+        strategy::seed(g, opts)?;
+        (propagate_shardings(g, opts)?, None)
+    };
+    let cost = estimate(g, &opts.mesh, &reshards, &opts.cost);
+    Ok(ShardPlan { reshards, cost, auto })
 }

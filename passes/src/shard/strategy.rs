@@ -22,6 +22,9 @@ pub enum Strategy {
     /// Data-parallel inputs, and every weight split on its largest dim the
     /// data axis divides (XLA gathers it where it is used).
     Fsdp,
+    /// The plan the cost model finds cheapest: the best of the above, then
+    /// refined layer by layer (see `auto`).
+    Auto,
 }
 
 impl Strategy {
@@ -31,6 +34,7 @@ impl Strategy {
             "data-parallel" | "dp" => Strategy::DataParallel,
             "tensor-parallel" | "tp" => Strategy::TensorParallel,
             "fsdp" => Strategy::Fsdp,
+            "auto" => Strategy::Auto,
             _ => return None,
         })
     }
@@ -41,6 +45,7 @@ impl Strategy {
             Strategy::DataParallel => "data-parallel",
             Strategy::TensorParallel => "tensor-parallel",
             Strategy::Fsdp => "fsdp",
+            Strategy::Auto => "auto",
         }
     }
 }
@@ -69,7 +74,8 @@ pub(super) fn seed(g: &mut Graph, opts: &ShardOptions) -> Result<(), String> {
     let split_batch = match opts.strategy {
         Strategy::DataParallel | Strategy::Fsdp => true,
         Strategy::TensorParallel => mesh.axis("data").is_some() && model_axis(mesh) != "data",
-        Strategy::Replicated => false,
+        // `auto` seeds through the concrete strategies it tries.
+        Strategy::Replicated | Strategy::Auto => false,
     };
     // An axis of one device splits nothing.
     if split_batch && mesh.axis(&data).is_some_and(|a| a.size > 1) {
