@@ -33,8 +33,8 @@ pub enum CompileError {
     /// A sharding the mesh, the strategy or an override cannot give.
     #[error("sharding: {0}")]
     Shard(String),
-    /// `--quantize` makes integer kernels kiln has for the CPU only.
-    #[error("--quantize needs --target cpu (the quantized linear kernel is a CPU kernel), not {0}")]
+    /// `--quantize` makes `quant_linear`, which the CPU kernels and PJRT segments run.
+    #[error("--quantize needs --target cpu or pjrt (where quant_linear runs), not {0}")]
     QuantizeTarget(String),
     /// `--calibration`: unreadable samples, or a run of the float program failed.
     #[error("calibration: {0}")]
@@ -244,7 +244,8 @@ pub fn compile_graph_for(
         )));
     }
     let mut output_cosine = None;
-    if opts.quantize.is_some() && target == Target::Cpu {
+    let quantizable = matches!(target, Target::Cpu | Target::Pjrt);
+    if opts.quantize.is_some() && quantizable {
         // Canonical layers first: Core ATen writes some linear layers as a
         // bmm by an expanded weight, which quantization (and the
         // calibration that observes the same layers) would not see.
@@ -253,7 +254,7 @@ pub fn compile_graph_for(
         dce(&mut graph, &pass_opts)?;
     }
     let quantized = match &opts.quantize {
-        Some(_) if target != Target::Cpu => return Err(CompileError::QuantizeTarget(target.to_string())),
+        Some(_) if !quantizable => return Err(CompileError::QuantizeTarget(target.to_string())),
         Some(cfg) => match opts.calibration.as_deref() {
             None if cfg.needs_calibration() => {
                 return Err(CompileError::Calibration(

@@ -6,7 +6,7 @@ use crate::{
     dce, decompose, fold_constants, fuse_attention, fuse_conv_affine, fuse_elementwise, fuse_epilogues, fuse_rms_norm,
     legalize_dtypes, quantize_linear_weights, simplify, verify_graph, Changed, PassError,
 };
-use kiln_ir::{Graph, Op};
+use kiln_ir::{DType, Graph, Op};
 use std::fmt;
 
 #[derive(Clone, Debug)]
@@ -78,9 +78,11 @@ pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
     let mut passes = Vec::new();
     // Dequantized integer weights feeding linear layers keep their integers
     // (before folding would make them f32 constants): the CPU target has
-    // the quantized linear kernel. Simplify first (it folds nothing): it
-    // makes Core ATen's `bmm` by an expanded weight a matmul by the matrix.
-    if target.target == Target::Cpu {
+    // the quantized linear kernel, PJRT segments lower it to integer
+    // StableHLO. Simplify first (it folds nothing): it makes Core ATen's
+    // `bmm` by an expanded weight a matmul by the matrix.
+    let takes_quant_linear = target.segments.is_some_and(|s| s.takes(OpKind::QuantLinear, Some(DType::F32)));
+    if target.target == Target::Cpu || takes_quant_linear {
         passes.push(SIMPLIFY);
         passes.push(QUANT_LINEAR);
     }

@@ -82,7 +82,10 @@ fn the_pipeline_follows_the_description() {
         // Elementwise fusion is for the CPU's fused kernel only.
         if t == Target::Cpu {
             want.splice(5..5, ["fuse_attention", "simplify", "fuse_norm", "fuse_epilogue", "fuse_elementwise"]);
-            // Integer weights are kept for the CPU's quantized linear kernel.
+        }
+        // Integer weights are kept for the CPU's quantized linear kernel and
+        // for segments, which lower it to integer StableHLO.
+        if t != Target::Primitive {
             want.splice(0..0, ["simplify", "quant_linear"]);
         }
         assert_eq!(names(t.desc()), want, "{t}");

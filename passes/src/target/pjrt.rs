@@ -91,6 +91,7 @@ pub(super) static SEGMENTS: OpTable = OpTable {
         OpRow::any(OpKind::Clamp),
         OpRow::any(OpKind::MatMul),
         OpRow::any(OpKind::Linear),
+        OpRow::only(OpKind::QuantLinear, &[DType::F32]),
         OpRow::any(OpKind::Conv),
         floats(OpKind::BatchNorm, NORMALISATION),
         floats(OpKind::LayerNorm, NORMALISATION),

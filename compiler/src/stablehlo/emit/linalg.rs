@@ -18,6 +18,21 @@ impl<'c, 'a> Emitter<'c, 'a> {
         lc: &[i64],
         rc: &[i64],
     ) -> Result<T<'c, 'a>, EmitError> {
+        self.dot_typed(a, b, lb, rb, lc, rc, self.acc(a.dt))
+    }
+
+    /// `dot_general` with result (accumulator) type `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn dot_typed(
+        &self,
+        a: &T<'c, 'a>,
+        b: &T<'c, 'a>,
+        lb: &[i64],
+        rb: &[i64],
+        lc: &[i64],
+        rc: &[i64],
+        out: DType,
+    ) -> Result<T<'c, 'a>, EmitError> {
         let mut shape: Vec<i64> = lb.iter().map(|&d| a.shape[d as usize]).collect();
         let free = |t: &T, batch: &[i64], contract: &[i64]| -> Vec<i64> {
             (0..t.shape.len() as i64)
@@ -31,7 +46,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             "stablehlo.dot_general",
             &[a, b],
             &shape,
-            self.acc(a.dt),
+            out,
             &[("dot_dimension_numbers", dot_dims(lb, rb, lc, rc)), ("precision_config", self.precision().into())],
         )
     }

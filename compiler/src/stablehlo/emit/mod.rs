@@ -28,12 +28,14 @@
 //! - `linalg`: dot products, matmul, convolution, pooling, attention.
 //! - `index`: gathers for torch's indexing ops.
 //! - `control`: `while_loop` as `stablehlo.while`.
+//! - `quant`: `quant_linear` with integer weights and int8 activations.
 
 mod builders;
 mod control;
 mod elementwise;
 mod index;
 mod linalg;
+mod quant;
 mod text;
 
 use super::partition::Segment;
@@ -116,6 +118,14 @@ pub fn emit_segment_with(
     let cdt = |d: DType| if bf16 && d == DType::F32 { DType::BF16 } else { d };
 
     // Arguments: every input value, except small constants written inline.
+    // A quantized layer's scales and bias stay f32 in bf16 mode: its
+    // integer arithmetic is defined on f32 parameters.
+    let quant_params: Vec<ValueId> = seg
+        .nodes
+        .iter()
+        .filter(|&&n| matches!(g.nodes[n].op, Op::QuantLinear { .. }))
+        .flat_map(|&n| g.nodes[n].inputs.iter().skip(2).copied())
+        .collect();
     let mut args = Vec::new();
     let mut bf16_args = Vec::new();
     let mut arg_types = Vec::new();
@@ -126,7 +136,7 @@ pub fn emit_segment_with(
             if numel(&shape) <= INLINE_CONST_MAX_ELEMENTS as i64 {
                 continue;
             }
-            if bf16 && ty.dtype == DType::F32 {
+            if bf16 && ty.dtype == DType::F32 && !quant_params.contains(&v) {
                 bf16_args.push(args.len());
                 let _ = c;
                 arg_types.push((shape, DType::BF16));
@@ -409,6 +419,27 @@ impl<'c, 'a> Emitter<'c, 'a> {
                     y = self.binary("add", &y, &self.convert(b, y.dt)?)?;
                 }
                 self.convert(&y, out_dt)?
+            }
+            Op::QuantLinear { bits, zero_points, dynamic, asymmetric, act_scale, act_zero_point, .. } => {
+                let acts = match (dynamic, asymmetric, act_scale) {
+                    (true, false, _) => quant::QuantActs::DynamicSymmetric,
+                    (true, true, _) => quant::QuantActs::DynamicAsymmetric,
+                    (false, _, Some(scale)) => {
+                        quant::QuantActs::Static { scale: *scale as f32, zero_point: *act_zero_point as i32 }
+                    }
+                    (false, _, None) => quant::QuantActs::Float,
+                };
+                let zp_index = 3;
+                let args = quant::QuantLinearArgs {
+                    x: ins[0].clone(),
+                    w: ins[1].clone(),
+                    scales: ins[2].clone(),
+                    zero_points: zero_points.then(|| ins[zp_index].clone()),
+                    bias: ins.get(zp_index + usize::from(*zero_points)).cloned(),
+                    bits: *bits,
+                    acts,
+                };
+                self.convert(&self.quant_linear(&args, &out_shape)?, out_dt)?
             }
             Op::Conv { stride, padding, dilation, groups } => {
                 self.conv(&ins, stride, padding, dilation, *groups, &out_shape, out_dt)?
