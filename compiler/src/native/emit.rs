@@ -32,6 +32,11 @@ struct Body {
     next: usize,
 }
 
+/// Where erf switches from its odd polynomial to `1 − exp(q(|x|))` (the kernels' value).
+const ERF_SPLIT: f32 = 0.927_734_4;
+/// Where GELU's left tail is 0 in f32 (the kernels' value).
+const ERFC_ZERO: f32 = 10.2;
+
 impl Body {
     fn let_(&mut self, rhs: impl std::fmt::Display) -> String {
         let name = format!("%v{}", self.next);
@@ -202,6 +207,106 @@ impl Body {
         self.minus_inf_is_nan(x, &g)
     }
 
+    /// erf on |x| ≤ `ERF_SPLIT`: `x + x·P(x²)` (the kernels' `erf_small_ps`).
+    fn erf_small(&mut self, x: &str) -> String {
+        let s = self.mul(x, x);
+        let r = self
+            .horner(&s, &[-5.967_617e-4, 4.991_194_2e-3, -2.676_813_5e-2, 0.112_819_925, -0.376_125_34, 0.128_379_17]);
+        self.fma(&r, x, x)
+    }
+
+    /// `q` with `erfc(t) = exp(q)` for t ≥ `ERF_SPLIT` (`erfc_exponent_ps`).
+    fn erfc_exponent(&mut self, t: &str) -> String {
+        let s = self.mul(t, t);
+        let c0 = self.c(-1.728_534_7e-5);
+        let r = self.fma_c(&c0, t, 3.831_971_3e-4);
+        let c1 = self.c(-3.883_964_4e-3);
+        let u = self.fma_c(&c1, t, 2.425_462_2e-2);
+        let mut r = self.fma(&r, &s, &u);
+        for c in [-0.106_777_88, -0.634_846_7, -0.128_717_51] {
+            r = self.fma_c(&r, t, c);
+        }
+        let nt = self.neg(t);
+        self.fma(&r, t, &nt)
+    }
+
+    /// erf(x): the odd polynomial near 0, `±(1 − exp(q(|x|)))` beyond; NaN
+    /// stays NaN (it compares false and takes the polynomial).
+    fn erf(&mut self, x: &str) -> String {
+        let t = self.abs(x);
+        let small = self.erf_small(x);
+        let beyond = self.cmp_c("ogt", &t, ERF_SPLIT);
+        let q = self.erfc_exponent(&t);
+        let e = self.exp(&q);
+        let one = self.c(1.0);
+        let large = self.sub(&one, &e);
+        let large = self.let_(format_args!("math.copysign {large}, {x} : f32"));
+        self.select(&beyond, &large, &small)
+    }
+
+    /// erfc(t) on the left tail of GELU as `(m, s)`, `erfc(t) = m·s`, from
+    /// `t² = sq + err` (`erfc_tail_parts`).
+    fn erfc_tail_parts(&mut self, t: &str, sq: &str, err: &str) -> (String, String) {
+        let two = self.c(2.0);
+        let tm = self.sub(t, &two);
+        let tp = self.add(t, &two);
+        let q = self.div(&tm, &tp);
+        let p = self.horner(
+            &q,
+            &[
+                -1.523_607_8e-3,
+                1.122_186_5e-3,
+                8.759_447e-3,
+                -8.015_458e-3,
+                -5.422_427_5e-2,
+                0.164_050_3,
+                -0.166_030_26,
+                -9.276_381e-2,
+                1.276_978_4,
+            ],
+        );
+        let d = self.fma_c(&two, t, 1.0);
+        let r = self.div(&p, &d);
+        let nsq = self.neg(sq);
+        let (a, scale) = self.exp_parts(&nsq);
+        let na = self.neg(&a);
+        let a = self.fma(&na, err, &a);
+        (self.mul(&r, &a), scale)
+    }
+
+    /// Exact GELU `x·Φ(x)` (the kernels' `gelu_ps`): `x/2·(1 + erf(x/√2))`
+    /// except on the left tail, `x/2·erfc(−x/√2)` with erfc of full relative
+    /// precision. `x² − round(x²)` is exact only where `fmuladd` fuses (every
+    /// level but the baseline, whose tail loses ~t²·2⁻²⁴ relative).
+    fn gelu(&mut self, x: &str) -> String {
+        let r2 = self.c(std::f32::consts::FRAC_1_SQRT_2);
+        let u = self.mul(x, &r2);
+        let half = self.c(0.5);
+        let half_x = self.mul(x, &half);
+        let e = self.erf(&u);
+        let one = self.c(1.0);
+        let ope = self.add(&one, &e);
+        let right = self.mul(&half_x, &ope);
+        let t = self.neg(&u);
+        let in_tail = self.cmp_c("ogt", &t, ERF_SPLIT);
+        let xx = self.mul(x, x);
+        let sq = self.mul(&xx, &half);
+        let nxx = self.neg(&xx);
+        let e0 = self.fma(x, x, &nxx);
+        let err = self.mul(&e0, &half);
+        let below = self.cmp_c("olt", &t, ERFC_ZERO);
+        let cap = self.c(ERFC_ZERO);
+        let tc = self.select(&below, &t, &cap);
+        let (m, scale) = self.erfc_tail_parts(&tc, &sq, &err);
+        let hm = self.mul(&half_x, &m);
+        let left = self.mul(&hm, &scale);
+        let zeroed = self.cmp_c("oge", &t, ERFC_ZERO);
+        let mzero = self.c(-0.0);
+        let left = self.select(&zeroed, &mzero, &left);
+        let g = self.select(&in_tail, &left, &right);
+        self.minus_inf_is_nan(x, &g)
+    }
+
     fn minus_inf_is_nan(&mut self, x: &str, g: &str) -> String {
         let nan = self.is_nan(x);
         let g = self.select(&nan, x, g);
@@ -240,6 +345,8 @@ impl Body {
             }
             UnaryOp::Tanh => self.tanh(x),
             UnaryOp::GeluTanh => self.gelu_tanh(x),
+            UnaryOp::Erf => self.erf(x),
+            UnaryOp::Gelu => self.gelu(x),
             other => return Err(Unsupported(format!("unary {other}"))),
         })
     }
