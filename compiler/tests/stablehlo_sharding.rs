@@ -167,6 +167,29 @@ fn auto_plans_run_on_2_4_and_8_devices() {
     assert!(plans.values().all(|p| p.len() >= 2), "{plans:#?}");
 }
 
+/// The CNN fixture with its channels split over the model axis: conv1's
+/// output channels (column-parallel), the grouped conv2 keeping whole groups
+/// per device, BatchNorm and pooling per channel, fc contracting the split
+/// channels; under tensor-parallel and under auto with slow compute.
+#[test]
+fn cnn_channels_split_over_the_model_axis() {
+    let Some(plugin) = plugin() else { return };
+    for flavour in ["training", "aten"] {
+        let one = one_device("cnn", flavour, &plugin);
+        for mesh in [&[("model", 2)][..], &[("data", 2), ("model", 2)]] {
+            let tp = config(mesh, Strategy::TensorParallel, ShardingDialect::Shardy);
+            let plan = plan_of("cnn", flavour, &tp);
+            assert!(plan.contains(":[{model}, {}, {}, {}]"), "{flavour} [{}]: no conv weight split: {plan}", tp.mesh);
+            check("cnn", flavour, tp, &one, &plugin);
+            let auto = ShardConfig {
+                cost: CostModel::parse("flops=1e6,latency=1e-9").unwrap_or_else(|e| panic!("{e}")),
+                ..config(mesh, Strategy::Auto, ShardingDialect::Shardy)
+            };
+            check("cnn", flavour, auto, &one, &plugin);
+        }
+    }
+}
+
 /// The shardings auto gave the inputs and weights of `name`, as text.
 fn plan_of(name: &str, flavour: &str, shard: &ShardConfig) -> String {
     use kiln_passes::shard::{shard_graph, ShardOptions};

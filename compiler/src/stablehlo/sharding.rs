@@ -188,7 +188,10 @@ pub struct ShardReport {
 impl ShardReport {
     pub fn new(g: &Graph, spmd: &SpmdEmit) -> ShardReport {
         let mut tensors = Vec::new();
-        let values = g.inputs.iter().copied().chain(g.consts.values().map(|c| c.value));
+        // Constants a pass replaced may linger until compaction: list live ones.
+        let uses = g.use_counts();
+        let live = g.consts.values().map(|c| c.value).filter(|&v| uses[v] > 0 || g.outputs.contains(&v));
+        let values = g.inputs.iter().copied().chain(live);
         for v in values {
             let ty = g.ty(v);
             let Some(shape) = ty.static_shape() else { continue };

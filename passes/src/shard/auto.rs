@@ -7,8 +7,9 @@
 //! 1. Every whole-program strategy that applies (data-parallel,
 //!    tensor-parallel, FSDP, replicated) is planned and costed; the cheapest
 //!    is the start, and it also fixes how inputs are split.
-//! 2. Every layer — a linear or matmul with a constant 2-d weight too large
-//!    to inline, not pinned by the user — then gets each of its options in
+//! 2. Every layer — a linear or matmul with a constant 2-d weight, or a
+//!    single-group convolution, too large to inline, not pinned by the user —
+//!    then gets each of its options in
 //!    turn (weight replicated, column-parallel, row-parallel, FSDP-sharded)
 //!    with every other layer held; the cheapest option stays. Sweeps repeat
 //!    until none changes (at most [`MAX_SWEEPS`]).
@@ -118,7 +119,8 @@ pub(super) fn shard_auto(g: &mut Graph, opts: &ShardOptions) -> Result<(Vec<Resh
     let mut chosen: Vec<usize> = layers
         .iter()
         .map(|l| {
-            let s = g.values[l.weight].attrs.sharding.clone().unwrap_or_else(|| Sharding::replicated(2));
+            let rank = g.ty(l.weight).rank();
+            let s = g.values[l.weight].attrs.sharding.clone().unwrap_or_else(|| Sharding::replicated(rank));
             l.options.iter().position(|(_, o)| *o == s).unwrap_or(0)
         })
         .collect();
@@ -190,7 +192,8 @@ fn plan(
 }
 
 /// Linear and matmul nodes whose weight (operand 1) is a constant 2-d
-/// tensor too large to inline, used by nothing else and named by no user
+/// tensor — or single-group convolutions, their 4-d weight split by channels —
+/// too large to inline, used by nothing else and named by no user
 /// override, with the options that divide it.
 fn find_layers(g: &Graph, opts: &ShardOptions) -> Vec<Layer> {
     let mesh = &opts.mesh;
@@ -200,14 +203,16 @@ fn find_layers(g: &Graph, opts: &ShardOptions) -> Vec<Layer> {
     let mut layers = Vec::new();
     for &n in &g.order {
         let node = &g.nodes[n];
-        let (k_dim, n_dim) = match node.op {
-            Op::Linear => (1, 0),
-            Op::MatMul => (0, 1),
+        let (k_dim, n_dim, rank) = match node.op {
+            Op::Linear => (1, 0, 2),
+            Op::MatMul => (0, 1, 2),
+            // Input and output channels of a single-group convolution.
+            Op::Conv { groups: 1, .. } => (1, 0, g.ty(node.inputs[0]).rank()),
             _ => continue,
         };
         let Some(&w) = node.inputs.get(1) else { continue };
         let Some(shape) = g.ty(w).static_shape() else { continue };
-        if g.const_of(w).is_none() || shape.len() != 2 || uses[w] != 1 {
+        if g.const_of(w).is_none() || shape.len() != rank || uses[w] != 1 {
             continue;
         }
         if shape.iter().product::<i64>() as usize <= opts.inline_max_elements {
@@ -217,10 +222,10 @@ fn find_layers(g: &Graph, opts: &ShardOptions) -> Vec<Layer> {
         if opts.overrides.iter().any(|o| glob_match(&o.pattern, origin)) {
             continue;
         }
-        let mut options = vec![(LayerChoice::Replicated, Sharding::replicated(2))];
+        let mut options = vec![(LayerChoice::Replicated, Sharding::replicated(rank))];
         let mut offer = |choice: LayerChoice, dim: usize, axis: &str| {
             if size(axis) > 1 && shape[dim] % size(axis) == 0 {
-                let s = Sharding::split(2, dim, axis);
+                let s = Sharding::split(rank, dim, axis);
                 if !options.iter().any(|(_, o)| *o == s) {
                     options.push((choice, s));
                 }
@@ -229,7 +234,7 @@ fn find_layers(g: &Graph, opts: &ShardOptions) -> Vec<Layer> {
         offer(LayerChoice::Column, n_dim, model);
         offer(LayerChoice::Row, k_dim, model);
         if data != model {
-            let largest = if shape[0] >= shape[1] { 0 } else { 1 };
+            let largest = (0..rank).max_by_key(|&d| (shape[d], -(d as i64))).unwrap_or(0);
             offer(LayerChoice::Fsdp, largest, data);
         }
         if options.len() > 1 {

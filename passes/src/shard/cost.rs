@@ -164,7 +164,10 @@ pub fn estimate(g: &Graph, mesh: &Mesh, reshards: &[Reshard], model: &CostModel)
         cost.comm_bytes += bytes;
         cost.comm_s += s;
     }
-    cost.weight_bytes = g.consts.values().map(|c| per_device_bytes(g, mesh, c.value)).sum();
+    // Constants a pass replaced may linger until compaction: only live ones count.
+    let uses = g.use_counts();
+    let live = g.consts.values().filter(|c| uses[c.value] > 0 || g.outputs.contains(&c.value));
+    cost.weight_bytes = live.map(|c| per_device_bytes(g, mesh, c.value)).sum();
     cost.activation_bytes = peak_activations(g, mesh);
     cost
 }

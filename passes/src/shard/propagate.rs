@@ -160,19 +160,23 @@ impl Prop<'_> {
         }
     }
 
-    /// Megatron's choice for a linear (or matmul) with a constant weight no
+    /// Megatron's choice for a linear, matmul or single-group conv with a constant weight no
     /// one has sharded: row-parallel when its input arrives split on the
     /// contracted features, column-parallel otherwise.
     fn decide_tensor_parallel(&mut self, g: &mut Graph, n: NodeId) {
         let node = &g.nodes[n];
-        let (k_dim, n_dim) = match node.op {
-            Op::Linear => (1, 0),
-            Op::MatMul => (0, 1),
+        // (contracted dim, output dim) of the weight; for a conv, its input
+        // and output channels (grouped convs are left to propagation).
+        let (k_dim, n_dim, x_dim) = match node.op {
+            Op::Linear => (1, 0, None),
+            Op::MatMul => (0, 1, None),
+            Op::Conv { groups: 1, .. } => (1, 0, Some(1)),
             _ => return,
         };
         let (Some(&x), Some(&w)) = (node.inputs.first(), node.inputs.get(1)) else { return };
-        let bias = node.inputs.get(2).copied().filter(|_| node.op == Op::Linear);
-        if g.const_of(w).is_none() || g.values[w].attrs.sharding.is_some() || g.ty(w).rank() != 2 {
+        let bias = node.inputs.get(2).copied().filter(|_| matches!(node.op, Op::Linear | Op::Conv { .. }));
+        let rank = if x_dim.is_some() { g.ty(x).rank() } else { 2 };
+        if g.const_of(w).is_none() || g.values[w].attrs.sharding.is_some() || g.ty(w).rank() != rank {
             return;
         }
         let Some(shape) = g.ty(w).static_shape() else { return };
@@ -182,13 +186,13 @@ impl Prop<'_> {
         let axis = model_axis(self.mesh).to_string();
         let size = self.mesh.axis(&axis).map_or(1, |a| i64::from(a.size));
         let xs = sharding_of(g, x);
-        let x_last = xs.dims.last().cloned().unwrap_or_default();
-        if x_last.contains(&axis) {
+        let x_k = x_dim.map_or_else(|| xs.dims.last().cloned(), |d| xs.dims.get(d).cloned()).unwrap_or_default();
+        if x_k.contains(&axis) {
             if shape[k_dim] % size == 0 {
-                g.values[w].attrs.sharding = Some(Sharding::split(2, k_dim, &axis));
+                g.values[w].attrs.sharding = Some(Sharding::split(rank, k_dim, &axis));
             }
         } else if shape[n_dim] % size == 0 && !xs.axes().any(|a| a == axis) {
-            g.values[w].attrs.sharding = Some(Sharding::split(2, n_dim, &axis));
+            g.values[w].attrs.sharding = Some(Sharding::split(rank, n_dim, &axis));
             if let Some(b) = bias.filter(|&b| g.const_of(b).is_some() && g.values[b].attrs.sharding.is_none()) {
                 if g.ty(b).rank() == 1 {
                     g.values[b].attrs.sharding = Some(Sharding::split(1, 0, &axis));
@@ -339,18 +343,28 @@ impl Prop<'_> {
                 expected_idx.partial.clear();
                 one(vec![expected_data, expected_idx], Sharding { dims: out_dims, partial: vec![] })
             }
-            // Batch (dim 0) may stay split; channels and space are whole.
-            Op::Conv { .. } | Op::Pool { .. } | Op::AdaptiveAvgPool { .. } | Op::BatchNorm { .. } => {
-                let x = &ins[0];
+            Op::Conv { groups, .. } => self.conv(g, n, ins, *groups).unwrap_or_else(replicated),
+            // Batch (dim 0) and channels (dim 1) may stay split: pooling and
+            // BatchNorm work per channel; space is whole.
+            Op::Pool { .. } | Op::AdaptiveAvgPool { .. } | Op::BatchNorm { .. } => {
+                let x = whole(&ins[0]);
                 let mut s = Sharding::replicated(x.dims.len());
-                if let (Some(d), Some(batch)) = (s.dims.first_mut(), x.dims.first()) {
-                    d.clone_from(batch);
+                for d in 0..x.dims.len().min(2) {
+                    s.dims[d].clone_from(&x.dims[d]);
                 }
+                let channels = s.dims.get(1).cloned().unwrap_or_default();
                 let mut expected = vec![s.clone()];
-                expected.extend(node.inputs[1..].iter().map(|&v| Sharding::replicated(g.ty(v).rank())));
+                // BatchNorm's per-channel parameters follow the channels.
+                expected.extend(node.inputs[1..].iter().map(|&v| {
+                    let mut p = Sharding::replicated(g.ty(v).rank());
+                    if let Some(d) = p.dims.first_mut() {
+                        d.clone_from(&channels);
+                    }
+                    p
+                }));
                 let mut o = Sharding::replicated(out_rank(0));
-                if let Some(d) = o.dims.first_mut() {
-                    d.clone_from(&s.dims[0]);
+                for (d, axes) in o.dims.iter_mut().zip(&s.dims).take(2) {
+                    d.clone_from(axes);
                 }
                 one(expected, o)
             }
@@ -425,6 +439,52 @@ impl Prop<'_> {
             }
         }
         Some((expected, vec![Sharding { dims: out, partial }]))
+    }
+
+    /// `conv(x[N, C, ..], w[Cout, C / groups, ..] [, b[Cout]])`, the product
+    /// over channels as a matmul's over K: the batch follows x; with one
+    /// group, x's channel split is the contraction's (the result a partial
+    /// sum) and the weight's output-channel split, on an axis x does not
+    /// use, splits the result's channels; with groups, each device keeps
+    /// whole groups, so the result's channels follow x's. Space is whole.
+    fn conv(&self, g: &Graph, n: NodeId, ins: &[Sharding], groups: i64) -> Option<(Vec<Sharding>, Vec<Sharding>)> {
+        let node = &g.nodes[n];
+        let (x, w) = (whole(ins.first()?), whole(ins.get(1)?));
+        let (rx, rw) = (x.dims.len(), w.dims.len());
+        if rx < 3 || rw != rx {
+            return None;
+        }
+        let mut ex = Sharding::replicated(rx);
+        ex.dims[0].clone_from(&x.dims[0]);
+        let mut used = ex.dims[0].clone();
+        let channels = take_unused(&x.dims[1], &mut used);
+        ex.dims[1].clone_from(&channels);
+        let mut ew = Sharding::replicated(rw);
+        let mut out = Sharding::replicated(g.ty(node.outputs[0]).rank());
+        out.dims[0].clone_from(&ex.dims[0]);
+        if groups == 1 {
+            ew.dims[1].clone_from(&channels);
+            ew.dims[0] = take_unused(&w.dims[0], &mut used);
+            out.dims[1].clone_from(&ew.dims[0]);
+            out.partial = channels;
+        } else {
+            let pieces: i64 = channels.iter().map(|a| self.mesh.axis(a).map_or(1, |m| i64::from(m.size))).product();
+            if groups % pieces != 0 {
+                ex.dims[1].clear();
+            }
+            ew.dims[0].clone_from(&ex.dims[1]);
+            out.dims[1].clone_from(&ex.dims[1]);
+        }
+        let mut expected = vec![ex, ew];
+        if let Some(&b) = node.inputs.get(2) {
+            let mut s = Sharding::replicated(g.ty(b).rank());
+            if let Some(d) = s.dims.first_mut() {
+                d.clone_from(&out.dims[1]);
+            }
+            // A bias is added once, after the partial sums are reduced.
+            expected.push(s);
+        }
+        Some((expected, vec![out]))
     }
 
     /// `(q[.., L, E], k[.., S, E], v[.., S, Ev] [, mask])`: batch and heads
