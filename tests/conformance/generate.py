@@ -43,7 +43,10 @@ training IR kept for every dtype), and COMPOSITE adds programs OpInfo leaves
 out (einsum equations, FFT programs, erfinv over its whole domain, bincount
 with a bounded length, quantiles of rows with NaNs, Bessel K over both
 series' ranges, ndtri into both tails, Airy Ai across its three forms,
-unique along dims on rows with repeats, segment_reduce without initial; cases `<name>.extra`; inputs random in [-4, 5) unless
+unique along dims on rows with repeats, segment_reduce without initial, histc with
+equal or point ranges and elements outside, empty_permuted written before
+it is read, transformers::grouped_mm_fallback with an empty expert and rows
+past the last offset; cases `<name>.extra`; inputs random in [-4, 5) unless
 the entry gives a maker). topk cases carry a
 `ties` entry: their indices are checked by what they select (see tie_order).
 The conformance test turns all runs into a Core ATen coverage table and fails
@@ -262,6 +265,7 @@ KNOWN_UNSUPPORTED = {
     ("aten._native_batch_norm_legit.default", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("aten._native_batch_norm_legit.default", "f32_1", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("F.instance_norm", "*", "*"): "writes into its inputs (use_input_stats with running statistics updates them in place): kiln refuses a program that mutates a user input",
+    ("grouped_mm_fallback.extra", "i64", "*"): "integer grouped GEMM: kiln's grouped_mm_fallback takes f32, f64, f16 and bf16 (a compile-time error naming the op)",
     ("F.embedding_bag", "f32_1", "*"): "writes into its input (max_norm renormalises the weight in place): kiln refuses a program that mutates a user input",
     ("matrix_exp", "f32", "*"): "f64 only: torch's f32 scaling and squaring misses the exact exponential by more than its own tolerance on large norms (2e-3 relative on this sample set), and kiln does not reproduce its rounding",
     ("matrix_exp", "bf16", "*"): "f64 only: torch's bf16 scaling and squaring overflows to NaN on OpInfo's sample, which kiln does not reproduce",
@@ -686,6 +690,44 @@ def bounded_bincount(x):
     return counts
 
 
+def histc_cases():
+    """histc beyond OpInfo's samples: an equal non-zero pair (torch then takes
+    the data's range, as for 0/0), a point range (widened by one each side),
+    and an explicit range with elements below, above, on both edges and NaN."""
+    return [lambda x: torch.histc(x, bins=7, min=3, max=3),
+            lambda x: torch.histc(x * 0 + 1.5, bins=4),
+            lambda x: torch.histc(x, bins=5, min=-2, max=2)]
+
+
+def histc_data(dtype, k):
+    x = rnd((6, 5), dtype, -4, 5)
+    if k == 2:
+        x.view(-1)[:6] = torch.tensor([-2.0, 2.0, -2.5, 2.5, float("nan"), 0.8], dtype=dtype)
+    return [x]
+
+
+def empty_permuted_written(x):
+    """aten.empty_permuted (Core ATen's form of empty_like of a transposed
+    tensor: the same strides) fully written before it is read."""
+    y = x.transpose(1, 2)
+    out = torch.empty_like(y)
+    out.copy_(y * 2)
+    return out + 1
+
+
+def grouped_mm(x, w, offs):
+    """transformers' MoE fallback (a library custom op kiln has built in)."""
+    import transformers.integrations.moe  # noqa: F401 - registers transformers::grouped_mm_fallback
+    return torch.ops.transformers.grouped_mm_fallback(x, w, offs)
+
+
+def grouped_mm_data(dtype, k):
+    """11 rows of 6 over 4 experts (3 → 5 outputs): an empty expert and two
+    rows past the last offset, which the reference leaves zero."""
+    offs = torch.tensor([3, 3, 7, 9], dtype=torch.int32 if k == 0 else torch.int64)
+    return [rnd((11, 6), dtype, -4, 5), rnd((4, 6, 5), dtype, -4, 5), offs]
+
+
 COMPOSITE = {
     "fft": ([f for f, _ in FFT_CASES], [shapes for _, shapes in FFT_CASES], ("f32", "f64")),
     "einsum": ([lambda *t, eq=eq: torch.einsum(eq, *t) for eq, _ in EINSUM_EQUATIONS], [shapes for _, shapes in EINSUM_EQUATIONS],
@@ -702,6 +744,9 @@ COMPOSITE = {
     "airy": ([torch.special.airy_ai], [[(268,)]], ("f32", "f64"), airy_grid),
     "unique_dim": ([unique_slices], [[(8, 2, 3)]], ("f32", "i64"), repeated_rows),
     "segment_reduce": ([segments_without_initial], [[(7, 3), (5,)]], ("f32", "f64"), segment_data),
+    "histc": (histc_cases(), [[(6, 5)]] * 3, ("f32", "f64", "bf16"), histc_data),
+    "empty_permuted": ([empty_permuted_written], [[(2, 3, 4, 5)]], ("f32", "i64")),
+    "grouped_mm_fallback": ([grouped_mm, grouped_mm], [None, None], ("f32", "f64", "bf16", "i64"), grouped_mm_data),
 }
 
 
