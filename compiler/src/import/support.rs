@@ -50,6 +50,7 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["scaled_dot_product_attention"], dtypes: DT_FLOAT, note: "no dropout; grouped-query heads with static counts" },
     OpSupport { names: &["relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "erfc", "sin", "cos", "reciprocal", "log1p", "expm1", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh"], dtypes: DT_FLOAT, note: "integer inputs are promoted to float" },
     OpSupport { names: &["lgamma", "digamma", "special_digamma", "special_psi", "i0", "special_i0", "special_i0e", "special_i1", "special_i1e", "special_erfcx", "special_ndtr", "special_log_ndtr", "special_bessel_j0", "special_bessel_j1", "special_bessel_y0", "special_bessel_y1", "special_entr", "special_spherical_bessel_j0", "special_modified_bessel_i0", "special_modified_bessel_i1"], dtypes: DT_FLOAT, note: "computed in f64 and rounded once (ndtr on f16/bf16 rounds every step, as torch does); CPU only; near the zeros of J0/Y1 (x ≈ 5.5) torch's own port is off by up to 4e-7 absolute where kiln agrees with scipy's Cephes, so f64 comparisons there fail at torch's tolerance" },
+    OpSupport { names: &["igamma", "igammac", "special_gammainc", "special_gammaincc"], dtypes: DT_FLOAT, note: "regularized incomplete gamma P(a, x), Q(a, x) in f64 (torch's Cephes special values and regimes: series, small-x series for Q, continued fraction; plain iterations where torch uses its asymptotic series for a ≈ x), rounded once" },
     OpSupport { names: &["polygamma", "special_polygamma", "special_zeta"], dtypes: DT_NUMERIC, note: "Hurwitz ζ by torch's (Cephes') Euler–Maclaurin summation in f64, rounded once; polygamma: digamma, torch's trigamma, and (-1)^(n+1) n! ζ(n+1, x) above; integers promoted to f32" },
     OpSupport { names: &["neg", "negative", "abs", "absolute", "floor", "ceil", "round", "trunc", "fix", "sign"], dtypes: DT_NUMERIC, note: "round: decimals=0 only" },
     OpSupport { names: &["logical_not", "bitwise_not"], dtypes: DT_ALL, note: "" },
@@ -353,7 +354,6 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("bincount without an upper bound on its length", "kiln plans memory for the largest length: an int32/int64 input needs `torch._check(out.size(0) <= N)` in the program"),
     ("linalg_matrix_exp, matrix_exp (f32, f16, bf16)", "torch's scaling and squaring in the dtype misses the exact exponential by more than its own tolerance on large norms; kiln computes f64 only"),
     ("segment_reduce with indices or batched (n-d) lengths", "not implemented yet"),
-    ("igamma, igammac (special_gammainc, special_gammaincc)", "special functions not implemented yet"),
     ("complex program inputs and outputs", "kiln has no complex dtype at its boundary (complex values live only inside a program)"),
     ("backward ops (`*_backward`)", "excluded: gradients are meaningless for inference"),
 ];
