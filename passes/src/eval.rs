@@ -202,7 +202,9 @@ fn binary(op: BinaryOp, a: f64, b: f64, dtype: DType) -> Option<f64> {
         | BinaryOp::HermiteHe
         | BinaryOp::LaguerreL
         | BinaryOp::LegendreP
-        | BinaryOp::Zeta => return None,
+        | BinaryOp::Zeta
+        | BinaryOp::Igamma
+        | BinaryOp::Igammac => return None,
     })
 }
 

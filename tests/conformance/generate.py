@@ -43,7 +43,11 @@ training IR kept for every dtype), and COMPOSITE adds programs OpInfo leaves
 out (einsum equations, FFT programs, erfinv over its whole domain, bincount
 with a bounded length, quantiles of rows with NaNs, Bessel K over both
 series' ranges, ndtri into both tails, Airy Ai across its three forms,
-unique along dims on rows with repeats, segment_reduce without initial; cases `<name>.extra`; inputs random in [-4, 5) unless
+unique along dims on rows with repeats, segment_reduce without initial, igamma/igammac over all
+their regimes, histc with
+equal or point ranges and elements outside, empty_permuted written before
+it is read, transformers::grouped_mm_fallback with an empty expert and rows
+past the last offset; cases `<name>.extra`; inputs random in [-4, 5) unless
 the entry gives a maker). topk cases carry a
 `ties` entry: their indices are checked by what they select (see tie_order).
 The conformance test turns all runs into a Core ATen coverage table and fails
@@ -160,6 +164,7 @@ OPS = [
     ("special.zeta", ""), ("polygamma", "polygamma_n_0"), ("polygamma", "polygamma_n_1"), ("polygamma", "polygamma_n_2"),
     ("polygamma", "polygamma_n_3"), ("polygamma", "polygamma_n_4"), ("special.polygamma", "special_polygamma_n_0"),
     ("special.spherical_bessel_j0", ""), ("special.modified_bessel_i0", ""), ("special.modified_bessel_i1", ""),
+    ("igamma", ""), ("igammac", ""),
     # the sweep's next refusals (issue 10): training IR's copies of views, grids and combinatorics, products
     # with a bias; then selection along a dim, gcd/lcm, frexp/ldexp, matrix_exp
     ("alias_copy", ""), ("as_strided_copy", ""), ("diagonal_copy", ""), ("expand_copy", ""), ("narrow_copy", ""),
@@ -262,6 +267,7 @@ KNOWN_UNSUPPORTED = {
     ("aten._native_batch_norm_legit.default", "*_0", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("aten._native_batch_norm_legit.default", "f32_1", "aten"): "writes into its inputs (training-mode batch norm updates running_mean/running_var in place): kiln refuses a program that mutates a user input",
     ("F.instance_norm", "*", "*"): "writes into its inputs (use_input_stats with running statistics updates them in place): kiln refuses a program that mutates a user input",
+    ("grouped_mm_fallback.extra", "i64", "*"): "integer grouped GEMM: kiln's grouped_mm_fallback takes f32, f64, f16 and bf16 (a compile-time error naming the op)",
     ("F.embedding_bag", "f32_1", "*"): "writes into its input (max_norm renormalises the weight in place): kiln refuses a program that mutates a user input",
     ("matrix_exp", "f32", "*"): "f64 only: torch's f32 scaling and squaring misses the exact exponential by more than its own tolerance on large norms (2e-3 relative on this sample set), and kiln does not reproduce its rounding",
     ("matrix_exp", "bf16", "*"): "f64 only: torch's bf16 scaling and squaring overflows to NaN on OpInfo's sample, which kiln does not reproduce",
@@ -686,6 +692,66 @@ def bounded_bincount(x):
     return counts
 
 
+def igamma_both(a, x):
+    """Both functions, through torch.special's names (training IR keeps them)."""
+    return torch.stack([torch.special.gammainc(a, x), torch.special.gammaincc(a, x)])
+
+
+def igamma_grid(dtype, k):
+    """(a, x) over every regime torch's Cephes port distinguishes: x ≤ 0.5,
+    0.5 < x ≤ 1.1, x > 1.1 on both sides of a, a ≈ x from 20 to 2000 (its
+    asymptotic series), and the special values (0, ±inf, NaN, negatives)."""
+    a = torch.tensor([0.05, 0.5, 1.0, 2.5, 7.0, 30.0, 150.0, 2000.0], dtype=torch.float64)
+    ratio = torch.tensor([1e-3, 0.1, 0.6, 0.95, 1.0, 1.05, 1.3, 3.0], dtype=torch.float64)
+    aa, rr = torch.meshgrid(a, ratio, indexing="ij")
+    xs = torch.tensor([1e-4, 0.3, 0.5, 0.8, 1.1, 1.5, 5.0, 40.0], dtype=torch.float64)
+    a2, x2 = torch.meshgrid(a, xs, indexing="ij")
+    special = torch.tensor([[0.0, 2.0], [0.0, 0.0], [2.0, 0.0], [float("inf"), 3.0], [3.0, float("inf")],
+                            [float("inf"), float("inf")], [-1.0, 1.0], [1.0, -1.0], [float("nan"), 1.0]],
+                           dtype=torch.float64)
+    a_all = torch.cat([aa.reshape(-1), a2.reshape(-1), special[:, 0]])
+    x_all = torch.cat([(aa * rr).reshape(-1), x2.reshape(-1), special[:, 1]])
+    return [a_all.to(dtype), x_all.to(dtype)]
+
+
+def histc_cases():
+    """histc beyond OpInfo's samples: an equal non-zero pair (torch then takes
+    the data's range, as for 0/0), a point range (widened by one each side),
+    and an explicit range with elements below, above, on both edges and NaN."""
+    return [lambda x: torch.histc(x, bins=7, min=3, max=3),
+            lambda x: torch.histc(x * 0 + 1.5, bins=4),
+            lambda x: torch.histc(x, bins=5, min=-2, max=2)]
+
+
+def histc_data(dtype, k):
+    x = rnd((6, 5), dtype, -4, 5)
+    if k == 2:
+        x.view(-1)[:6] = torch.tensor([-2.0, 2.0, -2.5, 2.5, float("nan"), 0.8], dtype=dtype)
+    return [x]
+
+
+def empty_permuted_written(x):
+    """aten.empty_permuted (Core ATen's form of empty_like of a transposed
+    tensor: the same strides) fully written before it is read."""
+    y = x.transpose(1, 2)
+    out = torch.empty_like(y)
+    out.copy_(y * 2)
+    return out + 1
+
+
+def grouped_mm(x, w, offs):
+    """transformers' MoE fallback (a library custom op kiln has built in)."""
+    import transformers.integrations.moe  # noqa: F401 - registers transformers::grouped_mm_fallback
+    return torch.ops.transformers.grouped_mm_fallback(x, w, offs)
+
+
+def grouped_mm_data(dtype, k):
+    """11 rows of 6 over 4 experts (3 → 5 outputs): an empty expert and two
+    rows past the last offset, which the reference leaves zero."""
+    offs = torch.tensor([3, 3, 7, 9], dtype=torch.int32 if k == 0 else torch.int64)
+    return [rnd((11, 6), dtype, -4, 5), rnd((4, 6, 5), dtype, -4, 5), offs]
+
+
 COMPOSITE = {
     "fft": ([f for f, _ in FFT_CASES], [shapes for _, shapes in FFT_CASES], ("f32", "f64")),
     "einsum": ([lambda *t, eq=eq: torch.einsum(eq, *t) for eq, _ in EINSUM_EQUATIONS], [shapes for _, shapes in EINSUM_EQUATIONS],
@@ -702,6 +768,10 @@ COMPOSITE = {
     "airy": ([torch.special.airy_ai], [[(268,)]], ("f32", "f64"), airy_grid),
     "unique_dim": ([unique_slices], [[(8, 2, 3)]], ("f32", "i64"), repeated_rows),
     "segment_reduce": ([segments_without_initial], [[(7, 3), (5,)]], ("f32", "f64"), segment_data),
+    "igamma": ([igamma_both], [None], ("f32", "f64"), igamma_grid),
+    "histc": (histc_cases(), [[(6, 5)]] * 3, ("f32", "f64", "bf16"), histc_data),
+    "empty_permuted": ([empty_permuted_written], [[(2, 3, 4, 5)]], ("f32", "i64")),
+    "grouped_mm_fallback": ([grouped_mm, grouped_mm], [None, None], ("f32", "f64", "bf16", "i64"), grouped_mm_data),
 }
 
 

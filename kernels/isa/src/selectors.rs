@@ -117,6 +117,10 @@ code_enum! {
         LegendreP = 31 => "legendre_p",
         /// The Hurwitz zeta function ζ(x, q) (`special.zeta`; floats).
         Zeta = 32 => "zeta",
+        /// Regularized lower / upper incomplete gamma P(a, x), Q(a, x)
+        /// (`igamma`, `igammac`; floats).
+        Igamma = 33 => "igamma",
+        Igammac = 34 => "igammac",
     }
 }
 

@@ -483,6 +483,8 @@ macro_rules! float_binary_closure {
             BinaryOp::Atan2 => $run!(|a: $T, b: $T| a.atan2(b)),
             BinaryOp::Fmod => $run!(|a: $T, b: $T| a % b),
             BinaryOp::Zeta => $run!(|a: $T, b: $T| <$T>::lit(super::special::zeta(a.to_f64(), b.to_f64()))),
+            BinaryOp::Igamma => $run!(|a: $T, b: $T| <$T>::lit(super::special::igamma(a.to_f64(), b.to_f64()))),
+            BinaryOp::Igammac => $run!(|a: $T, b: $T| <$T>::lit(super::special::igammac(a.to_f64(), b.to_f64()))),
             p if p.is_polynomial() => {
                 $run!(|a: $T, b: $T| super::polynomial::polynomial(p, a, b).unwrap_or(<$T>::lit(f64::NAN)))
             }

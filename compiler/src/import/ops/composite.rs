@@ -87,7 +87,7 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         ("instance_norm", _) => instance_norm(imp, n),
         ("nll_loss_nd" | "nll_loss", _) => nll_loss(imp, n),
         ("cross_entropy_loss", _) => cross_entropy(imp, n),
-        ("empty_permuted", _) => redirect(imp, n, "empty", "memory_format", &[]),
+        ("empty_permuted", _) => empty_permuted(imp, n),
         ("histc", _) => histc(imp, n),
         ("erfinv" | "special_erfinv", _) => erfinv(imp, n),
         ("searchsorted", _) => searchsorted(imp, n, "sorted_sequence", "self"),
@@ -1662,16 +1662,35 @@ fn cross_entropy(imp: &mut Importer, n: &Node) -> R<()> {
     finish(imp, n, 0, v)
 }
 
+/// `aten::empty_permuted(SymInt[] size, int[] physical_layout, *, dtype, ..)`:
+/// an uninitialised tensor whose memory is laid out in `physical_layout`'s
+/// order. Its values are unspecified, so no program can observe them or the
+/// layout: kiln makes it as `empty` (zeros, its logical shape) once the
+/// layout is checked to be a permutation of the axes, as torch checks it.
+fn empty_permuted(imp: &mut Importer, n: &Node) -> R<()> {
+    let rank = imp.out_ty(n, 0)?.rank();
+    let layout = imp.ints(n, "physical_layout", &[])?;
+    let mut seen = layout.clone();
+    seen.sort_unstable();
+    if !seen.iter().copied().eq(0..rank as i64) {
+        return invalid(format!("empty_permuted: physical_layout {layout:?} is not a permutation of {rank} axes"));
+    }
+    redirect(imp, n, "empty", "memory_format", &[])
+}
+
 /// `aten::histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0)`: counts
-/// in `bins` equal bins over [min, max] (the data's range when both are 0),
-/// elements outside left out, the top edge in the last bin. Bins are found as
-/// torch's linear kernel does, `⌊(x - min)·bins / (max - min)⌋`, and counted
-/// with one scatter-add (no per-bin pass).
+/// in `bins` equal bins over [min, max] (the data's range when min = max, as
+/// torch's `histc_select_outer_bin_edges` does for any equal pair, widened by
+/// one each side when that range is a point), elements outside or NaN left
+/// out, the top edge in the last bin. Bins are found as torch's linear kernel
+/// does, `⌊(x - min)·bins / (max - min)⌋` in the input's dtype, and counted
+/// with one scatter-add (no per-bin pass). A data range that is not finite
+/// fails the run, as in torch.
 fn histc(imp: &mut Importer, n: &Node) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let c = out.dtype;
     if !c.is_float() {
-        return unsupported(format!("histc of {c} (torch takes floats)"));
+        return unsupported(format!("histc of {c} (torch's CPU kernel takes floating-point input only)"));
     }
     let x = float_in(imp, n, "self", c)?;
     let bins = imp.int(n, "bins", Some(100))?;
@@ -1680,26 +1699,19 @@ fn histc(imp: &mut Importer, n: &Node) -> R<()> {
     }
     let lo = imp.opt_scalar(n, "min")?.map_or(0.0, Scalar::as_f64);
     let hi = imp.opt_scalar(n, "max")?.map_or(0.0, Scalar::as_f64);
+    if !(lo.is_finite() && hi.is_finite()) {
+        return invalid(format!("histc: range of [{lo}, {hi}] is not finite"));
+    }
     if lo > hi {
-        return invalid(format!("histc: max {hi} below min {lo}"));
+        return invalid(format!("histc: max {hi} must be larger than min {lo}"));
     }
     let total = product_of(&shape_of(imp, x));
-    let flat = reshape(imp, x, vec![total])?;
-    let (lo, hi) = if lo == hi {
-        // The data's range, widened by one each side when it is a point (as torch does).
-        let (mut l, mut h) = if lo == 0.0 {
-            (reduce(imp, flat, ReduceKind::Min, vec![0], false)?, reduce(imp, flat, ReduceKind::Max, vec![0], false)?)
-        } else {
-            (sc(imp, lo, c), sc(imp, hi, c))
-        };
-        let same = bin(imp, B::Eq, l, h)?;
-        let l1 = imp.with_scalar(B::Sub, l, 1.0)?;
-        let h1 = imp.with_scalar(B::Add, h, 1.0)?;
-        l = select(imp, same, l1, l)?;
-        h = select(imp, same, h1, h)?;
-        (l, h)
-    } else {
-        (sc(imp, lo, c), sc(imp, hi, c))
+    let flat = reshape(imp, x, vec![total.clone()])?;
+    let (lo, hi) = match (lo == hi, total.as_const()) {
+        (false, _) => (sc(imp, lo, c), sc(imp, hi, c)),
+        // No data: torch keeps the equal pair and widens it.
+        (true, Some(0)) => (sc(imp, lo - 1.0, c), sc(imp, hi + 1.0, c)),
+        (true, _) => histc_data_range(imp, flat)?,
     };
     let shifted = bin(imp, B::Sub, flat, lo)?;
     let scaled = imp.with_scalar(B::Mul, shifted, bins as f64)?;
@@ -1724,6 +1736,30 @@ fn histc(imp: &mut Importer, n: &Node) -> R<()> {
         vec![base, pos, src],
     )?;
     finish(imp, n, 0, v)
+}
+
+/// `histc`'s range taken from the data: its minimum and maximum, widened by
+/// one each side when they are equal; a run whose range is not finite (a NaN
+/// or an infinity in the data) fails, as torch's does.
+fn histc_data_range(imp: &mut Importer, flat: ValueId) -> R<(ValueId, ValueId)> {
+    let c = imp.ty(flat).dtype;
+    let l = reduce(imp, flat, ReduceKind::Min, vec![0], false)?;
+    let h = reduce(imp, flat, ReduceKind::Max, vec![0], false)?;
+    // `v - v` is zero exactly when `v` is finite.
+    let zero = sc(imp, 0.0, c);
+    let finite = |imp: &mut Importer, v: ValueId| -> R<ValueId> {
+        let d = bin(imp, B::Sub, v, v)?;
+        bin(imp, B::Eq, d, zero)
+    };
+    let (lf, hf) = (finite(imp, l)?, finite(imp, h)?);
+    let ok = bin(imp, B::And, lf, hf)?;
+    let message = "torch.histc: range of the data is not finite".to_string();
+    let loc = imp.loc();
+    imp.g.add_node(Op::Assert { message }, vec![ok], Vec::new(), loc);
+    let same = bin(imp, B::Eq, l, h)?;
+    let l1 = imp.with_scalar(B::Sub, l, 1.0)?;
+    let h1 = imp.with_scalar(B::Add, h, 1.0)?;
+    Ok((select(imp, same, l1, l)?, select(imp, same, h1, h)?))
 }
 
 /// `aten::erfinv(Tensor self)`: torch's CPU algorithm (`calc_erfinv`, after

@@ -279,6 +279,8 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
         "atan2" | "arctan2" => (BinaryOp::Atan2, false),
         "fmod" => (BinaryOp::Fmod, false),
         "special_zeta" => (BinaryOp::Zeta, false),
+        "igamma" | "special_gammainc" => (BinaryOp::Igamma, false),
+        "igammac" | "special_gammaincc" => (BinaryOp::Igammac, false),
         "bitwise_left_shift" | "__lshift__" => return shift(imp, n, a, b, &out, true),
         "bitwise_right_shift" | "__rshift__" => return shift(imp, n, a, b, &out, false),
         _ => match polynomial(name) {
