@@ -166,7 +166,9 @@ fn cases() -> Vec<Case> {
     let f32_ = DType::F32;
     let out = |s: &[usize]| s.to_vec();
     let mut v = Vec::new();
-    for shape in [vec![1], vec![7], vec![513], vec![3, 700], vec![2, 3, 5, 67]] {
+    // [3, 40, 333]: over the size the kernel splits across threads, not a
+    // whole number of tiles.
+    for shape in [vec![1], vec![7], vec![513], vec![3, 700], vec![2, 3, 5, 67], vec![3, 40, 333]] {
         let last = *shape.last().unwrap();
         v.push(("chain", chain.clone(), vec![(f32_, out(&shape)), (f32_, out(&shape))]));
         v.push(("late scalars", late_scalars.clone(), vec![(f32_, out(&shape)), (f32_, out(&shape))]));
@@ -197,6 +199,29 @@ fn fused_is_bit_identical_to_the_unfused_kernels() {
             let got = run_fused(&program, &inputs, &want.shape, &mut cx);
             assert_eq!(got.shape, want.shape, "{name} on {isa}");
             assert!(got.data == want.data, "{name} {:?} on {isa}: fused differs from unfused", want.shape);
+        }
+    }
+}
+
+/// Split over 2–4 threads (runs of whole tiles per thread, broadcast
+/// operands gathered from each run's start), every program gives the bytes
+/// of the unfused kernels, as on one thread.
+#[test]
+fn fused_is_bit_identical_at_every_thread_count() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(10);
+    for isa in Isa::ALL {
+        let Some(table) = KernelTable::for_isa(isa) else { continue };
+        let mut one = Context::with_table(table);
+        for (name, program, operands) in cases().into_iter().filter(|(_, _, ops)| ops[0].1 == [3, 40, 333]) {
+            let inputs: Vec<T> = operands.iter().map(|(d, s)| random(&mut rng, *d, s)).collect();
+            let want = unfused(&program, &inputs, &mut one);
+            for threads in [2, 3, 4] {
+                let mut cx = Context::with_table(table).with_threads(threads);
+                let got = run_fused(&program, &inputs, &want.shape, &mut cx);
+                assert!(got.data == want.data, "{name} on {isa} at {threads} threads: differs from unfused");
+                // Again on the same context (reused worker registers).
+                assert!(run_fused(&program, &inputs, &want.shape, &mut cx).data == want.data, "{name}: rerun");
+            }
         }
     }
 }

@@ -470,6 +470,48 @@ fn batched_kernels_are_bit_identical_at_every_thread_count() {
     }
 }
 
+/// Grouped-query attention: K and V `[b, hkv, 1, s, e]` broadcast over the
+/// R query heads of `q` `[b, hkv, R, l, e]` (the kernel runs each group's
+/// R·l rows through one GEMM) gives the bytes of the attention over K and
+/// V repeated per query head, with per-head float and shared bool masks,
+/// causal or not, on every table and at every thread count.
+#[test]
+fn gqa_attention_equals_repeated_kv_at_every_thread_count() {
+    let mut r = rng(8);
+    // Large enough (12 entries · l · s · 2e ≥ PARALLEL_MIN_FLOPS) for the threaded path.
+    let (b, hkv, rep, l, s, e) = (2, 2, 3, 61, 97, 48);
+    let q = rand_f32(&mut r, b * hkv * rep * l * e);
+    let kk = rand_f32(&mut r, b * hkv * s * e);
+    let v = rand_f32(&mut r, b * hkv * s * e);
+    let fmask = rand_f32(&mut r, b * hkv * rep * l * s);
+    let bmask: Vec<u8> = (0..l * s).map(|i| u8::from(i % 5 != 0)).collect();
+    // K and V copied once per query head: [b, hkv, rep, s, e].
+    let repeat = |x: &[f32]| -> Vec<f32> { x.chunks(s * e).flat_map(|m| m.repeat(rep)).collect() };
+    let (kr, vr) = (repeat(&kk), repeat(&v));
+    for table in tables() {
+        for (causal, float_mask) in [(false, true), (true, false), (true, true)] {
+            let run = |cx: &mut Context, kv_heads: usize, kd: &[f32], vd: &[f32]| {
+                let mut out = Buf::zeros(DType::F32, &[b, hkv, rep, l, e]);
+                let qs = f32s(&[b, hkv, rep, l, e], &q);
+                let (ks, vs) = (f32s(&[b, hkv, kv_heads, s, e], kd), f32s(&[b, hkv, kv_heads, s, e], vd));
+                let mask = if float_mask {
+                    f32s(&[b, hkv, rep, l, s], &fmask)
+                } else {
+                    Buf::from(DType::Bool, &[1, 1, l, s], &bmask)
+                };
+                k::attention(qs.r(), ks.r(), vs.r(), Some(mask.r()), causal, None, out.w(), cx).unwrap();
+                out.get()
+            };
+            let what = format!("gqa attention causal={causal} float_mask={float_mask}");
+            same_at_every_count(&what, table, |cx| {
+                let shared = run(cx, 1, &kk, &v);
+                assert!(bits(&shared) == bits(&run(cx, rep, &kr, &vr)), "{what} on {}: differs", table.isa());
+                shared
+            });
+        }
+    }
+}
+
 #[test]
 fn packed_conv_weights_match_unpacked_bytes() {
     let mut r = rng(6);

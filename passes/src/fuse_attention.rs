@@ -20,10 +20,19 @@
 use crate::host::HostTensor;
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::{Changed, Options, PassError};
-use kiln_ir::{BinaryOp, Builder, DType, Dim, Graph, NodeId, Op, ReduceKind, SecondaryMap, UnaryOp, ValueId};
+use kiln_ir::{
+    BinaryOp, Builder, DType, Dim, Graph, NodeId, Op, ReduceKind, SecondaryMap, TensorType, UnaryOp, ValueId,
+};
 
 pub fn fuse_attention(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
     crate::check::guard(g, "fuse_attention")?;
+    let fused = fuse(g)?;
+    let shared = share_kv_heads(g)?;
+    Ok(if fused == Changed::Yes || shared == Changed::Yes { Changed::Yes } else { Changed::No })
+}
+
+/// Pattern → `Op::Attention`.
+fn fuse(g: &mut Graph) -> Result<Changed, PassError> {
     let uses = g.use_counts();
     rewrite_in_order(g, |g, n| {
         let Some(m) = match_attention(g, n, &uses) else { return Ok(Rewrite::Keep) };
@@ -74,6 +83,92 @@ pub fn fuse_attention(g: &mut Graph, _opts: &Options) -> Result<Changed, PassErr
         let reshape = Op::Reshape { shape: out_ty.shape.clone() };
         Ok(Rewrite::Replace(vec![g.push(reshape, vec![out], out_ty, loc)]))
     })
+}
+
+/// Grouped-query attention without repeated K and V: an attention whose K
+/// and V are each `reshape(expand(x))`, `x` `[.., Hkv, 1, S, E]` expanded to
+/// `[.., Hkv, R, S, E]` and viewed as `[.., Hkv·R, S, E]` (Hugging Face's
+/// `repeat_kv`, SDPA's `enable_gqa`, both as Core ATen exports them), runs
+/// over `[.., Hkv, R]` batch dims instead: q and the mask viewed so, K and V
+/// as `x` — broadcast over R by the kernel, which reads each K/V head in
+/// place for its R query heads — and the result viewed back. The views
+/// move no data; the expand copies die. Every head computes what it did,
+/// from the same K and V values, so results are bit-identical.
+fn share_kv_heads(g: &mut Graph) -> Result<Changed, PassError> {
+    rewrite_in_order(g, |g, n| {
+        let node = &g.nodes[n];
+        let (Op::Attention { .. }, [q, k, v, rest @ ..]) = (&node.op, &node.inputs[..]) else {
+            return Ok(Rewrite::Keep);
+        };
+        let (op, (q, k, v), mask, loc) = (node.op.clone(), (*q, *k, *v), rest.first().copied(), node.loc);
+        let out_ty = g.ty(node.outputs[0]).clone();
+        let Some(((k5, hkv, rep), (v5, hkv_v, rep_v))) = repeated_heads(g, k).zip(repeated_heads(g, v)) else {
+            return Ok(Rewrite::Keep);
+        };
+        // q `[.., H, L, E]` with K's batch dims (no broadcast of its own).
+        let (rank, qt) = (g.ty(k).rank(), g.ty(q).clone());
+        let h = rank - 3;
+        if (hkv_v, rep_v) != (hkv, rep) || qt.rank() != rank || qt.shape[..=h] != g.ty(k).shape[..=h] {
+            return Ok(Rewrite::Keep);
+        }
+        let split = |shape: &[Dim], at: usize| -> Vec<Dim> {
+            let mut s = shape[..at].to_vec();
+            s.extend([Dim::Const(hkv), Dim::Const(rep)]);
+            s.extend_from_slice(&shape[at + 1..]);
+            s
+        };
+        let mask5 = match mask.map(|m| (m, g.ty(m).clone())) {
+            None => None,
+            // A mask without head dims broadcasts over both as it is.
+            Some((_, mt)) if mt.rank() < 3 => mask,
+            Some((m, mt)) => {
+                let mh = mt.rank() - 3;
+                let shape = match mt.shape[mh].as_const() {
+                    Some(1) => {
+                        let mut s = mt.shape.clone();
+                        s.insert(mh, Dim::Const(1));
+                        s
+                    }
+                    Some(x) if x == hkv * rep => split(&mt.shape, mh),
+                    _ => return Ok(Rewrite::Keep),
+                };
+                Some(g.push(Op::Reshape { shape: shape.clone() }, vec![m], TensorType::new(mt.dtype, shape), loc))
+            }
+        };
+        let q_shape = split(&qt.shape, h);
+        let q5 = g.push(Op::Reshape { shape: q_shape.clone() }, vec![q], TensorType::new(qt.dtype, q_shape), loc);
+        let mut inputs = vec![q5, k5, v5];
+        inputs.extend(mask5);
+        let attn_ty = TensorType::new(out_ty.dtype, split(&out_ty.shape, h));
+        match Builder::new(g, loc).infer(&op, &inputs) {
+            Ok(ty) if ty == attn_ty => {}
+            _ => return Ok(Rewrite::Keep),
+        }
+        let out = g.push(op, inputs, attn_ty, loc);
+        Ok(Rewrite::Replace(vec![g.push(Op::Reshape { shape: out_ty.shape.clone() }, vec![out], out_ty, loc)]))
+    })
+}
+
+/// `(x, Hkv, R)` when `k` `[.., Hkv·R, S, E]` is `reshape(expand(x))` of an
+/// `x` `[.., Hkv, 1, S, E]` expanded to `[.., Hkv, R, S, E]` (R > 1).
+fn repeated_heads(g: &Graph, k: ValueId) -> Option<(ValueId, i64, i64)> {
+    let rank = g.ty(k).rank();
+    let producer = |v: ValueId| g.producer(v).map(|n| &g.nodes[n]);
+    let (Op::Reshape { .. }, [e]) = producer(k).map(|n| (&n.op, &n.inputs[..]))? else { return None };
+    let (Op::Expand { .. }, [x]) = producer(*e).map(|n| (&n.op, &n.inputs[..]))? else { return None };
+    let (tx, te, tk) = (g.ty(*x), g.ty(*e), g.ty(k));
+    if rank < 3 || tx.rank() != rank + 1 || te.rank() != rank + 1 {
+        return None;
+    }
+    let h = rank - 3;
+    let (hkv, rep) = (tx.shape[h].as_const()?, te.shape[h + 1].as_const()?);
+    let fits = tx.shape[..=h] == te.shape[..=h]
+        && tx.shape[h + 2..] == te.shape[h + 2..]
+        && tx.shape[h + 1].as_const() == Some(1)
+        && tk.shape[..h] == tx.shape[..h]
+        && tk.shape[h + 1..] == tx.shape[h + 2..]
+        && tk.shape[h].as_const() == Some(hkv * rep);
+    (fits && rep > 1).then_some((*x, hkv, rep))
 }
 
 enum Key {

@@ -241,6 +241,56 @@ fn recognised_attention_matches_the_unfused_graph() {
     }
 }
 
+/// Grouped-query attention with K and V repeated per query head (Hugging
+/// Face's `repeat_kv`) runs over [.., Hkv, R] batch dims with K and V read
+/// in place: the same bytes as the attention over the repeated copies, with
+/// each mask form (per head, shared bool + causal, none), at 1 and 3 threads.
+#[test]
+fn gqa_attention_without_repeated_kv_is_bit_identical() {
+    let text = "graph {
+      input %0 \"q\": f32[2, 6, 19, 16]
+      input %1 \"k\": f32[2, 2, 23, 16]
+      input %2 \"v\": f32[2, 2, 23, 8]
+      input %3 \"per_head\": f32[2, 6, 19, 23]
+      input %4 \"shared\": f32[1, 1, 19, 23]
+      %5: f32[2, 2, 1, 23, 16] = reshape{shape=[2, 2, 1, 23, 16]}(%1)
+      %6: f32[2, 2, 3, 23, 16] = expand{shape=[2, 2, 3, 23, 16]}(%5)
+      %7: f32[2, 6, 23, 16] = reshape{shape=[2, 6, 23, 16]}(%6)
+      %8: f32[2, 2, 1, 23, 8] = reshape{shape=[2, 2, 1, 23, 8]}(%2)
+      %9: f32[2, 2, 3, 23, 8] = expand{shape=[2, 2, 3, 23, 8]}(%8)
+      %10: f32[2, 6, 23, 8] = reshape{shape=[2, 6, 23, 8]}(%9)
+      %11: f32[2, 6, 19, 8] = attention{causal=false, scale=0.25}(%0, %7, %10, %3)
+      %12: f32[2, 6, 19, 8] = attention{causal=true}(%0, %7, %10, %4)
+      %13: f32[2, 6, 19, 8] = attention{causal=false}(%0, %7, %10)
+      output %11 \"per_head\"
+      output %12 \"shared_causal\"
+      output %13 \"no_mask\"
+    }";
+    let g = kiln_ir::text::parse(text).expect("parse");
+    let mut rng = StdRng::seed_from_u64(9);
+    let inputs: Vec<Tensor> = g
+        .inputs
+        .iter()
+        .map(|&v| {
+            let s: Vec<usize> = g.ty(v).static_shape().unwrap().iter().map(|&d| d as usize).collect();
+            let v: Vec<f32> = (0..s.iter().product::<usize>()).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
+            Tensor::from_f32(&s, &v)
+        })
+        .collect();
+    let before = compile(g.clone(), &[]);
+    let after = compile(g, &[kiln_passes::FUSE_ATTENTION, kiln_passes::DCE]);
+    let kernels = |p: &Program| p.plan().instrs.iter().map(|i| i.op.name()).collect::<Vec<_>>();
+    assert!(kernels(&before).contains(&"expand"), "{:?}", kernels(&before));
+    assert!(!kernels(&after).contains(&"expand"), "K/V still repeated: {:?}", kernels(&after));
+    let want = run(&before, &inputs);
+    for threads in [1, 3] {
+        let views: Vec<_> = inputs.iter().map(Tensor::view).collect();
+        let opts = kiln_runtime::SessionOptions::with_threads(threads);
+        let got = after.session_with(&opts).unwrap().run(&views).unwrap().to_tensors();
+        assert_same_bytes(&format!("gqa at {threads} threads"), &got, &want);
+    }
+}
+
 /// RMS norm written out (torch's decomposition) becomes one rms_norm kernel
 /// whose results match the unfused graph's to rounding.
 #[test]

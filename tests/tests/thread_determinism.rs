@@ -81,6 +81,12 @@ fn constant_weights_are_not_repacked_per_run() {
     assert_eq!(session.gemm_b_packs(), 0, "a run packed constant weights");
     // Convolution weights (the im2col GEMM's A) are packed at load too.
     assert!(load_fixture("models/resnet18", "aten").packed_weights() > 0, "resnet18's conv weights were not packed");
+    // Llama's projections without an epilogue stay `matmul`s by a constant
+    // weight: packed at load like the fused linears, run by the same GEMM.
+    let llama = load_fixture("models/llama", "aten");
+    let gemms = llama.plan().instrs.iter().filter(|i| matches!(i.op.name(), "matmul" | "linear_fused")).count();
+    assert!(gemms > 0);
+    assert_eq!(llama.packed_weights(), gemms, "a llama projection's weight was not packed at load");
 }
 
 /// The CPU-speed kernels at sizes that take their threaded paths: a conv

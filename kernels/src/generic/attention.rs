@@ -130,6 +130,12 @@ pub fn attention(
 
 /// Per batch matrix: scores = q·kᵀ (GEMM), scale + mask + softmax per row,
 /// out = scores·v (GEMM). `mv` is the mask's raw bytes (bool or `T`).
+/// Batch entries that share K and V along the innermost batch dim (GQA's
+/// query heads of one K/V head, `[.., Hkv, R, L, E]` against K `[.., Hkv,
+/// 1, S, E]`) run as one group: their R·L query rows, contiguous in q and
+/// out, go through each GEMM at once, so K and V are packed once per group
+/// instead of once per query head. A GEMM computes each element with the
+/// same instructions whatever its row count, so grouping changes no bit.
 #[allow(clippy::too_many_arguments)]
 fn attention_typed<T: GemmFloat>(
     dims: &Dims,
@@ -146,34 +152,38 @@ fn attention_typed<T: GemmFloat>(
     if l * ev == 0 {
         return;
     }
+    let group = if it.is_dense(0, l * e) { it.inner_shared(&[1, 2]) } else { 1 };
+    let (rows, groups) = (group * l, it.count / group);
     let threads = scratch.pack.threads;
     let small = it.count * l * s * (e + ev) < PARALLEL_MIN_FLOPS;
-    if threads.count() == 1 || it.count == 1 || small {
-        let (scores, pack) = T::scratch_split(scratch, l * s);
-        for (t, o) in ov.chunks_exact_mut(l * ev).enumerate() {
-            attention_batch(dims, t, qv, kv, vv, mv, causal, o, table, scores, pack);
+    if threads.count() == 1 || groups == 1 || small {
+        let (scores, pack) = T::scratch_split(scratch, rows * s);
+        for (g, o) in ov.chunks_exact_mut(rows * ev).enumerate() {
+            attention_group(dims, g * group, group, qv, kv, vv, mv, causal, o, table, scores, pack);
         }
         return;
     }
-    // Batch × heads over the threads, each with its own scores and panels
-    // (every output matrix is computed by one thread, whole).
+    // Groups over the threads, each with its own scores and panels (every
+    // output matrix is computed by one thread, whole).
     let workers = scratch.workers(threads.count(), |w| {
-        T::scratch_split(w, l * s);
-        w.pack.reserve_gemm(table, l, s, e);
-        w.pack.reserve_gemm(table, l, ev, s);
+        T::scratch_split(w, rows * s);
+        w.pack.reserve_gemm(table, rows, s, e);
+        w.pack.reserve_gemm(table, rows, ev, s);
     });
-    threads.for_each_chunk(ov, l * ev, |t, o| {
+    threads.for_each_chunk(ov, rows * ev, |g, o| {
         let mut w = workers[threads.index()].lock().unwrap_or_else(|e| e.into_inner());
-        let (scores, pack) = T::scratch_split(&mut w, l * s);
-        attention_batch(dims, t, qv, kv, vv, mv, causal, o, table, scores, pack);
+        let (scores, pack) = T::scratch_split(&mut w, rows * s);
+        attention_group(dims, g * group, group, qv, kv, vv, mv, causal, o, table, scores, pack);
     });
 }
 
-/// One batch entry: `o = softmax(mask(scale · q kᵀ)) v`.
+/// Batch entries `t..t + group` (one K and V, contiguous q and `o`): `o =
+/// softmax(mask(scale · q kᵀ)) v`, each entry's rows masked as its own.
 #[allow(clippy::too_many_arguments)]
-fn attention_batch<T: GemmFloat>(
+fn attention_group<T: GemmFloat>(
     dims: &Dims,
     t: usize,
+    group: usize,
     qv: &[T],
     kv: &[T],
     vv: &[T],
@@ -185,32 +195,68 @@ fn attention_batch<T: GemmFloat>(
     pack: &mut PackBuffers,
 ) {
     let Dims { l, s, e, ev, ref it, ref mask, scale } = *dims;
-    let scale = T::lit(scale);
+    let (scale, rows) = (T::lit(scale), group * l);
     let (qo, ko, vo) = (it.offset(0, t), it.offset(1, t), it.offset(2, t));
-    T::gemm(table, l, s, e, &qv[qo..], e, &kv[ko..], e, scores, s, true, T::ZERO, pack);
-    let mo = it.offset(3, t);
-    for i in 0..l {
-        let row = &mut scores[i * s..(i + 1) * s];
-        for (j, x) in row.iter_mut().enumerate() {
-            let mut val = *x * scale;
-            if let Some(ml) = mask {
-                let idx = mo + i * ml.row_stride + j * ml.col_stride;
-                if ml.is_bool {
-                    if mv[idx] == 0 {
-                        val = T::NEG_INFINITY;
-                    }
-                } else {
-                    val += float_at::<T>(mv, idx);
-                }
-            }
-            if causal && j > i {
-                val = T::NEG_INFINITY;
-            }
-            *x = val;
-        }
+    T::gemm(table, rows, s, e, &qv[qo..], e, &kv[ko..], e, scores, s, true, T::ZERO, pack);
+    for (r, row) in scores[..rows * s].chunks_exact_mut(s).enumerate() {
+        let (entry, i) = (t + r / l, r % l);
+        let at = |ml: &MaskLayout| it.offset(3, entry) + i * ml.row_stride;
+        mask_row(row, i, scale, mask.as_ref().map(|ml| (ml, mv, at(ml))), causal);
         T::softmax_in_place(table, row);
     }
-    T::gemm(table, l, ev, s, scores, s, &vv[vo..], ev, o, ev, false, T::ZERO, pack);
+    T::gemm(table, rows, ev, s, scores, s, &vv[vo..], ev, o, ev, false, T::ZERO, pack);
+}
+
+/// Scores row `i` before its softmax: `x · scale`, then the mask (`mask`:
+/// its layout, bytes and the row's first element) — a false bool is -inf, a
+/// float is added — then -inf right of the diagonal when causal. Written as
+/// whole-row loops the compiler vectorizes (the per-element form with its
+/// branches took ~1/3 of BERT's attention); each element gets exactly the
+/// per-element operations, in the same order.
+fn mask_row<T: GemmFloat>(row: &mut [T], i: usize, scale: T, mask: Option<(&MaskLayout, &[u8], usize)>, causal: bool) {
+    let s = row.len();
+    for x in row.iter_mut() {
+        *x = *x * scale;
+    }
+    match mask {
+        None => {}
+        Some((ml, mv, at)) if ml.is_bool && ml.col_stride == 1 => {
+            for (x, &keep) in row.iter_mut().zip(&mv[at..at + s]) {
+                *x = if keep == 0 { T::NEG_INFINITY } else { *x };
+            }
+        }
+        Some((ml, mv, at)) if ml.col_stride == 1 && !ml.is_bool => {
+            let size = std::mem::size_of::<T>();
+            match bytemuck::try_cast_slice::<u8, T>(&mv[at * size..(at + s) * size]) {
+                Ok(m) => {
+                    for (x, &m) in row.iter_mut().zip(m) {
+                        *x += m;
+                    }
+                }
+                Err(_) => {
+                    for (j, x) in row.iter_mut().enumerate() {
+                        *x += float_at::<T>(mv, at + j);
+                    }
+                }
+            }
+        }
+        // A mask broadcast along the row: one value for all of it.
+        Some((ml, mv, at)) => {
+            if ml.is_bool {
+                if mv[at] == 0 {
+                    row.fill(T::NEG_INFINITY);
+                }
+            } else {
+                let m = float_at::<T>(mv, at);
+                for x in row.iter_mut() {
+                    *x += m;
+                }
+            }
+        }
+    }
+    if causal && i + 1 < s {
+        row[i + 1..].fill(T::NEG_INFINITY);
+    }
 }
 
 fn check_mask_len(m: &TensorRef) -> Result<()> {

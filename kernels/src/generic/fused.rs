@@ -210,64 +210,115 @@ pub fn fused(program: &[FusedOp], inputs: &[TensorRef], out: TensorMut, cx: &mut
         }
     }
     let slots = assign_slots(program, &direct[..n_in]);
-    let table = cx.table;
-    let (scratch, _) = cx.scratch.split_f64(slots.count * TILE);
-    let regs: &mut [u8] = bytemuck::cast_slice_mut(scratch);
-    fill_scalars(program, n_in, &slots, regs);
-    let mut start = 0;
-    while start < total {
-        let n = TILE.min(total - start);
-        for (i, g) in gathers[..n_in].iter().enumerate() {
-            if let Some(g) = g {
-                let t = &inputs[i];
-                let dst = &mut regs[slots.of[i] as usize * SLOT..][..n * t.dtype.size_bytes()];
-                with_elem_size!(t.dtype, T, {
-                    let src: &[T] = bytemuck::cast_slice(t.data);
-                    g.load(src, start, bytemuck::cast_slice_mut(dst));
-                });
-            }
-        }
-        let last = program.len() - 1;
-        for (i, op) in program.iter().enumerate() {
-            if i != last && matches!(op, FusedOp::Scalar { .. }) {
-                continue;
-            }
-            let reg = n_in + i;
-            let size = types[reg].size_bytes();
-            // Register `r`'s tile: in place for an operand shaped like the output.
-            let in_place = |r: usize| -> Option<&[u8]> {
-                let size = types[r].size_bytes();
-                (r < n_in && direct[r]).then(|| &inputs[r].data[start * size..(start + n) * size])
-            };
-            if i == last {
-                // The result goes straight into the output.
-                let regs: &[u8] = regs;
-                let tile = |r: u32| -> &[u8] {
-                    let r = r as usize;
-                    in_place(r).unwrap_or_else(|| &regs[slots.of[r] as usize * SLOT..][..n * types[r].size_bytes()])
-                };
-                run_op(op, types, reg, n, &mut out.data[start * size..(start + n) * size], &tile, table)?;
-            } else {
-                // Split the registers around this op's slot: it is written
-                // while the others are read.
-                let d = slots.of[reg] as usize;
-                let (before, rest) = regs.split_at_mut(d * SLOT);
-                let (dst, after) = rest.split_at_mut(SLOT);
-                let (before, after): (&[u8], &[u8]) = (before, after);
-                let tile = |r: u32| -> &[u8] {
-                    let r = r as usize;
-                    in_place(r).unwrap_or_else(|| {
-                        let s = slots.of[r] as usize;
-                        let slot = if s < d { &before[s * SLOT..] } else { &after[(s - d - 1) * SLOT..] };
-                        &slot[..n * types[r].size_bytes()]
-                    })
-                };
-                run_op(op, types, reg, n, &mut dst[..n * size], &tile, table)?;
-            }
-        }
-        start += n;
+    let regs_len = slots.count * TILE;
+    let run =
+        Run { program, inputs, types, direct: &direct[..n_in], gathers: &gathers[..n_in], slots, table: cx.table };
+    let threads = cx.scratch.pack.threads;
+    if threads.count() == 1 || total < 2 * PARALLEL_TILES * TILE {
+        let (scratch, _) = cx.scratch.split_f64(regs_len);
+        return run.tiles(0, total, out.data, bytemuck::cast_slice_mut(scratch));
     }
-    Ok(())
+    // Runs of whole tiles over the threads, each with its own registers: a
+    // tile is computed the same on any thread, so the bytes do not depend
+    // on the thread count.
+    let workers = cx.scratch.workers(threads.count(), |w| {
+        w.split_f64(regs_len);
+    });
+    let failed = std::sync::Mutex::new(None);
+    let size = result.size_bytes();
+    threads.for_each_chunk(out.data, PARALLEL_TILES * TILE * size, |i, part| {
+        let mut w = workers[threads.index()].lock().unwrap_or_else(|e| e.into_inner());
+        let (scratch, _) = w.split_f64(regs_len);
+        let start = i * PARALLEL_TILES * TILE;
+        if let Err(e) = run.tiles(start, part.len() / size, part, bytemuck::cast_slice_mut(scratch)) {
+            failed.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+        }
+    });
+    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Tiles per pool item when a call is split over threads (8 Ki elements:
+/// a few microseconds of work, more than a hand-out costs).
+const PARALLEL_TILES: usize = 16;
+
+/// One checked call's program and operands, shared by the threads.
+struct Run<'a, 'd> {
+    program: &'a [FusedOp],
+    inputs: &'a [TensorRef<'d>],
+    types: &'a [DType],
+    direct: &'a [bool],
+    gathers: &'a [Option<Gather>],
+    slots: Slots,
+    table: &'a KernelTable,
+}
+
+impl Run<'_, '_> {
+    /// Output elements `first..first + count` (`out` holds exactly them),
+    /// tile by tile from `first` (a multiple of [`TILE`]), through `regs`.
+    fn tiles(&self, first: usize, count: usize, out: &mut [u8], regs: &mut [u8]) -> Result<()> {
+        let Run { program, inputs, types, direct, gathers, ref slots, table } = *self;
+        let n_in = inputs.len();
+        fill_scalars(program, n_in, slots, regs);
+        let size = types[types.len() - 1].size_bytes();
+        let mut start = first;
+        while start < first + count {
+            let n = TILE.min(first + count - start);
+            for (i, g) in gathers.iter().enumerate() {
+                if let Some(g) = g {
+                    let t = &inputs[i];
+                    let dst = &mut regs[slots.of[i] as usize * SLOT..][..n * t.dtype.size_bytes()];
+                    with_elem_size!(t.dtype, T, {
+                        let src: &[T] = bytemuck::cast_slice(t.data);
+                        g.load(src, start, bytemuck::cast_slice_mut(dst));
+                    });
+                }
+            }
+            let last = program.len() - 1;
+            for (i, op) in program.iter().enumerate() {
+                if i != last && matches!(op, FusedOp::Scalar { .. }) {
+                    continue;
+                }
+                let reg = n_in + i;
+                // Register `r`'s tile: in place for an operand shaped like the output.
+                let in_place = |r: usize| -> Option<&[u8]> {
+                    let size = types[r].size_bytes();
+                    (r < n_in && direct[r]).then(|| &inputs[r].data[start * size..(start + n) * size])
+                };
+                if i == last {
+                    // The result goes straight into the output.
+                    let regs: &[u8] = regs;
+                    let tile = |r: u32| -> &[u8] {
+                        let r = r as usize;
+                        in_place(r).unwrap_or_else(|| &regs[slots.of[r] as usize * SLOT..][..n * types[r].size_bytes()])
+                    };
+                    let at = (start - first) * size;
+                    run_op(op, types, reg, n, &mut out[at..at + n * size], &tile, table)?;
+                } else {
+                    // Split the registers around this op's slot: it is written
+                    // while the others are read.
+                    let d = slots.of[reg] as usize;
+                    let (before, rest) = regs.split_at_mut(d * SLOT);
+                    let (dst, after) = rest.split_at_mut(SLOT);
+                    let (before, after): (&[u8], &[u8]) = (before, after);
+                    let tile = |r: u32| -> &[u8] {
+                        let r = r as usize;
+                        in_place(r).unwrap_or_else(|| {
+                            let s = slots.of[r] as usize;
+                            let slot = if s < d { &before[s * SLOT..] } else { &after[(s - d - 1) * SLOT..] };
+                            &slot[..n * types[r].size_bytes()]
+                        })
+                    };
+                    let size = types[reg].size_bytes();
+                    run_op(op, types, reg, n, &mut dst[..n * size], &tile, table)?;
+                }
+            }
+            start += n;
+        }
+        Ok(())
+    }
 }
 
 /// Runs one op on a tile of `n` elements: register `r`'s tile is `tile(r)`.

@@ -243,6 +243,17 @@ impl BatchIter {
         off
     }
 
+    /// How many consecutive batch entries share the matrices of every
+    /// operand in `shared`: the innermost batch dim's size when those
+    /// operands are broadcast along it (stride 0), else 1. Grouped-query
+    /// attention's K and V over `[.., Hkv, R]`: R query heads per K/V head.
+    pub fn inner_shared(&self, shared: &[usize]) -> usize {
+        match self.rank.checked_sub(1) {
+            Some(d) if shared.iter().all(|&o| self.strides[o][d] == 0) => self.shape[d],
+            _ => 1,
+        }
+    }
+
     /// True when operand `o` is the same matrix for every batch.
     pub fn is_broadcast(&self, o: usize) -> bool {
         self.strides[o][..self.rank].iter().all(|&s| s == 0)
