@@ -407,12 +407,14 @@ fn padded_plane(job: &DepthwisePlane<'_>, pg: &PaddedGeometry, buf: &mut [f32], 
     let [_, oh, ow] = g.output;
     let (ph, pw, width) = (g.pad[1], g.pad[2], pg.width);
     let (padded, grid) = buf.split_at_mut(pg.rows * width);
-    padded[..ph * width].fill(0.0);
-    padded[(ph + ih) * width..].fill(0.0);
+    // Rows are short (7–114): inline copies, not a libc call per row (which
+    // took 11 % of MobileNetV2).
+    fill_short(&mut padded[..ph * width], 0.0);
+    fill_short(&mut padded[(ph + ih) * width..], 0.0);
     for (dst, src) in padded[ph * width..].chunks_exact_mut(width).zip(job.input.chunks_exact(iw)).take(ih) {
-        dst[..pw].fill(0.0);
-        dst[pw..pw + iw].copy_from_slice(src);
-        dst[pw + iw..].fill(0.0);
+        fill_short(&mut dst[..pw], 0.0);
+        copy_short(&mut dst[pw..pw + iw], src);
+        fill_short(&mut dst[pw + iw..], 0.0);
     }
     let mut taps = [(0usize, 0f32); MAX_PADDED_TAPS];
     for (t, tap) in taps.iter_mut().enumerate().take(pg.taps) {
@@ -425,7 +427,7 @@ fn padded_plane(job: &DepthwisePlane<'_>, pg: &PaddedGeometry, buf: &mut [f32], 
         let run = &mut grid[..(oh - 1) * width + ow];
         padded_run::<1>(padded, taps, 1, job.bias, run);
         for (row, src) in plane.chunks_exact_mut(ow).zip(run.chunks(width)) {
-            row.copy_from_slice(&src[..ow]);
+            copy_short(row, &src[..ow]);
         }
     } else {
         let (sy, sx) = (g.stride[1], g.stride[2]);
@@ -439,6 +441,33 @@ fn padded_plane(job: &DepthwisePlane<'_>, pg: &PaddedGeometry, buf: &mut [f32], 
         }
     }
     job.epilogue.apply(plane, job.plane_index, 0);
+}
+
+/// `dst = src` (equal lengths) in 8-element pieces the compiler keeps
+/// inline.
+#[inline(always)]
+fn copy_short(dst: &mut [f32], src: &[f32]) {
+    let src = &src[..dst.len()];
+    let whole = dst.len() / 8 * 8;
+    let (body, tail) = dst.split_at_mut(whole);
+    for (d8, s8) in body.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
+        d8.copy_from_slice(s8);
+    }
+    for (dv, &sv) in tail.iter_mut().zip(&src[whole..]) {
+        *dv = sv;
+    }
+}
+
+/// `dst.fill(v)` for short slices, inline.
+#[inline(always)]
+fn fill_short(dst: &mut [f32], v: f32) {
+    let mut d = dst.chunks_exact_mut(8);
+    for d8 in &mut d {
+        d8.copy_from_slice(&[v; 8]);
+    }
+    for dv in d.into_remainder() {
+        *dv = v;
+    }
 }
 
 /// `out[j] = bias + Σ_taps weight · src[j·stride + offset]`, in blocks as
