@@ -343,7 +343,7 @@ fn max_row_stride2<T: Real>(orow: &mut [T], xrow: &[T], kw: usize, pw: usize, ha
         let (lo, hi) = valid_columns(kx, pw, 2, iw, ow);
         if lo < hi {
             let first = lo * 2 + kx - pw;
-            let half = if first % 2 == 0 { &halves[0] } else { &halves[1] };
+            let half = &halves[first % 2];
             max_into(&mut orow[lo..hi], &half[first / 2..], 1);
         }
     }
