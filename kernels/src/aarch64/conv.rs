@@ -7,6 +7,6 @@
 use crate::generic::conv_depthwise::{depthwise_plane as plane, DepthwisePlane};
 
 /// The table entry.
-pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32]) {
-    plane(job, out)
+pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
+    plane(job, out, buf)
 }

@@ -6,12 +6,12 @@
 use crate::generic::conv_depthwise::{depthwise_plane as portable, DepthwisePlane};
 
 /// The table entry.
-pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32]) {
+pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
     // SAFETY: installed only by `x86_64::plug` after AVX2 and FMA were detected.
-    unsafe { wide(job, out) }
+    unsafe { wide(job, out, buf) }
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn wide(job: &DepthwisePlane<'_>, out: &mut [f32]) {
-    portable(job, out)
+unsafe fn wide(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
+    portable(job, out, buf)
 }

@@ -6,12 +6,12 @@
 use crate::generic::conv_depthwise::{depthwise_plane as portable, DepthwisePlane};
 
 /// The table entry.
-pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32]) {
+pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
     // SAFETY: installed only in a v4 table, after AVX-512F was detected.
-    unsafe { wide(job, out) }
+    unsafe { wide(job, out, buf) }
 }
 
 #[target_feature(enable = "avx512f")]
-unsafe fn wide(job: &DepthwisePlane<'_>, out: &mut [f32]) {
-    portable(job, out)
+unsafe fn wide(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
+    portable(job, out, buf)
 }
