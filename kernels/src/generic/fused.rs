@@ -167,6 +167,40 @@ impl FreeList {
 
 /// Runs `program` over `inputs` (each broadcast to `out`'s shape) into `out`.
 pub fn fused(program: &[FusedOp], inputs: &[TensorRef], out: TensorMut, cx: &mut Context) -> Result<()> {
+    fused_with(program, inputs, None, out, cx)
+}
+
+/// [`fused`] with operand `at` being `out` itself (a state updated where it
+/// lies): `inputs[at]` gives only its dtype and shape (its data is not read
+/// and may be empty) and must be shaped like `out`. Each tile of that operand
+/// is copied from `out` into a register before any of the tile is written, so
+/// every element is read before it is overwritten and never after.
+pub fn fused_in_place(
+    program: &[FusedOp],
+    inputs: &[TensorRef],
+    at: usize,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    let Some(t) = inputs.get(at) else {
+        return Err(shape_err(K, format!("in-place operand {at} of {} operands", inputs.len())));
+    };
+    if t.shape != out.shape || t.dtype != out.dtype {
+        return Err(shape_err(
+            K,
+            format!("in-place operand {at} is {} {:?}, the output {} {:?}", t.dtype, t.shape, out.dtype, out.shape),
+        ));
+    }
+    fused_with(program, inputs, Some(at), out, cx)
+}
+
+fn fused_with(
+    program: &[FusedOp],
+    inputs: &[TensorRef],
+    in_place: Option<usize>,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
     let n_in = inputs.len();
     if n_in > MAX_FUSED_INPUTS {
         return Err(shape_err(K, format!("{n_in} operands, at most {MAX_FUSED_INPUTS}")));
@@ -185,7 +219,7 @@ pub fn fused(program: &[FusedOp], inputs: &[TensorRef], out: TensorMut, cx: &mut
     expect_dtype(K, "out", out.dtype, result)?;
     check_rank(K, out.shape)?;
     check_broadcast(K, &shapes[..n_in], out.shape)?;
-    for (i, t) in inputs.iter().enumerate() {
+    for (i, t) in inputs.iter().enumerate().filter(|&(i, _)| Some(i) != in_place) {
         let n = numel(K, t.shape)?;
         if n.checked_mul(t.dtype.size_bytes()) != Some(t.data.len()) {
             return Err(shape_err(
@@ -204,8 +238,10 @@ pub fn fused(program: &[FusedOp], inputs: &[TensorRef], out: TensorMut, cx: &mut
     let mut direct = [false; MAX_FUSED_INPUTS];
     let mut gathers = [None; MAX_FUSED_INPUTS];
     for (i, t) in inputs.iter().enumerate() {
-        direct[i] = t.shape == out.shape;
-        if !direct[i] {
+        // The in-place operand goes through a register: a tile of it is
+        // copied out before the tile is written.
+        direct[i] = t.shape == out.shape && Some(i) != in_place;
+        if !direct[i] && Some(i) != in_place {
             gathers[i] = Some(Gather::new(t.shape, out.shape));
         }
     }
@@ -226,6 +262,11 @@ pub fn fused(program: &[FusedOp], inputs: &[TensorRef], out: TensorMut, cx: &mut
                     g.load(src, start, bytemuck::cast_slice_mut(dst));
                 });
             }
+        }
+        if let Some(p) = in_place {
+            let size = out.dtype.size_bytes();
+            regs[slots.of[p] as usize * SLOT..][..n * size]
+                .copy_from_slice(&out.data[start * size..(start + n) * size]);
         }
         let last = program.len() - 1;
         for (i, op) in program.iter().enumerate() {
