@@ -204,6 +204,10 @@ fn states_that_swap_values_both_update() {
   state \"b\" input 2 output 2 = [3.0, 4.0]
 }",
     );
+    // Each update is the other state's old value: copied in at the end.
+    let kinds: Vec<_> = program.state_writes().into_iter().map(|w| (w.name, w.kind)).collect();
+    let copy = kiln_runtime::StateWriteKind::EndOfRunCopy;
+    assert_eq!(kinds, [("a".to_string(), copy.clone()), ("b".to_string(), copy)]);
     let mut session = program.session().expect("session");
     let x = Tensor::from_f32(&[2], &[0.5, 0.5]);
     let (a, b) = (vec![1.0, 2.0], vec![3.0, 4.0]);
@@ -335,6 +339,8 @@ fn a_run_failing_after_an_elementwise_in_place_update_leaves_the_state_stale() {
 }",
     );
     assert_updated_in_place("in-place mul", &program);
+    let [w] = &program.state_writes()[..] else { panic!("one state") };
+    assert!(matches!(&w.kind, kiln_runtime::StateWriteKind::InPlace { instr: 0, kernel } if kernel == "mul"), "{w:?}");
     let mut session = program.session().expect("session");
     let x = Tensor::from_f32(&[4], &[2.0; 4]);
     let run = |session: &mut Session, pick: i64| -> Result<Vec<f32>, kiln_runtime::Error> {

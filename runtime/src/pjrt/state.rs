@@ -75,26 +75,12 @@ impl DeviceStates {
                 || plan.outputs.iter().any(|o| o.tensor == t)
         };
         let read_by_segment = |t: u32| accel.segments.iter().any(|s| s.args.contains(&t));
-        let made_by_segment = |t: u32| accel.segments.iter().filter(|s| s.results.contains(&t)).count() == 1;
-        let shared_update = |t: u32| plan.states.iter().filter(|st| st.update == t).count() > 1;
-        let resident: Vec<usize> = (0..plan.states.len())
-            .filter(|&k| {
-                let st = &plan.states[k];
-                st.update != st.tensor
-                    && !read_on_host(st.tensor)
-                    && made_by_segment(st.update)
-                    && !shared_update(st.update)
-                    && !accel.segments.iter().any(|s| s.results.contains(&st.tensor))
-            })
-            .collect();
+        let kept = crate::state::resident(plan, accel);
+        let resident: Vec<usize> = kept.iter().map(|&(k, _)| k).collect();
         let of_tensor = |t: u32| resident.iter().position(|&k| plan.states[k].tensor == t);
         let of_update = |t: u32| resident.iter().position(|&k| plan.states[k].update == t);
         // Donated by the one segment that reads it and computes its update.
-        let donated = |k: usize| {
-            let st = &plan.states[k];
-            let readers: Vec<_> = accel.segments.iter().filter(|s| s.args.contains(&st.tensor)).collect();
-            matches!(readers[..], [s] if s.results.contains(&st.update))
-        };
+        let donated = |k: usize| kept.iter().any(|&(r, d)| r == k && d);
         let uses = accel
             .segments
             .iter()
