@@ -209,6 +209,52 @@ fn help_has_examples() {
     assert!(stdout(&o).contains("kiln run model.kiln --input 0=x.npy"));
 }
 
+/// `kiln inspect` says how each state is written: the filter's elementwise
+/// update and the KV cache's row write in place (naming the op), and under
+/// `--target pjrt` on the device with the buffer donated.
+#[test]
+fn inspect_shows_how_each_state_is_written() {
+    let dir = tmp_dir("state-writes");
+    for (name, kernels) in [("lowpass", &["fused", "add", "mul"][..]), ("kv_decoder", &["index_put"][..])] {
+        let artifact = dir.join(format!("{name}.kiln"));
+        compile(&fixtures().join(format!("state/{name}/aten.pt2")), &artifact);
+        let o = kiln(&["inspect", artifact.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = stdout(&o);
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("state") && l.contains("written")).collect();
+        assert!(!lines.is_empty(), "{name}: no state write lines:\n{text}");
+        for line in &lines {
+            assert!(line.contains("written in place by `"), "{name}: {line}");
+            assert!(kernels.iter().any(|k| line.contains(&format!("`{k}`"))), "{name}: {line}");
+        }
+        let o = kiln(&["inspect", artifact.to_str().unwrap(), "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json prints JSON");
+        for st in v["states"].as_array().expect("states") {
+            let w = &st["write"];
+            assert_eq!(w["how"], "in_place", "{name}: {st}");
+            let kernel = w["kernel"].as_str().expect("kernel");
+            assert!(kernels.contains(&kernel), "{name}: {st}");
+            let instr = w["instr"].as_u64().expect("instr");
+            assert!(instr < v["instructions"].as_u64().unwrap(), "{name}: {st}");
+        }
+    }
+    #[cfg(feature = "mlir")]
+    {
+        let artifact = dir.join("lowpass-pjrt.kiln");
+        let model = fixtures().join("state/lowpass/aten.pt2");
+        let o = kiln(&["compile", model.to_str().unwrap(), "-o", artifact.to_str().unwrap(), "--target", "pjrt"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = kiln(&["inspect", artifact.to_str().unwrap()]);
+        let text = stdout(&o);
+        assert!(text.contains("written on the device, in place (buffer donated to segment 0)"), "{text}");
+        let o = kiln(&["inspect", artifact.to_str().unwrap(), "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json prints JSON");
+        let w = &v["states"][0]["write"];
+        assert_eq!((&w["how"], &w["segment"], &w["donated"]), (&"device".into(), &0.into(), &true.into()), "{v}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn run_steps_carries_state_and_reports_per_step_latency() {
     let dir = tmp_dir("steps");
@@ -217,7 +263,12 @@ fn run_steps_carries_state_and_reports_per_step_latency() {
     compile(&fixture.join("training.pt2"), &artifact);
     let o = kiln(&["inspect", artifact.to_str().unwrap(), "--json"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json prints JSON");
-    assert_eq!(v["states"], serde_json::json!([{"name": "state", "dtype": "f32", "shape": ["2", "4"]}]));
+    let state = &v["states"][0];
+    assert_eq!(
+        (&state["name"], &state["dtype"], &state["shape"]),
+        (&"state".into(), &"f32".into(), &serde_json::json!(["2", "4"]))
+    );
+    assert_eq!(v["states"].as_array().map(Vec::len), Some(1));
     assert_eq!(v["inputs"].as_array().map(Vec::len), Some(1), "state is not an input: {v}");
     let out_dir = dir.join("out");
     let o = kiln(&[

@@ -52,14 +52,27 @@ fn state_bytes(session: &Session) -> u64 {
     names.iter().map(|n| session.state(n).map(|t| t.data.len() as u64).unwrap_or_else(|e| panic!("{e}"))).sum()
 }
 
-/// Host→device and device→host bytes of all segments so far.
-fn moved(session: &Session) -> (u64, u64) {
-    session.accel_stats().expect("an accelerator session has stats").total_bytes()
+/// What one step moved: host→device and device→host bytes of all
+/// segments, state bytes uploaded, state buffers donated.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+struct Moved {
+    up: u64,
+    down: u64,
+    state_up: u64,
+    donated: u64,
 }
 
-/// Runs every step, comparing the outputs with eager's; returns the bytes
-/// each step uploaded and downloaded.
-fn run_steps(session: &mut Session, what: &str, steps: &[PathBuf]) -> Vec<(u64, u64)> {
+fn moved(session: &Session) -> Moved {
+    let stats = session.accel_stats().expect("an accelerator session has stats");
+    let (up, down) = stats.total_bytes();
+    let state_up = stats.segments.iter().map(|s| s.state_upload_bytes).sum();
+    let donated = stats.segments.iter().map(|s| s.donated_states).sum();
+    Moved { up, down, state_up, donated }
+}
+
+/// Runs every step, comparing the outputs with eager's; returns what each
+/// step moved.
+fn run_steps(session: &mut Session, what: &str, steps: &[PathBuf]) -> Vec<Moved> {
     let mut per_step = Vec::new();
     for (k, step) in steps.iter().enumerate() {
         let (inputs, expected) = (read_numbered(step, "input"), read_numbered(step, "output"));
@@ -67,7 +80,12 @@ fn run_steps(session: &mut Session, what: &str, steps: &[PathBuf]) -> Vec<(u64, 
         let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
         let got = session.run(&views).unwrap_or_else(|e| panic!("{what} step {k}: {e}")).to_tensors();
         let after = moved(session);
-        per_step.push((after.0 - before.0, after.1 - before.1));
+        per_step.push(Moved {
+            up: after.up - before.up,
+            down: after.down - before.down,
+            state_up: after.state_up - before.state_up,
+            donated: after.donated - before.donated,
+        });
         assert_eq!(got.len(), expected.len(), "{what} step {k}: number of outputs");
         for (i, (g, w)) in got.iter().zip(&expected).enumerate() {
             assert_close(&format!("{what} step {k} output {i}"), g, w, RTOL, ATOL);
@@ -113,13 +131,19 @@ fn check_on_device(name: &str, flavour: &str) {
     );
 
     // The first step uploads every state; later ones carry at most the
-    // user's inputs (the state stays on the device), and no step downloads
-    // state it does not output.
-    let (first_up, _) = per_step[0];
-    assert!(first_up >= states, "{what}: step 0 uploaded {first_up} bytes, less than the {states} state bytes");
-    for (k, (&(up, _), step)) in per_step.iter().zip(&steps).enumerate().skip(1) {
+    // user's inputs (the state stays on the device) and no state at all.
+    // Every step donates each state's buffer to the executable, which
+    // writes the update where the old value lay (no copy on the device).
+    let state_count = session.state_names().count() as u64;
+    assert_eq!(per_step[0].state_up, states, "{what}: step 0 uploads every state once");
+    assert!(per_step[0].up >= states, "{what}: step 0 uploaded less than the {states} state bytes");
+    for (k, (m, step)) in per_step.iter().zip(&steps).enumerate() {
         let inputs = input_bytes(step);
-        assert!(up <= inputs, "{what} step {k}: uploaded {up} bytes, more than the {inputs} input bytes");
+        if k > 0 {
+            assert_eq!(m.state_up, 0, "{what} step {k}: a state was copied to the device again");
+            assert!(m.up <= inputs, "{what} step {k}: uploaded {} bytes, more than the {inputs} input bytes", m.up);
+        }
+        assert_eq!(m.donated, state_count, "{what} step {k}: every state updated in its own buffer");
     }
     let before = session.accel_stats().expect("stats");
     for (buffer, want) in final_states(name) {
@@ -130,14 +154,14 @@ fn check_on_device(name: &str, flavour: &str) {
         assert_eq!(again.data, got.data);
     }
     let after = session.accel_stats().expect("stats");
-    let state_count = session.state_names().count() as u64;
     assert_eq!(after.state_downloads - before.state_downloads, state_count, "{what}: one download per state read");
     assert_eq!(after.state_download_bytes - before.state_download_bytes, states, "{what}: bytes read");
 
     // reset_state re-uploads the initial values: the same steps again.
     session.reset_state();
     let again = run_steps(&mut session, &format!("{what} after reset_state"), &steps);
-    assert!(again[0].0 >= states, "{what}: after reset the first step uploads the state again");
+    assert_eq!(again[0].state_up, states, "{what}: after reset the first step uploads the state again");
+    assert!(again[1..].iter().all(|m| m.state_up == 0), "{what}: after reset, later steps upload no state");
 }
 
 fn to_tensor(v: &TensorView<'_>) -> Tensor {

@@ -4,8 +4,8 @@
 //! CPU has, the fused result must be bit-identical.
 
 use kiln_kernels::{
-    binary_cx, cast, clamp, fused, register_types, unary_cx, where_, BinaryOp, Context, DType, FusedOp, Isa,
-    KernelTable, TensorMut, TensorRef, UnaryOp,
+    binary_cx, cast, clamp, fused, fused_in_place, register_types, unary_cx, where_, BinaryOp, Context, DType, FusedOp,
+    Isa, KernelTable, TensorMut, TensorRef, UnaryOp,
 };
 use rand::{Rng, SeedableRng};
 
@@ -249,4 +249,50 @@ fn bad_programs_and_operands_are_errors() {
     let fill = [FusedOp::Scalar { dtype: DType::F32, bits: 2.5f32.to_bits() as u64 }];
     fused(&fill, &[x.view()], out.view_mut(), &mut cx).unwrap();
     assert!(out.data.chunks(4).all(|c| c == 2.5f32.to_le_bytes()));
+}
+
+/// In place (a state updated where it lies): every operand shaped and typed
+/// like the result, read from the output itself, gives the out-of-place
+/// result bit for bit — across tiles, with the other operands broadcast,
+/// with every kernel table. One broadcast onto the output is refused.
+#[test]
+fn fused_in_place_is_bit_identical_to_fused() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut singles: Vec<Case> = Vec::new();
+    for shape in [vec![5], vec![513], vec![3, 700]] {
+        let last = *shape.last().unwrap();
+        let one = FusedOp::Binary { op: BinaryOp::Add, a: 0, b: 1 };
+        singles.push(("add/broadcast", vec![one], vec![(DType::F32, shape.clone()), (DType::F32, vec![last])]));
+        let sub = FusedOp::Binary { op: BinaryOp::Sub, a: 1, b: 0 };
+        singles.push(("sub/swapped", vec![sub], vec![(DType::F32, shape.clone()), (DType::F32, vec![1])]));
+        singles.push(("exp", vec![FusedOp::Unary { op: UnaryOp::Exp, x: 0 }], vec![(DType::F32, shape.clone())]));
+    }
+    let mut checked = 0;
+    for isa in Isa::ALL {
+        let Some(table) = KernelTable::for_isa(isa) else { continue };
+        let mut cx = Context::with_table(table);
+        for (name, program, operands) in cases().into_iter().chain(singles.clone()) {
+            let inputs: Vec<T> = operands.iter().map(|(d, s)| random(&mut rng, *d, s)).collect();
+            let out_shape = broadcast_all(&inputs);
+            let want = run_fused(&program, &inputs, &out_shape, &mut cx);
+            for (at, t) in inputs.iter().enumerate() {
+                let mut views: Vec<TensorRef<'_>> = inputs.iter().map(T::view).collect();
+                views[at] = TensorRef { dtype: t.dtype, shape: &t.shape, data: &[] };
+                let mut out = t.clone();
+                let result = fused_in_place(&program, &views, at, out.view_mut(), &mut cx);
+                if t.shape == want.shape && t.dtype == want.dtype {
+                    result.unwrap_or_else(|e| panic!("{name} operand {at} on {isa}: {e}"));
+                    assert!(out.data == want.data, "{name} {:?} operand {at} on {isa}: in place differs", want.shape);
+                    checked += 1;
+                } else {
+                    assert!(result.is_err(), "{name} operand {at} on {isa}: {:?} onto {:?}", t.shape, want.shape);
+                }
+            }
+        }
+    }
+    assert!(checked > 30, "{checked} in-place cases");
+}
+
+fn broadcast_all(inputs: &[T]) -> Vec<usize> {
+    inputs.iter().fold(Vec::new(), |acc, t| broadcast(&acc, &t.shape))
 }

@@ -33,10 +33,12 @@
 //! decode step that writes one row of a KV cache touches only that row:
 //! [`state_write`] proves it safe when the update's producer runs after every
 //! other reader of the state's old value (the program's results included)
-//! and either does not read the old value ([`StateWrite::Direct`]) or is an
-//! `index_put` / `scatter_elements` whose data operand is the old value,
-//! which then runs in place ([`StateWrite::InPlace`]). Otherwise the update
-//! keeps its slot and its end-of-run copy.
+//! and either does not read the old value ([`StateWrite::Direct`]) or runs
+//! in place over it ([`StateWrite::InPlace`]): an `index_put` /
+//! `scatter_elements` whose data operand is the old value, or an
+//! elementwise op (`unary`, `binary`, a `fused` group) reading the old value
+//! once — a filter's `state * 0.9 + x * 0.1`, a counter's `count + 1`.
+//! Otherwise the update keeps its slot and its end-of-run copy.
 //!
 //! Placement is greedy best-fit: buffers are placed largest first, each in the
 //! smallest gap between already-placed, lifetime-overlapping buffers that holds it,
@@ -116,7 +118,8 @@ pub enum StateWrite {
     /// `node` does not read the state's old value and writes its result there.
     Direct { node: NodeId },
     /// `node` (an `index_put` or `scatter_elements` whose data operand is the
-    /// old value) updates the storage in place.
+    /// old value, or an elementwise op reading it once) updates the storage
+    /// in place.
     InPlace { node: NodeId },
 }
 
@@ -134,7 +137,8 @@ impl StateWrite {
 /// buffer), returned once (as this state's update), with the state's type;
 /// and the old value `s` is not returned and has no reader scheduled after
 /// that node, which itself reads `s` only as the data operand of an
-/// `index_put` / `scatter_elements` (then in place) or not at all. Every
+/// `index_put` / `scatter_elements`, once as an operand of an elementwise op
+/// (then in place) or not at all. Every
 /// read of the old value then happens before it is overwritten, and every
 /// later read of the storage wants the new value.
 pub fn state_write(g: &Graph, k: usize) -> Result<StateWrite, String> {
@@ -166,9 +170,14 @@ pub fn state_write(g: &Graph, k: usize) -> Result<StateWrite, String> {
         return Err(format!("`{}` reads the old value after the update", g.describe_node(m)));
     }
     let in_place = matches!(node.op, Op::IndexPut { .. } | Op::ScatterElements { .. });
+    // An elementwise op reads each element of an operand shaped like its
+    // result (the old value is: `u` has `s`'s type) only to compute the same
+    // element of the result, so it may write over that operand.
+    let elementwise = matches!(node.op, Op::Unary(_) | Op::Binary(_) | Op::Fused { .. });
     match node.inputs.iter().filter(|&&i| i == s).count() {
         0 => Ok(StateWrite::Direct { node: n }),
         1 if in_place && node.inputs[0] == s => Ok(StateWrite::InPlace { node: n }),
+        1 if elementwise => Ok(StateWrite::InPlace { node: n }),
         _ => Err(format!("`{}` reads the old value other than as the data it updates", g.describe_node(n))),
     }
 }

@@ -350,3 +350,30 @@ fn check_plan_refuses_a_state_write_the_graph_does_not_allow() {
     let err = check_plan(&later, &plan).unwrap_err();
     assert!(err.contains("reads the old value after the update"), "{err}");
 }
+
+#[test]
+fn an_elementwise_update_reading_the_old_value_once_runs_in_place() {
+    use kiln_passes::memory::StateWrite;
+    // A filter-like `s * row` (the row broadcast), the old value at either
+    // operand, and a unary op: each written over the old value, no slot.
+    for body in [
+        "  %3: f32[4, 2] = mul(%2, %0)",
+        "  %3: f32[4, 2] = sub(%0, %2)",
+        "  %3: f32[4, 2] = neg(%2)",
+        "  %3: f32[4, 2] = neg(%2)\n  %4: f32[4, 2] = add(%3, %0)\n  %5: f32[4, 2] = exp(%3)",
+    ] {
+        let g = state_graph(body, "", "%3");
+        let plan = plan_memory(&g, &in_place()).unwrap();
+        check_plan(&g, &plan).unwrap();
+        let Some(StateWrite::InPlace { node }) = plan.state_writes[0] else {
+            panic!("{body}: {:?}", plan.state_writes)
+        };
+        assert_eq!(g.nodes[node].outputs, [ValueId::new(3)], "{body}");
+        assert_eq!((plan.state_values[ValueId::new(3)], plan.slots[ValueId::new(3)]), (Some(0), None), "{body}");
+    }
+    // The old value read after the elementwise update: the copy stays.
+    let g = state_graph("  %3: f32[4, 2] = mul(%2, %0)\n  %4: f32[4, 2] = neg(%2)", "  output %4 \"y\"", "%3");
+    let plan = plan_memory(&g, &in_place()).unwrap();
+    check_plan(&g, &plan).unwrap();
+    assert_eq!(plan.state_writes, [None]);
+}

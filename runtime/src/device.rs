@@ -166,6 +166,13 @@ pub struct SegmentStats {
     pub downloads: u64,
     pub download_bytes: u64,
     pub download_time: std::time::Duration,
+    /// Of `uploads`: copies of a state kept on the device (its first run, and
+    /// after `set_state` / `reset_state`); a steady decode step makes none.
+    pub state_uploads: u64,
+    pub state_upload_bytes: u64,
+    /// State buffers the executable took over (donated), each updated
+    /// where it lay on the device instead of into a new buffer.
+    pub donated_states: u64,
 }
 
 impl AccelStats {

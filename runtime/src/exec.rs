@@ -4,6 +4,7 @@
 //! loop neither decodes nor allocates.
 
 use crate::format::{DimRef, InstrOp, Kernel, Plan, Storage};
+use kiln_isa::fused::FusedOp;
 use kiln_isa::{Epilogue, Residual};
 use kiln_kernels::quant::{ActQuant, PackedQWeights, QBits, QWeights};
 use kiln_kernels::{
@@ -17,6 +18,11 @@ use std::ops::Range;
 /// validated at load).
 pub(crate) type KernelFn = fn(&Kernel, &[usize], &mut Context, &[TensorRef<'_>], &mut [TensorMut<'_>]) -> Result<()>;
 
+/// The in-place form of a call (see [`Step::InPlace`]): the kernel, the
+/// in-place operand's index, the context, the operands (that one without
+/// data) and the output, which holds that operand's data.
+pub(crate) type InPlaceFn = fn(&Kernel, usize, &mut Context, &[TensorRef<'_>], TensorMut<'_>) -> Result<()>;
+
 /// One instruction as the run loop executes it; each kind in one place.
 pub(crate) enum Step {
     Call {
@@ -26,9 +32,13 @@ pub(crate) enum Step {
         /// Its constant weight packed at load, in [`Resolved::packed`]: the
         /// call then goes through [`run_packed`] instead of `run`.
         packed: Option<usize>,
-        /// Operand 0 is output 0's own tensor (a state updated in place,
-        /// see [`in_place_fn`]): the call gets the other operands only.
-        in_place: bool,
+    },
+    /// A call whose operand `at` is its output's own tensor (a state updated
+    /// where it lies, see [`in_place_fn`]): that operand is passed with its
+    /// dtype and shape but no data, which the output holds.
+    InPlace {
+        run: InPlaceFn,
+        at: usize,
     },
     Delegate {
         segment: u32,
@@ -94,18 +104,19 @@ pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
                 decode_ints(kernel, &mut ints);
                 let storage = |t: Option<&u32>| t.and_then(|&t| plan.tensors.get(t as usize)).map(|d| d.storage);
                 let aliased = storage(instr.inputs.first()).is_some_and(|s| Some(s) == storage(instr.outputs.first()));
-                let in_place = !instr.inputs.is_empty() && instr.inputs.first() == instr.outputs.first();
-                let run = match in_place_fn(kernel) {
-                    Some(run) if in_place => run,
+                if let Some((at, run)) = in_place_at(instr).and_then(|at| Some((at, in_place_fn(kernel, at)?))) {
+                    return Step::InPlace { run, at };
+                }
+                let run = match kernel {
                     // A reshape the planner aliased moves no data.
-                    _ if aliased && matches!(kernel, Kernel::Copy {}) => no_op,
+                    Kernel::Copy {} if aliased => no_op,
                     _ => kernel_fn(kernel),
                 };
                 let packed = pack_weight(plan, weights, kernel, &instr.inputs).map(|p| {
                     packed.push(p);
                     packed.len() - 1
                 });
-                Step::Call { run, ints: start..ints.len(), packed, in_place }
+                Step::Call { run, ints: start..ints.len(), packed }
             }
             InstrOp::Delegate { segment } => Step::Delegate { segment: *segment },
             InstrOp::BindDim { symbol } => Step::BindDim { symbol: *symbol },
@@ -129,8 +140,12 @@ fn state_writers(plan: &Plan) -> Vec<Option<StateWriter>> {
             let state = region(st.tensor)?;
             let index = plan.instrs.iter().position(|i| i.outputs.iter().any(|&t| region(t) == Some(state)))?;
             let instr = &plan.instrs[index];
+            // Elementwise kernels write tile by tile: only the indexed
+            // writes check everything before writing anything.
             let in_place = match &instr.op {
-                InstrOp::Call(kernel) => instr.inputs.first() == instr.outputs.first() && in_place_fn(kernel).is_some(),
+                InstrOp::Call(kernel @ (Kernel::IndexPut { .. } | Kernel::ScatterElements { .. })) => {
+                    in_place_at(instr).is_some_and(|at| in_place_fn(kernel, at).is_some())
+                }
                 _ => false,
             };
             Some(StateWriter { index, in_place })
@@ -138,33 +153,50 @@ fn state_writers(plan: &Plan) -> Vec<Option<StateWriter>> {
         .collect()
 }
 
-/// The in-place form of a call whose operand 0 is its output's own tensor
-/// (a state's storage, updated where it lies; validated at load): it gets
-/// the operands after the first, and the output already holds the data.
-pub(crate) fn in_place_fn(kernel: &Kernel) -> Option<KernelFn> {
-    fn index_put(
-        kernel: &Kernel,
-        _: &[usize],
-        cx: &mut Context,
-        ins: &[TensorRef<'_>],
-        outs: &mut [TensorMut<'_>],
-    ) -> Result<()> {
-        let Kernel::IndexPut { axis, accumulate } = kernel else { return Err(mismatch(kernel)) };
-        k::index_put_in_place(ins[0], &ins[1..], *axis as usize, *accumulate, out(outs, 0), cx)
+/// The operand of `instr` that is its output 0's own tensor, if exactly one
+/// is (a state's storage updated where it lies).
+pub(crate) fn in_place_at(instr: &crate::format::Instr) -> Option<usize> {
+    let out = *instr.outputs.first()?;
+    let mut at = instr.inputs.iter().enumerate().filter(|&(_, &t)| t == out).map(|(k, _)| k);
+    match (at.next(), at.next()) {
+        (Some(k), None) => Some(k),
+        _ => None,
     }
-    fn scatter(
+}
+
+/// The in-place form of a call whose operand `at` is its output's own
+/// tensor (a state's storage, updated where it lies; validated at load):
+/// an `index_put` / `scatter_elements` on its data operand (0), or an
+/// elementwise call (`unary`, `binary`, `fused`) on any operand, which runs
+/// through [`k::fused_in_place`] (a tile of that operand is read before the
+/// tile is written).
+pub(crate) fn in_place_fn(kernel: &Kernel, at: usize) -> Option<InPlaceFn> {
+    fn index_put(kernel: &Kernel, _: usize, cx: &mut Context, ins: &[TensorRef<'_>], out: TensorMut<'_>) -> Result<()> {
+        let Kernel::IndexPut { axis, accumulate } = kernel else { return Err(mismatch(kernel)) };
+        k::index_put_in_place(ins[1], &ins[2..], *axis as usize, *accumulate, out, cx)
+    }
+    fn scatter(kernel: &Kernel, _: usize, cx: &mut Context, ins: &[TensorRef<'_>], out: TensorMut<'_>) -> Result<()> {
+        let Kernel::ScatterElements { axis, reduce, include_self } = kernel else { return Err(mismatch(kernel)) };
+        k::scatter_elements_in_place(ins[1], ins[2], *axis as usize, *reduce, *include_self, out, cx)
+    }
+    fn elementwise(
         kernel: &Kernel,
-        _: &[usize],
+        at: usize,
         cx: &mut Context,
         ins: &[TensorRef<'_>],
-        outs: &mut [TensorMut<'_>],
+        out: TensorMut<'_>,
     ) -> Result<()> {
-        let Kernel::ScatterElements { axis, reduce, include_self } = kernel else { return Err(mismatch(kernel)) };
-        k::scatter_elements_in_place(ins[0], ins[1], *axis as usize, *reduce, *include_self, out(outs, 0), cx)
+        match kernel {
+            Kernel::Unary { op } => k::fused_in_place(&[FusedOp::Unary { op: *op, x: 0 }], ins, at, out, cx),
+            Kernel::Binary { op } => k::fused_in_place(&[FusedOp::Binary { op: *op, a: 0, b: 1 }], ins, at, out, cx),
+            Kernel::Fused { program } => k::fused_in_place(program, ins, at, out, cx),
+            _ => Err(mismatch(kernel)),
+        }
     }
     match kernel {
-        Kernel::IndexPut { .. } => Some(index_put),
-        Kernel::ScatterElements { .. } => Some(scatter),
+        Kernel::IndexPut { .. } if at == 0 => Some(index_put),
+        Kernel::ScatterElements { .. } if at == 0 => Some(scatter),
+        Kernel::Unary { .. } | Kernel::Binary { .. } | Kernel::Fused { .. } => Some(elementwise),
         _ => None,
     }
 }

@@ -27,6 +27,7 @@ pub mod native;
 pub mod pjrt;
 mod program;
 mod session;
+mod state;
 mod validate;
 
 pub use aligned::ARENA_ALIGN;
@@ -38,6 +39,7 @@ pub use error::{Error, Result};
 pub use kiln_kernels::{DType, KernelError};
 pub use program::{IoInfo, Program};
 pub use session::{elements_f64, Outputs, Session, Tensor, TensorView};
+pub use state::{StateWriteInfo, StateWriteKind};
 pub use validate::MAX_RANK;
 
 #[cfg(test)]

@@ -223,6 +223,13 @@ impl Program {
         self.plan.states.iter().map(|st| self.io_info(&st.name, st.tensor)).collect()
     }
 
+    /// How each state's update is written, in plan order: in place by which
+    /// instruction, by an end-of-run copy, or on the device (for
+    /// `kiln inspect`; the delegate follows the same rules).
+    pub fn state_writes(&self) -> Vec<crate::StateWriteInfo> {
+        crate::state::state_writes(&self.plan, self.accel.as_ref())
+    }
+
     fn io_info(&self, name: &str, tensor: u32) -> IoInfo {
         let t = &self.plan.tensors[tensor as usize];
         IoInfo { name: name.to_string(), dtype: t.dtype, shape: t.shape.iter().map(|d| self.dim_string(*d)).collect() }
@@ -289,7 +296,7 @@ fn check_weights_alignment(bytes: &[u8], weights: &Range<usize>) -> Result<()> {
     Ok(())
 }
 
-fn instr_display_name(op: &InstrOp) -> String {
+pub(crate) fn instr_display_name(op: &InstrOp) -> String {
     match op {
         InstrOp::Call(Kernel::Unary { op }) => op.name().to_string(),
         InstrOp::Call(Kernel::Binary { op }) => op.name().to_string(),

@@ -226,6 +226,8 @@ trait DelegateState {
     fn commit_states(&mut self);
     /// The caller wrote state `k` into the arena: the device copy is stale.
     fn state_written(&mut self, k: usize);
+    /// This (failed) run donated state `k`'s device buffer: its value is lost.
+    fn state_consumed(&self, k: usize) -> bool;
 }
 
 #[cfg(feature = "pjrt")]
@@ -251,6 +253,9 @@ impl DelegateState for AccelDelegate {
             a.device_states_mut().written_on_host(k);
         }
     }
+    fn state_consumed(&self, k: usize) -> bool {
+        self.as_ref().is_some_and(|a| a.device_states().consumed(k))
+    }
 }
 
 #[cfg(not(feature = "pjrt"))]
@@ -264,6 +269,9 @@ impl DelegateState for AccelDelegate {
     fn begin_run(&mut self) {}
     fn commit_states(&mut self) {}
     fn state_written(&mut self, _: usize) {}
+    fn state_consumed(&self, _: usize) -> bool {
+        false
+    }
 }
 
 #[cfg(not(feature = "pjrt"))]
@@ -480,11 +488,14 @@ impl Session {
 
     /// After a failed run: every state whose writing instruction ran is
     /// stale, and so is one whose writer failed, unless that writer updates
-    /// in place (those kernels check everything before writing anything).
+    /// in place (those kernels check everything before writing anything),
+    /// and so is a device state the run donated to an execution.
     fn mark_stale(&mut self) {
         let writers = &self.program.resolved().state_writers;
-        for (stale, writer) in self.stale.iter_mut().zip(writers) {
+        for (k, (stale, writer)) in self.stale.iter_mut().zip(writers).enumerate() {
             *stale |= writer.is_some_and(|w| w.index < self.reached || (w.index == self.reached && !w.in_place));
+            // A device state whose buffer an execution took over (donated).
+            *stale |= self.accel.state_consumed(k);
         }
     }
 
@@ -851,13 +862,36 @@ impl Session {
             let started = profile.is_some().then(std::time::Instant::now);
             *reached = index.max(*reached);
             match step {
-                Step::Call { run, ints, packed, in_place } => {
+                Step::InPlace { run, at } => {
+                    let InstrOp::Call(kernel) = &instr.op else {
+                        return Err(Error::Plan(format!("instruction {index} is not the call it resolved to")));
+                    };
+                    let out_tensor = instr.outputs[0];
+                    let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
+                    // Operand `at` is the output, which holds its data: only
+                    // its dtype and shape are passed (never a second view).
+                    operands.extend(instr.inputs.iter().enumerate().map(|(k, &t)| {
+                        if k == *at {
+                            TensorRef { dtype: plan.tensors[t as usize].dtype, shape: shape(t), data: &[] }
+                        } else {
+                            view(t)
+                        }
+                    }));
+                    let output = TensorMut {
+                        dtype: plan.tensors[out_tensor as usize].dtype,
+                        shape: shape(out_tensor),
+                        data: arena_slot(out_tensor),
+                    };
+                    let result = run(kernel, *at, cx, &operands, output);
+                    *operand_buf = recycle(operands);
+                    result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
+                }
+                Step::Call { run, ints, packed } => {
                     let InstrOp::Call(kernel) = &instr.op else {
                         return Err(Error::Plan(format!("instruction {index} is not the call it resolved to")));
                     };
                     let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
-                    // In place: operand 0 is the output, which holds its data.
-                    operands.extend(instr.inputs.iter().skip(usize::from(*in_place)).map(|&t| view(t)));
+                    operands.extend(instr.inputs.iter().map(|&t| view(t)));
                     let mut outputs: Vec<TensorMut<'_>> = std::mem::take(output_buf);
                     outputs.extend(instr.outputs.iter().map(|&t| TensorMut {
                         dtype: plan.tensors[t as usize].dtype,

@@ -697,11 +697,11 @@ fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> s
         for (k, t) in ins.iter().enumerate() {
             if let Some(a) = arena_range(t) {
                 let same_storage_copy = matches!(kernel, Kernel::Copy {}) && a == out_range;
-                // A state updated in place: operand 0 is output 0's own tensor.
+                // A state updated in place: operand `k` is output 0's own
+                // tensor, and no other operand is.
                 let in_place = r == 0
-                    && k == 0
-                    && instr.inputs.first() == instr.outputs.first()
-                    && crate::exec::in_place_fn(kernel).is_some();
+                    && crate::exec::in_place_at(instr) == Some(k)
+                    && crate::exec::in_place_fn(kernel, k).is_some();
                 if overlaps(a, out_range) && !same_storage_copy && !in_place {
                     return Err(format!("output {r} overlaps operand {k}"));
                 }

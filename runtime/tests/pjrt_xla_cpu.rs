@@ -327,3 +327,37 @@ fn the_delegate_path_allocates_nothing_after_the_first_run() {
 fn plugins_required() -> bool {
     std::env::var_os("CI").is_some() && cfg!(target_arch = "x86_64")
 }
+
+/// `s + x`, its result aliased to `s` (`tf.aliasing_output`): a state update
+/// the executable may write where the state lies.
+const ALIASED_ADD: &str = r#"module {
+  func.func @main(%s: tensor<4xf32> {tf.aliasing_output = 0 : i32}, %x: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = "stablehlo.add"(%s, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    "func.return"(%0) : (tensor<4xf32>) -> ()
+  }
+}
+"#;
+
+/// A donated argument is taken over: deleted, its memory the aliased
+/// result's; one kept (non-donatable) stays and the result is new memory.
+#[test]
+fn donated_argument_becomes_the_aliased_result() {
+    let Some(path) = plugin_path() else { return };
+    let client = four_device_client(&path);
+    let exe = client.compile(ALIASED_ADD, &compile_options::single_device(0)).expect("compile");
+    let upload = |v: &[f32]| client.buffer_from_host(kiln_runtime::DType::F32, &[4], &f32_bytes(v), 0).unwrap();
+    let (s, x) = (upload(&[1., 2., 3., 4.]), upload(&[10., 10., 10., 10.]));
+    let at = s.device_address().expect("address");
+    let kept = exe.execute(&[&s, &x]).expect("execute");
+    assert!(!s.is_deleted().unwrap(), "execute keeps its arguments");
+    assert_ne!(kept[0].device_address().unwrap(), at, "a kept argument's result is new memory");
+    let out = exe.execute_donating(&[&s, &x], &[1]).expect("execute donating");
+    assert!(s.is_deleted().unwrap(), "the aliased argument was donated");
+    assert!(!x.is_deleted().unwrap(), "a non-aliased argument is not");
+    assert_eq!(out[0].device_address().unwrap(), at, "the result lies where the donated argument did");
+    let mut host = vec![0u8; 16];
+    out[0].to_host(&mut host).unwrap();
+    assert_eq!(f32s(&host), [11., 12., 13., 14.]);
+    // A deleted argument is refused, not read.
+    assert!(exe.execute(&[&s, &x]).is_err(), "a donated buffer cannot be used again");
+}

@@ -204,6 +204,10 @@ fn states_that_swap_values_both_update() {
   state \"b\" input 2 output 2 = [3.0, 4.0]
 }",
     );
+    // Each update is the other state's old value: copied in at the end.
+    let kinds: Vec<_> = program.state_writes().into_iter().map(|w| (w.name, w.kind)).collect();
+    let copy = kiln_runtime::StateWriteKind::EndOfRunCopy;
+    assert_eq!(kinds, [("a".to_string(), copy.clone()), ("b".to_string(), copy)]);
     let mut session = program.session().expect("session");
     let x = Tensor::from_f32(&[2], &[0.5, 0.5]);
     let (a, b) = (vec![1.0, 2.0], vec![3.0, 4.0]);
@@ -244,8 +248,21 @@ fn assert_updated_in_place(what: &str, program: &kiln_runtime::Program) {
                 );
             } else if writes {
                 writers += 1;
-                assert!(matches!(instr.op, InstrOp::Call(Kernel::IndexPut { .. })), "{what}: instruction {i}");
-                assert_eq!(instr.inputs[0], st.tensor, "{what}: instruction {i} updates the state in place");
+                let InstrOp::Call(kernel) = &instr.op else { panic!("{what}: instruction {i} is not a call") };
+                // Where the old value is read: an indexed write's data
+                // operand, or any one operand of an elementwise call.
+                let reads_at: Vec<usize> = (0..instr.inputs.len()).filter(|&k| in_state(instr.inputs[k])).collect();
+                match kernel {
+                    Kernel::IndexPut { .. } => assert_eq!(instr.inputs[0], st.tensor, "{what}: instruction {i}"),
+                    Kernel::Unary { .. } | Kernel::Binary { .. } | Kernel::Fused { .. } => {
+                        assert!(reads_at.len() <= 1, "{what}: instruction {i} reads the state twice")
+                    }
+                    other => panic!("{what}: instruction {i} ({other:?}) writes state `{}`", st.name),
+                }
+                for k in reads_at {
+                    assert_eq!(instr.inputs[k], st.tensor, "{what}: instruction {i} updates the state in place");
+                }
+                assert_eq!(instr.outputs, [st.tensor], "{what}: instruction {i} writes the whole state");
             }
         }
         assert_eq!(writers, 1, "{what}: state `{}` has one writer", st.name);
@@ -260,6 +277,87 @@ fn kv_caches_are_updated_in_place_not_copied_per_step() {
             assert_updated_in_place(&format!("{name}/{flavour}"), &program);
         }
     }
+}
+
+/// A filter's `state.mul_(0.9).add_(0.1 * x)` and a counter's `count += 1`
+/// (elementwise updates) are written into the state's storage by the op
+/// computing them: no end-of-run copy.
+#[test]
+fn filters_and_counters_are_updated_in_place_not_copied_per_step() {
+    for name in ["counter", "lowpass"] {
+        for flavour in FLAVOURS {
+            let program = load_fixture(&state_fixture(name), flavour);
+            assert_updated_in_place(&format!("{name}/{flavour}"), &program);
+        }
+    }
+}
+
+/// The filter run step by step at 1, 2 and 3 threads: bit-identical outputs
+/// and state, with the update written in place.
+#[test]
+fn in_place_elementwise_updates_are_thread_count_independent() {
+    for name in ["lowpass", "counter"] {
+        let program = load_fixture(&state_fixture(name), "aten");
+        let steps = steps(name);
+        let run_all = |threads: usize| {
+            let opts = kiln_runtime::SessionOptions { threads, ..Default::default() };
+            let mut session = program.session_with(&opts).expect("session");
+            let mut seen = Vec::new();
+            for step in &steps {
+                let inputs = read_numbered(step, "input");
+                let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+                let outs = session.run(&views).expect("run").to_tensors();
+                seen.extend(outs.into_iter().map(|t| t.data));
+                for st in session.state_names().map(str::to_string).collect::<Vec<_>>() {
+                    seen.push(session.state(&st).expect("state").data.to_vec());
+                }
+            }
+            seen
+        };
+        let one = run_all(1);
+        for threads in [2, 3] {
+            assert_eq!(run_all(threads), one, "{name}: {threads} threads");
+        }
+    }
+}
+
+/// An elementwise update written in place, then a failing gather: the
+/// state is stale (partly a new value) until reset or set; a run failing
+/// before the write leaves it as it was.
+#[test]
+fn a_run_failing_after_an_elementwise_in_place_update_leaves_the_state_stale() {
+    let program = compile_text(
+        "graph {
+  input %0 \"x\": f32[4] {origin=\"x\"}
+  input %1 \"pick\": i64[1] {origin=\"pick\"}
+  input %2 \"acc\": f32[4] {origin=\"acc\"}
+  %3: f32[4] = mul(%2, %0)
+  %4: f32[1] = gather{axis=0}(%3, %1)
+  output %4 \"y\"
+  output %3 \"state acc\"
+  state \"acc\" input 2 output 1 = [1.0, 2.0, 3.0, 4.0]
+}",
+    );
+    assert_updated_in_place("in-place mul", &program);
+    let [w] = &program.state_writes()[..] else { panic!("one state") };
+    assert!(matches!(&w.kind, kiln_runtime::StateWriteKind::InPlace { instr: 0, kernel } if kernel == "mul"), "{w:?}");
+    let mut session = program.session().expect("session");
+    let x = Tensor::from_f32(&[4], &[2.0; 4]);
+    let run = |session: &mut Session, pick: i64| -> Result<Vec<f32>, kiln_runtime::Error> {
+        let pick = Tensor::from_i64(&[1], &[pick]);
+        Ok(session.run(&[x.view(), pick.view()])?.to_tensors()[0].to_f32().expect("f32"))
+    };
+    assert_eq!(run(&mut session, 3).expect("run"), [8.0]);
+    assert_eq!(session.state("acc").expect("acc").data, Tensor::from_f32(&[4], &[2.0, 4.0, 6.0, 8.0]).data);
+    let wrong = Tensor::from_f32(&[3], &[1.0; 3]);
+    assert!(session.run(&[wrong.view(), Tensor::from_i64(&[1], &[0]).view()]).is_err());
+    assert!(!session.state_is_stale("acc").expect("acc"), "an input error runs nothing");
+    let err = run(&mut session, 9).expect_err("pick 9 of 4");
+    assert!(matches!(err, kiln_runtime::Error::Kernel { .. }), "{err}");
+    assert!(session.state_is_stale("acc").expect("acc"));
+    assert!(matches!(run(&mut session, 0), Err(kiln_runtime::Error::StaleState { .. })));
+    session.reset_state();
+    assert_eq!(run(&mut session, 0).expect("run after reset"), [2.0]);
 }
 
 fn cache_inputs(row: [f32; 2], pos: i64, pick: i64) -> [Tensor; 3] {
@@ -313,4 +411,33 @@ fn a_run_failing_after_an_in_place_write_leaves_the_state_stale_until_reset() {
     session.set_state("cache", whole.view()).expect("set_state");
     assert_eq!(run_cache(&mut session, [0.5, 0.5], 0, 3).expect("run after set_state"), [7.0, 8.0]);
     assert_eq!(cache_of(&session), [0.5, 0.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+}
+
+/// A view of the old value read after the elementwise update still sees
+/// the old value (the update is not written in place over it then, or the
+/// view was taken before).
+#[test]
+fn a_view_of_the_old_value_read_after_an_elementwise_update_sees_the_old_value() {
+    let program = compile_text(
+        "graph {
+  input %0 \"x\": f32[4] {origin=\"x\"}
+  input %1 \"acc\": f32[4] {origin=\"acc\"}
+  %2: f32[2, 2] = reshape{shape=[2, 2]}(%1)
+  %3: f32[4] = mul(%1, %0)
+  %4: f32[2, 2] = neg(%2)
+  output %4 \"y\"
+  output %3 \"state acc\"
+  state \"acc\" input 1 output 1 = [1.0, 2.0, 3.0, 4.0]
+}",
+    );
+    let mut session = program.session().expect("session");
+    let x = Tensor::from_f32(&[4], &[2.0; 4]);
+    for k in 0..3 {
+        let scale = 2f32.powi(k);
+        let out = session.run(&[x.view()]).expect("run").to_tensors();
+        let want: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|v| -v * scale).collect();
+        assert_eq!(out[0].to_f32(), Some(want), "run {k}");
+        let next: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|v| v * scale * 2.0).collect();
+        assert_eq!(session.state("acc").expect("acc").data, Tensor::from_f32(&[4], &next).data, "run {k}");
+    }
 }

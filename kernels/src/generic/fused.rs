@@ -167,6 +167,40 @@ impl FreeList {
 
 /// Runs `program` over `inputs` (each broadcast to `out`'s shape) into `out`.
 pub fn fused(program: &[FusedOp], inputs: &[TensorRef], out: TensorMut, cx: &mut Context) -> Result<()> {
+    fused_with(program, inputs, None, out, cx)
+}
+
+/// [`fused`] with operand `at` being `out` itself (a state updated where it
+/// lies): `inputs[at]` gives only its dtype and shape (its data is not read
+/// and may be empty) and must be shaped like `out`. Each tile of that operand
+/// is copied from `out` into a register before any of the tile is written, so
+/// every element is read before it is overwritten and never after.
+pub fn fused_in_place(
+    program: &[FusedOp],
+    inputs: &[TensorRef],
+    at: usize,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    let Some(t) = inputs.get(at) else {
+        return Err(shape_err(K, format!("in-place operand {at} of {} operands", inputs.len())));
+    };
+    if t.shape != out.shape || t.dtype != out.dtype {
+        return Err(shape_err(
+            K,
+            format!("in-place operand {at} is {} {:?}, the output {} {:?}", t.dtype, t.shape, out.dtype, out.shape),
+        ));
+    }
+    fused_with(program, inputs, Some(at), out, cx)
+}
+
+fn fused_with(
+    program: &[FusedOp],
+    inputs: &[TensorRef],
+    in_place: Option<usize>,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
     let n_in = inputs.len();
     if n_in > MAX_FUSED_INPUTS {
         return Err(shape_err(K, format!("{n_in} operands, at most {MAX_FUSED_INPUTS}")));
@@ -185,7 +219,7 @@ pub fn fused(program: &[FusedOp], inputs: &[TensorRef], out: TensorMut, cx: &mut
     expect_dtype(K, "out", out.dtype, result)?;
     check_rank(K, out.shape)?;
     check_broadcast(K, &shapes[..n_in], out.shape)?;
-    for (i, t) in inputs.iter().enumerate() {
+    for (i, t) in inputs.iter().enumerate().filter(|&(i, _)| Some(i) != in_place) {
         let n = numel(K, t.shape)?;
         if n.checked_mul(t.dtype.size_bytes()) != Some(t.data.len()) {
             return Err(shape_err(
@@ -204,15 +238,25 @@ pub fn fused(program: &[FusedOp], inputs: &[TensorRef], out: TensorMut, cx: &mut
     let mut direct = [false; MAX_FUSED_INPUTS];
     let mut gathers = [None; MAX_FUSED_INPUTS];
     for (i, t) in inputs.iter().enumerate() {
-        direct[i] = t.shape == out.shape;
-        if !direct[i] {
+        // The in-place operand goes through a register: a tile of it is
+        // copied out before the tile is written.
+        direct[i] = t.shape == out.shape && Some(i) != in_place;
+        if !direct[i] && Some(i) != in_place {
             gathers[i] = Some(Gather::new(t.shape, out.shape));
         }
     }
     let slots = assign_slots(program, &direct[..n_in]);
     let regs_len = slots.count * TILE;
-    let run =
-        Run { program, inputs, types, direct: &direct[..n_in], gathers: &gathers[..n_in], slots, table: cx.table };
+    let run = Run {
+        program,
+        inputs,
+        in_place,
+        types,
+        direct: &direct[..n_in],
+        gathers: &gathers[..n_in],
+        slots,
+        table: cx.table,
+    };
     let threads = cx.scratch.pack.threads;
     if threads.count() == 1 || total < 2 * PARALLEL_TILES * TILE {
         let (scratch, _) = cx.scratch.split_f64(regs_len);
@@ -248,6 +292,8 @@ const PARALLEL_TILES: usize = 16;
 struct Run<'a, 'd> {
     program: &'a [FusedOp],
     inputs: &'a [TensorRef<'d>],
+    /// The operand whose storage is the output (its data is not read).
+    in_place: Option<usize>,
     types: &'a [DType],
     direct: &'a [bool],
     gathers: &'a [Option<Gather>],
@@ -259,7 +305,7 @@ impl Run<'_, '_> {
     /// Output elements `first..first + count` (`out` holds exactly them),
     /// tile by tile from `first` (a multiple of [`TILE`]), through `regs`.
     fn tiles(&self, first: usize, count: usize, out: &mut [u8], regs: &mut [u8]) -> Result<()> {
-        let Run { program, inputs, types, direct, gathers, ref slots, table } = *self;
+        let Run { program, inputs, in_place: aliased, types, direct, gathers, ref slots, table } = *self;
         let n_in = inputs.len();
         fill_scalars(program, n_in, slots, regs);
         let size = types[types.len() - 1].size_bytes();
@@ -275,6 +321,12 @@ impl Run<'_, '_> {
                         g.load(src, start, bytemuck::cast_slice_mut(dst));
                     });
                 }
+            }
+            // The in-place operand's tile is copied into its register
+            // before the result overwrites it.
+            if let Some(p) = aliased {
+                let at = (start - first) * size;
+                regs[slots.of[p] as usize * SLOT..][..n * size].copy_from_slice(&out[at..at + n * size]);
             }
             let last = program.len() - 1;
             for (i, op) in program.iter().enumerate() {

@@ -35,7 +35,17 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
             },
             "inputs": io_json(program.inputs()),
             "outputs": io_json(program.outputs()),
-            "states": io_json(program.states()),
+            "states": program.states().into_iter().zip(program.state_writes()).map(|(io, w)| {
+                let (instr, kernel, segment, donated) = match &w.kind {
+                    kiln_runtime::StateWriteKind::InPlace { instr, kernel }
+                    | kiln_runtime::StateWriteKind::Direct { instr, kernel } => (Some(*instr), Some(kernel.clone()), None, None),
+                    kiln_runtime::StateWriteKind::Device { segment, donated } => (None, None, Some(*segment), Some(*donated)),
+                    _ => (None, None, None, None),
+                };
+                json!({"name": io.name, "dtype": io.dtype.name(), "shape": io.shape, "write": {
+                    "how": w.kind.tag(), "instr": instr, "kernel": kernel, "segment": segment, "donated": donated,
+                }})
+            }).collect::<Vec<_>>(),
             "symbols": symbols,
             "instructions": plan.instrs.len(),
             "kernels": kernels.iter().map(|(k, c)| json!({"kernel": k, "count": c})).collect::<Vec<_>>(),
@@ -74,6 +84,10 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
         for io in ios {
             println!("{kind:<8} {:<24} {:<6} [{}]", io.name, io.dtype.name(), io.shape.join(", "));
         }
+    }
+    // How each state's update reaches it between runs.
+    for w in program.state_writes() {
+        println!("state    {:<24} written {}", w.name, w.kind.describe());
     }
     for (i, s) in plan.symbols.iter().enumerate() {
         let from = bound_by(i).map_or("an input dimension".to_string(), |k| format!("data at instruction {k}"));

@@ -351,12 +351,18 @@ fn accel_profile_report(stats: &kiln_runtime::AccelStats, as_json: bool) -> serd
         if stats.state_downloads > 0 {
             println!("state read from the device: {} copies, {} B", stats.state_downloads, stats.state_download_bytes);
         }
+        let (state_uploads, donated): (u64, u64) =
+            stats.segments.iter().fold((0, 0), |(u, d), s| (u + s.state_uploads, d + s.donated_states));
+        if state_uploads + donated > 0 {
+            println!("state on the device: {state_uploads} uploads, {donated} updates in the donated buffer");
+        }
     }
     json!({
         "segments": stats.segments.iter().enumerate().map(|(i, s)| json!({
             "segment": i, "calls": s.calls, "execute_ms": ms(s.execute_time),
             "upload_ms": ms(s.upload_time), "uploads": s.uploads, "upload_bytes": s.upload_bytes,
             "download_ms": ms(s.download_time), "downloads": s.downloads, "download_bytes": s.download_bytes,
+            "state_uploads": s.state_uploads, "state_upload_bytes": s.state_upload_bytes, "donated_states": s.donated_states,
         })).collect::<Vec<_>>(),
         "largest": costs.iter().take(3).map(|(i, what, t)| json!({"segment": i, "cost": what, "ms": t, "share": t / total})).collect::<Vec<_>>(),
         "state_downloads": stats.state_downloads, "state_download_bytes": stats.state_download_bytes,

@@ -370,6 +370,8 @@ impl AccelState {
             *slot = Some(self.client.buffer_from_host(arg.dtype, arg.shape, arg.data, self.device_index)?);
             stats.uploads += 1;
             stats.upload_bytes += arg.data.len() as u64;
+            stats.state_uploads += 1;
+            stats.state_upload_bytes += arg.data.len() as u64;
         }
         let executing = Instant::now();
         stats.upload_time += executing - started;
@@ -385,9 +387,16 @@ impl AccelState {
                 (None, None) => fresh.next(),
             })
             .map(Buffer::raw);
-        let executed = seg.executable.execute_into(operands, &mut self.lists, &mut self.outputs);
+        let executed = seg.executable.execute_into(operands, &seg.states.keep, &mut self.lists, &mut self.outputs);
         // The arguments' device buffers are freed now, not at the next call.
         uploaded.clear();
+        // A donated state's buffer is gone (its update lies where it was),
+        // whether or not the execution succeeded.
+        for k in seg.states.args.iter().flatten() {
+            if self.states.states[*k].donate && self.states.take_donated(*k)? {
+                stats.donated_states += 1;
+            }
+        }
         let copying = Instant::now();
         stats.execute_time += copying - executing;
         executed?;
@@ -472,7 +481,7 @@ impl AccelState {
         stats.upload_time += executing - started;
         let mut fresh = uploaded.iter();
         let operands = bucket.weights.iter().filter_map(|w| w.as_ref().or_else(|| fresh.next())).map(Buffer::raw);
-        let executed = bucket.executable.execute_into(operands, &mut self.lists, &mut self.outputs);
+        let executed = bucket.executable.execute_into(operands, &[], &mut self.lists, &mut self.outputs);
         uploaded.clear();
         let copying = Instant::now();
         stats.execute_time += copying - executing;

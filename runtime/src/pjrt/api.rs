@@ -517,9 +517,19 @@ impl Executable {
 
     /// Runs on the device(s) chosen at compile time; `args` in `@main`'s order.
     pub fn execute(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        let keep: Vec<i64> = (0..args.len() as i64).collect();
+        self.execute_donating(args, &keep)
+    }
+
+    /// [`Executable::execute`] letting the executable take over (donate)
+    /// every argument that its module aliases to a result
+    /// (`tf.aliasing_output`), except those at indices `keep`: a donated
+    /// argument's memory becomes that result and the argument is deleted
+    /// ([`Buffer::is_deleted`]).
+    pub fn execute_donating(&self, args: &[&Buffer], keep: &[i64]) -> Result<Vec<Buffer>> {
         let mut lists = ExecuteLists::default();
         let mut outputs = Vec::new();
-        self.execute_into(args.iter().map(|b| b.raw), &mut lists, &mut outputs)?;
+        self.execute_into(args.iter().map(|b| b.raw), keep, &mut lists, &mut outputs)?;
         Ok(outputs)
     }
 
@@ -529,6 +539,7 @@ impl Executable {
     pub(crate) fn execute_into(
         &self,
         args: impl Iterator<Item = *mut ffi::PJRT_Buffer>,
+        keep: &[i64],
         lists: &mut ExecuteLists,
         outputs: &mut Vec<Buffer>,
     ) -> Result<()> {
@@ -541,6 +552,8 @@ impl Executable {
         let out_list: *mut *mut ffi::PJRT_Buffer = lists.outs.as_mut_ptr();
         let mut done: *mut ffi::PJRT_Event = std::ptr::null_mut();
         let mut options = ffi::PJRT_ExecuteOptions::new();
+        options.non_donatable_input_indices = keep.as_ptr();
+        options.num_non_donatable_input_indices = keep.len();
         let mut exec = ffi::PJRT_LoadedExecutable_Execute_Args::new();
         exec.executable = self.raw;
         exec.options = &mut options;
@@ -725,6 +738,25 @@ impl Buffer {
         call!(self.client.plugin, PJRT_Buffer_ToHostBuffer, &mut args)?;
         // `dst` stays borrowed until the copy has finished.
         self.client.plugin.await_event("PJRT_Buffer_ToHostBuffer (transfer)", args.event)
+    }
+
+    /// Whether the buffer was deleted: an argument an execution took over
+    /// (donated, see [`Executable::execute_donating`]) is.
+    pub fn is_deleted(&self) -> Result<bool> {
+        let mut args = ffi::PJRT_Buffer_IsDeleted_Args::new();
+        args.buffer = self.raw;
+        call!(self.client.plugin, PJRT_Buffer_IsDeleted, &mut args)?;
+        Ok(args.is_deleted)
+    }
+
+    /// The address of the buffer's memory on its device, as an integer: two
+    /// buffers with the same address share memory (an updated state written
+    /// where its old value lay).
+    pub fn device_address(&self) -> Result<usize> {
+        let mut args = ffi::PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args::new();
+        args.buffer = self.raw;
+        call!(self.client.plugin, PJRT_Buffer_OpaqueDeviceMemoryDataPointer, &mut args)?;
+        Ok(args.device_memory_ptr as usize)
     }
 
     /// Dimensions as the device reports them.

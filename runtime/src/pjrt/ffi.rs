@@ -353,6 +353,8 @@ pjrt_struct!(PJRT_Buffer_ToHostBuffer_Args {
 });
 pjrt_struct!(PJRT_Buffer_ElementType_Args { buffer: *mut PJRT_Buffer, element_type: c_int });
 pjrt_struct!(PJRT_Buffer_Dimensions_Args { buffer: *mut PJRT_Buffer, dims: *const i64, num_dims: usize });
+pjrt_struct!(PJRT_Buffer_IsDeleted_Args { buffer: *mut PJRT_Buffer, is_deleted: bool });
+pjrt_struct!(PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args { buffer: *mut PJRT_Buffer, device_memory_ptr: *mut c_void });
 
 /// `PJRT_Buffer_Type` values used by kiln's dtypes.
 pub const PJRT_Buffer_Type_PRED: c_int = 1;

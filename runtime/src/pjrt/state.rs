@@ -7,12 +7,18 @@
 //! reads it ([`DeviceStates::host_bytes`], cached until the next run). Any
 //! other state stays in the arena's state region, as on the CPU.
 //!
-//! The segment's result is a fresh buffer rather than the argument donated
-//! in place: a failed run must leave the state as it was, and a donated
-//! argument is gone once the execute call starts.
+//! The compiler aliases a state's argument to its update's result in the
+//! segment's module (`tf.aliasing_output`). When no other segment reads the
+//! state, the segment that updates it *donates* the state's buffer: the
+//! executable writes the update where the old value lies (a KV cache step
+//! touches one row, not a copy of the cache) and the old buffer is gone. A
+//! run that fails after that has lost the state's value: the state is
+//! stale ([`DeviceStates::consumed`]), as on the CPU after an in-place write.
+//! Otherwise the argument is kept (`non_donatable_input_indices`) and the
+//! update is a fresh buffer.
 
 use super::api::Buffer;
-use crate::format::{AccelProgram, InstrOp, Plan};
+use crate::format::{AccelProgram, InstrOp, Plan, Storage};
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -27,6 +33,11 @@ pub(crate) struct DeviceState {
     pub(crate) pending: Option<Buffer>,
     /// Whether `current` is newer than the arena's state region.
     device_newer: bool,
+    /// The segment computing the update donates `current` to it (no other
+    /// segment reads the state).
+    pub(crate) donate: bool,
+    /// This run's segment took `current` over: a failed run leaves no value.
+    consumed: bool,
     /// `current` copied to the host, once per run at most.
     host: OnceLock<std::result::Result<Vec<u8>, String>>,
 }
@@ -41,6 +52,10 @@ pub(crate) struct SegmentStateUse {
     /// Per result: whether the arena needs it (read by an instruction, an
     /// output of the program, or the next value of a state kept on the host).
     pub(crate) to_host: Vec<bool>,
+    /// Argument indices the executable must not take over: all but the
+    /// states this segment donates and the arguments uploaded for this call
+    /// alone (`PJRT_ExecuteOptions::non_donatable_input_indices`).
+    pub(crate) keep: Vec<i64>,
 }
 
 #[derive(Default)]
@@ -60,20 +75,12 @@ impl DeviceStates {
                 || plan.outputs.iter().any(|o| o.tensor == t)
         };
         let read_by_segment = |t: u32| accel.segments.iter().any(|s| s.args.contains(&t));
-        let made_by_segment = |t: u32| accel.segments.iter().filter(|s| s.results.contains(&t)).count() == 1;
-        let shared_update = |t: u32| plan.states.iter().filter(|st| st.update == t).count() > 1;
-        let resident: Vec<usize> = (0..plan.states.len())
-            .filter(|&k| {
-                let st = &plan.states[k];
-                st.update != st.tensor
-                    && !read_on_host(st.tensor)
-                    && made_by_segment(st.update)
-                    && !shared_update(st.update)
-                    && !accel.segments.iter().any(|s| s.results.contains(&st.tensor))
-            })
-            .collect();
+        let kept = crate::state::resident(plan, accel);
+        let resident: Vec<usize> = kept.iter().map(|&(k, _)| k).collect();
         let of_tensor = |t: u32| resident.iter().position(|&k| plan.states[k].tensor == t);
         let of_update = |t: u32| resident.iter().position(|&k| plan.states[k].update == t);
+        // Donated by the one segment that reads it and computes its update.
+        let donated = |k: usize| kept.iter().any(|&(r, d)| r == k && d);
         let uses = accel
             .segments
             .iter()
@@ -85,6 +92,18 @@ impl DeviceStates {
                     .iter()
                     .map(|&t| of_update(t).is_none() || read_on_host(t) || read_by_segment(t))
                     .collect(),
+                keep: s
+                    .args
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &t)| {
+                        let weight =
+                            plan.tensors.get(t as usize).is_some_and(|d| matches!(d.storage, Storage::Weight { .. }));
+                        let state = of_tensor(t).map(|r| resident[r]);
+                        weight || state.is_some_and(|k| !(donated(k) && s.results.contains(&plan.states[k].update)))
+                    })
+                    .map(|(a, _)| a as i64)
+                    .collect(),
             })
             .collect();
         let states = resident
@@ -94,6 +113,8 @@ impl DeviceStates {
                 current: None,
                 pending: None,
                 device_newer: false,
+                donate: donated(plan_index),
+                consumed: false,
                 host: OnceLock::new(),
             })
             .collect();
@@ -111,12 +132,37 @@ impl DeviceStates {
 
     /// A run starts: values left by a failed run are dropped.
     pub(crate) fn begin_run(&mut self) {
-        self.states.iter_mut().for_each(|s| s.pending = None);
+        self.states.iter_mut().for_each(|s| {
+            s.pending = None;
+            s.consumed = false;
+        });
+    }
+
+    /// After an execution: a state whose buffer the executable took over
+    /// (donated) has no current value until the run commits its update.
+    pub(crate) fn take_donated(&mut self, k: usize) -> Result<bool> {
+        let s = &mut self.states[k];
+        let gone = match &s.current {
+            Some(b) => b.is_deleted()?,
+            None => false,
+        };
+        if gone {
+            s.current = None;
+            s.consumed = true;
+        }
+        Ok(gone)
+    }
+
+    /// Whether this run's failure lost plan state `plan_index` (its buffer
+    /// was donated to an execution): the state is stale.
+    pub(crate) fn consumed(&self, plan_index: usize) -> bool {
+        self.find(plan_index).is_some_and(|s| s.consumed)
     }
 
     /// A run succeeded: each state's new value becomes current.
     pub(crate) fn commit(&mut self) {
         for s in &mut self.states {
+            s.consumed = false;
             if let Some(next) = s.pending.take() {
                 s.current = Some(next);
                 s.device_newer = true;
@@ -132,6 +178,7 @@ impl DeviceStates {
             s.current = None;
             s.pending = None;
             s.device_newer = false;
+            s.consumed = false;
             s.host = OnceLock::new();
         }
     }

@@ -223,6 +223,12 @@ pub fn emit_segment_with(
             module.body().append_operation(op);
         }
     }
+    if spmd.is_none() {
+        if let Some(text) = state_aliases(g, seg, &args) {
+            let attrs = Attribute::parse(ctx, &text).ok_or_else(|| err(format!("cannot parse {text}")))?;
+            func_attrs.push((Identifier::new(ctx, "arg_attrs"), attrs));
+        }
+    }
     let func = OperationBuilder::new("func.func", loc)
         .add_attributes(&func_attrs)
         .add_regions([region])
@@ -233,6 +239,33 @@ pub fn emit_segment_with(
         return Err(err("the emitted module does not verify"));
     }
     Ok(Emitted { mlir: module.as_operation().to_string(), args, bf16_args, results: seg.results.clone() })
+}
+
+/// `@main`'s argument attributes aliasing each state's current value to its
+/// update (`tf.aliasing_output = <result index>`), when the segment takes
+/// the one and returns the other with the same type; `None` when no
+/// argument is a state. The executable may then write the update into the
+/// argument's buffer when the caller donates it (`pjrt/state.rs` decides).
+fn state_aliases(g: &Graph, seg: &Segment, args: &[ValueId]) -> Option<String> {
+    // A result takes at most one argument's buffer.
+    let mut taken: Vec<usize> = Vec::new();
+    let attrs: Vec<String> = args
+        .iter()
+        .map(|&v| {
+            let result = g.states.iter().find_map(|st| {
+                let (s, u) = (*g.inputs.get(st.input)?, *g.outputs.get(st.output)?);
+                (s == v && g.ty(s) == g.ty(u)).then(|| seg.results.iter().position(|&r| r == u)).flatten()
+            });
+            match result.filter(|r| !taken.contains(r)) {
+                Some(r) => {
+                    taken.push(r);
+                    format!("{{tf.aliasing_output = {r} : i32}}")
+                }
+                None => "{}".to_string(),
+            }
+        })
+        .collect();
+    (!taken.is_empty()).then(|| format!("[{}]", attrs.join(", ")))
 }
 
 /// `{sdy.sharding = …}` or `{mhlo.sharding = "…"}` for `@main` argument or
