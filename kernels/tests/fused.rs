@@ -291,6 +291,19 @@ fn fused_in_place_is_bit_identical_to_fused() {
         }
     }
     assert!(checked > 30, "{checked} in-place cases");
+    // Large enough for the tile runs to split over threads: each run copies
+    // its own tiles of the in-place operand; same bytes at 1, 2 and 3 threads.
+    let program = vec![FusedOp::Binary { op: BinaryOp::Mul, a: 0, b: 1 }, FusedOp::Unary { op: UnaryOp::Exp, x: 2 }];
+    let inputs = [random(&mut rng, DType::F32, &[3, 20_001]), random(&mut rng, DType::F32, &[20_001])];
+    let want = run_fused(&program, &inputs, &inputs[0].shape, &mut Context::new());
+    for threads in [1, 2, 3] {
+        let mut cx = Context::new().with_threads(threads);
+        let mut views: Vec<TensorRef<'_>> = inputs.iter().map(T::view).collect();
+        views[0] = TensorRef { dtype: DType::F32, shape: &inputs[0].shape, data: &[] };
+        let mut out = inputs[0].clone();
+        fused_in_place(&program, &views, 0, out.view_mut(), &mut cx).unwrap_or_else(|e| panic!("{threads}: {e}"));
+        assert!(out.data == want.data, "in place over {threads} threads differs");
+    }
 }
 
 fn broadcast_all(inputs: &[T]) -> Vec<usize> {
