@@ -269,22 +269,13 @@ fn assert_updated_in_place(what: &str, program: &kiln_runtime::Program) {
     }
 }
 
+/// KV caches (`index_put`/`index_copy_`), a filter's
+/// `state.mul_(0.9).add_(0.1 * x)` and a counter's `count += 1` (elementwise
+/// updates) are written into the state's storage by the op computing them:
+/// no end-of-run copy.
 #[test]
-fn kv_caches_are_updated_in_place_not_copied_per_step() {
-    for name in ["kv_decoder", "tiny_llama"] {
-        for flavour in FLAVOURS {
-            let program = load_fixture(&state_fixture(name), flavour);
-            assert_updated_in_place(&format!("{name}/{flavour}"), &program);
-        }
-    }
-}
-
-/// A filter's `state.mul_(0.9).add_(0.1 * x)` and a counter's `count += 1`
-/// (elementwise updates) are written into the state's storage by the op
-/// computing them: no end-of-run copy.
-#[test]
-fn filters_and_counters_are_updated_in_place_not_copied_per_step() {
-    for name in ["counter", "lowpass"] {
+fn states_are_updated_in_place_not_copied_per_step() {
+    for name in ["kv_decoder", "tiny_llama", "counter", "lowpass"] {
         for flavour in FLAVOURS {
             let program = load_fixture(&state_fixture(name), flavour);
             assert_updated_in_place(&format!("{name}/{flavour}"), &program);
