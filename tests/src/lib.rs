@@ -260,6 +260,20 @@ pub const IN_PLACE_CACHE_IR: &str = "graph {
   state \"cache\" input 3 output 1 = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
 }";
 
+/// Uniform f32 values in `[lo, hi)` for every input of a static-shaped graph
+/// (the pass before/after tests run both programs on them).
+pub fn random_inputs(g: &kiln_ir::Graph, rng: &mut impl rand::Rng, lo: f32, hi: f32) -> Vec<Tensor> {
+    g.inputs
+        .iter()
+        .map(|&v| {
+            let shape = g.ty(v).static_shape().expect("a static input shape");
+            let s: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+            let v: Vec<f32> = (0..s.iter().product::<usize>()).map(|_| rng.gen_range(lo..hi)).collect();
+            Tensor::from_f32(&s, &v)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ use kiln_ir::{BinaryOp, ConstBytes, DType, Graph, Op, TensorType, UnaryOp, Value
 use kiln_passes::{default_pipeline, Pass, Target, DCE, FUSE_EPILOGUE};
 use kiln_runtime::format::{Kernel, Metadata};
 use kiln_runtime::{Program, Tensor};
-use kiln_tests::{assert_close, fixture_dir, read_numbered, FIXTURES, FLAVOURS};
+use kiln_tests::{assert_close, fixture_dir, random_inputs, read_numbered, FIXTURES, FLAVOURS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
@@ -65,17 +65,6 @@ fn constant(g: &mut Graph, rng: &mut StdRng, shape: &[i64]) -> ValueId {
     let n: i64 = shape.iter().product();
     let bytes: Vec<u8> = (0..n).flat_map(|_| rng.gen_range(-0.5f32..0.5).to_le_bytes()).collect();
     g.add_const(None, TensorType::fixed(DType::F32, shape), ConstBytes::owned(bytes))
-}
-
-fn random_inputs(g: &Graph, rng: &mut StdRng) -> Vec<Tensor> {
-    g.inputs
-        .iter()
-        .map(|&v| {
-            let s: Vec<usize> = g.ty(v).static_shape().unwrap().iter().map(|&d| d as usize).collect();
-            let v: Vec<f32> = (0..s.iter().product::<usize>()).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
-            Tensor::from_f32(&s, &v)
-        })
-        .collect()
 }
 
 /// The activation ops an epilogue takes, as the graph writes them.
@@ -177,7 +166,7 @@ fn random_convolutions_and_linears_keep_their_results() {
     let mut fused = 0;
     for case in 0..80 {
         let g = if case % 2 == 0 { random_conv(&mut rng) } else { random_linear(&mut rng) };
-        let inputs = random_inputs(&g, &mut rng);
+        let inputs = random_inputs(&g, &mut rng, -3.0, 3.0);
         let before = compile(g.clone(), &[]);
         let after = compile(g, &[FUSE_EPILOGUE, DCE]);
         let (count, exact) = fused_calls(&after);

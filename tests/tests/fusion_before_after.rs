@@ -10,7 +10,7 @@ use kiln_ir::{BinaryOp, Builder, DType, Graph, Op, TensorType, UnaryOp, ValueId}
 use kiln_passes::{default_pipeline, Pass, Target, FUSE_ELEMENTWISE};
 use kiln_runtime::format::{Kernel, Metadata};
 use kiln_runtime::{Program, Tensor};
-use kiln_tests::{fixture_dir, read_numbered, FIXTURES, FLAVOURS};
+use kiln_tests::{fixture_dir, random_inputs, read_numbered, FIXTURES, FLAVOURS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
@@ -222,7 +222,7 @@ fn recognised_attention_matches_the_unfused_graph() {
     let mut rng = StdRng::seed_from_u64(5);
     for (i, text) in graphs.iter().enumerate() {
         let g = kiln_ir::text::parse(text).expect("parse");
-        let inputs = random_inputs(&g, &mut rng);
+        let inputs = random_inputs(&g, &mut rng, -2.0, 2.0);
         let before = compile(g.clone(), &[]);
         let after = compile(g, &[kiln_passes::FUSE_ATTENTION, kiln_passes::DCE]);
         let kernels: Vec<&str> = after.plan().instrs.iter().map(|i| i.op.name()).collect();
@@ -259,7 +259,7 @@ fn gqa_attention_without_repeated_kv_is_bit_identical() {
       output %13 \"no_mask\"
     }";
     let g = kiln_ir::text::parse(text).expect("parse");
-    let inputs = random_inputs(&g, &mut StdRng::seed_from_u64(9));
+    let inputs = random_inputs(&g, &mut StdRng::seed_from_u64(9), -2.0, 2.0);
     let before = compile(g.clone(), &[]);
     let after = compile(g, &[kiln_passes::FUSE_ATTENTION, kiln_passes::DCE]);
     let kernels = |p: &Program| p.plan().instrs.iter().map(|i| i.op.name()).collect::<Vec<_>>();
@@ -328,16 +328,4 @@ fn recognised_rms_norm_matches_the_unfused_graph() {
         let (got, want) = (run(&after, &inputs), run(&before, &inputs));
         kiln_tests::assert_close(&format!("rms_norm graph {i}"), &got[0].view(), &want[0].view(), 1e-5, 1e-6);
     }
-}
-
-/// Uniform f32 values in [-2, 2) for every input of a static-shaped graph.
-fn random_inputs(g: &kiln_ir::Graph, rng: &mut StdRng) -> Vec<Tensor> {
-    g.inputs
-        .iter()
-        .map(|&v| {
-            let s: Vec<usize> = g.ty(v).static_shape().unwrap().iter().map(|&d| d as usize).collect();
-            let v: Vec<f32> = (0..s.iter().product::<usize>()).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
-            Tensor::from_f32(&s, &v)
-        })
-        .collect()
 }
