@@ -8,7 +8,7 @@
 # glibc 2.17 (every Jetson still in the field), checking the symbol versions
 # the second one needs. It writes the command that runs the gcc-linked runner
 # under qemu to $KILN_A64_RUNNER_FILE (default target/aarch64-runner) for the
-# end-to-end test tests/tests/aarch64_e2e.rs (artifacts compiled on x86-64,
+# end-to-end test tests/tests/e2e/aarch64_e2e.rs (artifacts compiled on x86-64,
 # run on aarch64, compared with PyTorch and the x86-64 run), and runs that
 # test's fixture check with the glibc 2.17 runner itself. Works on a fresh
 # Debian 12 (bookworm) x86-64 machine; installs only what is missing (root or
@@ -145,6 +145,6 @@ zig_runner="qemu-aarch64-static -L $QEMU_LD_PREFIX -E LD_LIBRARY_PATH=$QEMU_LD_P
     export PATH="$host_path" CARGO_TARGET_DIR="$host_target" KILN_A64_RUNNER="$zig_runner"
     unset RUSTC RUSTDOC
     cargo test --workspace ${KILN_HOST_TEST_FEATURES:+--features "$KILN_HOST_TEST_FEATURES"} \
-        --test aarch64_e2e -- fixtures_match_pytorch_and_x86_64
+        --test e2e -- aarch64_e2e::fixtures_match_pytorch_and_x86_64
 )
 echo "aarch64 check passed in $((SECONDS - start)) s"

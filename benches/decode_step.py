@@ -8,7 +8,7 @@ exported (Core ATen) with N single-token decode steps for `kiln run --steps`.
     kiln run OUT/decode.kiln --steps OUT/steps --output-dir OUT/out --json
 
 Random weights; only the timing matters (correctness of the same model at
-fixture size is tests/tests/state.rs's tiny_llama).
+fixture size is tests/tests/e2e/state.rs's tiny_llama).
 """
 import argparse
 import os

@@ -17,7 +17,7 @@
 //! Sessions are checked out of the pool for one run (a semaphore bounds the
 //! waiters; the run itself happens on tokio's blocking threads), so the
 //! arena of each session is allocated once and reused by every request.
-//! `compiler/tests/http_service.rs` runs the load test briefly.
+//! `compiler/tests/compiler/http_service.rs` runs the load test briefly.
 
 use axum::extract::State;
 use axum::http::StatusCode;

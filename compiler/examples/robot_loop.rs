@@ -12,7 +12,7 @@
 //! never pays an idle-state (or, in a VM, a halted vCPU's) wake-up. The policy
 //! runs on one thread unless `--threads` says otherwise: a tick this small
 //! gains nothing from handing work to a pool.
-//! Exits non-zero if any tick allocated. `compiler/tests/robot_loop.rs` runs
+//! Exits non-zero if any tick allocated. `compiler/tests/compiler/robot_loop.rs` runs
 //! it briefly.
 
 use kiln_runtime::{Program, Tensor};

@@ -812,7 +812,7 @@ def summarise(manifest_path, results_path):
     kiln compiles and matches, those refused at compile time (with the ops
     named in kiln's error), mismatches and other failures; plus the samples
     torch itself could not export or kiln cannot take (complex dtypes).
-    `results_path` is what tests/tests/conformance.rs writes with
+    `results_path` is what tests/tests/e2e/conformance.rs writes with
     KILN_CONFORMANCE_RESULTS set. A case saved without training.pt2 (its
     training graph calls the same ops as Core ATen) counts its aten run
     for both flavours."""

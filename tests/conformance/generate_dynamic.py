@@ -25,7 +25,7 @@ Each case folder `dynamic/<name>/` holds:
     size_K/output_N.npy       eager outputs
     reject/input_N.npy        (dynamic cases) an out-of-bounds size
 
-The conformance test (`tests/tests/conformance_dynamic.rs`) compiles each
+The conformance test (`tests/tests/e2e/conformance_dynamic.rs`) compiles each
 flavour once and runs every size through one session. KNOWN_UNSUPPORTED marks
 flavours kiln is expected to fail, with the reason.
 """

@@ -21,19 +21,19 @@ pub struct CaseRun {
 /// Core overloads that no conformance case can call and another suite
 /// checks instead, with where.
 pub const EXERCISED_ELSEWHERE: &[(&str, &str)] = &[
-    ("rand.default", "the `random` fixture, distribution-tested in tests/tests/control_flow_random_custom.rs"),
-    ("randn.default", "the `random` fixture, distribution-tested in tests/tests/control_flow_random_custom.rs"),
-    ("randperm.default", "the `random` fixture, distribution-tested in tests/tests/control_flow_random_custom.rs"),
+    ("rand.default", "the `random` fixture, distribution-tested in tests/tests/e2e/control_flow_random_custom.rs"),
+    ("randn.default", "the `random` fixture, distribution-tested in tests/tests/e2e/control_flow_random_custom.rs"),
+    ("randperm.default", "the `random` fixture, distribution-tested in tests/tests/e2e/control_flow_random_custom.rs"),
     (
         "native_dropout.default",
-        "the `random` fixture, distribution-tested in tests/tests/control_flow_random_custom.rs",
+        "the `random` fixture, distribution-tested in tests/tests/e2e/control_flow_random_custom.rs",
     ),
-    ("sym_size.int", "the dynamic-shape cases (tests/conformance/dynamic, tests/tests/conformance_dynamic.rs)"),
-    ("sym_numel.default", "the dynamic-shape case `numel_as_number` (tests/tests/conformance_dynamic.rs)"),
-    ("nonzero.default", "the `nonzero` fixture (several counts per program) in tests/tests/data_dependent.rs"),
+    ("sym_size.int", "the dynamic-shape cases (tests/conformance/dynamic, tests/tests/e2e/conformance_dynamic.rs)"),
+    ("sym_numel.default", "the dynamic-shape case `numel_as_number` (tests/tests/e2e/conformance_dynamic.rs)"),
+    ("nonzero.default", "the `nonzero` fixture (several counts per program) in tests/tests/e2e/data_dependent.rs"),
     (
         "_local_scalar_dense.default",
-        "the `item` fixture (`.item()` as a size and as a multiplier) in tests/tests/data_dependent.rs",
+        "the `item` fixture (`.item()` as a size and as a multiplier) in tests/tests/e2e/data_dependent.rs",
     ),
 ];
 

@@ -61,7 +61,7 @@ mod tests {
 
     #[test]
     fn a_large_body_constant_becomes_a_loop_operand() {
-        let text = include_str!("../../tests/stablehlo_support/loop_weight.kir");
+        let text = include_str!("../../tests/compiler/stablehlo_support/loop_weight.kir");
         let mut g = kiln_ir::text::parse(text).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(hoist_loop_constants(&mut g, 64), 1);
         kiln_ir::verify::verify(&g).unwrap_or_else(|e| panic!("{e}"));

@@ -5,7 +5,7 @@
 //! form; only `func` is a registered dialect. Attribute text is opaque to
 //! MLIR here (any spelling parses), so every form below was checked by
 //! compiling and running it on the XLA CPU PJRT plugin (tests
-//! `compiler/tests/stablehlo_*.rs`).
+//! `compiler/tests/compiler/stablehlo_*.rs`).
 //!
 //! Composites (linear, norms, softmax, attention, pooling) are built from
 //! primitives; XLA fuses them again. With [`Precision::Bf16`], f32 values

@@ -5,7 +5,7 @@
 //! `KILN_TEST_XLA_CPU_PLUGIN`; skips without it (fails under CI).
 #![cfg(feature = "mlir")]
 
-mod stablehlo_support;
+use crate::stablehlo_support;
 
 use kiln_compiler::import::import_pt2;
 use kiln_compiler::stablehlo::sharding::ShardingDialect;

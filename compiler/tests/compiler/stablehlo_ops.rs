@@ -5,7 +5,7 @@
 //! accelerator segments) and the bf16 path. Needs `KILN_TEST_XLA_CPU_PLUGIN`.
 #![cfg(feature = "mlir")]
 
-mod stablehlo_support;
+use crate::stablehlo_support;
 
 use kiln_compiler::stablehlo::Precision;
 use kiln_compiler::Backend;

@@ -15,7 +15,10 @@ fn ops_md_is_up_to_date() {
         return;
     }
     let got = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(got == want, "compiler/OPS.md is stale: run `BLESS=1 cargo test -p kiln-compiler --test ops_table`");
+    assert!(
+        got == want,
+        "compiler/OPS.md is stale: run `BLESS=1 cargo test -p kiln-compiler --test compiler ops_table::`"
+    );
 }
 
 /// The quoted op names in `dispatch`'s match arms (after `match name {`).

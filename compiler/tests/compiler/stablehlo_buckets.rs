@@ -5,7 +5,7 @@
 //! compile error naming the op. Needs `KILN_TEST_XLA_CPU_PLUGIN`.
 #![cfg(feature = "mlir")]
 
-mod stablehlo_support;
+use crate::stablehlo_support;
 
 use kiln_compiler::import::import_pt2;
 use kiln_compiler::stablehlo::buckets::BucketSpec;

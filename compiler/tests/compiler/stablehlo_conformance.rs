@@ -7,9 +7,9 @@
 //! `KILN_CONFORMANCE_DIR` runs another folder's cases.
 #![cfg(feature = "mlir")]
 
-mod stablehlo_support;
-/// topk's tie-order check, shared with tests/tests/conformance.rs.
-#[path = "../../tests/src/tie_order.rs"]
+use crate::stablehlo_support;
+/// topk's tie-order check, shared with tests/tests/e2e/conformance.rs.
+#[path = "../../../tests/src/tie_order.rs"]
 mod tie_order;
 
 use kiln_compiler::stablehlo::Precision;
@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The committed cases, or `KILN_CONFORMANCE_DIR` (a generator `--out`
-/// folder) for local runs, as in `tests/tests/conformance.rs`.
+/// folder) for local runs, as in `tests/tests/e2e/conformance.rs`.
 fn cases_dir() -> PathBuf {
     match std::env::var_os("KILN_CONFORMANCE_DIR") {
         Some(dir) => PathBuf::from(dir),

@@ -6,7 +6,7 @@
 //! — cannot slip in without a version bump); it must refuse every older one
 //! with the documented "recompile" message.
 //!
-//! `KILN_BLESS_GOLDEN=1 cargo test -p kiln-tests --test golden_artifacts`
+//! `KILN_BLESS_GOLDEN=1 cargo test -p kiln-tests --test e2e golden_artifacts::`
 //! writes the current version's artifacts (only when the format version
 //! changed: the old directory stays as it is).
 

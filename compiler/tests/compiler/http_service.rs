@@ -3,10 +3,10 @@
 //! flat after warm-up, and a bad request a 400 rather than a crash.
 
 #[allow(dead_code)]
-#[path = "../examples/http_service.rs"]
-mod http_service;
+#[path = "../../examples/http_service.rs"]
+mod example;
 
-use http_service::{fixture_program, load_test, router, Client, RunResponse, Service};
+use example::{fixture_program, load_test, router, Client, RunResponse, Service};
 
 #[test]
 fn concurrent_clients_get_the_programs_answers() {

@@ -3,7 +3,7 @@
 //! outputs; plus bf16 and a mixed plan. Needs `KILN_TEST_XLA_CPU_PLUGIN`.
 #![cfg(feature = "mlir")]
 
-mod stablehlo_support;
+use crate::stablehlo_support;
 
 use kiln_compiler::import::import_pt2;
 use kiln_compiler::stablehlo::Precision;

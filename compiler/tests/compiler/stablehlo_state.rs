@@ -5,7 +5,7 @@
 //! copied back unless read. Needs `KILN_TEST_XLA_CPU_PLUGIN`.
 #![cfg(feature = "mlir")]
 
-mod stablehlo_support;
+use crate::stablehlo_support;
 
 use kiln_compiler::import::import_pt2;
 use kiln_compiler::npy::read_npy;

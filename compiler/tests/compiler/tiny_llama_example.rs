@@ -1,7 +1,7 @@
 //! Runs the `tiny_llama` example (greedy decoding through a static KV cache
 //! kept as session state): its tokens must be eager PyTorch's, in both IR flavours.
 
-#[path = "../examples/tiny_llama.rs"]
+#[path = "../../examples/tiny_llama.rs"]
 mod tiny_llama;
 
 #[test]

@@ -1,0 +1,29 @@
+//! kiln-tests' integration tests, one test binary: each module was its own
+//! binary, and every one linked the compiler with LLVM and MLIR statically
+//! (~300 MB each), which filled CI's disk. `no_alloc` and `import_mutations`
+//! stay their own binaries: they install a counting global allocator.
+//! `cargo test -p kiln-tests --test e2e MODULE::` runs one module.
+
+mod aarch64_e2e;
+mod artifact_corruption;
+mod assert_async;
+mod conformance;
+mod conformance_dynamic;
+mod control_flow_random_custom;
+mod data_dependent;
+mod dependency_rule;
+mod epilogue_before_after;
+mod fixtures;
+mod fusion_before_after;
+mod golden_artifacts;
+mod linalg_checks;
+mod moe_ops;
+mod native_fixtures;
+mod passes_preserve_semantics;
+mod quant_import;
+mod quantize;
+mod real_models;
+mod runtime_inputs;
+mod state;
+mod thread_determinism;
+mod while_loop;
