@@ -50,7 +50,8 @@ const DOT_ADD_EXPECTED: [f32; 4] = [14., 25., 40., 51.];
 fn four_device_client(path: &std::path::Path) -> Arc<Client> {
     let plugin = Plugin::load(path).expect("load plugin");
     assert_eq!(plugin.api_version().0, 0);
-    Client::create(&plugin, &ClientOptions { cpu_device_count: Some(4) }).expect("create client")
+    Client::create(&plugin, &ClientOptions { cpu_device_count: Some(4), ..ClientOptions::default() })
+        .expect("create client")
 }
 
 #[test]

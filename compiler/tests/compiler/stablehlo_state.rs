@@ -10,6 +10,7 @@ use crate::stablehlo_support;
 use kiln_compiler::import::import_pt2;
 use kiln_compiler::npy::read_npy;
 use kiln_compiler::stablehlo::Precision;
+use kiln_compiler::Backend;
 use kiln_runtime::{Device, ExecutableCache, Program, Session, SessionOptions, Tensor, TensorView};
 use stablehlo_support::*;
 use std::path::{Path, PathBuf};
@@ -207,4 +208,72 @@ fn set_state_and_failed_run_on_device() {
     let wrong = Tensor::from_f32(&[3, 4], &[1.0; 12]);
     assert!(session.run(&[wrong.view()]).is_err(), "a wrong input shape fails");
     assert_eq!(session.state("state").expect("state").data, &before[..], "a failed run keeps the state");
+}
+
+/// A low-pass filter whose program checks its own state after the update
+/// (`torch._assert_async(state.max() < 100)`): the update runs on the device,
+/// donating the state's buffer, and the check runs on the CPU afterwards. A
+/// run that fails the check has lost the state's old value on the device, so
+/// the state is stale: runs and reads are refused (naming the state) until
+/// `reset_state` or `set_state`, which bring the session back — on the CPU
+/// and on the device alike.
+const CHECKED_FILTER: &str = r#"graph {
+  input %0 "state": f32[2, 4]
+  input %1 "x": f32[2, 4]
+  const %2: f32[] = [0.9]
+  const %3: f32[] = [0.1]
+  const %4: f32[] = [100.0]
+  const %5: f32[] = [2.0]
+  %6: f32[2, 4] = mul(%0, %2)
+  %7: f32[2, 4] = mul(%1, %3)
+  %8: f32[2, 4] = add(%6, %7)
+  %9: f32[] = reduce_max{axes=[0, 1], keep_dims=false}(%8)
+  %10: bool[] = lt(%9, %4)
+  _ = assert{message="the filter diverged"}(%10)
+  %11: f32[2, 4] = mul(%8, %5)
+  output %8 "state_out"
+  output %11 "y"
+  state "state" input 0 output 0 = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+}"#;
+
+#[test]
+fn failed_run_after_a_donation_leaves_the_state_stale_until_reset() {
+    let Some(plugin) = plugin() else { return };
+    let graph = || kiln_ir::text::parse(CHECKED_FILTER).unwrap_or_else(|e| panic!("{e}"));
+    let on_device = compile(graph(), pjrt(Precision::F32));
+    let accel = accel(&on_device);
+    assert!(
+        !accel.segments.is_empty() && !accel.cpu_fallbacks.is_empty(),
+        "the update must run on the device and the check on the CPU: {accel:?}"
+    );
+    let on_cpu = compile(graph(), Backend::Cpu);
+    let sessions = [("cpu", on_cpu.session().expect("cpu session")), ("device", session(&on_device, &plugin))];
+    for (what, mut session) in sessions {
+        let x = |v: f32| Tensor::from_f32(&[2, 4], &[v; 8]);
+        // y = 2 · state; state = 0.9 · state + 0.1 · x.
+        let y = |s: f32| Tensor::from_f32(&[2, 4], &[2.0 * s; 8]);
+        let run = |session: &mut Session, v: f32| session.run(&[x(v).view()]).map(|o| o.to_tensors());
+        assert_close(what, &run(&mut session, 10.0).expect("step 0")[0], &y(1.0), RTOL, ATOL);
+        assert_close(what, &run(&mut session, 10.0).expect("step 1")[0], &y(1.9), RTOL, ATOL);
+        let donated_before = (what == "device").then(|| moved(&session).donated);
+
+        let err = run(&mut session, 1e4).expect_err("a diverging step fails its check");
+        assert!(err.to_string().contains("the filter diverged"), "{what}: {err}");
+        if let Some(before) = donated_before {
+            assert!(moved(&session).donated > before, "the failing step donated the state's buffer first");
+        }
+        assert!(session.state_is_stale("state").expect("state"), "{what}: the state is stale");
+        let refused = run(&mut session, 10.0).expect_err("a run on a stale state is refused");
+        assert!(refused.to_string().contains("state"), "{what}: {refused}");
+        assert!(session.state("state").is_err(), "{what}: reading a stale state is refused");
+
+        // Reset: back to the initial state, and the steps repeat.
+        session.reset_state();
+        assert!(!session.state_is_stale("state").expect("state"));
+        assert_close(what, &run(&mut session, 10.0).expect("after reset")[0], &y(1.0), RTOL, ATOL);
+        // Another failure, then set_state brings it back too.
+        run(&mut session, 1e4).expect_err("diverges again");
+        session.set_state("state", Tensor::from_f32(&[2, 4], &[5.0; 8]).view()).expect("set_state");
+        assert_close(what, &run(&mut session, 10.0).expect("after set_state")[0], &y(5.5), RTOL, ATOL);
+    }
 }

@@ -5,6 +5,7 @@
 
 use super::api::{Buffer, Client, ClientOptions, Executable, ExecuteLists, Plugin, SpmdLists};
 use super::cache::{self, Cache};
+use super::distributed::mesh_assignment;
 use super::spmd::PieceLayout;
 use super::state::{DeviceStates, SegmentStateUse};
 use super::{compile_options, discover};
@@ -127,7 +128,7 @@ impl AccelState {
             (Device::Pjrt(_), None) => mesh_devices,
             _ => None,
         };
-        let client = client_for(&options.device, &plugin, ClientOptions { cpu_device_count })?;
+        let client = client_for(&options.device, &plugin, ClientOptions { cpu_device_count, distributed: None })?;
         if let Some(mesh) = &accel.mesh {
             return AccelState::new_spmd(program, options, client, accel, mesh);
         }
@@ -224,7 +225,7 @@ impl AccelState {
         let n = mesh.size() as usize;
         let have = client.devices().len();
         let axes: Vec<String> = mesh.axes.iter().map(|a| format!("{}={}", a.name, a.size)).collect();
-        if have < n {
+        if client.global_devices().len() < n {
             return Err(Error::Device(format!(
                 "the program is sharded over {n} devices (mesh {}) but {} ({}) has {have} addressable devices",
                 axes.join(", "),
@@ -232,17 +233,25 @@ impl AccelState {
                 client.plugin().path().display()
             )));
         }
-        // Device ids by partition: the mesh's order, else the client's first n.
-        let ids: Vec<i32> = if mesh.devices.is_empty() {
-            client.devices()[..n].iter().map(|d| d.id).collect()
-        } else {
-            mesh.devices.iter().map(|&d| d as i32).collect()
-        };
-        let devices = ids
+        // Device by partition: the mesh's order, else every process's devices in turn.
+        let named: Vec<i32> = mesh.devices.iter().map(|&d| d as i32).collect();
+        let placed = mesh_assignment(n, &named, client.global_devices()).map_err(|m| {
+            Error::Device(format!("{m} ({}, {})", client.platform_name(), client.plugin().path().display()))
+        })?;
+        let devices = placed
             .iter()
-            .map(|id| {
-                client.devices().iter().position(|d| d.id == *id).ok_or_else(|| {
-                    Error::Device(format!("the mesh names device {id}, which {} lacks", client.platform_name()))
+            .enumerate()
+            .map(|(p, d)| {
+                d.addressable.ok_or_else(|| {
+                    Error::Device(format!(
+                        "partition {p} of mesh {} runs on device {} of process {}, and this is process {}: \
+                         running one program over several processes' devices is not supported yet \
+                         (each process would execute its own partitions; see README, \"Several hosts\")",
+                        axes.join(", "),
+                        d.id,
+                        d.process_index,
+                        client.process_index()
+                    ))
                 })
             })
             .collect::<Result<Vec<usize>>>()?;
@@ -271,7 +280,7 @@ impl AccelState {
             ..AccelInfo::default()
         };
         let shardy = seg.mlir.contains("sdy.mesh");
-        let proto = compile_options::spmd(&ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>(), shardy);
+        let proto = compile_options::spmd(&placed.iter().map(|d| i64::from(d.id)).collect::<Vec<_>>(), shardy);
         let executable = load_or_compile(&client, cache.as_ref(), &seg.mlir, &proto, &mut info)?;
         if executable.num_outputs() != seg.results.len() {
             return Err(Error::Plan(format!(

@@ -2,6 +2,7 @@
 //! [`Buffer`]. Every plugin error becomes [`Error::Pjrt`] carrying the
 //! plugin's own message; nothing here panics on a plugin failure.
 
+use super::distributed::{Distributed, GlobalDevice, KvBridge};
 use super::ffi::{self, Api, ApiFn, ApiHead, ArgsStruct, VoidFn};
 use crate::{DType, Error, Result};
 use std::ffi::{c_char, c_void};
@@ -24,7 +25,8 @@ pub struct Plugin {
     path: PathBuf,
     api: *const Api,
     version: (i32, i32),
-    _library: libloading::Library,
+    /// `None` for a plugin linked into the program ([`Plugin::from_static`]).
+    _library: Option<libloading::Library>,
 }
 
 // SAFETY: the PJRT C API is thread-safe (clients, executables and buffers may
@@ -66,31 +68,32 @@ impl Plugin {
             .map_err(|e| fail("dlsym GetPjrtApi", format!("not a PJRT plugin ({e})")))?;
         // SAFETY: as above.
         let api = unsafe { get_api() };
-        if api.is_null() {
-            return Err(fail("GetPjrtApi", "returned no API table".into()));
+        let version = check_api(api).map_err(|m| fail("GetPjrtApi", m))?;
+        Ok(Plugin { path, api, version, _library: Some(library) })
+    }
+
+    /// A plugin linked into this program rather than loaded from a file:
+    /// `get_api` is its `GetPjrtApi`. Registered under `static:NAME` (a
+    /// second call with the same name returns the first plugin).
+    ///
+    /// # Safety
+    /// `get_api` must return a PJRT C API table (or null) that stays valid
+    /// for the life of the process, with every entry it fills implementing
+    /// the header's contract.
+    pub unsafe fn from_static(name: &str, get_api: unsafe extern "C" fn() -> *const c_void) -> Result<Arc<Plugin>> {
+        let path = PathBuf::from(format!("static:{name}"));
+        let mut plugins = PLUGINS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = plugins.iter().find(|p| p.path == path) {
+            return Ok(Arc::clone(p));
         }
-        // Only the head is read until its size and version are known to be usable.
-        // SAFETY: every PJRT table starts with `struct_size`.
-        let size = unsafe { (*api.cast::<ApiHead>()).struct_size };
-        if size < std::mem::size_of::<ApiHead>() {
-            return Err(fail("GetPjrtApi", format!("API table is {size} bytes, too small to hold a version")));
-        }
-        // SAFETY: the table is at least as large as the head (checked above).
-        let v = unsafe { &(*api.cast::<ApiHead>()).pjrt_api_version };
-        let version = (v.major_version, v.minor_version);
-        if version.0 != ffi::HEADER_MAJOR {
-            return Err(fail(
-                "GetPjrtApi",
-                format!(
-                    "PJRT C API {}.{} is incompatible with kiln's binding ({}.{}): major versions differ",
-                    version.0,
-                    version.1,
-                    ffi::HEADER_MAJOR,
-                    ffi::HEADER_MINOR
-                ),
-            ));
-        }
-        Ok(Plugin { path, api, version, _library: library })
+        // SAFETY: the caller's contract.
+        let api = unsafe { get_api() }.cast::<Api>();
+        let version = check_api(api)
+            .map_err(|message| Error::Pjrt { call: "GetPjrtApi".into(), message: format!("{name}: {message}") })?;
+        let plugin = Arc::new(Plugin { path, api, version, _library: None });
+        plugin.initialize()?;
+        plugins.push(Arc::clone(&plugin));
+        Ok(plugin)
     }
 
     fn initialize(&self) -> Result<()> {
@@ -193,6 +196,32 @@ impl Plugin {
     }
 }
 
+/// The table's PJRT version, when kiln's binding can use it.
+fn check_api(api: *const Api) -> std::result::Result<(i32, i32), String> {
+    if api.is_null() {
+        return Err("returned no API table".into());
+    }
+    // Only the head is read until its size and version are known to be usable.
+    // SAFETY: every PJRT table starts with `struct_size`.
+    let size = unsafe { (*api.cast::<ApiHead>()).struct_size };
+    if size < std::mem::size_of::<ApiHead>() {
+        return Err(format!("API table is {size} bytes, too small to hold a version"));
+    }
+    // SAFETY: the table is at least as large as the head (checked above).
+    let v = unsafe { &(*api.cast::<ApiHead>()).pjrt_api_version };
+    let version = (v.major_version, v.minor_version);
+    if version.0 != ffi::HEADER_MAJOR {
+        return Err(format!(
+            "PJRT C API {}.{} is incompatible with kiln's binding ({}.{}): major versions differ",
+            version.0,
+            version.1,
+            ffi::HEADER_MAJOR,
+            ffi::HEADER_MINOR
+        ));
+    }
+    Ok(version)
+}
+
 fn call_void<A: ArgsStruct>(f: VoidFn, args: &mut A) {
     // SAFETY: as in `Plugin::call`.
     unsafe { f((args as *mut A).cast::<c_void>()) }
@@ -224,6 +253,10 @@ pub struct ClientOptions {
     /// Number of devices the XLA CPU plugin exposes (`cpu_device_count`);
     /// ignored (not sent) when `None`.
     pub cpu_device_count: Option<u32>,
+    /// This process's place in a run over several processes (hosts): sends
+    /// `node_id`/`num_nodes` and the key-value callbacks (see
+    /// [`super::distributed`]). `None`: a single-process client.
+    pub distributed: Option<Distributed>,
 }
 
 /// One addressable device of a client.
@@ -245,6 +278,11 @@ pub struct Client {
     platform_version: String,
     devices: Vec<*mut ffi::PJRT_Device>,
     device_info: Vec<DeviceInfo>,
+    process_index: i32,
+    global_devices: Vec<GlobalDevice>,
+    /// What the plugin's key-value callbacks point at; outlives the raw
+    /// client (dropped after `Drop::drop` destroys it).
+    _kv: Option<Box<KvBridge>>,
 }
 
 // SAFETY: see `Plugin`; PJRT clients are thread-safe.
@@ -253,18 +291,30 @@ unsafe impl Sync for Client {}
 
 impl Client {
     pub fn create(plugin: &Arc<Plugin>, options: &ClientOptions) -> Result<Arc<Client>> {
-        const CPU_DEVICE_COUNT: &str = "cpu_device_count";
+        fn int64(name: &'static str, value: i64) -> ffi::PJRT_NamedValue {
+            let mut v = ffi::PJRT_NamedValue::new();
+            v.name = name.as_ptr().cast();
+            v.name_size = name.len();
+            v.value_type = ffi::PJRT_NamedValue_kInt64;
+            v.value = value;
+            v.value_size = 1;
+            v
+        }
         let mut named = Vec::new();
         if let Some(n) = options.cpu_device_count {
-            let mut v = ffi::PJRT_NamedValue::new();
-            v.name = CPU_DEVICE_COUNT.as_ptr().cast();
-            v.name_size = CPU_DEVICE_COUNT.len();
-            v.value_type = ffi::PJRT_NamedValue_kInt64;
-            v.value = i64::from(n);
-            v.value_size = 1;
-            named.push(v);
+            named.push(int64("cpu_device_count", i64::from(n)));
         }
         let mut args = ffi::PJRT_Client_Create_Args::new();
+        let mut kv = None;
+        if let Some(d) = &options.distributed {
+            d.validate().map_err(Error::Device)?;
+            named.push(int64("node_id", i64::from(d.node_id)));
+            named.push(int64("num_nodes", i64::from(d.num_nodes)));
+            let name = plugin.path().file_stem().map_or_else(|| "plugin".into(), |s| s.to_string_lossy().into_owned());
+            let bridge = KvBridge::new(Arc::clone(&d.store), &name);
+            bridge.install(&mut args);
+            kv = Some(bridge);
+        }
         args.create_options = named.as_ptr();
         args.num_options = named.len();
         call!(plugin, PJRT_Client_Create, &mut args)?;
@@ -279,6 +329,9 @@ impl Client {
             platform_version: String::new(),
             devices: Vec::new(),
             device_info: Vec::new(),
+            process_index: 0,
+            global_devices: Vec::new(),
+            _kv: kv,
         };
         let mut name = ffi::PJRT_Client_PlatformName_Args::new();
         name.client = client.raw;
@@ -307,7 +360,80 @@ impl Client {
             client.devices.push(device);
             client.device_info.push(info);
         }
+        client.read_topology()?;
         Ok(Arc::new(client))
+    }
+
+    /// This process's index and every device of the run (its own and other
+    /// processes'), where the plugin reports them; else one process owning
+    /// the addressable devices.
+    fn read_topology(&mut self) -> Result<()> {
+        let api = self.plugin.api();
+        if api.has(offset_of!(Api, PJRT_Client_ProcessIndex)) && api.PJRT_Client_ProcessIndex.is_some() {
+            let mut p = ffi::PJRT_Client_ProcessIndex_Args::new();
+            p.client = self.raw;
+            call!(self.plugin, PJRT_Client_ProcessIndex, &mut p)?;
+            self.process_index = p.process_index;
+        }
+        let local = |c: &Client| -> Vec<GlobalDevice> {
+            c.device_info
+                .iter()
+                .map(|d| GlobalDevice {
+                    id: d.id,
+                    process_index: c.process_index,
+                    addressable: Some(d.index),
+                    kind: d.kind.clone(),
+                })
+                .collect()
+        };
+        if !(api.has(offset_of!(Api, PJRT_Client_Devices)) && api.PJRT_Client_Devices.is_some()) {
+            self.global_devices = local(self);
+            return Ok(());
+        }
+        let mut all = ffi::PJRT_Client_Devices_Args::new();
+        all.client = self.raw;
+        call!(self.plugin, PJRT_Client_Devices, &mut all)?;
+        if all.num_devices > 0 && all.devices.is_null() {
+            return Err(Error::Pjrt {
+                call: "PJRT_Client_Devices".into(),
+                message: "returned a null device list".into(),
+            });
+        }
+        let has_process = api.has(offset_of!(Api, PJRT_DeviceDescription_ProcessIndex))
+            && api.PJRT_DeviceDescription_ProcessIndex.is_some();
+        let mut global = Vec::with_capacity(all.num_devices);
+        for i in 0..all.num_devices {
+            // SAFETY: the plugin returned `num_devices` entries (non-null list checked).
+            let device = unsafe { *all.devices.add(i) };
+            let addressable = self.devices.iter().position(|&d| d == device);
+            let info = self.describe(i, device)?;
+            let process_index = if has_process {
+                let mut d = ffi::PJRT_Device_GetDescription_Args::new();
+                d.device = device;
+                call!(self.plugin, PJRT_Device_GetDescription, &mut d)?;
+                let mut p = ffi::PJRT_DeviceDescription_ProcessIndex_Args::new();
+                p.device_description = d.device_description;
+                call!(self.plugin, PJRT_DeviceDescription_ProcessIndex, &mut p)?;
+                p.process_index
+            } else {
+                self.process_index
+            };
+            global.push(GlobalDevice { id: info.id, process_index, addressable, kind: info.kind });
+        }
+        self.global_devices = global;
+        Ok(())
+    }
+
+    /// This process's index among the run's processes (0 in a
+    /// single-process client).
+    pub fn process_index(&self) -> i32 {
+        self.process_index
+    }
+
+    /// Every device of the run, this process's and other processes'
+    /// (`PJRT_Client_Devices`); [`Self::devices`] are the addressable ones.
+    pub fn global_devices(&self) -> &[GlobalDevice] {
+        &self.global_devices
     }
 
     fn describe(&self, index: usize, device: *mut ffi::PJRT_Device) -> Result<DeviceInfo> {

@@ -237,16 +237,59 @@ pjrt_struct!(PJRT_Plugin_Initialize_Args {});
 pjrt_struct!(PJRT_Event_Destroy_Args { event: *mut PJRT_Event });
 pjrt_struct!(PJRT_Event_Await_Args { event: *mut PJRT_Event });
 
+/// Builds the plugin's error for a failed callback (`PJRT_Error_Code`, message).
+pub type PJRT_CallbackError = Option<unsafe extern "C" fn(c_int, *const c_char, usize) -> *mut PJRT_Error>;
+/// Frees a value a get callback returned.
+pub type PJRT_KeyValueGetCallback_ValueDeleter = Option<unsafe extern "C" fn(*mut c_char)>;
+
+pjrt_struct!(PJRT_KeyValueGetCallback_Args {
+    key: *const c_char,
+    key_size: usize,
+    timeout_in_ms: c_int,
+    callback_error: *const PJRT_CallbackError,
+    user_arg: *mut c_void,
+    value: *mut c_char,
+    value_size: usize,
+    value_deleter_callback: PJRT_KeyValueGetCallback_ValueDeleter,
+});
+pjrt_struct!(PJRT_KeyValueTryGetCallback_Args {
+    key: *const c_char,
+    key_size: usize,
+    callback_error: *const PJRT_CallbackError,
+    user_arg: *mut c_void,
+    value: *mut c_char,
+    value_size: usize,
+    value_deleter_callback: PJRT_KeyValueGetCallback_ValueDeleter,
+});
+pjrt_struct!(PJRT_KeyValuePutCallback_Args {
+    key: *const c_char,
+    key_size: usize,
+    value: *const c_char,
+    value_size: usize,
+    callback_error: *const PJRT_CallbackError,
+    user_arg: *mut c_void,
+});
+pub type PJRT_KeyValueGetCallback = Option<unsafe extern "C" fn(*mut PJRT_KeyValueGetCallback_Args) -> *mut PJRT_Error>;
+pub type PJRT_KeyValueTryGetCallback =
+    Option<unsafe extern "C" fn(*mut PJRT_KeyValueTryGetCallback_Args) -> *mut PJRT_Error>;
+pub type PJRT_KeyValuePutCallback = Option<unsafe extern "C" fn(*mut PJRT_KeyValuePutCallback_Args) -> *mut PJRT_Error>;
+
 pjrt_struct!(PJRT_Client_Create_Args {
     create_options: *const PJRT_NamedValue,
     num_options: usize,
-    kv_get_callback: *mut c_void,
+    kv_get_callback: PJRT_KeyValueGetCallback,
     kv_get_user_arg: *mut c_void,
-    kv_put_callback: *mut c_void,
+    kv_put_callback: PJRT_KeyValuePutCallback,
     kv_put_user_arg: *mut c_void,
     client: *mut PJRT_Client,
-    kv_try_get_callback: *mut c_void,
+    kv_try_get_callback: PJRT_KeyValueTryGetCallback,
     kv_try_get_user_arg: *mut c_void,
+});
+pjrt_struct!(PJRT_Client_ProcessIndex_Args { client: *mut PJRT_Client, process_index: c_int });
+pjrt_struct!(PJRT_Client_Devices_Args { client: *mut PJRT_Client, devices: *const *mut PJRT_Device, num_devices: usize });
+pjrt_struct!(PJRT_DeviceDescription_ProcessIndex_Args {
+    device_description: *mut PJRT_DeviceDescription,
+    process_index: c_int,
 });
 pjrt_struct!(PJRT_Client_Destroy_Args { client: *mut PJRT_Client });
 pjrt_struct!(PJRT_Client_PlatformName_Args { client: *mut PJRT_Client, platform_name: *const c_char, platform_name_size: usize });
@@ -384,4 +427,8 @@ const _: () = {
     assert!(std::mem::offset_of!(Api, PJRT_Executable_DeserializeAndLoad) == 488);
     assert!(std::mem::size_of::<PJRT_Executable_DeserializeAndLoad_Args>() == 64);
     assert!(std::mem::size_of::<ApiHead>() == 40);
+    assert!(std::mem::size_of::<PJRT_KeyValueGetCallback_Args>() == 80);
+    assert!(std::mem::size_of::<PJRT_KeyValueTryGetCallback_Args>() == 72);
+    assert!(std::mem::size_of::<PJRT_KeyValuePutCallback_Args>() == 64);
+    assert!(std::mem::size_of::<PJRT_Client_Devices_Args>() == 40);
 };

@@ -13,7 +13,11 @@ mod buckets;
 mod cache;
 pub mod compile_options;
 mod discover;
-mod ffi;
+pub mod distributed;
+/// The PJRT C API structs kiln's binding uses (public for test doubles of a
+/// plugin; not a stable API).
+#[doc(hidden)]
+pub mod ffi;
 mod spmd;
 mod state;
 
