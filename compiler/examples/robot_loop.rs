@@ -4,8 +4,13 @@
 //! counting global allocator; per thread, so other threads do not count).
 //!
 //! ```text
-//! cargo run --release -p kiln-compiler --example robot_loop -- [--hz 500] [--ticks 5000] [--spin] [--threads 1]
+//! cargo run --release -p kiln-compiler --example robot_loop -- [--hz 500] [--ticks 5000] [--spin] [--rt] [--threads 1]
 //! ```
+//! `--rt` does what a real-time controller does before its loop (Linux):
+//! locks the process's memory (`mlockall`: no page fault in a tick), pins
+//! the loop to the last CPU and runs it under `SCHED_FIFO` (no time-sharing
+//! with ordinary tasks). Each step that the system refuses (no privilege)
+//! is reported and skipped.
 //! Between ticks the loop sleeps (`thread::sleep`), or with `--spin` waits by
 //! spinning on the clock, as hard real-time loops do on a dedicated core: a
 //! core that stays busy keeps the policy's weights and code in its caches and
@@ -166,6 +171,36 @@ fn arg(args: &[String], name: &str, default: f64) -> Result<f64, String> {
     }
 }
 
+/// Real-time settings for the calling thread (memory locked, pinned to the
+/// last CPU, `SCHED_FIFO`); returns what the system refused.
+#[cfg(target_os = "linux")]
+fn realtime() -> Vec<String> {
+    let mut refused = Vec::new();
+    let os_error = || std::io::Error::last_os_error().to_string();
+    // SAFETY: plain system calls on this process/thread with valid arguments.
+    unsafe {
+        if libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) != 0 {
+            refused.push(format!("mlockall: {}", os_error()));
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpus - 1, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            refused.push(format!("pin to CPU {}: {}", cpus - 1, os_error()));
+        }
+        let param = libc::sched_param { sched_priority: 80 };
+        if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) != 0 {
+            refused.push(format!("SCHED_FIFO: {}", os_error()));
+        }
+    }
+    refused
+}
+
+#[cfg(not(target_os = "linux"))]
+fn realtime() -> Vec<String> {
+    vec!["real-time settings are implemented for Linux only".into()]
+}
+
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let run = || -> Result<LoopReport, String> {
@@ -176,6 +211,11 @@ fn main() -> std::process::ExitCode {
             return Err("--hz, --ticks and --threads must be positive".into());
         }
         let wait = if args.iter().any(|a| a == "--spin") { Wait::Spin } else { Wait::Sleep };
+        if args.iter().any(|a| a == "--rt") {
+            for refused in realtime() {
+                eprintln!("--rt: {refused}");
+            }
+        }
         run_loop(hz, ticks, wait, threads)
     };
     match run() {
