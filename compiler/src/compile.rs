@@ -308,7 +308,9 @@ fn compile_graph_pjrt(
         None => None,
     };
     let sharding = spmd.as_ref().map(|s| crate::stablehlo::sharding::ShardReport::new(&graph, s));
-    let lowered = crate::stablehlo::lower_for_pjrt_with(&mut graph, precision, spmd.as_ref(), opts.buckets.as_ref())?;
+    let mut lowered =
+        crate::stablehlo::lower_for_pjrt_with(&mut graph, precision, spmd.as_ref(), opts.buckets.as_ref())?;
+    lowered.accel.estimate = sharding.as_ref().map(crate::stablehlo::sharding::ShardReport::estimate);
     let summary = CompileSummary {
         passes,
         nodes,

@@ -44,6 +44,7 @@ fn artifact(edit: impl FnOnce(&mut Plan, &mut AccelProgram)) -> Vec<u8> {
         cpu_fallbacks: vec![],
         mesh: None,
         buckets: vec![],
+        estimate: None,
     };
     edit(&mut plan, &mut accel);
     let mut w = ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap();

@@ -109,6 +109,7 @@ fn mlp_artifact(n: u32, devices: Vec<u32>, text: [&str; 4], dims: [Vec<Vec<u32>>
         cpu_fallbacks: vec![],
         mesh: Some(MeshDecl { axes: vec![MeshAxisDecl { name: "x".into(), size: n }], devices }),
         buckets: vec![],
+        estimate: None,
     };
     let mut writer = ArtifactWriter::new(&plan, weights, &Metadata::default()).expect("writer");
     writer.add_accel(&accel).expect("accel");

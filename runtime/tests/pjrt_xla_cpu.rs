@@ -171,6 +171,7 @@ fn mixed_artifact() -> Vec<u8> {
         cpu_fallbacks: vec![CpuFallback { instr: 0, reason: "test: relu stays on the CPU".into() }],
         mesh: None,
         buckets: vec![],
+        estimate: None,
     };
     let mut writer = ArtifactWriter::new(&plan, weights, &Metadata::default()).unwrap();
     writer.add_accel(&accel).unwrap();

@@ -118,7 +118,13 @@ pub fn lower_for_pjrt_with(
     Ok(PjrtLowering {
         plan: lowered.plan,
         weights: lowered.weights,
-        accel: AccelProgram { segments, cpu_fallbacks, mesh: spmd.map(|s| mesh_decl(&s.mesh)), buckets },
+        accel: AccelProgram {
+            segments,
+            cpu_fallbacks,
+            mesh: spmd.map(|s| mesh_decl(&s.mesh)),
+            buckets,
+            estimate: None,
+        },
     })
 }
 

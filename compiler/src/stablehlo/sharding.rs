@@ -220,6 +220,21 @@ impl ShardReport {
         ShardReport { mesh: spmd.mesh.to_string(), tensors, collectives, cost: spmd.cost.clone(), decisions }
     }
 
+    /// What the artifact keeps of the report for `kiln inspect`.
+    pub fn estimate(&self) -> kiln_runtime::format::ShardEstimate {
+        let c = &self.cost;
+        kiln_runtime::format::ShardEstimate {
+            flops: c.flops,
+            compute_s: c.compute_s,
+            comm_bytes: c.comm_bytes,
+            comm_s: c.comm_s,
+            weight_bytes: c.weight_bytes,
+            activation_bytes: c.activation_bytes,
+            collectives: self.collectives.iter().map(|(k, at, b)| (k.to_string(), at.clone(), *b)).collect(),
+            decisions: self.decisions.clone(),
+        }
+    }
+
     /// Weight bytes each device holds (inputs excluded).
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![format!("sharding over mesh [{}]:", self.mesh)];

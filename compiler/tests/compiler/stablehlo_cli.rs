@@ -67,6 +67,8 @@ fn mesh_and_shard_flags() {
     assert!(text.contains("estimated per step and device:") && text.contains("communication"), "{text}");
     let (ok, text) = kiln(&["inspect", artifact]);
     assert!(ok && text.contains("mesh [model=2] (2 devices, devices [1, 0])"), "{text}");
+    // The artifact keeps the compiler's estimate: inspect shows it.
+    assert!(text.contains("estimated per step and device:") && text.contains("peak activations"), "{text}");
     if let Some(plugin) = std::env::var_os("KILN_TEST_XLA_CPU_PLUGIN").filter(|p| !p.is_empty()) {
         let device = format!("pjrt:{}", plugin.to_string_lossy());
         let (ok, text) = kiln(&["run", artifact, "--device", &device, "--input", &format!("0={input}")]);
@@ -84,6 +86,16 @@ fn mesh_and_shard_flags() {
         assert!(text.contains(&format!("    {strategy:<16} ")), "{strategy}: {text}");
     }
     assert!(text.contains("fc1.weight (") && text.contains("<- chosen") && text.contains("<- start"), "{text}");
+    let (ok, shown) = kiln(&["inspect", artifact]);
+    assert!(
+        ok && shown.contains("auto: cost model 1.000e14 FLOP/s per device") && shown.contains("<- chosen"),
+        "{shown}"
+    );
+    let (ok, json) = kiln(&["inspect", artifact, "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let estimate = &doc["accel"]["estimate"];
+    assert!(ok && estimate["compute_s"].as_f64().is_some_and(|s| s > 0.0), "{json}");
+    assert!(estimate["weight_bytes"].as_u64().is_some_and(|b| b > 0), "{json}");
     if let Some(plugin) = std::env::var_os("KILN_TEST_XLA_CPU_PLUGIN").filter(|p| !p.is_empty()) {
         let device = format!("pjrt:{}", plugin.to_string_lossy());
         let (ok, text) = kiln(&["run", artifact, "--device", &device, "--input", &format!("0={input}")]);

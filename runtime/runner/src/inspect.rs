@@ -62,6 +62,12 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
                 "segments": a.segments.iter().map(|s| json!({"ops": s.ops, "args": s.args, "results": s.results})).collect::<Vec<_>>(),
                 "cpu_fallbacks": a.cpu_fallbacks.iter().map(|f| json!({"instr": f.instr, "reason": f.reason})).collect::<Vec<_>>(),
                 "buckets": a.buckets.iter().map(|b| json!({"sizes": b.sizes, "ops": b.segment.ops.len()})).collect::<Vec<_>>(),
+                "estimate": a.estimate.as_ref().map(|e| json!({
+                    "flops": e.flops, "compute_s": e.compute_s, "comm_bytes": e.comm_bytes, "comm_s": e.comm_s,
+                    "weight_bytes": e.weight_bytes, "activation_bytes": e.activation_bytes,
+                    "collectives": e.collectives.iter().map(|(k, at, b)| json!({"collective": k, "at": at, "bytes": b})).collect::<Vec<_>>(),
+                    "decisions": e.decisions,
+                })),
             })),
             "native": program.native_section().map(|n| json!({
                 "functions": n.functions.iter().map(|f| json!({"symbol": f.symbol, "operands": f.inputs.len()})).collect::<Vec<_>>(),
@@ -275,6 +281,42 @@ fn print_mesh(
                 human_bytes(bytes / pieces.max(1))
             );
         }
+    }
+    if let Some(e) = &accel.estimate {
+        print_estimate(e);
+    }
+}
+
+/// The compiler's estimate for a sharded plan, as `kiln compile --report`
+/// printed it.
+fn print_estimate(e: &kiln_runtime::format::ShardEstimate) {
+    println!(
+        "estimated per step and device: {} compute ({:.3e} FLOP), {} communication ({}), weights {}, peak activations {}",
+        human_seconds(e.compute_s),
+        e.flops,
+        human_seconds(e.comm_s),
+        human_bytes(e.comm_bytes as u64),
+        human_bytes(e.weight_bytes),
+        human_bytes(e.activation_bytes)
+    );
+    if e.collectives.is_empty() {
+        println!("  collectives kiln placed: none (XLA may add its own)");
+    }
+    for (kind, at, bytes) in &e.collectives {
+        println!("  {kind:<10} {:>10}  {at}", human_bytes(*bytes));
+    }
+    for line in &e.decisions {
+        println!("{line}");
+    }
+}
+
+/// Seconds in the largest unit that keeps a leading digit.
+fn human_seconds(s: f64) -> String {
+    match s {
+        s if s >= 1.0 => format!("{s:.3} s"),
+        s if s >= 1e-3 => format!("{:.3} ms", s * 1e3),
+        s if s >= 1e-6 => format!("{:.3} µs", s * 1e6),
+        s => format!("{:.3} ns", s * 1e9),
     }
 }
 

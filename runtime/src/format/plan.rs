@@ -469,6 +469,30 @@ pub struct AccelProgram {
     /// runs it (the smallest that fits) instead of the plan's instructions;
     /// a larger run executes the plan on the CPU.
     pub buckets: Vec<AccelBucket>,
+    /// What the compiler estimated for a sharded plan (`--mesh`), as
+    /// `kiln compile --report` printed it; shown by `kiln inspect`.
+    /// Informational: nothing at run time reads it.
+    pub estimate: Option<ShardEstimate>,
+}
+
+/// The compiler's cost model applied to a sharded plan: one step on one
+/// device (see `kiln_passes::shard::cost`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardEstimate {
+    /// FLOPs one device computes, and the time at the model's rate.
+    pub flops: f64,
+    pub compute_s: f64,
+    /// Bytes one device sends over the step's collectives, and their time.
+    pub comm_bytes: f64,
+    pub comm_s: f64,
+    /// Weight bytes one device holds.
+    pub weight_bytes: u64,
+    /// The most activation bytes one device holds at once.
+    pub activation_bytes: u64,
+    /// Each resharding kiln placed: collective, where, bytes of the whole tensor.
+    pub collectives: Vec<(String, String, u64)>,
+    /// `--shard auto`'s search: cost model, strategies, per-layer choices.
+    pub decisions: Vec<String>,
 }
 
 /// One shape bucket: the program as one StableHLO executable for the padded
