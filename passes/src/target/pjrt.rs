@@ -92,6 +92,8 @@ pub(super) static SEGMENTS: OpTable = OpTable {
         OpRow::any(OpKind::MatMul),
         OpRow::any(OpKind::Linear),
         OpRow::only(OpKind::QuantLinear, &[DType::F32]),
+        // The dense form (every row times every expert, masked): see emit/linalg.rs.
+        OpRow::only(OpKind::GroupedMatMul, FLOATS),
         OpRow::any(OpKind::Conv),
         floats(OpKind::BatchNorm, NORMALISATION),
         floats(OpKind::LayerNorm, NORMALISATION),
@@ -129,7 +131,11 @@ pub(super) static SEGMENTS: OpTable = OpTable {
         OpRow::any(OpKind::IndexPut),
         OpRow::any(OpKind::GatherElements),
         OpRow::any(OpKind::Pad),
-        // Everything else (sort, upsample, scatter, index_put, random, loops,
-        // data-dependent sizes) runs on the CPU kernels.
+        // Stable stablehlo.sort beside an iota of positions (values or indices).
+        OpRow::only(OpKind::Sort, NUMBERS),
+        // One stablehlo.scatter; `mean` is refused by the partitioner.
+        OpRow::only(OpKind::ScatterElements, NUMBERS),
+        // Everything else (upsample, random, data-dependent sizes, linalg,
+        // scans) runs on the CPU kernels.
     ],
 };
