@@ -19,7 +19,7 @@ const ATOL: f64 = 1e-5;
 
 #[test]
 fn moe_fixtures_run_entirely_on_the_plugin() {
-    for name in ["models/qwen3_moe", "models/mixtral"] {
+    for name in ["models/qwen3_moe", "models/mixtral", "models/qwen3_moe_batch"] {
         for flavour in ["training", "aten"] {
             let what = format!("{name}/{flavour}");
             let dir = fixture_dir(name);
