@@ -120,7 +120,7 @@ fn sort_and_topk_order_as_the_cpu_kernel() {
   output %2 \"indices\"
 }}"
             );
-            let Some((got, cpu)) = both(&text, &[x.clone()]) else { return };
+            let Some((got, cpu)) = both(&text, std::slice::from_ref(&x)) else { return };
             let what = format!("descending={descending} k={k} axis={axis}");
             assert_eq!(got[1].data, cpu[1].data, "{what}: indices {:?} vs {:?}", values(&got[1]), values(&cpu[1]));
             assert_eq!(got[0].data, cpu[0].data, "{what}: values {:?} vs {:?}", values(&got[0]), values(&cpu[0]));
