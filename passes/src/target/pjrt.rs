@@ -75,6 +75,10 @@ pub(super) static SEGMENTS: OpTable = OpTable {
         OpRow::only(OpKind::Binary(BinaryOp::Fmod), NUMBERS),
         floats(OpKind::Binary(BinaryOp::Pow), &[(NOT_FLOATS, "op pow on integers")]),
         floats(OpKind::Binary(BinaryOp::Atan2), &[(NOT_FLOATS, "op atan2 on integers")]),
+        // In f64 loops (emit/special.rs), as the CPU kernel computes them
+        // (a device without f64 — some TPUs — is untested).
+        OpRow::only(OpKind::Binary(BinaryOp::Igamma), FLOATS),
+        OpRow::only(OpKind::Binary(BinaryOp::Igammac), FLOATS),
         OpRow::any(OpKind::Binary(BinaryOp::Max)),
         OpRow::any(OpKind::Binary(BinaryOp::Min)),
         OpRow::any(OpKind::Binary(BinaryOp::Eq)),

@@ -30,6 +30,7 @@
 //! - `control`: `while_loop` as `stablehlo.while`.
 //! - `quant`: `quant_linear` with integer weights and int8 activations.
 //! - `sort`: sort/argsort/topk and `scatter_elements` (a MoE router's ops).
+//! - `special`: igamma/igammac (f64 series and continued fraction loops).
 
 mod builders;
 mod control;
@@ -38,6 +39,7 @@ mod index;
 mod linalg;
 mod quant;
 mod sort;
+mod special;
 mod text;
 
 use super::partition::Segment;
