@@ -250,8 +250,8 @@ fn moe_on_2_4_and_8_devices() {
     for flavour in ["training", "aten"] {
         let one = one_device(name, flavour, &plugin);
         for (strategy, meshes) in [
-            (Strategy::DataParallel, &[&[("data", 2)][..], &[("data", 4)]][..]),
-            (Strategy::Fsdp, &[&[("data", 2)][..], &[("data", 2), ("model", 2)]]),
+            (Strategy::DataParallel, &[&[("data", 2)][..], &[("data", 4)], &[("data", 4), ("model", 2)]][..]),
+            (Strategy::Fsdp, &[&[("data", 2)][..], &[("data", 2), ("model", 2)], &[("data", 2), ("model", 4)]]),
             (Strategy::TensorParallel, &[&[("model", 4)][..], &[("data", 2), ("model", 4)]]),
         ] {
             for mesh in meshes {
