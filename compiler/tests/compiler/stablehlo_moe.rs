@@ -45,6 +45,23 @@ fn moe_fixtures_run_entirely_on_the_plugin() {
     }
 }
 
+/// bf16 segments: the experts, router and attention in bf16 with f32
+/// accumulation (histc's counts are carried as bf16 there: exact up to 256
+/// tokens per expert). Checked by relative L2 error, as the other bf16 runs.
+#[test]
+fn moe_fixtures_in_bf16() {
+    let Some(plugin) = plugin() else { return };
+    for name in ["models/qwen3_moe", "models/mixtral", "models/qwen3_moe_batch"] {
+        let dir = fixture_dir(name);
+        let graph = import_pt2(&dir.join("training.pt2")).unwrap_or_else(|e| panic!("{name}: {e}")).graph;
+        let program = compile(graph, pjrt(Precision::Bf16));
+        assert!(accel(&program).cpu_fallbacks.is_empty(), "{name}: {:?}", accel(&program).cpu_fallbacks);
+        let (inputs, expected) = (read_numbered(&dir, "input"), read_numbered(&dir, "output"));
+        let got = run_pjrt(&program, &plugin, &inputs);
+        assert_close_norm(&format!("{name} bf16"), &got[0], &expected[0], 3e-2);
+    }
+}
+
 /// Runs the graph text on the plugin and on the CPU; returns both outputs.
 fn both(text: &str, inputs: &[Tensor]) -> Option<(Vec<Tensor>, Vec<Tensor>)> {
     let g = kiln_ir::text::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
