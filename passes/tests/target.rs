@@ -35,7 +35,8 @@ fn the_three_targets() {
     let segments = pjrt.segments.unwrap();
     assert!(segments.takes(OpKind::Unary(UnaryOp::Exp), Some(DType::BF16)));
     assert!(!segments.takes(OpKind::Unary(UnaryOp::Erf), Some(DType::F64)));
-    assert_eq!(segments.support(OpKind::Sort), Support::No);
+    assert_eq!(segments.support(OpKind::Scan), Support::No);
+    assert!(segments.takes(OpKind::Sort, Some(DType::F32)) && !segments.takes(OpKind::Sort, Some(DType::Bool)));
     assert_eq!(
         segments.why_not(OpKind::Pool(PoolKind::ArgMax), Some(DType::F32)),
         Some("max pooling's indices (a CPU kernel only)")

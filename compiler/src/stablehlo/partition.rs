@@ -236,6 +236,11 @@ pub fn why_not_lowerable(target: &TargetDesc, g: &Graph, n: NodeId) -> Option<St
                 no("index_put with non-integer indices")
             }
         }
+        Op::ScatterElements { reduce: Some(kiln_ir::ReduceKind::Mean), .. } => no("scatter_reduce mean"),
+        Op::ScatterElements { .. } => match node.inputs.get(1).map(|&v| dt(v)) {
+            Some(d) if d.is_int() => None,
+            _ => no("scatter with non-integer indices"),
+        },
         Op::Pad { mode: PadMode::Constant, interior, .. } if interior.iter().all(|&i| i >= 0) => None,
         Op::Pad { mode, .. } => no(&format!("pad mode {mode:?}")),
         _ => None,

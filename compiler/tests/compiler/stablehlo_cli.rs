@@ -118,6 +118,30 @@ fn mesh_and_shard_flags() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--shard auto` on a mixture of experts: the report lists each experts'
+/// layer with expert parallelism among its costed options.
+#[test]
+fn auto_report_shows_expert_parallelism() {
+    if !cfg!(feature = "mlir") {
+        return;
+    }
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/models/qwen3_moe_batch/training.pt2");
+    let dir = std::env::temp_dir().join(format!("kiln-moe-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let artifact = dir.join("moe.kiln");
+    let artifact = artifact.to_str().expect("utf-8 temp path");
+    let args =
+        ["compile", model, "-o", artifact, "--target", "pjrt", "--mesh", "model=2", "--shard", "auto", "--report"];
+    let (ok, text) = kiln(&args);
+    assert!(ok, "{text}");
+    for layer in ["experts.gate_up_proj (", "experts.down_proj ("] {
+        let at = text.find(layer).unwrap_or_else(|| panic!("no {layer} in {text}"));
+        let options: String = text[at..].lines().skip(1).take(5).collect::<Vec<_>>().join("\n");
+        assert!(options.contains("expert-parallel"), "{layer}: {options}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// `kiln run --profile --json` on a PJRT artifact reports each segment's
 /// calls, device execute time and host↔device bytes (the mlp is one segment:
 /// its input goes up and its output comes down), and names the largest costs.

@@ -236,3 +236,93 @@ fn unshardable_programs_are_clear_compile_errors() {
     let err = compile_sharded("nonzero", "training", Some(dp)).err().unwrap_or_default();
     assert!(err.contains("must lower to a single PJRT segment") && err.contains("stays on the CPU"), "{err}");
 }
+
+/// Mixture-of-experts fixtures on 2, 4 and 8 devices: the batch-of-four
+/// Qwen3-MoE layer under data-parallel, FSDP, tensor-parallel (each
+/// expert's weights column- then row-parallel) and auto; the batch-of-one
+/// Qwen3-MoE and Mixtral under tensor-parallel; expert parallelism (the
+/// experts' weights split by expert, pinned by name) on the model axis.
+#[test]
+fn moe_on_2_4_and_8_devices() {
+    let Some(plugin) = plugin() else { return };
+    let shardy = ShardingDialect::Shardy;
+    let name = "models/qwen3_moe_batch";
+    for flavour in ["training", "aten"] {
+        let one = one_device(name, flavour, &plugin);
+        for (strategy, meshes) in [
+            (Strategy::DataParallel, &[&[("data", 2)][..], &[("data", 4)], &[("data", 4), ("model", 2)]][..]),
+            (Strategy::Fsdp, &[&[("data", 2)][..], &[("data", 2), ("model", 2)], &[("data", 2), ("model", 4)]]),
+            (Strategy::TensorParallel, &[&[("model", 4)][..], &[("data", 2), ("model", 4)]]),
+        ] {
+            for mesh in meshes {
+                let shard = config(mesh, strategy, shardy);
+                if strategy == Strategy::TensorParallel {
+                    let plan = plan_of(name, flavour, &shard);
+                    // Experts' weights [E, K, N] column-parallel: the fused
+                    // gate/up output is sliced in halves (made whole), so the
+                    // down projection's input arrives whole and it is
+                    // column-parallel too.
+                    let experts = plan.matches(":[{}, {}, {model}]").count();
+                    assert_eq!(experts, 2, "{flavour}: experts not column-parallel: {plan}");
+                }
+                check(name, flavour, shard, &one, &plugin);
+            }
+        }
+        // Expert parallelism: every experts' weight split by expert.
+        for mesh in [&[("model", 2)][..], &[("model", 4)], &[("data", 2), ("model", 4)]] {
+            let mut shard = config(mesh, Strategy::Replicated, shardy);
+            shard.overrides = ["*experts.gate_up_proj", "*experts.down_proj"]
+                .map(|p| Override { pattern: p.into(), sharding: Sharding::split(3, 0, "model") })
+                .to_vec();
+            check(name, flavour, shard, &one, &plugin);
+        }
+    }
+    for model in ["models/qwen3_moe", "models/mixtral"] {
+        let one = one_device(model, "training", &plugin);
+        for mesh in [&[("model", 2)][..], &[("model", 8)]] {
+            check(model, "training", config(mesh, Strategy::TensorParallel, shardy), &one, &plugin);
+        }
+    }
+}
+
+/// `--shard auto` on the MoE layer: each experts' weight is a layer whose
+/// options include expert parallelism, costed in the report; the plans the
+/// cost models lead to run and match one device and PyTorch.
+#[test]
+fn moe_auto_plans_offer_expert_parallelism() {
+    use kiln_passes::shard::{shard_graph, LayerChoice, ShardOptions};
+    let Some(plugin) = plugin() else { return };
+    let name = "models/qwen3_moe_batch";
+    let one = one_device(name, "training", &plugin);
+    let mut plans = std::collections::BTreeSet::new();
+    for mesh in [&[("data", 2), ("model", 2)][..], &[("model", 4)]] {
+        for cost in ["", "flops=1e6,latency=1e-9", "memory=2e5"] {
+            let shard = ShardConfig {
+                cost: CostModel::parse(cost).unwrap_or_else(|e| panic!("{e}")),
+                ..config(mesh, Strategy::Auto, ShardingDialect::Shardy)
+            };
+            let mut graph = import_pt2(&fixture_dir(name).join("training.pt2")).unwrap_or_else(|e| panic!("{e}")).graph;
+            let passes = kiln_passes::default_pipeline(kiln_passes::Target::Pjrt);
+            kiln_passes::run_pipeline(&mut graph, &passes, &kiln_passes::Options::new(kiln_passes::Target::Pjrt))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let opts = ShardOptions {
+                mesh: shard.mesh.clone(),
+                strategy: Strategy::Auto,
+                overrides: vec![],
+                inline_max_elements: kiln_compiler::stablehlo::INLINE_CONST_MAX_ELEMENTS,
+                cost: shard.cost.clone(),
+            };
+            let report = shard_graph(&mut graph, &opts).unwrap_or_else(|e| panic!("{e}")).auto.expect("auto report");
+            let experts: Vec<_> = report.layers.iter().filter(|l| l.name.contains("experts")).collect();
+            assert_eq!(experts.len(), 2, "[{}] {cost}: expert layers {:?}", shard.mesh, report.layers);
+            for l in &experts {
+                let offered: Vec<LayerChoice> = l.options.iter().map(|o| o.0).collect();
+                assert!(offered.contains(&LayerChoice::Expert), "{}: {offered:?}", l.name);
+                eprintln!("[{}] {cost:?}: {} -> {}", shard.mesh, l.name, l.chosen.name());
+            }
+            plans.insert(plan_of(name, "training", &shard));
+            check(name, "training", shard, &one, &plugin);
+        }
+    }
+    assert!(plans.len() >= 2, "{plans:#?}");
+}

@@ -7,11 +7,13 @@
 //! 1. Every whole-program strategy that applies (data-parallel,
 //!    tensor-parallel, FSDP, replicated) is planned and costed; the cheapest
 //!    is the start, and it also fixes how inputs are split.
-//! 2. Every layer — a linear or matmul with a constant 2-d weight, or a
-//!    single-group convolution, too large to inline, not pinned by the user —
-//!    then gets each of its options in
-//!    turn (weight replicated, column-parallel, row-parallel, FSDP-sharded)
-//!    with every other layer held; the cheapest option stays. Sweeps repeat
+//! 2. Every layer — a linear or matmul with a constant 2-d weight, a
+//!    single-group convolution, or a mixture of experts' grouped matmul with
+//!    its constant [E, K, N] weight, too large to inline, not pinned by the
+//!    user — then gets each of its options in turn (weight replicated,
+//!    column-parallel, row-parallel, FSDP-sharded; experts also split by
+//!    expert: expert parallelism) with every other layer held; the cheapest
+//!    option stays. Sweeps repeat
 //!    until none changes (at most [`MAX_SWEEPS`]).
 //! 3. A last pass costs every option of every layer against the final plan:
 //!    that is what the report shows beside each choice.
@@ -35,6 +37,9 @@ pub enum LayerChoice {
     Row,
     /// Split over the data axis, gathered where it is used.
     Fsdp,
+    /// A mixture of experts' weights split by expert over the model axis:
+    /// each device multiplies by its own experts (a partial sum after).
+    Expert,
 }
 
 impl LayerChoice {
@@ -44,6 +49,7 @@ impl LayerChoice {
             LayerChoice::Column => "column-parallel",
             LayerChoice::Row => "row-parallel",
             LayerChoice::Fsdp => "fsdp",
+            LayerChoice::Expert => "expert-parallel",
         }
     }
 }
@@ -192,7 +198,8 @@ fn plan(
 }
 
 /// Linear and matmul nodes whose weight (operand 1) is a constant 2-d
-/// tensor — or single-group convolutions, their 4-d weight split by channels —
+/// tensor — or single-group convolutions, their 4-d weight split by channels,
+/// or grouped matmuls, their [E, K, N] experts' weight —
 /// too large to inline, used by nothing else and named by no user
 /// override, with the options that divide it.
 fn find_layers(g: &Graph, opts: &ShardOptions) -> Vec<Layer> {
@@ -206,6 +213,8 @@ fn find_layers(g: &Graph, opts: &ShardOptions) -> Vec<Layer> {
         let (k_dim, n_dim, rank) = match node.op {
             Op::Linear => (1, 0, 2),
             Op::MatMul => (0, 1, 2),
+            // Experts' weights [E, K, N].
+            Op::GroupedMatMul => (1, 2, 3),
             // Input and output channels of a single-group convolution.
             Op::Conv { groups: 1, .. } => (1, 0, g.ty(node.inputs[0]).rank()),
             _ => continue,
@@ -233,6 +242,9 @@ fn find_layers(g: &Graph, opts: &ShardOptions) -> Vec<Layer> {
         };
         offer(LayerChoice::Column, n_dim, model);
         offer(LayerChoice::Row, k_dim, model);
+        if matches!(node.op, Op::GroupedMatMul) {
+            offer(LayerChoice::Expert, 0, model);
+        }
         if data != model {
             let largest = (0..rank).max_by_key(|&d| (shape[d], -(d as i64))).unwrap_or(0);
             offer(LayerChoice::Fsdp, largest, data);

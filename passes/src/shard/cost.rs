@@ -202,6 +202,9 @@ fn node_flops(g: &Graph, n: NodeId) -> f64 {
             let per_out = numel(g, w) / dim(g, w, g.ty(w).rank()).max(1.0);
             2.0 * numel(g, out) * per_out
         }),
+        // The dense form the StableHLO emitter writes: every row times every
+        // expert's [K, N] weight (E times the experts' own work).
+        Op::GroupedMatMul => input(1).map_or(0.0, |w| 2.0 * numel(g, out) * numel(g, w) / dim(g, w, 1).max(1.0)),
         // softmax(q kᵀ) v: two products over the key length.
         Op::Attention { .. } => input(1).map_or(0.0, |k| 4.0 * numel(g, out) * dim(g, k, 2)),
         _ => numel(g, out),

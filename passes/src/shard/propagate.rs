@@ -171,11 +171,17 @@ impl Prop<'_> {
             Op::Linear => (1, 0, None),
             Op::MatMul => (0, 1, None),
             Op::Conv { groups: 1, .. } => (1, 0, Some(1)),
+            // Each expert's weight [K, N] as a linear's: column-parallel, then row.
+            Op::GroupedMatMul => (1, 2, None),
             _ => return,
         };
         let (Some(&x), Some(&w)) = (node.inputs.first(), node.inputs.get(1)) else { return };
         let bias = node.inputs.get(2).copied().filter(|_| matches!(node.op, Op::Linear | Op::Conv { .. }));
-        let rank = if x_dim.is_some() { g.ty(x).rank() } else { 2 };
+        let rank = match (x_dim, &node.op) {
+            (Some(_), _) => g.ty(x).rank(),
+            (None, Op::GroupedMatMul) => 3,
+            (None, _) => 2,
+        };
         if g.const_of(w).is_none() || g.values[w].attrs.sharding.is_some() || g.ty(w).rank() != rank {
             return;
         }
@@ -232,6 +238,7 @@ impl Prop<'_> {
             }
             Op::MatMul => self.matmul(g, n, ins, false).unwrap_or_else(replicated),
             Op::Linear => self.matmul(g, n, ins, true).unwrap_or_else(replicated),
+            Op::GroupedMatMul => grouped_matmul(g, n, ins).unwrap_or_else(replicated),
             Op::Reduce { kind, axes, keep_dims } => {
                 let x = &ins[0];
                 let summing = matches!(kind, ReduceKind::Sum | ReduceKind::Mean);
@@ -515,6 +522,31 @@ impl Prop<'_> {
         out.dims[r - 1].clear();
         Some((expected, vec![out]))
     }
+}
+
+/// `grouped_matmul(x[S, K], w[E, K, N], offs[E]) -> [S, N]`: the tokens
+/// (x's rows) lead; x's contraction split must be the weight's (a partial sum,
+/// row-parallel experts); the weight's output split on a free axis splits the
+/// result (column-parallel experts); its expert split on a free axis leaves
+/// each device the products of its own experts, a partial sum over that axis
+/// (expert parallelism). The offsets are whole.
+fn grouped_matmul(g: &Graph, n: NodeId, ins: &[Sharding]) -> Option<(Vec<Sharding>, Vec<Sharding>)> {
+    let node = &g.nodes[n];
+    let (x, w) = (whole(ins.first()?), whole(ins.get(1)?));
+    if x.dims.len() != 2 || w.dims.len() != 3 || node.inputs.len() != 3 {
+        return None;
+    }
+    let mut used = Vec::new();
+    let rows = take_unused(&x.dims[0], &mut used);
+    let k = take_unused(&x.dims[1], &mut used);
+    let experts = take_unused(&w.dims[0], &mut used);
+    let cols = take_unused(&w.dims[2], &mut used);
+    let ex = Sharding { dims: vec![rows.clone(), k.clone()], partial: vec![] };
+    let ew = Sharding { dims: vec![experts.clone(), k.clone(), cols.clone()], partial: vec![] };
+    let offs = Sharding::replicated(g.ty(node.inputs[2]).rank());
+    let mut partial = k;
+    partial.extend(experts);
+    Some((vec![ex, ew, offs], vec![Sharding { dims: vec![rows, cols], partial }]))
 }
 
 /// The sharding operand `v` needs for an elementwise op whose result `out`

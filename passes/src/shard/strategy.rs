@@ -16,7 +16,8 @@ pub enum Strategy {
     /// output features split over the model axis), one whose input arrives
     /// split on its features is row-parallel (its contraction split, a
     /// partial sum reduced after it); attention heads follow the column
-    /// split through the reshapes. Inputs split on batch over a separate
+    /// split through the reshapes; a mixture of experts' weights are
+    /// decided the same way per expert. Inputs split on batch over a separate
     /// `data` axis when the mesh has one.
     TensorParallel,
     /// Data-parallel inputs, and every weight split on its largest dim the

@@ -75,6 +75,10 @@ pub(super) static SEGMENTS: OpTable = OpTable {
         OpRow::only(OpKind::Binary(BinaryOp::Fmod), NUMBERS),
         floats(OpKind::Binary(BinaryOp::Pow), &[(NOT_FLOATS, "op pow on integers")]),
         floats(OpKind::Binary(BinaryOp::Atan2), &[(NOT_FLOATS, "op atan2 on integers")]),
+        // In f64 loops (emit/special.rs), as the CPU kernel computes them
+        // (a device without f64 — some TPUs — is untested).
+        OpRow::only(OpKind::Binary(BinaryOp::Igamma), FLOATS),
+        OpRow::only(OpKind::Binary(BinaryOp::Igammac), FLOATS),
         OpRow::any(OpKind::Binary(BinaryOp::Max)),
         OpRow::any(OpKind::Binary(BinaryOp::Min)),
         OpRow::any(OpKind::Binary(BinaryOp::Eq)),
@@ -92,6 +96,8 @@ pub(super) static SEGMENTS: OpTable = OpTable {
         OpRow::any(OpKind::MatMul),
         OpRow::any(OpKind::Linear),
         OpRow::only(OpKind::QuantLinear, &[DType::F32]),
+        // The dense form (every row times every expert, masked): see emit/linalg.rs.
+        OpRow::only(OpKind::GroupedMatMul, FLOATS),
         OpRow::any(OpKind::Conv),
         floats(OpKind::BatchNorm, NORMALISATION),
         floats(OpKind::LayerNorm, NORMALISATION),
@@ -129,7 +135,11 @@ pub(super) static SEGMENTS: OpTable = OpTable {
         OpRow::any(OpKind::IndexPut),
         OpRow::any(OpKind::GatherElements),
         OpRow::any(OpKind::Pad),
-        // Everything else (sort, upsample, scatter, index_put, random, loops,
-        // data-dependent sizes) runs on the CPU kernels.
+        // Stable stablehlo.sort beside an iota of positions (values or indices).
+        OpRow::only(OpKind::Sort, NUMBERS),
+        // One stablehlo.scatter; `mean` is refused by the partitioner.
+        OpRow::only(OpKind::ScatterElements, NUMBERS),
+        // Everything else (upsample, random, data-dependent sizes, linalg,
+        // scans) runs on the CPU kernels.
     ],
 };

@@ -257,6 +257,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
             BinaryOp::Atan2 => self.binary("atan2", x, y)?,
             // stablehlo.remainder has C semantics (sign of the dividend), as fmod.
             BinaryOp::Fmod => self.binary("remainder", x, y)?,
+            BinaryOp::Igamma => self.igamma(x, y, false)?,
+            BinaryOp::Igammac => self.igamma(x, y, true)?,
             #[allow(unreachable_patterns)]
             b => return Err(err(format!("no StableHLO lowering for {}", b.name()))),
         })

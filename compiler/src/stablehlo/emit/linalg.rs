@@ -74,6 +74,47 @@ impl<'c, 'a> Emitter<'c, 'a> {
         self.convert(&r, out_dt)
     }
 
+    /// `grouped_matmul(x[S, K], w[E, K, N], offs[E])`: row `r` times the
+    /// weight of the expert whose block `offs[e-1] ≤ r < offs[e]` holds it,
+    /// rows past the last offset zero. Static shapes cannot give each expert
+    /// a block of its own size, so this is the dense form: one `dot_general`
+    /// of every row with every expert (`[S, E, N]`, E times the kernel's
+    /// FLOPs), the products outside each row's block replaced by zeros and
+    /// the expert dim summed away. Each row keeps exactly one product (the
+    /// other terms are zeros), so its bits are the product's; split over the
+    /// experts (expert parallelism) the sum is a partial sum XLA all-reduces,
+    /// still adding only zeros. Offsets are not checked here: the CPU kernel
+    /// refuses decreasing ones, a segment cannot fail a run.
+    pub(super) fn grouped_matmul(
+        &self,
+        x: &T<'c, 'a>,
+        w: &T<'c, 'a>,
+        offs: &T<'c, 'a>,
+        out_dt: DType,
+    ) -> Result<T<'c, 'a>, EmitError> {
+        let (&[s, _], &[e, _, n], &[_]) = (x.shape.as_slice(), w.shape.as_slice(), offs.shape.as_slice()) else {
+            return Err(err("grouped_matmul takes x[S, K], w[E, K, N], offs[E]"));
+        };
+        let products = self.dot(x, w, &[], &[], &[1], &[1])?;
+        // Block e is [starts[e], ends[e]): starts are the ends shifted by one.
+        let ends = self.convert(offs, DType::I64)?;
+        let zero = self.scalar(0.0, DType::I64)?;
+        let starts = self.op(
+            "stablehlo.pad",
+            &[&ends, &zero],
+            &[e],
+            DType::I64,
+            &[("edge_padding_low", arr(&[1])), ("edge_padding_high", arr(&[-1])), ("interior_padding", arr(&[0]))],
+        )?;
+        let rows = self.op("stablehlo.iota", &[], &[s, e], DType::I64, &[("iota_dimension", "0 : i64".into())])?;
+        let after = self.compare("GE", &rows, &self.bcast_dims(&starts, &[s, e], &[1])?)?;
+        let before = self.compare("LT", &rows, &self.bcast_dims(&ends, &[s, e], &[1])?)?;
+        let mine = self.bcast_dims(&self.binary("and", &after, &before)?, &[s, e, n], &[0, 1])?;
+        let kept = self.select(&mine, &products, &self.scalar(0.0, products.dt)?)?;
+        let y = self.reduce(&kept, &[1], kiln_ir::ReduceKind::Sum)?;
+        self.convert(&y, out_dt)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn conv(
         &self,

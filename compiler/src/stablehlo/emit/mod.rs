@@ -29,6 +29,8 @@
 //! - `index`: gathers for torch's indexing ops.
 //! - `control`: `while_loop` as `stablehlo.while`.
 //! - `quant`: `quant_linear` with integer weights and int8 activations.
+//! - `sort`: sort/argsort/topk and `scatter_elements` (a MoE router's ops).
+//! - `special`: igamma/igammac (f64 series and continued fraction loops).
 
 mod builders;
 mod control;
@@ -36,6 +38,8 @@ mod elementwise;
 mod index;
 mod linalg;
 mod quant;
+mod sort;
+mod special;
 mod text;
 
 use super::partition::Segment;
@@ -453,6 +457,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 }
                 self.convert(&y, out_dt)?
             }
+            Op::GroupedMatMul => self.grouped_matmul(&ins[0], &ins[1], &ins[2], out_dt)?,
             Op::QuantLinear { bits, zero_points, dynamic, asymmetric, act_scale, act_zero_point, .. } => {
                 let acts = match (dynamic, asymmetric, act_scale) {
                     (true, false, _) => quant::QuantActs::DynamicSymmetric,
@@ -681,6 +686,12 @@ impl<'c, 'a> Emitter<'c, 'a> {
                         ("indices_are_sorted", "false".into()),
                     ],
                 )?
+            }
+            Op::Sort { axis, descending, indices, .. } => {
+                self.sort(&x0()?, *axis, *descending, *indices, &out_shape)?
+            }
+            Op::ScatterElements { axis, reduce, include_self } => {
+                self.scatter_elements(&ins[0], &ins[1], &ins[2], *axis, *reduce, *include_self)?
             }
             Op::IndexGather { axis } => self.index_gather(&ins[0], &ins[1..], *axis, &out_shape)?,
             Op::IndexPut { axis, accumulate } => {
