@@ -27,6 +27,10 @@ const CASES: &[Case] = &[
     // Depthwise 3×3, MobileNetV2's: 32 channels (two blocks), stride 1 and 2.
     case([1, 32, 9, 10], [32, 1, 3, 3], [1, 1], [1, 1], 32),
     case([2, 48, 11, 8], [48, 1, 3, 3], [2, 2], [1, 1], 48),
+    // 64-channel blocks: 144 = 64 + 64 + 16, 100 = 64 + 32 + an
+    // overlapping 16.
+    case([1, 144, 6, 7], [144, 1, 3, 3], [1, 1], [1, 1], 144),
+    case([1, 100, 5, 5], [100, 1, 3, 3], [2, 2], [1, 1], 100),
     // Odd channel counts: overlapping last block, 8-, 4- and 1-wide blocks.
     case([1, 35, 7, 7], [35, 1, 3, 3], [1, 1], [1, 1], 35),
     case([1, 11, 6, 5], [11, 1, 3, 3], [2, 1], [1, 0], 11),

@@ -530,8 +530,9 @@ fn check_depthwise_nhwc(name: &str, t: &'static KernelTable) -> Check {
     let mut r = common::rng(29);
     // (x shape [N, H, W, C], kernel, stride, pad, dilation)
     type Case = ([usize; 4], [usize; 2], [usize; 2], [usize; 2], [usize; 2]);
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         ([1, 9, 11, 16], [3, 3], [1, 1], [1, 1], [1, 1]),
+        ([1, 5, 6, 100], [3, 3], [1, 1], [1, 1], [1, 1]),
         ([2, 8, 7, 33], [3, 3], [2, 2], [1, 1], [1, 1]),
         ([1, 6, 9, 7], [3, 3], [1, 2], [2, 0], [1, 2]),
         ([1, 7, 7, 24], [5, 5], [1, 1], [2, 2], [1, 1]),

@@ -183,6 +183,7 @@ pub fn conv_fused_channels_last(
 }
 
 /// The epilogue of a channels-last convolution, resolved.
+#[derive(Copy, Clone)]
 struct Fused<'a> {
     bias: Option<&'a [f32]>,
     activation: Option<ActivationFn>,
@@ -264,6 +265,10 @@ pub(crate) struct DepthwiseRows<'a> {
     pub(crate) zeros: &'a [f32],
     pub(crate) g: &'a Geometry,
     pub(crate) channels: usize,
+    /// A clamp (ReLU6) applied to each sum in registers, before it is
+    /// stored: the clamp kernel's comparisons, so the same bits as
+    /// clamping the stored row.
+    pub(crate) clamp: Option<(f32, f32)>,
 }
 
 /// The kernel table's channels-last depthwise entry: fills output row `r`.
@@ -290,20 +295,88 @@ pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) 
     let ksp = kh * kw;
     let (n, oy) = (r / oh, r % oh);
     let image = &job.x[n * ih * iw * c..][..ih * iw * c];
+    // The input rows of this output row's taps (None: in the padding),
+    // once per row; no divisions per pixel (they cost more than a
+    // 32-channel pixel's multiply-adds).
+    let mut tap_rows = [None; MAX_DEPTHWISE_TAPS];
+    for (ky, tap_row) in tap_rows.iter_mut().enumerate().take(kh) {
+        // Negative coordinates wrap to huge values and fail the bounds test too.
+        let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+        *tap_row = (iy < ih).then(|| &image[iy * iw * c..][..iw * c]);
+    }
     let mut srcs: [&[f32]; MAX_DEPTHWISE_TAPS] = [job.zeros; MAX_DEPTHWISE_TAPS];
     for (ox, px) in row.chunks_exact_mut(c).enumerate() {
-        for (t, src) in srcs.iter_mut().enumerate().take(ksp) {
-            // Negative coordinates wrap to huge values and fail the bounds test too.
-            let iy = (oy * g.stride[1] + (t / kw) * g.dil[1]).wrapping_sub(g.pad[1]);
-            let ix = (ox * g.stride[2] + (t % kw) * g.dil[2]).wrapping_sub(g.pad[2]);
-            *src = if iy < ih && ix < iw { &image[(iy * iw + ix) * c..][..c] } else { job.zeros };
+        let mut t = 0;
+        for tap_row in &tap_rows[..kh] {
+            for kx in 0..kw {
+                let ix = (ox * g.stride[2] + kx * g.dil[2]).wrapping_sub(g.pad[2]);
+                srcs[t] = match tap_row {
+                    Some(input) if ix < iw => &input[ix * c..][..c],
+                    _ => job.zeros,
+                };
+                t += 1;
+            }
         }
         let srcs = &srcs[..ksp];
         match c {
-            c if c >= CHANNEL_BLOCK => channel_blocks::<CHANNEL_BLOCK>(job, srcs, px),
+            c if c >= CHANNEL_BLOCK => wide_channels(job, srcs, px),
             c if c >= 8 => channel_blocks::<8>(job, srcs, px),
             c if c >= 4 => channel_blocks::<4>(job, srcs, px),
             _ => channel_blocks::<1>(job, srcs, px),
+        }
+    }
+}
+
+/// At least 16 channels: 64 at a time (four independent vector sums per
+/// tap on AVX-512, eight on AVX2: one sum's chain of adds would leave the
+/// core waiting on each add's latency), then 32 and 16, the last 16 ending
+/// at the last channel (overlapping: a channel computed twice gets the
+/// same bits).
+#[inline(always)]
+fn wide_channels(job: &DepthwiseRows<'_>, srcs: &[&[f32]], px: &mut [f32]) {
+    let c = px.len();
+    let mut c0 = 0;
+    while c - c0 >= 64 {
+        channel_block::<64>(job, srcs, px, c0);
+        c0 += 64;
+    }
+    if c - c0 >= 32 {
+        channel_block::<32>(job, srcs, px, c0);
+        c0 += 32;
+    }
+    if c - c0 >= CHANNEL_BLOCK {
+        channel_block::<CHANNEL_BLOCK>(job, srcs, px, c0);
+        c0 += CHANNEL_BLOCK;
+    }
+    if c0 < c {
+        channel_block::<CHANNEL_BLOCK>(job, srcs, px, c - CHANNEL_BLOCK);
+    }
+}
+
+/// Channels `c0..c0 + B` of one output pixel: the bias, then each tap's
+/// product.
+#[inline(always)]
+fn channel_block<const B: usize>(job: &DepthwiseRows<'_>, srcs: &[&[f32]], px: &mut [f32], c0: usize) {
+    let c = px.len();
+    let mut acc = [0f32; B];
+    acc.copy_from_slice(&job.bias[c0..c0 + B]);
+    for (t, src) in srcs.iter().enumerate() {
+        let w = &job.taps[t * c + c0..][..B];
+        for ((a, &wv), &v) in acc.iter_mut().zip(w).zip(&src[c0..c0 + B]) {
+            *a += wv * v;
+        }
+    }
+    clamp(job, &mut acc);
+    px[c0..c0 + B].copy_from_slice(&acc);
+}
+
+/// The job's clamp, if it has one, as `clamp_f32_in_place` computes it.
+#[inline(always)]
+fn clamp(job: &DepthwiseRows<'_>, acc: &mut [f32]) {
+    if let Some((lo, hi)) = job.clamp {
+        for a in acc.iter_mut() {
+            let x = if *a < lo { lo } else { *a };
+            *a = if x > hi { hi } else { x };
         }
     }
 }
@@ -325,6 +398,7 @@ fn channel_blocks<const B: usize>(job: &DepthwiseRows<'_>, srcs: &[&[f32]], px: 
                 *a += wv * v;
             }
         }
+        clamp(job, &mut acc);
         px[c0..c0 + B].copy_from_slice(&acc);
         start = c0 + B;
     }
@@ -359,14 +433,18 @@ fn depthwise(
         None => bias.fill(0.0),
     }
     zeros.fill(0.0);
-    let job = DepthwiseRows { x, taps, bias, zeros, g, channels: c };
+    // Without a residual, a clamp goes into the row loops' registers; the
+    // rest of the epilogue runs on each finished row.
+    let clamp = e.activation.and_then(|a| a.clamp_bounds()).filter(|_| e.residual.is_none());
+    let rest = Fused { bias: None, activation: e.activation.filter(|_| clamp.is_none()), ..*e };
+    let job = DepthwiseRows { x, taps, bias, zeros, g, channels: c, clamp };
     let run = cx.table.depthwise_nhwc.run;
     let threads = if out.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { pack.threads };
     let row_len = ow * c;
     debug_assert_eq!(out.len(), batch * g.output[1] * row_len);
     threads.for_each_chunk(out, row_len, |r, row| {
         run(&job, r, row);
-        e.finish(row, r * row_len);
+        rest.finish(row, r * row_len);
     });
 }
 
