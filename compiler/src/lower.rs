@@ -44,12 +44,13 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
             dilation: u32s(dilation).ok_or_else(bad_params)?,
             groups: u32::try_from(*groups).map_err(|_| bad_params())?,
         },
-        Op::ConvFused { stride, padding, dilation, groups, epilogue } => Kernel::ConvFused {
+        Op::ConvFused { stride, padding, dilation, groups, epilogue, layout } => Kernel::ConvFused {
             stride: u32s(stride).ok_or_else(bad_params)?,
             padding: u32s(padding).ok_or_else(bad_params)?,
             dilation: u32s(dilation).ok_or_else(bad_params)?,
             groups: u32::try_from(*groups).map_err(|_| bad_params())?,
             epilogue: *epilogue,
+            layout: *layout,
         },
         Op::LinearFused { epilogue } => Kernel::LinearFused { epilogue: *epilogue },
         Op::BatchNorm { eps } => Kernel::BatchNorm { eps: *eps },

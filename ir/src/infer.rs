@@ -384,14 +384,32 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             }
             Ok(TensorType::new(x.dtype, shape))
         }
-        Op::ConvFused { stride, padding, dilation, groups, epilogue } => {
+        Op::ConvFused { stride, padding, dilation, groups, epilogue, layout } => {
             let conv = Op::Conv {
                 stride: stride.clone(),
                 padding: padding.clone(),
                 dilation: dilation.clone(),
                 groups: *groups,
             };
-            fused_epilogue(symbols, &conv, epilogue, ins)
+            match layout {
+                crate::Layout::ChannelsFirst => fused_epilogue(symbols, &conv, epilogue, ins),
+                crate::Layout::ChannelsLast => {
+                    // The channels-first convolution of the same tensors,
+                    // viewed `[N, C, H, W]`.
+                    if stride.len() != 2 || ins.iter().take(1).any(|x| x.rank() != 4) {
+                        return Err("a channels-last conv_fused is 2-d: input [N, H, W, C]".into());
+                    }
+                    let residual = epilogue.residual_operand();
+                    let nchw: Vec<TensorType> = ins
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| if i == 0 || Some(i) == residual { to_nchw(t) } else { (*t).clone() })
+                        .collect();
+                    let refs: Vec<&TensorType> = nchw.iter().collect();
+                    let out = fused_epilogue(symbols, &conv, epilogue, &refs)?;
+                    Ok(to_nhwc(&out))
+                }
+            }
         }
         Op::LinearFused { epilogue } => fused_epilogue(symbols, &Op::Linear, epilogue, ins),
         Op::BatchNorm { .. } => {
@@ -672,6 +690,22 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
 /// `axis` when `skip_axis`).
 /// A fused conv's or linear's result: the plain op's, on f32, with the
 /// operands the epilogue's flags say and a residual shaped like the result.
+/// `[N, H, W, C]` viewed as `[N, C, H, W]` (rank-4 types; others as they are).
+fn to_nchw(t: &TensorType) -> TensorType {
+    match &t.shape[..] {
+        [n, h, w, c] => TensorType::new(t.dtype, vec![n.clone(), c.clone(), h.clone(), w.clone()]),
+        _ => t.clone(),
+    }
+}
+
+/// `[N, C, H, W]` viewed as `[N, H, W, C]`.
+fn to_nhwc(t: &TensorType) -> TensorType {
+    match &t.shape[..] {
+        [n, c, h, w] => TensorType::new(t.dtype, vec![n.clone(), h.clone(), w.clone(), c.clone()]),
+        _ => t.clone(),
+    }
+}
+
 fn fused_epilogue(
     symbols: &PrimaryMap<SymbolId, Symbol>,
     op: &Op,

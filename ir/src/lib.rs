@@ -34,8 +34,8 @@ pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, StateSlot, Ten
 pub use kiln_isa::fused::{MAX_FUSED_INPUTS, MAX_FUSED_OPS};
 pub use op::{text_forms as op_text_forms, OpKind};
 pub use op::{
-    Activation, BinaryOp, Epilogue, FusedOp, LinalgOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region, Residual,
-    ResizeMode, ScanKind, UnaryOp,
+    Activation, BinaryOp, Epilogue, FusedOp, Layout, LinalgOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region,
+    Residual, ResizeMode, ScanKind, UnaryOp,
 };
 pub use shard::{is_axis_name, Mesh, MeshAxis, Sharding};
 

@@ -17,8 +17,8 @@
 
 use crate::{DType, Dim};
 pub use kiln_isa::{
-    Activation, BinaryOp, Epilogue, FusedOp, LinalgOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind, Residual,
-    ResizeMode, ScanKind, UnaryOp,
+    Activation, BinaryOp, Epilogue, FusedOp, Layout, LinalgOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind,
+    Residual, ResizeMode, ScanKind, UnaryOp,
 };
 
 op_table! {
@@ -220,12 +220,17 @@ op_table! {
     /// [`Op::Conv`] with a fused epilogue (`kiln_isa::epilogue`): `(x, w
     /// [, b] [, residual])`, as `epilogue`'s flags say; the residual is
     /// shaped like the result. f32. Made by the epilogue fusion pass (CPU).
+    /// With `layout` channels-last (made by the layout pass; 2-d only) `x`,
+    /// the residual and the result are `[N, H, W, C]`; the weight keeps its
+    /// `[Cout, Cin/groups, kh, kw]` (text: `layout=channels_last`, omitted
+    /// when channels-first).
     [ConvFused {
         stride: Vec<i64>,
         padding: Vec<i64>,
         dilation: Vec<i64>,
         groups: i64,
         epilogue: Epilogue,
+        layout: Layout,
     }] opcode ConvFused, text("conv_fused"), channels_first;
     /// [`Op::Linear`] with a fused epilogue: `(x, w[N, K] [, b[N]] [,
     /// residual])`. f32. Made by the epilogue fusion pass (CPU).

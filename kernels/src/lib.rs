@@ -80,6 +80,7 @@ pub use generic::attention::attention;
 pub use generic::conv::{
     conv, conv_fused, conv_packed, conv_with, ConvAlgorithm, ConvParams, PackedConv, TensorEpilogue,
 };
+pub use generic::conv_nhwc::conv_fused_channels_last;
 pub use generic::elementwise::{binary, binary_cx, cast, clamp, clamp_cx, unary, unary_cx, where_};
 pub use generic::fused::{fused, fused_in_place};
 pub use generic::gemm::{gemm_f32, gemm_f32_prepacked, Activation, PackedA, PackedB};

@@ -35,7 +35,7 @@ pub enum Isa {
     /// x86-64-v3's AVX2 + FMA.
     X86_64V3,
     /// AVX-512 (F, BW, CD, DQ, VL) on top of v3: the AVX-512F GEMM
-    /// microkernel, depthwise plane and exp / sigmoid / SiLU / erf / GELU
+    /// microkernel, depthwise plane and row and exp / sigmoid / SiLU / erf / GELU
     /// (when the compiler has stable AVX-512 support), the v3 entries
     /// elsewhere.
     X86_64V4,
@@ -153,6 +153,8 @@ pub struct KernelTable {
     pub(crate) layer_norm: Entry<crate::generic::norm::LayerNormRowsFn<f32>>,
     /// One output plane of a depthwise convolution.
     pub(crate) depthwise: Entry<crate::generic::conv_depthwise::DepthwisePlaneFn>,
+    /// One output row of a channels-last depthwise convolution.
+    pub(crate) depthwise_nhwc: Entry<crate::generic::conv_nhwc::DepthwiseRowFn>,
     /// The integer kernels (int8 GEMM, weight-only, row quantizer).
     pub(crate) quant: crate::quant::QuantKernels,
 }
@@ -197,6 +199,7 @@ impl KernelTable {
             ("exp_sum_f32", self.exp_sum.variant),
             ("layer_norm_rows_f32", self.layer_norm.variant),
             ("depthwise_plane_f32", self.depthwise.variant),
+            ("depthwise_nhwc_f32", self.depthwise_nhwc.variant),
             ("qgemm_i8", self.quant.int8.variant),
             ("qlinear_weight_only", self.quant.weight_only.variant),
             ("quantize_row_i8", self.quant.quantize.variant),

@@ -57,6 +57,9 @@ pub struct Scratch {
     f64s: Vec<f64>,
     idx: Vec<usize>,
     pub(crate) pack: PackBuffers,
+    /// Channels-first copies a channels-last convolution takes apart
+    /// from the others while its channels-first kernel uses the scratch.
+    pub(crate) layout: Vec<f32>,
     /// One scratch per thread, for kernels that hand whole sub-problems
     /// (a batch entry, a convolution group) to each thread.
     workers: Vec<Mutex<Scratch>>,

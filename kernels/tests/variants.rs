@@ -442,6 +442,9 @@ macro_rules! variant_tests {
     (@check depthwise, $entry:ident, $t:expr, $name:expr) => {
         check_depthwise(&$name, $t)
     };
+    (@check depthwise_nhwc, $entry:ident, $t:expr, $name:expr) => {
+        check_depthwise_nhwc(&$name, $t)
+    };
 }
 
 type LayerNormRun<'a> = &'a dyn Fn(&[f32], &mut [f32], usize, Option<&[f32]>, Option<&[f32]>);
@@ -518,6 +521,48 @@ fn check_depthwise(name: &str, t: &'static KernelTable) -> Check {
     Ok(())
 }
 
+/// Channels-last depthwise rows (`conv_fused_channels_last` on a depthwise
+/// weight) bit for bit against the generic table: channel counts around
+/// the 16/8/4-wide blocks, strides, padding, dilation, a 5×5 kernel, batch 2.
+fn check_depthwise_nhwc(name: &str, t: &'static KernelTable) -> Check {
+    use common::{f32s, rand_f32, Buf};
+    use kiln_kernels::{conv_fused_channels_last, ConvParams, DType, TensorEpilogue};
+    let mut r = common::rng(29);
+    // (x shape [N, H, W, C], kernel, stride, pad, dilation)
+    type Case = ([usize; 4], [usize; 2], [usize; 2], [usize; 2], [usize; 2]);
+    let cases: [Case; 7] = [
+        ([1, 9, 11, 16], [3, 3], [1, 1], [1, 1], [1, 1]),
+        ([1, 5, 6, 100], [3, 3], [1, 1], [1, 1], [1, 1]),
+        ([2, 8, 7, 33], [3, 3], [2, 2], [1, 1], [1, 1]),
+        ([1, 6, 9, 7], [3, 3], [1, 2], [2, 0], [1, 2]),
+        ([1, 7, 7, 24], [5, 5], [1, 1], [2, 2], [1, 1]),
+        ([1, 1, 1, 3], [3, 3], [1, 1], [1, 1], [1, 1]),
+        ([1, 5, 6, 40], [3, 3], [2, 1], [0, 1], [1, 1]),
+    ];
+    for (xs, k, stride, padding, dilation) in cases {
+        let c = xs[3];
+        let o = |i: usize| (xs[1 + i] + 2 * padding[i] - dilation[i] * (k[i] - 1) - 1) / stride[i] + 1;
+        let (os, ws) = ([xs[0], o(0), o(1), c], [c, 1, k[0], k[1]]);
+        let x = f32s(&xs, &rand_f32(&mut r, xs.iter().product()));
+        let w = f32s(&ws, &rand_f32(&mut r, ws.iter().product()));
+        let b = f32s(&[c], &rand_f32(&mut r, c));
+        let p = ConvParams { stride: &stride, padding: &padding, dilation: &dilation, groups: c };
+        let run = |table: &'static KernelTable| {
+            let mut out = Buf::zeros(DType::F32, &os);
+            let mut cx = Context::with_table(table);
+            let e = TensorEpilogue::default();
+            conv_fused_channels_last(x.r(), w.r(), None, Some(b.r()), &e, &p, out.w(), &mut cx)
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(out.get::<f32>())
+        };
+        let (got, want) = (run(t)?, run(generic())?);
+        if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+            return Err(format!("{name} {xs:?}*{ws:?} [{i}]: {} vs {}", got[i], want[i]));
+        }
+    }
+    Ok(())
+}
+
 /// The table's integer kernels through `quant::qlinear` against the generic
 /// table's (`tests/quant.rs` runs every variant on many more shapes): bit
 /// for bit with dynamic int8 activations (which also runs the row
@@ -572,6 +617,7 @@ variant_tests! {
     exp_sum_f32: exp_sum(2);
     layer_norm_rows_f32: layer_norm;
     depthwise_plane_f32: depthwise;
+    depthwise_nhwc_f32: depthwise_nhwc;
     qgemm_i8: qlinear(kiln_kernels::quant::ActQuant::DynamicPerRow);
     qlinear_weight_only: qlinear(kiln_kernels::quant::ActQuant::Float);
     quantize_row_i8: qlinear(kiln_kernels::quant::ActQuant::DynamicPerRow);

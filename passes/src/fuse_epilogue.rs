@@ -262,6 +262,7 @@ fn push_fused(g: &mut Graph, chain: &Chain, root: NodeId) -> Option<ValueId> {
             dilation: dilation.clone(),
             groups: *groups,
             epilogue,
+            layout: kiln_ir::Layout::ChannelsFirst,
         },
         _ => Op::LinearFused { epilogue },
     };

@@ -26,6 +26,7 @@ mod fuse_elementwise;
 mod fuse_epilogue;
 mod fuse_norm;
 mod host;
+mod layout;
 mod legalize;
 pub mod memory;
 mod observe;
@@ -49,6 +50,7 @@ pub use fuse_attention::fuse_attention;
 pub use fuse_elementwise::fuse_elementwise;
 pub use fuse_epilogue::fuse_epilogues;
 pub use fuse_norm::fuse_rms_norm;
+pub use layout::channels_last;
 pub use legalize::legalize_dtypes;
 pub use memory::{
     check_plan, plan_memory, state_write, LoopPlan, MemoryOptions, MemoryPlan, Slot, StateWrite, CACHE_LINE,
@@ -56,7 +58,7 @@ pub use memory::{
 pub use observe::{range_qparams, ActObservation, Observer};
 pub use pipeline::{cleanup, default_pipeline, pipeline_for, run_pipeline, Options, Pass, PassRecord, Report};
 pub use pipeline::{
-    CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LEGALIZE,
+    CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LAYOUT, LEGALIZE,
     QUANT_LINEAR, SIMPLIFY,
 };
 pub use quant_linear::quantize_linear_weights;

@@ -3,8 +3,8 @@
 
 use crate::target::{OpKind, Support, Target, TargetDesc};
 use crate::{
-    dce, decompose, fold_constants, fuse_attention, fuse_conv_affine, fuse_elementwise, fuse_epilogues, fuse_rms_norm,
-    legalize_dtypes, quantize_linear_weights, simplify, verify_graph, Changed, PassError,
+    channels_last, dce, decompose, fold_constants, fuse_attention, fuse_conv_affine, fuse_elementwise, fuse_epilogues,
+    fuse_rms_norm, legalize_dtypes, quantize_linear_weights, simplify, verify_graph, Changed, PassError,
 };
 use kiln_ir::{DType, Graph, Op};
 use std::fmt;
@@ -66,6 +66,7 @@ pub const FUSE_NORM: Pass = Pass { name: "fuse_norm", run: fuse_rms_norm };
 pub const QUANT_LINEAR: Pass = Pass { name: "quant_linear", run: quantize_linear_weights };
 pub const FUSE_ELEMENTWISE: Pass = Pass { name: "fuse_elementwise", run: fuse_elementwise };
 pub const FUSE_EPILOGUE: Pass = Pass { name: "fuse_epilogue", run: fuse_epilogues };
+pub const LAYOUT: Pass = Pass { name: "layout", run: channels_last };
 
 /// The passes for `target`, in the order they run ([`pipeline_for`] its description).
 pub fn default_pipeline(target: Target) -> Vec<Pass> {
@@ -120,6 +121,8 @@ pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
         passes.push(FUSE_NORM);
         passes.push(FUSE_EPILOGUE);
         passes.push(FUSE_ELEMENTWISE);
+        // Last: convolutions channels-last, permutes at their runs' edges.
+        passes.push(LAYOUT);
     }
     passes.push(DCE);
     passes

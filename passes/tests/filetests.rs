@@ -8,7 +8,7 @@ use kiln_ir::Graph;
 use kiln_passes::shard::{shard_graph, CostModel, ShardOptions, Strategy, Use};
 use kiln_passes::{
     compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE,
-    FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
+    FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LAYOUT, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
 };
 use std::path::Path;
 
@@ -30,6 +30,7 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "fuse" => vec![FUSE, DCE],
         "fuse_elementwise" => vec![FUSE_ELEMENTWISE, DCE],
         "fuse_epilogue" => vec![FUSE_EPILOGUE, DCE],
+        "layout" => vec![LAYOUT, DCE],
         "fuse_attention" => vec![FUSE_ATTENTION, DCE],
         "fuse_norm" => vec![FUSE_NORM, DCE],
         "legalize" => vec![LEGALIZE, DCE],

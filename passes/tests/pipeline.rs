@@ -73,6 +73,7 @@ fn cpu_pipeline() {
             "fuse_norm",
             "fuse_epilogue",
             "fuse_elementwise",
+            "layout",
             "dce"
         ]
     );

@@ -5,7 +5,7 @@
 
 use crate::format::{DimRef, InstrOp, Kernel, Plan, Storage};
 use kiln_isa::fused::FusedOp;
-use kiln_isa::{Epilogue, Residual};
+use kiln_isa::{Epilogue, Layout, Residual};
 use kiln_kernels::quant::{ActQuant, PackedQWeights, QBits, QWeights};
 use kiln_kernels::{
     self as k, Context, ConvParams, DType, KernelError, PackedB, PackedConv, PoolParams, Result, TensorEpilogue,
@@ -230,6 +230,12 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
         return None;
     }
     let data = weights.get(usize::try_from(offset).ok()?..usize::try_from(offset.checked_add(bytes)?).ok()?)?;
+    if let Kernel::ConvFused { groups, padding, layout: Layout::ChannelsLast, .. } = kernel {
+        // The packing the channels-last kernel reads, where it reads one.
+        let w = TensorRef { dtype: DType::F32, shape: &dims, data };
+        let padding: Vec<usize> = padding.iter().map(|&p| p as usize).collect();
+        return PackedConv::channels_last(k::best(), w, *groups as usize, &padding).ok().flatten().map(Packed::Conv);
+    }
     if let Kernel::Conv { groups, .. } | Kernel::ConvFused { groups, .. } = kernel {
         // Depthwise (one input channel per group) never runs a GEMM.
         let (groups, cout) = (*groups as usize, *dims.first()?);
@@ -376,8 +382,8 @@ pub(crate) fn run_packed(
             k::conv_packed(ins[0], ins[1], w, ins.get(2).copied(), &params, out(outs, 0), cx)
         }
         (Packed::Quant(w), Kernel::QuantLinear { .. }) => quant_linear(kernel, w, cx, ins, outs),
-        (Packed::Conv(w), Kernel::ConvFused { groups, epilogue, .. }) => {
-            conv_fused(Some(w), *groups, epilogue, ints, cx, ins, outs)
+        (Packed::Conv(w), Kernel::ConvFused { groups, epilogue, layout, .. }) => {
+            conv_fused(Some(w), *groups, epilogue, *layout, ints, cx, ins, outs)
         }
         (Packed::B(w), Kernel::LinearFused { epilogue }) => {
             let (bias, fused) = tensor_epilogue(epilogue, ins);
@@ -421,10 +427,12 @@ fn tensor_epilogue<'a>(e: &Epilogue, ins: &[TensorRef<'a>]) -> (Option<TensorRef
 }
 
 /// A fused convolution, through its weight packed at load when there is one.
+#[allow(clippy::too_many_arguments)]
 fn conv_fused(
     packed: Option<&PackedConv>,
     groups: u32,
     epilogue: &Epilogue,
+    layout: Layout,
     ints: &[usize],
     cx: &mut Context,
     ins: &[TensorRef<'_>],
@@ -433,7 +441,12 @@ fn conv_fused(
     let [stride, padding, dilation] = lists::<3>(ints);
     let params = ConvParams { stride, padding, dilation, groups: groups as usize };
     let (bias, fused) = tensor_epilogue(epilogue, ins);
-    k::conv_fused(ins[0], ins[1], packed, bias, &fused, &params, out(outs, 0), cx)
+    match layout {
+        Layout::ChannelsFirst => k::conv_fused(ins[0], ins[1], packed, bias, &fused, &params, out(outs, 0), cx),
+        Layout::ChannelsLast => {
+            k::conv_fused_channels_last(ins[0], ins[1], packed, bias, &fused, &params, out(outs, 0), cx)
+        }
+    }
 }
 
 fn no_op(_: &Kernel, _: &[usize], _: &mut Context, _: &[TensorRef<'_>], _: &mut [TensorMut<'_>]) -> Result<()> {
@@ -577,7 +590,7 @@ kernel_fns! {
         };
         quant_linear_unpacked(&kernel, cx, ins, outs)
     };
-    ConvFused { groups, epilogue } => conv_fused(None, *groups, epilogue, ints, cx, ins, outs);
+    ConvFused { groups, epilogue, layout } => conv_fused(None, *groups, epilogue, *layout, ints, cx, ins, outs);
     LinearFused { epilogue } => {
         let (bias, fused) = tensor_epilogue(epilogue, ins);
         k::linear_with_epilogue(ins[0], ins[1], None, bias, &fused, out(outs, 0), cx)

@@ -55,7 +55,8 @@
 //!   `scatter_elements`).
 
 use crate::format::{
-    AccelProgram, DimExpr, DimRef, Instr, InstrOp, Kernel, Plan, PoolKind, StateDecl, Storage, TensorDecl, WEIGHT_ALIGN,
+    AccelProgram, DimExpr, DimRef, Instr, InstrOp, Kernel, Layout, Plan, PoolKind, StateDecl, Storage, TensorDecl,
+    WEIGHT_ALIGN,
 };
 use crate::{Error, Result};
 
@@ -861,6 +862,11 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
             }
         }
         _ => {}
+    }
+    if let Kernel::ConvFused { layout: Layout::ChannelsLast, .. } = k {
+        if in_rank != 4 || rank(out) != 4 {
+            return Err("a channels-last convolution is 2-d: input and output [N, H, W, C]".into());
+        }
     }
     if let Kernel::ConvFused { epilogue, .. } | Kernel::LinearFused { epilogue } = k {
         // Which operand is the bias and which the residual comes from the flags.

@@ -40,7 +40,7 @@ fn conv(stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32) ->
 
 fn conv_fused(stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32) -> Kernel {
     let epilogue = Epilogue { bias: false, activation: None, residual: Default::default() };
-    Kernel::ConvFused { stride, padding, dilation, groups, epilogue }
+    Kernel::ConvFused { stride, padding, dilation, groups, epilogue, layout: Layout::ChannelsFirst }
 }
 
 fn pad(lo: Vec<i64>, hi: Vec<i64>, interior: Vec<i64>) -> Kernel {

@@ -13,7 +13,8 @@ static GLOBAL: Counting = Counting;
 fn steady_state_runs_do_not_allocate() {
     // The counter itself works (so a zero below means something).
     assert!(allocations_during(|| drop(std::hint::black_box(vec![1u8; 10]))) > 0);
-    for name in ["cnn", "transformer", "transformer_dynseq", "dynamic_mlp"] {
+    // The shrunk MobileNetV2 and ResNet-18 run channels-last convolutions.
+    for name in ["cnn", "transformer", "transformer_dynseq", "dynamic_mlp", "models/mobilenet_v2", "models/resnet18"] {
         let program = load_fixture(name, "aten");
         let inputs = read_numbered(&fixture_dir(name), "input");
         let alt = read_numbered(&fixture_dir(name), "alt_input");

@@ -278,6 +278,27 @@ impl AttrField for crate::Epilogue {
     }
 }
 
+/// A convolution's layout: `layout=channels_last`, the key omitted for the
+/// default channels-first (every text written before the layout pass).
+impl AttrField for crate::Layout {
+    fn take(a: &mut Attrs, key: &'static str, _op: &str, _symbols: &Symbols) -> Result<crate::Layout, ParseError> {
+        let Some(v) = a.opt(key) else { return Ok(crate::Layout::ChannelsFirst) };
+        let what = crate::Layout::ALL.iter().map(|x| x.name()).collect::<Vec<_>>().join(", ");
+        match &v {
+            AttrVal::Ident(k, p) => {
+                crate::Layout::from_name(k).ok_or_else(|| p.error(format!("unknown layout `{k}` (one of {what})")))
+            }
+            other => Err(other.pos().error(format!("expected a layout (one of {what})"))),
+        }
+    }
+
+    fn put(&self, key: &'static str, out: &mut Vec<String>, _symbols: &Symbols) {
+        if *self != crate::Layout::ChannelsFirst {
+            out.push(format!("{key}={}", self.name()));
+        }
+    }
+}
+
 /// Used by the op table's generated parsing.
 pub(crate) fn take_attr<T: AttrField>(
     a: &mut Attrs,

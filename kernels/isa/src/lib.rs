@@ -23,4 +23,6 @@ pub use dtype::DType;
 pub use epilogue::{Activation, Epilogue, Residual};
 pub use fused::{register_types, FusedOp};
 pub use opcode::{InstrKind, Opcode};
-pub use selectors::{BinaryOp, LinalgOp, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, ScanKind, UnaryOp};
+pub use selectors::{
+    BinaryOp, Layout, LinalgOp, PadMode, PoolKind, RandomDist, ReduceKind, ResizeMode, ScanKind, UnaryOp,
+};

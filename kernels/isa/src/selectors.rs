@@ -325,3 +325,17 @@ mod random_serde {
         }
     }
 }
+
+code_enum! {
+    /// Where a convolution's channel axis is (`Op::ConvFused`, the plan's
+    /// `conv_fused`): torch's `N, C, H, W`, or `N, H, W, C`, which the
+    /// layout pass (`kiln_passes::layout`) gives chains of 2-d convolutions
+    /// so that their kernels read and write pixels as contiguous channel
+    /// vectors. The weight is `[Cout, Cin/groups, kh, kw]` either way.
+    #[derive(Default)]
+    pub enum Layout ("layout") {
+        #[default]
+        ChannelsFirst = 0 => "channels_first",
+        ChannelsLast = 1 => "channels_last",
+    }
+}

@@ -5,8 +5,14 @@
 //! NEON table names its own variant.
 
 use crate::generic::conv_depthwise::{depthwise_plane as plane, DepthwisePlane};
+use crate::generic::conv_nhwc::{depthwise_row as row_loops, DepthwiseRows};
 
 /// The table entry.
 pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
     plane(job, out, buf)
+}
+
+/// The channels-last depthwise row entry (the portable row loops, NEON).
+pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
+    row_loops(job, r, row)
 }

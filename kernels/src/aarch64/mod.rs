@@ -30,6 +30,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     // NEON is baseline on aarch64: the generic rows already compile to it.
     table.layer_norm = Entry::new("neon_baseline", crate::generic::norm::layer_norm_rows::<f32>);
     table.depthwise = Entry::new(V, conv::depthwise_plane);
+    table.depthwise_nhwc = Entry::new(V, conv::depthwise_row);
     // The integer kernels: `sdot` where the CPU has it (detected at run time).
     if let Some(&q) = quant::variants().last() {
         table.quant = q;

@@ -11,7 +11,7 @@
 use super::common::*;
 use super::conv_depthwise::conv_depthwise_f32;
 use super::conv_taps::{self, PackedTaps, TapEpilogue};
-use super::gemm::{run_gemm, ASource, Activation, ActivationFn, BSource, Bias, Epilogue, PackedA};
+use super::gemm::{run_gemm, ASource, Activation, ActivationFn, BSource, Bias, Epilogue, PackedA, PackedB};
 use super::math::Real;
 use crate::context::Context;
 use crate::table::KernelTable;
@@ -52,7 +52,7 @@ pub enum ConvAlgorithm {
     Depthwise,
 }
 
-fn geometry(x: &[usize], w: &[usize], p: &ConvParams, out: &[usize]) -> Result<Geometry> {
+pub(crate) fn geometry(x: &[usize], w: &[usize], p: &ConvParams, out: &[usize]) -> Result<Geometry> {
     const K: &str = "conv";
     let sd = x.len().saturating_sub(2);
     if !(1..=3).contains(&sd) {
@@ -116,7 +116,9 @@ pub struct PackedConv {
     shape: Vec<usize>,
     group_count: usize,
     groups: Vec<PackedA>,
-    taps: Option<PackedTaps>,
+    pub(crate) taps: Option<PackedTaps>,
+    /// A channels-last pointwise convolution's B, `[Cin, Cout]`.
+    pub(crate) pointwise: Option<PackedB>,
 }
 
 impl PackedConv {
@@ -143,18 +145,60 @@ impl PackedConv {
         let shape = w.shape.to_vec();
         if algorithm == ConvAlgorithm::Auto && conv_taps::applies(table, w.shape, groups) {
             let taps = Some(PackedTaps::new(table, wv, w.shape)?);
-            return Ok(PackedConv { shape, group_count: groups, groups: Vec::new(), taps });
+            return Ok(PackedConv { shape, group_count: groups, groups: Vec::new(), taps, pointwise: None });
         }
         let (cout_g, kdim) = (cout / groups, w.shape[1..].iter().product::<usize>());
         let packed = (0..groups)
             .map(|g| PackedA::new(table, cout_g, kdim, &wv[g * cout_g * kdim..], kdim))
             .collect::<Result<Vec<_>>>()?;
-        Ok(PackedConv { shape, group_count: groups, groups: packed, taps: None })
+        Ok(PackedConv { shape, group_count: groups, groups: packed, taps: None, pointwise: None })
+    }
+
+    /// Packs `w` for [`crate::conv_fused_channels_last`] with `groups`
+    /// groups and `padding`, for inputs of `cin` channels: the tap GEMMs'
+    /// B or the pointwise GEMM's B where those paths run; None where the
+    /// channels-last kernel reads no packed weight (depthwise, and the
+    /// convolutions it runs channels-first).
+    pub fn channels_last(
+        table: &KernelTable,
+        w: TensorRef,
+        groups: usize,
+        padding: &[usize],
+    ) -> Result<Option<PackedConv>> {
+        use super::conv_nhwc::{path_of, NhwcPath};
+        expect_dtype("conv", "w", w.dtype, DType::F32)?;
+        let wv = view::<f32>("conv", "w", &w)?;
+        if w.shape.len() != 4 || groups == 0 {
+            return Ok(None);
+        }
+        let (shape, cin) = (w.shape.to_vec(), w.shape[1] * groups);
+        let packed =
+            |taps, pointwise| Some(PackedConv { shape, group_count: groups, groups: Vec::new(), taps, pointwise });
+        Ok(match path_of(table, w.shape, groups, padding, cin) {
+            NhwcPath::Taps => packed(Some(PackedTaps::new(table, wv, w.shape)?), None),
+            NhwcPath::Pointwise => {
+                let b = PackedB::new(table, cin, w.shape[0], wv, cin, true)?;
+                packed(None, Some(b))
+            }
+            NhwcPath::Depthwise | NhwcPath::Transposed => None,
+        })
+    }
+
+    /// Whether this is a packing of a weight of shape `shape` for `groups`.
+    pub(crate) fn is_for(&self, shape: &[usize], groups: usize) -> bool {
+        self.shape == shape && self.group_count == groups
+    }
+
+    /// The packed weight's shape.
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.shape
     }
 
     /// Whether `table`'s microkernel reads this packing.
     pub fn fits(&self, table: &KernelTable) -> bool {
-        self.groups.iter().all(|g| g.fits(table)) && self.taps.as_ref().is_none_or(|t| t.fits(table))
+        self.groups.iter().all(|g| g.fits(table))
+            && self.taps.as_ref().is_none_or(|t| t.fits(table))
+            && self.pointwise.as_ref().is_none_or(|b| b.fits(table))
     }
 }
 
@@ -372,7 +416,8 @@ fn conv_inner<'a>(
         };
         let (buf, pack) = scratch.split(conv_taps::scratch_len(&g, cin, cout));
         let e = TapEpilogue { bias: bv, activation, residual, residual_first: fused.residual_first };
-        if conv_taps::conv_taps(table, xv, taps, &e, &g, (batch, cin, cout), ov, buf, pack) {
+        let io = conv_taps::Io { x: xv, out: &mut *ov, channels_last: false };
+        if conv_taps::conv_taps(table, io, taps, &e, &g, (batch, cin, cout), buf, pack) {
             return Ok(());
         }
     }

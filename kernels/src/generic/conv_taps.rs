@@ -125,20 +125,30 @@ pub(crate) fn scratch_len(g: &Geometry, cin: usize, cout: usize) -> usize {
     ph.sy * ph.sx * ph.len(cin) + g.output[1] * ph.wq * cout
 }
 
-/// The convolution of `x` (`[batch, cin, H, W]`) by the packed taps, into
-/// `out` (`[batch, cout, OH, OW]`), using `buf` ([`scratch_len`] f32s).
+/// A tap convolution's input and output images and their layout: `x`
+/// `[batch, cin, H, W]` and `out` `[batch, cout, OH, OW]`, or with
+/// `channels_last` `[batch, H, W, cin]` and `[batch, OH, OW, cout]` (the
+/// residual is laid out like `out`).
+pub(crate) struct Io<'a> {
+    pub(crate) x: &'a [f32],
+    pub(crate) out: &'a mut [f32],
+    pub(crate) channels_last: bool,
+}
+
+/// The convolution of `io.x` by the packed taps, into `io.out`, using `buf`
+/// ([`scratch_len`] f32s).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv_taps(
     table: &KernelTable,
-    x: &[f32],
+    io: Io<'_>,
     packed: &PackedTaps,
     e: &TapEpilogue<'_>,
     g: &Geometry,
     (batch, cin, cout): (usize, usize, usize),
-    out: &mut [f32],
     buf: &mut [f32],
     pack: &PackBuffers,
 ) -> bool {
+    let Io { x, out, channels_last } = io;
     let ph = Phases::of(g);
     let [_, h, w] = g.input;
     let [_, kh, kw] = g.kernel;
@@ -161,7 +171,8 @@ pub(crate) fn conv_taps(
     };
     for n in 0..batch {
         let xn = &x[n * cin * isp..][..cin * isp];
-        fill_phases(xn, g, &ph, cin, &|phase| (0..kh * kw).any(|t| tap(t).0 == phase), phases, threads);
+        let used = |phase| (0..kh * kw).any(|t| tap(t).0 == phase);
+        fill_phases(xn, channels_last, g, &ph, cin, &used, phases, threads);
         let phases = &*phases;
         let term = |i: usize| {
             let t0 = i * per_term;
@@ -178,16 +189,23 @@ pub(crate) fn conv_taps(
         }
         let on = &mut out[n * cout * osp..][..cout * osp];
         let residual = e.residual.map(|r| &r[n * cout * osp..][..cout * osp]);
-        to_nchw(cbuf, ph.wq, (oh, ow), cout, residual, post_activation, on, threads);
+        if channels_last {
+            to_nhwc(cbuf, ph.wq, (oh, ow), cout, residual, post_activation, on, threads);
+        } else {
+            to_nchw(cbuf, ph.wq, (oh, ow), cout, residual, post_activation, on, threads);
+        }
     }
     true
 }
 
 /// Fills the phases `used` says some tap reads from image `x` (`[cin, H, W]`): phase
 /// `(a, b)`'s pixel `(qy, qx)` is padded input pixel `(qy·sy + a, qx·sx + b)`
-/// (zero in the padding and past the image), channels last.
+/// (zero in the padding and past the image), channels last; `x` is
+/// `[H, W, cin]` when `channels_last`.
+#[allow(clippy::too_many_arguments)]
 fn fill_phases(
     x: &[f32],
+    channels_last: bool,
     g: &Geometry,
     ph: &Phases,
     cin: usize,
@@ -212,6 +230,14 @@ fn fill_phases(
         let (lo, hi) = super::conv::valid_columns(b, px, ph.sx, w, ph.wq);
         row[..lo * cin].fill(0.0);
         row[hi * cin..].fill(0.0);
+        if channels_last {
+            let src = &x[iy * w * cin..][..w * cin];
+            for qx in lo..hi {
+                let ix = qx * ph.sx + b - px;
+                row[qx * cin..][..cin].copy_from_slice(&src[ix * cin..][..cin]);
+            }
+            return;
+        }
         for c in 0..cin {
             let src = &x[(c * h + iy) * w..][..w];
             for qx in lo..hi {
@@ -219,6 +245,39 @@ fn fill_phases(
             }
         }
     });
+}
+
+/// Copies the channels-last result (`[OH, Wq, cout]`, columns past OW
+/// dropped) into the channels-last image `out`, then adds the residual and
+/// applies the post-residual activation, row by row.
+#[allow(clippy::too_many_arguments)]
+fn to_nhwc(
+    c: &[f32],
+    wq: usize,
+    (oh, ow): (usize, usize),
+    cout: usize,
+    residual: Option<&[f32]>,
+    activation: Option<ActivationFn>,
+    out: &mut [f32],
+    threads: &Threads,
+) {
+    let row_len = ow * cout;
+    let rows = if oh * row_len < 2 * crate::parallel::ELEMENT_CHUNK { 1 } else { oh };
+    let chunk = oh.div_ceil(rows) * row_len;
+    threads.for_each_chunk(out, chunk, |blk, part| {
+        let oy0 = blk * chunk / row_len;
+        for (i, row) in part.chunks_exact_mut(row_len).enumerate() {
+            row.copy_from_slice(&c[(oy0 + i) * wq * cout..][..row_len]);
+        }
+        if let Some(r) = residual {
+            let r = &r[blk * chunk..][..part.len()];
+            part.iter_mut().zip(r).for_each(|(o, &v)| *o += v);
+        }
+        if let Some(act) = &activation {
+            act.apply(part);
+        }
+    });
+    debug_assert!(oh == 0 || out.len() == oh * row_len);
 }
 
 /// Channels this many at a time per transposition item: one 64-byte line of

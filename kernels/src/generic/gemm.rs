@@ -171,6 +171,15 @@ impl ActivationFn {
         ActivationFn { activation, run }
     }
 
+    /// A clamp's bounds as the clamp kernel rounds them (None for the
+    /// unary activations).
+    pub(crate) fn clamp_bounds(&self) -> Option<(f32, f32)> {
+        match self.run {
+            ActivationKernel::Clamp(lo, hi) => Some((lo, hi)),
+            ActivationKernel::Unary(_) => None,
+        }
+    }
+
     /// Applies the activation to `row` in place (the table's functions read
     /// and write separate slices, so through a small stack copy).
     pub(crate) fn apply(&self, row: &mut [f32]) {

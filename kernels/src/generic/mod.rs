@@ -6,6 +6,7 @@ pub mod attention;
 pub(crate) mod common;
 pub mod conv;
 pub(crate) mod conv_depthwise;
+pub mod conv_nhwc;
 pub(crate) mod conv_taps;
 pub mod elementwise;
 pub mod fused;
@@ -52,6 +53,7 @@ pub(crate) fn table() -> KernelTable {
         exp_sum: Entry::new(G, vector::exp_sum::<f32>),
         layer_norm: Entry::new(G, norm::layer_norm_rows::<f32>),
         depthwise: Entry::new(G, conv_depthwise::depthwise_plane_generic),
+        depthwise_nhwc: Entry::new(G, conv_nhwc::depthwise_row_generic),
         quant: crate::quant::GENERIC,
     }
 }

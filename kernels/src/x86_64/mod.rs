@@ -34,6 +34,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.exp_sum = Entry::new(V, avx2::math::exp_sum);
     table.layer_norm = Entry::new(V, avx2::norm::layer_norm_rows);
     table.depthwise = Entry::new(V, avx2::conv::depthwise_plane);
+    table.depthwise_nhwc = Entry::new(V, avx2::conv::depthwise_row);
     // The integer kernels: the best variant of this level (the last listed).
     let quant = quant_variants();
     let v3 = quant.iter().rev().find(|q| !q.name.starts_with("avx512"));
@@ -44,6 +45,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     if table.isa == Isa::X86_64V4 && Isa::X86_64V4.is_supported() {
         table.gemm = avx512::gemm::UKR;
         table.depthwise = Entry::new("avx512f", avx512::conv::depthwise_plane);
+        table.depthwise_nhwc = Entry::new("avx512f", avx512::conv::depthwise_row);
         table.exp = Entry::new("avx512f", avx512::math::exp);
         table.sigmoid = Entry::new("avx512f", avx512::math::sigmoid);
         table.silu = Entry::new("avx512f", avx512::math::silu);

@@ -5,7 +5,7 @@
 //! their expressions by index. The loader validates every index before use.
 
 pub use kiln_isa::{
-    BinaryOp, DType, Epilogue, FusedOp, InstrKind, LinalgOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind,
+    BinaryOp, DType, Epilogue, FusedOp, InstrKind, Layout, LinalgOp, Opcode, PadMode, PoolKind, RandomDist, ReduceKind,
     ResizeMode, ScanKind, UnaryOp,
 };
 use serde::{Deserialize, Serialize};
@@ -366,13 +366,15 @@ kernels! {
         act_zero_point: i32,
     }
     /// [`Kernel::Conv`] with a fused epilogue: `(x, w [, bias] [, residual])`
-    /// as the epilogue's flags say.
+    /// as the epilogue's flags say; channels-last (2-d only): `x`, the
+    /// residual and the output `[N, H, W, C]` (since format 0.9).
     ConvFused {
         stride: Vec<u32> => spatial,
         padding: Vec<u32> => spatial,
         dilation: Vec<u32> => spatial,
         groups: u32 => nonzero,
         epilogue: Epilogue,
+        layout: Layout,
     }
     /// [`Kernel::Linear`] with a fused epilogue: `(x, w [, bias] [, residual])`.
     LinearFused { epilogue: Epilogue }

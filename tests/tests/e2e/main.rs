@@ -16,6 +16,7 @@ mod epilogue_before_after;
 mod fixtures;
 mod fusion_before_after;
 mod golden_artifacts;
+mod layout_before_after;
 mod linalg_checks;
 mod moe_ops;
 mod native_fixtures;

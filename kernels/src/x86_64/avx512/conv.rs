@@ -4,6 +4,7 @@
 //! same order as the generic variant (no FMA contraction), so bit-identical.
 
 use crate::generic::conv_depthwise::{depthwise_plane as portable, DepthwisePlane};
+use crate::generic::conv_nhwc::{depthwise_row as portable_row, DepthwiseRows};
 
 /// The table entry.
 pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
@@ -14,4 +15,16 @@ pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &m
 #[target_feature(enable = "avx512f")]
 unsafe fn wide(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
     portable(job, out, buf)
+}
+
+/// The channels-last depthwise row entry (same operations as the portable
+/// row loops, on wider vectors).
+pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
+    // SAFETY: installed only by `x86_64::plug` after AVX-512F was detected.
+    unsafe { wide_row(job, r, row) }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn wide_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
+    portable_row(job, r, row)
 }

@@ -1,0 +1,518 @@
+//! Channels-last (`[N, H, W, C]`) 2-d convolutions: what the layout pass
+//! (`kiln_passes::layout`) gives chains of convolutions, so that no
+//! convolution converts its input or output between layouts.
+//!
+//! - Depthwise (one input channel per group, as many outputs): each output
+//!   pixel is a vector of channels; every kernel tap adds its input pixel's
+//!   channel vector times the tap's weight row (the weight transposed to
+//!   `[taps, C]` once per call), 16 channels per block, so the loops
+//!   vectorise over channels (XNNPACK's dwconv order). A tap that lands in
+//!   the padding reads a row of zeros: each output is the bias, then every
+//!   tap's product added in (y, x) order, zero products included — the
+//!   operations of the channels-first padded-plane loops
+//!   (`conv_depthwise`), so the two layouts give the same bits.
+//! - Pointwise (1×1, no padding, one group): a plain GEMM `[N·OH·OW, Cin] ×
+//!   [Cin, Cout]` over the input read in place (stride 1) or over its
+//!   strided pixels gathered into scratch; the weight is B (packed once at
+//!   load, [`PackedConv::channels_last`]); bias, activation and residual in
+//!   the store step. Same K slices and per-element order as the
+//!   channels-first GEMM (which has the roles of A and B swapped).
+//! - Dense kernels wider than 1×1 with enough channels: the tap GEMMs of
+//!   `conv_taps`, which already compute channels-last: their input copy is
+//!   a row copy here, and the result is copied out, not transposed.
+//! - Anything else (a 3-channel stem, grouped convolutions, a depthwise
+//!   multiplier): transposed to channels-first in scratch, the
+//!   channels-first kernel, transposed back.
+
+use super::common::*;
+use super::conv::{conv_fused, geometry, ConvParams, Geometry, PackedConv, TensorEpilogue};
+use super::conv_taps::{self, PackedTaps, TapEpilogue};
+use super::gemm::{run_gemm, ASource, ActivationFn, BSource, Bias, Epilogue};
+use crate::context::Context;
+use crate::parallel::{Threads, ELEMENT_CHUNK};
+use crate::table::KernelTable;
+use crate::types::{DType, Result, TensorMut, TensorRef};
+
+const K: &str = "conv";
+
+/// Most kernel taps the channels-last depthwise loops take (7×7 has 49).
+pub(crate) const MAX_DEPTHWISE_TAPS: usize = 64;
+
+/// `[N, H, W, C]` as the channels-first shape `[N, C, H, W]`.
+fn nchw(shape: &[usize]) -> [usize; 4] {
+    [shape[0], shape[3], shape[1], shape[2]]
+}
+
+/// Which channels-last algorithm a convolution of weight shape `w` and
+/// `groups` runs on `table`, with `g`'s geometry. Depends on nothing else, so
+/// a packed and an unpacked weight take the same path.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NhwcPath {
+    Depthwise,
+    Pointwise,
+    Taps,
+    Transposed,
+}
+
+pub(crate) fn path_of(table: &KernelTable, w: &[usize], groups: usize, pad: &[usize], cin: usize) -> NhwcPath {
+    let ksp: usize = w[2..].iter().product();
+    if w.len() != 4 {
+        NhwcPath::Transposed
+    } else if w[1] == 1 && groups == cin && w[0] == cin && ksp <= MAX_DEPTHWISE_TAPS {
+        NhwcPath::Depthwise
+    } else if ksp == 1 && groups == 1 && pad.iter().all(|&p| p == 0) {
+        NhwcPath::Pointwise
+    } else if conv_taps::applies(table, w, groups) {
+        NhwcPath::Taps
+    } else {
+        NhwcPath::Transposed
+    }
+}
+
+/// A fused convolution whose input, residual and output are channels-last
+/// (`x [N, H, W, Cin]`, `out [N, OH, OW, Cout]`; the weight `[Cout,
+/// Cin/groups, kh, kw]` as always); f32, 2-d. With `packed` (a
+/// [`PackedConv::channels_last`] of this `w`) the GEMMs read the packed
+/// weight when it fits `cx`'s table. Each output element is computed with
+/// the same operations as [`conv_fused`] on the channels-first tensors.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_fused_channels_last(
+    x: TensorRef,
+    w: TensorRef,
+    packed: Option<&PackedConv>,
+    bias: Option<TensorRef>,
+    epilogue: &TensorEpilogue<'_>,
+    p: &ConvParams,
+    mut out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    for d in [x.dtype, w.dtype, out.dtype] {
+        expect_dtype(K, "channels-last operand", d, DType::F32)?;
+    }
+    if x.shape.len() != 4 || out.shape.len() != 4 || w.shape.len() != 4 {
+        return Err(shape_err(
+            K,
+            format!("a channels-last convolution is 2-d: x {:?}, w {:?}, out {:?}", x.shape, w.shape, out.shape),
+        ));
+    }
+    let (xs, os) = (nchw(x.shape), nchw(out.shape));
+    let g = geometry(&xs, w.shape, p, &os)?;
+    let (batch, cin, cout, groups) = (xs[0], xs[1], w.shape[0], p.groups);
+    if groups == 0 || cin % groups != 0 || cout % groups != 0 || cin / groups != w.shape[1] {
+        return Err(shape_err(
+            K,
+            format!("groups {groups} incompatible with Cin {cin}, Cout {cout}, weight Cin/groups {}", w.shape[1]),
+        ));
+    }
+    if os[0] != batch || os[1] != cout {
+        return Err(shape_err(K, format!("output shape {:?} must be [{batch}, .., .., {cout}]", out.shape)));
+    }
+    if let Some(pk) = packed {
+        if !pk.is_for(w.shape, groups) {
+            return Err(shape_err(K, format!("packed weight {:?} is not this weight {:?}", pk.shape(), w.shape)));
+        }
+    }
+    let bv = match &bias {
+        Some(b) => {
+            expect_dtype(K, "bias", b.dtype, DType::F32)?;
+            if b.shape != [cout] {
+                return Err(shape_err(K, format!("bias shape {:?}, expected [{cout}]", b.shape)));
+            }
+            Some(view::<f32>(K, "bias", b)?)
+        }
+        None => None,
+    };
+    let residual = match &epilogue.residual {
+        Some(r) => {
+            expect_dtype(K, "residual", r.dtype, DType::F32)?;
+            if r.shape != out.shape {
+                return Err(shape_err(K, format!("residual shape {:?}, expected {:?}", r.shape, out.shape)));
+            }
+            Some(view::<f32>(K, "residual", r)?)
+        }
+        None => None,
+    };
+    if out.data.is_empty() {
+        return Ok(());
+    }
+    let path = path_of(cx.table, w.shape, groups, p.padding, cin);
+    if path == NhwcPath::Transposed {
+        return transposed(x, w, bias, epilogue, p, out, cx);
+    }
+    let xv = view::<f32>(K, "x", &x)?;
+    let wv = view::<f32>(K, "w", &w)?;
+    let ov = view_mut::<f32>(K, "out", &mut out)?;
+    let table = cx.table;
+    let activation = epilogue.activation.map(|a| ActivationFn::new(table, a));
+    let fused = Fused { bias: bv, activation, residual, residual_first: epilogue.residual_first };
+    match path {
+        NhwcPath::Depthwise => {
+            depthwise(xv, wv, &fused, &g, batch, cin, ov, cx);
+            Ok(())
+        }
+        NhwcPath::Pointwise => {
+            let b = packed.and_then(|pk| pk.pointwise.as_ref()).filter(|b| b.fits(table));
+            let b = match b {
+                Some(b) => BSource::Packed(b),
+                // B[k][n] = w[n][k]: the weight read transposed.
+                None => BSource::strided(wv, cin, true),
+            };
+            pointwise(xv, b, &fused, &g, (batch, cin, cout), ov, cx);
+            Ok(())
+        }
+        NhwcPath::Taps => {
+            let owned;
+            let taps = match packed.and_then(|pk| pk.taps.as_ref()).filter(|t| t.fits(table)) {
+                Some(t) => t,
+                None => {
+                    owned = PackedTaps::new(table, wv, w.shape)?;
+                    &owned
+                }
+            };
+            let (buf, pack) = cx.scratch.split(conv_taps::scratch_len(&g, cin, cout));
+            let e = TapEpilogue { bias: bv, activation, residual, residual_first: epilogue.residual_first };
+            let io = conv_taps::Io { x: xv, out: ov, channels_last: true };
+            if conv_taps::conv_taps(table, io, taps, &e, &g, (batch, cin, cout), buf, pack) {
+                return Ok(());
+            }
+            // No GEMM kernel that reads A in place: through channels-first.
+            transposed(x, w, bias, epilogue, p, out, cx)
+        }
+        NhwcPath::Transposed => unreachable!("handled above"),
+    }
+}
+
+/// The epilogue of a channels-last convolution, resolved.
+#[derive(Copy, Clone)]
+struct Fused<'a> {
+    bias: Option<&'a [f32]>,
+    activation: Option<ActivationFn>,
+    residual: Option<&'a [f32]>,
+    residual_first: bool,
+}
+
+impl Fused<'_> {
+    /// The residual (if any) and the activation, in the epilogue's order, on
+    /// output elements `offset..offset + part.len()` (the bias is already in).
+    fn finish(&self, part: &mut [f32], offset: usize) {
+        let add = |part: &mut [f32]| {
+            if let Some(r) = self.residual {
+                part.iter_mut().zip(&r[offset..]).for_each(|(o, &v)| *o += v);
+            }
+        };
+        if self.residual_first {
+            add(part);
+        }
+        if let Some(act) = &self.activation {
+            act.apply(part);
+        }
+        if !self.residual_first {
+            add(part);
+        }
+    }
+}
+
+/// The pointwise convolution as one GEMM over the output pixels.
+fn pointwise(
+    x: &[f32],
+    b: BSource<'_>,
+    e: &Fused<'_>,
+    g: &Geometry,
+    (batch, cin, cout): (usize, usize, usize),
+    out: &mut [f32],
+    cx: &mut Context,
+) {
+    let table = cx.table;
+    let [_, ih, iw] = g.input;
+    let [_, oh, ow] = g.output;
+    let (sy, sx) = (g.stride[1], g.stride[2]);
+    let m = batch * oh * ow;
+    let epilogue = Epilogue {
+        bias: e.bias.map_or(Bias::None, Bias::PerCol),
+        activation: e.activation,
+        residual: e.residual.map(|r| (r, cout)),
+        residual_first: e.residual_first,
+        ..Epilogue::default()
+    };
+    if sy == 1 && sx == 1 {
+        let pack = &mut cx.scratch.pack;
+        run_gemm(table, m, cout, cin, ASource::Strided { a: x, lda: cin }, b, out, cout, 0.0, epilogue, pack);
+        return;
+    }
+    // A strided 1×1: the pixels it reads, gathered into rows.
+    let (rows, pack) = cx.scratch.split(m * cin);
+    let threads = if rows.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { pack.threads };
+    threads.for_each_chunk(rows, ow * cin, |r, row| {
+        let (n, oy) = (r / oh, r % oh);
+        let src = &x[(n * ih + oy * sy) * iw * cin..];
+        for (ox, px) in row.chunks_exact_mut(cin).enumerate() {
+            px.copy_from_slice(&src[ox * sx * cin..][..cin]);
+        }
+    });
+    run_gemm(table, m, cout, cin, ASource::Strided { a: rows, lda: cin }, b, out, cout, 0.0, epilogue, pack);
+}
+
+/// One depthwise convolution's operands for the table's row function:
+/// output row `r` (`n = r / OH`, `oy = r % OH`) of `[N·OH, OW·C]`.
+pub(crate) struct DepthwiseRows<'a> {
+    /// The input, `[N, H, W, C]`.
+    pub(crate) x: &'a [f32],
+    /// The weight transposed to `[taps, C]`.
+    pub(crate) taps: &'a [f32],
+    /// `[C]`: the bias, or zeros.
+    pub(crate) bias: &'a [f32],
+    /// `[C]` zeros: what a tap in the padding reads.
+    pub(crate) zeros: &'a [f32],
+    pub(crate) g: &'a Geometry,
+    pub(crate) channels: usize,
+    /// A clamp (ReLU6) applied to each sum in registers, before it is
+    /// stored: the clamp kernel's comparisons, so the same bits as
+    /// clamping the stored row.
+    pub(crate) clamp: Option<(f32, f32)>,
+}
+
+/// The kernel table's channels-last depthwise entry: fills output row `r`.
+pub(crate) type DepthwiseRowFn = fn(&DepthwiseRows<'_>, usize, &mut [f32]);
+
+/// The portable variant.
+pub(crate) fn depthwise_row_generic(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
+    depthwise_row(job, r, row)
+}
+
+/// Channels per register block (an AVX-512 vector; two AVX2 ones).
+const CHANNEL_BLOCK: usize = 16;
+
+/// The row loops, inlined into each ISA's variant (compiled there with
+/// wider vectors enabled). Rust never contracts `a * b + c` into an FMA, so
+/// every variant does the same IEEE operations in the same order.
+#[inline(always)]
+pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
+    let g = job.g;
+    let [_, ih, iw] = g.input;
+    let [_, kh, kw] = g.kernel;
+    let [_, oh, _] = g.output;
+    let c = job.channels;
+    let ksp = kh * kw;
+    let (n, oy) = (r / oh, r % oh);
+    let image = &job.x[n * ih * iw * c..][..ih * iw * c];
+    // The input rows of this output row's taps (None: in the padding),
+    // once per row; no divisions per pixel (they cost more than a
+    // 32-channel pixel's multiply-adds).
+    let mut tap_rows = [None; MAX_DEPTHWISE_TAPS];
+    for (ky, tap_row) in tap_rows.iter_mut().enumerate().take(kh) {
+        // Negative coordinates wrap to huge values and fail the bounds test too.
+        let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+        *tap_row = (iy < ih).then(|| &image[iy * iw * c..][..iw * c]);
+    }
+    let mut srcs: [&[f32]; MAX_DEPTHWISE_TAPS] = [job.zeros; MAX_DEPTHWISE_TAPS];
+    for (ox, px) in row.chunks_exact_mut(c).enumerate() {
+        let mut t = 0;
+        for tap_row in &tap_rows[..kh] {
+            for kx in 0..kw {
+                let ix = (ox * g.stride[2] + kx * g.dil[2]).wrapping_sub(g.pad[2]);
+                srcs[t] = match tap_row {
+                    Some(input) if ix < iw => &input[ix * c..][..c],
+                    _ => job.zeros,
+                };
+                t += 1;
+            }
+        }
+        let srcs = &srcs[..ksp];
+        match c {
+            c if c >= CHANNEL_BLOCK => wide_channels(job, srcs, px),
+            c if c >= 8 => channel_blocks::<8>(job, srcs, px),
+            c if c >= 4 => channel_blocks::<4>(job, srcs, px),
+            _ => channel_blocks::<1>(job, srcs, px),
+        }
+    }
+}
+
+/// At least 16 channels: 64 at a time (four independent vector sums per
+/// tap on AVX-512, eight on AVX2: one sum's chain of adds would leave the
+/// core waiting on each add's latency), then 32 and 16, the last 16 ending
+/// at the last channel (overlapping: a channel computed twice gets the
+/// same bits).
+#[inline(always)]
+fn wide_channels(job: &DepthwiseRows<'_>, srcs: &[&[f32]], px: &mut [f32]) {
+    let c = px.len();
+    let mut c0 = 0;
+    while c - c0 >= 64 {
+        channel_block::<64>(job, srcs, px, c0);
+        c0 += 64;
+    }
+    if c - c0 >= 32 {
+        channel_block::<32>(job, srcs, px, c0);
+        c0 += 32;
+    }
+    if c - c0 >= CHANNEL_BLOCK {
+        channel_block::<CHANNEL_BLOCK>(job, srcs, px, c0);
+        c0 += CHANNEL_BLOCK;
+    }
+    if c0 < c {
+        channel_block::<CHANNEL_BLOCK>(job, srcs, px, c - CHANNEL_BLOCK);
+    }
+}
+
+/// Channels `c0..c0 + B` of one output pixel: the bias, then each tap's
+/// product.
+#[inline(always)]
+fn channel_block<const B: usize>(job: &DepthwiseRows<'_>, srcs: &[&[f32]], px: &mut [f32], c0: usize) {
+    let c = px.len();
+    let mut acc = [0f32; B];
+    acc.copy_from_slice(&job.bias[c0..c0 + B]);
+    for (t, src) in srcs.iter().enumerate() {
+        let w = &job.taps[t * c + c0..][..B];
+        for ((a, &wv), &v) in acc.iter_mut().zip(w).zip(&src[c0..c0 + B]) {
+            *a += wv * v;
+        }
+    }
+    clamp(job, &mut acc);
+    px[c0..c0 + B].copy_from_slice(&acc);
+}
+
+/// The job's clamp, if it has one, as `clamp_f32_in_place` computes it.
+#[inline(always)]
+fn clamp(job: &DepthwiseRows<'_>, acc: &mut [f32]) {
+    if let Some((lo, hi)) = job.clamp {
+        for a in acc.iter_mut() {
+            let x = if *a < lo { lo } else { *a };
+            *a = if x > hi { hi } else { x };
+        }
+    }
+}
+
+/// One output pixel's channels in `B`-wide blocks, the last one ending at
+/// the last channel (overlapping: a channel computed twice gets the same
+/// bits). `px` has at least `B` channels.
+#[inline(always)]
+fn channel_blocks<const B: usize>(job: &DepthwiseRows<'_>, srcs: &[&[f32]], px: &mut [f32]) {
+    let c = px.len();
+    let mut start = 0;
+    while start < c {
+        let c0 = start.min(c - B);
+        let mut acc = [0f32; B];
+        acc.copy_from_slice(&job.bias[c0..c0 + B]);
+        for (t, src) in srcs.iter().enumerate() {
+            let w = &job.taps[t * c + c0..][..B];
+            for ((a, &wv), &v) in acc.iter_mut().zip(w).zip(&src[c0..c0 + B]) {
+                *a += wv * v;
+            }
+        }
+        clamp(job, &mut acc);
+        px[c0..c0 + B].copy_from_slice(&acc);
+        start = c0 + B;
+    }
+}
+
+/// The depthwise convolution (multiplier 1) over output rows shared out to
+/// the threads, then the residual and activation on each finished row.
+#[allow(clippy::too_many_arguments)]
+fn depthwise(
+    x: &[f32],
+    w: &[f32],
+    e: &Fused<'_>,
+    g: &Geometry,
+    batch: usize,
+    c: usize,
+    out: &mut [f32],
+    cx: &mut Context,
+) {
+    let ksp = g.kernel[1] * g.kernel[2];
+    let ow = g.output[2];
+    // Weight rows per tap, the bias (or zeros) and a zero pixel, in scratch.
+    let (buf, pack) = cx.scratch.split((ksp + 2) * c);
+    let (taps, rest) = buf.split_at_mut(ksp * c);
+    let (bias, zeros) = rest.split_at_mut(c);
+    for (ch, wc) in w.chunks_exact(ksp).enumerate() {
+        for (t, &v) in wc.iter().enumerate() {
+            taps[t * c + ch] = v;
+        }
+    }
+    match e.bias {
+        Some(b) => bias.copy_from_slice(b),
+        None => bias.fill(0.0),
+    }
+    zeros.fill(0.0);
+    // Without a residual, a clamp goes into the row loops' registers; the
+    // rest of the epilogue runs on each finished row.
+    let clamp = e.activation.and_then(|a| a.clamp_bounds()).filter(|_| e.residual.is_none());
+    let rest = Fused { bias: None, activation: e.activation.filter(|_| clamp.is_none()), ..*e };
+    let job = DepthwiseRows { x, taps, bias, zeros, g, channels: c, clamp };
+    let run = cx.table.depthwise_nhwc.run;
+    let threads = if out.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { pack.threads };
+    let row_len = ow * c;
+    debug_assert_eq!(out.len(), batch * g.output[1] * row_len);
+    threads.for_each_chunk(out, row_len, |r, row| {
+        run(&job, r, row);
+        rest.finish(row, r * row_len);
+    });
+}
+
+/// The fallback: the channels-first kernel between transpositions in
+/// scratch (input, residual, output), each element computed as there.
+fn transposed(
+    x: TensorRef,
+    w: TensorRef,
+    bias: Option<TensorRef>,
+    epilogue: &TensorEpilogue<'_>,
+    p: &ConvParams,
+    mut out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    let (xs, os) = (nchw(x.shape), nchw(out.shape));
+    let (x_len, o_len) = (x.shape.iter().product::<usize>(), out.shape.iter().product::<usize>());
+    let r_len = if epilogue.residual.is_some() { o_len } else { 0 };
+    // Out of the context's scratch while the kernel below uses it.
+    let mut buf = std::mem::take(&mut cx.scratch.layout);
+    if buf.len() < x_len + r_len + o_len {
+        buf.resize(x_len + r_len + o_len, 0.0);
+    }
+    let (xb, rest) = buf.split_at_mut(x_len);
+    let (rb, rest) = rest.split_at_mut(r_len);
+    let ob = &mut rest[..o_len];
+    nhwc_to_nchw(view::<f32>(K, "x", &x)?, x.shape, xb);
+    let residual = match &epilogue.residual {
+        Some(r) => {
+            nhwc_to_nchw(view::<f32>(K, "residual", r)?, r.shape, rb);
+            Some(TensorRef { dtype: DType::F32, shape: &os, data: bytemuck::cast_slice(&*rb) })
+        }
+        None => None,
+    };
+    let e = TensorEpilogue { residual, ..*epilogue };
+    let xr = TensorRef { dtype: DType::F32, shape: &xs, data: bytemuck::cast_slice(&*xb) };
+    let om = TensorMut { dtype: DType::F32, shape: &os, data: bytemuck::cast_slice_mut(&mut *ob) };
+    let result = conv_fused(xr, w, None, bias, &e, p, om, cx);
+    if result.is_ok() {
+        nchw_to_nhwc(ob, &os, view_mut::<f32>(K, "out", &mut out)?);
+    }
+    cx.scratch.layout = buf;
+    result
+}
+
+/// `[N, H, W, C]` → `[N, C, H, W]`.
+fn nhwc_to_nchw(src: &[f32], shape: &[usize], dst: &mut [f32]) {
+    let (n, h, w, c) = (shape[0], shape[1], shape[2], shape[3]);
+    let hw = h * w;
+    for b in 0..n {
+        let (s, d) = (&src[b * hw * c..][..hw * c], &mut dst[b * hw * c..][..hw * c]);
+        for (p, px) in s.chunks_exact(c).enumerate() {
+            for (ch, &v) in px.iter().enumerate() {
+                d[ch * hw + p] = v;
+            }
+        }
+    }
+}
+
+/// `[N, C, H, W]` (shape given channels-first) → `[N, H, W, C]`.
+fn nchw_to_nhwc(src: &[f32], shape: &[usize; 4], dst: &mut [f32]) {
+    let [n, c, h, w] = *shape;
+    let hw = h * w;
+    for b in 0..n {
+        let (s, d) = (&src[b * hw * c..][..hw * c], &mut dst[b * hw * c..][..hw * c]);
+        for (ch, plane) in s.chunks_exact(hw.max(1)).enumerate() {
+            for (p, &v) in plane.iter().enumerate() {
+                d[p * c + ch] = v;
+            }
+        }
+    }
+}

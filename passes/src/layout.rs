@@ -1,0 +1,137 @@
+//! Channels-last layout for chains of 2-d convolutions (CPU target).
+//!
+//! torch's convolutions are channels-first (`N, C, H, W`); kiln's fastest
+//! convolution kernels read and write pixels as contiguous channel vectors
+//! (`N, H, W, C`: the depthwise loops vectorise over channels, a 1×1
+//! convolution is one GEMM over the pixels, the tap GEMMs need no
+//! transposition). This pass gives every f32 2-d `conv` / `conv_fused` the
+//! channels-last layout and keeps activations channels-last from one
+//! convolution to the next:
+//!
+//! - each convolution becomes a channels-last `conv_fused` (a plain `conv`
+//!   one with an empty epilogue) whose input and residual are the
+//!   channels-last forms of its operands, followed by a `permute` of its
+//!   result back to channels-first for whatever else reads it;
+//! - the channels-last form of a value is the convolution result it was
+//!   permuted from, or else one `permute` of the value (made once, shared by
+//!   every convolution that reads it): the graph's input, a pooling result;
+//! - permutes back that nothing reads any more (a convolution read by
+//!   convolutions only) are left to DCE;
+//! - only convolutions a channels-last kernel runs directly change:
+//!   depthwise, pointwise, and dense ones with at least 32 input channels
+//!   (an RGB stem stays channels-first, see [`MIN_DENSE_CHANNELS`]).
+//!
+//! So transpositions remain only at a run's edges: the model input, and
+//! before ops that stay channels-first (pooling, the classifier's mean and
+//! flatten). Values and results are unchanged: a channels-last convolution
+//! computes each output element with the same operations as the
+//! channels-first kernel (the kernels' tests compare them bit for bit), and
+//! a permute moves bytes. CPU target only (its kernels have the layout).
+
+use crate::rewrite::{rewrite_in_order, Rewrite};
+use crate::{Changed, Options, PassError};
+use kiln_ir::{DType, Epilogue, Graph, Layout, LocId, NodeId, Op, TensorType, ValueId};
+use std::collections::HashMap;
+
+/// `N, C, H, W` → `N, H, W, C`.
+const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+/// `N, H, W, C` → `N, C, H, W`.
+const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+
+pub fn channels_last(g: &mut Graph, opts: &Options) -> Result<Changed, PassError> {
+    crate::check::guard(g, "layout")?;
+    if opts.target.target != crate::Target::Cpu {
+        return Ok(Changed::No);
+    }
+    // The channels-last form of each channels-first value that has one.
+    let mut nhwc: HashMap<ValueId, ValueId> = HashMap::new();
+    rewrite_in_order(g, |g, n| {
+        let Some(conv) = channels_last_op(g, n) else { return Ok(Rewrite::Keep) };
+        let node = g.nodes[n].clone();
+        let residual = match &conv {
+            Op::ConvFused { epilogue, .. } => epilogue.residual_operand(),
+            _ => None,
+        };
+        let inputs: Vec<ValueId> = node
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| if i == 0 || Some(i) == residual { nhwc_of(g, &mut nhwc, v, node.loc) } else { v })
+            .collect();
+        let out_ty = g.ty(node.outputs[0]).clone();
+        let y = g.push(conv, inputs, permuted(&out_ty, &TO_NHWC), node.loc);
+        let back = g.push(Op::Permute { perm: TO_NCHW.to_vec() }, vec![y], out_ty, node.loc);
+        nhwc.insert(back, y);
+        Ok(Rewrite::Replace(vec![back]))
+    })
+}
+
+/// Fewest input channels of a dense convolution wider than 1×1 that goes
+/// channels-last: the kernels' tap GEMMs take 32 or more
+/// (`kiln_kernels`' `conv_taps::MIN_CIN`); with fewer (an RGB stem) the
+/// channels-last kernel would transpose to channels-first and back around
+/// the same im2col, so such a convolution stays channels-first and the
+/// permute comes after it, on its (usually pooled) result.
+const MIN_DENSE_CHANNELS: i64 = 32;
+
+/// The channels-last convolution node `n` becomes, if it is an f32 2-d
+/// channels-first `conv` or `conv_fused` that a channels-last kernel runs
+/// directly: depthwise, pointwise (1×1 without padding) or dense with
+/// enough input channels.
+fn channels_last_op(g: &Graph, n: NodeId) -> Option<Op> {
+    let node = &g.nodes[n];
+    let direct = |padding: &[i64], groups: i64| {
+        let (x, w) = (g.ty(node.inputs[0]), g.ty(node.inputs[1]));
+        let dim = |t: &TensorType, i: usize| t.shape.get(i).and_then(|d| d.as_const());
+        let (cin, cin_g, cout) = (dim(x, 1), dim(w, 1), dim(w, 0));
+        let pointwise = dim(w, 2) == Some(1) && dim(w, 3) == Some(1) && padding.iter().all(|&p| p == 0);
+        let depthwise = cin_g == Some(1) && cin == Some(groups) && cout == Some(groups);
+        depthwise || groups == 1 && (pointwise || cin.is_some_and(|c| c >= MIN_DENSE_CHANNELS))
+    };
+    let f32_2d = |stride: &[i64], padding: &[i64], groups: i64| {
+        stride.len() == 2
+            && node.outputs.len() == 1
+            && node.inputs.iter().take(2).all(|&v| g.ty(v).dtype == DType::F32 && g.ty(v).rank() == 4)
+            && direct(padding, groups)
+    };
+    match &node.op {
+        Op::Conv { stride, padding, dilation, groups } if f32_2d(stride, padding, *groups) => Some(Op::ConvFused {
+            stride: stride.clone(),
+            padding: padding.clone(),
+            dilation: dilation.clone(),
+            groups: *groups,
+            epilogue: Epilogue { bias: node.inputs.len() == 3, ..Epilogue::default() },
+            layout: Layout::ChannelsLast,
+        }),
+        Op::ConvFused { stride, padding, dilation, groups, epilogue, layout: Layout::ChannelsFirst }
+            if f32_2d(stride, padding, *groups) =>
+        {
+            Some(Op::ConvFused {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups: *groups,
+                epilogue: *epilogue,
+                layout: Layout::ChannelsLast,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The channels-last form of `v` (`[N, C, H, W]`): the convolution result
+/// it is the permute of, or one permute of it, made once.
+fn nhwc_of(g: &mut Graph, nhwc: &mut HashMap<ValueId, ValueId>, v: ValueId, loc: Option<LocId>) -> ValueId {
+    if let Some(&y) = nhwc.get(&v) {
+        return y;
+    }
+    let ty = permuted(g.ty(v), &TO_NHWC);
+    let y = g.push(Op::Permute { perm: TO_NHWC.to_vec() }, vec![v], ty, loc);
+    nhwc.insert(v, y);
+    y
+}
+
+/// `ty` with its dims permuted (`out[i] = in[perm[i]]`).
+fn permuted(ty: &TensorType, perm: &[usize; 4]) -> TensorType {
+    TensorType::new(ty.dtype, perm.iter().map(|&p| ty.shape[p].clone()).collect())
+}
