@@ -590,7 +590,8 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
         let def = match *op {
             FusedOp::Scalar { dtype: DType::F32, bits } => (b.c(f32::from_bits(bits as u32)), Ty::F32),
             FusedOp::Scalar { dtype: DType::Bool, bits } => {
-                (b.let_(format_args!("arith.constant {} : i1", bits != 0)), Ty::Bool)
+                // `true`/`false` are i1 already: a `: i1` suffix does not parse.
+                (b.let_(format_args!("arith.constant {}", bits != 0)), Ty::Bool)
             }
             FusedOp::Unary { op: UnaryOp::Not, x } => {
                 let (x, _) = reg(x)?;

@@ -243,6 +243,15 @@ fn binary_compare_where_clamp_cast_and_scalars_match() {
         FusedOp::Cast { to: DType::F32, x: 5 },
     ];
     check_program("bool logic", &bools, &[a.clone(), b.clone()], false, 0);
+    // Bool scalars (lerp's program selects with a constant condition).
+    for bit in [0, 1] {
+        let p = [
+            FusedOp::Scalar { dtype: DType::Bool, bits: bit },
+            FusedOp::Where { cond: 2, a: 0, b: 1 },
+            FusedOp::Binary { op: BinaryOp::Sub, a: 0, b: 3 },
+        ];
+        check_program(&format!("where({bit}, a, b)"), &p, &[a.clone(), b.clone()], false, 0);
+    }
     for (min, max) in [(Some(-1.0), Some(2.5)), (None, Some(0.1)), (Some(0.3), None)] {
         check_program("clamp", &[FusedOp::Clamp { min, max, x: 0 }], std::slice::from_ref(&a), false, 0);
     }
