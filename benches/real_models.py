@@ -14,7 +14,9 @@ For every model it writes <out>/<model>/ with
 Sizes are the ones the issue measured: MLP 512-2048-2048-512 at batch 8,
 ResNet-18 and MobileNetV2 at 224², a BERT-style encoder (4 layers × 256, 4
 heads, seq 128) and a Llama-style decoder (4 layers × 512, 8 heads, 2 KV
-heads — GQA — seq 64).
+heads — GQA — seq 64). EfficientNet-B0 and ConvNeXt-Tiny (224²) are the
+elementwise-heavy CNNs of the native-code benchmark (benches/native.py);
+`elementwise` is that benchmark's group-only model (SiLU, GELU, log1p).
 """
 import argparse
 import os
@@ -65,6 +67,30 @@ def mobilenet_v2():
     return torchvision.models.mobilenet_v2(), (randn(1, 3, 224, 224, seed=3),)
 
 
+def efficientnet_b0():
+    import torchvision
+    return torchvision.models.efficientnet_b0(), (randn(1, 3, 224, 224, seed=6),)
+
+
+def convnext_tiny():
+    import torchvision
+    return torchvision.models.convnext_tiny(), (randn(1, 3, 224, 224, seed=7),)
+
+
+class Elementwise(nn.Module):
+    """Only fused elementwise groups, at EfficientNet's first SiLU size: SiLU
+    as exported (`x·σ(x)`), exact GELU with a residual, `log1p(|x|)·2`."""
+
+    def forward(self, x):
+        a = x * torch.sigmoid(x)
+        b = torch.nn.functional.gelu(a) + x
+        return torch.log1p(b.abs()) * 2.0
+
+
+def elementwise():
+    return Elementwise(), (randn(1, 32, 112, 112, seed=8),)
+
+
 def bert():
     import transformers
     cfg = transformers.BertConfig(
@@ -85,7 +111,8 @@ def llama():
     return model, (token_ids(1, 64, seed=5, vocab=1000),)
 
 
-MODELS = {"mlp": mlp, "resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert": bert, "llama": llama}
+MODELS = {"mlp": mlp, "resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert": bert, "llama": llama,
+          "efficientnet_b0": efficientnet_b0, "convnext_tiny": convnext_tiny, "elementwise": elementwise}
 
 
 def export(name, out: Path):

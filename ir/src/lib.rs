@@ -32,6 +32,9 @@ pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, StateSlot, Ten
 /// The most operands and ops one `Op::Fused` program may have (the fused
 /// kernel's register file).
 pub use kiln_isa::fused::{MAX_FUSED_INPUTS, MAX_FUSED_OPS};
+/// The coefficients of the kernels' vectorised f32 math, which the native
+/// code generator evaluates in the same order (one table, no copies).
+pub use kiln_isa::math;
 pub use op::{text_forms as op_text_forms, OpKind};
 pub use op::{
     Activation, BinaryOp, Epilogue, FusedOp, Layout, LinalgOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region,

@@ -169,8 +169,17 @@ pub fn try_read_numbered(dir: &Path, prefix: &str, bf16: bool) -> Result<Vec<Ten
 /// Compiles a `.pt2` through `compile_file` (the CLI's path) and loads the
 /// artifact; the error names the stage (`compile: …`, `load: …`).
 pub fn try_compile_and_load(pt2: &Path, tag: &str) -> Result<std::sync::Arc<kiln_runtime::Program>, String> {
+    try_compile_and_load_with(pt2, tag, &kiln_compiler::CompileOptions::default())
+}
+
+/// [`try_compile_and_load`] with `opts` (e.g. `--target x86_64`'s).
+pub fn try_compile_and_load_with(
+    pt2: &Path,
+    tag: &str,
+    opts: &kiln_compiler::CompileOptions,
+) -> Result<std::sync::Arc<kiln_runtime::Program>, String> {
     let tmp = temp_path(tag);
-    if let Err(e) = kiln_compiler::compile_file(pt2, &tmp, &kiln_compiler::CompileOptions::default()) {
+    if let Err(e) = kiln_compiler::compile_file(pt2, &tmp, opts) {
         return Err(format!("compile: {}", e.to_string().lines().take(40).collect::<Vec<_>>().join(" | ")));
     }
     let program = kiln_runtime::Program::load(&tmp).map_err(|e| format!("load: {e}"));

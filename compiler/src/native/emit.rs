@@ -6,11 +6,20 @@
 //! The loop body is scalar and branch-free (selects, no calls), so LLVM's
 //! loop vectoriser widens it for the target CPU. Transcendentals are the
 //! CPU kernels' own polynomials (`kernels/src/x86_64/avx2/math.rs`) written
-//! out in arith ops — the same constants and operation order, FMA where the
-//! kernels use one (`llvm.intr.fmuladd`: fused where the CPU level has FMA,
-//! never a libm call) — so accuracy matches and the object needs no symbols.
-//! Anything else returns [`Unsupported`] and the group stays portable.
+//! out in arith ops — the same coefficient tables (`kiln_isa::math`, through
+//! `kiln_ir::math`) and operation order, FMA where the kernels use one
+//! (`llvm.intr.fmuladd`: fused where the CPU level has FMA, never a libm
+//! call) — so accuracy matches and the object needs no symbols. The ops the
+//! kernels take from libm (log and its kin) are Cephes-style polynomials
+//! here, within 1–3 ulp of libm (bounds at each function); rounding ops are
+//! exact integer-conversion sequences (LLVM would call `floorf` on CPUs
+//! without SSE4.1). Anything else returns [`Unsupported`] and the group
+//! stays portable.
 
+use kiln_ir::math::{
+    ERFC_EXPONENT_POLY, ERFC_TAIL_POLY, ERFC_ZERO, ERF_SMALL_POLY, ERF_SPLIT, EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO,
+    EXP_POLY, GELU_TANH_CUBIC, LOG_POLY, LOG_SQRT_HALF, SQRT_2_OVER_PI, TANH_POLY, TANH_SMALL,
+};
 use kiln_ir::{BinaryOp, DType, FusedOp, UnaryOp};
 use kiln_runtime::native::InputMode;
 use std::fmt::Write;
@@ -32,10 +41,8 @@ struct Body {
     next: usize,
 }
 
-/// Where erf switches from its odd polynomial to `1 − exp(q(|x|))` (the kernels' value).
-const ERF_SPLIT: f32 = 0.927_734_4;
-/// Where GELU's left tail is 0 in f32 (the kernels' value).
-const ERFC_ZERO: f32 = 10.2;
+/// 2²³: every f32 at least this large is an integer.
+const TWO_23: f32 = 8_388_608.0;
 
 impl Body {
     fn let_(&mut self, rhs: impl std::fmt::Display) -> String {
@@ -119,10 +126,10 @@ impl Body {
 
     /// exp(x) as `(a, s)` with `exp(x) = a·s`: `exp_parts` of the AVX2 kernels.
     fn exp_parts(&mut self, x: &str) -> (String, String) {
-        let lo = self.c(-110.0);
+        let lo = self.c(EXP_LO);
         let gt = self.cmp("ogt", x, &lo);
         let xc = self.select(&gt, x, &lo);
-        let hi = self.c(88.8);
+        let hi = self.c(EXP_HI);
         let lt = self.cmp("olt", &xc, &hi);
         let xc = self.select(&lt, &xc, &hi);
         let log2e = self.c(std::f32::consts::LOG2_E);
@@ -132,11 +139,11 @@ impl Body {
         let shifted = self.add(&t, &magic);
         let n = self.sub(&shifted, &magic);
         let nn = self.neg(&n);
-        let c1 = self.c(0.693_359_4);
+        let c1 = self.c(EXP_LN2_HI);
         let r = self.fma(&nn, &c1, &xc);
-        let c2 = self.c(-2.121_944_4e-4);
+        let c2 = self.c(EXP_LN2_LO);
         let r = self.fma(&nn, &c2, &r);
-        let p = self.horner(&r, &[1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5]);
+        let p = self.horner(&r, &EXP_POLY);
         let rr = self.mul(&r, &r);
         let small = self.fma(&p, &rr, &r);
         let one = self.c(1.0);
@@ -169,7 +176,7 @@ impl Body {
     fn tanh(&mut self, x: &str) -> String {
         let ax = self.abs(x);
         let z = self.mul(x, x);
-        let p = self.horner(&z, &[-5.704_988_7e-3, 2.063_909e-2, -5.373_971_6e-2, 0.133_314_42, -0.333_332_8]);
+        let p = self.horner(&z, &TANH_POLY);
         let pz = self.mul(&p, &z);
         let small = self.fma(&pz, &ax, &ax);
         let two_ax = self.add(&ax, &ax);
@@ -179,18 +186,18 @@ impl Body {
         let two = self.c(2.0);
         let q = self.div(&two, &e1);
         let large = self.sub(&one, &q);
-        let is_small = self.cmp_c("olt", &ax, 0.625);
+        let is_small = self.cmp_c("olt", &ax, TANH_SMALL);
         let t = self.select(&is_small, &small, &large);
         self.let_(format_args!("math.copysign {t}, {x} : f32"))
     }
 
     fn gelu_tanh(&mut self, x: &str) -> String {
         let x2 = self.mul(x, x);
-        let k = self.c(0.044_715);
+        let k = self.c(GELU_TANH_CUBIC);
         let kx2 = self.mul(&k, &x2);
         let inner = self.fma(&kx2, x, x);
         let a_inner = self.abs(&inner);
-        let m2 = self.c(-2.0f32 * 0.797_884_6f32);
+        let m2 = self.c(-2.0f32 * SQRT_2_OVER_PI);
         let m2z = self.mul(&a_inner, &m2);
         let (a, s) = self.exp_parts(&m2z);
         let one = self.c(1.0);
@@ -199,7 +206,7 @@ impl Body {
         let xa = self.mul(x, &a);
         let q = self.div(&xa, &denom);
         let neg = self.mul(&q, &s);
-        let tiny = self.cmp_c("olt", &m2z, -110.0);
+        let tiny = self.cmp_c("olt", &m2z, EXP_LO);
         let mzero = self.c(-0.0);
         let neg = self.select(&tiny, &mzero, &neg);
         let below = self.cmp_c("olt", x, 0.0);
@@ -210,20 +217,20 @@ impl Body {
     /// erf on |x| ≤ `ERF_SPLIT`: `x + x·P(x²)` (the kernels' `erf_small_ps`).
     fn erf_small(&mut self, x: &str) -> String {
         let s = self.mul(x, x);
-        let r = self
-            .horner(&s, &[-5.967_617e-4, 4.991_194_2e-3, -2.676_813_5e-2, 0.112_819_925, -0.376_125_34, 0.128_379_17]);
+        let r = self.horner(&s, &ERF_SMALL_POLY);
         self.fma(&r, x, x)
     }
 
     /// `q` with `erfc(t) = exp(q)` for t ≥ `ERF_SPLIT` (`erfc_exponent_ps`).
     fn erfc_exponent(&mut self, t: &str) -> String {
         let s = self.mul(t, t);
-        let c0 = self.c(-1.728_534_7e-5);
-        let r = self.fma_c(&c0, t, 3.831_971_3e-4);
-        let c1 = self.c(-3.883_964_4e-3);
-        let u = self.fma_c(&c1, t, 2.425_462_2e-2);
+        let [c0, c1, c2, c3, rest @ ..] = ERFC_EXPONENT_POLY;
+        let c0 = self.c(c0);
+        let r = self.fma_c(&c0, t, c1);
+        let c2 = self.c(c2);
+        let u = self.fma_c(&c2, t, c3);
         let mut r = self.fma(&r, &s, &u);
-        for c in [-0.106_777_88, -0.634_846_7, -0.128_717_51] {
+        for c in rest {
             r = self.fma_c(&r, t, c);
         }
         let nt = self.neg(t);
@@ -251,20 +258,7 @@ impl Body {
         let tm = self.sub(t, &two);
         let tp = self.add(t, &two);
         let q = self.div(&tm, &tp);
-        let p = self.horner(
-            &q,
-            &[
-                -1.523_607_8e-3,
-                1.122_186_5e-3,
-                8.759_447e-3,
-                -8.015_458e-3,
-                -5.422_427_5e-2,
-                0.164_050_3,
-                -0.166_030_26,
-                -9.276_381e-2,
-                1.276_978_4,
-            ],
-        );
+        let p = self.horner(&q, &ERFC_TAIL_POLY);
         let d = self.fma_c(&two, t, 1.0);
         let r = self.div(&p, &d);
         let nsq = self.neg(sq);
@@ -315,6 +309,200 @@ impl Body {
         self.select(&ninf, &qnan, &g)
     }
 
+    fn ci_select(&mut self, cond: &str, a: i32, b: i32) -> String {
+        let (a, b) = (self.ci(a), self.ci(b));
+        self.let_(format_args!("arith.select {cond}, {a}, {b} : i32"))
+    }
+
+    fn copysign(&mut self, t: &str, x: &str) -> String {
+        self.let_(format_args!("math.copysign {t}, {x} : f32"))
+    }
+
+    /// `(e, y, f)` with `ln x ≈ e·ln2 + f + y` for finite x > 0 (Cephes'
+    /// logf): `x = 2^e·(1 + f)` with `1 + f ∈ [√½, √2)` (subnormals scaled by
+    /// 2²³ first; `f` exact), `y = f³·P(f) − f²/2`. `e` is an f32 register.
+    fn log_parts(&mut self, x: &str) -> (String, String, String) {
+        let tiny = self.cmp_c("olt", x, f32::MIN_POSITIVE);
+        let scale = self.c(TWO_23);
+        let scaled = self.mul(x, &scale);
+        let xs = self.select(&tiny, &scaled, x);
+        let bits = self.let_(format_args!("arith.bitcast {xs} : f32 to i32"));
+        let c23 = self.ci(23);
+        let biased = self.let_(format_args!("arith.shrsi {bits}, {c23} : i32"));
+        // The exponent with the mantissa in [0.5, 1), less the scaling.
+        let c126 = self.ci(126);
+        let e = self.let_(format_args!("arith.subi {biased}, {c126} : i32"));
+        let adj = self.ci_select(&tiny, 23, 0);
+        let e = self.let_(format_args!("arith.subi {e}, {adj} : i32"));
+        let mask = self.ci(0x007F_FFFF);
+        let half = self.ci(0x3F00_0000);
+        let mb = self.let_(format_args!("arith.andi {bits}, {mask} : i32"));
+        let mb = self.let_(format_args!("arith.ori {mb}, {half} : i32"));
+        let m = self.let_(format_args!("arith.bitcast {mb} : i32 to f32"));
+        let small = self.cmp_c("olt", &m, LOG_SQRT_HALF);
+        let dec = self.ci_select(&small, 1, 0);
+        let e = self.let_(format_args!("arith.subi {e}, {dec} : i32"));
+        let ef = self.let_(format_args!("arith.sitofp {e} : i32 to f32"));
+        // f = m − 1, or 2m − 1 below √½ (both exact).
+        let one = self.c(1.0);
+        let mm1 = self.sub(&m, &one);
+        let zero = self.c(0.0);
+        let extra = self.select(&small, &m, &zero);
+        let f = self.add(&mm1, &extra);
+        let z = self.mul(&f, &f);
+        let p = self.horner(&f, &LOG_POLY);
+        let pf = self.mul(&p, &f);
+        let y = self.mul(&pf, &z);
+        (ef, y, f)
+    }
+
+    /// The special cases of a logarithm: NaN stays, x < 0 is NaN, ±0 is
+    /// −inf, +inf is +inf; `r` elsewhere.
+    fn log_specials(&mut self, x: &str, r: &str) -> String {
+        let inf = self.cmp_c("oeq", x, f32::INFINITY);
+        let g = self.select(&inf, x, r);
+        let zero = self.cmp_c("oeq", x, 0.0);
+        let ninf = self.c(f32::NEG_INFINITY);
+        let g = self.select(&zero, &ninf, &g);
+        let neg = self.cmp_c("olt", x, 0.0);
+        let qnan = self.c(f32::NAN);
+        let g = self.select(&neg, &qnan, &g);
+        let nan = self.is_nan(x);
+        self.select(&nan, x, &g)
+    }
+
+    /// ln x, `e·ln2 + (f + y)` with ln2 split as exp's Cody–Waite pair.
+    /// Exhaustively ≤ 1 ulp from glibc's logf, with or without FMA.
+    fn log(&mut self, x: &str) -> String {
+        let (e, y, f) = self.log_parts(x);
+        let lo = self.c(EXP_LN2_LO);
+        let y = self.fma(&e, &lo, &y);
+        let mhalf = self.c(-0.5);
+        let z = self.mul(&f, &f);
+        let y = self.fma(&z, &mhalf, &y);
+        let r = self.add(&f, &y);
+        let hi = self.c(EXP_LN2_HI);
+        let r = self.fma(&e, &hi, &r);
+        self.log_specials(x, &r)
+    }
+
+    /// ln of the mantissa, `f + y − f²/2`, unrounded as `(f, y')`.
+    fn log_mantissa(&mut self, x: &str) -> (String, String, String) {
+        let (e, y, f) = self.log_parts(x);
+        let mhalf = self.c(-0.5);
+        let z = self.mul(&f, &f);
+        let y = self.fma(&z, &mhalf, &y);
+        (e, y, f)
+    }
+
+    /// log₂ x = e + (f + y)·log₂e, log₂e split so the large term `f·log₂e`
+    /// is rounded once: exact at powers of two; ≤ 1 ulp from libm with FMA,
+    /// ≤ 2 without (sampled over every 61st f32).
+    fn log2(&mut self, x: &str) -> String {
+        let (e, y, f) = self.log_mantissa(x);
+        let r = self.add(&f, &y);
+        let l2e = self.c(std::f32::consts::LOG2_E);
+        let l2e_lo = self.c((std::f64::consts::LOG2_E - std::f32::consts::LOG2_E as f64) as f32);
+        let yl = self.mul(&y, &l2e);
+        let t = self.fma(&r, &l2e_lo, &yl);
+        let t = self.fma(&f, &l2e, &t);
+        let r = self.add(&t, &e);
+        self.log_specials(x, &r)
+    }
+
+    /// log₁₀ x = e·log₁₀2 + (f + y)·log₁₀e, log₁₀2 split so `e·hi` is exact:
+    /// ≤ 2 ulp from libm (sampled over every 61st f32).
+    fn log10(&mut self, x: &str) -> String {
+        const LOG10_2_HI: f32 = f32::from_bits(0x3E9A_2000);
+        let (e, y, f) = self.log_mantissa(x);
+        let r = self.add(&f, &y);
+        let lo = self.c((std::f64::consts::LOG10_2 - LOG10_2_HI as f64) as f32);
+        let elo = self.mul(&e, &lo);
+        let l10e = self.c(std::f32::consts::LOG10_E);
+        let t = self.fma(&r, &l10e, &elo);
+        let hi = self.c(LOG10_2_HI);
+        let r = self.fma(&e, &hi, &t);
+        self.log_specials(x, &r)
+    }
+
+    /// ln(1 + x) by Goldberg's `ln(u)·x/(u − 1)`, `u = 1 + x` (x where
+    /// `u − 1` is 0; `+inf` stays): ≤ 2 ulp from libm (sampled).
+    fn log1p(&mut self, x: &str) -> String {
+        let one = self.c(1.0);
+        let u = self.add(&one, x);
+        let d = self.sub(&u, &one);
+        let lu = self.log(&u);
+        let q = self.div(x, &d);
+        let r = self.mul(&lu, &q);
+        let exact = self.cmp_c("oeq", &d, 0.0);
+        let r = self.select(&exact, x, &r);
+        let inf = self.cmp_c("oeq", x, f32::INFINITY);
+        self.select(&inf, x, &r)
+    }
+
+    /// eˣ − 1: `e^x − 1` for |x| ≥ ½ (no cancellation), Kahan's
+    /// `(u − 1)·x / ln u` (`u = e^x`, x where `u` is 1) below: ≤ 3 ulp from
+    /// libm (sampled).
+    fn expm1(&mut self, x: &str) -> String {
+        let u = self.exp(x);
+        let one = self.c(1.0);
+        let um1 = self.sub(&u, &one);
+        let lu = self.log(&u);
+        let num = self.mul(&um1, x);
+        let k = self.div(&num, &lu);
+        let exact = self.cmp_c("oeq", &um1, 0.0);
+        let k = self.select(&exact, x, &k);
+        let ax = self.abs(x);
+        let near0 = self.cmp_c("olt", &ax, 0.5);
+        self.select(&near0, &k, &um1)
+    }
+
+    /// A rounding op (floor, ceil, trunc, round-half-even), exact: through
+    /// an i32 conversion below 2²³ (every larger f32, inf and NaN is its
+    /// own result), x's sign put back so that −0.5 gives −0 as libm does.
+    fn round_op(&mut self, op: UnaryOp, x: &str) -> String {
+        let ax = self.abs(x);
+        let small = self.cmp_c("olt", &ax, TWO_23);
+        let r = if op == UnaryOp::Round {
+            // Adding 2²³ rounds |x| to an integer, ties to even.
+            let big = self.c(TWO_23);
+            let s = self.add(&ax, &big);
+            self.sub(&s, &big)
+        } else {
+            // The conversion only sees values it can hold.
+            let zero = self.c(0.0);
+            let xc = self.select(&small, x, &zero);
+            let i = self.let_(format_args!("arith.fptosi {xc} : f32 to i32"));
+            let t = self.let_(format_args!("arith.sitofp {i} : i32 to f32"));
+            let one = self.c(1.0);
+            match op {
+                UnaryOp::Floor => {
+                    let above = self.cmp("ogt", &t, &xc);
+                    let t1 = self.sub(&t, &one);
+                    self.select(&above, &t1, &t)
+                }
+                UnaryOp::Ceil => {
+                    let below = self.cmp("olt", &t, &xc);
+                    let t1 = self.add(&t, &one);
+                    self.select(&below, &t1, &t)
+                }
+                _ => t,
+            }
+        };
+        let r = self.copysign(&r, x);
+        self.select(&small, &r, x)
+    }
+
+    /// 1 for x > 0, −1 for x < 0, x itself for ±0 and NaN.
+    fn sign(&mut self, x: &str) -> String {
+        let zero = self.c(0.0);
+        let (one, mone) = (self.c(1.0), self.c(-1.0));
+        let lt = self.cmp("olt", x, &zero);
+        let r = self.select(&lt, &mone, x);
+        let gt = self.cmp("ogt", x, &zero);
+        self.select(&gt, &one, &r)
+    }
+
     fn unary(&mut self, op: UnaryOp, x: &str) -> Result<String, Unsupported> {
         Ok(match op {
             UnaryOp::Neg => self.neg(x),
@@ -347,6 +535,13 @@ impl Body {
             UnaryOp::GeluTanh => self.gelu_tanh(x),
             UnaryOp::Erf => self.erf(x),
             UnaryOp::Gelu => self.gelu(x),
+            UnaryOp::Log => self.log(x),
+            UnaryOp::Log2 => self.log2(x),
+            UnaryOp::Log10 => self.log10(x),
+            UnaryOp::Log1p => self.log1p(x),
+            UnaryOp::Expm1 => self.expm1(x),
+            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Trunc | UnaryOp::Round => self.round_op(op, x),
+            UnaryOp::Sign => self.sign(x),
             other => return Err(Unsupported(format!("unary {other}"))),
         })
     }
@@ -395,7 +590,8 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
         let def = match *op {
             FusedOp::Scalar { dtype: DType::F32, bits } => (b.c(f32::from_bits(bits as u32)), Ty::F32),
             FusedOp::Scalar { dtype: DType::Bool, bits } => {
-                (b.let_(format_args!("arith.constant {} : i1", bits != 0)), Ty::Bool)
+                // `true`/`false` are i1 already: a `: i1` suffix does not parse.
+                (b.let_(format_args!("arith.constant {}", bits != 0)), Ty::Bool)
             }
             FusedOp::Unary { op: UnaryOp::Not, x } => {
                 let (x, _) = reg(x)?;

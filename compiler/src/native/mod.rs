@@ -72,6 +72,7 @@ mod codegen {
     use kiln_ir::DType;
     use kiln_runtime::format::{DimRef, InstrOp, Kernel, Plan};
     use kiln_runtime::native::{broadcast_of, InputMode, LoadedObject, NativeFunction, NativeLevel, NativeSection};
+    use std::collections::HashMap;
 
     fn static_dims(shape: &[DimRef]) -> Option<Vec<usize>> {
         shape
@@ -84,24 +85,35 @@ mod codegen {
     }
 
     /// Turns the plan's eligible fused calls into native calls and returns
-    /// the native section (None when no group qualified).
+    /// the native section (None when no group qualified). Calls with the
+    /// same program and operand modes share one function (a CNN repeats its
+    /// SiLU group per layer): LLVM's time grows with the module.
     pub fn compile_plan(plan: &mut Plan, target: &NativeTarget) -> Result<Option<NativeSection>, String> {
         let mut funcs = String::new();
         let mut functions = Vec::new();
         let mut calls = Vec::new();
+        // The function text under a fixed name → its function index.
+        let mut seen: HashMap<String, u32> = HashMap::new();
         for (i, instr) in plan.instrs.iter().enumerate() {
             let InstrOp::Call(Kernel::Fused { program }) = &instr.op else { continue };
             let Some(modes) = input_modes(plan, &instr.inputs, &instr.outputs) else { continue };
+            let Ok(key) = program_to_mlir("f", program, &modes) else { continue };
+            if let Some(&f) = seen.get(&key) {
+                calls.push((i, f));
+                continue;
+            }
             let symbol = format!("kiln_fused_{}", functions.len());
             let Ok(text) = program_to_mlir(&symbol, program, &modes) else { continue };
             funcs.push_str(&text);
+            let f = functions.len() as u32;
+            seen.insert(key, f);
             functions.push(NativeFunction {
                 symbol,
                 input_dtypes: vec![DType::F32; modes.len()],
                 inputs: modes,
                 output_dtype: DType::F32,
             });
-            calls.push(i);
+            calls.push((i, f));
         }
         if functions.is_empty() {
             return Ok(None);
@@ -115,11 +127,11 @@ mod codegen {
                 .map_err(|e| format!("the {level} object is not loadable (compiler bug): {e}"))?;
             levels.push(NativeLevel { arch: target.arch, level: level.clone(), object });
         }
-        for (function, &i) in calls.iter().enumerate() {
+        for &(i, function) in &calls {
             let instr = &mut plan.instrs[i];
             if let InstrOp::Call(Kernel::Fused { program }) = &mut instr.op {
                 let program = std::mem::take(program);
-                instr.op = InstrOp::Native { function: function as u32, program };
+                instr.op = InstrOp::Native { function, program };
             }
         }
         Ok(Some(NativeSection { functions, levels }))

@@ -125,6 +125,18 @@ fn every_unary_op_matches_the_portable_kernel() {
         (UnaryOp::GeluTanh, 4),
         (UnaryOp::Erf, 2),
         (UnaryOp::Gelu, 4),
+        // The libm ops (bounds from exhaustive/sampled scans of the emitted
+        // algorithms against glibc; see compiler/src/native/emit.rs).
+        (UnaryOp::Log, 1),
+        (UnaryOp::Log2, 2),
+        (UnaryOp::Log10, 2),
+        (UnaryOp::Log1p, 2),
+        (UnaryOp::Expm1, 3),
+        (UnaryOp::Floor, 0),
+        (UnaryOp::Ceil, 0),
+        (UnaryOp::Trunc, 0),
+        (UnaryOp::Round, 0),
+        (UnaryOp::Sign, 0),
     ];
     for (op, ulps) in ops {
         for scale in [1.0, 12.0] {
@@ -137,6 +149,71 @@ fn every_unary_op_matches_the_portable_kernel() {
             check_program_levels(&format!("{op} (scale {scale})"), &p, &[x], false, ulps, baseline);
         }
     }
+}
+
+/// Positive values over every binade (subnormals included), values near 1
+/// and near 0 (where log1p and expm1 must not cancel), the special ones, and
+/// their negations.
+fn log_values(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<f32> {
+    let special = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1.0, -1.0, 2.0, 8.0, 0.5, 1e-45, 3e-39];
+    (0..n)
+        .map(|i| {
+            if i < special.len() {
+                return special[i];
+            }
+            let v = match i % 4 {
+                // Any finite positive f32 (uniform over the bit patterns).
+                0 => f32::from_bits(rng.gen_range(1..0x7F80_0000u32)),
+                1 => 1.0 + (rng.gen::<f32>() - 0.5) * 1e-3,
+                2 => (rng.gen::<f32>() - 0.5) * 2f32.powi(-rng.gen_range(1..40)),
+                _ => rng.gen::<f32>() * 100.0,
+            };
+            if i % 7 == 0 {
+                -v
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn log_family_and_rounding_match_over_every_binade() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let x = log_values(&mut rng, 4 * N);
+    for (op, ulps) in
+        [(UnaryOp::Log, 1), (UnaryOp::Log2, 2), (UnaryOp::Log10, 2), (UnaryOp::Log1p, 2), (UnaryOp::Expm1, 3)]
+    {
+        let p = [FusedOp::Unary { op, x: 0 }];
+        check_program(&format!("{op}"), &p, std::slice::from_ref(&x), false, ulps);
+    }
+    // Halves (ties), values just off integers, ±0, and past 2²³ where every
+    // f32 is an integer.
+    let mut r: Vec<f32> = (0..N)
+        .map(|i| match i % 4 {
+            0 => (rng.gen_range(-40i32..40) as f32) * 0.5,
+            1 => rng.gen_range(-5.0f32..5.0),
+            2 => rng.gen_range(-1.0f32..1.0) * 2f32.powi(rng.gen_range(0..30)),
+            _ => f32::from_bits(rng.gen_range(0..0x4B80_0000u32)) * if i % 8 == 3 { -1.0 } else { 1.0 },
+        })
+        .collect();
+    r[..8].copy_from_slice(&[0.0, -0.0, -0.5, 0.5, 8_388_607.5, -8_388_608.0, f32::NAN, f32::NEG_INFINITY]);
+    for op in [UnaryOp::Floor, UnaryOp::Ceil, UnaryOp::Trunc, UnaryOp::Round, UnaryOp::Sign] {
+        let p = [FusedOp::Unary { op, x: 0 }];
+        check_program_bits(&format!("{op}"), &p, std::slice::from_ref(&r));
+    }
+}
+
+/// [`check_program`] with bit equality (the sign of zero included).
+fn check_program_bits(what: &str, program: &[FusedOp], inputs: &[Vec<f32>]) {
+    check_program(what, program, inputs, false, 0);
+    // 1 / r tells −0 from +0 (−inf vs +inf).
+    let mut p = program.to_vec();
+    let r = (inputs.len() + p.len() - 1) as u32;
+    p.push(FusedOp::Scalar { dtype: DType::F32, bits: 1f32.to_bits() as u64 });
+    p.push(FusedOp::Binary { op: BinaryOp::Div, a: r + 1, b: r });
+    check_program(&format!("{what} (1/r)"), &p, inputs, false, 0);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -166,6 +243,15 @@ fn binary_compare_where_clamp_cast_and_scalars_match() {
         FusedOp::Cast { to: DType::F32, x: 5 },
     ];
     check_program("bool logic", &bools, &[a.clone(), b.clone()], false, 0);
+    // Bool scalars (lerp's program selects with a constant condition).
+    for bit in [0, 1] {
+        let p = [
+            FusedOp::Scalar { dtype: DType::Bool, bits: bit },
+            FusedOp::Where { cond: 2, a: 0, b: 1 },
+            FusedOp::Binary { op: BinaryOp::Sub, a: 0, b: 3 },
+        ];
+        check_program(&format!("where({bit}, a, b)"), &p, &[a.clone(), b.clone()], false, 0);
+    }
     for (min, max) in [(Some(-1.0), Some(2.5)), (None, Some(0.1)), (Some(0.3), None)] {
         check_program("clamp", &[FusedOp::Clamp { min, max, x: 0 }], std::slice::from_ref(&a), false, 0);
     }
@@ -185,7 +271,7 @@ fn binary_compare_where_clamp_cast_and_scalars_match() {
 #[test]
 fn unsupported_ops_are_refused_not_miscompiled() {
     for p in [
-        vec![FusedOp::Unary { op: UnaryOp::Log, x: 0 }],
+        vec![FusedOp::Unary { op: UnaryOp::Sin, x: 0 }],
         vec![FusedOp::Binary { op: BinaryOp::Pow, a: 0, b: 0 }],
         vec![FusedOp::Cast { to: DType::F16, x: 0 }],
         vec![FusedOp::Binary { op: BinaryOp::Gt, a: 0, b: 0 }],

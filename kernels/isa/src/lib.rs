@@ -15,6 +15,7 @@ mod code;
 mod dtype;
 pub mod epilogue;
 pub mod fused;
+pub mod math;
 pub mod opcode;
 mod selectors;
 

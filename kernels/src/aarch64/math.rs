@@ -13,6 +13,10 @@
 //! NEON is baseline on aarch64; the `unsafe fn`s here are unsafe only
 //! because the intrinsics are declared so on older compilers.
 
+use kiln_isa::math::{
+    ERFC_EXPONENT_POLY, ERFC_TAIL_POLY, ERFC_ZERO, ERF_SMALL_POLY, ERF_SPLIT, EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO,
+    EXP_POLY, GELU_TANH_CUBIC, SQRT_2_OVER_PI, TANH_POLY, TANH_SMALL,
+};
 use std::arch::aarch64::*;
 
 const LANES: usize = 4;
@@ -54,6 +58,16 @@ unsafe fn splat(v: f32) -> float32x4_t {
     vdupq_n_f32(v)
 }
 
+/// Horner's rule from the highest coefficient, one FMA per step.
+#[inline(always)]
+unsafe fn horner(x: float32x4_t, coeffs: &[f32]) -> float32x4_t {
+    let mut p = splat(coeffs[0]);
+    for &c in &coeffs[1..] {
+        p = fma(p, x, splat(c));
+    }
+    p
+}
+
 /// exp(x): Cody–Waite reduction, Cephes' degree-5 polynomial, 2^n applied
 /// as two halves (see the AVX2 `exp_ps`).
 #[inline(always)]
@@ -69,16 +83,11 @@ unsafe fn exp_parts(x: float32x4_t) -> (float32x4_t, float32x4_t) {
     // The clamp changes no result and keeps both halves of 2^n normal.
     // FMAXNM/FMINNM return the number for a NaN lane (as x86's max/min
     // return their second operand); NaN is put back by the caller.
-    let xc = vminnmq_f32(vmaxnmq_f32(x, splat(-110.0)), splat(88.8));
+    let xc = vminnmq_f32(vmaxnmq_f32(x, splat(EXP_LO)), splat(EXP_HI));
     let n = vrndnq_f32(vmulq_f32(xc, splat(std::f32::consts::LOG2_E)));
-    let r = fnma(n, splat(0.693_359_4), xc);
-    let r = fnma(n, splat(-2.121_944_4e-4), r);
-    let mut p = splat(1.987_569_1e-4);
-    p = fma(p, r, splat(1.398_199_9e-3));
-    p = fma(p, r, splat(8.333_452e-3));
-    p = fma(p, r, splat(4.166_579_6e-2));
-    p = fma(p, r, splat(0.166_666_65));
-    p = fma(p, r, splat(0.5));
+    let r = fnma(n, splat(EXP_LN2_HI), xc);
+    let r = fnma(n, splat(EXP_LN2_LO), r);
+    let p = horner(r, &EXP_POLY);
     let y = vaddq_f32(fma(p, vmulq_f32(r, r), r), splat(1.0));
     let ni = vcvtnq_s32_f32(n);
     let n1 = vshrq_n_s32::<1>(ni);
@@ -89,32 +98,24 @@ unsafe fn exp_parts(x: float32x4_t) -> (float32x4_t, float32x4_t) {
     (vmulq_f32(y, s1), s2)
 }
 
-/// Where erf switches from its odd polynomial to `1 - exp(q(|x|))`.
-const ERF_SPLIT: f32 = 0.927_734_4;
-
 /// erf on |x| ≤ [`ERF_SPLIT`]: `x + x·P(x²)`.
 #[inline(always)]
 unsafe fn erf_small_v(x: float32x4_t) -> float32x4_t {
     let s = vmulq_f32(x, x);
-    let mut r = splat(-5.967_617e-4);
-    r = fma(r, s, splat(4.991_194_2e-3));
-    r = fma(r, s, splat(-2.676_813_5e-2));
-    r = fma(r, s, splat(0.112_819_925));
-    r = fma(r, s, splat(-0.376_125_34));
-    r = fma(r, s, splat(0.128_379_17));
-    fma(r, x, x)
+    fma(horner(s, &ERF_SMALL_POLY), x, x)
 }
 
 /// The exponent `q` with `erfc(t) = exp(q)` for t = |x| ≥ [`ERF_SPLIT`].
 #[inline(always)]
 unsafe fn erfc_exponent_v(t: float32x4_t) -> float32x4_t {
+    let [c0, c1, c2, c3, rest @ ..] = ERFC_EXPONENT_POLY;
     let s = vmulq_f32(t, t);
-    let r = fma(splat(-1.728_534_7e-5), t, splat(3.831_971_3e-4));
-    let u = fma(splat(-3.883_964_4e-3), t, splat(2.425_462_2e-2));
+    let r = fma(splat(c0), t, splat(c1));
+    let u = fma(splat(c2), t, splat(c3));
     let mut r = fma(r, s, u);
-    r = fma(r, t, splat(-0.106_777_88));
-    r = fma(r, t, splat(-0.634_846_7));
-    r = fma(r, t, splat(-0.128_717_51));
+    for c in rest {
+        r = fma(r, t, splat(c));
+    }
     fma(r, t, vnegq_f32(t))
 }
 
@@ -135,27 +136,12 @@ unsafe fn erfc_tail_parts(t: float32x4_t, sq: float32x4_t, err: float32x4_t) -> 
     let one = splat(1.0);
     let two = splat(2.0);
     let q = vdivq_f32(vsubq_f32(t, two), vaddq_f32(t, two));
-    let mut p = splat(-1.523_607_8e-3);
-    for c in [
-        1.122_186_5e-3,
-        8.759_447e-3,
-        -8.015_458e-3,
-        -5.422_427_5e-2,
-        0.164_050_3,
-        -0.166_030_26,
-        -9.276_381e-2,
-        1.276_978_4,
-    ] {
-        p = fma(p, q, splat(c));
-    }
+    let p = horner(q, &ERFC_TAIL_POLY);
     let r = vdivq_f32(p, fma(two, t, one));
     let (a, scale) = exp_parts(vnegq_f32(sq));
     let a = fnma(a, err, a);
     (vmulq_f32(r, a), scale)
 }
-
-/// Where the left tail of GELU is 0 in f32.
-const ERFC_ZERO: f32 = 10.2;
 
 /// Exact GELU, `x · Φ(x)`: through erf near 0 and on the right, through a
 /// full-precision erfc on the left tail (see the AVX2 `gelu_ps`).
@@ -187,13 +173,13 @@ unsafe fn minus_inf_is_nan(x: float32x4_t, g: float32x4_t) -> float32x4_t {
 #[inline(always)]
 unsafe fn gelu_tanh_v(x: float32x4_t) -> float32x4_t {
     let x2 = vmulq_f32(x, x);
-    let inner = fma(vmulq_f32(splat(0.044_715), x2), x, x);
-    let m2z = vmulq_f32(vabsq_f32(inner), splat(-2.0 * 0.797_884_6));
+    let inner = fma(vmulq_f32(splat(GELU_TANH_CUBIC), x2), x, x);
+    let m2z = vmulq_f32(vabsq_f32(inner), splat(-2.0 * SQRT_2_OVER_PI));
     let (a, s) = exp_parts(m2z);
     let denom = fma(a, s, splat(1.0));
     let pos = vdivq_f32(x, denom);
     let neg = vmulq_f32(vdivq_f32(vmulq_f32(x, a), denom), s);
-    let neg = select(vcltq_f32(m2z, splat(-110.0)), splat(-0.0), neg);
+    let neg = select(vcltq_f32(m2z, splat(EXP_LO)), splat(-0.0), neg);
     let g = select(vcltq_f32(x, splat(0.0)), neg, pos);
     minus_inf_is_nan(x, g)
 }
@@ -217,16 +203,12 @@ unsafe fn silu_v(x: float32x4_t) -> float32x4_t {
 unsafe fn tanh_v(x: float32x4_t) -> float32x4_t {
     let ax = vabsq_f32(x);
     let z = vmulq_f32(x, x);
-    let mut p = splat(-5.704_988_7e-3);
-    p = fma(p, z, splat(2.063_909e-2));
-    p = fma(p, z, splat(-5.373_971_6e-2));
-    p = fma(p, z, splat(0.133_314_42));
-    p = fma(p, z, splat(-0.333_332_8));
+    let p = horner(z, &TANH_POLY);
     let small = fma(vmulq_f32(p, z), ax, ax);
     let one = splat(1.0);
     let e = exp_v(vaddq_f32(ax, ax));
     let large = vsubq_f32(one, vdivq_f32(splat(2.0), vaddq_f32(e, one)));
-    or_sign_of(select(vcltq_f32(ax, splat(0.625)), small, large), x)
+    or_sign_of(select(vcltq_f32(ax, splat(TANH_SMALL)), small, large), x)
 }
 
 /// Defines a safe slice function `out[i] = $vector(x[i])` over the shorter

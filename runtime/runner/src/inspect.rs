@@ -139,11 +139,19 @@ native code: {} functions",
         println!("  level {:?} {:<14} {}{here}", l.arch, l.level, human_bytes(l.object.len() as u64));
     }
     for (i, f) in native.functions.iter().enumerate() {
-        let at = plan.instrs.iter().position(
-            |ins| matches!(ins.op, kiln_runtime::format::InstrOp::Native { function, .. } if function as usize == i),
-        );
-        let at = at.map_or("-".to_string(), |k| k.to_string());
-        println!("  {:<16} {} operands, instruction {at}", f.symbol, f.inputs.len());
+        // Calls of one program with the same operand modes share a function.
+        let at: Vec<String> = (plan.instrs.iter().enumerate())
+            .filter(|(_, ins)| {
+                matches!(ins.op, kiln_runtime::format::InstrOp::Native { function, .. } if function as usize == i)
+            })
+            .map(|(k, _)| k.to_string())
+            .collect();
+        let (noun, at) = match at.len() {
+            0 => ("instruction", "-".to_string()),
+            1 => ("instruction", at.join("")),
+            _ => ("instructions", at.join(", ")),
+        };
+        println!("  {:<16} {} operands, {noun} {at}", f.symbol, f.inputs.len());
     }
 }
 

@@ -16,8 +16,9 @@
 //! `KILN_CONFORMANCE_RESULTS=PATH` writes every run's outcome there as JSON
 //! (`generate.py --summary PATH` turns it into the per-flavour sweep table).
 
+use kiln_compiler::CompileOptions;
 use kiln_tests::coverage::{core_coverage, passing_share, CaseRun, CoreStatus};
-use kiln_tests::{try_compile_and_load, try_read_numbered, try_run_and_compare_with_ties, TieOrder};
+use kiln_tests::{try_compile_and_load_with, try_read_numbered, try_run_and_compare_with_ties, TieOrder};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,12 +33,21 @@ fn cases_dir() -> PathBuf {
 }
 
 /// Compiles, loads and runs one flavour of one case; `Err` names the stage.
-fn run_case(dir: &Path, flavour: &str, bf16: bool, ties: Option<TieOrder>) -> Result<(), String> {
+/// Returns the number of native calls of the compiled program.
+fn run_case(
+    dir: &Path,
+    flavour: &str,
+    bf16: bool,
+    ties: Option<TieOrder>,
+    opts: &CompileOptions,
+) -> Result<usize, String> {
     let inputs = try_read_numbered(dir, "input", bf16)?;
     let expected = try_read_numbered(dir, "output", bf16)?;
-    let program = try_compile_and_load(&dir.join(format!("{flavour}.pt2")), "conformance")?;
+    let program = try_compile_and_load_with(&dir.join(format!("{flavour}.pt2")), "conformance", opts)?;
     let mut session = program.session().map_err(|e| format!("session: {e}"))?;
-    try_run_and_compare_with_ties(&mut session, &inputs, &expected, ties)
+    try_run_and_compare_with_ties(&mut session, &inputs, &expected, ties)?;
+    let native = |i: &kiln_runtime::format::Instr| matches!(i.op, kiln_runtime::format::InstrOp::Native { .. });
+    Ok(program.plan().instrs.iter().filter(|i| native(i)).count())
 }
 
 /// The case's `ties` entry (written by generate.py for topk): which index
@@ -58,6 +68,24 @@ struct OpTally {
 
 #[test]
 fn conformance_with_pytorch() {
+    run_conformance(&CompileOptions::default());
+}
+
+/// The suite compiled with `--target x86_64` (default CPU levels): the fused
+/// groups of the cases with two or more elementwise ops run as native code
+/// (a lone op stays a kernel call).
+#[cfg(all(feature = "native", target_arch = "x86_64"))]
+#[test]
+fn conformance_with_pytorch_native_x86_64() {
+    use kiln_compiler::native::NativeTarget;
+    let native = NativeTarget::new(kiln_runtime::native::NativeArch::X86_64, None).expect("default levels");
+    let calls = run_conformance(&CompileOptions { native: Some(native), ..CompileOptions::default() });
+    assert!(calls > 0, "no conformance case ran native code");
+}
+
+/// Runs every case compiled with `opts`; returns the native calls compiled.
+fn run_conformance(opts: &CompileOptions) -> usize {
+    let mut native_calls = 0;
     let root = cases_dir();
     let text =
         std::fs::read_to_string(root.join("manifest.json")).expect("manifest.json (run tests/conformance/generate.py)");
@@ -82,8 +110,11 @@ fn conformance_with_pytorch() {
             let flavour = flavour.as_str().expect("flavour");
             let what = format!("{}/{flavour}", case["dir"].as_str().unwrap_or("?"));
             let unsupported = unsupported.and_then(|u| u.get(flavour)).and_then(Value::as_str);
-            let result = std::panic::catch_unwind(|| run_case(&dir, flavour, dtype == "bf16", tie_order(case)))
-                .unwrap_or_else(|_| Err("panicked".to_string()));
+            // The options (custom-op lowerings) are only read by the compile.
+            let run = std::panic::AssertUnwindSafe(|| run_case(&dir, flavour, dtype == "bf16", tie_order(case), opts));
+            let result = std::panic::catch_unwind(run).unwrap_or_else(|_| Err("panicked".to_string()));
+            native_calls += result.as_ref().map_or(0, |&n| n);
+            let result = result.map(|_| ());
             let ops_key = if flavour == "training" { "training_ops" } else { "aten_ops" };
             let ops = case[ops_key]
                 .as_array()
@@ -131,6 +162,7 @@ fn conformance_with_pytorch() {
         failures.len(),
         failures.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
     );
+    native_calls
 }
 
 /// One run's outcome for `KILN_CONFORMANCE_RESULTS`: `pass`, `unsupported`

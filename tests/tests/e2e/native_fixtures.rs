@@ -7,6 +7,7 @@
 
 use kiln_compiler::native::NativeTarget;
 use kiln_compiler::{compile_file, CompileOptions};
+use kiln_runtime::format::InstrOp;
 use kiln_runtime::native::NativeArch;
 use kiln_runtime::{Program, SessionOptions, Tensor, TensorView};
 use kiln_tests::{assert_close, fixture_dir, read_numbered, temp_path, FIXTURES, FLAVOURS};
@@ -32,8 +33,8 @@ fn run(program: &std::sync::Arc<Program>, opts: &SessionOptions, inputs: &[Tenso
     (0..outputs.len()).map(|i| outputs.get(i).data.to_vec()).collect()
 }
 
-/// Returns how many native functions the fixture got.
-fn check(name: &str, flavour: &str) -> usize {
+/// Returns how many native functions and native calls the fixture got.
+fn check(name: &str, flavour: &str) -> (usize, usize) {
     let program = compile_native(name, flavour);
     let dir = fixture_dir(name);
     let (inputs, expected) = (read_numbered(&dir, "input"), read_numbered(&dir, "output"));
@@ -51,17 +52,38 @@ fn check(name: &str, flavour: &str) -> usize {
     let one = SessionOptions { threads: 1, ..SessionOptions::default() };
     let four = SessionOptions { threads: 4, ..SessionOptions::default() };
     assert_eq!(run(&program, &one, &inputs), run(&program, &four, &inputs), "{what}: 1 vs 4 threads");
-    program.native_section().map_or(0, |n| n.functions.len())
+    let Some(section) = program.native_section() else { return (0, 0) };
+    // Calls of one program with the same operand modes share one function.
+    let mut calls = Vec::new();
+    for instr in &program.plan().instrs {
+        let InstrOp::Native { function, program } = &instr.op else { continue };
+        let modes = &section.functions[*function as usize].inputs[..];
+        for &(p, m, f) in &calls {
+            let same = p == &program[..] && m == modes;
+            assert!(!same || f == *function, "{what}: one program in functions {f} and {function}");
+        }
+        calls.push((&program[..], modes, *function));
+    }
+    (section.functions.len(), calls.len())
 }
 
 #[test]
 fn fixtures_match_pytorch_with_native_code() {
-    let mut functions = 0;
+    let (mut functions, mut calls) = (0, 0);
     for name in FIXTURES {
         for flavour in FLAVOURS {
-            functions += check(name, flavour);
+            let (f, c) = check(name, flavour);
+            functions += f;
+            calls += c;
         }
     }
     // The suite must exercise native code, not only its fallback.
-    assert!(functions > 0, "no fixture got a native function");
+    assert!(functions > 0, "no fixture got a native function ({calls} calls)");
+}
+
+#[test]
+fn repeated_groups_share_one_function() {
+    // EfficientNet-B0 (32²): its SiLU group repeats in every block.
+    let (functions, calls) = check("models/efficientnet_b0", "aten");
+    assert!(functions >= 1 && calls > 2 * functions, "{calls} native calls of {functions} functions");
 }

@@ -10,6 +10,10 @@
 //! Every `unsafe fn` here requires AVX2 and FMA; the safe wrappers are only
 //! installed in a kernel table by [`crate::x86_64::plug`] after detecting both.
 
+use kiln_isa::math::{
+    ERFC_EXPONENT_POLY, ERFC_TAIL_POLY, ERFC_ZERO, ERF_SMALL_POLY, ERF_SPLIT, EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO,
+    EXP_POLY, GELU_TANH_CUBIC, SQRT_2_OVER_PI, TANH_POLY, TANH_SMALL,
+};
 use std::arch::x86_64::*;
 
 const LANES: usize = 8;
@@ -38,19 +42,14 @@ unsafe fn exp_parts(x: __m256) -> (__m256, __m256) {
     // result up by up to e^6) and keeps n in [-159, 128], each half of 2^n
     // a normal number. max/min return the second operand for a NaN lane;
     // NaN is put back by the caller.
-    let xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-110.0)), _mm256_set1_ps(88.8));
+    let xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
         xc,
         _mm256_set1_ps(std::f32::consts::LOG2_E),
     ));
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), xc);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.398_199_9e-3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.333_452e-3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.166_579_6e-2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.166_666_65));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), xc);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
+    let p = horner(r, &EXP_POLY);
     // 1 + (r + r²·p): the small part first, then one rounding onto 1.
     let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
     let ni = _mm256_cvtps_epi32(n);
@@ -62,21 +61,23 @@ unsafe fn exp_parts(x: __m256) -> (__m256, __m256) {
     (_mm256_mul_ps(y, s1), s2)
 }
 
-/// Where erf switches from its odd polynomial to `1 - exp(q(|x|))`.
-const ERF_SPLIT: f32 = 0.927_734_4;
+/// Horner's rule from the highest coefficient, one FMA per step.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn horner(x: __m256, coeffs: &[f32]) -> __m256 {
+    let mut p = _mm256_set1_ps(coeffs[0]);
+    for &c in &coeffs[1..] {
+        p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(c));
+    }
+    p
+}
 
 /// erf on |x| ≤ [`ERF_SPLIT`]: `x + x·P(x²)` (a minimax fit, ≤ 1 ulp).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn erf_small_ps(x: __m256) -> __m256 {
     let s = _mm256_mul_ps(x, x);
-    let mut r = _mm256_set1_ps(-5.967_617e-4);
-    r = _mm256_fmadd_ps(r, s, _mm256_set1_ps(4.991_194_2e-3));
-    r = _mm256_fmadd_ps(r, s, _mm256_set1_ps(-2.676_813_5e-2));
-    r = _mm256_fmadd_ps(r, s, _mm256_set1_ps(0.112_819_925));
-    r = _mm256_fmadd_ps(r, s, _mm256_set1_ps(-0.376_125_34));
-    r = _mm256_fmadd_ps(r, s, _mm256_set1_ps(0.128_379_17));
-    _mm256_fmadd_ps(r, x, x)
+    _mm256_fmadd_ps(horner(s, &ERF_SMALL_POLY), x, x)
 }
 
 /// The exponent `q` with `erfc(t) = exp(q)` for t = |x| ≥ [`ERF_SPLIT`]
@@ -84,13 +85,14 @@ unsafe fn erf_small_ps(x: __m256) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn erfc_exponent_ps(t: __m256) -> __m256 {
+    let [c0, c1, c2, c3, rest @ ..] = ERFC_EXPONENT_POLY;
     let s = _mm256_mul_ps(t, t);
-    let r = _mm256_fmadd_ps(_mm256_set1_ps(-1.728_534_7e-5), t, _mm256_set1_ps(3.831_971_3e-4));
-    let u = _mm256_fmadd_ps(_mm256_set1_ps(-3.883_964_4e-3), t, _mm256_set1_ps(2.425_462_2e-2));
+    let r = _mm256_fmadd_ps(_mm256_set1_ps(c0), t, _mm256_set1_ps(c1));
+    let u = _mm256_fmadd_ps(_mm256_set1_ps(c2), t, _mm256_set1_ps(c3));
     let mut r = _mm256_fmadd_ps(r, s, u);
-    r = _mm256_fmadd_ps(r, t, _mm256_set1_ps(-0.106_777_88));
-    r = _mm256_fmadd_ps(r, t, _mm256_set1_ps(-0.634_846_7));
-    r = _mm256_fmadd_ps(r, t, _mm256_set1_ps(-0.128_717_51));
+    for c in rest {
+        r = _mm256_fmadd_ps(r, t, _mm256_set1_ps(c));
+    }
     _mm256_fmadd_ps(r, t, _mm256_xor_ps(t, _mm256_set1_ps(-0.0)))
 }
 
@@ -125,27 +127,12 @@ unsafe fn erfc_tail_parts(t: __m256, sq: __m256, err: __m256) -> (__m256, __m256
     let one = _mm256_set1_ps(1.0);
     let two = _mm256_set1_ps(2.0);
     let q = _mm256_div_ps(_mm256_sub_ps(t, two), _mm256_add_ps(t, two));
-    let mut p = _mm256_set1_ps(-1.523_607_8e-3);
-    for c in [
-        1.122_186_5e-3,
-        8.759_447e-3,
-        -8.015_458e-3,
-        -5.422_427_5e-2,
-        0.164_050_3,
-        -0.166_030_26,
-        -9.276_381e-2,
-        1.276_978_4,
-    ] {
-        p = _mm256_fmadd_ps(p, q, _mm256_set1_ps(c));
-    }
+    let p = horner(q, &ERFC_TAIL_POLY);
     let r = _mm256_div_ps(p, _mm256_fmadd_ps(two, t, one));
     let (a, scale) = exp_parts(_mm256_xor_ps(sq, _mm256_set1_ps(-0.0)));
     let a = _mm256_fnmadd_ps(a, err, a);
     (_mm256_mul_ps(r, a), scale)
 }
-
-/// Where the left tail of GELU is 0 in f32 (erfc(t) < 2^-150 for t > 10.1).
-const ERFC_ZERO: f32 = 10.2;
 
 /// Exact GELU, `x · Φ(x) = x/2 · erfc(-x/√2)`: through erf near 0 and on the
 /// right (`x/2 · (1 + erf)`, no cancellation there), through an erfc of full
@@ -194,15 +181,15 @@ unsafe fn minus_inf_is_nan(x: __m256, g: __m256) -> __m256 {
 unsafe fn gelu_tanh_ps(x: __m256) -> __m256 {
     let sign_bit = _mm256_set1_ps(-0.0);
     let x2 = _mm256_mul_ps(x, x);
-    let inner = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(0.044_715), x2), x, x);
-    let m2z = _mm256_mul_ps(_mm256_andnot_ps(sign_bit, inner), _mm256_set1_ps(-2.0 * 0.797_884_6));
+    let inner = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(GELU_TANH_CUBIC), x2), x, x);
+    let m2z = _mm256_mul_ps(_mm256_andnot_ps(sign_bit, inner), _mm256_set1_ps(-2.0 * SQRT_2_OVER_PI));
     let (a, s) = exp_parts(m2z);
     let one = _mm256_set1_ps(1.0);
     let denom = _mm256_fmadd_ps(a, s, one);
     let pos = _mm256_div_ps(x, denom);
     let neg = _mm256_mul_ps(_mm256_div_ps(_mm256_mul_ps(x, a), denom), s);
     // Below e^-110 (exp_parts' clamp) the left tail is 0 in f32 (|x| < 11 there).
-    let neg = _mm256_blendv_ps(neg, sign_bit, _mm256_cmp_ps::<_CMP_LT_OQ>(m2z, _mm256_set1_ps(-110.0)));
+    let neg = _mm256_blendv_ps(neg, sign_bit, _mm256_cmp_ps::<_CMP_LT_OQ>(m2z, _mm256_set1_ps(EXP_LO)));
     let g = _mm256_blendv_ps(pos, neg, _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps()));
     minus_inf_is_nan(x, g)
 }
@@ -234,16 +221,12 @@ unsafe fn tanh_ps(x: __m256) -> __m256 {
     let sign_bit = _mm256_set1_ps(-0.0);
     let ax = _mm256_andnot_ps(sign_bit, x);
     let z = _mm256_mul_ps(x, x);
-    let mut p = _mm256_set1_ps(-5.704_988_7e-3);
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.063_909e-2));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.373_971_6e-2));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0.133_314_42));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-0.333_332_8));
+    let p = horner(z, &TANH_POLY);
     let small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), ax, ax);
     let one = _mm256_set1_ps(1.0);
     let e = exp_ps(_mm256_add_ps(ax, ax));
     let large = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0), _mm256_add_ps(e, one)));
-    let t = _mm256_blendv_ps(large, small, _mm256_cmp_ps::<_CMP_LT_OQ>(ax, _mm256_set1_ps(0.625)));
+    let t = _mm256_blendv_ps(large, small, _mm256_cmp_ps::<_CMP_LT_OQ>(ax, _mm256_set1_ps(TANH_SMALL)));
     _mm256_or_ps(t, _mm256_and_ps(x, sign_bit))
 }
 

@@ -8,6 +8,10 @@
 //! Every `unsafe fn` here requires AVX-512F; the safe wrappers are only
 //! installed in a v4 kernel table, built after AVX-512 was detected.
 
+use kiln_isa::math::{
+    ERFC_EXPONENT_POLY, ERFC_TAIL_POLY, ERFC_ZERO, ERF_SMALL_POLY, ERF_SPLIT, EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO,
+    EXP_POLY,
+};
 use std::arch::x86_64::*;
 
 const LANES: usize = 16;
@@ -59,19 +63,14 @@ unsafe fn exp_ps(x: __m512) -> __m512 {
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn exp_parts(x: __m512) -> (__m512, __m512) {
-    let xc = _mm512_min_ps(_mm512_max_ps(x, set(-110.0)), set(88.8));
+    let xc = _mm512_min_ps(_mm512_max_ps(x, set(EXP_LO)), set(EXP_HI));
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
         xc,
         set(std::f32::consts::LOG2_E),
     ));
-    let r = _mm512_fnmadd_ps(n, set(0.693_359_4), xc);
-    let r = _mm512_fnmadd_ps(n, set(-2.121_944_4e-4), r);
-    let mut p = set(1.987_569_1e-4);
-    p = _mm512_fmadd_ps(p, r, set(1.398_199_9e-3));
-    p = _mm512_fmadd_ps(p, r, set(8.333_452e-3));
-    p = _mm512_fmadd_ps(p, r, set(4.166_579_6e-2));
-    p = _mm512_fmadd_ps(p, r, set(0.166_666_65));
-    p = _mm512_fmadd_ps(p, r, set(0.5));
+    let r = _mm512_fnmadd_ps(n, set(EXP_LN2_HI), xc);
+    let r = _mm512_fnmadd_ps(n, set(EXP_LN2_LO), r);
+    let p = horner(r, &EXP_POLY);
     let y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), set(1.0));
     let ni = _mm512_cvtps_epi32(n);
     let n1 = _mm512_srai_epi32::<1>(ni);
@@ -82,34 +81,37 @@ unsafe fn exp_parts(x: __m512) -> (__m512, __m512) {
     (_mm512_mul_ps(y, s1), s2)
 }
 
-/// Where erf switches from its odd polynomial to `1 - exp(q(|x|))`.
-const ERF_SPLIT: f32 = 0.927_734_4;
+/// Horner's rule from the highest coefficient, one FMA per step.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn horner(x: __m512, coeffs: &[f32]) -> __m512 {
+    let mut p = set(coeffs[0]);
+    for &c in &coeffs[1..] {
+        p = _mm512_fmadd_ps(p, x, set(c));
+    }
+    p
+}
 
 /// erf on |x| ≤ [`ERF_SPLIT`] (AVX2 `erf_small_ps`).
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn erf_small_ps(x: __m512) -> __m512 {
     let s = _mm512_mul_ps(x, x);
-    let mut r = set(-5.967_617e-4);
-    r = _mm512_fmadd_ps(r, s, set(4.991_194_2e-3));
-    r = _mm512_fmadd_ps(r, s, set(-2.676_813_5e-2));
-    r = _mm512_fmadd_ps(r, s, set(0.112_819_925));
-    r = _mm512_fmadd_ps(r, s, set(-0.376_125_34));
-    r = _mm512_fmadd_ps(r, s, set(0.128_379_17));
-    _mm512_fmadd_ps(r, x, x)
+    _mm512_fmadd_ps(horner(s, &ERF_SMALL_POLY), x, x)
 }
 
 /// The exponent of erfc beyond the split (AVX2 `erfc_exponent_ps`).
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn erfc_exponent_ps(t: __m512) -> __m512 {
+    let [c0, c1, c2, c3, rest @ ..] = ERFC_EXPONENT_POLY;
     let s = _mm512_mul_ps(t, t);
-    let r = _mm512_fmadd_ps(set(-1.728_534_7e-5), t, set(3.831_971_3e-4));
-    let u = _mm512_fmadd_ps(set(-3.883_964_4e-3), t, set(2.425_462_2e-2));
+    let r = _mm512_fmadd_ps(set(c0), t, set(c1));
+    let u = _mm512_fmadd_ps(set(c2), t, set(c3));
     let mut r = _mm512_fmadd_ps(r, s, u);
-    r = _mm512_fmadd_ps(r, t, set(-0.106_777_88));
-    r = _mm512_fmadd_ps(r, t, set(-0.634_846_7));
-    r = _mm512_fmadd_ps(r, t, set(-0.128_717_51));
+    for c in rest {
+        r = _mm512_fmadd_ps(r, t, set(c));
+    }
     _mm512_fmadd_ps(r, t, xor(t, set(-0.0)))
 }
 
@@ -135,27 +137,12 @@ unsafe fn erfc_tail_parts(t: __m512, sq: __m512, err: __m512) -> (__m512, __m512
     let one = set(1.0);
     let two = set(2.0);
     let q = _mm512_div_ps(_mm512_sub_ps(t, two), _mm512_add_ps(t, two));
-    let mut p = set(-1.523_607_8e-3);
-    for c in [
-        1.122_186_5e-3,
-        8.759_447e-3,
-        -8.015_458e-3,
-        -5.422_427_5e-2,
-        0.164_050_3,
-        -0.166_030_26,
-        -9.276_381e-2,
-        1.276_978_4,
-    ] {
-        p = _mm512_fmadd_ps(p, q, set(c));
-    }
+    let p = horner(q, &ERFC_TAIL_POLY);
     let r = _mm512_div_ps(p, _mm512_fmadd_ps(two, t, one));
     let (a, scale) = exp_parts(xor(sq, set(-0.0)));
     let a = _mm512_fnmadd_ps(a, err, a);
     (_mm512_mul_ps(r, a), scale)
 }
-
-/// Where the left tail of GELU is 0 in f32.
-const ERFC_ZERO: f32 = 10.2;
 
 /// Exact GELU (AVX2 `gelu_ps`).
 #[inline]
