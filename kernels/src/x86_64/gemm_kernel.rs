@@ -52,7 +52,7 @@ fn microkernel(kc: usize, astrip: &[f32], bstrip: &[f32], tile: &mut Tile<'_>) {
     let kc = kc.min(astrip.len() / MR).min(bstrip.len() / NR);
     // SAFETY: the CPU has the kernel's features (see `UKR`), and `kc` is bounded by
     // both strip lengths so every load stays in bounds.
-    unsafe { block::<MR, 1>(kc, astrip.as_ptr(), 1, MR, bstrip.as_ptr(), 0, tile) }
+    unsafe { block::<MR, 1>(kc, astrip.as_ptr(), 1, MR, bstrip.as_ptr(), 0, tile.prefetch, tile) }
 }
 
 fn direct(kc: usize, a: AView<'_>, b: &[f32], tile: &mut Tile<'_>) {
@@ -88,15 +88,16 @@ unsafe fn strips_of<const R: usize, const S: usize>(
     tile: &mut Tile<'_>,
 ) {
     let stride = kc * NR;
+    let prefetch = tile.prefetch;
     let mut s = 0;
     while s + S <= strips {
         let mut part = tile.columns(s * NR, (strips.min(s + S) * NR).min(tile.cols) - s * NR);
-        block::<R, S>(kc, a, rs, ks, b.add(s * stride), stride, &mut part);
+        block::<R, S>(kc, a, rs, ks, b.add(s * stride), stride, prefetch, &mut part);
         s += S;
     }
     while s < strips {
         let mut part = tile.columns(s * NR, NR.min(tile.cols - s * NR));
-        block::<R, 1>(kc, a, rs, ks, b.add(s * stride), stride, &mut part);
+        block::<R, 1>(kc, a, rs, ks, b.add(s * stride), stride, prefetch, &mut part);
         s += 1;
     }
 }
@@ -115,12 +116,27 @@ unsafe fn block<const R: usize, const S: usize>(
     ks: usize,
     b: *const f32,
     stride: usize,
+    prefetch: &[f32],
     tile: &mut Tile<'_>,
 ) {
     // Per strip, per row: two vectors of accumulators.
     let mut c = [[[$zero(); 2]; R]; S];
     let rows: [*const f32; R] = std::array::from_fn(|i| a.add(i * rs));
+    // One cache line of `prefetch` every `every` k steps (a hint, evenly
+    // spread: a burst of them delayed the kernel's own loads).
+    const LINE: usize = 16;
+    let lines = prefetch.len() / LINE;
+    let every = if lines == 0 { usize::MAX } else { (kc / lines).max(1) };
+    let (mut countdown, mut line) = (every, 0);
     for p in 0..kc {
+        countdown -= 1;
+        if countdown == 0 {
+            countdown = every;
+            if line < lines {
+                _mm_prefetch::<_MM_HINT_T1>(prefetch.as_ptr().add(line * LINE).cast());
+                line += 1;
+            }
+        }
         let bp = b.add(p * NR);
         let mut bv = [[$zero(); 2]; S];
         for (s, v) in bv.iter_mut().enumerate() {
