@@ -301,7 +301,8 @@ pub(crate) struct Tile<'a> {
     pub(crate) epilogue: Epilogue<'a>,
     /// Data the kernel asks the memory system for, spread over its k loop,
     /// while it computes the tile (a hint: no effect on any result; empty
-    /// for none). [`direct_rect`] passes a part of the next B strip.
+    /// for none; [`Tile::columns`] passes it on). [`direct_rect`] passes a
+    /// part of the next B strip.
     #[cfg_attr(not(kiln_x86_64), allow(dead_code))]
     pub(crate) prefetch: &'a [f32],
     _c: PhantomData<&'a mut [f32]>,
@@ -334,10 +335,12 @@ impl<'a> Tile<'a> {
         assert!(col + cols <= self.cols, "columns {col}+{cols} of a {}-wide tile", self.cols);
         // SAFETY: a part of this tile's elements, reached only through the
         // returned tile while it borrows this one mutably.
-        unsafe {
+        let mut part = unsafe {
             let c = self.c.add(col);
             Tile::new(c, self.ldc, self.rows, cols, self.row0, self.col0 + col, self.combine, self.epilogue)
-        }
+        };
+        part.prefetch = self.prefetch;
+        part
     }
 
     /// Row `i` of the tile: its `cols` elements of C.

@@ -52,7 +52,7 @@ fn microkernel(kc: usize, astrip: &[f32], bstrip: &[f32], tile: &mut Tile<'_>) {
     let kc = kc.min(astrip.len() / MR).min(bstrip.len() / NR);
     // SAFETY: the CPU has the kernel's features (see `UKR`), and `kc` is bounded by
     // both strip lengths so every load stays in bounds.
-    unsafe { block::<MR, 1>(kc, astrip.as_ptr(), 1, MR, bstrip.as_ptr(), 0, tile.prefetch, tile) }
+    unsafe { block::<MR, 1>(kc, astrip.as_ptr(), 1, MR, bstrip.as_ptr(), 0, tile) }
 }
 
 fn direct(kc: usize, a: AView<'_>, b: &[f32], tile: &mut Tile<'_>) {
@@ -88,16 +88,15 @@ unsafe fn strips_of<const R: usize, const S: usize>(
     tile: &mut Tile<'_>,
 ) {
     let stride = kc * NR;
-    let prefetch = tile.prefetch;
     let mut s = 0;
     while s + S <= strips {
         let mut part = tile.columns(s * NR, (strips.min(s + S) * NR).min(tile.cols) - s * NR);
-        block::<R, S>(kc, a, rs, ks, b.add(s * stride), stride, prefetch, &mut part);
+        block::<R, S>(kc, a, rs, ks, b.add(s * stride), stride, &mut part);
         s += S;
     }
     while s < strips {
         let mut part = tile.columns(s * NR, NR.min(tile.cols - s * NR));
-        block::<R, 1>(kc, a, rs, ks, b.add(s * stride), stride, prefetch, &mut part);
+        block::<R, 1>(kc, a, rs, ks, b.add(s * stride), stride, &mut part);
         s += 1;
     }
 }
@@ -116,7 +115,6 @@ unsafe fn block<const R: usize, const S: usize>(
     ks: usize,
     b: *const f32,
     stride: usize,
-    prefetch: &[f32],
     tile: &mut Tile<'_>,
 ) {
     // Per strip, per row: two vectors of accumulators.
@@ -125,6 +123,7 @@ unsafe fn block<const R: usize, const S: usize>(
     // One cache line of `prefetch` every `every` k steps (a hint, evenly
     // spread: a burst of them delayed the kernel's own loads).
     const LINE: usize = 16;
+    let prefetch = tile.prefetch;
     let lines = prefetch.len() / LINE;
     let every = if lines == 0 { usize::MAX } else { (kc / lines).max(1) };
     let (mut countdown, mut line) = (every, 0);
