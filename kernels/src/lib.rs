@@ -91,7 +91,7 @@ pub use generic::matmul::{
     linear, linear_fused, linear_fused_unpacked, linear_packed, linear_with_epilogue, matmul, matmul_packed,
     LinearEpilogue,
 };
-pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, rms_norm, softmax, softmax_cx};
+pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, rms_norm, rms_norm_cx, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};
 pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, pool_cx, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};

@@ -180,6 +180,69 @@ fn fused_linear_equals_the_unfused_kernels() {
     }
 }
 
+/// An activation the x86 microkernels apply in registers (GELU, SiLU,
+/// sigmoid on full-width tiles; the edge tiles through the store step) gives
+/// the unfused kernel's bits: the same vector body per lane. Outputs span
+/// GELU's three regions (polynomial, erf's exp branch, erfc tail) and
+/// sigmoid's saturation; a bias and a residual on either side, edge columns
+/// and rows, both thread counts.
+#[test]
+fn activation_epilogue_in_registers_is_bit_exact() {
+    let mut r = rng(17);
+    let acts = [Activation::Gelu, Activation::Silu, Activation::Sigmoid, Activation::GeluTanh];
+    for table in tables() {
+        for (act, residual_first) in acts.into_iter().flat_map(|a| [(a, false), (a, true)]) {
+            for (m, n, kk) in [(16, 64, 40), (9, 96, 33), (3, 70, 17)] {
+                let x: Vec<f32> = rand_f32(&mut r, m * kk).iter().map(|v| v * 2.0).collect();
+                let w = rand_f32(&mut r, n * kk);
+                let bias = rand_f32(&mut r, n);
+                let residual = rand_f32(&mut r, m * n);
+                for threads in [1, 2] {
+                    let mut cx = context(table, threads);
+                    let xs = f32s(&[m, kk], &x);
+                    let mut y = Buf::zeros(DType::F32, &[m, n]);
+                    k::linear(xs.r(), f32s(&[n, kk], &w).r(), Some(f32s(&[n], &bias).r()), y.w(), &mut cx).unwrap();
+                    let mut out = y;
+                    let add_residual = |out: &mut Buf, cx: &mut Context| {
+                        let before = f32s(&[m, n], &out.get::<f32>());
+                        k::binary_cx(BinaryOp::Add, before.r(), f32s(&[m, n], &residual).r(), out.w(), cx).unwrap();
+                    };
+                    if residual_first {
+                        add_residual(&mut out, &mut cx);
+                    }
+                    let pre = out.get::<f32>();
+                    activate(act, &mut out, &[m, n], &mut cx);
+                    if !residual_first {
+                        add_residual(&mut out, &mut cx);
+                    }
+                    let packed = PackedB::new(table, kk, n, &w, kk, true).unwrap();
+                    let epilogue = LinearEpilogue {
+                        bias: Some(&bias),
+                        activation: Some(act),
+                        residual: Some(&residual),
+                        residual_first,
+                        ..LinearEpilogue::default()
+                    };
+                    let mut fused = Buf::zeros(DType::F32, &[m, n]);
+                    k::linear_fused(xs.r(), &packed, &epilogue, fused.w(), &mut cx).unwrap();
+                    let (got, want) = (fused.get::<f32>(), out.get::<f32>());
+                    let ctx = format!("{act:?} (residual first: {residual_first}) on {} {m}x{n}x{kk}", table.isa());
+                    let takes = |lo: f32, hi: f32| pre.iter().any(|v| (lo..hi).contains(v));
+                    assert!(takes(-8.0, -1.4) && takes(-0.5, 0.5) && takes(1.4, 8.0), "{ctx}: range too narrow");
+                    // NEON's slice functions may finish a call's last
+                    // elements in scalar code, on other elements than the
+                    // fused path: close there, exact on every other table.
+                    if table.isa() == k::Isa::Aarch64Neon {
+                        assert_close(&to64(&got), &to64(&want), 1e-6, 1e-6, &ctx);
+                    } else {
+                        assert!(bits(&got) == bits(&want), "{ctx}: fused differs from unfused");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn fused_linear_checks_its_operands() {
     let table = k::best();
@@ -429,6 +492,16 @@ fn row_and_elementwise_kernels_are_bit_identical_at_every_thread_count() {
             let mut out = Buf::zeros(DType::F32, &[rows, cols]);
             let g = f32s(&[cols], &gamma);
             k::layer_norm_cx(f32s(&[rows, cols], &x).r(), Some(g.r()), None, 1, 1e-5, out.w(), cx).unwrap();
+            out.get()
+        });
+        // And the single-threaded entry point gives the same bits.
+        let mut plain = Buf::zeros(DType::F32, &[rows, cols]);
+        let g = f32s(&[cols], &gamma);
+        k::rms_norm(f32s(&[rows, cols], &x).r(), Some(g.r()), 1, 1e-6, plain.w()).unwrap();
+        same_at_every_count("rms_norm", table, |cx| {
+            let mut out = Buf::zeros(DType::F32, &[rows, cols]);
+            k::rms_norm_cx(f32s(&[rows, cols], &x).r(), Some(g.r()), 1, 1e-6, out.w(), cx).unwrap();
+            assert!(bits(&out.get::<f32>()) == bits(&plain.get::<f32>()), "threaded rms_norm differs from rms_norm");
             out.get()
         });
     }

@@ -577,7 +577,8 @@ kernel_fns! {
     };
     NonZero {} => k::nonzero(ins[0], out(outs, 0));
     Fused { program } => k::fused(program, ins, out(outs, 0), cx);
-    RmsNorm { normalized_rank, eps } => k::rms_norm(ins[0], opt(1), *normalized_rank as usize, *eps, out(outs, 0));
+    RmsNorm { normalized_rank, eps } =>
+        k::rms_norm_cx(ins[0], opt(1), *normalized_rank as usize, *eps, out(outs, 0), cx);
     QuantLinear { bits, group, zero_points, dynamic, asymmetric, act_scale, act_zero_point } => {
         let kernel = Kernel::QuantLinear {
             bits: *bits,

@@ -11,8 +11,15 @@ const NR: usize = 12;
 const NV: usize = NR / 4;
 
 /// The table entry; installed by `aarch64::plug` (NEON is baseline).
-pub(crate) const UKR: GemmUkr =
-    GemmUkr { variant: "neon_8x12", mr: MR, nr: NR, packing: Packing::KMajorPanels, run: microkernel, direct: None };
+pub(crate) const UKR: GemmUkr = GemmUkr {
+    variant: "neon_8x12",
+    mr: MR,
+    nr: NR,
+    packing: Packing::KMajorPanels,
+    run: microkernel,
+    direct: None,
+    math: None,
+};
 
 fn microkernel(kc: usize, astrip: &[f32], bstrip: &[f32], tile: &mut Tile<'_>) {
     let kc = kc.min(astrip.len() / MR).min(bstrip.len() / NR);

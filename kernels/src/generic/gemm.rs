@@ -97,6 +97,13 @@ pub(crate) struct GemmUkr {
     pub(crate) run: MicroKernel,
     /// Without one, a row-major A is packed block by block.
     pub(crate) direct: Option<DirectKernel>,
+    /// The variant name of the vector math (the table entries' `variant`)
+    /// whose GELU, SiLU and sigmoid the kernel's store step applies in
+    /// registers: an epilogue activation runs there only when the table's
+    /// own entry for it has this name, i.e. is the same per-lane code, so
+    /// the result is the unfused kernel's bit for bit. None: activations
+    /// other than ReLU and clamp go through [`Tile::store`].
+    pub(crate) math: Option<&'static str>,
 }
 
 /// The portable variant (packs A: it is the test oracle, kept simple).
@@ -107,6 +114,7 @@ pub(crate) const GENERIC_UKR: GemmUkr = GemmUkr {
     packing: Packing::KMajorPanels,
     run: microkernel_generic,
     direct: None,
+    math: None,
 };
 
 /// How a tile's accumulators combine with what C holds.
@@ -140,6 +148,21 @@ pub use kiln_isa::Activation;
 pub(crate) struct ActivationFn {
     pub(crate) activation: Activation,
     run: ActivationKernel,
+    /// Set when the table's GEMM microkernel computes this activation in
+    /// registers with the same code as `run` ([`GemmUkr::math`]).
+    pub(crate) in_registers: Option<VectorActivation>,
+}
+
+/// An activation an ISA microkernel's store step applies to the
+/// accumulators in registers (the vector body of the table's slice
+/// function, so bit for bit the same per lane): without the round trip of
+/// every tile row through memory and a call per row, exact GELU cost BERT's
+/// FFN GEMM as much as its multiply-adds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum VectorActivation {
+    Gelu,
+    Silu,
+    Sigmoid,
 }
 
 #[derive(Copy, Clone)]
@@ -168,7 +191,14 @@ impl ActivationFn {
             }
             a => ActivationKernel::Unary(a.unary_op().and_then(|op| unary_f32_fn(table, op)).unwrap_or(copy)),
         };
-        ActivationFn { activation, run }
+        let (vector, entry) = match activation {
+            Activation::Gelu => (VectorActivation::Gelu, table.gelu.variant),
+            Activation::Silu => (VectorActivation::Silu, table.silu.variant),
+            Activation::Sigmoid => (VectorActivation::Sigmoid, table.sigmoid.variant),
+            _ => return ActivationFn { activation, run, in_registers: None },
+        };
+        let in_registers = (table.gemm.math == Some(entry)).then_some(vector);
+        ActivationFn { activation, run, in_registers }
     }
 
     /// A clamp's bounds as the clamp kernel rounds them (None for the
@@ -278,6 +308,12 @@ pub(crate) struct Tile<'a> {
     pub(crate) col0: usize,
     pub(crate) combine: Combine,
     pub(crate) epilogue: Epilogue<'a>,
+    /// Data the kernel asks the memory system for, spread over its k loop,
+    /// while it computes the tile (a hint: no effect on any result; empty
+    /// for none; [`Tile::columns`] passes it on). [`direct_rect`] passes a
+    /// part of the next B strip.
+    #[cfg_attr(not(kiln_x86_64), allow(dead_code))]
+    pub(crate) prefetch: &'a [f32],
     _c: PhantomData<&'a mut [f32]>,
 }
 
@@ -298,7 +334,7 @@ impl<'a> Tile<'a> {
         combine: Combine,
         epilogue: Epilogue<'a>,
     ) -> Tile<'a> {
-        Tile { c, ldc, rows, cols, row0, col0, combine, epilogue, _c: PhantomData }
+        Tile { c, ldc, rows, cols, row0, col0, combine, epilogue, prefetch: &[], _c: PhantomData }
     }
 
     /// Columns `col..col + cols` of the tile (inside it), as a tile of their
@@ -308,10 +344,12 @@ impl<'a> Tile<'a> {
         assert!(col + cols <= self.cols, "columns {col}+{cols} of a {}-wide tile", self.cols);
         // SAFETY: a part of this tile's elements, reached only through the
         // returned tile while it borrows this one mutably.
-        unsafe {
+        let mut part = unsafe {
             let c = self.c.add(col);
             Tile::new(c, self.ldc, self.rows, cols, self.row0, self.col0 + col, self.combine, self.epilogue)
-        }
+        };
+        part.prefetch = self.prefetch;
+        part
     }
 
     /// Row `i` of the tile: its `cols` elements of C.
@@ -340,7 +378,7 @@ impl<'a> Tile<'a> {
 
 /// A full tile's store step in the form the ISA microkernels run from
 /// registers: per element `v = acc` (or `C + acc`), `v += bias`, then the
-/// residual and a clamp in the epilogue's order. ReLU is the clamp to
+/// residual and a clamp or [`VectorActivation`] in the epilogue's order. ReLU is the clamp to
 /// `[0, +inf)` and the vector `max(lo, v)` / `min(hi, v)` pick `v` for NaN,
 /// exactly like the portable `if v < lo {lo} else {v}`: so every element is
 /// the same IEEE operations on the same operands as [`Tile::store`], bit for
@@ -350,6 +388,8 @@ impl<'a> Tile<'a> {
 pub(crate) struct VectorStore<'a> {
     pub(crate) accumulate: bool,
     pub(crate) clamp: Option<(f32, f32)>,
+    /// Applied where the clamp would be (an epilogue has one activation).
+    pub(crate) activation: Option<VectorActivation>,
     pub(crate) residual_first: bool,
     bias: Bias<'a>,
     residual: Option<(&'a [f32], usize)>,
@@ -393,7 +433,8 @@ impl<'a> Tile<'a> {
     /// The vector store step for a tile of full `nr`-wide rows (at most
     /// `mr`; the kernel stores `self.rows` of them) whose combine and
     /// epilogue it covers (overwrite or accumulate; no scale; bias,
-    /// residual, ReLU or clamp); None sends the tile to [`Tile::store`].
+    /// residual, ReLU, clamp, or an activation the kernel computes in
+    /// registers); None sends the tile to [`Tile::store`].
     pub(crate) fn vector_store(&self, mr: usize, nr: usize) -> Option<VectorStore<'a>> {
         let e = self.epilogue;
         let accumulate = match self.combine {
@@ -404,17 +445,18 @@ impl<'a> Tile<'a> {
         if self.rows > mr || self.cols != nr || e.scale != 1.0 {
             return None;
         }
-        let clamp = match e.activation {
-            None => None,
+        let (clamp, activation) = match e.activation {
+            None => (None, None),
             Some(a) => match a.run {
-                ActivationKernel::Clamp(lo, hi) => Some((lo, hi)),
-                ActivationKernel::Unary(_) if a.activation == Activation::Relu => Some((0.0, f32::INFINITY)),
-                ActivationKernel::Unary(_) => return None,
+                ActivationKernel::Clamp(lo, hi) => (Some((lo, hi)), None),
+                ActivationKernel::Unary(_) if a.activation == Activation::Relu => (Some((0.0, f32::INFINITY)), None),
+                ActivationKernel::Unary(_) => (None, Some(a.in_registers?)),
             },
         };
         Some(VectorStore {
             accumulate,
             clamp,
+            activation,
             residual_first: e.residual_first,
             bias: e.bias,
             residual: e.residual,
@@ -733,10 +775,9 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
         // tiles, sums and order as the sliced loop below.
         let strips = n.div_ceil(nr);
         let groups = column_groups(row_blocks, strips, threads.count(), 1);
-        let per_group = strips.div_ceil(groups);
         threads.for_each(row_blocks * groups, |item| {
             let (ic, group) = ((item / groups) * mc_block, item % groups);
-            let group_strips = group * per_group..((group + 1) * per_group).min(strips);
+            let group_strips = strips_of_group(group, groups, strips);
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
                 let combine = if pc == 0 { p.combine } else { Combine::Accumulate };
@@ -753,7 +794,6 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
         let nc = nc_block.min(n - jc);
         let strips = nc.div_ceil(nr);
         let groups = column_groups(row_blocks, strips, threads.count(), if direct.is_some() { 1 } else { 4 });
-        let per_group = strips.div_ceil(groups);
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
             let bpanel: &[f32] = match p.b {
@@ -784,7 +824,7 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
             threads.for_each(row_blocks * groups, |item| {
                 let (ic, group) = ((item / groups) * mc_block, item % groups);
                 let mc = mc_block.min(m - ic);
-                let group_strips = group * per_group..((group + 1) * per_group).min(strips);
+                let group_strips = strips_of_group(group, groups, strips);
                 if let Some((a, lda, kernel)) = direct {
                     let rect = Rect { ic, mc, jc, nc, strips: group_strips, pc, kc, combine, epilogue };
                     direct_rect(ukr, kernel, a, lda, bpanel, &rect, out, p.ldc);
@@ -878,14 +918,13 @@ pub(crate) fn gemm_sum_packed<'a>(
     let (mc_block, _) = blocks(ukr);
     let (row_blocks, strips) = (m.div_ceil(mc_block), n.div_ceil(nr));
     let groups = column_groups(row_blocks, strips, threads.count(), 1);
-    let per_group = strips.div_ceil(groups);
     let out = SharedMut(c.as_mut_ptr());
     let data: &[f32] = bytemuck::cast_slice(&b.lines);
     let npad = n.next_multiple_of(nr);
     threads.for_each(row_blocks * groups, |item| {
         let (ic, group) = ((item / groups) * mc_block, item % groups);
         let mc = mc_block.min(m - ic);
-        for s in group * per_group..((group + 1) * per_group).min(strips) {
+        for s in strips_of_group(group, groups, strips) {
             let (col0, cols) = (s * nr, nr.min(n - s * nr));
             for ir in (ic..ic + mc).step_by(ukr.mr) {
                 let rows = ukr.mr.min(ic + mc - ir);
@@ -960,10 +999,18 @@ fn direct_rect(
         Tile::new(ptr, ldc, rows, cols, row0, col0, r.combine, r.epilogue)
     };
     let full = r.mc / mr * mr;
+    let row_tiles = full / mr;
     for s in r.strips.clone() {
         let (jr, bstrip) = (s * nr, &bpanel[s * kc * nr..][..kc * nr]);
-        for ir in (0..full).step_by(mr) {
-            kernel(kc, view(r.ic + ir), bstrip, &mut tile(r.ic + ir, r.jc + jr, mr, nr.min(r.nc - jr)));
+        // The item's next strip, a part per row tile, fetched while this one
+        // runs: a model's packed weights come from memory once per run, and
+        // each strip's first pass waited for them (Llama's projections ran
+        // at 200 GFLOP/s cycling through their weights, 250 with them in cache).
+        let next = if s + 1 < r.strips.end { &bpanel[(s + 1) * kc * nr..][..kc * nr] } else { &[] };
+        for (t, ir) in (0..full).step_by(mr).enumerate() {
+            let mut tile = tile(r.ic + ir, r.jc + jr, mr, nr.min(r.nc - jr));
+            tile.prefetch = &next[t * next.len() / row_tiles..(t + 1) * next.len() / row_tiles];
+            kernel(kc, view(r.ic + ir), bstrip, &mut tile);
         }
     }
     if full < r.mc && !r.strips.is_empty() {
@@ -991,8 +1038,8 @@ pub(crate) fn pack_lengths(ukr: &GemmUkr, m: usize, n: usize, k: usize, b_prepac
 
 /// How many groups a column block's `strips` are cut into: one when the row
 /// blocks alone keep every thread busy, otherwise enough for about four
-/// items per thread (skinny GEMMs), but at least `min_strips` strips a
-/// group (four when each item packs its A block, so that the packing stays
+/// items per thread (skinny GEMMs), but about `min_strips` strips a
+/// group or more (four when each item packs its A block, so that the packing stays
 /// cheap next to its multiply; one for a direct kernel, which packs
 /// nothing). Which item computes a tile never changes its arithmetic.
 fn column_groups(row_blocks: usize, strips: usize, threads: usize, min_strips: usize) -> usize {
@@ -1000,6 +1047,14 @@ fn column_groups(row_blocks: usize, strips: usize, threads: usize, min_strips: u
         return 1;
     }
     (4 * threads).div_ceil(row_blocks).min(strips.div_ceil(min_strips)).max(1)
+}
+
+/// The strips of column group `group` of `groups`: as even as whole strips
+/// allow (sizes differ by at most one), so that no item is the tail that
+/// the other threads wait for (Llama's 43-strip gate/up projections were
+/// seven groups of 6 and one of 1 at two threads: 24 against 19 strips).
+fn strips_of_group(group: usize, groups: usize, strips: usize) -> std::ops::Range<usize> {
+    group * strips / groups..(group + 1) * strips / groups
 }
 
 /// Packs rows `ic..ic+mc`, columns `pc..pc+kc` of A into `mr`-tall strips

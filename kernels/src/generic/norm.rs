@@ -221,9 +221,26 @@ pub fn rms_norm(
     eps: f64,
     out: TensorMut,
 ) -> Result<()> {
+    rms_norm_with(x, weight, (normalized_rank, eps, Threads::single()), out)
+}
+
+/// [`rms_norm`] with its rows shared out over `cx`'s threads (each row is
+/// one thread's: the same bits at any thread count).
+pub fn rms_norm_cx(
+    x: TensorRef,
+    weight: Option<TensorRef>,
+    normalized_rank: usize,
+    eps: f64,
+    out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    rms_norm_with(x, weight, (normalized_rank, eps, cx.threads()), out)
+}
+
+fn rms_norm_with(x: TensorRef, weight: Option<TensorRef>, rows: (usize, f64, Threads), out: TensorMut) -> Result<()> {
     match x.dtype {
-        DType::F32 => rms_norm_typed::<f32>(x, weight, normalized_rank, eps, out),
-        DType::F64 => rms_norm_typed::<f64>(x, weight, normalized_rank, eps, out),
+        DType::F32 => rms_norm_typed::<f32>(x, weight, rows, out),
+        DType::F64 => rms_norm_typed::<f64>(x, weight, rows, out),
         d => Err(dtype_err("rms_norm", d)),
     }
 }
@@ -231,8 +248,7 @@ pub fn rms_norm(
 fn rms_norm_typed<T: Real>(
     x: TensorRef,
     weight: Option<TensorRef>,
-    normalized_rank: usize,
-    eps: f64,
+    (normalized_rank, eps, threads): (usize, f64, Threads),
     mut out: TensorMut,
 ) -> Result<()> {
     const K: &str = "rms_norm";
@@ -251,6 +267,12 @@ fn rms_norm_typed<T: Real>(
     if d == 0 {
         return Ok(());
     }
+    threads.for_each_rows(xv, ov, d, |xs, os| rms_norm_rows(xs, os, d, wv, eps));
+    Ok(())
+}
+
+/// RMS norm of whole rows of `d` elements.
+fn rms_norm_rows<T: Real>(xv: &[T], ov: &mut [T], d: usize, wv: Option<&[T]>, eps: f64) {
     for (xr, or) in xv.chunks_exact(d).zip(ov.chunks_exact_mut(d)) {
         let ms = lane_sum(xr, |v| v * v) / d as f64;
         let rrms = 1.0 / (ms + eps).sqrt();
@@ -267,7 +289,6 @@ fn rms_norm_typed<T: Real>(
             }
         }
     }
-    Ok(())
 }
 
 /// Numerically stable (log-)softmax along `axis`. f32 rows along the last

@@ -26,9 +26,10 @@ macro_rules! f32_gemm_kernel {
         add: $add:ident,
         min: $min:ident,
         max: $max:ident,
+        math: $math:ident,
         rows: { $( $rows:literal => $strips:literal ),* $(,)? } $(,)?
     ) => {
-        use crate::generic::gemm::{AView, GemmUkr, Packing, RowAddends, Tile, VectorStore};
+        use crate::generic::gemm::{AView, GemmUkr, Packing, RowAddends, Tile, VectorActivation, VectorStore};
         use std::arch::x86_64::*;
 
         const MR: usize = $mr;
@@ -44,6 +45,7 @@ macro_rules! f32_gemm_kernel {
             packing: Packing::KMajorPanels,
             run: microkernel,
             direct: Some(direct),
+            math: Some($math::VARIANT),
         };
 
 fn microkernel(kc: usize, astrip: &[f32], bstrip: &[f32], tile: &mut Tile<'_>) {
@@ -118,7 +120,22 @@ unsafe fn block<const R: usize, const S: usize>(
     // Per strip, per row: two vectors of accumulators.
     let mut c = [[[$zero(); 2]; R]; S];
     let rows: [*const f32; R] = std::array::from_fn(|i| a.add(i * rs));
+    // One cache line of `prefetch` every `every` k steps (a hint, evenly
+    // spread: a burst of them delayed the kernel's own loads).
+    const LINE: usize = 16;
+    let prefetch = tile.prefetch;
+    let lines = prefetch.len() / LINE;
+    let every = if lines == 0 { usize::MAX } else { (kc / lines).max(1) };
+    let (mut countdown, mut line) = (every, 0);
     for p in 0..kc {
+        countdown -= 1;
+        if countdown == 0 {
+            countdown = every;
+            if line < lines {
+                _mm_prefetch::<_MM_HINT_T1>(prefetch.as_ptr().add(line * LINE).cast());
+                line += 1;
+            }
+        }
         let bp = b.add(p * NR);
         let mut bv = [[$zero(); 2]; S];
         for (s, v) in bv.iter_mut().enumerate() {
@@ -143,8 +160,8 @@ unsafe fn block<const R: usize, const S: usize>(
 
 /// Stores `R` rows of one strip's accumulators into `tile` (`R` rows, up
 /// to NR columns). A full-width tile whose epilogue is a bias, residual,
-/// ReLU or clamp is finished in registers; the rest goes through the
-/// portable store step.
+/// ReLU, clamp or an activation of the kernel's own vector math (`math`)
+/// is finished in registers; the rest goes through the portable store step.
 #[inline]
 #[target_feature(enable = $features)]
 unsafe fn store<const R: usize>(c: &[[$vec; 2]; R], tile: &mut Tile<'_>) {
@@ -192,6 +209,14 @@ unsafe fn store_row(vs: &VectorStore<'_>, row: &RowAddends<'_>, ptr: *mut f32, a
         // max(lo, v) is lo only when lo > v, min(hi, v) hi only when hi < v:
         // NaN stays NaN, as in the portable clamp.
         v = $min($set1(hi), $max($set1(lo), v));
+    }
+    if let Some(a) = vs.activation {
+        // The table's slice functions run these very bodies per vector.
+        v = match a {
+            VectorActivation::Gelu => $math::gelu_ps(v),
+            VectorActivation::Silu => $math::silu_ps(v),
+            VectorActivation::Sigmoid => $math::sigmoid_ps(v),
+        };
     }
     if let (false, Some(r)) = (vs.residual_first, residual) {
         v = $add(v, r);

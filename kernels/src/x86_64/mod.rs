@@ -17,7 +17,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     if !Isa::X86_64V3.is_supported() {
         return;
     }
-    const V: &str = "avx2_fma";
+    const V: &str = avx2::math::VARIANT;
     table.gemm = avx2::gemm::UKR;
     table.exp = Entry::new(V, avx2::math::exp);
     table.sigmoid = Entry::new(V, avx2::math::sigmoid);
@@ -46,11 +46,12 @@ pub(crate) fn plug(table: &mut KernelTable) {
         table.gemm = avx512::gemm::UKR;
         table.depthwise = Entry::new("avx512f", avx512::conv::depthwise_plane);
         table.depthwise_nhwc = Entry::new("avx512f", avx512::conv::depthwise_row);
-        table.exp = Entry::new("avx512f", avx512::math::exp);
-        table.sigmoid = Entry::new("avx512f", avx512::math::sigmoid);
-        table.silu = Entry::new("avx512f", avx512::math::silu);
-        table.erf = Entry::new("avx512f", avx512::math::erf);
-        table.gelu = Entry::new("avx512f", avx512::math::gelu);
+        const W: &str = avx512::math::VARIANT;
+        table.exp = Entry::new(W, avx512::math::exp);
+        table.sigmoid = Entry::new(W, avx512::math::sigmoid);
+        table.silu = Entry::new(W, avx512::math::silu);
+        table.erf = Entry::new(W, avx512::math::erf);
+        table.gelu = Entry::new(W, avx512::math::gelu);
         if let Some(&q) = quant.iter().rev().find(|q| q.name.starts_with("avx512")) {
             table.quant = q;
         }

@@ -3,6 +3,8 @@
 //! rows take four or two strips at a time (`R`×`S` tiles of 8
 //! accumulators). The body is `x86_64::gemm_kernel`'s, shared with AVX-512.
 
+use super::math;
+
 crate::x86_64::gemm_kernel::f32_gemm_kernel! {
     features: "avx2,fma",
     variant: "avx2_fma_6x16",
@@ -17,5 +19,6 @@ crate::x86_64::gemm_kernel::f32_gemm_kernel! {
     add: _mm256_add_ps,
     min: _mm256_min_ps,
     max: _mm256_max_ps,
+    math: math,
     rows: { 1 => 4, 2 => 2, 3 => 1, 4 => 1, 5 => 1 },
 }

@@ -16,6 +16,11 @@ use kiln_isa::math::{
 };
 use std::arch::x86_64::*;
 
+/// The kernel table's variant name for these functions (`x86_64::plug`):
+/// a GEMM microkernel applies `gelu_ps`, `silu_ps` and `sigmoid_ps` in its
+/// store step only for a table whose entries carry this name.
+pub(crate) const VARIANT: &str = "avx2_fma";
+
 const LANES: usize = 8;
 
 /// exp(x) for 8 lanes: Cody–Waite reduction x = n·ln2 + r (|r| ≤ ln2/2) with
@@ -114,48 +119,68 @@ unsafe fn erf_ps(x: __m256) -> __m256 {
     _mm256_blendv_ps(small, large, beyond)
 }
 
-/// erfc(t) for t in [0.9, 10.2] with full relative precision, as two
-/// factors `(m, s)`, `erfc(t) = m · s` (`s` a power of two to apply last):
-/// `(1 + 2t) e^{t²} erfc(t)` is smooth there, fitted (weighted least
-/// squares, ≤ 0.2 ulp) by a degree-8 polynomial in `q = (t - 2) / (t + 2)`;
-/// `t² = sq + err` is given as an unevaluated sum (the caller computes it
-/// exactly) and `e^{-sq-err} ≈ e^{-sq}(1 - err)`, so the steep factor
-/// carries no rounding of its argument.
+/// erfc(t) for t in [0.9, 10.2] with full relative precision is
+/// `r(t) · e^{-t²}`: this is `r(t)`. `(1 + 2t) e^{t²} erfc(t)` is smooth
+/// there, fitted (weighted least squares, ≤ 0.2 ulp) by a degree-8
+/// polynomial in `q = (t - 2) / (t + 2)`; [`gelu_ps`] supplies the steep
+/// factor `e^{-t²}` (see there).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn erfc_tail_parts(t: __m256, sq: __m256, err: __m256) -> (__m256, __m256) {
+unsafe fn erfc_tail_ratio(t: __m256) -> __m256 {
     let one = _mm256_set1_ps(1.0);
     let two = _mm256_set1_ps(2.0);
     let q = _mm256_div_ps(_mm256_sub_ps(t, two), _mm256_add_ps(t, two));
     let p = horner(q, &ERFC_TAIL_POLY);
-    let r = _mm256_div_ps(p, _mm256_fmadd_ps(two, t, one));
-    let (a, scale) = exp_parts(_mm256_xor_ps(sq, _mm256_set1_ps(-0.0)));
-    let a = _mm256_fnmadd_ps(a, err, a);
-    (_mm256_mul_ps(r, a), scale)
+    _mm256_div_ps(p, _mm256_fmadd_ps(two, t, one))
 }
 
 /// Exact GELU, `x · Φ(x) = x/2 · erfc(-x/√2)`: through erf near 0 and on the
 /// right (`x/2 · (1 + erf)`, no cancellation there), through an erfc of full
 /// relative precision on the left tail, whose factors are multiplied so
 /// that a subnormal result is rounded once.
+///
+/// Per lane this is [`erf_ps`] on the right and, on the left tail
+/// (t = -x/√2 > [`ERF_SPLIT`]), `x/2 · r(t) · e^{-t²}` with `t² = sq + err`
+/// an unevaluated sum (x·x and its rounding error, halved: exact) and
+/// `e^{-sq-err} ≈ e^{-sq}(1 - err)`, so the steep factor carries no
+/// rounding of its argument; `e^{-sq}` as [`exp_parts`]' two factors, the
+/// power of two applied last. A vector with lanes on both sides needs two
+/// exps (erf's `e^{q(t)}` on the right, `e^{-sq}` on the left): each lane
+/// takes its own argument through one [`exp_parts`] (lane for lane the
+/// operations of two separate calls, so the same bits; a quarter less work
+/// for such vectors, most of a layer's).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn gelu_ps(x: __m256) -> __m256 {
+pub(crate) unsafe fn gelu_ps(x: __m256) -> __m256 {
+    let sign_bit = _mm256_set1_ps(-0.0);
     let u = _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2));
     let half_x = _mm256_mul_ps(x, _mm256_set1_ps(0.5));
-    let right = _mm256_mul_ps(half_x, _mm256_add_ps(_mm256_set1_ps(1.0), erf_ps(u)));
-    let t = _mm256_xor_ps(u, _mm256_set1_ps(-0.0));
+    let t = _mm256_xor_ps(u, sign_bit);
     let in_tail = _mm256_cmp_ps::<_CMP_GT_OQ>(t, _mm256_set1_ps(ERF_SPLIT));
     if _mm256_movemask_ps(in_tail) == 0 {
         // No lane below -1.31 (most of a layer's activations): the left
         // tail's divisions and exp would all be blended away.
+        let right = _mm256_mul_ps(half_x, _mm256_add_ps(_mm256_set1_ps(1.0), erf_ps(u)));
         return minus_inf_is_nan(x, right);
     }
+    // erf_ps(u), its exp shared with the tail's.
+    let abs_u = _mm256_andnot_ps(sign_bit, u);
+    let small = erf_small_ps(u);
+    let beyond = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_u, _mm256_set1_ps(ERF_SPLIT));
     // t² = x²/2 exactly, as x·x plus its rounding error, halved.
     let half = _mm256_set1_ps(0.5);
     let xx = _mm256_mul_ps(x, x);
     let (sq, err) = (_mm256_mul_ps(xx, half), _mm256_mul_ps(_mm256_fmsub_ps(x, x, xx), half));
-    let (m, scale) = erfc_tail_parts(_mm256_min_ps(t, _mm256_set1_ps(ERFC_ZERO)), sq, err);
+    let q = erfc_exponent_ps(abs_u);
+    let arg = _mm256_blendv_ps(q, _mm256_xor_ps(sq, sign_bit), in_tail);
+    let (a, scale) = exp_parts(arg);
+    // exp_ps(q) on the other lanes.
+    let e = _mm256_blendv_ps(_mm256_mul_ps(a, scale), arg, _mm256_cmp_ps::<_CMP_UNORD_Q>(arg, arg));
+    let large = _mm256_or_ps(_mm256_sub_ps(_mm256_set1_ps(1.0), e), _mm256_and_ps(u, sign_bit));
+    let erf = _mm256_blendv_ps(small, large, beyond);
+    let right = _mm256_mul_ps(half_x, _mm256_add_ps(_mm256_set1_ps(1.0), erf));
+    let r = erfc_tail_ratio(_mm256_min_ps(t, _mm256_set1_ps(ERFC_ZERO)));
+    let m = _mm256_mul_ps(r, _mm256_fnmadd_ps(a, err, a));
     let left = _mm256_mul_ps(_mm256_mul_ps(half_x, m), scale);
     let left = _mm256_blendv_ps(left, _mm256_set1_ps(-0.0), _mm256_cmp_ps::<_CMP_GE_OQ>(t, _mm256_set1_ps(ERFC_ZERO)));
     let g = _mm256_blendv_ps(right, left, in_tail);
@@ -197,7 +222,7 @@ unsafe fn gelu_tanh_ps(x: __m256) -> __m256 {
 /// 1 / (1 + e^-x), the generic formula with [`exp_ps`] (division is exact).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn sigmoid_ps(x: __m256) -> __m256 {
+pub(crate) unsafe fn sigmoid_ps(x: __m256) -> __m256 {
     let one = _mm256_set1_ps(1.0);
     let e = exp_ps(_mm256_xor_ps(x, _mm256_set1_ps(-0.0)));
     _mm256_div_ps(one, _mm256_add_ps(one, e))
@@ -206,7 +231,7 @@ unsafe fn sigmoid_ps(x: __m256) -> __m256 {
 /// x / (1 + e^-x), the generic formula with [`exp_ps`].
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn silu_ps(x: __m256) -> __m256 {
+pub(crate) unsafe fn silu_ps(x: __m256) -> __m256 {
     let e = exp_ps(_mm256_xor_ps(x, _mm256_set1_ps(-0.0)));
     _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e))
 }

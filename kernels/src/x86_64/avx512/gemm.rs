@@ -6,6 +6,8 @@
 //! are taken at a time (`R`×`S` tiles, 8–16 accumulators). The body is
 //! `x86_64::gemm_kernel`'s, shared with AVX2.
 
+use super::math;
+
 crate::x86_64::gemm_kernel::f32_gemm_kernel! {
     features: "avx512f",
     variant: "avx512f_8x32",
@@ -20,5 +22,6 @@ crate::x86_64::gemm_kernel::f32_gemm_kernel! {
     add: _mm512_add_ps,
     min: _mm512_min_ps,
     max: _mm512_max_ps,
+    math: math,
     rows: { 1 => 4, 2 => 4, 3 => 2, 4 => 2, 5 => 1, 6 => 1, 7 => 1 },
 }

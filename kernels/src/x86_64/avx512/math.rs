@@ -14,6 +14,11 @@ use kiln_isa::math::{
 };
 use std::arch::x86_64::*;
 
+/// The kernel table's variant name for these functions (`x86_64::plug`):
+/// a GEMM microkernel applies `gelu_ps`, `silu_ps` and `sigmoid_ps` in its
+/// store step only for a table whose entries carry this name.
+pub(crate) const VARIANT: &str = "avx512f";
+
 const LANES: usize = 16;
 
 #[inline]
@@ -130,36 +135,44 @@ unsafe fn erf_ps(x: __m512) -> __m512 {
     _mm512_mask_blend_ps(beyond, small, large)
 }
 
-/// erfc(t) on GELU's left tail as two factors (AVX2 `erfc_tail_parts`).
+/// The smooth factor `r(t)` of erfc on GELU's left tail (AVX2 `erfc_tail_ratio`).
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn erfc_tail_parts(t: __m512, sq: __m512, err: __m512) -> (__m512, __m512) {
+unsafe fn erfc_tail_ratio(t: __m512) -> __m512 {
     let one = set(1.0);
     let two = set(2.0);
     let q = _mm512_div_ps(_mm512_sub_ps(t, two), _mm512_add_ps(t, two));
     let p = horner(q, &ERFC_TAIL_POLY);
-    let r = _mm512_div_ps(p, _mm512_fmadd_ps(two, t, one));
-    let (a, scale) = exp_parts(xor(sq, set(-0.0)));
-    let a = _mm512_fnmadd_ps(a, err, a);
-    (_mm512_mul_ps(r, a), scale)
+    _mm512_div_ps(p, _mm512_fmadd_ps(two, t, one))
 }
 
-/// Exact GELU (AVX2 `gelu_ps`).
+/// Exact GELU (AVX2 `gelu_ps`: one exp for both sides' lanes).
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn gelu_ps(x: __m512) -> __m512 {
+pub(crate) unsafe fn gelu_ps(x: __m512) -> __m512 {
     let u = _mm512_mul_ps(x, set(std::f32::consts::FRAC_1_SQRT_2));
     let half_x = _mm512_mul_ps(x, set(0.5));
-    let right = _mm512_mul_ps(half_x, _mm512_add_ps(set(1.0), erf_ps(u)));
     let t = xor(u, set(-0.0));
     let in_tail = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(t, set(ERF_SPLIT));
     if in_tail == 0 {
+        let right = _mm512_mul_ps(half_x, _mm512_add_ps(set(1.0), erf_ps(u)));
         return minus_inf_is_nan(x, right);
     }
+    let abs_u = abs(u);
+    let small = erf_small_ps(u);
+    let beyond = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(abs_u, set(ERF_SPLIT));
     let half = set(0.5);
     let xx = _mm512_mul_ps(x, x);
     let (sq, err) = (_mm512_mul_ps(xx, half), _mm512_mul_ps(_mm512_fmsub_ps(x, x, xx), half));
-    let (m, scale) = erfc_tail_parts(_mm512_min_ps(t, set(ERFC_ZERO)), sq, err);
+    let q = erfc_exponent_ps(abs_u);
+    let arg = _mm512_mask_blend_ps(in_tail, q, xor(sq, set(-0.0)));
+    let (a, scale) = exp_parts(arg);
+    let e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(arg, arg), _mm512_mul_ps(a, scale), arg);
+    let large = or(_mm512_sub_ps(set(1.0), e), and(u, set(-0.0)));
+    let erf = _mm512_mask_blend_ps(beyond, small, large);
+    let right = _mm512_mul_ps(half_x, _mm512_add_ps(set(1.0), erf));
+    let r = erfc_tail_ratio(_mm512_min_ps(t, set(ERFC_ZERO)));
+    let m = _mm512_mul_ps(r, _mm512_fnmadd_ps(a, err, a));
     let left = _mm512_mul_ps(_mm512_mul_ps(half_x, m), scale);
     let left = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GE_OQ>(t, set(ERFC_ZERO)), left, set(-0.0));
     let g = _mm512_mask_blend_ps(in_tail, right, left);
@@ -177,7 +190,7 @@ unsafe fn minus_inf_is_nan(x: __m512, g: __m512) -> __m512 {
 /// 1 / (1 + e^-x) (AVX2 `sigmoid_ps`).
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn sigmoid_ps(x: __m512) -> __m512 {
+pub(crate) unsafe fn sigmoid_ps(x: __m512) -> __m512 {
     let one = set(1.0);
     let e = exp_ps(xor(x, set(-0.0)));
     _mm512_div_ps(one, _mm512_add_ps(one, e))
@@ -186,7 +199,7 @@ unsafe fn sigmoid_ps(x: __m512) -> __m512 {
 /// x / (1 + e^-x) (AVX2 `silu_ps`).
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn silu_ps(x: __m512) -> __m512 {
+pub(crate) unsafe fn silu_ps(x: __m512) -> __m512 {
     let e = exp_ps(xor(x, set(-0.0)));
     _mm512_div_ps(x, _mm512_add_ps(set(1.0), e))
 }
