@@ -149,7 +149,9 @@ pub(crate) struct ActivationFn {
     pub(crate) activation: Activation,
     run: ActivationKernel,
     /// Set when the table's GEMM microkernel computes this activation in
-    /// registers with the same code as `run` ([`GemmUkr::math`]).
+    /// registers with the same code as `run` ([`GemmUkr::math`]). Read by the
+    /// x86-64 microkernels' store step only.
+    #[cfg_attr(not(kiln_x86_64), allow(dead_code))]
     pub(crate) in_registers: Option<VectorActivation>,
 }
 
