@@ -336,26 +336,7 @@ fn conv_inner<'a>(
     }
     let xv = view::<f32>(K, "x", &x)?;
     let wv = view::<f32>(K, "w", &w)?;
-    let bv = match &bias {
-        Some(b) => {
-            expect_dtype(K, "bias", b.dtype, DType::F32)?;
-            if b.shape != [cout] {
-                return Err(shape_err(K, format!("bias shape {:?}, expected [{cout}]", b.shape)));
-            }
-            Some(view::<f32>(K, "bias", b)?)
-        }
-        None => None,
-    };
-    let residual = match &fused.residual {
-        Some(r) => {
-            expect_dtype(K, "residual", r.dtype, DType::F32)?;
-            if r.shape != out.shape {
-                return Err(shape_err(K, format!("residual shape {:?}, expected {:?}", r.shape, out.shape)));
-            }
-            Some(view::<f32>(K, "residual", r)?)
-        }
-        None => None,
-    };
+    let (bv, residual) = epilogue_views(K, &bias, &fused.residual, cout, out.shape)?;
     let activation = fused.activation.map(|a| ActivationFn::new(table, a));
     // The epilogue of the output rows starting at `offset` (of the
     // `[N·Cout, osp]` output matrix), given the bias the rows add.
@@ -617,4 +598,39 @@ fn conv_direct<T: Real>(
             *o = acc;
         }
     }
+}
+
+/// A fused convolution's bias and residual, viewed as f32.
+type EpilogueViews<'a> = (Option<&'a [f32]>, Option<&'a [f32]>);
+
+/// A fused f32 convolution's bias (`[cout]`) and residual (the output's
+/// shape), checked and viewed.
+pub(crate) fn epilogue_views<'a>(
+    k: &'static str,
+    bias: &Option<TensorRef<'a>>,
+    residual: &Option<TensorRef<'a>>,
+    cout: usize,
+    out_shape: &[usize],
+) -> Result<EpilogueViews<'a>> {
+    let bias = match bias {
+        Some(b) => {
+            expect_dtype(k, "bias", b.dtype, DType::F32)?;
+            if b.shape != [cout] {
+                return Err(shape_err(k, format!("bias shape {:?}, expected [{cout}]", b.shape)));
+            }
+            Some(view::<f32>(k, "bias", b)?)
+        }
+        None => None,
+    };
+    let residual = match residual {
+        Some(r) => {
+            expect_dtype(k, "residual", r.dtype, DType::F32)?;
+            if r.shape != out_shape {
+                return Err(shape_err(k, format!("residual shape {:?}, expected {out_shape:?}", r.shape)));
+            }
+            Some(view::<f32>(k, "residual", r)?)
+        }
+        None => None,
+    };
+    Ok((bias, residual))
 }

@@ -25,7 +25,7 @@
 //!   channels-first kernel, transposed back.
 
 use super::common::*;
-use super::conv::{conv_fused, geometry, ConvParams, Geometry, PackedConv, TensorEpilogue};
+use super::conv::{conv_fused, epilogue_views, geometry, ConvParams, Geometry, PackedConv, TensorEpilogue};
 use super::conv_taps::{self, PackedTaps, TapEpilogue};
 use super::gemm::{run_gemm, ASource, ActivationFn, BSource, Bias, Epilogue};
 use crate::context::Context;
@@ -112,26 +112,7 @@ pub fn conv_fused_channels_last(
             return Err(shape_err(K, format!("packed weight {:?} is not this weight {:?}", pk.shape(), w.shape)));
         }
     }
-    let bv = match &bias {
-        Some(b) => {
-            expect_dtype(K, "bias", b.dtype, DType::F32)?;
-            if b.shape != [cout] {
-                return Err(shape_err(K, format!("bias shape {:?}, expected [{cout}]", b.shape)));
-            }
-            Some(view::<f32>(K, "bias", b)?)
-        }
-        None => None,
-    };
-    let residual = match &epilogue.residual {
-        Some(r) => {
-            expect_dtype(K, "residual", r.dtype, DType::F32)?;
-            if r.shape != out.shape {
-                return Err(shape_err(K, format!("residual shape {:?}, expected {:?}", r.shape, out.shape)));
-            }
-            Some(view::<f32>(K, "residual", r)?)
-        }
-        None => None,
-    };
+    let (bv, residual) = epilogue_views(K, &bias, &epilogue.residual, cout, out.shape)?;
     if out.data.is_empty() {
         return Ok(());
     }
