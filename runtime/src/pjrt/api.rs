@@ -42,14 +42,23 @@ impl Plugin {
     pub fn load(path: &Path) -> Result<Arc<Plugin>> {
         let canonical =
             std::fs::canonicalize(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
+        Plugin::register(canonical, |canonical| {
+            if canonical.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libtpu")) {
+                skip_tpu_metadata_server();
+            }
+            Plugin::open(canonical)
+        })
+    }
+
+    /// The plugin registered under `path`, or the one `open` makes,
+    /// initialized and registered (under the registry lock: each plugin is
+    /// opened and initialized once per process).
+    fn register(path: PathBuf, open: impl FnOnce(PathBuf) -> Result<Plugin>) -> Result<Arc<Plugin>> {
         let mut plugins = PLUGINS.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = plugins.iter().find(|p| p.path == canonical) {
+        if let Some(p) = plugins.iter().find(|p| p.path == path) {
             return Ok(Arc::clone(p));
         }
-        if canonical.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libtpu")) {
-            skip_tpu_metadata_server();
-        }
-        let plugin = Arc::new(Plugin::open(canonical)?);
+        let plugin = Arc::new(open(path)?);
         plugin.initialize()?;
         plugins.push(Arc::clone(&plugin));
         Ok(plugin)
@@ -81,19 +90,13 @@ impl Plugin {
     /// for the life of the process, with every entry it fills implementing
     /// the header's contract.
     pub unsafe fn from_static(name: &str, get_api: unsafe extern "C" fn() -> *const c_void) -> Result<Arc<Plugin>> {
-        let path = PathBuf::from(format!("static:{name}"));
-        let mut plugins = PLUGINS.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = plugins.iter().find(|p| p.path == path) {
-            return Ok(Arc::clone(p));
-        }
-        // SAFETY: the caller's contract.
-        let api = unsafe { get_api() }.cast::<Api>();
-        let version = check_api(api)
-            .map_err(|message| Error::Pjrt { call: "GetPjrtApi".into(), message: format!("{name}: {message}") })?;
-        let plugin = Arc::new(Plugin { path, api, version, _library: None });
-        plugin.initialize()?;
-        plugins.push(Arc::clone(&plugin));
-        Ok(plugin)
+        Plugin::register(PathBuf::from(format!("static:{name}")), |path| {
+            // SAFETY: the caller's contract.
+            let api = unsafe { get_api() }.cast::<Api>();
+            let version = check_api(api)
+                .map_err(|message| Error::Pjrt { call: "GetPjrtApi".into(), message: format!("{name}: {message}") })?;
+            Ok(Plugin { path, api, version, _library: None })
+        })
     }
 
     fn initialize(&self) -> Result<()> {
@@ -114,6 +117,13 @@ impl Plugin {
         // SAFETY: the table lives as long as the library, which `self` keeps.
         // Only fields below `struct_size` are read (`call` checks).
         unsafe { &*self.api }
+    }
+
+    /// Whether the table has the entry at `offset` and the plugin fills it
+    /// (optional functions: callers fall back when it does not).
+    fn implements(&self, offset: usize) -> bool {
+        // SAFETY: read only when inside the plugin's table (checked first).
+        self.api().has(offset) && unsafe { (*(self.api as *const u8).add(offset).cast::<Option<ApiFn>>()).is_some() }
     }
 
     /// Calls the table entry at `offset` with `args`.
@@ -356,7 +366,7 @@ impl Client {
         for i in 0..devs.num_addressable_devices {
             // SAFETY: the plugin returned `num_addressable_devices` entries (non-null list checked).
             let device = unsafe { *devs.addressable_devices.add(i) };
-            let info = client.describe(i, device)?;
+            let info = client.describe(i, client.description(device)?)?;
             client.devices.push(device);
             client.device_info.push(info);
         }
@@ -368,8 +378,7 @@ impl Client {
     /// processes'), where the plugin reports them; else one process owning
     /// the addressable devices.
     fn read_topology(&mut self) -> Result<()> {
-        let api = self.plugin.api();
-        if api.has(offset_of!(Api, PJRT_Client_ProcessIndex)) && api.PJRT_Client_ProcessIndex.is_some() {
+        if self.plugin.implements(offset_of!(Api, PJRT_Client_ProcessIndex)) {
             let mut p = ffi::PJRT_Client_ProcessIndex_Args::new();
             p.client = self.raw;
             call!(self.plugin, PJRT_Client_ProcessIndex, &mut p)?;
@@ -386,7 +395,7 @@ impl Client {
                 })
                 .collect()
         };
-        if !(api.has(offset_of!(Api, PJRT_Client_Devices)) && api.PJRT_Client_Devices.is_some()) {
+        if !self.plugin.implements(offset_of!(Api, PJRT_Client_Devices)) {
             self.global_devices = local(self);
             return Ok(());
         }
@@ -399,20 +408,17 @@ impl Client {
                 message: "returned a null device list".into(),
             });
         }
-        let has_process = api.has(offset_of!(Api, PJRT_DeviceDescription_ProcessIndex))
-            && api.PJRT_DeviceDescription_ProcessIndex.is_some();
+        let has_process = self.plugin.implements(offset_of!(Api, PJRT_DeviceDescription_ProcessIndex));
         let mut global = Vec::with_capacity(all.num_devices);
         for i in 0..all.num_devices {
             // SAFETY: the plugin returned `num_devices` entries (non-null list checked).
             let device = unsafe { *all.devices.add(i) };
             let addressable = self.devices.iter().position(|&d| d == device);
-            let info = self.describe(i, device)?;
+            let description = self.description(device)?;
+            let info = self.describe(i, description)?;
             let process_index = if has_process {
-                let mut d = ffi::PJRT_Device_GetDescription_Args::new();
-                d.device = device;
-                call!(self.plugin, PJRT_Device_GetDescription, &mut d)?;
                 let mut p = ffi::PJRT_DeviceDescription_ProcessIndex_Args::new();
-                p.device_description = d.device_description;
+                p.device_description = description;
                 call!(self.plugin, PJRT_DeviceDescription_ProcessIndex, &mut p)?;
                 p.process_index
             } else {
@@ -436,15 +442,20 @@ impl Client {
         &self.global_devices
     }
 
-    fn describe(&self, index: usize, device: *mut ffi::PJRT_Device) -> Result<DeviceInfo> {
+    /// `device`'s description (owned by the client).
+    fn description(&self, device: *mut ffi::PJRT_Device) -> Result<*mut ffi::PJRT_DeviceDescription> {
         let mut d = ffi::PJRT_Device_GetDescription_Args::new();
         d.device = device;
         call!(self.plugin, PJRT_Device_GetDescription, &mut d)?;
+        Ok(d.device_description)
+    }
+
+    fn describe(&self, index: usize, description: *mut ffi::PJRT_DeviceDescription) -> Result<DeviceInfo> {
         let mut id = ffi::PJRT_DeviceDescription_Id_Args::new();
-        id.device_description = d.device_description;
+        id.device_description = description;
         call!(self.plugin, PJRT_DeviceDescription_Id, &mut id)?;
         let mut kind = ffi::PJRT_DeviceDescription_Kind_Args::new();
-        kind.device_description = d.device_description;
+        kind.device_description = description;
         call!(self.plugin, PJRT_DeviceDescription_Kind, &mut kind)?;
         // SAFETY: owned by the device description, which lives as long as the client.
         let kind = unsafe { string_from(kind.device_kind, kind.device_kind_size) }.unwrap_or_default();
