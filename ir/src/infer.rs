@@ -917,7 +917,8 @@ fn linalg_type(op: crate::LinalgOp, ins: &[&TensorType]) -> Result<TensorType, S
     let (m, n) = (a.shape[r - 2].clone(), a.shape[r - 1].clone());
     let with = |tail: &[Dim]| [batch.as_slice(), tail].concat();
     let square =
-        !matches!(op, L::QrQ | L::QrR | L::QrQComplete | L::QrRComplete | L::LuFactor | L::LuPivots | L::LuInfo);
+        !matches!(op, L::QrQ | L::QrR | L::QrQComplete | L::QrRComplete | L::LuFactor | L::LuPivots | L::LuInfo)
+            && !op.is_svd();
     if square && m.as_const().zip(n.as_const()).is_some_and(|(m, n)| m != n) {
         return Err(format!("linalg {}: needs square matrices, got {m:?}x{n:?}", op.name()));
     }
@@ -934,12 +935,18 @@ fn linalg_type(op: crate::LinalgOp, ins: &[&TensorType]) -> Result<TensorType, S
         Ok(TensorType::new(a.dtype, b.shape.clone()))
     };
     let kmin = m.as_const().zip(n.as_const()).map(|(m, n)| Dim::Const(m.min(n)));
-    let k = || kmin.clone().ok_or_else(|| format!("linalg {}: QR needs static matrix sizes", op.name()));
+    let k = || kmin.clone().ok_or_else(|| format!("linalg {}: needs static matrix sizes", op.name()));
     Ok(match op {
         L::Det | L::SignDet | L::LogAbsDet => TensorType::new(a.dtype, batch),
         L::Inv | L::LuFactor | L::Cholesky => a.clone(),
         L::LuPivots => TensorType::new(DType::I32, with(&[k()?])),
         L::EigvalsH => TensorType::new(a.dtype, with(&[n])),
+        L::EigvecsH => a.clone(),
+        L::SvdS => TensorType::new(a.dtype, with(&[k()?])),
+        L::SvdU => TensorType::new(a.dtype, with(&[m, k()?])),
+        L::SvdVh => TensorType::new(a.dtype, with(&[k()?, n])),
+        L::SvdUFull => TensorType::new(a.dtype, with(&[m.clone(), m])),
+        L::SvdVhFull => TensorType::new(a.dtype, with(&[n.clone(), n])),
         L::LuInfo | L::CholeskyInfo => TensorType::new(DType::I32, batch),
         L::Solve | L::TriangularSolve | L::CholeskySolve => rhs()?,
         L::QrQ => TensorType::new(a.dtype, with(&[m, k()?])),

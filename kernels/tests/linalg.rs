@@ -104,3 +104,75 @@ fn bad_shapes_are_errors_not_panics() {
     // Empty matrices are fine: det of a 0x0 matrix is 1.
     assert_eq!(run(LinalgOp::Det, f, &[(&[], &[0, 0])], &[]).unwrap(), vec![1.0]);
 }
+
+fn transpose(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    (0..rows * cols).map(|i| a[(i % rows) * cols + i / rows]).collect()
+}
+
+/// Checks `A = U diag(s) Vh`, `s` descending and non-negative, U's columns
+/// and Vh's rows orthonormal, and kiln's sign convention.
+fn check_svd(a: &[f64], m: usize, n: usize, full: bool) {
+    let f = LinalgFlags::default();
+    let k = m.min(n);
+    let (uc, vr) = if full { (m, n) } else { (k, k) };
+    let (u_op, vh_op) =
+        if full { (LinalgOp::SvdUFull, LinalgOp::SvdVhFull) } else { (LinalgOp::SvdU, LinalgOp::SvdVh) };
+    let s = run(LinalgOp::SvdS, f, &[(a, &[m, n])], &[k]).unwrap();
+    let u = run(u_op, f, &[(a, &[m, n])], &[m, uc]).unwrap();
+    let vh = run(vh_op, f, &[(a, &[m, n])], &[vr, n]).unwrap();
+    assert!(s.windows(2).all(|w| w[0] >= w[1]) && s.iter().all(|&x| x >= 0.0), "{s:?}");
+    // U[:, :k] diag(s) Vh[:k, :] = A.
+    let us: Vec<f64> = (0..m * k).map(|i| u[(i / k) * uc + i % k] * s[i % k]).collect();
+    close(&matmul(&us, &vh[..k * n], m, k, n), a, 1e-12);
+    let eye = |d: usize| -> Vec<f64> { (0..d * d).map(|i| if i / d == i % d { 1.0 } else { 0.0 }).collect() };
+    close(&matmul(&transpose(&u, m, uc), &u, uc, m, uc), &eye(uc), 1e-12);
+    close(&matmul(&vh, &transpose(&vh, vr, n), vr, n, vr), &eye(vr), 1e-12);
+    // The shorter side's vectors have their largest entry positive.
+    for j in 0..k {
+        let v: Vec<f64> =
+            if m >= n { vh[j * n..(j + 1) * n].to_vec() } else { (0..m).map(|i| u[i * uc + j]).collect() };
+        let lead = v.iter().fold(0.0f64, |b, &x| if x.abs() > b.abs() { x } else { b });
+        assert!(lead > 0.0, "vector {j}: {v:?}");
+    }
+}
+
+#[test]
+fn singular_value_decompositions() {
+    let tall = [1.0, 2.0, 3.0, 4.0, 5.0, 6.5, -1.0, 0.5]; // 4x2
+    for full in [false, true] {
+        check_svd(&tall, 4, 2, full);
+        check_svd(&tall, 2, 4, full);
+        check_svd(&A, 3, 3, full);
+        // Rank 1: the zero singular value's vectors are completed.
+        check_svd(&[1.0, 2.0, 2.0, 4.0, 3.0, 6.0], 3, 2, full);
+        check_svd(&[0.0; 6], 2, 3, full);
+    }
+    // diag(3, -5) has singular values 5, 3.
+    let s = run(LinalgOp::SvdS, LinalgFlags::default(), &[(&[3.0, 0.0, 0.0, -5.0], &[2, 2])], &[2]).unwrap();
+    close(&s, &[5.0, 3.0], 1e-15);
+    // An empty matrix has no singular values; its full U is the identity.
+    assert!(run(LinalgOp::SvdS, LinalgFlags::default(), &[(&[], &[2, 0])], &[0]).unwrap().is_empty());
+    let u = run(LinalgOp::SvdUFull, LinalgFlags::default(), &[(&[], &[2, 0])], &[2, 2]).unwrap();
+    close(&u, &[1.0, 0.0, 0.0, 1.0], 0.0);
+}
+
+#[test]
+fn symmetric_eigenvectors() {
+    let sym = [4.0, 1.0, -2.0, 1.0, 3.0, 0.5, -2.0, 0.5, -1.0];
+    let f = LinalgFlags::default();
+    let w = run(LinalgOp::EigvalsH, f, &[(&sym, &[3, 3])], &[3]).unwrap();
+    let v = run(LinalgOp::EigvecsH, f, &[(&sym, &[3, 3])], &[3, 3]).unwrap();
+    assert!(w.windows(2).all(|p| p[0] <= p[1]));
+    // A V = V diag(w), V orthonormal, each column's largest entry positive.
+    let vw: Vec<f64> = (0..9).map(|i| v[i] * w[i % 3]).collect();
+    close(&matmul(&sym, &v, 3, 3, 3), &vw, 1e-12);
+    close(&matmul(&transpose(&v, 3, 3), &v, 3, 3, 3), &[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0], 1e-12);
+    for j in 0..3 {
+        let lead = (0..3).map(|i| v[i * 3 + j]).fold(0.0f64, |b, x| if x.abs() > b.abs() { x } else { b });
+        assert!(lead > 0.0);
+    }
+    // Only the named triangle is read.
+    let mut lower = sym;
+    (lower[1], lower[2], lower[5]) = (99.0, 99.0, 99.0);
+    close(&run(LinalgOp::EigvecsH, f, &[(&lower, &[3, 3])], &[3, 3]).unwrap(), &v, 1e-12);
+}

@@ -49,7 +49,8 @@ equal or point ranges and elements outside, empty_permuted written before
 it is read, transformers::grouped_mm_fallback with an empty expert and rows
 past the last offset; cases `<name>.extra`; inputs random in [-4, 5) unless
 the entry gives a maker). topk cases carry a
-`ties` entry: their indices are checked by what they select (see tie_order).
+`ties` entry: their indices are checked by what they select (see tie_order);
+eigenvector and SVD cases a `signs` entry (see sign_groups).
 The conformance test turns all runs into a Core ATen coverage table and fails
 below 95 % (tests/src/coverage.rs).
 """
@@ -137,6 +138,12 @@ OPS = [
     ("linalg.solve", ""), ("linalg.solve_ex", ""), ("linalg.cholesky", ""), ("linalg.cholesky_ex", ""),
     ("linalg.solve_triangular", ""), ("cholesky_solve", ""), ("linalg.qr", ""), ("linalg.lu_factor", ""),
     ("linalg.lu_factor_ex", ""), ("linalg.eigvalsh", ""),
+    # SVD-based and eigenvectors (vectors compared up to sign: see sign_groups)
+    ("linalg.eigh", ""), ("linalg.svd", ""), ("svd", ""), ("linalg.svdvals", ""), ("linalg.pinv", ""),
+    ("linalg.pinv", "singular"), ("linalg.pinv", "hermitian"), ("pinverse", ""), ("linalg.matrix_rank", ""),
+    ("linalg.matrix_rank", "hermitian"), ("linalg.matrix_norm", ""), ("linalg.norm", ""),
+    ("linalg.norm", "subgradients_at_zero"), ("linalg.cond", ""), ("norm", "nuc"),
+    ("norm", "fro"), ("norm", "inf"),
     # special functions
     ("lgamma", ""), ("digamma", ""), ("i0", ""), ("special.i0e", ""), ("special.i1", ""), ("special.i1e", ""),
     ("special.erfcx", ""), ("special.ndtr", ""), ("special.log_ndtr", ""), ("special.bessel_j0", ""),
@@ -217,6 +224,12 @@ EXTRA_GROUPS = [
         "frexp", "ldexp",
         "matrix_exp", "erfinv", "index_reduce.mean", "index_reduce.prod", "unique",
     ]),
+    # f64 for the SVD/eigenvector family (torch's CPU linalg takes f32 and f64 only).
+    (("f64",), [
+        "linalg.eigh", "linalg.svd", "svd", "linalg.svdvals", "linalg.pinv", "linalg.pinv.singular",
+        "linalg.pinv.hermitian", "pinverse", "linalg.matrix_rank", "linalg.matrix_rank.hermitian",
+        "linalg.matrix_norm", "linalg.norm", "linalg.cond", "norm.nuc",
+    ]),
     # i8 and u8: integer legalization wraps like torch (narrow overflow),
     # promotion of narrow ints (sum/prod/cumsum accumulate in i64, true
     # division gives float), unsigned semantics (neg/abs/sign/compares/sort on u8).
@@ -295,6 +308,20 @@ def tie_order(cname, sample):
         return None
     rank = max(sample.input.dim(), 1)
     return {"input": 0, "values": 0, "indices": 1, "dim": dim % rank}
+
+
+def sign_groups(cname, outputs):
+    """For eigenvectors and singular vectors, which LAPACK returns with
+    signs its algorithm happens to give (kiln picks its own): groups of
+    outputs whose vectors flip together, as {output, dim} with `dim` the
+    axis that indexes the vectors (-1: columns, -2: rows). The test flips
+    kiln's vectors to torch's signs before comparing (tests/src/signs.rs)."""
+    if cname == "linalg.eigh" and len(outputs) == 2:
+        return [[{"output": 1, "dim": -1}]]
+    if cname in ("linalg.svd", "svd") and len(outputs) == 3:
+        v_dim = -1 if cname == "svd" else -2  # torch.svd returns V, linalg.svd Vh
+        return [[{"output": 0, "dim": -1}, {"output": 2, "dim": v_dim}]]
+    return None
 
 
 def marks(op, dtype, sample, flavours):
@@ -1005,6 +1032,9 @@ def main():
                 ties = tie_order(cname, sample)
                 if ties:
                     case["ties"] = ties
+                signs = sign_groups(cname, outputs)
+                if signs:
+                    case["signs"] = signs
                 m = marks(cname, dname, f"{dname}_{made}", case["flavours"])
                 if m:
                     case["unsupported"] = m

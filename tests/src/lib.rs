@@ -4,6 +4,7 @@
 pub mod alloc_count;
 pub mod coverage;
 pub mod mutate;
+pub mod signs;
 pub mod tie_order;
 
 use kiln_compiler::npy::read_npy;
@@ -194,7 +195,7 @@ pub fn try_run_and_compare(
     inputs: &[Tensor],
     expected: &[Tensor],
 ) -> Result<(), String> {
-    try_run_and_compare_with_ties(session, inputs, expected, None)
+    try_run_and_compare_checked(session, inputs, expected, &OutputChecks::default())
 }
 
 /// An output of indices whose order among equal values torch leaves to its
@@ -210,30 +211,47 @@ pub struct TieOrder {
     pub dim: usize,
 }
 
-/// [`try_run_and_compare`], with `ties` naming an index output checked by
-/// [`check_tied_indices`] instead.
-pub fn try_run_and_compare_with_ties(
+/// What a conformance case checks besides each output's elementwise
+/// closeness: an index output whose tie order is torch's library's
+/// ([`TieOrder`]), and groups of outputs whose vectors are defined up to
+/// sign ([`signs::align`]).
+#[derive(Clone, Debug, Default)]
+pub struct OutputChecks {
+    pub ties: Option<TieOrder>,
+    pub signs: Vec<Vec<signs::Member>>,
+}
+
+pub use signs::sign_groups;
+
+/// [`try_run_and_compare`] under `checks`.
+pub fn try_run_and_compare_checked(
     session: &mut kiln_runtime::Session,
     inputs: &[Tensor],
     expected: &[Tensor],
-    ties: Option<TieOrder>,
+    checks: &OutputChecks,
 ) -> Result<(), String> {
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
     let outputs = session.run(&views).map_err(|e| format!("run: {e}"))?;
     if outputs.len() != expected.len() {
         return Err(format!("{} outputs, expected {}", outputs.len(), expected.len()));
     }
+    let mut got: Vec<Tensor> = (0..outputs.len())
+        .map(|i| {
+            let v = outputs.get(i);
+            Tensor { dtype: v.dtype, shape: v.shape.to_vec(), data: v.data.to_vec() }
+        })
+        .collect();
+    signs::align_outputs(&checks.signs, &mut got, expected)?;
     for (i, want) in expected.iter().enumerate() {
-        if let Some(t) = ties.filter(|t| t.indices == i) {
+        if let Some(t) = checks.ties.filter(|t| t.indices == i) {
             let (Some(input), Some(values)) = (views.get(t.input), expected.get(t.values)) else {
                 return Err(format!("tie order names input {} / output {} that do not exist", t.input, t.values));
             };
-            check_tied_indices(&outputs.get(i), input, &values.view(), t.dim)
-                .map_err(|e| format!("output {i}: {e}"))?;
+            check_tied_indices(&got[i].view(), input, &values.view(), t.dim).map_err(|e| format!("output {i}: {e}"))?;
             continue;
         }
         let (rtol, atol) = default_tolerance(want.dtype);
-        compare_close(&outputs.get(i), &want.view(), rtol, atol).map_err(|e| format!("output {i}: {e}"))?;
+        compare_close(&got[i].view(), &want.view(), rtol, atol).map_err(|e| format!("output {i}: {e}"))?;
     }
     Ok(())
 }

@@ -69,7 +69,10 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["logcumsumexp"], dtypes: DT_FLOAT, note: "torch's log1p(exp(min - max)) + max, in f64 for f32/f64" },
     OpSupport { names: &["linalg_inv", "linalg_inv_ex", "linalg_det", "_linalg_det", "linalg_slogdet", "_linalg_slogdet", "logdet", "linalg_solve", "linalg_solve_ex", "_linalg_solve_ex", "linalg_lu_factor", "linalg_lu_factor_ex"], dtypes: &["f32", "f64"], note: "LU with partial pivoting (LAPACK getrf's pivots) in f64; a singular matrix fails the run where torch raises" },
     OpSupport { names: &["linalg_cholesky", "linalg_cholesky_ex", "cholesky_solve", "linalg_solve_triangular", "linalg_qr"], dtypes: &["f32", "f64"], note: "in f64; cholesky of a matrix that is not positive definite fails the run where torch raises; qr with LAPACK's Householder signs" },
-    OpSupport { names: &["linalg_eigvalsh", "linalg_eigh", "_linalg_eigh"], dtypes: &["f32", "f64"], note: "eigenvalues only (Jacobi in f64); eigenvectors are refused (their signs are LAPACK's choice)" },
+    OpSupport { names: &["linalg_eigvalsh", "linalg_eigh", "_linalg_eigh"], dtypes: &["f32", "f64"], note: "Jacobi in f64; eigenvectors with kiln's signs (each column's largest entry positive; LAPACK's are an accident of its algorithm)" },
+    OpSupport { names: &["_linalg_svd", "linalg_svd", "svd", "linalg_svdvals"], dtypes: &["f32", "f64"], note: "one-sided Jacobi in f64; singular vector pairs with kiln's signs (the shorter side's vectors have their largest entry positive); full_matrices completes the bases" },
+    OpSupport { names: &["linalg_pinv", "pinverse", "linalg_matrix_rank"], dtypes: &["f32", "f64"], note: "torch's formulas (SVD, or eigh with hermitian) and tolerances (atol, rtol, rcond, tol; tensors or floats)" },
+    OpSupport { names: &["linalg_matrix_norm", "linalg_norm", "nuclear_norm", "linalg_cond"], dtypes: &["f32", "f64"], note: "torch's definitions: fro, nuc, ±1, ±2, ±inf (2 and nuc from the singular values); cond's inverse through LU, a singular matrix giving inf" },
     OpSupport { names: &["diff"], dtypes: DT_ALL, note: "a dynamic length along `dim` must be at least `n` at its lower bound" },
     OpSupport { names: &["sort", "topk"], dtypes: DT_NUMERIC, note: "stable; among tied values topk's index order may differ from torch's (whose order is its C++ library's)" },
     OpSupport { names: &["var", "std"], dtypes: DT_FLOAT, note: "computed in f64" },
@@ -349,8 +352,8 @@ pub fn core_aten_status(overload: &str) -> Option<&'static str> {
 /// (see `import::error::Problem`); `generate.py --all` / `--summary` counts
 /// them.
 pub const REFUSED: &[(&str, &str)] = &[
-    ("linalg_eigh (eigenvectors), linalg_eig, linalg_eigvals", "not implemented yet: eigenvectors' signs are LAPACK's choice, so they need a comparison up to sign (and complex results for eig)"),
-    ("_linalg_svd, linalg_svd, linalg_svdvals, linalg_pinv, linalg_matrix_rank, linalg_lstsq", "not implemented yet (SVD-based; singular vectors compared up to sign)"),
+    ("linalg_eig, linalg_eigvals", "not implemented yet: complex results, in LAPACK's order (its Hessenberg QR's deflation order)"),
+    ("linalg_lstsq", "torch.export cannot export it (DynamicOutputShapeException: its residuals' size depends on the data); `linalg.pinv(A) @ B` is the minimum-norm solution"),
     ("bincount without an upper bound on its length", "kiln plans memory for the largest length: an int32/int64 input needs `torch._check(out.size(0) <= N)` in the program"),
     ("linalg_matrix_exp, matrix_exp (f32, f16, bf16)", "torch's scaling and squaring in the dtype misses the exact exponential by more than its own tolerance on large norms; kiln computes f64 only"),
     ("segment_reduce with indices or batched (n-d) lengths", "not implemented yet"),

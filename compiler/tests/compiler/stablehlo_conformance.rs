@@ -8,6 +8,9 @@
 #![cfg(feature = "mlir")]
 
 use crate::stablehlo_support;
+/// Eigen- and singular vectors flipped to torch's signs, as there.
+#[path = "../../../tests/src/signs.rs"]
+mod signs;
 /// topk's tie-order check, shared with tests/tests/e2e/conformance.rs.
 #[path = "../../../tests/src/tie_order.rs"]
 mod tie_order;
@@ -98,9 +101,10 @@ fn run_case(
     dir: &Path,
     flavour: &str,
     bf16: bool,
-    ties: Option<&Value>,
+    case: &Value,
     reasons: &mut BTreeMap<String, usize>,
 ) -> Result<bool, String> {
+    let ties = case.get("ties");
     let inputs = read_numbered(dir, "input", bf16)?;
     let expected = read_numbered(dir, "output", bf16)?;
     let tmp = std::env::temp_dir().join(format!("kiln-shlo-conf-{}-{}.kiln", std::process::id(), flavour));
@@ -118,7 +122,7 @@ fn run_case(
     for f in accel(&program).cpu_fallbacks {
         *reasons.entry(f.reason).or_default() += 1;
     }
-    let got = std::panic::catch_unwind(|| run_pjrt(&program, plugin, &inputs)).map_err(|e| {
+    let mut got = std::panic::catch_unwind(|| run_pjrt(&program, plugin, &inputs)).map_err(|e| {
         e.downcast_ref::<String>()
             .map(|s| s.lines().next().unwrap_or("").to_string())
             .unwrap_or_else(|| "panicked".into())
@@ -126,6 +130,7 @@ fn run_case(
     if got.len() != expected.len() {
         return Err(format!("{} outputs, expected {}", got.len(), expected.len()));
     }
+    signs::align_outputs(&signs::sign_groups(case), &mut got, &expected)?;
     // topk: the indices output is checked by what it selects (see the `ties` entry).
     let field = |k: &str| ties.and_then(|t| t.get(k)).and_then(Value::as_u64).map(|v| v as usize);
     let tied = (field("indices"), field("values"), field("input"), field("dim"));
@@ -177,7 +182,7 @@ fn conformance_on_xla_cpu_plugin() {
             if case.get("unsupported").and_then(|u| u.get(flavour)).is_some() {
                 continue;
             }
-            match run_case(&plugin, &dir, flavour, bf16, case.get("ties"), &mut reasons) {
+            match run_case(&plugin, &dir, flavour, bf16, case, &mut reasons) {
                 Ok(true) => accel_cases += 1,
                 Ok(false) => cpu_cases += 1,
                 Err(e) => {

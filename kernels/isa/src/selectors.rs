@@ -191,6 +191,25 @@ code_enum! {
         QrRComplete = 15 => "qr_r_complete",
         /// Eigenvalues of a symmetric matrix, ascending.
         EigvalsH = 16 => "eigvalsh",
+        /// Singular values, descending (`[.., k]`, `k = min(m, n)`).
+        SvdS = 17 => "svd_s",
+        /// Left singular vectors `[.., m, k]` (signs: see the kernel).
+        SvdU = 18 => "svd_u",
+        /// Right singular vectors, transposed: `[.., k, n]`.
+        SvdVh = 19 => "svd_vh",
+        /// `SvdU` completed to an orthonormal basis: `[.., m, m]`.
+        SvdUFull = 20 => "svd_u_full",
+        /// `SvdVh` completed to an orthonormal basis: `[.., n, n]`.
+        SvdVhFull = 21 => "svd_vh_full",
+        /// Eigenvectors of a symmetric matrix as columns, in `EigvalsH`'s order.
+        EigvecsH = 22 => "eigvecsh",
+    }
+}
+
+impl LinalgOp {
+    /// One of the singular value decomposition's results.
+    pub fn is_svd(self) -> bool {
+        matches!(self, Self::SvdS | Self::SvdU | Self::SvdVh | Self::SvdUFull | Self::SvdVhFull)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Dense linear algebra on batches of small matrices (`torch.linalg`):
 //! LU with partial pivoting (det, slogdet, inv, solve, lu_factor),
-//! Cholesky, triangular solves, Householder QR and symmetric eigenvalues.
+//! Cholesky, triangular solves, Householder QR, symmetric eigenvalues and
+//! eigenvectors, and the singular value decomposition.
 //!
 //! Every matrix is worked in f64 and the results rounded to the tensor's
 //! dtype (f32 or f64), so f32 results are at least as accurate as LAPACK's
@@ -151,10 +152,22 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
                 res.extend(if matches!(op, LinalgOp::QrQ | LinalgOp::QrQComplete) { q } else { rr });
             }
         }
-        LinalgOp::EigvalsH => {
+        LinalgOp::EigvalsH | LinalgOp::EigvecsH => {
             square()?;
             for mat in mats(&am, n * n, batch) {
-                res.extend(eigvals_symmetric(mat, n, flags.upper));
+                let (w, v) = eigh_symmetric(mat, n, flags.upper, op == LinalgOp::EigvecsH);
+                res.extend(if op == LinalgOp::EigvalsH { w } else { v });
+            }
+        }
+        LinalgOp::SvdS | LinalgOp::SvdU | LinalgOp::SvdVh | LinalgOp::SvdUFull | LinalgOp::SvdVhFull => {
+            let full = matches!(op, LinalgOp::SvdUFull | LinalgOp::SvdVhFull);
+            for mat in mats(&am, m * n, batch) {
+                let d = svd(mat, m, n, full);
+                res.extend(match op {
+                    LinalgOp::SvdS => d.s,
+                    LinalgOp::SvdU | LinalgOp::SvdUFull => d.u,
+                    _ => d.vh,
+                });
             }
         }
     }
@@ -419,9 +432,12 @@ fn qr(a: &[f64], m: usize, n: usize, complete: bool) -> (Vec<f64>, Vec<f64>) {
 }
 
 /// The eigenvalues of the symmetric matrix in `a`'s lower (or `upper`)
-/// triangle, ascending (cyclic Jacobi rotations until the off-diagonal mass
-/// vanishes).
-fn eigvals_symmetric(a: &[f64], n: usize, upper: bool) -> Vec<f64> {
+/// triangle, ascending, and with `vectors` its eigenvectors as the columns
+/// of an `[n, n]` matrix in the same order (else empty): cyclic Jacobi
+/// rotations until the off-diagonal mass vanishes, the rotations
+/// accumulated into the vectors. Each vector's sign follows
+/// [`fix_signs`]: LAPACK's is an accident of its algorithm.
+fn eigh_symmetric(a: &[f64], n: usize, upper: bool, vectors: bool) -> (Vec<f64>, Vec<f64>) {
     let mut s: Vec<f64> = (0..n * n)
         .map(|idx| {
             let (i, j) = (idx / n, idx % n);
@@ -433,6 +449,7 @@ fn eigvals_symmetric(a: &[f64], n: usize, upper: bool) -> Vec<f64> {
             }
         })
         .collect();
+    let mut v = if vectors { identity(n) } else { Vec::new() };
     for _sweep in 0..100 {
         let off: f64 = (0..n)
             .flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j)))
@@ -453,20 +470,159 @@ fn eigvals_symmetric(a: &[f64], n: usize, upper: bool) -> Vec<f64> {
                 let t = if theta == 0.0 { 1.0 } else { t };
                 let c = 1.0 / (t * t + 1.0).sqrt();
                 let sn = t * c;
-                for k in 0..n {
-                    let (skp, skq) = (s[k * n + p], s[k * n + q]);
-                    s[k * n + p] = c * skp - sn * skq;
-                    s[k * n + q] = sn * skp + c * skq;
-                }
+                rotate_columns(&mut s, n, n, p, q, c, sn);
                 for k in 0..n {
                     let (spk, sqk) = (s[p * n + k], s[q * n + k]);
                     s[p * n + k] = c * spk - sn * sqk;
                     s[q * n + k] = sn * spk + c * sqk;
                 }
+                if vectors {
+                    rotate_columns(&mut v, n, n, p, q, c, sn);
+                }
             }
         }
     }
-    let mut w: Vec<f64> = (0..n).map(|i| s[i * n + i]).collect();
-    w.sort_by(f64::total_cmp);
-    w
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&i, &j| s[i * n + i].total_cmp(&s[j * n + j]));
+    let w = order.iter().map(|&i| s[i * n + i]).collect();
+    if !vectors {
+        return (w, Vec::new());
+    }
+    let mut cols: Vec<Vec<f64>> = order.iter().map(|&j| (0..n).map(|i| v[i * n + j]).collect()).collect();
+    fix_signs(&mut cols, None);
+    (w, from_columns(&cols, n))
+}
+
+/// Column `p` ← `c·p − s·q` and column `q` ← `s·p + c·q` of the row-major
+/// `[rows, cols]` matrix `x`: one Jacobi/Givens rotation.
+fn rotate_columns(x: &mut [f64], rows: usize, cols: usize, p: usize, q: usize, c: f64, s: f64) {
+    for k in 0..rows {
+        let (xp, xq) = (x[k * cols + p], x[k * cols + q]);
+        x[k * cols + p] = c * xp - s * xq;
+        x[k * cols + q] = s * xp + c * xq;
+    }
+}
+
+/// The row-major `[rows, cols.len()]` matrix with `cols` as its columns.
+fn from_columns(cols: &[Vec<f64>], rows: usize) -> Vec<f64> {
+    (0..rows * cols.len()).map(|i| cols[i % cols.len()][i / cols.len()]).collect()
+}
+
+/// kiln's sign convention for vectors that are only defined up to sign
+/// (eigenvectors, singular vector pairs): each vector's entry of largest
+/// magnitude (the first among equals) is positive. `partners[j]` flips
+/// with vector `j` (a left singular vector with its right one).
+fn fix_signs(vectors: &mut [Vec<f64>], mut partners: Option<&mut [Vec<f64>]>) {
+    for (j, v) in vectors.iter_mut().enumerate() {
+        let lead = v.iter().fold(0.0f64, |best, &x| if x.abs() > best.abs() { x } else { best });
+        if lead < 0.0 {
+            v.iter_mut().for_each(|x| *x = -*x);
+            if let Some(p) = partners.as_deref_mut().and_then(|p| p.get_mut(j)) {
+                p.iter_mut().for_each(|x| *x = -*x);
+            }
+        }
+    }
+}
+
+/// A singular value decomposition `A = U diag(s) Vh` of an `[m, n]`
+/// matrix: `s` descending (`k = min(m, n)` values), `u` `[m, k]` and `vh`
+/// `[k, n]` row-major, or with `full` `[m, m]` and `[n, n]`.
+struct Svd {
+    u: Vec<f64>,
+    s: Vec<f64>,
+    vh: Vec<f64>,
+}
+
+/// One-sided Jacobi (Hestenes): rotations of A's columns, accumulated into
+/// V, until every pair of columns is orthogonal to working precision; the
+/// column norms are the singular values (to high relative accuracy — at
+/// least LAPACK's bidiagonal QR's), the normalised columns U. A wide matrix
+/// is decomposed through its transpose. Vectors whose singular value is
+/// negligible (below `max(m, n)·ε·s₀`, where `A`'s column carries no
+/// direction) and the columns `full` adds are completed to an orthonormal
+/// basis. Signs: [`fix_signs`] on the singular vectors of the shorter side
+/// (V of a tall matrix, U of a wide one), their partners flipped with them.
+fn svd(a: &[f64], m: usize, n: usize, full: bool) -> Svd {
+    if m < n {
+        // A^T = U' S V'^T  =>  A = V' S U'^T.
+        let t = svd(&transpose(a, m, n), n, m, full);
+        return Svd { u: transpose(&t.vh, m, m), s: t.s, vh: transpose(&t.u, n, if full { n } else { m }) };
+    }
+    // m >= n: W's rows are A's columns (contiguous for the rotations).
+    let mut w: Vec<Vec<f64>> = (0..n).map(|j| (0..m).map(|i| a[i * n + j]).collect()).collect();
+    let mut v: Vec<Vec<f64>> = (0..n).map(|j| (0..n).map(|i| if i == j { 1.0 } else { 0.0 }).collect()).collect();
+    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f64>();
+    for _sweep in 0..80 {
+        let mut rotated = false;
+        for p in 0..n {
+            for q in p + 1..n {
+                let (alpha, beta, gamma) = (dot(&w[p], &w[p]), dot(&w[q], &w[q]), dot(&w[p], &w[q]));
+                if gamma == 0.0 || gamma.abs() <= f64::EPSILON * (alpha * beta).sqrt() {
+                    continue;
+                }
+                rotated = true;
+                let zeta = (beta - alpha) / (2.0 * gamma);
+                let t = zeta.signum() / (zeta.abs() + (1.0 + zeta * zeta).sqrt());
+                let t = if zeta == 0.0 { 1.0 } else { t };
+                let c = 1.0 / (1.0 + t * t).sqrt();
+                let s = c * t;
+                for x in [&mut w, &mut v] {
+                    let (lo, hi) = x.split_at_mut(q);
+                    for (xp, xq) in lo[p].iter_mut().zip(hi[0].iter_mut()) {
+                        let (a, b) = (*xp, *xq);
+                        *xp = c * a - s * b;
+                        *xq = s * a + c * b;
+                    }
+                }
+            }
+        }
+        if !rotated {
+            break;
+        }
+    }
+    let norms: Vec<f64> = w.iter().map(|c| dot(c, c).sqrt()).collect();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&i, &j| norms[j].total_cmp(&norms[i]));
+    let s: Vec<f64> = order.iter().map(|&j| norms[j]).collect();
+    let negligible = s.first().copied().unwrap_or(0.0) * f64::EPSILON * m as f64;
+    let mut vcols: Vec<Vec<f64>> = order.iter().map(|&j| v[j].clone()).collect();
+    let mut ucols: Vec<Vec<f64>> = Vec::with_capacity(m);
+    for (&j, &sj) in order.iter().zip(&s) {
+        ucols.push(if sj > negligible { w[j].iter().map(|x| x / sj).collect() } else { Vec::new() });
+    }
+    complete_basis(&mut ucols, m, if full { m } else { n });
+    fix_signs(&mut vcols, Some(&mut ucols[..n]));
+    Svd { u: from_columns(&ucols, m), s, vh: (0..n * n).map(|i| vcols[i / n][i % n]).collect() }
+}
+
+/// Fills the empty vectors of `cols` and appends vectors up to `count`, so
+/// that all are orthonormal in R^`dim`: each new one is the unit vector
+/// `e_i` farthest from the span so far, Gram–Schmidt'ed twice against it.
+fn complete_basis(cols: &mut Vec<Vec<f64>>, dim: usize, count: usize) {
+    cols.resize(count, Vec::new());
+    for j in 0..count {
+        if !cols[j].is_empty() {
+            continue;
+        }
+        let residual = |e: usize, cols: &[Vec<f64>]| {
+            let mut r: Vec<f64> = (0..dim).map(|i| if i == e { 1.0 } else { 0.0 }).collect();
+            for _ in 0..2 {
+                for c in cols.iter().filter(|c| !c.is_empty()) {
+                    let d: f64 = c.iter().zip(&r).map(|(a, b)| a * b).sum();
+                    r.iter_mut().zip(c).for_each(|(x, y)| *x -= d * y);
+                }
+            }
+            r
+        };
+        let norm = |r: &[f64]| r.iter().map(|x| x * x).sum::<f64>().sqrt();
+        // The first of the farthest, so an empty start gives the identity.
+        let best = (0..dim).map(|e| residual(e, cols)).fold(None, |best: Option<Vec<f64>>, r| match best {
+            Some(b) if norm(&b) >= norm(&r) => Some(b),
+            _ => Some(r),
+        });
+        if let Some(r) = best {
+            let len = norm(&r);
+            cols[j] = r.iter().map(|x| x / len).collect();
+        }
+    }
 }

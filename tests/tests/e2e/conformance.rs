@@ -6,7 +6,9 @@
 //! default tolerances for its dtype (exact for integers and bools, NaN
 //! positions must match). topk's indices are the one exception: torch leaves
 //! the order of tied values to its C++ library, so a case's `ties` entry has
-//! them checked by what they select (`kiln_tests::check_tied_indices`).
+//! them checked by what they select (`kiln_tests::check_tied_indices`); and
+//! eigenvectors and singular vectors, defined up to sign, are flipped to
+//! torch's signs first (a case's `signs` entry, `kiln_tests::signs`).
 //!
 //! The test fails on any mismatch or compile/load/run error, except for case
 //! flavours the manifest marks `unsupported: {flavour: reason}`. It prints a per-op
@@ -18,7 +20,9 @@
 
 use kiln_compiler::CompileOptions;
 use kiln_tests::coverage::{core_coverage, passing_share, CaseRun, CoreStatus};
-use kiln_tests::{try_compile_and_load_with, try_read_numbered, try_run_and_compare_with_ties, TieOrder};
+use kiln_tests::{
+    sign_groups, try_compile_and_load_with, try_read_numbered, try_run_and_compare_checked, OutputChecks, TieOrder,
+};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,14 +42,14 @@ fn run_case(
     dir: &Path,
     flavour: &str,
     bf16: bool,
-    ties: Option<TieOrder>,
+    checks: &OutputChecks,
     opts: &CompileOptions,
 ) -> Result<usize, String> {
     let inputs = try_read_numbered(dir, "input", bf16)?;
     let expected = try_read_numbered(dir, "output", bf16)?;
     let program = try_compile_and_load_with(&dir.join(format!("{flavour}.pt2")), "conformance", opts)?;
     let mut session = program.session().map_err(|e| format!("session: {e}"))?;
-    try_run_and_compare_with_ties(&mut session, &inputs, &expected, ties)?;
+    try_run_and_compare_checked(&mut session, &inputs, &expected, checks)?;
     let native = |i: &kiln_runtime::format::Instr| matches!(i.op, kiln_runtime::format::InstrOp::Native { .. });
     Ok(program.plan().instrs.iter().filter(|i| native(i)).count())
 }
@@ -111,7 +115,8 @@ fn run_conformance(opts: &CompileOptions) -> usize {
             let what = format!("{}/{flavour}", case["dir"].as_str().unwrap_or("?"));
             let unsupported = unsupported.and_then(|u| u.get(flavour)).and_then(Value::as_str);
             // The options (custom-op lowerings) are only read by the compile.
-            let run = std::panic::AssertUnwindSafe(|| run_case(&dir, flavour, dtype == "bf16", tie_order(case), opts));
+            let checks = OutputChecks { ties: tie_order(case), signs: sign_groups(case) };
+            let run = std::panic::AssertUnwindSafe(|| run_case(&dir, flavour, dtype == "bf16", &checks, opts));
             let result = std::panic::catch_unwind(run).unwrap_or_else(|_| Err("panicked".to_string()));
             native_calls += result.as_ref().map_or(0, |&n| n);
             let result = result.map(|_| ());

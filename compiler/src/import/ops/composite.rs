@@ -684,7 +684,7 @@ fn squeeze_axes(imp: &mut Importer, x: ValueId, axes: &[usize]) -> R<ValueId> {
 }
 
 /// The p-norm of `x` over `axes`: the special orders as torch defines them.
-fn p_norm(imp: &mut Importer, x: ValueId, ord: f64, axes: Vec<usize>, keep: bool) -> R<ValueId> {
+pub(super) fn p_norm(imp: &mut Importer, x: ValueId, ord: f64, axes: Vec<usize>, keep: bool) -> R<ValueId> {
     let c = imp.ty(x).dtype;
     let a = un(imp, U::Abs, x)?;
     if ord == f64::INFINITY {
@@ -712,7 +712,7 @@ fn p_norm(imp: &mut Importer, x: ValueId, ord: f64, axes: Vec<usize>, keep: bool
 }
 
 /// `aten::linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)`
-fn vector_norm(imp: &mut Importer, n: &Node) -> R<()> {
+pub(super) fn vector_norm(imp: &mut Importer, n: &Node) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let c = compute_dtype(out.dtype);
     let x = float_in(imp, n, "self", c)?;

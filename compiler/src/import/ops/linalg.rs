@@ -284,20 +284,242 @@ pub(super) fn qr(imp: &mut Importer, n: &Node) -> R<()> {
 }
 
 /// `_linalg_eigh(A, UPLO='L', compute_v=True) -> (eigenvalues, eigenvectors)`,
-/// `linalg_eigh(A, UPLO='L')` and `linalg_eigvalsh(A, UPLO='L')`: the
-/// eigenvalues. Eigenvectors are refused: their signs are LAPACK's choice.
+/// `linalg_eigh(A, UPLO='L')` and `linalg_eigvalsh(A, UPLO='L')`. The
+/// eigenvectors' signs are kiln's (each column's largest entry positive),
+/// LAPACK's being an accident of its algorithm.
 pub(super) fn eigh(imp: &mut Importer, n: &Node) -> R<()> {
     let a = matrices(imp, n, if n.target.contains("_linalg_eigh") { "A" } else { "self" })?;
-    if used(imp, n, 1).is_some() {
-        return unsupported("eigenvectors of eigh (their signs are LAPACK's choice); eigenvalues alone are supported");
-    }
     let upper = match imp.string(n, "UPLO", "L")? {
         "L" => false,
         "U" => true,
         other => return unsupported(format!("eigh UPLO `{other}`")),
     };
-    let w = linalg(imp, L::EigvalsH, Flags { upper, ..Flags::default() }, vec![a])?;
-    imp.bind(n, 0, w)
+    let f = Flags { upper, ..Flags::default() };
+    bind_result(imp, n, 0, L::EigvalsH, f, &[a])?;
+    if imp.bool(n, "compute_v", true)? {
+        bind_result(imp, n, 1, L::EigvecsH, f, &[a])
+    } else {
+        bind_empty(imp, n, 1)
+    }
+}
+
+/// Binds output `i` (when read) to zeros of its declared type: the empty
+/// vectors of `compute_uv=False`/`compute_v=False`, `torch.svd`'s zero-filled U and V.
+fn bind_empty(imp: &mut Importer, n: &Node, i: usize) -> R<()> {
+    if used(imp, n, i).is_some() {
+        let out = imp.out_ty(n, i)?;
+        let zeros = imp.push(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![])?;
+        imp.bind(n, i, zeros)?;
+    }
+    Ok(())
+}
+
+/// The spellings of the singular value decomposition.
+#[derive(Copy, Clone, PartialEq)]
+pub(super) enum SvdApi {
+    /// `_linalg_svd(A, full_matrices=False, compute_uv=True, *, driver=None) -> (U, S, Vh)`.
+    Core,
+    /// `linalg_svd(A, full_matrices=True, *, driver=None) -> (U, S, Vh)`.
+    Linalg,
+    /// `svd(self, some=True, compute_uv=True) -> (U, S, V)`.
+    Torch,
+    /// `linalg_svdvals(A, *, driver=None)`.
+    Vals,
+}
+
+/// The SVDs of [`SvdApi`] (`driver` chooses a cuSOLVER routine; the CPU
+/// ignores it). Singular vectors come with kiln's signs (see
+/// `kiln_kernels::linalg`): any sign pair is a valid decomposition, and
+/// LAPACK's own depends on its algorithm.
+pub(super) fn svd(imp: &mut Importer, n: &Node, api: SvdApi) -> R<()> {
+    let a = matrices(imp, n, if api == SvdApi::Torch { "self" } else { "A" })?;
+    let f = Flags::default();
+    if api == SvdApi::Vals {
+        return bind_result(imp, n, 0, L::SvdS, f, &[a]);
+    }
+    let (full, compute_uv) = match api {
+        SvdApi::Core => (imp.bool(n, "full_matrices", false)?, imp.bool(n, "compute_uv", true)?),
+        SvdApi::Linalg => (imp.bool(n, "full_matrices", true)?, true),
+        _ => (!imp.bool(n, "some", true)?, imp.bool(n, "compute_uv", true)?),
+    };
+    bind_result(imp, n, 1, L::SvdS, f, &[a])?;
+    if !compute_uv {
+        bind_empty(imp, n, 0)?;
+        return bind_empty(imp, n, 2);
+    }
+    let (u, vh) = if full { (L::SvdUFull, L::SvdVhFull) } else { (L::SvdU, L::SvdVh) };
+    bind_result(imp, n, 0, u, f, &[a])?;
+    if used(imp, n, 2).is_some() {
+        let v = linalg(imp, vh, f, vec![a])?;
+        let v = if api == SvdApi::Torch { transpose_last(imp, v)? } else { v };
+        imp.bind(n, 2, v)?;
+    }
+    Ok(())
+}
+
+fn transpose_last(imp: &mut Importer, v: ValueId) -> R<ValueId> {
+    let perm = swap_last(imp.ty(v).rank());
+    imp.push(Op::Permute { perm }, vec![v])
+}
+
+/// A tolerance argument of `pinv`/`matrix_rank`: a tensor, a Python float, or absent.
+enum Tol {
+    Tensor(ValueId),
+    Float(f64),
+    Absent,
+}
+
+fn tol_arg(imp: &mut Importer, n: &Node, name: &str) -> R<Tol> {
+    Ok(match imp.arg(n, name) {
+        None | Some(Arg::None) => Tol::Absent,
+        Some(Arg::Tensor(_)) => Tol::Tensor(imp.tensor(n, name)?),
+        Some(_) => Tol::Float(imp.float(n, name, None)?),
+    })
+}
+
+/// torch's `get_atol_rtol` for the matrices `a`: f64 tolerances shaped
+/// to compare with `[.., k]` values (a tensor tolerance gets a trailing
+/// dim, as torch's `unsqueeze(-1)`). A missing rtol is `ε·max(m, n)` of
+/// `a`'s dtype, or 0 where a positive atol is given.
+fn atol_rtol(imp: &mut Importer, a: ValueId, atol: Tol, rtol: Tol) -> R<(ValueId, ValueId)> {
+    use crate::import::importer::Scalar;
+    let ty = imp.ty(a).clone();
+    let r = ty.rank();
+    let (Some(m), Some(nn)) = (ty.shape[r - 2].as_const(), ty.shape[r - 1].as_const()) else {
+        return unsupported("pinv/matrix_rank of matrices with a dynamic size");
+    };
+    let eps = if ty.dtype == DType::F32 { f32::EPSILON as f64 } else { f64::EPSILON };
+    let default = eps * m.max(nn) as f64;
+    let f = DType::F64;
+    let value = |imp: &mut Importer, t: &Tol| -> R<Option<ValueId>> {
+        Ok(match *t {
+            Tol::Tensor(v) => {
+                let v = imp.cast(v, f);
+                let mut shape = imp.ty(v).shape.clone();
+                shape.push(Dim::Const(1));
+                Some(imp.push(Op::Reshape { shape }, vec![v])?)
+            }
+            Tol::Float(x) => Some(imp.scalar_const(Scalar::Float(x), f)),
+            Tol::Absent => None,
+        })
+    };
+    let atol_v = value(imp, &atol)?;
+    let rtol_v = value(imp, &rtol)?;
+    let zero = imp.scalar_const(Scalar::Float(0.0), f);
+    let rtol_v = match (rtol_v, &atol, atol_v) {
+        (Some(v), _, _) => v,
+        (None, Tol::Float(x), _) => imp.scalar_const(Scalar::Float(if *x > 0.0 { 0.0 } else { default }), f),
+        (None, Tol::Tensor(_), Some(at)) => {
+            let positive = imp.push(Op::Binary(BinaryOp::Gt), vec![at, zero])?;
+            let d = imp.scalar_const(Scalar::Float(default), f);
+            imp.push(Op::Where, vec![positive, zero, d])?
+        }
+        _ => imp.scalar_const(Scalar::Float(default), f),
+    };
+    Ok((atol_v.unwrap_or(zero), rtol_v))
+}
+
+/// `max(atol, rtol · largest)` with `largest` `[.., 1]` in `a`'s dtype.
+fn threshold(imp: &mut Importer, atol: ValueId, rtol: ValueId, largest: ValueId) -> R<ValueId> {
+    let largest = imp.cast(largest, DType::F64);
+    let scaled = imp.push(Op::Binary(BinaryOp::Mul), vec![rtol, largest])?;
+    imp.push(Op::Binary(BinaryOp::Max), vec![atol, scaled])
+}
+
+/// The largest of the `[.., k]` values `s` along the last dim, kept: `[.., 1]`.
+fn largest(imp: &mut Importer, s: ValueId) -> R<ValueId> {
+    let axis = imp.ty(s).rank() - 1;
+    imp.push(Op::Reduce { kind: kiln_ir::ReduceKind::Max, axes: vec![axis], keep_dims: true }, vec![s])
+}
+
+/// The tolerances of `pinv`/`matrix_rank` by overload: `atol_rtol_*`
+/// name both; `pinv(self, rcond)` is an rtol; `matrix_rank(self, tol)` an
+/// atol with rtol 0.
+fn tolerances(imp: &mut Importer, n: &Node, a: ValueId, overload: &str, rank: bool) -> R<(ValueId, ValueId)> {
+    let (atol, rtol) = match overload {
+        "atol_rtol_tensor" | "atol_rtol_float" => (tol_arg(imp, n, "atol")?, tol_arg(imp, n, "rtol")?),
+        _ if rank => (tol_arg(imp, n, "tol")?, Tol::Float(0.0)),
+        // `pinverse(self, rcond=1e-15)`.
+        _ if n.target.contains("pinverse") => (Tol::Float(0.0), Tol::Float(imp.float(n, "rcond", Some(1e-15))?)),
+        _ => (Tol::Float(0.0), tol_arg(imp, n, "rcond")?),
+    };
+    atol_rtol(imp, a, atol, rtol)
+}
+
+/// A matrix with no elements has a pseudo-inverse and rank with no
+/// elements or all zero: both are zeros of the declared type.
+fn has_no_elements(imp: &Importer, a: ValueId) -> bool {
+    imp.ty(a).shape.iter().any(|d| d.as_const() == Some(0))
+}
+
+/// `linalg_pinv` (all four overloads) and `pinverse`, as torch computes it: from the
+/// reduced SVD, `Vh^T diag(1/s where s > tol) U^T` with `tol = max(atol,
+/// rtol·s₀)`; with `hermitian` from the symmetric eigendecomposition,
+/// `V diag(1/w where |w| > tol) V^T` (lower triangle). The result does
+/// not depend on the vectors' signs.
+pub(super) fn pinv(imp: &mut Importer, n: &Node, overload: &str) -> R<()> {
+    let a = matrices(imp, n, "self")?;
+    if has_no_elements(imp, a) {
+        return bind_empty(imp, n, 0);
+    }
+    let hermitian = imp.bool(n, "hermitian", false)?;
+    let (atol, rtol) = tolerances(imp, n, a, overload, false)?;
+    let f = Flags::default();
+    let (values, left, right) = if hermitian {
+        let w = linalg(imp, L::EigvalsH, f, vec![a])?;
+        let v = linalg(imp, L::EigvecsH, f, vec![a])?;
+        let vt = transpose_last(imp, v)?;
+        (w, v, vt)
+    } else {
+        let s = linalg(imp, L::SvdS, f, vec![a])?;
+        let u = linalg(imp, L::SvdU, f, vec![a])?;
+        let vh = linalg(imp, L::SvdVh, f, vec![a])?;
+        let v = transpose_last(imp, vh)?;
+        let ut = transpose_last(imp, u)?;
+        (s, v, ut)
+    };
+    let magnitude = imp.push(Op::Unary(kiln_ir::UnaryOp::Abs), vec![values])?;
+    let big = largest(imp, magnitude)?;
+    let tol = threshold(imp, atol, rtol, big)?;
+    let mag64 = imp.cast(magnitude, DType::F64);
+    let keep = imp.push(Op::Binary(BinaryOp::Gt), vec![mag64, tol])?;
+    let inverse = imp.push(Op::Unary(kiln_ir::UnaryOp::Reciprocal), vec![values])?;
+    let dtype = imp.ty(values).dtype;
+    let zero = imp.scalar_const(crate::import::importer::Scalar::Float(0.0), dtype);
+    let inverse = imp.push(Op::Where, vec![keep, inverse, zero])?;
+    // [.., k] -> [.., 1, k]: scales the columns of `left`.
+    let mut row = imp.ty(inverse).shape.clone();
+    row.insert(row.len() - 1, Dim::Const(1));
+    let inverse = imp.push(Op::Reshape { shape: row }, vec![inverse])?;
+    let scaled = imp.push(Op::Binary(BinaryOp::Mul), vec![left, inverse])?;
+    imp.emit(n, Op::MatMul, vec![scaled, right])?;
+    Ok(())
+}
+
+/// `linalg_matrix_rank` (all four overloads): the count of singular values
+/// (absolute eigenvalues with `hermitian`) above `max(atol, rtol·largest)`, i64.
+pub(super) fn matrix_rank(imp: &mut Importer, n: &Node, overload: &str) -> R<()> {
+    let a = matrices(imp, n, if matches!(overload, "tol_tensor" | "atol_rtol_tensor") { "input" } else { "self" })?;
+    if has_no_elements(imp, a) {
+        return bind_empty(imp, n, 0);
+    }
+    let hermitian = imp.bool(n, "hermitian", false)?;
+    let (atol, rtol) = tolerances(imp, n, a, overload, true)?;
+    let values = if hermitian {
+        let w = linalg(imp, L::EigvalsH, Flags::default(), vec![a])?;
+        imp.push(Op::Unary(kiln_ir::UnaryOp::Abs), vec![w])?
+    } else {
+        linalg(imp, L::SvdS, Flags::default(), vec![a])?
+    };
+    let big = largest(imp, values)?;
+    let tol = threshold(imp, atol, rtol, big)?;
+    let v64 = imp.cast(values, DType::F64);
+    let above = imp.push(Op::Binary(BinaryOp::Gt), vec![v64, tol])?;
+    let above = imp.cast(above, DType::I64);
+    let axis = imp.ty(above).rank() - 1;
+    let count = kiln_ir::ReduceKind::Sum;
+    imp.emit(n, Op::Reduce { kind: count, axes: vec![axis], keep_dims: false }, vec![above])?;
+    Ok(())
 }
 
 /// `logdet(Tensor self)`: `log|det| + log(sign)` — NaN for a negative
@@ -417,5 +639,206 @@ pub(super) fn matrix_exp(imp: &mut Importer, n: &Node) -> R<()> {
         t = imp.push(Op::Where, vec![more, square, t])?;
     }
     let v = imp.cast(t, out.dtype);
+    imp.bind(n, 0, v)
+}
+
+/// A matrix norm's order (`torch.linalg.matrix_norm`).
+#[derive(Copy, Clone, PartialEq, Debug)]
+enum MatrixOrd {
+    Fro,
+    Nuc,
+    /// ±2: the largest (or smallest) singular value.
+    Spectral {
+        largest: bool,
+    },
+    /// ±1: the largest (or smallest) column sum of magnitudes.
+    Columns {
+        largest: bool,
+    },
+    /// ±inf: the largest (or smallest) row sum of magnitudes.
+    Rows {
+        largest: bool,
+    },
+}
+
+fn matrix_ord(imp: &mut Importer, n: &Node, key: &str, default: Option<MatrixOrd>) -> R<MatrixOrd> {
+    match imp.arg(n, key) {
+        None => default.map_or_else(|| unsupported(format!("matrix norm without `{key}`")), Ok),
+        Some(Arg::Str(s)) => match s.as_str() {
+            "fro" => Ok(MatrixOrd::Fro),
+            "nuc" => Ok(MatrixOrd::Nuc),
+            other => crate::import::importer::invalid(format!("matrix norm order `{other}`")),
+        },
+        Some(_) => {
+            let p = imp.float(n, key, None)?;
+            let largest = p > 0.0;
+            match p.abs() {
+                2.0 => Ok(MatrixOrd::Spectral { largest }),
+                1.0 => Ok(MatrixOrd::Columns { largest }),
+                x if x == f64::INFINITY => Ok(MatrixOrd::Rows { largest }),
+                _ => crate::import::importer::invalid(format!(
+                    "matrix norm order {p} (torch takes ±1, ±2, ±inf, fro, nuc)"
+                )),
+            }
+        }
+    }
+}
+
+/// The `ord` norm of the matrices in dims `d0`, `d1` of `x` (torch's
+/// `_refs.linalg.matrix_norm`): Frobenius as a vector 2-norm, ±1/±inf as
+/// the max/min of the 1-norms along one dim, ±2 and nuclear from the
+/// singular values of the matrices moved to the last two dims.
+fn matrix_norm_of(imp: &mut Importer, x: ValueId, ord: MatrixOrd, d0: usize, d1: usize, keep: bool) -> R<ValueId> {
+    use super::composite::p_norm;
+    use kiln_ir::ReduceKind;
+    let extreme = |largest: bool| if largest { ReduceKind::Max } else { ReduceKind::Min };
+    match ord {
+        MatrixOrd::Fro => p_norm(imp, x, 2.0, vec![d0.min(d1), d0.max(d1)], keep),
+        MatrixOrd::Columns { largest } | MatrixOrd::Rows { largest } => {
+            let (sum_dim, mut pick_dim) = if matches!(ord, MatrixOrd::Rows { .. }) { (d1, d0) } else { (d0, d1) };
+            let sums = p_norm(imp, x, 1.0, vec![sum_dim], keep)?;
+            if !keep && sum_dim < pick_dim {
+                pick_dim -= 1;
+            }
+            imp.push(Op::Reduce { kind: extreme(largest), axes: vec![pick_dim], keep_dims: keep }, vec![sums])
+        }
+        MatrixOrd::Nuc | MatrixOrd::Spectral { .. } => {
+            let ty = imp.ty(x).clone();
+            if !matches!(ty.dtype, DType::F32 | DType::F64) {
+                return unsupported(format!("a 2-norm or nuclear norm of {} (torch takes f32 and f64)", ty.dtype));
+            }
+            let rank = ty.rank();
+            let perm: Vec<usize> = (0..rank).filter(|&d| d != d0 && d != d1).chain([d0, d1]).collect();
+            let moved = imp.push(Op::Permute { perm }, vec![x])?;
+            let s = linalg(imp, L::SvdS, Flags::default(), vec![moved])?;
+            let kind = match ord {
+                MatrixOrd::Spectral { largest } => extreme(largest),
+                _ => ReduceKind::Sum,
+            };
+            let v = imp.push(Op::Reduce { kind, axes: vec![rank - 2], keep_dims: false }, vec![s])?;
+            if !keep {
+                return Ok(v);
+            }
+            let shape =
+                ty.shape.iter().enumerate().map(|(d, s)| if d == d0 || d == d1 { Dim::Const(1) } else { s.clone() });
+            imp.push(Op::Reshape { shape: shape.collect() }, vec![v])
+        }
+    }
+}
+
+/// The two matrix dims of `dim` (default the last two), normalised.
+fn matrix_dims(imp: &mut Importer, n: &Node, rank: usize, default: [i64; 2]) -> R<(usize, usize)> {
+    let dims = imp.ints(n, "dim", &default)?;
+    let [a, b] = dims[..] else {
+        return crate::import::importer::invalid(format!("a matrix norm over {} dims", dims.len()));
+    };
+    let (a, b) = (super::shape::normalize_axis(a, rank)?, super::shape::normalize_axis(b, rank)?);
+    if a == b {
+        return crate::import::importer::invalid("a matrix norm over the same dim twice");
+    }
+    Ok((a, b))
+}
+
+/// `x`, cast to the `dtype` argument when the program gives one.
+fn with_dtype(imp: &mut Importer, n: &Node, x: ValueId) -> R<ValueId> {
+    if imp.arg(n, "dtype").is_some() {
+        let out = imp.out_ty(n, 0)?;
+        return Ok(imp.cast(x, out.dtype));
+    }
+    Ok(x)
+}
+
+/// `linalg_matrix_norm(self, Scalar ord, dim=[-2, -1], keepdim=False, *, dtype=None)`
+/// and `.str_ord(self, str ord='fro', ...)`.
+pub(super) fn matrix_norm(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let x = with_dtype(imp, n, x)?;
+    let rank = imp.ty(x).rank();
+    let ord = matrix_ord(imp, n, "ord", Some(MatrixOrd::Fro))?;
+    let (d0, d1) = matrix_dims(imp, n, rank, [-2, -1])?;
+    let keep = imp.bool(n, "keepdim", false)?;
+    let v = matrix_norm_of(imp, x, ord, d0, d1, keep)?;
+    let out = imp.out_ty(n, 0)?;
+    let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)
+}
+
+/// `linalg_norm(self, ord=None, dim=None, keepdim=False, *, dtype=None)`
+/// and `.ord_str`: a matrix norm when an order is given over two dims (or
+/// of a 2-d tensor without `dim`), else a vector norm (order 2 by default).
+pub(super) fn norm(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    let dims = match imp.arg(n, "dim") {
+        None => None,
+        Some(Arg::Int(d)) => Some(vec![*d]),
+        Some(_) => Some(imp.ints(n, "dim", &[])?),
+    };
+    let ord_given = imp.arg(n, "ord").is_some();
+    let matrix = ord_given && dims.as_ref().map_or(rank == 2, |d| d.len() == 2);
+    if !matrix {
+        return super::composite::vector_norm(imp, n);
+    }
+    let x = with_dtype(imp, n, x)?;
+    let ord = matrix_ord(imp, n, "ord", None)?;
+    let (d0, d1) = if dims.is_some() { matrix_dims(imp, n, rank, [-2, -1])? } else { (0, 1) };
+    let keep = imp.bool(n, "keepdim", false)?;
+    let v = matrix_norm_of(imp, x, ord, d0, d1, keep)?;
+    let out = imp.out_ty(n, 0)?;
+    let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)
+}
+
+/// `nuclear_norm(self, keepdim=False)` (a 2-d tensor) and `.dim(self, dim, keepdim=False)`.
+pub(super) fn nuclear_norm(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    let (d0, d1) = if imp.arg(n, "dim").is_some() { matrix_dims(imp, n, rank, [-2, -1])? } else { (0, 1) };
+    let keep = imp.bool(n, "keepdim", false)?;
+    let v = matrix_norm_of(imp, x, MatrixOrd::Nuc, d0, d1, keep)?;
+    imp.bind(n, 0, v)
+}
+
+/// `linalg_cond(self, p=None)` and `.p_str(self, p)`, as torch computes it:
+/// for p = None/±2 the ratio of the extreme singular values; otherwise
+/// `norm(A) · norm(A⁻¹)` with a singular matrix's inverse taken as +inf
+/// everywhere and NaN (0 · inf) read as +inf.
+pub(super) fn cond(imp: &mut Importer, n: &Node) -> R<()> {
+    use crate::import::importer::Scalar;
+    use kiln_ir::ReduceKind;
+    let a = matrices(imp, n, "self")?;
+    let rank = imp.ty(a).rank();
+    if has_no_elements(imp, a) {
+        return bind_empty(imp, n, 0);
+    }
+    let ord = matrix_ord(imp, n, "p", Some(MatrixOrd::Spectral { largest: true }))?;
+    let v = if let MatrixOrd::Spectral { largest } = ord {
+        let s = linalg(imp, L::SvdS, Flags::default(), vec![a])?;
+        let axis = vec![rank - 2];
+        let hi = imp.push(Op::Reduce { kind: ReduceKind::Max, axes: axis.clone(), keep_dims: false }, vec![s])?;
+        let lo = imp.push(Op::Reduce { kind: ReduceKind::Min, axes: axis, keep_dims: false }, vec![s])?;
+        let (num, den) = if largest { (hi, lo) } else { (lo, hi) };
+        imp.push(Op::Binary(BinaryOp::Div), vec![num, den])?
+    } else {
+        let inverse = linalg(imp, L::Inv, Flags::default(), vec![a])?;
+        let info = linalg(imp, L::LuInfo, Flags::default(), vec![a])?;
+        let dtype = imp.ty(a).dtype;
+        let zero = imp.scalar_const(Scalar::Int(0), DType::I32);
+        let singular = imp.push(Op::Binary(BinaryOp::Gt), vec![info, zero])?;
+        let mut shape = imp.ty(singular).shape.clone();
+        shape.extend([Dim::Const(1), Dim::Const(1)]);
+        let singular = imp.push(Op::Reshape { shape }, vec![singular])?;
+        let inf = imp.scalar_const(Scalar::Float(f64::INFINITY), dtype);
+        let inverse = imp.push(Op::Where, vec![singular, inf, inverse])?;
+        let (d0, d1) = (rank - 2, rank - 1);
+        let norm_a = matrix_norm_of(imp, a, ord, d0, d1, false)?;
+        let norm_inv = matrix_norm_of(imp, inverse, ord, d0, d1, false)?;
+        let product = imp.push(Op::Binary(BinaryOp::Mul), vec![norm_a, norm_inv])?;
+        // nan_to_num(nan=inf, posinf=inf, neginf=-inf).
+        let nan = imp.push(Op::Binary(BinaryOp::Ne), vec![product, product])?;
+        imp.push(Op::Where, vec![nan, inf, product])?
+    };
+    let out = imp.out_ty(n, 0)?;
+    let v = imp.cast(v, out.dtype);
     imp.bind(n, 0, v)
 }
