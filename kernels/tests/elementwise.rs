@@ -308,7 +308,7 @@ fn binary_int_python_semantics() {
             }
         }
     });
-    // Pow wraps; negative exponents and division by zero are errors, not panics.
+    // Pow wraps; division by zero is an error, not a panic.
     let a = Buf::from(DType::I64, &[3], &[3i64, -2, 7]);
     let b = Buf::from(DType::I64, &[3], &[4i64, 3, 0]);
     let mut out = Buf::zeros(DType::I64, &[3]);
@@ -318,8 +318,12 @@ fn binary_int_python_semantics() {
     assert!(err.to_string().contains("integer division by zero"));
     assert!(binary(Rem, a.r(), b.r(), out.w()).is_err());
     assert!(matches!(binary(Div, a.r(), b.r(), out.w()), Err(KernelError::UnsupportedDType { .. })));
-    let neg = Buf::from(DType::I64, &[3], &[1i64, -1, 2]);
-    assert!(binary(Pow, a.r(), neg.r(), out.w()).is_err());
+    // Negative exponents as torch's integer pow: 1 → 1, -1 → ±1, else 0.
+    let base = Buf::from(DType::I64, &[6], &[0i64, 2, 1, -1, -1, 3]);
+    let neg = Buf::from(DType::I64, &[6], &[-1i64, -1, -3, -3, -2, -2]);
+    let mut out6 = Buf::zeros(DType::I64, &[6]);
+    binary(Pow, base.r(), neg.r(), out6.w()).unwrap();
+    assert_eq!(out6.get::<i64>(), vec![0, 0, 1, -1, 1, 0]);
 }
 
 #[test]

@@ -144,6 +144,18 @@ OPS = [
     ("linalg.matrix_rank", "hermitian"), ("linalg.matrix_norm", ""), ("linalg.norm", ""),
     ("linalg.norm", "subgradients_at_zero"), ("linalg.cond", ""), ("norm", "nuc"),
     ("norm", "fro"), ("norm", "inf"),
+    # more of what the 2026-12-05 --all sweep found training IR keeping (import/ops/export_ir.rs)
+    ("cross", ""), ("isin", ""), ("linspace", "tensor_overload"), ("logspace", "tensor_overload"),
+    ("as_strided_scatter", ""), ("nn.functional.pad", "circular"), ("torch.ops.aten._safe_softmax.default", ""),
+    ("round", "decimals_3"), ("round", "decimals_neg_3"), ("sgn", ""), ("unsafe_split", ""), ("__rpow__", ""),
+    ("hsplit", ""), ("vsplit", ""), ("dsplit", ""), ("angle", ""), ("isposinf", ""), ("isneginf", ""),
+    ("isreal", ""), ("atleast_1d", ""), ("atleast_2d", ""), ("atleast_3d", ""), ("_unsafe_masked_index", ""),
+    ("_unsafe_masked_index_put_accumulate", ""), ("put", ""), ("take", ""), ("new_empty_strided", ""),
+    ("_chunk_cat", ""), ("msort", ""), ("movedim", ""), ("resize_", ""), ("resize_as_", ""), ("zero_", ""),
+    ("H", ""), ("mH", ""), ("nn.functional.feature_alpha_dropout", "without_train"), ("nanmean", ""),
+    ("argsort", ""), ("diagflat", ""), ("fft.fftshift", ""), ("fft.ifftshift", ""), ("linalg.diagonal", ""),
+    ("linalg.vecdot", ""), ("linalg.multi_dot", ""), ("special.xlog1py", ""), ("masked.var", ""),
+    ("masked.std", ""), ("masked.normalize", ""),
     # special functions
     ("lgamma", ""), ("digamma", ""), ("i0", ""), ("special.i0e", ""), ("special.i1", ""), ("special.i1e", ""),
     ("special.erfcx", ""), ("special.ndtr", ""), ("special.log_ndtr", ""), ("special.bessel_j0", ""),
@@ -308,6 +320,11 @@ def tie_order(cname, sample):
         return None
     rank = max(sample.input.dim(), 1)
     return {"input": 0, "values": 0, "indices": 1, "dim": dim % rank}
+
+
+# Ops whose outputs torch leaves uninitialised: their values are whatever the
+# allocator returned, so the test checks only dtypes and shapes.
+UNINITIALIZED = {"new_empty", "new_empty_strided", "empty_like", "empty_strided"}
 
 
 def sign_groups(cname, outputs):
@@ -799,6 +816,11 @@ COMPOSITE = {
     "histc": (histc_cases(), [[(6, 5)]] * 3, ("f32", "f64", "bf16"), histc_data),
     "empty_permuted": ([empty_permuted_written], [[(2, 3, 4, 5)]], ("f32", "i64")),
     "grouped_mm_fallback": ([grouped_mm, grouped_mm], [None, None], ("f32", "f64", "bf16", "i64"), grouped_mm_data),
+    # linspace/logspace with steps (OpInfo's tensor-overload sample has none; the Scalar forms take no tensor).
+    "spaced": ([lambda s, e: torch.linspace(s, e, 9), lambda x: x + torch.linspace(-1.5, 2.0, 7, dtype=x.dtype),
+                lambda s, e: torch.logspace(s, e, 6, base=2.0), lambda x: x * torch.logspace(-1.0, 1.5, 5, dtype=x.dtype),
+                lambda x: x + torch.linspace(-7, 20, 7, dtype=torch.int64)],
+               [[(), ()], [(7,)], [(), ()], [(5,)], [(7,)]], ("f32", "f64", "i64")),
 }
 
 
@@ -1035,6 +1057,8 @@ def main():
                 signs = sign_groups(cname, outputs)
                 if signs:
                     case["signs"] = signs
+                if cname in UNINITIALIZED:
+                    case["uninitialized"] = True
                 m = marks(cname, dname, f"{dname}_{made}", case["flavours"])
                 if m:
                     case["unsupported"] = m

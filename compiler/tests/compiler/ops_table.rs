@@ -21,10 +21,17 @@ fn ops_md_is_up_to_date() {
     );
 }
 
-/// The quoted op names in `dispatch`'s match arms (after `match name {`).
+/// The op names the importer's dispatch functions convert.
 fn dispatched_names() -> BTreeSet<String> {
-    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/import/ops/mod.rs"))
-        .expect("read ops/mod.rs");
+    let mut names = match_arm_names("src/import/ops/mod.rs");
+    names.extend(match_arm_names("src/import/ops/export_ir.rs"));
+    names.extend(composite_names());
+    names
+}
+
+/// The quoted op names of the `match name {` arms of `file`'s `dispatch`.
+fn match_arm_names(file: &str) -> BTreeSet<String> {
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).expect("read the dispatch");
     let body = src.split("fn dispatch(").nth(1).expect("dispatch");
     let body = body.split("\n}\n").next().unwrap_or(body);
     let mut names = BTreeSet::new();
@@ -45,7 +52,6 @@ fn dispatched_names() -> BTreeSet<String> {
             }
         }
     }
-    names.extend(composite_names());
     names
 }
 

@@ -26,7 +26,7 @@ pub trait IntElem: Scalar + Ord {
     fn floor_div(self, b: Self) -> Self;
     /// Python `%` (result has the sign of the divisor). `b != 0` checked by the caller.
     fn py_rem(self, b: Self) -> Self;
-    /// `self ** e` with wrapping, for `e >= 0` (checked by the caller).
+    /// `self ** e` with wrapping; a negative `e` as torch's integer pow.
     fn wpow(self, e: Self) -> Self;
     fn band(self, b: Self) -> Self;
     fn bor(self, b: Self) -> Self;
@@ -64,7 +64,20 @@ macro_rules! impl_int_elem {
                 if r != 0 && ((r < 0) != (b < 0)) { r.wrapping_add(b) } else { r }
             }
             #[inline(always)]
+            #[allow(unused_comparisons)]
             fn wpow(self, e: Self) -> Self {
+                // A negative exponent (a tensor's: torch refuses a negative
+                // Python int): torch's integer 1/x^|e| — 1 for 1, ±1 for -1,
+                // else 0 (0 included).
+                if e < 0 {
+                    return if self == 1 {
+                        1
+                    } else if self.wrapping_add(1) == 0 {
+                        if e & 1 != 0 { self } else { 1 }
+                    } else {
+                        0
+                    };
+                }
                 // Square-and-multiply over the full exponent width, so huge
                 // exponents cost 64 steps instead of overflowing a u32 cast.
                 let mut e = e as u64;
@@ -544,12 +557,7 @@ fn binary_int<T: IntElem>(
                 _ => go!(|x: T, y: T| x.c_rem(y)),
             }
         }
-        BinaryOp::Pow => {
-            if !out_empty && b.iter().any(|&y| y < T::ZERO) {
-                return Err(shape_err(K, "integers to negative integer powers are not allowed"));
-            }
-            go!(|x: T, y: T| x.wpow(y))
-        }
+        BinaryOp::Pow => go!(|x: T, y: T| x.wpow(y)),
         BinaryOp::Max => go!(|x: T, y: T| x.max(y)),
         BinaryOp::Min => go!(|x: T, y: T| x.min(y)),
         BinaryOp::And => go!(|x: T, y: T| x.band(y)),

@@ -50,8 +50,9 @@ pub(super) fn unary(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         "ceil" => UnaryOp::Ceil,
         "round" => {
             // aten::round.decimals(Tensor self, *, int decimals)
-            if imp.int(n, "decimals", Some(0))? != 0 {
-                return unsupported("round with decimals != 0");
+            let decimals = imp.int(n, "decimals", Some(0))?;
+            if decimals != 0 {
+                return round_decimals(imp, n, decimals);
             }
             UnaryOp::Round
         }
@@ -87,6 +88,28 @@ pub(super) fn unary(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     let compute = if op == UnaryOp::Not { DType::Bool } else { out.dtype };
     let x = imp.cast(x, compute);
     let v = imp.push_typed(Op::Unary(op), vec![x], TensorType::new(compute, out.shape.clone()));
+    let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)
+}
+
+/// `round.decimals(self, *, decimals)` as torch's CPU kernel: in the
+/// dtype's math type (f32 for f16/bf16), `rint(x · 10^d) / 10^d`, or for
+/// negative `d` `rint(x / 10^-d) · 10^-d`, with `10^|d|` rounded to it once.
+fn round_decimals(imp: &mut Importer, n: &Node, decimals: i64) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    if !out.dtype.is_float() {
+        return unsupported(format!("round with decimals of {} (torch takes floating point only)", out.dtype));
+    }
+    let math = super::activation::compute_dtype(out.dtype);
+    let x = imp.tensor(n, "self")?;
+    let x = imp.cast(x, math);
+    let power = 10f64.powi(decimals.unsigned_abs().min(400) as i32);
+    let power = if math == DType::F32 { power as f32 as f64 } else { power };
+    let p = imp.scalar_const(Scalar::Float(power), math);
+    let (first, second) = if decimals > 0 { (BinaryOp::Mul, BinaryOp::Div) } else { (BinaryOp::Div, BinaryOp::Mul) };
+    let scaled = imp.push(Op::Binary(first), vec![x, p])?;
+    let rounded = imp.push(Op::Unary(UnaryOp::Round), vec![scaled])?;
+    let v = imp.push(Op::Binary(second), vec![rounded, p])?;
     let v = imp.cast(v, out.dtype);
     imp.bind(n, 0, v)
 }

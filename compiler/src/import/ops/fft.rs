@@ -60,7 +60,12 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
             bind_real(imp, n, v)
         }
         "angle" => {
-            let z = complex_input(imp, n, "self")?;
+            let mut z = complex_input(imp, n, "self")?;
+            // A real integer or bool input: its angle (0 or π) is a float.
+            let out = imp.out_ty(n, 0)?;
+            if z.im.is_none() && imp.ty(z.re).dtype != out.dtype {
+                z.re = imp.cast(z.re, out.dtype);
+            }
             let im = imag_or_zero(imp, z)?;
             let v = imp.push(Op::Binary(BinaryOp::Atan2), vec![im, z.re])?;
             bind_real(imp, n, v)

@@ -13,6 +13,7 @@ mod data_dependent;
 mod einsum;
 mod elementwise;
 mod embedding_bag;
+mod export_ir;
 mod fft;
 mod geometry;
 mod index_dim;
@@ -62,6 +63,17 @@ pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
             return unsupported(format!("in-place `{name}_` on a complex value; {}", super::importer::COMPLEX_SCOPE));
         }
         return fft::convert(imp, node, name, overload);
+    }
+    // `resize_`/`resize_as_` change their operand's shape: the name is
+    // rebound to the reshaped value (its old views are not rewritten).
+    if inplace && matches!(name, "resize" | "resize_as") {
+        let mutated = imp.tensor_name(node, "self")?.to_string();
+        dispatch(imp, node, name, overload)?;
+        if let Some(Arg::Tensor(out)) = node.outputs.first() {
+            let v = imp.value(out)?;
+            imp.bind_name(&mutated, v);
+        }
+        return Ok(());
     }
     if inplace {
         let mutated = imp.tensor_name(node, "self")?.to_string();
@@ -398,7 +410,10 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "nanquantile" => quantile::quantile(imp, n, true),
         "nonzero_numpy" => data_dependent::nonzero_numpy(imp, n),
         "_local_scalar_dense" | "item" => data_dependent::local_scalar_dense(imp, n),
-        _ => composite::dispatch(imp, n, name, overload),
+        _ => match composite::dispatch(imp, n, name, overload) {
+            Err(super::importer::Fail::Unsupported(None)) => export_ir::dispatch(imp, n, name, overload),
+            other => other,
+        },
     }
 }
 

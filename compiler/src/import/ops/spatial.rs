@@ -60,10 +60,38 @@ pub(super) fn pad(imp: &mut Importer, n: &Node) -> R<()> {
         "constant" => PadMode::Constant,
         "reflect" => PadMode::Reflect,
         "replicate" => PadMode::Replicate,
+        "circular" => return circular_pad(imp, n, x, &pad),
         other => return unsupported(format!("pad mode {other:?}")),
     };
     let value = imp.opt_scalar(n, "value")?.map_or(0.0, Scalar::as_f64);
     emit_pad(imp, n, x, &pad, mode, value)
+}
+
+/// Circular padding: along each padded dim, output position `i` reads
+/// input position `(i - lo) mod size` — wrapping for positive pads,
+/// cropping for negative ones (torch allows pads up to the dim's size).
+fn circular_pad(imp: &mut Importer, n: &Node, x: ValueId, pad: &[i64]) -> R<()> {
+    let rank = imp.ty(x).rank();
+    let (lo, hi) = pads_per_axis(pad, rank)?;
+    let mut v = x;
+    for axis in 0..rank {
+        if lo[axis] == 0 && hi[axis] == 0 {
+            continue;
+        }
+        let Some(size) = imp.ty(v).shape[axis].as_const() else {
+            return unsupported("circular padding of a dynamic dim");
+        };
+        let len = size + lo[axis] + hi[axis];
+        if size == 0 || lo[axis].abs() > size || hi[axis].abs() > size || len < 0 {
+            return invalid(format!("circular padding ({}, {}) of a dim of size {size}", lo[axis], hi[axis]));
+        }
+        let positions: Vec<i64> = (0..len).map(|i| (i - lo[axis]).rem_euclid(size)).collect();
+        let index = super::indexing::i64_const(imp, &[len], &positions);
+        v = imp.push(Op::Gather { axis }, vec![v, index])?;
+    }
+    let out = imp.out_ty(n, 0)?;
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+    imp.bind(n, 0, v)
 }
 
 /// `aten::reflection_pad{1,2,3}d(Tensor self, SymInt[2|4|6] padding)`, `replication_pad*d` likewise.

@@ -1,0 +1,722 @@
+//! Ops raw `torch.export.export()` (training IR) keeps and Core ATen
+//! decomposes, found by the 2026-12-05 `generate.py --all` sweep: aliases
+//! (`divide`, `subtract`, `sgn`, `mH`, `linalg_diagonal`), splits and
+//! reshapes (`hsplit`/`vsplit`/`dsplit`, `unsafe_split`, `atleast_*d`,
+//! `movedim` with lists, `_chunk_cat`, `resize_`), sorting (`msort`,
+//! `argsort`), flat indexing (`take`, `put`, `as_strided_scatter`, the
+//! masked index ops of decompositions), tests (`isin`, `isposinf`,
+//! `isneginf`, `isreal`), and small numerics (`xlog1py`, `nanmean`,
+//! `round(decimals=)`, `linspace`/`logspace`, `multi_dot`, `vecdot`,
+//! `_safe_softmax`, `fftshift`). Each is torch's own definition (its
+//! reference or C++ kernel) on kiln's primitives; several rewrite the node
+//! into one kiln already converts, with new argument values bound under
+//! internal names.
+
+use super::activation::compute_dtype;
+use super::shape::normalize_axis;
+use crate::import::importer::{invalid, output_names, unsupported, Fail, Importer, Scalar, R};
+use crate::pt2::program::{Arg, NamedArg, Node};
+use kiln_ir::{BinaryOp as B, DType, Dim, Op, ReduceKind, TensorType, UnaryOp as U, ValueId};
+
+/// Converts `name` if it is one of this module's ops; `Unsupported(None)`
+/// otherwise.
+pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    match name {
+        "divide" => rewrite(imp, n, &format!("div.{overload}"), n.inputs.clone()),
+        "subtract" => rewrite(imp, n, &format!("sub.{overload}"), n.inputs.clone()),
+        // Real tensors only reach kiln's boundary: the conjugate is the identity.
+        "mH" | "matrix_H" => rewrite(imp, n, "mT.default", n.inputs.clone()),
+        "sgn" => rewrite(imp, n, "sign.default", n.inputs.clone()),
+        "linalg_diagonal" => {
+            let inputs = renamed(n, &[("A", "self")]);
+            rewrite(imp, n, "diagonal.default", inputs)
+        }
+        "vsplit" | "hsplit" | "dsplit" => split_along(imp, n, name),
+        "unsafe_split" => rewrite(imp, n, "split.Tensor", n.inputs.clone()),
+        "msort" | "argsort" => sort_one(imp, n, name),
+        "movedim" => movedim(imp, n),
+        "atleast_1d" | "atleast_2d" | "atleast_3d" => atleast(imp, n),
+        "isreal" | "isposinf" | "isneginf" => float_test(imp, n, name),
+        "fft_fftshift" | "fft_ifftshift" => fftshift(imp, n, name == "fft_ifftshift"),
+        "feature_alpha_dropout" => rewrite(imp, n, "alpha_dropout.default", n.inputs.clone()),
+        "diagflat" => diagflat(imp, n),
+        "take" => take(imp, n),
+        "put" => put(imp, n),
+        "special_xlog1py" => xlog1py(imp, n),
+        // `zero_` (the in-place wrapper strips the underscore): zeros like self.
+        "zero" => {
+            let x = imp.tensor(n, "self")?;
+            let ty = imp.ty(x).clone();
+            let z = imp.push_typed(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty);
+            imp.bind(n, 0, z)
+        }
+        "new_empty_strided" => {
+            // Uninitialised in torch: zeros are one of its possible values.
+            let out = imp.out_ty(n, 0)?;
+            let z = imp.push_typed(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
+            imp.bind(n, 0, z)
+        }
+        "resize" | "resize_as" => resize(imp, n),
+        "_safe_softmax" => safe_softmax(imp, n),
+        "_chunk_cat" => chunk_cat(imp, n),
+        "linspace" | "logspace" => spaced(imp, n, name == "logspace"),
+        "linalg_multi_dot" => multi_dot(imp, n),
+        "isin" => isin(imp, n),
+        "cross" => cross(imp, n),
+        "nanmean" => nanmean(imp, n),
+        "linalg_vecdot" => vecdot(imp, n),
+        "as_strided_scatter" => as_strided_scatter(imp, n),
+        "_unsafe_masked_index" => masked_index(imp, n),
+        "_unsafe_masked_index_put_accumulate" => masked_index_put(imp, n),
+        _ => Err(Fail::Unsupported(None)),
+    }
+}
+
+// ------------------------------------------------------------------ helpers
+
+fn named(name: &str, arg: Arg) -> NamedArg {
+    NamedArg { name: name.to_string(), arg }
+}
+
+/// `n`'s arguments with names changed by `rename` (from, to).
+fn renamed(n: &Node, rename: &[(&str, &str)]) -> Vec<NamedArg> {
+    let mut inputs = n.inputs.clone();
+    for a in &mut inputs {
+        if let Some((_, to)) = rename.iter().find(|(from, _)| *from == a.name) {
+            a.name = to.to_string();
+        }
+    }
+    inputs
+}
+
+/// `n`'s arguments with `replace` set (added or overwritten).
+fn with_args(n: &Node, replace: Vec<NamedArg>) -> Vec<NamedArg> {
+    let mut inputs: Vec<NamedArg> =
+        n.inputs.iter().filter(|a| !replace.iter().any(|r| r.name == a.name)).cloned().collect();
+    inputs.extend(replace);
+    inputs
+}
+
+/// Binds `v` under an internal name, as an argument of a rewritten node.
+fn temp(imp: &mut Importer, v: ValueId) -> Arg {
+    let name = format!("__kiln_rewrite_{v:?}");
+    imp.bind_name(&name, v);
+    Arg::Tensor(name)
+}
+
+/// Converts `n` as if it called `aten.<target>` with `inputs` (its outputs
+/// unchanged).
+fn rewrite(imp: &mut Importer, n: &Node, target: &str, inputs: Vec<NamedArg>) -> R<()> {
+    let (name, overload) = target.rsplit_once('.').unwrap_or((target, "default"));
+    let mut m = n.clone();
+    m.target = format!("torch.ops.aten.{target}");
+    m.inputs = inputs;
+    super::dispatch(imp, &m, name, overload)
+}
+
+fn bin(imp: &mut Importer, op: B, a: ValueId, b: ValueId) -> R<ValueId> {
+    imp.push(Op::Binary(op), vec![a, b])
+}
+
+fn un(imp: &mut Importer, op: U, x: ValueId) -> R<ValueId> {
+    imp.push(Op::Unary(op), vec![x])
+}
+
+fn reshape(imp: &mut Importer, x: ValueId, shape: Vec<Dim>) -> R<ValueId> {
+    imp.push(Op::Reshape { shape }, vec![x])
+}
+
+fn flat(imp: &mut Importer, x: ValueId) -> R<ValueId> {
+    let numel = imp.ty(x).numel();
+    reshape(imp, x, vec![numel])
+}
+
+fn static_shape(imp: &Importer, x: ValueId, what: &str) -> R<Vec<i64>> {
+    match imp.ty(x).static_shape() {
+        Some(s) => Ok(s.to_vec()),
+        None => unsupported(format!("{what} of a tensor with a dynamic size")),
+    }
+}
+
+fn arange(imp: &mut Importer, len: i64, dtype: DType) -> ValueId {
+    let ty = TensorType::new(dtype, vec![Dim::Const(len)]);
+    imp.push_typed(Op::Arange { start: 0.0, step: 1.0, len: Dim::Const(len), dtype }, vec![], ty)
+}
+
+fn bind_cast(imp: &mut Importer, n: &Node, i: usize, v: ValueId) -> R<()> {
+    let out = imp.out_ty(n, i)?;
+    let v = imp.cast(v, out.dtype);
+    imp.bind(n, i, v)
+}
+
+// ---------------------------------------------------------------- the ops
+
+/// `{v,h,d}split.{int,array}(self, sections | indices)`: a split along dim
+/// 0, 1 (0 for a 1-d tensor) or 2, the pieces' sizes from their declared
+/// shapes.
+fn split_along(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let dim = match name {
+        "vsplit" => 0,
+        "hsplit" if imp.ty(x).rank() == 1 => 0,
+        "hsplit" => 1,
+        _ => 2,
+    };
+    let inputs = vec![
+        n.inputs.iter().find(|a| a.name == "self").cloned().unwrap_or(named("self", Arg::None)),
+        named("dim", Arg::Int(dim)),
+    ];
+    rewrite(imp, n, "split.Tensor", inputs)
+}
+
+/// `msort(self)`: values sorted along dim 0; `argsort(self, dim=-1,
+/// descending=False)` and `.stable`: the indices of a (stable) sort.
+fn sort_one(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    let out = imp.out_ty(n, 0)?;
+    if rank == 0 {
+        let v = if name == "msort" {
+            x
+        } else {
+            imp.push_typed(Op::Full { value: 0.0, dtype: DType::I64, shape: vec![] }, vec![], out.clone())
+        };
+        return imp.bind(n, 0, v);
+    }
+    let (axis, descending) = if name == "msort" {
+        (0, false)
+    } else {
+        (normalize_axis(imp.int(n, "dim", Some(-1))?, rank)?, imp.bool(n, "descending", false)?)
+    };
+    let k = imp.ty(x).shape[axis].clone();
+    let v = imp.push_typed(Op::Sort { axis, k, descending, indices: name == "argsort" }, vec![x], out);
+    imp.bind(n, 0, v)
+}
+
+/// `movedim.intlist(self, source, destination)`: torch's permutation —
+/// the named dims go to their destinations, the others keep their order
+/// in the remaining places.
+fn movedim(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let rank = imp.ty(x).rank();
+    let norm = |imp: &mut Importer, key: &str| -> R<Vec<usize>> {
+        let v = match imp.arg(n, key) {
+            Some(Arg::Int(d)) => vec![*d],
+            _ => imp.ints(n, key, &[])?,
+        };
+        v.iter().map(|&d| normalize_axis(d, rank.max(1))).collect()
+    };
+    let (src, dst) = (norm(imp, "source")?, norm(imp, "destination")?);
+    if src.len() != dst.len() {
+        return invalid("movedim: source and destination differ in length");
+    }
+    let mut perm: Vec<Option<usize>> = vec![None; rank];
+    for (&s, &d) in src.iter().zip(&dst) {
+        if perm[d].replace(s).is_some() {
+            return invalid("movedim: a destination repeats");
+        }
+    }
+    let mut rest = (0..rank).filter(|d| !src.contains(d));
+    let perm: Vec<usize> = perm.into_iter().map(|p| p.or_else(|| rest.next()).unwrap_or(0)).collect();
+    if rank == 0 {
+        return imp.bind(n, 0, x);
+    }
+    imp.emit(n, Op::Permute { perm }, vec![x])?;
+    Ok(())
+}
+
+/// `atleast_{1,2,3}d(self)` and `.Sequence(tensors)`: each input reshaped
+/// to its declared output (torch adds the leading, or for 3-d the
+/// surrounding, unit dims).
+fn atleast(imp: &mut Importer, n: &Node) -> R<()> {
+    let inputs = match imp.arg(n, "tensors") {
+        Some(_) => imp.tensors(n, "tensors")?,
+        None => vec![imp.tensor(n, "self")?],
+    };
+    let names: Vec<String> = n.outputs.iter().flat_map(output_names).collect();
+    if names.len() != inputs.len() {
+        return invalid("atleast_nd: outputs do not match inputs");
+    }
+    for (x, name) in inputs.into_iter().zip(&names) {
+        let out = imp.type_of(name)?;
+        let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![x], out);
+        imp.bind_name(name, v);
+    }
+    Ok(())
+}
+
+/// `isreal` (true for every real dtype), `isposinf`/`isneginf` (`x == ±inf`;
+/// false for integers and bools).
+fn float_test(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let ty = imp.ty(x).clone();
+    let out = imp.out_ty(n, 0)?;
+    let v = if name == "isreal" || !ty.dtype.is_float() {
+        let value = if name == "isreal" { 1.0 } else { 0.0 };
+        imp.push_typed(Op::Full { value, dtype: DType::Bool, shape: out.shape.clone() }, vec![], out)
+    } else {
+        let inf = if name == "isposinf" { f64::INFINITY } else { f64::NEG_INFINITY };
+        imp.with_scalar(B::Eq, x, inf)?
+    };
+    imp.bind(n, 0, v)
+}
+
+/// `fft_fftshift(self, dim=None)` / `fft_ifftshift`: a roll by `size / 2`
+/// (`-(size / 2)` for the inverse) along each dim (all by default).
+fn fftshift(imp: &mut Importer, n: &Node, inverse: bool) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let shape = static_shape(imp, x, "fftshift")?;
+    let rank = shape.len();
+    let dims: Vec<usize> = match imp.arg(n, "dim") {
+        None => (0..rank).collect(),
+        Some(Arg::Int(d)) => vec![normalize_axis(*d, rank.max(1))?],
+        Some(_) => imp.ints(n, "dim", &[])?.iter().map(|&d| normalize_axis(d, rank.max(1))).collect::<R<_>>()?,
+    };
+    if dims.is_empty() || rank == 0 {
+        return imp.bind(n, 0, x);
+    }
+    let shifts: Vec<i64> = dims.iter().map(|&d| if inverse { -(shape[d] / 2) } else { shape[d] / 2 }).collect();
+    let dims = dims.iter().map(|&d| d as i64).collect();
+    let inputs = vec![named("self", temp(imp, x)), named("shifts", Arg::Ints(shifts)), named("dims", Arg::Ints(dims))];
+    rewrite(imp, n, "roll.default", inputs)
+}
+
+/// `diagflat(self, offset=0)`: the flattened input on a matrix's diagonal.
+fn diagflat(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let v = flat(imp, x)?;
+    let offset = imp.int(n, "offset", Some(0))?;
+    let inputs = vec![named("self", temp(imp, v)), named("diagonal", Arg::Int(offset))];
+    rewrite(imp, n, "diag.default", inputs)
+}
+
+/// `take(self, index)`: the flattened input indexed (negative indices
+/// count from the end; out of range fails the run).
+fn take(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let v = flat(imp, x)?;
+    let index = imp.tensor(n, "index")?;
+    imp.emit(n, Op::Gather { axis: 0 }, vec![v, index])?;
+    Ok(())
+}
+
+/// `put(self, index, source, accumulate=False)`: `source` written into (or
+/// added to) the flattened input at `index`, reshaped back.
+fn put(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let ty = imp.ty(x).clone();
+    let v = flat(imp, x)?;
+    let index = imp.tensor(n, "index")?;
+    let index = flat(imp, index)?;
+    let source = imp.tensor(n, "source")?;
+    let source = imp.cast(source, ty.dtype);
+    let source = flat(imp, source)?;
+    let accumulate = imp.bool(n, "accumulate", false)?;
+    let written = imp.push(Op::IndexPut { axis: 0, accumulate }, vec![v, source, index])?;
+    let v = imp.push_typed(Op::Reshape { shape: ty.shape.clone() }, vec![written], ty);
+    imp.bind(n, 0, v)
+}
+
+/// `special_xlog1py(self, other)` (and its scalar overloads): `x·log1p(y)`,
+/// 0 where `x == 0`, NaN where `y` is NaN (torch's reference).
+fn xlog1py(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let c = compute_dtype(out.dtype);
+    let operand = |imp: &mut Importer, key: &str| -> R<ValueId> {
+        let v = match imp.arg(n, key) {
+            Some(Arg::Tensor(_)) => imp.tensor(n, key)?,
+            _ => {
+                let s = imp.scalar(n, key)?;
+                imp.scalar_const(s, c)
+            }
+        };
+        Ok(imp.cast(v, c))
+    };
+    let (x, y) = (operand(imp, "self")?, operand(imp, "other")?);
+    let l = un(imp, U::Log1p, y)?;
+    let prod = bin(imp, B::Mul, x, l)?;
+    let zero_x = imp.with_scalar(B::Eq, x, 0.0)?;
+    let zero = imp.scalar_const(Scalar::Float(0.0), c);
+    let v = imp.push(Op::Where, vec![zero_x, zero, prod])?;
+    let nan_y = bin(imp, B::Ne, y, y)?;
+    let nan = imp.scalar_const(Scalar::Float(f64::NAN), c);
+    let v = imp.push(Op::Where, vec![nan_y, nan, v])?;
+    bind_cast(imp, n, 0, v)
+}
+
+/// `resize_(self, size)` / `resize_as_(self, the_template)` (and Core
+/// ATen's `resize`): the first `numel` elements of the input in the new
+/// shape. Growing leaves torch's new elements uninitialised: refused.
+fn resize(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let out = imp.out_ty(n, 0)?;
+    let (Some(have), Some(want)) = (imp.ty(x).numel().as_const(), out.numel().as_const()) else {
+        return unsupported("resize with a dynamic size");
+    };
+    if want > have {
+        return unsupported(format!(
+            "resize from {have} to {want} elements: torch leaves the new elements uninitialised"
+        ));
+    }
+    let v = flat(imp, x)?;
+    let v = imp.push(Op::Slice { axis: 0, start: 0, end: want, step: 1 }, vec![v])?;
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+    imp.bind(n, 0, v)
+}
+
+/// `_safe_softmax(self, dim, dtype=None)`: softmax, with rows that are all
+/// `-inf` giving zeros instead of NaN.
+fn safe_softmax(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let out = imp.out_ty(n, 0)?;
+    let rank = out.rank();
+    if rank == 0 {
+        return rewrite(imp, n, "_softmax.default", with_args(n, vec![named("half_to_float", Arg::Bool(false))]));
+    }
+    let axis = normalize_axis(imp.int(n, "dim", None)?, rank)?;
+    let xc = imp.cast(x, out.dtype);
+    let soft = imp.push(Op::Softmax { axis }, vec![xc])?;
+    let minus_inf = imp.with_scalar(B::Eq, x, f64::NEG_INFINITY)?;
+    let all = imp.push(Op::Reduce { kind: ReduceKind::Min, axes: vec![axis], keep_dims: true }, vec![minus_inf])?;
+    let zero = imp.scalar_const(Scalar::Float(0.0), out.dtype);
+    let v = imp.push(Op::Where, vec![all, zero, soft])?;
+    imp.bind(n, 0, v)
+}
+
+/// `_chunk_cat(tensors, dim, num_chunks)`: each tensor zero-padded along
+/// `dim` to a multiple of `num_chunks`, viewed as `[.., num_chunks, -1]`,
+/// and the views concatenated along `dim + 1` (torch's decomposition).
+fn chunk_cat(imp: &mut Importer, n: &Node) -> R<()> {
+    let tensors = imp.tensors(n, "tensors")?;
+    let chunks = imp.int(n, "num_chunks", None)?;
+    if chunks < 1 {
+        return invalid("_chunk_cat: num_chunks must be positive");
+    }
+    let first = tensors.first().copied().ok_or_else(|| Fail::Invalid("_chunk_cat of no tensors".into()))?;
+    let dim = normalize_axis(imp.int(n, "dim", None)?, imp.ty(first).rank())?;
+    let mut pieces = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        let shape = static_shape(imp, t, "_chunk_cat")?;
+        if shape.len() <= dim {
+            return invalid("_chunk_cat: tensors of different ranks");
+        }
+        let size = shape[dim];
+        let padded = (size + chunks - 1) / chunks * chunks;
+        let mut v = t;
+        if padded != size {
+            let mut pads = vec![0i64; 2 * shape.len()];
+            pads[2 * dim + 1] = padded - size;
+            let pad_ty = {
+                let mut s: Vec<Dim> = shape.iter().map(|&d| Dim::Const(d)).collect();
+                s[dim] = Dim::Const(padded);
+                TensorType::new(imp.ty(t).dtype, s)
+            };
+            let (lo, hi): (Vec<i64>, Vec<i64>) = (0..shape.len()).map(|d| (pads[2 * d], pads[2 * d + 1])).unzip();
+            let interior = vec![0; lo.len()];
+            v = imp.push_typed(
+                Op::Pad { lo, hi, interior, mode: kiln_ir::PadMode::Constant, value: 0.0 },
+                vec![v],
+                pad_ty,
+            );
+        }
+        let mut view: Vec<Dim> = shape[..dim].iter().map(|&d| Dim::Const(d)).collect();
+        let rest: i64 = shape[dim + 1..].iter().product::<i64>() * (padded / chunks);
+        view.extend([Dim::Const(chunks), Dim::Const(rest)]);
+        pieces.push(reshape(imp, v, view)?);
+    }
+    imp.emit(n, Op::Concat { axis: dim + 1 }, pieces)?;
+    Ok(())
+}
+
+/// `linspace`/`logspace` (every overload; start and end may be 0-d
+/// tensors) as torch's CPU kernel computes them: `step = (end - start) /
+/// (steps - 1)` in the output dtype (f64 for integers), the first half
+/// counted up from start and the second down from end; logspace raises
+/// `base` (f64) to those exponents. One step is `start`.
+fn spaced(imp: &mut Importer, n: &Node, log: bool) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let steps = imp.int(n, "steps", None)?;
+    if steps < 0 {
+        return invalid("linspace with a negative number of steps");
+    }
+    if steps == 0 {
+        let v = imp.push_typed(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
+        return imp.bind(n, 0, v);
+    }
+    let c = if out.dtype.is_float() { out.dtype } else { DType::F64 };
+    // Converted to the output dtype first (`Scalar::to<scalar_t>`), then to the step type.
+    let bound = |imp: &mut Importer, key: &str| -> R<ValueId> {
+        let v = match imp.arg(n, key) {
+            Some(Arg::Tensor(_)) => {
+                let t = imp.tensor(n, key)?;
+                reshape(imp, t, vec![])?
+            }
+            _ => {
+                let s = imp.scalar(n, key)?;
+                imp.scalar_const(s, if log { c } else { out.dtype })
+            }
+        };
+        let v = if log { v } else { imp.cast(v, out.dtype) };
+        Ok(imp.cast(v, c))
+    };
+    let (start, end) = (bound(imp, "start")?, bound(imp, "end")?);
+    let values = if steps == 1 {
+        reshape(imp, start, vec![Dim::Const(1)])?
+    } else {
+        let span = bin(imp, B::Sub, end, start)?;
+        let step = imp.with_scalar(B::Div, span, (steps - 1) as f64)?;
+        let idx = arange(imp, steps, c);
+        let up = bin(imp, B::Mul, step, idx)?;
+        let up = bin(imp, B::Add, start, up)?;
+        let last = imp.scalar_const(Scalar::Float((steps - 1) as f64), c);
+        let back = bin(imp, B::Sub, last, idx)?;
+        let down = bin(imp, B::Mul, step, back)?;
+        let down = bin(imp, B::Sub, end, down)?;
+        let first_half = imp.with_scalar(B::Lt, idx, (steps / 2) as f64)?;
+        imp.push(Op::Where, vec![first_half, up, down])?
+    };
+    let values = if log {
+        let base = imp.float(n, "base", Some(10.0))?;
+        let e = imp.cast(values, DType::F64);
+        let b = imp.scalar_const(Scalar::Float(base), DType::F64);
+        bin(imp, B::Pow, b, e)?
+    } else {
+        values
+    };
+    let v = imp.cast(values, out.dtype);
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+    imp.bind(n, 0, v)
+}
+
+/// `linalg_multi_dot(tensors)`: the chained product, left to right; a
+/// 1-d first (last) operand is a row (column) vector, dropped again.
+fn multi_dot(imp: &mut Importer, n: &Node) -> R<()> {
+    let ts = imp.tensors(n, "tensors")?;
+    if ts.len() < 2 {
+        return invalid("multi_dot needs at least two tensors");
+    }
+    let out = imp.out_ty(n, 0)?;
+    let last = ts.len() - 1;
+    let mut acc: Option<ValueId> = None;
+    for (i, t) in ts.into_iter().enumerate() {
+        let t = imp.cast(t, out.dtype);
+        let ty = imp.ty(t).clone();
+        let t = match (ty.rank(), i) {
+            (1, 0) => reshape(imp, t, vec![Dim::Const(1), ty.shape[0].clone()])?,
+            (1, i) if i == last => reshape(imp, t, vec![ty.shape[0].clone(), Dim::Const(1)])?,
+            (2, _) => t,
+            (r, _) => return invalid(format!("multi_dot: operand {i} is {r}-d")),
+        };
+        acc = Some(match acc {
+            None => t,
+            Some(a) => imp.push(Op::MatMul, vec![a, t])?,
+        });
+    }
+    let v = acc.expect("two operands at least");
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+    imp.bind(n, 0, v)
+}
+
+/// `isin(elements, test_elements, *, assume_unique=False, invert=False)`
+/// (tensor or scalar on either side): each element compared with every
+/// test element (torch's decomposition for small test sets).
+fn isin(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let side = |imp: &mut Importer, key: &str, other: &str| -> R<ValueId> {
+        match imp.arg(n, key) {
+            Some(Arg::Tensor(_)) => imp.tensor(n, key),
+            _ => {
+                let s = imp.scalar(n, key)?;
+                let dtype = match imp.arg(n, other) {
+                    Some(Arg::Tensor(_)) => {
+                        let t = imp.tensor(n, other)?;
+                        imp.ty(t).dtype
+                    }
+                    _ => DType::F64,
+                };
+                Ok(imp.scalar_const(s, dtype))
+            }
+        }
+    };
+    let key_e = if imp.arg(n, "elements").is_some() { "elements" } else { "element" };
+    let key_t = if imp.arg(n, "test_elements").is_some() { "test_elements" } else { "test_element" };
+    let e = side(imp, key_e, key_t)?;
+    let t = side(imp, key_t, key_e)?;
+    let ety = imp.ty(e).clone();
+    let mut shape = ety.shape.clone();
+    shape.push(Dim::Const(1));
+    let e = reshape(imp, e, shape)?;
+    let t = flat(imp, t)?;
+    let eq = bin(imp, B::Eq, e, t)?;
+    let last = ety.rank();
+    let any = imp.push(Op::Reduce { kind: ReduceKind::Max, axes: vec![last], keep_dims: false }, vec![eq])?;
+    let v = if imp.bool(n, "invert", false)? { un(imp, U::Not, any)? } else { any };
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+    imp.bind(n, 0, v)
+}
+
+/// `cross(self, other, dim=None)`: `linalg_cross` along `dim`, or along the
+/// first dim of size 3 (torch's deprecated default).
+fn cross(imp: &mut Importer, n: &Node) -> R<()> {
+    let dim = match imp.opt_int(n, "dim")? {
+        Some(d) => d,
+        None => {
+            let out = imp.out_ty(n, 0)?;
+            match out.shape.iter().position(|d| d.as_const() == Some(3)) {
+                Some(d) => d as i64,
+                None => return invalid("cross: no dimension of size 3"),
+            }
+        }
+    };
+    rewrite(imp, n, "linalg_cross.default", with_args(n, vec![named("dim", Arg::Int(dim))]))
+}
+
+/// `nanmean(self, dim=None, keepdim=False, *, dtype=None)`: the sum of the
+/// non-NaN elements over their count (torch's reference).
+fn nanmean(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let out = imp.out_ty(n, 0)?;
+    let x = imp.cast(x, out.dtype);
+    let rank = imp.ty(x).rank();
+    let axes: Vec<usize> = match imp.arg(n, "dim") {
+        None => (0..rank).collect(),
+        Some(Arg::Int(d)) => vec![normalize_axis(*d, rank.max(1))?],
+        Some(_) => {
+            let d = imp.ints(n, "dim", &[])?;
+            if d.is_empty() {
+                (0..rank).collect()
+            } else {
+                d.iter().map(|&d| normalize_axis(d, rank.max(1))).collect::<R<_>>()?
+            }
+        }
+    };
+    let keep = imp.bool(n, "keepdim", false)?;
+    if rank == 0 {
+        return imp.bind(n, 0, x);
+    }
+    let nan = bin(imp, B::Ne, x, x)?;
+    let zero = imp.scalar_const(Scalar::Float(0.0), out.dtype);
+    let kept = imp.push(Op::Where, vec![nan, zero, x])?;
+    let sum = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: axes.clone(), keep_dims: keep }, vec![kept])?;
+    let present = un(imp, U::Not, nan)?;
+    let present = imp.cast(present, DType::I64);
+    let count = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes, keep_dims: keep }, vec![present])?;
+    let count = imp.cast(count, out.dtype);
+    let v = bin(imp, B::Div, sum, count)?;
+    imp.bind(n, 0, v)
+}
+
+/// `linalg_vecdot(x, y, *, dim=-1)`: `sum(x * y, dim)` (the conjugate of
+/// a real x is x).
+fn vecdot(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let x = imp.tensor(n, "x")?;
+    let y = imp.tensor(n, "y")?;
+    let (x, y) = (imp.cast(x, out.dtype), imp.cast(y, out.dtype));
+    let p = bin(imp, B::Mul, x, y)?;
+    let rank = imp.ty(p).rank();
+    let axis = normalize_axis(imp.int(n, "dim", Some(-1))?, rank.max(1))?;
+    imp.emit(n, Op::Reduce { kind: ReduceKind::Sum, axes: vec![axis], keep_dims: false }, vec![p])?;
+    Ok(())
+}
+
+/// `as_strided_scatter(self, src, size, stride, storage_offset=None)`:
+/// `self` with the strided view (over its flattened storage) replaced by
+/// `src`. The view's storage positions are compile-time constants.
+fn as_strided_scatter(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let ty = imp.ty(x).clone();
+    let src = imp.tensor(n, "src")?;
+    let src = imp.cast(src, ty.dtype);
+    let size = imp.ints(n, "size", &[])?;
+    let stride = imp.ints(n, "stride", &[])?;
+    let offset = imp.opt_int(n, "storage_offset")?.unwrap_or(0);
+    if size.len() != stride.len() || size.iter().chain(&stride).any(|&v| v < 0) || offset < 0 {
+        return invalid("as_strided_scatter: bad size/stride/offset");
+    }
+    let numel = static_shape(imp, x, "as_strided_scatter")?.iter().product::<i64>();
+    let count: i64 = size.iter().product();
+    if count > 1 << 24 {
+        return unsupported("as_strided_scatter of more than 2^24 elements");
+    }
+    let mut positions = Vec::with_capacity(count as usize);
+    for linear in 0..count {
+        let (mut rest, mut at) = (linear, offset);
+        for (&s, &st) in size.iter().zip(&stride).rev() {
+            at += (rest % s) * st;
+            rest /= s;
+        }
+        if at >= numel {
+            return invalid(format!("as_strided_scatter: position {at} outside {numel} elements"));
+        }
+        positions.push(at);
+    }
+    let index = super::indexing::i64_const(imp, &[count], &positions);
+    let v = flat(imp, x)?;
+    let src = flat(imp, src)?;
+    let written = imp.push(Op::IndexPut { axis: 0, accumulate: false }, vec![v, src, index])?;
+    let out = imp.out_ty(n, 0)?;
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![written], out);
+    imp.bind(n, 0, v)
+}
+
+/// The index tensors of the masked index ops, clamped to `[lo(size),
+/// size - 1]` per indexed dim as their decompositions do.
+fn clamped_indices(imp: &mut Importer, n: &Node, x: ValueId, negative: bool) -> R<Vec<NamedArg>> {
+    let indices = imp.opt_tensors(n, "indices")?;
+    let shape = static_shape(imp, x, "a masked index")?;
+    let mut args = Vec::with_capacity(indices.len());
+    let mut names = Vec::with_capacity(indices.len());
+    for (d, idx) in indices.into_iter().enumerate() {
+        let Some(idx) = idx else {
+            names.push(None);
+            continue;
+        };
+        let size = *shape.get(d).ok_or_else(|| Fail::Invalid("masked index: more indices than dims".into()))?;
+        let lo = if negative { -size } else { 0 };
+        let v = imp.push(Op::Clamp { min: Some(lo as f64), max: Some((size - 1) as f64) }, vec![idx])?;
+        let Arg::Tensor(name) = temp(imp, v) else { unreachable!("temp binds a tensor") };
+        names.push(Some(name));
+    }
+    args.push(named("indices", Arg::OptionalTensors(names)));
+    Ok(args)
+}
+
+/// `_unsafe_masked_index(self, mask, indices, fill)`: `self[indices]` with
+/// the indices clamped into range, `fill` where `mask` is false.
+fn masked_index(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let dtype = imp.ty(x).dtype;
+    let mask = imp.tensor(n, "mask")?;
+    let mut inputs = vec![named("self", temp(imp, x))];
+    inputs.extend(clamped_indices(imp, n, x, false)?);
+    // The gather, converted under a temporary output name, then masked.
+    let out = imp.out_ty(n, 0)?;
+    let mut m = n.clone();
+    m.target = "torch.ops.aten.index.Tensor".into();
+    m.inputs = inputs;
+    super::indexing::index(imp, &m)?;
+    let gathered = match n.outputs.first() {
+        Some(Arg::Tensor(name)) => imp.value(name)?,
+        _ => return invalid("_unsafe_masked_index without an output"),
+    };
+    let fill = imp.scalar(n, "fill")?;
+    let fill = imp.scalar_const(fill, dtype);
+    let v = imp.push_typed(Op::Where, vec![mask, gathered, fill], out);
+    imp.bind(n, 0, v)
+}
+
+/// `_unsafe_masked_index_put_accumulate(self, mask, indices, values)`:
+/// `values` (zero where `mask` is false) added at the clamped indices.
+fn masked_index_put(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let dtype = imp.ty(x).dtype;
+    let mask = imp.tensor(n, "mask")?;
+    let values = imp.tensor(n, "values")?;
+    let zero = imp.scalar_const(Scalar::Float(0.0), dtype);
+    let values = imp.push(Op::Where, vec![mask, values, zero])?;
+    let mut inputs = vec![named("self", temp(imp, x)), named("values", temp(imp, values))];
+    inputs.extend(clamped_indices(imp, n, x, true)?);
+    inputs.push(named("accumulate", Arg::Bool(true)));
+    rewrite(imp, n, "index_put.default", inputs)
+}
