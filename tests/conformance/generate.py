@@ -155,7 +155,8 @@ OPS = [
     ("H", ""), ("mH", ""), ("nn.functional.feature_alpha_dropout", "without_train"), ("nanmean", ""),
     ("argsort", ""), ("diagflat", ""), ("fft.fftshift", ""), ("fft.ifftshift", ""), ("linalg.diagonal", ""),
     ("linalg.vecdot", ""), ("linalg.multi_dot", ""), ("special.xlog1py", ""), ("masked.var", ""),
-    ("masked.std", ""), ("masked.normalize", ""),
+    ("masked.std", ""), ("masked.normalize", ""), ("native_layer_norm", ""), ("native_group_norm", ""),
+    ("native_dropout_backward", ""), ("_softmax_backward_data", ""),
     # special functions
     ("lgamma", ""), ("digamma", ""), ("i0", ""), ("special.i0e", ""), ("special.i1", ""), ("special.i1e", ""),
     ("special.erfcx", ""), ("special.ndtr", ""), ("special.log_ndtr", ""), ("special.bessel_j0", ""),

@@ -79,6 +79,7 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["isin", "isposinf", "isneginf", "isreal"], dtypes: DT_ALL, note: "isin compares every element with every test element" },
     OpSupport { names: &["special_xlog1py", "nanmean", "linalg_vecdot", "linalg_multi_dot", "cross", "_safe_softmax", "_chunk_cat", "fft_fftshift", "fft_ifftshift"], dtypes: DT_FLOAT, note: "torch's references; multi_dot multiplies left to right; cross without dim takes the first dim of size 3" },
     OpSupport { names: &["linspace", "logspace"], dtypes: DT_NUMERIC, note: "every overload (0-d tensor start/end included), torch's CPU kernel: the first half counted from start, the second from end" },
+    OpSupport { names: &["native_dropout_backward", "_softmax_backward_data", "_log_softmax_backward_data"], dtypes: DT_FLOAT, note: "the two backward ops whose formulas are one line (torch's decompositions); other gradients are refused" },
     OpSupport { names: &["zero", "new_empty_strided", "resize", "resize_as"], dtypes: DT_ALL, note: "zero_ as zeros; new_empty_strided as zeros (torch leaves it uninitialised); resize_/resize_as_ to at most the elements there are (growing would read uninitialised memory)" },
     OpSupport { names: &["diff"], dtypes: DT_ALL, note: "a dynamic length along `dim` must be at least `n` at its lower bound" },
     OpSupport { names: &["sort", "topk"], dtypes: DT_NUMERIC, note: "stable; among tied values topk's index order may differ from torch's (whose order is its C++ library's)" },
@@ -365,7 +366,7 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("linalg_matrix_exp, matrix_exp (f32, f16, bf16)", "torch's scaling and squaring in the dtype misses the exact exponential by more than its own tolerance on large norms; kiln computes f64 only"),
     ("segment_reduce with indices or batched (n-d) lengths", "not implemented yet"),
     ("complex program inputs and outputs", "kiln has no complex dtype at its boundary (complex values live only inside a program)"),
-    ("backward ops (`*_backward`)", "excluded: gradients are meaningless for inference"),
+    ("other backward ops (`*_backward`)", "excluded: gradients are meaningless for inference"),
 ];
 
 /// The table as Markdown: supported ops, then Core ATen coverage.
@@ -405,6 +406,7 @@ prints the overloads that pass every case calling them, and fails below 95 %.\n\
 | target | status |\n|---|---|\n\
 | higher_order.cond | both branches are compiled and **both execute**; `Where` on the predicate selects each output (branches must agree on dtype and shape) |\n\
 | higher_order.while_loop | CPU: a loop node with nested condition and body graphs, run by the plan's jumps (trip count decided at run time, no limit); carried values keep dtype and shape; tensors only (no Python-int carries); no data-dependent sizes inside; under `--target pjrt` one `stablehlo.while` when its condition and body lower |\n\
+| prims.convert_element_type | a cast to the given dtype (decompositions of `renorm` and others leave it in Core ATen) |\n\
 | quantized_decomposed.{quantize,dequantize}_per_tensor (default, .tensor), {quantize,dequantize}_per_channel, choose_qparams.tensor | PT2E's quantize/dequantize as torch's own arithmetic (f32 reciprocal of the f64 scale, round half to even, clamp; `(q - zp) * scale`): bit for bit with eager fake-quant; uint8/int8/int16/int32 |\n\
 | export.access_subclass_inner_tensor, pickled weights (raw torchao archives) | compile-time error asking to save after `ep.run_decompositions()` |\n\
 | custom ops (`mylib::op`, registered with `torch.library`) | compile-time error with the call's signature and Python line, unless a lowering is registered in Rust with `ImportOptions::with_custom_op` |\n",

@@ -68,6 +68,8 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         "as_strided_scatter" => as_strided_scatter(imp, n),
         "_unsafe_masked_index" => masked_index(imp, n),
         "_unsafe_masked_index_put_accumulate" => masked_index_put(imp, n),
+        "native_dropout_backward" => dropout_backward(imp, n),
+        "_softmax_backward_data" | "_log_softmax_backward_data" => softmax_backward(imp, n, name),
         _ => Err(Fail::Unsupported(None)),
     }
 }
@@ -719,4 +721,49 @@ fn masked_index_put(imp: &mut Importer, n: &Node) -> R<()> {
     inputs.extend(clamped_indices(imp, n, x, true)?);
     inputs.push(named("accumulate", Arg::Bool(true)));
     rewrite(imp, n, "index_put.default", inputs)
+}
+
+/// `native_dropout_backward(grad_output, mask, scale)`: `grad · mask · scale`.
+fn dropout_backward(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let grad = imp.tensor(n, "grad_output")?;
+    let grad = imp.cast(grad, out.dtype);
+    let mask = imp.tensor(n, "mask")?;
+    let mask = imp.cast(mask, out.dtype);
+    let scale = imp.float(n, "scale", None)?;
+    let scaled = imp.with_scalar(B::Mul, mask, scale)?;
+    let v = bin(imp, B::Mul, grad, scaled)?;
+    bind_cast(imp, n, 0, v)
+}
+
+/// `_softmax_backward_data(grad_output, output, dim, input_dtype)`:
+/// `g·y − y·Σ(g·y)`; `_log_softmax_backward_data`: `g − exp(y)·Σg` (torch's
+/// decompositions), in the input dtype.
+fn softmax_backward(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let g = imp.tensor(n, "grad_output")?;
+    let y = imp.tensor(n, "output")?;
+    let (g, y) = (imp.cast(g, out.dtype), imp.cast(y, out.dtype));
+    let rank = out.rank();
+    if rank == 0 {
+        // A one-element row: the gradient of softmax (and log_softmax) is 0.
+        let v = imp.push_typed(Op::Full { value: 0.0, dtype: out.dtype, shape: vec![] }, vec![], out);
+        return imp.bind(n, 0, v);
+    }
+    let axis = normalize_axis(imp.int(n, "dim", None)?, rank)?;
+    let sum = |imp: &mut Importer, v: ValueId| {
+        imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![axis], keep_dims: true }, vec![v])
+    };
+    let v = if name == "_softmax_backward_data" {
+        let gy = bin(imp, B::Mul, g, y)?;
+        let s = sum(imp, gy)?;
+        let ys = bin(imp, B::Mul, y, s)?;
+        bin(imp, B::Sub, gy, ys)?
+    } else {
+        let s = sum(imp, g)?;
+        let e = un(imp, U::Exp, y)?;
+        let es = bin(imp, B::Mul, e, s)?;
+        bin(imp, B::Sub, g, es)?
+    };
+    imp.bind(n, 0, v)
 }

@@ -119,6 +119,13 @@ fn non_aten(imp: &mut Importer, node: &Node, target: &str) -> R<()> {
             let (name, overload) = rest.rsplit_once('.').unwrap_or((rest, "default"));
             quant::convert(imp, node, name, overload)
         }
+        // `prims.convert_element_type(a, dtype)`: a cast (left by some decompositions).
+        Some(("prims", rest)) if rest.starts_with("convert_element_type.") => {
+            let a = imp.tensor(node, "a")?;
+            let out = imp.out_ty(node, 0)?;
+            let v = imp.cast(a, out.dtype);
+            imp.bind(node, 0, v)
+        }
         // A raw torchao program reads its subclass weights' inner tensors.
         Some(("export", rest)) if rest.starts_with("access_subclass_inner_tensor") => unsupported(
             "tensor subclass weights (torchao) are read through `export::access_subclass_inner_tensor`; \

@@ -1,7 +1,6 @@
 //! Composite neural-network ops kept whole when a dedicated kernel exists.
 
 use super::conv_transpose_slow::{conv_transpose_slow_path, takes_torch_slow_path, Geometry};
-use super::indexing::only_first_output_used;
 use crate::import::importer::{checked, invalid, table_len, unsupported, Importer, Scalar, R};
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{BinaryOp, DType, Dim, Op, PoolKind, TensorType, ValueId};
@@ -255,7 +254,37 @@ fn layer_norm_common(imp: &mut Importer, n: &Node, eps: f64) -> R<()> {
     let ty = imp.out_ty(n, 0)?;
     let v = imp.push_typed(Op::LayerNorm { normalized_rank: normalized.len(), eps }, inputs, ty);
     imp.bind(n, 0, v)?;
-    only_first_output_used(imp, n)
+    let rank = imp.ty(x).rank();
+    let axes: Vec<usize> = (rank.saturating_sub(normalized.len())..rank).collect();
+    bind_norm_stats(imp, n, x, axes, eps)
+}
+
+/// `native_layer_norm`/`native_group_norm`'s outputs 1 and 2, when read:
+/// the mean and `1/sqrt(biased variance + eps)` of `x` over `axes`, in the
+/// math dtype (f32 for f16/bf16), shaped and cast as the program declares.
+fn bind_norm_stats(imp: &mut Importer, n: &Node, x: ValueId, axes: Vec<usize>, eps: f64) -> R<()> {
+    let names: Vec<String> = n.outputs.iter().flat_map(crate::import::importer::output_names).collect();
+    if !names.iter().skip(1).take(2).any(|name| imp.is_used(name)) {
+        return Ok(());
+    }
+    let c = super::activation::compute_dtype(imp.ty(x).dtype);
+    let x = imp.cast(x, c);
+    let mean =
+        imp.push(Op::Reduce { kind: kiln_ir::ReduceKind::Mean, axes: axes.clone(), keep_dims: true }, vec![x])?;
+    let centred = imp.push(Op::Binary(BinaryOp::Sub), vec![x, mean])?;
+    let square = imp.push(Op::Binary(BinaryOp::Mul), vec![centred, centred])?;
+    let var = imp.push(Op::Reduce { kind: kiln_ir::ReduceKind::Mean, axes, keep_dims: true }, vec![square])?;
+    let var = imp.with_scalar(BinaryOp::Add, var, eps)?;
+    let rstd = imp.push(Op::Unary(kiln_ir::UnaryOp::Rsqrt), vec![var])?;
+    for (i, v) in [(1, mean), (2, rstd)] {
+        if names.get(i).is_some_and(|name| imp.is_used(name)) {
+            let out = imp.out_ty(n, i)?;
+            let v = imp.cast(v, out.dtype);
+            let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+            imp.bind(n, i, v)?;
+        }
+    }
+    Ok(())
 }
 
 /// `aten::layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None,
@@ -475,7 +504,7 @@ pub(super) fn group_norm(imp: &mut Importer, n: &Node, native: bool) -> R<()> {
     }
     let v = imp.cast(v, out.dtype);
     imp.bind(n, 0, v)?;
-    only_first_output_used(imp, n)
+    bind_norm_stats(imp, n, grouped, vec![2], eps)
 }
 
 /// `aten::rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None)`:
