@@ -662,7 +662,10 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 self.op("stablehlo.concatenate", &refs, &out_shape, out_dt, &[("dimension", format!("{axis} : i64"))])?
             }
             Op::Gather { axis } => {
-                let (data, idx) = (&ins[0], &ins[1]);
+                let data = &ins[0];
+                // As the CPU kernel: negative indices count from the end.
+                let dim = *data.shape.get(*axis).ok_or_else(|| err("gather axis out of range"))?;
+                let idx = &self.wrap_index(&ins[1], dim)?;
                 let (rd, ri) = (data.shape.len() as i64, idx.shape.len() as i64);
                 let a = *axis as i64;
                 let offset: Vec<i64> = (0..a).chain(a + ri..rd + ri - 1).collect();
