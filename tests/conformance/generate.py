@@ -156,7 +156,8 @@ OPS = [
     ("argsort", ""), ("diagflat", ""), ("fft.fftshift", ""), ("fft.ifftshift", ""), ("linalg.diagonal", ""),
     ("linalg.vecdot", ""), ("linalg.multi_dot", ""), ("special.xlog1py", ""), ("masked.var", ""),
     ("masked.std", ""), ("masked.normalize", ""), ("native_layer_norm", ""), ("native_group_norm", ""),
-    ("native_dropout_backward", ""), ("_softmax_backward_data", ""),
+    ("native_dropout_backward", ""), ("_softmax_backward_data", ""), ("linalg.matrix_power", ""),
+    ("triangular_solve", ""), ("cholesky_inverse", ""), ("linalg.tensorinv", ""), ("linalg.tensorsolve", ""),
     # special functions
     ("lgamma", ""), ("digamma", ""), ("i0", ""), ("special.i0e", ""), ("special.i1", ""), ("special.i1e", ""),
     ("special.erfcx", ""), ("special.ndtr", ""), ("special.log_ndtr", ""), ("special.bessel_j0", ""),
@@ -241,7 +242,8 @@ EXTRA_GROUPS = [
     (("f64",), [
         "linalg.eigh", "linalg.svd", "svd", "linalg.svdvals", "linalg.pinv", "linalg.pinv.singular",
         "linalg.pinv.hermitian", "pinverse", "linalg.matrix_rank", "linalg.matrix_rank.hermitian",
-        "linalg.matrix_norm", "linalg.norm", "linalg.cond", "norm.nuc",
+        "linalg.matrix_norm", "linalg.norm", "linalg.cond", "norm.nuc", "linalg.matrix_power", "triangular_solve",
+        "cholesky_inverse", "linalg.tensorinv", "linalg.tensorsolve",
     ]),
     # i8 and u8: integer legalization wraps like torch (narrow overflow),
     # promotion of narrow ints (sum/prod/cumsum accumulate in i64, true

@@ -842,3 +842,184 @@ pub(super) fn cond(imp: &mut Importer, n: &Node) -> R<()> {
     let v = imp.cast(v, out.dtype);
     imp.bind(n, 0, v)
 }
+
+/// The `n × n` identity in `dtype`, broadcast to `batch ++ [n, n]`.
+fn identity_like(imp: &mut Importer, dtype: DType, batch: &[Dim], size: i64) -> R<ValueId> {
+    let positions = TensorType::new(DType::I64, vec![Dim::Const(size)]);
+    let arange = Op::Arange { start: 0.0, step: 1.0, len: Dim::Const(size), dtype: DType::I64 };
+    let p = imp.push_typed(arange, vec![], positions);
+    let rows = imp.push(Op::Reshape { shape: vec![Dim::Const(size), Dim::Const(1)] }, vec![p])?;
+    let cols = imp.push(Op::Reshape { shape: vec![Dim::Const(1), Dim::Const(size)] }, vec![p])?;
+    let eye = imp.push(Op::Binary(BinaryOp::Eq), vec![rows, cols])?;
+    let eye = imp.cast(eye, dtype);
+    if batch.is_empty() {
+        return Ok(eye);
+    }
+    let shape: Vec<Dim> = batch.iter().cloned().chain([Dim::Const(size), Dim::Const(size)]).collect();
+    imp.push(Op::Expand { shape }, vec![eye])
+}
+
+/// The static size of square matrices `a`.
+fn square_size(imp: &Importer, a: ValueId, api: &str) -> R<i64> {
+    let ty = imp.ty(a);
+    let r = ty.rank();
+    match (ty.shape[r - 2].as_const(), ty.shape[r - 1].as_const()) {
+        (Some(m), Some(n)) if m == n => Ok(m),
+        (Some(m), Some(n)) => crate::import::importer::invalid(format!("{api} of {m}x{n} matrices (square ones only)")),
+        _ => unsupported(format!("{api} of matrices with a dynamic size")),
+    }
+}
+
+/// `linalg_matrix_power(self, n)`: the identity for 0, the inverse's power
+/// for negative n (a singular matrix fails the run, as torch raises), and
+/// torch's binary decomposition of `n` (from the least significant bit).
+pub(super) fn matrix_power(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = matrices(imp, n, "self")?;
+    let k = imp.int(n, "n", None)?;
+    let size = square_size(imp, a, "matrix_power")?;
+    let ty = imp.ty(a).clone();
+    if k == 0 {
+        let eye = identity_like(imp, ty.dtype, &ty.shape[..ty.rank() - 2], size)?;
+        return imp.bind(n, 0, eye);
+    }
+    let base = if k < 0 {
+        let inverse = linalg(imp, L::Inv, Flags::default(), vec![a])?;
+        info_result(imp, n, None, true, L::LuInfo, a, || singular("linalg.matrix_power"))?;
+        inverse
+    } else {
+        a
+    };
+    let mm = |imp: &mut Importer, x: ValueId, y: ValueId| imp.push(Op::MatMul, vec![x, y]);
+    let v = match k.unsigned_abs() {
+        1 => base,
+        2 => mm(imp, base, base)?,
+        3 => {
+            let sq = mm(imp, base, base)?;
+            mm(imp, sq, base)?
+        }
+        mut rest => {
+            let (mut z, mut result): (Option<ValueId>, Option<ValueId>) = (None, None);
+            while rest > 0 {
+                let bit = rest % 2;
+                rest /= 2;
+                let zz = match z {
+                    Some(z) => mm(imp, z, z)?,
+                    None => base,
+                };
+                z = Some(zz);
+                if bit == 1 {
+                    result = Some(match result {
+                        Some(r) => mm(imp, r, zz)?,
+                        None => zz,
+                    });
+                }
+            }
+            result.expect("a positive power has a set bit")
+        }
+    };
+    imp.bind(n, 0, v)
+}
+
+/// `triangular_solve(self=B, A, upper=True, transpose=False,
+/// unitriangular=False) -> (solution, cloned_coefficient)`: `op(A) X = B`
+/// with `op` the transpose when asked; the coefficient output is `A`.
+pub(super) fn triangular_solve_legacy(imp: &mut Importer, n: &Node) -> R<()> {
+    let b = imp.tensor(n, "self")?;
+    let a = matrices(imp, n, "A")?;
+    let mut upper = imp.bool(n, "upper", true)?;
+    let unit = imp.bool(n, "unitriangular", false)?;
+    let (a, b) = broadcast_batches(imp, a, b)?;
+    let coefficient = a;
+    let a = if imp.bool(n, "transpose", false)? {
+        upper = !upper;
+        transpose_last(imp, a)?
+    } else {
+        a
+    };
+    let x = imp.push(Op::Linalg { op: L::TriangularSolve, upper, left: true, unit }, vec![a, b])?;
+    imp.bind(n, 0, x)?;
+    if used(imp, n, 1).is_some() {
+        imp.bind(n, 1, coefficient)?;
+    }
+    Ok(())
+}
+
+/// `cholesky_inverse(self=L, upper=False)`: `(L Lᵀ)⁻¹` (or `(Uᵀ U)⁻¹`) as a
+/// Cholesky solve against the identity.
+pub(super) fn cholesky_inverse(imp: &mut Importer, n: &Node) -> R<()> {
+    let l = matrices(imp, n, "self")?;
+    let size = square_size(imp, l, "cholesky_inverse")?;
+    let ty = imp.ty(l).clone();
+    let eye = identity_like(imp, ty.dtype, &ty.shape[..ty.rank() - 2], size)?;
+    let upper = imp.bool(n, "upper", false)?;
+    imp.emit(n, Op::Linalg { op: L::CholeskySolve, upper, left: true, unit: false }, vec![l, eye])?;
+    Ok(())
+}
+
+/// `linalg_tensorinv(self, ind=2)`: the inverse of the matrix `[∏ shape[..ind],
+/// ∏ shape[ind..]]`, shaped `shape[ind..] ++ shape[..ind]`; a singular one
+/// fails the run, as torch raises.
+pub(super) fn tensorinv(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = imp.tensor(n, "self")?;
+    let ind = imp.int(n, "ind", Some(2))?;
+    let ty = imp.ty(a).clone();
+    let Some(shape) = ty.static_shape() else {
+        return unsupported("tensorinv of a tensor with a dynamic size");
+    };
+    if ind <= 0 || ind as usize > shape.len() {
+        return crate::import::importer::invalid(format!("tensorinv with ind={ind} of a {}-d tensor", shape.len()));
+    }
+    let (rows, cols): (i64, i64) = (shape[..ind as usize].iter().product(), shape[ind as usize..].iter().product());
+    if rows != cols {
+        return crate::import::importer::invalid(format!("tensorinv of a {rows}x{cols} matrix"));
+    }
+    let m = imp.push(Op::Reshape { shape: vec![Dim::Const(rows), Dim::Const(cols)] }, vec![a])?;
+    let m = matrices_value(imp, m)?;
+    let inverse = linalg(imp, L::Inv, Flags::default(), vec![m])?;
+    info_result(imp, n, None, true, L::LuInfo, m, || singular("linalg.tensorinv"))?;
+    let out = imp.out_ty(n, 0)?;
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![inverse], out);
+    imp.bind(n, 0, v)
+}
+
+/// `linalg_tensorsolve(self=A, other=B, dims=None)`: `A`'s `dims` moved to
+/// the end, `A` as a `[∏ B.shape, ∏ rest]` matrix solved against `B`
+/// flattened, shaped as the program declares.
+pub(super) fn tensorsolve(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = imp.tensor(n, "self")?;
+    let b = imp.tensor(n, "other")?;
+    let rank = imp.ty(a).rank();
+    let a = match imp.arg(n, "dims") {
+        None => a,
+        Some(_) => {
+            let dims = imp.ints(n, "dims", &[])?;
+            let moved: Vec<usize> =
+                dims.iter().map(|&d| super::shape::normalize_axis(d, rank)).collect::<R<Vec<_>>>()?;
+            let perm: Vec<usize> = (0..rank).filter(|d| !moved.contains(d)).chain(moved.iter().copied()).collect();
+            imp.push(Op::Permute { perm }, vec![a])?
+        }
+    };
+    let (Some(bn), Some(an)) = (imp.ty(b).numel().as_const(), imp.ty(a).numel().as_const()) else {
+        return unsupported("tensorsolve of tensors with a dynamic size");
+    };
+    if bn == 0 || an % bn != 0 || an / bn != bn {
+        return crate::import::importer::invalid(format!("tensorsolve: {an} coefficients for {bn} right-hand values"));
+    }
+    let m = imp.push(Op::Reshape { shape: vec![Dim::Const(bn), Dim::Const(bn)] }, vec![a])?;
+    let m = matrices_value(imp, m)?;
+    let rhs = imp.push(Op::Reshape { shape: vec![Dim::Const(bn), Dim::Const(1)] }, vec![b])?;
+    let x = linalg(imp, L::Solve, Flags { left: true, ..Flags::default() }, vec![m, rhs])?;
+    info_result(imp, n, None, true, L::LuInfo, m, || singular("linalg.tensorsolve"))?;
+    let out = imp.out_ty(n, 0)?;
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![x], out);
+    imp.bind(n, 0, v)
+}
+
+/// [`matrices`]' dtype check for a value the importer made.
+fn matrices_value(imp: &Importer, a: ValueId) -> R<ValueId> {
+    let dtype = imp.ty(a).dtype;
+    if !matches!(dtype, DType::F32 | DType::F64) {
+        return unsupported(format!("linalg on {dtype} (kiln's linalg kernels take f32 and f64)"));
+    }
+    Ok(a)
+}
