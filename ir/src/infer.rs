@@ -916,9 +916,17 @@ fn linalg_type(op: crate::LinalgOp, ins: &[&TensorType]) -> Result<TensorType, S
     let batch = a.shape[..r - 2].to_vec();
     let (m, n) = (a.shape[r - 2].clone(), a.shape[r - 1].clone());
     let with = |tail: &[Dim]| [batch.as_slice(), tail].concat();
-    let square =
-        !matches!(op, L::QrQ | L::QrR | L::QrQComplete | L::QrRComplete | L::LuFactor | L::LuPivots | L::LuInfo)
-            && !op.is_svd();
+    let square = !matches!(
+        op,
+        L::QrQ
+            | L::QrR
+            | L::QrQComplete
+            | L::QrRComplete
+            | L::LuFactor
+            | L::LuPivots
+            | L::LuInfo
+            | L::PivotsToPermutation
+    ) && !op.is_svd();
     if square && m.as_const().zip(n.as_const()).is_some_and(|(m, n)| m != n) {
         return Err(format!("linalg {}: needs square matrices, got {m:?}x{n:?}", op.name()));
     }
@@ -942,6 +950,13 @@ fn linalg_type(op: crate::LinalgOp, ins: &[&TensorType]) -> Result<TensorType, S
         L::LuPivots => TensorType::new(DType::I32, with(&[k()?])),
         L::EigvalsH => TensorType::new(a.dtype, with(&[n])),
         L::EigvecsH => a.clone(),
+        L::PivotsToPermutation => {
+            let p = ins.get(1).ok_or_else(|| "linalg pivots_to_permutation: needs the pivots".to_string())?;
+            if !matches!(p.dtype, DType::I32 | DType::I64) || p.rank() + 1 != r {
+                return Err(format!("linalg pivots_to_permutation: pivots {}[{} dims]", p.dtype, p.rank()));
+            }
+            TensorType::new(a.dtype, with(&[m.clone(), m]))
+        }
         L::SvdS => TensorType::new(a.dtype, with(&[k()?])),
         L::SvdU => TensorType::new(a.dtype, with(&[m, k()?])),
         L::SvdVh => TensorType::new(a.dtype, with(&[k()?, n])),

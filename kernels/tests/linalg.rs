@@ -176,3 +176,46 @@ fn symmetric_eigenvectors() {
     (lower[1], lower[2], lower[5]) = (99.0, 99.0, 99.0);
     close(&run(LinalgOp::EigvecsH, f, &[(&lower, &[3, 3])], &[3, 3]).unwrap(), &v, 1e-12);
 }
+
+#[test]
+fn pivots_give_the_permutation_of_a_equals_p_l_u() {
+    let f = LinalgFlags::default();
+    // Pivoting moves row 2 (largest |a_i0|) first.
+    let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0];
+    let lu = run(LinalgOp::LuFactor, f, &[(&a, &[3, 3])], &[3, 3]).unwrap();
+    let pivots: Vec<i32> = vec![3, 3, 3];
+    let refs = [
+        TensorRef { dtype: DType::F64, shape: &[3, 3], data: bytemuck::cast_slice(&lu) },
+        TensorRef { dtype: DType::I32, shape: &[3], data: bytemuck::cast_slice(&pivots) },
+    ];
+    let mut p = vec![0f64; 9];
+    linalg(
+        LinalgOp::PivotsToPermutation,
+        f,
+        &refs,
+        TensorMut { dtype: DType::F64, shape: &[3, 3], data: bytemuck::cast_slice_mut(&mut p) },
+    )
+    .unwrap();
+    // Swaps (0↔2), (1↔2), (2↔2): rows now hold originals [2, 0, 1], so P[2][0] = P[0][1] = P[1][2] = 1.
+    assert_eq!(p, vec![0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]);
+    let l: Vec<f64> = (0..9)
+        .map(|i| {
+            if i / 3 == i % 3 {
+                1.0
+            } else if i / 3 > i % 3 {
+                lu[i]
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let u: Vec<f64> = (0..9).map(|i| if i / 3 <= i % 3 { lu[i] } else { 0.0 }).collect();
+    let got_pivots_match = matmul(&p, &matmul(&l, &u, 3, 3, 3), 3, 3, 3);
+    // The factor's own pivots for this matrix are [3, 3, 3] (checked through P L U = A).
+    close(&got_pivots_match, &a, 1e-12);
+    // A pivot outside 1..=m is an error.
+    let bad: Vec<i32> = vec![4, 1, 1];
+    let refs = [refs[0], TensorRef { dtype: DType::I32, shape: &[3], data: bytemuck::cast_slice(&bad) }];
+    let out = TensorMut { dtype: DType::F64, shape: &[3, 3], data: bytemuck::cast_slice_mut(&mut p) };
+    assert!(linalg(LinalgOp::PivotsToPermutation, f, &refs, out).is_err());
+}

@@ -158,6 +158,7 @@ OPS = [
     ("masked.std", ""), ("masked.normalize", ""), ("native_layer_norm", ""), ("native_group_norm", ""),
     ("native_dropout_backward", ""), ("_softmax_backward_data", ""), ("linalg.matrix_power", ""),
     ("triangular_solve", ""), ("cholesky_inverse", ""), ("linalg.tensorinv", ""), ("linalg.tensorsolve", ""),
+    ("linalg.lu", ""), ("lu_unpack", ""), ("linalg.lu_solve", ""), ("lu_solve", ""), ("lu", ""),
     # special functions
     ("lgamma", ""), ("digamma", ""), ("i0", ""), ("special.i0e", ""), ("special.i1", ""), ("special.i1e", ""),
     ("special.erfcx", ""), ("special.ndtr", ""), ("special.log_ndtr", ""), ("special.bessel_j0", ""),
@@ -243,7 +244,8 @@ EXTRA_GROUPS = [
         "linalg.eigh", "linalg.svd", "svd", "linalg.svdvals", "linalg.pinv", "linalg.pinv.singular",
         "linalg.pinv.hermitian", "pinverse", "linalg.matrix_rank", "linalg.matrix_rank.hermitian",
         "linalg.matrix_norm", "linalg.norm", "linalg.cond", "norm.nuc", "linalg.matrix_power", "triangular_solve",
-        "cholesky_inverse", "linalg.tensorinv", "linalg.tensorsolve",
+        "cholesky_inverse", "linalg.tensorinv", "linalg.tensorsolve", "linalg.lu", "lu_unpack", "linalg.lu_solve",
+        "lu_solve", "lu",
     ]),
     # i8 and u8: integer legalization wraps like torch (narrow overflow),
     # promotion of narrow ints (sum/prod/cumsum accumulate in i64, true

@@ -203,6 +203,9 @@ code_enum! {
         SvdVhFull = 21 => "svd_vh_full",
         /// Eigenvectors of a symmetric matrix as columns, in `EigvalsH`'s order.
         EigvecsH = 22 => "eigvecsh",
+        /// `(LU, pivots)`: the permutation matrix `P` (`A = P L U`) of
+        /// LAPACK's 1-based row swaps, `[.., m, m]` in LU's dtype.
+        PivotsToPermutation = 23 => "pivots_to_permutation",
     }
 }
 

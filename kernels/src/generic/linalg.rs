@@ -159,6 +159,21 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
                 res.extend(if op == LinalgOp::EigvalsH { w } else { v });
             }
         }
+        LinalgOp::PivotsToPermutation => {
+            let piv = ins.get(1).ok_or_else(|| shape_err(K, "pivots_to_permutation needs the pivots"))?;
+            let pivots: Vec<i64> = match piv.dtype {
+                DType::I32 => view::<i32>(K, "pivots", piv)?.iter().map(|&v| v as i64).collect(),
+                DType::I64 => view::<i64>(K, "pivots", piv)?.to_vec(),
+                other => return Err(KernelError::UnsupportedDType { kernel: K, dtype: other }),
+            };
+            let k = piv.shape.last().copied().unwrap_or(0);
+            if pivots.len() != batch * k || k > m {
+                return Err(shape_err(K, format!("pivots {:?} for matrices {:?}", piv.shape, a.shape)));
+            }
+            for b in 0..batch {
+                res.extend(permutation_matrix(&pivots[b * k..(b + 1) * k], m)?);
+            }
+        }
         LinalgOp::SvdS | LinalgOp::SvdU | LinalgOp::SvdVh | LinalgOp::SvdUFull | LinalgOp::SvdVhFull => {
             let full = matches!(op, LinalgOp::SvdUFull | LinalgOp::SvdVhFull);
             for mat in mats(&am, m * n, batch) {
@@ -338,6 +353,25 @@ impl Lu {
         }
         x
     }
+}
+
+/// `P` with `A = P L U` from LAPACK's 1-based row swaps (`swaps[j]`
+/// exchanged with row `j`, in order): after the swaps row `i` holds the
+/// original row `perm[i]`, so `P[perm[i], i] = 1`. A swap outside `1..=m`
+/// is an error.
+fn permutation_matrix(swaps: &[i64], m: usize) -> Result<Vec<f64>> {
+    let mut perm: Vec<usize> = (0..m).collect();
+    for (j, &s) in swaps.iter().enumerate() {
+        if s < 1 || s as usize > m {
+            return Err(shape_err(K, format!("pivot {s} outside 1..={m}")));
+        }
+        perm.swap(j, s as usize - 1);
+    }
+    let mut p = vec![0.0; m * m];
+    for (i, &r) in perm.iter().enumerate() {
+        p[r * m + i] = 1.0;
+    }
+    Ok(p)
 }
 
 /// The lower Cholesky factor (zeros above the diagonal) and LAPACK's info:

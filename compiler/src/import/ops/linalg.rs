@@ -1023,3 +1023,144 @@ fn matrices_value(imp: &Importer, a: ValueId) -> R<ValueId> {
     }
     Ok(a)
 }
+
+/// `x` with the entries where `keep(row, col)` fails set to zero (`rows ×
+/// cols` the last two dims).
+fn masked_triangle(imp: &mut Importer, x: ValueId, rows: i64, cols: i64, strict_lower: bool) -> R<ValueId> {
+    let r = arange_column(imp, rows, true)?;
+    let c = arange_column(imp, cols, false)?;
+    let keep = imp.push(Op::Binary(if strict_lower { BinaryOp::Gt } else { BinaryOp::Le }), vec![r, c])?;
+    let dtype = imp.ty(x).dtype;
+    let zero = imp.scalar_const(crate::import::importer::Scalar::Float(0.0), dtype);
+    imp.push(Op::Where, vec![keep, x, zero])
+}
+
+/// `arange(len)` as an i64 column `[len, 1]` (or row `[1, len]`).
+fn arange_column(imp: &mut Importer, len: i64, column: bool) -> R<ValueId> {
+    let ty = TensorType::new(DType::I64, vec![Dim::Const(len)]);
+    let p = imp.push_typed(Op::Arange { start: 0.0, step: 1.0, len: Dim::Const(len), dtype: DType::I64 }, vec![], ty);
+    let shape = if column { vec![Dim::Const(len), Dim::Const(1)] } else { vec![Dim::Const(1), Dim::Const(len)] };
+    imp.push(Op::Reshape { shape }, vec![p])
+}
+
+/// The static `(m, n)` of matrices `a`.
+fn matrix_dims_of(imp: &Importer, a: ValueId, api: &str) -> R<(i64, i64)> {
+    let ty = imp.ty(a);
+    let r = ty.rank();
+    match (ty.shape[r - 2].as_const(), ty.shape[r - 1].as_const()) {
+        (Some(m), Some(n)) => Ok((m, n)),
+        _ => unsupported(format!("{api} of matrices with a dynamic size")),
+    }
+}
+
+/// The unit lower `L` (`[.., m, k]`) and upper `U` (`[.., k, n]`) packed in
+/// LAPACK's `LU` (`[.., m, n]`, `k = min(m, n)`).
+fn unpack_lu(imp: &mut Importer, lu: ValueId) -> R<(ValueId, ValueId)> {
+    let (m, n) = matrix_dims_of(imp, lu, "lu_unpack")?;
+    let k = m.min(n);
+    let rank = imp.ty(lu).rank();
+    let left = imp.push(Op::Slice { axis: rank - 1, start: 0, end: k, step: 1 }, vec![lu])?;
+    let below = masked_triangle(imp, left, m, k, true)?;
+    let r = arange_column(imp, m, true)?;
+    let c = arange_column(imp, k, false)?;
+    let diagonal = imp.push(Op::Binary(BinaryOp::Eq), vec![r, c])?;
+    let dtype = imp.ty(lu).dtype;
+    let ones = imp.cast(diagonal, dtype);
+    let l = imp.push(Op::Binary(BinaryOp::Add), vec![below, ones])?;
+    let top = imp.push(Op::Slice { axis: rank - 2, start: 0, end: k, step: 1 }, vec![lu])?;
+    let u = masked_triangle(imp, top, k, n, false)?;
+    Ok((l, u))
+}
+
+/// `linalg_lu(A, *, pivot=True) -> (P, L, U)` with `A = P L U` (LAPACK's
+/// partial pivoting).
+pub(super) fn lu(imp: &mut Importer, n: &Node) -> R<()> {
+    if !imp.bool(n, "pivot", true)? {
+        return unsupported("lu without pivoting");
+    }
+    let a = matrices(imp, n, "A")?;
+    let packed = linalg(imp, L::LuFactor, Flags::default(), vec![a])?;
+    if used(imp, n, 0).is_some() {
+        let pivots = linalg(imp, L::LuPivots, Flags::default(), vec![a])?;
+        let p = linalg(imp, L::PivotsToPermutation, Flags::default(), vec![packed, pivots])?;
+        imp.bind(n, 0, p)?;
+    }
+    let (l, u) = unpack_lu(imp, packed)?;
+    imp.bind(n, 1, l)?;
+    imp.bind(n, 2, u)
+}
+
+/// `lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True) -> (P, L, U)`;
+/// what is not unpacked is empty, as torch returns it.
+pub(super) fn lu_unpack(imp: &mut Importer, n: &Node) -> R<()> {
+    let packed = matrices(imp, n, "LU_data")?;
+    let pivots = imp.tensor(n, "LU_pivots")?;
+    if imp.bool(n, "unpack_pivots", true)? {
+        if used(imp, n, 0).is_some() {
+            let p = linalg(imp, L::PivotsToPermutation, Flags::default(), vec![packed, pivots])?;
+            imp.bind(n, 0, p)?;
+        }
+    } else {
+        bind_empty(imp, n, 0)?;
+    }
+    if !imp.bool(n, "unpack_data", true)? {
+        bind_empty(imp, n, 1)?;
+        return bind_empty(imp, n, 2);
+    }
+    let (l, u) = unpack_lu(imp, packed)?;
+    imp.bind(n, 1, l)?;
+    imp.bind(n, 2, u)
+}
+
+/// `linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False)` and
+/// `lu_solve(self=B, LU_data, LU_pivots)`: with `A = P L U`, `A X = B` is
+/// `X = U⁻¹ L⁻¹ Pᵀ B` and `Aᵀ X = B` is `X = P L⁻ᵀ U⁻ᵀ B` (triangular solves
+/// reading one triangle of `LU` each); a right solve is the transposed
+/// left one.
+pub(super) fn lu_solve(imp: &mut Importer, n: &Node, legacy: bool) -> R<()> {
+    let (packed, pivots, b) = if legacy {
+        (matrices(imp, n, "LU_data")?, imp.tensor(n, "LU_pivots")?, imp.tensor(n, "self")?)
+    } else {
+        (matrices(imp, n, "LU")?, imp.tensor(n, "pivots")?, imp.tensor(n, "B")?)
+    };
+    let left = legacy || imp.bool(n, "left", true)?;
+    let adjoint = !legacy && imp.bool(n, "adjoint", false)?;
+    let p = linalg(imp, L::PivotsToPermutation, Flags::default(), vec![packed, pivots])?;
+    // X A = B ⇔ Aᵀ Xᵀ = Bᵀ: a left solve with the adjoint flipped.
+    let (b, adjoint) = if left { (b, adjoint) } else { (transpose_last(imp, b)?, !adjoint) };
+    let (packed_b, b) = broadcast_batches(imp, packed, b)?;
+    let (p, b) = broadcast_batches(imp, p, b)?;
+    let tri = |imp: &mut Importer, m: ValueId, rhs: ValueId, upper: bool, unit: bool| {
+        imp.push(Op::Linalg { op: L::TriangularSolve, upper, left: true, unit }, vec![m, rhs])
+    };
+    let x = if adjoint {
+        let t = transpose_last(imp, packed_b)?;
+        let z = tri(imp, t, b, false, false)?;
+        let w = tri(imp, t, z, true, true)?;
+        imp.push(Op::MatMul, vec![p, w])?
+    } else {
+        let pt = transpose_last(imp, p)?;
+        let y = imp.push(Op::MatMul, vec![pt, b])?;
+        let z = tri(imp, packed_b, y, false, true)?;
+        tri(imp, packed_b, z, true, false)?
+    };
+    let x = if left { x } else { transpose_last(imp, x)? };
+    let out = imp.out_ty(n, 0)?;
+    let x = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![x], out);
+    imp.bind(n, 0, x)
+}
+
+/// `_lu_with_info(self, pivot=True, check_errors=True) -> (LU, pivots, info)`:
+/// `linalg_lu_factor_ex` under its old name (and default).
+pub(super) fn lu_with_info(imp: &mut Importer, n: &Node) -> R<()> {
+    let mut m = n.clone();
+    for a in &mut m.inputs {
+        if a.name == "self" {
+            a.name = "A".into();
+        }
+    }
+    if imp.arg(n, "check_errors").is_none() {
+        m.inputs.push(crate::pt2::program::NamedArg { name: "check_errors".into(), arg: Arg::Bool(true) });
+    }
+    lu_factor(imp, &m, true)
+}
