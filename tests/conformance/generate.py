@@ -159,6 +159,9 @@ OPS = [
     ("native_dropout_backward", ""), ("_softmax_backward_data", ""), ("linalg.matrix_power", ""),
     ("triangular_solve", ""), ("cholesky_inverse", ""), ("linalg.tensorinv", ""), ("linalg.tensorsolve", ""),
     ("linalg.lu", ""), ("lu_unpack", ""), ("linalg.lu_solve", ""), ("lu_solve", ""), ("lu", ""),
+    ("nn.functional.max_unpool1d", ""), ("nn.functional.max_unpool2d", ""), ("nn.functional.max_unpool3d", ""),
+    ("nn.functional.adaptive_max_pool1d", ""), ("nn.functional.adaptive_max_pool2d", ""),
+    ("nn.functional.adaptive_max_pool3d", ""), ("nn.functional.bilinear", ""),
     # special functions
     ("lgamma", ""), ("digamma", ""), ("i0", ""), ("special.i0e", ""), ("special.i1", ""), ("special.i1e", ""),
     ("special.erfcx", ""), ("special.ndtr", ""), ("special.log_ndtr", ""), ("special.bessel_j0", ""),

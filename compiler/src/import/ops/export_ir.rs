@@ -68,6 +68,10 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         "as_strided_scatter" => as_strided_scatter(imp, n),
         "_unsafe_masked_index" => masked_index(imp, n),
         "_unsafe_masked_index_put_accumulate" => masked_index_put(imp, n),
+        "max_unpool2d" | "max_unpool3d" => max_unpool(imp, n),
+        "adaptive_max_pool1d" | "adaptive_max_pool2d" | "adaptive_max_pool3d" => adaptive_max_pool(imp, n, name),
+        "bilinear" => bilinear(imp, n),
+        "_trilinear" => trilinear(imp, n),
         "native_dropout_backward" => dropout_backward(imp, n),
         "_softmax_backward_data" | "_log_softmax_backward_data" => softmax_backward(imp, n, name),
         _ => Err(Fail::Unsupported(None)),
@@ -765,5 +769,215 @@ fn softmax_backward(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         let es = bin(imp, B::Mul, e, s)?;
         bin(imp, B::Sub, g, es)?
     };
+    imp.bind(n, 0, v)
+}
+
+/// `max_unpool{2,3}d(self, indices, output_size, ...)`: zeros of the output
+/// with each value written at its index within its `(n, c)` plane (torch's
+/// decomposition: the indices offset by the plane number, one flat
+/// `index_put`). An index outside its plane fails the run, as torch raises.
+fn max_unpool(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let indices = imp.tensor(n, "indices")?;
+    let out = imp.out_ty(n, 0)?;
+    let size = imp.ints(n, "output_size", &[])?;
+    let Some(out_shape) = out.static_shape() else {
+        return unsupported("max_unpool with a dynamic size");
+    };
+    if size.is_empty() || size.len() > out_shape.len() {
+        return invalid("max_unpool: bad output_size");
+    }
+    let plane: i64 = size.iter().product();
+    let lead = &out_shape[..out_shape.len() - size.len()];
+    let planes: i64 = lead.iter().product();
+    let idx_ty = imp.ty(indices).clone();
+    let indices = imp.cast(indices, DType::I64);
+    // Each index must fall inside its plane.
+    let low = imp.with_scalar(B::Ge, indices, 0.0)?;
+    let high = imp.with_scalar(B::Lt, indices, plane as f64)?;
+    let inside = bin(imp, B::And, low, high)?;
+    let loc = imp.loc();
+    let message = format!("max_unpool: an index is outside its output plane of {plane} elements");
+    imp.g.add_node(Op::Assert { message }, vec![inside], Vec::new(), loc);
+    let offsets = arange(imp, planes, DType::I64);
+    let offsets = imp.with_scalar(B::Mul, offsets, plane as f64)?;
+    let mut oshape: Vec<Dim> = lead.iter().map(|&d| Dim::Const(d)).collect();
+    oshape.extend(std::iter::repeat_n(Dim::Const(1), idx_ty.rank().saturating_sub(lead.len())));
+    let offsets = reshape(imp, offsets, oshape)?;
+    let flat_idx = bin(imp, B::Add, indices, offsets)?;
+    let flat_idx = flat(imp, flat_idx)?;
+    let values = imp.cast(x, out.dtype);
+    let values = flat(imp, values)?;
+    let total: i64 = out_shape.iter().product();
+    let zeros = imp.push_typed(
+        Op::Full { value: 0.0, dtype: out.dtype, shape: vec![Dim::Const(total)] },
+        vec![],
+        TensorType::new(out.dtype, vec![Dim::Const(total)]),
+    );
+    let written = imp.push(Op::IndexPut { axis: 0, accumulate: false }, vec![zeros, values, flat_idx])?;
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![written], out);
+    imp.bind(n, 0, v)
+}
+
+/// `adaptive_max_pool{1,2,3}d(self, output_size) -> (values, indices)`:
+/// output position `o` of a dim of size `I` pooled to `O` covers inputs
+/// `floor(o·I/O) .. ceil((o+1)·I/O)`. Every output's window is gathered
+/// from the flattened plane (a constant table of plane positions, row-major
+/// within the window; a short window repeats its last position, which
+/// changes neither the max nor the first position holding it), then a max
+/// and, for the indices output, the first arg-max mapped back through the
+/// table — torch's index within the plane.
+fn adaptive_max_pool(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let shape = static_shape(imp, x, name)?;
+    let size = imp.ints(n, "output_size", &[])?;
+    if size.is_empty() || size.len() > shape.len() {
+        return invalid(format!("{name}: output_size {size:?} for shape {shape:?}"));
+    }
+    let lead = shape.len() - size.len();
+    let spatial = &shape[lead..];
+    let mut bounds: Vec<Vec<(i64, i64)>> = Vec::with_capacity(size.len());
+    for (&i, &o) in spatial.iter().zip(&size) {
+        if o <= 0 || i <= 0 {
+            return invalid(format!("{name}: pooling {i} positions to {o}"));
+        }
+        bounds.push((0..o).map(|p| (p * i / o, ((p + 1) * i + o - 1) / o)).collect());
+    }
+    let windows: Vec<i64> = bounds.iter().map(|b| b.iter().map(|(s, e)| e - s).max().unwrap_or(1)).collect();
+    let outputs: i64 = size.iter().product();
+    let per_window: i64 = windows.iter().product();
+    if outputs.saturating_mul(per_window) > 1 << 24 {
+        return unsupported(format!("{name} with windows of more than 2^24 positions in all"));
+    }
+    let strides: Vec<i64> = (0..spatial.len()).map(|d| spatial[d + 1..].iter().product()).collect();
+    let mut table = Vec::with_capacity((outputs * per_window) as usize);
+    for o in 0..outputs {
+        let mut rest = o;
+        let mut at = vec![0i64; size.len()];
+        for d in (0..size.len()).rev() {
+            at[d] = rest % size[d];
+            rest /= size[d];
+        }
+        for w in 0..per_window {
+            let (mut rest, mut pos) = (w, 0);
+            for d in (0..size.len()).rev() {
+                let j = rest % windows[d];
+                rest /= windows[d];
+                let (s, e) = bounds[d][at[d] as usize];
+                pos += (s + j).min(e - 1) * strides[d];
+            }
+            table.push(pos);
+        }
+    }
+    let plane: i64 = spatial.iter().product();
+    let mut flat_shape: Vec<Dim> = shape[..lead].iter().map(|&d| Dim::Const(d)).collect();
+    flat_shape.push(Dim::Const(plane));
+    let xf = reshape(imp, x, flat_shape)?;
+    let index = super::indexing::i64_const(imp, &[outputs * per_window], &table);
+    let gathered = imp.push(Op::Gather { axis: lead }, vec![xf, index])?;
+    let mut split: Vec<Dim> = shape[..lead].iter().map(|&d| Dim::Const(d)).collect();
+    split.extend([Dim::Const(outputs), Dim::Const(per_window)]);
+    let windows_v = reshape(imp, gathered, split)?;
+    let values =
+        imp.push(Op::Reduce { kind: ReduceKind::Max, axes: vec![lead + 1], keep_dims: false }, vec![windows_v])?;
+    let out = imp.out_ty(n, 0)?;
+    let values = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![values], out);
+    imp.bind(n, 0, values)?;
+    let names: Vec<String> = n.outputs.iter().flat_map(output_names).collect();
+    if names.get(1).is_some_and(|o| imp.is_used(o)) {
+        let slot = imp.push(Op::ArgMax { axis: lead + 1, keep_dims: false }, vec![windows_v])?;
+        let base = arange(imp, outputs, DType::I64);
+        let base = imp.with_scalar(B::Mul, base, per_window as f64)?;
+        let at = bin(imp, B::Add, slot, base)?;
+        let positions = imp.push(Op::Gather { axis: 0 }, vec![index, at])?;
+        let ity = imp.out_ty(n, 1)?;
+        let positions = imp.cast(positions, ity.dtype);
+        let positions = imp.push_typed(Op::Reshape { shape: ity.shape.clone() }, vec![positions], ity);
+        imp.bind(n, 1, positions)?;
+    }
+    Ok(())
+}
+
+/// `bilinear(input1, input2, weight, bias=None)`: `y[.., o] = Σᵢⱼ x1[.., i]
+/// W[o, i, j] x2[.., j] + b[o]`.
+fn bilinear(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let x1 = imp.tensor(n, "input1")?;
+    let x2 = imp.tensor(n, "input2")?;
+    let w = imp.tensor(n, "weight")?;
+    let mut y = bilinear_rows(imp, x1, x2, w, out.dtype)?;
+    if let Some(bias) = imp.opt_tensor(n, "bias")? {
+        let bias = imp.cast(bias, out.dtype);
+        y = bin(imp, B::Add, y, bias)?;
+    }
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![y], out);
+    imp.bind(n, 0, v)
+}
+
+/// The bilinear form of `x1` (`[.., I]`), `W` (`[O, I, J]`) and `x2`
+/// (`[.., J]`) as `[rows, O]`, contracted as torch's `_trilinear` does —
+/// over `I` first (one GEMM of `x1` with `W` laid out `[I, O·J]`), then
+/// over `J` (a batched GEMM): the same two roundings in f16/bf16.
+fn bilinear_rows(imp: &mut Importer, x1: ValueId, x2: ValueId, w: ValueId, dtype: DType) -> R<ValueId> {
+    let wshape = static_shape(imp, w, "bilinear")?;
+    let [o, i, j] = wshape[..] else { return invalid("bilinear weight must be 3-d") };
+    let (x1, x2, w) = (imp.cast(x1, dtype), imp.cast(x2, dtype), imp.cast(w, dtype));
+    let rows = Dim::Const(static_shape(imp, x1, "bilinear")?.iter().product::<i64>() / i.max(1));
+    let a = reshape(imp, x1, vec![rows.clone(), Dim::Const(i)])?;
+    let wt = imp.push(Op::Permute { perm: vec![1, 0, 2] }, vec![w])?;
+    let wt = reshape(imp, wt, vec![Dim::Const(i), Dim::Const(o * j)])?;
+    let t = imp.push(Op::MatMul, vec![a, wt])?;
+    let t = reshape(imp, t, vec![rows.clone(), Dim::Const(o), Dim::Const(j)])?;
+    let b2 = reshape(imp, x2, vec![rows.clone(), Dim::Const(j), Dim::Const(1)])?;
+    let y = imp.push(Op::MatMul, vec![t, b2])?;
+    reshape(imp, y, vec![rows, Dim::Const(o)])
+}
+
+/// `_trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1)`:
+/// each input unsqueezed at its `expand` dims, the three multiplied (with
+/// broadcasting) and summed over `sumdim` (torch's definition).
+fn trilinear(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    // `bilinear`'s own call (`i1 [B, I]`, `W [O, I, J]`, `i3 [B, J]`): its two GEMMs.
+    let pattern = ["expand1", "expand2", "expand3", "sumdim"].map(|k| imp.ints(n, k, &[]));
+    if let [Ok(e1), Ok(e2), Ok(e3), Ok(sd)] = &pattern {
+        if (e1.as_slice(), e2.as_slice(), e3.as_slice(), sd.as_slice())
+            == (&[1, 3][..], &[0][..], &[1, 2][..], &[2, 3][..])
+        {
+            let (x1, w, x2) = (imp.tensor(n, "i1")?, imp.tensor(n, "i2")?, imp.tensor(n, "i3")?);
+            let y = bilinear_rows(imp, x1, x2, w, out.dtype)?;
+            let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![y], out);
+            return imp.bind(n, 0, v);
+        }
+    }
+    let mut product: Option<ValueId> = None;
+    for (t, e) in [("i1", "expand1"), ("i2", "expand2"), ("i3", "expand3")] {
+        let x = imp.tensor(n, t)?;
+        let x = imp.cast(x, out.dtype);
+        let mut dims = imp.ints(n, e, &[])?;
+        dims.sort_unstable();
+        let mut shape = imp.ty(x).shape.clone();
+        for d in dims {
+            let d = usize::try_from(d).map_err(|_| Fail::Invalid(format!("_trilinear: expand dim {d}")))?;
+            if d > shape.len() {
+                return invalid("_trilinear: expand dim past the rank");
+            }
+            shape.insert(d, Dim::Const(1));
+        }
+        let x = reshape(imp, x, shape)?;
+        product = Some(match product {
+            None => x,
+            Some(p) => bin(imp, B::Mul, p, x)?,
+        });
+    }
+    let p = product.expect("three inputs");
+    let rank = imp.ty(p).rank();
+    let sum: Vec<usize> = imp.ints(n, "sumdim", &[])?.iter().map(|&d| normalize_axis(d, rank)).collect::<R<_>>()?;
+    let v = if sum.is_empty() {
+        p
+    } else {
+        imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: sum, keep_dims: false }, vec![p])?
+    };
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
     imp.bind(n, 0, v)
 }
