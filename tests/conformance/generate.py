@@ -161,7 +161,8 @@ OPS = [
     ("linalg.lu", ""), ("lu_unpack", ""), ("linalg.lu_solve", ""), ("lu_solve", ""), ("lu", ""),
     ("nn.functional.max_unpool1d", ""), ("nn.functional.max_unpool2d", ""), ("nn.functional.max_unpool3d", ""),
     ("nn.functional.adaptive_max_pool1d", ""), ("nn.functional.adaptive_max_pool2d", ""),
-    ("nn.functional.adaptive_max_pool3d", ""), ("nn.functional.bilinear", ""),
+    ("nn.functional.adaptive_max_pool3d", ""), ("nn.functional.bilinear", ""), ("fft.hfft", ""), ("fft.hfft2", ""),
+    ("fft.hfftn", ""), ("mvlgamma", "mvlgamma_p_1"), ("mvlgamma", "mvlgamma_p_3"), ("mvlgamma", "mvlgamma_p_5"),
     # special functions
     ("lgamma", ""), ("digamma", ""), ("i0", ""), ("special.i0e", ""), ("special.i1", ""), ("special.i1e", ""),
     ("special.erfcx", ""), ("special.ndtr", ""), ("special.log_ndtr", ""), ("special.bessel_j0", ""),

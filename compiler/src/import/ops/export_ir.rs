@@ -71,6 +71,7 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         "max_unpool2d" | "max_unpool3d" => max_unpool(imp, n),
         "adaptive_max_pool1d" | "adaptive_max_pool2d" | "adaptive_max_pool3d" => adaptive_max_pool(imp, n, name),
         "bilinear" => bilinear(imp, n),
+        "mvlgamma" => mvlgamma(imp, n),
         "_trilinear" => trilinear(imp, n),
         "native_dropout_backward" => dropout_backward(imp, n),
         "_softmax_backward_data" | "_log_softmax_backward_data" => softmax_backward(imp, n, name),
@@ -979,5 +980,39 @@ fn trilinear(imp: &mut Importer, n: &Node) -> R<()> {
         imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: sum, keep_dims: false }, vec![p])?
     };
     let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+    imp.bind(n, 0, v)
+}
+
+/// `mvlgamma(self, p)`: `Σ lgamma(x − i/2)` over `i < p` (added in torch's
+/// order, from `x − (p−1)/2` up) plus `p(p−1)/4 · ln π`, in the output
+/// dtype; an element not above `(p−1)/2` fails the run, as torch raises.
+fn mvlgamma(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let x = imp.tensor(n, "self")?;
+    let p = imp.int(n, "p", None)?;
+    if !(1..=1 << 16).contains(&p) {
+        return invalid(format!("mvlgamma with p={p} (torch needs p >= 1)"));
+    }
+    let limit = 0.5 * (p - 1) as f64;
+    let xd = imp.cast(x, DType::F64);
+    let above = imp.with_scalar(B::Gt, xd, limit)?;
+    let loc = imp.loc();
+    let message = format!("mvlgamma: all elements must be greater than (p-1)/2 = {limit}");
+    imp.g.add_node(Op::Assert { message }, vec![above], Vec::new(), loc);
+    let x = imp.cast(x, out.dtype);
+    let offsets: Vec<f64> = (0..p).map(|i| -0.5 * (p - 1 - i) as f64).collect();
+    let mut shape = imp.ty(x).shape.clone();
+    shape.push(Dim::Const(1));
+    let column = reshape(imp, x, shape)?;
+    let steps = arange(imp, p, out.dtype);
+    // arange(-(p-1)/2, 1/2, 1/2): i/2 − (p−1)/2 for i < p.
+    let halves = imp.with_scalar(B::Mul, steps, 0.5)?;
+    let shifted = imp.with_scalar(B::Sub, halves, -offsets[0])?;
+    let args = bin(imp, B::Add, column, shifted)?;
+    let lg = un(imp, U::Lgamma, args)?;
+    let last = imp.ty(lg).rank() - 1;
+    let sum = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![last], keep_dims: false }, vec![lg])?;
+    let constant = (p * (p - 1)) as f64 * std::f64::consts::PI.ln() * 0.25;
+    let v = imp.with_scalar(B::Add, sum, constant)?;
     imp.bind(n, 0, v)
 }

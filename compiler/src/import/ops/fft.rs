@@ -45,7 +45,9 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
         "_fft_c2r" => fft_c2r(imp, n),
         "_fft_c2c" => fft_c2c(imp, n),
         "fft_rfft" | "fft_rfft2" | "fft_rfftn" | "fft_fft" | "fft_fft2" | "fft_fftn" | "fft_ifft" | "fft_ifft2"
-        | "fft_ifftn" | "fft_irfft" | "fft_irfft2" | "fft_irfftn" => torch_fft(imp, n, name),
+        | "fft_ifftn" | "fft_irfft" | "fft_irfft2" | "fft_irfftn" | "fft_hfft" | "fft_hfft2" | "fft_hfftn" => {
+            torch_fft(imp, n, name)
+        }
         "view_as_real" => view_as_real(imp, n),
         "view_as_complex" => view_as_complex(imp, n),
         "complex" => make_complex(imp, n),
@@ -632,7 +634,7 @@ fn fft_c2r(imp: &mut Importer, n: &Node) -> R<()> {
     bind_real(imp, n, v)
 }
 
-/// The training-IR forms `torch.fft.{rfft,irfft,fft,ifft}{,2,n}(self, n|s,
+/// The training-IR forms `torch.fft.{rfft,irfft,fft,ifft,hfft}{,2,n}(self, n|s,
 /// dim, norm)`: the signal lengths and normalization resolved as torch's
 /// Python front end does, then the same lowering as the Core ATen ops.
 fn torch_fft(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
@@ -662,7 +664,10 @@ fn torch_fft(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             return invalid(format!("`{name}`: s has {} entries for {} dims", s.len(), axes.len()));
         }
     }
-    let real_out = base.starts_with("irfft");
+    // hfft: the forward transform of a Hermitian signal, `irfft(conj(x))`
+    // with the forward transform's normalization.
+    let hermitian = base.starts_with("hfft");
+    let real_out = base.starts_with("irfft") || hermitian;
     let mut lens = Vec::new();
     for (i, &a) in axes.iter().enumerate() {
         let given = sizes.as_ref().map(|s| s[i]).filter(|&v| v != -1);
@@ -692,6 +697,14 @@ fn torch_fft(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         }
         "irfft" | "irfft2" | "irfftn" => {
             let v = c2r(imp, z, &axes, &lens, code)?;
+            bind_real(imp, n, v)
+        }
+        "hfft" | "hfft2" | "hfftn" => {
+            let im = match z.im {
+                Some(im) => Some(imp.push(Op::Unary(UnaryOp::Neg), vec![im])?),
+                None => None,
+            };
+            let v = c2r(imp, Parts { re: z.re, im }, &axes, &lens, code)?;
             bind_real(imp, n, v)
         }
         _ => {

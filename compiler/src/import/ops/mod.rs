@@ -259,6 +259,8 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "cholesky_inverse" => linalg::cholesky_inverse(imp, n),
         "linalg_tensorinv" => linalg::tensorinv(imp, n),
         "linalg_tensorsolve" => linalg::tensorsolve(imp, n),
+        // A real input's Hermitian FFT (a complex one is routed there already).
+        "fft_hfft" | "fft_hfft2" | "fft_hfftn" => fft::convert(imp, n, name, overload),
         "linalg_lu" => linalg::lu(imp, n),
         "lu_unpack" => linalg::lu_unpack(imp, n),
         "linalg_lu_solve" => linalg::lu_solve(imp, n, false),
