@@ -72,6 +72,9 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         "adaptive_max_pool1d" | "adaptive_max_pool2d" | "adaptive_max_pool3d" => adaptive_max_pool(imp, n, name),
         "bilinear" => bilinear(imp, n),
         "mvlgamma" => mvlgamma(imp, n),
+        "trapz" | "trapezoid" | "cumulative_trapezoid" => trapezoid(imp, n, name == "cumulative_trapezoid"),
+        "linalg_vander" => vander(imp, n),
+        "renorm" => renorm(imp, n),
         "_trilinear" => trilinear(imp, n),
         "native_dropout_backward" => dropout_backward(imp, n),
         "_softmax_backward_data" | "_log_softmax_backward_data" => softmax_backward(imp, n, name),
@@ -1015,4 +1018,162 @@ fn mvlgamma(imp: &mut Importer, n: &Node) -> R<()> {
     let constant = (p * (p - 1)) as f64 * std::f64::consts::PI.ln() * 0.25;
     let v = imp.with_scalar(B::Add, sum, constant)?;
     imp.bind(n, 0, v)
+}
+
+/// `trapz`/`trapezoid` (`.x(y, x, dim=-1)`, `.dx(y, dx=1, dim=-1)`) and
+/// `cumulative_trapezoid`, as torch's C++: with sample points, `Σ dx·(y₁ +
+/// y₀) / 2` (`dx` the differences of `x` along `dim`, a 1-d `x` laid
+/// along it); with a spacing, `(Σ y − (y_first + y_last)/2) · dx`; the
+/// cumulative forms `cumsum(dx · (y₀ + y₁)) / 2` and `cumsum(dx/2 · (y₀ +
+/// y₁))`. No samples give zeros.
+fn trapezoid(imp: &mut Importer, n: &Node, cumulative: bool) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let y = imp.tensor(n, "y")?;
+    // Integer samples add and subtract in their own (wrapping) dtype, as
+    // torch's tensor arithmetic does; sums accumulate in i64; the halving
+    // gives the float output.
+    let x_dtype = match imp.arg(n, "x") {
+        Some(Arg::Tensor(_)) => Some(imp.ty(imp.tensor(n, "x")?).dtype),
+        _ => None,
+    };
+    let y_dtype = imp.ty(y).dtype;
+    let math = if y_dtype.is_float() || x_dtype.is_some_and(|d| d.is_float()) || x_dtype.is_some_and(|d| d != y_dtype) {
+        out.dtype
+    } else {
+        y_dtype
+    };
+    let y = imp.cast(y, math);
+    let rank = imp.ty(y).rank();
+    let axis = normalize_axis(imp.int(n, "dim", Some(-1))?, rank.max(1))?;
+    let len = imp.ty(y).shape.get(axis).and_then(Dim::as_const);
+    let Some(len) = len else { return unsupported("trapezoid along a dynamic dim") };
+    if len == 0 || (cumulative && len == 1) {
+        let v = imp.push_typed(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
+        return imp.bind(n, 0, v);
+    }
+    let slice = |imp: &mut Importer, v: ValueId, axis: usize, start: i64, end: i64| {
+        imp.push(Op::Slice { axis, start, end, step: 1 }, vec![v])
+    };
+    let left = slice(imp, y, axis, 0, len - 1)?;
+    let right = slice(imp, y, axis, 1, len)?;
+    let dx = match imp.arg(n, "x") {
+        Some(Arg::Tensor(_)) => {
+            let x = imp.tensor(n, "x")?;
+            let x = imp.cast(x, math);
+            let x = if imp.ty(x).rank() == 1 && rank > 1 {
+                let mut shape = vec![Dim::Const(1); rank];
+                shape[axis] = imp.ty(x).shape[0].clone();
+                reshape(imp, x, shape)?
+            } else {
+                x
+            };
+            let xr = imp.ty(x).rank();
+            let xa = axis + xr - rank.min(xr);
+            let xlen = imp.ty(x).shape.get(xa).and_then(Dim::as_const).unwrap_or(len);
+            let (x0, x1) = (slice(imp, x, xa, 0, xlen - 1)?, slice(imp, x, xa, 1, xlen)?);
+            Some(bin(imp, B::Sub, x1, x0)?)
+        }
+        _ => None,
+    };
+    let step = match imp.arg(n, "dx") {
+        Some(_) => imp.float(n, "dx", None)?,
+        None => 1.0,
+    };
+    let widen = if math.is_float() { math } else { DType::I64 };
+    let to_out = |imp: &mut Importer, v: ValueId| imp.cast(v, out.dtype);
+    let v = if cumulative {
+        let sum = bin(imp, B::Add, left, right)?;
+        match dx {
+            // cumsum(dx · (y₀ + y₁)) / 2 (integers accumulate in i64).
+            Some(d) => {
+                let area = bin(imp, B::Mul, sum, d)?;
+                let area = imp.cast(area, widen);
+                let acc = imp.push(Op::CumSum { axis }, vec![area])?;
+                let acc = to_out(imp, acc);
+                imp.with_scalar(B::Div, acc, 2.0)?
+            }
+            None => {
+                let sum = to_out(imp, sum);
+                let area = imp.with_scalar(B::Mul, sum, step / 2.0)?;
+                imp.push(Op::CumSum { axis }, vec![area])?
+            }
+        }
+    } else if let Some(d) = dx {
+        let sum = bin(imp, B::Add, right, left)?;
+        let area = bin(imp, B::Mul, d, sum)?;
+        let area = imp.cast(area, widen);
+        let total = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![axis], keep_dims: false }, vec![area])?;
+        let total = to_out(imp, total);
+        imp.with_scalar(B::Div, total, 2.0)?
+    } else {
+        let wide = imp.cast(y, widen);
+        let total = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![axis], keep_dims: false }, vec![wide])?;
+        let total = to_out(imp, total);
+        let mut dropped = imp.ty(y).shape.clone();
+        dropped.remove(axis);
+        let first = slice(imp, y, axis, 0, 1)?;
+        let first = reshape(imp, first, dropped.clone())?;
+        let last = slice(imp, y, axis, len - 1, len)?;
+        let last = reshape(imp, last, dropped)?;
+        let ends = bin(imp, B::Add, first, last)?;
+        let ends = to_out(imp, ends);
+        let ends = imp.with_scalar(B::Mul, ends, 0.5)?;
+        let inner = bin(imp, B::Sub, total, ends)?;
+        imp.with_scalar(B::Mul, inner, step)?
+    };
+    let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+    imp.bind(n, 0, v)
+}
+
+/// `linalg_vander(x, *, N=None)`: `[1, x, x², ..]` along a new last dim,
+/// as torch's C++: a column of ones and the cumulative product of `x`
+/// repeated `N − 1` times.
+fn vander(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let x = imp.tensor(n, "x")?;
+    let x = imp.cast(x, out.dtype);
+    // A 0-d x is one sample.
+    let x = if imp.ty(x).rank() == 0 { reshape(imp, x, vec![Dim::Const(1)])? } else { x };
+    let Some(cols) = out.shape.last().and_then(Dim::as_const) else {
+        return unsupported("vander with a dynamic N");
+    };
+    if cols < 2 {
+        return invalid("vander: N must be greater than 1");
+    }
+    let mut shape = imp.ty(x).shape.clone();
+    shape.push(Dim::Const(1));
+    let column = reshape(imp, x, shape.clone())?;
+    let axis = shape.len() - 1;
+    shape[axis] = Dim::Const(cols - 1);
+    let repeated = imp.push(Op::Expand { shape: shape.clone() }, vec![column])?;
+    let powers = imp.push(Op::Scan { axis, kind: kiln_ir::ScanKind::Prod }, vec![repeated])?;
+    shape[axis] = Dim::Const(1);
+    let ty = TensorType::new(out.dtype, shape.clone());
+    let ones = imp.push_typed(Op::Full { value: 1.0, dtype: out.dtype, shape }, vec![], ty);
+    imp.emit(n, Op::Concat { axis }, vec![ones, powers])?;
+    Ok(())
+}
+
+/// `renorm(self, p, dim, maxnorm)`: each slice along `dim` whose p-norm
+/// exceeds `maxnorm` scaled by `maxnorm / (norm + 1e-7)` (torch's
+/// decomposition), in the math dtype (f32 for f16/bf16).
+fn renorm(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let x = imp.tensor(n, "self")?;
+    let c = compute_dtype(out.dtype);
+    let xc = imp.cast(x, c);
+    let rank = imp.ty(xc).rank();
+    let axis = normalize_axis(imp.int(n, "dim", None)?, rank.max(1))?;
+    let p = imp.float(n, "p", None)?;
+    let maxnorm = imp.float(n, "maxnorm", None)?;
+    let others: Vec<usize> = (0..rank).filter(|&d| d != axis).collect();
+    let norm = super::composite::p_norm(imp, xc, p, others, true)?;
+    let over = imp.with_scalar(B::Gt, norm, maxnorm)?;
+    let padded = imp.with_scalar(B::Add, norm, 1e-7)?;
+    let inverse = un(imp, U::Reciprocal, padded)?;
+    let factor = imp.with_scalar(B::Mul, inverse, maxnorm)?;
+    let one = imp.scalar_const(Scalar::Float(1.0), c);
+    let factor = imp.push(Op::Where, vec![over, factor, one])?;
+    let v = bin(imp, B::Mul, xc, factor)?;
+    bind_cast(imp, n, 0, v)
 }
