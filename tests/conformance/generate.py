@@ -164,6 +164,9 @@ OPS = [
     ("nn.functional.adaptive_max_pool3d", ""), ("nn.functional.bilinear", ""), ("fft.hfft", ""), ("fft.hfft2", ""),
     ("fft.hfftn", ""), ("mvlgamma", "mvlgamma_p_1"), ("mvlgamma", "mvlgamma_p_3"), ("mvlgamma", "mvlgamma_p_5"),
     ("trapz", ""), ("trapezoid", ""), ("cumulative_trapezoid", ""), ("linalg.vander", ""), ("renorm", ""),
+    ("nn.functional.cosine_embedding_loss", ""), ("nn.functional.margin_ranking_loss", ""),
+    ("nn.functional.soft_margin_loss", ""), ("nn.functional.hinge_embedding_loss", ""),
+    ("nn.functional.poisson_nll_loss", ""), ("nn.functional.triplet_margin_loss", ""),
     # special functions
     ("lgamma", ""), ("digamma", ""), ("i0", ""), ("special.i0e", ""), ("special.i1", ""), ("special.i1e", ""),
     ("special.erfcx", ""), ("special.ndtr", ""), ("special.log_ndtr", ""), ("special.bessel_j0", ""),

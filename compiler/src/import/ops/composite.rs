@@ -244,7 +244,7 @@ fn is_nan(imp: &mut Importer, x: ValueId) -> R<ValueId> {
 }
 
 /// The `reduction` argument of the losses: 0 none, 1 mean, 2 sum.
-fn reduction(imp: &mut Importer, n: &Node, loss: ValueId) -> R<ValueId> {
+pub(super) fn reduction(imp: &mut Importer, n: &Node, loss: ValueId) -> R<ValueId> {
     let rank = imp.ty(loss).rank();
     match imp.int(n, "reduction", Some(1))? {
         0 => Ok(loss),

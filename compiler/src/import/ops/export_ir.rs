@@ -75,6 +75,11 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         "trapz" | "trapezoid" | "cumulative_trapezoid" => trapezoid(imp, n, name == "cumulative_trapezoid"),
         "linalg_vander" => vander(imp, n),
         "renorm" => renorm(imp, n),
+        "cosine_embedding_loss" | "margin_ranking_loss" | "soft_margin_loss" | "hinge_embedding_loss" => {
+            pair_loss(imp, n, name)
+        }
+        "poisson_nll_loss" => poisson_nll_loss(imp, n),
+        "triplet_margin_loss" => triplet_margin_loss(imp, n),
         "_trilinear" => trilinear(imp, n),
         "native_dropout_backward" => dropout_backward(imp, n),
         "_softmax_backward_data" | "_log_softmax_backward_data" => softmax_backward(imp, n, name),
@@ -1175,5 +1180,158 @@ fn renorm(imp: &mut Importer, n: &Node) -> R<()> {
     let one = imp.scalar_const(Scalar::Float(1.0), c);
     let factor = imp.push(Op::Where, vec![over, factor, one])?;
     let v = bin(imp, B::Mul, xc, factor)?;
+    bind_cast(imp, n, 0, v)
+}
+
+/// A float operand of a loss in the math dtype `c`.
+fn loss_in(imp: &mut Importer, n: &Node, key: &str, c: DType) -> R<ValueId> {
+    let v = imp.tensor(n, key)?;
+    Ok(imp.cast(v, c))
+}
+
+/// The losses of two inputs and a ±1 target (torch's references, in the
+/// math dtype — f32 for f16/bf16 — then `reduction`):
+/// `cosine_embedding_loss` (1 − cos where t = 1, max(0, cos − margin)
+/// where t = −1; squared norms padded by 1e-12), `margin_ranking_loss`
+/// (max(0, −t·(x1 − x2) + margin)), `soft_margin_loss` (log1p(exp(−t·x)))
+/// and `hinge_embedding_loss` (x where t ≠ −1, plus max(0, margin − x)
+/// where t ≠ 1).
+fn pair_loss(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let c = compute_dtype(out.dtype);
+    let t = loss_in(imp, n, "target", c)?;
+    let zero = imp.scalar_const(Scalar::Float(0.0), c);
+    let loss = match name {
+        "cosine_embedding_loss" => {
+            let (a, b) = (loss_in(imp, n, "input1", c)?, loss_in(imp, n, "input2", c)?);
+            let axis = imp.ty(a).rank().saturating_sub(1);
+            let sum = |imp: &mut Importer, v: ValueId| {
+                imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![axis], keep_dims: false }, vec![v])
+            };
+            let ab = bin(imp, B::Mul, a, b)?;
+            let dot = sum(imp, ab)?;
+            let aa = bin(imp, B::Mul, a, a)?;
+            let aa = sum(imp, aa)?;
+            let aa = imp.with_scalar(B::Add, aa, 1e-12)?;
+            let bb = bin(imp, B::Mul, b, b)?;
+            let bb = sum(imp, bb)?;
+            let bb = imp.with_scalar(B::Add, bb, 1e-12)?;
+            let mag = bin(imp, B::Mul, aa, bb)?;
+            let mag = un(imp, U::Sqrt, mag)?;
+            let cos = bin(imp, B::Div, dot, mag)?;
+            let one = imp.scalar_const(Scalar::Float(1.0), c);
+            let pos = bin(imp, B::Sub, one, cos)?;
+            let margin = imp.float(n, "margin", Some(0.0))?;
+            let neg = imp.with_scalar(B::Sub, cos, margin)?;
+            let neg = imp.push(Op::Clamp { min: Some(0.0), max: None }, vec![neg])?;
+            let is_pos = imp.with_scalar(B::Eq, t, 1.0)?;
+            let is_neg = imp.with_scalar(B::Eq, t, -1.0)?;
+            let p = imp.push(Op::Where, vec![is_pos, pos, zero])?;
+            let q = imp.push(Op::Where, vec![is_neg, neg, zero])?;
+            bin(imp, B::Add, p, q)?
+        }
+        "margin_ranking_loss" => {
+            // `-t·(x1 − x2)` in the inputs' own dtype (integers wrap), then
+            // `+ margin` (a Python float: integers become floats).
+            let (a, b) = (imp.tensor(n, "input1")?, imp.tensor(n, "input2")?);
+            let t = imp.tensor(n, "target")?;
+            let d = bin(imp, B::Sub, a, b)?;
+            let nt = un(imp, U::Neg, t)?;
+            let m = bin(imp, B::Mul, nt, d)?;
+            let m = imp.cast(m, c);
+            let margin = imp.float(n, "margin", Some(0.0))?;
+            let m = imp.with_scalar(B::Add, m, margin)?;
+            imp.push(Op::Clamp { min: Some(0.0), max: None }, vec![m])?
+        }
+        "soft_margin_loss" => {
+            let x = loss_in(imp, n, "self", c)?;
+            let nx = un(imp, U::Neg, x)?;
+            let m = bin(imp, B::Mul, nx, t)?;
+            let e = un(imp, U::Exp, m)?;
+            un(imp, U::Log1p, e)?
+        }
+        _ => {
+            let x = loss_in(imp, n, "self", c)?;
+            let margin = imp.float(n, "margin", Some(1.0))?;
+            let m = imp.scalar_const(Scalar::Float(margin), c);
+            let gap = bin(imp, B::Sub, m, x)?;
+            let gap = imp.push(Op::Clamp { min: Some(0.0), max: None }, vec![gap])?;
+            let not_pos = imp.with_scalar(B::Ne, t, 1.0)?;
+            let not_neg = imp.with_scalar(B::Ne, t, -1.0)?;
+            let p = imp.push(Op::Where, vec![not_pos, gap, zero])?;
+            let q = imp.push(Op::Where, vec![not_neg, x, zero])?;
+            bin(imp, B::Add, p, q)?
+        }
+    };
+    let v = super::composite::reduction(imp, n, loss)?;
+    bind_cast(imp, n, 0, v)
+}
+
+/// `poisson_nll_loss(input, target, log_input, full, eps, reduction)`:
+/// `exp(x) − t·x` (log input) or `x − t·log(x + eps)`, plus with `full`
+/// Stirling's `t·log t − t + ½·log(2π t)` where `t > 1` (torch's reference).
+fn poisson_nll_loss(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let c = compute_dtype(out.dtype);
+    let x = loss_in(imp, n, "input", c)?;
+    let t = loss_in(imp, n, "target", c)?;
+    let eps = imp.float(n, "eps", Some(1e-8))?;
+    let mut loss = if imp.bool(n, "log_input", true)? {
+        let tx = bin(imp, B::Mul, t, x)?;
+        let e = un(imp, U::Exp, x)?;
+        bin(imp, B::Sub, e, tx)?
+    } else {
+        let xe = imp.with_scalar(B::Add, x, eps)?;
+        let l = un(imp, U::Log, xe)?;
+        let tl = bin(imp, B::Mul, t, l)?;
+        bin(imp, B::Sub, x, tl)?
+    };
+    if imp.bool(n, "full", false)? {
+        let two_pi_t = imp.with_scalar(B::Mul, t, 2.0 * std::f64::consts::PI)?;
+        let l = un(imp, U::Log, two_pi_t)?;
+        let half = imp.with_scalar(B::Mul, l, 0.5)?;
+        let lt = un(imp, U::Log, t)?;
+        let tlt = bin(imp, B::Mul, t, lt)?;
+        let s = bin(imp, B::Sub, tlt, t)?;
+        let stirling = bin(imp, B::Add, s, half)?;
+        let small = imp.with_scalar(B::Le, t, 1.0)?;
+        let zero = imp.scalar_const(Scalar::Float(0.0), c);
+        let stirling = imp.push(Op::Where, vec![small, zero, stirling])?;
+        loss = bin(imp, B::Add, loss, stirling)?;
+    }
+    let v = super::composite::reduction(imp, n, loss)?;
+    bind_cast(imp, n, 0, v)
+}
+
+/// `triplet_margin_loss(anchor, positive, negative, margin=1, p=2,
+/// eps=1e-6, swap=False, reduction)`: `max(0, margin + d(a, p) − d(a, n))`
+/// with `d(u, v) = ‖u − v + eps‖_p` over the last dim and, with `swap`,
+/// `d(a, n)` replaced by `min(d(a, n), d(p, n))`.
+fn triplet_margin_loss(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    // In the output dtype, as torch's pairwise_distance; integer inputs
+    // subtract in their own (wrapping) dtype first.
+    let c = out.dtype;
+    let (a, p, q) = (imp.tensor(n, "anchor")?, imp.tensor(n, "positive")?, imp.tensor(n, "negative")?);
+    let norm_p = imp.float(n, "p", Some(2.0))?;
+    let eps = imp.float(n, "eps", Some(1e-6))?;
+    let dist = |imp: &mut Importer, u: ValueId, v: ValueId| -> R<ValueId> {
+        let d = bin(imp, B::Sub, u, v)?;
+        let d = imp.cast(d, c);
+        let d = imp.with_scalar(B::Add, d, eps)?;
+        let axis = imp.ty(d).rank().saturating_sub(1);
+        super::composite::p_norm(imp, d, norm_p, vec![axis], false)
+    };
+    let d_ap = dist(imp, a, p)?;
+    let mut d_an = dist(imp, a, q)?;
+    if imp.bool(n, "swap", false)? {
+        let d_pn = dist(imp, p, q)?;
+        d_an = bin(imp, B::Min, d_an, d_pn)?;
+    }
+    let margin = imp.float(n, "margin", Some(1.0))?;
+    let m = imp.with_scalar(B::Add, d_ap, margin)?;
+    let m = bin(imp, B::Sub, m, d_an)?;
+    let loss = imp.push(Op::Clamp { min: Some(0.0), max: None }, vec![m])?;
+    let v = super::composite::reduction(imp, n, loss)?;
     bind_cast(imp, n, 0, v)
 }
