@@ -166,7 +166,7 @@ OPS = [
     ("trapz", ""), ("trapezoid", ""), ("cumulative_trapezoid", ""), ("linalg.vander", ""), ("renorm", ""),
     ("nn.functional.cosine_embedding_loss", ""), ("nn.functional.margin_ranking_loss", ""),
     ("nn.functional.soft_margin_loss", ""), ("nn.functional.hinge_embedding_loss", ""),
-    ("nn.functional.poisson_nll_loss", ""), ("nn.functional.triplet_margin_loss", ""),
+    ("nn.functional.poisson_nll_loss", ""), ("nn.functional.triplet_margin_loss", ""), ("gradient", ""),
     # special functions
     ("lgamma", ""), ("digamma", ""), ("i0", ""), ("special.i0e", ""), ("special.i1", ""), ("special.i1e", ""),
     ("special.erfcx", ""), ("special.ndtr", ""), ("special.log_ndtr", ""), ("special.bessel_j0", ""),

@@ -937,29 +937,35 @@ fn bce_with_logits(imp: &mut Importer, n: &Node) -> R<()> {
 }
 
 /// `aten::cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08)`:
-/// `Σ x1·x2 / sqrt(max(Σx1² · Σx2², eps²))`, as ATen's CPU kernel computes it.
+/// `Σ (x1/max(‖x1‖, eps)) · (x2/max(‖x2‖, eps))`, as ATen computes it.
 fn cosine_similarity(imp: &mut Importer, n: &Node) -> R<()> {
     let out = imp.out_ty(n, 0)?;
-    let c = compute_dtype(out.dtype);
-    let a = float_in(imp, n, "x1", c)?;
-    let b = float_in(imp, n, "x2", c)?;
+    let a = float_in(imp, n, "x1", out.dtype)?;
+    let b = float_in(imp, n, "x2", out.dtype)?;
+    // Both broadcast to one shape first (torch's expand_outplace).
     let ab = bin(imp, B::Mul, a, b)?;
+    let full = TensorType::new(out.dtype, shape_of(imp, ab));
+    let a = imp.push_typed(Op::Expand { shape: full.shape.clone() }, vec![a], full.clone());
+    let b = imp.push_typed(Op::Expand { shape: full.shape.clone() }, vec![b], full);
     let rank = imp.ty(ab).rank();
     let axis = normalize_axis(imp.int(n, "dim", Some(1))?, rank.max(1))?;
     let eps = imp.float(n, "eps", Some(1e-8))?;
-    let aa = bin(imp, B::Mul, a, a)?;
-    let bb = bin(imp, B::Mul, b, b)?;
-    // Broadcast both to the product's shape before reducing.
-    let full = TensorType::new(c, shape_of(imp, ab));
-    let aa = imp.push_typed(Op::Expand { shape: full.shape.clone() }, vec![aa], full.clone());
-    let bb = imp.push_typed(Op::Expand { shape: full.shape.clone() }, vec![bb], full);
-    let w = reduce(imp, ab, ReduceKind::Sum, vec![axis], false)?;
-    let na = reduce(imp, aa, ReduceKind::Sum, vec![axis], false)?;
-    let nb = reduce(imp, bb, ReduceKind::Sum, vec![axis], false)?;
-    let p = bin(imp, B::Mul, na, nb)?;
-    let p = imp.push(Op::Clamp { min: Some(eps * eps), max: None }, vec![p])?;
-    let r = un(imp, U::Sqrt, p)?;
-    let v = bin(imp, B::Div, w, r)?;
+    // Each input over its norm (vector_norm in the math dtype, rounded to
+    // the dtype, clamped to eps), then the sum of the products: torch's
+    // order of roundings in f16/bf16.
+    let c = compute_dtype(out.dtype);
+    let mut unit = Vec::with_capacity(2);
+    for x in [a, b] {
+        let xc = imp.cast(x, c);
+        let sq = bin(imp, B::Mul, xc, xc)?;
+        let ss = reduce(imp, sq, ReduceKind::Sum, vec![axis], true)?;
+        let norm = un(imp, U::Sqrt, ss)?;
+        let norm = imp.cast(norm, out.dtype);
+        let norm = imp.push(Op::Clamp { min: Some(eps), max: None }, vec![norm])?;
+        unit.push(bin(imp, B::Div, x, norm)?);
+    }
+    let prod = bin(imp, B::Mul, unit[0], unit[1])?;
+    let v = reduce(imp, prod, ReduceKind::Sum, vec![axis], false)?;
     finish(imp, n, 0, v)
 }
 
@@ -968,12 +974,19 @@ fn cosine_similarity(imp: &mut Importer, n: &Node) -> R<()> {
 fn pairwise_distance(imp: &mut Importer, n: &Node) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let c = compute_dtype(out.dtype);
-    let a = float_in(imp, n, "x1", c)?;
-    let b = float_in(imp, n, "x2", c)?;
     let p = imp.float(n, "p", Some(2.0))?;
     let eps = imp.float(n, "eps", Some(1e-6))?;
     let keep = imp.bool(n, "keepdim", false)?;
-    let d = bin(imp, B::Sub, a, b)?;
+    // Integers subtract in their own (wrapping) dtype, as torch's `x1 - x2`.
+    let (a, b) = (imp.tensor(n, "x1")?, imp.tensor(n, "x2")?);
+    let same_int = imp.ty(a).dtype == imp.ty(b).dtype && !imp.ty(a).dtype.is_float();
+    let d = if same_int {
+        let d = bin(imp, B::Sub, a, b)?;
+        imp.cast(d, c)
+    } else {
+        let (a, b) = (imp.cast(a, c), imp.cast(b, c));
+        bin(imp, B::Sub, a, b)?
+    };
     let d = imp.with_scalar(B::Add, d, eps)?;
     let rank = imp.ty(d).rank();
     let axes = if rank == 0 { vec![] } else { vec![rank - 1] };

@@ -79,6 +79,7 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
             pair_loss(imp, n, name)
         }
         "poisson_nll_loss" => poisson_nll_loss(imp, n),
+        "gradient" => gradient(imp, n),
         "triplet_margin_loss" => triplet_margin_loss(imp, n),
         "_trilinear" => trilinear(imp, n),
         "native_dropout_backward" => dropout_backward(imp, n),
@@ -1334,4 +1335,85 @@ fn triplet_margin_loss(imp: &mut Importer, n: &Node) -> R<()> {
     let loss = imp.push(Op::Clamp { min: Some(0.0), max: None }, vec![m])?;
     let v = super::composite::reduction(imp, n, loss)?;
     bind_cast(imp, n, 0, v)
+}
+
+/// `gradient(self, *, spacing, dim, edge_order=1)` with uniform spacing
+/// (a scalar, or one per dim; the coordinate-tensor overloads are
+/// refused): per dim, central differences `(f[i+1] − f[i−1]) / h / 2`
+/// inside and one-sided ones at the edges (second order with
+/// `edge_order=2`), as torch computes them; one output per dim.
+fn gradient(imp: &mut Importer, n: &Node) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let shape = static_shape(imp, x, "gradient")?;
+    let rank = shape.len();
+    let dims: Vec<usize> = match imp.arg(n, "dim") {
+        None => (0..rank).collect(),
+        Some(Arg::Int(d)) => vec![normalize_axis(*d, rank.max(1))?],
+        Some(_) => imp.ints(n, "dim", &[])?.iter().map(|&d| normalize_axis(d, rank.max(1))).collect::<R<_>>()?,
+    };
+    let spacing: Vec<f64> = match imp.arg(n, "spacing") {
+        None => vec![1.0; dims.len()],
+        Some(Arg::Tensors(_)) => return unsupported("gradient with coordinate tensors as spacing"),
+        Some(Arg::Floats(v)) => v.clone(),
+        Some(Arg::Ints(v)) => v.iter().map(|&i| i as f64).collect(),
+        Some(_) => vec![imp.float(n, "spacing", None)?; dims.len()],
+    };
+    if spacing.len() != dims.len() {
+        return invalid(format!("gradient: {} spacings for {} dims", spacing.len(), dims.len()));
+    }
+    let order = imp.int(n, "edge_order", Some(1))?;
+    if !(1..=2).contains(&order) {
+        return invalid(format!("gradient edge_order {order} (1 or 2)"));
+    }
+    let names: Vec<String> = n.outputs.iter().flat_map(output_names).collect();
+    if names.len() != dims.len() {
+        return invalid("gradient: one output per dim");
+    }
+    for ((&axis, &h), name) in dims.iter().zip(&spacing).zip(&names) {
+        let len = shape[axis];
+        if len < order + 1 {
+            return invalid(format!("gradient along a dim of {len} with edge_order {order}"));
+        }
+        let out = imp.type_of(name)?;
+        let part = |imp: &mut Importer, start: i64, end: i64| -> R<ValueId> {
+            let s = imp.push(Op::Slice { axis, start, end, step: 1 }, vec![x])?;
+            Ok(imp.cast(s, out.dtype))
+        };
+        // Integer samples subtract in their own dtype, as torch's slices do.
+        let diff = |imp: &mut Importer, (a0, a1): (i64, i64), (b0, b1): (i64, i64)| -> R<ValueId> {
+            let a = imp.push(Op::Slice { axis, start: a0, end: a1, step: 1 }, vec![x])?;
+            let b = imp.push(Op::Slice { axis, start: b0, end: b1, step: 1 }, vec![x])?;
+            let d = bin(imp, B::Sub, a, b)?;
+            Ok(imp.cast(d, out.dtype))
+        };
+        let center = diff(imp, (2, len), (0, len - 2))?;
+        let center = imp.with_scalar(B::Div, center, h)?;
+        let center = imp.with_scalar(B::Div, center, 2.0)?;
+        let (first, last) = if order == 1 {
+            (diff(imp, (1, 2), (0, 1))?, diff(imp, (len - 1, len), (len - 2, len - 1))?)
+        } else {
+            let weighted = |imp: &mut Importer, terms: [(i64, f64); 3]| -> R<ValueId> {
+                let mut acc: Option<ValueId> = None;
+                for (at, w) in terms {
+                    let t = part(imp, at, at + 1)?;
+                    let t = imp.with_scalar(B::Mul, t, w)?;
+                    acc = Some(match acc {
+                        None => t,
+                        Some(a) => bin(imp, B::Add, a, t)?,
+                    });
+                }
+                Ok(acc.expect("three terms"))
+            };
+            (
+                weighted(imp, [(0, -1.5), (1, 2.0), (2, -0.5)])?,
+                weighted(imp, [(len - 3, 0.5), (len - 2, -2.0), (len - 1, 1.5)])?,
+            )
+        };
+        let first = imp.with_scalar(B::Div, first, h)?;
+        let last = imp.with_scalar(B::Div, last, h)?;
+        let v = imp.push(Op::Concat { axis }, vec![first, center, last])?;
+        let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![v], out);
+        imp.bind_name(name, v);
+    }
+    Ok(())
 }
