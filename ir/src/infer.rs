@@ -926,6 +926,9 @@ fn linalg_type(op: crate::LinalgOp, ins: &[&TensorType]) -> Result<TensorType, S
             | L::LuPivots
             | L::LuInfo
             | L::PivotsToPermutation
+            | L::Geqrf
+            | L::GeqrfTau
+            | L::HouseholderProduct
     ) && !op.is_svd();
     if square && m.as_const().zip(n.as_const()).is_some_and(|(m, n)| m != n) {
         return Err(format!("linalg {}: needs square matrices, got {m:?}x{n:?}", op.name()));
@@ -950,6 +953,15 @@ fn linalg_type(op: crate::LinalgOp, ins: &[&TensorType]) -> Result<TensorType, S
         L::LuPivots => TensorType::new(DType::I32, with(&[k()?])),
         L::EigvalsH => TensorType::new(a.dtype, with(&[n])),
         L::EigvecsH => a.clone(),
+        L::Geqrf => a.clone(),
+        L::GeqrfTau => TensorType::new(a.dtype, with(&[k()?])),
+        L::HouseholderProduct => {
+            let tau = ins.get(1).ok_or_else(|| "linalg householder_product: needs tau".to_string())?;
+            if tau.dtype != a.dtype || tau.rank() + 1 != r {
+                return Err(format!("linalg householder_product: tau {}[{} dims]", tau.dtype, tau.rank()));
+            }
+            a.clone()
+        }
         L::PivotsToPermutation => {
             let p = ins.get(1).ok_or_else(|| "linalg pivots_to_permutation: needs the pivots".to_string())?;
             if !matches!(p.dtype, DType::I32 | DType::I64) || p.rank() + 1 != r {

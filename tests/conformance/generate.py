@@ -158,7 +158,8 @@ OPS = [
     ("masked.std", ""), ("masked.normalize", ""), ("native_layer_norm", ""), ("native_group_norm", ""),
     ("native_dropout_backward", ""), ("_softmax_backward_data", ""), ("linalg.matrix_power", ""),
     ("triangular_solve", ""), ("cholesky_inverse", ""), ("linalg.tensorinv", ""), ("linalg.tensorsolve", ""),
-    ("linalg.lu", ""), ("lu_unpack", ""), ("linalg.lu_solve", ""), ("lu_solve", ""), ("lu", ""),
+    ("linalg.lu", ""), ("lu_unpack", ""), ("linalg.lu_solve", ""), ("lu_solve", ""), ("lu", ""), ("geqrf", ""),
+    ("linalg.householder_product", ""), ("ormqr", ""),
     ("nn.functional.max_unpool1d", ""), ("nn.functional.max_unpool2d", ""), ("nn.functional.max_unpool3d", ""),
     ("nn.functional.adaptive_max_pool1d", ""), ("nn.functional.adaptive_max_pool2d", ""),
     ("nn.functional.adaptive_max_pool3d", ""), ("nn.functional.bilinear", ""), ("fft.hfft", ""), ("fft.hfft2", ""),
@@ -253,7 +254,7 @@ EXTRA_GROUPS = [
         "linalg.pinv.hermitian", "pinverse", "linalg.matrix_rank", "linalg.matrix_rank.hermitian",
         "linalg.matrix_norm", "linalg.norm", "linalg.cond", "norm.nuc", "linalg.matrix_power", "triangular_solve",
         "cholesky_inverse", "linalg.tensorinv", "linalg.tensorsolve", "linalg.lu", "lu_unpack", "linalg.lu_solve",
-        "lu_solve", "lu",
+        "lu_solve", "lu", "geqrf", "linalg.householder_product", "ormqr",
     ]),
     # i8 and u8: integer legalization wraps like torch (narrow overflow),
     # promotion of narrow ints (sum/prod/cumsum accumulate in i64, true

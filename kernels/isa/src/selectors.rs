@@ -206,6 +206,14 @@ code_enum! {
         /// `(LU, pivots)`: the permutation matrix `P` (`A = P L U`) of
         /// LAPACK's 1-based row swaps, `[.., m, m]` in LU's dtype.
         PivotsToPermutation = 23 => "pivots_to_permutation",
+        /// LAPACK `geqrf`'s packed result: R on and above the diagonal,
+        /// the Householder vectors (implicit unit head) below it.
+        Geqrf = 24 => "geqrf",
+        /// `geqrf`'s Householder scalars `tau`, `[.., min(m, n)]`.
+        GeqrfTau = 25 => "geqrf_tau",
+        /// `(A, tau)`: the first `n` columns of `H_0 ⋯ H_{k-1}` (`orgqr`),
+        /// the reflectors read from A's columns below the diagonal.
+        HouseholderProduct = 26 => "householder_product",
     }
 }
 

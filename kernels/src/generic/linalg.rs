@@ -159,6 +159,26 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
                 res.extend(if op == LinalgOp::EigvalsH { w } else { v });
             }
         }
+        LinalgOp::Geqrf | LinalgOp::GeqrfTau => {
+            for mat in mats(&am, m * n, batch) {
+                let (packed, tau) = geqrf(mat, m, n);
+                res.extend(if op == LinalgOp::Geqrf { packed } else { tau });
+            }
+        }
+        LinalgOp::HouseholderProduct => {
+            let tau = ins.get(1).ok_or_else(|| shape_err(K, "householder_product needs tau"))?;
+            let tm = to_f64(tau)?;
+            let k = tau.shape.last().copied().unwrap_or(0);
+            if tm.len() != batch * k || k > n || n > m {
+                return Err(shape_err(
+                    K,
+                    format!("householder_product of {:?} with tau {:?} (needs m >= n >= k)", a.shape, tau.shape),
+                ));
+            }
+            for (b, mat) in mats(&am, m * n, batch).enumerate() {
+                res.extend(householder_product(mat, m, n, &tm[b * k..(b + 1) * k]));
+            }
+        }
         LinalgOp::PivotsToPermutation => {
             let piv = ins.get(1).ok_or_else(|| shape_err(K, "pivots_to_permutation needs the pivots"))?;
             let pivots: Vec<i64> = match piv.dtype {
@@ -420,6 +440,34 @@ fn tri_solve(t: &[f64], b: &[f64], n: usize, cols: usize, upper: bool, unit: boo
 /// min(m, n)`, or with `complete` Q `[m, m]` and R `[m, n]`.
 fn qr(a: &[f64], m: usize, n: usize, complete: bool) -> (Vec<f64>, Vec<f64>) {
     let kmax = m.min(n);
+    let (reflectors, r) = householder(a, m, n);
+    let qcols = if complete { m } else { kmax };
+    // Q = H_0 H_1 ... applied to the first `qcols` columns of the identity.
+    let mut q: Vec<f64> = (0..m * qcols).map(|i| if i / qcols == i % qcols { 1.0 } else { 0.0 }).collect();
+    for (v, tau) in reflectors.iter().rev() {
+        if *tau == 0.0 {
+            continue;
+        }
+        for c in 0..qcols {
+            let s: f64 = (0..m).map(|i| v[i] * q[i * qcols + c]).sum();
+            for i in 0..m {
+                q[i * qcols + c] -= tau * v[i] * s;
+            }
+        }
+    }
+    let rrows = if complete { m } else { kmax };
+    let rr = (0..rrows * n).map(|idx| if idx % n >= idx / n { r[idx] } else { 0.0 }).collect();
+    (q, rr)
+}
+
+/// One Householder reflector: `v` (full length, `v[j] = 1`, zeros above)
+/// and `τ`.
+type Reflector = (Vec<f64>, f64);
+
+/// `geqrf`'s Householder reduction: the reflectors and the reduced matrix
+/// (R on and above the diagonal; below it what the reflections left).
+fn householder(a: &[f64], m: usize, n: usize) -> (Vec<Reflector>, Vec<f64>) {
+    let kmax = m.min(n);
     let mut r = a.to_vec();
     let mut reflectors: Vec<(Vec<f64>, f64)> = Vec::with_capacity(kmax);
     for j in 0..kmax {
@@ -446,23 +494,51 @@ fn qr(a: &[f64], m: usize, n: usize, complete: bool) -> (Vec<f64>, Vec<f64>) {
         }
         reflectors.push((v, tau));
     }
-    let qcols = if complete { m } else { kmax };
-    // Q = H_0 H_1 ... applied to the first `qcols` columns of the identity.
-    let mut q: Vec<f64> = (0..m * qcols).map(|i| if i / qcols == i % qcols { 1.0 } else { 0.0 }).collect();
-    for (v, tau) in reflectors.iter().rev() {
-        if *tau == 0.0 {
+    (reflectors, r)
+}
+
+/// LAPACK `geqrf`: the packed `[m, n]` (R on and above the diagonal, each
+/// reflector's tail below it) and `tau`, with [`qr`]'s reflectors.
+fn geqrf(a: &[f64], m: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
+    let (reflectors, r) = householder(a, m, n);
+    let mut packed = r;
+    let mut tau = Vec::with_capacity(reflectors.len());
+    for (j, (v, t)) in reflectors.iter().enumerate() {
+        for i in j + 1..m {
+            packed[i * n + j] = v[i];
+        }
+        tau.push(*t);
+    }
+    (packed, tau)
+}
+
+/// LAPACK `orgqr`: the first `n` columns of `H_0 ⋯ H_{k-1}`, `H_i = I −
+/// τ_i v_i v_iᵀ` with `v_i` = `[0.., 1, a[i+1.., i]]`.
+fn householder_product(a: &[f64], m: usize, n: usize, tau: &[f64]) -> Vec<f64> {
+    let mut q: Vec<f64> = (0..m * n).map(|i| if i / n == i % n { 1.0 } else { 0.0 }).collect();
+    for (i, &t) in tau.iter().enumerate().rev() {
+        if t == 0.0 {
             continue;
         }
-        for c in 0..qcols {
-            let s: f64 = (0..m).map(|i| v[i] * q[i * qcols + c]).sum();
-            for i in 0..m {
-                q[i * qcols + c] -= tau * v[i] * s;
+        let v: Vec<f64> = (0..m)
+            .map(|r| {
+                if r < i {
+                    0.0
+                } else if r == i {
+                    1.0
+                } else {
+                    a[r * n + i]
+                }
+            })
+            .collect();
+        for c in 0..n {
+            let s: f64 = (i..m).map(|r| v[r] * q[r * n + c]).sum();
+            for r in i..m {
+                q[r * n + c] -= t * v[r] * s;
             }
         }
     }
-    let rrows = if complete { m } else { kmax };
-    let rr = (0..rrows * n).map(|idx| if idx % n >= idx / n { r[idx] } else { 0.0 }).collect();
-    (q, rr)
+    q
 }
 
 /// The eigenvalues of the symmetric matrix in `a`'s lower (or `upper`)

@@ -1164,3 +1164,61 @@ pub(super) fn lu_with_info(imp: &mut Importer, n: &Node) -> R<()> {
     }
     lu_factor(imp, &m, true)
 }
+
+/// `geqrf(self) -> (a, tau)`: LAPACK's packed Householder QR.
+pub(super) fn geqrf(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = matrices(imp, n, "self")?;
+    bind_result(imp, n, 0, L::Geqrf, Flags::default(), &[a])?;
+    bind_result(imp, n, 1, L::GeqrfTau, Flags::default(), &[a])
+}
+
+/// `linalg_householder_product(input, tau)` and `orgqr(self, input2)`:
+/// the first `n` columns of the product of the reflectors.
+pub(super) fn householder_product(imp: &mut Importer, n: &Node) -> R<()> {
+    let legacy = imp.arg(n, "input2").is_some();
+    let a = matrices(imp, n, if legacy { "self" } else { "input" })?;
+    let tau = imp.tensor(n, if legacy { "input2" } else { "tau" })?;
+    let tau = imp.cast(tau, imp.ty(a).dtype);
+    imp.emit(n, Op::Linalg { op: L::HouseholderProduct, upper: false, left: false, unit: false }, vec![a, tau])?;
+    Ok(())
+}
+
+/// `ormqr(self, input2=tau, input3=C, left=True, transpose=False)`: `C`
+/// multiplied by the full `m × m` Q of `geqrf`'s reflectors (or its
+/// transpose), from the left or the right. Q is the product of the
+/// reflectors with the columns past `n` (and `tau` past `k`) zero, whose
+/// reflectors are the identity.
+pub(super) fn ormqr(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = matrices(imp, n, "self")?;
+    let tau = imp.tensor(n, "input2")?;
+    let c = imp.tensor(n, "input3")?;
+    let dtype = imp.ty(a).dtype;
+    let (tau, c) = (imp.cast(tau, dtype), imp.cast(c, dtype));
+    let (m, cols) = matrix_dims_of(imp, a, "ormqr")?;
+    let rank = imp.ty(a).rank();
+    let k = imp.ty(tau).shape.last().and_then(Dim::as_const).unwrap_or(0);
+    let pad = |imp: &mut Importer, v: ValueId, axis_rank: usize, grow: i64| -> R<ValueId> {
+        if grow <= 0 {
+            return Ok(v);
+        }
+        let r = imp.ty(v).rank();
+        let mut hi = vec![0; r];
+        hi[axis_rank] = grow;
+        imp.push(
+            Op::Pad { lo: vec![0; r], hi, interior: vec![0; r], mode: kiln_ir::PadMode::Constant, value: 0.0 },
+            vec![v],
+        )
+    };
+    if cols > m || k > cols {
+        return crate::import::importer::invalid(format!("ormqr of a {m}x{cols} input with {k} reflectors"));
+    }
+    let square = pad(imp, a, rank - 1, m - cols)?;
+    let tau_rank = imp.ty(tau).rank();
+    let tau = pad(imp, tau, tau_rank - 1, m - k)?;
+    let q =
+        imp.push(Op::Linalg { op: L::HouseholderProduct, upper: false, left: false, unit: false }, vec![square, tau])?;
+    let q = if imp.bool(n, "transpose", false)? { transpose_last(imp, q)? } else { q };
+    let v =
+        if imp.bool(n, "left", true)? { imp.push(Op::MatMul, vec![q, c])? } else { imp.push(Op::MatMul, vec![c, q])? };
+    imp.bind(n, 0, v)
+}
