@@ -372,6 +372,11 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("segment_reduce with indices or batched (n-d) lengths", "not implemented yet"),
     ("complex program inputs and outputs", "kiln has no complex dtype at its boundary (complex values live only inside a program)"),
     ("other backward ops (`*_backward`)", "excluded: gradients are meaningless for inference"),
+    ("batch_norm, instance_norm, native_batch_norm, _batch_norm_with_update in training mode with running statistics", "they update the running statistics in place, i.e. write into the program's inputs: kiln refuses programs that mutate a user input (write to a copy, return the new value, or keep the statistics as module buffers, which become state)"),
+    ("tensor_split by a tensor of indices (and Core ATen's slices at `.item()` bounds)", "the pieces' sizes depend on the data; kiln plans memory for static or symbolically bounded sizes"),
+    ("multinomial, rrelu (training), fractional_max_pool2d/3d without random_samples", "draw from torch's generator: kiln's random ops use their own generator, so results could never match torch's"),
+    ("grid_sampler_3d, nextafter, linalg_ldl_factor(_ex), linalg_ldl_solve, linalg_matrix_sqrth, linalg_polar, histogram(dd), multi_margin_loss, multilabel_margin_loss, one_hot without num_classes", "not implemented yet (one_hot's class count would depend on the data)"),
+    ("torch_nn._linear_cross_entropy_batch_chunked(_no_reduction)", "a library custom op torch.export leaves in the program: not built in yet (a lowering can be registered with ImportOptions::with_custom_op)"),
 ];
 
 /// The table as Markdown: supported ops, then Core ATen coverage.
