@@ -159,6 +159,15 @@ fn arange(imp: &mut Importer, len: i64, dtype: DType) -> ValueId {
     imp.push_typed(Op::Arange { start: 0.0, step: 1.0, len: Dim::Const(len), dtype }, vec![], ty)
 }
 
+/// The `dim` argument (an int or a list, normalised); every dim when absent.
+fn dims_arg(imp: &mut Importer, n: &Node, rank: usize) -> R<Vec<usize>> {
+    match imp.arg(n, "dim") {
+        None => Ok((0..rank).collect()),
+        Some(Arg::Int(d)) => Ok(vec![normalize_axis(*d, rank.max(1))?]),
+        Some(_) => imp.ints(n, "dim", &[])?.iter().map(|&d| normalize_axis(d, rank.max(1))).collect(),
+    }
+}
+
 fn bind_cast(imp: &mut Importer, n: &Node, i: usize, v: ValueId) -> R<()> {
     let out = imp.out_ty(n, i)?;
     let v = imp.cast(v, out.dtype);
@@ -283,11 +292,7 @@ fn fftshift(imp: &mut Importer, n: &Node, inverse: bool) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let shape = static_shape(imp, x, "fftshift")?;
     let rank = shape.len();
-    let dims: Vec<usize> = match imp.arg(n, "dim") {
-        None => (0..rank).collect(),
-        Some(Arg::Int(d)) => vec![normalize_axis(*d, rank.max(1))?],
-        Some(_) => imp.ints(n, "dim", &[])?.iter().map(|&d| normalize_axis(d, rank.max(1))).collect::<R<_>>()?,
-    };
+    let dims = dims_arg(imp, n, rank)?;
     if dims.is_empty() || rank == 0 {
         return imp.bind(n, 0, x);
     }
@@ -594,17 +599,9 @@ fn nanmean(imp: &mut Importer, n: &Node) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let x = imp.cast(x, out.dtype);
     let rank = imp.ty(x).rank();
-    let axes: Vec<usize> = match imp.arg(n, "dim") {
-        None => (0..rank).collect(),
-        Some(Arg::Int(d)) => vec![normalize_axis(*d, rank.max(1))?],
-        Some(_) => {
-            let d = imp.ints(n, "dim", &[])?;
-            if d.is_empty() {
-                (0..rank).collect()
-            } else {
-                d.iter().map(|&d| normalize_axis(d, rank.max(1))).collect::<R<_>>()?
-            }
-        }
+    let axes = match dims_arg(imp, n, rank)? {
+        d if d.is_empty() => (0..rank).collect(),
+        d => d,
     };
     let keep = imp.bool(n, "keepdim", false)?;
     if rank == 0 {
@@ -1346,11 +1343,7 @@ fn gradient(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let shape = static_shape(imp, x, "gradient")?;
     let rank = shape.len();
-    let dims: Vec<usize> = match imp.arg(n, "dim") {
-        None => (0..rank).collect(),
-        Some(Arg::Int(d)) => vec![normalize_axis(*d, rank.max(1))?],
-        Some(_) => imp.ints(n, "dim", &[])?.iter().map(|&d| normalize_axis(d, rank.max(1))).collect::<R<_>>()?,
-    };
+    let dims = dims_arg(imp, n, rank)?;
     let spacing: Vec<f64> = match imp.arg(n, "spacing") {
         None => vec![1.0; dims.len()],
         Some(Arg::Tensors(_)) => return unsupported("gradient with coordinate tensors as spacing"),

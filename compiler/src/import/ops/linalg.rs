@@ -755,7 +755,13 @@ pub(super) fn matrix_norm(imp: &mut Importer, n: &Node) -> R<()> {
     let x = with_dtype(imp, n, x)?;
     let rank = imp.ty(x).rank();
     let ord = matrix_ord(imp, n, "ord", Some(MatrixOrd::Fro))?;
-    let (d0, d1) = matrix_dims(imp, n, rank, [-2, -1])?;
+    let dims = matrix_dims(imp, n, rank, [-2, -1])?;
+    bind_matrix_norm(imp, n, x, ord, dims)
+}
+
+/// Binds output 0 of `n` to the `ord` norm of `x` over `dims` (the node's
+/// `keepdim`), cast to the declared dtype.
+fn bind_matrix_norm(imp: &mut Importer, n: &Node, x: ValueId, ord: MatrixOrd, (d0, d1): (usize, usize)) -> R<()> {
     let keep = imp.bool(n, "keepdim", false)?;
     let v = matrix_norm_of(imp, x, ord, d0, d1, keep)?;
     let out = imp.out_ty(n, 0)?;
@@ -781,22 +787,16 @@ pub(super) fn norm(imp: &mut Importer, n: &Node) -> R<()> {
     }
     let x = with_dtype(imp, n, x)?;
     let ord = matrix_ord(imp, n, "ord", None)?;
-    let (d0, d1) = if dims.is_some() { matrix_dims(imp, n, rank, [-2, -1])? } else { (0, 1) };
-    let keep = imp.bool(n, "keepdim", false)?;
-    let v = matrix_norm_of(imp, x, ord, d0, d1, keep)?;
-    let out = imp.out_ty(n, 0)?;
-    let v = imp.cast(v, out.dtype);
-    imp.bind(n, 0, v)
+    let dims = if dims.is_some() { matrix_dims(imp, n, rank, [-2, -1])? } else { (0, 1) };
+    bind_matrix_norm(imp, n, x, ord, dims)
 }
 
 /// `nuclear_norm(self, keepdim=False)` (a 2-d tensor) and `.dim(self, dim, keepdim=False)`.
 pub(super) fn nuclear_norm(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
     let rank = imp.ty(x).rank();
-    let (d0, d1) = if imp.arg(n, "dim").is_some() { matrix_dims(imp, n, rank, [-2, -1])? } else { (0, 1) };
-    let keep = imp.bool(n, "keepdim", false)?;
-    let v = matrix_norm_of(imp, x, MatrixOrd::Nuc, d0, d1, keep)?;
-    imp.bind(n, 0, v)
+    let dims = if imp.arg(n, "dim").is_some() { matrix_dims(imp, n, rank, [-2, -1])? } else { (0, 1) };
+    bind_matrix_norm(imp, n, x, MatrixOrd::Nuc, dims)
 }
 
 /// `linalg_cond(self, p=None)` and `.p_str(self, p)`, as torch computes it:
