@@ -830,11 +830,11 @@ COMPOSITE = {
     "histc": (histc_cases(), [[(6, 5)]] * 3, ("f32", "f64", "bf16"), histc_data),
     "empty_permuted": ([empty_permuted_written], [[(2, 3, 4, 5)]], ("f32", "i64")),
     "grouped_mm_fallback": ([grouped_mm, grouped_mm], [None, None], ("f32", "f64", "bf16", "i64"), grouped_mm_data),
-    # linspace/logspace with steps (OpInfo's tensor-overload sample has none; the Scalar forms take no tensor).
+    # linspace/logspace with steps (OpInfo's tensor-overload sample has none; the Scalar forms take no tensor), eye.
     "spaced": ([lambda s, e: torch.linspace(s, e, 9), lambda x: x + torch.linspace(-1.5, 2.0, 7, dtype=x.dtype),
                 lambda s, e: torch.logspace(s, e, 6, base=2.0), lambda x: x * torch.logspace(-1.0, 1.5, 5, dtype=x.dtype),
-                lambda x: x + torch.linspace(-7, 20, 7, dtype=torch.int64)],
-               [[(), ()], [(7,)], [(), ()], [(5,)], [(7,)]], ("f32", "f64", "i64")),
+                lambda x: x + torch.linspace(-7, 20, 7, dtype=torch.int64), lambda x: x + torch.eye(3, 4, dtype=x.dtype)],
+               [[(), ()], [(7,)], [(), ()], [(5,)], [(7,)], [(3, 4)]], ("f32", "f64", "i64")),
 }
 
 

@@ -80,6 +80,7 @@ pub(super) fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str)
         }
         "poisson_nll_loss" => poisson_nll_loss(imp, n),
         "gradient" => gradient(imp, n),
+        "eye" => eye(imp, n),
         "triplet_margin_loss" => triplet_margin_loss(imp, n),
         "_trilinear" => trilinear(imp, n),
         "native_dropout_backward" => dropout_backward(imp, n),
@@ -1409,4 +1410,21 @@ fn gradient(imp: &mut Importer, n: &Node) -> R<()> {
         imp.bind_name(name, v);
     }
     Ok(())
+}
+
+/// `eye(n, *, dtype=None, ..)` and `eye.m(n, m, ..)`: ones where row equals
+/// column, in the declared shape and dtype.
+fn eye(imp: &mut Importer, n: &Node) -> R<()> {
+    let out = imp.out_ty(n, 0)?;
+    let (Some(rows), Some(cols)) =
+        (out.shape.first().and_then(Dim::as_const), out.shape.get(1).and_then(Dim::as_const))
+    else {
+        return unsupported("eye with a dynamic size");
+    };
+    let r = arange(imp, rows, DType::I64);
+    let r = reshape(imp, r, vec![Dim::Const(rows), Dim::Const(1)])?;
+    let c = arange(imp, cols, DType::I64);
+    let c = reshape(imp, c, vec![Dim::Const(1), Dim::Const(cols)])?;
+    let diagonal = bin(imp, B::Eq, r, c)?;
+    bind_cast(imp, n, 0, diagonal)
 }
