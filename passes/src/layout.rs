@@ -49,6 +49,9 @@ pub fn channels_last(g: &mut Graph, opts: &Options) -> Result<Changed, PassError
         if let Some(y) = spatial_reduce(g, n, &nhwc) {
             return Ok(Rewrite::Replace(vec![y]));
         }
+        if let Some(back) = elementwise(g, n, &mut nhwc) {
+            return Ok(Rewrite::Replace(vec![back]));
+        }
         let Some(conv) = channels_last_op(g, n) else { return Ok(Rewrite::Keep) };
         let node = g.nodes[n].clone();
         let residual = match &conv {
@@ -123,6 +126,60 @@ fn channels_last_op(g: &Graph, n: NodeId) -> Option<Op> {
         }
         _ => None,
     }
+}
+
+/// Node `n` run channels-last, if it is elementwise (see the module
+/// comment) with an f32 `[N, C, H, W]` result: the op on the channels-last
+/// forms of its operands, and the permute back (returned; the pair goes
+/// into `nhwc`). The same elements meet in each operation, so the same bits.
+fn elementwise(g: &mut Graph, n: NodeId, nhwc: &mut HashMap<ValueId, ValueId>) -> Option<ValueId> {
+    let node = g.nodes[n].clone();
+    if !matches!(node.op, Op::Unary(_) | Op::Binary(_) | Op::Clamp { .. } | Op::Fused { .. }) || node.outputs.len() != 1
+    {
+        return None;
+    }
+    let out_ty = g.ty(node.outputs[0]).clone();
+    if out_ty.dtype != DType::F32 || out_ty.rank() != 4 {
+        return None;
+    }
+    let one = |d: &Dim| d.as_const() == Some(1);
+    // Each operand's channels-last form: a value, or the shape to reshape
+    // a per-channel operand to. Decided for all before the graph changes.
+    let mut forms: Vec<(ValueId, Option<Vec<Dim>>)> = Vec::with_capacity(node.inputs.len());
+    let mut any = false;
+    for &v in &node.inputs {
+        let ty = g.ty(v);
+        if let Some(&y) = nhwc.get(&v) {
+            // Full size, or broadcast: the same permutation as the result's.
+            any |= ty.shape == out_ty.shape;
+            forms.push((y, None));
+        } else if ty.shape.iter().all(one) {
+            forms.push((v, None));
+        } else if ty.rank() == 4 && one(&ty.shape[2]) && one(&ty.shape[3]) {
+            forms.push((v, Some(vec![ty.shape[0].clone(), Dim::Const(1), Dim::Const(1), ty.shape[1].clone()])));
+        } else if ty.rank() == 3 && one(&ty.shape[1]) && one(&ty.shape[2]) {
+            forms.push((v, Some(vec![Dim::Const(1), Dim::Const(1), ty.shape[0].clone()])));
+        } else {
+            return None;
+        }
+    }
+    if !any {
+        return None;
+    }
+    let inputs: Vec<ValueId> = forms
+        .into_iter()
+        .map(|(v, shape)| match shape {
+            Some(shape) => {
+                let ty = TensorType::new(g.ty(v).dtype, shape.clone());
+                g.push(Op::Reshape { shape }, vec![v], ty, node.loc)
+            }
+            None => v,
+        })
+        .collect();
+    let y = g.push(node.op.clone(), inputs, permuted(&out_ty, &TO_NHWC), node.loc);
+    let back = g.push(Op::Permute { perm: TO_NCHW.to_vec() }, vec![y], out_ty, node.loc);
+    nhwc.insert(back, y);
+    Some(back)
 }
 
 /// A float sum or mean over axes 2, 3 of a value with a channels-last form
