@@ -758,7 +758,7 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     let (mr, nr) = (ukr.mr, ukr.nr);
     let (m, n, k) = (p.m, p.n, p.k);
     let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { pack.threads };
-    let (mc_block, nc_block) = blocks(ukr, m, k);
+    let (mc_block, nc_block) = blocks(ukr);
     let (mut a_len, b_len) = pack_lengths(ukr, m, n, k, matches!(p.b, BSource::Packed(_)));
     // A row-major A is read in place by the direct kernel, if there is one.
     let direct = match (p.a, ukr.direct) {
@@ -917,7 +917,7 @@ pub(crate) fn gemm_sum_packed<'a>(
         depth += t.k1 - t.k0;
     }
     let threads = if m * n * depth < PARALLEL_MIN_FLOPS { Threads::single() } else { *threads };
-    let (mc_block, _) = blocks(ukr, m, depth);
+    let (mc_block, _) = blocks(ukr);
     let (row_blocks, strips) = (m.div_ceil(mc_block), n.div_ceil(nr));
     let groups = column_groups(row_blocks, strips, threads.count(), 1);
     let out = SharedMut(c.as_mut_ptr());
@@ -1025,20 +1025,13 @@ fn direct_rect(
 }
 
 /// The row and column block sizes at a microkernel's tile shape.
-fn blocks(ukr: &GemmUkr, m: usize, k: usize) -> (usize, usize) {
-    let mc_block = (MC / ukr.mr).max(1) * ukr.mr;
-    // With one row block each packed B strip is read once, so a wider
-    // column block costs no cache reuse and saves pool jobs (each block is
-    // a packing job and a multiply job): MobileNetV2's stem (M 32, K 27,
-    // N 12544) was 50 jobs of a few µs. The panel stays within KC·NC
-    // floats. Column blocks change no element's sum (K slices do).
-    let nc = if m <= mc_block { KC * NC / KC.min(k).max(1) } else { NC };
-    (mc_block, (nc / ukr.nr).max(1) * ukr.nr)
+fn blocks(ukr: &GemmUkr) -> (usize, usize) {
+    ((MC / ukr.mr).max(1) * ukr.mr, (NC / ukr.nr).max(1) * ukr.nr)
 }
 
 /// The A block and B slice lengths [`drive`] packs for an m×n×k product.
 pub(crate) fn pack_lengths(ukr: &GemmUkr, m: usize, n: usize, k: usize, b_prepacked: bool) -> (usize, usize) {
-    let (mc_block, nc_block) = blocks(ukr, m, k);
+    let (mc_block, nc_block) = blocks(ukr);
     let kc_max = KC.min(k);
     let a_len = if ukr.direct.is_some() { 0 } else { mc_block.min(m.next_multiple_of(ukr.mr)) * kc_max };
     let b_len = if b_prepacked { 0 } else { kc_max * nc_block.min(n.next_multiple_of(ukr.nr)) };
