@@ -119,19 +119,25 @@ const TILE: usize = 16;
 /// dropping unit dims) reads `src[n][j][i]` of a contiguous `[batch, b, a]`
 /// at `out[n][i][j]` — a channels-first ↔ channels-last permute.
 fn as_transpose(shape: &[usize], strides: &[usize]) -> Option<(usize, usize, usize)> {
-    let mut dims: Vec<(usize, usize)> = Vec::with_capacity(MAX_RANK);
+    // On the stack: a permute runs in steady state, which allocates nothing.
+    let mut dims = [(0usize, 0usize); MAX_RANK];
+    let mut rank = 0;
     for (&n, &s) in shape.iter().zip(strides) {
         if n == 1 {
             continue;
         }
-        match dims.last_mut() {
+        match dims[..rank].last_mut() {
             Some(last) if last.1 == s * n => *last = (last.0 * n, s),
-            _ => dims.push((n, s)),
+            _ => {
+                dims[rank] = (n, s);
+                rank += 1;
+            }
         }
     }
+    let dims = &dims[..rank];
     // Only narrow outputs (an RGB image to channels-last): for rows of 8
     // or more the row-by-row gather reads as few cache lines and is as fast.
-    match dims[..] {
+    match *dims {
         [(a, 1), (b, s)] if s == a && b < 8 => Some((1, a, b)),
         [(batch, sn), (a, 1), (b, s)] if s == a && sn == a * b && b < 8 => Some((batch, a, b)),
         _ => None,
