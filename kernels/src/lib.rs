@@ -85,7 +85,7 @@ pub use generic::elementwise::{binary, binary_cx, cast, clamp, clamp_cx, unary, 
 pub use generic::fused::{fused, fused_in_place};
 pub use generic::gemm::{gemm_f32, gemm_f32_prepacked, Activation, PackedA, PackedB};
 pub use generic::grouped::grouped_matmul;
-pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, slice};
+pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, permute_cx, slice};
 pub use generic::linalg::{linalg, LinalgFlags};
 pub use generic::matmul::{
     linear, linear_fused, linear_fused_unpacked, linear_packed, linear_with_epilogue, matmul, matmul_packed,
@@ -95,7 +95,7 @@ pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, rms_norm, rms_nor
 pub use generic::pad::{flip, pad, PadMode, PadParams};
 pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, pool_cx, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};
-pub use generic::reduce::{argmax, argmin, assert_all, cumsum, reduce, scan};
+pub use generic::reduce::{argmax, argmin, assert_all, cumsum, reduce, reduce_cx, scan};
 pub use generic::resize::{resize, ResizeMode, ResizeParams};
 pub use generic::scatter::{
     gather_elements, index_gather, index_put, index_put_in_place, scatter_elements, scatter_elements_in_place,

@@ -4,7 +4,8 @@
 //! each epilogue; and every table against the generic one. Covers each
 //! channels-last path: depthwise (channel counts below, at and past the
 //! 16-wide block), pointwise at stride 1 and 2, tap GEMMs, and the
-//! transposed fallback (a 3-channel stem, groups, a depthwise multiplier).
+//! im2col GEMM over pixels (a 3-channel stem, a padded 1×1, no tap GEMMs),
+//! the transposed fallback (groups, a depthwise multiplier).
 mod common;
 use common::*;
 use kiln_kernels::*;
@@ -44,11 +45,16 @@ const CASES: &[Case] = &[
     // Dense 3×3 (tap GEMMs on x86-64), stride 1 and 2, odd channels.
     case([2, 33, 8, 9], [19, 33, 3, 3], [1, 1], [1, 1], 1),
     case([1, 40, 11, 10], [36, 40, 3, 3], [2, 2], [1, 1], 1),
-    // Transposed through channels-first: a 3-channel 7×7/2 stem, groups,
-    // a padded 1×1, a depthwise multiplier.
+    // The im2col GEMM over pixels: a 3-channel 7×7/2 stem (ResNet's), a
+    // 3×3/2 one (MobileNetV2's, batch 2), a padded 1×1, dilation, K past
+    // one 512-deep slice (12·49 = 588).
     case([1, 3, 15, 14], [16, 3, 7, 7], [2, 2], [3, 3], 1),
-    case([1, 8, 6, 7], [12, 4, 3, 3], [1, 1], [1, 1], 2),
+    case([2, 3, 11, 12], [32, 3, 3, 3], [2, 2], [1, 1], 1),
     case([1, 6, 5, 5], [7, 6, 1, 1], [1, 1], [1, 1], 1),
+    Case { xs: [1, 5, 9, 9], ws: [9, 5, 3, 3], stride: [1, 1], pad: [2, 2], dil: [2, 2], groups: 1 },
+    case([1, 12, 9, 8], [5, 12, 7, 7], [1, 1], [3, 3], 1),
+    // Transposed through channels-first: groups, a depthwise multiplier.
+    case([1, 8, 6, 7], [12, 4, 3, 3], [1, 1], [1, 1], 2),
     case([1, 4, 6, 6], [8, 1, 3, 3], [1, 1], [1, 1], 4),
 ];
 

@@ -214,6 +214,83 @@ fn norms_and_softmax() {
     assert!(softmax(x.r(), 4, false, o.w()).is_err());
 }
 
+/// A permute over threads moves the same bytes: channels-first ↔
+/// channels-last (the tiled transpose for narrow rows, with and without a
+/// batch; slabs otherwise), against the index definition, at 1 to 4 threads.
+#[test]
+fn permute_over_threads_is_the_index_definition() {
+    let mut r = rng(16);
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[1, 3, 150, 151], &[0, 2, 3, 1]), // RGB image to channels-last (tiled)
+        (&[2, 3, 90, 97], &[0, 2, 3, 1]),   // the same with a batch
+        (&[1, 32, 41, 43], &[0, 2, 3, 1]),  // wide rows: slabs
+        (&[1, 40, 37, 64], &[0, 3, 1, 2]),  // channels-last to first
+        (&[3, 70, 1, 300], &[1, 3, 2, 0]),
+    ];
+    for &(xs, perm) in cases {
+        let xv = rand_f32(&mut r, numel(xs));
+        let x = f32s(xs, &xv);
+        let os: Vec<usize> = perm.iter().map(|&p| xs[p]).collect();
+        let want: Vec<u32> = (0..numel(&os))
+            .map(|i| {
+                let oi = unravel(i, &os);
+                let src = (0..xs.len()).fold(0, |a, d| a * xs[d] + oi[perm.iter().position(|&p| p == d).unwrap()]);
+                xv[src].to_bits()
+            })
+            .collect();
+        for threads in 1..=4 {
+            let mut cx = Context::new().with_threads(threads);
+            let mut o = Buf::zeros(DType::F32, &os);
+            permute_cx(x.r(), perm, o.w(), &mut cx).unwrap();
+            let got: Vec<u32> = o.get::<f32>().iter().map(|v| v.to_bits()).collect();
+            assert!(got == want, "permute {xs:?} by {perm:?} at {threads} threads");
+        }
+    }
+}
+
+/// f32 sums and means are f64 sums in the row-major order of the reduced
+/// indices, whatever the layout and thread count: the row and column fast
+/// paths (a channels-first and a channels-last global mean, with partial
+/// blocks) and the general loop against that definition, bit for bit.
+#[test]
+fn float_sums_are_ordered_f64_sums_at_any_thread_count() {
+    let mut r = rng(15);
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[2, 7, 7, 1300], &[1, 2]), // channels-last mean over H, W
+        (&[2, 131, 7, 9], &[2, 3]),  // channels-first mean over H, W
+        (&[1, 64, 33, 17], &[1, 3]), // neither
+        (&[3, 5, 2400], &[0]),       // columns, a kept outer dim
+        (&[3, 5, 2400], &[0, 1]),
+    ];
+    for &(xs, axes) in cases {
+        let xv = rand_f32(&mut r, numel(xs));
+        let x = f32s(xs, &xv);
+        let os: Vec<usize> = (0..xs.len()).filter(|i| !axes.contains(i)).map(|i| xs[i]).collect();
+        let mut sums = vec![0f64; numel(&os)];
+        for (i, &v) in xv.iter().enumerate() {
+            let idx = unravel(i, xs);
+            let kept: Vec<usize> = (0..xs.len()).filter(|d| !axes.contains(d)).map(|d| idx[d]).collect();
+            let o = kept.iter().zip(&os).fold(0, |a, (&k, &n)| a * n + k);
+            sums[o] += v as f64;
+        }
+        let count: usize = axes.iter().map(|&a| xs[a]).product();
+        for kind in [ReduceKind::Sum, ReduceKind::Mean] {
+            let want: Vec<u32> = sums
+                .iter()
+                .map(|&s| (if kind == ReduceKind::Mean { s / count as f64 } else { s }) as f32)
+                .map(f32::to_bits)
+                .collect();
+            for threads in 1..=4 {
+                let mut cx = Context::new().with_threads(threads);
+                let mut o = Buf::zeros(DType::F32, &os);
+                reduce_cx(kind, x.r(), axes, o.w(), &mut cx).unwrap();
+                let got: Vec<u32> = o.get::<f32>().iter().map(|v| v.to_bits()).collect();
+                assert!(got == want, "{kind:?} of {xs:?} over {axes:?} at {threads} threads");
+            }
+        }
+    }
+}
+
 #[test]
 fn reductions() {
     let mut r = rng(14);

@@ -30,7 +30,7 @@
 
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::{Changed, Options, PassError};
-use kiln_ir::{DType, Epilogue, Graph, Layout, LocId, NodeId, Op, TensorType, ValueId};
+use kiln_ir::{DType, Dim, Epilogue, Graph, Layout, LocId, NodeId, Op, ReduceKind, TensorType, ValueId};
 use std::collections::HashMap;
 
 /// `N, C, H, W` → `N, H, W, C`.
@@ -46,6 +46,12 @@ pub fn channels_last(g: &mut Graph, opts: &Options) -> Result<Changed, PassError
     // The channels-last form of each channels-first value that has one.
     let mut nhwc: HashMap<ValueId, ValueId> = HashMap::new();
     rewrite_in_order(g, |g, n| {
+        if let Some(y) = spatial_reduce(g, n, &nhwc) {
+            return Ok(Rewrite::Replace(vec![y]));
+        }
+        if let Some(back) = elementwise(g, n, &mut nhwc) {
+            return Ok(Rewrite::Replace(vec![back]));
+        }
         let Some(conv) = channels_last_op(g, n) else { return Ok(Rewrite::Keep) };
         let node = g.nodes[n].clone();
         let residual = match &conv {
@@ -68,9 +74,12 @@ pub fn channels_last(g: &mut Graph, opts: &Options) -> Result<Changed, PassError
 
 /// Fewest input channels of a dense convolution wider than 1×1 that goes
 /// channels-last: the kernels' tap GEMMs take 32 or more
-/// (`kiln_kernels`' `conv_taps::MIN_CIN`); with fewer (an RGB stem) the
-/// channels-last kernel would transpose to channels-first and back around
-/// the same im2col, so such a convolution stays channels-first and the
+/// (`kiln_kernels`' `conv_taps::MIN_CIN`). With fewer (an RGB stem) the
+/// channels-last kernel runs an im2col GEMM over the output pixels, which
+/// measured slower on MobileNetV2's stem than the channels-first GEMM plus
+/// the (parallel) permute of its result (2026-12-05: 550 µs against 360 +
+/// 130 at one thread), and ResNet's stem feeds a max pool that stays
+/// channels-first; so such a convolution stays channels-first and the
 /// permute comes after it, on its (usually pooled) result.
 const MIN_DENSE_CHANNELS: i64 = 32;
 
@@ -117,6 +126,87 @@ fn channels_last_op(g: &Graph, n: NodeId) -> Option<Op> {
         }
         _ => None,
     }
+}
+
+/// Node `n` run channels-last, if it is elementwise (see the module
+/// comment) with an f32 `[N, C, H, W]` result: the op on the channels-last
+/// forms of its operands, and the permute back (returned; the pair goes
+/// into `nhwc`). The same elements meet in each operation, so the same bits.
+fn elementwise(g: &mut Graph, n: NodeId, nhwc: &mut HashMap<ValueId, ValueId>) -> Option<ValueId> {
+    let node = g.nodes[n].clone();
+    if !matches!(node.op, Op::Unary(_) | Op::Binary(_) | Op::Clamp { .. } | Op::Fused { .. }) || node.outputs.len() != 1
+    {
+        return None;
+    }
+    let out_ty = g.ty(node.outputs[0]).clone();
+    if out_ty.dtype != DType::F32 || out_ty.rank() != 4 {
+        return None;
+    }
+    let one = |d: &Dim| d.as_const() == Some(1);
+    // Each operand's channels-last form: a value, or the shape to reshape
+    // a per-channel operand to. Decided for all before the graph changes.
+    let mut forms: Vec<(ValueId, Option<Vec<Dim>>)> = Vec::with_capacity(node.inputs.len());
+    let mut any = false;
+    for &v in &node.inputs {
+        let ty = g.ty(v);
+        if let Some(&y) = nhwc.get(&v) {
+            // Full size, or broadcast: the same permutation as the result's.
+            any |= ty.shape == out_ty.shape;
+            forms.push((y, None));
+        } else if ty.shape.iter().all(one) {
+            forms.push((v, None));
+        } else if ty.rank() == 4 && one(&ty.shape[2]) && one(&ty.shape[3]) {
+            forms.push((v, Some(vec![ty.shape[0].clone(), Dim::Const(1), Dim::Const(1), ty.shape[1].clone()])));
+        } else if ty.rank() == 3 && one(&ty.shape[1]) && one(&ty.shape[2]) {
+            forms.push((v, Some(vec![Dim::Const(1), Dim::Const(1), ty.shape[0].clone()])));
+        } else {
+            return None;
+        }
+    }
+    if !any {
+        return None;
+    }
+    let inputs: Vec<ValueId> = forms
+        .into_iter()
+        .map(|(v, shape)| match shape {
+            Some(shape) => {
+                let ty = TensorType::new(g.ty(v).dtype, shape.clone());
+                g.push(Op::Reshape { shape }, vec![v], ty, node.loc)
+            }
+            None => v,
+        })
+        .collect();
+    let y = g.push(node.op.clone(), inputs, permuted(&out_ty, &TO_NHWC), node.loc);
+    let back = g.push(Op::Permute { perm: TO_NCHW.to_vec() }, vec![y], out_ty, node.loc);
+    nhwc.insert(back, y);
+    Some(back)
+}
+
+/// A float sum or mean over axes 2, 3 of a value with a channels-last form
+/// `y`, rewritten to read `y` (axes 1, 2): the reduced elements of each
+/// output are the same, in the same (H, W) order. Its kept-dims result
+/// `[N, C]` is reshaped to the original type when that keeps dims.
+fn spatial_reduce(g: &mut Graph, n: NodeId, nhwc: &HashMap<ValueId, ValueId>) -> Option<ValueId> {
+    let node = &g.nodes[n];
+    let Op::Reduce { kind: kind @ (ReduceKind::Sum | ReduceKind::Mean), axes, keep_dims } = &node.op else {
+        return None;
+    };
+    let (kind, keep_dims) = (*kind, *keep_dims);
+    let (v, out) = (*node.inputs.first()?, *node.outputs.first()?);
+    let y = *nhwc.get(&v)?;
+    if axes != &[2, 3] || g.ty(v).dtype != DType::F32 || g.ty(v).rank() != 4 {
+        return None;
+    }
+    let loc = node.loc;
+    let out_ty = g.ty(out).clone();
+    let x_ty = g.ty(v).clone();
+    let flat = TensorType::new(x_ty.dtype, vec![x_ty.shape[0].clone(), x_ty.shape[1].clone()]);
+    let r = g.push(Op::Reduce { kind, axes: vec![1, 2], keep_dims: false }, vec![y], flat, loc);
+    if !keep_dims {
+        return Some(r);
+    }
+    let shape: Vec<Dim> = out_ty.shape.clone();
+    Some(g.push(Op::Reshape { shape }, vec![r], out_ty, loc))
 }
 
 /// The channels-last form of `v` (`[N, C, H, W]`): the convolution result

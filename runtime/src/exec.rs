@@ -522,7 +522,7 @@ kernel_fns! {
     LayerNorm { normalized_rank, eps } =>
         k::layer_norm_cx(ins[0], opt(1), opt(2), *normalized_rank as usize, *eps, out(outs, 0), cx);
     Softmax { axis, log } => k::softmax_cx(ins[0], *axis as usize, *log, out(outs, 0), cx);
-    Reduce { kind } => k::reduce(*kind, ins[0], ints, out(outs, 0));
+    Reduce { kind } => k::reduce_cx(*kind, ins[0], ints, out(outs, 0), cx);
     ArgMax { axis } => k::argmax(ins[0], *axis as usize, out(outs, 0));
     Pool { kind, count_include_pad, divisor } => {
         let [kernel, stride, padding, dilation] = lists::<4>(ints);
@@ -538,7 +538,7 @@ kernel_fns! {
     Attention { causal, scale } => k::attention(ins[0], ins[1], ins[2], opt(3), *causal, *scale, out(outs, 0), cx);
     Copy {} => k::copy(ins[0], out(outs, 0));
     Expand {} => k::expand(ins[0], out(outs, 0));
-    Permute {} => k::permute(ins[0], ints, out(outs, 0));
+    Permute {} => k::permute_cx(ins[0], ints, out(outs, 0), cx);
     Slice { axis, start, step } => k::slice(ins[0], *axis as usize, *start as usize, *step as usize, out(outs, 0));
     Concat { axis } => k::concat(ins, *axis as usize, out(outs, 0));
     Gather { axis } => k::gather(ins[0], ins[1], *axis as usize, out(outs, 0));

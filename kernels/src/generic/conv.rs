@@ -180,6 +180,12 @@ impl PackedConv {
                 let b = PackedB::new(table, cin, w.shape[0], wv, cin, true)?;
                 packed(None, Some(b))
             }
+            // The same packing, of the im2col GEMM's `[Cin·kh·kw, Cout]` B.
+            NhwcPath::Im2col => {
+                let kdim = wv.len() / w.shape[0].max(1);
+                let b = PackedB::new(table, kdim, w.shape[0], wv, kdim, true)?;
+                packed(None, Some(b))
+            }
             NhwcPath::Depthwise | NhwcPath::Transposed => None,
         })
     }

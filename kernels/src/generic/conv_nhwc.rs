@@ -20,9 +20,15 @@
 //! - Dense kernels wider than 1×1 with enough channels: the tap GEMMs of
 //!   `conv_taps`, which already compute channels-last: their input copy is
 //!   a row copy here, and the result is copied out, not transposed.
-//! - Anything else (a 3-channel stem, grouped convolutions, a depthwise
-//!   multiplier): transposed to channels-first in scratch, the
-//!   channels-first kernel, transposed back.
+//! - Other dense kernels (an RGB stem, or no tap GEMMs on this table) with
+//!   a short enough reduction: the channels-first kernel's im2col GEMM with
+//!   A and B swapped — the im2col rows of the output pixels, gathered
+//!   (in parallel) into scratch, times the weight transposed — so the
+//!   result is channels-last with no transposition, and the same K slices
+//!   and per-element order as channels-first.
+//! - Anything else (grouped convolutions, a depthwise multiplier, a long
+//!   reduction without tap GEMMs): transposed to channels-first in
+//!   scratch, the channels-first kernel, transposed back.
 
 use super::common::*;
 use super::conv::{conv_fused, epilogue_views, geometry, ConvParams, Geometry, PackedConv, TensorEpilogue};
@@ -51,8 +57,13 @@ pub(crate) enum NhwcPath {
     Depthwise,
     Pointwise,
     Taps,
+    Im2col,
     Transposed,
 }
+
+/// Longest reduction (`Cin·kh·kw`) the channels-last im2col path takes: its
+/// scratch holds that many floats per output pixel (a 7×7 RGB stem needs 147).
+const MAX_IM2COL_K: usize = 1024;
 
 pub(crate) fn path_of(table: &KernelTable, w: &[usize], groups: usize, pad: &[usize], cin: usize) -> NhwcPath {
     let ksp: usize = w[2..].iter().product();
@@ -64,6 +75,8 @@ pub(crate) fn path_of(table: &KernelTable, w: &[usize], groups: usize, pad: &[us
         NhwcPath::Pointwise
     } else if conv_taps::applies(table, w, groups) {
         NhwcPath::Taps
+    } else if groups == 1 && w[1] * ksp <= MAX_IM2COL_K {
+        NhwcPath::Im2col
     } else {
         NhwcPath::Transposed
     }
@@ -139,6 +152,16 @@ pub fn conv_fused_channels_last(
                 None => BSource::strided(wv, cin, true),
             };
             pointwise(xv, b, &fused, &g, (batch, cin, cout), ov, cx);
+            Ok(())
+        }
+        NhwcPath::Im2col => {
+            let kdim = wv.len() / cout;
+            let b = packed.and_then(|pk| pk.pointwise.as_ref()).filter(|b| b.fits(table));
+            let b = match b {
+                Some(b) => BSource::Packed(b),
+                None => BSource::strided(wv, kdim, true),
+            };
+            im2col(xv, b, &fused, &g, (batch, cin, cout), ov, cx);
             Ok(())
         }
         NhwcPath::Taps => {
@@ -231,6 +254,66 @@ fn pointwise(
         }
     });
     run_gemm(table, m, cout, cin, ASource::Strided { a: rows, lda: cin }, b, out, cout, 0.0, epilogue, pack);
+}
+
+/// A dense convolution as one GEMM over the output pixels: `[N·OH·OW,
+/// Cin·kh·kw]` im2col rows (channel-major, then y, x: the weight's order)
+/// times the weight transposed. Zeros stand for the padding, as in the
+/// channels-first strips, so every product of that GEMM is made here too.
+fn im2col(
+    x: &[f32],
+    b: BSource<'_>,
+    e: &Fused<'_>,
+    g: &Geometry,
+    (batch, cin, cout): (usize, usize, usize),
+    out: &mut [f32],
+    cx: &mut Context,
+) {
+    let table = cx.table;
+    let [_, ih, iw] = g.input;
+    let [_, kh, kw] = g.kernel;
+    let [_, oh, ow] = g.output;
+    let ksp = kh * kw;
+    let (m, kdim) = (batch * oh * ow, cin * ksp);
+    let epilogue = Epilogue {
+        bias: e.bias.map_or(Bias::None, Bias::PerCol),
+        activation: e.activation,
+        residual: e.residual.map(|r| (r, cout)),
+        residual_first: e.residual_first,
+        ..Epilogue::default()
+    };
+    let (rows, pack) = cx.scratch.split(m * kdim);
+    let threads = if rows.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { pack.threads };
+    // Each input pixel's channels go to rows c·ksp + t of its tap t. Where
+    // a kernel row lies inside the input (all but the borders) its taps
+    // read one contiguous run of kw·Cin floats.
+    let (sx, dx, px_) = (g.stride[2], g.dil[2], g.pad[2]);
+    threads.for_each_chunk(rows, ow * kdim, |r, row| {
+        let (n, oy) = (r / oh, r % oh);
+        for (ox, px) in row.chunks_exact_mut(kdim).enumerate() {
+            let ix0 = (ox * sx).wrapping_sub(px_);
+            let inside = ix0 < iw && ix0 + (kw - 1) * dx < iw;
+            for ky in 0..kh {
+                // Wrapped negative coordinates fail the bounds tests too.
+                let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+                let line = (iy < ih).then(|| &x[(n * ih + iy) * iw * cin..][..iw * cin]);
+                for kx in 0..kw {
+                    let t = ky * kw + kx;
+                    let ix = ix0.wrapping_add(kx * dx);
+                    match line {
+                        Some(line) if inside || ix < iw => {
+                            let src = &line[ix * cin..][..cin];
+                            for (dst, &v) in px[t..].iter_mut().step_by(ksp).zip(src) {
+                                *dst = v;
+                            }
+                        }
+                        _ => px[t..].iter_mut().step_by(ksp).for_each(|d| *d = 0.0),
+                    }
+                }
+            }
+        }
+    });
+    run_gemm(table, m, cout, kdim, ASource::Strided { a: rows, lda: kdim }, b, out, cout, 0.0, epilogue, pack);
 }
 
 /// One depthwise convolution's operands for the table's row function:

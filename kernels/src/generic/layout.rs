@@ -2,6 +2,8 @@
 //! monomorphisation per width (1, 2, 4, 8 bytes) serves every dtype.
 
 use super::common::*;
+use crate::context::Context;
+use crate::parallel::{Threads, ELEMENT_CHUNK};
 use crate::types::{DType, Result, TensorMut, TensorRef};
 use bytemuck::Pod;
 
@@ -26,7 +28,17 @@ fn strided_copy<T: Pod>(src: &[T], src_off: usize, src_strides: &[usize], dst: &
     });
 }
 
-pub fn permute(x: TensorRef, perm: &[usize], mut out: TensorMut) -> Result<()> {
+pub fn permute(x: TensorRef, perm: &[usize], out: TensorMut) -> Result<()> {
+    permute_with(x, perm, out, Threads::single())
+}
+
+/// [`permute`] with the output cut into slabs along its first non-unit
+/// dim, copied over `cx`'s threads (a copy: the same bytes however cut).
+pub fn permute_cx(x: TensorRef, perm: &[usize], out: TensorMut, cx: &mut Context) -> Result<()> {
+    permute_with(x, perm, out, cx.threads())
+}
+
+fn permute_with(x: TensorRef, perm: &[usize], mut out: TensorMut, threads: Threads) -> Result<()> {
     const K: &str = "permute";
     expect_dtype(K, "out", out.dtype, x.dtype)?;
     check_rank(K, x.shape)?;
@@ -54,12 +66,98 @@ pub fn permute(x: TensorRef, perm: &[usize], mut out: TensorMut) -> Result<()> {
     strides_of(x.shape, &mut xs[..r]);
     let ps: [usize; MAX_RANK] = std::array::from_fn(|i| if i < r { xs[perm[i]] } else { 0 });
     let osh = out.shape;
+    if let Some((batch, a, b)) = as_transpose(osh, &ps[..r]) {
+        let threads = if batch * a * b < 2 * ELEMENT_CHUNK { Threads::single() } else { threads };
+        with_elem_size!(x.dtype, T, {
+            let src = view::<T>(K, "x", &x)?;
+            let dst = view_mut::<T>(K, "out", &mut out)?;
+            // Groups of output rows (one `a` each, `b` elements), about
+            // ELEMENT_CHUNK elements a group.
+            let per = (ELEMENT_CHUNK / b.max(1)).max(TILE);
+            threads.for_each_chunk(dst, per * b, |i, part| {
+                let (mut row, mut part) = (i * per, part);
+                while !part.is_empty() {
+                    // Within one batch element.
+                    let (n, a0) = (row / a, row % a);
+                    let rows = (a - a0).min(part.len() / b);
+                    let (now, rest) = part.split_at_mut(rows * b);
+                    transpose_rows(&src[n * a * b..][..a * b], a, b, a0, now);
+                    (row, part) = (row + rows, rest);
+                }
+            });
+        });
+        return Ok(());
+    }
+    // Slabs along output dim `d` (every dim before it is 1), each about
+    // ELEMENT_CHUNK elements.
+    let d = osh.iter().position(|&s| s > 1).unwrap_or(0);
+    let slab: usize = osh.get(d + 1..).map_or(1, |s| s.iter().product());
+    let threads = if numel(K, osh)? < 2 * ELEMENT_CHUNK || r == 0 { Threads::single() } else { threads };
     with_elem_size!(x.dtype, T, {
         let src = view::<T>(K, "x", &x)?;
         let dst = view_mut::<T>(K, "out", &mut out)?;
-        strided_copy(src, 0, &ps[..r], dst, osh);
+        if threads.count() == 1 || slab == 0 {
+            strided_copy(src, 0, &ps[..r], dst, osh);
+        } else {
+            let per = (ELEMENT_CHUNK / slab).max(1);
+            threads.for_each_chunk(dst, per * slab, |i, part| {
+                let mut shape = [0; MAX_RANK];
+                shape[..r].copy_from_slice(osh);
+                shape[d] = part.len() / slab;
+                strided_copy(src, i * per * ps[d], &ps[..r], part, &shape[..r]);
+            });
+        }
     });
     Ok(())
+}
+
+/// Rows per tile of [`transpose_rows`].
+const TILE: usize = 16;
+
+/// `Some((batch, a, b))` when the permute is a batch of transposes: the
+/// output `[batch, a, b]` (after merging dims that stay adjacent and
+/// dropping unit dims) reads `src[n][j][i]` of a contiguous `[batch, b, a]`
+/// at `out[n][i][j]` — a channels-first ↔ channels-last permute.
+fn as_transpose(shape: &[usize], strides: &[usize]) -> Option<(usize, usize, usize)> {
+    // On the stack: a permute runs in steady state, which allocates nothing.
+    let mut dims = [(0usize, 0usize); MAX_RANK];
+    let mut rank = 0;
+    for (&n, &s) in shape.iter().zip(strides) {
+        if n == 1 {
+            continue;
+        }
+        match dims[..rank].last_mut() {
+            Some(last) if last.1 == s * n => *last = (last.0 * n, s),
+            _ => {
+                dims[rank] = (n, s);
+                rank += 1;
+            }
+        }
+    }
+    let dims = &dims[..rank];
+    // Only narrow outputs (an RGB image to channels-last): for rows of 8
+    // or more the row-by-row gather reads as few cache lines and is as fast.
+    match *dims {
+        [(a, 1), (b, s)] if s == a && b < 8 => Some((1, a, b)),
+        [(batch, sn), (a, 1), (b, s)] if s == a && sn == a * b && b < 8 => Some((batch, a, b)),
+        _ => None,
+    }
+}
+
+/// Output rows `a0..a0 + dst.len() / b` of the transpose of `src` (`[b,
+/// a]`) in tiles of [`TILE`] rows: each tile reads `b` short contiguous
+/// runs and writes one contiguous block.
+fn transpose_rows<T: Copy>(src: &[T], a: usize, b: usize, a0: usize, dst: &mut [T]) {
+    for (t, tile) in dst.chunks_mut(TILE * b).enumerate() {
+        let i0 = a0 + t * TILE;
+        let rows = tile.len() / b;
+        for j in 0..b {
+            let col = &src[j * a + i0..][..rows];
+            for (i, &v) in col.iter().enumerate() {
+                tile[i * b + j] = v;
+            }
+        }
+    }
 }
 
 /// Numpy-broadcasts `x` to `out.shape`.

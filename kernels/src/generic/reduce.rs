@@ -1,10 +1,13 @@
 //! Reductions over a set of axes, and argmax.
 
 use super::common::*;
+use crate::context::Context;
+use crate::parallel::{SharedMut, Threads, ELEMENT_CHUNK};
 use crate::types::{DType, KernelError, ReduceKind, Result, ScanKind, TensorMut, TensorRef};
 
 /// Dims of one kind (kept or reduced) after merging adjacent dims of the same
 /// kind and dropping unit dims: sizes plus element strides into x.
+#[derive(Clone, Copy)]
 struct Dims {
     rank: usize,
     shape: [usize; MAX_RANK],
@@ -14,6 +17,16 @@ struct Dims {
 impl Dims {
     fn count(&self) -> usize {
         self.shape[..self.rank].iter().product()
+    }
+
+    /// The element offset of row-major index `i` (`i < count()`).
+    fn offset(&self, mut i: usize) -> usize {
+        let mut off = 0;
+        for d in (0..self.rank).rev() {
+            off += (i % self.shape[d]) * self.strides[d];
+            i /= self.shape[d];
+        }
+        off
     }
 
     /// Calls `f(offset)` for every index, in row-major order.
@@ -103,7 +116,18 @@ fn reduce_core<T: Scalar, A: Copy>(
 
 /// Reduces `x` over `axes` (sorted, unique). `out` may keep the reduced dims as
 /// 1 or drop them; only its element count is checked.
-pub fn reduce(kind: ReduceKind, x: TensorRef, axes: &[usize], mut out: TensorMut) -> Result<()> {
+pub fn reduce(kind: ReduceKind, x: TensorRef, axes: &[usize], out: TensorMut) -> Result<()> {
+    reduce_with(kind, x, axes, out, Threads::single())
+}
+
+/// [`reduce`] with float sums and means shared out over `cx`'s threads
+/// (each output element summed by one thread, in the same order: the same
+/// bits at any thread count).
+pub fn reduce_cx(kind: ReduceKind, x: TensorRef, axes: &[usize], out: TensorMut, cx: &mut Context) -> Result<()> {
+    reduce_with(kind, x, axes, out, cx.threads())
+}
+
+fn reduce_with(kind: ReduceKind, x: TensorRef, axes: &[usize], mut out: TensorMut, threads: Threads) -> Result<()> {
     const K: &str = "reduce";
     expect_dtype(K, "out", out.dtype, x.dtype)?;
     check_rank(K, x.shape)?;
@@ -125,6 +149,14 @@ pub fn reduce(kind: ReduceKind, x: TensorRef, axes: &[usize], mut out: TensorMut
         let xv = view::<T>(K, "x", &x)?;
         let ov = view_mut::<T>(K, "out", &mut out)?;
         if kept_n == 0 {
+            return Ok(());
+        }
+        let threads = if xv.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { threads };
+        let fin = |a: f64| if matches!(kind, ReduceKind::Mean) { a / count } else { a };
+        if T::IS_FLOAT
+            && matches!(kind, ReduceKind::Sum | ReduceKind::Mean)
+            && sum_fast(xv, ov, &kept, &red, fin, threads)
+        {
             return Ok(());
         }
         if T::IS_FLOAT {
@@ -155,6 +187,93 @@ pub fn reduce(kind: ReduceKind, x: TensorRef, axes: &[usize], mut out: TensorMut
         }
     });
     Ok(())
+}
+
+/// Output elements per work item of the fast sums.
+const SUM_BLOCK: usize = 64;
+
+/// Float sums on the two layouts that have a faster loop than
+/// [`reduce_core`]'s one dependent chain of adds per output, with each
+/// output's adds in the same order (so the same bits): every output sums
+/// in f64, over the reduced offsets in `red`'s row-major order. Returns
+/// false (nothing written) for other layouts.
+///
+/// - rows: the reduced dims are contiguous and trailing (a channels-first
+///   global mean): [`SUM_BLOCK`] rows per item, four chains in flight;
+/// - columns: the innermost kept dim is contiguous (a channels-last
+///   global mean over H, W): each reduced offset adds a vector of up to
+///   [`SUM_BLOCK`] consecutive outputs' inputs.
+fn sum_fast<T: Scalar>(
+    x: &[T],
+    out: &mut [T],
+    kept: &Dims,
+    red: &Dims,
+    fin: impl Fn(f64) -> f64 + Sync,
+    threads: Threads,
+) -> bool {
+    let kept_n = kept.count();
+    if x.is_empty() {
+        return false;
+    }
+    if red.rank == 1 && red.strides[0] == 1 && kept_n * red.shape[0] == x.len() {
+        let len = red.shape[0];
+        threads.for_each_chunk(out, SUM_BLOCK, |item, o| {
+            let x = &x[item * SUM_BLOCK * len..][..o.len() * len];
+            sum_rows(x, o, len, &fin);
+        });
+        return true;
+    }
+    let r = kept.rank;
+    if r == 0 || kept.strides[r - 1] != 1 {
+        return false;
+    }
+    let inner = kept.shape[r - 1];
+    let outer = Dims { rank: r - 1, ..*kept };
+    let blocks = inner.div_ceil(SUM_BLOCK);
+    let dst = SharedMut(out.as_mut_ptr());
+    threads.for_each(outer.count() * blocks, |item| {
+        let (o, c0) = (item / blocks, (item % blocks) * SUM_BLOCK);
+        let n = SUM_BLOCK.min(inner - c0);
+        let mut acc = [0f64; SUM_BLOCK];
+        red.for_each(outer.offset(o) + c0, |i| {
+            for (a, v) in acc[..n].iter_mut().zip(&x[i..i + n]) {
+                *a += v.to_f64();
+            }
+        });
+        // SAFETY: item `(o, block)` writes outputs `o * inner + c0..+n`,
+        // disjoint from every other item's; `out` stays borrowed mutably
+        // until `for_each` returns.
+        let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(o * inner + c0), n) };
+        for (y, &a) in o.iter_mut().zip(&acc) {
+            *y = T::from_f64(fin(a));
+        }
+    });
+    true
+}
+
+/// Sums rows of `len` consecutive elements of `x` into `out` (one each),
+/// four rows at a time: four independent chains, each in row order.
+fn sum_rows<T: Scalar>(x: &[T], out: &mut [T], len: usize, fin: &impl Fn(f64) -> f64) {
+    let mut quads = out.chunks_exact_mut(4);
+    let mut rows = x.chunks_exact(4 * len.max(1));
+    for (o, x) in (&mut quads).zip(&mut rows) {
+        let (r0, r1, r2, r3) = (&x[..len], &x[len..2 * len], &x[2 * len..3 * len], &x[3 * len..]);
+        let mut acc = [0f64; 4];
+        for i in 0..len {
+            acc[0] += r0[i].to_f64();
+            acc[1] += r1[i].to_f64();
+            acc[2] += r2[i].to_f64();
+            acc[3] += r3[i].to_f64();
+        }
+        for (y, a) in o.iter_mut().zip(acc) {
+            *y = T::from_f64(fin(a));
+        }
+    }
+    let rest = quads.into_remainder();
+    let xr = &x[x.len() - rest.len() * len..];
+    for (y, row) in rest.iter_mut().zip(xr.chunks_exact(len.max(1))) {
+        *y = T::from_f64(fin(row.iter().fold(0.0, |a, v| a + v.to_f64())));
+    }
 }
 
 /// Index (i64) of the first maximum along `axis`; a NaN counts as the maximum.
