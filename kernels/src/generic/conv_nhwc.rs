@@ -216,6 +216,18 @@ impl Fused<'_> {
     }
 }
 
+/// The fused bias, activation and residual of a convolution run as one
+/// GEMM over output pixels (rows) and output channels (columns).
+fn pixel_gemm_epilogue<'a>(e: &Fused<'a>, cout: usize) -> Epilogue<'a> {
+    Epilogue {
+        bias: e.bias.map_or(Bias::None, Bias::PerCol),
+        activation: e.activation,
+        residual: e.residual.map(|r| (r, cout)),
+        residual_first: e.residual_first,
+        ..Epilogue::default()
+    }
+}
+
 /// The pointwise convolution as one GEMM over the output pixels.
 fn pointwise(
     x: &[f32],
@@ -231,13 +243,7 @@ fn pointwise(
     let [_, oh, ow] = g.output;
     let (sy, sx) = (g.stride[1], g.stride[2]);
     let m = batch * oh * ow;
-    let epilogue = Epilogue {
-        bias: e.bias.map_or(Bias::None, Bias::PerCol),
-        activation: e.activation,
-        residual: e.residual.map(|r| (r, cout)),
-        residual_first: e.residual_first,
-        ..Epilogue::default()
-    };
+    let epilogue = pixel_gemm_epilogue(e, cout);
     if sy == 1 && sx == 1 {
         let pack = &mut cx.scratch.pack;
         run_gemm(table, m, cout, cin, ASource::Strided { a: x, lda: cin }, b, out, cout, 0.0, epilogue, pack);
@@ -275,13 +281,7 @@ fn im2col(
     let [_, oh, ow] = g.output;
     let ksp = kh * kw;
     let (m, kdim) = (batch * oh * ow, cin * ksp);
-    let epilogue = Epilogue {
-        bias: e.bias.map_or(Bias::None, Bias::PerCol),
-        activation: e.activation,
-        residual: e.residual.map(|r| (r, cout)),
-        residual_first: e.residual_first,
-        ..Epilogue::default()
-    };
+    let epilogue = pixel_gemm_epilogue(e, cout);
     let (rows, pack) = cx.scratch.split(m * kdim);
     let threads = if rows.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { pack.threads };
     // Each input pixel's channels go to rows c·ksp + t of its tap t. Where

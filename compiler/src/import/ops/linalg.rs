@@ -617,14 +617,7 @@ pub(super) fn matrix_exp(imp: &mut Importer, n: &Node) -> R<()> {
     let minus_s = imp.push(Op::Unary(UnaryOp::Neg), vec![s])?;
     let scale = imp.push(Op::Binary(BinaryOp::Pow), vec![two, minus_s])?;
     let scaled = imp.push(Op::Binary(BinaryOp::Mul), vec![x, scale])?;
-    // I, as f64 [size, size].
-    let positions = TensorType::new(DType::I64, vec![Dim::Const(size)]);
-    let arange = Op::Arange { start: 0.0, step: 1.0, len: Dim::Const(size), dtype: DType::I64 };
-    let p = imp.push_typed(arange, vec![], positions);
-    let rows = imp.push(Op::Reshape { shape: vec![Dim::Const(size), Dim::Const(1)] }, vec![p])?;
-    let cols = imp.push(Op::Reshape { shape: vec![Dim::Const(1), Dim::Const(size)] }, vec![p])?;
-    let eye = imp.push(Op::Binary(BinaryOp::Eq), vec![rows, cols])?;
-    let eye = imp.cast(eye, f);
+    let eye = identity_like(imp, f, &[], size)?;
     // Horner: T = I + A·T/k for k = 18 .. 1.
     let mut t = eye;
     for k in (1..=18).rev() {
