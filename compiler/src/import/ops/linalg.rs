@@ -314,6 +314,19 @@ fn bind_empty(imp: &mut Importer, n: &Node, i: usize) -> R<()> {
     Ok(())
 }
 
+/// Fails the run when `a` holds a NaN or an infinity: torch's SVD raises
+/// ("failed to converge") on such input rather than return NaNs.
+fn assert_finite_for_svd(imp: &mut Importer, a: ValueId) -> R<()> {
+    // x − x is 0 exactly for finite x, NaN for NaN and ±inf.
+    let d = imp.push(Op::Binary(BinaryOp::Sub), vec![a, a])?;
+    let finite = imp.with_scalar(BinaryOp::Eq, d, 0.0)?;
+    let loc = imp.loc();
+    let message =
+        "linalg.svd: The algorithm failed to converge because the input matrix contained non-finite values.".into();
+    imp.g.add_node(Op::Assert { message }, vec![finite], Vec::new(), loc);
+    Ok(())
+}
+
 /// The spellings of the singular value decomposition.
 #[derive(Copy, Clone, PartialEq)]
 pub(super) enum SvdApi {
@@ -333,6 +346,7 @@ pub(super) enum SvdApi {
 /// LAPACK's own depends on its algorithm.
 pub(super) fn svd(imp: &mut Importer, n: &Node, api: SvdApi) -> R<()> {
     let a = matrices(imp, n, if api == SvdApi::Torch { "self" } else { "A" })?;
+    assert_finite_for_svd(imp, a)?;
     let f = Flags::default();
     if api == SvdApi::Vals {
         return bind_result(imp, n, 0, L::SvdS, f, &[a]);
@@ -471,6 +485,7 @@ pub(super) fn pinv(imp: &mut Importer, n: &Node, overload: &str) -> R<()> {
         let vt = transpose_last(imp, v)?;
         (w, v, vt)
     } else {
+        assert_finite_for_svd(imp, a)?;
         let s = linalg(imp, L::SvdS, f, vec![a])?;
         let u = linalg(imp, L::SvdU, f, vec![a])?;
         let vh = linalg(imp, L::SvdVh, f, vec![a])?;
@@ -509,6 +524,7 @@ pub(super) fn matrix_rank(imp: &mut Importer, n: &Node, overload: &str) -> R<()>
         let w = linalg(imp, L::EigvalsH, Flags::default(), vec![a])?;
         imp.push(Op::Unary(kiln_ir::UnaryOp::Abs), vec![w])?
     } else {
+        assert_finite_for_svd(imp, a)?;
         linalg(imp, L::SvdS, Flags::default(), vec![a])?
     };
     let big = largest(imp, values)?;
@@ -703,6 +719,7 @@ fn matrix_norm_of(imp: &mut Importer, x: ValueId, ord: MatrixOrd, d0: usize, d1:
             let rank = ty.rank();
             let perm: Vec<usize> = (0..rank).filter(|&d| d != d0 && d != d1).chain([d0, d1]).collect();
             let moved = imp.push(Op::Permute { perm }, vec![x])?;
+            assert_finite_for_svd(imp, moved)?;
             let s = linalg(imp, L::SvdS, Flags::default(), vec![moved])?;
             let kind = match ord {
                 MatrixOrd::Spectral { largest } => extreme(largest),
@@ -806,6 +823,7 @@ pub(super) fn cond(imp: &mut Importer, n: &Node) -> R<()> {
     }
     let ord = matrix_ord(imp, n, "p", Some(MatrixOrd::Spectral { largest: true }))?;
     let v = if let MatrixOrd::Spectral { largest } = ord {
+        assert_finite_for_svd(imp, a)?;
         let s = linalg(imp, L::SvdS, Flags::default(), vec![a])?;
         let axis = vec![rank - 2];
         let hi = imp.push(Op::Reduce { kind: ReduceKind::Max, axes: axis.clone(), keep_dims: false }, vec![s])?;
