@@ -147,11 +147,11 @@ fn redirect_with(imp: &mut Importer, n: &Node, to: &str, rename: &[(&str, &str)]
     redirect(imp, &m, to, "default", rename)
 }
 
-fn un(imp: &mut Importer, op: U, x: ValueId) -> R<ValueId> {
+pub(super) fn un(imp: &mut Importer, op: U, x: ValueId) -> R<ValueId> {
     imp.push(Op::Unary(op), vec![x])
 }
 
-fn bin(imp: &mut Importer, op: B, a: ValueId, b: ValueId) -> R<ValueId> {
+pub(super) fn bin(imp: &mut Importer, op: B, a: ValueId, b: ValueId) -> R<ValueId> {
     imp.push(Op::Binary(op), vec![a, b])
 }
 
@@ -170,7 +170,7 @@ fn reduce(imp: &mut Importer, x: ValueId, kind: ReduceKind, axes: Vec<usize>, ke
     imp.push(Op::Reduce { kind, axes, keep_dims }, vec![x])
 }
 
-fn reshape(imp: &mut Importer, x: ValueId, shape: Vec<Dim>) -> R<ValueId> {
+pub(super) fn reshape(imp: &mut Importer, x: ValueId, shape: Vec<Dim>) -> R<ValueId> {
     imp.push(Op::Reshape { shape }, vec![x])
 }
 
@@ -216,7 +216,7 @@ fn axes_of(imp: &mut Importer, n: &Node, key: &str, rank: usize) -> R<Vec<usize>
 }
 
 /// A float input of `n` cast to the dtype a decomposition computes in.
-fn float_in(imp: &mut Importer, n: &Node, key: &str, dtype: DType) -> R<ValueId> {
+pub(super) fn float_in(imp: &mut Importer, n: &Node, key: &str, dtype: DType) -> R<ValueId> {
     let x = match imp.arg(n, key) {
         Some(Arg::Tensor(t)) => imp.value(t)?,
         Some(_) => {
@@ -230,7 +230,7 @@ fn float_in(imp: &mut Importer, n: &Node, key: &str, dtype: DType) -> R<ValueId>
 
 /// Casts `v` to the declared type of output `index` and binds it, expanding
 /// a result that broadcasting left narrower than declared.
-fn finish(imp: &mut Importer, n: &Node, index: usize, v: ValueId) -> R<()> {
+pub(super) fn finish(imp: &mut Importer, n: &Node, index: usize, v: ValueId) -> R<()> {
     let out = imp.out_ty(n, index)?;
     let mut v = imp.cast(v, out.dtype);
     if imp.ty(v).shape.len() < out.shape.len() || imp.ty(v).rank() == 0 && out.rank() > 0 {

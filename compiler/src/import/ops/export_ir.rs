@@ -13,6 +13,7 @@
 //! internal names.
 
 use super::activation::compute_dtype;
+use super::composite::{bin, finish, float_in, reshape, un};
 use super::shape::normalize_axis;
 use crate::import::importer::{invalid, output_names, unsupported, Fail, Importer, Scalar, R};
 use crate::pt2::program::{Arg, NamedArg, Node};
@@ -131,18 +132,6 @@ fn rewrite(imp: &mut Importer, n: &Node, target: &str, inputs: Vec<NamedArg>) ->
     super::dispatch(imp, &m, name, overload)
 }
 
-fn bin(imp: &mut Importer, op: B, a: ValueId, b: ValueId) -> R<ValueId> {
-    imp.push(Op::Binary(op), vec![a, b])
-}
-
-fn un(imp: &mut Importer, op: U, x: ValueId) -> R<ValueId> {
-    imp.push(Op::Unary(op), vec![x])
-}
-
-fn reshape(imp: &mut Importer, x: ValueId, shape: Vec<Dim>) -> R<ValueId> {
-    imp.push(Op::Reshape { shape }, vec![x])
-}
-
 fn flat(imp: &mut Importer, x: ValueId) -> R<ValueId> {
     let numel = imp.ty(x).numel();
     reshape(imp, x, vec![numel])
@@ -167,12 +156,6 @@ fn dims_arg(imp: &mut Importer, n: &Node, rank: usize) -> R<Vec<usize>> {
         Some(Arg::Int(d)) => Ok(vec![normalize_axis(*d, rank.max(1))?]),
         Some(_) => imp.ints(n, "dim", &[])?.iter().map(|&d| normalize_axis(d, rank.max(1))).collect(),
     }
-}
-
-fn bind_cast(imp: &mut Importer, n: &Node, i: usize, v: ValueId) -> R<()> {
-    let out = imp.out_ty(n, i)?;
-    let v = imp.cast(v, out.dtype);
-    imp.bind(n, i, v)
 }
 
 // ---------------------------------------------------------------- the ops
@@ -344,17 +327,7 @@ fn put(imp: &mut Importer, n: &Node) -> R<()> {
 fn xlog1py(imp: &mut Importer, n: &Node) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let c = compute_dtype(out.dtype);
-    let operand = |imp: &mut Importer, key: &str| -> R<ValueId> {
-        let v = match imp.arg(n, key) {
-            Some(Arg::Tensor(_)) => imp.tensor(n, key)?,
-            _ => {
-                let s = imp.scalar(n, key)?;
-                imp.scalar_const(s, c)
-            }
-        };
-        Ok(imp.cast(v, c))
-    };
-    let (x, y) = (operand(imp, "self")?, operand(imp, "other")?);
+    let (x, y) = (float_in(imp, n, "self", c)?, float_in(imp, n, "other", c)?);
     let l = un(imp, U::Log1p, y)?;
     let prod = bin(imp, B::Mul, x, l)?;
     let zero_x = imp.with_scalar(B::Eq, x, 0.0)?;
@@ -363,7 +336,7 @@ fn xlog1py(imp: &mut Importer, n: &Node) -> R<()> {
     let nan_y = bin(imp, B::Ne, y, y)?;
     let nan = imp.scalar_const(Scalar::Float(f64::NAN), c);
     let v = imp.push(Op::Where, vec![nan_y, nan, v])?;
-    bind_cast(imp, n, 0, v)
+    finish(imp, n, 0, v)
 }
 
 /// `resize_(self, size)` / `resize_as_(self, the_template)` (and Core
@@ -745,7 +718,7 @@ fn dropout_backward(imp: &mut Importer, n: &Node) -> R<()> {
     let scale = imp.float(n, "scale", None)?;
     let scaled = imp.with_scalar(B::Mul, mask, scale)?;
     let v = bin(imp, B::Mul, grad, scaled)?;
-    bind_cast(imp, n, 0, v)
+    finish(imp, n, 0, v)
 }
 
 /// `_softmax_backward_data(grad_output, output, dim, input_dtype)`:
@@ -1179,13 +1152,7 @@ fn renorm(imp: &mut Importer, n: &Node) -> R<()> {
     let one = imp.scalar_const(Scalar::Float(1.0), c);
     let factor = imp.push(Op::Where, vec![over, factor, one])?;
     let v = bin(imp, B::Mul, xc, factor)?;
-    bind_cast(imp, n, 0, v)
-}
-
-/// A float operand of a loss in the math dtype `c`.
-fn loss_in(imp: &mut Importer, n: &Node, key: &str, c: DType) -> R<ValueId> {
-    let v = imp.tensor(n, key)?;
-    Ok(imp.cast(v, c))
+    finish(imp, n, 0, v)
 }
 
 /// The losses of two inputs and a ±1 target (torch's references, in the
@@ -1198,11 +1165,11 @@ fn loss_in(imp: &mut Importer, n: &Node, key: &str, c: DType) -> R<ValueId> {
 fn pair_loss(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let c = compute_dtype(out.dtype);
-    let t = loss_in(imp, n, "target", c)?;
+    let t = float_in(imp, n, "target", c)?;
     let zero = imp.scalar_const(Scalar::Float(0.0), c);
     let loss = match name {
         "cosine_embedding_loss" => {
-            let (a, b) = (loss_in(imp, n, "input1", c)?, loss_in(imp, n, "input2", c)?);
+            let (a, b) = (float_in(imp, n, "input1", c)?, float_in(imp, n, "input2", c)?);
             let axis = imp.ty(a).rank().saturating_sub(1);
             let sum = |imp: &mut Importer, v: ValueId| {
                 imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![axis], keep_dims: false }, vec![v])
@@ -1243,14 +1210,14 @@ fn pair_loss(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             imp.push(Op::Clamp { min: Some(0.0), max: None }, vec![m])?
         }
         "soft_margin_loss" => {
-            let x = loss_in(imp, n, "self", c)?;
+            let x = float_in(imp, n, "self", c)?;
             let nx = un(imp, U::Neg, x)?;
             let m = bin(imp, B::Mul, nx, t)?;
             let e = un(imp, U::Exp, m)?;
             un(imp, U::Log1p, e)?
         }
         _ => {
-            let x = loss_in(imp, n, "self", c)?;
+            let x = float_in(imp, n, "self", c)?;
             let margin = imp.float(n, "margin", Some(1.0))?;
             let m = imp.scalar_const(Scalar::Float(margin), c);
             let gap = bin(imp, B::Sub, m, x)?;
@@ -1263,7 +1230,7 @@ fn pair_loss(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         }
     };
     let v = super::composite::reduction(imp, n, loss)?;
-    bind_cast(imp, n, 0, v)
+    finish(imp, n, 0, v)
 }
 
 /// `poisson_nll_loss(input, target, log_input, full, eps, reduction)`:
@@ -1272,8 +1239,8 @@ fn pair_loss(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
 fn poisson_nll_loss(imp: &mut Importer, n: &Node) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let c = compute_dtype(out.dtype);
-    let x = loss_in(imp, n, "input", c)?;
-    let t = loss_in(imp, n, "target", c)?;
+    let x = float_in(imp, n, "input", c)?;
+    let t = float_in(imp, n, "target", c)?;
     let eps = imp.float(n, "eps", Some(1e-8))?;
     let mut loss = if imp.bool(n, "log_input", true)? {
         let tx = bin(imp, B::Mul, t, x)?;
@@ -1299,7 +1266,7 @@ fn poisson_nll_loss(imp: &mut Importer, n: &Node) -> R<()> {
         loss = bin(imp, B::Add, loss, stirling)?;
     }
     let v = super::composite::reduction(imp, n, loss)?;
-    bind_cast(imp, n, 0, v)
+    finish(imp, n, 0, v)
 }
 
 /// `triplet_margin_loss(anchor, positive, negative, margin=1, p=2,
@@ -1332,7 +1299,7 @@ fn triplet_margin_loss(imp: &mut Importer, n: &Node) -> R<()> {
     let m = bin(imp, B::Sub, m, d_an)?;
     let loss = imp.push(Op::Clamp { min: Some(0.0), max: None }, vec![m])?;
     let v = super::composite::reduction(imp, n, loss)?;
-    bind_cast(imp, n, 0, v)
+    finish(imp, n, 0, v)
 }
 
 /// `gradient(self, *, spacing, dim, edge_order=1)` with uniform spacing
@@ -1421,10 +1388,6 @@ fn eye(imp: &mut Importer, n: &Node) -> R<()> {
     else {
         return unsupported("eye with a dynamic size");
     };
-    let r = arange(imp, rows, DType::I64);
-    let r = reshape(imp, r, vec![Dim::Const(rows), Dim::Const(1)])?;
-    let c = arange(imp, cols, DType::I64);
-    let c = reshape(imp, c, vec![Dim::Const(1), Dim::Const(cols)])?;
-    let diagonal = bin(imp, B::Eq, r, c)?;
-    bind_cast(imp, n, 0, diagonal)
+    let v = super::linalg::eye_matrix(imp, out.dtype, rows, cols)?;
+    imp.bind(n, 0, v)
 }

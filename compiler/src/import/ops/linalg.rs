@@ -44,6 +44,11 @@ fn bind_result(imp: &mut Importer, n: &Node, i: usize, op: L, f: Flags, inputs: 
 /// other real dtype).
 fn matrices(imp: &mut Importer, n: &Node, name: &str) -> R<ValueId> {
     let a = imp.tensor(n, name)?;
+    linalg_operand(imp, a)
+}
+
+/// `a` when kiln's linalg kernels take it: f32/f64 matrices.
+fn linalg_operand(imp: &Importer, a: ValueId) -> R<ValueId> {
     let ty = imp.ty(a);
     if !matches!(ty.dtype, DType::F32 | DType::F64) {
         return unsupported(format!("linalg on {} (kiln's linalg kernels take f32 and f64)", ty.dtype));
@@ -856,13 +861,7 @@ pub(super) fn cond(imp: &mut Importer, n: &Node) -> R<()> {
 
 /// The `n × n` identity in `dtype`, broadcast to `batch ++ [n, n]`.
 fn identity_like(imp: &mut Importer, dtype: DType, batch: &[Dim], size: i64) -> R<ValueId> {
-    let positions = TensorType::new(DType::I64, vec![Dim::Const(size)]);
-    let arange = Op::Arange { start: 0.0, step: 1.0, len: Dim::Const(size), dtype: DType::I64 };
-    let p = imp.push_typed(arange, vec![], positions);
-    let rows = imp.push(Op::Reshape { shape: vec![Dim::Const(size), Dim::Const(1)] }, vec![p])?;
-    let cols = imp.push(Op::Reshape { shape: vec![Dim::Const(1), Dim::Const(size)] }, vec![p])?;
-    let eye = imp.push(Op::Binary(BinaryOp::Eq), vec![rows, cols])?;
-    let eye = imp.cast(eye, dtype);
+    let eye = eye_matrix(imp, dtype, size, size)?;
     if batch.is_empty() {
         return Ok(eye);
     }
@@ -870,14 +869,19 @@ fn identity_like(imp: &mut Importer, dtype: DType, batch: &[Dim], size: i64) -> 
     imp.push(Op::Expand { shape }, vec![eye])
 }
 
+/// The `rows × cols` matrix with ones where row equals column, in `dtype`.
+pub(super) fn eye_matrix(imp: &mut Importer, dtype: DType, rows: i64, cols: i64) -> R<ValueId> {
+    let r = arange_column(imp, rows, true)?;
+    let c = arange_column(imp, cols, false)?;
+    let eye = imp.push(Op::Binary(BinaryOp::Eq), vec![r, c])?;
+    Ok(imp.cast(eye, dtype))
+}
+
 /// The static size of square matrices `a`.
 fn square_size(imp: &Importer, a: ValueId, api: &str) -> R<i64> {
-    let ty = imp.ty(a);
-    let r = ty.rank();
-    match (ty.shape[r - 2].as_const(), ty.shape[r - 1].as_const()) {
-        (Some(m), Some(n)) if m == n => Ok(m),
-        (Some(m), Some(n)) => crate::import::importer::invalid(format!("{api} of {m}x{n} matrices (square ones only)")),
-        _ => unsupported(format!("{api} of matrices with a dynamic size")),
+    match matrix_dims_of(imp, a, api)? {
+        (m, n) if m == n => Ok(m),
+        (m, n) => crate::import::importer::invalid(format!("{api} of {m}x{n} matrices (square ones only)")),
     }
 }
 
@@ -985,7 +989,7 @@ pub(super) fn tensorinv(imp: &mut Importer, n: &Node) -> R<()> {
         return crate::import::importer::invalid(format!("tensorinv of a {rows}x{cols} matrix"));
     }
     let m = imp.push(Op::Reshape { shape: vec![Dim::Const(rows), Dim::Const(cols)] }, vec![a])?;
-    let m = matrices_value(imp, m)?;
+    let m = linalg_operand(imp, m)?;
     let inverse = linalg(imp, L::Inv, Flags::default(), vec![m])?;
     info_result(imp, n, None, true, L::LuInfo, m, || singular("linalg.tensorinv"))?;
     let out = imp.out_ty(n, 0)?;
@@ -1017,22 +1021,13 @@ pub(super) fn tensorsolve(imp: &mut Importer, n: &Node) -> R<()> {
         return crate::import::importer::invalid(format!("tensorsolve: {an} coefficients for {bn} right-hand values"));
     }
     let m = imp.push(Op::Reshape { shape: vec![Dim::Const(bn), Dim::Const(bn)] }, vec![a])?;
-    let m = matrices_value(imp, m)?;
+    let m = linalg_operand(imp, m)?;
     let rhs = imp.push(Op::Reshape { shape: vec![Dim::Const(bn), Dim::Const(1)] }, vec![b])?;
     let x = linalg(imp, L::Solve, Flags { left: true, ..Flags::default() }, vec![m, rhs])?;
     info_result(imp, n, None, true, L::LuInfo, m, || singular("linalg.tensorsolve"))?;
     let out = imp.out_ty(n, 0)?;
     let v = imp.push_typed(Op::Reshape { shape: out.shape.clone() }, vec![x], out);
     imp.bind(n, 0, v)
-}
-
-/// [`matrices`]' dtype check for a value the importer made.
-fn matrices_value(imp: &Importer, a: ValueId) -> R<ValueId> {
-    let dtype = imp.ty(a).dtype;
-    if !matches!(dtype, DType::F32 | DType::F64) {
-        return unsupported(format!("linalg on {dtype} (kiln's linalg kernels take f32 and f64)"));
-    }
-    Ok(a)
 }
 
 /// `x` with the entries where `keep(row, col)` fails set to zero (`rows ×
@@ -1072,11 +1067,8 @@ fn unpack_lu(imp: &mut Importer, lu: ValueId) -> R<(ValueId, ValueId)> {
     let rank = imp.ty(lu).rank();
     let left = imp.push(Op::Slice { axis: rank - 1, start: 0, end: k, step: 1 }, vec![lu])?;
     let below = masked_triangle(imp, left, m, k, true)?;
-    let r = arange_column(imp, m, true)?;
-    let c = arange_column(imp, k, false)?;
-    let diagonal = imp.push(Op::Binary(BinaryOp::Eq), vec![r, c])?;
     let dtype = imp.ty(lu).dtype;
-    let ones = imp.cast(diagonal, dtype);
+    let ones = eye_matrix(imp, dtype, m, k)?;
     let l = imp.push(Op::Binary(BinaryOp::Add), vec![below, ones])?;
     let top = imp.push(Op::Slice { axis: rank - 2, start: 0, end: k, step: 1 }, vec![lu])?;
     let u = masked_triangle(imp, top, k, n, false)?;
