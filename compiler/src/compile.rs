@@ -249,8 +249,11 @@ pub fn compile_graph_for(
         // Canonical layers first: Core ATen writes some linear layers as a
         // bmm by an expanded weight, which quantization (and the
         // calibration that observes the same layers) would not see.
+        // BatchNorms fold into their convolutions now, so that a convolution
+        // is quantized with the weight it runs with.
         let pass_opts = Options::new(target);
         simplify(&mut graph, &pass_opts)?;
+        kiln_passes::fold_batch_norms(&mut graph, &pass_opts)?;
         dce(&mut graph, &pass_opts)?;
     }
     let quantized = match &opts.quantize {

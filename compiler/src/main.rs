@@ -194,10 +194,10 @@ struct QuantArgs {
     /// Keep the weights whose Python name matches GLOB (`*`, `?`) in f32; repeatable.
     #[arg(long, value_name = "GLOB")]
     quantize_skip: Vec<String>,
-    /// Keep the first linear layer in f32.
+    /// Keep the first layer (linear or convolution) in f32.
     #[arg(long)]
     quantize_keep_first: bool,
-    /// Keep the last linear layer in f32.
+    /// Keep the last layer (linear or convolution) in f32.
     #[arg(long)]
     quantize_keep_last: bool,
     /// Calibration samples: DIR/sample_0/input_0.npy, … (the float program runs on each
@@ -398,7 +398,7 @@ fn cmd_compile(
     );
     if quant.quantize.is_some() {
         let done = s.quantized.iter().filter(|l| l.bits.is_some()).count();
-        println!("quantized {done} of {} linear layers", s.quantized.len());
+        println!("quantized {done} of {} layers", s.quantized.len());
         for l in s.quantized.iter().filter(|l| l.bits.is_none()) {
             println!("  kept {}: {}", l.name, l.note);
         }

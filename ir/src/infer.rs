@@ -349,6 +349,19 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             // Static activations need the weights dynamic ones need.
             quant_linear(symbols, ins, *bits, *group, *zero_points, *dynamic || act_scale.is_some())
         }
+        Op::QuantConv { stride, padding, dilation, groups, dynamic, asymmetric, act_scale, act_zero_point } => {
+            static_activations(*dynamic, *act_scale, *act_zero_point)?;
+            if *asymmetric && !*dynamic {
+                return Err("quant_conv asymmetric needs dynamic activations".into());
+            }
+            let conv = Op::Conv {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups: *groups,
+            };
+            quant_conv(symbols, &conv, ins, *dynamic || act_scale.is_some())
+        }
         Op::Conv { stride, padding, dilation, groups } => {
             let (x, w) = (ins[0], ins[1]);
             let n = stride.len();
@@ -996,6 +1009,40 @@ fn static_activations(dynamic: bool, scale: Option<f64>, zero_point: i64) -> Res
         return Err(format!("quant_linear act_scale {s} / act_zero_point {zero_point} out of range"));
     }
     Ok(())
+}
+
+/// [`Op::QuantConv`]'s operands: an i8 weight, f32 scales `[Cout]`, then
+/// [`Op::Conv`]'s rules on the weight's shape.
+fn quant_conv(
+    symbols: &PrimaryMap<SymbolId, Symbol>,
+    conv: &Op,
+    ins: &[&TensorType],
+    int8_acts: bool,
+) -> Result<TensorType, String> {
+    let (x, w, scales) = (ins[0], ins[1], ins[2]);
+    if x.dtype != DType::F32 || w.dtype != DType::I8 {
+        return Err(format!("quant_conv takes an f32 input and an i8 weight, got {} and {}", x.dtype, w.dtype));
+    }
+    let Some(cout) = w.shape.first().and_then(|d| d.as_const()) else {
+        return Err("quant_conv weight must have a static output-channel dim".into());
+    };
+    if scales.dtype != DType::F32 || scales.static_shape().as_deref() != Some(&[cout][..]) {
+        return Err(format!("quant_conv scales must be f32[{cout}], got {}{:?}", scales.dtype, scales.shape));
+    }
+    if let Some(b) = ins.get(3) {
+        if b.dtype != DType::F32 {
+            return Err("quant_conv bias must be f32".into());
+        }
+    }
+    if let Op::Conv { groups, .. } = conv {
+        if int8_acts && *groups != 1 {
+            return Err(format!("quant_conv with int8 activations must be dense, got {groups} groups"));
+        }
+    }
+    let wf = TensorType::new(DType::F32, w.shape.clone());
+    let mut float_ins: Vec<&TensorType> = vec![x, &wf];
+    float_ins.extend(ins.get(3).copied());
+    infer_one(symbols, conv, &float_ins)
 }
 
 /// [`Op::QuantLinear`]'s operands against its attributes (see its doc).

@@ -217,6 +217,24 @@ op_table! {
         Op::QuantLinear { .. } =>
             "quant_linear" ["bits", "group", "zero_points", "dynamic", "asymmetric", "act_scale", "act_zero_point"],
     );
+    /// A convolution with int8 weights, one scale per output channel
+    /// (symmetric): `(x f32[N, C, spatial..], w i8[Cout, C/groups, k..],
+    /// scales f32[Cout] [, bias f32[Cout]])`, NC(D)HW like [`Op::Conv`]. The
+    /// activations as [`Op::QuantLinear`]'s say (`dynamic`, `asymmetric`,
+    /// `act_scale`, `act_zero_point`), each output pixel's window being one
+    /// row (`kiln_kernels::quant::qconv`); int8 activations need a dense
+    /// convolution (`groups` 1). Without them (weight-only) the runtime
+    /// dequantizes the weight once at load and runs the f32 convolution.
+    [QuantConv {
+        stride: Vec<i64>,
+        padding: Vec<i64>,
+        dilation: Vec<i64>,
+        groups: i64,
+        dynamic: bool,
+        asymmetric: bool,
+        act_scale: Option<f64>,
+        act_zero_point: i64,
+    }] opcode QuantConv, text("quant_conv"), channels_first;
     /// [`Op::Conv`] with a fused epilogue (`kiln_isa::epilogue`): `(x, w
     /// [, b] [, residual])`, as `epilogue`'s flags say; the residual is
     /// shaped like the result. f32. Made by the epilogue fusion pass (CPU).

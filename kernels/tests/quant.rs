@@ -707,3 +707,137 @@ fn a_warm_call_allocates_nothing() {
         }
     }
 }
+
+/// A quantized convolution's definition, written out: every output pixel's
+/// window (zero in the padding) quantized as `act` quantizes a row, the
+/// exact integer sum with the weight, then `(f32(acc) · s) · scale + bias`.
+#[allow(clippy::too_many_arguments)]
+fn qconv_reference(
+    x: &[f32],
+    (n, c, h, wd): (usize, usize, usize, usize),
+    q: &[i8],
+    (cout, kh, kw): (usize, usize, usize),
+    scales: &[f32],
+    bias: &[f32],
+    (stride, pad, dil): (usize, usize, usize),
+    act: ActQuant,
+) -> (Vec<f32>, (usize, usize)) {
+    let oh = (h + 2 * pad - dil * (kh - 1) - 1) / stride + 1;
+    let ow = (wd + 2 * pad - dil * (kw - 1) - 1) / stride + 1;
+    let k = c * kh * kw;
+    let mut out = vec![0f32; n * cout * oh * ow];
+    for b in 0..n {
+        for y in 0..oh {
+            for xo in 0..ow {
+                let mut window = Vec::with_capacity(k);
+                for ci in 0..c {
+                    for ty in 0..kh {
+                        for tx in 0..kw {
+                            let (iy, ix) = (
+                                (y * stride + ty * dil) as isize - pad as isize,
+                                (xo * stride + tx * dil) as isize - pad as isize,
+                            );
+                            let inside = iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < wd;
+                            window.push(if inside {
+                                x[((b * c + ci) * h + iy as usize) * wd + ix as usize]
+                            } else {
+                                0.0
+                            });
+                        }
+                    }
+                }
+                let (s, zp, qx) = match act {
+                    ActQuant::Static { scale, zero_point } => {
+                        (scale, zero_point, quantize_written_out(&window, scale, zero_point))
+                    }
+                    ActQuant::DynamicAsymmetric => {
+                        let (s, zp) = row_qparams_asymmetric(&window);
+                        (s, zp, quantize_written_out(&window, s, zp))
+                    }
+                    _ => {
+                        let mut qi = vec![0i8; k];
+                        quantize_row_i8(&window, row_scale_symmetric(&window), &mut qi);
+                        (row_scale_symmetric(&window), 0, qi.iter().map(|&v| v as i32).collect())
+                    }
+                };
+                for co in 0..cout {
+                    let acc: i32 = (0..k).map(|p| (qx[p] - zp) * q[co * k + p] as i32).sum();
+                    out[((b * cout + co) * oh + y) * ow + xo] = (acc as f32 * s) * scales[co] + bias[co];
+                }
+            }
+        }
+    }
+    (out, (oh, ow))
+}
+
+#[test]
+fn qconv_every_variant_and_thread_count_follows_the_definition() {
+    use kiln_kernels::quant::{qconv_with, variants};
+    use kiln_kernels::{ConvParams, DType, TensorMut, TensorRef};
+    // (N, C, H, W), (Cout, kh, kw), (stride, padding, dilation).
+    let cases = [
+        ((2, 3, 9, 7), (5, 3, 3), (1, 1, 1)),
+        ((1, 4, 11, 10), (33, 3, 3), (2, 1, 1)),
+        ((1, 6, 8, 8), (17, 1, 1), (1, 0, 1)),
+        ((1, 2, 12, 9), (8, 3, 2), (1, 2, 2)),
+    ];
+    let acts = [
+        ActQuant::DynamicPerRow,
+        ActQuant::DynamicAsymmetric,
+        ActQuant::Static { scale: 0.021, zero_point: 3 },
+        ActQuant::Static { scale: 0.05, zero_point: -128 },
+    ];
+    for (case, &((n, c, h, wd), (cout, kh, kw), (stride, pad, dil))) in cases.iter().enumerate() {
+        let mut seed = 100 + case as u64;
+        let x: Vec<f32> = (0..n * c * h * wd).map(|_| lcg(&mut seed) * 2.5).collect();
+        let k = c * kh * kw;
+        let q: Vec<i8> = (0..cout * k).map(|i| ((i * 53 + case * 7) % 255) as u8 as i8).collect();
+        let scales: Vec<f32> = (0..cout).map(|j| 0.003 + j as f32 * 0.0007).collect();
+        let bias: Vec<f32> = (0..cout).map(|j| j as f32 * 0.1 - 0.4).collect();
+        let data: Vec<u8> = q.iter().map(|&v| v as u8).collect();
+        let w = QWeights { n: cout, k, bits: QBits::I8, group: k, data: &data, scales: &scales, zero_points: None };
+        let packed = PackedQWeights::pack(&w).unwrap();
+        for act in acts {
+            let (want, (oh, ow)) =
+                qconv_reference(&x, (n, c, h, wd), &q, (cout, kh, kw), &scales, &bias, (stride, pad, dil), act);
+            for kernels in variants() {
+                for threads in [1, 3] {
+                    let mut got = vec![0f32; want.len()];
+                    let mut cx = Context::new().with_threads(threads);
+                    let p = ConvParams { stride: &[stride; 2], padding: &[pad; 2], dilation: &[dil; 2], groups: 1 };
+                    let xr = TensorRef { dtype: DType::F32, shape: &[n, c, h, wd], data: bytemuck::cast_slice(&x) };
+                    let out_shape = [n, cout, oh, ow];
+                    let out =
+                        TensorMut { dtype: DType::F32, shape: &out_shape, data: bytemuck::cast_slice_mut(&mut got) };
+                    qconv_with(&mut cx, &kernels, xr, &packed, &[cout, c, kh, kw], act, Some(&bias), &p, out).unwrap();
+                    let diffs = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                    assert_eq!(diffs, 0, "case {case} {act:?} {} at {threads} threads", kernels.name());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn qconv_refuses_what_it_does_not_run() {
+    use kiln_kernels::quant::qconv;
+    use kiln_kernels::{ConvParams, DType, TensorMut, TensorRef};
+    let data = vec![1u8; 4 * 18];
+    let scales = vec![0.1f32; 4];
+    let w = QWeights { n: 4, k: 18, bits: QBits::I8, group: 18, data: &data, scales: &scales, zero_points: None };
+    let packed = PackedQWeights::pack(&w).unwrap();
+    let x = vec![0f32; 2 * 5 * 5];
+    let mut y = vec![0f32; 4 * 3 * 3];
+    let p = ConvParams { stride: &[1, 1], padding: &[0, 0], dilation: &[1, 1], groups: 1 };
+    let mut run = |act: ActQuant, w_shape: &[usize], groups: usize| {
+        let p = ConvParams { groups, ..p };
+        let xr = TensorRef { dtype: DType::F32, shape: &[1, 2, 5, 5], data: bytemuck::cast_slice(&x) };
+        let out = TensorMut { dtype: DType::F32, shape: &[1, 4, 3, 3], data: bytemuck::cast_slice_mut(&mut y) };
+        qconv(&mut Context::new(), xr, &packed, w_shape, act, None, &p, out)
+    };
+    assert!(run(ActQuant::DynamicPerRow, &[4, 2, 3, 3], 1).is_ok());
+    assert!(run(ActQuant::Float, &[4, 2, 3, 3], 1).is_err());
+    assert!(run(ActQuant::DynamicPerRow, &[4, 2, 3, 3], 2).is_err());
+    assert!(run(ActQuant::DynamicPerRow, &[4, 1, 3, 3], 1).is_err());
+    assert!(run(ActQuant::DynamicPerRow, &[4, 2, 2, 2], 1).is_err());
+}

@@ -11,7 +11,7 @@
 
 mod attention;
 mod linear;
-mod norm;
+pub(crate) mod norm;
 mod pool;
 mod softmax;
 

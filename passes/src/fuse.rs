@@ -27,6 +27,36 @@ pub fn fuse_conv_affine(g: &mut Graph, _opts: &Options) -> Result<Changed, PassE
     })
 }
 
+/// BatchNorm ops (with constant parameters) on the result of a convolution
+/// fold into its weight and bias, as decomposition and
+/// [`fuse_conv_affine`] fold them later (the same f32 values: the scale and
+/// shift rounded to f32, the weight scaled and the bias scaled then shifted,
+/// each rounded once). `--quantize` runs it first, so that convolutions are
+/// quantized with the weights they will run with.
+pub fn fold_batch_norms(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
+    crate::check::guard(g, "fold_batch_norms")?;
+    let mut uses = g.use_counts();
+    rewrite_in_order(g, |g, n| {
+        let node = &g.nodes[n];
+        let (Op::BatchNorm { eps }, &[x, mean, var, weight, bias]) = (&node.op, &node.inputs[..]) else {
+            return Ok(Rewrite::Keep);
+        };
+        let rank = g.ty(x).rank();
+        let Some((scale, shift)) = crate::decompose::norm::constant_params(g, [mean, var, weight, bias], *eps) else {
+            return Ok(Rewrite::Keep);
+        };
+        let as_f32 = |v: Vec<f64>| v.into_iter().map(|x| x as f32 as f64).collect::<Vec<_>>();
+        let (scale, shift) = (as_f32(scale), as_f32(shift));
+        let Some(scaled) = fold_factors(g, x, BinaryOp::Mul, &scale, &uses) else { return Ok(Rewrite::Keep) };
+        uses[scaled] = 1;
+        let fused = fold_factors(g, scaled, BinaryOp::Add, &shift, &uses).filter(|_| rank >= 3);
+        let Some(fused) = fused else { return Ok(Rewrite::Keep) };
+        let old = g.nodes[n].outputs[0];
+        uses[fused] = uses[old];
+        Ok(Rewrite::Replace(vec![fused]))
+    })
+}
+
 /// Per-output-channel factors of a constant that broadcasts against a conv
 /// output of rank `rank` with `channels` channels only along axis 1 (or is a
 /// scalar): `[C, 1, ..]`, `[1, C, 1, ..]`, `[]`, `[1]`, ...
@@ -55,17 +85,38 @@ fn try_fuse(g: &mut Graph, n: NodeId, uses: &SecondaryMap<ValueId, u32>) -> Opti
     } else {
         return None;
     };
-    if uses[conv_out] != 1 || g.outputs.contains(&conv_out) || g.ty(conv_out) != g.ty(node.outputs[0]) {
+    if g.ty(conv_out) != g.ty(node.outputs[0]) {
         return None;
     }
-    let conv = g.producer(conv_out)?;
+    let out_ty = g.ty(conv_out);
+    let channels = usize::try_from(out_ty.shape.get(1)?.as_const()?).ok()?;
+    let factors = per_channel(&HostTensor::from_const(g, k)?, out_ty.rank(), channels)?;
+    fold_factors(g, conv_out, op, &factors, uses)
+}
+
+/// The convolution producing `conv_out` (its only use) with `op` (mul, add
+/// or sub) by per-output-channel `factors` folded into its weight and bias:
+/// the new convolution's result.
+fn fold_factors(
+    g: &mut Graph,
+    conv_out: ValueId,
+    op: BinaryOp,
+    factors: &[f64],
+    uses: &SecondaryMap<ValueId, u32>,
+) -> Option<ValueId> {
+    let conv = g.producer(conv_out).filter(|&p| is_conv(g, p))?;
+    if uses[conv_out] != 1 || g.outputs.contains(&conv_out) {
+        return None;
+    }
     let conv_node = g.nodes[conv].clone();
     let out_ty = g.ty(conv_out).clone();
     if out_ty.dtype != DType::F32 {
         return None;
     }
     let channels = usize::try_from(out_ty.shape.get(1)?.as_const()?).ok()?;
-    let factors = per_channel(&HostTensor::from_const(g, k)?, out_ty.rank(), channels)?;
+    if factors.len() != channels {
+        return None;
+    }
     let w = HostTensor::from_const(g, conv_node.inputs[1])?;
     let bias = match conv_node.inputs.get(2) {
         Some(&b) => HostTensor::from_const(g, b)?.data,

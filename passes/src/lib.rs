@@ -45,7 +45,7 @@ pub use decompose::decompose;
 pub use dims::simplify_dim;
 pub use error::{Changed, PassError};
 pub use fold::fold_constants;
-pub use fuse::fuse_conv_affine;
+pub use fuse::{fold_batch_norms, fuse_conv_affine};
 pub use fuse_attention::fuse_attention;
 pub use fuse_elementwise::fuse_elementwise;
 pub use fuse_epilogue::fuse_epilogues;
@@ -58,8 +58,8 @@ pub use memory::{
 pub use observe::{range_qparams, ActObservation, Observer};
 pub use pipeline::{cleanup, default_pipeline, pipeline_for, run_pipeline, Options, Pass, PassRecord, Report};
 pub use pipeline::{
-    CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LAYOUT, LEGALIZE,
-    QUANT_LINEAR, SIMPLIFY,
+    CLEANUP, DCE, DECOMPOSE, FOLD, FOLD_BATCH_NORMS, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM,
+    LAYOUT, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
 };
 pub use quant_linear::quantize_linear_weights;
 pub use quantize::{

@@ -3,8 +3,9 @@
 
 use crate::target::{OpKind, Support, Target, TargetDesc};
 use crate::{
-    channels_last, dce, decompose, fold_constants, fuse_attention, fuse_conv_affine, fuse_elementwise, fuse_epilogues,
-    fuse_rms_norm, legalize_dtypes, quantize_linear_weights, simplify, verify_graph, Changed, PassError,
+    channels_last, dce, decompose, fold_batch_norms, fold_constants, fuse_attention, fuse_conv_affine,
+    fuse_elementwise, fuse_epilogues, fuse_rms_norm, legalize_dtypes, quantize_linear_weights, simplify, verify_graph,
+    Changed, PassError,
 };
 use kiln_ir::{DType, Graph, Op};
 use std::fmt;
@@ -60,6 +61,8 @@ pub const DCE: Pass = Pass { name: "dce", run: dce };
 pub const DECOMPOSE: Pass = Pass { name: "decompose", run: decompose };
 pub const CLEANUP: Pass = Pass { name: "cleanup", run: cleanup };
 pub const FUSE: Pass = Pass { name: "fuse", run: fuse_conv_affine };
+/// BatchNorm into the convolution before it (`--quantize` runs it first).
+pub const FOLD_BATCH_NORMS: Pass = Pass { name: "fold_batch_norms", run: fold_batch_norms };
 pub const LEGALIZE: Pass = Pass { name: "legalize", run: legalize_dtypes };
 pub const FUSE_ATTENTION: Pass = Pass { name: "fuse_attention", run: fuse_attention };
 pub const FUSE_NORM: Pass = Pass { name: "fuse_norm", run: fuse_rms_norm };

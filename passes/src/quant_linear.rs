@@ -90,6 +90,15 @@ pub(crate) enum Acts {
     },
 }
 
+/// A convolution's attributes and weight shape, for [`QuantWeight::into_conv_operands`].
+pub(crate) struct ConvAttrs {
+    pub stride: Vec<i64>,
+    pub padding: Vec<i64>,
+    pub dilation: Vec<i64>,
+    pub groups: i64,
+    pub weight_shape: Vec<Dim>,
+}
+
 /// A quantized `[n, k]` weight: integers one a byte, `n * (k / group)`
 /// scales and zero points (read off the graph, or made by `quantize`).
 #[derive(Clone)]
@@ -163,6 +172,36 @@ impl QuantWeight {
             },
         };
         (op, inputs)
+    }
+
+    /// A convolution's op and leading operands `(x, w, scales)`: the int8
+    /// weight in the convolution's own shape, one scale per output channel
+    /// (per-channel symmetric weights only: `group == k`, no zero points).
+    pub fn into_conv_operands(self, g: &mut Graph, x: ValueId, acts: Acts, conv: ConvAttrs) -> (Op, Vec<ValueId>) {
+        debug_assert!(self.group == self.k && self.zero_points.is_none());
+        let bytes: Vec<u8> = self.q.iter().map(|&v| v as u8).collect();
+        let w = g.add_const(None, TensorType::new(DType::I8, conv.weight_shape), ConstBytes::owned(bytes));
+        g.values[w].attrs = self.attrs.clone();
+        let scale_bytes: Vec<u8> = self.scales.iter().flat_map(|s| s.to_le_bytes()).collect();
+        let scales = g.add_const(None, TensorType::fixed(DType::F32, &[self.n as i64]), ConstBytes::owned(scale_bytes));
+        g.values[scales].attrs = self.attrs.clone();
+        let op = Op::QuantConv {
+            stride: conv.stride,
+            padding: conv.padding,
+            dilation: conv.dilation,
+            groups: conv.groups,
+            dynamic: matches!(acts, Acts::Dynamic | Acts::DynamicAsymmetric),
+            asymmetric: acts == Acts::DynamicAsymmetric,
+            act_scale: match acts {
+                Acts::Static { scale, .. } => Some(f64::from(scale)),
+                _ => None,
+            },
+            act_zero_point: match acts {
+                Acts::Static { zero_point, .. } => i64::from(zero_point),
+                _ => 0,
+            },
+        };
+        (op, vec![x, w, scales])
     }
 
     fn add(&self, g: &mut Graph, dtype: DType, cols: usize, bytes: Vec<u8>) -> ValueId {

@@ -152,7 +152,7 @@ pub struct QuantizeConfig {
     /// Weights whose Python name (`ValueAttrs::origin`, `encoder.0.fc1.weight`)
     /// matches one of these globs (`*`, `?`) stay f32.
     pub skip: Vec<String>,
-    /// Keep the first / last linear layer (in schedule order) in f32.
+    /// Keep the first / last layer (linear or convolution, in schedule order) in f32.
     pub keep_first: bool,
     pub keep_last: bool,
     /// What each linear layer's input took on the calibration samples, in
@@ -284,12 +284,12 @@ pub fn plan_layers(g: &Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerQuant>, P
         };
         let scheme = &cfg.scheme;
         let kept = if cfg.keep_first && i == 0 {
-            Some("the first linear layer (kept in f32)".to_string())
+            Some("the first layer (kept in f32)".to_string())
         } else if cfg.keep_last && i + 1 == layers.len() {
-            Some("the last linear layer (kept in f32)".to_string())
+            Some("the last layer (kept in f32)".to_string())
         } else if let Some(glob) = cfg.skip.iter().find(|p| glob_match(p, &name)) {
             Some(format!("skipped by `{glob}`"))
-        } else if let &QuantScheme::Int4Weight { group, .. } = scheme {
+        } else if let (&QuantScheme::Int4Weight { group, .. }, None) = (scheme, layer.conv_groups) {
             (!k.is_multiple_of(group)).then(|| format!("group {group} does not divide in_features {k}"))
         } else {
             None
@@ -297,6 +297,10 @@ pub fn plan_layers(g: &Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerQuant>, P
         if let Some(note) = kept {
             report.note = note;
             planned.push(LayerQuant { report, node: layer.node, chosen: None });
+            continue;
+        }
+        if let Some(groups) = layer.conv_groups {
+            planned.push(plan_conv(g, layer, groups, scheme, cfg.activations.get(i), report));
             continue;
         }
         let acts = match scheme {
@@ -334,6 +338,51 @@ pub fn plan_layers(g: &Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerQuant>, P
     Ok(planned)
 }
 
+/// A convolution's quantization: int8 weights per output channel (torchao's
+/// symmetric rule, as linear layers), the activations as the scheme says
+/// where the kernel runs them (dense convolutions); grouped and depthwise
+/// convolutions, and every convolution under an int4 scheme, keep f32
+/// activations over int8 weights (the report's note says so).
+fn plan_conv(
+    g: &Graph,
+    layer: &Layer,
+    groups: i64,
+    scheme: &QuantScheme,
+    observed: Option<&ActObservation>,
+    mut report: LayerReport,
+) -> LayerQuant {
+    let (n, k) = layer.dims;
+    let dense = groups == 1;
+    let acts = match scheme {
+        &QuantScheme::Int8Static { observer } if dense => match observed {
+            Some(o) => {
+                let (scale, zero_point) = o.qparams(observer);
+                report.act_qparams = Some((scale, zero_point));
+                Acts::Static { scale, zero_point }
+            }
+            None => Acts::Float,
+        },
+        QuantScheme::Int8Dynamic { asymmetric: false } if dense => Acts::Dynamic,
+        QuantScheme::Int8Dynamic { asymmetric: true } if dense => Acts::DynamicAsymmetric,
+        _ => Acts::Float,
+    };
+    report.note = match scheme {
+        QuantScheme::Int4Weight { .. } => "convolution: int8 weights (int4 is for linear layers)".into(),
+        QuantScheme::Int8Static { .. } | QuantScheme::Int8Dynamic { .. } if !dense => {
+            format!("convolution with {groups} groups: int8 weights, f32 activations")
+        }
+        _ => String::new(),
+    };
+    let w = f32_weight(g, layer.weight);
+    let attrs = g.values[layer.weight].attrs.clone();
+    let qw = quantize_matrix(&w, n, k, &QuantScheme::Int8Weight, None, attrs);
+    report.bits = Some(8);
+    report.group = k;
+    report.quant_bytes = qw.stored_bytes();
+    report.weight_sqnr_db = sqnr_db(&w, &qw.dequantized());
+    LayerQuant { report, node: layer.node, chosen: Some((qw, acts, None)) }
+}
+
 /// Rewrites the layers of `layers` that are quantized; returns their reports.
 pub fn apply_layers(g: &mut Graph, layers: Vec<LayerQuant>) -> Result<Vec<LayerReport>, PassError> {
     let mut reports = Vec::with_capacity(layers.len());
@@ -350,6 +399,20 @@ pub fn apply_layers(g: &mut Graph, layers: Vec<LayerQuant>) -> Result<Vec<LayerR
     rewrite_in_order(g, |g, n| {
         let Some((qw, acts, input_scale)) = by_node.remove(&n) else { return Ok(Rewrite::Keep) };
         let node = &g.nodes[n];
+        if let Op::Conv { stride, padding, dilation, groups } = &node.op {
+            let conv = crate::quant_linear::ConvAttrs {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups: *groups,
+                weight_shape: g.ty(node.inputs[1]).shape.clone(),
+            };
+            let (x, bias, out_ty, loc) =
+                (node.inputs[0], node.inputs.get(2).copied(), g.ty(node.outputs[0]).clone(), node.loc);
+            let (op, mut inputs) = qw.into_conv_operands(g, x, acts, conv);
+            inputs.extend(bias);
+            return Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]));
+        }
         let (mut x, bias) = (node.inputs[0], node.inputs.get(2).copied().filter(|_| node.op == Op::Linear));
         let out_ty = g.ty(node.outputs[0]).clone();
         let loc = node.loc;
@@ -397,10 +460,14 @@ pub fn layer_outputs(g: &Graph) -> Vec<ValueId> {
 struct Layer {
     node: NodeId,
     weight: ValueId,
+    /// Rows (output features or channels) and the weights of each.
     dims: (usize, usize),
+    /// A convolution's groups; `None` for a linear layer.
+    conv_groups: Option<i64>,
 }
 
-/// Linear layers with a constant f32 `[N, K]` weight, in schedule order.
+/// Linear layers with a constant f32 `[N, K]` weight and convolutions with
+/// a constant f32 weight, in schedule order.
 fn find_layers(g: &Graph) -> Vec<Layer> {
     let weight = |v: ValueId| -> Option<(ValueId, (usize, usize))> {
         g.const_of(v)?;
@@ -424,11 +491,24 @@ fn find_layers(g: &Graph) -> Vec<Layer> {
                         _ => return None,
                     }
                 }
+                (Op::Conv { groups, .. }, [_, w, ..]) => return conv_layer(g, n, *w, *groups),
                 _ => return None,
             };
-            Some(Layer { node: n, weight: w, dims })
+            Some(Layer { node: n, weight: w, dims, conv_groups: None })
         })
         .collect()
+}
+
+/// A convolution with a constant f32 weight `[Cout, C/groups, k..]`: a layer
+/// of `Cout` rows of `C/groups · taps` weights.
+fn conv_layer(g: &Graph, node: NodeId, w: ValueId, groups: i64) -> Option<Layer> {
+    g.const_of(w)?;
+    let ty = g.ty(w);
+    let dims: Vec<usize> = ty.static_shape()?.into_iter().map(|d| usize::try_from(d).ok()).collect::<Option<_>>()?;
+    let (&n, rest) = dims.split_first()?;
+    let k: usize = rest.iter().product();
+    let ok = ty.dtype == DType::F32 && (3..=5).contains(&dims.len()) && n > 0 && k > 0;
+    ok.then_some(Layer { node, weight: w, dims: (n, k), conv_groups: Some(groups) })
 }
 
 fn f32_weight(g: &Graph, v: ValueId) -> Vec<f32> {

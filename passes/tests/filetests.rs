@@ -7,8 +7,8 @@ use kiln_ir::filetest::{run_dir, FileTest};
 use kiln_ir::Graph;
 use kiln_passes::shard::{shard_graph, CostModel, ShardOptions, Strategy, Use};
 use kiln_passes::{
-    compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE,
-    FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LAYOUT, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
+    compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FOLD_BATCH_NORMS,
+    FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LAYOUT, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
 };
 use std::path::Path;
 
@@ -28,6 +28,7 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "cleanup" => vec![CLEANUP],
         "decompose" => vec![DECOMPOSE, DCE],
         "fuse" => vec![FUSE, DCE],
+        "fold_batch_norms" => vec![FOLD_BATCH_NORMS, DCE],
         "fuse_elementwise" => vec![FUSE_ELEMENTWISE, DCE],
         "fuse_epilogue" => vec![FUSE_EPILOGUE, DCE],
         "layout" => vec![LAYOUT, DCE],

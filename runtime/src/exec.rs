@@ -88,6 +88,17 @@ pub(crate) enum Packed {
     Conv(PackedConv),
     /// A quantized linear layer's integer weight, scales and zero points.
     Quant(PackedQWeights),
+    /// A quantized convolution's weight, prepared for the kernel it runs.
+    QuantConv(QuantConvWeight),
+}
+
+/// A quantized convolution's weight as its kernel reads it.
+pub(crate) enum QuantConvWeight {
+    /// With int8 activations: the `[Cout, C · taps]` integer matrix.
+    Int8(PackedQWeights),
+    /// Weight-only: the f32 weight `(q · scale)`, dequantized once, and its
+    /// GEMM packing where the convolution uses one (not depthwise).
+    Float { w: Vec<f32>, packed: Option<PackedConv> },
 }
 
 /// Resolves every instruction of a validated plan; `weights` is the
@@ -210,6 +221,17 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
     if let Kernel::QuantLinear { .. } = kernel {
         return pack_quant(plan, weights, kernel, inputs).map(Packed::Quant);
     }
+    if let Kernel::QuantConv { .. } = kernel {
+        let weight = |i: usize| -> Option<(&crate::format::TensorDecl, &[u8])> {
+            let decl = plan.tensors.get(*inputs.get(i)? as usize)?;
+            let Storage::Weight { offset, bytes } = decl.storage else { return None };
+            let start = usize::try_from(offset).ok()?;
+            Some((decl, weights.get(start..start.checked_add(usize::try_from(bytes).ok()?)?)?))
+        };
+        let ((w_decl, w), (_, scales)) = (weight(1)?, weight(2)?);
+        let dims: Vec<usize> = w_decl.shape.iter().map(static_dim).collect::<Option<_>>()?;
+        return quant_conv_weight(kernel, &dims, w, scales).ok().map(Packed::QuantConv);
+    }
     let transposed = match kernel {
         Kernel::Linear {} | Kernel::LinearFused { .. } => true,
         Kernel::MatMul {} => false,
@@ -308,6 +330,111 @@ fn quant_weights<'a>(
     })
 }
 
+fn static_dim(d: &DimRef) -> Option<usize> {
+    match d {
+        DimRef::Static(v) => usize::try_from(*v).ok(),
+        DimRef::Expr(_) => None,
+    }
+}
+
+/// A quantized convolution's weight `w` (i8 `dims`) and f32 `scales`
+/// (one per output channel), prepared for the kernel the call runs.
+fn quant_conv_weight(kernel: &Kernel, dims: &[usize], w: &[u8], scales: &[u8]) -> Result<QuantConvWeight> {
+    let Kernel::QuantConv { groups, dynamic, act_scale, .. } = kernel else {
+        return Err(quant_conv_err("not a quantized convolution"));
+    };
+    let (&n, rest) = dims.split_first().ok_or_else(|| quant_conv_err("0-d weight"))?;
+    let k = rest.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| quant_conv_err("weight too large"))?;
+    let scales: &[f32] = bytemuck::try_cast_slice(scales).map_err(|_| quant_conv_err("unaligned scales"))?;
+    if n.checked_mul(k) != Some(w.len()) || scales.len() != n {
+        return Err(quant_conv_err("weight or scales do not match the weight's shape"));
+    }
+    if *dynamic || act_scale.is_some() {
+        let q = QWeights { n, k, bits: QBits::I8, group: k, data: w, scales, zero_points: None };
+        return Ok(QuantConvWeight::Int8(PackedQWeights::pack(&q)?));
+    }
+    let values: Vec<f32> = w.iter().enumerate().map(|(i, &q)| q as i8 as f32 * scales[i / k.max(1)]).collect();
+    // Depthwise convolutions (one input channel per group) run direct loops.
+    let depthwise = rest.first() == Some(&1) && (*groups > 1 || n == 1);
+    let packed = if depthwise {
+        None
+    } else {
+        let bytes: &[u8] = bytemuck::cast_slice(&values);
+        PackedConv::new(k::best(), TensorRef { dtype: DType::F32, shape: dims, data: bytes }, *groups as usize).ok()
+    };
+    Ok(QuantConvWeight::Float { w: values, packed })
+}
+
+fn quant_conv_err(detail: &str) -> KernelError {
+    KernelError::Shape { kernel: "quant_conv", detail: detail.into() }
+}
+
+/// A quantized convolution through its prepared weight.
+fn quant_conv(
+    kernel: &Kernel,
+    prepared: &QuantConvWeight,
+    ints: &[usize],
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    outs: &mut [TensorMut<'_>],
+) -> Result<()> {
+    let Kernel::QuantConv { groups, dynamic, asymmetric, act_scale, act_zero_point, .. } = kernel else {
+        return Err(quant_conv_err("not a quantized convolution"));
+    };
+    let [stride, padding, dilation] = lists::<3>(ints);
+    let params = ConvParams { stride, padding, dilation, groups: *groups as usize };
+    let bias = ins.get(3).copied();
+    match prepared {
+        QuantConvWeight::Int8(w) => {
+            let act = activation_quant(*dynamic, *asymmetric, *act_scale, *act_zero_point)
+                .ok_or_else(|| quant_conv_err("bad activation quantization parameters"))?;
+            let bias = match bias {
+                Some(b) => {
+                    Some(bytemuck::try_cast_slice::<u8, f32>(b.data).map_err(|_| quant_conv_err("unaligned bias"))?)
+                }
+                None => None,
+            };
+            k::quant::qconv(cx, ins[0], w, ins[1].shape, act, bias, &params, out(outs, 0))
+        }
+        QuantConvWeight::Float { w, packed } => {
+            let w_ref = TensorRef { dtype: DType::F32, shape: ins[1].shape, data: bytemuck::cast_slice(w) };
+            match packed {
+                Some(p) => k::conv_packed(ins[0], w_ref, p, bias, &params, out(outs, 0), cx),
+                None => k::conv(ins[0], w_ref, bias, &params, out(outs, 0), cx),
+            }
+        }
+    }
+}
+
+/// A quantized convolution whose weight is not a constant: prepared per call.
+fn quant_conv_unpacked(
+    kernel: &Kernel,
+    ints: &[usize],
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    outs: &mut [TensorMut<'_>],
+) -> Result<()> {
+    if ins[1].dtype != DType::I8 || ins[2].dtype != DType::F32 {
+        return Err(quant_conv_err("weight must be i8 and scales f32"));
+    }
+    let prepared = quant_conv_weight(kernel, ins[1].shape, ins[1].data, ins[2].data)?;
+    quant_conv(kernel, &prepared, ints, cx, ins, outs)
+}
+
+/// The activation quantization a quantized call's flags name; `None` when
+/// they do not fit together (or the static scale is not an f32 value).
+fn activation_quant(dynamic: bool, asymmetric: bool, act_scale: Option<f64>, act_zero_point: i32) -> Option<ActQuant> {
+    match (dynamic, asymmetric, act_scale) {
+        (false, false, None) => Some(ActQuant::Float),
+        (true, false, None) => Some(ActQuant::DynamicPerRow),
+        (true, true, None) => Some(ActQuant::DynamicAsymmetric),
+        (false, false, Some(s)) if (s as f32) as f64 == s => {
+            Some(ActQuant::Static { scale: s as f32, zero_point: act_zero_point })
+        }
+        _ => None,
+    }
+}
+
 fn quant_err(detail: &str) -> KernelError {
     KernelError::Shape { kernel: "quant_linear", detail: detail.into() }
 }
@@ -333,15 +460,8 @@ fn quant_linear(
     let m = if w.k() == 0 { 0 } else { x.len() / w.k() };
     // The kernel validates the static parameters (an artifact's bytes are
     // untrusted); a scale that is not an f32 value is refused here.
-    let act = match (*dynamic, *asymmetric, *act_scale) {
-        (false, false, None) => ActQuant::Float,
-        (true, false, None) => ActQuant::DynamicPerRow,
-        (true, true, None) => ActQuant::DynamicAsymmetric,
-        (false, false, Some(s)) if (s as f32) as f64 == s => {
-            ActQuant::Static { scale: s as f32, zero_point: *act_zero_point }
-        }
-        _ => return Err(quant_err("bad activation quantization parameters")),
-    };
+    let act = activation_quant(*dynamic, *asymmetric, *act_scale, *act_zero_point)
+        .ok_or_else(|| quant_err("bad activation quantization parameters"))?;
     k::quant::qlinear(cx, x, m, w, act, bias, y)
 }
 
@@ -382,6 +502,7 @@ pub(crate) fn run_packed(
             k::conv_packed(ins[0], ins[1], w, ins.get(2).copied(), &params, out(outs, 0), cx)
         }
         (Packed::Quant(w), Kernel::QuantLinear { .. }) => quant_linear(kernel, w, cx, ins, outs),
+        (Packed::QuantConv(w), Kernel::QuantConv { .. }) => quant_conv(kernel, w, ints, cx, ins, outs),
         (Packed::Conv(w), Kernel::ConvFused { groups, epilogue, layout, .. }) => {
             conv_fused(Some(w), *groups, epilogue, *layout, ints, cx, ins, outs)
         }
@@ -399,7 +520,9 @@ pub(crate) fn run_packed(
 fn decode_ints(kernel: &Kernel, out: &mut Vec<usize>) {
     let mut push = |v: &[u32]| out.extend(v.iter().map(|&x| x as usize));
     match kernel {
-        Kernel::Conv { stride, padding, dilation, .. } | Kernel::ConvFused { stride, padding, dilation, .. } => {
+        Kernel::Conv { stride, padding, dilation, .. }
+        | Kernel::ConvFused { stride, padding, dilation, .. }
+        | Kernel::QuantConv { stride, padding, dilation, .. } => {
             push(stride);
             push(padding);
             push(dilation);
@@ -590,6 +713,19 @@ kernel_fns! {
             act_zero_point: *act_zero_point,
         };
         quant_linear_unpacked(&kernel, cx, ins, outs)
+    };
+    QuantConv { stride, padding, dilation, groups, dynamic, asymmetric, act_scale, act_zero_point } => {
+        let kernel = Kernel::QuantConv {
+            stride: stride.clone(),
+            padding: padding.clone(),
+            dilation: dilation.clone(),
+            groups: *groups,
+            dynamic: *dynamic,
+            asymmetric: *asymmetric,
+            act_scale: *act_scale,
+            act_zero_point: *act_zero_point,
+        };
+        quant_conv_unpacked(&kernel, ints, cx, ins, outs)
     };
     ConvFused { groups, epilogue, layout } => conv_fused(None, *groups, epilogue, *layout, ints, cx, ins, outs);
     LinearFused { epilogue } => {

@@ -363,3 +363,34 @@ fn quant_linear_checks_storage_against_attributes() {
     };
     assert!(infer(grouped, &[x, w8, f32t(&[c(32), c(2)])]).is_err(), "static needs per-channel weights");
 }
+
+#[test]
+fn quant_conv_is_a_conv_of_its_int8_weight() {
+    let q = |groups: i64, dynamic: bool, act_scale: Option<f64>| Op::QuantConv {
+        stride: vec![2, 2],
+        padding: vec![1, 1],
+        dilation: vec![1, 1],
+        groups,
+        dynamic,
+        asymmetric: false,
+        act_scale,
+        act_zero_point: 0,
+    };
+    let x = f32t(&[b(), c(8), c(16), c(16)]);
+    let w = ty(DType::I8, &[c(4), c(8), c(3), c(3)]);
+    let scales = f32t(&[c(4)]);
+    let bias = f32t(&[c(4)]);
+    assert_eq!(
+        infer(q(1, true, None), &[x.clone(), w.clone(), scales.clone(), bias.clone()]).unwrap(),
+        "f32[b, 4, 8, 8]"
+    );
+    assert_eq!(infer(q(1, false, Some(0.5)), &[x.clone(), w.clone(), scales.clone()]).unwrap(), "f32[b, 4, 8, 8]");
+    // Grouped: weight-only only.
+    let wg = ty(DType::I8, &[c(4), c(2), c(3), c(3)]);
+    assert_eq!(infer(q(4, false, None), &[x.clone(), wg.clone(), scales.clone()]).unwrap(), "f32[b, 4, 8, 8]");
+    assert!(infer(q(4, true, None), &[x.clone(), wg, scales.clone()]).is_err());
+    // An f32 weight, scales of the wrong length, a weight of the wrong channel count.
+    assert!(infer(q(1, true, None), &[x.clone(), f32t(&[c(4), c(8), c(3), c(3)]), scales.clone()]).is_err());
+    assert!(infer(q(1, true, None), &[x.clone(), w.clone(), f32t(&[c(5)])]).is_err());
+    assert!(infer(q(1, true, None), &[x, ty(DType::I8, &[c(4), c(7), c(3), c(3)]), scales]).is_err());
+}

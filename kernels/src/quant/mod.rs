@@ -56,12 +56,14 @@
 //! Σ_p |x · (q − zp) · scale|` of it (`weight_only.rs`). [`variants`] and
 //! [`qlinear_with`] run any variant this CPU has (tests, benchmarks).
 
+mod conv;
 mod int8;
 mod pack;
 mod variant;
 mod weight_only;
 
 // What the ISA variants (x86_64/, aarch64/) build their microkernels from.
+pub use conv::{qconv, qconv_with};
 #[cfg(any(kiln_x86_64, kiln_neon))]
 pub(crate) use int8::{Acts, QGemmUkr};
 #[cfg(any(kiln_x86_64, kiln_neon))]

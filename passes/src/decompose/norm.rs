@@ -25,7 +25,7 @@ pub(super) fn batch_norm(e: &mut Emitter, inputs: &[ValueId], eps: f64) -> Resul
     let channel_shape = |c: Dim| -> Vec<Dim> {
         std::iter::once(c).chain(std::iter::repeat_n(Dim::Const(1), x_ty.rank() - 2)).collect()
     };
-    let (scale, shift) = match constant_params(e, [mean, var, weight, bias], eps) {
+    let (scale, shift) = match constant_params(e.g, [mean, var, weight, bias], eps) {
         Some((scale, shift)) => {
             let shape: Vec<usize> =
                 std::iter::once(scale.len()).chain(std::iter::repeat_n(1, x_ty.rank() - 2)).collect();
@@ -53,8 +53,10 @@ pub(super) fn batch_norm(e: &mut Emitter, inputs: &[ValueId], eps: f64) -> Resul
 }
 
 /// Per-channel `(scale, shift)` when all four parameters are constants of one length.
-fn constant_params(e: &Emitter, params: [ValueId; 4], eps: f64) -> Option<(Vec<f64>, Vec<f64>)> {
-    let [mean, var, weight, bias] = params.map(|p| HostTensor::from_const(e.g, p));
+/// BatchNorm's per-channel `(scale, shift)` from constant `[mean, var,
+/// weight, bias]`, in f64.
+pub(crate) fn constant_params(g: &kiln_ir::Graph, params: [ValueId; 4], eps: f64) -> Option<(Vec<f64>, Vec<f64>)> {
+    let [mean, var, weight, bias] = params.map(|p| HostTensor::from_const(g, p));
     let (mean, var, weight, bias) = (mean?, var?, weight?, bias?);
     let c = mean.numel();
     if [&var, &weight, &bias].iter().any(|t| t.numel() != c) {

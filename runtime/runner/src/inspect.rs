@@ -54,7 +54,7 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
             "arena_bytes": plan.arena_bytes,
             "peak_live_bytes": plan.peak_live_bytes,
             "quantized_layers": quantized.iter().map(|q| json!({
-                "instr": q.instr, "origin": q.origin, "bits": q.bits, "group": q.group, "dynamic": q.dynamic,
+                "instr": q.instr, "kind": q.kind, "origin": q.origin, "bits": q.bits, "group": q.group, "dynamic": q.dynamic,
                 "static": q.act_static,
                 "out_features": q.n, "in_features": q.k, "bytes": q.bytes,
             })).collect::<Vec<_>>(),
@@ -107,7 +107,10 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
     println!("weights      {}", human_bytes(program.weight_tensor_bytes()));
     println!("arena        {} (peak live {})", human_bytes(plan.arena_bytes), human_bytes(plan.peak_live_bytes));
     if !quantized.is_empty() {
-        println!("\n{:<6} {:<5} {:<6} {:<8} {:<12} {:<10} origin", "instr", "bits", "group", "acts", "shape", "bytes");
+        println!(
+            "\n{:<6} {:<7} {:<5} {:<6} {:<12} {:<12} {:<10} origin",
+            "instr", "layer", "bits", "group", "acts", "shape", "bytes"
+        );
         for q in &quantized {
             let acts = match (q.dynamic, q.act_static) {
                 (true, _) => "int8",
@@ -115,7 +118,10 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
                 _ => "f32",
             };
             let shape = format!("{}x{}", q.n, q.k);
-            println!("{:<6} {:<5} {:<6} {acts:<8} {shape:<12} {:<10} {}", q.instr, q.bits, q.group, q.bytes, q.origin);
+            println!(
+                "{:<6} {:<7} {:<5} {:<6} {acts:<12} {shape:<12} {:<10} {}",
+                q.instr, q.kind, q.bits, q.group, q.bytes, q.origin
+            );
         }
     }
     if let Some(accel) = program.accel() {
@@ -155,15 +161,18 @@ native code: {} functions",
     }
 }
 
-/// A quantized linear layer of a plan, for `kiln inspect`.
+/// A quantized layer (linear or convolution) of a plan, for `kiln inspect`.
 struct QuantLayer {
     instr: usize,
+    /// `linear` or `conv`.
+    kind: &'static str,
     origin: String,
     bits: u32,
     group: u32,
     dynamic: bool,
     /// Static (calibrated) int8 activations.
     act_static: bool,
+    /// Output features (channels) and the weights of each.
     n: u64,
     k: u64,
     /// Bytes of the stored weight, scales and zero points.
@@ -185,24 +194,31 @@ fn quantized_layers(plan: &kiln_runtime::format::Plan) -> Vec<QuantLayer> {
         .iter()
         .enumerate()
         .filter_map(|(i, ins)| {
-            let InstrOp::Call(Kernel::QuantLinear { bits, group, zero_points, dynamic, act_scale, .. }) = &ins.op
-            else {
-                return None;
-            };
             let w = tensor(ins.inputs.get(1))?;
-            let stored: u64 = (1..3 + *zero_points as usize).map(|j| bytes(ins.inputs.get(j))).sum();
-            let per_byte = if *bits == 4 { 2 } else { 1 };
-            Some(QuantLayer {
+            let layer = |kind, bits, group, dynamic, act_static, k, params: usize| QuantLayer {
                 instr: i,
+                kind,
                 origin: ins.origin.clone(),
-                bits: *bits,
-                group: *group,
-                dynamic: *dynamic,
-                act_static: act_scale.is_some(),
+                bits,
+                group,
+                dynamic,
+                act_static,
                 n: dim(w.shape.first()),
-                k: dim(w.shape.get(1)) * per_byte,
-                bytes: stored,
-            })
+                k,
+                bytes: (1..1 + params).map(|j| bytes(ins.inputs.get(j))).sum(),
+            };
+            match &ins.op {
+                InstrOp::Call(Kernel::QuantLinear { bits, group, zero_points, dynamic, act_scale, .. }) => {
+                    let per_byte = if *bits == 4 { 2 } else { 1 };
+                    let k = dim(w.shape.get(1)) * per_byte;
+                    Some(layer("linear", *bits, *group, *dynamic, act_scale.is_some(), k, 2 + *zero_points as usize))
+                }
+                InstrOp::Call(Kernel::QuantConv { dynamic, act_scale, .. }) => {
+                    let k: u64 = w.shape.iter().skip(1).map(|d| dim(Some(d))).product();
+                    Some(layer("conv", 8, k as u32, *dynamic, act_scale.is_some(), k, 2))
+                }
+                _ => None,
+            }
         })
         .collect()
 }

@@ -365,6 +365,22 @@ kernels! {
         act_scale: Option<f64>,
         act_zero_point: i32,
     }
+    /// A convolution with an int8 weight `[Cout, C/groups, k..]` and f32
+    /// scales `[Cout]` (operands: x, w, scales [, bias]); activations as
+    /// [`Kernel::QuantLinear`]'s flags say, each output pixel's window one
+    /// row (`kiln_kernels::quant::qconv`; dense only), or none: the weight
+    /// is dequantized at load and the f32 convolution runs (since format
+    /// 0.10).
+    QuantConv {
+        stride: Vec<u32> => spatial,
+        padding: Vec<u32> => spatial,
+        dilation: Vec<u32> => spatial,
+        groups: u32 => nonzero,
+        dynamic: bool,
+        asymmetric: bool,
+        act_scale: Option<f64>,
+        act_zero_point: i32,
+    }
     /// [`Kernel::Conv`] with a fused epilogue: `(x, w [, bias] [, residual])`
     /// as the epilogue's flags say; channels-last (2-d only): `x`, the
     /// residual and the output `[N, H, W, C]` (since format 0.9).

@@ -23,6 +23,7 @@ mod native_fixtures;
 mod passes_preserve_semantics;
 mod quant_import;
 mod quantize;
+mod quantize_conv;
 mod real_models;
 mod runtime_inputs;
 mod state;

@@ -4,7 +4,7 @@
 
 use kiln_compiler::import::import_pt2;
 use kiln_compiler::{compile_graph_with_passes, CompileOptions};
-use kiln_passes::{default_pipeline, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FUSE, SIMPLIFY};
+use kiln_passes::{default_pipeline, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FOLD_BATCH_NORMS, FUSE, SIMPLIFY};
 use kiln_runtime::format::Metadata;
 use kiln_runtime::{DType, Program, Tensor};
 use kiln_tests::{assert_close, fixture_dir, read_numbered, FIXTURES, FLAVOURS};
@@ -42,13 +42,14 @@ fn run(p: &std::sync::Arc<Program>, inputs: &[Tensor]) -> Vec<Tensor> {
 
 #[test]
 fn each_pass_preserves_fixture_results() {
-    let cases: [(&str, Vec<Pass>, Target); 8] = [
+    let cases: [(&str, Vec<Pass>, Target); 9] = [
         ("simplify", vec![SIMPLIFY], Target::Cpu),
         ("fold", vec![FOLD], Target::Cpu),
         ("dce", vec![DCE], Target::Cpu),
         ("decompose(cpu)", vec![DECOMPOSE], Target::Cpu),
         ("decompose(primitive)", vec![DECOMPOSE], Target::Primitive),
         ("fuse (after decompose)", vec![DECOMPOSE, CLEANUP, FUSE], Target::Cpu),
+        ("fold_batch_norms", vec![FOLD_BATCH_NORMS, DCE], Target::Cpu),
         ("pipeline(cpu)", default_pipeline(Target::Cpu), Target::Cpu),
         ("pipeline(primitive)", default_pipeline(Target::Primitive), Target::Primitive),
     ];

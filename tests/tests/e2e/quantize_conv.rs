@@ -1,0 +1,142 @@
+//! `kiln compile --quantize` on convolutional networks (the shrunk ResNet-18,
+//! MobileNetV2 and EfficientNet-B0 fixtures): every convolution becomes a
+//! `quant_conv` with int8 weights (BatchNorm folded in first), dense ones
+//! with int8 activations in the int8-dynamic and int8-static modes; outputs
+//! stay close to the float program's, the weights shrink to about a
+//! quarter, and the integer kernels give the same bytes at any thread count.
+
+use kiln_compiler::{compile_file, CompileOptions, CompileSummary};
+use kiln_passes::{QuantScheme, QuantizeConfig};
+use kiln_runtime::{Program, SessionOptions, Tensor, TensorView};
+use kiln_tests::{fixture_dir, read_numbered, temp_path};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const MODELS: [&str; 3] = ["resnet18", "mobilenet_v2", "efficientnet_b0"];
+
+fn compile(
+    model: &str,
+    flavour: &str,
+    mode: Option<&str>,
+    calibration: Option<PathBuf>,
+) -> (Arc<Program>, CompileSummary) {
+    let src = fixture_dir(&format!("models/{model}")).join(format!("{flavour}.pt2"));
+    let tmp = temp_path("quantize_conv");
+    let quantize = mode.map(|m| QuantizeConfig::new(QuantScheme::parse(m).expect("mode")));
+    let opts = CompileOptions { quantize, calibration, ..CompileOptions::default() };
+    let summary = compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{model}/{flavour} {mode:?}: {e}"));
+    let program = Program::load(&tmp).expect("load");
+    std::fs::remove_file(&tmp).ok();
+    (program, summary)
+}
+
+fn run_with(p: &Arc<Program>, inputs: &[Tensor], threads: usize) -> Vec<f32> {
+    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+    let out =
+        p.session_with(&SessionOptions::with_threads(threads)).expect("session").run(&views).expect("run").to_tensors();
+    out[0].data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+    let norm = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+fn count(p: &Program, kernel: &str) -> usize {
+    p.kernel_counts().into_iter().find(|(k, _)| k == kernel).map_or(0, |(_, c)| c)
+}
+
+/// A little-endian f32 `.npy` file.
+fn write_npy(path: &Path, shape: &[usize], data: &[f32]) {
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    let shape = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend(data.iter().flat_map(|v| v.to_le_bytes()));
+    std::fs::write(path, bytes).expect("write npy");
+}
+
+/// Calibration samples: the fixture's input and three of its perturbations.
+fn calibration_dir(model: &str) -> PathBuf {
+    let input = read_numbered(&fixture_dir(&format!("models/{model}")), "input").remove(0);
+    let x: Vec<f32> = input.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let dir = temp_path(&format!("calib_{model}"));
+    for s in 0..4 {
+        let sample = dir.join(format!("sample_{s}"));
+        std::fs::create_dir_all(&sample).expect("mkdir");
+        let v: Vec<f32> =
+            x.iter().enumerate().map(|(i, &v)| v * (1.0 - 0.1 * s as f32) + ((i * 7 + s) % 13) as f32 * 0.01).collect();
+        write_npy(&sample.join("input_0.npy"), &input.shape, &v);
+    }
+    dir
+}
+
+#[test]
+fn every_int8_mode_quantizes_every_convolution() {
+    for model in MODELS {
+        let inputs = read_numbered(&fixture_dir(&format!("models/{model}")), "input");
+        let (float, _) = compile(model, "aten", None, None);
+        let want = run_with(&float, &inputs, 1);
+        let convs = count(&float, "conv_fused") + count(&float, "conv");
+        assert!(convs > 10, "{model}: {convs} convolutions in the float program");
+        let calib = calibration_dir(model);
+        for (mode, bound) in [
+            ("int8-weight", 0.9999),
+            ("int8-dynamic", 0.999),
+            ("int8-dynamic:sym", 0.999),
+            ("int8-static", 0.99),
+            ("int4-weight", 0.99),
+        ] {
+            let calibration = (mode == "int8-static").then(|| calib.clone());
+            let (p, summary) = compile(model, "aten", Some(mode), calibration);
+            let got = run_with(&p, &inputs, 1);
+            let c = cosine(&got, &want);
+            assert!(c >= bound, "{model} {mode}: cosine {c} vs float");
+            assert!(got.iter().zip(&want).any(|(a, b)| a != b), "{model} {mode}: the float output, bit for bit");
+            // Every convolution is quantized (BatchNorm folded in first:
+            // the float program's convolutions, one for one).
+            assert_eq!(count(&p, "quant_conv"), convs, "{model} {mode}: quantized convolutions");
+            assert_eq!(count(&p, "conv") + count(&p, "conv_fused") + count(&p, "batch_norm"), 0, "{model} {mode}");
+            let conv_reports: Vec<_> = summary.quantized.iter().filter(|l| l.bits == Some(8)).collect();
+            assert!(conv_reports.len() >= convs, "{model} {mode}: {} int8 layers reported", conv_reports.len());
+            // Weights a quarter of f32's, plus the f32 scales and biases (one
+            // each per channel: a larger share in these shrunk networks'
+            // narrow layers than at full size) and 64-byte alignment.
+            let (fb, qb) = (float.weights_bytes(), p.weights_bytes());
+            assert!(qb * 100 < fb * 35, "{model} {mode}: {qb} weight bytes for {fb} in f32");
+        }
+        std::fs::remove_dir_all(&calib).ok();
+    }
+}
+
+#[test]
+fn grouped_convolutions_keep_f32_activations_and_say_so() {
+    let (p, summary) = compile("mobilenet_v2", "aten", Some("int8-dynamic"), None);
+    let depthwise: Vec<_> = summary.quantized.iter().filter(|l| l.note.contains("groups")).collect();
+    // MobileNetV2's 17 depthwise convolutions.
+    assert_eq!(depthwise.len(), 17, "{:?}", summary.quantized.iter().map(|l| &l.note).collect::<Vec<_>>());
+    assert!(depthwise.iter().all(|l| l.bits == Some(8) && l.note.contains("f32 activations")));
+    assert!(count(&p, "quant_conv") > 17);
+}
+
+#[test]
+fn integer_convolutions_give_the_same_bytes_at_any_thread_count() {
+    let inputs = read_numbered(&fixture_dir("models/resnet18"), "input");
+    let calib = calibration_dir("resnet18");
+    for (mode, calibration) in [("int8-dynamic", None), ("int8-static", Some(calib.clone()))] {
+        let (p, _) = compile("resnet18", "training", Some(mode), calibration);
+        let one = run_with(&p, &inputs, 1);
+        for threads in [2, 3, 4] {
+            let got = run_with(&p, &inputs, threads);
+            assert!(one.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{mode}: {threads} threads differ");
+        }
+    }
+    std::fs::remove_dir_all(&calib).ok();
+}
