@@ -21,6 +21,12 @@
 //!   product times the row scales (`dynamic_int_mm`) — a `QuantLinear`
 //!   with dynamic activations, whose kernel computes the same bits.
 //!
+//! - `conv(x, w [, b])` with `w = (f32(q) [- f32(0)]) · s`, `s` per output
+//!   channel (PT2E's per-channel convolution weights): an `Op::QuantConv`
+//!   with f32 activations (the runtime dequantizes the same values at
+//!   load, so the program computes what it computed before, with a quarter
+//!   of the weight bytes).
+//!
 //! The weight is stored as int4 when every value lies in `[-8, 7]` and `K`
 //! is even (exact: the same integers); zero points that are all zero are
 //! dropped. The rewritten layer computes `bias + Σ_g s · Σ x · (q - zp)`:
@@ -34,6 +40,20 @@ pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed
     crate::check::guard(g, "quant_linear")?;
     let layers = rewrite_in_order(g, |g, n| {
         let node = &g.nodes[n];
+        if let (Op::Conv { stride, padding, dilation, groups }, [x, w, rest @ ..]) = (&node.op, &node.inputs[..]) {
+            let Some(qw) = dequantized_conv(g, *w) else { return Ok(Rewrite::Keep) };
+            let conv = ConvAttrs {
+                stride: stride.clone(),
+                padding: padding.clone(),
+                dilation: dilation.clone(),
+                groups: *groups,
+                weight_shape: g.ty(*w).shape.clone(),
+            };
+            let (x, bias, out_ty, loc) = (*x, rest.first().copied(), g.ty(node.outputs[0]).clone(), node.loc);
+            let (op, mut inputs) = qw.into_conv_operands(g, x, Acts::Float, conv);
+            inputs.extend(bias);
+            return Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]));
+        }
         let (x, w, bias, acts) = match (&node.op, &node.inputs[..]) {
             (Op::Linear, [x, w, rest @ ..]) => match dequantized_nk(g, *w) {
                 Some(w) => (*x, w, rest.first().copied(), Acts::Float),
@@ -337,6 +357,37 @@ fn dequantized_nk(g: &Graph, v: ValueId) -> Option<QuantWeight> {
             }
         };
         (q.len() == n * k).then_some(QuantWeight { n, k, group, q, scales, zero_points, attrs })
+    })
+}
+
+/// A convolution weight `[Cout, ..]` computed as `(f32(q) [- f32(zp)]) ·
+/// s` with `q` an i8 constant of its shape and `s` (and `zp`, all zero)
+/// constants `[Cout, 1, ..]`: PT2E's `dequantize_per_channel` along axis 0
+/// (symmetric, as its quantizers write convolution weights).
+fn dequantized_conv(g: &Graph, v: ValueId) -> Option<QuantWeight> {
+    let dims = static_dims(g, v)?;
+    let (&n, rest) = dims.split_first()?;
+    let k: usize = rest.iter().product();
+    if g.ty(v).dtype != DType::F32 || rest.is_empty() {
+        return None;
+    }
+    let &[a, b] = producer_inputs(g, v, |op| matches!(op, Op::Binary(BinaryOp::Mul)))? else { return None };
+    let param_shape: Vec<usize> = std::iter::once(n).chain(rest.iter().map(|_| 1)).collect();
+    [(a, b), (b, a)].into_iter().find_map(|(centred, s)| {
+        if static_dims(g, s)? != param_shape {
+            return None;
+        }
+        let scales = f32_values(g, s).filter(|s| s.len() == n)?;
+        let (q, attrs) = match producer_inputs(g, centred, |op| matches!(op, Op::Binary(BinaryOp::Sub))) {
+            Some(&[qf, zf]) => {
+                // Only symmetric weights: `quant_conv` has no zero points.
+                let zero = static_dims(g, zf)? == param_shape && zero_point_values(g, zf)?.iter().all(|&z| z == 0);
+                zero.then_some(())?;
+                int8_values(g, qf)?
+            }
+            _ => int8_values(g, centred)?,
+        };
+        (q.len() == n * k).then_some(QuantWeight { n, k, group: k, q, scales, zero_points: None, attrs })
     })
 }
 

@@ -312,7 +312,7 @@ impl<'g> Padded<'g> {
                 let rank = x.map_or(0, |x| self.g.ty(x).rank());
                 (0..rank).any(|a| x_axis(a) && moved(a)).then(|| "it pads a padded axis".into())
             }
-            Op::Conv { .. } | Op::ConvFused { .. } | Op::Pool { .. } | Op::AdaptiveAvgPool { .. } | Op::Upsample { .. } => {
+            Op::Conv { .. } | Op::ConvFused { .. } | Op::QuantConv { .. } | Op::Pool { .. } | Op::AdaptiveAvgPool { .. } | Op::Upsample { .. } => {
                 let rank = x.map_or(0, |x| self.g.ty(x).rank());
                 (1..rank).any(x_axis).then(|| "a window over a padded spatial or channel axis".into())
             }

@@ -217,3 +217,106 @@ fn quantized_programs_run_on_the_plugin() {
         assert_close_norm(&what, &got[0], &want[0], 1e-3);
     }
 }
+
+/// x[2, 3, 9, 9] → conv(3 → 8, 3×3, stride 2, padding 1 [, bias]) → relu →
+/// conv(8 → 4, 3×3, padding 1): quantized convolutions in a segment.
+fn conv_layers(bias: bool) -> Graph {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::fixed(DType::F32, &[2, 3, 9, 9]));
+    let mut weight = |name: &str, shape: &[i64], seed: u64| {
+        let n: i64 = shape.iter().product();
+        let t = random_f32(&[n as usize], seed, -0.5, 0.5);
+        let v = g.add_const(None, TensorType::fixed(DType::F32, shape), ConstBytes::owned(t.data.clone()));
+        g.values[v].attrs.origin = Some(name.into());
+        v
+    };
+    let (w1, b1, w2) = (
+        weight("conv1.weight", &[8, 3, 3, 3], 4),
+        weight("conv1.bias", &[8], 5),
+        weight("conv2.weight", &[4, 8, 3, 3], 6),
+    );
+    let conv = |stride: i64| Op::Conv { stride: vec![stride; 2], padding: vec![1, 1], dilation: vec![1, 1], groups: 1 };
+    let f32_ty = |s: &[i64]| TensorType::fixed(DType::F32, s);
+    let first = if bias { vec![x, w1, b1] } else { vec![x, w1] };
+    let h = g.push(conv(2), first, f32_ty(&[2, 8, 5, 5]), None);
+    let h = g.push(Op::Unary(UnaryOp::Relu), vec![h], f32_ty(&[2, 8, 5, 5]), None);
+    let y = g.push(conv(1), vec![h, w2], f32_ty(&[2, 4, 5, 5]), None);
+    g.add_output("y", y);
+    g
+}
+
+/// Convolutions with int8 activations gather their windows on the device
+/// and give the CPU kernel's bits (without a bias; with one, XLA's fused
+/// multiply-add moves an ulp); weight-only ones run the f32 convolution of
+/// the dequantized weight (another summation order).
+#[test]
+fn quantized_convolutions_match_the_cpu_kernels() {
+    let Some(plugin) = plugin() else { return };
+    let calib = std::env::temp_dir().join(format!("kiln-quant-conv-calib-{}", std::process::id()));
+    for k in 0..3 {
+        let sample = calib.join(format!("sample_{k}"));
+        std::fs::create_dir_all(&sample).expect("calibration dir");
+        write_npy_f32(&sample.join("input_0.npy"), &random_f32(&[2 * 3 * 81], 200 + k, -2.0, 2.0), &[2, 3, 9, 9]);
+    }
+    let x = |seed: u64| vec![random_f32(&[2, 3, 9, 9], seed, -3.0, 2.0)];
+    for (mode, calibration) in [
+        ("int8-dynamic", None),
+        ("int8-dynamic:sym", None),
+        ("int8-static", Some(calib.clone())),
+        ("int8-weight", None),
+    ] {
+        for bias in [false, true] {
+            let what = format!("{mode} (bias: {bias})");
+            let cpu = compile_quantized(conv_layers(bias), mode, calibration.clone(), Backend::Cpu);
+            let device = compile_quantized(conv_layers(bias), mode, calibration.clone(), pjrt(Precision::F32));
+            assert_eq!(cpu.kernel_counts().iter().find(|(k, _)| k == "quant_conv").map(|(_, c)| *c), Some(2), "{what}");
+            let text = segment_text(&device, &what);
+            assert!(
+                text.contains("tensor<8x3x3x3xi8>") && text.contains("tensor<4x8x3x3xi8>"),
+                "{what}: i8 weights\n{text}"
+            );
+            for seed in 0..2 {
+                let (want, got) = (run_cpu(&cpu, &x(seed)), run_pjrt(&device, &plugin, &x(seed)));
+                if mode == "int8-weight" || bias {
+                    assert_close(&format!("{what}, input {seed}"), &got[0], &want[0], 1e-5, 1e-5);
+                } else {
+                    assert_eq!(got[0].data, want[0].data, "{what}, input {seed}: not the CPU kernel's bits");
+                }
+            }
+        }
+    }
+    std::fs::remove_dir_all(&calib).ok();
+}
+
+/// The shrunk ResNet-18 and MobileNetV2 (depthwise convolutions keep f32
+/// activations) quantized for the plugin, against the CPU.
+#[test]
+fn quantized_cnns_run_on_the_plugin() {
+    let Some(plugin) = plugin() else { return };
+    for model in ["resnet18", "mobilenet_v2"] {
+        let dir = fixture_dir(&format!("models/{model}"));
+        for mode in ["int8-dynamic", "int8-weight"] {
+            let what = format!("{model} --quantize {mode}");
+            let compile = |backend: Backend| {
+                let graph = import_pt2(&dir.join("aten.pt2")).unwrap_or_else(|e| panic!("{what}: {e}")).graph;
+                let opts = CompileOptions {
+                    quantize: Some(QuantizeConfig::new(QuantScheme::parse(mode).unwrap())),
+                    ..CompileOptions::default()
+                };
+                let (writer, _) = compile_graph_for(graph, &opts, backend, Metadata::default())
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                Program::from_bytes(&writer.to_bytes()).unwrap_or_else(|e| panic!("{what}: {e}"))
+            };
+            let (cpu, device) = (compile(Backend::Cpu), compile(pjrt(Precision::F32)));
+            let text = segment_text(&device, &what);
+            assert!(text.contains("x3x3xi8>"), "{what}: integer convolution weights\n{text}");
+            // Weight-only and depthwise layers run f32 convolutions; int8
+            // activations gather windows.
+            let float_convs = mode == "int8-weight" || model == "mobilenet_v2";
+            assert_eq!(text.contains("stablehlo.convolution"), float_convs, "{what}\n{text}");
+            let x = read_numbered(&dir, "input");
+            let (want, got) = (run_cpu(&cpu, &x), run_pjrt(&device, &plugin, &x));
+            assert_close_norm(&what, &got[0], &want[0], 1e-3);
+        }
+    }
+}

@@ -96,6 +96,7 @@ pub(super) static SEGMENTS: OpTable = OpTable {
         OpRow::any(OpKind::MatMul),
         OpRow::any(OpKind::Linear),
         OpRow::only(OpKind::QuantLinear, &[DType::F32]),
+        OpRow::only(OpKind::QuantConv, &[DType::F32]),
         // The dense form (every row times every expert, masked): see emit/linalg.rs.
         OpRow::only(OpKind::GroupedMatMul, FLOATS),
         OpRow::any(OpKind::Conv),

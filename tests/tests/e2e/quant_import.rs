@@ -124,8 +124,23 @@ fn unused_float_weights_are_not_copied() {
     let (_, _, _, weights) = run_case("pt2e_x86_static", "decomp");
     // The CNN's float parameters: conv1 8x3x3x3 + 8, conv2 16x8x3x3 + 16, fc 10x256 + 10.
     let float_bytes = 4 * (8 * 27 + 8 + 16 * 72 + 16 + 10 * 256 + 10);
-    // The fc layer's weight is int8 (a quarter), the convolutions' stay f32.
-    assert!(weights < float_bytes * 2 / 3, "{weights} weight bytes for {float_bytes} bytes of float parameters");
+    // Every weight is int8 (a quarter), plus f32 scales and biases.
+    assert!(weights * 10 < float_bytes * 4, "{weights} weight bytes for {float_bytes} bytes of float parameters");
+}
+
+/// PT2E's per-channel convolution weights stay int8 (`quant_conv`, f32
+/// activations: the program computes what eager computes), in both flavours.
+#[test]
+fn convolutions_keep_integer_weights() {
+    for case in ["pt2e_x86_static", "pt2e_xnnpack_static"] {
+        for flavour in ["raw", "decomp"] {
+            let program = compile_case(case, flavour);
+            let count =
+                |kernel: &str| program.kernel_counts().into_iter().find(|(k, _)| k == kernel).map_or(0, |(_, c)| c);
+            assert_eq!(count("quant_conv"), 2, "{case}/{flavour}: quantized convolutions");
+            assert_eq!(count("conv") + count("conv_fused"), 0, "{case}/{flavour}: float convolutions");
+        }
+    }
 }
 
 /// Dequantized integer weights feeding linear layers stay integers: one

@@ -127,7 +127,7 @@ pub fn emit_segment_with(
     let quant_params: Vec<ValueId> = seg
         .nodes
         .iter()
-        .filter(|&&n| matches!(g.nodes[n].op, Op::QuantLinear { .. }))
+        .filter(|&&n| matches!(g.nodes[n].op, Op::QuantLinear { .. } | Op::QuantConv { .. }))
         .flat_map(|&n| g.nodes[n].inputs.iter().skip(2).copied())
         .collect();
     let mut args = Vec::new();
@@ -481,6 +481,28 @@ impl<'c, 'a> Emitter<'c, 'a> {
             }
             Op::Conv { stride, padding, dilation, groups } => {
                 self.conv(&ins, stride, padding, dilation, *groups, &out_shape, out_dt)?
+            }
+            Op::QuantConv { stride, padding, dilation, groups, dynamic, asymmetric, act_scale, act_zero_point } => {
+                let acts = match (dynamic, asymmetric, act_scale) {
+                    (true, false, _) => quant::QuantActs::DynamicSymmetric,
+                    (true, true, _) => quant::QuantActs::DynamicAsymmetric,
+                    (false, _, Some(scale)) => {
+                        quant::QuantActs::Static { scale: *scale as f32, zero_point: *act_zero_point as i32 }
+                    }
+                    (false, _, None) => quant::QuantActs::Float,
+                };
+                let args = quant::QuantConvArgs {
+                    x: ins[0].clone(),
+                    w: ins[1].clone(),
+                    scales: ins[2].clone(),
+                    bias: ins.get(3).cloned(),
+                    stride,
+                    padding,
+                    dilation,
+                    groups: *groups,
+                    acts,
+                };
+                self.convert(&self.quant_conv(&args, &out_shape)?, out_dt)?
             }
             Op::BatchNorm { eps } => {
                 let xv = self.convert(&ins[0], self.acc(ins[0].dt))?;

@@ -1,4 +1,4 @@
-//! `quant_linear` in a segment: the integer weights stay integers on the
+//! `quant_linear` and `quant_conv` in a segment: the integer weights stay integers on the
 //! device (an i8 argument, or int4 two a byte unpacked in the program), and
 //! the arithmetic is `kiln_kernels::quant`'s, op for op:
 //!
@@ -14,6 +14,15 @@
 //!   into one FMA (it always allows contraction), which can differ by an
 //!   ulp.
 
+//!
+//! `quant_conv` with f32 activations dequantizes its weight and runs the
+//! f32 convolution; with int8 activations it gathers every output pixel's
+//! window (one strided slice of the zero-padded input per kernel tap) into
+//! the rows of a `quant_linear` — the CPU kernel's rows, with the window's
+//! values in another order, which changes neither a row's scale nor its
+//! exact integer sums.
+
+use super::text::arr;
 use super::{err, EmitError, Emitter, T};
 use kiln_ir::{DType, ReduceKind};
 
@@ -37,7 +46,105 @@ pub(super) struct QuantLinearArgs<'c, 'a> {
     pub acts: QuantActs,
 }
 
+/// `Op::QuantConv`'s operands and attributes, as the emitter holds them.
+pub(super) struct QuantConvArgs<'c, 'a, 'o> {
+    pub x: T<'c, 'a>,
+    pub w: T<'c, 'a>,
+    pub scales: T<'c, 'a>,
+    pub bias: Option<T<'c, 'a>>,
+    pub stride: &'o [i64],
+    pub padding: &'o [i64],
+    pub dilation: &'o [i64],
+    pub groups: i64,
+    pub acts: QuantActs,
+}
+
 impl<'c, 'a> Emitter<'c, 'a> {
+    pub(super) fn quant_conv(&self, q: &QuantConvArgs<'c, 'a, '_>, out_shape: &[i64]) -> Result<T<'c, 'a>, EmitError> {
+        let cout = *q.w.shape.first().ok_or_else(|| err("quant_conv weight of rank 0"))?;
+        let scales = self.convert(&q.scales, DType::F32)?;
+        let w = self.convert(&q.w, DType::I8)?;
+        if let QuantActs::Float = q.acts {
+            let wf =
+                self.binary("multiply", &self.convert(&w, DType::F32)?, &self.bcast_dims(&scales, &w.shape, &[0])?)?;
+            let mut ins = vec![self.convert(&q.x, DType::F32)?, wf];
+            ins.extend(q.bias.clone());
+            return self.conv(&ins, q.stride, q.padding, q.dilation, q.groups, out_shape, DType::F32);
+        }
+        if q.groups != 1 {
+            return Err(err("quant_conv with int8 activations must be dense"));
+        }
+        let x = self.convert(&q.x, DType::F32)?;
+        let rank = x.shape.len();
+        let sp = rank.checked_sub(2).filter(|&s| s > 0).ok_or_else(|| err("quant_conv input rank"))?;
+        let (n, c) = (x.shape[0], x.shape[1]);
+        let out_spatial = &out_shape[2..];
+        let kernel = &w.shape[2..];
+        // The input zero-padded: a padded tap is the real value 0.
+        let mut lo = vec![0i64; rank];
+        lo[2..].copy_from_slice(q.padding);
+        let padded_shape: Vec<i64> = (0..rank).map(|d| x.shape[d] + 2 * lo[d]).collect();
+        let padded = self.op(
+            "stablehlo.pad",
+            &[&x, &self.scalar(0.0, DType::F32)?],
+            &padded_shape,
+            DType::F32,
+            &[
+                ("edge_padding_low", arr(&lo)),
+                ("edge_padding_high", arr(&lo)),
+                ("interior_padding", arr(&vec![0; rank])),
+            ],
+        )?;
+        // One strided slice per tap, `[N, C, out..]`, taps in row-major order.
+        let taps: i64 = kernel.iter().product();
+        let mut slices = Vec::with_capacity(taps as usize);
+        for t in 0..taps {
+            let mut rest = t;
+            let mut starts = vec![0i64; rank];
+            let mut limits = vec![n, c];
+            let mut strides = vec![1i64, 1];
+            for d in (0..sp).rev() {
+                starts[2 + d] = (rest % kernel[d]) * q.dilation[d];
+                rest /= kernel[d];
+            }
+            for d in 0..sp {
+                limits.push(starts[2 + d] + (out_spatial[d] - 1) * q.stride[d] + 1);
+                strides.push(q.stride[d]);
+            }
+            let shape: Vec<i64> = [n, c].iter().chain(out_spatial).copied().collect();
+            slices.push(self.op(
+                "stablehlo.slice",
+                &[&padded],
+                &shape,
+                DType::F32,
+                &[("start_indices", arr(&starts)), ("limit_indices", arr(&limits)), ("strides", arr(&strides))],
+            )?);
+        }
+        let refs: Vec<&T<'c, 'a>> = slices.iter().collect();
+        let cols_shape: Vec<i64> = [n, taps * c].iter().chain(out_spatial).copied().collect();
+        let cols =
+            self.op("stablehlo.concatenate", &refs, &cols_shape, DType::F32, &[("dimension", "1 : i64".into())])?;
+        // Rows `[M, taps · C]` (pixel-major), and the weight's columns in the same order.
+        let to_last: Vec<i64> = std::iter::once(0).chain(2..rank as i64).chain([1]).collect();
+        let m: i64 = n * out_spatial.iter().product::<i64>();
+        let rows = self.reshape(&self.transpose(&cols, &to_last)?, &[m, taps * c])?;
+        let w_rows = self.reshape(&self.transpose(&w, &to_last)?, &[cout, taps * c])?;
+        let args = QuantLinearArgs {
+            x: rows,
+            w: w_rows,
+            scales: self.reshape(&scales, &[cout, 1])?,
+            zero_points: None,
+            bias: q.bias.clone(),
+            bits: 8,
+            acts: q.acts,
+        };
+        let y = self.quant_linear(&args, &[m, cout])?;
+        let channels_last: Vec<i64> = [n].iter().chain(out_spatial).chain([&cout]).copied().collect();
+        let y = self.reshape(&y, &channels_last)?;
+        let to_first: Vec<i64> = std::iter::once(0).chain([rank as i64 - 1]).chain(1..rank as i64 - 1).collect();
+        self.transpose(&y, &to_first)
+    }
+
     pub(super) fn quant_linear(&self, q: &QuantLinearArgs<'c, 'a>, out_shape: &[i64]) -> Result<T<'c, 'a>, EmitError> {
         let k = *q.x.shape.last().ok_or_else(|| err("quant_linear on a scalar"))?;
         let w = self.weight_i8(&q.w, q.bits, k)?;
