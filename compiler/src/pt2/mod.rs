@@ -1,5 +1,7 @@
-//! Reading `.pt2` files written by `torch.export.save` (torch 2.9 – 2.15
-//! archives; older containers are recognised and refused with a clear message).
+//! Reading `.pt2` files written by `torch.export.save`, torch 2.5 – 2.15:
+//! the three container generations of [`archive::Layout`]. Weights pickled by
+//! torch ≤ 2.8 are read by [`pickle`] (which executes nothing) into the same
+//! [`TensorConfig`]s the 2.9+ JSON configs give, so loading is one code path.
 //!
 //! This module knows the file format only; turning the program into kiln IR
 //! is [`crate::import`]'s job. See `shared/notes/pt2-format.md` for the facts
@@ -7,14 +9,16 @@
 
 pub mod archive;
 pub mod json;
+pub mod pickle;
 pub mod program;
 pub mod scalar_type;
 pub mod sympy;
 pub mod weights;
 
-use archive::{Archive, ArchiveError};
+use archive::{Archive, ArchiveError, Layout};
 use json::{JsonError, J};
-use program::{Program, SCHEMA_MAJOR};
+use pickle::PickleError;
+use program::{Program, OLDEST_SCHEMA_MAJOR, SCHEMA_MAJOR};
 use std::collections::HashMap;
 use std::path::Path;
 use weights::TensorConfig;
@@ -24,6 +28,13 @@ pub const WEIGHTS_DIR: &str = "data/weights/";
 pub const CONSTANTS_DIR: &str = "data/constants/";
 const WEIGHTS_CONFIG: &str = "data/weights/model_weights_config.json";
 const CONSTANTS_CONFIG: &str = "data/constants/model_constants_config.json";
+/// torch 2.8's pickled weights and constants.
+const PICKLED_WEIGHTS: &str = "data/weights/model.pt";
+const PICKLED_CONSTANTS: &str = "data/constants/model.pt";
+/// torch ≤ 2.7's members.
+const LEGACY_PROGRAM: &str = "serialized_exported_program.json";
+const LEGACY_STATE_DICT: &str = "serialized_state_dict.pt";
+const LEGACY_CONSTANTS: &str = "serialized_constants.pt";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Pt2Error {
@@ -32,9 +43,11 @@ pub enum Pt2Error {
     #[error(transparent)]
     Json(#[from] JsonError),
     #[error(
-        "unsupported program schema version {major}.{minor} (kiln reads {SCHEMA_MAJOR}.x, written by torch 2.9 – 2.15)"
+        "unsupported program schema version {major}.{minor} (kiln reads {OLDEST_SCHEMA_MAJOR}.x – {SCHEMA_MAJOR}.x, written by torch 2.5 – 2.15)"
     )]
     SchemaVersion { major: u32, minor: u32 },
+    #[error("{member}: {source}")]
+    Pickle { member: String, source: PickleError },
     #[error("unsupported byte order {0:?} (only little-endian archives are supported)")]
     ByteOrder(String),
 }
@@ -59,46 +72,67 @@ impl Pt2File {
         Pt2File::from_archive(Archive::from_bytes(bytes)?)
     }
 
-    pub fn from_archive(archive: Archive) -> Result<Pt2File, Pt2Error> {
-        let format = archive.text("archive_format")?.trim();
-        if format != "pt2" {
-            return Err(ArchiveError::Unsupported(format!("archive_format is {format:?}, expected \"pt2\"")).into());
+    pub fn from_archive(mut archive: Archive) -> Result<Pt2File, Pt2Error> {
+        let layout = archive.layout();
+        if layout != Layout::Legacy {
+            let format = archive.text("archive_format")?.trim();
+            if format != "pt2" {
+                return Err(ArchiveError::Unsupported(format!("archive_format is {format:?}, expected \"pt2\"")).into());
+            }
         }
         if let Some(order) = archive.bytes("byteorder") {
-            let order = String::from_utf8_lossy(order).trim().to_string();
-            if order != "little" {
-                return Err(Pt2Error::ByteOrder(order));
-            }
+            check_byte_order(order)?;
         }
-        let program = {
-            let name = archive.full_name(MODEL_JSON);
-            let text = archive.text(MODEL_JSON).map_err(|e| match e {
-                ArchiveError::Member { member, .. } if !archive.contains(MODEL_JSON) => ArchiveError::Unsupported(
-                    format!("`{member}` is missing (multi-model or AOTInductor packages are not supported)"),
-                ),
-                other => other,
-            })?;
-            let value = json::parse(text, &name)?;
-            let root = J::root(&value, &name);
-            // Check the version before the shape of the rest: a future schema
-            // should say "version", not "missing field".
-            let version = root.with_opt("schema_version", |j| {
-                Ok((j.with("major", |m| m.i64())?, j.with_opt("minor", |m| m.i64())?))
-            })?;
-            if let Some((major, minor)) = version {
-                if major != SCHEMA_MAJOR as i64 {
-                    return Err(Pt2Error::SchemaVersion {
-                        major: u32::try_from(major).unwrap_or(u32::MAX),
-                        minor: minor.and_then(|m| u32::try_from(m).ok()).unwrap_or(0),
-                    });
-                }
-            }
-            Program::parse(root)?
+        let program_member = if layout == Layout::Legacy { LEGACY_PROGRAM } else { MODEL_JSON };
+        let program = read_program(&archive, program_member)?;
+        let (weights, constants) = match layout {
+            Layout::Archive => (load_config(&archive, WEIGHTS_CONFIG)?, load_config(&archive, CONSTANTS_CONFIG)?),
+            Layout::PickledArchive => (
+                load_pickled(&mut archive, PICKLED_WEIGHTS, WEIGHTS_DIR)?,
+                load_pickled(&mut archive, PICKLED_CONSTANTS, CONSTANTS_DIR)?,
+            ),
+            Layout::Legacy => (
+                load_pickled(&mut archive, LEGACY_STATE_DICT, WEIGHTS_DIR)?,
+                load_pickled(&mut archive, LEGACY_CONSTANTS, CONSTANTS_DIR)?,
+            ),
         };
-        let weights = load_config(&archive, WEIGHTS_CONFIG)?;
-        let constants = load_config(&archive, CONSTANTS_CONFIG)?;
         Ok(Pt2File { archive, program, weights, constants })
     }
+}
+
+fn check_byte_order(order: &[u8]) -> Result<(), Pt2Error> {
+    let order = String::from_utf8_lossy(order).trim().to_string();
+    if order != "little" {
+        return Err(Pt2Error::ByteOrder(order));
+    }
+    Ok(())
+}
+
+fn read_program(archive: &Archive, member: &str) -> Result<Program, Pt2Error> {
+    let name = archive.full_name(member);
+    let text = archive.text(member).map_err(|e| match e {
+        ArchiveError::Member { member, .. } if !archive.contains(member.as_str()) && member.ends_with(MODEL_JSON) => {
+            ArchiveError::Unsupported(format!(
+                "`{member}` is missing (multi-model or AOTInductor packages are not supported)"
+            ))
+        }
+        other => other,
+    })?;
+    let value = json::parse(text, &name)?;
+    let root = J::root(&value, &name);
+    // Check the version before the shape of the rest: a future schema
+    // should say "version", not "missing field".
+    let version =
+        root.with_opt("schema_version", |j| Ok((j.with("major", |m| m.i64())?, j.with_opt("minor", |m| m.i64())?)))?;
+    if let Some((major, minor)) = version {
+        if !(OLDEST_SCHEMA_MAJOR as i64..=SCHEMA_MAJOR as i64).contains(&major) {
+            return Err(Pt2Error::SchemaVersion {
+                major: u32::try_from(major).unwrap_or(u32::MAX),
+                minor: minor.and_then(|m| u32::try_from(m).ok()).unwrap_or(0),
+            });
+        }
+    }
+    Ok(Program::parse(root)?)
 }
 
 fn load_config(archive: &Archive, member: &str) -> Result<HashMap<String, TensorConfig>, Pt2Error> {
@@ -108,4 +142,72 @@ fn load_config(archive: &Archive, member: &str) -> Result<HashMap<String, Tensor
     let name = archive.full_name(member);
     let value = json::parse(archive.text(member)?, &name)?;
     Ok(weights::parse_config(J::root(&value, &name))?)
+}
+
+/// Reads the state dict pickled in the nested `torch.save` zip `member` and
+/// registers each storage it uses as `{folder}pickled_<key>`, so that
+/// [`weights::load`] finds it like a 2.9+ storage file (a range of the same map).
+fn load_pickled(archive: &mut Archive, member: &str, folder: &str) -> Result<HashMap<String, TensorConfig>, Pt2Error> {
+    if !archive.contains(member) {
+        return Ok(HashMap::new());
+    }
+    let nested = archive.nested_members(member)?;
+    let full = archive.full_name(member);
+    let malformed = |detail: String| ArchiveError::Member { member: full.clone(), detail };
+    // torch.save puts everything under one folder (`archive/`, or the file's stem).
+    let Some((pkl_name, pkl_range)) =
+        nested.iter().find(|(n, _)| n.ends_with("data.pkl") && n.matches('/').count() <= 1)
+    else {
+        return Err(malformed("no data.pkl in the nested torch.save zip".into()).into());
+    };
+    let prefix = &pkl_name[..pkl_name.len() - "data.pkl".len()];
+    let find = |name: &str| nested.iter().find(|(n, _)| n == name).map(|(_, r)| r.clone());
+    if let Some(order) = find(&format!("{prefix}byteorder")) {
+        check_byte_order(&archive.map()[order])?;
+    }
+    let tensors = pickle::read_state_dict(&archive.map()[pkl_range.clone()])
+        .map_err(|source| Pt2Error::Pickle { member: format!("{full}/{pkl_name}"), source })?;
+    let mut registered: HashMap<String, pickle::StorageRef> = HashMap::new();
+    let mut configs = HashMap::with_capacity(tensors.len());
+    for (fqn, tensor) in tensors {
+        let storage = &tensor.storage;
+        let path_name = format!("pickled_{}", storage.key);
+        match registered.get(&storage.key) {
+            Some(seen) if seen != storage => {
+                return Err(malformed(format!("storage `{}` is described two different ways", storage.key)).into())
+            }
+            Some(_) => {}
+            None => {
+                let data = format!("{prefix}data/{}", storage.key);
+                let range =
+                    find(&data).ok_or_else(|| malformed(format!("`{fqn}`: storage member `{data}` is missing")))?;
+                let want = storage.numel.checked_mul(storage.class.element_bytes());
+                if want != Some(range.len() as u64) {
+                    return Err(malformed(format!(
+                        "`{fqn}`: storage `{data}` holds {} bytes, but the pickle says {} elements of {} bytes",
+                        range.len(),
+                        storage.numel,
+                        storage.class.element_bytes()
+                    ))
+                    .into());
+                }
+                archive.add_member(format!("{folder}{path_name}"), range)?;
+                registered.insert(storage.key.clone(), storage.clone());
+            }
+        }
+        // An empty storage file means zeros for 2.9+ configs; here it only
+        // ever backs empty tensors.
+        if storage.numel == 0 && !tensor.sizes.contains(&0) {
+            return Err(malformed(format!("`{fqn}`: a non-empty view of an empty storage")).into());
+        }
+        let meta = program::TensorMeta {
+            dtype: storage.class.scalar_type(),
+            sizes: tensor.sizes.iter().map(|&d| program::SymExpr::Int(d)).collect(),
+            strides: tensor.strides.iter().map(|&s| program::SymExpr::Int(s)).collect(),
+            storage_offset: program::SymExpr::Int(tensor.storage_offset),
+            path: format!("{full}: `{fqn}`"),
+        };
+        configs.insert(fqn, TensorConfig { path_name, use_pickle: false, meta });
+    }
+    Ok(configs)
 }

@@ -7,8 +7,10 @@
 use super::json::{JsonError, J};
 use std::collections::HashMap;
 
-/// The schema major version this reader understands.
+/// The newest schema major version this reader understands (torch ≥ 2.6).
 pub const SCHEMA_MAJOR: u32 = 8;
+/// The oldest: 7.x, written by torch 2.5.
+pub const OLDEST_SCHEMA_MAJOR: u32 = 7;
 
 #[derive(Clone, Debug)]
 pub struct Program {
