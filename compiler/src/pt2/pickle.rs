@@ -13,6 +13,7 @@
 //! (a key naming the member `data/<key>`, its element type and length) and its
 //! view (sizes, strides, storage offset in elements).
 
+use std::collections::HashMap;
 use std::rc::Rc;
 
 /// Bounds on what a state dict's pickle may ask of us. torch's own pickles
@@ -204,7 +205,7 @@ impl Value {
 /// Reads a state dict pickle: entry name → tensor, in pickle order.
 pub fn read_state_dict(bytes: &[u8]) -> Result<Vec<(String, PickledTensor)>, PickleError> {
     let mut machine =
-        Machine { bytes, pos: 0, op_start: 0, stack: Vec::new(), marks: Vec::new(), memo: Vec::new(), copied: 0 };
+        Machine { bytes, pos: 0, op_start: 0, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), copied: 0 };
     let top = machine.run()?;
     let Value::Dict(dict) = top else {
         return Err(PickleError {
@@ -234,8 +235,8 @@ struct Machine<'a> {
     stack: Vec<Value>,
     /// Stack lengths at each MARK.
     marks: Vec<usize>,
-    /// Indexed by memo slot; torch numbers slots densely from 0.
-    memo: Vec<Option<Value>>,
+    /// By slot number (a map: a 5-byte LONG_BINPUT must not size an allocation).
+    memo: HashMap<u32, Value>,
     copied: usize,
 }
 
@@ -266,8 +267,8 @@ impl Machine<'_> {
         Ok(out)
     }
 
-    fn u32_len(&mut self) -> R<usize> {
-        Ok(u32::from_le_bytes(self.le()?) as usize)
+    fn u32(&mut self) -> R<u32> {
+        Ok(u32::from_le_bytes(self.le()?))
     }
 
     fn utf8(&mut self, n: usize) -> R<Rc<str>> {
@@ -327,20 +328,17 @@ impl Machine<'_> {
         Value::Tuple(Rc::new(Container { items, depth }))
     }
 
-    fn memo_put(&mut self, slot: usize) -> R<()> {
-        if slot >= MAX_MEMO {
-            return self.fail(format!("memo slot {slot} beyond the limit of {MAX_MEMO}"));
+    fn memo_put(&mut self, slot: u32) -> R<()> {
+        if self.memo.len() >= MAX_MEMO && !self.memo.contains_key(&slot) {
+            return self.fail(format!("more than {MAX_MEMO} memoised values"));
         }
         let Some(top) = self.stack.last().cloned() else { return self.fail("PUT on an empty stack") };
-        if self.memo.len() <= slot {
-            self.memo.resize(slot + 1, None);
-        }
-        self.memo[slot] = Some(top);
+        self.memo.insert(slot, top);
         Ok(())
     }
 
-    fn memo_get(&mut self, slot: usize) -> R<()> {
-        match self.memo.get(slot).cloned().flatten() {
+    fn memo_get(&mut self, slot: u32) -> R<()> {
+        match self.memo.get(&slot).cloned() {
             Some(v) => self.push(v),
             None => self.fail(format!("GET of memo slot {slot}, which was never PUT")),
         }
@@ -441,7 +439,7 @@ impl Machine<'_> {
                     self.push(Value::Float)?
                 }
                 b'X' => {
-                    let n = self.u32_len()?;
+                    let n = self.u32()? as usize;
                     let s = self.utf8(n)?;
                     self.push(Value::Str(s))?
                 }
@@ -484,20 +482,21 @@ impl Machine<'_> {
                     self.extend_top(items, false)?
                 }
                 b'q' => {
-                    let slot = self.u8()? as usize;
+                    let slot = self.u8()?.into();
                     self.memo_put(slot)?
                 }
                 b'r' => {
-                    let slot = self.u32_len()?;
+                    let slot = self.u32()?;
                     self.memo_put(slot)?
                 }
-                0x94 => self.memo_put(self.memo.len())?,
+                // MEMOIZE (protocol 4): the next slot; the count is below MAX_MEMO.
+                0x94 => self.memo_put(self.memo.len() as u32)?,
                 b'h' => {
-                    let slot = self.u8()? as usize;
+                    let slot = self.u8()?.into();
                     self.memo_get(slot)?
                 }
                 b'j' => {
-                    let slot = self.u32_len()?;
+                    let slot = self.u32()?;
                     self.memo_get(slot)?
                 }
                 b'c' => {
@@ -685,10 +684,18 @@ mod tests {
     #[test]
     fn long1_is_sign_extended() {
         let p = b"\x80\x02\x8a\x02\xff\xff.";
-        let mut m = Machine { bytes: p, pos: 2, op_start: 0, stack: vec![], marks: vec![], memo: vec![], copied: 0 };
-        assert_eq!(m.run().unwrap().kind(), "an int");
         let mut m =
-            Machine { bytes: &p[3..], pos: 0, op_start: 0, stack: vec![], marks: vec![], memo: vec![], copied: 0 };
+            Machine { bytes: p, pos: 2, op_start: 0, stack: vec![], marks: vec![], memo: HashMap::new(), copied: 0 };
+        assert_eq!(m.run().unwrap().kind(), "an int");
+        let mut m = Machine {
+            bytes: &p[3..],
+            pos: 0,
+            op_start: 0,
+            stack: vec![],
+            marks: vec![],
+            memo: HashMap::new(),
+            copied: 0,
+        };
         assert_eq!(m.long1().unwrap(), -1);
     }
 

@@ -53,6 +53,8 @@ fn layouts_and_views_are_recognised() {
         assert!(file.constants.contains_key("shift"), "torch {version}: constants {:?}", file.constants.keys());
         let schema = file.program.schema_version.0;
         assert_eq!(schema, if version == "2.5" { 7 } else { 8 }, "torch {version}");
+        let bounds: Vec<_> = file.program.range_constraints.iter().map(|(_, min, max)| (*min, *max)).collect();
+        assert_eq!(bounds, [(1, Some(8))], "torch {version}");
     }
 }
 
