@@ -1,7 +1,8 @@
 //! Reading `.pt2` files written by `torch.export.save`, torch 2.5 – 2.15:
 //! the three container generations of [`archive::Layout`]. Weights pickled by
-//! torch ≤ 2.8 are read by [`pickle`] (which executes nothing) into the same
-//! [`TensorConfig`]s the 2.9+ JSON configs give, so loading is one code path.
+//! torch ≤ 2.8 are read by [`pickle`] (which executes nothing) and turned by
+//! [`state_dict`] into the same [`TensorConfig`]s the 2.9+ JSON configs give,
+//! so loading is one code path.
 //!
 //! This module knows the file format only; turning the program into kiln IR
 //! is [`crate::import`]'s job. See `shared/notes/pt2-format.md` for the facts
@@ -12,6 +13,7 @@ pub mod json;
 pub mod pickle;
 pub mod program;
 pub mod scalar_type;
+pub mod state_dict;
 pub mod sympy;
 pub mod weights;
 
@@ -88,19 +90,19 @@ impl Pt2File {
         let (weights, constants) = match layout {
             Layout::Archive => (load_config(&archive, WEIGHTS_CONFIG)?, load_config(&archive, CONSTANTS_CONFIG)?),
             Layout::PickledArchive => (
-                load_pickled(&mut archive, PICKLED_WEIGHTS, WEIGHTS_DIR)?,
-                load_pickled(&mut archive, PICKLED_CONSTANTS, CONSTANTS_DIR)?,
+                state_dict::load(&mut archive, PICKLED_WEIGHTS, WEIGHTS_DIR)?,
+                state_dict::load(&mut archive, PICKLED_CONSTANTS, CONSTANTS_DIR)?,
             ),
             Layout::Legacy => (
-                load_pickled(&mut archive, LEGACY_STATE_DICT, WEIGHTS_DIR)?,
-                load_pickled(&mut archive, LEGACY_CONSTANTS, CONSTANTS_DIR)?,
+                state_dict::load(&mut archive, LEGACY_STATE_DICT, WEIGHTS_DIR)?,
+                state_dict::load(&mut archive, LEGACY_CONSTANTS, CONSTANTS_DIR)?,
             ),
         };
         Ok(Pt2File { archive, program, weights, constants })
     }
 }
 
-fn check_byte_order(order: &[u8]) -> Result<(), Pt2Error> {
+pub(crate) fn check_byte_order(order: &[u8]) -> Result<(), Pt2Error> {
     let order = String::from_utf8_lossy(order).trim().to_string();
     if order != "little" {
         return Err(Pt2Error::ByteOrder(order));
@@ -142,72 +144,4 @@ fn load_config(archive: &Archive, member: &str) -> Result<HashMap<String, Tensor
     let name = archive.full_name(member);
     let value = json::parse(archive.text(member)?, &name)?;
     Ok(weights::parse_config(J::root(&value, &name))?)
-}
-
-/// Reads the state dict pickled in the nested `torch.save` zip `member` and
-/// registers each storage it uses as `{folder}pickled_<key>`, so that
-/// [`weights::load`] finds it like a 2.9+ storage file (a range of the same map).
-fn load_pickled(archive: &mut Archive, member: &str, folder: &str) -> Result<HashMap<String, TensorConfig>, Pt2Error> {
-    if !archive.contains(member) {
-        return Ok(HashMap::new());
-    }
-    let nested = archive.nested_members(member)?;
-    let full = archive.full_name(member);
-    let malformed = |detail: String| ArchiveError::Member { member: full.clone(), detail };
-    // torch.save puts everything under one folder (`archive/`, or the file's stem).
-    let Some((pkl_name, pkl_range)) =
-        nested.iter().find(|(n, _)| n.ends_with("data.pkl") && n.matches('/').count() <= 1)
-    else {
-        return Err(malformed("no data.pkl in the nested torch.save zip".into()).into());
-    };
-    let prefix = &pkl_name[..pkl_name.len() - "data.pkl".len()];
-    let find = |name: &str| nested.iter().find(|(n, _)| n == name).map(|(_, r)| r.clone());
-    if let Some(order) = find(&format!("{prefix}byteorder")) {
-        check_byte_order(&archive.map()[order])?;
-    }
-    let tensors = pickle::read_state_dict(&archive.map()[pkl_range.clone()])
-        .map_err(|source| Pt2Error::Pickle { member: format!("{full}/{pkl_name}"), source })?;
-    let mut registered: HashMap<String, pickle::StorageRef> = HashMap::new();
-    let mut configs = HashMap::with_capacity(tensors.len());
-    for (fqn, tensor) in tensors {
-        let storage = &tensor.storage;
-        let path_name = format!("pickled_{}", storage.key);
-        match registered.get(&storage.key) {
-            Some(seen) if seen != storage => {
-                return Err(malformed(format!("storage `{}` is described two different ways", storage.key)).into())
-            }
-            Some(_) => {}
-            None => {
-                let data = format!("{prefix}data/{}", storage.key);
-                let range =
-                    find(&data).ok_or_else(|| malformed(format!("`{fqn}`: storage member `{data}` is missing")))?;
-                let want = storage.numel.checked_mul(storage.class.element_bytes());
-                if want != Some(range.len() as u64) {
-                    return Err(malformed(format!(
-                        "`{fqn}`: storage `{data}` holds {} bytes, but the pickle says {} elements of {} bytes",
-                        range.len(),
-                        storage.numel,
-                        storage.class.element_bytes()
-                    ))
-                    .into());
-                }
-                archive.add_member(format!("{folder}{path_name}"), range)?;
-                registered.insert(storage.key.clone(), storage.clone());
-            }
-        }
-        // An empty storage file means zeros for 2.9+ configs; here it only
-        // ever backs empty tensors.
-        if storage.numel == 0 && !tensor.sizes.contains(&0) {
-            return Err(malformed(format!("`{fqn}`: a non-empty view of an empty storage")).into());
-        }
-        let meta = program::TensorMeta {
-            dtype: storage.class.scalar_type(),
-            sizes: tensor.sizes.iter().map(|&d| program::SymExpr::Int(d)).collect(),
-            strides: tensor.strides.iter().map(|&s| program::SymExpr::Int(s)).collect(),
-            storage_offset: program::SymExpr::Int(tensor.storage_offset),
-            path: format!("{full}: `{fqn}`"),
-        };
-        configs.insert(fqn, TensorConfig { path_name, use_pickle: false, meta });
-    }
-    Ok(configs)
 }
