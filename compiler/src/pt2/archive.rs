@@ -121,7 +121,8 @@ impl Archive {
     }
 
     /// Makes `range` (inside the map, e.g. a storage of a nested zip)
-    /// readable as `member`, so pickled and raw weights load the same way.
+    /// readable as `member`, so pickled and raw weights load the same way
+    /// ([`Archive::members`] lists it from then on).
     pub(crate) fn add_member(&mut self, member: String, range: Range<usize>) -> Result<(), ArchiveError> {
         if range.start > range.end || range.end > self.map.len() {
             return Err(ArchiveError::Member { member, detail: format!("range {range:?} is outside the file") });

@@ -674,6 +674,28 @@ mod tests {
         }
     }
 
+    /// Every byte replaced by every value: an error or a state dict, never a panic.
+    #[test]
+    fn every_single_byte_change_is_handled() {
+        let original = one_tensor();
+        for at in 0..original.len() {
+            for value in 0..=255u8 {
+                let mut p = original.clone();
+                p[at] = value;
+                let _ = read_state_dict(&p);
+            }
+        }
+    }
+
+    #[test]
+    fn huge_lengths_are_refused_before_allocating() {
+        // BINUNICODE claiming 4 GiB, LONG_BINPUT to slot 2³² - 1 then GET of a missing slot.
+        let e = read_state_dict(b"\x80\x02X\xff\xff\xff\xff").unwrap_err();
+        assert!(e.detail.contains("truncated"), "{e}");
+        let e = read_state_dict(b"\x80\x02Nr\xff\xff\xff\xffj\xfe\xff\xff\xff.").unwrap_err();
+        assert!(e.detail.contains("never PUT"), "{e}");
+    }
+
     #[test]
     fn unknown_globals_are_named() {
         let p = b"\x80\x02cos\nsystem\n.".to_vec();
