@@ -112,12 +112,11 @@ pub(crate) fn check_byte_order(order: &[u8]) -> Result<(), Pt2Error> {
 
 fn read_program(archive: &Archive, member: &str) -> Result<Program, Pt2Error> {
     let name = archive.full_name(member);
+    let missing = !archive.contains(member);
     let text = archive.text(member).map_err(|e| match e {
-        ArchiveError::Member { member, .. } if !archive.contains(member.as_str()) && member.ends_with(MODEL_JSON) => {
-            ArchiveError::Unsupported(format!(
-                "`{member}` is missing (multi-model or AOTInductor packages are not supported)"
-            ))
-        }
+        ArchiveError::Member { member: full, .. } if missing && member == MODEL_JSON => ArchiveError::Unsupported(
+            format!("`{full}` is missing (multi-model or AOTInductor packages are not supported)"),
+        ),
         other => other,
     })?;
     let value = json::parse(text, &name)?;

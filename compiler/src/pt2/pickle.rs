@@ -606,21 +606,30 @@ impl Machine<'_> {
         }
     }
 
-    /// BUILD: only the no-op state an `OrderedDict` or a parameter may carry.
+    /// BUILD sets instance attributes. On a dict they never change its
+    /// items (a `state_dict()` OrderedDict carries `_metadata` this way), so
+    /// they are ignored; a tensor may only get empty state.
     fn build(&mut self, state: Value) -> R<()> {
         let empty = match &state {
             Value::None => true,
             Value::Dict(d) => d.items.is_empty(),
-            Value::Tuple(t) => {
-                t.items.iter().all(|v| matches!(v, Value::None) || matches!(v, Value::Dict(d) if d.items.is_empty()))
-            }
+            Value::Tuple(t) => t.items.iter().all(|v| match v {
+                Value::None => true,
+                Value::Dict(d) => d.items.is_empty(),
+                _ => false,
+            }),
             _ => false,
         };
-        let target = self.top_mut()?.kind();
-        if !empty || !matches!(target, "a dict" | "a tensor") {
-            return self.fail(format!("BUILD of {target} with {} state (only empty state is accepted)", state.kind()));
+        let state_kind = state.kind();
+        let target = self.top_mut()?;
+        match target {
+            Value::Dict(_) if matches!(state, Value::None | Value::Dict(_)) => Ok(()),
+            Value::Tensor(_) if empty => Ok(()),
+            other => {
+                let kind = other.kind();
+                self.fail(format!("BUILD of {kind} with {state_kind} state"))
+            }
         }
-        Ok(())
     }
 
     fn int_tuple(&self, v: &Value, what: &str) -> R<Vec<i64>> {
@@ -646,11 +655,36 @@ mod tests {
     fn one_tensor() -> Vec<u8> {
         let mut p = vec![0x80, 2, b'}', b'q', 0];
         p.extend(b"X\x01\x00\x00\x00w");
-        p.extend(b"ctorch._utils\n_rebuild_tensor_v2\n");
+        p.extend(tensor_w());
+        p.extend(b"s.");
+        p
+    }
+
+    /// The `_rebuild_tensor_v2(...)` call of [`one_tensor`].
+    fn tensor_w() -> Vec<u8> {
+        let mut p = b"ctorch._utils\n_rebuild_tensor_v2\n".to_vec();
         p.extend(b"((X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x06tQ");
         p.extend(b"K\x00K\x02K\x03\x86K\x03K\x01\x86\x89ccollections\nOrderedDict\n)Rt");
-        p.extend(b"Rs.");
+        p.push(b'R');
         p
+    }
+
+    /// `model.state_dict()` is an OrderedDict whose `_metadata` attribute
+    /// arrives by BUILD after the items.
+    #[test]
+    fn ordered_dict_with_metadata() {
+        let mut p = b"\x80\x02ccollections\nOrderedDict\nq\x00)Rq\x01(X\x01\x00\x00\x00w".to_vec();
+        p.extend(tensor_w());
+        p.extend(b"u}X\x09\x00\x00\x00_metadatah\x00)Rsb.");
+        let got = read_state_dict(&p).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, "w");
+        // State on a tensor is refused.
+        let mut p = b"\x80\x02}(X\x01\x00\x00\x00w".to_vec();
+        p.extend(tensor_w());
+        p.extend(b"}X\x01\x00\x00\x00aK\x01sbu.");
+        let e = read_state_dict(&p).unwrap_err();
+        assert!(e.detail.contains("BUILD of a tensor"), "{e}");
     }
 
     #[test]
