@@ -204,12 +204,13 @@ impl Value {
 
 /// Reads a state dict pickle: entry name → tensor, in pickle order.
 pub fn read_state_dict(bytes: &[u8]) -> Result<Vec<(String, PickledTensor)>, PickleError> {
-    let mut machine =
-        Machine { bytes, pos: 0, op_start: 0, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), copied: 0 };
+    let mut machine = Machine::new(bytes);
     let top = machine.run()?;
+    // Shape errors are reported at the STOP opcode, where the value is complete.
+    let offset = machine.op_start;
     let Value::Dict(dict) = top else {
         return Err(PickleError {
-            offset: 0,
+            offset,
             detail: format!("the pickle holds {}, expected a dict of tensors", top.kind()),
         });
     };
@@ -218,11 +219,9 @@ pub fn read_state_dict(bytes: &[u8]) -> Result<Vec<(String, PickledTensor)>, Pic
         .map(|(k, v)| match (k, v) {
             (Value::Str(name), Value::Tensor(t)) => Ok((name.to_string(), (**t).clone())),
             (Value::Str(name), other) => {
-                Err(PickleError { offset: 0, detail: format!("entry `{name}` is {}, expected a tensor", other.kind()) })
+                Err(PickleError { offset, detail: format!("entry `{name}` is {}, expected a tensor", other.kind()) })
             }
-            (other, _) => {
-                Err(PickleError { offset: 0, detail: format!("a key is {}, expected a string", other.kind()) })
-            }
+            (other, _) => Err(PickleError { offset, detail: format!("a key is {}, expected a string", other.kind()) }),
         })
         .collect()
 }
@@ -242,7 +241,11 @@ struct Machine<'a> {
 
 type R<T> = Result<T, PickleError>;
 
-impl Machine<'_> {
+impl<'a> Machine<'a> {
+    fn new(bytes: &'a [u8]) -> Machine<'a> {
+        Machine { bytes, pos: 0, op_start: 0, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), copied: 0 }
+    }
+
     fn fail<T>(&self, detail: impl Into<String>) -> R<T> {
         Err(PickleError { offset: self.op_start, detail: detail.into() })
     }
@@ -739,20 +742,11 @@ mod tests {
 
     #[test]
     fn long1_is_sign_extended() {
-        let p = b"\x80\x02\x8a\x02\xff\xff.";
-        let mut m =
-            Machine { bytes: p, pos: 2, op_start: 0, stack: vec![], marks: vec![], memo: HashMap::new(), copied: 0 };
-        assert_eq!(m.run().unwrap().kind(), "an int");
-        let mut m = Machine {
-            bytes: &p[3..],
-            pos: 0,
-            op_start: 0,
-            stack: vec![],
-            marks: vec![],
-            memo: HashMap::new(),
-            copied: 0,
-        };
-        assert_eq!(m.long1().unwrap(), -1);
+        // LONG1 of 2 bytes: 0xffff is -1; 0xff7f (little-endian 0x7fff) is 32767.
+        assert_eq!(Machine::new(b"\x02\xff\xff").long1().unwrap(), -1);
+        assert_eq!(Machine::new(b"\x02\xff\x7f").long1().unwrap(), 32767);
+        assert_eq!(Machine::new(b"\x00").long1().unwrap(), 0);
+        assert!(Machine::new(b"\x09").long1().is_err());
     }
 
     #[test]
