@@ -107,7 +107,7 @@ enum Command {
     /// Compile a program saved by torch.export.save into a .kiln artifact.
     #[command(after_help = "Example:\n  kiln compile model.pt2 -o model.kiln")]
     Compile {
-        /// The .pt2 file (torch 2.9 – 2.15).
+        /// The .pt2 file (torch 2.5 – 2.15).
         model: PathBuf,
         /// Where to write the artifact.
         #[arg(short, long)]

@@ -450,7 +450,8 @@ impl<'p> Importer<'p> {
         let ordered = if prefer_weights { [sources[0], sources[1]] } else { [sources[1], sources[0]] };
         let Some((cfg, dir)) = ordered.iter().find_map(|(map, dir)| map.get(fqn).map(|c| (c, *dir))) else {
             return Err(ImportError::Invalid(format!(
-                "`{fqn}` (input `{arg}`) is in neither model_weights_config.json nor model_constants_config.json"
+                "`{fqn}` (input `{arg}`) is neither among the archive's weights nor its constants \
+                 (model_weights_config.json / model_constants_config.json, or the pickled state dict of torch <= 2.8)"
             )));
         };
         let loaded = match weights::load(&file.archive, dir, fqn, cfg) {

@@ -67,7 +67,7 @@ pub struct Imported {
     pub ir_flavour: String,
 }
 
-/// Reads `path` (written by `torch.export.save`, torch 2.9 – 2.15) into kiln IR.
+/// Reads `path` (written by `torch.export.save`, torch 2.5 – 2.15) into kiln IR.
 pub fn import_pt2(path: &Path) -> Result<Imported, ImportError> {
     import_pt2_with(path, &ImportOptions::default())
 }

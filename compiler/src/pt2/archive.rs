@@ -4,6 +4,11 @@
 //! weights are never copied. Only the central directory is trusted for sizes and
 //! offsets (torch writes zeros in the local headers), and every member must be
 //! stored uncompressed — that is what lets a weight be a slice of the map.
+//!
+//! Three container generations exist (see [`Layout`]). The two older ones
+//! keep their weights in nested `torch.save` zips, themselves stored
+//! uncompressed, so [`Archive::nested_members`] reads their directory in place
+//! and reports ranges of the same outer map: still no copy.
 
 use memmap2::Mmap;
 use std::collections::BTreeMap;
@@ -26,11 +31,25 @@ pub enum ArchiveError {
     Unsupported(String),
 }
 
-/// An opened `.pt2` archive (the torch 2.9+ layout).
+/// Which torch release wrote the container, as far as its layout tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// torch ≤ 2.7: `serialized_exported_program.json` and pickled
+    /// `serialized_state_dict.pt` / `serialized_constants.pt` at the root.
+    Legacy,
+    /// torch 2.8: the PT2 archive with pickled `data/weights/model.pt` and
+    /// `data/constants/model.pt`.
+    PickledArchive,
+    /// torch ≥ 2.9: the PT2 archive with one raw file per storage and JSON configs.
+    Archive,
+}
+
+/// An opened `.pt2` archive.
 pub struct Archive {
     map: Arc<Mmap>,
     /// Folder every member lives under (`model/` for `model.pt2`), with the slash.
     root: String,
+    layout: Layout,
     /// Member name (without `root`) → payload range inside `map`.
     members: BTreeMap<String, Range<usize>>,
 }
@@ -53,13 +72,13 @@ impl Archive {
 
     /// Reads the central directory of an already-mapped file.
     pub fn from_map(map: Arc<Mmap>) -> Result<Archive, ArchiveError> {
-        let all = read_directory(&map)?;
-        let root = find_root(&all)?;
+        let all = read_directory(&map, 0)?;
+        let (root, layout) = find_root(&all)?;
         let members = all
             .into_iter()
             .filter_map(|(name, range)| name.strip_prefix(root.as_str()).map(|n| (n.to_string(), range)))
             .collect();
-        Ok(Archive { map, root, members })
+        Ok(Archive { map, root, layout, members })
     }
 
     /// Reads an archive held in memory (copied into an anonymous map, so that
@@ -81,6 +100,38 @@ impl Archive {
 
     pub fn root(&self) -> &str {
         &self.root
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The members of the `torch.save` zip stored as `member`, with their
+    /// payload ranges inside [`Archive::map`] (not copied out).
+    pub fn nested_members(&self, member: &str) -> Result<Vec<(String, Range<usize>)>, ArchiveError> {
+        let range = self.range(member).ok_or_else(|| ArchiveError::Member {
+            member: self.full_name(member),
+            detail: "missing from the archive".into(),
+        })?;
+        let inner = &self.map[range.clone()];
+        read_directory(inner, range.start).map_err(|e| ArchiveError::Member {
+            member: self.full_name(member),
+            detail: format!("nested torch.save zip: {e}"),
+        })
+    }
+
+    /// Makes `range` (inside the map, e.g. a storage of a nested zip)
+    /// readable as `member`, so pickled and raw weights load the same way
+    /// ([`Archive::members`] lists it from then on).
+    pub(crate) fn add_member(&mut self, member: String, range: Range<usize>) -> Result<(), ArchiveError> {
+        if range.start > range.end || range.end > self.map.len() {
+            return Err(ArchiveError::Member { member, detail: format!("range {range:?} is outside the file") });
+        }
+        if self.members.contains_key(&member) {
+            return Err(ArchiveError::Member { member, detail: "registered twice".into() });
+        }
+        self.members.insert(member, range);
+        Ok(())
     }
 
     pub fn map(&self) -> &Arc<Mmap> {
@@ -118,9 +169,9 @@ impl Archive {
     }
 }
 
-/// Every stored member with its payload range, validated against the map length.
-fn read_directory(map: &Mmap) -> Result<Vec<(String, Range<usize>)>, ArchiveError> {
-    let bytes: &[u8] = map;
+/// Every stored member of the zip in `bytes` with its payload range shifted
+/// by `base` (where `bytes` starts in the file), validated against `bytes`.
+fn read_directory(bytes: &[u8], base: usize) -> Result<Vec<(String, Range<usize>)>, ArchiveError> {
     let mut zip = zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| ArchiveError::Zip(e.to_string()))?;
     let mut out = Vec::with_capacity(zip.len());
     for i in 0..zip.len() {
@@ -152,22 +203,20 @@ fn read_directory(map: &Mmap) -> Result<Vec<(String, Range<usize>)>, ArchiveErro
         if end > bytes.len() {
             return Err(bad(format!("payload {start}..{end} runs past the end of the file ({} bytes)", bytes.len())));
         }
-        out.push((name, start..end));
+        // `base + end` cannot overflow: `end <= bytes.len()` and `bytes` lies inside the map.
+        out.push((name, base + start..base + end));
     }
     Ok(out)
 }
 
-/// Finds the archive's root folder from its `archive_format` marker and rejects
-/// the container generations we do not read.
-fn find_root(all: &[(String, Range<usize>)]) -> Result<String, ArchiveError> {
+/// Finds the archive's root folder from its `archive_format` marker (or, for
+/// torch ≤ 2.7, from `serialized_exported_program.json`) and tells the layouts apart.
+fn find_root(all: &[(String, Range<usize>)]) -> Result<(String, Layout), ArchiveError> {
     let has = |n: &str| all.iter().any(|(name, _)| name == n);
-    // torch ≤ 2.7 wrote its members at the zip root.
-    if has("serialized_exported_program.json")
-        || all.iter().any(|(n, _)| n.ends_with("/serialized_exported_program.json"))
-    {
-        return Err(ArchiveError::Unsupported(
-            "saved by torch <= 2.7 (serialized_exported_program.json layout); re-save with torch >= 2.9".into(),
-        ));
+    const LEGACY_PROGRAM: &str = "serialized_exported_program.json";
+    let legacy = all.iter().find(|(n, _)| n == LEGACY_PROGRAM || n.ends_with(&format!("/{LEGACY_PROGRAM}")));
+    if let Some((program, _)) = legacy {
+        return Ok((program[..program.len() - LEGACY_PROGRAM.len()].to_string(), Layout::Legacy));
     }
     let marker = all.iter().find(|(n, _)| n == "archive_format" || n.ends_with("/archive_format"));
     let Some((marker, _)) = marker else {
@@ -177,10 +226,11 @@ fn find_root(all: &[(String, Range<usize>)]) -> Result<String, ArchiveError> {
     };
     let root = &marker[..marker.len() - "archive_format".len()];
     let under = |m: &str| has(&format!("{root}{m}"));
-    if under("data/weights/model.pt") && !under("data/weights/model_weights_config.json") {
-        return Err(ArchiveError::Unsupported(
-            "saved by torch 2.8 (pickled weights in data/weights/model.pt); re-save with torch >= 2.9".into(),
-        ));
-    }
-    Ok(root.to_string())
+    // `archive_version` is 0 from 2.8 on, so only the files tell 2.8 apart.
+    let layout = if under("data/weights/model.pt") && !under("data/weights/model_weights_config.json") {
+        Layout::PickledArchive
+    } else {
+        Layout::Archive
+    };
+    Ok((root.to_string(), layout))
 }

@@ -7,8 +7,10 @@
 use super::json::{JsonError, J};
 use std::collections::HashMap;
 
-/// The schema major version this reader understands.
+/// The newest schema major version this reader understands (torch ≥ 2.6).
 pub const SCHEMA_MAJOR: u32 = 8;
+/// The oldest: 7.x, written by torch 2.5.
+pub const OLDEST_SCHEMA_MAJOR: u32 = 7;
 
 #[derive(Clone, Debug)]
 pub struct Program {
@@ -411,4 +413,49 @@ fn parse_output_spec(j: J<'_>) -> Result<OutputSpec, JsonError> {
             }
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pt2::json::{parse, J};
+
+    /// What schema 7 (torch 2.5) writes differently: a bare `Infinity`,
+    /// `as_none` as `[]`, null fields omitted, `dialect` instead of
+    /// `verifiers`, sizes as plain infix expressions.
+    #[test]
+    fn schema_7_spellings() {
+        let text = r#"{
+            "schema_version": {"major": 7, "minor": 3},
+            "dialect": "ATEN",
+            "range_constraints": {"s0": {"min_val": 2, "max_val": 8}},
+            "graph_module": {
+                "graph": {
+                    "nodes": [{
+                        "target": "torch.ops.aten.clamp.default",
+                        "inputs": [
+                            {"name": "self", "arg": {"as_tensor": {"name": "x"}}},
+                            {"name": "min", "arg": {"as_none": []}},
+                            {"name": "max", "arg": {"as_float": Infinity}}
+                        ],
+                        "outputs": [{"as_tensor": {"name": "clamp"}}]
+                    }],
+                    "tensor_values": {"x": {"dtype": 7, "sizes": [{"as_expr": {"expr_str": "s0 + 1"}}]}}
+                },
+                "signature": {"input_specs": [], "output_specs": []}
+            }
+        }"#;
+        let value = parse(text, "serialized_exported_program.json").unwrap();
+        let program = Program::parse(J::root(&value, "serialized_exported_program.json")).unwrap();
+        assert_eq!(program.schema_version, (7, 3));
+        assert_eq!(program.verifiers, ["ATEN"]);
+        assert_eq!(program.range_constraints, [("s0".to_string(), 2, Some(8))]);
+        let node = &program.nodes[0];
+        assert_eq!(node.name, "clamp");
+        assert_eq!(node.inputs[1].arg, Arg::None);
+        assert_eq!(node.inputs[2].arg, Arg::Float(f64::INFINITY));
+        let x = &program.tensor_values["x"];
+        assert_eq!(x.sizes, [SymExpr::Expr { expr: "s0 + 1".into(), hint: None }]);
+        assert_eq!(x.storage_offset, SymExpr::Int(0));
+    }
 }

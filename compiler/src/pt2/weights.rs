@@ -1,6 +1,7 @@
 //! Weight and constant storages (torch ≥ 2.9): one raw file per storage, and a
 //! JSON config mapping each fully-qualified name to its file and view
-//! (`sizes`, `strides`, `storage_offset` in elements).
+//! (`sizes`, `strides`, `storage_offset` in elements). torch 2.5 – 2.8's
+//! pickled state dicts arrive here in the same form ([`super::state_dict`]).
 //!
 //! A contiguous view is a byte range of the memory map (no copy). A strided or
 //! offset view is copied out contiguous. Every index is checked against the
