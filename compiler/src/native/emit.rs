@@ -11,7 +11,8 @@
 //! (`llvm.intr.fmuladd`: fused where the CPU level has FMA, never a libm
 //! call) — so accuracy matches and the object needs no symbols. The ops the
 //! kernels take from libm (log and its kin) are Cephes-style polynomials
-//! here, within 1–3 ulp of libm (bounds at each function); rounding ops are
+//! here, within 1–3 ulp of libm (bounds at each function), except sin, cos
+//! and tan: glibc's own algorithms, bit for bit (`emit/trig.rs`); rounding ops are
 //! exact integer-conversion sequences (LLVM would call `floorf` on CPUs
 //! without SSE4.1). Anything else returns [`Unsupported`] and the group
 //! stays portable.
@@ -35,10 +36,16 @@ enum Ty {
     Bool,
 }
 
+mod trig;
+
 /// An SSA body under construction: every `let_` defines the next `%vN`.
 struct Body {
     text: String,
     next: usize,
+    /// The function's name, which prefixes its module-level constants.
+    symbol: String,
+    /// Module-level definitions the body refers to (trig's 4/π table).
+    globals: String,
 }
 
 /// 2²³: every f32 at least this large is an integer.
@@ -542,6 +549,9 @@ impl Body {
             UnaryOp::Expm1 => self.expm1(x),
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Trunc | UnaryOp::Round => self.round_op(op, x),
             UnaryOp::Sign => self.sign(x),
+            UnaryOp::Sin => self.sin_cos(x, false),
+            UnaryOp::Cos => self.sin_cos(x, true),
+            UnaryOp::Tan => self.tan(x),
             other => return Err(Unsupported(format!("unary {other}"))),
         })
     }
@@ -550,7 +560,7 @@ impl Body {
 /// The MLIR function text of `program` as function `symbol`, reading operand
 /// `i` as `modes[i]` says; every operand and the result are f32.
 pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -> Result<String, Unsupported> {
-    let mut b = Body { text: String::new(), next: 0 };
+    let mut b = Body { text: String::new(), next: 0, symbol: symbol.to_string(), globals: String::new() };
     let mut head = String::new();
     let _ = writeln!(head, "  func.func @{symbol}(%ins: !llvm.ptr, %out: !llvm.ptr, %start: i64, %end: i64) {{");
     let mut regs: Vec<(String, Ty)> = Vec::new();
@@ -638,7 +648,8 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
     if ty != Ty::F32 {
         return Err(Unsupported("a bool result".into()));
     }
-    let mut text = head;
+    let mut text = std::mem::take(&mut b.globals);
+    text.push_str(&head);
     let _ = writeln!(text, "    %lo = arith.index_cast %start : i64 to index");
     let _ = writeln!(text, "    %hi = arith.index_cast %end : i64 to index");
     let _ = writeln!(text, "    %step = arith.constant 1 : index");
