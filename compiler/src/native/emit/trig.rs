@@ -8,15 +8,18 @@
 //! the same way and evaluates fdlibm's `__kernel_tanf` in f32.
 //!
 //! Bit-identical to glibc's x86-64 build (a scalar model of these exact
-//! operations matched glibc 2.36 on all 2³² inputs; the native tests
-//! compare the emitted code on hard cases): its sinf/cosf are compiled twice and picked at load, with FMA where the
-//! CPU has FMA and AVX2, which is where the x86-64-v3/v4 levels fuse
-//! `fmuladd` too; tanf has no FMA variant, so every operation here is a
-//! separate multiply and add. Only a baseline-level object run on an FMA
-//! CPU (or glibc built otherwise: aarch64 rounds `n` with `lround` and
-//! fuses tanf) can differ, by at most 1 ulp. Everything is branch-free:
-//! all paths are computed and selected, the large-argument table read as a
-//! gather.
+//! operations matched glibc 2.36 on all 2³² inputs; the native tests compare
+//! the emitted code on the hard cases). glibc compiles sinf/cosf twice and
+//! picks the FMA variant where the CPU has FMA and AVX2 — exactly where the
+//! x86-64-v3/v4 levels fuse `fmuladd` — and has no FMA variant of tanf, so
+//! tan's operations are separate multiplies and adds at every level. Only a
+//! baseline-level object run on an FMA CPU, or another libm (aarch64's glibc
+//! rounds `n` with `lround` and fuses tanf), can differ, by at most 1 ulp.
+//!
+//! Everything is branch-free: every path is computed and the right one
+//! selected; the large reduction's table is read per lane from the
+//! object's read-only data. The constants are ARM optimized-routines' (MIT /
+//! Apache-2.0) and fdlibm's, as glibc ships them.
 
 use super::Body;
 
