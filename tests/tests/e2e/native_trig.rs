@@ -40,11 +40,16 @@ const GRAPH: &str = "graph {
   output %15 \"tan\"
 }";
 
-fn compile(native: Option<NativeTarget>) -> Arc<Program> {
+/// The artifact of [`GRAPH`], with native code for `native`'s ISA.
+pub(crate) fn compile_bytes(native: Option<NativeTarget>) -> Vec<u8> {
     let g = kiln_ir::text::parse(GRAPH).unwrap_or_else(|e| panic!("{e}"));
     let opts = CompileOptions { native, ..CompileOptions::default() };
     let (writer, _) = compile_graph(g, &opts, Default::default()).expect("compile");
-    Program::from_bytes(&writer.to_bytes()).expect("load")
+    writer.to_bytes()
+}
+
+fn compile(native: Option<NativeTarget>) -> Arc<Program> {
+    Program::from_bytes(&compile_bytes(native)).expect("load")
 }
 
 /// Angles: the special values first, then every binade (the large
@@ -89,12 +94,45 @@ fn angles(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn run(program: &Arc<Program>, inputs: &[Tensor]) -> Vec<Vec<u8>> {
+pub(crate) fn run(program: &Arc<Program>, inputs: &[Tensor]) -> Vec<Vec<u8>> {
     let opts = SessionOptions { threads: 2, ..SessionOptions::default() };
     let mut session = program.session_with(&opts).expect("session");
     let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
     let outputs = session.run(&views).expect("run");
     (0..outputs.len()).map(|i| outputs.get(i).data.to_vec()).collect()
+}
+
+/// [`GRAPH`]'s inputs (x, y, θ, per-row θ).
+pub(crate) fn inputs() -> Vec<Tensor> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(14);
+    let n = ROWS * COLS;
+    let x: Vec<f32> = (0..n).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
+    let y: Vec<f32> = (0..n).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
+    let theta = angles(&mut rng, n);
+    let row_theta = angles(&mut rng, ROWS);
+    vec![
+        Tensor::from_f32(&[ROWS, COLS], &x),
+        Tensor::from_f32(&[ROWS, COLS], &y),
+        Tensor::from_f32(&[ROWS, COLS], &theta),
+        Tensor::from_f32(&[ROWS, 1], &row_theta),
+    ]
+}
+
+/// Asserts [`GRAPH`]'s outputs `got` and `want` (raw bytes) are the same
+/// bits, any NaN matching any NaN.
+pub(crate) fn assert_same_bits(what: &str, inputs: &[Tensor], got: &[Vec<u8>], want: &[Vec<u8>]) {
+    let (theta, row_theta) = (inputs[2].to_f32().expect("f32"), inputs[3].to_f32().expect("f32"));
+    assert_eq!(got.len(), 3, "{what}: number of outputs");
+    for (k, name) in ["rope", "rope_rows", "tan"].iter().enumerate() {
+        for (i, (g, w)) in got[k].chunks_exact(4).zip(want[k].chunks_exact(4)).enumerate() {
+            let (g, w) = (f32::from_le_bytes(g.try_into().unwrap()), f32::from_le_bytes(w.try_into().unwrap()));
+            let angle = if k == 1 { row_theta[i / COLS] } else { theta[i] };
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{what}: {name}[{i}] (θ = {angle:e}): {g:e}, want {w:e}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -103,27 +141,6 @@ fn rope_and_tan_groups_match_the_portable_kernels_bit_for_bit() {
     let portable = compile(None);
     let natives = native.plan().instrs.iter().filter(|i| matches!(i.op, InstrOp::Native { .. })).count();
     assert!(natives >= 3, "the rotation and tan groups run as native code ({natives} native calls)");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(14);
-    let n = ROWS * COLS;
-    let x: Vec<f32> = (0..n).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
-    let y: Vec<f32> = (0..n).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
-    let theta = angles(&mut rng, n);
-    let row_theta = angles(&mut rng, ROWS);
-    let inputs = [
-        Tensor::from_f32(&[ROWS, COLS], &x),
-        Tensor::from_f32(&[ROWS, COLS], &y),
-        Tensor::from_f32(&[ROWS, COLS], &theta),
-        Tensor::from_f32(&[ROWS, 1], &row_theta),
-    ];
-    let (got, want) = (run(&native, &inputs), run(&portable, &inputs));
-    for (k, name) in ["rope", "rope_rows", "tan"].iter().enumerate() {
-        for (i, (g, w)) in got[k].chunks_exact(4).zip(want[k].chunks_exact(4)).enumerate() {
-            let (g, w) = (f32::from_le_bytes(g.try_into().unwrap()), f32::from_le_bytes(w.try_into().unwrap()));
-            let angle = if k == 1 { row_theta[i / COLS] } else { theta[i] };
-            assert!(
-                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                "{name}[{i}] (θ = {angle:e}): native {g:e}, portable {w:e}"
-            );
-        }
-    }
+    let inputs = inputs();
+    assert_same_bits("native vs portable", &inputs, &run(&native, &inputs), &run(&portable, &inputs));
 }

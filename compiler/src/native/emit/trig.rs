@@ -15,6 +15,8 @@
 //! tan's operations are separate multiplies and adds at every level. Only a
 //! baseline-level object run on an FMA CPU, or another libm (aarch64's glibc
 //! rounds `n` with `lround` and fuses tanf), can differ, by at most 1 ulp.
+//! aarch64 objects always fuse `fmuladd`, so they give the x86-64 FMA bits
+//! (`aarch64_e2e::native_aarch64_trig_matches_x86_64_bit_for_bit`).
 //!
 //! Everything is branch-free: every path is computed and the right one
 //! selected; the large reduction's table is read per lane from the
