@@ -42,10 +42,6 @@ mod trig;
 struct Body {
     text: String,
     next: usize,
-    /// The function's name, which prefixes its module-level constants.
-    symbol: String,
-    /// Module-level definitions the body refers to (trig's 4/π table).
-    globals: String,
 }
 
 /// 2²³: every f32 at least this large is an integer.
@@ -560,7 +556,7 @@ impl Body {
 /// The MLIR function text of `program` as function `symbol`, reading operand
 /// `i` as `modes[i]` says; every operand and the result are f32.
 pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -> Result<String, Unsupported> {
-    let mut b = Body { text: String::new(), next: 0, symbol: symbol.to_string(), globals: String::new() };
+    let mut b = Body { text: String::new(), next: 0 };
     let mut head = String::new();
     let _ = writeln!(head, "  func.func @{symbol}(%ins: !llvm.ptr, %out: !llvm.ptr, %start: i64, %end: i64) {{");
     let mut regs: Vec<(String, Ty)> = Vec::new();
@@ -648,8 +644,7 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
     if ty != Ty::F32 {
         return Err(Unsupported("a bool result".into()));
     }
-    let mut text = std::mem::take(&mut b.globals);
-    text.push_str(&head);
+    let mut text = head;
     let _ = writeln!(text, "    %lo = arith.index_cast %start : i64 to index");
     let _ = writeln!(text, "    %hi = arith.index_cast %end : i64 to index");
     let _ = writeln!(text, "    %step = arith.constant 1 : index");

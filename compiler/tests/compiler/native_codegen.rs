@@ -368,7 +368,7 @@ fn fixture_program() -> Vec<FusedOp> {
 #[test]
 fn aarch64_objects_load_in_the_runtime_loader() {
     let modes = [InputMode::Full, InputMode::Splat];
-    // sin reads its 4/π table from the object's read-only data.
+    // sin: f64 and i64 constants, 64-bit integer products.
     let sin = [FusedOp::Unary { op: UnaryOp::Sin, x: 0 }];
     for level in AARCH64_LEVELS {
         for (program, modes) in [(&fixture_program()[..], &modes[..]), (&sin[..], &modes[..1])] {

@@ -19,8 +19,8 @@
 //! (`aarch64_e2e::native_aarch64_trig_matches_x86_64_bit_for_bit`).
 //!
 //! Everything is branch-free: every path is computed and the right one
-//! selected; the large reduction's table is read per lane from the
-//! object's read-only data. The constants are ARM optimized-routines' (MIT /
+//! selected, the large reduction's 4/π window included (shifts of four
+//! constant words, no table). The constants are ARM optimized-routines' (MIT /
 //! Apache-2.0) and fdlibm's, as glibc ships them.
 
 use super::Body;
@@ -43,13 +43,12 @@ const SIN_POLY: [f64; 3] = [
     f64::from_bits(0x3F81_1076_0523_0BC4),
     f64::from_bits(0xBF29_94EB_3774_CF24),
 ];
-/// 4/π to 192 bits, 8 new bits per entry (so that any 96-bit window starts
-/// at an entry).
-const INV_PIO4: [u32; 24] = [
-    0xa2, 0xa2f9, 0xa2f983, 0xa2f9836e, 0xf9836e4e, 0x836e4e44, 0x6e4e4415, 0x4e441529, 0x441529fc, 0x1529fc27,
-    0x29fc2757, 0xfc2757d1, 0x2757d1f5, 0x57d1f534, 0xd1f534dd, 0xf534ddc0, 0x34ddc0db, 0xddc0db62, 0xc0db6295,
-    0xdb629599, 0x6295993c, 0x95993c43, 0x993c4390, 0x3c439041,
-];
+/// 4/π's fraction after 24 zero bits, as four 64-bit words (MSB first): bits
+/// `8i .. 8i + 32` are glibc's `__inv_pio4[i]` (4/π to 192 bits, 8 new bits
+/// per entry), so any entry is a shifted window of two words — computed per
+/// lane, with no table to gather from.
+const INV_PIO4_WORDS: [u64; 4] =
+    [0x0000_00a2_f983_6e4e, 0x4415_29fc_2757_d1f5, 0x34dd_c0db_6295_993c, 0x4390_4100_0000_0000];
 /// fdlibm's `__kernel_tanf` coefficients: tan x ≈ x + T0·x³ + … + T12·x²⁷.
 const TAN_POLY: [u32; 13] = [
     0x3eaaaaab, 0x3e088889, 0x3d5d0dd1, 0x3cb327a4, 0x3c11371f, 0x3b6b6916, 0x3abede48, 0x3a1a26c8, 0x398137b9,
@@ -141,21 +140,33 @@ impl Body {
         (red, n)
     }
 
-    /// Entry `idx + offset` of the 4/π table (an i32 index).
-    fn inv_pio4_at(&mut self, idx: &str, offset: i32) -> String {
-        let name = format!("@{}_inv_pio4", self.symbol);
-        if !self.globals.contains(&name) {
-            let words: Vec<String> = INV_PIO4.iter().map(|w| (*w as i32).to_string()).collect();
-            self.globals.push_str(&format!(
-                "  llvm.mlir.global internal constant {name}(dense<[{}]> : tensor<24xi32>) : !llvm.array<24 x i32>\n",
-                words.join(", ")
-            ));
-        }
-        let base = self.let_(format_args!("llvm.mlir.addressof {name} : !llvm.ptr"));
-        let i = self.op_ci("addi", idx, offset);
-        let i = self.let_(format_args!("arith.extui {i} : i32 to i64"));
-        let p = self.let_(format_args!("llvm.getelementptr {base}[{i}] : (!llvm.ptr, i64) -> !llvm.ptr, i32"));
-        self.let_(format_args!("llvm.load {p} : !llvm.ptr -> i32"))
+    /// The 96 bits of `INV_PIO4_WORDS` at bit `8·idx` (idx < 16, an i32) as
+    /// glibc's `(__inv_pio4[idx], [idx + 4], [idx + 8])`, i64 registers.
+    fn inv_pio4_window(&mut self, idx: &str) -> (String, String, String) {
+        let words: Vec<String> = INV_PIO4_WORDS.iter().map(|w| self.ci64(*w as i64)).collect();
+        let second = self.cmp_ci("uge", idx, 8);
+        let wa = self.select_t(&second, &words[1], &words[0], "i64");
+        let wb = self.select_t(&second, &words[2], &words[1], "i64");
+        let wc = self.select_t(&second, &words[3], &words[2], "i64");
+        let r = self.op_ci("andi", idx, 7);
+        let r = self.op_ci("shli", &r, 3);
+        let r = self.let_(format_args!("arith.extui {r} : i32 to i64"));
+        let c63 = self.ci64(63);
+        let rr = self.op2("subi", &c63, &r, "i64");
+        // `a << r | b >> (64 − r)`, the second shift split so that r = 0
+        // shifts by 1 and 63, never by 64.
+        let join = |b: &mut Body, a: &str, c: &str| {
+            let hi = b.op2("shli", a, &r, "i64");
+            let lo = b.op_ci64("shrui", c, 1);
+            let lo = b.op2("shrui", &lo, &rr, "i64");
+            b.op2("ori", &hi, &lo, "i64")
+        };
+        let h = join(self, &wa, &wb);
+        let l = join(self, &wb, &wc);
+        let a0 = self.op_ci64("shrui", &h, 32);
+        let a4 = self.op_ci64("andi", &h, 0xffff_ffff);
+        let a8 = self.op_ci64("shrui", &l, 32);
+        (a0, a4, a8)
     }
 
     /// `reduce_large`: `(r, n)` for |x| ≥ 120 from x's bits, sign ignored:
@@ -170,15 +181,12 @@ impl Body {
         let m = self.op_ci("andi", bits, 0xff_ffff);
         let m = self.op_ci("ori", &m, 0x80_0000);
         let m = self.op2("shli", &m, &shift, "i32");
-        let (a0, a4, a8) = (self.inv_pio4_at(&idx, 0), self.inv_pio4_at(&idx, 4), self.inv_pio4_at(&idx, 8));
-        // The low 32 bits of m·a0 (its high bits are whole turns).
-        let r0 = self.op2("muli", &m, &a0, "i32");
-        let r0 = self.let_(format_args!("arith.extui {r0} : i32 to i64"));
+        let (a0, a4, a8) = self.inv_pio4_window(&idx);
         let m64 = self.let_(format_args!("arith.extui {m} : i32 to i64"));
-        let a4 = self.let_(format_args!("arith.extui {a4} : i32 to i64"));
-        let a8 = self.let_(format_args!("arith.extui {a8} : i32 to i64"));
+        let r0 = self.op2("muli", &m64, &a0, "i64");
         let r1 = self.op2("muli", &m64, &a4, "i64");
         let r2 = self.op2("muli", &m64, &a8, "i64");
+        // Only the low 32 bits of m·a0 count (its high bits are whole turns).
         let hi = self.op_ci64("shli", &r0, 32);
         let lo = self.op_ci64("shrui", &r2, 32);
         let res = self.op2("ori", &hi, &lo, "i64");
