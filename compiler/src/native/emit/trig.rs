@@ -43,7 +43,8 @@ const SIN_POLY: [f64; 3] = [
     f64::from_bits(0x3F81_1076_0523_0BC4),
     f64::from_bits(0xBF29_94EB_3774_CF24),
 ];
-/// 4/π's fraction after 24 zero bits, as four 64-bit words (MSB first): bits
+/// 24 zero bits, then 4/π's binary digits from its leading 1, as four 64-bit
+/// words (MSB first): bits
 /// `8i .. 8i + 32` are glibc's `__inv_pio4[i]` (4/π to 192 bits, 8 new bits
 /// per entry), so any entry is a shifted window of two words — computed per
 /// lane, with no table to gather from.
