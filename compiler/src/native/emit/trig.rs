@@ -44,10 +44,9 @@ const SIN_POLY: [f64; 3] = [
     f64::from_bits(0xBF29_94EB_3774_CF24),
 ];
 /// 24 zero bits, then 4/π's binary digits from its leading 1, as four 64-bit
-/// words (MSB first): bits
-/// `8i .. 8i + 32` are glibc's `__inv_pio4[i]` (4/π to 192 bits, 8 new bits
-/// per entry), so any entry is a shifted window of two words — computed per
-/// lane, with no table to gather from.
+/// words (MSB first): bits `8i .. 8i + 32` are glibc's `__inv_pio4[i]` (4/π
+/// to 192 bits, 8 new bits per entry), so any entry is a shifted window of
+/// two words — computed per lane, with no table to gather from.
 const INV_PIO4_WORDS: [u64; 4] =
     [0x0000_00a2_f983_6e4e, 0x4415_29fc_2757_d1f5, 0x34dd_c0db_6295_993c, 0x4390_4100_0000_0000];
 /// fdlibm's `__kernel_tanf` coefficients: tan x ≈ x + T0·x³ + … + T12·x²⁷.
