@@ -11,7 +11,8 @@
 //! (`llvm.intr.fmuladd`: fused where the CPU level has FMA, never a libm
 //! call) — so accuracy matches and the object needs no symbols. The ops the
 //! kernels take from libm (log and its kin) are Cephes-style polynomials
-//! here, within 1–3 ulp of libm (bounds at each function); rounding ops are
+//! here, within 1–3 ulp of libm (bounds at each function), except sin, cos
+//! and tan: glibc's own algorithms, bit for bit (`emit/trig.rs`); rounding ops are
 //! exact integer-conversion sequences (LLVM would call `floorf` on CPUs
 //! without SSE4.1). Anything else returns [`Unsupported`] and the group
 //! stays portable.
@@ -34,6 +35,8 @@ enum Ty {
     F32,
     Bool,
 }
+
+mod trig;
 
 /// An SSA body under construction: every `let_` defines the next `%vN`.
 struct Body {
@@ -542,6 +545,9 @@ impl Body {
             UnaryOp::Expm1 => self.expm1(x),
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Trunc | UnaryOp::Round => self.round_op(op, x),
             UnaryOp::Sign => self.sign(x),
+            UnaryOp::Sin => self.sin_cos(x, false),
+            UnaryOp::Cos => self.sin_cos(x, true),
+            UnaryOp::Tan => self.tan(x),
             other => return Err(Unsupported(format!("unary {other}"))),
         })
     }

@@ -136,6 +136,38 @@ fn native_aarch64_artifacts_match_pytorch_and_x86_64() {
     assert!(functions > 0, "no fixture got native code for aarch64");
 }
 
+/// sin, cos and tan in native aarch64 groups give the x86-64 run's bits
+/// (here the artifact's portable fallback, glibc's sinf/cosf/tanf): the
+/// emitter writes glibc's x86-64 algorithms out for every ISA, and aarch64
+/// always fuses `fmuladd` as glibc's FMA build does.
+#[cfg(all(feature = "native", target_arch = "x86_64"))]
+#[test]
+fn native_aarch64_trig_matches_x86_64_bit_for_bit() {
+    use crate::native_trig::{assert_same_bits, compile_bytes, inputs, run};
+    use kiln_compiler::native::NativeTarget;
+    use kiln_runtime::native::NativeArch;
+    let Some(runner) = runner() else { return };
+    let bytes = compile_bytes(Some(NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level")));
+    let program = Program::from_bytes(&bytes).expect("load");
+    assert!(program.native_section().is_some_and(|n| !n.functions.is_empty()), "no native code for aarch64");
+    let inputs = inputs();
+    let here = run(&program, &inputs);
+    let artifact = temp_path("a64-trig");
+    std::fs::write(&artifact, &bytes).expect("write artifact");
+    let out = out_dir("a64-trig");
+    let mut args = vec![format!("--threads=2"), format!("--output-dir={}", out.display())];
+    for (i, t) in inputs.iter().enumerate() {
+        let path = out.join(format!("in_{i}.npy"));
+        kiln_compiler::npy::write_npy(&path, &t.view()).expect("write input");
+        args.push(format!("--input={i}={}", path.display()));
+    }
+    run_a64(&runner, "trig --target aarch64", &artifact, &args);
+    let there: Vec<Vec<u8>> = outputs_in(&out).iter().map(|t| t.data.clone()).collect();
+    std::fs::remove_file(&artifact).ok();
+    std::fs::remove_dir_all(&out).ok();
+    assert_same_bits("aarch64 native vs x86-64", &inputs, &there, &here);
+}
+
 /// The real-model topologies (shrunk ResNet-18, MobileNetV2, BERT, Llama,
 /// MoE models), Core ATen flavour.
 #[test]
