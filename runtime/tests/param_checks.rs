@@ -43,6 +43,19 @@ fn conv_fused(stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u
     Kernel::ConvFused { stride, padding, dilation, groups, epilogue, layout: Layout::ChannelsFirst }
 }
 
+fn quant_conv(stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u32) -> Kernel {
+    Kernel::QuantConv {
+        stride,
+        padding,
+        dilation,
+        groups,
+        dynamic: true,
+        asymmetric: false,
+        act_scale: None,
+        act_zero_point: 0,
+    }
+}
+
 fn pad(lo: Vec<i64>, hi: Vec<i64>, interior: Vec<i64>) -> Kernel {
     Kernel::Pad { lo, hi, interior, mode: PadMode::Constant, value: 0.0 }
 }
@@ -60,6 +73,10 @@ fn wrong_parameters() -> Vec<(Kernel, usize, &'static str)> {
         (conv_fused(two(), vec![0], two(), 1), 4, "padding"),
         (conv_fused(two(), two(), vec![1], 1), 4, "dilation"),
         (conv_fused(two(), two(), two(), 0), 4, "groups"),
+        (quant_conv(vec![1, 1, 1], two(), two(), 1), 4, "stride"),
+        (quant_conv(two(), vec![0], two(), 1), 4, "padding"),
+        (quant_conv(two(), two(), vec![], 1), 4, "dilation"),
+        (quant_conv(two(), two(), two(), 0), 4, "groups"),
         (Kernel::LayerNorm { normalized_rank: 3, eps: 1e-5 }, 2, "normalized_rank"),
         (Kernel::RmsNorm { normalized_rank: 5, eps: 1e-5 }, 4, "normalized_rank"),
         (Kernel::Softmax { axis: 2, log: false }, 2, "axis"),
@@ -118,6 +135,7 @@ fn right_parameters_load() {
         (Kernel::LayerNorm { normalized_rank: 2, eps: 1e-5 }, 2),
         (pad(vec![0, 1], vec![0, 0], vec![0, 0]), 2),
         (conv(two(), vec![0, 0], two(), 1), 4),
+        (quant_conv(two(), vec![0, 0], two(), 1), 4),
     ] {
         let name = kernel.name();
         load(kernel, rank).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Quantized CNNs, kiln vs ONNX Runtime, in one run: latency of each model in
+f32 and quantized (kiln `--quantize int8-dynamic` / `int8-static`, ONNX
+Runtime's `quantize_dynamic` / `quantize_static` (QDQ, per-channel weights)
+on the same ONNX export), and each quantized output's cosine against its
+runtime's f32 output on the same input.
+
+    cargo build --release -p kiln-compiler
+    /path/to/venv/bin/python benches/real_models.py --models resnet18 mobilenet_v2   # once
+    /path/to/venv/bin/python benches/quant_models.py [--models resnet18 mobilenet_v2] [--threads 1 2] [--runs 30]
+
+Calibration (both runtimes): 8 samples, the model's input scaled and
+shifted. Needs torch, onnx and onnxruntime; never run in CI. Prints
+Markdown; results with the command go to benches/RESULTS.md. The runtimes
+are measured interleaved per model and thread count, so load from other
+jobs hits them alike: the ratios matter more than the times.
+"""
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare import KILN, REAL, bench_kiln, inputs_of, median_ms, onnx_export, ort_runner  # noqa: E402
+
+
+def samples(x, n=8):
+    rng = np.random.default_rng(0)
+    return [(x * (0.6 + 0.1 * i) + rng.normal(0, 0.1, x.shape)).astype(np.float32) for i in range(n)]
+
+
+def write_calibration(d: Path, xs):
+    for i, x in enumerate(xs):
+        (d / f"sample_{i}").mkdir(parents=True, exist_ok=True)
+        np.save(d / f"sample_{i}" / "input_0.npy", x)
+
+
+def kiln_compile(pt2: Path, out: Path, mode, calib: Path):
+    args = [str(KILN), "compile", str(pt2), "-o", str(out)]
+    if mode:
+        args += ["--quantize", mode]
+        if mode.startswith("int8-static"):
+            args += ["--calibration", str(calib)]
+    subprocess.run(args, check=True, capture_output=True)
+
+
+def kiln_output(art: Path, d: Path, tmp: Path):
+    out = tmp / (art.stem + "_out")
+    subprocess.run([str(KILN), "run", str(art), "--input", f"0={d / 'input_0.npy'}", "--output-dir", str(out)],
+                   check=True, capture_output=True)
+    return np.load(out / "output_0.npy")
+
+
+def ort_quantized(onnx_path: Path, tmp: Path, xs_calib):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, \
+        quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = tmp / "pre.onnx"
+    quant_pre_process(str(onnx_path), str(pre))
+    dyn = tmp / "dynamic.onnx"
+    quantize_dynamic(str(pre), str(dyn), weight_type=QuantType.QInt8, per_channel=True)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self, name):
+            self.it = iter([{name: x} for x in xs_calib])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    import onnxruntime as ort
+    name = ort.InferenceSession(str(pre), providers=["CPUExecutionProvider"]).get_inputs()[0].name
+    st = tmp / "static.onnx"
+    quantize_static(str(pre), str(st), Reader(name), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return dyn, st
+
+
+def cosine(a, b):
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", nargs="*", default=["resnet18", "mobilenet_v2"])
+    ap.add_argument("--threads", type=int, nargs="*", default=[1])
+    ap.add_argument("--runs", type=int, default=30)
+    args = ap.parse_args()
+    print("| model | threads | kiln f32 ms | kiln int8-dyn | kiln int8-static | ORT f32 ms | ORT dyn | ORT static "
+          "| kiln static / ORT static | cos kiln dyn / static | cos ORT dyn / static |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for model in args.models:
+        d = REAL / model
+        xs = inputs_of(d)
+        with tempfile.TemporaryDirectory() as t:
+            tmp = Path(t)
+            calib_xs = samples(xs[0])
+            write_calibration(tmp / "calib", calib_xs)
+            arts = {}
+            for mode in [None, "int8-dynamic", "int8-static"]:
+                arts[mode] = tmp / f"{mode or 'f32'}.kiln"
+                kiln_compile(d / "aten.pt2", arts[mode], mode, tmp / "calib")
+            outs = {m: kiln_output(a, d, tmp) for m, a in arts.items()}
+            onnx_path = tmp / "model.onnx"
+            have_ort = onnx_export(d / "aten.pt2", xs, str(onnx_path))
+            if have_ort:
+                dyn, st = ort_quantized(onnx_path, tmp, calib_xs)
+                import onnxruntime as ort
+                ort_outs = {}
+                for k, p in [("f32", onnx_path), ("dyn", dyn), ("static", st)]:
+                    sess = ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+                    ort_outs[k] = sess.run(None, {sess.get_inputs()[0].name: xs[0]})[0]
+            for threads in args.threads:
+                k = {m: bench_kiln(str(a), d, len(xs), args.runs, threads) for m, a in arts.items()}
+                o = {}
+                if have_ort:
+                    for key, p in [("f32", onnx_path), ("dyn", dyn), ("static", st)]:
+                        o[key] = median_ms(ort_runner(str(p), xs, threads), args.runs)
+                cos_k = f"{cosine(outs['int8-dynamic'], outs[None]):.5f} / {cosine(outs['int8-static'], outs[None]):.5f}"
+                if have_ort:
+                    cos_o = f"{cosine(ort_outs['dyn'], ort_outs['f32']):.5f} / {cosine(ort_outs['static'], ort_outs['f32']):.5f}"
+                    print(f"| {model} | {threads} | {k[None]:.2f} | {k['int8-dynamic']:.2f} | {k['int8-static']:.2f} "
+                          f"| {o['f32']:.2f} | {o['dyn']:.2f} | {o['static']:.2f} | {k['int8-static'] / o['static']:.2f} "
+                          f"| {cos_k} | {cos_o} |")
+                else:
+                    print(f"| {model} | {threads} | {k[None]:.2f} | {k['int8-dynamic']:.2f} | {k['int8-static']:.2f} "
+                          f"| - | - | - | - | {cos_k} | - |")
+
+
+if __name__ == "__main__":
+    main()
