@@ -219,10 +219,12 @@ op_table! {
     );
     /// A convolution with int8 weights, one scale per output channel
     /// (symmetric): `(x f32[N, C, spatial..], w i8[Cout, C/groups, k..],
-    /// scales f32[Cout] [, bias f32[Cout]])`, NC(D)HW like [`Op::Conv`]. The
-    /// activations as [`Op::QuantLinear`]'s say (`dynamic`, `asymmetric`,
-    /// `act_scale`, `act_zero_point`), each output pixel's window being one
-    /// row (`kiln_kernels::quant::qconv`); int8 activations need a dense
+    /// scales f32[Cout] [, bias f32[Cout]])`, NC(D)HW like [`Op::Conv`].
+    /// Activations: static (`act_scale`, `act_zero_point`, as
+    /// [`Op::QuantLinear`]'s), or `dynamic`: each image quantized with its
+    /// own scale (and zero point with `asymmetric`), the rule a dynamic
+    /// linear layer applies to a row over all of the image's values
+    /// (`kiln_kernels::quant::qconv`); int8 activations need a dense
     /// convolution (`groups` 1). Without them (weight-only) the runtime
     /// dequantizes the weight once at load and runs the f32 convolution.
     [QuantConv {

@@ -709,8 +709,9 @@ fn a_warm_call_allocates_nothing() {
 }
 
 /// A quantized convolution's definition, written out: every output pixel's
-/// window (zero in the padding) quantized as `act` quantizes a row, the
-/// exact integer sum with the weight, then `(f32(acc) · s) · scale + bias`.
+/// window (zero in the padding) quantized with the image's scale and zero
+/// point (static, or the image's own: dynamic), the exact integer sum with
+/// the weight, then `(f32(acc) · s) · scale + bias`.
 #[allow(clippy::too_many_arguments)]
 fn qconv_reference(
     x: &[f32],
@@ -746,20 +747,14 @@ fn qconv_reference(
                         }
                     }
                 }
-                let (s, zp, qx) = match act {
-                    ActQuant::Static { scale, zero_point } => {
-                        (scale, zero_point, quantize_written_out(&window, scale, zero_point))
-                    }
-                    ActQuant::DynamicAsymmetric => {
-                        let (s, zp) = row_qparams_asymmetric(&window);
-                        (s, zp, quantize_written_out(&window, s, zp))
-                    }
-                    _ => {
-                        let mut qi = vec![0i8; k];
-                        quantize_row_i8(&window, row_scale_symmetric(&window), &mut qi);
-                        (row_scale_symmetric(&window), 0, qi.iter().map(|&v| v as i32).collect())
-                    }
+                // Dynamic: one scale (and zero point) for the whole image.
+                let image = &x[b * c * h * wd..][..c * h * wd];
+                let (s, zp) = match act {
+                    ActQuant::Static { scale, zero_point } => (scale, zero_point),
+                    ActQuant::DynamicAsymmetric => row_qparams_asymmetric(image),
+                    _ => (row_scale_symmetric(image), 0),
                 };
+                let qx = quantize_written_out(&window, s, zp);
                 for co in 0..cout {
                     let acc: i32 = (0..k).map(|p| (qx[p] - zp) * q[co * k + p] as i32).sum();
                     out[((b * cout + co) * oh + y) * ow + xo] = (acc as f32 * s) * scales[co] + bias[co];

@@ -1,35 +1,37 @@
 //! Quantized convolution: int8 weights (one scale per output channel,
-//! symmetric) times int8 activations, as im2col rows fed to [`super::qlinear`]'s
-//! integer GEMM.
+//! symmetric) times int8 activations, through [`super::qlinear`]'s integer
+//! GEMM.
 //!
 //! A dense (`groups == 1`) convolution of `x [N, C, spatial..]` by `w
 //! [Cout, C, taps..]` is, for every output pixel `p`, `out[:, p] = W ·
-//! col(p)` with `col(p)` the `C · taps` input values its window reads (zero
-//! where the window hangs over the padding), ordered as the weight's
-//! `[C, taps..]` — so the weight is the `[Cout, C · taps]` matrix
-//! [`super::PackedQWeights`] stores, and every output pixel is one row of a
-//! quantized linear layer. The activation rows are quantized as that layer
-//! quantizes them: per row (one output pixel's window) for the dynamic
-//! modes, with the compile-time scale and zero point for static ones; a
-//! padded tap is the real value 0, which a static zero point quantizes to
-//! itself, so the integer sums match torch's zero padding exactly.
+//! col(p)` with `col(p)` the `C · taps` input values its window reads,
+//! ordered as the weight's `[C, taps..]` — so the weight is the `[Cout, C ·
+//! taps]` matrix [`super::PackedQWeights`] stores and every output pixel is
+//! one row of a quantized linear layer. Each image is quantized once, with
+//! one scale and zero point: the static ones, or (dynamic) its own, by the
+//! rule a dynamic linear layer applies to a row (symmetric, or asymmetric
+//! from its range) over all of the image's values. A window hanging over
+//! the padding reads the zero point there (the real value 0), so the integer
+//! sums match torch's zero padding exactly.
 //!
-//! Rows are gathered a chunk of pixels at a time into the context's layout
-//! scratch (bounded memory, no allocation once grown), multiplied by the
-//! table's int8 microkernel on the context's threads, and the `[pixels,
-//! Cout]` result is written back channels-first. The integer sums are exact
+//! The quantized windows are gathered a chunk of pixels at a time straight
+//! into the rows the table's int8 microkernel reads (bounded scratch, no
+//! allocation once grown), multiplied on the context's threads, and the
+//! `[pixels, Cout]` result is written back channels-first:
+//! `(f32(Σ (q − zp) · w) · s) · scale + bias`. The integer sums are exact
 //! and each output is computed by one microkernel call, so results are the
 //! same whatever the thread count and ISA variant.
 
+use super::int8::{Acts, QuantRows};
 use super::{err, ActQuant, PackedQWeights, QuantKernels};
 use crate::context::Context;
 use crate::generic::conv::{geometry, ConvParams, Geometry};
-use crate::parallel::SharedMut;
+use crate::parallel::Threads;
 use crate::types::{DType, Result, TensorMut, TensorRef};
 
-/// f32 values of gathered rows (and their products) per chunk: bounds the
-/// scratch a layer takes (4 MiB) whatever its size.
-const CHUNK_VALUES: usize = 1 << 20;
+/// Bytes of gathered rows (and their products) per chunk: bounds the
+/// scratch a layer takes whatever its size.
+const CHUNK_BYTES: usize = 2 << 20;
 
 /// `out = conv(x, dequant(w)) (+ bias)` with int8 activations (`act` is not
 /// [`ActQuant::Float`]: weight-only convolutions run the f32 kernels on the
@@ -96,83 +98,212 @@ pub fn qconv_with(
     if pixels == 0 || batch == 0 {
         return Ok(());
     }
-    let chunk = (CHUNK_VALUES / (k + cout)).clamp(1, pixels);
-    // The layout scratch is free here (qlinear uses the general one): taken
-    // out of the context for the call and put back, so it keeps its size.
-    let mut buf = std::mem::take(&mut cx.scratch.layout);
-    if buf.len() < chunk * (k + cout) {
-        buf.resize(chunk * (k + cout), 0.0);
-    }
-    let result = (|| {
-        for b in 0..batch {
-            let image = &xs[b * cin * plane..][..cin * plane];
-            let result = &mut ys[b * cout * pixels..][..cout * pixels];
-            for p0 in (0..pixels).step_by(chunk) {
-                let rows = chunk.min(pixels - p0);
-                let (cols, prod) = buf.split_at_mut(chunk * k);
-                let (cols, prod) = (&mut cols[..rows * k], &mut prod[..rows * cout]);
-                gather_rows(cx, &g, image, cin, p0, cols);
-                super::qlinear_with(cx, kernels, cols, rows, w, act, bias, prod)?;
-                scatter_channels_first(prod, cout, pixels, p0, result);
-            }
+    if let ActQuant::Static { scale, zero_point } = act {
+        if !(scale.is_finite() && scale > 0.0 && (-128..=127).contains(&zero_point)) {
+            return Err(err(format!("static activation scale {scale} / zero point {zero_point}")));
         }
-        Ok(())
-    })();
-    cx.scratch.layout = buf;
-    result
+    }
+    if k > super::int8::MAX_K {
+        return Err(err(format!("k = {k} is too deep for exact i32 sums")));
+    }
+    let ukr = kernels.int8;
+    let threads = super::int8::threads_for(cx, pixels, cout, k);
+    let lda = w.layout.kp * ukr.acts.width();
+    let chunk = (CHUNK_BYTES / (lda + 4 * cout)).clamp(ukr.mr, pixels.next_multiple_of(ukr.mr));
+    let chunk = chunk - chunk % ukr.mr;
+    // One f32 buffer: the quantized image, the rows, their scales and
+    // shifts, the products (each part a whole number of f32s).
+    let image_len = (cin * plane).div_ceil(4);
+    let padded = Padded::of(&g, cin, ukr.acts);
+    let padded_len = padded.len_bytes().div_ceil(4);
+    let rows_len = chunk * lda / 4;
+    let buf = cx.scratch.f32s(image_len + padded_len + rows_len + 2 * chunk + chunk * cout);
+    let (image_q, rest) = buf.split_at_mut(image_len);
+    let (padded_bytes, rest) = rest.split_at_mut(padded_len);
+    let padded_bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(padded_bytes)[..padded.len_bytes()];
+    let (rows, rest) = rest.split_at_mut(rows_len);
+    let (scales, rest) = rest.split_at_mut(chunk);
+    let (shifts, prod) = rest.split_at_mut(chunk);
+    let image_q: &mut [i8] = &mut bytemuck::cast_slice_mut(image_q)[..cin * plane];
+    let rows: &mut [u8] = bytemuck::cast_slice_mut(rows);
+    let shifts: &mut [i32] = bytemuck::cast_slice_mut(shifts);
+    let offset = if ukr.acts == Acts::U8Offset { 128 } else { 0 };
+    for b in 0..batch {
+        let image = &xs[b * cin * plane..][..cin * plane];
+        let result = &mut ys[b * cout * pixels..][..cout * pixels];
+        let (s, zp) = image_qparams(act, image);
+        quantize_image(threads, image, s, zp, image_q);
+        padded.fill(image_q, zp, padded_bytes);
+        scales.fill(s);
+        shifts.fill(zp + offset);
+        for p0 in (0..pixels).step_by(chunk) {
+            let m = chunk.min(pixels - p0);
+            let mpad = m.next_multiple_of(ukr.mr);
+            gather_rows(threads, &g, &padded, padded_bytes, p0, m, lda, &mut rows[..mpad * lda]);
+            let r = QuantRows { bytes: &rows[..mpad * lda], lda, scales: &scales[..m], shifts: &shifts[..m] };
+            super::int8::multiply(ukr, threads, &r, m, w, bias, &mut prod[..m * cout]);
+            scatter_channels_first(&prod[..m * cout], cout, pixels, p0, result);
+        }
+    }
+    Ok(())
 }
 
-/// Rows `p0..p0 + rows` of the im2col matrix of one image (`[C, spatial..]`),
-/// each `C · taps` values in the weight's order, over the context's threads.
-fn gather_rows(cx: &Context, g: &Geometry, image: &[f32], cin: usize, p0: usize, cols: &mut [f32]) {
-    let taps: usize = g.kernel.iter().product();
-    let k = cin * taps;
-    let rows = cols.len() / k;
-    // A fixed number of rows per item, so the split never depends on the
-    // thread count (it only moves data: any split gives the same bytes).
-    const ROWS_PER_ITEM: usize = 64;
-    let dst = SharedMut(cols.as_mut_ptr());
-    cx.threads().for_each(rows.div_ceil(ROWS_PER_ITEM), |item| {
-        let r0 = item * ROWS_PER_ITEM;
-        let r1 = (r0 + ROWS_PER_ITEM).min(rows);
-        // SAFETY: items own disjoint row ranges of `cols`.
-        let part = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(r0 * k), (r1 - r0) * k) };
-        for (r, row) in part.chunks_exact_mut(k).enumerate() {
-            gather_row(g, image, cin, p0 + r0 + r, row);
+/// The scale and zero point an image's values are quantized with: the
+/// static ones, or the image's own (dynamic: per image, over all its
+/// channels — the rules [`super::row_scale_symmetric`] and
+/// [`super::row_qparams_asymmetric`] apply to a row).
+fn image_qparams(act: ActQuant, image: &[f32]) -> (f32, i32) {
+    match act {
+        ActQuant::Static { scale, zero_point } => (scale, zero_point),
+        ActQuant::DynamicAsymmetric => super::row_qparams_asymmetric(image),
+        _ => (super::row_scale_symmetric(image), 0),
+    }
+}
+
+/// `q = clamp(rint(x · f32(1/s)) + zp, -128, 127)` over the image, in
+/// fixed-size pieces over the threads.
+fn quantize_image(threads: Threads, image: &[f32], s: f32, zp: i32, q: &mut [i8]) {
+    const PIECE: usize = 16 * 1024;
+    threads.for_each_chunk(q, PIECE, |i, part| {
+        super::quantize_row_static(&image[i * PIECE..][..part.len()], s, zp, part);
+    });
+}
+
+/// A quantized image zero-padded (with its zero point) and stored as the
+/// microkernel reads activations, so that a window's run of taps along the
+/// last spatial dim is one copy.
+struct Padded {
+    /// Channels, then the padded spatial dims (3-d, leading ones 1).
+    cin: usize,
+    dims: [usize; 3],
+    /// The border on each side of each spatial dim.
+    pad: [usize; 3],
+    acts: Acts,
+}
+
+impl Padded {
+    fn of(g: &Geometry, cin: usize, acts: Acts) -> Padded {
+        let dims = [0, 1, 2].map(|d| g.input[d] + 2 * g.pad[d]);
+        Padded { cin, dims, pad: g.pad, acts }
+    }
+
+    fn len_bytes(&self) -> usize {
+        self.cin * self.dims.iter().product::<usize>() * self.acts.width()
+    }
+
+    /// One value in the microkernel's storage.
+    fn encode(&self, q: i8) -> [u8; 2] {
+        match self.acts {
+            Acts::I8 => [q as u8, 0],
+            Acts::U8Offset => [q as u8 ^ 0x80, 0],
+            Acts::I16 => (q as i16).to_le_bytes(),
+        }
+    }
+
+    /// `out` = the image `q` (`[C, spatial..]`, unpadded, as `g.input`)
+    /// inside a border of `zp`.
+    fn fill(&self, q: &[i8], zp: i32, out: &mut [u8]) {
+        let width = self.acts.width();
+        let pad = self.encode(zp as i8);
+        match self.acts {
+            Acts::I16 => out.chunks_exact_mut(2).for_each(|v| v.copy_from_slice(&pad)),
+            _ => out.fill(pad[0]),
+        }
+        let [pd, ph, pw] = self.dims;
+        let inner = [0, 1, 2].map(|d| self.dims[d] - 2 * self.border(d));
+        let [id, ih, iw] = inner;
+        for c in 0..self.cin {
+            for i2 in 0..id {
+                for i1 in 0..ih {
+                    let src = &q[((c * id + i2) * ih + i1) * iw..][..iw];
+                    let at = ((c * pd + i2 + self.border(0)) * ph + i1 + self.border(1)) * pw + self.border(2);
+                    let dst = &mut out[at * width..][..iw * width];
+                    match self.acts {
+                        Acts::I8 => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = v as u8),
+                        Acts::U8Offset => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = v as u8 ^ 0x80),
+                        Acts::I16 => dst
+                            .chunks_exact_mut(2)
+                            .zip(src)
+                            .for_each(|(d, &v)| d.copy_from_slice(&(v as i16).to_le_bytes())),
+                    }
+                }
+            }
+        }
+        debug_assert_eq!(out.len(), self.len_bytes());
+    }
+
+    fn border(&self, d: usize) -> usize {
+        self.pad[d]
+    }
+}
+
+/// Rows `p0..p0 + m` of the quantized im2col matrix of one image (from
+/// its [`Padded`] copy), each output pixel's window in the weight's `[C,
+/// taps..]` order (lanes past K zero, rows past `m` up to the buffer's end
+/// zero), over the threads.
+#[allow(clippy::too_many_arguments)]
+fn gather_rows(
+    threads: Threads,
+    g: &Geometry,
+    padded: &Padded,
+    image: &[u8],
+    p0: usize,
+    m: usize,
+    lda: usize,
+    rows: &mut [u8],
+) {
+    // A fixed number of rows per item: the split never depends on the
+    // thread count (it only moves data, so any split gives the same bytes).
+    const ROWS_PER_ITEM: usize = 32;
+    threads.for_each_chunk(rows, ROWS_PER_ITEM * lda, |item, part| {
+        for (r, row) in part.chunks_exact_mut(lda).enumerate() {
+            let pixel = item * ROWS_PER_ITEM + r;
+            if pixel < m {
+                gather_row(g, padded, image, p0 + pixel, row);
+            } else {
+                row.fill(0);
+            }
         }
     });
 }
 
-/// One output pixel's window: `row[c · taps + t]` is input channel `c` at
-/// tap `t` (zero in the padding).
-fn gather_row(g: &Geometry, image: &[f32], cin: usize, pixel: usize, row: &mut [f32]) {
-    let [od, oh, ow] = g.output;
+/// One output pixel's window into `row`: value `c · taps + t` is input
+/// channel `c` at tap `t`; a run of taps along the last spatial dim is
+/// one copy when they are adjacent (dilation 1).
+fn gather_row(g: &Geometry, padded: &Padded, image: &[u8], pixel: usize, row: &mut [u8]) {
+    let [_, oh, ow] = g.output;
     let [kd, kh, kw] = g.kernel;
-    let [id, ih, iw] = g.input;
-    let (o2, o1, o0) = (pixel / (oh * ow), (pixel / ow) % oh, pixel % ow);
-    debug_assert!(o2 < od);
-    let plane = id * ih * iw;
-    // Input coordinate of tap `t` along dim `d`, when inside the image.
-    let at = |d: usize, o: usize, t: usize, size: usize| -> Option<usize> {
-        (o * g.stride[d] + t * g.dil[d]).checked_sub(g.pad[d]).filter(|&i| i < size)
-    };
+    let [pd, ph, pw] = padded.dims;
+    let width = padded.acts.width();
+    let o = [pixel / (oh * ow), (pixel / ow) % oh, pixel % ow];
+    let origin = [0, 1, 2].map(|d| o[d] * g.stride[d]);
+    let run = kw * width;
     let mut v = 0;
-    for c in 0..cin {
-        let channel = &image[c * plane..][..plane];
+    for c in 0..padded.cin {
         for t2 in 0..kd {
-            let i2 = at(0, o2, t2, id);
+            let i2 = c * pd + origin[0] + t2 * g.dil[0];
             for t1 in 0..kh {
-                let i1 = at(1, o1, t1, ih);
-                for t0 in 0..kw {
-                    row[v] = match (i2, i1, at(2, o0, t0, iw)) {
-                        (Some(i2), Some(i1), Some(i0)) => channel[(i2 * ih + i1) * iw + i0],
-                        _ => 0.0,
-                    };
-                    v += 1;
+                let start = (i2 * ph + origin[1] + t1 * g.dil[1]) * pw + origin[2];
+                let src = start * width;
+                if g.dil[2] == 1 && run <= 16 && v + 16 <= row.len() && src + 16 <= image.len() {
+                    // A short run as one 16-byte copy (no call): the bytes
+                    // past it are overwritten by the next run or the tail.
+                    let bytes: [u8; 16] = image[src..src + 16].try_into().unwrap_or([0; 16]);
+                    row[v..v + 16].copy_from_slice(&bytes);
+                } else if g.dil[2] == 1 {
+                    row[v..v + run].copy_from_slice(&image[src..][..run]);
+                } else {
+                    for t0 in 0..kw {
+                        let at = (start + t0 * g.dil[2]) * width;
+                        row[v + t0 * width..][..width].copy_from_slice(&image[at..at + width]);
+                    }
                 }
+                v += run;
             }
         }
     }
+    // Lanes past K meet zero weights: any value adds nothing.
+    row[v..].fill(0);
 }
 
 /// `prod [rows, Cout]` (pixels `p0..`) into the channels-first `result

@@ -52,7 +52,7 @@ pub(crate) enum Acts {
 
 impl Acts {
     /// Bytes per stored value.
-    fn width(self) -> usize {
+    pub(crate) fn width(self) -> usize {
         match self {
             Acts::I8 | Acts::U8Offset => 1,
             Acts::I16 => 2,
@@ -118,7 +118,7 @@ pub(crate) fn run(
     debug_assert_eq!(w.bits, QBits::I8);
     let kp = layout.kp;
     let mpad = m.next_multiple_of(ukr.mr);
-    let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { cx.threads() };
+    let threads = threads_for(cx, m, n, k);
     // One f32 buffer holds the row scales, the rows' shifts (i32 bits),
     // then the quantized rows' bytes (`lda` is a multiple of 4, so they
     // fill whole f32s).
@@ -138,8 +138,45 @@ pub(crate) fn run(
     }
     let pad_byte = if ukr.acts == Acts::U8Offset { 0x80 } else { 0 };
     rows[m * lda..].fill(pad_byte);
-    let (rows, scales, shifts): (&[u8], &[f32], &[i32]) = (rows, scales, shifts);
+    let rows = QuantRows { bytes: rows, lda, scales, shifts };
+    multiply(ukr, threads, &rows, m, w, bias, out);
+}
 
+/// Quantized activation rows as a [`QGemmUkr`] reads them: `lda` bytes a
+/// row (the weight's lane depth in the entry's [`Acts`] storage, zero past
+/// K, rows padded to MR), and each row's scale and shift (its zero point,
+/// plus 128 for offset storage).
+pub(crate) struct QuantRows<'r> {
+    pub(crate) bytes: &'r [u8],
+    pub(crate) lda: usize,
+    pub(crate) scales: &'r [f32],
+    pub(crate) shifts: &'r [i32],
+}
+
+/// Whether `m × n × k` is worth the pool (as the f32 GEMM decides).
+pub(crate) fn threads_for(cx: &Context, m: usize, n: usize, k: usize) -> Threads {
+    if m * n * k < PARALLEL_MIN_FLOPS {
+        Threads::single()
+    } else {
+        cx.threads()
+    }
+}
+
+/// `out[i][j] = (f32(Σ_p row_i[p] · w[j][p] − shift_i · Σ_p w[j][p]) · s_i) ·
+/// scale[j] (+ bias[j])` over `m` prepared rows, in (row block, column
+/// group) items on `threads`.
+pub(crate) fn multiply(
+    ukr: QGemmUkr,
+    threads: Threads,
+    r: &QuantRows<'_>,
+    m: usize,
+    w: &PackedQWeights,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    let (n, layout) = (w.n, &w.layout);
+    let (kp, lda) = (layout.kp, r.lda);
+    let (rows, scales, shifts) = (r.bytes, r.scales, r.shifts);
     let strip = strip_bytes(QBits::I8, kp);
     let tiles = layout.npad / ukr.nr;
     let row_blocks = m.div_ceil(MC);

@@ -367,8 +367,8 @@ kernels! {
     }
     /// A convolution with an int8 weight `[Cout, C/groups, k..]` and f32
     /// scales `[Cout]` (operands: x, w, scales [, bias]); activations as
-    /// [`Kernel::QuantLinear`]'s flags say, each output pixel's window one
-    /// row (`kiln_kernels::quant::qconv`; dense only), or none: the weight
+    /// [`Kernel::QuantLinear`]'s flags say, dynamic ones per image
+    /// (`kiln_kernels::quant::qconv`; dense only), or none: the weight
     /// is dequantized at load and the f32 convolution runs (since format
     /// 0.10).
     QuantConv {

@@ -476,6 +476,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
                     bias: ins.get(zp_index + usize::from(*zero_points)).cloned(),
                     bits: *bits,
                     acts,
+                    row_params: None,
                 };
                 self.convert(&self.quant_linear(&args, &out_shape)?, out_dt)?
             }

@@ -18,9 +18,9 @@
 //! `quant_conv` with f32 activations dequantizes its weight and runs the
 //! f32 convolution; with int8 activations it gathers every output pixel's
 //! window (one strided slice of the zero-padded input per kernel tap) into
-//! the rows of a `quant_linear` — the CPU kernel's rows, with the window's
-//! values in another order, which changes neither a row's scale nor its
-//! exact integer sums.
+//! the rows of a `quant_linear`, each quantized with its image's parameters
+//! — the CPU kernel's rows, with the window's values in another order,
+//! which does not change the exact integer sums.
 
 use super::text::arr;
 use super::{err, EmitError, Emitter, T};
@@ -44,6 +44,10 @@ pub(super) struct QuantLinearArgs<'c, 'a> {
     pub bias: Option<T<'c, 'a>>,
     pub bits: u8,
     pub acts: QuantActs,
+    /// Each row's activation scale and zero point (`[m, 1]`) when the
+    /// caller computed them (a convolution's per-image ones); else `acts`'
+    /// rule per row.
+    pub row_params: Option<(T<'c, 'a>, Option<T<'c, 'a>>)>,
 }
 
 /// `Op::QuantConv`'s operands and attributes, as the emitter holds them.
@@ -129,6 +133,22 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let m: i64 = n * out_spatial.iter().product::<i64>();
         let rows = self.reshape(&self.transpose(&cols, &to_last)?, &[m, taps * c])?;
         let w_rows = self.reshape(&self.transpose(&w, &to_last)?, &[cout, taps * c])?;
+        // Dynamic activations: each image's scale (and zero point) from all
+        // of its values, given to each of its rows.
+        let per_image = |p: T<'c, 'a>| -> Result<T<'c, 'a>, EmitError> {
+            let pixels = m / n;
+            let spread = self.bcast_dims(&self.reshape(&p, &[n])?, &[n, pixels], &[0])?;
+            self.reshape(&spread, &[m, 1])
+        };
+        let images = || self.reshape(&x, &[n, x.shape[1..].iter().product()]);
+        let row_params = match q.acts {
+            QuantActs::DynamicSymmetric => Some((per_image(self.row_scale_symmetric(&images()?)?)?, None)),
+            QuantActs::DynamicAsymmetric => {
+                let (s, zp) = self.row_qparams_asymmetric(&images()?)?;
+                Some((per_image(s)?, Some(per_image(zp)?)))
+            }
+            _ => None,
+        };
         let args = QuantLinearArgs {
             x: rows,
             w: w_rows,
@@ -137,6 +157,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             bias: q.bias.clone(),
             bits: 8,
             acts: q.acts,
+            row_params,
         };
         let y = self.quant_linear(&args, &[m, cout])?;
         let channels_last: Vec<i64> = [n].iter().chain(out_spatial).chain([&cout]).copied().collect();
@@ -166,7 +187,10 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 if q.zero_points.is_some() || q.scales.shape != [n, 1] {
                     return Err(err("int8 activations need per-channel symmetric int8 weights"));
                 }
-                let (s, zp) = self.act_qparams(acts, &x)?;
+                let (s, zp) = match &q.row_params {
+                    Some((s, zp)) => (s.clone(), zp.clone()),
+                    None => self.act_qparams(acts, &x)?,
+                };
                 let xq = self.quantize_rows(&x, &s, zp.as_ref())?;
                 let mut acc = self.dot_as(&xq, &w, &[1], &[1], DType::I32)?;
                 if let Some(zp) = &zp {
