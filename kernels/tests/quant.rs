@@ -775,6 +775,7 @@ fn qconv_every_variant_and_thread_count_follows_the_definition() {
         ((1, 4, 11, 10), (33, 3, 3), (2, 1, 1)),
         ((1, 6, 8, 8), (17, 1, 1), (1, 0, 1)),
         ((1, 2, 12, 9), (8, 3, 2), (1, 2, 2)),
+        ((2, 5, 9, 9), (7, 1, 1), (2, 0, 1)),
     ];
     let acts = [
         ActQuant::DynamicPerRow,

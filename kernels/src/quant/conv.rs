@@ -113,18 +113,15 @@ pub fn qconv_with(
     let chunk = chunk - chunk % ukr.mr;
     // One f32 buffer: the quantized image, the rows, their scales and
     // shifts, the products (each part a whole number of f32s).
-    let image_len = (cin * plane).div_ceil(4);
     let padded = Padded::of(&g, cin, ukr.acts);
     let padded_len = padded.len_bytes().div_ceil(4);
     let rows_len = chunk * lda / 4;
-    let buf = cx.scratch.f32s(image_len + padded_len + rows_len + 2 * chunk + chunk * cout);
-    let (image_q, rest) = buf.split_at_mut(image_len);
-    let (padded_bytes, rest) = rest.split_at_mut(padded_len);
+    let buf = cx.scratch.f32s(padded_len + rows_len + 2 * chunk + chunk * cout);
+    let (padded_bytes, rest) = buf.split_at_mut(padded_len);
     let padded_bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(padded_bytes)[..padded.len_bytes()];
     let (rows, rest) = rest.split_at_mut(rows_len);
     let (scales, rest) = rest.split_at_mut(chunk);
     let (shifts, prod) = rest.split_at_mut(chunk);
-    let image_q: &mut [i8] = &mut bytemuck::cast_slice_mut(image_q)[..cin * plane];
     let rows: &mut [u8] = bytemuck::cast_slice_mut(rows);
     let shifts: &mut [i32] = bytemuck::cast_slice_mut(shifts);
     let offset = if ukr.acts == Acts::U8Offset { 128 } else { 0 };
@@ -132,8 +129,7 @@ pub fn qconv_with(
         let image = &xs[b * cin * plane..][..cin * plane];
         let result = &mut ys[b * cout * pixels..][..cout * pixels];
         let (s, zp) = image_qparams(act, image);
-        quantize_image(threads, image, s, zp, image_q);
-        padded.fill(image_q, zp, padded_bytes);
+        padded.fill(threads, image, s, zp, padded_bytes);
         scales.fill(s);
         shifts.fill(zp + offset);
         for p0 in (0..pixels).step_by(chunk) {
@@ -158,15 +154,6 @@ fn image_qparams(act: ActQuant, image: &[f32]) -> (f32, i32) {
         ActQuant::DynamicAsymmetric => super::row_qparams_asymmetric(image),
         _ => (super::row_scale_symmetric(image), 0),
     }
-}
-
-/// `q = clamp(rint(x · f32(1/s)) + zp, -128, 127)` over the image, in
-/// fixed-size pieces over the threads.
-fn quantize_image(threads: Threads, image: &[f32], s: f32, zp: i32, q: &mut [i8]) {
-    const PIECE: usize = 16 * 1024;
-    threads.for_each_chunk(q, PIECE, |i, part| {
-        super::quantize_row_static(&image[i * PIECE..][..part.len()], s, zp, part);
-    });
 }
 
 /// A quantized image zero-padded (with its zero point) and stored as the
@@ -200,36 +187,41 @@ impl Padded {
         }
     }
 
-    /// `out` = the image `q` (`[C, spatial..]`, unpadded, as `g.input`)
-    /// inside a border of `zp`.
-    fn fill(&self, q: &[i8], zp: i32, out: &mut [u8]) {
+    /// `out` = the image `x` (`[C, spatial..]`, unpadded, as `g.input`)
+    /// quantized (`clamp(rint(x · f32(1/s)) + zp, -128, 127)`) inside a
+    /// border of `zp`, a channel per work item.
+    fn fill(&self, threads: Threads, x: &[f32], s: f32, zp: i32, out: &mut [u8]) {
         let width = self.acts.width();
         let pad = self.encode(zp as i8);
-        match self.acts {
-            Acts::I16 => out.chunks_exact_mut(2).for_each(|v| v.copy_from_slice(&pad)),
-            _ => out.fill(pad[0]),
-        }
-        let [pd, ph, pw] = self.dims;
-        let inner = [0, 1, 2].map(|d| self.dims[d] - 2 * self.border(d));
-        let [id, ih, iw] = inner;
-        for c in 0..self.cin {
+        let [_, ph, pw] = self.dims;
+        let [id, ih, iw] = [0, 1, 2].map(|d| self.dims[d] - 2 * self.border(d));
+        let plane_bytes = self.dims.iter().product::<usize>() * width;
+        threads.for_each_chunk(out, plane_bytes, |c, plane| {
+            match self.acts {
+                Acts::I16 => plane.chunks_exact_mut(2).for_each(|v| v.copy_from_slice(&pad)),
+                _ => plane.fill(pad[0]),
+            }
+            let mut q = [0i8; 256];
             for i2 in 0..id {
                 for i1 in 0..ih {
-                    let src = &q[((c * id + i2) * ih + i1) * iw..][..iw];
-                    let at = ((c * pd + i2 + self.border(0)) * ph + i1 + self.border(1)) * pw + self.border(2);
-                    let dst = &mut out[at * width..][..iw * width];
-                    match self.acts {
-                        Acts::I8 => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = v as u8),
-                        Acts::U8Offset => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = v as u8 ^ 0x80),
-                        Acts::I16 => dst
-                            .chunks_exact_mut(2)
-                            .zip(src)
-                            .for_each(|(d, &v)| d.copy_from_slice(&(v as i16).to_le_bytes())),
+                    let src = &x[((c * id + i2) * ih + i1) * iw..][..iw];
+                    let at = ((i2 + self.border(0)) * ph + i1 + self.border(1)) * pw + self.border(2);
+                    for (k, piece) in src.chunks(q.len()).enumerate() {
+                        let q = &mut q[..piece.len()];
+                        super::quantize_row_static(piece, s, zp, q);
+                        let dst = &mut plane[(at + k * 256) * width..][..q.len() * width];
+                        match self.acts {
+                            Acts::I8 => dst.iter_mut().zip(q.iter()).for_each(|(d, &v)| *d = v as u8),
+                            Acts::U8Offset => dst.iter_mut().zip(q.iter()).for_each(|(d, &v)| *d = v as u8 ^ 0x80),
+                            Acts::I16 => dst
+                                .chunks_exact_mut(2)
+                                .zip(q.iter())
+                                .for_each(|(d, &v)| d.copy_from_slice(&(v as i16).to_le_bytes())),
+                        }
                     }
                 }
             }
-        }
-        debug_assert_eq!(out.len(), self.len_bytes());
+        });
     }
 
     fn border(&self, d: usize) -> usize {
@@ -255,7 +247,17 @@ fn gather_rows(
     // A fixed number of rows per item: the split never depends on the
     // thread count (it only moves data, so any split gives the same bytes).
     const ROWS_PER_ITEM: usize = 32;
+    let one_tap = g.kernel == [1, 1, 1];
     threads.for_each_chunk(rows, ROWS_PER_ITEM * lda, |item, part| {
+        if one_tap {
+            let first = item * ROWS_PER_ITEM;
+            let pixels = (first..(first + ROWS_PER_ITEM).min(m)).map(|r| p0 + r);
+            match padded.acts.width() {
+                1 => gather_one_tap::<1>(g, padded, image, pixels, lda, part),
+                _ => gather_one_tap::<2>(g, padded, image, pixels, lda, part),
+            }
+            return;
+        }
         for (r, row) in part.chunks_exact_mut(lda).enumerate() {
             let pixel = item * ROWS_PER_ITEM + r;
             if pixel < m {
@@ -265,6 +267,37 @@ fn gather_rows(
             }
         }
     });
+}
+
+/// The rows of `pixels` for a 1×1 kernel (one value per channel): a
+/// transpose of the image's columns, channel by channel over the block
+/// (`W` bytes a value), rows and lanes past them zero.
+fn gather_one_tap<const W: usize>(
+    g: &Geometry,
+    padded: &Padded,
+    image: &[u8],
+    pixels: impl Iterator<Item = usize>,
+    lda: usize,
+    part: &mut [u8],
+) {
+    let [_, oh, ow] = g.output;
+    let [_, ph, pw] = padded.dims;
+    let plane: usize = padded.dims.iter().product();
+    let mut at = [0usize; 64];
+    let mut n = 0;
+    for pixel in pixels.take(at.len()) {
+        let o = [pixel / (oh * ow), (pixel / ow) % oh, pixel % ow];
+        at[n] = ((o[0] * g.stride[0]) * ph + o[1] * g.stride[1]) * pw + o[2] * g.stride[2];
+        n += 1;
+    }
+    part.fill(0);
+    for c in 0..padded.cin {
+        let channel = &image[c * plane * W..][..plane * W];
+        for (r, &a) in at[..n].iter().enumerate() {
+            let v: [u8; W] = channel[a * W..a * W + W].try_into().unwrap_or([0; W]);
+            part[r * lda + c * W..][..W].copy_from_slice(&v);
+        }
+    }
 }
 
 /// One output pixel's window into `row`: value `c · taps + t` is input
@@ -307,13 +340,20 @@ fn gather_row(g: &Geometry, padded: &Padded, image: &[u8], pixel: usize, row: &m
 }
 
 /// `prod [rows, Cout]` (pixels `p0..`) into the channels-first `result
-/// [Cout, pixels]`.
+/// [Cout, pixels]`, a block of rows at a time: each channel's run of the
+/// block is written contiguously from a block that stays in cache.
 fn scatter_channels_first(prod: &[f32], cout: usize, pixels: usize, p0: usize, result: &mut [f32]) {
+    const BLOCK: usize = 64;
     let rows = prod.len() / cout;
-    for (r, values) in prod.chunks_exact(cout).enumerate() {
-        for (c, &v) in values.iter().enumerate() {
-            result[c * pixels + p0 + r] = v;
+    debug_assert!(p0 + rows <= pixels);
+    for r0 in (0..rows).step_by(BLOCK) {
+        let r1 = (r0 + BLOCK).min(rows);
+        let block = &prod[r0 * cout..r1 * cout];
+        for c in 0..cout {
+            let dst = &mut result[c * pixels + p0 + r0..][..r1 - r0];
+            for (d, values) in dst.iter_mut().zip(block.chunks_exact(cout)) {
+                *d = values[c];
+            }
         }
     }
-    debug_assert!(p0 + rows <= pixels);
 }
