@@ -68,18 +68,27 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
                 act_zero_point: i32::try_from(*act_zero_point).map_err(|_| bad_params())?,
             }
         }
-        Op::QuantConv { stride, padding, dilation, groups, dynamic, asymmetric, act_scale, act_zero_point } => {
-            Kernel::QuantConv {
-                stride: u32s(stride).ok_or_else(bad_params)?,
-                padding: u32s(padding).ok_or_else(bad_params)?,
-                dilation: u32s(dilation).ok_or_else(bad_params)?,
-                groups: u32::try_from(*groups).map_err(|_| bad_params())?,
-                dynamic: *dynamic,
-                asymmetric: *asymmetric,
-                act_scale: *act_scale,
-                act_zero_point: i32::try_from(*act_zero_point).map_err(|_| bad_params())?,
-            }
-        }
+        Op::QuantConv {
+            stride,
+            padding,
+            dilation,
+            groups,
+            epilogue,
+            dynamic,
+            asymmetric,
+            act_scale,
+            act_zero_point,
+        } => Kernel::QuantConv {
+            stride: u32s(stride).ok_or_else(bad_params)?,
+            padding: u32s(padding).ok_or_else(bad_params)?,
+            dilation: u32s(dilation).ok_or_else(bad_params)?,
+            groups: u32::try_from(*groups).map_err(|_| bad_params())?,
+            epilogue: *epilogue,
+            dynamic: *dynamic,
+            asymmetric: *asymmetric,
+            act_scale: *act_scale,
+            act_zero_point: i32::try_from(*act_zero_point).map_err(|_| bad_params())?,
+        },
         Op::RmsNorm { normalized_rank, eps } => Kernel::RmsNorm { normalized_rank: *normalized_rank as u32, eps: *eps },
         Op::Softmax { axis } => Kernel::Softmax { axis: *axis as u32, log: false },
         Op::LogSoftmax { axis } => Kernel::Softmax { axis: *axis as u32, log: true },

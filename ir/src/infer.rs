@@ -349,7 +349,17 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             // Static activations need the weights dynamic ones need.
             quant_linear(symbols, ins, *bits, *group, *zero_points, *dynamic || act_scale.is_some())
         }
-        Op::QuantConv { stride, padding, dilation, groups, dynamic, asymmetric, act_scale, act_zero_point } => {
+        Op::QuantConv {
+            stride,
+            padding,
+            dilation,
+            groups,
+            epilogue,
+            dynamic,
+            asymmetric,
+            act_scale,
+            act_zero_point,
+        } => {
             static_activations(*dynamic, *act_scale, *act_zero_point)?;
             if *asymmetric && !*dynamic {
                 return Err("quant_conv asymmetric needs dynamic activations".into());
@@ -360,7 +370,7 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
                 dilation: dilation.clone(),
                 groups: *groups,
             };
-            quant_conv(symbols, &conv, ins, *dynamic || act_scale.is_some())
+            quant_conv(symbols, &conv, epilogue, ins, *dynamic || act_scale.is_some())
         }
         Op::Conv { stride, padding, dilation, groups } => {
             let (x, w) = (ins[0], ins[1]);
@@ -1016,9 +1026,14 @@ fn static_activations(dynamic: bool, scale: Option<f64>, zero_point: i64) -> Res
 fn quant_conv(
     symbols: &PrimaryMap<SymbolId, Symbol>,
     conv: &Op,
+    epilogue: &crate::Epilogue,
     ins: &[&TensorType],
     int8_acts: bool,
 ) -> Result<TensorType, String> {
+    let want = 3 + usize::from(epilogue.bias) + usize::from(epilogue.residual != crate::Residual::None);
+    if ins.len() != want {
+        return Err(format!("quant_conv with epilogue {epilogue:?} takes {want} operands, got {}", ins.len()));
+    }
     let (x, w, scales) = (ins[0], ins[1], ins[2]);
     if x.dtype != DType::F32 || w.dtype != DType::I8 {
         return Err(format!("quant_conv takes an f32 input and an i8 weight, got {} and {}", x.dtype, w.dtype));
@@ -1029,10 +1044,9 @@ fn quant_conv(
     if scales.dtype != DType::F32 || scales.static_shape().as_deref() != Some(&[cout][..]) {
         return Err(format!("quant_conv scales must be f32[{cout}], got {}{:?}", scales.dtype, scales.shape));
     }
-    if let Some(b) = ins.get(3) {
-        if b.dtype != DType::F32 {
-            return Err("quant_conv bias must be f32".into());
-        }
+    let bias = ins.get(3).filter(|_| epilogue.bias);
+    if bias.is_some_and(|b| b.dtype != DType::F32) {
+        return Err("quant_conv bias must be f32".into());
     }
     if let Op::Conv { groups, .. } = conv {
         if int8_acts && *groups != 1 {
@@ -1041,8 +1055,18 @@ fn quant_conv(
     }
     let wf = TensorType::new(DType::F32, w.shape.clone());
     let mut float_ins: Vec<&TensorType> = vec![x, &wf];
-    float_ins.extend(ins.get(3).copied());
-    infer_one(symbols, conv, &float_ins)
+    float_ins.extend(bias.copied());
+    let out = infer_one(symbols, conv, &float_ins)?;
+    if epilogue.residual != crate::Residual::None {
+        let r = ins[3 + usize::from(epilogue.bias)];
+        if r.dtype != DType::F32 || r.rank() != out.rank() {
+            return Err("quant_conv residual must be shaped like its result".into());
+        }
+        for (a, b) in r.shape.iter().zip(&out.shape) {
+            must_match("quant_conv residual", a, b, symbols)?;
+        }
+    }
+    Ok(out)
 }
 
 /// [`Op::QuantLinear`]'s operands against its attributes (see its doc).

@@ -227,11 +227,15 @@ op_table! {
     /// (`kiln_kernels::quant::qconv`); int8 activations need a dense
     /// convolution (`groups` 1). Without them (weight-only) the runtime
     /// dequantizes the weight once at load and runs the f32 convolution.
+    /// `epilogue` as [`Op::ConvFused`]'s: its `bias` flag says whether the
+    /// bias operand is there, then an activation and a residual operand
+    /// (made by the epilogue fusion pass; CPU).
     [QuantConv {
         stride: Vec<i64>,
         padding: Vec<i64>,
         dilation: Vec<i64>,
         groups: i64,
+        epilogue: Epilogue,
         dynamic: bool,
         asymmetric: bool,
         act_scale: Option<f64>,

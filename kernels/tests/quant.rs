@@ -712,6 +712,9 @@ fn a_warm_call_allocates_nothing() {
 /// window (zero in the padding) quantized with the image's scale and zero
 /// point (static, or the image's own: dynamic), the exact integer sum with
 /// the weight, then `(f32(acc) · s) · scale + bias`.
+const NO_EPILOGUE: kiln_kernels::TensorEpilogue<'static> =
+    kiln_kernels::TensorEpilogue { activation: None, residual: None, residual_first: false };
+
 #[allow(clippy::too_many_arguments)]
 fn qconv_reference(
     x: &[f32],
@@ -805,7 +808,19 @@ fn qconv_every_variant_and_thread_count_follows_the_definition() {
                     let out_shape = [n, cout, oh, ow];
                     let out =
                         TensorMut { dtype: DType::F32, shape: &out_shape, data: bytemuck::cast_slice_mut(&mut got) };
-                    qconv_with(&mut cx, &kernels, xr, &packed, &[cout, c, kh, kw], act, Some(&bias), &p, out).unwrap();
+                    qconv_with(
+                        &mut cx,
+                        &kernels,
+                        xr,
+                        &packed,
+                        &[cout, c, kh, kw],
+                        act,
+                        Some(&bias),
+                        &NO_EPILOGUE,
+                        &p,
+                        out,
+                    )
+                    .unwrap();
                     let diffs = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
                     assert_eq!(diffs, 0, "case {case} {act:?} {} at {threads} threads", kernels.name());
                 }
@@ -829,11 +844,57 @@ fn qconv_refuses_what_it_does_not_run() {
         let p = ConvParams { groups, ..p };
         let xr = TensorRef { dtype: DType::F32, shape: &[1, 2, 5, 5], data: bytemuck::cast_slice(&x) };
         let out = TensorMut { dtype: DType::F32, shape: &[1, 4, 3, 3], data: bytemuck::cast_slice_mut(&mut y) };
-        qconv(&mut Context::new(), xr, &packed, w_shape, act, None, &p, out)
+        qconv(&mut Context::new(), xr, &packed, w_shape, act, None, &NO_EPILOGUE, &p, out)
     };
     assert!(run(ActQuant::DynamicPerRow, &[4, 2, 3, 3], 1).is_ok());
     assert!(run(ActQuant::Float, &[4, 2, 3, 3], 1).is_err());
     assert!(run(ActQuant::DynamicPerRow, &[4, 2, 3, 3], 2).is_err());
     assert!(run(ActQuant::DynamicPerRow, &[4, 1, 3, 3], 1).is_err());
     assert!(run(ActQuant::DynamicPerRow, &[4, 2, 2, 2], 1).is_err());
+}
+
+/// The epilogue (a residual add and an activation, in either order) gives
+/// the bits of the same ops after the plain call.
+#[test]
+fn qconv_epilogue_is_the_ops_after_it() {
+    use kiln_isa::Activation;
+    use kiln_kernels::quant::qconv;
+    use kiln_kernels::{ConvParams, DType, TensorEpilogue, TensorMut, TensorRef};
+    let (n, c, h, wd, cout) = (2, 3, 6, 5, 4);
+    let k = c * 9;
+    let mut seed = 77;
+    let x: Vec<f32> = (0..n * c * h * wd).map(|_| lcg(&mut seed) * 3.0).collect();
+    let residual: Vec<f32> = (0..n * cout * h * wd).map(|_| lcg(&mut seed) * 4.0).collect();
+    let data: Vec<u8> = (0..cout * k).map(|i| ((i * 31) % 255) as u8).collect();
+    let scales: Vec<f32> = (0..cout).map(|j| 0.004 + j as f32 * 0.001).collect();
+    let bias: Vec<f32> = (0..cout).map(|j| j as f32 - 1.5).collect();
+    let w = QWeights { n: cout, k, bits: QBits::I8, group: k, data: &data, scales: &scales, zero_points: None };
+    let packed = PackedQWeights::pack(&w).unwrap();
+    let p = ConvParams { stride: &[1, 1], padding: &[1, 1], dilation: &[1, 1], groups: 1 };
+    let shape = [n, cout, h, wd];
+    let run = |epilogue: &TensorEpilogue<'_>| {
+        let mut y = vec![0f32; n * cout * h * wd];
+        let xr = TensorRef { dtype: DType::F32, shape: &[n, c, h, wd], data: bytemuck::cast_slice(&x) };
+        let out = TensorMut { dtype: DType::F32, shape: &shape, data: bytemuck::cast_slice_mut(&mut y) };
+        let act = ActQuant::DynamicAsymmetric;
+        qconv(&mut Context::new(), xr, &packed, &[cout, c, 3, 3], act, Some(&bias), epilogue, &p, out).unwrap();
+        y
+    };
+    let plain = run(&NO_EPILOGUE);
+    let relu6 = |v: f32| v.clamp(0.0, 6.0);
+    let r = TensorRef { dtype: DType::F32, shape: &shape, data: bytemuck::cast_slice(&residual) };
+    for residual_first in [true, false] {
+        let fused = run(&TensorEpilogue {
+            activation: Some(Activation::Clamp { min: Some(0.0), max: Some(6.0) }),
+            residual: Some(r),
+            residual_first,
+        });
+        let want: Vec<f32> = plain
+            .iter()
+            .zip(&residual)
+            .map(|(&y, &r)| if residual_first { relu6(y + r) } else { relu6(y) + r })
+            .collect();
+        assert!(fused.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "residual first: {residual_first}");
+        assert!(fused.iter().zip(&plain).any(|(a, b)| a != b), "the epilogue did something");
+    }
 }

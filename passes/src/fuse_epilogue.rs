@@ -1,5 +1,6 @@
 //! Epilogue fusion: a convolution or linear followed by an activation and a
-//! residual add becomes one `Op::ConvFused` / `Op::LinearFused`, whose
+//! residual add becomes one `Op::ConvFused` / `Op::LinearFused` (a
+//! quantized convolution: one `Op::QuantConv` with that epilogue), whose
 //! kernel applies them in the GEMM's store step (or to each finished row of
 //! the depthwise loops) while the output tile is hot — one pass over the
 //! activation instead of three.
@@ -87,8 +88,10 @@ fn is_base(g: &Graph, n: NodeId) -> bool {
     if node.outputs.len() != 1 || g.ty(node.outputs[0]).dtype != DType::F32 {
         return false;
     }
-    match node.op {
+    match &node.op {
         Op::Conv { .. } | Op::Linear => true,
+        // A quantized convolution with nothing fused yet (its bias is in).
+        Op::QuantConv { epilogue, .. } => epilogue.activation.is_none() && epilogue.residual == Residual::None,
         Op::MatMul => constant_weight(g, node.inputs[1]).is_some() && g.ty(node.inputs[0]).rank() >= 2,
         _ => false,
     }
@@ -256,6 +259,14 @@ fn push_fused(g: &mut Graph, chain: &Chain, root: NodeId) -> Option<ValueId> {
         residual,
     };
     let op = match &base.op {
+        // Its bias flag stays (the operand was the base's).
+        Op::QuantConv { epilogue: base_epilogue, .. } => {
+            let mut op = base.op.clone();
+            if let Op::QuantConv { epilogue: e, .. } = &mut op {
+                *e = Epilogue { bias: base_epilogue.bias, ..epilogue };
+            }
+            op
+        }
         Op::Conv { stride, padding, dilation, groups } => Op::ConvFused {
             stride: stride.clone(),
             padding: padding.clone(),

@@ -48,10 +48,10 @@ pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed
                 dilation: dilation.clone(),
                 groups: *groups,
                 weight_shape: g.ty(*w).shape.clone(),
+                bias: rest.first().copied(),
             };
-            let (x, bias, out_ty, loc) = (*x, rest.first().copied(), g.ty(node.outputs[0]).clone(), node.loc);
-            let (op, mut inputs) = qw.into_conv_operands(g, x, Acts::Float, conv);
-            inputs.extend(bias);
+            let (x, out_ty, loc) = (*x, g.ty(node.outputs[0]).clone(), node.loc);
+            let (op, inputs) = qw.into_conv_operands(g, x, Acts::Float, conv);
             return Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]));
         }
         let (x, w, bias, acts) = match (&node.op, &node.inputs[..]) {
@@ -117,6 +117,8 @@ pub(crate) struct ConvAttrs {
     pub dilation: Vec<i64>,
     pub groups: i64,
     pub weight_shape: Vec<Dim>,
+    /// The convolution's bias operand, if it has one.
+    pub bias: Option<ValueId>,
 }
 
 /// A quantized `[n, k]` weight: integers one a byte, `n * (k / group)`
@@ -198,6 +200,7 @@ impl QuantWeight {
     /// weight in the convolution's own shape, one scale per output channel
     /// (per-channel symmetric weights only: `group == k`, no zero points).
     pub fn into_conv_operands(self, g: &mut Graph, x: ValueId, acts: Acts, conv: ConvAttrs) -> (Op, Vec<ValueId>) {
+        let bias = conv.bias;
         debug_assert!(self.group == self.k && self.zero_points.is_none());
         let bytes: Vec<u8> = self.q.iter().map(|&v| v as u8).collect();
         let w = g.add_const(None, TensorType::new(DType::I8, conv.weight_shape), ConstBytes::owned(bytes));
@@ -210,6 +213,7 @@ impl QuantWeight {
             padding: conv.padding,
             dilation: conv.dilation,
             groups: conv.groups,
+            epilogue: kiln_ir::Epilogue { bias: bias.is_some(), ..Default::default() },
             dynamic: matches!(acts, Acts::Dynamic | Acts::DynamicAsymmetric),
             asymmetric: acts == Acts::DynamicAsymmetric,
             act_scale: match acts {
@@ -221,7 +225,9 @@ impl QuantWeight {
                 _ => 0,
             },
         };
-        (op, vec![x, w, scales])
+        let mut inputs = vec![x, w, scales];
+        inputs.extend(bias);
+        (op, inputs)
     }
 
     fn add(&self, g: &mut Graph, dtype: DType, cols: usize, bytes: Vec<u8>) -> ValueId {

@@ -406,11 +406,10 @@ pub fn apply_layers(g: &mut Graph, layers: Vec<LayerQuant>) -> Result<Vec<LayerR
                 dilation: dilation.clone(),
                 groups: *groups,
                 weight_shape: g.ty(node.inputs[1]).shape.clone(),
+                bias: node.inputs.get(2).copied(),
             };
-            let (x, bias, out_ty, loc) =
-                (node.inputs[0], node.inputs.get(2).copied(), g.ty(node.outputs[0]).clone(), node.loc);
-            let (op, mut inputs) = qw.into_conv_operands(g, x, acts, conv);
-            inputs.extend(bias);
+            let (x, out_ty, loc) = (node.inputs[0], g.ty(node.outputs[0]).clone(), node.loc);
+            let (op, inputs) = qw.into_conv_operands(g, x, acts, conv);
             return Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]));
         }
         let (mut x, bias) = (node.inputs[0], node.inputs.get(2).copied().filter(|_| node.op == Op::Linear));

@@ -378,12 +378,19 @@ fn quant_conv(
     ins: &[TensorRef<'_>],
     outs: &mut [TensorMut<'_>],
 ) -> Result<()> {
-    let Kernel::QuantConv { groups, dynamic, asymmetric, act_scale, act_zero_point, .. } = kernel else {
+    let Kernel::QuantConv { groups, epilogue, dynamic, asymmetric, act_scale, act_zero_point, .. } = kernel else {
         return Err(quant_conv_err("not a quantized convolution"));
     };
     let [stride, padding, dilation] = lists::<3>(ints);
     let params = ConvParams { stride, padding, dilation, groups: *groups as usize };
-    let bias = ins.get(3).copied();
+    // The epilogue's operands follow the scales (counts validated at load).
+    let bias = ins.get(3).copied().filter(|_| epilogue.bias);
+    let residual = ins.get(3 + usize::from(epilogue.bias)).copied().filter(|_| epilogue.residual != Residual::None);
+    let fused = TensorEpilogue {
+        activation: epilogue.activation,
+        residual,
+        residual_first: epilogue.residual == Residual::BeforeActivation,
+    };
     match prepared {
         QuantConvWeight::Int8(w) => {
             let act = activation_quant(*dynamic, *asymmetric, *act_scale, *act_zero_point)
@@ -394,14 +401,16 @@ fn quant_conv(
                 }
                 None => None,
             };
-            k::quant::qconv(cx, ins[0], w, ins[1].shape, act, bias, &params, out(outs, 0))
+            k::quant::qconv(cx, ins[0], w, ins[1].shape, act, bias, &fused, &params, out(outs, 0))
         }
         QuantConvWeight::Float { w, packed } => {
+            // The f32 convolution of the dequantized weight, with the
+            // epilogue as a fused convolution applies it.
             let w_ref = TensorRef { dtype: DType::F32, shape: ins[1].shape, data: bytemuck::cast_slice(w) };
-            match packed {
-                Some(p) => k::conv_packed(ins[0], w_ref, p, bias, &params, out(outs, 0), cx),
-                None => k::conv(ins[0], w_ref, bias, &params, out(outs, 0), cx),
-            }
+            let mut float_ins = vec![ins[0], w_ref];
+            float_ins.extend(bias);
+            float_ins.extend(residual);
+            conv_fused(packed.as_ref(), *groups, epilogue, Layout::ChannelsFirst, ints, cx, &float_ins, outs)
         }
     }
 }
@@ -714,12 +723,13 @@ kernel_fns! {
         };
         quant_linear_unpacked(&kernel, cx, ins, outs)
     };
-    QuantConv { stride, padding, dilation, groups, dynamic, asymmetric, act_scale, act_zero_point } => {
+    QuantConv { stride, padding, dilation, groups, epilogue, dynamic, asymmetric, act_scale, act_zero_point } => {
         let kernel = Kernel::QuantConv {
             stride: stride.clone(),
             padding: padding.clone(),
             dilation: dilation.clone(),
             groups: *groups,
+            epilogue: *epilogue,
             dynamic: *dynamic,
             asymmetric: *asymmetric,
             act_scale: *act_scale,

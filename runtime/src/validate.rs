@@ -868,6 +868,16 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
             return Err("a channels-last convolution is 2-d: input and output [N, H, W, C]".into());
         }
     }
+    if let Kernel::QuantConv { epilogue, .. } = k {
+        // The weight's scales come before the epilogue's operands.
+        if ins.len() != epilogue.operand_count() + 1 {
+            return Err(format!(
+                "the epilogue {epilogue:?} takes {} operands after the scales, got {}",
+                epilogue.operand_count() - 2,
+                ins.len().saturating_sub(3)
+            ));
+        }
+    }
     if let Kernel::ConvFused { epilogue, .. } | Kernel::LinearFused { epilogue } = k {
         // Which operand is the bias and which the residual comes from the flags.
         if ins.len() != epilogue.operand_count() {

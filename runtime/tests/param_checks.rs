@@ -49,6 +49,7 @@ fn quant_conv(stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u
         padding,
         dilation,
         groups,
+        epilogue: Epilogue::default(),
         dynamic: true,
         asymmetric: false,
         act_scale: None,

@@ -371,6 +371,7 @@ fn quant_conv_is_a_conv_of_its_int8_weight() {
         padding: vec![1, 1],
         dilation: vec![1, 1],
         groups,
+        epilogue: crate::Epilogue::default(),
         dynamic,
         asymmetric: false,
         act_scale,
@@ -380,10 +381,27 @@ fn quant_conv_is_a_conv_of_its_int8_weight() {
     let w = ty(DType::I8, &[c(4), c(8), c(3), c(3)]);
     let scales = f32t(&[c(4)]);
     let bias = f32t(&[c(4)]);
+    let with = |bias: bool, residual: crate::Residual| {
+        let mut op = q(1, true, None);
+        if let Op::QuantConv { epilogue, .. } = &mut op {
+            *epilogue = crate::Epilogue { bias, activation: None, residual };
+        }
+        op
+    };
+    let none = crate::Residual::None;
     assert_eq!(
-        infer(q(1, true, None), &[x.clone(), w.clone(), scales.clone(), bias.clone()]).unwrap(),
+        infer(with(true, none), &[x.clone(), w.clone(), scales.clone(), bias.clone()]).unwrap(),
         "f32[b, 4, 8, 8]"
     );
+    // The flags say which operands are there.
+    assert!(infer(q(1, true, None), &[x.clone(), w.clone(), scales.clone(), bias.clone()]).is_err());
+    let residual = f32t(&[b(), c(4), c(8), c(8)]);
+    let after = crate::Residual::AfterActivation;
+    assert_eq!(
+        infer(with(true, after), &[x.clone(), w.clone(), scales.clone(), bias.clone(), residual.clone()]).unwrap(),
+        "f32[b, 4, 8, 8]"
+    );
+    assert!(infer(with(false, after), &[x.clone(), w.clone(), scales.clone(), f32t(&[b(), c(4), c(8), c(7)])]).is_err());
     assert_eq!(infer(q(1, false, Some(0.5)), &[x.clone(), w.clone(), scales.clone()]).unwrap(), "f32[b, 4, 8, 8]");
     // Grouped: weight-only only.
     let wg = ty(DType::I8, &[c(4), c(2), c(3), c(3)]);

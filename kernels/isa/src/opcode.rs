@@ -150,10 +150,10 @@ opcodes! {
     /// `(x, w, scales [, zero_points] [, bias])`: a linear layer with int8
     /// or int4 weights (`kiln_kernels::quant`'s storage), packed at load.
     QuantLinear = 80, "quant_linear", Call, operands 3..=5, outputs 1..=1;
-    /// `(x, w, scales [, bias])`: a convolution with int8 weights
-    /// (`kiln_kernels::quant::qconv`, or the f32 convolution of the weight
-    /// dequantized at load when weight-only).
-    QuantConv = 81, "quant_conv", Call, operands 3..=4, outputs 1..=1;
+    /// `(x, w, scales [, bias] [, residual])`: a convolution with int8
+    /// weights (`kiln_kernels::quant::qconv`, or the f32 convolution of the
+    /// weight dequantized at load when weight-only) and its epilogue.
+    QuantConv = 81, "quant_conv", Call, operands 3..=5, outputs 1..=1;
 
     /// An accelerator segment: operands are its arguments, outputs its results.
     Delegate = 1000, "delegate", Delegate, operands 0..=MANY, outputs 0..=MANY;

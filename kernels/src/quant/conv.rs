@@ -25,9 +25,11 @@
 use super::int8::{Acts, QuantRows};
 use super::{err, ActQuant, PackedQWeights, QuantKernels};
 use crate::context::Context;
-use crate::generic::conv::{geometry, ConvParams, Geometry};
+use crate::generic::conv::{geometry, ConvParams, Geometry, TensorEpilogue};
+use crate::generic::gemm::ActivationFn;
 use crate::parallel::Threads;
 use crate::types::{DType, Result, TensorMut, TensorRef};
+use std::ops::Range;
 
 /// Bytes of gathered rows (and their products) per chunk: bounds the
 /// scratch a layer takes whatever its size.
@@ -45,11 +47,12 @@ pub fn qconv(
     w_shape: &[usize],
     act: ActQuant,
     bias: Option<&[f32]>,
+    epilogue: &TensorEpilogue<'_>,
     p: &ConvParams<'_>,
     out: TensorMut<'_>,
 ) -> Result<()> {
     let kernels = cx.table.quant;
-    qconv_with(cx, &kernels, x, w, w_shape, act, bias, p, out)
+    qconv_with(cx, &kernels, x, w, w_shape, act, bias, epilogue, p, out)
 }
 
 /// [`qconv`] with the given variant of the integer kernels (one of
@@ -63,6 +66,7 @@ pub fn qconv_with(
     w_shape: &[usize],
     act: ActQuant,
     bias: Option<&[f32]>,
+    epilogue: &TensorEpilogue<'_>,
     p: &ConvParams<'_>,
     out: TensorMut<'_>,
 ) -> Result<()> {
@@ -76,6 +80,7 @@ pub fn qconv_with(
         return Err(err("quantized convolutions take and give f32"));
     }
     let g = geometry(x.shape, w_shape, p, out.shape)?;
+    let out_shape = out.shape;
     let (batch, cin, cout) = (x.shape[0], x.shape[1], w_shape[0]);
     let taps: usize = g.kernel.iter().product();
     let k = cin.checked_mul(taps).ok_or_else(|| err("weight too large"))?;
@@ -103,6 +108,15 @@ pub fn qconv_with(
             return Err(err(format!("static activation scale {scale} / zero point {zero_point}")));
         }
     }
+    let residual = match epilogue.residual {
+        Some(r) if r.dtype != DType::F32 || r.shape != out_shape => {
+            return Err(err(format!("residual {:?} does not match the output {out_shape:?}", r.shape)))
+        }
+        Some(r) => Some(bytemuck::try_cast_slice::<u8, f32>(r.data).map_err(|_| err("unaligned residual"))?),
+        None => None,
+    };
+    let activation = epilogue.activation.map(|a| ActivationFn::new(cx.table, a));
+    let finish = Finish { activation: activation.as_ref(), residual_first: epilogue.residual_first };
     if k > super::int8::MAX_K {
         return Err(err(format!("k = {k} is too deep for exact i32 sums")));
     }
@@ -139,6 +153,8 @@ pub fn qconv_with(
             let r = QuantRows { bytes: &rows[..mpad * lda], lda, scales: &scales[..m], shifts: &shifts[..m] };
             super::int8::multiply(ukr, threads, &r, m, w, bias, &mut prod[..m * cout]);
             scatter_channels_first(&prod[..m * cout], cout, pixels, p0, result);
+            let residual = residual.map(|r| &r[b * cout * pixels..][..cout * pixels]);
+            finish.apply(result, residual, cout, pixels, p0..p0 + m);
         }
     }
     Ok(())
@@ -337,6 +353,39 @@ fn gather_row(g: &Geometry, padded: &Padded, image: &[u8], pixel: usize, row: &m
     }
     // Lanes past K meet zero weights: any value adds nothing.
     row[v..].fill(0);
+}
+
+/// The epilogue after the product (its bias is already in): a residual
+/// add and an activation, in the order the flag says, over the channels'
+/// runs of the pixels just written.
+struct Finish<'f> {
+    activation: Option<&'f ActivationFn>,
+    residual_first: bool,
+}
+
+impl Finish<'_> {
+    fn apply(&self, result: &mut [f32], residual: Option<&[f32]>, cout: usize, pixels: usize, run: Range<usize>) {
+        if self.activation.is_none() && residual.is_none() {
+            return;
+        }
+        let add = |out: &mut [f32], c: usize| {
+            if let Some(r) = residual {
+                out.iter_mut().zip(&r[c * pixels + run.start..c * pixels + run.end]).for_each(|(o, &r)| *o += r);
+            }
+        };
+        for c in 0..cout {
+            let out = &mut result[c * pixels + run.start..c * pixels + run.end];
+            if self.residual_first {
+                add(out, c);
+            }
+            if let Some(a) = self.activation {
+                a.apply(out);
+            }
+            if !self.residual_first {
+                add(out, c);
+            }
+        }
+    }
 }
 
 /// `prod [rows, Cout]` (pixels `p0..`) into the channels-first `result

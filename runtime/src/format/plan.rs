@@ -369,13 +369,15 @@ kernels! {
     /// scales `[Cout]` (operands: x, w, scales [, bias]); activations as
     /// [`Kernel::QuantLinear`]'s flags say, dynamic ones per image
     /// (`kiln_kernels::quant::qconv`; dense only), or none: the weight
-    /// is dequantized at load and the f32 convolution runs (since format
-    /// 0.10).
+    /// is dequantized at load and the f32 convolution runs; `epilogue` as
+    /// [`Kernel::ConvFused`]'s, its operands after the scales (since
+    /// format 0.10).
     QuantConv {
         stride: Vec<u32> => spatial,
         padding: Vec<u32> => spatial,
         dilation: Vec<u32> => spatial,
         groups: u32 => nonzero,
+        epilogue: Epilogue,
         dynamic: bool,
         asymmetric: bool,
         act_scale: Option<f64>,

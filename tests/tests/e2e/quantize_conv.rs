@@ -104,6 +104,10 @@ fn every_int8_mode_quantizes_every_convolution() {
             // the float program's convolutions, one for one).
             assert_eq!(count(&p, "quant_conv"), convs, "{model} {mode}: quantized convolutions");
             assert_eq!(count(&p, "conv") + count(&p, "conv_fused") + count(&p, "batch_norm"), 0, "{model} {mode}");
+            // Activations and residual adds run in the convolutions' epilogues, as in f32.
+            for k in ["relu", "clamp", "add"] {
+                assert_eq!(count(&p, k), count(&float, k), "{model} {mode}: separate `{k}` kernels");
+            }
             let conv_reports: Vec<_> = summary.quantized.iter().filter(|l| l.bits == Some(8)).collect();
             assert!(conv_reports.len() >= convs, "{model} {mode}: {} int8 layers reported", conv_reports.len());
             // Weights a quarter of f32's, plus the f32 scales and biases (one

@@ -483,7 +483,21 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Conv { stride, padding, dilation, groups } => {
                 self.conv(&ins, stride, padding, dilation, *groups, &out_shape, out_dt)?
             }
-            Op::QuantConv { stride, padding, dilation, groups, dynamic, asymmetric, act_scale, act_zero_point } => {
+            Op::QuantConv {
+                stride,
+                padding,
+                dilation,
+                groups,
+                epilogue,
+                dynamic,
+                asymmetric,
+                act_scale,
+                act_zero_point,
+            } => {
+                // Epilogues are fused for the CPU target only.
+                if epilogue.activation.is_some() || epilogue.residual != kiln_ir::Residual::None {
+                    return Err(err("a quantized convolution's fused epilogue (CPU only) in a segment"));
+                }
                 let acts = match (dynamic, asymmetric, act_scale) {
                     (true, false, _) => quant::QuantActs::DynamicSymmetric,
                     (true, true, _) => quant::QuantActs::DynamicAsymmetric,
@@ -496,7 +510,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
                     x: ins[0].clone(),
                     w: ins[1].clone(),
                     scales: ins[2].clone(),
-                    bias: ins.get(3).cloned(),
+                    bias: ins.get(3).cloned().filter(|_| epilogue.bias),
                     stride,
                     padding,
                     dilation,
