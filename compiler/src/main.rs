@@ -176,7 +176,9 @@ const DEFAULT_MAX_COSINE_DROP: f64 = 0.005;
 
 #[derive(clap::Args, Default)]
 struct QuantArgs {
-    /// Quantize the linear layers' weights: `int8-weight` (per channel, symmetric),
+    /// Quantize the linear layers and convolutions (convolutions: int8 weights in every mode,
+    /// int8 activations per image for dense ones in the int8 modes): `int8-weight` (per
+    /// channel, symmetric),
     /// `int8-dynamic[:sym]` (int8 weights and per-row int8 activations, each row with its own
     /// scale and zero point; `:sym` torchao's per-token symmetric rule),
     /// `int8-static[:observer=minmax|percentile[=P]|mse]` (int8 weights, per-tensor int8

@@ -355,6 +355,7 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             dilation,
             groups,
             epilogue,
+            layout,
             dynamic,
             asymmetric,
             act_scale,
@@ -370,7 +371,24 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
                 dilation: dilation.clone(),
                 groups: *groups,
             };
-            quant_conv(symbols, &conv, epilogue, ins, *dynamic || act_scale.is_some())
+            let int8_acts = *dynamic || act_scale.is_some();
+            match layout {
+                crate::Layout::ChannelsFirst => quant_conv(symbols, &conv, epilogue, ins, int8_acts),
+                crate::Layout::ChannelsLast => {
+                    // The channels-first convolution of the same tensors.
+                    if stride.len() != 2 || ins[0].rank() != 4 {
+                        return Err("a channels-last quant_conv is 2-d: input [N, H, W, C]".into());
+                    }
+                    let residual = (epilogue.residual != crate::Residual::None).then(|| 3 + usize::from(epilogue.bias));
+                    let nchw: Vec<TensorType> = ins
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| if i == 0 || Some(i) == residual { to_nchw(t) } else { (*t).clone() })
+                        .collect();
+                    let refs: Vec<&TensorType> = nchw.iter().collect();
+                    Ok(to_nhwc(&quant_conv(symbols, &conv, epilogue, &refs, int8_acts)?))
+                }
+            }
         }
         Op::Conv { stride, padding, dilation, groups } => {
             let (x, w) = (ins[0], ins[1]);

@@ -229,13 +229,16 @@ op_table! {
     /// dequantizes the weight once at load and runs the f32 convolution.
     /// `epilogue` as [`Op::ConvFused`]'s: its `bias` flag says whether the
     /// bias operand is there, then an activation and a residual operand
-    /// (made by the epilogue fusion pass; CPU).
+    /// (made by the epilogue fusion pass; CPU). With `layout` channels-last
+    /// (the layout pass; 2-d only) `x`, the residual and the result are
+    /// `[N, H, W, C]`; the weight keeps its shape.
     [QuantConv {
         stride: Vec<i64>,
         padding: Vec<i64>,
         dilation: Vec<i64>,
         groups: i64,
         epilogue: Epilogue,
+        layout: Layout,
         dynamic: bool,
         asymmetric: bool,
         act_scale: Option<f64>,

@@ -818,6 +818,7 @@ fn qconv_every_variant_and_thread_count_follows_the_definition() {
                         Some(&bias),
                         &NO_EPILOGUE,
                         &p,
+                        false,
                         out,
                     )
                     .unwrap();
@@ -844,7 +845,7 @@ fn qconv_refuses_what_it_does_not_run() {
         let p = ConvParams { groups, ..p };
         let xr = TensorRef { dtype: DType::F32, shape: &[1, 2, 5, 5], data: bytemuck::cast_slice(&x) };
         let out = TensorMut { dtype: DType::F32, shape: &[1, 4, 3, 3], data: bytemuck::cast_slice_mut(&mut y) };
-        qconv(&mut Context::new(), xr, &packed, w_shape, act, None, &NO_EPILOGUE, &p, out)
+        qconv(&mut Context::new(), xr, &packed, w_shape, act, None, &NO_EPILOGUE, &p, false, out)
     };
     assert!(run(ActQuant::DynamicPerRow, &[4, 2, 3, 3], 1).is_ok());
     assert!(run(ActQuant::Float, &[4, 2, 3, 3], 1).is_err());
@@ -877,7 +878,7 @@ fn qconv_epilogue_is_the_ops_after_it() {
         let xr = TensorRef { dtype: DType::F32, shape: &[n, c, h, wd], data: bytemuck::cast_slice(&x) };
         let out = TensorMut { dtype: DType::F32, shape: &shape, data: bytemuck::cast_slice_mut(&mut y) };
         let act = ActQuant::DynamicAsymmetric;
-        qconv(&mut Context::new(), xr, &packed, &[cout, c, 3, 3], act, Some(&bias), epilogue, &p, out).unwrap();
+        qconv(&mut Context::new(), xr, &packed, &[cout, c, 3, 3], act, Some(&bias), epilogue, &p, false, out).unwrap();
         y
     };
     let plain = run(&NO_EPILOGUE);
@@ -896,5 +897,89 @@ fn qconv_epilogue_is_the_ops_after_it() {
             .collect();
         assert!(fused.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "residual first: {residual_first}");
         assert!(fused.iter().zip(&plain).any(|(a, b)| a != b), "the epilogue did something");
+    }
+}
+
+/// Channels-last (`[N, H, W, C]` in and out, the weight stored tap by tap)
+/// gives the channels-first result's bytes, permuted, every variant and
+/// thread count; with an epilogue too.
+#[test]
+fn qconv_channels_last_is_channels_first_permuted() {
+    use kiln_isa::Activation;
+    use kiln_kernels::quant::{qconv_with, variants};
+    use kiln_kernels::{ConvParams, DType, TensorEpilogue, TensorMut, TensorRef};
+    let nhwc = |v: &[f32], [_, c, h, w]: [usize; 4]| -> Vec<f32> {
+        let mut out = vec![0f32; v.len()];
+        for (i, &x) in v.iter().enumerate() {
+            let (b, ch, y, xx) = (i / (c * h * w), (i / (h * w)) % c, (i / w) % h, i % w);
+            out[((b * h + y) * w + xx) * c + ch] = x;
+        }
+        out
+    };
+    for (case, &((n, c, h, wd), (cout, kh, kw), (stride, pad, dil))) in [
+        ((2, 5, 9, 7), (6, 3, 3), (1, 1, 1)),
+        ((1, 8, 8, 8), (17, 1, 1), (1, 0, 1)),
+        ((1, 3, 11, 9), (4, 3, 2), (2, 2, 2)),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut seed = 300 + case as u64;
+        let x: Vec<f32> = (0..n * c * h * wd).map(|_| lcg(&mut seed) * 2.0).collect();
+        let k = c * kh * kw;
+        let q: Vec<i8> = (0..cout * k).map(|i| ((i * 29 + case) % 255) as u8 as i8).collect();
+        // Tap-major: weight `[Cout, kh, kw, C]`.
+        let q_taps: Vec<i8> = (0..cout * k)
+            .map(|i| {
+                let (o, t, ch) = (i / k, (i % k) / c, i % c);
+                q[o * k + ch * kh * kw + t]
+            })
+            .collect();
+        let scales: Vec<f32> = (0..cout).map(|j| 0.01 + j as f32 * 0.002).collect();
+        let bias: Vec<f32> = (0..cout).map(|j| j as f32 * 0.2 - 0.5).collect();
+        let pack = |q: &[i8]| {
+            let data: Vec<u8> = q.iter().map(|&v| v as u8).collect();
+            let w = QWeights { n: cout, k, bits: QBits::I8, group: k, data: &data, scales: &scales, zero_points: None };
+            PackedQWeights::pack(&w).unwrap()
+        };
+        let (first, last) = (pack(&q), pack(&q_taps));
+        let p = ConvParams { stride: &[stride; 2], padding: &[pad; 2], dilation: &[dil; 2], groups: 1 };
+        let oh = (h + 2 * pad - dil * (kh - 1) - 1) / stride + 1;
+        let ow = (wd + 2 * pad - dil * (kw - 1) - 1) / stride + 1;
+        let residual: Vec<f32> = (0..n * cout * oh * ow).map(|_| lcg(&mut seed)).collect();
+        let residual_last = nhwc(&residual, [n, cout, oh, ow]);
+        let x_last = nhwc(&x, [n, c, h, wd]);
+        for act in [ActQuant::DynamicAsymmetric, ActQuant::Static { scale: 0.03, zero_point: -7 }] {
+            for kernels in variants() {
+                for threads in [1, 3] {
+                    let run = |channels_last: bool| {
+                        let (xs, shape_in, shape_out, r, w) = if channels_last {
+                            (&x_last, [n, h, wd, c], [n, oh, ow, cout], &residual_last, &last)
+                        } else {
+                            (&x, [n, c, h, wd], [n, cout, oh, ow], &residual, &first)
+                        };
+                        let mut y = vec![0f32; n * cout * oh * ow];
+                        let rr = TensorRef { dtype: DType::F32, shape: &shape_out, data: bytemuck::cast_slice(r) };
+                        let epilogue = TensorEpilogue {
+                            activation: Some(Activation::Clamp { min: Some(0.0), max: None }),
+                            residual: Some(rr),
+                            residual_first: true,
+                        };
+                        let xr = TensorRef { dtype: DType::F32, shape: &shape_in, data: bytemuck::cast_slice(xs) };
+                        let out =
+                            TensorMut { dtype: DType::F32, shape: &shape_out, data: bytemuck::cast_slice_mut(&mut y) };
+                        let mut cx = Context::new().with_threads(threads);
+                        let ws = [cout, c, kh, kw];
+                        qconv_with(&mut cx, &kernels, xr, w, &ws, act, Some(&bias), &epilogue, &p, channels_last, out)
+                            .unwrap();
+                        y
+                    };
+                    let want = nhwc(&run(false), [n, cout, oh, ow]);
+                    let got = run(true);
+                    let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "case {case} {act:?} {} at {threads} threads", kernels.name());
+                }
+            }
+        }
     }
 }

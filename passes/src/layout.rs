@@ -5,8 +5,8 @@
 //! (`N, H, W, C`: the depthwise loops vectorise over channels, a 1×1
 //! convolution is one GEMM over the pixels, the tap GEMMs need no
 //! transposition). This pass gives every f32 2-d `conv` / `conv_fused` the
-//! channels-last layout and keeps activations channels-last from one
-//! convolution to the next:
+//! channels-last layout (a `quant_conv` too: see [`channels_last_op`]) and
+//! keeps activations channels-last from one convolution to the next:
 //!
 //! - each convolution becomes a channels-last `conv_fused` (a plain `conv`
 //!   one with an empty epilogue) whose input and residual are the
@@ -56,6 +56,8 @@ pub fn channels_last(g: &mut Graph, opts: &Options) -> Result<Changed, PassError
         let node = g.nodes[n].clone();
         let residual = match &conv {
             Op::ConvFused { epilogue, .. } => epilogue.residual_operand(),
+            // After the scales.
+            Op::QuantConv { epilogue, .. } => epilogue.residual_operand().map(|i| i + 1),
             _ => None,
         };
         let inputs: Vec<ValueId> = node
@@ -123,6 +125,21 @@ fn channels_last_op(g: &Graph, n: NodeId) -> Option<Op> {
                 epilogue: *epilogue,
                 layout: Layout::ChannelsLast,
             })
+        }
+        // A quantized convolution: with int8 activations the integer kernel
+        // gathers channels-last windows for any dense one; weight-only ones
+        // run the f32 kernels, so go where those would.
+        Op::QuantConv { stride, padding, groups, layout: Layout::ChannelsFirst, dynamic, act_scale, .. }
+            if stride.len() == 2
+                && node.outputs.len() == 1
+                && g.ty(node.inputs[0]).rank() == 4
+                && (((*dynamic || act_scale.is_some()) && *groups == 1) || direct(padding, *groups)) =>
+        {
+            let mut op = node.op.clone();
+            if let Op::QuantConv { layout, .. } = &mut op {
+                *layout = Layout::ChannelsLast;
+            }
+            Some(op)
         }
         _ => None,
     }

@@ -214,6 +214,7 @@ impl QuantWeight {
             dilation: conv.dilation,
             groups: conv.groups,
             epilogue: kiln_ir::Epilogue { bias: bias.is_some(), ..Default::default() },
+            layout: kiln_ir::Layout::ChannelsFirst,
             dynamic: matches!(acts, Acts::Dynamic | Acts::DynamicAsymmetric),
             asymmetric: acts == Acts::DynamicAsymmetric,
             act_scale: match acts {

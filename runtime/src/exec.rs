@@ -340,7 +340,7 @@ fn static_dim(d: &DimRef) -> Option<usize> {
 /// A quantized convolution's weight `w` (i8 `dims`) and f32 `scales`
 /// (one per output channel), prepared for the kernel the call runs.
 fn quant_conv_weight(kernel: &Kernel, dims: &[usize], w: &[u8], scales: &[u8]) -> Result<QuantConvWeight> {
-    let Kernel::QuantConv { groups, dynamic, act_scale, .. } = kernel else {
+    let Kernel::QuantConv { groups, dynamic, act_scale, layout, padding, .. } = kernel else {
         return Err(quant_conv_err("not a quantized convolution"));
     };
     let (&n, rest) = dims.split_first().ok_or_else(|| quant_conv_err("0-d weight"))?;
@@ -350,17 +350,33 @@ fn quant_conv_weight(kernel: &Kernel, dims: &[usize], w: &[u8], scales: &[u8]) -
         return Err(quant_conv_err("weight or scales do not match the weight's shape"));
     }
     if *dynamic || act_scale.is_some() {
-        let q = QWeights { n, k, bits: QBits::I8, group: k, data: w, scales, zero_points: None };
+        // Channels-last rows hold a window tap by tap: the weight's columns
+        // in that order (`[Cout, taps.., C]`).
+        let tap_major: Vec<u8>;
+        let data = match (layout, dims) {
+            (Layout::ChannelsLast, [_, c, ..]) => {
+                let (c, taps) = (*c, k / (*c).max(1));
+                tap_major = (0..n * k).map(|i| w[(i / k) * k + (i % c) * taps + (i % k) / c]).collect();
+                &tap_major[..]
+            }
+            _ => w,
+        };
+        let q = QWeights { n, k, bits: QBits::I8, group: k, data, scales, zero_points: None };
         return Ok(QuantConvWeight::Int8(PackedQWeights::pack(&q)?));
     }
     let values: Vec<f32> = w.iter().enumerate().map(|(i, &q)| q as i8 as f32 * scales[i / k.max(1)]).collect();
     // Depthwise convolutions (one input channel per group) run direct loops.
     let depthwise = rest.first() == Some(&1) && (*groups > 1 || n == 1);
-    let packed = if depthwise {
-        None
-    } else {
-        let bytes: &[u8] = bytemuck::cast_slice(&values);
-        PackedConv::new(k::best(), TensorRef { dtype: DType::F32, shape: dims, data: bytes }, *groups as usize).ok()
+    let bytes: &[u8] = bytemuck::cast_slice(&values);
+    let w_ref = TensorRef { dtype: DType::F32, shape: dims, data: bytes };
+    let packed = match layout {
+        // The packing the channels-last kernel reads, where it reads one.
+        Layout::ChannelsLast => {
+            let padding: Vec<usize> = padding.iter().map(|&p| p as usize).collect();
+            PackedConv::channels_last(k::best(), w_ref, *groups as usize, &padding).ok().flatten()
+        }
+        Layout::ChannelsFirst if depthwise => None,
+        Layout::ChannelsFirst => PackedConv::new(k::best(), w_ref, *groups as usize).ok(),
     };
     Ok(QuantConvWeight::Float { w: values, packed })
 }
@@ -378,9 +394,11 @@ fn quant_conv(
     ins: &[TensorRef<'_>],
     outs: &mut [TensorMut<'_>],
 ) -> Result<()> {
-    let Kernel::QuantConv { groups, epilogue, dynamic, asymmetric, act_scale, act_zero_point, .. } = kernel else {
+    let Kernel::QuantConv { groups, epilogue, layout, dynamic, asymmetric, act_scale, act_zero_point, .. } = kernel
+    else {
         return Err(quant_conv_err("not a quantized convolution"));
     };
+    let channels_last = *layout == Layout::ChannelsLast;
     let [stride, padding, dilation] = lists::<3>(ints);
     let params = ConvParams { stride, padding, dilation, groups: *groups as usize };
     // The epilogue's operands follow the scales (counts validated at load).
@@ -401,7 +419,7 @@ fn quant_conv(
                 }
                 None => None,
             };
-            k::quant::qconv(cx, ins[0], w, ins[1].shape, act, bias, &fused, &params, out(outs, 0))
+            k::quant::qconv(cx, ins[0], w, ins[1].shape, act, bias, &fused, &params, channels_last, out(outs, 0))
         }
         QuantConvWeight::Float { w, packed } => {
             // The f32 convolution of the dequantized weight, with the
@@ -410,7 +428,7 @@ fn quant_conv(
             let mut float_ins = vec![ins[0], w_ref];
             float_ins.extend(bias);
             float_ins.extend(residual);
-            conv_fused(packed.as_ref(), *groups, epilogue, Layout::ChannelsFirst, ints, cx, &float_ins, outs)
+            conv_fused(packed.as_ref(), *groups, epilogue, *layout, ints, cx, &float_ins, outs)
         }
     }
 }
@@ -723,13 +741,14 @@ kernel_fns! {
         };
         quant_linear_unpacked(&kernel, cx, ins, outs)
     };
-    QuantConv { stride, padding, dilation, groups, epilogue, dynamic, asymmetric, act_scale, act_zero_point } => {
+    QuantConv { stride, padding, dilation, groups, epilogue, layout, dynamic, asymmetric, act_scale, act_zero_point } => {
         let kernel = Kernel::QuantConv {
             stride: stride.clone(),
             padding: padding.clone(),
             dilation: dilation.clone(),
             groups: *groups,
             epilogue: *epilogue,
+            layout: *layout,
             dynamic: *dynamic,
             asymmetric: *asymmetric,
             act_scale: *act_scale,

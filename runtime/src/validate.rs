@@ -863,7 +863,9 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
         }
         _ => {}
     }
-    if let Kernel::ConvFused { layout: Layout::ChannelsLast, .. } = k {
+    if let Kernel::ConvFused { layout: Layout::ChannelsLast, .. }
+    | Kernel::QuantConv { layout: Layout::ChannelsLast, .. } = k
+    {
         if in_rank != 4 || rank(out) != 4 {
             return Err("a channels-last convolution is 2-d: input and output [N, H, W, C]".into());
         }

@@ -50,6 +50,7 @@ fn quant_conv(stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u
         dilation,
         groups,
         epilogue: Epilogue::default(),
+        layout: Layout::ChannelsFirst,
         dynamic: true,
         asymmetric: false,
         act_scale: None,

@@ -372,6 +372,7 @@ fn quant_conv_is_a_conv_of_its_int8_weight() {
         dilation: vec![1, 1],
         groups,
         epilogue: crate::Epilogue::default(),
+        layout: crate::Layout::ChannelsFirst,
         dynamic,
         asymmetric: false,
         act_scale,

@@ -49,10 +49,11 @@ pub fn qconv(
     bias: Option<&[f32]>,
     epilogue: &TensorEpilogue<'_>,
     p: &ConvParams<'_>,
+    channels_last: bool,
     out: TensorMut<'_>,
 ) -> Result<()> {
     let kernels = cx.table.quant;
-    qconv_with(cx, &kernels, x, w, w_shape, act, bias, epilogue, p, out)
+    qconv_with(cx, &kernels, x, w, w_shape, act, bias, epilogue, p, channels_last, out)
 }
 
 /// [`qconv`] with the given variant of the integer kernels (one of
@@ -68,6 +69,7 @@ pub fn qconv_with(
     bias: Option<&[f32]>,
     epilogue: &TensorEpilogue<'_>,
     p: &ConvParams<'_>,
+    channels_last: bool,
     out: TensorMut<'_>,
 ) -> Result<()> {
     if act == ActQuant::Float {
@@ -79,18 +81,30 @@ pub fn qconv_with(
     if x.dtype != DType::F32 || out.dtype != DType::F32 {
         return Err(err("quantized convolutions take and give f32"));
     }
-    let g = geometry(x.shape, w_shape, p, out.shape)?;
     let out_shape = out.shape;
-    let (batch, cin, cout) = (x.shape[0], x.shape[1], w_shape[0]);
+    // Channels-last tensors are `[N, H, W, C]`: their geometry is that of
+    // the channels-first views.
+    let nchw = |s: &[usize]| -> Vec<usize> {
+        match s {
+            [n, h, w, c] if channels_last => vec![*n, *c, *h, *w],
+            _ => s.to_vec(),
+        }
+    };
+    if channels_last && (x.shape.len() != 4 || out_shape.len() != 4) {
+        return Err(err("a channels-last quantized convolution is 2-d: [N, H, W, C]"));
+    }
+    let (x_shape, o_shape) = (nchw(x.shape), nchw(out_shape));
+    let g = geometry(&x_shape, w_shape, p, &o_shape)?;
+    let (batch, cin, cout) = (x_shape[0], x_shape[1], w_shape[0]);
     let taps: usize = g.kernel.iter().product();
     let k = cin.checked_mul(taps).ok_or_else(|| err("weight too large"))?;
-    if w_shape[1] != cin || w.n() != cout || w.k() != k || out.shape[1] != cout || out.shape[0] != batch {
+    if w_shape[1] != cin || w.n() != cout || w.k() != k || o_shape[1] != cout || o_shape[0] != batch {
         return Err(err(format!(
             "weight {w_shape:?} ({}x{} packed) does not fit input {:?} and output {:?}",
             w.n(),
             w.k(),
             x.shape,
-            out.shape
+            out_shape
         )));
     }
     let pixels: usize = g.output.iter().product();
@@ -127,7 +141,7 @@ pub fn qconv_with(
     let chunk = chunk - chunk % ukr.mr;
     // One f32 buffer: the quantized image, the rows, their scales and
     // shifts, the products (each part a whole number of f32s).
-    let padded = Padded::of(&g, cin, ukr.acts);
+    let padded = Padded::of(&g, cin, ukr.acts, channels_last);
     let padded_len = padded.len_bytes().div_ceil(4);
     let rows_len = chunk * lda / 4;
     let buf = cx.scratch.f32s(padded_len + rows_len + 2 * chunk + chunk * cout);
@@ -151,10 +165,17 @@ pub fn qconv_with(
             let mpad = m.next_multiple_of(ukr.mr);
             gather_rows(threads, &g, &padded, padded_bytes, p0, m, lda, &mut rows[..mpad * lda]);
             let r = QuantRows { bytes: &rows[..mpad * lda], lda, scales: &scales[..m], shifts: &shifts[..m] };
-            super::int8::multiply(ukr, threads, &r, m, w, bias, &mut prod[..m * cout]);
-            scatter_channels_first(&prod[..m * cout], cout, pixels, p0, result);
             let residual = residual.map(|r| &r[b * cout * pixels..][..cout * pixels]);
-            finish.apply(result, residual, cout, pixels, p0..p0 + m);
+            if channels_last {
+                // The product's rows are the result's pixels.
+                let block = &mut result[p0 * cout..(p0 + m) * cout];
+                super::int8::multiply(ukr, threads, &r, m, w, bias, block);
+                finish.apply_block(block, residual.map(|r| &r[p0 * cout..(p0 + m) * cout]));
+            } else {
+                super::int8::multiply(ukr, threads, &r, m, w, bias, &mut prod[..m * cout]);
+                scatter_channels_first(&prod[..m * cout], cout, pixels, p0, result);
+                finish.apply(result, residual, cout, pixels, p0..p0 + m);
+            }
         }
     }
     Ok(())
@@ -182,12 +203,14 @@ struct Padded {
     /// The border on each side of each spatial dim.
     pad: [usize; 3],
     acts: Acts,
+    /// Pixels of `C` values (`[spatial.., C]`) instead of channel planes.
+    channels_last: bool,
 }
 
 impl Padded {
-    fn of(g: &Geometry, cin: usize, acts: Acts) -> Padded {
+    fn of(g: &Geometry, cin: usize, acts: Acts, channels_last: bool) -> Padded {
         let dims = [0, 1, 2].map(|d| g.input[d] + 2 * g.pad[d]);
-        Padded { cin, dims, pad: g.pad, acts }
+        Padded { cin, dims, pad: g.pad, acts, channels_last }
     }
 
     fn len_bytes(&self) -> usize {
@@ -207,6 +230,9 @@ impl Padded {
     /// quantized (`clamp(rint(x · f32(1/s)) + zp, -128, 127)`) inside a
     /// border of `zp`, a channel per work item.
     fn fill(&self, threads: Threads, x: &[f32], s: f32, zp: i32, out: &mut [u8]) {
+        if self.channels_last {
+            return self.fill_channels_last(threads, x, s, zp, out);
+        }
         let width = self.acts.width();
         let pad = self.encode(zp as i8);
         let [_, ph, pw] = self.dims;
@@ -217,31 +243,56 @@ impl Padded {
                 Acts::I16 => plane.chunks_exact_mut(2).for_each(|v| v.copy_from_slice(&pad)),
                 _ => plane.fill(pad[0]),
             }
-            let mut q = [0i8; 256];
             for i2 in 0..id {
                 for i1 in 0..ih {
                     let src = &x[((c * id + i2) * ih + i1) * iw..][..iw];
                     let at = ((i2 + self.border(0)) * ph + i1 + self.border(1)) * pw + self.border(2);
-                    for (k, piece) in src.chunks(q.len()).enumerate() {
-                        let q = &mut q[..piece.len()];
-                        super::quantize_row_static(piece, s, zp, q);
-                        let dst = &mut plane[(at + k * 256) * width..][..q.len() * width];
-                        match self.acts {
-                            Acts::I8 => dst.iter_mut().zip(q.iter()).for_each(|(d, &v)| *d = v as u8),
-                            Acts::U8Offset => dst.iter_mut().zip(q.iter()).for_each(|(d, &v)| *d = v as u8 ^ 0x80),
-                            Acts::I16 => dst
-                                .chunks_exact_mut(2)
-                                .zip(q.iter())
-                                .for_each(|(d, &v)| d.copy_from_slice(&(v as i16).to_le_bytes())),
-                        }
-                    }
+                    encode_quantized(self.acts, src, s, zp, &mut plane[at * width..][..iw * width]);
                 }
             }
         });
     }
 
+    /// [`Padded::fill`] of a channels-last image (2-d), a padded row of
+    /// pixels per work item.
+    fn fill_channels_last(&self, threads: Threads, x: &[f32], s: f32, zp: i32, out: &mut [u8]) {
+        let width = self.acts.width();
+        let pad = self.encode(zp as i8);
+        let [_, _, pw] = self.dims;
+        let (ih, iw) = (self.dims[1] - 2 * self.border(1), pw - 2 * self.border(2));
+        let c = self.cin;
+        threads.for_each_chunk(out, pw * c * width, |row, bytes| {
+            match self.acts {
+                Acts::I16 => bytes.chunks_exact_mut(2).for_each(|v| v.copy_from_slice(&pad)),
+                _ => bytes.fill(pad[0]),
+            }
+            let Some(i1) = row.checked_sub(self.border(1)).filter(|&i| i < ih) else { return };
+            let src = &x[i1 * iw * c..][..iw * c];
+            let dst = &mut bytes[self.border(2) * c * width..][..iw * c * width];
+            encode_quantized(self.acts, src, s, zp, dst);
+        });
+    }
+
     fn border(&self, d: usize) -> usize {
         self.pad[d]
+    }
+}
+
+/// `dst` = `src` quantized (`clamp(rint(x · f32(1/s)) + zp, -128, 127)`)
+/// and stored as `acts` says, through a small stack buffer.
+fn encode_quantized(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]) {
+    let width = acts.width();
+    let mut q = [0i8; 256];
+    for (piece, out) in src.chunks(q.len()).zip(dst.chunks_mut(q.len() * width)) {
+        let q = &mut q[..piece.len()];
+        super::quantize_row_static(piece, s, zp, q);
+        match acts {
+            Acts::I8 => out.iter_mut().zip(q.iter()).for_each(|(d, &v)| *d = v as u8),
+            Acts::U8Offset => out.iter_mut().zip(q.iter()).for_each(|(d, &v)| *d = v as u8 ^ 0x80),
+            Acts::I16 => {
+                out.chunks_exact_mut(2).zip(q.iter()).for_each(|(d, &v)| d.copy_from_slice(&(v as i16).to_le_bytes()))
+            }
+        }
     }
 }
 
@@ -263,8 +314,19 @@ fn gather_rows(
     // A fixed number of rows per item: the split never depends on the
     // thread count (it only moves data, so any split gives the same bytes).
     const ROWS_PER_ITEM: usize = 32;
-    let one_tap = g.kernel == [1, 1, 1];
+    let one_tap = g.kernel == [1, 1, 1] && !padded.channels_last;
     threads.for_each_chunk(rows, ROWS_PER_ITEM * lda, |item, part| {
+        if padded.channels_last {
+            for (r, row) in part.chunks_exact_mut(lda).enumerate() {
+                let pixel = item * ROWS_PER_ITEM + r;
+                if pixel < m {
+                    gather_row_channels_last(g, padded, image, p0 + pixel, row);
+                } else {
+                    row.fill(0);
+                }
+            }
+            return;
+        }
         if one_tap {
             let first = item * ROWS_PER_ITEM;
             let pixels = (first..(first + ROWS_PER_ITEM).min(m)).map(|r| p0 + r);
@@ -316,6 +378,27 @@ fn gather_one_tap<const W: usize>(
     }
 }
 
+/// One output pixel's window of a channels-last image into `row`: value
+/// `t · C + c` is input channel `c` at tap `t` (the weight is stored tap
+/// by tap for it), each tap's `C` values one copy.
+fn gather_row_channels_last(g: &Geometry, padded: &Padded, image: &[u8], pixel: usize, row: &mut [u8]) {
+    let [_, _, ow] = g.output;
+    let [_, kh, kw] = g.kernel;
+    let [_, _, pw] = padded.dims;
+    let run = padded.cin * padded.acts.width();
+    let (oy, ox) = (pixel / ow, pixel % ow);
+    let mut v = 0;
+    for t1 in 0..kh {
+        let y = oy * g.stride[1] + t1 * g.dil[1];
+        for t0 in 0..kw {
+            let at = (y * pw + ox * g.stride[2] + t0 * g.dil[2]) * run;
+            row[v..v + run].copy_from_slice(&image[at..at + run]);
+            v += run;
+        }
+    }
+    row[v..].fill(0);
+}
+
 /// One output pixel's window into `row`: value `c · taps + t` is input
 /// channel `c` at tap `t`; a run of taps along the last spatial dim is
 /// one copy when they are adjacent (dilation 1).
@@ -364,6 +447,25 @@ struct Finish<'f> {
 }
 
 impl Finish<'_> {
+    /// The epilogue over a contiguous block (channels-last pixels) and the
+    /// residual's same block.
+    fn apply_block(&self, out: &mut [f32], residual: Option<&[f32]>) {
+        let add = |out: &mut [f32]| {
+            if let Some(r) = residual {
+                out.iter_mut().zip(r).for_each(|(o, &r)| *o += r);
+            }
+        };
+        if self.residual_first {
+            add(out);
+        }
+        if let Some(a) = self.activation {
+            a.apply(out);
+        }
+        if !self.residual_first {
+            add(out);
+        }
+    }
+
     fn apply(&self, result: &mut [f32], residual: Option<&[f32]>, cout: usize, pixels: usize, run: Range<usize>) {
         if self.activation.is_none() && residual.is_none() {
             return;

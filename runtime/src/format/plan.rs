@@ -378,6 +378,7 @@ kernels! {
         dilation: Vec<u32> => spatial,
         groups: u32 => nonzero,
         epilogue: Epilogue,
+        layout: Layout,
         dynamic: bool,
         asymmetric: bool,
         act_scale: Option<f64>,

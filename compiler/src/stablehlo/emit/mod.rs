@@ -489,13 +489,15 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 dilation,
                 groups,
                 epilogue,
+                layout,
                 dynamic,
                 asymmetric,
                 act_scale,
                 act_zero_point,
             } => {
-                // Epilogues are fused for the CPU target only.
-                if epilogue.activation.is_some() || epilogue.residual != kiln_ir::Residual::None {
+                // Epilogues and layouts are the CPU target's.
+                let fused = epilogue.activation.is_some() || epilogue.residual != kiln_ir::Residual::None;
+                if fused || *layout != kiln_ir::Layout::ChannelsFirst {
                     return Err(err("a quantized convolution's fused epilogue (CPU only) in a segment"));
                 }
                 let acts = match (dynamic, asymmetric, act_scale) {
