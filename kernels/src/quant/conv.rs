@@ -156,7 +156,7 @@ pub fn qconv_with(
     for b in 0..batch {
         let image = &xs[b * cin * plane..][..cin * plane];
         let result = &mut ys[b * cout * pixels..][..cout * pixels];
-        let (s, zp) = image_qparams(act, image);
+        let (s, zp) = image_qparams(threads, act, image);
         padded.fill(threads, image, s, zp, padded_bytes);
         scales.fill(s);
         shifts.fill(zp + offset);
@@ -185,12 +185,25 @@ pub fn qconv_with(
 /// static ones, or the image's own (dynamic: per image, over all its
 /// channels — the rules [`super::row_scale_symmetric`] and
 /// [`super::row_qparams_asymmetric`] apply to a row).
-fn image_qparams(act: ActQuant, image: &[f32]) -> (f32, i32) {
+fn image_qparams(threads: Threads, act: ActQuant, image: &[f32]) -> (f32, i32) {
     match act {
         ActQuant::Static { scale, zero_point } => (scale, zero_point),
-        ActQuant::DynamicAsymmetric => super::row_qparams_asymmetric(image),
-        _ => (super::row_scale_symmetric(image), 0),
+        ActQuant::DynamicAsymmetric => super::qparams_asymmetric(image_range(threads, image)),
+        _ => (super::scale_symmetric(image_range(threads, image)), 0),
     }
+}
+
+/// [`super::range_with_zero`] of the image, in pieces over the threads (min
+/// and max are exact, so the pieces' results combine to the same values).
+fn image_range(threads: Threads, image: &[f32]) -> (f32, f32) {
+    const MAX_PIECES: usize = 64;
+    let piece = image.len().div_ceil(MAX_PIECES).max(16 * 1024);
+    let mut ranges = [(0f32, 0f32); MAX_PIECES];
+    let used = image.len().div_ceil(piece);
+    threads.for_each_chunk(&mut ranges[..used], 1, |i, r| {
+        r[0] = super::range_with_zero(&image[i * piece..((i + 1) * piece).min(image.len())]);
+    });
+    ranges[..used].iter().fold((0f32, 0f32), |(mn, mx), &(l, h)| (mn.min(l), mx.max(h)))
 }
 
 /// A quantized image zero-padded (with its zero point) and stored as the
@@ -281,18 +294,27 @@ impl Padded {
 /// `dst` = `src` quantized (`clamp(rint(x · f32(1/s)) + zp, -128, 127)`)
 /// and stored as `acts` says, through a small stack buffer.
 fn encode_quantized(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]) {
-    let width = acts.width();
-    let mut q = [0i8; 256];
-    for (piece, out) in src.chunks(q.len()).zip(dst.chunks_mut(q.len() * width)) {
-        let q = &mut q[..piece.len()];
-        super::quantize_row_static(piece, s, zp, q);
-        match acts {
-            Acts::I8 => out.iter_mut().zip(q.iter()).for_each(|(d, &v)| *d = v as u8),
-            Acts::U8Offset => out.iter_mut().zip(q.iter()).for_each(|(d, &v)| *d = v as u8 ^ 0x80),
-            Acts::I16 => {
-                out.chunks_exact_mut(2).zip(q.iter()).for_each(|(d, &v)| d.copy_from_slice(&(v as i16).to_le_bytes()))
+    // `quantize_row_static`'s arithmetic (the same integers), written
+    // straight into each storage in one loop so that it vectorises.
+    const MAGIC: f32 = 12_582_912.0;
+    let (inv, zp) = (1.0 / s, zp as f32);
+    // The integer read off the bits of `t + MAGIC` (exact for |t| < 2^22)
+    // instead of a saturating conversion, which does not vectorise; NaN
+    // gives 0, as `as` does.
+    let q = |v: f32| -> i32 {
+        let t = (((v * inv).clamp(-512.0, 512.0) + MAGIC - MAGIC) + zp).clamp(-128.0, 127.0);
+        let t = if t.is_nan() { 0.0 } else { t };
+        (t + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32
+    };
+    match acts {
+        Acts::I8 => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = q(v) as u8),
+        Acts::U8Offset => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = (q(v) + 128) as u8),
+        Acts::I16 => match bytemuck::try_cast_slice_mut::<u8, i16>(dst) {
+            Ok(out) => out.iter_mut().zip(src).for_each(|(d, &v)| *d = (q(v) as i16).to_le()),
+            Err(_) => {
+                dst.chunks_exact_mut(2).zip(src).for_each(|(d, &v)| d.copy_from_slice(&(q(v) as i16).to_le_bytes()))
             }
-        }
+        },
     }
 }
 

@@ -216,7 +216,17 @@ impl PackedQWeights {
 
 /// torchao's per-token symmetric int8 scale of one row.
 pub fn row_scale_symmetric(row: &[f32]) -> f32 {
-    let (mn, mx) = row.iter().fold((0f32, 0f32), |(mn, mx), &v| (mn.min(v), mx.max(v)));
+    let (mn, mx) = range_with_zero(row);
+    scale_symmetric((mn, mx))
+}
+
+/// `(min(min row, 0), max(max row, 0))`, NaNs skipped.
+pub(crate) fn range_with_zero(row: &[f32]) -> (f32, f32) {
+    row.iter().fold((0f32, 0f32), |(mn, mx), &v| (mn.min(v), mx.max(v)))
+}
+
+/// [`row_scale_symmetric`] of a row with that [`range_with_zero`].
+pub(crate) fn scale_symmetric((mn, mx): (f32, f32)) -> f32 {
     ((-mn).max(mx) / 127.5).max(f32::EPSILON)
 }
 
@@ -225,7 +235,11 @@ pub fn row_scale_symmetric(row: &[f32]) -> f32 {
 /// hold 0 — `s = max((max − min) / 255, f32::EPSILON)`, `zp = clamp(-128 −
 /// rint(min / s), -128, 127)`.
 pub fn row_qparams_asymmetric(row: &[f32]) -> (f32, i32) {
-    let (mn, mx) = row.iter().fold((0f32, 0f32), |(mn, mx), &v| (mn.min(v), mx.max(v)));
+    qparams_asymmetric(range_with_zero(row))
+}
+
+/// [`row_qparams_asymmetric`] of a row with that [`range_with_zero`].
+pub(crate) fn qparams_asymmetric((mn, mx): (f32, f32)) -> (f32, i32) {
     let s = ((mx - mn) / 255.0).max(f32::EPSILON);
     let zp = (-128.0 - (mn / s).round_ties_even()).clamp(-128.0, 127.0);
     (s, zp as i32)
