@@ -379,14 +379,9 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
                     if stride.len() != 2 || ins[0].rank() != 4 {
                         return Err("a channels-last quant_conv is 2-d: input [N, H, W, C]".into());
                     }
-                    let residual = (epilogue.residual != crate::Residual::None).then(|| 3 + usize::from(epilogue.bias));
-                    let nchw: Vec<TensorType> = ins
-                        .iter()
-                        .enumerate()
-                        .map(|(i, t)| if i == 0 || Some(i) == residual { to_nchw(t) } else { (*t).clone() })
-                        .collect();
-                    let refs: Vec<&TensorType> = nchw.iter().collect();
-                    Ok(to_nhwc(&quant_conv(symbols, &conv, epilogue, &refs, int8_acts)?))
+                    // After the scales.
+                    let residual = epilogue.residual_operand().map(|i| i + 1);
+                    channels_last(ins, residual, |refs| quant_conv(symbols, &conv, epilogue, refs, int8_acts))
                 }
             }
         }
@@ -440,15 +435,9 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
                     if stride.len() != 2 || ins.iter().take(1).any(|x| x.rank() != 4) {
                         return Err("a channels-last conv_fused is 2-d: input [N, H, W, C]".into());
                     }
-                    let residual = epilogue.residual_operand();
-                    let nchw: Vec<TensorType> = ins
-                        .iter()
-                        .enumerate()
-                        .map(|(i, t)| if i == 0 || Some(i) == residual { to_nchw(t) } else { (*t).clone() })
-                        .collect();
-                    let refs: Vec<&TensorType> = nchw.iter().collect();
-                    let out = fused_epilogue(symbols, &conv, epilogue, &refs)?;
-                    Ok(to_nhwc(&out))
+                    channels_last(ins, epilogue.residual_operand(), |refs| {
+                        fused_epilogue(symbols, &conv, epilogue, refs)
+                    })
                 }
             }
         }
@@ -732,6 +721,23 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
 /// A fused conv's or linear's result: the plain op's, on f32, with the
 /// operands the epilogue's flags say and a residual shaped like the result.
 /// `[N, H, W, C]` viewed as `[N, C, H, W]` (rank-4 types; others as they are).
+/// A channels-last convolution's type: `infer` (the channels-first rule)
+/// on its operands with the input and the residual (operand `residual`)
+/// viewed `[N, C, H, W]`, the result viewed back `[N, H, W, C]`.
+fn channels_last(
+    ins: &[&TensorType],
+    residual: Option<usize>,
+    infer: impl FnOnce(&[&TensorType]) -> Result<TensorType, String>,
+) -> Result<TensorType, String> {
+    let nchw: Vec<TensorType> = ins
+        .iter()
+        .enumerate()
+        .map(|(i, t)| if i == 0 || Some(i) == residual { to_nchw(t) } else { (*t).clone() })
+        .collect();
+    let refs: Vec<&TensorType> = nchw.iter().collect();
+    Ok(to_nhwc(&infer(&refs)?))
+}
+
 fn to_nchw(t: &TensorType) -> TensorType {
     match &t.shape[..] {
         [n, h, w, c] => TensorType::new(t.dtype, vec![n.clone(), c.clone(), h.clone(), w.clone()]),

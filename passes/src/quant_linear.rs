@@ -121,6 +121,18 @@ pub(crate) struct ConvAttrs {
     pub bias: Option<ValueId>,
 }
 
+impl Acts {
+    /// The ops' `dynamic`, `asymmetric`, `act_scale` and `act_zero_point`.
+    fn flags(self) -> (bool, bool, Option<f64>, i64) {
+        match self {
+            Acts::Float => (false, false, None, 0),
+            Acts::Dynamic => (true, false, None, 0),
+            Acts::DynamicAsymmetric => (true, true, None, 0),
+            Acts::Static { scale, zero_point } => (false, false, Some(f64::from(scale)), i64::from(zero_point)),
+        }
+    }
+}
+
 /// A quantized `[n, k]` weight: integers one a byte, `n * (k / group)`
 /// scales and zero points (read off the graph, or made by `quantize`).
 #[derive(Clone)]
@@ -178,20 +190,15 @@ impl QuantWeight {
         if let Some(zp) = &self.zero_points {
             inputs.push(self.add(g, DType::I8, groups, zp.iter().map(|&v| v as u8).collect()));
         }
+        let (dynamic, asymmetric, act_scale, act_zero_point) = acts.flags();
         let op = Op::QuantLinear {
             bits,
             group: self.group,
             zero_points: self.zero_points.is_some(),
-            dynamic: matches!(acts, Acts::Dynamic | Acts::DynamicAsymmetric),
-            asymmetric: acts == Acts::DynamicAsymmetric,
-            act_scale: match acts {
-                Acts::Static { scale, .. } => Some(f64::from(scale)),
-                _ => None,
-            },
-            act_zero_point: match acts {
-                Acts::Static { zero_point, .. } => i64::from(zero_point),
-                _ => 0,
-            },
+            dynamic,
+            asymmetric,
+            act_scale,
+            act_zero_point,
         };
         (op, inputs)
     }
@@ -208,6 +215,7 @@ impl QuantWeight {
         let scale_bytes: Vec<u8> = self.scales.iter().flat_map(|s| s.to_le_bytes()).collect();
         let scales = g.add_const(None, TensorType::fixed(DType::F32, &[self.n as i64]), ConstBytes::owned(scale_bytes));
         g.values[scales].attrs = self.attrs.clone();
+        let (dynamic, asymmetric, act_scale, act_zero_point) = acts.flags();
         let op = Op::QuantConv {
             stride: conv.stride,
             padding: conv.padding,
@@ -215,16 +223,10 @@ impl QuantWeight {
             groups: conv.groups,
             epilogue: kiln_ir::Epilogue { bias: bias.is_some(), ..Default::default() },
             layout: kiln_ir::Layout::ChannelsFirst,
-            dynamic: matches!(acts, Acts::Dynamic | Acts::DynamicAsymmetric),
-            asymmetric: acts == Acts::DynamicAsymmetric,
-            act_scale: match acts {
-                Acts::Static { scale, .. } => Some(f64::from(scale)),
-                _ => None,
-            },
-            act_zero_point: match acts {
-                Acts::Static { zero_point, .. } => i64::from(zero_point),
-                _ => 0,
-            },
+            dynamic,
+            asymmetric,
+            act_scale,
+            act_zero_point,
         };
         let mut inputs = vec![x, w, scales];
         inputs.extend(bias);

@@ -459,14 +459,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             }
             Op::GroupedMatMul => self.grouped_matmul(&ins[0], &ins[1], &ins[2], out_dt)?,
             Op::QuantLinear { bits, zero_points, dynamic, asymmetric, act_scale, act_zero_point, .. } => {
-                let acts = match (dynamic, asymmetric, act_scale) {
-                    (true, false, _) => quant::QuantActs::DynamicSymmetric,
-                    (true, true, _) => quant::QuantActs::DynamicAsymmetric,
-                    (false, _, Some(scale)) => {
-                        quant::QuantActs::Static { scale: *scale as f32, zero_point: *act_zero_point as i32 }
-                    }
-                    (false, _, None) => quant::QuantActs::Float,
-                };
+                let acts = quant::QuantActs::of(*dynamic, *asymmetric, *act_scale, *act_zero_point);
                 let zp_index = 3;
                 let args = quant::QuantLinearArgs {
                     x: ins[0].clone(),
@@ -500,14 +493,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 if fused || *layout != kiln_ir::Layout::ChannelsFirst {
                     return Err(err("a quantized convolution's fused epilogue (CPU only) in a segment"));
                 }
-                let acts = match (dynamic, asymmetric, act_scale) {
-                    (true, false, _) => quant::QuantActs::DynamicSymmetric,
-                    (true, true, _) => quant::QuantActs::DynamicAsymmetric,
-                    (false, _, Some(scale)) => {
-                        quant::QuantActs::Static { scale: *scale as f32, zero_point: *act_zero_point as i32 }
-                    }
-                    (false, _, None) => quant::QuantActs::Float,
-                };
+                let acts = quant::QuantActs::of(*dynamic, *asymmetric, *act_scale, *act_zero_point);
                 let args = quant::QuantConvArgs {
                     x: ins[0].clone(),
                     w: ins[1].clone(),

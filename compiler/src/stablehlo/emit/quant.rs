@@ -35,6 +35,18 @@ pub(super) enum QuantActs {
     Static { scale: f32, zero_point: i32 },
 }
 
+impl QuantActs {
+    /// From the ops' `dynamic`, `asymmetric`, `act_scale` and `act_zero_point`.
+    pub(super) fn of(dynamic: bool, asymmetric: bool, act_scale: Option<f64>, act_zero_point: i64) -> QuantActs {
+        match (dynamic, asymmetric, act_scale) {
+            (true, false, _) => QuantActs::DynamicSymmetric,
+            (true, true, _) => QuantActs::DynamicAsymmetric,
+            (false, _, Some(scale)) => QuantActs::Static { scale: scale as f32, zero_point: act_zero_point as i32 },
+            (false, _, None) => QuantActs::Float,
+        }
+    }
+}
+
 /// `Op::QuantLinear`'s operands, as the emitter holds them.
 pub(super) struct QuantLinearArgs<'c, 'a> {
     pub x: T<'c, 'a>,
