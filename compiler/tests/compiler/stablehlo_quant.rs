@@ -288,12 +288,13 @@ fn quantized_convolutions_match_the_cpu_kernels() {
     std::fs::remove_dir_all(&calib).ok();
 }
 
-/// The shrunk ResNet-18 and MobileNetV2 (depthwise convolutions keep f32
-/// activations) quantized for the plugin, against the CPU.
+/// The shrunk ResNet-18, MobileNetV2 (depthwise convolutions keep f32
+/// activations), BERT and Llama fixtures quantized for the plugin, against
+/// the CPU.
 #[test]
-fn quantized_cnns_run_on_the_plugin() {
+fn quantized_models_run_on_the_plugin() {
     let Some(plugin) = plugin() else { return };
-    for model in ["resnet18", "mobilenet_v2"] {
+    for model in ["resnet18", "mobilenet_v2", "bert", "llama"] {
         let dir = fixture_dir(&format!("models/{model}"));
         for mode in ["int8-dynamic", "int8-weight"] {
             let what = format!("{model} --quantize {mode}");
@@ -309,11 +310,14 @@ fn quantized_cnns_run_on_the_plugin() {
             };
             let (cpu, device) = (compile(Backend::Cpu), compile(pjrt(Precision::F32)));
             let text = segment_text(&device, &what);
-            assert!(text.contains("x3x3xi8>"), "{what}: integer convolution weights\n{text}");
-            // Weight-only and depthwise layers run f32 convolutions; int8
-            // activations gather windows.
-            let float_convs = mode == "int8-weight" || model == "mobilenet_v2";
-            assert_eq!(text.contains("stablehlo.convolution"), float_convs, "{what}\n{text}");
+            assert!(text.contains("xi8>"), "{what}: integer weights\n{text}");
+            if model == "resnet18" || model == "mobilenet_v2" {
+                assert!(text.contains("x3x3xi8>"), "{what}: integer convolution weights\n{text}");
+                // Weight-only and depthwise layers run f32 convolutions;
+                // int8 activations gather windows.
+                let float_convs = mode == "int8-weight" || model == "mobilenet_v2";
+                assert_eq!(text.contains("stablehlo.convolution"), float_convs, "{what}\n{text}");
+            }
             let x = read_numbered(&dir, "input");
             let (want, got) = (run_cpu(&cpu, &x), run_pjrt(&device, &plugin, &x));
             assert_close_norm(&what, &got[0], &want[0], 1e-3);
