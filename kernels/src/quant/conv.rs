@@ -294,18 +294,10 @@ impl Padded {
 /// `dst` = `src` quantized (`clamp(rint(x · f32(1/s)) + zp, -128, 127)`)
 /// and stored as `acts` says, through a small stack buffer.
 fn encode_quantized(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]) {
-    // `quantize_row_static`'s arithmetic (the same integers), written
-    // straight into each storage in one loop so that it vectorises.
-    const MAGIC: f32 = 12_582_912.0;
+    // `quantize_row_static`'s integers, written straight into each storage
+    // in one loop so that it vectorises.
     let (inv, zp) = (1.0 / s, zp as f32);
-    // The integer read off the bits of `t + MAGIC` (exact for |t| < 2^22)
-    // instead of a saturating conversion, which does not vectorise; NaN
-    // gives 0, as `as` does.
-    let q = |v: f32| -> i32 {
-        let t = (((v * inv).clamp(-512.0, 512.0) + MAGIC - MAGIC) + zp).clamp(-128.0, 127.0);
-        let t = if t.is_nan() { 0.0 } else { t };
-        (t + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32
-    };
+    let q = |v: f32| super::quantize_value(v, inv, zp);
     match acts {
         Acts::I8 => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = q(v) as u8),
         Acts::U8Offset => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = (q(v) + 128) as u8),

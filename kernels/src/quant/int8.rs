@@ -132,10 +132,26 @@ pub(crate) fn run(
     // row's zero point and the u8 offset come off through the column sums:
     // `Σ (q − zp) · w = Σ q · w − zp · Σ w`.
     let offset = if ukr.acts == Acts::U8Offset { 128 } else { 0 };
-    for (i, ((row, s), shift)) in rows.chunks_exact_mut(lda).zip(scales.iter_mut()).zip(shifts.iter_mut()).enumerate() {
-        let (scale, zero_point) = quantize_row(kernels, &x[i * k..][..k], act, ukr.acts, row);
-        (*s, *shift) = (scale, zero_point + offset);
-    }
+    // Rows are independent: quantized over the threads, a fixed number per
+    // item (the split moves no result).
+    const ROWS_PER_ITEM: usize = 16;
+    let (rows_at, scales_at, shifts_at) =
+        (SharedMut(rows.as_mut_ptr()), SharedMut(scales.as_mut_ptr()), SharedMut(shifts.as_mut_ptr()));
+    threads.for_each(m.div_ceil(ROWS_PER_ITEM), |item| {
+        for i in item * ROWS_PER_ITEM..((item + 1) * ROWS_PER_ITEM).min(m) {
+            // SAFETY: row `i` (its bytes, scale and shift) belongs to this
+            // item alone, and `i < m` is inside each buffer.
+            let (row, s, shift) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(rows_at.ptr().add(i * lda), lda),
+                    &mut *scales_at.ptr().add(i),
+                    &mut *shifts_at.ptr().add(i),
+                )
+            };
+            let (scale, zero_point) = quantize_row(kernels, &x[i * k..][..k], act, ukr.acts, row);
+            (*s, *shift) = (scale, zero_point + offset);
+        }
+    });
     let pad_byte = if ukr.acts == Acts::U8Offset { 0x80 } else { 0 };
     rows[m * lda..].fill(pad_byte);
     let rows = QuantRows { bytes: rows, lda, scales, shifts };

@@ -260,12 +260,22 @@ pub fn quantize_row_i8(row: &[f32], s: f32, out: &mut [i8]) {
 /// default mode) on a value clamped to ±512 first, which gives the same
 /// integers as `round_ties_even` and vectorises without SSE4.1.
 pub fn quantize_row_static(row: &[f32], s: f32, zp: i32, out: &mut [i8]) {
-    const MAGIC: f32 = 12_582_912.0;
     let (inv, zp) = (1.0 / s, zp as f32);
     for (o, &v) in out.iter_mut().zip(row) {
-        let t = (v * inv).clamp(-512.0, 512.0);
-        *o = (((t + MAGIC) - MAGIC) + zp).clamp(-128.0, 127.0) as i8;
+        *o = quantize_value(v, inv, zp) as i8;
     }
+}
+
+/// `clamp(rint(v · inv) + zp, -128, 127)` as [`quantize_row_static`]
+/// rounds it, the integer read off the bits of `t + 1.5 · 2^23` (exact for
+/// |t| < 2^22) rather than by a saturating conversion, which does not
+/// vectorise; NaN gives 0, as `as` does.
+#[inline(always)]
+pub(crate) fn quantize_value(v: f32, inv: f32, zp: f32) -> i32 {
+    const MAGIC: f32 = 12_582_912.0;
+    let t = (((v * inv).clamp(-512.0, 512.0) + MAGIC - MAGIC) + zp).clamp(-128.0, 127.0);
+    let t = if t.is_nan() { 0.0 } else { t };
+    (t + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32
 }
 
 /// `out[m, n] = x[m, k] · dequant(w)^T (+ bias)`, as the module doc defines,
