@@ -260,7 +260,7 @@ impl Padded {
                 for i1 in 0..ih {
                     let src = &x[((c * id + i2) * ih + i1) * iw..][..iw];
                     let at = ((i2 + self.border(0)) * ph + i1 + self.border(1)) * pw + self.border(2);
-                    encode_quantized(self.acts, src, s, zp, &mut plane[at * width..][..iw * width]);
+                    super::encode_quantized(self.acts, src, s, zp, &mut plane[at * width..][..iw * width]);
                 }
             }
         });
@@ -282,31 +282,12 @@ impl Padded {
             let Some(i1) = row.checked_sub(self.border(1)).filter(|&i| i < ih) else { return };
             let src = &x[i1 * iw * c..][..iw * c];
             let dst = &mut bytes[self.border(2) * c * width..][..iw * c * width];
-            encode_quantized(self.acts, src, s, zp, dst);
+            super::encode_quantized(self.acts, src, s, zp, dst);
         });
     }
 
     fn border(&self, d: usize) -> usize {
         self.pad[d]
-    }
-}
-
-/// `dst` = `src` quantized (`clamp(rint(x · f32(1/s)) + zp, -128, 127)`)
-/// and stored as `acts` says, through a small stack buffer.
-fn encode_quantized(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]) {
-    // `quantize_row_static`'s integers, written straight into each storage
-    // in one loop so that it vectorises.
-    let (inv, zp) = (1.0 / s, zp as f32);
-    let q = |v: f32| super::quantize_value(v, inv, zp);
-    match acts {
-        Acts::I8 => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = q(v) as u8),
-        Acts::U8Offset => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = (q(v) + 128) as u8),
-        Acts::I16 => match bytemuck::try_cast_slice_mut::<u8, i16>(dst) {
-            Ok(out) => out.iter_mut().zip(src).for_each(|(d, &v)| *d = (q(v) as i16).to_le()),
-            Err(_) => {
-                dst.chunks_exact_mut(2).zip(src).for_each(|(d, &v)| d.copy_from_slice(&(q(v) as i16).to_le_bytes()))
-            }
-        },
     }
 }
 

@@ -236,23 +236,27 @@ pub(crate) fn multiply(
 /// Quantizes one row of `x` into `row` (`kp` values stored as `acts` says,
 /// zero past `k`) and returns its scale and zero point.
 fn quantize_row(kernels: &QuantKernels, x: &[f32], act: Rows, acts: Acts, row: &mut [u8]) -> (f32, i32) {
+    let (s, zp) = match act {
+        Rows::Dynamic => return quantize_row_symmetric(kernels, x, acts, row),
+        Rows::DynamicAsymmetric => super::row_qparams_asymmetric(x),
+        Rows::Static { scale, zero_point } => (scale, zero_point),
+    };
+    // Quantized straight into the storage; lanes past K are zero values.
+    let (q, pad) = row.split_at_mut(x.len() * acts.width());
+    super::encode_quantized(acts, x, s, zp, q);
+    pad.fill(if acts == Acts::U8Offset { 0x80 } else { 0 });
+    (s, zp)
+}
+
+/// [`quantize_row`] with the table's per-row symmetric quantizer (an ISA
+/// kernel that writes i8), converted to the storage after.
+fn quantize_row_symmetric(kernels: &QuantKernels, x: &[f32], acts: Acts, row: &mut [u8]) -> (f32, i32) {
     let k = x.len();
     // I16 rows are quantized into their second half, then widened forward:
     // value `p` goes to bytes `2p, 2p + 1`, below the unread values `> p`.
     let start = if acts == Acts::I16 { row.len() / 2 } else { 0 };
     let (q, pad) = row[start..].split_at_mut(k);
-    let (s, zp) = match act {
-        Rows::Dynamic => ((kernels.quantize.run)(x, bytemuck::cast_slice_mut(q)), 0),
-        Rows::DynamicAsymmetric => {
-            let (scale, zero_point) = super::row_qparams_asymmetric(x);
-            super::quantize_row_static(x, scale, zero_point, bytemuck::cast_slice_mut(q));
-            (scale, zero_point)
-        }
-        Rows::Static { scale, zero_point } => {
-            super::quantize_row_static(x, scale, zero_point, bytemuck::cast_slice_mut(q));
-            (scale, zero_point)
-        }
-    };
+    let s = (kernels.quantize.run)(x, bytemuck::cast_slice_mut(q));
     pad.fill(0);
     match acts {
         Acts::I8 => {}
@@ -264,7 +268,7 @@ fn quantize_row(kernels: &QuantKernels, x: &[f32], act: Rows, acts: Acts, row: &
             }
         }
     }
-    (s, zp)
+    (s, 0)
 }
 
 /// The columns of one tile: their scales, weight sums and bias.

@@ -278,6 +278,25 @@ pub(crate) fn quantize_value(v: f32, inv: f32, zp: f32) -> i32 {
     (t + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32
 }
 
+/// `dst` = `src` quantized (`clamp(rint(x · f32(1/s)) + zp, -128, 127)`)
+/// and stored as `acts` says, through a small stack buffer.
+pub(crate) fn encode_quantized(acts: int8::Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]) {
+    // `quantize_row_static`'s integers, written straight into each storage
+    // in one loop so that it vectorises.
+    let (inv, zp) = (1.0 / s, zp as f32);
+    let q = |v: f32| quantize_value(v, inv, zp);
+    match acts {
+        int8::Acts::I8 => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = q(v) as u8),
+        int8::Acts::U8Offset => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = (q(v) + 128) as u8),
+        int8::Acts::I16 => match bytemuck::try_cast_slice_mut::<u8, i16>(dst) {
+            Ok(out) => out.iter_mut().zip(src).for_each(|(d, &v)| *d = (q(v) as i16).to_le()),
+            Err(_) => {
+                dst.chunks_exact_mut(2).zip(src).for_each(|(d, &v)| d.copy_from_slice(&(q(v) as i16).to_le_bytes()))
+            }
+        },
+    }
+}
+
 /// `out[m, n] = x[m, k] · dequant(w)^T (+ bias)`, as the module doc defines,
 /// with the context's kernel table's integer kernels and threads.
 pub fn qlinear(
