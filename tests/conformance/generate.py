@@ -214,6 +214,8 @@ OPS = [
     ("special.scaled_modified_bessel_k0", ""), ("special.scaled_modified_bessel_k1", ""), ("special.ndtri", ""),
     ("special.airy_ai", ""), ("_segment_reduce", "lengths"), ("_segment_reduce", "offsets"),
     ("vdot", ""),
+    # the "Refused" table's next (issue 10): nextafter, the multi-class margin losses
+    ("nextafter", ""), ("nn.functional.multi_margin_loss", ""), ("nn.functional.multilabel_margin_loss", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).

@@ -498,6 +498,7 @@ macro_rules! float_binary_closure {
             BinaryOp::Zeta => $run!(|a: $T, b: $T| <$T>::lit(super::special::zeta(a.to_f64(), b.to_f64()))),
             BinaryOp::Igamma => $run!(|a: $T, b: $T| <$T>::lit(super::special::igamma(a.to_f64(), b.to_f64()))),
             BinaryOp::Igammac => $run!(|a: $T, b: $T| <$T>::lit(super::special::igammac(a.to_f64(), b.to_f64()))),
+            BinaryOp::Nextafter => $run!(|a: $T, b: $T| a.next_after(b)),
             p if p.is_polynomial() => {
                 $run!(|a: $T, b: $T| super::polynomial::polynomial(p, a, b).unwrap_or(<$T>::lit(f64::NAN)))
             }
@@ -737,6 +738,11 @@ fn binary_half<H: Scalar>(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: Ten
     let av = view::<H>(K, "a", &a)?;
     let bv = view::<H>(K, "b", &b)?;
     let os = view_mut::<H>(K, "out", &mut out)?;
+    if op == BinaryOp::Nextafter {
+        // One step is one ulp of the storage type, which an f32 detour would lose.
+        broadcast_map2(av, a.shape, bv, b.shape, os, out_shape, half_next_after::<H>);
+        return Ok(());
+    }
     macro_rules! run {
         ($f:expr) => {{
             let f = $f;
@@ -747,6 +753,32 @@ fn binary_half<H: Scalar>(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: Ten
     }
     float_binary_closure!(op, f32, run, K, H::DTYPE);
     Ok(())
+}
+
+/// C's `nextafter` on a 16-bit float (f16 or bf16): both are sign-magnitude
+/// with the sign in bit 15, so a step is ±1 on the bits as for f32.
+fn half_next_after<H: Scalar>(a: H, b: H) -> H {
+    let (x, y) = (a.to_f64(), b.to_f64());
+    if x.is_nan() || y.is_nan() {
+        return H::from_f64(x + y);
+    }
+    if x == y {
+        return b;
+    }
+    let bits = u16::from_ne_bytes(bytemuck::bytes_of(&a).try_into().expect("a 16-bit float"));
+    let next = if x == 0.0 {
+        // The smallest subnormal, signed like the direction.
+        if y < 0.0 {
+            0x8001
+        } else {
+            1
+        }
+    } else if (y > x) == (x > 0.0) {
+        bits + 1
+    } else {
+        bits - 1
+    };
+    bytemuck::pod_read_unaligned(&next.to_ne_bytes())
 }
 
 /// `out = cond ? a : b`, broadcasting all three; moves elements by size only.

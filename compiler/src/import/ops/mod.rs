@@ -224,7 +224,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         | "special_hermite_polynomial_he"
         | "special_laguerre_polynomial_l"
         | "special_legendre_polynomial_p" => e::binary(imp, n, name, overload),
-        "special_zeta" | "igamma" | "igammac" | "special_gammainc" | "special_gammaincc" => {
+        "special_zeta" | "igamma" | "igammac" | "special_gammainc" | "special_gammaincc" | "nextafter" => {
             e::binary(imp, n, name, overload)
         }
         "polygamma" | "special_polygamma" => e::polygamma(imp, n),
