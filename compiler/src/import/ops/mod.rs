@@ -19,6 +19,7 @@ mod geometry;
 mod index_dim;
 mod indexing;
 pub(crate) mod linalg;
+mod margin;
 mod ndtri;
 mod nn;
 mod number;
@@ -432,6 +433,9 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "nanquantile" => quantile::quantile(imp, n, true),
         "nonzero_numpy" => data_dependent::nonzero_numpy(imp, n),
         "_local_scalar_dense" | "item" => data_dependent::local_scalar_dense(imp, n),
+        "multi_margin_loss" | "multilabel_margin_loss" | "multilabel_margin_loss_forward" => {
+            margin::dispatch(imp, n, name)
+        }
         _ => match composite::dispatch(imp, n, name, overload) {
             Err(super::importer::Fail::Unsupported(None)) => export_ir::dispatch(imp, n, name, overload),
             other => other,
