@@ -216,7 +216,7 @@ OPS = [
     ("vdot", ""),
     # the "Refused" table's next (issue 10): nextafter, the multi-class margin losses
     ("nextafter", ""), ("nn.functional.multi_margin_loss", ""), ("nn.functional.multilabel_margin_loss", ""),
-    ("grid_sampler_3d", ""),
+    ("grid_sampler_3d", ""), ("histogram", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -818,6 +818,27 @@ def nextafter_grid(dtype, k):
     return [a.reshape(-1).contiguous(), b.reshape(-1).contiguous()]
 
 
+def histogram_cases():
+    """histogram beyond OpInfo's samples, hist and edges in one tensor: the
+    data's range, a weighted density over a range, a point (widened by ½
+    each side), and a range with elements below, above, on both edges and
+    NaN."""
+    def both(r):
+        return torch.cat([r.hist, r.bin_edges])
+    return [lambda x, w: both(torch.histogram(x, 7)),
+            lambda x, w: both(torch.histogram(x, 5, range=(-2.0, 2.0), weight=w, density=True)),
+            lambda x, w: both(torch.histogram(x * 0 + 1.5, 4)),
+            lambda x, w: both(torch.histogram(x, 5, range=(-2.0, 2.0), weight=w))]
+
+
+def histogram_data(dtype, k):
+    x = rnd((6, 5), dtype)
+    w = torch.rand(6, 5).to(dtype)
+    if k == 3:
+        x.view(-1)[:6] = torch.tensor([-2.0, 2.0, -2.5, 2.5, float("nan"), 0.8], dtype=dtype)
+    return [x, w]
+
+
 def empty_permuted_written(x):
     """aten.empty_permuted (Core ATen's form of empty_like of a transposed
     tensor: the same strides) fully written before it is read."""
@@ -860,6 +881,7 @@ COMPOSITE = {
     "histc": (histc_cases(), [[(6, 5)]] * 3, ("f32", "f64", "bf16"), histc_data),
     "grid_sample_3d": (grid_sample_3d_nearest(), [None] * 6, ("f32", "f64"), grid_3d_data),
     "nextafter": ([torch.nextafter], [None], ("f32", "f64", "f16", "bf16"), nextafter_grid),
+    "histogram": (histogram_cases(), [None] * 4, ("f32", "f64"), histogram_data),
     "empty_permuted": ([empty_permuted_written], [[(2, 3, 4, 5)]], ("f32", "i64")),
     "grouped_mm_fallback": ([grouped_mm, grouped_mm], [None, None], ("f32", "f64", "bf16", "i64"), grouped_mm_data),
     # linspace/logspace with steps (OpInfo's tensor-overload sample has none; the Scalar forms take no tensor), eye.

@@ -39,6 +39,7 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["batch_norm", "_native_batch_norm_legit_no_training"], dtypes: DT_FLOAT, note: "running statistics, or the batch's with training=True (decomposed)" },
     OpSupport { names: &["_cdist_forward", "cdist", "_pdist_forward", "pdist"], dtypes: DT_FLOAT, note: "any p >= 0 (0, 1, 2, inf, general); cdist p=2 takes torch's matrix-product form when compute_mode asks or a side has > 25 rows; pdist needs a static shape" },
     OpSupport { names: &["grid_sampler_2d", "grid_sampler"], dtypes: DT_FLOAT, note: "bilinear/nearest/bicubic, zeros/border/reflection padding, align_corners; static input height and width" },
+    OpSupport { names: &["histogram"], dtypes: &["f32", "f64"], note: "a bin count (range, weight, density; the data's range when none) or a tensor of edges of static length; hist and bin_edges as torch's CPU kernel finds them; no histogramdd" },
     OpSupport { names: &["grid_sampler_3d"], dtypes: DT_FLOAT, note: "trilinear/nearest, zeros/border/reflection padding, align_corners (torch's scalar 3-d kernel); static input depth, height and width" },
     OpSupport { names: &["_native_batch_norm_legit", "_native_batch_norm_legit_functional"], dtypes: DT_FLOAT, note: "training mode: the batch's statistics (decomposed; f16/bf16 in f32); save_mean/save_rstd and updated running statistics computed when read" },
     OpSupport { names: &["layer_norm", "native_layer_norm"], dtypes: DT_FLOAT, note: "saved mean/rstd outputs must be unused" },
@@ -85,7 +86,7 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["linspace", "logspace"], dtypes: DT_NUMERIC, note: "every overload (0-d tensor start/end included), torch's CPU kernel: the first half counted from start, the second from end" },
     OpSupport { names: &["max_unpool2d", "max_unpool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "bilinear", "_trilinear"], dtypes: DT_FLOAT, note: "max_unpool as torch's flat index_put (an index outside its plane fails the run); adaptive max pooling as a gather of every output's window and a max (indices: the first arg-max's position in the plane); bilinear as one GEMM and a product-sum" },
     OpSupport { names: &["trapz", "trapezoid", "cumulative_trapezoid", "linalg_vander", "renorm", "gradient"], dtypes: DT_NUMERIC, note: "torch's C++ formulas (trapezoid with sample points or a spacing; vander as a cumulative product; renorm by the p-norm of each slice; gradient with uniform spacings, edge orders 1 and 2)" },
-    OpSupport { names: &["multi_margin_loss", "multilabel_margin_loss", "multilabel_margin_loss_forward"], dtypes: DT_FLOAT, note: "torch's decompositions in the math dtype (f32 for f16/bf16): p 1 and 2, margin, per-class weight, every reduction; `_forward` also returns the target mask" },
+    OpSupport { names: &["multi_margin_loss", "multilabel_margin_loss", "multilabel_margin_loss_forward"], dtypes: &["f32", "f64"], note: "torch's decompositions: p 1 and 2, margin, per-class weight, every reduction; `_forward` also returns the target mask" },
     OpSupport { names: &["cosine_embedding_loss", "margin_ranking_loss", "soft_margin_loss", "hinge_embedding_loss", "poisson_nll_loss", "triplet_margin_loss"], dtypes: DT_FLOAT, note: "torch's references in the math dtype (f32 for f16/bf16), every reduction" },
     OpSupport { names: &["mvlgamma"], dtypes: DT_NUMERIC, note: "torch's sum of lgammas (integers promote to f32); an element not above (p-1)/2 fails the run" },
     OpSupport { names: &["native_dropout_backward", "_softmax_backward_data", "_log_softmax_backward_data"], dtypes: DT_FLOAT, note: "the two backward ops whose formulas are one line (torch's decompositions); other gradients are refused" },
@@ -379,7 +380,7 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("batch_norm, instance_norm, native_batch_norm, _batch_norm_with_update in training mode with running statistics", "they update the running statistics in place, i.e. write into the program's inputs: kiln refuses programs that mutate a user input (write to a copy, return the new value, or keep the statistics as module buffers, which become state)"),
     ("tensor_split by a tensor of indices (and Core ATen's slices at `.item()` bounds)", "the pieces' sizes depend on the data; kiln plans memory for static or symbolically bounded sizes"),
     ("multinomial, rrelu (training), fractional_max_pool2d/3d without random_samples", "draw from torch's generator: kiln's random ops use their own generator, so results could never match torch's"),
-    ("linalg_ldl_factor(_ex), linalg_ldl_solve, linalg_matrix_sqrth, linalg_polar, histogram(dd), one_hot without num_classes", "not implemented yet (one_hot's class count would depend on the data)"),
+    ("linalg_ldl_factor(_ex), linalg_ldl_solve, linalg_matrix_sqrth, linalg_polar, histogramdd, one_hot without num_classes", "not implemented yet (one_hot's class count would depend on the data)"),
     ("torch_nn._linear_cross_entropy_batch_chunked(_no_reduction)", "a library custom op torch.export leaves in the program: not built in yet (a lowering can be registered with ImportOptions::with_custom_op)"),
 ];
 

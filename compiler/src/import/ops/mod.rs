@@ -16,6 +16,7 @@ mod embedding_bag;
 mod export_ir;
 mod fft;
 mod geometry;
+mod histogram;
 mod index_dim;
 mod indexing;
 pub(crate) mod linalg;
@@ -417,6 +418,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "grid_sampler_2d" => geometry::grid_sampler_2d(imp, n),
         "grid_sampler" => geometry::grid_sampler(imp, n),
         "grid_sampler_3d" => geometry::grid_sampler_3d(imp, n),
+        "histogram" => histogram::histogram(imp, n, overload),
         "bernoulli" => random::bernoulli(imp, n, overload),
         "nonzero" | "argwhere" => data_dependent::nonzero(imp, n),
         "nonzero_static" => data_dependent::nonzero_static(imp, n),
