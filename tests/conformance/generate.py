@@ -216,7 +216,7 @@ OPS = [
     ("vdot", ""),
     # the "Refused" table's next (issue 10): nextafter, the multi-class margin losses
     ("nextafter", ""), ("nn.functional.multi_margin_loss", ""), ("nn.functional.multilabel_margin_loss", ""),
-    ("grid_sampler_3d", ""), ("histogram", ""),
+    ("grid_sampler_3d", ""), ("histogram", ""), ("histogramdd", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -839,6 +839,22 @@ def histogram_data(dtype, k):
     return [x, w]
 
 
+def histogramdd_cases():
+    """histogramdd over 3-d points [4, 5, 3], hist and every axis's edges in
+    one tensor: the data's ranges with per-axis counts, one count with
+    ranges, weights and density, and edges given per axis."""
+    def all_of(r):
+        return torch.cat([r.hist.reshape(-1), *r.bin_edges])
+    edges = [torch.tensor([-3.0, -1.0, 0.0, 2.5]), torch.tensor([-2.0, 2.0]), torch.tensor([-4.0, -1.0, 1.0, 4.0, 6.0])]
+    return [lambda x, w: all_of(torch.histogramdd(x, [3, 4, 2])),
+            lambda x, w: all_of(torch.histogramdd(x, 3, range=[-2.0, 2.0, -3.0, 3.0, -1.0, 4.0], weight=w, density=True)),
+            lambda x, w: all_of(torch.histogramdd(x, [e.to(x.dtype) for e in edges], weight=w))]
+
+
+def histogramdd_data(dtype, k):
+    return [rnd((4, 5, 3), dtype), torch.rand(4, 5).to(dtype)]
+
+
 def empty_permuted_written(x):
     """aten.empty_permuted (Core ATen's form of empty_like of a transposed
     tensor: the same strides) fully written before it is read."""
@@ -882,6 +898,7 @@ COMPOSITE = {
     "grid_sample_3d": (grid_sample_3d_nearest(), [None] * 6, ("f32", "f64"), grid_3d_data),
     "nextafter": ([torch.nextafter], [None], ("f32", "f64", "f16", "bf16"), nextafter_grid),
     "histogram": (histogram_cases(), [None] * 4, ("f32", "f64"), histogram_data),
+    "histogramdd": (histogramdd_cases(), [None] * 3, ("f32", "f64"), histogramdd_data),
     "empty_permuted": ([empty_permuted_written], [[(2, 3, 4, 5)]], ("f32", "i64")),
     "grouped_mm_fallback": ([grouped_mm, grouped_mm], [None, None], ("f32", "f64", "bf16", "i64"), grouped_mm_data),
     # linspace/logspace with steps (OpInfo's tensor-overload sample has none; the Scalar forms take no tensor), eye.

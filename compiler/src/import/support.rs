@@ -39,7 +39,7 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["batch_norm", "_native_batch_norm_legit_no_training"], dtypes: DT_FLOAT, note: "running statistics, or the batch's with training=True (decomposed)" },
     OpSupport { names: &["_cdist_forward", "cdist", "_pdist_forward", "pdist"], dtypes: DT_FLOAT, note: "any p >= 0 (0, 1, 2, inf, general); cdist p=2 takes torch's matrix-product form when compute_mode asks or a side has > 25 rows; pdist needs a static shape" },
     OpSupport { names: &["grid_sampler_2d", "grid_sampler"], dtypes: DT_FLOAT, note: "bilinear/nearest/bicubic, zeros/border/reflection padding, align_corners; static input height and width" },
-    OpSupport { names: &["histogram"], dtypes: &["f32", "f64"], note: "a bin count (range, weight, density; the data's range when none) or a tensor of edges of static length; hist and bin_edges as torch's CPU kernel finds them; no histogramdd" },
+    OpSupport { names: &["histogram", "histogramdd", "_histogramdd_bin_edges", "_histogramdd_from_bin_cts", "_histogramdd_from_bin_tensors"], dtypes: &["f32", "f64"], note: "bin counts (range, weight, density; the data's range when none) or tensors of edges of static length; hist and bin_edges as torch's CPU kernel finds them; histogramdd over a static number of points" },
     OpSupport { names: &["grid_sampler_3d"], dtypes: DT_FLOAT, note: "trilinear/nearest, zeros/border/reflection padding, align_corners (torch's scalar 3-d kernel); static input depth, height and width" },
     OpSupport { names: &["_native_batch_norm_legit", "_native_batch_norm_legit_functional"], dtypes: DT_FLOAT, note: "training mode: the batch's statistics (decomposed; f16/bf16 in f32); save_mean/save_rstd and updated running statistics computed when read" },
     OpSupport { names: &["layer_norm", "native_layer_norm"], dtypes: DT_FLOAT, note: "saved mean/rstd outputs must be unused" },
@@ -380,7 +380,7 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("batch_norm, instance_norm, native_batch_norm, _batch_norm_with_update in training mode with running statistics", "they update the running statistics in place, i.e. write into the program's inputs: kiln refuses programs that mutate a user input (write to a copy, return the new value, or keep the statistics as module buffers, which become state)"),
     ("tensor_split by a tensor of indices (and Core ATen's slices at `.item()` bounds)", "the pieces' sizes depend on the data; kiln plans memory for static or symbolically bounded sizes"),
     ("multinomial, rrelu (training), fractional_max_pool2d/3d without random_samples", "draw from torch's generator: kiln's random ops use their own generator, so results could never match torch's"),
-    ("linalg_ldl_factor(_ex), linalg_ldl_solve, linalg_matrix_sqrth, linalg_polar, histogramdd, one_hot without num_classes", "not implemented yet (one_hot's class count would depend on the data)"),
+    ("linalg_ldl_factor(_ex), linalg_ldl_solve, linalg_matrix_sqrth, linalg_polar, one_hot without num_classes", "not implemented yet (one_hot's class count would depend on the data)"),
     ("torch_nn._linear_cross_entropy_batch_chunked(_no_reduction)", "a library custom op torch.export leaves in the program: not built in yet (a lowering can be registered with ImportOptions::with_custom_op)"),
 ];
 

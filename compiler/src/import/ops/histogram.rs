@@ -8,31 +8,158 @@
 //! or NaN: nowhere), weighted, and with `density` divided by the total and
 //! by each bin's width. Bins come from comparing against every edge, which
 //! is what torch's interpolation plus local edge search finds.
+//! `histogramdd` is the same per axis of its points, counted per cell.
 
 use super::composite::{bin, reshape};
 use crate::import::importer::{invalid, unsupported, Importer, Scalar, R};
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{BinaryOp as B, DType, Dim, Op, ReduceKind, TensorType, ValueId};
 
+/// One axis of a histogram: its edges, the outer two (0-d) and its bin count.
+struct Axis {
+    edges: ValueId,
+    lo: ValueId,
+    hi: ValueId,
+    bins: i64,
+}
+
 pub(super) fn histogram(imp: &mut Importer, n: &Node, overload: &str) -> R<()> {
-    let c = imp.out_ty(n, 0)?.dtype;
-    if !matches!(c, DType::F32 | DType::F64) {
-        return unsupported(format!("histogram of {c} (torch's CPU kernel takes f32 and f64)"));
-    }
+    let c = float_dtype(imp, n, "histogram")?;
     let x = imp.tensor(n, "self")?;
     let x = imp.cast(x, c);
     let total = imp.ty(x).numel();
-    let flat = reshape(imp, x, vec![total.clone()])?;
-    let (edges, lo, hi, bins) = match overload {
-        "bin_ct" => edges_from_count(imp, n, flat)?,
-        "bins_tensor" => given_edges(imp, n, c)?,
+    let flat = reshape(imp, x, vec![total])?;
+    let axis = match overload {
+        "bin_ct" => {
+            let bins = imp.int(n, "bins", Some(100))?;
+            let range = ranges(imp, n, 1)?.map(|r| r[0]);
+            counted_axis(imp, flat, bins, range)?
+        }
+        "bins_tensor" => {
+            let edges = imp.tensor(n, "bins")?;
+            given_axis(imp, edges, c)?
+        }
         other => return unsupported(format!("histogram.{other}")),
     };
-    let bin_of = bin_index(imp, flat, edges, bins)?;
-    // Only elements in [lo, hi] count (NaN fails both tests).
-    let above_lo = bin(imp, B::Ge, flat, lo)?;
-    let below_hi = bin(imp, B::Le, flat, hi)?;
-    let inside = bin(imp, B::And, above_lo, below_hi)?;
+    let hist = count(imp, n, &[flat], &[&axis])?;
+    imp.bind(n, 0, hist)?;
+    imp.bind(n, 1, axis.edges)
+}
+
+/// `aten::histogramdd(Tensor self, int[] bins, float[]? range=None,
+/// Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[]
+/// bin_edges)` (and `.int_bins`, one count for every axis, and
+/// `.TensorList_bins`, edges per axis): `self [.., D]` is a list of points
+/// in D dimensions; a point counts when every coordinate is inside. Core
+/// ATen splits it into `_histogramdd_bin_edges` (the edges only),
+/// `_histogramdd_from_bin_cts` (the counts only) and
+/// `_histogramdd_from_bin_tensors` (counts over given edges): `name` says
+/// which, each computing the edges the same way.
+pub(super) fn histogramdd(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let c = imp.ty(x).dtype;
+    if !matches!(c, DType::F32 | DType::F64) {
+        return unsupported(format!("{name} of {c} (torch's CPU kernel takes f32 and f64)"));
+    }
+    let shape = imp.ty(x).shape.clone();
+    let Some(dims) = shape.last().and_then(Dim::as_const).filter(|&d| d > 0) else {
+        return unsupported("histogramdd of points whose dimension is not static and positive");
+    };
+    let points = imp.ty(x).numel();
+    let points = match points.as_const() {
+        Some(all) => Dim::Const(all / dims),
+        None => return unsupported("histogramdd of a dynamic number of points"),
+    };
+    let table = reshape(imp, x, vec![points.clone(), Dim::Const(dims)])?;
+    let mut columns = Vec::with_capacity(dims as usize);
+    for d in 0..dims {
+        let col = imp.push(Op::Slice { axis: 1, start: d, end: d + 1, step: 1 }, vec![table])?;
+        columns.push(reshape(imp, col, vec![points.clone()])?);
+    }
+    let mut axes = Vec::with_capacity(dims as usize);
+    if overload == "TensorList_bins" || name == "_histogramdd_from_bin_tensors" {
+        let edges = imp.tensors(n, "bins")?;
+        if edges.len() != dims as usize {
+            return invalid(format!("histogramdd: {} edge tensors for {dims}-d points", edges.len()));
+        }
+        for e in edges {
+            axes.push(given_axis(imp, e, c)?);
+        }
+    } else {
+        let counts = match overload {
+            "int_bins" => vec![imp.int(n, "bins", None)?; dims as usize],
+            _ => imp.ints(n, "bins", &[])?,
+        };
+        if counts.len() != dims as usize {
+            return invalid(format!("histogramdd: {} bin counts for {dims}-d points", counts.len()));
+        }
+        let ranges = ranges(imp, n, dims as usize)?;
+        for (d, (&column, &bins)) in columns.iter().zip(&counts).enumerate() {
+            axes.push(counted_axis(imp, column, bins, ranges.as_ref().map(|r| r[d]))?);
+        }
+    }
+    let edges_output = match name {
+        "histogramdd" => 1,
+        "_histogramdd_bin_edges" => 0,
+        _ => usize::MAX,
+    };
+    if edges_output != 0 {
+        let refs: Vec<&Axis> = axes.iter().collect();
+        let hist = count(imp, n, &columns, &refs)?;
+        imp.bind(n, 0, hist)?;
+    }
+    if edges_output == usize::MAX {
+        return Ok(());
+    }
+    let names = match n.outputs.get(edges_output) {
+        Some(Arg::Tensors(names)) => names.clone(),
+        other => return invalid(format!("histogramdd: bin_edges output is {other:?}")),
+    };
+    for (name, axis) in names.iter().zip(&axes) {
+        imp.bind_name(name, axis.edges);
+    }
+    Ok(())
+}
+
+/// The output dtype, which torch's CPU kernel allows as f32 or f64.
+fn float_dtype(imp: &mut Importer, n: &Node, what: &str) -> R<DType> {
+    let c = imp.out_ty(n, 0)?.dtype;
+    if !matches!(c, DType::F32 | DType::F64) {
+        return unsupported(format!("{what} of {c} (torch's CPU kernel takes f32 and f64)"));
+    }
+    Ok(c)
+}
+
+/// The (weighted) counts of points over `axes`, `columns[d]` the points'
+/// coordinates along axis d, as `[bins_0, bins_1, ..]`; with `density`
+/// divided by the total and then by each axis's bin widths.
+fn count(imp: &mut Importer, n: &Node, columns: &[ValueId], axes: &[&Axis]) -> R<ValueId> {
+    let c = imp.ty(columns[0]).dtype;
+    let total = imp.ty(columns[0]).shape[0].clone();
+    // Row-major cell index, and whether every coordinate is in [lo, hi]
+    // (NaN fails both tests).
+    let mut cell: Option<ValueId> = None;
+    let mut inside: Option<ValueId> = None;
+    for (&column, axis) in columns.iter().zip(axes) {
+        let b = bin_index(imp, column, axis.edges, axis.bins)?;
+        cell = Some(match cell {
+            None => b,
+            Some(outer) => {
+                let scaled = imp.with_scalar(B::Mul, outer, axis.bins as f64)?;
+                bin(imp, B::Add, scaled, b)?
+            }
+        });
+        let above_lo = bin(imp, B::Ge, column, axis.lo)?;
+        let below_hi = bin(imp, B::Le, column, axis.hi)?;
+        let here = bin(imp, B::And, above_lo, below_hi)?;
+        inside = Some(match inside {
+            None => here,
+            Some(all) => bin(imp, B::And, all, here)?,
+        });
+    }
+    let (Some(cell), Some(inside)) = (cell, inside) else {
+        return invalid("histogram over no axes");
+    };
     let amount = match imp.opt_tensor(n, "weight")? {
         Some(w) => {
             let w = imp.cast(w, c);
@@ -47,42 +174,39 @@ pub(super) fn histogram(imp: &mut Importer, n: &Node, overload: &str) -> R<()> {
     } else {
         imp.push_typed(Op::Expand { shape: vec![total.clone()] }, vec![amount], TensorType::new(c, vec![total]))
     };
-    let counts_ty = TensorType::new(c, vec![Dim::Const(bins)]);
+    let cells: i64 = axes.iter().map(|a| a.bins).product();
+    let counts_ty = TensorType::new(c, vec![Dim::Const(cells)]);
     let base = imp.push_typed(Op::Full { value: 0.0, dtype: c, shape: counts_ty.shape.clone() }, vec![], counts_ty);
     let scatter = Op::ScatterElements { axis: 0, reduce: Some(ReduceKind::Sum), include_self: true };
-    let mut hist = imp.push(scatter, vec![base, bin_of, amount])?;
+    let hist = imp.push(scatter, vec![base, cell, amount])?;
+    let hist = reshape(imp, hist, axes.iter().map(|a| Dim::Const(a.bins)).collect())?;
     if imp.bool(n, "density", false)? {
-        hist = density(imp, hist, edges, bins)?;
+        return density(imp, hist, axes);
     }
-    imp.bind(n, 0, hist)?;
-    imp.bind(n, 1, edges)
+    Ok(hist)
 }
 
-/// `bins` equal bins over `range` or the data's range: the edges, the
-/// outer two (0-d) and the bin count.
-fn edges_from_count(imp: &mut Importer, n: &Node, flat: ValueId) -> R<(ValueId, ValueId, ValueId, i64)> {
-    let c = imp.ty(flat).dtype;
-    let bins = imp.int(n, "bins", Some(100))?;
+/// `bins` equal bins over `range` or the data's range along `column`.
+fn counted_axis(imp: &mut Importer, column: ValueId, bins: i64, range: Option<(f64, f64)>) -> R<Axis> {
+    let c = imp.ty(column).dtype;
     if bins <= 0 {
         return invalid(format!("histogram: bins must be positive, got {bins}"));
     }
-    let (lo, hi) = match range(imp, n)? {
+    let (lo, hi) = match range {
         Some((lo, hi)) => {
             let (lo, hi) = widen_point(lo, hi);
             (scalar(imp, lo, c), scalar(imp, hi, c))
         }
         // No data: torch's edges default to 0 and 0, widened.
-        None if imp.ty(flat).shape[0].as_const() == Some(0) => (scalar(imp, -0.5, c), scalar(imp, 0.5, c)),
-        None => data_range(imp, flat)?,
+        None if imp.ty(column).shape[0].as_const() == Some(0) => (scalar(imp, -0.5, c), scalar(imp, 0.5, c)),
+        None => data_range(imp, column)?,
     };
     let edges = linspace(imp, lo, hi, bins + 1)?;
-    Ok((edges, lo, hi, bins))
+    Ok(Axis { edges, lo, hi, bins })
 }
 
-/// The edges given as the 1-d tensor `bins` (torch requires them
-/// increasing), with the outer two and the bin count.
-fn given_edges(imp: &mut Importer, n: &Node, c: DType) -> R<(ValueId, ValueId, ValueId, i64)> {
-    let edges = imp.tensor(n, "bins")?;
+/// Edges given as a 1-d tensor (torch requires them increasing).
+fn given_axis(imp: &mut Importer, edges: ValueId, c: DType) -> R<Axis> {
     let edges = imp.cast(edges, c);
     let t = imp.ty(edges).clone();
     let Some(count) = t.shape.first().and_then(Dim::as_const).filter(|_| t.rank() == 1) else {
@@ -96,28 +220,31 @@ fn given_edges(imp: &mut Importer, n: &Node, c: DType) -> R<(ValueId, ValueId, V
         reshape(imp, e, vec![])
     };
     let (lo, hi) = (outer(imp, 0)?, outer(imp, count - 1)?);
-    Ok((edges, lo, hi, count - 1))
+    Ok(Axis { edges, lo, hi, bins: count - 1 })
 }
 
 fn scalar(imp: &mut Importer, v: f64, dtype: DType) -> ValueId {
     imp.scalar_const(Scalar::Float(v), dtype)
 }
 
-/// `range` as given (checked finite and ordered), or None.
-fn range(imp: &mut Importer, n: &Node) -> R<Option<(f64, f64)>> {
-    let pair = match imp.arg(n, "range") {
+/// `range` as `axes` (lo, hi) pairs (each checked finite and ordered), or None.
+fn ranges(imp: &mut Importer, n: &Node, axes: usize) -> R<Option<Vec<(f64, f64)>>> {
+    let flat = match imp.arg(n, "range") {
         None | Some(Arg::None) => return Ok(None),
         Some(Arg::Floats(v)) => v.clone(),
         Some(Arg::Ints(v)) => v.iter().map(|&i| i as f64).collect(),
         Some(other) => return invalid(format!("histogram: range {other:?}")),
     };
-    let [lo, hi] = pair[..] else {
-        return invalid(format!("histogram: range needs 2 values, got {}", pair.len()));
-    };
-    if !(lo.is_finite() && hi.is_finite()) || lo > hi {
-        return invalid(format!("histogram: range [{lo}, {hi}] must be finite and ordered"));
+    if flat.len() != 2 * axes {
+        return invalid(format!("histogram: range needs {} values, got {}", 2 * axes, flat.len()));
     }
-    Ok(Some((lo, hi)))
+    let pairs: Vec<(f64, f64)> = flat.chunks(2).map(|p| (p[0], p[1])).collect();
+    for &(lo, hi) in &pairs {
+        if !(lo.is_finite() && hi.is_finite()) || lo > hi {
+            return invalid(format!("histogram: range [{lo}, {hi}] must be finite and ordered"));
+        }
+    }
+    Ok(Some(pairs))
 }
 
 /// numpy's rule, which torch follows: an empty range grows by ½ each side.
@@ -186,12 +313,21 @@ fn bin_index(imp: &mut Importer, flat: ValueId, edges: ValueId, bins: i64) -> R<
     imp.push(Op::Clamp { min: Some(0.0), max: Some((bins - 1) as f64) }, vec![index])
 }
 
-/// `hist / sum(hist) / (edges[1:] − edges[:-1])`, in torch's order.
-fn density(imp: &mut Importer, hist: ValueId, edges: ValueId, bins: i64) -> R<ValueId> {
-    let sum = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![0], keep_dims: false }, vec![hist])?;
-    let hist = bin(imp, B::Div, hist, sum)?;
-    let upper = imp.push(Op::Slice { axis: 0, start: 1, end: bins + 1, step: 1 }, vec![edges])?;
-    let lower = imp.push(Op::Slice { axis: 0, start: 0, end: bins, step: 1 }, vec![edges])?;
-    let widths = bin(imp, B::Sub, upper, lower)?;
-    bin(imp, B::Div, hist, widths)
+/// `hist / sum(hist)`, then divided by each axis's bin widths
+/// `edges[1:] − edges[:-1]` (broadcast along that axis), in torch's order.
+fn density(imp: &mut Importer, hist: ValueId, axes: &[&Axis]) -> R<ValueId> {
+    let all: Vec<usize> = (0..axes.len()).collect();
+    let sum = imp.push(Op::Reduce { kind: ReduceKind::Sum, axes: all, keep_dims: false }, vec![hist])?;
+    let mut hist = bin(imp, B::Div, hist, sum)?;
+    for (d, axis) in axes.iter().enumerate() {
+        let bins = axis.bins;
+        let upper = imp.push(Op::Slice { axis: 0, start: 1, end: bins + 1, step: 1 }, vec![axis.edges])?;
+        let lower = imp.push(Op::Slice { axis: 0, start: 0, end: bins, step: 1 }, vec![axis.edges])?;
+        let widths = bin(imp, B::Sub, upper, lower)?;
+        let mut shape = vec![Dim::Const(1); axes.len()];
+        shape[d] = Dim::Const(bins);
+        let widths = reshape(imp, widths, shape)?;
+        hist = bin(imp, B::Div, hist, widths)?;
+    }
+    Ok(hist)
 }

@@ -419,6 +419,9 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "grid_sampler" => geometry::grid_sampler(imp, n),
         "grid_sampler_3d" => geometry::grid_sampler_3d(imp, n),
         "histogram" => histogram::histogram(imp, n, overload),
+        "histogramdd" | "_histogramdd_bin_edges" | "_histogramdd_from_bin_cts" | "_histogramdd_from_bin_tensors" => {
+            histogram::histogramdd(imp, n, name, overload)
+        }
         "bernoulli" => random::bernoulli(imp, n, overload),
         "nonzero" | "argwhere" => data_dependent::nonzero(imp, n),
         "nonzero_static" => data_dependent::nonzero_static(imp, n),
