@@ -915,3 +915,42 @@ pub(crate) fn clamp_f32_in_place(v: &mut [f32], lo: f32, hi: f32) {
         *e = if x > hi { hi } else { x };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every f16/bf16 value stepped towards ±inf lands on its neighbour in
+    /// the sorted list of all values (zeros compared by value), and the
+    /// special cases follow C: equal operands give the second, NaN gives NaN,
+    /// zero steps to the smallest subnormal signed like the direction.
+    fn check_half_next_after<H: Scalar>(from_bits: impl Fn(u16) -> H) {
+        let mut sorted: Vec<f64> = (0..=u16::MAX).map(|b| from_bits(b).to_f64()).filter(|v| !v.is_nan()).collect();
+        sorted.sort_by(f64::total_cmp);
+        sorted.dedup();
+        let (up, down) = (H::from_f64(f64::INFINITY), H::from_f64(f64::NEG_INFINITY));
+        for (i, &v) in sorted.iter().enumerate() {
+            let x = H::from_f64(v);
+            if i + 1 < sorted.len() {
+                assert_eq!(half_next_after(x, up).to_f64(), sorted[i + 1], "{v} up");
+            }
+            if i > 0 {
+                assert_eq!(half_next_after(x, down).to_f64(), sorted[i - 1], "{v} down");
+            }
+            assert_eq!(half_next_after(x, x).to_f64(), v);
+        }
+        let tiny = from_bits(1).to_f64();
+        assert_eq!(half_next_after(H::from_f64(0.0), up).to_f64(), tiny);
+        assert_eq!(half_next_after(H::from_f64(0.0), down).to_f64(), -tiny);
+        let neg_zero = half_next_after(H::from_f64(0.0), H::from_f64(-0.0)).to_f64();
+        assert!(neg_zero == 0.0 && neg_zero.is_sign_negative());
+        assert!(half_next_after(H::from_f64(f64::NAN), up).to_f64().is_nan());
+        assert!(half_next_after(up, H::from_f64(f64::NAN)).to_f64().is_nan());
+    }
+
+    #[test]
+    fn half_next_after_steps_one_ulp() {
+        check_half_next_after(f16::from_bits);
+        check_half_next_after(bf16::from_bits);
+    }
+}
