@@ -204,7 +204,8 @@ fn binary(op: BinaryOp, a: f64, b: f64, dtype: DType) -> Option<f64> {
         | BinaryOp::LegendreP
         | BinaryOp::Zeta
         | BinaryOp::Igamma
-        | BinaryOp::Igammac => return None,
+        | BinaryOp::Igammac
+        | BinaryOp::Nextafter => return None,
     })
 }
 

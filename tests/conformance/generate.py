@@ -214,6 +214,9 @@ OPS = [
     ("special.scaled_modified_bessel_k0", ""), ("special.scaled_modified_bessel_k1", ""), ("special.ndtri", ""),
     ("special.airy_ai", ""), ("_segment_reduce", "lengths"), ("_segment_reduce", "offsets"),
     ("vdot", ""),
+    # the "Refused" table's next (issue 10): nextafter, the multi-class margin losses
+    ("nextafter", ""), ("nn.functional.multi_margin_loss", ""), ("nn.functional.multilabel_margin_loss", ""),
+    ("grid_sampler_3d", ""), ("histogram", ""), ("histogramdd", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).
@@ -788,6 +791,70 @@ def histc_data(dtype, k):
     return [x]
 
 
+def grid_sample_3d_nearest():
+    """3-d nearest sampling (OpInfo's grid_sampler_3d samples only
+    trilinear) in every padding mode, with and without align_corners."""
+    return [lambda x, g, p=p, a=a: torch.nn.functional.grid_sample(x, g, "nearest", p, a)
+            for p in ("zeros", "border", "reflection") for a in (False, True)]
+
+
+def grid_3d_data(dtype, k):
+    """An input [2, 3, 3, 4, 5] and a grid reaching past [-1, 1] on every
+    axis (so that padding matters), with a few exact half-pixel points."""
+    x = rnd((2, 3, 3, 4, 5), dtype)
+    g = (torch.rand(2, 2, 3, 4, 3) * 3.4 - 1.7).to(dtype)
+    g.view(-1, 3)[:3] = torch.tensor([[0.0, 0.0, 0.0], [-1.0, 1.0, 0.5], [0.2, -0.25, 1.0]], dtype=dtype)
+    return [x, g]
+
+
+def nextafter_grid(dtype, k):
+    """Every pairing of the edge values: ±0, ±1, the smallest subnormal and
+    normal, the largest finite, ±inf and NaN."""
+    info = torch.finfo(dtype)
+    v = torch.tensor([0.0, -0.0, 1.0, -1.0, info.tiny, -info.tiny, info.max, -info.max,
+                      float("inf"), float("-inf"), float("nan")], dtype=torch.float64)
+    v = torch.cat([v.to(dtype), (torch.ones(1, dtype=dtype) * info.smallest_normal).nextafter(torch.zeros(1, dtype=dtype))])
+    a, b = torch.meshgrid(v, v, indexing="ij")
+    return [a.reshape(-1).contiguous(), b.reshape(-1).contiguous()]
+
+
+def histogram_cases():
+    """histogram beyond OpInfo's samples, hist and edges in one tensor: the
+    data's range, a weighted density over a range, a point (widened by ½
+    each side), and a range with elements below, above, on both edges and
+    NaN."""
+    def both(r):
+        return torch.cat([r.hist, r.bin_edges])
+    return [lambda x, w: both(torch.histogram(x, 7)),
+            lambda x, w: both(torch.histogram(x, 5, range=(-2.0, 2.0), weight=w, density=True)),
+            lambda x, w: both(torch.histogram(x * 0 + 1.5, 4)),
+            lambda x, w: both(torch.histogram(x, 5, range=(-2.0, 2.0), weight=w))]
+
+
+def histogram_data(dtype, k):
+    x = rnd((6, 5), dtype)
+    w = torch.rand(6, 5).to(dtype)
+    if k == 3:
+        x.view(-1)[:6] = torch.tensor([-2.0, 2.0, -2.5, 2.5, float("nan"), 0.8], dtype=dtype)
+    return [x, w]
+
+
+def histogramdd_cases():
+    """histogramdd over 3-d points [4, 5, 3], hist and every axis's edges in
+    one tensor: the data's ranges with per-axis counts, one count with
+    ranges, weights and density, and edges given per axis."""
+    def all_of(r):
+        return torch.cat([r.hist.reshape(-1), *r.bin_edges])
+    edges = [torch.tensor([-3.0, -1.0, 0.0, 2.5]), torch.tensor([-2.0, 2.0]), torch.tensor([-4.0, -1.0, 1.0, 4.0, 6.0])]
+    return [lambda x, w: all_of(torch.histogramdd(x, [3, 4, 2])),
+            lambda x, w: all_of(torch.histogramdd(x, 3, range=[-2.0, 2.0, -3.0, 3.0, -1.0, 4.0], weight=w, density=True)),
+            lambda x, w: all_of(torch.histogramdd(x, [e.to(x.dtype) for e in edges], weight=w))]
+
+
+def histogramdd_data(dtype, k):
+    return [rnd((4, 5, 3), dtype), torch.rand(4, 5).to(dtype)]
+
+
 def empty_permuted_written(x):
     """aten.empty_permuted (Core ATen's form of empty_like of a transposed
     tensor: the same strides) fully written before it is read."""
@@ -828,6 +895,10 @@ COMPOSITE = {
     "segment_reduce": ([segments_without_initial], [[(7, 3), (5,)]], ("f32", "f64"), segment_data),
     "igamma": ([igamma_both], [None], ("f32", "f64"), igamma_grid),
     "histc": (histc_cases(), [[(6, 5)]] * 3, ("f32", "f64", "bf16"), histc_data),
+    "grid_sample_3d": (grid_sample_3d_nearest(), [None] * 6, ("f32", "f64"), grid_3d_data),
+    "nextafter": ([torch.nextafter], [None], ("f32", "f64", "f16", "bf16"), nextafter_grid),
+    "histogram": (histogram_cases(), [None] * 4, ("f32", "f64"), histogram_data),
+    "histogramdd": (histogramdd_cases(), [None] * 3, ("f32", "f64"), histogramdd_data),
     "empty_permuted": ([empty_permuted_written], [[(2, 3, 4, 5)]], ("f32", "i64")),
     "grouped_mm_fallback": ([grouped_mm, grouped_mm], [None, None], ("f32", "f64", "bf16", "i64"), grouped_mm_data),
     # linspace/logspace with steps (OpInfo's tensor-overload sample has none; the Scalar forms take no tensor), eye.

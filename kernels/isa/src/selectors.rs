@@ -121,6 +121,8 @@ code_enum! {
         /// (`igamma`, `igammac`; floats).
         Igamma = 33 => "igamma",
         Igammac = 34 => "igammac",
+        /// C's `nextafter(a, b)`: the float next to `a` towards `b` (floats).
+        Nextafter = 35 => "nextafter",
     }
 }
 

@@ -498,6 +498,7 @@ macro_rules! float_binary_closure {
             BinaryOp::Zeta => $run!(|a: $T, b: $T| <$T>::lit(super::special::zeta(a.to_f64(), b.to_f64()))),
             BinaryOp::Igamma => $run!(|a: $T, b: $T| <$T>::lit(super::special::igamma(a.to_f64(), b.to_f64()))),
             BinaryOp::Igammac => $run!(|a: $T, b: $T| <$T>::lit(super::special::igammac(a.to_f64(), b.to_f64()))),
+            BinaryOp::Nextafter => $run!(|a: $T, b: $T| a.next_after(b)),
             p if p.is_polynomial() => {
                 $run!(|a: $T, b: $T| super::polynomial::polynomial(p, a, b).unwrap_or(<$T>::lit(f64::NAN)))
             }
@@ -737,6 +738,11 @@ fn binary_half<H: Scalar>(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: Ten
     let av = view::<H>(K, "a", &a)?;
     let bv = view::<H>(K, "b", &b)?;
     let os = view_mut::<H>(K, "out", &mut out)?;
+    if op == BinaryOp::Nextafter {
+        // One step is one ulp of the storage type, which an f32 detour would lose.
+        broadcast_map2(av, a.shape, bv, b.shape, os, out_shape, half_next_after::<H>);
+        return Ok(());
+    }
     macro_rules! run {
         ($f:expr) => {{
             let f = $f;
@@ -747,6 +753,32 @@ fn binary_half<H: Scalar>(op: BinaryOp, a: TensorRef, b: TensorRef, mut out: Ten
     }
     float_binary_closure!(op, f32, run, K, H::DTYPE);
     Ok(())
+}
+
+/// C's `nextafter` on a 16-bit float (f16 or bf16): both are sign-magnitude
+/// with the sign in bit 15, so a step is ±1 on the bits as for f32.
+fn half_next_after<H: Scalar>(a: H, b: H) -> H {
+    let (x, y) = (a.to_f64(), b.to_f64());
+    if x.is_nan() || y.is_nan() {
+        return H::from_f64(x + y);
+    }
+    if x == y {
+        return b;
+    }
+    let bits = u16::from_ne_bytes(bytemuck::bytes_of(&a).try_into().expect("a 16-bit float"));
+    let next = if x == 0.0 {
+        // The smallest subnormal, signed like the direction.
+        if y < 0.0 {
+            0x8001
+        } else {
+            1
+        }
+    } else if (y > x) == (x > 0.0) {
+        bits + 1
+    } else {
+        bits - 1
+    };
+    bytemuck::pod_read_unaligned(&next.to_ne_bytes())
 }
 
 /// `out = cond ? a : b`, broadcasting all three; moves elements by size only.
@@ -881,5 +913,44 @@ pub(crate) fn clamp_f32_in_place(v: &mut [f32], lo: f32, hi: f32) {
     for e in v.iter_mut() {
         let x = if *e < lo { lo } else { *e };
         *e = if x > hi { hi } else { x };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every f16/bf16 value stepped towards ±inf lands on its neighbour in
+    /// the sorted list of all values (zeros compared by value), and the
+    /// special cases follow C: equal operands give the second, NaN gives NaN,
+    /// zero steps to the smallest subnormal signed like the direction.
+    fn check_half_next_after<H: Scalar>(from_bits: impl Fn(u16) -> H) {
+        let mut sorted: Vec<f64> = (0..=u16::MAX).map(|b| from_bits(b).to_f64()).filter(|v| !v.is_nan()).collect();
+        sorted.sort_by(f64::total_cmp);
+        sorted.dedup();
+        let (up, down) = (H::from_f64(f64::INFINITY), H::from_f64(f64::NEG_INFINITY));
+        for (i, &v) in sorted.iter().enumerate() {
+            let x = H::from_f64(v);
+            if i + 1 < sorted.len() {
+                assert_eq!(half_next_after(x, up).to_f64(), sorted[i + 1], "{v} up");
+            }
+            if i > 0 {
+                assert_eq!(half_next_after(x, down).to_f64(), sorted[i - 1], "{v} down");
+            }
+            assert_eq!(half_next_after(x, x).to_f64(), v);
+        }
+        let tiny = from_bits(1).to_f64();
+        assert_eq!(half_next_after(H::from_f64(0.0), up).to_f64(), tiny);
+        assert_eq!(half_next_after(H::from_f64(0.0), down).to_f64(), -tiny);
+        let neg_zero = half_next_after(H::from_f64(0.0), H::from_f64(-0.0)).to_f64();
+        assert!(neg_zero == 0.0 && neg_zero.is_sign_negative());
+        assert!(half_next_after(H::from_f64(f64::NAN), up).to_f64().is_nan());
+        assert!(half_next_after(up, H::from_f64(f64::NAN)).to_f64().is_nan());
+    }
+
+    #[test]
+    fn half_next_after_steps_one_ulp() {
+        check_half_next_after(f16::from_bits);
+        check_half_next_after(bf16::from_bits);
     }
 }

@@ -48,6 +48,9 @@ pub trait Real:
     fn log2(self) -> Self;
     fn log10(self) -> Self;
     fn atan2(self, other: Self) -> Self;
+    /// C's `nextafter`: the neighbour of `self` towards `to` (`to` itself
+    /// when they are equal, so `±0` towards `∓0` gives `∓0`; NaN in, NaN out).
+    fn next_after(self, to: Self) -> Self;
     /// `0.5 * x * (1 + erf(x / √2))`, written through erfc so that the left
     /// tail keeps full relative precision instead of cancelling.
     fn gelu(self) -> Self;
@@ -72,6 +75,24 @@ macro_rules! impl_real {
             #[inline(always)] fn abs(self) -> Self { $t::abs(self) }
             #[inline(always)] fn powf(self, e: Self) -> Self { $t::powf(self, e) }
             #[inline(always)] fn is_nan(self) -> bool { $t::is_nan(self) }
+            #[inline]
+            fn next_after(self, to: Self) -> Self {
+                if self.is_nan() || to.is_nan() {
+                    return self + to;
+                }
+                if self == to {
+                    return to;
+                }
+                if self == 0.0 {
+                    // The smallest subnormal, signed like the direction.
+                    return $t::from_bits(1).copysign(to);
+                }
+                // Sign-magnitude bits: one more is one ulp away from zero
+                // (MAX steps to inf), one less is one ulp towards it.
+                let bits = self.to_bits();
+                let away_from_zero = (to > self) == (self > 0.0);
+                $t::from_bits(if away_from_zero { bits + 1 } else { bits - 1 })
+            }
             #[inline(always)] fn ln_1p(self) -> Self { $t::ln_1p(self) }
             #[inline(always)] fn exp_m1(self) -> Self { $t::exp_m1(self) }
             #[inline(always)] fn trunc(self) -> Self { $t::trunc(self) }
@@ -169,6 +190,55 @@ pub fn erfc_f64(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    extern "C" {
+        fn nextafterf(x: f32, y: f32) -> f32;
+        fn nextafter(x: f64, y: f64) -> f64;
+    }
+
+    /// Bit for bit against the C library on the edge cases (NaN, ±0, ±inf,
+    /// subnormals, the largest finite) in every pairing.
+    #[test]
+    fn next_after_matches_c() {
+        let f32s = [
+            0.0f32,
+            -0.0,
+            1.0,
+            -1.0,
+            1.5,
+            f32::MAX,
+            -f32::MAX,
+            f32::MIN_POSITIVE,
+            -f32::MIN_POSITIVE,
+            f32::from_bits(1),
+            -f32::from_bits(1),
+            f32::from_bits(0x007f_ffff),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        for &x in &f32s {
+            for &y in &f32s {
+                let (got, want) = (x.next_after(y), unsafe { nextafterf(x, y) });
+                assert!(
+                    got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(),
+                    "nextafterf({x:e}, {y:e}) = {got:e}, C {want:e}"
+                );
+            }
+        }
+        let f64s = f32s.map(|v| v as f64);
+        let edges =
+            [f64::MAX, f64::from_bits(1), -f64::from_bits(1), f64::MIN_POSITIVE, f64::from_bits(0x000f_ffff_ffff_ffff)];
+        for &x in f64s.iter().chain(&edges) {
+            for &y in f64s.iter().chain(&edges) {
+                let (got, want) = (x.next_after(y), unsafe { nextafter(x, y) });
+                assert!(
+                    got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(),
+                    "nextafter({x:e}, {y:e}) = {got:e}, C {want:e}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn erf_matches_known_values() {

@@ -304,6 +304,7 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
         "special_zeta" => (BinaryOp::Zeta, false),
         "igamma" | "special_gammainc" => (BinaryOp::Igamma, false),
         "igammac" | "special_gammaincc" => (BinaryOp::Igammac, false),
+        "nextafter" => (BinaryOp::Nextafter, false),
         "bitwise_left_shift" | "__lshift__" => return shift(imp, n, a, b, &out, true),
         "bitwise_right_shift" | "__rshift__" => return shift(imp, n, a, b, &out, false),
         _ => match polynomial(name) {
@@ -324,6 +325,9 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
     } else {
         out.dtype
     };
+    if op == BinaryOp::Nextafter && !compute.is_float() {
+        return unsupported(format!("nextafter on {compute} (torch steps floats only)"));
+    }
     if matches!(name, "bitwise_and" | "bitwise_or" | "bitwise_xor") && !(compute == DType::Bool || compute.is_int()) {
         return unsupported(format!("bitwise ops on {compute}"));
     }

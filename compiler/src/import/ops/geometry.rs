@@ -1,5 +1,5 @@
 //! Pairwise distances (`_cdist_forward`, `_pdist_forward`) and
-//! `grid_sampler_2d`, decomposed at import into elementwise ops, reductions,
+//! `grid_sampler_2d`/`grid_sampler_3d`, decomposed at import into elementwise ops, reductions,
 //! `MatMul` and `IndexGather`, following the formulas of torch's CPU kernels
 //! (including when `cdist` switches to its matrix-product form).
 
@@ -267,7 +267,7 @@ pub(super) fn grid_sampler_2d(imp: &mut Importer, n: &Node) -> R<()> {
     };
     let ux = coord(imp, 0, w)?;
     let uy = coord(imp, 1, h)?;
-    let sampler = Sampler::new(imp, input, &points, w, h)?;
+    let sampler = Sampler::new(imp, input, &points, &[h, w])?;
     let sampled = match interpolation {
         1 => {
             let x = pad_coordinate(imp, ux, w, padding, align)?;
@@ -275,7 +275,7 @@ pub(super) fn grid_sampler_2d(imp: &mut Importer, n: &Node) -> R<()> {
             let x = unary(imp, U::Round, x)?;
             let y = unary(imp, U::Round, y)?;
             let (x, y) = (sampler.axis(imp, x, w)?, sampler.axis(imp, y, h)?);
-            sampler.read(imp, &x, &y)?
+            sampler.read(imp, &[&y, &x])?
         }
         0 => bilinear(imp, &sampler, ux, uy, padding, align)?,
         _ => bicubic(imp, &sampler, ux, uy, padding, align)?,
@@ -283,6 +283,108 @@ pub(super) fn grid_sampler_2d(imp: &mut Importer, n: &Node) -> R<()> {
     let v = imp.push(Op::Permute { perm: vec![0, 3, 1, 2] }, vec![sampled])?;
     let v = imp.cast(v, out.dtype);
     imp.bind(n, 0, v)
+}
+
+/// `aten::grid_sampler(Tensor input, Tensor grid, ..)` (training IR):
+/// the 2-d or 3-d sampler by the input's rank.
+pub(super) fn grid_sampler(imp: &mut Importer, n: &Node) -> R<()> {
+    let input = imp.tensor(n, "input")?;
+    if imp.ty(input).rank() == 5 {
+        grid_sampler_3d(imp, n)
+    } else {
+        grid_sampler_2d(imp, n)
+    }
+}
+
+/// `aten::grid_sampler_3d(Tensor input, Tensor grid, int interpolation_mode,
+///   int padding_mode, bool align_corners) -> Tensor`: `input [N, C, D, H, W]`,
+/// `grid [N, Do, Ho, Wo, 3]` of (x, y, z) in [-1, 1] → `[N, C, Do, Ho, Wo]`.
+/// Trilinear (0) and nearest (1) interpolation (torch has no 3-d bicubic),
+/// the three padding modes, D, H and W static. As torch's scalar 3-d CPU
+/// kernel: its unnormalisation, the point reflected/clipped, then the eight
+/// corners weighted by `wx·wy·wz` and added x fastest, then y, then z.
+pub(super) fn grid_sampler_3d(imp: &mut Importer, n: &Node) -> R<()> {
+    let input = imp.tensor(n, "input")?;
+    let grid = imp.tensor(n, "grid")?;
+    let interpolation = imp.int(n, "interpolation_mode", None)?;
+    let padding = match imp.int(n, "padding_mode", None)? {
+        0 => Padding::Zeros,
+        1 => Padding::Border,
+        2 => Padding::Reflection,
+        other => return unsupported(format!("grid_sampler_3d padding_mode {other}")),
+    };
+    let align = imp.bool(n, "align_corners", false)?;
+    if !matches!(interpolation, 0 | 1) {
+        return unsupported(format!("grid_sampler_3d interpolation_mode {interpolation}"));
+    }
+    let out = imp.out_ty(n, 0)?;
+    // As in 2-d, torch computes f16/bf16 samples in their own dtype.
+    compute_dtype(imp, input, "grid_sampler_3d")?;
+    let compute = imp.ty(input).dtype;
+    let (ti, tg) = (imp.ty(input).clone(), imp.ty(grid).clone());
+    if ti.rank() != 5 || tg.rank() != 5 {
+        return unsupported("grid_sampler_3d needs a 5-d input and grid");
+    }
+    let (Some(d), Some(h), Some(w)) = (ti.shape[2].as_const(), ti.shape[3].as_const(), ti.shape[4].as_const()) else {
+        return unsupported("grid_sampler_3d over a dynamic input depth, height or width");
+    };
+    if out.numel().as_const() == Some(0) || d == 0 || h == 0 || w == 0 {
+        let v = imp.push_typed(Op::Full { value: 0.0, dtype: out.dtype, shape: out.shape.clone() }, vec![], out);
+        return imp.bind(n, 0, v);
+    }
+    let points: Vec<Dim> = tg.shape[..4].to_vec(); // [N, Do, Ho, Wo]
+    let g = imp.cast(grid, compute);
+    let coord = |imp: &mut Importer, index: i64, size: i64| -> R<ValueId> {
+        let c = imp.push(Op::Slice { axis: 4, start: index, end: index + 1, step: 1 }, vec![g])?;
+        let c = reshape(imp, c, points.clone())?;
+        let c = unnormalize_scalar(imp, c, size, align)?;
+        pad_coordinate(imp, c, size, padding, align)
+    };
+    // Outermost first: z (depth), y, x.
+    let point = [coord(imp, 2, d)?, coord(imp, 1, h)?, coord(imp, 0, w)?];
+    let sizes = [d, h, w];
+    let sampler = Sampler::new(imp, input, &points, &sizes)?;
+    let sampled = if interpolation == 1 {
+        let mut at = Vec::with_capacity(3);
+        for (&c, &size) in point.iter().zip(&sizes) {
+            let c = unary(imp, U::Round, c)?;
+            at.push(sampler.axis(imp, c, size)?);
+        }
+        sampler.read(imp, &[&at[0], &at[1], &at[2]])?
+    } else {
+        trilinear(imp, &sampler, point)?
+    };
+    let v = imp.push(Op::Permute { perm: vec![0, 4, 1, 2, 3] }, vec![sampled])?;
+    let v = imp.cast(v, out.dtype);
+    imp.bind(n, 0, v)
+}
+
+/// The eight corners around the (reflected/clipped) point `[z, y, x]`,
+/// each weighted by the volume of the opposite sub-box (`wx·wy·wz`, in
+/// that order), summed x fastest, then y, then z (torch's tnw, tne, tsw,
+/// tse, bnw, bne, bsw, bse).
+fn trilinear(imp: &mut Importer, s: &Sampler, point: [ValueId; 3]) -> R<ValueId> {
+    // Per axis: the lower and upper corner and their weights.
+    let mut corners = Vec::with_capacity(3);
+    for (&c, &size) in point.iter().zip(&s.sizes) {
+        let lo = unary(imp, U::Floor, c)?;
+        let hi = imp.with_scalar(B::Add, lo, 1.0)?;
+        let (w_lo, w_hi) = (binary(imp, B::Sub, hi, c)?, binary(imp, B::Sub, c, lo)?);
+        corners.push([(s.axis(imp, lo, size)?, w_lo), (s.axis(imp, hi, size)?, w_hi)]);
+    }
+    let [zs, ys, xs] = [&corners[0], &corners[1], &corners[2]];
+    let mut terms = Vec::with_capacity(8);
+    for (z, wz) in zs {
+        for (y, wy) in ys {
+            for (x, wx) in xs {
+                let wxy = binary(imp, B::Mul, *wx, *wy)?;
+                let weight = binary(imp, B::Mul, wxy, *wz)?;
+                let value = s.read(imp, &[z, y, x])?;
+                terms.push(s.weigh(imp, value, weight)?);
+            }
+        }
+    }
+    sum_in_order(imp, terms)
 }
 
 /// One coordinate of the input positions a sampling kernel reads, per output
@@ -293,31 +395,36 @@ struct Axis {
     index: ValueId,
 }
 
-/// Reads `input` at per-point positions, as `[N, Ho, Wo, C]` values.
+/// Reads `input` at per-point positions, as `[N, <points>, C]` values
+/// (points `[Ho, Wo]` in 2-d, `[Do, Ho, Wo]` in 3-d).
 struct Sampler {
-    /// The input as `[N, H, W, C]`, so that (n, y, x) index the leading axes.
+    /// The input channels-last, `[N, (D,) H, W, C]`, so that (n, (z,) y, x)
+    /// index the leading axes.
     data: ValueId,
-    /// The batch index of every output point, `[N, Ho, Wo]`.
+    /// The batch index of every output point, `[N, <points>]`.
     batch: ValueId,
     zero: ValueId,
-    /// `[N, Ho, Wo, 1]`: per-point values broadcast over channels.
+    /// `[N, <points>, 1]`: per-point values broadcast over channels.
     column: Vec<Dim>,
-    /// The input's width and height.
-    w: i64,
-    h: i64,
+    /// The input's spatial sizes, outermost first (`[H, W]` or `[D, H, W]`).
+    sizes: Vec<i64>,
 }
 
 impl Sampler {
-    fn new(imp: &mut Importer, input: ValueId, points: &[Dim], w: i64, h: i64) -> R<Sampler> {
+    fn new(imp: &mut Importer, input: ValueId, points: &[Dim], sizes: &[i64]) -> R<Sampler> {
         let compute = imp.ty(input).dtype;
         let batch_dim = imp.ty(input).shape[0].clone();
-        let data = imp.push(Op::Permute { perm: vec![0, 2, 3, 1] }, vec![input])?;
+        let rank = imp.ty(input).rank();
+        let channels_last = std::iter::once(0).chain(2..rank).chain(std::iter::once(1)).collect();
+        let data = imp.push(Op::Permute { perm: channels_last }, vec![input])?;
         let batch = imp.push_typed(
             Op::Arange { start: 0.0, step: 1.0, len: batch_dim.clone(), dtype: DType::I64 },
             vec![],
             TensorType::new(DType::I64, vec![batch_dim.clone()]),
         );
-        let batch = reshape(imp, batch, vec![batch_dim, Dim::Const(1), Dim::Const(1)])?;
+        let mut batch_shape = vec![Dim::Const(1); points.len()];
+        batch_shape[0] = batch_dim;
+        let batch = reshape(imp, batch, batch_shape)?;
         let batch = imp.push_typed(
             Op::Expand { shape: points.to_vec() },
             vec![batch],
@@ -326,7 +433,7 @@ impl Sampler {
         let zero = imp.scalar_const(Scalar::Float(0.0), compute);
         let mut column = points.to_vec();
         column.push(Dim::Const(1));
-        Ok(Sampler { data, batch, zero, column, w, h })
+        Ok(Sampler { data, batch, zero, column, sizes: sizes.to_vec() })
     }
 
     /// A coordinate (already reflected/clipped as the padding mode asks) along an axis of `size`.
@@ -334,11 +441,17 @@ impl Sampler {
         Ok(Axis { inside: in_bounds(imp, c, size)?, index: clamped_index(imp, c, size)? })
     }
 
-    /// The input at (x, y), zero where either lies outside.
-    fn read(&self, imp: &mut Importer, x: &Axis, y: &Axis) -> R<ValueId> {
-        let inside = binary(imp, B::And, x.inside, y.inside)?;
+    /// The input at a position (one coordinate per spatial axis, outermost
+    /// first), zero where any lies outside.
+    fn read(&self, imp: &mut Importer, at: &[&Axis]) -> R<ValueId> {
+        let mut inside = at[0].inside;
+        for a in &at[1..] {
+            inside = binary(imp, B::And, inside, a.inside)?;
+        }
         let inside = reshape(imp, inside, self.column.clone())?;
-        let picked = imp.push(Op::IndexGather { axis: 0 }, vec![self.data, self.batch, y.index, x.index])?;
+        let mut operands = vec![self.data, self.batch];
+        operands.extend(at.iter().map(|a| a.index));
+        let picked = imp.push(Op::IndexGather { axis: 0 }, operands)?;
         imp.push(Op::Where, vec![inside, picked, self.zero])
     }
 
@@ -364,7 +477,7 @@ fn sum_in_order(imp: &mut Importer, terms: Vec<ValueId>) -> R<ValueId> {
 /// The four corners around the (reflected/clipped) point, weighted by the
 /// areas of the opposite sub-rectangles.
 fn bilinear(imp: &mut Importer, s: &Sampler, ux: ValueId, uy: ValueId, padding: Padding, align: bool) -> R<ValueId> {
-    let (w, h) = (s.w, s.h);
+    let (w, h) = (s.sizes[1], s.sizes[0]);
     let ix = pad_coordinate(imp, ux, w, padding, align)?;
     let iy = pad_coordinate(imp, uy, h, padding, align)?;
     let x0 = unary(imp, U::Floor, ix)?;
@@ -380,7 +493,7 @@ fn bilinear(imp: &mut Importer, s: &Sampler, ux: ValueId, uy: ValueId, padding: 
         [(&ax0, &ay0, wx0, wy0), (&ax1, &ay0, wx1, wy0), (&ax0, &ay1, wx0, wy1), (&ax1, &ay1, wx1, wy1)]
     {
         let weight = binary(imp, B::Mul, wx, wy)?;
-        let value = s.read(imp, x, y)?;
+        let value = s.read(imp, &[y, x])?;
         terms.push(s.weigh(imp, value, weight)?);
     }
     sum_in_order(imp, terms)
@@ -392,7 +505,7 @@ fn bilinear(imp: &mut Importer, s: &Sampler, ux: ValueId, uy: ValueId, padding: 
 /// zero outside the input. As torch's kernel: four sums along x, one per tap
 /// row, then their sum along y, each added left to right.
 fn bicubic(imp: &mut Importer, s: &Sampler, ux: ValueId, uy: ValueId, padding: Padding, align: bool) -> R<ValueId> {
-    let (w, h) = (s.w, s.h);
+    let (w, h) = (s.sizes[1], s.sizes[0]);
     let taps = |imp: &mut Importer, u: ValueId, size: i64| -> R<(Vec<Axis>, [ValueId; 4])> {
         let floor = unary(imp, U::Floor, u)?;
         let t = binary(imp, B::Sub, u, floor)?;
@@ -411,7 +524,7 @@ fn bicubic(imp: &mut Importer, s: &Sampler, ux: ValueId, uy: ValueId, padding: P
     for (y, &wy) in ys.iter().zip(&cy) {
         let mut terms = Vec::with_capacity(4);
         for (x, &wx) in xs.iter().zip(&cx) {
-            let value = s.read(imp, x, y)?;
+            let value = s.read(imp, &[y, x])?;
             terms.push(s.weigh(imp, value, wx)?);
         }
         let row = sum_in_order(imp, terms)?;
@@ -476,6 +589,20 @@ fn unnormalize(imp: &mut Importer, c: ValueId, size: i64, align: bool) -> R<Valu
         return Ok(v);
     }
     imp.with_scalar(B::Sub, v, 0.5)
+}
+
+/// torch's scalar `grid_sampler_unnormalize` (the 3-d kernel's form):
+/// `((c + 1) / 2) * (size - 1)` with align_corners, else
+/// `((c + 1) * size - 1) / 2`.
+fn unnormalize_scalar(imp: &mut Importer, c: ValueId, size: i64, align: bool) -> R<ValueId> {
+    let shifted = imp.with_scalar(B::Add, c, 1.0)?;
+    if align {
+        let half = imp.with_scalar(B::Div, shifted, 2.0)?;
+        return imp.with_scalar(B::Mul, half, (size - 1) as f64);
+    }
+    let scaled = imp.with_scalar(B::Mul, shifted, size as f64)?;
+    let less_one = imp.with_scalar(B::Sub, scaled, 1.0)?;
+    imp.with_scalar(B::Div, less_one, 2.0)
 }
 
 /// torch's `compute_coordinates`: a pixel coordinate clipped to the border

@@ -16,9 +16,11 @@ mod embedding_bag;
 mod export_ir;
 mod fft;
 mod geometry;
+mod histogram;
 mod index_dim;
 mod indexing;
 pub(crate) mod linalg;
+mod margin;
 mod ndtri;
 mod nn;
 mod number;
@@ -224,7 +226,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         | "special_hermite_polynomial_he"
         | "special_laguerre_polynomial_l"
         | "special_legendre_polynomial_p" => e::binary(imp, n, name, overload),
-        "special_zeta" | "igamma" | "igammac" | "special_gammainc" | "special_gammaincc" => {
+        "special_zeta" | "igamma" | "igammac" | "special_gammainc" | "special_gammaincc" | "nextafter" => {
             e::binary(imp, n, name, overload)
         }
         "polygamma" | "special_polygamma" => e::polygamma(imp, n),
@@ -413,7 +415,13 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "randperm" => random::randperm(imp, n),
         "_cdist_forward" | "cdist" => geometry::cdist(imp, n),
         "_pdist_forward" | "pdist" => geometry::pdist(imp, n),
-        "grid_sampler_2d" | "grid_sampler" => geometry::grid_sampler_2d(imp, n),
+        "grid_sampler_2d" => geometry::grid_sampler_2d(imp, n),
+        "grid_sampler" => geometry::grid_sampler(imp, n),
+        "grid_sampler_3d" => geometry::grid_sampler_3d(imp, n),
+        "histogram" => histogram::histogram(imp, n, overload),
+        "histogramdd" | "_histogramdd_bin_edges" | "_histogramdd_from_bin_cts" | "_histogramdd_from_bin_tensors" => {
+            histogram::histogramdd(imp, n, name, overload)
+        }
         "bernoulli" => random::bernoulli(imp, n, overload),
         "nonzero" | "argwhere" => data_dependent::nonzero(imp, n),
         "nonzero_static" => data_dependent::nonzero_static(imp, n),
@@ -432,6 +440,9 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         "nanquantile" => quantile::quantile(imp, n, true),
         "nonzero_numpy" => data_dependent::nonzero_numpy(imp, n),
         "_local_scalar_dense" | "item" => data_dependent::local_scalar_dense(imp, n),
+        "multi_margin_loss" | "multilabel_margin_loss" | "multilabel_margin_loss_forward" => {
+            margin::dispatch(imp, n, name)
+        }
         _ => match composite::dispatch(imp, n, name, overload) {
             Err(super::importer::Fail::Unsupported(None)) => export_ir::dispatch(imp, n, name, overload),
             other => other,
