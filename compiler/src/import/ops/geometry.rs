@@ -217,6 +217,22 @@ enum Padding {
     Reflection,
 }
 
+/// A grid sampler's operands and attributes: input, grid,
+/// `interpolation_mode`, `padding_mode` and `align_corners`.
+fn sampler_args(imp: &mut Importer, n: &Node, name: &str) -> R<(ValueId, ValueId, i64, Padding, bool)> {
+    let input = imp.tensor(n, "input")?;
+    let grid = imp.tensor(n, "grid")?;
+    let interpolation = imp.int(n, "interpolation_mode", None)?;
+    let padding = match imp.int(n, "padding_mode", None)? {
+        0 => Padding::Zeros,
+        1 => Padding::Border,
+        2 => Padding::Reflection,
+        other => return unsupported(format!("{name} padding_mode {other}")),
+    };
+    let align = imp.bool(n, "align_corners", false)?;
+    Ok((input, grid, interpolation, padding, align))
+}
+
 /// `aten::grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode,
 ///   int padding_mode, bool align_corners) -> Tensor`: `input [N, C, H, W]`,
 /// `grid [N, Ho, Wo, 2]` of (x, y) in [-1, 1] → `[N, C, Ho, Wo]`. Bilinear (0),
@@ -229,16 +245,7 @@ enum Padding {
 /// 16 taps instead (torch's `get_value_bounded`), since clipping the point
 /// would move the 4x4 neighbourhood.
 pub(super) fn grid_sampler_2d(imp: &mut Importer, n: &Node) -> R<()> {
-    let input = imp.tensor(n, "input")?;
-    let grid = imp.tensor(n, "grid")?;
-    let interpolation = imp.int(n, "interpolation_mode", None)?;
-    let padding = match imp.int(n, "padding_mode", None)? {
-        0 => Padding::Zeros,
-        1 => Padding::Border,
-        2 => Padding::Reflection,
-        other => return unsupported(format!("grid_sampler_2d padding_mode {other}")),
-    };
-    let align = imp.bool(n, "align_corners", false)?;
+    let (input, grid, interpolation, padding, align) = sampler_args(imp, n, "grid_sampler_2d")?;
     if !matches!(interpolation, 0..=2) {
         return unsupported(format!("grid_sampler_2d interpolation_mode {interpolation}"));
     }
@@ -304,16 +311,7 @@ pub(super) fn grid_sampler(imp: &mut Importer, n: &Node) -> R<()> {
 /// kernel: its unnormalisation, the point reflected/clipped, then the eight
 /// corners weighted by `wx·wy·wz` and added x fastest, then y, then z.
 pub(super) fn grid_sampler_3d(imp: &mut Importer, n: &Node) -> R<()> {
-    let input = imp.tensor(n, "input")?;
-    let grid = imp.tensor(n, "grid")?;
-    let interpolation = imp.int(n, "interpolation_mode", None)?;
-    let padding = match imp.int(n, "padding_mode", None)? {
-        0 => Padding::Zeros,
-        1 => Padding::Border,
-        2 => Padding::Reflection,
-        other => return unsupported(format!("grid_sampler_3d padding_mode {other}")),
-    };
-    let align = imp.bool(n, "align_corners", false)?;
+    let (input, grid, interpolation, padding, align) = sampler_args(imp, n, "grid_sampler_3d")?;
     if !matches!(interpolation, 0 | 1) {
         return unsupported(format!("grid_sampler_3d interpolation_mode {interpolation}"));
     }
