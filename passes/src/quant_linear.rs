@@ -337,7 +337,6 @@ fn dequantized_nk(g: &Graph, v: ValueId) -> Option<QuantWeight> {
             attrs,
         });
     }
-    let &[a, b] = producer_inputs(g, m, |op| matches!(op, Op::Binary(BinaryOp::Mul)))? else { return None };
     let shape = static_dims(g, m)?;
     let (&group, lead) = shape.split_last()?;
     if shape.first() != Some(&n) || shape.iter().product::<usize>() != n * k || group == 0 {
@@ -345,27 +344,40 @@ fn dequantized_nk(g: &Graph, v: ValueId) -> Option<QuantWeight> {
     }
     // The scale has the product's shape with a last dim of 1.
     let param_shape: Vec<usize> = lead.iter().copied().chain([1]).collect();
-    let groups = n * (k / group);
+    let (q, scales, zero_points, attrs) = dequantized_product(g, m, &param_shape, n * (k / group))?;
+    (q.len() == n * k).then_some(QuantWeight { n, k, group, q, scales, zero_points, attrs })
+}
+
+/// Integers, scales and zero points (none when all are zero) of `v =
+/// (f32(q) [- f32(zp)]) · s`, `q` an i8 constant, `s` and `zp` constants
+/// shaped `param_shape` holding `groups` values each.
+#[allow(clippy::type_complexity)]
+fn dequantized_product(
+    g: &Graph,
+    v: ValueId,
+    param_shape: &[usize],
+    groups: usize,
+) -> Option<(Vec<i8>, Vec<f32>, Option<Vec<i8>>, ValueAttrs)> {
+    let &[a, b] = producer_inputs(g, v, |op| matches!(op, Op::Binary(BinaryOp::Mul)))? else { return None };
     [(a, b), (b, a)].into_iter().find_map(|(centred, s)| {
         if static_dims(g, s)? != param_shape {
             return None;
         }
         let scales = f32_values(g, s).filter(|s| s.len() == groups)?;
-        let (q, zero_points, attrs) = match producer_inputs(g, centred, |op| matches!(op, Op::Binary(BinaryOp::Sub))) {
+        match producer_inputs(g, centred, |op| matches!(op, Op::Binary(BinaryOp::Sub))) {
             Some(&[qf, zf]) => {
                 let (q, attrs) = int8_values(g, qf)?;
                 if static_dims(g, zf)? != param_shape {
                     return None;
                 }
                 let zp = zero_point_values(g, zf).filter(|z| z.len() == groups)?;
-                (q, zp.iter().any(|&z| z != 0).then_some(zp), attrs)
+                Some((q, scales, zp.iter().any(|&z| z != 0).then_some(zp), attrs))
             }
             _ => {
                 let (q, attrs) = int8_values(g, centred)?;
-                (q, None, attrs)
+                Some((q, scales, None, attrs))
             }
-        };
-        (q.len() == n * k).then_some(QuantWeight { n, k, group, q, scales, zero_points, attrs })
+        }
     })
 }
 
@@ -380,23 +392,17 @@ fn dequantized_conv(g: &Graph, v: ValueId) -> Option<QuantWeight> {
     if g.ty(v).dtype != DType::F32 || rest.is_empty() {
         return None;
     }
-    let &[a, b] = producer_inputs(g, v, |op| matches!(op, Op::Binary(BinaryOp::Mul)))? else { return None };
     let param_shape: Vec<usize> = std::iter::once(n).chain(rest.iter().map(|_| 1)).collect();
-    [(a, b), (b, a)].into_iter().find_map(|(centred, s)| {
-        if static_dims(g, s)? != param_shape {
-            return None;
-        }
-        let scales = f32_values(g, s).filter(|s| s.len() == n)?;
-        let (q, attrs) = match producer_inputs(g, centred, |op| matches!(op, Op::Binary(BinaryOp::Sub))) {
-            Some(&[qf, zf]) => {
-                // Only symmetric weights: `quant_conv` has no zero points.
-                let zero = static_dims(g, zf)? == param_shape && zero_point_values(g, zf)?.iter().all(|&z| z == 0);
-                zero.then_some(())?;
-                int8_values(g, qf)?
-            }
-            _ => int8_values(g, centred)?,
-        };
-        (q.len() == n * k).then_some(QuantWeight { n, k, group: k, q, scales, zero_points: None, attrs })
+    let (q, scales, zero_points, attrs) = dequantized_product(g, v, &param_shape, n)?;
+    // Only symmetric weights: `quant_conv` has no zero points.
+    (q.len() == n * k && zero_points.is_none()).then_some(QuantWeight {
+        n,
+        k,
+        group: k,
+        q,
+        scales,
+        zero_points: None,
+        attrs,
     })
 }
 

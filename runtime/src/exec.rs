@@ -222,15 +222,9 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
         return pack_quant(plan, weights, kernel, inputs).map(Packed::Quant);
     }
     if let Kernel::QuantConv { .. } = kernel {
-        let weight = |i: usize| -> Option<(&crate::format::TensorDecl, &[u8])> {
-            let decl = plan.tensors.get(*inputs.get(i)? as usize)?;
-            let Storage::Weight { offset, bytes } = decl.storage else { return None };
-            let start = usize::try_from(offset).ok()?;
-            Some((decl, weights.get(start..start.checked_add(usize::try_from(bytes).ok()?)?)?))
-        };
-        let ((w_decl, w), (_, scales)) = (weight(1)?, weight(2)?);
-        let dims: Vec<usize> = w_decl.shape.iter().map(static_dim).collect::<Option<_>>()?;
-        return quant_conv_weight(kernel, &dims, w, scales).ok().map(Packed::QuantConv);
+        let ((w_decl, w), (_, scales)) =
+            (section_operand(plan, weights, inputs, 1)?, section_operand(plan, weights, inputs, 2)?);
+        return quant_conv_weight(kernel, &static_dims(w_decl)?, w, scales).ok().map(Packed::QuantConv);
     }
     let transposed = match kernel {
         Kernel::Linear {} | Kernel::LinearFused { .. } => true,
@@ -238,20 +232,11 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
         Kernel::Conv { .. } | Kernel::ConvFused { .. } => false,
         _ => return None,
     };
-    let decl = plan.tensors.get(*inputs.get(1)? as usize)?;
-    let Storage::Weight { offset, bytes } = decl.storage else { return None };
-    let dims: Vec<usize> = decl
-        .shape
-        .iter()
-        .map(|d| match d {
-            DimRef::Static(v) => usize::try_from(*v).ok(),
-            DimRef::Expr(_) => None,
-        })
-        .collect::<Option<_>>()?;
+    let (decl, data) = section_operand(plan, weights, inputs, 1)?;
+    let dims = static_dims(decl)?;
     if decl.dtype != DType::F32 {
         return None;
     }
-    let data = weights.get(usize::try_from(offset).ok()?..usize::try_from(offset.checked_add(bytes)?).ok()?)?;
     if let Kernel::ConvFused { groups, padding, layout: Layout::ChannelsLast, .. } = kernel {
         // The packing the channels-last kernel reads, where it reads one.
         let w = TensorRef { dtype: DType::F32, shape: &dims, data };
@@ -281,19 +266,12 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
 /// are tensors of the weights section.
 fn pack_quant(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> Option<PackedQWeights> {
     let weight = |i: usize| -> Option<TensorRef<'_>> {
-        let decl = plan.tensors.get(*inputs.get(i)? as usize)?;
-        let Storage::Weight { offset, bytes } = decl.storage else { return None };
-        let start = usize::try_from(offset).ok()?;
-        let data = weights.get(start..start.checked_add(usize::try_from(bytes).ok()?)?)?;
+        let (decl, data) = section_operand(plan, weights, inputs, i)?;
         Some(TensorRef { dtype: decl.dtype, shape: &[], data })
     };
     let Kernel::QuantLinear { bits, zero_points, .. } = kernel else { return None };
     let zp = if *zero_points { Some(weight(3)?) } else { None };
     let w_decl = plan.tensors.get(*inputs.get(1)? as usize)?;
-    let static_dim = |d: &DimRef| match d {
-        DimRef::Static(v) => usize::try_from(*v).ok(),
-        DimRef::Expr(_) => None,
-    };
     // `[n, k]` int8 or `[n, k / 2]` int4 bytes.
     let [n, bytes] = w_decl.shape[..] else { return None };
     let (n, k) = (static_dim(&n)?, static_dim(&bytes)?.checked_mul(if *bits == 4 { 2 } else { 1 })?);
@@ -330,11 +308,30 @@ fn quant_weights<'a>(
     })
 }
 
+/// Operand `i` of a call when it is a tensor of the weights section: its
+/// declaration and bytes.
+fn section_operand<'p>(
+    plan: &'p Plan,
+    weights: &'p [u8],
+    inputs: &[u32],
+    i: usize,
+) -> Option<(&'p crate::format::TensorDecl, &'p [u8])> {
+    let decl = plan.tensors.get(*inputs.get(i)? as usize)?;
+    let Storage::Weight { offset, bytes } = decl.storage else { return None };
+    let start = usize::try_from(offset).ok()?;
+    Some((decl, weights.get(start..start.checked_add(usize::try_from(bytes).ok()?)?)?))
+}
+
 fn static_dim(d: &DimRef) -> Option<usize> {
     match d {
         DimRef::Static(v) => usize::try_from(*v).ok(),
         DimRef::Expr(_) => None,
     }
+}
+
+/// A declaration's dims, when every one is static.
+fn static_dims(decl: &crate::format::TensorDecl) -> Option<Vec<usize>> {
+    decl.shape.iter().map(static_dim).collect()
 }
 
 /// A quantized convolution's weight `w` (i8 `dims`) and f32 `scales`

@@ -156,6 +156,7 @@ pub fn qconv_with(
     for b in 0..batch {
         let image = &xs[b * cin * plane..][..cin * plane];
         let result = &mut ys[b * cout * pixels..][..cout * pixels];
+        let residual = residual.map(|r| &r[b * cout * pixels..][..cout * pixels]);
         let (s, zp) = image_qparams(threads, act, image);
         padded.fill(threads, image, s, zp, padded_bytes);
         scales.fill(s);
@@ -165,7 +166,6 @@ pub fn qconv_with(
             let mpad = m.next_multiple_of(ukr.mr);
             gather_rows(threads, &g, &padded, padded_bytes, p0, m, lda, &mut rows[..mpad * lda]);
             let r = QuantRows { bytes: &rows[..mpad * lda], lda, scales: &scales[..m], shifts: &shifts[..m] };
-            let residual = residual.map(|r| &r[b * cout * pixels..][..cout * pixels]);
             if channels_last {
                 // The product's rows are the result's pixels.
                 let block = &mut result[p0 * cout..(p0 + m) * cout];
@@ -230,12 +230,14 @@ impl Padded {
         self.cin * self.dims.iter().product::<usize>() * self.acts.width()
     }
 
-    /// One value in the microkernel's storage.
-    fn encode(&self, q: i8) -> [u8; 2] {
+    /// Every value of `bytes` the zero point (the real value 0), in the
+    /// microkernel's storage.
+    fn fill_zero_point(&self, bytes: &mut [u8], zp: i32) {
+        let q = zp as i8;
         match self.acts {
-            Acts::I8 => [q as u8, 0],
-            Acts::U8Offset => [q as u8 ^ 0x80, 0],
-            Acts::I16 => (q as i16).to_le_bytes(),
+            Acts::I8 => bytes.fill(q as u8),
+            Acts::U8Offset => bytes.fill(q as u8 ^ 0x80),
+            Acts::I16 => bytes.chunks_exact_mut(2).for_each(|v| v.copy_from_slice(&(q as i16).to_le_bytes())),
         }
     }
 
@@ -247,19 +249,15 @@ impl Padded {
             return self.fill_channels_last(threads, x, s, zp, out);
         }
         let width = self.acts.width();
-        let pad = self.encode(zp as i8);
         let [_, ph, pw] = self.dims;
-        let [id, ih, iw] = [0, 1, 2].map(|d| self.dims[d] - 2 * self.border(d));
+        let [id, ih, iw] = [0, 1, 2].map(|d| self.dims[d] - 2 * self.pad[d]);
         let plane_bytes = self.dims.iter().product::<usize>() * width;
         threads.for_each_chunk(out, plane_bytes, |c, plane| {
-            match self.acts {
-                Acts::I16 => plane.chunks_exact_mut(2).for_each(|v| v.copy_from_slice(&pad)),
-                _ => plane.fill(pad[0]),
-            }
+            self.fill_zero_point(plane, zp);
             for i2 in 0..id {
                 for i1 in 0..ih {
                     let src = &x[((c * id + i2) * ih + i1) * iw..][..iw];
-                    let at = ((i2 + self.border(0)) * ph + i1 + self.border(1)) * pw + self.border(2);
+                    let at = ((i2 + self.pad[0]) * ph + i1 + self.pad[1]) * pw + self.pad[2];
                     super::encode_quantized(self.acts, src, s, zp, &mut plane[at * width..][..iw * width]);
                 }
             }
@@ -270,24 +268,16 @@ impl Padded {
     /// pixels per work item.
     fn fill_channels_last(&self, threads: Threads, x: &[f32], s: f32, zp: i32, out: &mut [u8]) {
         let width = self.acts.width();
-        let pad = self.encode(zp as i8);
         let [_, _, pw] = self.dims;
-        let (ih, iw) = (self.dims[1] - 2 * self.border(1), pw - 2 * self.border(2));
+        let (ih, iw) = (self.dims[1] - 2 * self.pad[1], pw - 2 * self.pad[2]);
         let c = self.cin;
         threads.for_each_chunk(out, pw * c * width, |row, bytes| {
-            match self.acts {
-                Acts::I16 => bytes.chunks_exact_mut(2).for_each(|v| v.copy_from_slice(&pad)),
-                _ => bytes.fill(pad[0]),
-            }
-            let Some(i1) = row.checked_sub(self.border(1)).filter(|&i| i < ih) else { return };
+            self.fill_zero_point(bytes, zp);
+            let Some(i1) = row.checked_sub(self.pad[1]).filter(|&i| i < ih) else { return };
             let src = &x[i1 * iw * c..][..iw * c];
-            let dst = &mut bytes[self.border(2) * c * width..][..iw * c * width];
+            let dst = &mut bytes[self.pad[2] * c * width..][..iw * c * width];
             super::encode_quantized(self.acts, src, s, zp, dst);
         });
-    }
-
-    fn border(&self, d: usize) -> usize {
-        self.pad[d]
     }
 }
 
@@ -310,18 +300,9 @@ fn gather_rows(
     // thread count (it only moves data, so any split gives the same bytes).
     const ROWS_PER_ITEM: usize = 32;
     let one_tap = g.kernel == [1, 1, 1] && !padded.channels_last;
+    let gather: fn(&Geometry, &Padded, &[u8], usize, &mut [u8]) =
+        if padded.channels_last { gather_row_channels_last } else { gather_row };
     threads.for_each_chunk(rows, ROWS_PER_ITEM * lda, |item, part| {
-        if padded.channels_last {
-            for (r, row) in part.chunks_exact_mut(lda).enumerate() {
-                let pixel = item * ROWS_PER_ITEM + r;
-                if pixel < m {
-                    gather_row_channels_last(g, padded, image, p0 + pixel, row);
-                } else {
-                    row.fill(0);
-                }
-            }
-            return;
-        }
         if one_tap {
             let first = item * ROWS_PER_ITEM;
             let pixels = (first..(first + ROWS_PER_ITEM).min(m)).map(|r| p0 + r);
@@ -334,7 +315,7 @@ fn gather_rows(
         for (r, row) in part.chunks_exact_mut(lda).enumerate() {
             let pixel = item * ROWS_PER_ITEM + r;
             if pixel < m {
-                gather_row(g, padded, image, p0 + pixel, row);
+                gather(g, padded, image, p0 + pixel, row);
             } else {
                 row.fill(0);
             }
@@ -461,26 +442,15 @@ impl Finish<'_> {
         }
     }
 
+    /// The epilogue over each channel's run `run` of a channels-first
+    /// result (and the residual's same runs).
     fn apply(&self, result: &mut [f32], residual: Option<&[f32]>, cout: usize, pixels: usize, run: Range<usize>) {
         if self.activation.is_none() && residual.is_none() {
             return;
         }
-        let add = |out: &mut [f32], c: usize| {
-            if let Some(r) = residual {
-                out.iter_mut().zip(&r[c * pixels + run.start..c * pixels + run.end]).for_each(|(o, &r)| *o += r);
-            }
-        };
         for c in 0..cout {
-            let out = &mut result[c * pixels + run.start..c * pixels + run.end];
-            if self.residual_first {
-                add(out, c);
-            }
-            if let Some(a) = self.activation {
-                a.apply(out);
-            }
-            if !self.residual_first {
-                add(out, c);
-            }
+            let at = c * pixels + run.start..c * pixels + run.end;
+            self.apply_block(&mut result[at.clone()], residual.map(|r| &r[at]));
         }
     }
 }

@@ -216,8 +216,7 @@ impl PackedQWeights {
 
 /// torchao's per-token symmetric int8 scale of one row.
 pub fn row_scale_symmetric(row: &[f32]) -> f32 {
-    let (mn, mx) = range_with_zero(row);
-    scale_symmetric((mn, mx))
+    scale_symmetric(range_with_zero(row))
 }
 
 /// `(min(min row, 0), max(max row, 0))`, NaNs skipped.
