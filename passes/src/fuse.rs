@@ -41,7 +41,6 @@ pub fn fold_batch_norms(g: &mut Graph, _opts: &Options) -> Result<Changed, PassE
         let (Op::BatchNorm { eps }, &[x, mean, var, weight, bias]) = (&node.op, &node.inputs[..]) else {
             return Ok(Rewrite::Keep);
         };
-        let rank = g.ty(x).rank();
         let Some((scale, shift)) = crate::decompose::norm::constant_params(g, [mean, var, weight, bias], *eps) else {
             return Ok(Rewrite::Keep);
         };
@@ -49,8 +48,7 @@ pub fn fold_batch_norms(g: &mut Graph, _opts: &Options) -> Result<Changed, PassE
         let (scale, shift) = (as_f32(scale), as_f32(shift));
         let Some(scaled) = fold_factors(g, x, BinaryOp::Mul, &scale, &uses) else { return Ok(Rewrite::Keep) };
         uses[scaled] = 1;
-        let fused = fold_factors(g, scaled, BinaryOp::Add, &shift, &uses).filter(|_| rank >= 3);
-        let Some(fused) = fused else { return Ok(Rewrite::Keep) };
+        let Some(fused) = fold_factors(g, scaled, BinaryOp::Add, &shift, &uses) else { return Ok(Rewrite::Keep) };
         let old = g.nodes[n].outputs[0];
         uses[fused] = uses[old];
         Ok(Rewrite::Replace(vec![fused]))

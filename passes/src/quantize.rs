@@ -303,16 +303,7 @@ pub fn plan_layers(g: &Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerQuant>, P
             planned.push(plan_conv(g, layer, groups, scheme, cfg.activations.get(i), report));
             continue;
         }
-        let acts = match scheme {
-            &QuantScheme::Int8Static { observer } => {
-                let (scale, zero_point) = cfg.activations[i].qparams(observer);
-                report.act_qparams = Some((scale, zero_point));
-                Acts::Static { scale, zero_point }
-            }
-            QuantScheme::Int8Dynamic { asymmetric: false } => Acts::Dynamic,
-            QuantScheme::Int8Dynamic { asymmetric: true } => Acts::DynamicAsymmetric,
-            _ => Acts::Float,
-        };
+        let acts = scheme_acts(scheme, cfg.activations.get(i), &mut report);
         let w = f32_weight(g, layer.weight);
         let attrs = g.values[layer.weight].attrs.clone();
         let magnitudes = cfg.activations.get(i).and_then(|o| Magnitudes::of(o, k));
@@ -338,6 +329,21 @@ pub fn plan_layers(g: &Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerQuant>, P
     Ok(planned)
 }
 
+/// The activations `scheme` gives a layer: static ones from its
+/// observation (their parameters recorded in `report`), dynamic, or f32.
+fn scheme_acts(scheme: &QuantScheme, observed: Option<&ActObservation>, report: &mut LayerReport) -> Acts {
+    match (scheme, observed) {
+        (&QuantScheme::Int8Static { observer }, Some(o)) => {
+            let (scale, zero_point) = o.qparams(observer);
+            report.act_qparams = Some((scale, zero_point));
+            Acts::Static { scale, zero_point }
+        }
+        (QuantScheme::Int8Dynamic { asymmetric: false }, _) => Acts::Dynamic,
+        (QuantScheme::Int8Dynamic { asymmetric: true }, _) => Acts::DynamicAsymmetric,
+        _ => Acts::Float,
+    }
+}
+
 /// A convolution's quantization: int8 weights per output channel (torchao's
 /// symmetric rule, as linear layers), the activations as the scheme says
 /// where the kernel runs them (dense convolutions); grouped and depthwise
@@ -353,19 +359,7 @@ fn plan_conv(
 ) -> LayerQuant {
     let (n, k) = layer.dims;
     let dense = groups == 1;
-    let acts = match scheme {
-        &QuantScheme::Int8Static { observer } if dense => match observed {
-            Some(o) => {
-                let (scale, zero_point) = o.qparams(observer);
-                report.act_qparams = Some((scale, zero_point));
-                Acts::Static { scale, zero_point }
-            }
-            None => Acts::Float,
-        },
-        QuantScheme::Int8Dynamic { asymmetric: false } if dense => Acts::Dynamic,
-        QuantScheme::Int8Dynamic { asymmetric: true } if dense => Acts::DynamicAsymmetric,
-        _ => Acts::Float,
-    };
+    let acts = if dense { scheme_acts(scheme, observed, &mut report) } else { Acts::Float };
     report.note = match scheme {
         QuantScheme::Int4Weight { .. } => "convolution: int8 weights (int4 is for linear layers)".into(),
         QuantScheme::Int8Static { .. } | QuantScheme::Int8Dynamic { .. } if !dense => {
