@@ -920,6 +920,8 @@ fn qconv_channels_last_is_channels_first_permuted() {
         ((2, 5, 9, 7), (6, 3, 3), (1, 1, 1)),
         ((1, 8, 8, 8), (17, 1, 1), (1, 0, 1)),
         ((1, 3, 11, 9), (4, 3, 2), (2, 2, 2)),
+        // An RGB stem: each kernel row's 7 taps × 3 channels one short copy.
+        ((1, 3, 20, 18), (8, 7, 7), (2, 3, 1)),
     ]
     .iter()
     .enumerate()

@@ -356,23 +356,40 @@ fn gather_one_tap<const W: usize>(
 
 /// One output pixel's window of a channels-last image into `row`: value
 /// `t · C + c` is input channel `c` at tap `t` (the weight is stored tap
-/// by tap for it), each tap's `C` values one copy.
+/// by tap for it). Without dilation a kernel row's taps are adjacent
+/// pixels, so its `kw · C` values are one copy (an RGB stem's 7×7 window
+/// is 7 copies of 21 bytes, not 49 of 3).
 fn gather_row_channels_last(g: &Geometry, padded: &Padded, image: &[u8], pixel: usize, row: &mut [u8]) {
     let [_, _, ow] = g.output;
     let [_, kh, kw] = g.kernel;
     let [_, _, pw] = padded.dims;
     let run = padded.cin * padded.acts.width();
     let (oy, ox) = (pixel / ow, pixel % ow);
+    let (taps_per_copy, copies) = if g.dil[2] == 1 { (kw, 1) } else { (1, kw) };
+    let len = taps_per_copy * run;
     let mut v = 0;
     for t1 in 0..kh {
         let y = oy * g.stride[1] + t1 * g.dil[1];
-        for t0 in 0..kw {
+        for t0 in 0..copies {
             let at = (y * pw + ox * g.stride[2] + t0 * g.dil[2]) * run;
-            row[v..v + run].copy_from_slice(&image[at..at + run]);
-            v += run;
+            copy_short(&image[at..], &mut row[v..], len);
+            v += len;
         }
     }
     row[v..].fill(0);
+}
+
+/// `dst[..len] = src[..len]`; a run of at most 32 bytes with room after
+/// it in both slices is one fixed 32-byte copy (no call into memmove): the
+/// bytes past `len` are overwritten by the next run or the row's tail.
+#[inline(always)]
+fn copy_short(src: &[u8], dst: &mut [u8], len: usize) {
+    if len <= 32 && src.len() >= 32 && dst.len() >= 32 {
+        let bytes: [u8; 32] = src[..32].try_into().unwrap_or([0; 32]);
+        dst[..32].copy_from_slice(&bytes);
+    } else {
+        dst[..len].copy_from_slice(&src[..len]);
+    }
 }
 
 /// One output pixel's window into `row`: value `c · taps + t` is input
