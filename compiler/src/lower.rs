@@ -96,8 +96,9 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
         Op::LogSoftmax { axis } => Kernel::Softmax { axis: *axis as u32, log: true },
         Op::Reduce { kind, axes, .. } => Kernel::Reduce { kind: *kind, axes: axes32(axes) },
         Op::ArgMax { axis, .. } => Kernel::ArgMax { axis: *axis as u32 },
-        Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor, .. } => Kernel::Pool {
+        Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor, layout, .. } => Kernel::Pool {
             kind: *kind,
+            layout: *layout,
             kernel: u32s(kernel).ok_or_else(bad_params)?,
             stride: u32s(stride).ok_or_else(bad_params)?,
             padding: u32s(padding).ok_or_else(bad_params)?,
@@ -175,7 +176,7 @@ fn value_index_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<[NodeId; 2]> {
             Op::Sort { axis: axis_b, k: k_b, descending: descending_b, indices: indices_b },
         ) if (axis, k, descending) == (axis_b, k_b, descending_b) && indices != indices_b => !indices,
         (
-            Op::Pool { kind: ka, kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor },
+            Op::Pool { kind: ka, kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor, layout },
             Op::Pool {
                 kind: kb,
                 kernel: kernel_b,
@@ -185,9 +186,10 @@ fn value_index_pair(g: &Graph, a: NodeId, b: NodeId) -> Option<[NodeId; 2]> {
                 ceil_mode: ceil_mode_b,
                 count_include_pad: count_include_pad_b,
                 divisor: divisor_b,
+                layout: layout_b,
             },
-        ) if (kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor)
-            == (kernel_b, stride_b, padding_b, dilation_b, ceil_mode_b, count_include_pad_b, divisor_b) =>
+        ) if (kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor, layout)
+            == (kernel_b, stride_b, padding_b, dilation_b, ceil_mode_b, count_include_pad_b, divisor_b, layout_b) =>
         {
             match (ka, kb) {
                 (ir::PoolKind::Max, ir::PoolKind::ArgMax) => true,

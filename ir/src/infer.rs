@@ -475,6 +475,16 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
         }
         Op::Reduce { axes, keep_dims, .. } => reduce(ins[0], ins[0].dtype, axes, *keep_dims),
         Op::ArgMax { axis, keep_dims } => reduce(ins[0], DType::I64, &[*axis], *keep_dims),
+        Op::Pool { layout: crate::Layout::ChannelsLast, kernel, .. } => {
+            if kernel.len() != 2 || ins[0].rank() != 4 {
+                return Err("a channels-last pool is 2-d: input [N, H, W, C]".into());
+            }
+            let mut nchw = op.clone();
+            if let Op::Pool { layout, .. } = &mut nchw {
+                *layout = crate::Layout::ChannelsFirst;
+            }
+            channels_last(ins, None, |refs| infer_one(symbols, &nchw, refs))
+        }
         Op::Pool { kind, kernel, stride, padding, dilation, ceil_mode, .. } => {
             let x = ins[0];
             let n = kernel.len();

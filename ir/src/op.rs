@@ -56,7 +56,10 @@ op_table! {
     );
     /// Index of the maximum along `axis` (first on ties), as i64.
     [ArgMax { axis: usize, keep_dims: bool }] opcode ArgMax, text("argmax");
-    /// Spatial pooling over the trailing `kernel.len()` dims.
+    /// Spatial pooling over the trailing `kernel.len()` dims. With `layout`
+    /// channels-last (made by the layout pass; 2-d max/avg values only) the
+    /// input and result are `[N, H, W, C]` (text: `layout=channels_last`,
+    /// omitted when channels-first).
     [Pool {
         kind: PoolKind,
         kernel: Vec<i64>,
@@ -68,6 +71,7 @@ op_table! {
         /// Avg only: divide each window's sum by this instead of its tap
         /// count (torch's `divisor_override`); never 0.
         divisor: Option<i64>,
+        layout: Layout,
     }] opcode Pool, select(Max => "max_pool", Avg => "avg_pool", ArgMax => "max_pool_indices"), channels_first, composite;
     /// Adaptive average pooling of the trailing `output.len()` dims.
     [AdaptiveAvgPool { output: Vec<i64> }] opcode AdaptiveAvgPool, text("adaptive_avg_pool"), channels_first, composite;

@@ -513,7 +513,10 @@ impl Verifier<'_> {
                     e.push(format!("{what}: stride, padding and dilation lengths differ"));
                 }
             }
-            Op::Pool { kind, kernel, stride, padding, dilation, divisor, .. } => {
+            Op::Pool { kind, kernel, stride, padding, dilation, divisor, layout, .. } => {
+                if *layout == crate::Layout::ChannelsLast && (*kind == PoolKind::ArgMax || kernel.len() != 2) {
+                    e.push(format!("{what}: a channels-last pool is a 2-d max or avg pool"));
+                }
                 match (kind, divisor) {
                     (_, None) => {}
                     (PoolKind::Avg, Some(0)) => e.push(format!("{what}: divisor must not be 0")),

@@ -71,6 +71,7 @@ fn every_op_graph() -> Graph {
             ceil_mode: true,
             count_include_pad: false,
             divisor,
+            layout: kiln_ir::Layout::ChannelsFirst,
         };
         g.push(pool, vec![img], TensorType::fixed(dtype, &[1, 3, 4, 4]), None);
     }

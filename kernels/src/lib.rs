@@ -93,7 +93,7 @@ pub use generic::matmul::{
 };
 pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, rms_norm, rms_norm_cx, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};
-pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, pool_cx, PoolParams};
+pub use generic::pool::{adaptive_avg_pool, max_pool_with_indices, pool, pool_channels_last_cx, pool_cx, PoolParams};
 pub use generic::random::{random, RandomDist, RandomKey};
 pub use generic::reduce::{argmax, argmin, assert_all, cumsum, reduce, reduce_cx, scan};
 pub use generic::resize::{resize, ResizeMode, ResizeParams};

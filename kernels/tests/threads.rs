@@ -23,6 +23,17 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+/// `[N, C, H, W]` values in `[N, H, W, C]` order.
+fn to_nhwc(v: &[f32], [n, c, h, w]: [usize; 4]) -> Vec<f32> {
+    let mut out = vec![0f32; v.len()];
+    for (i, &x) in v.iter().enumerate() {
+        let (b, ch, y, xx) = (i / (c * h * w), (i / (h * w)) % c, (i / w) % h, i % w);
+        out[((b * h + y) * w + xx) * c + ch] = x;
+    }
+    debug_assert_eq!(v.len(), n * c * h * w);
+    out
+}
+
 /// Runs `f` at every thread count and checks the outputs are identical.
 fn same_at_every_count(what: &str, table: &'static KernelTable, f: impl Fn(&mut Context) -> Vec<f32>) {
     let mut first: Option<Vec<u32>> = None;
@@ -472,6 +483,27 @@ fn row_and_elementwise_kernels_are_bit_identical_at_every_thread_count() {
                 k::max_pool_with_indices(special.r(), &params, values.w(), indices.w()).unwrap();
                 assert!(bits(&fast.get::<f32>()) == bits(&values.get::<f32>()), "plain max pool differs");
             }
+            // Channels-last: the channels-first result permuted, bit for
+            // bit (NaNs, -inf and signed zeros in the windows), at every
+            // thread count.
+            let mut special = x[..2 * 40 * 45 * 43].to_vec();
+            special.iter_mut().step_by(97).for_each(|v| *v = f32::NAN);
+            special.iter_mut().skip(5).step_by(89).for_each(|v| *v = f32::NEG_INFINITY);
+            special.iter_mut().skip(7).step_by(13).for_each(|v| *v = 0.0);
+            special.iter_mut().skip(11).step_by(13).for_each(|v| *v = -0.0);
+            let special_first = f32s(&[2, 40, 45, 43], &special);
+            let mut want = Buf::zeros(DType::F32, &os);
+            k::pool(kind, special_first.r(), &params, want.w()).unwrap();
+            let want = bits(&to_nhwc(&want.get::<f32>(), os));
+            let special_last = f32s(&[2, 45, 43, 40], &to_nhwc(&special, [2, 40, 45, 43]));
+            let os_last = [2, out_hw[0], out_hw[1], 40];
+            same_at_every_count(&format!("channels-last pool {kind:?} {kernel:?}"), table, |cx| {
+                let mut out = Buf::zeros(DType::F32, &os_last);
+                k::pool_channels_last_cx(kind, special_last.r(), &params, out.w(), cx).unwrap();
+                let got = out.get::<f32>();
+                assert!(bits(&got) == want, "channels-last pool differs from the channels-first one");
+                got
+            });
             let mut plain_idx = Buf::zeros(DType::I64, &os);
             k::pool(k::PoolKind::ArgMax, img.r(), &params, plain_idx.w()).unwrap();
             let mut idx = Buf::zeros(DType::I64, &os);

@@ -21,16 +21,19 @@
 //!   depthwise, pointwise, and dense ones with at least 32 input channels
 //!   (an RGB stem stays channels-first, see [`MIN_DENSE_CHANNELS`]).
 //!
+//! - a 2-d max or average pool of a value with a channels-last form pools
+//!   that form (ResNet's stem pool), and so do elementwise ops and the
+//!   classifier's spatial mean (below).
+//!
 //! So transpositions remain only at a run's edges: the model input, and
-//! before ops that stay channels-first (pooling, the classifier's mean and
-//! flatten). Values and results are unchanged: a channels-last convolution
+//! before ops that stay channels-first (adaptive pooling, flatten). Values and results are unchanged: a channels-last convolution
 //! computes each output element with the same operations as the
 //! channels-first kernel (the kernels' tests compare them bit for bit), and
 //! a permute moves bytes. CPU target only (its kernels have the layout).
 
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::{Changed, Options, PassError};
-use kiln_ir::{DType, Dim, Epilogue, Graph, Layout, LocId, NodeId, Op, ReduceKind, TensorType, ValueId};
+use kiln_ir::{DType, Dim, Epilogue, Graph, Layout, LocId, NodeId, Op, PoolKind, ReduceKind, TensorType, ValueId};
 use std::collections::HashMap;
 
 /// `N, C, H, W` → `N, H, W, C`.
@@ -49,7 +52,7 @@ pub fn channels_last(g: &mut Graph, opts: &Options) -> Result<Changed, PassError
         if let Some(y) = spatial_reduce(g, n, &nhwc) {
             return Ok(Rewrite::Replace(vec![y]));
         }
-        if let Some(back) = elementwise(g, n, &mut nhwc) {
+        if let Some(back) = elementwise(g, n, &mut nhwc).or_else(|| pool(g, n, &mut nhwc)) {
             return Ok(Rewrite::Replace(vec![back]));
         }
         let Some(conv) = channels_last_op(g, n) else { return Ok(Rewrite::Keep) };
@@ -196,6 +199,34 @@ fn elementwise(g: &mut Graph, n: NodeId, nhwc: &mut HashMap<ValueId, ValueId>) -
     let y = g.push(node.op.clone(), inputs, permuted(&out_ty, &TO_NHWC), node.loc);
     let back = g.push(Op::Permute { perm: TO_NCHW.to_vec() }, vec![y], out_ty, node.loc);
     nhwc.insert(back, y);
+    Some(back)
+}
+
+/// Node `n` run channels-last, if it is a 2-d max or average pool (values
+/// only) of an f32 value that has a channels-last form: the pool of that
+/// form, and the permute back (returned; the pair goes into `nhwc`).
+/// ResNet's stem max pool: the stem's result is no longer permuted back to
+/// be pooled, and the next convolution reads the pooled pixels directly.
+/// The kernel folds each channel's taps in the channels-first order: the
+/// same bits.
+fn pool(g: &mut Graph, n: NodeId, nhwc: &mut HashMap<ValueId, ValueId>) -> Option<ValueId> {
+    let node = &g.nodes[n];
+    let Op::Pool { kind: PoolKind::Max | PoolKind::Avg, kernel, layout: Layout::ChannelsFirst, .. } = &node.op else {
+        return None;
+    };
+    let (&v, &[out]) = (node.inputs.first()?, &node.outputs[..]) else { return None };
+    let y = *nhwc.get(&v)?;
+    if kernel.len() != 2 || g.ty(v).dtype != DType::F32 || g.ty(v).rank() != 4 {
+        return None;
+    }
+    let mut op = node.op.clone();
+    if let Op::Pool { layout, .. } = &mut op {
+        *layout = Layout::ChannelsLast;
+    }
+    let (loc, out_ty) = (node.loc, g.ty(out).clone());
+    let pooled = g.push(op, vec![y], permuted(&out_ty, &TO_NHWC), loc);
+    let back = g.push(Op::Permute { perm: TO_NCHW.to_vec() }, vec![pooled], out_ty, loc);
+    nhwc.insert(back, pooled);
     Some(back)
 }
 

@@ -235,6 +235,7 @@ fn conv_and_non_tiling_pools_stay() {
         ceil_mode: false,
         count_include_pad: true,
         divisor: None,
+        layout: kiln_ir::Layout::ChannelsFirst,
     };
     let (mut g, _) = single_op(pool, &[&[1, 2, 5]], &[1, 2, 5], 1);
     assert_eq!(decompose(&mut g, &opts(Target::Primitive)).unwrap(), Changed::No);

@@ -671,13 +671,14 @@ kernel_fns! {
     Softmax { axis, log } => k::softmax_cx(ins[0], *axis as usize, *log, out(outs, 0), cx);
     Reduce { kind } => k::reduce_cx(*kind, ins[0], ints, out(outs, 0), cx);
     ArgMax { axis } => k::argmax(ins[0], *axis as usize, out(outs, 0));
-    Pool { kind, count_include_pad, divisor } => {
+    Pool { kind, layout, count_include_pad, divisor } => {
         let [kernel, stride, padding, dilation] = lists::<4>(ints);
         let params =
             PoolParams { kernel, stride, padding, dilation, count_include_pad: *count_include_pad, divisor: *divisor };
         match outs {
-            // Validated: two outputs only on a max pool.
+            // Validated: two outputs only on a channels-first max pool.
             [values, indices] => k::max_pool_with_indices(ins[0], &params, reborrow(values), reborrow(indices)),
+            _ if *layout == Layout::ChannelsLast => k::pool_channels_last_cx(*kind, ins[0], &params, out(outs, 0), cx),
             _ => k::pool_cx(*kind, ins[0], &params, out(outs, 0), cx),
         }
     };

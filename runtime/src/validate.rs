@@ -712,7 +712,10 @@ fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> s
     }
     if let [values, indices] = outs[..] {
         // Two outputs: a sort's or a max pool's values and their i64 indices.
-        let pairs = matches!(kernel, Kernel::Sort { .. } | Kernel::Pool { kind: PoolKind::Max, .. });
+        let pairs = matches!(
+            kernel,
+            Kernel::Sort { .. } | Kernel::Pool { kind: PoolKind::Max, layout: Layout::ChannelsFirst, .. }
+        );
         if !pairs || indices.dtype != crate::DType::I64 || indices.shape != values.shape {
             return Err("a second output must be the i64 indices (shaped like the values) of a sort or max pool".into());
         }
@@ -868,6 +871,11 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
     {
         if in_rank != 4 || rank(out) != 4 {
             return Err("a channels-last convolution is 2-d: input and output [N, H, W, C]".into());
+        }
+    }
+    if let Kernel::Pool { kind, kernel, layout: Layout::ChannelsLast, .. } = k {
+        if in_rank != 4 || rank(out) != 4 || kernel.len() != 2 || *kind == PoolKind::ArgMax {
+            return Err("a channels-last pool is a 2-d max or avg pool: input and output [N, H, W, C]".into());
         }
     }
     if let Kernel::QuantConv { epilogue, .. } = k {

@@ -304,6 +304,7 @@ fn pooling() {
         ceil_mode,
         count_include_pad,
         divisor,
+        layout: kiln_ir::Layout::ChannelsFirst,
     };
     for (kind, ceil, include, divisor) in [
         (PoolKind::Max, false, true, None),

@@ -133,6 +133,7 @@ fn conv_and_pool_family() {
         ceil_mode,
         count_include_pad: true,
         divisor: None,
+        layout: crate::Layout::ChannelsFirst,
     };
     let img = f32t(&[c(1), c(3), c(7), c(6)]);
     // The indices variant has the values' shape and dtype i64.

@@ -373,6 +373,97 @@ fn max_into<T: Real>(dst: &mut [T], src: &[T], stride: usize) {
     }
 }
 
+/// [`pool_cx`] (max or average values) of a channels-last 2-d input `x`
+/// (`[N, H, W, C]`) into `out` (`[N, OH, OW, C]`). Each output pixel is
+/// its window's taps folded over the pixel's `C` contiguous values, the taps
+/// in the channels-first loop's order (rows, then columns), so every
+/// element is the same value as there (NaNs and signed zeros included) —
+/// and the inner loop runs along channels, which vectorises. Whole output
+/// rows per work item, in a fixed split: the same bytes at any thread
+/// count.
+pub fn pool_channels_last_cx(
+    kind: PoolKind,
+    x: TensorRef,
+    p: &PoolParams,
+    mut out: TensorMut,
+    cx: &mut Context,
+) -> Result<()> {
+    const K: &str = "pool";
+    if kind == PoolKind::ArgMax {
+        return Err(shape_err(K, "channels-last pooling writes values, not indices"));
+    }
+    expect_dtype(K, "out", out.dtype, x.dtype)?;
+    if p.divisor.is_some_and(|d| kind != PoolKind::Avg || d == 0) {
+        return Err(shape_err(K, "a divisor needs avg pooling and must not be 0"));
+    }
+    let (xs, os) = (x.shape, out.shape);
+    if p.kernel.len() != 2 || xs.len() != 4 || os.len() != 4 || xs[3] != os[3] {
+        return Err(shape_err(K, format!("channels-last pooling is 2-d: input {xs:?}, output {os:?} [N, H, W, C]")));
+    }
+    // The geometry is the channels-first view's.
+    let (w, _) = window(&[xs[0], xs[3], xs[1], xs[2]], &[os[0], os[3], os[1], os[2]], p)?;
+    let rows = os[0] * os[1];
+    let row_len = os[2] * os[3];
+    if row_len == 0 || rows == 0 {
+        return Ok(());
+    }
+    let s = Windows { w: &w, planes: 1, include_pad: p.count_include_pad, divisor: p.divisor };
+    let image = xs[1] * xs[2] * xs[3];
+    let rows_per_item = (ELEMENT_CHUNK / row_len).max(1);
+    let threads = if rows * row_len < 2 * ELEMENT_CHUNK { Threads::single() } else { cx.threads() };
+    macro_rules! run {
+        ($T:ty) => {{
+            let xv = view::<$T>(K, "x", &x)?;
+            let ov = view_mut::<$T>(K, "out", &mut out)?;
+            threads.for_each_chunk(ov, rows_per_item * row_len, |item, part| {
+                for (r, orow) in part.chunks_exact_mut(row_len).enumerate() {
+                    let row = item * rows_per_item + r;
+                    let (n, oy) = (row / os[1], row % os[1]);
+                    pool_row_channels_last::<$T>(kind, &xv[n * image..][..image], s, oy, xs[3], orow);
+                }
+            })
+        }};
+    }
+    match x.dtype {
+        DType::F32 => run!(f32),
+        DType::F64 => run!(f64),
+        d => return Err(dtype_err(K, d)),
+    }
+    Ok(())
+}
+
+/// Output row `oy` (`[OW, C]`) of one channels-last image (`[H, W, C]`).
+fn pool_row_channels_last<T: Real>(kind: PoolKind, image: &[T], s: Windows, oy: usize, c: usize, orow: &mut [T]) {
+    let w = s.w;
+    let iw = w.input[2];
+    let (y0, y1, py) = taps(oy, w, 1);
+    let at = |o: usize, k: usize, d: usize| o * w.stride[d] + k * w.dil[d] - w.pad[d];
+    for (ox, acc) in orow.chunks_exact_mut(c).enumerate() {
+        let (x0, x1, px) = taps(ox, w, 2);
+        acc.fill(if kind == PoolKind::Avg { T::ZERO } else { T::NEG_INFINITY });
+        for ky in y0..y1 {
+            let row = at(oy, ky, 1) * iw;
+            for kx in x0..x1 {
+                let v = &image[(row + at(ox, kx, 2)) * c..][..c];
+                if kind == PoolKind::Avg {
+                    acc.iter_mut().zip(v).for_each(|(a, &v)| *a += v);
+                } else {
+                    max_into(acc, v, 1);
+                }
+            }
+        }
+        if kind == PoolKind::Avg {
+            let div = match s.divisor {
+                Some(d) => d as f64,
+                None if s.include_pad => (py * px) as f64,
+                None => ((y1 - y0) * (x1 - x0)) as f64,
+            };
+            let div = T::from_f64(div);
+            acc.iter_mut().for_each(|a| *a = *a / div);
+        }
+    }
+}
+
 /// torch adaptive_avg_pool: output cell i averages input [floor(i·in/out),
 /// ceil((i+1)·in/out)). Pools every trailing dim from the first one whose size
 /// differs (at most 3); equal dims map to themselves.

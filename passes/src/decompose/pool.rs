@@ -40,6 +40,7 @@ pub(super) fn adaptive_avg_pool(
         ceil_mode: false,
         count_include_pad: true,
         divisor: None,
+        layout: kiln_ir::Layout::ChannelsFirst,
     };
     e.push(pool, vec![x]).map(Some)
 }

@@ -295,9 +295,11 @@ kernels! {
     ArgMax { axis: u32 => axis }
     /// `divisor` (avg only): torch's `divisor_override`. `PoolKind::ArgMax`
     /// writes max pooling's i64 indices instead of its values; `Max` with
-    /// two outputs writes both (values, indices) in one pass.
+    /// two outputs writes both (values, indices) in one pass. Channels-last
+    /// (2-d max/avg values only): input and output `[N, H, W, C]`.
     Pool {
         kind: PoolKind,
+        layout: Layout,
         kernel: Vec<u32>,
         stride: Vec<u32>,
         padding: Vec<u32>,

@@ -108,6 +108,11 @@ fn every_int8_mode_quantizes_every_convolution() {
             for k in ["relu", "clamp", "add"] {
                 assert_eq!(count(&p, k), count(&float, k), "{model} {mode}: separate `{k}` kernels");
             }
+            if model == "resnet18" && mode.starts_with("int8-") && mode != "int8-weight" {
+                // The integer stem runs channels-last and so does the max
+                // pool after it: one permute, of the model's input.
+                assert_eq!(count(&p, "permute"), 1, "{model} {mode}: permutes");
+            }
             let conv_reports: Vec<_> = summary.quantized.iter().filter(|l| l.bits == Some(8)).collect();
             assert!(conv_reports.len() >= convs, "{model} {mode}: {} int8 layers reported", conv_reports.len());
             // Weights a quarter of f32's, plus the f32 scales and biases (one

@@ -132,6 +132,7 @@ fn fused_epilogues_clamp_and_pool_are_bit_identical_at_every_thread_count() {
         ceil_mode: false,
         count_include_pad: false,
         divisor: None,
+        layout: kiln_ir::Layout::ChannelsFirst,
     };
     let p = g.push(pool, vec![c], ty(&[1, 16, 28, 28]), None);
     let flat = g.push(Op::Reshape { shape: vec![16.into(), 784.into()] }, vec![p], ty(&[16, 784]), None);

@@ -331,6 +331,7 @@ pub(super) fn max_pool2d(imp: &mut Importer, n: &Node) -> R<()> {
         ceil_mode,
         count_include_pad: false,
         divisor: None,
+        layout: kiln_ir::Layout::ChannelsFirst,
     };
     bind_max_pool(imp, n, x, pool)
 }
@@ -377,6 +378,7 @@ pub(super) fn avg_pool2d(imp: &mut Importer, n: &Node) -> R<()> {
         ceil_mode,
         count_include_pad,
         divisor,
+        layout: kiln_ir::Layout::ChannelsFirst,
     };
     imp.emit(n, op, vec![x])?;
     Ok(())
@@ -456,6 +458,7 @@ pub(super) fn pool1d(imp: &mut Importer, n: &Node, kind: PoolKind) -> R<()> {
         ceil_mode,
         count_include_pad,
         divisor: None,
+        layout: kiln_ir::Layout::ChannelsFirst,
     };
     match kind {
         PoolKind::Max => bind_max_pool(imp, n, x, pool),
@@ -598,6 +601,7 @@ pub(super) fn pool3d(imp: &mut Importer, n: &Node, kind: PoolKind) -> R<()> {
         ceil_mode,
         count_include_pad,
         divisor,
+        layout: kiln_ir::Layout::ChannelsFirst,
     };
     match kind {
         PoolKind::Max => bind_max_pool(imp, n, x, pool),

@@ -649,7 +649,10 @@ impl<'c, 'a> Emitter<'c, 'a> {
                     ],
                 )?
             }
-            Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor, .. } => {
+            Op::Pool { kind, kernel, stride, padding, dilation, count_include_pad, divisor, layout, .. } => {
+                if *layout != kiln_ir::Layout::ChannelsFirst {
+                    return Err(err("a channels-last pool (the CPU target's layout) in a segment"));
+                }
                 let divide = match divisor {
                     Some(d) => Divisor::Fixed(*d),
                     None => Divisor::Taps { count_include_pad: *count_include_pad },
