@@ -21,7 +21,14 @@ fn check(mr: usize, k4: usize, a: &[u8], lda: usize, b: &[u8], acc: &[i32]) {
 
 const NEON_MR: usize = 2;
 
-const INT8_NEON: QGemmUkr = QGemmUkr { variant: "neon_2x16", mr: NEON_MR, nr: 16, acts: Acts::I8, run: int8_neon };
+const INT8_NEON: QGemmUkr = QGemmUkr {
+    variant: "neon_2x16",
+    mr: NEON_MR,
+    nr: 16,
+    acts: Acts::I8,
+    run: int8_neon,
+    driver: crate::quant::GENERIC_DRIVER,
+};
 
 fn int8_neon(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
     check(NEON_MR, k4, a, lda, b, acc);
@@ -54,7 +61,14 @@ unsafe fn int8_neon_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, acc
 
 const SDOT_MR: usize = 4;
 
-const INT8_SDOT: QGemmUkr = QGemmUkr { variant: "neon_sdot_4x16", mr: SDOT_MR, nr: 16, acts: Acts::I8, run: int8_sdot };
+const INT8_SDOT: QGemmUkr = QGemmUkr {
+    variant: "neon_sdot_4x16",
+    mr: SDOT_MR,
+    nr: 16,
+    acts: Acts::I8,
+    run: int8_sdot,
+    driver: crate::quant::GENERIC_DRIVER,
+};
 
 fn int8_sdot(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
     check(SDOT_MR, k4, a, lda, b, acc);

@@ -141,7 +141,7 @@ pub fn qconv_with(
     let chunk = chunk - chunk % ukr.mr;
     // One f32 buffer: the quantized image, the rows, their scales and
     // shifts, the products (each part a whole number of f32s).
-    let padded = Padded::of(&g, cin, ukr.acts, channels_last);
+    let padded = Padded::of(&g, cin, &ukr, channels_last);
     let padded_len = padded.len_bytes().div_ceil(4);
     let rows_len = chunk * lda / 4;
     let buf = cx.scratch.f32s(padded_len + rows_len + 2 * chunk + chunk * cout);
@@ -216,14 +216,16 @@ struct Padded {
     /// The border on each side of each spatial dim.
     pad: [usize; 3],
     acts: Acts,
+    /// The entry's encoder of quantized values into `acts`.
+    encode: super::int8::EncodeFn,
     /// Pixels of `C` values (`[spatial.., C]`) instead of channel planes.
     channels_last: bool,
 }
 
 impl Padded {
-    fn of(g: &Geometry, cin: usize, acts: Acts, channels_last: bool) -> Padded {
+    fn of(g: &Geometry, cin: usize, ukr: &super::int8::QGemmUkr, channels_last: bool) -> Padded {
         let dims = [0, 1, 2].map(|d| g.input[d] + 2 * g.pad[d]);
-        Padded { cin, dims, pad: g.pad, acts, channels_last }
+        Padded { cin, dims, pad: g.pad, acts: ukr.acts, encode: ukr.driver.encode, channels_last }
     }
 
     fn len_bytes(&self) -> usize {
@@ -258,7 +260,7 @@ impl Padded {
                 for i1 in 0..ih {
                     let src = &x[((c * id + i2) * ih + i1) * iw..][..iw];
                     let at = ((i2 + self.pad[0]) * ph + i1 + self.pad[1]) * pw + self.pad[2];
-                    super::encode_quantized(self.acts, src, s, zp, &mut plane[at * width..][..iw * width]);
+                    (self.encode)(self.acts, src, s, zp, &mut plane[at * width..][..iw * width]);
                 }
             }
         });
@@ -276,7 +278,7 @@ impl Padded {
             let Some(i1) = row.checked_sub(self.pad[1]).filter(|&i| i < ih) else { return };
             let src = &x[i1 * iw * c..][..iw * c];
             let dst = &mut bytes[self.pad[2] * c * width..][..iw * c * width];
-            super::encode_quantized(self.acts, src, s, zp, dst);
+            (self.encode)(self.acts, src, s, zp, dst);
         });
     }
 }

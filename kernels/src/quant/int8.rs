@@ -34,7 +34,29 @@ pub(crate) struct QGemmUkr {
     /// How the driver stores the activation rows the kernel reads.
     pub(crate) acts: Acts,
     pub(crate) run: QKernelFn,
+    /// The driver's per-value loops, compiled for the entry's ISA.
+    pub(crate) driver: Driver,
 }
+
+/// The loops around the microkernel that touch every activation and every
+/// output: writing quantized activations in the entry's storage, and the
+/// tile store. Plain Rust the compiler vectorises; an ISA's entries use
+/// copies compiled for it (each wrapper a `#[target_feature]` function
+/// the inlined loop is compiled into): the same operations
+/// (no contraction into FMA), so the same bits.
+#[derive(Copy, Clone)]
+pub(crate) struct Driver {
+    pub(crate) encode: EncodeFn,
+    pub(crate) store: StoreFn,
+}
+
+/// [`super::encode_quantized`]'s signature.
+pub(crate) type EncodeFn = fn(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]);
+/// [`store_row`]'s signature.
+pub(crate) type StoreFn = fn(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32);
+
+/// The driver compiled for the build's baseline.
+pub(crate) const GENERIC_DRIVER: Driver = Driver { encode: super::encode_quantized, store: store_row };
 
 /// The storage of the quantized activations a [`QGemmUkr`] reads.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -63,8 +85,14 @@ impl Acts {
 const GENERIC_MR: usize = 4;
 
 /// The portable variant, and the oracle.
-pub(crate) const GENERIC_UKR: QGemmUkr =
-    QGemmUkr { variant: "generic_4x16", mr: GENERIC_MR, nr: STRIP, acts: Acts::I8, run: generic_kernel };
+pub(crate) const GENERIC_UKR: QGemmUkr = QGemmUkr {
+    variant: "generic_4x16",
+    mr: GENERIC_MR,
+    nr: STRIP,
+    acts: Acts::I8,
+    run: generic_kernel,
+    driver: GENERIC_DRIVER,
+};
 
 fn generic_kernel(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
     let mut sums = [[0i32; STRIP]; GENERIC_MR];
@@ -148,7 +176,7 @@ pub(crate) fn run(
                     &mut *shifts_at.ptr().add(i),
                 )
             };
-            let (scale, zero_point) = quantize_row(kernels, &x[i * k..][..k], act, ukr.acts, row);
+            let (scale, zero_point) = quantize_row(kernels, &x[i * k..][..k], act, row);
             (*s, *shift) = (scale, zero_point + offset);
         }
     });
@@ -226,7 +254,7 @@ pub(crate) fn multiply(
                     // SAFETY: in bounds (just checked); items own disjoint
                     // (row block, column group) rectangles of `out`.
                     let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(at), cols) };
-                    store_row(o, &acc[i * ukr.nr..][..cols], s, &epilogue(j0, cols), shifts[r + i]);
+                    (ukr.driver.store)(o, &acc[i * ukr.nr..][..cols], s, &epilogue(j0, cols), shifts[r + i]);
                 }
             }
         }
@@ -235,7 +263,8 @@ pub(crate) fn multiply(
 
 /// Quantizes one row of `x` into `row` (`kp` values stored as `acts` says,
 /// zero past `k`) and returns its scale and zero point.
-fn quantize_row(kernels: &QuantKernels, x: &[f32], act: Rows, acts: Acts, row: &mut [u8]) -> (f32, i32) {
+fn quantize_row(kernels: &QuantKernels, x: &[f32], act: Rows, row: &mut [u8]) -> (f32, i32) {
+    let acts = kernels.int8.acts;
     let (s, zp) = match act {
         Rows::Dynamic => return quantize_row_symmetric(kernels, x, acts, row),
         Rows::DynamicAsymmetric => super::row_qparams_asymmetric(x),
@@ -243,7 +272,7 @@ fn quantize_row(kernels: &QuantKernels, x: &[f32], act: Rows, acts: Acts, row: &
     };
     // Quantized straight into the storage; lanes past K are zero values.
     let (q, pad) = row.split_at_mut(x.len() * acts.width());
-    super::encode_quantized(acts, x, s, zp, q);
+    (kernels.int8.driver.encode)(acts, x, s, zp, q);
     pad.fill(if acts == Acts::U8Offset { 0x80 } else { 0 });
     (s, zp)
 }
@@ -272,7 +301,7 @@ fn quantize_row_symmetric(kernels: &QuantKernels, x: &[f32], acts: Acts, row: &m
 }
 
 /// The columns of one tile: their scales, weight sums and bias.
-struct Epilogue<'a> {
+pub(crate) struct Epilogue<'a> {
     scales: &'a [f32],
     col_sums: &'a [i32],
     bias: Option<&'a [f32]>,
@@ -282,7 +311,8 @@ struct Epilogue<'a> {
 /// is the kernel's sum less `shift · Σ_p w` (the activations' zero point,
 /// plus 128 for offset activations). Plain zipped slices, so the compiler
 /// vectorises it.
-fn store_row(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
+#[inline(always)]
+pub(crate) fn store_row(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
     let dots = acc.iter().zip(e.col_sums).map(|(&a, &cs)| a.wrapping_sub(cs.wrapping_mul(shift)));
     match e.bias {
         None => o.iter_mut().zip(dots.zip(e.scales)).for_each(|(o, (d, &sc))| *o = (d as f32 * s) * sc),

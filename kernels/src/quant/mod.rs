@@ -64,6 +64,10 @@ mod weight_only;
 
 // What the ISA variants (x86_64/, aarch64/) build their microkernels from.
 pub use conv::{qconv, qconv_with};
+#[cfg(kiln_neon)]
+pub(crate) use int8::GENERIC_DRIVER;
+#[cfg(kiln_x86_64)]
+pub(crate) use int8::{store_row, Driver, Epilogue};
 #[cfg(any(kiln_x86_64, kiln_neon))]
 pub(crate) use int8::{Acts, QGemmUkr};
 #[cfg(any(kiln_x86_64, kiln_neon))]
@@ -279,6 +283,7 @@ pub(crate) fn quantize_value(v: f32, inv: f32, zp: f32) -> i32 {
 
 /// `dst` = `src` quantized (`clamp(rint(x · f32(1/s)) + zp, -128, 127)`)
 /// and stored as `acts` says, through a small stack buffer.
+#[inline(always)]
 pub(crate) fn encode_quantized(acts: int8::Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]) {
     // `quantize_row_static`'s integers, written straight into each storage
     // in one loop so that it vectorises.

@@ -13,8 +13,14 @@ const MR: usize = 8;
 const NR: usize = 32;
 
 /// The table entry; installed only after AVX-512F and AVX-512 VNNI were detected.
-pub(crate) const INT8_AVX512_VNNI: QGemmUkr =
-    QGemmUkr { variant: "avx512_vnni_8x32", mr: MR, nr: NR, acts: Acts::U8Offset, run: int8 };
+pub(crate) const INT8_AVX512_VNNI: QGemmUkr = QGemmUkr {
+    variant: "avx512_vnni_8x32",
+    mr: MR,
+    nr: NR,
+    acts: Acts::U8Offset,
+    run: int8,
+    driver: crate::x86_64::avx2::quant::DRIVER,
+};
 
 fn int8(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
     assert!(a.len() >= (MR - 1) * lda + 4 * k4, "qgemm: activation rows too short");
@@ -49,8 +55,14 @@ const BW_MR: usize = 6;
 /// has VNNI): the AVX2 kernel's exact i16 `vpmaddwd` on zmm, 6 rows × 32
 /// columns (24 accumulators, four sign-extended weight vectors per lane
 /// step shared by the six rows). Installed only after AVX-512BW was detected.
-pub(crate) const INT8_AVX512BW: QGemmUkr =
-    QGemmUkr { variant: "avx512bw_6x32", mr: BW_MR, nr: NR, acts: Acts::I16, run: int8_bw };
+pub(crate) const INT8_AVX512BW: QGemmUkr = QGemmUkr {
+    variant: "avx512bw_6x32",
+    mr: BW_MR,
+    nr: NR,
+    acts: Acts::I16,
+    run: int8_bw,
+    driver: crate::x86_64::avx2::quant::DRIVER,
+};
 
 fn int8_bw(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
     assert!(a.len() >= (BW_MR - 1) * lda + 8 * k4, "qgemm: i16 activation rows too short");
