@@ -898,6 +898,14 @@ fn qconv_epilogue_is_the_ops_after_it() {
         assert!(fused.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "residual first: {residual_first}");
         assert!(fused.iter().zip(&plain).any(|(a, b)| a != b), "the epilogue did something");
     }
+    // A clamp alone runs in the tile store: still the clamp of each value.
+    let clamped = run(&TensorEpilogue {
+        activation: Some(Activation::Clamp { min: Some(0.0), max: Some(6.0) }),
+        residual: None,
+        residual_first: false,
+    });
+    assert!(clamped.iter().zip(&plain).all(|(a, &b)| a.to_bits() == relu6(b).to_bits()), "clamp alone");
+    assert!(plain.iter().any(|&v| v < 0.0) && plain.iter().any(|&v| v > 6.0), "values on both sides");
 }
 
 /// Channels-last (`[N, H, W, C]` in and out, the weight stored tap by tap)

@@ -130,7 +130,16 @@ pub fn qconv_with(
         None => None,
     };
     let activation = epilogue.activation.map(|a| ActivationFn::new(cx.table, a));
-    let finish = Finish { activation: activation.as_ref(), residual_first: epilogue.residual_first };
+    // A clamp (ReLU, ReLU6) not preceded by the residual add runs in the
+    // tile store; the rest of the epilogue after the product.
+    let fused_clamp = match &activation {
+        Some(a) if residual.is_none() || !epilogue.residual_first => a.clamp_bounds(),
+        _ => None,
+    };
+    let finish = Finish {
+        activation: activation.as_ref().filter(|_| fused_clamp.is_none()),
+        residual_first: epilogue.residual_first,
+    };
     if k > super::int8::MAX_K {
         return Err(err(format!("k = {k} is too deep for exact i32 sums")));
     }
@@ -169,10 +178,10 @@ pub fn qconv_with(
             if channels_last {
                 // The product's rows are the result's pixels.
                 let block = &mut result[p0 * cout..(p0 + m) * cout];
-                super::int8::multiply(ukr, threads, &r, m, w, bias, block);
+                super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, block);
                 finish.apply_block(block, residual.map(|r| &r[p0 * cout..(p0 + m) * cout]));
             } else {
-                super::int8::multiply(ukr, threads, &r, m, w, bias, &mut prod[..m * cout]);
+                super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, &mut prod[..m * cout]);
                 scatter_channels_first(&prod[..m * cout], cout, pixels, p0, result);
                 finish.apply(result, residual, cout, pixels, p0..p0 + m);
             }

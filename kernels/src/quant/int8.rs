@@ -183,7 +183,7 @@ pub(crate) fn run(
     let pad_byte = if ukr.acts == Acts::U8Offset { 0x80 } else { 0 };
     rows[m * lda..].fill(pad_byte);
     let rows = QuantRows { bytes: rows, lda, scales, shifts };
-    multiply(ukr, threads, &rows, m, w, bias, out);
+    multiply(ukr, threads, &rows, m, w, bias, None, out);
 }
 
 /// Quantized activation rows as a [`QGemmUkr`] reads them: `lda` bytes a
@@ -207,8 +207,10 @@ pub(crate) fn threads_for(cx: &Context, m: usize, n: usize, k: usize) -> Threads
 }
 
 /// `out[i][j] = (f32(Σ_p row_i[p] · w[j][p] − shift_i · Σ_p w[j][p]) · s_i) ·
-/// scale[j] (+ bias[j])` over `m` prepared rows, in (row block, column
-/// group) items on `threads`.
+/// scale[j] (+ bias[j])`, then clamped to `clamp`'s bounds if given (as the
+/// clamp kernel does: a fused ReLU/ReLU6), over `m` prepared rows, in (row
+/// block, column group) items on `threads`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn multiply(
     ukr: QGemmUkr,
     threads: Threads,
@@ -216,8 +218,11 @@ pub(crate) fn multiply(
     m: usize,
     w: &PackedQWeights,
     bias: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
     out: &mut [f32],
 ) {
+    // Infinite bounds change no value (NaN included).
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
     let (n, layout) = (w.n, &w.layout);
     let (kp, lda) = (layout.kp, r.lda);
     let (rows, scales, shifts) = (r.bytes, r.scales, r.shifts);
@@ -233,6 +238,8 @@ pub(crate) fn multiply(
         scales: &layout.scales[j0..j0 + cols],
         col_sums: &layout.col_sums[j0..j0 + cols],
         bias: bias.map(|b| &b[j0..j0 + cols]),
+        lo,
+        hi,
     };
     threads.for_each(row_blocks * groups, |item| {
         let (i0, group) = ((item / groups) * MC, item % groups);
@@ -300,11 +307,14 @@ fn quantize_row_symmetric(kernels: &QuantKernels, x: &[f32], acts: Acts, row: &m
     (s, 0)
 }
 
-/// The columns of one tile: their scales, weight sums and bias.
+/// The columns of one tile: their scales, weight sums and bias, and the
+/// bounds every value is clamped to (infinite when there is no clamp).
 pub(crate) struct Epilogue<'a> {
     scales: &'a [f32],
     col_sums: &'a [i32],
     bias: Option<&'a [f32]>,
+    lo: f32,
+    hi: f32,
 }
 
 /// One row of a tile: `o = (f32(dot) · s) · scale (+ bias)`, where `dot`
@@ -314,11 +324,22 @@ pub(crate) struct Epilogue<'a> {
 #[inline(always)]
 pub(crate) fn store_row(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
     let dots = acc.iter().zip(e.col_sums).map(|(&a, &cs)| a.wrapping_sub(cs.wrapping_mul(shift)));
-    match e.bias {
-        None => o.iter_mut().zip(dots.zip(e.scales)).for_each(|(o, (d, &sc))| *o = (d as f32 * s) * sc),
-        Some(b) => {
-            o.iter_mut().zip(dots.zip(e.scales).zip(b)).for_each(|(o, ((d, &sc), &b))| *o = (d as f32 * s) * sc + b)
+    // The clamp kernel's comparisons (`clamp_f32_in_place`), so its bits.
+    let (lo, hi) = (e.lo, e.hi);
+    let clamp = |v: f32| {
+        let x = if v < lo { lo } else { v };
+        if x > hi {
+            hi
+        } else {
+            x
         }
+    };
+    match e.bias {
+        None => o.iter_mut().zip(dots.zip(e.scales)).for_each(|(o, (d, &sc))| *o = clamp((d as f32 * s) * sc)),
+        Some(b) => o
+            .iter_mut()
+            .zip(dots.zip(e.scales).zip(b))
+            .for_each(|(o, ((d, &sc), &b))| *o = clamp((d as f32 * s) * sc + b)),
     }
 }
 
