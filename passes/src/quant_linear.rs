@@ -25,7 +25,10 @@
 //!   channel (PT2E's per-channel convolution weights): an `Op::QuantConv`
 //!   with f32 activations (the runtime dequantizes the same values at
 //!   load, so the program computes what it computed before, with a quarter
-//!   of the weight bytes).
+//!   of the weight bytes);
+//! - a PT2E static activation pair in front of either layer (dense
+//!   convolutions only): the layer's activations become static int8 on the
+//!   pair's float input (see [`static_fake_quant`]).
 //!
 //! The weight is stored as int4 when every value lies in `[-8, 7]` and `K`
 //! is even (exact: the same integers); zero points that are all zero are
@@ -39,7 +42,7 @@ use kiln_ir::{BinaryOp, ConstBytes, DType, Dim, Graph, Op, ReduceKind, TensorTyp
 pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
     crate::check::guard(g, "quant_linear")?;
     let layers = rewrite_in_order(g, |g, n| {
-        let node = &g.nodes[n];
+        let node = g.nodes[n].clone();
         if let (Op::Conv { stride, padding, dilation, groups }, [x, w, rest @ ..]) = (&node.op, &node.inputs[..]) {
             let Some(qw) = dequantized_conv(g, *w) else { return Ok(Rewrite::Keep) };
             let conv = ConvAttrs {
@@ -51,16 +54,27 @@ pub fn quantize_linear_weights(g: &mut Graph, _opts: &Options) -> Result<Changed
                 bias: rest.first().copied(),
             };
             let (x, out_ty, loc) = (*x, g.ty(node.outputs[0]).clone(), node.loc);
-            let (op, inputs) = qw.into_conv_operands(g, x, Acts::Float, conv);
+            // Static int8 activations need the dense integer kernel.
+            let (x, acts) = match static_fake_quant(g, x) {
+                Some((xf, acts)) if *groups == 1 => (xf, acts),
+                _ => (x, Acts::Float),
+            };
+            let (op, inputs) = qw.into_conv_operands(g, x, acts, conv);
             return Ok(Rewrite::Replace(vec![g.push(op, inputs, out_ty, loc)]));
         }
         let (x, w, bias, acts) = match (&node.op, &node.inputs[..]) {
             (Op::Linear, [x, w, rest @ ..]) => match dequantized_nk(g, *w) {
-                Some(w) => (*x, w, rest.first().copied(), Acts::Float),
+                Some(w) => {
+                    let (x, acts) = static_input(g, *x, node.loc);
+                    (x, w, rest.first().copied(), acts)
+                }
                 None => return Ok(Rewrite::Keep),
             },
             (Op::MatMul, &[x, wt]) if g.ty(x).rank() >= 2 && g.ty(wt).rank() == 2 => match dequantized_kn(g, wt) {
-                Some(w) => (x, w, None, Acts::Float),
+                Some(w) => {
+                    let (x, acts) = static_input(g, x, node.loc);
+                    (x, w, None, acts)
+                }
                 None => return Ok(Rewrite::Keep),
             },
             (Op::Binary(BinaryOp::Mul), &[a, b]) => match dynamic_int_mm(g, a, b).or_else(|| dynamic_int_mm(g, b, a)) {
@@ -239,6 +253,68 @@ impl QuantWeight {
         g.values[v].attrs = self.attrs.clone();
         v
     }
+}
+
+/// A linear layer's input `x` and activations: static when `x` is
+/// [`static_fake_quant`]'s pattern, seen through one reshape (a flatten
+/// between the pair and the layer: quantizing commutes with it, so the
+/// reshape moves onto the float input), else `x` with f32 activations.
+fn static_input(g: &mut Graph, x: ValueId, loc: Option<kiln_ir::LocId>) -> (ValueId, Acts) {
+    if let Some(found) = static_fake_quant(g, x) {
+        return found;
+    }
+    let Some(&[v]) = producer_inputs(g, x, |o| matches!(o, Op::Reshape { .. })) else { return (x, Acts::Float) };
+    let Some((xf, acts)) = static_fake_quant(g, v) else { return (x, Acts::Float) };
+    let ty = g.ty(x).clone();
+    (g.push(Op::Reshape { shape: ty.shape.clone() }, vec![xf], ty, loc), acts)
+}
+
+/// PT2E's static activation quantization in front of a layer: `v =
+/// (f32(cast(clamp(round(x · inv) + zp, lo, hi))) - zp) · s` with scalar
+/// constants (`quantize_per_tensor` then `dequantize_per_tensor`, as
+/// imported), int8 over `[-128, 127]` or uint8 over `[0, 255]`. Returns
+/// `x` and the layer's static activations: the integer kernel quantizes
+/// `x` with the same scale, zero point and rounding (uint8 as int8 with
+/// the zero point less 128: the same integers shifted), and sums the
+/// products exactly where eager summed the dequantized values in f32 — the
+/// same real number, rounded once instead of per product.
+fn static_fake_quant(g: &Graph, v: ValueId) -> Option<(ValueId, Acts)> {
+    let scalar = |v: ValueId| match f32_values(g, v)?[..] {
+        [c] => Some(c),
+        _ => None,
+    };
+    let binary = |v: ValueId, op: BinaryOp| -> Option<(ValueId, f32)> {
+        let &[a, b] = producer_inputs(g, v, |o| o == &Op::Binary(op))? else { return None };
+        // The constant on either side of a commutative op, on the right of a sub.
+        match (scalar(b), scalar(a)) {
+            (Some(c), _) => Some((a, c)),
+            (None, Some(c)) if op != BinaryOp::Sub => Some((b, c)),
+            _ => None,
+        }
+    };
+    let (centred, s) = binary(v, BinaryOp::Mul)?;
+    let (xf, zp) = binary(centred, BinaryOp::Sub)?;
+    let &[q] = producer_inputs(g, xf, |o| matches!(o, Op::Cast { to: DType::F32 }))? else { return None };
+    let dtype = g.ty(q).dtype;
+    let &[clamped] = producer_inputs(g, q, |o| matches!(o, Op::Cast { .. }))? else { return None };
+    let p = g.producer(clamped)?;
+    let Op::Clamp { min: Some(lo), max: Some(hi) } = g.nodes[p].op else { return None };
+    let &[shifted] = &g.nodes[p].inputs[..] else { return None };
+    let (rounded, zp_q) = binary(shifted, BinaryOp::Add)?;
+    let &[scaled] = producer_inputs(g, rounded, |o| o == &Op::Unary(UnaryOp::Round))? else { return None };
+    let (x, inv) = binary(scaled, BinaryOp::Mul)?;
+    let offset = match (dtype, lo, hi) {
+        (DType::I8, -128.0, 127.0) => 0.0,
+        (DType::U8, 0.0, 255.0) => 128.0,
+        _ => return None,
+    };
+    let zero_point = zp - offset;
+    let integral = zp == zp_q && zp.fract() == 0.0 && (-128.0..=127.0).contains(&zero_point);
+    // `inv` is torch's `1.0 / scale` (f64, then f32): the kernel's own
+    // f32 reciprocal of `s` is that value or its neighbour.
+    let reciprocal = s.is_finite() && s > 0.0 && ((inv as f64) * (s as f64) - 1.0).abs() < 1e-6;
+    (integral && reciprocal && g.ty(x).dtype == DType::F32)
+        .then_some((x, Acts::Static { scale: s, zero_point: zero_point as i32 }))
 }
 
 /// `v` seen through reshapes.

@@ -3,7 +3,8 @@
 //! dynamic int8 after `run_decompositions()`, compiled, run and compared with
 //! eager. Static and weight-only programs compute what eager computes: bit
 //! for bit where the program ends quantized, within the float GEMM's
-//! summation order (an ulp) where it ends in a float layer; dynamic activation quantization amplifies 1-ulp
+//! summation order (an ulp) where it ends in a float layer (static layers
+//! run integer kernels: exact sums of the same integers, rounded once); dynamic activation quantization amplifies 1-ulp
 //! differences of the float ops before it into a different rounding of a few
 //! activations, so those compare with the tolerance the quantization notes
 //! measured (cosine, and a bound of a few quantization steps).
@@ -139,6 +140,39 @@ fn convolutions_keep_integer_weights() {
                 |kernel: &str| program.kernel_counts().into_iter().find(|(k, _)| k == kernel).map_or(0, |(_, c)| c);
             assert_eq!(count("quant_conv"), 2, "{case}/{flavour}: quantized convolutions");
             assert_eq!(count("conv") + count("conv_fused"), 0, "{case}/{flavour}: float convolutions");
+        }
+    }
+}
+
+/// PT2E's static activation quantization (a quantize/dequantize pair with
+/// constant parameters in front of a layer) runs as the layer's own int8
+/// activations: every layer of both static programs quantizes its input
+/// with the pair's scale and zero point (uint8 as int8, the zero point
+/// less 128), and the outputs above still match eager (bit for bit where
+/// the program ends quantized).
+#[test]
+fn static_activation_pairs_run_as_integer_layers() {
+    use kiln_runtime::format::{InstrOp, Kernel};
+    for case in ["pt2e_x86_static", "pt2e_xnnpack_static"] {
+        for flavour in ["raw", "decomp"] {
+            let program = compile_case(case, flavour);
+            let acts: Vec<(Option<f64>, i32)> = program
+                .plan()
+                .instrs
+                .iter()
+                .filter_map(|i| match &i.op {
+                    InstrOp::Call(Kernel::QuantConv { act_scale, act_zero_point, .. })
+                    | InstrOp::Call(Kernel::QuantLinear { act_scale, act_zero_point, .. }) => {
+                        Some((*act_scale, *act_zero_point))
+                    }
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(acts.len(), 3, "{case}/{flavour}: two convolutions and a linear layer");
+            for (scale, zp) in acts {
+                assert!(scale.is_some_and(|s| s > 0.0), "{case}/{flavour}: activations not static");
+                assert!((-128..=127).contains(&zp), "{case}/{flavour}: zero point {zp}");
+            }
         }
     }
 }
