@@ -217,6 +217,8 @@ OPS = [
     # the "Refused" table's next (issue 10): nextafter, the multi-class margin losses
     ("nextafter", ""), ("nn.functional.multi_margin_loss", ""), ("nn.functional.multilabel_margin_loss", ""),
     ("grid_sampler_3d", ""), ("histogram", ""), ("histogramdd", ""),
+    # torch_nn's chunked linear cross-entropy (a library custom op torch.export keeps)
+    ("nn.functional.linear_cross_entropy", "chunked"), ("nn.functional.linear_cross_entropy", "chunked_none"),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).

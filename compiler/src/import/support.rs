@@ -381,7 +381,6 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("tensor_split by a tensor of indices (and Core ATen's slices at `.item()` bounds)", "the pieces' sizes depend on the data; kiln plans memory for static or symbolically bounded sizes"),
     ("multinomial, rrelu (training), fractional_max_pool2d/3d without random_samples", "draw from torch's generator: kiln's random ops use their own generator, so results could never match torch's"),
     ("linalg_ldl_factor(_ex), linalg_ldl_solve, linalg_matrix_sqrth, linalg_polar, one_hot without num_classes", "not implemented yet (one_hot's class count would depend on the data)"),
-    ("torch_nn._linear_cross_entropy_batch_chunked(_no_reduction)", "a library custom op torch.export leaves in the program: not built in yet (a lowering can be registered with ImportOptions::with_custom_op)"),
 ];
 
 /// The table as Markdown: supported ops, then Core ATen coverage.
@@ -423,6 +422,7 @@ prints the overloads that pass every case calling them, and fails below 95 %.\n\
 | higher_order.while_loop | CPU: a loop node with nested condition and body graphs, run by the plan's jumps (trip count decided at run time, no limit); carried values keep dtype and shape; tensors only (no Python-int carries); no data-dependent sizes inside; under `--target pjrt` one `stablehlo.while` when its condition and body lower |\n\
 | prims.convert_element_type | a cast to the given dtype (decompositions of `renorm` and others leave it in Core ATen) |\n\
 | quantized_decomposed.{quantize,dequantize}_per_tensor (default, .tensor), {quantize,dequantize}_per_channel, choose_qparams.tensor | PT2E's quantize/dequantize as torch's own arithmetic (f32 reciprocal of the f64 scale, round half to even, clamp; `(q - zp) * scale`): bit for bit with eager fake-quant; uint8/int8/int16/int32 |\n\
+| torch_nn._linear_cross_entropy_batch_chunked, torch_nn._linear_cross_entropy_batch_chunked_no_reduction | the op `F.linear_cross_entropy(.., options=..)` calls (a library custom op torch.export keeps): `cross_entropy(linear(input, w, b), target, ..)` in one piece, the logits in the input's dtype, softmax and reduction in f32 (f64 for f64); class indices or probabilities, class weights, ignore_index; its gradient outputs must be unused |\n\
 | export.access_subclass_inner_tensor, pickled weights (raw torchao archives) | compile-time error asking to save after `ep.run_decompositions()` |\n\
 | custom ops (`mylib::op`, registered with `torch.library`) | compile-time error with the call's signature and Python line, unless a lowering is registered in Rust with `ImportOptions::with_custom_op` |\n",
     );

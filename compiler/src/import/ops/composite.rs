@@ -1579,10 +1579,35 @@ fn instance_norm(imp: &mut Importer, n: &Node) -> R<()> {
 /// `logp` (`[N, C, …]` or `[C]`), weighted, with `ignore_index` entries
 /// contributing nothing; reduced as torch does (mean: by the summed weights).
 fn nll_of(imp: &mut Importer, n: &Node, logp: ValueId, target: ValueId) -> R<ValueId> {
+    let args = LossArgs::of(imp, n)?;
+    nll_with(imp, logp, target, &args)
+}
+
+/// The arguments the NLL and cross-entropy losses share: `weight`
+/// (per class), `reduction` (0 none, 1 mean, 2 sum) and `ignore_index`.
+struct LossArgs {
+    weight: Option<ValueId>,
+    reduction: i64,
+    ignore_index: i64,
+}
+
+impl LossArgs {
+    /// As ATen's losses name them.
+    fn of(imp: &mut Importer, n: &Node) -> R<LossArgs> {
+        Ok(LossArgs {
+            weight: imp.opt_tensor(n, "weight")?,
+            reduction: imp.int(n, "reduction", Some(1))?,
+            ignore_index: imp.int(n, "ignore_index", Some(-100))?,
+        })
+    }
+}
+
+/// [`nll_of`] with its arguments given.
+fn nll_with(imp: &mut Importer, logp: ValueId, target: ValueId, args: &LossArgs) -> R<ValueId> {
     let c = imp.ty(logp).dtype;
     let rank = imp.ty(logp).rank();
     let axis = usize::from(rank >= 2);
-    let ignore = imp.int(n, "ignore_index", Some(-100))?;
+    let ignore = args.ignore_index;
     let target = imp.cast(target, DType::I64);
     let ignored = imp.with_scalar(B::Eq, target, ignore as f64)?;
     let zero_i = imp.scalar_const(Scalar::Int(0), DType::I64);
@@ -1591,7 +1616,7 @@ fn nll_of(imp: &mut Importer, n: &Node, logp: ValueId, target: ValueId) -> R<Val
     let picked = imp.push(Op::GatherElements { axis }, vec![logp, idx])?;
     let picked = squeeze_axes(imp, picked, &[axis])?;
     let zero = sc(imp, 0.0, c);
-    let w = match imp.opt_tensor(n, "weight")? {
+    let w = match args.weight {
         Some(w) => {
             let w = imp.cast(w, c);
             let w = if rank >= 2 { per_channel(imp, w, rank)? } else { w };
@@ -1610,7 +1635,7 @@ fn nll_of(imp: &mut Importer, n: &Node, logp: ValueId, target: ValueId) -> R<Val
     let wp = bin(imp, B::Mul, w, picked)?;
     let loss = un(imp, U::Neg, wp)?;
     let all: Vec<usize> = (0..imp.ty(loss).rank()).collect();
-    match imp.int(n, "reduction", Some(1))? {
+    match args.reduction {
         0 => Ok(loss),
         2 => reduce(imp, loss, ReduceKind::Sum, all, false),
         1 => {
@@ -1640,15 +1665,72 @@ fn cross_entropy(imp: &mut Importer, n: &Node) -> R<()> {
     let c = compute_dtype(out.dtype);
     let x = float_in(imp, n, "self", c)?;
     let t = imp.tensor(n, "target")?;
+    let smoothing = imp.float(n, "label_smoothing", Some(0.0))?;
+    let args = LossArgs::of(imp, n)?;
+    let v = cross_entropy_of(imp, x, t, smoothing, &args)?;
+    finish(imp, n, 0, v)
+}
+
+/// `torch_nn::_linear_cross_entropy_batch_chunked(input, linear_weight,
+/// target, linear_bias, weight, str reduction, int ignore_index, float
+/// label_smoothing, int batch_chunk_size, str acc_policy, ScalarType
+/// acc_dtype, ..) -> (loss, grad_input, grad_linear_weight,
+/// grad_linear_bias)` and `.._no_reduction(input, linear_weight, target,
+/// linear_bias, weight, int ignore_index, ..) -> loss`: the op
+/// `F.linear_cross_entropy` calls with `options`, which computes
+/// `F.cross_entropy(F.linear(input, linear_weight, linear_bias), target,
+/// weight, ..)` over chunks of the rows to bound memory. kiln computes the
+/// same loss in one piece: the logits in the input's dtype, the softmax and
+/// the reduction in `acc_dtype` (f32 at least). The gradient outputs (empty
+/// unless autograd asked for them) must be unused.
+pub(super) fn linear_cross_entropy(imp: &mut Importer, n: &Node, no_reduction: bool) -> R<()> {
+    super::indexing::only_first_output_used(imp, n)?;
+    let x = imp.tensor(n, "input")?;
+    let w = imp.tensor(n, "linear_weight")?;
+    let t = imp.tensor(n, "target")?;
+    let bias = imp.opt_tensor(n, "linear_bias")?;
+    let dtype = imp.ty(x).dtype;
+    if !dtype.is_float() || imp.ty(w).dtype != dtype || imp.ty(x).rank() != 2 || imp.ty(w).rank() != 2 {
+        return unsupported("linear_cross_entropy: float input [N, K] and linear_weight [C, K] of one dtype");
+    }
+    let reduction = if no_reduction {
+        0
+    } else {
+        match imp.string(n, "reduction", "mean")? {
+            "none" => 0,
+            "mean" => 1,
+            "sum" => 2,
+            r => return invalid(format!("linear_cross_entropy: reduction `{r}`")),
+        }
+    };
+    let smoothing = if no_reduction { 0.0 } else { imp.float(n, "label_smoothing", Some(0.0))? };
+    let args = LossArgs {
+        weight: imp.opt_tensor(n, "weight")?,
+        reduction,
+        ignore_index: imp.int(n, "ignore_index", Some(-100))?,
+    };
+    let acc = super::quant::scalar_type_arg(imp, n, "acc_dtype")?.unwrap_or(DType::F32);
+    let c = if acc == DType::F64 || dtype == DType::F64 { DType::F64 } else { DType::F32 };
+    let mut inputs = vec![x, w];
+    inputs.extend(bias);
+    let logits = imp.push(Op::Linear, inputs)?;
+    let logits = imp.cast(logits, c);
+    let v = cross_entropy_of(imp, logits, t, smoothing, &args)?;
+    finish(imp, n, 0, v)
+}
+
+/// The cross entropy of logits `x` (class axis 1, or 0 when 1-d) and a
+/// target of class indices or class probabilities, in `x`'s dtype.
+fn cross_entropy_of(imp: &mut Importer, x: ValueId, t: ValueId, smoothing: f64, args: &LossArgs) -> R<ValueId> {
+    let c = imp.ty(x).dtype;
     let rank = imp.ty(x).rank();
     let axis = usize::from(rank >= 2);
-    let smoothing = imp.float(n, "label_smoothing", Some(0.0))?;
     let logp = imp.push(Op::LogSoftmax { axis }, vec![x])?;
     let v = if !imp.ty(t).dtype.is_float() {
         if smoothing != 0.0 {
             return unsupported("cross_entropy with class indices and label_smoothing");
         }
-        nll_of(imp, n, logp, t)?
+        nll_with(imp, logp, t, args)?
     } else {
         let mut t = imp.cast(t, c);
         if smoothing != 0.0 {
@@ -1657,7 +1739,7 @@ fn cross_entropy(imp: &mut Importer, n: &Node) -> R<()> {
             t = imp.with_scalar(B::Add, kept, smoothing / classes as f64)?;
         }
         let mut p = bin(imp, B::Mul, logp, t)?;
-        if let Some(w) = imp.opt_tensor(n, "weight")? {
+        if let Some(w) = args.weight {
             let w = imp.cast(w, c);
             let w = if rank >= 2 { per_channel(imp, w, rank)? } else { w };
             p = bin(imp, B::Mul, p, w)?;
@@ -1665,14 +1747,14 @@ fn cross_entropy(imp: &mut Importer, n: &Node) -> R<()> {
         let s = reduce(imp, p, ReduceKind::Sum, vec![axis], false)?;
         let loss = un(imp, U::Neg, s)?;
         let all: Vec<usize> = (0..imp.ty(loss).rank()).collect();
-        match imp.int(n, "reduction", Some(1))? {
+        match args.reduction {
             0 => loss,
             1 => reduce(imp, loss, ReduceKind::Mean, all, false)?,
             2 => reduce(imp, loss, ReduceKind::Sum, all, false)?,
             r => return invalid(format!("reduction {r} (expected 0, 1 or 2)")),
         }
     };
-    finish(imp, n, 0, v)
+    Ok(v)
 }
 
 /// `aten::empty_permuted(SymInt[] size, int[] physical_layout, *, dtype, ..)`:

@@ -32,7 +32,7 @@ pub(crate) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
 }
 
 /// A `ScalarType` argument (serde numbering), `None` when omitted.
-fn scalar_type_arg(imp: &Importer, n: &Node, name: &str) -> R<Option<DType>> {
+pub(super) fn scalar_type_arg(imp: &Importer, n: &Node, name: &str) -> R<Option<DType>> {
     match imp.arg(n, name) {
         None => Ok(None),
         Some(Arg::ScalarType(code)) => match scalar_type::dtype_of(*code) {
