@@ -15,13 +15,56 @@ pub struct Builtin {
 }
 
 /// Every built-in lowering, in registration order.
-pub const BUILTINS: &[Builtin] = &[Builtin {
-    name: "transformers::grouped_mm_fallback",
-    note: "Hugging Face MoE experts (`grouped_mm_fallback(input[S, K], weight[E, K, N], offs[E])`): \
-           one grouped GEMM, a packed GEMM per expert's block of rows (f32; f16/bf16 through f32; \
-           f64 as a masked sum of per-expert products); rows past the last offset are zero",
-    lower: grouped_mm_fallback,
-}];
+pub const BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "transformers::grouped_mm_fallback",
+        note: "Hugging Face MoE experts (`grouped_mm_fallback(input[S, K], weight[E, K, N], offs[E])`): \
+               one grouped GEMM, a packed GEMM per expert's block of rows (f32; f16/bf16 through f32; \
+               f64 as a masked sum of per-expert products); rows past the last offset are zero",
+        lower: grouped_mm_fallback,
+    },
+    Builtin {
+        name: "torch_nn::_linear_cross_entropy_batch_chunked",
+        note: "`F.linear_cross_entropy(.., options=..)`'s chunked op: `cross_entropy(linear(input, w, b), \
+               target, ..)` in one piece (logits in the input's dtype, softmax and reduction in f32, f64 for \
+               f64); class indices or probabilities, class weights, ignore_index; mean or sum; the gradient \
+               outputs only when autograd did not ask for them (empty)",
+        lower: linear_cross_entropy,
+    },
+    Builtin {
+        name: "torch_nn::_linear_cross_entropy_batch_chunked_no_reduction",
+        note: "its `reduction='none'` form: the per-row losses",
+        lower: linear_cross_entropy_rows,
+    },
+];
+
+/// `torch_nn::_linear_cross_entropy_batch_chunked(..) -> (loss, grad_input,
+/// grad_linear_weight, grad_linear_bias)`: the loss, and the gradients as
+/// the empty tensors the op returns when no gradient was asked for (a
+/// program that asks for them trains, which kiln does not).
+fn linear_cross_entropy(ctx: &mut CustomOpContext<'_, '_>) -> Result<Vec<ValueId>, String> {
+    let (imp, n) = ctx.parts();
+    let loss = crate::import::ops::composite::linear_cross_entropy(imp, n, false).map_err(CustomOpContext::message)?;
+    let mut out = vec![loss];
+    for i in 1..ctx.output_count() {
+        let ty = ctx.output_type(i)?;
+        if ty.shape.iter().any(|d| d.as_const() != Some(0)) {
+            return Err(
+                "linear_cross_entropy's gradients were asked for (a training program): kiln computes the loss only"
+                    .into(),
+            );
+        }
+        out.push(ctx.push_typed(Op::Full { value: 0.0, dtype: ty.dtype, shape: ty.shape.clone() }, vec![], ty)?);
+    }
+    Ok(out)
+}
+
+/// `torch_nn::_linear_cross_entropy_batch_chunked_no_reduction(..) -> loss[N]`.
+fn linear_cross_entropy_rows(ctx: &mut CustomOpContext<'_, '_>) -> Result<Vec<ValueId>, String> {
+    let (imp, n) = ctx.parts();
+    let loss = crate::import::ops::composite::linear_cross_entropy(imp, n, true).map_err(CustomOpContext::message)?;
+    Ok(vec![loss])
+}
 
 /// Registers every built-in on `options`.
 pub(crate) fn register_all(options: &mut ImportOptions) {

@@ -142,6 +142,17 @@ fn message(f: Fail) -> String {
 }
 
 impl<'p> CustomOpContext<'_, 'p> {
+    /// The importer and the call, for kiln's own built-in lowerings that
+    /// reuse the ATen importers' pieces.
+    pub(crate) fn parts(&mut self) -> (&mut Importer<'p>, &Node) {
+        (&mut *self.imp, self.node)
+    }
+
+    /// [`Fail`]'s message (for built-ins calling the importer's pieces).
+    pub(crate) fn message(f: Fail) -> String {
+        message(f)
+    }
+
     /// `mylib::fused_rmsnorm`.
     pub fn op_name(&self) -> &str {
         &self.qualified

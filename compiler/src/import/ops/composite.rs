@@ -1682,9 +1682,9 @@ fn cross_entropy(imp: &mut Importer, n: &Node) -> R<()> {
 /// weight, ..)` over chunks of the rows to bound memory. kiln computes the
 /// same loss in one piece: the logits in the input's dtype, the softmax and
 /// the reduction in `acc_dtype` (f32 at least). The gradient outputs (empty
-/// unless autograd asked for them) must be unused.
-pub(super) fn linear_cross_entropy(imp: &mut Importer, n: &Node, no_reduction: bool) -> R<()> {
-    super::indexing::only_first_output_used(imp, n)?;
+/// unless autograd asked for them) are the caller's (`import::builtin`).
+/// Returns the loss, in the declared dtype and shape.
+pub(crate) fn linear_cross_entropy(imp: &mut Importer, n: &Node, no_reduction: bool) -> R<ValueId> {
     let x = imp.tensor(n, "input")?;
     let w = imp.tensor(n, "linear_weight")?;
     let t = imp.tensor(n, "target")?;
@@ -1716,7 +1716,13 @@ pub(super) fn linear_cross_entropy(imp: &mut Importer, n: &Node, no_reduction: b
     let logits = imp.push(Op::Linear, inputs)?;
     let logits = imp.cast(logits, c);
     let v = cross_entropy_of(imp, logits, t, smoothing, &args)?;
-    finish(imp, n, 0, v)
+    let out = imp.out_ty(n, 0)?;
+    let v = imp.cast(v, out.dtype);
+    Ok(if imp.ty(v).rank() < out.rank() {
+        imp.push_typed(Op::Expand { shape: out.shape.clone() }, vec![v], out)
+    } else {
+        v
+    })
 }
 
 /// The cross entropy of logits `x` (class axis 1, or 0 when 1-d) and a

@@ -7,7 +7,7 @@ mod activation;
 mod airy;
 mod batch_norm;
 mod bessel_k;
-mod composite;
+pub(crate) mod composite;
 mod conv_transpose_slow;
 mod data_dependent;
 mod einsum;
@@ -133,16 +133,6 @@ fn non_aten(imp: &mut Importer, node: &Node, target: &str) -> R<()> {
             "tensor subclass weights (torchao) are read through `export::access_subclass_inner_tensor`; \
              save the program after `ep.run_decompositions()`, which turns them into plain tensors",
         ),
-        // `F.linear_cross_entropy`'s chunked op (a library custom op
-        // torch.export keeps): built in.
-        Some(("torch_nn", rest)) if rest.starts_with("_linear_cross_entropy_batch_chunked") => {
-            let name = rest.rsplit_once('.').map_or(rest, |(name, _)| name);
-            match name {
-                "_linear_cross_entropy_batch_chunked" => composite::linear_cross_entropy(imp, node, false),
-                "_linear_cross_entropy_batch_chunked_no_reduction" => composite::linear_cross_entropy(imp, node, true),
-                _ => super::custom::convert(imp, node, "torch_nn", rest),
-            }
-        }
         // Custom ops (and prims): a registered lowering, or a report of
         // what the call shows.
         Some((ns, rest)) => super::custom::convert(imp, node, ns, rest),
