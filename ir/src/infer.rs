@@ -1006,7 +1006,22 @@ fn linalg_type(op: crate::LinalgOp, ins: &[&TensorType]) -> Result<TensorType, S
     let k = || kmin.clone().ok_or_else(|| format!("linalg {}: needs static matrix sizes", op.name()));
     Ok(match op {
         L::Det | L::SignDet | L::LogAbsDet => TensorType::new(a.dtype, batch),
-        L::Inv | L::LuFactor | L::Cholesky => a.clone(),
+        L::Inv | L::LuFactor | L::Cholesky | L::LdlFactor => a.clone(),
+        L::LdlPivots => TensorType::new(DType::I32, with(&[n])),
+        L::LdlInfo => TensorType::new(DType::I32, batch),
+        L::LdlSolve => {
+            let (p, b) = match (ins.get(1), ins.get(2)) {
+                (Some(p), Some(b)) => (p, b),
+                _ => return Err("linalg ldl_solve: needs (LD, pivots, B)".to_string()),
+            };
+            if !matches!(p.dtype, DType::I32 | DType::I64) || p.rank() + 1 != r {
+                return Err(format!("linalg ldl_solve: pivots {}[{} dims]", p.dtype, p.rank()));
+            }
+            if b.dtype != a.dtype || b.rank() != r || b.shape[..r - 2] != a.shape[..r - 2] {
+                return Err(format!("linalg ldl_solve: right-hand side {}[{} dims]", b.dtype, b.rank()));
+            }
+            (*b).clone()
+        }
         L::LuPivots => TensorType::new(DType::I32, with(&[k()?])),
         L::EigvalsH => TensorType::new(a.dtype, with(&[n])),
         L::EigvecsH => a.clone(),

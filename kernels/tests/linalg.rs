@@ -219,3 +219,43 @@ fn pivots_give_the_permutation_of_a_equals_p_l_u() {
     let out = TensorMut { dtype: DType::F64, shape: &[3, 3], data: bytemuck::cast_slice_mut(&mut p) };
     assert!(linalg(LinalgOp::PivotsToPermutation, f, &refs, out).is_err());
 }
+
+/// LDLᵀ with Bunch–Kaufman pivoting, the pivots LAPACK's `dsytrf` gives
+/// (checked against torch's MKL for these matrices): a 1×1 pivot that
+/// swaps the largest diagonal in first, and a 2×2 block forced by a zero
+/// diagonal; the solve from the factors reproduces B. Pivots that describe
+/// no factorization are errors, not panics.
+#[test]
+fn ldl_factor_and_solve() {
+    let f = LinalgFlags::default();
+    let b = [1.0, -2.0, 0.5, 3.0, 2.0, 1.0];
+    for (a, want) in [
+        ([0.0, 1.0, 2.0, 1.0, 0.0, 3.0, 2.0, 3.0, 4.0], [3, 2, 3]),
+        ([0.0, 1.0, 0.5, 1.0, 0.0, 0.25, 0.5, 0.25, 2.0], [-2, -2, 3]),
+    ] {
+        let ld = run(LinalgOp::LdlFactor, f, &[(&a, &[3, 3])], &[3, 3]).unwrap();
+        let pivots: Vec<i32> = {
+            let refs = [TensorRef { dtype: DType::F64, shape: &[3, 3], data: bytemuck::cast_slice(&a) }];
+            let mut p = vec![0i32; 3];
+            let out = TensorMut { dtype: DType::I32, shape: &[3], data: bytemuck::cast_slice_mut(&mut p) };
+            linalg(LinalgOp::LdlPivots, f, &refs, out).unwrap();
+            p
+        };
+        assert_eq!(pivots, want);
+        assert!(ld[1] == 0.0 && ld[2] == 0.0 && ld[5] == 0.0, "upper triangle zero: {ld:?}");
+        let solve = |pivots: &[i32]| {
+            let refs = [
+                TensorRef { dtype: DType::F64, shape: &[3, 3], data: bytemuck::cast_slice(&ld) },
+                TensorRef { dtype: DType::I32, shape: &[3], data: bytemuck::cast_slice(pivots) },
+                TensorRef { dtype: DType::F64, shape: &[3, 2], data: bytemuck::cast_slice(&b) },
+            ];
+            let mut x = vec![0f64; 6];
+            let out = TensorMut { dtype: DType::F64, shape: &[3, 2], data: bytemuck::cast_slice_mut(&mut x) };
+            linalg(LinalgOp::LdlSolve, f, &refs, out).map(|_| x)
+        };
+        close(&matmul(&a, &solve(&pivots).unwrap(), 3, 3, 2), &b, 1e-12);
+        for bad in [[0, 1, 1], [4, 1, 1], [-2, 1, 3], [1, 2, -3]] {
+            assert!(solve(&bad).is_err(), "pivots {bad:?}");
+        }
+    }
+}

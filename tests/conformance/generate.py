@@ -219,6 +219,8 @@ OPS = [
     ("grid_sampler_3d", ""), ("histogram", ""), ("histogramdd", ""),
     # torch_nn's chunked linear cross-entropy (a library custom op torch.export keeps)
     ("nn.functional.linear_cross_entropy", "chunked"), ("nn.functional.linear_cross_entropy", "chunked_none"),
+    # LAPACK's sytrf/sytrs (Bunch-Kaufman LDL^T)
+    ("linalg.ldl_factor", ""), ("linalg.ldl_factor_ex", ""), ("linalg.ldl_solve", ""),
 ]
 # Ops whose committed cases are fewer than COMMITTED's (simple redirections:
 # a sample or two is enough to show the conversion).

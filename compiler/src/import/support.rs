@@ -71,6 +71,7 @@ const SUPPORTED: &[OpSupport] = &[
     OpSupport { names: &["cumprod", "cummax", "cummin"], dtypes: DT_ALL, note: "torch's CPU accumulation (f64 for f32/f64, f32 for f16/bf16, wrapping i64); cummax/cummin take NaN at once and the last index among ties" },
     OpSupport { names: &["logcumsumexp"], dtypes: DT_FLOAT, note: "torch's log1p(exp(min - max)) + max, in f64 for f32/f64" },
     OpSupport { names: &["linalg_inv", "linalg_inv_ex", "linalg_det", "_linalg_det", "linalg_slogdet", "_linalg_slogdet", "logdet", "linalg_solve", "linalg_solve_ex", "_linalg_solve_ex", "linalg_lu_factor", "linalg_lu_factor_ex"], dtypes: &["f32", "f64"], note: "LU with partial pivoting (LAPACK getrf's pivots) in f64; a singular matrix fails the run where torch raises" },
+    OpSupport { names: &["linalg_ldl_factor", "linalg_ldl_factor_ex", "linalg_ldl_solve"], dtypes: &["f32", "f64"], note: "LDLᵀ of the lower triangle with Bunch–Kaufman pivoting, as LAPACK's sytf2/sytrs (the same pivot tests, interchanges and 1×1/2×2 blocks; torch's pivots), in f64; hermitian is the same for real matrices; pivots that describe no factorization fail the run" },
     OpSupport { names: &["linalg_cholesky", "linalg_cholesky_ex", "cholesky_solve", "linalg_solve_triangular", "linalg_qr"], dtypes: &["f32", "f64"], note: "in f64; cholesky of a matrix that is not positive definite fails the run where torch raises; qr with LAPACK's Householder signs" },
     OpSupport { names: &["linalg_eigvalsh", "linalg_eigh", "_linalg_eigh"], dtypes: &["f32", "f64"], note: "Jacobi in f64; eigenvectors with kiln's signs (each column's largest entry positive; LAPACK's are an accident of its algorithm)" },
     OpSupport { names: &["_linalg_svd", "linalg_svd", "svd", "linalg_svdvals"], dtypes: &["f32", "f64"], note: "one-sided Jacobi in f64; singular vector pairs with kiln's signs (the shorter side's vectors have their largest entry positive); full_matrices completes the bases" },
@@ -380,7 +381,7 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("batch_norm, instance_norm, native_batch_norm, _batch_norm_with_update in training mode with running statistics", "they update the running statistics in place, i.e. write into the program's inputs: kiln refuses programs that mutate a user input (write to a copy, return the new value, or keep the statistics as module buffers, which become state)"),
     ("tensor_split by a tensor of indices (and Core ATen's slices at `.item()` bounds)", "the pieces' sizes depend on the data; kiln plans memory for static or symbolically bounded sizes"),
     ("multinomial, rrelu (training), fractional_max_pool2d/3d without random_samples", "draw from torch's generator: kiln's random ops use their own generator, so results could never match torch's"),
-    ("linalg_ldl_factor(_ex), linalg_ldl_solve, linalg_matrix_sqrth, linalg_polar, one_hot without num_classes", "not implemented yet (one_hot's class count would depend on the data)"),
+    ("linalg_matrix_sqrth, linalg_polar, one_hot without num_classes", "not implemented yet (one_hot's class count would depend on the data)"),
 ];
 
 /// The table as Markdown: supported ops, then Core ATen coverage.

@@ -146,7 +146,7 @@ opcodes! {
     /// `_linalg_check_errors`).
     Assert = 91, "assert", Call, operands 1..=1, outputs 0..=0;
     /// A `torch.linalg` result (`kiln_isa::LinalgOp`): `(A [, B])`.
-    Linalg = 92, "linalg", Call, operands 1..=2, outputs 1..=1;
+    Linalg = 92, "linalg", Call, operands 1..=3, outputs 1..=1;
     /// `(x, w, scales [, zero_points] [, bias])`: a linear layer with int8
     /// or int4 weights (`kiln_kernels::quant`'s storage), packed at load.
     QuantLinear = 80, "quant_linear", Call, operands 3..=5, outputs 1..=1;

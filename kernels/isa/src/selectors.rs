@@ -216,6 +216,16 @@ code_enum! {
         /// `(A, tau)`: the first `n` columns of `H_0 ⋯ H_{k-1}` (`orgqr`),
         /// the reflectors read from A's columns below the diagonal.
         HouseholderProduct = 26 => "householder_product",
+        /// LAPACK `sytrf`'s (lower, Bunch–Kaufman) packed `L` and block
+        /// diagonal `D`, the upper triangle zero (torch's `LD`).
+        LdlFactor = 27 => "ldl_factor",
+        /// `sytrf`'s 1-based i32 pivots (a 2×2 block's two entries both
+        /// `-p`).
+        LdlPivots = 28 => "ldl_pivots",
+        /// i32: 0, or the first exactly singular block of `D` (1-based).
+        LdlInfo = 29 => "ldl_info",
+        /// `(LD, pivots, B)`: solves `A X = B` from the factorization (`sytrs`).
+        LdlSolve = 30 => "ldl_solve",
     }
 }
 

@@ -179,13 +179,39 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
                 res.extend(householder_product(mat, m, n, &tm[b * k..(b + 1) * k]));
             }
         }
+        LinalgOp::LdlFactor | LinalgOp::LdlPivots | LinalgOp::LdlInfo => {
+            square()?;
+            for mat in mats(&am, n * n, batch) {
+                let f = Ldl::factor(mat, n);
+                match op {
+                    LinalgOp::LdlFactor => res.extend(f.ld),
+                    LinalgOp::LdlPivots => ints.extend(f.pivots.iter().map(|&p| p as i64)),
+                    _ => ints.push(f.info as i64),
+                }
+            }
+        }
+        LinalgOp::LdlSolve => {
+            square()?;
+            let (piv, b) = match (ins.get(1), ins.get(2)) {
+                (Some(p), Some(b)) => (p, b),
+                _ => return Err(shape_err(K, "ldl_solve needs (LD, pivots, B)")),
+            };
+            let pivots = pivots_of(piv)?;
+            let bm = to_f64(b)?;
+            let k = rhs_other_dim(b.shape, r, n, true)?;
+            if pivots.len() != batch * n || bm.len() != batch * n * k {
+                return Err(shape_err(
+                    K,
+                    format!("ldl_solve of {:?} with pivots {:?} and B {:?}", a.shape, piv.shape, b.shape),
+                ));
+            }
+            for (i, (mat, rhs)) in mats(&am, n * n, batch).zip(mats(&bm, n * k, batch)).enumerate() {
+                res.extend(ldl_solve(mat, &pivots[i * n..(i + 1) * n], rhs, n, k)?);
+            }
+        }
         LinalgOp::PivotsToPermutation => {
             let piv = ins.get(1).ok_or_else(|| shape_err(K, "pivots_to_permutation needs the pivots"))?;
-            let pivots: Vec<i64> = match piv.dtype {
-                DType::I32 => view::<i32>(K, "pivots", piv)?.iter().map(|&v| v as i64).collect(),
-                DType::I64 => view::<i64>(K, "pivots", piv)?.to_vec(),
-                other => return Err(KernelError::UnsupportedDType { kernel: K, dtype: other }),
-            };
+            let pivots = pivots_of(piv)?;
             let k = piv.shape.last().copied().unwrap_or(0);
             if pivots.len() != batch * k || k > m {
                 return Err(shape_err(K, format!("pivots {:?} for matrices {:?}", piv.shape, a.shape)));
@@ -207,6 +233,234 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
         }
     }
     write(op, &mut out, &res, &ints)
+}
+
+/// Pivots (i32 or i64) as i64.
+fn pivots_of(piv: &TensorRef) -> Result<Vec<i64>> {
+    match piv.dtype {
+        DType::I32 => Ok(view::<i32>(K, "pivots", piv)?.iter().map(|&v| v as i64).collect()),
+        DType::I64 => Ok(view::<i64>(K, "pivots", piv)?.to_vec()),
+        other => Err(KernelError::UnsupportedDType { kernel: K, dtype: other }),
+    }
+}
+
+/// A symmetric matrix factored as LAPACK's `dsytf2` (lower triangle,
+/// Bunch–Kaufman partial pivoting) does it: `P A P^T = L D L^T` with `D`
+/// of 1×1 and 2×2 blocks; the same pivot tests, interchanges and updates
+/// in the same order, so the same pivots (torch's MKL gives them too on
+/// the matrices tried) and the factors to rounding.
+struct Ldl {
+    /// Row-major `n × n`: `L` below the diagonal (unit diagonal implied),
+    /// `D` on it (and a 2×2 block's off-diagonal below it), zero above.
+    ld: Vec<f64>,
+    /// 1-based: `p` for a 1×1 block (row/column `p` swapped in), `-p` on both
+    /// columns of a 2×2 block.
+    pivots: Vec<i32>,
+    /// 0, or the first block of `D` that is exactly zero (1-based).
+    info: i32,
+}
+
+impl Ldl {
+    fn factor(mat: &[f64], n: usize) -> Ldl {
+        let alpha = (1.0 + 17f64.sqrt()) / 8.0;
+        let mut a = mat.to_vec();
+        let at = |i: usize, j: usize| i * n + j;
+        let mut pivots = vec![0i32; n];
+        let mut info = 0i32;
+        let mut k = 0;
+        // The first index of the largest magnitude (LAPACK's `idamax`).
+        let argmax = |a: &[f64], idx: &mut dyn Iterator<Item = (usize, usize)>| -> (usize, f64) {
+            let mut best = (usize::MAX, -1.0f64);
+            for (r, c) in idx {
+                let v = a[r * n + c].abs();
+                if best.0 == usize::MAX || v > best.1 {
+                    best = (r * n + c, v);
+                }
+            }
+            best
+        };
+        while k < n {
+            let mut kstep = 1;
+            let absakk = a[at(k, k)].abs();
+            let (imax, colmax) = if k + 1 < n {
+                let (flat, v) = argmax(&a, &mut (k + 1..n).map(|i| (i, k)));
+                (flat / n, v)
+            } else {
+                (k, 0.0)
+            };
+            let kp;
+            if absakk.max(colmax) == 0.0 || absakk.is_nan() {
+                if info == 0 {
+                    info = k as i32 + 1;
+                }
+                kp = k;
+            } else {
+                if absakk >= alpha * colmax {
+                    kp = k;
+                } else {
+                    let (_, mut rowmax) = argmax(&a, &mut (k..imax).map(|j| (imax, j)));
+                    if imax + 1 < n {
+                        rowmax = rowmax.max(argmax(&a, &mut (imax + 1..n).map(|j| (j, imax))).1);
+                    }
+                    if absakk >= alpha * colmax * (colmax / rowmax) {
+                        kp = k;
+                    } else if a[at(imax, imax)].abs() >= alpha * rowmax {
+                        kp = imax;
+                    } else {
+                        kp = imax;
+                        kstep = 2;
+                    }
+                }
+                let kk = k + kstep - 1;
+                if kp != kk {
+                    for i in kp + 1..n {
+                        a.swap(at(i, kk), at(i, kp));
+                    }
+                    for j in kk + 1..kp {
+                        a.swap(at(j, kk), at(kp, j));
+                    }
+                    a.swap(at(kk, kk), at(kp, kp));
+                    if kstep == 2 {
+                        a.swap(at(k + 1, k), at(kp, k));
+                    }
+                }
+                if kstep == 1 {
+                    if k + 1 < n {
+                        // A := A - x x^T / d (lower part, `dsyr`), then x / d.
+                        let d11 = 1.0 / a[at(k, k)];
+                        for j in k + 1..n {
+                            if a[at(j, k)] != 0.0 {
+                                let temp = -d11 * a[at(j, k)];
+                                for i in j..n {
+                                    a[at(i, j)] += a[at(i, k)] * temp;
+                                }
+                            }
+                        }
+                        for i in k + 1..n {
+                            a[at(i, k)] *= d11;
+                        }
+                    }
+                } else if k + 2 < n {
+                    let d21 = a[at(k + 1, k)];
+                    let d11 = a[at(k + 1, k + 1)] / d21;
+                    let d22 = a[at(k, k)] / d21;
+                    let t = 1.0 / (d11 * d22 - 1.0);
+                    let d21 = t / d21;
+                    for j in k + 2..n {
+                        let wk = d21 * (d11 * a[at(j, k)] - a[at(j, k + 1)]);
+                        let wkp1 = d21 * (d22 * a[at(j, k + 1)] - a[at(j, k)]);
+                        for i in j..n {
+                            a[at(i, j)] -= a[at(i, k)] * wk + a[at(i, k + 1)] * wkp1;
+                        }
+                        a[at(j, k)] = wk;
+                        a[at(j, k + 1)] = wkp1;
+                    }
+                }
+            }
+            if kstep == 1 {
+                pivots[k] = kp as i32 + 1;
+            } else {
+                pivots[k] = -(kp as i32 + 1);
+                pivots[k + 1] = -(kp as i32 + 1);
+            }
+            k += kstep;
+        }
+        for i in 0..n {
+            for j in i + 1..n {
+                a[at(i, j)] = 0.0;
+            }
+        }
+        Ldl { ld: a, pivots, info }
+    }
+}
+
+/// `A X = B` from [`Ldl`]'s factors (`dsytrs`, lower): `L D` forward with
+/// the row interchanges, then `L^T` backward undoing them. Pivots that do
+/// not describe a factorization (out of range, a 2×2 block not given on two
+/// equal entries) are an error.
+fn ldl_solve(ld: &[f64], pivots: &[i64], rhs: &[f64], n: usize, k: usize) -> Result<Vec<f64>> {
+    let bad = || shape_err(K, format!("ldl_solve: pivots {pivots:?} are not a factorization's"));
+    let at = |i: usize, j: usize| i * n + j;
+    let mut b = rhs.to_vec();
+    let swap_rows = |b: &mut [f64], r: usize, s: usize| {
+        if r != s {
+            for c in 0..k {
+                b.swap(r * k + c, s * k + c);
+            }
+        }
+    };
+    let row = |p: i64| -> Result<usize> {
+        let r = usize::try_from(p.unsigned_abs()).ok().filter(|&r| (1..=n).contains(&r)).ok_or_else(bad)?;
+        Ok(r - 1)
+    };
+    // L D Y = P B.
+    let mut i = 0;
+    while i < n {
+        if pivots[i] > 0 {
+            swap_rows(&mut b, i, row(pivots[i])?);
+            for r in i + 1..n {
+                for c in 0..k {
+                    b[r * k + c] -= ld[at(r, i)] * b[i * k + c];
+                }
+            }
+            let inv = 1.0 / ld[at(i, i)];
+            for c in 0..k {
+                b[i * k + c] *= inv;
+            }
+            i += 1;
+        } else {
+            if i + 1 >= n || pivots[i + 1] != pivots[i] {
+                return Err(bad());
+            }
+            swap_rows(&mut b, i + 1, row(pivots[i])?);
+            for r in i + 2..n {
+                for c in 0..k {
+                    b[r * k + c] -= ld[at(r, i)] * b[i * k + c];
+                }
+                for c in 0..k {
+                    b[r * k + c] -= ld[at(r, i + 1)] * b[(i + 1) * k + c];
+                }
+            }
+            let akm1k = ld[at(i + 1, i)];
+            let akm1 = ld[at(i, i)] / akm1k;
+            let ak = ld[at(i + 1, i + 1)] / akm1k;
+            let denom = akm1 * ak - 1.0;
+            for c in 0..k {
+                let bkm1 = b[i * k + c] / akm1k;
+                let bk = b[(i + 1) * k + c] / akm1k;
+                b[i * k + c] = (ak * bkm1 - bk) / denom;
+                b[(i + 1) * k + c] = (akm1 * bk - bkm1) / denom;
+            }
+            i += 2;
+        }
+    }
+    // L^T X = Y, then the interchanges in reverse.
+    let mut i = n;
+    while i > 0 {
+        let j = i - 1;
+        let dot = |b: &[f64], col: usize, c: usize| (j + 1..n).map(|r| ld[at(r, col)] * b[r * k + c]).sum::<f64>();
+        if pivots[j] > 0 {
+            for c in 0..k {
+                b[j * k + c] -= dot(&b, j, c);
+            }
+            swap_rows(&mut b, j, row(pivots[j])?);
+            i -= 1;
+        } else {
+            if j == 0 || pivots[j - 1] != pivots[j] {
+                return Err(bad());
+            }
+            for c in 0..k {
+                b[j * k + c] -= dot(&b, j, c);
+            }
+            for c in 0..k {
+                let d = (j + 1..n).map(|r| ld[at(r, j - 1)] * b[r * k + c]).sum::<f64>();
+                b[(j - 1) * k + c] -= d;
+            }
+            swap_rows(&mut b, j, row(pivots[j])?);
+            i -= 2;
+        }
+    }
+    Ok(b)
 }
 
 /// The number of right-hand sides: `b` is `[.., n, k]` (`left`) or `[.., k,

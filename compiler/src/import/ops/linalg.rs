@@ -175,6 +175,34 @@ pub(super) fn lu_factor(imp: &mut Importer, n: &Node, ex: bool) -> R<()> {
     info_result(imp, n, ex.then_some(2), check, L::LuInfo, a, || singular("linalg.lu_factor"))
 }
 
+/// `linalg_ldl_factor(A, *, hermitian=False) -> (LD, pivots)` and
+/// `linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False) -> (LD,
+/// pivots, info)`: LAPACK's `sytrf` on the lower triangle (for real
+/// matrices `hermitian` changes nothing).
+pub(super) fn ldl_factor(imp: &mut Importer, n: &Node, ex: bool) -> R<()> {
+    let a = matrices(imp, n, "self")?;
+    bind_result(imp, n, 0, L::LdlFactor, Flags::default(), &[a])?;
+    bind_result(imp, n, 1, L::LdlPivots, Flags::default(), &[a])?;
+    let check = ex && imp.bool(n, "check_errors", false)?;
+    info_result(imp, n, ex.then_some(2), check, L::LdlInfo, a, || {
+        "torch.linalg.ldl_factor_ex: the factorization has an exactly singular block of D".to_string()
+    })
+}
+
+/// `linalg_ldl_solve(LD, pivots, B, *, hermitian=False) -> Tensor`: `A X =
+/// B` from `ldl_factor`'s results (`sytrs`); B `[.., n, k]` with LD's batch.
+pub(super) fn ldl_solve(imp: &mut Importer, n: &Node) -> R<()> {
+    let ld = matrices(imp, n, "LD")?;
+    let pivots = imp.tensor(n, "pivots")?;
+    let b = imp.tensor(n, "B")?;
+    let (lt, bt) = (imp.ty(ld).clone(), imp.ty(b).clone());
+    if bt.dtype != lt.dtype || bt.rank() != lt.rank() || bt.shape[..bt.rank() - 2] != lt.shape[..lt.rank() - 2] {
+        return unsupported("ldl_solve with a right-hand side not shaped [.., n, k] with LD's batch and dtype");
+    }
+    let x = linalg(imp, L::LdlSolve, Flags::default(), vec![ld, pivots, b])?;
+    imp.bind(n, 0, x)
+}
+
 /// A right-hand side as a same-rank matrix: torch's vector case (`B` is
 /// `[.., n]` against `[.., n, n]`, or 1-d) becomes one column (`left`) or
 /// one row; the second result says to drop that dim again.
