@@ -16,14 +16,18 @@
 //! - `cost`: what a plan costs per step and device (compute, communication,
 //!   memory), reported for every plan.
 //! - `auto`: `--shard auto`, the plan the cost model picks, per layer.
+//! - `manual`: where kiln partitions by hand (experts' all-to-all token
+//!   dispatch); the emitter writes those nodes as manual regions.
 
 mod auto;
 mod cost;
+mod manual;
 mod propagate;
 mod strategy;
 
 pub use auto::{AutoReport, LayerChoice, LayerPlan};
 pub use cost::{bytes, estimate, seconds, CostModel, PlanCost};
+pub use manual::{expert_dispatches, ExpertDispatch, ManualCollective};
 pub use propagate::{propagate_shardings, Collective, Reshard, Use};
 pub use strategy::{glob_match, Override, Strategy};
 

@@ -1,0 +1,113 @@
+//! Where kiln partitions by hand: expert parallelism with tokens dispatched
+//! to their experts' devices by all-to-all.
+//!
+//! A grouped matmul whose experts' weight `[E, K, N]` is split by expert over
+//! one mesh axis of `n` devices (and nothing else), with `S` rows (tokens ×
+//! top-k, sorted by expert) that `n` divides, becomes a manual region over
+//! the whole mesh: each device holds `C = S / n` rows and `E / n` experts;
+//! it sends every row to the device owning the row's expert (a buffer of
+//! `n × C` rows: worst-case capacity, every row could go to one device, so
+//! none is dropped), multiplies what it received by its own experts, sends
+//! the products back the same way and keeps, per row, the one product its
+//! owner sent (the others are zeros). Each row's result is the one product
+//! one device computes, so results equal one device's.
+//!
+//! Propagation gives such a node row-split operands and result (no partial
+//! sum), the cost model counts the two all-to-alls, and the StableHLO
+//! emitter writes the region (`sdy.manual_computation`).
+
+use super::propagate::Collective;
+use kiln_ir::{Graph, NodeId, Op, Sharding};
+
+/// A grouped matmul dispatched by all-to-all over `axis`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpertDispatch {
+    pub node: NodeId,
+    pub axis: String,
+    /// Devices along `axis`.
+    pub devices: i64,
+    /// Rows `S`, contraction `K`, columns `N`, experts `E`.
+    pub rows: i64,
+    pub k: i64,
+    pub cols: i64,
+    pub experts: i64,
+    /// Bytes of one element of the rows (and of the products).
+    pub elem_bytes: u64,
+}
+
+/// One collective a manual region runs, with the bytes each device sends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManualCollective {
+    pub collective: Collective,
+    pub axis: String,
+    pub what: &'static str,
+    pub bytes_per_device: u64,
+}
+
+impl ExpertDispatch {
+    /// `Some` when node `n` is dispatched by hand (see the module doc).
+    pub fn of(g: &Graph, n: NodeId) -> Option<ExpertDispatch> {
+        let node = &g.nodes[n];
+        if node.op != Op::GroupedMatMul || node.inputs.len() != 3 || node.outputs.len() != 1 {
+            return None;
+        }
+        let (x, w) = (node.inputs[0], node.inputs[1]);
+        let ws = g.values[w].attrs.sharding.as_ref()?;
+        let [experts_axes, k_axes, n_axes] = ws.dims.as_slice() else { return None };
+        let [axis] = experts_axes.as_slice() else { return None };
+        if !k_axes.is_empty() || !n_axes.is_empty() || !ws.partial.is_empty() {
+            return None;
+        }
+        let devices = i64::from(g.mesh.as_ref()?.axis(axis)?.size);
+        let (&[rows, k], &[experts, _, cols]) =
+            (g.ty(x).static_shape()?.as_slice(), g.ty(w).static_shape()?.as_slice())
+        else {
+            return None;
+        };
+        if devices < 2 || rows % devices != 0 || experts % devices != 0 || !g.ty(x).dtype.is_float() {
+            return None;
+        }
+        let elem_bytes = g.ty(node.outputs[0]).dtype.size_bytes() as u64;
+        Some(ExpertDispatch { node: n, axis: axis.clone(), devices, rows, k, cols, experts, elem_bytes })
+    }
+
+    /// Rows each device holds.
+    pub fn local_rows(&self) -> i64 {
+        self.rows / self.devices
+    }
+
+    /// Experts each device holds.
+    pub fn local_experts(&self) -> i64 {
+        self.experts / self.devices
+    }
+
+    /// The rows' and the result's sharding: rows split over the axis.
+    pub fn rows_sharding(&self) -> Sharding {
+        Sharding::split(2, 0, &self.axis)
+    }
+
+    /// The dispatch and the return: each device sends `n × C` rows of `K`
+    /// (then `N`) values, all but its own `C` rows to other devices.
+    pub fn collectives(&self) -> Vec<ManualCollective> {
+        let sent = |width: i64| ((self.devices - 1) * self.local_rows() * width) as u64 * self.elem_bytes;
+        vec![
+            ManualCollective {
+                collective: Collective::AllToAll,
+                axis: self.axis.clone(),
+                what: "dispatch rows to their experts",
+                bytes_per_device: sent(self.k),
+            },
+            ManualCollective {
+                collective: Collective::AllToAll,
+                axis: self.axis.clone(),
+                what: "products back to their rows",
+                bytes_per_device: sent(self.cols),
+            },
+        ]
+    }
+}
+
+/// Every node of `g` dispatched by hand, in schedule order.
+pub fn expert_dispatches(g: &Graph) -> Vec<ExpertDispatch> {
+    g.order.iter().filter_map(|&n| ExpertDispatch::of(g, n)).collect()
+}
