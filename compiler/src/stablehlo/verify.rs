@@ -235,7 +235,7 @@ fn dense_rows(text: &str) -> Result<Vec<Vec<i64>>, String> {
         .and_then(|v| v.strip_suffix('>'))
         .ok_or(format!("`{text}` is not dense"))?;
     let numbers: Vec<i64> = inner
-        .split(|c: char| c == '[' || c == ']' || c == ',')
+        .split(['[', ']', ','])
         .map(str::trim)
         .filter(|n| !n.is_empty())
         .map(|n| n.parse::<i64>().map_err(|_| format!("`{n}` in `{text}` is not an integer")))
@@ -264,7 +264,7 @@ fn id_space(name: &str, op: &OpText, d: Devices, problems: &mut Vec<String>) -> 
     let global = attr(op, "use_global_device_ids").is_some();
     if let Some(ch) = channel {
         let field = |f: &str| {
-            ch.split(|c: char| c == '<' || c == ',' || c == '>')
+            ch.split(['<', ',', '>'])
                 .filter_map(|kv| kv.split_once('='))
                 .find(|(k, _)| k.trim() == f)
                 .and_then(|(_, v)| v.trim().parse::<i64>().ok())

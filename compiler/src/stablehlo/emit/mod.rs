@@ -87,10 +87,14 @@ pub struct Emitted {
 pub struct EmitError {
     pub node: Option<NodeId>,
     pub reason: String,
+    /// The collective verifier refused the module: a compile error, never a
+    /// reason to move nodes to the CPU (no op is unsupported; the module
+    /// kiln wrote is wrong).
+    pub fatal: bool,
 }
 
 fn err(reason: impl Into<String>) -> EmitError {
-    EmitError { node: None, reason: reason.into() }
+    EmitError { node: None, reason: reason.into(), fatal: false }
 }
 
 fn mlir_err(e: melior::Error) -> EmitError {
@@ -259,7 +263,8 @@ pub fn emit_segment_with(
     }
     let mlir = module.as_operation().to_string();
     let partitions = spmd.map_or(1, |s| u32::try_from(s.mesh.size()).unwrap_or(u32::MAX));
-    super::verify::verify_collectives(&mlir, super::verify::Devices { replicas: 1, partitions }).map_err(err)?;
+    super::verify::verify_collectives(&mlir, super::verify::Devices { replicas: 1, partitions })
+        .map_err(|reason| EmitError { fatal: true, ..err(reason) })?;
     Ok(Emitted { mlir, args, bf16_args, results: seg.results.clone() })
 }
 
