@@ -55,6 +55,7 @@ fn experts_are_manual_regions_with_all_to_alls() {
         (&[("model", 2)][..], "dense<[[0, 1]]> : tensor<1x2xi64>"),
         (&[("model", 4)], "dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>"),
         (&[("data", 2), ("model", 2)], "dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>"),
+        (&[("model", 2), ("data", 2)], "dense<[[0, 2], [1, 3]]> : tensor<2x2xi64>"),
     ] {
         let shard = expert_parallel(mesh);
         let devices = shard.mesh.size() as u32;
@@ -141,7 +142,8 @@ fn check_report(what: &str, report: &str, devices: usize) {
     }
 }
 
-/// One grouped matmul dispatched over 2 and 4 devices is bit-identical to
+/// One grouped matmul dispatched over 2 and 4 devices (and the first axis of
+/// a 2×2 mesh) is bit-identical to
 /// one device's dense form, whatever the offsets: an empty expert, rows past
 /// the last offset, every row on the last device's expert (the worst case
 /// the capacity is sized for), every row on the first, no row at all.
@@ -164,8 +166,10 @@ fn one_dispatch_is_bit_identical_to_one_device() {
     };
     let one = compile(None);
     let (x, w) = (random_f32(&[8, 5], 11, -1.0, 1.0), random_f32(&[4, 5, 3], 12, -1.0, 1.0));
-    for devices in [2, 4] {
-        let mut shard = expert_parallel(&[("model", devices)]);
+    // The last mesh puts the experts' axis first: its groups stride over
+    // the data axis ([[0, 2], [1, 3]]).
+    for mesh in [&[("model", 2)][..], &[("model", 4)], &[("model", 2), ("data", 2)]] {
+        let mut shard = expert_parallel(mesh);
         shard.strategy = Strategy::Replicated;
         shard.overrides = vec![Override { pattern: "w".into(), sharding: kiln_ir::Sharding::split(3, 0, "model") }];
         let program = compile(Some(shard));
@@ -174,7 +178,7 @@ fn one_dispatch_is_bit_identical_to_one_device() {
         for offs in [[2, 2, 6, 8], [1, 3, 3, 6], [0, 0, 0, 8], [8, 8, 8, 8], [0, 0, 0, 0]] {
             let inputs = [x.clone(), w.clone(), Tensor::from_i64(&[4], &offs)];
             let (got, want) = (run_pjrt(&program, &plugin, &inputs), run_pjrt(&one, &plugin, &inputs));
-            assert_eq!(got[0].data, want[0].data, "{devices} devices, offsets {offs:?}");
+            assert_eq!(got[0].data, want[0].data, "{mesh:?}, offsets {offs:?}");
             let y = values(&got[0]);
             assert!(y[offs[3] as usize * 3..].iter().all(|&v| v == 0.0), "{offs:?}: {y:?}");
             assert!(y[..offs[3] as usize * 3].iter().all(|&v| v != 0.0), "{offs:?}: {y:?}");
