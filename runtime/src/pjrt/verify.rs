@@ -2,7 +2,11 @@
 //! before the module reaches a plugin. A wrong collective mode is not caught
 //! by the XLA CPU plugin's compiler: it aborts the process at execute
 //! (`../shared/notes/sharding-pjrt.md`, E26 and E27), so kiln refuses such a
-//! module at compile time with an error naming the op.
+//! module with an error naming the op — at compile time (the StableHLO
+//! emitter runs it on every module) and again in the runtime before the
+//! plugin compiles a segment (an artifact kiln did not write, or edited).
+//! It lives in the runtime, which the compiler depends on, and needs nothing
+//! but the text.
 //!
 //! It reads the module's text (MLIR's generic form, as kiln's emitter prints
 //! it), so it checks exactly what the plugin is given, manual regions
