@@ -146,7 +146,8 @@ fn check_report(what: &str, report: &str, devices: usize) {
 /// a 2×2 mesh) is bit-identical to
 /// one device's dense form, whatever the offsets: an empty expert, rows past
 /// the last offset, every row on the last device's expert (the worst case
-/// the capacity is sized for), every row on the first, no row at all.
+/// the capacity is sized for), every row on the first, no row at all; and in
+/// bf16 segments.
 #[test]
 fn one_dispatch_is_bit_identical_to_one_device() {
     let Some(plugin) = plugin() else { return };
@@ -157,13 +158,14 @@ fn one_dispatch_is_bit_identical_to_one_device() {
   %3: f32[8, 3] = grouped_matmul(%0, %1, %2)
   output %3 \"y\"
 }";
-    let compile = |shard: Option<ShardConfig>| {
+    let compile_in = |shard: Option<ShardConfig>, precision: Precision| {
         let g = kiln_ir::text::parse(text).unwrap_or_else(|e| panic!("{e}"));
         let opts = CompileOptions { shard, ..CompileOptions::default() };
-        let (writer, _) = compile_graph_for(g, &opts, Backend::Pjrt { precision: Precision::F32 }, Metadata::default())
+        let (writer, _) = compile_graph_for(g, &opts, Backend::Pjrt { precision }, Metadata::default())
             .unwrap_or_else(|e| panic!("{e}"));
         Program::from_bytes(&writer.to_bytes()).unwrap_or_else(|e| panic!("{e}"))
     };
+    let compile = |shard: Option<ShardConfig>| compile_in(shard, Precision::F32);
     let one = compile(None);
     let (x, w) = (random_f32(&[8, 5], 11, -1.0, 1.0), random_f32(&[4, 5, 3], 12, -1.0, 1.0));
     // The last mesh puts the experts' axis first: its groups stride over
@@ -184,4 +186,16 @@ fn one_dispatch_is_bit_identical_to_one_device() {
             assert!(y[..offs[3] as usize * 3].iter().all(|&v| v != 0.0), "{offs:?}: {y:?}");
         }
     }
+    // bf16 segments: bf16 rows and products on the wire, the same bits as
+    // one device's bf16 dense form.
+    let one = compile_in(None, Precision::Bf16);
+    let mut shard = expert_parallel(&[("model", 2)]);
+    shard.strategy = Strategy::Replicated;
+    shard.overrides = vec![Override { pattern: "w".into(), sharding: kiln_ir::Sharding::split(3, 0, "model") }];
+    let program = compile_in(Some(shard), Precision::Bf16);
+    let mlir = &accel(&program).segments[0].mlir;
+    assert!(mlir.contains("\"stablehlo.all_to_all\"") && mlir.contains("x5xbf16>"), "{mlir}");
+    let inputs = [x, w, Tensor::from_i64(&[4], &[2, 2, 6, 8])];
+    let (got, want) = (run_pjrt(&program, &plugin, &inputs), run_pjrt(&one, &plugin, &inputs));
+    assert_eq!(got[0].data, want[0].data, "bf16");
 }
