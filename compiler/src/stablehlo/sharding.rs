@@ -217,9 +217,9 @@ impl ShardReport {
                 (r.collective.name(), format!("{at}: {} -> {}", r.from, r.to), r.bytes)
             })
             .collect();
-        // The manual regions' own collectives (Shardy only: GSPMD modules
-        // get the dense form and XLA's collectives).
-        if spmd.dialect == ShardingDialect::Shardy {
+        // The manual regions' own collectives (none in GSPMD modules:
+        // propagation plans no region there).
+        {
             for d in expert_dispatches(g) {
                 for c in d.collectives() {
                     let what = format!(

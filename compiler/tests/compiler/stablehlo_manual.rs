@@ -147,7 +147,7 @@ fn check_report(what: &str, report: &str, devices: usize) {
 /// one device's dense form, whatever the offsets: an empty expert, rows past
 /// the last offset, every row on the last device's expert (the worst case
 /// the capacity is sized for), every row on the first, no row at all; and in
-/// bf16 segments.
+/// bf16 segments. Under GSPMD the layer keeps the partial-sum form.
 #[test]
 fn one_dispatch_is_bit_identical_to_one_device() {
     let Some(plugin) = plugin() else { return };
@@ -186,6 +186,18 @@ fn one_dispatch_is_bit_identical_to_one_device() {
             assert!(y[..offs[3] as usize * 3].iter().all(|&v| v != 0.0), "{offs:?}: {y:?}");
         }
     }
+    // GSPMD modules get no manual region: the partial-sum form, whose
+    // all-reduce adds zeros to each row's one product (this case found
+    // XLA's GSPMD partitioner dropping a negative-edge pad's shift: all
+    // zeros, before `expert_starts`).
+    let mut shard = expert_parallel(&[("model", 2)]);
+    (shard.strategy, shard.dialect) = (Strategy::Replicated, ShardingDialect::Gspmd);
+    shard.overrides = vec![Override { pattern: "w".into(), sharding: kiln_ir::Sharding::split(3, 0, "model") }];
+    let program = compile(Some(shard));
+    let mlir = &accel(&program).segments[0].mlir;
+    assert!(!mlir.contains("all_to_all") && !mlir.contains("sdy.") && mlir.contains("mhlo.sharding"), "{mlir}");
+    let inputs = [x.clone(), w.clone(), Tensor::from_i64(&[4], &[2, 2, 6, 8])];
+    assert_eq!(run_pjrt(&program, &plugin, &inputs)[0].data, run_pjrt(&one, &plugin, &inputs)[0].data, "gspmd");
     // bf16 segments: bf16 rows and products on the wire, the same bits as
     // one device's bf16 dense form.
     let one = compile_in(None, Precision::Bf16);

@@ -107,7 +107,18 @@ impl ExpertDispatch {
     }
 }
 
-/// Every node of `g` dispatched by hand, in schedule order.
+impl ExpertDispatch {
+    /// `Some` when propagation planned node `n` as dispatched by hand (rows
+    /// split in and out; without `ShardOptions::manual_regions` it leaves a
+    /// partial sum instead).
+    pub fn planned(g: &Graph, n: NodeId) -> Option<ExpertDispatch> {
+        let d = ExpertDispatch::of(g, n)?;
+        let out = g.values[g.nodes[n].outputs[0]].attrs.sharding.as_ref()?;
+        (*out == d.rows_sharding()).then_some(d)
+    }
+}
+
+/// Every node of `g` planned as dispatched by hand, in schedule order.
 pub fn expert_dispatches(g: &Graph) -> Vec<ExpertDispatch> {
-    g.order.iter().filter_map(|&n| ExpertDispatch::of(g, n)).collect()
+    g.order.iter().filter_map(|&n| ExpertDispatch::planned(g, n)).collect()
 }

@@ -46,6 +46,9 @@ pub struct ShardOptions {
     pub inline_max_elements: usize,
     /// What plans are costed with (the report, and `--shard auto`'s choice).
     pub cost: CostModel,
+    /// Whether kiln may partition by hand (`manual`): the emitter writes
+    /// manual regions in Shardy modules only.
+    pub manual_regions: bool,
 }
 
 /// The outcome of [`shard_graph`]: every use where a value had to change

@@ -238,7 +238,7 @@ impl Prop<'_> {
             }
             Op::MatMul => self.matmul(g, n, ins, false).unwrap_or_else(replicated),
             Op::Linear => self.matmul(g, n, ins, true).unwrap_or_else(replicated),
-            Op::GroupedMatMul => match super::manual::ExpertDispatch::of(g, n) {
+            Op::GroupedMatMul => match super::manual::ExpertDispatch::of(g, n).filter(|_| self.opts.manual_regions) {
                 // Dispatched by hand: rows in and out split over the experts'
                 // axis, each row's product whole on the device holding it.
                 Some(d) => {

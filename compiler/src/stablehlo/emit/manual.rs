@@ -123,14 +123,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         // Expert blocks: rows [starts[e], ends[e]); device j owns experts
         // j·L .. (j+1)·L, so rows [starts[j·L], ends[(j+1)·L - 1]).
         let ends = self.convert(offs, i64s)?;
-        let zero = self.scalar(0.0, i64s)?;
-        let starts = self.op(
-            "stablehlo.pad",
-            &[&ends, &zero],
-            &[e],
-            i64s,
-            &[("edge_padding_low", arr(&[1])), ("edge_padding_high", arr(&[-1])), ("interior_padding", arr(&[0]))],
-        )?;
+        let starts = self.expert_starts(&ends)?;
         let every_lth = |t: &T<'c, 'a>, from: i64| {
             self.op(
                 "stablehlo.slice",

@@ -198,7 +198,7 @@ pub fn emit_segment_with(
             // Shardy only: GSPMD modules get the dense form (XLA partitions it).
             let manual = spmd
                 .filter(|s| s.dialect == ShardingDialect::Shardy)
-                .and_then(|s| ExpertDispatch::of(g, n).map(|d| (s, d)));
+                .and_then(|s| ExpertDispatch::planned(g, n).map(|d| (s, d)));
             let lowered = match manual {
                 Some((s, d)) => e.lower_dispatch(g, &s.mesh, &d),
                 None => e.lower_node(g, n),
