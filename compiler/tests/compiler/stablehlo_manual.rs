@@ -76,7 +76,8 @@ fn experts_are_manual_regions_with_all_to_alls() {
 /// `--shard expert-parallel` on 2 and 4 devices (and a 2×2 mesh) through the
 /// CLI in a child process: the report lists the manual regions' all-to-alls
 /// with bytes, `kiln inspect` keeps them, and the outputs match PyTorch and
-/// one device within torch's tolerance. Not bit for bit: the regions are
+/// one device within torch's tolerance (and under GSPMD, which keeps the
+/// partial-sum form: no region, no manual collectives). Not bit for bit: the regions are
 /// (`one_dispatch_is_bit_identical_to_one_device`; the fixture too when each
 /// region's result is gathered at once — checked by hand), but the rows stay
 /// split between the two experts' layers and after them, and XLA:CPU's code
@@ -93,18 +94,26 @@ fn expert_dispatch_matches_one_device_and_pytorch() {
     let expected = read_numbered(&fixture, "output");
     for flavour in ["training", "aten"] {
         let one = run_pjrt(&compile_with(flavour, None), &plugin, &read_numbered(&fixture, "input"));
-        for (mesh, devices) in [("model=2", 2), ("model=4", 4), ("data=2,model=2", 4)] {
-            let what = format!("{flavour} expert-parallel [{mesh}]");
+        // GSPMD: no manual region, the partial-sum form.
+        for (mesh, devices, dialect) in [
+            ("model=2", 2, "shardy"),
+            ("model=4", 4, "shardy"),
+            ("data=2,model=2", 4, "shardy"),
+            ("model=4", 4, "gspmd"),
+        ] {
+            let what = format!("{flavour} expert-parallel [{mesh}] {dialect}");
             let model = fixture.join(format!("{flavour}.pt2"));
             let artifact = dir.join("moe.kiln");
             let (model, artifact) = (model.to_str().expect("utf-8"), artifact.to_str().expect("utf-8"));
-            let args =
-                ["compile", model, "-o", artifact, "--target", "pjrt", "--mesh", mesh, "--shard", "ep", "--report"];
-            let (ok, report) = kiln(&args);
+            let args = ["compile", model, "-o", artifact, "--target", "pjrt", "--mesh", mesh, "--shard", "ep"];
+            let (ok, report) = kiln(&[&args[..], &["--sharding-dialect", dialect, "--report"]].concat());
             assert!(ok, "{what}: {report}");
-            check_report(&what, &report, devices);
+            let regions = if dialect == "shardy" { 4 } else { 0 };
+            if regions > 0 {
+                check_report(&what, &report, devices);
+            }
             let (ok, shown) = kiln(&["inspect", artifact]);
-            assert!(ok && shown.matches("manual region at").count() == 4, "{what}: {shown}");
+            assert!(ok && shown.matches("manual region at").count() == regions, "{what}: {shown}");
             let out = dir.join("out");
             let (input, out_dir) = (format!("0={}", input.display()), out.to_str().expect("utf-8"));
             let (ok, text) = kiln(&["run", artifact, "--device", &device, "--input", &input, "--output-dir", out_dir]);
