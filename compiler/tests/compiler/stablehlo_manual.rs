@@ -81,8 +81,8 @@ fn experts_are_manual_regions_with_all_to_alls() {
 /// (`one_dispatch_is_bit_identical_to_one_device`; the fixture too when each
 /// region's result is gathered at once — checked by hand), but the rows stay
 /// split between the two experts' layers and after them, and XLA:CPU's code
-/// for the SiLU and the routing-weight product on half the rows rounds
-/// differently in the last bits.
+/// for the elementwise ops there (the SiLU gate, the routing weights) rounds
+/// differently in the last bits on half the rows.
 #[test]
 fn expert_dispatch_matches_one_device_and_pytorch() {
     let Some(plugin) = plugin() else { return };

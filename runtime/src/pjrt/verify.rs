@@ -29,7 +29,8 @@
 //! - **shapes**: the dimension attributes in range; `all_to_all`'s split
 //!   dimension divisible by `split_count` = the group size, `all_gather`,
 //!   `reduce_scatter`, `all_to_all` and `collective_permute` results the
-//!   shapes those imply.
+//!   shapes those imply; one operand and one result each (kiln's form: a
+//!   variadic collective is refused, not passed unchecked).
 
 /// The collectives the verifier knows; any other `stablehlo` op whose name
 /// says it communicates is refused rather than passed unchecked.
