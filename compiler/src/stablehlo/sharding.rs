@@ -222,15 +222,7 @@ impl ShardReport {
         {
             for d in expert_dispatches(g) {
                 for c in d.collectives() {
-                    let what = format!(
-                        "manual region at {}: {} over `{}` ({} of {} rows, capacity {} rows per device pair; B each device sends)",
-                        g.describe_node(d.node),
-                        c.what,
-                        c.axis,
-                        d.local_rows(),
-                        d.rows,
-                        d.local_rows()
-                    );
+                    let what = format!("manual region at {}: {}", g.describe_node(d.node), c.what);
                     collectives.push((c.collective.name(), what, c.bytes_per_device));
                 }
             }

@@ -156,24 +156,30 @@ fn check_report(what: &str, report: &str, devices: usize) {
 /// one device's dense form, whatever the offsets: an empty expert, rows past
 /// the last offset, every row on the last device's expert (the worst case
 /// the capacity is sized for), every row on the first, no row at all; and in
-/// bf16 segments. Under GSPMD the layer keeps the partial-sum form.
+/// bf16 segments; with 7 rows (the all-reduce form). Under GSPMD the layer
+/// keeps the partial-sum form.
 #[test]
 fn one_dispatch_is_bit_identical_to_one_device() {
     let Some(plugin) = plugin() else { return };
-    let text = "graph {
-  input %0 \"x\": f32[8, 5] {origin=\"x\"}
-  input %1 \"w\": f32[4, 5, 3] {origin=\"w\"}
-  input %2 \"offs\": i64[4] {origin=\"offs\"}
-  %3: f32[8, 3] = grouped_matmul(%0, %1, %2)
+    let text = |rows: i64| {
+        format!(
+            "graph {{
+  input %0 \"x\": f32[{rows}, 5] {{origin=\"x\"}}
+  input %1 \"w\": f32[4, 5, 3] {{origin=\"w\"}}
+  input %2 \"offs\": i64[4] {{origin=\"offs\"}}
+  %3: f32[{rows}, 3] = grouped_matmul(%0, %1, %2)
   output %3 \"y\"
-}";
-    let compile_in = |shard: Option<ShardConfig>, precision: Precision| {
-        let g = kiln_ir::text::parse(text).unwrap_or_else(|e| panic!("{e}"));
+}}"
+        )
+    };
+    let compile_rows = |rows: i64, shard: Option<ShardConfig>, precision: Precision| {
+        let g = kiln_ir::text::parse(&text(rows)).unwrap_or_else(|e| panic!("{e}"));
         let opts = CompileOptions { shard, ..CompileOptions::default() };
         let (writer, _) = compile_graph_for(g, &opts, Backend::Pjrt { precision }, Metadata::default())
             .unwrap_or_else(|e| panic!("{e}"));
         Program::from_bytes(&writer.to_bytes()).unwrap_or_else(|e| panic!("{e}"))
     };
+    let compile_in = |shard: Option<ShardConfig>, precision: Precision| compile_rows(8, shard, precision);
     let compile = |shard: Option<ShardConfig>| compile_in(shard, Precision::F32);
     let one = compile(None);
     let (x, w) = (random_f32(&[8, 5], 11, -1.0, 1.0), random_f32(&[4, 5, 3], 12, -1.0, 1.0));
@@ -190,6 +196,27 @@ fn one_dispatch_is_bit_identical_to_one_device() {
             let inputs = [x.clone(), w.clone(), Tensor::from_i64(&[4], &offs)];
             let (got, want) = (run_pjrt(&program, &plugin, &inputs), run_pjrt(&one, &plugin, &inputs));
             assert_eq!(got[0].data, want[0].data, "{mesh:?}, offsets {offs:?}");
+            let y = values(&got[0]);
+            assert!(y[offs[3] as usize * 3..].iter().all(|&v| v == 0.0), "{offs:?}: {y:?}");
+            assert!(y[..offs[3] as usize * 3].iter().all(|&v| v != 0.0), "{offs:?}: {y:?}");
+        }
+    }
+    // 7 rows do not divide over the devices: the all-reduce form, every row
+    // on every device, still one device's bits.
+    let x7 = random_f32(&[7, 5], 13, -1.0, 1.0);
+    let one7 = compile_rows(7, None, Precision::F32);
+    for mesh in [&[("model", 2)][..], &[("model", 4)], &[("model", 2), ("data", 2)]] {
+        let mut shard = expert_parallel(mesh);
+        shard.strategy = Strategy::Replicated;
+        shard.overrides = vec![Override { pattern: "w".into(), sharding: kiln_ir::Sharding::split(3, 0, "model") }];
+        let program = compile_rows(7, Some(shard), Precision::F32);
+        let mlir = &accel(&program).segments[0].mlir;
+        assert!(mlir.contains("\"sdy.manual_computation\"") && !mlir.contains("all_to_all"), "{mlir}");
+        assert_eq!(mlir.matches("\"stablehlo.all_reduce\"").count(), 1, "{mlir}");
+        for offs in [[2, 2, 6, 7], [1, 3, 3, 6], [0, 0, 0, 7], [7, 7, 7, 7], [0, 0, 0, 0]] {
+            let inputs = [x7.clone(), w.clone(), Tensor::from_i64(&[4], &offs)];
+            let (got, want) = (run_pjrt(&program, &plugin, &inputs), run_pjrt(&one7, &plugin, &inputs));
+            assert_eq!(got[0].data, want[0].data, "7 rows, {mesh:?}, offsets {offs:?}");
             let y = values(&got[0]);
             assert!(y[offs[3] as usize * 3..].iter().all(|&v| v == 0.0), "{offs:?}: {y:?}");
             assert!(y[..offs[3] as usize * 3].iter().all(|&v| v != 0.0), "{offs:?}: {y:?}");

@@ -12,18 +12,34 @@
 //! owner sent (the others are zeros). Each row's result is the one product
 //! one device computes, so results equal one device's.
 //!
-//! Propagation gives such a node row-split operands and result (no partial
-//! sum), the cost model counts the two all-to-alls, and the StableHLO
-//! emitter writes the region (`sdy.manual_computation`).
+//! When `n` does not divide the rows, the region keeps every row on every
+//! device instead: each multiplies all rows by its own experts (zeros for
+//! rows of other devices' experts) and one `all_reduce` adds the devices'
+//! products — exact, since each row has one non-zero term.
+//!
+//! Propagation gives such a node row-split operands and result (whole ones
+//! for the all-reduce form; no partial sum either way), the cost model
+//! counts the region's collectives, and the StableHLO emitter writes the
+//! region (`sdy.manual_computation`).
 
 use super::propagate::Collective;
 use kiln_ir::{Graph, NodeId, Op, Sharding};
 
-/// A grouped matmul dispatched by all-to-all over `axis`.
+/// How a region's devices exchange rows and products.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Exchange {
+    /// Rows split over the axis, sent to their experts and back.
+    AllToAll,
+    /// Every row on every device, the products summed.
+    AllReduce,
+}
+
+/// A grouped matmul partitioned by hand over `axis` (split by expert).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExpertDispatch {
     pub node: NodeId,
     pub axis: String,
+    pub exchange: Exchange,
     /// Devices along `axis`.
     pub devices: i64,
     /// Rows `S`, contraction `K`, columns `N`, experts `E`.
@@ -40,7 +56,8 @@ pub struct ExpertDispatch {
 pub struct ManualCollective {
     pub collective: Collective,
     pub axis: String,
-    pub what: &'static str,
+    /// What it carries, for the report.
+    pub what: String,
     pub bytes_per_device: u64,
 }
 
@@ -64,16 +81,20 @@ impl ExpertDispatch {
         else {
             return None;
         };
-        if devices < 2 || rows % devices != 0 || experts % devices != 0 || !g.ty(x).dtype.is_float() {
+        if devices < 2 || experts % devices != 0 || !g.ty(x).dtype.is_float() {
             return None;
         }
+        let exchange = if rows % devices == 0 { Exchange::AllToAll } else { Exchange::AllReduce };
         let elem_bytes = g.ty(node.outputs[0]).dtype.size_bytes() as u64;
-        Some(ExpertDispatch { node: n, axis: axis.clone(), devices, rows, k, cols, experts, elem_bytes })
+        Some(ExpertDispatch { node: n, axis: axis.clone(), exchange, devices, rows, k, cols, experts, elem_bytes })
     }
 
     /// Rows each device holds.
     pub fn local_rows(&self) -> i64 {
-        self.rows / self.devices
+        match self.exchange {
+            Exchange::AllToAll => self.rows / self.devices,
+            Exchange::AllReduce => self.rows,
+        }
     }
 
     /// Experts each device holds.
@@ -81,29 +102,44 @@ impl ExpertDispatch {
         self.experts / self.devices
     }
 
-    /// The rows' and the result's sharding: rows split over the axis.
+    /// The rows' and the result's sharding: rows split over the axis (or
+    /// whole, for the all-reduce form).
     pub fn rows_sharding(&self) -> Sharding {
-        Sharding::split(2, 0, &self.axis)
+        match self.exchange {
+            Exchange::AllToAll => Sharding::split(2, 0, &self.axis),
+            Exchange::AllReduce => Sharding::replicated(2),
+        }
     }
 
     /// The dispatch and the return: each device sends `n × C` rows of `K`
-    /// (then `N`) values, all but its own `C` rows to other devices.
+    /// (then `N`) values, all but its own `C` rows to other devices; or one
+    /// ring all-reduce of the `S × N` products.
     pub fn collectives(&self) -> Vec<ManualCollective> {
-        let sent = |width: i64| ((self.devices - 1) * self.local_rows() * width) as u64 * self.elem_bytes;
-        vec![
-            ManualCollective {
-                collective: Collective::AllToAll,
-                axis: self.axis.clone(),
-                what: "dispatch rows to their experts",
-                bytes_per_device: sent(self.k),
-            },
-            ManualCollective {
-                collective: Collective::AllToAll,
-                axis: self.axis.clone(),
-                what: "products back to their rows",
-                bytes_per_device: sent(self.cols),
-            },
-        ]
+        let (n, c) = (self.devices, self.local_rows());
+        let one = |collective, what: &str, bytes: i64| ManualCollective {
+            collective,
+            axis: self.axis.clone(),
+            what: format!("{what} over `{}` ({c} of {} rows", self.axis, self.rows),
+            bytes_per_device: bytes as u64 * self.elem_bytes,
+        };
+        match self.exchange {
+            Exchange::AllToAll => {
+                let capacity = format!(", capacity {c} rows per device pair; B each device sends)");
+                let mut out = vec![
+                    one(Collective::AllToAll, "dispatch rows to their experts", (n - 1) * c * self.k),
+                    one(Collective::AllToAll, "products back to their rows", (n - 1) * c * self.cols),
+                ];
+                for o in &mut out {
+                    o.what.push_str(&capacity);
+                }
+                out
+            }
+            Exchange::AllReduce => {
+                let mut sum = one(Collective::AllReduce, "products summed", 2 * (n - 1) * c * self.cols / n);
+                sum.what.push_str(&format!("; {n} does not divide them; B each device sends)"));
+                vec![sum]
+            }
+        }
     }
 }
 

@@ -27,7 +27,7 @@ mod strategy;
 
 pub use auto::{AutoReport, LayerChoice, LayerPlan};
 pub use cost::{bytes, estimate, seconds, CostModel, PlanCost};
-pub use manual::{expert_dispatches, ExpertDispatch, ManualCollective};
+pub use manual::{expert_dispatches, Exchange, ExpertDispatch, ManualCollective};
 pub use propagate::{propagate_shardings, Collective, Reshard, Use};
 pub use strategy::{glob_match, Override, Strategy};
 

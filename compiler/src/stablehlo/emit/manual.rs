@@ -1,19 +1,22 @@
 //! Manual regions: code kiln partitions by hand inside an SPMD module, as
 //! `sdy.manual_computation` over every mesh axis with explicit collectives
 //! (the form `../shared/notes/sharding/manual_sdy.mlir` verified on the XLA
-//! CPU plugin). Collectives use partition ids (a channel handle, no
-//! `use_global_device_ids`: all_to_all has no flattened mode), one group per
-//! line of devices along the region's axis.
+//! CPU plugin). Collectives name partitions: `all_to_all` by partition id (a
+//! channel handle; it has no flattened mode), `all_reduce` by flattened id
+//! (`use_global_device_ids`; the same numbers with one replica), one group
+//! per line of devices along the region's axis.
 //!
-//! The one region today is expert parallelism's token dispatch
-//! ([`ExpertDispatch`]): rows go to their experts' devices by all-to-all at
-//! worst-case capacity and their products come back the same way.
+//! The one region today is expert parallelism ([`ExpertDispatch`]): rows go
+//! to their experts' devices by all-to-all at worst-case capacity and their
+//! products come back the same way, or, when the devices do not divide the
+//! rows, every device multiplies every row by its experts and one
+//! all-reduce adds the products.
 
 use super::text::arr;
 use super::{err, mlir_err, EmitError, Emitter, T};
 use crate::stablehlo::sharding::shardy_sharding;
 use kiln_ir::{DType, Graph, Mesh, ReduceKind, Sharding};
-use kiln_passes::shard::ExpertDispatch;
+use kiln_passes::shard::{Exchange, ExpertDispatch};
 use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationBuilder;
 use melior::ir::RegionLike;
@@ -83,12 +86,15 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 let v: Value = block.argument(i).map_err(mlir_err)?.into();
                 Ok(T { v, shape: local[i].0.clone(), dt: local[i].1 })
             };
-            let y = e.dispatch_body(mesh, d, &arg(0)?, &arg(1)?, &arg(2)?, out_dt)?;
+            let y = match d.exchange {
+                Exchange::AllToAll => e.dispatch_body(mesh, d, &arg(0)?, &arg(1)?, &arg(2)?, out_dt)?,
+                Exchange::AllReduce => e.all_reduce_body(mesh, d, &arg(0)?, &arg(1)?, &arg(2)?, out_dt)?,
+            };
             block.append_operation(
                 OperationBuilder::new("sdy.return", self.loc).add_operands(&[y.v]).build().map_err(mlir_err)?,
             );
         }
-        let rows = Sharding::split(2, 0, &d.axis);
+        let rows = d.rows_sharding();
         let in_shardings =
             per_value(&[rows.clone(), Sharding::split(3, 0, &d.axis), Sharding::replicated(offs.shape.len())]);
         let axes: Vec<String> = mesh.axes.iter().map(|a| format!("\"{}\"", a.name)).collect();
@@ -113,12 +119,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
     ) -> Result<T<'c, 'a>, EmitError> {
         let (n, c, l, e) = (d.devices, d.local_rows(), d.local_experts(), d.experts);
         let i64s = DType::I64;
-        // This device's place along the axis.
-        let at = mesh.axes.iter().position(|a| a.name == d.axis).ok_or_else(|| err("no mesh axis"))?;
-        let stride: i64 = mesh.axes[at + 1..].iter().map(|a| i64::from(a.size)).product();
-        let pid = self.partition_id()?;
-        let me = self.binary("divide", &pid, &self.scalar(stride as f64, i64s)?)?;
-        let me = self.binary("remainder", &me, &self.scalar(n as f64, i64s)?)?;
+        let me = self.axis_index(mesh, &d.axis, n)?;
 
         // Expert blocks: rows [starts[e], ends[e]); device j owns experts
         // j·L .. (j+1)·L, so rows [starts[j·L], ends[(j+1)·L - 1]).
@@ -158,12 +159,39 @@ impl<'c, 'a> Emitter<'c, 'a> {
         // Received: slot i holds source i's rows, which are global rows
         // i·C .. (i+1)·C, so the slots in order are the S rows, ours kept.
         let rows = self.reshape(&received, &[d.rows, d.k])?;
-        let products = self.dot(&rows, w, &[], &[], &[1], &[1])?;
-        let my_first = self.binary("multiply", &me, &self.scalar(l as f64, i64s)?)?;
+        let y = self.local_experts(d, &rows, w, &starts, &ends, &me, out_dt)?;
+
+        // Back: slot i of the products goes to source i; each row then has
+        // its owner's product and zeros from every other device.
+        let back = self.all_to_all(&self.reshape(&y, &[n, c, d.cols])?, n, &groups, 2)?;
+        let y = self.reduce(&back, &[0], ReduceKind::Sum)?;
+        if y.shape != [c, d.cols] {
+            return Err(err(format!("expert dispatch produced {:?}, expected [{c}, {}]", y.shape, d.cols)));
+        }
+        Ok(y)
+    }
+
+    /// Every row of `rows [S, K]` times its expert's weight when the expert
+    /// is one of this device's `L` (`w [L, K, N]`, experts `me·L ..`), zero
+    /// otherwise: the dense form over the local experts.
+    #[allow(clippy::too_many_arguments)]
+    fn local_experts(
+        &self,
+        d: &ExpertDispatch,
+        rows: &T<'c, 'a>,
+        w: &T<'c, 'a>,
+        starts: &T<'c, 'a>,
+        ends: &T<'c, 'a>,
+        me: &T<'c, 'a>,
+        out_dt: DType,
+    ) -> Result<T<'c, 'a>, EmitError> {
+        let (l, i64s) = (d.local_experts(), DType::I64);
+        let products = self.dot(rows, w, &[], &[], &[1], &[1])?;
+        let my_first = self.binary("multiply", me, &self.scalar(l as f64, i64s)?)?;
         let mine = |t: &T<'c, 'a>| {
             self.op("stablehlo.dynamic_slice", &[t, &my_first], &[l], i64s, &[("slice_sizes", arr(&[l]))])
         };
-        let (my_starts, my_ends) = (mine(&starts)?, mine(&ends)?);
+        let (my_starts, my_ends) = (mine(starts)?, mine(ends)?);
         let grid = [d.rows, l];
         let row = self.op("stablehlo.iota", &[], &grid, i64s, &[("iota_dimension", "0 : i64".into())])?;
         let in_block = self.binary(
@@ -176,16 +204,47 @@ impl<'c, 'a> Emitter<'c, 'a> {
             &products,
             &self.scalar(0.0, products.dt)?,
         )?;
-        let y = self.convert(&self.reduce(&kept, &[1], ReduceKind::Sum)?, out_dt)?;
+        self.convert(&self.reduce(&kept, &[1], ReduceKind::Sum)?, out_dt)
+    }
 
-        // Back: slot i of the products goes to source i; each row then has
-        // its owner's product and zeros from every other device.
-        let back = self.all_to_all(&self.reshape(&y, &[n, c, d.cols])?, n, &groups, 2)?;
-        let y = self.reduce(&back, &[0], ReduceKind::Sum)?;
-        if y.shape != [c, d.cols] {
-            return Err(err(format!("expert dispatch produced {:?}, expected [{c}, {}]", y.shape, d.cols)));
-        }
-        Ok(y)
+    /// The all-reduce form: every row times the local experts, the devices'
+    /// products (one non-zero per row) added by `all_reduce`.
+    fn all_reduce_body(
+        &self,
+        mesh: &Mesh,
+        d: &ExpertDispatch,
+        x: &T<'c, 'a>,
+        w: &T<'c, 'a>,
+        offs: &T<'c, 'a>,
+        out_dt: DType,
+    ) -> Result<T<'c, 'a>, EmitError> {
+        let me = self.axis_index(mesh, &d.axis, d.devices)?;
+        let ends = self.convert(offs, DType::I64)?;
+        let starts = self.expert_starts(&ends)?;
+        let y = self.local_experts(d, x, w, &starts, &ends, &me, out_dt)?;
+        let region = self.reducer("add", y.dt)?;
+        let groups = axis_groups(mesh, &d.axis)?;
+        self.op_with_regions(
+            "stablehlo.all_reduce",
+            &[&y],
+            &y.shape,
+            y.dt,
+            &[
+                ("replica_groups", dense_table(&groups)),
+                ("channel_handle", "#stablehlo.channel_handle<handle = 1, type = 1>".into()),
+                ("use_global_device_ids", "unit".into()),
+            ],
+            vec![region],
+        )
+    }
+
+    /// This device's place along `axis` (i64), from `partition_id`.
+    fn axis_index(&self, mesh: &Mesh, axis: &str, size: i64) -> Result<T<'c, 'a>, EmitError> {
+        let at = mesh.axes.iter().position(|a| a.name == axis).ok_or_else(|| err("no mesh axis"))?;
+        let stride: i64 = mesh.axes[at + 1..].iter().map(|a| i64::from(a.size)).product();
+        let pid = self.partition_id()?;
+        let me = self.binary("divide", &pid, &self.scalar(stride as f64, DType::I64)?)?;
+        self.binary("remainder", &me, &self.scalar(size as f64, DType::I64)?)
     }
 
     /// `stablehlo.partition_id` (a `ui32`, which kiln's dtypes lack) as i64.
