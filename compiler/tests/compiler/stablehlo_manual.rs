@@ -92,6 +92,17 @@ fn expert_dispatch_matches_one_device_and_pytorch() {
     let fixture = fixture_dir(MOE);
     let input = fixture.join("input_0.npy");
     let expected = read_numbered(&fixture, "output");
+    // A program without experts, and experts the axis does not divide.
+    let artifact = dir.join("refused.kiln");
+    let artifact = artifact.to_str().expect("utf-8");
+    let mlp = fixture_dir("mlp").join("training.pt2");
+    let args = ["compile", mlp.to_str().expect("utf-8"), "-o", artifact, "--target", "pjrt", "--mesh", "model=2"];
+    let (ok, text) = kiln(&[&args[..], &["--shard", "expert-parallel"]].concat());
+    assert!(!ok && text.contains("--shard expert-parallel: the program has no mixture of experts"), "{text}");
+    let moe = fixture.join("training.pt2");
+    let args = ["compile", moe.to_str().expect("utf-8"), "-o", artifact, "--target", "pjrt", "--mesh", "model=8"];
+    let (ok, text) = kiln(&[&args[..], &["--shard", "ep"]].concat());
+    assert!(!ok && text.contains("mesh axis `model` (size 8) does not divide dim 0 (size 4) of `"), "{text}");
     for flavour in ["training", "aten"] {
         let one = run_pjrt(&compile_with(flavour, None), &plugin, &read_numbered(&fixture, "input"));
         // GSPMD: no manual region, the partial-sum form.

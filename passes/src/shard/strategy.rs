@@ -25,7 +25,8 @@ pub enum Strategy {
     Fsdp,
     /// A mixture of experts' weights `[E, K, N]` split by expert over the
     /// model axis, the tokens dispatched to their experts' devices by
-    /// all-to-all where the rows divide (see `manual`), everything else
+    /// all-to-all where the rows divide, the products all-reduced otherwise
+    /// (see `manual`), everything else
     /// replicated; inputs split on batch over a separate `data` axis when the
     /// mesh has one.
     ExpertParallel,
