@@ -351,6 +351,7 @@ fn shard_for_pjrt(
         overrides: config.overrides.clone(),
         inline_max_elements: crate::stablehlo::INLINE_CONST_MAX_ELEMENTS,
         cost: config.cost.clone(),
+        manual_regions: config.dialect == crate::stablehlo::sharding::ShardingDialect::Shardy,
     };
     let plan = shard_graph(graph, &options).map_err(CompileError::Shard)?;
     if verify {

@@ -34,7 +34,8 @@ struct ShardArgs {
     #[arg(long)]
     mesh: Option<String>,
     /// Strategy: `data-parallel` (inputs split on batch), `tensor-parallel` (Megatron
-    /// column/row linears), `fsdp` (weights split over the data axis too), `replicated`,
+    /// column/row linears), `fsdp` (weights split over the data axis too), `expert-parallel`
+    /// (experts split over the model axis, tokens dispatched by all-to-all), `replicated`,
     /// or `auto` (the cheapest plan under --shard-cost, chosen per layer; --report explains it).
     #[arg(long, default_value = "data-parallel")]
     shard: String,
@@ -80,7 +81,10 @@ impl ShardArgs {
         };
         let mut mesh = parse_mesh(mesh)?;
         let strategy = Strategy::from_name(&self.shard).ok_or_else(|| {
-            format!("unknown --shard `{}` (known: data-parallel, tensor-parallel, fsdp, replicated, auto)", self.shard)
+            format!(
+                "unknown --shard `{}` (known: data-parallel, tensor-parallel, fsdp, expert-parallel, replicated, auto)",
+                self.shard
+            )
         })?;
         let dialect = ShardingDialect::from_name(&self.sharding_dialect)
             .ok_or_else(|| format!("unknown --sharding-dialect `{}` (known: shardy, gspmd)", self.sharding_dialect))?;

@@ -56,7 +56,7 @@ fn run_shard(test: &FileTest, g: &mut Graph) -> Result<(), String> {
     let strategy = Strategy::from_name(name).ok_or_else(|| format!("unknown strategy `{name}`"))?;
     let inline_max_elements = test.option("inline_max").map_or(Ok(0), str::parse).map_err(|e| format!("{e}"))?;
     let cost = CostModel::parse(test.option("cost").unwrap_or(""))?;
-    let opts = ShardOptions { mesh, strategy, overrides: vec![], inline_max_elements, cost };
+    let opts = ShardOptions { mesh, strategy, overrides: vec![], inline_max_elements, cost, manual_regions: true };
     let plan = shard_graph(g, &opts)?;
     kiln_ir::verify::verify(g).map_err(|e| e.to_string())?;
     let got: Vec<String> = plan

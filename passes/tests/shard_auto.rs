@@ -30,6 +30,7 @@ fn options(mesh: &[(&str, u32)], cost: &str) -> ShardOptions {
         overrides: vec![],
         inline_max_elements: 0,
         cost: CostModel::parse(cost).unwrap_or_else(|e| panic!("{e}")),
+        manual_regions: true,
     }
 }
 

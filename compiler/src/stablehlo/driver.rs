@@ -245,6 +245,7 @@ fn partition_and_emit(
         for seg in &part.segments {
             match emit_segment_with(ctx, g, seg, precision, spmd) {
                 Ok(e) => emitted.push(e),
+                Err(e) if e.fatal => return Err(LowerError(vec![e.reason])),
                 Err(e) => {
                     let reason = format!("StableHLO lowering failed: {}", e.reason);
                     match e.node {

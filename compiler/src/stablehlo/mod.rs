@@ -11,11 +11,16 @@
 //!   (weights), not inline text.
 //! - [`sharding`]: Shardy and GSPMD annotation text for SPMD programs (a
 //!   graph with a mesh: one segment over every device).
+//! - [`verify`]: the collective verifier every emitted module passes
+//!   (modes, groups, pairs, reduction bodies, shapes); the runtime's, which
+//!   checks each segment again before a plugin compiles it.
 
 pub mod buckets;
 pub mod loop_consts;
 pub mod partition;
 pub mod sharding;
+
+pub use kiln_runtime::pjrt::verify;
 
 #[cfg(feature = "mlir")]
 pub mod emit;

@@ -5,7 +5,7 @@
 //! `../shared/notes/sharding-pjrt.md`).
 
 use kiln_ir::{Graph, Mesh, MeshAxis, Sharding};
-use kiln_passes::shard::{bytes, seconds, AutoReport, Override, PlanCost, Reshard, Use};
+use kiln_passes::shard::{bytes, expert_dispatches, seconds, AutoReport, Override, PlanCost, Reshard, Use};
 use kiln_runtime::format::{MeshAxisDecl, MeshDecl, TensorSharding};
 
 /// How a sharded module is annotated.
@@ -177,7 +177,8 @@ pub struct ShardReport {
     pub mesh: String,
     /// Inputs and weights: name, sharding, whole bytes, bytes per device.
     pub tensors: Vec<(String, String, u64, u64)>,
-    /// Every resharding: collective, where, bytes of the whole tensor.
+    /// Every resharding: collective, where, bytes of the whole tensor; then
+    /// the manual regions' collectives with the bytes each device sends.
     pub collectives: Vec<(&'static str, String, u64)>,
     /// The plan's estimated cost per step and device.
     pub cost: PlanCost,
@@ -204,7 +205,7 @@ impl ShardReport {
             let name = g.values[v].attrs.origin.clone().or_else(|| g.values[v].name.clone()).unwrap_or(v.to_string());
             tensors.push((name, s.to_string(), bytes, bytes / pieces.max(1)));
         }
-        let collectives = spmd
+        let mut collectives: Vec<(&'static str, String, u64)> = spmd
             .reshards
             .iter()
             .filter(|r| r.collective.name() != "slice")
@@ -216,6 +217,16 @@ impl ShardReport {
                 (r.collective.name(), format!("{at}: {} -> {}", r.from, r.to), r.bytes)
             })
             .collect();
+        // The manual regions' own collectives (none in GSPMD modules:
+        // propagation plans no region there).
+        {
+            for d in expert_dispatches(g) {
+                for c in d.collectives() {
+                    let what = format!("manual region at {}: {}", g.describe_node(d.node), c.what);
+                    collectives.push((c.collective.name(), what, c.bytes_per_device));
+                }
+            }
+        }
         let decisions = spmd.auto.as_ref().map_or_else(Vec::new, |a| auto_lines(g, a));
         ShardReport { mesh: spmd.mesh.to_string(), tensors, collectives, cost: spmd.cost.clone(), decisions }
     }

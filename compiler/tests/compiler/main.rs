@@ -15,6 +15,7 @@ mod stablehlo_buckets;
 mod stablehlo_cli;
 mod stablehlo_conformance;
 mod stablehlo_fixtures;
+mod stablehlo_manual;
 mod stablehlo_moe;
 mod stablehlo_ops;
 mod stablehlo_quant;

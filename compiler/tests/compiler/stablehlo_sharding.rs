@@ -204,6 +204,7 @@ fn plan_of(name: &str, flavour: &str, shard: &ShardConfig) -> String {
         overrides: vec![],
         inline_max_elements: kiln_compiler::stablehlo::INLINE_CONST_MAX_ELEMENTS,
         cost: shard.cost.clone(),
+        manual_regions: true,
     };
     shard_graph(&mut graph, &opts).unwrap_or_else(|e| panic!("{e}"));
     let planned = graph.inputs.iter().copied().chain(graph.consts.values().map(|c| c.value));
@@ -311,6 +312,7 @@ fn moe_auto_plans_offer_expert_parallelism() {
                 overrides: vec![],
                 inline_max_elements: kiln_compiler::stablehlo::INLINE_CONST_MAX_ELEMENTS,
                 cost: shard.cost.clone(),
+                manual_regions: true,
             };
             let report = shard_graph(&mut graph, &opts).unwrap_or_else(|e| panic!("{e}")).auto.expect("auto report");
             let experts: Vec<_> = report.layers.iter().filter(|l| l.name.contains("experts")).collect();

@@ -71,7 +71,7 @@ impl CostModel {
         Ok(m)
     }
 
-    fn link(&self, axis: &str) -> f64 {
+    pub(super) fn link(&self, axis: &str) -> f64 {
         self.link_bytes_per_s.iter().find(|(a, _)| a == axis).map_or(self.default_link_bytes_per_s, |l| l.1)
     }
 }
@@ -163,6 +163,11 @@ pub fn estimate(g: &Graph, mesh: &Mesh, reshards: &[Reshard], model: &CostModel)
         let (bytes, s) = collective_cost(mesh, r, model);
         cost.comm_bytes += bytes;
         cost.comm_s += s;
+    }
+    // Collectives inside the regions kiln partitions by hand.
+    for c in super::manual::expert_dispatches(g).iter().flat_map(|d| d.collectives()) {
+        cost.comm_bytes += c.bytes_per_device as f64;
+        cost.comm_s += c.bytes_per_device as f64 / model.link(&c.axis) + model.collective_latency_s;
     }
     // Constants a pass replaced may linger until compaction: only live ones count.
     let uses = g.use_counts();

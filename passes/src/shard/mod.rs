@@ -16,14 +16,18 @@
 //! - `cost`: what a plan costs per step and device (compute, communication,
 //!   memory), reported for every plan.
 //! - `auto`: `--shard auto`, the plan the cost model picks, per layer.
+//! - `manual`: where kiln partitions by hand (experts' all-to-all token
+//!   dispatch); the emitter writes those nodes as manual regions.
 
 mod auto;
 mod cost;
+mod manual;
 mod propagate;
 mod strategy;
 
 pub use auto::{AutoReport, LayerChoice, LayerPlan};
 pub use cost::{bytes, estimate, seconds, CostModel, PlanCost};
+pub use manual::{expert_dispatches, Exchange, ExpertDispatch, ManualCollective};
 pub use propagate::{propagate_shardings, Collective, Reshard, Use};
 pub use strategy::{glob_match, Override, Strategy};
 
@@ -42,6 +46,9 @@ pub struct ShardOptions {
     pub inline_max_elements: usize,
     /// What plans are costed with (the report, and `--shard auto`'s choice).
     pub cost: CostModel,
+    /// Whether kiln may partition by hand (`manual`): the emitter writes
+    /// manual regions in Shardy modules only.
+    pub manual_regions: bool,
 }
 
 /// The outcome of [`shard_graph`]: every use where a value had to change

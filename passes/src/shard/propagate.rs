@@ -238,7 +238,17 @@ impl Prop<'_> {
             }
             Op::MatMul => self.matmul(g, n, ins, false).unwrap_or_else(replicated),
             Op::Linear => self.matmul(g, n, ins, true).unwrap_or_else(replicated),
-            Op::GroupedMatMul => grouped_matmul(g, n, ins).unwrap_or_else(replicated),
+            Op::GroupedMatMul => match super::manual::ExpertDispatch::of(g, n).filter(|_| self.opts.manual_regions) {
+                // Partitioned by hand: rows in and out split over the
+                // experts' axis (all-to-all) or whole (all-reduce), each
+                // row's product whole on the devices holding it.
+                Some(d) => {
+                    let offs = Sharding::replicated(g.ty(node.inputs[2]).rank());
+                    let w = sharding_of(g, node.inputs[1]);
+                    one(vec![d.rows_sharding(), w, offs], d.rows_sharding())
+                }
+                None => grouped_matmul(g, n, ins).unwrap_or_else(replicated),
+            },
             Op::Reduce { kind, axes, keep_dims } => {
                 let x = &ins[0];
                 let summing = matches!(kind, ReduceKind::Sum | ReduceKind::Mean);

@@ -23,6 +23,13 @@ pub enum Strategy {
     /// Data-parallel inputs, and every weight split on its largest dim the
     /// data axis divides (XLA gathers it where it is used).
     Fsdp,
+    /// A mixture of experts' weights `[E, K, N]` split by expert over the
+    /// model axis, the tokens dispatched to their experts' devices by
+    /// all-to-all where the rows divide, the products all-reduced otherwise
+    /// (see `manual`), everything else
+    /// replicated; inputs split on batch over a separate `data` axis when the
+    /// mesh has one.
+    ExpertParallel,
     /// The plan the cost model finds cheapest: the best of the above, then
     /// refined layer by layer (see `auto`).
     Auto,
@@ -35,6 +42,7 @@ impl Strategy {
             "data-parallel" | "dp" => Strategy::DataParallel,
             "tensor-parallel" | "tp" => Strategy::TensorParallel,
             "fsdp" => Strategy::Fsdp,
+            "expert-parallel" | "ep" => Strategy::ExpertParallel,
             "auto" => Strategy::Auto,
             _ => return None,
         })
@@ -46,6 +54,7 @@ impl Strategy {
             Strategy::DataParallel => "data-parallel",
             Strategy::TensorParallel => "tensor-parallel",
             Strategy::Fsdp => "fsdp",
+            Strategy::ExpertParallel => "expert-parallel",
             Strategy::Auto => "auto",
         }
     }
@@ -74,7 +83,9 @@ pub(super) fn seed(g: &mut Graph, opts: &ShardOptions) -> Result<(), String> {
     let data = data_axis(mesh).to_string();
     let split_batch = match opts.strategy {
         Strategy::DataParallel | Strategy::Fsdp => true,
-        Strategy::TensorParallel => mesh.axis("data").is_some() && model_axis(mesh) != "data",
+        Strategy::TensorParallel | Strategy::ExpertParallel => {
+            mesh.axis("data").is_some() && model_axis(mesh) != "data"
+        }
         // `auto` seeds through the concrete strategies it tries.
         Strategy::Replicated | Strategy::Auto => false,
     };
@@ -104,7 +115,31 @@ pub(super) fn seed(g: &mut Graph, opts: &ShardOptions) -> Result<(), String> {
             }
         }
     }
+    if opts.strategy == Strategy::ExpertParallel {
+        split_experts(g, mesh, opts)?;
+    }
     apply_overrides(g, opts)
+}
+
+/// Every grouped matmul's weight split by expert over the model axis; an
+/// axis that does not divide the experts is an error naming the weight.
+fn split_experts(g: &mut Graph, mesh: &Mesh, opts: &ShardOptions) -> Result<(), String> {
+    let axis = model_axis(mesh).to_string();
+    let weights: Vec<ValueId> = g
+        .order
+        .iter()
+        .filter(|&&n| g.nodes[n].op == kiln_ir::Op::GroupedMatMul)
+        .filter_map(|&n| g.nodes[n].inputs.get(1).copied())
+        .filter(|&w| g.const_of(w).is_some() && g.ty(w).rank() == 3)
+        .collect();
+    if weights.is_empty() {
+        return Err("--shard expert-parallel: the program has no mixture of experts (grouped matmul)".into());
+    }
+    for w in weights {
+        check_divides(g, mesh, w, 0, &axis, opts.strategy)?;
+        g.values[w].attrs.sharding = Some(Sharding::split(3, 0, &axis));
+    }
+    Ok(())
 }
 
 fn check_divides(g: &Graph, mesh: &Mesh, v: ValueId, dim: usize, axis: &str, strategy: Strategy) -> Result<(), String> {

@@ -281,7 +281,8 @@ impl AccelState {
         };
         let shardy = seg.mlir.contains("sdy.mesh");
         let proto = compile_options::spmd(&placed.iter().map(|d| i64::from(d.id)).collect::<Vec<_>>(), shardy);
-        let executable = load_or_compile(&client, cache.as_ref(), &seg.mlir, &proto, &mut info)?;
+        let partitions = u32::try_from(n).unwrap_or(u32::MAX);
+        let executable = load_or_compile(&client, cache.as_ref(), &seg.mlir, &proto, partitions, &mut info)?;
         if executable.num_outputs() != seg.results.len() {
             return Err(Error::Plan(format!(
                 "the sharded segment returns {} results but the plan expects {}",
@@ -579,7 +580,7 @@ impl SegmentLoader<'_> {
             other => other,
         };
         let executable =
-            load_or_compile(self.client, self.cache, &seg.mlir, self.options_proto, info).map_err(context)?;
+            load_or_compile(self.client, self.cache, &seg.mlir, self.options_proto, 1, info).map_err(context)?;
         if executable.num_outputs() != seg.results.len() {
             return Err(Error::Plan(format!(
                 "{what} returns {} results but the plan expects {}",
@@ -596,13 +597,18 @@ impl SegmentLoader<'_> {
     }
 }
 
+/// The executable of `mlir` compiled with `options` over `partitions`
+/// devices (one replica), from the cache when it holds one. The module's
+/// collectives are checked first: a wrong mode would abort the process.
 fn load_or_compile(
     client: &Arc<Client>,
     cache: Option<&Cache>,
     mlir: &str,
     options: &[u8],
+    partitions: u32,
     info: &mut AccelInfo,
 ) -> Result<Executable> {
+    check_collectives(mlir, partitions)?;
     let key = cache::key(&[
         client.plugin().path().as_os_str().as_encoded_bytes(),
         client.platform_name().as_bytes(),
@@ -630,6 +636,13 @@ fn load_or_compile(
         }
     }
     Ok(exe)
+}
+
+/// The collective verifier's refusal as a plan error (nothing reaches the
+/// plugin).
+fn check_collectives(mlir: &str, partitions: u32) -> Result<()> {
+    super::verify::verify_collectives(mlir, super::verify::Devices { replicas: 1, partitions })
+        .map_err(|e| Error::Plan(format!("refused before compiling on the plugin: {e}")))
 }
 
 fn upload_weight(program: &Program, client: &Arc<Client>, device_index: usize, t: u32) -> Result<Option<Buffer>> {
@@ -745,4 +758,28 @@ fn upload_weight_piece(
     scratch.resize(layout.piece_bytes(), 0);
     layout.split(p, data, scratch);
     client.buffer_from_host(decl.dtype, &layout.local, scratch, device_index).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runtime checks a segment's collectives before the plugin sees it:
+    /// the module verified on 4 devices passes for 4 partitions, is refused
+    /// for 2 (its groups name devices 2 and 3) and without its channels.
+    #[test]
+    fn segments_are_verified_before_the_plugin_compiles_them() {
+        let module = include_str!("verify/manual_sdy.mlir");
+        assert!(check_collectives(module, 4).is_ok());
+        let refused = |m: &str, p: u32| match check_collectives(m, p) {
+            Err(Error::Plan(e)) => e,
+            other => panic!("not refused: {other:?}"),
+        };
+        let e = refused(module, 2);
+        assert!(e.starts_with("refused before compiling on the plugin: collective verifier:"), "{e}");
+        assert!(e.contains("id 2 in replica_groups is outside 0..2"), "{e}");
+        let no_channel = module
+            .replace(", channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, use_global_device_ids", "");
+        assert!(refused(&no_channel, 4).contains("`stablehlo.all_reduce` %y (line 10): no channel_handle"));
+    }
 }

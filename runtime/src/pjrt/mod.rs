@@ -6,6 +6,9 @@
 //! plugin error into [`crate::Error::Pjrt`] with the plugin's message.
 //! A session with a PJRT device hands each `InstrOp::Delegate` instruction to
 //! `accel::AccelState`; executables are cached on disk ([`cache`]).
+//! Every module is checked by the collective verifier ([`verify`]) before
+//! the plugin compiles it: a wrong collective mode aborts the plugin's
+//! process at execute instead of failing the compile.
 
 pub(crate) mod accel;
 mod api;
@@ -20,6 +23,7 @@ pub mod distributed;
 pub mod ffi;
 mod spmd;
 mod state;
+pub mod verify;
 
 pub use api::{Buffer, Client, ClientOptions, DeviceInfo, Executable, Plugin};
 pub use discover::{plugin_path, PLUGIN_ENV};

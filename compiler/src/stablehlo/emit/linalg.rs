@@ -96,16 +96,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
             return Err(err("grouped_matmul takes x[S, K], w[E, K, N], offs[E]"));
         };
         let products = self.dot(x, w, &[], &[], &[1], &[1])?;
-        // Block e is [starts[e], ends[e]): starts are the ends shifted by one.
         let ends = self.convert(offs, DType::I64)?;
-        let zero = self.scalar(0.0, DType::I64)?;
-        let starts = self.op(
-            "stablehlo.pad",
-            &[&ends, &zero],
-            &[e],
-            DType::I64,
-            &[("edge_padding_low", arr(&[1])), ("edge_padding_high", arr(&[-1])), ("interior_padding", arr(&[0]))],
-        )?;
+        let starts = self.expert_starts(&ends)?;
         let rows = self.op("stablehlo.iota", &[], &[s, e], DType::I64, &[("iota_dimension", "0 : i64".into())])?;
         let after = self.compare("GE", &rows, &self.bcast_dims(&starts, &[s, e], &[1])?)?;
         let before = self.compare("LT", &rows, &self.bcast_dims(&ends, &[s, e], &[1])?)?;
@@ -113,6 +105,28 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let kept = self.select(&mine, &products, &self.scalar(0.0, products.dt)?)?;
         let y = self.reduce(&kept, &[1], kiln_ir::ReduceKind::Sum)?;
         self.convert(&y, out_dt)
+    }
+
+    /// Where each expert's block of rows starts: `[0, ends[0], …,
+    /// ends[E-2]]` (i64). A slice and a concatenation, not a pad with a
+    /// negative high edge: XLA's GSPMD partitioner drops that pad's shift
+    /// when the experts' dim is split (every block became empty: all-zero
+    /// results under `--sharding-dialect gspmd`, found by `stablehlo_manual`).
+    pub(super) fn expert_starts(&self, ends: &T<'c, 'a>) -> Result<T<'c, 'a>, EmitError> {
+        let e = ends.shape[0];
+        let zero =
+            self.op("stablehlo.constant", &[], &[1], DType::I64, &[("value", "dense<0> : tensor<1xi64>".into())])?;
+        if e <= 1 {
+            return Ok(zero);
+        }
+        let head = self.op(
+            "stablehlo.slice",
+            &[ends],
+            &[e - 1],
+            DType::I64,
+            &[("start_indices", arr(&[0])), ("limit_indices", arr(&[e - 1])), ("strides", arr(&[1]))],
+        )?;
+        self.op("stablehlo.concatenate", &[&zero, &head], &[e], DType::I64, &[("dimension", "0 : i64".into())])
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -31,12 +31,19 @@
 //! - `quant`: `quant_linear` with integer weights and int8 activations.
 //! - `sort`: sort/argsort/topk and `scatter_elements` (a MoE router's ops).
 //! - `special`: igamma/igammac (f64 series and continued fraction loops).
+//! - `manual`: regions kiln partitions by hand (`sdy.manual_computation`
+//!   with explicit collectives): experts' all-to-all token dispatch.
+//!
+//! Every module is checked by the collective verifier (`super::verify`)
+//! before it is returned: a wrong collective mode would abort the plugin's
+//! process at execute.
 
 mod builders;
 mod control;
 mod elementwise;
 mod index;
 mod linalg;
+mod manual;
 mod quant;
 mod sort;
 mod special;
@@ -46,7 +53,7 @@ use super::partition::Segment;
 use super::sharding::{gspmd_sharding, shardy_mesh, shardy_sharding, ShardingDialect, SpmdEmit, MESH_SYMBOL};
 use super::Precision;
 use kiln_ir::{DType, Graph, NodeId, Op, ReduceKind, Sharding, ValueId};
-use kiln_passes::shard::Use;
+use kiln_passes::shard::{ExpertDispatch, Use};
 use linalg::Divisor;
 use melior::dialect::DialectHandle;
 use melior::ir::attribute::{StringAttribute, TypeAttribute};
@@ -80,10 +87,14 @@ pub struct Emitted {
 pub struct EmitError {
     pub node: Option<NodeId>,
     pub reason: String,
+    /// The collective verifier refused the module: a compile error, never a
+    /// reason to move nodes to the CPU (no op is unsupported; the module
+    /// kiln wrote is wrong).
+    pub fatal: bool,
 }
 
 fn err(reason: impl Into<String>) -> EmitError {
-    EmitError { node: None, reason: reason.into() }
+    EmitError { node: None, reason: reason.into(), fatal: false }
 }
 
 fn mlir_err(e: melior::Error) -> EmitError {
@@ -184,7 +195,15 @@ pub fn emit_segment_with(
                 Some(spmd) => e.constrain_operands(g, n, spmd)?,
                 None => Vec::new(),
             };
-            e.lower_node(g, n).map_err(|mut x| {
+            // Shardy only: GSPMD modules get the dense form (XLA partitions it).
+            let manual = spmd
+                .filter(|s| s.dialect == ShardingDialect::Shardy)
+                .and_then(|s| ExpertDispatch::planned(g, n).map(|d| (s, d)));
+            let lowered = match manual {
+                Some((s, d)) => e.lower_dispatch(g, &s.mesh, &d),
+                None => e.lower_node(g, n),
+            };
+            lowered.map_err(|mut x| {
                 x.node = Some(n);
                 x
             })?;
@@ -242,7 +261,11 @@ pub fn emit_segment_with(
     if !module.as_operation().verify() {
         return Err(err("the emitted module does not verify"));
     }
-    Ok(Emitted { mlir: module.as_operation().to_string(), args, bf16_args, results: seg.results.clone() })
+    let mlir = module.as_operation().to_string();
+    let partitions = spmd.map_or(1, |s| u32::try_from(s.mesh.size()).unwrap_or(u32::MAX));
+    super::verify::verify_collectives(&mlir, super::verify::Devices { replicas: 1, partitions })
+        .map_err(|reason| EmitError { fatal: true, ..err(reason) })?;
+    Ok(Emitted { mlir, args, bf16_args, results: seg.results.clone() })
 }
 
 /// `@main`'s argument attributes aliasing each state's current value to its
