@@ -14,7 +14,7 @@ mod einsum;
 mod elementwise;
 mod embedding_bag;
 mod export_ir;
-mod fft;
+pub(crate) mod fft;
 mod geometry;
 mod histogram;
 mod index_dim;
