@@ -72,7 +72,7 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
             let v = imp.push(Op::Binary(BinaryOp::Atan2), vec![im, z.re])?;
             bind_real(imp, n, v)
         }
-        "_conj" | "conj" | "conj_physical" => {
+        "_conj" | "conj" | "conj_physical" | "_conj_physical" => {
             let z = complex_input(imp, n, "self")?;
             let im = imag_or_zero(imp, z)?;
             let im = imp.push(Op::Unary(UnaryOp::Neg), vec![im])?;
