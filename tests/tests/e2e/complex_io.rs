@@ -1,13 +1,14 @@
 //! Complex program inputs and outputs: complex64/complex128 tensors cross
 //! the boundary as the bytes of their (real, imaginary) pairs, and the
-//! complex ops between them match eager PyTorch. Fixture:
+//! complex ops between them (and a complex buffer) match eager PyTorch.
+//! Fixture:
 //! `tests/fixtures/generate_extras.py complex_io`.
 
 use kiln_runtime::{DType, Error, Tensor};
 use kiln_tests::{assert_outputs_close, fixture_dir, load_fixture, read_numbered, run_session, FLAVOURS};
 
 /// The complex outputs of `ComplexIO.forward`, in order.
-const OUTPUT_DTYPES: [DType; 11] = [
+const OUTPUT_DTYPES: [DType; 15] = [
     DType::C64,  // mixed arithmetic
     DType::F32,  // abs + real - imag + angle
     DType::C64,  // z @ w
@@ -19,6 +20,10 @@ const OUTPUT_DTYPES: [DType; 11] = [
     DType::C64,  // view_as_complex + z
     DType::C128, // complex128 fft and product
     DType::C64,  // z itself
+    DType::F32,  // rotary embedding by the complex buffer freqs_cis
+    DType::C64,  // the buffer itself
+    DType::C64,  // exp(1j * x) + exp(u)
+    DType::C64,  // z * (2 - 1j) + 1j
 ];
 
 #[test]
@@ -107,11 +112,11 @@ fn complex_dtype_and_shape_mismatches_are_clear_input_errors() {
 #[test]
 fn unsupported_complex_op_names_op_and_line() {
     let pt2 = fixture_dir("complex_io").join("unsupported.pt2");
-    let tmp = kiln_tests::temp_path("complex_exp");
+    let tmp = kiln_tests::temp_path("complex_tan");
     let err = kiln_compiler::compile_file(&pt2, &tmp, &kiln_compiler::CompileOptions::default())
-        .expect_err("exp of a complex value must not compile")
+        .expect_err("tan of a complex value must not compile")
         .to_string();
-    assert!(err.contains("exp"), "{err}");
-    assert!(err.contains("`exp` on a complex value"), "{err}");
+    assert!(err.contains("aten.tan.default"), "{err}");
+    assert!(err.contains("`tan` on a complex value"), "{err}");
     assert!(err.contains("generate_extras.py:"), "{err}");
 }

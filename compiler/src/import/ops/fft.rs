@@ -72,6 +72,17 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
             let v = imp.push(Op::Binary(BinaryOp::Atan2), vec![im, z.re])?;
             bind_real(imp, n, v)
         }
+        // e^re (cos im + i sin im).
+        "exp" => {
+            let z = complex_input(imp, n, "self")?;
+            let im = imag_or_zero(imp, z)?;
+            let scale = imp.push(Op::Unary(UnaryOp::Exp), vec![z.re])?;
+            let (cos, sin) =
+                (imp.push(Op::Unary(UnaryOp::Cos), vec![im])?, imp.push(Op::Unary(UnaryOp::Sin), vec![im])?);
+            let re = bin(imp, BinaryOp::Mul, scale, cos)?;
+            let im = bin(imp, BinaryOp::Mul, scale, sin)?;
+            bind_out(imp, n, Parts { re, im: Some(im) })
+        }
         "_conj" | "conj" | "conj_physical" | "_conj_physical" => {
             let z = complex_input(imp, n, "self")?;
             let im = imag_or_zero(imp, z)?;
@@ -275,9 +286,12 @@ fn arith(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             let s = imp.scalar(n, "other")?;
             Parts { re: imp.scalar_const(s, dtype), im: None }
         }
-        Some(other) => {
-            return unsupported(format!("`{name}` with operand {other:?} (a complex Python scalar?); {COMPLEX_SCOPE}"))
-        }
+        // A Python complex number (`z * 1j`).
+        Some(&Arg::Complex(re, im)) => Parts {
+            re: imp.scalar_const(Scalar::Float(re), dtype),
+            im: Some(imp.scalar_const(Scalar::Float(im), dtype)),
+        },
+        Some(other) => return unsupported(format!("`{name}` with operand {other:?}; {COMPLEX_SCOPE}")),
         None => return invalid("required argument `other` is missing"),
     };
     let mut b = cast_parts(imp, b, dtype);

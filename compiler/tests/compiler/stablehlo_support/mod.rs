@@ -5,7 +5,7 @@
 use kiln_compiler::stablehlo::Precision;
 use kiln_compiler::{compile_graph_for, Backend, CompileOptions};
 use kiln_runtime::format::{AccelProgram, Metadata};
-use kiln_runtime::{DType, Device, ExecutableCache, Program, SessionOptions, Tensor, TensorView};
+use kiln_runtime::{Device, ExecutableCache, Program, SessionOptions, Tensor, TensorView};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
