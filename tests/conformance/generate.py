@@ -284,7 +284,7 @@ EXTRA_GROUPS = [
         "add", "sub", "mul", "div.no_rounding_mode", "true_divide", "square", "abs", "angle", "neg", "matmul",
         "mm", "sum", "mean", "flip", "reshape", "view", "transpose", "permute", "cat", "stack", "fft.hfft",
         "fft.fft", "fft.ifft", "fft.fft2", "fft.ifft2", "fft.fftn", "fft.ifftn", "fft.irfft", "real", "imag",
-        "conj", "conj_physical", "resolve_conj", "view_as_real",
+        "conj", "conj_physical", "resolve_conj", "view_as_real", "exp",
     ]),
     # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
     (("i32", "i16"), [
