@@ -363,7 +363,8 @@ pub fn lower_to_plan_with_segments(
             continue;
         }
         let name = g.values[v].name.clone().unwrap_or_else(|| format!("input_{}", inputs.len()));
-        inputs.push(IoDecl { name, tensor: b.declare(&mut top, v) });
+        let complex = g.is_complex_input(i);
+        inputs.push(IoDecl { name, tensor: b.declare(&mut top, v), complex });
     }
     let mut at = 0;
     while let Some(&n) = g.order.get(at) {
@@ -390,7 +391,7 @@ pub fn lower_to_plan_with_segments(
         results.push(b.result_tensor(&mut top, v));
         if !g.is_state_output(i) {
             let name = g.output_names.get(i).cloned().unwrap_or_else(|| format!("output_{i}"));
-            outputs.push(IoDecl { name, tensor: results[i] });
+            outputs.push(IoDecl { name, tensor: results[i], complex: g.is_complex_output(i) });
         }
     }
     let states = g

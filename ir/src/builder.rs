@@ -79,5 +79,11 @@ pub fn write_scalar(dtype: DType, float: f64, int: i64, out: &mut Vec<u8>) {
         DType::I32 => out.extend_from_slice(&(int as i32).to_le_bytes()),
         DType::I64 => out.extend_from_slice(&int.to_le_bytes()),
         DType::Bool => out.push(u8::from(float != 0.0)),
+        // A real scalar as complex: a zero imaginary part.
+        DType::C64 | DType::C128 => {
+            let part = dtype.complex_part().unwrap_or(DType::F64);
+            write_scalar(part, float, int, out);
+            write_scalar(part, 0.0, 0, out);
+        }
     }
 }

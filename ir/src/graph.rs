@@ -223,6 +223,16 @@ pub struct Graph {
     /// The devices the program is sharded over; `None` for one device. Every
     /// [`ValueAttrs::sharding`] names its axes.
     pub mesh: Option<Mesh>,
+    /// Positions in [`Graph::inputs`] the caller passes as complex tensors
+    /// (torch's complex64/complex128). The graph value is their f32/f64
+    /// parts, one more trailing dimension of 2 (interleaved real, imaginary:
+    /// the same bytes as the complex tensor), so nothing inside the program
+    /// is complex; only the boundary's declared dtype and shape differ.
+    /// Positions, like [`StateSlot`]'s, so rewrites and `compact` carry them.
+    pub complex_inputs: Vec<usize>,
+    /// Positions in [`Graph::outputs`] the caller receives as complex
+    /// tensors (same convention as [`Graph::complex_inputs`]).
+    pub complex_outputs: Vec<usize>,
 }
 
 /// A buffer that persists between runs (a counter, a filter's state, a KV
@@ -282,6 +292,16 @@ impl Graph {
     /// Whether graph output `index` is a state's next value (not a user output).
     pub fn is_state_output(&self, index: usize) -> bool {
         self.states.iter().any(|s| s.output == index)
+    }
+
+    /// Whether the caller passes graph input `index` as a complex tensor.
+    pub fn is_complex_input(&self, index: usize) -> bool {
+        self.complex_inputs.contains(&index)
+    }
+
+    /// Whether the caller receives graph output `index` as a complex tensor.
+    pub fn is_complex_output(&self, index: usize) -> bool {
+        self.complex_outputs.contains(&index)
     }
 
     pub fn add_output(&mut self, name: impl Into<String>, value: ValueId) {

@@ -48,6 +48,9 @@
 //!     (a dynamic dim is never split).
 //! 14. **Mesh** ([`crate::Mesh`]): at least one axis; names are identifiers,
 //!     distinct; sizes `>= 1`; a device list holds `size` distinct ids.
+//! 15. **Complex boundary**: no value has a complex dtype; each position in
+//!     `complex_inputs` / `complex_outputs` exists, is listed once, is not a
+//!     state's, and its value is f32 or f64 with a last dimension of 2.
 
 use crate::infer::{check_permutation, dims_equal, infer_types};
 use crate::{Dim, Graph, NodeId, Op, PoolKind, SecondaryMap, SymbolId, TensorType, ValueAttrs, ValueDef, ValueId};
@@ -209,6 +212,44 @@ impl Verifier<'_> {
             }
         }
         self.check_states();
+        self.check_complex_boundary();
+    }
+
+    /// Check 15, for complex values (see [`Graph::complex_inputs`]).
+    fn check_complex_boundary(&mut self) {
+        let g = self.g;
+        for (v, d) in g.values.iter() {
+            if d.ty.dtype.is_complex() {
+                self.error(format!(
+                    "{v}: has dtype {}; complex values exist only at the program's boundary, as f32/f64 pairs",
+                    d.ty.dtype
+                ));
+            }
+        }
+        let sides = [("input", &g.complex_inputs, &g.inputs), ("output", &g.complex_outputs, &g.outputs)];
+        for (side, positions, values) in sides {
+            for (k, &i) in positions.iter().enumerate() {
+                let what = format!("complex {side} {i}");
+                let Some(&v) = values.get(i) else {
+                    self.error(format!("{what}: no such {side}"));
+                    continue;
+                };
+                if positions[..k].contains(&i) {
+                    self.error(format!("{what}: listed twice"));
+                }
+                let is_state = match side {
+                    "input" => g.is_state_input(i),
+                    _ => g.is_state_output(i),
+                };
+                if is_state {
+                    self.error(format!("{what}: is a state's {side}"));
+                }
+                let Some(d) = g.values.get(v) else { continue }; // reported with the inputs and outputs
+                if d.ty.dtype.complex_of().is_none() || d.ty.shape.last() != Some(&Dim::Const(2)) {
+                    self.error(format!("{what}: its value is {:?}, not f32/f64 with a last dimension of 2", d.ty));
+                }
+            }
+        }
     }
 
     /// Check 10, for the state slots.

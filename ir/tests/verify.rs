@@ -188,3 +188,42 @@ fn loops_verify_their_nested_graphs_and_carried_types() {
     assert!(errors.contains("`cond`: lt"), "{errors}");
     assert!(errors.contains("`cond` must return one 1-element bool"), "{errors}");
 }
+
+const COMPLEX: &str = r#"
+graph {
+  input %0 "z": f32[3, 2] as c64
+  input %1 "x": f32[3]
+  %2: f32[3, 2] = neg(%0)
+  output %2 "y" as c64
+  output %1 "x"
+}
+"#;
+
+/// Complex boundary positions: printed and parsed as `as c64`, and checked.
+#[test]
+fn complex_boundary_round_trips_and_is_checked() {
+    let g = parse(COMPLEX).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((g.complex_inputs.clone(), g.complex_outputs.clone()), (vec![0], vec![0]));
+    assert_eq!(verify(&g), Ok(()));
+    let printed = text::print(&g);
+    assert!(printed.contains("f32[3, 2] as c64") && printed.contains("\"y\" as c64"), "{printed}");
+    let again = parse(&printed).unwrap();
+    assert_eq!((again.complex_inputs, again.complex_outputs), (vec![0], vec![0]));
+    // Not f32 pairs, twice, out of range, and a complex value in the graph.
+    let mut bad = g.clone();
+    bad.complex_inputs = vec![1, 1, 5];
+    let v = bad.inputs[0];
+    bad.values[v].ty.dtype = DType::C64;
+    let errs = errors(&bad).join("\n");
+    for want in [
+        "complex input 1: its value is",
+        "complex input 1: listed twice",
+        "complex input 5: no such input",
+        "has dtype c64; complex values exist only at the program's boundary",
+    ] {
+        assert!(errs.contains(want), "missing `{want}` in:\n{errs}");
+    }
+    // `as` must name the complex type over the value's dtype.
+    let err = parse(&COMPLEX.replace("f32[3, 2] as c64", "f32[3, 2] as c128")).unwrap_err().to_string();
+    assert!(err.contains("a complex view needs c64 over f32 or c128 over f64"), "{err}");
+}

@@ -17,6 +17,8 @@ pub fn compact(g: &Graph) -> Result<Graph, String> {
         locs: g.locs.clone(),
         states: g.states.clone(),
         mesh: g.mesh.clone(),
+        complex_inputs: g.complex_inputs.clone(),
+        complex_outputs: g.complex_outputs.clone(),
         ..Graph::default()
     };
     let mut map: SecondaryMap<ValueId, Option<ValueId>> = SecondaryMap::new();

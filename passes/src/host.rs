@@ -18,7 +18,7 @@ pub(crate) struct HostTensor {
 const MAX_EXACT_INT: f64 = (1u64 << 53) as f64;
 
 pub(crate) fn supported(dtype: DType) -> bool {
-    !matches!(dtype, DType::F16 | DType::BF16)
+    !matches!(dtype, DType::F16 | DType::BF16 | DType::C64 | DType::C128)
 }
 
 impl HostTensor {
@@ -97,7 +97,7 @@ fn decode(dtype: DType, b: &[u8]) -> f64 {
         DType::U8 => b[0] as f64,
         DType::Bool => (b[0] != 0) as u8 as f64,
         // Filtered out by `supported`; reading them as zero keeps this total.
-        DType::F16 | DType::BF16 => 0.0,
+        DType::F16 | DType::BF16 | DType::C64 | DType::C128 => 0.0,
     }
 }
 

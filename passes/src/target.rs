@@ -294,7 +294,8 @@ pub fn data_dtype(g: &kiln_ir::Graph, node: &kiln_ir::NodeData) -> Option<DType>
     node.inputs.first().or(node.outputs.first()).and_then(|&v| g.values.get(v)).map(|d| d.ty.dtype)
 }
 
-/// Every dtype.
+/// Every dtype an IR value may have (complex ones exist only at a
+/// program's boundary, as f32/f64 pairs: no table lists them).
 pub const DTYPES: &[DType] = &[
     DType::F32,
     DType::F64,
@@ -323,8 +324,9 @@ mod tests {
 
     #[test]
     fn every_dtype_is_listed() {
-        assert_eq!(DTYPES.len(), DType::ALL.len());
-        assert!(DType::ALL.iter().all(|d| DTYPES.contains(d)));
+        let values: Vec<DType> = DType::ALL.iter().copied().filter(|d| !d.is_complex()).collect();
+        assert_eq!(DTYPES.len(), values.len());
+        assert!(values.iter().all(|d| DTYPES.contains(d)));
     }
 
     #[test]

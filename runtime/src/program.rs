@@ -5,7 +5,7 @@ use crate::aligned::AlignedBuf;
 use crate::device::SessionOptions;
 use crate::exec::{resolve, Resolved};
 use crate::format::{
-    parse_container, AccelProgram, DimExpr, DimRef, InstrOp, Kernel, Metadata, Plan, Storage, FORMAT_MAJOR,
+    parse_container, AccelProgram, DimExpr, DimRef, InstrOp, IoDecl, Kernel, Metadata, Plan, Storage, FORMAT_MAJOR,
     WEIGHT_ALIGN,
 };
 use crate::native::{NativeCode, NativeSection};
@@ -210,12 +210,19 @@ impl Program {
         self.weights.len() as u64
     }
 
+    /// The inputs as the caller passes them (a complex one as c64/c128).
     pub fn inputs(&self) -> Vec<IoInfo> {
-        self.plan.inputs.iter().map(|io| self.io_info(&io.name, io.tensor)).collect()
+        self.plan.inputs.iter().map(|io| self.io_decl_info(io)).collect()
     }
 
+    /// The outputs as the caller receives them (a complex one as c64/c128).
     pub fn outputs(&self) -> Vec<IoInfo> {
-        self.plan.outputs.iter().map(|io| self.io_info(&io.name, io.tensor)).collect()
+        self.plan.outputs.iter().map(|io| self.io_decl_info(io)).collect()
+    }
+
+    fn io_decl_info(&self, io: &IoDecl) -> IoInfo {
+        let (dtype, dims) = self.plan.io_type(io);
+        IoInfo { name: io.name.clone(), dtype, shape: dims.iter().map(|d| self.dim_string(*d)).collect() }
     }
 
     /// The buffers kept between runs (see [`crate::Session::state`]), by name.
@@ -350,8 +357,8 @@ mod tests {
                 f32x4(w),
                 f32x4(Storage::Arena { offset: 64, max_bytes: 16 }),
             ],
-            inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
-            outputs: vec![IoDecl { name: "y".into(), tensor: 2 }],
+            inputs: vec![IoDecl { name: "x".into(), tensor: 0, complex: false }],
+            outputs: vec![IoDecl { name: "y".into(), tensor: 2, complex: false }],
             states: vec![],
             instrs: vec![Instr {
                 op: InstrOp::Call(Kernel::Binary { op: BinaryOp::Add }),

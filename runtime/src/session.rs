@@ -59,8 +59,9 @@ impl Tensor {
 }
 
 /// The elements of `t` as f64, whatever its dtype (exact for every dtype
-/// but i64 beyond 2^53; bools as 0 and 1): for reports, comparisons and
-/// JSON, not for hot paths.
+/// but i64 beyond 2^53; bools as 0 and 1; complex elements as their real
+/// and imaginary parts, in turn): for reports, comparisons and JSON, not
+/// for hot paths.
 pub fn elements_f64(t: &TensorView<'_>) -> Vec<f64> {
     fn le<const N: usize>(data: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
         data.chunks_exact(N).map(|c| {
@@ -79,6 +80,9 @@ pub fn elements_f64(t: &TensorView<'_>) -> Vec<f64> {
         DType::I16 => le::<2>(t.data).map(|c| i16::from_le_bytes(c) as f64).collect(),
         DType::I8 => t.data.iter().map(|&b| b as i8 as f64).collect(),
         DType::U8 | DType::Bool => t.data.iter().map(|&b| b as f64).collect(),
+        // Two numbers per element: real, imaginary.
+        DType::C64 => le::<4>(t.data).map(|c| f32::from_le_bytes(c) as f64).collect(),
+        DType::C128 => le::<8>(t.data).map(f64::from_le_bytes).collect(),
     }
 }
 
@@ -584,22 +588,24 @@ impl Session {
             |index: usize, detail: String| Error::Input { index, name: plan.inputs[index].name.clone(), detail };
         // Pass 1: dtypes, ranks, and bind symbols from plain symbolic dims.
         self.bound.iter_mut().for_each(|b| *b = false);
+        // A complex input is checked as the caller sees it (`Plan::io_type`):
+        // its tensor's trailing dimension of 2 is static and not the caller's.
         for (i, (io, x)) in plan.inputs.iter().zip(inputs).enumerate() {
-            let decl = &plan.tensors[io.tensor as usize];
-            if x.dtype != decl.dtype {
-                return Err(input_err(i, format!("dtype is {}, expected {}", x.dtype, decl.dtype)));
+            let (dtype, dims) = plan.io_type(io);
+            if x.dtype != dtype {
+                return Err(input_err(i, format!("dtype is {}, expected {dtype}", x.dtype)));
             }
-            if x.shape.len() != decl.shape.len() {
+            if x.shape.len() != dims.len() {
                 return Err(input_err(
                     i,
-                    format!("rank is {} (shape {:?}), expected {}", x.shape.len(), x.shape, decl.shape.len()),
+                    format!("rank is {} (shape {:?}), expected {}", x.shape.len(), x.shape, dims.len()),
                 ));
             }
             let numel = x.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
             if numel.and_then(|n| n.checked_mul(x.dtype.size_bytes())) != Some(x.data.len()) {
                 return Err(input_err(i, format!("{} data bytes do not match shape {:?}", x.data.len(), x.shape)));
             }
-            for (axis, (d, &actual)) in decl.shape.iter().zip(x.shape).enumerate() {
+            for (axis, (d, &actual)) in dims.iter().zip(x.shape).enumerate() {
                 if let DimRef::Expr(e) = d {
                     if let DimExpr::Sym(s) = plan.exprs[*e as usize] {
                         let sym = &plan.symbols[s as usize];
@@ -622,7 +628,7 @@ impl Session {
         // Pass 1b: symbols that only appear in derived dims (`2*s`, `s + 1`):
         // solve `k * s + c = actual`.
         for (i, (io, x)) in plan.inputs.iter().zip(inputs).enumerate() {
-            for (axis, (d, &actual)) in plan.tensors[io.tensor as usize].shape.iter().zip(x.shape).enumerate() {
+            for (axis, (d, &actual)) in plan.io_type(io).1.iter().zip(x.shape).enumerate() {
                 let DimRef::Expr(e) = d else { continue };
                 let Some((s, k, c)) = plan.affine_symbol(*e) else { continue };
                 if self.bound[s as usize] {
@@ -665,12 +671,12 @@ impl Session {
         let plan = self.program.plan();
         for (i, (io, x)) in plan.inputs.iter().zip(inputs).enumerate() {
             let t = io.tensor as usize;
-            let expected = &self.shapes[self.shape_at[t]..self.shape_at[t + 1]];
+            let expected = &self.shapes[self.shape_at[t]..self.shape_at[t] + plan.io_type(io).1.len()];
             if expected != x.shape {
                 return Err(Error::Input {
                     index: i,
                     name: io.name.clone(),
-                    detail: format!("shape is {:?}, expected {}", x.shape, self.describe_shape(t)),
+                    detail: format!("shape is {:?}, expected {}", x.shape, self.describe_shape(io)),
                 });
             }
         }
@@ -689,9 +695,10 @@ impl Session {
         Ok(())
     }
 
-    fn describe_shape(&self, t: usize) -> String {
+    /// Input `io`'s shape as the caller sees it, with its dims' names.
+    fn describe_shape(&self, io: &crate::format::IoDecl) -> String {
         let p = &self.program;
-        let dims: Vec<String> = p.plan().tensors[t].shape.iter().map(|d| p.dim_string(*d)).collect();
+        let dims: Vec<String> = p.plan().io_type(io).1.iter().map(|d| p.dim_string(*d)).collect();
         format!("[{}]", dims.join(", "))
     }
 
@@ -976,10 +983,13 @@ impl Session {
 
     fn output_view(&self, i: usize) -> TensorView<'_> {
         let plan = self.program.plan();
-        let t = plan.outputs[i].tensor as usize;
+        let io = &plan.outputs[i];
+        let t = io.tensor as usize;
         let decl = &plan.tensors[t];
-        let shape = &self.shapes[self.shape_at[t]..self.shape_at[t + 1]];
-        let len = shape.iter().product::<usize>() * decl.dtype.size_bytes();
+        // A complex output drops its parts' trailing 2 (`Plan::io_type`).
+        let (dtype, dims) = plan.io_type(io);
+        let shape = &self.shapes[self.shape_at[t]..self.shape_at[t] + dims.len()];
+        let len = shape.iter().product::<usize>() * dtype.size_bytes();
         let data = match decl.storage {
             Storage::Arena { offset, .. } => match &self.arena {
                 Some(arena) => &arena.as_slice()[offset as usize..offset as usize + len],
@@ -987,7 +997,7 @@ impl Session {
             },
             Storage::Weight { offset, bytes } => &self.program.weights()[offset as usize..(offset + bytes) as usize],
         };
-        TensorRef { dtype: decl.dtype, shape, data }
+        TensorRef { dtype, shape, data }
     }
 }
 

@@ -55,8 +55,8 @@
 //!   `scatter_elements`).
 
 use crate::format::{
-    AccelProgram, DimExpr, DimRef, Instr, InstrOp, Kernel, Layout, Plan, PoolKind, StateDecl, Storage, TensorDecl,
-    WEIGHT_ALIGN,
+    AccelProgram, DimExpr, DimRef, Instr, InstrOp, IoDecl, Kernel, Layout, Plan, PoolKind, StateDecl, Storage,
+    TensorDecl, WEIGHT_ALIGN,
 };
 use crate::{Error, Result};
 
@@ -275,6 +275,10 @@ fn dim_upper(bounds: &[u64], d: DimRef) -> Result<u64> {
 
 fn validate_tensor(plan: &Plan, bounds: &[u64], weights_len: u64, i: usize, t: &TensorDecl) -> Result<()> {
     let ctx = |msg: String| bad(format!("tensor {i}: {msg}"));
+    if t.dtype.is_complex() {
+        // A complex input or output is its f32/f64 parts (`IoDecl::complex`).
+        return Err(ctx(format!("dtype {} (complex tensors exist only as an input's or output's view)", t.dtype)));
+    }
     if t.shape.len() > MAX_RANK {
         return Err(ctx(format!("rank {} exceeds the maximum {MAX_RANK}", t.shape.len())));
     }
@@ -321,9 +325,23 @@ fn tensor(plan: &Plan, t: u32) -> Result<&TensorDecl> {
         .ok_or_else(|| bad(format!("tensor index {t} out of range ({} tensors)", plan.tensors.len())))
 }
 
+/// A complex input's or output's tensor holds the parts: f32 or f64 with a
+/// static last dimension of 2 (see [`Plan::io_type`]).
+fn validate_complex_io(plan: &Plan, what: &str, io: &IoDecl) -> Result<()> {
+    let t = tensor(plan, io.tensor)?;
+    if io.complex && (t.dtype.complex_of().is_none() || t.shape.last() != Some(&DimRef::Static(2))) {
+        return Err(bad(format!(
+            "{what} `{}` is complex but its tensor is {} {:?}, not f32/f64 with a last dimension of 2",
+            io.name, t.dtype, t.shape
+        )));
+    }
+    Ok(())
+}
+
 fn validate_io(plan: &Plan, binders: &[Option<u32>], ready: &[usize]) -> Result<()> {
     let mut bound = vec![false; plan.symbols.len()];
     for (i, io) in plan.inputs.iter().enumerate() {
+        validate_complex_io(plan, "input", io)?;
         let t = tensor(plan, io.tensor)?;
         if !matches!(t.storage, Storage::Arena { .. }) {
             return Err(bad(format!("input {i} `{}` is not in the arena", io.name)));
@@ -352,7 +370,7 @@ fn validate_io(plan: &Plan, binders: &[Option<u32>], ready: &[usize]) -> Result<
         )));
     }
     for io in &plan.outputs {
-        tensor(plan, io.tensor)?;
+        validate_complex_io(plan, "output", io)?;
     }
     Ok(())
 }

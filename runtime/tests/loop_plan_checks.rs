@@ -48,8 +48,14 @@ fn artifact(edit: impl FnOnce(&mut Plan)) -> Vec<u8> {
             scalar(zero),
             scalar(one),
         ],
-        inputs: vec![IoDecl { name: "x".into(), tensor: X }, IoDecl { name: "n".into(), tensor: N }],
-        outputs: vec![IoDecl { name: "y".into(), tensor: Y }, IoDecl { name: "i".into(), tensor: I }],
+        inputs: vec![
+            IoDecl { name: "x".into(), tensor: X, complex: false },
+            IoDecl { name: "n".into(), tensor: N, complex: false },
+        ],
+        outputs: vec![
+            IoDecl { name: "y".into(), tensor: Y, complex: false },
+            IoDecl { name: "i".into(), tensor: I, complex: false },
+        ],
         instrs: vec![
             instr(InstrOp::Call(Kernel::Copy {}), &[ZERO], &[I]),
             instr(InstrOp::Call(Kernel::Copy {}), &[X], &[Y]),

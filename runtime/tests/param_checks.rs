@@ -18,8 +18,8 @@ fn load(kernel: Kernel, rank: usize) -> Result<std::sync::Arc<Program>, Error> {
         symbols: vec![],
         exprs: vec![],
         tensors: vec![arena(shape, 0), arena(shape, 64)],
-        inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
-        outputs: vec![IoDecl { name: "y".into(), tensor: 1 }],
+        inputs: vec![IoDecl { name: "x".into(), tensor: 0, complex: false }],
+        outputs: vec![IoDecl { name: "y".into(), tensor: 1, complex: false }],
         instrs: vec![Instr {
             op: InstrOp::Call(kernel),
             inputs: vec![0; operands],
@@ -148,4 +148,70 @@ fn right_parameters_load() {
 fn a_wrong_axis_is_refused_with_a_clear_message() {
     let Err(Error::Plan(m)) = load(Kernel::Softmax { axis: 7, log: true }, 2) else { panic!("accepted") };
     assert_eq!(m, "instruction 0 (log_softmax, test): parameter `axis` = 7 is out of range for rank 2");
+}
+
+/// `y = copy(x)` over tensors of `dtype` and `shape`, both declared complex
+/// (`IoDecl::complex`) when `complex` is set.
+fn complex_copy(dtype: DType, shape: &[u64], complex: bool) -> Result<std::sync::Arc<Program>, Error> {
+    let bytes = shape.iter().product::<u64>() * dtype.size_bytes() as u64;
+    let decl = |offset| TensorDecl {
+        dtype,
+        shape: shape.iter().map(|&d| DimRef::Static(d)).collect(),
+        storage: Storage::Arena { offset, max_bytes: bytes },
+    };
+    let plan = Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors: vec![decl(0), decl(bytes.next_multiple_of(64))],
+        inputs: vec![IoDecl { name: "z".into(), tensor: 0, complex }],
+        outputs: vec![IoDecl { name: "w".into(), tensor: 1, complex }],
+        instrs: vec![Instr {
+            op: InstrOp::Call(Kernel::Copy {}),
+            inputs: vec![0],
+            outputs: vec![1],
+            origin: "test".into(),
+        }],
+        arena_bytes: 2 * bytes.next_multiple_of(64),
+        peak_live_bytes: 2 * bytes,
+        states: vec![],
+    };
+    let bytes = ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap().to_bytes();
+    Program::from_bytes(&bytes)
+}
+
+/// A complex input or output is an f32/f64 tensor with a last dimension of
+/// 2, seen by the caller as c64/c128 of the other dimensions.
+#[test]
+fn complex_inputs_and_outputs_are_their_parts() {
+    let program = complex_copy(DType::F32, &[3, 2], true).expect("load");
+    let io = &program.inputs()[0];
+    assert_eq!((io.dtype, io.shape.clone()), (DType::C64, vec!["3".to_string()]));
+    assert_eq!(program.outputs()[0].dtype, DType::C64);
+    let data: Vec<u8> = [1.0f32, -2.0, 3.5, 0.25, -0.0, 7.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let z = kiln_runtime::Tensor { dtype: DType::C64, shape: vec![3], data };
+    let mut session = program.session().expect("session");
+    let out = session.run(&[z.view()]).expect("run").to_tensors();
+    assert_eq!(out[0], z, "the same bytes, shape and dtype come back");
+    let pairs = kiln_runtime::Tensor { dtype: DType::F32, shape: vec![3, 2], data: z.data.clone() };
+    let err = session.run(&[pairs.view()]).unwrap_err().to_string();
+    assert!(err.contains("dtype is f32, expected c64"), "{err}");
+    let wide = complex_copy(DType::F64, &[1, 4, 2], true).expect("load c128");
+    assert_eq!(wide.inputs()[0].dtype, DType::C128);
+    assert_eq!(wide.inputs()[0].shape, ["1", "4"]);
+}
+
+#[test]
+fn malformed_complex_declarations_are_refused_at_load() {
+    for (dtype, shape, what) in [
+        (DType::I64, &[3, 2][..], "not f32/f64 with a last dimension of 2"),
+        (DType::F16, &[3, 2], "not f32/f64 with a last dimension of 2"),
+        (DType::F32, &[3, 3], "not f32/f64 with a last dimension of 2"),
+        (DType::F32, &[], "not f32/f64 with a last dimension of 2"),
+    ] {
+        let err = complex_copy(dtype, shape, true).err().expect("a bad complex declaration loaded").to_string();
+        assert!(err.contains(what), "{dtype} {shape:?}: {err}");
+    }
+    // No plan tensor is complex itself: kernels compute on the parts.
+    let err = complex_copy(DType::C64, &[3], false).err().expect("a c64 plan tensor loaded").to_string();
+    assert!(err.contains("complex tensors exist only as an input's or output's view"), "{err}");
 }

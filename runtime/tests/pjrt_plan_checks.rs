@@ -19,8 +19,11 @@ fn artifact(edit: impl FnOnce(&mut Plan, &mut AccelProgram)) -> Vec<u8> {
         symbols: vec![],
         exprs: vec![],
         tensors: vec![arena_f32(0, 4), arena_f32(64, 4), arena_f32(128, 4)],
-        inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
-        outputs: vec![IoDecl { name: "y".into(), tensor: 1 }, IoDecl { name: "z".into(), tensor: 2 }],
+        inputs: vec![IoDecl { name: "x".into(), tensor: 0, complex: false }],
+        outputs: vec![
+            IoDecl { name: "y".into(), tensor: 1, complex: false },
+            IoDecl { name: "z".into(), tensor: 2, complex: false },
+        ],
         instrs: vec![Instr {
             op: InstrOp::Delegate { segment: 0 },
             inputs: vec![0],

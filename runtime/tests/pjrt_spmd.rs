@@ -83,8 +83,8 @@ fn mlp_artifact(n: u32, devices: Vec<u32>, text: [&str; 4], dims: [Vec<Vec<u32>>
             f32t(&[32, 16], w2),
             f32t(&[8, 16], Storage::Arena { offset: 512, max_bytes: 512 }),
         ],
-        inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
-        outputs: vec![IoDecl { name: "y".into(), tensor: 3 }],
+        inputs: vec![IoDecl { name: "x".into(), tensor: 0, complex: false }],
+        outputs: vec![IoDecl { name: "y".into(), tensor: 3, complex: false }],
         instrs: vec![Instr {
             op: InstrOp::Delegate { segment: 0 },
             inputs: vec![0, 1, 2],

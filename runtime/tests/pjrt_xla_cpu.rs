@@ -129,8 +129,11 @@ fn mixed_artifact() -> Vec<u8> {
             f32t(&[2, 2], arena(128, 16)), // 4: z
             f32t(&[2, 2], arena(192, 16)), // 5: m
         ],
-        inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
-        outputs: vec![IoDecl { name: "z".into(), tensor: 4 }, IoDecl { name: "m".into(), tensor: 5 }],
+        inputs: vec![IoDecl { name: "x".into(), tensor: 0, complex: false }],
+        outputs: vec![
+            IoDecl { name: "z".into(), tensor: 4, complex: false },
+            IoDecl { name: "m".into(), tensor: 5, complex: false },
+        ],
         instrs: vec![
             Instr {
                 op: InstrOp::Call(Kernel::Unary { op: UnaryOp::Relu }),

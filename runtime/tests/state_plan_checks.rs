@@ -22,8 +22,8 @@ fn artifact(edit: impl FnOnce(&mut Plan)) -> Vec<u8> {
         symbols: vec![],
         exprs: vec![],
         tensors: vec![arena(&[4], 0), arena(&[4], 16), arena(&[4], 64), init],
-        inputs: vec![IoDecl { name: "x".into(), tensor: X }],
-        outputs: vec![IoDecl { name: "y".into(), tensor: Y }],
+        inputs: vec![IoDecl { name: "x".into(), tensor: X, complex: false }],
+        outputs: vec![IoDecl { name: "y".into(), tensor: Y, complex: false }],
         instrs: vec![Instr {
             op: InstrOp::Call(Kernel::Binary { op: BinaryOp::Add }),
             inputs: vec![X, ACC],
@@ -120,7 +120,10 @@ fn in_place_artifact(edit: impl FnOnce(&mut Plan)) -> Vec<u8> {
             storage: Storage::Arena { offset: 32, max_bytes: 8 },
         });
         p.tensors.push(arena(&[1], 48));
-        p.inputs = vec![IoDecl { name: "row".into(), tensor: ROW }, IoDecl { name: "pos".into(), tensor: POS }];
+        p.inputs = vec![
+            IoDecl { name: "row".into(), tensor: ROW, complex: false },
+            IoDecl { name: "pos".into(), tensor: POS, complex: false },
+        ];
         p.instrs = vec![
             Instr {
                 op: InstrOp::Call(Kernel::IndexPut { axis: 0, accumulate: false }),

@@ -23,8 +23,8 @@ fn add_weight_artifact() -> Vec<u8> {
             f32x4(w),
             f32x4(Storage::Arena { offset: 64, max_bytes: 16 }),
         ],
-        inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
-        outputs: vec![IoDecl { name: "y".into(), tensor: 2 }],
+        inputs: vec![IoDecl { name: "x".into(), tensor: 0, complex: false }],
+        outputs: vec![IoDecl { name: "y".into(), tensor: 2, complex: false }],
         states: vec![],
         instrs: vec![Instr {
             op: InstrOp::Call(Kernel::Binary { op: BinaryOp::Add }),

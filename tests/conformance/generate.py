@@ -32,10 +32,12 @@ The committed subset (the default mode) is COMMITTED's samples per dtype for
 every op (f32 x2, bf16/i64/bool x1) plus, for the ops EXTRA_GROUPS lists, one
 `<dtype>_0` sample in extra dtypes: f64/f16 for composites, legalized kernels
 and reductions, i8/u8 for the wrapping/promotion/unsigned integer paths, i32/i16
-for a few wide-integer ops. It keeps training.pt2 for f32 cases only; running
+for a few wide-integer ops, c64 (complex64 inputs and outputs) for the complex
+ops kiln lowers onto (real, imaginary) pairs. It keeps training.pt2 for f32 cases only; running
 it reproduces cases/ and manifest.json exactly (the .pt2 files may differ in
 their `from_node` provenance graph ids). --full, --per-dtype N ignore
-EXTRA_GROUPS (they cover every dtype); --dtypes and --ops filter it.
+EXTRA_GROUPS (they cover every dtype); --dtypes and --ops filter it (with
+--dtypes, only those dtypes' cases of the --ops are rewritten).
 
 Beyond OpInfo: DIRECT calls the Core ATen overloads no sample reaches in an
 exported graph (cases `aten.<overload>`, every dtype torch's CPU accepts,
@@ -55,6 +57,7 @@ The conformance test turns all runs into a Core ATen coverage table and fails
 below 95 % (tests/src/coverage.rs).
 """
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -163,7 +166,9 @@ OPS = [
     ("nn.functional.max_unpool1d", ""), ("nn.functional.max_unpool2d", ""), ("nn.functional.max_unpool3d", ""),
     ("nn.functional.adaptive_max_pool1d", ""), ("nn.functional.adaptive_max_pool2d", ""),
     ("nn.functional.adaptive_max_pool3d", ""), ("nn.functional.bilinear", ""), ("fft.hfft", ""), ("fft.hfft2", ""),
-    ("fft.hfftn", ""), ("mvlgamma", "mvlgamma_p_1"), ("mvlgamma", "mvlgamma_p_3"), ("mvlgamma", "mvlgamma_p_5"),
+    ("fft.hfftn", ""), ("fft.fft", ""), ("fft.ifft", ""), ("fft.fft2", ""), ("fft.ifft2", ""), ("fft.fftn", ""),
+    ("fft.ifftn", ""), ("fft.rfft", ""), ("fft.irfft", ""), ("real", ""), ("imag", ""), ("conj", ""),
+    ("conj_physical", ""), ("resolve_conj", ""), ("view_as_real", ""), ("mvlgamma", "mvlgamma_p_1"), ("mvlgamma", "mvlgamma_p_3"), ("mvlgamma", "mvlgamma_p_5"),
     ("trapz", ""), ("trapezoid", ""), ("cumulative_trapezoid", ""), ("linalg.vander", ""), ("renorm", ""),
     ("nn.functional.cosine_embedding_loss", ""), ("nn.functional.margin_ranking_loss", ""),
     ("nn.functional.soft_margin_loss", ""), ("nn.functional.hinge_embedding_loss", ""),
@@ -233,6 +238,10 @@ DTYPES = {
     "f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
     "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8,
     "bool": torch.bool,
+    # Complex64 at a program's boundary and inside it (kiln lowers complex
+    # values onto (real, imaginary) pairs op by op; complex128 only in
+    # hand-written fixtures).
+    "c64": torch.complex64,
 }
 # The committed subset: samples per dtype for every op ...
 COMMITTED = {"f32": 2, "bf16": 1, "i64": 1, "bool": 1}
@@ -272,6 +281,14 @@ EXTRA_GROUPS = [
         "lt", "where", "sum", "prod", "cumsum", "mean", "amax", "any", "argmax", "sort", "mm",
         "scatter_add", "index_put", "F.interpolate.nearest", "gcd", "lcm", "index_reduce.mean", "bincount",
         "unique",
+    ]),
+    # complex64: the complex ops kiln lowers onto (real, imaginary) pairs,
+    # with complex inputs and outputs at the program's boundary.
+    (("c64",), [
+        "add", "sub", "mul", "div.no_rounding_mode", "true_divide", "square", "abs", "angle", "neg", "matmul",
+        "mm", "sum", "mean", "flip", "reshape", "view", "transpose", "permute", "cat", "stack", "fft.hfft",
+        "fft.fft", "fft.ifft", "fft.fft2", "fft.ifft2", "fft.fftn", "fft.ifftn", "fft.irfft", "real", "imag",
+        "conj", "conj_physical", "resolve_conj", "view_as_real", "exp",
     ]),
     # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
     (("i32", "i16"), [
@@ -426,7 +443,7 @@ def build_case(op, sample):
         raise ValueError("no tensor inputs")
     if sum(t.numel() for t in inputs) > MAX_NUMEL:
         raise ValueError("too large")
-    if any(t.is_complex() or t.dtype not in DTYPES.values() for t in inputs):
+    if any(t.dtype not in DTYPES.values() for t in inputs):
         raise ValueError("input dtype outside kiln's set")
     mod = OpModule(op.op, spec, leaves, slots).eval()
     with torch.no_grad():
@@ -434,7 +451,7 @@ def build_case(op, sample):
     outs, _ = pytree.tree_flatten(out)
     if not outs or not all(isinstance(o, torch.Tensor) for o in outs):
         raise ValueError(f"non-tensor output {type(out).__name__}")
-    if any(o.is_complex() or o.dtype not in DTYPES.values() for o in outs):
+    if any(o.dtype not in DTYPES.values() for o in outs):
         raise ValueError("output dtype outside kiln's set")
     return mod, inputs, [o.detach().clone().contiguous() for o in outs]
 
@@ -457,16 +474,18 @@ def export_case(mod, inputs, outputs):
     return ep, aten
 
 
-def kept_entries(path, only, key, lists):
+def kept_entries(path, only, key, lists, dtypes=()):
     """A manifest holding, for each of `lists`, the entries of the existing
-    manifest at `path` whose `key` is not being regenerated (`only`); empty
-    lists when everything is regenerated or there is no manifest yet."""
+    manifest at `path` whose `key` is not being regenerated (`only`; with
+    `dtypes`, only those dtypes of it are); empty lists when everything is
+    regenerated or there is no manifest yet."""
     manifest = {name: [] for name in lists}
     if only and os.path.exists(path):
         with open(path) as f:
             old = json.load(f)
         for name in lists:
-            manifest[name] = [e for e in old.get(name, []) if e[key] not in only]
+            manifest[name] = [e for e in old.get(name, [])
+                              if e[key] not in only or (dtypes and e.get("dtype") not in dtypes)]
     return manifest
 
 
@@ -1082,7 +1101,7 @@ def main():
     by_key = {(o.name, o.variant_test_name): o for o in op_db}
     only = set(filter(None, args.ops.split(",")))
     manifest_path = os.path.join(args.out, "manifest.json")
-    manifest = kept_entries(manifest_path, only, "op", ("cases", "skipped"))
+    manifest = kept_entries(manifest_path, only, "op", ("cases", "skipped"), keep)
     os.makedirs(args.out, exist_ok=True)
 
     entries = sweep_ops(op_db) if args.all else OPS
@@ -1097,7 +1116,12 @@ def main():
         if op is None:
             manifest["skipped"].append({"op": cname, "dtype": "*", "why": "no such OpInfo in this torch"})
             continue
-        shutil.rmtree(os.path.join(args.out, cname), ignore_errors=True)
+        if keep:  # only these dtypes' cases are regenerated
+            for dname in keep:
+                for sub in glob.glob(os.path.join(args.out, cname, f"{dname}_*")):
+                    shutil.rmtree(sub)
+        else:
+            shutil.rmtree(os.path.join(args.out, cname), ignore_errors=True)
         supported = op.supported_dtypes("cpu")
         for dname, dtype in DTYPES.items():
             want = per_dtype.get(dname, 0)

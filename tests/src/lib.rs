@@ -37,8 +37,8 @@ fn as_f64(t: &TensorView<'_>) -> Vec<f64> {
 /// (zero) for integers and bools.
 pub fn default_tolerance(dtype: DType) -> (f64, f64) {
     match dtype {
-        DType::F32 => (1.3e-6, 1e-5),
-        DType::F64 => (1e-7, 1e-7),
+        DType::F32 | DType::C64 => (1.3e-6, 1e-5),
+        DType::F64 | DType::C128 => (1e-7, 1e-7),
         DType::F16 => (1e-3, 1e-5),
         DType::BF16 => (1.6e-2, 1e-5),
         _ => (0.0, 0.0),
@@ -56,7 +56,9 @@ pub fn compare_close(got: &TensorView<'_>, want: &TensorView<'_>, rtol: f64, ato
     if got.shape != want.shape {
         return Err(format!("shape {:?} != expected {:?}", got.shape, want.shape));
     }
-    let exact = !matches!(want.dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
+    // Complex elements are compared part by part (`elements_f64` lists them
+    // real, imaginary), each part like a float.
+    let exact = !(want.dtype.is_float() || want.dtype.is_complex());
     if exact && got.data != want.data {
         let (g, w) = (as_f64(got), as_f64(want));
         let i = g.iter().zip(&w).position(|(a, b)| a != b).unwrap_or(0);

@@ -392,6 +392,7 @@ fn arg_kind(a: &Arg) -> &'static str {
         Arg::Device(_) => "Device",
         Arg::Graph(_) => "Graph",
         Arg::Operator(_) => "OpOverload",
+        Arg::Complex(..) => "complex",
         Arg::Other(_) => "Any",
     }
 }

@@ -116,9 +116,11 @@ pub(crate) struct Importer<'p> {
 }
 
 /// Where complex values may appear; the end of every message about one.
-pub(crate) const COMPLEX_SCOPE: &str = "complex values are only supported inside the program, through the FFT ops \
-     (_fft_r2c/_fft_c2r/_fft_c2c, torch.fft.rfft/irfft/fft/ifft and their 2-d/n-d forms), view_as_real, real, imag, \
-     abs, angle, conj, add/sub/mul/div, pow(2), sum/mean and shape ops";
+pub(crate) const COMPLEX_SCOPE: &str = "complex values (complex64/complex128 program inputs, outputs and \
+     intermediates) are supported through the FFT ops (_fft_r2c/_fft_c2r/_fft_c2c, torch.fft.rfft/irfft/fft/ifft \
+     and their 2-d/n-d forms), view_as_real, view_as_complex, complex, real, imag, abs, angle, conj, neg, exp, \
+     add/sub/mul/div (with tensors or Python numbers, complex ones included), pow(2), matmul, sum/mean and \
+     shape ops";
 
 impl<'p> Importer<'p> {
     pub fn new(file: &'p Pt2File, options: &'p ImportOptions) -> Importer<'p> {
@@ -171,13 +173,15 @@ impl<'p> Importer<'p> {
                     if self.scope.poisoned.contains(name) {
                         continue;
                     }
-                    if self.complex(name).is_some() {
-                        self.problems.push(Problem {
-                            what: "user output".into(),
-                            node: name.clone(),
-                            at: None,
-                            reason: Some(format!("a complex program output; {COMPLEX_SCOPE}")),
-                        });
+                    if let Some((re, im)) = self.complex(name) {
+                        // The caller's complex tensor is the parts interleaved.
+                        match ops::fft::interleave(&mut self, re, im) {
+                            Ok(v) => {
+                                self.g.add_output(output_name, v);
+                                self.g.complex_outputs.push(self.g.outputs.len() - 1);
+                            }
+                            Err(e) => self.output_failure(name, e)?,
+                        }
                         continue;
                     }
                     let v =
@@ -379,6 +383,11 @@ impl<'p> Importer<'p> {
 
     fn bind_input(&mut self, spec: &InputSpec) -> Result<(), ImportError> {
         match spec {
+            InputSpec::User(Arg::Tensor(name)) if self.is_complex_meta(name) => {
+                if let Err(e) = self.bind_complex_input(name) {
+                    self.input_failure(name, e)?;
+                }
+            }
             InputSpec::User(Arg::Tensor(name)) => match self.type_of(name) {
                 Ok(ty) => {
                     let v = self.g.add_input(name.clone(), ty);
@@ -432,6 +441,32 @@ impl<'p> Importer<'p> {
         Ok(())
     }
 
+    /// A complex user input: the graph input is its parts interleaved (one
+    /// more trailing dimension of 2, the bytes the caller passes), marked in
+    /// [`Graph::complex_inputs`]; the program reads its two parts.
+    fn bind_complex_input(&mut self, name: &str) -> R<()> {
+        let part = self.part_type(name)?;
+        let mut shape = part.shape;
+        shape.push(Dim::Const(2));
+        let v = self.g.add_input(name.to_string(), TensorType::new(part.dtype, shape));
+        self.g.values[v].attrs = ValueAttrs::with_origin(name.to_string());
+        self.g.complex_inputs.push(self.g.inputs.len() - 1);
+        self.user_input_bindings.push(Bound { arg: name.to_string(), fqn: name.to_string(), value: v });
+        let (re, im) = ops::fft::split_parts(self, v)?;
+        self.bind_complex(name, re, im);
+        Ok(())
+    }
+
+    fn output_failure(&mut self, name: &str, e: Fail) -> Result<(), ImportError> {
+        match e {
+            Fail::Unsupported(reason) => {
+                self.problems.push(Problem { what: "user output".into(), node: name.to_string(), at: None, reason });
+                Ok(())
+            }
+            Fail::Invalid(detail) => Err(ImportError::Invalid(format!("output `{name}`: {detail}"))),
+        }
+    }
+
     fn input_failure(&mut self, name: &str, e: Fail) -> Result<(), ImportError> {
         match e {
             Fail::Unsupported(reason) => {
@@ -463,6 +498,9 @@ impl<'p> Importer<'p> {
             }
             Err(e @ WeightError::Malformed { .. }) => return Err(ImportError::Weights(e)),
         };
+        if loaded.dtype.is_complex() {
+            return self.bind_complex_weight(arg, fqn, loaded);
+        }
         let ty = match self.type_of(arg) {
             Ok(ty) => ty,
             // A weight without a graph type: use the stored one.
@@ -485,6 +523,39 @@ impl<'p> Importer<'p> {
         self.scope.env.insert(arg.to_string(), v);
         self.weight_bindings.push(Bound { arg: arg.to_string(), fqn: fqn.to_string(), value: v });
         Ok(())
+    }
+
+    /// A complex parameter, buffer or constant: a constant of its parts
+    /// interleaved (the stored bytes as they are, f32/f64 with one more
+    /// trailing dimension of 2), split into the program's (real, imaginary)
+    /// pair. It cannot become state (complex values are not written in
+    /// place), so it is not among the weight bindings.
+    fn bind_complex_weight(&mut self, arg: &str, fqn: &str, loaded: weights::LoadedTensor) -> Result<(), ImportError> {
+        let part = match self.part_type(arg) {
+            Ok(ty) => ty,
+            Err(e) => return self.input_failure(arg, e),
+        };
+        if loaded.dtype.complex_part() != Some(part.dtype) || part.static_shape().as_deref() != Some(&loaded.shape[..])
+        {
+            return Err(ImportError::Invalid(format!(
+                "`{fqn}`: the graph says complex parts {} {:?} but the stored tensor is {} {:?}",
+                part.dtype,
+                part.static_shape(),
+                loaded.dtype,
+                loaded.shape
+            )));
+        }
+        let mut shape = part.shape;
+        shape.push(Dim::Const(2));
+        let v = self.g.add_const(Some(fqn.to_string()), TensorType::new(part.dtype, shape), loaded.bytes);
+        self.g.values[v].attrs = ValueAttrs::with_origin(fqn.to_string());
+        match ops::fft::split_parts(self, v) {
+            Ok((re, im)) => {
+                self.bind_complex(arg, re, im);
+                Ok(())
+            }
+            Err(e) => self.input_failure(arg, e),
+        }
     }
 
     // ----------------------------------------------------------------- types

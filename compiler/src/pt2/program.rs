@@ -101,7 +101,9 @@ pub enum Arg {
     /// A nested graph (`as_graph`): the branches of `torch.cond`, the body of
     /// `while_loop`, ...
     Graph(Box<SubGraph>),
-    /// Anything else (`as_custom_obj`, `as_complex`, ...), by tag.
+    /// A Python complex number (`z * 1j`): real and imaginary parts.
+    Complex(f64, f64),
+    /// Anything else (`as_custom_obj`, ...), by tag.
     Other(String),
 }
 
@@ -336,6 +338,7 @@ pub fn parse_arg(j: J<'_>) -> Result<Arg, JsonError> {
             "as_layout" => Arg::Layout(v.i64()?),
             "as_device" => Arg::Device(v.opt_str("type")?.unwrap_or_default()),
             "as_graph" => Arg::Graph(Box::new(parse_sub_graph(v)?)),
+            "as_complex" => Arg::Complex(v.with("real", |x| x.f64())?, v.with("imag", |x| x.f64())?),
             other => Arg::Other(other.to_string()),
         })
     })

@@ -21,6 +21,17 @@ pub fn dtype_of(scalar_type: i64) -> Result<DType, String> {
     })
 }
 
+/// The element type of a stored tensor: [`dtype_of`]'s, and complex64 /
+/// complex128 (a weight's bytes are read whole; the importer splits them
+/// into the (real, imaginary) pairs programs compute on).
+pub fn storage_dtype_of(scalar_type: i64) -> Result<DType, String> {
+    match scalar_type {
+        10 => Ok(DType::C64),
+        11 => Ok(DType::C128),
+        other => dtype_of(other),
+    }
+}
+
 /// Torch's name for a serialized ScalarType (for messages).
 pub fn torch_name(scalar_type: i64) -> &'static str {
     match scalar_type {
@@ -72,6 +83,10 @@ mod tests {
             assert_eq!(dtype_of(n), Ok(d), "ScalarType {n}");
         }
         assert_eq!(dtype_of(10), Err("complex64".to_string()));
+        assert_eq!(storage_dtype_of(10), Ok(DType::C64));
+        assert_eq!(storage_dtype_of(11), Ok(DType::C128));
+        assert_eq!(storage_dtype_of(9), Err("complex32".to_string()));
+        assert_eq!(storage_dtype_of(7), Ok(DType::F32));
         assert_eq!(dtype_of(29), Err("float8_e4m3fn".to_string()));
         assert_eq!(dtype_of(0), Err("unknown".to_string()));
         assert_eq!(dtype_of(-3), Err("an unknown ScalarType number".to_string()));

@@ -91,7 +91,7 @@ pub fn load(archive: &Archive, folder: &str, fqn: &str, cfg: &TensorConfig) -> R
                 .into(),
         });
     }
-    let dtype = scalar_type::dtype_of(cfg.meta.dtype).map_err(|name| WeightError::Unsupported {
+    let dtype = scalar_type::storage_dtype_of(cfg.meta.dtype).map_err(|name| WeightError::Unsupported {
         tensor: fqn.to_string(),
         detail: format!("element type {name} is not supported"),
     })?;

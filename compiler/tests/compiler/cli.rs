@@ -302,3 +302,42 @@ fn run_steps_carries_state_and_reports_per_step_latency() {
     assert!(stderr(&o).contains("missing input 0"), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Complex inputs and outputs through `kiln run`: `<c8`/`<c16` files in by
+/// name, `<c8` files out holding PyTorch's numbers (part by part), `|z|`
+/// statistics, and `kiln inspect` showing the complex types.
+#[test]
+fn run_reads_and_writes_complex_npy() {
+    let dir = tmp_dir("complex");
+    let artifact = dir.join("complex.kiln");
+    let fixture = fixtures().join("complex_io");
+    compile(&fixture.join("aten.pt2"), &artifact);
+    let out_dir = dir.join("out");
+    let mut args = vec!["run".to_string(), artifact.display().to_string(), "--json".to_string()];
+    for (i, name) in ["z", "u", "w", "x", "zz"].iter().enumerate() {
+        args.extend([
+            "--input".to_string(),
+            format!("{name}={}", fixture.join(format!("case0_input_{i}.npy")).display()),
+        ]);
+    }
+    args.extend(["--output-dir".to_string(), out_dir.display().to_string()]);
+    let o = kiln(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "run failed: {}", stderr(&o));
+    let summary: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(summary["outputs"][0]["dtype"], "c64");
+    assert_eq!(summary["outputs"][0]["stats_of"], "abs");
+    assert_eq!(summary["outputs"][9]["dtype"], "c128");
+    for i in [0, 3, 9] {
+        let got = kiln_compiler::npy::read_npy(&out_dir.join(format!("output_{i}.npy"))).unwrap();
+        let want = kiln_compiler::npy::read_npy(&fixture.join(format!("case0_output_{i}.npy"))).unwrap();
+        assert_eq!((got.dtype, &got.shape), (want.dtype, &want.shape), "output {i}");
+        let (g, w) = (kiln_runtime::elements_f64(&got.view()), kiln_runtime::elements_f64(&want.view()));
+        for (a, b) in g.iter().zip(&w) {
+            assert!((a - b).abs() <= 1e-5 + 1e-4 * b.abs(), "output {i}: {a} vs {b}");
+        }
+    }
+    let o = kiln(&["inspect", artifact.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("c64") && stdout(&o).contains("c128"), "{}", stdout(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -282,3 +282,26 @@ fn run(session: &mut kiln_runtime::Session, inputs: &[kiln_runtime::Tensor]) -> 
     let views: Vec<kiln_runtime::TensorView<'_>> = inputs.iter().map(kiln_runtime::Tensor::view).collect();
     session.run(&views).unwrap_or_else(|e| panic!("run: {e}")).to_tensors()
 }
+
+/// Complex inputs and outputs under `--target pjrt`: the segments compute on
+/// the f32/f64 pairs and the runtime's boundary presents them as c64/c128,
+/// as on the CPU (fixture `complex_io`: arithmetic, matmul, FFTs, c128).
+#[test]
+fn complex_inputs_and_outputs_run_on_the_device() {
+    let Some(plugin) = plugin() else { return };
+    let dir = fixture_dir("complex_io");
+    for flavour in ["training", "aten"] {
+        let graph = import_pt2(&dir.join(format!("{flavour}.pt2"))).unwrap_or_else(|e| panic!("{flavour}: {e}")).graph;
+        let program = compile(graph, pjrt(Precision::F32));
+        assert!(!accel(&program).segments.is_empty(), "{flavour}: no accelerator segment");
+        for k in 0..2 {
+            let inputs = read_numbered(&dir, &format!("case{k}_input"));
+            let expected = read_numbered(&dir, &format!("case{k}_output"));
+            let got = run_pjrt(&program, &plugin, &inputs);
+            assert_eq!(got.len(), expected.len(), "{flavour}: number of outputs");
+            for (i, (g, w)) in got.iter().zip(&expected).enumerate() {
+                assert_close(&format!("complex_io/{flavour} case {k} output {i}"), g, w, RTOL, ATOL);
+            }
+        }
+    }
+}

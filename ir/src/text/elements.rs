@@ -99,6 +99,13 @@ fn format_element(dtype: DType, b: &[u8]) -> String {
             // Not a valid bool; kept as its byte so that the text stays exact.
             other => other.to_string(),
         },
+        // Only an invalid graph holds one (the verifier refuses complex
+        // values); shown as its parts for the message.
+        DType::C64 | DType::C128 => {
+            let part = dtype.complex_part().unwrap_or(DType::F64);
+            let half = part.size_bytes();
+            format!("({}, {})", format_element(part, &b[..half]), format_element(part, &b[half..2 * half]))
+        }
     }
 }
 
@@ -178,6 +185,9 @@ pub(super) fn encode_element(dtype: DType, lit: &Literal, out: &mut Vec<u8>) -> 
             Literal::Num(_) => out.push(int(0, u8::MAX as i64)? as u8),
             _ => return Err("expected `true` or `false`".to_string()),
         },
+        DType::C64 | DType::C128 => {
+            return Err(format!("{dtype} has no constants: complex values exist only at a program's boundary"))
+        }
     }
     Ok(())
 }

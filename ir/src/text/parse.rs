@@ -267,11 +267,33 @@ impl Parser {
         self.punct(":")?;
         let ty = self.ty()?;
         let attrs = self.value_attrs()?;
+        let complex = self.opt_complex(ty.dtype)?;
         let v = self.g.add_input(String::new(), ty);
         self.g.values[v].name = name;
         self.g.values[v].attrs = attrs;
         self.values.insert(label, v);
+        if complex {
+            self.g.complex_inputs.push(self.g.inputs.len() - 1);
+        }
         Ok(())
+    }
+
+    /// An optional `as c64` / `as c128` after an input's type or an output:
+    /// the caller's complex view of an f32/f64 value (see
+    /// [`crate::Graph::complex_inputs`]).
+    fn opt_complex(&mut self, part: DType) -> Result<bool, ParseError> {
+        if !matches!(self.peek(), Tok::Ident(k) if k == "as") {
+            return Ok(false);
+        }
+        self.next();
+        let pos = self.pos();
+        let (name, _) = self.ident("a complex dtype")?;
+        match (DType::from_name(&name), part.complex_of()) {
+            (Some(d), Some(c)) if d == c => Ok(true),
+            _ => Err(pos.error(format!(
+                "`as {name}`: a complex view needs c64 over f32 or c128 over f64 (the value is {part})"
+            ))),
+        }
     }
 
     fn constant(&mut self) -> Result<(), ParseError> {
@@ -402,7 +424,12 @@ impl Parser {
         self.keyword("output")?;
         let v = self.operand()?;
         let name = self.opt_string().unwrap_or_default();
+        let part = self.g.values.get(v).map_or(DType::F32, |d| d.ty.dtype);
+        let complex = self.opt_complex(part)?;
         self.g.add_output(name, v);
+        if complex {
+            self.g.complex_outputs.push(self.g.outputs.len() - 1);
+        }
         Ok(())
     }
 

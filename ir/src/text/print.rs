@@ -38,8 +38,13 @@ pub(super) fn print_graph(g: &Graph, max_const_elems: Option<usize>) -> String {
         let max = sym.max.map_or("inf".to_string(), |m| m.to_string());
         let _ = writeln!(out, "  sym {} in [{}, {max}]", sym.name, sym.min);
     }
-    for &v in &g.inputs {
-        let _ = writeln!(out, "  input {}: {}", named(v), ty(v));
+    // A complex boundary position: `as c64` after its real type.
+    let complex = |v: ValueId, yes: bool| match g.values.get(v).and_then(|d| d.ty.dtype.complex_of()) {
+        Some(c) if yes => format!(" as {c}"),
+        _ => String::new(),
+    };
+    for (i, &v) in g.inputs.iter().enumerate() {
+        let _ = writeln!(out, "  input {}: {}{}", named(v), ty(v), complex(v, g.is_complex_input(i)));
     }
     for (_, c) in g.consts.iter() {
         let v = c.value;
@@ -75,7 +80,7 @@ pub(super) fn print_graph(g: &Graph, max_const_elems: Option<usize>) -> String {
     }
     for (i, &v) in g.outputs.iter().enumerate() {
         let name = g.output_names.get(i).map_or(String::new(), |n| format!(" {}", quote(n)));
-        let _ = writeln!(out, "  output {}{name}", value(v));
+        let _ = writeln!(out, "  output {}{name}{}", value(v), complex(v, g.is_complex_output(i)));
     }
     for st in &g.states {
         let dtype = g.inputs.get(st.input).and_then(|&v| g.values.get(v)).map(|d| d.ty.dtype);

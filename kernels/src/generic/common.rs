@@ -138,10 +138,23 @@ macro_rules! with_scalar {
                 type $T = $crate::generic::common::Bool8;
                 $body
             }
+            // Complex tensors are only the caller's view of a program's
+            // f32/f64 pairs; a plan never hands one to a kernel.
+            d @ ($crate::types::DType::C64 | $crate::types::DType::C128) => {
+                return Err($crate::generic::common::complex_err(d))
+            }
         }
     };
 }
 pub(crate) use with_scalar;
+
+/// The error for a complex tensor reaching a kernel (see `with_scalar!`).
+pub(crate) fn complex_err(dtype: DType) -> KernelError {
+    shape_err(
+        "kernels",
+        format!("{dtype} tensors exist only at a program's boundary; kernels compute on their f32/f64 parts"),
+    )
+}
 
 /// Runs `$body` with `$T` bound to an unsigned type of the dtype's width:
 /// data-movement kernels only need the element size, not its meaning.
@@ -160,10 +173,12 @@ macro_rules! with_elem_size {
                 type $T = u32;
                 $body
             }
-            _ => {
+            8 => {
                 type $T = u64;
                 $body
             }
+            // 16 bytes: only c128, which no plan hands to a kernel.
+            _ => return Err($crate::generic::common::complex_err($dtype)),
         }
     };
 }

@@ -348,6 +348,7 @@ pub(crate) fn unary_with(
                 Ok::<(), KernelError>(())
             })
         }
+        d @ (DType::C64 | DType::C128) => Err(complex_err(d)),
     }
 }
 
@@ -633,6 +634,7 @@ pub(crate) fn binary_with(
             }
             Ok(())
         }
+        d @ (DType::C64 | DType::C128) => Err(complex_err(d)),
     }
 }
 

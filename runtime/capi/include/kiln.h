@@ -132,6 +132,16 @@ typedef struct kiln_tensor {
  */
 #define KILN_DTYPE_BOOL 48
 
+/*
+ Two floats per element, real then imaginary (C's `float _Complex`).
+ */
+#define KILN_DTYPE_C64 64
+
+/*
+ Two doubles per element, real then imaginary (C's `double _Complex`).
+ */
+#define KILN_DTYPE_C128 65
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus

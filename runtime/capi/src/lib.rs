@@ -58,6 +58,10 @@ pub const KILN_DTYPE_I64: kiln_dtype = 19;
 pub const KILN_DTYPE_U8: kiln_dtype = 32;
 /// One byte per element, 0 or 1.
 pub const KILN_DTYPE_BOOL: kiln_dtype = 48;
+/// Two floats per element, real then imaginary (C's `float _Complex`).
+pub const KILN_DTYPE_C64: kiln_dtype = 64;
+/// Two doubles per element, real then imaginary (C's `double _Complex`).
+pub const KILN_DTYPE_C128: kiln_dtype = 65;
 
 /// A dense row-major tensor. As an input, everything is the caller's and is
 /// read during the call only; as an output, `shape` and `data` point into the

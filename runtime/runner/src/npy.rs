@@ -27,6 +27,8 @@ fn descr(dtype: DType) -> &'static str {
         DType::I32 => "<i4",
         DType::I64 => "<i8",
         DType::Bool => "|b1",
+        DType::C64 => "<c8",
+        DType::C128 => "<c16",
     }
 }
 
@@ -41,6 +43,8 @@ fn dtype_of(descr: &str) -> Option<DType> {
         "<i4" => DType::I32,
         "<i8" => DType::I64,
         "|b1" | "<b1" => DType::Bool,
+        "<c8" => DType::C64,
+        "<c16" => DType::C128,
         _ => return None,
     })
 }
@@ -70,8 +74,9 @@ pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, String> {
     };
     let descr_text = field("descr")?;
     let descr = descr_text.strip_prefix('\'').and_then(|r| r.split('\'').next()).ok_or("malformed descr")?;
-    let dtype = dtype_of(descr)
-        .ok_or(format!("unsupported dtype '{descr}' (kiln reads f2/f4/f8, i1/i2/i4/i8, u1, b1; little-endian)"))?;
+    let dtype = dtype_of(descr).ok_or(format!(
+        "unsupported dtype '{descr}' (kiln reads f2/f4/f8, i1/i2/i4/i8, u1, b1, c8/c16; little-endian)"
+    ))?;
     if field("fortran_order")?.starts_with("True") {
         return Err("Fortran-order arrays are not supported; save with np.ascontiguousarray".into());
     }
@@ -131,5 +136,29 @@ mod tests {
             assert!(parse_npy(&bytes[..cut]).is_err(), "truncated at {cut} must fail");
         }
         assert!(parse_npy(b"not an npy file").is_err());
+    }
+
+    /// numpy's complex layout: interleaved (real, imaginary) parts.
+    #[test]
+    fn complex_round_trip() {
+        let parts: Vec<u8> = [1.0f32, -2.0, 0.5, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let t = Tensor { dtype: DType::C64, shape: vec![2], data: parts };
+        let bytes = encode_npy(&t.view());
+        assert!(std::str::from_utf8(&bytes[10..64]).unwrap().contains("'descr': '<c8'"));
+        assert_eq!(parse_npy(&bytes).unwrap(), t);
+        let wide = Tensor {
+            dtype: DType::C128,
+            shape: vec![1, 1],
+            data: [2.5f64, -1.0].iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        assert_eq!(parse_npy(&encode_npy(&wide.view())).unwrap(), wide);
+        // A complex file whose data is one f32 short is refused, not read as half an element.
+        let short = &bytes[..bytes.len() - 4];
+        assert!(parse_npy(short).unwrap_err().contains("needs 16 data bytes"), "{:?}", parse_npy(short));
+        // Big-endian complex is not read as little-endian.
+        let mut big = bytes.clone();
+        let at = big.windows(3).position(|w| w == b"<c8").unwrap();
+        big[at] = b'>';
+        assert!(parse_npy(&big).unwrap_err().contains("unsupported dtype '>c8'"));
     }
 }

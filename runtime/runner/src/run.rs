@@ -115,8 +115,13 @@ fn gather_inputs(program: &Program, specs: &[String]) -> Result<Vec<Tensor>, Str
         .collect()
 }
 
+/// Min, max and mean of the elements; of the magnitudes `|z|` for a complex
+/// output (a part's extremes say little about complex numbers).
 fn stats(t: &TensorView<'_>) -> Option<(f64, f64, f64)> {
-    let vals = kiln_runtime::elements_f64(t);
+    let mut vals = kiln_runtime::elements_f64(t);
+    if t.dtype.is_complex() {
+        vals = vals.chunks_exact(2).map(|p| p[0].hypot(p[1])).collect();
+    }
     if vals.is_empty() {
         return None;
     }
@@ -254,15 +259,21 @@ pub fn cmd_run(args: &RunArgs) -> CliResult {
         }
         let s = stats(&out);
         if !as_json {
-            let stat = s.map(|(lo, hi, mean)| format!("  min {lo:.6} max {hi:.6} mean {mean:.6}")).unwrap_or_default();
+            let of = if out.dtype.is_complex() { "|z| " } else { "" };
+            let stat =
+                s.map(|(lo, hi, mean)| format!("  {of}min {lo:.6} max {hi:.6} mean {mean:.6}")).unwrap_or_default();
             let saved = path.as_ref().map(|p| format!("  -> {}", p.display())).unwrap_or_default();
             println!("output {i} `{}`: {} {:?}{stat}{saved}", outputs.name(i), out.dtype, out.shape);
         }
-        report.push(json!({
+        let mut entry = json!({
             "index": i, "name": outputs.name(i), "dtype": out.dtype.name(), "shape": out.shape,
             "path": path.map(|p| p.display().to_string()),
             "min": s.map(|s| s.0), "max": s.map(|s| s.1), "mean": s.map(|s| s.2),
-        }));
+        });
+        if out.dtype.is_complex() {
+            entry["stats_of"] = json!("abs");
+        }
+        report.push(entry);
     }
     let latency_json =
         latency.as_ref().map(|l| json!({"runs": repeat, "median_ms": l.median, "p90_ms": l.p90, "min_ms": l.min}));

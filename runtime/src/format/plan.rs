@@ -66,6 +66,18 @@ pub enum DimExpr {
 }
 
 impl Plan {
+    /// The dtype and dimensions the caller passes or receives for `io`: its
+    /// tensor's, or for a complex one the complex dtype over the tensor's
+    /// dtype and its dimensions without the last (validation checked that
+    /// it is a static 2 over f32 or f64). `io` must be validated.
+    pub fn io_type(&self, io: &IoDecl) -> (DType, &[DimRef]) {
+        let t = &self.tensors[io.tensor as usize];
+        match (io.complex, t.dtype.complex_of(), t.shape.split_last()) {
+            (true, Some(c), Some((_, dims))) => (c, dims),
+            _ => (t.dtype, &t.shape),
+        }
+    }
+
     /// An input dimension that binds a symbol: `k * s + c` (`k >= 1`) as
     /// `(s, k, c)`, for a plain symbol or torch's derived dims (`2*s`, `s + 1`,
     /// `s - 1`). Other expressions are only checked once the symbols are bound.
@@ -130,6 +142,10 @@ pub struct TensorDecl {
 pub struct IoDecl {
     pub name: String,
     pub tensor: u32,
+    /// The caller sees this f32/f64 tensor, whose last dimension is 2, as a
+    /// complex64/complex128 tensor of the other dimensions: the same bytes
+    /// (interleaved real and imaginary parts). See [`Plan::io_type`].
+    pub complex: bool,
 }
 
 /// One instruction: what it does, its operand and output tensors (plan tensor

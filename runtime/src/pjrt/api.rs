@@ -578,6 +578,10 @@ fn buffer_type(dtype: DType) -> std::ffi::c_int {
         DType::I32 => ffi::PJRT_Buffer_Type_S32,
         DType::I64 => ffi::PJRT_Buffer_Type_S64,
         DType::Bool => ffi::PJRT_Buffer_Type_PRED,
+        // A plan's tensors are never complex (the boundary's complex values
+        // are f32/f64 pairs); mapped for completeness.
+        DType::C64 => ffi::PJRT_Buffer_Type_C64,
+        DType::C128 => ffi::PJRT_Buffer_Type_C128,
     }
 }
 

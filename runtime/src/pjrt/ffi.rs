@@ -410,6 +410,8 @@ pub const PJRT_Buffer_Type_F16: c_int = 10;
 pub const PJRT_Buffer_Type_F32: c_int = 11;
 pub const PJRT_Buffer_Type_F64: c_int = 12;
 pub const PJRT_Buffer_Type_BF16: c_int = 13;
+pub const PJRT_Buffer_Type_C64: c_int = 14;
+pub const PJRT_Buffer_Type_C128: c_int = 15;
 
 /// Sizes and offsets as gcc computes them from the 0.81 header (`sizeof` and
 /// `*_STRUCT_SIZE` agree for these).

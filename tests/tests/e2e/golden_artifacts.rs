@@ -17,8 +17,10 @@ use std::path::{Path, PathBuf};
 
 /// (artifact name, fixture, input/output prefix) covering the instruction
 /// kinds a CPU plan has: calls (conv, pooling, linear, ...), loops (jumps)
-/// and data-dependent sizes (bind_dim); and state (buffers kept between runs).
-const GOLDEN: [(&str, &str, &str); 5] = [
+/// and data-dependent sizes (bind_dim); state (buffers kept between runs);
+/// and (from 0.11) complex inputs and outputs.
+const GOLDEN: [(&str, &str, &str); 6] = [
+    ("complex_io", "complex_io", "case0_"),
     ("mlp", "mlp", ""),
     ("cnn", "cnn", ""),
     ("while_loop", "while_loop", "case0_"),
@@ -83,6 +85,8 @@ fn the_golden_set_has_the_kinds_it_claims() {
     assert!(kinds("cnn").contains(&"conv_fused"));
     let counter = Program::load(current_dir().join("counter.kiln")).unwrap();
     assert_eq!(counter.states().len(), 2);
+    let complex = Program::load(current_dir().join("complex_io.kiln")).unwrap();
+    assert!(complex.plan().inputs.iter().any(|io| io.complex) && complex.plan().outputs.iter().any(|io| io.complex));
 }
 
 #[test]

@@ -7,6 +7,7 @@
 mod aarch64_e2e;
 mod artifact_corruption;
 mod assert_async;
+mod complex_io;
 mod conformance;
 mod conformance_dynamic;
 mod control_flow_random_custom;

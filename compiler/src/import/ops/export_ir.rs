@@ -822,6 +822,10 @@ fn adaptive_max_pool(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         if o <= 0 || i <= 0 {
             return invalid(format!("{name}: pooling {i} positions to {o}"));
         }
+        // Before the window table below: its bounds are listed per output.
+        if o > 1 << 24 {
+            return unsupported(format!("{name} with windows of more than 2^24 positions in all"));
+        }
         bounds.push((0..o).map(|p| (p * i / o, ((p + 1) * i + o - 1) / o)).collect());
     }
     let windows: Vec<i64> = bounds.iter().map(|b| b.iter().map(|(s, e)| e - s).max().unwrap_or(1)).collect();

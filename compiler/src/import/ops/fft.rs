@@ -72,7 +72,18 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
             let v = imp.push(Op::Binary(BinaryOp::Atan2), vec![im, z.re])?;
             bind_real(imp, n, v)
         }
-        "_conj" | "conj" | "conj_physical" => {
+        // e^re (cos im + i sin im).
+        "exp" => {
+            let z = complex_input(imp, n, "self")?;
+            let im = imag_or_zero(imp, z)?;
+            let scale = imp.push(Op::Unary(UnaryOp::Exp), vec![z.re])?;
+            let (cos, sin) =
+                (imp.push(Op::Unary(UnaryOp::Cos), vec![im])?, imp.push(Op::Unary(UnaryOp::Sin), vec![im])?);
+            let re = bin(imp, BinaryOp::Mul, scale, cos)?;
+            let im = bin(imp, BinaryOp::Mul, scale, sin)?;
+            bind_out(imp, n, Parts { re, im: Some(im) })
+        }
+        "_conj" | "conj" | "conj_physical" | "_conj_physical" => {
             let z = complex_input(imp, n, "self")?;
             let im = imag_or_zero(imp, z)?;
             let im = imp.push(Op::Unary(UnaryOp::Neg), vec![im])?;
@@ -97,6 +108,7 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
         }
         "stft" => stft(imp, n),
         "add" | "sub" | "mul" | "div" => arith(imp, n, name),
+        "mm" | "bmm" | "matmul" => matmul(imp, n, name),
         "pow" if overload == "Tensor_Scalar" => {
             let z = complex_input(imp, n, "self")?;
             match imp.scalar(n, "exponent")?.as_f64() {
@@ -274,9 +286,12 @@ fn arith(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             let s = imp.scalar(n, "other")?;
             Parts { re: imp.scalar_const(s, dtype), im: None }
         }
-        Some(other) => {
-            return unsupported(format!("`{name}` with operand {other:?} (a complex Python scalar?); {COMPLEX_SCOPE}"))
-        }
+        // A Python complex number (`z * 1j`).
+        Some(&Arg::Complex(re, im)) => Parts {
+            re: imp.scalar_const(Scalar::Float(re), dtype),
+            im: Some(imp.scalar_const(Scalar::Float(im), dtype)),
+        },
+        Some(other) => return unsupported(format!("`{name}` with operand {other:?}; {COMPLEX_SCOPE}")),
         None => return invalid("required argument `other` is missing"),
     };
     let mut b = cast_parts(imp, b, dtype);
@@ -308,25 +323,71 @@ fn arith(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
 
 // ------------------------------------------------------------ complex ↔ real
 
+/// `mm`, `bmm`, `matmul` with a complex operand: four real products,
+/// `(ar·br − ai·bi) + (ar·bi + ai·br)i` (only the products a real operand
+/// needs). Operands of rank 2 or more (a 1-d one changes the result's rank).
+fn matmul(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let Some(Arg::Tensor(out)) = n.outputs.first() else {
+        return invalid("expected a single tensor output");
+    };
+    let dtype = imp.part_type(out)?.dtype;
+    let other = if imp.arg(n, "mat2").is_some() { "mat2" } else { "other" };
+    let a = complex_input(imp, n, "self")?;
+    let b = complex_input(imp, n, other)?;
+    if imp.ty(a.re).rank() < 2 || imp.ty(b.re).rank() < 2 {
+        return unsupported(format!("`{name}` of a complex 1-d operand; {COMPLEX_SCOPE}"));
+    }
+    let (a, b) = (cast_parts(imp, a, dtype), cast_parts(imp, b, dtype));
+    let mm = |imp: &mut Importer, x: ValueId, y: ValueId| imp.push(Op::MatMul, vec![x, y]);
+    let re = mm(imp, a.re, b.re)?;
+    let (re, im) = match (a.im, b.im) {
+        (Some(ai), Some(bi)) => {
+            let ii = mm(imp, ai, bi)?;
+            let (ri, ir) = (mm(imp, a.re, bi)?, mm(imp, ai, b.re)?);
+            (bin(imp, BinaryOp::Sub, re, ii)?, bin(imp, BinaryOp::Add, ri, ir)?)
+        }
+        (Some(ai), None) => (re, mm(imp, ai, b.re)?),
+        (None, Some(bi)) => (re, mm(imp, a.re, bi)?),
+        (None, None) => {
+            return unsupported(format!("`{name}` of real operands with a complex result; {COMPLEX_SCOPE}"))
+        }
+    };
+    bind_out(imp, n, Parts { re, im: Some(im) })
+}
+
 /// `aten::view_as_real(Tensor(a) self) -> Tensor(a)`: `[.., 2]` of (re, im).
 fn view_as_real(imp: &mut Importer, n: &Node) -> R<()> {
     let z = complex_input(imp, n, "self")?;
     let im = imag_or_zero(imp, z)?;
+    let v = interleave(imp, z.re, im)?;
+    bind_real(imp, n, v)
+}
+
+/// The real value of `re` and `im` (same type) with one more trailing
+/// dimension of 2 holding (re, im): `view_as_real`, and the bytes of the
+/// complex tensor they are (a complex program output is this value).
+pub(crate) fn interleave(imp: &mut Importer, re: ValueId, im: ValueId) -> R<ValueId> {
     let mut parts = Vec::new();
-    for p in [z.re, im] {
+    for p in [re, im] {
         let mut shape = imp.ty(p).shape.clone();
         shape.push(Dim::Const(1));
         parts.push(imp.push(Op::Reshape { shape }, vec![p])?);
     }
     let axis = imp.ty(parts[0]).rank() - 1;
-    let v = imp.push(Op::Concat { axis }, parts)?;
-    bind_real(imp, n, v)
+    imp.push(Op::Concat { axis }, parts)
 }
 
 /// `aten::view_as_complex(Tensor(a) self) -> Tensor(a)`: the last axis (of
 /// size 2) holds (re, im).
 fn view_as_complex(imp: &mut Importer, n: &Node) -> R<()> {
     let x = imp.tensor(n, "self")?;
+    let (re, im) = split_parts(imp, x)?;
+    bind_out(imp, n, Parts { re, im: Some(im) })
+}
+
+/// The (re, im) parts of real value `x` whose last dimension of 2 holds
+/// them: `view_as_complex`, and a complex program input.
+pub(crate) fn split_parts(imp: &mut Importer, x: ValueId) -> R<(ValueId, ValueId)> {
     let rank = imp.ty(x).rank();
     if rank == 0 || imp.ty(x).shape[rank - 1] != Dim::Const(2) {
         return invalid("view_as_complex needs a last dimension of size 2");
@@ -336,9 +397,7 @@ fn view_as_complex(imp: &mut Importer, n: &Node) -> R<()> {
         let shape = imp.ty(s).shape[..rank - 1].to_vec();
         imp.push(Op::Reshape { shape }, vec![s])
     };
-    let re = part(imp, 0)?;
-    let im = part(imp, 1)?;
-    bind_out(imp, n, Parts { re, im: Some(im) })
+    Ok((part(imp, 0)?, part(imp, 1)?))
 }
 
 /// `aten::complex(Tensor real, Tensor imag) -> Tensor`.

@@ -14,7 +14,7 @@ mod einsum;
 mod elementwise;
 mod embedding_bag;
 mod export_ir;
-mod fft;
+pub(crate) mod fft;
 mod geometry;
 mod histogram;
 mod index_dim;
@@ -315,7 +315,7 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         | "fft_irfft2" | "fft_fft2" | "fft_ifft2" | "fft_rfftn" | "fft_irfftn" | "fft_fftn" | "fft_ifftn" | "stft"
         | "view_as_real" | "view_as_complex" | "complex" | "imag" | "angle" => fft::convert(imp, n, name, overload),
         "real" | "conj" | "_conj" | "resolve_conj" | "resolve_neg" => s::identity_or_cast(imp, n, "alias"),
-        "conj_physical" => s::identity_or_cast(imp, n, "clone"),
+        "conj_physical" | "_conj_physical" => s::identity_or_cast(imp, n, "clone"),
         "hann_window" => fft::hann_window(imp, n),
         "take_along_dim" => index_dim::take_along_dim(imp, n),
         "index_add" => index_dim::index_add(imp, n),

@@ -27,6 +27,10 @@ pub(super) fn elem(d: DType) -> &'static str {
         DType::I32 => "i32",
         DType::I64 => "i64",
         DType::Bool => "i1",
+        // Never an IR value's type (the verifier refuses them); StableHLO's
+        // spelling for completeness.
+        DType::C64 => "complex<f32>",
+        DType::C128 => "complex<f64>",
     }
 }
 

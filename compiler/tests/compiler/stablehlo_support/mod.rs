@@ -5,7 +5,7 @@
 use kiln_compiler::stablehlo::Precision;
 use kiln_compiler::{compile_graph_for, Backend, CompileOptions};
 use kiln_runtime::format::{AccelProgram, Metadata};
-use kiln_runtime::{DType, Device, ExecutableCache, Program, SessionOptions, Tensor, TensorView};
+use kiln_runtime::{Device, ExecutableCache, Program, SessionOptions, Tensor, TensorView};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -91,25 +91,10 @@ pub fn run_pjrt(program: &Arc<Program>, plugin: &Path, inputs: &[Tensor]) -> Vec
     session.run(&views).unwrap_or_else(|e| panic!("pjrt run: {e}")).to_tensors()
 }
 
-/// Elements as f64 for comparison (every dtype the tests produce).
+/// Elements as f64 for comparison (every dtype; complex ones as their
+/// real and imaginary parts in turn).
 pub fn values(t: &Tensor) -> Vec<f64> {
-    let d = &t.data;
-    match t.dtype {
-        DType::F32 => d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
-        DType::F64 => {
-            d.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()
-        }
-        DType::I64 => d
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64)
-            .collect(),
-        DType::I32 => d.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
-        DType::Bool | DType::U8 => d.iter().map(|&b| b as f64).collect(),
-        DType::I8 => d.iter().map(|&b| b as i8 as f64).collect(),
-        DType::BF16 => d.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
-        DType::F16 => d.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
-        DType::I16 => d.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as f64).collect(),
-    }
+    kiln_runtime::elements_f64(&t.view())
 }
 
 pub fn assert_close(what: &str, got: &Tensor, want: &Tensor, rtol: f64, atol: f64) {
