@@ -41,11 +41,12 @@ pub const FORMAT_MAJOR: u16 = 0;
 /// parameters; 0.7 shape buckets and host-side index checks of accelerator
 /// segments, new special-function selectors; 0.8 per-row asymmetric
 /// activations on `quant_linear`; 0.9 the layout of `conv_fused`, the
-/// compiler's estimate of a sharded plan; 0.10 `quant_conv`), so a
+/// compiler's estimate of a sharded plan; 0.10 `quant_conv`; 0.11 the
+/// `native_kernel` instruction and row functions in the native section), so a
 /// runtime reads exactly
 /// its own minor version; from
 /// 1.0 on, minors only add. `tests/golden/` holds one artifact per version.
-pub const FORMAT_MINOR: u16 = 10;
+pub const FORMAT_MINOR: u16 = 11;
 /// The oldest minor version this runtime reads.
 pub const FORMAT_MINOR_MIN: u16 = if FORMAT_MAJOR == 0 { FORMAT_MINOR } else { 0 };
 /// Sections start at multiples of this (a cache line; also enough for any dtype).
