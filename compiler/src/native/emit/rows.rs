@@ -371,7 +371,8 @@ impl Body {
         let three = self.ci(3);
         let tiny = self.let_(format_args!("arith.cmpi slt, {t2}, {three} : i32"));
         let ff = self.bin64("mulf", &f, &f);
-        let third = f64_const(self, 0.333_333_333_333_333_33);
+        // fdlibm's 0.33333333333333333: the double nearest 1/3.
+        let third = c(self, 0x3FD5_5555_5555_5555);
         let half = f64_const(self, 0.5);
         let tf = self.bin64("mulf", &third, &f);
         let h = self.bin64("subf", &half, &tf);
