@@ -216,28 +216,46 @@ impl Body {
 
     /// Partial sums `p[k] += f(x[i])` for element `i` into `k = i mod lanes`
     /// over whole chunks of `lanes`, then the remainder into `p[0..rem]`:
-    /// the generic `lane_sum`'s order. Returns the partials.
-    fn lane_partials(&mut self, x: &str, len: u64, lanes: u64, f: &dyn Fn(&mut Body, String) -> String) -> Vec<String> {
-        let zero = f64_const(self, 0.0);
-        let inits: Vec<(String, &str)> = (0..lanes).map(|_| (zero.clone(), "f64")).collect();
-        let mut p = self.for_loop(len / lanes, &inits, |b, i, acc| {
-            (0..lanes)
-                .map(|j| {
-                    let idx = b.lane_index(i, lanes, j);
-                    let v = b.load(x, &idx);
-                    let v = b.ext(&v);
-                    let t = f(b, v);
-                    b.bin64("addf", &acc[j as usize], &t)
-                })
-                .collect()
-        });
+    /// the generic `lane_sum`'s order. The chunks run as one
+    /// `vector<lanes x f64>` accumulator (lane `k` is `p[k]`: the same adds
+    /// in the same order); `f` gets a value and its type (f64 or that
+    /// vector). Returns the partials.
+    fn lane_partials(
+        &mut self,
+        x: &str,
+        len: u64,
+        lanes: u64,
+        f: &dyn Fn(&mut Body, String, &str) -> String,
+    ) -> Vec<String> {
+        let (vf32, vf64) = (format!("vector<{lanes}xf32>"), format!("vector<{lanes}xf64>"));
+        let zero = self.let_(format_args!("arith.constant dense<0.0> : {vf64}"));
+        let acc = self
+            .for_loop(len / lanes, &[(zero, vf64.as_str())], |b, i, acc| {
+                let idx = b.lane_index(i, lanes, 0);
+                let e = b.addr(x, &idx);
+                let v = b.let_(format_args!("llvm.load {e} {{alignment = 4 : i64}} : !llvm.ptr -> {vf32}"));
+                let v = b.let_(format_args!("arith.extf {v} : {vf32} to {vf64}"));
+                let t = f(b, v, &vf64);
+                vec![b.let_(format_args!("arith.addf {}, {t} : {vf64}", acc[0]))]
+            })
+            .remove(0);
+        let mut p: Vec<String> =
+            (0..lanes).map(|k| self.let_(format_args!("vector.extract {acc}[{k}] : f64 from {vf64}"))).collect();
         for j in 0..len % lanes {
             let v = self.load_at(x, len / lanes * lanes + j);
             let v = self.ext(&v);
-            let t = f(self, v);
+            let t = f(self, v, "f64");
             p[j as usize] = self.bin64("addf", &p[j as usize], &t);
         }
         p
+    }
+
+    /// `v` as a value of type `ty` (f64, or a vector of them).
+    fn splat64(&mut self, v: &str, ty: &str) -> String {
+        if ty == "f64" {
+            return v.to_string();
+        }
+        self.let_(format_args!("vector.broadcast {v} : f64 to {ty}"))
     }
 
     /// The partials added pairwise as the kernels do: `p[k] + p[k + L/2]`,
@@ -251,50 +269,28 @@ impl Body {
         l.pop().unwrap_or_default()
     }
 
-    /// The NaN-skipping lane maximum of a row and whether it can stand for
-    /// the sequential one: no NaN or infinity in the row (`Σ x·0` is 0) and
-    /// a non-zero maximum. Returns `(max, exact)`.
+    /// A row's maximum by `llvm.maximum` (a reduction LLVM vectorises), and
+    /// whether it can stand for the sequential one: no NaN or infinity in
+    /// the row (an integer OR of the exponent tests) and a non-zero maximum
+    /// (then every order gives that value). Returns `(max, exact)`.
     fn lane_max(&mut self, x: &str, len: u64) -> (String, String) {
-        const L: u64 = 8;
         let ninf = self.c(f32::NEG_INFINITY);
-        let zero = self.c(0.0);
-        let mut inits: Vec<(String, &str)> = (0..L).map(|_| (ninf.clone(), "f32")).collect();
-        inits.extend((0..L).map(|_| (zero.clone(), "f32")));
-        let mut acc = self.for_loop(len / L, &inits, |b, i, acc| {
-            let mut next = Vec::with_capacity(2 * L as usize);
-            let mut flags = Vec::with_capacity(L as usize);
-            for j in 0..L {
-                let idx = b.lane_index(i, L, j);
-                let v = b.load(x, &idx);
-                let gt = b.cmp("ogt", &v, &acc[j as usize]);
-                next.push(b.select(&gt, &v, &acc[j as usize]));
-                let z = b.c(0.0);
-                let vz = b.mul(&v, &z);
-                flags.push(b.add(&acc[(L + j) as usize], &vz));
-            }
-            next.extend(flags);
-            next
+        let zero = self.ci(0);
+        let acc = self.for_loop(len, &[(ninf, "f32"), (zero, "i32")], |b, i, acc| {
+            let v = b.load(x, i);
+            let m = b.let_(format_args!("arith.maximumf {}, {v} : f32", acc[0]));
+            let bits = b.let_(format_args!("arith.bitcast {v} : f32 to i32"));
+            let mask = b.ci(0x7f80_0000);
+            let e = b.let_(format_args!("arith.andi {bits}, {mask} : i32"));
+            let special = b.let_(format_args!("arith.cmpi eq, {e}, {mask} : i32"));
+            let special = b.let_(format_args!("arith.extui {special} : i1 to i32"));
+            vec![m, b.let_(format_args!("arith.ori {}, {special} : i32", acc[1]))]
         });
-        for j in 0..len % L {
-            let v = self.load_at(x, len / L * L + j);
-            let k = j as usize;
-            let gt = self.cmp("ogt", &v, &acc[k]);
-            acc[k] = self.select(&gt, &v, &acc[k]);
-            let z = self.c(0.0);
-            let vz = self.mul(&v, &z);
-            acc[L as usize + k] = self.add(&acc[L as usize + k], &vz);
-        }
-        let mut m = acc[0].clone();
-        let mut flag = acc[L as usize].clone();
-        for k in 1..L as usize {
-            let gt = self.cmp("ogt", &acc[k], &m);
-            m = self.select(&gt, &acc[k], &m);
-            flag = self.add(&flag, &acc[L as usize + k]);
-        }
-        let finite = self.cmp_c("oeq", &flag, 0.0);
-        let nonzero = self.cmp_c("une", &m, 0.0);
+        let zero = self.ci(0);
+        let finite = self.let_(format_args!("arith.cmpi eq, {}, {zero} : i32", acc[1]));
+        let nonzero = self.cmp_c("une", &acc[0], 0.0);
         let exact = self.let_(format_args!("arith.andi {finite}, {nonzero} : i1"));
-        (m, exact)
+        (acc[0].clone(), exact)
     }
 
     /// The sequential maximum: softmax's `max_f32` fallback (the last NaN
@@ -449,28 +445,23 @@ impl Body {
     /// Softmax of one row: `max`, `exp_sum` into `out`, then the scaling.
     fn softmax_row(&mut self, x: &str, o: &str, len: u64, log: bool, lanes: u64) {
         let m = self.row_max(x, len, true);
-        let zero = f64_const(self, 0.0);
-        let inits: Vec<(String, &str)> = (0..lanes).map(|_| (zero.clone(), "f64")).collect();
-        let exp_at = |b: &mut Body, idx: &str| {
-            let v = b.load(x, idx);
+        // exp(x − max) into `out` by an elementwise loop (vectorised), then
+        // its partial sums read back: the same values and adds as the
+        // kernel's fused loop.
+        self.for_loop(len, &[], |b, i, _| {
+            let v = b.load(x, i);
             let d = b.sub(&v, &m);
             let e = b.exp(&d);
-            b.store(&e, o, idx);
-            b.ext(&e)
-        };
-        let p = self.for_loop(len / lanes, &inits, |b, i, acc| {
-            (0..lanes)
-                .map(|j| {
-                    let idx = b.lane_index(i, lanes, j);
-                    let e = exp_at(b, &idx);
-                    b.bin64("addf", &acc[j as usize], &e)
-                })
-                .collect()
+            b.store(&e, o, i);
+            Vec::new()
         });
+        let o_read = o.to_string();
+        let full = len / lanes * lanes;
+        let p = self.lane_partials(o, full, lanes, &|_, v, _| v);
         let mut sum = self.combine(&p);
-        for j in 0..len % lanes {
-            let idx = self.cu64(len / lanes * lanes + j);
-            let e = exp_at(self, &idx);
+        for j in full..len {
+            let e = self.load_at(&o_read, j);
+            let e = self.ext(&e);
             sum = self.bin64("addf", &sum, &e);
         }
         if log {
@@ -503,20 +494,22 @@ impl Body {
         let one = f64_const(self, 1.0);
         let eps = f64_const(self, eps);
         let (mean, rstd) = if rms {
-            let p = self.lane_partials(x, len, NORM_LANES, &|b, v| b.bin64("mulf", &v, &v));
+            let p =
+                self.lane_partials(x, len, NORM_LANES, &|b, v, ty| b.let_(format_args!("arith.mulf {v}, {v} : {ty}")));
             let s = self.combine(&p);
             let ms = self.bin64("divf", &s, &n);
             let t = self.bin64("addf", &ms, &eps);
             let t = self.let_(format_args!("math.sqrt {t} : f64"));
             (None, self.bin64("divf", &one, &t))
         } else {
-            let p = self.lane_partials(x, len, NORM_LANES, &|_, v| v);
+            let p = self.lane_partials(x, len, NORM_LANES, &|_, v, _| v);
             let s = self.combine(&p);
             let mean = self.bin64("divf", &s, &n);
             let m2 = mean.clone();
-            let p = self.lane_partials(x, len, NORM_LANES, &move |b, v| {
-                let d = b.bin64("subf", &v, &m2);
-                b.bin64("mulf", &d, &d)
+            let p = self.lane_partials(x, len, NORM_LANES, &move |b, v, ty| {
+                let m = b.splat64(&m2, ty);
+                let d = b.let_(format_args!("arith.subf {v}, {m} : {ty}"));
+                b.let_(format_args!("arith.mulf {d}, {d} : {ty}"))
             });
             let s = self.combine(&p);
             let var = self.bin64("divf", &s, &n);
