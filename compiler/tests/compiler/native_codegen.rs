@@ -559,3 +559,65 @@ fn aarch64_row_functions_load_in_the_runtime_loader() {
         assert_eq!(names, ["row_0", "row_1", "row_2"]);
     }
 }
+
+/// A plan of row kernels on 4000 rows (several row ranges over the pool)
+/// through `compile_plan`: every call becomes a `native_kernel`, and the
+/// artifact's outputs are the same bytes at 1 and 3 threads, and with
+/// native code refused (the fallback kernels) where the table's softmax is
+/// the AVX2 one.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn compiled_plans_split_rows_over_threads_with_the_kernels_bits() {
+    use kiln_compiler::native::{compile_plan, NativeTarget};
+    use kiln_runtime::format::*;
+    use kiln_runtime::{Program, SessionOptions, TensorView};
+    let (rows, len) = (4000u64, 24u64);
+    let t = |shape: &[u64], offset: u64| TensorDecl {
+        dtype: DType::F32,
+        shape: shape.iter().map(|&d| DimRef::Static(d)).collect(),
+        storage: Storage::Arena { offset, max_bytes: shape.iter().product::<u64>() * 4 },
+    };
+    let n = rows * len * 4;
+    let call =
+        |k: Kernel, out: u32| Instr { op: InstrOp::Call(k), inputs: vec![0], outputs: vec![out], origin: "t".into() };
+    let mut plan = Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors: vec![t(&[rows, len], 0), t(&[rows, len], n), t(&[rows, len], 2 * n), t(&[rows, 1], 3 * n)],
+        inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
+        outputs: (1..4).map(|k| IoDecl { name: format!("y{k}"), tensor: k }).collect(),
+        instrs: vec![
+            call(Kernel::Softmax { axis: 1, log: false }, 1),
+            call(Kernel::LayerNorm { normalized_rank: 1, eps: 1e-5 }, 2),
+            call(Kernel::Reduce { kind: ReduceKind::Max, axes: vec![1] }, 3),
+        ],
+        arena_bytes: 3 * n + rows * 4,
+        peak_live_bytes: 3 * n + rows * 4,
+        states: vec![],
+    };
+    let target = NativeTarget::new(NativeArch::X86_64, None).unwrap();
+    let section = compile_plan(&mut plan, &target).unwrap().expect("row functions");
+    assert!(plan.instrs.iter().all(|i| matches!(i.op, InstrOp::NativeKernel { .. })), "{:?}", plan.instrs);
+    assert_eq!(section.functions.len(), 3);
+    let mut w = ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap();
+    w.add_native(&section).unwrap();
+    let program = Program::from_bytes(&w.to_bytes()).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let x: Vec<u8> = (0..rows * len).flat_map(|_| ((rng.gen::<f32>() - 0.5) * 20.0).to_le_bytes()).collect();
+    let shape = [rows as usize, len as usize];
+    let run = |threads: usize, allow: bool| -> Vec<Vec<u8>> {
+        let opts = SessionOptions { threads, allow_native_code: allow, ..SessionOptions::default() };
+        let mut s = program.session_with(&opts).unwrap();
+        let out = s.run(&[TensorView { dtype: DType::F32, shape: &shape, data: &x }]).unwrap();
+        (0..3).map(|i| out.get(i).data.to_vec()).collect()
+    };
+    let one = run(1, true);
+    assert_eq!(one, run(3, true), "1 vs 3 threads");
+    let portable = run(1, false);
+    let avx2 = kiln_kernels::best().entries().contains(&("exp_sum_f32", "avx2"));
+    // Layer norm and max: the generic code's bits on every level.
+    assert_eq!(one[1..], portable[1..], "layer norm / max vs their kernels");
+    if avx2 && cpu_runs(NativeArch::X86_64, "x86-64-v3") {
+        assert_eq!(one[0], portable[0], "softmax vs its kernel");
+    }
+}

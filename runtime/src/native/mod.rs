@@ -472,6 +472,47 @@ unsafe impl Sync for SharedMut {}
 mod tests {
     use super::*;
 
+    fn t<'a>(shape: &'a [usize], data: &'a [u8]) -> TensorRef<'a> {
+        TensorRef { dtype: DType::F32, shape, data }
+    }
+
+    /// The run-time size check before a row function runs: what the row
+    /// function was compiled for, as the fallback kernel defines a row.
+    #[test]
+    fn rows_fit_only_the_compiled_sizes() {
+        let sig = |len, out_len, n| NativeFunction {
+            symbol: "f".into(),
+            inputs: vec![InputMode::Full; n],
+            input_dtypes: vec![DType::F32; n],
+            output_dtype: DType::F32,
+            shape: FunctionShape::Rows { len, out_len },
+        };
+        let x = [0u8; 24];
+        let w = [0u8; 12];
+        let mut o = [0u8; 24];
+        let softmax = Kernel::Softmax { axis: 1, log: false };
+        let fits = |sig: &NativeFunction, k: &Kernel, ins: &[TensorRef<'_>], oshape: &[usize], o: &mut [u8]| {
+            rows_fit(sig, k, ins, &TensorMut { dtype: DType::F32, shape: oshape, data: o })
+        };
+        assert_eq!(fits(&sig(3, 3, 1), &softmax, &[t(&[2, 3], &x)], &[2, 3], &mut o), Some((2, 3)));
+        // Another row length, a softmax over the first axis, a wrong output.
+        assert_eq!(fits(&sig(2, 2, 1), &softmax, &[t(&[3, 2], &x)], &[3, 2], &mut o), Some((3, 2)));
+        assert_eq!(fits(&sig(3, 3, 1), &softmax, &[t(&[3, 2], &x)], &[3, 2], &mut o), None);
+        let first = Kernel::Softmax { axis: 0, log: false };
+        assert_eq!(fits(&sig(3, 3, 1), &first, &[t(&[2, 3], &x)], &[2, 3], &mut o), None);
+        assert_eq!(fits(&sig(3, 3, 1), &softmax, &[t(&[2, 3], &x)], &[2, 3], &mut o[..20]), None);
+        // A layer norm's weight of one row; a weight of another size.
+        let ln = Kernel::LayerNorm { normalized_rank: 1, eps: 1e-5 };
+        assert_eq!(fits(&sig(3, 3, 2), &ln, &[t(&[2, 3], &x), t(&[3], &w)], &[2, 3], &mut o), Some((2, 3)));
+        assert_eq!(fits(&sig(3, 3, 2), &ln, &[t(&[2, 3], &x), t(&[2], &w[..8])], &[2, 3], &mut o), None);
+        // A reduction writes one element per row.
+        let sum = Kernel::Reduce { kind: ReduceKind::Sum, axes: vec![1] };
+        assert_eq!(fits(&sig(3, 1, 1), &sum, &[t(&[2, 3], &x)], &[2, 1], &mut o[..8]), Some((2, 3)));
+        assert_eq!(fits(&sig(3, 1, 1), &sum, &[t(&[2, 3], &x)], &[2, 3], &mut o), None);
+        // Data shorter than the shape says.
+        assert_eq!(fits(&sig(3, 3, 1), &softmax, &[t(&[2, 3], &x[..20])], &[2, 3], &mut o), None);
+    }
+
     #[test]
     fn broadcasts_are_classified() {
         assert_eq!(broadcast_of(&[2, 8, 32], &[2, 8, 32]), Some(InputMode::Full));
