@@ -560,7 +560,8 @@ fn aarch64_row_functions_load_in_the_runtime_loader() {
     }
 }
 
-/// A plan of row kernels on 4000 rows (several row ranges over the pool)
+/// A plan of row kernels on 4000 rows (several row ranges over the pool,
+/// the mean's rows four at a time and one by one)
 /// through `compile_plan`: every call becomes a `native_kernel`, and the
 /// artifact's outputs are the same bytes at 1 and 3 threads, and with
 /// native code refused (the fallback kernels) where the table's softmax is
@@ -583,22 +584,29 @@ fn compiled_plans_split_rows_over_threads_with_the_kernels_bits() {
     let mut plan = Plan {
         symbols: vec![],
         exprs: vec![],
-        tensors: vec![t(&[rows, len], 0), t(&[rows, len], n), t(&[rows, len], 2 * n), t(&[rows, 1], 3 * n)],
+        tensors: vec![
+            t(&[rows, len], 0),
+            t(&[rows, len], n),
+            t(&[rows, len], 2 * n),
+            t(&[rows, 1], 3 * n),
+            t(&[rows, 1], 3 * n + rows * 4),
+        ],
         inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
-        outputs: (1..4).map(|k| IoDecl { name: format!("y{k}"), tensor: k }).collect(),
+        outputs: (1..5).map(|k| IoDecl { name: format!("y{k}"), tensor: k }).collect(),
         instrs: vec![
             call(Kernel::Softmax { axis: 1, log: false }, 1),
             call(Kernel::LayerNorm { normalized_rank: 1, eps: 1e-5 }, 2),
             call(Kernel::Reduce { kind: ReduceKind::Max, axes: vec![1] }, 3),
+            call(Kernel::Reduce { kind: ReduceKind::Mean, axes: vec![1] }, 4),
         ],
-        arena_bytes: 3 * n + rows * 4,
-        peak_live_bytes: 3 * n + rows * 4,
+        arena_bytes: 3 * n + rows * 8,
+        peak_live_bytes: 3 * n + rows * 8,
         states: vec![],
     };
     let target = NativeTarget::new(NativeArch::X86_64, None).unwrap();
     let section = compile_plan(&mut plan, &target).unwrap().expect("row functions");
     assert!(plan.instrs.iter().all(|i| matches!(i.op, InstrOp::NativeKernel { .. })), "{:?}", plan.instrs);
-    assert_eq!(section.functions.len(), 3);
+    assert_eq!(section.functions.len(), 4);
     let mut w = ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap();
     w.add_native(&section).unwrap();
     let program = Program::from_bytes(&w.to_bytes()).unwrap();
@@ -609,14 +617,14 @@ fn compiled_plans_split_rows_over_threads_with_the_kernels_bits() {
         let opts = SessionOptions { threads, allow_native_code: allow, ..SessionOptions::default() };
         let mut s = program.session_with(&opts).unwrap();
         let out = s.run(&[TensorView { dtype: DType::F32, shape: &shape, data: &x }]).unwrap();
-        (0..3).map(|i| out.get(i).data.to_vec()).collect()
+        (0..4).map(|i| out.get(i).data.to_vec()).collect()
     };
     let one = run(1, true);
     assert_eq!(one, run(3, true), "1 vs 3 threads");
     let portable = run(1, false);
     let avx2 = kiln_kernels::best().entries().contains(&("exp_sum_f32", "avx2"));
-    // Layer norm and max: the generic code's bits on every level.
-    assert_eq!(one[1..], portable[1..], "layer norm / max vs their kernels");
+    // Layer norm, max and mean: the generic code's bits on every level.
+    assert_eq!(one[1..], portable[1..], "layer norm / max / mean vs their kernels");
     if avx2 && cpu_runs(NativeArch::X86_64, "x86-64-v3") {
         assert_eq!(one[0], portable[0], "softmax vs its kernel");
     }
