@@ -74,12 +74,10 @@ fn steady_state_runs_do_not_allocate() {
         });
         assert_eq!(n, 0, "{name}: {n} allocations in steady-state runs");
     }
-    // Native code (elementwise groups and row functions: norms, softmax,
-    // reductions) runs without allocating either. (Not the shrunk Llama
-    // yet: its native elementwise calls allocate 8 times a run — with its
-    // RMS norms' row functions run portably too, so not theirs.)
+    // Native code (elementwise groups, broadcast operands included, and row
+    // functions: norms, softmax, reductions) runs without allocating either.
     #[cfg(all(feature = "native", target_arch = "x86_64"))]
-    for name in ["transformer", "dynamic_mlp", "models/efficientnet_b0"] {
+    for name in ["transformer", "dynamic_mlp", "models/efficientnet_b0", "models/llama"] {
         let native = kiln_compiler::native::NativeTarget::new(kiln_runtime::native::NativeArch::X86_64, None).unwrap();
         let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
         let tmp = kiln_tests::temp_path(&format!("no-alloc-native-{}", name.replace('/', "-")));

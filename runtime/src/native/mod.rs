@@ -129,8 +129,10 @@ pub fn broadcast_of(input: &[usize], output: &[usize]) -> Option<InputMode> {
     }
     // The output dims the operand spans (its non-1 dims, size-1 output dims
     // being free either way) must be contiguous.
-    let spanned: Vec<usize> = (0..output.len()).filter(|&d| dim(d) != 1).collect();
-    let (Some(&first), Some(&last)) = (spanned.first(), spanned.last()) else {
+    // (No Vec: this runs before every native call, which must not allocate.)
+    let (Some(first), Some(last)) =
+        ((0..output.len()).find(|&d| dim(d) != 1), (0..output.len()).rev().find(|&d| dim(d) != 1))
+    else {
         return Some(InputMode::Splat);
     };
     if (first..=last).any(|d| dim(d) != output[d]) {
