@@ -13,8 +13,9 @@ target), run latency (min and median of `kiln run --repeat RUNS`, per
 target: the least of the rounds' minima and the median of the rounds'
 medians), the ratios, and how much the rounds' medians of one artifact
 spread (max/min − 1: the noise). With --profile, each artifact's time per
-kernel kind (one `kiln run --profile` of RUNS runs), the elementwise share
-first: what native code can speed up at most. Needs no Python packages.
+kernel kind (one `kiln run --profile` of RUNS runs), the elementwise
+groups' and the row kernels' (softmax, norms, last-axis reductions) time
+and share first: what native code can speed up at most. Needs no Python packages.
 """
 import argparse
 import json
@@ -67,8 +68,10 @@ def kernel_times(doc, runs):
     return by
 
 
-# The kernel kinds native code replaces: the portable fused kernel and the native call.
+# The kernel kinds native code replaces: the portable fused kernel and the native call;
+# the row kernels (softmax, norms, last-axis reductions) and the native row functions.
 ELEMENTWISE = ("fused", "native_call")
+ROWS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "reduce_sum", "reduce_mean", "reduce_max", "native_kernel")
 
 
 def main():
@@ -130,15 +133,18 @@ def main():
     if profiles:
         print("\nTime per kernel kind (µs per run, least over the profiled rounds; share of their sum):\n")
         print("| model | elementwise cpu (µs) | elementwise x86_64 (µs) | speed-up | share of cpu run | "
-              "largest kinds (cpu) |")
-        print("|---|---|---|---|---|---|")
+              "rows cpu (µs) | rows x86_64 (µs) | speed-up | share of cpu run | largest kinds (cpu) |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for name, best in profiles:
             ew = {t: sum(v for k, v in best[t].items() if k in ELEMENTWISE) for t in TARGETS}
             total = sum(best["cpu"].values()) or 1.0
             top = sorted(best["cpu"].items(), key=lambda kv: -kv[1])[:5]
             tops = ", ".join(f"{k} {100 * v / total:.0f} %" for k, v in top)
             speed = ew["cpu"] / ew["x86_64"] if ew["x86_64"] else float("nan")
+            rows = {t: sum(v for k, v in best[t].items() if k in ROWS) for t in TARGETS}
+            rspeed = rows["cpu"] / rows["x86_64"] if rows["x86_64"] else float("nan")
             print(f"| {name} | {ew['cpu']:.0f} | {ew['x86_64']:.0f} | {speed:.2f} | {100 * ew['cpu'] / total:.1f} % "
+                  f"| {rows['cpu']:.0f} | {rows['x86_64']:.0f} | {rspeed:.2f} | {100 * rows['cpu'] / total:.1f} % "
                   f"| {tops} |")
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
 

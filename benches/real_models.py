@@ -16,7 +16,8 @@ ResNet-18 and MobileNetV2 at 224², a BERT-style encoder (4 layers × 256, 4
 heads, seq 128) and a Llama-style decoder (4 layers × 512, 8 heads, 2 KV
 heads — GQA — seq 64). EfficientNet-B0 and ConvNeXt-Tiny (224²) are the
 elementwise-heavy CNNs of the native-code benchmark (benches/native.py);
-`elementwise` is that benchmark's group-only model (SiLU, GELU, log1p).
+`elementwise` is that benchmark's group-only model (SiLU, GELU, log1p),
+`rows` its row-kernel-only one (layer norm, RMS norm, softmax, mean).
 """
 import argparse
 import os
@@ -91,6 +92,23 @@ def elementwise():
     return Elementwise(), (randn(1, 32, 112, 112, seed=8),)
 
 
+class Rows(nn.Module):
+    """Only row kernels, at BERT-base sizes (8 × 128 tokens of 768): layer
+    norm, RMS norm, softmax over a 128-wide attention row, a last-axis mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(768)
+        self.rms = nn.RMSNorm(768, eps=1e-6)
+
+    def forward(self, x, s):
+        return self.rms(self.ln(x)), torch.softmax(s, dim=-1), x.mean(dim=-1)
+
+
+def rows():
+    return Rows(), (randn(8, 128, 768, seed=9), randn(8, 12, 128, 128, seed=10))
+
+
 def bert():
     import transformers
     cfg = transformers.BertConfig(
@@ -112,7 +130,8 @@ def llama():
 
 
 MODELS = {"mlp": mlp, "resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert": bert, "llama": llama,
-          "efficientnet_b0": efficientnet_b0, "convnext_tiny": convnext_tiny, "elementwise": elementwise}
+          "efficientnet_b0": efficientnet_b0, "convnext_tiny": convnext_tiny, "elementwise": elementwise,
+          "rows": rows}
 
 
 def export(name, out: Path):

@@ -161,6 +161,19 @@ impl Threads {
         });
     }
 
+    /// `f(start, end)` over row ranges of `0..rows` holding about
+    /// [`ELEMENT_CHUNK`] elements each (rows of `row` elements; at least one
+    /// row a range), over the pool: for row-wise code outside this crate
+    /// (the runtime's native row functions). Each row is computed by one
+    /// call, so no result depends on the cut or the thread count.
+    pub fn for_each_row_range(&self, rows: usize, row: usize, f: impl Fn(usize, usize) + Send + Sync) {
+        let per = (ELEMENT_CHUNK / row.max(1)).max(1);
+        self.for_each(rows.div_ceil(per), |i| {
+            let start = i * per;
+            f(start, (start + per).min(rows))
+        });
+    }
+
     /// `f(i, chunk)` for every `chunk`-sized piece of `data` (the last may be
     /// shorter), over the pool.
     pub(crate) fn for_each_chunk<T: Send>(

@@ -56,6 +56,13 @@ pub(crate) enum Step {
     Native {
         function: u32,
     },
+    /// A native row function (`crate::native::run_native_kernel`), with its
+    /// fallback kernel resolved as a call's.
+    NativeKernel {
+        function: u32,
+        run: KernelFn,
+        ints: Range<usize>,
+    },
 }
 
 /// A validated plan's steps, indexed like `Plan::instrs`.
@@ -134,6 +141,11 @@ pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
             InstrOp::JumpIfFalse { target } => Step::JumpIfFalse { target: *target },
             InstrOp::Jump { target } => Step::Jump { target: *target },
             InstrOp::Native { function, .. } => Step::Native { function: *function },
+            InstrOp::NativeKernel { function, fallback } => {
+                let start = ints.len();
+                decode_ints(fallback, &mut ints);
+                Step::NativeKernel { function: *function, run: kernel_fn(fallback), ints: start..ints.len() }
+            }
         })
         .collect();
     Resolved { steps, ints, packed, state_writers: state_writers(plan) }

@@ -324,7 +324,7 @@ pub struct IoInfo {
 fn load_native_section(bytes: &[u8], range: Option<&Range<usize>>, plan: &Plan) -> Result<Option<NativeSection>> {
     let bad = |offset: usize, detail: String| Error::Format { section: "native".into(), offset: offset as u64, detail };
     let Some(r) = range else {
-        if plan.instrs.iter().any(|i| matches!(i.op, InstrOp::Native { .. })) {
+        if plan.instrs.iter().any(|i| i.op.native_function().is_some()) {
             return Err(bad(0, "the plan calls native code but the artifact has no native section".into()));
         }
         return Ok(None);

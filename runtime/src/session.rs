@@ -975,6 +975,36 @@ impl Session {
                     *operand_buf = recycle(operands);
                     result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
                 }
+                Step::NativeKernel { function, run, ints } => {
+                    let (InstrOp::NativeKernel { fallback, .. }, Some(section)) = (&instr.op, program.native_section())
+                    else {
+                        return Err(Error::Plan(format!(
+                            "instruction {index} is not the native kernel it resolved to"
+                        )));
+                    };
+                    let code = if *use_native { program.native_code().ok().flatten() } else { None };
+                    let mut operands: Vec<TensorRef<'_>> = std::mem::take(operand_buf);
+                    operands.extend(instr.inputs.iter().map(|&t| view(t)));
+                    let t = instr.outputs[0];
+                    let mut out =
+                        TensorMut { dtype: plan.tensors[t as usize].dtype, shape: shape(t), data: arena_slot(t) };
+                    let ints = &resolved.ints[ints.clone()];
+                    let operands_ref = &operands;
+                    let run_fallback = move |cx: &mut Context, out: &mut TensorMut<'_>| {
+                        run(fallback, ints, cx, operands_ref, std::slice::from_mut(out))
+                    };
+                    let result = crate::native::run_native_kernel(
+                        code,
+                        section,
+                        *function,
+                        cx,
+                        &operands,
+                        &mut out,
+                        (fallback, run_fallback),
+                    );
+                    *operand_buf = recycle(operands);
+                    result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
+                }
             }
             record(profile, index, started);
         }

@@ -677,14 +677,16 @@ fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> s
         let (lo, hi) = opcode.outputs();
         return Err(format!("has {} outputs, expected {lo}..={hi}", instr.outputs.len()));
     }
-    // A native call is checked as its portable fallback (the same operands
-    // and output); the native section checks its function (`crate::native`).
+    // A native call (either kind) is checked as its portable fallback (the
+    // same operands and output); the native section checks its function
+    // (`crate::native`).
     let native_fallback;
     let kernel = match &instr.op {
         InstrOp::Native { program, .. } => {
             native_fallback = Kernel::Fused { program: program.clone() };
             &native_fallback
         }
+        InstrOp::NativeKernel { fallback, .. } => fallback,
         InstrOp::Delegate { segment } => return validate_accel_instr(plan, accel, *segment, instr),
         InstrOp::BindDim { .. } => {
             let count = tensor(plan, instr.inputs[0]).map_err(|e| e.to_string())?;

@@ -74,4 +74,27 @@ fn steady_state_runs_do_not_allocate() {
         });
         assert_eq!(n, 0, "{name}: {n} allocations in steady-state runs");
     }
+    // Native code (elementwise groups, broadcast operands included, and row
+    // functions: norms, softmax, reductions) runs without allocating either.
+    #[cfg(all(feature = "native", target_arch = "x86_64"))]
+    for name in ["transformer", "dynamic_mlp", "models/efficientnet_b0", "models/llama"] {
+        let native = kiln_compiler::native::NativeTarget::new(kiln_runtime::native::NativeArch::X86_64, None).unwrap();
+        let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
+        let tmp = kiln_tests::temp_path(&format!("no-alloc-native-{}", name.replace('/', "-")));
+        kiln_compiler::compile_file(&fixture_dir(name).join("aten.pt2"), &tmp, &opts).unwrap();
+        let program = kiln_runtime::Program::load(&tmp).unwrap();
+        std::fs::remove_file(&tmp).ok();
+        let calls = program.plan().instrs.iter().filter(|i| i.op.native_function().is_some()).count();
+        assert!(calls > 0, "{name}: no native calls");
+        let inputs = read_numbered(&fixture_dir(name), "input");
+        let views: Vec<_> = inputs.iter().map(Tensor::view).collect();
+        let mut session = program.session().unwrap();
+        session.run(&views).unwrap();
+        let n = allocations_during(|| {
+            for _ in 0..3 {
+                session.run(&views).unwrap();
+            }
+        });
+        assert_eq!(n, 0, "{name} --target x86_64: {n} allocations in steady-state runs");
+    }
 }

@@ -36,6 +36,7 @@ enum Ty {
     Bool,
 }
 
+pub mod rows;
 mod trig;
 
 /// An SSA body under construction: every `let_` defines the next `%vN`.

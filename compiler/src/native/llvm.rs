@@ -14,8 +14,9 @@ use melior::utility::{
 };
 use melior::Context;
 
-/// The upstream lowering of func/scf/arith/math to the LLVM dialect.
-const TO_LLVM: &str = "builtin.module(convert-scf-to-cf,convert-math-to-llvm,convert-arith-to-llvm,\
+/// The upstream lowering of func/scf/vector/arith/math to the LLVM dialect.
+const TO_LLVM: &str =
+    "builtin.module(convert-scf-to-cf,convert-vector-to-llvm,convert-math-to-llvm,convert-arith-to-llvm,\
 convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,reconcile-unrealized-casts)";
 
 /// The LLVM target triple of an ISA.

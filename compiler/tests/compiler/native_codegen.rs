@@ -8,9 +8,11 @@
 #![cfg(feature = "native")]
 
 use kiln_compiler::native::emit::program_to_mlir;
+use kiln_compiler::native::emit::rows::{row_function_to_mlir, RowOp};
 use kiln_compiler::native::llvm::compile_module;
 use kiln_isa::{BinaryOp, DType, FusedOp, UnaryOp};
 use kiln_kernels::{Context, TensorMut, TensorRef};
+use kiln_runtime::format::ReduceKind;
 use kiln_runtime::native::{cpu_runs, Arch, InputMode, LoadedObject, NativeArch, AARCH64_LEVELS, X86_64_LEVELS};
 use rand::{Rng, SeedableRng};
 
@@ -399,5 +401,231 @@ fn bless_loader_fixtures() {
         let committed =
             std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run with KILN_BLESS_NATIVE=1)", path.display()));
         assert_eq!(committed, obj, "{name} is stale: rerun with KILN_BLESS_NATIVE=1");
+    }
+}
+
+/// A row op with its portable kernel call: `(x, params, out)` for `rows`
+/// rows of `len` (params: weight [, bias] of `len` each).
+fn portable_rows(op: RowOp, x: &[f32], params: &[Vec<f32>], rows: usize, len: usize) -> Vec<f32> {
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let xb = bytes(x);
+    let pb: Vec<Vec<u8>> = params.iter().map(|p| bytes(p)).collect();
+    let shape = [rows, len];
+    let pshape = [len];
+    let xr = TensorRef { dtype: DType::F32, shape: &shape, data: &xb };
+    let prm = |k: usize| pb.get(k).map(|b| TensorRef { dtype: DType::F32, shape: &pshape, data: b });
+    let out_len = if matches!(op, RowOp::Sum | RowOp::Mean | RowOp::Max) { 1 } else { len };
+    let out_shape = [rows, out_len];
+    let mut ob = vec![0u8; rows * out_len * 4];
+    let out = TensorMut { dtype: DType::F32, shape: &out_shape, data: &mut ob };
+    match op {
+        RowOp::Softmax { log } => kiln_kernels::softmax(xr, 1, log, out),
+        RowOp::LayerNorm { eps, .. } => kiln_kernels::layer_norm(xr, prm(0), prm(1), 1, eps, out),
+        RowOp::RmsNorm { eps, .. } => kiln_kernels::rms_norm(xr, prm(0), 1, eps, out),
+        RowOp::Sum => kiln_kernels::reduce(ReduceKind::Sum, xr, &[1], out),
+        RowOp::Mean => kiln_kernels::reduce(ReduceKind::Mean, xr, &[1], out),
+        RowOp::Max => kiln_kernels::reduce(ReduceKind::Max, xr, &[1], out),
+    }
+    .expect("portable run");
+    ob.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// Rows exercising every path: random values of several scales, rows with
+/// NaN, ±inf, all −inf, a zero maximum (±0), and large values.
+fn row_values(rng: &mut rand::rngs::StdRng, rows: usize, len: usize) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..rows * len)
+        .map(|i| {
+            let scale = [1.0, 10.0, 60.0, 1e-3][(i / len) % 4];
+            (rng.gen::<f32>() * 2.0 - 1.0) * scale
+        })
+        .collect();
+    let row =
+        |x: &mut Vec<f32>, r: usize| -> std::ops::Range<usize> { (r * len).min(x.len())..((r + 1) * len).min(x.len()) };
+    if rows > 8 {
+        let at = |r: usize, k: usize| r * len + k % len;
+        x[at(4, 3)] = f32::NAN;
+        x[at(5, 1)] = f32::INFINITY;
+        x[at(6, 2)] = f32::NEG_INFINITY;
+        for i in row(&mut x, 7) {
+            x[i] = f32::NEG_INFINITY;
+        }
+        // A zero maximum, both signs.
+        for i in row(&mut x, 8) {
+            x[i] = -x[i].abs();
+        }
+        x[at(8, 0)] = -0.0;
+        x[at(8, len / 2)] = 0.0;
+    }
+    x
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn row_functions_match_the_portable_kernels() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let ops = [
+        RowOp::Softmax { log: false },
+        RowOp::Softmax { log: true },
+        RowOp::LayerNorm { eps: 1e-5, weight: true, bias: true },
+        RowOp::LayerNorm { eps: 1e-12, weight: true, bias: false },
+        RowOp::LayerNorm { eps: 1e-5, weight: false, bias: false },
+        RowOp::RmsNorm { eps: 1e-6, weight: true },
+        RowOp::RmsNorm { eps: 1e-6, weight: false },
+        RowOp::Sum,
+        RowOp::Mean,
+        RowOp::Max,
+    ];
+    let lens = [1usize, 5, 8, 13, 64, 100, 768];
+    // Softmax is the AVX2 exp-sum's bits where the table's entry is that
+    // kernel and the level fuses as it does (FMA); the norms and
+    // reductions are the generic code's on every level.
+    let table_is_avx2 = kiln_kernels::best().entries().contains(&("exp_sum_f32", "avx2"));
+    let mut module = String::new();
+    let mut cases = Vec::new();
+    for (k, op) in ops.iter().enumerate() {
+        for (j, &len) in lens.iter().enumerate() {
+            let symbol = format!("row_{k}_{j}");
+            module.push_str(&row_function_to_mlir(&symbol, *op, len as u64, NativeArch::X86_64).unwrap());
+            cases.push((symbol, *op, len));
+        }
+    }
+    let module = format!("module {{\n{module}}}\n");
+    for level in X86_64_LEVELS.iter().filter(|l| cpu_runs(NativeArch::X86_64, l)) {
+        let obj = compile_module(&module, "x86_64-unknown-linux-gnu", level).unwrap_or_else(|e| panic!("{level}: {e}"));
+        let loaded = LoadedObject::load(&obj, Arch::X86_64).unwrap_or_else(|e| panic!("{level}: {e}"));
+        let mut inexact = 0usize;
+        for (symbol, op, len) in &cases {
+            let (op, len) = (*op, *len);
+            let rows = 11;
+            let x = row_values(&mut rng, rows, len);
+            let params: Vec<Vec<f32>> =
+                (1..op.operands()).map(|_| (0..len).map(|_| rng.gen::<f32>() * 2.0 - 0.5).collect()).collect();
+            let want = portable_rows(op, &x, &params, rows, len);
+            let f = loaded.function(symbol).expect("function defined");
+            // SAFETY: the generated function has the NativeFn ABI.
+            let f: NativeFn = unsafe { std::mem::transmute(f) };
+            let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let pb: Vec<Vec<u8>> = params.iter().map(|p| p.iter().flat_map(|v| v.to_le_bytes()).collect()).collect();
+            let mut ptrs = vec![xb.as_ptr()];
+            ptrs.extend(pb.iter().map(|p| p.as_ptr()));
+            let mut got = vec![0u8; want.len() * 4];
+            // SAFETY: x holds rows·len f32s, each parameter len, the output
+            // rows·out_len; two row ranges, as two threads would split them.
+            unsafe {
+                f(ptrs.as_ptr(), got.as_mut_ptr(), 0, 3);
+                f(ptrs.as_ptr(), got.as_mut_ptr(), 3, rows);
+            }
+            let softmax = matches!(op, RowOp::Softmax { .. });
+            let exact = !softmax || (table_is_avx2 && *level != "x86-64");
+            for (i, w) in want.iter().enumerate() {
+                let g = f32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
+                let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+                // Softmax off the AVX2 table or without FMA: the exp
+                // polynomial's rounding (see `every_unary_op_matches_...`);
+                // ln(sum) may round the other way in f32 (fdlibm vs glibc).
+                let ulps = match op {
+                    _ if exact && !matches!(op, RowOp::Softmax { log: true }) => 0,
+                    RowOp::Softmax { log: true } if exact => 1,
+                    _ => 4,
+                };
+                let close = ulp_distance(g, *w) <= ulps || (g - w).abs() <= 1e-37;
+                assert!(same || close, "{op:?} len {len} {level}: element {i}: native {g:e}, portable {w:e}");
+                inexact += usize::from(!same);
+            }
+        }
+        // Bit-identical almost everywhere (log-softmax's f32 rounding of
+        // ln(sum) is the only allowed difference on an exact level).
+        if table_is_avx2 && *level != "x86-64" {
+            assert!(inexact <= 8, "{level}: {inexact} elements differ from the portable kernels");
+        }
+    }
+}
+
+#[test]
+fn aarch64_row_functions_load_in_the_runtime_loader() {
+    let mut module = String::new();
+    for (k, op) in [RowOp::Softmax { log: true }, RowOp::LayerNorm { eps: 1e-5, weight: true, bias: true }, RowOp::Max]
+        .into_iter()
+        .enumerate()
+    {
+        module.push_str(&row_function_to_mlir(&format!("row_{k}"), op, 37, NativeArch::Aarch64).unwrap());
+    }
+    let module = format!("module {{\n{module}}}\n");
+    for level in AARCH64_LEVELS {
+        let obj =
+            compile_module(&module, "aarch64-unknown-linux-gnu", level).unwrap_or_else(|e| panic!("{level}: {e}"));
+        let mut names = LoadedObject::check(&obj, Arch::Aarch64).unwrap_or_else(|e| panic!("{level}: {e}"));
+        names.sort();
+        assert_eq!(names, ["row_0", "row_1", "row_2"]);
+    }
+}
+
+/// A plan of row kernels on 4000 rows (several row ranges over the pool,
+/// the mean's rows four at a time and one by one)
+/// through `compile_plan`: every call becomes a `native_kernel`, and the
+/// artifact's outputs are the same bytes at 1 and 3 threads, and with
+/// native code refused (the fallback kernels) where the table's softmax is
+/// the AVX2 one.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn compiled_plans_split_rows_over_threads_with_the_kernels_bits() {
+    use kiln_compiler::native::{compile_plan, NativeTarget};
+    use kiln_runtime::format::*;
+    use kiln_runtime::{Program, SessionOptions, TensorView};
+    let (rows, len) = (4000u64, 24u64);
+    let t = |shape: &[u64], offset: u64| TensorDecl {
+        dtype: DType::F32,
+        shape: shape.iter().map(|&d| DimRef::Static(d)).collect(),
+        storage: Storage::Arena { offset, max_bytes: shape.iter().product::<u64>() * 4 },
+    };
+    let n = rows * len * 4;
+    let call =
+        |k: Kernel, out: u32| Instr { op: InstrOp::Call(k), inputs: vec![0], outputs: vec![out], origin: "t".into() };
+    let mut plan = Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors: vec![
+            t(&[rows, len], 0),
+            t(&[rows, len], n),
+            t(&[rows, len], 2 * n),
+            t(&[rows, 1], 3 * n),
+            t(&[rows, 1], 3 * n + rows * 4),
+        ],
+        inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
+        outputs: (1..5).map(|k| IoDecl { name: format!("y{k}"), tensor: k }).collect(),
+        instrs: vec![
+            call(Kernel::Softmax { axis: 1, log: false }, 1),
+            call(Kernel::LayerNorm { normalized_rank: 1, eps: 1e-5 }, 2),
+            call(Kernel::Reduce { kind: ReduceKind::Max, axes: vec![1] }, 3),
+            call(Kernel::Reduce { kind: ReduceKind::Mean, axes: vec![1] }, 4),
+        ],
+        arena_bytes: 3 * n + rows * 8,
+        peak_live_bytes: 3 * n + rows * 8,
+        states: vec![],
+    };
+    let target = NativeTarget::new(NativeArch::X86_64, None).unwrap();
+    let section = compile_plan(&mut plan, &target).unwrap().expect("row functions");
+    assert!(plan.instrs.iter().all(|i| matches!(i.op, InstrOp::NativeKernel { .. })), "{:?}", plan.instrs);
+    assert_eq!(section.functions.len(), 4);
+    let mut w = ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap();
+    w.add_native(&section).unwrap();
+    let program = Program::from_bytes(&w.to_bytes()).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let x: Vec<u8> = (0..rows * len).flat_map(|_| ((rng.gen::<f32>() - 0.5) * 20.0).to_le_bytes()).collect();
+    let shape = [rows as usize, len as usize];
+    let run = |threads: usize, allow: bool| -> Vec<Vec<u8>> {
+        let opts = SessionOptions { threads, allow_native_code: allow, ..SessionOptions::default() };
+        let mut s = program.session_with(&opts).unwrap();
+        let out = s.run(&[TensorView { dtype: DType::F32, shape: &shape, data: &x }]).unwrap();
+        (0..4).map(|i| out.get(i).data.to_vec()).collect()
+    };
+    let one = run(1, true);
+    assert_eq!(one, run(3, true), "1 vs 3 threads");
+    let portable = run(1, false);
+    let avx2 = kiln_kernels::best().entries().contains(&("exp_sum_f32", "avx2"));
+    // Layer norm, max and mean: the generic code's bits on every level.
+    assert_eq!(one[1..], portable[1..], "layer norm / max / mean vs their kernels");
+    if avx2 && cpu_runs(NativeArch::X86_64, "x86-64-v3") {
+        assert_eq!(one[0], portable[0], "softmax vs its kernel");
     }
 }

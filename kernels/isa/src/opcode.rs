@@ -22,6 +22,9 @@ pub enum InstrKind {
     /// Generated machine code from the artifact's native section, with its
     /// portable fused program as the fallback.
     Native,
+    /// Generated machine code for a row-wise kernel (softmax, a norm, a
+    /// last-axis reduction), with that kernel call as the fallback.
+    NativeKernel,
 }
 
 /// "Any number": the upper bound of a variadic operand or output list.
@@ -165,6 +168,9 @@ opcodes! {
     /// A native function of the artifact's native section (operands as the
     /// fused program's, one output).
     NativeCall = 1004, "native_call", Native, operands 1..=MANY, outputs 1..=1;
+    /// A row function of the artifact's native section (operands and output
+    /// as its fallback kernel call's; since format 0.11).
+    NativeKernel = 1005, "native_kernel", NativeKernel, operands 1..=MANY, outputs 1..=1;
 }
 
 #[cfg(test)]
@@ -198,6 +204,7 @@ mod tests {
         assert_eq!(Opcode::Delegate.code(), 1000);
         assert_eq!(Opcode::Jump.code(), 1003);
         assert_eq!(Opcode::NativeCall.code(), 1004);
+        assert_eq!(Opcode::NativeKernel.code(), 1005);
         assert_eq!(crate::DType::Bool.code(), 48);
         assert_eq!(crate::UnaryOp::BitNot.code(), 35);
         assert_eq!(crate::BinaryOp::Fmod.code(), 19);

@@ -147,9 +147,7 @@ native code: {} functions",
     for (i, f) in native.functions.iter().enumerate() {
         // Calls of one program with the same operand modes share a function.
         let at: Vec<String> = (plan.instrs.iter().enumerate())
-            .filter(|(_, ins)| {
-                matches!(ins.op, kiln_runtime::format::InstrOp::Native { function, .. } if function as usize == i)
-            })
+            .filter(|(_, ins)| ins.op.native_function() == Some(i as u32))
             .map(|(k, _)| k.to_string())
             .collect();
         let (noun, at) = match at.len() {
@@ -157,7 +155,11 @@ native code: {} functions",
             1 => ("instruction", at.join("")),
             _ => ("instructions", at.join(", ")),
         };
-        println!("  {:<16} {} operands, {noun} {at}", f.symbol, f.inputs.len());
+        let shape = match f.shape {
+            kiln_runtime::native::FunctionShape::Elementwise => "elementwise".to_string(),
+            kiln_runtime::native::FunctionShape::Rows { len, out_len } => format!("rows of {len} → {out_len}"),
+        };
+        println!("  {:<16} {shape}, {} operands, {noun} {at}", f.symbol, f.inputs.len());
     }
 }
 

@@ -42,10 +42,11 @@ pub const FORMAT_MAJOR: u16 = 0;
 /// segments, new special-function selectors; 0.8 per-row asymmetric
 /// activations on `quant_linear`; 0.9 the layout of `conv_fused`, the
 /// compiler's estimate of a sharded plan; 0.10 `quant_conv`; 0.11 the
-/// layout of `pool`; 0.12 complex inputs and outputs, `IoDecl::complex`),
-/// so a runtime reads exactly its own minor version; from 1.0 on, minors
-/// only add. `tests/golden/` holds one artifact per version.
-pub const FORMAT_MINOR: u16 = 12;
+/// layout of `pool`; 0.12 complex inputs and outputs, `IoDecl::complex`;
+/// 0.13 the `native_kernel` instruction and row functions in the native
+/// section), so a runtime reads exactly its own minor version; from 1.0 on,
+/// minors only add. `tests/golden/` holds one artifact per version.
+pub const FORMAT_MINOR: u16 = 13;
 /// The oldest minor version this runtime reads.
 pub const FORMAT_MINOR_MIN: u16 = if FORMAT_MAJOR == 0 { FORMAT_MINOR } else { 0 };
 /// Sections start at multiples of this (a cache line; also enough for any dtype).

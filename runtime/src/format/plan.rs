@@ -186,6 +186,12 @@ pub enum InstrOp {
     /// [`Kernel::Fused`] program, run when native code is refused, no level
     /// matches the CPU or the operands' shapes differ from the compiled ones.
     Native { function: u32, program: Vec<FusedOp> },
+    /// Calls row function `function` of the native section (softmax, a
+    /// norm, a last-axis reduction: see `crate::native`); `fallback` is the
+    /// same computation as a kernel call, run when native code is refused,
+    /// no level matches the CPU or the operands' sizes differ from the
+    /// compiled ones. Since format 0.11.
+    NativeKernel { function: u32, fallback: Kernel },
 }
 
 impl InstrOp {
@@ -197,6 +203,7 @@ impl InstrOp {
             InstrOp::JumpIfFalse { .. } => Opcode::JumpIfFalse,
             InstrOp::Jump { .. } => Opcode::Jump,
             InstrOp::Native { .. } => Opcode::NativeCall,
+            InstrOp::NativeKernel { .. } => Opcode::NativeKernel,
         }
     }
 
@@ -212,6 +219,14 @@ impl InstrOp {
     pub fn kernel(&self) -> Option<&Kernel> {
         match self {
             InstrOp::Call(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The native function called, for a native instruction of either kind.
+    pub fn native_function(&self) -> Option<u32> {
+        match self {
+            InstrOp::Native { function, .. } | InstrOp::NativeKernel { function, .. } => Some(*function),
             _ => None,
         }
     }
@@ -449,7 +464,25 @@ impl Serialize for InstrOp {
                 t.serialize_element(function)?;
                 t.serialize_element(program)?;
             }
+            InstrOp::NativeKernel { function, fallback } => {
+                t.serialize_element(function)?;
+                t.serialize_element(&CallOf(fallback))?;
+            }
         }
+        t.end()
+    }
+}
+
+/// A kernel as the instruction op `Call(kernel)` encodes it (opcode, then
+/// fields): how a [`InstrOp::NativeKernel`] stores its fallback.
+struct CallOf<'a>(&'a Kernel);
+
+impl Serialize for CallOf<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(MAX_OP_FIELDS)?;
+        t.serialize_element(&self.0.opcode().code())?;
+        self.0.write_fields(&mut t)?;
         t.end()
     }
 }
@@ -475,6 +508,18 @@ impl<'de> Deserialize<'de> for InstrOp {
                     InstrKind::JumpIfFalse => InstrOp::JumpIfFalse { target: next(&mut seq)? },
                     InstrKind::Jump => InstrOp::Jump { target: next(&mut seq)? },
                     InstrKind::Native => InstrOp::Native { function: next(&mut seq)?, program: next(&mut seq)? },
+                    InstrKind::NativeKernel => {
+                        let function = next(&mut seq)?;
+                        match next::<A, InstrOp>(&mut seq)? {
+                            InstrOp::Call(fallback) => InstrOp::NativeKernel { function, fallback },
+                            other => {
+                                return Err(serde::de::Error::custom(format!(
+                                    "a native kernel's fallback must be a kernel call, not {}",
+                                    other.name()
+                                )))
+                            }
+                        }
+                    }
                 })
             }
         }

@@ -1,5 +1,6 @@
 //! Native code: machine code the compiler generated for fused elementwise
-//! groups (`kiln compile --target x86_64|aarch64`), carried in the artifact's
+//! groups and row-wise kernels (softmax, norms, last-axis reductions;
+//! `kiln compile --target x86_64|aarch64`), carried in the artifact's
 //! native section and run through this runtime's own object loader
 //! ([`loader`]); no LLVM, no system linker, no `dlopen`.
 //!
@@ -10,7 +11,9 @@
 //! native code is allowed ([`crate::SessionOptions::allow_native_code`]), a
 //! level matched and the operands have the shapes the code was compiled for,
 //! and otherwise runs its portable fused program — the same op list, so
-//! either way gives the same results within the kernels' tolerance.
+//! either way gives the same results within the kernels' tolerance. A
+//! [`crate::format::InstrOp::NativeKernel`] does the same with a row
+//! function and its fallback kernel call.
 //!
 //! Trust: an artifact with native code *is* code. The loader refuses
 //! malformed objects, but it cannot tell what well-formed code does; ship
@@ -19,7 +22,7 @@
 
 pub mod loader;
 
-use crate::format::Plan;
+use crate::format::{InstrOp, Kernel, Plan, ReduceKind};
 use kiln_kernels::{Context, DType, FusedOp, Result, TensorMut, TensorRef};
 pub use loader::{Arch, LoadedObject};
 use serde::{Deserialize, Serialize};
@@ -34,8 +37,9 @@ pub struct NativeSection {
 
 /// One generated function, with the fixed C ABI
 /// `extern "C" fn(ins: *const *const u8, out: *mut u8, start: usize, end: usize)`:
-/// it computes output elements `start..end` (flat, row-major) from the
-/// operand base pointers `ins[0..inputs.len()]`.
+/// an elementwise function computes output elements `start..end` (flat,
+/// row-major) from the operand base pointers `ins[0..inputs.len()]`; a row
+/// function ([`FunctionShape::Rows`]) computes rows `start..end`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NativeFunction {
     pub symbol: String,
@@ -44,6 +48,54 @@ pub struct NativeFunction {
     /// Operand dtypes and the result's (checked at load against the instruction's tensors).
     pub input_dtypes: Vec<DType>,
     pub output_dtype: DType,
+    /// What `start..end` counts (since format 0.11).
+    pub shape: FunctionShape,
+}
+
+/// What a native function's range counts, and so which instruction calls it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FunctionShape {
+    /// Output elements; called by [`InstrOp::Native`], operands as `inputs` say.
+    Elementwise,
+    /// Rows of `len` contiguous elements of operand 0, each giving
+    /// `out_len` contiguous output elements; every other operand holds
+    /// `len` elements (a norm's weight and bias). Called by
+    /// [`InstrOp::NativeKernel`], whose fallback kernel says what a row is
+    /// ([`row_geometry`]).
+    Rows { len: u64, out_len: u64 },
+}
+
+/// `(len, out_len)` of the rows a native row function computes for
+/// `kernel` on a first operand shaped `x`: softmax over the last axis, a
+/// layer or RMS norm (the trailing `normalized_rank` dims), a sum, mean or
+/// max over the last axis. None for any other kernel or axis.
+pub fn row_geometry(kernel: &Kernel, x: &[usize]) -> Option<(usize, usize)> {
+    let last = *x.last()?;
+    match kernel {
+        Kernel::Softmax { axis, .. } if *axis as usize + 1 == x.len() => Some((last, last)),
+        Kernel::LayerNorm { normalized_rank, .. } | Kernel::RmsNorm { normalized_rank, .. }
+            if (1..=x.len()).contains(&(*normalized_rank as usize)) =>
+        {
+            let len = x[x.len() - *normalized_rank as usize..].iter().product();
+            Some((len, len))
+        }
+        Kernel::Reduce { kind: ReduceKind::Sum | ReduceKind::Mean | ReduceKind::Max, axes }
+            if axes.as_slice() == [x.len() as u32 - 1] =>
+        {
+            Some((last, 1))
+        }
+        _ => None,
+    }
+}
+
+/// The operand counts a row function of `kernel` may take: x, and a
+/// norm's weight (and a layer norm's bias).
+fn row_operands(kernel: &Kernel) -> std::ops::RangeInclusive<usize> {
+    match kernel {
+        Kernel::LayerNorm { .. } => 1..=3,
+        Kernel::RmsNorm { .. } => 1..=2,
+        _ => 1..=1,
+    }
 }
 
 /// How a native function reads one operand.
@@ -77,8 +129,10 @@ pub fn broadcast_of(input: &[usize], output: &[usize]) -> Option<InputMode> {
     }
     // The output dims the operand spans (its non-1 dims, size-1 output dims
     // being free either way) must be contiguous.
-    let spanned: Vec<usize> = (0..output.len()).filter(|&d| dim(d) != 1).collect();
-    let (Some(&first), Some(&last)) = (spanned.first(), spanned.last()) else {
+    // (No Vec: this runs before every native call, which must not allocate.)
+    let (Some(first), Some(last)) =
+        ((0..output.len()).find(|&d| dim(d) != 1), (0..output.len()).rev().find(|&d| dim(d) != 1))
+    else {
         return Some(InputMode::Splat);
     };
     if (first..=last).any(|d| dim(d) != output[d]) {
@@ -181,6 +235,11 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
         }
     }
     for f in &section.functions {
+        // The generated code reads and writes f32 (4-byte) elements: a
+        // function declaring other dtypes would be given buffers of another size.
+        if f.input_dtypes.iter().chain([&f.output_dtype]).any(|&d| d != DType::F32) {
+            return Err(format!("function {}: only f32 operands and results are supported", f.symbol));
+        }
         if f.inputs.len() != f.input_dtypes.len() {
             return Err(format!(
                 "function {}: {} modes for {} operands",
@@ -191,10 +250,10 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
         }
     }
     for (i, instr) in plan.instrs.iter().enumerate() {
-        let crate::format::InstrOp::Native { function, .. } = &instr.op else { continue };
+        let Some(function) = instr.op.native_function() else { continue };
         let f = section
             .functions
-            .get(*function as usize)
+            .get(function as usize)
             .ok_or_else(|| format!("instruction {i}: native function {function} of {}", section.functions.len()))?;
         if f.inputs.len() != instr.inputs.len() || instr.outputs.len() != 1 {
             return Err(format!(
@@ -209,6 +268,39 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
         let ins_ok = instr.inputs.iter().zip(&f.input_dtypes).all(|(&t, &d)| dtype(t) == Some(d));
         if !ins_ok || dtype(instr.outputs[0]) != Some(f.output_dtype) {
             return Err(format!("instruction {i}: tensor dtypes differ from native function {}'s", f.symbol));
+        }
+        match (&instr.op, f.shape) {
+            (InstrOp::Native { .. }, FunctionShape::Elementwise) => {}
+            (InstrOp::NativeKernel { fallback, .. }, FunctionShape::Rows { len, out_len }) => {
+                // A kernel and axis a row function computes (checked once
+                // more against the run's shapes: `rows_fit`), with one
+                // output per row for a reduction, a whole row otherwise.
+                let rank = plan.tensors.get(instr.inputs[0] as usize).map_or(0, |d| d.shape.len());
+                let supported = row_geometry(fallback, &vec![2; rank]).is_some();
+                let want_out = if matches!(fallback, Kernel::Reduce { .. }) { 1 } else { len };
+                if !supported || len == 0 || out_len != want_out {
+                    return Err(format!(
+                        "instruction {i}: native function {} ({len} → {out_len} per row) cannot stand for its fallback {}",
+                        f.symbol,
+                        fallback.name()
+                    ));
+                }
+                if !row_operands(fallback).contains(&instr.inputs.len()) {
+                    return Err(format!(
+                        "instruction {i}: a native {} takes {:?} operands, not {}",
+                        fallback.name(),
+                        row_operands(fallback),
+                        instr.inputs.len()
+                    ));
+                }
+            }
+            (_, shape) => {
+                return Err(format!(
+                    "instruction {i}: a {} cannot call native function {} ({shape:?})",
+                    instr.op.name(),
+                    f.symbol
+                ));
+            }
         }
     }
     Ok(())
@@ -286,7 +378,8 @@ pub(crate) fn run_native(
 /// Whether the operands and output have the dtypes and shapes `sig` was compiled for.
 fn shapes_fit(sig: &NativeFunction, ins: &[TensorRef<'_>], out: &TensorMut<'_>) -> bool {
     let total = out.shape.iter().product::<usize>();
-    if ins.len() != sig.inputs.len()
+    if sig.shape != FunctionShape::Elementwise
+        || ins.len() != sig.inputs.len()
         || out.dtype != sig.output_dtype
         || out.data.len() != total * out.dtype.size_bytes()
     {
@@ -303,6 +396,72 @@ fn shapes_fit(sig: &NativeFunction, ins: &[TensorRef<'_>], out: &TensorMut<'_>) 
     })
 }
 
+/// Runs native row function `function` for a
+/// [`InstrOp::NativeKernel`] (or, when `code` is None or the operands'
+/// sizes differ from the compiled ones, its fallback kernel: `(kernel, run)`).
+pub(crate) fn run_native_kernel(
+    code: Option<&NativeCode>,
+    section: &NativeSection,
+    function: u32,
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    out: &mut TensorMut<'_>,
+    (fallback, run_fallback): (&Kernel, impl FnOnce(&mut Context, &mut TensorMut<'_>) -> Result<()>),
+) -> Result<()> {
+    let native =
+        code.and_then(|c| Some((c.functions.get(function as usize)?, section.functions.get(function as usize)?)));
+    let Some((f, rows, len)) =
+        native.and_then(|(&f, sig)| rows_fit(sig, fallback, ins, out).map(|(rows, len)| (f, rows, len)))
+    else {
+        return run_fallback(cx, out);
+    };
+    let mut ptrs = [std::ptr::null::<u8>(); 3];
+    for (p, t) in ptrs.iter_mut().zip(ins) {
+        *p = t.data.as_ptr();
+    }
+    let (ptrs, dst) = (Shared(ptrs.as_ptr()), SharedMut(out.data.as_mut_ptr()));
+    cx.threads().for_each_row_range(rows, len, |start, end| {
+        let (ptrs, dst) = (&ptrs, &dst);
+        // SAFETY: `rows_fit` checked operand 0 holds `rows` rows of `len`
+        // f32s, every other operand `len`, and the output `rows` rows of
+        // the function's `out_len`; each range writes only its own rows.
+        unsafe { f(ptrs.0, dst.0, start, end) }
+    });
+    Ok(())
+}
+
+/// `(rows, len)` when the operands and output have the dtypes and sizes row
+/// function `sig` was compiled for, as `fallback` reads them; None otherwise.
+fn rows_fit(
+    sig: &NativeFunction,
+    fallback: &Kernel,
+    ins: &[TensorRef<'_>],
+    out: &TensorMut<'_>,
+) -> Option<(usize, usize)> {
+    let FunctionShape::Rows { len, out_len } = sig.shape else { return None };
+    let (len, out_len) = (usize::try_from(len).ok()?, usize::try_from(out_len).ok()?);
+    let x = ins.first()?;
+    if ins.len() != sig.inputs.len() || ins.len() > 3 || out.dtype != sig.output_dtype || len == 0 {
+        return None;
+    }
+    if row_geometry(fallback, x.shape)? != (len, out_len) {
+        return None;
+    }
+    let bytes = |t: &TensorRef<'_>| t.shape.iter().product::<usize>() * t.dtype.size_bytes();
+    let n = x.shape.iter().product::<usize>();
+    let rows = n / len;
+    let out_n = out.shape.iter().product::<usize>();
+    let dtypes_ok = ins.iter().zip(&sig.input_dtypes).all(|(t, &d)| t.dtype == d);
+    let params_ok = ins[1..].iter().all(|t| t.shape.iter().product::<usize>() == len && t.data.len() == bytes(t));
+    let ok = dtypes_ok
+        && params_ok
+        && n % len == 0
+        && x.data.len() == bytes(x)
+        && out_n == rows * out_len
+        && out.data.len() == out_n * out.dtype.size_bytes();
+    ok.then_some((rows, len))
+}
+
 /// Pointers handed to the pool's threads (each range touches its own part).
 struct Shared(*const *const u8);
 struct SharedMut(*mut u8);
@@ -314,6 +473,47 @@ unsafe impl Sync for SharedMut {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn t<'a>(shape: &'a [usize], data: &'a [u8]) -> TensorRef<'a> {
+        TensorRef { dtype: DType::F32, shape, data }
+    }
+
+    /// The run-time size check before a row function runs: what the row
+    /// function was compiled for, as the fallback kernel defines a row.
+    #[test]
+    fn rows_fit_only_the_compiled_sizes() {
+        let sig = |len, out_len, n| NativeFunction {
+            symbol: "f".into(),
+            inputs: vec![InputMode::Full; n],
+            input_dtypes: vec![DType::F32; n],
+            output_dtype: DType::F32,
+            shape: FunctionShape::Rows { len, out_len },
+        };
+        let x = [0u8; 24];
+        let w = [0u8; 12];
+        let mut o = [0u8; 24];
+        let softmax = Kernel::Softmax { axis: 1, log: false };
+        let fits = |sig: &NativeFunction, k: &Kernel, ins: &[TensorRef<'_>], oshape: &[usize], o: &mut [u8]| {
+            rows_fit(sig, k, ins, &TensorMut { dtype: DType::F32, shape: oshape, data: o })
+        };
+        assert_eq!(fits(&sig(3, 3, 1), &softmax, &[t(&[2, 3], &x)], &[2, 3], &mut o), Some((2, 3)));
+        // Another row length, a softmax over the first axis, a wrong output.
+        assert_eq!(fits(&sig(2, 2, 1), &softmax, &[t(&[3, 2], &x)], &[3, 2], &mut o), Some((3, 2)));
+        assert_eq!(fits(&sig(3, 3, 1), &softmax, &[t(&[3, 2], &x)], &[3, 2], &mut o), None);
+        let first = Kernel::Softmax { axis: 0, log: false };
+        assert_eq!(fits(&sig(3, 3, 1), &first, &[t(&[2, 3], &x)], &[2, 3], &mut o), None);
+        assert_eq!(fits(&sig(3, 3, 1), &softmax, &[t(&[2, 3], &x)], &[2, 3], &mut o[..20]), None);
+        // A layer norm's weight of one row; a weight of another size.
+        let ln = Kernel::LayerNorm { normalized_rank: 1, eps: 1e-5 };
+        assert_eq!(fits(&sig(3, 3, 2), &ln, &[t(&[2, 3], &x), t(&[3], &w)], &[2, 3], &mut o), Some((2, 3)));
+        assert_eq!(fits(&sig(3, 3, 2), &ln, &[t(&[2, 3], &x), t(&[2], &w[..8])], &[2, 3], &mut o), None);
+        // A reduction writes one element per row.
+        let sum = Kernel::Reduce { kind: ReduceKind::Sum, axes: vec![1] };
+        assert_eq!(fits(&sig(3, 1, 1), &sum, &[t(&[2, 3], &x)], &[2, 1], &mut o[..8]), Some((2, 3)));
+        assert_eq!(fits(&sig(3, 1, 1), &sum, &[t(&[2, 3], &x)], &[2, 3], &mut o), None);
+        // Data shorter than the shape says.
+        assert_eq!(fits(&sig(3, 3, 1), &softmax, &[t(&[2, 3], &x[..20])], &[2, 3], &mut o), None);
+    }
 
     #[test]
     fn broadcasts_are_classified() {

@@ -1,0 +1,161 @@
+//! `native_kernel` instructions (format 0.11) at load: the instruction
+//! encodes and decodes with its fallback call, and every inconsistency
+//! between it, its row function and the plan is refused with an error
+//! saying what is wrong; a session that refuses native code runs the
+//! fallback kernel.
+
+use kiln_runtime::format::*;
+use kiln_runtime::native::{FunctionShape, InputMode, NativeArch, NativeFunction, NativeLevel, NativeSection};
+use kiln_runtime::{Error, Program, SessionOptions, TensorView};
+
+mod common;
+use common::arena;
+
+/// An object defining `kiln_test` (the loader tests' fixture): validation
+/// checks the symbol is defined, not what the code computes.
+const X86: &[u8] = include_bytes!("fixtures/native/sigmoid_mul_add.x86_64.o");
+
+fn row_function(len: u64, out_len: u64) -> NativeFunction {
+    NativeFunction {
+        symbol: "kiln_test".into(),
+        inputs: vec![InputMode::Full],
+        input_dtypes: vec![DType::F32],
+        output_dtype: DType::F32,
+        shape: FunctionShape::Rows { len, out_len },
+    }
+}
+
+fn section(functions: Vec<NativeFunction>) -> NativeSection {
+    NativeSection {
+        functions,
+        levels: vec![NativeLevel { arch: NativeArch::X86_64, level: "x86-64".into(), object: X86.to_vec() }],
+    }
+}
+
+/// `y = op(x)` on `x: [2, 3]` f32 (`y: [2, 1]` for a reduction).
+fn plan(op: InstrOp, reduce: bool) -> Plan {
+    let out: &[u64] = if reduce { &[2, 1] } else { &[2, 3] };
+    Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors: vec![arena(&[2, 3], 0), arena(out, 64)],
+        inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
+        outputs: vec![IoDecl { name: "y".into(), tensor: 1 }],
+        instrs: vec![Instr { op, inputs: vec![0], outputs: vec![1], origin: "test".into() }],
+        arena_bytes: 128,
+        peak_live_bytes: 128,
+        states: vec![],
+    }
+}
+
+fn load(plan: &Plan, native: Option<&NativeSection>) -> Result<std::sync::Arc<Program>, Error> {
+    let mut w = ArtifactWriter::new(plan, WeightsBuilder::new(), &Metadata::default()).unwrap();
+    if let Some(n) = native {
+        w.add_native(n).unwrap();
+    }
+    Program::from_bytes(&w.to_bytes())
+}
+
+fn softmax() -> Kernel {
+    Kernel::Softmax { axis: 1, log: false }
+}
+
+fn native_softmax() -> InstrOp {
+    InstrOp::NativeKernel { function: 0, fallback: softmax() }
+}
+
+#[test]
+fn a_native_kernel_encodes_with_its_fallback_and_loads() {
+    let p = plan(native_softmax(), false);
+    let bytes = postcard::to_allocvec(&p).unwrap();
+    assert_eq!(postcard::from_bytes::<Plan>(&bytes).unwrap(), p);
+    load(&p, Some(&section(vec![row_function(3, 3)]))).expect("a consistent native kernel loads");
+    let sum = InstrOp::NativeKernel { function: 0, fallback: Kernel::Reduce { kind: ReduceKind::Sum, axes: vec![1] } };
+    load(&plan(sum, true), Some(&section(vec![row_function(3, 1)]))).expect("a row sum loads");
+}
+
+#[test]
+fn a_fallback_that_is_no_kernel_call_is_refused() {
+    // The fallback slot holds a `jump` (opcode 1003, target 0) instead of a call.
+    let mut bytes = postcard::to_allocvec(&plan(native_softmax(), false)).unwrap();
+    let call = postcard::to_allocvec(&InstrOp::Call(softmax())).unwrap();
+    let jump = postcard::to_allocvec(&InstrOp::Jump { target: 0 }).unwrap();
+    let at = bytes.windows(call.len()).position(|w| w == call).expect("the fallback's encoding");
+    bytes.splice(at..at + call.len(), jump);
+    assert!(postcard::from_bytes::<Plan>(&bytes).is_err(), "a jump was accepted as a fallback");
+}
+
+#[test]
+fn inconsistent_native_kernels_are_refused_at_load() {
+    let ew = NativeFunction { shape: FunctionShape::Elementwise, ..row_function(3, 3) };
+    let f16 = NativeFunction { input_dtypes: vec![DType::F16], ..row_function(3, 3) };
+    let cases: Vec<(Plan, NativeSection, &str)> = vec![
+        // A row function called as an elementwise one, and the reverse.
+        (plan(native_softmax(), false), section(vec![ew.clone()]), "cannot call native function"),
+        (
+            plan(InstrOp::Native { function: 0, program: vec![FusedOp::Unary { op: UnaryOp::Neg, x: 0 }] }, false),
+            section(vec![row_function(3, 3)]),
+            "cannot call native function",
+        ),
+        // A function index past the section's.
+        (
+            plan(InstrOp::NativeKernel { function: 5, fallback: softmax() }, false),
+            section(vec![row_function(3, 3)]),
+            "native function 5",
+        ),
+        // Softmax over the first axis: no row function computes it.
+        (
+            plan(InstrOp::NativeKernel { function: 0, fallback: Kernel::Softmax { axis: 0, log: false } }, false),
+            section(vec![row_function(3, 3)]),
+            "cannot stand for",
+        ),
+        // A reduction writing a whole row per row, and an empty row.
+        (
+            plan(
+                InstrOp::NativeKernel {
+                    function: 0,
+                    fallback: Kernel::Reduce { kind: ReduceKind::Sum, axes: vec![1] },
+                },
+                true,
+            ),
+            section(vec![row_function(3, 3)]),
+            "cannot stand for",
+        ),
+        (plan(native_softmax(), false), section(vec![row_function(0, 0)]), "cannot stand for"),
+        // A kernel no row function stands for.
+        (
+            plan(InstrOp::NativeKernel { function: 0, fallback: Kernel::Unary { op: UnaryOp::Neg } }, false),
+            section(vec![row_function(3, 3)]),
+            "cannot stand for",
+        ),
+        // Code reads f32: another dtype is refused.
+        (plan(native_softmax(), false), section(vec![f16]), "only f32"),
+    ];
+    for (p, s, want) in cases {
+        let e = load(&p, Some(&s)).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains(want), "{:?}: {e} (wanted `{want}`)", p.instrs[0].op);
+    }
+    // A native kernel without a native section.
+    let e = load(&plan(native_softmax(), false), None).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("no native section"), "{e}");
+    // The fallback's own parameters are checked as a call's.
+    let bad = InstrOp::NativeKernel { function: 0, fallback: Kernel::Softmax { axis: 7, log: false } };
+    let e = load(&plan(bad, false), Some(&section(vec![row_function(3, 3)]))).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("axis"), "{e}");
+}
+
+#[test]
+fn refusing_native_code_runs_the_fallback_kernel() {
+    let program = load(&plan(native_softmax(), false), Some(&section(vec![row_function(3, 3)]))).unwrap();
+    let opts = SessionOptions { allow_native_code: false, ..SessionOptions::default() };
+    let mut session = program.session_with(&opts).unwrap();
+    let x = [1.0f32, 2.0, 3.0, 0.0, 0.0, 0.0];
+    let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let out = session.run(&[TensorView { dtype: DType::F32, shape: &[2, 3], data: &bytes }]).unwrap();
+    let y: Vec<f32> = out.get(0).data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let e: Vec<f64> = x[..3].iter().map(|&v| (v as f64 - 3.0).exp()).collect();
+    let s: f64 = e.iter().sum();
+    for (i, w) in e.iter().map(|v| v / s).chain([1.0 / 3.0; 3]).enumerate() {
+        assert!((y[i] as f64 - w).abs() < 1e-6, "element {i}: {} vs {w}", y[i]);
+    }
+}

@@ -1,0 +1,112 @@
+//! Native row functions (softmax, layer / RMS norm, last-axis reductions)
+//! on whole models: the BERT- and Llama-style fixtures and the dynamic MLP
+//! (softmax and log-softmax, a symbolic batch), compiled with `--target x86_64`, must turn their norms and
+//! softmaxes into `native_kernel` instructions, match PyTorch with native
+//! code and with it refused, give the same bytes at 1 and 3 threads, and
+//! give the row kernels' results bit for bit: the same artifact with every
+//! `native_kernel` put back to its fallback call gives identical outputs
+//! (where the kernel table's softmax is the AVX2 one and the level has FMA).
+#![cfg(all(feature = "native", target_arch = "x86_64"))]
+
+use kiln_compiler::native::NativeTarget;
+use kiln_compiler::{compile_file, CompileOptions};
+use kiln_runtime::format::{parse_container, ArtifactWriter, InstrOp, WeightsBuilder};
+use kiln_runtime::native::NativeArch;
+use kiln_runtime::{Program, SessionOptions, Tensor, TensorView};
+use kiln_tests::{assert_close, fixture_dir, read_numbered, temp_path};
+
+/// The fixture compiled with `--target x86_64`: the artifact's bytes.
+fn compile_native(name: &str, flavour: &str) -> Vec<u8> {
+    let src = fixture_dir(name).join(format!("{flavour}.pt2"));
+    let tmp = temp_path(&format!("native-rows-{}-{flavour}", name.replace('/', "-")));
+    let native = NativeTarget::new(NativeArch::X86_64, None).expect("default levels");
+    let opts = CompileOptions { native: Some(native), ..CompileOptions::default() };
+    compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{name}: compile failed: {e}"));
+    let bytes = std::fs::read(&tmp).unwrap();
+    std::fs::remove_file(&tmp).ok();
+    bytes
+}
+
+fn run(program: &std::sync::Arc<Program>, opts: &SessionOptions, inputs: &[Tensor]) -> Vec<Vec<u8>> {
+    let mut session = program.session_with(opts).expect("session");
+    let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+    let outputs = session.run(&views).expect("run");
+    (0..outputs.len()).map(|i| outputs.get(i).data.to_vec()).collect()
+}
+
+/// The fallback kernels' names of the program's native kernels.
+fn native_kernels(program: &Program) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = (program.plan().instrs.iter())
+        .filter_map(|i| match &i.op {
+            InstrOp::NativeKernel { fallback, .. } => Some(fallback.name()),
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The fixture's outputs with native code (at 1 and 3 threads) and refused
+/// are PyTorch's; returns the native run's bytes.
+fn check(name: &str, program: &std::sync::Arc<Program>) -> Vec<Vec<u8>> {
+    let dir = fixture_dir(name);
+    let (inputs, expected) = (read_numbered(&dir, "input"), read_numbered(&dir, "output"));
+    for allow in [true, false] {
+        let opts = SessionOptions { allow_native_code: allow, threads: 1, ..SessionOptions::default() };
+        let mut session = program.session_with(&opts).expect("session");
+        let views: Vec<TensorView<'_>> = inputs.iter().map(Tensor::view).collect();
+        let outputs = session.run(&views).unwrap_or_else(|e| panic!("{name}: run failed: {e}"));
+        assert_eq!(outputs.len(), expected.len(), "{name}: number of outputs");
+        for (i, want) in expected.iter().enumerate() {
+            assert_close(&format!("{name} native={allow} output {i}"), &outputs.get(i), &want.view(), 1e-4, 1e-5);
+        }
+    }
+    let one = run(program, &SessionOptions { threads: 1, ..SessionOptions::default() }, &inputs);
+    let three = run(program, &SessionOptions { threads: 3, ..SessionOptions::default() }, &inputs);
+    assert_eq!(one, three, "{name}: 1 vs 3 threads");
+    one
+}
+
+/// The same artifact with every native kernel run as its fallback call:
+/// the elementwise native calls stay, so only the row functions differ.
+fn with_row_kernels_portable(bytes: &[u8], program: &Program) -> std::sync::Arc<Program> {
+    let mut plan = program.plan().clone();
+    for instr in &mut plan.instrs {
+        if let InstrOp::NativeKernel { fallback, .. } = &instr.op {
+            instr.op = InstrOp::Call(fallback.clone());
+        }
+    }
+    let container = parse_container(bytes).unwrap();
+    let mut weights = WeightsBuilder::new();
+    weights.push(&bytes[container.weights.clone()]);
+    let mut w = ArtifactWriter::new(&plan, weights, program.metadata()).unwrap();
+    w.add_native(program.native_section().expect("a native section")).unwrap();
+    Program::from_bytes(&w.to_bytes()).expect("the rewritten artifact loads")
+}
+
+#[test]
+fn models_run_their_norms_and_softmax_natively() {
+    let exact = kiln_kernels::best().entries().contains(&("exp_sum_f32", "avx2"))
+        && kiln_runtime::native::cpu_runs(NativeArch::X86_64, "x86-64-v3");
+    for (name, flavour, want) in [
+        ("models/bert", "aten", &["layer_norm"][..]),
+        // Softmax and log-softmax over a static last dim, the batch
+        // symbolic; kiln decomposes log-softmax (max and sum reductions).
+        ("dynamic_mlp", "aten", &["reduce", "softmax"][..]),
+        ("models/llama", "aten", &["rms_norm"][..]),
+    ] {
+        let bytes = compile_native(name, flavour);
+        let program = Program::from_bytes(&bytes).unwrap_or_else(|e| panic!("{name}: load failed: {e}"));
+        let kinds = native_kernels(&program);
+        for w in want {
+            assert!(kinds.contains(w), "{name}: no native {w} (native kernels: {kinds:?})");
+        }
+        let native = check(name, &program);
+        if exact {
+            let inputs = read_numbered(&fixture_dir(name), "input");
+            let portable = with_row_kernels_portable(&bytes, &program);
+            let rows_portable = run(&portable, &SessionOptions::default(), &inputs);
+            assert!(native == rows_portable, "{name}: native row functions differ from their kernels");
+        }
+    }
+}
