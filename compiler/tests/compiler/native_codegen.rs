@@ -591,8 +591,8 @@ fn compiled_plans_split_rows_over_threads_with_the_kernels_bits() {
             t(&[rows, 1], 3 * n),
             t(&[rows, 1], 3 * n + rows * 4),
         ],
-        inputs: vec![IoDecl { name: "x".into(), tensor: 0 }],
-        outputs: (1..5).map(|k| IoDecl { name: format!("y{k}"), tensor: k }).collect(),
+        inputs: vec![IoDecl { name: "x".into(), tensor: 0, complex: false }],
+        outputs: (1..5).map(|k| IoDecl { name: format!("y{k}"), tensor: k, complex: false }).collect(),
         instrs: vec![
             call(Kernel::Softmax { axis: 1, log: false }, 1),
             call(Kernel::LayerNorm { normalized_rank: 1, eps: 1e-5 }, 2),
