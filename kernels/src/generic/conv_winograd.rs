@@ -37,10 +37,11 @@ const POINTS: usize = 16;
 const MIN_CIN: usize = 32;
 
 /// Largest `Cin·Cout`: the transformed weight is 16/9 of the weight, and a
-/// batch-1 convolution streams all of it once per run; past 256×256 (a
-/// ResNet's last stage, 512×512 at 7²) that stream, not the multiply-adds,
-/// is what the convolution waits for, and the tap path reads less.
-const MAX_CIN_COUT: usize = 256 * 256;
+/// batch-1 convolution streams all of it from memory once per run. At
+/// 512×512 (a ResNet's last stage, 7²) Winograd still wins in a whole
+/// ResNet-18 run (benches/RESULTS.md: 2 ms of CPU time per run less than
+/// stopping at 256×256); wider ones were not measured and keep the tap path.
+const MAX_CIN_COUT: usize = 512 * 512;
 
 /// Most tiles a work item takes: its transformed input and results
 /// (`16·tiles·(Cin + Cout)` f32s) stay in L2 at 64 channels.
@@ -280,32 +281,57 @@ impl Job<'_> {
                 gemm_sum_packed(self.table, tiles, b, 1, &term, c, cout, Epilogue::default(), &Threads::single());
             debug_assert!(done, "checked by PackedWinograd::fits");
         }
-        let mut px = [[0f32; LANES]; 4];
         for t in 0..tiles {
             let (ty, tx) = ((t0 + t) / grid.tw, (t0 + t) % grid.tw);
             let pixels: [Option<usize>; 4] = std::array::from_fn(|q| {
                 let (oy, ox) = (2 * ty + q / 2, 2 * tx + q % 2);
                 (oy < self.oh && ox < self.ow).then_some(oy * self.ow + ox)
             });
-            for c0 in (0..cout).step_by(LANES) {
-                let lanes = LANES.min(cout - c0);
-                output_tile(m, grid.block * cout, t * cout + c0, lanes, &mut px);
-                for (q, pixel) in pixels.iter().enumerate() {
-                    let Some(pixel) = pixel else { continue };
-                    // SAFETY: `pixel` is one of this item's tiles' output
-                    // pixels (inside the image), which no other item writes.
-                    let row = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(pixel * cout + c0), lanes) };
-                    row.copy_from_slice(&px[q][..lanes]);
-                    if let Some(b) = self.finish.bias {
-                        row.iter_mut().zip(&b[c0..][..lanes]).for_each(|(o, &b)| *o += b);
-                    }
-                }
+            // Full blocks with a constant width (their copies inline as
+            // vector moves), then the remainder.
+            let full = cout / LANES * LANES;
+            for c0 in (0..full).step_by(LANES) {
+                self.output_block(m, t, c0, LANES, &pixels, dst);
+            }
+            if full < cout {
+                self.output_block(m, t, full, cout - full, &pixels, dst);
             }
             for pixel in pixels.into_iter().flatten() {
                 // SAFETY: as above, the whole pixel.
                 let row = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(pixel * cout), cout) };
                 self.epilogue(row, pixel);
             }
+        }
+    }
+
+    /// Output channels `c0..c0 + lanes` of tile `t` (of this item) from the
+    /// products `m`, plus the bias, into the tile's `pixels` of `dst`.
+    #[inline(always)]
+    fn output_block(
+        &self,
+        m: &[f32],
+        t: usize,
+        c0: usize,
+        lanes: usize,
+        pixels: &[Option<usize>; 4],
+        dst: SharedMut<f32>,
+    ) {
+        let cout = self.cout;
+        let mut px = [[0f32; LANES]; 4];
+        output_tile(m, self.grid.block * cout, t * cout + c0, lanes, &mut px);
+        let mut bias = [0f32; LANES];
+        if let Some(b) = self.finish.bias {
+            load(&mut bias, &b[c0..], lanes);
+        }
+        for (q, pixel) in pixels.iter().enumerate() {
+            let Some(pixel) = pixel else { continue };
+            if self.finish.bias.is_some() {
+                px[q].iter_mut().zip(&bias).for_each(|(o, &b)| *o += b);
+            }
+            // SAFETY: `pixel` is one of this item's tiles' output pixels
+            // (inside the image), which no other item writes.
+            let row = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(pixel * cout + c0), lanes) };
+            store(row, &px[q], lanes);
         }
     }
 
@@ -333,15 +359,41 @@ impl Job<'_> {
     }
 }
 
+/// `x[..lanes] = src[..lanes]` (inlined: with a constant `lanes`, vector
+/// moves rather than a `memcpy` call per 64 bytes).
+#[inline(always)]
+fn load(x: &mut [f32; LANES], src: &[f32], lanes: usize) {
+    x[..lanes].copy_from_slice(&src[..lanes]);
+}
+
+/// `dst[..lanes] = x[..lanes]` (as [`load`]).
+#[inline(always)]
+fn store(dst: &mut [f32], x: &[f32; LANES], lanes: usize) {
+    dst[..lanes].copy_from_slice(&x[..lanes]);
+}
+
 /// `Bᵀ d B` of one tile, channel by channel: `d[p]` is padded input pixel
 /// `p` (row-major 4×4) of the tile, `cin` channels; point `e`'s channels go
 /// to `v[e·stride + at..][..cin]`.
 fn input_tile(d: &[&[f32]; POINTS], v: &mut [f32], stride: usize, at: usize, cin: usize) {
-    for c0 in (0..cin).step_by(LANES) {
-        let lanes = LANES.min(cin - c0);
+    // Full blocks with a constant width (their copies inline as vector
+    // moves), then the remainder.
+    let full = cin / LANES * LANES;
+    for c0 in (0..full).step_by(LANES) {
+        input_block(d, v, stride, at, c0, LANES);
+    }
+    if full < cin {
+        input_block(d, v, stride, at, full, cin - full);
+    }
+}
+
+/// [`input_tile`]'s channels `c0..c0 + lanes`.
+#[inline(always)]
+fn input_block(d: &[&[f32]; POINTS], v: &mut [f32], stride: usize, at: usize, c0: usize, lanes: usize) {
+    {
         let mut x = [[0f32; LANES]; POINTS];
         for (xp, dp) in x.iter_mut().zip(d) {
-            xp[..lanes].copy_from_slice(&dp[c0..][..lanes]);
+            load(xp, &dp[c0..], lanes);
         }
         // Bᵀ = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]:
         // first down the columns, then along the rows.
@@ -366,7 +418,7 @@ fn input_tile(d: &[&[f32]; POINTS], v: &mut [f32], stride: usize, at: usize, cin
             }
         }
         for (p, xp) in x.iter().enumerate() {
-            v[p * stride + at + c0..][..lanes].copy_from_slice(&xp[..lanes]);
+            store(&mut v[p * stride + at + c0..], xp, lanes);
         }
     }
 }
@@ -376,7 +428,7 @@ fn input_tile(d: &[&[f32]; POINTS], v: &mut [f32], stride: usize, at: usize, cin
 fn output_tile(m: &[f32], stride: usize, at: usize, lanes: usize, px: &mut [[f32; LANES]; 4]) {
     let mut x = [[0f32; LANES]; POINTS];
     for (p, xp) in x.iter_mut().enumerate() {
-        xp[..lanes].copy_from_slice(&m[p * stride + at..][..lanes]);
+        load(xp, &m[p * stride + at..], lanes);
     }
     // Aᵀ = [[1, 1, 1, 0], [0, 1, -1, -1]]: down the columns, then along.
     let mut s = [[0f32; LANES]; 8];
