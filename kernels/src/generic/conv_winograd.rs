@@ -94,10 +94,12 @@ impl PackedWinograd {
         if w.len() != cout * cin * 9 {
             return Err(super::common::shape_err("conv", format!("weight of {} values for {shape:?}", w.len())));
         }
-        // u[e][ci][co]; each filter transformed in f64, rounded once.
+        // u[e][ci][co]; each filter transformed in f64, rounded once. Output
+        // channels innermost: the 16 points' writes are 16 sequential
+        // streams (filter order scattered them, a cache miss each).
         let mut u = vec![0f32; POINTS * cin * cout];
-        for (f, g) in w.chunks_exact(9).enumerate() {
-            let (co, ci) = (f / cin, f % cin);
+        for (ci, co) in (0..cin).flat_map(|ci| (0..cout).map(move |co| (ci, co))) {
+            let g = &w[(co * cin + ci) * 9..][..9];
             let mut gg = [[0f64; 3]; 4];
             for (i, row) in gg.iter_mut().enumerate() {
                 for (j, v) in row.iter_mut().enumerate() {
