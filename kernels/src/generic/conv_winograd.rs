@@ -171,7 +171,7 @@ impl Grid {
 pub(crate) fn scratch_len(g: &Geometry, cin: usize, cout: usize, threads: usize) -> usize {
     let grid = Grid::of(g, threads);
     let [_, oh, ow] = g.output;
-    grid.image_len(cin) + grid.items() * grid.item_len(cin, cout) + oh * ow * cout
+    grid.image_len(cin) + threads.max(1) * grid.item_len(cin, cout) + oh * ow * cout
 }
 
 /// The convolution of `io.x` by the transformed weight, into `io.out`,
@@ -201,7 +201,9 @@ pub(crate) fn conv_winograd(
         return false;
     }
     let (image, rest) = buf.split_at_mut(grid.image_len(cin));
-    let (items, cbuf) = rest.split_at_mut(grid.items() * grid.item_len(cin, cout));
+    // One item buffer per thread (reused item after item, so it stays in
+    // L2 and the scratch does not grow with the image).
+    let (items, cbuf) = rest.split_at_mut(threads.count().max(1) * grid.item_len(cin, cout));
     let cbuf = &mut cbuf[..osp * cout];
     // With the residual added before it, the activation comes after the
     // residual; otherwise with the bias.
@@ -224,9 +226,11 @@ pub(crate) fn conv_winograd(
         let (dst, items) = (SharedMut(dst.as_mut_ptr()), SharedMut(items.as_mut_ptr()));
         threads.for_each(grid.items(), |item| {
             let len = grid.item_len(cin, cout);
-            // SAFETY: item `item` owns its `len` f32s of the item buffers,
-            // and the output pixels of its own tiles (`job.run`).
-            let scratch = unsafe { std::slice::from_raw_parts_mut(items.ptr().add(item * len), len) };
+            // SAFETY: the calling thread's buffer (`Threads::index`: threads
+            // running at once have distinct indices, below the count the
+            // buffers were cut for), and the output pixels of the item's
+            // own tiles (`job.run`).
+            let scratch = unsafe { std::slice::from_raw_parts_mut(items.ptr().add(threads.index() * len), len) };
             run_item(&job, item, scratch, dst);
         });
         if !channels_last {
