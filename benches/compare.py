@@ -7,6 +7,10 @@ ratio table (kiln / ONNX Runtime: below 1 means kiln is faster).
     /path/to/venv/bin/python benches/compare.py [--runs 200] [--threads 1 2] [--models mlp cnn transformer]
     /path/to/venv/bin/python benches/real_models.py            # the real-size models, once
     /path/to/venv/bin/python benches/compare.py --real [--models mlp resnet18 mobilenet_v2 bert llama]
+    /path/to/venv/bin/python benches/compare.py --real --baseline /path/to/main/kiln [--rounds 3]
+
+`--baseline` compares this build with another kiln binary (and ONNX Runtime),
+alternated round by round, by minimum latency (see `ab`).
 
 Without --real the models are the committed fixtures (tests/fixtures/<model>);
 with it, the real-size programs that benches/real_models.py writes under
@@ -94,14 +98,14 @@ def ort_runner(path, xs, threads):
     return lambda: sess.run(None, feed)
 
 
-def kiln_has_threads_flag():
-    out = subprocess.run([str(KILN), "run", "--help"], capture_output=True, text=True).stdout
+def kiln_has_threads_flag(kiln=KILN):
+    out = subprocess.run([str(kiln), "run", "--help"], capture_output=True, text=True).stdout
     return "--threads" in out
 
 
-def bench_kiln(art, d: Path, n_inputs, runs, threads):
-    args = [str(KILN), "run", art, "--json", "--repeat", str(runs)]
-    if kiln_has_threads_flag():
+def bench_kiln(art, d: Path, n_inputs, runs, threads, kiln=KILN, stat="median_ms"):
+    args = [str(kiln), "run", art, "--json", "--repeat", str(runs)]
+    if kiln_has_threads_flag(kiln):
         args += ["--threads", str(threads)]
     elif threads != 1:
         return None  # this kiln runs one thread only
@@ -109,7 +113,7 @@ def bench_kiln(art, d: Path, n_inputs, runs, threads):
         args += ["--input", f"{i}={d / f'input_{i}.npy'}"]
     env = dict(os.environ, KILN_NUM_THREADS=str(threads))
     out = subprocess.run(args, check=True, capture_output=True, text=True, env=env).stdout
-    return json.loads(out)["latency"]["median_ms"]
+    return json.loads(out)["latency"][stat]
 
 
 def main():
@@ -119,7 +123,13 @@ def main():
     ap.add_argument("--real", action="store_true", help="the real-size models of benches/real_models.py")
     ap.add_argument("--models", nargs="*")
     ap.add_argument("--flavour", default="aten")
+    ap.add_argument("--baseline", type=Path,
+                    help="another kiln binary (e.g. main's build): A/B against it, the two alternated "
+                         "--rounds times; each cell is the best of the rounds' minimum latencies")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if args.baseline:
+        return ab(args)
     root = REAL if args.real else FIXTURES
     models = args.models or (["mlp", "resnet18", "mobilenet_v2", "bert", "llama"] if args.real
                              else ["mlp", "cnn", "transformer"])
@@ -146,6 +156,47 @@ def main():
                 o = median_ms(ort_runner(onnx, xs, threads), args.runs) if has_onnx else None
                 ratio = "n/a" if k is None or o is None else f"{k / o:.2f}"
                 print(f"| {name} | {threads} | {fmt(k)} | {fmt(t)} | {fmt(o)} | {ratio} |", flush=True)
+
+
+def ab(args):
+    """kiln (target/release/kiln) against `--baseline` and ONNX Runtime, the
+    three alternated `--rounds` times on the same inputs; minimum latency
+    per run of `--runs` (min of the rounds): on a shared machine the
+    minimum is the run least disturbed by others."""
+    root = REAL if args.real else FIXTURES
+    models = args.models or ["resnet18", "mobilenet_v2"]
+    print(f"min of {args.rounds} rounds × {args.runs} runs, {args.flavour}.pt2, baseline {args.baseline}\n")
+    print("| model | threads | baseline kiln (ms) | kiln (ms) | ONNX Runtime (ms) | kiln / baseline | kiln / ORT |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in models:
+            d = root / name
+            pt2 = d / f"{args.flavour}.pt2"
+            xs = inputs_of(d)
+            arts = {}
+            for tag, kiln in [("base", args.baseline), ("new", KILN)]:
+                arts[tag] = os.path.join(tmp, f"{name}-{tag}.kiln")
+                subprocess.run([str(kiln), "compile", str(pt2), "-o", arts[tag]], check=True, capture_output=True)
+            onnx = os.path.join(tmp, f"{name}.onnx")
+            if not onnx_export(pt2, xs, onnx):
+                onnx = None
+            for threads in args.threads:
+                best = {"base": float("inf"), "new": float("inf"), "ort": float("inf")}
+                ort = ort_runner(onnx, xs, threads) if onnx else None
+                for _ in range(args.rounds):
+                    for tag, kiln in [("base", args.baseline), ("new", KILN)]:
+                        v = bench_kiln(arts[tag], d, len(xs), args.runs, threads, kiln, "min_ms")
+                        best[tag] = min(best[tag], v if v is not None else float("inf"))
+                    if ort:
+                        for _ in range(min(10, args.runs)):
+                            ort()
+                        for _ in range(args.runs):
+                            t = time.perf_counter()
+                            ort()
+                            best["ort"] = min(best["ort"], (time.perf_counter() - t) * 1e3)
+                b, k, o = best["base"], best["new"], best["ort"]
+                ratio = "n/a" if o == float("inf") else f"{k / o:.2f}"
+                print(f"| {name} | {threads} | {b:.3f} | {k:.3f} | {o:.3f} | {k / b:.2f} | {ratio} |", flush=True)
 
 
 if __name__ == "__main__":

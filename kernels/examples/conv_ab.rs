@@ -1,11 +1,15 @@
 //! A/B of the dense convolution paths on ResNet-18's convolutions (batch 1,
-//! weights packed once): the tap path ([`PackedConv::new`]) against im2col
-//! with a packed A ([`PackedConv::for_im2col`]), interleaved run by run so
-//! that a loaded machine slows both alike; prints the best time of each.
+//! weights packed once): `Auto` (Winograd for the 3×3 stride-1 ones with at
+//! most 256 channels, [`PackedConv::for_params`]), the tap path
+//! ([`ConvAlgorithm::Taps`]) and im2col with a packed A
+//! ([`PackedConv::for_im2col`]), interleaved run by run so that a loaded
+//! machine slows them alike; prints the best time of each.
 //!
 //!     cargo run --release -p kiln-kernels --example conv_ab -- [THREADS [RUNS]]
 
-use kiln_kernels::{best, conv_packed, Context, ConvParams, DType, PackedConv, TensorMut, TensorRef};
+use kiln_kernels::{
+    best, conv_packed_with, Context, ConvAlgorithm, ConvParams, DType, PackedConv, TensorMut, TensorRef,
+};
 use std::time::Instant;
 
 fn values(n: usize) -> Vec<f32> {
@@ -28,44 +32,50 @@ fn main() {
         (256, 512, 14, 3, 2, 1),
         (512, 512, 7, 3, 1, 1),
     ];
-    let (mut total_taps, mut total_im2col) = (0.0, 0.0);
+    let mut totals = [0.0f64; 3];
     for (cin, cout, hw, k, s, p) in convs {
         let o = (hw + 2 * p - k) / s + 1;
         let (x, w) = (values(cin * hw * hw), values(cout * cin * k * k));
         let (xs, ws, os) = ([1, cin, hw, hw], [cout, cin, k, k], [1, cout, o, o]);
         let wt = TensorRef { data: bytemuck::cast_slice(&w), dtype: DType::F32, shape: &ws };
+        let params = ConvParams { stride: &[s, s], padding: &[p, p], dilation: &[1, 1], groups: 1 };
+        let auto = PackedConv::for_params(table, wt, &params).expect("pack");
         let taps = PackedConv::new(table, wt, 1).expect("pack");
         let im2col = PackedConv::for_im2col(table, wt, 1).expect("pack");
-        let params = ConvParams { stride: &[s, s], padding: &[p, p], dilation: &[1, 1], groups: 1 };
         let mut out = vec![0f32; cout * o * o];
-        let mut run = |packed: &PackedConv, cx: &mut Context| {
+        let mut run = |packed: &PackedConv, algorithm, cx: &mut Context| {
             let xt = TensorRef { data: bytemuck::cast_slice(&x), dtype: DType::F32, shape: &xs };
             let ot = TensorMut { data: bytemuck::cast_slice_mut(&mut out), dtype: DType::F32, shape: &os };
             let t = Instant::now();
-            conv_packed(xt, wt, packed, None, &params, ot, cx).expect("conv");
+            conv_packed_with(xt, wt, packed, None, &params, ot, cx, algorithm).expect("conv");
             t.elapsed().as_secs_f64()
         };
-        let (mut best_taps, mut best_im2col) = (f64::INFINITY, f64::INFINITY);
+        let mut best = [f64::INFINITY; 3];
         for _ in 0..runs {
-            best_taps = best_taps.min(run(&taps, &mut cx));
-            best_im2col = best_im2col.min(run(&im2col, &mut cx));
+            best[0] = best[0].min(run(&auto, ConvAlgorithm::Auto, &mut cx));
+            best[1] = best[1].min(run(&taps, ConvAlgorithm::Taps, &mut cx));
+            best[2] = best[2].min(run(&im2col, ConvAlgorithm::Auto, &mut cx));
         }
-        total_taps += best_taps;
-        total_im2col += best_im2col;
+        for (t, b) in totals.iter_mut().zip(best) {
+            *t += b;
+        }
         let gflops = |t: f64| 2.0 * (cout * cin * k * k * o * o) as f64 / t / 1e9;
         println!(
-            "{cin:>3}->{cout:<3} {hw:>2}² s{s} threads {threads}: taps {:.3} ms ({:.1} GFLOP/s), im2col {:.3} ms ({:.1} GFLOP/s), taps/im2col {:.2}",
-            best_taps * 1e3,
-            gflops(best_taps),
-            best_im2col * 1e3,
-            gflops(best_im2col),
-            best_taps / best_im2col
+            "{cin:>3}->{cout:<3} {hw:>2}² s{s} threads {threads}: auto {:.3} ms ({:.0} GFLOP/s), taps {:.3} ms ({:.0}), im2col {:.3} ms ({:.0}), auto/taps {:.2}",
+            best[0] * 1e3,
+            gflops(best[0]),
+            best[1] * 1e3,
+            gflops(best[1]),
+            best[2] * 1e3,
+            gflops(best[2]),
+            best[0] / best[1]
         );
     }
     println!(
-        "sum of bests: taps {:.2} ms, im2col {:.2} ms, ratio {:.2}",
-        total_taps * 1e3,
-        total_im2col * 1e3,
-        total_taps / total_im2col
+        "sum of bests: auto {:.2} ms, taps {:.2} ms, im2col {:.2} ms, auto/taps {:.2}",
+        totals[0] * 1e3,
+        totals[1] * 1e3,
+        totals[2] * 1e3,
+        totals[0] / totals[1]
     );
 }

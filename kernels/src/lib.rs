@@ -78,7 +78,7 @@ pub use types::{
 
 pub use generic::attention::attention;
 pub use generic::conv::{
-    conv, conv_fused, conv_packed, conv_with, ConvAlgorithm, ConvParams, PackedConv, TensorEpilogue,
+    conv, conv_fused, conv_packed, conv_packed_with, conv_with, ConvAlgorithm, ConvParams, PackedConv, TensorEpilogue,
 };
 pub use generic::conv_nhwc::conv_fused_channels_last;
 pub use generic::elementwise::{binary, binary_cx, cast, clamp, clamp_cx, unary, unary_cx, where_};

@@ -3,7 +3,7 @@
 //! kernel table this CPU runs, at 1 to 4 threads, packed and unpacked, with
 //! each epilogue; and every table against the generic one. Covers each
 //! channels-last path: depthwise (channel counts below, at and past the
-//! 16-wide block), pointwise at stride 1 and 2, tap GEMMs, and the
+//! 16-wide block), pointwise at stride 1 and 2, Winograd, tap GEMMs, and the
 //! im2col GEMM over pixels (a 3-channel stem, a padded 1×1, no tap GEMMs),
 //! the transposed fallback (groups, a depthwise multiplier).
 mod common;
@@ -42,8 +42,11 @@ const CASES: &[Case] = &[
     case([2, 24, 7, 6], [40, 24, 1, 1], [1, 1], [0, 0], 1),
     case([1, 33, 9, 11], [19, 33, 1, 1], [2, 2], [0, 0], 1),
     case([1, 520, 3, 4], [17, 520, 1, 1], [1, 1], [0, 0], 1),
-    // Dense 3×3 (tap GEMMs on x86-64), stride 1 and 2, odd channels.
+    // Dense 3×3, odd channels: stride 1 (Winograd on x86-64; odd output
+    // sizes, padding 0 and 2, Cout past a 32-wide strip) and 2 (tap GEMMs).
     case([2, 33, 8, 9], [19, 33, 3, 3], [1, 1], [1, 1], 1),
+    case([1, 64, 7, 9], [70, 64, 3, 3], [1, 1], [0, 0], 1),
+    case([1, 32, 5, 4], [8, 32, 3, 3], [1, 1], [2, 2], 1),
     case([1, 40, 11, 10], [36, 40, 3, 3], [2, 2], [1, 1], 1),
     // The im2col GEMM over pixels: a 3-channel 7×7/2 stem (ResNet's), a
     // 3×3/2 one (MobileNetV2's, batch 2), a padded 1×1, dilation, K past
@@ -106,7 +109,7 @@ fn channels_last_equals_channels_first_bit_for_bit() {
         let mut generic = Vec::new();
         let depthwise = c.ws[1] == 1 && c.groups == c.xs[1] && c.ws[0] == c.xs[1];
         for table in tables() {
-            let packed = PackedConv::channels_last(table, w.r(), c.groups, &c.pad).unwrap();
+            let packed = PackedConv::channels_last(table, w.r(), &p).unwrap();
             for (ei, &(act, residual, residual_first)) in epilogues.iter().enumerate() {
                 let ctx = format!("case {ci} {} x {:?} w {:?} epilogue {ei}", table.isa(), c.xs, c.ws);
                 let e = TensorEpilogue { activation: act, residual: residual.then(|| res.r()), residual_first };
@@ -167,7 +170,8 @@ fn channels_last_refuses_bad_shapes() {
     assert!(conv_fused_channels_last(x3.r(), w.r(), None, None, &e, &p, o.w(), &mut cx).is_err());
     // A weight packed for another shape.
     let other = Buf::zeros(DType::F32, &[8, 32, 1, 1]);
-    let packed = PackedConv::channels_last(KernelTable::generic_only(), other.r(), 1, &[0, 0]).unwrap().unwrap();
+    let p1 = ConvParams { stride: &[1, 1], padding: &[0, 0], dilation: &[1, 1], groups: 1 };
+    let packed = PackedConv::channels_last(KernelTable::generic_only(), other.r(), &p1).unwrap().unwrap();
     let mut o = Buf::zeros(DType::F32, &nhwc_shape(&out_shape(c)));
     let err = conv_fused_channels_last(x.r(), w.r(), Some(&packed), None, &e, &p, o.w(), &mut cx).unwrap_err();
     assert!(err.to_string().contains("packed"), "{err}");

@@ -2,7 +2,8 @@
 //! channels-last, stride-phase-split copy of the input) against the im2col
 //! path and the f64 reference, on every kernel table this CPU runs: odd
 //! channel counts (not multiples of any vector width), padding, strides
-//! (also unequal), dilation, batch, fused epilogues and thread counts.
+//! (also unequal), dilation, batch, fused epilogues and thread counts; and
+//! the Winograd path of 3×3 stride-1 convolutions against both.
 mod common;
 use common::*;
 use kiln_kernels::*;
@@ -146,5 +147,116 @@ fn tap_path_packed_and_fused() {
                 assert!(outs[0] == outs[1], "packed and unpacked differ: {ctx}");
             }
         }
+    }
+}
+
+/// 3×3 stride-1 convolutions (Winograd F(2×2, 3×3) on tables whose GEMM
+/// reads A in place): against the f64 reference and the tap path, the same
+/// bits at 1–4 threads and packed (`for_params`) or not, with each
+/// epilogue; odd and even output sizes (partial 2×2 tiles), padding 0–2,
+/// batch 2, channel counts off every vector width, more tiles than one
+/// work item takes (64).
+#[test]
+fn winograd_matches_reference_taps_and_threads() {
+    let mut r = rng(73);
+    let relu6 = Activation::Clamp { min: Some(0.0), max: Some(6.0) };
+    let cases = [
+        case([2, 33, 11, 13], [19, 33, 3, 3], [1, 1], [1, 1], [1, 1]),
+        case([1, 64, 7, 9], [70, 64, 3, 3], [1, 1], [0, 0], [1, 1]),
+        case([1, 40, 5, 4], [48, 40, 3, 3], [1, 1], [2, 2], [1, 1]),
+        case([1, 32, 20, 23], [32, 32, 3, 3], [1, 1], [1, 1], [1, 1]),
+        case([1, 48, 3, 3], [17, 48, 3, 3], [1, 1], [0, 1], [1, 1]),
+    ];
+    for table in tables() {
+        for c in &cases {
+            let os = out_shape(c);
+            let (xv, wv, bv) =
+                (rand_f32(&mut r, numel(&c.xs)), rand_f32(&mut r, numel(&c.ws)), rand_f32(&mut r, c.ws[0]));
+            let rv = rand_f32(&mut r, numel(&os));
+            let (x, w, b, res) = (f32s(&c.xs, &xv), f32s(&c.ws, &wv), f32s(&[c.ws[0]], &bv), f32s(&os, &rv));
+            let p = ConvParams { stride: &c.stride, padding: &c.pad, dilation: &c.dil, groups: 1 };
+            let plain = ref_conv(&xv, &c.xs, &wv, &c.ws, &bv, &c.stride, &c.pad, &c.dil, 1, &os);
+            let packed = PackedConv::for_params(table, w.r(), &p).unwrap();
+            let ctx = format!("{} x {:?} w {:?} pad {:?}", table.isa(), c.xs, c.ws, c.pad);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let run = |algorithm, threads| {
+                let mut cx = Context::with_table(table).with_threads(threads);
+                let mut o = Buf::zeros(DType::F32, &os);
+                conv_with(x.r(), w.r(), Some(b.r()), &p, o.w(), &mut cx, algorithm).unwrap();
+                o.get::<f32>()
+            };
+            let (auto, taps) = (run(ConvAlgorithm::Auto, 1), run(ConvAlgorithm::Taps, 1));
+            // Sums of up to 432 products of values in [-1, 1).
+            assert_close(&to64(&auto), &plain, 1e-4, 1e-4, &format!("auto vs reference, {ctx}"));
+            assert_close(&to64(&auto), &to64(&taps), 1e-4, 1e-4, &format!("auto vs taps, {ctx}"));
+            // Another rounding: the Winograd path ran (and `Taps` kept it off).
+            assert_eq!(bits(&auto) != bits(&taps), runs_taps(table), "Winograd taken or not: {ctx}");
+            for t in [2, 3, 4] {
+                assert!(bits(&run(ConvAlgorithm::Auto, t)) == bits(&auto), "{t} threads differ: {ctx}");
+            }
+            for (act, residual, residual_first) in [
+                (Some(Activation::Relu), true, false),
+                (Some(relu6), true, true),
+                (Some(Activation::Relu), false, false),
+            ] {
+                let act_of = |v: f64| match act {
+                    None => v,
+                    Some(Activation::Relu) => v.max(0.0),
+                    Some(_) => v.clamp(0.0, 6.0),
+                };
+                let want: Vec<f64> = plain
+                    .iter()
+                    .zip(&rv)
+                    .map(|(&v, &rr)| {
+                        let rr = if residual { rr as f64 } else { 0.0 };
+                        if residual_first {
+                            act_of(v + rr)
+                        } else {
+                            act_of(v) + rr
+                        }
+                    })
+                    .collect();
+                let e = TensorEpilogue { activation: act, residual: residual.then(|| res.r()), residual_first };
+                let ctx = format!("{ctx} {act:?} residual {residual}/{residual_first}");
+                let mut outs = Vec::new();
+                for (pk, threads) in [(None, 1), (Some(&packed), 1), (Some(&packed), 3)] {
+                    let mut cx = Context::with_table(table).with_threads(threads);
+                    let mut o = Buf::zeros(DType::F32, &os);
+                    conv_fused(x.r(), w.r(), pk, Some(b.r()), &e, &p, o.w(), &mut cx).unwrap();
+                    let o = o.get::<f32>();
+                    assert_close(&to64(&o), &want, 1e-4, 1e-4, &ctx);
+                    outs.push(bits(&o));
+                }
+                assert!(outs.iter().all(|o| *o == outs[0]), "packed/unpacked or threads differ: {ctx}");
+            }
+        }
+    }
+}
+
+/// The Winograd path on the AVX2 and the AVX-512 table gives the same bits
+/// (its tile transforms are compiled per level but are the same adds; both
+/// GEMM microkernels compute each element as one FMA chain in k order), in
+/// both layouts. Skipped where the CPU lacks AVX-512.
+#[test]
+fn winograd_is_the_same_at_every_x86_level() {
+    let (Some(v3), Some(v4)) = (KernelTable::for_isa(Isa::X86_64V3), KernelTable::for_isa(Isa::X86_64V4)) else {
+        return;
+    };
+    let mut r = rng(74);
+    for c in [
+        case([2, 33, 11, 13], [19, 33, 3, 3], [1, 1], [1, 1], [1, 1]),
+        case([1, 64, 16, 17], [70, 64, 3, 3], [1, 1], [0, 0], [1, 1]),
+    ] {
+        let os = out_shape(&c);
+        let (xv, wv, bv) = (rand_f32(&mut r, numel(&c.xs)), rand_f32(&mut r, numel(&c.ws)), rand_f32(&mut r, c.ws[0]));
+        let (x, w, b) = (f32s(&c.xs, &xv), f32s(&c.ws, &wv), f32s(&[c.ws[0]], &bv));
+        let p = ConvParams { stride: &c.stride, padding: &c.pad, dilation: &c.dil, groups: 1 };
+        let run = |table: &'static KernelTable| {
+            let mut cx = Context::with_table(table).with_threads(2);
+            let mut o = Buf::zeros(DType::F32, &os);
+            conv_with(x.r(), w.r(), Some(b.r()), &p, o.w(), &mut cx, ConvAlgorithm::Auto).unwrap();
+            o.get::<f32>().iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        assert!(run(v3) == run(v4), "x {:?} w {:?}: AVX2 and AVX-512 differ", c.xs, c.ws);
     }
 }

@@ -249,13 +249,16 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
     if decl.dtype != DType::F32 {
         return None;
     }
-    if let Kernel::ConvFused { groups, padding, layout: Layout::ChannelsLast, .. } = kernel {
+    if let Kernel::ConvFused { stride, padding, dilation, groups, layout: Layout::ChannelsLast, .. } = kernel {
         // The packing the channels-last kernel reads, where it reads one.
         let w = TensorRef { dtype: DType::F32, shape: &dims, data };
-        let padding: Vec<usize> = padding.iter().map(|&p| p as usize).collect();
-        return PackedConv::channels_last(k::best(), w, *groups as usize, &padding).ok().flatten().map(Packed::Conv);
+        let [stride, padding, dilation] = [stride, padding, dilation].map(|v| usizes(v));
+        let p = ConvParams { stride: &stride, padding: &padding, dilation: &dilation, groups: *groups as usize };
+        return PackedConv::channels_last(k::best(), w, &p).ok().flatten().map(Packed::Conv);
     }
-    if let Kernel::Conv { groups, .. } | Kernel::ConvFused { groups, .. } = kernel {
+    if let Kernel::Conv { stride, padding, dilation, groups }
+    | Kernel::ConvFused { stride, padding, dilation, groups, .. } = kernel
+    {
         // Depthwise (one input channel per group) never runs a GEMM.
         let (groups, cout) = (*groups as usize, *dims.first()?);
         if dims.get(1) == Some(&1) && (groups > 1 || cout == 1) {
@@ -264,7 +267,9 @@ fn pack_weight(plan: &Plan, weights: &[u8], kernel: &Kernel, inputs: &[u32]) -> 
         // The section is 64-byte aligned: the kernel views it as f32 in place
         // (an unaligned one is refused and the call stays unpacked).
         let w = TensorRef { dtype: DType::F32, shape: &dims, data };
-        return PackedConv::new(k::best(), w, groups).ok().map(Packed::Conv);
+        let [stride, padding, dilation] = [stride, padding, dilation].map(|v| usizes(v));
+        let p = ConvParams { stride: &stride, padding: &padding, dilation: &dilation, groups };
+        return PackedConv::for_params(k::best(), w, &p).ok().map(Packed::Conv);
     }
     // Decoded (the section is little-endian f32; no alignment assumed): a
     // transient copy at load, dropped once packed.
@@ -341,6 +346,11 @@ fn static_dim(d: &DimRef) -> Option<usize> {
     }
 }
 
+/// A plan's u32 list (strides, padding, dilation) as usizes.
+fn usizes(v: &[u32]) -> Vec<usize> {
+    v.iter().map(|&x| x as usize).collect()
+}
+
 /// A declaration's dims, when every one is static.
 fn static_dims(decl: &crate::format::TensorDecl) -> Option<Vec<usize>> {
     decl.shape.iter().map(static_dim).collect()
@@ -349,7 +359,7 @@ fn static_dims(decl: &crate::format::TensorDecl) -> Option<Vec<usize>> {
 /// A quantized convolution's weight `w` (i8 `dims`) and f32 `scales`
 /// (one per output channel), prepared for the kernel the call runs.
 fn quant_conv_weight(kernel: &Kernel, dims: &[usize], w: &[u8], scales: &[u8]) -> Result<QuantConvWeight> {
-    let Kernel::QuantConv { groups, dynamic, act_scale, layout, padding, .. } = kernel else {
+    let Kernel::QuantConv { groups, dynamic, act_scale, layout, stride, padding, dilation, .. } = kernel else {
         return Err(quant_conv_err("not a quantized convolution"));
     };
     let (&n, rest) = dims.split_first().ok_or_else(|| quant_conv_err("0-d weight"))?;
@@ -377,14 +387,13 @@ fn quant_conv_weight(kernel: &Kernel, dims: &[usize], w: &[u8], scales: &[u8]) -
     let depthwise = rest.first() == Some(&1) && (*groups > 1 || n == 1);
     let bytes: &[u8] = bytemuck::cast_slice(&values);
     let w_ref = TensorRef { dtype: DType::F32, shape: dims, data: bytes };
+    let [stride, padding, dilation] = [stride, padding, dilation].map(|v| usizes(v));
+    let p = ConvParams { stride: &stride, padding: &padding, dilation: &dilation, groups: *groups as usize };
     let packed = match layout {
         // The packing the channels-last kernel reads, where it reads one.
-        Layout::ChannelsLast => {
-            let padding: Vec<usize> = padding.iter().map(|&p| p as usize).collect();
-            PackedConv::channels_last(k::best(), w_ref, *groups as usize, &padding).ok().flatten()
-        }
+        Layout::ChannelsLast => PackedConv::channels_last(k::best(), w_ref, &p).ok().flatten(),
         Layout::ChannelsFirst if depthwise => None,
-        Layout::ChannelsFirst => PackedConv::new(k::best(), w_ref, *groups as usize).ok(),
+        Layout::ChannelsFirst => PackedConv::for_params(k::best(), w_ref, &p).ok(),
     };
     Ok(QuantConvWeight::Float { w: values, packed })
 }

@@ -6,11 +6,13 @@
 //! ([`pack_conv_strip`]), which saves a write and a read of every column
 //! element and the column buffer itself. 1×1 stride-1 convolutions read the
 //! input planes as B directly. Dense 2-d convolutions with a wide kernel and
-//! enough channels run one GEMM per kernel tap instead (`conv_taps`).
+//! enough channels run one GEMM per kernel tap instead (`conv_taps`), and
+//! 3×3 stride-1 ones Winograd's F(2×2, 3×3) (`conv_winograd`).
 
 use super::common::*;
 use super::conv_depthwise::conv_depthwise_f32;
 use super::conv_taps::{self, PackedTaps, TapEpilogue};
+use super::conv_winograd::{self, PackedWinograd};
 use super::gemm::{run_gemm, ASource, Activation, ActivationFn, BSource, Bias, Epilogue, PackedA, PackedB};
 use super::math::Real;
 use crate::context::Context;
@@ -41,10 +43,14 @@ pub(crate) struct Geometry {
 /// exist so tests and benchmarks can compare the paths on the same problem.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ConvAlgorithm {
-    /// Direct depthwise loops where they apply, one GEMM per kernel tap
-    /// over a channels-last copy for dense 2-d convolutions with a wide
-    /// kernel and enough channels (`conv_taps`), im2col + GEMM otherwise.
+    /// Direct depthwise loops where they apply, Winograd F(2×2, 3×3) for
+    /// 3×3 stride-1 dense convolutions with enough (not too many) channels
+    /// (`conv_winograd`), one GEMM per kernel tap over a channels-last copy
+    /// for other dense 2-d convolutions with a wide kernel and enough
+    /// channels (`conv_taps`), im2col + GEMM otherwise.
     Auto,
+    /// As `Auto` but never Winograd (the tap path where it applies).
+    Taps,
     /// im2col + the packed GEMM, for every convolution.
     Im2col,
     /// Direct depthwise loops; an error unless every group has one input
@@ -119,12 +125,37 @@ pub struct PackedConv {
     pub(crate) taps: Option<PackedTaps>,
     /// A channels-last pointwise convolution's B, `[Cin, Cout]`.
     pub(crate) pointwise: Option<PackedB>,
+    /// The transformed weight of a 3×3 stride-1 convolution
+    /// (`conv_winograd`), packed only by the constructors that know the
+    /// stride ([`PackedConv::for_params`], [`PackedConv::channels_last`]).
+    pub(crate) winograd: Option<PackedWinograd>,
 }
 
 impl PackedConv {
     /// Packs `w` for `groups` groups; f32 only.
     pub fn new(table: &KernelTable, w: TensorRef, groups: usize) -> Result<PackedConv> {
         Self::pack(table, w, groups, ConvAlgorithm::Auto)
+    }
+
+    /// Packs `w` for convolutions with parameters `p`: as [`PackedConv::new`],
+    /// or the Winograd transform where that path runs (3×3, stride 1), which
+    /// `new` does not know (such a convolution given `new`'s packing
+    /// transforms its weight on every call).
+    pub fn for_params(table: &KernelTable, w: TensorRef, p: &ConvParams) -> Result<PackedConv> {
+        if conv_winograd::applies(table, w.shape, p.groups, p.stride, p.dilation) {
+            expect_dtype("conv", "w", w.dtype, DType::F32)?;
+            let winograd = Some(PackedWinograd::new(table, view::<f32>("conv", "w", &w)?, w.shape)?);
+            let shape = w.shape.to_vec();
+            return Ok(PackedConv {
+                shape,
+                group_count: p.groups,
+                groups: Vec::new(),
+                taps: None,
+                pointwise: None,
+                winograd,
+            });
+        }
+        Self::new(table, w, p.groups)
     }
 
     /// Packs `w` for the im2col GEMM even where [`conv`] would run the tap
@@ -145,26 +176,29 @@ impl PackedConv {
         let shape = w.shape.to_vec();
         if algorithm == ConvAlgorithm::Auto && conv_taps::applies(table, w.shape, groups) {
             let taps = Some(PackedTaps::new(table, wv, w.shape)?);
-            return Ok(PackedConv { shape, group_count: groups, groups: Vec::new(), taps, pointwise: None });
+            return Ok(PackedConv {
+                shape,
+                group_count: groups,
+                groups: Vec::new(),
+                taps,
+                pointwise: None,
+                winograd: None,
+            });
         }
         let (cout_g, kdim) = (cout / groups, w.shape[1..].iter().product::<usize>());
         let packed = (0..groups)
             .map(|g| PackedA::new(table, cout_g, kdim, &wv[g * cout_g * kdim..], kdim))
             .collect::<Result<Vec<_>>>()?;
-        Ok(PackedConv { shape, group_count: groups, groups: packed, taps: None, pointwise: None })
+        Ok(PackedConv { shape, group_count: groups, groups: packed, taps: None, pointwise: None, winograd: None })
     }
 
-    /// Packs `w` for [`crate::conv_fused_channels_last`] with `groups`
-    /// groups and `padding`, for inputs of `cin` channels: the tap GEMMs'
-    /// B or the pointwise GEMM's B where those paths run; None where the
-    /// channels-last kernel reads no packed weight (depthwise, and the
-    /// convolutions it runs channels-first).
-    pub fn channels_last(
-        table: &KernelTable,
-        w: TensorRef,
-        groups: usize,
-        padding: &[usize],
-    ) -> Result<Option<PackedConv>> {
+    /// Packs `w` for [`crate::conv_fused_channels_last`] with parameters
+    /// `p`, for inputs of `Cin/groups · groups` channels: the Winograd
+    /// transform, the tap GEMMs' B or the pointwise GEMM's B where those
+    /// paths run; None where the channels-last kernel reads no packed weight
+    /// (depthwise, and the convolutions it runs channels-first).
+    pub fn channels_last(table: &KernelTable, w: TensorRef, p: &ConvParams) -> Result<Option<PackedConv>> {
+        let groups = p.groups;
         use super::conv_nhwc::{path_of, NhwcPath};
         expect_dtype("conv", "w", w.dtype, DType::F32)?;
         let wv = view::<f32>("conv", "w", &w)?;
@@ -172,19 +206,21 @@ impl PackedConv {
             return Ok(None);
         }
         let (shape, cin) = (w.shape.to_vec(), w.shape[1] * groups);
-        let packed =
-            |taps, pointwise| Some(PackedConv { shape, group_count: groups, groups: Vec::new(), taps, pointwise });
-        Ok(match path_of(table, w.shape, groups, padding, cin) {
-            NhwcPath::Taps => packed(Some(PackedTaps::new(table, wv, w.shape)?), None),
+        let packed = |taps, pointwise, winograd| {
+            Some(PackedConv { shape, group_count: groups, groups: Vec::new(), taps, pointwise, winograd })
+        };
+        Ok(match path_of(table, w.shape, p, cin) {
+            NhwcPath::Winograd => packed(None, None, Some(PackedWinograd::new(table, wv, w.shape)?)),
+            NhwcPath::Taps => packed(Some(PackedTaps::new(table, wv, w.shape)?), None, None),
             NhwcPath::Pointwise => {
                 let b = PackedB::new(table, cin, w.shape[0], wv, cin, true)?;
-                packed(None, Some(b))
+                packed(None, Some(b), None)
             }
             // The same packing, of the im2col GEMM's `[Cin·kh·kw, Cout]` B.
             NhwcPath::Im2col => {
                 let kdim = wv.len() / w.shape[0].max(1);
                 let b = PackedB::new(table, kdim, w.shape[0], wv, kdim, true)?;
-                packed(None, Some(b))
+                packed(None, Some(b), None)
             }
             NhwcPath::Depthwise | NhwcPath::Transposed => None,
         })
@@ -205,6 +241,7 @@ impl PackedConv {
         self.groups.iter().all(|g| g.fits(table))
             && self.taps.as_ref().is_none_or(|t| t.fits(table))
             && self.pointwise.as_ref().is_none_or(|b| b.fits(table))
+            && self.winograd.as_ref().is_none_or(|u| u.fits(table))
     }
 }
 
@@ -225,6 +262,26 @@ pub fn conv_packed(
     }
     let packed = packed.fits(cx.table).then_some(packed);
     conv_inner(x, w, packed, bias, &TensorEpilogue::default(), p, out, cx, ConvAlgorithm::Auto)
+}
+
+/// [`conv_packed`] with the f32 algorithm chosen by the caller (for
+/// benchmarks comparing the paths with weights packed once).
+#[allow(clippy::too_many_arguments)]
+pub fn conv_packed_with(
+    x: TensorRef,
+    w: TensorRef,
+    packed: &PackedConv,
+    bias: Option<TensorRef>,
+    p: &ConvParams,
+    out: TensorMut,
+    cx: &mut Context,
+    algorithm: ConvAlgorithm,
+) -> Result<()> {
+    if packed.shape != w.shape || packed.group_count != p.groups {
+        return Err(shape_err("conv", format!("packed weight {:?} is not this weight {:?}", packed.shape, w.shape)));
+    }
+    let packed = packed.fits(cx.table).then_some(packed);
+    conv_inner(x, w, packed, bias, &TensorEpilogue::default(), p, out, cx, algorithm)
 }
 
 /// What a fused convolution or linear applies to each output element after
@@ -368,7 +425,7 @@ fn conv_inner<'a>(
     // blocking over output channels wins, so Auto keeps im2col there.
     let depthwise = cin_g == 1 && groups == cin;
     let use_depthwise = match algorithm {
-        ConvAlgorithm::Auto => depthwise && (groups > 1 || cout == 1),
+        ConvAlgorithm::Auto | ConvAlgorithm::Taps => depthwise && (groups > 1 || cout == 1),
         ConvAlgorithm::Im2col => false,
         ConvAlgorithm::Depthwise if depthwise => true,
         ConvAlgorithm::Depthwise => {
@@ -389,8 +446,30 @@ fn conv_inner<'a>(
         return Ok(());
     }
 
-    let im2col_packing = packed.is_some_and(|p| p.taps.is_none());
-    if algorithm == ConvAlgorithm::Auto && !im2col_packing && conv_taps::applies(table, w.shape, groups) {
+    let im2col_packing = packed.is_some_and(|p| p.taps.is_none() && p.winograd.is_none());
+    if algorithm == ConvAlgorithm::Auto
+        && !im2col_packing
+        && conv_winograd::applies(table, w.shape, groups, p.stride, p.dilation)
+    {
+        // As for the taps: packed or not, the same path and bits.
+        let owned;
+        let u = match packed.and_then(|p| p.winograd.as_ref()) {
+            Some(u) => u,
+            None => {
+                owned = PackedWinograd::new(table, wv, w.shape)?;
+                &owned
+            }
+        };
+        let threads = scratch.pack.threads.count();
+        let (buf, pack) = scratch.split(conv_winograd::scratch_len(&g, cin, cout, threads));
+        let e = TapEpilogue { bias: bv, activation, residual, residual_first: fused.residual_first };
+        let io = conv_taps::Io { x: xv, out: &mut *ov, channels_last: false };
+        if conv_winograd::conv_winograd(table, io, u, &e, &g, (batch, cin, cout), buf, pack) {
+            return Ok(());
+        }
+    }
+    let taps_allowed = matches!(algorithm, ConvAlgorithm::Auto | ConvAlgorithm::Taps);
+    if taps_allowed && !im2col_packing && conv_taps::applies(table, w.shape, groups) {
         // The same path packed or not, so that both give the same bits; an
         // unpacked weight (not a constant) is packed for this call.
         let owned;

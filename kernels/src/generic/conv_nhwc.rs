@@ -17,6 +17,9 @@
 //!   load, [`PackedConv::channels_last`]); bias, activation and residual in
 //!   the store step. Same K slices and per-element order as the
 //!   channels-first GEMM (which has the roles of A and B swapped).
+//! - 3×3 stride-1 dense kernels with enough (not too many) channels:
+//!   Winograd F(2×2, 3×3) (`conv_winograd`), which reads the padded
+//!   channels-last image and writes output pixels directly.
 //! - Dense kernels wider than 1×1 with enough channels: the tap GEMMs of
 //!   `conv_taps`, which already compute channels-last: their input copy is
 //!   a row copy here, and the result is copied out, not transposed.
@@ -33,6 +36,7 @@
 use super::common::*;
 use super::conv::{conv_fused, epilogue_views, geometry, ConvParams, Geometry, PackedConv, TensorEpilogue};
 use super::conv_taps::{self, PackedTaps, TapEpilogue};
+use super::conv_winograd::{self, PackedWinograd};
 use super::gemm::{run_gemm, ASource, ActivationFn, BSource, Bias, Epilogue};
 use crate::context::Context;
 use crate::parallel::{Threads, ELEMENT_CHUNK};
@@ -56,6 +60,7 @@ fn nchw(shape: &[usize]) -> [usize; 4] {
 pub(crate) enum NhwcPath {
     Depthwise,
     Pointwise,
+    Winograd,
     Taps,
     Im2col,
     Transposed,
@@ -65,7 +70,8 @@ pub(crate) enum NhwcPath {
 /// scratch holds that many floats per output pixel (a 7×7 RGB stem needs 147).
 const MAX_IM2COL_K: usize = 1024;
 
-pub(crate) fn path_of(table: &KernelTable, w: &[usize], groups: usize, pad: &[usize], cin: usize) -> NhwcPath {
+pub(crate) fn path_of(table: &KernelTable, w: &[usize], p: &ConvParams, cin: usize) -> NhwcPath {
+    let (groups, pad) = (p.groups, p.padding);
     let ksp: usize = w[2..].iter().product();
     if w.len() != 4 {
         NhwcPath::Transposed
@@ -73,6 +79,8 @@ pub(crate) fn path_of(table: &KernelTable, w: &[usize], groups: usize, pad: &[us
         NhwcPath::Depthwise
     } else if ksp == 1 && groups == 1 && pad.iter().all(|&p| p == 0) {
         NhwcPath::Pointwise
+    } else if conv_winograd::applies(table, w, groups, p.stride, p.dilation) {
+        NhwcPath::Winograd
     } else if conv_taps::applies(table, w, groups) {
         NhwcPath::Taps
     } else if groups == 1 && w[1] * ksp <= MAX_IM2COL_K {
@@ -129,7 +137,7 @@ pub fn conv_fused_channels_last(
     if out.data.is_empty() {
         return Ok(());
     }
-    let path = path_of(cx.table, w.shape, groups, p.padding, cin);
+    let path = path_of(cx.table, w.shape, p, cin);
     if path == NhwcPath::Transposed {
         return transposed(x, w, bias, epilogue, p, out, cx);
     }
@@ -163,6 +171,24 @@ pub fn conv_fused_channels_last(
             };
             im2col(xv, b, &fused, &g, (batch, cin, cout), ov, cx);
             Ok(())
+        }
+        NhwcPath::Winograd => {
+            let owned;
+            let u = match packed.and_then(|pk| pk.winograd.as_ref()).filter(|u| u.fits(table)) {
+                Some(u) => u,
+                None => {
+                    owned = PackedWinograd::new(table, wv, w.shape)?;
+                    &owned
+                }
+            };
+            let threads = cx.scratch.pack.threads.count();
+            let (buf, pack) = cx.scratch.split(conv_winograd::scratch_len(&g, cin, cout, threads));
+            let e = TapEpilogue { bias: bv, activation, residual, residual_first: epilogue.residual_first };
+            let io = conv_taps::Io { x: xv, out: ov, channels_last: true };
+            if conv_winograd::conv_winograd(table, io, u, &e, &g, (batch, cin, cout), buf, pack) {
+                return Ok(());
+            }
+            transposed(x, w, bias, epilogue, p, out, cx)
         }
         NhwcPath::Taps => {
             let owned;

@@ -288,7 +288,7 @@ const CHANNEL_BLOCK: usize = 16;
 /// dropped) into the NCHW image `out`, then adds the residual and applies
 /// the post-residual activation, plane by plane.
 #[allow(clippy::too_many_arguments)]
-fn to_nchw(
+pub(super) fn to_nchw(
     c: &[f32],
     wq: usize,
     (oh, ow): (usize, usize),

@@ -8,6 +8,7 @@ pub mod conv;
 pub(crate) mod conv_depthwise;
 pub mod conv_nhwc;
 pub(crate) mod conv_taps;
+pub(crate) mod conv_winograd;
 pub mod elementwise;
 pub mod fused;
 pub mod gemm;
