@@ -395,8 +395,13 @@ pub fn compile_file_for(
     if segments && !cfg!(feature = "mlir") && imported.graph.states.is_empty() {
         return Err(CompileError::NoMlir);
     }
-    let target = match backend.precision() {
-        p if segments && p != Precision::F32 => format!("{target}-{}", p.name()),
+    let target = match (backend.precision(), &opts.native) {
+        (p, _) if segments && p != Precision::F32 => format!("{target}-{}", p.name()),
+        // `--target x86_64|aarch64`: kiln's kernels plus native code.
+        (_, Some(native)) => match native.arch {
+            kiln_runtime::native::NativeArch::X86_64 => "x86_64".to_string(),
+            kiln_runtime::native::NativeArch::Aarch64 => "aarch64".to_string(),
+        },
         _ => target.name().to_string(),
     };
     let metadata = Metadata {

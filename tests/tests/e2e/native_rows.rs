@@ -49,6 +49,8 @@ fn native_kernels(program: &Program) -> Vec<&'static str> {
 /// The fixture's outputs with native code (at 1 and 3 threads) and refused
 /// are PyTorch's; returns the native run's bytes.
 fn check(name: &str, program: &std::sync::Arc<Program>) -> Vec<Vec<u8>> {
+    // The artifact says what it was compiled for (`kiln inspect`'s target).
+    assert_eq!(program.metadata().target, "x86_64", "{name}: the metadata's target");
     let dir = fixture_dir(name);
     let (inputs, expected) = (read_numbered(&dir, "input"), read_numbered(&dir, "output"));
     for allow in [true, false] {
