@@ -61,8 +61,9 @@ fn tolerance(d: DType) -> (f64, f64) {
     match d {
         DType::BF16 => (1.6e-2, 1e-5),
         DType::F16 => (1e-3, 1e-5),
-        DType::F32 => (1e-5, 1e-5),
-        DType::F64 => (1e-7, 1e-7),
+        // Complex values compare part by part, at their parts' tolerance.
+        DType::F32 | DType::C64 => (1e-5, 1e-5),
+        DType::F64 | DType::C128 => (1e-7, 1e-7),
         _ => (0.0, 0.0),
     }
 }
