@@ -289,6 +289,14 @@ EXTRA_GROUPS = [
         "mm", "sum", "mean", "flip", "reshape", "view", "transpose", "permute", "cat", "stack", "fft.hfft",
         "fft.fft", "fft.ifft", "fft.fft2", "fft.ifft2", "fft.fftn", "fft.ifftn", "fft.irfft", "real", "imag",
         "conj", "conj_physical", "resolve_conj", "view_as_real", "exp",
+        # complex math in f64 (compiler/src/import/ops/complex_math.rs)
+        "sqrt", "rsqrt", "reciprocal", "log", "log1p", "expm1", "sin", "tan", "cosh", "tanh", "asin", "acosh",
+        "atan", "sigmoid", "sgn", "sinc", "isnan", "eq", "where", "pow", "prod", "cumprod",
+        # the real ops on the parts (complex_ops.rs) and the embedding (complex_linalg.rs)
+        "addmm", "baddbmm", "mv", "dot", "vdot", "outer", "kron", "F.conv1d", "addcmul", "cumsum", "tril", "roll",
+        "diag_embed", "index_put", "scatter", "masked_fill", "trapz", "var", "std", "linalg.vector_norm", "any",
+        "nonzero", "linalg.inv", "linalg.solve", "linalg.pinv", "linalg.svdvals", "linalg.eigvalsh",
+        "linalg.matrix_rank",
     ]),
     # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
     (("i32", "i16"), [

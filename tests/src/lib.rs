@@ -56,8 +56,12 @@ pub fn compare_close(got: &TensorView<'_>, want: &TensorView<'_>, rtol: f64, ato
     if got.shape != want.shape {
         return Err(format!("shape {:?} != expected {:?}", got.shape, want.shape));
     }
-    // Complex elements are compared part by part (`elements_f64` lists them
-    // real, imaginary), each part like a float.
+    // Complex elements (`elements_f64` lists them real, imaginary) are
+    // compared as torch's `isclose` does: `|got − want|` against
+    // `atol + rtol · |want|`, both complex moduli.
+    if want.dtype.is_complex() {
+        return compare_complex(&as_f64(got), &as_f64(want), rtol, atol);
+    }
     let exact = !(want.dtype.is_float() || want.dtype.is_complex());
     if exact && got.data != want.data {
         let (g, w) = (as_f64(got), as_f64(want));
@@ -84,6 +88,26 @@ pub fn compare_close(got: &TensorView<'_>, want: &TensorView<'_>, rtol: f64, ato
         // NaN differences fail too: only a provably small difference passes.
         if !matches!(err.partial_cmp(&tol), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)) {
             return Err(format!("element {i}: got {a}, want {b} (|diff| {err:e} > tol {tol:e})"));
+        }
+    }
+    Ok(())
+}
+
+/// [`compare_close`] for complex values given as (real, imaginary) pairs;
+/// NaN parts must sit in the same places.
+fn compare_complex(g: &[f64], w: &[f64], rtol: f64, atol: f64) -> Result<(), String> {
+    for (i, (a, b)) in g.chunks_exact(2).zip(w.chunks_exact(2)).enumerate() {
+        let nan = |z: &[f64]| [z[0].is_nan(), z[1].is_nan()];
+        if nan(a) != nan(b) {
+            return Err(format!("element {i}: got {a:?}, want {b:?} (NaN positions differ)"));
+        }
+        if nan(a).contains(&true) || a == b {
+            continue;
+        }
+        let err = (a[0] - b[0]).hypot(a[1] - b[1]);
+        let tol = atol + rtol * b[0].hypot(b[1]);
+        if !matches!(err.partial_cmp(&tol), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)) {
+            return Err(format!("element {i}: got {a:?}, want {b:?} (|diff| {err:e} > tol {tol:e})"));
         }
     }
     Ok(())
@@ -349,5 +373,21 @@ mod tests {
         let med = i64s(&[2], &[5, 1]);
         assert!(check_tied_indices(&i64s(&[2], &[2, 1]).view(), &x.view(), &med.view(), 1).is_ok());
         assert!(check_tied_indices(&i64s(&[2], &[1, 1]).view(), &x.view(), &med.view(), 1).is_err());
+    }
+
+    #[test]
+    fn complex_values_are_close_by_their_modulus() {
+        let (rtol, atol) = default_tolerance(DType::C64);
+        // A part off by 2e-5 passes next to a large other part (|want| ~ 24:
+        // tol 1e-5 + 1.3e-6 · 24), fails next to a small one.
+        assert!(compare_complex(&[3.79283, -23.94380], &[3.79281, -23.94380], rtol, atol).is_ok());
+        assert!(compare_complex(&[3.79283, 0.0], &[3.79281, 0.0], rtol, atol).is_err());
+        // The error is the modulus of the difference: each part alone (9e-6)
+        // is within the tolerance, both together (1.27e-5) are not.
+        let e = compare_complex(&[1.0, 1.0], &[1.0 + 9e-6, 1.0 + 9e-6], rtol, atol).unwrap_err();
+        assert!(e.contains("element 0"), "{e}");
+        // NaN parts in the same places pass; elsewhere they fail.
+        assert!(compare_complex(&[f64::NAN, 1.0], &[f64::NAN, 2.0], rtol, atol).is_ok());
+        assert!(compare_complex(&[f64::NAN, 1.0], &[1.0, f64::NAN], rtol, atol).is_err());
     }
 }

@@ -119,8 +119,9 @@ pub(crate) struct Importer<'p> {
 pub(crate) const COMPLEX_SCOPE: &str = "complex values (complex64/complex128 program inputs, outputs and \
      intermediates) are supported through the FFT ops (_fft_r2c/_fft_c2r/_fft_c2c, torch.fft.rfft/irfft/fft/ifft \
      and their 2-d/n-d forms), view_as_real, view_as_complex, complex, real, imag, abs, angle, conj, neg, exp, \
-     add/sub/mul/div (with tensors or Python numbers, complex ones included), pow(2), matmul, sum/mean and \
-     shape ops";
+     add/sub/mul/div (with tensors or Python numbers, complex ones included), pow, matmul, sum/mean, \
+     the roots, logarithms, trigonometric and hyperbolic functions and their inverses, sigmoid, sgn, \
+     isnan/isinf/isfinite/isreal, eq/ne, where and shape ops";
 
 impl<'p> Importer<'p> {
     pub fn new(file: &'p Pt2File, options: &'p ImportOptions) -> Importer<'p> {
@@ -713,6 +714,12 @@ impl<'p> Importer<'p> {
     /// Whether program value `name` is declared complex (any width).
     pub(crate) fn is_complex_meta(&self, name: &str) -> bool {
         self.scope.tensor_values.get(name).is_some_and(|m| matches!(m.dtype, 9..=11))
+    }
+
+    /// Whether program value `name` is declared bool.
+    pub(crate) fn is_bool_meta(&self, name: &str) -> bool {
+        // ScalarType 12 is bool.
+        self.scope.tensor_values.get(name).is_some_and(|m| m.dtype == 12)
     }
 
     /// The type of each part of complex value `name` (complex64 → f32,

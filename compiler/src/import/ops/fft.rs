@@ -25,9 +25,9 @@ use super::shape::normalize_axis;
 
 /// Complex value in parts; `im: None` is a real value seen as complex.
 #[derive(Clone, Copy)]
-struct Parts {
-    re: ValueId,
-    im: Option<ValueId>,
+pub(super) struct Parts {
+    pub(super) re: ValueId,
+    pub(super) im: Option<ValueId>,
 }
 
 /// Whether `n` reads or makes a complex value (and so is converted here).
@@ -107,30 +107,19 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
             bind_out(imp, n, z)
         }
         "stft" => stft(imp, n),
-        "add" | "sub" | "mul" | "div" => arith(imp, n, name),
-        "mm" | "bmm" | "matmul" => matmul(imp, n, name),
-        "pow" if overload == "Tensor_Scalar" => {
-            let z = complex_input(imp, n, "self")?;
-            match imp.scalar(n, "exponent")?.as_f64() {
-                1.0 => bind_out(imp, n, z),
-                2.0 => {
-                    let sq = mul(imp, z, z)?;
-                    bind_out(imp, n, sq)
-                }
-                e => unsupported(format!(
-                    "`pow` of a complex value with exponent {e} (kiln takes 1 and 2); {COMPLEX_SCOPE}"
-                )),
-            }
-        }
+        "add" | "sub" | "mul" | "div" | "rsub" => arith(imp, n, name),
+        "subtract" => arith(imp, n, "sub"),
+        "multiply" => arith(imp, n, "mul"),
+        "divide" | "true_divide" => arith(imp, n, "div"),
         // Linear in the data and the same on both parts: each part is
         // converted by the real op's handler.
         "view" | "_unsafe_view" | "reshape" | "flatten" | "unflatten" | "unsqueeze" | "squeeze" | "expand" | "t"
         | "transpose" | "permute" | "movedim" | "moveaxis" | "swapaxes" | "swapdims" | "slice" | "select"
         | "narrow" | "cat" | "concat" | "concatenate" | "split" | "split_with_sizes" | "chunk" | "unbind"
-        | "tensor_split" | "flip" | "sum" | "mean" | "repeat" | "index_select" | "_to_copy" | "to" => {
-            per_part(imp, n, name, overload)
+        | "tensor_split" | "flip" | "sum" | "mean" | "repeat" | "index_select" => {
+            super::complex_ops::per_part(imp, n, name, overload, None)
         }
-        "index" | "_unsafe_index" if overload == "Tensor" => per_part(imp, n, name, overload),
+        "index" | "_unsafe_index" if overload == "Tensor" => super::complex_ops::per_part(imp, n, name, overload, None),
         "constant_pad_nd" => {
             let value = imp.opt_scalar(n, "value")?.map_or(0.0, Scalar::as_f64);
             if value != 0.0 {
@@ -138,9 +127,15 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
                     "`constant_pad_nd` of a complex value with pad value {value}; {COMPLEX_SCOPE}"
                 ));
             }
-            per_part(imp, n, name, overload)
+            super::complex_ops::per_part(imp, n, name, overload, None)
         }
-        _ => unsupported(format!("`{name}` on a complex value; {COMPLEX_SCOPE}")),
+        _ => match super::complex_math::convert(imp, n, name, overload)
+            .or_else(|| super::complex_linalg::convert(imp, n, name, overload))
+            .or_else(|| super::complex_ops::convert(imp, n, name, overload))
+        {
+            Some(done) => done,
+            None => unsupported(format!("`{name}` on a complex value; {COMPLEX_SCOPE}")),
+        },
     }
 }
 
@@ -148,12 +143,12 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
 
 /// Complex tensor argument `arg` of `n`; a real tensor is taken with a zero
 /// imaginary part.
-fn complex_input(imp: &mut Importer, n: &Node, arg: &str) -> R<Parts> {
+pub(super) fn complex_input(imp: &mut Importer, n: &Node, arg: &str) -> R<Parts> {
     let name = imp.tensor_name(n, arg)?;
     operand(imp, name)
 }
 
-fn operand(imp: &mut Importer, name: &str) -> R<Parts> {
+pub(super) fn operand(imp: &mut Importer, name: &str) -> R<Parts> {
     match imp.complex(name) {
         Some((re, im)) => Ok(Parts { re, im: Some(im) }),
         None => Ok(Parts { re: imp.value(name)?, im: None }),
@@ -161,7 +156,7 @@ fn operand(imp: &mut Importer, name: &str) -> R<Parts> {
 }
 
 /// The imaginary part, materializing zeros for a real operand.
-fn imag_or_zero(imp: &mut Importer, z: Parts) -> R<ValueId> {
+pub(super) fn imag_or_zero(imp: &mut Importer, z: Parts) -> R<ValueId> {
     match z.im {
         Some(im) => Ok(im),
         // Zeros, not `re · 0`: that would be -0 for negative parts (angle
@@ -173,12 +168,12 @@ fn imag_or_zero(imp: &mut Importer, z: Parts) -> R<ValueId> {
     }
 }
 
-fn cast_parts(imp: &mut Importer, z: Parts, dtype: DType) -> Parts {
+pub(super) fn cast_parts(imp: &mut Importer, z: Parts, dtype: DType) -> Parts {
     Parts { re: imp.cast(z.re, dtype), im: z.im.map(|im| imp.cast(im, dtype)) }
 }
 
 /// Binds a real output (cast to its declared dtype).
-fn bind_real(imp: &mut Importer, n: &Node, v: ValueId) -> R<()> {
+pub(super) fn bind_real(imp: &mut Importer, n: &Node, v: ValueId) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let v = imp.cast(v, out.dtype);
     let v = if imp.ty(v).shape != out.shape {
@@ -191,7 +186,7 @@ fn bind_real(imp: &mut Importer, n: &Node, v: ValueId) -> R<()> {
 
 /// Binds complex output 0 of `n` to `z`, cast to the output's part dtype and
 /// broadcast to its shape.
-fn bind_out(imp: &mut Importer, n: &Node, z: Parts) -> R<()> {
+pub(super) fn bind_out(imp: &mut Importer, n: &Node, z: Parts) -> R<()> {
     let Some(Arg::Tensor(out)) = n.outputs.first() else {
         return invalid("expected a single tensor output");
     };
@@ -225,7 +220,7 @@ fn abs(imp: &mut Importer, z: Parts) -> R<ValueId> {
     imp.push(Op::Unary(UnaryOp::Sqrt), vec![s])
 }
 
-fn mul(imp: &mut Importer, a: Parts, b: Parts) -> R<Parts> {
+pub(super) fn mul(imp: &mut Importer, a: Parts, b: Parts) -> R<Parts> {
     Ok(match (a.im, b.im) {
         (None, None) => Parts { re: bin(imp, BinaryOp::Mul, a.re, b.re)?, im: None },
         (Some(ai), None) => {
@@ -244,7 +239,7 @@ fn mul(imp: &mut Importer, a: Parts, b: Parts) -> R<Parts> {
     })
 }
 
-fn div(imp: &mut Importer, a: Parts, b: Parts) -> R<Parts> {
+pub(super) fn div(imp: &mut Importer, a: Parts, b: Parts) -> R<Parts> {
     let Some(bi) = b.im else {
         let re = bin(imp, BinaryOp::Div, a.re, b.re)?;
         let im = match a.im {
@@ -295,13 +290,18 @@ fn arith(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         None => return invalid("required argument `other` is missing"),
     };
     let mut b = cast_parts(imp, b, dtype);
-    if matches!(name, "add" | "sub") {
+    // `rsub` is `other − alpha · self`.
+    let rsub = name == "rsub";
+    let mut a = a;
+    if matches!(name, "add" | "sub" | "rsub") {
         let alpha = imp.opt_scalar(n, "alpha")?.map_or(1.0, Scalar::as_f64);
         if alpha != 1.0 {
             let k = imp.scalar_const(Scalar::Float(alpha), dtype);
-            b = mul(imp, b, Parts { re: k, im: None })?;
+            let scaled = if rsub { &mut a } else { &mut b };
+            *scaled = mul(imp, *scaled, Parts { re: k, im: None })?;
         }
     }
+    let (a, b, name) = if rsub { (b, a, "sub") } else { (a, b, name) };
     let z = match name {
         "add" | "sub" => {
             let op = if name == "add" { BinaryOp::Add } else { BinaryOp::Sub };
@@ -322,38 +322,6 @@ fn arith(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
 }
 
 // ------------------------------------------------------------ complex ↔ real
-
-/// `mm`, `bmm`, `matmul` with a complex operand: four real products,
-/// `(ar·br − ai·bi) + (ar·bi + ai·br)i` (only the products a real operand
-/// needs). Operands of rank 2 or more (a 1-d one changes the result's rank).
-fn matmul(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
-    let Some(Arg::Tensor(out)) = n.outputs.first() else {
-        return invalid("expected a single tensor output");
-    };
-    let dtype = imp.part_type(out)?.dtype;
-    let other = if imp.arg(n, "mat2").is_some() { "mat2" } else { "other" };
-    let a = complex_input(imp, n, "self")?;
-    let b = complex_input(imp, n, other)?;
-    if imp.ty(a.re).rank() < 2 || imp.ty(b.re).rank() < 2 {
-        return unsupported(format!("`{name}` of a complex 1-d operand; {COMPLEX_SCOPE}"));
-    }
-    let (a, b) = (cast_parts(imp, a, dtype), cast_parts(imp, b, dtype));
-    let mm = |imp: &mut Importer, x: ValueId, y: ValueId| imp.push(Op::MatMul, vec![x, y]);
-    let re = mm(imp, a.re, b.re)?;
-    let (re, im) = match (a.im, b.im) {
-        (Some(ai), Some(bi)) => {
-            let ii = mm(imp, ai, bi)?;
-            let (ri, ir) = (mm(imp, a.re, bi)?, mm(imp, ai, b.re)?);
-            (bin(imp, BinaryOp::Sub, re, ii)?, bin(imp, BinaryOp::Add, ri, ir)?)
-        }
-        (Some(ai), None) => (re, mm(imp, ai, b.re)?),
-        (None, Some(bi)) => (re, mm(imp, a.re, bi)?),
-        (None, None) => {
-            return unsupported(format!("`{name}` of real operands with a complex result; {COMPLEX_SCOPE}"))
-        }
-    };
-    bind_out(imp, n, Parts { re, im: Some(im) })
-}
 
 /// `aten::view_as_real(Tensor(a) self) -> Tensor(a)`: `[.., 2]` of (re, im).
 fn view_as_real(imp: &mut Importer, n: &Node) -> R<()> {
@@ -412,65 +380,6 @@ fn make_complex(imp: &mut Importer, n: &Node) -> R<()> {
     let im_b = bin(imp, BinaryOp::Add, im, re0)?;
     let re_b = bin(imp, BinaryOp::Add, re, im0)?;
     bind_out(imp, n, Parts { re: re_b, im: Some(im_b) })
-}
-
-/// Converts `n` once per part with the real op's handler: each complex
-/// input is bound to its real (then imaginary) part, each complex output is
-/// typed as its part, and the two results become the output's parts. Only
-/// for ops linear in their data whose other tensor operands (indices) are the
-/// same for both parts.
-fn per_part(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
-    let mut inputs: Vec<(String, (ValueId, ValueId))> = Vec::new();
-    for a in &n.inputs {
-        let names: Vec<&str> = tensor_names(&a.arg).collect();
-        let complex: Vec<(String, (ValueId, ValueId))> =
-            names.iter().filter_map(|t| imp.complex(t).map(|p| (t.to_string(), p))).collect();
-        if matches!(a.arg, Arg::Tensors(_)) && complex.len() != names.len() {
-            return unsupported(format!("`{name}` of complex and real tensors together; {COMPLEX_SCOPE}"));
-        }
-        if a.name == "self" || matches!(a.arg, Arg::Tensors(_)) {
-            inputs.extend(complex);
-        } else if !complex.is_empty() {
-            return unsupported(format!("`{name}` with a complex `{}` operand; {COMPLEX_SCOPE}", a.name));
-        }
-    }
-    let outs: Vec<String> = n.outputs.iter().flat_map(crate::import::importer::output_names).collect();
-    let mut out_types = Vec::new();
-    for o in &outs {
-        match imp.part_type(o) {
-            Ok(t) => out_types.push(t),
-            Err(_) => return unsupported(format!("`{name}` of a complex value with a real result; {COMPLEX_SCOPE}")),
-        }
-    }
-    if inputs.is_empty() {
-        return unsupported(format!("`{name}` making a complex value; {COMPLEX_SCOPE}"));
-    }
-    let mut results: Vec<[Option<ValueId>; 2]> = vec![[None, None]; outs.len()];
-    for imag in [false, true] {
-        for (t, (re, im)) in &inputs {
-            let v = if imag { *im } else { *re };
-            let ty = imp.ty(v).clone();
-            imp.bind_part(t, v, ty);
-        }
-        for (o, ty) in outs.iter().zip(&out_types) {
-            imp.set_part_type(o, ty.clone());
-        }
-        let converted = super::dispatch(imp, n, name, overload);
-        for (i, o) in outs.iter().enumerate() {
-            results[i][imag as usize] = imp.value(o).ok();
-            imp.unbind(o);
-        }
-        for (t, _) in &inputs {
-            imp.unbind(t);
-        }
-        converted?;
-    }
-    for (o, r) in outs.iter().zip(results) {
-        if let [Some(re), Some(im)] = r {
-            imp.bind_complex(o, re, im);
-        }
-    }
-    Ok(())
 }
 
 // --------------------------------------------------------------- transforms

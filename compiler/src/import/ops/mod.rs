@@ -7,6 +7,9 @@ mod activation;
 mod airy;
 mod batch_norm;
 mod bessel_k;
+mod complex_linalg;
+mod complex_math;
+mod complex_ops;
 pub(crate) mod composite;
 mod conv_transpose_slow;
 mod data_dependent;
@@ -61,10 +64,22 @@ pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
     // Complex values live in the importer's side table, not in the IR: every
     // node that reads or makes one is lowered onto their parts.
     if fft::involves_complex(imp, node) {
-        if inplace {
+        // `detach_` changes nothing; `resize_`/`resize_as_` rebind the name
+        // as on real values. Other writes into a complex value would have to
+        // reach its views: refused.
+        if inplace && !matches!(name, "detach" | "resize" | "resize_as") {
             return unsupported(format!("in-place `{name}_` on a complex value; {}", super::importer::COMPLEX_SCOPE));
         }
-        return fft::convert(imp, node, name, overload);
+        fft::convert(imp, node, name, overload)?;
+        if inplace && name != "detach" {
+            let mutated = imp.tensor_name(node, "self")?.to_string();
+            if let Some(Arg::Tensor(out)) = node.outputs.first() {
+                if let Some((re, im)) = imp.complex(out) {
+                    imp.bind_complex(&mutated, re, im);
+                }
+            }
+        }
+        return Ok(());
     }
     // `resize_`/`resize_as_` change their operand's shape: the name is
     // rebound to the reshaped value (its old views are not rewritten).

@@ -185,15 +185,9 @@ pub(super) fn scale_args(imp: &mut Importer, n: &Node, spatial: usize) -> R<Vec<
 
 /// `aten::tril(Tensor self, int diagonal=0)`, `aten::triu(...)`: a `where` over
 /// the last two dims with the mask `col - row <= k` (tril) or `>= k` (triu).
-pub(super) fn tri(imp: &mut Importer, n: &Node, upper: bool) -> R<()> {
-    let x = imp.tensor(n, "self")?;
-    let ty = imp.ty(x).clone();
-    let r = ty.rank();
-    if r < 2 {
-        return invalid("tril/triu need rank >= 2");
-    }
-    let k = imp.int(n, "diagonal", Some(0))?;
-    let (rows, cols) = (ty.shape[r - 2].clone(), ty.shape[r - 1].clone());
+/// The `[rows, cols]` mask of the elements `triu`/`tril` keep: `j − i ≥ k`
+/// (upper) or `j − i ≤ k` (lower).
+pub(super) fn tri_mask(imp: &mut Importer, (rows, cols): (Dim, Dim), upper: bool, k: i64) -> R<ValueId> {
     let ri = imp.push_typed(
         Op::Arange { start: 0.0, step: 1.0, len: rows.clone(), dtype: DType::I64 },
         vec![],
@@ -210,7 +204,18 @@ pub(super) fn tri(imp: &mut Importer, n: &Node, upper: bool) -> R<()> {
         TensorType::new(DType::I64, vec![cols]),
     );
     let diff = imp.push(Op::Binary(B::Sub), vec![ci, ri])?;
-    let mask = imp.with_scalar(if upper { B::Ge } else { B::Le }, diff, k as f64)?;
+    imp.with_scalar(if upper { B::Ge } else { B::Le }, diff, k as f64)
+}
+
+pub(super) fn tri(imp: &mut Importer, n: &Node, upper: bool) -> R<()> {
+    let x = imp.tensor(n, "self")?;
+    let ty = imp.ty(x).clone();
+    let r = ty.rank();
+    if r < 2 {
+        return invalid("tril/triu need rank >= 2");
+    }
+    let k = imp.int(n, "diagonal", Some(0))?;
+    let mask = tri_mask(imp, (ty.shape[r - 2].clone(), ty.shape[r - 1].clone()), upper, k)?;
     let zero = imp.scalar_const(Scalar::Int(0), ty.dtype);
     let v = imp.push(Op::Where, vec![mask, x, zero])?;
     imp.bind(n, 0, v)
