@@ -106,8 +106,8 @@ fn bad_requests_are_compile_errors() {
 /// `--shard pipeline` through the CLI in a child process on 2 and 4 stages
 /// (and data=2 × stage=2), both fixture flavours: the report names each
 /// stage's layers and weight bytes, the bytes moved and the bubble; `kiln
-/// inspect` keeps it; outputs match PyTorch and are bit-identical to one
-/// device (each microbatch row goes through the same ops as on one device).
+/// inspect` keeps it; outputs match PyTorch and one device, bit for bit
+/// where microbatches keep two rows or more.
 #[test]
 fn pipeline_matches_one_device_and_pytorch() {
     let Some(plugin) = plugin() else { return };
@@ -123,24 +123,33 @@ fn pipeline_matches_one_device_and_pytorch() {
             &plugin,
             &read_numbered(&fixture, "input"),
         );
-        for (mesh, devices, microbatches, bubble) in [
-            ("stage=2", 2, "4", "bubble 20.0%"),
-            ("stage=2", 2, "1", "bubble 50.0%"),
-            ("stage=4", 4, "8", "bubble 27.3%"),
-            ("data=2,stage=2", 4, "4", "bubble 20.0%"),
+        // Microbatches of one row (the last two) are within tolerance of
+        // one device: XLA:CPU multiplies a one-row matrix by its
+        // matrix-vector code, which rounds differently; the rest (and the
+        // default count, which keeps two rows or more) are bit-identical.
+        for (mesh, devices, microbatches, bubble, exact) in [
+            ("stage=2", 2, "4", "bubble 20.0%", true),
+            ("stage=2", 2, "1", "bubble 50.0%", true),
+            ("stage=4", 4, "4", "bubble 42.9%", true),
+            ("data=2,stage=2", 4, "", "2 microbatches of 2 rows (4 rows per device); 3 steps, bubble 33.3%", true),
+            ("stage=4", 4, "8", "bubble 27.3%", false),
+            ("data=2,stage=2", 4, "4", "bubble 20.0%", false),
         ] {
             let what = format!("{flavour} pipeline [{mesh}] {microbatches} microbatches");
             let model = fixture.join(format!("{flavour}.pt2"));
             let artifact = dir.join("stack.kiln");
             let (model, artifact) = (model.to_str().expect("utf-8"), artifact.to_str().expect("utf-8"));
             let args = ["compile", model, "-o", artifact, "--target", "pjrt", "--mesh", mesh, "--shard", "pipeline"];
-            let (ok, report) = kiln(&[&args[..], &["--microbatches", microbatches, "--report"]].concat());
+            let count: &[&str] = if microbatches.is_empty() { &[] } else { &["--microbatches", microbatches] };
+            let (ok, report) = kiln(&[&args[..], count, &["--report"]].concat());
             assert!(ok, "{what}: {report}");
             let stages: usize = mesh.rsplit('=').next().and_then(|s| s.parse().ok()).unwrap_or(1);
             assert!(report.contains("8 repeated blocks") && report.contains(bubble), "{what}: {report}");
+            assert!(report.contains("layers.{0..7}.fc1.weight"), "{what}: {report}");
             for s in 0..stages {
                 let per = 8 / stages;
-                let line = format!("stage {s}: layers {}..{}", s * per, (s + 1) * per - 1);
+                let (a, b) = (s * per, (s + 1) * per - 1);
+                let line = format!("stage {s}: layers {a}..{b} (layers.{a} .. layers.{b}), weights {} B", per * 8704);
                 assert!(report.contains(&line), "{what}: {line}: {report}");
             }
             assert!(report.contains("collective-permute") && report.contains("bytes moved per step"), "{report}");
@@ -155,10 +164,9 @@ fn pipeline_matches_one_device_and_pytorch() {
             for (i, ((g, want), one)) in got.iter().zip(&expected).zip(&one).enumerate() {
                 assert_close(&format!("{what}: output {i} vs PyTorch"), g, want, 1e-4, 1e-5);
                 assert_close(&format!("{what}: output {i} vs one device"), g, one, 1e-5, 1e-6);
-                eprintln!(
-                    "{what}: output {i} {} one device",
-                    if g.data == one.data { "bit-identical to" } else { "within tolerance of" }
-                );
+                if exact {
+                    assert!(g.data == one.data, "{what}: output {i} differs from one device's bits");
+                }
             }
         }
     }

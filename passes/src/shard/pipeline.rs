@@ -286,6 +286,34 @@ fn bytes_of(g: &Graph, v: ValueId) -> u64 {
     ty.static_shape().map_or(0, |s| s.iter().product::<i64>().max(0) as u64) * ty.dtype.size_bytes() as u64
 }
 
+/// Bytes of the longest prefix and suffix every name shares (on character
+/// boundaries, not overlapping within the shortest name).
+fn common_ends(names: &[&String]) -> (usize, usize) {
+    let first = names[0].as_str();
+    let shortest = names.iter().map(|n| n.len()).min().unwrap_or(0);
+    let shared = |len: usize, at_end: bool| {
+        names.iter().all(|n| {
+            let (a, b) = if at_end {
+                (first.get(first.len() - len..), n.get(n.len() - len..))
+            } else {
+                (first.get(..len), n.get(..len))
+            };
+            a.is_some() && a == b
+        })
+    };
+    let prefix = (0..=shortest).rev().find(|&l| shared(l, false)).unwrap_or(0);
+    let suffix = (0..=shortest - prefix).rev().find(|&l| shared(l, true)).unwrap_or(0);
+    (prefix, suffix)
+}
+
+/// `layers.{0..7}.fc1.weight`: a stacked weight named by its layers' origins.
+fn stacked_name(names: &[&String]) -> String {
+    let (prefix, suffix) = common_ends(names);
+    let (first, last) = (names[0], names[names.len() - 1]);
+    let mid = |n: &str| n[prefix..n.len() - suffix].to_string();
+    format!("{}{{{}..{}}}{}", &first[..prefix], mid(first), mid(last), &first[first.len() - suffix..])
+}
+
 /// Finds the repeated blocks, checks the mesh, and stacks each weight slot
 /// (see the module doc). `microbatches` 0 picks the largest count up to
 /// twice the stages that divides the rows each device holds.
@@ -334,13 +362,20 @@ pub fn prepare(
             }
         }
     }
-    let names: Vec<String> = blocks
-        .iter()
-        .map(|b| {
-            let w = b.nodes.iter().flat_map(|&n| g.nodes[n].inputs.iter()).find(|&&v| g.const_of(v).is_some());
-            w.and_then(|&w| g.values[w].attrs.origin.clone()).unwrap_or_else(|| describe(b))
-        })
-        .collect();
+    // Each layer's name: its first weight's origin less the part every
+    // layer's shares (`layers.3.norm.weight` → `layers.3`).
+    let first_weight = |b: &Block| {
+        let w = b.nodes.iter().flat_map(|&n| g.nodes[n].inputs.iter()).find(|&&v| g.const_of(v).is_some());
+        w.and_then(|&w| g.values[w].attrs.origin.clone())
+    };
+    let origins: Vec<Option<String>> = blocks.iter().map(first_weight).collect();
+    let names: Vec<String> = match origins.iter().map(Option::as_ref).collect::<Option<Vec<&String>>>() {
+        Some(all) => {
+            let (_, suffix) = common_ends(&all);
+            all.iter().map(|o| o[..o.len() - suffix].to_string()).collect()
+        }
+        None => blocks.iter().map(describe).collect(),
+    };
     let layer_weight_bytes: u64 = slots.iter().map(|&c| bytes_of(g, c)).sum();
     let flops: f64 = blocks.iter().flat_map(|b| b.nodes.iter()).map(|&n| node_flops(g, n)).sum();
     let block_nodes = first.nodes.len();
@@ -373,7 +408,12 @@ pub fn prepare(
         }
         let mut big = vec![layers];
         big.extend(&dims);
-        let name = g.values[c0].attrs.origin.clone().map(|o| format!("{o} (stacked over {layers} layers)"));
+        let layer_origins: Vec<Option<String>> = blocks
+            .iter()
+            .map(|b| g.values[g.nodes[b.nodes[positions[slot][0].0]].inputs[positions[slot][0].1]].attrs.origin.clone())
+            .collect();
+        let name =
+            layer_origins.iter().map(Option::as_ref).collect::<Option<Vec<&String>>>().map(|all| stacked_name(&all));
         let s = g.add_const(None, TensorType::fixed(ty.dtype, &big), ConstBytes::owned(data));
         g.values[s].attrs.origin = name;
         g.values[s].attrs.sharding = Some(Sharding::split(big.len(), 0, STAGE_AXIS));
@@ -466,7 +506,13 @@ impl Pipeline {
         }
         let rows = self.local_rows / s.pieces(mesh, 0) as i64;
         let m = match self.microbatches {
-            0 if self.row_wise => (1..=(2 * self.stages).min(rows)).rev().find(|m| rows % m == 0).unwrap_or(1),
+            // Microbatches of at least two rows where the rows allow: XLA:CPU
+            // multiplies a one-row microbatch by its matrix-vector code,
+            // which rounds differently from one device's matrix product.
+            0 if self.row_wise => (1..=(2 * self.stages).min(rows))
+                .rev()
+                .find(|m| rows % m == 0 && (rows / m >= 2 || rows < 2))
+                .unwrap_or(1),
             0 => 1,
             m if m > 1 && !self.row_wise => {
                 return Err(format!(
@@ -638,10 +684,11 @@ impl Pipeline {
         for s in 0..self.stages as usize {
             let names = &self.layer_names[s * per..(s + 1) * per];
             out.push(format!(
-                "    stage {s}: layers {}..{} ({}), weights {} B",
+                "    stage {s}: layers {}..{} ({} .. {}), weights {} B",
                 s * per,
                 (s + 1) * per - 1,
-                names.join(", "),
+                names[0],
+                names[per - 1],
                 self.stage_weight_bytes()
             ));
         }
