@@ -172,3 +172,59 @@ fn pipeline_matches_one_device_and_pytorch() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The BERT and Llama fixtures' two transformer layers on two stages, both
+/// flavours: each layer reads the attention mask (BERT; cut into
+/// microbatches with the activation) or nothing else besides its weights;
+/// the aten flavour's linears flatten the batch into the rows of a matrix
+/// product, so its blocks do not treat rows independently and run whole
+/// (one microbatch), as does the Llama fixture's batch of one. Outputs
+/// match PyTorch and one device.
+#[test]
+fn transformer_layers_match_one_device_and_pytorch() {
+    let Some(plugin) = plugin() else { return };
+    let device = format!("pjrt:{}", plugin.display());
+    let dir = std::env::temp_dir().join(format!("kiln-pipeline-tf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for (model, flavour, microbatches, line) in [
+        ("bert", "training", "2", "2 repeated blocks of 20 nodes, 1 per stage; 2 microbatches of 1 rows"),
+        ("bert", "training", "", "1 microbatches of 2 rows"),
+        ("bert", "aten", "", "1 microbatches of 2 rows"),
+        ("llama", "training", "", "1 microbatches of 1 rows"),
+        ("llama", "aten", "", "1 microbatches of 1 rows"),
+    ] {
+        let fixture = fixture_dir(&format!("models/{model}"));
+        let inputs = read_numbered(&fixture, "input");
+        let expected = read_numbered(&fixture, "output");
+        let what = format!("{model} {flavour} pipeline [stage=2] microbatches `{microbatches}`");
+        let pt2 = fixture.join(format!("{flavour}.pt2"));
+        let graph = import_pt2(&pt2).unwrap_or_else(|e| panic!("{e}")).graph;
+        let opts = CompileOptions::default();
+        let (writer, _) =
+            compile_graph_for(graph, &opts, Backend::Pjrt { precision: Precision::F32 }, Metadata::default())
+                .unwrap_or_else(|e| panic!("{e}"));
+        let one =
+            run_pjrt(&Program::from_bytes(&writer.to_bytes()).unwrap_or_else(|e| panic!("{e}")), &plugin, &inputs);
+        let artifact = dir.join("tf.kiln");
+        let (pt2, artifact) = (pt2.to_str().expect("utf-8"), artifact.to_str().expect("utf-8"));
+        let args = ["compile", pt2, "-o", artifact, "--target", "pjrt", "--mesh", "stage=2", "--shard", "pipeline"];
+        let count: &[&str] = if microbatches.is_empty() { &[] } else { &["--microbatches", microbatches] };
+        let (ok, report) = kiln(&[&args[..], count, &["--report"]].concat());
+        assert!(ok && report.contains(line), "{what}: {report}");
+        let out = dir.join(format!("out-{model}-{flavour}-{microbatches}"));
+        let mut run = vec!["run".to_string(), artifact.to_string(), "--device".into(), device.clone()];
+        for i in 0..inputs.len() {
+            run.extend(["--input".to_string(), format!("{i}={}", fixture.join(format!("input_{i}.npy")).display())]);
+        }
+        run.extend(["--output-dir".to_string(), out.to_str().expect("utf-8").to_string()]);
+        let (ok, text) = kiln(&run.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(ok && text.contains("SPMD over 2 devices"), "{what}: {text}");
+        let got = read_numbered(&out, "output");
+        assert_eq!(got.len(), expected.len(), "{what}");
+        for (i, ((g, want), one)) in got.iter().zip(&expected).zip(&one).enumerate() {
+            assert_close(&format!("{what}: output {i} vs PyTorch"), g, want, 1e-4, 1e-5);
+            assert_close(&format!("{what}: output {i} vs one device"), g, one, 1e-5, 1e-5);
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -9,8 +9,10 @@
 //!   copies of one block of nodes — the same ops with the same attributes and
 //!   types, each copy reading only the previous copy's one result (the first
 //!   reads the value entering the run), its own weights (constants in the
-//!   same places, of the same types) and constants every copy shares — and
-//!   leaving one value. The longest such run wins (then the shortest block).
+//!   same places, of the same types), constants every copy shares and side
+//!   inputs (values from before the run every copy reads: an attention
+//!   mask) — and leaving one value. The longest such run wins (then the
+//!   shortest block).
 //! - **Stacked weights**: each weight slot's `L` constants become one
 //!   `[L, …]` constant split on dim 0 over `stage` (so a device holds the
 //!   `L / N` layers of its stage), and each layer reads its weight back
@@ -18,8 +20,10 @@
 //!   runnable program.
 //! - **Microbatches**: when every op of the block treats batch rows (dim 0)
 //!   independently (a whitelist: elementwise ops, linears, norms and
-//!   softmax over the last dims, reductions not over dim 0), the batch each
-//!   device holds is cut into `M` microbatches; otherwise `M` is 1.
+//!   softmax over the last dims, reductions not over dim 0, reshapes and
+//!   permutes keeping the batch on dim 0, attention), the batch each device
+//!   holds is cut into `M` microbatches (side inputs holding the batch's
+//!   rows too); otherwise `M` is 1.
 //!
 //! The StableHLO emitter writes the run as one `sdy.manual_computation`
 //! over the whole mesh: `M + N − 1` unrolled steps in which stage 0 takes
@@ -69,6 +73,11 @@ pub struct Pipeline {
     /// Constants every layer reads (the same value) with more than
     /// `inline_max_elements` elements: passed whole to the region.
     pub shared: Vec<ValueId>,
+    /// Values from before the run every layer reads (an attention mask),
+    /// and whether each holds the batch's rows on dim 0 (then cut into
+    /// microbatches with the activation; otherwise passed whole).
+    pub side: Vec<ValueId>,
+    pub side_batched: Vec<bool>,
     /// Rows of the activation each device holds (the batch over the data
     /// split), and the rows of one microbatch.
     pub local_rows: i64,
@@ -92,8 +101,9 @@ pub struct Pipeline {
 /// How an operand of a block's node is classified when blocks are compared.
 #[derive(Clone, Debug, PartialEq)]
 enum Operand {
-    /// The value entering the block.
-    Act,
+    /// Value `i` entering the block from outside (the previous block's
+    /// result, or a side input every block reads).
+    External(usize),
     /// Output `index` of the block's node `at`.
     Internal { at: usize, index: usize },
     /// A constant: slot per block, or the same value in every block.
@@ -104,6 +114,10 @@ enum Operand {
 #[derive(Clone, Debug)]
 struct Block {
     nodes: Vec<NodeId>,
+    /// Values entering from outside, first use first; `externals[chain]`
+    /// is the activation (`input`), the others side inputs.
+    externals: Vec<ValueId>,
+    chain: usize,
     input: ValueId,
     output: ValueId,
     /// Per node, its operands classified.
@@ -117,7 +131,7 @@ struct Block {
 /// it (`uses_after(v)`).
 fn read_block(g: &Graph, nodes: &[NodeId], used_outside: &dyn Fn(ValueId, &[NodeId]) -> bool) -> Option<Block> {
     let mut made: HashMap<ValueId, (usize, usize)> = HashMap::new();
-    let mut input = None;
+    let mut externals: Vec<ValueId> = Vec::new();
     let mut operands = Vec::with_capacity(nodes.len());
     for (k, &n) in nodes.iter().enumerate() {
         let node = &g.nodes[n];
@@ -131,12 +145,11 @@ fn read_block(g: &Graph, nodes: &[NodeId], used_outside: &dyn Fn(ValueId, &[Node
             } else if g.const_of(v).is_some() {
                 Operand::Const(v)
             } else {
-                match input {
-                    None => input = Some(v),
-                    Some(i) if i == v => {}
-                    Some(_) => return None,
-                }
-                Operand::Act
+                let i = externals.iter().position(|&e| e == v).unwrap_or_else(|| {
+                    externals.push(v);
+                    externals.len() - 1
+                });
+                Operand::External(i)
             };
             ops.push(o);
         }
@@ -148,14 +161,22 @@ fn read_block(g: &Graph, nodes: &[NodeId], used_outside: &dyn Fn(ValueId, &[Node
     let leaving: Vec<(ValueId, (usize, usize))> =
         made.iter().filter(|(&v, _)| used_outside(v, nodes)).map(|(&v, &at)| (v, at)).collect();
     let [(output, output_at)] = leaving.as_slice() else { return None };
-    let input = input?;
-    (g.ty(input) == g.ty(*output)).then_some(Block {
-        nodes: nodes.to_vec(),
-        input,
-        output: *output,
-        operands,
-        output_at: *output_at,
-    })
+    let input = *externals.first()?;
+    Some(Block { nodes: nodes.to_vec(), externals, chain: 0, input, output: *output, operands, output_at: *output_at })
+}
+
+/// Whether `b` follows `prev` in a chain whose side inputs are `first`'s:
+/// it reads `prev`'s result where `first` reads its input, and the same side
+/// values elsewhere. Sets `b`'s chain index and input.
+fn chains(first: &Block, prev: &Block, b: &mut Block) -> bool {
+    let Some(k) = b.externals.iter().position(|&e| e == prev.output) else { return false };
+    if b.externals.len() != first.externals.len() {
+        return false;
+    }
+    let side_ok = b.externals.iter().zip(&first.externals).enumerate().all(|(i, (x, y))| i == k || x == y);
+    b.chain = k;
+    b.input = prev.output;
+    side_ok
 }
 
 /// Whether block `b` is a copy of `a`: same ops and types, operands in the
@@ -174,7 +195,7 @@ fn same_block(g: &Graph, a: &Block, b: &Block, slots: &mut HashMap<ValueId, Valu
         }
         for (oa, ob) in a.operands[k].iter().zip(&b.operands[k]) {
             match (oa, ob) {
-                (Operand::Act, Operand::Act) => {}
+                (Operand::External(i), Operand::External(j)) if i == j => {}
                 (Operand::Internal { .. }, Operand::Internal { .. }) if oa == ob => {}
                 (&Operand::Const(ca), &Operand::Const(cb)) if g.ty(ca) == g.ty(cb) => match slots.get(&ca) {
                     Some(&seen) if seen != cb => return false,
@@ -222,16 +243,27 @@ fn find_blocks(g: &Graph) -> Option<Vec<Block>> {
                 let (lo, hi) = (pos[&nodes[0]], pos[&nodes[nodes.len() - 1]]);
                 last_use.get(&v).is_some_and(|&u| u > hi) || first_use.get(&v).is_some_and(|&u| u < lo)
             };
-            let Some(first) = read_block(g, &order[start..start + p], &used_outside) else { continue };
+            let Some(mut first) = read_block(g, &order[start..start + p], &used_outside) else { continue };
+            // The chain's index comes from the second block: where it reads
+            // the first one's result.
+            let Some(second) = read_block(g, &order[start + p..start + 2 * p], &used_outside) else { continue };
+            let Some(k) = second.externals.iter().position(|&e| e == first.output) else { continue };
+            if k >= first.externals.len() || g.ty(first.externals[k]) != g.ty(first.output) {
+                continue;
+            }
+            first.chain = k;
+            first.input = first.externals[k];
             let mut blocks = vec![first];
             let mut slots = HashMap::new();
             let mut at = start + p;
             while at + p <= order.len() && sig[at..at + p] == sig[start..start + p] {
-                let Some(b) = read_block(g, &order[at..at + p], &used_outside) else { break };
+                let Some(mut b) = read_block(g, &order[at..at + p], &used_outside) else { break };
                 let prev = &blocks[blocks.len() - 1];
                 // Chained: this block reads the previous one's result, which
-                // nothing else reads.
-                let chained = b.input == prev.output && last_use.get(&prev.output).is_some_and(|&u| u < at + p);
+                // nothing else reads, and the same side inputs.
+                let chained = chains(&blocks[0], prev, &mut b)
+                    && b.chain == blocks[0].chain
+                    && last_use.get(&prev.output).is_some_and(|&u| u < at + p);
                 let mut s = HashMap::new();
                 if !chained || !same_block(g, &blocks[0], &b, &mut s) {
                     break;
@@ -265,6 +297,9 @@ fn rows_independent(g: &Graph, b: &Block, rows: i64) -> bool {
             Op::LayerNorm { normalized_rank, .. } | Op::RmsNorm { normalized_rank, .. } => *normalized_rank < rank,
             Op::Softmax { axis } | Op::LogSoftmax { axis } => *axis != 0,
             Op::Reduce { axes, keep_dims, .. } => !axes.contains(&0) && (*keep_dims || rank >= 1),
+            Op::Reshape { shape } => shape.first().and_then(Dim::as_const) == Some(rows),
+            Op::Permute { perm } => perm.first() == Some(&0),
+            Op::Attention { .. } => true,
             _ => false,
         };
         // Constants of elementwise ops broadcast along the rows; a linear's
@@ -275,6 +310,10 @@ fn rows_independent(g: &Graph, b: &Block, rows: i64) -> bool {
             && node.inputs.iter().zip(ops).all(|(&v, o)| match o {
                 Operand::Const(_) if !elementwise => true,
                 Operand::Const(_) => g.ty(v).rank() < rank || g.ty(v).shape.first().and_then(Dim::as_const) == Some(1),
+                // A side input: the batch's rows, or broadcast along them.
+                Operand::External(i) if *i != b.chain => {
+                    batch(v) || g.ty(v).shape.first().and_then(Dim::as_const) == Some(1)
+                }
                 _ => batch(v),
             });
         op_ok && shapes_ok
@@ -464,6 +503,8 @@ pub fn prepare(
         .into_iter()
         .filter(|&c| bytes_of(g, c) / g.ty(c).dtype.size_bytes() as u64 > inline_max_elements as u64)
         .collect();
+    let side: Vec<ValueId> =
+        first.externals.iter().enumerate().filter(|&(i, _)| i != first.chain).map(|(_, &v)| v).collect();
     let (input, output, first_out) = (first.input, blocks[blocks.len() - 1].output, first.output);
     Ok(Pipeline {
         axis: STAGE_AXIS.to_string(),
@@ -479,6 +520,8 @@ pub fn prepare(
         template: None,
         stacked,
         shared,
+        side_batched: side.iter().map(|&v| g.ty(v).shape.first().and_then(Dim::as_const) == Some(rows)).collect(),
+        side,
         local_rows: rows,
         microbatch_rows: rows,
         sharding: Sharding::replicated(shape.len()),
@@ -505,6 +548,13 @@ impl Pipeline {
             ));
         }
         let rows = self.local_rows / s.pieces(mesh, 0) as i64;
+        if rows != self.local_rows && !self.row_wise {
+            return Err(format!(
+                "--shard pipeline: the batch is split over {:?}, but the repeated block does not treat batch rows \
+                 independently; drop the data axis",
+                s.dims[0]
+            ));
+        }
         let m = match self.microbatches {
             // Microbatches of at least two rows where the rows allow: XLA:CPU
             // multiplies a one-row microbatch by its matrix-vector code,
@@ -566,6 +616,13 @@ impl Pipeline {
         for &c in &self.shared {
             map.insert(c, t.add_input(format!("shared{c}"), g.ty(c).clone()));
         }
+        for (&v, &batched) in self.side.iter().zip(&self.side_batched) {
+            let mut ty = g.ty(v).clone();
+            if batched {
+                ty.shape[0] = Dim::Const(self.microbatch_rows);
+            }
+            map.insert(v, t.add_input(format!("side{v}"), ty));
+        }
         for &n in first {
             let node = &g.nodes[n];
             if weights.iter().any(|w| node.outputs.contains(&w.1))
@@ -594,15 +651,24 @@ impl Pipeline {
                 };
                 inputs.push(m);
             }
+            // A row-wise block's reshapes name the batch: a microbatch's rows.
+            let op = match &node.op {
+                Op::Reshape { shape } if self.row_wise => {
+                    let mut shape = shape.clone();
+                    shape[0] = Dim::Const(self.microbatch_rows);
+                    Op::Reshape { shape }
+                }
+                op => op.clone(),
+            };
             let types: Vec<&TensorType> = inputs.iter().map(|&v| t.ty(v)).collect();
-            let out_types = kiln_ir::infer::infer_types(&t.symbols, &node.op, &types).map_err(|e| {
+            let out_types = kiln_ir::infer::infer_types(&t.symbols, &op, &types).map_err(|e| {
                 format!(
                     "--shard pipeline: {} on a microbatch of {} rows: {e}",
                     g.describe_node(n),
                     self.microbatch_rows
                 )
             })?;
-            let nn = t.add_node(node.op.clone(), inputs, out_types, None);
+            let nn = t.add_node(op, inputs, out_types, None);
             for (&a, &b) in node.outputs.iter().zip(&t.nodes[nn].outputs.clone()) {
                 map.insert(a, b);
             }
@@ -706,7 +772,13 @@ mod tests {
     /// `x -> [linear, relu] × layers -> linear`: weights `w_i`, biases `b_i`
     /// and a shared constant `s` (the same value in every block).
     fn stack(layers: usize) -> Graph {
-        let mut t = String::from("graph {\n  input %0 \"x\": f32[4, 2]\n  const %1 \"s\": f32[2] = [1.0, 2.0]\n");
+        stack_with(layers, "const %1 \"s\": f32[2] = [1.0, 2.0]")
+    }
+
+    /// [`stack`] with `%1` declared by `one`: a constant, or an input every
+    /// block reads (a side input).
+    fn stack_with(layers: usize, one: &str) -> Graph {
+        let mut t = format!("graph {{\n  input %0 \"x\": f32[4, 2]\n  {one}\n");
         let mut v = 2;
         let mut act = 0;
         for l in 0..layers {
@@ -735,17 +807,34 @@ mod tests {
         assert_eq!(g.ty(p.stacked[0]).static_shape(), Some(vec![4, 2, 2]));
         kiln_ir::verify::verify(&g).unwrap_or_else(|e| panic!("{e}"));
         p.finish(&g, &mesh).unwrap_or_else(|e| panic!("{e}"));
-        // Four rows over two stages: four microbatches of one row.
-        assert_eq!((p.microbatches, p.microbatch_rows, p.local_rows), (4, 1, 4));
-        assert!((p.bubble() - 0.2).abs() < 1e-12);
+        // Four rows over two stages: two microbatches of two rows (the
+        // default keeps two rows or more).
+        assert_eq!((p.microbatches, p.microbatch_rows, p.local_rows), (2, 2, 4));
+        assert!((p.bubble() - 1.0 / 3.0).abs() < 1e-12);
         let t = p.template.as_deref().unwrap_or_else(|| panic!("no template"));
         assert_eq!((t.inputs.len(), t.order.len()), (3, 3));
-        assert_eq!(t.ty(t.outputs[0]).static_shape(), Some(vec![1, 2]));
+        assert_eq!(t.ty(t.outputs[0]).static_shape(), Some(vec![2, 2]));
         // Stage weights: two layers of 4 + 2 floats.
         assert_eq!(p.stage_weight_bytes(), 2 * 6 * 4);
         let c = p.collectives();
-        // 4 + 2 - 2 permutes of one 1-row microbatch (8 B); the 4-row result gathered.
-        assert_eq!((c[0].bytes_per_device, c[1].bytes_per_device), (4 * 8, 32));
+        // 2 + 2 - 2 permutes of one 2-row microbatch (16 B); the 4-row result gathered.
+        assert_eq!((c[0].bytes_per_device, c[1].bytes_per_device), (2 * 16, 32));
+    }
+
+    /// A value every block reads from before the run is a side input: with
+    /// the batch's rows it is cut into microbatches too.
+    #[test]
+    fn side_inputs_follow_the_microbatches() {
+        let mut g = stack_with(4, "input %1 \"m\": f32[4, 2]");
+        let mesh = Mesh::new(&[("stage", 2)]);
+        g.mesh = Some(mesh.clone());
+        let mut p = prepare(&mut g, &mesh, 4, 64).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((p.side.len(), p.side_batched.as_slice()), (1, &[true][..]));
+        p.finish(&g, &mesh).unwrap_or_else(|e| panic!("{e}"));
+        let t = p.template.as_deref().unwrap_or_else(|| panic!("no template"));
+        // The activation, two weights, the side input: a one-row microbatch of it.
+        assert_eq!(t.inputs.len(), 4);
+        assert_eq!(t.ty(t.inputs[3]).static_shape(), Some(vec![1, 2]));
     }
 
     #[test]

@@ -42,6 +42,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let x = self.get(p.input)?;
         let stacked: Vec<T<'c, 'a>> = p.stacked.iter().map(|&v| self.get(v)).collect::<Result<_, _>>()?;
         let shared: Vec<T<'c, 'a>> = p.shared.iter().map(|&v| self.get(v)).collect::<Result<_, _>>()?;
+        let side: Vec<T<'c, 'a>> = p.side.iter().map(|&v| self.get(v)).collect::<Result<_, _>>()?;
         let per_stage = p.layers / p.stages;
 
         // Local (per device) operand types.
@@ -54,6 +55,13 @@ impl<'c, 'a> Emitter<'c, 'a> {
             local.push((shape, s.dt));
         }
         local.extend(shared.iter().map(|s| (s.shape.clone(), s.dt)));
+        for (s, &batched) in side.iter().zip(&p.side_batched) {
+            let mut shape = s.shape.clone();
+            if batched {
+                shape[0] = p.local_rows;
+            }
+            local.push((shape, s.dt));
+        }
         let types =
             local.iter().map(|(s, dt)| super::text::parse_type(self.ctx, s, *dt)).collect::<Result<Vec<_>, _>>()?;
         let region = Region::new();
@@ -74,6 +82,13 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let mut ins = vec![p.sharding.clone()];
         ins.extend(stacked.iter().map(|s| Sharding::split(s.shape.len(), 0, &p.axis)));
         ins.extend(shared.iter().map(|s| Sharding::replicated(s.shape.len())));
+        for (s, &batched) in side.iter().zip(&p.side_batched) {
+            let mut sharding = Sharding::replicated(s.shape.len());
+            if batched {
+                sharding.dims[0].clone_from(&p.sharding.dims[0]);
+            }
+            ins.push(sharding);
+        }
         let axes: Vec<String> = mesh.axes.iter().map(|a| format!("\"{}\"", a.name)).collect();
         let attrs = [
             ("in_shardings", per_value(&ins)),
@@ -83,6 +98,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let mut operands: Vec<&T<'c, 'a>> = vec![&x];
         operands.extend(stacked.iter());
         operands.extend(shared.iter());
+        operands.extend(side.iter());
         let y = self.op_with_regions("sdy.manual_computation", &operands, &x.shape, x.dt, &attrs, vec![region])?;
         self.values.insert(p.output, y);
         Ok(())
@@ -104,7 +120,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let per_stage = p.layers / p.stages;
         let x = &args[0];
         let slots = &args[1..1 + p.stacked.len()];
-        let shared = &args[1 + p.stacked.len()..];
+        let shared = &args[1 + p.stacked.len()..1 + p.stacked.len() + p.shared.len()];
+        let side = &args[1 + p.stacked.len() + p.shared.len()..];
         let me = self.axis_index(mesh, &p.axis, n)?;
         let at = |k: i64| self.compare("EQ", &me, &self.scalar(k as f64, DType::I64)?);
         let (first, last) = (at(0)?, at(n - 1)?);
@@ -130,9 +147,15 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let mut outs = Vec::new();
         for t in 0..m + n - 1 {
             let input = if t < m { self.select(&first_b, &self.rows(x, t * mb, mb)?, &state)? } else { state.clone() };
+            // Side inputs: this stage's microbatch `t − stage` (clamped in
+            // the bubble, whose results are never kept) of the batched ones.
+            let mut extra = shared.to_vec();
+            for (v, &batched) in side.iter().zip(&p.side_batched) {
+                extra.push(if batched { self.microbatch_at(v, &me, t, m, mb)? } else { v.clone() });
+            }
             let mut h = input;
             for ws in &layer_weights {
-                h = self.apply_layer(template, &h, ws, shared)?;
+                h = self.apply_layer(template, &h, ws, &extra)?;
             }
             if t >= n - 1 {
                 // Only the last stage's result is the output; the others'
@@ -177,6 +200,24 @@ impl<'c, 'a> Emitter<'c, 'a> {
         )?;
         let kept = self.rows(&gathered, n - 1, 1)?;
         self.reshape(&kept, &y.shape)
+    }
+
+    /// Rows of microbatch `clamp(t − me, 0, m − 1)` of `v` (`mb` rows each):
+    /// what stage `me` works on at step `t`.
+    fn microbatch_at(&self, v: &T<'c, 'a>, me: &T<'c, 'a>, t: i64, m: i64, mb: i64) -> Result<T<'c, 'a>, EmitError> {
+        let i64s = DType::I64;
+        let k = self.binary("subtract", &self.scalar(t as f64, i64s)?, me)?;
+        let k = self.binary("maximum", &k, &self.scalar(0.0, i64s)?)?;
+        let k = self.binary("minimum", &k, &self.scalar((m - 1) as f64, i64s)?)?;
+        let start = self.binary("multiply", &k, &self.scalar(mb as f64, i64s)?)?;
+        let zero = self.scalar(0.0, i64s)?;
+        let mut starts: Vec<&T<'c, 'a>> = vec![v, &start];
+        for _ in 1..v.shape.len() {
+            starts.push(&zero);
+        }
+        let mut sizes = v.shape.clone();
+        sizes[0] = mb;
+        self.op("stablehlo.dynamic_slice", &starts, &sizes, v.dt, &[("slice_sizes", arr(&sizes))])
     }
 
     /// Rows `from .. from + count` of `t` (dim 0).
