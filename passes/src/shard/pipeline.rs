@@ -231,7 +231,7 @@ fn find_blocks(g: &Graph) -> Option<Vec<Block>> {
     for &v in &g.outputs {
         last_use.insert(v, order.len());
     }
-    let sig: Vec<String> = order.iter().map(|&n| g.nodes[n].op.name().to_string()).collect();
+    let sig: Vec<&str> = order.iter().map(|&n| g.nodes[n].op.name()).collect();
     let mut best: Option<Vec<Block>> = None;
     let covered = |b: &Option<Vec<Block>>| b.as_ref().map_or(0, |v| v.len() * v[0].nodes.len());
     for start in 0..order.len() {
