@@ -353,6 +353,13 @@ fn shard_for_pjrt(
         cost: config.cost.clone(),
         manual_regions: config.dialect == crate::stablehlo::sharding::ShardingDialect::Shardy,
     };
+    if matches!(config.strategy, kiln_passes::shard::Strategy::Pipeline { .. })
+        && config.dialect != crate::stablehlo::sharding::ShardingDialect::Shardy
+    {
+        return Err(CompileError::Shard(
+            "--shard pipeline writes manual regions, which need --sharding-dialect shardy (the default)".into(),
+        ));
+    }
     let plan = shard_graph(graph, &options).map_err(CompileError::Shard)?;
     if verify {
         kiln_ir::verify::verify(graph)
@@ -364,6 +371,7 @@ fn shard_for_pjrt(
         reshards: plan.reshards,
         cost: plan.cost,
         auto: plan.auto,
+        pipeline: plan.pipeline,
     })
 }
 

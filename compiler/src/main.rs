@@ -36,9 +36,14 @@ struct ShardArgs {
     /// Strategy: `data-parallel` (inputs split on batch), `tensor-parallel` (Megatron
     /// column/row linears), `fsdp` (weights split over the data axis too), `expert-parallel`
     /// (experts split over the model axis, tokens dispatched by all-to-all), `replicated`,
+    /// `pipeline` (the repeated blocks over a `stage` axis, microbatches passed stage to stage),
     /// or `auto` (the cheapest plan under --shard-cost, chosen per layer; --report explains it).
     #[arg(long, default_value = "data-parallel")]
     shard: String,
+    /// Microbatches of `--shard pipeline` (they must divide the batch rows each device holds);
+    /// default: the largest count up to twice the stages that does.
+    #[arg(long)]
+    microbatches: Option<u32>,
     /// The cost model plans are estimated with (and `--shard auto` chooses by), SI units:
     /// `flops=1e14,memory=16e9,link=1e11,link.model=4e11,latency=1e-5` (FLOP/s per device,
     /// bytes per device, bytes/s per link and per named axis, seconds per collective).
@@ -77,15 +82,25 @@ impl ShardArgs {
             if !self.shard_cost.is_empty() {
                 return Err("--shard-cost needs --mesh".into());
             }
+            if self.microbatches.is_some() {
+                return Err("--microbatches needs --mesh and --shard pipeline".into());
+            }
             return Ok(None);
         };
         let mut mesh = parse_mesh(mesh)?;
-        let strategy = Strategy::from_name(&self.shard).ok_or_else(|| {
+        let mut strategy = Strategy::from_name(&self.shard).ok_or_else(|| {
             format!(
-                "unknown --shard `{}` (known: data-parallel, tensor-parallel, fsdp, expert-parallel, replicated, auto)",
+                "unknown --shard `{}` (known: data-parallel, tensor-parallel, fsdp, expert-parallel, pipeline, \
+                 replicated, auto)",
                 self.shard
             )
         })?;
+        match (&mut strategy, self.microbatches) {
+            (Strategy::Pipeline { microbatches }, Some(m)) if m >= 1 => *microbatches = m,
+            (_, None) => {}
+            (Strategy::Pipeline { .. }, Some(_)) => return Err("--microbatches must be at least 1".into()),
+            (_, Some(_)) => return Err("--microbatches needs --shard pipeline".into()),
+        }
         let dialect = ShardingDialect::from_name(&self.sharding_dialect)
             .ok_or_else(|| format!("unknown --sharding-dialect `{}` (known: shardy, gspmd)", self.sharding_dialect))?;
         let mut overrides = Vec::new();

@@ -5,7 +5,7 @@
 //! `../shared/notes/sharding-pjrt.md`).
 
 use kiln_ir::{Graph, Mesh, MeshAxis, Sharding};
-use kiln_passes::shard::{bytes, expert_dispatches, seconds, AutoReport, Override, PlanCost, Reshard, Use};
+use kiln_passes::shard::{bytes, expert_dispatches, seconds, AutoReport, Override, Pipeline, PlanCost, Reshard, Use};
 use kiln_runtime::format::{MeshAxisDecl, MeshDecl, TensorSharding};
 
 /// How a sharded module is annotated.
@@ -37,6 +37,8 @@ pub struct SpmdEmit {
     pub cost: PlanCost,
     /// What `--shard auto` tried and chose (for the report).
     pub auto: Option<AutoReport>,
+    /// `--shard pipeline`'s stages: its span is emitted as one region.
+    pub pipeline: Option<Pipeline>,
 }
 
 /// The `sdy.mesh` symbol every Shardy annotation names.
@@ -227,7 +229,17 @@ impl ShardReport {
                 }
             }
         }
-        let decisions = spmd.auto.as_ref().map_or_else(Vec::new, |a| auto_lines(g, a));
+        let mut decisions = spmd.auto.as_ref().map_or_else(Vec::new, |a| auto_lines(g, a));
+        if let Some(p) = &spmd.pipeline {
+            for c in p.collectives() {
+                collectives.push((
+                    c.collective.name(),
+                    format!("manual region (pipeline): {}", c.what),
+                    c.bytes_per_device,
+                ));
+            }
+            decisions.extend(p.lines());
+        }
         ShardReport { mesh: spmd.mesh.to_string(), tensors, collectives, cost: spmd.cost.clone(), decisions }
     }
 

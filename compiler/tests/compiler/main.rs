@@ -18,6 +18,7 @@ mod stablehlo_fixtures;
 mod stablehlo_manual;
 mod stablehlo_moe;
 mod stablehlo_ops;
+mod stablehlo_pipeline;
 mod stablehlo_quant;
 mod stablehlo_sharding;
 mod stablehlo_state;

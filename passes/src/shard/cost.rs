@@ -197,7 +197,7 @@ fn dim(g: &Graph, v: ValueId, from_end: usize) -> f64 {
 /// FLOPs of one node on one device holding everything: matrix products,
 /// convolutions and attention by their multiply-adds, everything else one
 /// per output element.
-fn node_flops(g: &Graph, n: NodeId) -> f64 {
+pub(super) fn node_flops(g: &Graph, n: NodeId) -> f64 {
     let node = &g.nodes[n];
     let out = node.outputs[0];
     let input = |i: usize| node.inputs.get(i).copied();
@@ -230,7 +230,7 @@ fn collective_cost(mesh: &Mesh, r: &Reshard, model: &CostModel) -> (f64, f64) {
             .zip(&r.to.dims)
             .flat_map(|(f, t)| f.iter().filter(|a| !t.contains(a)).cloned().collect::<Vec<_>>())
             .collect(),
-        Collective::Slice => return (0.0, 0.0),
+        Collective::Slice | Collective::CollectivePermute => return (0.0, 0.0),
     };
     let n = axes_size(mesh, &axes) as f64;
     if n <= 1.0 {

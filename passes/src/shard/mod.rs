@@ -18,16 +18,21 @@
 //! - `auto`: `--shard auto`, the plan the cost model picks, per layer.
 //! - `manual`: where kiln partitions by hand (experts' all-to-all token
 //!   dispatch); the emitter writes those nodes as manual regions.
+//! - `pipeline`: `--shard pipeline`, repeated blocks over the `stage` axis
+//!   with their weights stacked; the emitter writes the run of blocks as one
+//!   manual region with `collective_permute`s between stages.
 
 mod auto;
 mod cost;
 mod manual;
+mod pipeline;
 mod propagate;
 mod strategy;
 
 pub use auto::{AutoReport, LayerChoice, LayerPlan};
 pub use cost::{bytes, estimate, seconds, CostModel, PlanCost};
 pub use manual::{expert_dispatches, Exchange, ExpertDispatch, ManualCollective};
+pub use pipeline::{Pipeline, STAGE_AXIS};
 pub use propagate::{propagate_shardings, Collective, Reshard, Use};
 pub use strategy::{glob_match, Override, Strategy};
 
@@ -60,6 +65,9 @@ pub struct ShardPlan {
     pub cost: PlanCost,
     /// What `--shard auto` tried and chose.
     pub auto: Option<AutoReport>,
+    /// `--shard pipeline`'s stages (the graph's repeated blocks rewritten to
+    /// read stacked weights; the emitter writes them as one region).
+    pub pipeline: Option<Pipeline>,
 }
 
 /// Sets `g.mesh`, seeds inputs and weights from `opts`, and propagates.
@@ -71,6 +79,9 @@ pub fn shard_graph(g: &mut Graph, opts: &ShardOptions) -> Result<ShardPlan, Stri
         return Err(format!("bad mesh: {}", problems.join("; ")));
     }
     g.mesh = Some(opts.mesh.clone());
+    if let Strategy::Pipeline { microbatches } = opts.strategy {
+        return shard_pipeline(g, opts, microbatches);
+    }
     let (reshards, auto) = if opts.strategy == Strategy::Auto {
         let (reshards, report) = auto::shard_auto(g, opts)?;
         (reshards, Some(report))
@@ -79,5 +90,34 @@ pub fn shard_graph(g: &mut Graph, opts: &ShardOptions) -> Result<ShardPlan, Stri
         (propagate_shardings(g, opts)?, None)
     };
     let cost = estimate(g, &opts.mesh, &reshards, &opts.cost);
-    Ok(ShardPlan { reshards, cost, auto })
+    Ok(ShardPlan { reshards, cost, auto, pipeline: None })
+}
+
+/// `--shard pipeline`: the blocks stacked and staged, the rest seeded and
+/// propagated as data-parallel over a `data` axis (if any); reshardings
+/// inside the region are the region's business (it is partitioned by
+/// hand), and its cost is the schedule's.
+fn shard_pipeline(g: &mut Graph, opts: &ShardOptions, microbatches: u32) -> Result<ShardPlan, String> {
+    let mut p = pipeline::prepare(g, &opts.mesh, microbatches, opts.inline_max_elements)?;
+    strategy::seed(g, opts)?;
+    for &s in &p.stacked {
+        let rank = g.ty(s).rank();
+        g.values[s].attrs.sharding = Some(kiln_ir::Sharding::split(rank, 0, STAGE_AXIS));
+    }
+    let mut reshards = propagate_shardings(g, opts)?;
+    p.finish(g, &opts.mesh)?;
+    reshards.retain(|r| !matches!(r.at, Use::Operand { node, .. } if p.span.contains(&node)));
+    // The region leaves the activation as it entered: batch over data.
+    let out = p.output;
+    g.values[out].attrs.sharding = Some(p.sharding.clone());
+    let mut cost = estimate(g, &opts.mesh, &reshards, &opts.cost);
+    let split = p.sharding.pieces(&opts.mesh, 0) as f64;
+    let span_flops: f64 = p.span.iter().map(|&n| cost::node_flops(g, n)).sum::<f64>() / split.max(1.0);
+    cost.flops += p.device_flops() - span_flops;
+    cost.compute_s = cost.flops / opts.cost.flops_per_s;
+    for c in p.collectives() {
+        cost.comm_bytes += c.bytes_per_device as f64;
+        cost.comm_s += c.bytes_per_device as f64 / opts.cost.link(&c.axis) + opts.cost.collective_latency_s;
+    }
+    Ok(ShardPlan { reshards, cost, auto: None, pipeline: Some(p) })
 }

@@ -35,6 +35,9 @@ pub enum Collective {
     AllToAll,
     /// Whole dims split: each device keeps its piece, nothing is sent.
     Slice,
+    /// Point-to-point sends along an axis (pipeline stages; manual regions
+    /// only, never a resharding).
+    CollectivePermute,
 }
 
 impl Collective {
@@ -44,6 +47,7 @@ impl Collective {
             Collective::AllGather => "all-gather",
             Collective::AllToAll => "all-to-all",
             Collective::Slice => "slice",
+            Collective::CollectivePermute => "collective-permute",
         }
     }
 }

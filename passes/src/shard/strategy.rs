@@ -30,6 +30,11 @@ pub enum Strategy {
     /// replicated; inputs split on batch over a separate `data` axis when the
     /// mesh has one.
     ExpertParallel,
+    /// Pipeline parallelism (see `pipeline`): the repeated blocks over the
+    /// `stage` axis, the batch cut into `microbatches` (0: kiln picks);
+    /// inputs split on batch over a separate `data` axis when the mesh has
+    /// one, everything outside the blocks replicated.
+    Pipeline { microbatches: u32 },
     /// The plan the cost model finds cheapest: the best of the above, then
     /// refined layer by layer (see `auto`).
     Auto,
@@ -43,6 +48,7 @@ impl Strategy {
             "tensor-parallel" | "tp" => Strategy::TensorParallel,
             "fsdp" => Strategy::Fsdp,
             "expert-parallel" | "ep" => Strategy::ExpertParallel,
+            "pipeline" | "pp" => Strategy::Pipeline { microbatches: 0 },
             "auto" => Strategy::Auto,
             _ => return None,
         })
@@ -55,6 +61,7 @@ impl Strategy {
             Strategy::TensorParallel => "tensor-parallel",
             Strategy::Fsdp => "fsdp",
             Strategy::ExpertParallel => "expert-parallel",
+            Strategy::Pipeline { .. } => "pipeline",
             Strategy::Auto => "auto",
         }
     }
@@ -86,6 +93,7 @@ pub(super) fn seed(g: &mut Graph, opts: &ShardOptions) -> Result<(), String> {
         Strategy::TensorParallel | Strategy::ExpertParallel => {
             mesh.axis("data").is_some() && model_axis(mesh) != "data"
         }
+        Strategy::Pipeline { .. } => mesh.axis("data").is_some() && data != super::pipeline::STAGE_AXIS,
         // `auto` seeds through the concrete strategies it tries.
         Strategy::Replicated | Strategy::Auto => false,
     };

@@ -38,7 +38,7 @@ pub fn axis_groups(mesh: &Mesh, axis: &str) -> Result<Vec<Vec<i64>>, EmitError> 
 }
 
 /// `dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>`.
-fn dense_table(rows: &[Vec<i64>]) -> String {
+pub(super) fn dense_table(rows: &[Vec<i64>]) -> String {
     let inner: Vec<String> =
         rows.iter().map(|r| format!("[{}]", r.iter().map(i64::to_string).collect::<Vec<_>>().join(", "))).collect();
     let cols = rows.first().map_or(0, Vec::len);
@@ -239,7 +239,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
     }
 
     /// This device's place along `axis` (i64), from `partition_id`.
-    fn axis_index(&self, mesh: &Mesh, axis: &str, size: i64) -> Result<T<'c, 'a>, EmitError> {
+    pub(super) fn axis_index(&self, mesh: &Mesh, axis: &str, size: i64) -> Result<T<'c, 'a>, EmitError> {
         let at = mesh.axes.iter().position(|a| a.name == axis).ok_or_else(|| err("no mesh axis"))?;
         let stride: i64 = mesh.axes[at + 1..].iter().map(|a| i64::from(a.size)).product();
         let pid = self.partition_id()?;

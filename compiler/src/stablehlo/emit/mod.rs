@@ -33,6 +33,8 @@
 //! - `special`: igamma/igammac (f64 series and continued fraction loops).
 //! - `manual`: regions kiln partitions by hand (`sdy.manual_computation`
 //!   with explicit collectives): experts' all-to-all token dispatch.
+//! - `pipeline`: pipeline stages, the repeated blocks as one manual region
+//!   with `collective_permute`s between stages (GPipe's schedule, unrolled).
 //!
 //! Every module is checked by the collective verifier (`super::verify`)
 //! before it is returned: a wrong collective mode would abort the plugin's
@@ -44,6 +46,7 @@ mod elementwise;
 mod index;
 mod linalg;
 mod manual;
+mod pipeline;
 mod quant;
 mod sort;
 mod special;
@@ -189,7 +192,18 @@ pub fn emit_segment_with(
                 e.values.insert(v, t);
             }
         }
+        let pipeline = spmd.and_then(|s| s.pipeline.as_ref().map(|p| (s, p)));
         for &n in &seg.nodes {
+            // A pipeline's blocks are one region, written where they start.
+            if let Some((s, p)) = pipeline.filter(|(_, p)| p.span.contains(&n)) {
+                if n == p.span[0] {
+                    e.lower_pipeline(g, &s.mesh, p).map_err(|mut x| {
+                        x.node = Some(n);
+                        x
+                    })?;
+                }
+                continue;
+            }
             // Constrained operands replace the values for this node only.
             let saved = match spmd {
                 Some(spmd) => e.constrain_operands(g, n, spmd)?,
