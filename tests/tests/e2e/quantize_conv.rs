@@ -149,3 +149,66 @@ fn integer_convolutions_give_the_same_bytes_at_any_thread_count() {
     }
     std::fs::remove_dir_all(&calib).ok();
 }
+
+/// int8 activations between layers (the `quant_acts` pass): in the
+/// int8-static ResNet-18 each block's first convolution hands its result
+/// to the second as i8 (quantized in its tile store with the second's
+/// calibrated parameters); in MobileNetV2 (depthwise convolutions on int8
+/// activations too) the expansion hands its result to the depthwise one
+/// and that to the projection. The program gives the bytes it gives with
+/// the f32 handoff (the pass left out), at 1 to 4 threads.
+#[test]
+fn int8_activations_between_layers_give_the_float_handoffs_bytes() {
+    use kiln_runtime::format::{InstrOp, Kernel};
+    for (model, handoffs) in [("resnet18", 8), ("mobilenet_v2", 34)] {
+        let inputs = read_numbered(&fixture_dir(&format!("models/{model}")), "input");
+        let calib = calibration_dir(model);
+        let build = |skip: Vec<&'static str>| {
+            let src = fixture_dir(&format!("models/{model}")).join("aten.pt2");
+            let tmp = temp_path("quant_acts");
+            let quantize = Some(QuantizeConfig::new(QuantScheme::parse("int8-static").expect("mode")));
+            let opts =
+                CompileOptions { quantize, calibration: Some(calib.clone()), skip_passes: skip, ..Default::default() };
+            compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{model} int8-static: {e}"));
+            let program = Program::load(&tmp).expect("load");
+            std::fs::remove_file(&tmp).ok();
+            program
+        };
+        let (int8, float) = (build(vec![]), build(vec!["quant_acts"]));
+        let i8_outputs = |p: &Program| {
+            let plan = p.plan();
+            plan.instrs
+                .iter()
+                .filter(|i| match &i.op {
+                    InstrOp::Call(Kernel::QuantConv { out_scale, .. }) => {
+                        let dtype = plan.tensors[i.outputs[0] as usize].dtype;
+                        assert_eq!(out_scale.is_some(), dtype == kiln_runtime::DType::I8, "i8 iff its parameters");
+                        out_scale.is_some()
+                    }
+                    _ => false,
+                })
+                .count()
+        };
+        assert_eq!(i8_outputs(&int8), handoffs, "{model}: int8 handoffs");
+        assert_eq!(i8_outputs(&float), 0);
+        assert_eq!(count(&int8, "quant_conv"), count(&float, "quant_conv"));
+        let want = run_with(&float, &inputs, 1);
+        for threads in 1..=4 {
+            let got = run_with(&int8, &inputs, threads);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{model}: {threads} threads");
+        }
+        std::fs::remove_dir_all(&calib).ok();
+    }
+}
+
+/// int8-static MobileNetV2: its 17 depthwise convolutions take static int8
+/// activations (the integer depthwise kernel) and say so.
+#[test]
+fn depthwise_convolutions_take_static_int8_activations() {
+    let calib = calibration_dir("mobilenet_v2");
+    let (_, summary) = compile("mobilenet_v2", "aten", Some("int8-static"), Some(calib.clone()));
+    let depthwise: Vec<_> = summary.quantized.iter().filter(|l| l.note.contains("depthwise")).collect();
+    assert_eq!(depthwise.len(), 17, "{:?}", summary.quantized.iter().map(|l| &l.note).collect::<Vec<_>>());
+    assert!(depthwise.iter().all(|l| l.act_qparams.is_some() && l.note.contains("static int8 activations")));
+    std::fs::remove_dir_all(&calib).ok();
+}
