@@ -61,19 +61,19 @@ const BLOCK: usize = 64;
 /// Most taps of a kernel (the offsets of a pixel's taps live on the stack).
 const MAX_TAPS: usize = 64;
 
-/// The driver's depthwise loop: `acc[c] = Σ_j x[offs[j] + c] ·
-/// w[w_offs[j] + c]` over `c < acc.len()` (i16 products, exact for centred
-/// activations and int8 weights, summed in i32 in tap order).
-pub(crate) type DepthwiseFn = fn(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], acc: &mut [i32]);
+/// The driver's depthwise loop: `acc[c] = Σ_j x[offs[j] + c0 + c] ·
+/// w[w_offs[j] + c0 + c]` over `c < acc.len()` (i16 products, exact for
+/// centred activations and int8 weights, summed in i32 in tap order).
+pub(crate) type DepthwiseFn = fn(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32]);
 
 /// [`DepthwiseFn`], plain Rust the compiler vectorises (an ISA's driver
 /// compiles the same loop for it).
 #[inline(always)]
-pub(crate) fn depthwise_acc(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], acc: &mut [i32]) {
+pub(crate) fn depthwise_acc(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32]) {
     let n = acc.len();
     acc.fill(0);
     for (&o, &wo) in offs.iter().zip(w_offs) {
-        let (x, w) = (&x[o..o + n], &w[wo..wo + n]);
+        let (x, w) = (&x[o + c0..o + c0 + n], &w[wo + c0..wo + c0 + n]);
         for ((a, &x), &w) in acc.iter_mut().zip(x).zip(w) {
             *a += x.wrapping_mul(w) as i32;
         }
@@ -216,8 +216,7 @@ pub fn qconv_depthwise_with(
                 let pixel = (b * oh + oy) * ow + ox;
                 for c0 in (0..c).step_by(BLOCK) {
                     let cb = BLOCK.min(c - c0);
-                    let (o, wo) = (offs[..t].map_add(c0), w_offs[..t].map_add(c0));
-                    (driver.depthwise)(centred, &o[..t], &w.taps, &wo[..t], &mut acc[..cb]);
+                    (driver.depthwise)(centred, &offs[..t], &w.taps, &w_offs[..t], c0, &mut acc[..cb]);
                     let v = &mut vals[..cb];
                     let scales = &w.scales[c0..c0 + cb];
                     for (j, (v, (&a, &sc))) in v.iter_mut().zip(acc.iter().zip(scales)).enumerate() {
@@ -262,20 +261,4 @@ pub fn qconv_depthwise_with(
         });
     }
     Ok(())
-}
-
-/// `[a + k, b + k, ..]` on a fixed array (the taps' offsets of one
-/// channel block).
-trait MapAdd {
-    fn map_add(&self, k: usize) -> [usize; MAX_TAPS];
-}
-
-impl MapAdd for [usize] {
-    fn map_add(&self, k: usize) -> [usize; MAX_TAPS] {
-        let mut out = [0usize; MAX_TAPS];
-        for (o, &v) in out.iter_mut().zip(self) {
-            *o = v + k;
-        }
-        out
-    }
 }
