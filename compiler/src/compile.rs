@@ -272,9 +272,9 @@ pub fn compile_graph_for(
             Some(dir) => {
                 let samples = crate::calibrate::read_samples(dir)?;
                 let mut cfg = cfg.clone();
-                // The CPU kernels run depthwise convolutions on static int8
-                // activations; StableHLO segments only dense ones.
-                cfg.int8_depthwise = target == Target::Cpu;
+                // Only the CPU kernels run depthwise convolutions on static
+                // int8 activations (StableHLO segments run dense ones).
+                cfg.int8_depthwise &= target == Target::Cpu;
                 if cfg.uses_calibration() && cfg.activations.is_empty() {
                     cfg.activations = crate::calibrate::observe(&graph, &samples)?;
                 }

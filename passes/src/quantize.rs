@@ -164,8 +164,10 @@ pub struct QuantizeConfig {
     pub auto_max_cosine_drop: Option<f64>,
     /// int8-static gives depthwise convolutions (2-d, one channel per
     /// group) static int8 activations too (the CPU target's
-    /// `kiln_kernels::quant::qconv_depthwise`; the compiler sets it for
-    /// CPU plans). Off, they keep f32 activations as other grouped ones.
+    /// `kiln_kernels::quant::qconv_depthwise`; the compiler clears it for
+    /// other targets). Off by default: they keep f32 activations as other
+    /// grouped ones (the integer depthwise kernel still measures slower
+    /// than the f32 one on MobileNetV2, `benches/RESULTS.md`).
     pub int8_depthwise: bool,
 }
 

@@ -23,10 +23,12 @@ use crate::parallel::SharedMut;
 use crate::types::{DType, Result, TensorMut, TensorRef};
 
 /// A depthwise convolution's int8 weight prepared for [`qconv_depthwise`]:
-/// tap-major `[kh · kw, C]` i16 values and the per-channel scales.
+/// tap-major `[kh · kw, Cp]` i16 values (`Cp`: `C` rounded up to whole
+/// blocks, the lanes past `C` zero) and the per-channel scales.
 #[derive(Clone, Debug)]
 pub struct DepthwiseQWeights {
     channels: usize,
+    padded: usize,
     kernel: [usize; 2],
     taps: Vec<i16>,
     scales: Vec<f32>,
@@ -42,13 +44,14 @@ impl DepthwiseQWeights {
             return Err(err("depthwise weight or scales do not match the weight's shape"));
         }
         let taps = kh * kw;
-        let mut t = vec![0i16; w.len()];
+        let cp = c.next_multiple_of(BLOCK);
+        let mut t = vec![0i16; taps * cp];
         for (ch, row) in w.chunks_exact(taps.max(1)).enumerate() {
             for (tap, &v) in row.iter().enumerate() {
-                t[tap * c + ch] = v as i16;
+                t[tap * cp + ch] = v as i16;
             }
         }
-        Ok(DepthwiseQWeights { channels: c, kernel: [kh, kw], taps: t, scales: scales.to_vec() })
+        Ok(DepthwiseQWeights { channels: c, padded: cp, kernel: [kh, kw], taps: t, scales: scales.to_vec() })
     }
 
     pub fn channels(&self) -> usize {
@@ -56,28 +59,33 @@ impl DepthwiseQWeights {
     }
 }
 
-/// Channels per block: one stack accumulator.
-const BLOCK: usize = 64;
+/// Channels per block: one fixed-size accumulator the driver loop keeps
+/// in registers over the taps.
+const BLOCK: usize = 16;
 /// Most taps of a kernel (the offsets of a pixel's taps live on the stack).
 const MAX_TAPS: usize = 64;
 
 /// The driver's depthwise loop: `acc[c] = Σ_j x[offs[j] + c0 + c] ·
-/// w[w_offs[j] + c0 + c]` over `c < acc.len()` (i16 products, exact for
-/// centred activations and int8 weights, summed in i32 in tap order).
-pub(crate) type DepthwiseFn = fn(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32]);
+/// w[w_offs[j] + c0 + c]` over a block of `c < 16` (i16 products, exact
+/// for centred activations and int8 weights, summed in i32 in tap order).
+pub(crate) type DepthwiseFn =
+    fn(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32; BLOCK]);
 
 /// [`DepthwiseFn`], plain Rust the compiler vectorises (an ISA's driver
 /// compiles the same loop for it).
 #[inline(always)]
-pub(crate) fn depthwise_acc(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32]) {
-    let n = acc.len();
-    acc.fill(0);
+pub(crate) fn depthwise_acc(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32; BLOCK]) {
+    const ZERO: [i16; BLOCK] = [0; BLOCK];
+    let mut a = [0i32; BLOCK];
     for (&o, &wo) in offs.iter().zip(w_offs) {
-        let (x, w) = (&x[o + c0..o + c0 + n], &w[wo + c0..wo + c0 + n]);
-        for ((a, &x), &w) in acc.iter_mut().zip(x).zip(w) {
-            *a += x.wrapping_mul(w) as i32;
+        // In bounds by construction (offsets of padded pixels and taps).
+        let x: &[i16; BLOCK] = x[o + c0..o + c0 + BLOCK].try_into().unwrap_or(&ZERO);
+        let w: &[i16; BLOCK] = w[wo + c0..wo + c0 + BLOCK].try_into().unwrap_or(&ZERO);
+        for k in 0..BLOCK {
+            a[k] += x[k].wrapping_mul(w[k]) as i32;
         }
     }
+    *acc = a;
 }
 
 /// The int8 depthwise convolution (see the module doc): `x` f32 or i8
@@ -173,19 +181,24 @@ pub fn qconv_depthwise_with(
     let threads = if n * oh * ow * c * kh * kw < 1 << 16 { crate::parallel::Threads::single() } else { cx.threads() };
     let driver = kernels.int8.driver;
     // The centred image: `q − zp` as i16 (f32 inputs quantized here).
-    let centred = cx.scratch.f32s(plane.div_ceil(2));
-    let centred: &mut [i16] = &mut bytemuck::cast_slice_mut(centred)[..plane];
+    let cp = w.padded;
+    let centred = cx.scratch.f32s((h * wd * cp).div_ceil(2));
+    let centred: &mut [i16] = &mut bytemuck::cast_slice_mut(centred)[..h * wd * cp];
     let out_bytes = SharedMut(out.data.as_mut_ptr());
     let out_dtype = out.dtype;
     for b in 0..n {
-        let row_len = wd * c;
-        threads.for_each_chunk(centred, row_len, |row, dst| {
-            let at = b * plane + row * row_len..b * plane + row * row_len + dst.len();
-            if xi.is_empty() {
-                (driver.encode)(Acts::I16, &xf[at], s, zp, bytemuck::cast_slice_mut(dst));
-                dst.iter_mut().for_each(|d| *d -= zp as i16);
-            } else {
-                dst.iter_mut().zip(&xi[at]).for_each(|(d, &v)| *d = v as i16 - zp as i16);
+        // A pixel's channels at stride `cp`, the lanes past `C` zero.
+        threads.for_each_chunk(centred, wd * cp, |row, dst| {
+            for (px, d) in dst.chunks_exact_mut(cp).enumerate() {
+                let at = b * plane + (row * wd + px) * c..b * plane + (row * wd + px + 1) * c;
+                let (d, pad) = d.split_at_mut(c);
+                if xi.is_empty() {
+                    (driver.encode)(Acts::I16, &xf[at], s, zp, bytemuck::cast_slice_mut(d));
+                    d.iter_mut().for_each(|d| *d -= zp as i16);
+                } else {
+                    d.iter_mut().zip(&xi[at]).for_each(|(d, &v)| *d = v as i16 - zp as i16);
+                }
+                pad.fill(0);
             }
         });
         let centred: &[i16] = centred;
@@ -208,23 +221,25 @@ pub fn qconv_depthwise_with(
                         if ix >= wd {
                             continue;
                         }
-                        offs[t] = (iy * wd + ix) * c;
-                        w_offs[t] = (ty * kw + tx) * c;
+                        offs[t] = (iy * wd + ix) * cp;
+                        w_offs[t] = (ty * kw + tx) * cp;
                         t += 1;
                     }
                 }
                 let pixel = (b * oh + oy) * ow + ox;
                 for c0 in (0..c).step_by(BLOCK) {
                     let cb = BLOCK.min(c - c0);
-                    (driver.depthwise)(centred, &offs[..t], &w.taps, &w_offs[..t], c0, &mut acc[..cb]);
+                    (driver.depthwise)(centred, &offs[..t], &w.taps, &w_offs[..t], c0, &mut acc);
                     let v = &mut vals[..cb];
                     let scales = &w.scales[c0..c0 + cb];
-                    for (j, (v, (&a, &sc))) in v.iter_mut().zip(acc.iter().zip(scales)).enumerate() {
-                        let y = (a as f32 * s) * sc;
-                        *v = match bias {
-                            Some(bias) => y + bias[c0 + j],
-                            None => y,
-                        };
+                    match bias {
+                        Some(bias) => v
+                            .iter_mut()
+                            .zip(acc.iter().zip(scales).zip(&bias[c0..c0 + cb]))
+                            .for_each(|(v, ((&a, &sc), &b))| *v = (a as f32 * s) * sc + b),
+                        None => {
+                            v.iter_mut().zip(acc.iter().zip(scales)).for_each(|(v, (&a, &sc))| *v = (a as f32 * s) * sc)
+                        }
                     }
                     let r = residual.map(|r| &r[pixel * c + c0..][..cb]);
                     let add = |v: &mut [f32]| {

@@ -29,13 +29,13 @@ fn check(mr: usize, nr: usize, k4: usize, a: &[u8], lda: usize, b: &[u8], strip:
 /// Every x86 entry uses it (each needs AVX2).
 pub(crate) const DRIVER: Driver = Driver { encode, store, depthwise };
 
-fn depthwise(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32]) {
+fn depthwise(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32; 16]) {
     // SAFETY: as for `encode`.
     unsafe { depthwise_avx2(x, offs, w, w_offs, c0, acc) }
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn depthwise_avx2(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32]) {
+unsafe fn depthwise_avx2(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32; 16]) {
     crate::quant::depthwise_acc(x, offs, w, w_offs, c0, acc)
 }
 
