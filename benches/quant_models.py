@@ -8,6 +8,11 @@ runtime's f32 output on the same input.
     cargo build --release -p kiln-compiler
     /path/to/venv/bin/python benches/real_models.py --models resnet18 mobilenet_v2   # once
     /path/to/venv/bin/python benches/quant_models.py [--models resnet18 mobilenet_v2] [--threads 1 2] [--runs 30]
+        [--baseline path/to/other/kiln]
+
+`--baseline`: another kiln binary (say main's) compiles and runs the
+int8-static model too, measured in the same loop (an A/B column and its
+ratio to ONNX Runtime's static model).
 
 Calibration (both runtimes): 8 samples, the model's input scaled and
 shifted. Needs torch, onnx and onnxruntime; never run in CI. Prints
@@ -40,8 +45,8 @@ def write_calibration(d: Path, xs):
         np.save(d / f"sample_{i}" / "input_0.npy", x)
 
 
-def kiln_compile(pt2: Path, out: Path, mode, calib: Path):
-    args = [str(KILN), "compile", str(pt2), "-o", str(out)]
+def kiln_compile(pt2: Path, out: Path, mode, calib: Path, kiln=KILN):
+    args = [str(kiln), "compile", str(pt2), "-o", str(out)]
     if mode:
         args += ["--quantize", mode]
         if mode.startswith("int8-static"):
@@ -99,10 +104,12 @@ def main():
     ap.add_argument("--models", nargs="*", default=["resnet18", "mobilenet_v2"])
     ap.add_argument("--threads", type=int, nargs="*", default=[1])
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--baseline", type=Path, help="another kiln binary: its int8-static model measured alongside")
     args = ap.parse_args()
+    base_cols = " baseline int8-static | baseline / ORT static |" if args.baseline else ""
     print("| model | threads | kiln f32 ms | kiln int8-dyn | kiln int8-static | ORT f32 ms | ORT dyn | ORT static "
-          "| kiln static / ORT static | cos kiln dyn / static | cos ORT dyn / static |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| kiln static / ORT static | cos kiln dyn / static | cos ORT dyn / static |" + base_cols)
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if args.baseline else ""))
     for model in args.models:
         d = REAL / model
         xs = inputs_of(d)
@@ -114,6 +121,9 @@ def main():
             for mode in [None, "int8-dynamic", "int8-static"]:
                 arts[mode] = tmp / f"{mode or 'f32'}.kiln"
                 kiln_compile(d / "aten.pt2", arts[mode], mode, tmp / "calib")
+            if args.baseline:
+                base_art = tmp / "baseline_int8-static.kiln"
+                kiln_compile(d / "aten.pt2", base_art, "int8-static", tmp / "calib", kiln=args.baseline)
             outs = {m: kiln_output(a, d, tmp) for m, a in arts.items()}
             onnx_path = tmp / "model.onnx"
             have_ort = onnx_export(d / "aten.pt2", xs, str(onnx_path))
@@ -132,6 +142,8 @@ def main():
                     ort_outs[k] = sess.run(None, {sess.get_inputs()[0].name: xs[0]})[0]
             for threads in args.threads:
                 k = {m: bench_kiln(str(a), d, len(xs), args.runs, threads) for m, a in arts.items()}
+                base = bench_kiln(str(base_art), d, len(xs), args.runs, threads, kiln=args.baseline) \
+                    if args.baseline else None
                 o = {key: median_ms(ort_runner(str(p), xs, threads), args.runs) for key, p in ort_models.items()}
                 cos_k = f"{cosine(outs['int8-dynamic'], outs[None]):.5f} / {cosine(outs['int8-static'], outs[None]):.5f}"
                 ms = lambda key: f"{o[key]:.2f}" if key in o else "-"  # noqa: E731
@@ -139,7 +151,9 @@ def main():
                 cos_o = (f"{cosine(ort_outs['dyn'], ort_outs['f32']):.5f} / "
                          f"{cosine(ort_outs['static'], ort_outs['f32']):.5f}") if "static" in o else "-"
                 print(f"| {model} | {threads} | {k[None]:.2f} | {k['int8-dynamic']:.2f} | {k['int8-static']:.2f} "
-                      f"| {ms('f32')} | {ms('dyn')} | {ms('static')} | {ratio} | {cos_k} | {cos_o} |")
+                      f"| {ms('f32')} | {ms('dyn')} | {ms('static')} | {ratio} | {cos_k} | {cos_o} |"
+                      + (f" {base:.2f} | {base / o['static']:.2f} |" if base is not None and "static" in o else
+                         (" - | - |" if args.baseline else "")))
 
 
 if __name__ == "__main__":

@@ -109,6 +109,9 @@ pub struct CompileOptions {
     /// Native code for the fused elementwise groups (`--target
     /// x86_64|aarch64`, feature `native`; CPU plans only).
     pub native: Option<crate::native::NativeTarget>,
+    /// Passes of the default pipeline left out, by name (`quant_acts`: the
+    /// int8 handoff between quantized layers; for A/B comparisons).
+    pub skip_passes: Vec<&'static str>,
 }
 
 /// `--mesh`, `--shard`, `--shard-spec` and `--sharding-dialect`.
@@ -133,6 +136,7 @@ impl Default for CompileOptions {
             shard: None,
             buckets: None,
             native: None,
+            skip_passes: Vec::new(),
         }
     }
 }
@@ -268,6 +272,9 @@ pub fn compile_graph_for(
             Some(dir) => {
                 let samples = crate::calibrate::read_samples(dir)?;
                 let mut cfg = cfg.clone();
+                // Only the CPU kernels run depthwise convolutions on static
+                // int8 activations (StableHLO segments run dense ones).
+                cfg.int8_depthwise &= target == Target::Cpu;
                 if cfg.uses_calibration() && cfg.activations.is_empty() {
                     cfg.activations = crate::calibrate::observe(&graph, &samples)?;
                 }
@@ -287,7 +294,11 @@ pub fn compile_graph_for(
         None => Vec::new(),
     };
     let (writer, summary) = match target.desc().segments {
-        None => compile_graph_with_passes(graph, &default_pipeline(target), &opts, metadata),
+        None => {
+            let mut pipeline = default_pipeline(target);
+            pipeline.retain(|p| !opts.skip_passes.contains(&p.name));
+            compile_graph_with_passes(graph, &pipeline, &opts, metadata)
+        }
         Some(_) => compile_graph_pjrt(graph, &opts, backend.precision(), metadata),
     }?;
     Ok((writer, CompileSummary { quantized, output_cosine, ..summary }))

@@ -79,6 +79,7 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
             asymmetric,
             act_scale,
             act_zero_point,
+            out_quant,
         } => Kernel::QuantConv {
             stride: u32s(stride).ok_or_else(bad_params)?,
             padding: u32s(padding).ok_or_else(bad_params)?,
@@ -90,6 +91,11 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
             asymmetric: *asymmetric,
             act_scale: *act_scale,
             act_zero_point: i32::try_from(*act_zero_point).map_err(|_| bad_params())?,
+            out_scale: out_quant.map(|q| q.scale),
+            out_zero_point: match out_quant {
+                Some(q) => i32::try_from(q.zero_point).map_err(|_| bad_params())?,
+                None => 0,
+            },
         },
         Op::RmsNorm { normalized_rank, eps } => Kernel::RmsNorm { normalized_rank: *normalized_rank as u32, eps: *eps },
         Op::Softmax { axis } => Kernel::Softmax { axis: *axis as u32, log: false },

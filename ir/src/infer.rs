@@ -360,10 +360,31 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             asymmetric,
             act_scale,
             act_zero_point,
+            out_quant,
         } => {
             static_activations(*dynamic, *act_scale, *act_zero_point)?;
             if *asymmetric && !*dynamic {
                 return Err("quant_conv asymmetric needs dynamic activations".into());
+            }
+            // int8 activations between layers: an i8 input is already
+            // quantized with the static parameters; an i8 result needs the
+            // integer kernel's channels-last store and no residual.
+            if ins[0].dtype == DType::I8 && act_scale.is_none() {
+                return Err("quant_conv takes an i8 input only with static activations (act_scale)".into());
+            }
+            if let Some(q) = out_quant {
+                if !q.is_valid() {
+                    return Err(format!(
+                        "quant_conv out_scale {} / out_zero_point {} out of range",
+                        q.scale, q.zero_point
+                    ));
+                }
+                if !(*dynamic || act_scale.is_some())
+                    || *layout != crate::Layout::ChannelsLast
+                    || epilogue.residual != crate::Residual::None
+                {
+                    return Err("an i8 quant_conv result needs int8 activations, channels-last and no residual".into());
+                }
             }
             let conv = Op::Conv {
                 stride: stride.clone(),
@@ -372,8 +393,10 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
                 groups: *groups,
             };
             let int8_acts = *dynamic || act_scale.is_some();
-            match layout {
-                crate::Layout::ChannelsFirst => quant_conv(symbols, &conv, epilogue, ins, int8_acts),
+            let static_acts = act_scale.is_some();
+            let out_dtype = if out_quant.is_some() { DType::I8 } else { DType::F32 };
+            let result = match layout {
+                crate::Layout::ChannelsFirst => quant_conv(symbols, &conv, epilogue, ins, int8_acts, static_acts),
                 crate::Layout::ChannelsLast => {
                     // The channels-first convolution of the same tensors.
                     if stride.len() != 2 || ins[0].rank() != 4 {
@@ -381,9 +404,12 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
                     }
                     // After the scales.
                     let residual = epilogue.residual_operand().map(|i| i + 1);
-                    channels_last(ins, residual, |refs| quant_conv(symbols, &conv, epilogue, refs, int8_acts))
+                    channels_last(ins, residual, |refs| {
+                        quant_conv(symbols, &conv, epilogue, refs, int8_acts, static_acts)
+                    })
                 }
-            }
+            }?;
+            Ok(TensorType::new(out_dtype, result.shape))
         }
         Op::Conv { stride, padding, dilation, groups } => {
             let (x, w) = (ins[0], ins[1]);
@@ -1078,14 +1104,15 @@ fn quant_conv(
     epilogue: &crate::Epilogue,
     ins: &[&TensorType],
     int8_acts: bool,
+    static_acts: bool,
 ) -> Result<TensorType, String> {
     let want = 3 + usize::from(epilogue.bias) + usize::from(epilogue.residual != crate::Residual::None);
     if ins.len() != want {
         return Err(format!("quant_conv with epilogue {epilogue:?} takes {want} operands, got {}", ins.len()));
     }
     let (x, w, scales) = (ins[0], ins[1], ins[2]);
-    if x.dtype != DType::F32 || w.dtype != DType::I8 {
-        return Err(format!("quant_conv takes an f32 input and an i8 weight, got {} and {}", x.dtype, w.dtype));
+    if !matches!(x.dtype, DType::F32 | DType::I8) || w.dtype != DType::I8 {
+        return Err(format!("quant_conv takes an f32 (or i8) input and an i8 weight, got {} and {}", x.dtype, w.dtype));
     }
     let Some(cout) = w.shape.first().and_then(|d| d.as_const()) else {
         return Err("quant_conv weight must have a static output-channel dim".into());
@@ -1097,13 +1124,23 @@ fn quant_conv(
     if bias.is_some_and(|b| b.dtype != DType::F32) {
         return Err("quant_conv bias must be f32".into());
     }
-    if let Op::Conv { groups, .. } = conv {
-        if int8_acts && *groups != 1 {
-            return Err(format!("quant_conv with int8 activations must be dense, got {groups} groups"));
+    if let Op::Conv { groups, stride, .. } = conv {
+        // Depthwise (one input channel per group, one output channel per
+        // group, 2-d) takes static int8 activations too.
+        let depthwise = static_acts
+            && stride.len() == 2
+            && w.shape.get(1).and_then(|d| d.as_const()) == Some(1)
+            && cout == *groups
+            && x.shape.get(1).and_then(|d| d.as_const()) == Some(*groups);
+        if int8_acts && *groups != 1 && !depthwise {
+            return Err(format!(
+                "quant_conv with int8 activations must be dense (or depthwise with static ones), got {groups} groups"
+            ));
         }
     }
     let wf = TensorType::new(DType::F32, w.shape.clone());
-    let mut float_ins: Vec<&TensorType> = vec![x, &wf];
+    let xf = TensorType::new(DType::F32, x.shape.clone());
+    let mut float_ins: Vec<&TensorType> = vec![&xf, &wf];
     float_ins.extend(bias.copied());
     let out = infer_one(symbols, conv, &float_ins)?;
     if epilogue.residual != crate::Residual::None {

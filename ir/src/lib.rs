@@ -37,8 +37,8 @@ pub use kiln_isa::fused::{MAX_FUSED_INPUTS, MAX_FUSED_OPS};
 pub use kiln_isa::math;
 pub use op::{text_forms as op_text_forms, OpKind};
 pub use op::{
-    Activation, BinaryOp, Epilogue, FusedOp, Layout, LinalgOp, Op, PadMode, PoolKind, RandomDist, ReduceKind, Region,
-    Residual, ResizeMode, ScanKind, UnaryOp,
+    Activation, BinaryOp, Epilogue, FusedOp, Layout, LinalgOp, Op, PadMode, PoolKind, QParams, RandomDist, ReduceKind,
+    Region, Residual, ResizeMode, ScanKind, UnaryOp,
 };
 pub use shard::{is_axis_name, Mesh, MeshAxis, Sharding};
 

@@ -21,6 +21,24 @@ pub use kiln_isa::{
     Residual, ResizeMode, ScanKind, UnaryOp,
 };
 
+/// The per-tensor int8 quantization of an i8 activation passed between
+/// quantized layers: `q = clamp(rint(x · f32(1 / scale)) + zero_point,
+/// -128, 127)` (torch's `quantize_per_tensor`; `scale` an f32 value,
+/// `zero_point` in `[-128, 127]`; a uint8 zero point `z` is `z − 128`).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct QParams {
+    pub scale: f64,
+    pub zero_point: i64,
+}
+
+impl QParams {
+    /// Whether these are parameters an int8 tensor can have.
+    pub fn is_valid(&self) -> bool {
+        let s = self.scale;
+        s.is_finite() && s > 0.0 && (s as f32) as f64 == s && (-128..=127).contains(&self.zero_point)
+    }
+}
+
 op_table! {
     /// `x -> f(x)`, elementwise.
     [Unary(UnaryOp)] opcode Unary, leaf();
@@ -236,6 +254,14 @@ op_table! {
     /// (made by the epilogue fusion pass; CPU). With `layout` channels-last
     /// (the layout pass; 2-d only) `x`, the residual and the result are
     /// `[N, H, W, C]`; the weight keeps its shape.
+    ///
+    /// int8 activations between layers (the `quant_acts` pass; CPU): with
+    /// static activations, `x` may be i8, the input already quantized with
+    /// `act_scale` / `act_zero_point`; with `out_quant` (int8 activations,
+    /// channels-last, no residual) the result is i8: the f32 value the layer
+    /// computes (scale, bias, activation), quantized with those parameters
+    /// as torch's `quantize_per_tensor` rounds (text: `out_scale`,
+    /// `out_zero_point`, omitted when absent).
     [QuantConv {
         stride: Vec<i64>,
         padding: Vec<i64>,
@@ -247,6 +273,7 @@ op_table! {
         asymmetric: bool,
         act_scale: Option<f64>,
         act_zero_point: i64,
+        out_quant: Option<QParams>,
     }] opcode QuantConv, text("quant_conv"), channels_first;
     /// [`Op::Conv`] with a fused epilogue (`kiln_isa::epilogue`): `(x, w
     /// [, b] [, residual])`, as `epilogue`'s flags say; the residual is

@@ -588,6 +588,7 @@ fn table_samples_graph() -> Graph {
             asymmetric: false,
             act_scale: Some(0.25),
             act_zero_point: 5,
+            out_quant: Some(kiln_ir::QParams { scale: 0.125, zero_point: -3 }),
         },
         Op::QuantConv {
             stride: vec![2, 2],
@@ -600,6 +601,7 @@ fn table_samples_graph() -> Graph {
             asymmetric: false,
             act_scale: None,
             act_zero_point: 0,
+            out_quant: None,
         },
         Op::ConvFused {
             stride: vec![1, 1],

@@ -993,3 +993,268 @@ fn qconv_channels_last_is_channels_first_permuted() {
         }
     }
 }
+
+/// int8 activations between layers: a channels-last layer that quantizes
+/// its result with the next layer's static parameters (`out_quant`) gives
+/// the integers the next layer would make of its f32 result, and the next
+/// layer reading them (i8 input) gives the bits it gives from the f32
+/// tensor — every variant, 1 to 4 threads, stride and padding, with a
+/// clamp or another activation after the bias.
+#[test]
+fn qconv_int8_between_layers_is_the_float_handoff() {
+    use kiln_isa::Activation;
+    use kiln_kernels::quant::{qconv_int8_with, quantize_row_static, variants};
+    use kiln_kernels::{ConvParams, DType, TensorEpilogue, TensorMut, TensorRef};
+    let (n, h, wd, c, c1, c2) = (2, 9, 7, 5, 19, 6);
+    let mut seed = 4242;
+    let x: Vec<f32> = (0..n * h * wd * c).map(|_| lcg(&mut seed) * 2.0).collect();
+    let pack = |cout: usize, k: usize, salt: usize| {
+        let data: Vec<u8> = (0..cout * k).map(|i| ((i * 37 + salt) % 255) as u8).collect();
+        let scales: Vec<f32> = (0..cout).map(|j| 0.004 + j as f32 * 0.0011).collect();
+        let w = QWeights { n: cout, k, bits: QBits::I8, group: k, data: &data, scales: &scales, zero_points: None };
+        PackedQWeights::pack(&w).unwrap()
+    };
+    // Layer 1: 3×3, padding 1 (c -> c1); layer 2: 3×3, stride 2 (c1 -> c2).
+    let (w1, w2) = (pack(c1, 9 * c, 3), pack(c2, 9 * c1, 11));
+    let bias1: Vec<f32> = (0..c1).map(|j| j as f32 * 0.07 - 0.6).collect();
+    let bias2: Vec<f32> = (0..c2).map(|j| j as f32 * 0.1 - 0.2).collect();
+    let p1 = ConvParams { stride: &[1, 1], padding: &[1, 1], dilation: &[1, 1], groups: 1 };
+    let p2 = ConvParams { stride: &[2, 2], padding: &[0, 0], dilation: &[1, 1], groups: 1 };
+    let (oh, ow) = ((h - 3) / 2 + 1, (wd - 3) / 2 + 1);
+    let mid_shape = [n, h, wd, c1];
+    let out_shape = [n, oh, ow, c2];
+    let next = (0.0137f32, -9);
+    let act2 = ActQuant::Static { scale: next.0, zero_point: next.1 };
+    let activations = [None, Some(Activation::Clamp { min: Some(0.0), max: Some(6.0) }), Some(Activation::Gelu)];
+    for act1 in [ActQuant::Static { scale: 0.02, zero_point: 4 }, ActQuant::DynamicAsymmetric] {
+        for activation in activations {
+            let e1 = TensorEpilogue { activation, residual: None, residual_first: false };
+            for kernels in variants() {
+                for threads in 1..=4 {
+                    let mut cx = Context::new().with_threads(threads);
+                    let xr = TensorRef { dtype: DType::F32, shape: &[n, h, wd, c], data: bytemuck::cast_slice(&x) };
+                    // The float handoff.
+                    let mut mid = vec![0f32; n * h * wd * c1];
+                    let out =
+                        TensorMut { dtype: DType::F32, shape: &mid_shape, data: bytemuck::cast_slice_mut(&mut mid) };
+                    let ws1 = [c1, c, 3, 3];
+                    qconv_int8_with(&mut cx, &kernels, xr, &w1, &ws1, act1, Some(&bias1), &e1, &p1, true, out, None)
+                        .unwrap();
+                    let run2 = |cx: &mut Context, x: TensorRef<'_>| {
+                        let mut y = vec![0f32; n * oh * ow * c2];
+                        let out =
+                            TensorMut { dtype: DType::F32, shape: &out_shape, data: bytemuck::cast_slice_mut(&mut y) };
+                        let ws2 = [c2, c1, 3, 3];
+                        qconv_int8_with(
+                            cx,
+                            &kernels,
+                            x,
+                            &w2,
+                            &ws2,
+                            act2,
+                            Some(&bias2),
+                            &NO_EPILOGUE,
+                            &p2,
+                            true,
+                            out,
+                            None,
+                        )
+                        .unwrap();
+                        y
+                    };
+                    let mid_ref = TensorRef { dtype: DType::F32, shape: &mid_shape, data: bytemuck::cast_slice(&mid) };
+                    let want = run2(&mut cx, mid_ref);
+                    // The int8 handoff.
+                    let mut q = vec![0i8; mid.len()];
+                    let out = TensorMut { dtype: DType::I8, shape: &mid_shape, data: bytemuck::cast_slice_mut(&mut q) };
+                    qconv_int8_with(
+                        &mut cx,
+                        &kernels,
+                        xr,
+                        &w1,
+                        &ws1,
+                        act1,
+                        Some(&bias1),
+                        &e1,
+                        &p1,
+                        true,
+                        out,
+                        Some(next),
+                    )
+                    .unwrap();
+                    let mut q_want = vec![0i8; mid.len()];
+                    quantize_row_static(&mid, next.0, next.1, &mut q_want);
+                    let what = format!("{act1:?} {activation:?} {} at {threads} threads", kernels.name());
+                    assert_eq!(q, q_want, "the i8 result: {what}");
+                    let q_ref = TensorRef { dtype: DType::I8, shape: &mid_shape, data: bytemuck::cast_slice(&q) };
+                    let got = run2(&mut cx, q_ref);
+                    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "the next layer: {what}");
+                }
+            }
+        }
+    }
+    // Both ends of the int8 range are met.
+    let mut q = vec![0i8; n * h * wd * c1];
+    let xr = TensorRef { dtype: DType::F32, shape: &[n, h, wd, c], data: bytemuck::cast_slice(&x) };
+    let out = TensorMut { dtype: DType::I8, shape: &mid_shape, data: bytemuck::cast_slice_mut(&mut q) };
+    let kernels = variants()[0];
+    let act1 = ActQuant::Static { scale: 0.02, zero_point: 4 };
+    qconv_int8_with(
+        &mut Context::new(),
+        &kernels,
+        xr,
+        &w1,
+        &[c1, c, 3, 3],
+        act1,
+        Some(&bias1),
+        &NO_EPILOGUE,
+        &p1,
+        true,
+        out,
+        Some(next),
+    )
+    .unwrap();
+    assert!(q.contains(&-128) && q.contains(&127), "saturation on both sides");
+}
+
+/// What the int8 handoff refuses: an i8 input without static activations,
+/// an i8 output without parameters (or parameters with an f32 output),
+/// channels-first or with a residual.
+#[test]
+fn qconv_int8_refuses_what_it_does_not_run() {
+    use kiln_kernels::quant::qconv_int8;
+    use kiln_kernels::{ConvParams, DType, TensorEpilogue, TensorMut, TensorRef};
+    let data = vec![1u8; 4 * 18];
+    let scales = vec![0.1f32; 4];
+    let w = QWeights { n: 4, k: 18, bits: QBits::I8, group: 18, data: &data, scales: &scales, zero_points: None };
+    let packed = PackedQWeights::pack(&w).unwrap();
+    let xf = vec![0f32; 5 * 5 * 2];
+    let xq = vec![0i8; 5 * 5 * 2];
+    let r = vec![0f32; 3 * 3 * 4];
+    let p = ConvParams { stride: &[1, 1], padding: &[0, 0], dilation: &[1, 1], groups: 1 };
+    let stat = ActQuant::Static { scale: 0.5, zero_point: 1 };
+    let run = |x_i8: bool, act: ActQuant, out_i8: bool, q: Option<(f32, i32)>, channels_last: bool, residual: bool| {
+        let (mut yf, mut yq) = (vec![0f32; 36], vec![0i8; 36]);
+        let x = if x_i8 {
+            TensorRef { dtype: DType::I8, shape: &[1, 5, 5, 2], data: bytemuck::cast_slice(&xq) }
+        } else {
+            TensorRef { dtype: DType::F32, shape: &[1, 5, 5, 2], data: bytemuck::cast_slice(&xf) }
+        };
+        let shape = [1, 3, 3, 4];
+        let out = if out_i8 {
+            TensorMut { dtype: DType::I8, shape: &shape, data: bytemuck::cast_slice_mut(&mut yq) }
+        } else {
+            TensorMut { dtype: DType::F32, shape: &shape, data: bytemuck::cast_slice_mut(&mut yf) }
+        };
+        let rr = TensorRef { dtype: DType::F32, shape: &shape, data: bytemuck::cast_slice(&r) };
+        let e = TensorEpilogue { activation: None, residual: residual.then_some(rr), residual_first: false };
+        let ws = [4, 2, 3, 3];
+        qconv_int8(&mut Context::new(), x, &packed, &ws, act, None, &e, &p, channels_last, out, q)
+    };
+    let q = Some((0.25, 0));
+    assert!(run(true, stat, true, q, true, false).is_ok());
+    assert!(run(true, stat, false, None, true, false).is_ok());
+    assert!(run(true, ActQuant::DynamicPerRow, false, None, true, false).is_err());
+    assert!(run(false, stat, true, None, true, false).is_err());
+    assert!(run(false, stat, false, q, true, false).is_err());
+    assert!(run(false, stat, true, q, false, false).is_err());
+    assert!(run(false, stat, true, q, true, true).is_err());
+    assert!(run(false, stat, true, Some((0.0, 0)), true, false).is_err());
+    assert!(run(false, stat, true, Some((0.5, 128)), true, false).is_err());
+}
+
+/// The int8 depthwise convolution against its definition (quantize each
+/// input value, exact integer sums over the taps inside the image, `(f32(acc)
+/// · s) · scale + bias`, then the activation), every variant, 1 to 4
+/// threads, f32 or i8 input, f32 or i8 output (the f32 result quantized).
+#[test]
+fn qconv_depthwise_follows_the_definition() {
+    use kiln_isa::Activation;
+    use kiln_kernels::quant::{qconv_depthwise_with, variants, DepthwiseQWeights};
+    use kiln_kernels::{ConvParams, DType, TensorEpilogue, TensorMut, TensorRef};
+    // (N, H, W, C), (kh, kw), (stride, padding, dilation).
+    let cases = [
+        ((2, 9, 7, 5), (3, 3), (1, 1, 1)),
+        ((1, 11, 10, 96), (3, 3), (2, 1, 1)),
+        ((1, 8, 8, 70), (5, 5), (1, 2, 1)),
+        ((1, 12, 9, 3), (3, 2), (1, 2, 2)),
+    ];
+    let mut clamped = (false, false);
+    for (case, &((n, h, wd, c), (kh, kw), (stride, pad, dil))) in cases.iter().enumerate() {
+        let mut seed = 900 + case as u64;
+        let x: Vec<f32> = (0..n * h * wd * c).map(|_| lcg(&mut seed) * 3.0).collect();
+        let q: Vec<i8> = (0..c * kh * kw).map(|i| ((i * 71 + case * 13) % 256) as u8 as i8).collect();
+        let scales: Vec<f32> = (0..c).map(|j| 0.002 + j as f32 * 0.0003).collect();
+        let bias: Vec<f32> = (0..c).map(|j| (j % 7) as f32 * 0.1 - 0.3).collect();
+        let w = DepthwiseQWeights::new(&q, &[c, 1, kh, kw], &scales).unwrap();
+        let oh = (h + 2 * pad - dil * (kh - 1) - 1) / stride + 1;
+        let ow = (wd + 2 * pad - dil * (kw - 1) - 1) / stride + 1;
+        let (s, zp) = (0.0231f32, -17);
+        let qx: Vec<i8> =
+            x.iter().map(|&v| ((v * (1.0 / s)).round_ties_even() + zp as f32).clamp(-128.0, 127.0) as i8).collect();
+        let mut want = vec![0f32; n * oh * ow * c];
+        for b in 0..n {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    for ch in 0..c {
+                        let mut acc = 0i32;
+                        for ty in 0..kh {
+                            for tx in 0..kw {
+                                let (iy, ix) = (
+                                    (oy * stride + ty * dil) as isize - pad as isize,
+                                    (ox * stride + tx * dil) as isize - pad as isize,
+                                );
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= wd as isize {
+                                    continue;
+                                }
+                                let v = qx[((b * h + iy as usize) * wd + ix as usize) * c + ch] as i32 - zp;
+                                acc += v * q[(ch * kh + ty) * kw + tx] as i32;
+                            }
+                        }
+                        let y = (acc as f32 * s) * scales[ch] + bias[ch];
+                        want[((b * oh + oy) * ow + ox) * c + ch] = y.clamp(0.0, 6.0);
+                    }
+                }
+            }
+        }
+        let relu6 = TensorEpilogue {
+            activation: Some(Activation::Clamp { min: Some(0.0), max: Some(6.0) }),
+            residual: None,
+            residual_first: false,
+        };
+        let p = ConvParams { stride: &[stride; 2], padding: &[pad; 2], dilation: &[dil; 2], groups: c };
+        let act = ActQuant::Static { scale: s, zero_point: zp };
+        let next = (0.0173f32, 5);
+        let mut q_want = vec![0i8; want.len()];
+        quantize_row_static(&want, next.0, next.1, &mut q_want);
+        let out_shape = [n, oh, ow, c];
+        for kernels in variants() {
+            for threads in 1..=4 {
+                for x_i8 in [false, true] {
+                    let xr = if x_i8 {
+                        TensorRef { dtype: DType::I8, shape: &[n, h, wd, c], data: bytemuck::cast_slice(&qx) }
+                    } else {
+                        TensorRef { dtype: DType::F32, shape: &[n, h, wd, c], data: bytemuck::cast_slice(&x) }
+                    };
+                    let what = format!("case {case} {} at {threads} threads, i8 input {x_i8}", kernels.name());
+                    let mut cx = Context::new().with_threads(threads);
+                    let mut got = vec![0f32; want.len()];
+                    let out =
+                        TensorMut { dtype: DType::F32, shape: &out_shape, data: bytemuck::cast_slice_mut(&mut got) };
+                    qconv_depthwise_with(&mut cx, &kernels, xr, &w, act, Some(&bias), &relu6, &p, out, None).unwrap();
+                    let diffs = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                    assert_eq!(diffs, 0, "{what}");
+                    let mut gq = vec![0i8; want.len()];
+                    let out =
+                        TensorMut { dtype: DType::I8, shape: &out_shape, data: bytemuck::cast_slice_mut(&mut gq) };
+                    qconv_depthwise_with(&mut cx, &kernels, xr, &w, act, Some(&bias), &relu6, &p, out, Some(next))
+                        .unwrap();
+                    assert_eq!(gq, q_want, "i8 output: {what}");
+                }
+            }
+        }
+        clamped.0 |= want.contains(&0.0);
+        clamped.1 |= want.contains(&6.0);
+    }
+    assert_eq!(clamped, (true, true), "both clamps met");
+}

@@ -70,6 +70,8 @@ pub const QUANT_LINEAR: Pass = Pass { name: "quant_linear", run: quantize_linear
 pub const FUSE_ELEMENTWISE: Pass = Pass { name: "fuse_elementwise", run: fuse_elementwise };
 pub const FUSE_EPILOGUE: Pass = Pass { name: "fuse_epilogue", run: fuse_epilogues };
 pub const LAYOUT: Pass = Pass { name: "layout", run: channels_last };
+/// int8 activations between quantized convolutions (after the layout pass).
+pub const QUANT_ACTS: Pass = Pass { name: "quant_acts", run: crate::quant_acts::int8_activations };
 
 /// The passes for `target`, in the order they run ([`pipeline_for`] its description).
 pub fn default_pipeline(target: Target) -> Vec<Pass> {
@@ -126,6 +128,9 @@ pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
         passes.push(FUSE_ELEMENTWISE);
         // Last: convolutions channels-last, permutes at their runs' edges.
         passes.push(LAYOUT);
+        // Then quantized convolutions that feed only int8 ones hand them i8
+        // tensors (needs their channels-last form).
+        passes.push(QUANT_ACTS);
     }
     passes.push(DCE);
     passes

@@ -241,6 +241,7 @@ impl QuantWeight {
             asymmetric,
             act_scale,
             act_zero_point,
+            out_quant: None,
         };
         let mut inputs = vec![x, w, scales];
         inputs.extend(bias);

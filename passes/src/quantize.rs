@@ -162,6 +162,13 @@ pub struct QuantizeConfig {
     /// float program (its worst calibration sample) the compiler's search
     /// may accept; `scheme` is the ladder's first rung.
     pub auto_max_cosine_drop: Option<f64>,
+    /// int8-static gives depthwise convolutions (2-d, one channel per
+    /// group) static int8 activations too (the CPU target's
+    /// `kiln_kernels::quant::qconv_depthwise`; the compiler clears it for
+    /// other targets). Off by default: they keep f32 activations as other
+    /// grouped ones (the integer depthwise kernel still measures slower
+    /// than the f32 one on MobileNetV2, `benches/RESULTS.md`).
+    pub int8_depthwise: bool,
 }
 
 impl QuantizeConfig {
@@ -173,6 +180,7 @@ impl QuantizeConfig {
             keep_last: false,
             activations: Vec::new(),
             auto_max_cosine_drop: None,
+            int8_depthwise: false,
         }
     }
 
@@ -300,7 +308,8 @@ pub fn plan_layers(g: &Graph, cfg: &QuantizeConfig) -> Result<Vec<LayerQuant>, P
             continue;
         }
         if let Some(groups) = layer.conv_groups {
-            planned.push(plan_conv(g, layer, groups, scheme, cfg.activations.get(i), report));
+            let dw = cfg.int8_depthwise && is_depthwise(g, layer, groups);
+            planned.push(plan_conv(g, layer, groups, dw, scheme, cfg.activations.get(i), report));
             continue;
         }
         let acts = scheme_acts(scheme, cfg.activations.get(i), &mut report);
@@ -344,24 +353,38 @@ fn scheme_acts(scheme: &QuantScheme, observed: Option<&ActObservation>, report: 
     }
 }
 
+/// Whether a grouped convolution is 2-d depthwise: one input and one
+/// output channel per group.
+fn is_depthwise(g: &Graph, layer: &Layer, groups: i64) -> bool {
+    let node = &g.nodes[layer.node];
+    let (x, w) = (g.ty(node.inputs[0]), g.ty(layer.weight));
+    let dim = |t: &kiln_ir::TensorType, i: usize| t.shape.get(i).and_then(|d| d.as_const());
+    x.rank() == 4 && dim(w, 1) == Some(1) && dim(w, 0) == Some(groups) && dim(x, 1) == Some(groups)
+}
+
 /// A convolution's quantization: int8 weights per output channel (torchao's
 /// symmetric rule, as linear layers), the activations as the scheme says
-/// where the kernel runs them (dense convolutions); grouped and depthwise
+/// where the kernel runs them (dense convolutions, and depthwise ones with
+/// static activations when `int8_depthwise`); other grouped and depthwise
 /// convolutions, and every convolution under an int4 scheme, keep f32
 /// activations over int8 weights (the report's note says so).
 fn plan_conv(
     g: &Graph,
     layer: &Layer,
     groups: i64,
+    int8_depthwise: bool,
     scheme: &QuantScheme,
     observed: Option<&ActObservation>,
     mut report: LayerReport,
 ) -> LayerQuant {
     let (n, k) = layer.dims;
-    let dense = groups == 1;
+    let dense = groups == 1 || (int8_depthwise && matches!(scheme, QuantScheme::Int8Static { .. }));
     let acts = if dense { scheme_acts(scheme, observed, &mut report) } else { Acts::Float };
     report.note = match scheme {
         QuantScheme::Int4Weight { .. } => "convolution: int8 weights (int4 is for linear layers)".into(),
+        QuantScheme::Int8Static { .. } if groups != 1 && dense => {
+            format!("depthwise convolution ({groups} groups): int8 weights, static int8 activations")
+        }
         QuantScheme::Int8Static { .. } | QuantScheme::Int8Dynamic { .. } if !dense => {
             format!("convolution with {groups} groups: int8 weights, f32 activations")
         }

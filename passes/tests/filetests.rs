@@ -8,7 +8,8 @@ use kiln_ir::Graph;
 use kiln_passes::shard::{shard_graph, CostModel, ShardOptions, Strategy, Use};
 use kiln_passes::{
     compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FOLD_BATCH_NORMS,
-    FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LAYOUT, LEGALIZE, QUANT_LINEAR, SIMPLIFY,
+    FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LAYOUT, LEGALIZE, QUANT_ACTS, QUANT_LINEAR,
+    SIMPLIFY,
 };
 use std::path::Path;
 
@@ -36,6 +37,7 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "fuse_norm" => vec![FUSE_NORM, DCE],
         "legalize" => vec![LEGALIZE, DCE],
         "quant_linear" => vec![QUANT_LINEAR, DCE],
+        "quant_acts" => vec![QUANT_ACTS, DCE],
         "pipeline" => default_pipeline(target),
         other => return Err(format!("unknown test `{other}`")),
     };

@@ -74,6 +74,7 @@ fn cpu_pipeline() {
             "fuse_epilogue",
             "fuse_elementwise",
             "layout",
+            "quant_acts",
             "dce"
         ]
     );

@@ -6,7 +6,7 @@
 use crate::format::{DimRef, InstrOp, Kernel, Plan, Storage};
 use kiln_isa::fused::FusedOp;
 use kiln_isa::{Epilogue, Layout, Residual};
-use kiln_kernels::quant::{ActQuant, PackedQWeights, QBits, QWeights};
+use kiln_kernels::quant::{ActQuant, DepthwiseQWeights, PackedQWeights, QBits, QWeights};
 use kiln_kernels::{
     self as k, Context, ConvParams, DType, KernelError, PackedB, PackedConv, PoolParams, Result, TensorEpilogue,
     TensorMut, TensorRef,
@@ -106,6 +106,8 @@ pub(crate) enum QuantConvWeight {
     /// Weight-only: the f32 weight `(q · scale)`, dequantized once, and its
     /// GEMM packing where the convolution uses one (not depthwise).
     Float { w: Vec<f32>, packed: Option<PackedConv> },
+    /// Depthwise with static int8 activations: the per-channel taps.
+    Depthwise(DepthwiseQWeights),
 }
 
 /// Resolves every instruction of a validated plan; `weights` is the
@@ -368,6 +370,15 @@ fn quant_conv_weight(kernel: &Kernel, dims: &[usize], w: &[u8], scales: &[u8]) -
     if n.checked_mul(k) != Some(w.len()) || scales.len() != n {
         return Err(quant_conv_err("weight or scales do not match the weight's shape"));
     }
+    // Depthwise convolutions (one input channel per group).
+    let depthwise = rest.first() == Some(&1) && (*groups > 1 || n == 1);
+    if act_scale.is_some() && *groups > 1 && depthwise {
+        // Static int8 activations: the integer depthwise kernel (channels-last).
+        if *layout != Layout::ChannelsLast {
+            return Err(quant_conv_err("an int8 depthwise convolution runs channels-last"));
+        }
+        return Ok(QuantConvWeight::Depthwise(DepthwiseQWeights::new(bytemuck::cast_slice(w), dims, scales)?));
+    }
     if *dynamic || act_scale.is_some() {
         // Channels-last rows hold a window tap by tap: the weight's columns
         // in that order (`[Cout, taps.., C]`).
@@ -383,8 +394,7 @@ fn quant_conv_weight(kernel: &Kernel, dims: &[usize], w: &[u8], scales: &[u8]) -
         return Ok(QuantConvWeight::Int8(PackedQWeights::pack(&q)?));
     }
     let values: Vec<f32> = w.iter().enumerate().map(|(i, &q)| q as i8 as f32 * scales[i / k.max(1)]).collect();
-    // Depthwise convolutions (one input channel per group) run direct loops.
-    let depthwise = rest.first() == Some(&1) && (*groups > 1 || n == 1);
+    // Depthwise convolutions run direct loops.
     let bytes: &[u8] = bytemuck::cast_slice(&values);
     let w_ref = TensorRef { dtype: DType::F32, shape: dims, data: bytes };
     let [stride, padding, dilation] = [stride, padding, dilation].map(|v| usizes(v));
@@ -425,7 +435,18 @@ fn quant_conv(
     ins: &[TensorRef<'_>],
     outs: &mut [TensorMut<'_>],
 ) -> Result<()> {
-    let Kernel::QuantConv { groups, epilogue, layout, dynamic, asymmetric, act_scale, act_zero_point, .. } = kernel
+    let Kernel::QuantConv {
+        groups,
+        epilogue,
+        layout,
+        dynamic,
+        asymmetric,
+        act_scale,
+        act_zero_point,
+        out_scale,
+        out_zero_point,
+        ..
+    } = kernel
     else {
         return Err(quant_conv_err("not a quantized convolution"));
     };
@@ -450,7 +471,24 @@ fn quant_conv(
                 }
                 None => None,
             };
-            k::quant::qconv(cx, ins[0], w, ins[1].shape, act, bias, &fused, &params, channels_last, out(outs, 0))
+            let out_quant = out_scale.map(|s| (s as f32, *out_zero_point));
+            let (w_shape, out) = (ins[1].shape, out(outs, 0));
+            k::quant::qconv_int8(cx, ins[0], w, w_shape, act, bias, &fused, &params, channels_last, out, out_quant)
+        }
+        QuantConvWeight::Depthwise(w) => {
+            let act = activation_quant(*dynamic, *asymmetric, *act_scale, *act_zero_point)
+                .ok_or_else(|| quant_conv_err("bad activation quantization parameters"))?;
+            let bias = match bias {
+                Some(b) => {
+                    Some(bytemuck::try_cast_slice::<u8, f32>(b.data).map_err(|_| quant_conv_err("unaligned bias"))?)
+                }
+                None => None,
+            };
+            let out_quant = out_scale.map(|s| (s as f32, *out_zero_point));
+            k::quant::qconv_depthwise(cx, ins[0], w, act, bias, &fused, &params, out(outs, 0), out_quant)
+        }
+        QuantConvWeight::Float { .. } if ins[0].dtype != DType::F32 || out_scale.is_some() => {
+            Err(quant_conv_err("a weight-only convolution takes and gives f32"))
         }
         QuantConvWeight::Float { w, packed } => {
             // The f32 convolution of the dequantized weight, with the
@@ -773,7 +811,10 @@ kernel_fns! {
         };
         quant_linear_unpacked(&kernel, cx, ins, outs)
     };
-    QuantConv { stride, padding, dilation, groups, epilogue, layout, dynamic, asymmetric, act_scale, act_zero_point } => {
+    QuantConv {
+        stride, padding, dilation, groups, epilogue, layout, dynamic, asymmetric, act_scale, act_zero_point, out_scale,
+        out_zero_point
+    } => {
         let kernel = Kernel::QuantConv {
             stride: stride.clone(),
             padding: padding.clone(),
@@ -785,6 +826,8 @@ kernel_fns! {
             asymmetric: *asymmetric,
             act_scale: *act_scale,
             act_zero_point: *act_zero_point,
+            out_scale: *out_scale,
+            out_zero_point: *out_zero_point,
         };
         quant_conv_unpacked(&kernel, ints, cx, ins, outs)
     };

@@ -898,7 +898,35 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
             return Err("a channels-last pool is a 2-d max or avg pool: input and output [N, H, W, C]".into());
         }
     }
-    if let Kernel::QuantConv { epilogue, .. } = k {
+    if let Kernel::QuantConv { epilogue, layout, dynamic, act_scale, out_scale, out_zero_point, .. } = k {
+        // int8 activations between layers: an i8 input needs static
+        // activations; an i8 output its parameters, the integer kernel's
+        // channels-last store and no residual.
+        let x_i8 = ins.first().is_some_and(|x| x.dtype == crate::DType::I8);
+        if x_i8 && act_scale.is_none() {
+            return Err("a quant_conv takes an i8 input only with static activations".into());
+        }
+        let int8_acts = *dynamic || act_scale.is_some();
+        match out_scale {
+            Some(s) => {
+                let valid = s.is_finite() && *s > 0.0 && (-128..=127).contains(out_zero_point);
+                if out.dtype != crate::DType::I8
+                    || !valid
+                    || !int8_acts
+                    || *layout != Layout::ChannelsLast
+                    || epilogue.residual != kiln_isa::Residual::None
+                {
+                    return Err(format!(
+                        "an i8 quant_conv output (scale {s}, zero point {out_zero_point}) needs int8 activations, \
+                         channels-last and no residual"
+                    ));
+                }
+            }
+            None if out.dtype != crate::DType::F32 || *out_zero_point != 0 => {
+                return Err("a quant_conv without output parameters gives f32".into());
+            }
+            None => {}
+        }
         // The weight's scales come before the epilogue's operands.
         if ins.len() != epilogue.operand_count() + 1 {
             return Err(format!(

@@ -55,6 +55,8 @@ fn quant_conv(stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u
         asymmetric: false,
         act_scale: None,
         act_zero_point: 0,
+        out_scale: None,
+        out_zero_point: 0,
     }
 }
 

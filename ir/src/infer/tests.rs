@@ -378,6 +378,7 @@ fn quant_conv_is_a_conv_of_its_int8_weight() {
         asymmetric: false,
         act_scale,
         act_zero_point: 0,
+        out_quant: None,
     };
     let x = f32t(&[b(), c(8), c(16), c(16)]);
     let w = ty(DType::I8, &[c(4), c(8), c(3), c(3)]);
@@ -412,5 +413,28 @@ fn quant_conv_is_a_conv_of_its_int8_weight() {
     // An f32 weight, scales of the wrong length, a weight of the wrong channel count.
     assert!(infer(q(1, true, None), &[x.clone(), f32t(&[c(4), c(8), c(3), c(3)]), scales.clone()]).is_err());
     assert!(infer(q(1, true, None), &[x.clone(), w.clone(), f32t(&[c(5)])]).is_err());
-    assert!(infer(q(1, true, None), &[x, ty(DType::I8, &[c(4), c(7), c(3), c(3)]), scales]).is_err());
+    assert!(infer(q(1, true, None), &[x.clone(), ty(DType::I8, &[c(4), c(7), c(3), c(3)]), scales.clone()]).is_err());
+    // int8 activations between layers: an i8 input with static activations
+    // only; an i8 result with its parameters, channels-last, no residual.
+    let xq = ty(DType::I8, &[b(), c(8), c(16), c(16)]);
+    assert_eq!(infer(q(1, false, Some(0.5)), &[xq.clone(), w.clone(), scales.clone()]).unwrap(), "f32[b, 4, 8, 8]");
+    assert!(infer(q(1, true, None), &[xq, w.clone(), scales.clone()]).is_err());
+    let out_q = |layout: crate::Layout, scale: f64| {
+        let mut op = q(1, false, Some(0.5));
+        if let Op::QuantConv { out_quant, layout: l, .. } = &mut op {
+            *out_quant = Some(crate::QParams { scale, zero_point: -7 });
+            *l = layout;
+        }
+        op
+    };
+    let xl = f32t(&[b(), c(16), c(16), c(8)]);
+    let last = crate::Layout::ChannelsLast;
+    assert_eq!(infer(out_q(last, 0.25), &[xl.clone(), w.clone(), scales.clone()]).unwrap(), "i8[b, 8, 8, 4]");
+    assert!(infer(out_q(crate::Layout::ChannelsFirst, 0.25), &[x.clone(), w.clone(), scales.clone()]).is_err());
+    assert!(infer(out_q(last, 0.1), &[xl.clone(), w.clone(), scales.clone()]).is_err(), "not an f32 scale");
+    // Depthwise takes static int8 activations, not dynamic ones.
+    let wd = ty(DType::I8, &[c(8), c(1), c(3), c(3)]);
+    let s8 = f32t(&[c(8)]);
+    assert_eq!(infer(q(8, false, Some(0.5)), &[x.clone(), wd.clone(), s8.clone()]).unwrap(), "f32[b, 8, 8, 8]");
+    assert!(infer(q(8, true, None), &[x, wd, s8]).is_err());
 }

@@ -278,6 +278,27 @@ impl AttrField for crate::Epilogue {
     }
 }
 
+/// An i8 result's quantization: `out_scale=S, out_zero_point=Z`, both
+/// omitted when absent.
+impl AttrField for Option<crate::QParams> {
+    fn take(a: &mut Attrs, _key: &'static str, _op: &str, _symbols: &Symbols) -> Result<Self, ParseError> {
+        let Some(s) = a.opt("out_scale") else { return Ok(None) };
+        let zero_point = a.opt("out_zero_point").map(|v| int(&v)).transpose()?.unwrap_or(0);
+        Ok(Some(crate::QParams { scale: float(&s)?, zero_point }))
+    }
+
+    fn put(&self, _key: &'static str, out: &mut Vec<String>, _symbols: &Symbols) {
+        if let Some(q) = self {
+            out.push(format!("out_scale={}", format_f64(q.scale)));
+            out.push(format!("out_zero_point={}", fmt_int(q.zero_point)));
+        }
+    }
+
+    fn keys(_key: &'static str) -> Vec<&'static str> {
+        vec!["out_scale", "out_zero_point"]
+    }
+}
+
 /// A convolution's layout: `layout=channels_last`, the key omitted for the
 /// default channels-first (every text written before the layout pass).
 impl AttrField for crate::Layout {

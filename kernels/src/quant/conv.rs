@@ -72,14 +72,117 @@ pub fn qconv_with(
     channels_last: bool,
     out: TensorMut<'_>,
 ) -> Result<()> {
+    qconv_impl(cx, kernels, x, w, w_shape, act, bias, epilogue, p, channels_last, out, None)
+}
+
+/// [`qconv`] between int8 layers: an i8 `x` is the input already
+/// quantized with the static parameters `act` names (read as it is, not
+/// re-encoded), and with `out_quant` (`(scale, zero_point)`; channels-last,
+/// no residual) `out` is i8: each value the f32 convolution would write
+/// (after its bias and activation), quantized as [`ActQuant::Static`]
+/// quantizes an input — the integers the next layer would have made of it.
+#[allow(clippy::too_many_arguments)]
+pub fn qconv_int8(
+    cx: &mut Context,
+    x: TensorRef<'_>,
+    w: &PackedQWeights,
+    w_shape: &[usize],
+    act: ActQuant,
+    bias: Option<&[f32]>,
+    epilogue: &TensorEpilogue<'_>,
+    p: &ConvParams<'_>,
+    channels_last: bool,
+    out: TensorMut<'_>,
+    out_quant: Option<(f32, i32)>,
+) -> Result<()> {
+    let kernels = cx.table.quant;
+    qconv_impl(cx, &kernels, x, w, w_shape, act, bias, epilogue, p, channels_last, out, out_quant)
+}
+
+/// [`qconv_int8`] with the given variant of the integer kernels.
+#[allow(clippy::too_many_arguments)]
+pub fn qconv_int8_with(
+    cx: &mut Context,
+    kernels: &QuantKernels,
+    x: TensorRef<'_>,
+    w: &PackedQWeights,
+    w_shape: &[usize],
+    act: ActQuant,
+    bias: Option<&[f32]>,
+    epilogue: &TensorEpilogue<'_>,
+    p: &ConvParams<'_>,
+    channels_last: bool,
+    out: TensorMut<'_>,
+    out_quant: Option<(f32, i32)>,
+) -> Result<()> {
+    qconv_impl(cx, kernels, x, w, w_shape, act, bias, epilogue, p, channels_last, out, out_quant)
+}
+
+/// Where a layer's input comes from: f32 values, or int8 ones already
+/// quantized with the static parameters.
+#[derive(Copy, Clone)]
+enum Image<'a> {
+    F32(&'a [f32]),
+    I8(&'a [i8]),
+}
+
+impl<'a> Image<'a> {
+    fn range(&self, r: Range<usize>) -> Image<'a> {
+        match *self {
+            Image::F32(v) => Image::F32(&v[r]),
+            Image::I8(v) => Image::I8(&v[r]),
+        }
+    }
+}
+
+/// Where the tile store writes: f32 values, or each quantized with the
+/// next layer's scale and zero point.
+enum Output<'a> {
+    F32(&'a mut [f32]),
+    I8 { values: &'a mut [i8], scale: f32, zero_point: i32 },
+}
+
+#[allow(clippy::too_many_arguments)]
+fn qconv_impl(
+    cx: &mut Context,
+    kernels: &QuantKernels,
+    x: TensorRef<'_>,
+    w: &PackedQWeights,
+    w_shape: &[usize],
+    act: ActQuant,
+    bias: Option<&[f32]>,
+    epilogue: &TensorEpilogue<'_>,
+    p: &ConvParams<'_>,
+    channels_last: bool,
+    out: TensorMut<'_>,
+    out_quant: Option<(f32, i32)>,
+) -> Result<()> {
     if act == ActQuant::Float {
         return Err(err("a weight-only convolution runs the f32 kernels on its dequantized weight"));
     }
     if p.groups != 1 {
         return Err(err(format!("quantized convolutions with int8 activations are dense, got {} groups", p.groups)));
     }
-    if x.dtype != DType::F32 || out.dtype != DType::F32 {
-        return Err(err("quantized convolutions take and give f32"));
+    let static_act = matches!(act, ActQuant::Static { .. });
+    match (x.dtype, out.dtype, out_quant) {
+        (DType::F32, DType::F32, None) => {}
+        (DType::F32 | DType::I8, DType::F32 | DType::I8, _)
+            if (x.dtype == DType::F32 || static_act) && ((out.dtype == DType::I8) == out_quant.is_some()) => {}
+        _ => {
+            return Err(err(format!(
+                "a quantized convolution takes f32 (i8 with static activations) and gives f32 (i8 with output \
+                 parameters), got {} -> {}",
+                x.dtype, out.dtype
+            )))
+        }
+    }
+    if let Some((s, zp)) = out_quant {
+        if !(s.is_finite() && s > 0.0 && (-128..=127).contains(&zp)) {
+            return Err(err(format!("output scale {s} / zero point {zp}")));
+        }
+        if !channels_last || epilogue.residual.is_some() {
+            return Err(err("an i8 output needs a channels-last convolution without a residual"));
+        }
     }
     let out_shape = out.shape;
     // Channels-last tensors are `[N, H, W, C]`: their geometry is that of
@@ -109,11 +212,25 @@ pub fn qconv_with(
     }
     let pixels: usize = g.output.iter().product();
     let plane: usize = g.input.iter().product();
-    let xs: &[f32] = bytemuck::try_cast_slice(x.data).map_err(|_| err("unaligned input"))?;
-    let ys: &mut [f32] = bytemuck::try_cast_slice_mut(out.data).map_err(|_| err("unaligned output"))?;
-    if xs.len() != batch * cin * plane || ys.len() != batch * cout * pixels {
+    let xs = match x.dtype {
+        DType::I8 => Image::I8(bytemuck::cast_slice(x.data)),
+        _ => Image::F32(bytemuck::try_cast_slice(x.data).map_err(|_| err("unaligned input"))?),
+    };
+    let x_len = match xs {
+        Image::F32(v) => v.len(),
+        Image::I8(v) => v.len(),
+    };
+    let out_len = out.data.len() / out.dtype.size_bytes();
+    if x_len != batch * cin * plane
+        || out_len != batch * cout * pixels
+        || !out.data.len().is_multiple_of(out.dtype.size_bytes())
+    {
         return Err(err("input or output length does not match its shape"));
     }
+    let mut ys = match out_quant {
+        Some((scale, zero_point)) => Output::I8 { values: bytemuck::cast_slice_mut(out.data), scale, zero_point },
+        None => Output::F32(bytemuck::try_cast_slice_mut(out.data).map_err(|_| err("unaligned output"))?),
+    };
     if pixels == 0 || batch == 0 {
         return Ok(());
     }
@@ -163,8 +280,7 @@ pub fn qconv_with(
     let shifts: &mut [i32] = bytemuck::cast_slice_mut(shifts);
     let offset = if ukr.acts == Acts::U8Offset { 128 } else { 0 };
     for b in 0..batch {
-        let image = &xs[b * cin * plane..][..cin * plane];
-        let result = &mut ys[b * cout * pixels..][..cout * pixels];
+        let image = xs.range(b * cin * plane..(b + 1) * cin * plane);
         let residual = residual.map(|r| &r[b * cout * pixels..][..cout * pixels]);
         let (s, zp) = image_qparams(threads, act, image);
         padded.fill(threads, image, s, zp, padded_bytes);
@@ -175,6 +291,20 @@ pub fn qconv_with(
             let mpad = m.next_multiple_of(ukr.mr);
             gather_rows(threads, &g, &padded, padded_bytes, p0, m, lda, &mut rows[..mpad * lda]);
             let r = QuantRows { bytes: &rows[..mpad * lda], lda, scales: &scales[..m], shifts: &shifts[..m] };
+            let result = match &mut ys {
+                Output::F32(ys) => &mut ys[b * cout * pixels..][..cout * pixels],
+                Output::I8 { values, scale, zero_point } => {
+                    // The f32 values the layer would write, then quantized
+                    // as the next layer would quantize them (checked above:
+                    // channels-last, no residual).
+                    let block = &mut prod[..m * cout];
+                    super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, block);
+                    finish.apply_block(block, None);
+                    let dst = &mut values[(b * pixels + p0) * cout..][..m * cout];
+                    quantize_block(threads, ukr.driver.encode, block, *scale, *zero_point, dst);
+                    continue;
+                }
+            };
             if channels_last {
                 // The product's rows are the result's pixels.
                 let block = &mut result[p0 * cout..(p0 + m) * cout];
@@ -193,12 +323,35 @@ pub fn qconv_with(
 /// The scale and zero point an image's values are quantized with: the
 /// static ones, or the image's own (dynamic: per image, over all its
 /// channels — the rules [`super::row_scale_symmetric`] and
-/// [`super::row_qparams_asymmetric`] apply to a row).
-fn image_qparams(threads: Threads, act: ActQuant, image: &[f32]) -> (f32, i32) {
-    match act {
-        ActQuant::Static { scale, zero_point } => (scale, zero_point),
-        ActQuant::DynamicAsymmetric => super::qparams_asymmetric(image_range(threads, image)),
-        _ => (super::scale_symmetric(image_range(threads, image)), 0),
+/// [`super::row_qparams_asymmetric`] apply to a row). An i8 image has
+/// static ones (checked by the caller).
+fn image_qparams(threads: Threads, act: ActQuant, image: Image<'_>) -> (f32, i32) {
+    match (act, image) {
+        (ActQuant::Static { scale, zero_point }, _) => (scale, zero_point),
+        (ActQuant::DynamicAsymmetric, Image::F32(image)) => super::qparams_asymmetric(image_range(threads, image)),
+        (_, Image::F32(image)) => (super::scale_symmetric(image_range(threads, image)), 0),
+        (_, Image::I8(_)) => unreachable!("i8 images have static parameters"),
+    }
+}
+
+/// `dst` = `src` quantized with `(s, zp)` by the driver's encoder (the
+/// integers an input's encoding gives: [`super::quantize_value`]), in
+/// fixed pieces over the threads (elementwise, so any split gives the same
+/// bytes).
+fn quantize_block(threads: Threads, encode: super::int8::EncodeFn, src: &[f32], s: f32, zp: i32, dst: &mut [i8]) {
+    const PIECE: usize = 16 * 1024;
+    let dst: &mut [u8] = bytemuck::cast_slice_mut(dst);
+    threads.for_each_chunk(dst, PIECE, |i, part| {
+        encode(Acts::I8, &src[i * PIECE..][..part.len()], s, zp, part);
+    });
+}
+
+/// `dst` = the int8 values `src` in the microkernel's storage `acts`.
+fn encode_i8(acts: Acts, src: &[i8], dst: &mut [u8]) {
+    match acts {
+        Acts::I8 => dst.copy_from_slice(bytemuck::cast_slice(src)),
+        Acts::U8Offset => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = v as u8 ^ 0x80),
+        Acts::I16 => dst.chunks_exact_mut(2).zip(src).for_each(|(d, &v)| d.copy_from_slice(&(v as i16).to_le_bytes())),
     }
 }
 
@@ -255,7 +408,7 @@ impl Padded {
     /// `out` = the image `x` (`[C, spatial..]`, unpadded, as `g.input`)
     /// quantized (`clamp(rint(x · f32(1/s)) + zp, -128, 127)`) inside a
     /// border of `zp`, a channel per work item.
-    fn fill(&self, threads: Threads, x: &[f32], s: f32, zp: i32, out: &mut [u8]) {
+    fn fill(&self, threads: Threads, x: Image<'_>, s: f32, zp: i32, out: &mut [u8]) {
         if self.channels_last {
             return self.fill_channels_last(threads, x, s, zp, out);
         }
@@ -267,9 +420,9 @@ impl Padded {
             self.fill_zero_point(plane, zp);
             for i2 in 0..id {
                 for i1 in 0..ih {
-                    let src = &x[((c * id + i2) * ih + i1) * iw..][..iw];
+                    let src = x.range(((c * id + i2) * ih + i1) * iw..((c * id + i2) * ih + i1 + 1) * iw);
                     let at = ((i2 + self.pad[0]) * ph + i1 + self.pad[1]) * pw + self.pad[2];
-                    (self.encode)(self.acts, src, s, zp, &mut plane[at * width..][..iw * width]);
+                    self.encode(src, s, zp, &mut plane[at * width..][..iw * width]);
                 }
             }
         });
@@ -277,7 +430,16 @@ impl Padded {
 
     /// [`Padded::fill`] of a channels-last image (2-d), a padded row of
     /// pixels per work item.
-    fn fill_channels_last(&self, threads: Threads, x: &[f32], s: f32, zp: i32, out: &mut [u8]) {
+    /// `dst` = `src` in the microkernel's storage: f32 values quantized
+    /// with `(s, zp)`, i8 ones (already quantized) as they are.
+    fn encode(&self, src: Image<'_>, s: f32, zp: i32, dst: &mut [u8]) {
+        match src {
+            Image::F32(src) => (self.encode)(self.acts, src, s, zp, dst),
+            Image::I8(src) => encode_i8(self.acts, src, dst),
+        }
+    }
+
+    fn fill_channels_last(&self, threads: Threads, x: Image<'_>, s: f32, zp: i32, out: &mut [u8]) {
         let width = self.acts.width();
         let [_, _, pw] = self.dims;
         let (ih, iw) = (self.dims[1] - 2 * self.pad[1], pw - 2 * self.pad[2]);
@@ -285,9 +447,9 @@ impl Padded {
         threads.for_each_chunk(out, pw * c * width, |row, bytes| {
             self.fill_zero_point(bytes, zp);
             let Some(i1) = row.checked_sub(self.pad[1]).filter(|&i| i < ih) else { return };
-            let src = &x[i1 * iw * c..][..iw * c];
+            let src = x.range(i1 * iw * c..(i1 + 1) * iw * c);
             let dst = &mut bytes[self.pad[2] * c * width..][..iw * c * width];
-            (self.encode)(self.acts, src, s, zp, dst);
+            self.encode(src, s, zp, dst);
         });
     }
 }

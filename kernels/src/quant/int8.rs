@@ -48,6 +48,8 @@ pub(crate) struct QGemmUkr {
 pub(crate) struct Driver {
     pub(crate) encode: EncodeFn,
     pub(crate) store: StoreFn,
+    /// The int8 depthwise convolution's sums ([`super::depthwise`]).
+    pub(crate) depthwise: super::depthwise::DepthwiseFn,
 }
 
 /// [`super::encode_quantized`]'s signature.
@@ -56,7 +58,8 @@ pub(crate) type EncodeFn = fn(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mu
 pub(crate) type StoreFn = fn(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32);
 
 /// The driver compiled for the build's baseline.
-pub(crate) const GENERIC_DRIVER: Driver = Driver { encode: super::encode_quantized, store: store_row };
+pub(crate) const GENERIC_DRIVER: Driver =
+    Driver { encode: super::encode_quantized, store: store_row, depthwise: super::depthwise::depthwise_acc };
 
 /// The storage of the quantized activations a [`QGemmUkr`] reads.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

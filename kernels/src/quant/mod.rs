@@ -57,13 +57,17 @@
 //! [`qlinear_with`] run any variant this CPU has (tests, benchmarks).
 
 mod conv;
+mod depthwise;
 mod int8;
 mod pack;
 mod variant;
 mod weight_only;
 
 // What the ISA variants (x86_64/, aarch64/) build their microkernels from.
-pub use conv::{qconv, qconv_with};
+pub use conv::{qconv, qconv_int8, qconv_int8_with, qconv_with};
+#[cfg(kiln_x86_64)]
+pub(crate) use depthwise::depthwise_acc;
+pub use depthwise::{qconv_depthwise, qconv_depthwise_with, DepthwiseQWeights};
 #[cfg(kiln_neon)]
 pub(crate) use int8::GENERIC_DRIVER;
 #[cfg(kiln_x86_64)]

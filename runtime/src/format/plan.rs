@@ -404,7 +404,11 @@ kernels! {
     /// (`kiln_kernels::quant::qconv`; dense only), or none: the weight
     /// is dequantized at load and the f32 convolution runs; `epilogue` as
     /// [`Kernel::ConvFused`]'s, its operands after the scales (since
-    /// format 0.10).
+    /// format 0.10). int8 activations between layers (since format 0.14):
+    /// with static activations `x` may be i8 (already quantized with them);
+    /// with `out_scale` (int8 activations, channels-last, no residual) the
+    /// output is i8, the f32 result quantized with `out_scale` and
+    /// `out_zero_point` (`kiln_kernels::quant::qconv`).
     QuantConv {
         stride: Vec<u32> => spatial,
         padding: Vec<u32> => spatial,
@@ -416,6 +420,8 @@ kernels! {
         asymmetric: bool,
         act_scale: Option<f64>,
         act_zero_point: i32,
+        out_scale: Option<f64>,
+        out_zero_point: i32,
     }
     /// [`Kernel::Conv`] with a fused epilogue: `(x, w [, bias] [, residual])`
     /// as the epilogue's flags say; channels-last (2-d only): `x`, the

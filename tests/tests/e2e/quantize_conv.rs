@@ -149,3 +149,89 @@ fn integer_convolutions_give_the_same_bytes_at_any_thread_count() {
     }
     std::fs::remove_dir_all(&calib).ok();
 }
+
+/// int8 activations between layers (the `quant_acts` pass): in the
+/// int8-static ResNet-18 each block's first convolution hands its result
+/// to the second as i8 (quantized in its tile store with the second's
+/// calibrated parameters); in MobileNetV2 with int8 depthwise convolutions
+/// (`QuantizeConfig::int8_depthwise`) the expansion hands its result to the
+/// depthwise one and that to the projection. The program gives the bytes
+/// it gives with the f32 handoff (the pass left out), at 1 to 4 threads.
+#[test]
+fn int8_activations_between_layers_give_the_float_handoffs_bytes() {
+    use kiln_runtime::format::{InstrOp, Kernel};
+    for (model, int8_depthwise, handoffs) in [("resnet18", false, 8), ("mobilenet_v2", true, 34)] {
+        let inputs = read_numbered(&fixture_dir(&format!("models/{model}")), "input");
+        let calib = calibration_dir(model);
+        let build = |skip: Vec<&'static str>| {
+            let src = fixture_dir(&format!("models/{model}")).join("aten.pt2");
+            let tmp = temp_path("quant_acts");
+            let cfg = QuantizeConfig {
+                int8_depthwise,
+                ..QuantizeConfig::new(QuantScheme::parse("int8-static").expect("mode"))
+            };
+            let opts = CompileOptions {
+                quantize: Some(cfg),
+                calibration: Some(calib.clone()),
+                skip_passes: skip,
+                ..Default::default()
+            };
+            compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{model} int8-static: {e}"));
+            let program = Program::load(&tmp).expect("load");
+            std::fs::remove_file(&tmp).ok();
+            program
+        };
+        let (int8, float) = (build(vec![]), build(vec!["quant_acts"]));
+        let i8_outputs = |p: &Program| {
+            let plan = p.plan();
+            plan.instrs
+                .iter()
+                .filter(|i| match &i.op {
+                    InstrOp::Call(Kernel::QuantConv { out_scale, .. }) => {
+                        let dtype = plan.tensors[i.outputs[0] as usize].dtype;
+                        assert_eq!(out_scale.is_some(), dtype == kiln_runtime::DType::I8, "i8 iff its parameters");
+                        out_scale.is_some()
+                    }
+                    _ => false,
+                })
+                .count()
+        };
+        assert_eq!(i8_outputs(&int8), handoffs, "{model}: int8 handoffs");
+        assert_eq!(i8_outputs(&float), 0);
+        assert_eq!(count(&int8, "quant_conv"), count(&float, "quant_conv"));
+        let want = run_with(&float, &inputs, 1);
+        for threads in 1..=4 {
+            let got = run_with(&int8, &inputs, threads);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{model}: {threads} threads");
+        }
+        std::fs::remove_dir_all(&calib).ok();
+    }
+}
+
+/// int8-static MobileNetV2 with `int8_depthwise`: its 17 depthwise
+/// convolutions take static int8 activations (the integer depthwise
+/// kernel), say so, and the program stays within cosine 0.99 of float;
+/// without it they keep f32 activations.
+#[test]
+fn depthwise_convolutions_take_static_int8_activations() {
+    let inputs = read_numbered(&fixture_dir("models/mobilenet_v2"), "input");
+    let calib = calibration_dir("mobilenet_v2");
+    let (float, _) = compile("mobilenet_v2", "aten", None, None);
+    let want = run_with(&float, &inputs, 1);
+    for int8_depthwise in [false, true] {
+        let src = fixture_dir("models/mobilenet_v2").join("aten.pt2");
+        let tmp = temp_path("quant_dw");
+        let cfg =
+            QuantizeConfig { int8_depthwise, ..QuantizeConfig::new(QuantScheme::parse("int8-static").expect("mode")) };
+        let opts = CompileOptions { quantize: Some(cfg), calibration: Some(calib.clone()), ..Default::default() };
+        let summary = compile_file(&src, &tmp, &opts).expect("compile");
+        let p = Program::load(&tmp).expect("load");
+        std::fs::remove_file(&tmp).ok();
+        let static_dw = summary.quantized.iter().filter(|l| l.note.contains("static int8 activations")).count();
+        let float_dw = summary.quantized.iter().filter(|l| l.note.contains("f32 activations")).count();
+        assert_eq!((static_dw, float_dw), if int8_depthwise { (17, 0) } else { (0, 17) }, "{int8_depthwise}");
+        let c = cosine(&run_with(&p, &inputs, 1), &want);
+        assert!(c >= 0.99, "int8_depthwise {int8_depthwise}: cosine {c} vs float");
+    }
+    std::fs::remove_dir_all(&calib).ok();
+}

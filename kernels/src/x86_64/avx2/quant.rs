@@ -27,7 +27,17 @@ fn check(mr: usize, nr: usize, k4: usize, a: &[u8], lda: usize, b: &[u8], strip:
 /// compiled for AVX2: at the baseline x86-64 level they ran 4 lanes wide
 /// and emulated the i32 multiply, ~40 % of an int8 MobileNetV2's time.
 /// Every x86 entry uses it (each needs AVX2).
-pub(crate) const DRIVER: Driver = Driver { encode, store };
+pub(crate) const DRIVER: Driver = Driver { encode, store, depthwise };
+
+fn depthwise(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32; 16]) {
+    // SAFETY: as for `encode`.
+    unsafe { depthwise_avx2(x, offs, w, w_offs, c0, acc) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn depthwise_avx2(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32; 16]) {
+    crate::quant::depthwise_acc(x, offs, w, w_offs, c0, acc)
+}
 
 fn encode(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]) {
     // SAFETY: the x86 entries are installed after AVX2 and FMA were detected.
