@@ -519,12 +519,12 @@ fn select(imp: &mut Importer, n: &Node) -> R<()> {
     bind_out(imp, n, Parts { re, im: Some(im) })
 }
 
-/// The longest axis `prod`/`cumprod` unroll (one complex product per element).
-const MAX_PRODUCT_LEN: i64 = 256;
+/// The longest axis `prod`/`cumprod` take (their products are unrolled,
+/// `log₂ len` levels).
+const MAX_PRODUCT_LEN: i64 = 4096;
 
 /// `prod` (all elements, or `dim` with `keepdim`) and `cumprod(dim)` of a
-/// complex tensor: running complex products along the axis, left to right,
-/// in f64.
+/// complex tensor, in f64: a product tree and a doubling scan along the axis.
 fn products_along(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     let z = complex_input(imp, n, "self")?;
     let mut w = widen(imp, z)?;
@@ -555,30 +555,66 @@ fn products_along(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     if len == 0 {
         return unsupported(format!("`{name}` of an empty complex axis; {COMPLEX_SCOPE}"));
     }
-    let slice =
-        |imp: &mut Importer, v: ValueId, k: i64| imp.push(Op::Slice { axis, start: k, end: k + 1, step: 1 }, vec![v]);
-    let mut running = Vec::new();
-    let mut acc = Z { re: slice(imp, w.re, 0)?, im: slice(imp, w.im, 0)? };
-    running.push(acc);
-    for k in 1..len {
-        let next = Z { re: slice(imp, w.re, k)?, im: slice(imp, w.im, k)? };
-        acc = z_mul(imp, acc, next)?;
-        running.push(acc);
-    }
     let r = if name == "cumprod" {
-        let re = imp.push(Op::Concat { axis }, running.iter().map(|z| z.re).collect())?;
-        let im = imp.push(Op::Concat { axis }, running.iter().map(|z| z.im).collect())?;
-        Z { re, im }
-    } else if keep {
-        acc
+        prefix_products(imp, w, axis, len)?
     } else {
-        // The reduced axis dropped.
-        let mut shape = imp.ty(acc.re).shape.clone();
-        shape.remove(axis);
-        let re = imp.push(Op::Reshape { shape: shape.clone() }, vec![acc.re])?;
-        Z { re, im: imp.push(Op::Reshape { shape }, vec![acc.im])? }
+        let p = tree_product(imp, w, axis, len)?;
+        if keep {
+            p
+        } else {
+            // The reduced axis dropped.
+            let mut shape = imp.ty(p.re).shape.clone();
+            shape.remove(axis);
+            let re = imp.push(Op::Reshape { shape: shape.clone() }, vec![p.re])?;
+            Z { re, im: imp.push(Op::Reshape { shape }, vec![p.im])? }
+        }
     };
     bind_out(imp, n, Parts { re: r.re, im: Some(r.im) })
+}
+
+fn slice_z(imp: &mut Importer, z: Z, axis: usize, (start, end, step): (i64, i64, i64)) -> R<Z> {
+    let op = Op::Slice { axis, start, end, step };
+    Ok(Z { re: imp.push(op.clone(), vec![z.re])?, im: imp.push(op, vec![z.im])? })
+}
+
+fn concat_z(imp: &mut Importer, a: Z, b: Z, axis: usize) -> R<Z> {
+    Ok(Z { re: imp.push(Op::Concat { axis }, vec![a.re, b.re])?, im: imp.push(Op::Concat { axis }, vec![a.im, b.im])? })
+}
+
+/// The product of the `len` slices along `axis` as a tree: each level
+/// multiplies neighbours (an odd one out carried), so the expression is
+/// `log₂ len` products deep — a chain would be `len` deep, and XLA's fusion
+/// duplicates a complex product's operands (each part is read twice) into
+/// a tree of 2^depth.
+fn tree_product(imp: &mut Importer, mut z: Z, axis: usize, mut len: i64) -> R<Z> {
+    while len > 1 {
+        let pairs = len / 2;
+        let even = slice_z(imp, z, axis, (0, 2 * pairs, 2))?;
+        let odd = slice_z(imp, z, axis, (1, 2 * pairs, 2))?;
+        let mut next = z_mul(imp, even, odd)?;
+        if len % 2 == 1 {
+            let last = slice_z(imp, z, axis, (len - 1, len, 1))?;
+            next = concat_z(imp, next, last, axis)?;
+        }
+        z = next;
+        len = pairs + len % 2;
+    }
+    Ok(z)
+}
+
+/// Running products along `axis` by doubling (Hillis–Steele): after the step
+/// with shift `d`, element `k` holds the product of elements `k − 2d + 1 ..= k`.
+fn prefix_products(imp: &mut Importer, mut z: Z, axis: usize, len: i64) -> R<Z> {
+    let mut d = 1;
+    while d < len {
+        let head = slice_z(imp, z, axis, (0, d, 1))?;
+        let earlier = slice_z(imp, z, axis, (0, len - d, 1))?;
+        let later = slice_z(imp, z, axis, (d, len, 1))?;
+        let tail = z_mul(imp, later, earlier)?;
+        z = concat_z(imp, head, tail, axis)?;
+        d *= 2;
+    }
+    Ok(z)
 }
 
 /// `pow` with a complex base or exponent: `e^{w ln z}` (1 and 2 exactly, as
