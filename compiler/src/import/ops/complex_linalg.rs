@@ -197,8 +197,7 @@ fn bind_results(imp: &mut Importer, n: &Node, results: Vec<Option<ValueId>>) -> 
             let z = unembed(imp, v)?;
             let ty = imp.part_type(o)?;
             let z = cast_parts(imp, z, ty.dtype);
-            let im = z.im.unwrap_or(z.re);
-            imp.bind_complex(o, z.re, im);
+            bind_out_named(imp, o, z)?;
         } else {
             let ty = imp.type_of(o)?;
             let v = imp.cast(v, ty.dtype);

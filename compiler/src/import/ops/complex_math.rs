@@ -465,10 +465,10 @@ fn bk_same(imp: &mut Importer, op: B, x: ValueId, c: f64) -> R<ValueId> {
     imp.with_scalar(op, x, c)
 }
 
-/// `eq`/`ne` with a complex operand: both parts equal / either differs.
-fn equality(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
-    let a = complex_input(imp, n, "self")?;
-    let other = match imp.arg(n, "other") {
+/// Argument `key` of `op` as parts: a tensor's parts as they are, a Python
+/// complex number or a real scalar as f64 constants.
+fn required_arg(imp: &mut Importer, n: &Node, key: &str, op: &str) -> R<Parts> {
+    Ok(match imp.arg(n, key) {
         Some(Arg::Tensor(t)) => {
             let t = t.clone();
             operand(imp, &t)?
@@ -477,11 +477,17 @@ fn equality(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             Parts { re: imp.scalar_const(Scalar::Float(re), WORK), im: Some(imp.scalar_const(Scalar::Float(im), WORK)) }
         }
         Some(_) => {
-            let s = imp.scalar(n, "other")?;
+            let s = imp.scalar(n, key)?;
             Parts { re: imp.scalar_const(s, WORK), im: None }
         }
-        None => return unsupported(format!("`{name}` without `other`")),
-    };
+        None => return unsupported(format!("`{op}` without `{key}`")),
+    })
+}
+
+/// `eq`/`ne` with a complex operand: both parts equal / either differs.
+fn equality(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
+    let a = complex_input(imp, n, "self")?;
+    let other = required_arg(imp, n, "other", name)?;
     // Compared in f64: exact for both part dtypes.
     let (x, y) = (widen(imp, a)?, widen(imp, other)?);
     let (op, join) = if name == "eq" { (B::Eq, B::And) } else { (B::Ne, B::Or) };
@@ -494,25 +500,8 @@ fn equality(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
 /// `where(condition, self, other)` with a complex branch: per part.
 fn select(imp: &mut Importer, n: &Node) -> R<()> {
     let cond = imp.tensor(n, "condition")?;
-    let branch = |imp: &mut Importer, key: &str| -> R<Parts> {
-        match imp.arg(n, key) {
-            Some(Arg::Tensor(t)) => {
-                let t = t.clone();
-                operand(imp, &t)
-            }
-            Some(&Arg::Complex(re, im)) => Ok(Parts {
-                re: imp.scalar_const(Scalar::Float(re), WORK),
-                im: Some(imp.scalar_const(Scalar::Float(im), WORK)),
-            }),
-            Some(_) => {
-                let s = imp.scalar(n, key)?;
-                Ok(Parts { re: imp.scalar_const(s, WORK), im: None })
-            }
-            None => unsupported(format!("`where` without `{key}`")),
-        }
-    };
-    let x = branch(imp, "self")?;
-    let y = branch(imp, "other")?;
+    let x = required_arg(imp, n, "self", "where")?;
+    let y = required_arg(imp, n, "other", "where")?;
     let (x, y) = (widen(imp, x)?, widen(imp, y)?);
     let re = sel(imp, cond, x.re, y.re)?;
     let im = sel(imp, cond, x.im, y.im)?;
@@ -621,40 +610,22 @@ fn prefix_products(imp: &mut Importer, mut z: Z, axis: usize, len: i64) -> R<Z> 
 /// the product they are).
 fn pow(imp: &mut Importer, n: &Node, overload: &str) -> R<()> {
     let base = match overload {
-        "Scalar" => match imp.arg(n, "self") {
-            Some(&Arg::Complex(re, im)) => Parts {
-                re: imp.scalar_const(Scalar::Float(re), WORK),
-                im: Some(imp.scalar_const(Scalar::Float(im), WORK)),
-            },
-            _ => {
-                let s = imp.scalar(n, "self")?;
-                Parts { re: imp.scalar_const(s, WORK), im: None }
-            }
-        },
+        "Scalar" => required_arg(imp, n, "self", "pow")?,
         _ => complex_input(imp, n, "self")?,
     };
-    let exponent = match imp.arg(n, "exponent") {
-        Some(Arg::Tensor(t)) => {
-            let t = t.clone();
-            operand(imp, &t)?
-        }
-        Some(&Arg::Complex(re, im)) => {
-            Parts { re: imp.scalar_const(Scalar::Float(re), WORK), im: Some(imp.scalar_const(Scalar::Float(im), WORK)) }
-        }
-        Some(_) => {
-            let s = imp.scalar(n, "exponent")?;
-            match s.as_f64() {
-                1.0 => return bind_out(imp, n, base),
-                2.0 => {
-                    let z = widen(imp, base)?;
-                    let sq = z_mul(imp, z, z)?;
-                    return bind_out(imp, n, Parts { re: sq.re, im: Some(sq.im) });
-                }
-                _ => Parts { re: imp.scalar_const(s, WORK), im: None },
+    // A real exponent of 1 or 2: the value itself, or its product with itself.
+    if !matches!(imp.arg(n, "exponent"), Some(Arg::Tensor(_) | Arg::Complex(..)) | None) {
+        match imp.scalar(n, "exponent")?.as_f64() {
+            1.0 => return bind_out(imp, n, base),
+            2.0 => {
+                let z = widen(imp, base)?;
+                let sq = z_mul(imp, z, z)?;
+                return bind_out(imp, n, Parts { re: sq.re, im: Some(sq.im) });
             }
+            _ => {}
         }
-        None => return unsupported("`pow` without `exponent`"),
-    };
+    }
+    let exponent = required_arg(imp, n, "exponent", "pow")?;
     let z = widen(imp, base)?;
     let l = z_log(imp, z)?;
     // A real exponent scales both parts of ln z (a zero imaginary part

@@ -305,9 +305,10 @@ pub(super) fn per_part(imp: &mut Importer, n: &Node, name: &str, overload: &str,
         }
         inputs.extend(complex);
     }
-    // A real data operand next to a complex one would be added to both
-    // parts: only index-like real operands may stay (checked by the op's
-    // own types: its real operands are not data of the complex dtype).
+    // Real tensor operands go to both passes unchanged. In the ops listed
+    // here torch requires every data operand to have the complex dtype (an
+    // exported graph casts a real one first), so the real ones are what
+    // both parts share: indices, masks, `trapz`'s `x`, `lerp`'s weight.
     let outs: Vec<String> = n.outputs.iter().flat_map(output_names).collect();
     let mut out_types = Vec::new();
     for o in &outs {
