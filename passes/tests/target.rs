@@ -80,10 +80,19 @@ fn the_pipeline_follows_the_description() {
     let names = |desc: &TargetDesc| pipeline_for(desc).iter().map(|p| p.name).collect::<Vec<_>>();
     for t in Target::ALL {
         let mut want = vec!["cleanup", "decompose", "cleanup", "fuse", "legalize", "dce"];
-        // Elementwise fusion is for the CPU's fused kernel only, and so is
-        // the channels-last layout (the CPU's convolution kernels).
+        // Elementwise fusion is for the CPU's fused kernel only, and so are
+        // the channels-last layout (the CPU's convolution kernels) and the
+        // int8 handoff between quantized convolutions (after the layout).
         if t == Target::Cpu {
-            let cpu = ["fuse_attention", "simplify", "fuse_norm", "fuse_epilogue", "fuse_elementwise", "layout"];
+            let cpu = [
+                "fuse_attention",
+                "simplify",
+                "fuse_norm",
+                "fuse_epilogue",
+                "fuse_elementwise",
+                "layout",
+                "quant_acts",
+            ];
             want.splice(5..5, cpu);
         }
         // Integer weights are kept for the CPU's quantized linear kernel and
