@@ -386,26 +386,32 @@ fn im2col_blocked(
 /// t, zeros for the padding. RGB stems' shapes get loops with their
 /// channel count and kernel width fixed at compile time (fully unrolled).
 fn gather_row(x: &[f32], g: &Geometry, cin: usize, r: usize, row: &mut [f32]) {
-    match (cin, g.kernel[2]) {
-        (3, 3) => gather_row_with::<3, 3>(x, g, cin, r, row),
-        (3, 7) => gather_row_with::<3, 7>(x, g, cin, r, row),
-        _ => gather_row_with::<0, 0>(x, g, cin, r, row),
+    match (cin, g.kernel[1], g.kernel[2], g.dil[2]) {
+        (3, 3, 3, 1) => gather_row_with::<3, 3, 3>(x, g, cin, r, row),
+        (3, 7, 7, 1) => gather_row_with::<3, 7, 7>(x, g, cin, r, row),
+        _ => gather_row_with::<0, 0, 0>(x, g, cin, r, row),
     }
 }
 
-/// [`gather_row`] with `CIN` channels and kernel width `KW` (both 0: those
-/// of `cin` and `g`, for any shape). Where a kernel row lies inside the input (all
-/// but the borders) its taps read one run of the input row, at fixed
-/// offsets.
+/// [`gather_row`] with `CIN` channels, a `KH`×`KW` kernel and no
+/// horizontal dilation (all 0: those of `cin` and `g`, for any shape).
+/// Where a kernel row lies inside the input (all but the borders) its taps
+/// read one run of the input row, at fixed offsets.
 #[inline(always)]
-fn gather_row_with<const CIN: usize, const KW: usize>(x: &[f32], g: &Geometry, cin: usize, r: usize, row: &mut [f32]) {
+fn gather_row_with<const CIN: usize, const KH: usize, const KW: usize>(
+    x: &[f32],
+    g: &Geometry,
+    cin: usize,
+    r: usize,
+    row: &mut [f32],
+) {
     let [_, ih, iw] = g.input;
     let [_, kh, kw] = g.kernel;
-    let (cin, kw) = if CIN == 0 { (cin, kw) } else { (CIN, KW) };
+    let (cin, kh, kw, dx) = if CIN == 0 { (cin, kh, kw, g.dil[2]) } else { (CIN, KH, KW, 1) };
     let oh = g.output[1];
     let ksp = kh * kw;
     let kdim = cin * ksp;
-    let (sx, dx, px_) = (g.stride[2], g.dil[2], g.pad[2]);
+    let (sx, px_) = (g.stride[2], g.pad[2]);
     let (n, oy) = (r / oh, r % oh);
     for (ox, px) in row.chunks_exact_mut(kdim).enumerate() {
         let ix0 = (ox * sx).wrapping_sub(px_);
