@@ -4,7 +4,8 @@
 //! each epilogue; and every table against the generic one. Covers each
 //! channels-last path: depthwise (channel counts below, at and past the
 //! 16-wide block), pointwise at stride 1 and 2, Winograd, tap GEMMs, and the
-//! im2col GEMM over pixels (a 3-channel stem, a padded 1×1, no tap GEMMs),
+//! im2col GEMM over pixels (3-channel stems, blocked over several work
+//! items; a padded 1×1, no tap GEMMs),
 //! the transposed fallback (groups, a depthwise multiplier).
 mod common;
 use common::*;
@@ -56,6 +57,11 @@ const CASES: &[Case] = &[
     case([1, 6, 5, 5], [7, 6, 1, 1], [1, 1], [1, 1], 1),
     Case { xs: [1, 5, 9, 9], ws: [9, 5, 3, 3], stride: [1, 1], pad: [2, 2], dil: [2, 2], groups: 1 },
     case([1, 12, 9, 8], [5, 12, 7, 7], [1, 1], [3, 3], 1),
+    // Stems big enough for the blocked im2col to split into several work
+    // items (whole output rows, the last one short; across images) over
+    // the threads.
+    case([1, 3, 64, 62], [16, 3, 7, 7], [2, 2], [3, 3], 1),
+    case([2, 3, 58, 60], [48, 3, 3, 3], [2, 2], [1, 1], 1),
     // Transposed through channels-first: groups, a depthwise multiplier.
     case([1, 8, 6, 7], [12, 4, 3, 3], [1, 1], [1, 1], 2),
     case([1, 4, 6, 6], [8, 1, 3, 3], [1, 1], [1, 1], 4),

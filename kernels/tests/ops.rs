@@ -223,6 +223,7 @@ fn permute_over_threads_is_the_index_definition() {
     let cases: &[(&[usize], &[usize])] = &[
         (&[1, 3, 150, 151], &[0, 2, 3, 1]), // RGB image to channels-last (tiled)
         (&[2, 3, 90, 97], &[0, 2, 3, 1]),   // the same with a batch
+        (&[1, 5, 70, 71], &[0, 2, 3, 1]),   // narrow, not 3 (tiled, any width)
         (&[1, 32, 41, 43], &[0, 2, 3, 1]),  // wide rows: slabs
         (&[1, 40, 37, 64], &[0, 3, 1, 2]),  // channels-last to first
         (&[3, 70, 1, 300], &[1, 3, 2, 0]),

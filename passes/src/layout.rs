@@ -19,7 +19,7 @@
 //!   convolutions only) are left to DCE;
 //! - only convolutions a channels-last kernel runs directly change:
 //!   depthwise, pointwise, and dense ones with at least 32 input channels
-//!   (an RGB stem stays channels-first, see [`MIN_DENSE_CHANNELS`]).
+//!   or a short reduction (an RGB stem: see [`MIN_DENSE_CHANNELS`]).
 //!
 //! - a 2-d max or average pool of a value with a channels-last form pools
 //!   that form (ResNet's stem pool), and so do elementwise ops and the
@@ -48,6 +48,14 @@ pub fn channels_last(g: &mut Graph, opts: &Options) -> Result<Changed, PassError
     }
     // The channels-last form of each channels-first value that has one.
     let mut nhwc: HashMap<ValueId, ValueId> = HashMap::new();
+    // The nodes that read each value, as scheduled before the rewrite (the
+    // nodes not yet visited still read the original values).
+    let mut users: HashMap<ValueId, Vec<NodeId>> = HashMap::new();
+    for &n in &g.order {
+        for &v in &g.nodes[n].inputs {
+            users.entry(v).or_default().push(n);
+        }
+    }
     rewrite_in_order(g, |g, n| {
         if let Some(y) = spatial_reduce(g, n, &nhwc) {
             return Ok(Rewrite::Replace(vec![y]));
@@ -55,7 +63,7 @@ pub fn channels_last(g: &mut Graph, opts: &Options) -> Result<Changed, PassError
         if let Some(back) = elementwise(g, n, &mut nhwc).or_else(|| pool(g, n, &mut nhwc)) {
             return Ok(Rewrite::Replace(vec![back]));
         }
-        let Some(conv) = channels_last_op(g, n) else { return Ok(Rewrite::Keep) };
+        let Some(conv) = channels_last_op(g, n, &users) else { return Ok(Rewrite::Keep) };
         let node = g.nodes[n].clone();
         let residual = match &conv {
             Op::ConvFused { epilogue, .. } => epilogue.residual_operand(),
@@ -78,29 +86,44 @@ pub fn channels_last(g: &mut Graph, opts: &Options) -> Result<Changed, PassError
 }
 
 /// Fewest input channels of a dense convolution wider than 1×1 that goes
-/// channels-last: the kernels' tap GEMMs take 32 or more
-/// (`kiln_kernels`' `conv_taps::MIN_CIN`). With fewer (an RGB stem) the
-/// channels-last kernel runs an im2col GEMM over the output pixels, which
-/// measured slower on MobileNetV2's stem than the channels-first GEMM plus
-/// the (parallel) permute of its result (2026-12-05: 550 µs against 360 +
-/// 130 at one thread), and ResNet's stem feeds a max pool that stays
-/// channels-first; so such a convolution stays channels-first and the
-/// permute comes after it, on its (usually pooled) result.
+/// channels-last whatever its kernel size: the kernels' tap GEMMs take 32
+/// or more (`kiln_kernels`' `conv_taps::MIN_CIN`). With fewer (an RGB stem)
+/// the channels-last kernel runs an im2col GEMM over the output pixels, a
+/// few output rows per work item gathered and multiplied while in cache,
+/// when the reduction `Cin·kh·kw` is at most [`MAX_IM2COL_K`]: that beat
+/// the channels-first GEMM plus the permute of its result (which scaled
+/// poorly over threads) on MobileNetV2's and ResNet-18's stems, and leaves
+/// one permute of the 3-channel model input instead.
 const MIN_DENSE_CHANNELS: i64 = 32;
+
+/// Longest reduction of a dense convolution with fewer than
+/// [`MIN_DENSE_CHANNELS`] input channels that goes channels-last
+/// (`kiln_kernels`' `conv_nhwc::MAX_IM2COL_K`; longer ones would run there
+/// through transpositions).
+const MAX_IM2COL_K: i64 = 1024;
 
 /// The channels-last convolution node `n` becomes, if it is an f32 2-d
 /// channels-first `conv` or `conv_fused` that a channels-last kernel runs
-/// directly: depthwise, pointwise (1×1 without padding) or dense with
-/// enough input channels.
-fn channels_last_op(g: &Graph, n: NodeId) -> Option<Op> {
+/// directly: depthwise, pointwise (1×1 without padding), dense with
+/// enough input channels, or dense with a short reduction (an RGB stem)
+/// whose result feeds a channels-last convolution (directly or through a
+/// pool): converting it trades the permute of its result for one of its
+/// few-channel input, which only pays when the result stays channels-last.
+fn channels_last_op(g: &Graph, n: NodeId, users: &HashMap<ValueId, Vec<NodeId>>) -> Option<Op> {
     let node = &g.nodes[n];
+    let stem =
+        || matches!(node.op, Op::Conv { .. } | Op::ConvFused { .. }) && feeds_channels_last(g, node.outputs[0], users);
     let direct = |padding: &[i64], groups: i64| {
         let (x, w) = (g.ty(node.inputs[0]), g.ty(node.inputs[1]));
         let dim = |t: &TensorType, i: usize| t.shape.get(i).and_then(|d| d.as_const());
         let (cin, cin_g, cout) = (dim(x, 1), dim(w, 1), dim(w, 0));
         let pointwise = dim(w, 2) == Some(1) && dim(w, 3) == Some(1) && padding.iter().all(|&p| p == 0);
         let depthwise = cin_g == Some(1) && cin == Some(groups) && cout == Some(groups);
-        depthwise || groups == 1 && (pointwise || cin.is_some_and(|c| c >= MIN_DENSE_CHANNELS))
+        let short_k = match (cin, dim(w, 2), dim(w, 3)) {
+            (Some(c), Some(kh), Some(kw)) => c * kh * kw <= MAX_IM2COL_K,
+            _ => false,
+        };
+        depthwise || groups == 1 && (pointwise || cin.is_some_and(|c| c >= MIN_DENSE_CHANNELS) || short_k && stem())
     };
     let f32_2d = |stride: &[i64], padding: &[i64], groups: i64| {
         stride.len() == 2
@@ -200,6 +223,20 @@ fn elementwise(g: &mut Graph, n: NodeId, nhwc: &mut HashMap<ValueId, ValueId>) -
     let back = g.push(Op::Permute { perm: TO_NCHW.to_vec() }, vec![y], out_ty, node.loc);
     nhwc.insert(back, y);
     Some(back)
+}
+
+/// Whether a reader of `v` goes channels-last: a convolution the pass
+/// converts, or a 2-d max or average pool whose result feeds one.
+fn feeds_channels_last(g: &Graph, v: ValueId, users: &HashMap<ValueId, Vec<NodeId>>) -> bool {
+    users.get(&v).into_iter().flatten().any(|&u| match &g.nodes[u].op {
+        Op::Pool { kind: PoolKind::Max | PoolKind::Avg, kernel, layout: Layout::ChannelsFirst, .. } => {
+            kernel.len() == 2 && g.nodes[u].outputs.len() == 1 && feeds_channels_last(g, g.nodes[u].outputs[0], users)
+        }
+        Op::Conv { .. } | Op::ConvFused { .. } => {
+            g.nodes[u].inputs.first() == Some(&v) && channels_last_op(g, u, users).is_some()
+        }
+        _ => false,
+    })
 }
 
 /// Node `n` run channels-last, if it is a 2-d max or average pool (values

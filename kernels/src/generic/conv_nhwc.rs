@@ -37,9 +37,11 @@ use super::common::*;
 use super::conv::{conv_fused, epilogue_views, geometry, ConvParams, Geometry, PackedConv, TensorEpilogue};
 use super::conv_taps::{self, PackedTaps, TapEpilogue};
 use super::conv_winograd::{self, PackedWinograd};
-use super::gemm::{run_gemm, ASource, ActivationFn, BSource, Bias, Epilogue};
+use super::gemm::{
+    gemm_sum_packed, run_gemm, ASource, ActivationFn, BSource, Bias, Epilogue, PackedB, SumTerm, PARALLEL_MIN_FLOPS,
+};
 use crate::context::Context;
-use crate::parallel::{Threads, ELEMENT_CHUNK};
+use crate::parallel::{SharedMut, Threads, ELEMENT_CHUNK};
 use crate::table::KernelTable;
 use crate::types::{DType, Result, TensorMut, TensorRef};
 
@@ -169,6 +171,11 @@ pub fn conv_fused_channels_last(
                 Some(b) => BSource::Packed(b),
                 None => BSource::strided(wv, kdim, true),
             };
+            if let BSource::Packed(pb) = b {
+                if im2col_blocked(xv, pb, &fused, &g, (batch, cin, cout), ov, cx) {
+                    return Ok(());
+                }
+            }
             im2col(xv, b, &fused, &g, (batch, cin, cout), ov, cx);
             Ok(())
         }
@@ -302,44 +309,150 @@ fn im2col(
     cx: &mut Context,
 ) {
     let table = cx.table;
-    let [_, ih, iw] = g.input;
     let [_, kh, kw] = g.kernel;
     let [_, oh, ow] = g.output;
-    let ksp = kh * kw;
-    let (m, kdim) = (batch * oh * ow, cin * ksp);
+    let (m, kdim) = (batch * oh * ow, cin * kh * kw);
     let epilogue = pixel_gemm_epilogue(e, cout);
     let (rows, pack) = cx.scratch.split(m * kdim);
     let threads = if rows.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { pack.threads };
-    // Each input pixel's channels go to rows c·ksp + t of its tap t. Where
-    // a kernel row lies inside the input (all but the borders) its taps
-    // read one contiguous run of kw·Cin floats.
-    let (sx, dx, px_) = (g.stride[2], g.dil[2], g.pad[2]);
-    threads.for_each_chunk(rows, ow * kdim, |r, row| {
-        let (n, oy) = (r / oh, r % oh);
-        for (ox, px) in row.chunks_exact_mut(kdim).enumerate() {
-            let ix0 = (ox * sx).wrapping_sub(px_);
-            let inside = ix0 < iw && ix0 + (kw - 1) * dx < iw;
-            for ky in 0..kh {
-                // Wrapped negative coordinates fail the bounds tests too.
-                let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
-                let line = (iy < ih).then(|| &x[(n * ih + iy) * iw * cin..][..iw * cin]);
-                for kx in 0..kw {
-                    let t = ky * kw + kx;
-                    let ix = ix0.wrapping_add(kx * dx);
-                    match line {
-                        Some(line) if inside || ix < iw => {
-                            let src = &line[ix * cin..][..cin];
-                            for (dst, &v) in px[t..].iter_mut().step_by(ksp).zip(src) {
-                                *dst = v;
+    threads.for_each_chunk(rows, ow * kdim, |r, row| gather_row(x, g, cin, r, row));
+    run_gemm(table, m, cout, kdim, ASource::Strided { a: rows, lda: kdim }, b, out, cout, 0.0, epilogue, pack);
+}
+
+/// Output pixels per work item of [`im2col_blocked`] (whole output rows,
+/// at least this many pixels): the item's im2col rows stay in L1/L2
+/// between their gathering and the GEMM that reads them. Fixed, so the
+/// split never depends on the thread count.
+const IM2COL_BLOCK_PIXELS: usize = 128;
+
+/// [`im2col`] with the weight packed, one job: each work item gathers the
+/// im2col rows of a few output rows into its thread's scratch and runs the
+/// GEMM over them at once (the table's direct kernel, A read in place), so
+/// the rows never leave the cache and the stem needs no serial step. The
+/// same tiles, K slices and per-element order as [`im2col`]'s one GEMM
+/// (row blocks never change an element's arithmetic). False, with nothing
+/// written, when the table has no direct kernel or `b` does not fit it.
+#[allow(clippy::too_many_arguments)]
+fn im2col_blocked(
+    x: &[f32],
+    b: &PackedB,
+    e: &Fused<'_>,
+    g: &Geometry,
+    (batch, cin, cout): (usize, usize, usize),
+    out: &mut [f32],
+    cx: &mut Context,
+) -> bool {
+    let table = cx.table;
+    if table.gemm.direct.is_none() || !b.fits(table) {
+        return false;
+    }
+    let [_, kh, kw] = g.kernel;
+    let [_, oh, ow] = g.output;
+    let kdim = cin * kh * kw;
+    let out_rows = batch * oh;
+    let per_item = IM2COL_BLOCK_PIXELS.div_ceil(ow).clamp(1, out_rows);
+    let items = out_rows.div_ceil(per_item);
+    let threads = if out.len() * kdim < PARALLEL_MIN_FLOPS { Threads::single() } else { cx.scratch.pack.threads };
+    let item_len = per_item * ow * kdim;
+    let (buf, _) = cx.scratch.split(threads.count() * item_len);
+    let (bufs, dst) = (SharedMut(buf.as_mut_ptr()), SharedMut(out.as_mut_ptr()));
+    let epilogue = pixel_gemm_epilogue(e, cout);
+    let done = std::sync::atomic::AtomicBool::new(true);
+    threads.for_each(items, |item| {
+        let r0 = item * per_item;
+        let rows = per_item.min(out_rows - r0);
+        let pixels = rows * ow;
+        // SAFETY: the calling thread's own buffer (`Threads::index` is
+        // unique among the threads running this job), inside `buf`.
+        let a = unsafe { std::slice::from_raw_parts_mut(bufs.ptr().add(threads.index() * item_len), pixels * kdim) };
+        for (i, row) in a.chunks_exact_mut(ow * kdim).enumerate() {
+            gather_row(x, g, cin, r0 + i, row);
+        }
+        let offset = r0 * ow * cout;
+        // SAFETY: items own disjoint runs of output rows of `out`.
+        let c = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(offset), pixels * cout) };
+        let ep = Epilogue { residual: epilogue.residual.map(|(r, ld)| (&r[offset..], ld)), ..epilogue };
+        let term = |_| SumTerm { a: &*a, lda: kdim, k0: 0, k1: kdim };
+        if !gemm_sum_packed(table, pixels, b, 1, &term, c, cout, ep, &Threads::single()) {
+            done.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    // Checked above, so every item ran; kept as a guard all the same.
+    done.into_inner()
+}
+
+/// The im2col row of each pixel of output row `r` (`n = r / OH`, `oy = r %
+/// OH`): each input pixel's channels go to columns c·ksp + t of its tap
+/// t, zeros for the padding. RGB stems' shapes get loops with their
+/// channel count and kernel width fixed at compile time (fully unrolled).
+fn gather_row(x: &[f32], g: &Geometry, cin: usize, r: usize, row: &mut [f32]) {
+    match (cin, g.kernel[1], g.kernel[2], g.dil[2]) {
+        (3, 3, 3, 1) => gather_row_with::<3, 3, 3>(x, g, cin, r, row),
+        (3, 7, 7, 1) => gather_row_with::<3, 7, 7>(x, g, cin, r, row),
+        _ => gather_row_with::<0, 0, 0>(x, g, cin, r, row),
+    }
+}
+
+/// [`gather_row`] with `CIN` channels, a `KH`×`KW` kernel and no
+/// horizontal dilation (all 0: those of `cin` and `g`, for any shape).
+/// Where a kernel row lies inside the input (all but the borders) its taps
+/// read one run of the input row, at fixed offsets.
+#[inline(always)]
+fn gather_row_with<const CIN: usize, const KH: usize, const KW: usize>(
+    x: &[f32],
+    g: &Geometry,
+    cin: usize,
+    r: usize,
+    row: &mut [f32],
+) {
+    let [_, ih, iw] = g.input;
+    let [_, kh, kw] = g.kernel;
+    let (cin, kh, kw, dx) = if CIN == 0 { (cin, kh, kw, g.dil[2]) } else { (CIN, KH, KW, 1) };
+    let oh = g.output[1];
+    let ksp = kh * kw;
+    let kdim = cin * ksp;
+    let (sx, px_) = (g.stride[2], g.pad[2]);
+    let (n, oy) = (r / oh, r % oh);
+    for (ox, px) in row.chunks_exact_mut(kdim).enumerate() {
+        let ix0 = (ox * sx).wrapping_sub(px_);
+        let inside = ix0 < iw && ix0 + (kw - 1) * dx < iw;
+        for ky in 0..kh {
+            // Wrapped negative coordinates fail the bounds tests too.
+            let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+            let line = (iy < ih).then(|| &x[(n * ih + iy) * iw * cin..][..iw * cin]);
+            match line {
+                Some(line) if inside => {
+                    let src = &line[ix0 * cin..][..((kw - 1) * dx + 1) * cin];
+                    for c in 0..cin {
+                        let dst = &mut px[c * ksp + ky * kw..][..kw];
+                        for (kx, d) in dst.iter_mut().enumerate() {
+                            *d = src[kx * dx * cin + c];
+                        }
+                    }
+                }
+                Some(line) => {
+                    for kx in 0..kw {
+                        let t = ky * kw + kx;
+                        let ix = ix0.wrapping_add(kx * dx);
+                        if ix < iw {
+                            for c in 0..cin {
+                                px[c * ksp + t] = line[ix * cin + c];
+                            }
+                        } else {
+                            for c in 0..cin {
+                                px[c * ksp + t] = 0.0;
                             }
                         }
-                        _ => px[t..].iter_mut().step_by(ksp).for_each(|d| *d = 0.0),
+                    }
+                }
+                None => {
+                    for c in 0..cin {
+                        px[c * ksp + ky * kw..][..kw].fill(0.0);
                     }
                 }
             }
         }
-    });
-    run_gemm(table, m, cout, kdim, ASource::Strided { a: rows, lda: kdim }, b, out, cout, 0.0, epilogue, pack);
+    }
 }
 
 /// One depthwise convolution's operands for the table's row function:

@@ -414,6 +414,7 @@ pub(crate) struct RowAddends<'a> {
 #[cfg(kiln_x86_64)]
 impl<'a> VectorStore<'a> {
     /// Row `i`'s bias and residual.
+    #[inline]
     pub(crate) fn row(&self, i: usize) -> RowAddends<'a> {
         let (r, c) = (self.row0 + i, self.col0);
         RowAddends {
@@ -432,8 +433,9 @@ impl<'a> VectorStore<'a> {
 
 #[cfg(kiln_x86_64)]
 impl<'a> Tile<'a> {
-    /// The vector store step for a tile of full `nr`-wide rows (at most
-    /// `mr`; the kernel stores `self.rows` of them) whose combine and
+    /// The vector store step for a tile of full `nr`-wide rows, or of
+    /// `nr / 2` (one vector each; at most `mr` rows, the kernel stores
+    /// `self.rows` of them) whose combine and
     /// epilogue it covers (overwrite or accumulate; no scale; bias,
     /// residual, ReLU, clamp, or an activation the kernel computes in
     /// registers); None sends the tile to [`Tile::store`].
@@ -444,7 +446,8 @@ impl<'a> Tile<'a> {
             Combine::Accumulate => true,
             Combine::Scale(_) => return None,
         };
-        if self.rows > mr || self.cols != nr || e.scale != 1.0 {
+        // Whole vectors only: a full strip or its first half.
+        if self.rows > mr || (self.cols != nr && 2 * self.cols != nr) || e.scale != 1.0 {
             return None;
         }
         let (clamp, activation) = match e.activation {

@@ -148,6 +148,17 @@ fn as_transpose(shape: &[usize], strides: &[usize]) -> Option<(usize, usize, usi
 /// a]`) in tiles of [`TILE`] rows: each tile reads `b` short contiguous
 /// runs and writes one contiguous block.
 fn transpose_rows<T: Copy>(src: &[T], a: usize, b: usize, a0: usize, dst: &mut [T]) {
+    match b {
+        // An RGB image: the store offsets fixed at compile time.
+        3 => transpose_rows_with::<T, 3>(src, a, b, a0, dst),
+        _ => transpose_rows_with::<T, 0>(src, a, b, a0, dst),
+    }
+}
+
+/// [`transpose_rows`] with `B` (0: any) source rows.
+#[inline(always)]
+fn transpose_rows_with<T: Copy, const B: usize>(src: &[T], a: usize, b: usize, a0: usize, dst: &mut [T]) {
+    let b = if B == 0 { b } else { B };
     for (t, tile) in dst.chunks_mut(TILE * b).enumerate() {
         let i0 = a0 + t * TILE;
         let rows = tile.len() / b;

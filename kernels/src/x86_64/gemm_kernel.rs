@@ -159,20 +159,25 @@ unsafe fn block<const R: usize, const S: usize>(
 }
 
 /// Stores `R` rows of one strip's accumulators into `tile` (`R` rows, up
-/// to NR columns). A full-width tile whose epilogue is a bias, residual,
-/// ReLU, clamp or an activation of the kernel's own vector math (`math`)
-/// is finished in registers; the rest goes through the portable store step.
+/// to NR columns). A tile of NR or LANES columns (a full strip, or a
+/// 16- / 8-channel convolution's half strip) whose epilogue is a bias,
+/// residual, ReLU, clamp or an activation of the kernel's own vector math
+/// (`math`) is finished in registers; the rest goes through the portable
+/// store step.
 #[inline]
 #[target_feature(enable = $features)]
 unsafe fn store<const R: usize>(c: &[[$vec; 2]; R], tile: &mut Tile<'_>) {
     if let Some(vs) = tile.vector_store(MR, NR) {
+        let halves = tile.cols / LANES;
         for (i, ci) in c.iter().enumerate().take(tile.rows) {
             let addends = vs.row(i);
             let ptr = tile.row(i).as_mut_ptr();
-            // SAFETY: the row, the column bias and the residual row each hold
-            // NR = 2 · LANES f32s: two unaligned vector accesses.
-            store_row(&vs, &addends, ptr, ci[0], 0);
-            store_row(&vs, &addends, ptr, ci[1], LANES);
+            for (h, &v) in ci.iter().enumerate().take(halves) {
+                // SAFETY: the row, the column bias and the residual row each
+                // hold `cols` (LANES or NR = 2 · LANES) f32s: one unaligned
+                // vector access per half.
+                store_row(&vs, &addends, ptr, v, h * LANES);
+            }
         }
         return;
     }
@@ -191,6 +196,7 @@ unsafe fn store<const R: usize>(c: &[[$vec; 2]; R], tile: &mut Tile<'_>) {
 /// # Safety
 /// `ptr + off .. ptr + off + LANES` is writable, and the addends' slices hold
 /// `off + LANES` elements.
+#[inline]
 #[target_feature(enable = $features)]
 unsafe fn store_row(vs: &VectorStore<'_>, row: &RowAddends<'_>, ptr: *mut f32, acc: $vec, off: usize) {
     let ptr = ptr.add(off);
