@@ -33,7 +33,7 @@ every op (f32 x2, bf16/i64/bool x1) plus, for the ops EXTRA_GROUPS lists, one
 `<dtype>_0` sample in extra dtypes: f64/f16 for composites, legalized kernels
 and reductions, i8/u8 for the wrapping/promotion/unsigned integer paths, i32/i16
 for a few wide-integer ops, c64 (complex64 inputs and outputs) for the complex
-ops kiln lowers onto (real, imaginary) pairs. It keeps training.pt2 for f32 cases only; running
+ops kiln lowers onto (real, imaginary) pairs. It keeps training.pt2 for f32 and c64 cases only; running
 it reproduces cases/ and manifest.json exactly (the .pt2 files may differ in
 their `from_node` provenance graph ids). --full, --per-dtype N ignore
 EXTRA_GROUPS (they cover every dtype); --dtypes and --ops filter it (with
@@ -297,6 +297,12 @@ EXTRA_GROUPS = [
         "diag_embed", "index_put", "scatter", "masked_fill", "trapz", "var", "std", "linalg.vector_norm", "any",
         "nonzero", "linalg.inv", "linalg.solve", "linalg.pinv", "linalg.svdvals", "linalg.eigvalsh",
         "linalg.matrix_rank",
+        # composites (complex_composite.rs, complex_ops.rs), private in-place writes
+        "logsumexp", "logaddexp", "logcumsumexp", "isclose", "ldexp", "F.rms_norm", "linalg.vander",
+        "F.pairwise_distance", "F.triplet_margin_loss", "renorm", "F.normalize", "softmax.with_dtype",
+        "log_softmax.with_dtype", "linspace.tensor_overload", "logspace.tensor_overload", "_chunk_cat",
+        "linalg.multi_dot", "linalg.tensorinv", "linalg.tensorsolve", "matrix_exp", "linalg.pinv.hermitian",
+        "resize_as_", "zero_",
     ]),
     # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
     (("i32", "i16"), [
@@ -343,6 +349,7 @@ KNOWN_UNSUPPORTED = {
     ("matrix_exp", "f32", "*"): "f64 only: torch's f32 scaling and squaring misses the exact exponential by more than its own tolerance on large norms (2e-3 relative on this sample set), and kiln does not reproduce its rounding",
     ("matrix_exp", "bf16", "*"): "f64 only: torch's bf16 scaling and squaring overflows to NaN on OpInfo's sample, which kiln does not reproduce",
     ("matrix_exp", "f16", "*"): "f64 only: torch's f16 scaling and squaring rounds in the dtype, which kiln does not reproduce",
+    ("matrix_exp", "c64", "*"): "complex128 only: torch's complex64 scaling and squaring misses the exact exponential (which kiln computes) by more than its own tolerance on large norms, as for f32",
 }
 
 
@@ -1171,7 +1178,7 @@ def main():
                     reasons[why] = reasons.get(why, 0) + 1
                     continue
                 case = save_case(args.out, cname, dname, made, ep, aten, inputs, outputs,
-                                 with_training=args.full or args.all or dname == "f32")
+                                 with_training=args.full or args.all or dname in ("f32", "c64"))
                 ties = tie_order(cname, sample)
                 if ties:
                     case["ties"] = ties

@@ -117,6 +117,16 @@ impl Importer<'_> {
         name
     }
 
+    /// Whether a write into `mutated` is seen by nothing but its own name:
+    /// no other view of its storage, and not a parameter's, buffer's or
+    /// input's storage (whose final value is the state's next one).
+    pub fn write_is_private(&self, mutated: &str) -> bool {
+        let root = self.view_root(mutated);
+        root == mutated
+            && !self.is_module_storage(root)
+            && !self.scope.views.views.keys().any(|name| name != mutated && self.view_root(name) == root)
+    }
+
     /// Functionalises an in-place op that wrote `result` into `mutated`: the
     /// write is propagated to the storage `mutated` views and to every other
     /// view of it read later (see the module docs).

@@ -19,13 +19,13 @@ use kiln_ir::{BinaryOp as B, DType, Op, UnaryOp as U, ValueId};
 use super::fft::{bind_out, bind_real, complex_input, operand, Parts};
 
 /// The dtype complex math runs in.
-const WORK: DType = DType::F64;
+pub(super) const WORK: DType = DType::F64;
 
 /// A complex value as two f64 parts.
 #[derive(Clone, Copy)]
-struct Z {
-    re: ValueId,
-    im: ValueId,
+pub(super) struct Z {
+    pub(super) re: ValueId,
+    pub(super) im: ValueId,
 }
 
 /// Unary complex functions computed here, by their ATen names.
@@ -80,7 +80,7 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
 // ------------------------------------------------------------------ builder
 
 /// The f64 parts of a complex (or real) operand.
-fn widen(imp: &mut Importer, z: Parts) -> R<Z> {
+pub(super) fn widen(imp: &mut Importer, z: Parts) -> R<Z> {
     let re = imp.cast(z.re, WORK);
     let im = match z.im {
         Some(im) => imp.cast(im, WORK),
@@ -93,16 +93,16 @@ fn widen(imp: &mut Importer, z: Parts) -> R<Z> {
     Ok(Z { re, im })
 }
 
-fn u(imp: &mut Importer, op: U, x: ValueId) -> R<ValueId> {
+pub(super) fn u(imp: &mut Importer, op: U, x: ValueId) -> R<ValueId> {
     imp.push(Op::Unary(op), vec![x])
 }
 
-fn b(imp: &mut Importer, op: B, x: ValueId, y: ValueId) -> R<ValueId> {
+pub(super) fn b(imp: &mut Importer, op: B, x: ValueId, y: ValueId) -> R<ValueId> {
     imp.push(Op::Binary(op), vec![x, y])
 }
 
 /// `x op c` with an f64 constant `c`.
-fn bk(imp: &mut Importer, op: B, x: ValueId, c: f64) -> R<ValueId> {
+pub(super) fn bk(imp: &mut Importer, op: B, x: ValueId, c: f64) -> R<ValueId> {
     imp.with_scalar(op, x, c)
 }
 
@@ -112,11 +112,11 @@ fn kb(imp: &mut Importer, c: f64, op: B, x: ValueId) -> R<ValueId> {
     b(imp, op, k, x)
 }
 
-fn sel(imp: &mut Importer, cond: ValueId, x: ValueId, y: ValueId) -> R<ValueId> {
+pub(super) fn sel(imp: &mut Importer, cond: ValueId, x: ValueId, y: ValueId) -> R<ValueId> {
     imp.push(Op::Where, vec![cond, x, y])
 }
 
-fn z_mul(imp: &mut Importer, x: Z, y: Z) -> R<Z> {
+pub(super) fn z_mul(imp: &mut Importer, x: Z, y: Z) -> R<Z> {
     let ac = b(imp, B::Mul, x.re, y.re)?;
     let bd = b(imp, B::Mul, x.im, y.im)?;
     let ad = b(imp, B::Mul, x.re, y.im)?;
@@ -139,13 +139,13 @@ fn z_recip(imp: &mut Importer, z: Z) -> R<Z> {
     Ok(Z { re: b(imp, B::Div, z.re, den)?, im: b(imp, B::Div, neg, den)? })
 }
 
-fn norm2(imp: &mut Importer, z: Z) -> R<ValueId> {
+pub(super) fn norm2(imp: &mut Importer, z: Z) -> R<ValueId> {
     let xx = b(imp, B::Mul, z.re, z.re)?;
     let yy = b(imp, B::Mul, z.im, z.im)?;
     b(imp, B::Add, xx, yy)
 }
 
-fn modulus(imp: &mut Importer, z: Z) -> R<ValueId> {
+pub(super) fn modulus(imp: &mut Importer, z: Z) -> R<ValueId> {
     let n = norm2(imp, z)?;
     u(imp, U::Sqrt, n)
 }
@@ -197,13 +197,13 @@ fn z_sqrt(imp: &mut Importer, z: Z) -> R<Z> {
 }
 
 /// `ln z = (ln |z|, atan2(y, x))`.
-fn z_log(imp: &mut Importer, z: Z) -> R<Z> {
+pub(super) fn z_log(imp: &mut Importer, z: Z) -> R<Z> {
     let r = modulus(imp, z)?;
     Ok(Z { re: u(imp, U::Log, r)?, im: b(imp, B::Atan2, z.im, z.re)? })
 }
 
 /// `e^z = e^x (cos y, sin y)`.
-fn z_exp(imp: &mut Importer, z: Z) -> R<Z> {
+pub(super) fn z_exp(imp: &mut Importer, z: Z) -> R<Z> {
     let m = u(imp, U::Exp, z.re)?;
     let c = u(imp, U::Cos, z.im)?;
     let s = u(imp, U::Sin, z.im)?;
@@ -299,7 +299,7 @@ fn z_atanh(imp: &mut Importer, z: Z) -> R<Z> {
 }
 
 /// `ln(1 + z)` without losing small `z`: `(½ log1p(x(2+x) + y²), atan2(y, 1+x))`.
-fn z_log1p(imp: &mut Importer, z: Z) -> R<Z> {
+pub(super) fn z_log1p(imp: &mut Importer, z: Z) -> R<Z> {
     let two_x = bk(imp, B::Add, z.re, 2.0)?;
     let a = b(imp, B::Mul, z.re, two_x)?;
     let yy = b(imp, B::Mul, z.im, z.im)?;
@@ -333,7 +333,7 @@ fn z_sgn(imp: &mut Importer, z: Z) -> R<Z> {
     Ok(Z { re: b(imp, B::Div, z.re, den)?, im: b(imp, B::Div, z.im, den)? })
 }
 
-fn apply(imp: &mut Importer, name: &str, z: Z) -> R<Z> {
+pub(super) fn apply(imp: &mut Importer, name: &str, z: Z) -> R<Z> {
     Ok(match name {
         "sqrt" => z_sqrt(imp, z)?,
         "rsqrt" => {
@@ -510,7 +510,7 @@ fn select(imp: &mut Importer, n: &Node) -> R<()> {
 
 /// The longest axis `prod`/`cumprod` take (their products are unrolled,
 /// `log₂ len` levels).
-const MAX_PRODUCT_LEN: i64 = 4096;
+pub(super) const MAX_PRODUCT_LEN: i64 = 4096;
 
 /// `prod` (all elements, or `dim` with `keepdim`) and `cumprod(dim)` of a
 /// complex tensor, in f64: a product tree and a doubling scan along the axis.
@@ -545,7 +545,7 @@ fn products_along(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
         return unsupported(format!("`{name}` of an empty complex axis; {COMPLEX_SCOPE}"));
     }
     let r = if name == "cumprod" {
-        prefix_products(imp, w, axis, len)?
+        prefix_scan(imp, w, axis, len, z_mul)?
     } else {
         let p = tree_product(imp, w, axis, len)?;
         if keep {
@@ -561,12 +561,12 @@ fn products_along(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
     bind_out(imp, n, Parts { re: r.re, im: Some(r.im) })
 }
 
-fn slice_z(imp: &mut Importer, z: Z, axis: usize, (start, end, step): (i64, i64, i64)) -> R<Z> {
+pub(super) fn slice_z(imp: &mut Importer, z: Z, axis: usize, (start, end, step): (i64, i64, i64)) -> R<Z> {
     let op = Op::Slice { axis, start, end, step };
     Ok(Z { re: imp.push(op.clone(), vec![z.re])?, im: imp.push(op, vec![z.im])? })
 }
 
-fn concat_z(imp: &mut Importer, a: Z, b: Z, axis: usize) -> R<Z> {
+pub(super) fn concat_z(imp: &mut Importer, a: Z, b: Z, axis: usize) -> R<Z> {
     Ok(Z { re: imp.push(Op::Concat { axis }, vec![a.re, b.re])?, im: imp.push(Op::Concat { axis }, vec![a.im, b.im])? })
 }
 
@@ -591,15 +591,23 @@ fn tree_product(imp: &mut Importer, mut z: Z, axis: usize, mut len: i64) -> R<Z>
     Ok(z)
 }
 
-/// Running products along `axis` by doubling (Hillis–Steele): after the step
-/// with shift `d`, element `k` holds the product of elements `k − 2d + 1 ..= k`.
-fn prefix_products(imp: &mut Importer, mut z: Z, axis: usize, len: i64) -> R<Z> {
+/// A running `combine` along `axis` by doubling (Hillis–Steele), for an
+/// associative `combine(later, earlier)` (`z_mul`: running products):
+/// after the step with shift `d`, element `k` holds the combination of
+/// elements `k − 2d + 1 ..= k` — `log₂ len` steps.
+pub(super) fn prefix_scan(
+    imp: &mut Importer,
+    mut z: Z,
+    axis: usize,
+    len: i64,
+    combine: impl Fn(&mut Importer, Z, Z) -> R<Z>,
+) -> R<Z> {
     let mut d = 1;
     while d < len {
         let head = slice_z(imp, z, axis, (0, d, 1))?;
         let earlier = slice_z(imp, z, axis, (0, len - d, 1))?;
         let later = slice_z(imp, z, axis, (d, len, 1))?;
-        let tail = z_mul(imp, later, earlier)?;
+        let tail = combine(imp, later, earlier)?;
         z = concat_z(imp, head, tail, axis)?;
         d *= 2;
     }

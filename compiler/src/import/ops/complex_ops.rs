@@ -117,7 +117,15 @@ pub(super) const PER_PART: &[&str] = &[
     "trapz",
     "trapezoid",
     "lerp",
+    "stack",
+    "_chunk_cat",
+    "resize_as",
+    "zero",
 ];
+
+/// Ops whose second operand only lends its shape: with a real result, a
+/// complex `other` is read as its real part (the same shape).
+const SHAPE_OF: &[&str] = &["view_as", "reshape_as", "expand_as"];
 
 /// Ops that write a fill value (their argument named here): the real pass
 /// writes its real part, the imaginary pass its imaginary part.
@@ -196,6 +204,9 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
             return Some(bilinear_op(imp, n, name, overload, "y", "x"));
         }
     }
+    if SHAPE_OF.contains(&name) && !complex_output(imp, n) {
+        return Some(on_real_operands(imp, n, name, overload, real_part));
+    }
     if PER_PART.contains(&name) || CREATE.contains(&name) {
         return Some(per_part(imp, n, name, overload, None));
     }
@@ -210,6 +221,14 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
             Some(Arg::Tensors(ts)) if ts.len() == 2 => bilinear_op(imp, n, name, overload, "tensors.0", "tensors.1"),
             Some(Arg::Tensors(ts)) if ts.len() == 1 => per_part(imp, n, name, overload, None),
             _ => unsupported(format!("`einsum` of three or more operands with a complex one; {COMPLEX_SCOPE}")),
+        });
+    }
+    if name == "linalg_multi_dot" {
+        return Some(match imp.arg(n, "tensors") {
+            Some(Arg::Tensors(ts)) if ts.len() == 2 => bilinear_op(imp, n, name, overload, "tensors.0", "tensors.1"),
+            _ => unsupported(format!(
+                "`linalg_multi_dot` of other than two operands with a complex one; {COMPLEX_SCOPE}"
+            )),
         });
     }
     if let Some(&(_, product, a, b)) = ADD_BILINEAR.iter().find(|(op, ..)| *op == name) {
@@ -238,6 +257,13 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
         "var" | "std" | "var_mean" | "std_mean" => variance(imp, n, name, overload),
         "addcmul" | "addcdiv" => addc(imp, n, name),
         "dist" | "l1_loss" => of_distance(imp, n, name, overload),
+        "pairwise_distance" | "triplet_margin_loss" => distances(imp, n, name, overload),
+        "renorm" => renorm(imp, n),
+        // A softmax to a real dtype reads the real part (the cast comes first).
+        "softmax" | "_softmax" | "log_softmax" | "_log_softmax" if !complex_output(imp, n) => {
+            on_real_operands(imp, n, name, overload, real_part)
+        }
+        "linspace" | "logspace" => spaced(imp, n, name, overload),
         _ => return None,
     })
 }
@@ -383,15 +409,71 @@ fn single_output(n: &Node) -> R<String> {
 
 // ---------------------------------------------------------------- bilinear
 
-const TEMP_A: &str = "__kiln_complex_a";
-const TEMP_B: &str = "__kiln_complex_b";
-
 /// `n` with tensor argument `arg` renamed to `to` (or set to `None`).
 fn with_arg(n: &mut Node, arg: &str, to: Arg) {
     match n.inputs.iter_mut().find(|a| a.name == arg) {
         Some(a) => a.arg = to,
         None => n.inputs.push(NamedArg { name: arg.to_string(), arg: to }),
     }
+}
+
+/// Runs the real op `m` (its target and scalar arguments as the caller
+/// edited them) with tensor arguments replaced by values: each `(arg, v)`
+/// binds `v` under a temporary name for the call; `list.i` replaces
+/// element `i` of tensor-list argument `list` (`tensors.1`). With `outs`,
+/// the outputs are typed as given (`None`: as the program declares), and
+/// their values are returned and unbound again; without, they stay bound
+/// as the node's own results (a real result of complex operands).
+pub(super) fn dispatch_with(
+    imp: &mut Importer,
+    m: &Node,
+    (name, overload): (&str, &str),
+    args: &[(&str, ValueId)],
+    outs: Option<&[Option<TensorType>]>,
+) -> R<Vec<Option<ValueId>>> {
+    let mut node = m.clone();
+    let mut temps = Vec::new();
+    for (i, &(arg, v)) in args.iter().enumerate() {
+        let temp = format!("__kiln_real_arg{i}");
+        let element = arg.split_once('.').and_then(|(list, i)| Some((list, i.parse::<usize>().ok()?)));
+        match element {
+            Some((list, i)) => {
+                let slot = node.inputs.iter_mut().find(|a| a.name == list).and_then(|a| match &mut a.arg {
+                    Arg::Tensors(ts) => ts.get_mut(i),
+                    _ => None,
+                });
+                match slot {
+                    Some(t) => *t = temp.clone(),
+                    None => return invalid(format!("`{name}` has no operand {arg}")),
+                }
+            }
+            None => with_arg(&mut node, arg, Arg::Tensor(temp.clone())),
+        }
+        let ty = imp.ty(v).clone();
+        imp.bind_part(&temp, v, ty);
+        temps.push(temp);
+    }
+    let names: Vec<String> = node.outputs.iter().flat_map(output_names).collect();
+    if let Some(outs) = outs {
+        for (o, ty) in names.iter().zip(outs) {
+            if let Some(ty) = ty {
+                imp.set_part_type(o, ty.clone());
+            }
+        }
+    }
+    let converted = super::dispatch(imp, &node, name, overload);
+    let mut results = Vec::new();
+    if outs.is_some() {
+        for o in &names {
+            results.push(imp.value(o).ok());
+            imp.unbind(o);
+        }
+    }
+    for t in &temps {
+        imp.unbind(t);
+    }
+    converted?;
+    Ok(results)
 }
 
 /// The complex product `f(a, b)` of bilinear real op `m` (its operands
@@ -406,35 +488,12 @@ fn bilinear(
     (a_arg, b_arg): (&str, &str),
     ty: &TensorType,
 ) -> R<Parts> {
-    let out = single_output(m)?;
-    let mut node = m.clone();
-    for (arg, temp) in [(a_arg, TEMP_A), (b_arg, TEMP_B)] {
-        match arg.strip_prefix("tensors.") {
-            // An element of a tensor list (`einsum`'s operands).
-            Some(i) => {
-                if let Some(NamedArg { arg: Arg::Tensors(ts), .. }) =
-                    node.inputs.iter_mut().find(|a| a.name == "tensors")
-                {
-                    if let Some(t) = i.parse::<usize>().ok().and_then(|i| ts.get_mut(i)) {
-                        *t = temp.to_string();
-                    }
-                }
-            }
-            None => with_arg(&mut node, arg, Arg::Tensor(temp.to_string())),
-        }
-    }
     let run = |imp: &mut Importer, x: ValueId, y: ValueId| -> R<ValueId> {
-        let (x_ty, y_ty) = (imp.ty(x).clone(), imp.ty(y).clone());
-        imp.bind_part(TEMP_A, x, x_ty);
-        imp.bind_part(TEMP_B, y, y_ty);
-        imp.set_part_type(&out, ty.clone());
-        let converted = super::dispatch(imp, &node, name, overload);
-        let v = imp.value(&out);
-        for t in [out.as_str(), TEMP_A, TEMP_B] {
-            imp.unbind(t);
+        let outs = [Some(ty.clone())];
+        match dispatch_with(imp, m, (name, overload), &[(a_arg, x), (b_arg, y)], Some(&outs))?.first() {
+            Some(&Some(v)) => Ok(v),
+            _ => invalid(format!("`{name}` gave no result")),
         }
-        converted?;
-        v
     };
     let (re, im) = match (a.im, b.im) {
         (Some(ai), Some(bi)) => {
@@ -570,8 +629,9 @@ fn add_bilinear(imp: &mut Importer, n: &Node, name: &str, product: &str, a_arg: 
     let m = Node {
         target: format!("torch.ops.aten.{product}.default"),
         inputs: vec![
-            NamedArg { name: "self".into(), arg: Arg::Tensor(TEMP_A.into()) },
-            NamedArg { name: second_operand(product).into(), arg: Arg::Tensor(TEMP_B.into()) },
+            // Replaced by the parts in `bilinear`.
+            NamedArg { name: "self".into(), arg: Arg::None },
+            NamedArg { name: second_operand(product).into(), arg: Arg::None },
         ],
         outputs: vec![Arg::Tensor(PRODUCT.into())],
         name: n.name.clone(),
@@ -688,35 +748,24 @@ fn on_real_operands(
     overload: &str,
     f: fn(&mut Importer, Parts) -> R<ValueId>,
 ) -> R<()> {
-    let mut m = n.clone();
-    let mut temps = Vec::new();
-    for a in &mut m.inputs {
-        let rename = |imp: &mut Importer, t: &str, temps: &mut Vec<String>| -> R<String> {
-            let Some((re, im)) = imp.complex(t) else { return Ok(t.to_string()) };
-            let v = f(imp, Parts { re, im: Some(im) })?;
-            let temp = format!("__kiln_complex_{}", temps.len());
-            let ty = imp.ty(v).clone();
-            imp.bind_part(&temp, v, ty);
-            temps.push(temp.clone());
-            Ok(temp)
-        };
-        a.arg = match &a.arg {
-            Arg::Tensor(t) => Arg::Tensor(rename(imp, t, &mut temps)?),
-            Arg::Tensors(ts) => Arg::Tensors(ts.iter().map(|t| rename(imp, t, &mut temps)).collect::<R<Vec<_>>>()?),
-            other => other.clone(),
-        };
-    }
     if complex_output(imp, n) {
-        for t in &temps {
-            imp.unbind(t);
-        }
         return unsupported(format!("`{name}` of a complex value with a complex result; {COMPLEX_SCOPE}"));
     }
-    let converted = super::dispatch(imp, &m, name, overload);
-    for t in &temps {
-        imp.unbind(t);
+    let mut args: Vec<(String, ValueId)> = Vec::new();
+    for a in &n.inputs {
+        let tensors: Vec<(String, &str)> = match &a.arg {
+            Arg::Tensor(t) => vec![(a.name.clone(), t.as_str())],
+            Arg::Tensors(ts) => ts.iter().enumerate().map(|(i, t)| (format!("{}.{i}", a.name), t.as_str())).collect(),
+            _ => Vec::new(),
+        };
+        for (key, t) in tensors {
+            if let Some((re, im)) = imp.complex(t) {
+                args.push((key, f(imp, Parts { re, im: Some(im) })?));
+            }
+        }
     }
-    converted
+    let args: Vec<(&str, ValueId)> = args.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    dispatch_with(imp, n, (name, overload), &args, None).map(drop)
 }
 
 /// `dist(a, b, p)` and `l1_loss(a, b)`: functions of `|a − b|`, run as the
@@ -737,20 +786,95 @@ fn of_distance(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()
     let d = add(imp, a, neg)?;
     let d = modulus(imp, d)?;
     let zero = imp.scalar_const(Scalar::Float(0.0), imp.ty(d).dtype);
+    dispatch_with(imp, n, (name, overload), &[(first, d), (second, zero)], None).map(drop)
+}
+
+/// `pairwise_distance(x1, x2, p, eps)` and `triplet_margin_loss(anchor,
+/// positive, negative, margin, p, eps)`: p-norms of `|u − v + eps|` (eps on
+/// the real part, as torch adds a real scalar), run as the real op of those
+/// magnitudes against zero with `eps = 0` — the same abs/pow/sum/pow torch
+/// decomposes them into.
+fn distances(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    let eps = imp.float(n, "eps", Some(1e-6))?;
+    let magnitude = |imp: &mut Importer, u: &str, v: &str| -> R<ValueId> {
+        let a = operand(imp, imp.tensor_name(n, u)?)?;
+        let b = operand(imp, imp.tensor_name(n, v)?)?;
+        let dtype = imp.part_type(imp.tensor_name(n, u)?).map_or(imp.ty(a.re).dtype, |t| t.dtype);
+        let (a, b) = (cast_parts(imp, a, dtype), cast_parts(imp, b, dtype));
+        let d = sub(imp, a, b)?;
+        let re = imp.with_scalar(B::Add, d.re, eps)?;
+        modulus(imp, Parts { re, im: d.im })
+    };
     let mut m = n.clone();
-    const TEMP_D: &str = "__kiln_complex_d";
-    const TEMP_Z: &str = "__kiln_complex_zero";
-    with_arg(&mut m, first, Arg::Tensor(TEMP_D.into()));
-    with_arg(&mut m, second, Arg::Tensor(TEMP_Z.into()));
-    for (t, v) in [(TEMP_D, d), (TEMP_Z, zero)] {
-        let ty = imp.ty(v).clone();
-        imp.bind_part(t, v, ty);
+    with_arg(&mut m, "eps", Arg::Float(0.0));
+    if name == "pairwise_distance" {
+        let d = magnitude(imp, "x1", "x2")?;
+        let zero = imp.scalar_const(Scalar::Float(0.0), imp.ty(d).dtype);
+        return dispatch_with(imp, &m, (name, overload), &[("x1", d), ("x2", zero)], None).map(drop);
     }
-    let converted = super::dispatch(imp, &m, name, overload);
-    for t in [TEMP_D, TEMP_Z] {
-        imp.unbind(t);
+    // ‖0 − (−d)‖ = ‖d‖ exactly; `swap`'s distance between positive and
+    // negative is not a difference of these two.
+    if imp.bool(n, "swap", false)? {
+        return unsupported(format!("`{name}` with swap=True of complex values; {COMPLEX_SCOPE}"));
     }
-    converted
+    let d_ap = magnitude(imp, "anchor", "positive")?;
+    let d_an = magnitude(imp, "anchor", "negative")?;
+    let neg_ap = imp.push(Op::Unary(U::Neg), vec![d_ap])?;
+    let neg_an = imp.push(Op::Unary(U::Neg), vec![d_an])?;
+    let zero = imp.scalar_const(Scalar::Float(0.0), imp.ty(d_ap).dtype);
+    let args = [("anchor", zero), ("positive", neg_ap), ("negative", neg_an)];
+    dispatch_with(imp, &m, (name, overload), &args, None).map(drop)
+}
+
+fn sub(imp: &mut Importer, x: Parts, y: Parts) -> R<Parts> {
+    let neg = Parts {
+        re: imp.push(Op::Unary(U::Neg), vec![y.re])?,
+        im: match y.im {
+            Some(im) => Some(imp.push(Op::Unary(U::Neg), vec![im])?),
+            None => None,
+        },
+    };
+    add(imp, x, neg)
+}
+
+/// `renorm(self, p, dim, maxnorm)`: the real op's factor, from the slices'
+/// norms of `|z|`, scales both parts.
+fn renorm(imp: &mut Importer, n: &Node) -> R<()> {
+    let z = operand(imp, imp.tensor_name(n, "self")?)?;
+    let r = modulus(imp, z)?;
+    let factor = super::export_ir::renorm_factor(imp, n, r)?;
+    let scale = |imp: &mut Importer, v: ValueId| imp.push(Op::Binary(B::Mul), vec![v, factor]);
+    let re = scale(imp, z.re)?;
+    let im = match z.im {
+        Some(im) => Some(scale(imp, im)?),
+        None => None,
+    };
+    bind_out(imp, n, Parts { re, im })
+}
+
+/// `linspace`/`logspace` of real ends with a complex dtype: the real op's
+/// values and a zero imaginary part (a negative base would make complex
+/// powers).
+fn spaced(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    let complex_end = ["start", "end"].into_iter().any(|k| {
+        matches!(imp.arg(n, k), Some(Arg::Tensor(t)) if imp.complex(t).is_some())
+            || matches!(imp.arg(n, k), Some(Arg::Complex(..)))
+    });
+    if complex_end {
+        return unsupported(format!("`{name}` between complex ends; {COMPLEX_SCOPE}"));
+    }
+    if name == "logspace" && imp.float(n, "base", Some(10.0))? < 0.0 {
+        return unsupported(format!("`logspace` with a negative base and a complex dtype; {COMPLEX_SCOPE}"));
+    }
+    let out = single_output(n)?;
+    let ty = imp.part_type(&out)?;
+    let mut m = n.clone();
+    with_arg(&mut m, "dtype", Arg::None);
+    let re = match dispatch_with(imp, &m, (name, overload), &[], Some(&[Some(ty)]))?.first() {
+        Some(&Some(v)) => v,
+        _ => return invalid(format!("`{name}` gave no result")),
+    };
+    bind_out(imp, n, Parts { re, im: None })
 }
 
 /// `var`/`std` (and their `_mean` forms) of a complex tensor: the variance
@@ -769,27 +893,18 @@ fn variance(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
     let var_ty = imp.type_of(&outs[0])?;
     let mean_ty = if with_mean { Some(imp.part_type(&outs[1])?) } else { None };
     let target = if with_mean { "var_mean" } else { "var" };
-    const TEMP_X: &str = "__kiln_complex_x";
     let temp_outs = ["__kiln_complex_var", "__kiln_complex_mean"];
     let mut m = n.clone();
     m.target = format!("torch.ops.aten.{target}.{overload}");
-    with_arg(&mut m, "self", Arg::Tensor(TEMP_X.into()));
     m.outputs = temp_outs[..outs.len()].iter().map(|t| Arg::Tensor(t.to_string())).collect();
+    let types = [Some(var_ty.clone()), mean_ty];
     let mut parts = Vec::new();
     for p in [re, im] {
-        let ty = imp.ty(p).clone();
-        imp.bind_part(TEMP_X, p, ty);
-        imp.set_part_type(temp_outs[0], var_ty.clone());
-        if let Some(t) = &mean_ty {
-            imp.set_part_type(temp_outs[1], t.clone());
+        let r = dispatch_with(imp, &m, (target, overload), &[("self", p)], Some(&types[..outs.len()]))?;
+        match (r.first().copied().flatten(), r.get(1).copied().flatten()) {
+            (Some(var), mean) if mean.is_some() == with_mean => parts.push((var, mean)),
+            _ => return invalid(format!("`{target}` gave no result")),
         }
-        let converted = super::dispatch(imp, &m, target, overload);
-        let values = (imp.value(temp_outs[0]), if with_mean { Some(imp.value(temp_outs[1])) } else { None });
-        for t in [TEMP_X, temp_outs[0], temp_outs[1]] {
-            imp.unbind(t);
-        }
-        converted?;
-        parts.push((values.0?, values.1.transpose()?));
     }
     let mut var = imp.push(Op::Binary(B::Add), vec![parts[0].0, parts[1].0])?;
     if name.starts_with("std") {

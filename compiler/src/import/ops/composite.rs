@@ -163,7 +163,13 @@ fn select(imp: &mut Importer, cond: ValueId, a: ValueId, b: ValueId) -> R<ValueI
     imp.push(Op::Where, vec![cond, a, b])
 }
 
-fn reduce(imp: &mut Importer, x: ValueId, kind: ReduceKind, axes: Vec<usize>, keep_dims: bool) -> R<ValueId> {
+pub(super) fn reduce(
+    imp: &mut Importer,
+    x: ValueId,
+    kind: ReduceKind,
+    axes: Vec<usize>,
+    keep_dims: bool,
+) -> R<ValueId> {
     if imp.ty(x).rank() == 0 {
         return Ok(x);
     }
@@ -198,7 +204,7 @@ fn static_dim(imp: &Importer, x: ValueId, axis: usize, what: &str) -> R<i64> {
 }
 
 /// The reduced axes of an optional `dim` list (all when absent or empty).
-fn axes_of(imp: &mut Importer, n: &Node, key: &str, rank: usize) -> R<Vec<usize>> {
+pub(super) fn axes_of(imp: &mut Importer, n: &Node, key: &str, rank: usize) -> R<Vec<usize>> {
     let dims = match imp.arg(n, key) {
         None => Vec::new(),
         Some(Arg::Int(d)) => vec![*d],
@@ -677,7 +683,7 @@ fn logsumexp(imp: &mut Importer, n: &Node) -> R<()> {
 }
 
 /// `x` without the (size-1) `axes`.
-fn squeeze_axes(imp: &mut Importer, x: ValueId, axes: &[usize]) -> R<ValueId> {
+pub(super) fn squeeze_axes(imp: &mut Importer, x: ValueId, axes: &[usize]) -> R<ValueId> {
     let shape: Vec<Dim> =
         shape_of(imp, x).into_iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, d)| d).collect();
     reshape(imp, x, shape)

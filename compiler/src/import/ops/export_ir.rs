@@ -1141,22 +1141,29 @@ fn vander(imp: &mut Importer, n: &Node) -> R<()> {
 fn renorm(imp: &mut Importer, n: &Node) -> R<()> {
     let out = imp.out_ty(n, 0)?;
     let x = imp.tensor(n, "self")?;
-    let c = compute_dtype(out.dtype);
-    let xc = imp.cast(x, c);
-    let rank = imp.ty(xc).rank();
+    let xc = imp.cast(x, compute_dtype(out.dtype));
+    let factor = renorm_factor(imp, n, xc)?;
+    let v = bin(imp, B::Mul, xc, factor)?;
+    finish(imp, n, 0, v)
+}
+
+/// `renorm`'s scale for each slice along `dim` of `x` (a complex value's
+/// `|z|`): `maxnorm / (norm + 1e-7)` where the slice's p-norm exceeds
+/// `maxnorm`, else 1.
+pub(super) fn renorm_factor(imp: &mut Importer, n: &Node, x: ValueId) -> R<ValueId> {
+    let c = imp.ty(x).dtype;
+    let rank = imp.ty(x).rank();
     let axis = normalize_axis(imp.int(n, "dim", None)?, rank.max(1))?;
     let p = imp.float(n, "p", None)?;
     let maxnorm = imp.float(n, "maxnorm", None)?;
     let others: Vec<usize> = (0..rank).filter(|&d| d != axis).collect();
-    let norm = super::composite::p_norm(imp, xc, p, others, true)?;
+    let norm = super::composite::p_norm(imp, x, p, others, true)?;
     let over = imp.with_scalar(B::Gt, norm, maxnorm)?;
     let padded = imp.with_scalar(B::Add, norm, 1e-7)?;
     let inverse = un(imp, U::Reciprocal, padded)?;
     let factor = imp.with_scalar(B::Mul, inverse, maxnorm)?;
     let one = imp.scalar_const(Scalar::Float(1.0), c);
-    let factor = imp.push(Op::Where, vec![over, factor, one])?;
-    let v = bin(imp, B::Mul, xc, factor)?;
-    finish(imp, n, 0, v)
+    imp.push(Op::Where, vec![over, factor, one])
 }
 
 /// The losses of two inputs and a ±1 target (torch's references, in the

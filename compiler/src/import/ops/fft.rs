@@ -130,6 +130,7 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
             super::complex_ops::per_part(imp, n, name, overload, None)
         }
         _ => match super::complex_math::convert(imp, n, name, overload)
+            .or_else(|| super::complex_composite::convert(imp, n, name, overload))
             .or_else(|| super::complex_linalg::convert(imp, n, name, overload))
             .or_else(|| super::complex_ops::convert(imp, n, name, overload))
         {
@@ -693,25 +694,31 @@ fn torch_fft(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
 /// `f·hop + j` gathered from the last axis, times the window, a real DFT of
 /// `n_fft` along the frame, then `[.., freq, frames]`.
 fn stft(imp: &mut Importer, n: &Node) -> R<()> {
-    let x = imp.tensor(n, "self")?;
+    // A complex signal is framed part by part and transformed both ways
+    // round (torch's default for it: every bin, not one side).
+    let x = complex_input(imp, n, "self")?;
+    let complex_signal = x.im.is_some();
     let n_fft = imp.int(n, "n_fft", None)?;
     let hop = imp.opt_int(n, "hop_length")?.unwrap_or(n_fft / 4);
     let win_length = imp.opt_int(n, "win_length")?.unwrap_or(n_fft);
     let window = imp.opt_tensor(n, "window")?;
     let normalized = imp.bool(n, "normalized", false)?;
-    let onesided = imp.bool(n, "onesided", true)?;
+    let onesided = imp.bool(n, "onesided", !complex_signal)?;
+    if onesided && complex_signal {
+        return invalid("stft: onesided output of a complex signal (torch refuses it too)");
+    }
     if !imp.bool(n, "return_complex", true)? {
         return unsupported("`stft` with return_complex=False (deprecated in torch; use view_as_real)");
     }
     if win_length != n_fft {
         return unsupported(format!("`stft` with win_length {win_length} != n_fft {n_fft} (a zero-padded window)"));
     }
-    let rank = imp.ty(x).rank();
+    let rank = imp.ty(x.re).rank();
     if rank == 0 || n_fft < 1 || hop < 1 {
         return invalid(format!("stft of a rank-{rank} tensor, n_fft {n_fft}, hop {hop}"));
     }
     let axis = rank - 1;
-    let len = static_len(imp, x, axis)?;
+    let len = static_len(imp, x.re, axis)?;
     if len < n_fft {
         return invalid(format!("stft: signal of {len} samples is shorter than n_fft {n_fft}"));
     }
@@ -720,20 +727,21 @@ fn stft(imp: &mut Importer, n: &Node) -> R<()> {
     let idx: Vec<i64> = (0..frames).flat_map(|f| (0..n_fft).map(move |j| f * hop + j)).collect();
     let bytes: Vec<u8> = idx.iter().flat_map(|v| v.to_le_bytes()).collect();
     let idx = imp.g.add_const(None, TensorType::fixed(DType::I64, &[frames, n_fft]), ConstBytes::owned(bytes));
-    let x = imp.cast(x, DType::F64);
-    let mut framed = imp.push(Op::Gather { axis }, vec![x, idx])?;
+    let x = cast_parts(imp, x, DType::F64);
+    let frame = |imp: &mut Importer, v: ValueId| imp.push(Op::Gather { axis }, vec![v, idx]);
+    let mut framed = Parts {
+        re: frame(imp, x.re)?,
+        im: match x.im {
+            Some(im) => Some(frame(imp, im)?),
+            None => None,
+        },
+    };
     if let Some(w) = window {
         let w = imp.cast(w, DType::F64);
-        framed = bin(imp, BinaryOp::Mul, framed, w)?;
+        framed = mul(imp, framed, Parts { re: w, im: None })?;
     }
-    let z = transform_axis(
-        imp,
-        Parts { re: framed, im: None },
-        axis + 1,
-        n_fft,
-        Kind::R2C { onesided },
-        norm_factor(if normalized { 1 } else { 0 }, n_fft)?,
-    )?;
+    let kind = if complex_signal { Kind::C2C { forward: true } } else { Kind::R2C { onesided } };
+    let z = transform_axis(imp, framed, axis + 1, n_fft, kind, norm_factor(if normalized { 1 } else { 0 }, n_fft)?)?;
     let mut perm: Vec<usize> = (0..axis).collect();
     perm.extend([axis + 1, axis]);
     let re = imp.push(Op::Permute { perm: perm.clone() }, vec![z.re])?;

@@ -7,6 +7,7 @@ mod activation;
 mod airy;
 mod batch_norm;
 mod bessel_k;
+mod complex_composite;
 mod complex_linalg;
 mod complex_math;
 mod complex_ops;
@@ -65,10 +66,17 @@ pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
     // node that reads or makes one is lowered onto their parts.
     if fft::involves_complex(imp, node) {
         // `detach_` changes nothing; `resize_`/`resize_as_` rebind the name
-        // as on real values. Other writes into a complex value would have to
-        // reach its views: refused.
+        // as on real values, and so does a write no other view or state
+        // sees (`x.clone().mul_(y)`). Writes that would have to reach a
+        // complex value's views are refused.
         if inplace && !matches!(name, "detach" | "resize" | "resize_as") {
-            return unsupported(format!("in-place `{name}_` on a complex value; {}", super::importer::COMPLEX_SCOPE));
+            let mutated = imp.tensor_name(node, "self")?;
+            if !imp.write_is_private(mutated) {
+                return unsupported(format!(
+                    "in-place `{name}_` on a complex value that other views or the program's state see; {}",
+                    super::importer::COMPLEX_SCOPE
+                ));
+            }
         }
         fft::convert(imp, node, name, overload)?;
         if inplace && name != "detach" {
@@ -77,6 +85,9 @@ pub(crate) fn convert(imp: &mut Importer, node: &Node) -> R<()> {
                 if let Some((re, im)) = imp.complex(out) {
                     imp.bind_complex(&mutated, re, im);
                 }
+                // The result is one more alias of the storage: a later
+                // write through it is not private.
+                imp.record_view(out, &mutated, ViewStep::Identity);
             }
         }
         return Ok(());
