@@ -107,6 +107,21 @@ fn complex_dtype_and_shape_mismatches_are_clear_input_errors() {
     run_session(&mut session, &good).expect("run after errors");
 }
 
+/// A write into a view of a complex value whose base is read afterwards
+/// would have to reach the base: refused, naming the op and the line (a
+/// write nothing else sees, `zero_` of a clone, is the conformance case).
+#[test]
+fn complex_write_through_a_view_is_refused() {
+    let pt2 = fixture_dir("complex_io").join("view_write.pt2");
+    let tmp = kiln_tests::temp_path("complex_view_write");
+    let err = kiln_compiler::compile_file(&pt2, &tmp, &kiln_compiler::CompileOptions::default())
+        .expect_err("a write through a complex view must not compile")
+        .to_string();
+    assert!(err.contains("aten.mul_.Tensor"), "{err}");
+    assert!(err.contains("other views or the program's state see"), "{err}");
+    assert!(err.contains("generate_extras.py:"), "{err}");
+}
+
 /// A complex op kiln cannot lower fails the compile, naming the op and the
 /// Python line.
 #[test]
