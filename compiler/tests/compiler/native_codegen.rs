@@ -756,3 +756,47 @@ fn merged_prologues_give_the_unfused_kernels_bits() {
         assert!(native[1] == want[1], "softmax after a scale and mask");
     }
 }
+
+/// Broadcast operands (a per-channel `[1, C, 1, 1]` scale and a `[W]` row
+/// bias over `[2, C, H, W]`, indexed in 32 bits): `x · s + b` gives the
+/// portable fused kernel's bits on every level, split into uneven ranges.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn broadcast_operands_match_the_portable_kernel() {
+    let (c, h, w) = (5usize, 7usize, 12usize);
+    let out_shape = [2, c, h, w];
+    let n: usize = out_shape.iter().product();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+    let x = values(&mut rng, n, 4.0);
+    let (s, b) = (values(&mut rng, c, 2.0), values(&mut rng, w, 1.0));
+    let program =
+        [FusedOp::Binary { op: BinaryOp::Mul, a: 0, b: 1 }, FusedOp::Binary { op: BinaryOp::Add, a: 3, b: 2 }];
+    let modes = [
+        InputMode::Full,
+        InputMode::Broadcast { inner: (h * w) as u64, period: c as u64 },
+        InputMode::Broadcast { inner: 1, period: w as u64 },
+    ];
+    let shapes: [&[usize]; 3] = [&out_shape, &[1, c, 1, 1], &[w]];
+    let bytes: Vec<Vec<u8>> = [&x, &s, &b].iter().map(|v| v.iter().flat_map(|e| e.to_le_bytes()).collect()).collect();
+    let refs: Vec<TensorRef<'_>> =
+        bytes.iter().zip(shapes).map(|(d, shape)| TensorRef { dtype: DType::F32, shape, data: d }).collect();
+    let mut want = vec![0u8; n * 4];
+    let mut cx = Context::new();
+    kiln_kernels::fused(&program, &refs, TensorMut { dtype: DType::F32, shape: &out_shape, data: &mut want }, &mut cx)
+        .expect("portable run");
+    for level in X86_64_LEVELS.iter().filter(|l| cpu_runs(NativeArch::X86_64, l)) {
+        let obj = object_for(&program, &modes, "x86_64-unknown-linux-gnu", level);
+        let loaded = LoadedObject::load(&obj, Arch::X86_64).unwrap_or_else(|e| panic!("{level}: {e}"));
+        // SAFETY: the generated function has the NativeFn ABI.
+        let f: NativeFn = unsafe { std::mem::transmute(loaded.function("kiln_test").expect("function defined")) };
+        let ptrs: Vec<*const u8> = bytes.iter().map(|d| d.as_ptr()).collect();
+        let mut got = vec![0u8; n * 4];
+        // SAFETY: x and the output hold n elements, s c and b w: every
+        // index the modes compute.
+        unsafe {
+            f(ptrs.as_ptr(), got.as_mut_ptr(), 0, 101);
+            f(ptrs.as_ptr(), got.as_mut_ptr(), 101, n);
+        }
+        assert!(got == want, "{level}: broadcast operands differ from the portable kernel");
+    }
+}
