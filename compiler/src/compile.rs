@@ -188,7 +188,13 @@ pub fn compile_graph_with_passes(
     let passes = run_pipeline(&mut graph, pipeline, &pass_opts)?;
     // On the CPU the session owns every state's storage: updates are
     // written there during the run where the planner proves it safe.
-    let mem_opts = MemoryOptions { state_in_place: true, ..MemoryOptions::for_target(opts.target.desc()) };
+    // With native code, an elementwise call's operands outlive the norm or
+    // softmax it feeds, so the two can merge (`native::compile_plan`).
+    let mem_opts = MemoryOptions {
+        state_in_place: true,
+        row_prologues: opts.native.is_some(),
+        ..MemoryOptions::for_target(opts.target.desc())
+    };
     let mem = plan_memory(&graph, &mem_opts)?;
     check_plan(&graph, &mem).map_err(CompileError::MemoryPlan)?;
     let (mut plan, weights) = lower_to_plan(&graph, &mem, opts.target.desc())?;

@@ -61,6 +61,12 @@ pub struct MemoryOptions {
     /// [`state_write`] proves it safe (see the module doc). Off for plans
     /// whose states an accelerator delegate keeps.
     pub state_in_place: bool,
+    /// Keep the operands of an elementwise node (`fused`, `binary`) whose
+    /// result is a norm's or softmax's first operand live until that node:
+    /// native code computes the operand inside the norm's row function
+    /// (`kiln compile --target x86_64`), reading them while it writes the
+    /// norm's result, which must then not take their slots.
+    pub row_prologues: bool,
 }
 
 /// The smallest buffer alignment: a cache line, so that threads writing
@@ -69,7 +75,7 @@ pub const CACHE_LINE: u64 = 64;
 
 impl Default for MemoryOptions {
     fn default() -> MemoryOptions {
-        MemoryOptions { alignment: CACHE_LINE, alias_reshapes: true, state_in_place: false }
+        MemoryOptions { alignment: CACHE_LINE, alias_reshapes: true, state_in_place: false, row_prologues: false }
     }
 }
 
@@ -222,7 +228,7 @@ fn plan_graph(g: &Graph, opts: &MemoryOptions, external_inputs: bool) -> Result<
     if !align.is_power_of_two() {
         return Err(PassError::new(PASS, format!("alignment {align} is not a power of two")));
     }
-    let mut buffers = buffers(g, align, opts.alias_reshapes, external_inputs)?;
+    let mut buffers = buffers(g, align, opts.alias_reshapes, opts.row_prologues, external_inputs)?;
     let mut plan = MemoryPlan { alignment: align, ..MemoryPlan::default() };
     if opts.state_in_place && !external_inputs {
         plan.state_writes = (0..g.states.len()).map(|k| state_write(g, k).ok()).collect();
@@ -332,7 +338,13 @@ fn best_fit(busy: &[(u64, u64)], size: u64) -> u64 {
 
 /// Graph inputs and scheduled node outputs with their lifetimes and sizes,
 /// reshapes folded into their input's buffer when `alias` is set.
-fn buffers(g: &Graph, align: u64, alias: bool, external_inputs: bool) -> Result<Vec<Buffer>, PassError> {
+fn buffers(
+    g: &Graph,
+    align: u64,
+    alias: bool,
+    row_prologues: bool,
+    external_inputs: bool,
+) -> Result<Vec<Buffer>, PassError> {
     let end = g.order.len().saturating_sub(1);
     let mut first: SecondaryMap<ValueId, Option<usize>> = SecondaryMap::new();
     let mut last: SecondaryMap<ValueId, usize> = SecondaryMap::new();
@@ -356,6 +368,9 @@ fn buffers(g: &Graph, align: u64, alias: bool, external_inputs: bool) -> Result<
                 values.push(o);
             }
         }
+    }
+    if row_prologues {
+        keep_prologue_operands(g, &mut last);
     }
     for &o in &g.outputs {
         last[o] = end;
@@ -391,6 +406,27 @@ fn buffers(g: &Graph, align: u64, alias: bool, external_inputs: bool) -> Result<
         }
     }
     Ok(out)
+}
+
+/// [`MemoryOptions::row_prologues`]: each operand of an elementwise node
+/// whose result a later norm or softmax reads first lives until that node.
+fn keep_prologue_operands(g: &Graph, last: &mut SecondaryMap<ValueId, usize>) {
+    let mut producer: SecondaryMap<ValueId, Option<NodeId>> = SecondaryMap::new();
+    for (step, &n) in g.order.iter().enumerate() {
+        let node = &g.nodes[n];
+        let row =
+            matches!(node.op, Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. });
+        if let Some(p) = node.inputs.first().and_then(|&x| producer[x]).filter(|_| row) {
+            for &i in &g.nodes[p].inputs {
+                last[i] = last[i].max(step);
+            }
+        }
+        if matches!(node.op, Op::Fused { .. } | Op::Binary(_)) {
+            for &o in &node.outputs {
+                producer[o] = Some(n);
+            }
+        }
+    }
 }
 
 /// For each reshape output that is a view of an activation (a graph input or
@@ -476,7 +512,7 @@ fn check_graph_plan(g: &Graph, plan: &MemoryPlan, external_inputs: bool) -> Resu
     crate::check::well_formed(g)?;
     // Every value with its own lifetime; a pair may share memory only when both
     // are views in one reshape chain and use exactly the same slot.
-    let mut buffers = buffers(g, 1, false, external_inputs).map_err(|e| e.message)?;
+    let mut buffers = buffers(g, 1, false, false, external_inputs).map_err(|e| e.message)?;
     let roots = alias_roots(g, external_inputs).map_err(|e| e.message)?;
     let mut errors = Vec::new();
     let mut slotted = Vec::new();

@@ -377,3 +377,30 @@ fn an_elementwise_update_reading_the_old_value_once_runs_in_place() {
     check_plan(&g, &plan).unwrap();
     assert_eq!(plan.state_writes, [None]);
 }
+
+/// `MemoryOptions::row_prologues` (native code): the operands of an add
+/// feeding a layer norm stay live through the norm, so the norm's result
+/// never takes their slots (a row function computing the add reads them
+/// while it writes); without it the planner reuses a dead operand's slot.
+#[test]
+fn row_prologues_keep_the_operands_of_a_norms_input_live() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", f32_ty(&[4, 64]));
+    let a = push(&mut g, Op::Unary(UnaryOp::Relu), vec![x], &[4, 64]);
+    let b = push(&mut g, Op::Unary(UnaryOp::Neg), vec![x], &[4, 64]);
+    let s = push(&mut g, Op::Binary(BinaryOp::Add), vec![a, b], &[4, 64]);
+    let y = push(&mut g, Op::LayerNorm { normalized_rank: 1, eps: 1e-5 }, vec![s], &[4, 64]);
+    g.add_output("y", y);
+    let overlaps = |p: &kiln_passes::MemoryPlan, u: ValueId, v: ValueId| {
+        let (su, sv) = (p.slots[u].unwrap(), p.slots[v].unwrap());
+        su.offset < sv.offset + sv.size && sv.offset < su.offset + su.size
+    };
+    let plain = plan_memory(&g, &MemoryOptions::default()).unwrap();
+    check_plan(&g, &plain).unwrap();
+    assert!(overlaps(&plain, y, a) || overlaps(&plain, y, b), "the planner no longer reuses a dead slot here");
+    let kept = plan_memory(&g, &MemoryOptions { row_prologues: true, ..MemoryOptions::default() }).unwrap();
+    check_plan(&g, &kept).unwrap();
+    for v in [x, a, b] {
+        assert!(!overlaps(&kept, y, v), "the norm's result shares a slot with an operand of its input's add");
+    }
+}

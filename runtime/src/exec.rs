@@ -143,7 +143,7 @@ pub(crate) fn resolve(plan: &Plan, weights: &[u8]) -> Resolved {
             InstrOp::JumpIfFalse { target } => Step::JumpIfFalse { target: *target },
             InstrOp::Jump { target } => Step::Jump { target: *target },
             InstrOp::Native { function, .. } => Step::Native { function: *function },
-            InstrOp::NativeKernel { function, fallback } => {
+            InstrOp::NativeKernel { function, fallback, .. } => {
                 let start = ints.len();
                 decode_ints(fallback, &mut ints);
                 Step::NativeKernel { function: *function, run: kernel_fn(fallback), ints: start..ints.len() }

@@ -976,7 +976,8 @@ impl Session {
                     result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
                 }
                 Step::NativeKernel { function, run, ints } => {
-                    let (InstrOp::NativeKernel { fallback, .. }, Some(section)) = (&instr.op, program.native_section())
+                    let (InstrOp::NativeKernel { fallback, prologue, .. }, Some(section)) =
+                        (&instr.op, program.native_section())
                     else {
                         return Err(Error::Plan(format!(
                             "instruction {index} is not the native kernel it resolved to"
@@ -988,10 +989,18 @@ impl Session {
                     let t = instr.outputs[0];
                     let mut out =
                         TensorMut { dtype: plan.tensors[t as usize].dtype, shape: shape(t), data: arena_slot(t) };
+                    // Validated: a prologue's result is output 1, apart from
+                    // output 0 and every operand.
+                    let mut x = match (prologue, instr.outputs.get(1)) {
+                        (Some(p), Some(&t)) => Some((
+                            p,
+                            TensorMut { dtype: plan.tensors[t as usize].dtype, shape: shape(t), data: arena_slot(t) },
+                        )),
+                        _ => None,
+                    };
                     let ints = &resolved.ints[ints.clone()];
-                    let operands_ref = &operands;
-                    let run_fallback = move |cx: &mut Context, out: &mut TensorMut<'_>| {
-                        run(fallback, ints, cx, operands_ref, std::slice::from_mut(out))
+                    let run_fallback = move |cx: &mut Context, ins: &[TensorRef<'_>], out: &mut TensorMut<'_>| {
+                        run(fallback, ints, cx, ins, std::slice::from_mut(out))
                     };
                     let result = crate::native::run_native_kernel(
                         code,
@@ -1000,6 +1009,7 @@ impl Session {
                         cx,
                         &operands,
                         &mut out,
+                        x.as_mut().map(|(p, x)| (*p, x)),
                         (fallback, run_fallback),
                     );
                     *operand_buf = recycle(operands);

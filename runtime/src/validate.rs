@@ -666,6 +666,50 @@ fn validate_accel_instr(
     Ok(())
 }
 
+/// A native kernel with an elementwise prologue, checked as its fallback's
+/// two calls (the program into output 1, the kernel from it into output 0),
+/// and, since the row function computes both in one pass over rows, with
+/// no output overlapping any operand of either call.
+fn validate_row_prologue(
+    plan: &Plan,
+    accel: Option<&AccelProgram>,
+    instr: &Instr,
+    fallback: &Kernel,
+    prologue: &crate::format::RowPrologue,
+) -> std::result::Result<(), String> {
+    let k = prologue.inputs as usize;
+    let [out, x] = instr.outputs[..] else {
+        return Err(format!("has {} outputs, expected 2 (the kernel's and its prologue's)", instr.outputs.len()));
+    };
+    if k == 0 || k > instr.inputs.len() {
+        return Err(format!("a prologue of {k} of its {} operands", instr.inputs.len()));
+    }
+    let program = Instr {
+        op: InstrOp::Call(Kernel::Fused { program: prologue.program.clone() }),
+        inputs: instr.inputs[..k].to_vec(),
+        outputs: vec![x],
+        origin: String::new(),
+    };
+    validate_instr(plan, accel, &program).map_err(|e| format!("its prologue {e}"))?;
+    let kernel = Instr {
+        op: InstrOp::Call(fallback.clone()),
+        inputs: std::iter::once(x).chain(instr.inputs[k..].iter().copied()).collect(),
+        outputs: vec![out],
+        origin: String::new(),
+    };
+    validate_instr(plan, accel, &kernel)?;
+    let get = |t: u32| plan.tensors.get(t as usize).ok_or_else(|| format!("tensor index {t} out of range"));
+    let (ro, rx) = (arena_range(get(out)?), arena_range(get(x)?));
+    for (j, &t) in instr.inputs.iter().enumerate() {
+        if let Some(r) = arena_range(get(t)?) {
+            if [ro, rx].iter().flatten().any(|o| overlaps(r, *o)) {
+                return Err(format!("an output overlaps operand {j}"));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> std::result::Result<(), String> {
     let opcode = instr.op.opcode();
     let count_ok = |n: usize, (lo, hi): (u32, u32)| lo as usize <= n && n <= hi as usize;
@@ -686,7 +730,15 @@ fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> s
             native_fallback = Kernel::Fused { program: program.clone() };
             &native_fallback
         }
-        InstrOp::NativeKernel { fallback, .. } => fallback,
+        InstrOp::NativeKernel { fallback, prologue: Some(p), .. } => {
+            return validate_row_prologue(plan, accel, instr, fallback, p)
+        }
+        InstrOp::NativeKernel { fallback, prologue: None, .. } => {
+            if instr.outputs.len() != 1 {
+                return Err(format!("has {} outputs, expected 1 (no prologue)", instr.outputs.len()));
+            }
+            fallback
+        }
         InstrOp::Delegate { segment } => return validate_accel_instr(plan, accel, *segment, instr),
         InstrOp::BindDim { .. } => {
             let count = tensor(plan, instr.inputs[0]).map_err(|e| e.to_string())?;

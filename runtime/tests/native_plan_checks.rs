@@ -21,7 +21,7 @@ fn row_function(len: u64, out_len: u64) -> NativeFunction {
         inputs: vec![InputMode::Full],
         input_dtypes: vec![DType::F32],
         output_dtype: DType::F32,
-        shape: FunctionShape::Rows { len, out_len },
+        shape: FunctionShape::Rows { len, out_len, prologue: 0 },
     }
 }
 
@@ -61,7 +61,7 @@ fn softmax() -> Kernel {
 }
 
 fn native_softmax() -> InstrOp {
-    InstrOp::NativeKernel { function: 0, fallback: softmax() }
+    InstrOp::NativeKernel { prologue: None, function: 0, fallback: softmax() }
 }
 
 #[test]
@@ -70,7 +70,11 @@ fn a_native_kernel_encodes_with_its_fallback_and_loads() {
     let bytes = postcard::to_allocvec(&p).unwrap();
     assert_eq!(postcard::from_bytes::<Plan>(&bytes).unwrap(), p);
     load(&p, Some(&section(vec![row_function(3, 3)]))).expect("a consistent native kernel loads");
-    let sum = InstrOp::NativeKernel { function: 0, fallback: Kernel::Reduce { kind: ReduceKind::Sum, axes: vec![1] } };
+    let sum = InstrOp::NativeKernel {
+        prologue: None,
+        function: 0,
+        fallback: Kernel::Reduce { kind: ReduceKind::Sum, axes: vec![1] },
+    };
     load(&plan(sum, true), Some(&section(vec![row_function(3, 1)]))).expect("a row sum loads");
 }
 
@@ -99,13 +103,20 @@ fn inconsistent_native_kernels_are_refused_at_load() {
         ),
         // A function index past the section's.
         (
-            plan(InstrOp::NativeKernel { function: 5, fallback: softmax() }, false),
+            plan(InstrOp::NativeKernel { prologue: None, function: 5, fallback: softmax() }, false),
             section(vec![row_function(3, 3)]),
             "native function 5",
         ),
         // Softmax over the first axis: no row function computes it.
         (
-            plan(InstrOp::NativeKernel { function: 0, fallback: Kernel::Softmax { axis: 0, log: false } }, false),
+            plan(
+                InstrOp::NativeKernel {
+                    prologue: None,
+                    function: 0,
+                    fallback: Kernel::Softmax { axis: 0, log: false },
+                },
+                false,
+            ),
             section(vec![row_function(3, 3)]),
             "cannot stand for",
         ),
@@ -113,6 +124,7 @@ fn inconsistent_native_kernels_are_refused_at_load() {
         (
             plan(
                 InstrOp::NativeKernel {
+                    prologue: None,
                     function: 0,
                     fallback: Kernel::Reduce { kind: ReduceKind::Sum, axes: vec![1] },
                 },
@@ -124,7 +136,10 @@ fn inconsistent_native_kernels_are_refused_at_load() {
         (plan(native_softmax(), false), section(vec![row_function(0, 0)]), "cannot stand for"),
         // A kernel no row function stands for.
         (
-            plan(InstrOp::NativeKernel { function: 0, fallback: Kernel::Unary { op: UnaryOp::Neg } }, false),
+            plan(
+                InstrOp::NativeKernel { prologue: None, function: 0, fallback: Kernel::Unary { op: UnaryOp::Neg } },
+                false,
+            ),
             section(vec![row_function(3, 3)]),
             "cannot stand for",
         ),
@@ -139,7 +154,7 @@ fn inconsistent_native_kernels_are_refused_at_load() {
     let e = load(&plan(native_softmax(), false), None).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("no native section"), "{e}");
     // The fallback's own parameters are checked as a call's.
-    let bad = InstrOp::NativeKernel { function: 0, fallback: Kernel::Softmax { axis: 7, log: false } };
+    let bad = InstrOp::NativeKernel { prologue: None, function: 0, fallback: Kernel::Softmax { axis: 7, log: false } };
     let e = load(&plan(bad, false), Some(&section(vec![row_function(3, 3)]))).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("axis"), "{e}");
 }
@@ -157,5 +172,88 @@ fn refusing_native_code_runs_the_fallback_kernel() {
     let s: f64 = e.iter().sum();
     for (i, w) in e.iter().map(|v| v / s).chain([1.0 / 3.0; 3]).enumerate() {
         assert!((y[i] as f64 - w).abs() < 1e-6, "element {i}: {} vs {w}", y[i]);
+    }
+}
+
+/// `y = softmax(a + b)` as one native kernel with a prologue (format 0.14):
+/// `a, b: [2, 3]` at 0 and 64, `y` at `y_at`, the sum `s` at 192.
+fn prologue_plan(y_at: u64, outputs: Vec<u32>) -> Plan {
+    let add = vec![FusedOp::Binary { op: BinaryOp::Add, a: 0, b: 1 }];
+    Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors: vec![arena(&[2, 3], 0), arena(&[2, 3], 64), arena(&[2, 3], y_at), arena(&[2, 3], 192)],
+        inputs: vec![
+            IoDecl { name: "a".into(), tensor: 0, complex: false },
+            IoDecl { name: "b".into(), tensor: 1, complex: false },
+        ],
+        outputs: vec![
+            IoDecl { name: "y".into(), tensor: 2, complex: false },
+            IoDecl { name: "s".into(), tensor: 3, complex: false },
+        ],
+        instrs: vec![Instr {
+            op: InstrOp::NativeKernel {
+                function: 0,
+                fallback: softmax(),
+                prologue: Some(RowPrologue { inputs: 2, program: add }),
+            },
+            inputs: vec![0, 1],
+            outputs,
+            origin: "test".into(),
+        }],
+        arena_bytes: 256,
+        peak_live_bytes: 256,
+        states: vec![],
+    }
+}
+
+fn prologue_function(prologue: u32) -> NativeFunction {
+    NativeFunction {
+        inputs: vec![InputMode::Full; 2],
+        input_dtypes: vec![DType::F32; 2],
+        shape: FunctionShape::Rows { len: 3, out_len: 3, prologue },
+        ..row_function(3, 3)
+    }
+}
+
+#[test]
+fn a_native_kernel_with_a_prologue_runs_its_fallback_and_is_checked() {
+    let p = prologue_plan(128, vec![2, 3]);
+    let bytes = postcard::to_allocvec(&p).unwrap();
+    assert_eq!(postcard::from_bytes::<Plan>(&bytes).unwrap(), p);
+    // Refused native code: the sum into `s`, then softmax of it into `y`.
+    let program = load(&p, Some(&section(vec![prologue_function(2)]))).expect("a consistent prologue loads");
+    let opts = SessionOptions { allow_native_code: false, ..SessionOptions::default() };
+    let mut session = program.session_with(&opts).unwrap();
+    let (a, b) = ([1.0f32, 2.0, 3.0, 0.5, 0.0, -1.0], [0.0f32, 0.0, 0.0, -0.5, 0.0, 1.0]);
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let (ab, bb) = (bytes(&a), bytes(&b));
+    let out = session
+        .run(&[
+            TensorView { dtype: DType::F32, shape: &[2, 3], data: &ab },
+            TensorView { dtype: DType::F32, shape: &[2, 3], data: &bb },
+        ])
+        .unwrap();
+    let floats =
+        |d: &[u8]| -> Vec<f32> { d.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect() };
+    let (y, s) = (floats(out.get(0).data), floats(out.get(1).data));
+    assert_eq!(s, [1.0, 2.0, 3.0, 0.0, 0.0, 0.0]);
+    let e: Vec<f64> = [1.0f64, 2.0, 3.0].iter().map(|&v| (v - 3.0).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    for (i, w) in e.iter().map(|v| v / sum).chain([1.0 / 3.0; 3]).enumerate() {
+        assert!((y[i] as f64 - w).abs() < 1e-6, "element {i}: {} vs {w}", y[i]);
+    }
+    let cases: Vec<(Plan, NativeFunction, &str)> = vec![
+        // The result overlapping a prologue operand (native code reads them while it writes).
+        (prologue_plan(0, vec![2, 3]), prologue_function(2), "overlaps"),
+        // No output for the prologue's result.
+        (prologue_plan(128, vec![2]), prologue_function(2), "expected 2"),
+        // A function compiled without (or with another) prologue.
+        (prologue_plan(128, vec![2, 3]), prologue_function(0), "cannot call native function"),
+        (prologue_plan(128, vec![2, 3]), prologue_function(1), "cannot call native function"),
+    ];
+    for (p, f, want) in cases {
+        let e = load(&p, Some(&section(vec![f]))).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains(want), "{:?}: {e} (wanted `{want}`)", p.instrs[0]);
     }
 }

@@ -592,6 +592,27 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
             }
         }
     }
+    let result = program_values(&mut b, program, regs)?;
+    let mut text = head;
+    let _ = writeln!(text, "    %lo = arith.index_cast %start : i64 to index");
+    let _ = writeln!(text, "    %hi = arith.index_cast %end : i64 to index");
+    let _ = writeln!(text, "    %step = arith.constant 1 : index");
+    let _ = writeln!(text, "    scf.for %i = %lo to %hi step %step {{");
+    let _ = writeln!(text, "      %ii = arith.index_cast %i : index to i64");
+    text.push_str(&loads);
+    text.push_str(&b.text);
+    let _ = writeln!(text, "      %o = llvm.getelementptr %out[%ii] : (!llvm.ptr, i64) -> !llvm.ptr, f32");
+    let _ = writeln!(text, "      llvm.store {result}, %o : f32, !llvm.ptr");
+    let _ = writeln!(text, "    }}");
+    let _ = writeln!(text, "    return");
+    let _ = writeln!(text, "  }}");
+    Ok(text)
+}
+
+/// The values of `program`'s ops in `b`, its operands being the registers
+/// `regs` (f32 values or i1 masks, in operand order); returns the result
+/// (an f32 register).
+fn program_values(b: &mut Body, program: &[FusedOp], mut regs: Vec<(String, Ty)>) -> Result<String, Unsupported> {
     for (i, op) in program.iter().enumerate() {
         let reg = |r: u32| regs.get(r as usize).cloned().ok_or_else(|| Unsupported(format!("op {i}: register {r}")));
         let def = match *op {
@@ -611,7 +632,7 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
             },
             FusedOp::Binary { op, a, b: rb } => {
                 let ((x, tx), (y, _)) = (reg(a)?, reg(rb)?);
-                binary(&mut b, op, &x, &y, tx)?
+                binary(b, op, &x, &y, tx)?
             }
             FusedOp::Where { cond, a, b: rb } => {
                 let ((c, _), (x, tx), (y, _)) = (reg(cond)?, reg(a)?, reg(rb)?);
@@ -645,20 +666,7 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
     if ty != Ty::F32 {
         return Err(Unsupported("a bool result".into()));
     }
-    let mut text = head;
-    let _ = writeln!(text, "    %lo = arith.index_cast %start : i64 to index");
-    let _ = writeln!(text, "    %hi = arith.index_cast %end : i64 to index");
-    let _ = writeln!(text, "    %step = arith.constant 1 : index");
-    let _ = writeln!(text, "    scf.for %i = %lo to %hi step %step {{");
-    let _ = writeln!(text, "      %ii = arith.index_cast %i : index to i64");
-    text.push_str(&loads);
-    text.push_str(&b.text);
-    let _ = writeln!(text, "      %o = llvm.getelementptr %out[%ii] : (!llvm.ptr, i64) -> !llvm.ptr, f32");
-    let _ = writeln!(text, "      llvm.store {result}, %o : f32, !llvm.ptr");
-    let _ = writeln!(text, "    }}");
-    let _ = writeln!(text, "    return");
-    let _ = writeln!(text, "  }}");
-    Ok(text)
+    Ok(result)
 }
 
 /// A binary op on two registers of type `ty`, as the generic kernels define it.

@@ -70,11 +70,11 @@ pub use codegen::compile_plan;
 #[cfg(feature = "native")]
 mod codegen {
     use super::emit::program_to_mlir;
-    use super::emit::rows::{row_function_to_mlir, RowOp};
+    use super::emit::rows::{row_function_to_mlir, Prologue, RowOp};
     use super::llvm::{compile_module, triple};
     use super::NativeTarget;
-    use kiln_ir::DType;
-    use kiln_runtime::format::{DimRef, Instr, InstrOp, Kernel, Plan};
+    use kiln_ir::{BinaryOp, DType, FusedOp};
+    use kiln_runtime::format::{DimRef, Instr, InstrOp, Kernel, Plan, RowPrologue, Storage};
     use kiln_runtime::native::{
         broadcast_of, row_geometry, FunctionShape, InputMode, LoadedObject, NativeFunction, NativeLevel, NativeSection,
     };
@@ -97,19 +97,33 @@ mod codegen {
     /// repeats its SiLU group per layer, a transformer its norms): LLVM's
     /// time grows with the module.
     pub fn compile_plan(plan: &mut Plan, target: &NativeTarget) -> Result<Option<NativeSection>, String> {
+        merge_prologues(plan, target);
         let mut funcs = String::new();
         let mut functions = Vec::new();
         let mut calls = Vec::new();
         // The function text under a fixed name → its function index.
         let mut seen: HashMap<String, u32> = HashMap::new();
         for (i, instr) in plan.instrs.iter().enumerate() {
-            let Some((key, text_for, function)) = candidate(plan, instr, target) else { continue };
+            let Some((key, text_for, function)) = candidate(plan, instr, target) else {
+                if matches!(instr.op, InstrOp::NativeKernel { .. }) {
+                    return Err(format!("instruction {i}: a merged row call has no function (compiler bug)"));
+                }
+                continue;
+            };
             if let Some(&f) = seen.get(&key) {
                 calls.push((i, f));
                 continue;
             }
             let symbol = format!("kiln_fused_{}", functions.len());
-            let Ok(text) = text_for(&symbol) else { continue };
+            let text = match text_for(&symbol) {
+                Ok(text) => text,
+                // A merged prologue has no portable form of its own: it was
+                // merged only after its function's text was made once.
+                Err(e) if matches!(instr.op, InstrOp::NativeKernel { .. }) => {
+                    return Err(format!("instruction {i}: a row function with a prologue (compiler bug): {}", e.0))
+                }
+                Err(_) => continue,
+            };
             funcs.push_str(&text);
             let f = functions.len() as u32;
             seen.insert(key, f);
@@ -133,7 +147,10 @@ mod codegen {
             let op = std::mem::replace(&mut instr.op, InstrOp::Jump { target: 0 });
             instr.op = match op {
                 InstrOp::Call(Kernel::Fused { program }) => InstrOp::Native { function, program },
-                InstrOp::Call(fallback) => InstrOp::NativeKernel { function, fallback },
+                InstrOp::Call(fallback) => InstrOp::NativeKernel { function, fallback, prologue: None },
+                InstrOp::NativeKernel { fallback, prologue, .. } => {
+                    InstrOp::NativeKernel { function, fallback, prologue }
+                }
                 other => other,
             };
         }
@@ -151,6 +168,27 @@ mod codegen {
         instr: &'a Instr,
         target: &NativeTarget,
     ) -> Option<(String, TextFor<'a>, NativeFunction)> {
+        if let InstrOp::NativeKernel { fallback, prologue: Some(p), .. } = &instr.op {
+            let k = p.inputs as usize;
+            let x = *instr.outputs.get(1)?;
+            let (op, len) = row_call(plan, fallback, x, &instr.inputs[k..], &instr.outputs[..1])?;
+            let modes = input_modes(plan, &instr.inputs[..k], &[x])?;
+            let program = &p.program;
+            let arch = target.arch;
+            let text = move |s: &str| row_function_to_mlir(s, op, len, arch, Some(Prologue { program, modes: &modes }));
+            let key = text("f").ok()?;
+            let extras = op.operands() - 1;
+            let mut inputs: Vec<InputMode> = input_modes(plan, &instr.inputs[..k], &[x])?;
+            inputs.extend((0..extras).map(|_| InputMode::Broadcast { inner: 1, period: len }));
+            let function = NativeFunction {
+                symbol: String::new(),
+                input_dtypes: vec![DType::F32; inputs.len()],
+                inputs,
+                output_dtype: DType::F32,
+                shape: FunctionShape::Rows { len, out_len: op.out_len(len), prologue: p.inputs },
+            };
+            return Some((key, Box::new(text), function));
+        }
         let InstrOp::Call(kernel) = &instr.op else { return None };
         if let Kernel::Fused { program } = kernel {
             let modes = input_modes(plan, &instr.inputs, &instr.outputs)?;
@@ -164,9 +202,9 @@ mod codegen {
             };
             return Some((key, Box::new(move |s: &str| program_to_mlir(s, program, &modes)), function));
         }
-        let (op, len) = row_call(plan, instr)?;
+        let (op, len) = row_call(plan, kernel, *instr.inputs.first()?, &instr.inputs[1..], &instr.outputs)?;
         let arch = target.arch;
-        let key = row_function_to_mlir("f", op, len, arch).ok()?;
+        let key = row_function_to_mlir("f", op, len, arch, None).ok()?;
         let function = NativeFunction {
             symbol: String::new(),
             input_dtypes: vec![DType::F32; op.operands()],
@@ -175,23 +213,23 @@ mod codegen {
                 .map(|k| if k == 0 { InputMode::Full } else { InputMode::Broadcast { inner: 1, period: len } })
                 .collect(),
             output_dtype: DType::F32,
-            shape: FunctionShape::Rows { len, out_len: op.out_len(len) },
+            shape: FunctionShape::Rows { len, out_len: op.out_len(len), prologue: 0 },
         };
-        Some((key, Box::new(move |s: &str| row_function_to_mlir(s, op, len, arch)), function))
+        Some((key, Box::new(move |s: &str| row_function_to_mlir(s, op, len, arch, None)), function))
     }
 
-    /// A softmax, norm or last-axis reduction call a row function computes:
-    /// f32 throughout, its row length static (other dims may be symbolic).
-    fn row_call(plan: &Plan, instr: &Instr) -> Option<(RowOp, u64)> {
-        let InstrOp::Call(kernel) = &instr.op else { return None };
-        let op = RowOp::of(kernel, instr.inputs.len())?;
-        let tensors = instr.inputs.iter().chain(&instr.outputs).map(|&t| plan.tensors.get(t as usize));
+    /// A softmax, norm or last-axis reduction a row function computes, of
+    /// first operand `x`, other operands `params` and outputs `outputs`: f32
+    /// throughout, its row length static (other dims may be symbolic).
+    fn row_call(plan: &Plan, kernel: &Kernel, x: u32, params: &[u32], outputs: &[u32]) -> Option<(RowOp, u64)> {
+        let op = RowOp::of(kernel, 1 + params.len())?;
+        let tensors = std::iter::once(&x).chain(params).chain(outputs).map(|&t| plan.tensors.get(t as usize));
         for d in tensors {
             if d?.dtype != DType::F32 {
                 return None;
             }
         }
-        let x = &plan.tensors[instr.inputs[0] as usize].shape;
+        let x = &plan.tensors[x as usize].shape;
         // The row's dims must be static: the geometry must not change with
         // the symbolic dims' values.
         let dims = |unknown: usize| -> Vec<usize> {
@@ -234,5 +272,85 @@ mod codegen {
                 }
             })
             .collect()
+    }
+
+    /// Merges each elementwise call that computes a norm's or softmax's
+    /// first operand just before it (a residual add before a layer norm, a
+    /// scale and mask before a softmax) into that call: one `native_kernel`
+    /// whose row function computes the operand row by row, writing it out
+    /// too (its tensor stays, for later readers and for the fallback, which
+    /// runs the two calls). Merged only where the function's text is made,
+    /// the producer is the instruction right before (no other instruction
+    /// can see the operand missing, or the producer's operands overwritten),
+    /// the row call starts no loop, and no output overlaps an operand.
+    fn merge_prologues(plan: &mut Plan, target: &NativeTarget) {
+        let mut j = 1;
+        while j < plan.instrs.len() {
+            let Some((fallback, prologue)) = prologue_of(plan, j, target) else {
+                j += 1;
+                continue;
+            };
+            let producer = plan.instrs.remove(j - 1);
+            let row = &mut plan.instrs[j - 1];
+            // Filled in by `compile_plan` (every merged call gets a function).
+            row.op = InstrOp::NativeKernel { function: u32::MAX, fallback, prologue: Some(prologue) };
+            let x = row.inputs[0];
+            row.inputs = producer.inputs.iter().chain(&row.inputs[1..]).copied().collect();
+            row.outputs.push(x);
+            if row.origin.is_empty() {
+                row.origin = producer.origin;
+            }
+            for instr in &mut plan.instrs {
+                if let InstrOp::Jump { target: t } | InstrOp::JumpIfFalse { target: t } = &mut instr.op {
+                    if *t as usize >= j {
+                        *t -= 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The prologue instruction `j − 1` gives row call `j`, if they merge
+    /// (see [`merge_prologues`]).
+    fn prologue_of(plan: &Plan, j: usize, target: &NativeTarget) -> Option<(Kernel, RowPrologue)> {
+        let (producer, row) = (&plan.instrs[j - 1], &plan.instrs[j]);
+        let InstrOp::Call(kernel) = &row.op else { return None };
+        let (&x, params) = row.inputs.split_first()?;
+        let (op, len) = row_call(plan, kernel, x, params, &row.outputs)?;
+        let program = match &producer.op {
+            InstrOp::Call(Kernel::Fused { program }) => program.clone(),
+            InstrOp::Call(Kernel::Binary {
+                op: bop @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div),
+            }) if producer.inputs.len() == 2 => vec![FusedOp::Binary { op: *bop, a: 0, b: 1 }],
+            _ => return None,
+        };
+        if producer.outputs != [x] || params.contains(&x) || producer.inputs.contains(&x) || row.outputs.len() != 1 {
+            return None;
+        }
+        if producer.inputs.len() + params.len() + 1 > kiln_ir::MAX_FUSED_INPUTS {
+            return None;
+        }
+        let starts_loop = |i: &Instr| matches!(i.op, InstrOp::Jump { target: t } | InstrOp::JumpIfFalse { target: t } if t as usize == j);
+        if plan.instrs.iter().any(starts_loop) {
+            return None;
+        }
+        let range = |t: u32| match plan.tensors.get(t as usize)?.storage {
+            Storage::Arena { offset, max_bytes } => Some((offset, offset + max_bytes)),
+            Storage::Weight { .. } => None,
+        };
+        let outs = [range(row.outputs[0]), range(x)];
+        let overlap = producer
+            .inputs
+            .iter()
+            .chain(params)
+            .filter_map(|&t| range(t))
+            .any(|a| outs.iter().flatten().any(|o| a.0 < o.1 && o.0 < a.1));
+        if overlap || outs.iter().any(Option::is_none) {
+            return None;
+        }
+        let modes = input_modes(plan, &producer.inputs, &[x])?;
+        let p = Prologue { program: &program, modes: &modes };
+        row_function_to_mlir("f", op, len, target.arch, Some(p)).ok()?;
+        Some((kernel.clone(), RowPrologue { inputs: producer.inputs.len() as u32, program }))
     }
 }

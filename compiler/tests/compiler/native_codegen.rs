@@ -485,7 +485,7 @@ fn row_functions_match_the_portable_kernels() {
     for (k, op) in ops.iter().enumerate() {
         for (j, &len) in lens.iter().enumerate() {
             let symbol = format!("row_{k}_{j}");
-            module.push_str(&row_function_to_mlir(&symbol, *op, len as u64, NativeArch::X86_64).unwrap());
+            module.push_str(&row_function_to_mlir(&symbol, *op, len as u64, NativeArch::X86_64, None).unwrap());
             cases.push((symbol, *op, len));
         }
     }
@@ -548,7 +548,7 @@ fn aarch64_row_functions_load_in_the_runtime_loader() {
         .into_iter()
         .enumerate()
     {
-        module.push_str(&row_function_to_mlir(&format!("row_{k}"), op, 37, NativeArch::Aarch64).unwrap());
+        module.push_str(&row_function_to_mlir(&format!("row_{k}"), op, 37, NativeArch::Aarch64, None).unwrap());
     }
     let module = format!("module {{\n{module}}}\n");
     for level in AARCH64_LEVELS {
@@ -627,5 +627,176 @@ fn compiled_plans_split_rows_over_threads_with_the_kernels_bits() {
     assert_eq!(one[1..], portable[1..], "layer norm / max / mean vs their kernels");
     if avx2 && cpu_runs(NativeArch::X86_64, "x86-64-v3") {
         assert_eq!(one[0], portable[0], "softmax vs its kernel");
+    }
+}
+
+/// Elementwise prologues merged into row functions (format 0.14): a
+/// residual add before a layer norm, a scale and additive mask (broadcast
+/// over rows) before a softmax, and a scaled add before an RMS norm whose
+/// sum is also a program output. `compile_plan` merges each pair into one
+/// `native_kernel` with a prologue; the outputs (the sum included) are the
+/// unmerged plan's bytes run on the portable kernels — with native code,
+/// with it refused (the fallback: program, then kernel), at 1 and 3
+/// threads.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn merged_prologues_give_the_unfused_kernels_bits() {
+    use kiln_compiler::native::{compile_plan, NativeTarget};
+    use kiln_runtime::format::*;
+    use kiln_runtime::{Program, SessionOptions, TensorView};
+    let (rows, len) = (1000u64, 96u64);
+    let n = rows * len * 4;
+    let t = |shape: &[u64], offset: u64| TensorDecl {
+        dtype: DType::F32,
+        shape: shape.iter().map(|&d| DimRef::Static(d)).collect(),
+        storage: Storage::Arena { offset, max_bytes: shape.iter().product::<u64>() * 4 },
+    };
+    let p = 3 * len * 4;
+    // 0 a, 1 b, 2 gamma, 3 beta, 4 mask [1, len]: inputs; 5..: results.
+    let tensors = vec![
+        t(&[rows, len], 0),
+        t(&[rows, len], n),
+        t(&[len], 2 * n),
+        t(&[len], 2 * n + len * 4),
+        t(&[1, len], 2 * n + 2 * len * 4),
+        t(&[rows, len], 2 * n + p), // 5 a + b
+        t(&[rows, len], 3 * n + p), // 6 layer_norm
+        t(&[rows, len], 4 * n + p), // 7 a · 0.125 + mask
+        t(&[rows, len], 5 * n + p), // 8 softmax
+        t(&[rows, len], 6 * n + p), // 9 a · 0.5 + b
+        t(&[rows, len], 7 * n + p), // 10 rms_norm
+    ];
+    let call = |k: Kernel, inputs: Vec<u32>, out: u32| Instr {
+        op: InstrOp::Call(k),
+        inputs,
+        outputs: vec![out],
+        origin: "t".into(),
+    };
+    let f32s = |v: f32| FusedOp::Scalar { dtype: DType::F32, bits: u64::from(v.to_bits()) };
+    let scale_mask = vec![
+        f32s(0.125),
+        FusedOp::Binary { op: BinaryOp::Mul, a: 0, b: 2 },
+        FusedOp::Binary { op: BinaryOp::Add, a: 3, b: 1 },
+    ];
+    let scaled_add = vec![
+        f32s(0.5),
+        FusedOp::Binary { op: BinaryOp::Mul, a: 0, b: 2 },
+        FusedOp::Binary { op: BinaryOp::Add, a: 3, b: 1 },
+    ];
+    let plan = Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors,
+        inputs: ["a", "b", "gamma", "beta", "mask"]
+            .iter()
+            .enumerate()
+            .map(|(k, name)| IoDecl { name: (*name).into(), tensor: k as u32, complex: false })
+            .collect(),
+        outputs: [6u32, 8, 10, 9]
+            .iter()
+            .map(|&k| IoDecl { name: format!("y{k}"), tensor: k, complex: false })
+            .collect(),
+        instrs: vec![
+            call(Kernel::Binary { op: BinaryOp::Add }, vec![0, 1], 5),
+            call(Kernel::LayerNorm { normalized_rank: 1, eps: 1e-5 }, vec![5, 2, 3], 6),
+            call(Kernel::Fused { program: scale_mask }, vec![0, 4], 7),
+            call(Kernel::Softmax { axis: 1, log: false }, vec![7], 8),
+            call(Kernel::Fused { program: scaled_add }, vec![0, 1], 9),
+            call(Kernel::RmsNorm { normalized_rank: 1, eps: 1e-6 }, vec![9, 2], 10),
+        ],
+        arena_bytes: 8 * n + p,
+        peak_live_bytes: 8 * n + p,
+        states: vec![],
+    };
+    let mut merged = plan.clone();
+    let target = NativeTarget::new(NativeArch::X86_64, None).unwrap();
+    let section = compile_plan(&mut merged, &target).unwrap().expect("row functions");
+    assert_eq!(merged.instrs.len(), 3, "{:?}", merged.instrs);
+    for instr in &merged.instrs {
+        let InstrOp::NativeKernel { prologue: Some(p), .. } = &instr.op else { panic!("not merged: {instr:?}") };
+        assert_eq!(instr.outputs.len(), 2);
+        assert_eq!(p.inputs, 2);
+    }
+    let load = |plan: &Plan, native: Option<&kiln_runtime::native::NativeSection>| {
+        let mut w = ArtifactWriter::new(plan, WeightsBuilder::new(), &Metadata::default()).unwrap();
+        if let Some(s) = native {
+            w.add_native(s).unwrap();
+        }
+        Program::from_bytes(&w.to_bytes()).unwrap()
+    };
+    let (unfused, fused) = (load(&plan, None), load(&merged, Some(&section)));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut data = |count: u64, scale: f32| -> Vec<u8> {
+        (0..count).flat_map(|_| ((rng.gen::<f32>() - 0.5) * scale).to_le_bytes()).collect()
+    };
+    let (a, b, gamma, beta) = (data(rows * len, 8.0), data(rows * len, 8.0), data(len, 2.0), data(len, 1.0));
+    let mut mask = data(len, 4.0);
+    mask[4 * 7..4 * 8].copy_from_slice(&f32::NEG_INFINITY.to_le_bytes());
+    let (big, vec1, row1) = ([rows as usize, len as usize], [len as usize], [1, len as usize]);
+    let inputs = [(&big[..], &a), (&big[..], &b), (&vec1[..], &gamma), (&vec1[..], &beta), (&row1[..], &mask)];
+    let run = |program: &std::sync::Arc<Program>, threads: usize, allow: bool| -> Vec<Vec<u8>> {
+        let opts = SessionOptions { threads, allow_native_code: allow, ..SessionOptions::default() };
+        let mut s = program.session_with(&opts).unwrap();
+        let views: Vec<TensorView<'_>> =
+            inputs.iter().map(|(shape, data)| TensorView { dtype: DType::F32, shape, data }).collect();
+        let out = s.run(&views).unwrap();
+        (0..4).map(|i| out.get(i).data.to_vec()).collect()
+    };
+    let want = run(&unfused, 1, false);
+    let native = run(&fused, 1, true);
+    assert!(native == run(&fused, 3, true), "1 vs 3 threads");
+    assert!(run(&fused, 1, false) == want, "the fallback vs the unfused kernels");
+    // Layer and RMS norm (and the prologues' sums): the generic code's
+    // bits on every level; softmax where the table's exp-sum is AVX2 and
+    // the level has FMA.
+    assert!(native[2..] == want[2..], "rms norm and its prologue's sum");
+    assert!(native[0] == want[0], "layer norm after a residual add");
+    let avx2 = kiln_kernels::best().entries().contains(&("exp_sum_f32", "avx2"));
+    if avx2 && cpu_runs(NativeArch::X86_64, "x86-64-v3") {
+        assert!(native[1] == want[1], "softmax after a scale and mask");
+    }
+}
+
+/// Broadcast operands (a per-channel `[1, C, 1, 1]` scale and a `[W]` row
+/// bias over `[2, C, H, W]`, indexed in 32 bits): `x · s + b` gives the
+/// portable fused kernel's bits on every level, split into uneven ranges.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn broadcast_operands_match_the_portable_kernel() {
+    let (c, h, w) = (5usize, 7usize, 12usize);
+    let out_shape = [2, c, h, w];
+    let n: usize = out_shape.iter().product();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+    let x = values(&mut rng, n, 4.0);
+    let (s, b) = (values(&mut rng, c, 2.0), values(&mut rng, w, 1.0));
+    let program =
+        [FusedOp::Binary { op: BinaryOp::Mul, a: 0, b: 1 }, FusedOp::Binary { op: BinaryOp::Add, a: 3, b: 2 }];
+    let modes = [
+        InputMode::Full,
+        InputMode::Broadcast { inner: (h * w) as u64, period: c as u64 },
+        InputMode::Broadcast { inner: 1, period: w as u64 },
+    ];
+    let shapes: [&[usize]; 3] = [&out_shape, &[1, c, 1, 1], &[w]];
+    let bytes: Vec<Vec<u8>> = [&x, &s, &b].iter().map(|v| v.iter().flat_map(|e| e.to_le_bytes()).collect()).collect();
+    let refs: Vec<TensorRef<'_>> =
+        bytes.iter().zip(shapes).map(|(d, shape)| TensorRef { dtype: DType::F32, shape, data: d }).collect();
+    let mut want = vec![0u8; n * 4];
+    let mut cx = Context::new();
+    kiln_kernels::fused(&program, &refs, TensorMut { dtype: DType::F32, shape: &out_shape, data: &mut want }, &mut cx)
+        .expect("portable run");
+    for level in X86_64_LEVELS.iter().filter(|l| cpu_runs(NativeArch::X86_64, l)) {
+        let obj = object_for(&program, &modes, "x86_64-unknown-linux-gnu", level);
+        let loaded = LoadedObject::load(&obj, Arch::X86_64).unwrap_or_else(|e| panic!("{level}: {e}"));
+        // SAFETY: the generated function has the NativeFn ABI.
+        let f: NativeFn = unsafe { std::mem::transmute(loaded.function("kiln_test").expect("function defined")) };
+        let ptrs: Vec<*const u8> = bytes.iter().map(|d| d.as_ptr()).collect();
+        let mut got = vec![0u8; n * 4];
+        // SAFETY: x and the output hold n elements, s c and b w: every
+        // index the modes compute.
+        unsafe {
+            f(ptrs.as_ptr(), got.as_mut_ptr(), 0, 101);
+            f(ptrs.as_ptr(), got.as_mut_ptr(), 101, n);
+        }
+        assert!(got == want, "{level}: broadcast operands differ from the portable kernel");
     }
 }

@@ -169,8 +169,10 @@ opcodes! {
     /// fused program's, one output).
     NativeCall = 1004, "native_call", Native, operands 1..=MANY, outputs 1..=1;
     /// A row function of the artifact's native section (operands and output
-    /// as its fallback kernel call's; since format 0.11).
-    NativeKernel = 1005, "native_kernel", NativeKernel, operands 1..=MANY, outputs 1..=1;
+    /// as its fallback kernel call's; since format 0.11). With an elementwise
+    /// prologue (format 0.14) the operands are the prologue's then the
+    /// kernel's others, and a second output holds the prologue's result.
+    NativeKernel = 1005, "native_kernel", NativeKernel, operands 1..=MANY, outputs 1..=2;
 }
 
 #[cfg(test)]

@@ -157,7 +157,12 @@ native code: {} functions",
         };
         let shape = match f.shape {
             kiln_runtime::native::FunctionShape::Elementwise => "elementwise".to_string(),
-            kiln_runtime::native::FunctionShape::Rows { len, out_len } => format!("rows of {len} → {out_len}"),
+            kiln_runtime::native::FunctionShape::Rows { len, out_len, prologue: 0 } => {
+                format!("rows of {len} → {out_len}")
+            }
+            kiln_runtime::native::FunctionShape::Rows { len, out_len, prologue } => {
+                format!("rows of {len} → {out_len}, elementwise prologue of {prologue} operands")
+            }
         };
         println!("  {:<16} {shape}, {} operands, {noun} {at}", f.symbol, f.inputs.len());
     }

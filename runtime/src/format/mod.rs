@@ -44,10 +44,11 @@ pub const FORMAT_MAJOR: u16 = 0;
 /// compiler's estimate of a sharded plan; 0.10 `quant_conv`; 0.11 the
 /// layout of `pool`; 0.12 complex inputs and outputs, `IoDecl::complex`;
 /// 0.13 the `native_kernel` instruction and row functions in the native
-/// section; 0.14 int8 activations between layers on `quant_conv`,
-/// `out_scale` / `out_zero_point`), so a runtime reads exactly its own minor version; from 1.0 on,
+/// section; 0.14 int8 activations between layers on `quant_conv`
+/// (`out_scale` / `out_zero_point`); 0.15 a `native_kernel`'s elementwise
+/// prologue and a row function's prologue count), so a runtime reads exactly its own minor version; from 1.0 on,
 /// minors only add. `tests/golden/` holds one artifact per version.
-pub const FORMAT_MINOR: u16 = 14;
+pub const FORMAT_MINOR: u16 = 15;
 /// The oldest minor version this runtime reads.
 pub const FORMAT_MINOR_MIN: u16 = if FORMAT_MAJOR == 0 { FORMAT_MINOR } else { 0 };
 /// Sections start at multiples of this (a cache line; also enough for any dtype).

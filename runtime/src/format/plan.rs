@@ -191,7 +191,25 @@ pub enum InstrOp {
     /// same computation as a kernel call, run when native code is refused,
     /// no level matches the CPU or the operands' sizes differ from the
     /// compiled ones. Since format 0.11.
-    NativeKernel { function: u32, fallback: Kernel },
+    ///
+    /// With a `prologue` (format 0.14), the kernel's first operand is the
+    /// result of an elementwise program computed in the row function (a
+    /// residual add before a norm, a scale and mask before a softmax): the
+    /// instruction's operands are the prologue's `inputs` operands, then the
+    /// kernel's others (a norm's weight and bias); its outputs are the
+    /// kernel's, then the prologue's result (written either way, so later
+    /// instructions may read it). The fallback runs the program as a
+    /// [`Kernel::Fused`] call into that second output, then the kernel.
+    NativeKernel { function: u32, fallback: Kernel, prologue: Option<RowPrologue> },
+}
+
+/// The elementwise program a [`InstrOp::NativeKernel`] computes its
+/// kernel's first operand with: a fused program over the instruction's
+/// first `inputs` operands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowPrologue {
+    pub inputs: u32,
+    pub program: Vec<FusedOp>,
 }
 
 impl InstrOp {
@@ -470,9 +488,10 @@ impl Serialize for InstrOp {
                 t.serialize_element(function)?;
                 t.serialize_element(program)?;
             }
-            InstrOp::NativeKernel { function, fallback } => {
+            InstrOp::NativeKernel { function, fallback, prologue } => {
                 t.serialize_element(function)?;
                 t.serialize_element(&CallOf(fallback))?;
+                t.serialize_element(prologue)?;
             }
         }
         t.end()
@@ -517,7 +536,9 @@ impl<'de> Deserialize<'de> for InstrOp {
                     InstrKind::NativeKernel => {
                         let function = next(&mut seq)?;
                         match next::<A, InstrOp>(&mut seq)? {
-                            InstrOp::Call(fallback) => InstrOp::NativeKernel { function, fallback },
+                            InstrOp::Call(fallback) => {
+                                InstrOp::NativeKernel { function, fallback, prologue: next(&mut seq)? }
+                            }
                             other => {
                                 return Err(serde::de::Error::custom(format!(
                                     "a native kernel's fallback must be a kernel call, not {}",

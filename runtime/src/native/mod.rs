@@ -22,7 +22,7 @@
 
 pub mod loader;
 
-use crate::format::{InstrOp, Kernel, Plan, ReduceKind};
+use crate::format::{InstrOp, Kernel, Plan, ReduceKind, RowPrologue};
 use kiln_kernels::{Context, DType, FusedOp, Result, TensorMut, TensorRef};
 pub use loader::{Arch, LoadedObject};
 use serde::{Deserialize, Serialize};
@@ -62,7 +62,13 @@ pub enum FunctionShape {
     /// `len` elements (a norm's weight and bias). Called by
     /// [`InstrOp::NativeKernel`], whose fallback kernel says what a row is
     /// ([`row_geometry`]).
-    Rows { len: u64, out_len: u64 },
+    ///
+    /// With `prologue` > 0 (format 0.14) the function computes operand 0
+    /// itself, row by row, from its first `prologue` operands (read as
+    /// `inputs` says, indexed like elements of operand 0): `ins` holds those
+    /// operands, then the kernel's others, then the pointer the computed
+    /// operand is written to (the instruction's second output).
+    Rows { len: u64, out_len: u64, prologue: u32 },
 }
 
 /// `(len, out_len)` of the rows a native row function computes for
@@ -255,9 +261,14 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
             .functions
             .get(function as usize)
             .ok_or_else(|| format!("instruction {i}: native function {function} of {}", section.functions.len()))?;
-        if f.inputs.len() != instr.inputs.len() || instr.outputs.len() != 1 {
+        let prologue = match &instr.op {
+            InstrOp::NativeKernel { prologue: Some(p), .. } => p.inputs as usize,
+            _ => 0,
+        };
+        let outputs = 1 + usize::from(prologue > 0);
+        if f.inputs.len() != instr.inputs.len() || instr.outputs.len() != outputs {
             return Err(format!(
-                "instruction {i}: native function {} takes {} operands and 1 output, the instruction has {} and {}",
+                "instruction {i}: native function {} takes {} operands and {outputs} output(s), the instruction has {} and {}",
                 f.symbol,
                 f.inputs.len(),
                 instr.inputs.len(),
@@ -266,16 +277,20 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
         }
         let dtype = |t: u32| plan.tensors.get(t as usize).map(|d| d.dtype);
         let ins_ok = instr.inputs.iter().zip(&f.input_dtypes).all(|(&t, &d)| dtype(t) == Some(d));
-        if !ins_ok || dtype(instr.outputs[0]) != Some(f.output_dtype) {
+        if !ins_ok || instr.outputs.iter().any(|&t| dtype(t) != Some(f.output_dtype)) {
             return Err(format!("instruction {i}: tensor dtypes differ from native function {}'s", f.symbol));
         }
         match (&instr.op, f.shape) {
             (InstrOp::Native { .. }, FunctionShape::Elementwise) => {}
-            (InstrOp::NativeKernel { fallback, .. }, FunctionShape::Rows { len, out_len }) => {
+            (InstrOp::NativeKernel { fallback, .. }, FunctionShape::Rows { len, out_len, prologue: p })
+                if p as usize == prologue =>
+            {
                 // A kernel and axis a row function computes (checked once
                 // more against the run's shapes: `rows_fit`), with one
                 // output per row for a reduction, a whole row otherwise.
-                let rank = plan.tensors.get(instr.inputs[0] as usize).map_or(0, |d| d.shape.len());
+                // The kernel's first operand: the prologue's result or operand 0.
+                let x = if prologue > 0 { instr.outputs[1] } else { instr.inputs[0] };
+                let rank = plan.tensors.get(x as usize).map_or(0, |d| d.shape.len());
                 let supported = row_geometry(fallback, &vec![2; rank]).is_some();
                 let want_out = if matches!(fallback, Kernel::Reduce { .. }) { 1 } else { len };
                 if !supported || len == 0 || out_len != want_out {
@@ -285,12 +300,12 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
                         fallback.name()
                     ));
                 }
-                if !row_operands(fallback).contains(&instr.inputs.len()) {
+                let kernel_operands = (instr.inputs.len() + 1).saturating_sub(prologue.max(1));
+                if !row_operands(fallback).contains(&kernel_operands) || instr.inputs.len() < prologue {
                     return Err(format!(
-                        "instruction {i}: a native {} takes {:?} operands, not {}",
+                        "instruction {i}: a native {} takes {:?} operands, not {kernel_operands}",
                         fallback.name(),
                         row_operands(fallback),
-                        instr.inputs.len()
                     ));
                 }
             }
@@ -398,7 +413,12 @@ fn shapes_fit(sig: &NativeFunction, ins: &[TensorRef<'_>], out: &TensorMut<'_>) 
 
 /// Runs native row function `function` for a
 /// [`InstrOp::NativeKernel`] (or, when `code` is None or the operands'
-/// sizes differ from the compiled ones, its fallback kernel: `(kernel, run)`).
+/// sizes differ from the compiled ones, its fallback kernel: `(kernel,
+/// run)`, `run` taking the kernel's operands). With a prologue, `x` is the
+/// instruction's second output: the fallback computes it with the
+/// prologue's program from the first `inputs` operands, then runs the
+/// kernel on it and the other operands.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_native_kernel(
     code: Option<&NativeCode>,
     section: &NativeSection,
@@ -406,42 +426,104 @@ pub(crate) fn run_native_kernel(
     cx: &mut Context,
     ins: &[TensorRef<'_>],
     out: &mut TensorMut<'_>,
-    (fallback, run_fallback): (&Kernel, impl FnOnce(&mut Context, &mut TensorMut<'_>) -> Result<()>),
+    prologue: Option<(&RowPrologue, &mut TensorMut<'_>)>,
+    (fallback, run_fallback): (&Kernel, impl FnOnce(&mut Context, &[TensorRef<'_>], &mut TensorMut<'_>) -> Result<()>),
 ) -> Result<()> {
     let native =
         code.and_then(|c| Some((c.functions.get(function as usize)?, section.functions.get(function as usize)?)));
-    let Some((f, rows, len)) =
-        native.and_then(|(&f, sig)| rows_fit(sig, fallback, ins, out).map(|(rows, len)| (f, rows, len)))
-    else {
-        return run_fallback(cx, out);
+    let k = prologue.as_ref().map_or(0, |(p, _)| p.inputs as usize);
+    if ins.len() < k.max(1) {
+        return Err(kiln_kernels::KernelError::Shape {
+            kernel: "native_kernel",
+            detail: format!("{} operands", ins.len()),
+        });
+    }
+    let fit = native.and_then(|(&f, sig)| {
+        let (rows, len) = match &prologue {
+            Some((_, x)) => {
+                let x_ref = TensorRef { dtype: x.dtype, shape: x.shape, data: &*x.data };
+                let fits = prologue_fits(sig, &ins[..k], &x_ref);
+                rows_fit(sig, fallback, &x_ref, &ins[k..], out).filter(|_| fits)?
+            }
+            None => rows_fit(sig, fallback, &ins[0], &ins[1..], out)?,
+        };
+        Some((f, rows, len))
+    });
+    let Some((f, rows, len)) = fit else {
+        let Some((p, x)) = prologue else { return run_fallback(cx, ins, out) };
+        {
+            let xm = TensorMut { dtype: x.dtype, shape: x.shape, data: &mut *x.data };
+            kiln_kernels::fused(&p.program, &ins[..k], xm, cx)?;
+        }
+        let mut operands = Vec::with_capacity(1 + ins.len() - k);
+        operands.push(TensorRef { dtype: x.dtype, shape: x.shape, data: &*x.data });
+        operands.extend(ins[k..].iter().map(|t| TensorRef { dtype: t.dtype, shape: t.shape, data: t.data }));
+        return run_fallback(cx, &operands, out);
     };
-    let mut ptrs = [std::ptr::null::<u8>(); 3];
+    let mut ptrs = [std::ptr::null::<u8>(); kiln_isa::fused::MAX_FUSED_INPUTS + 3];
+    if ins.len() >= ptrs.len() {
+        return Err(kiln_kernels::KernelError::Shape {
+            kernel: "native_kernel",
+            detail: format!("{} operands", ins.len()),
+        });
+    }
     for (p, t) in ptrs.iter_mut().zip(ins) {
         *p = t.data.as_ptr();
+    }
+    if let Some((_, x)) = prologue {
+        ptrs[ins.len()] = x.data.as_mut_ptr().cast_const();
     }
     let (ptrs, dst) = (Shared(ptrs.as_ptr()), SharedMut(out.data.as_mut_ptr()));
     cx.threads().for_each_row_range(rows, len, |start, end| {
         let (ptrs, dst) = (&ptrs, &dst);
-        // SAFETY: `rows_fit` checked operand 0 holds `rows` rows of `len`
-        // f32s, every other operand `len`, and the output `rows` rows of
-        // the function's `out_len`; each range writes only its own rows.
+        // SAFETY: `rows_fit` checked the kernel's first operand (operand 0,
+        // or the prologue's output) holds `rows` rows of `len` f32s, every
+        // other kernel operand `len`, and the output `rows` rows of the
+        // function's `out_len`; `prologue_fits` that each prologue operand
+        // holds what its mode indexes for elements of that first operand.
+        // Each range writes only its own rows of the output (and of the
+        // prologue's output); outputs overlap no operand (validated at load).
         unsafe { f(ptrs.0, dst.0, start, end) }
     });
     Ok(())
 }
 
-/// `(rows, len)` when the operands and output have the dtypes and sizes row
-/// function `sig` was compiled for, as `fallback` reads them; None otherwise.
+/// Whether the prologue operands `ins` have the dtypes and shapes row
+/// function `sig` reads them with, computing a first operand shaped like `x`.
+fn prologue_fits(sig: &NativeFunction, ins: &[TensorRef<'_>], x: &TensorRef<'_>) -> bool {
+    let FunctionShape::Rows { prologue, .. } = sig.shape else { return false };
+    if prologue as usize != ins.len() || ins.is_empty() || x.dtype != DType::F32 {
+        return false;
+    }
+    ins.iter().zip(&sig.inputs).zip(&sig.input_dtypes).all(|((t, mode), &dtype)| {
+        let n = t.shape.iter().product::<usize>();
+        let shape_ok = match (mode, broadcast_of(t.shape, x.shape)) {
+            (InputMode::Splat, _) => n == 1,
+            (m, Some(actual)) => *m == actual,
+            (_, None) => false,
+        };
+        t.dtype == dtype && shape_ok && t.data.len() == n * dtype.size_bytes()
+    })
+}
+
+/// `(rows, len)` when the kernel's first operand `x`, its other operands
+/// `params` and the output have the dtypes and sizes row function `sig` was
+/// compiled for, as `fallback` reads them; None otherwise.
 fn rows_fit(
     sig: &NativeFunction,
     fallback: &Kernel,
-    ins: &[TensorRef<'_>],
+    x: &TensorRef<'_>,
+    params: &[TensorRef<'_>],
     out: &TensorMut<'_>,
 ) -> Option<(usize, usize)> {
-    let FunctionShape::Rows { len, out_len } = sig.shape else { return None };
+    let FunctionShape::Rows { len, out_len, prologue } = sig.shape else { return None };
     let (len, out_len) = (usize::try_from(len).ok()?, usize::try_from(out_len).ok()?);
-    let x = ins.first()?;
-    if ins.len() != sig.inputs.len() || ins.len() > 3 || out.dtype != sig.output_dtype || len == 0 {
+    let k = (prologue as usize).max(1);
+    let arity = sig.inputs.len();
+    if params.len() + k != arity || sig.input_dtypes.len() != arity || params.len() > 2 || len == 0 {
+        return None;
+    }
+    if out.dtype != sig.output_dtype {
         return None;
     }
     if row_geometry(fallback, x.shape)? != (len, out_len) {
@@ -451,9 +533,11 @@ fn rows_fit(
     let n = x.shape.iter().product::<usize>();
     let rows = n / len;
     let out_n = out.shape.iter().product::<usize>();
-    let dtypes_ok = ins.iter().zip(&sig.input_dtypes).all(|(t, &d)| t.dtype == d);
-    let params_ok = ins[1..].iter().all(|t| t.shape.iter().product::<usize>() == len && t.data.len() == bytes(t));
-    let ok = dtypes_ok
+    let x_ok = x.dtype == DType::F32 && (prologue > 0 || x.dtype == sig.input_dtypes[0]);
+    let dtypes_ok = params.iter().zip(&sig.input_dtypes[k..]).all(|(t, &d)| t.dtype == d);
+    let params_ok = params.iter().all(|t| t.shape.iter().product::<usize>() == len && t.data.len() == bytes(t));
+    let ok = x_ok
+        && dtypes_ok
         && params_ok
         && n % len == 0
         && x.data.len() == bytes(x)
@@ -487,14 +571,14 @@ mod tests {
             inputs: vec![InputMode::Full; n],
             input_dtypes: vec![DType::F32; n],
             output_dtype: DType::F32,
-            shape: FunctionShape::Rows { len, out_len },
+            shape: FunctionShape::Rows { len, out_len, prologue: 0 },
         };
         let x = [0u8; 24];
         let w = [0u8; 12];
         let mut o = [0u8; 24];
         let softmax = Kernel::Softmax { axis: 1, log: false };
         let fits = |sig: &NativeFunction, k: &Kernel, ins: &[TensorRef<'_>], oshape: &[usize], o: &mut [u8]| {
-            rows_fit(sig, k, ins, &TensorMut { dtype: DType::F32, shape: oshape, data: o })
+            rows_fit(sig, k, &ins[0], &ins[1..], &TensorMut { dtype: DType::F32, shape: oshape, data: o })
         };
         assert_eq!(fits(&sig(3, 3, 1), &softmax, &[t(&[2, 3], &x)], &[2, 3], &mut o), Some((2, 3)));
         // Another row length, a softmax over the first axis, a wrong output.

@@ -5,12 +5,14 @@
 //! code and with it refused, give the same bytes at 1 and 3 threads, and
 //! give the row kernels' results bit for bit: the same artifact with every
 //! `native_kernel` put back to its fallback call gives identical outputs
-//! (where the kernel table's softmax is the AVX2 one and the level has FMA).
+//! (where the kernel table's softmax is the AVX2 one and the level has FMA);
+//! a merged elementwise prologue (BERT's embedding sum before its layer
+//! norm) put back as its own fused call before the kernel.
 #![cfg(all(feature = "native", target_arch = "x86_64"))]
 
 use kiln_compiler::native::NativeTarget;
 use kiln_compiler::{compile_file, CompileOptions};
-use kiln_runtime::format::{parse_container, ArtifactWriter, InstrOp, WeightsBuilder};
+use kiln_runtime::format::{parse_container, ArtifactWriter, Instr, InstrOp, Kernel, WeightsBuilder};
 use kiln_runtime::native::NativeArch;
 use kiln_runtime::{Program, SessionOptions, Tensor, TensorView};
 use kiln_tests::{assert_close, fixture_dir, read_numbered, temp_path};
@@ -73,11 +75,33 @@ fn check(name: &str, program: &std::sync::Arc<Program>) -> Vec<Vec<u8>> {
 /// the elementwise native calls stay, so only the row functions differ.
 fn with_row_kernels_portable(bytes: &[u8], program: &Program) -> std::sync::Arc<Program> {
     let mut plan = program.plan().clone();
-    for instr in &mut plan.instrs {
-        if let InstrOp::NativeKernel { fallback, .. } = &instr.op {
-            instr.op = InstrOp::Call(fallback.clone());
+    assert!(!plan.instrs.iter().any(|i| matches!(i.op, InstrOp::Jump { .. })), "a plan with loops");
+    let mut instrs = Vec::new();
+    for instr in std::mem::take(&mut plan.instrs) {
+        match &instr.op {
+            InstrOp::NativeKernel { fallback, prologue: None, .. } => {
+                instrs.push(Instr { op: InstrOp::Call(fallback.clone()), ..instr })
+            }
+            // The prologue as its own fused call into its tensor, then the kernel.
+            InstrOp::NativeKernel { fallback, prologue: Some(p), .. } => {
+                let k = p.inputs as usize;
+                instrs.push(Instr {
+                    op: InstrOp::Call(Kernel::Fused { program: p.program.clone() }),
+                    inputs: instr.inputs[..k].to_vec(),
+                    outputs: vec![instr.outputs[1]],
+                    origin: instr.origin.clone(),
+                });
+                instrs.push(Instr {
+                    op: InstrOp::Call(fallback.clone()),
+                    inputs: std::iter::once(instr.outputs[1]).chain(instr.inputs[k..].iter().copied()).collect(),
+                    outputs: vec![instr.outputs[0]],
+                    origin: instr.origin.clone(),
+                });
+            }
+            _ => instrs.push(instr),
         }
     }
+    plan.instrs = instrs;
     let container = parse_container(bytes).unwrap();
     let mut weights = WeightsBuilder::new();
     weights.push(&bytes[container.weights.clone()]);
@@ -103,6 +127,12 @@ fn models_run_their_norms_and_softmax_natively() {
         for w in want {
             assert!(kinds.contains(w), "{name}: no native {w} (native kernels: {kinds:?})");
         }
+        // BERT's embedding sum (word + position + type) merges into its
+        // layer norm: a row function with an elementwise prologue.
+        let prologues = (program.plan().instrs.iter())
+            .filter(|i| matches!(i.op, InstrOp::NativeKernel { prologue: Some(_), .. }))
+            .count();
+        assert_eq!(prologues > 0, name == "models/bert", "{name}: {prologues} merged prologues");
         let native = check(name, &program);
         if exact {
             let inputs = read_numbered(&fixture_dir(name), "input");

@@ -33,9 +33,10 @@
 //! an operation: exp(x − max) is an elementwise loop of its own, the f64
 //! partial sums one `vector<8 x f64>` (NEON: 4) accumulator.
 
-use super::{Body, Unsupported};
+use super::{program_values, Body, Ty, Unsupported};
+use kiln_ir::FusedOp;
 use kiln_runtime::format::{Kernel, ReduceKind};
-use kiln_runtime::native::NativeArch;
+use kiln_runtime::native::{InputMode, NativeArch};
 use std::fmt::Write;
 
 /// What a row function computes.
@@ -618,17 +619,85 @@ impl Body {
     }
 }
 
+/// An elementwise program a row function computes its operand 0 with, row
+/// by row (format 0.14): the program and how it reads each of its operands
+/// (indexed like elements of operand 0).
+#[derive(Clone, Copy, Debug)]
+pub struct Prologue<'a> {
+    pub program: &'a [FusedOp],
+    pub modes: &'a [InputMode],
+}
+
+impl Body {
+    /// Row `%xb / len` of the prologue's result into `%x` (element `%xb +
+    /// i`): the program's ops on each element, as the elementwise functions
+    /// compute them.
+    fn prologue_row(&mut self, p: Prologue<'_>, len: u64) -> Result<(), Unsupported> {
+        let mut failed = None;
+        self.for_loop(len, &[], |b, i, _| {
+            let idx = b.let_(format_args!("arith.addi %xb, {i} : i64"));
+            let regs = p
+                .modes
+                .iter()
+                .enumerate()
+                .map(|(k, mode)| {
+                    let at = match *mode {
+                        InputMode::Full => idx.clone(),
+                        InputMode::Splat => b.cu64(0),
+                        InputMode::Broadcast { inner, period } => {
+                            let (inner, period) = (b.cu64(inner), b.cu64(period));
+                            let q = b.let_(format_args!("arith.divui {idx}, {inner} : i64"));
+                            b.let_(format_args!("arith.remui {q}, {period} : i64"))
+                        }
+                    };
+                    (b.load(&format!("%q{k}"), &at), Ty::F32)
+                })
+                .collect();
+            match program_values(b, p.program, regs) {
+                Ok(r) => b.store(&r, "%x", i),
+                Err(e) => failed = Some(e),
+            }
+            Vec::new()
+        });
+        failed.map_or(Ok(()), Err)
+    }
+}
+
 /// The MLIR function text of row function `symbol` computing `op` on rows
-/// of `len` f32 elements, with the kernel table's order for `arch`.
-pub fn row_function_to_mlir(symbol: &str, op: RowOp, len: u64, arch: NativeArch) -> Result<String, Unsupported> {
+/// of `len` f32 elements, with the kernel table's order for `arch`; with a
+/// `prologue`, operand 0 is computed by it (see
+/// `kiln_runtime::native::FunctionShape::Rows`: the prologue's operands
+/// come first, then the kernel's others, then where operand 0 is written).
+pub fn row_function_to_mlir(
+    symbol: &str,
+    op: RowOp,
+    len: u64,
+    arch: NativeArch,
+    prologue: Option<Prologue<'_>>,
+) -> Result<String, Unsupported> {
     if len == 0 {
         return Err(Unsupported("empty rows".into()));
+    }
+    if prologue.is_some() && matches!(op, RowOp::Sum | RowOp::Mean) {
+        return Err(Unsupported("a prologue before a sum or mean".into()));
     }
     let mut b = Body { text: String::new(), next: 0 };
     let mut text = String::new();
     let _ = writeln!(text, "  func.func @{symbol}(%ins: !llvm.ptr, %out: !llvm.ptr, %start: i64, %end: i64) {{");
+    let k = prologue.map_or(0, |p| p.modes.len());
+    for i in 0..k {
+        let _ = writeln!(text, "    %qa{i} = llvm.getelementptr %ins[{i}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr");
+        let _ = writeln!(text, "    %q{i} = llvm.load %qa{i} : !llvm.ptr -> !llvm.ptr");
+    }
     for i in 0..op.operands() {
-        let _ = writeln!(text, "    %pa{i} = llvm.getelementptr %ins[{i}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr");
+        // Without a prologue operand `i` is `ins[i]`; with one, operand 0
+        // (written, then read) comes last.
+        let at = match (prologue, i) {
+            (None, _) => i,
+            (Some(_), 0) => k + op.operands() - 1,
+            (Some(_), _) => k + i - 1,
+        };
+        let _ = writeln!(text, "    %pa{i} = llvm.getelementptr %ins[{at}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr");
         let _ = writeln!(text, "    %p{i} = llvm.load %pa{i} : !llvm.ptr -> !llvm.ptr");
     }
     let _ = writeln!(text, "    %lo = arith.index_cast %start : i64 to index");
@@ -652,6 +721,9 @@ pub fn row_function_to_mlir(symbol: &str, op: RowOp, len: u64, arch: NativeArch)
     let _ = writeln!(text, "      %ob = arith.muli %ri, %olen : i64");
     let _ = writeln!(text, "      %x = llvm.getelementptr %p0[%xb] : (!llvm.ptr, i64) -> !llvm.ptr, f32");
     let _ = writeln!(text, "      %o = llvm.getelementptr %out[%ob] : (!llvm.ptr, i64) -> !llvm.ptr, f32");
+    if let Some(p) = prologue {
+        b.prologue_row(p, len)?;
+    }
     match op {
         RowOp::Softmax { log } => b.softmax_row("%x", "%o", len, log, exp_sum_lanes(arch)),
         RowOp::LayerNorm { eps, weight, bias } => {
