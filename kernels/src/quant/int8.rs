@@ -48,8 +48,8 @@ pub(crate) struct QGemmUkr {
 pub(crate) struct Driver {
     pub(crate) encode: EncodeFn,
     pub(crate) store: StoreFn,
-    /// The int8 depthwise convolution's sums ([`super::depthwise`]).
-    pub(crate) depthwise: super::depthwise::DepthwiseFn,
+    /// The int8 depthwise convolution's image and row loops ([`super::depthwise`]).
+    pub(crate) depthwise: super::depthwise::DepthwiseFns,
 }
 
 /// [`super::encode_quantized`]'s signature.
@@ -59,7 +59,7 @@ pub(crate) type StoreFn = fn(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_
 
 /// The driver compiled for the build's baseline.
 pub(crate) const GENERIC_DRIVER: Driver =
-    Driver { encode: super::encode_quantized, store: store_row, depthwise: super::depthwise::depthwise_acc };
+    Driver { encode: super::encode_quantized, store: store_row, depthwise: super::depthwise::GENERIC_DEPTHWISE };
 
 /// The storage of the quantized activations a [`QGemmUkr`] reads.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

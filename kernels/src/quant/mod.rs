@@ -66,7 +66,7 @@ mod weight_only;
 // What the ISA variants (x86_64/, aarch64/) build their microkernels from.
 pub use conv::{qconv, qconv_int8, qconv_int8_with, qconv_with};
 #[cfg(kiln_x86_64)]
-pub(crate) use depthwise::depthwise_acc;
+pub(crate) use depthwise::{pair_row, DepthwiseFns, DepthwiseRow, BLOCK, PIXELS};
 pub use depthwise::{qconv_depthwise, qconv_depthwise_with, DepthwiseQWeights};
 #[cfg(kiln_neon)]
 pub(crate) use int8::GENERIC_DRIVER;
