@@ -71,7 +71,7 @@ pub use depthwise::{qconv_depthwise, qconv_depthwise_with, DepthwiseQWeights};
 #[cfg(kiln_neon)]
 pub(crate) use int8::GENERIC_DRIVER;
 #[cfg(kiln_x86_64)]
-pub(crate) use int8::{store_row, Driver, Epilogue};
+pub(crate) use int8::{store_row, store_row_quantized, Driver, Epilogue};
 #[cfg(any(kiln_x86_64, kiln_neon))]
 pub(crate) use int8::{Acts, QGemmUkr};
 #[cfg(any(kiln_x86_64, kiln_neon))]

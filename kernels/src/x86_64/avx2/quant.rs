@@ -27,7 +27,7 @@ fn check(mr: usize, nr: usize, k4: usize, a: &[u8], lda: usize, b: &[u8], strip:
 /// compiled for AVX2: at the baseline x86-64 level they ran 4 lanes wide
 /// and emulated the i32 multiply, ~40 % of an int8 MobileNetV2's time.
 /// Every x86 entry uses it (each needs AVX2).
-pub(crate) const DRIVER: Driver = Driver { encode, store, depthwise: DepthwiseFns { pairs, row: depthwise } };
+pub(crate) const DRIVER: Driver = Driver { encode, store, store_q, depthwise: DepthwiseFns { pairs, row: depthwise } };
 
 fn pairs(src: &[i8], zp: i32, c: usize, left: usize, every: usize, dst: &mut [i32]) {
     // SAFETY: as for `encode`.
@@ -169,6 +169,16 @@ unsafe fn encode_avx2(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]) 
 fn store(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
     // SAFETY: as for `encode`.
     unsafe { store_avx2(o, acc, s, e, shift) }
+}
+
+fn store_q(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
+    // SAFETY: as for `encode`.
+    unsafe { store_q_avx2(o, acc, s, e, shift, inv, zp) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn store_q_avx2(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
+    crate::quant::store_row_quantized(o, acc, s, e, shift, inv, zp)
 }
 
 #[target_feature(enable = "avx2,fma")]
