@@ -1178,6 +1178,13 @@ fn qconv_depthwise_follows_the_definition() {
         ((1, 11, 10, 96), (3, 3), (2, 1, 1)),
         ((1, 8, 8, 70), (5, 5), (1, 2, 1)),
         ((1, 12, 9, 3), (3, 2), (1, 2, 2)),
+        // Several 4-pixel blocks and a tail, odd channel counts past one
+        // 16-channel block, stride 2, no padding, a 1-wide kernel.
+        ((1, 14, 13, 32), (3, 3), (1, 1, 1)),
+        ((2, 15, 15, 33), (3, 3), (2, 1, 1)),
+        ((1, 7, 18, 17), (3, 3), (2, 0, 1)),
+        ((1, 9, 11, 48), (1, 3), (1, 1, 1)),
+        ((1, 10, 10, 24), (3, 1), (2, 1, 1)),
     ];
     let mut clamped = (false, false);
     for (case, &((n, h, wd, c), (kh, kw), (stride, pad, dil))) in cases.iter().enumerate() {
@@ -1217,39 +1224,58 @@ fn qconv_depthwise_follows_the_definition() {
                 }
             }
         }
-        let relu6 = TensorEpilogue {
-            activation: Some(Activation::Clamp { min: Some(0.0), max: Some(6.0) }),
-            residual: None,
-            residual_first: false,
-        };
+        // The clamp in the row function's registers, or (with a residual
+        // added after it) on each finished row.
+        let res: Vec<f32> = (0..want.len()).map(|_| lcg(&mut seed)).collect();
         let p = ConvParams { stride: &[stride; 2], padding: &[pad; 2], dilation: &[dil; 2], groups: c };
         let act = ActQuant::Static { scale: s, zero_point: zp };
         let next = (0.0173f32, 5);
-        let mut q_want = vec![0i8; want.len()];
-        quantize_row_static(&want, next.0, next.1, &mut q_want);
         let out_shape = [n, oh, ow, c];
-        for kernels in variants() {
-            for threads in 1..=4 {
-                for x_i8 in [false, true] {
-                    let xr = if x_i8 {
-                        TensorRef { dtype: DType::I8, shape: &[n, h, wd, c], data: bytemuck::cast_slice(&qx) }
-                    } else {
-                        TensorRef { dtype: DType::F32, shape: &[n, h, wd, c], data: bytemuck::cast_slice(&x) }
-                    };
-                    let what = format!("case {case} {} at {threads} threads, i8 input {x_i8}", kernels.name());
-                    let mut cx = Context::new().with_threads(threads);
-                    let mut got = vec![0f32; want.len()];
-                    let out =
-                        TensorMut { dtype: DType::F32, shape: &out_shape, data: bytemuck::cast_slice_mut(&mut got) };
-                    qconv_depthwise_with(&mut cx, &kernels, xr, &w, act, Some(&bias), &relu6, &p, out, None).unwrap();
-                    let diffs = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-                    assert_eq!(diffs, 0, "{what}");
-                    let mut gq = vec![0i8; want.len()];
-                    let out =
-                        TensorMut { dtype: DType::I8, shape: &out_shape, data: bytemuck::cast_slice_mut(&mut gq) };
-                    qconv_depthwise_with(&mut cx, &kernels, xr, &w, act, Some(&bias), &relu6, &p, out, Some(next))
-                        .unwrap();
-                    assert_eq!(gq, q_want, "i8 output: {what}");
+        for with_residual in [false, true] {
+            let want: Vec<f32> =
+                if with_residual { want.iter().zip(&res).map(|(a, b)| a + b).collect() } else { want.clone() };
+            let residual = with_residual.then(|| TensorRef {
+                dtype: DType::F32,
+                shape: &out_shape,
+                data: bytemuck::cast_slice(&res),
+            });
+            let relu6 = TensorEpilogue {
+                activation: Some(Activation::Clamp { min: Some(0.0), max: Some(6.0) }),
+                residual,
+                residual_first: false,
+            };
+            let mut q_want = vec![0i8; want.len()];
+            quantize_row_static(&want, next.0, next.1, &mut q_want);
+            for kernels in variants() {
+                for threads in 1..=4 {
+                    for x_i8 in [false, true] {
+                        let xr = if x_i8 {
+                            TensorRef { dtype: DType::I8, shape: &[n, h, wd, c], data: bytemuck::cast_slice(&qx) }
+                        } else {
+                            TensorRef { dtype: DType::F32, shape: &[n, h, wd, c], data: bytemuck::cast_slice(&x) }
+                        };
+                        let what = format!(
+                            "case {case} {} at {threads} threads, i8 input {x_i8}, residual {with_residual}",
+                            kernels.name()
+                        );
+                        let mut cx = Context::new().with_threads(threads);
+                        let mut got = vec![0f32; want.len()];
+                        let out = TensorMut {
+                            dtype: DType::F32,
+                            shape: &out_shape,
+                            data: bytemuck::cast_slice_mut(&mut got),
+                        };
+                        qconv_depthwise_with(&mut cx, &kernels, xr, &w, act, Some(&bias), &relu6, &p, out, None)
+                            .unwrap();
+                        let diffs = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                        assert_eq!(diffs, 0, "{what}");
+                        let mut gq = vec![0i8; want.len()];
+                        let out =
+                            TensorMut { dtype: DType::I8, shape: &out_shape, data: bytemuck::cast_slice_mut(&mut gq) };
+                        qconv_depthwise_with(&mut cx, &kernels, xr, &w, act, Some(&bias), &relu6, &p, out, Some(next))
+                            .unwrap();
+                        assert_eq!(gq, q_want, "i8 output: {what}");
+                    }
                 }
             }
         }

@@ -165,9 +165,10 @@ pub struct QuantizeConfig {
     /// int8-static gives depthwise convolutions (2-d, one channel per
     /// group) static int8 activations too (the CPU target's
     /// `kiln_kernels::quant::qconv_depthwise`; the compiler clears it for
-    /// other targets). Off by default: they keep f32 activations as other
-    /// grouped ones (the integer depthwise kernel still measures slower
-    /// than the f32 one on MobileNetV2, `benches/RESULTS.md`).
+    /// other targets). On by default (the integer kernel takes ~0.8× the
+    /// f32 one's time on MobileNetV2's layers, `benches/RESULTS.md`, and
+    /// lets the `quant_acts` handoff run through inverted residual
+    /// blocks); off, they keep f32 activations as other grouped ones.
     pub int8_depthwise: bool,
 }
 
@@ -180,7 +181,7 @@ impl QuantizeConfig {
             keep_last: false,
             activations: Vec::new(),
             auto_max_cosine_drop: None,
-            int8_depthwise: false,
+            int8_depthwise: true,
         }
     }
 

@@ -22,7 +22,7 @@
 //! and each output is computed by one microkernel call, so results are the
 //! same whatever the thread count and ISA variant.
 
-use super::int8::{Acts, QuantRows};
+use super::int8::{Acts, QuantRows, TileOut};
 use super::{err, ActQuant, PackedQWeights, QuantKernels};
 use crate::context::Context;
 use crate::generic::conv::{geometry, ConvParams, Geometry, TensorEpilogue};
@@ -297,10 +297,16 @@ fn qconv_impl(
                     // The f32 values the layer would write, then quantized
                     // as the next layer would quantize them (checked above:
                     // channels-last, no residual).
-                    let block = &mut prod[..m * cout];
-                    super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, block);
-                    finish.apply_block(block, None);
                     let dst = &mut values[(b * pixels + p0) * cout..][..m * cout];
+                    if finish.activation.is_none() {
+                        // Quantized in the tile store, from registers.
+                        let out = TileOut::I8(dst, *scale, *zero_point);
+                        super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, out);
+                        continue;
+                    }
+                    let block = &mut prod[..m * cout];
+                    super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, TileOut::F32(block));
+                    finish.apply_block(block, None);
                     quantize_block(threads, ukr.driver.encode, block, *scale, *zero_point, dst);
                     continue;
                 }
@@ -308,10 +314,10 @@ fn qconv_impl(
             if channels_last {
                 // The product's rows are the result's pixels.
                 let block = &mut result[p0 * cout..(p0 + m) * cout];
-                super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, block);
+                super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, TileOut::F32(block));
                 finish.apply_block(block, residual.map(|r| &r[p0 * cout..(p0 + m) * cout]));
             } else {
-                super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, &mut prod[..m * cout]);
+                super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, TileOut::F32(&mut prod[..m * cout]));
                 scatter_channels_first(&prod[..m * cout], cout, pixels, p0, result);
                 finish.apply(result, residual, cout, pixels, p0..p0 + m);
             }

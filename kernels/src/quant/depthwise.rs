@@ -6,13 +6,28 @@
 //! output `(f32(Σ_t (q − zp) · w_t) · s) · scale[c] + bias[c]`, then the
 //! epilogue (activation, residual) as [`super::qconv`]'s — the dense
 //! kernel's arithmetic with a window of one channel. A tap over the padding
-//! reads the zero point (the real value 0) and adds nothing, so it is left
-//! out. The activations are stored centred (`q − zp`, i16, in `[-255,
-//! 255]`), so each product of a weight (`[-128, 127]`) fits an i16 and the
-//! sums are exact; every output is one sum over its taps in tap order, so
-//! results are the same whatever the thread count and ISA variant. With
-//! `out_quant` the result is i8, each f32 value quantized as the next
-//! layer would quantize it ([`super::quantize_value`]).
+//! reads the zero point (the real value 0) and adds nothing.
+//!
+//! # Storage
+//! The image is copied once, centred (`q − zp`, in `[-255, 255]`) and
+//! zero-padded to every pixel the taps reach, as **pairs**: the i32 lane
+//! of pixel `(y, x)`, channel `c` holds the i16 values of pixels `x` and
+//! `x + 1` of that row (low, high half). A kernel row's taps `tx, tx + 1`
+//! (no horizontal dilation) then meet the weight pair `(w[tx], w[tx + 1])`
+//! in one i16 pair product (`vpmaddwd`): two taps per multiply, an odd last
+//! tap paired with 0. With dilation every tap is paired with 0. Each
+//! product fits an i16 pair sum exactly (`|255 · 128| · 2 < 2^31`), so the
+//! sums are exact and do not depend on their order: every variant, thread
+//! count and pixel blocking gives the same integers.
+//!
+//! # Blocking
+//! A row function computes one output row: [`PIXELS`] output pixels at a
+//! time, 16 channels per block, so each weight pair loaded serves several
+//! pixels and the sums stay in registers over the taps. The i32 sums are
+//! written into the output row (f32 storage), then each pixel's epilogue
+//! (scale, bias) runs over the whole row in place. With `out_quant` the
+//! result is i8, each f32 value quantized as the next layer would quantize
+//! it ([`super::quantize_value`]).
 
 use super::int8::Acts;
 use super::{err, ActQuant, QuantKernels};
@@ -22,15 +37,38 @@ use crate::generic::gemm::ActivationFn;
 use crate::parallel::SharedMut;
 use crate::types::{DType, Result, TensorMut, TensorRef};
 
+/// Channels per block: one set of accumulators kept in registers over the
+/// taps (two AVX2 vectors).
+pub(crate) const BLOCK: usize = 16;
+/// Output pixels per block.
+pub(crate) const PIXELS: usize = 4;
+/// Most taps of a kernel.
+const MAX_TAPS: usize = 64;
+
+/// `lo` and `hi` (each in i16 range) as one i32 lane of two i16 values.
+#[inline(always)]
+pub(crate) fn pair(lo: i32, hi: i32) -> i32 {
+    ((lo as i16 as u16 as u32) | ((hi as i16 as u16 as u32) << 16)) as i32
+}
+
+/// The i16 pair product of two lanes, `lo · lo' + hi · hi'` (`vpmaddwd`).
+#[inline(always)]
+pub(crate) fn pair_dot(x: i32, w: i32) -> i32 {
+    (x as i16 as i32) * (w as i16 as i32) + ((x >> 16) as i16 as i32) * ((w >> 16) as i16 as i32)
+}
+
 /// A depthwise convolution's int8 weight prepared for [`qconv_depthwise`]:
-/// tap-major `[kh · kw, Cp]` i16 values (`Cp`: `C` rounded up to whole
-/// blocks, the lanes past `C` zero) and the per-channel scales.
+/// per kernel row, the taps in horizontal pairs (`[kh · ⌈kw/2⌉, Cp]`, the
+/// last of an odd row paired with 0) and each tap alone (`[kh · kw, Cp]`,
+/// for dilated kernels), as [`pair`] lanes (`Cp`: `C` rounded up to whole
+/// blocks, the lanes past `C` zero), and the per-channel scales (`[Cp]`).
 #[derive(Clone, Debug)]
 pub struct DepthwiseQWeights {
     channels: usize,
     padded: usize,
     kernel: [usize; 2],
-    taps: Vec<i16>,
+    pairs: Vec<i32>,
+    singles: Vec<i32>,
     scales: Vec<f32>,
 }
 
@@ -43,15 +81,24 @@ impl DepthwiseQWeights {
         if w.len() != c * kh * kw || scales.len() != c {
             return Err(err("depthwise weight or scales do not match the weight's shape"));
         }
-        let taps = kh * kw;
         let cp = c.next_multiple_of(BLOCK);
-        let mut t = vec![0i16; taps * cp];
-        for (ch, row) in w.chunks_exact(taps.max(1)).enumerate() {
-            for (tap, &v) in row.iter().enumerate() {
-                t[tap * cp + ch] = v as i16;
+        let kw2 = kw.div_ceil(2);
+        let mut pairs = vec![0i32; kh * kw2 * cp];
+        let mut singles = vec![0i32; kh * kw * cp];
+        let tap = |ch: usize, ty: usize, tx: usize| if tx < kw { w[(ch * kh + ty) * kw + tx] as i32 } else { 0 };
+        for ch in 0..c {
+            for ty in 0..kh {
+                for j in 0..kw2 {
+                    pairs[(ty * kw2 + j) * cp + ch] = pair(tap(ch, ty, 2 * j), tap(ch, ty, 2 * j + 1));
+                }
+                for tx in 0..kw {
+                    singles[(ty * kw + tx) * cp + ch] = pair(tap(ch, ty, tx), 0);
+                }
             }
         }
-        Ok(DepthwiseQWeights { channels: c, padded: cp, kernel: [kh, kw], taps: t, scales: scales.to_vec() })
+        let mut padded_scales = scales.to_vec();
+        padded_scales.resize(cp, 0.0);
+        Ok(DepthwiseQWeights { channels: c, padded: cp, kernel: [kh, kw], pairs, singles, scales: padded_scales })
     }
 
     pub fn channels(&self) -> usize {
@@ -59,33 +106,143 @@ impl DepthwiseQWeights {
     }
 }
 
-/// Channels per block: one fixed-size accumulator the driver loop keeps
-/// in registers over the taps.
-const BLOCK: usize = 16;
-/// Most taps of a kernel (the offsets of a pixel's taps live on the stack).
-const MAX_TAPS: usize = 64;
+/// One output row's operands for the driver's [`DepthwiseRowFn`].
+pub(crate) struct DepthwiseRow<'a> {
+    /// The padded pair image (see the module doc), `[Hp, Wp, Cp]` lanes.
+    pub(crate) img: &'a [i32],
+    /// `[terms, Cp]` weight pairs.
+    pub(crate) weights: &'a [i32],
+    /// Each term's offset (in lanes) from an output pixel's first tap.
+    pub(crate) offs: &'a [usize],
+    pub(crate) cp: usize,
+    pub(crate) channels: usize,
+    /// Lanes between two output pixels' first taps (stride · `Cp`).
+    pub(crate) step: usize,
+    /// The activation scale.
+    pub(crate) s: f32,
+    /// `[Cp]` each: the weight scales, and the bias (zeros without one).
+    pub(crate) scales: &'a [f32],
+    pub(crate) bias: &'a [f32],
+    pub(crate) has_bias: bool,
+    /// A clamp (ReLU6) on each value, as the clamp kernel compares.
+    pub(crate) clamp: Option<(f32, f32)>,
+    /// The output's scale and zero point: each value quantized
+    /// ([`super::quantize_value`]) into the i8 row instead of the f32 one.
+    pub(crate) quant: Option<(f32, i32)>,
+}
 
-/// The driver's depthwise loop: `acc[c] = Σ_j x[offs[j] + c0 + c] ·
-/// w[w_offs[j] + c0 + c]` over a block of `c < 16` (i16 products, exact
-/// for centred activations and int8 weights, summed in i32 in tap order).
-pub(crate) type DepthwiseFn =
-    fn(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32; BLOCK]);
+/// The output row whose first pixel's first tap is lane `base` of the
+/// image, `OW · C` values `clamp((f32(Σ) · s) · scale + bias)`: into `out`,
+/// or, with [`DepthwiseRow::quant`], quantized into `q` (`out` then is
+/// scratch of the same length).
+pub(crate) type DepthwiseRowFn = fn(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]);
 
-/// [`DepthwiseFn`], plain Rust the compiler vectorises (an ISA's driver
+/// Writes one padded image row of pairs: `dst` (`⌈Wp / every⌉ · Cp`
+/// lanes), its pixel `j` the padded row's pixel `j · every`, from the
+/// quantized input row `src` (`W · C` values) at `j · every − left` and its
+/// right neighbour, centred by `zp`, zero outside the row.
+pub(crate) type PairRowFn = fn(src: &[i8], zp: i32, channels: usize, left: usize, every: usize, dst: &mut [i32]);
+
+/// The depthwise entries of a [`super::int8::Driver`].
+#[derive(Copy, Clone)]
+pub(crate) struct DepthwiseFns {
+    pub(crate) pairs: PairRowFn,
+    pub(crate) row: DepthwiseRowFn,
+}
+
+/// The portable entries (the baseline build's vectors).
+pub(crate) const GENERIC_DEPTHWISE: DepthwiseFns = DepthwiseFns { pairs: pair_row, row: depthwise_row };
+
+/// [`PairRowFn`], plain Rust the compiler vectorises (an ISA's driver
 /// compiles the same loop for it).
 #[inline(always)]
-pub(crate) fn depthwise_acc(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32; BLOCK]) {
-    const ZERO: [i16; BLOCK] = [0; BLOCK];
-    let mut a = [0i32; BLOCK];
-    for (&o, &wo) in offs.iter().zip(w_offs) {
-        // In bounds by construction (offsets of padded pixels and taps).
-        let x: &[i16; BLOCK] = x[o + c0..o + c0 + BLOCK].try_into().unwrap_or(&ZERO);
-        let w: &[i16; BLOCK] = w[wo + c0..wo + c0 + BLOCK].try_into().unwrap_or(&ZERO);
-        for k in 0..BLOCK {
-            a[k] += x[k].wrapping_mul(w[k]) as i32;
+pub(crate) fn pair_row(src: &[i8], zp: i32, c: usize, left: usize, every: usize, dst: &mut [i32]) {
+    let w = src.len() / c.max(1);
+    let cp = c.next_multiple_of(BLOCK);
+    for (j, d) in dst.chunks_exact_mut(cp).enumerate() {
+        let (d, pad) = d.split_at_mut(c);
+        // Wrapped negative coordinates fail the bounds tests too.
+        let ix = (j * every).wrapping_sub(left);
+        let at = |i: usize| (i < w).then(|| &src[i * c..(i + 1) * c]);
+        match (at(ix), at(ix.wrapping_add(1))) {
+            (Some(a), Some(b)) => {
+                d.iter_mut().zip(a.iter().zip(b)).for_each(|(d, (&a, &b))| *d = pair(a as i32 - zp, b as i32 - zp))
+            }
+            (Some(a), None) => d.iter_mut().zip(a).for_each(|(d, &a)| *d = pair(a as i32 - zp, 0)),
+            (None, Some(b)) => d.iter_mut().zip(b).for_each(|(d, &b)| *d = pair(0, b as i32 - zp)),
+            (None, None) => d.fill(0),
+        }
+        pad.fill(0);
+    }
+}
+
+/// [`DepthwiseRowFn`], portable: the blocks' sums, then the epilogue.
+#[inline(always)]
+pub(crate) fn depthwise_row(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    let c = job.channels;
+    let ow = out.len() / c;
+    let sums: &mut [i32] = bytemuck::cast_slice_mut(out);
+    let mut ox = 0;
+    while ox < ow {
+        match ow - ox {
+            1 => sums_block::<1>(job, base, ox, sums),
+            2 => sums_block::<2>(job, base, ox, sums),
+            3 => sums_block::<3>(job, base, ox, sums),
+            _ => sums_block::<PIXELS>(job, base, ox, sums),
+        }
+        ox += PIXELS;
+    }
+    finish_row(job, out);
+    if let Some((os, ozp)) = job.quant {
+        super::encode_quantized(Acts::I8, out, os, ozp, bytemuck::cast_slice_mut(q));
+    }
+}
+
+/// The sums of output pixels `ox..ox + P`, every channel block.
+#[inline(always)]
+fn sums_block<const P: usize>(job: &DepthwiseRow<'_>, base: usize, ox: usize, sums: &mut [i32]) {
+    const ZERO: [i32; BLOCK] = [0; BLOCK];
+    let (c, cp) = (job.channels, job.cp);
+    for c0 in (0..c).step_by(BLOCK) {
+        let mut acc = [[0i32; BLOCK]; P];
+        for (t, &o) in job.offs.iter().enumerate() {
+            let w: &[i32; BLOCK] = job.weights[t * cp + c0..][..BLOCK].try_into().unwrap_or(&ZERO);
+            for (p, a) in acc.iter_mut().enumerate() {
+                let at = base + (ox + p) * job.step + o + c0;
+                let x: &[i32; BLOCK] = job.img[at..at + BLOCK].try_into().unwrap_or(&ZERO);
+                for k in 0..BLOCK {
+                    a[k] = a[k].wrapping_add(pair_dot(x[k], w[k]));
+                }
+            }
+        }
+        let cb = BLOCK.min(c - c0);
+        for (p, a) in acc.iter().enumerate() {
+            sums[(ox + p) * c + c0..][..cb].copy_from_slice(&a[..cb]);
         }
     }
-    *acc = a;
+}
+
+/// Each value of the row, an i32 sum in f32 storage, becomes `(f32(sum) ·
+/// s) · scale + bias` (that order, no contraction: every variant's bits),
+/// then the job's clamp.
+#[inline(always)]
+pub(crate) fn finish_row(job: &DepthwiseRow<'_>, out: &mut [f32]) {
+    let (c, s) = (job.channels, job.s);
+    let (scales, bias) = (&job.scales[..c], &job.bias[..c]);
+    let sum = |v: f32| v.to_bits() as i32 as f32;
+    for px in out.chunks_exact_mut(c) {
+        if job.has_bias {
+            px.iter_mut().zip(scales.iter().zip(bias)).for_each(|(v, (&sc, &b))| *v = (sum(*v) * s) * sc + b);
+        } else {
+            px.iter_mut().zip(scales).for_each(|(v, &sc)| *v = (sum(*v) * s) * sc);
+        }
+        if let Some((lo, hi)) = job.clamp {
+            px.iter_mut().for_each(|v| {
+                let x = if *v < lo { lo } else { *v };
+                *v = if x > hi { hi } else { x };
+            });
+        }
+    }
 }
 
 /// The int8 depthwise convolution (see the module doc): `x` f32 or i8
@@ -179,99 +336,135 @@ pub fn qconv_depthwise_with(
     }
     let activation = epilogue.activation.map(|a| ActivationFn::new(cx.table, a));
     let threads = if n * oh * ow * c * kh * kw < 1 << 16 { crate::parallel::Threads::single() } else { cx.threads() };
-    let driver = kernels.int8.driver;
-    // The centred image: `q − zp` as i16 (f32 inputs quantized here).
+    let fns = kernels.int8.driver.depthwise;
+    let encode = kernels.int8.driver.encode;
+    // The padded pair image covers every lane a tap reaches.
     let cp = w.padded;
-    let centred = cx.scratch.f32s((h * wd * cp).div_ceil(2));
-    let centred: &mut [i16] = &mut bytemuck::cast_slice_mut(centred)[..h * wd * cp];
+    let ([sy, sx], [dy, dx]) = ([g.stride[1], g.stride[2]], [g.dil[1], g.dil[2]]);
+    let hp = (oh - 1) * sy + (kh - 1) * dy + 1;
+    // With pairs and an even stride only the even columns' pairs are read
+    // (every tap pair starts at `ox · sx + 2j`): the image keeps those.
+    let every = if dx == 1 && sx.is_multiple_of(2) { 2 } else { 1 };
+    let wp = ((ow - 1) * sx + (kw - 1) * dx + 1).div_ceil(every);
+    // Terms: a kernel row's taps in pairs (no horizontal dilation) or alone.
+    let mut offs = [0usize; MAX_TAPS];
+    let (weights, terms) = if dx == 1 {
+        let kw2 = kw.div_ceil(2);
+        for ty in 0..kh {
+            for j in 0..kw2 {
+                offs[ty * kw2 + j] = (ty * dy * wp + 2 * j / every) * cp;
+            }
+        }
+        (&w.pairs[..], kh * kw2)
+    } else {
+        for ty in 0..kh {
+            for tx in 0..kw {
+                offs[ty * kw + tx] = (ty * dy * wp + tx * dx) * cp;
+            }
+        }
+        (&w.singles[..], kh * kw)
+    };
+    let img_len = hp * wp * cp;
+    // Without a residual, a clamp and the output's quantization run in the
+    // row function's registers; otherwise on each finished f32 row.
+    let clamp = match &activation {
+        Some(a) if residual.is_none() => a.clamp_bounds(),
+        _ => None,
+    };
+    let rest_activation = activation.as_ref().filter(|_| clamp.is_none());
+    let fused = residual.is_none() && rest_activation.is_none();
+    // Scratch: the image, the padded bias, the input quantized (f32
+    // input), the f32 rows (i8 output).
+    let q_len = if xi.is_empty() { plane.div_ceil(4) } else { 0 };
+    let f_len = if out.dtype == DType::I8 { oh * ow * c } else { 0 };
+    let buf = cx.scratch.f32s(img_len + cp + q_len + f_len);
+    let (img, rest) = buf.split_at_mut(img_len);
+    let (bias_p, rest) = rest.split_at_mut(cp);
+    match bias {
+        Some(b) => {
+            bias_p[..c].copy_from_slice(b);
+            bias_p[c..].fill(0.0);
+        }
+        None => bias_p.fill(0.0),
+    }
+    let bias_p: &[f32] = bias_p;
+    let (qbuf, fbuf) = rest.split_at_mut(q_len);
+    let img: &mut [i32] = bytemuck::cast_slice_mut(img);
+    let qbuf: &mut [i8] = &mut bytemuck::cast_slice_mut(qbuf)[..if xi.is_empty() { plane } else { 0 }];
+    let fbuf = SharedMut(fbuf.as_mut_ptr());
     let out_bytes = SharedMut(out.data.as_mut_ptr());
     let out_dtype = out.dtype;
+    let (top, left) = (g.pad[1], g.pad[2]);
+    let row_len = ow * c;
     for b in 0..n {
-        // A pixel's channels at stride `cp`, the lanes past `C` zero.
-        threads.for_each_chunk(centred, wd * cp, |row, dst| {
-            for (px, d) in dst.chunks_exact_mut(cp).enumerate() {
-                let at = b * plane + (row * wd + px) * c..b * plane + (row * wd + px + 1) * c;
-                let (d, pad) = d.split_at_mut(c);
-                if xi.is_empty() {
-                    (driver.encode)(Acts::I16, &xf[at], s, zp, bytemuck::cast_slice_mut(d));
-                    d.iter_mut().for_each(|d| *d -= zp as i16);
-                } else {
-                    d.iter_mut().zip(&xi[at]).for_each(|(d, &v)| *d = v as i16 - zp as i16);
-                }
-                pad.fill(0);
+        let src: &[i8] = if xi.is_empty() {
+            let xb = &xf[b * plane..][..plane];
+            threads.for_each_chunk(&mut *qbuf, wd * c, |row, dst| {
+                encode(Acts::I8, &xb[row * wd * c..][..wd * c], s, zp, bytemuck::cast_slice_mut(dst));
+            });
+            &*qbuf
+        } else {
+            &xi[b * plane..][..plane]
+        };
+        threads.for_each_chunk(&mut *img, wp * cp, |yy, dst| {
+            // Wrapped negative coordinates fail the bounds test too.
+            let iy = yy.wrapping_sub(top);
+            if iy < h {
+                (fns.pairs)(&src[iy * wd * c..][..wd * c], zp, c, left, every, dst);
+            } else {
+                dst.fill(0);
             }
         });
-        let centred: &[i16] = centred;
+        let job = DepthwiseRow {
+            img: &*img,
+            weights,
+            offs: &offs[..terms],
+            cp,
+            channels: c,
+            step: sx / every * cp,
+            s,
+            scales: &w.scales,
+            bias: bias_p,
+            has_bias: bias.is_some(),
+            clamp,
+            quant: out_quant.filter(|_| fused),
+        };
         // One output row per work item.
         threads.for_each(oh, |oy| {
-            let mut offs = [0usize; MAX_TAPS];
-            let mut w_offs = [0usize; MAX_TAPS];
-            let mut acc = [0i32; BLOCK];
-            let mut vals = [0f32; BLOCK];
-            for ox in 0..ow {
-                // The taps inside the image, in tap order.
-                let mut t = 0;
-                for ty in 0..kh {
-                    let iy = (oy * g.stride[1] + ty * g.dil[1]).wrapping_sub(g.pad[1]);
-                    if iy >= h {
-                        continue;
-                    }
-                    for tx in 0..kw {
-                        let ix = (ox * g.stride[2] + tx * g.dil[2]).wrapping_sub(g.pad[2]);
-                        if ix >= wd {
-                            continue;
-                        }
-                        offs[t] = (iy * wd + ix) * cp;
-                        w_offs[t] = (ty * kw + tx) * cp;
-                        t += 1;
-                    }
+            let at = (b * oh + oy) * row_len;
+            // SAFETY: each output row (and its f32 row in the scratch)
+            // belongs to one work item; `at + row_len` is within the
+            // checked lengths.
+            let (row, q): (&mut [f32], &mut [i8]) = unsafe {
+                match out_dtype {
+                    DType::I8 => (
+                        std::slice::from_raw_parts_mut(fbuf.ptr().add(oy * row_len), row_len),
+                        std::slice::from_raw_parts_mut(out_bytes.ptr().add(at) as *mut i8, row_len),
+                    ),
+                    _ => (std::slice::from_raw_parts_mut((out_bytes.ptr() as *mut f32).add(at), row_len), &mut []),
                 }
-                let pixel = (b * oh + oy) * ow + ox;
-                for c0 in (0..c).step_by(BLOCK) {
-                    let cb = BLOCK.min(c - c0);
-                    (driver.depthwise)(centred, &offs[..t], &w.taps, &w_offs[..t], c0, &mut acc);
-                    let v = &mut vals[..cb];
-                    let scales = &w.scales[c0..c0 + cb];
-                    match bias {
-                        Some(bias) => v
-                            .iter_mut()
-                            .zip(acc.iter().zip(scales).zip(&bias[c0..c0 + cb]))
-                            .for_each(|(v, ((&a, &sc), &b))| *v = (a as f32 * s) * sc + b),
-                        None => {
-                            v.iter_mut().zip(acc.iter().zip(scales)).for_each(|(v, (&a, &sc))| *v = (a as f32 * s) * sc)
-                        }
-                    }
-                    let r = residual.map(|r| &r[pixel * c + c0..][..cb]);
-                    let add = |v: &mut [f32]| {
-                        if let Some(r) = r {
-                            v.iter_mut().zip(r).for_each(|(v, &r)| *v += r);
-                        }
-                    };
-                    if epilogue.residual_first {
-                        add(&mut *v);
-                    }
-                    if let Some(a) = &activation {
-                        a.apply(&mut *v);
-                    }
-                    if !epilogue.residual_first {
-                        add(&mut *v);
-                    }
-                    let at = pixel * c + c0;
-                    // SAFETY: `at + cb <= n · oh · ow · c` (checked lengths);
-                    // each output row belongs to one work item.
-                    unsafe {
-                        match (out_dtype, out_quant) {
-                            (DType::I8, Some((os, ozp))) => {
-                                let dst = std::slice::from_raw_parts_mut(out_bytes.ptr().add(at), cb);
-                                (driver.encode)(Acts::I8, &*v, os, ozp, dst);
-                            }
-                            _ => {
-                                let dst = std::slice::from_raw_parts_mut((out_bytes.ptr() as *mut f32).add(at), cb);
-                                dst.copy_from_slice(&*v);
-                            }
-                        }
-                    }
+            };
+            (fns.row)(&job, oy * sy * wp * cp, row, q);
+            if fused {
+                return;
+            }
+            let r = residual.map(|r| &r[at..at + row_len]);
+            let add = |v: &mut [f32]| {
+                if let Some(r) = r {
+                    v.iter_mut().zip(r).for_each(|(v, &r)| *v += r);
                 }
+            };
+            if epilogue.residual_first {
+                add(&mut *row);
+            }
+            if let Some(a) = rest_activation {
+                a.apply(&mut *row);
+            }
+            if !epilogue.residual_first {
+                add(&mut *row);
+            }
+            if let Some((os, ozp)) = out_quant {
+                encode(Acts::I8, row, os, ozp, bytemuck::cast_slice_mut(q));
             }
         });
     }

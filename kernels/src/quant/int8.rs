@@ -48,18 +48,28 @@ pub(crate) struct QGemmUkr {
 pub(crate) struct Driver {
     pub(crate) encode: EncodeFn,
     pub(crate) store: StoreFn,
-    /// The int8 depthwise convolution's sums ([`super::depthwise`]).
-    pub(crate) depthwise: super::depthwise::DepthwiseFn,
+    /// [`store_row_quantized`]: a tile row finished and quantized for the
+    /// next layer (an i8 result).
+    pub(crate) store_q: StoreQFn,
+    /// The int8 depthwise convolution's image and row loops ([`super::depthwise`]).
+    pub(crate) depthwise: super::depthwise::DepthwiseFns,
 }
 
 /// [`super::encode_quantized`]'s signature.
 pub(crate) type EncodeFn = fn(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]);
 /// [`store_row`]'s signature.
 pub(crate) type StoreFn = fn(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32);
+/// [`store_row_quantized`]'s signature.
+pub(crate) type StoreQFn =
+    fn(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zero_point: i32);
 
 /// The driver compiled for the build's baseline.
-pub(crate) const GENERIC_DRIVER: Driver =
-    Driver { encode: super::encode_quantized, store: store_row, depthwise: super::depthwise::depthwise_acc };
+pub(crate) const GENERIC_DRIVER: Driver = Driver {
+    encode: super::encode_quantized,
+    store: store_row,
+    store_q: store_row_quantized,
+    depthwise: super::depthwise::GENERIC_DEPTHWISE,
+};
 
 /// The storage of the quantized activations a [`QGemmUkr`] reads.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -186,7 +196,7 @@ pub(crate) fn run(
     let pad_byte = if ukr.acts == Acts::U8Offset { 0x80 } else { 0 };
     rows[m * lda..].fill(pad_byte);
     let rows = QuantRows { bytes: rows, lda, scales, shifts };
-    multiply(ukr, threads, &rows, m, w, bias, None, out);
+    multiply(ukr, threads, &rows, m, w, bias, None, TileOut::F32(out));
 }
 
 /// Quantized activation rows as a [`QGemmUkr`] reads them: `lda` bytes a
@@ -209,6 +219,15 @@ pub(crate) fn threads_for(cx: &Context, m: usize, n: usize, k: usize) -> Threads
     }
 }
 
+/// Where [`multiply`] writes its `[m, n]` result.
+pub(crate) enum TileOut<'o> {
+    F32(&'o mut [f32]),
+    /// Each f32 value quantized with `(scale, zero point)` as the next
+    /// layer quantizes its input ([`super::quantize_value`]), in the tile
+    /// store (no f32 block).
+    I8(&'o mut [i8], f32, i32),
+}
+
 /// `out[i][j] = (f32(Σ_p row_i[p] · w[j][p] − shift_i · Σ_p w[j][p]) · s_i) ·
 /// scale[j] (+ bias[j])`, then clamped to `clamp`'s bounds if given (as the
 /// clamp kernel does: a fused ReLU/ReLU6), over `m` prepared rows, in (row
@@ -222,7 +241,7 @@ pub(crate) fn multiply(
     w: &PackedQWeights,
     bias: Option<&[f32]>,
     clamp: Option<(f32, f32)>,
-    out: &mut [f32],
+    out: TileOut<'_>,
 ) {
     // Infinite bounds change no value (NaN included).
     let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
@@ -234,8 +253,13 @@ pub(crate) fn multiply(
     let row_blocks = m.div_ceil(MC);
     let groups = column_groups(row_blocks, tiles, threads.count());
     let per_group = tiles.div_ceil(groups);
-    let dst = SharedMut(out.as_mut_ptr());
-    let out_len = out.len();
+    let (dst, dst_q, out_len, quant) = match out {
+        TileOut::F32(o) => (SharedMut(o.as_mut_ptr()), SharedMut(std::ptr::null_mut::<i8>()), o.len(), None),
+        // `encode_quantized`'s reciprocal, computed once.
+        TileOut::I8(o, qs, qzp) => {
+            (SharedMut(std::ptr::null_mut::<f32>()), SharedMut(o.as_mut_ptr()), o.len(), Some((1.0 / qs, qzp)))
+        }
+    };
     // Per-channel scales (one group) lie contiguous, column by column.
     let epilogue = |j0: usize, cols: usize| Epilogue {
         scales: &layout.scales[j0..j0 + cols],
@@ -261,10 +285,29 @@ pub(crate) fn multiply(
                     let s = scales[r + i];
                     let at = (r + i) * n + j0;
                     assert!(at + cols <= out_len);
+                    let (acc, e, shift) = (&acc[i * ukr.nr..][..cols], &epilogue(j0, cols), shifts[r + i]);
                     // SAFETY: in bounds (just checked); items own disjoint
                     // (row block, column group) rectangles of `out`.
-                    let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(at), cols) };
-                    (ukr.driver.store)(o, &acc[i * ukr.nr..][..cols], s, &epilogue(j0, cols), shifts[r + i]);
+                    unsafe {
+                        match quant {
+                            None => (ukr.driver.store)(
+                                std::slice::from_raw_parts_mut(dst.ptr().add(at), cols),
+                                acc,
+                                s,
+                                e,
+                                shift,
+                            ),
+                            Some((inv, qzp)) => (ukr.driver.store_q)(
+                                std::slice::from_raw_parts_mut(dst_q.ptr().add(at), cols),
+                                acc,
+                                s,
+                                e,
+                                shift,
+                                inv,
+                                qzp,
+                            ),
+                        }
+                    }
                 }
             }
         }
@@ -344,6 +387,26 @@ pub(crate) fn store_row(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, sh
             .zip(dots.zip(e.scales).zip(b))
             .for_each(|(o, ((d, &sc), &b))| *o = clamp((d as f32 * s) * sc + b)),
     }
+}
+
+/// [`store_row`], then each value quantized (`clamp(rint(v · inv) + zp,
+/// -128, 127)`, [`super::quantize_value`]: `encode_quantized`'s integers
+/// with its reciprocal `inv = 1 / scale`) into `o` (at most 32 values).
+#[inline(always)]
+pub(crate) fn store_row_quantized(
+    o: &mut [i8],
+    acc: &[i32],
+    s: f32,
+    e: &Epilogue<'_>,
+    shift: i32,
+    inv: f32,
+    zero_point: i32,
+) {
+    let mut tmp = [0f32; 32];
+    let v = &mut tmp[..o.len()];
+    store_row(v, acc, s, e, shift);
+    let zp = zero_point as f32;
+    o.iter_mut().zip(&*v).for_each(|(d, &v)| *d = super::quantize_value(v, inv, zp) as i8);
 }
 
 /// Column groups per row block: one when row blocks keep every thread

@@ -11,7 +11,7 @@
 //! multiplies u8 by i8 into i32 exactly: activations are stored as
 //! `q + 128` and the driver subtracts `128 · Σ_p w` per column.
 
-use crate::quant::{Acts, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr};
+use crate::quant::{Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr, BLOCK, PIXELS};
 use std::arch::x86_64::*;
 
 /// Bounds every kernel below relies on: `mr` rows of `4·k4` bytes at
@@ -27,16 +27,133 @@ fn check(mr: usize, nr: usize, k4: usize, a: &[u8], lda: usize, b: &[u8], strip:
 /// compiled for AVX2: at the baseline x86-64 level they ran 4 lanes wide
 /// and emulated the i32 multiply, ~40 % of an int8 MobileNetV2's time.
 /// Every x86 entry uses it (each needs AVX2).
-pub(crate) const DRIVER: Driver = Driver { encode, store, depthwise };
+pub(crate) const DRIVER: Driver = Driver { encode, store, store_q, depthwise: DepthwiseFns { pairs, row: depthwise } };
 
-fn depthwise(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32; 16]) {
+fn pairs(src: &[i8], zp: i32, c: usize, left: usize, every: usize, dst: &mut [i32]) {
     // SAFETY: as for `encode`.
-    unsafe { depthwise_avx2(x, offs, w, w_offs, c0, acc) }
+    unsafe { pairs_avx2(src, zp, c, left, every, dst) }
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn depthwise_avx2(x: &[i16], offs: &[usize], w: &[i16], w_offs: &[usize], c0: usize, acc: &mut [i32; 16]) {
-    crate::quant::depthwise_acc(x, offs, w, w_offs, c0, acc)
+unsafe fn pairs_avx2(src: &[i8], zp: i32, c: usize, left: usize, every: usize, dst: &mut [i32]) {
+    crate::quant::pair_row(src, zp, c, left, every, dst)
+}
+
+/// The depthwise row ([`crate::quant::depthwise_row`]): per block of
+/// [`PIXELS`] output pixels and 16 channels, two weight-pair vectors
+/// loaded per term serve every pixel, whose sums stay in registers
+/// (`vpmaddwd` on the pair lanes, exact, then `vpaddd`); the epilogue
+/// (scale, bias, clamp, and the output's quantization) runs on them there,
+/// the portable loops' operations in their order.
+fn depthwise(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    let (c, cp) = (job.channels, job.cp);
+    assert!(c > 0 && cp >= c && cp.is_multiple_of(BLOCK) && out.len().is_multiple_of(c), "depthwise: shapes");
+    let ow = out.len() / c;
+    let far = job.offs.iter().max().copied().unwrap_or(0);
+    assert!(ow == 0 || job.img.len() >= base + (ow - 1) * job.step + far + cp, "depthwise: image too short");
+    assert!(job.weights.len() >= job.offs.len() * cp, "depthwise: weights too short");
+    assert!(job.scales.len() >= cp && job.bias.len() >= cp, "depthwise: scales or bias");
+    assert!(job.quant.is_none() || q.len() == out.len(), "depthwise: i8 row");
+    // SAFETY: AVX2 was detected before this entry was installed; the
+    // asserts bound every load (a block's 16 lanes end at or before `Cp`)
+    // and every store (`ow · c` values).
+    unsafe { depthwise_avx2(job, base, out, q) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn depthwise_avx2(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    let c = job.channels;
+    let ow = out.len() / c;
+    let mut ox = 0;
+    while ox < ow {
+        match ow - ox {
+            1 => depthwise_block::<1>(job, base, ox, out, q),
+            2 => depthwise_block::<2>(job, base, ox, out, q),
+            3 => depthwise_block::<3>(job, base, ox, out, q),
+            _ => depthwise_block::<PIXELS>(job, base, ox, out, q),
+        }
+        ox += PIXELS;
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn depthwise_block<const P: usize>(
+    job: &DepthwiseRow<'_>,
+    base: usize,
+    ox: usize,
+    out: &mut [f32],
+    q: &mut [i8],
+) {
+    let (c, cp, step) = (job.channels, job.cp, job.step);
+    let (img, wts) = (job.img.as_ptr(), job.weights.as_ptr());
+    let s = _mm256_set1_ps(job.s);
+    let (lo, hi) = job.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+    let (inv, zp) = match job.quant {
+        Some((os, ozp)) => (1.0 / os, ozp as f32),
+        None => (1.0, 0.0),
+    };
+    let (inv, zp) = (_mm256_set1_ps(inv), _mm256_set1_ps(zp));
+    let (qlo, qhi) = (_mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
+    for c0 in (0..c).step_by(BLOCK) {
+        let mut acc = [[_mm256_setzero_si256(); 2]; P];
+        for (t, &o) in job.offs.iter().enumerate() {
+            let wt = wts.add(t * cp + c0);
+            let w0 = _mm256_loadu_si256(wt as *const __m256i);
+            let w1 = _mm256_loadu_si256(wt.add(8) as *const __m256i);
+            let x = img.add(base + ox * step + o + c0);
+            for (p, a) in acc.iter_mut().enumerate() {
+                let xp = x.add(p * step);
+                a[0] = _mm256_add_epi32(a[0], _mm256_madd_epi16(_mm256_loadu_si256(xp as *const __m256i), w0));
+                a[1] = _mm256_add_epi32(a[1], _mm256_madd_epi16(_mm256_loadu_si256(xp.add(8) as *const __m256i), w1));
+            }
+        }
+        let cb = BLOCK.min(c - c0);
+        let sc = [_mm256_loadu_ps(job.scales.as_ptr().add(c0)), _mm256_loadu_ps(job.scales.as_ptr().add(c0 + 8))];
+        let bias = [_mm256_loadu_ps(job.bias.as_ptr().add(c0)), _mm256_loadu_ps(job.bias.as_ptr().add(c0 + 8))];
+        for (p, a) in acc.iter().enumerate() {
+            let at = (ox + p) * c + c0;
+            let v: [__m256; 2] = std::array::from_fn(|h| {
+                // (f32(sum) · s) · scale + bias, then the clamp kernel's
+                // comparisons (`maxps(lo, v)` keeps a NaN `v`).
+                let mut v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a[h]), s), sc[h]);
+                if job.has_bias {
+                    v = _mm256_add_ps(v, bias[h]);
+                }
+                _mm256_min_ps(hi, _mm256_max_ps(lo, v))
+            });
+            if job.quant.is_some() {
+                // `quantize_value`: rint(v · inv) + zp (half to even),
+                // clamped to [-128, 127], NaN to 0.
+                let qv: [__m256i; 2] = std::array::from_fn(|h| {
+                    let r = _mm256_add_ps(
+                        _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(v[h], inv)),
+                        zp,
+                    );
+                    let clamped = _mm256_min_ps(_mm256_max_ps(r, qlo), qhi);
+                    _mm256_cvttps_epi32(_mm256_and_ps(clamped, _mm256_cmp_ps::<_CMP_ORD_Q>(r, r)))
+                });
+                let q16 = _mm256_permute4x64_epi64::<0xd8>(_mm256_packs_epi32(qv[0], qv[1]));
+                let q8 = _mm_packs_epi16(_mm256_castsi256_si128(q16), _mm256_extracti128_si256::<1>(q16));
+                if cb == BLOCK {
+                    _mm_storeu_si128(q.as_mut_ptr().add(at) as *mut __m128i, q8);
+                } else {
+                    let mut tmp = [0i8; BLOCK];
+                    _mm_storeu_si128(tmp.as_mut_ptr() as *mut __m128i, q8);
+                    q[at..at + cb].copy_from_slice(&tmp[..cb]);
+                }
+            } else if cb == BLOCK {
+                _mm256_storeu_ps(out.as_mut_ptr().add(at), v[0]);
+                _mm256_storeu_ps(out.as_mut_ptr().add(at + 8), v[1]);
+            } else {
+                let mut tmp = [0f32; BLOCK];
+                _mm256_storeu_ps(tmp.as_mut_ptr(), v[0]);
+                _mm256_storeu_ps(tmp.as_mut_ptr().add(8), v[1]);
+                out[at..at + cb].copy_from_slice(&tmp[..cb]);
+            }
+        }
+    }
 }
 
 fn encode(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]) {
@@ -52,6 +169,16 @@ unsafe fn encode_avx2(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]) 
 fn store(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
     // SAFETY: as for `encode`.
     unsafe { store_avx2(o, acc, s, e, shift) }
+}
+
+fn store_q(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
+    // SAFETY: as for `encode`.
+    unsafe { store_q_avx2(o, acc, s, e, shift, inv, zp) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn store_q_avx2(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
+    crate::quant::store_row_quantized(o, acc, s, e, shift, inv, zp)
 }
 
 #[target_feature(enable = "avx2,fma")]
