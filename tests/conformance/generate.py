@@ -297,6 +297,11 @@ EXTRA_GROUPS = [
         "diag_embed", "index_put", "scatter", "masked_fill", "trapz", "var", "std", "linalg.vector_norm", "any",
         "nonzero", "linalg.inv", "linalg.solve", "linalg.pinv", "linalg.svdvals", "linalg.eigvalsh",
         "linalg.matrix_rank",
+        # complex factorizations on the linalg kernel's complex path (complex_factor.rs)
+        "linalg.det", "linalg.slogdet", "logdet", "linalg.lu_factor", "linalg.lu_factor_ex", "lu", "linalg.lu",
+        "lu_unpack", "lu_solve", "linalg.lu_solve", "linalg.cholesky", "linalg.cholesky_ex", "cholesky_solve",
+        "cholesky_inverse", "linalg.solve_triangular", "triangular_solve", "linalg.qr", "geqrf",
+        "linalg.householder_product", "ormqr", "linalg.ldl_factor", "linalg.ldl_factor_ex", "linalg.ldl_solve",
     ]),
     # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
     (("i32", "i16"), [
@@ -304,6 +309,9 @@ EXTRA_GROUPS = [
         "bincount",
     ]),
 ]
+# Extra dtypes whose committed cases take two samples: the complex
+# determinants' first OpInfo sample is a 0 x 0 matrix.
+EXTRA_TWO = {name: {"c64"} for name in ("linalg.det", "linalg.slogdet", "logdet")}
 EXTRA = {}  # case op name -> extra dtypes (committed subset only)
 for _dtypes, _ops in EXTRA_GROUPS:
     for _op in _ops:
@@ -1136,7 +1144,7 @@ def main():
             if committed and cname in FEW:
                 want = min(want, FEW[cname].get(dname, 0))
             if committed and dname in EXTRA.get(cname, ()) and (not keep or dname in keep):
-                want = max(want, 1)
+                want = max(want, 2 if dname in EXTRA_TWO.get(cname, ()) else 1)
             if want == 0 or dtype not in supported:
                 continue
             torch.manual_seed(0)

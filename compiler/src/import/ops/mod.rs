@@ -7,6 +7,7 @@ mod activation;
 mod airy;
 mod batch_norm;
 mod bessel_k;
+mod complex_factor;
 mod complex_linalg;
 mod complex_math;
 mod complex_ops;
