@@ -351,7 +351,7 @@ fn complex_lu_det_and_slogdet_match_torch() {
     // A complex operand needs its pair dim, and a complex result its own.
     assert!(run_complex(LinalgOp::Det, f, &[(&Z[..9], &[3, 3])], &[]).is_err());
     assert!(run_complex(LinalgOp::Det, f, &[(&Z, &[3, 3, 2])], &[1]).is_err());
-    assert!(run_complex(LinalgOp::EigvecsH, f, &[(&Z, &[3, 3, 2])], &[3, 3, 2]).is_err());
+    assert!(run_complex(LinalgOp::PivotsToPermutation, f, &[(&Z, &[3, 3, 2])], &[3, 3, 2]).is_err());
 }
 
 /// Complex Cholesky `A = L Lᴴ` of a Hermitian positive definite matrix
@@ -458,4 +458,40 @@ fn complex_symmetric_ldl_solve() {
     let out = TensorMut { dtype: DType::F64, shape: &[3, 2, 2], data: bytemuck::cast_slice_mut(&mut x) };
     linalg(LinalgOp::LdlSolve, LinalgFlags { complex: true, ..f }, &refs, out).unwrap();
     close(&cmatmul(&a, &x, 3, 3, 2), &b, 1e-12);
+}
+
+/// Eigenvectors of a Hermitian matrix (read from either triangle): real
+/// ascending eigenvalues, A V = V diag(w), V unitary, each column's
+/// largest entry real and positive (kiln's phase).
+#[test]
+fn complex_hermitian_eigenvectors() {
+    let f = LinalgFlags::default();
+    // [[2, 1−i, 0], [1+i, 3, 2i], [0, −2i, 1]]
+    let a = [2.0, 0.0, 1.0, -1.0, 0.0, 0.0, 1.0, 1.0, 3.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, -2.0, 1.0, 0.0];
+    for upper in [false, true] {
+        let fu = LinalgFlags { upper, ..f };
+        let w = run_complex(LinalgOp::EigvalsH, fu, &[(&a, &[3, 3, 2])], &[3]).unwrap();
+        let v = run_complex(LinalgOp::EigvecsH, fu, &[(&a, &[3, 3, 2])], &[3, 3, 2]).unwrap();
+        assert!(w[0] <= w[1] && w[1] <= w[2], "{w:?}");
+        // trace 6
+        close(&[w.iter().sum::<f64>()], &[6.0], 1e-12);
+        let mut vw = v.clone();
+        for i in 0..3 {
+            for j in 0..3 {
+                vw[2 * (i * 3 + j)] *= w[j];
+                vw[2 * (i * 3 + j) + 1] *= w[j];
+            }
+        }
+        close(&cmatmul(&a, &v, 3, 3, 3), &vw, 1e-12);
+        let eye3 = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+        close(&cmatmul(&cadjoint(&v, 3, 3), &v, 3, 3, 3), &eye3, 1e-12);
+        for j in 0..3 {
+            let lead = (0..3).max_by(|&x, &y| {
+                let m = |i: usize| v[2 * (i * 3 + j)].hypot(v[2 * (i * 3 + j) + 1]);
+                m(x).total_cmp(&m(y))
+            });
+            let i = lead.unwrap();
+            assert!(v[2 * (i * 3 + j)] > 0.0 && v[2 * (i * 3 + j) + 1] == 0.0, "column {j}: {v:?}");
+        }
+    }
 }

@@ -52,8 +52,6 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
     }
     let (m, n) = (a.shape[r - 2], a.shape[r - 1]);
     let batch: usize = a.shape[..r - 2].iter().product();
-    let square =
-        || if m == n { Ok(()) } else { Err(shape_err(K, format!("{} needs square matrices, got {m}x{n}", op.name()))) };
     let am = to_f64(&a)?;
     if batch.checked_mul(m * n) != Some(am.len()) {
         return Err(shape_err(K, format!("{} elements for matrices of shape {:?}", am.len(), a.shape)));
@@ -83,7 +81,9 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
         | LinalgOp::LdlFactor
         | LinalgOp::LdlPivots
         | LinalgOp::LdlInfo
-        | LinalgOp::LdlSolve => {
+        | LinalgOp::LdlSolve
+        | LinalgOp::EigvalsH
+        | LinalgOp::EigvecsH => {
             let load = |i: usize| -> Result<(Vec<usize>, Vec<f64>)> {
                 let b = ins.get(i).ok_or_else(|| shape_err(K, format!("{} needs operand {i}", op.name())))?;
                 Ok((b.shape.to_vec(), to_f64(b)?))
@@ -91,13 +91,6 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
             let got = factor_ops(op, flags, a.shape, &am, ins, &load)?;
             res = if got.reals.is_empty() { got.vals } else { got.reals };
             ints = got.ints;
-        }
-        LinalgOp::EigvalsH | LinalgOp::EigvecsH => {
-            square()?;
-            for mat in mats(&am, n * n, batch) {
-                let (w, v) = eigh_symmetric(mat, n, flags.upper, op == LinalgOp::EigvecsH);
-                res.extend(if op == LinalgOp::EigvalsH { w } else { v });
-            }
         }
         LinalgOp::PivotsToPermutation => {
             let piv = ins.get(1).ok_or_else(|| shape_err(K, "pivots_to_permutation needs the pivots"))?;
@@ -297,6 +290,17 @@ fn factor_ops<T: Field>(
                 res.extend(ldl_solve(mat, &pivots[i * n..(i + 1) * n], rhs, n, k)?);
             }
         }
+        LinalgOp::EigvalsH | LinalgOp::EigvecsH => {
+            square()?;
+            for mat in mats(am, n * n, batch) {
+                let (w, v) = eigh_symmetric(mat, n, flags.upper, op == LinalgOp::EigvecsH);
+                if op == LinalgOp::EigvalsH {
+                    reals.extend(w);
+                } else {
+                    res.extend(v);
+                }
+            }
+        }
         other => return Err(shape_err(K, format!("{} is not a factorization's result", other.name()))),
     }
     Ok(Results { vals: res, reals, ints })
@@ -344,7 +348,9 @@ fn linalg_complex(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], out: &mut
         | LinalgOp::LdlFactor
         | LinalgOp::LdlPivots
         | LinalgOp::LdlInfo
-        | LinalgOp::LdlSolve => factor_ops(op, flags, &shape, &am, ins, &load)?,
+        | LinalgOp::LdlSolve
+        | LinalgOp::EigvalsH
+        | LinalgOp::EigvecsH => factor_ops(op, flags, &shape, &am, ins, &load)?,
         other => return Err(shape_err(K, format!("{} of complex matrices is not implemented", other.name()))),
     };
     // Integer results (pivots, infos) and `log_abs_det` are real; an empty
@@ -352,7 +358,7 @@ fn linalg_complex(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], out: &mut
     if matches!(out.dtype, DType::I32 | DType::I64) {
         return write(op, out, &[], &got.ints);
     }
-    if op == LinalgOp::LogAbsDet {
+    if matches!(op, LinalgOp::LogAbsDet | LinalgOp::EigvalsH) {
         return write(op, out, &got.reals, &[]);
     }
     let flat: Vec<f64> = got.vals.iter().flat_map(|z| [z.re, z.im]).collect();
@@ -963,50 +969,77 @@ fn householder_product<T: Field>(a: &[T], m: usize, n: usize, tau: &[T]) -> Vec<
     q
 }
 
-/// The eigenvalues of the symmetric matrix in `a`'s lower (or `upper`)
-/// triangle, ascending, and with `vectors` its eigenvectors as the columns
-/// of an `[n, n]` matrix in the same order (else empty): cyclic Jacobi
-/// rotations until the off-diagonal mass vanishes, the rotations
-/// accumulated into the vectors. Each vector's sign follows
-/// [`fix_signs`]: LAPACK's is an accident of its algorithm.
-fn eigh_symmetric(a: &[f64], n: usize, upper: bool, vectors: bool) -> (Vec<f64>, Vec<f64>) {
-    let mut s: Vec<f64> = (0..n * n)
+/// The eigenvalues of the symmetric (Hermitian) matrix in `a`'s lower (or
+/// `upper`) triangle, ascending, and with `vectors` its eigenvectors as the
+/// columns of an `[n, n]` matrix in the same order (else empty): cyclic
+/// Jacobi rotations until the off-diagonal mass vanishes, the rotations
+/// accumulated into the vectors. A complex entry to annihilate is first
+/// made real by a phase on its column (and row); the diagonal's imaginary
+/// parts are not read, as `zheevd` does not. Each vector's sign (phase)
+/// follows [`fix_signs`]: LAPACK's is an accident of its algorithm.
+fn eigh_symmetric<T: Field>(a: &[T], n: usize, upper: bool, vectors: bool) -> (Vec<f64>, Vec<T>) {
+    let mut s: Vec<T> = (0..n * n)
         .map(|idx| {
             let (i, j) = (idx / n, idx % n);
             let from_upper = (i <= j) == upper;
-            if from_upper {
+            if i == j {
+                T::from_re(a[idx].re())
+            } else if from_upper {
                 a[idx]
             } else {
-                a[j * n + i]
+                a[j * n + i].conj()
             }
         })
         .collect();
     let mut v = if vectors { identity(n) } else { Vec::new() };
+    let sq = |x: T| (x * x.conj()).re();
     for _sweep in 0..100 {
         let off: f64 = (0..n)
             .flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j)))
-            .map(|(i, j)| s[i * n + j].powi(2))
+            .map(|(i, j)| sq(s[i * n + j]))
             .sum();
-        let diag: f64 = (0..n).map(|i| s[i * n + i].powi(2)).sum();
+        let diag: f64 = (0..n).map(|i| sq(s[i * n + i])).sum();
         if off <= f64::EPSILON * f64::EPSILON * diag || off == 0.0 {
             break;
         }
         for p in 0..n {
             for q in p + 1..n {
-                let apq = s[p * n + q];
-                if apq == 0.0 {
+                let mut apq = s[p * n + q];
+                if apq == T::ZERO {
                     continue;
                 }
-                let theta = (s[q * n + q] - s[p * n + p]) / (2.0 * apq);
+                if !apq.is_real() {
+                    // D = diag(.., conj(u) at q, ..), u = apq / |apq|: Dᴴ S D
+                    // has the real |apq| at (p, q).
+                    let u = apq.sgn();
+                    for k in 0..n {
+                        s[k * n + q] = s[k * n + q] * u.conj();
+                    }
+                    for k in 0..n {
+                        s[q * n + k] = s[q * n + k] * u;
+                    }
+                    if vectors {
+                        for k in 0..n {
+                            v[k * n + q] = v[k * n + q] * u.conj();
+                        }
+                    }
+                    s[q * n + q] = T::from_re(s[q * n + q].re());
+                    apq = T::from_re(apq.modulus());
+                    s[p * n + q] = apq;
+                    s[q * n + p] = apq;
+                }
+                let apq = apq.re();
+                let theta = (s[q * n + q].re() - s[p * n + p].re()) / (2.0 * apq);
                 let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
                 let t = if theta == 0.0 { 1.0 } else { t };
                 let c = 1.0 / (t * t + 1.0).sqrt();
                 let sn = t * c;
                 rotate_columns(&mut s, n, n, p, q, c, sn);
+                let (cc, ss) = (T::from_re(c), T::from_re(sn));
                 for k in 0..n {
                     let (spk, sqk) = (s[p * n + k], s[q * n + k]);
-                    s[p * n + k] = c * spk - sn * sqk;
-                    s[q * n + k] = sn * spk + c * sqk;
+                    s[p * n + k] = cc * spk - ss * sqk;
+                    s[q * n + k] = ss * spk + cc * sqk;
                 }
                 if vectors {
                     rotate_columns(&mut v, n, n, p, q, c, sn);
@@ -1015,19 +1048,20 @@ fn eigh_symmetric(a: &[f64], n: usize, upper: bool, vectors: bool) -> (Vec<f64>,
         }
     }
     let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&i, &j| s[i * n + i].total_cmp(&s[j * n + j]));
-    let w = order.iter().map(|&i| s[i * n + i]).collect();
+    order.sort_by(|&i, &j| s[i * n + i].re().total_cmp(&s[j * n + j].re()));
+    let w = order.iter().map(|&i| s[i * n + i].re()).collect();
     if !vectors {
         return (w, Vec::new());
     }
-    let mut cols: Vec<Vec<f64>> = order.iter().map(|&j| (0..n).map(|i| v[i * n + j]).collect()).collect();
+    let mut cols: Vec<Vec<T>> = order.iter().map(|&j| (0..n).map(|i| v[i * n + j]).collect()).collect();
     fix_signs(&mut cols, None);
     (w, from_columns(&cols, n))
 }
 
 /// Column `p` ← `c·p − s·q` and column `q` ← `s·p + c·q` of the row-major
 /// `[rows, cols]` matrix `x`: one Jacobi/Givens rotation.
-fn rotate_columns(x: &mut [f64], rows: usize, cols: usize, p: usize, q: usize, c: f64, s: f64) {
+fn rotate_columns<T: Field>(x: &mut [T], rows: usize, cols: usize, p: usize, q: usize, c: f64, s: f64) {
+    let (c, s) = (T::from_re(c), T::from_re(s));
     for k in 0..rows {
         let (xp, xq) = (x[k * cols + p], x[k * cols + q]);
         x[k * cols + p] = c * xp - s * xq;
@@ -1036,22 +1070,26 @@ fn rotate_columns(x: &mut [f64], rows: usize, cols: usize, p: usize, q: usize, c
 }
 
 /// The row-major `[rows, cols.len()]` matrix with `cols` as its columns.
-fn from_columns(cols: &[Vec<f64>], rows: usize) -> Vec<f64> {
+fn from_columns<T: Copy>(cols: &[Vec<T>], rows: usize) -> Vec<T> {
     (0..rows * cols.len()).map(|i| cols[i % cols.len()][i / cols.len()]).collect()
 }
 
 /// kiln's sign convention for vectors that are only defined up to sign
 /// (eigenvectors, singular vector pairs): each vector's entry of largest
-/// magnitude (the first among equals) is positive. `partners[j]` flips
-/// with vector `j` (a left singular vector with its right one).
-fn fix_signs(vectors: &mut [Vec<f64>], mut partners: Option<&mut [Vec<f64>]>) {
+/// magnitude (the first among equals) is positive (for a complex vector,
+/// real and positive: the vector times that entry's conjugate phase).
+/// `partners[j]` flips with vector `j` (a left singular vector with its
+/// right one).
+fn fix_signs<T: Field>(vectors: &mut [Vec<T>], mut partners: Option<&mut [Vec<T>]>) {
     for (j, v) in vectors.iter_mut().enumerate() {
-        let lead = v.iter().fold(0.0f64, |best, &x| if x.abs() > best.abs() { x } else { best });
-        if lead < 0.0 {
-            v.iter_mut().for_each(|x| *x = -*x);
-            if let Some(p) = partners.as_deref_mut().and_then(|p| p.get_mut(j)) {
-                p.iter_mut().for_each(|x| *x = -*x);
-            }
+        let lead = v.iter().fold(T::ZERO, |best, &x| if x.modulus() > best.modulus() { x } else { best });
+        if lead == T::ZERO || (lead.is_real() && lead.re() > 0.0) {
+            continue;
+        }
+        let phase = lead.sgn().conj();
+        v.iter_mut().for_each(|x| *x = *x * phase);
+        if let Some(p) = partners.as_deref_mut().and_then(|p| p.get_mut(j)) {
+            p.iter_mut().for_each(|x| *x = *x * phase);
         }
     }
 }

@@ -3,7 +3,8 @@
 //! `lu_unpack`, `lu_solve`), Cholesky (`cholesky`, `cholesky_solve`,
 //! `cholesky_inverse`), triangular solves and Householder QR (`qr`,
 //! `geqrf`, `householder_product`/`orgqr`, `ormqr`) and the complex
-//! symmetric LDLᵀ (`ldl_factor`, `ldl_solve`; `zsytrf`/`zsytrs`). Each operand's parts are
+//! symmetric LDLᵀ (`ldl_factor`, `ldl_solve`; `zsytrf`/`zsytrs`), and
+//! `eigh`'s eigenvectors (Hermitian Jacobi; kiln's phases). Each operand's parts are
 //! interleaved into a trailing (re, im) dim for one
 //! `Op::Linalg { complex: true }` per result used, and complex results split
 //! back into parts; the kernel follows LAPACK's complex conventions
@@ -45,6 +46,8 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str) -> Option<R<()>>
         "linalg_ldl_factor" => ldl_factor(imp, n, false),
         "linalg_ldl_factor_ex" => ldl_factor(imp, n, true),
         "linalg_ldl_solve" => ldl_solve(imp, n),
+        // Eigenvalues alone stay on the real embedding (complex_linalg.rs).
+        "_linalg_eigh" | "linalg_eigh" if eigenvectors_wanted(imp, n) => eigh(imp, n),
         _ => return None,
     })
 }
@@ -624,4 +627,31 @@ fn ldl_solve(imp: &mut Importer, n: &Node) -> R<()> {
     let x = kernel(imp, L::LdlSolve, Flags::default(), vec![ldp, pivots, bp])?;
     let x = unpack(imp, x)?;
     bind_complex(imp, n, 0, x)
+}
+
+/// Whether an `eigh` node's eigenvectors are computed and read.
+fn eigenvectors_wanted(imp: &Importer, n: &Node) -> bool {
+    imp.bool(n, "compute_v", true).unwrap_or(true) && wanted(imp, n, 1)
+}
+
+/// `_linalg_eigh(A, UPLO='L', compute_v=True) -> (eigenvalues, eigenvectors)`
+/// and `linalg_eigh(self, UPLO='L')` of a Hermitian matrix (the triangle
+/// `UPLO` names): real eigenvalues, ascending, and eigenvectors with kiln's
+/// phases (each column's largest entry real and positive; LAPACK's phases
+/// are an accident of its algorithm).
+fn eigh(imp: &mut Importer, n: &Node) -> R<()> {
+    let a = matrix(imp, n, if n.target.contains("_linalg_eigh") { "A" } else { "self" })?;
+    let upper = match imp.string(n, "UPLO", "L")? {
+        "L" => false,
+        "U" => true,
+        other => return unsupported(format!("eigh UPLO `{other}`")),
+    };
+    let f = Flags { upper, ..Flags::default() };
+    if wanted(imp, n, 0) {
+        let packed = pack(imp, a)?;
+        let w = kernel(imp, L::EigvalsH, f, vec![packed])?;
+        bind_real(imp, n, 0, w)?;
+    }
+    let v = complex_result(imp, L::EigvecsH, f, &[a])?;
+    bind_complex(imp, n, 1, v)
 }
