@@ -495,3 +495,37 @@ fn complex_hermitian_eigenvectors() {
         }
     }
 }
+
+/// The complex SVD, tall and wide, reduced and full: U diag(s) Vh = A with
+/// orthonormal columns of U and rows of Vh (full: unitary), s descending.
+#[test]
+fn complex_singular_value_decompositions() {
+    let f = LinalgFlags::default();
+    let a = [1.0, 1.0, 2.0, -1.0, 0.0, 2.0, 1.0, 0.5, -1.0, 0.0, 3.0, 1.0];
+    for (m, n) in [(3usize, 2usize), (2, 3)] {
+        let k = m.min(n);
+        let s = run_complex(LinalgOp::SvdS, f, &[(&a, &[m, n, 2])], &[k]).unwrap();
+        assert!(s[0] >= s[1] && s[1] > 0.0, "{s:?}");
+        for full in [false, true] {
+            let (uc, vr) = if full { (m, n) } else { (k, k) };
+            let (uo, vo) =
+                if full { (LinalgOp::SvdUFull, LinalgOp::SvdVhFull) } else { (LinalgOp::SvdU, LinalgOp::SvdVh) };
+            let u = run_complex(uo, f, &[(&a, &[m, n, 2])], &[m, uc, 2]).unwrap();
+            let vh = run_complex(vo, f, &[(&a, &[m, n, 2])], &[vr, n, 2]).unwrap();
+            let eye = |d: usize| -> Vec<f64> {
+                (0..d * d).flat_map(|i| [if i / d == i % d { 1.0 } else { 0.0 }, 0.0]).collect()
+            };
+            close(&cmatmul(&cadjoint(&u, m, uc), &u, uc, m, uc), &eye(uc), 1e-12);
+            close(&cmatmul(&vh, &cadjoint(&vh, vr, n), vr, n, vr), &eye(vr), 1e-12);
+            // U[:, :k] diag(s) Vh[:k, :].
+            let mut us = vec![0.0; 2 * m * k];
+            for i in 0..m {
+                for j in 0..k {
+                    us[2 * (i * k + j)] = u[2 * (i * uc + j)] * s[j];
+                    us[2 * (i * k + j) + 1] = u[2 * (i * uc + j) + 1] * s[j];
+                }
+            }
+            close(&cmatmul(&us, &vh[..2 * k * n], m, k, n), &a, 1e-12);
+        }
+    }
+}

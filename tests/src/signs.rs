@@ -113,12 +113,13 @@ pub fn align(
 /// [`align`] for complex outputs (`got`/`want` hold (re, im) pairs per
 /// element): each vector index's phase `e^{iθ}` is read from the group's
 /// first output (the phase of `⟨kiln's, torch's⟩`) and applied to every
-/// output of the group. Complex groups have no free vectors (`eigh`).
+/// output of the group. Free vectors are checked by span as [`align`]'s.
 pub fn align_complex(
     group: &[Member],
     got: &mut [Vec<f64>],
     shapes: &[Vec<usize>],
     want: &[Vec<f64>],
+    tol: f64,
 ) -> Result<(), String> {
     let Some(first) = group.first() else { return Ok(()) };
     let layout = |m: &Member| -> Result<Layout, String> {
@@ -132,9 +133,6 @@ pub fn align_complex(
     };
     let layouts = group.iter().map(layout).collect::<Result<Vec<_>, _>>()?;
     let paired = layouts.iter().map(Layout::count).min().unwrap_or(0);
-    if layouts.iter().any(|l| l.count() != paired) {
-        return Err("sign group: complex outputs with free vectors".into());
-    }
     let lead = &layouts[0];
     for t in 0..lead.batch {
         for j in 0..paired {
@@ -157,6 +155,50 @@ pub fn align_complex(
                     got[m.output][2 * p + 1] = x * pi + y * pr;
                 }
             }
+        }
+        for (m, l) in group.iter().zip(&layouts) {
+            free_complex_vectors(m.output, l, t, paired, got, want, tol)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`free_vectors`] of a complex output: `|⟨torch's, kiln's⟩|²` summed
+/// over torch's free vectors must be kiln's squared length (1).
+fn free_complex_vectors(
+    output: usize,
+    l: &Layout,
+    t: usize,
+    paired: usize,
+    got: &mut [Vec<f64>],
+    want: &[Vec<f64>],
+    tol: f64,
+) -> Result<(), String> {
+    let vector = |v: &[f64], j: usize| -> Vec<(f64, f64)> {
+        l.positions(t, j).iter().map(|&p| (v[2 * p], v[2 * p + 1])).collect()
+    };
+    let theirs: Vec<Vec<(f64, f64)>> = (paired..l.count()).map(|j| vector(&want[output], j)).collect();
+    for j in paired..l.count() {
+        let g = vector(&got[output], j);
+        let norm2: f64 = g.iter().map(|(x, y)| x * x + y * y).sum();
+        let inside: f64 = theirs
+            .iter()
+            .map(|w| {
+                let (re, im) = w
+                    .iter()
+                    .zip(&g)
+                    .fold((0.0, 0.0), |(re, im), (&(a, b), &(x, y))| (re + a * x + b * y, im + a * y - b * x));
+                re * re + im * im
+            })
+            .sum();
+        if (norm2 - 1.0).abs() > tol || (norm2 - inside).abs() > tol {
+            return Err(format!(
+                "output {output}, matrix {t}: free complex vector {j} has squared length {norm2}, {inside} of it in torch's span"
+            ));
+        }
+        for (&p, &(x, y)) in l.positions(t, j).iter().zip(&theirs[j - paired]) {
+            got[output][2 * p] = x;
+            got[output][2 * p + 1] = y;
         }
     }
     Ok(())
@@ -211,11 +253,11 @@ pub fn align_outputs(
     for group in groups {
         let dtype = group.first().and_then(|m| got.get(m.output)).map(|t| t.dtype);
         let tol = match dtype {
-            Some(DType::F64) => 1e-9,
+            Some(DType::F64 | DType::C128) => 1e-9,
             _ => 1e-4,
         };
         if matches!(dtype, Some(DType::C64 | DType::C128)) {
-            align_complex(group, &mut values, &shapes, &want)?;
+            align_complex(group, &mut values, &shapes, &want, tol)?;
         } else {
             align(group, &mut values, &shapes, &want, tol)?;
         }
@@ -251,7 +293,8 @@ mod tests {
         let want = vec![0.6, 0.0, 0.0, 0.8, 0.0, 0.8, 0.6, 0.0];
         let got = vec![0.0, 0.6, 0.0, -0.8, -0.8, 0.0, -0.6, 0.0];
         let mut values = vec![got];
-        align_complex(&[Member { output: 0, dim: -1 }], &mut values, &[vec![2, 2]], std::slice::from_ref(&want)).unwrap();
+        align_complex(&[Member { output: 0, dim: -1 }], &mut values, &[vec![2, 2]], std::slice::from_ref(&want), 1e-9)
+            .unwrap();
         for (g, w) in values[0].iter().zip(&want) {
             assert!((g - w).abs() < 1e-12, "{:?}", values[0]);
         }

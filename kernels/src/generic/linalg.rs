@@ -83,7 +83,12 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
         | LinalgOp::LdlInfo
         | LinalgOp::LdlSolve
         | LinalgOp::EigvalsH
-        | LinalgOp::EigvecsH => {
+        | LinalgOp::EigvecsH
+        | LinalgOp::SvdS
+        | LinalgOp::SvdU
+        | LinalgOp::SvdVh
+        | LinalgOp::SvdUFull
+        | LinalgOp::SvdVhFull => {
             let load = |i: usize| -> Result<(Vec<usize>, Vec<f64>)> {
                 let b = ins.get(i).ok_or_else(|| shape_err(K, format!("{} needs operand {i}", op.name())))?;
                 Ok((b.shape.to_vec(), to_f64(b)?))
@@ -101,17 +106,6 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
             }
             for b in 0..batch {
                 res.extend(permutation_matrix(&pivots[b * k..(b + 1) * k], m)?);
-            }
-        }
-        LinalgOp::SvdS | LinalgOp::SvdU | LinalgOp::SvdVh | LinalgOp::SvdUFull | LinalgOp::SvdVhFull => {
-            let full = matches!(op, LinalgOp::SvdUFull | LinalgOp::SvdVhFull);
-            for mat in mats(&am, m * n, batch) {
-                let d = svd(mat, m, n, full);
-                res.extend(match op {
-                    LinalgOp::SvdS => d.s,
-                    LinalgOp::SvdU | LinalgOp::SvdUFull => d.u,
-                    _ => d.vh,
-                });
             }
         }
     }
@@ -301,6 +295,17 @@ fn factor_ops<T: Field>(
                 }
             }
         }
+        LinalgOp::SvdS | LinalgOp::SvdU | LinalgOp::SvdVh | LinalgOp::SvdUFull | LinalgOp::SvdVhFull => {
+            let full = matches!(op, LinalgOp::SvdUFull | LinalgOp::SvdVhFull);
+            for mat in mats(am, m * n, batch) {
+                let d = svd(mat, m, n, full);
+                match op {
+                    LinalgOp::SvdS => reals.extend(d.s),
+                    LinalgOp::SvdU | LinalgOp::SvdUFull => res.extend(d.u),
+                    _ => res.extend(d.vh),
+                }
+            }
+        }
         other => return Err(shape_err(K, format!("{} is not a factorization's result", other.name()))),
     }
     Ok(Results { vals: res, reals, ints })
@@ -350,7 +355,12 @@ fn linalg_complex(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], out: &mut
         | LinalgOp::LdlInfo
         | LinalgOp::LdlSolve
         | LinalgOp::EigvalsH
-        | LinalgOp::EigvecsH => factor_ops(op, flags, &shape, &am, ins, &load)?,
+        | LinalgOp::EigvecsH
+        | LinalgOp::SvdS
+        | LinalgOp::SvdU
+        | LinalgOp::SvdVh
+        | LinalgOp::SvdUFull
+        | LinalgOp::SvdVhFull => factor_ops(op, flags, &shape, &am, ins, &load)?,
         other => return Err(shape_err(K, format!("{} of complex matrices is not implemented", other.name()))),
     };
     // Integer results (pivots, infos) and `log_abs_det` are real; an empty
@@ -358,7 +368,7 @@ fn linalg_complex(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], out: &mut
     if matches!(out.dtype, DType::I32 | DType::I64) {
         return write(op, out, &[], &got.ints);
     }
-    if matches!(op, LinalgOp::LogAbsDet | LinalgOp::EigvalsH) {
+    if matches!(op, LinalgOp::LogAbsDet | LinalgOp::EigvalsH | LinalgOp::SvdS) {
         return write(op, out, &got.reals, &[]);
     }
     let flat: Vec<f64> = got.vals.iter().flat_map(|z| [z.re, z.im]).collect();
@@ -1097,10 +1107,10 @@ fn fix_signs<T: Field>(vectors: &mut [Vec<T>], mut partners: Option<&mut [Vec<T>
 /// A singular value decomposition `A = U diag(s) Vh` of an `[m, n]`
 /// matrix: `s` descending (`k = min(m, n)` values), `u` `[m, k]` and `vh`
 /// `[k, n]` row-major, or with `full` `[m, m]` and `[n, n]`.
-struct Svd {
-    u: Vec<f64>,
+struct Svd<T> {
+    u: Vec<T>,
     s: Vec<f64>,
-    vh: Vec<f64>,
+    vh: Vec<T>,
 }
 
 /// One-sided Jacobi (Hestenes): rotations of A's columns, accumulated into
@@ -1112,30 +1122,40 @@ struct Svd {
 /// direction) and the columns `full` adds are completed to an orthonormal
 /// basis. Signs: [`fix_signs`] on the singular vectors of the shorter side
 /// (V of a tall matrix, U of a wide one), their partners flipped with them.
-fn svd(a: &[f64], m: usize, n: usize, full: bool) -> Svd {
+fn svd<T: Field>(a: &[T], m: usize, n: usize, full: bool) -> Svd<T> {
     if m < n {
-        // A^T = U' S V'^T  =>  A = V' S U'^T.
-        let t = svd(&transpose(a, m, n), n, m, full);
-        return Svd { u: transpose(&t.vh, m, m), s: t.s, vh: transpose(&t.u, n, if full { n } else { m }) };
+        // Aᴴ = U' S V'ᴴ  =>  A = V' S U'ᴴ.
+        let t = svd(&conj_transpose(a, m, n), n, m, full);
+        return Svd { u: conj_transpose(&t.vh, m, m), s: t.s, vh: conj_transpose(&t.u, n, if full { n } else { m }) };
     }
     // m >= n: W's rows are A's columns (contiguous for the rotations).
-    let mut w: Vec<Vec<f64>> = (0..n).map(|j| (0..m).map(|i| a[i * n + j]).collect()).collect();
-    let mut v: Vec<Vec<f64>> = (0..n).map(|j| (0..n).map(|i| if i == j { 1.0 } else { 0.0 }).collect()).collect();
-    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f64>();
+    let mut w: Vec<Vec<T>> = (0..n).map(|j| (0..m).map(|i| a[i * n + j]).collect()).collect();
+    let mut v: Vec<Vec<T>> = (0..n).map(|j| (0..n).map(|i| if i == j { T::ONE } else { T::ZERO }).collect()).collect();
+    // ⟨x, y⟩ = xᴴ y.
+    let dot = |x: &[T], y: &[T]| T::sum_of(x.iter().zip(y).map(|(a, b)| a.conj() * *b));
     for _sweep in 0..80 {
         let mut rotated = false;
         for p in 0..n {
             for q in p + 1..n {
-                let (alpha, beta, gamma) = (dot(&w[p], &w[p]), dot(&w[q], &w[q]), dot(&w[p], &w[q]));
-                if gamma == 0.0 || gamma.abs() <= f64::EPSILON * (alpha * beta).sqrt() {
+                let (alpha, beta, mut gamma) = (dot(&w[p], &w[p]).re(), dot(&w[q], &w[q]).re(), dot(&w[p], &w[q]));
+                if gamma == T::ZERO || gamma.modulus() <= f64::EPSILON * (alpha * beta).sqrt() {
                     continue;
                 }
                 rotated = true;
-                let zeta = (beta - alpha) / (2.0 * gamma);
+                if !gamma.is_real() {
+                    // Column q times conj(u), u = γ/|γ|, makes ⟨w_p, w_q⟩ real.
+                    let u = gamma.sgn().conj();
+                    for x in [&mut w, &mut v] {
+                        x[q].iter_mut().for_each(|e| *e = *e * u);
+                    }
+                    gamma = T::from_re(gamma.modulus());
+                }
+                let zeta = (beta - alpha) / (2.0 * gamma.re());
                 let t = zeta.signum() / (zeta.abs() + (1.0 + zeta * zeta).sqrt());
                 let t = if zeta == 0.0 { 1.0 } else { t };
                 let c = 1.0 / (1.0 + t * t).sqrt();
                 let s = c * t;
+                let (c, s) = (T::from_re(c), T::from_re(s));
                 for x in [&mut w, &mut v] {
                     let (lo, hi) = x.split_at_mut(q);
                     for (xp, xq) in lo[p].iter_mut().zip(hi[0].iter_mut()) {
@@ -1150,49 +1170,51 @@ fn svd(a: &[f64], m: usize, n: usize, full: bool) -> Svd {
             break;
         }
     }
-    let norms: Vec<f64> = w.iter().map(|c| dot(c, c).sqrt()).collect();
+    let norms: Vec<f64> = w.iter().map(|c| dot(c, c).re().sqrt()).collect();
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&i, &j| norms[j].total_cmp(&norms[i]));
     let s: Vec<f64> = order.iter().map(|&j| norms[j]).collect();
     let negligible = s.first().copied().unwrap_or(0.0) * f64::EPSILON * m as f64;
-    let mut vcols: Vec<Vec<f64>> = order.iter().map(|&j| v[j].clone()).collect();
-    let mut ucols: Vec<Vec<f64>> = Vec::with_capacity(m);
+    let mut vcols: Vec<Vec<T>> = order.iter().map(|&j| v[j].clone()).collect();
+    let mut ucols: Vec<Vec<T>> = Vec::with_capacity(m);
     for (&j, &sj) in order.iter().zip(&s) {
-        ucols.push(if sj > negligible { w[j].iter().map(|x| x / sj).collect() } else { Vec::new() });
+        let sj_t = T::from_re(sj);
+        ucols.push(if sj > negligible { w[j].iter().map(|&x| x / sj_t).collect() } else { Vec::new() });
     }
     complete_basis(&mut ucols, m, if full { m } else { n });
     fix_signs(&mut vcols, Some(&mut ucols[..n]));
-    Svd { u: from_columns(&ucols, m), s, vh: (0..n * n).map(|i| vcols[i / n][i % n]).collect() }
+    // Vh = Vᴴ.
+    Svd { u: from_columns(&ucols, m), s, vh: (0..n * n).map(|i| vcols[i / n][i % n].conj()).collect() }
 }
 
 /// Fills the empty vectors of `cols` and appends vectors up to `count`, so
 /// that all are orthonormal in R^`dim`: each new one is the unit vector
 /// `e_i` farthest from the span so far, Gram–Schmidt'ed twice against it.
-fn complete_basis(cols: &mut Vec<Vec<f64>>, dim: usize, count: usize) {
+fn complete_basis<T: Field>(cols: &mut Vec<Vec<T>>, dim: usize, count: usize) {
     cols.resize(count, Vec::new());
     for j in 0..count {
         if !cols[j].is_empty() {
             continue;
         }
-        let residual = |e: usize, cols: &[Vec<f64>]| {
-            let mut r: Vec<f64> = (0..dim).map(|i| if i == e { 1.0 } else { 0.0 }).collect();
+        let residual = |e: usize, cols: &[Vec<T>]| {
+            let mut r: Vec<T> = (0..dim).map(|i| if i == e { T::ONE } else { T::ZERO }).collect();
             for _ in 0..2 {
                 for c in cols.iter().filter(|c| !c.is_empty()) {
-                    let d: f64 = c.iter().zip(&r).map(|(a, b)| a * b).sum();
-                    r.iter_mut().zip(c).for_each(|(x, y)| *x -= d * y);
+                    let d = T::sum_of(c.iter().zip(&r).map(|(a, b)| a.conj() * *b));
+                    r.iter_mut().zip(c).for_each(|(x, y)| *x -= d * *y);
                 }
             }
             r
         };
-        let norm = |r: &[f64]| r.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let norm = |r: &[T]| r.iter().map(|x| (*x * x.conj()).re()).sum::<f64>().sqrt();
         // The first of the farthest, so an empty start gives the identity.
-        let best = (0..dim).map(|e| residual(e, cols)).fold(None, |best: Option<Vec<f64>>, r| match best {
+        let best = (0..dim).map(|e| residual(e, cols)).fold(None, |best: Option<Vec<T>>, r| match best {
             Some(b) if norm(&b) >= norm(&r) => Some(b),
             _ => Some(r),
         });
         if let Some(r) = best {
-            let len = norm(&r);
-            cols[j] = r.iter().map(|x| x / len).collect();
+            let len = T::from_re(norm(&r));
+            cols[j] = r.iter().map(|&x| x / len).collect();
         }
     }
 }

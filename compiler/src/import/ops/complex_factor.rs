@@ -4,7 +4,8 @@
 //! `cholesky_inverse`), triangular solves and Householder QR (`qr`,
 //! `geqrf`, `householder_product`/`orgqr`, `ormqr`) and the complex
 //! symmetric LDLᵀ (`ldl_factor`, `ldl_solve`; `zsytrf`/`zsytrs`), and
-//! `eigh`'s eigenvectors (Hermitian Jacobi; kiln's phases). Each operand's parts are
+//! `eigh`'s eigenvectors and the SVD's singular vectors (complex Jacobi;
+//! kiln's phases). Each operand's parts are
 //! interleaved into a trailing (re, im) dim for one
 //! `Op::Linalg { complex: true }` per result used, and complex results split
 //! back into parts; the kernel follows LAPACK's complex conventions
@@ -48,6 +49,9 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str) -> Option<R<()>>
         "linalg_ldl_solve" => ldl_solve(imp, n),
         // Eigenvalues alone stay on the real embedding (complex_linalg.rs).
         "_linalg_eigh" | "linalg_eigh" if eigenvectors_wanted(imp, n) => eigh(imp, n),
+        "_linalg_svd" => svd(imp, n, real::SvdApi::Core),
+        "linalg_svd" => svd(imp, n, real::SvdApi::Linalg),
+        "svd" => svd(imp, n, real::SvdApi::Torch),
         _ => return None,
     })
 }
@@ -654,4 +658,40 @@ fn eigh(imp: &mut Importer, n: &Node) -> R<()> {
     }
     let v = complex_result(imp, L::EigvecsH, f, &[a])?;
     bind_complex(imp, n, 1, v)
+}
+
+/// The SVDs (`_linalg_svd`, `linalg_svd`, `torch.svd`) of a complex
+/// matrix: one-sided complex Jacobi; singular vector pairs with kiln's
+/// phases (the shorter side's vectors have their largest entry real and
+/// positive, the other side's turned with them). `torch.svd`'s V is `Vhᴴ`.
+fn svd(imp: &mut Importer, n: &Node, api: real::SvdApi) -> R<()> {
+    let a = matrix(imp, n, if api == real::SvdApi::Torch { "self" } else { "A" })?;
+    real::assert_finite_for_svd(imp, a.re)?;
+    real::assert_finite_for_svd(imp, a.im)?;
+    let (full, compute_uv) = match api {
+        real::SvdApi::Core => (imp.bool(n, "full_matrices", false)?, imp.bool(n, "compute_uv", true)?),
+        real::SvdApi::Linalg => (imp.bool(n, "full_matrices", true)?, true),
+        _ => (!imp.bool(n, "some", true)?, imp.bool(n, "compute_uv", true)?),
+    };
+    let f = Flags::default();
+    if wanted(imp, n, 1) {
+        let packed = pack(imp, a)?;
+        let s = kernel(imp, L::SvdS, f, vec![packed])?;
+        bind_real(imp, n, 1, s)?;
+    }
+    if !compute_uv {
+        bind_zeros(imp, n, 0)?;
+        return bind_zeros(imp, n, 2);
+    }
+    let (u_op, vh_op) = if full { (L::SvdUFull, L::SvdVhFull) } else { (L::SvdU, L::SvdVh) };
+    if wanted(imp, n, 0) {
+        let u = complex_result(imp, u_op, f, &[a])?;
+        bind_complex(imp, n, 0, u)?;
+    }
+    if wanted(imp, n, 2) {
+        let vh = complex_result(imp, vh_op, f, &[a])?;
+        let v = if api == real::SvdApi::Torch { adjoint(imp, vh)? } else { vh };
+        bind_complex(imp, n, 2, v)?;
+    }
+    Ok(())
 }

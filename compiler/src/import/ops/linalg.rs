@@ -357,7 +357,7 @@ fn bind_empty(imp: &mut Importer, n: &Node, i: usize) -> R<()> {
 
 /// Fails the run when `a` holds a NaN or an infinity: torch's SVD raises
 /// ("failed to converge") on such input rather than return NaNs.
-fn assert_finite_for_svd(imp: &mut Importer, a: ValueId) -> R<()> {
+pub(super) fn assert_finite_for_svd(imp: &mut Importer, a: ValueId) -> R<()> {
     // x − x is 0 exactly for finite x, NaN for NaN and ±inf.
     let d = imp.push(Op::Binary(BinaryOp::Sub), vec![a, a])?;
     let finite = imp.with_scalar(BinaryOp::Eq, d, 0.0)?;
