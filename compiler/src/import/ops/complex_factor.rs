@@ -1,17 +1,16 @@
 //! Complex factorizations on `kiln_kernels::linalg`'s complex path:
 //! determinants (`det`, `slogdet`, `logdet`), LU (`lu_factor`, `lu`,
-//! `lu_unpack`, `lu_solve`), Cholesky (`cholesky`, `cholesky_solve`,
-//! `cholesky_inverse`), triangular solves and Householder QR (`qr`,
-//! `geqrf`, `householder_product`/`orgqr`, `ormqr`) and the complex
-//! symmetric LDLᵀ (`ldl_factor`, `ldl_solve`; `zsytrf`/`zsytrs`), and
-//! `eigh`'s eigenvectors and the SVD's singular vectors (complex Jacobi;
-//! kiln's phases). Each operand's parts are
-//! interleaved into a trailing (re, im) dim for one
-//! `Op::Linalg { complex: true }` per result used, and complex results split
-//! back into parts; the kernel follows LAPACK's complex conventions
-//! (`zgetrf`'s `|re| + |im|` pivots, `zpotrf` on `A = L Lᴴ`, a unit complex
-//! `slogdet` sign, `zgeqrf`'s complex `tau` and real diagonal of R). The
-//! permutation of an LU is real, applied per part.
+//! `lu_unpack`, `lu_solve`, `tensorinv`, `tensorsolve`), Cholesky
+//! (`cholesky`, `cholesky_solve`, `cholesky_inverse`), triangular solves,
+//! Householder QR (`qr`, `geqrf`, `householder_product`/`orgqr`, `ormqr`),
+//! the complex symmetric LDLᵀ (`ldl_factor`, `ldl_solve`; `zsytrf`/`zsytrs`),
+//! and `eigh`'s eigenvectors and the SVD's singular vectors (complex Jacobi;
+//! kiln's phases). Each operand's parts are interleaved into a trailing
+//! (re, im) dim for one `Op::Linalg { complex: true }` per result used, and
+//! complex results split back into parts; the kernel follows LAPACK's
+//! complex conventions (`zgetrf`'s `|re| + |im|` pivots, `zpotrf` on `A = L
+//! Lᴴ`, a unit complex `slogdet` sign, `zgeqrf`'s complex `tau` and real
+//! diagonal of R). The permutation of an LU is real, applied per part.
 
 use crate::import::importer::{invalid, output_names, unsupported, Importer, R};
 use crate::pt2::program::Node;
@@ -52,6 +51,8 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str) -> Option<R<()>>
         "_linalg_svd" => svd(imp, n, real::SvdApi::Core),
         "linalg_svd" => svd(imp, n, real::SvdApi::Linalg),
         "svd" => svd(imp, n, real::SvdApi::Torch),
+        "linalg_tensorinv" => tensorinv(imp, n),
+        "linalg_tensorsolve" => tensorsolve(imp, n),
         _ => return None,
     })
 }
@@ -694,4 +695,75 @@ fn svd(imp: &mut Importer, n: &Node, api: real::SvdApi) -> R<()> {
         bind_complex(imp, n, 2, v)?;
     }
     Ok(())
+}
+
+/// Both parts of `z` reshaped to `shape`.
+fn reshape(imp: &mut Importer, z: Z, shape: Vec<Dim>) -> R<Z> {
+    let re = imp.push(Op::Reshape { shape: shape.clone() }, vec![z.re])?;
+    let im = imp.push(Op::Reshape { shape }, vec![z.im])?;
+    Ok(Z { re, im })
+}
+
+/// The complex operand `arg` with no rank requirement, in `dtype`.
+fn any_parts(imp: &mut Importer, n: &Node, arg: &str, dtype: DType) -> R<Z> {
+    let name = imp.tensor_name(n, arg)?;
+    let z = operand(imp, name)?;
+    let im = imag_or_zero(imp, z)?;
+    Ok(Z { re: imp.cast(z.re, dtype), im: imp.cast(im, dtype) })
+}
+
+/// `linalg_tensorinv(self, ind=2)` of a complex tensor: the inverse of the
+/// matrix `[∏ shape[..ind], ∏ shape[ind..]]`, shaped as the program
+/// declares; a singular one fails the run, as torch raises.
+fn tensorinv(imp: &mut Importer, n: &Node) -> R<()> {
+    let dtype = work_dtype(imp, n, &["self"])?;
+    let a = any_parts(imp, n, "self", dtype)?;
+    let ind = imp.int(n, "ind", Some(2))?;
+    let Some(shape) = imp.ty(a.re).static_shape() else {
+        return unsupported("tensorinv of a tensor with a dynamic size");
+    };
+    if ind <= 0 || ind as usize > shape.len() {
+        return invalid(format!("tensorinv with ind={ind} of a {}-d tensor", shape.len()));
+    }
+    let (rows, cols): (i64, i64) = (shape[..ind as usize].iter().product(), shape[ind as usize..].iter().product());
+    if rows != cols {
+        return invalid(format!("tensorinv of a {rows}x{cols} matrix"));
+    }
+    let m = reshape(imp, a, vec![Dim::Const(rows), Dim::Const(cols)])?;
+    let inverse = complex_result(imp, L::Inv, Flags::default(), &[m])?;
+    info(imp, n, m, L::LuInfo, None, true, || real::singular("linalg.tensorinv"))?;
+    bind_complex(imp, n, 0, inverse)
+}
+
+/// `linalg_tensorsolve(self=A, other=B, dims=None)` of complex tensors:
+/// `A`'s `dims` moved to the end, `A` as a `[∏ B.shape, ∏ rest]` matrix
+/// solved against `B` flattened.
+fn tensorsolve(imp: &mut Importer, n: &Node) -> R<()> {
+    let dtype = work_dtype(imp, n, &["self", "other"])?;
+    let a = any_parts(imp, n, "self", dtype)?;
+    let b = any_parts(imp, n, "other", dtype)?;
+    let rank = imp.ty(a.re).rank();
+    let a = match imp.arg(n, "dims") {
+        None => a,
+        Some(_) => {
+            let dims = imp.ints(n, "dims", &[])?;
+            let moved: Vec<usize> =
+                dims.iter().map(|&d| super::shape::normalize_axis(d, rank)).collect::<R<Vec<_>>>()?;
+            let perm: Vec<usize> = (0..rank).filter(|d| !moved.contains(d)).chain(moved.iter().copied()).collect();
+            let re = imp.push(Op::Permute { perm: perm.clone() }, vec![a.re])?;
+            let im = imp.push(Op::Permute { perm }, vec![a.im])?;
+            Z { re, im }
+        }
+    };
+    let (Some(bn), Some(an)) = (imp.ty(b.re).numel().as_const(), imp.ty(a.re).numel().as_const()) else {
+        return unsupported("tensorsolve of tensors with a dynamic size");
+    };
+    if bn == 0 || an % bn != 0 || an / bn != bn {
+        return invalid(format!("tensorsolve: {an} coefficients for {bn} right-hand values"));
+    }
+    let m = reshape(imp, a, vec![Dim::Const(bn), Dim::Const(bn)])?;
+    let rhs = reshape(imp, b, vec![Dim::Const(bn), Dim::Const(1)])?;
+    let x = complex_result(imp, L::Solve, Flags { left: true, ..Flags::default() }, &[m, rhs])?;
+    info(imp, n, m, L::LuInfo, None, true, || real::singular("linalg.tensorsolve"))?;
+    bind_complex(imp, n, 0, x)
 }

@@ -6,7 +6,8 @@
 //! eigenvalues) are `Z`'s, each twice. The real ops run on the
 //! `2n × 2n` matrices in f64 (complex64) or their own f64 (complex128).
 //! Factorizations whose factors are complex (LU, QR, Cholesky, SVD and
-//! eigenvectors, determinants) are not among them.
+//! eigenvectors, determinants) run on the linalg kernel's complex path
+//! instead (`complex_factor.rs`).
 
 use crate::import::importer::{invalid, output_names, unsupported, Importer, COMPLEX_SCOPE, R};
 use crate::pt2::program::{Arg, Node};
