@@ -302,7 +302,7 @@ EXTRA_GROUPS = [
         "lu_unpack", "lu_solve", "linalg.lu_solve", "linalg.cholesky", "linalg.cholesky_ex", "cholesky_solve",
         "cholesky_inverse", "linalg.solve_triangular", "triangular_solve", "linalg.qr", "geqrf",
         "linalg.householder_product", "ormqr", "linalg.ldl_factor", "linalg.ldl_factor_ex", "linalg.ldl_solve",
-        "linalg.eigh", "linalg.svd", "svd",
+        "linalg.eigh", "linalg.svd", "svd", "linalg.pinv.hermitian",
     ]),
     # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
     (("i32", "i16"), [

@@ -20,7 +20,7 @@ use super::fft::{imag_or_zero, operand};
 use super::linalg as real;
 
 /// Converts `n` if it is one of the ops here; `None` when it is not.
-pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str) -> Option<R<()>> {
+pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> Option<R<()>> {
     Some(match name {
         "linalg_det" | "_linalg_det" => det(imp, n),
         "linalg_slogdet" | "_linalg_slogdet" => slogdet(imp, n),
@@ -53,6 +53,8 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str) -> Option<R<()>>
         "svd" => svd(imp, n, real::SvdApi::Torch),
         "linalg_tensorinv" => tensorinv(imp, n),
         "linalg_tensorsolve" => tensorsolve(imp, n),
+        // The general pinv stays on the real embedding (complex_linalg.rs).
+        "linalg_pinv" if imp.bool(n, "hermitian", false).unwrap_or(false) => hermitian_pinv(imp, n, overload),
         _ => return None,
     })
 }
@@ -765,5 +767,40 @@ fn tensorsolve(imp: &mut Importer, n: &Node) -> R<()> {
     let rhs = reshape(imp, b, vec![Dim::Const(bn), Dim::Const(1)])?;
     let x = complex_result(imp, L::Solve, Flags { left: true, ..Flags::default() }, &[m, rhs])?;
     info(imp, n, m, L::LuInfo, None, true, || real::singular("linalg.tensorsolve"))?;
+    bind_complex(imp, n, 0, x)
+}
+
+/// `linalg_pinv(self, *, atol, rtol, hermitian=True)` of a complex
+/// Hermitian matrix, as torch computes it: `V diag(1/w) Vᴴ` from `eigh`
+/// (the lower triangle), eigenvalues with `|w|` at or below
+/// `max(atol, rtol·max|w|)` dropped.
+fn hermitian_pinv(imp: &mut Importer, n: &Node, overload: &str) -> R<()> {
+    let a = matrix(imp, n, "self")?;
+    if real::has_no_elements(imp, a.re) {
+        return bind_zeros(imp, n, 0);
+    }
+    let (atol, rtol) = real::tolerances(imp, n, a.re, overload, false)?;
+    let f = Flags::default();
+    let packed = pack(imp, a)?;
+    let w = kernel(imp, L::EigvalsH, f, vec![packed])?;
+    let v = complex_result(imp, L::EigvecsH, f, &[a])?;
+    let magnitude = imp.push(Op::Unary(U::Abs), vec![w])?;
+    let big = real::largest(imp, magnitude)?;
+    let tol = real::threshold(imp, atol, rtol, big)?;
+    let mag64 = imp.cast(magnitude, DType::F64);
+    let keep = imp.push(Op::Binary(B::Gt), vec![mag64, tol])?;
+    let inverse = imp.push(Op::Unary(U::Reciprocal), vec![w])?;
+    let zero = imp.scalar_const(crate::import::importer::Scalar::Float(0.0), imp.ty(w).dtype);
+    let inverse = imp.push(Op::Where, vec![keep, inverse, zero])?;
+    // [.., k] -> [.., 1, k]: scales V's columns.
+    let mut row = imp.ty(inverse).shape.clone();
+    row.insert(row.len() - 1, Dim::Const(1));
+    let inverse = imp.push(Op::Reshape { shape: row }, vec![inverse])?;
+    let scaled = Z {
+        re: imp.push(Op::Binary(B::Mul), vec![v.re, inverse])?,
+        im: imp.push(Op::Binary(B::Mul), vec![v.im, inverse])?,
+    };
+    let vh = adjoint(imp, v)?;
+    let x = complex_matmul(imp, scaled, vh)?;
     bind_complex(imp, n, 0, x)
 }

@@ -475,14 +475,14 @@ fn atol_rtol(imp: &mut Importer, a: ValueId, atol: Tol, rtol: Tol) -> R<(ValueId
 }
 
 /// `max(atol, rtol · largest)` with `largest` `[.., 1]` in `a`'s dtype.
-fn threshold(imp: &mut Importer, atol: ValueId, rtol: ValueId, largest: ValueId) -> R<ValueId> {
+pub(super) fn threshold(imp: &mut Importer, atol: ValueId, rtol: ValueId, largest: ValueId) -> R<ValueId> {
     let largest = imp.cast(largest, DType::F64);
     let scaled = imp.push(Op::Binary(BinaryOp::Mul), vec![rtol, largest])?;
     imp.push(Op::Binary(BinaryOp::Max), vec![atol, scaled])
 }
 
 /// The largest of the `[.., k]` values `s` along the last dim, kept: `[.., 1]`.
-fn largest(imp: &mut Importer, s: ValueId) -> R<ValueId> {
+pub(super) fn largest(imp: &mut Importer, s: ValueId) -> R<ValueId> {
     let axis = imp.ty(s).rank() - 1;
     imp.push(Op::Reduce { kind: kiln_ir::ReduceKind::Max, axes: vec![axis], keep_dims: true }, vec![s])
 }
@@ -490,7 +490,13 @@ fn largest(imp: &mut Importer, s: ValueId) -> R<ValueId> {
 /// The tolerances of `pinv`/`matrix_rank` by overload: `atol_rtol_*`
 /// name both; `pinv(self, rcond)` is an rtol; `matrix_rank(self, tol)` an
 /// atol with rtol 0.
-fn tolerances(imp: &mut Importer, n: &Node, a: ValueId, overload: &str, rank: bool) -> R<(ValueId, ValueId)> {
+pub(super) fn tolerances(
+    imp: &mut Importer,
+    n: &Node,
+    a: ValueId,
+    overload: &str,
+    rank: bool,
+) -> R<(ValueId, ValueId)> {
     let (atol, rtol) = match overload {
         "atol_rtol_tensor" | "atol_rtol_float" => (tol_arg(imp, n, "atol")?, tol_arg(imp, n, "rtol")?),
         _ if rank => (tol_arg(imp, n, "tol")?, Tol::Float(0.0)),
@@ -503,7 +509,7 @@ fn tolerances(imp: &mut Importer, n: &Node, a: ValueId, overload: &str, rank: bo
 
 /// A matrix with no elements has a pseudo-inverse and rank with no
 /// elements or all zero: both are zeros of the declared type.
-fn has_no_elements(imp: &Importer, a: ValueId) -> bool {
+pub(super) fn has_no_elements(imp: &Importer, a: ValueId) -> bool {
     imp.ty(a).shape.iter().any(|d| d.as_const() == Some(0))
 }
 
