@@ -133,7 +133,9 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
         Op::Arange { start, step, .. } => Kernel::Arange { start: *start, step: *step },
         Op::CumSum { axis } => Kernel::CumSum { axis: *axis as u32 },
         Op::Scan { axis, kind } => Kernel::Scan { axis: *axis as u32, kind: *kind },
-        Op::Linalg { op, upper, left, unit } => Kernel::Linalg { op: *op, upper: *upper, left: *left, unit: *unit },
+        Op::Linalg { op, upper, left, unit, complex } => {
+            Kernel::Linalg { op: *op, upper: *upper, left: *left, unit: *unit, complex: *complex }
+        }
         Op::Assert { message } => Kernel::Assert { message: message.clone() },
         Op::ArgMin { axis, .. } => Kernel::ArgMin { axis: *axis as u32 },
         Op::Sort { axis, descending, indices, .. } => {

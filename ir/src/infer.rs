@@ -740,7 +740,7 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
         }
         Op::BindDim { .. } => Err("bind_dim has no result".into()),
         Op::Assert { .. } => Err("assert has no result".into()),
-        Op::Linalg { op, .. } => linalg_type(*op, ins),
+        Op::Linalg { op, complex, .. } => linalg_type(*op, *complex, ins),
         Op::While { .. } => Err("while has one result per carried value".into()),
         Op::Fused { program } => {
             let dtypes: Vec<DType> = ins.iter().map(|t| t.dtype).collect();
@@ -989,8 +989,30 @@ fn slice_len(
 mod tests;
 
 /// [`Op::Linalg`]: the result of `op` on `[.., m, n]` matrices.
-fn linalg_type(op: crate::LinalgOp, ins: &[&TensorType]) -> Result<TensorType, String> {
+fn linalg_type(op: crate::LinalgOp, complex: bool, ins: &[&TensorType]) -> Result<TensorType, String> {
     use crate::LinalgOp as L;
+    if complex {
+        // The real op's type on the operands without their (re, im) dim;
+        // complex-valued results get it back.
+        let stripped = ins
+            .iter()
+            .map(|t| {
+                if !matches!(t.dtype, DType::F32 | DType::F64) {
+                    return Ok((*t).clone());
+                }
+                match t.shape.split_last() {
+                    Some((Dim::Const(2), rest)) => Ok(TensorType::new(t.dtype, rest.to_vec())),
+                    _ => Err(format!("complex linalg {}: an operand without a trailing (re, im) dim", op.name())),
+                }
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let refs: Vec<&TensorType> = stripped.iter().collect();
+        let mut t = linalg_type(op, false, &refs)?;
+        if matches!(t.dtype, DType::F32 | DType::F64) && !matches!(op, L::LogAbsDet | L::EigvalsH | L::SvdS) {
+            t.shape.push(Dim::Const(2));
+        }
+        return Ok(t);
+    }
     let a = ins[0];
     let r = a.rank();
     if r < 2 || !matches!(a.dtype, DType::F32 | DType::F64) {

@@ -123,8 +123,10 @@ op_table! {
     /// says which; solves take the right-hand side as a second operand with
     /// the same batch dims). `upper`: Cholesky's factor or the solves'
     /// triangle; `left`: `A X = B` rather than `X A = B`; `unit`: a unit
-    /// diagonal (triangular solve).
-    [Linalg { op: LinalgOp, upper: bool, left: bool, unit: bool }] opcode Linalg, text("linalg");
+    /// diagonal (triangular solve); `complex`: complex matrices, each
+    /// float operand and complex-valued result an f32/f64 tensor with a
+    /// trailing (re, im) dim of 2.
+    [Linalg { op: LinalgOp, upper: bool, left: bool, unit: bool, complex: bool }] opcode Linalg, text("linalg");
     /// A run-time check: the run fails with `message` unless every element
     /// of the operand is nonzero. No result; kept by dead-code elimination.
     [Assert { message: String }] opcode Assert, text("assert"), effect;

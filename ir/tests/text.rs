@@ -358,9 +358,9 @@ fn conformance_ops_round_trip() {
         Op::CumSum { axis: 1 },
         Op::Scan { axis: 1, kind: ScanKind::LogSumExp },
         Op::Scan { axis: 3, kind: ScanKind::ArgMax },
-        Op::Linalg { op: LinalgOp::Inv, upper: false, left: true, unit: false },
-        Op::Linalg { op: LinalgOp::LuPivots, upper: false, left: true, unit: false },
-        Op::Linalg { op: LinalgOp::QrR, upper: true, left: false, unit: true },
+        Op::Linalg { op: LinalgOp::Inv, upper: false, left: true, unit: false, complex: false },
+        Op::Linalg { op: LinalgOp::LuPivots, upper: false, left: true, unit: false, complex: false },
+        Op::Linalg { op: LinalgOp::QrR, upper: true, left: false, unit: true, complex: false },
         Op::ArgMin { axis: 3, keep_dims: true },
         Op::Sort { axis: 1, k: Dim::Sym(s), descending: true, indices: true },
         Op::Sort { axis: 3, k: Dim::Const(2), descending: false, indices: false },
@@ -423,8 +423,19 @@ fn conformance_ops_round_trip() {
     }
     let ok = g.push(Op::Binary(BinaryOp::Eq), vec![y, y], TensorType::new(DType::Bool, vec![Dim::Const(3)]), None);
     g.add_node(Op::Assert { message: "torch.linalg.inv: \"singular\"\nmatrix".into() }, vec![ok], vec![], None);
+    // Complex matrices: a trailing (re, im) dim on the operand and on
+    // complex-valued results only.
+    let z = g.add_input("z", TensorType::new(DType::F32, vec![Dim::Const(3), Dim::Const(3), Dim::Const(2)]));
+    for (op, want) in [(LinalgOp::Det, vec![2]), (LinalgOp::LogAbsDet, vec![]), (LinalgOp::LuPivots, vec![3])] {
+        let op = Op::Linalg { op, upper: false, left: true, unit: false, complex: true };
+        let tys = kiln_ir::infer::infer_types(&g.symbols, &op, &[g.ty(z)]).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        assert_eq!(tys[0].shape, want.into_iter().map(Dim::Const).collect::<Vec<_>>(), "{op:?}");
+        let v = g.push(op, vec![z], tys[0].clone(), None);
+        g.add_output(format!("c{}", g.outputs.len()), v);
+    }
     let text = round_trip(&g);
-    assert!(text.contains("linalg{op=lu_pivots, upper=false, left=true, unit=false}"), "{text}");
+    assert!(text.contains("linalg{op=lu_pivots, upper=false, left=true, unit=false, complex=false}"), "{text}");
+    assert!(text.contains("f32[2] = linalg{op=det, upper=false, left=true, unit=false, complex=true}"), "{text}");
     assert!(text.contains(r#"assert{message="torch.linalg.inv: \"singular\"\nmatrix"}"#), "{text}");
     assert!(
         text.contains("pad{lo=[0, 0, 1, -1], hi=[0, 0, 2, 0], interior=[0, 0, 1, 0], mode=constant, value=-0.5}"),
@@ -543,7 +554,7 @@ fn table_samples_graph() -> Graph {
         Op::ArgMin { axis: 1, keep_dims: false },
         Op::CumSum { axis: 0 },
         Op::Scan { axis: 1, kind: ScanKind::Max },
-        Op::Linalg { op: LinalgOp::Solve, upper: false, left: true, unit: false },
+        Op::Linalg { op: LinalgOp::Solve, upper: false, left: true, unit: false, complex: false },
         Op::Sort { axis: 1, k: Dim::Sym(n), descending: true, indices: false },
         Op::Pad { lo: vec![0, 1], hi: vec![0, 0], interior: vec![0, 0], mode: PadMode::Replicate, value: 0.0 },
         Op::Flip { axes: vec![0, 1] },

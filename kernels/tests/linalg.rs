@@ -78,7 +78,7 @@ fn qr_cholesky_triangular_and_eigenvalues() {
     let x = run(LinalgOp::CholeskySolve, f, &[(&l, &[2, 2]), (&b, &[2, 1])], &[2, 1]).unwrap();
     close(&matmul(&spd, &x, 2, 2, 1), &b, 1e-12);
     let u = [2.0, 1.0, 0.0, 4.0];
-    let up = LinalgFlags { upper: true, left: true, unit: false };
+    let up = LinalgFlags { upper: true, left: true, unit: false, complex: false };
     let x = run(LinalgOp::TriangularSolve, up, &[(&u, &[2, 2]), (&b, &[2, 1])], &[2, 1]).unwrap();
     close(&matmul(&u, &x, 2, 2, 1), &b, 1e-12);
 
@@ -256,6 +256,276 @@ fn ldl_factor_and_solve() {
         close(&matmul(&a, &solve(&pivots).unwrap(), 3, 3, 2), &b, 1e-12);
         for bad in [[0, 1, 1], [4, 1, 1], [-2, 1, 3], [1, 2, -3]] {
             assert!(solve(&bad).is_err(), "pivots {bad:?}");
+        }
+    }
+}
+
+/// Runs a complex instruction (`flags.complex`) on interleaved (re, im)
+/// f64 operands; `out_shape` includes the pair dim when the result is
+/// complex.
+fn run_complex(
+    op: LinalgOp,
+    flags: LinalgFlags,
+    ins: &[(&[f64], &[usize])],
+    out_shape: &[usize],
+) -> Result<Vec<f64>, String> {
+    run(op, LinalgFlags { complex: true, ..flags }, ins, out_shape)
+}
+
+/// Complex `[m, k] × [k, n]` on interleaved pairs.
+fn cmatmul(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut out = vec![0.0; 2 * m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for p in 0..k {
+                let (ar, ai) = (a[2 * (i * k + p)], a[2 * (i * k + p) + 1]);
+                let (br, bi) = (b[2 * (p * n + j)], b[2 * (p * n + j) + 1]);
+                out[2 * (i * n + j)] += ar * br - ai * bi;
+                out[2 * (i * n + j) + 1] += ar * bi + ai * br;
+            }
+        }
+    }
+    out
+}
+
+/// The conjugate transpose of an interleaved `[rows, cols]` matrix.
+fn cadjoint(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    let mut out = vec![0.0; 2 * rows * cols];
+    for i in 0..rows {
+        for j in 0..cols {
+            out[2 * (j * rows + i)] = a[2 * (i * cols + j)];
+            out[2 * (j * rows + i) + 1] = -a[2 * (i * cols + j) + 1];
+        }
+    }
+    out
+}
+
+/// `[[3, 1, 0], [2+2i, i, 1], [0, 1, 2−i]]`.
+const Z: [f64; 18] = [3.0, 0.0, 1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 2.0, -1.0];
+
+/// Complex LU as LAPACK's `zgetrf` (torch 2.15, complex128): the pivot is
+/// the largest `|re| + |im|` (2+2i over 3, though |2+2i| < 3), and torch's
+/// pivots, LU, det and slogdet for this matrix.
+#[test]
+fn complex_lu_det_and_slogdet_match_torch() {
+    let f = LinalgFlags::default();
+    let lu = run_complex(LinalgOp::LuFactor, f, &[(&Z, &[3, 3, 2])], &[3, 3, 2]).unwrap();
+    let torch_lu = [2.0, 2.0, 0.0, 1.0, 1.0, 0.0, 0.75, -0.75, 0.25, -0.75, -0.75, 0.75, 0.0, 0.0, 0.4, 1.2, 3.2, -0.4];
+    close(&lu, &torch_lu, 1e-12);
+    let refs = [TensorRef { dtype: DType::F64, shape: &[3, 3, 2], data: bytemuck::cast_slice(&Z) }];
+    let mut piv = vec![0i32; 3];
+    let out = TensorMut { dtype: DType::I32, shape: &[3], data: bytemuck::cast_slice_mut(&mut piv) };
+    linalg(LinalgOp::LuPivots, LinalgFlags { complex: true, ..f }, &refs, out).unwrap();
+    assert_eq!(piv, [2, 2, 3]);
+    // P L U = A.
+    let mut l = vec![0.0; 18];
+    let mut u = vec![0.0; 18];
+    for i in 0..3 {
+        for j in 0..3 {
+            let at = 2 * (i * 3 + j);
+            if i > j {
+                l[at..at + 2].copy_from_slice(&lu[at..at + 2]);
+            } else {
+                u[at..at + 2].copy_from_slice(&lu[at..at + 2]);
+            }
+        }
+        l[2 * (i * 3 + i)] = 1.0;
+    }
+    let mut pa = cmatmul(&l, &u, 3, 3, 3);
+    for (k, &p) in piv.iter().enumerate().rev() {
+        for c in 0..6 {
+            pa.swap(k * 6 + c, (p as usize - 1) * 6 + c);
+        }
+    }
+    close(&pa, &Z, 1e-12);
+    close(&run_complex(LinalgOp::Det, f, &[(&Z, &[3, 3, 2])], &[2]).unwrap(), &[-6.0, 4.0], 1e-12);
+    let sign = run_complex(LinalgOp::SignDet, f, &[(&Z, &[3, 3, 2])], &[2]).unwrap();
+    let r = 52f64.sqrt();
+    close(&sign, &[-6.0 / r, 4.0 / r], 1e-12);
+    let log_abs = run_complex(LinalgOp::LogAbsDet, f, &[(&Z, &[3, 3, 2])], &[]).unwrap();
+    close(&log_abs, &[r.ln()], 1e-12);
+    // A singular matrix: sign 0, log|det| −inf.
+    let singular = [1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0];
+    assert_eq!(run_complex(LinalgOp::SignDet, f, &[(&singular, &[2, 2, 2])], &[2]).unwrap(), [0.0, 0.0]);
+    assert_eq!(run_complex(LinalgOp::LogAbsDet, f, &[(&singular, &[2, 2, 2])], &[]).unwrap(), [f64::NEG_INFINITY]);
+    // A complex operand needs its pair dim, and a complex result its own.
+    assert!(run_complex(LinalgOp::Det, f, &[(&Z[..9], &[3, 3])], &[]).is_err());
+    assert!(run_complex(LinalgOp::Det, f, &[(&Z, &[3, 3, 2])], &[1]).is_err());
+    assert!(run_complex(LinalgOp::PivotsToPermutation, f, &[(&Z, &[3, 3, 2])], &[3, 3, 2]).is_err());
+}
+
+/// Complex Cholesky `A = L Lᴴ` of a Hermitian positive definite matrix
+/// (`U = Lᴴ` with `upper`), the solves from it, triangular solves on both
+/// sides; and torch's info for a Hermitian matrix that is not positive
+/// definite (`[[1, 2i], [−2i, 1]]`: its second leading minor).
+#[test]
+fn complex_cholesky_and_triangular_solves() {
+    let f = LinalgFlags::default();
+    // A = M Mᴴ + I.
+    let m = [1.0, 0.5, 0.0, -1.0, 2.0, 0.0, 0.5, 0.0, 1.0, 1.0, -1.0, 0.0, 0.0, 2.0, 1.0, 0.0, 3.0, -0.5];
+    let mut a = cmatmul(&m, &cadjoint(&m, 3, 3), 3, 3, 3);
+    for i in 0..3 {
+        a[2 * (i * 3 + i)] += 1.0;
+    }
+    let l = run_complex(LinalgOp::Cholesky, f, &[(&a, &[3, 3, 2])], &[3, 3, 2]).unwrap();
+    close(&cmatmul(&l, &cadjoint(&l, 3, 3), 3, 3, 3), &a, 1e-12);
+    for i in 0..3 {
+        assert!(l[2 * (i * 3 + i)] > 0.0 && l[2 * (i * 3 + i) + 1] == 0.0, "a real positive diagonal");
+        for j in i + 1..3 {
+            assert_eq!(&l[2 * (i * 3 + j)..2 * (i * 3 + j) + 2], &[0.0, 0.0]);
+        }
+    }
+    let upper = LinalgFlags { upper: true, ..f };
+    let u = run_complex(LinalgOp::Cholesky, upper, &[(&a, &[3, 3, 2])], &[3, 3, 2]).unwrap();
+    close(&u, &cadjoint(&l, 3, 3), 0.0);
+    let b = [1.0, 0.0, 0.0, 1.0, 2.0, -1.0, 0.5, 0.5, -1.0, 3.0, 0.0, 0.0];
+    let x = run_complex(LinalgOp::CholeskySolve, f, &[(&l, &[3, 3, 2]), (&b, &[3, 2, 2])], &[3, 2, 2]).unwrap();
+    close(&cmatmul(&a, &x, 3, 3, 2), &b, 1e-12);
+    let x = run_complex(LinalgOp::CholeskySolve, upper, &[(&u, &[3, 3, 2]), (&b, &[3, 2, 2])], &[3, 2, 2]).unwrap();
+    close(&cmatmul(&a, &x, 3, 3, 2), &b, 1e-12);
+    // L X = B and X U = Bᵀ-shaped, the triangles as given.
+    let left = LinalgFlags { left: true, ..f };
+    let x = run_complex(LinalgOp::TriangularSolve, left, &[(&l, &[3, 3, 2]), (&b, &[3, 2, 2])], &[3, 2, 2]).unwrap();
+    close(&cmatmul(&l, &x, 3, 3, 2), &b, 1e-12);
+    let bt = cadjoint(&b, 3, 2);
+    let x = run_complex(LinalgOp::TriangularSolve, upper, &[(&u, &[3, 3, 2]), (&bt, &[2, 3, 2])], &[2, 3, 2]).unwrap();
+    close(&cmatmul(&x, &u, 2, 3, 3), &bt, 1e-12);
+    // Not positive definite: info 2, as torch's zpotrf gives.
+    let h = [1.0, 0.0, 0.0, 2.0, 0.0, -2.0, 1.0, 0.0];
+    let refs = [TensorRef { dtype: DType::F64, shape: &[2, 2, 2], data: bytemuck::cast_slice(&h) }];
+    let mut info = vec![0i32; 1];
+    let out = TensorMut { dtype: DType::I32, shape: &[], data: bytemuck::cast_slice_mut(&mut info) };
+    linalg(LinalgOp::CholeskyInfo, LinalgFlags { complex: true, ..f }, &refs, out).unwrap();
+    assert_eq!(info, [2]);
+}
+
+/// An empty batch of complex matrices gives empty results of every kind.
+#[test]
+fn complex_empty_batch() {
+    let f = LinalgFlags { complex: true, ..LinalgFlags::default() };
+    let none: [f64; 0] = [];
+    assert!(run(LinalgOp::LogAbsDet, f, &[(&none, &[0, 3, 3, 2])], &[0]).unwrap().is_empty());
+    assert!(run(LinalgOp::Det, f, &[(&none, &[0, 3, 3, 2])], &[0, 2]).unwrap().is_empty());
+    let refs = [TensorRef { dtype: DType::F64, shape: &[0, 3, 3, 2], data: bytemuck::cast_slice(&none) }];
+    let mut pivots: Vec<i32> = Vec::new();
+    let out = TensorMut { dtype: DType::I32, shape: &[0, 3], data: bytemuck::cast_slice_mut(&mut pivots) };
+    linalg(LinalgOp::LdlPivots, f, &refs, out).unwrap();
+}
+
+/// Complex Householder QR as `zgeqrf`/`zungqr`: Q unitary, R upper with a
+/// real diagonal, Q R = A; `geqrf`'s reflectors and complex `tau` give the
+/// same Q through `householder_product`.
+#[test]
+fn complex_qr_and_householder_product() {
+    let f = LinalgFlags::default();
+    // 3 x 2.
+    let a = [1.0, 1.0, 2.0, -1.0, 0.0, 2.0, 1.0, 0.5, -1.0, 0.0, 3.0, 1.0];
+    let q = run_complex(LinalgOp::QrQ, f, &[(&a, &[3, 2, 2])], &[3, 2, 2]).unwrap();
+    let r = run_complex(LinalgOp::QrR, f, &[(&a, &[3, 2, 2])], &[2, 2, 2]).unwrap();
+    close(&cmatmul(&q, &r, 3, 2, 2), &a, 1e-12);
+    close(&cmatmul(&cadjoint(&q, 3, 2), &q, 2, 3, 2), &[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0], 1e-12);
+    assert_eq!((r[1], r[7], r[4], r[5]), (0.0, 0.0, 0.0, 0.0), "a real diagonal, zero below: {r:?}");
+    let qc = run_complex(LinalgOp::QrQComplete, f, &[(&a, &[3, 2, 2])], &[3, 3, 2]).unwrap();
+    let eye3 = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+    close(&cmatmul(&cadjoint(&qc, 3, 3), &qc, 3, 3, 3), &eye3, 1e-12);
+    let packed = run_complex(LinalgOp::Geqrf, f, &[(&a, &[3, 2, 2])], &[3, 2, 2]).unwrap();
+    let tau = run_complex(LinalgOp::GeqrfTau, f, &[(&a, &[3, 2, 2])], &[2, 2]).unwrap();
+    assert!(tau[1] != 0.0, "a complex tau: {tau:?}");
+    let q2 =
+        run_complex(LinalgOp::HouseholderProduct, f, &[(&packed, &[3, 2, 2]), (&tau, &[2, 2])], &[3, 2, 2]).unwrap();
+    close(&q2, &q, 1e-12);
+}
+
+/// The complex symmetric (not Hermitian) `A = L D Lᵀ` of `zsytf2` and its
+/// solve: A X = B.
+#[test]
+fn complex_symmetric_ldl_solve() {
+    let f = LinalgFlags::default();
+    // Symmetric (Aᵀ = A), complex diagonal and a zero leading entry (a 2×2 block).
+    let a = [0.0, 0.0, 1.0, 1.0, 2.0, 0.0, 1.0, 1.0, 0.0, 0.0, 3.0, -1.0, 2.0, 0.0, 3.0, -1.0, 4.0, 2.0];
+    let ld = run_complex(LinalgOp::LdlFactor, f, &[(&a, &[3, 3, 2])], &[3, 3, 2]).unwrap();
+    let refs = [TensorRef { dtype: DType::F64, shape: &[3, 3, 2], data: bytemuck::cast_slice(&a) }];
+    let mut pivots = vec![0i32; 3];
+    let out = TensorMut { dtype: DType::I32, shape: &[3], data: bytemuck::cast_slice_mut(&mut pivots) };
+    linalg(LinalgOp::LdlPivots, LinalgFlags { complex: true, ..f }, &refs, out).unwrap();
+    let b = [1.0, 0.0, 0.0, 1.0, 2.0, -1.0, 0.5, 0.5, -1.0, 3.0, 0.0, 0.0];
+    let refs = [
+        TensorRef { dtype: DType::F64, shape: &[3, 3, 2], data: bytemuck::cast_slice(&ld) },
+        TensorRef { dtype: DType::I32, shape: &[3], data: bytemuck::cast_slice(&pivots) },
+        TensorRef { dtype: DType::F64, shape: &[3, 2, 2], data: bytemuck::cast_slice(&b) },
+    ];
+    let mut x = vec![0f64; 12];
+    let out = TensorMut { dtype: DType::F64, shape: &[3, 2, 2], data: bytemuck::cast_slice_mut(&mut x) };
+    linalg(LinalgOp::LdlSolve, LinalgFlags { complex: true, ..f }, &refs, out).unwrap();
+    close(&cmatmul(&a, &x, 3, 3, 2), &b, 1e-12);
+}
+
+/// Eigenvectors of a Hermitian matrix (read from either triangle): real
+/// ascending eigenvalues, A V = V diag(w), V unitary, each column's
+/// largest entry real and positive (kiln's phase).
+#[test]
+fn complex_hermitian_eigenvectors() {
+    let f = LinalgFlags::default();
+    // [[2, 1−i, 0], [1+i, 3, 2i], [0, −2i, 1]]
+    let a = [2.0, 0.0, 1.0, -1.0, 0.0, 0.0, 1.0, 1.0, 3.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, -2.0, 1.0, 0.0];
+    for upper in [false, true] {
+        let fu = LinalgFlags { upper, ..f };
+        let w = run_complex(LinalgOp::EigvalsH, fu, &[(&a, &[3, 3, 2])], &[3]).unwrap();
+        let v = run_complex(LinalgOp::EigvecsH, fu, &[(&a, &[3, 3, 2])], &[3, 3, 2]).unwrap();
+        assert!(w[0] <= w[1] && w[1] <= w[2], "{w:?}");
+        // trace 6
+        close(&[w.iter().sum::<f64>()], &[6.0], 1e-12);
+        let mut vw = v.clone();
+        for i in 0..3 {
+            for j in 0..3 {
+                vw[2 * (i * 3 + j)] *= w[j];
+                vw[2 * (i * 3 + j) + 1] *= w[j];
+            }
+        }
+        close(&cmatmul(&a, &v, 3, 3, 3), &vw, 1e-12);
+        let eye3 = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+        close(&cmatmul(&cadjoint(&v, 3, 3), &v, 3, 3, 3), &eye3, 1e-12);
+        for j in 0..3 {
+            let lead = (0..3).max_by(|&x, &y| {
+                let m = |i: usize| v[2 * (i * 3 + j)].hypot(v[2 * (i * 3 + j) + 1]);
+                m(x).total_cmp(&m(y))
+            });
+            let i = lead.unwrap();
+            assert!(v[2 * (i * 3 + j)] > 0.0 && v[2 * (i * 3 + j) + 1] == 0.0, "column {j}: {v:?}");
+        }
+    }
+}
+
+/// The complex SVD, tall and wide, reduced and full: U diag(s) Vh = A with
+/// orthonormal columns of U and rows of Vh (full: unitary), s descending.
+#[test]
+fn complex_singular_value_decompositions() {
+    let f = LinalgFlags::default();
+    let a = [1.0, 1.0, 2.0, -1.0, 0.0, 2.0, 1.0, 0.5, -1.0, 0.0, 3.0, 1.0];
+    for (m, n) in [(3usize, 2usize), (2, 3)] {
+        let k = m.min(n);
+        let s = run_complex(LinalgOp::SvdS, f, &[(&a, &[m, n, 2])], &[k]).unwrap();
+        assert!(s[0] >= s[1] && s[1] > 0.0, "{s:?}");
+        for full in [false, true] {
+            let (uc, vr) = if full { (m, n) } else { (k, k) };
+            let (uo, vo) =
+                if full { (LinalgOp::SvdUFull, LinalgOp::SvdVhFull) } else { (LinalgOp::SvdU, LinalgOp::SvdVh) };
+            let u = run_complex(uo, f, &[(&a, &[m, n, 2])], &[m, uc, 2]).unwrap();
+            let vh = run_complex(vo, f, &[(&a, &[m, n, 2])], &[vr, n, 2]).unwrap();
+            let eye = |d: usize| -> Vec<f64> {
+                (0..d * d).flat_map(|i| [if i / d == i % d { 1.0 } else { 0.0 }, 0.0]).collect()
+            };
+            close(&cmatmul(&cadjoint(&u, m, uc), &u, uc, m, uc), &eye(uc), 1e-12);
+            close(&cmatmul(&vh, &cadjoint(&vh, vr, n), vr, n, vr), &eye(vr), 1e-12);
+            // U[:, :k] diag(s) Vh[:k, :].
+            let mut us = vec![0.0; 2 * m * k];
+            for i in 0..m {
+                for j in 0..k {
+                    us[2 * (i * k + j)] = u[2 * (i * uc + j)] * s[j];
+                    us[2 * (i * k + j) + 1] = u[2 * (i * uc + j) + 1] * s[j];
+                }
+            }
+            close(&cmatmul(&us, &vh[..2 * k * n], m, k, n), &a, 1e-12);
         }
     }
 }

@@ -767,8 +767,9 @@ kernel_fns! {
     CumSum { axis } => k::cumsum(ins[0], *axis as usize, out(outs, 0));
     Scan { axis, kind } => k::scan(ins[0], *axis as usize, *kind, out(outs, 0));
     Assert { message } => k::assert_all(ins[0], message);
-    Linalg { op, upper, left, unit } => {
-        k::linalg(*op, k::LinalgFlags { upper: *upper, left: *left, unit: *unit }, ins, out(outs, 0))
+    Linalg { op, upper, left, unit, complex } => {
+        let flags = k::LinalgFlags { upper: *upper, left: *left, unit: *unit, complex: *complex };
+        k::linalg(*op, flags, ins, out(outs, 0))
     };
     ArgMin { axis } => k::argmin(ins[0], *axis as usize, out(outs, 0));
     Sort { axis, descending, indices } => match outs {

@@ -33,7 +33,8 @@ every op (f32 x2, bf16/i64/bool x1) plus, for the ops EXTRA_GROUPS lists, one
 `<dtype>_0` sample in extra dtypes: f64/f16 for composites, legalized kernels
 and reductions, i8/u8 for the wrapping/promotion/unsigned integer paths, i32/i16
 for a few wide-integer ops, c64 (complex64 inputs and outputs) for the complex
-ops kiln lowers onto (real, imaginary) pairs. It keeps training.pt2 for f32 and c64 cases only; running
+ops kiln lowers onto (real, imaginary) pairs, c128 for the complex linear
+algebra (c128 only there). It keeps training.pt2 for f32 and c64 cases only; running
 it reproduces cases/ and manifest.json exactly (the .pt2 files may differ in
 their `from_node` provenance graph ids). --full, --per-dtype N ignore
 EXTRA_GROUPS (they cover every dtype); --dtypes and --ops filter it (with
@@ -239,9 +240,11 @@ DTYPES = {
     "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8,
     "bool": torch.bool,
     # Complex64 at a program's boundary and inside it (kiln lowers complex
-    # values onto (real, imaginary) pairs op by op; complex128 only in
-    # hand-written fixtures).
+    # values onto (real, imaginary) pairs op by op).
     "c64": torch.complex64,
+    # Complex128: only the committed linear-algebra cases below (EXTRA) and
+    # explicit --per-dtype runs; --full and --all leave it out.
+    "c128": torch.complex128,
 }
 # The committed subset: samples per dtype for every op ...
 COMMITTED = {"f32": 2, "bf16": 1, "i64": 1, "bool": 1}
@@ -303,6 +306,17 @@ EXTRA_GROUPS = [
         "log_softmax.with_dtype", "linspace.tensor_overload", "logspace.tensor_overload", "_chunk_cat",
         "linalg.multi_dot", "linalg.tensorinv", "linalg.tensorsolve", "matrix_exp", "linalg.pinv.hermitian",
         "resize_as_", "zero_",
+        # complex factorizations on the linalg kernel's complex path (complex_factor.rs)
+        "linalg.det", "linalg.slogdet", "logdet", "linalg.lu_factor", "linalg.lu_factor_ex", "lu", "linalg.lu",
+        "lu_unpack", "lu_solve", "linalg.lu_solve", "linalg.cholesky", "linalg.cholesky_ex", "cholesky_solve",
+        "cholesky_inverse", "linalg.solve_triangular", "triangular_solve", "linalg.qr", "geqrf",
+        "linalg.householder_product", "ormqr", "linalg.ldl_factor", "linalg.ldl_factor_ex", "linalg.ldl_solve",
+        "linalg.eigh", "linalg.svd", "svd",
+    ]),
+    # complex128: the complex linear algebra kernel on f64 parts.
+    (("c128",), [
+        "linalg.det", "linalg.slogdet", "linalg.lu_solve", "linalg.cholesky", "cholesky_solve", "linalg.qr",
+        "linalg.householder_product", "linalg.ldl_solve", "linalg.eigh", "linalg.svd", "linalg.solve_triangular",
     ]),
     # i32 and i16: the wide-integer paths of the same wrapping/promotion logic.
     (("i32", "i16"), [
@@ -310,12 +324,15 @@ EXTRA_GROUPS = [
         "bincount",
     ]),
 ]
+# Extra dtypes whose committed cases take two samples: the complex
+# determinants' first OpInfo sample is a 0 x 0 matrix.
+EXTRA_TWO = {name: {"c64"} for name in ("linalg.det", "linalg.slogdet", "logdet")}
 EXTRA = {}  # case op name -> extra dtypes (committed subset only)
 for _dtypes, _ops in EXTRA_GROUPS:
     for _op in _ops:
         EXTRA.setdefault(_op, set()).update(_dtypes)
-FULL = {d: 4 for d in DTYPES}
-SWEEP = {d: 1 for d in DTYPES}  # --all: the first exportable sample of each dtype
+FULL = {d: 4 for d in DTYPES if d != "c128"}
+SWEEP = {d: 1 for d in DTYPES if d != "c128"}  # --all: the first exportable sample of each dtype
 MAX_NUMEL = 512
 # Sample indices tried first (then the rest), so that a few samples cover an
 # op's modes: grid_sample reflection/bilinear and border/nearest, cdist's
@@ -1143,7 +1160,7 @@ def main():
             if committed and cname in FEW:
                 want = min(want, FEW[cname].get(dname, 0))
             if committed and dname in EXTRA.get(cname, ()) and (not keep or dname in keep):
-                want = max(want, 1)
+                want = max(want, 2 if dname in EXTRA_TWO.get(cname, ()) else 1)
             if want == 0 or dtype not in supported:
                 continue
             torch.manual_seed(0)

@@ -110,6 +110,100 @@ pub fn align(
     Ok(())
 }
 
+/// [`align`] for complex outputs (`got`/`want` hold (re, im) pairs per
+/// element): each vector index's phase `e^{iθ}` is read from the group's
+/// first output (the phase of `⟨kiln's, torch's⟩`) and applied to every
+/// output of the group. Free vectors are checked by span as [`align`]'s.
+pub fn align_complex(
+    group: &[Member],
+    got: &mut [Vec<f64>],
+    shapes: &[Vec<usize>],
+    want: &[Vec<f64>],
+    tol: f64,
+) -> Result<(), String> {
+    let Some(first) = group.first() else { return Ok(()) };
+    let layout = |m: &Member| -> Result<Layout, String> {
+        let shape = shapes.get(m.output).ok_or_else(|| format!("sign group names output {}", m.output))?;
+        let l = Layout::of(shape, m.dim)?;
+        let n = 2 * l.batch * l.rows * l.cols;
+        if got.get(m.output).map(Vec::len) != Some(n) || want.get(m.output).map(Vec::len) != Some(n) {
+            return Err(format!("sign group: complex output {} does not have {n} parts", m.output));
+        }
+        Ok(l)
+    };
+    let layouts = group.iter().map(layout).collect::<Result<Vec<_>, _>>()?;
+    let paired = layouts.iter().map(Layout::count).min().unwrap_or(0);
+    let lead = &layouts[0];
+    for t in 0..lead.batch {
+        for j in 0..paired {
+            let (mut cr, mut ci) = (0.0, 0.0);
+            for p in lead.positions(t, j) {
+                let (gr, gi) = (got[first.output][2 * p], got[first.output][2 * p + 1]);
+                let (wr, wi) = (want[first.output][2 * p], want[first.output][2 * p + 1]);
+                cr += gr * wr + gi * wi;
+                ci += gr * wi - gi * wr;
+            }
+            let r = cr.hypot(ci);
+            if r == 0.0 || !r.is_finite() {
+                continue;
+            }
+            let (pr, pi) = (cr / r, ci / r);
+            for (m, l) in group.iter().zip(&layouts) {
+                for p in l.positions(t, j) {
+                    let (x, y) = (got[m.output][2 * p], got[m.output][2 * p + 1]);
+                    got[m.output][2 * p] = x * pr - y * pi;
+                    got[m.output][2 * p + 1] = x * pi + y * pr;
+                }
+            }
+        }
+        for (m, l) in group.iter().zip(&layouts) {
+            free_complex_vectors(m.output, l, t, paired, got, want, tol)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`free_vectors`] of a complex output: `|⟨torch's, kiln's⟩|²` summed
+/// over torch's free vectors must be kiln's squared length (1).
+fn free_complex_vectors(
+    output: usize,
+    l: &Layout,
+    t: usize,
+    paired: usize,
+    got: &mut [Vec<f64>],
+    want: &[Vec<f64>],
+    tol: f64,
+) -> Result<(), String> {
+    let vector = |v: &[f64], j: usize| -> Vec<(f64, f64)> {
+        l.positions(t, j).iter().map(|&p| (v[2 * p], v[2 * p + 1])).collect()
+    };
+    let theirs: Vec<Vec<(f64, f64)>> = (paired..l.count()).map(|j| vector(&want[output], j)).collect();
+    for j in paired..l.count() {
+        let g = vector(&got[output], j);
+        let norm2: f64 = g.iter().map(|(x, y)| x * x + y * y).sum();
+        let inside: f64 = theirs
+            .iter()
+            .map(|w| {
+                let (re, im) = w
+                    .iter()
+                    .zip(&g)
+                    .fold((0.0, 0.0), |(re, im), (&(a, b), &(x, y))| (re + a * x + b * y, im + a * y - b * x));
+                re * re + im * im
+            })
+            .sum();
+        if (norm2 - 1.0).abs() > tol || (norm2 - inside).abs() > tol {
+            return Err(format!(
+                "output {output}, matrix {t}: free complex vector {j} has squared length {norm2}, {inside} of it in torch's span"
+            ));
+        }
+        for (&p, &(x, y)) in l.positions(t, j).iter().zip(&theirs[j - paired]) {
+            got[output][2 * p] = x;
+            got[output][2 * p + 1] = y;
+        }
+    }
+    Ok(())
+}
+
 /// Checks vectors `paired..` of matrix `t` of `output` against the span of
 /// torch's (each of kiln's must keep its length when projected on it) and
 /// takes torch's values for them.
@@ -157,16 +251,21 @@ pub fn align_outputs(
     let mut values: Vec<Vec<f64>> = got.iter().map(f64s).collect();
     let want: Vec<Vec<f64>> = expected.iter().map(f64s).collect();
     for group in groups {
-        let tol = match group.first().and_then(|m| got.get(m.output)).map(|t| t.dtype) {
-            Some(DType::F64) => 1e-9,
+        let dtype = group.first().and_then(|m| got.get(m.output)).map(|t| t.dtype);
+        let tol = match dtype {
+            Some(DType::F64 | DType::C128) => 1e-9,
             _ => 1e-4,
         };
-        align(group, &mut values, &shapes, &want, tol)?;
+        if matches!(dtype, Some(DType::C64 | DType::C128)) {
+            align_complex(group, &mut values, &shapes, &want, tol)?;
+        } else {
+            align(group, &mut values, &shapes, &want, tol)?;
+        }
     }
     for (t, v) in got.iter_mut().zip(values) {
         t.data = match t.dtype {
-            DType::F32 => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
-            DType::F64 => v.iter().flat_map(|&x| x.to_le_bytes()).collect(),
+            DType::F32 | DType::C64 => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+            DType::F64 | DType::C128 => v.iter().flat_map(|&x| x.to_le_bytes()).collect(),
             _ => continue,
         };
     }
@@ -186,6 +285,20 @@ pub fn sign_groups(case: &serde_json::Value) -> Vec<Vec<Member>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn complex_vectors_take_torchs_phase() {
+        // One 2x2 matrix of eigenvectors (columns); kiln's column 0 is
+        // torch's times i, column 1 torch's times -1.
+        let want = vec![0.6, 0.0, 0.0, 0.8, 0.0, 0.8, 0.6, 0.0];
+        let got = vec![0.0, 0.6, 0.0, -0.8, -0.8, 0.0, -0.6, 0.0];
+        let mut values = vec![got];
+        align_complex(&[Member { output: 0, dim: -1 }], &mut values, &[vec![2, 2]], std::slice::from_ref(&want), 1e-9)
+            .unwrap();
+        for (g, w) in values[0].iter().zip(&want) {
+            assert!((g - w).abs() < 1e-12, "{:?}", values[0]);
+        }
+    }
 
     #[test]
     fn pairs_flip_together_and_free_vectors_are_checked_by_span() {

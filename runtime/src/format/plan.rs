@@ -371,7 +371,7 @@ kernels! {
     Scan { axis: u32 => axis, kind: ScanKind }
     /// Fails the run with `message` unless every element is nonzero.
     Assert { message: String }
-    Linalg { op: LinalgOp, upper: bool, left: bool, unit: bool }
+    Linalg { op: LinalgOp, upper: bool, left: bool, unit: bool, complex: bool }
     ArgMin { axis: u32 => axis }
     /// The first `out.shape[axis]` elements in sorted order, or (`indices`)
     /// their positions; with two outputs, both (values, indices) from one sort.

@@ -5,9 +5,8 @@
 //! ones of `E(Z)`, and `E(Z)`'s singular values (and a Hermitian `Z`'s
 //! eigenvalues) are `Z`'s, each twice. The real ops run on the
 //! `2n × 2n` matrices in f64 (complex64) or their own f64 (complex128).
-//! `tensorinv`/`tensorsolve` reshape first. Factorizations whose factors
-//! are complex (LU, QR, Cholesky, SVD and eigenvectors, determinants) are
-//! not among them.
+//! Factorizations whose factors are complex (LU, QR, Cholesky, SVD and eigenvectors, determinants) run
+//! on the linalg kernel's complex path instead (`complex_factor.rs`).
 
 use crate::import::importer::{invalid, output_names, unsupported, Importer, COMPLEX_SCOPE, R};
 use crate::pt2::program::{Arg, Node};
@@ -29,9 +28,8 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
         "linalg_inv" | "linalg_inv_ex" | "linalg_matrix_power" | "linalg_matrix_exp" | "matrix_exp" => {
             inverse_like(imp, n, name, overload)
         }
+        // A Hermitian pinv goes through the complex eigh (complex_factor.rs).
         "linalg_pinv" | "pinverse" => inverse_like(imp, n, name, overload),
-        "linalg_tensorinv" => tensorinv(imp, n, name, overload),
-        "linalg_tensorsolve" => tensorsolve(imp, n, name, overload),
         "linalg_solve" | "linalg_solve_ex" | "_linalg_solve_ex" => solve(imp, n, name, overload),
         "linalg_svdvals" | "_linalg_svd" | "linalg_eigvalsh" | "_linalg_eigh" | "linalg_matrix_rank" => {
             values(imp, n, name, overload)
@@ -170,103 +168,12 @@ fn real_output(imp: &mut Importer, n: &Node, i: usize) -> R<Option<TensorType>> 
 /// outputs are unembedded, real ones (`info`) pass through.
 fn inverse_like(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
     let arg = matrix_arg(imp, n)?;
-    let mut z = matrix_operand(imp, n, arg)?;
-    // A Hermitian pinv reads the lower triangle (torch's eigh): the
-    // Hermitian matrix it stands for embeds as a symmetric one.
-    if matches!(name, "linalg_pinv" | "pinverse") && imp.bool(n, "hermitian", false)? {
-        z = hermitian_part(imp, n, z)?;
-    }
+    let z = matrix_operand(imp, n, arg)?;
     let e = embed(imp, z)?;
     let count = n.outputs.iter().flat_map(output_names).count();
     let outs = (0..count).map(|i| real_output(imp, n, i)).collect::<R<Vec<_>>>()?;
     let results = run_real(imp, n, (name, overload), &[(arg, e)], &outs)?;
     bind_results(imp, n, results)
-}
-
-/// Each part of `z` reshaped to `shape`.
-fn reshape_parts(imp: &mut Importer, z: Parts, shape: Vec<Dim>) -> R<Parts> {
-    let re = imp.push(Op::Reshape { shape: shape.clone() }, vec![z.re])?;
-    let im = match z.im {
-        Some(im) => Some(imp.push(Op::Reshape { shape }, vec![im])?),
-        None => None,
-    };
-    Ok(Parts { re, im })
-}
-
-fn single_name(n: &Node) -> R<String> {
-    match n.outputs.first() {
-        Some(Arg::Tensor(o)) => Ok(o.clone()),
-        _ => invalid("expected a single tensor output"),
-    }
-}
-
-/// `tensorinv(A, ind)`: the real op's inverse of `E(A)` as a `[2r, 2c]`
-/// matrix (`ind = 1`), unembedded and shaped as the program declares.
-fn tensorinv(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
-    let z = matrix_operand(imp, n, "self")?;
-    let ind = imp.int(n, "ind", Some(2))?;
-    let Some(shape) = imp.ty(z.re).static_shape() else {
-        return unsupported(format!("complex `{name}` with a dynamic size; {COMPLEX_SCOPE}"));
-    };
-    if ind <= 0 || ind as usize > shape.len() {
-        return invalid(format!("tensorinv with ind={ind} of a {}-d tensor", shape.len()));
-    }
-    let (rows, cols): (i64, i64) = (shape[..ind as usize].iter().product(), shape[ind as usize..].iter().product());
-    let z = reshape_parts(imp, z, vec![Dim::Const(rows), Dim::Const(cols)])?;
-    let e = embed(imp, z)?;
-    let mut m = n.clone();
-    m.inputs.retain(|a| a.name != "ind");
-    m.inputs.push(crate::pt2::program::NamedArg { name: "ind".into(), arg: Arg::Int(1) });
-    let ty = TensorType::new(WORK, vec![Dim::Const(2 * cols), Dim::Const(2 * rows)]);
-    let results = run_real(imp, &m, (name, overload), &[("self", e)], &[Some(ty)])?;
-    let Some(Some(v)) = results.first().copied() else { return invalid(format!("`{name}` gave no result")) };
-    let out = single_name(n)?;
-    let out_ty = imp.part_type(&out)?;
-    let z = unembed(imp, v)?;
-    let z = reshape_parts(imp, z, out_ty.shape.clone())?;
-    let z = cast_parts(imp, z, out_ty.dtype);
-    bind_out_named(imp, &out, z)
-}
-
-/// `tensorsolve(A, B, dims)`: `A` (its `dims` moved last) as a square
-/// matrix, `E(A) [Bre; Bim] = [Xre; Xim]` by the real op.
-fn tensorsolve(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
-    let mut a = matrix_operand(imp, n, "self")?;
-    let b = matrix_operand(imp, n, "other")?;
-    let rank = imp.ty(a.re).rank();
-    if imp.arg(n, "dims").is_some_and(|d| !matches!(d, Arg::None)) {
-        let dims = imp.ints(n, "dims", &[])?;
-        let moved: Vec<usize> = dims.iter().map(|&d| super::shape::normalize_axis(d, rank)).collect::<R<Vec<_>>>()?;
-        let perm: Vec<usize> = (0..rank).filter(|d| !moved.contains(d)).chain(moved.iter().copied()).collect();
-        a.re = imp.push(Op::Permute { perm: perm.clone() }, vec![a.re])?;
-        if let Some(im) = a.im {
-            a.im = Some(imp.push(Op::Permute { perm }, vec![im])?);
-        }
-    }
-    let (Some(bn), Some(an)) = (imp.ty(b.re).numel().as_const(), imp.ty(a.re).numel().as_const()) else {
-        return unsupported(format!("complex `{name}` with a dynamic size; {COMPLEX_SCOPE}"));
-    };
-    if bn == 0 || an % bn != 0 || an / bn != bn {
-        return invalid(format!("tensorsolve: {an} coefficients for {bn} right-hand values"));
-    }
-    let a = reshape_parts(imp, a, vec![Dim::Const(bn), Dim::Const(bn)])?;
-    let e = embed(imp, a)?;
-    let b = reshape_parts(imp, b, vec![Dim::Const(bn)])?;
-    let b = cast_parts(imp, b, WORK);
-    let bi = super::fft::imag_or_zero(imp, b)?;
-    let rhs = imp.push(Op::Concat { axis: 0 }, vec![b.re, bi])?;
-    let mut m = n.clone();
-    m.inputs.retain(|a| a.name != "dims");
-    let ty = TensorType::new(WORK, vec![Dim::Const(2 * bn)]);
-    let results = run_real(imp, &m, (name, overload), &[("self", e), ("other", rhs)], &[Some(ty)])?;
-    let Some(Some(x)) = results.first().copied() else { return invalid(format!("`{name}` gave no result")) };
-    let re = imp.push(Op::Slice { axis: 0, start: 0, end: bn, step: 1 }, vec![x])?;
-    let im = imp.push(Op::Slice { axis: 0, start: bn, end: 2 * bn, step: 1 }, vec![x])?;
-    let out = single_name(n)?;
-    let out_ty = imp.part_type(&out)?;
-    let z = reshape_parts(imp, Parts { re, im: Some(im) }, out_ty.shape.clone())?;
-    let z = cast_parts(imp, z, out_ty.dtype);
-    bind_out_named(imp, &out, z)
 }
 
 fn bind_results(imp: &mut Importer, n: &Node, results: Vec<Option<ValueId>>) -> R<()> {

@@ -130,6 +130,7 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
             super::complex_ops::per_part(imp, n, name, overload, None)
         }
         _ => match super::complex_math::convert(imp, n, name, overload)
+            .or_else(|| super::complex_factor::convert(imp, n, name, overload))
             .or_else(|| super::complex_composite::convert(imp, n, name, overload))
             .or_else(|| super::complex_linalg::convert(imp, n, name, overload))
             .or_else(|| super::complex_ops::convert(imp, n, name, overload))

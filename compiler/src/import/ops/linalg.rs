@@ -20,7 +20,7 @@ struct Flags {
 }
 
 fn linalg(imp: &mut Importer, op: L, f: Flags, inputs: Vec<ValueId>) -> R<ValueId> {
-    imp.push(Op::Linalg { op, upper: f.upper, left: f.left, unit: f.unit }, inputs)
+    imp.push(Op::Linalg { op, upper: f.upper, left: f.left, unit: f.unit, complex: false }, inputs)
 }
 
 /// Output `i`'s tensor name, when the program reads it.
@@ -60,7 +60,7 @@ fn linalg_operand(imp: &Importer, a: ValueId) -> R<ValueId> {
 }
 
 /// Fails the run with `message` unless `info` (i32) is zero everywhere.
-fn assert_zero(imp: &mut Importer, info: ValueId, message: String) -> R<()> {
+pub(super) fn assert_zero(imp: &mut Importer, info: ValueId, message: String) -> R<()> {
     let zero = imp.scalar_const(crate::import::importer::Scalar::Int(0), DType::I32);
     let ok = imp.push(Op::Binary(BinaryOp::Eq), vec![info, zero])?;
     let loc = imp.loc();
@@ -94,17 +94,17 @@ fn info_result(
     Ok(())
 }
 
-fn singular(api: &str) -> String {
+pub(super) fn singular(api: &str) -> String {
     format!("torch.{api}: the input matrix is singular (its LU factorization has a zero pivot)")
 }
 
-fn not_positive_definite(api: &str) -> String {
+pub(super) fn not_positive_definite(api: &str) -> String {
     format!("torch.{api}: the input is not positive-definite (its Cholesky factorization could not be completed)")
 }
 
 /// Broadcasts the batch dims of `a` (`[.., n, n]`) and `b` (`[.., r, c]`)
 /// against each other, as torch's solves do.
-fn broadcast_batches(imp: &mut Importer, a: ValueId, b: ValueId) -> R<(ValueId, ValueId)> {
+pub(super) fn broadcast_batches(imp: &mut Importer, a: ValueId, b: ValueId) -> R<(ValueId, ValueId)> {
     let (ta, tb) = (imp.ty(a).clone(), imp.ty(b).clone());
     let (ra, rb) = (ta.rank(), tb.rank());
     let (ba, bb) = (&ta.shape[..ra - 2], &tb.shape[..rb - 2]);
@@ -282,7 +282,11 @@ pub(super) fn solve_triangular(imp: &mut Importer, n: &Node) -> R<()> {
         unit: imp.bool(n, "unitriangular", false)?,
     };
     let (a, b) = broadcast_batches(imp, a, b)?;
-    imp.emit(n, Op::Linalg { op: L::TriangularSolve, upper: f.upper, left: f.left, unit: f.unit }, vec![a, b])?;
+    imp.emit(
+        n,
+        Op::Linalg { op: L::TriangularSolve, upper: f.upper, left: f.left, unit: f.unit, complex: false },
+        vec![a, b],
+    )?;
     Ok(())
 }
 
@@ -293,7 +297,11 @@ pub(super) fn cholesky_solve(imp: &mut Importer, n: &Node) -> R<()> {
     let l = matrices(imp, n, "input2")?;
     let f = Flags { upper: imp.bool(n, "upper", false)?, left: true, unit: false };
     let (l, b) = broadcast_batches(imp, l, b)?;
-    imp.emit(n, Op::Linalg { op: L::CholeskySolve, upper: f.upper, left: f.left, unit: f.unit }, vec![l, b])?;
+    imp.emit(
+        n,
+        Op::Linalg { op: L::CholeskySolve, upper: f.upper, left: f.left, unit: f.unit, complex: false },
+        vec![l, b],
+    )?;
     Ok(())
 }
 
@@ -349,7 +357,7 @@ fn bind_empty(imp: &mut Importer, n: &Node, i: usize) -> R<()> {
 
 /// Fails the run when `a` holds a NaN or an infinity: torch's SVD raises
 /// ("failed to converge") on such input rather than return NaNs.
-fn assert_finite_for_svd(imp: &mut Importer, a: ValueId) -> R<()> {
+pub(super) fn assert_finite_for_svd(imp: &mut Importer, a: ValueId) -> R<()> {
     // x − x is 0 exactly for finite x, NaN for NaN and ±inf.
     let d = imp.push(Op::Binary(BinaryOp::Sub), vec![a, a])?;
     let finite = imp.with_scalar(BinaryOp::Eq, d, 0.0)?;
@@ -404,7 +412,7 @@ pub(super) fn svd(imp: &mut Importer, n: &Node, api: SvdApi) -> R<()> {
     Ok(())
 }
 
-fn transpose_last(imp: &mut Importer, v: ValueId) -> R<ValueId> {
+pub(super) fn transpose_last(imp: &mut Importer, v: ValueId) -> R<ValueId> {
     let perm = swap_last(imp.ty(v).rank());
     imp.push(Op::Permute { perm }, vec![v])
 }
@@ -467,14 +475,14 @@ fn atol_rtol(imp: &mut Importer, a: ValueId, atol: Tol, rtol: Tol) -> R<(ValueId
 }
 
 /// `max(atol, rtol · largest)` with `largest` `[.., 1]` in `a`'s dtype.
-fn threshold(imp: &mut Importer, atol: ValueId, rtol: ValueId, largest: ValueId) -> R<ValueId> {
+pub(super) fn threshold(imp: &mut Importer, atol: ValueId, rtol: ValueId, largest: ValueId) -> R<ValueId> {
     let largest = imp.cast(largest, DType::F64);
     let scaled = imp.push(Op::Binary(BinaryOp::Mul), vec![rtol, largest])?;
     imp.push(Op::Binary(BinaryOp::Max), vec![atol, scaled])
 }
 
 /// The largest of the `[.., k]` values `s` along the last dim, kept: `[.., 1]`.
-fn largest(imp: &mut Importer, s: ValueId) -> R<ValueId> {
+pub(super) fn largest(imp: &mut Importer, s: ValueId) -> R<ValueId> {
     let axis = imp.ty(s).rank() - 1;
     imp.push(Op::Reduce { kind: kiln_ir::ReduceKind::Max, axes: vec![axis], keep_dims: true }, vec![s])
 }
@@ -482,7 +490,13 @@ fn largest(imp: &mut Importer, s: ValueId) -> R<ValueId> {
 /// The tolerances of `pinv`/`matrix_rank` by overload: `atol_rtol_*`
 /// name both; `pinv(self, rcond)` is an rtol; `matrix_rank(self, tol)` an
 /// atol with rtol 0.
-fn tolerances(imp: &mut Importer, n: &Node, a: ValueId, overload: &str, rank: bool) -> R<(ValueId, ValueId)> {
+pub(super) fn tolerances(
+    imp: &mut Importer,
+    n: &Node,
+    a: ValueId,
+    overload: &str,
+    rank: bool,
+) -> R<(ValueId, ValueId)> {
     let (atol, rtol) = match overload {
         "atol_rtol_tensor" | "atol_rtol_float" => (tol_arg(imp, n, "atol")?, tol_arg(imp, n, "rtol")?),
         _ if rank => (tol_arg(imp, n, "tol")?, Tol::Float(0.0)),
@@ -495,7 +509,7 @@ fn tolerances(imp: &mut Importer, n: &Node, a: ValueId, overload: &str, rank: bo
 
 /// A matrix with no elements has a pseudo-inverse and rank with no
 /// elements or all zero: both are zeros of the declared type.
-fn has_no_elements(imp: &Importer, a: ValueId) -> bool {
+pub(super) fn has_no_elements(imp: &Importer, a: ValueId) -> bool {
     imp.ty(a).shape.iter().any(|d| d.as_const() == Some(0))
 }
 
@@ -888,7 +902,7 @@ pub(super) fn cond(imp: &mut Importer, n: &Node) -> R<()> {
 }
 
 /// The `n × n` identity in `dtype`, broadcast to `batch ++ [n, n]`.
-fn identity_like(imp: &mut Importer, dtype: DType, batch: &[Dim], size: i64) -> R<ValueId> {
+pub(super) fn identity_like(imp: &mut Importer, dtype: DType, batch: &[Dim], size: i64) -> R<ValueId> {
     let eye = eye_matrix(imp, dtype, size, size)?;
     if batch.is_empty() {
         return Ok(eye);
@@ -906,7 +920,7 @@ pub(super) fn eye_matrix(imp: &mut Importer, dtype: DType, rows: i64, cols: i64)
 }
 
 /// The static size of square matrices `a`.
-fn square_size(imp: &Importer, a: ValueId, api: &str) -> R<i64> {
+pub(super) fn square_size(imp: &Importer, a: ValueId, api: &str) -> R<i64> {
     match matrix_dims_of(imp, a, api)? {
         (m, n) if m == n => Ok(m),
         (m, n) => crate::import::importer::invalid(format!("{api} of {m}x{n} matrices (square ones only)")),
@@ -979,7 +993,7 @@ pub(super) fn triangular_solve_legacy(imp: &mut Importer, n: &Node) -> R<()> {
     } else {
         a
     };
-    let x = imp.push(Op::Linalg { op: L::TriangularSolve, upper, left: true, unit }, vec![a, b])?;
+    let x = imp.push(Op::Linalg { op: L::TriangularSolve, upper, left: true, unit, complex: false }, vec![a, b])?;
     imp.bind(n, 0, x)?;
     if used(imp, n, 1).is_some() {
         imp.bind(n, 1, coefficient)?;
@@ -995,7 +1009,7 @@ pub(super) fn cholesky_inverse(imp: &mut Importer, n: &Node) -> R<()> {
     let ty = imp.ty(l).clone();
     let eye = identity_like(imp, ty.dtype, &ty.shape[..ty.rank() - 2], size)?;
     let upper = imp.bool(n, "upper", false)?;
-    imp.emit(n, Op::Linalg { op: L::CholeskySolve, upper, left: true, unit: false }, vec![l, eye])?;
+    imp.emit(n, Op::Linalg { op: L::CholeskySolve, upper, left: true, unit: false, complex: false }, vec![l, eye])?;
     Ok(())
 }
 
@@ -1090,14 +1104,24 @@ fn matrix_dims_of(imp: &Importer, a: ValueId, api: &str) -> R<(i64, i64)> {
 /// The unit lower `L` (`[.., m, k]`) and upper `U` (`[.., k, n]`) packed in
 /// LAPACK's `LU` (`[.., m, n]`, `k = min(m, n)`).
 fn unpack_lu(imp: &mut Importer, lu: ValueId) -> R<(ValueId, ValueId)> {
+    unpack_lu_part(imp, lu, true)
+}
+
+/// [`unpack_lu`] of one part of a complex `LU`: the imaginary part's `L`
+/// has no unit diagonal (`unit` false).
+pub(super) fn unpack_lu_part(imp: &mut Importer, lu: ValueId, unit: bool) -> R<(ValueId, ValueId)> {
     let (m, n) = matrix_dims_of(imp, lu, "lu_unpack")?;
     let k = m.min(n);
     let rank = imp.ty(lu).rank();
     let left = imp.push(Op::Slice { axis: rank - 1, start: 0, end: k, step: 1 }, vec![lu])?;
     let below = masked_triangle(imp, left, m, k, true)?;
-    let dtype = imp.ty(lu).dtype;
-    let ones = eye_matrix(imp, dtype, m, k)?;
-    let l = imp.push(Op::Binary(BinaryOp::Add), vec![below, ones])?;
+    let l = if unit {
+        let dtype = imp.ty(lu).dtype;
+        let ones = eye_matrix(imp, dtype, m, k)?;
+        imp.push(Op::Binary(BinaryOp::Add), vec![below, ones])?
+    } else {
+        below
+    };
     let top = imp.push(Op::Slice { axis: rank - 2, start: 0, end: k, step: 1 }, vec![lu])?;
     let u = masked_triangle(imp, top, k, n, false)?;
     Ok((l, u))
@@ -1162,7 +1186,7 @@ pub(super) fn lu_solve(imp: &mut Importer, n: &Node, legacy: bool) -> R<()> {
     let (packed_b, b) = broadcast_batches(imp, packed, b)?;
     let (p, b) = broadcast_batches(imp, p, b)?;
     let tri = |imp: &mut Importer, m: ValueId, rhs: ValueId, upper: bool, unit: bool| {
-        imp.push(Op::Linalg { op: L::TriangularSolve, upper, left: true, unit }, vec![m, rhs])
+        imp.push(Op::Linalg { op: L::TriangularSolve, upper, left: true, unit, complex: false }, vec![m, rhs])
     };
     let x = if adjoint {
         let t = transpose_last(imp, packed_b)?;
@@ -1210,7 +1234,11 @@ pub(super) fn householder_product(imp: &mut Importer, n: &Node) -> R<()> {
     let a = matrices(imp, n, if legacy { "self" } else { "input" })?;
     let tau = imp.tensor(n, if legacy { "input2" } else { "tau" })?;
     let tau = imp.cast(tau, imp.ty(a).dtype);
-    imp.emit(n, Op::Linalg { op: L::HouseholderProduct, upper: false, left: false, unit: false }, vec![a, tau])?;
+    imp.emit(
+        n,
+        Op::Linalg { op: L::HouseholderProduct, upper: false, left: false, unit: false, complex: false },
+        vec![a, tau],
+    )?;
     Ok(())
 }
 
@@ -1246,8 +1274,10 @@ pub(super) fn ormqr(imp: &mut Importer, n: &Node) -> R<()> {
     let square = pad(imp, a, rank - 1, m - cols)?;
     let tau_rank = imp.ty(tau).rank();
     let tau = pad(imp, tau, tau_rank - 1, m - k)?;
-    let q =
-        imp.push(Op::Linalg { op: L::HouseholderProduct, upper: false, left: false, unit: false }, vec![square, tau])?;
+    let q = imp.push(
+        Op::Linalg { op: L::HouseholderProduct, upper: false, left: false, unit: false, complex: false },
+        vec![square, tau],
+    )?;
     let q = if imp.bool(n, "transpose", false)? { transpose_last(imp, q)? } else { q };
     let v =
         if imp.bool(n, "left", true)? { imp.push(Op::MatMul, vec![q, c])? } else { imp.push(Op::MatMul, vec![c, q])? };

@@ -8,6 +8,7 @@ mod airy;
 mod batch_norm;
 mod bessel_k;
 mod complex_composite;
+mod complex_factor;
 mod complex_linalg;
 mod complex_math;
 mod complex_ops;
