@@ -9,7 +9,9 @@
 //! and constant adds were folded into it by `fuse`), the chain grows
 //! forward through values with exactly one use that are no graph output:
 //! - an activation (`relu`, `sigmoid`, `silu`, `gelu`, `gelu_tanh`, `clamp`
-//!   — ReLU6), then optionally an `add` of a residual;
+//!   — ReLU6 — or `mul(x, sigmoid(x))`, SiLU as Core ATen decomposes it:
+//!   then `x` has those two readers and the epilogue's `mul_sigmoid`
+//!   rounds as they do), then optionally an `add` of a residual;
 //! - or an `add` of a residual, then optionally an activation (ResNet's
 //!   `relu(bn(conv(x)) + identity)`).
 //!
@@ -28,7 +30,7 @@
 use crate::host::{static_shape, HostTensor};
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::{Changed, Options, PassError};
-use kiln_ir::{Activation, BinaryOp, DType, Epilogue, Graph, NodeId, Op, Residual, SecondaryMap, ValueId};
+use kiln_ir::{Activation, BinaryOp, DType, Epilogue, Graph, NodeId, Op, Residual, SecondaryMap, UnaryOp, ValueId};
 use std::collections::HashMap;
 
 pub fn fuse_epilogues(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
@@ -128,9 +130,12 @@ fn find_chains(g: &Graph) -> Vec<Chain> {
     let uses = g.use_counts();
     // The reader of each value (its only one, where the value has one use).
     let mut reader: HashMap<ValueId, NodeId> = HashMap::new();
+    // Every reader of each value, in schedule order (a node once per operand).
+    let mut readers: HashMap<ValueId, Vec<NodeId>> = HashMap::new();
     for &n in &g.order {
         for &v in &g.nodes[n].inputs {
             reader.insert(v, n);
+            readers.entry(v).or_default().push(n);
         }
     }
     let mut taken: SecondaryMap<NodeId, bool> = SecondaryMap::new();
@@ -175,6 +180,21 @@ fn find_chains(g: &Graph) -> Vec<Chain> {
         // ATen's linear on a batch of sequences is view → addmm → view.
         let mut steps = 0;
         while steps < 2 {
+            // SiLU as Core ATen decomposes it: `cur` read by a sigmoid and
+            // by the product with it, and by nothing else.
+            if chain.activation.is_none() {
+                if let Some((sigmoid, mul)) = mul_sigmoid(g, cur, &uses, &readers, &taken) {
+                    chain.activation = Some(Activation::MulSigmoid);
+                    chain.residual_first = chain.residual.is_some();
+                    chain.members.extend([sigmoid, mul]);
+                    cur = g.nodes[mul].outputs[0];
+                    steps += 1;
+                    if chain.residual_first {
+                        break;
+                    }
+                    continue;
+                }
+            }
             let Some(n) = next(cur, &taken) else { break };
             let node = &g.nodes[n];
             let same_type = g.ty(node.outputs[0]) == g.ty(cur);
@@ -214,6 +234,40 @@ fn find_chains(g: &Graph) -> Vec<Chain> {
         chains.push(chain);
     }
     chains
+}
+
+/// The `sigmoid(cur)` and `mul(cur, sigmoid(cur))` (either operand order)
+/// nodes when they are `cur`'s only readers, `cur` is no graph output, the
+/// sigmoid's result is read by the product only and the product keeps
+/// `cur`'s type: SiLU as Core ATen decomposes it, which the epilogue's
+/// `mul_sigmoid` computes with the same roundings.
+fn mul_sigmoid(
+    g: &Graph,
+    cur: ValueId,
+    uses: &SecondaryMap<ValueId, u32>,
+    readers: &HashMap<ValueId, Vec<NodeId>>,
+    taken: &SecondaryMap<NodeId, bool>,
+) -> Option<(NodeId, NodeId)> {
+    let &[a, b] = readers.get(&cur)?.as_slice() else { return None };
+    if uses[cur] != 2 || g.outputs.contains(&cur) || a == b {
+        return None;
+    }
+    let is_sigmoid = |n: NodeId| g.nodes[n].op == Op::Unary(UnaryOp::Sigmoid) && g.nodes[n].outputs.len() == 1;
+    let (sigmoid, mul) = if is_sigmoid(a) { (a, b) } else { (b, a) };
+    let s = g.nodes[sigmoid].outputs[0];
+    let mul_node = &g.nodes[mul];
+    let reads_both = mul_node.inputs == [cur, s] || mul_node.inputs == [s, cur];
+    let fits = is_sigmoid(sigmoid)
+        && mul_node.op == Op::Binary(BinaryOp::Mul)
+        && reads_both
+        && mul_node.outputs.len() == 1
+        && uses[s] == 1
+        && !g.outputs.contains(&s)
+        && g.ty(s) == g.ty(cur)
+        && g.ty(mul_node.outputs[0]) == g.ty(cur)
+        && !taken[sigmoid]
+        && !taken[mul];
+    fits.then_some((sigmoid, mul))
 }
 
 /// Pushes the fused node (and the reshapes around it) for `chain`; returns

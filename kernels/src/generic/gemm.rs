@@ -19,7 +19,7 @@ use super::elementwise::{clamp_bound, clamp_f32_in_place, unary_f32_fn};
 use crate::context::Context;
 use crate::parallel::{SharedMut, Threads};
 use crate::table::{KernelTable, UnaryFn};
-use crate::types::{PackBuffers, Result};
+use crate::types::{PackBuffers, Result, UnaryOp};
 use std::marker::PhantomData;
 
 /// Rows of C per generic microkernel tile. 4×8 accumulators fit the 16 SSE
@@ -165,11 +165,15 @@ pub(crate) enum VectorActivation {
     Gelu,
     Silu,
     Sigmoid,
+    /// `v · sigmoid(v)` ([`Activation::MulSigmoid`]).
+    MulSigmoid,
 }
 
 #[derive(Copy, Clone)]
 enum ActivationKernel {
     Unary(UnaryFn),
+    /// `v · sigmoid(v)`, the sigmoid through this function.
+    MulSigmoid(UnaryFn),
     /// Bounds as the clamp kernel rounds them (an absent one is infinite,
     /// which no value crosses).
     Clamp(f32, f32),
@@ -191,12 +195,16 @@ impl ActivationFn {
             Activation::Clamp { min, max } => {
                 ActivationKernel::Clamp(clamp_bound(min, f32::NEG_INFINITY), clamp_bound(max, f32::INFINITY))
             }
+            Activation::MulSigmoid => {
+                ActivationKernel::MulSigmoid(unary_f32_fn(table, UnaryOp::Sigmoid).unwrap_or(copy))
+            }
             a => ActivationKernel::Unary(a.unary_op().and_then(|op| unary_f32_fn(table, op)).unwrap_or(copy)),
         };
         let (vector, entry) = match activation {
             Activation::Gelu => (VectorActivation::Gelu, table.gelu.variant),
             Activation::Silu => (VectorActivation::Silu, table.silu.variant),
             Activation::Sigmoid => (VectorActivation::Sigmoid, table.sigmoid.variant),
+            Activation::MulSigmoid => (VectorActivation::MulSigmoid, table.sigmoid.variant),
             _ => return ActivationFn { activation, run, in_registers: None },
         };
         let in_registers = (table.gemm.math == Some(entry)).then_some(vector);
@@ -208,7 +216,7 @@ impl ActivationFn {
     pub(crate) fn clamp_bounds(&self) -> Option<(f32, f32)> {
         match self.run {
             ActivationKernel::Clamp(lo, hi) => Some((lo, hi)),
-            ActivationKernel::Unary(_) => None,
+            ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) => None,
         }
     }
 
@@ -224,6 +232,17 @@ impl ActivationFn {
                     let src = &mut tmp[..part.len()];
                     src.copy_from_slice(part);
                     run(src, part);
+                }
+            }
+            ActivationKernel::MulSigmoid(sigmoid) => {
+                let mut tmp = [0f32; CHUNK];
+                for part in row.chunks_mut(CHUNK) {
+                    let src = &mut tmp[..part.len()];
+                    src.copy_from_slice(part);
+                    sigmoid(src, part);
+                    for (v, &x) in part.iter_mut().zip(src.iter()) {
+                        *v *= x;
+                    }
                 }
             }
         }
@@ -455,7 +474,7 @@ impl<'a> Tile<'a> {
             Some(a) => match a.run {
                 ActivationKernel::Clamp(lo, hi) => (Some((lo, hi)), None),
                 ActivationKernel::Unary(_) if a.activation == Activation::Relu => (Some((0.0, f32::INFINITY)), None),
-                ActivationKernel::Unary(_) => (None, Some(a.in_registers?)),
+                ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) => (None, Some(a.in_registers?)),
             },
         };
         Some(VectorStore {

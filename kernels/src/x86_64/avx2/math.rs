@@ -228,6 +228,14 @@ pub(crate) unsafe fn sigmoid_ps(x: __m256) -> __m256 {
     _mm256_div_ps(one, _mm256_add_ps(one, e))
 }
 
+/// x · sigmoid(x): the unfused `sigmoid` then `mul`, bit for bit (SiLU as
+/// Core ATen decomposes it; a GEMM's `mul_sigmoid` epilogue).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn mul_sigmoid_ps(x: __m256) -> __m256 {
+    _mm256_mul_ps(x, sigmoid_ps(x))
+}
+
 /// x / (1 + e^-x), the generic formula with [`exp_ps`].
 #[inline]
 #[target_feature(enable = "avx2,fma")]

@@ -196,6 +196,14 @@ pub(crate) unsafe fn sigmoid_ps(x: __m512) -> __m512 {
     _mm512_div_ps(one, _mm512_add_ps(one, e))
 }
 
+/// x · sigmoid(x): the unfused `sigmoid` then `mul`, bit for bit (SiLU as
+/// Core ATen decomposes it; a GEMM's `mul_sigmoid` epilogue).
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn mul_sigmoid_ps(x: __m512) -> __m512 {
+    _mm512_mul_ps(x, sigmoid_ps(x))
+}
+
 /// x / (1 + e^-x) (AVX2 `silu_ps`).
 #[inline]
 #[target_feature(enable = "avx512f")]
