@@ -103,6 +103,7 @@ fn channels_last_equals_channels_first_bit_for_bit() {
         (Some(relu6), true, false),
         (Some(relu6), false, false),
         (Some(Activation::MulSigmoid), true, false),
+        (Some(Activation::Hardswish), false, false),
     ];
     for (ci, c) in CASES.iter().enumerate() {
         let os = out_shape(c);

@@ -167,6 +167,8 @@ pub(crate) enum VectorActivation {
     Sigmoid,
     /// `v · sigmoid(v)` ([`Activation::MulSigmoid`]).
     MulSigmoid,
+    /// `v · clamp(v + 3, 0, 6) / 6` ([`Activation::Hardswish`]).
+    Hardswish,
 }
 
 #[derive(Copy, Clone)]
@@ -174,6 +176,8 @@ enum ActivationKernel {
     Unary(UnaryFn),
     /// `v · sigmoid(v)`, the sigmoid through this function.
     MulSigmoid(UnaryFn),
+    /// `v · clamp(v + 3, 0, 6) / 6`, exact operations (the same on every table).
+    Hardswish,
     /// Bounds as the clamp kernel rounds them (an absent one is infinite,
     /// which no value crosses).
     Clamp(f32, f32),
@@ -198,6 +202,7 @@ impl ActivationFn {
             Activation::MulSigmoid => {
                 ActivationKernel::MulSigmoid(unary_f32_fn(table, UnaryOp::Sigmoid).unwrap_or(copy))
             }
+            Activation::Hardswish => ActivationKernel::Hardswish,
             a => ActivationKernel::Unary(a.unary_op().and_then(|op| unary_f32_fn(table, op)).unwrap_or(copy)),
         };
         let (vector, entry) = match activation {
@@ -205,6 +210,11 @@ impl ActivationFn {
             Activation::Silu => (VectorActivation::Silu, table.silu.variant),
             Activation::Sigmoid => (VectorActivation::Sigmoid, table.sigmoid.variant),
             Activation::MulSigmoid => (VectorActivation::MulSigmoid, table.sigmoid.variant),
+            // Exact operations: any ISA microkernel computes them alike.
+            Activation::Hardswish => {
+                let in_registers = table.gemm.math.is_some().then_some(VectorActivation::Hardswish);
+                return ActivationFn { activation, run, in_registers };
+            }
             _ => return ActivationFn { activation, run, in_registers: None },
         };
         let in_registers = (table.gemm.math == Some(entry)).then_some(vector);
@@ -216,7 +226,7 @@ impl ActivationFn {
     pub(crate) fn clamp_bounds(&self) -> Option<(f32, f32)> {
         match self.run {
             ActivationKernel::Clamp(lo, hi) => Some((lo, hi)),
-            ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) => None,
+            ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) | ActivationKernel::Hardswish => None,
         }
     }
 
@@ -243,6 +253,15 @@ impl ActivationFn {
                     for (v, &x) in part.iter_mut().zip(src.iter()) {
                         *v *= x;
                     }
+                }
+            }
+            ActivationKernel::Hardswish => {
+                for v in row.iter_mut() {
+                    // The clamp kernel's comparisons (NaN passes through).
+                    let c = *v + 3.0;
+                    let c = if c < 0.0 { 0.0 } else { c };
+                    let c = if c > 6.0 { 6.0 } else { c };
+                    *v = *v * c / 6.0;
                 }
             }
         }
@@ -474,7 +493,9 @@ impl<'a> Tile<'a> {
             Some(a) => match a.run {
                 ActivationKernel::Clamp(lo, hi) => (Some((lo, hi)), None),
                 ActivationKernel::Unary(_) if a.activation == Activation::Relu => (Some((0.0, f32::INFINITY)), None),
-                ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) => (None, Some(a.in_registers?)),
+                ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) | ActivationKernel::Hardswish => {
+                    (None, Some(a.in_registers?))
+                }
             },
         };
         Some(VectorStore {

@@ -223,6 +223,7 @@ unsafe fn store_row(vs: &VectorStore<'_>, row: &RowAddends<'_>, ptr: *mut f32, a
             VectorActivation::Silu => $math::silu_ps(v),
             VectorActivation::Sigmoid => $math::sigmoid_ps(v),
             VectorActivation::MulSigmoid => $math::mul_sigmoid_ps(v),
+            VectorActivation::Hardswish => $math::hardswish_ps(v),
         };
     }
     if let (false, Some(r)) = (vs.residual_first, residual) {

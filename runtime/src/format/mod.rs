@@ -45,8 +45,8 @@ pub const FORMAT_MAJOR: u16 = 0;
 /// layout of `pool`; 0.12 complex inputs and outputs, `IoDecl::complex`;
 /// 0.13 the `native_kernel` instruction and row functions in the native
 /// section; 0.14 int8 activations between layers on `quant_conv`,
-/// `out_scale` / `out_zero_point`; 0.16 the `mul_sigmoid` epilogue
-/// activation), so a runtime reads exactly its own minor version; from 1.0 on,
+/// `out_scale` / `out_zero_point`; 0.16 the `mul_sigmoid` and `hardswish`
+/// epilogue activations), so a runtime reads exactly its own minor version; from 1.0 on,
 /// minors only add. `tests/golden/` holds one artifact per version.
 pub const FORMAT_MINOR: u16 = 16;
 /// The oldest minor version this runtime reads.

@@ -2,12 +2,13 @@
 //! the `fuse_epilogue` pass run on the same random inputs — random
 //! convolutions (dense 3×3 at strides 1 and 2, pointwise, grouped,
 //! depthwise; with and without bias) and linears / Core ATen matmuls with
-//! every epilogue activation (also SiLU as Core ATen decomposes it) and the
+//! every epilogue activation (also SiLU and hardswish as Core ATen
+//! decomposes them) and the
 //! residual before, after or absent, and every fixture and real-model
 //! topology. ReLU, clamp (ReLU6) and the adds are exact operations done in
 //! the same order, so those results must be byte for byte the unfused ones
 //! (so must the decomposed SiLU on x86: the same sigmoid vector body, then
-//! the same product); the transcendental activations go through
+//! the same product; and hardswish's exact steps everywhere); the transcendental activations go through
 //! the same vector functions but may take the scalar tail on other
 //! elements, so they are held to a few ulp.
 
@@ -48,12 +49,25 @@ fn fused_calls(p: &Program) -> (usize, bool) {
         // element on x86 (the slice functions pad their tails): exact there.
         let mul_sigmoid_exact = cfg!(target_arch = "x86_64");
         exact &= match epilogue.activation {
-            None | Some(kiln_ir::Activation::Relu | kiln_ir::Activation::Clamp { .. }) => true,
+            None
+            | Some(kiln_ir::Activation::Relu | kiln_ir::Activation::Clamp { .. } | kiln_ir::Activation::Hardswish) => {
+                true
+            }
             Some(kiln_ir::Activation::MulSigmoid) => mul_sigmoid_exact,
             Some(_) => false,
         };
     }
     (count, exact)
+}
+
+/// Whether some fused call of the plan applies `activation`.
+fn has_activation(p: &Program, activation: kiln_ir::Activation) -> bool {
+    p.plan().instrs.iter().any(|i| match i.op.kernel() {
+        Some(Kernel::ConvFused { epilogue, .. }) | Some(Kernel::LinearFused { epilogue }) => {
+            epilogue.activation == Some(activation)
+        }
+        _ => false,
+    })
 }
 
 /// Compares the fused program's outputs with the unfused one's: bytes when
@@ -76,7 +90,8 @@ fn constant(g: &mut Graph, rng: &mut StdRng, shape: &[i64]) -> ValueId {
 }
 
 /// The activation ops an epilogue takes, as the graph writes them; `mul`
-/// stands for SiLU as Core ATen decomposes it, `mul(x, sigmoid(x))`.
+/// stands for SiLU as Core ATen decomposes it, `mul(x, sigmoid(x))`, and
+/// `div` for its hardswish, `div(mul(x, clamp(clamp(x + 3, 0), None, 6)), 6)`.
 fn activation(i: usize) -> Option<Op> {
     match i {
         0 => None,
@@ -86,12 +101,13 @@ fn activation(i: usize) -> Option<Op> {
         4 => Some(Op::Unary(UnaryOp::Sigmoid)),
         5 => Some(Op::Unary(UnaryOp::Gelu)),
         6 => Some(Op::Binary(BinaryOp::Mul)),
+        7 => Some(Op::Binary(BinaryOp::Div)),
         _ => Some(Op::Unary(UnaryOp::GeluTanh)),
     }
 }
 
 /// How many activations [`activation`] knows (with "none").
-const ACTIVATIONS: usize = 8;
+const ACTIVATIONS: usize = 9;
 
 /// `y = op(x..)`, then the activation and the residual in the order asked
 /// (`residual`: 0 none, 1 before the activation, 2 after it).
@@ -107,6 +123,17 @@ fn epilogue_tail(g: &mut Graph, y: ValueId, act: Option<Op>, residual: usize) ->
             let s = g.push(Op::Unary(UnaryOp::Sigmoid), vec![v], ty.clone(), None);
             let operands = if residual == 1 { vec![s, v] } else { vec![v, s] };
             v = g.push(Op::Binary(BinaryOp::Mul), operands, ty.clone(), None);
+        }
+        Some(Op::Binary(BinaryOp::Div)) => {
+            let scalar = |g: &mut Graph, x: f32| {
+                g.add_const(None, TensorType::fixed(DType::F32, &[]), ConstBytes::owned(x.to_le_bytes().to_vec()))
+            };
+            let (three, six) = (scalar(g, 3.0), scalar(g, 6.0));
+            let shifted = g.push(Op::Binary(BinaryOp::Add), vec![v, three], ty.clone(), None);
+            let low = g.push(Op::Clamp { min: Some(0.0), max: None }, vec![shifted], ty.clone(), None);
+            let clipped = g.push(Op::Clamp { min: None, max: Some(6.0) }, vec![low], ty.clone(), None);
+            let product = g.push(Op::Binary(BinaryOp::Mul), vec![v, clipped], ty.clone(), None);
+            v = g.push(Op::Binary(BinaryOp::Div), vec![product, six], ty.clone(), None);
         }
         Some(a) => v = g.push(a, vec![v], ty.clone(), None),
         None => {}
@@ -183,6 +210,8 @@ fn random_linear(rng: &mut StdRng) -> Graph {
 fn random_convolutions_and_linears_keep_their_results() {
     let mut rng = StdRng::seed_from_u64(2027);
     let mut fused = 0;
+    let decomposed = [kiln_ir::Activation::MulSigmoid, kiln_ir::Activation::Hardswish];
+    let mut seen = [0; 2];
     for case in 0..80 {
         let g = if case % 2 == 0 { random_conv(&mut rng) } else { random_linear(&mut rng) };
         let inputs = random_inputs(&g, &mut rng, -3.0, 3.0);
@@ -190,8 +219,13 @@ fn random_convolutions_and_linears_keep_their_results() {
         let after = compile(g, &[FUSE_EPILOGUE, DCE]);
         let (count, exact) = fused_calls(&after);
         fused += count;
+        for (i, a) in decomposed.iter().enumerate() {
+            seen[i] += usize::from(has_activation(&after, *a));
+        }
         compare(&format!("random graph {case}"), &run(&after, &inputs), &run(&before, &inputs), exact);
     }
+    // The decomposed forms were recognised too.
+    assert!(seen.iter().all(|&n| n > 0), "decomposed SiLU / hardswish fused in {seen:?} graphs");
     // Most graphs have something to fuse (a bare conv / linear does not).
     assert!(fused > 50, "only {fused} of 80 random graphs fused an epilogue");
 }
