@@ -16,6 +16,7 @@ ResNet-18 and MobileNetV2 at 224², a BERT-style encoder (4 layers × 256, 4
 heads, seq 128) and a Llama-style decoder (4 layers × 512, 8 heads, 2 KV
 heads — GQA — seq 64). EfficientNet-B0 and ConvNeXt-Tiny (224²) are the
 elementwise-heavy CNNs of the native-code benchmark (benches/native.py);
+MobileNetV3-Large (224²) is the hardswish CNN;
 `elementwise` is that benchmark's group-only model (SiLU, GELU, log1p),
 `rows` its row-kernel-only one (layer norm, RMS norm, softmax, mean).
 """
@@ -71,6 +72,11 @@ def mobilenet_v2():
 def efficientnet_b0():
     import torchvision
     return torchvision.models.efficientnet_b0(), (randn(1, 3, 224, 224, seed=6),)
+
+
+def mobilenet_v3_large():
+    import torchvision
+    return torchvision.models.mobilenet_v3_large(), (randn(1, 3, 224, 224, seed=11),)
 
 
 def convnext_tiny():
@@ -130,8 +136,8 @@ def llama():
 
 
 MODELS = {"mlp": mlp, "resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert": bert, "llama": llama,
-          "efficientnet_b0": efficientnet_b0, "convnext_tiny": convnext_tiny, "elementwise": elementwise,
-          "rows": rows}
+          "efficientnet_b0": efficientnet_b0, "mobilenet_v3_large": mobilenet_v3_large,
+          "convnext_tiny": convnext_tiny, "elementwise": elementwise, "rows": rows}
 
 
 def export(name, out: Path):

@@ -631,6 +631,12 @@ fn table_samples_graph() -> Graph {
             layout: Layout::ChannelsLast,
         },
         Op::LinearFused { epilogue: Epilogue { bias: false, activation: None, residual: Residual::None } },
+        Op::LinearFused {
+            epilogue: Epilogue { bias: false, activation: Some(Activation::MulSigmoid), residual: Residual::None },
+        },
+        Op::LinearFused {
+            epilogue: Epilogue { bias: true, activation: Some(Activation::Hardswish), residual: Residual::None },
+        },
         Op::Upsample { mode: ResizeMode::Nearest, align_corners: false, size: shape.clone(), scales: vec![2.0, 0.0] },
         Op::Upsample { mode: ResizeMode::Linear, align_corners: true, size: shape.clone(), scales: vec![] },
         Op::Random {

@@ -9,7 +9,12 @@
 //! and constant adds were folded into it by `fuse`), the chain grows
 //! forward through values with exactly one use that are no graph output:
 //! - an activation (`relu`, `sigmoid`, `silu`, `gelu`, `gelu_tanh`, `clamp`
-//!   — ReLU6), then optionally an `add` of a residual;
+//!   — ReLU6 — or `mul(x, sigmoid(x))`, SiLU as Core ATen decomposes it:
+//!   then `x` has those two readers and the epilogue's `mul_sigmoid`
+//!   rounds as they do; or hardswish's `add(x, 3)`, `clamp` to [0, 6]
+//!   (one clamp or two), `mul(x, ·)` and `div(·, 6)`, which the epilogue's
+//!   `hardswish` computes with the same exact operations), then optionally
+//!   an `add` of a residual;
 //! - or an `add` of a residual, then optionally an activation (ResNet's
 //!   `relu(bn(conv(x)) + identity)`).
 //!
@@ -28,7 +33,7 @@
 use crate::host::{static_shape, HostTensor};
 use crate::rewrite::{rewrite_in_order, Rewrite};
 use crate::{Changed, Options, PassError};
-use kiln_ir::{Activation, BinaryOp, DType, Epilogue, Graph, NodeId, Op, Residual, SecondaryMap, ValueId};
+use kiln_ir::{Activation, BinaryOp, DType, Epilogue, Graph, NodeId, Op, Residual, SecondaryMap, UnaryOp, ValueId};
 use std::collections::HashMap;
 
 pub fn fuse_epilogues(g: &mut Graph, _opts: &Options) -> Result<Changed, PassError> {
@@ -128,9 +133,12 @@ fn find_chains(g: &Graph) -> Vec<Chain> {
     let uses = g.use_counts();
     // The reader of each value (its only one, where the value has one use).
     let mut reader: HashMap<ValueId, NodeId> = HashMap::new();
+    // Every reader of each value, in schedule order (a node once per operand).
+    let mut readers: HashMap<ValueId, Vec<NodeId>> = HashMap::new();
     for &n in &g.order {
         for &v in &g.nodes[n].inputs {
             reader.insert(v, n);
+            readers.entry(v).or_default().push(n);
         }
     }
     let mut taken: SecondaryMap<NodeId, bool> = SecondaryMap::new();
@@ -175,6 +183,24 @@ fn find_chains(g: &Graph) -> Vec<Chain> {
         // ATen's linear on a batch of sequences is view → addmm → view.
         let mut steps = 0;
         while steps < 2 {
+            // SiLU or hardswish as Core ATen decomposes them: `cur` read by
+            // the first step and by the product, and by nothing else.
+            if chain.activation.is_none() {
+                let decomposed = mul_sigmoid(g, cur, &uses, &readers, &taken)
+                    .map(|(sigmoid, mul)| (Activation::MulSigmoid, vec![sigmoid, mul]))
+                    .or_else(|| Some((Activation::Hardswish, hardswish(g, cur, &uses, &readers, &taken)?)));
+                if let Some((activation, nodes)) = decomposed {
+                    chain.activation = Some(activation);
+                    chain.residual_first = chain.residual.is_some();
+                    cur = g.nodes[*nodes.last().unwrap_or(&base)].outputs[0];
+                    chain.members.extend(nodes);
+                    steps += 1;
+                    if chain.residual_first {
+                        break;
+                    }
+                    continue;
+                }
+            }
             let Some(n) = next(cur, &taken) else { break };
             let node = &g.nodes[n];
             let same_type = g.ty(node.outputs[0]) == g.ty(cur);
@@ -214,6 +240,122 @@ fn find_chains(g: &Graph) -> Vec<Chain> {
         chains.push(chain);
     }
     chains
+}
+
+/// The `sigmoid(cur)` and `mul(cur, sigmoid(cur))` (either operand order)
+/// nodes when they are `cur`'s only readers, `cur` is no graph output, the
+/// sigmoid's result is read by the product only and the product keeps
+/// `cur`'s type: SiLU as Core ATen decomposes it, which the epilogue's
+/// `mul_sigmoid` computes with the same roundings.
+fn mul_sigmoid(
+    g: &Graph,
+    cur: ValueId,
+    uses: &SecondaryMap<ValueId, u32>,
+    readers: &HashMap<ValueId, Vec<NodeId>>,
+    taken: &SecondaryMap<NodeId, bool>,
+) -> Option<(NodeId, NodeId)> {
+    let &[a, b] = readers.get(&cur)?.as_slice() else { return None };
+    if uses[cur] != 2 || g.outputs.contains(&cur) || a == b {
+        return None;
+    }
+    let is_sigmoid = |n: NodeId| g.nodes[n].op == Op::Unary(UnaryOp::Sigmoid) && g.nodes[n].outputs.len() == 1;
+    let (sigmoid, mul) = if is_sigmoid(a) { (a, b) } else { (b, a) };
+    let s = g.nodes[sigmoid].outputs[0];
+    let mul_node = &g.nodes[mul];
+    let reads_both = mul_node.inputs == [cur, s] || mul_node.inputs == [s, cur];
+    let fits = is_sigmoid(sigmoid)
+        && mul_node.op == Op::Binary(BinaryOp::Mul)
+        && reads_both
+        && mul_node.outputs.len() == 1
+        && uses[s] == 1
+        && !g.outputs.contains(&s)
+        && g.ty(s) == g.ty(cur)
+        && g.ty(mul_node.outputs[0]) == g.ty(cur)
+        && !taken[sigmoid]
+        && !taken[mul];
+    fits.then_some((sigmoid, mul))
+}
+
+/// `add(cur, 3)`, `clamp(·, 0, 6)` (or Core ATen's `clamp(·, 0)` then
+/// `clamp(·, None, 6)`), `mul(cur, ·)` (either order) and `div(·, 6)`, in
+/// that order, when the add and the product are `cur`'s only readers, each
+/// later value is read by the next step only, is no graph output and has
+/// `cur`'s type, and the constants are f32 scalars: hardswish, which the
+/// epilogue's `hardswish` computes with the same exact operations.
+fn hardswish(
+    g: &Graph,
+    cur: ValueId,
+    uses: &SecondaryMap<ValueId, u32>,
+    readers: &HashMap<ValueId, Vec<NodeId>>,
+    taken: &SecondaryMap<NodeId, bool>,
+) -> Option<Vec<NodeId>> {
+    let &[a, b] = readers.get(&cur)?.as_slice() else { return None };
+    if uses[cur] != 2 || g.outputs.contains(&cur) || a == b {
+        return None;
+    }
+    let ty = g.ty(cur);
+    // The node's other operand (of two) when it is a scalar f32 constant `value`.
+    let by_scalar = |n: NodeId, op: BinaryOp, x: ValueId, value: f64| {
+        let node = &g.nodes[n];
+        let (&[p, q], &[out]) = (node.inputs.as_slice(), node.outputs.as_slice()) else { return false };
+        let k = match (p == x, q == x) {
+            (true, false) => q,
+            (false, true) if op != BinaryOp::Div => p,
+            _ => return false,
+        };
+        let scalar = HostTensor::from_const(g, k).is_some_and(|t| t.numel() == 1 && t.data[0] == value);
+        node.op == Op::Binary(op) && scalar && g.ty(k).dtype == DType::F32 && g.ty(out) == ty
+    };
+    // The only reader of `v` (a value of one use, no output) that is no other chain's.
+    let sole_reader = |v: ValueId| {
+        let r = match readers.get(&v)?.as_slice() {
+            &[r] if uses[v] == 1 && !g.outputs.contains(&v) && !taken[r] => r,
+            _ => return None,
+        };
+        (g.nodes[r].outputs.len() == 1).then_some(r)
+    };
+    let (add, mul) = if by_scalar(a, BinaryOp::Add, cur, 3.0) { (a, b) } else { (b, a) };
+    if !by_scalar(add, BinaryOp::Add, cur, 3.0) || taken[add] || taken[mul] {
+        return None;
+    }
+    let mut nodes = vec![add];
+    let (mut lo, mut hi) = (None, None);
+    let mut v = g.nodes[add].outputs[0];
+    while let Some(n) = sole_reader(v).filter(|&n| n != mul) {
+        let Op::Clamp { min, max } = g.nodes[n].op else { return None };
+        // A bound set twice, or one of another value, is some other function.
+        for (bound, new, want) in [(&mut lo, min, 0.0), (&mut hi, max, 6.0)] {
+            match (new, bound.is_some()) {
+                (None, _) => {}
+                (Some(b), false) if b == want => *bound = Some(b),
+                _ => return None,
+            }
+        }
+        if g.ty(g.nodes[n].outputs[0]) != ty || nodes.len() > 2 {
+            return None;
+        }
+        nodes.push(n);
+        v = g.nodes[n].outputs[0];
+    }
+    let clamped = lo.is_some() && hi.is_some();
+    let mul_node = &g.nodes[mul];
+    let reads_both = mul_node.inputs == [cur, v] || mul_node.inputs == [v, cur];
+    let product_ok = clamped
+        && sole_reader(v) == Some(mul)
+        && mul_node.op == Op::Binary(BinaryOp::Mul)
+        && reads_both
+        && mul_node.outputs.len() == 1
+        && g.ty(mul_node.outputs[0]) == ty;
+    if !product_ok {
+        return None;
+    }
+    nodes.push(mul);
+    let product = mul_node.outputs[0];
+    let div = sole_reader(product)?;
+    by_scalar(div, BinaryOp::Div, product, 6.0).then(|| {
+        nodes.push(div);
+        nodes
+    })
 }
 
 /// Pushes the fused node (and the reshapes around it) for `chain`; returns

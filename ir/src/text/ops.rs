@@ -151,7 +151,7 @@ fn scatter_reduce_name(r: Option<ReduceKind>) -> &'static str {
 }
 
 /// A fused epilogue's attributes: `bias`, then `activation` (a unary op's
-/// name or `clamp` with optional `min` / `max`) and `residual` (`before` or
+/// name, `mul_sigmoid`, `hardswish`, or `clamp` with optional `min` / `max`) and `residual` (`before` or
 /// `after` the activation), each omitted when absent.
 fn epilogue(a: &mut Attrs, op: &str) -> Result<crate::Epilogue, ParseError> {
     use crate::{Activation, Residual};
@@ -163,11 +163,9 @@ fn epilogue(a: &mut Attrs, op: &str) -> Result<crate::Epilogue, ParseError> {
             min: min.as_ref().map(float).transpose()?,
             max: max.as_ref().map(float).transpose()?,
         }),
-        Some(AttrVal::Ident(s, p)) => Some(
-            crate::UnaryOp::from_name(&s)
-                .and_then(Activation::from_unary)
-                .ok_or_else(|| p.error(format!("`{s}` is no epilogue activation")))?,
-        ),
+        Some(AttrVal::Ident(s, p)) => {
+            Some(Activation::from_name(&s).ok_or_else(|| p.error(format!("`{s}` is no epilogue activation")))?)
+        }
         Some(other) => return Err(other.pos().error("expected an activation name")),
     };
     if !matches!(activation, Some(Activation::Clamp { .. })) {

@@ -26,6 +26,14 @@ pub enum Activation {
         min: Option<f64>,
         max: Option<f64>,
     },
+    /// `v · sigmoid(v)`: SiLU as Core ATen decomposes it (`mul(x,
+    /// sigmoid(x))`), rounded as those two ops are — the sigmoid, then one
+    /// product — where [`Activation::Silu`] divides once (`v / (1 + e^-v)`).
+    MulSigmoid,
+    /// `v · clamp(v + 3, 0, 6) / 6`: hardswish as torch computes it (and
+    /// as Core ATen and kiln's importer decompose it), one exact operation
+    /// after another.
+    Hardswish,
 }
 
 impl Activation {
@@ -41,7 +49,7 @@ impl Activation {
             Activation::Silu => UnaryOp::Silu,
             Activation::Gelu => UnaryOp::Gelu,
             Activation::GeluTanh => UnaryOp::GeluTanh,
-            Activation::Clamp { .. } => return None,
+            Activation::Clamp { .. } | Activation::MulSigmoid | Activation::Hardswish => return None,
         })
     }
 
@@ -52,9 +60,21 @@ impl Activation {
 
     /// The text form's name (`clamp`'s bounds are separate attributes).
     pub fn name(self) -> &'static str {
-        match self.unary_op() {
-            Some(op) => op.name(),
-            None => "clamp",
+        match (self, self.unary_op()) {
+            (_, Some(op)) => op.name(),
+            (Activation::MulSigmoid, None) => "mul_sigmoid",
+            (Activation::Hardswish, None) => "hardswish",
+            _ => "clamp",
+        }
+    }
+
+    /// The activation of a text-form name other than `clamp` (whose bounds
+    /// are attributes of their own).
+    pub fn from_name(name: &str) -> Option<Activation> {
+        match name {
+            "mul_sigmoid" => Some(Activation::MulSigmoid),
+            "hardswish" => Some(Activation::Hardswish),
+            _ => UnaryOp::from_name(name).and_then(Activation::from_unary),
         }
     }
 }
@@ -114,7 +134,8 @@ impl Epilogue {
 /// On disk an epilogue is one tuple: `(bias, kind, bounds, min, max,
 /// residual)` — kind 0 no activation, else 1 + the unary op's code for the
 /// unary ones, `u16::MAX` clamp (bounds: bit 0 a min, bit 1 a max, as f64
-/// bits); residual 0 none, 1 before, 2 after the activation.
+/// bits), `u16::MAX - 1` `mul_sigmoid`, `u16::MAX - 2` `hardswish` (both
+/// since format 0.16); residual 0 none, 1 before, 2 after the activation.
 #[cfg(feature = "serde")]
 mod epilogue_serde {
     use super::{Activation, Epilogue, Residual};
@@ -123,6 +144,8 @@ mod epilogue_serde {
     use serde::ser::SerializeTuple;
 
     const CLAMP: u16 = u16::MAX;
+    const MUL_SIGMOID: u16 = u16::MAX - 1;
+    const HARDSWISH: u16 = u16::MAX - 2;
     type Row = (bool, u16, u16, u64, u64, u16);
 
     fn row(e: &Epilogue) -> Row {
@@ -132,6 +155,8 @@ mod epilogue_serde {
                 let bounds = u16::from(min.is_some()) | u16::from(max.is_some()) << 1;
                 (CLAMP, bounds, min.unwrap_or(0.0), max.unwrap_or(0.0))
             }
+            Some(Activation::MulSigmoid) => (MUL_SIGMOID, 0, 0.0, 0.0),
+            Some(Activation::Hardswish) => (HARDSWISH, 0, 0.0, 0.0),
             Some(a) => (1 + a.unary_op().map_or(0, UnaryOp::code), 0, 0.0, 0.0),
         };
         let residual = match e.residual {
@@ -150,6 +175,8 @@ mod epilogue_serde {
                 max: (bounds & 2 != 0).then(|| f64::from_bits(max)),
             }),
             CLAMP => return Err(format!("unknown clamp bounds {bounds}")),
+            MUL_SIGMOID => Some(Activation::MulSigmoid),
+            HARDSWISH => Some(Activation::Hardswish),
             k => {
                 let op = UnaryOp::from_code(k - 1).map_err(|e| e.to_string())?;
                 Some(Activation::from_unary(op).ok_or_else(|| format!("`{op}` is no epilogue activation"))?)

@@ -19,7 +19,7 @@ use super::elementwise::{clamp_bound, clamp_f32_in_place, unary_f32_fn};
 use crate::context::Context;
 use crate::parallel::{SharedMut, Threads};
 use crate::table::{KernelTable, UnaryFn};
-use crate::types::{PackBuffers, Result};
+use crate::types::{PackBuffers, Result, UnaryOp};
 use std::marker::PhantomData;
 
 /// Rows of C per generic microkernel tile. 4×8 accumulators fit the 16 SSE
@@ -165,11 +165,19 @@ pub(crate) enum VectorActivation {
     Gelu,
     Silu,
     Sigmoid,
+    /// `v · sigmoid(v)` ([`Activation::MulSigmoid`]).
+    MulSigmoid,
+    /// `v · clamp(v + 3, 0, 6) / 6` ([`Activation::Hardswish`]).
+    Hardswish,
 }
 
 #[derive(Copy, Clone)]
 enum ActivationKernel {
     Unary(UnaryFn),
+    /// `v · sigmoid(v)`, the sigmoid through this function.
+    MulSigmoid(UnaryFn),
+    /// `v · clamp(v + 3, 0, 6) / 6`, exact operations (the same on every table).
+    Hardswish,
     /// Bounds as the clamp kernel rounds them (an absent one is infinite,
     /// which no value crosses).
     Clamp(f32, f32),
@@ -191,12 +199,22 @@ impl ActivationFn {
             Activation::Clamp { min, max } => {
                 ActivationKernel::Clamp(clamp_bound(min, f32::NEG_INFINITY), clamp_bound(max, f32::INFINITY))
             }
+            Activation::MulSigmoid => {
+                ActivationKernel::MulSigmoid(unary_f32_fn(table, UnaryOp::Sigmoid).unwrap_or(copy))
+            }
+            Activation::Hardswish => ActivationKernel::Hardswish,
             a => ActivationKernel::Unary(a.unary_op().and_then(|op| unary_f32_fn(table, op)).unwrap_or(copy)),
         };
         let (vector, entry) = match activation {
             Activation::Gelu => (VectorActivation::Gelu, table.gelu.variant),
             Activation::Silu => (VectorActivation::Silu, table.silu.variant),
             Activation::Sigmoid => (VectorActivation::Sigmoid, table.sigmoid.variant),
+            Activation::MulSigmoid => (VectorActivation::MulSigmoid, table.sigmoid.variant),
+            // Exact operations: any ISA microkernel computes them alike.
+            Activation::Hardswish => {
+                let in_registers = table.gemm.math.is_some().then_some(VectorActivation::Hardswish);
+                return ActivationFn { activation, run, in_registers };
+            }
             _ => return ActivationFn { activation, run, in_registers: None },
         };
         let in_registers = (table.gemm.math == Some(entry)).then_some(vector);
@@ -208,7 +226,7 @@ impl ActivationFn {
     pub(crate) fn clamp_bounds(&self) -> Option<(f32, f32)> {
         match self.run {
             ActivationKernel::Clamp(lo, hi) => Some((lo, hi)),
-            ActivationKernel::Unary(_) => None,
+            ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) | ActivationKernel::Hardswish => None,
         }
     }
 
@@ -224,6 +242,26 @@ impl ActivationFn {
                     let src = &mut tmp[..part.len()];
                     src.copy_from_slice(part);
                     run(src, part);
+                }
+            }
+            ActivationKernel::MulSigmoid(sigmoid) => {
+                let mut tmp = [0f32; CHUNK];
+                for part in row.chunks_mut(CHUNK) {
+                    let src = &mut tmp[..part.len()];
+                    src.copy_from_slice(part);
+                    sigmoid(src, part);
+                    for (v, &x) in part.iter_mut().zip(src.iter()) {
+                        *v *= x;
+                    }
+                }
+            }
+            ActivationKernel::Hardswish => {
+                for v in row.iter_mut() {
+                    // The clamp kernel's comparisons (NaN passes through).
+                    let c = *v + 3.0;
+                    let c = if c < 0.0 { 0.0 } else { c };
+                    let c = if c > 6.0 { 6.0 } else { c };
+                    *v = *v * c / 6.0;
                 }
             }
         }
@@ -455,7 +493,9 @@ impl<'a> Tile<'a> {
             Some(a) => match a.run {
                 ActivationKernel::Clamp(lo, hi) => (Some((lo, hi)), None),
                 ActivationKernel::Unary(_) if a.activation == Activation::Relu => (Some((0.0, f32::INFINITY)), None),
-                ActivationKernel::Unary(_) => (None, Some(a.in_registers?)),
+                ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) | ActivationKernel::Hardswish => {
+                    (None, Some(a.in_registers?))
+                }
             },
         };
         Some(VectorStore {

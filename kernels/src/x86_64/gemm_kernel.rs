@@ -222,6 +222,8 @@ unsafe fn store_row(vs: &VectorStore<'_>, row: &RowAddends<'_>, ptr: *mut f32, a
             VectorActivation::Gelu => $math::gelu_ps(v),
             VectorActivation::Silu => $math::silu_ps(v),
             VectorActivation::Sigmoid => $math::sigmoid_ps(v),
+            VectorActivation::MulSigmoid => $math::mul_sigmoid_ps(v),
+            VectorActivation::Hardswish => $math::hardswish_ps(v),
         };
     }
     if let (false, Some(r)) = (vs.residual_first, residual) {

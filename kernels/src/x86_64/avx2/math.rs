@@ -228,6 +228,25 @@ pub(crate) unsafe fn sigmoid_ps(x: __m256) -> __m256 {
     _mm256_div_ps(one, _mm256_add_ps(one, e))
 }
 
+/// x · clamp(x + 3, 0, 6) / 6, each step one exact operation as the
+/// unfused add, clamp (NaN passes, as in the GEMM store's clamp), mul and
+/// div kernels compute it (a GEMM's `hardswish` epilogue).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn hardswish_ps(x: __m256) -> __m256 {
+    let c = _mm256_add_ps(x, _mm256_set1_ps(3.0));
+    let c = _mm256_min_ps(_mm256_set1_ps(6.0), _mm256_max_ps(_mm256_setzero_ps(), c));
+    _mm256_div_ps(_mm256_mul_ps(x, c), _mm256_set1_ps(6.0))
+}
+
+/// x · sigmoid(x): the unfused `sigmoid` then `mul`, bit for bit (SiLU as
+/// Core ATen decomposes it; a GEMM's `mul_sigmoid` epilogue).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn mul_sigmoid_ps(x: __m256) -> __m256 {
+    _mm256_mul_ps(x, sigmoid_ps(x))
+}
+
 /// x / (1 + e^-x), the generic formula with [`exp_ps`].
 #[inline]
 #[target_feature(enable = "avx2,fma")]

@@ -196,6 +196,25 @@ pub(crate) unsafe fn sigmoid_ps(x: __m512) -> __m512 {
     _mm512_div_ps(one, _mm512_add_ps(one, e))
 }
 
+/// x · clamp(x + 3, 0, 6) / 6, each step one exact operation as the
+/// unfused add, clamp (NaN passes, as in the GEMM store's clamp), mul and
+/// div kernels compute it (a GEMM's `hardswish` epilogue).
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn hardswish_ps(x: __m512) -> __m512 {
+    let c = _mm512_add_ps(x, _mm512_set1_ps(3.0));
+    let c = _mm512_min_ps(_mm512_set1_ps(6.0), _mm512_max_ps(_mm512_setzero_ps(), c));
+    _mm512_div_ps(_mm512_mul_ps(x, c), _mm512_set1_ps(6.0))
+}
+
+/// x · sigmoid(x): the unfused `sigmoid` then `mul`, bit for bit (SiLU as
+/// Core ATen decomposes it; a GEMM's `mul_sigmoid` epilogue).
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn mul_sigmoid_ps(x: __m512) -> __m512 {
+    _mm512_mul_ps(x, sigmoid_ps(x))
+}
+
 /// x / (1 + e^-x) (AVX2 `silu_ps`).
 #[inline]
 #[target_feature(enable = "avx512f")]
