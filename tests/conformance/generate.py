@@ -169,7 +169,7 @@ OPS = [
     ("nn.functional.adaptive_max_pool3d", ""), ("nn.functional.bilinear", ""), ("fft.hfft", ""), ("fft.hfft2", ""),
     ("fft.hfftn", ""), ("fft.fft", ""), ("fft.ifft", ""), ("fft.fft2", ""), ("fft.ifft2", ""), ("fft.fftn", ""),
     ("fft.ifftn", ""), ("fft.rfft", ""), ("fft.irfft", ""), ("real", ""), ("imag", ""), ("conj", ""),
-    ("conj_physical", ""), ("resolve_conj", ""), ("view_as_real", ""), ("mvlgamma", "mvlgamma_p_1"), ("mvlgamma", "mvlgamma_p_3"), ("mvlgamma", "mvlgamma_p_5"),
+    ("conj_physical", ""), ("resolve_conj", ""), ("view_as_real", ""), ("stft", ""), ("istft", ""), ("mvlgamma", "mvlgamma_p_1"), ("mvlgamma", "mvlgamma_p_3"), ("mvlgamma", "mvlgamma_p_5"),
     ("trapz", ""), ("trapezoid", ""), ("cumulative_trapezoid", ""), ("linalg.vander", ""), ("renorm", ""),
     ("nn.functional.cosine_embedding_loss", ""), ("nn.functional.margin_ranking_loss", ""),
     ("nn.functional.soft_margin_loss", ""), ("nn.functional.hinge_embedding_loss", ""),
@@ -305,7 +305,7 @@ EXTRA_GROUPS = [
         "F.pairwise_distance", "F.triplet_margin_loss", "renorm", "F.normalize", "softmax.with_dtype",
         "log_softmax.with_dtype", "linspace.tensor_overload", "logspace.tensor_overload", "_chunk_cat",
         "linalg.multi_dot", "linalg.tensorinv", "linalg.tensorsolve", "matrix_exp", "linalg.pinv.hermitian",
-        "resize_as_", "zero_",
+        "resize_as_", "zero_", "stft", "istft",
         # complex factorizations on the linalg kernel's complex path (complex_factor.rs)
         "linalg.det", "linalg.slogdet", "logdet", "linalg.lu_factor", "linalg.lu_factor_ex", "lu", "linalg.lu",
         "lu_unpack", "lu_solve", "linalg.lu_solve", "linalg.cholesky", "linalg.cholesky_ex", "cholesky_solve",

@@ -107,6 +107,7 @@ pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) 
             bind_out(imp, n, z)
         }
         "stft" => stft(imp, n),
+        "istft" => istft(imp, n),
         "add" | "sub" | "mul" | "div" | "rsub" => arith(imp, n, name),
         "subtract" => arith(imp, n, "sub"),
         "multiply" => arith(imp, n, "mul"),
@@ -708,9 +709,9 @@ fn stft(imp: &mut Importer, n: &Node) -> R<()> {
     if onesided && complex_signal {
         return invalid("stft: onesided output of a complex signal (torch refuses it too)");
     }
-    if !imp.bool(n, "return_complex", true)? {
-        return unsupported("`stft` with return_complex=False (deprecated in torch; use view_as_real)");
-    }
+    // return_complex=False (deprecated in torch): the bins as real pairs,
+    // `view_as_real`'s layout.
+    let as_pairs = !imp.bool(n, "return_complex", true)?;
     if win_length != n_fft {
         return unsupported(format!("`stft` with win_length {win_length} != n_fft {n_fft} (a zero-padded window)"));
     }
@@ -750,7 +751,120 @@ fn stft(imp: &mut Importer, n: &Node) -> R<()> {
         Some(im) => Some(imp.push(Op::Permute { perm }, vec![im])?),
         None => None,
     };
+    if as_pairs {
+        let im = imag_or_zero(imp, Parts { re, im })?;
+        let out = imp.out_ty(n, 0)?;
+        let (re, im) = (imp.cast(re, out.dtype), imp.cast(im, out.dtype));
+        let v = interleave(imp, re, im)?;
+        return bind_real(imp, n, v);
+    }
     bind_out(imp, n, Parts { re, im })
+}
+
+/// `istft(self, n_fft, hop_length, win_length, window, center, normalized,
+/// onesided, length, return_complex=False)`, as torch computes it: each
+/// frame's inverse real transform (of its first `n_fft/2 + 1` bins), times
+/// the window, overlap-added, divided by the overlap-added squared window,
+/// trimmed by `n_fft/2` on each side when `center`, cut or zero-padded to
+/// `length`. torch refuses a window whose envelope nears zero inside the
+/// output (NOLA); kiln divides by it as it is.
+fn istft(imp: &mut Importer, n: &Node) -> R<()> {
+    let z = complex_input(imp, n, "self")?;
+    let n_fft = imp.int(n, "n_fft", None)?;
+    let hop = imp.opt_int(n, "hop_length")?.unwrap_or(n_fft / 4);
+    let win_length = imp.opt_int(n, "win_length")?.unwrap_or(n_fft);
+    let window = imp.opt_tensor(n, "window")?;
+    let center = imp.bool(n, "center", true)?;
+    let normalized = imp.bool(n, "normalized", false)?;
+    let length = imp.opt_int(n, "length")?;
+    if imp.bool(n, "return_complex", false)? {
+        return unsupported("`istft` with return_complex=True (a complex signal)");
+    }
+    if win_length != n_fft {
+        return unsupported(format!("`istft` with win_length {win_length} != n_fft {n_fft} (a zero-padded window)"));
+    }
+    let rank = imp.ty(z.re).rank();
+    if !(2..=3).contains(&rank) || n_fft < 1 || hop < 1 {
+        return invalid(format!("istft of a rank-{rank} tensor, n_fft {n_fft}, hop {hop}"));
+    }
+    let (bins, frames) = (static_len(imp, z.re, rank - 2)?, static_len(imp, z.re, rank - 1)?);
+    let onesided = imp.bool(n, "onesided", bins != n_fft)?;
+    let want_bins = if onesided { n_fft / 2 + 1 } else { n_fft };
+    if bins != want_bins || frames < 1 {
+        return invalid(format!("istft: {bins} bins × {frames} frames for n_fft {n_fft} (onesided: {onesided})"));
+    }
+    // [.., bins, frames] → [.., frames, n_fft] real samples.
+    let mut perm: Vec<usize> = (0..rank).collect();
+    perm.swap(rank - 2, rank - 1);
+    let z = cast_parts(imp, z, DType::F64);
+    let swap = |imp: &mut Importer, v: ValueId| imp.push(Op::Permute { perm: perm.clone() }, vec![v]);
+    let z = Parts {
+        re: swap(imp, z.re)?,
+        im: match z.im {
+            Some(im) => Some(swap(imp, im)?),
+            None => None,
+        },
+    };
+    let code = if normalized { 1 } else { 2 };
+    let x = transform_axis(imp, z, rank - 1, n_fft, Kind::C2R, norm_factor(code, n_fft)?)?.re;
+    let window = match window {
+        Some(w) => imp.cast(w, DType::F64),
+        None => {
+            let ty = TensorType::fixed(DType::F64, &[n_fft]);
+            imp.push_typed(Op::Full { value: 1.0, dtype: DType::F64, shape: ty.shape.clone() }, vec![], ty)
+        }
+    };
+    let x = bin(imp, BinaryOp::Mul, x, window)?;
+    // Overlap-add: frame f's sample j lands at f·hop + j.
+    let total = n_fft + hop * (frames - 1);
+    table_len("istft's sample positions", &[frames, n_fft])?;
+    let idx: Vec<i64> = (0..frames).flat_map(|f| (0..n_fft).map(move |j| f * hop + j)).collect();
+    let bytes: Vec<u8> = idx.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let idx = imp.g.add_const(None, TensorType::fixed(DType::I64, &[frames * n_fft]), ConstBytes::owned(bytes));
+    let overlap_add = |imp: &mut Importer, v: ValueId| -> R<ValueId> {
+        let mut shape = imp.ty(v).shape.clone();
+        let batch = shape.len() - 2;
+        shape.truncate(batch);
+        let flat: Vec<Dim> = shape.iter().cloned().chain([Dim::Const(frames * n_fft)]).collect();
+        let v = imp.push(Op::Reshape { shape: flat }, vec![v])?;
+        let out_shape: Vec<Dim> = shape.into_iter().chain([Dim::Const(total)]).collect();
+        let ty = TensorType::new(DType::F64, out_shape.clone());
+        let zeros = imp.push_typed(Op::Full { value: 0.0, dtype: DType::F64, shape: out_shape }, vec![], ty);
+        imp.push(Op::IndexPut { axis: batch, accumulate: true }, vec![zeros, v, idx])
+    };
+    let y = overlap_add(imp, x)?;
+    let w2 = bin(imp, BinaryOp::Mul, window, window)?;
+    let w2 = imp.push(Op::Expand { shape: vec![Dim::Const(frames), Dim::Const(n_fft)] }, vec![w2])?;
+    let envelope = overlap_add(imp, w2)?;
+    let start = if center { n_fft / 2 } else { 0 };
+    let end = match length {
+        Some(l) => (start + l).min(total),
+        None if center => total - n_fft / 2,
+        None => total,
+    };
+    if end < start {
+        return invalid(format!("istft: {total} samples, trimmed from {start} to {end}"));
+    }
+    let axis = imp.ty(y).rank() - 1;
+    let y = imp.push(Op::Slice { axis, start, end, step: 1 }, vec![y])?;
+    let envelope = imp.push(Op::Slice { axis: 0, start, end, step: 1 }, vec![envelope])?;
+    let mut y = bin(imp, BinaryOp::Div, y, envelope)?;
+    if let Some(l) = length {
+        if l > end - start {
+            let rank = axis + 1;
+            let mut hi = vec![0; rank];
+            hi[axis] = l - (end - start);
+            let pad = Op::Pad {
+                lo: vec![0; rank],
+                hi,
+                interior: vec![0; rank],
+                mode: kiln_ir::PadMode::Constant,
+                value: 0.0,
+            };
+            y = imp.push(pad, vec![y])?;
+        }
+    }
+    bind_real(imp, n, y)
 }
 
 /// `aten::hann_window(int window_length, *, ScalarType? dtype=None, ...)` and
