@@ -63,6 +63,27 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+/// Each group member's layout, checked against the outputs' sizes (`parts`
+/// numbers per element: 2 for complex (re, im) pairs).
+fn group_layouts(
+    group: &[Member],
+    got: &[Vec<f64>],
+    shapes: &[Vec<usize>],
+    want: &[Vec<f64>],
+    parts: usize,
+) -> Result<Vec<Layout>, String> {
+    let layout = |m: &Member| -> Result<Layout, String> {
+        let shape = shapes.get(m.output).ok_or_else(|| format!("sign group names output {}", m.output))?;
+        let l = Layout::of(shape, m.dim)?;
+        let n = parts * l.batch * l.rows * l.cols;
+        if got.get(m.output).map(Vec::len) != Some(n) || want.get(m.output).map(Vec::len) != Some(n) {
+            return Err(format!("sign group: output {} does not have {n} values", m.output));
+        }
+        Ok(l)
+    };
+    group.iter().map(layout).collect()
+}
+
 /// Flips kiln's vectors in `got` (outputs as f64, with their shapes) to
 /// the signs of torch's in `want`: each vector index's sign is read from
 /// the group's first output (its dot product with torch's vector) and
@@ -77,16 +98,7 @@ pub fn align(
     tol: f64,
 ) -> Result<(), String> {
     let Some(first) = group.first() else { return Ok(()) };
-    let layout = |m: &Member| -> Result<Layout, String> {
-        let shape = shapes.get(m.output).ok_or_else(|| format!("sign group names output {}", m.output))?;
-        let l = Layout::of(shape, m.dim)?;
-        let n = l.batch * l.rows * l.cols;
-        if got.get(m.output).map(Vec::len) != Some(n) || want.get(m.output).map(Vec::len) != Some(n) {
-            return Err(format!("sign group: output {} does not have {n} elements", m.output));
-        }
-        Ok(l)
-    };
-    let layouts = group.iter().map(layout).collect::<Result<Vec<_>, _>>()?;
+    let layouts = group_layouts(group, got, shapes, want, 1)?;
     let paired = layouts.iter().map(Layout::count).min().unwrap_or(0);
     let lead = &layouts[0];
     for t in 0..lead.batch {
@@ -122,16 +134,7 @@ pub fn align_complex(
     tol: f64,
 ) -> Result<(), String> {
     let Some(first) = group.first() else { return Ok(()) };
-    let layout = |m: &Member| -> Result<Layout, String> {
-        let shape = shapes.get(m.output).ok_or_else(|| format!("sign group names output {}", m.output))?;
-        let l = Layout::of(shape, m.dim)?;
-        let n = 2 * l.batch * l.rows * l.cols;
-        if got.get(m.output).map(Vec::len) != Some(n) || want.get(m.output).map(Vec::len) != Some(n) {
-            return Err(format!("sign group: complex output {} does not have {n} parts", m.output));
-        }
-        Ok(l)
-    };
-    let layouts = group.iter().map(layout).collect::<Result<Vec<_>, _>>()?;
+    let layouts = group_layouts(group, got, shapes, want, 2)?;
     let paired = layouts.iter().map(Layout::count).min().unwrap_or(0);
     let lead = &layouts[0];
     for t in 0..lead.batch {

@@ -59,44 +59,6 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
     let mut res: Vec<f64> = Vec::new();
     let mut ints: Vec<i64> = Vec::new();
     match op {
-        LinalgOp::Det
-        | LinalgOp::SignDet
-        | LinalgOp::LogAbsDet
-        | LinalgOp::Inv
-        | LinalgOp::LuFactor
-        | LinalgOp::LuPivots
-        | LinalgOp::LuInfo
-        | LinalgOp::Solve
-        | LinalgOp::Cholesky
-        | LinalgOp::CholeskyInfo
-        | LinalgOp::TriangularSolve
-        | LinalgOp::CholeskySolve
-        | LinalgOp::QrQ
-        | LinalgOp::QrR
-        | LinalgOp::QrQComplete
-        | LinalgOp::QrRComplete
-        | LinalgOp::Geqrf
-        | LinalgOp::GeqrfTau
-        | LinalgOp::HouseholderProduct
-        | LinalgOp::LdlFactor
-        | LinalgOp::LdlPivots
-        | LinalgOp::LdlInfo
-        | LinalgOp::LdlSolve
-        | LinalgOp::EigvalsH
-        | LinalgOp::EigvecsH
-        | LinalgOp::SvdS
-        | LinalgOp::SvdU
-        | LinalgOp::SvdVh
-        | LinalgOp::SvdUFull
-        | LinalgOp::SvdVhFull => {
-            let load = |i: usize| -> Result<(Vec<usize>, Vec<f64>)> {
-                let b = ins.get(i).ok_or_else(|| shape_err(K, format!("{} needs operand {i}", op.name())))?;
-                Ok((b.shape.to_vec(), to_f64(b)?))
-            };
-            let got = factor_ops(op, flags, a.shape, &am, ins, &load)?;
-            res = if got.reals.is_empty() { got.vals } else { got.reals };
-            ints = got.ints;
-        }
         LinalgOp::PivotsToPermutation => {
             let piv = ins.get(1).ok_or_else(|| shape_err(K, "pivots_to_permutation needs the pivots"))?;
             let pivots = pivots_of(piv)?;
@@ -107,6 +69,16 @@ pub fn linalg(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], mut out: Tens
             for b in 0..batch {
                 res.extend(permutation_matrix(&pivots[b * k..(b + 1) * k], m)?);
             }
+        }
+        // Every other op is a result of one factorization of the matrix.
+        _ => {
+            let load = |i: usize| -> Result<(Vec<usize>, Vec<f64>)> {
+                let b = ins.get(i).ok_or_else(|| shape_err(K, format!("{} needs operand {i}", op.name())))?;
+                Ok((b.shape.to_vec(), to_f64(b)?))
+            };
+            let got = factor_ops(op, flags, a.shape, &am, ins, &load)?;
+            res = if got.reals.is_empty() { got.vals } else { got.reals };
+            ints = got.ints;
         }
     }
     write(op, &mut out, &res, &ints)
@@ -331,37 +303,11 @@ fn linalg_complex(op: LinalgOp, flags: LinalgFlags, ins: &[TensorRef], out: &mut
         Ok((pair_shape(b.shape)?, to_c64(b)?))
     };
     let got = match op {
-        LinalgOp::Det
-        | LinalgOp::SignDet
-        | LinalgOp::LogAbsDet
-        | LinalgOp::Inv
-        | LinalgOp::LuFactor
-        | LinalgOp::LuPivots
-        | LinalgOp::LuInfo
-        | LinalgOp::Solve
-        | LinalgOp::Cholesky
-        | LinalgOp::CholeskyInfo
-        | LinalgOp::TriangularSolve
-        | LinalgOp::CholeskySolve
-        | LinalgOp::QrQ
-        | LinalgOp::QrR
-        | LinalgOp::QrQComplete
-        | LinalgOp::QrRComplete
-        | LinalgOp::Geqrf
-        | LinalgOp::GeqrfTau
-        | LinalgOp::HouseholderProduct
-        | LinalgOp::LdlFactor
-        | LinalgOp::LdlPivots
-        | LinalgOp::LdlInfo
-        | LinalgOp::LdlSolve
-        | LinalgOp::EigvalsH
-        | LinalgOp::EigvecsH
-        | LinalgOp::SvdS
-        | LinalgOp::SvdU
-        | LinalgOp::SvdVh
-        | LinalgOp::SvdUFull
-        | LinalgOp::SvdVhFull => factor_ops(op, flags, &shape, &am, ins, &load)?,
-        other => return Err(shape_err(K, format!("{} of complex matrices is not implemented", other.name()))),
+        LinalgOp::PivotsToPermutation => {
+            return Err(shape_err(K, format!("{} of complex matrices is not implemented", op.name())))
+        }
+        // Every other op is a result of one factorization of the matrix.
+        _ => factor_ops(op, flags, &shape, &am, ins, &load)?,
     };
     // Integer results (pivots, infos) and `log_abs_det` are real; an empty
     // batch gives none of any kind.
