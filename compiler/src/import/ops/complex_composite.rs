@@ -35,6 +35,13 @@ fn both(imp: &mut Importer, z: Z, f: impl Fn(&mut Importer, ValueId) -> R<ValueI
     Ok(Z { re: f(imp, z.re)?, im: f(imp, z.im)? })
 }
 
+/// `z` is NaN when either part is (torch's `_isnan` of a complex).
+fn is_nan(imp: &mut Importer, z: Z) -> R<ValueId> {
+    let p = b(imp, B::Ne, z.re, z.re)?;
+    let q = b(imp, B::Ne, z.im, z.im)?;
+    b(imp, B::Or, p, q)
+}
+
 // ---------------------------------------------------------- log-sum-exp
 
 /// `logsumexp(self, dim, keepdim)`: torch's complex form,
@@ -87,12 +94,7 @@ fn log_add_exp(imp: &mut Importer, x: Z, y: Z) -> R<Z> {
     let pos = z_log(imp, sum)?;
     let r = pick(imp, both_inf, pos, general)?;
     let r = pick(imp, both_neg, lo, r)?;
-    let nan = |imp: &mut Importer, z: Z| -> R<ValueId> {
-        let a = b(imp, B::Ne, z.re, z.re)?;
-        let c = b(imp, B::Ne, z.im, z.im)?;
-        b(imp, B::Or, a, c)
-    };
-    let (nx, ny) = (nan(imp, x)?, nan(imp, y)?);
+    let (nx, ny) = (is_nan(imp, x)?, is_nan(imp, y)?);
     let any_nan = b(imp, B::Or, nx, ny)?;
     let q = imp.scalar_const(Scalar::Float(f64::NAN), WORK);
     let nans = Z { re: q, im: q };
@@ -154,12 +156,7 @@ fn isclose(imp: &mut Importer, n: &Node) -> R<()> {
     let im_eq = b(imp, B::Eq, x.im, y.im)?;
     let mut close = b(imp, B::And, re_eq, im_eq)?;
     if imp.bool(n, "equal_nan", false)? {
-        let nan = |imp: &mut Importer, z: Z| -> R<ValueId> {
-            let p = b(imp, B::Ne, z.re, z.re)?;
-            let q = b(imp, B::Ne, z.im, z.im)?;
-            b(imp, B::Or, p, q)
-        };
-        let (nx, ny) = (nan(imp, x)?, nan(imp, y)?);
+        let (nx, ny) = (is_nan(imp, x)?, is_nan(imp, y)?);
         let both_nan = b(imp, B::And, nx, ny)?;
         close = b(imp, B::Or, close, both_nan)?;
     }
