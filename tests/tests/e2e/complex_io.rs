@@ -107,6 +107,27 @@ fn complex_dtype_and_shape_mismatches_are_clear_input_errors() {
     run_session(&mut session, &good).expect("run after errors");
 }
 
+/// `istft` of a complex spectrogram matches eager; a window whose
+/// overlap-add envelope vanishes (all zeros) fails the run with torch's
+/// NOLA condition named, instead of dividing by zero.
+#[test]
+fn istft_matches_eager_and_checks_the_window() {
+    let dir = fixture_dir("complex_io");
+    let tmp = kiln_tests::temp_path("complex_istft");
+    kiln_compiler::compile_file(&dir.join("istft.pt2"), &tmp, &kiln_compiler::CompileOptions::default())
+        .expect("istft compiles");
+    let program = kiln_runtime::Program::load(&tmp).expect("load");
+    std::fs::remove_file(&tmp).ok();
+    let mut session = program.session().expect("session");
+    let inputs = read_numbered(&dir, "istft_input");
+    let want = read_numbered(&dir, "istft_output");
+    let got = run_session(&mut session, &inputs).expect("run");
+    assert_outputs_close("istft", &got, &want, 1e-5, 1e-6);
+    let zeros = Tensor::from_f32(&[8], &[0.0; 8]);
+    let err = run_session(&mut session, &[inputs[0].clone(), zeros]).expect_err("a zero window must fail");
+    assert!(err.to_string().contains("NOLA"), "{err}");
+}
+
 /// A write into a view of a complex value whose base is read afterwards
 /// would have to reach the base: refused, naming the op and the line (a
 /// write nothing else sees, `zero_` of a clone, is the conformance case).

@@ -766,8 +766,8 @@ fn stft(imp: &mut Importer, n: &Node) -> R<()> {
 /// frame's inverse real transform (of its first `n_fft/2 + 1` bins), times
 /// the window, overlap-added, divided by the overlap-added squared window,
 /// trimmed by `n_fft/2` on each side when `center`, cut or zero-padded to
-/// `length`. torch refuses a window whose envelope nears zero inside the
-/// output (NOLA); kiln divides by it as it is.
+/// `length`. A window whose envelope nears zero inside the output fails
+/// the run, as torch's NOLA check does.
 fn istft(imp: &mut Importer, n: &Node) -> R<()> {
     let z = complex_input(imp, n, "self")?;
     let n_fft = imp.int(n, "n_fft", None)?;
@@ -848,6 +848,14 @@ fn istft(imp: &mut Importer, n: &Node) -> R<()> {
     let axis = imp.ty(y).rank() - 1;
     let y = imp.push(Op::Slice { axis, start, end, step: 1 }, vec![y])?;
     let envelope = imp.push(Op::Slice { axis: 0, start, end, step: 1 }, vec![envelope])?;
+    // torch's NOLA check: the envelope must stay away from zero.
+    let magnitude = imp.push(Op::Unary(UnaryOp::Abs), vec![envelope])?;
+    let ok = imp.with_scalar(BinaryOp::Gt, magnitude, 1e-11)?;
+    let message = "istft: the window's overlap-add envelope falls below 1e-11 inside the signal (torch's NOLA \
+                   condition)"
+        .to_string();
+    let loc = imp.loc();
+    imp.g.add_node(Op::Assert { message }, vec![ok], Vec::new(), loc);
     let mut y = bin(imp, BinaryOp::Div, y, envelope)?;
     if let Some(l) = length {
         if l > end - start {
