@@ -181,6 +181,13 @@ impl Importer<'_> {
         let mut name = mutated.to_string();
         while let Some(v) = self.scope.views.views.get(&name) {
             let (base, step) = (v.base.clone(), v.step.clone());
+            // A complex base is a pair of values, not one to scatter into.
+            if self.complex(&base).is_some() {
+                return unsupported(format!(
+                    "in-place update of `{mutated}` writes through `{name}`, {} of the complex `{base}`, which kiln cannot scatter back",
+                    step.describe()
+                ));
+            }
             let old_base = self.value(&base)?;
             value = match scatter_into(self, &step, old_base, value)? {
                 Some(v) => v,

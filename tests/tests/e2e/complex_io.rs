@@ -141,6 +141,12 @@ fn complex_write_through_a_view_is_refused() {
     assert!(err.contains("aten.mul_.Tensor"), "{err}");
     assert!(err.contains("other views or the program's state see"), "{err}");
     assert!(err.contains("generate_extras.py:"), "{err}");
+    // `view_as_real(w)` shares w's storage: a write into it must reach w.
+    let pt2 = fixture_dir("complex_io").join("part_write.pt2");
+    let err = kiln_compiler::compile_file(&pt2, &tmp, &kiln_compiler::CompileOptions::default())
+        .expect_err("a write through view_as_real must not compile")
+        .to_string();
+    assert!(err.contains("`view_as_real` view"), "{err}");
 }
 
 /// A complex op kiln cannot lower fails the compile, naming the op and the

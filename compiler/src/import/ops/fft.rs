@@ -18,6 +18,7 @@
 use crate::import::importer::{
     checked, invalid, table_len, tensor_names, unsupported, Importer, Scalar, COMPLEX_SCOPE, R,
 };
+use crate::import::views::ViewStep;
 use crate::pt2::program::{Arg, Node};
 use kiln_ir::{BinaryOp, ConstBytes, DType, Dim, Op, TensorType, UnaryOp, ValueId};
 
@@ -40,6 +41,21 @@ pub(super) fn involves_complex(imp: &Importer, n: &Node) -> bool {
 
 /// Converts a node that reads or makes a complex value.
 pub(super) fn convert(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
+    convert_op(imp, n, name, overload)?;
+    // torch's views between a complex tensor and its parts share storage:
+    // recorded as views kiln cannot write through, so that an in-place
+    // write into either side fails at compile time instead of leaving the
+    // other stale.
+    if matches!(name, "view_as_real" | "view_as_complex" | "real" | "imag" | "conj" | "_conj") {
+        if let (Some(Arg::Tensor(out)), Ok(base)) = (n.outputs.first(), imp.tensor_name(n, "self")) {
+            let (out, base) = (out.clone(), base.to_string());
+            imp.record_view(&out, &base, ViewStep::Opaque(format!("a `{name}` view")));
+        }
+    }
+    Ok(())
+}
+
+fn convert_op(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
     match name {
         "_fft_r2c" => fft_r2c(imp, n),
         "_fft_c2r" => fft_c2r(imp, n),
