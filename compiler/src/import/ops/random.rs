@@ -99,6 +99,13 @@ pub(super) fn randint(imp: &mut Importer, n: &Node) -> R<()> {
     if high <= low {
         return invalid(format!("randint: empty range [{low}, {high})"));
     }
+    let out = imp.out_ty(n, 0)?;
+    if out.dtype == DType::Bool {
+        // torch draws the integer, then casts it: nonzero is true.
+        let ints = draw(imp, RandomDist::Int { low, high }, TensorType::new(DType::I64, out.shape.clone()));
+        imp.emit(n, Op::Cast { to: DType::Bool }, vec![ints])?;
+        return Ok(());
+    }
     emit_draw(imp, n, RandomDist::Int { low, high })
 }
 
