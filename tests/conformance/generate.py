@@ -169,7 +169,7 @@ OPS = [
     ("nn.functional.adaptive_max_pool3d", ""), ("nn.functional.bilinear", ""), ("fft.hfft", ""), ("fft.hfft2", ""),
     ("fft.hfftn", ""), ("fft.fft", ""), ("fft.ifft", ""), ("fft.fft2", ""), ("fft.ifft2", ""), ("fft.fftn", ""),
     ("fft.ifftn", ""), ("fft.rfft", ""), ("fft.irfft", ""), ("real", ""), ("imag", ""), ("conj", ""),
-    ("conj_physical", ""), ("resolve_conj", ""), ("view_as_real", ""), ("stft", ""), ("istft", ""), ("randint_like", ""), ("mvlgamma", "mvlgamma_p_1"), ("mvlgamma", "mvlgamma_p_3"), ("mvlgamma", "mvlgamma_p_5"),
+    ("conj_physical", ""), ("resolve_conj", ""), ("view_as_real", ""), ("stft", ""), ("istft", ""), ("randint_like", ""), ("fft.ihfft", ""), ("fft.ihfft2", ""), ("fft.ihfftn", ""), ("polar", ""), ("mvlgamma", "mvlgamma_p_1"), ("mvlgamma", "mvlgamma_p_3"), ("mvlgamma", "mvlgamma_p_5"),
     ("trapz", ""), ("trapezoid", ""), ("cumulative_trapezoid", ""), ("linalg.vander", ""), ("renorm", ""),
     ("nn.functional.cosine_embedding_loss", ""), ("nn.functional.margin_ranking_loss", ""),
     ("nn.functional.soft_margin_loss", ""), ("nn.functional.hinge_embedding_loss", ""),

@@ -61,9 +61,9 @@ fn convert_op(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()>
         "_fft_c2r" => fft_c2r(imp, n),
         "_fft_c2c" => fft_c2c(imp, n),
         "fft_rfft" | "fft_rfft2" | "fft_rfftn" | "fft_fft" | "fft_fft2" | "fft_fftn" | "fft_ifft" | "fft_ifft2"
-        | "fft_ifftn" | "fft_irfft" | "fft_irfft2" | "fft_irfftn" | "fft_hfft" | "fft_hfft2" | "fft_hfftn" => {
-            torch_fft(imp, n, name)
-        }
+        | "fft_ifftn" | "fft_irfft" | "fft_irfft2" | "fft_irfftn" | "fft_hfft" | "fft_hfft2" | "fft_hfftn"
+        | "fft_ihfft" | "fft_ihfft2" | "fft_ihfftn" => torch_fft(imp, n, name),
+        "polar" => polar(imp, n),
         "view_as_real" => view_as_real(imp, n),
         "view_as_complex" => view_as_complex(imp, n),
         "complex" => make_complex(imp, n),
@@ -686,6 +686,19 @@ fn torch_fft(imp: &mut Importer, n: &Node, name: &str) -> R<()> {
             let v = c2r(imp, z, &axes, &lens, code)?;
             bind_real(imp, n, v)
         }
+        // ihfft: the inverse of hfft for a real signal, `conj(rfft(x))`
+        // with the inverse transform's normalization.
+        "ihfft" | "ihfft2" | "ihfftn" => {
+            if z.im.is_some() {
+                return unsupported(format!("`{name}` of a complex value (torch rejects it too)"));
+            }
+            let out = r2c(imp, z.re, &axes, &lens, code, true)?;
+            let im = match out.im {
+                Some(im) => Some(imp.push(Op::Unary(UnaryOp::Neg), vec![im])?),
+                None => None,
+            };
+            bind_out(imp, n, Parts { re: out.re, im })
+        }
         "hfft" | "hfft2" | "hfftn" => {
             let im = match z.im {
                 Some(im) => Some(imp.push(Op::Unary(UnaryOp::Neg), vec![im])?),
@@ -889,6 +902,17 @@ fn istft(imp: &mut Importer, n: &Node) -> R<()> {
         }
     }
     bind_real(imp, n, y)
+}
+
+/// `polar(abs, angle)`: `abs · (cos angle, sin angle)` in the inputs' dtype.
+fn polar(imp: &mut Importer, n: &Node) -> R<()> {
+    let r = imp.tensor(n, "abs")?;
+    let theta = imp.tensor(n, "angle")?;
+    let cos = imp.push(Op::Unary(UnaryOp::Cos), vec![theta])?;
+    let sin = imp.push(Op::Unary(UnaryOp::Sin), vec![theta])?;
+    let re = bin(imp, BinaryOp::Mul, r, cos)?;
+    let im = bin(imp, BinaryOp::Mul, r, sin)?;
+    bind_out(imp, n, Parts { re, im: Some(im) })
 }
 
 /// `aten::hann_window(int window_length, *, ScalarType? dtype=None, ...)` and

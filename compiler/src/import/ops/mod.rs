@@ -340,9 +340,8 @@ fn dispatch(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> {
         // tensors: conjugation and `real` are then the identity.
         "_fft_r2c" | "_fft_c2r" | "_fft_c2c" | "fft_rfft" | "fft_irfft" | "fft_fft" | "fft_ifft" | "fft_rfft2"
         | "fft_irfft2" | "fft_fft2" | "fft_ifft2" | "fft_rfftn" | "fft_irfftn" | "fft_fftn" | "fft_ifftn" | "stft"
-        | "istft" | "view_as_real" | "view_as_complex" | "complex" | "imag" | "angle" => {
-            fft::convert(imp, n, name, overload)
-        }
+        | "istft" | "fft_ihfft" | "fft_ihfft2" | "fft_ihfftn" | "polar" | "view_as_real" | "view_as_complex"
+        | "complex" | "imag" | "angle" => fft::convert(imp, n, name, overload),
         "real" | "conj" | "_conj" | "resolve_conj" | "resolve_neg" => s::identity_or_cast(imp, n, "alias"),
         "conj_physical" | "_conj_physical" => s::identity_or_cast(imp, n, "clone"),
         "hann_window" => fft::hann_window(imp, n),
