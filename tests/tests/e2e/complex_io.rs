@@ -128,24 +128,26 @@ fn istft_matches_eager_and_checks_the_window() {
     assert!(err.to_string().contains("NOLA"), "{err}");
 }
 
+/// The compile error of complex_io's program `file`, which must not compile.
+fn compile_error(file: &str) -> String {
+    let pt2 = fixture_dir("complex_io").join(file);
+    let tmp = kiln_tests::temp_path(&format!("complex_{}", file.trim_end_matches(".pt2")));
+    kiln_compiler::compile_file(&pt2, &tmp, &kiln_compiler::CompileOptions::default())
+        .expect_err(&format!("complex_io/{file} must not compile"))
+        .to_string()
+}
+
 /// A write into a view of a complex value whose base is read afterwards
 /// would have to reach the base: refused, naming the op and the line (a
 /// write nothing else sees, `zero_` of a clone, is the conformance case).
 #[test]
 fn complex_write_through_a_view_is_refused() {
-    let pt2 = fixture_dir("complex_io").join("view_write.pt2");
-    let tmp = kiln_tests::temp_path("complex_view_write");
-    let err = kiln_compiler::compile_file(&pt2, &tmp, &kiln_compiler::CompileOptions::default())
-        .expect_err("a write through a complex view must not compile")
-        .to_string();
+    let err = compile_error("view_write.pt2");
     assert!(err.contains("aten.mul_.Tensor"), "{err}");
     assert!(err.contains("other views or the program's state see"), "{err}");
     assert!(err.contains("generate_extras.py:"), "{err}");
     // `view_as_real(w)` shares w's storage: a write into it must reach w.
-    let pt2 = fixture_dir("complex_io").join("part_write.pt2");
-    let err = kiln_compiler::compile_file(&pt2, &tmp, &kiln_compiler::CompileOptions::default())
-        .expect_err("a write through view_as_real must not compile")
-        .to_string();
+    let err = compile_error("part_write.pt2");
     assert!(err.contains("`view_as_real` view"), "{err}");
 }
 
@@ -153,11 +155,7 @@ fn complex_write_through_a_view_is_refused() {
 /// Python line.
 #[test]
 fn unsupported_complex_op_names_op_and_line() {
-    let pt2 = fixture_dir("complex_io").join("unsupported.pt2");
-    let tmp = kiln_tests::temp_path("complex_matrix_exp");
-    let err = kiln_compiler::compile_file(&pt2, &tmp, &kiln_compiler::CompileOptions::default())
-        .expect_err("matrix_exp of a complex64 value must not compile")
-        .to_string();
+    let err = compile_error("unsupported.pt2");
     assert!(err.contains("aten.matrix_exp.default"), "{err}");
     assert!(err.contains("`matrix_exp` of complex64"), "{err}");
     assert!(err.contains("generate_extras.py:"), "{err}");

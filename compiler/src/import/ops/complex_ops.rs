@@ -799,7 +799,7 @@ fn distances(imp: &mut Importer, n: &Node, name: &str, overload: &str) -> R<()> 
     let magnitude = |imp: &mut Importer, u: &str, v: &str| -> R<ValueId> {
         let a = operand(imp, imp.tensor_name(n, u)?)?;
         let b = operand(imp, imp.tensor_name(n, v)?)?;
-        let dtype = imp.part_type(imp.tensor_name(n, u)?).map_or(imp.ty(a.re).dtype, |t| t.dtype);
+        let dtype = imp.ty(a.re).dtype;
         let (a, b) = (cast_parts(imp, a, dtype), cast_parts(imp, b, dtype));
         let d = sub(imp, a, b)?;
         let re = imp.with_scalar(B::Add, d.re, eps)?;
