@@ -125,6 +125,37 @@ fn gelu_tail_is_accurate() {
     assert_close(&to64(&out.get::<f32>()), &want, 1e-5, 0.0, "gelu tail");
 }
 
+/// The inverse hyperbolic functions where the textbook formulas fail: atanh
+/// next to ±1, acosh just above 1, asinh and acosh past `f32::MAX / 2`
+/// (where `x + √(x² ± 1)` overflows f32). The reference evaluates in f64,
+/// which has the range and precision to spare for f32 arguments.
+#[test]
+fn inverse_hyperbolics_hold_their_accuracy_at_the_ends() {
+    let ulps = |a: f32, b: f32| (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs();
+    let near_one: Vec<f32> = (1..200u32).map(|k| f32::from_bits(1f32.to_bits() - k)).collect();
+    let above_one: Vec<f32> = (1..200u32).map(|k| f32::from_bits(1f32.to_bits() + k)).collect();
+    let huge: Vec<f32> = [2e38f32, 3e38, f32::MAX, 1.8e38].to_vec();
+    for (op, xs) in [
+        (UnaryOp::Atanh, &near_one),
+        (UnaryOp::Acosh, &above_one),
+        (UnaryOp::Asinh, &huge),
+        (UnaryOp::Acosh, &huge),
+        (UnaryOp::Asinh, &above_one),
+    ] {
+        for sign in [1.0f32, -1.0] {
+            // acosh is even only in name: keep its arguments ≥ 1.
+            let xs: Vec<f32> = xs.iter().map(|&v| if op == UnaryOp::Acosh { v } else { v * sign }).collect();
+            let n = xs.len();
+            let mut out = Buf::zeros(DType::F32, &[n]);
+            unary(op, f32s(&[n], &xs).r(), out.w()).unwrap();
+            for (&x, &got) in xs.iter().zip(&out.get::<f32>()) {
+                let want = ref_unary(op, x as f64) as f32;
+                assert!(ulps(got, want) <= 1, "{op:?}({x:e}) = {got:e}, want {want:e}");
+            }
+        }
+    }
+}
+
 #[test]
 fn unary_int_and_bool() {
     let x: Vec<i32> = vec![-3, 0, 5, i32::MIN, 7];

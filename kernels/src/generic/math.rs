@@ -102,9 +102,9 @@ macro_rules! impl_real {
             #[inline(always)] fn atan(self) -> Self { $t::atan(self) }
             #[inline(always)] fn sinh(self) -> Self { $t::sinh(self) }
             #[inline(always)] fn cosh(self) -> Self { $t::cosh(self) }
-            #[inline(always)] fn asinh(self) -> Self { $t::asinh(self) }
-            #[inline(always)] fn acosh(self) -> Self { $t::acosh(self) }
-            #[inline(always)] fn atanh(self) -> Self { $t::atanh(self) }
+            #[inline(always)] fn asinh(self) -> Self { self.c_asinh() }
+            #[inline(always)] fn acosh(self) -> Self { self.c_acosh() }
+            #[inline(always)] fn atanh(self) -> Self { self.c_atanh() }
             #[inline(always)] fn log2(self) -> Self { $t::log2(self) }
             #[inline(always)] fn log10(self) -> Self { $t::log10(self) }
             #[inline(always)] fn atan2(self, other: Self) -> Self { $t::atan2(self, other) }
@@ -120,6 +120,59 @@ macro_rules! impl_real {
     )*};
 }
 impl_real!(f32, f64);
+
+/// The C library's inverse hyperbolic functions, which torch's CPU kernels
+/// call (`std::asinh` …). The standard library's own formulas lose badly at
+/// the ends of the range: `f32::atanh` is thousands of ulp off near ±1,
+/// `f32::acosh` hundreds just above 1, and `asinh`/`acosh` overflow to inf
+/// past half of `MAX` (their `x + √(x² ± 1)` does); libm's stay within an ulp
+/// or two everywhere.
+trait LibmInverseHyperbolic {
+    fn c_asinh(self) -> Self;
+    fn c_acosh(self) -> Self;
+    fn c_atanh(self) -> Self;
+}
+
+extern "C" {
+    fn asinhf(x: f32) -> f32;
+    fn acoshf(x: f32) -> f32;
+    fn atanhf(x: f32) -> f32;
+    fn asinh(x: f64) -> f64;
+    fn acosh(x: f64) -> f64;
+    fn atanh(x: f64) -> f64;
+}
+
+// SAFETY (every call below): pure C math functions of one float, no pointers
+// and no global state.
+impl LibmInverseHyperbolic for f32 {
+    #[inline(always)]
+    fn c_asinh(self) -> f32 {
+        unsafe { asinhf(self) }
+    }
+    #[inline(always)]
+    fn c_acosh(self) -> f32 {
+        unsafe { acoshf(self) }
+    }
+    #[inline(always)]
+    fn c_atanh(self) -> f32 {
+        unsafe { atanhf(self) }
+    }
+}
+
+impl LibmInverseHyperbolic for f64 {
+    #[inline(always)]
+    fn c_asinh(self) -> f64 {
+        unsafe { asinh(self) }
+    }
+    #[inline(always)]
+    fn c_acosh(self) -> f64 {
+        unsafe { acosh(self) }
+    }
+    #[inline(always)]
+    fn c_atanh(self) -> f64 {
+        unsafe { atanh(self) }
+    }
+}
 
 const TWO_OVER_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
 
