@@ -12,10 +12,11 @@
 //! call) — so accuracy matches and the object needs no symbols. The ops the
 //! kernels take from libm (log and its kin) are Cephes-style polynomials
 //! here, within 1–3 ulp of libm (bounds at each function), except sin, cos
-//! and tan: glibc's own algorithms, bit for bit (`emit/trig.rs`); rounding ops are
-//! exact integer-conversion sequences (LLVM would call `floorf` on CPUs
-//! without SSE4.1). Anything else returns [`Unsupported`] and the group
-//! stays portable.
+//! and tan: glibc's own algorithms, bit for bit (`emit/trig.rs`), and the
+//! inverse trig, hyperbolic and pow functions: f64 evaluations rounded once
+//! (`emit/inverse.rs`); rounding ops are exact integer-conversion sequences
+//! (LLVM would call `floorf` on CPUs without SSE4.1). Anything else returns
+//! [`Unsupported`] and the group stays portable.
 
 use kiln_ir::math::{
     ERFC_EXPONENT_POLY, ERFC_TAIL_POLY, ERFC_ZERO, ERF_SMALL_POLY, ERF_SPLIT, EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO,
@@ -36,6 +37,7 @@ enum Ty {
     Bool,
 }
 
+mod inverse;
 pub mod rows;
 mod trig;
 
@@ -549,6 +551,14 @@ impl Body {
             UnaryOp::Sin => self.sin_cos(x, false),
             UnaryOp::Cos => self.sin_cos(x, true),
             UnaryOp::Tan => self.tan(x),
+            UnaryOp::Asin => self.asin(x),
+            UnaryOp::Acos => self.acos(x),
+            UnaryOp::Atan => self.atan(x),
+            UnaryOp::Sinh => self.sinh(x),
+            UnaryOp::Cosh => self.cosh(x),
+            UnaryOp::Asinh => self.asinh(x),
+            UnaryOp::Acosh => self.acosh(x),
+            UnaryOp::Atanh => self.atanh(x),
             other => return Err(Unsupported(format!("unary {other}"))),
         })
     }
@@ -686,6 +696,8 @@ fn binary(b: &mut Body, op: BinaryOp, x: &str, y: &str, ty: Ty) -> Result<(Strin
         BinaryOp::Sub => (b.sub(x, y), Ty::F32),
         BinaryOp::Mul => (b.mul(x, y), Ty::F32),
         BinaryOp::Div => (b.div(x, y), Ty::F32),
+        BinaryOp::Pow => (b.pow(x, y), Ty::F32),
+        BinaryOp::Atan2 => (b.atan2(x, y), Ty::F32),
         // NaN-propagating: `a` if it is NaN or wins, else `b` (NaN or not).
         BinaryOp::Max | BinaryOp::Min => {
             let nan = b.is_nan(x);

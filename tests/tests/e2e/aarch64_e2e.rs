@@ -136,6 +136,28 @@ fn native_aarch64_artifacts_match_pytorch_and_x86_64() {
     assert!(functions > 0, "no fixture got native code for aarch64");
 }
 
+/// The inverse trig, hyperbolic and pow groups (`native_math`) as aarch64
+/// code: every instruction native, matching PyTorch and the x86-64 run.
+#[cfg(feature = "native")]
+#[test]
+fn native_aarch64_inverse_hyperbolic_and_pow_match_pytorch() {
+    use kiln_compiler::native::NativeTarget;
+    use kiln_runtime::format::InstrOp;
+    use kiln_runtime::native::NativeArch;
+    let Some(runner) = runner() else { return };
+    let src = fixture_dir("native_math").join("aten.pt2");
+    let tmp = temp_path("a64-native-math");
+    let native = NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level");
+    let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
+    kiln_compiler::compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("native_math: compile failed: {e}"));
+    let bytes = std::fs::read(&tmp).expect("read artifact");
+    std::fs::remove_file(&tmp).ok();
+    let program = Program::from_bytes(&bytes).expect("load");
+    let native_calls = program.plan().instrs.iter().filter(|i| matches!(i.op, InstrOp::Native { .. })).count();
+    assert_eq!(native_calls, program.plan().instrs.len(), "native_math: every instruction native");
+    check_bytes(&runner, "native_math/aten --target aarch64", "native_math", &bytes, 2);
+}
+
 /// sin, cos and tan in native aarch64 groups give the x86-64 run's bits
 /// (here the artifact's portable fallback, glibc's sinf/cosf/tanf): the
 /// emitter writes glibc's x86-64 algorithms out for every ISA, and aarch64

@@ -124,15 +124,15 @@ impl Body {
         self.let_(format_args!("arith.constant {v} : index"))
     }
 
-    fn bin64(&mut self, op: &str, a: &str, b: &str) -> String {
+    pub(super) fn bin64(&mut self, op: &str, a: &str, b: &str) -> String {
         self.let_(format_args!("arith.{op} {a}, {b} : f64"))
     }
 
-    fn ext(&mut self, v: &str) -> String {
+    pub(super) fn ext(&mut self, v: &str) -> String {
         self.let_(format_args!("arith.extf {v} : f32 to f64"))
     }
 
-    fn trunc(&mut self, v: &str) -> String {
+    pub(super) fn trunc(&mut self, v: &str) -> String {
         self.let_(format_args!("arith.truncf {v} : f64 to f32"))
     }
 

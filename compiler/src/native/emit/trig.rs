@@ -67,15 +67,15 @@ const TOP_FINITE: i32 = 0x7f8;
 
 impl Body {
     /// `%r = arith.<op> a, b : ty`.
-    fn op2(&mut self, op: &str, a: &str, b: &str, ty: &str) -> String {
+    pub(super) fn op2(&mut self, op: &str, a: &str, b: &str, ty: &str) -> String {
         self.let_(format_args!("arith.{op} {a}, {b} : {ty}"))
     }
 
-    fn cd(&mut self, v: f64) -> String {
+    pub(super) fn cd(&mut self, v: f64) -> String {
         self.let_(format_args!("arith.constant 0x{:016X} : f64", v.to_bits()))
     }
 
-    fn ci64(&mut self, v: i64) -> String {
+    pub(super) fn ci64(&mut self, v: i64) -> String {
         self.let_(format_args!("arith.constant {v} : i64"))
     }
 
@@ -90,16 +90,16 @@ impl Body {
         self.op2(op, a, &c, "i64")
     }
 
-    fn cmp_ci(&mut self, pred: &str, a: &str, c: i32) -> String {
+    pub(super) fn cmp_ci(&mut self, pred: &str, a: &str, c: i32) -> String {
         let c = self.ci(c);
         self.let_(format_args!("arith.cmpi {pred}, {a}, {c} : i32"))
     }
 
-    fn select_t(&mut self, cond: &str, a: &str, b: &str, ty: &str) -> String {
+    pub(super) fn select_t(&mut self, cond: &str, a: &str, b: &str, ty: &str) -> String {
         self.let_(format_args!("arith.select {cond}, {a}, {b} : {ty}"))
     }
 
-    fn fmad(&mut self, a: &str, b: &str, c: &str) -> String {
+    pub(super) fn fmad(&mut self, a: &str, b: &str, c: &str) -> String {
         self.let_(format_args!("llvm.intr.fmuladd({a}, {b}, {c}) : (f64, f64, f64) -> f64"))
     }
 
