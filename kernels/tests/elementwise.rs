@@ -27,7 +27,8 @@ fn ref_unary(op: UnaryOp, x: f64) -> f64 {
         Floor => x.floor(),
         Ceil => x.ceil(),
         Round => x.round_ties_even(),
-        Sign => x.signum(),
+        // torch's `(0 < x) - (x < 0)`.
+        Sign => ((x > 0.0) as i8 - (x < 0.0) as i8) as f64,
         Log1p => x.ln_1p(),
         Expm1 => x.exp_m1(),
         Trunc => x.trunc(),
@@ -123,6 +124,30 @@ fn gelu_tail_is_accurate() {
     // 0.5·x·erfc(-x/√2) reference values.
     let want = [-4.9767684594174555e-15, -1.4332578593959731e-06, -0.004049694094890287];
     assert_close(&to64(&out.get::<f32>()), &want, 1e-5, 0.0, "gelu tail");
+}
+
+/// sign as torch computes it, `(0 < x) - (x < 0)`: +0 for NaN and for both
+/// zeros (IEEE's sign would keep NaN and −0), in every float dtype.
+#[test]
+fn sign_of_nan_and_zeros_is_positive_zero() {
+    let xs = [f32::NAN, -0.0, 0.0, f32::NEG_INFINITY, f32::INFINITY, -3.0, 1e-45];
+    let want = [0.0f32, 0.0, 0.0, -1.0, 1.0, -1.0, 1.0];
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let want64: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+    let mut out = Buf::zeros(DType::F32, &[7]);
+    unary(UnaryOp::Sign, f32s(&[7], &xs).r(), out.w()).unwrap();
+    assert_eq!(bits(&to64(&out.get::<f32>())), bits(&want64), "f32");
+    let x64: Vec<f64> = xs.iter().map(|&v| v as f64).collect();
+    let mut out = Buf::zeros(DType::F64, &[7]);
+    unary(UnaryOp::Sign, Buf::from(DType::F64, &[7], &x64).r(), out.w()).unwrap();
+    assert_eq!(bits(&out.get::<f64>()), bits(&want64), "f64");
+    let xh: Vec<f16> = xs.iter().map(|&v| f16::from_f32(v)).collect();
+    let mut out = Buf::zeros(DType::F16, &[7]);
+    unary(UnaryOp::Sign, Buf::from(DType::F16, &[7], &xh).r(), out.w()).unwrap();
+    let got: Vec<f64> = out.get::<f16>().iter().map(|v| v.to_f64()).collect();
+    // 1e-45 rounds to +0 in f16.
+    let want16 = [&want64[..6], &[0.0]].concat();
+    assert_eq!(bits(&got), bits(&want16), "f16");
 }
 
 /// The inverse hyperbolic functions where the textbook formulas fail: atanh

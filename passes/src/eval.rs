@@ -98,13 +98,14 @@ fn unary(op: UnaryOp, x: f64) -> Option<f64> {
         UnaryOp::Floor => x.floor(),
         UnaryOp::Ceil => x.ceil(),
         UnaryOp::Round => x.round_ties_even(),
+        // torch's rule: ±0 and NaN give +0.
         UnaryOp::Sign => {
             if x > 0.0 {
                 1.0
             } else if x < 0.0 {
                 -1.0
             } else {
-                x
+                0.0
             }
         }
         UnaryOp::Not => (x == 0.0) as u8 as f64,

@@ -499,12 +499,12 @@ impl Body {
         self.select(&small, &r, x)
     }
 
-    /// 1 for x > 0, −1 for x < 0, x itself for ±0 and NaN.
+    /// 1 for x > 0, −1 for x < 0, +0 for ±0 and NaN (torch's rule).
     fn sign(&mut self, x: &str) -> String {
         let zero = self.c(0.0);
         let (one, mone) = (self.c(1.0), self.c(-1.0));
         let lt = self.cmp("olt", x, &zero);
-        let r = self.select(&lt, &mone, x);
+        let r = self.select(&lt, &mone, &zero);
         let gt = self.cmp("ogt", x, &zero);
         self.select(&gt, &one, &r)
     }

@@ -77,6 +77,15 @@ macro_rules! fixture_tests {
 
 fixture_tests!(mlp, cnn, transformer, transformer_mask, dynamic_mlp, transformer_dynseq);
 
+/// The inverse trig, hyperbolic, pow and sign chains of `native_math`
+/// (special values, arguments next to ±1, huge and tiny ones) on the device.
+#[test]
+fn elementwise_math_fixture() {
+    for flavour in ["training", "aten"] {
+        check("native_math", flavour, Precision::F32);
+    }
+}
+
 /// The real-model fixtures (`tests/fixtures/models/`, made by
 /// `generate_models.py`): torchvision ResNet-18, MobileNetV2, EfficientNet-B0
 /// and Swin-T, Hugging Face BERT, Llama and T5, shrunk, in both IR flavours.

@@ -186,13 +186,15 @@ fn unary_float<T: Real>(op: UnaryOp, x: &[T], out: &mut [T]) -> Result<()> {
         UnaryOp::Floor => map(x, out, |v| v.floor()),
         UnaryOp::Ceil => map(x, out, |v| v.ceil()),
         UnaryOp::Round => map(x, out, |v| v.round_even()),
+        // torch's `(0 < x) - (x < 0)`: ±0 and NaN give +0 (not IEEE's
+        // NaN-propagating, sign-keeping `sign`).
         UnaryOp::Sign => map(x, out, |v| {
             if v > T::ZERO {
                 one
             } else if v < T::ZERO {
                 -one
             } else {
-                v // ±0 and NaN pass through
+                T::ZERO
             }
         }),
         UnaryOp::Log1p => map(x, out, |v| v.ln_1p()),

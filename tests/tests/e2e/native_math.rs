@@ -1,8 +1,8 @@
 //! The inverse trigonometric and hyperbolic functions and pow in native
 //! fused groups (`compiler/src/native/emit/inverse.rs`): the `native_math`
 //! fixture (chains of asinh, cosh, atan2, pow, sinh, atanh, acosh, asin,
-//! acos and atan over wide ranges, the special values and the arguments next
-//! to ±1) compiled with `--target x86_64`, matched against PyTorch with its
+//! acos, atan and sign over wide ranges, the special values and the
+//! arguments next to ±1; sign is torch's, 0 for NaN and −0) compiled with `--target x86_64`, matched against PyTorch with its
 //! native code and with the code refused (the portable kernels, which call
 //! libm), in both IR flavours. Needs feature `native` (MLIR/LLVM 19).
 #![cfg(all(feature = "native", target_arch = "x86_64"))]

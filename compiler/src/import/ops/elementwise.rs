@@ -414,10 +414,7 @@ fn trunc_div(imp: &mut Importer, n: &Node, a: Side, b: Side, out: &TensorType) -
         return unsupported(format!("division with rounding_mode='trunc' on {}", out.dtype));
     }
     let q = imp.push_typed(Op::Binary(BinaryOp::Div), vec![av, bv], out.clone());
-    let abs = imp.push_typed(Op::Unary(UnaryOp::Abs), vec![q], out.clone());
-    let floor = imp.push_typed(Op::Unary(UnaryOp::Floor), vec![abs], out.clone());
-    let sign = imp.push_typed(Op::Unary(UnaryOp::Sign), vec![q], out.clone());
-    let v = imp.push_typed(Op::Binary(BinaryOp::Mul), vec![sign, floor], out.clone());
+    let v = imp.push_typed(Op::Unary(UnaryOp::Trunc), vec![q], out.clone());
     imp.bind(n, 0, v)
 }
 

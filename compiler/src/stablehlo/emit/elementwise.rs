@@ -168,6 +168,12 @@ impl<'c, 'a> Emitter<'c, 'a> {
             UnaryOp::Ceil => self.unary("ceil", x)?,
             // torch.round rounds half to even.
             UnaryOp::Round => self.unary("round_nearest_even", x)?,
+            // torch's `(0 < x) - (x < 0)`: StableHLO's sign keeps NaN and −0;
+            // NaN lanes become 0 and adding +0 turns −0 into +0.
+            UnaryOp::Sign if dt.is_float() => {
+                let s = self.binary("add", &self.unary("sign", x)?, &c(0.0)?)?;
+                self.select(&self.compare("NE", x, x)?, &c(0.0)?, &s)?
+            }
             UnaryOp::Sign => self.unary("sign", x)?,
             UnaryOp::Not | UnaryOp::BitNot => self.unary("not", x)?,
             UnaryOp::Log1p => self.unary("log_plus_one", x)?,
@@ -179,40 +185,86 @@ impl<'c, 'a> Emitter<'c, 'a> {
             UnaryOp::Log2 => self.binary("multiply", &self.unary("log", x)?, &c(std::f64::consts::LOG2_E)?)?,
             UnaryOp::Log10 => self.binary("multiply", &self.unary("log", x)?, &c(std::f64::consts::LOG10_E)?)?,
             // The inverse trigonometric and hyperbolic functions are chlo ops
-            // upstream; these are their textbook formulations.
+            // upstream; these formulations keep f32's precision where the
+            // textbook ones lose it: `(1 − x)(1 + x)` for 1 − x² (exact
+            // factors next to ±1), expm1/log1p next to 0, and the halved
+            // exponent or `ln x + ln 2` where e^x or x² would overflow.
             UnaryOp::Atan => self.binary("atan2", x, &self.splat(1.0, &x.shape, dt)?)?,
-            UnaryOp::Asin => {
-                let cos = self.unary("sqrt", &self.binary("subtract", &c(1.0)?, &self.binary("multiply", x, x)?)?)?;
-                self.binary("atan2", x, &cos)?
-            }
-            UnaryOp::Acos => {
-                let sin = self.unary("sqrt", &self.binary("subtract", &c(1.0)?, &self.binary("multiply", x, x)?)?)?;
-                self.binary("atan2", &sin, x)?
-            }
-            UnaryOp::Sinh | UnaryOp::Cosh => {
-                let (e, ne) = (self.unary("exponential", x)?, self.unary("exponential", &self.unary("negate", x)?)?);
-                let sum =
-                    if u == UnaryOp::Sinh { self.binary("subtract", &e, &ne)? } else { self.binary("add", &e, &ne)? };
-                self.binary("multiply", &sum, &c(0.5)?)?
-            }
+            UnaryOp::Asin => self.binary("atan2", x, &self.one_minus_square_root(x)?)?,
+            UnaryOp::Acos => self.binary("atan2", &self.one_minus_square_root(x)?, x)?,
+            UnaryOp::Sinh | UnaryOp::Cosh => self.lower_sinh_cosh(u == UnaryOp::Sinh, x)?,
             UnaryOp::Asinh => {
-                // sign(x) · log(|x| + sqrt(x² + 1)) avoids cancellation for x < 0.
+                // log1p(a + a²/(1 + √(1 + a²))) (a = |x|), ln a + ln 2 past 2¹²
+                // (where √(a² + 1) = a to f32 precision), signed by x.
                 let ax = self.unary("abs", x)?;
-                let r = self.unary("sqrt", &self.binary("add", &self.binary("multiply", x, x)?, &c(1.0)?)?)?;
-                self.binary("multiply", &self.unary("sign", x)?, &self.unary("log", &self.binary("add", &ax, &r)?)?)?
+                let a2 = self.binary("multiply", &ax, &ax)?;
+                let root = self.unary("sqrt", &self.binary("add", &a2, &c(1.0)?)?)?;
+                let frac = self.binary("divide", &a2, &self.binary("add", &root, &c(1.0)?)?)?;
+                let near = self.unary("log_plus_one", &self.binary("add", &ax, &frac)?)?;
+                let r = self.select(&self.compare("GT", &ax, &c(4096.0)?)?, &self.log_twice(&ax)?, &near)?;
+                self.copy_sign(&r, x)?
             }
             UnaryOp::Acosh => {
-                let r = self.unary("sqrt", &self.binary("subtract", &self.binary("multiply", x, x)?, &c(1.0)?)?)?;
-                self.unary("log", &self.binary("add", x, &r)?)?
+                // log1p((x − 1) + √((x − 1)(x + 1))), ln x + ln 2 past 2¹²;
+                // NaN below 1 through the root.
+                let xm1 = self.binary("subtract", x, &c(1.0)?)?;
+                let root = self.unary("sqrt", &self.binary("multiply", &xm1, &self.binary("add", x, &c(1.0)?)?)?)?;
+                let near = self.unary("log_plus_one", &self.binary("add", &xm1, &root)?)?;
+                self.select(&self.compare("GT", x, &c(4096.0)?)?, &self.log_twice(x)?, &near)?
             }
             UnaryOp::Atanh => {
+                // log1p(2a/(1 − a))/2 (a = |x|; 1 − a exact next to 1), signed.
+                let ax = self.unary("abs", x)?;
                 let q =
-                    self.binary("divide", &self.binary("add", &c(1.0)?, x)?, &self.binary("subtract", &c(1.0)?, x)?)?;
-                self.binary("multiply", &self.unary("log", &q)?, &c(0.5)?)?
+                    self.binary("divide", &self.binary("add", &ax, &ax)?, &self.binary("subtract", &c(1.0)?, &ax)?)?;
+                let r = self.binary("multiply", &self.unary("log_plus_one", &q)?, &c(0.5)?)?;
+                self.copy_sign(&r, x)?
             }
             #[allow(unreachable_patterns)]
             u => return Err(err(format!("no StableHLO lowering for {}", u.name()))),
         })
+    }
+
+    /// √((1 − x)(1 + x)), the cosine of asin x (NaN outside [−1, 1]).
+    fn one_minus_square_root(&self, x: &T<'c, 'a>) -> Result<T<'c, 'a>, EmitError> {
+        let one = self.scalar(1.0, x.dt)?;
+        let p = self.binary("multiply", &self.binary("subtract", &one, x)?, &self.binary("add", &one, x)?)?;
+        self.unary("sqrt", &p)
+    }
+
+    /// ln x + ln 2: ln(2x) without forming 2x (asinh/acosh of large x).
+    fn log_twice(&self, x: &T<'c, 'a>) -> Result<T<'c, 'a>, EmitError> {
+        self.binary("add", &self.unary("log", x)?, &self.scalar(std::f64::consts::LN_2, x.dt)?)
+    }
+
+    /// |r| signed like x: StableHLO's IEEE sign (±1, ±0, NaN) times |r|, so
+    /// an odd function of ±0 is ±0 and of NaN is NaN.
+    fn copy_sign(&self, r: &T<'c, 'a>, x: &T<'c, 'a>) -> Result<T<'c, 'a>, EmitError> {
+        self.binary("multiply", &self.unary("abs", r)?, &self.unary("sign", x)?)
+    }
+
+    /// sinh or cosh of x from `t = expm1(|x|)`: sinh = (t + t/(t + 1))/2
+    /// (no cancellation next to 0), cosh = (t + 1)/2 + 1/(2(t + 1)); past 88,
+    /// where e^|x| overflows but the result need not, `(h/2)·h` with
+    /// h = e^{|x|/2}.
+    fn lower_sinh_cosh(&self, sinh: bool, x: &T<'c, 'a>) -> Result<T<'c, 'a>, EmitError> {
+        let c = |v: f64| self.scalar(v, x.dt);
+        let ax = self.unary("abs", x)?;
+        let t = self.unary("exponential_minus_one", &ax)?;
+        let e = self.binary("add", &t, &c(1.0)?)?;
+        let near = if sinh {
+            self.binary("multiply", &self.binary("add", &t, &self.binary("divide", &t, &e)?)?, &c(0.5)?)?
+        } else {
+            self.binary("add", &self.binary("multiply", &e, &c(0.5)?)?, &self.binary("divide", &c(0.5)?, &e)?)?
+        };
+        let h = self.unary("exponential", &self.binary("multiply", &ax, &c(0.5)?)?)?;
+        let far = self.binary("multiply", &self.binary("multiply", &h, &c(0.5)?)?, &h)?;
+        let r = self.select(&self.compare("GT", &ax, &c(88.0)?)?, &far, &near)?;
+        if sinh {
+            self.copy_sign(&r, x)
+        } else {
+            Ok(r)
+        }
     }
 
     pub(super) fn lower_binary(&self, b: BinaryOp, x: &T<'c, 'a>, y: &T<'c, 'a>) -> Result<T<'c, 'a>, EmitError> {
