@@ -142,6 +142,40 @@ fn unary_ops() {
     }
 }
 
+/// erf and the hyperbolic functions on the device keep f32's relative
+/// precision where their textbook forms lose it: tiny arguments (erf, sinh,
+/// asinh, atanh of 1e-30 must not round to 0), arguments next to ±1 (atanh,
+/// asin, acos, acosh), and huge ones (asinh(−1e30), cosh(89): x² and e^x
+/// overflow f32). Compared with the CPU kernels element by element at a
+/// relative tolerance only.
+#[test]
+fn elementwise_functions_keep_relative_precision_at_the_edges() {
+    let below_one: Vec<f32> = (1..40u32).map(|k| f32::from_bits(1f32.to_bits() - k * 97)).collect();
+    let above_one: Vec<f32> = (1..40u32).map(|k| f32::from_bits(1f32.to_bits() + k * 97)).collect();
+    let wide: Vec<f32> =
+        [1e-30f32, -1e-30, 1e-8, -3e-6, 1e-3, 0.5, 0.93, 1.5, -2.5, 5.0, -9.0, 88.5, -89.0, 1e6, -1e30]
+            .into_iter()
+            .collect();
+    for (ops, xs) in [
+        (&[U::Erf, U::Sinh, U::Cosh, U::Asinh, U::Atan, U::Tanh][..], &wide),
+        (&[U::Atanh, U::Asin, U::Acos, U::Asinh, U::Erf][..], &below_one),
+        (&[U::Acosh, U::Asinh, U::Sinh, U::Cosh][..], &above_one),
+    ] {
+        for &u in ops {
+            let mut c = Case::new();
+            let x = c.input(&[xs.len()], 0.0, 1.0);
+            c.data[0] = Tensor::from_f32(&[xs.len()], xs);
+            let y = c.op(Op::Unary(u), &[x]);
+            let Some(plugin) = plugin() else { return };
+            let case = c.output(y);
+            let cpu = compile(case.g.clone(), Backend::Cpu);
+            let acc = compile(case.g, pjrt(Precision::F32));
+            let (want, got) = (run_cpu(&cpu, &case.data), run_pjrt(&acc, &plugin, &case.data));
+            assert_close(&format!("{} at the edges", u.name()), &got[0], &want[0], 2e-6, 0.0);
+        }
+    }
+}
+
 #[test]
 fn binary_ops_with_broadcasting() {
     for b in [B::Add, B::Sub, B::Mul, B::Div, B::Pow, B::Max, B::Min, B::FloorDiv, B::Rem, B::Atan2, B::Fmod] {

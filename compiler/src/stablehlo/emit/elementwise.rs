@@ -107,26 +107,37 @@ impl<'c, 'a> Emitter<'c, 'a> {
         self.convert(&y, out_dt)
     }
 
+    /// erf as the CPU kernels compute it (`kiln_ir::math`'s coefficients):
+    /// `x + x·P(x²)` up to `ERF_SPLIT`, `±(1 − e^{q(|x|)})` beyond — within
+    /// an ulp or two of the exact f32 value everywhere, tiny arguments
+    /// included (StableHLO has no erf, and chlo.erf is not available to this
+    /// emitter). f64 values get the same f32-accurate polynomials.
     pub(super) fn erf(&self, x: &T<'c, 'a>) -> Result<T<'c, 'a>, EmitError> {
-        // Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): StableHLO has no erf
-        // and chlo.erf is not available to this emitter.
-        let dt = x.dt;
-        let c = |v: f64| self.scalar(v, dt);
-        let ax = self.unary("abs", x)?;
-        let t = self.binary(
-            "divide",
-            &c(1.0)?,
-            &self.binary("add", &c(1.0)?, &self.binary("multiply", &c(0.327_591_1)?, &ax)?)?,
-        )?;
-        let coeffs = [1.061_405_429, -1.453_152_027, 1.421_413_741, -0.284_496_736, 0.254_829_592];
-        let mut poly = c(coeffs[0])?;
-        for &k in &coeffs[1..] {
-            poly = self.binary("add", &self.binary("multiply", &poly, &t)?, &c(k)?)?;
+        use kiln_ir::math::{ERFC_EXPONENT_POLY, ERF_SMALL_POLY, ERF_SPLIT};
+        let c = |v: f32| self.scalar(f64::from(v), x.dt);
+        let mul = |a: &T<'c, 'a>, b: &T<'c, 'a>| self.binary("multiply", a, b);
+        let add = |a: &T<'c, 'a>, b: &T<'c, 'a>| self.binary("add", a, b);
+        // Small: x + x·P(x²).
+        let s = mul(x, x)?;
+        let mut p = c(ERF_SMALL_POLY[0])?;
+        for &k in &ERF_SMALL_POLY[1..] {
+            p = add(&mul(&p, &s)?, &c(k)?)?;
         }
-        poly = self.binary("multiply", &poly, &t)?;
-        let e = self.unary("exponential", &self.unary("negate", &self.binary("multiply", &ax, &ax)?)?)?;
-        let y = self.binary("subtract", &c(1.0)?, &self.binary("multiply", &poly, &e)?)?;
-        self.binary("multiply", &self.unary("sign", x)?, &y)
+        let small = add(&mul(&p, x)?, x)?;
+        // Beyond: erfc(t) = e^{q(t)}, q from two pairs then Horner's rule.
+        let t = self.unary("abs", x)?;
+        let t2 = mul(&t, &t)?;
+        let [c0, c1, c2, c3, rest @ ..] = ERFC_EXPONENT_POLY;
+        let r = add(&mul(&c(c0)?, &t)?, &c(c1)?)?;
+        let u = add(&mul(&c(c2)?, &t)?, &c(c3)?)?;
+        let mut r = add(&mul(&r, &t2)?, &u)?;
+        for k in rest {
+            r = add(&mul(&r, &t)?, &c(k)?)?;
+        }
+        let q = self.binary("subtract", &mul(&r, &t)?, &t)?;
+        let large = self.binary("subtract", &c(1.0)?, &self.unary("exponential", &q)?)?;
+        let large = self.copy_sign(&large, x)?;
+        self.select(&self.compare("GT", &t, &c(ERF_SPLIT)?)?, &large, &small)
     }
 
     pub(super) fn lower_unary(&self, u: UnaryOp, x: &T<'c, 'a>) -> Result<T<'c, 'a>, EmitError> {
