@@ -282,6 +282,13 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let nb = (r - 2) as i64;
         let bd: Vec<i64> = (0..nb).collect();
         let e = q.shape[r - 1];
+        // Shared (size-1) batch dims of k and v (grouped-query heads) broadcast to q's.
+        let widen = |x: &T<'c, 'a>| {
+            let mut shape = q.shape[..r - 2].to_vec();
+            shape.extend_from_slice(&x.shape[r - 2..]);
+            self.bcast(x, &shape)
+        };
+        let (k, v) = (&widen(k)?, &widen(v)?);
         let s = self.dot(q, k, &bd, &bd, &[nb + 1], &[nb + 1])?;
         let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
         let mut s = self.binary("multiply", &s, &self.scalar(scale, s.dt)?)?;

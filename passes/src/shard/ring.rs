@@ -1,0 +1,187 @@
+//! Ring attention (context parallelism): `--shard context-parallel` over a
+//! mesh axis `seq`.
+//!
+//! Every input of rank two or more is split on its sequence dim (dim 1)
+//! over `seq` (and on its batch over `data` when the mesh has that axis);
+//! weights are replicated. Token-wise ops (linears, norms, elementwise,
+//! reshapes and permutes that keep the sequence dim) keep the split by
+//! propagation, so activations stay sequence-split. An attention whose
+//! query, key and value arrive split on their sequence dim (`L` and `S`,
+//! the second-to-last) over one axis of `n` devices that divides both is
+//! partitioned by hand ([`RingAttention`]): each device keeps its `L / n`
+//! queries and passes its `S / n` keys and values around the ring by
+//! `collective_permute` (device `i` to `i + 1`) over `n` steps, combining
+//! the blocks by the online softmax (running max, running sum, output
+//! rescaled). A causal mask is applied by the blocks' global positions; an
+//! explicit mask arrives with its query rows split and its key columns
+//! whole, and each step uses the columns of the block it holds.
+//!
+//! Propagation gives such a node q, k, v, mask and result split on the
+//! sequence; the cost model and the report count its permutes, and the
+//! StableHLO emitter writes the region (`sdy.manual_computation`).
+
+use super::manual::ManualCollective;
+use super::propagate::Collective;
+use kiln_ir::{Dim, Graph, NodeId, Op, Sharding, ValueId};
+
+/// The mesh axis `--shard context-parallel` splits sequences over.
+pub const SEQ_AXIS: &str = "seq";
+
+/// An attention node partitioned by hand over `axis` (see the module doc).
+/// Only the axis named [`SEQ_AXIS`] rings: another axis that splits a
+/// query's sequence (data parallelism over a rank-2 query) keeps the
+/// gathering rule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RingAttention {
+    pub node: NodeId,
+    pub axis: String,
+    /// Devices along `axis` (the ring's steps).
+    pub devices: i64,
+    /// Query and key lengths, whole.
+    pub queries: i64,
+    pub keys: i64,
+    pub causal: bool,
+    /// Bytes of one device's key block and value block (what each step sends).
+    pub block_bytes: u64,
+    /// The shardings of q, k, v, the mask (if any) and the result.
+    pub operands: Vec<Sharding>,
+    pub result: Sharding,
+}
+
+/// `Some(axis)` when `s` splits dim `d` over exactly one axis and nothing is partial.
+fn split_axis(s: &Sharding, d: usize) -> Option<&str> {
+    match s.dims.get(d).map(Vec::as_slice) {
+        Some([a]) if s.partial.is_empty() => Some(a.as_str()),
+        _ => None,
+    }
+}
+
+fn static_dim(g: &Graph, v: ValueId, d: usize) -> Option<i64> {
+    g.ty(v).shape.get(d).and_then(Dim::as_const)
+}
+
+impl RingAttention {
+    /// The shardings a ring over `axis` needs at node `n` from the query's
+    /// sharding `q`: q's batch dims (the key's and value's where they are
+    /// not broadcast) and the sequence dims split as q's, features whole;
+    /// the mask's query rows split (unless broadcast), key columns whole.
+    /// `None` when `n` is not an attention, q's sequence dim is not split
+    /// over one axis, shapes are dynamic or the axis does not divide both
+    /// lengths.
+    pub fn plan(g: &Graph, n: NodeId, q: &Sharding) -> Option<RingAttention> {
+        let node = &g.nodes[n];
+        let Op::Attention { causal, .. } = node.op else { return None };
+        let (qv, kv, vv) = (*node.inputs.first()?, *node.inputs.get(1)?, *node.inputs.get(2)?);
+        let r = g.ty(qv).rank();
+        if r < 2 || g.ty(kv).rank() != r || g.ty(vv).rank() != r || q.dims.len() != r {
+            return None;
+        }
+        let axis = split_axis(q, r - 2)?.to_string();
+        if axis != SEQ_AXIS {
+            return None;
+        }
+        let devices = i64::from(g.mesh.as_ref()?.axis(&axis)?.size);
+        let (queries, keys) = (static_dim(g, qv, r - 2)?, static_dim(g, kv, r - 2)?);
+        if devices < 2 || queries % devices != 0 || keys % devices != 0 || !g.ty(qv).dtype.is_float() {
+            return None;
+        }
+        for &v in &node.inputs {
+            g.ty(v).static_shape()?;
+        }
+        let mut eq = q.clone();
+        eq.dims[r - 1].clear();
+        // Batch dims follow q's; another use of the ring's axis there is no ring.
+        if eq.dims[..r - 2].iter().flatten().any(|a| *a == axis) {
+            return None;
+        }
+        // Batch dims follow q's where not broadcast (size 1).
+        let batch = |v: ValueId, seq: bool| {
+            let rv = g.ty(v).rank();
+            let mut s = Sharding::replicated(rv);
+            for d in 0..rv.saturating_sub(2) {
+                let qd = (r - rv) + d;
+                if static_dim(g, v, d) != Some(1) {
+                    s.dims[d].clone_from(&eq.dims[qd]);
+                }
+            }
+            if seq && rv >= 2 {
+                s.dims[rv - 2] = vec![axis.clone()];
+            }
+            s
+        };
+        let mut operands = vec![eq.clone(), batch(kv, true), batch(vv, true)];
+        if let Some(&m) = node.inputs.get(3) {
+            let rm = g.ty(m).rank();
+            if rm > r {
+                return None;
+            }
+            // Rows split with the queries unless broadcast; columns whole.
+            let rows = rm >= 2 && static_dim(g, m, rm - 2) == Some(queries);
+            operands.push(batch(m, rows));
+            if rm >= 1 && static_dim(g, m, rm - 1) != Some(keys) && static_dim(g, m, rm - 1) != Some(1) {
+                return None;
+            }
+        }
+        let elem = g.ty(kv).dtype.size_bytes() as u64;
+        let local = |v: ValueId, s: &Sharding| -> u64 {
+            let shape = g.ty(v).static_shape().unwrap_or_default();
+            let pieces: u64 = (0..shape.len()).map(|d| s.pieces(g.mesh.as_ref().expect("mesh"), d)).product();
+            shape.iter().product::<i64>().max(0) as u64 / pieces.max(1)
+        };
+        let block_bytes = (local(kv, &operands[1]) + local(vv, &operands[2])) * elem;
+        let out = node.outputs[0];
+        let mut result = Sharding::replicated(g.ty(out).rank());
+        for d in 0..r.min(result.dims.len()) {
+            result.dims[d].clone_from(&eq.dims[d]);
+        }
+        Some(RingAttention { node: n, axis, devices, queries, keys, causal, block_bytes, operands, result })
+    }
+
+    /// `Some` when propagation planned node `n` as a ring: its key arrives
+    /// split on the sequence (no other rule splits it there).
+    pub fn planned(g: &Graph, n: NodeId) -> Option<RingAttention> {
+        let node = &g.nodes[n];
+        let q = g.values[*node.inputs.first()?].attrs.sharding.as_ref()?;
+        let ring = RingAttention::plan(g, n, q)?;
+        let k = g.values[node.inputs[1]].attrs.sharding.as_ref()?;
+        let out = g.values[node.outputs[0]].attrs.sharding.as_ref()?;
+        (*k == ring.operands[1] && *out == ring.result).then_some(ring)
+    }
+
+    /// Query rows and key rows each device holds.
+    pub fn local_queries(&self) -> i64 {
+        self.queries / self.devices
+    }
+
+    pub fn local_keys(&self) -> i64 {
+        self.keys / self.devices
+    }
+
+    /// The `n − 1` permutes of each device's key and value blocks.
+    pub fn collectives(&self) -> Vec<ManualCollective> {
+        let steps = self.devices - 1;
+        let what = format!(
+            "ring attention over `{}` ({} steps, {} of {} queries and {} of {} keys per device{}): \
+             {steps} permutes of the key and value blocks, {} B per step; B each device sends",
+            self.axis,
+            self.devices,
+            self.local_queries(),
+            self.queries,
+            self.local_keys(),
+            self.keys,
+            if self.causal { ", causal" } else { "" },
+            self.block_bytes
+        );
+        vec![ManualCollective {
+            collective: Collective::CollectivePermute,
+            axis: self.axis.clone(),
+            what,
+            bytes_per_device: self.block_bytes * steps as u64,
+        }]
+    }
+}
+
+/// Every attention of `g` planned as a ring, in schedule order.
+pub fn ring_attentions(g: &Graph) -> Vec<RingAttention> {
+    g.order.iter().filter_map(|&n| RingAttention::planned(g, n)).collect()
+}
