@@ -1,7 +1,9 @@
 //! Ring attention (`--shard context-parallel` over a `seq` axis) on the
 //! XLA CPU plugin: every attention of the `ring_attention` fixture (a causal
 //! SDPA and a key-padding-masked one), BERT (padding mask) and Llama (its
-//! causal mask, grouped-query heads) becomes one manual region passing key
+//! causal mask, grouped-query heads), in both flavours (Core ATen's
+//! matmul–softmax–matmul recognised, its linears on batch × sequence rows
+//! unflattened), becomes one manual region passing key
 //! and value blocks around the ring; the regions' permutes, the verifier,
 //! the report; outputs against one device and PyTorch on 2, 4 and 8
 //! devices; the requests kiln refuses. The sharded runs go through the
@@ -64,7 +66,9 @@ fn compile_with(fixture: &str, flavour: &str, shard: Option<ShardConfig>) -> Res
 fn attentions_are_regions_with_ring_permutes() {
     for (fixture, flavour) in [
         ("ring_attention", "training"),
+        ("ring_attention", "aten"),
         ("models/bert", "training"),
+        ("models/bert", "aten"),
         ("models/llama", "training"),
         ("models/llama", "aten"),
     ] {
@@ -136,7 +140,9 @@ fn rings_match_one_device_and_pytorch() {
     let cases: &[(&str, &str, &[&str], &str)] = &[
         // (fixture, flavour, meshes, what the report says of the rings)
         ("ring_attention", "training", &["seq=2", "seq=4", "seq=8", "data=2,seq=2"], "some causal"),
+        ("ring_attention", "aten", &["seq=2", "seq=4", "data=2,seq=2"], "not causal"),
         ("models/bert", "training", &["seq=2", "seq=4", "data=2,seq=2"], "not causal"),
+        ("models/bert", "aten", &["seq=2", "seq=4"], "not causal"),
         ("models/llama", "training", &["seq=2", "seq=4", "seq=8"], "not causal"),
         ("models/llama", "aten", &["seq=2", "seq=4"], "not causal"),
     ];

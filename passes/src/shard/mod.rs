@@ -38,7 +38,7 @@ pub use cost::{bytes, estimate, seconds, CostModel, PlanCost};
 pub use manual::{expert_dispatches, Exchange, ExpertDispatch, ManualCollective};
 pub use pipeline::{Pipeline, STAGE_AXIS};
 pub use propagate::{propagate_shardings, Collective, Reshard, Use};
-pub use ring::{ring_attentions, RingAttention, SEQ_AXIS};
+pub use ring::{ring_attentions, unflatten_rows, RingAttention, SEQ_AXIS};
 pub use strategy::{glob_match, Override, Strategy};
 
 use kiln_ir::{Graph, Mesh};

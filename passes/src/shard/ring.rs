@@ -22,7 +22,7 @@
 
 use super::manual::ManualCollective;
 use super::propagate::Collective;
-use kiln_ir::{Dim, Graph, NodeId, Op, Sharding, ValueId};
+use kiln_ir::{Builder, Dim, Graph, NodeId, Op, Sharding, ValueId};
 
 /// The mesh axis `--shard context-parallel` splits sequences over.
 pub const SEQ_AXIS: &str = "seq";
@@ -184,4 +184,77 @@ impl RingAttention {
 /// Every attention of `g` planned as a ring, in schedule order.
 pub fn ring_attentions(g: &Graph) -> Vec<RingAttention> {
     g.order.iter().filter_map(|&n| RingAttention::planned(g, n)).collect()
+}
+
+/// Core ATen's linears on a batch above one: `x [B, S, K]` viewed as
+/// `[B·S, K]` rows, a matrix product and elementwise ops (bias, GELU) on
+/// the rows, then viewed back. With the sequence split, `B·S` rows hold no
+/// contiguous piece per device, so propagation would gather them. This
+/// rewrites a matrix product of such a view by a `[K, N]` matrix into the
+/// product of `x` itself (`[B, S, N]`, viewed as rows after it), and sinks
+/// the view below elementwise ops whose other operands broadcast over the
+/// rows (scalars, `[N]`, `[1, N]`); `simplify` then composes the views, so
+/// the program's rows keep their batch and sequence dims. Same products of
+/// the same rows: only the views move. Run before sharding under
+/// `--shard context-parallel`.
+pub fn unflatten_rows(g: &mut Graph, _opts: &crate::Options) -> Result<crate::Changed, crate::PassError> {
+    use crate::rewrite::{rewrite_in_order, Rewrite};
+    let err = |e: String| crate::PassError::new("unflatten_rows", e);
+    rewrite_in_order(g, |g, n| {
+        let node = &g.nodes[n];
+        let [out] = node.outputs[..] else { return Ok(Rewrite::Keep) };
+        let Some(&[m, cols]) = g.ty(out).static_shape().as_deref() else { return Ok(Rewrite::Keep) };
+        // `v` is a view of some `[L.., c]` (rank ≥ 3) as `[prod(L), c]`: (x, L).
+        let merged = |v: ValueId| -> Option<(ValueId, Vec<i64>)> {
+            let p = g.producer(v)?;
+            let (Op::Reshape { .. }, [x]) = (&g.nodes[p].op, &g.nodes[p].inputs[..]) else { return None };
+            let (from, to) = (g.ty(*x).static_shape()?, g.ty(v).static_shape()?);
+            let r = from.len();
+            (r >= 3 && to.len() == 2 && to[1] == from[r - 1] && to[0] == from[..r - 1].iter().product::<i64>())
+                .then(|| (*x, from[..r - 1].to_vec()))
+        };
+        let (op, inputs, loc) = (node.op.clone(), node.inputs.clone(), node.loc);
+        let elementwise = matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::Clamp { .. });
+        let (new_inputs, lead) = match op {
+            Op::MatMul => match (merged(inputs[0]), inputs.get(1)) {
+                (Some((x, lead)), Some(&b)) if inputs.len() == 2 && g.ty(b).rank() == 2 => (vec![x, b], lead),
+                _ => return Ok(Rewrite::Keep),
+            },
+            _ if elementwise => {
+                let mut lead: Option<Vec<i64>> = None;
+                let mut new_inputs = Vec::new();
+                for &v in &inputs {
+                    if let Some((x, l)) = merged(v).filter(|(_, l)| l.iter().product::<i64>() == m) {
+                        if lead.as_ref().is_some_and(|have| *have != l) {
+                            return Ok(Rewrite::Keep);
+                        }
+                        lead = Some(l);
+                        new_inputs.push(x);
+                        continue;
+                    }
+                    // Operands that broadcast over the rows alike either way.
+                    let shape = &g.ty(v).shape;
+                    let rows_broadcast = shape.len() <= 1 || (shape.len() == 2 && shape[0].as_const() == Some(1));
+                    if !rows_broadcast {
+                        return Ok(Rewrite::Keep);
+                    }
+                    new_inputs.push(v);
+                }
+                match lead {
+                    Some(lead) => (new_inputs, lead),
+                    None => return Ok(Rewrite::Keep),
+                }
+            }
+            _ => return Ok(Rewrite::Keep),
+        };
+        let mut b = Builder::new(g, loc);
+        let y = b.push(op, new_inputs).map_err(err)?;
+        let mut want = lead;
+        want.push(cols);
+        if b.g.ty(y).static_shape().as_deref() != Some(&want[..]) {
+            return Err(err(format!("unflattened result {:?}, expected {want:?}", b.g.ty(y).shape)));
+        }
+        let rows = b.push(Op::Reshape { shape: vec![Dim::Const(m), Dim::Const(cols)] }, vec![y]).map_err(err)?;
+        Ok(Rewrite::Replace(vec![rows]))
+    })
 }

@@ -6,19 +6,20 @@
 //! rows for its queries and every key column. Over `n` steps it scores its
 //! queries against the key block it holds — block `(i − t) mod n` at step
 //! `t` — and folds the block into the online softmax: `m' = max(m,
-//! rowmax(s))`, `p = exp(s − m')`, `l' = l·exp(m − m') + Σp`, `o' =
-//! o·exp(m − m') + p·v`; then a `collective_permute` (partition ids, `i → i
-//! + 1` around each line along the axis) passes the key and value blocks
-//! on. The result is `o / l`. A causal mask compares the blocks' global
-//! positions (query `i·L/n + r`, key `j·S/n + c`); a block entirely above
-//! the diagonal scores `−∞` everywhere and adds nothing (its `exp` terms
-//! are zero and the running max ignores it: `m'` is computed as 0 while
-//! still `−∞`, so no `−∞ − −∞`). A row every key of which is masked gives
-//! zeros (torch's SDPA since 2.5 and kiln's CPU kernel do the same; the
-//! one-device StableHLO attention gives NaN there). Key and value batch
-//! dims of size 1 (grouped-query heads) are broadcast to the query's after
-//! each permute, so the ring sends only the shared heads. Every step computes (SPMD: all devices
-//! run the same program); only the contribution of masked blocks is void.
+//! rowmax(s))`, `p = exp(s − m')`, `l' = l·exp(m − m') + Σp`,
+//! `o' = o·exp(m − m') + p·v`; then a `collective_permute` (partition ids,
+//! device `i` to the next around each line along the axis) passes the key
+//! and value blocks on. The result is `o / l`. A causal mask compares the
+//! blocks' global positions (query `i·L/n + r`, key `j·S/n + c`); a block
+//! entirely above the diagonal scores `−∞` everywhere and adds nothing (its
+//! `exp` terms are zero and the running max ignores it: `m'` is computed as
+//! 0 while still `−∞`, so no `−∞ − −∞`). A row every key of which is
+//! masked gives zeros (torch's SDPA since 2.5 and kiln's CPU kernel do the
+//! same; the one-device StableHLO attention gives NaN there). Key and value
+//! batch dims of size 1 (grouped-query heads) are broadcast to the query's
+//! after each permute, so the ring sends only the shared heads. Every step
+//! computes (SPMD: all devices run the same program); only the
+//! contribution of masked blocks is void.
 
 use super::manual::{axis_groups, dense_table};
 use super::text::arr;
