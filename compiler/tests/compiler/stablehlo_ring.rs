@@ -191,6 +191,14 @@ fn rings_match_one_device_and_pytorch() {
             for (i, ((g, want), one)) in got.iter().zip(&expected).zip(&one).enumerate() {
                 assert_close(&format!("{what}: output {i} vs PyTorch"), g, want, RTOL, ATOL);
                 assert_close(&format!("{what}: output {i} vs one device"), g, one, RTOL, ATOL);
+                let max_diff = |b: &kiln_runtime::Tensor| {
+                    values(g).iter().zip(values(b)).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+                };
+                eprintln!(
+                    "{what}: output {i} max |diff| {:.2e} vs PyTorch, {:.2e} vs one device",
+                    max_diff(want),
+                    max_diff(one)
+                );
             }
             std::fs::remove_dir_all(&out).ok();
         }
