@@ -80,7 +80,8 @@ impl RingAttention {
         if axis != SEQ_AXIS {
             return None;
         }
-        let devices = i64::from(g.mesh.as_ref()?.axis(&axis)?.size);
+        let mesh = g.mesh.as_ref()?;
+        let devices = i64::from(mesh.axis(&axis)?.size);
         let (queries, keys) = (static_dim(g, qv, r - 2)?, static_dim(g, kv, r - 2)?);
         if devices < 2 || queries % devices != 0 || keys % devices != 0 || !g.ty(qv).dtype.is_float() {
             return None;
@@ -125,7 +126,7 @@ impl RingAttention {
         let elem = g.ty(kv).dtype.size_bytes() as u64;
         let local = |v: ValueId, s: &Sharding| -> u64 {
             let shape = g.ty(v).static_shape().unwrap_or_default();
-            let pieces: u64 = (0..shape.len()).map(|d| s.pieces(g.mesh.as_ref().expect("mesh"), d)).product();
+            let pieces: u64 = (0..shape.len()).map(|d| s.pieces(mesh, d)).product();
             shape.iter().product::<i64>().max(0) as u64 / pieces.max(1)
         };
         let block_bytes = (local(kv, &operands[1]) + local(vv, &operands[2])) * elem;

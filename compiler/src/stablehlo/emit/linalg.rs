@@ -5,7 +5,7 @@
 
 use super::text::{arr, broadcast_shapes, dot_dims};
 use super::{err, EmitError, Emitter, T};
-use kiln_ir::{DType, PoolKind};
+use kiln_ir::{DType, PoolKind, ReduceKind};
 
 impl<'c, 'a> Emitter<'c, 'a> {
     /// `dot_general`; accumulates (and returns) f32 for 16-bit float operands.
@@ -315,6 +315,15 @@ impl<'c, 'a> Emitter<'c, 'a> {
             };
         }
         let p = self.softmax(&s, r - 1, false)?;
+        // A row with every key masked gives zeros, as torch's SDPA
+        // (`_safe_softmax`) and the CPU kernel do, not NaN.
+        let p = if causal || ins.len() > 3 {
+            let max = self.reduce(&s, &[r - 1], ReduceKind::Max)?;
+            let none = self.compare("EQ", &max, &neg_inf)?;
+            self.select(&self.unreduce(&none, &s.shape, &[r - 1])?, &self.scalar(0.0, p.dt)?, &p)?
+        } else {
+            p
+        };
         let p = self.convert(&p, v.dt)?;
         let o = self.dot(&p, v, &bd, &bd, &[nb + 1], &[nb])?;
         self.convert(&o, out_dt)

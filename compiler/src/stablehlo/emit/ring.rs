@@ -14,8 +14,8 @@
 //! entirely above the diagonal scores `−∞` everywhere and adds nothing (its
 //! `exp` terms are zero and the running max ignores it: `m'` is computed as
 //! 0 while still `−∞`, so no `−∞ − −∞`). A row every key of which is
-//! masked gives zeros (torch's SDPA since 2.5 and kiln's CPU kernel do the
-//! same; the one-device StableHLO attention gives NaN there). Key and value
+//! masked gives zeros (as torch's SDPA since 2.5, kiln's CPU kernel and the
+//! one-device StableHLO attention do). Key and value
 //! batch dims of size 1 (grouped-query heads) are broadcast to the query's
 //! after each permute, so the ring sends only the shared heads. Every step
 //! computes (SPMD: all devices run the same program); only the
