@@ -138,8 +138,10 @@ impl RingAttention {
         Some(RingAttention { node: n, axis, devices, queries, keys, causal, block_bytes, operands, result })
     }
 
-    /// `Some` when propagation planned node `n` as a ring: its key arrives
-    /// split on the sequence (no other rule splits it there).
+    /// `Some` when node `n`'s key and result carry the ring's shardings:
+    /// propagation rings every attention whose query arrives split on its
+    /// sequence over `seq` when manual regions are allowed (Shardy), and
+    /// `--shard context-parallel` refuses GSPMD, so that is what it planned.
     pub fn planned(g: &Graph, n: NodeId) -> Option<RingAttention> {
         let node = &g.nodes[n];
         let q = g.values[*node.inputs.first()?].attrs.sharding.as_ref()?;
