@@ -322,6 +322,16 @@ fn compile_graph_pjrt(
 ) -> Result<(ArtifactWriter, CompileSummary), CompileError> {
     let pass_opts = Options { verify_each: opts.verify_each, ..Options::new(opts.target) };
     let passes = run_pipeline(&mut graph, &default_pipeline(opts.target), &pass_opts)?;
+    // Context parallelism rings `Op::Attention`s: the matmul–softmax–matmul
+    // form (Core ATen's SDPA) is recognised first, as the CPU pipeline does,
+    // and linears on batch × sequence rows keep their dims (so the
+    // sequence split survives them).
+    if opts.shard.as_ref().is_some_and(|s| s.strategy == kiln_passes::shard::Strategy::ContextParallel) {
+        let unflatten = kiln_passes::Pass { name: "unflatten_rows", run: kiln_passes::shard::unflatten_rows };
+        let fuse =
+            [unflatten, kiln_passes::SIMPLIFY, kiln_passes::FUSE_ATTENTION, kiln_passes::SIMPLIFY, kiln_passes::DCE];
+        run_pipeline(&mut graph, &fuse, &pass_opts)?;
+    }
     let nodes = graph.order.len();
     let spmd = match &opts.shard {
         Some(config) => Some(shard_for_pjrt(&mut graph, config, opts.verify_each)?),

@@ -37,7 +37,8 @@ struct ShardArgs {
     /// column/row linears), `fsdp` (weights split over the data axis too), `expert-parallel`
     /// (experts split over the model axis, tokens dispatched by all-to-all), `replicated`,
     /// `pipeline` (the repeated blocks over a `stage` axis, microbatches passed stage to stage),
-    /// or `auto` (the cheapest plan under --shard-cost, chosen per layer; --report explains it).
+    /// `context-parallel` (sequences split over a `seq` axis, ring attention), or `auto` (the
+    /// cheapest plan under --shard-cost, chosen per layer; --report explains it).
     #[arg(long, default_value = "data-parallel")]
     shard: String,
     /// Microbatches of `--shard pipeline` (they must divide the batch rows each device holds);
@@ -91,7 +92,7 @@ impl ShardArgs {
         let mut strategy = Strategy::from_name(&self.shard).ok_or_else(|| {
             format!(
                 "unknown --shard `{}` (known: data-parallel, tensor-parallel, fsdp, expert-parallel, pipeline, \
-                 replicated, auto)",
+                 context-parallel, replicated, auto)",
                 self.shard
             )
         })?;

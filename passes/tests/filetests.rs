@@ -38,6 +38,9 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "legalize" => vec![LEGALIZE, DCE],
         "quant_linear" => vec![QUANT_LINEAR, DCE],
         "quant_acts" => vec![QUANT_ACTS, DCE],
+        "unflatten_rows" => {
+            vec![Pass { name: "unflatten_rows", run: kiln_passes::shard::unflatten_rows }, SIMPLIFY, DCE]
+        }
         "pipeline" => default_pipeline(target),
         other => return Err(format!("unknown test `{other}`")),
     };

@@ -202,10 +202,13 @@ pub fn why_not_lowerable(target: &TargetDesc, g: &Graph, n: NodeId) -> Option<St
                 let s = &g.ty(v).shape;
                 s[..s.len().saturating_sub(2)].to_vec()
             };
-            let same_batch = node.inputs.len() >= 3
-                && batch(node.inputs[0]) == batch(node.inputs[1])
-                && batch(node.inputs[1]) == batch(node.inputs[2]);
-            if same_batch {
+            // k and v may share q's heads (batch dims of size 1: the
+            // emitter broadcasts them); anything else stays on the CPU.
+            let fits = |v: ValueId| {
+                let (q, x) = (batch(node.inputs[0]), batch(v));
+                q.len() == x.len() && q.iter().zip(&x).all(|(a, b)| a == b || b.as_const() == Some(1))
+            };
+            if node.inputs.len() >= 3 && fits(node.inputs[1]) && fits(node.inputs[2]) {
                 None
             } else {
                 no("attention with broadcast batch dims")

@@ -5,7 +5,9 @@
 //! `../shared/notes/sharding-pjrt.md`).
 
 use kiln_ir::{Graph, Mesh, MeshAxis, Sharding};
-use kiln_passes::shard::{bytes, expert_dispatches, seconds, AutoReport, Override, Pipeline, PlanCost, Reshard, Use};
+use kiln_passes::shard::{
+    bytes, expert_dispatches, ring_attentions, seconds, AutoReport, Override, Pipeline, PlanCost, Reshard, Use,
+};
 use kiln_runtime::format::{MeshAxisDecl, MeshDecl, TensorSharding};
 
 /// How a sharded module is annotated.
@@ -228,8 +230,32 @@ impl ShardReport {
                     collectives.push((c.collective.name(), what, c.bytes_per_device));
                 }
             }
+            for r in ring_attentions(g) {
+                for c in r.collectives() {
+                    let what = format!("manual region at {}: {}", g.describe_node(r.node), c.what);
+                    collectives.push((c.collective.name(), what, c.bytes_per_device));
+                }
+            }
         }
         let mut decisions = spmd.auto.as_ref().map_or_else(Vec::new, |a| auto_lines(g, a));
+        let rings = ring_attentions(g);
+        if let Some(first) = rings.first() {
+            let per_step: u64 = rings.iter().map(|r| r.block_bytes).sum();
+            decisions.push(format!(
+                "  ring attention: {} attention(s) over `{}` in {} steps each ({}), key and value blocks \
+                 passed by collective-permute: {per_step} B per step per device over all of them",
+                rings.len(),
+                first.axis,
+                first.devices,
+                if rings.iter().all(|r| r.causal) {
+                    "causal"
+                } else if rings.iter().any(|r| r.causal) {
+                    "some causal"
+                } else {
+                    "not causal"
+                },
+            ));
+        }
         if let Some(p) = &spmd.pipeline {
             for c in p.collectives() {
                 collectives.push((

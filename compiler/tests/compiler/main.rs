@@ -20,6 +20,7 @@ mod stablehlo_moe;
 mod stablehlo_ops;
 mod stablehlo_pipeline;
 mod stablehlo_quant;
+mod stablehlo_ring;
 mod stablehlo_sharding;
 mod stablehlo_state;
 #[cfg(feature = "mlir")]

@@ -165,7 +165,8 @@ pub fn estimate(g: &Graph, mesh: &Mesh, reshards: &[Reshard], model: &CostModel)
         cost.comm_s += s;
     }
     // Collectives inside the regions kiln partitions by hand.
-    for c in super::manual::expert_dispatches(g).iter().flat_map(|d| d.collectives()) {
+    let rings = super::ring::ring_attentions(g).into_iter().flat_map(|r| r.collectives());
+    for c in super::manual::expert_dispatches(g).iter().flat_map(|d| d.collectives()).chain(rings) {
         cost.comm_bytes += c.bytes_per_device as f64;
         cost.comm_s += c.bytes_per_device as f64 / model.link(&c.axis) + model.collective_latency_s;
     }

@@ -21,12 +21,16 @@
 //! - `pipeline`: `--shard pipeline`, repeated blocks over the `stage` axis
 //!   with their weights stacked; the emitter writes the run of blocks as one
 //!   manual region with `collective_permute`s between stages.
+//! - `ring`: `--shard context-parallel`, sequences split over the `seq`
+//!   axis; each attention is a manual region passing key and value blocks
+//!   around the ring (online softmax).
 
 mod auto;
 mod cost;
 mod manual;
 mod pipeline;
 mod propagate;
+mod ring;
 mod strategy;
 
 pub use auto::{AutoReport, LayerChoice, LayerPlan};
@@ -34,6 +38,7 @@ pub use cost::{bytes, estimate, seconds, CostModel, PlanCost};
 pub use manual::{expert_dispatches, Exchange, ExpertDispatch, ManualCollective};
 pub use pipeline::{Pipeline, STAGE_AXIS};
 pub use propagate::{propagate_shardings, Collective, Reshard, Use};
+pub use ring::{ring_attentions, unflatten_rows, RingAttention, SEQ_AXIS};
 pub use strategy::{glob_match, Override, Strategy};
 
 use kiln_ir::{Graph, Mesh};

@@ -35,8 +35,8 @@ pub enum Collective {
     AllToAll,
     /// Whole dims split: each device keeps its piece, nothing is sent.
     Slice,
-    /// Point-to-point sends along an axis (pipeline stages; manual regions
-    /// only, never a resharding).
+    /// Point-to-point sends along an axis (pipeline stages, ring attention;
+    /// manual regions only, never a resharding).
     CollectivePermute,
 }
 
@@ -309,7 +309,14 @@ impl Prop<'_> {
                 expected.extend(node.inputs[1..].iter().map(|&v| Sharding::replicated(g.ty(v).rank())));
                 one(expected, s)
             }
-            Op::Attention { .. } => self.attention(g, n, ins).unwrap_or_else(replicated),
+            Op::Attention { .. } => {
+                match super::ring::RingAttention::plan(g, n, &whole(&ins[0])).filter(|_| self.opts.manual_regions) {
+                    // Partitioned by hand: keys and values rotate around the
+                    // ring, so everything stays split on the sequence.
+                    Some(r) => (r.operands, vec![r.result]),
+                    None => self.attention(g, n, ins).unwrap_or_else(replicated),
+                }
+            }
             Op::Permute { perm } => {
                 let s = &ins[0];
                 let dims = perm.iter().map(|&p| s.dims.get(p).cloned().unwrap_or_default()).collect();

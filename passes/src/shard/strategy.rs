@@ -35,6 +35,11 @@ pub enum Strategy {
     /// inputs split on batch over a separate `data` axis when the mesh has
     /// one, everything outside the blocks replicated.
     Pipeline { microbatches: u32 },
+    /// Context parallelism (see `ring`): inputs split on their sequence
+    /// (dim 1) over the `seq` axis (and on batch over a `data` axis when the
+    /// mesh has one), weights replicated; token-wise ops keep the split and
+    /// every attention is a ring over `seq`.
+    ContextParallel,
     /// The plan the cost model finds cheapest: the best of the above, then
     /// refined layer by layer (see `auto`).
     Auto,
@@ -49,6 +54,7 @@ impl Strategy {
             "fsdp" => Strategy::Fsdp,
             "expert-parallel" | "ep" => Strategy::ExpertParallel,
             "pipeline" | "pp" => Strategy::Pipeline { microbatches: 0 },
+            "context-parallel" | "cp" | "ring" => Strategy::ContextParallel,
             "auto" => Strategy::Auto,
             _ => return None,
         })
@@ -62,6 +68,7 @@ impl Strategy {
             Strategy::Fsdp => "fsdp",
             Strategy::ExpertParallel => "expert-parallel",
             Strategy::Pipeline { .. } => "pipeline",
+            Strategy::ContextParallel => "context-parallel",
             Strategy::Auto => "auto",
         }
     }
@@ -94,6 +101,7 @@ pub(super) fn seed(g: &mut Graph, opts: &ShardOptions) -> Result<(), String> {
             mesh.axis("data").is_some() && model_axis(mesh) != "data"
         }
         Strategy::Pipeline { .. } => mesh.axis("data").is_some() && data != super::pipeline::STAGE_AXIS,
+        Strategy::ContextParallel => mesh.axis("data").is_some() && data != super::ring::SEQ_AXIS,
         // `auto` seeds through the concrete strategies it tries.
         Strategy::Replicated | Strategy::Auto => false,
     };
@@ -126,6 +134,9 @@ pub(super) fn seed(g: &mut Graph, opts: &ShardOptions) -> Result<(), String> {
     if opts.strategy == Strategy::ExpertParallel {
         split_experts(g, mesh, opts)?;
     }
+    if opts.strategy == Strategy::ContextParallel {
+        split_sequences(g, mesh, opts)?;
+    }
     apply_overrides(g, opts)
 }
 
@@ -146,6 +157,60 @@ fn split_experts(g: &mut Graph, mesh: &Mesh, opts: &ShardOptions) -> Result<(), 
     for w in weights {
         check_divides(g, mesh, w, 0, &axis, opts.strategy)?;
         g.values[w].attrs.sharding = Some(Sharding::split(3, 0, &axis));
+    }
+    Ok(())
+}
+
+/// `--shard context-parallel`: every input of rank two or more split on
+/// its sequence (dim 1) over `seq`, besides the batch split.
+fn split_sequences(g: &mut Graph, mesh: &Mesh, opts: &ShardOptions) -> Result<(), String> {
+    let seq = super::ring::SEQ_AXIS;
+    if mesh.axis(seq).is_none() {
+        return Err(format!(
+            "--shard context-parallel needs a mesh axis `{seq}` to split sequences over (e.g. --mesh {seq}=4), \
+             the mesh has [{mesh}]"
+        ));
+    }
+    if !opts.manual_regions {
+        return Err("--shard context-parallel writes manual regions (ring attention), which need \
+                    --sharding-dialect shardy (the default)"
+            .into());
+    }
+    if !g.order.iter().any(|&n| matches!(g.nodes[n].op, kiln_ir::Op::Attention { .. })) {
+        return Err("--shard context-parallel: the program has no attention to pass around a ring".into());
+    }
+    let mut split = 0;
+    for i in 0..g.inputs.len() {
+        let v = g.inputs[i];
+        let rank = g.ty(v).rank();
+        if g.is_state_input(i) || rank < 2 {
+            continue;
+        }
+        if let Some(Dim::Const(n)) = g.ty(v).shape.get(1) {
+            let size = mesh.axis(seq).map_or(1, |a| i64::from(a.size));
+            if n % size != 0 {
+                return Err(format!(
+                    "--shard context-parallel: the sequence length {n} (dim 1 of {}) is not divisible by \
+                     the {size} devices of mesh axis `{seq}`",
+                    describe(g, v)
+                ));
+            }
+        } else {
+            return Err(format!(
+                "--shard context-parallel: the sequence (dim 1) of {} is dynamic; ring attention needs a \
+                 static sequence length (export it with a fixed length)",
+                describe(g, v)
+            ));
+        }
+        let mut s = g.values[v].attrs.sharding.clone().unwrap_or_else(|| Sharding::replicated(rank));
+        s.dims[1] = vec![seq.to_string()];
+        g.values[v].attrs.sharding = Some(s);
+        split += 1;
+    }
+    if split == 0 {
+        return Err("--shard context-parallel: the program has no input of rank two or more to split on a \
+                    sequence dim"
+            .into());
     }
     Ok(())
 }

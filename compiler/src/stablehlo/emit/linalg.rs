@@ -5,7 +5,7 @@
 
 use super::text::{arr, broadcast_shapes, dot_dims};
 use super::{err, EmitError, Emitter, T};
-use kiln_ir::{DType, PoolKind};
+use kiln_ir::{DType, PoolKind, ReduceKind};
 
 impl<'c, 'a> Emitter<'c, 'a> {
     /// `dot_general`; accumulates (and returns) f32 for 16-bit float operands.
@@ -282,6 +282,13 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let nb = (r - 2) as i64;
         let bd: Vec<i64> = (0..nb).collect();
         let e = q.shape[r - 1];
+        // Shared (size-1) batch dims of k and v (grouped-query heads) broadcast to q's.
+        let widen = |x: &T<'c, 'a>| {
+            let mut shape = q.shape[..r - 2].to_vec();
+            shape.extend_from_slice(&x.shape[r - 2..]);
+            self.bcast(x, &shape)
+        };
+        let (k, v) = (&widen(k)?, &widen(v)?);
         let s = self.dot(q, k, &bd, &bd, &[nb + 1], &[nb + 1])?;
         let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
         let mut s = self.binary("multiply", &s, &self.scalar(scale, s.dt)?)?;
@@ -308,6 +315,15 @@ impl<'c, 'a> Emitter<'c, 'a> {
             };
         }
         let p = self.softmax(&s, r - 1, false)?;
+        // A row with every key masked gives zeros, as torch's SDPA
+        // (`_safe_softmax`) and the CPU kernel do, not NaN.
+        let p = if causal || ins.len() > 3 {
+            let max = self.reduce(&s, &[r - 1], ReduceKind::Max)?;
+            let none = self.compare("EQ", &max, &neg_inf)?;
+            self.select(&self.unreduce(&none, &s.shape, &[r - 1])?, &self.scalar(0.0, p.dt)?, &p)?
+        } else {
+            p
+        };
         let p = self.convert(&p, v.dt)?;
         let o = self.dot(&p, v, &bd, &bd, &[nb + 1], &[nb])?;
         self.convert(&o, out_dt)

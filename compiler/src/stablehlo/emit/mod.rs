@@ -33,6 +33,9 @@
 //! - `special`: igamma/igammac (f64 series and continued fraction loops).
 //! - `manual`: regions kiln partitions by hand (`sdy.manual_computation`
 //!   with explicit collectives): experts' all-to-all token dispatch.
+//! - `ring`: ring attention (`--shard context-parallel`), an attention
+//!   split on the sequence as a manual region rotating key and value blocks
+//!   by `collective_permute` (online softmax).
 //! - `pipeline`: pipeline stages, the repeated blocks as one manual region
 //!   with `collective_permute`s between stages (GPipe's schedule, unrolled).
 //!
@@ -48,6 +51,7 @@ mod linalg;
 mod manual;
 mod pipeline;
 mod quant;
+mod ring;
 mod sort;
 mod special;
 mod text;
@@ -56,7 +60,7 @@ use super::partition::Segment;
 use super::sharding::{gspmd_sharding, shardy_mesh, shardy_sharding, ShardingDialect, SpmdEmit, MESH_SYMBOL};
 use super::Precision;
 use kiln_ir::{DType, Graph, NodeId, Op, ReduceKind, Sharding, ValueId};
-use kiln_passes::shard::{ExpertDispatch, Use};
+use kiln_passes::shard::{ExpertDispatch, RingAttention, Use};
 use linalg::Divisor;
 use melior::dialect::DialectHandle;
 use melior::ir::attribute::{StringAttribute, TypeAttribute};
@@ -210,12 +214,13 @@ pub fn emit_segment_with(
                 None => Vec::new(),
             };
             // Shardy only: GSPMD modules get the dense form (XLA partitions it).
-            let manual = spmd
-                .filter(|s| s.dialect == ShardingDialect::Shardy)
-                .and_then(|s| ExpertDispatch::planned(g, n).map(|d| (s, d)));
-            let lowered = match manual {
-                Some((s, d)) => e.lower_dispatch(g, &s.mesh, &d),
-                None => e.lower_node(g, n),
+            let shardy = spmd.filter(|s| s.dialect == ShardingDialect::Shardy);
+            let manual = shardy.and_then(|s| ExpertDispatch::planned(g, n).map(|d| (s, d)));
+            let ring = shardy.and_then(|s| RingAttention::planned(g, n).map(|r| (s, r)));
+            let lowered = match (manual, ring, &g.nodes[n].op) {
+                (Some((s, d)), _, _) => e.lower_dispatch(g, &s.mesh, &d),
+                (None, Some((s, r)), Op::Attention { scale, .. }) => e.lower_ring(g, &s.mesh, &r, *scale),
+                _ => e.lower_node(g, n),
             };
             lowered.map_err(|mut x| {
                 x.node = Some(n);

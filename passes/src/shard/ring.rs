@@ -1,0 +1,263 @@
+//! Ring attention (context parallelism): `--shard context-parallel` over a
+//! mesh axis `seq`.
+//!
+//! Every input of rank two or more is split on its sequence dim (dim 1)
+//! over `seq` (and on its batch over `data` when the mesh has that axis);
+//! weights are replicated. Token-wise ops (linears, norms, elementwise,
+//! reshapes and permutes that keep the sequence dim) keep the split by
+//! propagation, so activations stay sequence-split. An attention whose
+//! query, key and value arrive split on their sequence dim (`L` and `S`,
+//! the second-to-last) over one axis of `n` devices that divides both is
+//! partitioned by hand ([`RingAttention`]): each device keeps its `L / n`
+//! queries and passes its `S / n` keys and values around the ring by
+//! `collective_permute` (device `i` to `i + 1`) over `n` steps, combining
+//! the blocks by the online softmax (running max, running sum, output
+//! rescaled). A causal mask is applied by the blocks' global positions; an
+//! explicit mask arrives with its query rows split and its key columns
+//! whole, and each step uses the columns of the block it holds.
+//!
+//! Propagation gives such a node q, k, v, mask and result split on the
+//! sequence; the cost model and the report count its permutes, and the
+//! StableHLO emitter writes the region (`sdy.manual_computation`).
+
+use super::manual::ManualCollective;
+use super::propagate::Collective;
+use kiln_ir::{Builder, Dim, Graph, NodeId, Op, Sharding, ValueId};
+
+/// The mesh axis `--shard context-parallel` splits sequences over.
+pub const SEQ_AXIS: &str = "seq";
+
+/// An attention node partitioned by hand over `axis` (see the module doc).
+/// Only the axis named [`SEQ_AXIS`] rings: another axis that splits a
+/// query's sequence (data parallelism over a rank-2 query) keeps the
+/// gathering rule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RingAttention {
+    pub node: NodeId,
+    pub axis: String,
+    /// Devices along `axis` (the ring's steps).
+    pub devices: i64,
+    /// Query and key lengths, whole.
+    pub queries: i64,
+    pub keys: i64,
+    pub causal: bool,
+    /// Bytes of one device's key block and value block (what each step sends).
+    pub block_bytes: u64,
+    /// The shardings of q, k, v, the mask (if any) and the result.
+    pub operands: Vec<Sharding>,
+    pub result: Sharding,
+}
+
+/// `Some(axis)` when `s` splits dim `d` over exactly one axis and nothing is partial.
+fn split_axis(s: &Sharding, d: usize) -> Option<&str> {
+    match s.dims.get(d).map(Vec::as_slice) {
+        Some([a]) if s.partial.is_empty() => Some(a.as_str()),
+        _ => None,
+    }
+}
+
+fn static_dim(g: &Graph, v: ValueId, d: usize) -> Option<i64> {
+    g.ty(v).shape.get(d).and_then(Dim::as_const)
+}
+
+impl RingAttention {
+    /// The shardings a ring over `axis` needs at node `n` from the query's
+    /// sharding `q`: q's batch dims (the key's and value's where they are
+    /// not broadcast) and the sequence dims split as q's, features whole;
+    /// the mask's query rows split (unless broadcast), key columns whole.
+    /// `None` when `n` is not an attention, q's sequence dim is not split
+    /// over one axis, shapes are dynamic or the axis does not divide both
+    /// lengths.
+    pub fn plan(g: &Graph, n: NodeId, q: &Sharding) -> Option<RingAttention> {
+        let node = &g.nodes[n];
+        let Op::Attention { causal, .. } = node.op else { return None };
+        let (qv, kv, vv) = (*node.inputs.first()?, *node.inputs.get(1)?, *node.inputs.get(2)?);
+        let r = g.ty(qv).rank();
+        if r < 2 || g.ty(kv).rank() != r || g.ty(vv).rank() != r || q.dims.len() != r {
+            return None;
+        }
+        let axis = split_axis(q, r - 2)?.to_string();
+        if axis != SEQ_AXIS {
+            return None;
+        }
+        let mesh = g.mesh.as_ref()?;
+        let devices = i64::from(mesh.axis(&axis)?.size);
+        let (queries, keys) = (static_dim(g, qv, r - 2)?, static_dim(g, kv, r - 2)?);
+        if devices < 2 || queries % devices != 0 || keys % devices != 0 || !g.ty(qv).dtype.is_float() {
+            return None;
+        }
+        for &v in &node.inputs {
+            g.ty(v).static_shape()?;
+        }
+        let mut eq = q.clone();
+        eq.dims[r - 1].clear();
+        // Batch dims follow q's; another use of the ring's axis there is no ring.
+        if eq.dims[..r - 2].iter().flatten().any(|a| *a == axis) {
+            return None;
+        }
+        // Batch dims follow q's where not broadcast (size 1).
+        let batch = |v: ValueId, seq: bool| {
+            let rv = g.ty(v).rank();
+            let mut s = Sharding::replicated(rv);
+            for d in 0..rv.saturating_sub(2) {
+                let qd = (r - rv) + d;
+                if static_dim(g, v, d) != Some(1) {
+                    s.dims[d].clone_from(&eq.dims[qd]);
+                }
+            }
+            if seq && rv >= 2 {
+                s.dims[rv - 2] = vec![axis.clone()];
+            }
+            s
+        };
+        let mut operands = vec![eq.clone(), batch(kv, true), batch(vv, true)];
+        if let Some(&m) = node.inputs.get(3) {
+            let rm = g.ty(m).rank();
+            if rm > r {
+                return None;
+            }
+            // Rows split with the queries unless broadcast; columns whole.
+            let rows = rm >= 2 && static_dim(g, m, rm - 2) == Some(queries);
+            operands.push(batch(m, rows));
+            if rm >= 1 && static_dim(g, m, rm - 1) != Some(keys) && static_dim(g, m, rm - 1) != Some(1) {
+                return None;
+            }
+        }
+        let elem = g.ty(kv).dtype.size_bytes() as u64;
+        let local = |v: ValueId, s: &Sharding| -> u64 {
+            let shape = g.ty(v).static_shape().unwrap_or_default();
+            let pieces: u64 = (0..shape.len()).map(|d| s.pieces(mesh, d)).product();
+            shape.iter().product::<i64>().max(0) as u64 / pieces.max(1)
+        };
+        let block_bytes = (local(kv, &operands[1]) + local(vv, &operands[2])) * elem;
+        let out = node.outputs[0];
+        let mut result = Sharding::replicated(g.ty(out).rank());
+        for d in 0..r.min(result.dims.len()) {
+            result.dims[d].clone_from(&eq.dims[d]);
+        }
+        Some(RingAttention { node: n, axis, devices, queries, keys, causal, block_bytes, operands, result })
+    }
+
+    /// `Some` when node `n`'s key and result carry the ring's shardings:
+    /// propagation rings every attention whose query arrives split on its
+    /// sequence over `seq` when manual regions are allowed (Shardy), and
+    /// `--shard context-parallel` refuses GSPMD, so that is what it planned.
+    pub fn planned(g: &Graph, n: NodeId) -> Option<RingAttention> {
+        let node = &g.nodes[n];
+        let q = g.values[*node.inputs.first()?].attrs.sharding.as_ref()?;
+        let ring = RingAttention::plan(g, n, q)?;
+        let k = g.values[node.inputs[1]].attrs.sharding.as_ref()?;
+        let out = g.values[node.outputs[0]].attrs.sharding.as_ref()?;
+        (*k == ring.operands[1] && *out == ring.result).then_some(ring)
+    }
+
+    /// Query rows and key rows each device holds.
+    pub fn local_queries(&self) -> i64 {
+        self.queries / self.devices
+    }
+
+    pub fn local_keys(&self) -> i64 {
+        self.keys / self.devices
+    }
+
+    /// The `n − 1` permutes of each device's key and value blocks.
+    pub fn collectives(&self) -> Vec<ManualCollective> {
+        let steps = self.devices - 1;
+        let what = format!(
+            "ring attention over `{}` ({} steps, {} of {} queries and {} of {} keys per device{}): \
+             {steps} permutes of the key and value blocks, {} B per step; B each device sends",
+            self.axis,
+            self.devices,
+            self.local_queries(),
+            self.queries,
+            self.local_keys(),
+            self.keys,
+            if self.causal { ", causal" } else { "" },
+            self.block_bytes
+        );
+        vec![ManualCollective {
+            collective: Collective::CollectivePermute,
+            axis: self.axis.clone(),
+            what,
+            bytes_per_device: self.block_bytes * steps as u64,
+        }]
+    }
+}
+
+/// Every attention of `g` planned as a ring, in schedule order.
+pub fn ring_attentions(g: &Graph) -> Vec<RingAttention> {
+    g.order.iter().filter_map(|&n| RingAttention::planned(g, n)).collect()
+}
+
+/// Core ATen's linears on a batch above one: `x [B, S, K]` viewed as
+/// `[B·S, K]` rows, a matrix product and elementwise ops (bias, GELU) on
+/// the rows, then viewed back. With the sequence split, `B·S` rows hold no
+/// contiguous piece per device, so propagation would gather them. This
+/// rewrites a matrix product of such a view by a `[K, N]` matrix into the
+/// product of `x` itself (`[B, S, N]`, viewed as rows after it), and sinks
+/// the view below elementwise ops whose other operands broadcast over the
+/// rows (scalars, `[N]`, `[1, N]`); `simplify` then composes the views, so
+/// the program's rows keep their batch and sequence dims. Same products of
+/// the same rows: only the views move. Run before sharding under
+/// `--shard context-parallel`.
+pub fn unflatten_rows(g: &mut Graph, _opts: &crate::Options) -> Result<crate::Changed, crate::PassError> {
+    use crate::rewrite::{rewrite_in_order, Rewrite};
+    let err = |e: String| crate::PassError::new("unflatten_rows", e);
+    rewrite_in_order(g, |g, n| {
+        let node = &g.nodes[n];
+        let [out] = node.outputs[..] else { return Ok(Rewrite::Keep) };
+        let Some(&[m, cols]) = g.ty(out).static_shape().as_deref() else { return Ok(Rewrite::Keep) };
+        // `v` is a view of some `[L.., c]` (rank ≥ 3) as `[prod(L), c]`: (x, L).
+        let merged = |v: ValueId| -> Option<(ValueId, Vec<i64>)> {
+            let p = g.producer(v)?;
+            let (Op::Reshape { .. }, [x]) = (&g.nodes[p].op, &g.nodes[p].inputs[..]) else { return None };
+            let (from, to) = (g.ty(*x).static_shape()?, g.ty(v).static_shape()?);
+            let r = from.len();
+            (r >= 3 && to.len() == 2 && to[1] == from[r - 1] && to[0] == from[..r - 1].iter().product::<i64>())
+                .then(|| (*x, from[..r - 1].to_vec()))
+        };
+        let (op, inputs, loc) = (node.op.clone(), node.inputs.clone(), node.loc);
+        let elementwise = matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::Clamp { .. });
+        let (new_inputs, lead) = match op {
+            Op::MatMul => match (merged(inputs[0]), inputs.get(1)) {
+                (Some((x, lead)), Some(&b)) if inputs.len() == 2 && g.ty(b).rank() == 2 => (vec![x, b], lead),
+                _ => return Ok(Rewrite::Keep),
+            },
+            _ if elementwise => {
+                let mut lead: Option<Vec<i64>> = None;
+                let mut new_inputs = Vec::new();
+                for &v in &inputs {
+                    if let Some((x, l)) = merged(v).filter(|(_, l)| l.iter().product::<i64>() == m) {
+                        if lead.as_ref().is_some_and(|have| *have != l) {
+                            return Ok(Rewrite::Keep);
+                        }
+                        lead = Some(l);
+                        new_inputs.push(x);
+                        continue;
+                    }
+                    // Operands that broadcast over the rows alike either way.
+                    let shape = &g.ty(v).shape;
+                    let rows_broadcast = shape.len() <= 1 || (shape.len() == 2 && shape[0].as_const() == Some(1));
+                    if !rows_broadcast {
+                        return Ok(Rewrite::Keep);
+                    }
+                    new_inputs.push(v);
+                }
+                match lead {
+                    Some(lead) => (new_inputs, lead),
+                    None => return Ok(Rewrite::Keep),
+                }
+            }
+            _ => return Ok(Rewrite::Keep),
+        };
+        let mut b = Builder::new(g, loc);
+        let y = b.push(op, new_inputs).map_err(err)?;
+        let mut want = lead;
+        want.push(cols);
+        if b.g.ty(y).static_shape().as_deref() != Some(&want[..]) {
+            return Err(err(format!("unflattened result {:?}, expected {want:?}", b.g.ty(y).shape)));
+        }
+        let rows = b.push(Op::Reshape { shape: vec![Dim::Const(m), Dim::Const(cols)] }, vec![y]).map_err(err)?;
+        Ok(Rewrite::Replace(vec![rows]))
+    })
+}
