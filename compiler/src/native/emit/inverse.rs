@@ -226,12 +226,18 @@ impl Body {
         self.trunc(&r)
     }
 
-    /// asin x = atan(x/√((1−x)(1+x))); |x| > 1 gives NaN through the root.
-    pub(super) fn asin(&mut self, x: &str) -> String {
+    /// `(x, 1 − x, 1 + x)` in f64 for an f32 x (both sums exact).
+    fn one_minus_plus(&mut self, x: &str) -> (String, String, String) {
         let xd = self.ext(x);
         let one = self.cd(1.0);
         let a = self.bin64("subf", &one, &xd);
         let b = self.bin64("addf", &one, &xd);
+        (xd, a, b)
+    }
+
+    /// asin x = atan(x/√((1−x)(1+x))); |x| > 1 gives NaN through the root.
+    pub(super) fn asin(&mut self, x: &str) -> String {
+        let (xd, a, b) = self.one_minus_plus(x);
         let p = self.bin64("mulf", &a, &b);
         let s = self.sqrtd(&p);
         let q = self.bin64("divf", &xd, &s);
@@ -241,10 +247,7 @@ impl Body {
 
     /// acos x = 2·atan(√((1−x)/(1+x))): π at −1 (the root is inf), NaN outside.
     pub(super) fn acos(&mut self, x: &str) -> String {
-        let xd = self.ext(x);
-        let one = self.cd(1.0);
-        let a = self.bin64("subf", &one, &xd);
-        let b = self.bin64("addf", &one, &xd);
+        let (_, a, b) = self.one_minus_plus(x);
         let q = self.bin64("divf", &a, &b);
         let s = self.sqrtd(&q);
         let r = self.atan64(&s);
@@ -288,14 +291,21 @@ impl Body {
         self.trunc(&r)
     }
 
-    /// sinh x = (e^|x| − e^−|x|)/2 signed; the series below 2⁻⁵.
-    pub(super) fn sinh(&mut self, x: &str) -> String {
+    /// `(x, |x|, e^|x|, e^−|x|)` in f64 for an f32 x, |x| capped at
+    /// `EXP_ARG_MAX` (NaN read as 0: the caller puts NaN back).
+    fn exp_pair(&mut self, x: &str) -> (String, String, String, String) {
         let xd = self.ext(x);
         let a = self.absd(&xd);
         let a = self.tame(&a, 0.0, EXP_ARG_MAX, 0.0);
         let e = self.exp64(&a);
         let one = self.cd(1.0);
         let ie = self.bin64("divf", &one, &e);
+        (xd, a, e, ie)
+    }
+
+    /// sinh x = (e^|x| − e^−|x|)/2 signed; the series below 2⁻⁵.
+    pub(super) fn sinh(&mut self, x: &str) -> String {
+        let (xd, a, e, ie) = self.exp_pair(x);
         let d = self.bin64("subf", &e, &ie);
         let half = self.cd(0.5);
         let big = self.bin64("mulf", &d, &half);
@@ -308,12 +318,7 @@ impl Body {
 
     /// cosh x = (e^|x| + e^−|x|)/2.
     pub(super) fn cosh(&mut self, x: &str) -> String {
-        let xd = self.ext(x);
-        let a = self.absd(&xd);
-        let a = self.tame(&a, 0.0, EXP_ARG_MAX, 0.0);
-        let e = self.exp64(&a);
-        let one = self.cd(1.0);
-        let ie = self.bin64("divf", &one, &e);
+        let (xd, _, e, ie) = self.exp_pair(x);
         let s = self.bin64("addf", &e, &ie);
         let half = self.cd(0.5);
         let r = self.bin64("mulf", &s, &half);
