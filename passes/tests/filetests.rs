@@ -9,7 +9,7 @@ use kiln_passes::shard::{shard_graph, CostModel, ShardOptions, Strategy, Use};
 use kiln_passes::{
     compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FOLD_BATCH_NORMS,
     FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LAYOUT, LEGALIZE, QUANT_ACTS, QUANT_LINEAR,
-    SIMPLIFY,
+    QUANT_RESIDUALS, SIMPLIFY,
 };
 use std::path::Path;
 
@@ -38,6 +38,7 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "legalize" => vec![LEGALIZE, DCE],
         "quant_linear" => vec![QUANT_LINEAR, DCE],
         "quant_acts" => vec![QUANT_ACTS, DCE],
+        "quant_residuals" => vec![QUANT_ACTS, QUANT_RESIDUALS, DCE],
         "pipeline" => default_pipeline(target),
         other => return Err(format!("unknown test `{other}`")),
     };

@@ -57,6 +57,8 @@ fn quant_conv(stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u
         act_zero_point: 0,
         out_scale: None,
         out_zero_point: 0,
+        res_scale: None,
+        res_zero_point: 0,
     }
 }
 

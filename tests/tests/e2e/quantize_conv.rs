@@ -155,12 +155,14 @@ fn integer_convolutions_give_the_same_bytes_at_any_thread_count() {
 /// to the second as i8 (quantized in its tile store with the second's
 /// calibrated parameters); in MobileNetV2 with int8 depthwise convolutions
 /// (`QuantizeConfig::int8_depthwise`) the expansion hands its result to the
-/// depthwise one and that to the projection. The program gives the bytes
-/// it gives with the f32 handoff (the pass left out), at 1 to 4 threads.
+/// depthwise one and that to the projection, and a projection with a
+/// residual (f32) hands its sum to the next expansion. The program gives
+/// the bytes it gives with the f32 handoff (the pass left out; both
+/// without `quant_residuals`, which changes numbers), at 1 to 4 threads.
 #[test]
 fn int8_activations_between_layers_give_the_float_handoffs_bytes() {
     use kiln_runtime::format::{InstrOp, Kernel};
-    for (model, int8_depthwise, handoffs) in [("resnet18", false, 8), ("mobilenet_v2", true, 34)] {
+    for (model, int8_depthwise, handoffs) in [("resnet18", false, 11), ("mobilenet_v2", true, 40)] {
         let inputs = read_numbered(&fixture_dir(&format!("models/{model}")), "input");
         let calib = calibration_dir(model);
         let build = |skip: Vec<&'static str>| {
@@ -181,7 +183,7 @@ fn int8_activations_between_layers_give_the_float_handoffs_bytes() {
             std::fs::remove_file(&tmp).ok();
             program
         };
-        let (int8, float) = (build(vec![]), build(vec!["quant_acts"]));
+        let (int8, float) = (build(vec!["quant_residuals"]), build(vec!["quant_acts", "quant_residuals"]));
         let i8_outputs = |p: &Program| {
             let plan = p.plan();
             plan.instrs
@@ -203,6 +205,72 @@ fn int8_activations_between_layers_give_the_float_handoffs_bytes() {
         for threads in 1..=4 {
             let got = run_with(&int8, &inputs, threads);
             assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{model}: {threads} threads");
+        }
+        std::fs::remove_dir_all(&calib).ok();
+    }
+}
+
+/// int8 residual adds (the `quant_residuals` pass): in int8-static
+/// ResNet-18 the stem's result goes through the max pool as i8 and every
+/// block's sum is quantized in its second convolution's store when the
+/// next block reads it, its residual read as i8 (torch's int8 add); in
+/// MobileNetV2 the inverted residuals' sums likewise. The output stays
+/// within the int8-static bound of the float program (cosine 0.99) and
+/// close to the f32-residual program, and is the same bytes at 1 to 4
+/// threads.
+#[test]
+fn int8_residual_adds_stay_close_to_float() {
+    use kiln_runtime::format::{InstrOp, Kernel};
+    for (model, residual_reads, i8_results) in [("resnet18", 5, 16), ("mobilenet_v2", 11, 51)] {
+        let inputs = read_numbered(&fixture_dir(&format!("models/{model}")), "input");
+        let calib = calibration_dir(model);
+        let build = |skip: Vec<&'static str>| {
+            let src = fixture_dir(&format!("models/{model}")).join("aten.pt2");
+            let tmp = temp_path("quant_res");
+            let cfg = QuantizeConfig::new(QuantScheme::parse("int8-static").expect("mode"));
+            let opts = CompileOptions {
+                quantize: Some(cfg),
+                calibration: Some(calib.clone()),
+                skip_passes: skip,
+                ..Default::default()
+            };
+            compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{model} int8-static: {e}"));
+            let program = Program::load(&tmp).expect("load");
+            std::fs::remove_file(&tmp).ok();
+            program
+        };
+        let (int8, f32_residuals) = (build(vec![]), build(vec!["quant_residuals"]));
+        let plan = int8.plan();
+        let i8_residuals = plan
+            .instrs
+            .iter()
+            .filter(|i| matches!(&i.op, InstrOp::Call(Kernel::QuantConv { res_scale: Some(_), .. })))
+            .count();
+        assert_eq!(i8_residuals, residual_reads, "{model}: i8 residual reads");
+        let i8_convs = plan
+            .instrs
+            .iter()
+            .filter(|i| matches!(&i.op, InstrOp::Call(Kernel::QuantConv { out_scale: Some(_), .. })))
+            .count();
+        assert_eq!(i8_convs, i8_results, "{model}: i8 results");
+        let i8_pools = plan
+            .instrs
+            .iter()
+            .filter(|i| matches!(&i.op, InstrOp::Call(Kernel::Pool { .. })))
+            .filter(|i| plan.tensors[i.outputs[0] as usize].dtype == kiln_runtime::DType::I8)
+            .count();
+        assert_eq!(i8_pools, usize::from(model == "resnet18"), "{model}: i8 max pools");
+        let (float, _) = compile(model, "aten", None, None);
+        let want = run_with(&float, &inputs, 1);
+        let got = run_with(&int8, &inputs, 1);
+        let f32_res = run_with(&f32_residuals, &inputs, 1);
+        let (c, c_f32_res) = (cosine(&got, &want), cosine(&f32_res, &want));
+        assert!(c >= 0.99, "{model}: cosine {c} vs float (f32 residuals: {c_f32_res})");
+        assert!(cosine(&got, &f32_res) >= 0.995, "{model}: int8 vs f32 residuals");
+        assert!(got.iter().zip(&f32_res).any(|(a, b)| a != b), "{model}: the residuals' rounding changes the output");
+        for threads in 2..=4 {
+            let t = run_with(&int8, &inputs, threads);
+            assert!(t.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{model}: {threads} threads");
         }
         std::fs::remove_dir_all(&calib).ok();
     }
