@@ -3,7 +3,9 @@
 //! `quant_conv` with int8 weights (BatchNorm folded in first), dense ones
 //! with int8 activations in the int8-dynamic and int8-static modes; outputs
 //! stay close to the float program's, the weights shrink to about a
-//! quarter, and the integer kernels give the same bytes at any thread count.
+//! quarter, and the integer kernels give the same bytes at any thread count;
+//! int8 between layers (handoffs, residual adds, max pools) is checked
+//! against torch's own fake-quant on a small CNN (`quant/cnn_static`).
 
 use kiln_compiler::{compile_file, CompileOptions, CompileSummary};
 use kiln_passes::{QuantScheme, QuantizeConfig};
@@ -302,4 +304,89 @@ fn depthwise_convolutions_take_static_int8_activations() {
         assert!(c >= 0.99, "int8_depthwise {int8_depthwise}: cosine {c} vs float");
     }
     std::fs::remove_dir_all(&calib).ok();
+}
+
+/// int8-static on a small CNN (`tests/fixtures/quant/generate_cnn_static.py`:
+/// a stem and max pool, a MobileNetV2 inverted residual with a depthwise
+/// layer, a ResNet basic block, a classifier) against torch's own static
+/// fake-quant with the parameters torch's `MinMaxObserver` chooses on the
+/// same calibration inputs. kiln's own observation chooses them to a few
+/// ulps of the scale (it observes its own float program, whose sums differ
+/// from torch's in the last bits); given torch's observed ranges it chooses
+/// exactly them, runs the depthwise layer, both residual adds and the max
+/// pool on int8 (what the fixture's fake-quant program rounds, kiln
+/// rounds: the residuals quantized with their readers' parameters), and
+/// the output matches torch's fake-quant program far closer than the float
+/// one (the same integers everywhere, the float sums in another order);
+/// the same bytes at 1 to 4 threads.
+#[test]
+fn int8_static_cnn_matches_torchs_fake_quant() {
+    use kiln_runtime::format::{InstrOp, Kernel};
+    let dir = fixture_dir("quant/cnn_static");
+    let f32_of = |t: &Tensor| -> Vec<f32> {
+        t.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    };
+    let npy_f32 = |name: &str| f32_of(&kiln_tests::read_npy_as(&dir.join(name), false).expect(name));
+    let scales = npy_f32("act_scales.npy");
+    let zps = kiln_tests::read_npy_as(&dir.join("act_zero_points.npy"), false).expect("zero points");
+    let zps: Vec<i64> =
+        zps.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+    let torch: Vec<(f32, i64)> = scales.iter().copied().zip(zps.iter().copied()).collect();
+    let want = f32_of(&read_numbered(&dir, "output").remove(0));
+    let float = f32_of(&read_numbered(&dir, "float_output").remove(0));
+    let inputs = read_numbered(&dir, "input");
+    let build = |activations: Vec<kiln_passes::ActObservation>| {
+        let tmp = temp_path("cnn_static");
+        let cfg = QuantizeConfig {
+            activations,
+            ..QuantizeConfig::new(QuantScheme::parse("int8-static:observer=minmax").expect("mode"))
+        };
+        let opts = CompileOptions { quantize: Some(cfg), calibration: Some(dir.join("calib")), ..Default::default() };
+        let summary = compile_file(&dir.join("aten.pt2"), &tmp, &opts).expect("compile");
+        let p = Program::load(&tmp).expect("load");
+        std::fs::remove_file(&tmp).ok();
+        // (scale, uint8 zero point: kiln's int8 one + 128), layer by layer.
+        let chosen: Vec<(f32, i64)> = summary
+            .quantized
+            .iter()
+            .map(|l| l.act_qparams.map(|(s, z)| (s, z as i64 + 128)).expect("static"))
+            .collect();
+        let dw = summary.quantized.iter().filter(|l| l.note.contains("static int8 activations")).count();
+        assert_eq!(dw, 1, "the depthwise layer takes static int8 activations");
+        (p, chosen)
+    };
+    // kiln's own observation: torch's parameters to a few ulps of the scale.
+    let (_, own) = build(Vec::new());
+    assert_eq!(own.len(), torch.len());
+    for (i, (&(s, z), &(ts, tz))) in own.iter().zip(&torch).enumerate() {
+        assert!(z == tz && (s - ts).abs() <= 1e-6 * ts, "layer {i}: ({s}, {z}) vs torch's ({ts}, {tz})");
+    }
+    // torch's observed ranges: exactly its parameters.
+    let ranges = npy_f32("act_min.npy").into_iter().zip(npy_f32("act_max.npy"));
+    let observed = ranges.map(|(min, max)| kiln_passes::ActObservation { min, max, count: 1, ..Default::default() });
+    let (p, chosen) = build(observed.collect());
+    assert_eq!(chosen, torch, "(scale, uint8 zero point) per layer");
+    // int8 between the layers: every convolution but the last gives i8,
+    // both residuals are read as i8, the max pool pools i8.
+    let plan = p.plan();
+    let calls = || plan.instrs.iter().filter_map(|i| if let InstrOp::Call(k) = &i.op { Some((i, k)) } else { None });
+    let i8_out = |i: &kiln_runtime::format::Instr| plan.tensors[i.outputs[0] as usize].dtype == kiln_runtime::DType::I8;
+    let convs: Vec<_> = calls().filter(|(_, k)| matches!(k, Kernel::QuantConv { .. })).collect();
+    assert_eq!(convs.len(), 6);
+    assert_eq!(convs.iter().filter(|(i, _)| i8_out(i)).count(), 5, "i8 results");
+    let res = convs.iter().filter(|(_, k)| matches!(k, Kernel::QuantConv { res_scale: Some(_), .. })).count();
+    assert_eq!(res, 2, "i8 residuals");
+    assert_eq!(calls().filter(|(i, k)| matches!(k, Kernel::Pool { .. }) && i8_out(i)).count(), 1, "i8 max pool");
+    let got = run_with(&p, &inputs, 1);
+    let (d, d_float) = (max_abs_diff(&got, &want), max_abs_diff(&got, &float));
+    assert!(d <= 2e-6, "max diff {d} vs torch's fake-quant (vs float: {d_float})");
+    assert!(d_float > 100.0 * d.max(1e-7), "the float output is farther: {d_float}");
+    for threads in 2..=4 {
+        let t = run_with(&p, &inputs, threads);
+        assert!(t.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{threads} threads");
+    }
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
