@@ -927,6 +927,9 @@ fn qconv_channels_last_is_channels_first_permuted() {
     for (case, &((n, c, h, wd), (cout, kh, kw), (stride, pad, dil))) in [
         ((2, 5, 9, 7), (6, 3, 3), (1, 1, 1)),
         ((1, 8, 8, 8), (17, 1, 1), (1, 0, 1)),
+        // A 1×1 layer reading the image's pixels as its rows, 35 a batch
+        // (a tail past every microkernel's row block).
+        ((2, 12, 5, 7), (9, 1, 1), (1, 0, 1)),
         ((1, 3, 11, 9), (4, 3, 2), (2, 2, 2)),
         // An RGB stem: each kernel row's 7 taps × 3 channels one short copy.
         ((1, 3, 20, 18), (8, 7, 7), (2, 3, 1)),

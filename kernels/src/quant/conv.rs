@@ -305,11 +305,19 @@ fn qconv_impl(
     // One f32 buffer: the quantized image, the rows, their scales and
     // shifts, the products (each part a whole number of f32s).
     let padded = Padded::of(&g, cin, &ukr, channels_last);
-    let padded_len = padded.len_bytes().div_ceil(4);
+    // A channels-last 1×1 convolution with stride 1 and no padding whose
+    // rows need no lane padding reads the quantized image's pixels as its
+    // rows (the bytes the gather would copy); `mr` rows of slack after the
+    // image let the last row block read past it (those rows are not stored).
+    let direct = channels_last && g.kernel == [1, 1, 1] && g.stride == [1, 1, 1] && g.pad == [0, 0, 0] && {
+        cin * ukr.acts.width() == lda
+    };
+    let slack = if direct { ukr.mr * lda } else { 0 };
+    let padded_len = (padded.len_bytes() + slack).div_ceil(4);
     let rows_len = chunk * lda / 4;
     let buf = cx.scratch.f32s(padded_len + rows_len + 2 * chunk + chunk * cout);
     let (padded_bytes, rest) = buf.split_at_mut(padded_len);
-    let padded_bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(padded_bytes)[..padded.len_bytes()];
+    let padded_bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(padded_bytes)[..padded.len_bytes() + slack];
     let (rows, rest) = rest.split_at_mut(rows_len);
     let (scales, rest) = rest.split_at_mut(chunk);
     let (shifts, prod) = rest.split_at_mut(chunk);
@@ -320,14 +328,19 @@ fn qconv_impl(
         let image = xs.range(b * cin * plane..(b + 1) * cin * plane);
         let residual = residual.map(|r| r.range(b * cout * pixels..(b + 1) * cout * pixels));
         let (s, zp) = image_qparams(threads, act, image);
-        padded.fill(threads, image, s, zp, padded_bytes);
+        padded.fill(threads, image, s, zp, &mut padded_bytes[..padded.len_bytes()]);
         scales.fill(s);
         shifts.fill(zp + offset);
         for p0 in (0..pixels).step_by(chunk) {
             let m = chunk.min(pixels - p0);
             let mpad = m.next_multiple_of(ukr.mr);
-            gather_rows(threads, &g, &padded, padded_bytes, p0, m, lda, &mut rows[..mpad * lda]);
-            let r = QuantRows { bytes: &rows[..mpad * lda], lda, scales: &scales[..m], shifts: &shifts[..m] };
+            let bytes = if direct {
+                &padded_bytes[p0 * lda..(p0 + mpad) * lda]
+            } else {
+                gather_rows(threads, &g, &padded, padded_bytes, p0, m, lda, &mut rows[..mpad * lda]);
+                &rows[..mpad * lda]
+            };
+            let r = QuantRows { bytes, lda, scales: &scales[..m], shifts: &shifts[..m] };
             let result = match &mut ys {
                 Output::F32(ys) => &mut ys[b * cout * pixels..][..cout * pixels],
                 Output::I8 { values, scale, zero_point } => {
