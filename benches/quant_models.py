@@ -8,11 +8,19 @@ runtime's f32 output on the same input.
     cargo build --release -p kiln-compiler
     /path/to/venv/bin/python benches/real_models.py --models resnet18 mobilenet_v2   # once
     /path/to/venv/bin/python benches/quant_models.py [--models resnet18 mobilenet_v2] [--threads 1 2] [--runs 30]
-        [--baseline path/to/other/kiln]
+        [--baseline path/to/other/kiln] [--cpu-time --rounds 3]
 
 `--baseline`: another kiln binary (say main's) compiles and runs the
 int8-static model too, measured in the same loop (an A/B column and its
 ratio to ONNX Runtime's static model).
+
+`--cpu-time` (with `--baseline`): on a loaded machine wall-clock latency
+mostly measures the other jobs; this mode measures CPU time per run
+instead — `perf stat -e task-clock` of `kiln run --repeat R+1` less that of
+`--repeat 1` (so loading is not counted) for both kiln binaries, the
+process CPU time of R runs of ONNX Runtime's static QDQ model in this
+process — the three alternated, `--rounds` rounds, one table row per
+round.
 
 Calibration (both runtimes): 8 samples, the model's input scaled and
 shifted. Needs torch, onnx and onnxruntime; never run in CI. Prints
@@ -21,7 +29,9 @@ are measured interleaved per model and thread count, so load from other
 jobs hits them alike: the ratios matter more than the times.
 """
 import argparse
+import os
 import subprocess
+import time
 import sys
 import tempfile
 from pathlib import Path
@@ -94,6 +104,65 @@ def ort_quantized(onnx_path: Path, tmp: Path, xs_calib):
     return dyn, st
 
 
+def kiln_task_clock_ms(kiln, art, d: Path, n_inputs, repeat, threads):
+    """CPU milliseconds (`perf stat -e task-clock`) of `kiln run --repeat repeat`."""
+    args = ["perf", "stat", "-x,", "-e", "task-clock", str(kiln), "run", str(art), "--repeat", str(repeat),
+            "--threads", str(threads)]
+    for i in range(n_inputs):
+        args += ["--input", f"{i}={d / f'input_{i}.npy'}"]
+    env = dict(os.environ, KILN_NUM_THREADS=str(threads))
+    err = subprocess.run(args, check=True, capture_output=True, text=True, env=env).stderr
+    line = next(ln for ln in err.splitlines() if "task-clock" in ln)
+    return float(line.split(",")[0])
+
+
+def kiln_cpu_ms_per_run(kiln, art, d: Path, n_inputs, runs, threads):
+    """CPU time per run: R + 1 runs less 1 run (loading and the first run's setup cancel)."""
+    many = kiln_task_clock_ms(kiln, art, d, n_inputs, runs + 1, threads)
+    one = kiln_task_clock_ms(kiln, art, d, n_inputs, 1, threads)
+    return (many - one) / runs
+
+
+def ort_cpu_ms_per_run(run, runs):
+    for _ in range(min(10, runs)):  # warm-up
+        run()
+    t = time.process_time()
+    for _ in range(runs):
+        run()
+    return (time.process_time() - t) * 1e3 / runs
+
+
+def cpu_time_ab(args):
+    """`--cpu-time`: kiln and `--baseline` int8-static and ONNX Runtime's static QDQ model, CPU time per run,
+    alternated round by round."""
+    print(f"CPU ms per run (task-clock), {args.runs} runs per measurement, baseline {args.baseline}\n")
+    print("| model | threads | round | kiln int8-static | baseline int8-static | ORT static QDQ | kiln / baseline "
+          "| kiln / ORT | baseline / ORT |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for model in args.models:
+        d = REAL / model
+        xs = inputs_of(d)
+        with tempfile.TemporaryDirectory() as t:
+            tmp = Path(t)
+            calib_xs = samples(xs[0])
+            write_calibration(tmp / "calib", calib_xs)
+            arts = {"new": tmp / "new.kiln", "base": tmp / "base.kiln"}
+            kiln_compile(d / "aten.pt2", arts["new"], "int8-static", tmp / "calib")
+            kiln_compile(d / "aten.pt2", arts["base"], "int8-static", tmp / "calib", kiln=args.baseline)
+            onnx_path = tmp / "model.onnx"
+            if not onnx_export(d / "aten.pt2", xs, str(onnx_path)):
+                raise SystemExit(f"{model}: no ONNX export")
+            _, static = ort_quantized(onnx_path, tmp, calib_xs)
+            for threads in args.threads:
+                ort = ort_runner(str(static), xs, threads)
+                for r in range(args.rounds):
+                    k = kiln_cpu_ms_per_run(KILN, arts["new"], d, len(xs), args.runs, threads)
+                    b = kiln_cpu_ms_per_run(args.baseline, arts["base"], d, len(xs), args.runs, threads)
+                    o = ort_cpu_ms_per_run(ort, args.runs)
+                    print(f"| {model} | {threads} | {r + 1} | {k:.2f} | {b:.2f} | {o:.2f} | {k / b:.2f} | {k / o:.2f} "
+                          f"| {b / o:.2f} |", flush=True)
+
+
 def cosine(a, b):
     a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
@@ -105,7 +174,13 @@ def main():
     ap.add_argument("--threads", type=int, nargs="*", default=[1])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--baseline", type=Path, help="another kiln binary: its int8-static model measured alongside")
+    ap.add_argument("--cpu-time", action="store_true", help="with --baseline: CPU time per run, alternated rounds")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if args.cpu_time:
+        if not args.baseline:
+            raise SystemExit("--cpu-time needs --baseline")
+        return cpu_time_ab(args)
     base_cols = " baseline int8-static | baseline / ORT static |" if args.baseline else ""
     print("| model | threads | kiln f32 ms | kiln int8-dyn | kiln int8-static | ORT f32 ms | ORT dyn | ORT static "
           "| kiln static / ORT static | cos kiln dyn / static | cos ORT dyn / static |" + base_cols)

@@ -80,6 +80,7 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
             act_scale,
             act_zero_point,
             out_quant,
+            res_quant,
         } => Kernel::QuantConv {
             stride: u32s(stride).ok_or_else(bad_params)?,
             padding: u32s(padding).ok_or_else(bad_params)?,
@@ -93,6 +94,11 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
             act_zero_point: i32::try_from(*act_zero_point).map_err(|_| bad_params())?,
             out_scale: out_quant.map(|q| q.scale),
             out_zero_point: match out_quant {
+                Some(q) => i32::try_from(q.zero_point).map_err(|_| bad_params())?,
+                None => 0,
+            },
+            res_scale: res_quant.map(|q| q.scale),
+            res_zero_point: match res_quant {
                 Some(q) => i32::try_from(q.zero_point).map_err(|_| bad_params())?,
                 None => 0,
             },
@@ -594,7 +600,11 @@ impl Builder<'_> {
     fn instr_op(&mut self, g: &Graph, n: NodeId) -> Result<InstrOp, String> {
         let node = &g.nodes[n];
         let dtype = data_dtype(g, node);
-        if !self.kernels.kernel_support(&node.op).takes(dtype) {
+        // int8 activations between quantized layers (the quant_acts pass):
+        // the channels-last max pool also pools i8 values.
+        let int8_pool = dtype == Some(kiln_ir::DType::I8)
+            && matches!(node.op, Op::Pool { kind: kiln_ir::PoolKind::Max, layout: kiln_ir::Layout::ChannelsLast, .. });
+        if !int8_pool && !self.kernels.kernel_support(&node.op).takes(dtype) {
             let dtype = dtype.map_or(String::new(), |d| format!(" for {d}"));
             return Err(format!("the target's CPU kernels have no `{}`{dtype}", node.op.name()));
         }

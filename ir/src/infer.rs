@@ -361,10 +361,33 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             act_scale,
             act_zero_point,
             out_quant,
+            res_quant,
         } => {
             static_activations(*dynamic, *act_scale, *act_zero_point)?;
             if *asymmetric && !*dynamic {
                 return Err("quant_conv asymmetric needs dynamic activations".into());
+            }
+            let int8_acts = *dynamic || act_scale.is_some();
+            let has_residual = epilogue.residual != crate::Residual::None;
+            // int8 residuals: a dense, channels-last layer with int8
+            // activations (the integer kernel's store) reads an i8 residual
+            // and may give an i8 result with it.
+            let int8_residual_ok = int8_acts && *groups == 1 && *layout == crate::Layout::ChannelsLast;
+            let residual_i8 = has_residual && ins.last().is_some_and(|r| r.dtype == DType::I8);
+            match res_quant {
+                Some(q) if !q.is_valid() => {
+                    return Err(format!(
+                        "quant_conv res_scale {} / res_zero_point {} out of range",
+                        q.scale, q.zero_point
+                    ))
+                }
+                Some(_) if !(residual_i8 && int8_residual_ok) => {
+                    return Err("quant_conv res_scale needs an i8 residual, a dense channels-last layer and int8 \
+                                activations"
+                        .into())
+                }
+                None if residual_i8 => return Err("an i8 quant_conv residual needs res_scale".into()),
+                _ => {}
             }
             // int8 activations between layers: an i8 input is already
             // quantized with the static parameters; an i8 result needs the
@@ -379,11 +402,11 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
                         q.scale, q.zero_point
                     ));
                 }
-                if !(*dynamic || act_scale.is_some())
-                    || *layout != crate::Layout::ChannelsLast
-                    || epilogue.residual != crate::Residual::None
-                {
-                    return Err("an i8 quant_conv result needs int8 activations, channels-last and no residual".into());
+                if !int8_acts || *layout != crate::Layout::ChannelsLast || (has_residual && *groups != 1) {
+                    return Err(
+                        "an i8 quant_conv result needs int8 activations, channels-last and no residual unless dense"
+                            .into(),
+                    );
                 }
             }
             let conv = Op::Conv {
@@ -392,7 +415,6 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
                 dilation: dilation.clone(),
                 groups: *groups,
             };
-            let int8_acts = *dynamic || act_scale.is_some();
             let static_acts = act_scale.is_some();
             let out_dtype = if out_quant.is_some() { DType::I8 } else { DType::F32 };
             let result = match layout {
@@ -1167,7 +1189,8 @@ fn quant_conv(
     let out = infer_one(symbols, conv, &float_ins)?;
     if epilogue.residual != crate::Residual::None {
         let r = ins[3 + usize::from(epilogue.bias)];
-        if r.dtype != DType::F32 || r.rank() != out.rank() {
+        // An i8 residual is checked against `res_quant` by the caller.
+        if !matches!(r.dtype, DType::F32 | DType::I8) || r.rank() != out.rank() {
             return Err("quant_conv residual must be shaped like its result".into());
         }
         for (a, b) in r.shape.iter().zip(&out.shape) {

@@ -263,7 +263,13 @@ op_table! {
     /// channels-last, no residual) the result is i8: the f32 value the layer
     /// computes (scale, bias, activation), quantized with those parameters
     /// as torch's `quantize_per_tensor` rounds (text: `out_scale`,
-    /// `out_zero_point`, omitted when absent).
+    /// `out_zero_point`, omitted when absent). int8 residuals (dense,
+    /// channels-last, int8 activations): with `res_quant` the residual
+    /// operand is i8, dequantized as torch's `dequantize_per_tensor` does —
+    /// `(f32(q) − zero_point) · scale` — before the add (text: `res_scale`,
+    /// `res_zero_point`); a dense layer with a residual may then give an i8
+    /// result too: torch's int8 add with requantization, the conv's output
+    /// kept in f32 until the sum is quantized (PT2E X86's conv-add-relu).
     [QuantConv {
         stride: Vec<i64>,
         padding: Vec<i64>,
@@ -276,6 +282,7 @@ op_table! {
         act_scale: Option<f64>,
         act_zero_point: i64,
         out_quant: Option<QParams>,
+        res_quant: Option<QParams>,
     }] opcode QuantConv, text("quant_conv"), channels_first;
     /// [`Op::Conv`] with a fused epilogue (`kiln_isa::epilogue`): `(x, w
     /// [, b] [, residual])`, as `epilogue`'s flags say; the residual is

@@ -600,6 +600,7 @@ fn table_samples_graph() -> Graph {
             act_scale: Some(0.25),
             act_zero_point: 5,
             out_quant: Some(kiln_ir::QParams { scale: 0.125, zero_point: -3 }),
+            res_quant: Some(kiln_ir::QParams { scale: 0.0625, zero_point: 11 }),
         },
         Op::QuantConv {
             stride: vec![2, 2],
@@ -613,6 +614,7 @@ fn table_samples_graph() -> Graph {
             act_scale: None,
             act_zero_point: 0,
             out_quant: None,
+            res_quant: None,
         },
         Op::ConvFused {
             stride: vec![1, 1],

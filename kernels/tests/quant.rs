@@ -927,6 +927,9 @@ fn qconv_channels_last_is_channels_first_permuted() {
     for (case, &((n, c, h, wd), (cout, kh, kw), (stride, pad, dil))) in [
         ((2, 5, 9, 7), (6, 3, 3), (1, 1, 1)),
         ((1, 8, 8, 8), (17, 1, 1), (1, 0, 1)),
+        // A 1×1 layer reading the image's pixels as its rows, 35 a batch
+        // (a tail past every microkernel's row block).
+        ((2, 12, 5, 7), (9, 1, 1), (1, 0, 1)),
         ((1, 3, 11, 9), (4, 3, 2), (2, 2, 2)),
         // An RGB stem: each kernel row's 7 taps × 3 channels one short copy.
         ((1, 3, 20, 18), (8, 7, 7), (2, 3, 1)),
@@ -1038,8 +1041,22 @@ fn qconv_int8_between_layers_is_the_float_handoff() {
                     let out =
                         TensorMut { dtype: DType::F32, shape: &mid_shape, data: bytemuck::cast_slice_mut(&mut mid) };
                     let ws1 = [c1, c, 3, 3];
-                    qconv_int8_with(&mut cx, &kernels, xr, &w1, &ws1, act1, Some(&bias1), &e1, &p1, true, out, None)
-                        .unwrap();
+                    qconv_int8_with(
+                        &mut cx,
+                        &kernels,
+                        xr,
+                        &w1,
+                        &ws1,
+                        act1,
+                        Some(&bias1),
+                        &e1,
+                        &p1,
+                        true,
+                        out,
+                        None,
+                        None,
+                    )
+                    .unwrap();
                     let run2 = |cx: &mut Context, x: TensorRef<'_>| {
                         let mut y = vec![0f32; n * oh * ow * c2];
                         let out =
@@ -1057,6 +1074,7 @@ fn qconv_int8_between_layers_is_the_float_handoff() {
                             &p2,
                             true,
                             out,
+                            None,
                             None,
                         )
                         .unwrap();
@@ -1080,6 +1098,7 @@ fn qconv_int8_between_layers_is_the_float_handoff() {
                         true,
                         out,
                         Some(next),
+                        None,
                     )
                     .unwrap();
                     let mut q_want = vec![0i8; mid.len()];
@@ -1112,6 +1131,7 @@ fn qconv_int8_between_layers_is_the_float_handoff() {
         true,
         out,
         Some(next),
+        None,
     )
     .unwrap();
     assert!(q.contains(&-128) && q.contains(&127), "saturation on both sides");
@@ -1119,7 +1139,7 @@ fn qconv_int8_between_layers_is_the_float_handoff() {
 
 /// What the int8 handoff refuses: an i8 input without static activations,
 /// an i8 output without parameters (or parameters with an f32 output),
-/// channels-first or with a residual.
+/// channels-first.
 #[test]
 fn qconv_int8_refuses_what_it_does_not_run() {
     use kiln_kernels::quant::qconv_int8;
@@ -1149,7 +1169,7 @@ fn qconv_int8_refuses_what_it_does_not_run() {
         let rr = TensorRef { dtype: DType::F32, shape: &shape, data: bytemuck::cast_slice(&r) };
         let e = TensorEpilogue { activation: None, residual: residual.then_some(rr), residual_first: false };
         let ws = [4, 2, 3, 3];
-        qconv_int8(&mut Context::new(), x, &packed, &ws, act, None, &e, &p, channels_last, out, q)
+        qconv_int8(&mut Context::new(), x, &packed, &ws, act, None, &e, &p, channels_last, out, q, None)
     };
     let q = Some((0.25, 0));
     assert!(run(true, stat, true, q, true, false).is_ok());
@@ -1158,9 +1178,140 @@ fn qconv_int8_refuses_what_it_does_not_run() {
     assert!(run(false, stat, true, None, true, false).is_err());
     assert!(run(false, stat, false, q, true, false).is_err());
     assert!(run(false, stat, true, q, false, false).is_err());
-    assert!(run(false, stat, true, q, true, true).is_err());
+    assert!(run(false, stat, true, q, true, true).is_ok(), "an i8 result after an f32 residual");
     assert!(run(false, stat, true, Some((0.0, 0)), true, false).is_err());
     assert!(run(false, stat, true, Some((0.5, 128)), true, false).is_err());
+}
+
+/// int8 residual adds: a dense channels-last layer reading an i8 residual
+/// `r` (scale `sr`, zero point `zr`) gives, for each output, torch's
+/// `quantize(act(conv + dequantize(r)))` (or the add after the
+/// activation): the f32 layer with the f32 residual `(f32(r) − zr) · sr`,
+/// its result quantized by torch's rule (`quantize_row_static`) — every
+/// variant, 1 to 4 threads, the same bytes; an f32 result is that f32
+/// layer's bits.
+#[test]
+fn qconv_int8_residual_is_torchs_int8_add() {
+    use kiln_isa::Activation;
+    use kiln_kernels::quant::{qconv_int8_with, variants};
+    use kiln_kernels::{ConvParams, DType, TensorEpilogue, TensorMut, TensorRef};
+    let (n, h, wd, c, cout) = (2, 7, 9, 6, 21);
+    let mut seed = 777;
+    let xq: Vec<i8> = (0..n * h * wd * c).map(|_| (lcg(&mut seed) * 127.0) as i8).collect();
+    let rq: Vec<i8> = (0..n * h * wd * cout).map(|_| (lcg(&mut seed) * 128.0).clamp(-128.0, 127.0) as i8).collect();
+    let data: Vec<u8> = (0..cout * 9 * c).map(|i| ((i * 53 + 7) % 255) as u8).collect();
+    let scales: Vec<f32> = (0..cout).map(|j| 0.003 + j as f32 * 0.0007).collect();
+    let wq =
+        QWeights { n: cout, k: 9 * c, bits: QBits::I8, group: 9 * c, data: &data, scales: &scales, zero_points: None };
+    let w = PackedQWeights::pack(&wq).unwrap();
+    let bias: Vec<f32> = (0..cout).map(|j| j as f32 * 0.05 - 0.5).collect();
+    let p = ConvParams { stride: &[1, 1], padding: &[1, 1], dilation: &[1, 1], groups: 1 };
+    let (x_shape, o_shape, ws) = ([n, h, wd, c], [n, h, wd, cout], [cout, c, 3, 3]);
+    let act = ActQuant::Static { scale: 0.021, zero_point: -3 };
+    let (res, next) = ((0.0173f32, 9), (0.0291f32, -17));
+    let r_deq: Vec<f32> = rq.iter().map(|&q| (q as f32 - res.1 as f32) * res.0).collect();
+    let xr = TensorRef { dtype: DType::I8, shape: &x_shape, data: bytemuck::cast_slice(&xq) };
+    let relu = Some(Activation::Clamp { min: Some(0.0), max: None });
+    let mut saturated = (false, false);
+    for (activation, residual_first) in [(None, true), (relu, true), (relu, false), (Some(Activation::Gelu), true)] {
+        // The definition: the f32 layer with the dequantized residual.
+        let rf = TensorRef { dtype: DType::F32, shape: &o_shape, data: bytemuck::cast_slice(&r_deq) };
+        let e = TensorEpilogue { activation, residual: Some(rf), residual_first };
+        let mut want = vec![0f32; n * h * wd * cout];
+        let out = TensorMut { dtype: DType::F32, shape: &o_shape, data: bytemuck::cast_slice_mut(&mut want) };
+        let kernels = variants()[0];
+        qconv_int8_with(&mut Context::new(), &kernels, xr, &w, &ws, act, Some(&bias), &e, &p, true, out, None, None)
+            .unwrap();
+        let mut want_q = vec![0i8; want.len()];
+        quantize_row_static(&want, next.0, next.1, &mut want_q);
+        saturated.0 |= want_q.contains(&-128);
+        saturated.1 |= want_q.contains(&127);
+        let ri = TensorRef { dtype: DType::I8, shape: &o_shape, data: bytemuck::cast_slice(&rq) };
+        let e = TensorEpilogue { activation, residual: Some(ri), residual_first };
+        for kernels in variants() {
+            for threads in 1..=4 {
+                let what = format!("{activation:?} first {residual_first}: {} at {threads} threads", kernels.name());
+                let mut cx = Context::new().with_threads(threads);
+                let mut got = vec![0f32; want.len()];
+                let out = TensorMut { dtype: DType::F32, shape: &o_shape, data: bytemuck::cast_slice_mut(&mut got) };
+                qconv_int8_with(&mut cx, &kernels, xr, &w, &ws, act, Some(&bias), &e, &p, true, out, None, Some(res))
+                    .unwrap();
+                assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "f32 result: {what}");
+                let mut got_q = vec![0i8; want.len()];
+                let out = TensorMut { dtype: DType::I8, shape: &o_shape, data: bytemuck::cast_slice_mut(&mut got_q) };
+                let (oq, rq) = (Some(next), Some(res));
+                qconv_int8_with(&mut cx, &kernels, xr, &w, &ws, act, Some(&bias), &e, &p, true, out, oq, rq).unwrap();
+                assert_eq!(got_q, want_q, "i8 result: {what}");
+            }
+        }
+    }
+    assert!(saturated.0 && saturated.1, "both ends of the int8 range are met");
+    // An i8 residual needs its parameters, valid ones, and channels-last;
+    // parameters need an i8 residual.
+    let ri = TensorRef { dtype: DType::I8, shape: &o_shape, data: bytemuck::cast_slice(&rq) };
+    let rf = TensorRef { dtype: DType::F32, shape: &o_shape, data: bytemuck::cast_slice(&r_deq) };
+    let kernels = variants()[0];
+    let run = |r: TensorRef<'_>, rq: Option<(f32, i32)>, channels_last: bool| {
+        let mut y = vec![0f32; n * h * wd * cout];
+        let out = TensorMut { dtype: DType::F32, shape: &o_shape, data: bytemuck::cast_slice_mut(&mut y) };
+        let e = TensorEpilogue { activation: None, residual: Some(r), residual_first: true };
+        let (xs, os) = if channels_last { (x_shape, o_shape) } else { ([n, c, h, wd], [n, cout, h, wd]) };
+        let xr = TensorRef { dtype: DType::I8, shape: &xs, data: bytemuck::cast_slice(&xq) };
+        let r = TensorRef { shape: &os, ..r };
+        let e = TensorEpilogue { residual: Some(r), ..e };
+        let out = TensorMut { shape: &os, ..out };
+        qconv_int8_with(&mut Context::new(), &kernels, xr, &w, &ws, act, None, &e, &p, channels_last, out, None, rq)
+    };
+    assert!(run(ri, Some(res), true).is_ok());
+    assert!(run(ri, None, true).is_err());
+    assert!(run(ri, Some((0.0, 0)), true).is_err());
+    assert!(run(ri, Some((0.5, 200)), true).is_err());
+    assert!(run(ri, Some(res), false).is_err());
+    assert!(run(rf, Some(res), true).is_err());
+}
+
+/// Max pooling of i8 values (channels-last) is the f32 max pool of the
+/// same values: ResNet's 3×3 / 2 with padding 1, and a dilated 2×3 window,
+/// 1 to 4 threads (the same bytes).
+#[test]
+fn max_pool_of_int8_is_the_max_of_the_values() {
+    use kiln_kernels::{pool_channels_last_cx, DType, PoolKind, PoolParams, TensorMut, TensorRef};
+    let (n, h, w, c) = (2, 33, 29, 40);
+    let mut seed = 99;
+    let xq: Vec<i8> = (0..n * h * w * c).map(|_| (lcg(&mut seed) * 128.0).clamp(-128.0, 127.0) as i8).collect();
+    let xf: Vec<f32> = xq.iter().map(|&v| v as f32).collect();
+    // Kernel, stride, padding, dilation.
+    type Window = [[usize; 2]; 4];
+    let cases: [Window; 2] = [[[3, 3], [2, 2], [1, 1], [1, 1]], [[2, 3], [1, 2], [0, 1], [2, 1]]];
+    for [kernel, stride, padding, dilation] in cases {
+        let p = PoolParams {
+            kernel: &kernel,
+            stride: &stride,
+            padding: &padding,
+            dilation: &dilation,
+            count_include_pad: false,
+            divisor: None,
+        };
+        let out_dim = |d: usize, i: usize| (i + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1;
+        let os = [n, out_dim(0, h), out_dim(1, w), c];
+        let len: usize = os.iter().product();
+        let mut want = vec![0f32; len];
+        let xr = TensorRef { dtype: DType::F32, shape: &[n, h, w, c], data: bytemuck::cast_slice(&xf) };
+        let out = TensorMut { dtype: DType::F32, shape: &os, data: bytemuck::cast_slice_mut(&mut want) };
+        pool_channels_last_cx(PoolKind::Max, xr, &p, out, &mut Context::new()).unwrap();
+        let want: Vec<i8> = want.iter().map(|&v| v as i8).collect();
+        let xr = TensorRef { dtype: DType::I8, shape: &[n, h, w, c], data: bytemuck::cast_slice(&xq) };
+        for threads in 1..=4 {
+            let mut got = vec![0i8; len];
+            let out = TensorMut { dtype: DType::I8, shape: &os, data: bytemuck::cast_slice_mut(&mut got) };
+            pool_channels_last_cx(PoolKind::Max, xr, &p, out, &mut Context::new().with_threads(threads)).unwrap();
+            assert_eq!(got, want, "{kernel:?} / {stride:?} at {threads} threads");
+        }
+        // Average pooling of i8 values is not defined here.
+        let mut got = vec![0i8; len];
+        let out = TensorMut { dtype: DType::I8, shape: &os, data: bytemuck::cast_slice_mut(&mut got) };
+        assert!(pool_channels_last_cx(PoolKind::Avg, xr, &p, out, &mut Context::new()).is_err());
+    }
 }
 
 /// The int8 depthwise convolution against its definition (quantize each

@@ -60,9 +60,9 @@ pub use observe::{range_qparams, ActObservation, Observer};
 pub use pipeline::{cleanup, default_pipeline, pipeline_for, run_pipeline, Options, Pass, PassRecord, Report};
 pub use pipeline::{
     CLEANUP, DCE, DECOMPOSE, FOLD, FOLD_BATCH_NORMS, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM,
-    LAYOUT, LEGALIZE, QUANT_ACTS, QUANT_LINEAR, SIMPLIFY,
+    LAYOUT, LEGALIZE, QUANT_ACTS, QUANT_LINEAR, QUANT_RESIDUALS, SIMPLIFY,
 };
-pub use quant_acts::int8_activations;
+pub use quant_acts::{int8_activations, int8_residuals};
 pub use quant_linear::quantize_linear_weights;
 pub use quantize::{
     apply_layers, auto_ladder, glob_match, layer_inputs, layer_outputs, plan_layers, quantize_weights, sqnr_db,

@@ -72,6 +72,8 @@ pub const FUSE_EPILOGUE: Pass = Pass { name: "fuse_epilogue", run: fuse_epilogue
 pub const LAYOUT: Pass = Pass { name: "layout", run: channels_last };
 /// int8 activations between quantized convolutions (after the layout pass).
 pub const QUANT_ACTS: Pass = Pass { name: "quant_acts", run: crate::quant_acts::int8_activations };
+/// int8 residual adds between quantized convolutions (after `quant_acts`).
+pub const QUANT_RESIDUALS: Pass = Pass { name: "quant_residuals", run: crate::quant_acts::int8_residuals };
 
 /// The passes for `target`, in the order they run ([`pipeline_for`] its description).
 pub fn default_pipeline(target: Target) -> Vec<Pass> {
@@ -131,6 +133,9 @@ pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
         // Then quantized convolutions that feed only int8 ones hand them i8
         // tensors (needs their channels-last form).
         passes.push(QUANT_ACTS);
+        // And residuals that int8 layers read: int8 adds (changes numbers
+        // as torch's int8 add does; after the exact handoffs).
+        passes.push(QUANT_RESIDUALS);
     }
     passes.push(DCE);
     passes

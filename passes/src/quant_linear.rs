@@ -242,6 +242,7 @@ impl QuantWeight {
             act_scale,
             act_zero_point,
             out_quant: None,
+            res_quant: None,
         };
         let mut inputs = vec![x, w, scales];
         inputs.extend(bias);

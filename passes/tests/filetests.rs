@@ -9,7 +9,7 @@ use kiln_passes::shard::{shard_graph, CostModel, ShardOptions, Strategy, Use};
 use kiln_passes::{
     compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FOLD_BATCH_NORMS,
     FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LAYOUT, LEGALIZE, QUANT_ACTS, QUANT_LINEAR,
-    SIMPLIFY,
+    QUANT_RESIDUALS, SIMPLIFY,
 };
 use std::path::Path;
 
@@ -41,6 +41,7 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "unflatten_rows" => {
             vec![Pass { name: "unflatten_rows", run: kiln_passes::shard::unflatten_rows }, SIMPLIFY, DCE]
         }
+        "quant_residuals" => vec![QUANT_ACTS, QUANT_RESIDUALS, DCE],
         "pipeline" => default_pipeline(target),
         other => return Err(format!("unknown test `{other}`")),
     };

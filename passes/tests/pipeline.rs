@@ -75,6 +75,7 @@ fn cpu_pipeline() {
             "fuse_elementwise",
             "layout",
             "quant_acts",
+            "quant_residuals",
             "dce"
         ]
     );

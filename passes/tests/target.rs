@@ -92,6 +92,7 @@ fn the_pipeline_follows_the_description() {
                 "fuse_elementwise",
                 "layout",
                 "quant_acts",
+                "quant_residuals",
             ];
             want.splice(5..5, cpu);
         }

@@ -445,6 +445,8 @@ fn quant_conv(
         act_zero_point,
         out_scale,
         out_zero_point,
+        res_scale,
+        res_zero_point,
         ..
     } = kernel
     else {
@@ -472,8 +474,13 @@ fn quant_conv(
                 None => None,
             };
             let out_quant = out_scale.map(|s| (s as f32, *out_zero_point));
+            let res_quant = res_scale.map(|s| (s as f32, *res_zero_point));
             let (w_shape, out) = (ins[1].shape, out(outs, 0));
-            k::quant::qconv_int8(cx, ins[0], w, w_shape, act, bias, &fused, &params, channels_last, out, out_quant)
+            let (x, fused, params) = (ins[0], &fused, &params);
+            k::quant::qconv_int8(cx, x, w, w_shape, act, bias, fused, params, channels_last, out, out_quant, res_quant)
+        }
+        QuantConvWeight::Depthwise(_) if res_scale.is_some() => {
+            Err(quant_conv_err("an int8 depthwise convolution takes an f32 residual"))
         }
         QuantConvWeight::Depthwise(w) => {
             let act = activation_quant(*dynamic, *asymmetric, *act_scale, *act_zero_point)
@@ -487,7 +494,7 @@ fn quant_conv(
             let out_quant = out_scale.map(|s| (s as f32, *out_zero_point));
             k::quant::qconv_depthwise(cx, ins[0], w, act, bias, &fused, &params, out(outs, 0), out_quant)
         }
-        QuantConvWeight::Float { .. } if ins[0].dtype != DType::F32 || out_scale.is_some() => {
+        QuantConvWeight::Float { .. } if ins[0].dtype != DType::F32 || out_scale.is_some() || res_scale.is_some() => {
             Err(quant_conv_err("a weight-only convolution takes and gives f32"))
         }
         QuantConvWeight::Float { w, packed } => {
@@ -814,7 +821,7 @@ kernel_fns! {
     };
     QuantConv {
         stride, padding, dilation, groups, epilogue, layout, dynamic, asymmetric, act_scale, act_zero_point, out_scale,
-        out_zero_point
+        out_zero_point, res_scale, res_zero_point
     } => {
         let kernel = Kernel::QuantConv {
             stride: stride.clone(),
@@ -829,6 +836,8 @@ kernel_fns! {
             act_zero_point: *act_zero_point,
             out_scale: *out_scale,
             out_zero_point: *out_zero_point,
+            res_scale: *res_scale,
+            res_zero_point: *res_zero_point,
         };
         quant_conv_unpacked(&kernel, ints, cx, ins, outs)
     };

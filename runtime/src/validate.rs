@@ -950,10 +950,30 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
             return Err("a channels-last pool is a 2-d max or avg pool: input and output [N, H, W, C]".into());
         }
     }
-    if let Kernel::QuantConv { epilogue, layout, dynamic, act_scale, out_scale, out_zero_point, .. } = k {
+    // int8 activations between layers: max pooling of i8 values, channels-last.
+    if let Kernel::Pool { kind, layout, .. } = k {
+        let i8_io = ins.first().is_some_and(|x| x.dtype == crate::DType::I8) || out.dtype == crate::DType::I8;
+        if i8_io && (*kind != PoolKind::Max || *layout != Layout::ChannelsLast) {
+            return Err("a pool of i8 values is a channels-last max pool".into());
+        }
+    }
+    if let Kernel::QuantConv {
+        epilogue,
+        layout,
+        dynamic,
+        act_scale,
+        out_scale,
+        out_zero_point,
+        res_scale,
+        res_zero_point,
+        groups,
+        ..
+    } = k
+    {
         // int8 activations between layers: an i8 input needs static
         // activations; an i8 output its parameters, the integer kernel's
-        // channels-last store and no residual.
+        // channels-last store and no residual unless dense; an i8 residual
+        // its parameters, a dense channels-last layer with int8 activations.
         let x_i8 = ins.first().is_some_and(|x| x.dtype == crate::DType::I8);
         if x_i8 && act_scale.is_none() {
             return Err("a quant_conv takes an i8 input only with static activations".into());
@@ -966,16 +986,33 @@ fn validate_params(k: &Kernel, ins: &[&TensorDecl], out: &TensorDecl) -> std::re
                     || !valid
                     || !int8_acts
                     || *layout != Layout::ChannelsLast
-                    || epilogue.residual != kiln_isa::Residual::None
+                    || (epilogue.residual != kiln_isa::Residual::None && *groups != 1)
                 {
                     return Err(format!(
                         "an i8 quant_conv output (scale {s}, zero point {out_zero_point}) needs int8 activations, \
-                         channels-last and no residual"
+                         channels-last and no residual unless dense"
                     ));
                 }
             }
             None if out.dtype != crate::DType::F32 || *out_zero_point != 0 => {
                 return Err("a quant_conv without output parameters gives f32".into());
+            }
+            None => {}
+        }
+        let residual = epilogue.residual_operand().and_then(|i| ins.get(i + 1));
+        let residual_i8 = residual.is_some_and(|r| r.dtype == crate::DType::I8);
+        match res_scale {
+            Some(s) => {
+                let valid = s.is_finite() && *s > 0.0 && (-128..=127).contains(res_zero_point);
+                if !residual_i8 || !valid || !int8_acts || *layout != Layout::ChannelsLast || *groups != 1 {
+                    return Err(format!(
+                        "an i8 quant_conv residual (scale {s}, zero point {res_zero_point}) needs a dense \
+                         channels-last layer with int8 activations"
+                    ));
+                }
+            }
+            None if residual_i8 || *res_zero_point != 0 => {
+                return Err("an i8 quant_conv residual needs its parameters (res_scale)".into());
             }
             None => {}
         }

@@ -57,6 +57,8 @@ fn quant_conv(stride: Vec<u32>, padding: Vec<u32>, dilation: Vec<u32>, groups: u
         act_zero_point: 0,
         out_scale: None,
         out_zero_point: 0,
+        res_scale: None,
+        res_zero_point: 0,
     }
 }
 
@@ -216,4 +218,105 @@ fn malformed_complex_declarations_are_refused_at_load() {
     // No plan tensor is complex itself: kernels compute on the parts.
     let err = complex_copy(DType::C64, &[3], false).err().expect("a c64 plan tensor loaded").to_string();
     assert!(err.contains("complex tensors exist only as an input's or output's view"), "{err}");
+}
+
+/// A plan of one call of `kernel` on `tensors` (`(dtype, shape)`, all in the
+/// arena; the last is the output, the others its operands in order).
+fn load_call(kernel: Kernel, tensors: &[(DType, &[u64])]) -> Result<std::sync::Arc<Program>, Error> {
+    let mut offset = 0;
+    let decls: Vec<TensorDecl> = tensors
+        .iter()
+        .map(|&(dtype, shape)| {
+            let bytes = shape.iter().product::<u64>() * dtype.size_bytes() as u64;
+            let decl = TensorDecl {
+                dtype,
+                shape: shape.iter().map(|&d| DimRef::Static(d)).collect(),
+                storage: Storage::Arena { offset, max_bytes: bytes },
+            };
+            offset += bytes.next_multiple_of(64);
+            decl
+        })
+        .collect();
+    let out = decls.len() as u32 - 1;
+    let plan = Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors: decls,
+        inputs: (0..out).map(|i| IoDecl { name: format!("x{i}"), tensor: i, complex: false }).collect(),
+        outputs: vec![IoDecl { name: "y".into(), tensor: out, complex: false }],
+        instrs: vec![Instr {
+            op: InstrOp::Call(kernel),
+            inputs: (0..out).collect(),
+            outputs: vec![out],
+            origin: "test".into(),
+        }],
+        arena_bytes: offset,
+        peak_live_bytes: offset,
+        states: vec![],
+    };
+    let bytes = ArtifactWriter::new(&plan, WeightsBuilder::new(), &Metadata::default()).unwrap().to_bytes();
+    Program::from_bytes(&bytes)
+}
+
+/// int8 residuals: an i8 residual needs its parameters (and parameters an
+/// i8 residual), a dense layer gives i8 after a residual; a pool of i8
+/// values is a channels-last max pool.
+#[test]
+fn int8_residuals_and_pools_are_checked_at_load() {
+    let nhwc: &[u64] = &[1, 2, 3, 4];
+    let quant_conv = |res_scale: Option<f64>, out_scale: Option<f64>| Kernel::QuantConv {
+        stride: vec![1, 1],
+        padding: vec![0, 0],
+        dilation: vec![1, 1],
+        groups: 1,
+        epilogue: Epilogue { bias: false, activation: None, residual: kiln_isa::Residual::BeforeActivation },
+        layout: Layout::ChannelsLast,
+        dynamic: false,
+        asymmetric: false,
+        act_scale: Some(0.5),
+        act_zero_point: 0,
+        out_scale,
+        out_zero_point: 0,
+        res_scale,
+        res_zero_point: if res_scale.is_some() { 3 } else { 0 },
+    };
+    let call = |res: DType, res_scale: Option<f64>, out: DType, out_scale: Option<f64>| {
+        let tensors =
+            [(DType::I8, nhwc), (DType::I8, &[4, 4, 1, 1][..]), (DType::F32, &[4][..]), (res, nhwc), (out, nhwc)];
+        load_call(quant_conv(res_scale, out_scale), &tensors)
+    };
+    call(DType::I8, Some(0.25), DType::I8, Some(0.5)).expect("i8 residual, i8 result");
+    call(DType::I8, Some(0.25), DType::F32, None).expect("i8 residual, f32 result");
+    call(DType::F32, None, DType::I8, Some(0.5)).expect("f32 residual, i8 result");
+    for (res, res_scale, why) in [
+        (DType::I8, None, "needs its parameters"),
+        (DType::F32, Some(0.25), "needs a dense"),
+        (DType::I8, Some(0.0), "needs a dense"),
+    ] {
+        let Err(Error::Plan(m)) = call(res, res_scale, DType::F32, None) else {
+            panic!("{res} {res_scale:?}: accepted")
+        };
+        assert!(m.contains(why), "{m}");
+    }
+    let pool = |kind: PoolKind, layout: Layout| Kernel::Pool {
+        kind,
+        layout,
+        kernel: vec![2, 2],
+        stride: vec![1, 1],
+        padding: vec![0, 0],
+        dilation: vec![1, 1],
+        count_include_pad: false,
+        divisor: None,
+    };
+    let pooled: &[u64] = &[1, 1, 2, 4];
+    load_call(pool(PoolKind::Max, Layout::ChannelsLast), &[(DType::I8, nhwc), (DType::I8, pooled)]).expect("i8 max");
+    for (kind, layout) in [(PoolKind::Avg, Layout::ChannelsLast), (PoolKind::Max, Layout::ChannelsFirst)] {
+        let shapes: [&[u64]; 2] =
+            if layout == Layout::ChannelsFirst { [&[1, 4, 2, 3], &[1, 4, 1, 2]] } else { [nhwc, pooled] };
+        let Err(Error::Plan(m)) = load_call(pool(kind, layout), &[(DType::I8, shapes[0]), (DType::I8, shapes[1])])
+        else {
+            panic!("{kind:?} {layout:?}: accepted")
+        };
+        assert!(m.contains("channels-last max pool"), "{m}");
+    }
 }

@@ -379,6 +379,7 @@ fn quant_conv_is_a_conv_of_its_int8_weight() {
         act_scale,
         act_zero_point: 0,
         out_quant: None,
+        res_quant: None,
     };
     let x = f32t(&[b(), c(8), c(16), c(16)]);
     let w = ty(DType::I8, &[c(4), c(8), c(3), c(3)]);
@@ -432,6 +433,28 @@ fn quant_conv_is_a_conv_of_its_int8_weight() {
     assert_eq!(infer(out_q(last, 0.25), &[xl.clone(), w.clone(), scales.clone()]).unwrap(), "i8[b, 8, 8, 4]");
     assert!(infer(out_q(crate::Layout::ChannelsFirst, 0.25), &[x.clone(), w.clone(), scales.clone()]).is_err());
     assert!(infer(out_q(last, 0.1), &[xl.clone(), w.clone(), scales.clone()]).is_err(), "not an f32 scale");
+    // int8 residuals: an i8 residual with its parameters (dense,
+    // channels-last, int8 activations), and then an i8 result too.
+    let res_q = |groups: i64, res: Option<f64>, out: Option<f64>| {
+        let mut op = q(groups, false, Some(0.5));
+        if let Op::QuantConv { out_quant, res_quant, layout, epilogue, .. } = &mut op {
+            *out_quant = out.map(|scale| crate::QParams { scale, zero_point: -7 });
+            *res_quant = res.map(|scale| crate::QParams { scale, zero_point: 3 });
+            *layout = last;
+            *epilogue = crate::Epilogue { bias: false, activation: None, residual: crate::Residual::BeforeActivation };
+        }
+        op
+    };
+    let rq = ty(DType::I8, &[b(), c(8), c(8), c(4)]);
+    let rf = f32t(&[b(), c(8), c(8), c(4)]);
+    let ins = [xl.clone(), w.clone(), scales.clone(), rq.clone()];
+    assert_eq!(infer(res_q(1, Some(0.25), Some(0.5)), &ins).unwrap(), "i8[b, 8, 8, 4]");
+    assert_eq!(infer(res_q(1, Some(0.25), None), &ins).unwrap(), "f32[b, 8, 8, 4]");
+    assert!(infer(res_q(1, None, None), &ins).is_err(), "an i8 residual needs its parameters");
+    assert!(infer(res_q(1, Some(0.1), None), &ins).is_err(), "not an f32 scale");
+    let insf = [xl.clone(), w.clone(), scales.clone(), rf];
+    assert!(infer(res_q(1, Some(0.25), None), &insf).is_err(), "parameters for an f32 residual");
+    assert_eq!(infer(res_q(1, None, Some(0.5)), &insf).unwrap(), "i8[b, 8, 8, 4]");
     // Depthwise takes static int8 activations, not dynamic ones.
     let wd = ty(DType::I8, &[c(8), c(1), c(3), c(3)]);
     let s8 = f32t(&[c(8)]);

@@ -276,24 +276,35 @@ impl AttrField for crate::Epilogue {
     }
 }
 
-/// An i8 result's quantization: `out_scale=S, out_zero_point=Z`, both
-/// omitted when absent.
+/// An i8 value's quantization: `out_scale=S, out_zero_point=Z` for the
+/// result (`out_quant`), `res_scale`, `res_zero_point` for the residual
+/// (`res_quant`), both omitted when absent.
 impl AttrField for Option<crate::QParams> {
-    fn take(a: &mut Attrs, _key: &'static str, _op: &str, _symbols: &Symbols) -> Result<Self, ParseError> {
-        let Some(s) = a.opt("out_scale") else { return Ok(None) };
-        let zero_point = a.opt("out_zero_point").map(|v| int(&v)).transpose()?.unwrap_or(0);
+    fn take(a: &mut Attrs, key: &'static str, _op: &str, _symbols: &Symbols) -> Result<Self, ParseError> {
+        let [scale, zero_point] = qparams_keys(key);
+        let Some(s) = a.opt(scale) else { return Ok(None) };
+        let zero_point = a.opt(zero_point).map(|v| int(&v)).transpose()?.unwrap_or(0);
         Ok(Some(crate::QParams { scale: float(&s)?, zero_point }))
     }
 
-    fn put(&self, _key: &'static str, out: &mut Vec<String>, _symbols: &Symbols) {
+    fn put(&self, key: &'static str, out: &mut Vec<String>, _symbols: &Symbols) {
         if let Some(q) = self {
-            out.push(format!("out_scale={}", format_f64(q.scale)));
-            out.push(format!("out_zero_point={}", fmt_int(q.zero_point)));
+            let [scale, zero_point] = qparams_keys(key);
+            out.push(format!("{scale}={}", format_f64(q.scale)));
+            out.push(format!("{zero_point}={}", fmt_int(q.zero_point)));
         }
     }
 
-    fn keys(_key: &'static str) -> Vec<&'static str> {
-        vec!["out_scale", "out_zero_point"]
+    fn keys(key: &'static str) -> Vec<&'static str> {
+        qparams_keys(key).to_vec()
+    }
+}
+
+/// The text keys of a [`crate::QParams`] field.
+fn qparams_keys(key: &'static str) -> [&'static str; 2] {
+    match key {
+        "res_quant" => ["res_scale", "res_zero_point"],
+        _ => ["out_scale", "out_zero_point"],
     }
 }
 

@@ -380,7 +380,9 @@ fn max_into<T: Real>(dst: &mut [T], src: &[T], stride: usize) {
 /// element is the same value as there (NaNs and signed zeros included) —
 /// and the inner loop runs along channels, which vectorises. Whole output
 /// rows per work item, in a fixed split: the same bytes at any thread
-/// count.
+/// count. Max pooling also takes i8 values (int8 activations between
+/// quantized layers: the maximum of values quantized with one scale and
+/// zero point is the quantized maximum, as quantizing is monotone).
 pub fn pool_channels_last_cx(
     kind: PoolKind,
     x: TensorRef,
@@ -427,9 +429,42 @@ pub fn pool_channels_last_cx(
     match x.dtype {
         DType::F32 => run!(f32),
         DType::F64 => run!(f64),
+        DType::I8 if kind == PoolKind::Max => {
+            let xv: &[i8] = bytemuck::cast_slice(x.data);
+            let ov: &mut [i8] = bytemuck::cast_slice_mut(out.data);
+            if xv.len() != xs.iter().product::<usize>() || ov.len() != rows * row_len {
+                return Err(shape_err(K, "input or output length does not match its shape"));
+            }
+            threads.for_each_chunk(ov, rows_per_item * row_len, |item, part| {
+                for (r, orow) in part.chunks_exact_mut(row_len).enumerate() {
+                    let row = item * rows_per_item + r;
+                    let (n, oy) = (row / os[1], row % os[1]);
+                    max_row_channels_last_i8(&xv[n * image..][..image], s, oy, xs[3], orow);
+                }
+            })
+        }
         d => return Err(dtype_err(K, d)),
     }
     Ok(())
+}
+
+/// [`pool_row_channels_last`]'s max pooling of i8 values.
+fn max_row_channels_last_i8(image: &[i8], s: Windows, oy: usize, c: usize, orow: &mut [i8]) {
+    let w = s.w;
+    let iw = w.input[2];
+    let (y0, y1, _) = taps(oy, w, 1);
+    let at = |o: usize, k: usize, d: usize| o * w.stride[d] + k * w.dil[d] - w.pad[d];
+    for (ox, acc) in orow.chunks_exact_mut(c).enumerate() {
+        let (x0, x1, _) = taps(ox, w, 2);
+        acc.fill(i8::MIN);
+        for ky in y0..y1 {
+            let row = at(oy, ky, 1) * iw;
+            for kx in x0..x1 {
+                let v = &image[(row + at(ox, kx, 2)) * c..][..c];
+                acc.iter_mut().zip(v).for_each(|(a, &v)| *a = (*a).max(v));
+            }
+        }
+    }
 }
 
 /// Output row `oy` (`[OW, C]`) of one channels-last image (`[H, W, C]`).

@@ -72,15 +72,19 @@ pub fn qconv_with(
     channels_last: bool,
     out: TensorMut<'_>,
 ) -> Result<()> {
-    qconv_impl(cx, kernels, x, w, w_shape, act, bias, epilogue, p, channels_last, out, None)
+    qconv_impl(cx, kernels, x, w, w_shape, act, bias, epilogue, p, channels_last, out, None, None)
 }
 
 /// [`qconv`] between int8 layers: an i8 `x` is the input already
 /// quantized with the static parameters `act` names (read as it is, not
-/// re-encoded), and with `out_quant` (`(scale, zero_point)`; channels-last,
-/// no residual) `out` is i8: each value the f32 convolution would write
-/// (after its bias and activation), quantized as [`ActQuant::Static`]
+/// re-encoded), and with `out_quant` (`(scale, zero_point)`; channels-last)
+/// `out` is i8: each value the f32 convolution would write (after its
+/// bias, activation and residual), quantized as [`ActQuant::Static`]
 /// quantizes an input — the integers the next layer would have made of it.
+/// With `residual_quant` (channels-last) the epilogue's residual is i8,
+/// each value dequantized as torch's `dequantize_per_tensor` does, `(f32(q)
+/// − zp) · scale`, before the add: with an i8 output, torch's int8 add
+/// with requantization (the convolution's own result not rounded first).
 #[allow(clippy::too_many_arguments)]
 pub fn qconv_int8(
     cx: &mut Context,
@@ -94,9 +98,10 @@ pub fn qconv_int8(
     channels_last: bool,
     out: TensorMut<'_>,
     out_quant: Option<(f32, i32)>,
+    residual_quant: Option<(f32, i32)>,
 ) -> Result<()> {
     let kernels = cx.table.quant;
-    qconv_impl(cx, &kernels, x, w, w_shape, act, bias, epilogue, p, channels_last, out, out_quant)
+    qconv_impl(cx, &kernels, x, w, w_shape, act, bias, epilogue, p, channels_last, out, out_quant, residual_quant)
 }
 
 /// [`qconv_int8`] with the given variant of the integer kernels.
@@ -114,8 +119,9 @@ pub fn qconv_int8_with(
     channels_last: bool,
     out: TensorMut<'_>,
     out_quant: Option<(f32, i32)>,
+    residual_quant: Option<(f32, i32)>,
 ) -> Result<()> {
-    qconv_impl(cx, kernels, x, w, w_shape, act, bias, epilogue, p, channels_last, out, out_quant)
+    qconv_impl(cx, kernels, x, w, w_shape, act, bias, epilogue, p, channels_last, out, out_quant, residual_quant)
 }
 
 /// Where a layer's input comes from: f32 values, or int8 ones already
@@ -131,6 +137,22 @@ impl<'a> Image<'a> {
         match *self {
             Image::F32(v) => Image::F32(&v[r]),
             Image::I8(v) => Image::I8(&v[r]),
+        }
+    }
+}
+
+/// A residual: f32 values, or int8 ones with their scale and zero point.
+#[derive(Copy, Clone)]
+enum Residual<'a> {
+    F32(&'a [f32]),
+    I8(&'a [i8], f32, i32),
+}
+
+impl<'a> Residual<'a> {
+    fn range(&self, r: Range<usize>) -> Residual<'a> {
+        match *self {
+            Residual::F32(v) => Residual::F32(&v[r]),
+            Residual::I8(v, s, zp) => Residual::I8(&v[r], s, zp),
         }
     }
 }
@@ -156,6 +178,7 @@ fn qconv_impl(
     channels_last: bool,
     out: TensorMut<'_>,
     out_quant: Option<(f32, i32)>,
+    residual_quant: Option<(f32, i32)>,
 ) -> Result<()> {
     if act == ActQuant::Float {
         return Err(err("a weight-only convolution runs the f32 kernels on its dequantized weight"));
@@ -180,8 +203,8 @@ fn qconv_impl(
         if !(s.is_finite() && s > 0.0 && (-128..=127).contains(&zp)) {
             return Err(err(format!("output scale {s} / zero point {zp}")));
         }
-        if !channels_last || epilogue.residual.is_some() {
-            return Err(err("an i8 output needs a channels-last convolution without a residual"));
+        if !channels_last {
+            return Err(err("an i8 output needs a channels-last convolution"));
         }
     }
     let out_shape = out.shape;
@@ -239,12 +262,26 @@ fn qconv_impl(
             return Err(err(format!("static activation scale {scale} / zero point {zero_point}")));
         }
     }
-    let residual = match epilogue.residual {
-        Some(r) if r.dtype != DType::F32 || r.shape != out_shape => {
+    let residual = match (epilogue.residual, residual_quant) {
+        (Some(r), _) if r.shape != out_shape || r.data.len() != out_len * r.dtype.size_bytes() => {
             return Err(err(format!("residual {:?} does not match the output {out_shape:?}", r.shape)))
         }
-        Some(r) => Some(bytemuck::try_cast_slice::<u8, f32>(r.data).map_err(|_| err("unaligned residual"))?),
-        None => None,
+        (Some(r), None) if r.dtype == DType::F32 => {
+            Some(Residual::F32(bytemuck::try_cast_slice(r.data).map_err(|_| err("unaligned residual"))?))
+        }
+        (Some(r), Some((s, zp))) if r.dtype == DType::I8 && channels_last => {
+            if !(s.is_finite() && s > 0.0 && (-128..=127).contains(&zp)) {
+                return Err(err(format!("residual scale {s} / zero point {zp}")));
+            }
+            Some(Residual::I8(bytemuck::cast_slice(r.data), s, zp))
+        }
+        (None, None) => None,
+        (r, q) => {
+            return Err(err(format!(
+                "a residual is f32, or i8 with its parameters (channels-last), got {:?} with parameters {q:?}",
+                r.map(|r| r.dtype)
+            )))
+        }
     };
     let activation = epilogue.activation.map(|a| ActivationFn::new(cx.table, a));
     // A clamp (ReLU, ReLU6) not preceded by the residual add runs in the
@@ -268,11 +305,19 @@ fn qconv_impl(
     // One f32 buffer: the quantized image, the rows, their scales and
     // shifts, the products (each part a whole number of f32s).
     let padded = Padded::of(&g, cin, &ukr, channels_last);
-    let padded_len = padded.len_bytes().div_ceil(4);
+    // A channels-last 1×1 convolution with stride 1 and no padding whose
+    // rows need no lane padding reads the quantized image's pixels as its
+    // rows (the bytes the gather would copy); `mr` rows of slack after the
+    // image let the last row block read past it (those rows are not stored).
+    let direct = channels_last && g.kernel == [1, 1, 1] && g.stride == [1, 1, 1] && g.pad == [0, 0, 0] && {
+        cin * ukr.acts.width() == lda
+    };
+    let slack = if direct { ukr.mr * lda } else { 0 };
+    let padded_len = (padded.len_bytes() + slack).div_ceil(4);
     let rows_len = chunk * lda / 4;
     let buf = cx.scratch.f32s(padded_len + rows_len + 2 * chunk + chunk * cout);
     let (padded_bytes, rest) = buf.split_at_mut(padded_len);
-    let padded_bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(padded_bytes)[..padded.len_bytes()];
+    let padded_bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(padded_bytes)[..padded.len_bytes() + slack];
     let (rows, rest) = rest.split_at_mut(rows_len);
     let (scales, rest) = rest.split_at_mut(chunk);
     let (shifts, prod) = rest.split_at_mut(chunk);
@@ -281,24 +326,29 @@ fn qconv_impl(
     let offset = if ukr.acts == Acts::U8Offset { 128 } else { 0 };
     for b in 0..batch {
         let image = xs.range(b * cin * plane..(b + 1) * cin * plane);
-        let residual = residual.map(|r| &r[b * cout * pixels..][..cout * pixels]);
+        let residual = residual.map(|r| r.range(b * cout * pixels..(b + 1) * cout * pixels));
         let (s, zp) = image_qparams(threads, act, image);
-        padded.fill(threads, image, s, zp, padded_bytes);
+        padded.fill(threads, image, s, zp, &mut padded_bytes[..padded.len_bytes()]);
         scales.fill(s);
         shifts.fill(zp + offset);
         for p0 in (0..pixels).step_by(chunk) {
             let m = chunk.min(pixels - p0);
             let mpad = m.next_multiple_of(ukr.mr);
-            gather_rows(threads, &g, &padded, padded_bytes, p0, m, lda, &mut rows[..mpad * lda]);
-            let r = QuantRows { bytes: &rows[..mpad * lda], lda, scales: &scales[..m], shifts: &shifts[..m] };
+            let bytes = if direct {
+                &padded_bytes[p0 * lda..(p0 + mpad) * lda]
+            } else {
+                gather_rows(threads, &g, &padded, padded_bytes, p0, m, lda, &mut rows[..mpad * lda]);
+                &rows[..mpad * lda]
+            };
+            let r = QuantRows { bytes, lda, scales: &scales[..m], shifts: &shifts[..m] };
             let result = match &mut ys {
                 Output::F32(ys) => &mut ys[b * cout * pixels..][..cout * pixels],
                 Output::I8 { values, scale, zero_point } => {
                     // The f32 values the layer would write, then quantized
                     // as the next layer would quantize them (checked above:
-                    // channels-last, no residual).
+                    // channels-last).
                     let dst = &mut values[(b * pixels + p0) * cout..][..m * cout];
-                    if finish.activation.is_none() {
+                    if finish.activation.is_none() && residual.is_none() {
                         // Quantized in the tile store, from registers.
                         let out = TileOut::I8(dst, *scale, *zero_point);
                         super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, out);
@@ -306,7 +356,7 @@ fn qconv_impl(
                     }
                     let block = &mut prod[..m * cout];
                     super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, TileOut::F32(block));
-                    finish.apply_block(block, None);
+                    finish.apply_block(block, residual.map(|r| r.range(p0 * cout..(p0 + m) * cout)));
                     quantize_block(threads, ukr.driver.encode, block, *scale, *zero_point, dst);
                     continue;
                 }
@@ -315,10 +365,15 @@ fn qconv_impl(
                 // The product's rows are the result's pixels.
                 let block = &mut result[p0 * cout..(p0 + m) * cout];
                 super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, TileOut::F32(block));
-                finish.apply_block(block, residual.map(|r| &r[p0 * cout..(p0 + m) * cout]));
+                finish.apply_block(block, residual.map(|r| r.range(p0 * cout..(p0 + m) * cout)));
             } else {
                 super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, TileOut::F32(&mut prod[..m * cout]));
                 scatter_channels_first(&prod[..m * cout], cout, pixels, p0, result);
+                // Checked above: an i8 residual is channels-last.
+                let residual = match residual {
+                    Some(Residual::F32(r)) => Some(r),
+                    _ => None,
+                };
                 finish.apply(result, residual, cout, pixels, p0..p0 + m);
             }
         }
@@ -620,12 +675,15 @@ struct Finish<'f> {
 
 impl Finish<'_> {
     /// The epilogue over a contiguous block (channels-last pixels) and the
-    /// residual's same block.
-    fn apply_block(&self, out: &mut [f32], residual: Option<&[f32]>) {
-        let add = |out: &mut [f32]| {
-            if let Some(r) = residual {
-                out.iter_mut().zip(r).for_each(|(o, &r)| *o += r);
+    /// residual's same block (an i8 one dequantized as torch does).
+    fn apply_block(&self, out: &mut [f32], residual: Option<Residual<'_>>) {
+        let add = |out: &mut [f32]| match residual {
+            Some(Residual::F32(r)) => out.iter_mut().zip(r).for_each(|(o, &r)| *o += r),
+            Some(Residual::I8(r, s, zp)) => {
+                let zp = zp as f32;
+                out.iter_mut().zip(r).for_each(|(o, &q)| *o += (q as f32 - zp) * s);
             }
+            None => {}
         };
         if self.residual_first {
             add(out);
@@ -646,7 +704,7 @@ impl Finish<'_> {
         }
         for c in 0..cout {
             let at = c * pixels + run.start..c * pixels + run.end;
-            self.apply_block(&mut result[at.clone()], residual.map(|r| &r[at]));
+            self.apply_block(&mut result[at.clone()], residual.map(|r| Residual::F32(&r[at])));
         }
     }
 }

@@ -391,7 +391,9 @@ pub(crate) fn store_row(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, sh
 
 /// [`store_row`], then each value quantized (`clamp(rint(v · inv) + zp,
 /// -128, 127)`, [`super::quantize_value`]: `encode_quantized`'s integers
-/// with its reciprocal `inv = 1 / scale`) into `o` (at most 32 values).
+/// with its reciprocal `inv = 1 / scale`) into `o`: one loop, each value
+/// finished and quantized in registers (the same operations as
+/// [`store_row`]'s, so the same f32 values).
 #[inline(always)]
 pub(crate) fn store_row_quantized(
     o: &mut [i8],
@@ -402,11 +404,23 @@ pub(crate) fn store_row_quantized(
     inv: f32,
     zero_point: i32,
 ) {
-    let mut tmp = [0f32; 32];
-    let v = &mut tmp[..o.len()];
-    store_row(v, acc, s, e, shift);
-    let zp = zero_point as f32;
-    o.iter_mut().zip(&*v).for_each(|(d, &v)| *d = super::quantize_value(v, inv, zp) as i8);
+    let n = o.len();
+    let (acc, col_sums, scales) = (&acc[..n], &e.col_sums[..n], &e.scales[..n]);
+    let dots = acc.iter().zip(col_sums).map(|(&a, &cs)| a.wrapping_sub(cs.wrapping_mul(shift)));
+    let (lo, hi, zp) = (e.lo, e.hi, zero_point as f32);
+    // `store_row`'s clamp, then the quantization.
+    let finish = |v: f32| {
+        let x = if v < lo { lo } else { v };
+        let x = if x > hi { hi } else { x };
+        super::quantize_value(x, inv, zp) as i8
+    };
+    match e.bias {
+        None => o.iter_mut().zip(dots.zip(scales)).for_each(|(o, (d, &sc))| *o = finish((d as f32 * s) * sc)),
+        Some(b) => o
+            .iter_mut()
+            .zip(dots.zip(scales).zip(&b[..n]))
+            .for_each(|(o, ((d, &sc), &b))| *o = finish((d as f32 * s) * sc + b)),
+    }
 }
 
 /// Column groups per row block: one when row blocks keep every thread

@@ -426,7 +426,11 @@ kernels! {
     /// with static activations `x` may be i8 (already quantized with them);
     /// with `out_scale` (int8 activations, channels-last, no residual) the
     /// output is i8, the f32 result quantized with `out_scale` and
-    /// `out_zero_point` (`kiln_kernels::quant::qconv`).
+    /// `out_zero_point` (`kiln_kernels::quant::qconv`). int8 residuals
+    /// (since format 0.18; dense, channels-last, int8 activations): with
+    /// `res_scale` the residual is i8, dequantized with it and
+    /// `res_zero_point` before the add, and an i8 output may follow a
+    /// residual (`kiln_kernels::quant::qconv_int8`).
     QuantConv {
         stride: Vec<u32> => spatial,
         padding: Vec<u32> => spatial,
@@ -440,6 +444,8 @@ kernels! {
         act_zero_point: i32,
         out_scale: Option<f64>,
         out_zero_point: i32,
+        res_scale: Option<f64>,
+        res_zero_point: i32,
     }
     /// [`Kernel::Conv`] with a fused epilogue: `(x, w [, bias] [, residual])`
     /// as the epilogue's flags say; channels-last (2-d only): `x`, the

@@ -3,7 +3,9 @@
 //! `quant_conv` with int8 weights (BatchNorm folded in first), dense ones
 //! with int8 activations in the int8-dynamic and int8-static modes; outputs
 //! stay close to the float program's, the weights shrink to about a
-//! quarter, and the integer kernels give the same bytes at any thread count.
+//! quarter, and the integer kernels give the same bytes at any thread count;
+//! int8 between layers (handoffs, residual adds, max pools) is checked
+//! against torch's own fake-quant on a small CNN (`quant/cnn_static`).
 
 use kiln_compiler::{compile_file, CompileOptions, CompileSummary};
 use kiln_passes::{QuantScheme, QuantizeConfig};
@@ -155,12 +157,14 @@ fn integer_convolutions_give_the_same_bytes_at_any_thread_count() {
 /// to the second as i8 (quantized in its tile store with the second's
 /// calibrated parameters); in MobileNetV2 with int8 depthwise convolutions
 /// (`QuantizeConfig::int8_depthwise`) the expansion hands its result to the
-/// depthwise one and that to the projection. The program gives the bytes
-/// it gives with the f32 handoff (the pass left out), at 1 to 4 threads.
+/// depthwise one and that to the projection, and a projection with a
+/// residual (f32) hands its sum to the next expansion. The program gives
+/// the bytes it gives with the f32 handoff (the pass left out; both
+/// without `quant_residuals`, which changes numbers), at 1 to 4 threads.
 #[test]
 fn int8_activations_between_layers_give_the_float_handoffs_bytes() {
     use kiln_runtime::format::{InstrOp, Kernel};
-    for (model, int8_depthwise, handoffs) in [("resnet18", false, 8), ("mobilenet_v2", true, 34)] {
+    for (model, int8_depthwise, handoffs) in [("resnet18", false, 11), ("mobilenet_v2", true, 40)] {
         let inputs = read_numbered(&fixture_dir(&format!("models/{model}")), "input");
         let calib = calibration_dir(model);
         let build = |skip: Vec<&'static str>| {
@@ -181,7 +185,7 @@ fn int8_activations_between_layers_give_the_float_handoffs_bytes() {
             std::fs::remove_file(&tmp).ok();
             program
         };
-        let (int8, float) = (build(vec![]), build(vec!["quant_acts"]));
+        let (int8, float) = (build(vec!["quant_residuals"]), build(vec!["quant_acts", "quant_residuals"]));
         let i8_outputs = |p: &Program| {
             let plan = p.plan();
             plan.instrs
@@ -203,6 +207,72 @@ fn int8_activations_between_layers_give_the_float_handoffs_bytes() {
         for threads in 1..=4 {
             let got = run_with(&int8, &inputs, threads);
             assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{model}: {threads} threads");
+        }
+        std::fs::remove_dir_all(&calib).ok();
+    }
+}
+
+/// int8 residual adds (the `quant_residuals` pass): in int8-static
+/// ResNet-18 the stem's result goes through the max pool as i8 and every
+/// block's sum is quantized in its second convolution's store when the
+/// next block reads it, its residual read as i8 (torch's int8 add); in
+/// MobileNetV2 the inverted residuals' sums likewise. The output stays
+/// within the int8-static bound of the float program (cosine 0.99) and
+/// close to the f32-residual program, and is the same bytes at 1 to 4
+/// threads.
+#[test]
+fn int8_residual_adds_stay_close_to_float() {
+    use kiln_runtime::format::{InstrOp, Kernel};
+    for (model, residual_reads, i8_results) in [("resnet18", 5, 16), ("mobilenet_v2", 11, 51)] {
+        let inputs = read_numbered(&fixture_dir(&format!("models/{model}")), "input");
+        let calib = calibration_dir(model);
+        let build = |skip: Vec<&'static str>| {
+            let src = fixture_dir(&format!("models/{model}")).join("aten.pt2");
+            let tmp = temp_path("quant_res");
+            let cfg = QuantizeConfig::new(QuantScheme::parse("int8-static").expect("mode"));
+            let opts = CompileOptions {
+                quantize: Some(cfg),
+                calibration: Some(calib.clone()),
+                skip_passes: skip,
+                ..Default::default()
+            };
+            compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{model} int8-static: {e}"));
+            let program = Program::load(&tmp).expect("load");
+            std::fs::remove_file(&tmp).ok();
+            program
+        };
+        let (int8, f32_residuals) = (build(vec![]), build(vec!["quant_residuals"]));
+        let plan = int8.plan();
+        let i8_residuals = plan
+            .instrs
+            .iter()
+            .filter(|i| matches!(&i.op, InstrOp::Call(Kernel::QuantConv { res_scale: Some(_), .. })))
+            .count();
+        assert_eq!(i8_residuals, residual_reads, "{model}: i8 residual reads");
+        let i8_convs = plan
+            .instrs
+            .iter()
+            .filter(|i| matches!(&i.op, InstrOp::Call(Kernel::QuantConv { out_scale: Some(_), .. })))
+            .count();
+        assert_eq!(i8_convs, i8_results, "{model}: i8 results");
+        let i8_pools = plan
+            .instrs
+            .iter()
+            .filter(|i| matches!(&i.op, InstrOp::Call(Kernel::Pool { .. })))
+            .filter(|i| plan.tensors[i.outputs[0] as usize].dtype == kiln_runtime::DType::I8)
+            .count();
+        assert_eq!(i8_pools, usize::from(model == "resnet18"), "{model}: i8 max pools");
+        let (float, _) = compile(model, "aten", None, None);
+        let want = run_with(&float, &inputs, 1);
+        let got = run_with(&int8, &inputs, 1);
+        let f32_res = run_with(&f32_residuals, &inputs, 1);
+        let (c, c_f32_res) = (cosine(&got, &want), cosine(&f32_res, &want));
+        assert!(c >= 0.99, "{model}: cosine {c} vs float (f32 residuals: {c_f32_res})");
+        assert!(cosine(&got, &f32_res) >= 0.995, "{model}: int8 vs f32 residuals");
+        assert!(got.iter().zip(&f32_res).any(|(a, b)| a != b), "{model}: the residuals' rounding changes the output");
+        for threads in 2..=4 {
+            let t = run_with(&int8, &inputs, threads);
+            assert!(t.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{model}: {threads} threads");
         }
         std::fs::remove_dir_all(&calib).ok();
     }
@@ -234,4 +304,89 @@ fn depthwise_convolutions_take_static_int8_activations() {
         assert!(c >= 0.99, "int8_depthwise {int8_depthwise}: cosine {c} vs float");
     }
     std::fs::remove_dir_all(&calib).ok();
+}
+
+/// int8-static on a small CNN (`tests/fixtures/quant/generate_cnn_static.py`:
+/// a stem and max pool, a MobileNetV2 inverted residual with a depthwise
+/// layer, a ResNet basic block, a classifier) against torch's own static
+/// fake-quant with the parameters torch's `MinMaxObserver` chooses on the
+/// same calibration inputs. kiln's own observation chooses them to a few
+/// ulps of the scale (it observes its own float program, whose sums differ
+/// from torch's in the last bits); given torch's observed ranges it chooses
+/// exactly them, runs the depthwise layer, both residual adds and the max
+/// pool on int8 (what the fixture's fake-quant program rounds, kiln
+/// rounds: the residuals quantized with their readers' parameters), and
+/// the output matches torch's fake-quant program far closer than the float
+/// one (the same integers everywhere, the float sums in another order);
+/// the same bytes at 1 to 4 threads.
+#[test]
+fn int8_static_cnn_matches_torchs_fake_quant() {
+    use kiln_runtime::format::{InstrOp, Kernel};
+    let dir = fixture_dir("quant/cnn_static");
+    let f32_of = |t: &Tensor| -> Vec<f32> {
+        t.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    };
+    let npy_f32 = |name: &str| f32_of(&kiln_tests::read_npy_as(&dir.join(name), false).expect(name));
+    let scales = npy_f32("act_scales.npy");
+    let zps = kiln_tests::read_npy_as(&dir.join("act_zero_points.npy"), false).expect("zero points");
+    let zps: Vec<i64> =
+        zps.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+    let torch: Vec<(f32, i64)> = scales.iter().copied().zip(zps.iter().copied()).collect();
+    let want = f32_of(&read_numbered(&dir, "output").remove(0));
+    let float = f32_of(&read_numbered(&dir, "float_output").remove(0));
+    let inputs = read_numbered(&dir, "input");
+    let build = |activations: Vec<kiln_passes::ActObservation>| {
+        let tmp = temp_path("cnn_static");
+        let cfg = QuantizeConfig {
+            activations,
+            ..QuantizeConfig::new(QuantScheme::parse("int8-static:observer=minmax").expect("mode"))
+        };
+        let opts = CompileOptions { quantize: Some(cfg), calibration: Some(dir.join("calib")), ..Default::default() };
+        let summary = compile_file(&dir.join("aten.pt2"), &tmp, &opts).expect("compile");
+        let p = Program::load(&tmp).expect("load");
+        std::fs::remove_file(&tmp).ok();
+        // (scale, uint8 zero point: kiln's int8 one + 128), layer by layer.
+        let chosen: Vec<(f32, i64)> = summary
+            .quantized
+            .iter()
+            .map(|l| l.act_qparams.map(|(s, z)| (s, z as i64 + 128)).expect("static"))
+            .collect();
+        let dw = summary.quantized.iter().filter(|l| l.note.contains("static int8 activations")).count();
+        assert_eq!(dw, 1, "the depthwise layer takes static int8 activations");
+        (p, chosen)
+    };
+    // kiln's own observation: torch's parameters to a few ulps of the scale.
+    let (_, own) = build(Vec::new());
+    assert_eq!(own.len(), torch.len());
+    for (i, (&(s, z), &(ts, tz))) in own.iter().zip(&torch).enumerate() {
+        assert!(z == tz && (s - ts).abs() <= 1e-6 * ts, "layer {i}: ({s}, {z}) vs torch's ({ts}, {tz})");
+    }
+    // torch's observed ranges: exactly its parameters.
+    let ranges = npy_f32("act_min.npy").into_iter().zip(npy_f32("act_max.npy"));
+    let observed = ranges.map(|(min, max)| kiln_passes::ActObservation { min, max, count: 1, ..Default::default() });
+    let (p, chosen) = build(observed.collect());
+    assert_eq!(chosen, torch, "(scale, uint8 zero point) per layer");
+    // int8 between the layers: every convolution but the last gives i8,
+    // both residuals are read as i8, the max pool pools i8.
+    let plan = p.plan();
+    let calls = || plan.instrs.iter().filter_map(|i| if let InstrOp::Call(k) = &i.op { Some((i, k)) } else { None });
+    let i8_out = |i: &kiln_runtime::format::Instr| plan.tensors[i.outputs[0] as usize].dtype == kiln_runtime::DType::I8;
+    let convs: Vec<_> = calls().filter(|(_, k)| matches!(k, Kernel::QuantConv { .. })).collect();
+    assert_eq!(convs.len(), 6);
+    assert_eq!(convs.iter().filter(|(i, _)| i8_out(i)).count(), 5, "i8 results");
+    let res = convs.iter().filter(|(_, k)| matches!(k, Kernel::QuantConv { res_scale: Some(_), .. })).count();
+    assert_eq!(res, 2, "i8 residuals");
+    assert_eq!(calls().filter(|(i, k)| matches!(k, Kernel::Pool { .. }) && i8_out(i)).count(), 1, "i8 max pool");
+    let got = run_with(&p, &inputs, 1);
+    let (d, d_float) = (max_abs_diff(&got, &want), max_abs_diff(&got, &float));
+    assert!(d <= 2e-6, "max diff {d} vs torch's fake-quant (vs float: {d_float})");
+    assert!(d_float > 100.0 * d.max(1e-7), "the float output is farther: {d_float}");
+    for threads in 2..=4 {
+        let t = run_with(&p, &inputs, threads);
+        assert!(t.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{threads} threads");
+    }
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }

@@ -530,11 +530,12 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 act_scale,
                 act_zero_point,
                 out_quant,
+                res_quant,
             } => {
                 // Epilogues, layouts and i8 activations between layers are
                 // the CPU target's.
                 let fused = epilogue.activation.is_some() || epilogue.residual != kiln_ir::Residual::None;
-                if out_quant.is_some() || ins[0].dt != kiln_ir::DType::F32 {
+                if out_quant.is_some() || res_quant.is_some() || ins[0].dt != kiln_ir::DType::F32 {
                     return Err(err("a quantized convolution's i8 activations (CPU only) in a segment"));
                 }
                 if fused || *layout != kiln_ir::Layout::ChannelsFirst {

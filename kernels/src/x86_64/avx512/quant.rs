@@ -6,21 +6,40 @@
 //! `128 · Σ_p w` per column. AVX-512BW (no VNNI): exact i16 `vpmaddwd`.
 //! Also the AVX-512F weight-only kernel.
 
-use crate::quant::{Acts, QGemmUkr, WoStrip, WoUkr};
+use crate::quant::{Acts, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr};
 use std::arch::x86_64::*;
 
 const MR: usize = 8;
 const NR: usize = 32;
 
 /// The table entry; installed only after AVX-512F and AVX-512 VNNI were detected.
-pub(crate) const INT8_AVX512_VNNI: QGemmUkr = QGemmUkr {
-    variant: "avx512_vnni_8x32",
-    mr: MR,
-    nr: NR,
-    acts: Acts::U8Offset,
-    run: int8,
-    driver: crate::x86_64::avx2::quant::DRIVER,
-};
+pub(crate) const INT8_AVX512_VNNI: QGemmUkr =
+    QGemmUkr { variant: "avx512_vnni_8x32", mr: MR, nr: NR, acts: Acts::U8Offset, run: int8, driver: DRIVER };
+
+/// The AVX2 driver with its tile stores compiled for AVX-512 (the same
+/// loops 16 lanes wide, i32 → i8 by one saturating pack): the same
+/// operations, so the same bits. For the AVX-512 entries only.
+const DRIVER: Driver = Driver { store, store_q, ..crate::x86_64::avx2::quant::DRIVER };
+
+fn store(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
+    // SAFETY: the AVX-512 entries are installed after AVX-512F/BW were detected.
+    unsafe { store_avx512(o, acc, s, e, shift) }
+}
+
+fn store_q(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
+    // SAFETY: as for `store`.
+    unsafe { store_q_avx512(o, acc, s, e, shift, inv, zp) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn store_avx512(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
+    crate::quant::store_row(o, acc, s, e, shift)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn store_q_avx512(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
+    crate::quant::store_row_quantized(o, acc, s, e, shift, inv, zp)
+}
 
 fn int8(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
     assert!(a.len() >= (MR - 1) * lda + 4 * k4, "qgemm: activation rows too short");
@@ -55,14 +74,8 @@ const BW_MR: usize = 6;
 /// has VNNI): the AVX2 kernel's exact i16 `vpmaddwd` on zmm, 6 rows × 32
 /// columns (24 accumulators, four sign-extended weight vectors per lane
 /// step shared by the six rows). Installed only after AVX-512BW was detected.
-pub(crate) const INT8_AVX512BW: QGemmUkr = QGemmUkr {
-    variant: "avx512bw_6x32",
-    mr: BW_MR,
-    nr: NR,
-    acts: Acts::I16,
-    run: int8_bw,
-    driver: crate::x86_64::avx2::quant::DRIVER,
-};
+pub(crate) const INT8_AVX512BW: QGemmUkr =
+    QGemmUkr { variant: "avx512bw_6x32", mr: BW_MR, nr: NR, acts: Acts::I16, run: int8_bw, driver: DRIVER };
 
 fn int8_bw(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
     assert!(a.len() >= (BW_MR - 1) * lda + 8 * k4, "qgemm: i16 activation rows too short");
