@@ -471,9 +471,9 @@ impl<'a> VectorStore<'a> {
 
 #[cfg(kiln_x86_64)]
 impl<'a> Tile<'a> {
-    /// The vector store step for a tile of full `nr`-wide rows, or of
-    /// `nr / 2` (one vector each; at most `mr` rows, the kernel stores
-    /// `self.rows` of them) whose combine and
+    /// The vector store step for a tile of at most `mr` rows (the kernel
+    /// stores `self.rows` of them) and `nr` columns (a partial vector
+    /// masked) whose combine and
     /// epilogue it covers (overwrite or accumulate; no scale; bias,
     /// residual, ReLU, clamp, or an activation the kernel computes in
     /// registers); None sends the tile to [`Tile::store`].
@@ -484,8 +484,7 @@ impl<'a> Tile<'a> {
             Combine::Accumulate => true,
             Combine::Scale(_) => return None,
         };
-        // Whole vectors only: a full strip or its first half.
-        if self.rows > mr || (self.cols != nr && 2 * self.cols != nr) || e.scale != 1.0 {
+        if self.rows > mr || self.cols == 0 || self.cols > nr || e.scale != 1.0 {
             return None;
         }
         let (clamp, activation) = match e.activation {
