@@ -3,7 +3,7 @@
 //! fused): best time and GFLOP/s of each shape, and their sum. Run it on
 //! two builds to compare them (the machine is shared: take several runs).
 //!
-//!     cargo run --release -p kiln-kernels --example pw_bench -- [THREADS [RUNS]]
+//!     cargo run --release -p kiln-kernels --example pw_bench -- [THREADS [RUNS [LAYER]]]
 
 use kiln_kernels::{
     best, conv_fused_channels_last, Activation, Context, ConvParams, DType, PackedConv, TensorEpilogue, TensorMut,
@@ -14,6 +14,8 @@ use std::time::Instant;
 fn main() {
     let threads = std::env::args().nth(1).and_then(|t| t.parse().ok()).unwrap_or(1);
     let runs: usize = std::env::args().nth(2).and_then(|t| t.parse().ok()).unwrap_or(30);
+    // Only the layer with this index (for a profile).
+    let only: Option<usize> = std::env::args().nth(3).and_then(|t| t.parse().ok());
     let table = best();
     let mut cx = Context::with_table(table).with_threads(threads);
     // (output size, Cin, Cout): MobileNetV2's expand / project layers, then
@@ -50,7 +52,10 @@ fn main() {
     let mut total = 0.0;
     println!("| out | Cin | Cout | µs | GFLOP/s |");
     println!("|---|---|---|---|---|");
-    for (hw, cin, cout) in layers {
+    for (i, &(hw, cin, cout)) in layers.iter().enumerate() {
+        if only.is_some_and(|o| o != i) {
+            continue;
+        }
         let x: Vec<f32> = (0..hw * hw * cin).map(|i| (i % 23) as f32 * 0.25 - 2.0).collect();
         let w: Vec<f32> = (0..cout * cin).map(|i| (i % 13) as f32 * 0.05 - 0.3).collect();
         let bias: Vec<f32> = (0..cout).map(|i| (i % 7) as f32 * 0.1).collect();

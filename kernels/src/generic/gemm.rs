@@ -1429,6 +1429,112 @@ mod tests {
         }
     }
 
+    /// Tiles narrower than the microkernel's strip (N mod NR columns: a
+    /// last strip of one vector, a partial vector through masked loads and
+    /// stores) give, bit for bit, the full-width sums (B padded with zero
+    /// columns, no epilogue) finished by the portable store step, and never
+    /// write past their columns: every table, direct and packed A, beta 0 and
+    /// 1, bias, residual on either side of a clamp or an activation the x86
+    /// kernels apply in registers.
+    #[test]
+    fn narrow_tiles_match_full_width_sums_bit_for_bit() {
+        const SENTINEL: f32 = 12345.0;
+        let acts = [
+            Activation::Clamp { min: Some(-0.25), max: Some(0.5) },
+            Activation::Relu,
+            Activation::MulSigmoid,
+            Activation::Hardswish,
+            Activation::Gelu,
+        ];
+        for isa in Isa::ALL {
+            let Some(table) = KernelTable::for_isa(isa) else { continue };
+            let nr = table.gemm.nr;
+            let mut pack = PackBuffers::default();
+            for n in [1usize, 3, 4, 8, 13, 16, 20, 24, 31, 33, 40, 47, 70] {
+                let npad = n.next_multiple_of(nr);
+                for (m, k) in [(1, 5), (7, 16), (19, 24)] {
+                    let (a, b) = (data(m * k, 1), data(k * n, 2));
+                    let mut bpad = vec![0f32; k * npad];
+                    for p in 0..k {
+                        bpad[p * npad..][..n].copy_from_slice(&b[p * n..][..n]);
+                    }
+                    let full = PackedB::new(table, k, npad, &bpad, npad, false).unwrap();
+                    let mut sums = vec![f32::NAN; m * npad];
+                    let strided = ASource::Strided { a: &a, lda: k };
+                    run_gemm(
+                        table,
+                        m,
+                        npad,
+                        k,
+                        strided,
+                        BSource::Packed(&full),
+                        &mut sums,
+                        npad,
+                        0.0,
+                        Epilogue::default(),
+                        &mut pack,
+                    );
+                    let packed = PackedB::new(table, k, n, &b, n, false).unwrap();
+                    let packed_a = PackedA::new(table, m, k, &a, k).unwrap();
+                    let (bias, residual, c0) = (data(n, 3), data(m * n, 4), data(m * n, 5));
+                    for (act, residual_first) in acts.into_iter().flat_map(|a| [(a, false), (a, true)]) {
+                        let epilogue = Epilogue {
+                            bias: Bias::PerCol(&bias),
+                            activation: Some(ActivationFn::new(table, act)),
+                            residual: Some((&residual, n)),
+                            residual_first,
+                            ..Epilogue::default()
+                        };
+                        for beta in [0.0f32, 1.0] {
+                            let mut want = Vec::with_capacity(m * n);
+                            for i in 0..m {
+                                let mut row: Vec<f32> = sums[i * npad..][..n].to_vec();
+                                if beta == 1.0 {
+                                    row.iter_mut().zip(&c0[i * n..][..n]).for_each(|(v, &c)| *v += c);
+                                }
+                                epilogue.apply(&mut row, i, 0);
+                                want.extend(row);
+                            }
+                            for a_source in [strided, ASource::Packed(&packed_a)] {
+                                // C with three sentinel columns past each row.
+                                let ldc = n + 3;
+                                let mut got: Vec<f32> = (0..m * ldc)
+                                    .map(|at| if at % ldc >= n { SENTINEL } else { c0[at / ldc * n + at % ldc] })
+                                    .collect();
+                                run_gemm(
+                                    table,
+                                    m,
+                                    n,
+                                    k,
+                                    a_source,
+                                    BSource::Packed(&packed),
+                                    &mut got,
+                                    ldc,
+                                    beta,
+                                    epilogue,
+                                    &mut pack,
+                                );
+                                for i in 0..m {
+                                    let (row, pad) = got[i * ldc..][..ldc].split_at(n);
+                                    let same =
+                                        row.iter().zip(&want[i * n..][..n]).all(|(g, w)| g.to_bits() == w.to_bits());
+                                    let ctx = format!(
+                                        "{isa} {m}x{n}x{k} {act:?} residual first {residual_first} beta {beta}"
+                                    );
+                                    assert!(same, "{ctx}: row {i} differs from the full-width sums");
+                                    assert!(
+                                        pad.iter().all(|&v| v == SENTINEL),
+                                        "{ctx}: row {i} written past its columns"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn too_small_operands_are_errors() {
         let mut s = crate::Context::new();

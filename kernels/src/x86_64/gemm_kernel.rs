@@ -185,22 +185,24 @@ unsafe fn block<const R: usize, const S: usize, const W: usize>(
 /// math (`math`) is finished in registers, a partial vector (N mod LANES
 /// columns: 24-, 40-, 72-channel convolutions) through masked loads and
 /// stores; the rest goes through the portable store step.
-#[inline]
-#[target_feature(enable = $features)]
+#[inline(always)]
 unsafe fn store<const R: usize, const W: usize>(c: &[[$vec; W]; R], tile: &mut Tile<'_>) {
     if let Some(vs) = tile.vector_store(MR, NR) {
         let cols = tile.cols;
-        for (i, ci) in c.iter().enumerate().take(tile.rows) {
-            let addends = vs.row(i);
-            let ptr = tile.row(i).as_mut_ptr();
-            for (h, &v) in ci.iter().enumerate().take(cols.div_ceil(LANES)) {
-                // SAFETY: the row, the column bias and the residual row each
-                // hold `cols` f32s: one vector access per LANES of them, the
-                // last one masked to the columns there are.
-                let off = h * LANES;
-                store_row(&vs, &addends, ptr, v, off, LANES.min(cols - off));
+        if cols == W * LANES {
+            for (i, ci) in c.iter().enumerate().take(tile.rows) {
+                let addends = vs.row(i);
+                let ptr = tile.row(i).as_mut_ptr();
+                for (h, &v) in ci.iter().enumerate() {
+                    // SAFETY: the row, the column bias and the residual row
+                    // each hold `cols` = W · LANES f32s: one unaligned vector
+                    // access per LANES of them.
+                    store_row::<true>(&vs, &addends, ptr, v, h * LANES, LANES);
+                }
             }
+            return;
         }
+        store_partial(c, tile, &vs);
         return;
     }
     let mut acc = [0f32; MR * NR];
@@ -213,14 +215,37 @@ unsafe fn store<const R: usize, const W: usize>(c: &[[$vec; W]; R], tile: &mut T
     tile.store(&acc, NR);
 }
 
+/// [`store`]'s vector store step for a tile narrower than its vectors (the
+/// last vector masked to the columns there are): out of line, so that the
+/// full tiles' store stays small enough to be inlined into [`block`].
+///
+/// # Safety
+/// As [`store`].
+#[inline(never)]
+#[target_feature(enable = $features)]
+unsafe fn store_partial<const R: usize, const W: usize>(c: &[[$vec; W]; R], tile: &mut Tile<'_>, vs: &VectorStore<'_>) {
+    let cols = tile.cols;
+    for (i, ci) in c.iter().enumerate().take(tile.rows) {
+        let addends = vs.row(i);
+        let ptr = tile.row(i).as_mut_ptr();
+        for (h, &v) in ci.iter().enumerate().take(cols.div_ceil(LANES)) {
+            // SAFETY: the row, the column bias and the residual row each
+            // hold `cols` f32s: one vector access per LANES of them, the
+            // last one masked to the columns there are.
+            let off = h * LANES;
+            store_row::<false>(vs, &addends, ptr, v, off, LANES.min(cols - off));
+        }
+    }
+}
+
 /// The first `n` (1..=LANES) f32s at `ptr` (the rest of the vector zero).
 ///
 /// # Safety
-/// `ptr .. ptr + n` is readable; the kernel's CPU features.
-#[inline]
-#[target_feature(enable = $features)]
-unsafe fn load_n(ptr: *const f32, n: usize) -> $vec {
-    if n == LANES {
+/// `ptr .. ptr + n` is readable; the kernel's CPU features (a helper
+/// inlined into the kernel, which has them).
+#[inline(always)]
+unsafe fn load_n<const FULL: bool>(ptr: *const f32, n: usize) -> $vec {
+    if FULL || n == LANES {
         $loadu(ptr)
     } else {
         $load_first(ptr, n)
@@ -231,10 +256,9 @@ unsafe fn load_n(ptr: *const f32, n: usize) -> $vec {
 ///
 /// # Safety
 /// `ptr .. ptr + n` is writable; the kernel's CPU features.
-#[inline]
-#[target_feature(enable = $features)]
-unsafe fn store_n(ptr: *mut f32, n: usize, v: $vec) {
-    if n == LANES {
+#[inline(always)]
+unsafe fn store_n<const FULL: bool>(ptr: *mut f32, n: usize, v: $vec) {
+    if FULL || n == LANES {
         $storeu(ptr, v)
     } else {
         $store_first(ptr, n, v)
@@ -248,18 +272,17 @@ unsafe fn store_n(ptr: *mut f32, n: usize, v: $vec) {
 /// # Safety
 /// `ptr + off .. ptr + off + n` is writable, and the addends' slices hold
 /// `off + n` elements.
-#[inline]
-#[target_feature(enable = $features)]
-unsafe fn store_row(vs: &VectorStore<'_>, row: &RowAddends<'_>, ptr: *mut f32, acc: $vec, off: usize, n: usize) {
+#[inline(always)]
+unsafe fn store_row<const FULL: bool>(vs: &VectorStore<'_>, row: &RowAddends<'_>, ptr: *mut f32, acc: $vec, off: usize, n: usize) {
     let ptr = ptr.add(off);
-    let mut v = if vs.accumulate { $add(load_n(ptr, n), acc) } else { acc };
+    let mut v = if vs.accumulate { $add(load_n::<FULL>(ptr, n), acc) } else { acc };
     if let Some(b) = row.bias {
         v = $add(v, $set1(b));
     }
     if let Some(b) = row.col_bias {
-        v = $add(v, load_n(b.as_ptr().add(off), n));
+        v = $add(v, load_n::<FULL>(b.as_ptr().add(off), n));
     }
-    let residual = row.residual.map(|r| load_n(r.as_ptr().add(off), n));
+    let residual = row.residual.map(|r| load_n::<FULL>(r.as_ptr().add(off), n));
     if let (true, Some(r)) = (vs.residual_first, residual) {
         v = $add(v, r);
     }
@@ -281,7 +304,7 @@ unsafe fn store_row(vs: &VectorStore<'_>, row: &RowAddends<'_>, ptr: *mut f32, a
     if let (false, Some(r)) = (vs.residual_first, residual) {
         v = $add(v, r);
     }
-    store_n(ptr, n, v);
+    store_n::<FULL>(ptr, n, v);
 }
     };
 }
