@@ -48,6 +48,10 @@ fn main() {
         (14, 480, 112),
         (14, 112, 672),
         (14, 672, 112),
+        // Probes: the K = 16 expand with its output in L2, and K = 64 at 112².
+        (14, 16, 96),
+        (28, 16, 96),
+        (112, 64, 96),
     ];
     let mut total = 0.0;
     println!("| out | Cin | Cout | µs | GFLOP/s |");

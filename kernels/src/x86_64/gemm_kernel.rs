@@ -99,6 +99,16 @@ unsafe fn strips_of<const R: usize, const S: usize>(
 ) {
     let stride = kc * NR;
     let half_last = strips > 0 && tile.cols - (strips - 1) * NR <= LANES;
+    if strips == 1 {
+        // The tile itself, not a copy of it from `Tile::columns` (each copy
+        // of the struct cost a short-K tile a store-forwarding stall).
+        if half_last {
+            block::<R, 1, 1>(kc, a, rs, ks, b, stride, tile);
+        } else {
+            block::<R, 1, 2>(kc, a, rs, ks, b, stride, tile);
+        }
+        return;
+    }
     let full = strips - usize::from(half_last);
     let mut s = 0;
     while s + S <= full {
@@ -169,6 +179,10 @@ unsafe fn block<const R: usize, const S: usize, const W: usize>(
                 }
             }
         }
+    }
+    if S == 1 {
+        store(&c[0], tile);
+        return;
     }
     for (s, cs) in c.iter().enumerate() {
         let col = s * NR;
