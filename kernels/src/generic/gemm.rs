@@ -449,8 +449,40 @@ pub(crate) struct RowAddends<'a> {
     pub(crate) residual: Option<&'a [f32]>,
 }
 
+/// [`VectorStore::plain`]: a store step with no accumulation, no per-row
+/// bias and no activation other than a clamp (or ReLU), the common one of
+/// convolutions and linear layers, which the kernels run with the bias
+/// loaded once per tile rather than per row.
+#[cfg(kiln_x86_64)]
+pub(crate) struct PlainStore<'a> {
+    /// The tile's `cols` elements of a per-column bias.
+    pub(crate) col_bias: Option<&'a [f32]>,
+    pub(crate) clamp: Option<(f32, f32)>,
+    /// The residual from the tile's first element, and its row stride.
+    pub(crate) residual: Option<(&'a [f32], usize)>,
+    pub(crate) residual_first: bool,
+}
+
 #[cfg(kiln_x86_64)]
 impl<'a> VectorStore<'a> {
+    /// This store step as a [`PlainStore`] for a tile of `rows` rows, if it is one.
+    #[inline]
+    pub(crate) fn plain(&self, rows: usize) -> Option<PlainStore<'a>> {
+        if self.accumulate || self.activation.is_some() || matches!(self.bias, Bias::PerRow(_)) || rows == 0 {
+            return None;
+        }
+        let (r, c, cols) = (self.row0, self.col0, self.cols);
+        Some(PlainStore {
+            col_bias: match self.bias {
+                Bias::PerCol(b) => Some(&b[c..][..cols]),
+                _ => None,
+            },
+            clamp: self.clamp,
+            residual: self.residual.map(|(res, ld)| (&res[r * ld + c..][..(rows - 1) * ld + cols], ld)),
+            residual_first: self.residual_first,
+        })
+    }
+
     /// Row `i`'s bias and residual.
     #[inline]
     pub(crate) fn row(&self, i: usize) -> RowAddends<'a> {

@@ -31,7 +31,7 @@ macro_rules! f32_gemm_kernel {
         math: $math:ident,
         rows: { $( $rows:literal => $strips:literal ),* $(,)? } $(,)?
     ) => {
-        use crate::generic::gemm::{AView, GemmUkr, Packing, RowAddends, Tile, VectorActivation, VectorStore};
+        use crate::generic::gemm::{AView, GemmUkr, Packing, PlainStore, RowAddends, Tile, VectorActivation, VectorStore};
         use std::arch::x86_64::*;
 
         const MR: usize = $mr;
@@ -204,6 +204,10 @@ unsafe fn store<const R: usize, const W: usize>(c: &[[$vec; W]; R], tile: &mut T
     if let Some(vs) = tile.vector_store(MR, NR) {
         let cols = tile.cols;
         if cols == W * LANES {
+            if let Some(plain) = vs.plain(tile.rows) {
+                store_plain(c, tile, &plain);
+                return;
+            }
             for (i, ci) in c.iter().enumerate().take(tile.rows) {
                 let addends = vs.row(i);
                 let ptr = tile.row(i).as_mut_ptr();
@@ -227,6 +231,39 @@ unsafe fn store<const R: usize, const W: usize>(c: &[[$vec; W]; R], tile: &mut T
         }
     }
     tile.store(&acc, NR);
+}
+
+/// [`store`] for a full tile with a [`PlainStore`] epilogue: the bias and
+/// clamp bounds in registers for the whole tile, the steps of [`store_row`]
+/// in its order (so the same bits).
+///
+/// # Safety
+/// As [`store`], with `tile.cols` = W · LANES.
+#[inline(always)]
+unsafe fn store_plain<const R: usize, const W: usize>(c: &[[$vec; W]; R], tile: &mut Tile<'_>, p: &PlainStore<'_>) {
+    let bias: Option<[$vec; W]> = p.col_bias.map(|b| std::array::from_fn(|h| $loadu(b.as_ptr().add(h * LANES))));
+    let clamp = p.clamp.map(|(lo, hi)| ($set1(lo), $set1(hi)));
+    for (i, ci) in c.iter().enumerate().take(tile.rows) {
+        let ptr = tile.row(i).as_mut_ptr();
+        let residual = p.residual.map(|(r, ld)| r.as_ptr().add(i * ld));
+        for (h, &acc) in ci.iter().enumerate() {
+            let mut v = acc;
+            if let Some(b) = &bias {
+                v = $add(v, b[h]);
+            }
+            let r = residual.map(|r| $loadu(r.add(h * LANES)));
+            if let (true, Some(r)) = (p.residual_first, r) {
+                v = $add(v, r);
+            }
+            if let Some((lo, hi)) = clamp {
+                v = $min(hi, $max(lo, v));
+            }
+            if let (false, Some(r)) = (p.residual_first, r) {
+                v = $add(v, r);
+            }
+            $storeu(ptr.add(h * LANES), v);
+        }
+    }
 }
 
 /// [`store`]'s vector store step for a tile narrower than its vectors (the
