@@ -3,7 +3,7 @@
 //! fused): best time and GFLOP/s of each shape, and their sum. Run it on
 //! two builds to compare them (the machine is shared: take several runs).
 //!
-//!     cargo run --release -p kiln-kernels --example pw_bench -- [THREADS [RUNS [LAYER]]]
+//!     cargo run --release -p kiln-kernels --example pw_bench -- [THREADS [RUNS [LAYER [COPIES]]]]
 
 use kiln_kernels::{
     best, conv_fused_channels_last, Activation, Context, ConvParams, DType, PackedConv, TensorEpilogue, TensorMut,
@@ -16,6 +16,10 @@ fn main() {
     let runs: usize = std::env::args().nth(2).and_then(|t| t.parse().ok()).unwrap_or(30);
     // Only the layer with this index (for a profile).
     let only: Option<usize> = std::env::args().nth(3).and_then(|t| t.parse().ok());
+    // Cycle through this many input / output buffers (default 1): with
+    // several, each run reads and writes memory that left the caches since,
+    // as a layer in a model does.
+    let copies: usize = std::env::args().nth(4).and_then(|t| t.parse().ok()).unwrap_or(1).max(1);
     let table = best();
     let mut cx = Context::with_table(table).with_threads(threads);
     // (output size, Cin, Cout): MobileNetV2's expand / project layers, then
@@ -60,7 +64,8 @@ fn main() {
         if only.is_some_and(|o| o != i) {
             continue;
         }
-        let x: Vec<f32> = (0..hw * hw * cin).map(|i| (i % 23) as f32 * 0.25 - 2.0).collect();
+        let xs_all: Vec<Vec<f32>> =
+            (0..copies).map(|_| (0..hw * hw * cin).map(|i| (i % 23) as f32 * 0.25 - 2.0).collect()).collect();
         let w: Vec<f32> = (0..cout * cin).map(|i| (i % 13) as f32 * 0.05 - 0.3).collect();
         let bias: Vec<f32> = (0..cout).map(|i| (i % 7) as f32 * 0.1).collect();
         let ws = [cout, cin, 1, 1];
@@ -75,11 +80,12 @@ fn main() {
             residual_first: false,
         };
         let (xs, os) = ([1, hw, hw, cin], [1, hw, hw, cout]);
-        let mut out = vec![0f32; hw * hw * cout];
+        let mut outs = vec![vec![0f32; hw * hw * cout]; copies];
         let mut best_s = f64::INFINITY;
-        for _ in 0..runs {
-            let xt = TensorRef { data: bytemuck::cast_slice(&x), dtype: DType::F32, shape: &xs };
-            let ot = TensorMut { data: bytemuck::cast_slice_mut(&mut out), dtype: DType::F32, shape: &os };
+        for run in 0..runs {
+            let (x, out) = (&xs_all[run % copies], &mut outs[run % copies]);
+            let xt = TensorRef { data: bytemuck::cast_slice(x), dtype: DType::F32, shape: &xs };
+            let ot = TensorMut { data: bytemuck::cast_slice_mut(out), dtype: DType::F32, shape: &os };
             let t = Instant::now();
             conv_fused_channels_last(xt, wt, Some(&packed), Some(bt), &epilogue, &params, ot, &mut cx).expect("conv");
             best_s = best_s.min(t.elapsed().as_secs_f64());
