@@ -4,6 +4,10 @@
 //! two builds to compare them (the machine is shared: take several runs).
 //!
 //!     cargo run --release -p kiln-kernels --example pw_bench -- [THREADS [RUNS [LAYER [COPIES]]]]
+//!
+//! LAYER is an index into the list (anything else, e.g. `all`: every
+//! layer); COPIES input / output buffer pairs are cycled through (default
+//! 1: hot caches).
 
 use kiln_kernels::{
     best, conv_fused_channels_last, Activation, Context, ConvParams, DType, PackedConv, TensorEpilogue, TensorMut,
@@ -14,7 +18,7 @@ use std::time::Instant;
 fn main() {
     let threads = std::env::args().nth(1).and_then(|t| t.parse().ok()).unwrap_or(1);
     let runs: usize = std::env::args().nth(2).and_then(|t| t.parse().ok()).unwrap_or(30);
-    // Only the layer with this index (for a profile).
+    // Only the layer with this index (for a profile); not a number: all.
     let only: Option<usize> = std::env::args().nth(3).and_then(|t| t.parse().ok());
     // Cycle through this many input / output buffers (default 1): with
     // several, each run reads and writes memory that left the caches since,
