@@ -1084,12 +1084,13 @@ fn direct_rect(
         // at 200 GFLOP/s cycling through their weights, 250 with them in cache).
         let next = if s + 1 < r.strips.end { &bpanel[(s + 1) * kc * nr..][..kc * nr] } else { &[] };
         // On the item's first strip, when A's rows are one contiguous run
-        // (a 1×1 convolution's pixels, K in one slice), each row tile
-        // fetches the next one's rows instead: they come from memory once
-        // per run too (a short-K layer's input, the previous layer's output,
-        // is megabytes at 112² and 56²), and the later strips find them in
-        // cache.
-        let next_rows = s == r.strips.start && lda == kc && r.pc == 0;
+        // (a 1×1 convolution's pixels, K in one slice) and the item's B
+        // strips are small (≤ 64 KiB: they stay in cache from item to item,
+        // unlike a transformer's weights), each row tile fetches the next
+        // one's rows instead: they come from memory once per run too (a
+        // short-K layer's input, the previous layer's output, is megabytes
+        // at 112² and 56²), and the later strips find them in cache.
+        let next_rows = s == r.strips.start && lda == kc && r.pc == 0 && kc * nr * r.strips.len() <= 1 << 14;
         for (t, ir) in (0..full).step_by(mr).enumerate() {
             let mut tile = tile(r.ic + ir, r.jc + jr, mr, nr.min(r.nc - jr));
             tile.prefetch = if next_rows {
