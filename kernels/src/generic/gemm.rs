@@ -449,8 +449,40 @@ pub(crate) struct RowAddends<'a> {
     pub(crate) residual: Option<&'a [f32]>,
 }
 
+/// [`VectorStore::plain`]: a store step with no accumulation, no per-row
+/// bias and no activation other than a clamp (or ReLU), the common one of
+/// convolutions and linear layers, which the kernels run with the bias
+/// loaded once per tile rather than per row.
+#[cfg(kiln_x86_64)]
+pub(crate) struct PlainStore<'a> {
+    /// The tile's `cols` elements of a per-column bias.
+    pub(crate) col_bias: Option<&'a [f32]>,
+    pub(crate) clamp: Option<(f32, f32)>,
+    /// The residual from the tile's first element, and its row stride.
+    pub(crate) residual: Option<(&'a [f32], usize)>,
+    pub(crate) residual_first: bool,
+}
+
 #[cfg(kiln_x86_64)]
 impl<'a> VectorStore<'a> {
+    /// This store step as a [`PlainStore`] for a tile of `rows` rows, if it is one.
+    #[inline]
+    pub(crate) fn plain(&self, rows: usize) -> Option<PlainStore<'a>> {
+        if self.accumulate || self.activation.is_some() || matches!(self.bias, Bias::PerRow(_)) || rows == 0 {
+            return None;
+        }
+        let (r, c, cols) = (self.row0, self.col0, self.cols);
+        Some(PlainStore {
+            col_bias: match self.bias {
+                Bias::PerCol(b) => Some(&b[c..][..cols]),
+                _ => None,
+            },
+            clamp: self.clamp,
+            residual: self.residual.map(|(res, ld)| (&res[r * ld + c..][..(rows - 1) * ld + cols], ld)),
+            residual_first: self.residual_first,
+        })
+    }
+
     /// Row `i`'s bias and residual.
     #[inline]
     pub(crate) fn row(&self, i: usize) -> RowAddends<'a> {
@@ -471,9 +503,9 @@ impl<'a> VectorStore<'a> {
 
 #[cfg(kiln_x86_64)]
 impl<'a> Tile<'a> {
-    /// The vector store step for a tile of full `nr`-wide rows, or of
-    /// `nr / 2` (one vector each; at most `mr` rows, the kernel stores
-    /// `self.rows` of them) whose combine and
+    /// The vector store step for a tile of at most `mr` rows (the kernel
+    /// stores `self.rows` of them) and `nr` columns (a partial vector
+    /// masked) whose combine and
     /// epilogue it covers (overwrite or accumulate; no scale; bias,
     /// residual, ReLU, clamp, or an activation the kernel computes in
     /// registers); None sends the tile to [`Tile::store`].
@@ -484,8 +516,7 @@ impl<'a> Tile<'a> {
             Combine::Accumulate => true,
             Combine::Scale(_) => return None,
         };
-        // Whole vectors only: a full strip or its first half.
-        if self.rows > mr || (self.cols != nr && 2 * self.cols != nr) || e.scale != 1.0 {
+        if self.rows > mr || self.cols == 0 || self.cols > nr || e.scale != 1.0 {
             return None;
         }
         let (clamp, activation) = match e.activation {
@@ -1052,9 +1083,22 @@ fn direct_rect(
         // each strip's first pass waited for them (Llama's projections ran
         // at 200 GFLOP/s cycling through their weights, 250 with them in cache).
         let next = if s + 1 < r.strips.end { &bpanel[(s + 1) * kc * nr..][..kc * nr] } else { &[] };
+        // On the item's first strip, when A's rows are one contiguous run
+        // (a 1×1 convolution's pixels, K in one slice) and the item's B
+        // strips are small (≤ 64 KiB: they stay in cache from item to item,
+        // unlike a transformer's weights), each row tile fetches the next
+        // one's rows instead: they come from memory once per run too (a
+        // short-K layer's input, the previous layer's output, is megabytes
+        // at 112² and 56²), and the later strips find them in cache.
+        let next_rows = s == r.strips.start && lda == kc && r.pc == 0 && kc * nr * r.strips.len() <= 1 << 14;
         for (t, ir) in (0..full).step_by(mr).enumerate() {
             let mut tile = tile(r.ic + ir, r.jc + jr, mr, nr.min(r.nc - jr));
-            tile.prefetch = &next[t * next.len() / row_tiles..(t + 1) * next.len() / row_tiles];
+            tile.prefetch = if next_rows {
+                let from = ((r.ic + ir + mr) * lda).min(a.len());
+                &a[from..(from + mr * lda).min(a.len())]
+            } else {
+                &next[t * next.len() / row_tiles..(t + 1) * next.len() / row_tiles]
+            };
             kernel(kc, view(r.ic + ir), bstrip, &mut tile);
         }
     }
@@ -1424,6 +1468,112 @@ mod tests {
                         run_gemm(table, m, n, k, strided, bp, &mut got, n, 0.0, epilogue, &mut pack);
                         let same = want.iter().zip(&got).all(|(w, g)| w.to_bits() == g.to_bits());
                         assert!(same, "{isa} {m}x{n}x{k}: direct differs from packed A");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tiles narrower than the microkernel's strip (N mod NR columns: a
+    /// last strip of one vector, a partial vector through masked loads and
+    /// stores) give, bit for bit, the full-width sums (B padded with zero
+    /// columns, no epilogue) finished by the portable store step, and never
+    /// write past their columns: every table, direct and packed A, beta 0 and
+    /// 1, bias, residual on either side of a clamp or an activation the x86
+    /// kernels apply in registers.
+    #[test]
+    fn narrow_tiles_match_full_width_sums_bit_for_bit() {
+        const SENTINEL: f32 = 12345.0;
+        let acts = [
+            Activation::Clamp { min: Some(-0.25), max: Some(0.5) },
+            Activation::Relu,
+            Activation::MulSigmoid,
+            Activation::Hardswish,
+            Activation::Gelu,
+        ];
+        for isa in Isa::ALL {
+            let Some(table) = KernelTable::for_isa(isa) else { continue };
+            let nr = table.gemm.nr;
+            let mut pack = PackBuffers::default();
+            for n in [1usize, 3, 4, 8, 13, 16, 20, 24, 31, 33, 40, 47, 70] {
+                let npad = n.next_multiple_of(nr);
+                for (m, k) in [(1, 5), (7, 16), (19, 24)] {
+                    let (a, b) = (data(m * k, 1), data(k * n, 2));
+                    let mut bpad = vec![0f32; k * npad];
+                    for p in 0..k {
+                        bpad[p * npad..][..n].copy_from_slice(&b[p * n..][..n]);
+                    }
+                    let full = PackedB::new(table, k, npad, &bpad, npad, false).unwrap();
+                    let mut sums = vec![f32::NAN; m * npad];
+                    let strided = ASource::Strided { a: &a, lda: k };
+                    run_gemm(
+                        table,
+                        m,
+                        npad,
+                        k,
+                        strided,
+                        BSource::Packed(&full),
+                        &mut sums,
+                        npad,
+                        0.0,
+                        Epilogue::default(),
+                        &mut pack,
+                    );
+                    let packed = PackedB::new(table, k, n, &b, n, false).unwrap();
+                    let packed_a = PackedA::new(table, m, k, &a, k).unwrap();
+                    let (bias, residual, c0) = (data(n, 3), data(m * n, 4), data(m * n, 5));
+                    for (act, residual_first) in acts.into_iter().flat_map(|a| [(a, false), (a, true)]) {
+                        let epilogue = Epilogue {
+                            bias: Bias::PerCol(&bias),
+                            activation: Some(ActivationFn::new(table, act)),
+                            residual: Some((&residual, n)),
+                            residual_first,
+                            ..Epilogue::default()
+                        };
+                        for beta in [0.0f32, 1.0] {
+                            let mut want = Vec::with_capacity(m * n);
+                            for i in 0..m {
+                                let mut row: Vec<f32> = sums[i * npad..][..n].to_vec();
+                                if beta == 1.0 {
+                                    row.iter_mut().zip(&c0[i * n..][..n]).for_each(|(v, &c)| *v += c);
+                                }
+                                epilogue.apply(&mut row, i, 0);
+                                want.extend(row);
+                            }
+                            for a_source in [strided, ASource::Packed(&packed_a)] {
+                                // C with three sentinel columns past each row.
+                                let ldc = n + 3;
+                                let mut got: Vec<f32> = (0..m * ldc)
+                                    .map(|at| if at % ldc >= n { SENTINEL } else { c0[at / ldc * n + at % ldc] })
+                                    .collect();
+                                run_gemm(
+                                    table,
+                                    m,
+                                    n,
+                                    k,
+                                    a_source,
+                                    BSource::Packed(&packed),
+                                    &mut got,
+                                    ldc,
+                                    beta,
+                                    epilogue,
+                                    &mut pack,
+                                );
+                                for i in 0..m {
+                                    let (row, pad) = got[i * ldc..][..ldc].split_at(n);
+                                    let same =
+                                        row.iter().zip(&want[i * n..][..n]).all(|(g, w)| g.to_bits() == w.to_bits());
+                                    let ctx = format!(
+                                        "{isa} {m}x{n}x{k} {act:?} residual first {residual_first} beta {beta}"
+                                    );
+                                    assert!(same, "{ctx}: row {i} differs from the full-width sums");
+                                    assert!(
+                                        pad.iter().all(|&v| v == SENTINEL),
+                                        "{ctx}: row {i} written past its columns"
+                                    );
+                                }
+                            }
+                        }
                     }
                 }
             }

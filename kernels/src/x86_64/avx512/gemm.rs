@@ -17,6 +17,8 @@ crate::x86_64::gemm_kernel::f32_gemm_kernel! {
     zero: _mm512_setzero_ps,
     loadu: _mm512_loadu_ps,
     storeu: _mm512_storeu_ps,
+    load_first: load_first,
+    store_first: store_first,
     set1: _mm512_set1_ps,
     fmadd: _mm512_fmadd_ps,
     add: _mm512_add_ps,
@@ -24,4 +26,24 @@ crate::x86_64::gemm_kernel::f32_gemm_kernel! {
     max: _mm512_max_ps,
     math: math,
     rows: { 1 => 4, 2 => 4, 3 => 2, 4 => 2, 5 => 1, 6 => 1, 7 => 1 },
+}
+
+/// The first `n` (< 16) f32s at `ptr`, the other lanes zero.
+///
+/// # Safety
+/// AVX-512F; `ptr .. ptr + n` is readable (masked-off lanes are not read).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn load_first(ptr: *const f32, n: usize) -> __m512 {
+    _mm512_maskz_loadu_ps(((1u32 << n) - 1) as __mmask16, ptr)
+}
+
+/// Stores the first `n` (< 16) lanes of `v` at `ptr`.
+///
+/// # Safety
+/// AVX-512F; `ptr .. ptr + n` is writable (masked-off lanes are not written).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_first(ptr: *mut f32, n: usize, v: __m512) {
+    _mm512_mask_storeu_ps(ptr, ((1u32 << n) - 1) as __mmask16, v)
 }
