@@ -99,6 +99,19 @@ fn client_for(device: &Device, plugin: &Arc<Plugin>, options: ClientOptions) -> 
     if let Some((_, c)) = clients.iter().find(|(k, _)| *k == key) {
         return Ok(Arc::clone(c));
     }
+    if key.1.distributed.is_some() {
+        // Creation is a rendezvous with the other processes (it blocks until
+        // they publish): never under the lock, which another node's client
+        // in this process may need first.
+        drop(clients);
+        let client = Client::create(plugin, &key.1).map_err(|e| explain_client_error(device, plugin.path(), e))?;
+        let mut clients = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, c)) = clients.iter().find(|(k, _)| *k == key) {
+            return Ok(Arc::clone(c));
+        }
+        clients.push((key, Arc::clone(&client)));
+        return Ok(client);
+    }
     let client = Client::create(plugin, &key.1).map_err(|e| explain_client_error(device, plugin.path(), e))?;
     clients.push((key, Arc::clone(&client)));
     Ok(client)
@@ -327,7 +340,7 @@ impl AccelState {
                     &process_of,
                     &results,
                     &fingerprint,
-                    hosts::DEFAULT_TIMEOUT,
+                    d.timeout,
                 )?;
                 (run.sources.clone(), Some(run))
             }

@@ -18,9 +18,6 @@ use crate::{Error, Result};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How long a process waits for a peer's launch record or result piece.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-
 /// Distributed sessions created so far, per (store, node): the n-th session
 /// of every process is the same launch (processes create their sessions in
 /// the same order, as they issue collectives in the same order). The weak
