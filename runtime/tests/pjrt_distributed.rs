@@ -338,7 +338,8 @@ mod fake {
             let mut sum: Vec<f32> = Vec::new();
             for &b in list {
                 let b = unsafe { &*b.cast::<FakeBuffer>() };
-                let v: Vec<f32> = b.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                let v: Vec<f32> =
+                    b.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
                 if sum.is_empty() {
                     sum = v;
                 } else if sum.len() != v.len() {
@@ -669,6 +670,25 @@ mod sessions {
             let y = run(&artifact, &opts).unwrap_or_else(|e| panic!("one process: {e}"));
             assert_eq!(y, f32s(&expected), "one process on the XLA CPU plugin");
         }
+    }
+
+    /// A plugin that ignores `num_nodes` (the XLA CPU plugin) gives node 1
+    /// every device: it runs the whole mesh with no launch check or exchange.
+    #[test]
+    fn a_plugin_giving_every_process_all_devices_runs_the_mesh_locally() {
+        let Some(plugin) = std::env::var_os("KILN_TEST_XLA_CPU_PLUGIN").filter(|v| !v.is_empty()) else {
+            eprintln!("skipping: set KILN_TEST_XLA_CPU_PLUGIN to run this test");
+            return;
+        };
+        let store = Arc::new(MemoryKvStore::new());
+        let opts = SessionOptions {
+            device: Device::Pjrt(plugin.into()),
+            ..options(1, Arc::clone(&store) as Arc<dyn KvStore>, Duration::from_millis(100))
+        };
+        let y = run(&add_artifact(""), &opts).unwrap_or_else(|e| panic!("{e}"));
+        let expected: Vec<f32> = x_values().iter().zip(b_values()).map(|(x, b)| x + b).collect();
+        assert_eq!(y, f32s(&expected));
+        assert!(store.keys().iter().all(|k| !k.starts_with("kiln/run/")), "{:?}", store.keys());
     }
 
     #[test]

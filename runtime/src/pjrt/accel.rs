@@ -324,11 +324,18 @@ impl AccelState {
         let args = seg.args.iter().zip(&seg.arg_shardings).map(|(&t, s)| layout(t, s)).collect::<Result<Vec<_>>>()?;
         let results =
             seg.results.iter().zip(&seg.result_shardings).map(|(&t, s)| layout(t, s)).collect::<Result<Vec<_>>>()?;
-        let process_of: Vec<u32> = match options.distributed {
+        // The exchange only when the mesh reaches other processes' devices: a
+        // plugin that makes every device addressable in every process (the
+        // XLA CPU plugin ignores `num_nodes`) runs the whole mesh here.
+        let spanning = options.distributed.as_ref().filter(|_| parts.len() < n);
+        let process_of: Vec<u32> = match spanning {
             None => vec![0; n],
-            Some(_) => placed.iter().map(|g| g.process_index.max(0) as u32).collect(),
+            Some(d) => placed
+                .iter()
+                .map(|g| if g.addressable.is_some() { d.node_id } else { g.process_index.max(0) as u32 })
+                .collect(),
         };
-        let (sources, hosts) = match &options.distributed {
+        let (sources, hosts) = match spanning {
             None => (hosts::plan_sources(0, 1, &process_of, &results), None),
             Some(d) => {
                 // The executable's identity: every process compiles the same module with the same options.
