@@ -100,6 +100,13 @@ pub struct SessionOptions {
     /// you do not trust; native calls then run their portable fused
     /// programs. Default true.
     pub allow_native_code: bool,
+    /// This process's place in a run over several processes (hosts): its
+    /// client is created with `node_id`/`num_nodes` and the store, and a
+    /// sharded artifact's partitions on other processes' devices are
+    /// executed by those processes, result pieces exchanged through the
+    /// store (README, "Several hosts"). `None`: one process.
+    #[cfg(feature = "pjrt")]
+    pub distributed: Option<crate::pjrt::distributed::Distributed>,
 }
 
 /// The default thread count: `KILN_NUM_THREADS` when set to a positive
@@ -124,6 +131,8 @@ impl Default for SessionOptions {
             threads: default_threads(),
             spin: true,
             allow_native_code: true,
+            #[cfg(feature = "pjrt")]
+            distributed: None,
         }
     }
 }

@@ -257,6 +257,104 @@ mod fake {
         std::ptr::null_mut()
     }
 
+    // Execution, enough for a session over a sharded artifact: every
+    // executable computes one output, the elementwise f32 sum of its
+    // arguments (the pieces each partition holds); buffers are host bytes.
+
+    /// Per execute call: (node, partitions executed).
+    pub static EXECUTED: std::sync::Mutex<Vec<(i32, usize)>> = std::sync::Mutex::new(Vec::new());
+
+    struct FakeExe {
+        node: i32,
+    }
+
+    struct FakeBuffer {
+        data: Vec<u8>,
+    }
+
+    unsafe extern "C" fn compile(args: *mut c_void) -> *mut ffi::PJRT_Error {
+        let args = unsafe { &mut *args.cast::<ffi::PJRT_Client_Compile_Args>() };
+        let node = client(args.client).node;
+        args.executable = Box::into_raw(Box::new(FakeExe { node })).cast();
+        std::ptr::null_mut()
+    }
+
+    /// The loaded executable is its own executable (destroying that is a no-op).
+    unsafe extern "C" fn get_executable(args: *mut c_void) -> *mut ffi::PJRT_Error {
+        let args = unsafe { &mut *args.cast::<ffi::PJRT_LoadedExecutable_GetExecutable_Args>() };
+        args.executable = args.loaded_executable.cast();
+        std::ptr::null_mut()
+    }
+
+    unsafe extern "C" fn num_outputs(args: *mut c_void) -> *mut ffi::PJRT_Error {
+        let args = unsafe { &mut *args.cast::<ffi::PJRT_Executable_NumOutputs_Args>() };
+        args.num_outputs = 1;
+        std::ptr::null_mut()
+    }
+
+    unsafe extern "C" fn loaded_destroy(args: *mut c_void) -> *mut ffi::PJRT_Error {
+        let args = unsafe { &mut *args.cast::<ffi::PJRT_LoadedExecutable_Destroy_Args>() };
+        drop(unsafe { Box::from_raw(args.executable.cast::<FakeExe>()) });
+        std::ptr::null_mut()
+    }
+
+    unsafe extern "C" fn from_host(args: *mut c_void) -> *mut ffi::PJRT_Error {
+        let args = unsafe { &mut *args.cast::<ffi::PJRT_Client_BufferFromHostBuffer_Args>() };
+        if args.buffer_type != ffi::PJRT_Buffer_Type_F32 {
+            return error("the fake plugin holds f32 only".into());
+        }
+        let dims = unsafe { std::slice::from_raw_parts(args.dims, args.num_dims) };
+        let bytes = dims.iter().product::<i64>() as usize * 4;
+        let data = unsafe { std::slice::from_raw_parts(args.data.cast::<u8>(), bytes) }.to_vec();
+        args.buffer = Box::into_raw(Box::new(FakeBuffer { data })).cast();
+        args.done_with_host_buffer = std::ptr::null_mut();
+        std::ptr::null_mut()
+    }
+
+    unsafe extern "C" fn to_host(args: *mut c_void) -> *mut ffi::PJRT_Error {
+        let args = unsafe { &mut *args.cast::<ffi::PJRT_Buffer_ToHostBuffer_Args>() };
+        let b = unsafe { &*args.src.cast::<FakeBuffer>() };
+        if args.dst.is_null() {
+            args.dst_size = b.data.len();
+        } else {
+            unsafe { std::slice::from_raw_parts_mut(args.dst.cast::<u8>(), args.dst_size) }.copy_from_slice(&b.data);
+        }
+        args.event = std::ptr::null_mut();
+        std::ptr::null_mut()
+    }
+
+    unsafe extern "C" fn buffer_destroy(args: *mut c_void) -> *mut ffi::PJRT_Error {
+        let args = unsafe { &mut *args.cast::<ffi::PJRT_Buffer_Destroy_Args>() };
+        drop(unsafe { Box::from_raw(args.buffer.cast::<FakeBuffer>()) });
+        std::ptr::null_mut()
+    }
+
+    unsafe extern "C" fn execute(args: *mut c_void) -> *mut ffi::PJRT_Error {
+        let args = unsafe { &mut *args.cast::<ffi::PJRT_LoadedExecutable_Execute_Args>() };
+        let exe = unsafe { &*args.executable.cast::<FakeExe>() };
+        EXECUTED.lock().unwrap_or_else(|p| p.into_inner()).push((exe.node, args.num_devices));
+        for d in 0..args.num_devices {
+            let list = unsafe { std::slice::from_raw_parts(*args.argument_lists.add(d), args.num_args) };
+            let mut sum: Vec<f32> = Vec::new();
+            for &b in list {
+                let b = unsafe { &*b.cast::<FakeBuffer>() };
+                let v: Vec<f32> =
+                    b.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                if sum.is_empty() {
+                    sum = v;
+                } else if sum.len() != v.len() {
+                    return error("the fake plugin adds arguments of one size".into());
+                } else {
+                    sum.iter_mut().zip(v).for_each(|(s, x)| *s += x);
+                }
+            }
+            let data = sum.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let out = Box::into_raw(Box::new(FakeBuffer { data })).cast();
+            unsafe { *(*args.output_lists.add(d)) = out };
+        }
+        std::ptr::null_mut()
+    }
+
     struct Table(ffi::Api);
     // SAFETY: the table is immutable once built; its one pointer is null.
     unsafe impl Sync for Table {}
@@ -285,6 +383,15 @@ mod fake {
             api.PJRT_DeviceDescription_Id = Some(description_id);
             api.PJRT_DeviceDescription_Kind = Some(description_kind);
             api.PJRT_DeviceDescription_ProcessIndex = Some(description_process);
+            api.PJRT_Client_Compile = Some(compile);
+            api.PJRT_LoadedExecutable_GetExecutable = Some(get_executable);
+            api.PJRT_Executable_NumOutputs = Some(num_outputs);
+            api.PJRT_Executable_Destroy = Some(ok);
+            api.PJRT_LoadedExecutable_Destroy = Some(loaded_destroy);
+            api.PJRT_Client_BufferFromHostBuffer = Some(from_host);
+            api.PJRT_Buffer_ToHostBuffer = Some(to_host);
+            api.PJRT_Buffer_Destroy = Some(buffer_destroy);
+            api.PJRT_LoadedExecutable_Execute = Some(execute);
             Table(api)
         });
         (&t.0 as *const ffi::Api).cast()
@@ -298,7 +405,7 @@ fn fake_plugin() -> Arc<Plugin> {
 }
 
 fn options(node_id: u32, num_nodes: u32, store: Arc<dyn KvStore>) -> ClientOptions {
-    ClientOptions { distributed: Some(Distributed { node_id, num_nodes, store }), ..ClientOptions::default() }
+    ClientOptions { distributed: Some(Distributed::new(node_id, num_nodes, store)), ..ClientOptions::default() }
 }
 
 #[test]
@@ -410,4 +517,215 @@ fn the_coordination_service_stores_blocks_and_bounds() {
 fn remote_addr_of_closed() -> std::net::SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr")
+}
+
+/// Sessions over a sharded artifact, one per "host": `y = x + b` on a mesh
+/// `x=4` (partitions 0–1 on host 0's devices, 2–3 on host 1's), every
+/// tensor split over rows, so each host computes half of `y` and fetches the
+/// other half from the store.
+mod sessions {
+    use super::*;
+    use kiln_runtime::format::*;
+    use kiln_runtime::{Device, ExecutableCache, Program, SessionOptions, Tensor};
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    fn x_values() -> Vec<f32> {
+        (0..12).map(|i| i as f32 * 0.5 - 2.0).collect()
+    }
+
+    fn b_values() -> Vec<f32> {
+        (0..12).map(|i| (i * i) as f32 - 7.0).collect()
+    }
+
+    /// The artifact; `variant` changes the module's text (another program).
+    pub fn add_artifact(variant: &str) -> Vec<u8> {
+        let mut weights = WeightsBuilder::new();
+        let b = weights.push(&f32s(&b_values()));
+        let t = |storage| TensorDecl { dtype: DType::F32, shape: vec![DimRef::Static(4), DimRef::Static(3)], storage };
+        let plan = Plan {
+            symbols: vec![],
+            exprs: vec![],
+            tensors: vec![
+                t(Storage::Arena { offset: 0, max_bytes: 48 }),
+                t(b),
+                t(Storage::Arena { offset: 64, max_bytes: 48 }),
+            ],
+            inputs: vec![IoDecl { name: "x".into(), tensor: 0, complex: false }],
+            outputs: vec![IoDecl { name: "y".into(), tensor: 2, complex: false }],
+            instrs: vec![Instr {
+                op: InstrOp::Delegate { segment: 0 },
+                inputs: vec![0, 1],
+                outputs: vec![2],
+                origin: "segment 0".into(),
+            }],
+            arena_bytes: 128,
+            peak_live_bytes: 128,
+            states: vec![],
+        };
+        let rows = || TensorSharding { dims: vec![vec![0], vec![]] };
+        let s = r#"{sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}"#;
+        let mlir = format!(
+            r#"module {{
+  "sdy.mesh"() {{sym_name = "mesh", mesh = #sdy.mesh<["x"=4]>}} : () -> ()
+  func.func @main(%x: tensor<4x3xf32> {s}, %b: tensor<4x3xf32> {s}) -> (tensor<4x3xf32> {s}) {{
+    %0 = "stablehlo.add"(%x, %b) : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+    "func.return"(%0) : (tensor<4x3xf32>) -> (){variant}
+  }}
+}}
+"#
+        );
+        let accel = AccelProgram {
+            segments: vec![AccelSegment {
+                mlir,
+                args: vec![0, 1],
+                results: vec![2],
+                ops: vec!["add".into()],
+                arg_shardings: vec![rows(), rows()],
+                result_shardings: vec![rows()],
+                index_checks: vec![],
+            }],
+            cpu_fallbacks: vec![],
+            mesh: Some(MeshDecl { axes: vec![MeshAxisDecl { name: "x".into(), size: 4 }], devices: vec![] }),
+            buckets: vec![],
+            estimate: None,
+        };
+        let mut writer = ArtifactWriter::new(&plan, weights, &Metadata::default()).expect("writer");
+        writer.add_accel(&accel).expect("accel");
+        writer.to_bytes()
+    }
+
+    fn options(node: u32, store: Arc<dyn KvStore>, timeout: Duration) -> SessionOptions {
+        SessionOptions {
+            device: Device::Pjrt("static:fake-multihost".into()),
+            cache: ExecutableCache::Off,
+            distributed: Some(Distributed { timeout, ..Distributed::new(node, 2, store) }),
+            ..SessionOptions::default()
+        }
+    }
+
+    /// Runs the artifact twice in one session; the first run's `y`.
+    pub fn run(artifact: &[u8], opts: &SessionOptions) -> Result<Vec<u8>, kiln_runtime::Error> {
+        let program = Program::from_bytes(artifact)?;
+        let mut session = program.session_with(opts)?;
+        let x = Tensor::from_f32(&[4, 3], &x_values());
+        let first = session.run(&[x.view()])?.to_tensors();
+        let again = session.run(&[x.view()])?.to_tensors();
+        assert_eq!(first[0].data, again[0].data, "a second run gives the same bytes");
+        Ok(first[0].data.clone())
+    }
+
+    #[test]
+    fn two_hosts_each_execute_their_partitions_and_return_the_whole_output() {
+        fake_plugin();
+        let service = CoordinationService::start("127.0.0.1:0").expect("service");
+        let artifact = add_artifact("");
+        let stores: [Arc<dyn KvStore>; 2] =
+            [Arc::clone(service.store()) as Arc<dyn KvStore>, Arc::new(RemoteKvStore::new(service.addr()))];
+        let hosts: Vec<_> = stores
+            .into_iter()
+            .enumerate()
+            .map(|(node, store)| {
+                let artifact = artifact.clone();
+                std::thread::spawn(move || run(&artifact, &options(node as u32, store, Duration::from_secs(20))))
+            })
+            .collect();
+        let expected: Vec<f32> = x_values().iter().zip(b_values()).map(|(x, b)| x + b).collect();
+        let results: Vec<_> = hosts.into_iter().map(|h| h.join().expect("thread")).collect();
+        for (node, y) in results.into_iter().enumerate().rev() {
+            let y = y.unwrap_or_else(|e| panic!("host {node}: {e}"));
+            assert_eq!(y, f32s(&expected), "host {node}");
+        }
+        // Each host executed its own two partitions, once per run.
+        let executed = fake::EXECUTED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for node in [0, 1] {
+            assert_eq!(executed.iter().filter(|e| **e == (node, 2)).count(), 2, "host {node}: {executed:?}");
+        }
+        // Each host published its half of `y` for each run, nothing else.
+        let keys: Vec<String> = service.store().keys().into_iter().filter(|k| k.starts_with("kiln/run/")).collect();
+        let expect = [
+            "kiln/run/0/call/0/result/0/part/0",
+            "kiln/run/0/call/0/result/0/part/1",
+            "kiln/run/0/call/0/result/0/part/2",
+            "kiln/run/0/call/0/result/0/part/3",
+            "kiln/run/0/call/1/result/0/part/0",
+            "kiln/run/0/call/1/result/0/part/1",
+            "kiln/run/0/call/1/result/0/part/2",
+            "kiln/run/0/call/1/result/0/part/3",
+            "kiln/run/0/launch/0",
+            "kiln/run/0/launch/1",
+        ];
+        assert_eq!(keys, expect);
+
+        // One process over the XLA CPU plugin's four devices runs the same
+        // artifact to the same bytes (when the plugin is at hand).
+        if let Some(plugin) = std::env::var_os("KILN_TEST_XLA_CPU_PLUGIN").filter(|v| !v.is_empty()) {
+            let opts = SessionOptions {
+                device: Device::Pjrt(plugin.into()),
+                cache: ExecutableCache::Off,
+                ..SessionOptions::default()
+            };
+            let y = run(&artifact, &opts).unwrap_or_else(|e| panic!("one process: {e}"));
+            assert_eq!(y, f32s(&expected), "one process on the XLA CPU plugin");
+        }
+    }
+
+    /// A plugin that ignores `num_nodes` (the XLA CPU plugin) gives node 1
+    /// every device: it runs the whole mesh with no launch check or exchange.
+    #[test]
+    fn a_plugin_giving_every_process_all_devices_runs_the_mesh_locally() {
+        let Some(plugin) = std::env::var_os("KILN_TEST_XLA_CPU_PLUGIN").filter(|v| !v.is_empty()) else {
+            eprintln!("skipping: set KILN_TEST_XLA_CPU_PLUGIN to run this test");
+            return;
+        };
+        let store = Arc::new(MemoryKvStore::new());
+        let opts = SessionOptions {
+            device: Device::Pjrt(plugin.into()),
+            ..options(1, Arc::clone(&store) as Arc<dyn KvStore>, Duration::from_millis(100))
+        };
+        let y = run(&add_artifact(""), &opts).unwrap_or_else(|e| panic!("{e}"));
+        let expected: Vec<f32> = x_values().iter().zip(b_values()).map(|(x, b)| x + b).collect();
+        assert_eq!(y, f32s(&expected));
+        assert!(store.keys().iter().all(|k| !k.starts_with("kiln/run/")), "{:?}", store.keys());
+    }
+
+    #[test]
+    fn hosts_running_different_programs_are_refused() {
+        fake_plugin();
+        let store: Arc<dyn KvStore> = Arc::new(MemoryKvStore::new());
+        let hosts: Vec<_> = ["", "\n    // another program"]
+            .into_iter()
+            .enumerate()
+            .map(|(node, variant)| {
+                let (artifact, store) = (add_artifact(variant), Arc::clone(&store));
+                std::thread::spawn(move || run(&artifact, &options(node as u32, store, Duration::from_secs(20))))
+            })
+            .collect();
+        let results: Vec<_> = hosts.into_iter().map(|h| h.join().expect("thread")).collect();
+        for (node, r) in results.into_iter().enumerate().rev() {
+            let err = r.expect_err("different programs").to_string();
+            let other = 1 - node;
+            assert!(err.contains(&format!("process {other} launched a different program")), "host {node}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_host_that_never_starts_its_session_times_out() {
+        let plugin = fake_plugin();
+        let store: Arc<dyn KvStore> = Arc::new(MemoryKvStore::new());
+        // Host 1 creates its client (the rendezvous) but no session.
+        let host1 = {
+            let (plugin, store) = (Arc::clone(&plugin), Arc::clone(&store));
+            std::thread::spawn(move || Client::create(&plugin, &super::options(1, 2, store)))
+        };
+        let started = Instant::now();
+        let err = run(&add_artifact(""), &options(0, store, Duration::from_millis(300)))
+            .expect_err("host 1 never starts")
+            .to_string();
+        assert!(err.contains("process 1 did not start distributed session 0 within 300ms"), "{err}");
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        host1.join().expect("thread").expect("host 1's client");
+    }
 }

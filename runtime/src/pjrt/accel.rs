@@ -6,6 +6,7 @@
 use super::api::{Buffer, Client, ClientOptions, Executable, ExecuteLists, Plugin, SpmdLists};
 use super::cache::{self, Cache};
 use super::distributed::mesh_assignment;
+use super::hosts::{self, HostRun, ResultSources};
 use super::spmd::PieceLayout;
 use super::state::{DeviceStates, SegmentStateUse};
 use super::{compile_options, discover};
@@ -29,14 +30,23 @@ struct Segment {
 }
 
 /// An SPMD segment (an artifact compiled with a mesh): one executable over
-/// every device of the mesh.
+/// every device of the mesh, of which this process executes the partitions
+/// on its own devices (all of them in a one-process run).
 struct Spmd {
     executable: Executable,
-    /// Client device index of each partition.
+    /// The partitions this process executes, ascending.
+    parts: Vec<usize>,
+    /// Client device index of each of `parts`.
     devices: Vec<usize>,
     args: Vec<PieceLayout>,
     results: Vec<PieceLayout>,
-    /// Per partition, per argument: the weight piece uploaded once, or `None`.
+    /// Per result: the partitions it is read from, and what this process publishes.
+    sources: Vec<ResultSources>,
+    /// The exchange with the other processes of a multi-process run.
+    hosts: Option<HostRun>,
+    /// The process executing each partition (0 for all in one process).
+    process_of: Vec<u32>,
+    /// Per local partition, per argument: the weight piece uploaded once, or `None`.
     weights: Vec<Vec<Option<Buffer>>>,
     /// Reused by every call: one piece on the host, this call's uploads,
     /// the raw lists, the results per partition.
@@ -89,6 +99,19 @@ fn client_for(device: &Device, plugin: &Arc<Plugin>, options: ClientOptions) -> 
     if let Some((_, c)) = clients.iter().find(|(k, _)| *k == key) {
         return Ok(Arc::clone(c));
     }
+    if key.1.distributed.is_some() {
+        // Creation is a rendezvous with the other processes (it blocks until
+        // they publish): never under the lock, which another node's client
+        // in this process may need first.
+        drop(clients);
+        let client = Client::create(plugin, &key.1).map_err(|e| explain_client_error(device, plugin.path(), e))?;
+        let mut clients = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, c)) = clients.iter().find(|(k, _)| *k == key) {
+            return Ok(Arc::clone(c));
+        }
+        clients.push((key, Arc::clone(&client)));
+        return Ok(client);
+    }
     let client = Client::create(plugin, &key.1).map_err(|e| explain_client_error(device, plugin.path(), e))?;
     clients.push((key, Arc::clone(&client)));
     Ok(client)
@@ -128,7 +151,8 @@ impl AccelState {
             (Device::Pjrt(_), None) => mesh_devices,
             _ => None,
         };
-        let client = client_for(&options.device, &plugin, ClientOptions { cpu_device_count, distributed: None })?;
+        let distributed = options.distributed.clone();
+        let client = client_for(&options.device, &plugin, ClientOptions { cpu_device_count, distributed })?;
         if let Some(mesh) = &accel.mesh {
             return AccelState::new_spmd(program, options, client, accel, mesh);
         }
@@ -238,23 +262,28 @@ impl AccelState {
         let placed = mesh_assignment(n, &named, client.global_devices()).map_err(|m| {
             Error::Device(format!("{m} ({}, {})", client.platform_name(), client.plugin().path().display()))
         })?;
-        let devices = placed
-            .iter()
-            .enumerate()
-            .map(|(p, d)| {
-                d.addressable.ok_or_else(|| {
-                    Error::Device(format!(
+        let mut parts = Vec::with_capacity(n);
+        let mut devices = Vec::with_capacity(n);
+        for (p, d) in placed.iter().enumerate() {
+            match d.addressable {
+                Some(i) => {
+                    parts.push(p);
+                    devices.push(i);
+                }
+                None if options.distributed.is_none() => {
+                    return Err(Error::Device(format!(
                         "partition {p} of mesh {} runs on device {} of process {}, and this is process {}: \
-                         running one program over several processes' devices is not supported yet \
-                         (each process would execute its own partitions; see README, \"Several hosts\")",
+                         a run over several processes needs `SessionOptions::distributed` (README, \
+                         \"Several hosts\")",
                         axes.join(", "),
                         d.id,
                         d.process_index,
                         client.process_index()
-                    ))
-                })
-            })
-            .collect::<Result<Vec<usize>>>()?;
+                    )))
+                }
+                None => {}
+            }
+        }
         let [seg]: &[AccelSegment; 1] = accel
             .segments
             .as_slice()
@@ -266,7 +295,7 @@ impl AccelState {
             ExecutableCache::Off => None,
         };
         let cache = cache_dir.map(Cache::new);
-        let first = &client.devices()[devices[0]];
+        let first = &placed[parts.first().copied().unwrap_or(0)];
         let mut info = AccelInfo {
             plugin: client.plugin().path().to_path_buf(),
             api_version: client.plugin().api_version(),
@@ -295,9 +324,37 @@ impl AccelState {
         let args = seg.args.iter().zip(&seg.arg_shardings).map(|(&t, s)| layout(t, s)).collect::<Result<Vec<_>>>()?;
         let results =
             seg.results.iter().zip(&seg.result_shardings).map(|(&t, s)| layout(t, s)).collect::<Result<Vec<_>>>()?;
+        // The exchange only when the mesh reaches other processes' devices: a
+        // plugin that makes every device addressable in every process (the
+        // XLA CPU plugin ignores `num_nodes`) runs the whole mesh here.
+        let spanning = options.distributed.as_ref().filter(|_| parts.len() < n);
+        let process_of: Vec<u32> = match spanning {
+            None => vec![0; n],
+            Some(d) => placed
+                .iter()
+                .map(|g| if g.addressable.is_some() { d.node_id } else { g.process_index.max(0) as u32 })
+                .collect(),
+        };
+        let (sources, hosts) = match spanning {
+            None => (hosts::plan_sources(0, 1, &process_of, &results), None),
+            Some(d) => {
+                // The executable's identity: every process compiles the same module with the same options.
+                let fingerprint = cache::key(&[seg.mlir.as_bytes(), &proto]);
+                let run = HostRun::start(
+                    std::sync::Arc::clone(&d.store),
+                    d.node_id,
+                    d.num_nodes,
+                    &process_of,
+                    &results,
+                    &fingerprint,
+                    d.timeout,
+                )?;
+                (run.sources.clone(), Some(run))
+            }
+        };
         let mut scratch = Vec::new();
-        let mut weights = Vec::with_capacity(n);
-        for (p, &device) in devices.iter().enumerate() {
+        let mut weights = Vec::with_capacity(parts.len());
+        for (&p, &device) in parts.iter().zip(&devices) {
             let mut mine = Vec::with_capacity(seg.args.len());
             for (&t, piece) in seg.args.iter().zip(&args) {
                 mine.push(upload_weight_piece(program, &client, device, t, piece, p, &mut scratch)?);
@@ -307,14 +364,19 @@ impl AccelState {
         let largest = args.iter().chain(&results).map(PieceLayout::piece_bytes).max().unwrap_or(0);
         scratch.clear();
         scratch.resize(largest, 0);
+        let local = parts.len();
         let spmd = Spmd {
             executable,
+            parts,
             devices,
             args,
             results,
+            sources,
+            hosts,
+            process_of,
             weights,
             scratch,
-            uploaded: (0..n).map(|_| Vec::new()).collect(),
+            uploaded: (0..local).map(|_| Vec::new()).collect(),
             lists: SpmdLists::default(),
             outputs: Vec::new(),
         };
@@ -669,9 +731,9 @@ impl Spmd {
     ) -> Result<()> {
         stats.calls += 1;
         let started = Instant::now();
-        for (p, &device) in self.devices.iter().enumerate() {
-            self.uploaded[p].clear();
-            for ((arg, layout), weight) in args.iter().zip(&self.args).zip(&self.weights[p]) {
+        for (i, (&p, &device)) in self.parts.iter().zip(&self.devices).enumerate() {
+            self.uploaded[i].clear();
+            for ((arg, layout), weight) in args.iter().zip(&self.args).zip(&self.weights[i]) {
                 if weight.is_some() {
                     continue;
                 }
@@ -684,7 +746,7 @@ impl Spmd {
                 };
                 stats.uploads += 1;
                 stats.upload_bytes += if layout.whole { arg.data.len() } else { layout.piece_bytes() } as u64;
-                self.uploaded[p].push(buffer);
+                self.uploaded[i].push(buffer);
             }
         }
         // The lists keep their capacity between calls: no allocation after the first.
@@ -696,7 +758,12 @@ impl Spmd {
         }
         let executing = Instant::now();
         stats.upload_time += executing - started;
-        let executed = self.executable.execute_partitioned(&mut self.lists, &mut self.outputs);
+        // A process that executes no partition only assembles.
+        let executed = if self.parts.is_empty() {
+            Ok(())
+        } else {
+            self.executable.execute_partitioned(&mut self.lists, &mut self.outputs)
+        };
         self.lists.args.iter_mut().for_each(Vec::clear);
         self.uploaded.iter_mut().for_each(Vec::clear);
         let copying = Instant::now();
@@ -708,29 +775,54 @@ impl Spmd {
         copied
     }
 
+    /// Copies each result into `results[k]`: a replicated one from one
+    /// partition, a split one piece by piece from the partitions that hold
+    /// them — this process's downloaded, the others' fetched from the store
+    /// after this process published the pieces they lack.
     fn assemble(&mut self, results: &mut [&mut [u8]], stats: &mut SegmentStats) -> Result<()> {
-        for (k, (layout, dst)) in self.results.iter().zip(results.iter_mut()).enumerate() {
+        let call = self.hosts.as_mut().map_or(0, HostRun::begin_call);
+        for (k, ((layout, dst), sources)) in self.results.iter().zip(results.iter_mut()).zip(&self.sources).enumerate()
+        {
             let context = |e: Error| match e {
                 Error::Pjrt { call, message } => {
                     Error::Pjrt { call, message: format!("result {k} of the sharded segment: {message}") }
                 }
                 other => other,
             };
-            let piece_of = |p: usize| self.outputs.get(p).and_then(|o| o.get(k));
-            if layout.whole {
-                let out = piece_of(0).ok_or_else(|| Error::Plan(format!("partition 0 returned no result {k}")))?;
-                out.to_host(dst).map_err(context)?;
-                stats.downloads += 1;
-                stats.download_bytes += dst.len() as u64;
-                continue;
-            }
-            for &p in &layout.owners {
-                let out = piece_of(p).ok_or_else(|| Error::Plan(format!("partition {p} returned no result {k}")))?;
-                let piece = &mut self.scratch[..layout.piece_bytes()];
+            let bytes = layout.piece_bytes();
+            let parts = &self.parts;
+            let outputs = &self.outputs;
+            let download = |p: usize, piece: &mut [u8], stats: &mut SegmentStats| -> Result<()> {
+                let out = parts
+                    .iter()
+                    .position(|&q| q == p)
+                    .and_then(|i| outputs.get(i))
+                    .and_then(|o| o.get(k))
+                    .ok_or_else(|| Error::Plan(format!("partition {p} returned no result {k}")))?;
                 out.to_host(piece).map_err(context)?;
                 stats.downloads += 1;
                 stats.download_bytes += piece.len() as u64;
-                layout.place(p, piece, dst);
+                Ok(())
+            };
+            if let Some(run) = &self.hosts {
+                for &p in &sources.publish {
+                    let piece = &mut self.scratch[..bytes];
+                    download(p, piece, stats)?;
+                    run.publish(call, k, p, piece)?;
+                }
+            }
+            for &(p, local) in &sources.reads {
+                let piece = &mut self.scratch[..bytes];
+                match (&self.hosts, local) {
+                    (_, true) => download(p, piece, stats)?,
+                    (Some(run), false) => run.fetch(call, k, p, self.process_of.get(p).copied().unwrap_or(0), piece)?,
+                    (None, false) => return Err(Error::Plan(format!("partition {p} of result {k} is not local"))),
+                }
+                if layout.whole {
+                    dst.copy_from_slice(piece);
+                } else {
+                    layout.place(p, piece, dst);
+                }
             }
         }
         Ok(())

@@ -40,6 +40,10 @@ impl Plugin {
     /// Loads and initializes the plugin at `path` (or returns the one this
     /// process already loaded from there).
     pub fn load(path: &Path) -> Result<Arc<Plugin>> {
+        // A plugin registered by `from_static` is named `static:NAME`.
+        if let Some(p) = Plugin::registered(path) {
+            return Ok(p);
+        }
         let canonical =
             std::fs::canonicalize(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
         Plugin::register(canonical, |canonical| {
@@ -48,6 +52,11 @@ impl Plugin {
             }
             Plugin::open(canonical)
         })
+    }
+
+    /// The plugin registered under exactly `path`, if any.
+    pub(crate) fn registered(path: &Path) -> Option<Arc<Plugin>> {
+        PLUGINS.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|p| p.path == path).cloned()
     }
 
     /// The plugin registered under `path`, or the one `open` makes,
@@ -83,7 +92,8 @@ impl Plugin {
 
     /// A plugin linked into this program rather than loaded from a file:
     /// `get_api` is its `GetPjrtApi`. Registered under `static:NAME` (a
-    /// second call with the same name returns the first plugin).
+    /// second call with the same name returns the first plugin), which
+    /// sessions reach as `Device::Pjrt("static:NAME")`.
     ///
     /// # Safety
     /// `get_api` must return a PJRT C API table (or null) that stays valid

@@ -14,7 +14,7 @@ pub fn plugin_path(device: &Device) -> Result<Option<PathBuf>> {
     let found = match device {
         Device::Cpu => return Ok(None),
         Device::Pjrt(path) => {
-            return if path.is_file() {
+            return if path.is_file() || super::api::Plugin::registered(path).is_some() {
                 Ok(Some(path.clone()))
             } else {
                 Err(Error::Device(format!("PJRT plugin {} does not exist or is not a file", path.display())))

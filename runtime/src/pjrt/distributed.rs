@@ -330,6 +330,10 @@ pub struct Distributed {
     /// Reached by every process ([`CoordinationService`] on one of them,
     /// [`RemoteKvStore`] on the others, or any store of the user's).
     pub store: Arc<dyn KvStore>,
+    /// How long a session waits for a peer's launch record or result piece
+    /// ([`Self::new`]: 300 s). Client creation waits as long as the plugin
+    /// chooses.
+    pub timeout: Duration,
 }
 
 impl std::fmt::Debug for Distributed {
@@ -343,12 +347,18 @@ impl PartialEq for Distributed {
     fn eq(&self, other: &Self) -> bool {
         self.node_id == other.node_id
             && self.num_nodes == other.num_nodes
+            && self.timeout == other.timeout
             && std::ptr::addr_eq(Arc::as_ptr(&self.store), Arc::as_ptr(&other.store))
     }
 }
 impl Eq for Distributed {}
 
 impl Distributed {
+    /// Node `node_id` of `num_nodes`, reaching `store`, with the default timeout.
+    pub fn new(node_id: u32, num_nodes: u32, store: Arc<dyn KvStore>) -> Distributed {
+        Distributed { node_id, num_nodes, store, timeout: Duration::from_secs(300) }
+    }
+
     /// Checks `node_id < num_nodes`.
     pub fn validate(&self) -> Result<(), String> {
         if self.num_nodes == 0 || self.node_id >= self.num_nodes {

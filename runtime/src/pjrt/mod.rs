@@ -21,6 +21,7 @@ pub mod distributed;
 /// plugin; not a stable API).
 #[doc(hidden)]
 pub mod ffi;
+mod hosts;
 mod spmd;
 mod state;
 pub mod verify;
