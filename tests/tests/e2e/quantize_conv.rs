@@ -152,6 +152,26 @@ fn integer_convolutions_give_the_same_bytes_at_any_thread_count() {
     std::fs::remove_dir_all(&calib).ok();
 }
 
+/// `models/{model}` (Core ATen) compiled int8-static with the calibration
+/// samples in `calib`, int8 depthwise convolutions on or off, the passes
+/// named in `skip` left out.
+fn int8_static(model: &str, calib: &Path, int8_depthwise: bool, skip: Vec<&'static str>) -> Arc<Program> {
+    let src = fixture_dir(&format!("models/{model}")).join("aten.pt2");
+    let tmp = temp_path(&format!("int8-static-{model}"));
+    let cfg =
+        QuantizeConfig { int8_depthwise, ..QuantizeConfig::new(QuantScheme::parse("int8-static").expect("mode")) };
+    let opts = CompileOptions {
+        quantize: Some(cfg),
+        calibration: Some(calib.to_path_buf()),
+        skip_passes: skip,
+        ..Default::default()
+    };
+    compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{model} int8-static: {e}"));
+    let program = Program::load(&tmp).expect("load");
+    std::fs::remove_file(&tmp).ok();
+    program
+}
+
 /// int8 activations between layers (the `quant_acts` pass): in the
 /// int8-static ResNet-18 each block's first convolution hands its result
 /// to the second as i8 (quantized in its tile store with the second's
@@ -167,24 +187,7 @@ fn int8_activations_between_layers_give_the_float_handoffs_bytes() {
     for (model, int8_depthwise, handoffs) in [("resnet18", false, 11), ("mobilenet_v2", true, 40)] {
         let inputs = read_numbered(&fixture_dir(&format!("models/{model}")), "input");
         let calib = calibration_dir(model);
-        let build = |skip: Vec<&'static str>| {
-            let src = fixture_dir(&format!("models/{model}")).join("aten.pt2");
-            let tmp = temp_path("quant_acts");
-            let cfg = QuantizeConfig {
-                int8_depthwise,
-                ..QuantizeConfig::new(QuantScheme::parse("int8-static").expect("mode"))
-            };
-            let opts = CompileOptions {
-                quantize: Some(cfg),
-                calibration: Some(calib.clone()),
-                skip_passes: skip,
-                ..Default::default()
-            };
-            compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{model} int8-static: {e}"));
-            let program = Program::load(&tmp).expect("load");
-            std::fs::remove_file(&tmp).ok();
-            program
-        };
+        let build = |skip| int8_static(model, &calib, int8_depthwise, skip);
         let (int8, float) = (build(vec!["quant_residuals"]), build(vec!["quant_acts", "quant_residuals"]));
         let i8_outputs = |p: &Program| {
             let plan = p.plan();
@@ -226,21 +229,7 @@ fn int8_residual_adds_stay_close_to_float() {
     for (model, residual_reads, i8_results) in [("resnet18", 5, 16), ("mobilenet_v2", 11, 51)] {
         let inputs = read_numbered(&fixture_dir(&format!("models/{model}")), "input");
         let calib = calibration_dir(model);
-        let build = |skip: Vec<&'static str>| {
-            let src = fixture_dir(&format!("models/{model}")).join("aten.pt2");
-            let tmp = temp_path("quant_res");
-            let cfg = QuantizeConfig::new(QuantScheme::parse("int8-static").expect("mode"));
-            let opts = CompileOptions {
-                quantize: Some(cfg),
-                calibration: Some(calib.clone()),
-                skip_passes: skip,
-                ..Default::default()
-            };
-            compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{model} int8-static: {e}"));
-            let program = Program::load(&tmp).expect("load");
-            std::fs::remove_file(&tmp).ok();
-            program
-        };
+        let build = |skip| int8_static(model, &calib, true, skip);
         let (int8, f32_residuals) = (build(vec![]), build(vec!["quant_residuals"]));
         let plan = int8.plan();
         let i8_residuals = plan
