@@ -64,34 +64,58 @@ unsafe fn pixels<const P: usize>(
     row: &mut [f32],
 ) {
     let c = job.channels;
-    let ksp = job.g.kernel[1] * job.g.kernel[2];
     let mut srcs = [[std::ptr::null::<f32>(); P]; MAX_DEPTHWISE_TAPS];
     pixel_sources::<P>(job, tap_rows, ox, &mut srcs);
     let out = row[ox * c..][..P * c].as_mut_ptr();
-    let clamp = job.clamp.map(|(lo, hi)| (_mm512_set1_ps(lo), _mm512_set1_ps(hi)));
     let mut c0 = 0;
-    while c0 < c {
-        let mask: __mmask16 = if c - c0 >= 16 { 0xffff } else { (1u16 << (c - c0)) - 1 };
-        // SAFETY (all loads and stores): `c0 < C`, masked to the first
-        // `C - c0` lanes; every source, weight row, the bias and each
-        // output pixel have `C` floats from their pointers.
-        let b = _mm512_maskz_loadu_ps(mask, job.bias.as_ptr().add(c0));
-        let mut acc = [b; P];
-        for (t, src) in srcs[..ksp].iter().enumerate() {
-            let w = _mm512_maskz_loadu_ps(mask, job.taps.as_ptr().add(t * c + c0));
-            for (a, &s) in acc.iter_mut().zip(src) {
-                let v = _mm512_maskz_loadu_ps(mask, s.add(c0));
-                *a = _mm512_add_ps(*a, _mm512_mul_ps(w, v));
-            }
-        }
-        for (p, a) in acc.iter_mut().enumerate() {
-            if let Some((lo, hi)) = clamp {
-                // `a < lo ? lo : a`, then `x > hi ? hi : x` (vmaxps/vminps
-                // return the second operand when unordered: NaN stays).
-                *a = _mm512_min_ps(hi, _mm512_max_ps(lo, *a));
-            }
-            _mm512_mask_storeu_ps(out.add(p * c + c0), mask, *a);
-        }
+    while c - c0 >= 16 {
+        block::<P, false>(job, &srcs, c0, out);
         c0 += 16;
+    }
+    if c0 < c {
+        block::<P, true>(job, &srcs, c0, out);
+    }
+}
+
+/// Channels `c0..c0 + 16` (`TAIL`: `c0..C`, masked loads and stores) of
+/// the `P` pixels whose sources are `srcs` and whose outputs start at `out`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn block<const P: usize, const TAIL: bool>(
+    job: &DepthwiseRows<'_>,
+    srcs: &[[*const f32; P]; MAX_DEPTHWISE_TAPS],
+    c0: usize,
+    out: *mut f32,
+) {
+    let c = job.channels;
+    let ksp = job.g.kernel[1] * job.g.kernel[2];
+    let mask: __mmask16 = if TAIL { (1u16 << (c - c0)) - 1 } else { 0xffff };
+    // SAFETY (all loads and stores): `c0 < C`, full blocks end at or before
+    // `C`, a tail is masked to its first `C - c0` (< 16) lanes (masked-out
+    // lanes are not accessed); every source, weight row, the bias and each
+    // output pixel have `C` floats from their pointers.
+    let load = |p: *const f32| if TAIL { _mm512_maskz_loadu_ps(mask, p) } else { _mm512_loadu_ps(p) };
+    let b = load(job.bias.as_ptr().add(c0));
+    let mut acc = [b; P];
+    for (t, src) in srcs[..ksp].iter().enumerate() {
+        let w = load(job.taps.as_ptr().add(t * c + c0));
+        for (a, &s) in acc.iter_mut().zip(src) {
+            *a = _mm512_add_ps(*a, _mm512_mul_ps(w, load(s.add(c0))));
+        }
+    }
+    if let Some((lo, hi)) = job.clamp {
+        let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+        for a in acc.iter_mut() {
+            // `a < lo ? lo : a`, then `x > hi ? hi : x` (vmaxps/vminps
+            // return the second operand when unordered: NaN stays).
+            *a = _mm512_min_ps(hi, _mm512_max_ps(lo, *a));
+        }
+    }
+    for (p, a) in acc.iter().enumerate() {
+        if TAIL {
+            _mm512_mask_storeu_ps(out.add(p * c + c0), mask, *a);
+        } else {
+            _mm512_storeu_ps(out.add(p * c + c0), *a);
+        }
     }
 }
