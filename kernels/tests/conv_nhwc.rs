@@ -38,6 +38,14 @@ const CASES: &[Case] = &[
     case([1, 11, 6, 5], [11, 1, 3, 3], [2, 1], [1, 0], 11),
     case([1, 5, 6, 6], [5, 1, 5, 5], [1, 1], [2, 2], 5),
     case([1, 3, 4, 5], [3, 1, 3, 3], [1, 1], [1, 1], 3),
+    // Register blocks of 8, 4, 2 and 1 output pixels (widths 23 and 15),
+    // masked channel tails (200 = 12·16 + 8, 17, 8, 24), 5×5 at stride 2,
+    // dilation 2, no padding.
+    case([1, 200, 5, 23], [200, 1, 3, 3], [1, 1], [1, 1], 200),
+    case([2, 17, 9, 15], [17, 1, 5, 5], [2, 2], [2, 2], 17),
+    case([1, 8, 7, 12], [8, 1, 3, 3], [2, 1], [0, 1], 8),
+    Case { xs: [1, 24, 9, 19], ws: [24, 1, 3, 3], stride: [1, 1], pad: [2, 2], dil: [2, 2], groups: 24 },
+    Case { xs: [1, 40, 11, 13], ws: [40, 1, 5, 5], stride: [2, 1], pad: [0, 4], dil: [1, 2], groups: 40 },
     // Pointwise: stride 1 (the input read in place), stride 2 (gathered),
     // K past one 512-deep slice.
     case([2, 24, 7, 6], [40, 24, 1, 1], [1, 1], [0, 0], 1),

@@ -491,22 +491,11 @@ const CHANNEL_BLOCK: usize = 16;
 #[inline(always)]
 pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
     let g = job.g;
-    let [_, ih, iw] = g.input;
+    let [_, _, iw] = g.input;
     let [_, kh, kw] = g.kernel;
-    let [_, oh, _] = g.output;
     let c = job.channels;
     let ksp = kh * kw;
-    let (n, oy) = (r / oh, r % oh);
-    let image = &job.x[n * ih * iw * c..][..ih * iw * c];
-    // The input rows of this output row's taps (None: in the padding),
-    // once per row; no divisions per pixel (they cost more than a
-    // 32-channel pixel's multiply-adds).
-    let mut tap_rows = [None; MAX_DEPTHWISE_TAPS];
-    for (ky, tap_row) in tap_rows.iter_mut().enumerate().take(kh) {
-        // Negative coordinates wrap to huge values and fail the bounds test too.
-        let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
-        *tap_row = (iy < ih).then(|| &image[iy * iw * c..][..iw * c]);
-    }
+    let tap_rows = tap_rows(job, r);
     let mut srcs: [&[f32]; MAX_DEPTHWISE_TAPS] = [job.zeros; MAX_DEPTHWISE_TAPS];
     for (ox, px) in row.chunks_exact_mut(c).enumerate() {
         let mut t = 0;
@@ -526,6 +515,56 @@ pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) 
             c if c >= 8 => channel_blocks::<8>(job, srcs, px),
             c if c >= 4 => channel_blocks::<4>(job, srcs, px),
             _ => channel_blocks::<1>(job, srcs, px),
+        }
+    }
+}
+
+/// The input rows of output row `r`'s kernel rows (None: in the padding),
+/// once per row; no divisions per pixel (they cost more than a 32-channel
+/// pixel's multiply-adds).
+#[inline(always)]
+pub(crate) fn tap_rows<'a>(job: &DepthwiseRows<'a>, r: usize) -> [Option<&'a [f32]>; MAX_DEPTHWISE_TAPS] {
+    let g = job.g;
+    let [_, ih, iw] = g.input;
+    let oh = g.output[1];
+    let c = job.channels;
+    let (n, oy) = (r / oh, r % oh);
+    let image = &job.x[n * ih * iw * c..][..ih * iw * c];
+    let mut tap_rows = [None; MAX_DEPTHWISE_TAPS];
+    for (ky, tap_row) in tap_rows.iter_mut().enumerate().take(g.kernel[1]) {
+        // Negative coordinates wrap to huge values and fail the bounds test too.
+        let iy = (oy * g.stride[1] + ky * g.dil[1]).wrapping_sub(g.pad[1]);
+        *tap_row = (iy < ih).then(|| &image[iy * iw * c..][..iw * c]);
+    }
+    tap_rows
+}
+
+/// Where tap `t` of output pixel `ox + p` reads its `C` channels, for the
+/// `P` pixels from `ox`: `srcs[t][p]` (the zero pixel in the padding). Each
+/// pointer starts `C` readable floats. (For the x86-64 row kernels.)
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn pixel_sources<const P: usize>(
+    job: &DepthwiseRows<'_>,
+    tap_rows: &[Option<&[f32]>; MAX_DEPTHWISE_TAPS],
+    ox: usize,
+    srcs: &mut [[*const f32; P]; MAX_DEPTHWISE_TAPS],
+) {
+    let g = job.g;
+    let iw = g.input[2];
+    let [_, kh, kw] = g.kernel;
+    let c = job.channels;
+    let mut t = 0;
+    for tap_row in &tap_rows[..kh] {
+        for kx in 0..kw {
+            for (p, src) in srcs[t].iter_mut().enumerate() {
+                let ix = ((ox + p) * g.stride[2] + kx * g.dil[2]).wrapping_sub(g.pad[2]);
+                *src = match tap_row {
+                    Some(input) if ix < iw => input[ix * c..][..c].as_ptr(),
+                    _ => job.zeros.as_ptr(),
+                };
+            }
+            t += 1;
         }
     }
 }

@@ -4,7 +4,8 @@
 //! same order as the generic variant (no FMA contraction), so bit-identical.
 
 use crate::generic::conv_depthwise::{depthwise_plane as portable, DepthwisePlane};
-use crate::generic::conv_nhwc::{depthwise_row as portable_row, DepthwiseRows};
+use crate::generic::conv_nhwc::{pixel_sources, tap_rows, DepthwiseRows, MAX_DEPTHWISE_TAPS};
+use std::arch::x86_64::*;
 
 /// The table entry.
 pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
@@ -17,8 +18,11 @@ unsafe fn wide(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
     portable(job, out, buf)
 }
 
-/// The channels-last depthwise row entry (same operations as the portable
-/// row loops, on wider vectors).
+/// The channels-last depthwise row entry: the portable row loops'
+/// operations (per output element: the bias, then each tap's product
+/// added in tap order, no FMA, the clamp), so the same bits, register
+/// blocked over output pixels: up to eight pixels' 8-channel sums stay in
+/// registers per weight vector loaded, and the channel tail is masked.
 pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
     // SAFETY: installed only by `x86_64::plug` after AVX2 and FMA were detected.
     unsafe { wide_row(job, r, row) }
@@ -26,5 +30,92 @@ pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) 
 
 #[target_feature(enable = "avx2,fma")]
 unsafe fn wide_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
-    portable_row(job, r, row)
+    let c = job.channels;
+    assert!(c > 0 && row.len().is_multiple_of(c) && job.taps.len() >= job.g.kernel[1] * job.g.kernel[2] * c);
+    assert!(job.bias.len() >= c && job.zeros.len() >= c);
+    let ow = row.len() / c;
+    let tap_rows = tap_rows(job, r);
+    let mut ox = 0;
+    while ow - ox >= 8 {
+        pixels::<8>(job, &tap_rows, ox, row);
+        ox += 8;
+    }
+    if ow - ox >= 4 {
+        pixels::<4>(job, &tap_rows, ox, row);
+        ox += 4;
+    }
+    if ow - ox >= 2 {
+        pixels::<2>(job, &tap_rows, ox, row);
+        ox += 2;
+    }
+    if ow > ox {
+        pixels::<1>(job, &tap_rows, ox, row);
+    }
+}
+
+/// Output pixels `ox..ox + P` of the row, all channels: 8 at a time (the
+/// last block masked), each tap's weights loaded once for the `P` pixels.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pixels<const P: usize>(
+    job: &DepthwiseRows<'_>,
+    tap_rows: &[Option<&[f32]>; MAX_DEPTHWISE_TAPS],
+    ox: usize,
+    row: &mut [f32],
+) {
+    let c = job.channels;
+    let mut srcs = [[std::ptr::null::<f32>(); P]; MAX_DEPTHWISE_TAPS];
+    pixel_sources::<P>(job, tap_rows, ox, &mut srcs);
+    let out = row[ox * c..][..P * c].as_mut_ptr();
+    let mut c0 = 0;
+    while c - c0 >= 8 {
+        block::<P, false>(job, &srcs, c0, out);
+        c0 += 8;
+    }
+    if c0 < c {
+        block::<P, true>(job, &srcs, c0, out);
+    }
+}
+
+/// Channels `c0..c0 + 8` (`TAIL`: `c0..C`, masked loads and stores) of the
+/// `P` pixels whose sources are `srcs` and whose outputs start at `out`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block<const P: usize, const TAIL: bool>(
+    job: &DepthwiseRows<'_>,
+    srcs: &[[*const f32; P]; MAX_DEPTHWISE_TAPS],
+    c0: usize,
+    out: *mut f32,
+) {
+    let c = job.channels;
+    let ksp = job.g.kernel[1] * job.g.kernel[2];
+    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((c - c0) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    // SAFETY (all loads and stores): `c0 < C`, full blocks end at or before
+    // `C`, a tail is masked to its first `C - c0` lanes (masked-out lanes
+    // are not accessed); every source, weight row, the bias and each output
+    // pixel have `C` floats from their pointers.
+    let load = |p: *const f32| if TAIL { _mm256_maskload_ps(p, mask) } else { _mm256_loadu_ps(p) };
+    let b = load(job.bias.as_ptr().add(c0));
+    let mut acc = [b; P];
+    for (t, src) in srcs[..ksp].iter().enumerate() {
+        let w = load(job.taps.as_ptr().add(t * c + c0));
+        for (a, &s) in acc.iter_mut().zip(src) {
+            *a = _mm256_add_ps(*a, _mm256_mul_ps(w, load(s.add(c0))));
+        }
+    }
+    if let Some((lo, hi)) = job.clamp {
+        let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+        for a in acc.iter_mut() {
+            // `a < lo ? lo : a`, then `x > hi ? hi : x` (vmaxps/vminps
+            // return the second operand when unordered: NaN stays).
+            *a = _mm256_min_ps(hi, _mm256_max_ps(lo, *a));
+        }
+    }
+    for (p, a) in acc.iter().enumerate() {
+        if TAIL {
+            _mm256_maskstore_ps(out.add(p * c + c0), mask, *a);
+        } else {
+            _mm256_storeu_ps(out.add(p * c + c0), *a);
+        }
+    }
 }
