@@ -1336,6 +1336,13 @@ fn qconv_depthwise_follows_the_definition() {
         ((1, 7, 18, 17), (3, 3), (2, 0, 1)),
         ((1, 9, 11, 48), (1, 3), (1, 1, 1)),
         ((1, 10, 10, 24), (3, 1), (2, 1, 1)),
+        // The AVX-512 row's blocks: 32 channels with a masked tail (40,
+        // 50), a last block of 16 (144) or fewer (20) in one vector, and
+        // 8-pixel blocks with tails of 5 and 4 pixels, dilated too.
+        ((1, 6, 21, 144), (3, 3), (1, 1, 1)),
+        ((1, 9, 15, 40), (3, 3), (2, 1, 1)),
+        ((2, 5, 12, 20), (3, 3), (1, 1, 1)),
+        ((1, 10, 19, 50), (3, 3), (1, 2, 2)),
     ];
     let mut clamped = (false, false);
     for (case, &((n, h, wd, c), (kh, kw), (stride, pad, dil))) in cases.iter().enumerate() {

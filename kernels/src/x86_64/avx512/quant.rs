@@ -4,9 +4,11 @@
 //! row), two weight vectors and one broadcast per row and lane step.
 //! Activations are stored as `q + 128` (u8); the driver subtracts
 //! `128 · Σ_p w` per column. AVX-512BW (no VNNI): exact i16 `vpmaddwd`.
-//! Also the AVX-512F weight-only kernel.
+//! Also the AVX-512F weight-only kernel, and the int8 depthwise row on zmm
+//! (32 channels per block; `vpdpwssd` with VNNI, `vpmaddwd` + `vpaddd`
+//! without).
 
-use crate::quant::{Acts, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr};
+use crate::quant::{Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr};
 use std::arch::x86_64::*;
 
 const MR: usize = 8;
@@ -14,12 +16,182 @@ const NR: usize = 32;
 
 /// The table entry; installed only after AVX-512F and AVX-512 VNNI were detected.
 pub(crate) const INT8_AVX512_VNNI: QGemmUkr =
-    QGemmUkr { variant: "avx512_vnni_8x32", mr: MR, nr: NR, acts: Acts::U8Offset, run: int8, driver: DRIVER };
+    QGemmUkr { variant: "avx512_vnni_8x32", mr: MR, nr: NR, acts: Acts::U8Offset, run: int8, driver: DRIVER_VNNI };
 
 /// The AVX2 driver with its tile stores compiled for AVX-512 (the same
-/// loops 16 lanes wide, i32 → i8 by one saturating pack): the same
-/// operations, so the same bits. For the AVX-512 entries only.
-const DRIVER: Driver = Driver { store, store_q, ..crate::x86_64::avx2::quant::DRIVER };
+/// loops 16 lanes wide, i32 → i8 by one saturating pack) and the
+/// depthwise row on zmm: the same operations, so the same bits. For the
+/// AVX-512BW entry.
+const DRIVER: Driver = Driver {
+    store,
+    store_q,
+    depthwise: DepthwiseFns { row: depthwise_bw, ..crate::x86_64::avx2::quant::DRIVER.depthwise },
+    ..crate::x86_64::avx2::quant::DRIVER
+};
+
+/// [`DRIVER`] with the depthwise row's pair products accumulated by
+/// `vpdpwssd`. For the AVX-512 VNNI entry.
+const DRIVER_VNNI: Driver = Driver {
+    depthwise: DepthwiseFns { row: depthwise_vnni, ..crate::x86_64::avx2::quant::DRIVER.depthwise },
+    ..DRIVER
+};
+
+/// Output pixels per depthwise block: with two zmm of sums per pixel,
+/// sixteen accumulators and the two weight vectors stay in registers.
+const DW_PIXELS: usize = 8;
+
+/// The depthwise row ([`crate::quant::depthwise_row`]) on zmm: blocks of
+/// 32 channels (a last block of at most 16 in one vector) by
+/// [`DW_PIXELS`] output pixels, each weight-pair vector loaded once per
+/// term for every pixel; the sums are exact i32 (`vpmaddwd` then `vpaddd`),
+/// the epilogue the AVX2 row's operations in its order. Channel tails are
+/// masked loads and stores (lanes past `C` never read nor written).
+fn depthwise_bw(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    crate::x86_64::avx2::quant::depthwise_bounds(job, base, out, q);
+    // SAFETY: the AVX-512BW entry is installed after AVX-512F/BW/VL were
+    // detected; the bounds hold every masked load (lanes below `C` of a
+    // pixel's `Cp`) and store (`ow · c` values).
+    unsafe { depthwise_bw_inner(job, base, out, q) }
+}
+
+/// [`depthwise_bw`] with `vpdpwssd` (the pair products added into the sums
+/// in one instruction, exact: no saturation, and no sum can overflow).
+fn depthwise_vnni(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    crate::x86_64::avx2::quant::depthwise_bounds(job, base, out, q);
+    // SAFETY: as for `depthwise_bw`, and the VNNI entry is installed after
+    // AVX-512 VNNI was detected.
+    unsafe { depthwise_vnni_inner(job, base, out, q) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn depthwise_bw_inner(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    depthwise_row::<false>(job, base, out, q)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn depthwise_vnni_inner(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    depthwise_row::<true>(job, base, out, q)
+}
+
+/// The row's blocks; inlined into a `#[target_feature]` caller (with VNNI
+/// when `VNNI`).
+#[inline(always)]
+unsafe fn depthwise_row<const VNNI: bool>(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    let c = job.channels;
+    let ow = out.len() / c;
+    for c0 in (0..c).step_by(32) {
+        let n = 32.min(c - c0);
+        let mut ox = 0;
+        while ox < ow {
+            let p = DW_PIXELS.min(ow - ox);
+            if n > 16 {
+                depthwise_pixels::<2, VNNI>(job, base, ox, p, c0, n, out, q);
+            } else {
+                depthwise_pixels::<1, VNNI>(job, base, ox, p, c0, n, out, q);
+            }
+            ox += DW_PIXELS;
+        }
+    }
+}
+
+/// `p` (1 to [`DW_PIXELS`]) pixels from `ox`, `H` vectors of channels
+/// from `c0` (`n` of them valid).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn depthwise_pixels<const H: usize, const VNNI: bool>(
+    job: &DepthwiseRow<'_>,
+    base: usize,
+    ox: usize,
+    p: usize,
+    c0: usize,
+    n: usize,
+    out: &mut [f32],
+    q: &mut [i8],
+) {
+    macro_rules! block {
+        ($($p:literal)*) => {
+            match p {
+                $($p => depthwise_block::<$p, H, VNNI>(job, base, ox, c0, n, out, q),)*
+                _ => unreachable!("depthwise: pixel count"),
+            }
+        };
+    }
+    block!(1 2 3 4 5 6 7 8)
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn depthwise_block<const P: usize, const H: usize, const VNNI: bool>(
+    job: &DepthwiseRow<'_>,
+    base: usize,
+    ox: usize,
+    c0: usize,
+    n: usize,
+    out: &mut [f32],
+    q: &mut [i8],
+) {
+    let (c, cp, step) = (job.channels, job.cp, job.step);
+    let (img, wts) = (job.img.as_ptr(), job.weights.as_ptr());
+    // Lanes `16h..` of the block: the valid channels' mask.
+    let full = (1u64 << n) - 1;
+    let masks: [__mmask16; H] = std::array::from_fn(|h| (full >> (16 * h)) as __mmask16);
+    let mut acc = [[_mm512_setzero_si512(); H]; P];
+    for (t, &o) in job.offs.iter().enumerate() {
+        let wt = wts.add(t * cp + c0);
+        let w: [__m512i; H] = std::array::from_fn(|h| _mm512_maskz_loadu_epi32(masks[h], wt.add(16 * h) as *const _));
+        let x = img.add(base + ox * step + o + c0);
+        for (p, a) in acc.iter_mut().enumerate() {
+            let xp = x.add(p * step);
+            for h in 0..H {
+                let xv = _mm512_maskz_loadu_epi32(masks[h], xp.add(16 * h) as *const _);
+                a[h] = if VNNI {
+                    _mm512_dpwssd_epi32(a[h], xv, w[h])
+                } else {
+                    _mm512_add_epi32(a[h], _mm512_madd_epi16(xv, w[h]))
+                };
+            }
+        }
+    }
+    let s = _mm512_set1_ps(job.s);
+    let (lo, hi) = job.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+    let (inv, zp) = match job.quant {
+        Some((os, ozp)) => (1.0 / os, ozp as f32),
+        None => (1.0, 0.0),
+    };
+    let (inv, zp) = (_mm512_set1_ps(inv), _mm512_set1_ps(zp));
+    let (qlo, qhi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
+    let sc: [__m512; H] =
+        std::array::from_fn(|h| _mm512_maskz_loadu_ps(masks[h], job.scales.as_ptr().add(c0 + 16 * h)));
+    let bias: [__m512; H] =
+        std::array::from_fn(|h| _mm512_maskz_loadu_ps(masks[h], job.bias.as_ptr().add(c0 + 16 * h)));
+    for (p, a) in acc.iter().enumerate() {
+        let at = (ox + p) * c + c0;
+        for h in 0..H {
+            // (f32(sum) · s) · scale + bias, then the clamp kernel's
+            // comparisons (`maxps(lo, v)` keeps a NaN `v`).
+            let mut v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a[h]), s), sc[h]);
+            if job.has_bias {
+                v = _mm512_add_ps(v, bias[h]);
+            }
+            let v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+            if job.quant.is_some() {
+                // `quantize_value`: rint(v · inv) + zp (half to even),
+                // clamped to [-128, 127], NaN to 0.
+                let r = _mm512_add_ps(
+                    _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(v, inv)),
+                    zp,
+                );
+                let clamped = _mm512_min_ps(_mm512_max_ps(r, qlo), qhi);
+                let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r);
+                let qv = _mm512_cvttps_epi32(_mm512_maskz_mov_ps(ordered, clamped));
+                _mm_mask_storeu_epi8(q.as_mut_ptr().add(at + 16 * h), masks[h], _mm512_cvtsepi32_epi8(qv));
+            } else {
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add(at + 16 * h), masks[h], v);
+            }
+        }
+    }
+}
 
 fn store(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
     // SAFETY: the AVX-512 entries are installed after AVX-512F/BW were detected.
