@@ -79,19 +79,90 @@ unsafe fn depthwise_vnni_inner(job: &DepthwiseRow<'_>, base: usize, out: &mut [f
 unsafe fn depthwise_row<const VNNI: bool>(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
     let c = job.channels;
     let ow = out.len() / c;
+    // Kernel rows of two terms whose second starts one or two pixel steps
+    // after the first (3×3 and 4-wide kernels at stride 1, or 2 with the
+    // even-column image): a row's image vectors serve both terms.
+    let (offs, step) = (job.offs, job.step);
+    let gap = if job.row_terms == 2 && offs.len() >= 2 && step > 0 { offs[1] - offs[0] } else { 0 };
+    let window = match gap / step.max(1) {
+        d @ (1 | 2) if gap == d * step && offs.chunks_exact(2).all(|r| r[1] - r[0] == gap) => d,
+        _ => 0,
+    };
     for c0 in (0..c).step_by(32) {
         let n = 32.min(c - c0);
         let mut ox = 0;
         while ox < ow {
             let p = DW_PIXELS.min(ow - ox);
-            if n > 16 {
-                depthwise_pixels::<2, VNNI>(job, base, ox, p, c0, n, out, q);
-            } else {
-                depthwise_pixels::<1, VNNI>(job, base, ox, p, c0, n, out, q);
+            match (n > 16, p == DW_PIXELS, window) {
+                (true, true, 1) => depthwise_window::<2, VNNI, 1>(job, base, ox, c0, n, out, q),
+                (true, true, 2) => depthwise_window::<2, VNNI, 2>(job, base, ox, c0, n, out, q),
+                (false, true, 1) => depthwise_window::<1, VNNI, 1>(job, base, ox, c0, n, out, q),
+                (false, true, 2) => depthwise_window::<1, VNNI, 2>(job, base, ox, c0, n, out, q),
+                (true, ..) => depthwise_pixels::<2, VNNI>(job, base, ox, p, c0, n, out, q),
+                (false, ..) => depthwise_pixels::<1, VNNI>(job, base, ox, p, c0, n, out, q),
             }
             ox += DW_PIXELS;
         }
     }
+}
+
+/// The lanes of the block's `H` vectors below `n`.
+#[inline(always)]
+fn lane_masks<const H: usize>(n: usize) -> [__mmask16; H] {
+    let full = (1u64 << n) - 1;
+    std::array::from_fn(|h| (full >> (16 * h)) as __mmask16)
+}
+
+/// `a + x · w` over i16 pairs, exact (`vpdpwssd`, or `vpmaddwd` + `vpaddd`).
+#[inline(always)]
+unsafe fn pair_dot<const VNNI: bool>(a: __m512i, x: __m512i, w: __m512i) -> __m512i {
+    if VNNI {
+        _mm512_dpwssd_epi32(a, x, w)
+    } else {
+        _mm512_add_epi32(a, _mm512_madd_epi16(x, w))
+    }
+}
+
+/// [`DW_PIXELS`] pixels of a two-term-row kernel whose second term is `D`
+/// pixel steps after the first: per kernel row, `DW_PIXELS + D` image
+/// vectors each loaded once, each added to one or two pixels' sums (the
+/// same products as [`depthwise_block`]'s, so the same exact sums).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn depthwise_window<const H: usize, const VNNI: bool, const D: usize>(
+    job: &DepthwiseRow<'_>,
+    base: usize,
+    ox: usize,
+    c0: usize,
+    n: usize,
+    out: &mut [f32],
+    q: &mut [i8],
+) {
+    const P: usize = DW_PIXELS;
+    let (cp, step) = (job.cp, job.step);
+    let (img, wts) = (job.img.as_ptr(), job.weights.as_ptr());
+    let masks = lane_masks::<H>(n);
+    let mut acc = [[_mm512_setzero_si512(); H]; P];
+    for (r, o) in job.offs.chunks_exact(2).enumerate() {
+        let wt = wts.add(2 * r * cp + c0);
+        let w0: [__m512i; H] = std::array::from_fn(|h| _mm512_maskz_loadu_epi32(masks[h], wt.add(16 * h) as *const _));
+        let w1: [__m512i; H] =
+            std::array::from_fn(|h| _mm512_maskz_loadu_epi32(masks[h], wt.add(cp + 16 * h) as *const _));
+        let x = img.add(base + ox * step + o[0] + c0);
+        for i in 0..P + D {
+            let xp = x.add(i * step);
+            for h in 0..H {
+                let xv = _mm512_maskz_loadu_epi32(masks[h], xp.add(16 * h) as *const _);
+                if i < P {
+                    acc[i][h] = pair_dot::<VNNI>(acc[i][h], xv, w0[h]);
+                }
+                if i >= D {
+                    acc[i - D][h] = pair_dot::<VNNI>(acc[i - D][h], xv, w1[h]);
+                }
+            }
+        }
+    }
+    depthwise_finish(job, &acc, ox, c0, masks, out, q);
 }
 
 /// `p` (1 to [`DW_PIXELS`]) pixels from `ox`, `H` vectors of channels
@@ -130,11 +201,9 @@ unsafe fn depthwise_block<const P: usize, const H: usize, const VNNI: bool>(
     out: &mut [f32],
     q: &mut [i8],
 ) {
-    let (c, cp, step) = (job.channels, job.cp, job.step);
+    let (cp, step) = (job.cp, job.step);
     let (img, wts) = (job.img.as_ptr(), job.weights.as_ptr());
-    // Lanes `16h..` of the block: the valid channels' mask.
-    let full = (1u64 << n) - 1;
-    let masks: [__mmask16; H] = std::array::from_fn(|h| (full >> (16 * h)) as __mmask16);
+    let masks = lane_masks::<H>(n);
     let mut acc = [[_mm512_setzero_si512(); H]; P];
     for (t, &o) in job.offs.iter().enumerate() {
         let wt = wts.add(t * cp + c0);
@@ -144,14 +213,26 @@ unsafe fn depthwise_block<const P: usize, const H: usize, const VNNI: bool>(
             let xp = x.add(p * step);
             for h in 0..H {
                 let xv = _mm512_maskz_loadu_epi32(masks[h], xp.add(16 * h) as *const _);
-                a[h] = if VNNI {
-                    _mm512_dpwssd_epi32(a[h], xv, w[h])
-                } else {
-                    _mm512_add_epi32(a[h], _mm512_madd_epi16(xv, w[h]))
-                };
+                a[h] = pair_dot::<VNNI>(a[h], xv, w[h]);
             }
         }
     }
+    depthwise_finish(job, &acc, ox, c0, masks, out, q);
+}
+
+/// The block's epilogue: `(f32(sum) · s) · scale + bias`, the clamp, and
+/// the f32 store or the output's quantization, on the valid lanes.
+#[inline(always)]
+unsafe fn depthwise_finish<const P: usize, const H: usize>(
+    job: &DepthwiseRow<'_>,
+    acc: &[[__m512i; H]; P],
+    ox: usize,
+    c0: usize,
+    masks: [__mmask16; H],
+    out: &mut [f32],
+    q: &mut [i8],
+) {
+    let c = job.channels;
     let s = _mm512_set1_ps(job.s);
     let (lo, hi) = job.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
     let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
