@@ -25,16 +25,25 @@ pub(crate) const INT8_AVX512_VNNI: QGemmUkr =
 const DRIVER: Driver = Driver {
     store,
     store_q,
-    depthwise: DepthwiseFns { row: depthwise_bw, ..crate::x86_64::avx2::quant::DRIVER.depthwise },
+    depthwise: DepthwiseFns { pairs, row: depthwise_bw },
     ..crate::x86_64::avx2::quant::DRIVER
 };
 
 /// [`DRIVER`] with the depthwise row's pair products accumulated by
 /// `vpdpwssd`. For the AVX-512 VNNI entry.
-const DRIVER_VNNI: Driver = Driver {
-    depthwise: DepthwiseFns { row: depthwise_vnni, ..crate::x86_64::avx2::quant::DRIVER.depthwise },
-    ..DRIVER
-};
+const DRIVER_VNNI: Driver = Driver { depthwise: DepthwiseFns { pairs, row: depthwise_vnni }, ..DRIVER };
+
+/// The pair image's rows ([`crate::quant::pair_row`]) compiled for AVX-512:
+/// the same integer operations 16 lanes wide.
+fn pairs(src: &[i8], zp: i32, c: usize, left: usize, every: usize, dst: &mut [i32]) {
+    // SAFETY: the AVX-512 entries are installed after AVX-512F/BW were detected.
+    unsafe { pairs_avx512(src, zp, c, left, every, dst) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn pairs_avx512(src: &[i8], zp: i32, c: usize, left: usize, every: usize, dst: &mut [i32]) {
+    crate::quant::pair_row(src, zp, c, left, every, dst)
+}
 
 /// Output pixels per depthwise block: with two zmm of sums per pixel,
 /// sixteen accumulators and the two weight vectors stay in registers.
