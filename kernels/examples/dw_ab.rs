@@ -1,12 +1,14 @@
 //! A/B of MobileNetV2's depthwise 3×3 convolutions (224² input, batch 1,
 //! bias and ReLU6 fused, channels-last): the f32 kernel (f32 in, f32 out)
 //! against the int8 one (`qconv_depthwise`, i8 in and i8 out, as the
-//! `quant_acts` handoff runs it in an int8-static model). Interleaved run
-//! by run, best time of each.
+//! `quant_acts` handoff runs it in an int8-static model), the latter with
+//! the table's integer kernels and with the AVX2 variant's (whose
+//! depthwise row every x86 variant used before the AVX-512 one).
+//! Interleaved run by run, best time of each.
 //!
 //!     cargo run --release -p kiln-kernels --example dw_ab -- [THREADS [RUNS]]
 
-use kiln_kernels::quant::{qconv_depthwise, ActQuant, DepthwiseQWeights};
+use kiln_kernels::quant::{qconv_depthwise_with, variants, ActQuant, DepthwiseQWeights, QuantKernels};
 use kiln_kernels::{
     best, conv_fused_channels_last, Activation, Context, ConvParams, DType, TensorEpilogue, TensorMut, TensorRef,
 };
@@ -17,9 +19,14 @@ fn main() {
     let runs: usize = std::env::args().nth(2).and_then(|t| t.parse().ok()).unwrap_or(50);
     let table = best();
     let mut cx = Context::with_table(table).with_threads(threads);
-    let (mut total_f, mut total_q) = (0.0, 0.0);
-    println!("| input | channels | stride | f32 (µs) | int8 (µs) | int8 / f32 |");
-    println!("|---|---|---|---|---|---|");
+    // The best variant this CPU runs (the table's), and the AVX2 one.
+    let all = variants();
+    let best_q: QuantKernels = *all.last().expect("the generic variant");
+    let avx2 = all.iter().copied().find(|v| v.name() == "avx2").unwrap_or(best_q);
+    let (mut total_f, mut total_q, mut total_2) = (0.0, 0.0, 0.0);
+    let (b, a) = (best_q.name(), avx2.name());
+    println!("| input | channels | stride | f32 (µs) | int8 {b} (µs) | int8 {a} (µs) | {b} / f32 | {b} / {a} |");
+    println!("|---|---|---|---|---|---|---|---|");
     // (input size, channels, stride) of MobileNetV2's 17 depthwise layers.
     let layers = [
         (112usize, 32usize, 1usize),
@@ -60,25 +67,33 @@ fn main() {
             residual_first: false,
         };
         let (mut yf, mut yq) = (vec![0f32; o * o * c], vec![0i8; o * o * c]);
-        let (mut best_f, mut best_q) = (f64::INFINITY, f64::INFINITY);
+        let (mut best_f, mut best_q_t, mut best_2) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
         for _ in 0..runs {
             let t = Instant::now();
             let xt = TensorRef { data: bytemuck::cast_slice(&x), dtype: DType::F32, shape: &[1, hw, hw, c] };
             let yt = TensorMut { data: bytemuck::cast_slice_mut(&mut yf), dtype: DType::F32, shape: &[1, o, o, c] };
             conv_fused_channels_last(xt, wt, None, Some(bt), &epilogue, &params, yt, &mut cx).expect("f32");
             best_f = best_f.min(t.elapsed().as_secs_f64());
-            let t = Instant::now();
-            let xt = TensorRef { data: bytemuck::cast_slice(&xq), dtype: DType::I8, shape: &[1, hw, hw, c] };
-            let yt = TensorMut { data: bytemuck::cast_slice_mut(&mut yq), dtype: DType::I8, shape: &[1, o, o, c] };
-            let act = ActQuant::Static { scale: 0.02, zero_point: -3 };
-            qconv_depthwise(&mut cx, xt, &wqd, act, Some(&bias), &epilogue, &params, yt, Some((0.03, -128)))
-                .expect("int8");
-            best_q = best_q.min(t.elapsed().as_secs_f64());
+            for (kernels, best) in [(&best_q, &mut best_q_t), (&avx2, &mut best_2)] {
+                let t = Instant::now();
+                let xt = TensorRef { data: bytemuck::cast_slice(&xq), dtype: DType::I8, shape: &[1, hw, hw, c] };
+                let yt = TensorMut { data: bytemuck::cast_slice_mut(&mut yq), dtype: DType::I8, shape: &[1, o, o, c] };
+                let act = ActQuant::Static { scale: 0.02, zero_point: -3 };
+                let out_q = Some((0.03, -128));
+                qconv_depthwise_with(&mut cx, kernels, xt, &wqd, act, Some(&bias), &epilogue, &params, yt, out_q)
+                    .expect("int8");
+                *best = best.min(t.elapsed().as_secs_f64());
+            }
         }
-        let (f, q) = (best_f * 1e6, best_q * 1e6);
+        let (f, q, q2) = (best_f * 1e6, best_q_t * 1e6, best_2 * 1e6);
         total_f += f;
         total_q += q;
-        println!("| {hw}² | {c} | {s} | {f:.1} | {q:.1} | {:.2} |", q / f);
+        total_2 += q2;
+        println!("| {hw}² | {c} | {s} | {f:.1} | {q:.1} | {q2:.1} | {:.2} | {:.2} |", q / f, q / q2);
     }
-    println!("| all 17 | | | {total_f:.1} | {total_q:.1} | {:.2} |", total_q / total_f);
+    println!(
+        "| all 17 | | | {total_f:.1} | {total_q:.1} | {total_2:.1} | {:.2} | {:.2} |",
+        total_q / total_f,
+        total_q / total_2
+    );
 }

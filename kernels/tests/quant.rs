@@ -1336,6 +1336,13 @@ fn qconv_depthwise_follows_the_definition() {
         ((1, 7, 18, 17), (3, 3), (2, 0, 1)),
         ((1, 9, 11, 48), (1, 3), (1, 1, 1)),
         ((1, 10, 10, 24), (3, 1), (2, 1, 1)),
+        // The AVX-512 row's blocks: 32 channels with a masked tail (40,
+        // 50), a last block of 16 (144) or fewer (20) in one vector, and
+        // 8-pixel blocks with tails of 5 and 4 pixels, dilated too.
+        ((1, 6, 21, 144), (3, 3), (1, 1, 1)),
+        ((1, 9, 15, 40), (3, 3), (2, 1, 1)),
+        ((2, 5, 12, 20), (3, 3), (1, 1, 1)),
+        ((1, 10, 19, 50), (3, 3), (1, 2, 2)),
     ];
     let mut clamped = (false, false);
     for (case, &((n, h, wd, c), (kh, kw), (stride, pad, dil))) in cases.iter().enumerate() {
@@ -1434,4 +1441,53 @@ fn qconv_depthwise_follows_the_definition() {
         clamped.1 |= want.contains(&6.0);
     }
     assert_eq!(clamped, (true, true), "both clamps met");
+}
+
+/// The int8 depthwise convolution without a bias or an activation (the
+/// row's other epilogue branches), and with a non-clamp activation (run
+/// on the finished row): every variant, 1 to 4 threads, gives the generic
+/// variant's bits, f32 or i8 output.
+#[test]
+fn qconv_depthwise_epilogues_every_variant_is_bit_exact() {
+    use kiln_isa::Activation;
+    use kiln_kernels::quant::{qconv_depthwise_with, variants, DepthwiseQWeights};
+    use kiln_kernels::{ConvParams, DType, TensorEpilogue, TensorMut, TensorRef};
+    let (n, h, wd, c) = (1, 9, 19, 72);
+    let (k, stride, pad) = (3, 1, 1);
+    let mut seed = 77;
+    let x: Vec<f32> = (0..n * h * wd * c).map(|_| lcg(&mut seed) * 3.0).collect();
+    let q: Vec<i8> = (0..c * k * k).map(|i| ((i * 53 + 7) % 256) as u8 as i8).collect();
+    let scales: Vec<f32> = (0..c).map(|j| 0.003 + j as f32 * 0.0002).collect();
+    let w = DepthwiseQWeights::new(&q, &[c, 1, k, k], &scales).unwrap();
+    let (oh, ow) = ((h + 2 * pad - k) / stride + 1, (wd + 2 * pad - k) / stride + 1);
+    let out_shape = [n, oh, ow, c];
+    let p = ConvParams { stride: &[stride; 2], padding: &[pad; 2], dilation: &[1; 2], groups: c };
+    let act = ActQuant::Static { scale: 0.0231, zero_point: 9 };
+    let xr = TensorRef { dtype: DType::F32, shape: &[n, h, wd, c], data: bytemuck::cast_slice(&x) };
+    let all = variants();
+    for activation in [None, Some(Activation::Relu), Some(Activation::Gelu)] {
+        let e = TensorEpilogue { activation, residual: None, residual_first: false };
+        let run = |kernels, threads, quant: Option<(f32, i32)>| {
+            let mut cx = Context::new().with_threads(threads);
+            let mut f = vec![0f32; n * oh * ow * c];
+            let mut g = vec![0i8; f.len()];
+            let (dtype, data): (DType, &mut [u8]) = match quant {
+                Some(_) => (DType::I8, bytemuck::cast_slice_mut(&mut g)),
+                None => (DType::F32, bytemuck::cast_slice_mut(&mut f)),
+            };
+            let out = TensorMut { dtype, shape: &out_shape, data };
+            qconv_depthwise_with(&mut cx, kernels, xr, &w, act, None, &e, &p, out, quant).unwrap();
+            (f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), g)
+        };
+        for quant in [None, Some((0.0311f32, -4))] {
+            let want = run(&all[0], 1, quant);
+            assert!(want.0.iter().any(|&v| v != 0) || want.1.iter().any(|&v| v != 0), "a non-zero result");
+            for kernels in &all {
+                for threads in 1..=4 {
+                    let got = run(kernels, threads, quant);
+                    assert_eq!(got, want, "{} at {threads} threads, {activation:?}, {quant:?}", kernels.name());
+                }
+            }
+        }
+    }
 }

@@ -23,7 +23,8 @@
 //! # Blocking
 //! A row function computes one output row: [`PIXELS`] output pixels at a
 //! time, 16 channels per block, so each weight pair loaded serves several
-//! pixels and the sums stay in registers over the taps. The i32 sums are
+//! pixels and the sums stay in registers over the taps (the AVX-512 row:
+//! 32 channels × 8 pixels, see `x86_64::avx512::quant`). The i32 sums are
 //! written into the output row (f32 storage), then each pixel's epilogue
 //! (scale, bias) runs over the whole row in place. With `out_quant` the
 //! result is i8, each f32 value quantized as the next layer would quantize
@@ -114,6 +115,8 @@ pub(crate) struct DepthwiseRow<'a> {
     pub(crate) weights: &'a [i32],
     /// Each term's offset (in lanes) from an output pixel's first tap.
     pub(crate) offs: &'a [usize],
+    /// Terms per kernel row (`offs` holds the rows one after another).
+    pub(crate) row_terms: usize,
     pub(crate) cp: usize,
     pub(crate) channels: usize,
     /// Lanes between two output pixels' first taps (stride · `Cp`).
@@ -348,21 +351,21 @@ pub fn qconv_depthwise_with(
     let wp = ((ow - 1) * sx + (kw - 1) * dx + 1).div_ceil(every);
     // Terms: a kernel row's taps in pairs (no horizontal dilation) or alone.
     let mut offs = [0usize; MAX_TAPS];
-    let (weights, terms) = if dx == 1 {
+    let (weights, terms, row_terms) = if dx == 1 {
         let kw2 = kw.div_ceil(2);
         for ty in 0..kh {
             for j in 0..kw2 {
                 offs[ty * kw2 + j] = (ty * dy * wp + 2 * j / every) * cp;
             }
         }
-        (&w.pairs[..], kh * kw2)
+        (&w.pairs[..], kh * kw2, kw2)
     } else {
         for ty in 0..kh {
             for tx in 0..kw {
                 offs[ty * kw + tx] = (ty * dy * wp + tx * dx) * cp;
             }
         }
-        (&w.singles[..], kh * kw)
+        (&w.singles[..], kh * kw, kw)
     };
     let img_len = hp * wp * cp;
     // Without a residual, a clamp and the output's quantization run in the
@@ -419,6 +422,7 @@ pub fn qconv_depthwise_with(
             img: &*img,
             weights,
             offs: &offs[..terms],
+            row_terms,
             cp,
             channels: c,
             step: sx / every * cp,

@@ -46,6 +46,18 @@ unsafe fn pairs_avx2(src: &[i8], zp: i32, c: usize, left: usize, every: usize, d
 /// (scale, bias, clamp, and the output's quantization) runs on them there,
 /// the portable loops' operations in their order.
 fn depthwise(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    depthwise_bounds(job, base, out, q);
+    // SAFETY: AVX2 was detected before this entry was installed; the
+    // bounds checked above hold every load (a block's 16 lanes end at or
+    // before `Cp`) and every store (`ow · c` values).
+    unsafe { depthwise_avx2(job, base, out, q) }
+}
+
+/// The bounds every x86 depthwise row function relies on: each output
+/// pixel's taps (`Cp` lanes from each term's offset) inside the image, a
+/// weight vector of `Cp` lanes per term, `Cp` scales and biases, and an i8
+/// row as long as the f32 one when the row is quantized.
+pub(crate) fn depthwise_bounds(job: &DepthwiseRow<'_>, base: usize, out: &[f32], q: &[i8]) {
     let (c, cp) = (job.channels, job.cp);
     assert!(c > 0 && cp >= c && cp.is_multiple_of(BLOCK) && out.len().is_multiple_of(c), "depthwise: shapes");
     let ow = out.len() / c;
@@ -54,10 +66,6 @@ fn depthwise(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8])
     assert!(job.weights.len() >= job.offs.len() * cp, "depthwise: weights too short");
     assert!(job.scales.len() >= cp && job.bias.len() >= cp, "depthwise: scales or bias");
     assert!(job.quant.is_none() || q.len() == out.len(), "depthwise: i8 row");
-    // SAFETY: AVX2 was detected before this entry was installed; the
-    // asserts bound every load (a block's 16 lanes end at or before `Cp`)
-    // and every store (`ow · c` values).
-    unsafe { depthwise_avx2(job, base, out, q) }
 }
 
 #[target_feature(enable = "avx2,fma")]

@@ -4,9 +4,11 @@
 //! row), two weight vectors and one broadcast per row and lane step.
 //! Activations are stored as `q + 128` (u8); the driver subtracts
 //! `128 · Σ_p w` per column. AVX-512BW (no VNNI): exact i16 `vpmaddwd`.
-//! Also the AVX-512F weight-only kernel.
+//! Also the AVX-512F weight-only kernel, and the int8 depthwise row on zmm
+//! (32 channels per block; `vpdpwssd` with VNNI, `vpmaddwd` + `vpaddd`
+//! without).
 
-use crate::quant::{Acts, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr};
+use crate::quant::{Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr};
 use std::arch::x86_64::*;
 
 const MR: usize = 8;
@@ -14,12 +16,272 @@ const NR: usize = 32;
 
 /// The table entry; installed only after AVX-512F and AVX-512 VNNI were detected.
 pub(crate) const INT8_AVX512_VNNI: QGemmUkr =
-    QGemmUkr { variant: "avx512_vnni_8x32", mr: MR, nr: NR, acts: Acts::U8Offset, run: int8, driver: DRIVER };
+    QGemmUkr { variant: "avx512_vnni_8x32", mr: MR, nr: NR, acts: Acts::U8Offset, run: int8, driver: DRIVER_VNNI };
 
 /// The AVX2 driver with its tile stores compiled for AVX-512 (the same
-/// loops 16 lanes wide, i32 → i8 by one saturating pack): the same
-/// operations, so the same bits. For the AVX-512 entries only.
-const DRIVER: Driver = Driver { store, store_q, ..crate::x86_64::avx2::quant::DRIVER };
+/// loops 16 lanes wide, i32 → i8 by one saturating pack) and the
+/// depthwise row on zmm: the same operations, so the same bits. For the
+/// AVX-512BW entry.
+const DRIVER: Driver = Driver {
+    store,
+    store_q,
+    depthwise: DepthwiseFns { pairs, row: depthwise_bw },
+    ..crate::x86_64::avx2::quant::DRIVER
+};
+
+/// [`DRIVER`] with the depthwise row's pair products accumulated by
+/// `vpdpwssd`. For the AVX-512 VNNI entry.
+const DRIVER_VNNI: Driver = Driver { depthwise: DepthwiseFns { pairs, row: depthwise_vnni }, ..DRIVER };
+
+/// The pair image's rows ([`crate::quant::pair_row`]) compiled for AVX-512:
+/// the same integer operations 16 lanes wide.
+fn pairs(src: &[i8], zp: i32, c: usize, left: usize, every: usize, dst: &mut [i32]) {
+    // SAFETY: the AVX-512 entries are installed after AVX-512F/BW were detected.
+    unsafe { pairs_avx512(src, zp, c, left, every, dst) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn pairs_avx512(src: &[i8], zp: i32, c: usize, left: usize, every: usize, dst: &mut [i32]) {
+    crate::quant::pair_row(src, zp, c, left, every, dst)
+}
+
+/// Output pixels per depthwise block: with two zmm of sums per pixel,
+/// sixteen accumulators and the two weight vectors stay in registers.
+const DW_PIXELS: usize = 8;
+
+/// The depthwise row ([`crate::quant::depthwise_row`]) on zmm: blocks of
+/// 32 channels (a last block of at most 16 in one vector) by
+/// [`DW_PIXELS`] output pixels, each weight-pair vector loaded once per
+/// term for every pixel; the sums are exact i32 (`vpmaddwd` then `vpaddd`),
+/// the epilogue the AVX2 row's operations in its order. Channel tails are
+/// masked loads and stores (lanes past `C` never read nor written).
+fn depthwise_bw(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    crate::x86_64::avx2::quant::depthwise_bounds(job, base, out, q);
+    // SAFETY: the AVX-512BW entry is installed after AVX-512F/BW/VL were
+    // detected; the bounds hold every masked load (lanes below `C` of a
+    // pixel's `Cp`) and store (`ow · c` values).
+    unsafe { depthwise_bw_inner(job, base, out, q) }
+}
+
+/// [`depthwise_bw`] with `vpdpwssd` (the pair products added into the sums
+/// in one instruction, exact: no saturation, and no sum can overflow).
+fn depthwise_vnni(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    crate::x86_64::avx2::quant::depthwise_bounds(job, base, out, q);
+    // SAFETY: as for `depthwise_bw`, and the VNNI entry is installed after
+    // AVX-512 VNNI was detected.
+    unsafe { depthwise_vnni_inner(job, base, out, q) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn depthwise_bw_inner(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    depthwise_row::<false>(job, base, out, q)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn depthwise_vnni_inner(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    depthwise_row::<true>(job, base, out, q)
+}
+
+/// The row's blocks; inlined into a `#[target_feature]` caller (with VNNI
+/// when `VNNI`).
+#[inline(always)]
+unsafe fn depthwise_row<const VNNI: bool>(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    let c = job.channels;
+    let ow = out.len() / c;
+    // Kernel rows of two terms whose second starts one or two pixel steps
+    // after the first (3×3 and 4-wide kernels at stride 1, or 2 with the
+    // even-column image): a row's image vectors serve both terms.
+    let (offs, step) = (job.offs, job.step);
+    let gap = if job.row_terms == 2 && offs.len() >= 2 && step > 0 { offs[1] - offs[0] } else { 0 };
+    let window = match gap / step.max(1) {
+        d @ (1 | 2) if gap == d * step && offs.chunks_exact(2).all(|r| r[1] - r[0] == gap) => d,
+        _ => 0,
+    };
+    for c0 in (0..c).step_by(32) {
+        let n = 32.min(c - c0);
+        let mut ox = 0;
+        while ox < ow {
+            let p = DW_PIXELS.min(ow - ox);
+            match (n > 16, p == DW_PIXELS, window) {
+                (true, true, 1) => depthwise_window::<2, VNNI, 1>(job, base, ox, c0, n, out, q),
+                (true, true, 2) => depthwise_window::<2, VNNI, 2>(job, base, ox, c0, n, out, q),
+                (false, true, 1) => depthwise_window::<1, VNNI, 1>(job, base, ox, c0, n, out, q),
+                (false, true, 2) => depthwise_window::<1, VNNI, 2>(job, base, ox, c0, n, out, q),
+                (true, ..) => depthwise_pixels::<2, VNNI>(job, base, ox, p, c0, n, out, q),
+                (false, ..) => depthwise_pixels::<1, VNNI>(job, base, ox, p, c0, n, out, q),
+            }
+            ox += DW_PIXELS;
+        }
+    }
+}
+
+/// The lanes of the block's `H` vectors below `n`.
+#[inline(always)]
+fn lane_masks<const H: usize>(n: usize) -> [__mmask16; H] {
+    let full = (1u64 << n) - 1;
+    std::array::from_fn(|h| (full >> (16 * h)) as __mmask16)
+}
+
+/// `a + x · w` over i16 pairs, exact (`vpdpwssd`, or `vpmaddwd` + `vpaddd`).
+#[inline(always)]
+unsafe fn pair_dot<const VNNI: bool>(a: __m512i, x: __m512i, w: __m512i) -> __m512i {
+    if VNNI {
+        _mm512_dpwssd_epi32(a, x, w)
+    } else {
+        _mm512_add_epi32(a, _mm512_madd_epi16(x, w))
+    }
+}
+
+/// [`DW_PIXELS`] pixels of a two-term-row kernel whose second term is `D`
+/// pixel steps after the first: per kernel row, `DW_PIXELS + D` image
+/// vectors each loaded once, each added to one or two pixels' sums (the
+/// same products as [`depthwise_block`]'s, so the same exact sums).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn depthwise_window<const H: usize, const VNNI: bool, const D: usize>(
+    job: &DepthwiseRow<'_>,
+    base: usize,
+    ox: usize,
+    c0: usize,
+    n: usize,
+    out: &mut [f32],
+    q: &mut [i8],
+) {
+    const P: usize = DW_PIXELS;
+    let (cp, step) = (job.cp, job.step);
+    let (img, wts) = (job.img.as_ptr(), job.weights.as_ptr());
+    let masks = lane_masks::<H>(n);
+    let mut acc = [[_mm512_setzero_si512(); H]; P];
+    for (r, o) in job.offs.chunks_exact(2).enumerate() {
+        let wt = wts.add(2 * r * cp + c0);
+        let w0: [__m512i; H] = std::array::from_fn(|h| _mm512_maskz_loadu_epi32(masks[h], wt.add(16 * h) as *const _));
+        let w1: [__m512i; H] =
+            std::array::from_fn(|h| _mm512_maskz_loadu_epi32(masks[h], wt.add(cp + 16 * h) as *const _));
+        let x = img.add(base + ox * step + o[0] + c0);
+        for i in 0..P + D {
+            let xp = x.add(i * step);
+            for h in 0..H {
+                let xv = _mm512_maskz_loadu_epi32(masks[h], xp.add(16 * h) as *const _);
+                if i < P {
+                    acc[i][h] = pair_dot::<VNNI>(acc[i][h], xv, w0[h]);
+                }
+                if i >= D {
+                    acc[i - D][h] = pair_dot::<VNNI>(acc[i - D][h], xv, w1[h]);
+                }
+            }
+        }
+    }
+    depthwise_finish(job, &acc, ox, c0, masks, out, q);
+}
+
+/// `p` (1 to [`DW_PIXELS`]) pixels from `ox`, `H` vectors of channels
+/// from `c0` (`n` of them valid).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn depthwise_pixels<const H: usize, const VNNI: bool>(
+    job: &DepthwiseRow<'_>,
+    base: usize,
+    ox: usize,
+    p: usize,
+    c0: usize,
+    n: usize,
+    out: &mut [f32],
+    q: &mut [i8],
+) {
+    macro_rules! block {
+        ($($p:literal)*) => {
+            match p {
+                $($p => depthwise_block::<$p, H, VNNI>(job, base, ox, c0, n, out, q),)*
+                _ => unreachable!("depthwise: pixel count"),
+            }
+        };
+    }
+    block!(1 2 3 4 5 6 7 8)
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn depthwise_block<const P: usize, const H: usize, const VNNI: bool>(
+    job: &DepthwiseRow<'_>,
+    base: usize,
+    ox: usize,
+    c0: usize,
+    n: usize,
+    out: &mut [f32],
+    q: &mut [i8],
+) {
+    let (cp, step) = (job.cp, job.step);
+    let (img, wts) = (job.img.as_ptr(), job.weights.as_ptr());
+    let masks = lane_masks::<H>(n);
+    let mut acc = [[_mm512_setzero_si512(); H]; P];
+    for (t, &o) in job.offs.iter().enumerate() {
+        let wt = wts.add(t * cp + c0);
+        let w: [__m512i; H] = std::array::from_fn(|h| _mm512_maskz_loadu_epi32(masks[h], wt.add(16 * h) as *const _));
+        let x = img.add(base + ox * step + o + c0);
+        for (p, a) in acc.iter_mut().enumerate() {
+            let xp = x.add(p * step);
+            for h in 0..H {
+                let xv = _mm512_maskz_loadu_epi32(masks[h], xp.add(16 * h) as *const _);
+                a[h] = pair_dot::<VNNI>(a[h], xv, w[h]);
+            }
+        }
+    }
+    depthwise_finish(job, &acc, ox, c0, masks, out, q);
+}
+
+/// The block's epilogue: `(f32(sum) · s) · scale + bias`, the clamp, and
+/// the f32 store or the output's quantization, on the valid lanes.
+#[inline(always)]
+unsafe fn depthwise_finish<const P: usize, const H: usize>(
+    job: &DepthwiseRow<'_>,
+    acc: &[[__m512i; H]; P],
+    ox: usize,
+    c0: usize,
+    masks: [__mmask16; H],
+    out: &mut [f32],
+    q: &mut [i8],
+) {
+    let c = job.channels;
+    let s = _mm512_set1_ps(job.s);
+    let (lo, hi) = job.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+    let (inv, zp) = match job.quant {
+        Some((os, ozp)) => (1.0 / os, ozp as f32),
+        None => (1.0, 0.0),
+    };
+    let (inv, zp) = (_mm512_set1_ps(inv), _mm512_set1_ps(zp));
+    let (qlo, qhi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
+    let sc: [__m512; H] =
+        std::array::from_fn(|h| _mm512_maskz_loadu_ps(masks[h], job.scales.as_ptr().add(c0 + 16 * h)));
+    let bias: [__m512; H] =
+        std::array::from_fn(|h| _mm512_maskz_loadu_ps(masks[h], job.bias.as_ptr().add(c0 + 16 * h)));
+    for (p, a) in acc.iter().enumerate() {
+        let at = (ox + p) * c + c0;
+        for h in 0..H {
+            // (f32(sum) · s) · scale + bias, then the clamp kernel's
+            // comparisons (`maxps(lo, v)` keeps a NaN `v`).
+            let mut v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a[h]), s), sc[h]);
+            if job.has_bias {
+                v = _mm512_add_ps(v, bias[h]);
+            }
+            let v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+            if job.quant.is_some() {
+                // `quantize_value`: rint(v · inv) + zp (half to even),
+                // clamped to [-128, 127], NaN to 0.
+                let r = _mm512_add_ps(
+                    _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(v, inv)),
+                    zp,
+                );
+                let clamped = _mm512_min_ps(_mm512_max_ps(r, qlo), qhi);
+                let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r);
+                let qv = _mm512_cvttps_epi32(_mm512_maskz_mov_ps(ordered, clamped));
+                _mm_mask_storeu_epi8(q.as_mut_ptr().add(at + 16 * h), masks[h], _mm512_cvtsepi32_epi8(qv));
+            } else {
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add(at + 16 * h), masks[h], v);
+            }
+        }
+    }
+}
 
 fn store(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
     // SAFETY: the AVX-512 entries are installed after AVX-512F/BW were detected.
