@@ -542,7 +542,7 @@ pub(crate) fn tap_rows<'a>(job: &DepthwiseRows<'a>, r: usize) -> [Option<&'a [f3
 /// Where tap `t` of output pixel `ox + p` reads its `C` channels, for the
 /// `P` pixels from `ox`: `srcs[t][p]` (the zero pixel in the padding). Each
 /// pointer starts `C` readable floats. (For the x86-64 row kernels.)
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", feature = "isa"))]
 #[inline(always)]
 pub(crate) fn pixel_sources<const P: usize>(
     job: &DepthwiseRows<'_>,

@@ -115,7 +115,9 @@ pub(crate) struct DepthwiseRow<'a> {
     pub(crate) weights: &'a [i32],
     /// Each term's offset (in lanes) from an output pixel's first tap.
     pub(crate) offs: &'a [usize],
-    /// Terms per kernel row (`offs` holds the rows one after another).
+    /// Terms per kernel row (`offs` holds the rows one after another;
+    /// read by the AVX-512 rows only).
+    #[cfg_attr(not(all(target_arch = "x86_64", feature = "isa")), allow(dead_code))]
     pub(crate) row_terms: usize,
     pub(crate) cp: usize,
     pub(crate) channels: usize,
