@@ -152,7 +152,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  kiln run model.kiln --input 0=x.npy --output-dir out/\n  kiln run model.kiln --input x=x.npy --json\n  kiln run model.kiln --input x=x.npy --device tpu\n\nKILN_PJRT_PLUGIN=/path/plugin.so overrides where `tpu` and `gpu` find their PJRT plugin, and\nselects that plugin when --device is not given and the artifact has accelerator segments."
     )]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Describe an artifact: inputs, outputs, kernels, memory.
     #[command(after_help = "Example:\n  kiln inspect model.kiln --json")]
     Inspect {

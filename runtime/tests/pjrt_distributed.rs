@@ -643,21 +643,10 @@ mod sessions {
         for node in [0, 1] {
             assert_eq!(executed.iter().filter(|e| **e == (node, 2)).count(), 2, "host {node}: {executed:?}");
         }
-        // Each host published its half of `y` for each run, nothing else.
+        // Each host published its half of `y` for each run, put for the one
+        // other host: every piece (and launch record) is gone after its read.
         let keys: Vec<String> = service.store().keys().into_iter().filter(|k| k.starts_with("kiln/run/")).collect();
-        let expect = [
-            "kiln/run/0/call/0/result/0/part/0",
-            "kiln/run/0/call/0/result/0/part/1",
-            "kiln/run/0/call/0/result/0/part/2",
-            "kiln/run/0/call/0/result/0/part/3",
-            "kiln/run/0/call/1/result/0/part/0",
-            "kiln/run/0/call/1/result/0/part/1",
-            "kiln/run/0/call/1/result/0/part/2",
-            "kiln/run/0/call/1/result/0/part/3",
-            "kiln/run/0/launch/0",
-            "kiln/run/0/launch/1",
-        ];
-        assert_eq!(keys, expect);
+        assert_eq!(keys, Vec::<String>::new());
 
         // One process over the XLA CPU plugin's four devices runs the same
         // artifact to the same bytes (when the plugin is at hand).

@@ -73,6 +73,7 @@ fn mesh_and_shard_flags() {
         let device = format!("pjrt:{}", plugin.to_string_lossy());
         let (ok, text) = kiln(&["run", artifact, "--device", &device, "--input", &format!("0={input}")]);
         assert!(ok && text.contains("SPMD over 2 devices"), "{text}");
+        two_nodes_return_the_one_process_outputs(artifact, &device, input, &dir);
     }
     // auto explains itself: the cost model, every strategy, every layer's options.
     let (ok, text) =
@@ -120,6 +121,69 @@ fn mesh_and_shard_flags() {
 
 /// `--shard auto` on a mixture of experts: the report lists each experts'
 /// layer with expert parallelism among its costed options.
+/// `kiln run --node I/N --coordinator ADDR`, two processes started together:
+/// node 1 first (it retries the coordinator until node 0 listens), node 0
+/// waits for node 1's report before it exits. The XLA CPU plugin gives each
+/// process every device, so each runs the whole mesh (no exchange: the
+/// exchange is tested with a fake multi-host plugin in the runtime); both
+/// write the one-process bytes.
+fn two_nodes_return_the_one_process_outputs(artifact: &str, device: &str, input: &str, dir: &std::path::Path) {
+    let out = |name: &str| dir.join(name).to_str().expect("utf-8 temp path").to_string();
+    let (ok, text) =
+        kiln(&["run", artifact, "--device", device, "--input", &format!("0={input}"), "--output-dir", &out("one")]);
+    assert!(ok, "{text}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let coordinator = format!("127.0.0.1:{port}");
+    let node = |i: u32| {
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["run", artifact, "--device", device, "--input", &format!("0={input}")])
+            .args([
+                "--output-dir",
+                &out(&format!("node{i}")),
+                "--node",
+                &format!("{i}/2"),
+                "--coordinator",
+                &coordinator,
+            ])
+            .args(["--session", "cli-test", "--peer-timeout", "60"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn kiln")
+    };
+    let mut peer = node(1);
+    let status = node(0).wait().expect("node 0");
+    assert!(status.success(), "node 0 failed");
+    assert!(peer.wait().expect("node 1").success(), "node 1 failed");
+    let one = std::fs::read(dir.join("one/output_0.npy")).expect("one-process output");
+    for i in 0..2 {
+        let got = std::fs::read(dir.join(format!("node{i}/output_0.npy"))).expect("node output");
+        assert_eq!(got, one, "node {i}");
+    }
+    // A peer that fails is named by node 0.
+    let peer = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["run", artifact, "--device", device, "--input", "0=/nonexistent.npy"])
+        .args(["--node", "1/2", "--coordinator", &coordinator, "--peer-timeout", "60"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn kiln");
+    let (ok, text) = kiln(&[
+        "run",
+        artifact,
+        "--device",
+        device,
+        "--input",
+        &format!("0={input}"),
+        "--node",
+        "0/2",
+        "--coordinator",
+        &coordinator,
+        "--peer-timeout",
+        "60",
+    ]);
+    assert!(!peer.wait_with_output().expect("node 1").status.success());
+    assert!(!ok && text.contains("node 1 failed:") && text.contains("nonexistent.npy"), "{text}");
+}
+
 #[test]
 fn auto_report_shows_expert_parallelism() {
     if !cfg!(feature = "mlir") {

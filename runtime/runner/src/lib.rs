@@ -6,6 +6,8 @@
 //! - [`npy`]: `.npy` reading and writing; [`steps`]: `--steps` folders.
 //! - [`cmd_run`] with [`RunArgs`]; [`cmd_inspect`].
 
+#[cfg(feature = "pjrt")]
+mod hosts;
 mod inspect;
 pub mod npy;
 mod run;

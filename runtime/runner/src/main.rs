@@ -21,7 +21,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  kiln-run run model.kiln --input 0=x.npy --output-dir out/\n  kiln-run run policy.kiln --steps log/ --output-dir out/ --json"
     )]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Describe an artifact: inputs, outputs, kernels, memory.
     Inspect {
         artifact: PathBuf,

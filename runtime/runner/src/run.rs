@@ -51,6 +51,9 @@ pub struct RunArgs {
     /// a K/M/G suffix) [default: 8G].
     #[arg(long, value_parser = parse_bytes)]
     pub max_memory: Option<u64>,
+    #[cfg(feature = "pjrt")]
+    #[command(flatten)]
+    pub hosts: crate::hosts::HostArgs,
 }
 
 /// `4096`, `64K`, `512M`, `8G` (binary multiples) as bytes.
@@ -166,14 +169,15 @@ fn choose_device(program: &Program, flag: Option<&str>) -> Result<Device, String
 
 /// `kiln run --steps DIR`: every step through one session, outputs per step,
 /// per-step latency with `--json`.
-fn cmd_run_steps(args: &RunArgs, dir: &Path) -> CliResult {
+fn cmd_run_steps(args: &RunArgs, dir: &Path, configure: &dyn Fn(&mut SessionOptions)) -> CliResult {
     let program = load(&args.artifact)?;
     let steps = crate::steps::step_dirs(dir)?;
     let declared = program.inputs();
     let defaults = SessionOptions::default();
     let max_arena_bytes = args.max_memory.unwrap_or(defaults.max_arena_bytes);
     let device = choose_device(&program, args.device.as_deref())?;
-    let options = SessionOptions { device, device_index: args.device_index, max_arena_bytes, ..defaults };
+    let mut options = SessionOptions { device, device_index: args.device_index, max_arena_bytes, ..defaults };
+    configure(&mut options);
     let mut session = program.session_with(&options).map_err(|e| e.to_string())?;
     let mut report = Vec::new();
     for (k, step) in steps.iter().enumerate() {
@@ -206,8 +210,18 @@ fn cmd_run_steps(args: &RunArgs, dir: &Path) -> CliResult {
 }
 
 pub fn cmd_run(args: &RunArgs) -> CliResult {
+    #[cfg(feature = "pjrt")]
+    if let Some(hosts) = args.hosts.start()? {
+        let result = run_with(args, &|o: &mut SessionOptions| o.distributed = Some(hosts.distributed.clone()));
+        return hosts.finish(result);
+    }
+    run_with(args, &|_: &mut SessionOptions| {})
+}
+
+/// `cmd_run` with `configure` applied to the session's options.
+fn run_with(args: &RunArgs, configure: &dyn Fn(&mut SessionOptions)) -> CliResult {
     if let Some(dir) = &args.steps {
-        return cmd_run_steps(args, dir);
+        return cmd_run_steps(args, dir, configure);
     }
     let (artifact, specs, output_dir, as_json, repeat) =
         (args.artifact.as_path(), &args.inputs[..], args.output_dir.as_deref(), args.json, args.repeat);
@@ -218,7 +232,7 @@ pub fn cmd_run(args: &RunArgs) -> CliResult {
     let defaults = SessionOptions::default();
     let max_arena_bytes = args.max_memory.unwrap_or(defaults.max_arena_bytes);
     let threads = args.threads.map_or(defaults.threads, |t| t as usize);
-    let options = SessionOptions {
+    let mut options = SessionOptions {
         device: choose_device(&program, device)?,
         device_index,
         max_arena_bytes,
@@ -226,6 +240,7 @@ pub fn cmd_run(args: &RunArgs) -> CliResult {
         spin: !args.no_spin,
         ..defaults
     };
+    configure(&mut options);
     let mut session = program.session_with(&options).map_err(|e| e.to_string())?;
     let accel_json = session.accel_info().map(|a| {
         if !as_json {

@@ -348,6 +348,7 @@ impl AccelState {
                     &results,
                     &fingerprint,
                     d.timeout,
+                    d.session.as_deref(),
                 )?;
                 (run.sources.clone(), Some(run))
             }

@@ -49,6 +49,14 @@ pub trait KvStore: Send + Sync {
     fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, KvError>;
     /// The value if the key is set now ([`KvError::NotFound`] otherwise).
     fn try_get(&self, key: &str) -> Result<Vec<u8>, KvError>;
+    /// Sets `key` for exactly `readers` reads: the store drops it after the
+    /// `readers`-th successful `get`/`try_get`, so per-call traffic does not
+    /// pile up in a long-running service. A store that cannot count (the
+    /// default) keeps the key like `put`.
+    fn put_for_readers(&self, key: &str, value: &[u8], readers: u32) -> Result<(), KvError> {
+        let _ = readers;
+        self.put(key, value)
+    }
 }
 
 fn check_sizes(key: &str, value_len: usize) -> Result<(), KvError> {
@@ -65,8 +73,15 @@ fn check_sizes(key: &str, value_len: usize) -> Result<(), KvError> {
 /// for several clients of one process.
 #[derive(Default)]
 pub struct MemoryKvStore {
-    map: Mutex<HashMap<String, Vec<u8>>>,
+    map: Mutex<HashMap<String, Entry>>,
     changed: Condvar,
+}
+
+/// A stored value and, when it was put for a number of readers, how many
+/// reads it has left.
+struct Entry {
+    value: Vec<u8>,
+    reads_left: Option<u32>,
 }
 
 impl MemoryKvStore {
@@ -81,26 +96,54 @@ impl MemoryKvStore {
         keys
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         // A panic while holding the lock leaves a consistent map (inserts are atomic).
         self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn insert(&self, key: &str, value: &[u8], reads_left: Option<u32>) -> Result<(), KvError> {
+        check_sizes(key, value.len())?;
+        let mut map = self.lock();
+        if reads_left == Some(0) {
+            // Nobody will read it.
+            map.remove(key);
+        } else {
+            map.insert(key.to_string(), Entry { value: value.to_vec(), reads_left });
+        }
+        drop(map);
+        self.changed.notify_all();
+        Ok(())
+    }
+}
+
+/// One read of `key`: its value, dropping the entry on its last counted read.
+fn read_once(map: &mut HashMap<String, Entry>, key: &str) -> Option<Vec<u8>> {
+    let entry = map.get_mut(key)?;
+    match &mut entry.reads_left {
+        Some(1) => map.remove(key).map(|e| e.value),
+        Some(n) => {
+            *n -= 1;
+            Some(entry.value.clone())
+        }
+        None => Some(entry.value.clone()),
     }
 }
 
 impl KvStore for MemoryKvStore {
     fn put(&self, key: &str, value: &[u8]) -> Result<(), KvError> {
-        check_sizes(key, value.len())?;
-        self.lock().insert(key.to_string(), value.to_vec());
-        self.changed.notify_all();
-        Ok(())
+        self.insert(key, value, None)
+    }
+
+    fn put_for_readers(&self, key: &str, value: &[u8], readers: u32) -> Result<(), KvError> {
+        self.insert(key, value, Some(readers))
     }
 
     fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, KvError> {
         let deadline = Instant::now() + timeout;
         let mut map = self.lock();
         loop {
-            if let Some(v) = map.get(key) {
-                return Ok(v.clone());
+            if let Some(v) = read_once(&mut map, key) {
+                return Ok(v);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -111,17 +154,20 @@ impl KvStore for MemoryKvStore {
     }
 
     fn try_get(&self, key: &str) -> Result<Vec<u8>, KvError> {
-        self.lock().get(key).cloned().ok_or_else(|| KvError::NotFound(key.to_string()))
+        read_once(&mut self.lock(), key).ok_or_else(|| KvError::NotFound(key.to_string()))
     }
 }
 
 // The wire protocol, one request per connection (coordination traffic is a
 // handful of calls per client creation):
-//   request:  op u8 ('P' put, 'G' get, 'T' try-get), key length u32 LE, key,
-//             then for 'P' value length u32 LE and value, for 'G' timeout ms u32 LE;
+//   request:  op u8 ('P' put, 'R' put for readers, 'G' get, 'T' try-get),
+//             key length u32 LE, key, then for 'P' value length u32 LE and
+//             value, for 'R' readers u32 LE then the value as for 'P', for
+//             'G' timeout ms u32 LE;
 //   response: status u8 (0 ok, 1 not found, 2 timeout, 3 error), length u32
 //             LE, then the value (ok) or a UTF-8 message (error).
 const OP_PUT: u8 = b'P';
+const OP_PUT_FOR_READERS: u8 = b'R';
 const OP_GET: u8 = b'G';
 const OP_TRY_GET: u8 = b'T';
 const ST_OK: u8 = 0;
@@ -232,6 +278,11 @@ fn handle(mut conn: TcpStream, store: &MemoryKvStore) -> std::io::Result<()> {
             let value = read_field(&mut conn, MAX_VALUE_BYTES, "value")?;
             store.put(&key, &value).map(|()| Vec::new())
         }
+        OP_PUT_FOR_READERS => {
+            let readers = read_u32(&mut conn)?;
+            let value = read_field(&mut conn, MAX_VALUE_BYTES, "value")?;
+            store.put_for_readers(&key, &value, readers).map(|()| Vec::new())
+        }
         OP_GET => {
             let ms = read_u32(&mut conn)?;
             store.get(&key, Duration::from_millis(u64::from(ms)))
@@ -308,6 +359,14 @@ impl KvStore for RemoteKvStore {
         self.request(OP_PUT, key, &tail, Duration::ZERO).map(drop)
     }
 
+    fn put_for_readers(&self, key: &str, value: &[u8], readers: u32) -> Result<(), KvError> {
+        check_sizes(key, value.len())?;
+        let mut tail = readers.to_le_bytes().to_vec();
+        tail.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        tail.extend_from_slice(value);
+        self.request(OP_PUT_FOR_READERS, key, &tail, Duration::ZERO).map(drop)
+    }
+
     fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, KvError> {
         check_sizes(key, 0)?;
         let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
@@ -334,6 +393,12 @@ pub struct Distributed {
     /// ([`Self::new`]: 300 s). Client creation waits as long as the plugin
     /// chooses.
     pub timeout: Duration,
+    /// The session's name, the same in every process and unique among the
+    /// run's live sessions: it pairs the sessions of the processes. `None`
+    /// ([`Self::new`]): the n-th distributed session of each process pairs
+    /// with the n-th of the others, so every process must create them in the
+    /// same order.
+    pub session: Option<String>,
 }
 
 impl std::fmt::Debug for Distributed {
@@ -342,7 +407,8 @@ impl std::fmt::Debug for Distributed {
     }
 }
 
-/// The same process and the same store (clients are cached by options).
+/// The same process and the same store (clients are cached by options; the
+/// session name is not part of a client's identity).
 impl PartialEq for Distributed {
     fn eq(&self, other: &Self) -> bool {
         self.node_id == other.node_id
@@ -356,15 +422,15 @@ impl Eq for Distributed {}
 impl Distributed {
     /// Node `node_id` of `num_nodes`, reaching `store`, with the default timeout.
     pub fn new(node_id: u32, num_nodes: u32, store: Arc<dyn KvStore>) -> Distributed {
-        Distributed { node_id, num_nodes, store, timeout: Duration::from_secs(300) }
+        Distributed { node_id, num_nodes, store, timeout: Duration::from_secs(300), session: None }
     }
 
-    /// Checks `node_id < num_nodes`.
+    /// Checks `node_id < num_nodes` and the session name.
     pub fn validate(&self) -> Result<(), String> {
         if self.num_nodes == 0 || self.node_id >= self.num_nodes {
             return Err(format!("node_id {} is not below num_nodes {}", self.node_id, self.num_nodes));
         }
-        Ok(())
+        self.session.as_deref().map_or(Ok(()), super::hosts::check_session_name)
     }
 }
 

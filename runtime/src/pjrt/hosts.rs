@@ -9,8 +9,11 @@
 //! fingerprint; `kiln/run/{session}/call/{c}/result/{k}/part/{p}` holds
 //! partition `p`'s piece of result `k` in call `c` (row-major bytes), put by
 //! the process that executed `p` and read (blocking, with a timeout) by the
-//! others. Nothing is deleted: the service holds every call's pieces until it
-//! stops (README, "Several hosts").
+//! others. `{session}` is the user's session name, else the session's
+//! creation index in its process. Every key is put for the exact number of
+//! processes that read it ([`KvStore::put_for_readers`]; each process derives
+//! the counts from the same placement), so kiln's service drops it after its
+//! last read and a long-running service holds only pieces in flight.
 
 use super::distributed::{KvError, KvStore};
 use super::spmd::PieceLayout;
@@ -56,6 +59,20 @@ pub(crate) struct HostRun {
     calls: u64,
     /// Per result: where its bytes come from.
     pub sources: Vec<ResultSources>,
+    /// Per result and partition: how many other processes read that
+    /// partition's piece from the store.
+    readers: Vec<Vec<u32>>,
+}
+
+/// A session name usable in store keys.
+pub(crate) fn check_session_name(name: &str) -> std::result::Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if name.is_empty() || name.len() > 128 || !name.chars().all(ok) {
+        return Err(format!(
+            "session name `{name}`: use 1 to 128 ASCII letters, digits, `-`, `_` or `.` (it names store keys)"
+        ));
+    }
+    Ok(())
 }
 
 impl HostRun {
@@ -63,7 +80,10 @@ impl HostRun {
     /// executable's identity: module and compile options) and checks every
     /// other process launched the same one; fails naming the process that
     /// launched another program or did not start within `timeout`.
-    /// `process_of[p]`: the process executing partition `p`.
+    /// `process_of[p]`: the process executing partition `p`. `name`: the
+    /// session's name, the same in every process (else sessions pair by
+    /// creation order).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         store: Arc<dyn KvStore>,
         node: u32,
@@ -72,11 +92,20 @@ impl HostRun {
         results: &[PieceLayout],
         fingerprint: &str,
         timeout: Duration,
+        name: Option<&str>,
     ) -> Result<HostRun> {
-        let session = next_session(&store, node);
-        let prefix = format!("kiln/run/{session}/");
+        let session = match name {
+            Some(n) => {
+                check_session_name(n).map_err(Error::Device)?;
+                format!("`{n}`")
+            }
+            None => next_session(&store, node).to_string(),
+        };
+        let prefix = format!("kiln/run/{}/", name.map_or_else(|| session.clone(), str::to_string));
         let kv = |e: KvError| Error::Device(format!("distributed session {session}: {e}"));
-        store.put(&format!("{prefix}launch/{node}"), fingerprint.as_bytes()).map_err(kv)?;
+        store
+            .put_for_readers(&format!("{prefix}launch/{node}"), fingerprint.as_bytes(), num_nodes.saturating_sub(1))
+            .map_err(kv)?;
         for other in (0..num_nodes).filter(|&o| o != node) {
             let theirs = match store.get(&format!("{prefix}launch/{other}"), timeout) {
                 Ok(v) => v,
@@ -97,7 +126,8 @@ impl HostRun {
             }
         }
         let sources = plan_sources(node, num_nodes, process_of, results);
-        Ok(HostRun { store, node, prefix, timeout, calls: 0, sources })
+        let readers = count_readers(node, num_nodes, process_of, results);
+        Ok(HostRun { store, node, prefix, timeout, calls: 0, sources, readers })
     }
 
     /// Starts a call: the keys of its pieces.
@@ -112,7 +142,8 @@ impl HostRun {
 
     /// Publishes partition `p`'s piece of result `k` for the other processes.
     pub(crate) fn publish(&self, call: u64, k: usize, p: usize, piece: &[u8]) -> Result<()> {
-        self.store.put(&self.key(call, k, p), piece).map_err(|e| {
+        let readers = self.readers.get(k).and_then(|r| r.get(p)).copied().unwrap_or(0);
+        self.store.put_for_readers(&self.key(call, k, p), piece, readers).map_err(|e| {
             Error::Device(format!("result {k}: cannot publish partition {p}'s piece (process {}): {e}", self.node))
         })
     }
@@ -137,6 +168,24 @@ impl HostRun {
         piece.copy_from_slice(&got);
         Ok(())
     }
+}
+
+/// Per result and partition: how many processes other than `node` fetch that
+/// partition's piece from the store (what every process plans for itself).
+fn count_readers(node: u32, num_nodes: u32, process_of: &[u32], results: &[PieceLayout]) -> Vec<Vec<u32>> {
+    let mut readers: Vec<Vec<u32>> = results.iter().map(|_| vec![0; process_of.len()]).collect();
+    for other in (0..num_nodes).filter(|&n| n != node) {
+        for (k, sources) in plan_sources(other, num_nodes, process_of, results).iter().enumerate() {
+            for &(p, local) in &sources.reads {
+                if !local {
+                    if let Some(r) = readers[k].get_mut(p) {
+                        *r += 1;
+                    }
+                }
+            }
+        }
+    }
+    readers
 }
 
 /// Where each result's bytes come from on process `node`: a replicated
@@ -192,7 +241,7 @@ pub(crate) fn plan_sources(
 mod tests {
     use super::*;
     use crate::format::{DimRef, MeshAxisDecl, MeshDecl, Storage, TensorDecl, TensorSharding};
-    use crate::pjrt::distributed::{CoordinationService, MemoryKvStore, RemoteKvStore};
+    use crate::pjrt::distributed::{CoordinationService, KvError, MemoryKvStore, RemoteKvStore};
     use crate::DType;
     use std::time::Instant;
 
@@ -274,7 +323,7 @@ mod tests {
                 let (results, whole) = (results.clone(), whole.clone());
                 std::thread::spawn(move || {
                     let t = Duration::from_secs(20);
-                    let mut run = HostRun::start(store, node as u32, 2, &process_of, &results, "exe-A", t)?;
+                    let mut run = HostRun::start(store, node as u32, 2, &process_of, &results, "exe-A", t, None)?;
                     // Two calls: keys are call-scoped.
                     assemble(&mut run, &results, &whole, &process_of)?;
                     let out = assemble(&mut run, &results, &whole, &process_of)?;
@@ -291,8 +340,63 @@ mod tests {
             let published: Vec<usize> = sources.iter().map(|s| s.publish.len()).collect();
             assert_eq!(published, [1, 2, 0, 0], "process {node}");
         }
-        let keys = service.store().keys();
-        assert!(keys.contains(&"kiln/run/0/call/1/result/0/part/2".to_string()), "{keys:?}");
+        // Every piece and launch record was put for its readers and is gone.
+        assert_eq!(service.store().keys(), Vec::<String>::new());
+    }
+
+    /// Three processes of a `[3]` mesh and a replicated result: pieces of a
+    /// split result are read by both other processes, so each stays until
+    /// its second read; named sessions pair regardless of creation order.
+    #[test]
+    fn pieces_read_by_several_processes_stay_until_their_last_read() {
+        let results = vec![layout(&[3], &[6], vec![vec![0]])];
+        let whole = vec![(0..24u8).collect::<Vec<u8>>()];
+        let process_of = [0u32, 1, 2];
+        let store = Arc::new(MemoryKvStore::new());
+        let handles: Vec<_> = (0..3u32)
+            .map(|node| {
+                let (results, whole, store) = (results.clone(), whole.clone(), Arc::clone(&store) as Arc<dyn KvStore>);
+                std::thread::spawn(move || {
+                    // Node 1 first creates (and drops) an unnamed session: a named one still pairs.
+                    if node == 1 {
+                        let t = Duration::from_millis(1);
+                        let _ = HostRun::start(Arc::clone(&store), 1, 3, &process_of, &results, "x", t, None);
+                    }
+                    let t = Duration::from_secs(20);
+                    let mut run = HostRun::start(store, node, 3, &process_of, &results, "exe", t, Some("decode-1"))?;
+                    // Its own piece is read by the two others.
+                    assert_eq!(run.readers[0][node as usize], 2);
+                    assemble(&mut run, &results, &whole, &process_of)
+                })
+            })
+            .collect();
+        for (node, h) in handles.into_iter().enumerate() {
+            let out = h.join().expect("thread").unwrap_or_else(|e| panic!("process {node}: {e}"));
+            assert_eq!(out, whole, "process {node}");
+        }
+        // Node 1's abandoned unnamed session left its launch record (nobody read it).
+        assert_eq!(store.keys(), ["kiln/run/0/launch/1"]);
+        let err = HostRun::start(store, 0, 3, &process_of, &results, "exe", Duration::ZERO, Some("a/b"))
+            .err()
+            .expect("bad name")
+            .to_string();
+        assert!(err.contains("session name `a/b`"), "{err}");
+    }
+
+    #[test]
+    fn a_store_drops_a_counted_key_after_its_last_read() {
+        let service = CoordinationService::start("127.0.0.1:0").expect("service");
+        let remote = RemoteKvStore::new(service.addr());
+        remote.put_for_readers("k", b"v", 2).expect("put");
+        remote.put_for_readers("nobody", b"v", 0).expect("put");
+        remote.put("kept", b"w").expect("put");
+        assert_eq!(remote.try_get("k").expect("first read"), b"v");
+        assert_eq!(service.store().keys(), ["k", "kept"]);
+        assert_eq!(remote.get("k", Duration::from_secs(1)).expect("second read"), b"v");
+        assert_eq!(remote.try_get("k"), Err(KvError::NotFound("k".into())));
+        assert_eq!(remote.try_get("kept").expect("uncounted"), b"w");
+        assert_eq!(remote.try_get("kept").expect("uncounted"), b"w");
+        assert_eq!(service.store().keys(), ["kept"]);
     }
 
     #[test]
@@ -302,10 +406,10 @@ mod tests {
         let peer = {
             let (store, results) = (Arc::clone(&store), results.clone());
             std::thread::spawn(move || {
-                HostRun::start(store, 1, 2, &[0, 1], &results, "exe-B", Duration::from_secs(10)).map(drop)
+                HostRun::start(store, 1, 2, &[0, 1], &results, "exe-B", Duration::from_secs(10), None).map(drop)
             })
         };
-        let err = HostRun::start(store, 0, 2, &[0, 1], &results, "exe-A", Duration::from_secs(10))
+        let err = HostRun::start(store, 0, 2, &[0, 1], &results, "exe-A", Duration::from_secs(10), None)
             .err()
             .expect("mismatch")
             .to_string();
@@ -319,7 +423,7 @@ mod tests {
         let store: Arc<dyn KvStore> = Arc::new(MemoryKvStore::new());
         let results = vec![layout(&[2], &[2], vec![vec![0]])];
         let t = Instant::now();
-        let err = HostRun::start(Arc::clone(&store), 0, 2, &[0, 1], &results, "exe", Duration::from_millis(200))
+        let err = HostRun::start(Arc::clone(&store), 0, 2, &[0, 1], &results, "exe", Duration::from_millis(200), None)
             .err()
             .expect("no peer")
             .to_string();
@@ -327,7 +431,8 @@ mod tests {
         assert!(t.elapsed() >= Duration::from_millis(200));
         // A peer that launched but never delivers its piece of a split result.
         store.put("kiln/run/1/launch/1", b"exe").expect("put");
-        let mut run = HostRun::start(store, 0, 2, &[0, 1], &results, "exe", Duration::from_millis(200)).expect("start");
+        let mut run =
+            HostRun::start(store, 0, 2, &[0, 1], &results, "exe", Duration::from_millis(200), None).expect("start");
         let whole = vec![vec![1u8; 8]];
         let err = assemble(&mut run, &results, &whole, &[0, 1]).expect_err("no piece").to_string();
         assert!(err.contains("result 0: partition 1's piece from process 1 did not arrive"), "{err}");
