@@ -1213,35 +1213,57 @@ fn qconv_int8_residual_is_torchs_int8_add() {
     let xr = TensorRef { dtype: DType::I8, shape: &x_shape, data: bytemuck::cast_slice(&xq) };
     let relu = Some(Activation::Clamp { min: Some(0.0), max: None });
     let mut saturated = (false, false);
-    for (activation, residual_first) in [(None, true), (relu, true), (relu, false), (Some(Activation::Gelu), true)] {
+    // ReLU as a clamp and as torch's relu (fused in the store alike).
+    let cases = [
+        (None, true),
+        (relu, true),
+        (relu, false),
+        (Some(Activation::Relu), true),
+        (Some(Activation::Relu), false),
+        (Some(Activation::Gelu), true),
+    ];
+    for ((activation, residual_first), bias) in cases.into_iter().flat_map(|c| [(c, Some(&bias[..])), (c, None)]) {
         // The definition: the f32 layer with the dequantized residual.
         let rf = TensorRef { dtype: DType::F32, shape: &o_shape, data: bytemuck::cast_slice(&r_deq) };
         let e = TensorEpilogue { activation, residual: Some(rf), residual_first };
         let mut want = vec![0f32; n * h * wd * cout];
         let out = TensorMut { dtype: DType::F32, shape: &o_shape, data: bytemuck::cast_slice_mut(&mut want) };
         let kernels = variants()[0];
-        qconv_int8_with(&mut Context::new(), &kernels, xr, &w, &ws, act, Some(&bias), &e, &p, true, out, None, None)
-            .unwrap();
+        qconv_int8_with(&mut Context::new(), &kernels, xr, &w, &ws, act, bias, &e, &p, true, out, None, None).unwrap();
         let mut want_q = vec![0i8; want.len()];
         quantize_row_static(&want, next.0, next.1, &mut want_q);
         saturated.0 |= want_q.contains(&-128);
         saturated.1 |= want_q.contains(&127);
         let ri = TensorRef { dtype: DType::I8, shape: &o_shape, data: bytemuck::cast_slice(&rq) };
-        let e = TensorEpilogue { activation, residual: Some(ri), residual_first };
+        let e_i8 = TensorEpilogue { activation, residual: Some(ri), residual_first };
+        let e_f32 = TensorEpilogue { activation, residual: Some(rf), residual_first };
         for kernels in variants() {
             for threads in 1..=4 {
-                let what = format!("{activation:?} first {residual_first}: {} at {threads} threads", kernels.name());
+                let what = format!(
+                    "{activation:?} first {residual_first} bias {}: {} at {threads} threads",
+                    bias.is_some(),
+                    kernels.name()
+                );
                 let mut cx = Context::new().with_threads(threads);
                 let mut got = vec![0f32; want.len()];
                 let out = TensorMut { dtype: DType::F32, shape: &o_shape, data: bytemuck::cast_slice_mut(&mut got) };
-                qconv_int8_with(&mut cx, &kernels, xr, &w, &ws, act, Some(&bias), &e, &p, true, out, None, Some(res))
+                qconv_int8_with(&mut cx, &kernels, xr, &w, &ws, act, bias, &e_i8, &p, true, out, None, Some(res))
                     .unwrap();
                 assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "f32 result: {what}");
-                let mut got_q = vec![0i8; want.len()];
-                let out = TensorMut { dtype: DType::I8, shape: &o_shape, data: bytemuck::cast_slice_mut(&mut got_q) };
-                let (oq, rq) = (Some(next), Some(res));
-                qconv_int8_with(&mut cx, &kernels, xr, &w, &ws, act, Some(&bias), &e, &p, true, out, oq, rq).unwrap();
-                assert_eq!(got_q, want_q, "i8 result: {what}");
+                // An i8 result, from an i8 residual and from the same values as f32.
+                for (e, rq) in [(&e_i8, Some(res)), (&e_f32, None)] {
+                    let mut got_q = vec![0i8; want.len()];
+                    let out =
+                        TensorMut { dtype: DType::I8, shape: &o_shape, data: bytemuck::cast_slice_mut(&mut got_q) };
+                    qconv_int8_with(&mut cx, &kernels, xr, &w, &ws, act, bias, e, &p, true, out, Some(next), rq)
+                        .unwrap();
+                    assert_eq!(
+                        got_q,
+                        want_q,
+                        "i8 result, residual {}: {what}",
+                        if rq.is_some() { "i8" } else { "f32" }
+                    );
+                }
             }
         }
     }

@@ -226,6 +226,9 @@ impl ActivationFn {
     pub(crate) fn clamp_bounds(&self) -> Option<(f32, f32)> {
         match self.run {
             ActivationKernel::Clamp(lo, hi) => Some((lo, hi)),
+            // `v < 0 ? 0 : v` is the clamp's comparison to (0, ∞): the same
+            // bits (NaN and -0 kept), so ReLU fuses wherever a clamp does.
+            ActivationKernel::Unary(_) if self.activation == Activation::Relu => Some((0.0, f32::INFINITY)),
             ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) | ActivationKernel::Hardswish => None,
         }
     }

@@ -22,7 +22,7 @@
 //! and each output is computed by one microkernel call, so results are the
 //! same whatever the thread count and ISA variant.
 
-use super::int8::{Acts, QuantRows, TileOut};
+use super::int8::{Acts, QuantRows, ResidualRow, TileOut};
 use super::{err, ActQuant, PackedQWeights, QuantKernels};
 use crate::context::Context;
 use crate::generic::conv::{geometry, ConvParams, Geometry, TensorEpilogue};
@@ -351,6 +351,23 @@ fn qconv_impl(
                     if finish.activation.is_none() && residual.is_none() {
                         // Quantized in the tile store, from registers.
                         let out = TileOut::I8(dst, *scale, *zero_point);
+                        super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, out);
+                        continue;
+                    }
+                    // A residual add, then a clamp or nothing (ResNet's
+                    // `relu(conv + x)`), or a clamp then the add: in the store too.
+                    let after = match finish.activation {
+                        None => Some((f32::NEG_INFINITY, f32::INFINITY)),
+                        Some(a) if finish.residual_first => a.clamp_bounds(),
+                        Some(_) => None,
+                    };
+                    if let (Some(after), Some(res)) = (after, residual) {
+                        let residual = match res.range(p0 * cout..(p0 + m) * cout) {
+                            Residual::F32(v) => ResidualRow::F32(v),
+                            Residual::I8(v, s, zp) => ResidualRow::I8(v, s, zp),
+                        };
+                        let out =
+                            TileOut::I8Residual { out: dst, scale: *scale, zero_point: *zero_point, residual, after };
                         super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, out);
                         continue;
                     }

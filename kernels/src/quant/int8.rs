@@ -226,6 +226,41 @@ pub(crate) enum TileOut<'o> {
     /// layer quantizes its input ([`super::quantize_value`]), in the tile
     /// store (no f32 block).
     I8(&'o mut [i8], f32, i32),
+    /// [`TileOut::I8`] after a residual add in the store: each finished
+    /// value plus `residual`'s (the same `[m, n]` positions), clamped to
+    /// `after` (a ReLU/ReLU6 after the add; infinite bounds: none), then
+    /// quantized.
+    I8Residual {
+        out: &'o mut [i8],
+        scale: f32,
+        zero_point: i32,
+        residual: ResidualRow<'o>,
+        after: (f32, f32),
+    },
+}
+
+/// A residual the quantizing tile store adds: f32 values, or int8 ones
+/// dequantized as torch does (`(q − zero point) · scale`).
+#[derive(Copy, Clone)]
+pub(crate) enum ResidualRow<'a> {
+    F32(&'a [f32]),
+    I8(&'a [i8], f32, i32),
+}
+
+impl<'a> ResidualRow<'a> {
+    fn at(self, start: usize, len: usize) -> ResidualRow<'a> {
+        match self {
+            ResidualRow::F32(r) => ResidualRow::F32(&r[start..start + len]),
+            ResidualRow::I8(r, s, zp) => ResidualRow::I8(&r[start..start + len], s, zp),
+        }
+    }
+
+    fn len(self) -> usize {
+        match self {
+            ResidualRow::F32(r) => r.len(),
+            ResidualRow::I8(r, ..) => r.len(),
+        }
+    }
 }
 
 /// `out[i][j] = (f32(Σ_p row_i[p] · w[j][p] − shift_i · Σ_p w[j][p]) · s_i) ·
@@ -253,20 +288,29 @@ pub(crate) fn multiply(
     let row_blocks = m.div_ceil(MC);
     let groups = column_groups(row_blocks, tiles, threads.count());
     let per_group = tiles.div_ceil(groups);
+    let (mut residual, mut after) = (None, (f32::NEG_INFINITY, f32::INFINITY));
     let (dst, dst_q, out_len, quant) = match out {
         TileOut::F32(o) => (SharedMut(o.as_mut_ptr()), SharedMut(std::ptr::null_mut::<i8>()), o.len(), None),
         // `encode_quantized`'s reciprocal, computed once.
         TileOut::I8(o, qs, qzp) => {
             (SharedMut(std::ptr::null_mut::<f32>()), SharedMut(o.as_mut_ptr()), o.len(), Some((1.0 / qs, qzp)))
         }
+        TileOut::I8Residual { out: o, scale: qs, zero_point: qzp, residual: r, after: bounds } => {
+            assert_eq!(r.len(), o.len(), "qgemm: the residual block does not match the output");
+            (residual, after) = (Some(r), bounds);
+            (SharedMut(std::ptr::null_mut::<f32>()), SharedMut(o.as_mut_ptr()), o.len(), Some((1.0 / qs, qzp)))
+        }
     };
-    // Per-channel scales (one group) lie contiguous, column by column.
-    let epilogue = |j0: usize, cols: usize| Epilogue {
+    // Per-channel scales (one group) lie contiguous, column by column; the
+    // residual's values are those of the output's positions `at..at + cols`.
+    let epilogue = |at: usize, j0: usize, cols: usize| Epilogue {
         scales: &layout.scales[j0..j0 + cols],
         col_sums: &layout.col_sums[j0..j0 + cols],
         bias: bias.map(|b| &b[j0..j0 + cols]),
         lo,
         hi,
+        residual: residual.map(|r| r.at(at, cols)),
+        after,
     };
     threads.for_each(row_blocks * groups, |item| {
         let (i0, group) = ((item / groups) * MC, item % groups);
@@ -285,7 +329,7 @@ pub(crate) fn multiply(
                     let s = scales[r + i];
                     let at = (r + i) * n + j0;
                     assert!(at + cols <= out_len);
-                    let (acc, e, shift) = (&acc[i * ukr.nr..][..cols], &epilogue(j0, cols), shifts[r + i]);
+                    let (acc, e, shift) = (&acc[i * ukr.nr..][..cols], &epilogue(at, j0, cols), shifts[r + i]);
                     // SAFETY: in bounds (just checked); items own disjoint
                     // (row block, column group) rectangles of `out`.
                     unsafe {
@@ -361,6 +405,10 @@ pub(crate) struct Epilogue<'a> {
     bias: Option<&'a [f32]>,
     lo: f32,
     hi: f32,
+    /// The quantizing store's residual for this row's columns, added after
+    /// the clamp to `lo..hi`, the sum then clamped to `after`.
+    residual: Option<ResidualRow<'a>>,
+    after: (f32, f32),
 }
 
 /// One row of a tile: `o = (f32(dot) · s) · scale (+ bias)`, where `dot`
@@ -370,16 +418,8 @@ pub(crate) struct Epilogue<'a> {
 #[inline(always)]
 pub(crate) fn store_row(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
     let dots = acc.iter().zip(e.col_sums).map(|(&a, &cs)| a.wrapping_sub(cs.wrapping_mul(shift)));
-    // The clamp kernel's comparisons (`clamp_f32_in_place`), so its bits.
     let (lo, hi) = (e.lo, e.hi);
-    let clamp = |v: f32| {
-        let x = if v < lo { lo } else { v };
-        if x > hi {
-            hi
-        } else {
-            x
-        }
-    };
+    let clamp = |v: f32| clamp_to(v, lo, hi);
     match e.bias {
         None => o.iter_mut().zip(dots.zip(e.scales)).for_each(|(o, (d, &sc))| *o = clamp((d as f32 * s) * sc)),
         Some(b) => o
@@ -404,22 +444,95 @@ pub(crate) fn store_row_quantized(
     inv: f32,
     zero_point: i32,
 ) {
+    if let Some(r) = e.residual {
+        return store_row_residual_quantized(o, acc, s, e, shift, inv, zero_point, r);
+    }
     let n = o.len();
     let (acc, col_sums, scales) = (&acc[..n], &e.col_sums[..n], &e.scales[..n]);
     let dots = acc.iter().zip(col_sums).map(|(&a, &cs)| a.wrapping_sub(cs.wrapping_mul(shift)));
     let (lo, hi, zp) = (e.lo, e.hi, zero_point as f32);
     // `store_row`'s clamp, then the quantization.
-    let finish = |v: f32| {
-        let x = if v < lo { lo } else { v };
-        let x = if x > hi { hi } else { x };
-        super::quantize_value(x, inv, zp) as i8
-    };
+    let finish = |v: f32| super::quantize_value(clamp_to(v, lo, hi), inv, zp) as i8;
     match e.bias {
         None => o.iter_mut().zip(dots.zip(scales)).for_each(|(o, (d, &sc))| *o = finish((d as f32 * s) * sc)),
         Some(b) => o
             .iter_mut()
             .zip(dots.zip(scales).zip(&b[..n]))
             .for_each(|(o, ((d, &sc), &b))| *o = finish((d as f32 * s) * sc + b)),
+    }
+}
+
+/// The clamp kernel's comparisons (`clamp_f32_in_place`), so its bits
+/// (NaN passes through).
+#[inline(always)]
+fn clamp_to(v: f32, lo: f32, hi: f32) -> f32 {
+    let x = if v < lo { lo } else { v };
+    if x > hi {
+        hi
+    } else {
+        x
+    }
+}
+
+/// [`store_row_quantized`] with a residual: each finished value (clamped
+/// to `lo..hi`) plus the residual's (an i8 one dequantized as torch does),
+/// clamped to `after`, quantized — the operations of the f32 store, the
+/// convolution's residual add and activation pass, and the encoder, so
+/// the same bits as that three-pass path.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn store_row_residual_quantized(
+    o: &mut [i8],
+    acc: &[i32],
+    s: f32,
+    e: &Epilogue<'_>,
+    shift: i32,
+    inv: f32,
+    zero_point: i32,
+    residual: ResidualRow<'_>,
+) {
+    match residual {
+        ResidualRow::F32(r) => store_row_plus(o, acc, s, e, shift, inv, zero_point, r, |r| r),
+        ResidualRow::I8(r, rs, rzp) => {
+            let rzp = rzp as f32;
+            store_row_plus(o, acc, s, e, shift, inv, zero_point, r, |q: i8| (q as f32 - rzp) * rs)
+        }
+    }
+}
+
+/// [`store_row_residual_quantized`] over residual values of type `R`,
+/// each made f32 by `value` (one loop per bias case, each a plain zip the
+/// compiler vectorises).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn store_row_plus<R: Copy>(
+    o: &mut [i8],
+    acc: &[i32],
+    s: f32,
+    e: &Epilogue<'_>,
+    shift: i32,
+    inv: f32,
+    zero_point: i32,
+    residual: &[R],
+    value: impl Fn(R) -> f32,
+) {
+    let n = o.len();
+    let (acc, col_sums, scales, residual) = (&acc[..n], &e.col_sums[..n], &e.scales[..n], &residual[..n]);
+    let (lo, hi, zp, (lo2, hi2)) = (e.lo, e.hi, zero_point as f32, e.after);
+    let dots = acc.iter().zip(col_sums).map(|(&a, &cs)| a.wrapping_sub(cs.wrapping_mul(shift)));
+    // `v`: the f32 store's value (bias added, clamped); then the add and
+    // the activation after it.
+    let finish =
+        |v: f32, r: R| super::quantize_value(clamp_to(clamp_to(v, lo, hi) + value(r), lo2, hi2), inv, zp) as i8;
+    match e.bias {
+        None => o
+            .iter_mut()
+            .zip(dots.zip(scales).zip(residual))
+            .for_each(|(o, ((d, &sc), &r))| *o = finish((d as f32 * s) * sc, r)),
+        Some(b) => o
+            .iter_mut()
+            .zip(dots.zip(scales).zip(&b[..n]).zip(residual))
+            .for_each(|(o, (((d, &sc), &b), &r))| *o = finish((d as f32 * s) * sc + b, r)),
     }
 }
 
