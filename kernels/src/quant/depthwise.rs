@@ -24,7 +24,10 @@
 //! A row function computes one output row: [`PIXELS`] output pixels at a
 //! time, 16 channels per block, so each weight pair loaded serves several
 //! pixels and the sums stay in registers over the taps (the AVX-512 row:
-//! 32 channels × 8 pixels, see `x86_64::avx512::quant`). The i32 sums are
+//! 32 channels × 8 pixels, see `x86_64::avx512::quant`; the NEON row: 8
+//! channels × 4 pixels, `smlal` on the pair lanes, see `aarch64::quant`).
+//! Each variant's row is named in the kernel table (`qconv_depthwise_i8`).
+//! The i32 sums are
 //! written into the output row (f32 storage), then each pixel's epilogue
 //! (scale, bias) runs over the whole row in place. With `out_quant` the
 //! result is i8, each f32 value quantized as the next layer would quantize
