@@ -346,3 +346,52 @@ fn int8_artifacts_match_x86_64_bit_for_bit() {
         assert!(here[0].data == there[0].data, "{what}: aarch64 differs from x86-64 (max diff {d})");
     }
 }
+
+/// Imported quantized programs (`quant/*/decomp.pt2`) compiled here and
+/// run on aarch64. The PT2E static programs (integer convolutions and
+/// linear layer, int8 max pools, the quantize/dequantize arithmetic) and
+/// torchao's token-shaped int8 dynamic one take the same integer and float
+/// steps on both ISAs: the x86-64 run's bytes, and for PT2E XNNPACK's
+/// (ending in a quantize/dequantize pair) torch's eager output bit for bit.
+/// The MLPs with a GELU (PT2E dynamic, torchao int8 weight-only, int4
+/// group-32 and int8 dynamic) are promised less: GELU's vector variants
+/// agree within ulps, which the weight-only layers keep that small
+/// (torch's f32 tolerances) and a dynamic quantizer can turn into a
+/// rounding step (cosine 0.9999). Today they too give the same bytes.
+#[test]
+fn imported_quantized_programs_match_x86_64() {
+    let Some(runner) = runner() else { return };
+    for (case, promise) in [
+        ("pt2e_xnnpack_static", "bytes"),
+        ("pt2e_x86_static", "bytes"),
+        ("ao_da8w8_tokens", "bytes"),
+        ("ao_int8_weight", "close"),
+        ("ao_int4_g32", "close"),
+        ("pt2e_x86_dynamic", "cosine"),
+        ("ao_da8w8", "cosine"),
+    ] {
+        let fixture = format!("quant/{case}");
+        let what = format!("{fixture}/decomp");
+        let bytes = compile_fixture(&fixture, "decomp");
+        let (here, there) = run_here_and_there(&runner, &what, &fixture, &bytes, 2);
+        assert_eq!((here.len(), there.len()), (1, 1), "{what}: outputs");
+        let (a, b) = (f32s(&here[0]), f32s(&there[0]));
+        println!("{what}: same bytes {}", here[0].data == there[0].data);
+        match promise {
+            "bytes" => assert!(here[0].data == there[0].data, "{what}: aarch64 differs from x86-64"),
+            "close" => {
+                assert_close(&format!("{what} aarch64 vs x86-64"), &there[0].view(), &here[0].view(), RTOL, ATOL)
+            }
+            _ => {
+                let dot: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
+                let norm = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+                let c = dot / (norm(&a) * norm(&b));
+                assert!(c >= 0.9999, "{what}: cosine {c} vs x86-64");
+            }
+        }
+        if case == "pt2e_xnnpack_static" {
+            let eager = read_numbered(&fixture_dir(&fixture), "output").remove(0);
+            assert!(there[0].data == eager.data, "{what}: aarch64 differs from torch's eager output");
+        }
+    }
+}
