@@ -2,7 +2,8 @@
 # aarch64 check: cross-builds kiln-isa, kiln-kernels, kiln-runtime and
 # kiln-runner for aarch64-unknown-linux-gnu and runs their tests under
 # qemu-user (the NEON kernel table against the generic one, every kernel test
-# on the NEON table, the runtime's loader/session/state tests), runs clippy
+# on the NEON table, the integer kernels' tests again on a CPU without the
+# dot product and on qemu's `max`, the runtime's loader/session/state tests), runs clippy
 # -D warnings for that target, and builds the runtime-only runner `kiln-run`
 # twice: linked with the cross gcc (glibc 2.34+, JetPack 6) and with zig for
 # glibc 2.17 (every Jetson still in the field), checking the symbol versions
@@ -99,6 +100,12 @@ export QEMU_CPU=cortex-a76
 unset KILN_TEST_XLA_CPU_PLUGIN KILN_TEST_LIBTPU KILN_PJRT_PLUGIN
 crates=(-p kiln-isa -p kiln-kernels -p kiln-runtime -p kiln-runner)
 cargo test "${crates[@]}" --target "$T"
+# The integer kernels' variants against generic on two more CPUs (~45 s):
+# cortex-a57 (Jetson Nano/TX2: no dot product, so the plain NEON int8 GEMM
+# is the table's) and qemu's `max` (dotprod with SVE, i8mm, ...).
+for cpu in cortex-a57 max; do
+    QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --test quant
+done
 cargo clippy "${crates[@]}" --all-targets --target "$T" -- -D warnings
 
 # The runtime-only runner, linked with the cross gcc.

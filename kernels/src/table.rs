@@ -203,6 +203,7 @@ impl KernelTable {
             ("qgemm_i8", self.quant.int8.variant),
             ("qlinear_weight_only", self.quant.weight_only.variant),
             ("quantize_row_i8", self.quant.quantize.variant),
+            ("qconv_depthwise_i8", self.quant.int8.driver.depthwise.variant),
         ]
     }
 

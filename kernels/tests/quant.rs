@@ -1513,3 +1513,57 @@ fn qconv_depthwise_epilogues_every_variant_is_bit_exact() {
         }
     }
 }
+
+/// The int8 depthwise row's epilogue on values at the bottom of the f32
+/// range: weight scales in the subnormals, so products round to −0 or to
+/// subnormals, through a ReLU6 clamp in the row's registers. The portable
+/// clamp keeps a −0 (`−0 < 0` is false), which a vector max instruction
+/// (`fmax(0, −0) = +0` on NEON) would not: every variant, 1 to 4 threads,
+/// gives the generic variant's bits, f32 or i8 output.
+#[test]
+fn qconv_depthwise_keeps_negative_zero_and_subnormals() {
+    use kiln_isa::Activation;
+    use kiln_kernels::quant::{qconv_depthwise_with, variants, DepthwiseQWeights};
+    use kiln_kernels::{ConvParams, DType, TensorEpilogue, TensorMut, TensorRef};
+    let (n, h, wd, c) = (1, 6, 11, 21);
+    let mut seed = 5;
+    let x: Vec<f32> = (0..n * h * wd * c).map(|_| lcg(&mut seed) * 3.0).collect();
+    let q: Vec<i8> = (0..c * 9).map(|i| ((i * 37 + 3) % 256) as u8 as i8).collect();
+    // 1 to 3 times the smallest subnormal.
+    let scales: Vec<f32> = (0..c).map(|j| f32::from_bits(1 + (j % 3) as u32)).collect();
+    let w = DepthwiseQWeights::new(&q, &[c, 1, 3, 3], &scales).unwrap();
+    let out_shape = [n, h, wd, c];
+    let p = ConvParams { stride: &[1; 2], padding: &[1; 2], dilation: &[1; 2], groups: c };
+    let act = ActQuant::Static { scale: 0.0231, zero_point: 3 };
+    let xr = TensorRef { dtype: DType::F32, shape: &[n, h, wd, c], data: bytemuck::cast_slice(&x) };
+    let e = TensorEpilogue {
+        activation: Some(Activation::Clamp { min: Some(0.0), max: Some(6.0) }),
+        residual: None,
+        residual_first: false,
+    };
+    let all = variants();
+    let run = |kernels, threads, quant: Option<(f32, i32)>| {
+        let mut cx = Context::new().with_threads(threads);
+        let mut f = vec![0f32; n * h * wd * c];
+        let mut g = vec![0i8; f.len()];
+        let (dtype, data): (DType, &mut [u8]) = match quant {
+            Some(_) => (DType::I8, bytemuck::cast_slice_mut(&mut g)),
+            None => (DType::F32, bytemuck::cast_slice_mut(&mut f)),
+        };
+        let out = TensorMut { dtype, shape: &out_shape, data };
+        qconv_depthwise_with(&mut cx, kernels, xr, &w, act, None, &e, &p, out, quant).unwrap();
+        (f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), g)
+    };
+    let want = run(&all[0], 1, None);
+    assert!(want.0.contains(&(-0f32).to_bits()), "a −0 in the generic result");
+    assert!(want.0.iter().any(|&b| b != 0 && f32::from_bits(b).is_subnormal()), "a subnormal in the generic result");
+    for quant in [None, Some((1e-44f32, -4))] {
+        let want = run(&all[0], 1, quant);
+        for kernels in &all {
+            for threads in 1..=4 {
+                let got = run(kernels, threads, quant);
+                assert_eq!(got, want, "{} at {threads} threads, {quant:?}", kernels.name());
+            }
+        }
+    }
+}

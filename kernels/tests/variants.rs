@@ -445,6 +445,9 @@ macro_rules! variant_tests {
     (@check depthwise_nhwc, $entry:ident, $t:expr, $name:expr) => {
         check_depthwise_nhwc(&$name, $t)
     };
+    (@check qdepthwise, $entry:ident, $t:expr, $name:expr) => {
+        check_qdepthwise(&$name, $t)
+    };
 }
 
 type LayerNormRun<'a> = &'a dyn Fn(&[f32], &mut [f32], usize, Option<&[f32]>, Option<&[f32]>);
@@ -563,6 +566,63 @@ fn check_depthwise_nhwc(name: &str, t: &'static KernelTable) -> Check {
     Ok(())
 }
 
+/// The table's int8 depthwise row through `quant::qconv_depthwise` against
+/// the generic table's, bit for bit (`tests/quant.rs` runs every variant
+/// on many more shapes and epilogues): channel tails, stride 1 and 2, a
+/// dilated and a 5×5 kernel, a bias and a ReLU6, f32 and i8 results.
+fn check_qdepthwise(name: &str, t: &'static KernelTable) -> Check {
+    use kiln_isa::Activation;
+    use kiln_kernels::quant::{qconv_depthwise, ActQuant, DepthwiseQWeights};
+    use kiln_kernels::{ConvParams, DType, TensorEpilogue, TensorMut, TensorRef};
+    let mut r = common::rng(31);
+    // (x shape [N, H, W, C], kernel, stride, pad, dilation)
+    type Case = ([usize; 4], [usize; 2], usize, usize, usize);
+    let cases: [Case; 5] = [
+        ([1, 9, 11, 16], [3, 3], 1, 1, 1),
+        ([2, 8, 7, 37], [3, 3], 2, 1, 1),
+        ([1, 7, 9, 5], [5, 5], 1, 2, 1),
+        ([1, 9, 10, 24], [3, 3], 1, 2, 2),
+        ([1, 6, 13, 100], [3, 3], 2, 0, 1),
+    ];
+    for (xs, k, stride, pad, dil) in cases {
+        let c = xs[3];
+        let o = |i: usize| (xs[1 + i] + 2 * pad - dil * (k[i] - 1) - 1) / stride + 1;
+        let os = [xs[0], o(0), o(1), c];
+        let x: Vec<f32> = (0..xs.iter().product()).map(|_| r.gen_range(-3.0..3.0)).collect();
+        let q: Vec<i8> = (0..c * k[0] * k[1]).map(|_| r.gen()).collect();
+        let scales: Vec<f32> = (0..c).map(|_| r.gen_range(0.001..0.02)).collect();
+        let bias: Vec<f32> = (0..c).map(|_| r.gen_range(-0.5..0.5)).collect();
+        let w = DepthwiseQWeights::new(&q, &[c, 1, k[0], k[1]], &scales).map_err(|e| e.to_string())?;
+        let p = ConvParams { stride: &[stride; 2], padding: &[pad; 2], dilation: &[dil; 2], groups: c };
+        let act = ActQuant::Static { scale: 0.0231, zero_point: -9 };
+        let e = TensorEpilogue {
+            activation: Some(Activation::Clamp { min: Some(0.0), max: Some(6.0) }),
+            residual: None,
+            residual_first: false,
+        };
+        let xr = TensorRef { dtype: DType::F32, shape: &xs, data: bytemuck::cast_slice(&x) };
+        let len: usize = os.iter().product();
+        for quant in [None, Some((0.0173f32, 5))] {
+            let run = |table: &'static KernelTable| {
+                let (mut f, mut g) = (vec![0f32; len], vec![0i8; len]);
+                let (dtype, data): (DType, &mut [u8]) = match quant {
+                    Some(_) => (DType::I8, bytemuck::cast_slice_mut(&mut g)),
+                    None => (DType::F32, bytemuck::cast_slice_mut(&mut f)),
+                };
+                let out = TensorMut { dtype, shape: &os, data };
+                let mut cx = Context::with_table(table);
+                qconv_depthwise(&mut cx, xr, &w, act, Some(&bias), &e, &p, out, quant).map_err(|e| e.to_string())?;
+                Ok::<_, String>((f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), g))
+            };
+            let (got, want) = (run(t)?, run(generic())?);
+            if got != want {
+                return Err(format!("{name} {xs:?} k {k:?} stride {stride}, output {quant:?}: differs from generic"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The table's integer kernels through `quant::qlinear` against the generic
 /// table's (`tests/quant.rs` runs every variant on many more shapes): bit
 /// for bit with dynamic int8 activations (which also runs the row
@@ -621,6 +681,7 @@ variant_tests! {
     qgemm_i8: qlinear(kiln_kernels::quant::ActQuant::DynamicPerRow);
     qlinear_weight_only: qlinear(kiln_kernels::quant::ActQuant::Float);
     quantize_row_i8: qlinear(kiln_kernels::quant::ActQuant::DynamicPerRow);
+    qconv_depthwise_i8: qdepthwise;
 }
 
 #[test]

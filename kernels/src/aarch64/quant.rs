@@ -1,6 +1,6 @@
 //! NEON integer kernels: the int8 GEMM (widening multiplies, and `sdot`
 //! where the CPU has the dot-product extension, detected at run time), the
-//! weight-only kernel and the row quantizer.
+//! weight-only kernel, the row quantizer and the int8 depthwise row.
 //!
 //! Without `sdot`, `smull` multiplies 8 i8 pairs into i16 (exact: at most
 //! 128·128) and `sadalp` adds neighbouring pairs into the i32 accumulators;
@@ -8,7 +8,10 @@
 //! intrinsic, so through `asm!`) adds each column's four i8·i8 products
 //! into its i32 lane directly.
 
-use crate::quant::{Acts, QGemmUkr, QuantKernels, WoStrip, WoUkr};
+use crate::quant::{
+    depthwise_bounds, pair_row, Acts, DepthwiseFns, DepthwiseRow, Driver, QGemmUkr, QuantKernels, WoStrip, WoUkr,
+    GENERIC_DRIVER, PIXELS,
+};
 use crate::table::Entry;
 use std::arch::aarch64::*;
 
@@ -19,16 +22,16 @@ fn check(mr: usize, k4: usize, a: &[u8], lda: usize, b: &[u8], acc: &[i32]) {
     assert!(acc.len() >= mr * 16, "qgemm: accumulator tile too small");
 }
 
+/// The driver's loops (quantizing activations, tile stores, the pair
+/// image) are the generic ones, which the baseline build already compiles
+/// to NEON; the depthwise row is this module's.
+const DRIVER: Driver =
+    Driver { depthwise: DepthwiseFns { variant: "neon", pairs: pair_row, row: depthwise }, ..GENERIC_DRIVER };
+
 const NEON_MR: usize = 2;
 
-const INT8_NEON: QGemmUkr = QGemmUkr {
-    variant: "neon_2x16",
-    mr: NEON_MR,
-    nr: 16,
-    acts: Acts::I8,
-    run: int8_neon,
-    driver: crate::quant::GENERIC_DRIVER,
-};
+const INT8_NEON: QGemmUkr =
+    QGemmUkr { variant: "neon_2x16", mr: NEON_MR, nr: 16, acts: Acts::I8, run: int8_neon, driver: DRIVER };
 
 fn int8_neon(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
     check(NEON_MR, k4, a, lda, b, acc);
@@ -61,14 +64,8 @@ unsafe fn int8_neon_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, acc
 
 const SDOT_MR: usize = 4;
 
-const INT8_SDOT: QGemmUkr = QGemmUkr {
-    variant: "neon_sdot_4x16",
-    mr: SDOT_MR,
-    nr: 16,
-    acts: Acts::I8,
-    run: int8_sdot,
-    driver: crate::quant::GENERIC_DRIVER,
-};
+const INT8_SDOT: QGemmUkr =
+    QGemmUkr { variant: "neon_sdot_4x16", mr: SDOT_MR, nr: 16, acts: Acts::I8, run: int8_sdot, driver: DRIVER };
 
 fn int8_sdot(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
     check(SDOT_MR, k4, a, lda, b, acc);
@@ -243,6 +240,128 @@ unsafe fn weight_only_inner<const R: usize>(
     for (i, t) in total.iter().enumerate() {
         for (u, v) in t.iter().enumerate() {
             vst1q_f32(out.as_mut_ptr().add(i * 16 + 4 * u), *v);
+        }
+    }
+}
+
+/// Channels per depthwise block: two vectors of pair lanes.
+const DW_CHANNELS: usize = 8;
+
+/// The depthwise row ([`crate::quant::depthwise_row`]): per block of
+/// [`PIXELS`] output pixels and 8 channels, the two weight-pair vectors
+/// loaded per term serve every pixel. A pair lane holds two i16 values;
+/// `smlal`/`smlal2` multiply each into its own i32 (exact), so a
+/// channel's two taps land in neighbouring lanes of one accumulator, and
+/// one pairwise add (`addp`) after the last term gives the channel's sum —
+/// the same integer as the portable `pair_dot` sums, whose order integer
+/// addition does not see. The epilogue (scale, bias, clamp, and the
+/// output's quantization) runs in registers, the portable loops'
+/// operations in their order: unfused multiplies and adds, the clamp as
+/// two comparisons with selects (a NaN or a −0 passes as in
+/// `finish_row`; `fmax`/`fmin` would turn −0 into +0), rounding half to
+/// even (`frintn`) and NaN to 0 (`fcvtzs`) as `quantize_value` does.
+fn depthwise(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    depthwise_bounds(job, base, out, q);
+    // SAFETY: NEON is baseline; the bounds checked above hold every load
+    // (a block's 8 lanes end at or before `Cp`, a multiple of 16) and
+    // every store (`ow · c` values, tails through a stack buffer).
+    unsafe { depthwise_inner(job, base, out, q) }
+}
+
+unsafe fn depthwise_inner(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
+    let ow = out.len() / job.channels;
+    let mut ox = 0;
+    while ox < ow {
+        match ow - ox {
+            1 => depthwise_block::<1>(job, base, ox, out, q),
+            2 => depthwise_block::<2>(job, base, ox, out, q),
+            3 => depthwise_block::<3>(job, base, ox, out, q),
+            _ => depthwise_block::<PIXELS>(job, base, ox, out, q),
+        }
+        ox += PIXELS;
+    }
+}
+
+#[inline(always)]
+unsafe fn depthwise_block<const P: usize>(
+    job: &DepthwiseRow<'_>,
+    base: usize,
+    ox: usize,
+    out: &mut [f32],
+    q: &mut [i8],
+) {
+    let (c, cp, step) = (job.channels, job.cp, job.step);
+    let (img, wts) = (job.img.as_ptr(), job.weights.as_ptr());
+    let s = vdupq_n_f32(job.s);
+    let clamp = job.clamp.map(|(lo, hi)| (vdupq_n_f32(lo), vdupq_n_f32(hi)));
+    let (inv, zp) = match job.quant {
+        Some((os, ozp)) => (1.0 / os, ozp as f32),
+        None => (1.0, 0.0),
+    };
+    let (inv, zp) = (vdupq_n_f32(inv), vdupq_n_f32(zp));
+    let (qlo, qhi) = (vdupq_n_f32(-128.0), vdupq_n_f32(127.0));
+    for c0 in (0..c).step_by(DW_CHANNELS) {
+        // acc[p][2h + k]: channels c0 + 4h + 2k, + 1 (two products each).
+        let mut acc = [[vdupq_n_s32(0); 4]; P];
+        for (t, &o) in job.offs.iter().enumerate() {
+            let wt = wts.add(t * cp + c0) as *const i16;
+            let w = [vld1q_s16(wt), vld1q_s16(wt.add(8))];
+            let x = img.add(base + ox * step + o + c0);
+            for (p, a) in acc.iter_mut().enumerate() {
+                let xp = x.add(p * step) as *const i16;
+                for h in 0..2 {
+                    let xv = vld1q_s16(xp.add(8 * h));
+                    a[2 * h] = vmlal_s16(a[2 * h], vget_low_s16(xv), vget_low_s16(w[h]));
+                    a[2 * h + 1] = vmlal_high_s16(a[2 * h + 1], xv, w[h]);
+                }
+            }
+        }
+        let cb = DW_CHANNELS.min(c - c0);
+        let (sc, bias) = (job.scales.as_ptr().add(c0), job.bias.as_ptr().add(c0));
+        let sc = [vld1q_f32(sc), vld1q_f32(sc.add(4))];
+        let bias = [vld1q_f32(bias), vld1q_f32(bias.add(4))];
+        for (p, a) in acc.iter().enumerate() {
+            let at = (ox + p) * c + c0;
+            let v: [float32x4_t; 2] = std::array::from_fn(|h| {
+                let sum = vpaddq_s32(a[2 * h], a[2 * h + 1]);
+                // (f32(sum) · s) · scale + bias, then the clamp kernel's
+                // comparisons: `v < lo ? lo : v`, then `x > hi ? hi : x`.
+                let mut v = vmulq_f32(vmulq_f32(vcvtq_f32_s32(sum), s), sc[h]);
+                if job.has_bias {
+                    v = vaddq_f32(v, bias[h]);
+                }
+                match clamp {
+                    Some((lo, hi)) => {
+                        let x = vbslq_f32(vcltq_f32(v, lo), lo, v);
+                        vbslq_f32(vcgtq_f32(x, hi), hi, x)
+                    }
+                    None => v,
+                }
+            });
+            if job.quant.is_some() {
+                // `quantize_value`: rint(v · inv) + zp (half to even),
+                // clamped to [-128, 127] (`fmax`/`fmin` keep a NaN), NaN to 0.
+                let qv: [int32x4_t; 2] = std::array::from_fn(|h| {
+                    let r = vaddq_f32(vrndnq_f32(vmulq_f32(v[h], inv)), zp);
+                    vcvtq_s32_f32(vminq_f32(vmaxq_f32(r, qlo), qhi))
+                });
+                let q8 = vqmovn_s16(vcombine_s16(vqmovn_s32(qv[0]), vqmovn_s32(qv[1])));
+                if cb == DW_CHANNELS {
+                    vst1_s8(q.as_mut_ptr().add(at), q8);
+                } else {
+                    let mut tmp = [0i8; DW_CHANNELS];
+                    vst1_s8(tmp.as_mut_ptr(), q8);
+                    q[at..at + cb].copy_from_slice(&tmp[..cb]);
+                }
+            } else if cb == DW_CHANNELS {
+                vst1q_f32(out.as_mut_ptr().add(at), v[0]);
+                vst1q_f32(out.as_mut_ptr().add(at + 4), v[1]);
+            } else {
+                let mut tmp = [0f32; DW_CHANNELS];
+                vst1q_f32(tmp.as_mut_ptr(), v[0]);
+                vst1q_f32(tmp.as_mut_ptr().add(4), v[1]);
+                out[at..at + cb].copy_from_slice(&tmp[..cb]);
+            }
         }
     }
 }

@@ -24,7 +24,10 @@
 //! A row function computes one output row: [`PIXELS`] output pixels at a
 //! time, 16 channels per block, so each weight pair loaded serves several
 //! pixels and the sums stay in registers over the taps (the AVX-512 row:
-//! 32 channels × 8 pixels, see `x86_64::avx512::quant`). The i32 sums are
+//! 32 channels × 8 pixels, see `x86_64::avx512::quant`; the NEON row: 8
+//! channels × 4 pixels, `smlal` on the pair lanes, see `aarch64::quant`).
+//! Each variant's row is named in the kernel table (`qconv_depthwise_i8`).
+//! The i32 sums are
 //! written into the output row (f32 storage), then each pixel's epilogue
 //! (scale, bias) runs over the whole row in place. With `out_quant` the
 //! result is i8, each f32 value quantized as the next layer would quantize
@@ -151,12 +154,31 @@ pub(crate) type PairRowFn = fn(src: &[i8], zp: i32, channels: usize, left: usize
 /// The depthwise entries of a [`super::int8::Driver`].
 #[derive(Copy, Clone)]
 pub(crate) struct DepthwiseFns {
+    /// The row function's name (the kernel table's `qconv_depthwise_i8`).
+    pub(crate) variant: &'static str,
     pub(crate) pairs: PairRowFn,
     pub(crate) row: DepthwiseRowFn,
 }
 
 /// The portable entries (the baseline build's vectors).
-pub(crate) const GENERIC_DEPTHWISE: DepthwiseFns = DepthwiseFns { pairs: pair_row, row: depthwise_row };
+pub(crate) const GENERIC_DEPTHWISE: DepthwiseFns =
+    DepthwiseFns { variant: "generic", pairs: pair_row, row: depthwise_row };
+
+/// The bounds every ISA's depthwise row function relies on: each output
+/// pixel's taps (`Cp` lanes from each term's offset) inside the image, a
+/// weight vector of `Cp` lanes per term, `Cp` scales and biases, and an i8
+/// row as long as the f32 one when the row is quantized.
+#[cfg(any(kiln_x86_64, kiln_neon))]
+pub(crate) fn depthwise_bounds(job: &DepthwiseRow<'_>, base: usize, out: &[f32], q: &[i8]) {
+    let (c, cp) = (job.channels, job.cp);
+    assert!(c > 0 && cp >= c && cp.is_multiple_of(BLOCK) && out.len().is_multiple_of(c), "depthwise: shapes");
+    let ow = out.len() / c;
+    let far = job.offs.iter().max().copied().unwrap_or(0);
+    assert!(ow == 0 || job.img.len() >= base + (ow - 1) * job.step + far + cp, "depthwise: image too short");
+    assert!(job.weights.len() >= job.offs.len() * cp, "depthwise: weights too short");
+    assert!(job.scales.len() >= cp && job.bias.len() >= cp, "depthwise: scales or bias");
+    assert!(job.quant.is_none() || q.len() == out.len(), "depthwise: i8 row");
+}
 
 /// [`PairRowFn`], plain Rust the compiler vectorises (an ISA's driver
 /// compiles the same loop for it).

@@ -66,12 +66,16 @@ mod weight_only;
 // What the ISA variants (x86_64/, aarch64/) build their microkernels from.
 pub use conv::{qconv, qconv_int8, qconv_int8_with, qconv_with};
 #[cfg(kiln_x86_64)]
-pub(crate) use depthwise::{pair_row, DepthwiseFns, DepthwiseRow, BLOCK, PIXELS};
+pub(crate) use depthwise::BLOCK;
+#[cfg(any(kiln_x86_64, kiln_neon))]
+pub(crate) use depthwise::{depthwise_bounds, pair_row, DepthwiseFns, DepthwiseRow, PIXELS};
 pub use depthwise::{qconv_depthwise, qconv_depthwise_with, DepthwiseQWeights};
+#[cfg(any(kiln_x86_64, kiln_neon))]
+pub(crate) use int8::Driver;
 #[cfg(kiln_neon)]
 pub(crate) use int8::GENERIC_DRIVER;
 #[cfg(kiln_x86_64)]
-pub(crate) use int8::{store_row, store_row_quantized, Driver, Epilogue};
+pub(crate) use int8::{store_row, store_row_quantized, Epilogue};
 #[cfg(any(kiln_x86_64, kiln_neon))]
 pub(crate) use int8::{Acts, QGemmUkr};
 #[cfg(any(kiln_x86_64, kiln_neon))]

@@ -67,9 +67,29 @@ fn check_artifact(runner: &[String], fixture: &str, flavour: &str, threads: u32)
 
 /// [`check_artifact`] for an artifact already compiled from `fixture`.
 fn check_bytes(runner: &[String], what: &str, fixture: &str, bytes: &[u8], threads: u32) -> Vec<Tensor> {
+    let expected = read_numbered(&fixture_dir(fixture), "output");
+    assert!(!expected.is_empty(), "{what}: fixture has no outputs");
+    let (here, there) = run_here_and_there(runner, what, fixture, bytes, threads);
+    assert_eq!(there.len(), expected.len(), "{what}: number of outputs on aarch64");
+    for (i, want) in expected.iter().enumerate() {
+        assert_close(&format!("{what} aarch64 output {i} vs PyTorch"), &there[i].view(), &want.view(), RTOL, ATOL);
+        assert_close(&format!("{what} aarch64 output {i} vs x86-64"), &there[i].view(), &here[i].view(), RTOL, ATOL);
+    }
+    there
+}
+
+/// Runs `bytes` (compiled from `fixture`) on `fixture`'s inputs here and on
+/// aarch64 at `threads`: (this machine's outputs, aarch64's).
+fn run_here_and_there(
+    runner: &[String],
+    what: &str,
+    fixture: &str,
+    bytes: &[u8],
+    threads: u32,
+) -> (Vec<Tensor>, Vec<Tensor>) {
     let dir = fixture_dir(fixture);
-    let (inputs, expected) = (read_numbered(&dir, "input"), read_numbered(&dir, "output"));
-    assert!(!inputs.is_empty() && !expected.is_empty(), "{what}: fixture has no inputs/outputs");
+    let inputs = read_numbered(&dir, "input");
+    assert!(!inputs.is_empty(), "{what}: fixture has no inputs");
     let artifact = temp_path(fixture);
     std::fs::write(&artifact, bytes).expect("write artifact");
 
@@ -85,13 +105,7 @@ fn check_bytes(runner: &[String], what: &str, fixture: &str, bytes: &[u8], threa
     let there = outputs_in(&out);
     std::fs::remove_file(&artifact).ok();
     std::fs::remove_dir_all(&out).ok();
-
-    assert_eq!(there.len(), expected.len(), "{what}: number of outputs on aarch64");
-    for (i, want) in expected.iter().enumerate() {
-        assert_close(&format!("{what} aarch64 output {i} vs PyTorch"), &there[i].view(), &want.view(), RTOL, ATOL);
-        assert_close(&format!("{what} aarch64 output {i} vs x86-64"), &there[i].view(), &here[i].view(), RTOL, ATOL);
-    }
-    there
+    (here, there)
 }
 
 /// The small fixtures in both IR flavours; on aarch64 1 and 2 threads give
@@ -255,4 +269,129 @@ fn corrupt_artifact_is_an_error() {
     assert!(stderr.starts_with("error: "), "corrupt artifact: expected an error message, got: {stderr}");
     // The reference inputs stay readable (sanity: the failure is the artifact's).
     read_npy(&input).expect("input");
+}
+
+/// `fixture`'s `aten.pt2` compiled here (`--target cpu`) with `--quantize
+/// MODE` (and `calibration` for int8-static, or activation ranges
+/// observed elsewhere in `activations`), and how many depthwise layers
+/// take static int8 activations.
+fn compile_quantized(
+    fixture: &str,
+    mode: &str,
+    calibration: Option<PathBuf>,
+    activations: Vec<kiln_passes::ActObservation>,
+) -> (Vec<u8>, usize) {
+    use kiln_passes::{QuantScheme, QuantizeConfig};
+    let tmp = temp_path(&format!("a64-{mode}"));
+    let cfg = QuantizeConfig { activations, ..QuantizeConfig::new(QuantScheme::parse(mode).expect("mode")) };
+    let opts = kiln_compiler::CompileOptions { quantize: Some(cfg), calibration, ..Default::default() };
+    let summary = kiln_compiler::compile_file(&fixture_dir(fixture).join("aten.pt2"), &tmp, &opts)
+        .unwrap_or_else(|e| panic!("{fixture} {mode}: compile failed: {e}"));
+    let bytes = std::fs::read(&tmp).expect("read artifact");
+    std::fs::remove_file(&tmp).ok();
+    let depthwise = summary.quantized.iter().filter(|l| l.note.contains("static int8 activations")).count();
+    (bytes, depthwise)
+}
+
+/// The f32 values of an output.
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// int8 programs on aarch64: the integer kernels' NEON variants (int8
+/// GEMM with `sdot`, the depthwise row, the row quantizer) and the
+/// driver's loops compute the same integers and take the same float steps
+/// as x86-64's AVX2/AVX-512 ones, and the float kernels these programs
+/// keep (depthwise on dequantized weights in the dynamic modes, pools) are
+/// bit-identical to the portable ones on both: so the outputs are the
+/// x86-64 run's bytes.
+/// - The small CNN of `quant/cnn_static` (int8-static with torch's observed
+///   ranges: a depthwise layer, both residual adds and the max pool on
+///   int8) also matches torch's fake-quant program (≤ 2e-6, as on x86-64).
+/// - The shrunk MobileNetV2 (17 int8 depthwise layers, i8 handoffs and
+///   residuals) and ResNet-18 (an i8 max pool, i8 residual reads)
+///   int8-static at 1 and 2 threads, and int8-dynamic.
+#[test]
+fn int8_artifacts_match_x86_64_bit_for_bit() {
+    use crate::quantize_conv::{calibration_dir, max_abs_diff, torch_observations};
+    let Some(runner) = runner() else { return };
+    let what = "quant/cnn_static int8-static";
+    let fixture = "quant/cnn_static";
+    let dir = fixture_dir(fixture);
+    let (bytes, depthwise) =
+        compile_quantized(fixture, "int8-static:observer=minmax", Some(dir.join("calib")), torch_observations(&dir));
+    assert_eq!(depthwise, 1, "{what}: int8 depthwise layers");
+    let (here, there) = run_here_and_there(&runner, what, fixture, &bytes, 2);
+    assert_eq!((here.len(), there.len()), (1, 1), "{what}: outputs");
+    assert!(here[0].data == there[0].data, "{what}: aarch64 differs from x86-64");
+    let want = f32s(&read_numbered(&dir, "output").remove(0));
+    let d = max_abs_diff(&f32s(&there[0]), &want);
+    assert!(d <= 2e-6, "{what}: max diff {d} vs torch's fake-quant on aarch64");
+
+    for (model, int8_depthwise) in [("mobilenet_v2", 17), ("resnet18", 0)] {
+        let fixture = format!("models/{model}");
+        let calib = calibration_dir(model);
+        let (bytes, depthwise) = compile_quantized(&fixture, "int8-static", Some(calib.clone()), Vec::new());
+        std::fs::remove_dir_all(&calib).ok();
+        assert_eq!(depthwise, int8_depthwise, "{model} int8-static: int8 depthwise layers");
+        for threads in [1, 2] {
+            let what = format!("{model} int8-static ({threads} threads)");
+            let (here, there) = run_here_and_there(&runner, &what, &fixture, &bytes, threads);
+            assert!(here[0].data == there[0].data, "{what}: aarch64 differs from x86-64");
+        }
+        let (bytes, _) = compile_quantized(&fixture, "int8-dynamic", None, Vec::new());
+        let what = format!("{model} int8-dynamic");
+        let (here, there) = run_here_and_there(&runner, &what, &fixture, &bytes, 2);
+        let d = max_abs_diff(&f32s(&here[0]), &f32s(&there[0]));
+        assert!(here[0].data == there[0].data, "{what}: aarch64 differs from x86-64 (max diff {d})");
+    }
+}
+
+/// Imported quantized programs (`quant/*/decomp.pt2`) compiled here and
+/// run on aarch64. The PT2E static programs (integer convolutions and
+/// linear layer, int8 max pools, the quantize/dequantize arithmetic) and
+/// torchao's token-shaped int8 dynamic one take the same integer and float
+/// steps on both ISAs: the x86-64 run's bytes, and for PT2E XNNPACK's
+/// (ending in a quantize/dequantize pair) torch's eager output bit for bit.
+/// The MLPs with a GELU (PT2E dynamic, torchao int8 weight-only, int4
+/// group-32 and int8 dynamic) are promised less: GELU's vector variants
+/// agree within ulps, which the weight-only layers keep that small
+/// (torch's f32 tolerances) and a dynamic quantizer can turn into a
+/// rounding step (cosine 0.9999). Today they too give the same bytes.
+#[test]
+fn imported_quantized_programs_match_x86_64() {
+    let Some(runner) = runner() else { return };
+    for (case, promise) in [
+        ("pt2e_xnnpack_static", "bytes"),
+        ("pt2e_x86_static", "bytes"),
+        ("ao_da8w8_tokens", "bytes"),
+        ("ao_int8_weight", "close"),
+        ("ao_int4_g32", "close"),
+        ("pt2e_x86_dynamic", "cosine"),
+        ("ao_da8w8", "cosine"),
+    ] {
+        let fixture = format!("quant/{case}");
+        let what = format!("{fixture}/decomp");
+        let bytes = compile_fixture(&fixture, "decomp");
+        let (here, there) = run_here_and_there(&runner, &what, &fixture, &bytes, 2);
+        assert_eq!((here.len(), there.len()), (1, 1), "{what}: outputs");
+        let (a, b) = (f32s(&here[0]), f32s(&there[0]));
+        println!("{what}: same bytes {}", here[0].data == there[0].data);
+        match promise {
+            "bytes" => assert!(here[0].data == there[0].data, "{what}: aarch64 differs from x86-64"),
+            "close" => {
+                assert_close(&format!("{what} aarch64 vs x86-64"), &there[0].view(), &here[0].view(), RTOL, ATOL)
+            }
+            _ => {
+                let dot: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
+                let norm = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+                let c = dot / (norm(&a) * norm(&b));
+                assert!(c >= 0.9999, "{what}: cosine {c} vs x86-64");
+            }
+        }
+        if case == "pt2e_xnnpack_static" {
+            let eager = read_numbered(&fixture_dir(&fixture), "output").remove(0);
+            assert!(there[0].data == eager.data, "{what}: aarch64 differs from torch's eager output");
+        }
+    }
 }

@@ -66,7 +66,7 @@ fn write_npy(path: &Path, shape: &[usize], data: &[f32]) {
 }
 
 /// Calibration samples: the fixture's input and three of its perturbations.
-fn calibration_dir(model: &str) -> PathBuf {
+pub(crate) fn calibration_dir(model: &str) -> PathBuf {
     let input = read_numbered(&fixture_dir(&format!("models/{model}")), "input").remove(0);
     let x: Vec<f32> = input.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     let dir = temp_path(&format!("calib_{model}"));
@@ -351,9 +351,7 @@ fn int8_static_cnn_matches_torchs_fake_quant() {
         assert!(z == tz && (s - ts).abs() <= 1e-6 * ts, "layer {i}: ({s}, {z}) vs torch's ({ts}, {tz})");
     }
     // torch's observed ranges: exactly its parameters.
-    let ranges = npy_f32("act_min.npy").into_iter().zip(npy_f32("act_max.npy"));
-    let observed = ranges.map(|(min, max)| kiln_passes::ActObservation { min, max, count: 1, ..Default::default() });
-    let (p, chosen) = build(observed.collect());
+    let (p, chosen) = build(torch_observations(&dir));
     assert_eq!(chosen, torch, "(scale, uint8 zero point) per layer");
     // int8 between the layers: every convolution but the last gives i8,
     // both residuals are read as i8, the max pool pools i8.
@@ -376,6 +374,18 @@ fn int8_static_cnn_matches_torchs_fake_quant() {
     }
 }
 
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+/// The activation ranges torch's `MinMaxObserver` saw on `quant/cnn_static`'s
+/// calibration inputs (`act_min.npy`, `act_max.npy`), layer by layer: given
+/// them, kiln's int8-static chooses torch's parameters exactly.
+pub(crate) fn torch_observations(dir: &Path) -> Vec<kiln_passes::ActObservation> {
+    let npy_f32 = |name: &str| -> Vec<f32> {
+        let t = kiln_tests::read_npy_as(&dir.join(name), false).expect(name);
+        t.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    };
+    let ranges = npy_f32("act_min.npy").into_iter().zip(npy_f32("act_max.npy"));
+    ranges.map(|(min, max)| kiln_passes::ActObservation { min, max, count: 1, ..Default::default() }).collect()
+}
+
+pub(crate) fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }

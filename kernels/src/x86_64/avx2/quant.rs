@@ -11,7 +11,9 @@
 //! multiplies u8 by i8 into i32 exactly: activations are stored as
 //! `q + 128` and the driver subtracts `128 · Σ_p w` per column.
 
-use crate::quant::{Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr, BLOCK, PIXELS};
+use crate::quant::{
+    depthwise_bounds, Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr, BLOCK, PIXELS,
+};
 use std::arch::x86_64::*;
 
 /// Bounds every kernel below relies on: `mr` rows of `4·k4` bytes at
@@ -27,7 +29,8 @@ fn check(mr: usize, nr: usize, k4: usize, a: &[u8], lda: usize, b: &[u8], strip:
 /// compiled for AVX2: at the baseline x86-64 level they ran 4 lanes wide
 /// and emulated the i32 multiply, ~40 % of an int8 MobileNetV2's time.
 /// Every x86 entry uses it (each needs AVX2).
-pub(crate) const DRIVER: Driver = Driver { encode, store, store_q, depthwise: DepthwiseFns { pairs, row: depthwise } };
+pub(crate) const DRIVER: Driver =
+    Driver { encode, store, store_q, depthwise: DepthwiseFns { variant: "avx2", pairs, row: depthwise } };
 
 fn pairs(src: &[i8], zp: i32, c: usize, left: usize, every: usize, dst: &mut [i32]) {
     // SAFETY: as for `encode`.
@@ -51,21 +54,6 @@ fn depthwise(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8])
     // bounds checked above hold every load (a block's 16 lanes end at or
     // before `Cp`) and every store (`ow · c` values).
     unsafe { depthwise_avx2(job, base, out, q) }
-}
-
-/// The bounds every x86 depthwise row function relies on: each output
-/// pixel's taps (`Cp` lanes from each term's offset) inside the image, a
-/// weight vector of `Cp` lanes per term, `Cp` scales and biases, and an i8
-/// row as long as the f32 one when the row is quantized.
-pub(crate) fn depthwise_bounds(job: &DepthwiseRow<'_>, base: usize, out: &[f32], q: &[i8]) {
-    let (c, cp) = (job.channels, job.cp);
-    assert!(c > 0 && cp >= c && cp.is_multiple_of(BLOCK) && out.len().is_multiple_of(c), "depthwise: shapes");
-    let ow = out.len() / c;
-    let far = job.offs.iter().max().copied().unwrap_or(0);
-    assert!(ow == 0 || job.img.len() >= base + (ow - 1) * job.step + far + cp, "depthwise: image too short");
-    assert!(job.weights.len() >= job.offs.len() * cp, "depthwise: weights too short");
-    assert!(job.scales.len() >= cp && job.bias.len() >= cp, "depthwise: scales or bias");
-    assert!(job.quant.is_none() || q.len() == out.len(), "depthwise: i8 row");
 }
 
 #[target_feature(enable = "avx2,fma")]

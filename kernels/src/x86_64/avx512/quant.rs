@@ -25,13 +25,14 @@ pub(crate) const INT8_AVX512_VNNI: QGemmUkr =
 const DRIVER: Driver = Driver {
     store,
     store_q,
-    depthwise: DepthwiseFns { pairs, row: depthwise_bw },
+    depthwise: DepthwiseFns { variant: "avx512bw", pairs, row: depthwise_bw },
     ..crate::x86_64::avx2::quant::DRIVER
 };
 
 /// [`DRIVER`] with the depthwise row's pair products accumulated by
 /// `vpdpwssd`. For the AVX-512 VNNI entry.
-const DRIVER_VNNI: Driver = Driver { depthwise: DepthwiseFns { pairs, row: depthwise_vnni }, ..DRIVER };
+const DRIVER_VNNI: Driver =
+    Driver { depthwise: DepthwiseFns { variant: "avx512_vnni", pairs, row: depthwise_vnni }, ..DRIVER };
 
 /// The pair image's rows ([`crate::quant::pair_row`]) compiled for AVX-512:
 /// the same integer operations 16 lanes wide.
@@ -56,7 +57,7 @@ const DW_PIXELS: usize = 8;
 /// the epilogue the AVX2 row's operations in its order. Channel tails are
 /// masked loads and stores (lanes past `C` never read nor written).
 fn depthwise_bw(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
-    crate::x86_64::avx2::quant::depthwise_bounds(job, base, out, q);
+    crate::quant::depthwise_bounds(job, base, out, q);
     // SAFETY: the AVX-512BW entry is installed after AVX-512F/BW/VL were
     // detected; the bounds hold every masked load (lanes below `C` of a
     // pixel's `Cp`) and store (`ow · c` values).
@@ -66,7 +67,7 @@ fn depthwise_bw(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i
 /// [`depthwise_bw`] with `vpdpwssd` (the pair products added into the sums
 /// in one instruction, exact: no saturation, and no sum can overflow).
 fn depthwise_vnni(job: &DepthwiseRow<'_>, base: usize, out: &mut [f32], q: &mut [i8]) {
-    crate::x86_64::avx2::quant::depthwise_bounds(job, base, out, q);
+    crate::quant::depthwise_bounds(job, base, out, q);
     // SAFETY: as for `depthwise_bw`, and the VNNI entry is installed after
     // AVX-512 VNNI was detected.
     unsafe { depthwise_vnni_inner(job, base, out, q) }
