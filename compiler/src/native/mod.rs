@@ -1,9 +1,9 @@
 //! Native code for fused elementwise groups and row-wise kernels (`kiln
 //! compile --target x86_64|aarch64`, feature `native`).
 //!
-//! After lowering, every `Fused` call whose operands are f32 and either
-//! shaped like its output or single elements, and whose ops [`emit`] can
-//! lower, becomes an `InstrOp::Native` call of a generated function (keeping
+//! After lowering, every `Fused` call whose operands and result are f32,
+//! bool, i32 or i64, each operand shaped like its output, a single element
+//! or a contiguous-block broadcast, and whose ops [`emit`] can lower, becomes an `InstrOp::Native` call of a generated function (keeping
 //! its program as the portable fallback); every f32 softmax / log-softmax
 //! over the last axis, layer norm, RMS norm and sum / mean / max over the
 //! last axis with a static row length becomes an `InstrOp::NativeKernel`
@@ -77,6 +77,7 @@ mod codegen {
     use kiln_runtime::format::{DimRef, Instr, InstrOp, Kernel, Plan, RowPrologue, Storage};
     use kiln_runtime::native::{
         broadcast_of, row_geometry, FunctionShape, InputMode, LoadedObject, NativeFunction, NativeLevel, NativeSection,
+        NATIVE_DTYPES,
     };
     use std::collections::HashMap;
 
@@ -172,17 +173,21 @@ mod codegen {
             let k = p.inputs as usize;
             let x = *instr.outputs.get(1)?;
             let (op, len) = row_call(plan, fallback, x, &instr.inputs[k..], &instr.outputs[..1])?;
-            let modes = input_modes(plan, &instr.inputs[..k], &[x])?;
+            let (modes, dtypes) = input_modes(plan, &instr.inputs[..k], &[x])?;
             let program = &p.program;
             let arch = target.arch;
-            let text = move |s: &str| row_function_to_mlir(s, op, len, arch, Some(Prologue { program, modes: &modes }));
+            let (mut inputs, mut input_dtypes) = (modes.clone(), dtypes.clone());
+            let text = move |s: &str| {
+                let p = Prologue { program, modes: &modes, dtypes: &dtypes };
+                row_function_to_mlir(s, op, len, arch, Some(p))
+            };
             let key = text("f").ok()?;
             let extras = op.operands() - 1;
-            let mut inputs: Vec<InputMode> = input_modes(plan, &instr.inputs[..k], &[x])?;
             inputs.extend((0..extras).map(|_| InputMode::Broadcast { inner: 1, period: len }));
+            input_dtypes.extend((0..extras).map(|_| DType::F32));
             let function = NativeFunction {
                 symbol: String::new(),
-                input_dtypes: vec![DType::F32; inputs.len()],
+                input_dtypes,
                 inputs,
                 output_dtype: DType::F32,
                 shape: FunctionShape::Rows { len, out_len: op.out_len(len), prologue: p.inputs },
@@ -191,16 +196,16 @@ mod codegen {
         }
         let InstrOp::Call(kernel) = &instr.op else { return None };
         if let Kernel::Fused { program } = kernel {
-            let modes = input_modes(plan, &instr.inputs, &instr.outputs)?;
-            let key = program_to_mlir("f", program, &modes).ok()?;
+            let (modes, dtypes) = input_modes(plan, &instr.inputs, &instr.outputs)?;
+            let key = program_to_mlir("f", program, &modes, &dtypes).ok()?;
             let function = NativeFunction {
                 symbol: String::new(),
-                input_dtypes: vec![DType::F32; modes.len()],
+                input_dtypes: dtypes.clone(),
                 inputs: modes.clone(),
-                output_dtype: DType::F32,
+                output_dtype: plan.tensors.get(instr.outputs[0] as usize)?.dtype,
                 shape: FunctionShape::Elementwise,
             };
-            return Some((key, Box::new(move |s: &str| program_to_mlir(s, program, &modes)), function));
+            return Some((key, Box::new(move |s: &str| program_to_mlir(s, program, &modes, &dtypes)), function));
         }
         let (op, len) = row_call(plan, kernel, *instr.inputs.first()?, &instr.inputs[1..], &instr.outputs)?;
         let arch = target.arch;
@@ -247,31 +252,35 @@ mod codegen {
         Some((op, len as u64))
     }
 
-    /// How each operand of a fused call is read natively: all f32, each
-    /// shaped like the output (same dims, symbolic ones included), one
-    /// element, or (static shapes) a contiguous-block broadcast
-    /// (`kiln_runtime::native::broadcast_of`). None leaves the call portable.
-    fn input_modes(plan: &Plan, inputs: &[u32], outputs: &[u32]) -> Option<Vec<InputMode>> {
+    /// How each operand of a fused call is read natively, and its dtype:
+    /// operands and the one output f32, bool, i32 or i64
+    /// (`kiln_runtime::native::NATIVE_DTYPES`), each operand shaped like the
+    /// output (same dims, symbolic ones included), one element, or (static
+    /// shapes) a contiguous-block broadcast (`kiln_runtime::native::broadcast_of`).
+    /// None leaves the call portable.
+    fn input_modes(plan: &Plan, inputs: &[u32], outputs: &[u32]) -> Option<(Vec<InputMode>, Vec<DType>)> {
         let out = plan.tensors.get(*outputs.first()? as usize)?;
-        if out.dtype != DType::F32 || outputs.len() != 1 {
+        if !NATIVE_DTYPES.contains(&out.dtype) || outputs.len() != 1 {
             return None;
         }
         inputs
             .iter()
             .map(|&t| {
                 let d = plan.tensors.get(t as usize)?;
-                if d.dtype != DType::F32 {
+                if !NATIVE_DTYPES.contains(&d.dtype) {
                     return None;
                 }
-                if d.shape == out.shape {
-                    Some(InputMode::Full)
+                let mode = if d.shape == out.shape {
+                    InputMode::Full
                 } else if d.shape.iter().all(|s| *s == DimRef::Static(1)) {
-                    Some(InputMode::Splat)
+                    InputMode::Splat
                 } else {
-                    broadcast_of(&static_dims(&d.shape)?, &static_dims(&out.shape)?)
-                }
+                    broadcast_of(&static_dims(&d.shape)?, &static_dims(&out.shape)?)?
+                };
+                Some((mode, d.dtype))
             })
-            .collect()
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.into_iter().unzip())
     }
 
     /// Merges each elementwise call that computes a norm's or softmax's
@@ -348,8 +357,8 @@ mod codegen {
         if overlap || outs.iter().any(Option::is_none) {
             return None;
         }
-        let modes = input_modes(plan, &producer.inputs, &[x])?;
-        let p = Prologue { program: &program, modes: &modes };
+        let (modes, dtypes) = input_modes(plan, &producer.inputs, &[x])?;
+        let p = Prologue { program: &program, modes: &modes, dtypes: &dtypes };
         row_function_to_mlir("f", op, len, target.arch, Some(p)).ok()?;
         Some((kernel.clone(), RowPrologue { inputs: producer.inputs.len() as u32, program }))
     }
