@@ -144,15 +144,18 @@ mod codegen {
             levels.push(NativeLevel { arch: target.arch, level: level.clone(), object });
         }
         for &(i, function) in &calls {
+            // A lone elementwise call: its one-op program is the fallback.
+            let lone = lone_program(plan, &plan.instrs[i]);
             let instr = &mut plan.instrs[i];
             let op = std::mem::replace(&mut instr.op, InstrOp::Jump { target: 0 });
-            instr.op = match op {
-                InstrOp::Call(Kernel::Fused { program }) => InstrOp::Native { function, program },
-                InstrOp::Call(fallback) => InstrOp::NativeKernel { function, fallback, prologue: None },
-                InstrOp::NativeKernel { fallback, prologue, .. } => {
+            instr.op = match (op, lone) {
+                (InstrOp::Call(Kernel::Fused { program }), _) => InstrOp::Native { function, program },
+                (InstrOp::Call(_), Some(program)) => InstrOp::Native { function, program },
+                (InstrOp::Call(fallback), None) => InstrOp::NativeKernel { function, fallback, prologue: None },
+                (InstrOp::NativeKernel { fallback, prologue, .. }, _) => {
                     InstrOp::NativeKernel { function, fallback, prologue }
                 }
-                other => other,
+                (other, _) => other,
             };
         }
         Ok(Some(NativeSection { functions, levels }))
@@ -195,9 +198,15 @@ mod codegen {
             return Some((key, Box::new(text), function));
         }
         let InstrOp::Call(kernel) = &instr.op else { return None };
-        if let Kernel::Fused { program } = kernel {
+        let single = lone_program(plan, instr);
+        let program = match kernel {
+            Kernel::Fused { program } => Some(program),
+            _ => single.as_ref(),
+        };
+        if let Some(program) = program {
+            let program = program.clone();
             let (modes, dtypes) = input_modes(plan, &instr.inputs, &instr.outputs)?;
-            let key = program_to_mlir("f", program, &modes, &dtypes).ok()?;
+            let key = program_to_mlir("f", &program, &modes, &dtypes).ok()?;
             let function = NativeFunction {
                 symbol: String::new(),
                 input_dtypes: dtypes.clone(),
@@ -205,7 +214,7 @@ mod codegen {
                 output_dtype: plan.tensors.get(instr.outputs[0] as usize)?.dtype,
                 shape: FunctionShape::Elementwise,
             };
-            return Some((key, Box::new(move |s: &str| program_to_mlir(s, program, &modes, &dtypes)), function));
+            return Some((key, Box::new(move |s: &str| program_to_mlir(s, &program, &modes, &dtypes)), function));
         }
         let (op, len) = row_call(plan, kernel, *instr.inputs.first()?, &instr.inputs[1..], &instr.outputs)?;
         let arch = target.arch;
@@ -221,6 +230,35 @@ mod codegen {
             shape: FunctionShape::Rows { len, out_len: op.out_len(len), prologue: 0 },
         };
         Some((key, Box::new(move |s: &str| row_function_to_mlir(s, op, len, arch, None)), function))
+    }
+
+    /// The one-op fused program of a lone elementwise call (unary, binary,
+    /// where, cast, clamp) that reads or writes a bool, i32 or i64 tensor:
+    /// the fusion pass leaves such calls alone when their operands are
+    /// shaped unlike their consumers' (a `[T]` mask before a `[T, T]`
+    /// group), and their portable kernels are scalar loops, where f32 ones
+    /// run the kernel table's vector code. The program computes what the
+    /// kernel does (the fused kernel runs the same element functions). None
+    /// for any other call, or when the program's types are not the tensors'.
+    fn lone_program(plan: &Plan, instr: &Instr) -> Option<Vec<FusedOp>> {
+        let InstrOp::Call(kernel) = &instr.op else { return None };
+        let (&out, n) = (instr.outputs.first()?, instr.inputs.len());
+        let dtype = |t: u32| plan.tensors.get(t as usize).map(|d| d.dtype);
+        let out_dtype = dtype(out)?;
+        let program = match (kernel, n) {
+            (Kernel::Unary { op }, 1) => vec![FusedOp::Unary { op: *op, x: 0 }],
+            (Kernel::Binary { op }, 2) => vec![FusedOp::Binary { op: *op, a: 0, b: 1 }],
+            (Kernel::Where {}, 3) => vec![FusedOp::Where { cond: 0, a: 1, b: 2 }],
+            (Kernel::Cast {}, 1) => vec![FusedOp::Cast { to: out_dtype, x: 0 }],
+            (Kernel::Clamp { min, max }, 1) => vec![FusedOp::Clamp { min: *min, max: *max, x: 0 }],
+            _ => return None,
+        };
+        let dtypes = instr.inputs.iter().map(|&t| dtype(t)).collect::<Option<Vec<DType>>>()?;
+        if instr.outputs.len() != 1 || dtypes.iter().chain([&out_dtype]).all(|&d| d == DType::F32) {
+            return None;
+        }
+        let types = kiln_ir::fused_register_types(&program, &dtypes).ok()?;
+        (types.last() == Some(&out_dtype)).then_some(program)
     }
 
     /// A softmax, norm or last-axis reduction a row function computes, of
