@@ -3,8 +3,10 @@
 //!
 //! After lowering, every `Fused` call whose operands and result are f32,
 //! bool, i32 or i64, each operand shaped like its output, a single element
-//! or a contiguous-block broadcast, and whose ops [`emit`] can lower, becomes an `InstrOp::Native` call of a generated function (keeping
-//! its program as the portable fallback); every f32 softmax / log-softmax
+//! or a contiguous-block broadcast, and whose ops [`emit`] can lower (and
+//! every lone elementwise call over a bool or integer tensor, as a one-op
+//! program) becomes an `InstrOp::Native` call of a generated function
+//! (keeping its program as the portable fallback); every f32 softmax / log-softmax
 //! over the last axis, layer norm, RMS norm and sum / mean / max over the
 //! last axis with a static row length becomes an `InstrOp::NativeKernel`
 //! of a row function (`emit::rows`), keeping its kernel call as the fallback. All functions go into one MLIR
