@@ -93,6 +93,10 @@ fn a_fallback_that_is_no_kernel_call_is_refused() {
 fn inconsistent_native_kernels_are_refused_at_load() {
     let ew = NativeFunction { shape: FunctionShape::Elementwise, ..row_function(3, 3) };
     let f16 = NativeFunction { input_dtypes: vec![DType::F16], ..row_function(3, 3) };
+    let bool_row = NativeFunction { input_dtypes: vec![DType::Bool], ..row_function(3, 3) };
+    let f16_elementwise = NativeFunction { input_dtypes: vec![DType::F16], ..ew.clone() };
+    let bool_elementwise = NativeFunction { input_dtypes: vec![DType::Bool], ..ew.clone() };
+    let neg = InstrOp::Native { function: 0, program: vec![FusedOp::Unary { op: UnaryOp::Neg, x: 0 }] };
     let cases: Vec<(Plan, NativeSection, &str)> = vec![
         // A row function called as an elementwise one, and the reverse.
         (plan(native_softmax(), false), section(vec![ew.clone()]), "cannot call native function"),
@@ -143,8 +147,13 @@ fn inconsistent_native_kernels_are_refused_at_load() {
             section(vec![row_function(3, 3)]),
             "cannot stand for",
         ),
-        // Code reads f32: another dtype is refused.
-        (plan(native_softmax(), false), section(vec![f16]), "only f32"),
+        // Code reads f32, bool, i32 and i64 (a row function's kernel
+        // operands f32): another dtype is refused.
+        (plan(native_softmax(), false), section(vec![f16]), "native code takes"),
+        (plan(native_softmax(), false), section(vec![bool_row]), "native code takes"),
+        (plan(neg.clone(), false), section(vec![f16_elementwise]), "native code takes"),
+        // A bool function called on f32 tensors.
+        (plan(neg, false), section(vec![bool_elementwise]), "tensor dtypes differ"),
     ];
     for (p, s, want) in cases {
         let e = load(&p, Some(&s)).map(|_| ()).unwrap_err().to_string();
@@ -256,4 +265,26 @@ fn a_native_kernel_with_a_prologue_runs_its_fallback_and_is_checked() {
         let e = load(&p, Some(&section(vec![f]))).map(|_| ()).unwrap_err().to_string();
         assert!(e.contains(want), "{:?}: {e} (wanted `{want}`)", p.instrs[0]);
     }
+}
+
+/// An elementwise function over a bool operand (`y = float(mask)`) loads
+/// where the instruction's tensors have its dtypes; with native code
+/// refused, its program runs on the portable kernel.
+#[test]
+fn a_native_call_on_bool_operands_loads_and_runs_its_program() {
+    let mut p = plan(InstrOp::Native { function: 0, program: vec![FusedOp::Cast { to: DType::F32, x: 0 }] }, false);
+    p.tensors[0].dtype = DType::Bool;
+    let f = NativeFunction {
+        shape: FunctionShape::Elementwise,
+        input_dtypes: vec![DType::Bool],
+        output_dtype: DType::F32,
+        ..row_function(3, 3)
+    };
+    let program = load(&p, Some(&section(vec![f]))).expect("a bool operand loads");
+    let opts = SessionOptions { allow_native_code: false, ..SessionOptions::default() };
+    let mut session = program.session_with(&opts).unwrap();
+    let mask = [1u8, 0, 0, 1, 1, 0];
+    let out = session.run(&[TensorView { dtype: DType::Bool, shape: &[2, 3], data: &mask }]).unwrap();
+    let y: Vec<f32> = out.get(0).data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(y, [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]);
 }

@@ -30,11 +30,75 @@ use std::fmt::Write;
 #[derive(Debug, PartialEq)]
 pub struct Unsupported(pub String);
 
-/// The register types this lowering handles: f32 values and i1 masks.
+/// The register types this lowering handles: f32 values, i1 masks (bool
+/// tensors: one byte 0/1 in memory, read as `!= 0`, written as 0/1) and
+/// i32 / i64 integers.
 #[derive(Copy, Clone, PartialEq, Debug)]
 enum Ty {
     F32,
     Bool,
+    I32,
+    I64,
+}
+
+impl Ty {
+    /// The register type of an operand or result of `dtype`, if native code handles it.
+    fn of(dtype: DType) -> Result<Ty, Unsupported> {
+        match dtype {
+            DType::F32 => Ok(Ty::F32),
+            DType::Bool => Ok(Ty::Bool),
+            DType::I32 => Ok(Ty::I32),
+            DType::I64 => Ok(Ty::I64),
+            other => Err(Unsupported(format!("{other} operands"))),
+        }
+    }
+
+    /// The MLIR type of a register.
+    fn reg(self) -> &'static str {
+        match self {
+            Ty::F32 => "f32",
+            Ty::Bool => "i1",
+            Ty::I32 => "i32",
+            Ty::I64 => "i64",
+        }
+    }
+
+    /// The MLIR type of an element in memory.
+    fn mem(self) -> &'static str {
+        match self {
+            Ty::Bool => "i8",
+            other => other.reg(),
+        }
+    }
+
+    fn is_int(self) -> bool {
+        matches!(self, Ty::I32 | Ty::I64)
+    }
+}
+
+/// The MLIR lines (at `indent`) loading element `idx` of `ptr` as a `ty`
+/// register named `name`: a bool byte becomes `byte != 0`.
+fn load_lines(indent: &str, name: &str, ptr: &str, idx: Option<&str>, ty: Ty) -> String {
+    let mem = ty.mem();
+    let mut s = String::new();
+    let at = match idx {
+        Some(idx) => {
+            let _ = writeln!(
+                s,
+                "{indent}{name}_a = llvm.getelementptr {ptr}[{idx}] : (!llvm.ptr, i64) -> !llvm.ptr, {mem}"
+            );
+            format!("{name}_a")
+        }
+        None => ptr.to_string(),
+    };
+    if ty == Ty::Bool {
+        let _ = writeln!(s, "{indent}{name}_b = llvm.load {at} : !llvm.ptr -> i8");
+        let _ = writeln!(s, "{indent}{name}_z = arith.constant 0 : i8");
+        let _ = writeln!(s, "{indent}{name} = arith.cmpi ne, {name}_b, {name}_z : i8");
+    } else {
+        let _ = writeln!(s, "{indent}{name} = llvm.load {at} : !llvm.ptr -> {mem}");
+    }
+    s
 }
 
 mod inverse;
@@ -565,20 +629,30 @@ impl Body {
 }
 
 /// The MLIR function text of `program` as function `symbol`, reading operand
-/// `i` as `modes[i]` says; every operand and the result are f32.
-pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -> Result<String, Unsupported> {
+/// `i` (of dtype `dtypes[i]`) as `modes[i]` says and storing its result.
+/// Operands and the result are f32, bool, i32 or i64.
+pub fn program_to_mlir(
+    symbol: &str,
+    program: &[FusedOp],
+    modes: &[InputMode],
+    dtypes: &[DType],
+) -> Result<String, Unsupported> {
+    if modes.len() != dtypes.len() {
+        return Err(Unsupported(format!("{} modes for {} operands", modes.len(), dtypes.len())));
+    }
     let mut b = Body { text: String::new(), next: 0 };
     let mut head = String::new();
     let _ = writeln!(head, "  func.func @{symbol}(%ins: !llvm.ptr, %out: !llvm.ptr, %start: i64, %end: i64) {{");
     let mut regs: Vec<(String, Ty)> = Vec::new();
     let mut loads = String::new();
-    for (i, mode) in modes.iter().enumerate() {
+    for (i, (mode, &dtype)) in modes.iter().zip(dtypes).enumerate() {
+        let ty = Ty::of(dtype)?;
         let _ = writeln!(head, "    %pa{i} = llvm.getelementptr %ins[{i}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr");
         let _ = writeln!(head, "    %p{i} = llvm.load %pa{i} : !llvm.ptr -> !llvm.ptr");
         match mode {
             InputMode::Splat => {
-                let _ = writeln!(head, "    %s{i} = llvm.load %p{i} : !llvm.ptr -> f32");
-                regs.push((format!("%s{i}"), Ty::F32));
+                head.push_str(&load_lines("    ", &format!("%s{i}"), &format!("%p{i}"), None, ty));
+                regs.push((format!("%s{i}"), ty));
             }
             InputMode::Broadcast { inner, period } => {
                 // Element (i / inner) % period; LLVM turns the constant
@@ -587,22 +661,22 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
                 let _ = writeln!(loads, "      %m{i} = arith.constant {period} : i64");
                 let _ = writeln!(loads, "      %q{i} = arith.divui %ii, %d{i} : i64");
                 let _ = writeln!(loads, "      %k{i} = arith.remui %q{i}, %m{i} : i64");
-                let _ = writeln!(
-                    loads,
-                    "      %e{i} = llvm.getelementptr %p{i}[%k{i}] : (!llvm.ptr, i64) -> !llvm.ptr, f32"
-                );
-                let _ = writeln!(loads, "      %x{i} = llvm.load %e{i} : !llvm.ptr -> f32");
-                regs.push((format!("%x{i}"), Ty::F32));
+                loads.push_str(&load_lines(
+                    "      ",
+                    &format!("%x{i}"),
+                    &format!("%p{i}"),
+                    Some(&format!("%k{i}")),
+                    ty,
+                ));
+                regs.push((format!("%x{i}"), ty));
             }
             InputMode::Full => {
-                let _ =
-                    writeln!(loads, "      %e{i} = llvm.getelementptr %p{i}[%ii] : (!llvm.ptr, i64) -> !llvm.ptr, f32");
-                let _ = writeln!(loads, "      %x{i} = llvm.load %e{i} : !llvm.ptr -> f32");
-                regs.push((format!("%x{i}"), Ty::F32));
+                loads.push_str(&load_lines("      ", &format!("%x{i}"), &format!("%p{i}"), Some("%ii"), ty));
+                regs.push((format!("%x{i}"), ty));
             }
         }
     }
-    let result = program_values(&mut b, program, regs)?;
+    let (result, ty) = program_values(&mut b, program, regs)?;
     let mut text = head;
     let _ = writeln!(text, "    %lo = arith.index_cast %start : i64 to index");
     let _ = writeln!(text, "    %hi = arith.index_cast %end : i64 to index");
@@ -611,8 +685,16 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
     let _ = writeln!(text, "      %ii = arith.index_cast %i : index to i64");
     text.push_str(&loads);
     text.push_str(&b.text);
-    let _ = writeln!(text, "      %o = llvm.getelementptr %out[%ii] : (!llvm.ptr, i64) -> !llvm.ptr, f32");
-    let _ = writeln!(text, "      llvm.store {result}, %o : f32, !llvm.ptr");
+    let stored = if ty == Ty::Bool {
+        // 0 or 1, as the kernels write a bool.
+        let _ = writeln!(text, "      %ob = arith.extui {result} : i1 to i8");
+        "%ob".to_string()
+    } else {
+        result
+    };
+    let mem = ty.mem();
+    let _ = writeln!(text, "      %o = llvm.getelementptr %out[%ii] : (!llvm.ptr, i64) -> !llvm.ptr, {mem}");
+    let _ = writeln!(text, "      llvm.store {stored}, %o : {mem}, !llvm.ptr");
     let _ = writeln!(text, "    }}");
     let _ = writeln!(text, "    return");
     let _ = writeln!(text, "  }}");
@@ -620,77 +702,235 @@ pub fn program_to_mlir(symbol: &str, program: &[FusedOp], modes: &[InputMode]) -
 }
 
 /// The values of `program`'s ops in `b`, its operands being the registers
-/// `regs` (f32 values or i1 masks, in operand order); returns the result
-/// (an f32 register).
-fn program_values(b: &mut Body, program: &[FusedOp], mut regs: Vec<(String, Ty)>) -> Result<String, Unsupported> {
+/// `regs` (in operand order); returns the result register and its type.
+/// Each op computes what the generic kernels compute for its dtypes
+/// (`kiln_kernels`' `unary_int`, `binary_int`, `compare`, `where_`, `cast`,
+/// `clamp`); any other op or dtype is [`Unsupported`].
+fn program_values(b: &mut Body, program: &[FusedOp], mut regs: Vec<(String, Ty)>) -> Result<(String, Ty), Unsupported> {
     for (i, op) in program.iter().enumerate() {
         let reg = |r: u32| regs.get(r as usize).cloned().ok_or_else(|| Unsupported(format!("op {i}: register {r}")));
         let def = match *op {
-            FusedOp::Scalar { dtype: DType::F32, bits } => (b.c(f32::from_bits(bits as u32)), Ty::F32),
-            FusedOp::Scalar { dtype: DType::Bool, bits } => {
+            FusedOp::Scalar { dtype, bits } => match Ty::of(dtype)? {
+                Ty::F32 => (b.c(f32::from_bits(bits as u32)), Ty::F32),
                 // `true`/`false` are i1 already: a `: i1` suffix does not parse.
-                (b.let_(format_args!("arith.constant {}", bits != 0)), Ty::Bool)
-            }
-            FusedOp::Unary { op: UnaryOp::Not, x } => {
-                let (x, _) = reg(x)?;
-                let t = b.let_("arith.constant true");
-                (b.let_(format_args!("arith.xori {x}, {t} : i1")), Ty::Bool)
-            }
+                Ty::Bool => (b.let_(format_args!("arith.constant {}", bits & 0xFF != 0)), Ty::Bool),
+                Ty::I32 => (b.ci(bits as u32 as i32), Ty::I32),
+                Ty::I64 => (b.let_(format_args!("arith.constant {} : i64", bits as i64)), Ty::I64),
+            },
             FusedOp::Unary { op, x } => match reg(x)? {
+                (x, Ty::Bool) if matches!(op, UnaryOp::Not | UnaryOp::BitNot) => {
+                    let t = b.let_("arith.constant true");
+                    (b.let_(format_args!("arith.xori {x}, {t} : i1")), Ty::Bool)
+                }
                 (x, Ty::F32) => (b.unary(op, &x)?, Ty::F32),
-                _ => return Err(Unsupported(format!("{op} of bool"))),
+                (x, ty) if ty.is_int() => (b.unary_int(op, &x, ty)?, ty),
+                (_, ty) => return Err(Unsupported(format!("{op} of {ty:?}"))),
             },
             FusedOp::Binary { op, a, b: rb } => {
-                let ((x, tx), (y, _)) = (reg(a)?, reg(rb)?);
+                let ((x, tx), (y, ty)) = (reg(a)?, reg(rb)?);
+                if tx != ty {
+                    return Err(Unsupported(format!("{op} of {tx:?} and {ty:?}")));
+                }
                 binary(b, op, &x, &y, tx)?
             }
             FusedOp::Where { cond, a, b: rb } => {
-                let ((c, _), (x, tx), (y, _)) = (reg(cond)?, reg(a)?, reg(rb)?);
-                let ty = if tx == Ty::F32 { "f32" } else { "i1" };
-                (b.let_(format_args!("arith.select {c}, {x}, {y} : {ty}")), tx)
-            }
-            FusedOp::Clamp { min, max, x } => {
-                let (mut v, _) = reg(x)?;
-                // As the f32 clamp: bounds rounded to f32, `v < lo` then `v > hi`.
-                if let Some(lo) = min {
-                    let lo = b.c(lo as f32);
-                    let lt = b.cmp("olt", &v, &lo);
-                    v = b.select(&lt, &lo, &v);
+                let ((c, tc), (x, tx), (y, ty)) = (reg(cond)?, reg(a)?, reg(rb)?);
+                if tc != Ty::Bool || tx != ty {
+                    return Err(Unsupported(format!("where of {tc:?}, {tx:?} and {ty:?}")));
                 }
-                if let Some(hi) = max {
-                    let hi = b.c(hi as f32);
-                    let gt = b.cmp("ogt", &v, &hi);
-                    v = b.select(&gt, &hi, &v);
-                }
-                (v, Ty::F32)
+                (b.let_(format_args!("arith.select {c}, {x}, {y} : {}", tx.reg())), tx)
             }
-            FusedOp::Cast { to: DType::F32, x } => match reg(x)? {
-                (x, Ty::F32) => (x, Ty::F32),
-                (x, Ty::Bool) => (b.let_(format_args!("arith.uitofp {x} : i1 to f32")), Ty::F32),
+            FusedOp::Clamp { min, max, x } => match reg(x)? {
+                (x, Ty::F32) => {
+                    let mut v = x;
+                    // As the f32 clamp: bounds rounded to f32, `v < lo` then `v > hi`.
+                    if let Some(lo) = min {
+                        let lo = b.c(lo as f32);
+                        let lt = b.cmp("olt", &v, &lo);
+                        v = b.select(&lt, &lo, &v);
+                    }
+                    if let Some(hi) = max {
+                        let hi = b.c(hi as f32);
+                        let gt = b.cmp("ogt", &v, &hi);
+                        v = b.select(&gt, &hi, &v);
+                    }
+                    (v, Ty::F32)
+                }
+                (x, ty) if ty.is_int() => (b.clamp_int(&x, ty, min, max), ty),
+                (_, ty) => return Err(Unsupported(format!("clamp of {ty:?}"))),
             },
-            other => return Err(Unsupported(format!("{other:?}"))),
+            FusedOp::Cast { to, x } => {
+                let (x, from) = reg(x)?;
+                let to = Ty::of(to)?;
+                (b.cast(&x, from, to), to)
+            }
         };
         regs.push(def);
     }
-    let (result, ty) = regs.last().cloned().ok_or_else(|| Unsupported("empty program".into()))?;
-    if ty != Ty::F32 {
-        return Err(Unsupported("a bool result".into()));
+    regs.last().cloned().ok_or_else(|| Unsupported("empty program".into()))
+}
+
+impl Body {
+    /// Element `idx` of `ptr` (an i64 register) as a `ty` register: a bool
+    /// byte becomes `byte != 0`.
+    fn load_ty(&mut self, ptr: &str, idx: &str, ty: Ty) -> String {
+        let mem = ty.mem();
+        let e = self.let_(format_args!("llvm.getelementptr {ptr}[{idx}] : (!llvm.ptr, i64) -> !llvm.ptr, {mem}"));
+        let v = self.let_(format_args!("llvm.load {e} : !llvm.ptr -> {mem}"));
+        if ty != Ty::Bool {
+            return v;
+        }
+        let zero = self.let_("arith.constant 0 : i8");
+        self.let_(format_args!("arith.cmpi ne, {v}, {zero} : i8"))
     }
-    Ok(result)
+
+    /// An i32 or i64 constant.
+    fn cint(&mut self, v: i64, ty: Ty) -> String {
+        self.let_(format_args!("arith.constant {v} : {}", ty.reg()))
+    }
+
+    fn int_op(&mut self, op: &str, a: &str, b: &str, ty: Ty) -> String {
+        self.let_(format_args!("arith.{op} {a}, {b} : {}", ty.reg()))
+    }
+
+    fn cmpi(&mut self, pred: &str, a: &str, b: &str, ty: Ty) -> String {
+        self.let_(format_args!("arith.cmpi {pred}, {a}, {b} : {}", ty.reg()))
+    }
+
+    fn select_ty(&mut self, cond: &str, a: &str, b: &str, ty: Ty) -> String {
+        self.let_(format_args!("arith.select {cond}, {a}, {b} : {}", ty.reg()))
+    }
+
+    /// A unary op on an integer register, as `unary_int`: wrapping
+    /// negation and absolute value, sign, relu, rounding ops the identity.
+    fn unary_int(&mut self, op: UnaryOp, x: &str, ty: Ty) -> Result<String, Unsupported> {
+        let zero = self.cint(0, ty);
+        Ok(match op {
+            UnaryOp::Neg => self.int_op("subi", &zero, x, ty),
+            UnaryOp::Abs => {
+                let neg = self.int_op("subi", &zero, x, ty);
+                let lt = self.cmpi("slt", x, &zero, ty);
+                self.select_ty(&lt, &neg, x, ty)
+            }
+            UnaryOp::Sign => {
+                let (one, mone) = (self.cint(1, ty), self.cint(-1, ty));
+                let lt = self.cmpi("slt", x, &zero, ty);
+                let r = self.select_ty(&lt, &mone, &zero, ty);
+                let gt = self.cmpi("sgt", x, &zero, ty);
+                self.select_ty(&gt, &one, &r, ty)
+            }
+            UnaryOp::Relu => self.int_op("maxsi", x, &zero, ty),
+            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => x.to_string(),
+            UnaryOp::BitNot => {
+                let ones = self.cint(-1, ty);
+                self.int_op("xori", x, &ones, ty)
+            }
+            other => return Err(Unsupported(format!("{other} of {ty:?}"))),
+        })
+    }
+
+    /// The integer clamp: bounds rounded inward (ceil / floor) and
+    /// saturated to the type, as `clamp`; `v < lo` then `v > hi`.
+    fn clamp_int(&mut self, x: &str, ty: Ty, min: Option<f64>, max: Option<f64>) -> String {
+        // Rust's `f64 as iN` saturates (NaN → 0), as the kernel's `from_f64`.
+        let bound = |v: f64| if ty == Ty::I32 { v as i32 as i64 } else { v as i64 };
+        let mut v = x.to_string();
+        if let Some(lo) = min {
+            let lo = self.cint(bound(lo.ceil()), ty);
+            let lt = self.cmpi("slt", &v, &lo, ty);
+            v = self.select_ty(&lt, &lo, &v, ty);
+        }
+        if let Some(hi) = max {
+            let hi = self.cint(bound(hi.floor()), ty);
+            let gt = self.cmpi("sgt", &v, &hi, ty);
+            v = self.select_ty(&gt, &hi, &v, ty);
+        }
+        v
+    }
+
+    /// A conversion as the kernels' `cast`: float → int truncates toward
+    /// zero, saturating (NaN → 0: Rust's `as`), int → float rounds to
+    /// nearest, int → int wraps or sign-extends, anything → bool is `!= 0`,
+    /// bool → anything 0 or 1.
+    fn cast(&mut self, x: &str, from: Ty, to: Ty) -> String {
+        match (from, to) {
+            _ if from == to => x.to_string(),
+            (Ty::Bool, Ty::F32) => self.let_(format_args!("arith.uitofp {x} : i1 to f32")),
+            (Ty::Bool, _) => self.let_(format_args!("arith.extui {x} : i1 to {}", to.reg())),
+            (Ty::F32, Ty::Bool) => self.cmp_c("une", x, 0.0),
+            (_, Ty::Bool) => {
+                let zero = self.cint(0, from);
+                self.cmpi("ne", x, &zero, from)
+            }
+            (Ty::F32, _) => self.f32_to_int(x, to),
+            (_, Ty::F32) => self.let_(format_args!("arith.sitofp {x} : {} to f32", from.reg())),
+            (Ty::I32, _) => self.let_(format_args!("arith.extsi {x} : i32 to i64")),
+            _ => self.let_(format_args!("arith.trunci {x} : i64 to i32")),
+        }
+    }
+
+    /// `x as i32` / `x as i64` in Rust: truncation toward zero, saturated
+    /// at the type's bounds, NaN → 0 (`fptosi` alone is poison there).
+    fn f32_to_int(&mut self, x: &str, ty: Ty) -> String {
+        let bits = if ty == Ty::I32 { 31 } else { 63 };
+        let limit = (bits as f32).exp2();
+        let below = self.cmp_c("olt", x, limit);
+        let above_min = self.cmp_c("oge", x, -limit);
+        let inside = self.let_(format_args!("arith.andi {below}, {above_min} : i1"));
+        let zero = self.c(0.0);
+        let xc = self.select(&inside, x, &zero);
+        let t = self.let_(format_args!("arith.fptosi {xc} : f32 to {}", ty.reg()));
+        let (max, min) = if ty == Ty::I32 { (i32::MAX as i64, i32::MIN as i64) } else { (i64::MAX, i64::MIN) };
+        let (max, min) = (self.cint(max, ty), self.cint(min, ty));
+        let high = self.cmp_c("oge", x, limit);
+        let t = self.select_ty(&high, &max, &t, ty);
+        let low = self.cmp_c("olt", x, -limit);
+        self.select_ty(&low, &min, &t, ty)
+    }
 }
 
 /// A binary op on two registers of type `ty`, as the generic kernels define it.
 fn binary(b: &mut Body, op: BinaryOp, x: &str, y: &str, ty: Ty) -> Result<(String, Ty), Unsupported> {
     if ty == Ty::Bool {
-        let name = match op {
-            BinaryOp::And => "andi",
-            BinaryOp::Or => "ori",
-            BinaryOp::Xor | BinaryOp::Ne => "xori",
+        // The kernels' bool ops (`min`/`mul` are and, `max`/`add` or);
+        // comparisons order false before true.
+        let def = match op {
+            BinaryOp::And | BinaryOp::Min | BinaryOp::Mul => b.let_(format_args!("arith.andi {x}, {y} : i1")),
+            BinaryOp::Or | BinaryOp::Max | BinaryOp::Add => b.let_(format_args!("arith.ori {x}, {y} : i1")),
+            BinaryOp::Xor => b.let_(format_args!("arith.xori {x}, {y} : i1")),
+            BinaryOp::Eq => b.cmpi("eq", x, y, ty),
+            BinaryOp::Ne => b.cmpi("ne", x, y, ty),
+            BinaryOp::Lt => b.cmpi("ult", x, y, ty),
+            BinaryOp::Le => b.cmpi("ule", x, y, ty),
+            BinaryOp::Gt => b.cmpi("ugt", x, y, ty),
+            BinaryOp::Ge => b.cmpi("uge", x, y, ty),
             _ => return Err(Unsupported(format!("{op} of bool"))),
         };
-        return Ok((b.let_(format_args!("arith.{name} {x}, {y} : i1")), Ty::Bool));
+        return Ok((def, Ty::Bool));
     }
-    let pred = |p: &str| p.to_string();
+    if ty.is_int() {
+        // Wrapping arithmetic (no overflow flags), signed order.
+        let (name, out) = match op {
+            BinaryOp::Add => ("addi", ty),
+            BinaryOp::Sub => ("subi", ty),
+            BinaryOp::Mul => ("muli", ty),
+            BinaryOp::Max => ("maxsi", ty),
+            BinaryOp::Min => ("minsi", ty),
+            BinaryOp::And => ("andi", ty),
+            BinaryOp::Or => ("ori", ty),
+            BinaryOp::Xor => ("xori", ty),
+            BinaryOp::Eq => ("eq", Ty::Bool),
+            BinaryOp::Ne => ("ne", Ty::Bool),
+            BinaryOp::Lt => ("slt", Ty::Bool),
+            BinaryOp::Le => ("sle", Ty::Bool),
+            BinaryOp::Gt => ("sgt", Ty::Bool),
+            BinaryOp::Ge => ("sge", Ty::Bool),
+            // Division and remainder fail on a zero divisor in the kernels.
+            _ => return Err(Unsupported(format!("{op} of {ty:?}"))),
+        };
+        let def = if out == Ty::Bool { b.cmpi(name, x, y, ty) } else { b.int_op(name, x, y, ty) };
+        return Ok((def, out));
+    }
     Ok(match op {
         BinaryOp::Add => (b.add(x, y), Ty::F32),
         BinaryOp::Sub => (b.sub(x, y), Ty::F32),
@@ -705,16 +945,17 @@ fn binary(b: &mut Body, op: BinaryOp, x: &str, y: &str, ty: Ty) -> Result<(Strin
             let take = b.let_(format_args!("arith.ori {nan}, {wins} : i1"));
             (b.select(&take, x, y), Ty::F32)
         }
+        // IEEE comparisons: NaN is unequal to everything, ordered nowhere.
         BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => {
             let p = match op {
-                BinaryOp::Eq => pred("oeq"),
-                BinaryOp::Ne => pred("une"),
-                BinaryOp::Lt => pred("olt"),
-                BinaryOp::Le => pred("ole"),
-                BinaryOp::Gt => pred("ogt"),
-                _ => pred("oge"),
+                BinaryOp::Eq => "oeq",
+                BinaryOp::Ne => "une",
+                BinaryOp::Lt => "olt",
+                BinaryOp::Le => "ole",
+                BinaryOp::Gt => "ogt",
+                _ => "oge",
             };
-            (b.cmp(&p, x, y), Ty::Bool)
+            (b.cmp(p, x, y), Ty::Bool)
         }
         other => return Err(Unsupported(format!("binary {other}"))),
     })

@@ -2,6 +2,7 @@
 //! (`mlirTranslateModuleToLLVMIR`) → `default<O3>` → a relocatable ELF
 //! object for one triple and CPU (inkwell's `TargetMachine`).
 
+use inkwell::attributes::AttributeLoc;
 use inkwell::module::Module as LlvmModule;
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetTriple};
@@ -60,6 +61,14 @@ pub fn compile_module(text: &str, triple_name: &str, cpu: &str) -> Result<Vec<u8
     m.set_triple(&triple);
     m.set_data_layout(&tm.get_target_data().get_data_layout());
     m.verify().map_err(|e| format!("LLVM IR does not verify: {e}"))?;
+    // The object may call nothing: a loop storing one value (a comparison
+    // that always fails, a constant mask) or copying an operand (a cast
+    // to its own dtype) must not become a `memset` / `memcpy` call.
+    for f in m.get_functions() {
+        for name in ["no-builtin-memset", "no-builtin-memcpy", "no-builtin-memmove"] {
+            f.add_attribute(AttributeLoc::Function, llvm.create_string_attribute(name, ""));
+        }
+    }
     m.run_passes("default<O3>", &tm, PassBuilderOptions::create()).map_err(|e| format!("O3: {e}"))?;
     let buf = tm.write_to_memory_buffer(&m, FileType::Object).map_err(|e| format!("object emission: {e}"))?;
     Ok(buf.as_slice().to_vec())

@@ -1,10 +1,12 @@
 //! Native code for fused elementwise groups and row-wise kernels (`kiln
 //! compile --target x86_64|aarch64`, feature `native`).
 //!
-//! After lowering, every `Fused` call whose operands are f32 and either
-//! shaped like its output or single elements, and whose ops [`emit`] can
-//! lower, becomes an `InstrOp::Native` call of a generated function (keeping
-//! its program as the portable fallback); every f32 softmax / log-softmax
+//! After lowering, every `Fused` call whose operands and result are f32,
+//! bool, i32 or i64, each operand shaped like its output, a single element
+//! or a contiguous-block broadcast, and whose ops [`emit`] can lower (and
+//! every lone elementwise call over a bool or integer tensor, as a one-op
+//! program) becomes an `InstrOp::Native` call of a generated function
+//! (keeping its program as the portable fallback); every f32 softmax / log-softmax
 //! over the last axis, layer norm, RMS norm and sum / mean / max over the
 //! last axis with a static row length becomes an `InstrOp::NativeKernel`
 //! of a row function (`emit::rows`), keeping its kernel call as the fallback. All functions go into one MLIR
@@ -77,6 +79,7 @@ mod codegen {
     use kiln_runtime::format::{DimRef, Instr, InstrOp, Kernel, Plan, RowPrologue, Storage};
     use kiln_runtime::native::{
         broadcast_of, row_geometry, FunctionShape, InputMode, LoadedObject, NativeFunction, NativeLevel, NativeSection,
+        NATIVE_DTYPES,
     };
     use std::collections::HashMap;
 
@@ -143,15 +146,18 @@ mod codegen {
             levels.push(NativeLevel { arch: target.arch, level: level.clone(), object });
         }
         for &(i, function) in &calls {
+            // A lone elementwise call: its one-op program is the fallback.
+            let lone = lone_program(plan, &plan.instrs[i]);
             let instr = &mut plan.instrs[i];
             let op = std::mem::replace(&mut instr.op, InstrOp::Jump { target: 0 });
-            instr.op = match op {
-                InstrOp::Call(Kernel::Fused { program }) => InstrOp::Native { function, program },
-                InstrOp::Call(fallback) => InstrOp::NativeKernel { function, fallback, prologue: None },
-                InstrOp::NativeKernel { fallback, prologue, .. } => {
+            instr.op = match (op, lone) {
+                (InstrOp::Call(Kernel::Fused { program }), _) => InstrOp::Native { function, program },
+                (InstrOp::Call(_), Some(program)) => InstrOp::Native { function, program },
+                (InstrOp::Call(fallback), None) => InstrOp::NativeKernel { function, fallback, prologue: None },
+                (InstrOp::NativeKernel { fallback, prologue, .. }, _) => {
                     InstrOp::NativeKernel { function, fallback, prologue }
                 }
-                other => other,
+                (other, _) => other,
             };
         }
         Ok(Some(NativeSection { functions, levels }))
@@ -172,17 +178,21 @@ mod codegen {
             let k = p.inputs as usize;
             let x = *instr.outputs.get(1)?;
             let (op, len) = row_call(plan, fallback, x, &instr.inputs[k..], &instr.outputs[..1])?;
-            let modes = input_modes(plan, &instr.inputs[..k], &[x])?;
+            let (modes, dtypes) = input_modes(plan, &instr.inputs[..k], &[x])?;
             let program = &p.program;
             let arch = target.arch;
-            let text = move |s: &str| row_function_to_mlir(s, op, len, arch, Some(Prologue { program, modes: &modes }));
+            let (mut inputs, mut input_dtypes) = (modes.clone(), dtypes.clone());
+            let text = move |s: &str| {
+                let p = Prologue { program, modes: &modes, dtypes: &dtypes };
+                row_function_to_mlir(s, op, len, arch, Some(p))
+            };
             let key = text("f").ok()?;
             let extras = op.operands() - 1;
-            let mut inputs: Vec<InputMode> = input_modes(plan, &instr.inputs[..k], &[x])?;
             inputs.extend((0..extras).map(|_| InputMode::Broadcast { inner: 1, period: len }));
+            input_dtypes.extend((0..extras).map(|_| DType::F32));
             let function = NativeFunction {
                 symbol: String::new(),
-                input_dtypes: vec![DType::F32; inputs.len()],
+                input_dtypes,
                 inputs,
                 output_dtype: DType::F32,
                 shape: FunctionShape::Rows { len, out_len: op.out_len(len), prologue: p.inputs },
@@ -190,17 +200,23 @@ mod codegen {
             return Some((key, Box::new(text), function));
         }
         let InstrOp::Call(kernel) = &instr.op else { return None };
-        if let Kernel::Fused { program } = kernel {
-            let modes = input_modes(plan, &instr.inputs, &instr.outputs)?;
-            let key = program_to_mlir("f", program, &modes).ok()?;
+        let single = lone_program(plan, instr);
+        let program = match kernel {
+            Kernel::Fused { program } => Some(program),
+            _ => single.as_ref(),
+        };
+        if let Some(program) = program {
+            let program = program.clone();
+            let (modes, dtypes) = input_modes(plan, &instr.inputs, &instr.outputs)?;
+            let key = program_to_mlir("f", &program, &modes, &dtypes).ok()?;
             let function = NativeFunction {
                 symbol: String::new(),
-                input_dtypes: vec![DType::F32; modes.len()],
+                input_dtypes: dtypes.clone(),
                 inputs: modes.clone(),
-                output_dtype: DType::F32,
+                output_dtype: plan.tensors.get(instr.outputs[0] as usize)?.dtype,
                 shape: FunctionShape::Elementwise,
             };
-            return Some((key, Box::new(move |s: &str| program_to_mlir(s, program, &modes)), function));
+            return Some((key, Box::new(move |s: &str| program_to_mlir(s, &program, &modes, &dtypes)), function));
         }
         let (op, len) = row_call(plan, kernel, *instr.inputs.first()?, &instr.inputs[1..], &instr.outputs)?;
         let arch = target.arch;
@@ -216,6 +232,35 @@ mod codegen {
             shape: FunctionShape::Rows { len, out_len: op.out_len(len), prologue: 0 },
         };
         Some((key, Box::new(move |s: &str| row_function_to_mlir(s, op, len, arch, None)), function))
+    }
+
+    /// The one-op fused program of a lone elementwise call (unary, binary,
+    /// where, cast, clamp) that reads or writes a bool, i32 or i64 tensor:
+    /// the fusion pass leaves such calls alone when their operands are
+    /// shaped unlike their consumers' (a `[T]` mask before a `[T, T]`
+    /// group), and their portable kernels are scalar loops, where f32 ones
+    /// run the kernel table's vector code. The program computes what the
+    /// kernel does (the fused kernel runs the same element functions). None
+    /// for any other call, or when the program's types are not the tensors'.
+    fn lone_program(plan: &Plan, instr: &Instr) -> Option<Vec<FusedOp>> {
+        let InstrOp::Call(kernel) = &instr.op else { return None };
+        let (&out, n) = (instr.outputs.first()?, instr.inputs.len());
+        let dtype = |t: u32| plan.tensors.get(t as usize).map(|d| d.dtype);
+        let out_dtype = dtype(out)?;
+        let program = match (kernel, n) {
+            (Kernel::Unary { op }, 1) => vec![FusedOp::Unary { op: *op, x: 0 }],
+            (Kernel::Binary { op }, 2) => vec![FusedOp::Binary { op: *op, a: 0, b: 1 }],
+            (Kernel::Where {}, 3) => vec![FusedOp::Where { cond: 0, a: 1, b: 2 }],
+            (Kernel::Cast {}, 1) => vec![FusedOp::Cast { to: out_dtype, x: 0 }],
+            (Kernel::Clamp { min, max }, 1) => vec![FusedOp::Clamp { min: *min, max: *max, x: 0 }],
+            _ => return None,
+        };
+        let dtypes = instr.inputs.iter().map(|&t| dtype(t)).collect::<Option<Vec<DType>>>()?;
+        if instr.outputs.len() != 1 || dtypes.iter().chain([&out_dtype]).all(|&d| d == DType::F32) {
+            return None;
+        }
+        let types = kiln_ir::fused_register_types(&program, &dtypes).ok()?;
+        (types.last() == Some(&out_dtype)).then_some(program)
     }
 
     /// A softmax, norm or last-axis reduction a row function computes, of
@@ -247,31 +292,35 @@ mod codegen {
         Some((op, len as u64))
     }
 
-    /// How each operand of a fused call is read natively: all f32, each
-    /// shaped like the output (same dims, symbolic ones included), one
-    /// element, or (static shapes) a contiguous-block broadcast
-    /// (`kiln_runtime::native::broadcast_of`). None leaves the call portable.
-    fn input_modes(plan: &Plan, inputs: &[u32], outputs: &[u32]) -> Option<Vec<InputMode>> {
+    /// How each operand of a fused call is read natively, and its dtype:
+    /// operands and the one output f32, bool, i32 or i64
+    /// (`kiln_runtime::native::NATIVE_DTYPES`), each operand shaped like the
+    /// output (same dims, symbolic ones included), one element, or (static
+    /// shapes) a contiguous-block broadcast (`kiln_runtime::native::broadcast_of`).
+    /// None leaves the call portable.
+    fn input_modes(plan: &Plan, inputs: &[u32], outputs: &[u32]) -> Option<(Vec<InputMode>, Vec<DType>)> {
         let out = plan.tensors.get(*outputs.first()? as usize)?;
-        if out.dtype != DType::F32 || outputs.len() != 1 {
+        if !NATIVE_DTYPES.contains(&out.dtype) || outputs.len() != 1 {
             return None;
         }
         inputs
             .iter()
             .map(|&t| {
                 let d = plan.tensors.get(t as usize)?;
-                if d.dtype != DType::F32 {
+                if !NATIVE_DTYPES.contains(&d.dtype) {
                     return None;
                 }
-                if d.shape == out.shape {
-                    Some(InputMode::Full)
+                let mode = if d.shape == out.shape {
+                    InputMode::Full
                 } else if d.shape.iter().all(|s| *s == DimRef::Static(1)) {
-                    Some(InputMode::Splat)
+                    InputMode::Splat
                 } else {
-                    broadcast_of(&static_dims(&d.shape)?, &static_dims(&out.shape)?)
-                }
+                    broadcast_of(&static_dims(&d.shape)?, &static_dims(&out.shape)?)?
+                };
+                Some((mode, d.dtype))
             })
-            .collect()
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.into_iter().unzip())
     }
 
     /// Merges each elementwise call that computes a norm's or softmax's
@@ -348,8 +397,8 @@ mod codegen {
         if overlap || outs.iter().any(Option::is_none) {
             return None;
         }
-        let modes = input_modes(plan, &producer.inputs, &[x])?;
-        let p = Prologue { program: &program, modes: &modes };
+        let (modes, dtypes) = input_modes(plan, &producer.inputs, &[x])?;
+        let p = Prologue { program: &program, modes: &modes, dtypes: &dtypes };
         row_function_to_mlir("f", op, len, target.arch, Some(p)).ok()?;
         Some((kernel.clone(), RowPrologue { inputs: producer.inputs.len() as u32, program }))
     }

@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 type NativeFn = unsafe extern "C" fn(*const *const u8, *mut u8, usize, usize);
 
 fn object_for(program: &[FusedOp], modes: &[InputMode], triple: &str, cpu: &str) -> Vec<u8> {
-    let func = program_to_mlir("kiln_test", program, modes).expect("lowerable program");
+    let func = program_to_mlir("kiln_test", program, modes, &vec![DType::F32; modes.len()]).expect("lowerable program");
     compile_module(&format!("module {{\n{func}}}\n"), triple, cpu).unwrap_or_else(|e| panic!("{cpu}: {e}"))
 }
 
@@ -474,9 +474,22 @@ fn unsupported_ops_are_refused_not_miscompiled() {
         vec![FusedOp::Unary { op: UnaryOp::Lgamma, x: 0 }],
         vec![FusedOp::Binary { op: BinaryOp::Fmod, a: 0, b: 0 }],
         vec![FusedOp::Cast { to: DType::F16, x: 0 }],
-        vec![FusedOp::Binary { op: BinaryOp::Gt, a: 0, b: 0 }],
+        vec![FusedOp::Cast { to: DType::F64, x: 0 }],
     ] {
-        assert!(program_to_mlir("f", &p, &[InputMode::Full]).is_err(), "{p:?}");
+        assert!(program_to_mlir("f", &p, &[InputMode::Full], &[DType::F32]).is_err(), "{p:?}");
+    }
+    // Integer division and remainder (an error on a zero divisor in the
+    // kernels), math on ints and bools, operands of other dtypes.
+    for (p, dtype) in [
+        (FusedOp::Binary { op: BinaryOp::FloorDiv, a: 0, b: 0 }, DType::I64),
+        (FusedOp::Binary { op: BinaryOp::Rem, a: 0, b: 0 }, DType::I32),
+        (FusedOp::Binary { op: BinaryOp::Div, a: 0, b: 0 }, DType::I32),
+        (FusedOp::Unary { op: UnaryOp::Exp, x: 0 }, DType::I64),
+        (FusedOp::Binary { op: BinaryOp::Sub, a: 0, b: 0 }, DType::Bool),
+        (FusedOp::Unary { op: UnaryOp::Neg, x: 0 }, DType::F16),
+        (FusedOp::Unary { op: UnaryOp::Neg, x: 0 }, DType::U8),
+    ] {
+        assert!(program_to_mlir("f", &[p], &[InputMode::Full], &[dtype]).is_err(), "{p:?} of {dtype}");
     }
 }
 
@@ -921,5 +934,451 @@ fn broadcast_operands_match_the_portable_kernel() {
             f(ptrs.as_ptr(), got.as_mut_ptr(), 101, n);
         }
         assert!(got == want, "{level}: broadcast operands differ from the portable kernel");
+    }
+}
+
+/// One operand of a program over bool and integer tensors: its dtype,
+/// element bytes (little-endian) and how it is read.
+struct Operand {
+    dtype: DType,
+    data: Vec<u8>,
+    mode: InputMode,
+}
+
+/// The output of the typed checks is `[ROWS, COLS]`; a broadcast operand
+/// is a row `[COLS]` or a column `[ROWS, 1]`.
+const ROWS: usize = 61;
+const COLS: usize = 17;
+
+fn operand_shape(mode: InputMode) -> Vec<usize> {
+    match mode {
+        InputMode::Full => vec![ROWS, COLS],
+        InputMode::Splat => vec![1],
+        InputMode::Broadcast { inner: 1, .. } => vec![COLS],
+        InputMode::Broadcast { .. } => vec![ROWS, 1],
+    }
+}
+
+const ROW: InputMode = InputMode::Broadcast { inner: 1, period: COLS as u64 };
+const COLUMN: InputMode = InputMode::Broadcast { inner: COLS as u64, period: ROWS as u64 };
+
+/// Runs `program` natively (every x86-64 level this CPU runs, two uneven
+/// ranges) and on the portable fused kernel, asserting the same bytes;
+/// compiles it for every aarch64 level and has the runtime's loader check
+/// each object. Returns the portable result's bytes.
+fn check_typed(what: &str, program: &[FusedOp], ops: &[Operand], out: DType) -> Vec<u8> {
+    let n = ROWS * COLS;
+    let modes: Vec<InputMode> = ops.iter().map(|o| o.mode).collect();
+    let dtypes: Vec<DType> = ops.iter().map(|o| o.dtype).collect();
+    let shapes: Vec<Vec<usize>> = modes.iter().map(|&m| operand_shape(m)).collect();
+    for (o, s) in ops.iter().zip(&shapes) {
+        assert_eq!(o.data.len(), s.iter().product::<usize>() * o.dtype.size_bytes(), "{what}: operand size");
+    }
+    let refs: Vec<TensorRef<'_>> =
+        ops.iter().zip(&shapes).map(|(o, s)| TensorRef { dtype: o.dtype, shape: s, data: &o.data }).collect();
+    let out_shape = [ROWS, COLS];
+    let size = out.size_bytes();
+    let mut want = vec![0u8; n * size];
+    let mut cx = Context::new();
+    kiln_kernels::fused(program, &refs, TensorMut { dtype: out, shape: &out_shape, data: &mut want }, &mut cx)
+        .unwrap_or_else(|e| panic!("{what}: portable run: {e}"));
+    let func = program_to_mlir("kiln_test", program, &modes, &dtypes).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    let module = format!("module {{\n{func}}}\n");
+    #[cfg(target_arch = "x86_64")]
+    for level in X86_64_LEVELS.iter().filter(|l| cpu_runs(NativeArch::X86_64, l)) {
+        let obj = compile_module(&module, "x86_64-unknown-linux-gnu", level).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let loaded = LoadedObject::load(&obj, Arch::X86_64).unwrap_or_else(|e| panic!("{what} {level}: {e}"));
+        // SAFETY: the generated function has the NativeFn ABI.
+        let f: NativeFn = unsafe { std::mem::transmute(loaded.function("kiln_test").expect("function defined")) };
+        let ptrs: Vec<*const u8> = ops.iter().map(|o| o.data.as_ptr()).collect();
+        let mut got = vec![0xA5u8; n * size];
+        // SAFETY: every operand holds what its mode indexes for n output
+        // elements, the output n elements of `out`.
+        unsafe {
+            f(ptrs.as_ptr(), got.as_mut_ptr(), 0, 389);
+            f(ptrs.as_ptr(), got.as_mut_ptr(), 389, n);
+        }
+        if let Some(i) = (0..n).find(|&i| got[i * size..(i + 1) * size] != want[i * size..(i + 1) * size]) {
+            let at = |o: &Operand| {
+                let k = match o.mode {
+                    InputMode::Full => i,
+                    InputMode::Splat => 0,
+                    InputMode::Broadcast { inner, period } => (i / inner as usize) % period as usize,
+                };
+                let s = o.dtype.size_bytes();
+                o.data[k * s..(k + 1) * s].to_vec()
+            };
+            let operands: Vec<Vec<u8>> = ops.iter().map(at).collect();
+            panic!(
+                "{what} {level}: element {i} (operand bytes {operands:?}): native {:?}, portable {:?}",
+                &got[i * size..(i + 1) * size],
+                &want[i * size..(i + 1) * size]
+            );
+        }
+    }
+    for level in AARCH64_LEVELS {
+        let obj = compile_module(&module, "aarch64-unknown-linux-gnu", level).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let names = LoadedObject::check(&obj, Arch::Aarch64).unwrap_or_else(|e| panic!("{what} {level}: {e}"));
+        assert_eq!(names, ["kiln_test"], "{what} {level}");
+    }
+    want
+}
+
+fn shape_len(mode: InputMode) -> usize {
+    operand_shape(mode).iter().product()
+}
+
+/// f32 operands: the special values (±0, ±inf, NaN, the int types'
+/// bounds and their neighbours, halves), then small integers (so that
+/// comparisons see equal values) and wide random values.
+fn f32_operand(rng: &mut rand::rngs::StdRng, mode: InputMode) -> Operand {
+    let special = [
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        2147483648.0,
+        -2147483648.0,
+        2147483520.0,
+        -2147483520.0,
+        9.223372e18,
+        -9.223372e18,
+        9.2233715e18,
+        3e9,
+        -3e9,
+        1e20,
+        -1e20,
+        0.5,
+        -0.5,
+        1.5,
+        -1.5,
+        2.7,
+        -2.99,
+        1e-40,
+        16777217.0,
+        f32::MAX,
+        f32::MIN,
+    ];
+    let n = shape_len(mode);
+    let v: Vec<f32> = (0..n)
+        .map(|i| match (i < special.len() && n > 1, i % 3) {
+            (true, _) => special[i],
+            (false, 0) => rng.gen_range(-4i32..5) as f32,
+            (false, 1) => (rng.gen::<f32>() - 0.5) * 8.0,
+            _ => (rng.gen::<f32>() - 0.5) * 1e10,
+        })
+        .collect();
+    Operand { dtype: DType::F32, data: v.iter().flat_map(|x| x.to_le_bytes()).collect(), mode }
+}
+
+/// i32 or i64 operands: 0, ±1, the type's extremes and their neighbours,
+/// then small values (equal ones for comparisons) and full-range ones.
+fn int_operand(rng: &mut rand::rngs::StdRng, dtype: DType, mode: InputMode) -> Operand {
+    let n = shape_len(mode);
+    let (min, max) = if dtype == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (i64::MIN, i64::MAX) };
+    let special = [0, 1, -1, min, max, min + 1, max - 1, 2, -2, 7, -8, 1 << 24, -(1 << 24) - 1];
+    let v: Vec<i64> = (0..n)
+        .map(|i| match (i < special.len() && n > 1, i % 2) {
+            (true, _) => special[i],
+            (false, 0) => rng.gen_range(-6i64..7),
+            _ => rng.gen_range(min..=max),
+        })
+        .collect();
+    let data = if dtype == DType::I32 {
+        v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect()
+    } else {
+        v.iter().flat_map(|&x| x.to_le_bytes()).collect()
+    };
+    Operand { dtype, data, mode }
+}
+
+fn bool_operand(rng: &mut rand::rngs::StdRng, mode: InputMode) -> Operand {
+    Operand { dtype: DType::Bool, data: (0..shape_len(mode)).map(|_| rng.gen_range(0u8..2)).collect(), mode }
+}
+
+const COMPARISONS: [BinaryOp; 6] = [BinaryOp::Eq, BinaryOp::Ne, BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge];
+
+/// Bool results and operands: f32 comparisons stored as bool (NaN, −0 and
+/// ±inf among the operands), logic on masks, bool comparisons and the
+/// kernels' bool arithmetic, `where` over masks read in every mode, and
+/// the bool ↔ f32 casts: the portable kernels' bytes.
+#[test]
+fn bool_operands_and_results_match_the_portable_kernels_bit_for_bit() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+    let a = f32_operand(&mut rng, InputMode::Full);
+    let mut b = f32_operand(&mut rng, InputMode::Full);
+    // Every special value against every other one, somewhere.
+    b.data.rotate_left(4 * 5);
+    let pair =
+        |x: &Operand, y: &Operand| [Operand { data: x.data.clone(), ..*x }, Operand { data: y.data.clone(), ..*y }];
+    for op in COMPARISONS {
+        let p = [FusedOp::Binary { op, a: 0, b: 1 }];
+        check_typed(&format!("f32 {op}"), &p, &pair(&a, &b), DType::Bool);
+        let s = f32_operand(&mut rng, InputMode::Splat);
+        check_typed(&format!("f32 {op} splat"), &p, &pair(&a, &s), DType::Bool);
+        // A self-comparison sees NaN unequal to itself.
+        check_typed(&format!("f32 {op} self"), &[FusedOp::Binary { op, a: 0, b: 0 }], &pair(&a, &b)[..1], DType::Bool);
+    }
+    let (m, k) = (bool_operand(&mut rng, InputMode::Full), bool_operand(&mut rng, InputMode::Full));
+    for op in COMPARISONS.into_iter().chain([
+        BinaryOp::And,
+        BinaryOp::Or,
+        BinaryOp::Xor,
+        BinaryOp::Min,
+        BinaryOp::Max,
+        BinaryOp::Add,
+        BinaryOp::Mul,
+    ]) {
+        check_typed(&format!("bool {op}"), &[FusedOp::Binary { op, a: 0, b: 1 }], &pair(&m, &k), DType::Bool);
+    }
+    for op in [UnaryOp::Not, UnaryOp::BitNot] {
+        check_typed(&format!("bool {op}"), &[FusedOp::Unary { op, x: 0 }], &pair(&m, &k)[..1], DType::Bool);
+    }
+    // (a > b) & !(a ≤ 0) | mask, xor'd with a constant, as bool and as f32.
+    let f32s = |v: f32| FusedOp::Scalar { dtype: DType::F32, bits: u64::from(v.to_bits()) };
+    let logic = [
+        FusedOp::Binary { op: BinaryOp::Gt, a: 0, b: 1 },
+        f32s(0.0),
+        FusedOp::Binary { op: BinaryOp::Le, a: 0, b: 4 },
+        FusedOp::Unary { op: UnaryOp::Not, x: 5 },
+        FusedOp::Binary { op: BinaryOp::And, a: 3, b: 6 },
+        FusedOp::Binary { op: BinaryOp::Or, a: 7, b: 2 },
+        FusedOp::Scalar { dtype: DType::Bool, bits: 1 },
+        FusedOp::Binary { op: BinaryOp::Xor, a: 8, b: 9 },
+    ];
+    let ops3 = |mode: InputMode, rng: &mut rand::rngs::StdRng| {
+        let [x, y] = pair(&a, &b);
+        [x, y, bool_operand(rng, mode)]
+    };
+    check_typed("mask logic", &logic, &ops3(InputMode::Full, &mut rng), DType::Bool);
+    let mut as_f32 = logic.to_vec();
+    as_f32.push(FusedOp::Cast { to: DType::F32, x: 10 });
+    check_typed("mask logic as f32", &as_f32, &ops3(InputMode::Full, &mut rng), DType::F32);
+    // where(mask, a, b) with the mask in every mode; masked_fill(a, mask, -inf).
+    for mode in [InputMode::Full, InputMode::Splat, ROW, COLUMN] {
+        let w = [FusedOp::Where { cond: 2, a: 0, b: 1 }];
+        check_typed(&format!("where {mode:?}"), &w, &ops3(mode, &mut rng), DType::F32);
+        let fill = [f32s(f32::NEG_INFINITY), FusedOp::Where { cond: 2, a: 3, b: 0 }];
+        check_typed(&format!("masked_fill {mode:?}"), &fill, &ops3(mode, &mut rng), DType::F32);
+    }
+    // where over bools; bool ↔ f32 casts (NaN and −0 to bool).
+    let m3 =
+        [Operand { data: m.data.clone(), ..m }, Operand { data: k.data.clone(), ..k }, bool_operand(&mut rng, ROW)];
+    check_typed("where of bools", &[FusedOp::Where { cond: 2, a: 0, b: 1 }], &m3, DType::Bool);
+    check_typed("f32 to bool", &[FusedOp::Cast { to: DType::Bool, x: 0 }], &pair(&a, &b)[..1], DType::Bool);
+    check_typed("bool to f32", &[FusedOp::Cast { to: DType::F32, x: 0 }], &pair(&m, &k)[..1], DType::F32);
+}
+
+/// i32 and i64 operands: wrapping add / sub / mul and negation, abs at
+/// the minimum, min / max, bitwise ops, signed comparisons, sign, relu,
+/// clamps whose bounds round inward and saturate, scalars, and every cast
+/// among f32, bool, i32 and i64 (f32 → int truncating and saturating, NaN
+/// → 0, as Rust's `as`; int → f32 rounding to nearest): the portable
+/// kernels' bytes.
+#[test]
+fn integer_operands_match_the_portable_kernels_bit_for_bit() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(22);
+    for ty in [DType::I32, DType::I64] {
+        let x = int_operand(&mut rng, ty, InputMode::Full);
+        let mut y = int_operand(&mut rng, ty, InputMode::Full);
+        y.data.rotate_left(ty.size_bytes() * 3);
+        let two =
+            |x: &Operand, y: &Operand| [Operand { data: x.data.clone(), ..*x }, Operand { data: y.data.clone(), ..*y }];
+        for op in [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Max,
+            BinaryOp::Min,
+            BinaryOp::And,
+            BinaryOp::Or,
+            BinaryOp::Xor,
+        ]
+        .into_iter()
+        .chain(COMPARISONS)
+        {
+            let out = if COMPARISONS.contains(&op) { DType::Bool } else { ty };
+            let p = [FusedOp::Binary { op, a: 0, b: 1 }];
+            check_typed(&format!("{ty} {op}"), &p, &two(&x, &y), out);
+            let s = int_operand(&mut rng, ty, InputMode::Splat);
+            check_typed(&format!("{ty} {op} splat"), &p, &two(&x, &s), out);
+            let r = int_operand(&mut rng, ty, ROW);
+            check_typed(&format!("{ty} {op} row"), &p, &two(&x, &r), out);
+        }
+        for op in
+            [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Sign, UnaryOp::Relu, UnaryOp::BitNot, UnaryOp::Floor, UnaryOp::Round]
+        {
+            check_typed(&format!("{ty} {op}"), &[FusedOp::Unary { op, x: 0 }], &two(&x, &y)[..1], ty);
+        }
+        for (min, max) in [
+            (Some(-5.5), Some(7.2)),
+            (None, Some(-0.5)),
+            (Some(2.0), None),
+            (Some(-1e30), Some(1e30)),
+            (Some(3e9), None),
+            (Some(9.0), Some(4.0)),
+        ] {
+            let p = [FusedOp::Clamp { min, max, x: 0 }];
+            check_typed(&format!("{ty} clamp {min:?} {max:?}"), &p, &two(&x, &y)[..1], ty);
+        }
+        // x · 3 + (−7) > y, with the constants as scalars of the type.
+        let scalar = |v: i64| {
+            let bytes = v.to_le_bytes();
+            FusedOp::scalar(ty, &bytes[..ty.size_bytes()]).expect("scalar fits")
+        };
+        let chain = [
+            scalar(3),
+            scalar(-7),
+            FusedOp::Binary { op: BinaryOp::Mul, a: 0, b: 2 },
+            FusedOp::Binary { op: BinaryOp::Add, a: 4, b: 3 },
+            FusedOp::Binary { op: BinaryOp::Gt, a: 5, b: 1 },
+        ];
+        check_typed(&format!("{ty} scalar chain"), &chain, &two(&x, &y), DType::Bool);
+    }
+    // Every cast among the four dtypes.
+    let dtypes = [DType::F32, DType::Bool, DType::I32, DType::I64];
+    for from in dtypes {
+        let x = match from {
+            DType::F32 => f32_operand(&mut rng, InputMode::Full),
+            DType::Bool => bool_operand(&mut rng, InputMode::Full),
+            d => int_operand(&mut rng, d, InputMode::Full),
+        };
+        for to in dtypes {
+            let p = [FusedOp::Cast { to, x: 0 }];
+            check_typed(&format!("cast {from} to {to}"), &p, &[Operand { data: x.data.clone(), ..x }], to);
+        }
+    }
+}
+
+/// An attention-mask chain over the index types: key positions `[COLS]`
+/// (i64) against per-row lengths `[ROWS, 1]` (i64) give a padding mask,
+/// combined with a causal one from i32 positions; scores are masked to
+/// −inf where either holds, and the mask also comes out as f32.
+#[test]
+fn attention_mask_chains_match_the_portable_kernels_bit_for_bit() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let f32s = |v: f32| FusedOp::Scalar { dtype: DType::F32, bits: u64::from(v.to_bits()) };
+    let keys: Vec<i64> = (0..COLS as i64).collect();
+    let lengths: Vec<i64> = (0..ROWS).map(|_| rng.gen_range(0..COLS as i64 + 2)).collect();
+    let queries: Vec<i32> = (0..ROWS as i32).map(|r| r % COLS as i32).collect();
+    let ops = || {
+        [
+            f32_operand(&mut rand::rngs::StdRng::seed_from_u64(24), InputMode::Full),
+            Operand { dtype: DType::I64, data: keys.iter().flat_map(|v| v.to_le_bytes()).collect(), mode: ROW },
+            Operand { dtype: DType::I64, data: lengths.iter().flat_map(|v| v.to_le_bytes()).collect(), mode: COLUMN },
+            Operand { dtype: DType::I32, data: queries.iter().flat_map(|v| v.to_le_bytes()).collect(), mode: COLUMN },
+        ]
+    };
+    // 4: keys >= lengths, 5: keys as i32, 6: keys > query, 7: either,
+    // 8: 0.125, 9: scores · 0.125, 10: −inf, 11: the masked scores.
+    let chain = [
+        FusedOp::Binary { op: BinaryOp::Ge, a: 1, b: 2 },
+        FusedOp::Cast { to: DType::I32, x: 1 },
+        FusedOp::Binary { op: BinaryOp::Gt, a: 5, b: 3 },
+        FusedOp::Binary { op: BinaryOp::Or, a: 4, b: 6 },
+        f32s(0.125),
+        FusedOp::Binary { op: BinaryOp::Mul, a: 0, b: 8 },
+        f32s(f32::NEG_INFINITY),
+        FusedOp::Where { cond: 7, a: 10, b: 9 },
+    ];
+    let masked = check_typed("masked scores", &chain, &ops(), DType::F32);
+    // The chain must mask something and keep something.
+    let ninf = masked.chunks_exact(4).filter(|c| f32::from_le_bytes((*c).try_into().unwrap()) == f32::NEG_INFINITY);
+    assert!((1..ROWS * COLS).contains(&ninf.count()), "a mask that masks all or nothing");
+    let mut as_f32 = chain[..4].to_vec();
+    as_f32.push(FusedOp::Cast { to: DType::F32, x: 7 });
+    check_typed("mask as f32", &as_f32, &ops(), DType::F32);
+}
+
+/// A masked softmax over bool masks: `where(mask, −inf, x · 0.125)` (a
+/// bool `[rows, len]` operand) merges into the softmax after it as the row
+/// function's prologue; the prologue's output is the unmerged fused
+/// call's bytes on every level, the softmax's where the table's exp-sum is
+/// AVX2 and the level has FMA, with native code and with it refused.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn bool_masked_softmax_prologues_give_the_unfused_kernels_bits() {
+    use kiln_compiler::native::{compile_plan, NativeTarget};
+    use kiln_runtime::format::*;
+    use kiln_runtime::{Program, SessionOptions, TensorView};
+    let (rows, len) = (300u64, 40u64);
+    let n = rows * len;
+    let t = |dtype: DType, offset: u64| TensorDecl {
+        dtype,
+        shape: vec![DimRef::Static(rows), DimRef::Static(len)],
+        storage: Storage::Arena { offset, max_bytes: n * dtype.size_bytes() as u64 },
+    };
+    // 0 x, 1 mask: inputs; 2 the masked scores, 3 their softmax.
+    let tensors = vec![t(DType::F32, 0), t(DType::Bool, 4 * n), t(DType::F32, 5 * n), t(DType::F32, 9 * n)];
+    let f32s = |v: f32| FusedOp::Scalar { dtype: DType::F32, bits: u64::from(v.to_bits()) };
+    let masked = vec![
+        f32s(0.125),
+        FusedOp::Binary { op: BinaryOp::Mul, a: 0, b: 2 },
+        f32s(f32::NEG_INFINITY),
+        FusedOp::Where { cond: 1, a: 4, b: 3 },
+    ];
+    let call = |k: Kernel, inputs: Vec<u32>, out: u32| Instr {
+        op: InstrOp::Call(k),
+        inputs,
+        outputs: vec![out],
+        origin: "t".into(),
+    };
+    let plan = Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors,
+        inputs: ["x", "mask"]
+            .iter()
+            .enumerate()
+            .map(|(k, name)| IoDecl { name: (*name).into(), tensor: k as u32, complex: false })
+            .collect(),
+        outputs: [3u32, 2].iter().map(|&k| IoDecl { name: format!("y{k}"), tensor: k, complex: false }).collect(),
+        instrs: vec![
+            call(Kernel::Fused { program: masked }, vec![0, 1], 2),
+            call(Kernel::Softmax { axis: 1, log: false }, vec![2], 3),
+        ],
+        arena_bytes: 13 * n,
+        peak_live_bytes: 13 * n,
+        states: vec![],
+    };
+    let mut merged = plan.clone();
+    let target = NativeTarget::new(NativeArch::X86_64, None).unwrap();
+    let section = compile_plan(&mut merged, &target).unwrap().expect("a row function");
+    assert_eq!(merged.instrs.len(), 1, "{:?}", merged.instrs);
+    assert!(matches!(&merged.instrs[0].op, InstrOp::NativeKernel { prologue: Some(p), .. } if p.inputs == 2));
+    assert_eq!(section.functions[0].input_dtypes, [DType::F32, DType::Bool]);
+    let load = |plan: &Plan, native: Option<&kiln_runtime::native::NativeSection>| {
+        let mut w = ArtifactWriter::new(plan, WeightsBuilder::new(), &Metadata::default()).unwrap();
+        if let Some(s) = native {
+            w.add_native(s).unwrap();
+        }
+        Program::from_bytes(&w.to_bytes()).unwrap()
+    };
+    let (unfused, fused) = (load(&plan, None), load(&merged, Some(&section)));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(25);
+    let x: Vec<u8> = (0..n).flat_map(|_| ((rng.gen::<f32>() - 0.5) * 16.0).to_le_bytes()).collect();
+    // Causal-style masks, never a whole row (each keeps its first element).
+    let mask: Vec<u8> = (0..n).map(|i| u8::from(i % len > (i / len) % len)).collect();
+    let shape = [rows as usize, len as usize];
+    let run = |program: &std::sync::Arc<Program>, threads: usize, allow: bool| -> Vec<Vec<u8>> {
+        let opts = SessionOptions { threads, allow_native_code: allow, ..SessionOptions::default() };
+        let mut s = program.session_with(&opts).unwrap();
+        let views = [
+            TensorView { dtype: DType::F32, shape: &shape, data: &x },
+            TensorView { dtype: DType::Bool, shape: &shape, data: &mask },
+        ];
+        let out = s.run(&views).unwrap();
+        (0..2).map(|i| out.get(i).data.to_vec()).collect()
+    };
+    let want = run(&unfused, 1, false);
+    let native = run(&fused, 1, true);
+    assert!(native == run(&fused, 3, true), "1 vs 3 threads");
+    assert!(run(&fused, 1, false) == want, "the fallback vs the unfused kernels");
+    assert!(native[1] == want[1], "the masked scores");
+    let avx2 = kiln_kernels::best().entries().contains(&("exp_sum_f32", "avx2"));
+    if avx2 && cpu_runs(NativeArch::X86_64, "x86-64-v3") {
+        assert!(native[0] == want[0], "the masked softmax");
     }
 }

@@ -70,7 +70,12 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
                 })),
             })),
             "native": program.native_section().map(|n| json!({
-                "functions": n.functions.iter().map(|f| json!({"symbol": f.symbol, "operands": f.inputs.len()})).collect::<Vec<_>>(),
+                "functions": n.functions.iter().map(|f| json!({
+                    "symbol": f.symbol,
+                    "operands": f.inputs.len(),
+                    "operand_dtypes": f.input_dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
+                    "result_dtype": f.output_dtype.name(),
+                })).collect::<Vec<_>>(),
                 "levels": n.levels.iter().map(|l| json!({"arch": format!("{:?}", l.arch), "level": l.level, "bytes": l.object.len()})).collect::<Vec<_>>(),
             })),
         });
@@ -164,7 +169,15 @@ native code: {} functions",
                 format!("rows of {len} → {out_len}, elementwise prologue of {prologue} operands")
             }
         };
-        println!("  {:<16} {shape}, {} operands, {noun} {at}", f.symbol, f.inputs.len());
+        // Operand and result dtypes (f32, bool, i32, i64).
+        let dtypes: Vec<&str> = f.input_dtypes.iter().map(|d| d.name()).collect();
+        println!(
+            "  {:<16} {shape}, {} operands ({} → {}), {noun} {at}",
+            f.symbol,
+            f.inputs.len(),
+            dtypes.join(", "),
+            f.output_dtype.name()
+        );
     }
 }
 

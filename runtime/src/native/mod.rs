@@ -175,6 +175,10 @@ impl NativeArch {
     }
 }
 
+/// The element dtypes native code reads and writes: f32, bool (one byte,
+/// 0 or 1; read as `!= 0`), i32 and i64.
+pub const NATIVE_DTYPES: &[DType] = &[DType::F32, DType::Bool, DType::I32, DType::I64];
+
 /// The CPU levels the compiler can target, per ISA, lowest first.
 pub const X86_64_LEVELS: &[&str] = &["x86-64", "x86-64-v3", "x86-64-v4"];
 pub const AARCH64_LEVELS: &[&str] = &["generic", "neoverse-n1", "cortex-a78ae"];
@@ -241,10 +245,25 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
         }
     }
     for f in &section.functions {
-        // The generated code reads and writes f32 (4-byte) elements: a
-        // function declaring other dtypes would be given buffers of another size.
-        if f.input_dtypes.iter().chain([&f.output_dtype]).any(|&d| d != DType::F32) {
-            return Err(format!("function {}: only f32 operands and results are supported", f.symbol));
+        // The generated code reads and writes elements of these dtypes
+        // only (a row function's kernel operands and result are f32; its
+        // prologue's operands may be any of them): a function declaring
+        // another would be given buffers of another element size.
+        let dtypes_ok = match f.shape {
+            FunctionShape::Elementwise => {
+                f.input_dtypes.iter().chain([&f.output_dtype]).all(|d| NATIVE_DTYPES.contains(d))
+            }
+            FunctionShape::Rows { prologue, .. } => {
+                let (pro, kernel) = f.input_dtypes.split_at((prologue as usize).min(f.input_dtypes.len()));
+                pro.iter().all(|d| NATIVE_DTYPES.contains(d))
+                    && kernel.iter().chain([&f.output_dtype]).all(|&d| d == DType::F32)
+            }
+        };
+        if !dtypes_ok {
+            return Err(format!(
+                "function {}: operand dtypes {:?} → {}: native code takes f32, bool, i32 and i64 elements (a row function's kernel operands and result f32)",
+                f.symbol, f.input_dtypes, f.output_dtype
+            ));
         }
         if f.inputs.len() != f.input_dtypes.len() {
             return Err(format!(

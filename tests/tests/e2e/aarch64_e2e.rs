@@ -172,6 +172,42 @@ fn native_aarch64_inverse_hyperbolic_and_pow_match_pytorch() {
     check_bytes(&runner, "native_math/aten --target aarch64", "native_math", &bytes, 2);
 }
 
+/// Bool and integer tensors in native aarch64 groups (`native_masks`: i64
+/// comparisons into masks, a masked softmax, a bool input cast to float,
+/// i64 index arithmetic): every instruction but the views native, matching
+/// PyTorch and the x86-64 run.
+#[cfg(feature = "native")]
+#[test]
+fn native_aarch64_masks_match_pytorch() {
+    use kiln_compiler::native::NativeTarget;
+    use kiln_runtime::format::{InstrOp, Kernel};
+    use kiln_runtime::native::NativeArch;
+    let Some(runner) = runner() else { return };
+    let src = fixture_dir("native_masks").join("aten.pt2");
+    let tmp = temp_path("a64-native-masks");
+    let native = NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level");
+    let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
+    kiln_compiler::compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("native_masks: compile failed: {e}"));
+    let bytes = std::fs::read(&tmp).expect("read artifact");
+    std::fs::remove_file(&tmp).ok();
+    let program = Program::from_bytes(&bytes).expect("load");
+    let portable: Vec<&InstrOp> = (program.plan().instrs.iter())
+        .map(|i| &i.op)
+        .filter(|op| !matches!(op, InstrOp::Native { .. } | InstrOp::NativeKernel { .. }))
+        .filter(|op| !matches!(op, InstrOp::Call(Kernel::Copy {})))
+        .collect();
+    assert!(portable.is_empty(), "native_masks: not native: {portable:?}");
+    for threads in [1, 2] {
+        check_bytes(
+            &runner,
+            &format!("native_masks/aten --target aarch64 ({threads} threads)"),
+            "native_masks",
+            &bytes,
+            threads,
+        );
+    }
+}
+
 /// sin, cos and tan in native aarch64 groups give the x86-64 run's bits
 /// (here the artifact's portable fallback, glibc's sinf/cosf/tanf): the
 /// emitter writes glibc's x86-64 algorithms out for every ISA, and aarch64

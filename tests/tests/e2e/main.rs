@@ -21,6 +21,7 @@ mod layout_before_after;
 mod linalg_checks;
 mod moe_ops;
 mod native_fixtures;
+mod native_masks;
 mod native_math;
 mod native_rows;
 mod native_trig;

@@ -34,7 +34,7 @@
 //! partial sums one `vector<8 x f64>` (NEON: 4) accumulator.
 
 use super::{program_values, Body, Ty, Unsupported};
-use kiln_ir::FusedOp;
+use kiln_ir::{DType, FusedOp};
 use kiln_runtime::format::{Kernel, ReduceKind};
 use kiln_runtime::native::{InputMode, NativeArch};
 use std::fmt::Write;
@@ -626,6 +626,8 @@ impl Body {
 pub struct Prologue<'a> {
     pub program: &'a [FusedOp],
     pub modes: &'a [InputMode],
+    /// The operands' dtypes (f32, bool, i32, i64); the result is f32.
+    pub dtypes: &'a [DType],
 }
 
 impl Body {
@@ -633,6 +635,10 @@ impl Body {
     /// i`): the program's ops on each element, as the elementwise functions
     /// compute them.
     fn prologue_row(&mut self, p: Prologue<'_>, len: u64) -> Result<(), Unsupported> {
+        if p.modes.len() != p.dtypes.len() {
+            return Err(Unsupported(format!("{} modes for {} operands", p.modes.len(), p.dtypes.len())));
+        }
+        let types = p.dtypes.iter().map(|&d| Ty::of(d)).collect::<Result<Vec<Ty>, Unsupported>>()?;
         let mut failed = None;
         self.for_loop(len, &[], |b, i, _| {
             let idx = b.let_(format_args!("arith.addi %xb, {i} : i64"));
@@ -650,11 +656,12 @@ impl Body {
                             b.let_(format_args!("arith.remui {q}, {period} : i64"))
                         }
                     };
-                    (b.load(&format!("%q{k}"), &at), Ty::F32)
+                    (b.load_ty(&format!("%q{k}"), &at, types[k]), types[k])
                 })
                 .collect();
             match program_values(b, p.program, regs) {
-                Ok(r) => b.store(&r, "%x", i),
+                Ok((r, Ty::F32)) => b.store(&r, "%x", i),
+                Ok((_, ty)) => failed = Some(Unsupported(format!("a {ty:?} prologue result"))),
                 Err(e) => failed = Some(e),
             }
             Vec::new()
