@@ -19,7 +19,9 @@
 //! **Zig-zag** (load balance for causal rings): with contiguous blocks,
 //! device 0's queries see almost no key of the ring while the last
 //! device's see every one. A causal self-attention without an explicit
-//! mask whose length `2n` divides ([`RingAttention::zigzag`]) instead cuts
+//! mask (or whose mask is a constant of exactly the causal pattern, as
+//! Core ATen's `is_causal` leaves it) whose length `2n` divides
+//! ([`RingAttention::zigzag`]) instead cuts
 //! the sequence into `2n` chunks of `c` and lets device `i` hold chunks `i`
 //! and `2n − 1 − i` inside the region (two permutes per operand on entry,
 //! two for the result on exit, so everything outside keeps the contiguous
@@ -39,7 +41,7 @@
 use super::cost::CostModel;
 use super::manual::ManualCollective;
 use super::propagate::Collective;
-use kiln_ir::{Builder, Dim, Graph, NodeId, Op, Sharding, ValueId};
+use kiln_ir::{Builder, DType, Dim, Graph, NodeId, Op, Sharding, ValueId};
 
 /// The mesh axis `--shard context-parallel` splits sequences over.
 pub const SEQ_AXIS: &str = "seq";
@@ -97,7 +99,7 @@ impl RingAttention {
     /// lengths.
     pub fn plan(g: &Graph, n: NodeId, q: &Sharding) -> Option<RingAttention> {
         let node = &g.nodes[n];
-        let Op::Attention { causal, .. } = node.op else { return None };
+        let Op::Attention { mut causal, .. } = node.op else { return None };
         let (qv, kv, vv) = (*node.inputs.first()?, *node.inputs.get(1)?, *node.inputs.get(2)?);
         let r = g.ty(qv).rank();
         if r < 2 || g.ty(kv).rank() != r || g.ty(vv).rank() != r || q.dims.len() != r {
@@ -137,6 +139,11 @@ impl RingAttention {
             }
             s
         };
+        // A constant mask that is exactly the causal pattern (Core ATen's
+        // `is_causal`) makes the attention causal: the position mask then
+        // agrees with it, and the zig-zag layout may ignore it.
+        let causal_mask = node.inputs.get(3).is_some_and(|&m| is_causal_mask(g, m, queries, keys));
+        causal |= causal_mask;
         let mut operands = vec![eq.clone(), batch(kv, true), batch(vv, true)];
         if let Some(&m) = node.inputs.get(3) {
             let rm = g.ty(m).rank();
@@ -168,7 +175,8 @@ impl RingAttention {
         let features = (static_dim(g, kv, r - 1)? + static_dim(g, vv, r - 1)?) as f64;
         let rows = (local(out, &result) / static_dim(g, out, r - 1)?.max(1) as u64) as f64;
         let block_flops = 2.0 * rows * (keys / devices) as f64 * features;
-        let zigzag = causal && node.inputs.len() == 3 && queries == keys && queries % (2 * devices) == 0;
+        let unmasked = node.inputs.len() == 3 || causal_mask;
+        let zigzag = causal && unmasked && queries == keys && queries % (2 * devices) == 0;
         Some(RingAttention {
             node: n,
             axis,
@@ -298,6 +306,39 @@ impl RingAttention {
             });
         }
         out
+    }
+}
+
+/// Whether `m` is a constant mask of exactly the causal pattern over
+/// `queries × keys` (every leading dim 1): bool true where the key's
+/// position is at most the query's and false elsewhere, or a float mask 0
+/// there and −∞ elsewhere — both mean what `causal` means, exactly.
+fn is_causal_mask(g: &Graph, m: ValueId, queries: i64, keys: i64) -> bool {
+    let (Some(c), Some(shape)) = (g.const_of(m), g.ty(m).static_shape()) else { return false };
+    let r = shape.len();
+    if r < 2 || shape[r - 2] != queries || shape[r - 1] != keys || shape[..r - 2].iter().any(|&d| d != 1) {
+        return false;
+    }
+    let bytes = c.bytes.as_bytes();
+    let at = |i: usize, j: usize| i * keys as usize + j;
+    let visible = |i: usize, j: usize| j <= i;
+    let n = (queries * keys) as usize;
+    match g.ty(m).dtype {
+        DType::Bool if bytes.len() == n => {
+            (0..queries as usize).all(|i| (0..keys as usize).all(|j| (bytes[at(i, j)] != 0) == visible(i, j)))
+        }
+        DType::F32 if bytes.len() == 4 * n => (0..queries as usize).all(|i| {
+            (0..keys as usize).all(|j| {
+                let k = 4 * at(i, j);
+                let x = f32::from_le_bytes([bytes[k], bytes[k + 1], bytes[k + 2], bytes[k + 3]]);
+                if visible(i, j) {
+                    x == 0.0
+                } else {
+                    x == f32::NEG_INFINITY
+                }
+            })
+        }),
+        _ => false,
     }
 }
 
@@ -439,6 +480,39 @@ mod tests {
         // 2n = 32 chunks do not divide 16 positions.
         assert!(!ring_of("causal=true", false, &[("seq", 16)]).zigzag);
         assert!(!ring_of("causal=false", true, &[("seq", 2)]).zigzag);
+    }
+
+    /// Constant masks of exactly the causal pattern (bool, or 0/−∞ f32)
+    /// make a masked attention causal and zig-zag; any other mask keeps
+    /// the plain ring.
+    #[test]
+    fn constant_causal_masks_are_recognised() {
+        let ring_with = |mask: &str| {
+            let text = format!(
+                "graph {{\n  input %0 \"x\": f32[1, 2, 4, 4]\n  const %1: {mask}\n  %2: f32[1, 2, 4, 4] = \
+                 attention{{causal=false}}(%0, %0, %0, %1)\n  output %2 \"y\"\n}}\n"
+            );
+            let mut g = kiln_ir::text::parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+            g.mesh = Some(kiln_ir::Mesh::new(&[("seq", 2)]));
+            let q = Sharding::split(4, 2, SEQ_AXIS);
+            let n = g.order[0];
+            RingAttention::plan(&g, n, &q).unwrap_or_else(|| panic!("no ring: {mask}"))
+        };
+        let tril = "bool[1, 1, 4, 4] = [1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1]";
+        let r = ring_with(tril);
+        assert!(r.causal && r.zigzag, "{r:?}");
+        let inf = "-inf";
+        let bias = format!(
+            "f32[4, 4] = [0.0, {inf}, {inf}, {inf}, 0.0, 0.0, {inf}, {inf}, 0.0, 0.0, 0.0, {inf}, 0.0, 0.0, 0.0, 0.0]"
+        );
+        let r = ring_with(&bias);
+        assert!(r.causal && r.zigzag, "{r:?}");
+        // One key too many (row 0 sees key 1), or a finite bias: not causal.
+        let r = ring_with("bool[1, 1, 4, 4] = [1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1]");
+        assert!(!r.causal && !r.zigzag, "{r:?}");
+        let finite = bias.replace(inf, "-10000.0");
+        let r = ring_with(&finite);
+        assert!(!r.causal && !r.zigzag, "{r:?}");
     }
 
     /// Each step's permute overlaps its block compute: exposed is what it

@@ -342,7 +342,9 @@ impl<'c, 'a> Emitter<'c, 'a> {
         scale: Option<f64>,
         out_dt: DType,
     ) -> Result<T<'c, 'a>, EmitError> {
-        let [q, k, v] = args else { return Err(err("zig-zag ring attention takes q, k and v only")) };
+        // A mask here is the causal pattern itself (`RingAttention::plan`):
+        // the positions below say the same.
+        let [q, k, v, ..] = args else { return Err(err("zig-zag ring attention takes q, k and v")) };
         let rank = q.shape.len();
         let sd = rank - 2;
         let nb = sd as i64;
