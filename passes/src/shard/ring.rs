@@ -19,8 +19,9 @@
 //! **Zig-zag** (load balance for causal rings): with contiguous blocks,
 //! device 0's queries see almost no key of the ring while the last
 //! device's see every one. A causal self-attention without an explicit
-//! mask (or whose mask is a constant of exactly the causal pattern, as
-//! Core ATen's `is_causal` leaves it) whose length `2n` divides
+//! mask (or whose mask is exactly the causal pattern and a constant, as
+//! Core ATen's `is_causal` leaves it, or computed from constants only, as
+//! Llama's is) whose length `2n` divides
 //! ([`RingAttention::zigzag`]) instead cuts
 //! the sequence into `2n` chunks of `c` and lets device `i` hold chunks `i`
 //! and `2n − 1 − i` inside the region (two permutes per operand on entry,
@@ -309,38 +310,38 @@ impl RingAttention {
     }
 }
 
-/// Whether `m` is a constant mask of exactly the causal pattern over
-/// `queries × keys` (every leading dim 1): bool true where the key's
-/// position is at most the query's and false elsewhere, or a float mask 0
-/// there and −∞ elsewhere — both mean what `causal` means, exactly.
+/// Whether `m` is computed from constants alone (a constant, or ops on
+/// constants that folding leaves alone: Llama's gathers and cumsum) into
+/// exactly the causal pattern over `queries × keys` (every leading dim 1):
+/// bool true where the key's position is at most the query's and false
+/// elsewhere, or a float mask 0 there and −∞ elsewhere — both mean what
+/// `causal` means, exactly.
 fn is_causal_mask(g: &Graph, m: ValueId, queries: i64, keys: i64) -> bool {
-    let (Some(c), Some(shape)) = (g.const_of(m), g.ty(m).static_shape()) else { return false };
+    let Some(shape) = g.ty(m).static_shape() else { return false };
     let r = shape.len();
     if r < 2 || shape[r - 2] != queries || shape[r - 1] != keys || shape[..r - 2].iter().any(|&d| d != 1) {
         return false;
     }
-    let bytes = c.bytes.as_bytes();
-    let at = |i: usize, j: usize| i * keys as usize + j;
-    let visible = |i: usize, j: usize| j <= i;
     let n = (queries * keys) as usize;
-    match g.ty(m).dtype {
-        DType::Bool if bytes.len() == n => {
-            (0..queries as usize).all(|i| (0..keys as usize).all(|j| (bytes[at(i, j)] != 0) == visible(i, j)))
+    let Some(t) = crate::eval::eval_value(g, m, MASK_EVAL_DEPTH, n.max(1) * MASK_EVAL_SLACK) else { return false };
+    if t.data.len() != n {
+        return false;
+    }
+    let keys = keys as usize;
+    let visible = |k: usize| k % keys <= k / keys;
+    match t.dtype {
+        DType::Bool => t.data.iter().enumerate().all(|(k, &x)| (x != 0.0) == visible(k)),
+        DType::F32 => {
+            t.data.iter().enumerate().all(|(k, &x)| if visible(k) { x == 0.0 } else { x == f64::NEG_INFINITY })
         }
-        DType::F32 if bytes.len() == 4 * n => (0..queries as usize).all(|i| {
-            (0..keys as usize).all(|j| {
-                let k = 4 * at(i, j);
-                let x = f32::from_le_bytes([bytes[k], bytes[k + 1], bytes[k + 2], bytes[k + 3]]);
-                if visible(i, j) {
-                    x == 0.0
-                } else {
-                    x == f32::NEG_INFINITY
-                }
-            })
-        }),
         _ => false,
     }
 }
+
+/// How many producers deep, and how many times the mask's elements per
+/// intermediate, [`is_causal_mask`] evaluates.
+const MASK_EVAL_DEPTH: usize = 12;
+const MASK_EVAL_SLACK: usize = 4;
 
 /// Every attention of `g` planned as a ring, in schedule order.
 pub fn ring_attentions(g: &Graph) -> Vec<RingAttention> {
