@@ -323,6 +323,9 @@ fn is_causal_mask(g: &Graph, m: ValueId, queries: i64, keys: i64) -> bool {
         return false;
     }
     let n = (queries * keys) as usize;
+    if n > MASK_EVAL_MAX {
+        return false;
+    }
     let Some(t) = crate::eval::eval_value(g, m, MASK_EVAL_DEPTH, n.max(1) * MASK_EVAL_SLACK) else { return false };
     if t.data.len() != n {
         return false;
@@ -339,9 +342,12 @@ fn is_causal_mask(g: &Graph, m: ValueId, queries: i64, keys: i64) -> bool {
 }
 
 /// How many producers deep, and how many times the mask's elements per
-/// intermediate, [`is_causal_mask`] evaluates.
+/// intermediate, [`is_causal_mask`] evaluates; masks over more than
+/// `MASK_EVAL_MAX` query × key pairs are not evaluated (planning runs
+/// many times under `--shard auto`): they keep the contiguous ring.
 const MASK_EVAL_DEPTH: usize = 12;
 const MASK_EVAL_SLACK: usize = 4;
+const MASK_EVAL_MAX: usize = 1 << 20;
 
 /// Every attention of `g` planned as a ring, in schedule order.
 pub fn ring_attentions(g: &Graph) -> Vec<RingAttention> {
