@@ -17,9 +17,17 @@
 //! masked gives zeros (as torch's SDPA since 2.5, kiln's CPU kernel and the
 //! one-device StableHLO attention do). Key and value
 //! batch dims of size 1 (grouped-query heads) are broadcast to the query's
-//! after each permute, so the ring sends only the shared heads. Every step
-//! computes (SPMD: all devices run the same program); only the
-//! contribution of masked blocks is void.
+//! after each permute, so the ring sends only the shared heads. In the
+//! contiguous layout every step computes (SPMD: all devices run the same
+//! program); only the contribution of masked blocks is void. A zig-zag ring
+//! ([`RingAttention::zigzag`]) first moves its q, k and v chunks to their
+//! zig-zag homes (two permutes each: the even chunks, the odd chunks; a
+//! select on the device's parity puts them in order), scores its own block
+//! under the position mask, then at each later step computes the two
+//! `c × c` products of the visible half-block — `(q0 | q1) × k0` and
+//! `q1 × (k0 | k1)`, the alternatives selected by `j < i` — folding each
+//! into the running statistics of its query chunk; the result's chunks go
+//! back by two more permutes.
 
 use super::manual::{axis_groups, dense_table};
 use super::text::arr;
