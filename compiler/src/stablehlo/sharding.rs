@@ -262,14 +262,19 @@ impl ShardReport {
             for r in &rings {
                 let (compute, permute, exposed) = r.step_times(model);
                 let layout = if r.zigzag {
+                    let plain = r.block_flops * r.devices as f64;
+                    let (saved, reorder) = (r.skipped_s(model), r.reorder_s(model));
                     format!(
                         "zig-zag (chunks i and {}-i of {} per device; hidden half-blocks skipped: {:.3e} of a plain \
-                         ring's {:.3e} FLOP per device; reorder {} B)",
+                         ring's {:.3e} FLOP per device, {} of compute saved; reorder {} B, {}{})",
                         2 * r.devices - 1,
                         2 * r.devices,
                         r.device_flops(),
-                        r.block_flops * r.devices as f64,
-                        r.reorder_bytes()
+                        plain,
+                        seconds(saved),
+                        r.reorder_bytes(),
+                        seconds(reorder),
+                        if reorder > saved { ": more than it saves at this size" } else { "" }
                     )
                 } else if r.causal {
                     format!("contiguous, every block computed ({} does not divide the length)", 2 * r.devices)

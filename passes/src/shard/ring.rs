@@ -257,13 +257,22 @@ impl RingAttention {
     /// exposed permute time, and the zig-zag reorder (not overlapped).
     pub fn comm_s(&self, model: &CostModel) -> f64 {
         let (_, _, exposed) = self.step_times(model);
-        let reorder = if self.zigzag {
-            // Two permutes in for each of q, k and v, two out.
+        (self.devices - 1) as f64 * exposed + self.reorder_s(model)
+    }
+
+    /// The zig-zag reorder's time (0 without zig-zag): two permutes in for
+    /// each of q, k and v, two out.
+    pub fn reorder_s(&self, model: &CostModel) -> f64 {
+        if self.zigzag {
             self.reorder_bytes() as f64 / model.link(&self.axis) + 8.0 * model.collective_latency_s
         } else {
             0.0
-        };
-        (self.devices - 1) as f64 * exposed + reorder
+        }
+    }
+
+    /// Compute time the zig-zag layout saves against the contiguous ring.
+    pub fn skipped_s(&self, model: &CostModel) -> f64 {
+        (self.block_flops * self.devices as f64 - self.device_flops()) / model.flops_per_s
     }
 
     /// The `n − 1` permutes of each device's key and value blocks (and the
@@ -537,5 +546,8 @@ mod tests {
         // Then only the zig-zag reorder is paid.
         let reorder = r.reorder_bytes() as f64 / 1e12 + 8.0 * 1e-9;
         assert!((r.comm_s(&slow_compute) - reorder).abs() < 1e-15);
+        assert!((r.reorder_s(&slow_compute) - reorder).abs() < 1e-15);
+        // Zig-zag skips 3 of the 4 steps' halves: 1.5 blocks of compute.
+        assert!((r.skipped_s(&slow_compute) - 1.5 * r.block_flops / 1e3).abs() < 1e-9);
     }
 }
