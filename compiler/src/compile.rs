@@ -326,7 +326,13 @@ fn compile_graph_pjrt(
     // form (Core ATen's SDPA) is recognised first, as the CPU pipeline does,
     // and linears on batch × sequence rows keep their dims (so the
     // sequence split survives them).
-    if opts.shard.as_ref().is_some_and(|s| s.strategy == kiln_passes::shard::Strategy::ContextParallel) {
+    // `--shard auto` considers context parallelism where the mesh has a
+    // `seq` axis, so it gets the same graph.
+    let rings = opts.shard.as_ref().is_some_and(|s| {
+        use kiln_passes::shard::{Strategy, SEQ_AXIS};
+        s.strategy == Strategy::ContextParallel || (s.strategy == Strategy::Auto && s.mesh.axis(SEQ_AXIS).is_some())
+    });
+    if rings {
         let unflatten = kiln_passes::Pass { name: "unflatten_rows", run: kiln_passes::shard::unflatten_rows };
         let fuse =
             [unflatten, kiln_passes::SIMPLIFY, kiln_passes::FUSE_ATTENTION, kiln_passes::SIMPLIFY, kiln_passes::DCE];
@@ -397,6 +403,7 @@ fn shard_for_pjrt(
         dialect: config.dialect,
         reshards: plan.reshards,
         cost: plan.cost,
+        cost_model: config.cost.clone(),
         auto: plan.auto,
         pipeline: plan.pipeline,
     })

@@ -6,7 +6,7 @@
 //! and folding then leaves the node alone.
 
 use crate::host::HostTensor;
-use kiln_ir::{BinaryOp, DType, Op, ReduceKind, UnaryOp};
+use kiln_ir::{BinaryOp, DType, Graph, Op, ReduceKind, UnaryOp, ValueId};
 
 /// Evaluates `op` on constant operands into a tensor of `out_dtype` and `out_shape`
 /// (the node's own, already checked static).
@@ -42,8 +42,95 @@ pub(crate) fn eval(op: &Op, inputs: &[&HostTensor], out_dtype: DType, out_shape:
         (Op::Arange { start, step, .. }, []) => {
             out((0..numel).map(|i| cast(start + step * i as f64, out_dtype)).collect())
         }
+        (Op::CumSum { axis }, [x]) => out(cumsum(x, *axis)?),
+        (Op::IndexGather { axis }, [data, idx @ ..]) if !idx.is_empty() => {
+            out(index_gather(data, idx, *axis, out_shape)?)
+        }
         _ => None,
     }
+}
+
+/// Values a graph value takes when it is computed from constants alone:
+/// the constant itself, or its producer's op evaluated on its operands'
+/// values (recursively, at most `depth` producers deep, no tensor over
+/// `max_elements`). For recognising patterns (a causal mask) in
+/// subgraphs that folding leaves alone; the graph is not changed.
+pub(crate) fn eval_value(g: &Graph, v: ValueId, depth: usize, max_elements: usize) -> Option<HostTensor> {
+    let ty = g.ty(v);
+    let shape = crate::host::static_shape(ty)?;
+    if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))? > max_elements || !crate::host::supported(ty.dtype) {
+        return None;
+    }
+    if g.const_of(v).is_some() {
+        return HostTensor::from_const(g, v);
+    }
+    let p = g.producer(v).filter(|_| depth > 0)?;
+    let node = &g.nodes[p];
+    if node.outputs.len() != 1 || node.op.has_effect() {
+        return None;
+    }
+    let inputs: Vec<HostTensor> =
+        node.inputs.iter().map(|&i| eval_value(g, i, depth - 1, max_elements)).collect::<Option<_>>()?;
+    let refs: Vec<&HostTensor> = inputs.iter().collect();
+    eval(&node.op, &refs, ty.dtype, &shape).filter(HostTensor::is_exact)
+}
+
+/// Running sums along `axis` (in f64: exact for the integers held).
+fn cumsum(x: &HostTensor, axis: usize) -> Option<Vec<f64>> {
+    let n = *x.shape.get(axis)?;
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let mut data = x.data.clone();
+    for (k, item) in data.clone().iter().enumerate() {
+        let i = (k / inner) % n;
+        if i > 0 {
+            data[k] = data[k - inner] + item;
+        }
+    }
+    Some(data)
+}
+
+/// `data[.., idx_0, .., idx_k-1, ..]` from `axis` (the indices broadcast to
+/// one shape `B`; negative ones count from the end): the result is
+/// `data.shape[..axis] ++ B ++ data.shape[axis + k..]`. `None` for an
+/// index out of range.
+fn index_gather(data: &HostTensor, idx: &[&HostTensor], axis: usize, out_shape: &[usize]) -> Option<Vec<f64>> {
+    let k = idx.len();
+    if axis + k > data.shape.len() {
+        return None;
+    }
+    let (outer, inner) = (&data.shape[..axis], &data.shape[axis + k..]);
+    let b = out_shape.get(axis..out_shape.len().checked_sub(inner.len())?)?;
+    if out_shape[..axis] != *outer || out_shape[out_shape.len() - inner.len()..] != *inner {
+        return None;
+    }
+    let reads: Vec<Vec<usize>> = idx.iter().map(|t| broadcast_index(&t.shape, b)).collect::<Option<_>>()?;
+    let st = strides(&data.shape);
+    let mut out = Vec::with_capacity(out_shape.iter().product());
+    let mut ok = true;
+    for_each_index(out_shape, |at| {
+        let b_at = at[axis..axis + b.len()].iter().zip(strides(b)).map(|(i, s)| i * s).sum::<usize>();
+        let mut lin = 0;
+        for (d, &i) in at[..axis].iter().enumerate() {
+            lin += i * st[d];
+        }
+        for (j, t) in idx.iter().enumerate() {
+            let size = data.shape[axis + j] as f64;
+            let mut i = t.data[reads[j][b_at]];
+            if i < 0.0 {
+                i += size;
+            }
+            if !(0.0..size).contains(&i) {
+                ok = false;
+                return;
+            }
+            lin += i as usize * st[axis + j];
+        }
+        for (d, &i) in at[axis + b.len()..].iter().enumerate() {
+            lin += i * st[axis + k + d];
+        }
+        out.push(data.data[lin]);
+    });
+    ok.then_some(out)
 }
 
 /// Float-to-integer casts truncate toward zero (as torch does); the final
@@ -385,4 +472,39 @@ fn matmul(a: &HostTensor, b: &HostTensor) -> Option<Vec<f64>> {
         }
     }
     Some(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(dtype: DType, shape: &[usize], data: &[f64]) -> HostTensor {
+        HostTensor::new(dtype, shape.to_vec(), data.to_vec())
+    }
+
+    #[test]
+    fn cumsum_runs_along_its_axis() {
+        let x = t(DType::I64, &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let rows = eval(&Op::CumSum { axis: 1 }, &[&x], DType::I64, &[2, 3]).map(|t| t.data);
+        assert_eq!(rows, Some(vec![1.0, 3.0, 6.0, 4.0, 9.0, 15.0]));
+        let cols = eval(&Op::CumSum { axis: 0 }, &[&x], DType::I64, &[2, 3]).map(|t| t.data);
+        assert_eq!(cols, Some(vec![1.0, 2.0, 3.0, 5.0, 7.0, 9.0]));
+    }
+
+    /// `data[i0, i1]` with broadcast index tensors (numpy's advanced
+    /// indexing), negative indices from the end, out of range refused.
+    #[test]
+    fn index_gather_is_advanced_indexing() {
+        let data = t(DType::F32, &[2, 3], &[10.0, 11.0, 12.0, 20.0, 21.0, 22.0]);
+        let i0 = t(DType::I64, &[2, 1], &[0.0, 1.0]);
+        let i1 = t(DType::I64, &[1, 2], &[2.0, -3.0]);
+        let got = eval(&Op::IndexGather { axis: 0 }, &[&data, &i0, &i1], DType::F32, &[2, 2]).map(|t| t.data);
+        assert_eq!(got, Some(vec![12.0, 10.0, 22.0, 20.0]));
+        // One index on axis 1: [2, B] with B = [2].
+        let cols = t(DType::I64, &[2], &[1.0, 0.0]);
+        let got = eval(&Op::IndexGather { axis: 1 }, &[&data, &cols], DType::F32, &[2, 2]).map(|t| t.data);
+        assert_eq!(got, Some(vec![11.0, 10.0, 21.0, 20.0]));
+        let bad = t(DType::I64, &[1], &[3.0]);
+        assert!(eval(&Op::IndexGather { axis: 1 }, &[&data, &bad], DType::F32, &[2, 1]).is_none());
+    }
 }

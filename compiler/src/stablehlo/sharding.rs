@@ -6,7 +6,8 @@
 
 use kiln_ir::{Graph, Mesh, MeshAxis, Sharding};
 use kiln_passes::shard::{
-    bytes, expert_dispatches, ring_attentions, seconds, AutoReport, Override, Pipeline, PlanCost, Reshard, Use,
+    bytes, expert_dispatches, ring_attentions, seconds, AutoReport, CostModel, Override, Pipeline, PlanCost, Reshard,
+    Use,
 };
 use kiln_runtime::format::{MeshAxisDecl, MeshDecl, TensorSharding};
 
@@ -37,6 +38,8 @@ pub struct SpmdEmit {
     pub reshards: Vec<Reshard>,
     /// The plan's estimated cost per step and device (for the report).
     pub cost: PlanCost,
+    /// The model the cost was estimated with.
+    pub cost_model: CostModel,
     /// What `--shard auto` tried and chose (for the report).
     pub auto: Option<AutoReport>,
     /// `--shard pipeline`'s stages: its span is emitted as one region.
@@ -255,6 +258,39 @@ impl ShardReport {
                     "not causal"
                 },
             ));
+            let model = &spmd.cost_model;
+            for r in &rings {
+                let (compute, permute, exposed) = r.step_times(model);
+                let layout = if r.zigzag {
+                    let plain = r.block_flops * r.devices as f64;
+                    let (saved, reorder) = (r.skipped_s(model), r.reorder_s(model));
+                    format!(
+                        "zig-zag (chunks i and {}-i of {} per device; hidden half-blocks skipped: {:.3e} of a plain \
+                         ring's {:.3e} FLOP per device, {} of compute saved; reorder {} B, {}{})",
+                        2 * r.devices - 1,
+                        2 * r.devices,
+                        r.device_flops(),
+                        plain,
+                        seconds(saved),
+                        r.reorder_bytes(),
+                        seconds(reorder),
+                        if reorder > saved { ": more than it saves at this size" } else { "" }
+                    )
+                } else if r.causal {
+                    format!("contiguous, every block computed ({} does not divide the length)", 2 * r.devices)
+                } else {
+                    "contiguous, every block computed".to_string()
+                };
+                decisions.push(format!(
+                    "    ring at {}: {layout}; per step {} compute ({:.3e} FLOP) vs {} permute ({} B): {} exposed",
+                    g.describe_node(r.node),
+                    seconds(compute),
+                    r.step_flops(),
+                    seconds(permute),
+                    r.block_bytes,
+                    seconds(exposed)
+                ));
+            }
         }
         if let Some(p) = &spmd.pipeline {
             for c in p.collectives() {
@@ -332,6 +368,7 @@ fn auto_lines(g: &Graph, a: &AutoReport) -> Vec<String> {
         let mark = if *strategy == a.start { "  <- start" } else { "" };
         out.push(format!("    {:<16} {what}{mark}", strategy.name()));
     }
+    out.push(format!("    chose {}: {}", a.start.name(), a.why()));
     for l in &a.layers {
         out.push(format!("    {} ({}): {}", l.name, g.describe_node(l.node), l.chosen.name()));
         for (choice, cost) in &l.options {

@@ -5,8 +5,14 @@
 //! separate approximation:
 //!
 //! 1. Every whole-program strategy that applies (data-parallel,
-//!    tensor-parallel, FSDP, replicated) is planned and costed; the cheapest
-//!    is the start, and it also fixes how inputs are split.
+//!    tensor-parallel, FSDP, replicated, and context-parallel when the mesh
+//!    has a `seq` axis and manual regions are allowed) is planned and
+//!    costed; the cheapest is the start, and it also fixes how inputs are
+//!    split. Context parallelism's cost counts each ring step's permute
+//!    against the block compute it overlaps (see `cost`), so it wins where
+//!    activations dominate (long sequences, small weights) and loses where
+//!    weights do (it keeps every weight whole on every device). When it
+//!    wins, the plan is final: its weights stay whole.
 //! 2. Every layer — a linear or matmul with a constant 2-d weight, a
 //!    single-group convolution, or a mixture of experts' grouped matmul with
 //!    its constant [E, K, N] weight, too large to inline, not pinned by the
@@ -18,11 +24,13 @@
 //! 3. A last pass costs every option of every layer against the final plan:
 //!    that is what the report shows beside each choice.
 
-use super::cost::{estimate, CostModel, PlanCost};
+use super::cost::{bytes, estimate, seconds, CostModel, PlanCost};
 use super::propagate::{propagate_shardings, Reshard};
+use super::ring::SEQ_AXIS;
 use super::strategy::{data_axis, glob_match, model_axis, seed};
 use super::{ShardOptions, Strategy};
 use kiln_ir::{Graph, NodeId, Op, Sharding, ValueId};
+use std::cmp::Ordering;
 
 const MAX_SWEEPS: usize = 3;
 
@@ -79,6 +87,56 @@ pub struct AutoReport {
     pub model: CostModel,
 }
 
+impl AutoReport {
+    /// Why the start strategy won, against the runner-up: the memory limit
+    /// it alone meets, or its step time (compute and communication) beside
+    /// the runner-up's.
+    pub fn why(&self) -> String {
+        let costed = |s: Strategy| self.strategies.iter().find(|(t, _)| *t == s).and_then(|(_, c)| c.as_ref());
+        let Some(chosen) = costed(self.start) else { return "the only plan found".into() };
+        let runner_up = self
+            .strategies
+            .iter()
+            .filter(|(s, _)| *s != self.start)
+            .filter_map(|(s, c)| Some((*s, c.as_ref()?)))
+            .min_by(|a, b| a.1.key(&self.model).partial_cmp(&b.1.key(&self.model)).unwrap_or(Ordering::Equal));
+        let Some((other, next)) = runner_up else { return "the only strategy that applies".into() };
+        let mut why = match self.model.memory_per_device {
+            Some(limit) if next.memory_bytes() > limit && chosen.memory_bytes() <= limit => format!(
+                "it fits the memory limit of {} per device ({}), the runner-up {} does not ({})",
+                bytes(limit),
+                bytes(chosen.memory_bytes()),
+                other.name(),
+                bytes(next.memory_bytes())
+            ),
+            _ => format!(
+                "{} per step against {}'s {} (compute {} vs {}, communication {} vs {}; {} vs {} per device)",
+                seconds(chosen.step_s()),
+                other.name(),
+                seconds(next.step_s()),
+                seconds(chosen.compute_s),
+                seconds(next.compute_s),
+                seconds(chosen.comm_s),
+                seconds(next.comm_s),
+                bytes(chosen.memory_bytes()),
+                bytes(next.memory_bytes())
+            ),
+        };
+        // Context parallelism, when considered and not chosen: why not.
+        if let Some(cp) = costed(Strategy::ContextParallel).filter(|_| self.start != Strategy::ContextParallel) {
+            let over = self.model.memory_per_device.filter(|&m| cp.memory_bytes() > m);
+            why.push_str(&match over {
+                Some(_) => format!(
+                    "; context-parallel (considered): {} per device (every weight whole), over the memory limit",
+                    bytes(cp.memory_bytes())
+                ),
+                None => format!("; context-parallel (considered): {} per step", seconds(cp.step_s())),
+            });
+        }
+        why
+    }
+}
+
 /// A layer the search may re-plan: its node, weight and the shardings each
 /// option gives the weight (options that do not apply are left out).
 struct Layer {
@@ -100,7 +158,13 @@ pub(super) fn shard_auto(g: &mut Graph, opts: &ShardOptions) -> Result<(Vec<Resh
     let mut strategies = Vec::new();
     let mut best: Option<(Strategy, PlanCost)> = None;
     let mut first_error = None;
-    for strategy in [Strategy::DataParallel, Strategy::TensorParallel, Strategy::Fsdp, Strategy::Replicated] {
+    let mut candidates = vec![Strategy::DataParallel, Strategy::TensorParallel, Strategy::Fsdp, Strategy::Replicated];
+    // Context parallelism where the mesh has a sequence axis to ring over
+    // and manual regions may be written (Shardy).
+    if opts.manual_regions && opts.mesh.axis(SEQ_AXIS).is_some_and(|a| a.size > 1) {
+        candidates.push(Strategy::ContextParallel);
+    }
+    for strategy in candidates {
         restore(g);
         match plan(g, opts, strategy, &[]) {
             Ok((_, cost)) => {
@@ -119,7 +183,12 @@ pub(super) fn shard_auto(g: &mut Graph, opts: &ShardOptions) -> Result<(Vec<Resh
         return Err(first_error.unwrap_or_else(|| "no sharding strategy applies".into()));
     };
     restore(g);
-    plan(g, opts, start, &[])?;
+    let (start_reshards, _) = plan(g, opts, start, &[])?;
+    // A ring wants its weights whole on every device (each device runs
+    // every layer on its own tokens): no per-layer search.
+    if start == Strategy::ContextParallel {
+        return Ok((start_reshards, AutoReport { strategies, start, layers: Vec::new(), model: model.clone() }));
+    }
     let layers = find_layers(g, opts);
     // Each layer starts as the start strategy left its weight.
     let mut chosen: Vec<usize> = layers

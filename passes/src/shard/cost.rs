@@ -4,8 +4,10 @@
 //! activations along the schedule).
 //!
 //! A first-order model, meant to rank plans, not to predict wall time: no
-//! overlap of compute and communication, ring collectives, every op at the
-//! device's peak rate. `--shard auto` minimises [`PlanCost::step_s`] among the
+//! overlap of compute and communication (except a ring attention's
+//! permutes, which overlap its steps' block compute: per step only the
+//! permute time beyond the compute counts), ring collectives, every op at
+//! the device's peak rate. `--shard auto` minimises [`PlanCost::step_s`] among the
 //! plans that fit [`CostModel::memory_per_device`].
 
 use super::propagate::{Collective, Reshard};
@@ -149,9 +151,15 @@ pub fn bytes(b: u64) -> String {
 /// propagation) with `reshards` its reshardings.
 pub fn estimate(g: &Graph, mesh: &Mesh, reshards: &[Reshard], model: &CostModel) -> PlanCost {
     let mut cost = PlanCost::default();
+    let rings = super::ring::ring_attentions(g);
     for &n in &g.order {
         let node = &g.nodes[n];
         let Some(&out) = node.outputs.first() else { continue };
+        // A ring computes what its steps compute (zig-zag skips hidden halves).
+        if let Some(r) = rings.iter().find(|r| r.node == n) {
+            cost.flops += r.device_flops();
+            continue;
+        }
         let split = sharding_of(g, out).map_or(1, |s| {
             let dims: u64 = (0..s.dims.len()).map(|d| s.pieces(mesh, d)).product();
             dims * axes_size(mesh, &s.partial)
@@ -164,11 +172,15 @@ pub fn estimate(g: &Graph, mesh: &Mesh, reshards: &[Reshard], model: &CostModel)
         cost.comm_bytes += bytes;
         cost.comm_s += s;
     }
-    // Collectives inside the regions kiln partitions by hand.
-    let rings = super::ring::ring_attentions(g).into_iter().flat_map(|r| r.collectives());
-    for c in super::manual::expert_dispatches(g).iter().flat_map(|d| d.collectives()).chain(rings) {
+    // Collectives inside the regions kiln partitions by hand. A ring's
+    // permutes overlap its steps' block compute: only the excess counts.
+    for c in super::manual::expert_dispatches(g).iter().flat_map(|d| d.collectives()) {
         cost.comm_bytes += c.bytes_per_device as f64;
         cost.comm_s += c.bytes_per_device as f64 / model.link(&c.axis) + model.collective_latency_s;
+    }
+    for r in &rings {
+        cost.comm_bytes += r.collectives().iter().map(|c| c.bytes_per_device as f64).sum::<f64>();
+        cost.comm_s += r.comm_s(model);
     }
     // Constants a pass replaced may linger until compaction: only live ones count.
     let uses = g.use_counts();
