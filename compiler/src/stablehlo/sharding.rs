@@ -233,7 +233,7 @@ impl ShardReport {
                     collectives.push((c.collective.name(), what, c.bytes_per_device));
                 }
             }
-            for r in ring_attentions(g) {
+            for r in ring_attentions(g, &spmd.cost_model) {
                 for c in r.collectives() {
                     let what = format!("manual region at {}: {}", g.describe_node(r.node), c.what);
                     collectives.push((c.collective.name(), what, c.bytes_per_device));
@@ -241,7 +241,7 @@ impl ShardReport {
             }
         }
         let mut decisions = spmd.auto.as_ref().map_or_else(Vec::new, |a| auto_lines(g, a));
-        let rings = ring_attentions(g);
+        let rings = ring_attentions(g, &spmd.cost_model);
         if let Some(first) = rings.first() {
             let per_step: u64 = rings.iter().map(|r| r.block_bytes).sum();
             decisions.push(format!(
@@ -261,20 +261,34 @@ impl ShardReport {
             let model = &spmd.cost_model;
             for r in &rings {
                 let (compute, permute, exposed) = r.step_times(model);
-                let layout = if r.zigzag {
-                    let plain = r.block_flops * r.devices as f64;
-                    let (saved, reorder) = (r.skipped_s(model), r.reorder_s(model));
+                // The layout and why: zig-zag where it fits and its ring
+                // time (compute saved against the reorder) is the lower.
+                let (zz, plain) = (r.with_layout(true), r.with_layout(false));
+                let trade = || {
                     format!(
-                        "zig-zag (chunks i and {}-i of {} per device; hidden half-blocks skipped: {:.3e} of a plain \
-                         ring's {:.3e} FLOP per device, {} of compute saved; reorder {} B, {}{})",
+                        "hidden half-blocks skipped: {:.3e} of a plain ring's {:.3e} FLOP per device, {} of compute \
+                         saved; reorder {} B, {}; ring {} zig-zag vs {} plain",
+                        zz.device_flops(),
+                        plain.device_flops(),
+                        seconds(zz.skipped_s(model)),
+                        zz.reorder_bytes(),
+                        seconds(zz.reorder_s(model)),
+                        seconds(zz.ring_s(model)),
+                        seconds(plain.ring_s(model)),
+                    )
+                };
+                let layout = if r.zigzag {
+                    format!(
+                        "zig-zag (chunks i and {}-i of {} per device; {}: chosen, the faster)",
                         2 * r.devices - 1,
                         2 * r.devices,
-                        r.device_flops(),
-                        plain,
-                        seconds(saved),
-                        r.reorder_bytes(),
-                        seconds(reorder),
-                        if reorder > saved { ": more than it saves at this size" } else { "" }
+                        trade()
+                    )
+                } else if r.zigzag_fits {
+                    format!(
+                        "contiguous, every block computed (zig-zag not chosen, its reorder costs more than it \
+                         saves: {})",
+                        trade()
                     )
                 } else if r.causal {
                     format!("contiguous, every block computed ({} does not divide the length)", 2 * r.devices)

@@ -9,7 +9,10 @@
 //! the report; outputs against one device and PyTorch on 2, 4 and 8
 //! devices; the requests kiln refuses. `ring_long` (64 causal tokens,
 //! grouped-query heads) and the causal SDPAs where `2n` divides the length
-//! are zig-zag (their reorder permutes' tables checked); `--shard auto`
+//! are zig-zag under a cost model where the reorder is cheap (their
+//! reorder permutes' tables checked), and plain causal rings under one
+//! where it is dear (the default's 10 µs per collective, at these sizes,
+//! or a slow link); `--shard auto`
 //! with a `seq` axis rings `ring_long` and keeps `ring_wide` (wide layers,
 //! weights over the memory limit) tensor-parallel. The sharded runs go through the
 //! `kiln` binary in a child process (a wrong collective aborts the
@@ -45,13 +48,25 @@ fn kiln(args: &[&str]) -> (bool, String) {
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
+/// A slow device on fast links (`--shard-cost`): the zig-zag reorder costs
+/// next to nothing against the compute it saves, so every ring where it
+/// fits zig-zags.
+const CHEAP_REORDER: &str = "flops=1e6,link=1e15,latency=1e-12";
+/// A slow link with a high latency: the reorder's eight permutes cost more
+/// than the skipped compute saves, so causal rings stay plain.
+const DEAR_REORDER: &str = "link=1e6,latency=1e-3";
+
 fn ring(mesh: &[(&str, u32)]) -> ShardConfig {
+    ring_under(mesh, CHEAP_REORDER)
+}
+
+fn ring_under(mesh: &[(&str, u32)], cost: &str) -> ShardConfig {
     ShardConfig {
         mesh: Mesh::new(mesh),
         strategy: Strategy::ContextParallel,
         overrides: vec![],
         dialect: ShardingDialect::Shardy,
-        cost: CostModel::default(),
+        cost: CostModel::parse(cost).unwrap_or_else(|e| panic!("{e}")),
     }
 }
 
@@ -209,6 +224,8 @@ fn rings_match_one_device_and_pytorch() {
                 mesh,
                 "--shard",
                 "context-parallel",
+                "--shard-cost",
+                CHEAP_REORDER,
                 "--report",
             ]);
             assert!(ok, "{what}: {report}");
@@ -258,6 +275,94 @@ fn rings_match_one_device_and_pytorch() {
             }
             std::fs::remove_dir_all(&out).ok();
         }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Where the cost model makes the zig-zag reorder dear (a slow link, or
+/// the default model's 10 µs per collective at these sizes), the causal
+/// rings that could zig-zag plan the plain causal ring instead: only the
+/// `2(n − 1)` ring permutes per attention, none of the reorder's, and the
+/// report says why; under a cheap reorder the same programs zig-zag (8
+/// more permutes per attention). The plain rings (in a child process)
+/// match PyTorch and one device.
+#[test]
+fn dear_reorder_keeps_the_plain_causal_ring() {
+    let permutes = |fixture: &str, flavour: &str, mesh: &[(&str, u32)], cost: &str| {
+        let program =
+            compile_with(fixture, flavour, Some(ring_under(mesh, cost))).unwrap_or_else(|e| panic!("{fixture}: {e}"));
+        accel(&program).segments[0].mlir.matches("\"stablehlo.collective_permute\"").count()
+    };
+    // (fixture, causal attentions that fit zig-zag on 2 and 4 devices, all attentions)
+    for (fixture, zigzag, rings) in [("ring_long", 1, 1), ("models/llama", 2, 2), ("ring_attention", 1, 3)] {
+        for flavour in ["training", "aten"] {
+            for n in [2u32, 4] {
+                // 8 or 64 positions: 2n divides them on 2 and 4 devices.
+                let what = format!("{fixture}/{flavour} on seq={n}");
+                let mesh = [("seq", n)];
+                let ring = rings * 2 * (n as usize - 1);
+                assert_eq!(permutes(fixture, flavour, &mesh, DEAR_REORDER), ring, "{what}: dear reorder");
+                assert_eq!(permutes(fixture, flavour, &mesh, ""), ring, "{what}: default model");
+                assert_eq!(
+                    permutes(fixture, flavour, &mesh, CHEAP_REORDER),
+                    ring + 8 * zigzag,
+                    "{what}: cheap reorder"
+                );
+            }
+        }
+    }
+    let Some(plugin) = plugin() else { return };
+    let dir = std::env::temp_dir().join(format!("kiln-ring-dear-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for (fixture, flavour, mesh) in [
+        ("ring_long", "training", "seq=2"),
+        ("ring_long", "aten", "seq=4"),
+        ("models/llama", "training", "seq=4"),
+        ("ring_attention", "aten", "seq=2"),
+    ] {
+        let what = format!("{fixture}/{flavour} context-parallel [{mesh}], dear reorder");
+        let fix = fixture_dir(fixture);
+        let inputs = read_numbered(&fix, "input");
+        let expected = read_numbered(&fix, "output");
+        let one = run_pjrt(&compile_with(fixture, flavour, None).unwrap_or_else(|e| panic!("{e}")), &plugin, &inputs);
+        let pt2 = fix.join(format!("{flavour}.pt2"));
+        let artifact = dir.join("ring.kiln");
+        let (pt2, artifact) = (pt2.to_str().expect("utf-8"), artifact.to_str().expect("utf-8"));
+        let (ok, report) = kiln(&[
+            "compile",
+            pt2,
+            "-o",
+            artifact,
+            "--target",
+            "pjrt",
+            "--mesh",
+            mesh,
+            "--shard",
+            "context-parallel",
+            "--shard-cost",
+            DEAR_REORDER,
+            "--report",
+        ]);
+        assert!(ok, "{what}: {report}");
+        let why = "contiguous, every block computed (zig-zag not chosen, its reorder costs more than it saves: ";
+        assert!(report.contains(why), "{what}: {report}");
+        assert!(!report.contains("zig-zag (chunks") && !report.contains("zig-zag reorder"), "{what}: {report}");
+        let out = dir.join("out");
+        let mut run = vec!["run".to_string(), artifact.to_string(), "--device".into()];
+        run.push(format!("pjrt:{}", plugin.display()));
+        for i in 0..inputs.len() {
+            run.extend(["--input".to_string(), format!("{i}={}", fix.join(format!("input_{i}.npy")).display())]);
+        }
+        run.extend(["--output-dir".to_string(), out.to_str().expect("utf-8").to_string()]);
+        let (ok, text) = kiln(&run.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(ok, "{what}: {text}");
+        let got = read_numbered(&out, "output");
+        assert_eq!(got.len(), expected.len(), "{what}");
+        for (i, ((g, want), one)) in got.iter().zip(&expected).zip(&one).enumerate() {
+            assert_close(&format!("{what}: output {i} vs PyTorch"), g, want, RTOL, ATOL);
+            assert_close(&format!("{what}: output {i} vs one device"), g, one, RTOL, ATOL);
+        }
+        std::fs::remove_dir_all(&out).ok();
     }
     std::fs::remove_dir_all(&dir).ok();
 }

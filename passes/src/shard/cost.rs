@@ -151,7 +151,7 @@ pub fn bytes(b: u64) -> String {
 /// propagation) with `reshards` its reshardings.
 pub fn estimate(g: &Graph, mesh: &Mesh, reshards: &[Reshard], model: &CostModel) -> PlanCost {
     let mut cost = PlanCost::default();
-    let rings = super::ring::ring_attentions(g);
+    let rings = super::ring::ring_attentions(g, model);
     for &n in &g.order {
         let node = &g.nodes[n];
         let Some(&out) = node.outputs.first() else { continue };

@@ -310,7 +310,9 @@ impl Prop<'_> {
                 one(expected, s)
             }
             Op::Attention { .. } => {
-                match super::ring::RingAttention::plan(g, n, &whole(&ins[0])).filter(|_| self.opts.manual_regions) {
+                match super::ring::RingAttention::plan(g, n, &whole(&ins[0]), &self.opts.cost)
+                    .filter(|_| self.opts.manual_regions)
+                {
                     // Partitioned by hand: keys and values rotate around the
                     // ring, so everything stays split on the sequence.
                     Some(r) => (r.operands, vec![r.result]),

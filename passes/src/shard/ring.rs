@@ -34,6 +34,11 @@
 //! device computes half a block per step (two `c × c` products, their
 //! operands selected by `j < i`), the same work everywhere, and the hidden
 //! half is never computed: `(n + 1) / 2n` of the plain ring's work.
+//! The layout is chosen by cost ([`RingAttention::zigzag_pays`]): only
+//! when the ring's estimated time with the skipped compute and the
+//! reorder's eight permutes is below the plain causal ring's; otherwise
+//! the plain ring (contiguous blocks, every block computed, masked by
+//! position) runs.
 //!
 //! Propagation gives such a node q, k, v, mask and result split on the
 //! sequence; the cost model and the report count its permutes, and the
@@ -61,8 +66,12 @@ pub struct RingAttention {
     pub queries: i64,
     pub keys: i64,
     pub causal: bool,
-    /// Zig-zag layout inside the region (see the module doc): causal, no
-    /// explicit mask, as many queries as keys, `2n` dividing them.
+    /// The zig-zag layout applies (see the module doc): causal, no
+    /// explicit mask (or exactly the causal one), as many queries as keys,
+    /// `2n` dividing them.
+    pub zigzag_fits: bool,
+    /// The zig-zag layout is used: it fits and the cost model it was
+    /// planned with says it pays ([`RingAttention::zigzag_pays`]).
     pub zigzag: bool,
     /// Bytes of one device's key block and value block (what each step sends).
     pub block_bytes: u64,
@@ -97,8 +106,8 @@ impl RingAttention {
     /// the mask's query rows split (unless broadcast), key columns whole.
     /// `None` when `n` is not an attention, q's sequence dim is not split
     /// over one axis, shapes are dynamic or the axis does not divide both
-    /// lengths.
-    pub fn plan(g: &Graph, n: NodeId, q: &Sharding) -> Option<RingAttention> {
+    /// lengths. The layout (zig-zag or plain) is the cheaper under `model`.
+    pub fn plan(g: &Graph, n: NodeId, q: &Sharding, model: &CostModel) -> Option<RingAttention> {
         let node = &g.nodes[n];
         let Op::Attention { mut causal, .. } = node.op else { return None };
         let (qv, kv, vv) = (*node.inputs.first()?, *node.inputs.get(1)?, *node.inputs.get(2)?);
@@ -177,32 +186,56 @@ impl RingAttention {
         let rows = (local(out, &result) / static_dim(g, out, r - 1)?.max(1) as u64) as f64;
         let block_flops = 2.0 * rows * (keys / devices) as f64 * features;
         let unmasked = node.inputs.len() == 3 || causal_mask;
-        let zigzag = causal && unmasked && queries == keys && queries % (2 * devices) == 0;
-        Some(RingAttention {
+        let zigzag_fits = causal && unmasked && queries == keys && queries % (2 * devices) == 0;
+        let mut ring = RingAttention {
             node: n,
             axis,
             devices,
             queries,
             keys,
             causal,
-            zigzag,
+            zigzag_fits,
+            zigzag: zigzag_fits,
             block_bytes,
             query_bytes,
             result_bytes,
             block_flops,
             operands,
             result,
-        })
+        };
+        ring.zigzag = zigzag_fits && ring.zigzag_pays(model);
+        Some(ring)
+    }
+
+    /// The same ring in the zig-zag layout (`true`, only where it fits)
+    /// or the plain one.
+    pub fn with_layout(&self, zigzag: bool) -> RingAttention {
+        RingAttention { zigzag: zigzag && self.zigzag_fits, ..self.clone() }
+    }
+
+    /// The ring's estimated time on one device under `model`: its
+    /// compute and its exposed communication ([`RingAttention::comm_s`]).
+    pub fn ring_s(&self, model: &CostModel) -> f64 {
+        self.device_flops() / model.flops_per_s + self.comm_s(model)
+    }
+
+    /// The layout decision: whether the zig-zag layout fits and its ring
+    /// time (compute with the hidden halves skipped, each step's permute
+    /// overlapping only half a block, and the reorder's eight permutes) is
+    /// below the plain causal ring's under `model`.
+    pub fn zigzag_pays(&self, model: &CostModel) -> bool {
+        self.zigzag_fits && self.with_layout(true).ring_s(model) < self.with_layout(false).ring_s(model)
     }
 
     /// `Some` when node `n`'s key and result carry the ring's shardings:
     /// propagation rings every attention whose query arrives split on its
     /// sequence over `seq` when manual regions are allowed (Shardy), and
     /// `--shard context-parallel` refuses GSPMD, so that is what it planned.
-    pub fn planned(g: &Graph, n: NodeId) -> Option<RingAttention> {
+    /// `model` must be the one propagation planned with (it decides the layout).
+    pub fn planned(g: &Graph, n: NodeId, model: &CostModel) -> Option<RingAttention> {
         let node = &g.nodes[n];
         let q = g.values[*node.inputs.first()?].attrs.sharding.as_ref()?;
-        let ring = RingAttention::plan(g, n, q)?;
+        let ring = RingAttention::plan(g, n, q, model)?;
         let k = g.values[node.inputs[1]].attrs.sharding.as_ref()?;
         let out = g.values[node.outputs[0]].attrs.sharding.as_ref()?;
         (*k == ring.operands[1] && *out == ring.result).then_some(ring)
@@ -270,7 +303,8 @@ impl RingAttention {
         }
     }
 
-    /// Compute time the zig-zag layout saves against the contiguous ring.
+    /// Compute time the zig-zag layout saves against the contiguous ring
+    /// (0 without zig-zag).
     pub fn skipped_s(&self, model: &CostModel) -> f64 {
         (self.block_flops * self.devices as f64 - self.device_flops()) / model.flops_per_s
     }
@@ -358,9 +392,10 @@ const MASK_EVAL_DEPTH: usize = 12;
 const MASK_EVAL_SLACK: usize = 4;
 const MASK_EVAL_MAX: usize = 1 << 20;
 
-/// Every attention of `g` planned as a ring, in schedule order.
-pub fn ring_attentions(g: &Graph) -> Vec<RingAttention> {
-    g.order.iter().filter_map(|&n| RingAttention::planned(g, n)).collect()
+/// Every attention of `g` planned as a ring (its layout chosen under
+/// `model`), in schedule order.
+pub fn ring_attentions(g: &Graph, model: &CostModel) -> Vec<RingAttention> {
+    g.order.iter().filter_map(|&n| RingAttention::planned(g, n, model)).collect()
 }
 
 /// Core ATen's linears on a batch above one: `x [B, S, K]` viewed as
@@ -441,9 +476,20 @@ mod tests {
     use super::*;
     use crate::shard::{shard_graph, ShardOptions, Strategy};
 
+    /// A slow device on fast links: the zig-zag reorder costs next to
+    /// nothing against the compute it saves, so it is chosen wherever it fits.
+    fn cheap_reorder() -> CostModel {
+        CostModel::parse("flops=1e6,link=1e15,latency=1e-12").unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// q, k, v `[1, 2, 16, 4]` from the input split on the sequence, one
-    /// attention (`attrs`, an optional mask input `[1, 1, 16, 16]`).
+    /// attention (`attrs`, an optional mask input `[1, 1, 16, 16]`),
+    /// planned under [`cheap_reorder`].
     fn ring_of(attrs: &str, mask: bool, mesh: &[(&str, u32)]) -> RingAttention {
+        ring_under(attrs, mask, mesh, cheap_reorder())
+    }
+
+    fn ring_under(attrs: &str, mask: bool, mesh: &[(&str, u32)], cost: CostModel) -> RingAttention {
         let mask_input = if mask { "  input %1 \"m\": f32[1, 1, 16, 16]\n" } else { "" };
         let mask_arg = if mask { ", %1" } else { "" };
         let text = format!(
@@ -459,11 +505,11 @@ mod tests {
             strategy: Strategy::Replicated,
             overrides: vec![],
             inline_max_elements: 0,
-            cost: CostModel::default(),
+            cost: cost.clone(),
             manual_regions: true,
         };
         shard_graph(&mut g, &opts).unwrap_or_else(|e| panic!("{e}"));
-        let rings = ring_attentions(&g);
+        let rings = ring_attentions(&g, &cost);
         assert_eq!(rings.len(), 1, "{}", kiln_ir::text::print(&g));
         rings[0].clone()
     }
@@ -512,7 +558,7 @@ mod tests {
             g.mesh = Some(kiln_ir::Mesh::new(&[("seq", 2)]));
             let q = Sharding::split(4, 2, SEQ_AXIS);
             let n = g.order[0];
-            RingAttention::plan(&g, n, &q).unwrap_or_else(|| panic!("no ring: {mask}"))
+            RingAttention::plan(&g, n, &q, &cheap_reorder()).unwrap_or_else(|| panic!("no ring: {mask}"))
         };
         let tril = "bool[1, 1, 4, 4] = [1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1]";
         let r = ring_with(tril);
@@ -529,6 +575,43 @@ mod tests {
         let finite = bias.replace(inf, "-10000.0");
         let r = ring_with(&finite);
         assert!(!r.causal && !r.zigzag, "{r:?}");
+    }
+
+    /// The layout decision on both sides of its threshold. With links so
+    /// fast that bytes cost nothing and a latency below half a block's
+    /// compute (no permute exposed either way), zig-zag's ring takes
+    /// `8·latency` more and `(n − 1)/2` blocks' compute less than the
+    /// plain one: it pays just below `latency = saved / 8` and not just
+    /// above. Propagation plans the chosen layout (the plain ring under a
+    /// slow link, as under the default model at this tiny size), and a
+    /// ring whose layout does not fit never zig-zags.
+    #[test]
+    fn zigzag_is_chosen_by_cost() {
+        let r = ring_of("causal=true", false, &[("seq", 4)]);
+        assert!(r.zigzag_fits && r.zigzag);
+        let flops = 1e6;
+        let saved = 1.5 * r.block_flops / flops;
+        assert!(saved / 8.0 * 1.01 < r.block_flops / 2.0 / flops, "the threshold's latency hides behind the steps");
+        let model = |latency: f64| {
+            CostModel::parse(&format!("flops={flops},link=1e30,latency={latency}")).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let (below, above) = (model(saved / 8.0 * 0.99), model(saved / 8.0 * 1.01));
+        assert!(r.zigzag_pays(&below));
+        assert!(!r.zigzag_pays(&above));
+        assert!(r.with_layout(true).ring_s(&below) < r.with_layout(false).ring_s(&below));
+        assert!(r.with_layout(true).ring_s(&above) > r.with_layout(false).ring_s(&above));
+        // What propagation plans follows the decision.
+        assert!(ring_under("causal=true", false, &[("seq", 4)], below.clone()).zigzag);
+        let plain = ring_under("causal=true", false, &[("seq", 4)], above);
+        assert!(plain.zigzag_fits && !plain.zigzag && plain.causal);
+        assert_eq!((plain.device_flops(), plain.reorder_bytes()), (4.0 * plain.block_flops, 0));
+        assert_eq!(plain.collectives().len(), 1);
+        let slow_link = CostModel::parse("link=1e3,latency=1e-3").unwrap_or_else(|e| panic!("{e}"));
+        assert!(!ring_under("causal=true", false, &[("seq", 4)], slow_link).zigzag);
+        assert!(!ring_under("causal=true", false, &[("seq", 4)], CostModel::default()).zigzag);
+        // Not causal: never, however cheap the reorder.
+        let r = ring_under("causal=false", false, &[("seq", 4)], below.clone());
+        assert!(!r.zigzag_fits && !r.zigzag && !r.zigzag_pays(&below));
     }
 
     /// Each step's permute overlaps its block compute: exposed is what it

@@ -216,7 +216,7 @@ pub fn emit_segment_with(
             // Shardy only: GSPMD modules get the dense form (XLA partitions it).
             let shardy = spmd.filter(|s| s.dialect == ShardingDialect::Shardy);
             let manual = shardy.and_then(|s| ExpertDispatch::planned(g, n).map(|d| (s, d)));
-            let ring = shardy.and_then(|s| RingAttention::planned(g, n).map(|r| (s, r)));
+            let ring = shardy.and_then(|s| RingAttention::planned(g, n, &s.cost_model).map(|r| (s, r)));
             let lowered = match (manual, ring, &g.nodes[n].op) {
                 (Some((s, d)), _, _) => e.lower_dispatch(g, &s.mesh, &d),
                 (None, Some((s, r)), Op::Attention { scale, .. }) => e.lower_ring(g, &s.mesh, &r, *scale),
