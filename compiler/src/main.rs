@@ -45,7 +45,8 @@ struct ShardArgs {
     /// default: the largest count up to twice the stages that does.
     #[arg(long)]
     microbatches: Option<u32>,
-    /// The cost model plans are estimated with (and `--shard auto` chooses by), SI units:
+    /// The cost model plans are estimated with (and `--shard auto` chooses by, and a causal
+    /// ring its zig-zag or plain layout), SI units:
     /// `flops=1e14,memory=16e9,link=1e11,link.model=4e11,latency=1e-5` (FLOP/s per device,
     /// bytes per device, bytes/s per link and per named axis, seconds per collective).
     #[arg(long, default_value = "")]
