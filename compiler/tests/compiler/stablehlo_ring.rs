@@ -37,6 +37,7 @@ use kiln_ir::Mesh;
 use kiln_passes::shard::{CostModel, Strategy};
 use kiln_runtime::format::Metadata;
 use kiln_runtime::Program;
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -55,6 +56,17 @@ const CHEAP_REORDER: &str = "flops=1e6,link=1e15,latency=1e-12";
 /// A slow link with a high latency: the reorder's eight permutes cost more
 /// than the skipped compute saves, so causal rings stay plain.
 const DEAR_REORDER: &str = "link=1e6,latency=1e-3";
+
+/// `kiln compile FIX/FLAVOUR.pt2 -o ARTIFACT --target pjrt --mesh MESH
+/// --shard context-parallel --shard-cost COST --report`: success and output.
+fn compile_context_parallel(fix: &Path, flavour: &str, artifact: &str, mesh: &str, cost: &str) -> (bool, String) {
+    let pt2 = fix.join(format!("{flavour}.pt2"));
+    let pt2 = pt2.to_str().expect("utf-8");
+    let shard = ["--mesh", mesh, "--shard", "context-parallel", "--shard-cost", cost, "--report"];
+    let mut args = vec!["compile", pt2, "-o", artifact, "--target", "pjrt"];
+    args.extend(shard);
+    kiln(&args)
+}
 
 fn ring(mesh: &[(&str, u32)]) -> ShardConfig {
     ring_under(mesh, CHEAP_REORDER)
@@ -210,24 +222,9 @@ fn rings_match_one_device_and_pytorch() {
             let what = format!("{fixture}/{flavour} context-parallel [{mesh}]");
             let n: usize = mesh.rsplit('=').next().and_then(|s| s.parse().ok()).unwrap_or(1);
             let devices: usize = mesh.split(',').filter_map(|a| a.split('=').nth(1)?.parse::<usize>().ok()).product();
-            let pt2 = fix.join(format!("{flavour}.pt2"));
             let artifact = dir.join("ring.kiln");
-            let (pt2, artifact) = (pt2.to_str().expect("utf-8"), artifact.to_str().expect("utf-8"));
-            let (ok, report) = kiln(&[
-                "compile",
-                pt2,
-                "-o",
-                artifact,
-                "--target",
-                "pjrt",
-                "--mesh",
-                mesh,
-                "--shard",
-                "context-parallel",
-                "--shard-cost",
-                CHEAP_REORDER,
-                "--report",
-            ]);
+            let artifact = artifact.to_str().expect("utf-8");
+            let (ok, report) = compile_context_parallel(&fix, flavour, artifact, mesh, CHEAP_REORDER);
             assert!(ok, "{what}: {report}");
             let rings = match fixture {
                 "ring_attention" => 3,
@@ -325,24 +322,9 @@ fn dear_reorder_keeps_the_plain_causal_ring() {
         let inputs = read_numbered(&fix, "input");
         let expected = read_numbered(&fix, "output");
         let one = run_pjrt(&compile_with(fixture, flavour, None).unwrap_or_else(|e| panic!("{e}")), &plugin, &inputs);
-        let pt2 = fix.join(format!("{flavour}.pt2"));
         let artifact = dir.join("ring.kiln");
-        let (pt2, artifact) = (pt2.to_str().expect("utf-8"), artifact.to_str().expect("utf-8"));
-        let (ok, report) = kiln(&[
-            "compile",
-            pt2,
-            "-o",
-            artifact,
-            "--target",
-            "pjrt",
-            "--mesh",
-            mesh,
-            "--shard",
-            "context-parallel",
-            "--shard-cost",
-            DEAR_REORDER,
-            "--report",
-        ]);
+        let artifact = artifact.to_str().expect("utf-8");
+        let (ok, report) = compile_context_parallel(&fix, flavour, artifact, mesh, DEAR_REORDER);
         assert!(ok, "{what}: {report}");
         let why = "contiguous, every block computed (zig-zag not chosen, its reorder costs more than it saves: ";
         assert!(report.contains(why), "{what}: {report}");
