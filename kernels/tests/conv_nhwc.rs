@@ -57,6 +57,11 @@ const CASES: &[Case] = &[
     case([1, 672, 14, 14], [672, 1, 5, 5], [2, 2], [2, 2], 672),
     case([1, 160, 7, 7], [960, 160, 1, 1], [1, 1], [0, 0], 1),
     case([1, 96, 14, 14], [576, 96, 1, 1], [1, 1], [0, 0], 1),
+    // 49 pixels (one row block) and 160 output channels, too few strips
+    // for the threads: the direct kernels' rows cut into runs of tiles
+    // (pointwise, and the tap GEMMs of a 3×3/2).
+    case([1, 576, 7, 7], [160, 576, 1, 1], [1, 1], [0, 0], 1),
+    case([1, 64, 14, 14], [160, 64, 3, 3], [2, 2], [1, 1], 1),
     // Pointwise: stride 1 (the input read in place), stride 2 (gathered),
     // K past one 512-deep slice.
     case([2, 24, 7, 6], [40, 24, 1, 1], [1, 1], [0, 0], 1),
