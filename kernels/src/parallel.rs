@@ -40,7 +40,11 @@
 //! Work is always split so that no element's arithmetic depends on how many
 //! threads run it: kernels hand out whole output tiles, rows or fixed-size
 //! chunks (whose size never depends on the thread count), never a piece of
-//! one reduction. Results are therefore bit-identical for any thread count.
+//! one reduction. Where a cut does follow the thread count (to keep every
+//! thread busy when the rows or blocks do not divide evenly: GEMM column
+//! groups and runs of tiles, runs of pixels of depthwise rows), it falls
+//! between elements whose operations do not depend on it. Results are
+//! therefore bit-identical for any thread count.
 
 use std::cell::{Cell, UnsafeCell};
 use std::collections::HashMap;

@@ -6,7 +6,8 @@
 //! 16-wide block), pointwise at stride 1 and 2, Winograd, tap GEMMs, and the
 //! im2col GEMM over pixels (3-channel stems, blocked over several work
 //! items; a padded 1×1, no tap GEMMs),
-//! the transposed fallback (groups, a depthwise multiplier).
+//! the transposed fallback (groups, a depthwise multiplier); and 7×7 and
+//! 14×14 layers large enough to be split over the threads.
 mod common;
 use common::*;
 use kiln_kernels::*;
@@ -46,6 +47,21 @@ const CASES: &[Case] = &[
     case([1, 8, 7, 12], [8, 1, 3, 3], [2, 1], [0, 1], 8),
     Case { xs: [1, 24, 9, 19], ws: [24, 1, 3, 3], stride: [1, 1], pad: [2, 2], dil: [2, 2], groups: 24 },
     Case { xs: [1, 40, 11, 13], ws: [40, 1, 5, 5], stride: [2, 1], pad: [0, 4], dil: [1, 2], groups: 40 },
+    // The late small layers, big enough to run in parallel: 7 and 14
+    // output rows, which 2, 3 and 4 threads do not divide evenly, so the
+    // depthwise rows are cut into pixel runs (within and across rows), and
+    // the pointwise GEMMs' one and four row blocks into column groups
+    // (MobileNetV2's 7×7×960 and 14×14 layers, EfficientNet-B0's 5×5/2).
+    case([1, 960, 7, 7], [960, 1, 3, 3], [1, 1], [1, 1], 960),
+    case([1, 200, 14, 14], [200, 1, 3, 3], [1, 1], [1, 1], 200),
+    case([1, 672, 14, 14], [672, 1, 5, 5], [2, 2], [2, 2], 672),
+    case([1, 160, 7, 7], [960, 160, 1, 1], [1, 1], [0, 0], 1),
+    case([1, 96, 14, 14], [576, 96, 1, 1], [1, 1], [0, 0], 1),
+    // 49 pixels (one row block) and 160 output channels, too few strips
+    // for the threads: the direct kernels' rows cut into runs of tiles
+    // (pointwise, and the tap GEMMs of a 3×3/2).
+    case([1, 576, 7, 7], [160, 576, 1, 1], [1, 1], [0, 0], 1),
+    case([1, 64, 14, 14], [160, 64, 3, 3], [2, 2], [1, 1], 1),
     // Pointwise: stride 1 (the input read in place), stride 2 (gathered),
     // K past one 512-deep slice.
     case([2, 24, 7, 6], [40, 24, 1, 1], [1, 1], [0, 0], 1),

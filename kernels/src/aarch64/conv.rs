@@ -13,6 +13,6 @@ pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &m
 }
 
 /// The channels-last depthwise row entry (the portable row loops, NEON).
-pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
-    row_loops(job, r, row)
+pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, ox0: usize, part: &mut [f32]) {
+    row_loops(job, r, ox0, part)
 }

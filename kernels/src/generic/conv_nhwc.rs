@@ -474,12 +474,15 @@ pub(crate) struct DepthwiseRows<'a> {
     pub(crate) clamp: Option<(f32, f32)>,
 }
 
-/// The kernel table's channels-last depthwise entry: fills output row `r`.
-pub(crate) type DepthwiseRowFn = fn(&DepthwiseRows<'_>, usize, &mut [f32]);
+/// The kernel table's channels-last depthwise entry: `(job, r, ox0, part)`
+/// fills output pixels `ox0..ox0 + part.len() / C` of output row `r` into
+/// `part`. Each pixel's sums are the same operations wherever the part
+/// starts or ends, so a row may be cut into parts anywhere between pixels.
+pub(crate) type DepthwiseRowFn = fn(&DepthwiseRows<'_>, usize, usize, &mut [f32]);
 
 /// The portable variant.
-pub(crate) fn depthwise_row_generic(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
-    depthwise_row(job, r, row)
+pub(crate) fn depthwise_row_generic(job: &DepthwiseRows<'_>, r: usize, ox0: usize, part: &mut [f32]) {
+    depthwise_row(job, r, ox0, part)
 }
 
 /// Channels per register block (an AVX-512 vector; two AVX2 ones).
@@ -489,7 +492,7 @@ const CHANNEL_BLOCK: usize = 16;
 /// wider vectors enabled). Rust never contracts `a * b + c` into an FMA, so
 /// every variant does the same IEEE operations in the same order.
 #[inline(always)]
-pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
+pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, ox0: usize, part: &mut [f32]) {
     let g = job.g;
     let [_, _, iw] = g.input;
     let [_, kh, kw] = g.kernel;
@@ -497,7 +500,7 @@ pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) 
     let ksp = kh * kw;
     let tap_rows = tap_rows(job, r);
     let mut srcs: [&[f32]; MAX_DEPTHWISE_TAPS] = [job.zeros; MAX_DEPTHWISE_TAPS];
-    for (ox, px) in row.chunks_exact_mut(c).enumerate() {
+    for (ox, px) in (ox0..).zip(part.chunks_exact_mut(c)) {
         let mut t = 0;
         for tap_row in &tap_rows[..kh] {
             for kx in 0..kw {
@@ -682,12 +685,39 @@ fn depthwise(
     let job = DepthwiseRows { x, taps, bias, zeros, g, channels: c, clamp };
     let run = cx.table.depthwise_nhwc.run;
     let threads = if out.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { pack.threads };
-    let row_len = ow * c;
-    debug_assert_eq!(out.len(), batch * g.output[1] * row_len);
-    threads.for_each_chunk(out, row_len, |r, row| {
-        run(&job, r, row);
-        rest.finish(row, r * row_len);
+    let rows = batch * g.output[1];
+    debug_assert_eq!(out.len(), rows * ow * c);
+    let items = depthwise_items(rows, ow, threads.count());
+    let pixels = rows * ow;
+    let dst = SharedMut(out.as_mut_ptr());
+    threads.for_each(items, |i| {
+        let (p0, p1) = (i * pixels / items, (i + 1) * pixels / items);
+        // SAFETY: the items' pixel ranges partition `out`'s pixels, which
+        // stays borrowed mutably until `for_each` returns.
+        let part = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(p0 * c), (p1 - p0) * c) };
+        let mut p = p0;
+        while p < p1 {
+            let (r, ox0) = (p / ow, p % ow);
+            let end = p1.min((r + 1) * ow);
+            run(&job, r, ox0, &mut part[(p - p0) * c..(end - p0) * c]);
+            p = end;
+        }
+        rest.finish(part, p0 * c);
     });
+}
+
+/// How many work items [`depthwise`] cuts its `rows` output rows of `ow`
+/// pixels into on `threads` threads: one per row when the rows divide
+/// evenly over the threads; otherwise a multiple of the thread count (as
+/// few as keep items no longer than a row), of equal runs of pixels, so
+/// that the late small layers (7 rows on 2 threads: 4 against 3) keep
+/// every thread busy to the end. A pixel's sums never depend on the part
+/// of a row it is computed in, so neither do the results.
+fn depthwise_items(rows: usize, ow: usize, threads: usize) -> usize {
+    if threads <= 1 || rows.is_multiple_of(threads) || rows * ow < threads {
+        return rows;
+    }
+    threads * rows.div_ceil(threads)
 }
 
 /// The fallback: the channels-first kernel between transpositions in

@@ -853,15 +853,14 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
         // rectangle of C and runs the K slices over it in order: the same
         // tiles, sums and order as the sliced loop below.
         let strips = n.div_ceil(nr);
-        let groups = column_groups(row_blocks, strips, threads.count(), 1);
-        threads.for_each(row_blocks * groups, |item| {
-            let (ic, group) = ((item / groups) * mc_block, item % groups);
-            let group_strips = strips_of_group(group, groups, strips);
+        let split = DirectSplit::new(m, mr, mc_block, strips, threads.count());
+        threads.for_each(split.items(), |item| {
+            let (ic, mc, group_strips) = split.item(item);
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
                 let combine = if pc == 0 { p.combine } else { Combine::Accumulate };
                 let epilogue = if pc + kc == k { p.epilogue } else { Epilogue::default() };
-                let (mc, strips) = (mc_block.min(m - ic), group_strips.clone());
+                let strips = group_strips.clone();
                 let rect = Rect { ic, mc, jc: 0, nc: n, strips, pc, kc, combine, epilogue };
                 direct_rect(ukr, kernel, a, lda, b.panel(pc, 0), &rect, out, p.ldc);
             }
@@ -995,15 +994,13 @@ pub(crate) fn gemm_sum_packed<'a>(
     }
     let threads = if m * n * depth < PARALLEL_MIN_FLOPS { Threads::single() } else { *threads };
     let (mc_block, _) = blocks(ukr);
-    let (row_blocks, strips) = (m.div_ceil(mc_block), n.div_ceil(nr));
-    let groups = column_groups(row_blocks, strips, threads.count(), 1);
+    let split = DirectSplit::new(m, ukr.mr, mc_block, n.div_ceil(nr), threads.count());
     let out = SharedMut(c.as_mut_ptr());
     let data: &[f32] = bytemuck::cast_slice(&b.lines);
     let npad = n.next_multiple_of(nr);
-    threads.for_each(row_blocks * groups, |item| {
-        let (ic, group) = ((item / groups) * mc_block, item % groups);
-        let mc = mc_block.min(m - ic);
-        for s in strips_of_group(group, groups, strips) {
+    threads.for_each(split.items(), |item| {
+        let (ic, mc, group_strips) = split.item(item);
+        for s in group_strips {
             let (col0, cols) = (s * nr, nr.min(n - s * nr));
             for ir in (ic..ic + mc).step_by(ukr.mr) {
                 let rows = ukr.mr.min(ic + mc - ir);
@@ -1139,6 +1136,62 @@ fn column_groups(row_blocks: usize, strips: usize, threads: usize, min_strips: u
         return 1;
     }
     (4 * threads).div_ceil(row_blocks).min(strips.div_ceil(min_strips)).max(1)
+}
+
+/// How a direct kernel's product (nothing packed per item) is cut into
+/// (row block, column group) work items: [`column_groups`] over `mc`-row
+/// blocks, unless the strips are too few to give every thread about four
+/// items (a 7×7 layer's 49 pixels are one row block; with 160 output
+/// channels, five strips made five items, three against two on two
+/// threads). Then the rows are cut finer, into runs of whole `mr`-row
+/// tiles as even as the tiles allow. Every cut falls between the tiles of
+/// the `mc`-row blocks, so each element is computed by the same tile, with
+/// the same operations, whatever the thread count.
+#[derive(Copy, Clone)]
+struct DirectSplit {
+    m: usize,
+    mr: usize,
+    /// Rows per block, or 0: blocks of `tiles / row_blocks` tiles.
+    mc_block: usize,
+    tiles: usize,
+    row_blocks: usize,
+    groups: usize,
+    strips: usize,
+}
+
+impl DirectSplit {
+    fn new(m: usize, mr: usize, mc_block: usize, strips: usize, threads: usize) -> DirectSplit {
+        let row_blocks = m.div_ceil(mc_block);
+        let groups = column_groups(row_blocks, strips, threads, 1);
+        let tiles = m.div_ceil(mr);
+        let uniform = DirectSplit { m, mr, mc_block, tiles, row_blocks, groups, strips };
+        let want = 4 * threads;
+        if threads == 1 || row_blocks * groups >= want {
+            return uniform;
+        }
+        let row_blocks = want.div_ceil(groups).min(tiles);
+        if row_blocks <= uniform.row_blocks {
+            return uniform;
+        }
+        DirectSplit { mc_block: 0, row_blocks, ..uniform }
+    }
+
+    fn items(&self) -> usize {
+        self.row_blocks * self.groups
+    }
+
+    /// Item `item`'s first row, row count and strips.
+    fn item(&self, item: usize) -> (usize, usize, std::ops::Range<usize>) {
+        let (block, group) = (item / self.groups, item % self.groups);
+        let (ic, end) = if self.mc_block > 0 {
+            let ic = block * self.mc_block;
+            (ic, (ic + self.mc_block).min(self.m))
+        } else {
+            let tile = |b: usize| b * self.tiles / self.row_blocks * self.mr;
+            (tile(block), tile(block + 1).min(self.m))
+        };
+        (ic, end - ic, strips_of_group(group, self.groups, self.strips))
+    }
 }
 
 /// The strips of column group `group` of `groups`: as even as whole strips

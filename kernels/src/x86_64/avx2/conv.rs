@@ -23,37 +23,38 @@ unsafe fn wide(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
 /// added in tap order, no FMA, the clamp), so the same bits, register
 /// blocked over output pixels: up to eight pixels' 8-channel sums stay in
 /// registers per weight vector loaded, and the channel tail is masked.
-pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
+pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, ox0: usize, part: &mut [f32]) {
     // SAFETY: installed only by `x86_64::plug` after AVX2 and FMA were detected.
-    unsafe { wide_row(job, r, row) }
+    unsafe { wide_row(job, r, ox0, part) }
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn wide_row(job: &DepthwiseRows<'_>, r: usize, row: &mut [f32]) {
+unsafe fn wide_row(job: &DepthwiseRows<'_>, r: usize, ox0: usize, part: &mut [f32]) {
     let c = job.channels;
-    assert!(c > 0 && row.len().is_multiple_of(c) && job.taps.len() >= job.g.kernel[1] * job.g.kernel[2] * c);
+    assert!(c > 0 && part.len().is_multiple_of(c) && job.taps.len() >= job.g.kernel[1] * job.g.kernel[2] * c);
     assert!(job.bias.len() >= c && job.zeros.len() >= c);
-    let ow = row.len() / c;
+    let ow = part.len() / c;
+    assert!(ox0 + ow <= job.g.output[2]);
     let tap_rows = tap_rows(job, r);
     let mut ox = 0;
     while ow - ox >= 8 {
-        pixels::<8>(job, &tap_rows, ox, row);
+        pixels::<8>(job, &tap_rows, ox0 + ox, &mut part[ox * c..]);
         ox += 8;
     }
     if ow - ox >= 4 {
-        pixels::<4>(job, &tap_rows, ox, row);
+        pixels::<4>(job, &tap_rows, ox0 + ox, &mut part[ox * c..]);
         ox += 4;
     }
     if ow - ox >= 2 {
-        pixels::<2>(job, &tap_rows, ox, row);
+        pixels::<2>(job, &tap_rows, ox0 + ox, &mut part[ox * c..]);
         ox += 2;
     }
     if ow > ox {
-        pixels::<1>(job, &tap_rows, ox, row);
+        pixels::<1>(job, &tap_rows, ox0 + ox, &mut part[ox * c..]);
     }
 }
 
-/// Output pixels `ox..ox + P` of the row, all channels: 8 at a time (the
+/// Output pixels `ox..ox + P` of the row (stored from the start of `out`), all channels: 8 at a time (the
 /// last block masked), each tap's weights loaded once for the `P` pixels.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
@@ -61,12 +62,12 @@ unsafe fn pixels<const P: usize>(
     job: &DepthwiseRows<'_>,
     tap_rows: &[Option<&[f32]>; MAX_DEPTHWISE_TAPS],
     ox: usize,
-    row: &mut [f32],
+    out: &mut [f32],
 ) {
     let c = job.channels;
     let mut srcs = [[std::ptr::null::<f32>(); P]; MAX_DEPTHWISE_TAPS];
     pixel_sources::<P>(job, tap_rows, ox, &mut srcs);
-    let out = row[ox * c..][..P * c].as_mut_ptr();
+    let out = out[..P * c].as_mut_ptr();
     let mut c0 = 0;
     while c - c0 >= 8 {
         block::<P, false>(job, &srcs, c0, out);
