@@ -605,6 +605,14 @@ impl Session {
             if numel.and_then(|n| n.checked_mul(x.dtype.size_bytes())) != Some(x.data.len()) {
                 return Err(input_err(i, format!("{} data bytes do not match shape {:?}", x.data.len(), x.shape)));
             }
+            // A bool is the byte 0 or 1 (what torch and numpy hold): kernels
+            // that compare bytes and native code that tests `!= 0` would
+            // read any other byte differently.
+            if x.dtype == DType::Bool {
+                if let Some(k) = x.data.iter().position(|&b| b > 1) {
+                    return Err(input_err(i, format!("bool element {k} is the byte {}, not 0 or 1", x.data[k])));
+                }
+            }
             for (axis, (d, &actual)) in dims.iter().zip(x.shape).enumerate() {
                 if let DimRef::Expr(e) = d {
                     if let DimExpr::Sym(s) = plan.exprs[*e as usize] {

@@ -87,3 +87,20 @@ fn mask_chains_run_natively_and_match_pytorch() {
         assert!(bytes(&cpu[1..]) == bytes(&native[1..]), "{what}: --target cpu vs x86_64");
     }
 }
+
+/// A bool input is the byte 0 or 1: another byte (never written by torch
+/// or numpy) would read as true in native code and as itself in the
+/// portable kernels' byte comparisons, so the session refuses it.
+#[test]
+fn a_bool_input_holding_another_byte_is_refused() {
+    let dir = fixture_dir("native_masks");
+    let mut inputs = read_numbered(&dir, "input");
+    let k = inputs.iter().position(|t| t.dtype == DType::Bool).expect("the fixture's bool input");
+    inputs[k].data[1] = 2;
+    for native in [None, Some(NativeTarget::new(NativeArch::X86_64, None).expect("default levels"))] {
+        let program = compile("training", native);
+        let mut session = program.session_with(&SessionOptions::default()).expect("session");
+        let err = run_session(&mut session, &inputs).err().expect("refused").to_string();
+        assert!(err.contains("bool element 1 is the byte 2, not 0 or 1"), "{err}");
+    }
+}
