@@ -100,7 +100,7 @@ fn a_bool_input_holding_another_byte_is_refused() {
     for native in [None, Some(NativeTarget::new(NativeArch::X86_64, None).expect("default levels"))] {
         let program = compile("training", native);
         let mut session = program.session_with(&SessionOptions::default()).expect("session");
-        let err = run_session(&mut session, &inputs).err().expect("refused").to_string();
+        let err = run_session(&mut session, &inputs).expect_err("refused").to_string();
         assert!(err.contains("bool element 1 is the byte 2, not 0 or 1"), "{err}");
     }
 }
