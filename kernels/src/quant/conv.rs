@@ -22,7 +22,7 @@
 //! and each output is computed by one microkernel call, so results are the
 //! same whatever the thread count and ISA variant.
 
-use super::int8::{Acts, QuantRows, ResidualRow, TileOut};
+use super::int8::{Acts, QuantRows, Residual, TileOut};
 use super::{err, ActQuant, PackedQWeights, QuantKernels};
 use crate::context::Context;
 use crate::generic::conv::{geometry, ConvParams, Geometry, TensorEpilogue};
@@ -137,22 +137,6 @@ impl<'a> Image<'a> {
         match *self {
             Image::F32(v) => Image::F32(&v[r]),
             Image::I8(v) => Image::I8(&v[r]),
-        }
-    }
-}
-
-/// A residual: f32 values, or int8 ones with their scale and zero point.
-#[derive(Copy, Clone)]
-enum Residual<'a> {
-    F32(&'a [f32]),
-    I8(&'a [i8], f32, i32),
-}
-
-impl<'a> Residual<'a> {
-    fn range(&self, r: Range<usize>) -> Residual<'a> {
-        match *self {
-            Residual::F32(v) => Residual::F32(&v[r]),
-            Residual::I8(v, s, zp) => Residual::I8(&v[r], s, zp),
         }
     }
 }
@@ -362,10 +346,7 @@ fn qconv_impl(
                         Some(_) => None,
                     };
                     if let (Some(after), Some(res)) = (after, residual) {
-                        let residual = match res.range(p0 * cout..(p0 + m) * cout) {
-                            Residual::F32(v) => ResidualRow::F32(v),
-                            Residual::I8(v, s, zp) => ResidualRow::I8(v, s, zp),
-                        };
+                        let residual = res.range(p0 * cout..(p0 + m) * cout);
                         let out =
                             TileOut::I8Residual { out: dst, scale: *scale, zero_point: *zero_point, residual, after };
                         super::int8::multiply(ukr, threads, &r, m, w, bias, fused_clamp, out);

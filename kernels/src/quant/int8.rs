@@ -234,31 +234,32 @@ pub(crate) enum TileOut<'o> {
         out: &'o mut [i8],
         scale: f32,
         zero_point: i32,
-        residual: ResidualRow<'o>,
+        residual: Residual<'o>,
         after: (f32, f32),
     },
 }
 
-/// A residual the quantizing tile store adds: f32 values, or int8 ones
-/// dequantized as torch does (`(q − zero point) · scale`).
+/// A residual: f32 values, or int8 ones with their scale and zero point,
+/// dequantized as torch does (`(q − zero point) · scale`) — what a
+/// convolution's epilogue or the quantizing tile store adds.
 #[derive(Copy, Clone)]
-pub(crate) enum ResidualRow<'a> {
+pub(crate) enum Residual<'a> {
     F32(&'a [f32]),
     I8(&'a [i8], f32, i32),
 }
 
-impl<'a> ResidualRow<'a> {
-    fn at(self, start: usize, len: usize) -> ResidualRow<'a> {
+impl<'a> Residual<'a> {
+    pub(crate) fn range(self, r: std::ops::Range<usize>) -> Residual<'a> {
         match self {
-            ResidualRow::F32(r) => ResidualRow::F32(&r[start..start + len]),
-            ResidualRow::I8(r, s, zp) => ResidualRow::I8(&r[start..start + len], s, zp),
+            Residual::F32(v) => Residual::F32(&v[r]),
+            Residual::I8(v, s, zp) => Residual::I8(&v[r], s, zp),
         }
     }
 
     fn len(self) -> usize {
         match self {
-            ResidualRow::F32(r) => r.len(),
-            ResidualRow::I8(r, ..) => r.len(),
+            Residual::F32(r) => r.len(),
+            Residual::I8(r, ..) => r.len(),
         }
     }
 }
@@ -309,7 +310,7 @@ pub(crate) fn multiply(
         bias: bias.map(|b| &b[j0..j0 + cols]),
         lo,
         hi,
-        residual: residual.map(|r| r.at(at, cols)),
+        residual: residual.map(|r| r.range(at..at + cols)),
         after,
     };
     threads.for_each(row_blocks * groups, |item| {
@@ -407,7 +408,7 @@ pub(crate) struct Epilogue<'a> {
     hi: f32,
     /// The quantizing store's residual for this row's columns, added after
     /// the clamp to `lo..hi`, the sum then clamped to `after`.
-    residual: Option<ResidualRow<'a>>,
+    residual: Option<Residual<'a>>,
     after: (f32, f32),
 }
 
@@ -489,11 +490,11 @@ fn store_row_residual_quantized(
     shift: i32,
     inv: f32,
     zero_point: i32,
-    residual: ResidualRow<'_>,
+    residual: Residual<'_>,
 ) {
     match residual {
-        ResidualRow::F32(r) => store_row_plus(o, acc, s, e, shift, inv, zero_point, r, |r| r),
-        ResidualRow::I8(r, rs, rzp) => {
+        Residual::F32(r) => store_row_plus(o, acc, s, e, shift, inv, zero_point, r, |r| r),
+        Residual::I8(r, rs, rzp) => {
             let rzp = rzp as f32;
             store_row_plus(o, acc, s, e, shift, inv, zero_point, r, |q: i8| (q as f32 - rzp) * rs)
         }
