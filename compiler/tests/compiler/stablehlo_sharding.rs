@@ -116,10 +116,34 @@ fn bert_and_llama_on_2_4_and_8_devices() {
             check("models/bert", "training", config(mesh, strategy, shardy), &bert, &plugin);
         }
     }
-    // Llama's batch is 1: tensor parallelism only (data parallelism is refused, below).
+    // Llama's batch is 1: tensor parallelism only (data parallelism is refused, below);
+    // `llama_batch` (the same model for four sequences) takes every strategy.
     let llama = one_device("models/llama", "training", &plugin);
     for mesh in [&[("model", 2)][..], &[("model", 4)], &[("model", 8)]] {
         check("models/llama", "training", config(mesh, Strategy::TensorParallel, shardy), &llama, &plugin);
+    }
+}
+
+/// Llama for a batch of four sequences under data parallelism, FSDP and
+/// tensor parallelism (with a data axis beside the model axis), both
+/// flavours: the decoder's rotary positions, causal mask and grouped-query
+/// heads split by batch and by head.
+#[test]
+fn llama_batch_under_every_strategy() {
+    let Some(plugin) = plugin() else { return };
+    let shardy = ShardingDialect::Shardy;
+    let name = "models/llama_batch";
+    for flavour in ["training", "aten"] {
+        let one = one_device(name, flavour, &plugin);
+        for (strategy, meshes) in [
+            (Strategy::DataParallel, &[&[("data", 2)][..], &[("data", 4)]][..]),
+            (Strategy::Fsdp, &[&[("data", 2)][..], &[("data", 4), ("model", 2)]]),
+            (Strategy::TensorParallel, &[&[("data", 2), ("model", 2)][..], &[("data", 2), ("model", 4)]]),
+        ] {
+            for mesh in meshes {
+                check(name, flavour, config(mesh, strategy, shardy), &one, &plugin);
+            }
+        }
     }
 }
 
@@ -155,10 +179,14 @@ fn auto_plans_run_on_2_4_and_8_devices() {
     for cost in costs("7e4") {
         run("models/bert", "training", &[("data", 2), ("model", 2)], &cost, &bert);
     }
-    // Llama's batch of 1 leaves data parallelism out.
+    // Llama's batch of 1 leaves data parallelism out; its batch of four does not.
     let llama = one_device("models/llama", "training", &plugin);
     for cost in costs("6e4") {
         run("models/llama", "training", &[("model", 4)], &cost, &llama);
+    }
+    let llama_batch = one_device("models/llama_batch", "training", &plugin);
+    for cost in costs("6e4") {
+        run("models/llama_batch", "training", &[("data", 2), ("model", 2)], &cost, &llama_batch);
     }
     for (what, p) in &plans {
         eprintln!("{what}: {} plans: {p:?}", p.len());

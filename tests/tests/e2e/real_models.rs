@@ -44,4 +44,16 @@ macro_rules! model_tests {
     };
 }
 
-model_tests!(resnet18, mobilenet_v2, efficientnet_b0, swin_t, bert, llama, t5, qwen3_moe, mixtral, qwen3_moe_batch);
+model_tests!(
+    resnet18,
+    mobilenet_v2,
+    efficientnet_b0,
+    swin_t,
+    bert,
+    llama,
+    t5,
+    qwen3_moe,
+    mixtral,
+    qwen3_moe_batch,
+    llama_batch
+);
