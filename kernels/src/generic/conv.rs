@@ -45,9 +45,10 @@ pub(crate) struct Geometry {
 pub enum ConvAlgorithm {
     /// Direct depthwise loops where they apply, Winograd F(2×2, 3×3) or
     /// F(4×4, 3×3) (by channel counts) for 3×3 stride-1 dense convolutions
-    /// with enough (not too many) channels (`conv_winograd`), one GEMM per kernel tap over a channels-last copy
-    /// for other dense 2-d convolutions with a wide kernel and enough
-    /// channels (`conv_taps`), im2col + GEMM otherwise.
+    /// with enough (not too many) channels (`conv_winograd`), one GEMM per
+    /// kernel tap over a channels-last copy for other dense 2-d
+    /// convolutions with a wide kernel and enough channels (`conv_taps`),
+    /// im2col + GEMM otherwise.
     Auto,
     /// As `Auto` but never Winograd (the tap path where it applies).
     Taps,
