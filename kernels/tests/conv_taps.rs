@@ -150,12 +150,14 @@ fn tap_path_packed_and_fused() {
     }
 }
 
-/// 3×3 stride-1 convolutions (Winograd F(2×2, 3×3) on tables whose GEMM
-/// reads A in place): against the f64 reference and the tap path, the same
-/// bits at 1–4 threads and packed (`for_params`) or not, with each
-/// epilogue; odd and even output sizes (partial 2×2 tiles), padding 0–2,
-/// batch 2, channel counts off every vector width, more tiles than one
-/// work item takes (64).
+/// 3×3 stride-1 convolutions (Winograd F(2×2, 3×3), or F(4×4, 3×3) where
+/// `64 ≤ Cin` and `Cin·Cout ≤ 256²`, on tables whose GEMM reads A in
+/// place): against the
+/// f64 reference and the tap path, the same bits at 1–4 threads and packed
+/// (`for_params`) or not, with each epilogue; odd and even output sizes
+/// (partial 2×2 and 4×4 tiles), padding 0–2, batch 2, channel counts off
+/// every vector width, more tiles than one work item takes (64 for F(2×2),
+/// 32 for F(4×4)); and each tile forced on every shape.
 #[test]
 fn winograd_matches_reference_taps_and_threads() {
     let mut r = rng(73);
@@ -166,6 +168,12 @@ fn winograd_matches_reference_taps_and_threads() {
         case([1, 40, 5, 4], [48, 40, 3, 3], [1, 1], [2, 2], [1, 1]),
         case([1, 32, 20, 23], [32, 32, 3, 3], [1, 1], [1, 1], [1, 1]),
         case([1, 48, 3, 3], [17, 48, 3, 3], [1, 1], [0, 1], [1, 1]),
+        case([2, 130, 9, 11], [19, 130, 3, 3], [1, 1], [1, 1], [1, 1]),
+        case([1, 128, 7, 7], [72, 128, 3, 3], [1, 1], [1, 1], [1, 1]),
+        case([1, 144, 6, 5], [40, 144, 3, 3], [1, 1], [2, 2], [1, 1]),
+        case([1, 128, 27, 30], [33, 128, 3, 3], [1, 1], [0, 0], [1, 1]),
+        // Past 256² channel pairs: F(2×2) again.
+        case([1, 300, 5, 6], [230, 300, 3, 3], [1, 1], [1, 1], [1, 1]),
     ];
     for table in tables() {
         for c in &cases {
@@ -186,14 +194,35 @@ fn winograd_matches_reference_taps_and_threads() {
                 o.get::<f32>()
             };
             let (auto, taps) = (run(ConvAlgorithm::Auto, 1), run(ConvAlgorithm::Taps, 1));
-            // Sums of up to 432 products of values in [-1, 1).
-            assert_close(&to64(&auto), &plain, 1e-4, 1e-4, &format!("auto vs reference, {ctx}"));
-            assert_close(&to64(&auto), &to64(&taps), 1e-4, 1e-4, &format!("auto vs taps, {ctx}"));
+            // Sums of up to 2700 products of values in [-2, 2). Winograd's
+            // transforms scale its rounding error with the sums' magnitudes
+            // rather than each output's (F(4×4): up to ~1.5e-5 of the
+            // largest output on random data, F(2×2) ~1e-6): absolute
+            // tolerances to match.
+            let largest = plain.iter().fold(1f64, |m, v| m.max(v.abs()));
+            let (f2_atol, f4_atol) = ((2e-6 * largest).max(1e-4), 4e-5 * largest);
+            let takes_f4 = c.ws[1] >= 64 && c.ws[0] * c.ws[1] <= 256 * 256;
+            let atol = if takes_f4 { f4_atol } else { f2_atol };
+            assert_close(&to64(&auto), &plain, 1e-4, atol, &format!("auto vs reference, {ctx}"));
+            assert_close(&to64(&auto), &to64(&taps), 1e-4, atol, &format!("auto vs taps, {ctx}"));
             // Another rounding: the Winograd path ran (and `Taps` kept it off).
             assert_eq!(bits(&auto) != bits(&taps), runs_taps(table), "Winograd taken or not: {ctx}");
             for t in [2, 3, 4] {
                 assert!(bits(&run(ConvAlgorithm::Auto, t)) == bits(&auto), "{t} threads differ: {ctx}");
             }
+            // Each tile forced: close to the reference, the same at any
+            // thread count, `Auto` the one the shape takes, and the two
+            // different roundings.
+            let (f2, f4) = (run(ConvAlgorithm::WinogradF2, 1), run(ConvAlgorithm::WinogradF4, 1));
+            for (name, o, algorithm, atol) in
+                [("F2", &f2, ConvAlgorithm::WinogradF2, f2_atol), ("F4", &f4, ConvAlgorithm::WinogradF4, f4_atol)]
+            {
+                assert_close(&to64(o), &plain, 1e-4, atol, &format!("{name} vs reference, {ctx}"));
+                assert!(bits(&run(algorithm, 3)) == bits(o), "{name}: 3 threads differ: {ctx}");
+            }
+            let auto_tile = if takes_f4 { &f4 } else { &f2 };
+            assert!(bits(&auto) == bits(auto_tile), "Auto took the other tile: {ctx}");
+            assert_eq!(bits(&f2) != bits(&f4), runs_taps(table), "F2 and F4 the same rounding: {ctx}");
             for (act, residual, residual_first) in [
                 (Some(Activation::Relu), true, false),
                 (Some(relu6), true, true),
@@ -224,7 +253,7 @@ fn winograd_matches_reference_taps_and_threads() {
                     let mut o = Buf::zeros(DType::F32, &os);
                     conv_fused(x.r(), w.r(), pk, Some(b.r()), &e, &p, o.w(), &mut cx).unwrap();
                     let o = o.get::<f32>();
-                    assert_close(&to64(&o), &want, 1e-4, 1e-4, &ctx);
+                    assert_close(&to64(&o), &want, 1e-4, atol, &ctx);
                     outs.push(bits(&o));
                 }
                 assert!(outs.iter().all(|o| *o == outs[0]), "packed/unpacked or threads differ: {ctx}");
@@ -233,7 +262,8 @@ fn winograd_matches_reference_taps_and_threads() {
     }
 }
 
-/// The Winograd path on the AVX2 and the AVX-512 table gives the same bits
+/// The Winograd path (F(2×2) and F(4×4)) on the AVX2 and the AVX-512 table
+/// gives the same bits
 /// (its tile transforms are compiled per level but are the same adds; both
 /// GEMM microkernels compute each element as one FMA chain in k order), in
 /// both layouts. Skipped where the CPU lacks AVX-512.
@@ -246,6 +276,8 @@ fn winograd_is_the_same_at_every_x86_level() {
     for c in [
         case([2, 33, 11, 13], [19, 33, 3, 3], [1, 1], [1, 1], [1, 1]),
         case([1, 64, 16, 17], [70, 64, 3, 3], [1, 1], [0, 0], [1, 1]),
+        case([2, 130, 9, 11], [19, 130, 3, 3], [1, 1], [1, 1], [1, 1]),
+        case([1, 128, 14, 13], [72, 128, 3, 3], [1, 1], [0, 0], [1, 1]),
     ] {
         let os = out_shape(&c);
         let (xv, wv, bv) = (rand_f32(&mut r, numel(&c.xs)), rand_f32(&mut r, numel(&c.ws)), rand_f32(&mut r, c.ws[0]));

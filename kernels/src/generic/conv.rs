@@ -7,12 +7,12 @@
 //! element and the column buffer itself. 1×1 stride-1 convolutions read the
 //! input planes as B directly. Dense 2-d convolutions with a wide kernel and
 //! enough channels run one GEMM per kernel tap instead (`conv_taps`), and
-//! 3×3 stride-1 ones Winograd's F(2×2, 3×3) (`conv_winograd`).
+//! 3×3 stride-1 ones Winograd's F(2×2, 3×3) or F(4×4, 3×3) (`conv_winograd`).
 
 use super::common::*;
 use super::conv_depthwise::conv_depthwise_f32;
 use super::conv_taps::{self, PackedTaps, TapEpilogue};
-use super::conv_winograd::{self, PackedWinograd};
+use super::conv_winograd::{self, PackedWinograd, WinogradTile};
 use super::gemm::{run_gemm, ASource, Activation, ActivationFn, BSource, Bias, Epilogue, PackedA, PackedB};
 use super::math::Real;
 use crate::context::Context;
@@ -43,19 +43,42 @@ pub(crate) struct Geometry {
 /// exist so tests and benchmarks can compare the paths on the same problem.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ConvAlgorithm {
-    /// Direct depthwise loops where they apply, Winograd F(2×2, 3×3) for
-    /// 3×3 stride-1 dense convolutions with enough (not too many) channels
-    /// (`conv_winograd`), one GEMM per kernel tap over a channels-last copy
-    /// for other dense 2-d convolutions with a wide kernel and enough
-    /// channels (`conv_taps`), im2col + GEMM otherwise.
+    /// Direct depthwise loops where they apply, Winograd F(2×2, 3×3) or
+    /// F(4×4, 3×3) (by channel counts) for 3×3 stride-1 dense convolutions
+    /// with enough (not too many) channels (`conv_winograd`), one GEMM per
+    /// kernel tap over a channels-last copy for other dense 2-d
+    /// convolutions with a wide kernel and enough channels (`conv_taps`),
+    /// im2col + GEMM otherwise.
     Auto,
     /// As `Auto` but never Winograd (the tap path where it applies).
     Taps,
+    /// As `Auto` but Winograd with 2×2 output tiles, F(2×2, 3×3), wherever
+    /// Winograd runs (`Auto` takes F(4×4) for some channel counts).
+    WinogradF2,
+    /// As `Auto` but Winograd with 4×4 output tiles, F(4×4, 3×3), wherever
+    /// Winograd runs.
+    WinogradF4,
     /// im2col + the packed GEMM, for every convolution.
     Im2col,
     /// Direct depthwise loops; an error unless every group has one input
     /// channel (`groups == Cin`).
     Depthwise,
+}
+
+impl ConvAlgorithm {
+    /// The Winograd tile this algorithm forces, if it forces one.
+    fn winograd_tile(self) -> Option<WinogradTile> {
+        match self {
+            ConvAlgorithm::WinogradF2 => Some(WinogradTile::F2),
+            ConvAlgorithm::WinogradF4 => Some(WinogradTile::F4),
+            _ => None,
+        }
+    }
+
+    /// Whether this is `Auto` or `Auto` with a Winograd tile forced.
+    fn is_auto(self) -> bool {
+        matches!(self, ConvAlgorithm::Auto | ConvAlgorithm::WinogradF2 | ConvAlgorithm::WinogradF4)
+    }
 }
 
 pub(crate) fn geometry(x: &[usize], w: &[usize], p: &ConvParams, out: &[usize]) -> Result<Geometry> {
@@ -158,6 +181,27 @@ impl PackedConv {
         Self::new(table, w, p.groups)
     }
 
+    /// [`PackedConv::for_params`] for the convolution `algorithm` runs: the
+    /// Winograd tile [`ConvAlgorithm::WinogradF2`] or
+    /// [`ConvAlgorithm::WinogradF4`] asks for (for comparing the two in
+    /// benchmarks); `for_params` for the other algorithms.
+    pub fn for_params_with(
+        table: &KernelTable,
+        w: TensorRef,
+        p: &ConvParams,
+        algorithm: ConvAlgorithm,
+    ) -> Result<PackedConv> {
+        let Some(tile) = algorithm.winograd_tile() else {
+            return Self::for_params(table, w, p);
+        };
+        let mut packed = Self::for_params(table, w, p)?;
+        if packed.winograd.as_ref().is_some_and(|u| u.tile() != tile) {
+            let wv = view::<f32>("conv", "w", &w)?;
+            packed.winograd = Some(PackedWinograd::with_tile(table, wv, w.shape, tile)?);
+        }
+        Ok(packed)
+    }
+
     /// Packs `w` for the im2col GEMM even where [`conv`] would run the tap
     /// path: a convolution with this packing runs im2col (for comparing
     /// the two paths in benchmarks).
@@ -174,7 +218,7 @@ impl PackedConv {
             return Err(shape_err(K, format!("weight {:?} cannot be split into {groups} groups", w.shape)));
         }
         let shape = w.shape.to_vec();
-        if algorithm == ConvAlgorithm::Auto && conv_taps::applies(table, w.shape, groups) {
+        if algorithm.is_auto() && conv_taps::applies(table, w.shape, groups) {
             let taps = Some(PackedTaps::new(table, wv, w.shape)?);
             return Ok(PackedConv {
                 shape,
@@ -425,7 +469,9 @@ fn conv_inner<'a>(
     // blocking over output channels wins, so Auto keeps im2col there.
     let depthwise = cin_g == 1 && groups == cin;
     let use_depthwise = match algorithm {
-        ConvAlgorithm::Auto | ConvAlgorithm::Taps => depthwise && (groups > 1 || cout == 1),
+        ConvAlgorithm::Auto | ConvAlgorithm::Taps | ConvAlgorithm::WinogradF2 | ConvAlgorithm::WinogradF4 => {
+            depthwise && (groups > 1 || cout == 1)
+        }
         ConvAlgorithm::Im2col => false,
         ConvAlgorithm::Depthwise if depthwise => true,
         ConvAlgorithm::Depthwise => {
@@ -447,28 +493,26 @@ fn conv_inner<'a>(
     }
 
     let im2col_packing = packed.is_some_and(|p| p.taps.is_none() && p.winograd.is_none());
-    if algorithm == ConvAlgorithm::Auto
-        && !im2col_packing
-        && conv_winograd::applies(table, w.shape, groups, p.stride, p.dilation)
-    {
-        // As for the taps: packed or not, the same path and bits.
+    if algorithm.is_auto() && !im2col_packing && conv_winograd::applies(table, w.shape, groups, p.stride, p.dilation) {
+        // As for the taps: packed or not, the same path, tile and bits.
+        let tile = algorithm.winograd_tile().unwrap_or(WinogradTile::of(cin, cout));
         let owned;
-        let u = match packed.and_then(|p| p.winograd.as_ref()) {
+        let u = match packed.and_then(|p| p.winograd.as_ref()).filter(|u| u.tile() == tile) {
             Some(u) => u,
             None => {
-                owned = PackedWinograd::new(table, wv, w.shape)?;
+                owned = PackedWinograd::with_tile(table, wv, w.shape, tile)?;
                 &owned
             }
         };
         let threads = scratch.pack.threads.count();
-        let (buf, pack) = scratch.split(conv_winograd::scratch_len(&g, cin, cout, threads));
+        let (buf, pack) = scratch.split(conv_winograd::scratch_len(&g, u, threads));
         let e = TapEpilogue { bias: bv, activation, residual, residual_first: fused.residual_first };
         let io = conv_taps::Io { x: xv, out: &mut *ov, channels_last: false };
         if conv_winograd::conv_winograd(table, io, u, &e, &g, (batch, cin, cout), buf, pack) {
             return Ok(());
         }
     }
-    let taps_allowed = matches!(algorithm, ConvAlgorithm::Auto | ConvAlgorithm::Taps);
+    let taps_allowed = algorithm.is_auto() || algorithm == ConvAlgorithm::Taps;
     if taps_allowed && !im2col_packing && conv_taps::applies(table, w.shape, groups) {
         // The same path packed or not, so that both give the same bits; an
         // unpacked weight (not a constant) is packed for this call.

@@ -18,7 +18,7 @@
 //!   the store step. Same K slices and per-element order as the
 //!   channels-first GEMM (which has the roles of A and B swapped).
 //! - 3×3 stride-1 dense kernels with enough (not too many) channels:
-//!   Winograd F(2×2, 3×3) (`conv_winograd`), which reads the padded
+//!   Winograd F(2×2, 3×3) or F(4×4, 3×3) (`conv_winograd`), which reads the padded
 //!   channels-last image and writes output pixels directly.
 //! - Dense kernels wider than 1×1 with enough channels: the tap GEMMs of
 //!   `conv_taps`, which already compute channels-last: their input copy is
@@ -189,7 +189,7 @@ pub fn conv_fused_channels_last(
                 }
             };
             let threads = cx.scratch.pack.threads.count();
-            let (buf, pack) = cx.scratch.split(conv_winograd::scratch_len(&g, cin, cout, threads));
+            let (buf, pack) = cx.scratch.split(conv_winograd::scratch_len(&g, u, threads));
             let e = TapEpilogue { bias: bv, activation, residual, residual_first: epilogue.residual_first };
             let io = conv_taps::Io { x: xv, out: ov, channels_last: true };
             if conv_winograd::conv_winograd(table, io, u, &e, &g, (batch, cin, cout), buf, pack) {
