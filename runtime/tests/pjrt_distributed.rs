@@ -513,6 +513,24 @@ fn the_coordination_service_stores_blocks_and_bounds() {
     assert!(matches!(gone.try_get("a"), Err(KvError::Store(m)) if m.contains("cannot reach")));
 }
 
+/// Dropping the service (node 0's process ending) waits for a request it is
+/// still answering, so a peer's last put is answered before the process can
+/// exit; a request that never ends is given up after the drain bound.
+#[test]
+fn dropping_the_service_waits_for_requests_in_flight() {
+    let service = CoordinationService::start("127.0.0.1:0").expect("service");
+    let remote = RemoteKvStore::new(service.addr());
+    // A get that is answered (a timeout) 600 ms after it arrives.
+    let waiter = std::thread::spawn(move || remote.get("never", Duration::from_millis(600)));
+    std::thread::sleep(Duration::from_millis(150));
+    let t = Instant::now();
+    drop(service);
+    // The drop returned after the answer was written (≈ 450 ms here), not at
+    // once, and the peer got its answer instead of a closed connection.
+    assert!(t.elapsed() >= Duration::from_millis(300), "drop returned after {:?}", t.elapsed());
+    assert!(matches!(waiter.join().expect("thread"), Err(KvError::Timeout { .. })));
+}
+
 /// An address nothing listens at (a port bound, then released).
 fn remote_addr_of_closed() -> std::net::SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -214,7 +214,16 @@ pub struct CoordinationService {
     store: Arc<MemoryKvStore>,
     stop: Arc<AtomicBool>,
     accept: Option<JoinHandle<()>>,
+    /// Requests being handled: dropping the service waits for them (up to
+    /// [`DRAIN_TIMEOUT`]) so that a put this process has already seen gets
+    /// its answer before the process exits — node 1's last report to node 0
+    /// otherwise raced node 0's exit ("failed to fill whole buffer").
+    in_flight: Arc<AtomicUsize>,
 }
+
+/// How long a dropped service waits for requests still being answered (a
+/// blocking get from a peer may never end; a put answers in microseconds).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl CoordinationService {
     /// Listens at `addr` (port 0: any free port; see [`Self::addr`]).
@@ -223,10 +232,11 @@ impl CoordinationService {
         let addr = listener.local_addr()?;
         let store = Arc::new(MemoryKvStore::new());
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, st) = (Arc::clone(&store), Arc::clone(&stop));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let (s, st, busy) = (Arc::clone(&store), Arc::clone(&stop), Arc::clone(&in_flight));
         let accept =
-            std::thread::Builder::new().name("kiln-coordination".into()).spawn(move || serve(listener, s, st))?;
-        Ok(CoordinationService { addr, store, stop, accept: Some(accept) })
+            std::thread::Builder::new().name("kiln-coordination".into()).spawn(move || serve(listener, s, st, busy))?;
+        Ok(CoordinationService { addr, store, stop, accept: Some(accept), in_flight })
     }
 
     /// The address it listens at.
@@ -248,20 +258,32 @@ impl Drop for CoordinationService {
         if let Some(t) = self.accept.take() {
             let _ = t.join();
         }
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        while self.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
-fn serve(listener: TcpListener, store: Arc<MemoryKvStore>, stop: Arc<AtomicBool>) {
+fn serve(listener: TcpListener, store: Arc<MemoryKvStore>, stop: Arc<AtomicBool>, in_flight: Arc<AtomicUsize>) {
     for conn in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
             return;
         }
         let Ok(conn) = conn else { continue };
         let store = Arc::clone(&store);
+        // Counted before the thread exists, so a drop right after this
+        // request's put became visible still waits for its answer.
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        let busy = Arc::clone(&in_flight);
         // One thread per request: a blocking get must not hold up a put.
-        let _ = std::thread::Builder::new().name("kiln-coordination-conn".into()).spawn(move || {
+        let spawned = std::thread::Builder::new().name("kiln-coordination-conn".into()).spawn(move || {
             let _ = handle(conn, &store);
+            busy.fetch_sub(1, Ordering::SeqCst);
         });
+        if spawned.is_err() {
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
