@@ -251,8 +251,13 @@ pub(crate) unsafe fn mul_sigmoid_ps(x: __m256) -> __m256 {
 /// `a`'s vector body: per lane what the table's slice function of this
 /// math computes (for kernels that apply an activation in registers: the
 /// GEMM microkernels' store step, the depthwise rows).
-#[inline]
-#[target_feature(enable = "avx2,fma")]
+///
+/// # Safety
+/// The CPU has `avx2,fma`. Always inlined and without target features of
+/// its own, so that it melts into the calling kernel (which has them) with
+/// the bodies it calls: an out-of-line call per vector would pass the
+/// vector through memory.
+#[inline(always)]
 pub(crate) unsafe fn activation_ps(a: VectorActivation, v: __m256) -> __m256 {
     match a {
         VectorActivation::Gelu => gelu_ps(v),

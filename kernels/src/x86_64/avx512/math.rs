@@ -219,8 +219,13 @@ pub(crate) unsafe fn mul_sigmoid_ps(x: __m512) -> __m512 {
 /// `a`'s vector body: per lane what the table's slice function of this
 /// math computes (for kernels that apply an activation in registers: the
 /// GEMM microkernels' store step, the depthwise rows).
-#[inline]
-#[target_feature(enable = "avx512f")]
+///
+/// # Safety
+/// The CPU has `avx512f`. Always inlined and without target features of
+/// its own, so that it melts into the calling kernel (which has them) with
+/// the bodies it calls: an out-of-line call per vector would pass the
+/// vector through memory.
+#[inline(always)]
 pub(crate) unsafe fn activation_ps(a: VectorActivation, v: __m512) -> __m512 {
     match a {
         VectorActivation::Gelu => gelu_ps(v),
