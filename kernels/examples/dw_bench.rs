@@ -1,11 +1,14 @@
 //! The depthwise convolutions of MobileNetV2 and EfficientNet-B0 (224²,
-//! batch 1, channels-last, bias and ReLU6 fused): best time of each shape
-//! on one kernel table, and their sum. Run it on two builds to compare
-//! them (the machine is shared: take several runs).
+//! batch 1, channels-last, bias and an activation fused): best time of each
+//! shape on one kernel table, and their sum. Run it on two builds to
+//! compare them (the machine is shared: take several runs).
 //!
-//!     cargo run --release -p kiln-kernels --example dw_bench -- [THREADS [RUNS [ISA]]]
+//!     cargo run --release -p kiln-kernels --example dw_bench -- [THREADS [RUNS [ISA [ACTIVATION]]]]
 //!
-//! ISA: `x86-64-v4`, `x86-64-v3`, `generic` (default: the best this CPU runs).
+//! ISA: `x86-64-v4`, `x86-64-v3`, `generic`, `best` (the default: the best this CPU runs).
+//! ACTIVATION: `relu6` (MobileNetV2's, the default), or an epilogue
+//! activation's name: `mul_sigmoid` (EfficientNet's SiLU as exported),
+//! `hardswish` (MobileNetV3's), `silu`, `gelu`, `sigmoid`.
 
 use kiln_kernels::{
     best, conv_fused_channels_last, Activation, Context, ConvParams, DType, Isa, KernelTable, TensorEpilogue,
@@ -16,12 +19,16 @@ use std::time::Instant;
 fn main() {
     let threads = std::env::args().nth(1).and_then(|t| t.parse().ok()).unwrap_or(1);
     let runs: usize = std::env::args().nth(2).and_then(|t| t.parse().ok()).unwrap_or(30);
-    let table = match std::env::args().nth(3) {
+    let table = match std::env::args().nth(3).filter(|name| name != "best") {
         Some(name) => {
             let isa = Isa::ALL.into_iter().find(|i| i.to_string() == name).expect("an ISA name");
             KernelTable::for_isa(isa).expect("a table this CPU runs")
         }
         None => best(),
+    };
+    let activation = match std::env::args().nth(4).as_deref() {
+        None | Some("relu6") => Activation::Clamp { min: Some(0.0), max: Some(6.0) },
+        Some(name) => Activation::from_name(name).expect("an epilogue activation's name"),
     };
     let mut cx = Context::with_table(table).with_threads(threads);
     // (input size, channels, kernel, stride): MobileNetV2's, then
@@ -48,7 +55,7 @@ fn main() {
         (7, 1152, 3, 1),
     ];
     let mut total = 0.0;
-    println!("table {}, {threads} thread(s), best of {runs}", table.isa());
+    println!("table {}, {threads} thread(s), best of {runs}, {}", table.isa(), activation.name());
     println!("| in | C | k | stride | µs |");
     println!("|---|---|---|---|---|");
     for &(hw, c, k, s) in &layers {
@@ -62,11 +69,7 @@ fn main() {
         let bt = TensorRef { data: bytemuck::cast_slice(&bias), dtype: DType::F32, shape: &bs };
         let xt = TensorRef { data: bytemuck::cast_slice(&x), dtype: DType::F32, shape: &xs };
         let params = ConvParams { stride: &[s, s], padding: &[pad, pad], dilation: &[1, 1], groups: c };
-        let epilogue = TensorEpilogue {
-            activation: Some(Activation::Clamp { min: Some(0.0), max: Some(6.0) }),
-            residual: None,
-            residual_first: false,
-        };
+        let epilogue = TensorEpilogue { activation: Some(activation), residual: None, residual_first: false };
         let mut out = vec![0f32; ohw * ohw * c];
         let mut best_s = f64::INFINITY;
         for _ in 0..runs {

@@ -1,8 +1,9 @@
 //! Epilogue fusion: a convolution or linear followed by an activation and a
 //! residual add becomes one `Op::ConvFused` / `Op::LinearFused` (a
 //! quantized convolution: one `Op::QuantConv` with that epilogue), whose
-//! kernel applies them in the GEMM's store step (or to each finished row of
-//! the depthwise loops) while the output tile is hot — one pass over the
+//! kernel applies them in the GEMM's store step (or in the depthwise rows
+//! before their store, or to each finished row of the channels-first
+//! depthwise loops) while the output tile is hot — one pass over the
 //! activation instead of three.
 //!
 //! From each f32 `conv` / `linear` (its bias is already an operand; BatchNorm

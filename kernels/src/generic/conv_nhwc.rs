@@ -472,6 +472,12 @@ pub(crate) struct DepthwiseRows<'a> {
     /// stored: the clamp kernel's comparisons, so the same bits as
     /// clamping the stored row.
     pub(crate) clamp: Option<(f32, f32)>,
+    /// Another activation (never with a clamp), applied by every row kernel
+    /// before its results reach the output: in registers where
+    /// `in_registers` says the kernel's vector math is the table's code for
+    /// it, otherwise the table's slice function; the same bits as applying
+    /// it to the stored row either way.
+    pub(crate) activation: Option<ActivationFn>,
 }
 
 /// The kernel table's channels-last depthwise entry: `(job, r, ox0, part)`
@@ -612,7 +618,7 @@ fn channel_block<const B: usize>(job: &DepthwiseRows<'_>, srcs: &[&[f32]], px: &
         }
     }
     clamp(job, &mut acc);
-    px[c0..c0 + B].copy_from_slice(&acc);
+    store(job, &acc, &mut px[c0..c0 + B]);
 }
 
 /// The job's clamp, if it has one, as `clamp_f32_in_place` computes it.
@@ -623,6 +629,16 @@ fn clamp(job: &DepthwiseRows<'_>, acc: &mut [f32]) {
             let x = if *a < lo { lo } else { *a };
             *a = if x > hi { hi } else { x };
         }
+    }
+}
+
+/// Stores finished sums, through the job's activation if it has one (the
+/// table's slice function, from the sums to the output: no copy back).
+#[inline(always)]
+fn store(job: &DepthwiseRows<'_>, acc: &[f32], out: &mut [f32]) {
+    match &job.activation {
+        Some(a) => a.apply_to(acc, out),
+        None => out.copy_from_slice(acc),
     }
 }
 
@@ -644,13 +660,14 @@ fn channel_blocks<const B: usize>(job: &DepthwiseRows<'_>, srcs: &[&[f32]], px: 
             }
         }
         clamp(job, &mut acc);
-        px[c0..c0 + B].copy_from_slice(&acc);
+        store(job, &acc, &mut px[c0..c0 + B]);
         start = c0 + B;
     }
 }
 
 /// The depthwise convolution (multiplier 1) over output rows shared out to
-/// the threads, then the residual and activation on each finished row.
+/// the threads; the activation in the row kernels without a residual,
+/// otherwise the residual and activation on each finished row.
 #[allow(clippy::too_many_arguments)]
 fn depthwise(
     x: &[f32],
@@ -678,12 +695,19 @@ fn depthwise(
         None => bias.fill(0.0),
     }
     zeros.fill(0.0);
-    // Without a residual, a clamp goes into the row loops' registers; the
-    // rest of the epilogue runs on each finished row.
-    let clamp = e.activation.and_then(|a| a.clamp_bounds()).filter(|_| e.residual.is_none());
-    let rest = Fused { bias: None, activation: e.activation.filter(|_| clamp.is_none()), ..*e };
-    let job = DepthwiseRows { x, taps, bias, zeros, g, channels: c, clamp };
-    let run = cx.table.depthwise_nhwc.run;
+    // Without a residual, the activation goes into the row loops: a clamp,
+    // or another activation, which the x86-64 rows compute in registers
+    // where the table's entry for it is of their ISA's math (their entries
+    // carry its variant name; the portable rows ignore `in_registers`).
+    // The rest of the epilogue runs on each finished row.
+    let table = cx.table;
+    let in_rows = e.activation.filter(|_| e.residual.is_none());
+    let clamp = in_rows.and_then(|a| a.clamp_bounds());
+    let math = Some(table.depthwise_nhwc.variant);
+    let activation = in_rows.filter(|_| clamp.is_none()).map(|a| a.for_vector_math(table, math));
+    let rest = Fused { bias: None, activation: e.activation.filter(|_| in_rows.is_none()), ..*e };
+    let job = DepthwiseRows { x, taps, bias, zeros, g, channels: c, clamp, activation };
+    let run = table.depthwise_nhwc.run;
     let threads = if out.len() < 2 * ELEMENT_CHUNK { Threads::single() } else { pack.threads };
     let rows = batch * g.output[1];
     debug_assert_eq!(out.len(), rows * ow * c);

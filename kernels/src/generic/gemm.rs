@@ -148,9 +148,11 @@ pub use kiln_isa::Activation;
 pub(crate) struct ActivationFn {
     pub(crate) activation: Activation,
     run: ActivationKernel,
-    /// Set when the table's GEMM microkernel computes this activation in
-    /// registers with the same code as `run` ([`GemmUkr::math`]). Read by the
-    /// x86-64 microkernels' store step only.
+    /// Set when the kernel this was resolved for (the table's GEMM
+    /// microkernel, [`GemmUkr::math`]; or a depthwise row kernel,
+    /// [`ActivationFn::for_vector_math`]) computes this activation in
+    /// registers with the same code as `run`. Read by the x86-64
+    /// microkernels' store step and depthwise rows only.
     #[cfg_attr(not(kiln_x86_64), allow(dead_code))]
     pub(crate) in_registers: Option<VectorActivation>,
 }
@@ -205,20 +207,15 @@ impl ActivationFn {
             Activation::Hardswish => ActivationKernel::Hardswish,
             a => ActivationKernel::Unary(a.unary_op().and_then(|op| unary_f32_fn(table, op)).unwrap_or(copy)),
         };
-        let (vector, entry) = match activation {
-            Activation::Gelu => (VectorActivation::Gelu, table.gelu.variant),
-            Activation::Silu => (VectorActivation::Silu, table.silu.variant),
-            Activation::Sigmoid => (VectorActivation::Sigmoid, table.sigmoid.variant),
-            Activation::MulSigmoid => (VectorActivation::MulSigmoid, table.sigmoid.variant),
-            // Exact operations: any ISA microkernel computes them alike.
-            Activation::Hardswish => {
-                let in_registers = table.gemm.math.is_some().then_some(VectorActivation::Hardswish);
-                return ActivationFn { activation, run, in_registers };
-            }
-            _ => return ActivationFn { activation, run, in_registers: None },
-        };
-        let in_registers = (table.gemm.math == Some(entry)).then_some(vector);
+        let in_registers = vector_form(table, activation, table.gemm.math);
         ActivationFn { activation, run, in_registers }
+    }
+
+    /// This activation for a kernel whose vector math is `math` (an ISA
+    /// math module's `VARIANT`, None for portable code): `in_registers` set
+    /// where that code is the table's own for this activation.
+    pub(crate) fn for_vector_math(self, table: &KernelTable, math: Option<&str>) -> ActivationFn {
+        ActivationFn { in_registers: vector_form(table, self.activation, math), ..self }
     }
 
     /// A clamp's bounds as the clamp kernel rounds them (None for the
@@ -239,36 +236,64 @@ impl ActivationFn {
         const CHUNK: usize = 64;
         match self.run {
             ActivationKernel::Clamp(lo, hi) => clamp_f32_in_place(row, lo, hi),
-            ActivationKernel::Unary(run) => {
+            ActivationKernel::Hardswish => row.iter_mut().for_each(|v| *v = hardswish(*v)),
+            ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) => {
                 let mut tmp = [0f32; CHUNK];
                 for part in row.chunks_mut(CHUNK) {
                     let src = &mut tmp[..part.len()];
                     src.copy_from_slice(part);
-                    run(src, part);
-                }
-            }
-            ActivationKernel::MulSigmoid(sigmoid) => {
-                let mut tmp = [0f32; CHUNK];
-                for part in row.chunks_mut(CHUNK) {
-                    let src = &mut tmp[..part.len()];
-                    src.copy_from_slice(part);
-                    sigmoid(src, part);
-                    for (v, &x) in part.iter_mut().zip(src.iter()) {
-                        *v *= x;
-                    }
-                }
-            }
-            ActivationKernel::Hardswish => {
-                for v in row.iter_mut() {
-                    // The clamp kernel's comparisons (NaN passes through).
-                    let c = *v + 3.0;
-                    let c = if c < 0.0 { 0.0 } else { c };
-                    let c = if c > 6.0 { 6.0 } else { c };
-                    *v = *v * c / 6.0;
+                    self.apply_to(src, part);
                 }
             }
         }
     }
+
+    /// `out[i] = activation(x[i])` over `out.len()` elements (`x` at least
+    /// as long): [`ActivationFn::apply`]'s operations without its copy, for
+    /// a kernel that holds its results apart from the output (the
+    /// depthwise rows' accumulators).
+    pub(crate) fn apply_to(&self, x: &[f32], out: &mut [f32]) {
+        let x = &x[..out.len()];
+        match self.run {
+            ActivationKernel::Clamp(lo, hi) => {
+                out.copy_from_slice(x);
+                clamp_f32_in_place(out, lo, hi);
+            }
+            ActivationKernel::Unary(run) => run(x, out),
+            ActivationKernel::MulSigmoid(sigmoid) => {
+                sigmoid(x, out);
+                out.iter_mut().zip(x).for_each(|(v, &x)| *v *= x);
+            }
+            ActivationKernel::Hardswish => out.iter_mut().zip(x).for_each(|(v, &x)| *v = hardswish(x)),
+        }
+    }
+}
+
+/// `v · clamp(v + 3, 0, 6) / 6` with the clamp kernel's comparisons (NaN
+/// passes through).
+#[inline(always)]
+fn hardswish(v: f32) -> f32 {
+    let c = v + 3.0;
+    let c = if c < 0.0 { 0.0 } else { c };
+    let c = if c > 6.0 { 6.0 } else { c };
+    v * c / 6.0
+}
+
+/// The [`VectorActivation`] a kernel whose vector math is `math` computes
+/// for `activation` with the same code as `table`'s slice function: the
+/// table's entry must be of that math (a v4 table keeps some AVX2 entries);
+/// hardswish is exact operations, which any ISA's vector form computes
+/// alike.
+fn vector_form(table: &KernelTable, activation: Activation, math: Option<&str>) -> Option<VectorActivation> {
+    let (vector, entry) = match activation {
+        Activation::Gelu => (VectorActivation::Gelu, table.gelu.variant),
+        Activation::Silu => (VectorActivation::Silu, table.silu.variant),
+        Activation::Sigmoid => (VectorActivation::Sigmoid, table.sigmoid.variant),
+        Activation::MulSigmoid => (VectorActivation::MulSigmoid, table.sigmoid.variant),
+        Activation::Hardswish => return math.is_some().then_some(VectorActivation::Hardswish),
+        _ => return None,
+    };
+    (math == Some(entry)).then_some(vector)
 }
 
 /// What the store step applies to each finished element after combining,

@@ -31,7 +31,7 @@ macro_rules! f32_gemm_kernel {
         math: $math:ident,
         rows: { $( $rows:literal => $strips:literal ),* $(,)? } $(,)?
     ) => {
-        use crate::generic::gemm::{AView, GemmUkr, Packing, PlainStore, RowAddends, Tile, VectorActivation, VectorStore};
+        use crate::generic::gemm::{AView, GemmUkr, Packing, PlainStore, RowAddends, Tile, VectorStore};
         use std::arch::x86_64::*;
 
         const MR: usize = $mr;
@@ -344,13 +344,7 @@ unsafe fn store_row<const FULL: bool>(vs: &VectorStore<'_>, row: &RowAddends<'_>
     }
     if let Some(a) = vs.activation {
         // The table's slice functions run these very bodies per vector.
-        v = match a {
-            VectorActivation::Gelu => $math::gelu_ps(v),
-            VectorActivation::Silu => $math::silu_ps(v),
-            VectorActivation::Sigmoid => $math::sigmoid_ps(v),
-            VectorActivation::MulSigmoid => $math::mul_sigmoid_ps(v),
-            VectorActivation::Hardswish => $math::hardswish_ps(v),
-        };
+        v = $math::activation_ps(a, v);
     }
     if let (false, Some(r)) = (vs.residual_first, residual) {
         v = $add(v, r);

@@ -3,6 +3,7 @@
 //! so their multiply-adds run on full-width vectors. Same operations in the
 //! same order as the generic variant (no FMA contraction), so bit-identical.
 
+use super::math::activation_ps;
 use crate::generic::conv_depthwise::{depthwise_plane as portable, DepthwisePlane};
 use crate::generic::conv_nhwc::{pixel_sources, tap_rows, DepthwiseRows, MAX_DEPTHWISE_TAPS};
 use std::arch::x86_64::*;
@@ -20,9 +21,12 @@ unsafe fn wide(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
 
 /// The channels-last depthwise row entry: the portable row loops'
 /// operations (per output element: the bias, then each tap's product
-/// added in tap order, no FMA, the clamp), so the same bits, register
-/// blocked over output pixels: up to eight pixels' 16-channel sums stay in
-/// registers per weight vector loaded, and the channel tail is masked.
+/// added in tap order, no FMA, then the clamp or the activation), so the
+/// same bits, register blocked over output pixels: up to eight pixels'
+/// 16-channel sums stay in registers per weight vector loaded, and the
+/// channel tail is masked. The activation runs on the sums in registers
+/// when the table's function for it is this ISA's math (the same vector
+/// body per lane), else on the finished part.
 pub(crate) fn depthwise_row(job: &DepthwiseRows<'_>, r: usize, ox0: usize, part: &mut [f32]) {
     // SAFETY: installed only by `x86_64::plug` after AVX-512F was detected.
     unsafe { wide_row(job, r, ox0, part) }
@@ -51,6 +55,11 @@ unsafe fn wide_row(job: &DepthwiseRows<'_>, r: usize, ox0: usize, part: &mut [f3
     }
     if ow > ox {
         pixels::<1>(job, &tap_rows, ox0 + ox, &mut part[ox * c..]);
+    }
+    // An activation this ISA's math does not compute as the table does:
+    // the table's function on the finished part.
+    if let Some(a) = job.activation.filter(|a| a.in_registers.is_none()) {
+        a.apply(part);
     }
 }
 
@@ -110,6 +119,13 @@ unsafe fn block<const P: usize, const TAIL: bool>(
             // `a < lo ? lo : a`, then `x > hi ? hi : x` (vmaxps/vminps
             // return the second operand when unordered: NaN stays).
             *a = _mm512_min_ps(hi, _mm512_max_ps(lo, *a));
+        }
+    }
+    if let Some(v) = job.activation.and_then(|a| a.in_registers) {
+        // The table's slice function's body per vector (masked-out tail
+        // lanes are computed on zeros and not stored).
+        for a in acc.iter_mut() {
+            *a = activation_ps(v, *a);
         }
     }
     for (p, a) in acc.iter().enumerate() {

@@ -8,6 +8,7 @@
 //! Every `unsafe fn` here requires AVX-512F; the safe wrappers are only
 //! installed in a v4 kernel table, built after AVX-512 was detected.
 
+use crate::generic::gemm::VectorActivation;
 use kiln_isa::math::{
     ERFC_EXPONENT_POLY, ERFC_TAIL_POLY, ERFC_ZERO, ERF_SMALL_POLY, ERF_SPLIT, EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO,
     EXP_POLY,
@@ -213,6 +214,26 @@ pub(crate) unsafe fn hardswish_ps(x: __m512) -> __m512 {
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn mul_sigmoid_ps(x: __m512) -> __m512 {
     _mm512_mul_ps(x, sigmoid_ps(x))
+}
+
+/// `a`'s vector body: per lane what the table's slice function of this
+/// math computes (for kernels that apply an activation in registers: the
+/// GEMM microkernels' store step, the depthwise rows).
+///
+/// # Safety
+/// The CPU has `avx512f`. Always inlined and without target features of
+/// its own, so that it melts into the calling kernel (which has them) with
+/// the bodies it calls: an out-of-line call per vector would pass the
+/// vector through memory.
+#[inline(always)]
+pub(crate) unsafe fn activation_ps(a: VectorActivation, v: __m512) -> __m512 {
+    match a {
+        VectorActivation::Gelu => gelu_ps(v),
+        VectorActivation::Silu => silu_ps(v),
+        VectorActivation::Sigmoid => sigmoid_ps(v),
+        VectorActivation::MulSigmoid => mul_sigmoid_ps(v),
+        VectorActivation::Hardswish => hardswish_ps(v),
+    }
 }
 
 /// x / (1 + e^-x) (AVX2 `silu_ps`).
