@@ -16,7 +16,8 @@
 //!   dimensions *after* it (it stays the outermost factor), or split into
 //!   itself and static ones;
 //! - causal attention whose queries and keys have the same padded length
-//!   keeps it: a real query reads only earlier keys, all real;
+//!   keeps it: a real query reads only earlier keys, all real (its values'
+//!   padded rows are zeroed all the same: 0·inf would be NaN);
 //! - an op that combines elements along a padded axis whose size is exactly
 //!   a symbol is *masked* ([`Masking`], applied to each bucket's graph by
 //!   [`super::masks::mask_padding`]): reductions (the identity fills the
@@ -462,7 +463,11 @@ impl<'g> Padded<'g> {
             && node.inputs.len() == 3
             && seq(q).zip(seq(k)).is_some_and(|(a, b)| self.evals(&a) == self.evals(&b));
         if causal_same {
-            return Ok(vec![]);
+            // The padded keys are masked already; their value rows are
+            // zeroed all the same, so that a non-finite one (padding run
+            // through a log, say) never meets a zero weight (0·inf = NaN).
+            // (A length of computed size has no one true size: left as is.)
+            return Ok(self.fill(n, 2, seq_axis(v), Fill::Value(0.0), "attends").unwrap_or_default());
         }
         if causal {
             return Err("causal attention over keys padded to another length than its queries".into());

@@ -26,7 +26,13 @@ use std::collections::HashMap;
 /// symbols whose true sizes became inputs of `bucket`, in input order (the
 /// last `len()` inputs). `Err` names an op that cannot be masked.
 pub fn mask_padding(g: &Graph, bucket: &mut Graph) -> Result<Vec<SymbolId>, String> {
-    let mut m = Masker { g: bucket, sizes: Vec::new(), keeps: HashMap::new(), renamed: HashMap::new() };
+    let mut m = Masker {
+        g: bucket,
+        sizes: Vec::new(),
+        keeps: HashMap::new(),
+        scalars: HashMap::new(),
+        renamed: HashMap::new(),
+    };
     let order = std::mem::take(&mut m.g.order);
     let mut rewritten = Vec::with_capacity(order.len());
     for &n in &order {
@@ -58,6 +64,8 @@ struct Masker<'g> {
     /// `iota < size` along one axis of a given rank (other dims 1), by
     /// symbol, padded size, axis and rank: built once, reused downstream.
     keeps: HashMap<(SymbolId, i64, usize, usize), ValueId>,
+    /// Fill constants by dtype and value bits.
+    scalars: HashMap<(DType, u64), ValueId>,
     /// Results replaced for the nodes after their producer (a mean's sum by
     /// its division); applied as the schedule is walked.
     renamed: HashMap<ValueId, ValueId>,
@@ -103,16 +111,35 @@ impl Masker<'_> {
         Ok(self.g.push(op, inputs, ty, None))
     }
 
+    /// A 0-d constant, one per dtype and value.
+    fn scalar(&mut self, dtype: DType, value: f64) -> ValueId {
+        let key = (dtype, value.to_bits());
+        if let Some(&v) = self.scalars.get(&key) {
+            return v;
+        }
+        let v = kiln_ir::builder::scalar_const(self.g, dtype, value);
+        self.scalars.insert(key, v);
+        v
+    }
+
     /// Bool `[1, .., padded, .., 1]` (rank `rank`, `padded` at `axis`): true
     /// below `symbol`'s true size.
     fn keep(&mut self, symbol: SymbolId, padded: i64, axis: usize, rank: usize) -> Result<ValueId, String> {
         if let Some(&v) = self.keeps.get(&(symbol, padded, axis, rank)) {
             return Ok(v);
         }
-        let size = self.size(symbol);
-        let iota =
-            self.push(Op::Arange { start: 0.0, step: 1.0, len: Dim::Const(padded), dtype: DType::I64 }, vec![])?;
-        let keep = self.push(Op::Binary(BinaryOp::Lt), vec![iota, size])?;
+        // The rank-1 comparison is shared by every shape it is reshaped to.
+        let keep = match self.keeps.get(&(symbol, padded, 0, 1)) {
+            Some(&k) => k,
+            None => {
+                let size = self.size(symbol);
+                let arange = Op::Arange { start: 0.0, step: 1.0, len: Dim::Const(padded), dtype: DType::I64 };
+                let iota = self.push(arange, vec![])?;
+                let keep = self.push(Op::Binary(BinaryOp::Lt), vec![iota, size])?;
+                self.keeps.insert((symbol, padded, 0, 1), keep);
+                keep
+            }
+        };
         let shape = (0..rank).map(|a| Dim::Const(if a == axis { padded } else { 1 })).collect();
         let keep = if rank == 1 { keep } else { self.push(Op::Reshape { shape }, vec![keep])? };
         self.keeps.insert((symbol, padded, axis, rank), keep);
@@ -125,8 +152,7 @@ impl Masker<'_> {
         let ty = self.g.ty(x).clone();
         let padded = ty.shape.get(axis).and_then(Dim::as_const).ok_or("a masked axis is not static (compiler bug)")?;
         let keep = self.keep(symbol, padded, axis, ty.rank())?;
-        let value = fill_value(fill, ty.dtype);
-        let fill = kiln_ir::builder::scalar_const(self.g, ty.dtype, value);
+        let fill = self.scalar(ty.dtype, fill_value(fill, ty.dtype));
         self.push(Op::Where, vec![keep, x, fill])
     }
 
@@ -146,7 +172,7 @@ impl Masker<'_> {
             None => keys,
             Some(&m) if self.g.ty(m).dtype == DType::Bool => self.push(Op::Binary(BinaryOp::And), vec![m, keys])?,
             Some(&m) => {
-                let neg_inf = kiln_ir::builder::scalar_const(self.g, self.g.ty(m).dtype, f64::NEG_INFINITY);
+                let neg_inf = self.scalar(self.g.ty(m).dtype, f64::NEG_INFINITY);
                 self.push(Op::Where, vec![keys, m, neg_inf])?
             }
         };
@@ -178,7 +204,7 @@ impl Masker<'_> {
         }
         let mut count = count.ok_or("a mean with no padded axis (compiler bug)")?;
         if static_count != 1 {
-            let k = kiln_ir::builder::scalar_const(self.g, dtype, static_count as f64);
+            let k = self.scalar(dtype, static_count as f64);
             count = self.push(Op::Binary(BinaryOp::Mul), vec![count, k])?;
         }
         let mean = self.push(Op::Binary(BinaryOp::Div), vec![sum, count])?;
