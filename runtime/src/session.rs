@@ -192,11 +192,12 @@ fn bucket_tensor(accel: &AccelDelegate, b: usize, result: bool, k: usize) -> Opt
 fn run_bucket(
     accel: &mut AccelDelegate,
     b: usize,
+    sym_vals: &[u64],
     args: &[TensorRef<'_>],
     results: &mut [TensorMut<'_>],
 ) -> Result<()> {
     match accel {
-        Some(a) => a.run_bucket(b, args, results),
+        Some(a) => a.run_bucket(b, sym_vals, args, results),
         None => Err(Error::Device("shape bucket in a CPU session".into())),
     }
 }
@@ -212,7 +213,7 @@ fn bucket_tensor(_: &AccelDelegate, _: usize, _: bool, _: usize) -> Option<u32> 
 }
 
 #[cfg(not(feature = "pjrt"))]
-fn run_bucket(_: &mut AccelDelegate, _: usize, _: &[TensorRef<'_>], _: &mut [TensorMut<'_>]) -> Result<()> {
+fn run_bucket(_: &mut AccelDelegate, _: usize, _: &[u64], _: &[TensorRef<'_>], _: &mut [TensorMut<'_>]) -> Result<()> {
     Err(Error::Device("shape bucket in a build without PJRT support".into()))
 }
 
@@ -867,7 +868,7 @@ impl Session {
                     shape: shape(t),
                     data: arena_slot(t),
                 }));
-                let result = run_bucket(accel, b, &operands, &mut outputs);
+                let result = run_bucket(accel, b, sym_vals, &operands, &mut outputs);
                 *operand_buf = recycle(operands);
                 *output_buf = recycle(outputs);
                 return result.map(|()| None);

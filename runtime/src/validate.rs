@@ -501,7 +501,8 @@ const MAX_BUCKET_ELEMENTS: u64 = 1 << 40;
 /// A bucket: one size per plan symbol within its bounds; no mesh, no state;
 /// arguments are the plan's inputs and weights, results distinct output
 /// tensors in the arena; each padded shape has its tensor's rank, equals
-/// its static dims, and stays under [`MAX_BUCKET_ELEMENTS`].
+/// its static dims, and stays under [`MAX_BUCKET_ELEMENTS`]; its true-size
+/// arguments name distinct plan symbols.
 fn validate_bucket(
     plan: &Plan,
     accel: &AccelProgram,
@@ -516,6 +517,14 @@ fn validate_bucket(
     for (size, sym) in b.sizes.iter().zip(&plan.symbols) {
         if *size < sym.min || *size > sym.max {
             return Err(format!("size {size} of `{}` is outside [{}, {}]", sym.name, sym.min, sym.max));
+        }
+    }
+    for (k, &s) in b.true_sizes.iter().enumerate() {
+        if s as usize >= plan.symbols.len() {
+            return Err(format!("true size {k} names symbol {s}, but the plan has {}", plan.symbols.len()));
+        }
+        if b.true_sizes[..k].contains(&s) {
+            return Err(format!("true size {k} names symbol {s} twice"));
         }
     }
     let seg = &b.segment;

@@ -111,6 +111,7 @@ fn bucket() -> AccelBucket {
         },
         arg_shapes: vec![vec![4]],
         result_shapes: vec![vec![4], vec![4]],
+        true_sizes: vec![],
     }
 }
 
@@ -141,6 +142,8 @@ fn bad_shape_buckets_are_rejected_at_load() {
     assert!(m.contains("neither an input nor a weight"), "{m}");
     let m = plan_error(&with(|b| b.result_shapes = vec![vec![4]]));
     assert!(m.contains("do not match"), "{m}");
+    let m = plan_error(&with(|b| b.true_sizes = vec![0]));
+    assert!(m.contains("true size 0 names symbol 0, but the plan has 0"), "{m}");
 }
 
 #[test]

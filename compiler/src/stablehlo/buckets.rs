@@ -3,11 +3,12 @@
 //! (`kiln compile --target pjrt --buckets s77=8,16,32` or `--buckets auto`).
 //!
 //! At run time the runtime picks the smallest bucket whose sizes are all at
-//! least the run's, pads every input with zeros to the bucket's shapes and
-//! slices every output back. That is correct exactly when each padded tensor
-//! holds the real one in its low corner and nothing real depends on a padded
-//! element. [`padding_problem`] proves it op by op on the symbolic graph, and
-//! refuses (a compile error naming the op) what it cannot prove:
+//! least the run's, pads every input with zeros to the bucket's shapes,
+//! passes the run's true sizes as scalar arguments and slices every output
+//! back. That is correct exactly when each padded tensor holds the real one
+//! in its low corner and nothing real depends on a padded element.
+//! [`padding_problem`] proves it op by op on the symbolic graph, and refuses
+//! (a compile error naming the op) what it cannot prove:
 //!
 //! - elementwise ops, broadcasts, permutes, expands, fills and aranges keep
 //!   the corner;
@@ -15,14 +16,23 @@
 //!   dimensions *after* it (it stays the outermost factor), or split into
 //!   itself and static ones;
 //! - causal attention whose queries and keys have the same padded length
-//!   keeps it: a real query reads only earlier keys, all real;
-//! - an op that combines elements along an axis (matrix product's
-//!   contracting dim, reductions, softmax, norms, other attention keys, concat,
-//!   slices, flips, pads, convolutions and pools over a padded axis) is
-//!   refused when that axis is padded. Masking them from the true sizes is
-//!   not built yet; such programs run on the CPU plan or need a static size.
+//!   keeps it: a real query reads only earlier keys, all real (its values'
+//!   padded rows are zeroed all the same: 0·inf would be NaN);
+//! - an op that combines elements along a padded axis whose size is exactly
+//!   a symbol is *masked* ([`Masking`], applied to each bucket's graph by
+//!   [`super::masks::mask_padding`]): reductions (the identity fills the
+//!   padding; a mean divides by the true count), softmax and log-softmax
+//!   (−inf), argmax/argmin (a value that never wins), matrix products
+//!   contracting it (zeros in both operands: 0·inf would be NaN) and
+//!   non-causal attention over padded keys (the keys masked, combined with
+//!   the op's own mask);
+//! - what is not masked is refused when it combines along a padded axis:
+//!   norms over one, concat, slices, flips, pads, gathers, sorts, scans,
+//!   convolutions and pools, causal attention over keys padded to another
+//!   length, and every axis of a computed size (`2·s`); such programs run on
+//!   the CPU plan or need a static size.
 
-use kiln_ir::{Dim, Graph, NodeId, Op, SymbolId, ValueId};
+use kiln_ir::{DType, Dim, Graph, NodeId, Op, ReduceKind, SymbolId, ValueId};
 use std::collections::HashMap;
 
 /// Most sizes `--buckets auto` gives one symbol (powers of two from its
@@ -192,8 +202,9 @@ fn specialize_in_place(g: &mut Graph, sizes: &HashMap<SymbolId, i64>) {
 
 /// Why zero padding of the bucketed symbols could change what `g` computes
 /// for its real elements, naming the first op at fault; `None` when padding
-/// is provably harmless (see the module doc). Inputs must use the symbols
-/// as plain dimensions, so that the runtime's padding is the corner.
+/// is harmless once the ops [`node_masks`] lists are masked (see the module
+/// doc). Inputs must use the symbols as plain dimensions, so that the
+/// runtime's padding is the corner.
 pub fn padding_problem(g: &Graph) -> Option<String> {
     let check = Padded::new(g);
     for &v in &g.inputs {
@@ -202,10 +213,46 @@ pub fn padding_problem(g: &Graph) -> Option<String> {
             return Some(format!("input `{name}` has a computed dynamic dimension; buckets pad plain symbols only"));
         }
     }
-    g.order.iter().find_map(|&n| check.node(n).map(|why| format!("{} cannot be padded: {why}", g.describe_node(n))))
+    g.order
+        .iter()
+        .find_map(|&n| check.node(n).err().map(|why| format!("{} cannot be padded: {why}", g.describe_node(n))))
 }
 
-struct Padded<'g> {
+/// The masks node `n` of `g` needs to ignore the padding (empty when it
+/// needs none); `Err` when padding would change it and it cannot be masked.
+pub fn node_masks(g: &Graph, n: NodeId) -> Result<Vec<Masking>, String> {
+    Padded::new(g).node(n)
+}
+
+/// What a padded element along `axis` becomes before an op combines it:
+/// a value that leaves the real elements' result as it is.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Fill {
+    /// The value itself (0 for sums and products' padding, 1 for products).
+    Value(f64),
+    /// −inf for floats, the dtype's least value otherwise (max, argmax,
+    /// softmax).
+    Lowest,
+    /// +inf for floats, the dtype's greatest value otherwise (min, argmin).
+    Highest,
+}
+
+/// One change that makes an op ignore the padding of one symbol.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Masking {
+    /// Operand `operand`'s elements at index ≥ the true size of `symbol`
+    /// along `axis` are replaced by `fill`.
+    Fill { operand: usize, axis: usize, symbol: SymbolId, fill: Fill },
+    /// A mean over padded axes: the reduction becomes a sum (its operand
+    /// filled with zeros by a [`Masking::Fill`]) divided by the true element
+    /// count, the product of `symbols`' true sizes and `static_count`.
+    MeanCount { symbols: Vec<SymbolId>, static_count: i64 },
+    /// Attention keys (and values) at index ≥ the true size of `symbol`
+    /// are masked out: a bool mask over the keys joins the op's own.
+    Keys { symbol: SymbolId },
+}
+
+pub(crate) struct Padded<'g> {
     g: &'g Graph,
     /// Two assignments of distinct primes to the symbols: dimension
     /// expressions equal under both are taken as equal.
@@ -246,15 +293,40 @@ impl<'g> Padded<'g> {
         s[s.len().saturating_sub(k)..].iter().any(|d| self.padded(d))
     }
 
-    fn node(&self, n: NodeId) -> Option<String> {
+    /// The symbol whose true size bounds axis `axis` of `v`, when that axis
+    /// is padded; `Err` when its size is an expression (`2·s`, `s + 1`):
+    /// the true extent is then not one scalar the runtime passes.
+    fn mask_symbol(&self, v: ValueId, axis: usize, what: &str) -> Result<Option<SymbolId>, String> {
+        match self.g.ty(v).shape.get(axis) {
+            Some(Dim::Sym(s)) => Ok(Some(*s)),
+            Some(d) if self.padded(d) => {
+                Err(format!("it {what} along a padded axis of computed size {}", d.display(&self.g.symbols)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A fill of operand `operand`'s axis `axis` when it is padded.
+    fn fill(&self, n: NodeId, operand: usize, axis: usize, fill: Fill, what: &str) -> Result<Vec<Masking>, String> {
+        let Some(&v) = self.g.nodes[n].inputs.get(operand) else { return Ok(vec![]) };
+        Ok(self
+            .mask_symbol(v, axis, what)?
+            .map(|symbol| Masking::Fill { operand, axis, symbol, fill })
+            .into_iter()
+            .collect())
+    }
+
+    fn node(&self, n: NodeId) -> Result<Vec<Masking>, String> {
         let node = &self.g.nodes[n];
         let touches = node.inputs.iter().chain(&node.outputs).any(|&v| self.any_padded(v));
         if !touches {
-            return None;
+            return Ok(vec![]);
         }
         let x = node.inputs.first().copied();
         let x_axis = |axis: usize| x.is_some_and(|x| self.axis_padded(x, axis));
-        let along = |what: &str| Some(format!("it {what} along a padded axis"));
+        let refuse = |why: &str| -> Result<Vec<Masking>, String> { Err(why.to_string()) };
+        let safe: Result<Vec<Masking>, String> = Ok(vec![]);
+        let is_float = x.is_some_and(|x| self.g.ty(x).dtype.is_float());
         match &node.op {
             Op::Unary(_)
             | Op::Binary(_)
@@ -268,56 +340,150 @@ impl<'g> Padded<'g> {
             | Op::Full { .. }
             | Op::Arange { .. }
             // A forward scan: element i reads elements 0..=i only.
-            | Op::CumSum { .. } => None,
-            Op::MatMul => x.filter(|&a| self.trailing_padded(a, 1)).and_then(|_| along("sums")),
-            Op::Linear | Op::LinearFused { .. } | Op::QuantLinear { .. } => {
-                x.filter(|&a| self.trailing_padded(a, 1)).and_then(|_| along("sums"))
+            | Op::CumSum { .. } => safe,
+            // Both sides of the contraction are zeroed: a padded element
+            // may be anything (inf, NaN) and 0·inf is NaN.
+            Op::MatMul => {
+                let (Some(&a), Some(&b)) = (node.inputs.first(), node.inputs.get(1)) else { return safe };
+                let ra = self.g.ty(a).rank();
+                let rb = self.g.ty(b).rank();
+                let mut masks = self.fill(n, 0, ra.saturating_sub(1), Fill::Value(0.0), "sums")?;
+                masks.extend(self.fill(n, 1, rb.saturating_sub(2), Fill::Value(0.0), "sums")?);
+                Ok(masks)
             }
-            Op::LayerNorm { normalized_rank, .. } | Op::RmsNorm { normalized_rank, .. } => {
-                x.filter(|&a| self.trailing_padded(a, *normalized_rank)).and_then(|_| along("normalizes"))
+            Op::Linear => {
+                let (Some(&a), Some(&w)) = (node.inputs.first(), node.inputs.get(1)) else { return safe };
+                let mut masks = self.fill(n, 0, self.g.ty(a).rank().saturating_sub(1), Fill::Value(0.0), "sums")?;
+                masks.extend(self.fill(n, 1, self.g.ty(w).rank().saturating_sub(1), Fill::Value(0.0), "sums")?);
+                Ok(masks)
             }
-            Op::Softmax { axis } | Op::LogSoftmax { axis } => x_axis(*axis).then(|| "softmax over a padded axis".into()),
-            Op::Reduce { axes, .. } => axes.iter().any(|&a| x_axis(a)).then(|| "it reduces a padded axis".into()),
-            Op::ArgMax { axis, .. } | Op::ArgMin { axis, .. } | Op::Sort { axis, .. } | Op::Scan { axis, .. } => {
-                x_axis(*axis).then(|| "it compares or scans along a padded axis".into())
-            }
-            Op::Attention { causal, .. } => {
-                let (Some(&q), Some(&k)) = (node.inputs.first(), node.inputs.get(1)) else { return None };
-                let seq = |v: ValueId| self.g.ty(v).shape.get(self.g.ty(v).rank().saturating_sub(2)).cloned();
-                let padded_keys = seq(k).is_some_and(|d| self.padded(&d));
-                // Causal over one padded length: real query i reads keys
-                // j <= i, all real, so the padded keys are masked already.
-                let causal_same =
-                    *causal && node.inputs.len() == 3 && seq(q).zip(seq(k)).is_some_and(|(a, b)| self.evals(&a) == self.evals(&b));
-                if self.trailing_padded(k, 1) {
-                    Some("attention with a padded head dim".into())
-                } else if padded_keys && !causal_same {
-                    Some("attention over padded keys (masking them from the true length is not built yet)".into())
-                } else {
-                    None
+            Op::LinearFused { .. } | Op::QuantLinear { .. } => {
+                match x.filter(|&a| self.trailing_padded(a, 1)) {
+                    Some(_) => refuse("it sums along a padded axis"),
+                    None => safe,
                 }
             }
-            Op::Reshape { .. } => self.reshape_problem(node.inputs[0], node.outputs[0]),
+            Op::LayerNorm { normalized_rank, .. } | Op::RmsNorm { normalized_rank, .. } => {
+                match x.filter(|&a| self.trailing_padded(a, *normalized_rank)) {
+                    Some(_) => refuse("it normalizes along a padded axis (norms are not masked)"),
+                    None => safe,
+                }
+            }
+            Op::Softmax { axis } | Op::LogSoftmax { axis } if x_axis(*axis) => {
+                if !is_float {
+                    return refuse("softmax over a padded axis of integers");
+                }
+                // A real row always holds a real element, so its max is finite.
+                self.fill(n, 0, *axis, Fill::Lowest, "normalizes")
+            }
+            Op::Softmax { .. } | Op::LogSoftmax { .. } => safe,
+            Op::Reduce { kind, axes, .. } => self.reduce(n, *kind, axes),
+            Op::ArgMax { axis, .. } if x_axis(*axis) => self.fill(n, 0, *axis, Fill::Lowest, "compares"),
+            Op::ArgMin { axis, .. } if x_axis(*axis) => self.fill(n, 0, *axis, Fill::Highest, "compares"),
+            Op::ArgMax { .. } | Op::ArgMin { .. } => safe,
+            Op::Sort { axis, .. } | Op::Scan { axis, .. } => {
+                if x_axis(*axis) { refuse("it compares or scans along a padded axis") } else { safe }
+            }
+            Op::Attention { causal, .. } => self.attention(n, *causal),
+            Op::Reshape { .. } => self.reshape_problem(node.inputs[0], node.outputs[0]).map_or(safe, Err),
             Op::Slice { axis, .. } => {
                 let full = x.is_some_and(|x| {
                     self.evals(&self.g.ty(x).shape[*axis]) == self.evals(&self.g.ty(node.outputs[0]).shape[*axis])
                 });
-                (x_axis(*axis) && !full).then(|| "a slice of a padded axis".into())
+                if x_axis(*axis) && !full { refuse("a slice of a padded axis") } else { safe }
             }
-            Op::Concat { axis } => self.axis_padded(node.outputs[0], *axis).then(|| "concat along a padded axis".into()),
-            Op::Gather { axis } => x_axis(*axis).then(|| "it indexes a padded axis".into()),
-            Op::Flip { axes } => axes.iter().any(|&a| x_axis(a)).then(|| "it flips a padded axis".into()),
+            Op::Concat { axis } => {
+                if self.axis_padded(node.outputs[0], *axis) { refuse("concat along a padded axis") } else { safe }
+            }
+            Op::Gather { axis } => if x_axis(*axis) { refuse("it indexes a padded axis") } else { safe },
+            Op::Flip { axes } => if axes.iter().any(|&a| x_axis(a)) { refuse("it flips a padded axis") } else { safe },
             Op::Pad { lo, hi, .. } => {
                 let moved = |a: usize| lo.get(a).is_some_and(|&l| l != 0) || hi.get(a).is_some_and(|&h| h != 0);
                 let rank = x.map_or(0, |x| self.g.ty(x).rank());
-                (0..rank).any(|a| x_axis(a) && moved(a)).then(|| "it pads a padded axis".into())
+                if (0..rank).any(|a| x_axis(a) && moved(a)) { refuse("it pads a padded axis") } else { safe }
             }
             Op::Conv { .. } | Op::ConvFused { .. } | Op::QuantConv { .. } | Op::Pool { .. } | Op::AdaptiveAvgPool { .. } | Op::Upsample { .. } => {
                 let rank = x.map_or(0, |x| self.g.ty(x).rank());
-                (1..rank).any(x_axis).then(|| "a window over a padded spatial or channel axis".into())
+                if (1..rank).any(x_axis) { refuse("a window over a padded spatial or channel axis") } else { safe }
             }
-            other => Some(format!("op {} on a padded shape has no padding rule", other.name())),
+            other => Err(format!("op {} on a padded shape has no padding rule", other.name())),
         }
+    }
+
+    /// A reduction over padded axes: the identity fills them; a mean sums and
+    /// divides by the true count.
+    fn reduce(&self, n: NodeId, kind: ReduceKind, axes: &[usize]) -> Result<Vec<Masking>, String> {
+        let Some(&x) = self.g.nodes[n].inputs.first() else { return Ok(vec![]) };
+        let fill = match kind {
+            ReduceKind::Sum | ReduceKind::Mean => Fill::Value(0.0),
+            ReduceKind::Prod => Fill::Value(1.0),
+            ReduceKind::Max => Fill::Lowest,
+            ReduceKind::Min => Fill::Highest,
+        };
+        let mut masks = Vec::new();
+        let (mut symbols, mut static_count) = (Vec::new(), 1i64);
+        for &axis in axes {
+            let found = self.fill(n, 0, axis, fill, "reduces")?;
+            match found.first() {
+                Some(Masking::Fill { symbol, .. }) => symbols.push(*symbol),
+                _ => {
+                    let d = self.g.ty(x).shape.get(axis).and_then(Dim::as_const).unwrap_or(1);
+                    static_count = static_count.saturating_mul(d);
+                }
+            }
+            masks.extend(found);
+        }
+        if kind == ReduceKind::Mean && !symbols.is_empty() {
+            if !self.g.ty(x).dtype.is_float() {
+                return Err("a mean of integers over a padded axis".into());
+            }
+            masks.push(Masking::MeanCount { symbols, static_count });
+        }
+        Ok(masks)
+    }
+
+    /// Attention: a padded head dim is refused; padded keys are masked
+    /// unless the op is causal over one padded length (a real query `i`
+    /// reads keys `j <= i`, all real). Causal attention over keys padded to
+    /// another length is refused (its queries are not the keys' rows).
+    fn attention(&self, n: NodeId, causal: bool) -> Result<Vec<Masking>, String> {
+        let node = &self.g.nodes[n];
+        let (Some(&q), Some(&k), Some(&v)) = (node.inputs.first(), node.inputs.get(1), node.inputs.get(2)) else {
+            return Ok(vec![]);
+        };
+        let seq_axis = |v: ValueId| self.g.ty(v).rank().saturating_sub(2);
+        let seq = |v: ValueId| self.g.ty(v).shape.get(seq_axis(v)).cloned();
+        if self.trailing_padded(k, 1) || self.trailing_padded(v, 1) {
+            return Err("attention with a padded head dim".into());
+        }
+        if !seq(k).is_some_and(|d| self.padded(&d)) {
+            return Ok(vec![]);
+        }
+        let causal_same = causal
+            && node.inputs.len() == 3
+            && seq(q).zip(seq(k)).is_some_and(|(a, b)| self.evals(&a) == self.evals(&b));
+        if causal_same {
+            // The padded keys are masked already; their value rows are
+            // zeroed all the same, so that a non-finite one (padding run
+            // through a log, say) never meets a zero weight (0·inf = NaN).
+            // (A length of computed size has no one true size: left as is.)
+            return Ok(self.fill(n, 2, seq_axis(v), Fill::Value(0.0), "attends").unwrap_or_default());
+        }
+        if causal {
+            return Err("causal attention over keys padded to another length than its queries".into());
+        }
+        let Some(symbol) = self.mask_symbol(k, seq_axis(k), "attends")? else { return Ok(vec![]) };
+        if seq(v) != Some(Dim::Sym(symbol)) {
+            return Err("attention whose keys and values have different padded lengths".into());
+        }
+        if node
+            .inputs
+            .get(3)
+            .is_some_and(|&m| !matches!(self.g.ty(m).dtype, DType::Bool) && !self.g.ty(m).dtype.is_float())
+        {
+            return Err("attention with a mask that is neither bool nor float".into());
+        }
+        Ok(vec![Masking::Keys { symbol }])
     }
 
     /// A reshape keeps the corner when every padded input dimension is kept,

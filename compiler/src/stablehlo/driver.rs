@@ -3,11 +3,12 @@
 
 use super::buckets::{bucket_sizes, padding_problem, specialize, BucketSpec};
 use super::emit::{emit_segment_with, new_context, Emitted};
+use super::masks::mask_padding;
 use super::partition::{partition, Partition};
 use super::sharding::{mesh_decl, tensor_sharding, SpmdEmit};
 use super::Precision;
 use crate::lower::{lower_to_plan_with_segments, AccelCall, LowerError};
-use kiln_ir::{ConstBytes, DType, Graph, NodeData, NodeId, Op, TensorType, ValueId};
+use kiln_ir::{ConstBytes, DType, Graph, NodeData, NodeId, Op, SymbolId, TensorType, ValueId};
 use kiln_passes::{check_plan, plan_memory, MemoryOptions};
 use kiln_runtime::format::{
     AccelBucket, AccelProgram, AccelSegment, CpuFallback, IndexCheck, IndexKernel, Plan, WeightsBuilder,
@@ -145,30 +146,42 @@ fn lower_buckets(
     if let Some(why) = padding_problem(g) {
         return Err(refuse(why));
     }
-    let mut outputs: HashMap<ValueId, u32> = HashMap::new();
-    for (v, io) in g.outputs.iter().zip(&plan.outputs) {
-        if outputs.insert(*v, io.tensor).is_some() {
+    let mut returned: Vec<ValueId> = Vec::new();
+    for v in &g.outputs {
+        if returned.contains(v) {
             return Err(refuse("the same value is returned twice".into()));
         }
+        returned.push(*v);
     }
     let sizes = bucket_sizes(g, spec).map_err(|e| LowerError(vec![e]))?;
     let mut out = Vec::with_capacity(sizes.len());
     for bucket in &sizes {
-        let sg = specialize(g, bucket);
+        let mut sg = specialize(g, bucket);
+        let masked_symbols = mask_padding(g, &mut sg).map_err(refuse)?;
         let part = partition(&sg, &HashMap::new());
         let what = describe_sizes(g, bucket);
         check_single_segment(&sg, &part).map_err(|mut e| {
             e.0.insert(0, format!("--buckets: the program for {} is not one accelerator segment", what));
             e
         })?;
-        let seg = &part.segments[0];
-        let e = emit_segment_with(ctx, &sg, seg, Precision::F32, None).map_err(|e| {
+        // The true sizes are `@main`'s last arguments: the runtime passes
+        // them after the plan's tensors.
+        let size_inputs: Vec<(ValueId, SymbolId)> =
+            sg.inputs[sg.inputs.len() - masked_symbols.len()..].iter().copied().zip(masked_symbols).collect();
+        let mut seg = part.segments[0].clone();
+        seg.args.retain(|v| !size_inputs.iter().any(|(s, _)| s == v));
+        seg.args.extend(size_inputs.iter().map(|(v, _)| *v).filter(|v| part.segments[0].args.contains(v)));
+        let e = emit_segment_with(ctx, &sg, &seg, Precision::F32, None).map_err(|e| {
             let at = e.node.map(|n| format!(" at {}", sg.describe_node(n))).unwrap_or_default();
             refuse(format!("StableHLO lowering failed for {}{at}: {}", what, e.reason))
         })?;
         if e.results.len() != g.outputs.len() {
             return Err(refuse("an output is an input or a constant (not computed by the program)".into()));
         }
+        // Masking may replace an output value (a mean by its division):
+        // results map to plan outputs by position.
+        let outputs: HashMap<ValueId, u32> =
+            sg.outputs.iter().copied().zip(plan.outputs.iter().map(|io| io.tensor)).collect();
         let tensor = |v: &ValueId, table: &HashMap<ValueId, u32>| {
             table.get(v).copied().ok_or_else(|| refuse(format!("value {v:?} has no plan tensor (compiler bug)")))
         };
@@ -179,18 +192,36 @@ fn lower_buckets(
                 .map(|&v| v as u64)
                 .ok_or_else(|| refuse(format!("plan symbol `{name}` is not the program's (compiler bug)")))
         };
+        let plan_symbol = |s: SymbolId| {
+            let name = &g.symbols[s].name;
+            plan.symbols
+                .iter()
+                .position(|p| &p.name == name)
+                .map(|i| i as u32)
+                .ok_or_else(|| refuse(format!("symbol `{name}` is not the plan's (compiler bug)")))
+        };
+        let size_count = e.args.iter().filter(|v| size_inputs.iter().any(|(s, _)| s == *v)).count();
+        let (tensor_args, size_args) = e.args.split_at(e.args.len() - size_count);
+        let true_sizes = size_args
+            .iter()
+            .map(|v| match size_inputs.iter().find(|(s, _)| s == v) {
+                Some(&(_, symbol)) => plan_symbol(symbol),
+                None => Err(refuse("a true-size argument is not last (compiler bug)".into())),
+            })
+            .collect::<Result<_, _>>()?;
         out.push(AccelBucket {
             sizes: plan.symbols.iter().map(|s| symbol_size(&s.name)).collect::<Result<_, _>>()?,
-            arg_shapes: e.args.iter().map(shape).collect(),
+            arg_shapes: tensor_args.iter().map(shape).collect(),
             result_shapes: e.results.iter().map(shape).collect(),
+            true_sizes,
             segment: AccelSegment {
-                args: e.args.iter().map(|v| tensor(v, tensor_of)).collect::<Result<_, _>>()?,
+                args: tensor_args.iter().map(|v| tensor(v, tensor_of)).collect::<Result<_, _>>()?,
                 results: e.results.iter().map(|v| tensor(v, &outputs)).collect::<Result<_, _>>()?,
                 ops: seg.nodes.iter().map(|&n| sg.nodes[n].op.name().to_string()).collect(),
                 mlir: e.mlir,
                 arg_shardings: vec![],
                 result_shardings: vec![],
-                index_checks: index_checks(&sg, &seg.nodes, &e.args),
+                index_checks: index_checks(&sg, &seg.nodes, tensor_args),
             },
         });
     }

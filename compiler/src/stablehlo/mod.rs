@@ -7,6 +7,9 @@
 //!   mixed plan plus the `AccelProgram` section.
 //! - [`buckets`]: shape buckets for programs with symbolic dimensions
 //!   (`--buckets`): sizes, specialisation, the padding-safety check.
+//! - [`masks`]: the rewrite of each bucket's graph that masks the padding
+//!   where an op combines along a padded axis (the true sizes become
+//!   scalar arguments).
 //! - [`loop_consts`]: large constants of loop regions become loop operands
 //!   (weights), not inline text.
 //! - [`sharding`]: Shardy and GSPMD annotation text for SPMD programs (a
@@ -17,6 +20,7 @@
 
 pub mod buckets;
 pub mod loop_consts;
+pub mod masks;
 pub mod partition;
 pub mod sharding;
 

@@ -617,7 +617,8 @@ pub struct ShardEstimate {
 /// and weight tensors, its results the plan's output tensors; the runtime
 /// pads each argument with zeros to `arg_shapes` and slices each result from
 /// `result_shapes` back to the run's shape (the compiler proved that padding
-/// changes no element the slice keeps).
+/// changes no element the slice keeps, masking the ops that combine along a
+/// padded axis with the run's true sizes).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccelBucket {
     /// Per plan symbol (in [`Plan::symbols`] order): the size compiled for.
@@ -626,6 +627,10 @@ pub struct AccelBucket {
     /// Static shapes of `segment.args` and `segment.results` in `@main`.
     pub arg_shapes: Vec<Vec<u64>>,
     pub result_shapes: Vec<Vec<u64>>,
+    /// `@main`'s arguments after `segment.args`: one 0-d i64 each, the
+    /// run's value of the plan symbol at this index (the true size the
+    /// program's masks compare with). Distinct.
+    pub true_sizes: Vec<u32>,
 }
 
 /// A device mesh: named axes (major to minor) and the device id at each

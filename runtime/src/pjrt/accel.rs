@@ -67,6 +67,8 @@ struct Bucket {
     arg_shapes: Vec<Vec<usize>>,
     result_shapes: Vec<Vec<usize>>,
     index_checks: Vec<IndexCheck>,
+    /// Plan symbols whose run values follow the arguments (0-d i64 each).
+    true_sizes: Vec<u32>,
 }
 
 pub(crate) struct AccelState {
@@ -211,6 +213,7 @@ impl AccelState {
                 arg_shapes: usizes(&b.arg_shapes),
                 result_shapes: usizes(&b.result_shapes),
                 index_checks: seg.index_checks.clone(),
+                true_sizes: b.true_sizes.clone(),
             });
         }
         info.segments = segments.len();
@@ -522,11 +525,14 @@ impl AccelState {
     }
 
     /// Runs bucket `b`: each non-weight argument zero-padded to the
-    /// bucket's shape and uploaded, one execute, each result copied back and
-    /// sliced to its run shape (`results[k]`: the run's shape and slot).
+    /// bucket's shape and uploaded, then the true sizes its masks read
+    /// (from the run's symbol values `sym_vals`), one execute, each result
+    /// copied back and sliced to its run shape (`results[k]`: the run's
+    /// shape and slot).
     pub(crate) fn run_bucket(
         &mut self,
         b: usize,
+        sym_vals: &[u64],
         args: &[TensorView<'_>],
         results: &mut [kiln_kernels::TensorMut<'_>],
     ) -> Result<()> {
@@ -550,10 +556,21 @@ impl AccelState {
             stats.uploads += 1;
             stats.upload_bytes += bytes as u64;
         }
+        let tensors = uploaded.len();
+        for &s in &bucket.true_sizes {
+            // Validation bounded the index; sizes are far below i64::MAX.
+            let size = sym_vals.get(s as usize).copied().unwrap_or(0) as i64;
+            let bytes = size.to_le_bytes();
+            uploaded.push(self.client.buffer_from_host(kiln_kernels::DType::I64, &[], &bytes, self.device_index)?);
+            stats.uploads += 1;
+            stats.upload_bytes += bytes.len() as u64;
+        }
         let executing = Instant::now();
         stats.upload_time += executing - started;
-        let mut fresh = uploaded.iter();
-        let operands = bucket.weights.iter().filter_map(|w| w.as_ref().or_else(|| fresh.next())).map(Buffer::raw);
+        let (fresh, sizes) = uploaded.split_at(tensors);
+        let mut fresh = fresh.iter();
+        let operands =
+            bucket.weights.iter().filter_map(|w| w.as_ref().or_else(|| fresh.next())).chain(sizes).map(Buffer::raw);
         let executed = bucket.executable.execute_into(operands, &[], &mut self.lists, &mut self.outputs);
         uploaded.clear();
         let copying = Instant::now();
