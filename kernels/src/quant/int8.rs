@@ -23,6 +23,15 @@ use crate::parallel::{SharedMut, Threads};
 /// the true sum fits: `k < 2^17`).
 pub(crate) type QKernelFn = fn(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]);
 
+/// [`QKernelFn`] reading its rows from a channels-last image in place (an
+/// implicit im2col): row `i`'s `4 · c4 · offs.len()` activations are the
+/// runs `image[rows[i] + o..][..4 · c4]` for each tap offset `o` of `offs`
+/// in turn (a window's taps, each `C` channels), so the sums are those of
+/// the gathered rows and the same weights, exactly. `rows` has `mr`
+/// entries.
+pub(crate) type QWindowFn =
+    fn(c4: usize, image: &[u8], rows: &[usize], offs: &[usize], b: &[u8], strip: usize, acc: &mut [i32]);
+
 /// The kernel table's int8 GEMM entry.
 #[derive(Copy, Clone)]
 pub(crate) struct QGemmUkr {
@@ -34,6 +43,9 @@ pub(crate) struct QGemmUkr {
     /// How the driver stores the activation rows the kernel reads.
     pub(crate) acts: Acts,
     pub(crate) run: QKernelFn,
+    /// [`QWindowFn`], where the entry has one: a convolution whose window
+    /// rows the kernel can read in place skips the gather copy.
+    pub(crate) window: Option<QWindowFn>,
     /// The driver's per-value loops, compiled for the entry's ISA.
     pub(crate) driver: Driver,
 }
@@ -104,6 +116,7 @@ pub(crate) const GENERIC_UKR: QGemmUkr = QGemmUkr {
     nr: STRIP,
     acts: Acts::I8,
     run: generic_kernel,
+    window: None,
     driver: GENERIC_DRIVER,
 };
 
@@ -195,7 +208,7 @@ pub(crate) fn run(
     });
     let pad_byte = if ukr.acts == Acts::U8Offset { 0x80 } else { 0 };
     rows[m * lda..].fill(pad_byte);
-    let rows = QuantRows { bytes: rows, lda, scales, shifts };
+    let rows = QuantRows { bytes: rows, lda, window: None, scales, shifts };
     multiply(ukr, threads, &rows, m, w, bias, None, TileOut::F32(out));
 }
 
@@ -206,8 +219,38 @@ pub(crate) fn run(
 pub(crate) struct QuantRows<'r> {
     pub(crate) bytes: &'r [u8],
     pub(crate) lda: usize,
+    /// Instead of `bytes`: the rows read in place from an image by the
+    /// entry's [`QWindowFn`].
+    pub(crate) window: Option<Windows<'r>>,
     pub(crate) scales: &'r [f32],
     pub(crate) shifts: &'r [i32],
+}
+
+/// The windows of a channels-last convolution's output pixels `first..`
+/// in its padded quantized image (`[H, W, C]`, each value in the entry's
+/// storage): pixel `p` (`oy = p / ow`, `ox = p % ow`) starts at byte
+/// `oy · row_step + ox · col_step`, and its row is the `c4` lane steps at
+/// each tap offset of `offs`.
+#[derive(Copy, Clone)]
+pub(crate) struct Windows<'r> {
+    pub(crate) image: &'r [u8],
+    pub(crate) offs: &'r [usize],
+    pub(crate) c4: usize,
+    pub(crate) first: usize,
+    pub(crate) ow: usize,
+    pub(crate) row_step: usize,
+    pub(crate) col_step: usize,
+}
+
+impl Windows<'_> {
+    /// The image offsets of rows `r..r + bases.len()` of the `m` rows; rows
+    /// past `m` (a last block's padding, never stored) repeat the last.
+    fn bases(&self, r: usize, m: usize, bases: &mut [usize]) {
+        for (i, b) in bases.iter_mut().enumerate() {
+            let p = self.first + (r + i).min(m - 1);
+            *b = (p / self.ow) * self.row_step + (p % self.ow) * self.col_step;
+        }
+    }
 }
 
 /// Whether `m × n × k` is worth the pool (as the f32 GEMM decides).
@@ -284,6 +327,14 @@ pub(crate) fn multiply(
     let (n, layout) = (w.n, &w.layout);
     let (kp, lda) = (layout.kp, r.lda);
     let (rows, scales, shifts) = (r.bytes, r.scales, r.shifts);
+    let r_window = r.window;
+    // Checked once here: the window kernel's rows are whole lane steps of
+    // the packed depth (its own asserts bound the image reads).
+    if let Some(win) = &r_window {
+        assert!(ukr.window.is_some() && ukr.mr <= 8, "qgemm: windows without a window kernel");
+        assert_eq!(win.c4 * win.offs.len() * LANE_I8, kp, "qgemm: windows do not cover the packed depth");
+        assert!(m > 0 && win.ow > 0, "qgemm: empty windows");
+    }
     let strip = strip_bytes(QBits::I8, kp);
     let tiles = layout.npad / ukr.nr;
     let row_blocks = m.div_ceil(MC);
@@ -324,7 +375,14 @@ pub(crate) fn multiply(
             }
             let b = &layout.bytes()[(j0 / STRIP) * strip..];
             for r in (i0..i1).step_by(ukr.mr) {
-                (ukr.run)(kp / LANE_I8, &rows[r * lda..], lda, b, strip, &mut acc);
+                match (&r_window, ukr.window) {
+                    (Some(win), Some(window)) => {
+                        let mut bases = [0usize; 8];
+                        win.bases(r, m, &mut bases[..ukr.mr]);
+                        window(win.c4, win.image, &bases[..ukr.mr], win.offs, b, strip, &mut acc);
+                    }
+                    _ => (ukr.run)(kp / LANE_I8, &rows[r * lda..], lda, b, strip, &mut acc),
+                }
                 let cols = ukr.nr.min(n - j0);
                 for i in 0..ukr.mr.min(m - r) {
                     let s = scales[r + i];

@@ -186,8 +186,15 @@ const AVX2_MR: usize = 3;
 
 /// The plain AVX2 int8 entry (`vpmaddwd` on i16 activations and
 /// sign-extended weights).
-pub(crate) const INT8_AVX2: QGemmUkr =
-    QGemmUkr { variant: "avx2_3x16", mr: AVX2_MR, nr: 16, acts: Acts::I16, run: int8_avx2, driver: DRIVER };
+pub(crate) const INT8_AVX2: QGemmUkr = QGemmUkr {
+    variant: "avx2_3x16",
+    mr: AVX2_MR,
+    nr: 16,
+    acts: Acts::I16,
+    run: int8_avx2,
+    window: None,
+    driver: DRIVER,
+};
 
 fn int8_avx2(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
     check(AVX2_MR, 16, k4, a, lda, b, strip, acc);
@@ -236,6 +243,7 @@ pub(crate) const INT8_AVX_VNNI: QGemmUkr = QGemmUkr {
     nr: 16,
     acts: Acts::U8Offset,
     run: int8_avx_vnni,
+    window: None,
     driver: DRIVER,
 };
 

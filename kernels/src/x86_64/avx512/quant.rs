@@ -15,8 +15,15 @@ const MR: usize = 8;
 const NR: usize = 32;
 
 /// The table entry; installed only after AVX-512F and AVX-512 VNNI were detected.
-pub(crate) const INT8_AVX512_VNNI: QGemmUkr =
-    QGemmUkr { variant: "avx512_vnni_8x32", mr: MR, nr: NR, acts: Acts::U8Offset, run: int8, driver: DRIVER_VNNI };
+pub(crate) const INT8_AVX512_VNNI: QGemmUkr = QGemmUkr {
+    variant: "avx512_vnni_8x32",
+    mr: MR,
+    nr: NR,
+    acts: Acts::U8Offset,
+    run: int8,
+    window: Some(int8_window),
+    driver: DRIVER_VNNI,
+};
 
 /// The AVX2 driver with its tile stores compiled for AVX-512 (the same
 /// loops 16 lanes wide, i32 → i8 by one saturating pack) and the
@@ -331,14 +338,68 @@ unsafe fn int8_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, strip: u
     }
 }
 
+/// [`int8`] over rows read in place from a channels-last image (the
+/// table's window kernel, `QWindowFn` in `quant::int8`): the same `vpdpbusd` sums, lane step by
+/// lane step in the weight's order, each row's four bytes broadcast from
+/// its window's current tap instead of a gathered copy.
+fn int8_window(c4: usize, image: &[u8], rows: &[usize], offs: &[usize], b: &[u8], strip: usize, acc: &mut [i32]) {
+    let k4 = c4 * offs.len();
+    let span = offs.iter().max().map_or(0, |&o| o + 4 * c4);
+    let rows: &[usize; MR] = rows.try_into().expect("qgemm: one window per tile row");
+    assert!(rows.iter().all(|&r| r + span <= image.len()), "qgemm: window past the image");
+    assert!(b.len() >= strip + 64 * k4 && strip >= 64 * k4, "qgemm: weight strips too short");
+    assert!(acc.len() >= MR * NR, "qgemm: accumulator tile too small");
+    // SAFETY: the CPU has AVX-512F and VNNI (see the entry); the asserts
+    // bound every load and store.
+    unsafe { int8_window_inner(c4, image.as_ptr(), rows, offs, b.as_ptr(), strip, acc) }
+}
+
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn int8_window_inner(
+    c4: usize,
+    image: *const u8,
+    rows: &[usize; MR],
+    offs: &[usize],
+    b: *const u8,
+    strip: usize,
+    acc: &mut [i32],
+) {
+    let mut c = [[_mm512_setzero_si512(); 2]; MR];
+    let mut w = b;
+    for &o in offs {
+        let a: [*const u8; MR] = std::array::from_fn(|i| image.add(rows[i] + o));
+        for t in 0..c4 {
+            let w0 = _mm512_loadu_si512(w.add(t * 64) as *const _);
+            let w1 = _mm512_loadu_si512(w.add(strip + t * 64) as *const _);
+            for (ci, a) in c.iter_mut().zip(&a) {
+                let x = _mm512_set1_epi32((a.add(4 * t) as *const i32).read_unaligned());
+                ci[0] = _mm512_dpbusd_epi32(ci[0], x, w0);
+                ci[1] = _mm512_dpbusd_epi32(ci[1], x, w1);
+            }
+        }
+        w = w.add(64 * c4);
+    }
+    for (i, ci) in c.iter().enumerate() {
+        _mm512_storeu_si512(acc.as_mut_ptr().add(i * NR) as *mut _, ci[0]);
+        _mm512_storeu_si512(acc.as_mut_ptr().add(i * NR + 16) as *mut _, ci[1]);
+    }
+}
+
 const BW_MR: usize = 6;
 
 /// The AVX-512BW entry, for CPUs without VNNI (Skylake-SP, Cascade Lake
 /// has VNNI): the AVX2 kernel's exact i16 `vpmaddwd` on zmm, 6 rows × 32
 /// columns (24 accumulators, four sign-extended weight vectors per lane
 /// step shared by the six rows). Installed only after AVX-512BW was detected.
-pub(crate) const INT8_AVX512BW: QGemmUkr =
-    QGemmUkr { variant: "avx512bw_6x32", mr: BW_MR, nr: NR, acts: Acts::I16, run: int8_bw, driver: DRIVER };
+pub(crate) const INT8_AVX512BW: QGemmUkr = QGemmUkr {
+    variant: "avx512bw_6x32",
+    mr: BW_MR,
+    nr: NR,
+    acts: Acts::I16,
+    run: int8_bw,
+    window: None,
+    driver: DRIVER,
+};
 
 fn int8_bw(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
     assert!(a.len() >= (BW_MR - 1) * lda + 8 * k4, "qgemm: i16 activation rows too short");
