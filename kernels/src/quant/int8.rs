@@ -60,8 +60,8 @@ pub(crate) struct QGemmUkr {
 pub(crate) struct Driver {
     pub(crate) encode: EncodeFn,
     pub(crate) store: StoreFn,
-    /// [`store_row_quantized`]: a tile row finished and quantized for the
-    /// next layer (an i8 result).
+    /// [`store_tile_quantized`]: a tile's rows finished and quantized for
+    /// the next layer (an i8 result), one call per tile.
     pub(crate) store_q: StoreQFn,
     /// The int8 depthwise convolution's image and row loops ([`super::depthwise`]).
     pub(crate) depthwise: super::depthwise::DepthwiseFns,
@@ -71,15 +71,15 @@ pub(crate) struct Driver {
 pub(crate) type EncodeFn = fn(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]);
 /// [`store_row`]'s signature.
 pub(crate) type StoreFn = fn(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32);
-/// [`store_row_quantized`]'s signature.
-pub(crate) type StoreQFn =
-    fn(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zero_point: i32);
+/// [`store_tile_quantized`]'s signature (`unsafe`: the tile writes
+/// through its raw output pointer, see [`QTile`]).
+pub(crate) type StoreQFn = unsafe fn(t: &QTile<'_>);
 
 /// The driver compiled for the build's baseline.
 pub(crate) const GENERIC_DRIVER: Driver = Driver {
     encode: super::encode_quantized,
     store: store_row,
-    store_q: store_row_quantized,
+    store_q: store_tile_quantized,
     depthwise: super::depthwise::GENERIC_DEPTHWISE,
 };
 
@@ -384,33 +384,45 @@ pub(crate) fn multiply(
                     _ => (ukr.run)(kp / LANE_I8, &rows[r * lda..], lda, b, strip, &mut acc),
                 }
                 let cols = ukr.nr.min(n - j0);
-                for i in 0..ukr.mr.min(m - r) {
+                let tile_rows = ukr.mr.min(m - r);
+                if let Some((inv, zero_point)) = quant {
+                    // The whole tile in one call: its columns' epilogue
+                    // vectors read once, the call's cost paid once.
+                    let at = r * n + j0;
+                    let span = (tile_rows - 1) * n + cols;
+                    assert!(at + span <= out_len);
+                    let tile = QTile {
+                        acc: &acc[..tile_rows * ukr.nr],
+                        nr: ukr.nr,
+                        rows: tile_rows,
+                        cols,
+                        out: dst_q.ptr().wrapping_add(at),
+                        ldo: n,
+                        scales: &scales[r..r + tile_rows],
+                        shifts: &shifts[r..r + tile_rows],
+                        e: Epilogue {
+                            residual: residual.map(|res| res.range(at..at + span)),
+                            ..epilogue(at, j0, cols)
+                        },
+                        inv,
+                        zero_point,
+                    };
+                    // SAFETY: rows `r..r + tile_rows`, columns `j0..j0 +
+                    // cols` are in bounds (just checked) and belong to this
+                    // item alone (items own disjoint (row block, column
+                    // group) rectangles of `out`).
+                    unsafe { (ukr.driver.store_q)(&tile) };
+                    continue;
+                }
+                for i in 0..tile_rows {
                     let s = scales[r + i];
                     let at = (r + i) * n + j0;
                     assert!(at + cols <= out_len);
                     let (acc, e, shift) = (&acc[i * ukr.nr..][..cols], &epilogue(at, j0, cols), shifts[r + i]);
                     // SAFETY: in bounds (just checked); items own disjoint
                     // (row block, column group) rectangles of `out`.
-                    unsafe {
-                        match quant {
-                            None => (ukr.driver.store)(
-                                std::slice::from_raw_parts_mut(dst.ptr().add(at), cols),
-                                acc,
-                                s,
-                                e,
-                                shift,
-                            ),
-                            Some((inv, qzp)) => (ukr.driver.store_q)(
-                                std::slice::from_raw_parts_mut(dst_q.ptr().add(at), cols),
-                                acc,
-                                s,
-                                e,
-                                shift,
-                                inv,
-                                qzp,
-                            ),
-                        }
-                    }
+                    let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(at), cols) };
+                    (ukr.driver.store)(o, acc, s, e, shift);
                 }
             }
         }
@@ -458,16 +470,17 @@ fn quantize_row_symmetric(kernels: &QuantKernels, x: &[f32], acts: Acts, row: &m
 
 /// The columns of one tile: their scales, weight sums and bias, and the
 /// bounds every value is clamped to (infinite when there is no clamp).
+#[derive(Copy, Clone)]
 pub(crate) struct Epilogue<'a> {
-    scales: &'a [f32],
-    col_sums: &'a [i32],
-    bias: Option<&'a [f32]>,
-    lo: f32,
-    hi: f32,
+    pub(crate) scales: &'a [f32],
+    pub(crate) col_sums: &'a [i32],
+    pub(crate) bias: Option<&'a [f32]>,
+    pub(crate) lo: f32,
+    pub(crate) hi: f32,
     /// The quantizing store's residual for this row's columns, added after
     /// the clamp to `lo..hi`, the sum then clamped to `after`.
-    residual: Option<Residual<'a>>,
-    after: (f32, f32),
+    pub(crate) residual: Option<Residual<'a>>,
+    pub(crate) after: (f32, f32),
 }
 
 /// One row of a tile: `o = (f32(dot) · s) · scale (+ bias)`, where `dot`
@@ -518,6 +531,45 @@ pub(crate) fn store_row_quantized(
             .iter_mut()
             .zip(dots.zip(scales).zip(&b[..n]))
             .for_each(|(o, ((d, &sc), &b))| *o = finish((d as f32 * s) * sc + b)),
+    }
+}
+
+/// One finished tile for the quantizing store: `rows` rows of `cols`
+/// sums (`nr` apart in `acc`), each row's activation scale and shift, the
+/// columns' epilogue — its residual, if any, the values at the tile's
+/// positions, `ldo` apart from row to row — and the output's reciprocal
+/// scale and zero point. `out` is the tile's first value; its rows are
+/// `ldo` apart in the output. Whoever builds a tile owns those
+/// `rows × cols` values while the store runs.
+pub(crate) struct QTile<'t> {
+    pub(crate) acc: &'t [i32],
+    pub(crate) nr: usize,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) out: *mut i8,
+    pub(crate) ldo: usize,
+    pub(crate) scales: &'t [f32],
+    pub(crate) shifts: &'t [i32],
+    pub(crate) e: Epilogue<'t>,
+    pub(crate) inv: f32,
+    pub(crate) zero_point: i32,
+}
+
+/// [`store_row_quantized`] over each row of a tile, in one call (an ISA's
+/// copy compiles the row loop into its `#[target_feature]` wrapper, so the
+/// loop-invariant broadcasts are made once per tile).
+///
+/// # Safety
+/// `t.out` points at `t.rows` rows of `t.cols` writable i8 values, `t.ldo`
+/// apart, that nothing else reads or writes during the call.
+#[inline(always)]
+pub(crate) unsafe fn store_tile_quantized(t: &QTile<'_>) {
+    let (nr, ldo, cols) = (t.nr, t.ldo, t.cols);
+    for i in 0..t.rows {
+        // SAFETY: row `i` of the tile (the caller's contract).
+        let o = unsafe { std::slice::from_raw_parts_mut(t.out.add(i * ldo), cols) };
+        let e = Epilogue { residual: t.e.residual.map(|r| r.range(i * ldo..i * ldo + cols)), ..t.e };
+        store_row_quantized(o, &t.acc[i * nr..][..cols], t.scales[i], &e, t.shifts[i], t.inv, t.zero_point);
     }
 }
 

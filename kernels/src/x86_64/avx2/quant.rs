@@ -12,7 +12,8 @@
 //! `q + 128` and the driver subtracts `128 · Σ_p w` per column.
 
 use crate::quant::{
-    depthwise_bounds, Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr, BLOCK, PIXELS,
+    depthwise_bounds, Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, QTile, WoStrip, WoUkr, BLOCK,
+    PIXELS,
 };
 use std::arch::x86_64::*;
 
@@ -167,14 +168,17 @@ fn store(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
     unsafe { store_avx2(o, acc, s, e, shift) }
 }
 
-fn store_q(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
-    // SAFETY: as for `encode`.
-    unsafe { store_q_avx2(o, acc, s, e, shift, inv, zp) }
+/// # Safety
+/// [`crate::quant::store_tile_quantized`]'s contract.
+unsafe fn store_q(t: &QTile<'_>) {
+    // SAFETY: as for `encode`; the tile's contract is the caller's.
+    unsafe { store_q_avx2(t) }
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn store_q_avx2(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
-    crate::quant::store_row_quantized(o, acc, s, e, shift, inv, zp)
+unsafe fn store_q_avx2(t: &QTile<'_>) {
+    // SAFETY: the tile's contract is the caller's.
+    unsafe { crate::quant::store_tile_quantized(t) }
 }
 
 #[target_feature(enable = "avx2,fma")]
