@@ -325,15 +325,32 @@ unsafe fn store_q_avx512(t: &QTile<'_>) {
     // residual; the output is the caller's contract.
     unsafe {
         match e.residual {
-            None => tile_zmm::<NO_RESIDUAL>(t, std::ptr::null(), std::ptr::null(), 0.0, 0.0),
+            None => tile_halves::<NO_RESIDUAL>(t, std::ptr::null(), std::ptr::null(), 0.0, 0.0),
             Some(Residual::F32(r)) => {
                 assert!(r.len() >= span, "qgemm: residual shorter than the tile");
-                tile_zmm::<F32_RESIDUAL>(t, r.as_ptr(), std::ptr::null(), 0.0, 0.0)
+                tile_halves::<F32_RESIDUAL>(t, r.as_ptr(), std::ptr::null(), 0.0, 0.0)
             }
             Some(Residual::I8(r, rs, rzp)) => {
                 assert!(r.len() >= span, "qgemm: residual shorter than the tile");
-                tile_zmm::<I8_RESIDUAL>(t, std::ptr::null(), r.as_ptr(), rs, rzp as f32)
+                tile_halves::<I8_RESIDUAL>(t, std::ptr::null(), r.as_ptr(), rs, rzp as f32)
             }
+        }
+    }
+}
+
+/// [`tile_zmm`] with its number of 16-column halves a constant (the
+/// halves' values then stay in registers).
+///
+/// # Safety
+/// [`tile_zmm`]'s.
+#[inline(always)]
+unsafe fn tile_halves<const RES: u8>(t: &QTile<'_>, rf: *const f32, ri: *const i8, rs: f32, rzp: f32) {
+    // SAFETY: the caller's.
+    unsafe {
+        if t.cols > 16 {
+            tile_zmm::<RES, 2>(t, rf, ri, rs, rzp)
+        } else {
+            tile_zmm::<RES, 1>(t, rf, ri, rs, rzp)
         }
     }
 }
@@ -360,13 +377,12 @@ const I8_RESIDUAL: u8 = 2;
 /// closure would not inherit the caller's target features, and each
 /// intrinsic would become a call.
 #[inline(always)]
-unsafe fn tile_zmm<const RES: u8>(t: &QTile<'_>, rf: *const f32, ri: *const i8, rs: f32, rzp: f32) {
+unsafe fn tile_zmm<const RES: u8, const H: usize>(t: &QTile<'_>, rf: *const f32, ri: *const i8, rs: f32, rzp: f32) {
     let e = &t.e;
     let full = if t.cols >= 32 { u32::MAX } else { (1u32 << t.cols) - 1 };
     let masks = [full as __mmask16, (full >> 16) as __mmask16];
-    let halves = if t.cols > 16 { 2 } else { 1 };
-    let (mut cs, mut sc, mut bias) = ([_mm512_setzero_si512(); 2], [_mm512_setzero_ps(); 2], [_mm512_setzero_ps(); 2]);
-    for h in 0..halves {
+    let (mut cs, mut sc, mut bias) = ([_mm512_setzero_si512(); H], [_mm512_setzero_ps(); H], [_mm512_setzero_ps(); H]);
+    for h in 0..H {
         cs[h] = _mm512_maskz_loadu_epi32(masks[h], e.col_sums.as_ptr().add(16 * h));
         sc[h] = _mm512_maskz_loadu_ps(masks[h], e.scales.as_ptr().add(16 * h));
         if let Some(b) = e.bias {
@@ -380,12 +396,22 @@ unsafe fn tile_zmm<const RES: u8>(t: &QTile<'_>, rf: *const f32, ri: *const i8, 
     let (qlo, qhi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
     // Dword `j` of the packed bytes: half `j / 4`'s values `4 (j % 4)..`.
     let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    // `shift · Σw` per column, made again only when a row's shift differs
+    // from the previous row's (static activations: one shift for all).
+    let (mut shifted, mut last) = ([_mm512_setzero_si512(); H], None);
     for i in 0..t.rows {
-        let (s, shift) = (_mm512_set1_ps(t.scales[i]), _mm512_set1_epi32(t.shifts[i]));
+        let s = _mm512_set1_ps(t.scales[i]);
+        if last != Some(t.shifts[i]) {
+            let shift = _mm512_set1_epi32(t.shifts[i]);
+            for h in 0..H {
+                shifted[h] = _mm512_mullo_epi32(cs[h], shift);
+            }
+            last = Some(t.shifts[i]);
+        }
         let mut q = [_mm512_setzero_si512(); 2];
-        for h in 0..halves {
+        for h in 0..H {
             let acc = _mm512_loadu_si512(t.acc.as_ptr().add(i * NR + 16 * h) as *const _);
-            let dot = _mm512_sub_epi32(acc, _mm512_mullo_epi32(cs[h], shift));
+            let dot = _mm512_sub_epi32(acc, shifted[h]);
             let mut v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), s), sc[h]);
             if e.bias.is_some() {
                 v = _mm512_add_ps(v, bias[h]);
@@ -412,7 +438,7 @@ unsafe fn tile_zmm<const RES: u8>(t: &QTile<'_>, rf: *const f32, ri: *const i8, 
             q[h] = _mm512_cvttps_epi32(_mm512_maskz_mov_ps(ordered, clamped));
         }
         let out = t.out.add(i * t.ldo);
-        if halves == 2 {
+        if H == 2 {
             let words = _mm512_packs_epi32(q[0], q[1]);
             let bytes = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(words, words));
             _mm256_mask_storeu_epi8(out, full, _mm512_castsi512_si256(bytes));
