@@ -1567,3 +1567,114 @@ fn qconv_depthwise_keeps_negative_zero_and_subnormals() {
         }
     }
 }
+
+/// Channels-last convolutions whose pixels are whole lane steps (`C` a
+/// multiple of 4): an entry with a window kernel (AVX-512 VNNI) reads
+/// each output pixel's window from the padded image in place instead of
+/// gathering it — the same sums, so the definition's bits, for every
+/// variant (the others gather) and thread count: strides, padding,
+/// dilation, uneven kernels, pixel counts with a tail past the row block
+/// and over several row blocks, f32 and i8 inputs and results. Fails when
+/// a tap's offset, a row's start or the row step of a stride is off.
+#[test]
+fn qconv_windows_read_in_place_are_the_definition() {
+    use kiln_kernels::quant::{qconv_int8_with, quantize_row_static, variants};
+    use kiln_kernels::{ConvParams, DType, TensorMut, TensorRef};
+    let nhwc = |v: &[f32], [_, c, h, w]: [usize; 4]| -> Vec<f32> {
+        let mut out = vec![0f32; v.len()];
+        for (i, &x) in v.iter().enumerate() {
+            let (b, ch, y, xx) = (i / (c * h * w), (i / (h * w)) % c, (i / w) % h, i % w);
+            out[((b * h + y) * w + xx) * c + ch] = x;
+        }
+        out
+    };
+    // (N, C, H, W), (Cout, kh, kw), (stride, padding, dilation).
+    let cases = [
+        ((2, 16, 13, 11), (40, 3, 3), (1, 1, 1)),
+        ((1, 4, 15, 14), (33, 3, 3), (2, 1, 1)),
+        ((1, 8, 12, 10), (17, 3, 3), (1, 2, 2)),
+        ((2, 12, 9, 9), (7, 1, 1), (2, 0, 1)),
+        ((1, 8, 11, 9), (16, 2, 3), (1, 1, 1)),
+        ((1, 64, 7, 7), (64, 3, 3), (1, 1, 1)),
+    ];
+    let act = ActQuant::Static { scale: 0.021, zero_point: 3 };
+    let next = (0.0173f32, -5);
+    for (case, &((n, c, h, wd), (cout, kh, kw), (stride, pad, dil))) in cases.iter().enumerate() {
+        let mut seed = 700 + case as u64;
+        let x: Vec<f32> = (0..n * c * h * wd).map(|_| lcg(&mut seed) * 2.5).collect();
+        let k = c * kh * kw;
+        let q: Vec<i8> = (0..cout * k).map(|i| ((i * 53 + case * 7) % 255) as u8 as i8).collect();
+        // Tap-major, as the channels-last convolution reads it.
+        let q_taps: Vec<i8> = (0..cout * k)
+            .map(|i| {
+                let (o, t, ch) = (i / k, (i % k) / c, i % c);
+                q[o * k + ch * kh * kw + t]
+            })
+            .collect();
+        let scales: Vec<f32> = (0..cout).map(|j| 0.003 + j as f32 * 0.0007).collect();
+        let bias: Vec<f32> = (0..cout).map(|j| j as f32 * 0.1 - 0.4).collect();
+        let data: Vec<u8> = q_taps.iter().map(|&v| v as u8).collect();
+        let w = QWeights { n: cout, k, bits: QBits::I8, group: k, data: &data, scales: &scales, zero_points: None };
+        let packed = PackedQWeights::pack(&w).unwrap();
+        let (want, (oh, ow)) =
+            qconv_reference(&x, (n, c, h, wd), &q, (cout, kh, kw), &scales, &bias, (stride, pad, dil), act);
+        let want = nhwc(&want, [n, cout, oh, ow]);
+        let mut want_q = vec![0i8; want.len()];
+        quantize_row_static(&want, next.0, next.1, &mut want_q);
+        let x_last = nhwc(&x, [n, c, h, wd]);
+        let mut x_q = vec![0i8; x_last.len()];
+        quantize_row_static(&x_last, 0.021, 3, &mut x_q);
+        let p = ConvParams { stride: &[stride; 2], padding: &[pad; 2], dilation: &[dil; 2], groups: 1 };
+        let (shape_in, shape_out) = ([n, h, wd, c], [n, oh, ow, cout]);
+        for kernels in variants() {
+            for threads in 1..=4 {
+                let what = format!("case {case} {} at {threads} threads", kernels.name());
+                let mut cx = Context::new().with_threads(threads);
+                // f32 in, f32 out.
+                let mut got = vec![0f32; want.len()];
+                let xr = TensorRef { dtype: DType::F32, shape: &shape_in, data: bytemuck::cast_slice(&x_last) };
+                let out = TensorMut { dtype: DType::F32, shape: &shape_out, data: bytemuck::cast_slice_mut(&mut got) };
+                let ws = [cout, c, kh, kw];
+                qconv_int8_with(
+                    &mut cx,
+                    &kernels,
+                    xr,
+                    &packed,
+                    &ws,
+                    act,
+                    Some(&bias),
+                    &NO_EPILOGUE,
+                    &p,
+                    true,
+                    out,
+                    None,
+                    None,
+                )
+                .unwrap();
+                let diffs = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                assert_eq!(diffs, 0, "f32: {what}");
+                // i8 in (the same integers), i8 out.
+                let mut got_q = vec![0i8; want.len()];
+                let xr = TensorRef { dtype: DType::I8, shape: &shape_in, data: bytemuck::cast_slice(&x_q) };
+                let out = TensorMut { dtype: DType::I8, shape: &shape_out, data: bytemuck::cast_slice_mut(&mut got_q) };
+                qconv_int8_with(
+                    &mut cx,
+                    &kernels,
+                    xr,
+                    &packed,
+                    &ws,
+                    act,
+                    Some(&bias),
+                    &NO_EPILOGUE,
+                    &p,
+                    true,
+                    out,
+                    Some(next),
+                    None,
+                )
+                .unwrap();
+                assert_eq!(got_q, want_q, "i8: {what}");
+            }
+        }
+    }
+}

@@ -30,8 +30,15 @@ const DRIVER: Driver =
 
 const NEON_MR: usize = 2;
 
-const INT8_NEON: QGemmUkr =
-    QGemmUkr { variant: "neon_2x16", mr: NEON_MR, nr: 16, acts: Acts::I8, run: int8_neon, driver: DRIVER };
+const INT8_NEON: QGemmUkr = QGemmUkr {
+    variant: "neon_2x16",
+    mr: NEON_MR,
+    nr: 16,
+    acts: Acts::I8,
+    run: int8_neon,
+    window: None,
+    driver: DRIVER,
+};
 
 fn int8_neon(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
     check(NEON_MR, k4, a, lda, b, acc);
@@ -64,8 +71,15 @@ unsafe fn int8_neon_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, acc
 
 const SDOT_MR: usize = 4;
 
-const INT8_SDOT: QGemmUkr =
-    QGemmUkr { variant: "neon_sdot_4x16", mr: SDOT_MR, nr: 16, acts: Acts::I8, run: int8_sdot, driver: DRIVER };
+const INT8_SDOT: QGemmUkr = QGemmUkr {
+    variant: "neon_sdot_4x16",
+    mr: SDOT_MR,
+    nr: 16,
+    acts: Acts::I8,
+    run: int8_sdot,
+    window: None,
+    driver: DRIVER,
+};
 
 fn int8_sdot(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
     check(SDOT_MR, k4, a, lda, b, acc);

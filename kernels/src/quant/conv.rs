@@ -22,7 +22,7 @@
 //! and each output is computed by one microkernel call, so results are the
 //! same whatever the thread count and ISA variant.
 
-use super::int8::{Acts, QuantRows, Residual, TileOut};
+use super::int8::{Acts, QuantRows, Residual, TileOut, Windows};
 use super::{err, ActQuant, PackedQWeights, QuantKernels};
 use crate::context::Context;
 use crate::generic::conv::{geometry, ConvParams, Geometry, TensorEpilogue};
@@ -296,6 +296,20 @@ fn qconv_impl(
     let direct = channels_last && g.kernel == [1, 1, 1] && g.stride == [1, 1, 1] && g.pad == [0, 0, 0] && {
         cin * ukr.acts.width() == lda
     };
+    // Other channels-last layers whose pixels are whole lane steps (`C` a
+    // multiple of 4 bytes), on an entry with a window kernel, read each
+    // output pixel's window from the padded image in place: a window is
+    // its taps' runs of `C` values, at offsets the same for every pixel.
+    let mut offs = [0usize; MAX_WINDOW_TAPS];
+    let windowed = channels_last
+        && !direct
+        && ukr.window.is_some()
+        && taps <= MAX_WINDOW_TAPS
+        && (cin * ukr.acts.width()).is_multiple_of(LANE_BYTES)
+        && k * ukr.acts.width() == lda;
+    if windowed {
+        window_offsets(&g, &padded, &mut offs[..taps]);
+    }
     let slack = if direct { ukr.mr * lda } else { 0 };
     let padded_len = (padded.len_bytes() + slack).div_ceil(4);
     let rows_len = chunk * lda / 4;
@@ -318,13 +332,25 @@ fn qconv_impl(
         for p0 in (0..pixels).step_by(chunk) {
             let m = chunk.min(pixels - p0);
             let mpad = m.next_multiple_of(ukr.mr);
-            let bytes = if direct {
-                &padded_bytes[p0 * lda..(p0 + mpad) * lda]
+            let (bytes, window) = if direct {
+                (&padded_bytes[p0 * lda..(p0 + mpad) * lda], None)
+            } else if windowed {
+                let run = cin * ukr.acts.width();
+                let window = Windows {
+                    image: &padded_bytes[..padded.len_bytes()],
+                    offs: &offs[..taps],
+                    c4: run / LANE_BYTES,
+                    first: p0,
+                    ow: g.output[2],
+                    row_step: g.stride[1] * padded.dims[2] * run,
+                    col_step: g.stride[2] * run,
+                };
+                (&[][..], Some(window))
             } else {
                 gather_rows(threads, &g, &padded, padded_bytes, p0, m, lda, &mut rows[..mpad * lda]);
-                &rows[..mpad * lda]
+                (&rows[..mpad * lda], None)
             };
-            let r = QuantRows { bytes, lda, scales: &scales[..m], shifts: &shifts[..m] };
+            let r = QuantRows { bytes, lda, window, scales: &scales[..m], shifts: &shifts[..m] };
             let result = match &mut ys {
                 Output::F32(ys) => &mut ys[b * cout * pixels..][..cout * pixels],
                 Output::I8 { values, scale, zero_point } => {
@@ -510,6 +536,26 @@ impl Padded {
             let dst = &mut bytes[self.pad[2] * c * width..][..iw * c * width];
             self.encode(src, s, zp, dst);
         });
+    }
+}
+
+/// Most taps a window read in place may have (the offsets live on the
+/// stack); larger kernels gather.
+const MAX_WINDOW_TAPS: usize = 64;
+
+/// Bytes of one lane step of a row (4 int8 values).
+const LANE_BYTES: usize = 4;
+
+/// The byte offset of each tap of a channels-last (2-d) window from the
+/// window's first pixel in the padded image, in the weight's tap order
+/// (kernel rows, then columns: [`gather_row_channels_last`]'s).
+fn window_offsets(g: &Geometry, padded: &Padded, offs: &mut [usize]) {
+    let [_, _, kw] = g.kernel;
+    let pw = padded.dims[2];
+    let run = padded.cin * padded.acts.width();
+    for (t, o) in offs.iter_mut().enumerate() {
+        let (t1, t0) = (t / kw, t % kw);
+        *o = (t1 * g.dil[1] * pw + t0 * g.dil[2]) * run;
     }
 }
 

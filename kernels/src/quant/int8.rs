@@ -23,6 +23,15 @@ use crate::parallel::{SharedMut, Threads};
 /// the true sum fits: `k < 2^17`).
 pub(crate) type QKernelFn = fn(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]);
 
+/// [`QKernelFn`] reading its rows from a channels-last image in place (an
+/// implicit im2col): row `i`'s `4 · c4 · offs.len()` activations are the
+/// runs `image[rows[i] + o..][..4 · c4]` for each tap offset `o` of `offs`
+/// in turn (a window's taps, each `C` channels), so the sums are those of
+/// the gathered rows and the same weights, exactly. `rows` has `mr`
+/// entries.
+pub(crate) type QWindowFn =
+    fn(c4: usize, image: &[u8], rows: &[usize], offs: &[usize], b: &[u8], strip: usize, acc: &mut [i32]);
+
 /// The kernel table's int8 GEMM entry.
 #[derive(Copy, Clone)]
 pub(crate) struct QGemmUkr {
@@ -34,6 +43,9 @@ pub(crate) struct QGemmUkr {
     /// How the driver stores the activation rows the kernel reads.
     pub(crate) acts: Acts,
     pub(crate) run: QKernelFn,
+    /// [`QWindowFn`], where the entry has one: a convolution whose window
+    /// rows the kernel can read in place skips the gather copy.
+    pub(crate) window: Option<QWindowFn>,
     /// The driver's per-value loops, compiled for the entry's ISA.
     pub(crate) driver: Driver,
 }
@@ -48,8 +60,8 @@ pub(crate) struct QGemmUkr {
 pub(crate) struct Driver {
     pub(crate) encode: EncodeFn,
     pub(crate) store: StoreFn,
-    /// [`store_row_quantized`]: a tile row finished and quantized for the
-    /// next layer (an i8 result).
+    /// [`store_tile_quantized`]: a tile's rows finished and quantized for
+    /// the next layer (an i8 result), one call per tile.
     pub(crate) store_q: StoreQFn,
     /// The int8 depthwise convolution's image and row loops ([`super::depthwise`]).
     pub(crate) depthwise: super::depthwise::DepthwiseFns,
@@ -59,15 +71,15 @@ pub(crate) struct Driver {
 pub(crate) type EncodeFn = fn(acts: Acts, src: &[f32], s: f32, zp: i32, dst: &mut [u8]);
 /// [`store_row`]'s signature.
 pub(crate) type StoreFn = fn(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32);
-/// [`store_row_quantized`]'s signature.
-pub(crate) type StoreQFn =
-    fn(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zero_point: i32);
+/// [`store_tile_quantized`]'s signature (`unsafe`: the tile writes
+/// through its raw output pointer, see [`QTile`]).
+pub(crate) type StoreQFn = unsafe fn(t: &QTile<'_>);
 
 /// The driver compiled for the build's baseline.
 pub(crate) const GENERIC_DRIVER: Driver = Driver {
     encode: super::encode_quantized,
     store: store_row,
-    store_q: store_row_quantized,
+    store_q: store_tile_quantized,
     depthwise: super::depthwise::GENERIC_DEPTHWISE,
 };
 
@@ -104,6 +116,7 @@ pub(crate) const GENERIC_UKR: QGemmUkr = QGemmUkr {
     nr: STRIP,
     acts: Acts::I8,
     run: generic_kernel,
+    window: None,
     driver: GENERIC_DRIVER,
 };
 
@@ -195,7 +208,7 @@ pub(crate) fn run(
     });
     let pad_byte = if ukr.acts == Acts::U8Offset { 0x80 } else { 0 };
     rows[m * lda..].fill(pad_byte);
-    let rows = QuantRows { bytes: rows, lda, scales, shifts };
+    let rows = QuantRows { bytes: rows, lda, window: None, scales, shifts };
     multiply(ukr, threads, &rows, m, w, bias, None, TileOut::F32(out));
 }
 
@@ -206,8 +219,38 @@ pub(crate) fn run(
 pub(crate) struct QuantRows<'r> {
     pub(crate) bytes: &'r [u8],
     pub(crate) lda: usize,
+    /// Instead of `bytes`: the rows read in place from an image by the
+    /// entry's [`QWindowFn`].
+    pub(crate) window: Option<Windows<'r>>,
     pub(crate) scales: &'r [f32],
     pub(crate) shifts: &'r [i32],
+}
+
+/// The windows of a channels-last convolution's output pixels `first..`
+/// in its padded quantized image (`[H, W, C]`, each value in the entry's
+/// storage): pixel `p` (`oy = p / ow`, `ox = p % ow`) starts at byte
+/// `oy · row_step + ox · col_step`, and its row is the `c4` lane steps at
+/// each tap offset of `offs`.
+#[derive(Copy, Clone)]
+pub(crate) struct Windows<'r> {
+    pub(crate) image: &'r [u8],
+    pub(crate) offs: &'r [usize],
+    pub(crate) c4: usize,
+    pub(crate) first: usize,
+    pub(crate) ow: usize,
+    pub(crate) row_step: usize,
+    pub(crate) col_step: usize,
+}
+
+impl Windows<'_> {
+    /// The image offsets of rows `r..r + bases.len()` of the `m` rows; rows
+    /// past `m` (a last block's padding, never stored) repeat the last.
+    fn bases(&self, r: usize, m: usize, bases: &mut [usize]) {
+        for (i, b) in bases.iter_mut().enumerate() {
+            let p = self.first + (r + i).min(m - 1);
+            *b = (p / self.ow) * self.row_step + (p % self.ow) * self.col_step;
+        }
+    }
 }
 
 /// Whether `m × n × k` is worth the pool (as the f32 GEMM decides).
@@ -284,6 +327,14 @@ pub(crate) fn multiply(
     let (n, layout) = (w.n, &w.layout);
     let (kp, lda) = (layout.kp, r.lda);
     let (rows, scales, shifts) = (r.bytes, r.scales, r.shifts);
+    let r_window = r.window;
+    // Checked once here: the window kernel's rows are whole lane steps of
+    // the packed depth (its own asserts bound the image reads).
+    if let Some(win) = &r_window {
+        assert!(ukr.window.is_some() && ukr.mr <= 8, "qgemm: windows without a window kernel");
+        assert_eq!(win.c4 * win.offs.len() * LANE_I8, kp, "qgemm: windows do not cover the packed depth");
+        assert!(m > 0 && win.ow > 0, "qgemm: empty windows");
+    }
     let strip = strip_bytes(QBits::I8, kp);
     let tiles = layout.npad / ukr.nr;
     let row_blocks = m.div_ceil(MC);
@@ -324,35 +375,54 @@ pub(crate) fn multiply(
             }
             let b = &layout.bytes()[(j0 / STRIP) * strip..];
             for r in (i0..i1).step_by(ukr.mr) {
-                (ukr.run)(kp / LANE_I8, &rows[r * lda..], lda, b, strip, &mut acc);
+                match (&r_window, ukr.window) {
+                    (Some(win), Some(window)) => {
+                        let mut bases = [0usize; 8];
+                        win.bases(r, m, &mut bases[..ukr.mr]);
+                        window(win.c4, win.image, &bases[..ukr.mr], win.offs, b, strip, &mut acc);
+                    }
+                    _ => (ukr.run)(kp / LANE_I8, &rows[r * lda..], lda, b, strip, &mut acc),
+                }
                 let cols = ukr.nr.min(n - j0);
-                for i in 0..ukr.mr.min(m - r) {
+                let tile_rows = ukr.mr.min(m - r);
+                if let Some((inv, zero_point)) = quant {
+                    // The whole tile in one call: its columns' epilogue
+                    // vectors read once, the call's cost paid once.
+                    let at = r * n + j0;
+                    let span = (tile_rows - 1) * n + cols;
+                    assert!(at + span <= out_len);
+                    let tile = QTile {
+                        acc: &acc[..tile_rows * ukr.nr],
+                        nr: ukr.nr,
+                        rows: tile_rows,
+                        cols,
+                        out: dst_q.ptr().wrapping_add(at),
+                        ldo: n,
+                        scales: &scales[r..r + tile_rows],
+                        shifts: &shifts[r..r + tile_rows],
+                        e: Epilogue {
+                            residual: residual.map(|res| res.range(at..at + span)),
+                            ..epilogue(at, j0, cols)
+                        },
+                        inv,
+                        zero_point,
+                    };
+                    // SAFETY: rows `r..r + tile_rows`, columns `j0..j0 +
+                    // cols` are in bounds (just checked) and belong to this
+                    // item alone (items own disjoint (row block, column
+                    // group) rectangles of `out`).
+                    unsafe { (ukr.driver.store_q)(&tile) };
+                    continue;
+                }
+                for i in 0..tile_rows {
                     let s = scales[r + i];
                     let at = (r + i) * n + j0;
                     assert!(at + cols <= out_len);
                     let (acc, e, shift) = (&acc[i * ukr.nr..][..cols], &epilogue(at, j0, cols), shifts[r + i]);
                     // SAFETY: in bounds (just checked); items own disjoint
                     // (row block, column group) rectangles of `out`.
-                    unsafe {
-                        match quant {
-                            None => (ukr.driver.store)(
-                                std::slice::from_raw_parts_mut(dst.ptr().add(at), cols),
-                                acc,
-                                s,
-                                e,
-                                shift,
-                            ),
-                            Some((inv, qzp)) => (ukr.driver.store_q)(
-                                std::slice::from_raw_parts_mut(dst_q.ptr().add(at), cols),
-                                acc,
-                                s,
-                                e,
-                                shift,
-                                inv,
-                                qzp,
-                            ),
-                        }
-                    }
+                    let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(at), cols) };
+                    (ukr.driver.store)(o, acc, s, e, shift);
                 }
             }
         }
@@ -400,16 +470,17 @@ fn quantize_row_symmetric(kernels: &QuantKernels, x: &[f32], acts: Acts, row: &m
 
 /// The columns of one tile: their scales, weight sums and bias, and the
 /// bounds every value is clamped to (infinite when there is no clamp).
+#[derive(Copy, Clone)]
 pub(crate) struct Epilogue<'a> {
-    scales: &'a [f32],
-    col_sums: &'a [i32],
-    bias: Option<&'a [f32]>,
-    lo: f32,
-    hi: f32,
+    pub(crate) scales: &'a [f32],
+    pub(crate) col_sums: &'a [i32],
+    pub(crate) bias: Option<&'a [f32]>,
+    pub(crate) lo: f32,
+    pub(crate) hi: f32,
     /// The quantizing store's residual for this row's columns, added after
     /// the clamp to `lo..hi`, the sum then clamped to `after`.
-    residual: Option<Residual<'a>>,
-    after: (f32, f32),
+    pub(crate) residual: Option<Residual<'a>>,
+    pub(crate) after: (f32, f32),
 }
 
 /// One row of a tile: `o = (f32(dot) · s) · scale (+ bias)`, where `dot`
@@ -460,6 +531,45 @@ pub(crate) fn store_row_quantized(
             .iter_mut()
             .zip(dots.zip(scales).zip(&b[..n]))
             .for_each(|(o, ((d, &sc), &b))| *o = finish((d as f32 * s) * sc + b)),
+    }
+}
+
+/// One finished tile for the quantizing store: `rows` rows of `cols`
+/// sums (`nr` apart in `acc`), each row's activation scale and shift, the
+/// columns' epilogue — its residual, if any, the values at the tile's
+/// positions, `ldo` apart from row to row — and the output's reciprocal
+/// scale and zero point. `out` is the tile's first value; its rows are
+/// `ldo` apart in the output. Whoever builds a tile owns those
+/// `rows × cols` values while the store runs.
+pub(crate) struct QTile<'t> {
+    pub(crate) acc: &'t [i32],
+    pub(crate) nr: usize,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) out: *mut i8,
+    pub(crate) ldo: usize,
+    pub(crate) scales: &'t [f32],
+    pub(crate) shifts: &'t [i32],
+    pub(crate) e: Epilogue<'t>,
+    pub(crate) inv: f32,
+    pub(crate) zero_point: i32,
+}
+
+/// [`store_row_quantized`] over each row of a tile, in one call (an ISA's
+/// copy compiles the row loop into its `#[target_feature]` wrapper, so the
+/// loop-invariant broadcasts are made once per tile).
+///
+/// # Safety
+/// `t.out` points at `t.rows` rows of `t.cols` writable i8 values, `t.ldo`
+/// apart, that nothing else reads or writes during the call.
+#[inline(always)]
+pub(crate) unsafe fn store_tile_quantized(t: &QTile<'_>) {
+    let (nr, ldo, cols) = (t.nr, t.ldo, t.cols);
+    for i in 0..t.rows {
+        // SAFETY: row `i` of the tile (the caller's contract).
+        let o = unsafe { std::slice::from_raw_parts_mut(t.out.add(i * ldo), cols) };
+        let e = Epilogue { residual: t.e.residual.map(|r| r.range(i * ldo..i * ldo + cols)), ..t.e };
+        store_row_quantized(o, &t.acc[i * nr..][..cols], t.scales[i], &e, t.shifts[i], t.inv, t.zero_point);
     }
 }
 

@@ -75,7 +75,7 @@ pub(crate) use int8::Driver;
 #[cfg(kiln_neon)]
 pub(crate) use int8::GENERIC_DRIVER;
 #[cfg(kiln_x86_64)]
-pub(crate) use int8::{store_row, store_row_quantized, Epilogue};
+pub(crate) use int8::{store_row, store_tile_quantized, Epilogue, QTile, Residual};
 #[cfg(any(kiln_x86_64, kiln_neon))]
 pub(crate) use int8::{Acts, QGemmUkr};
 #[cfg(any(kiln_x86_64, kiln_neon))]

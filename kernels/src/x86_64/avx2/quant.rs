@@ -12,7 +12,8 @@
 //! `q + 128` and the driver subtracts `128 · Σ_p w` per column.
 
 use crate::quant::{
-    depthwise_bounds, Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr, BLOCK, PIXELS,
+    depthwise_bounds, Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, QTile, WoStrip, WoUkr, BLOCK,
+    PIXELS,
 };
 use std::arch::x86_64::*;
 
@@ -167,14 +168,17 @@ fn store(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
     unsafe { store_avx2(o, acc, s, e, shift) }
 }
 
-fn store_q(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
-    // SAFETY: as for `encode`.
-    unsafe { store_q_avx2(o, acc, s, e, shift, inv, zp) }
+/// # Safety
+/// [`crate::quant::store_tile_quantized`]'s contract.
+unsafe fn store_q(t: &QTile<'_>) {
+    // SAFETY: as for `encode`; the tile's contract is the caller's.
+    unsafe { store_q_avx2(t) }
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn store_q_avx2(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
-    crate::quant::store_row_quantized(o, acc, s, e, shift, inv, zp)
+unsafe fn store_q_avx2(t: &QTile<'_>) {
+    // SAFETY: the tile's contract is the caller's.
+    unsafe { crate::quant::store_tile_quantized(t) }
 }
 
 #[target_feature(enable = "avx2,fma")]
@@ -186,8 +190,15 @@ const AVX2_MR: usize = 3;
 
 /// The plain AVX2 int8 entry (`vpmaddwd` on i16 activations and
 /// sign-extended weights).
-pub(crate) const INT8_AVX2: QGemmUkr =
-    QGemmUkr { variant: "avx2_3x16", mr: AVX2_MR, nr: 16, acts: Acts::I16, run: int8_avx2, driver: DRIVER };
+pub(crate) const INT8_AVX2: QGemmUkr = QGemmUkr {
+    variant: "avx2_3x16",
+    mr: AVX2_MR,
+    nr: 16,
+    acts: Acts::I16,
+    run: int8_avx2,
+    window: None,
+    driver: DRIVER,
+};
 
 fn int8_avx2(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
     check(AVX2_MR, 16, k4, a, lda, b, strip, acc);
@@ -236,6 +247,7 @@ pub(crate) const INT8_AVX_VNNI: QGemmUkr = QGemmUkr {
     nr: 16,
     acts: Acts::U8Offset,
     run: int8_avx_vnni,
+    window: None,
     driver: DRIVER,
 };
 

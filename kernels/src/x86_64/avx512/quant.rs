@@ -8,15 +8,22 @@
 //! (32 channels per block; `vpdpwssd` with VNNI, `vpmaddwd` + `vpaddd`
 //! without).
 
-use crate::quant::{Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, WoStrip, WoUkr};
+use crate::quant::{Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, QTile, Residual, WoStrip, WoUkr};
 use std::arch::x86_64::*;
 
 const MR: usize = 8;
 const NR: usize = 32;
 
 /// The table entry; installed only after AVX-512F and AVX-512 VNNI were detected.
-pub(crate) const INT8_AVX512_VNNI: QGemmUkr =
-    QGemmUkr { variant: "avx512_vnni_8x32", mr: MR, nr: NR, acts: Acts::U8Offset, run: int8, driver: DRIVER_VNNI };
+pub(crate) const INT8_AVX512_VNNI: QGemmUkr = QGemmUkr {
+    variant: "avx512_vnni_8x32",
+    mr: MR,
+    nr: NR,
+    acts: Acts::U8Offset,
+    run: int8,
+    window: Some(int8_window),
+    driver: DRIVER_VNNI,
+};
 
 /// The AVX2 driver with its tile stores compiled for AVX-512 (the same
 /// loops 16 lanes wide, i32 → i8 by one saturating pack) and the
@@ -289,9 +296,11 @@ fn store(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32) {
     unsafe { store_avx512(o, acc, s, e, shift) }
 }
 
-fn store_q(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
-    // SAFETY: as for `store`.
-    unsafe { store_q_avx512(o, acc, s, e, shift, inv, zp) }
+/// # Safety
+/// [`crate::quant::store_tile_quantized`]'s contract.
+unsafe fn store_q(t: &QTile<'_>) {
+    // SAFETY: as for `store`; the tile's contract is the caller's.
+    unsafe { store_q_avx512(t) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
@@ -300,8 +309,143 @@ unsafe fn store_avx512(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shi
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-unsafe fn store_q_avx512(o: &mut [i8], acc: &[i32], s: f32, e: &Epilogue<'_>, shift: i32, inv: f32, zp: i32) {
-    crate::quant::store_row_quantized(o, acc, s, e, shift, inv, zp)
+unsafe fn store_q_avx512(t: &QTile<'_>) {
+    // A tile of the entry's width in registers; others (none today: both
+    // AVX-512 entries are 32 wide) row by row.
+    if t.nr != NR || t.cols > NR || t.rows > MR {
+        // SAFETY: the tile's contract is the caller's.
+        return unsafe { crate::quant::store_tile_quantized(t) };
+    }
+    let e = &t.e;
+    assert!(e.scales.len() >= t.cols && e.col_sums.len() >= t.cols && t.acc.len() >= t.rows * NR);
+    assert!(t.scales.len() >= t.rows && t.shifts.len() >= t.rows);
+    assert!(e.bias.is_none_or(|b| b.len() >= t.cols));
+    let span = (t.rows.max(1) - 1) * t.ldo + t.cols;
+    // SAFETY: the asserts bound the tile's reads of its columns, rows and
+    // residual; the output is the caller's contract.
+    unsafe {
+        match e.residual {
+            None => tile_halves::<NO_RESIDUAL>(t, std::ptr::null(), std::ptr::null(), 0.0, 0.0),
+            Some(Residual::F32(r)) => {
+                assert!(r.len() >= span, "qgemm: residual shorter than the tile");
+                tile_halves::<F32_RESIDUAL>(t, r.as_ptr(), std::ptr::null(), 0.0, 0.0)
+            }
+            Some(Residual::I8(r, rs, rzp)) => {
+                assert!(r.len() >= span, "qgemm: residual shorter than the tile");
+                tile_halves::<I8_RESIDUAL>(t, std::ptr::null(), r.as_ptr(), rs, rzp as f32)
+            }
+        }
+    }
+}
+
+/// [`tile_zmm`] with its number of 16-column halves a constant (the
+/// halves' values then stay in registers).
+///
+/// # Safety
+/// [`tile_zmm`]'s.
+#[inline(always)]
+unsafe fn tile_halves<const RES: u8>(t: &QTile<'_>, rf: *const f32, ri: *const i8, rs: f32, rzp: f32) {
+    // SAFETY: the caller's.
+    unsafe {
+        if t.cols > 16 {
+            tile_zmm::<RES, 2>(t, rf, ri, rs, rzp)
+        } else {
+            tile_zmm::<RES, 1>(t, rf, ri, rs, rzp)
+        }
+    }
+}
+
+/// [`tile_zmm`]'s residual kinds.
+const NO_RESIDUAL: u8 = 0;
+const F32_RESIDUAL: u8 = 1;
+const I8_RESIDUAL: u8 = 2;
+
+/// [`crate::quant::store_tile_quantized`]'s operations on zmm, the tile's
+/// 16-column halves in registers: `(f32(acc − shift · Σw) · s) · scale (+
+/// bias)`, the clamp kernel's comparisons (`maxps(lo, v)` keeps a NaN),
+/// with a residual the add of `residual(at, mask)` (the values at output
+/// offset `at`) and the clamp after it, then `quantize_value` — `rint(v ·
+/// inv) + zp` (half to even), clamped to [-128, 127], NaN to 0 — and each
+/// row's two halves packed to bytes (saturating packs of values already
+/// in range: exact) in one store. The same operations in the same order as
+/// the row loop's, so the same bytes.
+///
+/// # Safety
+/// AVX-512F/BW/VL; the tile's contract ([`QTile`]); the residual (`rf`
+/// f32 values, or `ri` i8 ones with scale `rs` and zero point `rzp`, as
+/// `RES` says) covers the tile's span. Plain loops, no closures: a
+/// closure would not inherit the caller's target features, and each
+/// intrinsic would become a call.
+#[inline(always)]
+unsafe fn tile_zmm<const RES: u8, const H: usize>(t: &QTile<'_>, rf: *const f32, ri: *const i8, rs: f32, rzp: f32) {
+    let e = &t.e;
+    let full = if t.cols >= 32 { u32::MAX } else { (1u32 << t.cols) - 1 };
+    let masks = [full as __mmask16, (full >> 16) as __mmask16];
+    let (mut cs, mut sc, mut bias) = ([_mm512_setzero_si512(); H], [_mm512_setzero_ps(); H], [_mm512_setzero_ps(); H]);
+    for h in 0..H {
+        cs[h] = _mm512_maskz_loadu_epi32(masks[h], e.col_sums.as_ptr().add(16 * h));
+        sc[h] = _mm512_maskz_loadu_ps(masks[h], e.scales.as_ptr().add(16 * h));
+        if let Some(b) = e.bias {
+            bias[h] = _mm512_maskz_loadu_ps(masks[h], b.as_ptr().add(16 * h));
+        }
+    }
+    let (rs, rzp) = (_mm512_set1_ps(rs), _mm512_set1_ps(rzp));
+    let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
+    let (lo2, hi2) = (_mm512_set1_ps(e.after.0), _mm512_set1_ps(e.after.1));
+    let (inv, zp) = (_mm512_set1_ps(t.inv), _mm512_set1_ps(t.zero_point as f32));
+    let (qlo, qhi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
+    // Dword `j` of the packed bytes: half `j / 4`'s values `4 (j % 4)..`.
+    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    // `shift · Σw` per column, made again only when a row's shift differs
+    // from the previous row's (static activations: one shift for all).
+    let (mut shifted, mut last) = ([_mm512_setzero_si512(); H], None);
+    for i in 0..t.rows {
+        let s = _mm512_set1_ps(t.scales[i]);
+        if last != Some(t.shifts[i]) {
+            let shift = _mm512_set1_epi32(t.shifts[i]);
+            for h in 0..H {
+                shifted[h] = _mm512_mullo_epi32(cs[h], shift);
+            }
+            last = Some(t.shifts[i]);
+        }
+        let mut q = [_mm512_setzero_si512(); 2];
+        for h in 0..H {
+            let acc = _mm512_loadu_si512(t.acc.as_ptr().add(i * NR + 16 * h) as *const _);
+            let dot = _mm512_sub_epi32(acc, shifted[h]);
+            let mut v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), s), sc[h]);
+            if e.bias.is_some() {
+                v = _mm512_add_ps(v, bias[h]);
+            }
+            v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+            if RES != NO_RESIDUAL {
+                let at = i * t.ldo + 16 * h;
+                let r = if RES == F32_RESIDUAL {
+                    _mm512_maskz_loadu_ps(masks[h], rf.add(at))
+                } else {
+                    // `(q − zero point) · scale`, as torch dequantizes.
+                    let qr = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(masks[h], ri.add(at)));
+                    _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(qr), rzp), rs)
+                };
+                v = _mm512_add_ps(v, r);
+                v = _mm512_min_ps(hi2, _mm512_max_ps(lo2, v));
+            }
+            let r = _mm512_add_ps(
+                _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(v, inv)),
+                zp,
+            );
+            let clamped = _mm512_min_ps(_mm512_max_ps(r, qlo), qhi);
+            let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r);
+            q[h] = _mm512_cvttps_epi32(_mm512_maskz_mov_ps(ordered, clamped));
+        }
+        let out = t.out.add(i * t.ldo);
+        if H == 2 {
+            let words = _mm512_packs_epi32(q[0], q[1]);
+            let bytes = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(words, words));
+            _mm256_mask_storeu_epi8(out, full, _mm512_castsi512_si256(bytes));
+        } else {
+            _mm_mask_storeu_epi8(out, masks[0], _mm512_cvtsepi32_epi8(q[0]));
+        }
+    }
 }
 
 fn int8(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
@@ -331,14 +475,68 @@ unsafe fn int8_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, strip: u
     }
 }
 
+/// [`int8`] over rows read in place from a channels-last image (the
+/// table's window kernel, `QWindowFn` in `quant::int8`): the same `vpdpbusd` sums, lane step by
+/// lane step in the weight's order, each row's four bytes broadcast from
+/// its window's current tap instead of a gathered copy.
+fn int8_window(c4: usize, image: &[u8], rows: &[usize], offs: &[usize], b: &[u8], strip: usize, acc: &mut [i32]) {
+    let k4 = c4 * offs.len();
+    let span = offs.iter().max().map_or(0, |&o| o + 4 * c4);
+    let rows: &[usize; MR] = rows.try_into().expect("qgemm: one window per tile row");
+    assert!(rows.iter().all(|&r| r + span <= image.len()), "qgemm: window past the image");
+    assert!(b.len() >= strip + 64 * k4 && strip >= 64 * k4, "qgemm: weight strips too short");
+    assert!(acc.len() >= MR * NR, "qgemm: accumulator tile too small");
+    // SAFETY: the CPU has AVX-512F and VNNI (see the entry); the asserts
+    // bound every load and store.
+    unsafe { int8_window_inner(c4, image.as_ptr(), rows, offs, b.as_ptr(), strip, acc) }
+}
+
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn int8_window_inner(
+    c4: usize,
+    image: *const u8,
+    rows: &[usize; MR],
+    offs: &[usize],
+    b: *const u8,
+    strip: usize,
+    acc: &mut [i32],
+) {
+    let mut c = [[_mm512_setzero_si512(); 2]; MR];
+    let mut w = b;
+    for &o in offs {
+        let a: [*const u8; MR] = std::array::from_fn(|i| image.add(rows[i] + o));
+        for t in 0..c4 {
+            let w0 = _mm512_loadu_si512(w.add(t * 64) as *const _);
+            let w1 = _mm512_loadu_si512(w.add(strip + t * 64) as *const _);
+            for (ci, a) in c.iter_mut().zip(&a) {
+                let x = _mm512_set1_epi32((a.add(4 * t) as *const i32).read_unaligned());
+                ci[0] = _mm512_dpbusd_epi32(ci[0], x, w0);
+                ci[1] = _mm512_dpbusd_epi32(ci[1], x, w1);
+            }
+        }
+        w = w.add(64 * c4);
+    }
+    for (i, ci) in c.iter().enumerate() {
+        _mm512_storeu_si512(acc.as_mut_ptr().add(i * NR) as *mut _, ci[0]);
+        _mm512_storeu_si512(acc.as_mut_ptr().add(i * NR + 16) as *mut _, ci[1]);
+    }
+}
+
 const BW_MR: usize = 6;
 
 /// The AVX-512BW entry, for CPUs without VNNI (Skylake-SP, Cascade Lake
 /// has VNNI): the AVX2 kernel's exact i16 `vpmaddwd` on zmm, 6 rows × 32
 /// columns (24 accumulators, four sign-extended weight vectors per lane
 /// step shared by the six rows). Installed only after AVX-512BW was detected.
-pub(crate) const INT8_AVX512BW: QGemmUkr =
-    QGemmUkr { variant: "avx512bw_6x32", mr: BW_MR, nr: NR, acts: Acts::I16, run: int8_bw, driver: DRIVER };
+pub(crate) const INT8_AVX512BW: QGemmUkr = QGemmUkr {
+    variant: "avx512bw_6x32",
+    mr: BW_MR,
+    nr: NR,
+    acts: Acts::I16,
+    run: int8_bw,
+    window: None,
+    driver: DRIVER,
+};
 
 fn int8_bw(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut [i32]) {
     assert!(a.len() >= (BW_MR - 1) * lda + 8 * k4, "qgemm: i16 activation rows too short");
