@@ -270,7 +270,7 @@ impl<'g> Padded<'g> {
             // A forward scan: element i reads elements 0..=i only.
             | Op::CumSum { .. } => None,
             Op::MatMul => x.filter(|&a| self.trailing_padded(a, 1)).and_then(|_| along("sums")),
-            Op::Linear | Op::LinearFused { .. } | Op::QuantLinear { .. } => {
+            Op::Linear | Op::LinearFused { .. } | Op::LinearSplit { .. } | Op::QuantLinear { .. } => {
                 x.filter(|&a| self.trailing_padded(a, 1)).and_then(|_| along("sums"))
             }
             Op::LayerNorm { normalized_rank, .. } | Op::RmsNorm { normalized_rank, .. } => {
