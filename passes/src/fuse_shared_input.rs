@@ -11,7 +11,8 @@
 //! residual (bias a constant), and matmuls of a matrix (or batch of rows)
 //! by a constant `[K, N]` weight (transposed to `[N, K]` here, as the
 //! epilogue pass does), all with constant weights. Layers fuse when they
-//! read the same value and agree on the epilogue: all or none have a bias,
+//! read the same value (or views of one value with one type: Core ATen's
+//! per-projection `view`s) and agree on the epilogue: all or none have a bias,
 //! and the same activation (or none) — per-range epilogues would need a
 //! new instruction; with one, each column gets exactly what its own
 //! layer's store step computed. Run after `fuse_epilogue`, so the
@@ -71,6 +72,8 @@ pub fn fuse_shared_input(g: &mut Graph, _opts: &Options) -> Result<Changed, Pass
 /// One layer of a group.
 struct Member {
     node: NodeId,
+    /// What it reads (a reshape of the key's value, or that value).
+    x: ValueId,
     /// Its weight `[N, K]` value, transposed from a matmul's `[K, N]`.
     weight: ValueId,
     transposed: bool,
@@ -127,15 +130,26 @@ fn member(g: &Graph, n: NodeId) -> Option<(Key, Member)> {
     } else {
         None
     };
-    let key = Key { x, k, bias: has_bias, activation };
-    Some((key, Member { node: n, weight: w, transposed, bias, n: n_cols }))
+    let key = Key { x: source(g, x), k, bias: has_bias, activation };
+    Some((key, Member { node: n, x, weight: w, transposed, bias, n: n_cols }))
+}
+
+/// The value `v` reshapes (through any chain of reshapes), or `v`: Core
+/// ATen gives each projection its own view of the input; views of one
+/// value with one type hold the same data, and the first one serves all.
+fn source(g: &Graph, mut v: ValueId) -> ValueId {
+    while let Some(p) = g.producer(v).filter(|&p| matches!(g.nodes[p].op, Op::Reshape { .. })) {
+        v = g.nodes[p].inputs[0];
+    }
+    v
 }
 
 fn find_groups(g: &Graph) -> Vec<Group> {
     let mut candidates: Vec<Group> = Vec::new();
     for &n in &g.order {
         let Some((key, m)) = member(g, n) else { continue };
-        match candidates.iter_mut().find(|c| c.key == key) {
+        let same = |c: &&mut Group| c.key == key && g.ty(c.members[0].x) == g.ty(m.x);
+        match candidates.iter_mut().find(same) {
             Some(c) => c.members.push(m),
             None => candidates.push(Group { key, members: vec![m] }),
         }
