@@ -52,7 +52,7 @@ fn instr_op_for(g: &Graph, op: &Op, inputs: &[ValueId], dims: &mut DimTable) -> 
             epilogue: *epilogue,
             layout: *layout,
         },
-        Op::LinearFused { epilogue } => Kernel::LinearFused { epilogue: *epilogue },
+        Op::LinearFused { epilogue } | Op::LinearSplit { epilogue, .. } => Kernel::LinearFused { epilogue: *epilogue },
         Op::BatchNorm { eps } => Kernel::BatchNorm { eps: *eps },
         Op::LayerNorm { normalized_rank, eps } => {
             Kernel::LayerNorm { normalized_rank: *normalized_rank as u32, eps: *eps }

@@ -221,7 +221,40 @@ pub fn infer_types(
     if let Op::While { carried, cond, body } = op {
         return while_types(symbols, *carried, cond, body, inputs);
     }
+    if let Op::LinearSplit { epilogue, columns } = op {
+        return linear_split_types(symbols, epilogue, columns, inputs);
+    }
     infer_one(symbols, op, inputs).map(|t| vec![t])
+}
+
+/// [`Op::LinearSplit`]: the fused linear's `[.., N]` result cut into
+/// `[.., columns[i]]` pieces (`N` their sum, at least two, at most the
+/// instruction's output limit; no residual).
+fn linear_split_types(
+    symbols: &PrimaryMap<SymbolId, Symbol>,
+    epilogue: &crate::Epilogue,
+    columns: &[i64],
+    ins: &[&TensorType],
+) -> Result<Vec<TensorType>, String> {
+    let max = crate::LINEAR_SPLIT_MAX as usize;
+    if columns.len() < 2 || columns.len() > max || columns.iter().any(|&c| c <= 0) {
+        return Err(format!("linear_split takes 2..={max} positive column counts, got {columns:?}"));
+    }
+    if epilogue.residual != crate::Residual::None {
+        return Err("linear_split has no residual".into());
+    }
+    let whole = fused_epilogue(symbols, &Op::Linear, epilogue, ins)?;
+    let total = columns.iter().try_fold(0i64, |a, &c| a.checked_add(c)).ok_or("linear_split: too many columns")?;
+    let last = whole.rank() - 1;
+    must_match("linear_split columns", &whole.shape[last], &Dim::Const(total), symbols)?;
+    Ok(columns
+        .iter()
+        .map(|&c| {
+            let mut shape = whole.shape.clone();
+            shape[last] = Dim::Const(c);
+            TensorType::new(whole.dtype, shape)
+        })
+        .collect())
 }
 
 /// [`Op::While`]: both nested graphs take the operands' types as inputs;
@@ -490,6 +523,8 @@ fn infer_one(symbols: &PrimaryMap<SymbolId, Symbol>, op: &Op, ins: &[&TensorType
             }
         }
         Op::LinearFused { epilogue } => fused_epilogue(symbols, &Op::Linear, epilogue, ins),
+        // Several results: `infer_types` answers for it.
+        Op::LinearSplit { .. } => Err("linear_split has several results".into()),
         Op::BatchNorm { .. } => {
             let x = ins[0];
             rank_at_least("batch_norm input", x, 2)?;

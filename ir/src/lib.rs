@@ -35,6 +35,8 @@ pub use kiln_isa::fused::{MAX_FUSED_INPUTS, MAX_FUSED_OPS};
 /// The coefficients of the kernels' vectorised f32 math, which the native
 /// code generator evaluates in the same order (one table, no copies).
 pub use kiln_isa::math;
+/// The most results of one [`Op::LinearSplit`] (its instruction's output limit).
+pub use kiln_isa::opcode::LINEAR_SPLIT_MAX;
 /// The register dtypes of a fused program, or why it is ill-formed.
 pub use kiln_isa::register_types as fused_register_types;
 pub use op::{text_forms as op_text_forms, OpKind};

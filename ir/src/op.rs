@@ -302,6 +302,13 @@ op_table! {
     /// [`Op::Linear`] with a fused epilogue: `(x, w[N, K] [, b[N]] [,
     /// residual])`. f32. Made by the epilogue fusion pass (CPU).
     [LinearFused { epilogue: Epilogue }] opcode LinearFused, text("linear_fused");
+    /// Linear layers that read the same `x`, as one: `(x, w[N, K] [, b[N]])`
+    /// with `N` the sum of `columns`, and one result per entry of `columns`,
+    /// `[.., columns[i]]`, the columns of `x wᵀ (+ b)` from `columns[..i]`'s
+    /// sum on, with `epilogue`'s activation (no residual). f32. Made by the
+    /// `fuse_shared_input` pass (CPU); one `linear_fused` call with several
+    /// outputs.
+    [LinearSplit { epilogue: Epilogue, columns: Vec<i64> }] opcode LinearFused, text("linear_split");
 }
 
 /// A nested graph held by an op ([`Op::While`]'s condition and body).

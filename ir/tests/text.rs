@@ -639,6 +639,10 @@ fn table_samples_graph() -> Graph {
         Op::LinearFused {
             epilogue: Epilogue { bias: true, activation: Some(Activation::Hardswish), residual: Residual::None },
         },
+        Op::LinearSplit {
+            epilogue: Epilogue { bias: true, activation: Some(Activation::Relu), residual: Residual::None },
+            columns: vec![32, 8],
+        },
         Op::Upsample { mode: ResizeMode::Nearest, align_corners: false, size: shape.clone(), scales: vec![2.0, 0.0] },
         Op::Upsample { mode: ResizeMode::Linear, align_corners: true, size: shape.clone(), scales: vec![] },
         Op::Random {

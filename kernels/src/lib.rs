@@ -88,8 +88,8 @@ pub use generic::grouped::grouped_matmul;
 pub use generic::layout::{arange, concat, copy, expand, fill, gather, permute, permute_cx, slice};
 pub use generic::linalg::{linalg, LinalgFlags};
 pub use generic::matmul::{
-    linear, linear_fused, linear_fused_unpacked, linear_packed, linear_with_epilogue, matmul, matmul_packed,
-    LinearEpilogue,
+    linear, linear_fused, linear_fused_unpacked, linear_packed, linear_split, linear_with_epilogue, matmul,
+    matmul_packed, LinearEpilogue,
 };
 pub use generic::norm::{batch_norm, layer_norm, layer_norm_cx, rms_norm, rms_norm_cx, softmax, softmax_cx};
 pub use generic::pad::{flip, pad, PadMode, PadParams};

@@ -695,3 +695,79 @@ fn packed_conv_weights_match_unpacked_bytes() {
         }
     }
 }
+
+/// `linear_split` (linear layers over one input as one GEMM, an output per
+/// layer) gives each output the bytes of that layer's own fused linear, at
+/// every thread count, packed (aligned widths: one GEMM; a width that is
+/// not a multiple of the strip: a linear per output) or not, on every table.
+#[test]
+fn linear_split_equals_each_layer_alone() {
+    let mut r = rng(9);
+    // Llama's q/k/v (512, 128, 128) shrunk; an unaligned last width; one
+    // unaligned width before the last (the per-output path); rows of a
+    // skinny GEMM, of several row blocks, and an edge tile.
+    let cases: [(usize, usize, &[usize]); 4] =
+        [(70, 96, &[64, 32, 32]), (5, 40, &[32, 64, 21]), (130, 600, &[96, 33, 64]), (1, 64, &[64, 64])];
+    for table in tables() {
+        for &(m, kk, widths) in &cases {
+            let n: usize = widths.iter().sum();
+            let (x, w, bias) = (rand_f32(&mut r, m * kk), rand_f32(&mut r, n * kk), rand_f32(&mut r, n));
+            for activation in [None, Some(Activation::Gelu)] {
+                let ctx = format!("{widths:?} m={m} k={kk} {activation:?} on {}", table.isa());
+                // Each layer alone, through its own packed weight.
+                let mut want = Vec::new();
+                let mut start = 0;
+                let mut cx = context(table, 1);
+                for &cols in widths {
+                    let packed = PackedB::new(table, kk, cols, &w[start * kk..], kk, true).unwrap();
+                    let e = LinearEpilogue {
+                        bias: Some(&bias[start..start + cols]),
+                        activation,
+                        ..LinearEpilogue::default()
+                    };
+                    let mut out = Buf::zeros(DType::F32, &[m, cols]);
+                    k::linear_fused(f32s(&[m, kk], &x).r(), &packed, &e, out.w(), &mut cx).unwrap();
+                    want.push(bits(&out.get::<f32>()));
+                    start += cols;
+                }
+                let packed = PackedB::new(table, kk, n, &w, kk, true).unwrap();
+                for packed in [Some(&packed), None] {
+                    for t in THREADS {
+                        let mut cx = context(table, t);
+                        let mut bufs: Vec<Buf> = widths.iter().map(|&c| Buf::zeros(DType::F32, &[m, c])).collect();
+                        let mut outs: Vec<_> = bufs.iter_mut().map(|b| b.w()).collect();
+                        let (xs, ws, bs) = (f32s(&[m, kk], &x), f32s(&[n, kk], &w), f32s(&[n], &bias));
+                        k::linear_split(xs.r(), ws.r(), packed, Some(bs.r()), activation, &mut outs, &mut cx).unwrap();
+                        drop(outs);
+                        for (i, b) in bufs.iter().enumerate() {
+                            let got = bits(&b.get::<f32>());
+                            assert!(
+                                got == want[i],
+                                "{ctx}: output {i} differs ({t} threads, packed {})",
+                                packed.is_some()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn linear_split_checks_its_operands() {
+    let table = k::best();
+    let mut cx = Context::with_table(table);
+    let (x, w) = (f32s(&[4, 3], &[1.0; 12]), f32s(&[5, 3], &[1.0; 15]));
+    let split = |widths: &[usize], bias: Option<&Buf>, cx: &mut Context| {
+        let mut bufs: Vec<Buf> = widths.iter().map(|&c| Buf::zeros(DType::F32, &[4, c])).collect();
+        let mut outs: Vec<_> = bufs.iter_mut().map(|b| b.w()).collect();
+        k::linear_split(x.r(), w.r(), None, bias.map(|b| b.r()), None, &mut outs, cx).map(|_| ())
+    };
+    // Widths that do not sum to the weight's N, a bias of the wrong length.
+    assert!(split(&[2, 2], None, &mut cx).is_err());
+    assert!(split(&[3, 3], None, &mut cx).is_err());
+    assert!(split(&[2, 3], Some(&f32s(&[4], &[0.0; 4])), &mut cx).is_err());
+    assert!(split(&[1; 9], None, &mut cx).is_err());
+    split(&[2, 3], Some(&f32s(&[5], &[0.0; 5])), &mut cx).unwrap();
+}

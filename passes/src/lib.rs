@@ -25,6 +25,7 @@ mod fuse_attention;
 mod fuse_elementwise;
 mod fuse_epilogue;
 mod fuse_norm;
+mod fuse_shared_input;
 mod host;
 mod layout;
 mod legalize;
@@ -51,6 +52,7 @@ pub use fuse_attention::fuse_attention;
 pub use fuse_elementwise::fuse_elementwise;
 pub use fuse_epilogue::fuse_epilogues;
 pub use fuse_norm::fuse_rms_norm;
+pub use fuse_shared_input::{fuse_shared_input, SPLIT_ALIGN};
 pub use layout::channels_last;
 pub use legalize::legalize_dtypes;
 pub use memory::{
@@ -60,7 +62,7 @@ pub use observe::{range_qparams, ActObservation, Observer};
 pub use pipeline::{cleanup, default_pipeline, pipeline_for, run_pipeline, Options, Pass, PassRecord, Report};
 pub use pipeline::{
     CLEANUP, DCE, DECOMPOSE, FOLD, FOLD_BATCH_NORMS, FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM,
-    LAYOUT, LEGALIZE, QUANT_ACTS, QUANT_LINEAR, QUANT_RESIDUALS, SIMPLIFY,
+    FUSE_SHARED_INPUT, LAYOUT, LEGALIZE, QUANT_ACTS, QUANT_LINEAR, QUANT_RESIDUALS, SIMPLIFY,
 };
 pub use quant_acts::{int8_activations, int8_residuals};
 pub use quant_linear::quantize_linear_weights;

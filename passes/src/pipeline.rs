@@ -4,8 +4,8 @@
 use crate::target::{OpKind, Support, Target, TargetDesc};
 use crate::{
     channels_last, dce, decompose, fold_batch_norms, fold_constants, fuse_attention, fuse_conv_affine,
-    fuse_elementwise, fuse_epilogues, fuse_rms_norm, legalize_dtypes, quantize_linear_weights, simplify, verify_graph,
-    Changed, PassError,
+    fuse_elementwise, fuse_epilogues, fuse_rms_norm, fuse_shared_input, legalize_dtypes, quantize_linear_weights,
+    simplify, verify_graph, Changed, PassError,
 };
 use kiln_ir::{DType, Graph, Op};
 use std::fmt;
@@ -69,6 +69,8 @@ pub const FUSE_NORM: Pass = Pass { name: "fuse_norm", run: fuse_rms_norm };
 pub const QUANT_LINEAR: Pass = Pass { name: "quant_linear", run: quantize_linear_weights };
 pub const FUSE_ELEMENTWISE: Pass = Pass { name: "fuse_elementwise", run: fuse_elementwise };
 pub const FUSE_EPILOGUE: Pass = Pass { name: "fuse_epilogue", run: fuse_epilogues };
+/// Linear layers reading the same input as one GEMM (after `fuse_epilogue`).
+pub const FUSE_SHARED_INPUT: Pass = Pass { name: "fuse_shared_input", run: fuse_shared_input };
 pub const LAYOUT: Pass = Pass { name: "layout", run: channels_last };
 /// int8 activations between quantized convolutions (after the layout pass).
 pub const QUANT_ACTS: Pass = Pass { name: "quant_acts", run: crate::quant_acts::int8_activations };
@@ -127,6 +129,9 @@ pub fn pipeline_for(target: &TargetDesc) -> Vec<Pass> {
         passes.push(SIMPLIFY);
         passes.push(FUSE_NORM);
         passes.push(FUSE_EPILOGUE);
+        // Then linear layers that read the same input (attention's q/k/v)
+        // become one GEMM with an output per layer.
+        passes.push(FUSE_SHARED_INPUT);
         passes.push(FUSE_ELEMENTWISE);
         // Last: convolutions channels-last, permutes at their runs' edges.
         passes.push(LAYOUT);

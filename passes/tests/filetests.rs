@@ -8,8 +8,8 @@ use kiln_ir::Graph;
 use kiln_passes::shard::{shard_graph, CostModel, ShardOptions, Strategy, Use};
 use kiln_passes::{
     compact, default_pipeline, run_pipeline, Options, Pass, Target, CLEANUP, DCE, DECOMPOSE, FOLD, FOLD_BATCH_NORMS,
-    FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, LAYOUT, LEGALIZE, QUANT_ACTS, QUANT_LINEAR,
-    QUANT_RESIDUALS, SIMPLIFY,
+    FUSE, FUSE_ATTENTION, FUSE_ELEMENTWISE, FUSE_EPILOGUE, FUSE_NORM, FUSE_SHARED_INPUT, LAYOUT, LEGALIZE, QUANT_ACTS,
+    QUANT_LINEAR, QUANT_RESIDUALS, SIMPLIFY,
 };
 use std::path::Path;
 
@@ -32,6 +32,7 @@ fn run(test: &FileTest, g: &mut Graph) -> Result<(), String> {
         "fold_batch_norms" => vec![FOLD_BATCH_NORMS, DCE],
         "fuse_elementwise" => vec![FUSE_ELEMENTWISE, DCE],
         "fuse_epilogue" => vec![FUSE_EPILOGUE, DCE],
+        "fuse_shared_input" => vec![FUSE_SHARED_INPUT, DCE],
         "layout" => vec![LAYOUT, DCE],
         "fuse_attention" => vec![FUSE_ATTENTION, DCE],
         "fuse_norm" => vec![FUSE_NORM, DCE],

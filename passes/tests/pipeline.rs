@@ -72,6 +72,7 @@ fn cpu_pipeline() {
             "simplify",
             "fuse_norm",
             "fuse_epilogue",
+            "fuse_shared_input",
             "fuse_elementwise",
             "layout",
             "quant_acts",

@@ -609,10 +609,7 @@ pub(crate) fn run_packed(
         (Packed::Conv(w), Kernel::ConvFused { groups, epilogue, layout, .. }) => {
             conv_fused(Some(w), *groups, epilogue, *layout, ints, cx, ins, outs)
         }
-        (Packed::B(w), Kernel::LinearFused { epilogue }) => {
-            let (bias, fused) = tensor_epilogue(epilogue, ins);
-            k::linear_with_epilogue(ins[0], ins[1], Some(w), bias, &fused, out(outs, 0), cx)
-        }
+        (Packed::B(w), Kernel::LinearFused { epilogue }) => linear_fused(Some(w), epilogue, cx, ins, outs),
         _ => kernel_fn(kernel)(kernel, ints, cx, ins, outs),
     }
 }
@@ -650,6 +647,23 @@ fn tensor_epilogue<'a>(e: &Epilogue, ins: &[TensorRef<'a>]) -> (Option<TensorRef
     let fused =
         TensorEpilogue { activation: e.activation, residual, residual_first: e.residual == Residual::BeforeActivation };
     (bias, fused)
+}
+
+/// A fused linear, through its weight packed at load when there is one;
+/// several outputs are column ranges of one GEMM (validated at load: no
+/// residual).
+fn linear_fused(
+    packed: Option<&PackedB>,
+    epilogue: &Epilogue,
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    outs: &mut [TensorMut<'_>],
+) -> Result<()> {
+    let (bias, fused) = tensor_epilogue(epilogue, ins);
+    if outs.len() > 1 {
+        return k::linear_split(ins[0], ins[1], packed, bias, epilogue.activation, outs, cx);
+    }
+    k::linear_with_epilogue(ins[0], ins[1], packed, bias, &fused, out(outs, 0), cx)
 }
 
 /// A fused convolution, through its weight packed at load when there is one.
@@ -842,8 +856,5 @@ kernel_fns! {
         quant_conv_unpacked(&kernel, ints, cx, ins, outs)
     };
     ConvFused { groups, epilogue, layout } => conv_fused(None, *groups, epilogue, *layout, ints, cx, ins, outs);
-    LinearFused { epilogue } => {
-        let (bias, fused) = tensor_epilogue(epilogue, ins);
-        k::linear_with_epilogue(ins[0], ins[1], None, bias, &fused, out(outs, 0), cx)
-    };
+    LinearFused { epilogue } => linear_fused(None, epilogue, cx, ins, outs);
 }

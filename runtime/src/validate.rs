@@ -791,7 +791,9 @@ fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> s
         }
         out_ranges.push(out_range);
     }
-    if let [values, indices] = outs[..] {
+    if let (Kernel::LinearFused { epilogue }, [_, _, ..]) = (kernel, &outs[..]) {
+        validate_linear_split(epilogue, &outs)?;
+    } else if let [values, indices] = outs[..] {
         // Two outputs: a sort's or a max pool's values and their i64 indices.
         let pairs = matches!(
             kernel,
@@ -806,6 +808,21 @@ fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> s
         // Only a check (`assert`) has no output; it reads any operand.
         None => Ok(()),
     }
+}
+
+/// A `linear_fused` with several outputs (column ranges of one GEMM): no
+/// residual, f32 outputs with the same leading dims (the kernel checks the
+/// widths against the weight).
+fn validate_linear_split(epilogue: &kiln_isa::Epilogue, outs: &[&TensorDecl]) -> std::result::Result<(), String> {
+    if epilogue.residual != kiln_isa::Residual::None {
+        return Err("a linear_fused with several outputs takes no residual".into());
+    }
+    let lead = |t: &TensorDecl| t.shape.split_last().map(|(_, lead)| lead.to_vec());
+    let first = lead(outs[0]);
+    if first.is_none() || outs.iter().any(|t| t.dtype != crate::DType::F32 || lead(t) != first) {
+        return Err("the outputs of a linear_fused must be f32 with the same leading dims".into());
+    }
+    Ok(())
 }
 
 /// The per-kind parameter checks `kernels!` rows name (`axis: u32 => axis`):

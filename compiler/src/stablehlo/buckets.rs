@@ -357,7 +357,7 @@ impl<'g> Padded<'g> {
                 masks.extend(self.fill(n, 1, self.g.ty(w).rank().saturating_sub(1), Fill::Value(0.0), "sums")?);
                 Ok(masks)
             }
-            Op::LinearFused { .. } | Op::QuantLinear { .. } => {
+            Op::LinearFused { .. } | Op::LinearSplit { .. } | Op::QuantLinear { .. } => {
                 match x.filter(|&a| self.trailing_padded(a, 1)) {
                     Some(_) => refuse("it sums along a padded axis"),
                     None => safe,

@@ -30,6 +30,10 @@ pub enum InstrKind {
 /// "Any number": the upper bound of a variadic operand or output list.
 pub const MANY: u32 = u32::MAX;
 
+/// The most outputs of one `linear_fused` (a GEMM split into column ranges):
+/// the kernel keeps their ranges in a fixed array (nothing allocated per run).
+pub const LINEAR_SPLIT_MAX: u32 = 8;
+
 macro_rules! opcodes {
     ( $( $(#[$meta:meta])* $variant:ident = $code:literal, $name:literal, $kind:ident,
          operands $omin:literal ..= $omax:expr, outputs $rmin:literal ..= $rmax:expr; )* ) => {
@@ -139,7 +143,11 @@ opcodes! {
     /// `(x, w [, bias] [, residual])`, as its epilogue's flags say.
     ConvFused = 42, "conv_fused", Call, operands 2..=4, outputs 1..=1;
     /// A linear with a fused epilogue: `(x, w[N, K] [, bias] [, residual])`.
-    LinearFused = 43, "linear_fused", Call, operands 2..=4, outputs 1..=1;
+    /// Several outputs (no residual): linear layers that read the same `x`
+    /// as one GEMM over their weights concatenated along N, output `i`
+    /// columns `N_0 + .. + N_(i-1)` on (its last dim `N_i`), the bias and
+    /// activation applying per column as for one output.
+    LinearFused = 43, "linear_fused", Call, operands 2..=4, outputs 1..=LINEAR_SPLIT_MAX;
     /// `(x, w, offs)`: one GEMM per expert's block of rows.
     GroupedMatMul = 70, "grouped_matmul", Call, operands 3..=3, outputs 1..=1;
     /// An inclusive scan along an axis other than a sum (`kiln_isa::ScanKind`).

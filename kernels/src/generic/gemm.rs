@@ -814,6 +814,9 @@ pub(crate) enum BSource<'a> {
     Strided { b: &'a [f32], bl: BLayout },
     /// Packed once beforehand.
     Packed(&'a PackedB),
+    /// Columns `first..first + n` of a B packed once beforehand (`first` a
+    /// multiple of its NR: whole strips).
+    PackedColumns { b: &'a PackedB, first: usize },
     /// Never stored: `pack(pc, kc, c0, cols, strip)` writes B's rows
     /// `pc..pc+kc`, columns `c0..c0+cols` straight into one strip in the
     /// [`pack_b_strip`] layout (a convolution's implicit im2col).
@@ -828,6 +831,15 @@ impl<'a> BSource<'a> {
     /// `b[p*ldb + j]`, or `b[j*ldb + p]` when transposed.
     pub(crate) fn strided(b: &'a [f32], ldb: usize, transposed: bool) -> BSource<'a> {
         BSource::Strided { b, bl: BLayout { ld: ldb, transposed } }
+    }
+
+    /// A packed B and the first of its columns the GEMM reads.
+    fn packed(&self) -> Option<(&'a PackedB, usize)> {
+        match *self {
+            BSource::Packed(b) => Some((b, 0)),
+            BSource::PackedColumns { b, first } => Some((b, first)),
+            _ => None,
+        }
     }
 }
 
@@ -861,7 +873,7 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     let (m, n, k) = (p.m, p.n, p.k);
     let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { pack.threads };
     let (mc_block, nc_block) = blocks(ukr);
-    let (mut a_len, b_len) = pack_lengths(ukr, m, n, k, matches!(p.b, BSource::Packed(_)));
+    let (mut a_len, b_len) = pack_lengths(ukr, m, n, k, p.b.packed().is_some());
     // A row-major A is read in place by the direct kernel, if there is one.
     let direct = match (p.a, ukr.direct) {
         (ASource::Strided { a, lda }, Some(kernel)) => Some((a, lda, kernel)),
@@ -872,7 +884,7 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     }
     let out = SharedMut(c.as_mut_ptr());
     let row_blocks = m.div_ceil(mc_block);
-    if let (BSource::Packed(b), Some((a, lda, kernel))) = (p.b, direct) {
+    if let (Some((b, first)), Some((a, lda, kernel))) = (p.b.packed(), direct) {
         // Nothing to pack: the whole product is one job, with no wait
         // between K slices. Each item owns a (row block, column group)
         // rectangle of C and runs the K slices over it in order: the same
@@ -887,7 +899,7 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
                 let epilogue = if pc + kc == k { p.epilogue } else { Epilogue::default() };
                 let strips = group_strips.clone();
                 let rect = Rect { ic, mc, jc: 0, nc: n, strips, pc, kc, combine, epilogue };
-                direct_rect(ukr, kernel, a, lda, b.panel(pc, 0), &rect, out, p.ldc);
+                direct_rect(ukr, kernel, a, lda, b.panel(pc, first), &rect, out, p.ldc);
             }
         });
         return;
@@ -919,6 +931,7 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
                     panel
                 }
                 BSource::Packed(packed) => packed.panel(pc, jc),
+                BSource::PackedColumns { b, first } => b.panel(pc, first + jc),
             };
             // The first K slice applies beta, later ones accumulate; the
             // epilogue runs once a sum is complete, on the last slice.
@@ -1056,6 +1069,110 @@ pub(crate) fn gemm_sum_packed<'a>(
                         p += kc;
                     }
                 }
+            }
+        }
+    });
+    true
+}
+
+/// The most column ranges [`gemm_split_packed`] writes (the plan's
+/// `linear_fused` output limit): their bounds live in fixed arrays.
+pub(crate) const SPLIT_MAX: usize = kiln_isa::opcode::LINEAR_SPLIT_MAX as usize;
+
+/// One output of [`gemm_split_packed`]: `cols` columns of the product,
+/// element (i, j) at `c[i*cols + j]`.
+pub(crate) struct SplitOut<'a> {
+    pub(crate) c: &'a mut [f32],
+    pub(crate) cols: usize,
+}
+
+/// C = A·B then `epilogue` (a per-column bias over all of B's N columns, an
+/// activation; no residual), B packed once, with C's columns cut into
+/// consecutive ranges that each go to their own output: linear layers that
+/// read the same A as one GEMM. One parallel job over the (row block,
+/// column group) items of the whole product, as [`drive`]'s direct path
+/// shares them out; an item runs the direct kernel over its strips of each
+/// output in turn. A range starts on a strip (every width but the last is a
+/// multiple of NR), so each strip is one output's columns (the last one's
+/// zero padding, or the next output's columns, computed and not stored):
+/// every element is the same sum, in the same order, as a GEMM of that
+/// output alone computes, whatever the thread count. A is read in place
+/// (`a[i*lda + p]`, m rows). False (nothing written) when the table has no
+/// direct kernel, `b` does not fit it, or the widths are not so: the caller
+/// computes each range on its own.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_split_packed(
+    table: &KernelTable,
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    outs: &mut [SplitOut<'_>],
+    epilogue: Epilogue<'_>,
+    pack: &mut PackBuffers,
+) -> bool {
+    let ukr = &table.gemm;
+    let (n, k, nr) = (b.n, b.k, ukr.nr);
+    let widths_ok = outs.split_last().is_some_and(|(_, init)| init.iter().all(|o| o.cols % nr == 0));
+    let total = outs.iter().map(|o| o.cols).sum::<usize>();
+    let plain = epilogue.residual.is_none() && !matches!(epilogue.bias, Bias::PerRow(_));
+    if !b.fits(table) || outs.len() > SPLIT_MAX || !widths_ok || total != n || !plain {
+        return false;
+    }
+    if m == 0 || n == 0 {
+        return true;
+    }
+    // Every tile stays inside its output and every row of A in bounds
+    // (callers size them; a bug here must not reach memory through the
+    // tiles' raw pointers).
+    assert!(outs.iter().all(|o| o.c.len() >= m * o.cols), "gemm split: an output is too small");
+    assert!(AView { data: a, row_stride: lda, k_stride: 1 }.covers(m, k), "gemm split: A too small");
+    assert!(matches!(epilogue.bias, Bias::PerCol(b) if b.len() >= n) || matches!(epilogue.bias, Bias::None));
+    // Each output's first column and pointer.
+    let mut starts = [0usize; SPLIT_MAX];
+    let mut ptrs = [SharedMut(std::ptr::null_mut::<f32>()); SPLIT_MAX];
+    let mut at = 0;
+    for (o, out) in outs.iter_mut().enumerate() {
+        starts[o] = at;
+        ptrs[o] = SharedMut(out.c.as_mut_ptr());
+        at += out.cols;
+    }
+    let widths: [usize; SPLIT_MAX] = std::array::from_fn(|o| outs.get(o).map_or(0, |out| out.cols));
+    let count = outs.len();
+    // Bias of output `o`: its columns of the whole one.
+    let bias_of = |o: usize| match epilogue.bias {
+        Bias::PerCol(bias) => Bias::PerCol(&bias[starts[o]..starts[o] + widths[o]]),
+        other => other,
+    };
+    let Some(kernel) = ukr.direct else {
+        // A kernel that packs A (no direct form): a GEMM per output over its
+        // strips of B, as that output's own GEMM would run.
+        for (o, out) in outs.iter_mut().enumerate() {
+            let bo = BSource::PackedColumns { b, first: starts[o] };
+            let e = Epilogue { bias: bias_of(o), ..epilogue };
+            run_gemm(table, m, out.cols, k, ASource::Strided { a, lda }, bo, out.c, out.cols, 0.0, e, pack);
+        }
+        return true;
+    };
+    let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { pack.threads };
+    let (mc_block, _) = blocks(ukr);
+    let split = DirectSplit::new(m, ukr.mr, mc_block, n.div_ceil(nr), threads.count());
+    threads.for_each(split.items(), |item| {
+        let (ic, mc, group) = split.item(item);
+        for o in 0..count {
+            let (start, cols) = (starts[o], widths[o]);
+            let first = start / nr;
+            let (lo, hi) = (group.start.max(first), group.end.min(first + cols.div_ceil(nr)));
+            if lo >= hi {
+                continue;
+            }
+            let bias = bias_of(o);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let combine = if pc == 0 { Combine::Overwrite } else { Combine::Accumulate };
+                let epilogue = if pc + kc == k { Epilogue { bias, ..epilogue } } else { Epilogue::default() };
+                let rect = Rect { ic, mc, jc: 0, nc: cols, strips: lo - first..hi - first, pc, kc, combine, epilogue };
+                direct_rect(ukr, kernel, a, lda, b.panel(pc, start), &rect, ptrs[o], cols);
             }
         }
     });

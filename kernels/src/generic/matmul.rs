@@ -3,8 +3,8 @@
 use super::common::*;
 use super::conv::TensorEpilogue;
 use super::gemm::{
-    gemm_f32_fused, gemm_f32_packed, gemm_prepacked_fused, Activation, ActivationFn, Bias, Epilogue, PackedB,
-    PARALLEL_MIN_FLOPS,
+    gemm_f32_fused, gemm_f32_packed, gemm_prepacked_fused, gemm_split_packed, Activation, ActivationFn, Bias, Epilogue,
+    PackedB, SplitOut, PARALLEL_MIN_FLOPS, SPLIT_MAX,
 };
 use super::math::Real;
 use super::vector;
@@ -565,6 +565,84 @@ pub fn linear_with_epilogue(
         }
         _ => linear_fused_unpacked(x, w, &fused, out, cx),
     }
+}
+
+/// Linear layers that read the same `x` as one (the plan's `linear_fused`
+/// with several outputs): `x · wᵀ (+ bias)` then `activation`, over the
+/// `[N, K]` weight of all of them, its columns cut into `outs` in order
+/// (output `i` `[.., N_i]`, the `N_i` summing to N). Through the packed
+/// weight when there is one that fits `cx`'s table and every width but the
+/// last is a multiple of its strip (one GEMM: one parallel region, the
+/// columns of all outputs shared among the threads); else each output is
+/// a linear of its own rows of `w` (packed by the call). Either way every
+/// element is what the output's own fused linear computes, bit for bit; f32.
+pub fn linear_split(
+    x: TensorRef,
+    w: TensorRef,
+    packed: Option<&PackedB>,
+    bias: Option<TensorRef>,
+    activation: Option<Activation>,
+    outs: &mut [TensorMut<'_>],
+    cx: &mut Context,
+) -> Result<()> {
+    const K: &str = "linear";
+    for (name, d) in [("x", x.dtype), ("w", w.dtype)] {
+        expect_dtype(K, name, d, DType::F32)?;
+    }
+    let (&[n, k], Some((&last, lead))) = (w.shape, x.shape.split_last()) else {
+        return Err(shape_err(K, format!("x {:?} must have rank >= 1 and w {:?} rank 2", x.shape, w.shape)));
+    };
+    if last != k || outs.is_empty() || outs.len() > SPLIT_MAX {
+        return Err(shape_err(K, format!("x {:?}, w {:?} and {} outputs do not fit", x.shape, w.shape, outs.len())));
+    }
+    let mut total = 0usize;
+    for out in outs.iter() {
+        expect_dtype(K, "out", out.dtype, DType::F32)?;
+        match out.shape.split_last() {
+            Some((&cols, olead)) if olead == lead => total = total.saturating_add(cols),
+            _ => return Err(shape_err(K, format!("output {:?} does not fit x {:?}", out.shape, x.shape))),
+        }
+    }
+    if total != n {
+        return Err(shape_err(K, format!("outputs of {total} columns in all for w {:?}", w.shape)));
+    }
+    let bias = match &bias {
+        Some(b) if b.shape != [n] => return Err(shape_err(K, format!("bias shape {:?}, expected [{n}]", b.shape))),
+        Some(b) => {
+            expect_dtype(K, "bias", b.dtype, DType::F32)?;
+            Some(view::<f32>(K, "bias", b)?)
+        }
+        None => None,
+    };
+    let (m, count): (usize, usize) = (lead.iter().product(), outs.len());
+    let xv = view::<f32>(K, "x", &x)?;
+    if let Some(p) = packed.filter(|p| p.fits(cx.table) && p.k() == k && p.n() == n) {
+        let mut parts: [SplitOut<'_>; SPLIT_MAX] = std::array::from_fn(|_| SplitOut { c: &mut [], cols: 0 });
+        for (part, out) in parts.iter_mut().zip(outs.iter_mut()) {
+            let cols = out.shape.last().copied().unwrap_or(0);
+            *part = SplitOut { c: view_mut::<f32>(K, "out", out)?, cols };
+        }
+        let fused = LinearEpilogue { bias, activation, ..LinearEpilogue::default() }.store_step(cx.table, m, n)?;
+        let parts = &mut parts[..count];
+        if gemm_split_packed(cx.table, m, xv, k, p, parts, fused, &mut cx.scratch.pack) {
+            return Ok(());
+        }
+    }
+    // Output by output: its rows of `w`, its part of the bias.
+    let wv = view::<f32>(K, "w", &w)?;
+    let mut start = 0;
+    for out in outs.iter_mut() {
+        let cols = out.shape.last().copied().unwrap_or(0);
+        let rows = &wv[start * k..(start + cols) * k];
+        let shape = [cols, k];
+        let wo = TensorRef { dtype: DType::F32, shape: &shape, data: bytemuck::cast_slice(rows) };
+        let epilogue =
+            LinearEpilogue { bias: bias.map(|b| &b[start..start + cols]), activation, ..LinearEpilogue::default() };
+        let out = TensorMut { dtype: out.dtype, shape: out.shape, data: &mut *out.data };
+        linear_fused_unpacked(x, wo, &epilogue, out, cx)?;
+        start += cols;
+    }
+    Ok(())
 }
 
 /// [`linear`] with a packed weight: `out = x · wᵀ + bias`.

@@ -21,6 +21,7 @@ pub(super) static KERNELS: OpTable = OpTable {
         OpRow::only(OpKind::Conv, F32_F64),
         OpRow::only(OpKind::ConvFused, &[DType::F32]),
         OpRow::only(OpKind::LinearFused, &[DType::F32]),
+        OpRow::only(OpKind::LinearSplit, &[DType::F32]),
         OpRow::only(OpKind::Softmax, F32_F64),
         OpRow::only(OpKind::LogSoftmax, F32_F64),
         OpRow::only(OpKind::Pool(PoolKind::Max), F32_F64),

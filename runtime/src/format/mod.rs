@@ -49,7 +49,8 @@ pub const FORMAT_MAJOR: u16 = 0;
 /// prologue and a row function's prologue count; 0.16 the `complex` flag of
 /// `linalg`; 0.17 the `mul_sigmoid` and `hardswish` epilogue activations;
 /// 0.18 int8 residuals on `quant_conv`, `res_scale` / `res_zero_point`;
-/// 0.19 a shape bucket's true-size arguments, `AccelBucket::true_sizes`),
+/// 0.19 a shape bucket's true-size arguments, `AccelBucket::true_sizes`,
+/// and several outputs of `linear_fused`, column ranges of one GEMM),
 /// so a runtime reads exactly its own minor version; from 1.0 on,
 /// minors only add. `tests/golden/` holds one artifact per version.
 pub const FORMAT_MINOR: u16 = 19;

@@ -32,6 +32,7 @@ mod quantize;
 mod quantize_conv;
 mod real_models;
 mod runtime_inputs;
+mod shared_input_before_after;
 mod state;
 mod thread_determinism;
 mod while_loop;
