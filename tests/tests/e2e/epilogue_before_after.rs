@@ -12,27 +12,15 @@
 //! the same vector functions but may take the scalar tail on other
 //! elements, so they are held to a few ulp.
 
+use crate::before_after::{compile, run};
 use kiln_compiler::import::import_pt2;
-use kiln_compiler::{compile_graph_with_passes, CompileOptions};
 use kiln_ir::{BinaryOp, ConstBytes, DType, Graph, Op, TensorType, UnaryOp, ValueId};
 use kiln_passes::{default_pipeline, Pass, Target, DCE, FUSE_EPILOGUE};
-use kiln_runtime::format::{Kernel, Metadata};
+use kiln_runtime::format::Kernel;
 use kiln_runtime::{Program, Tensor};
 use kiln_tests::{assert_close, fixture_dir, random_inputs, read_numbered, FIXTURES, FLAVOURS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
-
-fn compile(g: Graph, passes: &[Pass]) -> Arc<Program> {
-    let opts = CompileOptions { target: Target::Cpu, verify_each: true, ..CompileOptions::default() };
-    let (writer, _) = compile_graph_with_passes(g, passes, &opts, Metadata::default()).expect("compile");
-    Program::from_bytes(&writer.to_bytes()).expect("load")
-}
-
-fn run(p: &Arc<Program>, inputs: &[Tensor]) -> Vec<Tensor> {
-    let views: Vec<_> = inputs.iter().map(Tensor::view).collect();
-    p.session().unwrap().run(&views).unwrap().to_tensors()
-}
 
 /// The fused calls of a plan, and whether every one of them is exact (no
 /// activation, ReLU / clamp, or the decomposed SiLU on x86).

@@ -4,30 +4,18 @@
 //! elementwise graphs (chains, trees, shared values, broadcast operands,
 //! scalars, casts, sizes around the kernel's tile) and every fixture.
 
+use crate::before_after::{compile, run};
 use kiln_compiler::import::import_pt2;
-use kiln_compiler::{compile_graph_with_passes, CompileOptions};
 use kiln_ir::{BinaryOp, Builder, DType, Graph, Op, TensorType, UnaryOp, ValueId};
 use kiln_passes::{default_pipeline, Pass, Target, FUSE_ELEMENTWISE};
-use kiln_runtime::format::{Kernel, Metadata};
+use kiln_runtime::format::Kernel;
 use kiln_runtime::{Program, Tensor};
 use kiln_tests::{fixture_dir, random_inputs, read_numbered, FIXTURES, FLAVOURS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
-
-fn compile(g: Graph, passes: &[Pass]) -> Arc<Program> {
-    let opts = CompileOptions { target: Target::Cpu, verify_each: true, ..CompileOptions::default() };
-    let (writer, _) = compile_graph_with_passes(g, passes, &opts, Metadata::default()).expect("compile");
-    Program::from_bytes(&writer.to_bytes()).expect("load")
-}
 
 fn fused_calls(p: &Program) -> usize {
     p.plan().instrs.iter().filter(|i| matches!(i.op.kernel(), Some(Kernel::Fused { .. }))).count()
-}
-
-fn run(p: &Arc<Program>, inputs: &[Tensor]) -> Vec<Tensor> {
-    let views: Vec<_> = inputs.iter().map(Tensor::view).collect();
-    p.session().unwrap().run(&views).unwrap().to_tensors()
 }
 
 fn assert_same_bytes(what: &str, got: &[Tensor], want: &[Tensor]) {

@@ -6,27 +6,14 @@
 //! channels-first kernels' operations (kernels/tests/conv_nhwc.rs), and the
 //! permutes the pass adds move bytes.
 
+use crate::before_after::{compile, run_at as run};
 use kiln_compiler::import::import_pt2;
-use kiln_compiler::{compile_graph_with_passes, CompileOptions};
-use kiln_ir::Graph;
 use kiln_passes::{default_pipeline, Pass, Target, LAYOUT};
-use kiln_runtime::format::{Kernel, Layout, Metadata};
-use kiln_runtime::{Program, SessionOptions, Tensor};
+use kiln_runtime::format::{Kernel, Layout};
+use kiln_runtime::Program;
 use kiln_tests::{fixture_dir, random_inputs};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use std::sync::Arc;
-
-fn compile(g: Graph, passes: &[Pass]) -> Arc<Program> {
-    let opts = CompileOptions { target: Target::Cpu, verify_each: true, ..CompileOptions::default() };
-    let (writer, _) = compile_graph_with_passes(g, passes, &opts, Metadata::default()).expect("compile");
-    Program::from_bytes(&writer.to_bytes()).expect("load")
-}
-
-fn run(p: &Arc<Program>, inputs: &[Tensor], threads: usize) -> Vec<Tensor> {
-    let views: Vec<_> = inputs.iter().map(Tensor::view).collect();
-    p.session_with(&SessionOptions::with_threads(threads)).unwrap().run(&views).unwrap().to_tensors()
-}
 
 /// (convolutions, channels-last ones, permutes) of a plan.
 fn counts(p: &Program) -> (usize, usize, usize) {

@@ -7,6 +7,7 @@
 mod aarch64_e2e;
 mod artifact_corruption;
 mod assert_async;
+mod before_after;
 mod complex_io;
 mod conformance;
 mod conformance_dynamic;

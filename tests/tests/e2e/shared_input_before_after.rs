@@ -7,27 +7,15 @@
 //! in the same order, with the same store step as its layer's own GEMM, so
 //! the results must be byte for byte the unfused ones, at 1 and 3 threads.
 
+use crate::before_after::{compile, run_at as run};
 use kiln_compiler::import::import_pt2;
-use kiln_compiler::{compile_graph_with_passes, CompileOptions};
 use kiln_ir::{BinaryOp, ConstBytes, DType, Graph, Op, TensorType, UnaryOp, ValueId};
 use kiln_passes::{default_pipeline, Pass, Target, DCE, FUSE_EPILOGUE, FUSE_SHARED_INPUT};
-use kiln_runtime::format::{Kernel, Metadata};
-use kiln_runtime::{Program, SessionOptions, Tensor};
+use kiln_runtime::format::Kernel;
+use kiln_runtime::{Program, Tensor};
 use kiln_tests::{fixture_dir, random_inputs, read_numbered, FIXTURES, FLAVOURS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
-
-fn compile(g: Graph, passes: &[Pass]) -> Arc<Program> {
-    let opts = CompileOptions { target: Target::Cpu, verify_each: true, ..CompileOptions::default() };
-    let (writer, _) = compile_graph_with_passes(g, passes, &opts, Metadata::default()).expect("compile");
-    Program::from_bytes(&writer.to_bytes()).expect("load")
-}
-
-fn run(p: &Arc<Program>, inputs: &[Tensor], threads: usize) -> Vec<Tensor> {
-    let views: Vec<_> = inputs.iter().map(Tensor::view).collect();
-    p.session_with(&SessionOptions::with_threads(threads)).unwrap().run(&views).unwrap().to_tensors()
-}
 
 /// The outputs of each `linear_fused` call with several of them.
 fn split_calls(p: &Program) -> Vec<usize> {
