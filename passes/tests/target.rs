@@ -89,6 +89,7 @@ fn the_pipeline_follows_the_description() {
                 "simplify",
                 "fuse_norm",
                 "fuse_epilogue",
+                "fuse_shared_input",
                 "fuse_elementwise",
                 "layout",
                 "quant_acts",
