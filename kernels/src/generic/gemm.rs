@@ -892,15 +892,9 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
         let strips = n.div_ceil(nr);
         let split = DirectSplit::new(m, mr, mc_block, strips, threads.count());
         threads.for_each(split.items(), |item| {
-            let (ic, mc, group_strips) = split.item(item);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
-                let combine = if pc == 0 { p.combine } else { Combine::Accumulate };
-                let epilogue = if pc + kc == k { p.epilogue } else { Epilogue::default() };
-                let strips = group_strips.clone();
-                let rect = Rect { ic, mc, jc: 0, nc: n, strips, pc, kc, combine, epilogue };
-                direct_rect(ukr, kernel, a, lda, b.panel(pc, first), &rect, out, p.ldc);
-            }
+            let (ic, mc, strips) = split.item(item);
+            let rect = Rect { ic, mc, jc: 0, nc: n, strips, pc: 0, kc: k, combine: p.combine, epilogue: p.epilogue };
+            direct_k_slices(ukr, kernel, a, lda, b, first, &rect, out, p.ldc);
         });
         return;
     }
@@ -1166,14 +1160,10 @@ pub(crate) fn gemm_split_packed(
             if lo >= hi {
                 continue;
             }
-            let bias = bias_of(o);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
-                let combine = if pc == 0 { Combine::Overwrite } else { Combine::Accumulate };
-                let epilogue = if pc + kc == k { Epilogue { bias, ..epilogue } } else { Epilogue::default() };
-                let rect = Rect { ic, mc, jc: 0, nc: cols, strips: lo - first..hi - first, pc, kc, combine, epilogue };
-                direct_rect(ukr, kernel, a, lda, b.panel(pc, start), &rect, ptrs[o], cols);
-            }
+            let epilogue = Epilogue { bias: bias_of(o), ..epilogue };
+            let strips = lo - first..hi - first;
+            let rect = Rect { ic, mc, jc: 0, nc: cols, strips, pc: 0, kc: k, combine: Combine::Overwrite, epilogue };
+            direct_k_slices(ukr, kernel, a, lda, b, start, &rect, ptrs[o], cols);
         }
     });
     true
@@ -1191,6 +1181,33 @@ struct Rect<'a> {
     kc: usize,
     combine: Combine,
     epilogue: Epilogue<'a>,
+}
+
+/// Runs a direct kernel over `r`'s rows and strips (`r.pc..r.pc + r.kc`
+/// the whole K) one K slice after another, B's columns from `first` of the
+/// packed `b`: the first slice combines by `r.combine`, later ones
+/// accumulate, and `r.epilogue` applies on the last one only — the same
+/// sums in the same order as the sliced loop of [`drive`].
+#[allow(clippy::too_many_arguments)]
+fn direct_k_slices(
+    ukr: &GemmUkr,
+    kernel: DirectKernel,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    first: usize,
+    r: &Rect<'_>,
+    out: SharedMut<f32>,
+    ldc: usize,
+) {
+    let end = r.pc + r.kc;
+    for pc in (r.pc..end).step_by(KC) {
+        let kc = KC.min(end - pc);
+        let combine = if pc == r.pc { r.combine } else { Combine::Accumulate };
+        let epilogue = if pc + kc == end { r.epilogue } else { Epilogue::default() };
+        let slice = Rect { strips: r.strips.clone(), pc, kc, combine, epilogue, ..*r };
+        direct_rect(ukr, kernel, a, lda, b.panel(pc, first), &slice, out, ldc);
+    }
 }
 
 /// Runs a direct kernel over `rect`, A read in place (`a`, `lda`), B from
