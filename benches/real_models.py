@@ -16,7 +16,9 @@ ResNet-18 and MobileNetV2 at 224², a BERT-style encoder (4 layers × 256, 4
 heads, seq 128) and a Llama-style decoder (4 layers × 512, 8 heads, 2 KV
 heads — GQA — seq 64). EfficientNet-B0 and ConvNeXt-Tiny (224²) are the
 elementwise-heavy CNNs of the native-code benchmark (benches/native.py);
-MobileNetV3-Large (224²) is the hardswish CNN;
+MobileNetV3-Large (224²) is the hardswish CNN; `vit` (ViT-Tiny/16, 224²)
+and `gpt2` (a GPT-2-style decoder, 6 layers × 384, seq 128) are the
+transformer shapes the speed issue also names;
 `elementwise` is that benchmark's group-only model (SiLU, GELU, log1p),
 `rows` its row-kernel-only one (layer norm, RMS norm, softmax, mean).
 """
@@ -135,9 +137,29 @@ def llama():
     return model, (token_ids(1, 64, seed=5, vocab=1000),)
 
 
+def vit():
+    import torchvision
+    # ViT-Tiny/16 (DeiT-Tiny's shape): 12 layers × 192, 3 heads, MLP 768, 224².
+    model = torchvision.models.VisionTransformer(
+        image_size=224, patch_size=16, num_layers=12, num_heads=3, hidden_dim=192, mlp_dim=768)
+    nn.init.normal_(model.heads.head.weight, std=0.02)  # torchvision zeroes the head: logits would be 0
+    return model, (randn(1, 3, 224, 224, seed=11),)
+
+
+def gpt2():
+    import transformers
+    # GPT-2-style decoder (Conv1D projections, tanh GELU, learned positions,
+    # causal attention): 6 layers × 384, 6 heads, seq 128.
+    cfg = transformers.GPT2Config(
+        vocab_size=1000, n_positions=256, n_embd=384, n_layer=6, n_head=6,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False, bos_token_id=0, eos_token_id=0)
+    model = HFOutputs(transformers.GPT2LMHeadModel(cfg), ("logits",))
+    return model, (token_ids(1, 128, seed=12, vocab=1000),)
+
+
 MODELS = {"mlp": mlp, "resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert": bert, "llama": llama,
           "efficientnet_b0": efficientnet_b0, "mobilenet_v3_large": mobilenet_v3_large,
-          "convnext_tiny": convnext_tiny, "elementwise": elementwise, "rows": rows}
+          "convnext_tiny": convnext_tiny, "vit": vit, "gpt2": gpt2, "elementwise": elementwise, "rows": rows}
 
 
 def export(name, out: Path):

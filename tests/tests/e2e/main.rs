@@ -28,6 +28,7 @@ mod native_rows;
 mod native_trig;
 mod old_torch;
 mod passes_preserve_semantics;
+mod pow_scalars;
 mod quant_import;
 mod quantize;
 mod quantize_conv;

@@ -1,5 +1,5 @@
-//! Real model topologies (torchvision ResNet-18, MobileNetV2, EfficientNet-B0
-//! and Swin-T, Hugging Face BERT, Llama, T5, Qwen3-MoE and Mixtral; random
+//! Real model topologies (torchvision ResNet-18, MobileNetV2, EfficientNet-B0,
+//! Swin-T and ViT, Hugging Face BERT, Llama, GPT-2, T5, Qwen3-MoE and Mixtral; random
 //! weights, shrunk — see tests/fixtures/README.md),
 //! in both IR flavours: compiled to a .kiln file, loaded, run, and compared
 //! with PyTorch's eager outputs. Made by tests/fixtures/generate_models.py.
@@ -55,5 +55,7 @@ model_tests!(
     qwen3_moe,
     mixtral,
     qwen3_moe_batch,
-    llama_batch
+    llama_batch,
+    gpt2,
+    vit
 );

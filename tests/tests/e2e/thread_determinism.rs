@@ -62,7 +62,8 @@ fn fixtures_are_bit_identical_at_every_thread_count() {
 
 #[test]
 fn real_models_are_bit_identical_at_every_thread_count() {
-    for name in ["resnet18", "mobilenet_v2", "efficientnet_b0", "bert", "llama", "qwen3_moe", "mixtral"] {
+    for name in ["resnet18", "mobilenet_v2", "efficientnet_b0", "bert", "llama", "qwen3_moe", "mixtral", "gpt2", "vit"]
+    {
         check(&format!("models/{name}"), "aten");
     }
 }

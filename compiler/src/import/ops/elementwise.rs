@@ -331,6 +331,13 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
     if matches!(name, "bitwise_and" | "bitwise_or" | "bitwise_xor") && !(compute == DType::Bool || compute.is_int()) {
         return unsupported(format!("bitwise ops on {compute}"));
     }
+    if let (Side::Scalar(e), "pow", "Tensor_Scalar", DType::F32 | DType::F64) = (&b, name, overload, compute) {
+        let x = a.value(imp, compute);
+        if let Some(v) = pow_by_scalar(imp, x, e.as_f64())? {
+            let v = imp.cast(v, out.dtype);
+            return imp.bind(n, 0, v);
+        }
+    }
     let av = a.value(imp, compute);
     let mut bv = b.value(imp, compute);
     // aten::add/sub(..., alpha): self ± alpha * other (rsub: other - alpha * self).
@@ -346,6 +353,37 @@ pub(super) fn binary(imp: &mut Importer, n: &Node, name: &str, overload: &str) -
     let v = imp.push_typed(Op::Binary(op), vec![av, bv], TensorType::new(result_dtype, out.shape.clone()));
     let v = imp.cast(v, out.dtype);
     imp.bind(n, 0, v)
+}
+
+/// `pow.Tensor_Scalar` as torch's CPU kernel computes it on f32/f64
+/// (`PowKernel.cpp`): exponents 0.5, -0.5 and -1 are `sqrt`, `rsqrt` and
+/// `reciprocal`, and 2, 3 and -2 are `x·x`, `x·x·x` and `1 / (x·x)` —
+/// never `pow` itself. The same operations give torch's bits (its `sqrt`
+/// is MKL's on x86-64, an ulp from IEEE's at times), and a multiply is
+/// what the fused kernels vectorise (GPT-2's tanh GELU cubes
+/// its input: as `powf` that was 30 % of the model). `None`: any other
+/// exponent, which torch sends to `pow`.
+fn pow_by_scalar(imp: &mut Importer, x: ValueId, e: f64) -> R<Option<ValueId>> {
+    let unary = |imp: &mut Importer, op: UnaryOp, v: ValueId| imp.push(Op::Unary(op), vec![v]);
+    let mul = |imp: &mut Importer, a: ValueId, b: ValueId| imp.push(Op::Binary(BinaryOp::Mul), vec![a, b]);
+    let v = if e == 0.5 {
+        unary(imp, UnaryOp::Sqrt, x)?
+    } else if e == -0.5 {
+        unary(imp, UnaryOp::Rsqrt, x)?
+    } else if e == -1.0 {
+        unary(imp, UnaryOp::Reciprocal, x)?
+    } else if e == 2.0 {
+        mul(imp, x, x)?
+    } else if e == 3.0 {
+        let square = mul(imp, x, x)?;
+        mul(imp, square, x)?
+    } else if e == -2.0 {
+        let square = mul(imp, x, x)?;
+        unary(imp, UnaryOp::Reciprocal, square)?
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(v))
 }
 
 /// `aten::bitwise_left_shift.Tensor(Tensor self, Tensor other)` (and
