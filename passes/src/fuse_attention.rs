@@ -261,9 +261,10 @@ fn match_attention(g: &Graph, n: NodeId, uses: &SecondaryMap<ValueId, u32>) -> O
     let scores_uses = if scores == scaled { scaled_uses } else { 1 };
     let mm = match batch {
         None => used_only_by(g, uses, scores, scores_uses)?,
-        // The scores are the `bmm`'s result viewed in the softmax's batch dims.
-        Some(_) if scores_uses == 1 => single_use(g, uses, batch_reshape_input(g, uses, scores)?)?,
-        Some(_) => return None,
+        // The scores are the `bmm`'s result viewed in the softmax's batch
+        // dims (read twice, by the softmax and its guard, when nothing comes
+        // between the view and a safe softmax: torchvision's ViT).
+        Some(_) => single_use(g, uses, batch_reshape_input_used(g, uses, scores, scores_uses)?)?,
     };
     let (Op::MatMul, [q, kt]) = (&g.nodes[mm].op, &g.nodes[mm].inputs[..]) else { return None };
     if g.ty(*q).rank() < 2 || g.ty(*kt).rank() < 2 {
@@ -298,7 +299,12 @@ fn match_attention(g: &Graph, n: NodeId, uses: &SecondaryMap<ValueId, u32>) -> O
 /// `x` of a single-use `reshape(x)` that only merges or splits batch dims
 /// (the last two dims kept).
 fn batch_reshape_input(g: &Graph, uses: &SecondaryMap<ValueId, u32>, v: ValueId) -> Option<ValueId> {
-    let node = &g.nodes[single_use(g, uses, v)?];
+    batch_reshape_input_used(g, uses, v, 1)
+}
+
+/// [`batch_reshape_input`] of a `v` with `n` uses inside the pattern.
+fn batch_reshape_input_used(g: &Graph, uses: &SecondaryMap<ValueId, u32>, v: ValueId, n: u32) -> Option<ValueId> {
+    let node = &g.nodes[used_only_by(g, uses, v, n)?];
     let (Op::Reshape { .. }, [x]) = (&node.op, &node.inputs[..]) else { return None };
     let (tx, tv) = (g.ty(*x), g.ty(v));
     let (rx, rv) = (tx.rank(), tv.rank());
