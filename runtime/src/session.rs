@@ -475,6 +475,13 @@ impl Session {
         if value.data.len() != bytes {
             return Err(wrong(format!("{} data bytes do not match shape {:?}", value.data.len(), value.shape)));
         }
+        // As for inputs (see `bind`): a bool is the byte 0 or 1, which kernels
+        // comparing bytes and native code testing `!= 0` read alike.
+        if value.dtype == DType::Bool {
+            if let Some(i) = value.data.iter().position(|&b| b > 1) {
+                return Err(wrong(format!("bool element {i} is the byte {}, not 0 or 1", value.data[i])));
+            }
+        }
         self.allocate_arena()?;
         if let (Some(arena), Storage::Arena { offset, .. }) = (self.arena.as_mut(), decl.storage) {
             arena.as_mut_slice()[offset as usize..offset as usize + bytes].copy_from_slice(value.data);

@@ -182,3 +182,46 @@ fn writes_into_a_state_are_refused_unless_whole_and_its_update() {
     }));
     assert!(m.contains("overlaps operand"), "{m}");
 }
+
+/// `y = x or acc; acc = y` over bool[4], `acc` starting at [1, 0, 0, 1].
+fn bool_artifact() -> Vec<u8> {
+    let mut weights = WeightsBuilder::new();
+    let bools = |t: TensorDecl| TensorDecl { dtype: DType::Bool, ..t };
+    let init = TensorDecl { storage: weights.push(&[1, 0, 0, 1]), ..bools(arena(&[4], 0)) };
+    let plan = Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors: vec![bools(arena(&[4], 0)), bools(arena(&[4], 16)), bools(arena(&[4], 64)), init],
+        inputs: vec![IoDecl { name: "x".into(), tensor: X, complex: false }],
+        outputs: vec![IoDecl { name: "y".into(), tensor: Y, complex: false }],
+        instrs: vec![Instr {
+            op: InstrOp::Call(Kernel::Binary { op: BinaryOp::Or }),
+            inputs: vec![X, ACC],
+            outputs: vec![Y],
+            origin: "test".into(),
+        }],
+        arena_bytes: 80,
+        peak_live_bytes: 8,
+        states: vec![StateDecl { name: "acc".into(), tensor: ACC, update: Y, init: INIT }],
+    };
+    ArtifactWriter::new(&plan, weights, &Metadata::default()).unwrap().to_bytes()
+}
+
+/// A bool state holds the bytes 0 and 1 only, as a bool input does: native
+/// code reads any nonzero byte as true while the portable kernels compare
+/// bytes, so another byte would give target-dependent results.
+#[test]
+fn set_state_refuses_a_bool_byte_other_than_0_or_1() {
+    let program = Program::from_bytes(&bool_artifact()).expect("valid plan");
+    let mut session = program.session().expect("session");
+    let bool4 = |data: [u8; 4]| Tensor { dtype: kiln_runtime::DType::Bool, shape: vec![4], data: data.to_vec() };
+    let err = session.set_state("acc", bool4([0, 1, 2, 0]).view()).expect_err("byte 2");
+    assert!(matches!(err, Error::State { .. }), "{err}");
+    assert!(err.to_string().contains("bool element 2 is the byte 2, not 0 or 1"), "{err}");
+    // The refused value was not written: the state still holds its initial value.
+    let out = session.run(&[bool4([0, 0, 1, 0]).view()]).expect("run").to_tensors();
+    assert_eq!(out[0].data, vec![1, 0, 1, 1]);
+    session.set_state("acc", bool4([0, 1, 0, 0]).view()).expect("set_state");
+    let out = session.run(&[bool4([0, 0, 1, 0]).view()]).expect("run").to_tensors();
+    assert_eq!(out[0].data, vec![0, 1, 1, 0]);
+}
