@@ -656,6 +656,68 @@ fn gqa_attention_equals_repeated_kv_at_every_thread_count() {
     }
 }
 
+/// A long sequence's attention (L·S beyond the kernel's score block) runs
+/// its query rows in blocks: the result is the bytes of the same attention
+/// computed 100 query rows per call (each call within one block), with a
+/// float mask, or causal (each piece then takes the causal rows as a bool
+/// mask: the same -inf), over two heads, on every table and thread count.
+#[test]
+fn long_attention_in_row_blocks_equals_short_pieces() {
+    let mut r = rng(9);
+    let (h, l, s, e) = (2, 300, 1000, 16);
+    let q = rand_f32(&mut r, h * l * e);
+    let kk = rand_f32(&mut r, h * s * e);
+    let v = rand_f32(&mut r, h * s * e);
+    let fmask = rand_f32(&mut r, l * s);
+    let piece = 100;
+    for table in tables() {
+        for causal in [false, true] {
+            let what = format!("long attention causal={causal}");
+            same_at_every_count(&what, table, |cx| {
+                let (ks, vs) = (f32s(&[h, s, e], &kk), f32s(&[h, s, e], &v));
+                let mut whole = Buf::zeros(DType::F32, &[h, l, e]);
+                let mask = f32s(&[l, s], &fmask);
+                let m = (!causal).then(|| mask.r());
+                k::attention(f32s(&[h, l, e], &q).r(), ks.r(), vs.r(), m, causal, None, whole.w(), cx).unwrap();
+                let whole = whole.get::<f32>();
+                for first in (0..l).step_by(piece) {
+                    let qp: Vec<f32> =
+                        (0..h).flat_map(|t| q[(t * l + first) * e..(t * l + first + piece) * e].to_vec()).collect();
+                    let mask = if causal {
+                        let keep = (0..piece * s).map(|x| u8::from(x % s <= first + x / s)).collect::<Vec<u8>>();
+                        Buf::from(DType::Bool, &[piece, s], &keep)
+                    } else {
+                        f32s(&[piece, s], &fmask[first * s..(first + piece) * s])
+                    };
+                    let mut out = Buf::zeros(DType::F32, &[h, piece, e]);
+                    k::attention(
+                        f32s(&[h, piece, e], &qp).r(),
+                        ks.r(),
+                        vs.r(),
+                        Some(mask.r()),
+                        false,
+                        None,
+                        out.w(),
+                        cx,
+                    )
+                    .unwrap();
+                    let out = out.get::<f32>();
+                    for t in 0..h {
+                        let want = &out[t * piece * e..(t + 1) * piece * e];
+                        let got = &whole[(t * l + first) * e..(t * l + first + piece) * e];
+                        assert!(
+                            bits(got) == bits(want),
+                            "{what} on {}: rows {first}.. of head {t} differ",
+                            table.isa()
+                        );
+                    }
+                }
+                whole
+            });
+        }
+    }
+}
+
 #[test]
 fn packed_conv_weights_match_unpacked_bytes() {
     let mut r = rng(6);

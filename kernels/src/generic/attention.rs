@@ -1,5 +1,6 @@
 //! Scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention
-//! semantics), as GEMM → mask + softmax → GEMM per batch matrix.
+//! semantics), as GEMM → mask + softmax → GEMM per batch matrix, over
+//! blocks of query rows when the scores would be large (see `SCORES_MAX`).
 
 use super::common::*;
 use super::gemm::PARALLEL_MIN_FLOPS;
@@ -154,10 +155,11 @@ fn attention_typed<T: GemmFloat>(
     }
     let group = if it.is_dense(0, l * e) { it.inner_shared(&[1, 2]) } else { 1 };
     let (rows, groups) = (group * l, it.count / group);
+    let block = block_rows(rows, s);
     let threads = scratch.pack.threads;
     let small = it.count * l * s * (e + ev) < PARALLEL_MIN_FLOPS;
     if threads.count() == 1 || groups == 1 || small {
-        let (scores, pack) = T::scratch_split(scratch, rows * s);
+        let (scores, pack) = T::scratch_split(scratch, block * s);
         for (g, o) in ov.chunks_exact_mut(rows * ev).enumerate() {
             attention_group(dims, g * group, group, qv, kv, vv, mv, causal, o, table, scores, pack);
         }
@@ -166,13 +168,13 @@ fn attention_typed<T: GemmFloat>(
     // Groups over the threads, each with its own scores and panels (every
     // output matrix is computed by one thread, whole).
     let workers = scratch.workers(threads.count(), |w| {
-        T::scratch_split(w, rows * s);
-        w.pack.reserve_gemm(table, rows, s, e);
-        w.pack.reserve_gemm(table, rows, ev, s);
+        T::scratch_split(w, block * s);
+        w.pack.reserve_gemm(table, block, s, e);
+        w.pack.reserve_gemm(table, block, ev, s);
     });
     threads.for_each_chunk(ov, rows * ev, |g, o| {
         let mut w = workers[threads.index()].lock().unwrap_or_else(|e| e.into_inner());
-        let (scores, pack) = T::scratch_split(&mut w, rows * s);
+        let (scores, pack) = T::scratch_split(&mut w, block * s);
         attention_group(dims, g * group, group, qv, kv, vv, mv, causal, o, table, scores, pack);
     });
 }
@@ -197,14 +199,40 @@ fn attention_group<T: GemmFloat>(
     let Dims { l, s, e, ev, ref it, ref mask, scale } = *dims;
     let (scale, rows) = (T::lit(scale), group * l);
     let (qo, ko, vo) = (it.offset(0, t), it.offset(1, t), it.offset(2, t));
-    T::gemm(table, rows, s, e, &qv[qo..], e, &kv[ko..], e, scores, s, true, T::ZERO, pack);
-    for (r, row) in scores[..rows * s].chunks_exact_mut(s).enumerate() {
-        let (entry, i) = (t + r / l, r % l);
-        let at = |ml: &MaskLayout| it.offset(3, entry) + i * ml.row_stride;
-        mask_row(row, i, scale, mask.as_ref().map(|ml| (ml, mv, at(ml))), causal);
-        T::softmax_in_place(table, row);
+    let block = block_rows(rows, s);
+    for first in (0..rows).step_by(block) {
+        let n = block.min(rows - first);
+        let q_rows = &qv[qo + first * e..];
+        T::gemm(table, n, s, e, q_rows, e, &kv[ko..], e, scores, s, true, T::ZERO, pack);
+        for (r, row) in (first..).zip(scores[..n * s].chunks_exact_mut(s)) {
+            let (entry, i) = (t + r / l, r % l);
+            let at = |ml: &MaskLayout| it.offset(3, entry) + i * ml.row_stride;
+            mask_row(row, i, scale, mask.as_ref().map(|ml| (ml, mv, at(ml))), causal);
+            T::softmax_in_place(table, row);
+        }
+        let out_rows = &mut o[first * ev..(first + n) * ev];
+        T::gemm(table, n, ev, s, scores, s, &vv[vo..], ev, out_rows, ev, false, T::ZERO, pack);
     }
-    T::gemm(table, rows, ev, s, scores, s, &vv[vo..], ev, o, ev, false, T::ZERO, pack);
+}
+
+/// The most score elements one pass over a group's query rows holds
+/// (1 MiB of f32): a long sequence's rows go through the two GEMMs and the
+/// softmax in blocks, so the scratch is `block × S`, never `L × S` (an 8 K
+/// sequence would need 256 MiB per head).
+const SCORES_MAX: usize = 1 << 18;
+/// Fewer rows than this per block would repack K and V too often.
+const MIN_BLOCK_ROWS: usize = 64;
+
+/// Query rows per block for `rows` rows over `s` keys. Every row's scores,
+/// softmax and output take the same instructions in a block as in one pass
+/// (a GEMM computes each element alike whatever its row count), so the
+/// blocking changes no bit.
+fn block_rows(rows: usize, s: usize) -> usize {
+    if rows.saturating_mul(s) <= SCORES_MAX {
+        rows
+    } else {
+        (SCORES_MAX / s.max(1)).max(MIN_BLOCK_ROWS).min(rows)
+    }
 }
 
 /// Scores row `i` before its softmax: `x · scale`, then the mask (`mask`:
