@@ -36,6 +36,7 @@ const INT8_NEON: QGemmUkr = QGemmUkr {
     nr: 16,
     acts: Acts::I8,
     run: int8_neon,
+    wide: None,
     window: None,
     driver: DRIVER,
 };
@@ -77,6 +78,7 @@ const INT8_SDOT: QGemmUkr = QGemmUkr {
     nr: 16,
     acts: Acts::I8,
     run: int8_sdot,
+    wide: None,
     window: None,
     driver: DRIVER,
 };

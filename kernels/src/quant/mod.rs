@@ -180,7 +180,8 @@ impl QWeights<'_> {
 
 /// A quantized weight in the layout the kernels read, built once (at
 /// program load) from [`QWeights`]: 16-column strips of 4-byte lanes
-/// (`pack.rs` describes the layout), 64-byte aligned.
+/// (`pack.rs` describes the layout), 64-byte aligned, and for the plain
+/// AVX2 table an i16 copy of an int8 weight.
 #[derive(Clone)]
 pub struct PackedQWeights {
     n: usize,
@@ -197,8 +198,22 @@ impl std::fmt::Debug for PackedQWeights {
 }
 
 impl PackedQWeights {
+    /// Packs `w` for the integer kernels of this CPU's best table
+    /// ([`PackedQWeights::pack_for`] with them).
     pub fn pack(w: &QWeights<'_>) -> Result<PackedQWeights> {
-        let layout = pack::Layout::pack(w)?;
+        PackedQWeights::pack_for(w, &crate::best().quant)
+    }
+
+    /// Packs `w` for `kernels`: the layout every variant reads, plus, for
+    /// an int8 weight the W8A8 kernels can run (symmetric, per channel)
+    /// when `kernels`' int8 entry multiplies i16 weights (plain AVX2), the
+    /// copy widened to i16 it reads for GEMMs of several rows (`pack.rs`).
+    /// Every variant runs either packing, with the same results.
+    pub fn pack_for(w: &QWeights<'_>, kernels: &QuantKernels) -> Result<PackedQWeights> {
+        let mut layout = pack::Layout::pack(w)?;
+        if kernels.int8.wide.is_some() && w.bits == QBits::I8 && w.group == w.k && w.zero_points.is_none() {
+            layout.widen();
+        }
         Ok(PackedQWeights { n: w.n, k: w.k, bits: w.bits, group: w.group, layout })
     }
 

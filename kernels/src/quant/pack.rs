@@ -21,6 +21,12 @@
 //! 16 columns side by side; padded columns have scale 0 and zero point 0.
 //! For int8, the column sums `Σ_p q[j][p]` are kept for the kernels that
 //! offset activations to unsigned (`vpdpbusd` multiplies u8 by i8).
+//!
+//! An int8 weight may also hold a *wide* copy for the kernels that multiply
+//! i16 pairs (`vpmaddwd`, plain AVX2): the same bytes in the same order,
+//! each sign-extended to a little-endian i16, so a lane step is 128 bytes
+//! and a strip twice as long. It is made at pack time only for a kernel
+//! table whose int8 entry reads it (the weight's memory triples there).
 
 use super::{err, QBits, QWeights};
 use crate::types::Result;
@@ -56,6 +62,8 @@ pub(crate) struct Layout {
     pub(crate) zero_points: Option<Vec<i8>>,
     /// Per padded column, `Σ_p q[j][p]` (int8 only; empty for int4).
     pub(crate) col_sums: Vec<i32>,
+    /// The wide copy of `lines` (see the module doc), or none.
+    pub(crate) wide: Option<Vec<Line>>,
 }
 
 /// int8 or int4 values per lane.
@@ -112,7 +120,18 @@ impl Layout {
                 }
             }
         }
-        Ok(Layout { kp, npad, groups, lines, scales, zero_points, col_sums })
+        Ok(Layout { kp, npad, groups, lines, scales, zero_points, col_sums, wide: None })
+    }
+
+    /// Adds the wide copy of an int8 layout's lines (see the module doc).
+    pub(crate) fn widen(&mut self) {
+        let bytes = self.bytes();
+        let mut wide = vec![Line([0; 64]); 2 * self.lines.len()];
+        let out: &mut [u8] = bytemuck::cast_slice_mut(&mut wide);
+        for (pair, &b) in out.chunks_exact_mut(2).zip(bytes) {
+            pair.copy_from_slice(&(b as i8 as i16).to_le_bytes());
+        }
+        self.wide = Some(wide);
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
@@ -120,7 +139,7 @@ impl Layout {
     }
 
     pub(crate) fn len_bytes(&self) -> usize {
-        self.lines.len() * 64
+        (self.lines.len() + self.wide.as_ref().map_or(0, Vec::len)) * 64
             + self.scales.len() * 4
             + self.zero_points.as_ref().map_or(0, Vec::len)
             + self.col_sums.len() * 4

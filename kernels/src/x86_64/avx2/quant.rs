@@ -6,8 +6,10 @@
 //! products into a saturating i16, and `255 · 127 · 2` (or, with the sign
 //! moved onto the other operand, the `-128` corner) overflows it. So the
 //! AVX2 kernel multiplies i16 pairs with `vpmaddwd` (into i32), exact for
-//! every input: the driver stores the activations as i16 ([`Acts::I16`]),
-//! the kernel sign-extends the weights once per lane step for three rows. AVX-VNNI's `vpdpbusd`
+//! every input: the driver stores the activations as i16 ([`Acts::I16`]);
+//! the weights are widened to i16 once at pack time where the table's
+//! entry is this one (`PackedQWeights::pack_for`), else sign-extended in
+//! the loop. AVX-VNNI's `vpdpbusd`
 //! multiplies u8 by i8 into i32 exactly: activations are stored as
 //! `q + 128` and the driver subtracts `128 · Σ_p w` per column.
 
@@ -186,16 +188,17 @@ unsafe fn store_avx2(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift
     crate::quant::store_row(o, acc, s, e, shift)
 }
 
-const AVX2_MR: usize = 3;
+const AVX2_MR: usize = 2;
 
-/// The plain AVX2 int8 entry (`vpmaddwd` on i16 activations and
-/// sign-extended weights).
+/// The plain AVX2 int8 entry (`vpmaddwd` on i16 activations and i16
+/// weights: sign-extended in the loop, or widened once at pack time).
 pub(crate) const INT8_AVX2: QGemmUkr = QGemmUkr {
-    variant: "avx2_3x16",
+    variant: "avx2_2x16",
     mr: AVX2_MR,
     nr: 16,
     acts: Acts::I16,
     run: int8_avx2,
+    wide: Some(int8_avx2_wide),
     window: None,
     driver: DRIVER,
 };
@@ -205,24 +208,44 @@ fn int8_avx2(k4: usize, a: &[u8], lda: usize, b: &[u8], strip: usize, acc: &mut 
     assert!(a.len() >= (AVX2_MR - 1) * lda + 8 * k4, "qgemm: i16 activation rows too short");
     // SAFETY: AVX2 was detected before this entry was installed; the
     // asserts bound every load.
-    unsafe { int8_avx2_inner(k4, a.as_ptr(), lda, b.as_ptr(), acc) }
+    unsafe { int8_avx2_inner::<false>(k4, a.as_ptr(), lda, b.as_ptr(), acc) }
 }
 
-/// 3 rows × 16 columns: twelve accumulators (`c[i][u]`: columns 4u..4u+4
-/// of row i, two pair sums per column), one weight quarter and three
-/// broadcast rows — the sixteen ymm registers. Per lane step the weights
-/// cost four sign extensions (the shuffle port) shared by the three rows;
-/// the i16 activations are broadcast straight from memory.
+/// [`int8_avx2`] on the weights widened to i16 at pack time (lane steps of
+/// 128 bytes).
+fn int8_avx2_wide(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
+    assert!(a.len() >= (AVX2_MR - 1) * lda + 8 * k4, "qgemm: i16 activation rows too short");
+    assert!(b.len() >= 128 * k4, "qgemm: i16 weight strip too short");
+    assert!(acc.len() >= AVX2_MR * 16, "qgemm: accumulator tile too small");
+    // SAFETY: AVX2 was detected before this entry was installed; the
+    // asserts bound every load.
+    unsafe { int8_avx2_inner::<true>(k4, a.as_ptr(), lda, b.as_ptr(), acc) }
+}
+
+/// 2 rows × 16 columns: eight accumulators (`c[i][u]`: columns 4u..4u+4
+/// of row i, two pair sums per column), two broadcast rows and a weight
+/// quarter. Two rows, not three: three rows' twelve accumulators, three
+/// broadcasts, a weight and the product need seventeen ymm registers, and
+/// the spilled accumulator's store-to-load chain made that kernel no
+/// faster than the f32 GEMM (`vpmaddwd` and FMA share the two multiply
+/// pipes; the adds should go to the others). `WIDE`: the weights are i16
+/// already (one load per quarter, 128 bytes a lane step), else i8 and
+/// sign-extended here (64 bytes a lane step).
 #[target_feature(enable = "avx2")]
-unsafe fn int8_avx2_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, acc: &mut [i32]) {
+unsafe fn int8_avx2_inner<const WIDE: bool>(k4: usize, a: *const u8, lda: usize, b: *const u8, acc: &mut [i32]) {
     let mut c = [[_mm256_setzero_si256(); 4]; AVX2_MR];
+    let step = if WIDE { 128 } else { 64 };
     for t in 0..k4 {
-        let bt = b.add(t * 64);
+        let bt = b.add(t * step);
         // Row i's four i16 values of this lane step, in every 64-bit lane.
         let x: [__m256i; AVX2_MR] =
             std::array::from_fn(|i| _mm256_set1_epi64x((a.add(i * lda + 8 * t) as *const i64).read_unaligned()));
         for u in 0..4 {
-            let w = _mm256_cvtepi8_epi16(_mm_loadu_si128(bt.add(16 * u) as *const __m128i));
+            let w = if WIDE {
+                _mm256_loadu_si256(bt.add(32 * u) as *const __m256i)
+            } else {
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(bt.add(16 * u) as *const __m128i))
+            };
             for (ci, xi) in c.iter_mut().zip(&x) {
                 ci[u] = _mm256_add_epi32(ci[u], _mm256_madd_epi16(w, *xi));
             }
@@ -247,6 +270,7 @@ pub(crate) const INT8_AVX_VNNI: QGemmUkr = QGemmUkr {
     nr: 16,
     acts: Acts::U8Offset,
     run: int8_avx_vnni,
+    wide: None,
     window: None,
     driver: DRIVER,
 };
