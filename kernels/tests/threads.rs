@@ -100,6 +100,41 @@ fn packed_b_matches_unpacked_bytes_and_packs_nothing() {
     }
 }
 
+/// A skinny GEMM (M = 1…3) on a packed weight of over 1 MiB runs over the
+/// pool however few its multiply-adds, its columns cut into groups of
+/// strips: the same bytes at every thread count as the unpacked GEMM, with
+/// N not a multiple of the strip nor of the groups; and so does a
+/// `linear_split` of one such weight.
+#[test]
+fn skinny_gemm_on_a_large_weight_is_bit_identical_at_every_thread_count() {
+    let mut r = rng(10);
+    for table in tables() {
+        for (m, n, kk) in [(1, 1000, 700), (1, 1001, 300), (3, 777, 520)] {
+            assert!(n * kk * 4 >= 1 << 20, "the weight must take the parallel path");
+            let (x, w) = (rand_f32(&mut r, m * kk), rand_f32(&mut r, n * kk));
+            let mut want = vec![0f32; m * n];
+            k::gemm_f32(m, n, kk, &x, kk, &w, kk, &mut want, n, true, 0.0, &mut context(table, 1)).unwrap();
+            let packed = PackedB::new(table, kk, n, &w, kk, true).unwrap();
+            same_at_every_count(&format!("packed gemm {m}x{n}x{kk}"), table, |cx| {
+                let mut c = vec![f32::NAN; m * n];
+                k::gemm_f32_prepacked(m, &x, kk, &packed, &mut c, n, 0.0, cx).unwrap();
+                assert!(bits(&c) == bits(&want), "packed gemm {m}x{n}x{kk} on {} differs from unpacked", table.isa());
+                c
+            });
+            let widths = [n / 2 / 64 * 64, n - n / 2 / 64 * 64];
+            let bias = rand_f32(&mut r, n);
+            same_at_every_count(&format!("linear_split {m}x{widths:?}x{kk}"), table, |cx| {
+                let mut bufs: Vec<Buf> = widths.iter().map(|&c| Buf::zeros(DType::F32, &[m, c])).collect();
+                let mut outs: Vec<_> = bufs.iter_mut().map(|b| b.w()).collect();
+                let (xs, ws, bs) = (f32s(&[m, kk], &x), f32s(&[n, kk], &w), f32s(&[n], &bias));
+                k::linear_split(xs.r(), ws.r(), Some(&packed), Some(bs.r()), None, &mut outs, cx).unwrap();
+                drop(outs);
+                bufs.iter().flat_map(|b| b.get::<f32>()).collect()
+            });
+        }
+    }
+}
+
 #[test]
 fn packed_b_refuses_bad_operands_and_other_tables() {
     let table = k::best();
