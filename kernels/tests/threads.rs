@@ -100,6 +100,41 @@ fn packed_b_matches_unpacked_bytes_and_packs_nothing() {
     }
 }
 
+/// A GEMM on a packed weight gives the same bytes at every thread count as
+/// the unpacked GEMM, and so does a `linear_split` of that weight: skinny
+/// ones (M = 1…3) on a weight of over 1 MiB, which run over the pool however
+/// few their multiply-adds, their columns cut into groups of strips (N not a
+/// multiple of the strip nor of the groups); and ones with fewer row blocks
+/// than threads (M not a multiple of the tile).
+#[test]
+fn packed_gemm_is_bit_identical_at_every_thread_count() {
+    let mut r = rng(10);
+    for table in tables() {
+        for (m, n, kk) in [(1, 1000, 700), (1, 1001, 300), (3, 777, 520), (64, 200, 300), (45, 130, 520)] {
+            let (x, w) = (rand_f32(&mut r, m * kk), rand_f32(&mut r, n * kk));
+            let mut want = vec![0f32; m * n];
+            k::gemm_f32(m, n, kk, &x, kk, &w, kk, &mut want, n, true, 0.0, &mut context(table, 1)).unwrap();
+            let packed = PackedB::new(table, kk, n, &w, kk, true).unwrap();
+            same_at_every_count(&format!("packed gemm {m}x{n}x{kk}"), table, |cx| {
+                let mut c = vec![f32::NAN; m * n];
+                k::gemm_f32_prepacked(m, &x, kk, &packed, &mut c, n, 0.0, cx).unwrap();
+                assert!(bits(&c) == bits(&want), "packed gemm {m}x{n}x{kk} on {} differs from unpacked", table.isa());
+                c
+            });
+            let widths = [n / 2 / 64 * 64, n - n / 2 / 64 * 64];
+            let bias = rand_f32(&mut r, n);
+            same_at_every_count(&format!("linear_split {m}x{widths:?}x{kk}"), table, |cx| {
+                let mut bufs: Vec<Buf> = widths.iter().map(|&c| Buf::zeros(DType::F32, &[m, c])).collect();
+                let mut outs: Vec<_> = bufs.iter_mut().map(|b| b.w()).collect();
+                let (xs, ws, bs) = (f32s(&[m, kk], &x), f32s(&[n, kk], &w), f32s(&[n], &bias));
+                k::linear_split(xs.r(), ws.r(), Some(&packed), Some(bs.r()), None, &mut outs, cx).unwrap();
+                drop(outs);
+                bufs.iter().flat_map(|b| b.get::<f32>()).collect()
+            });
+        }
+    }
+}
+
 #[test]
 fn packed_b_refuses_bad_operands_and_other_tables() {
     let table = k::best();

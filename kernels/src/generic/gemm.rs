@@ -861,6 +861,27 @@ struct Problem<'a> {
 /// threads of the loaded dev VM).
 pub(crate) const PARALLEL_MIN_FLOPS: usize = 1 << 21;
 
+/// A B of at least this many bytes, packed once (a weight), makes even a
+/// GEMM of few multiply-adds worth the pool: a batch-1 linear layer
+/// streams its weight from memory at ~20–25 GB/s a core on the dev VM (a
+/// CNN classifier's 5 MB, 1280×1000, took 240 µs on one thread, for
+/// 1.3 M multiply-adds, under [`PARALLEL_MIN_FLOPS`]), and its threads each
+/// stream their own columns' strips. 1 MiB is ~40 µs from memory.
+const PARALLEL_MIN_WEIGHT_BYTES: usize = 1 << 20;
+
+/// The threads a GEMM of m×n×k over a B packed once (`b_packed`) runs on:
+/// the calling thread alone when it has too little work for the pool
+/// (neither [`PARALLEL_MIN_FLOPS`] multiply-adds nor a weight of
+/// [`PARALLEL_MIN_WEIGHT_BYTES`] to stream).
+fn gemm_threads(threads: Threads, m: usize, n: usize, k: usize, b_packed: bool) -> Threads {
+    let weight_bytes = if b_packed { n.saturating_mul(k).saturating_mul(4) } else { 0 };
+    if m.saturating_mul(n).saturating_mul(k) < PARALLEL_MIN_FLOPS && weight_bytes < PARALLEL_MIN_WEIGHT_BYTES {
+        Threads::single()
+    } else {
+        threads
+    }
+}
+
 /// The blocked loop nest around one microkernel, at its tile shape. For each
 /// (column block, K slice), B's slice is packed once (its strips in
 /// parallel) and the tiles are shared out as (row block, column group) work
@@ -871,7 +892,7 @@ fn drive(ukr: &GemmUkr, p: &Problem, c: &mut [f32], pack: &mut PackBuffers) {
     let Packing::KMajorPanels = ukr.packing;
     let (mr, nr) = (ukr.mr, ukr.nr);
     let (m, n, k) = (p.m, p.n, p.k);
-    let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { pack.threads };
+    let threads = gemm_threads(pack.threads, m, n, k, p.b.packed().is_some());
     let (mc_block, nc_block) = blocks(ukr);
     let (mut a_len, b_len) = pack_lengths(ukr, m, n, k, p.b.packed().is_some());
     // A row-major A is read in place by the direct kernel, if there is one.
@@ -1148,7 +1169,7 @@ pub(crate) fn gemm_split_packed(
         }
         return true;
     };
-    let threads = if m * n * k < PARALLEL_MIN_FLOPS { Threads::single() } else { pack.threads };
+    let threads = gemm_threads(pack.threads, m, n, k, true);
     let (mc_block, _) = blocks(ukr);
     let split = DirectSplit::new(m, ukr.mr, mc_block, n.div_ceil(nr), threads.count());
     threads.for_each(split.items(), |item| {
