@@ -70,7 +70,7 @@ mod x86_64;
 pub use context::Context;
 pub use kiln_isa::{register_types, FusedOp};
 pub use parallel::{HotRun, Threads, MAX_THREADS};
-pub use table::{best, BinaryFn, ExpSumFn, Isa, KernelTable, ReduceFn, UnaryFn};
+pub use table::{best, BinaryFn, ColumnSumFn, ExpSumFn, Isa, KernelTable, ReduceFn, UnaryFn};
 pub use types::{
     BinaryOp, DType, KernelError, LinalgOp, PoolKind, ReduceKind, Result, ScanKind, Scratch, TensorMut, TensorRef,
     UnaryOp,

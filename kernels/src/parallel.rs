@@ -50,8 +50,10 @@
 //!
 //! Work is always split so that no element's arithmetic depends on how many
 //! threads run it: kernels hand out whole output tiles, rows or fixed-size
-//! chunks (whose size never depends on the thread count), never a piece of
-//! one reduction. Where a cut does follow the thread count (to keep every
+//! chunks (whose size never depends on the thread count). A reduction is
+//! cut only where the cut depends on the shapes alone and the pieces are
+//! combined in a fixed order (the channels-last mean's parts of pixels,
+//! `reduce.rs`). Where a cut does follow the thread count (to keep every
 //! thread busy when the rows or blocks do not divide evenly: GEMM column
 //! groups and runs of tiles, runs of pixels of depthwise rows), it falls
 //! between elements whose operations do not depend on it. Results are

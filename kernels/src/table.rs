@@ -23,6 +23,9 @@ pub type UnaryFn = fn(&[f32], &mut [f32]);
 pub type BinaryFn = fn(&[f32], &[f32], &mut [f32]);
 /// A reduction of a row to one value.
 pub type ReduceFn = fn(&[f32]) -> f32;
+/// Adds the rows of `acc.len()` elements of `x` into `acc` (f64), row
+/// after row: the channel sums of a channels-last mean.
+pub type ColumnSumFn = fn(&[f32], &mut [f64]);
 /// Softmax's middle step in place: `v[i] = exp(v[i] - shift)`, returning
 /// `Σ v[i]` accumulated in f64.
 pub type ExpSumFn = fn(&mut [f32], f32) -> f64;
@@ -149,6 +152,7 @@ pub struct KernelTable {
     pub(crate) div: Entry<BinaryFn>,
     pub(crate) max: Entry<ReduceFn>,
     pub(crate) exp_sum: Entry<ExpSumFn>,
+    pub(crate) column_sum: Entry<ColumnSumFn>,
     /// Layer norm of whole f32 rows.
     pub(crate) layer_norm: Entry<crate::generic::norm::LayerNormRowsFn<f32>>,
     /// One output plane of a depthwise convolution.
@@ -197,6 +201,7 @@ impl KernelTable {
             ("div_f32", self.div.variant),
             ("max_f32", self.max.variant),
             ("exp_sum_f32", self.exp_sum.variant),
+            ("column_sum_f32", self.column_sum.variant),
             ("layer_norm_rows_f32", self.layer_norm.variant),
             ("depthwise_plane_f32", self.depthwise.variant),
             ("depthwise_nhwc_f32", self.depthwise_nhwc.variant),
@@ -272,6 +277,12 @@ impl KernelTable {
     /// `v[i] = exp(v[i] - shift)` in place, returning the sum in f64.
     pub fn exp_sum_f32(&self, v: &mut [f32], shift: f32) -> f64 {
         (self.exp_sum.run)(v, shift)
+    }
+
+    /// `acc[j] += x[r·c + j]` in f64 for every row `r` of `c = acc.len()`
+    /// elements of `x`, rows in order (each column one chain of adds).
+    pub fn column_sum_f32(&self, x: &[f32], acc: &mut [f64]) {
+        (self.column_sum.run)(x, acc)
     }
 
     /// Layer norm of the rows of `d` elements of `x` into `out` (same

@@ -296,6 +296,55 @@ fn binary_float_broadcasting_matches_reference() {
     });
 }
 
+/// f32 add/sub/mul/div where one operand is a short block repeated along the
+/// other's leading dims (a squeeze-excite scale, `x · s` with s `[1, 1, 1,
+/// C]`; the block on either side; blocks around the kernel's 256-element
+/// limit and stretches with a tail) are the one f32 operation per element,
+/// bit for bit, on every kernel table at 1-4 threads.
+#[test]
+fn binary_repeated_blocks_are_elementwise_at_any_thread_count() {
+    use BinaryOp::*;
+    let mut r = rng(21);
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[1, 112, 112, 32], &[1, 1, 1, 32]),
+        (&[1, 41, 3, 32], &[32]),
+        (&[2, 5, 7, 3], &[1, 1, 1, 3]),
+        (&[1, 6, 5, 256], &[1, 1, 1, 256]),
+        (&[1, 6, 5, 257], &[1, 1, 1, 257]),
+        (&[9, 4, 5], &[1, 4, 5]),
+        (&[3, 1, 7], &[1, 7]),
+    ];
+    for &(xs, ss) in cases {
+        let xv = rand_f32(&mut r, numel(xs));
+        let sv: Vec<f32> = rand_f32(&mut r, numel(ss)).iter().map(|v| v + 3.0).collect();
+        let (x, s) = (f32s(xs, &xv), f32s(ss, &sv));
+        for op in [Add, Sub, Mul, Div] {
+            let f = |a: f32, b: f32| match op {
+                Add => a + b,
+                Sub => a - b,
+                Mul => a * b,
+                _ => a / b,
+            };
+            let at = |i: usize| sv[i % sv.len()];
+            let want_xs: Vec<u32> = xv.iter().enumerate().map(|(i, &v)| f(v, at(i)).to_bits()).collect();
+            let want_sx: Vec<u32> = xv.iter().enumerate().map(|(i, &v)| f(at(i), v).to_bits()).collect();
+            for table in tables() {
+                for threads in 1..=4 {
+                    let mut cx = Context::with_table(table).with_threads(threads);
+                    for (a, b, want) in [(&x, &s, &want_xs), (&s, &x, &want_sx)] {
+                        let mut out = Buf::zeros(DType::F32, xs);
+                        binary_cx(op, a.r(), b.r(), out.w(), &mut cx).unwrap();
+                        let got: Vec<u32> = out.get::<f32>().iter().map(|v| v.to_bits()).collect();
+                        let what =
+                            format!("{op:?} {:?} {:?} on {} at {threads} threads", a.shape, b.shape, table.isa());
+                        assert!(got == *want, "{what}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn binary_nan_propagates_in_max_min() {
     let a = f32s(&[2], &[f32::NAN, 1.0]);

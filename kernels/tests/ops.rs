@@ -249,30 +249,77 @@ fn permute_over_threads_is_the_index_definition() {
     }
 }
 
+/// How `reduce` cuts the pixels of a channels-last image (`[.., pixels, c]`
+/// summed over the pixels) into parts: about 16384 elements a part (the
+/// kernels' fixed element chunk), at most 64 parts. The cut depends on the
+/// shape alone.
+fn channels_last_part(c: usize, pixels: usize) -> usize {
+    (16384 / c).max(pixels.div_ceil(64)).max(1)
+}
+
+/// +2^60 at the last pixel of the first part (of `per` pixels) and -2^60
+/// at the first of the second, else `v`: an ordered sum keeps the second
+/// part's small terms (the huge ones cancel first), a sum by parts loses
+/// them in the second part's huge partial sum, so the grouping of the adds
+/// shows in the result's f32 bits.
+fn huge_at(pixel: usize, per: usize, v: f32) -> f32 {
+    match pixel.checked_sub(per) {
+        None if pixel + 1 == per => 2f32.powi(60),
+        Some(0) => -(2f32.powi(60)),
+        _ => v,
+    }
+}
+
 /// f32 sums and means are f64 sums in the row-major order of the reduced
-/// indices, whatever the layout and thread count: the row and column fast
-/// paths (a channels-first and a channels-last global mean, with partial
-/// blocks) and the general loop against that definition, bit for bit.
+/// indices, whatever the layout and thread count — except channels-last
+/// sums over the pixels, which add each part's ordered f64 sum (see
+/// [`channels_last_part`]) in part order: the row and column fast paths (a
+/// channels-first global mean, a column reduction with partial blocks), the
+/// channels-last path (few channels and many pixels, many channels and few,
+/// the 64-part cap, a batch) and the general loop against that definition,
+/// bit for bit, on every kernel table. The channels-last inputs span many
+/// huge values of both signs (see [`huge_at`]) so that the order of the adds
+/// shows in the bits (checked: the plain ordered sum differs somewhere).
 #[test]
 fn float_sums_are_ordered_f64_sums_at_any_thread_count() {
     let mut r = rng(15);
-    let cases: &[(&[usize], &[usize])] = &[
-        (&[2, 7, 7, 1300], &[1, 2]), // channels-last mean over H, W
-        (&[2, 131, 7, 9], &[2, 3]),  // channels-first mean over H, W
-        (&[1, 64, 33, 17], &[1, 3]), // neither
-        (&[3, 5, 2400], &[0]),       // columns, a kept outer dim
-        (&[3, 5, 2400], &[0, 1]),
+    // (x shape, axes, channels-last: pixels per part)
+    let cases: &[(&[usize], &[usize], Option<usize>)] = &[
+        (&[2, 7, 7, 1300], &[1, 2], Some(channels_last_part(1300, 49))), // many channels, a batch
+        (&[1, 112, 112, 32], &[1, 2], Some(channels_last_part(32, 112 * 112))), // few channels
+        (&[1, 200, 200, 64], &[1, 2], Some(channels_last_part(64, 40000))), // the part cap
+        (&[1, 9, 5, 3], &[1, 2], Some(channels_last_part(3, 45))),       // one part
+        (&[2, 131, 7, 9], &[2, 3], None),                                // channels-first mean over H, W
+        (&[1, 64, 33, 17], &[1, 3], None),                               // neither
+        (&[3, 5, 2400], &[0], None),                                     // columns, a kept outer dim
+        (&[3, 5, 2400], &[0, 1], None),
     ];
-    for &(xs, axes) in cases {
-        let xv = rand_f32(&mut r, numel(xs));
+    for &(xs, axes, part) in cases {
+        let mut xv = rand_f32(&mut r, numel(xs));
+        if let Some(per) = part {
+            let (c, pixels) = (xs[xs.len() - 1], xs[1] * xs[2]);
+            for (i, v) in xv.iter_mut().enumerate() {
+                *v = huge_at((i / c) % pixels, per, *v);
+            }
+        }
         let x = f32s(xs, &xv);
         let os: Vec<usize> = (0..xs.len()).filter(|i| !axes.contains(i)).map(|i| xs[i]).collect();
-        let mut sums = vec![0f64; numel(&os)];
+        // Every output's terms in the row-major order of the reduced indices.
+        let mut terms = vec![Vec::new(); numel(&os)];
         for (i, &v) in xv.iter().enumerate() {
             let idx = unravel(i, xs);
             let kept: Vec<usize> = (0..xs.len()).filter(|d| !axes.contains(d)).map(|d| idx[d]).collect();
             let o = kept.iter().zip(&os).fold(0, |a, (&k, &n)| a * n + k);
-            sums[o] += v as f64;
+            terms[o].push(v as f64);
+        }
+        let ordered = |t: &[f64]| t.iter().fold(0.0, |a, &v| a + v);
+        let sums: Vec<f64> = match part {
+            None => terms.iter().map(|t| ordered(t)).collect(),
+            Some(per) => terms.iter().map(|t| t.chunks(per).map(ordered).reduce(|a, b| a + b).unwrap()).collect(),
+        };
+        if part.is_some_and(|per| per < terms[0].len()) {
+            let plain = terms.iter().map(|t| ordered(t) as f32);
+            assert!(plain.zip(&sums).any(|(p, &s)| p != s as f32), "{xs:?}: the order of the adds never shows");
         }
         let count: usize = axes.iter().map(|&a| xs[a]).product();
         for kind in [ReduceKind::Sum, ReduceKind::Mean] {
@@ -281,12 +328,14 @@ fn float_sums_are_ordered_f64_sums_at_any_thread_count() {
                 .map(|&s| (if kind == ReduceKind::Mean { s / count as f64 } else { s }) as f32)
                 .map(f32::to_bits)
                 .collect();
-            for threads in 1..=4 {
-                let mut cx = Context::new().with_threads(threads);
-                let mut o = Buf::zeros(DType::F32, &os);
-                reduce_cx(kind, x.r(), axes, o.w(), &mut cx).unwrap();
-                let got: Vec<u32> = o.get::<f32>().iter().map(|v| v.to_bits()).collect();
-                assert!(got == want, "{kind:?} of {xs:?} over {axes:?} at {threads} threads");
+            for table in tables() {
+                for threads in 1..=4 {
+                    let mut cx = Context::with_table(table).with_threads(threads);
+                    let mut o = Buf::zeros(DType::F32, &os);
+                    reduce_cx(kind, x.r(), axes, o.w(), &mut cx).unwrap();
+                    let got: Vec<u32> = o.get::<f32>().iter().map(|v| v.to_bits()).collect();
+                    assert!(got == want, "{kind:?} of {xs:?} over {axes:?} on {} at {threads} threads", table.isa());
+                }
             }
         }
     }

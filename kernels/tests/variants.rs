@@ -256,6 +256,42 @@ fn check_reduce(name: &str, f: impl Fn(&[f32]) -> f32, g: impl Fn(&[f32]) -> f32
     Ok(())
 }
 
+/// A column-sum variant (`f`) against generic (`g`), bit for bit: rows of
+/// widths around the vector blocks (4 and 32 columns) and their tails,
+/// 0, 1 and many rows, a misaligned start, sums that start nonzero, huge
+/// values that cancel (where the order of the adds shows) and specials; the
+/// sums past the columns must stay as they were.
+fn check_column_sum(name: &str, f: impl Fn(&[f32], &mut [f64]), g: impl Fn(&[f32], &mut [f64])) -> Check {
+    let mut r = common::rng(400);
+    for c in [1usize, 3, 4, 5, 8, 31, 32, 33, 36, 64, 67, 100, 1152] {
+        for rows in [0usize, 1, 2, 7, 50] {
+            for off in [0usize, 1] {
+                // ±2^60 one time in ten: sums that keep cancelling them, so
+                // that which small terms were absorbed (the order) shows.
+                let mut x: Vec<f32> = (0..off + rows * c)
+                    .map(|_| match r.gen_range(0..20) {
+                        0 => 2f32.powi(60),
+                        1 => -(2f32.powi(60)),
+                        _ => r.gen_range(-2.0f32..2.0),
+                    })
+                    .collect();
+                if rows * c > 7 {
+                    x[off + 5] = f32::INFINITY;
+                    x[off + rows * c - 2] = -0.0;
+                }
+                let start: Vec<f64> = (0..c + 2).map(|_| r.gen_range(-1.0..1.0)).collect();
+                let (mut got, mut want) = (start.clone(), start.clone());
+                f(&x[off..], &mut got[..c]);
+                g(&x[off..], &mut want[..c]);
+                if let Some(i) = (0..c + 2).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+                    return Err(format!("{name} {rows}×{c} (offset {off}) [{i}]: {} vs {}", got[i], want[i]));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Softmax's exp-and-sum: outputs within `bound` ulp, the f64 sum within
 /// `bound` f32 ulp relative (f64 summation order may differ), NaN rows NaN.
 fn check_exp_sum(
@@ -426,6 +462,9 @@ macro_rules! variant_tests {
     };
     (@check reduce, $entry:ident, $t:expr, $name:expr) => {
         check_reduce(&$name, |x| $t.$entry(x), |x| generic().$entry(x))
+    };
+    (@check column_sum, $entry:ident, $t:expr, $name:expr) => {
+        check_column_sum(&$name, |x, a| $t.$entry(x, a), |x, a| generic().$entry(x, a))
     };
     (@check exp_sum, $entry:ident, $t:expr, $name:expr, $bound:expr) => {
         check_exp_sum(&$name, |v, s| $t.$entry(v, s), |v, s| generic().$entry(v, s), $bound)
@@ -675,6 +714,7 @@ variant_tests! {
     div_f32: binary;
     max_f32: reduce;
     exp_sum_f32: exp_sum(2);
+    column_sum_f32: column_sum;
     layer_norm_rows_f32: layer_norm;
     depthwise_plane_f32: depthwise;
     depthwise_nhwc_f32: depthwise_nhwc;
@@ -818,6 +858,22 @@ fn checks_reject_wrong_variants() {
         sum - v.last().map_or(0.0, |&e| e as f64)
     };
     assert!(check_exp_sum("exp_sum", short_sum, |v, s| g.exp_sum_f32(v, s), 2).is_err());
+    // column sums skipping the last row, or adding a row's columns in
+    // pairs (another order).
+    let skip_last = |x: &[f32], a: &mut [f64]| {
+        let c = a.len().max(1);
+        g.column_sum_f32(&x[..x.len().saturating_sub(c) / c * c], a)
+    };
+    assert!(check_column_sum("column_sum", skip_last, |x, a| g.column_sum_f32(x, a)).is_err());
+    let pairs = |x: &[f32], a: &mut [f64]| {
+        let c = a.len().max(1);
+        for rows in x.chunks(2 * c) {
+            for (j, acc) in a.iter_mut().enumerate() {
+                *acc += rows.iter().skip(j).step_by(c).fold(0.0, |s, &v| s + v as f64);
+            }
+        }
+    };
+    assert!(check_column_sum("column_sum", pairs, |x, a| g.column_sum_f32(x, a)).is_err());
     // GEMM writing into C's padding, dropping the last row's update, or
     // reading C when beta is 0.
     let generic_gemm = gemm_with(g);

@@ -27,6 +27,8 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.div = Entry::new(V, binary::div);
     table.max = Entry::new(V, math::max);
     table.exp_sum = Entry::new(V, math::exp_sum);
+    // The generic loop's f64 adds already compile to NEON (baseline).
+    table.column_sum = Entry::new("neon_baseline", crate::generic::vector::column_sum::<f32>);
     // NEON is baseline on aarch64: the generic rows already compile to it.
     table.layer_norm = Entry::new("neon_baseline", crate::generic::norm::layer_norm_rows::<f32>);
     table.depthwise = Entry::new(V, conv::depthwise_plane);

@@ -384,6 +384,11 @@ fn broadcast_map2_rows<A: Copy, B: Copy, O: Copy>(
     f: impl Fn(A, B) -> O,
     rows: Option<RowFn<A, B, O>>,
 ) {
+    if let Some(rows) = rows {
+        if repeated_block(a, a_shape, b, b_shape, out, out_shape, rows) {
+            return;
+        }
+    }
     if a_shape == out_shape && b_shape == out_shape {
         match rows {
             Some(rows) => rows(a, b, out),
@@ -431,6 +436,66 @@ fn broadcast_map2_rows<A: Copy, B: Copy, O: Copy>(
             }
         }
     });
+}
+
+/// The longest block [`repeated_block`] takes, and the buffer it repeats
+/// one into (elements).
+const SHORT_BLOCK: usize = 256;
+const REPEATED: usize = 4 * SHORT_BLOCK;
+
+/// Whether an operand of `shape` is a block of `len` (1..=[`SHORT_BLOCK`])
+/// elements that repeats contiguously along the leading dims of the output:
+/// its shape, leading 1s dropped, is a suffix of `out_shape`.
+fn is_short_block(shape: &[usize], len: usize, out_shape: &[usize]) -> bool {
+    let first = shape.iter().position(|&d| d != 1).unwrap_or(shape.len());
+    let tail = &shape[first..];
+    (1..=SHORT_BLOCK).contains(&len) && tail.len() <= out_shape.len() && out_shape.ends_with(tail)
+}
+
+/// `out = a op b` (`rows`) where one operand has the output's shape and
+/// the other is a short block repeated along the leading dims — a
+/// squeeze-excite scale `x · s`, s `[1, 1, 1, C]` against channels-last x:
+/// the block is repeated into a buffer of about [`REPEATED`] elements once,
+/// so `rows` runs over long stretches instead of once per block (which
+/// cost as much as the multiplies at C = 32). Each element is still the one
+/// IEEE operation on the same operands: the same bits. False (nothing
+/// written) for other shapes.
+#[allow(clippy::too_many_arguments)]
+fn repeated_block<A: Copy, B: Copy, O: Copy>(
+    a: &[A],
+    a_shape: &[usize],
+    b: &[B],
+    b_shape: &[usize],
+    out: &mut [O],
+    out_shape: &[usize],
+    rows: RowFn<A, B, O>,
+) -> bool {
+    fn repeat<T: Copy>(block: &[T]) -> ([T; REPEATED], usize) {
+        let len = REPEATED / block.len() * block.len();
+        let mut buf = [block[0]; REPEATED];
+        for (v, &x) in buf[..len].iter_mut().zip(block.iter().cycle()) {
+            *v = x;
+        }
+        (buf, len)
+    }
+    if out.is_empty() || a_shape == b_shape {
+        return false;
+    }
+    if a_shape == out_shape && is_short_block(b_shape, b.len(), out_shape) {
+        let (buf, len) = repeat(b);
+        for (o, x) in out.chunks_mut(len).zip(a.chunks(len)) {
+            rows(x, &buf[..o.len()], o);
+        }
+        return true;
+    }
+    if b_shape == out_shape && is_short_block(a_shape, a.len(), out_shape) {
+        let (buf, len) = repeat(a);
+        for (o, y) in out.chunks_mut(len).zip(b.chunks(len)) {
+            rows(&buf[..o.len()], y, o);
+        }
+        return true;
+    }
+    false
 }
 
 /// torch's float floor_divide: floor of the exact quotient, computed from

@@ -52,6 +52,7 @@ pub(crate) fn table() -> KernelTable {
         div: Entry::new(G, vector::div::<f32>),
         max: Entry::new(G, vector::max::<f32>),
         exp_sum: Entry::new(G, vector::exp_sum::<f32>),
+        column_sum: Entry::new(G, vector::column_sum::<f32>),
         layer_norm: Entry::new(G, norm::layer_norm_rows::<f32>),
         depthwise: Entry::new(G, conv_depthwise::depthwise_plane_generic),
         depthwise_nhwc: Entry::new(G, conv_nhwc::depthwise_row_generic),

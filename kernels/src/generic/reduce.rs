@@ -1,9 +1,11 @@
 //! Reductions over a set of axes, and argmax.
 
 use super::common::*;
+use super::vector::column_sum;
 use crate::context::Context;
 use crate::parallel::{SharedMut, Threads, ELEMENT_CHUNK};
-use crate::types::{DType, KernelError, ReduceKind, Result, ScanKind, TensorMut, TensorRef};
+use crate::table::KernelTable;
+use crate::types::{DType, KernelError, ReduceKind, Result, ScanKind, Scratch, TensorMut, TensorRef};
 
 /// Dims of one kind (kept or reduced) after merging adjacent dims of the same
 /// kind and dropping unit dims: sizes plus element strides into x.
@@ -117,17 +119,27 @@ fn reduce_core<T: Scalar, A: Copy>(
 /// Reduces `x` over `axes` (sorted, unique). `out` may keep the reduced dims as
 /// 1 or drop them; only its element count is checked.
 pub fn reduce(kind: ReduceKind, x: TensorRef, axes: &[usize], out: TensorMut) -> Result<()> {
-    reduce_with(kind, x, axes, out, Threads::single())
+    reduce_with(kind, x, axes, out, crate::table::best(), Threads::single(), &mut Scratch::new())
 }
 
 /// [`reduce`] with float sums and means shared out over `cx`'s threads
-/// (each output element summed by one thread, in the same order: the same
-/// bits at any thread count).
+/// (every split of a sum fixed by the shapes alone, its pieces combined in a
+/// fixed order: the same bits at any thread count), calling through `cx`'s
+/// kernel table and using its scratch.
 pub fn reduce_cx(kind: ReduceKind, x: TensorRef, axes: &[usize], out: TensorMut, cx: &mut Context) -> Result<()> {
-    reduce_with(kind, x, axes, out, cx.threads())
+    let threads = cx.threads();
+    reduce_with(kind, x, axes, out, cx.table, threads, &mut cx.scratch)
 }
 
-fn reduce_with(kind: ReduceKind, x: TensorRef, axes: &[usize], mut out: TensorMut, threads: Threads) -> Result<()> {
+fn reduce_with(
+    kind: ReduceKind,
+    x: TensorRef,
+    axes: &[usize],
+    mut out: TensorMut,
+    table: &KernelTable,
+    threads: Threads,
+    scratch: &mut Scratch,
+) -> Result<()> {
     const K: &str = "reduce";
     expect_dtype(K, "out", out.dtype, x.dtype)?;
     check_rank(K, x.shape)?;
@@ -155,7 +167,8 @@ fn reduce_with(kind: ReduceKind, x: TensorRef, axes: &[usize], mut out: TensorMu
         let fin = |a: f64| if matches!(kind, ReduceKind::Mean) { a / count } else { a };
         if T::IS_FLOAT
             && matches!(kind, ReduceKind::Sum | ReduceKind::Mean)
-            && sum_fast(xv, ov, &kept, &red, fin, threads)
+            && (sum_channels_last(xv, ov, &kept, &red, fin, table, threads, scratch)
+                || sum_fast(xv, ov, &kept, &red, fin, threads))
         {
             return Ok(());
         }
@@ -187,6 +200,59 @@ fn reduce_with(kind: ReduceKind, x: TensorRef, axes: &[usize], mut out: TensorMu
         }
     });
     Ok(())
+}
+
+/// The most pieces [`sum_channels_last`] cuts one output row's pixels
+/// into: bounds its f64 partial sums to this many rows of channels.
+const MAX_PARTS: usize = 64;
+
+/// Float sums over the pixels of channels-last images (the global mean of
+/// a squeeze-excite block, `x` [.., pixels, C] reduced over the pixels): the
+/// pixels of each image are cut into parts of about [`ELEMENT_CHUNK`]
+/// elements (a cut that depends on the shape alone), each part's channel
+/// sums are accumulated in f64 by the table's column sum into its own row
+/// of partial sums, and each output adds its parts' sums in part order.
+/// So every thread reads whole contiguous rows, small images with many
+/// channels and large ones with few both split into enough items to share
+/// out, and the bits do not depend on the thread count. Returns false
+/// (nothing written) for other layouts.
+#[allow(clippy::too_many_arguments)]
+fn sum_channels_last<T: Scalar>(
+    x: &[T],
+    out: &mut [T],
+    kept: &Dims,
+    red: &Dims,
+    fin: impl Fn(f64) -> f64,
+    table: &KernelTable,
+    threads: Threads,
+    scratch: &mut Scratch,
+) -> bool {
+    let r = kept.rank;
+    if r == 0 || kept.strides[r - 1] != 1 || red.rank != 1 || red.strides[0] != kept.shape[r - 1] || red.shape[0] == 0 {
+        return false;
+    }
+    let (c, pixels) = (kept.shape[r - 1], red.shape[0]);
+    let outer = Dims { rank: r - 1, ..*kept };
+    let per = (ELEMENT_CHUNK / c).max(pixels.div_ceil(MAX_PARTS)).max(1);
+    let parts = pixels.div_ceil(per);
+    let (partials, _) = scratch.split_f64(outer.count() * parts * c);
+    threads.for_each_chunk(partials, c, |item, acc| {
+        let (o, p0) = (item / parts, item % parts * per);
+        let start = outer.offset(o) + p0 * c;
+        let rows = &x[start..start + per.min(pixels - p0) * c];
+        acc.fill(0.0);
+        match bytemuck::try_cast_slice::<T, f32>(rows) {
+            Ok(rows) if T::DTYPE == DType::F32 => table.column_sum_f32(rows, acc),
+            _ => column_sum(rows, acc),
+        }
+    });
+    for (sums, y) in partials.chunks_exact(parts * c).zip(out.chunks_exact_mut(c)) {
+        for (j, y) in y.iter_mut().enumerate() {
+            let total = (1..parts).fold(sums[j], |a, p| a + sums[p * c + j]);
+            *y = T::from_f64(fin(total));
+        }
+    }
+    true
 }
 
 /// Output elements per work item of the fast sums.

@@ -5,6 +5,7 @@
 //! Each works over the shortest of its slices, so a variant never needs to
 //! bounds-check more than that.
 
+use super::common::Scalar;
 use super::math::Real;
 
 macro_rules! unary_slices {
@@ -68,6 +69,23 @@ binary_slices! {
 /// is one, and among equal maxima (±0) the first.
 pub(crate) fn max<T: Real>(x: &[T]) -> T {
     x.iter().fold(T::NEG_INFINITY, |m, &v| if v > m || v.is_nan() { v } else { m })
+}
+
+/// Adds the rows of `acc.len()` consecutive elements of `x` (a whole number
+/// of them) into `acc` in f64, row after row: each `acc[j]` is one chain of
+/// adds over column `j` in row order, so every variant that keeps that
+/// order per lane (the ISA ones keep a column per lane) gives these bits.
+/// The channel sums of a channels-last global mean.
+pub(crate) fn column_sum<T: Scalar>(x: &[T], acc: &mut [f64]) {
+    let c = acc.len();
+    if c == 0 {
+        return;
+    }
+    for row in x.chunks_exact(c) {
+        for (a, &v) in acc.iter_mut().zip(row) {
+            *a += v.to_f64();
+        }
+    }
 }
 
 /// `v[i] = exp(v[i] - shift)` in place, returning the sum of the results

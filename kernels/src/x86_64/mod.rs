@@ -32,6 +32,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.div = Entry::new(V, avx2::binary::div);
     table.max = Entry::new(V, avx2::math::max);
     table.exp_sum = Entry::new(V, avx2::math::exp_sum);
+    table.column_sum = Entry::new(V, avx2::reduce::column_sum);
     table.layer_norm = Entry::new(V, avx2::norm::layer_norm_rows);
     table.depthwise = Entry::new(V, avx2::conv::depthwise_plane);
     table.depthwise_nhwc = Entry::new(V, avx2::conv::depthwise_row);

@@ -8,3 +8,4 @@ pub(crate) mod gemm;
 pub(crate) mod math;
 pub(crate) mod norm;
 pub(crate) mod quant;
+pub(crate) mod reduce;
