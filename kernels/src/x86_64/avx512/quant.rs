@@ -322,9 +322,9 @@ unsafe fn store_q_avx512(t: &QTile<'_>) {
     assert!(e.bias.is_none_or(|b| b.len() >= t.cols));
     let span = (t.rows.max(1) - 1) * t.ldo + t.cols;
     if !t.inv.is_finite() {
-        // A subnormal output scale: `v · inv` is no longer `v`'s image
-        // alone (`0 · ∞` is NaN), so [`QuantBounds`] does not hold; the
-        // row loop quantizes as defined.
+        // An output scale so small (subnormal) that `inv` is infinite:
+        // `v · inv` is no longer `v`'s image alone (`0 · ∞` is NaN), so
+        // [`QuantBounds`] does not hold; the row loop quantizes as defined.
         // SAFETY: the tile's contract is the caller's.
         return unsafe { crate::quant::store_tile_quantized(t) };
     }
@@ -406,7 +406,8 @@ const I8_RESIDUAL: u8 = 2;
 /// integers ([`QuantBounds`]): `x = v · inv`, clamped to the last clamp's
 /// bounds times `inv` (narrowed to ±256), rounded to an i32 (half to even),
 /// plus `zp` (NaN lanes 0), and each row's two halves packed to bytes by
-/// saturating packs (the clamp to [-128, 127]) in one store. The f32
+/// saturating packs (the clamp to [-128, 127]; one half: a saturating
+/// `vpmovsdb`) in one store. The f32
 /// values before the last clamp are the row loop's operations in its
 /// order, so the same bytes.
 ///
