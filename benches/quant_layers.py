@@ -46,12 +46,13 @@ def kiln_layers(art: Path, d: Path, runs: int, reps: int):
     return [(i, *best[i]) for i in sorted(best)]
 
 
-def ort_nodes(model: Path, x, runs: int):
-    """[(op, name, median µs)] of one-thread ONNX Runtime, in execution order."""
+def ort_nodes(model: Path, x, runs: int, tmp: Path):
+    """[(op, name, median µs)] of one-thread ONNX Runtime, in execution order (its trace file in `tmp`)."""
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     opts.enable_profiling = True
+    opts.profile_file_prefix = str(tmp / "ort_profile")
     sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
     feed = {sess.get_inputs()[0].name: x}
     for _ in range(runs + 5):
@@ -83,7 +84,7 @@ def main():
                 raise SystemExit(f"{model}: no ONNX export")
             _, static = ort_quantized(tmp / "model.onnx", tmp, calib)
             kiln = kiln_layers(tmp / "static.kiln", d, args.runs, args.reps)
-            ort = ort_nodes(static, xs[0], args.runs)
+            ort = ort_nodes(static, xs[0], args.runs, tmp)
         convs = iter([n for n in ort if n[0] == "QLinearConv"])
         print(f"\n{model}, 1 thread, µs per run\n")
         print("| instr | kiln kernel | kiln µs | ORT QLinearConv µs | kiln / ORT | layer |")
