@@ -1680,3 +1680,120 @@ fn qconv_windows_read_in_place_are_the_definition() {
         }
     }
 }
+
+/// The quantizing tile store on the values where a shortcut would show: a
+/// bias of NaN, ±∞ and ±1e30 (outputs NaN, infinite, far past the int8
+/// range), output scales that make `v · (1/scale)` overflow (1e-30), round
+/// everything to the zero point (1e30) or whose reciprocal is infinite (a
+/// subnormal), zero points at both ends, clamps with an upper bound only,
+/// ReLU6, a lower bound above the upper one, and residuals (f32 with NaN
+/// and ∞, i8) before and after the clamp — every variant, 1 and 3 threads,
+/// against the f32 layer quantized by `quantize_row_static`, 37 columns
+/// (a full and a partial 32-column tile) and rows off the tile height.
+#[test]
+fn qconv_int8_store_edge_values_are_the_definition() {
+    use kiln_isa::Activation;
+    use kiln_kernels::quant::{qconv_int8_with, variants};
+    use kiln_kernels::{ConvParams, DType, TensorEpilogue, TensorMut, TensorRef};
+    let (n, h, wd, c, cout) = (1, 5, 7, 8, 37);
+    let mut seed = 99;
+    let xq: Vec<i8> = (0..n * h * wd * c).map(|_| (lcg(&mut seed) * 127.0) as i8).collect();
+    let rq: Vec<i8> = (0..n * h * wd * cout).map(|_| (lcg(&mut seed) * 127.0) as i8).collect();
+    let mut r_f32: Vec<f32> = (0..n * h * wd * cout).map(|_| lcg(&mut seed) * 3.0).collect();
+    for (i, v) in r_f32.iter_mut().enumerate().filter(|(i, _)| i % 13 == 0) {
+        *v = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30][i / 13 % 4];
+    }
+    let data: Vec<u8> = (0..cout * c).map(|i| ((i * 61 + 3) % 255) as u8).collect();
+    let scales: Vec<f32> = (0..cout).map(|j| 0.004 + j as f32 * 0.0005).collect();
+    let wq = QWeights { n: cout, k: c, bits: QBits::I8, group: c, data: &data, scales: &scales, zero_points: None };
+    let w = PackedQWeights::pack(&wq).unwrap();
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30];
+    let bias: Vec<f32> =
+        (0..cout).map(|j| if j < specials.len() { specials[j] } else { j as f32 * 0.09 - 1.7 }).collect();
+    let p = ConvParams { stride: &[1, 1], padding: &[0, 0], dilation: &[1, 1], groups: 1 };
+    let (x_shape, o_shape, ws) = ([n, h, wd, c], [n, h, wd, cout], [cout, c, 1, 1]);
+    let act = ActQuant::Static { scale: 0.03, zero_point: 5 };
+    let res = (0.0173f32, 9);
+    let r_deq: Vec<f32> = rq.iter().map(|&q| (q as f32 - res.1 as f32) * res.0).collect();
+    let xr = TensorRef { dtype: DType::I8, shape: &x_shape, data: bytemuck::cast_slice(&xq) };
+    let clamp = |min, max| Some(Activation::Clamp { min, max });
+    let activations = [
+        None,
+        Some(Activation::Relu),
+        clamp(Some(0.0), Some(6.0)),
+        clamp(None, Some(0.5)),
+        clamp(Some(2.0), Some(1.0)),
+    ];
+    let outputs = [(0.0291f32, -17), (1e-30, 127), (1e30, -128), (1e-40, 0), (0.5, -128), (0.07, 127)];
+    // (residual as the definition adds it, as the store reads it, its parameters)
+    let ri = TensorRef { dtype: DType::I8, shape: &o_shape, data: bytemuck::cast_slice(&rq) };
+    let rd = TensorRef { dtype: DType::F32, shape: &o_shape, data: bytemuck::cast_slice(&r_deq) };
+    let rf = TensorRef { dtype: DType::F32, shape: &o_shape, data: bytemuck::cast_slice(&r_f32) };
+    let residuals = [None, Some((rd, ri, Some(res))), Some((rf, rf, None))];
+    let mut met = [false; 3];
+    for activation in activations {
+        for (residual, residual_first) in residuals.iter().flat_map(|r| [(r, true), (r, false)]) {
+            let e_def = TensorEpilogue { activation, residual: residual.map(|r| r.0), residual_first };
+            let e = TensorEpilogue { activation, residual: residual.map(|r| r.1), residual_first };
+            let res_q = residual.and_then(|r| r.2);
+            let mut want = vec![0f32; n * h * wd * cout];
+            let out = TensorMut { dtype: DType::F32, shape: &o_shape, data: bytemuck::cast_slice_mut(&mut want) };
+            let generic = variants()[0];
+            qconv_int8_with(
+                &mut Context::new(),
+                &generic,
+                xr,
+                &w,
+                &ws,
+                act,
+                Some(&bias),
+                &e_def,
+                &p,
+                true,
+                out,
+                None,
+                None,
+            )
+            .unwrap();
+            for next in outputs {
+                let mut want_q = vec![0i8; want.len()];
+                quantize_row_static(&want, next.0, next.1, &mut want_q);
+                met[0] |= want_q.contains(&-128);
+                met[1] |= want_q.contains(&127);
+                met[2] |= want.iter().zip(&want_q).any(|(v, &q)| v.is_nan() && q == 0);
+                for kernels in variants() {
+                    for threads in [1, 3] {
+                        let mut cx = Context::new().with_threads(threads);
+                        let mut got = vec![0i8; want.len()];
+                        let out =
+                            TensorMut { dtype: DType::I8, shape: &o_shape, data: bytemuck::cast_slice_mut(&mut got) };
+                        qconv_int8_with(
+                            &mut cx,
+                            &kernels,
+                            xr,
+                            &w,
+                            &ws,
+                            act,
+                            Some(&bias),
+                            &e,
+                            &p,
+                            true,
+                            out,
+                            Some(next),
+                            res_q,
+                        )
+                        .unwrap();
+                        let what = format!(
+                            "{activation:?}, residual {:?} first {residual_first}, output {next:?}: {} at {threads} threads",
+                            residual.map(|r| r.1.dtype),
+                            kernels.name()
+                        );
+                        let diff = got.iter().zip(&want_q).position(|(a, b)| a != b);
+                        assert!(diff.is_none(), "{what}: first difference at {diff:?}");
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(met, [true; 3], "both ends of the int8 range and NaN outputs are met");
+}

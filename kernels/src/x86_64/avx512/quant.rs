@@ -322,6 +322,13 @@ unsafe fn store_q_avx512(t: &QTile<'_>) {
     assert!(t.scales.len() >= t.rows && t.shifts.len() >= t.rows);
     assert!(e.bias.is_none_or(|b| b.len() >= t.cols));
     let span = (t.rows.max(1) - 1) * t.ldo + t.cols;
+    if !t.inv.is_finite() {
+        // An output scale so small (subnormal) that `inv` is infinite:
+        // `v · inv` is no longer `v`'s image alone (`0 · ∞` is NaN), so
+        // [`QuantBounds`] does not hold; the row loop quantizes as defined.
+        // SAFETY: the tile's contract is the caller's.
+        return unsafe { crate::quant::store_tile_quantized(t) };
+    }
     // SAFETY: the asserts bound the tile's reads of its columns, rows and
     // residual; the output is the caller's contract.
     unsafe {
@@ -356,6 +363,35 @@ unsafe fn tile_halves<const RES: u8>(t: &QTile<'_>, rf: *const f32, ri: *const i
     }
 }
 
+/// The last clamp before a value's quantization, `(a, b)` (the clamp
+/// kernel's: `max` with `a`, then `min` with `b`; a NaN bound clamps
+/// nothing), carried past the multiply by `inv` and narrowed to ±256:
+/// `lo = max(a · inv, −256)`, `hi = min(b · inv, 256)`.
+///
+/// With `inv` finite and positive, `x ↦ x · inv` (rounded) and `rint` are
+/// non-decreasing, so clamping `v` to `[a, b]` then multiplying gives the
+/// value multiplying then clamping to `[a · inv, b · inv]` gives (ties
+/// differ at most by the sign of a zero, which no integer keeps); and
+/// narrowing to ±256 changes no result once `+ zp` (|zp| ≤ 128) and the
+/// clamp to [-128, 127] follow. Inside ±256 `rint(x) + zp` is exact in
+/// i32, so the saturating packs do the last clamp: `quantize_value`'s
+/// integers in three operations fewer per vector (one clamp instead of
+/// two, the rounding and the conversion one instruction). `v` is NaN
+/// exactly when `v · inv` is, whose lanes the caller sets to 0.
+#[derive(Copy, Clone, Debug)]
+struct QuantBounds {
+    lo: f32,
+    hi: f32,
+}
+
+impl QuantBounds {
+    fn of((a, b): (f32, f32), inv: f32) -> QuantBounds {
+        // `f32::max` / `min` ignore a NaN bound's product, as the clamp
+        // kernel's comparisons ignore the bound.
+        QuantBounds { lo: (a * inv).max(-256.0), hi: (b * inv).min(256.0) }
+    }
+}
+
 /// [`tile_zmm`]'s residual kinds.
 const NO_RESIDUAL: u8 = 0;
 const F32_RESIDUAL: u8 = 1;
@@ -363,13 +399,18 @@ const I8_RESIDUAL: u8 = 2;
 
 /// [`crate::quant::store_tile_quantized`]'s operations on zmm, the tile's
 /// 16-column halves in registers: `(f32(acc − shift · Σw) · s) · scale (+
-/// bias)`, the clamp kernel's comparisons (`maxps(lo, v)` keeps a NaN),
-/// with a residual the add of `residual(at, mask)` (the values at output
-/// offset `at`) and the clamp after it, then `quantize_value` — `rint(v ·
-/// inv) + zp` (half to even), clamped to [-128, 127], NaN to 0 — and each
-/// row's two halves packed to bytes (saturating packs of values already
-/// in range: exact) in one store. The same operations in the same order as
-/// the row loop's, so the same bytes.
+/// bias)`, then with a residual the clamp kernel's comparisons
+/// (`maxps(lo, v)` keeps a NaN), the add of `residual(at, mask)` (the
+/// values at output offset `at`), and each value's last clamp and
+/// `quantize_value` — `rint(v · inv) + zp` (half to even), clamped to
+/// [-128, 127], NaN to 0 — in fewer operations that give the same
+/// integers ([`QuantBounds`]): `x = v · inv`, clamped to the last clamp's
+/// bounds times `inv` (narrowed to ±256), rounded to an i32 (half to even),
+/// plus `zp` (NaN lanes 0), and each row's two halves packed to bytes by
+/// saturating packs (the clamp to [-128, 127]; one half: a saturating
+/// `vpmovsdb`) in one store. The f32
+/// values before the last clamp are the row loop's operations in its
+/// order, so the same bytes.
 ///
 /// # Safety
 /// AVX-512F/BW/VL; the tile's contract ([`QTile`]); the residual (`rf`
@@ -392,9 +433,12 @@ unsafe fn tile_zmm<const RES: u8, const H: usize>(t: &QTile<'_>, rf: *const f32,
     }
     let (rs, rzp) = (_mm512_set1_ps(rs), _mm512_set1_ps(rzp));
     let (lo, hi) = (_mm512_set1_ps(e.lo), _mm512_set1_ps(e.hi));
-    let (lo2, hi2) = (_mm512_set1_ps(e.after.0), _mm512_set1_ps(e.after.1));
-    let (inv, zp) = (_mm512_set1_ps(t.inv), _mm512_set1_ps(t.zero_point as f32));
-    let (qlo, qhi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
+    // The clamp right before the quantization: the store's own, or with a
+    // residual the one after the add.
+    let last = if RES == NO_RESIDUAL { (e.lo, e.hi) } else { e.after };
+    let bounds = QuantBounds::of(last, t.inv);
+    let (x_lo, x_hi) = (_mm512_set1_ps(bounds.lo), _mm512_set1_ps(bounds.hi));
+    let (inv, zp) = (_mm512_set1_ps(t.inv), _mm512_set1_epi32(t.zero_point));
     // Dword `j` of the packed bytes: half `j / 4`'s values `4 (j % 4)..`.
     let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     // `shift · Σw` per column, made again only when a row's shift differs
@@ -417,8 +461,8 @@ unsafe fn tile_zmm<const RES: u8, const H: usize>(t: &QTile<'_>, rf: *const f32,
             if e.bias.is_some() {
                 v = _mm512_add_ps(v, bias[h]);
             }
-            v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
             if RES != NO_RESIDUAL {
+                v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
                 let at = i * t.ldo + 16 * h;
                 let r = if RES == F32_RESIDUAL {
                     _mm512_maskz_loadu_ps(masks[h], rf.add(at))
@@ -428,15 +472,14 @@ unsafe fn tile_zmm<const RES: u8, const H: usize>(t: &QTile<'_>, rf: *const f32,
                     _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(qr), rzp), rs)
                 };
                 v = _mm512_add_ps(v, r);
-                v = _mm512_min_ps(hi2, _mm512_max_ps(lo2, v));
             }
-            let r = _mm512_add_ps(
-                _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(v, inv)),
-                zp,
-            );
-            let clamped = _mm512_min_ps(_mm512_max_ps(r, qlo), qhi);
-            let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r);
-            q[h] = _mm512_cvttps_epi32(_mm512_maskz_mov_ps(ordered, clamped));
+            // The last clamp and the quantization ([`QuantBounds`]): a NaN
+            // `v` (and only a NaN: `inv` is finite) gives a NaN `x`.
+            let x = _mm512_mul_ps(v, inv);
+            let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(x, x);
+            let x = _mm512_min_ps(_mm512_max_ps(x, x_lo), x_hi);
+            let n = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
+            q[h] = _mm512_maskz_add_epi32(ordered, n, zp);
         }
         let out = t.out.add(i * t.ldo);
         if H == 2 {
