@@ -565,15 +565,24 @@ fn check_depthwise(name: &str, t: &'static KernelTable) -> Check {
 
 /// Channels-last depthwise rows (`conv_fused_channels_last` on a depthwise
 /// weight) bit for bit against the generic table: channel counts around
-/// the 16/8/4-wide blocks, strides, padding, dilation, a 5×5 kernel, batch 2.
+/// the 16/8/4-wide blocks, strides, padding, dilation, 5×5 kernels, batch 2,
+/// rows wide enough for the sliding blocks.
 fn check_depthwise_nhwc(name: &str, t: &'static KernelTable) -> Check {
     use common::{f32s, rand_f32, Buf};
     use kiln_kernels::{conv_fused_channels_last, ConvParams, DType, TensorEpilogue};
     let mut r = common::rng(29);
     // (x shape [N, H, W, C], kernel, stride, pad, dilation)
     type Case = ([usize; 4], [usize; 2], [usize; 2], [usize; 2], [usize; 2]);
-    let cases: [Case; 7] = [
+    let cases: [Case; 13] = [
         ([1, 9, 11, 16], [3, 3], [1, 1], [1, 1], [1, 1]),
+        // Rows wide enough for the sliding blocks (3 and 5 wide, stride 1
+        // and 2, with and without padding, channel tails).
+        ([1, 5, 29, 32], [3, 3], [1, 1], [1, 1], [1, 1]),
+        ([2, 6, 27, 40], [3, 3], [2, 2], [1, 1], [1, 1]),
+        ([1, 4, 30, 21], [3, 3], [1, 1], [0, 0], [1, 1]),
+        ([1, 7, 26, 24], [5, 5], [1, 1], [2, 2], [1, 1]),
+        ([1, 9, 31, 19], [5, 5], [2, 2], [2, 2], [1, 1]),
+        ([1, 5, 25, 3], [3, 3], [1, 2], [1, 1], [1, 1]),
         ([1, 5, 6, 100], [3, 3], [1, 1], [1, 1], [1, 1]),
         ([2, 8, 7, 33], [3, 3], [2, 2], [1, 1], [1, 1]),
         ([1, 6, 9, 7], [3, 3], [1, 2], [2, 0], [1, 2]),

@@ -38,7 +38,7 @@ pub use device::{
 pub use error::{Error, Result};
 pub use kiln_kernels::{DType, KernelError};
 pub use program::{IoInfo, Program};
-pub use session::{elements_f64, Outputs, Session, Tensor, TensorView};
+pub use session::{elements_f64, InstrTime, Outputs, Session, Tensor, TensorView};
 pub use state::{StateWriteInfo, StateWriteKind};
 pub use validate::MAX_RANK;
 

@@ -117,7 +117,7 @@ pub struct Session {
     output_buf: Vec<TensorMut<'static>>,
     result_buf: Vec<&'static mut [u8]>,
     /// Time spent in each instruction since profiling was enabled.
-    profile: Option<Vec<std::time::Duration>>,
+    profile: Option<Vec<InstrTime>>,
     /// Runs `Delegate` instructions; present iff the device is not the CPU.
     accel: AccelDelegate,
     /// Native calls run their generated code (native code allowed and a
@@ -380,12 +380,12 @@ impl Session {
     /// Starts (or restarts) accumulating the time spent in each instruction.
     /// Off by default: the run loop then reads no clock.
     pub fn enable_profiling(&mut self) {
-        self.profile = Some(vec![std::time::Duration::ZERO; self.program.plan().instrs.len()]);
+        self.profile = Some(vec![InstrTime::default(); self.program.plan().instrs.len()]);
     }
 
     /// Time spent in each instruction (indexed like `Plan::instrs`) over all
     /// runs since [`Session::enable_profiling`].
-    pub fn profile(&self) -> Option<&[std::time::Duration]> {
+    pub fn profile(&self) -> Option<&[InstrTime]> {
         self.profile.as_deref()
     }
 
@@ -1087,10 +1087,26 @@ struct BindStop {
     value: i64,
 }
 
+/// One instruction's profile: its time summed over the runs that executed
+/// it, and its fastest single execution. On a machine shared with other
+/// jobs the sum takes every preemption in; the minimum is the instruction's
+/// own cost (what per-layer comparisons need).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct InstrTime {
+    pub total: std::time::Duration,
+    /// Zero until the instruction has run.
+    pub min: std::time::Duration,
+    /// How many executions `total` sums.
+    pub runs: u32,
+}
+
 /// Adds the time since `started` to instruction `index`'s profile entry.
-fn record(profile: &mut Option<Vec<std::time::Duration>>, index: usize, started: Option<std::time::Instant>) {
+fn record(profile: &mut Option<Vec<InstrTime>>, index: usize, started: Option<std::time::Instant>) {
     if let (Some(p), Some(t)) = (profile.as_mut(), started) {
-        p[index] += t.elapsed();
+        let (e, dt) = (&mut p[index], t.elapsed());
+        e.min = if e.runs == 0 { dt } else { e.min.min(dt) };
+        e.total += dt;
+        e.runs += 1;
     }
 }
 

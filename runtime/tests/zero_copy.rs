@@ -121,3 +121,24 @@ fn corrupt_static_memory_is_an_error_not_a_panic() {
     bytes[last] ^= 0xff;
     assert!(matches!(Program::from_static(leak_aligned(&bytes, 0)), Err(Error::Checksum { .. })));
 }
+
+/// The per-instruction profile counts each execution, sums their times and
+/// keeps the fastest (what `kiln run --profile --json` reports as
+/// `total_us`, `runs` and `min_us`).
+#[test]
+fn profile_counts_runs_and_keeps_the_fastest() {
+    let program = Program::from_bytes(&add_weight_artifact()).expect("load");
+    let mut session = program.session().expect("session");
+    assert!(session.profile().is_none(), "profiling is off until enabled");
+    session.enable_profiling();
+    let x = Tensor::from_f32(&[4], &[1.0, 2.0, 3.0, 4.0]);
+    for _ in 0..3 {
+        session.run(&[x.view()]).expect("run");
+    }
+    let p = session.profile().expect("enabled")[0];
+    assert_eq!(p.runs, 3);
+    assert!(p.min > std::time::Duration::ZERO, "{p:?}");
+    assert!(p.min * 3 <= p.total, "the fastest of three runs is at most their mean: {p:?}");
+    session.enable_profiling();
+    assert_eq!(session.profile().expect("enabled")[0], kiln_runtime::InstrTime::default(), "restarted");
+}

@@ -30,7 +30,8 @@ pub struct RunArgs {
     /// Run this many times after one warm-up run and report latency (median, p90, min).
     #[arg(long, default_value_t = 1)]
     pub repeat: u32,
-    /// Report the time spent in each instruction (averaged over the runs).
+    /// Report the time spent in each instruction (averaged over the runs; with
+    /// --json also each one's fastest run, `min_us`).
     #[arg(long)]
     pub profile: bool,
     /// Threads the CPU kernels split their work over [default: $KILN_NUM_THREADS, else the machine's cores].
@@ -311,9 +312,9 @@ fn run_with(args: &RunArgs, configure: &dyn Fn(&mut SessionOptions)) -> CliResul
 }
 
 /// Per-instruction time, slowest first: printed as a table, returned as JSON.
-fn profile_report(program: &Program, per_instr: &[std::time::Duration], as_json: bool) -> serde_json::Value {
-    let total: f64 = per_instr.iter().map(|d| d.as_secs_f64()).sum::<f64>().max(f64::MIN_POSITIVE);
-    let mut rows: Vec<(usize, f64)> = per_instr.iter().map(|d| d.as_secs_f64()).enumerate().collect();
+fn profile_report(program: &Program, per_instr: &[kiln_runtime::InstrTime], as_json: bool) -> serde_json::Value {
+    let total: f64 = per_instr.iter().map(|d| d.total.as_secs_f64()).sum::<f64>().max(f64::MIN_POSITIVE);
+    let mut rows: Vec<(usize, f64)> = per_instr.iter().map(|d| d.total.as_secs_f64()).enumerate().collect();
     rows.sort_by(|a, b| b.1.total_cmp(&a.1));
     let instrs = &program.plan().instrs;
     if !as_json {
@@ -330,7 +331,11 @@ fn profile_report(program: &Program, per_instr: &[std::time::Duration], as_json:
     }
     json!(rows
         .iter()
-        .map(|&(i, t)| json!({"instr": i, "kernel": instrs[i].op.name(), "origin": instrs[i].origin, "total_us": t * 1e6}))
+        .map(|&(i, t)| {
+            let p = &per_instr[i];
+            json!({"instr": i, "kernel": instrs[i].op.name(), "origin": instrs[i].origin, "total_us": t * 1e6,
+                   "runs": p.runs, "min_us": p.min.as_secs_f64() * 1e6})
+        })
         .collect::<Vec<_>>())
 }
 

@@ -5,8 +5,42 @@
 
 use super::math::activation_ps;
 use crate::generic::conv_depthwise::{depthwise_plane as portable, DepthwisePlane};
-use crate::generic::conv_nhwc::{pixel_sources, tap_rows, DepthwiseRows, MAX_DEPTHWISE_TAPS};
+use crate::generic::conv_nhwc::{
+    left_border, pixel_sources, slide_geometry, tap_rows, DepthwiseRows, Slide, MAX_DEPTHWISE_TAPS,
+};
 use std::arch::x86_64::*;
+
+/// The clamp or in-register activation on a block's finished sums
+/// (`$acc`, a mutable array of `P` vectors), and their store to channels
+/// `$c0..` of the `P` output pixels from `$out`. A macro, not a function:
+/// the compiler does not inline a function this large, and passing the
+/// sums to it through memory cost the blocks a third of their time.
+macro_rules! finish {
+    ($job:expr, $acc:ident, $mask:expr, $c0:expr, $out:expr, $tail:expr) => {
+        if let Some((lo, hi)) = $job.clamp {
+            let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+            for a in $acc.iter_mut() {
+                // `a < lo ? lo : a`, then `x > hi ? hi : x` (vmaxps/vminps
+                // return the second operand when unordered: NaN stays).
+                *a = _mm256_min_ps(hi, _mm256_max_ps(lo, *a));
+            }
+        }
+        if let Some(v) = $job.activation.and_then(|a| a.in_registers) {
+            // The table's slice function's body per vector (masked-out tail
+            // lanes are computed on zeros and not stored).
+            for a in $acc.iter_mut() {
+                *a = activation_ps(v, *a);
+            }
+        }
+        for (p, a) in $acc.iter().enumerate() {
+            if $tail {
+                _mm256_maskstore_ps($out.add(p * $job.channels + $c0), $mask, *a);
+            } else {
+                _mm256_storeu_ps($out.add(p * $job.channels + $c0), *a);
+            }
+        }
+    };
+}
 
 /// The table entry.
 pub(crate) fn depthwise_plane(job: &DepthwisePlane<'_>, out: &mut [f32], buf: &mut [f32]) {
@@ -40,7 +74,13 @@ unsafe fn wide_row(job: &DepthwiseRows<'_>, r: usize, ox0: usize, part: &mut [f3
     let ow = part.len() / c;
     assert!(ox0 + ow <= job.g.output[2]);
     let tap_rows = tap_rows(job, r);
-    let mut ox = 0;
+    // The row's first pixels, whose taps reach into the left padding, one
+    // at a time: the 8-pixel blocks after them then slide (`sliding`).
+    let lead = left_border(job).saturating_sub(ox0).min(ow);
+    for ox in 0..lead {
+        pixels::<1>(job, &tap_rows, ox0 + ox, &mut part[ox * c..]);
+    }
+    let mut ox = lead;
     while ow - ox >= 8 {
         pixels::<8>(job, &tap_rows, ox0 + ox, &mut part[ox * c..]);
         ox += 8;
@@ -74,9 +114,14 @@ unsafe fn pixels<const P: usize>(
     out: &mut [f32],
 ) {
     let c = job.channels;
+    let out = out[..P * c].as_mut_ptr();
+    match slide_geometry::<P>(job, ox) {
+        Some(Slide { width: 3, first }) => return sliding::<P, 3>(job, tap_rows, first, out),
+        Some(Slide { width: 5, first }) => return sliding::<P, 5>(job, tap_rows, first, out),
+        _ => {}
+    }
     let mut srcs = [[std::ptr::null::<f32>(); P]; MAX_DEPTHWISE_TAPS];
     pixel_sources::<P>(job, tap_rows, ox, &mut srcs);
-    let out = out[..P * c].as_mut_ptr();
     let mut c0 = 0;
     while c - c0 >= 8 {
         block::<P, false>(job, &srcs, c0, out);
@@ -113,26 +158,74 @@ unsafe fn block<const P: usize, const TAIL: bool>(
             *a = _mm256_add_ps(*a, _mm256_mul_ps(w, load(s.add(c0))));
         }
     }
-    if let Some((lo, hi)) = job.clamp {
-        let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-        for a in acc.iter_mut() {
-            // `a < lo ? lo : a`, then `x > hi ? hi : x` (vmaxps/vminps
-            // return the second operand when unordered: NaN stays).
-            *a = _mm256_min_ps(hi, _mm256_max_ps(lo, *a));
+    finish!(job, acc, mask, c0, out, TAIL);
+}
+
+/// Output pixels whose taps all lie inside the input row, horizontally
+/// (`first`: the input column of the first pixel's first tap): stride 1,
+/// kernel width `KW`, no dilation. Input pixel `j` of a kernel row feeds
+/// the pixels `p` with `p + kx = j`, so it is loaded once for all of them
+/// instead of once per tap (a 3×3 block of 8 pixels loads 10 input vectors
+/// per kernel row, not 24, and no per-pixel pointers). Each sum still gets
+/// the bias, then its taps in (ky, kx) order: within a kernel row, `kx = j
+/// − p` grows with `j`. So the same bits as `block`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sliding<const P: usize, const KW: usize>(
+    job: &DepthwiseRows<'_>,
+    tap_rows: &[Option<&[f32]>; MAX_DEPTHWISE_TAPS],
+    first: usize,
+    out: *mut f32,
+) {
+    let c = job.channels;
+    let kh = job.g.kernel[1];
+    // Each kernel row's first input pixel and the step between pixels: a
+    // row in the padding reads the zero pixel throughout (products with
+    // zero, as `block` adds them).
+    let mut rows = [(job.zeros.as_ptr(), 0usize); MAX_DEPTHWISE_TAPS];
+    for (row, tap_row) in rows.iter_mut().zip(&tap_rows[..kh]) {
+        if let Some(input) = tap_row {
+            // In bounds: `slide_geometry` checked that the last pixel's
+            // last tap lies inside the row.
+            *row = (input[first * c..][..(P - 1 + KW) * c].as_ptr(), c);
         }
     }
-    if let Some(v) = job.activation.and_then(|a| a.in_registers) {
-        // The table's slice function's body per vector (masked-out tail
-        // lanes are computed on zeros and not stored).
-        for a in acc.iter_mut() {
-            *a = activation_ps(v, *a);
+    let mut c0 = 0;
+    while c - c0 >= 8 {
+        sliding_block::<P, KW, false>(job, &rows[..kh], c0, out);
+        c0 += 8;
+    }
+    if c0 < c {
+        sliding_block::<P, KW, true>(job, &rows[..kh], c0, out);
+    }
+}
+
+/// Channels `c0..c0 + 8` (`TAIL`: `c0..C`, masked) of [`sliding`]'s pixels.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sliding_block<const P: usize, const KW: usize, const TAIL: bool>(
+    job: &DepthwiseRows<'_>,
+    rows: &[(*const f32, usize)],
+    c0: usize,
+    out: *mut f32,
+) {
+    let c = job.channels;
+    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((c - c0) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    // SAFETY: as in `block`; row pixel `j < P − 1 + KW` lies inside
+    // its input row (or is the zero pixel, step 0).
+    let load = |p: *const f32| if TAIL { _mm256_maskload_ps(p, mask) } else { _mm256_loadu_ps(p) };
+    let mut acc = [load(job.bias.as_ptr().add(c0)); P];
+    for (ky, &(row, step)) in rows.iter().enumerate() {
+        let w: [__m256; KW] = std::array::from_fn(|kx| load(job.taps.as_ptr().add((ky * KW + kx) * c + c0)));
+        for j in 0..P - 1 + KW {
+            let v = load(row.add(j * step + c0));
+            for (kx, &wk) in w.iter().enumerate() {
+                if j >= kx && j - kx < P {
+                    let a = &mut acc[j - kx];
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(wk, v));
+                }
+            }
         }
     }
-    for (p, a) in acc.iter().enumerate() {
-        if TAIL {
-            _mm256_maskstore_ps(out.add(p * c + c0), mask, *a);
-        } else {
-            _mm256_storeu_ps(out.add(p * c + c0), *a);
-        }
-    }
+    finish!(job, acc, mask, c0, out, TAIL);
 }
