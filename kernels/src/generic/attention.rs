@@ -7,6 +7,7 @@ use super::gemm::PARALLEL_MIN_FLOPS;
 use super::math::Real;
 use super::matmul::{BatchIter, GemmFloat};
 use crate::context::Context;
+use crate::parallel::SharedMut;
 use crate::table::KernelTable;
 use crate::types::{DType, PackBuffers, Result, Scratch, TensorMut, TensorRef};
 
@@ -158,34 +159,49 @@ fn attention_typed<T: GemmFloat>(
     let block = block_rows(rows, s);
     let threads = scratch.pack.threads;
     let small = it.count * l * s * (e + ev) < PARALLEL_MIN_FLOPS;
-    if threads.count() == 1 || groups == 1 || small {
+    if threads.count() == 1 || small {
         let (scores, pack) = T::scratch_split(scratch, block * s);
         for (g, o) in ov.chunks_exact_mut(rows * ev).enumerate() {
-            attention_group(dims, g * group, group, qv, kv, vv, mv, causal, o, table, scores, pack);
+            attention_group(dims, g * group, group, 0..rows, qv, kv, vv, mv, causal, o, table, scores, pack);
         }
         return;
     }
-    // Groups over the threads, each with its own scores and panels (every
-    // output matrix is computed by one thread, whole).
+    // Items over the threads, each thread with its own scores and panels:
+    // every group's rows cut into `parts` ranges, so that few groups still
+    // give every thread work (ViT-Tiny's 3 heads ran 2 : 1 on 2 threads; one
+    // long head ran on one). A row's result does not depend on the range
+    // it is computed in (see `block_rows`), so no bit depends on the cut.
+    let parts = (2 * threads.count()).div_ceil(groups).min(rows);
+    let per = rows.div_ceil(parts);
+    let parts = rows.div_ceil(per);
     let workers = scratch.workers(threads.count(), |w| {
         T::scratch_split(w, block * s);
         w.pack.reserve_gemm(table, block, s, e);
         w.pack.reserve_gemm(table, block, ev, s);
     });
-    threads.for_each_chunk(ov, rows * ev, |g, o| {
+    let out = SharedMut(ov.as_mut_ptr());
+    threads.for_each(groups * parts, |item| {
+        let (g, first) = (item / parts, item % parts * per);
+        let end = (first + per).min(rows);
+        // SAFETY: items own disjoint row ranges (of `ev` elements a row) of
+        // their groups' disjoint outputs, and `ov` stays borrowed mutably
+        // until `for_each` returns.
+        let o = unsafe { std::slice::from_raw_parts_mut(out.ptr().add((g * rows + first) * ev), (end - first) * ev) };
         let mut w = workers[threads.index()].lock().unwrap_or_else(|e| e.into_inner());
         let (scores, pack) = T::scratch_split(&mut w, block * s);
-        attention_group(dims, g * group, group, qv, kv, vv, mv, causal, o, table, scores, pack);
+        attention_group(dims, g * group, group, first..end, qv, kv, vv, mv, causal, o, table, scores, pack);
     });
 }
 
-/// Batch entries `t..t + group` (one K and V, contiguous q and `o`): `o =
-/// softmax(mask(scale · q kᵀ)) v`, each entry's rows masked as its own.
+/// Batch entries `t..t + group` (one K and V, contiguous q), their query
+/// rows `range` (of the group's `group · l`; `o` holds just those rows):
+/// `o = softmax(mask(scale · q kᵀ)) v`, each entry's rows masked as its own.
 #[allow(clippy::too_many_arguments)]
 fn attention_group<T: GemmFloat>(
     dims: &Dims,
     t: usize,
     group: usize,
+    range: std::ops::Range<usize>,
     qv: &[T],
     kv: &[T],
     vv: &[T],
@@ -200,8 +216,8 @@ fn attention_group<T: GemmFloat>(
     let (scale, rows) = (T::lit(scale), group * l);
     let (qo, ko, vo) = (it.offset(0, t), it.offset(1, t), it.offset(2, t));
     let block = block_rows(rows, s);
-    for first in (0..rows).step_by(block) {
-        let n = block.min(rows - first);
+    for first in range.clone().step_by(block) {
+        let n = block.min(range.end - first);
         let q_rows = &qv[qo + first * e..];
         T::gemm(table, n, s, e, q_rows, e, &kv[ko..], e, scores, s, true, T::ZERO, pack);
         for (r, row) in (first..).zip(scores[..n * s].chunks_exact_mut(s)) {
@@ -210,7 +226,7 @@ fn attention_group<T: GemmFloat>(
             mask_row(row, i, scale, mask.as_ref().map(|ml| (ml, mv, at(ml))), causal);
             T::softmax_in_place(table, row);
         }
-        let out_rows = &mut o[first * ev..(first + n) * ev];
+        let out_rows = &mut o[(first - range.start) * ev..(first - range.start + n) * ev];
         T::gemm(table, n, ev, s, scores, s, &vv[vo..], ev, out_rows, ev, false, T::ZERO, pack);
     }
 }
