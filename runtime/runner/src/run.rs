@@ -30,8 +30,9 @@ pub struct RunArgs {
     /// Run this many times after one warm-up run and report latency (median, p90, min).
     #[arg(long, default_value_t = 1)]
     pub repeat: u32,
-    /// Report the time spent in each instruction (averaged over the runs; with
-    /// --json also each one's fastest run, `min_us`).
+    /// Report the time spent in each instruction (the total over every run,
+    /// the warm-up included, and its share; with --json also each one's run
+    /// count, `runs`, and fastest run, `min_us`).
     #[arg(long)]
     pub profile: bool,
     /// Threads the CPU kernels split their work over [default: $KILN_NUM_THREADS, else the machine's cores].
