@@ -475,12 +475,8 @@ impl Session {
         if value.data.len() != bytes {
             return Err(wrong(format!("{} data bytes do not match shape {:?}", value.data.len(), value.shape)));
         }
-        // As for inputs (see `bind`): a bool is the byte 0 or 1, which kernels
-        // comparing bytes and native code testing `!= 0` read alike.
-        if value.dtype == DType::Bool {
-            if let Some(i) = value.data.iter().position(|&b| b > 1) {
-                return Err(wrong(format!("bool element {i} is the byte {}, not 0 or 1", value.data[i])));
-            }
+        if let Some(detail) = bool_byte_problem(&value) {
+            return Err(wrong(detail));
         }
         self.allocate_arena()?;
         if let (Some(arena), Storage::Arena { offset, .. }) = (self.arena.as_mut(), decl.storage) {
@@ -613,13 +609,8 @@ impl Session {
             if numel.and_then(|n| n.checked_mul(x.dtype.size_bytes())) != Some(x.data.len()) {
                 return Err(input_err(i, format!("{} data bytes do not match shape {:?}", x.data.len(), x.shape)));
             }
-            // A bool is the byte 0 or 1 (what torch and numpy hold): kernels
-            // that compare bytes and native code that tests `!= 0` would
-            // read any other byte differently.
-            if x.dtype == DType::Bool {
-                if let Some(k) = x.data.iter().position(|&b| b > 1) {
-                    return Err(input_err(i, format!("bool element {k} is the byte {}, not 0 or 1", x.data[k])));
-                }
+            if let Some(detail) = bool_byte_problem(x) {
+                return Err(input_err(i, detail));
             }
             for (axis, (d, &actual)) in dims.iter().zip(x.shape).enumerate() {
                 if let DimRef::Expr(e) = d {
@@ -1085,6 +1076,18 @@ struct BindStop {
     index: usize,
     symbol: u32,
     value: i64,
+}
+
+/// For a bool tensor (a run's input or a state's new value) holding a byte
+/// other than 0 or 1, what is wrong. A bool is the byte 0 or 1 (what torch
+/// and numpy hold): kernels that compare bytes and native code that tests
+/// `!= 0` would read any other byte differently.
+fn bool_byte_problem(t: &TensorView<'_>) -> Option<String> {
+    if t.dtype != DType::Bool {
+        return None;
+    }
+    let k = t.data.iter().position(|&b| b > 1)?;
+    Some(format!("bool element {k} is the byte {}, not 0 or 1", t.data[k]))
 }
 
 /// One instruction's profile: its time summed over the runs that executed
