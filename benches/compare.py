@@ -87,6 +87,18 @@ def onnx_export(pt2: Path, xs, path):
     return True
 
 
+def ort_kernel_times(trace_path):
+    """ONNX Runtime's profile trace (`SessionOptions.enable_profiling`): per
+    node, in the order it first ran, (op, input shapes, [µs of each run])."""
+    nodes = {}
+    for e in json.load(open(trace_path)):
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            name = e["name"][: -len("_kernel_time")]
+            args = e["args"]
+            nodes.setdefault(name, (args.get("op_name", "?"), args.get("input_type_shape"), []))[2].append(e["dur"])
+    return nodes
+
+
 def ort_runner(path, xs, threads):
     import onnxruntime as ort
 

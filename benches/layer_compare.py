@@ -29,7 +29,6 @@ or compare ratios, not times.
 """
 import argparse
 import collections
-import contextlib
 import json
 import os
 import re
@@ -41,9 +40,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-REAL = ROOT / "target" / "bench-models"
-KILN = ROOT / "target" / "release" / "kiln"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare import KILN, REAL, onnx_export, ort_kernel_times  # noqa: E402
 
 
 def torch_convs(pt2: Path):
@@ -117,9 +115,8 @@ class OrtSession:
 
         xs = [np.load(p) for p in inputs]
         onnx = os.path.join(tmp, "model.onnx")
-        with contextlib.redirect_stdout(sys.stderr):
-            module = torch.export.load(str(pt2)).module()
-            torch.onnx.export(module, tuple(map(torch.from_numpy, xs)), onnx, dynamo=True)
+        if not onnx_export(pt2, xs, onnx):
+            sys.exit(f"{pt2}: no ONNX export")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
@@ -136,14 +133,9 @@ class OrtSession:
     def fastest(self):
         """Per node in execution order (ONNX Runtime's own topological order,
         not always the program's): (name, op, shapes, µs of its fastest run)."""
-        trace = json.load(open(self.sess.end_profiling()))
-        durs, info = collections.defaultdict(list), {}
-        for e in trace:
-            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-                info.setdefault(e["name"], (e["args"].get("op_name"), e["args"].get("input_type_shape")))
-                durs[e["name"]].append(e["dur"])
-        # durs[name][0] is the warm-up run's.
-        return [(name, op, shapes, float(min(durs[name][1:]))) for name, (op, shapes) in info.items()]
+        nodes = ort_kernel_times(self.sess.end_profiling())
+        # durs[0] is the warm-up run's.
+        return [(name, op, shapes, float(min(durs[1:]))) for name, (op, shapes, durs) in nodes.items()]
 
 
 def ort_split(nodes):

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import KILN, REAL, inputs_of, onnx_export  # noqa: E402
+from compare import KILN, REAL, inputs_of, onnx_export, ort_kernel_times  # noqa: E402
 from quant_models import kiln_compile, ort_quantized, samples, write_calibration  # noqa: E402
 
 
@@ -39,7 +39,7 @@ def kiln_layers(art: Path, d: Path, runs: int, reps: int):
         args = [str(KILN), "run", str(art), "--input", f"0={d / 'input_0.npy'}", "--threads", "1", "--repeat",
                 str(runs), "--profile", "--json"]
         for p in json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)["profile"]:
-            us = p["total_us"] / (runs + 1)  # the warm-up run is profiled too
+            us = p["total_us"] / p["runs"]  # the warm-up and reported runs are profiled too
             key = p["instr"]
             if key not in best or us < best[key][2]:
                 best[key] = (p["kernel"], p["origin"].split(" at ")[0], us)
@@ -57,13 +57,8 @@ def ort_nodes(model: Path, x, runs: int, tmp: Path):
     feed = {sess.get_inputs()[0].name: x}
     for _ in range(runs + 5):
         sess.run(None, feed)
-    times, ops = collections.defaultdict(list), {}
-    for e in json.load(open(sess.end_profiling())):
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            name = e["name"][: -len("_kernel_time")]
-            times[name].append(e["dur"])
-            ops[name] = e["args"].get("op_name", "?")
-    return [(ops[n], n, float(np.median(v[5:]))) for n, v in times.items()]
+    nodes = ort_kernel_times(sess.end_profiling())
+    return [(op, n, float(np.median(durs[5:]))) for n, (op, _, durs) in nodes.items()]
 
 
 def main():
