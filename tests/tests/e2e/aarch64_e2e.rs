@@ -19,10 +19,16 @@ use std::process::Command;
 const RTOL: f64 = 1e-4;
 const ATOL: f64 = 1e-5;
 
-/// The aarch64 runner's command line, if this run has one.
+/// The aarch64 runner's command line, if this run has one. CI must have
+/// one (`.ci/run` sets it): there a missing runner fails the test instead
+/// of skipping it unseen.
 fn runner() -> Option<Vec<String>> {
     let cmd = std::env::var("KILN_A64_RUNNER").ok().filter(|v| !v.trim().is_empty());
     if cmd.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "KILN_A64_RUNNER is not set under CI: .ci/aarch64.sh failed or its runner file was not found"
+        );
         eprintln!("KILN_A64_RUNNER is not set: no aarch64 runner in this run (.ci/aarch64.sh sets it)");
     }
     cmd.map(|c| c.split_whitespace().map(String::from).collect())
