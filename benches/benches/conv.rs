@@ -9,9 +9,9 @@
 //! inside whole models; this isolates one kernel call.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kiln_benches::distinct_tables;
 use kiln_kernels::{
-    conv_fused_channels_last, Activation, Context, ConvParams, DType, Isa, KernelTable, PackedConv, TensorEpilogue,
-    TensorMut, TensorRef,
+    conv_fused_channels_last, Activation, Context, ConvParams, DType, PackedConv, TensorEpilogue, TensorMut, TensorRef,
 };
 
 /// One layer: input `[1, H, W, Cin]` channels-last, weight `[Cout, Cin/groups, k, k]`.
@@ -40,17 +40,6 @@ fn f32_bytes(n: usize, step: f32) -> Vec<u8> {
     (0..n).flat_map(|i| ((i % 23) as f32 * step - 11.0 * step).to_le_bytes()).collect()
 }
 
-/// Every table this CPU runs whose entries differ from a table already listed.
-fn tables() -> Vec<(Isa, &'static KernelTable)> {
-    let mut out: Vec<(Isa, &'static KernelTable)> = Vec::new();
-    for (isa, t) in Isa::ALL.iter().filter_map(|&isa| KernelTable::for_isa(isa).map(|t| (isa, t))) {
-        if !out.iter().any(|(_, seen)| seen.entries() == t.entries()) {
-            out.push((isa, t));
-        }
-    }
-    out
-}
-
 fn bench_conv(c: &mut Criterion) {
     for layer in LAYERS {
         let Layer { hw, cin, cout, k, stride, groups, .. } = *layer;
@@ -66,7 +55,7 @@ fn bench_conv(c: &mut Criterion) {
         let macs = os.iter().product::<usize>() * (cin / groups) * k * k;
         let mut group = c.benchmark_group(format!("conv_nhwc_{}", layer.name));
         group.throughput(Throughput::Elements(2 * macs as u64));
-        for (isa, table) in tables() {
+        for (isa, table) in distinct_tables(true) {
             let wr = TensorRef { dtype: DType::F32, shape: &ws, data: &w };
             let packed = PackedConv::channels_last(table, wr, &p).expect("pack the weight");
             let mut cx = Context::with_table(table);

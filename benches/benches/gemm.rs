@@ -8,9 +8,8 @@
 //! - `conv/{isa}/t{threads}/{shape}`: ResNet- and MobileNet-like layers.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kiln_kernels::{
-    conv, gemm_f32, linear_packed, Context, ConvParams, DType, Isa, KernelTable, PackedB, TensorMut, TensorRef,
-};
+use kiln_benches::distinct_tables;
+use kiln_kernels::{conv, gemm_f32, linear_packed, Context, ConvParams, DType, PackedB, TensorMut, TensorRef};
 use std::time::Duration;
 
 fn values(n: usize) -> Vec<f32> {
@@ -21,23 +20,12 @@ fn bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// Every distinct table this CPU runs.
-fn tables() -> Vec<(Isa, &'static KernelTable)> {
-    let mut out: Vec<(Isa, &'static KernelTable)> = Vec::new();
-    for (isa, t) in Isa::ALL.iter().filter_map(|&isa| KernelTable::for_isa(isa).map(|t| (isa, t))) {
-        if isa != Isa::Generic && !out.iter().any(|(_, seen)| seen.entries() == t.entries()) {
-            out.push((isa, t));
-        }
-    }
-    out
-}
-
 const THREADS: [usize; 2] = [1, 2];
 
 fn bench_square(c: &mut Criterion) {
     let mut group = c.benchmark_group("gemm_square");
     group.sample_size(10).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(300));
-    for (isa, table) in tables() {
+    for (isa, table) in distinct_tables(false) {
         for threads in THREADS {
             let mut cx = Context::with_table(table).with_threads(threads);
             for n in [64usize, 128, 256, 512, 1024, 2048] {
@@ -59,7 +47,7 @@ fn bench_skinny(c: &mut Criterion) {
     let mut group = c.benchmark_group("linear_skinny");
     group.sample_size(20).measurement_time(Duration::from_secs(1)).warm_up_time(Duration::from_millis(200));
     let w = values(n * k);
-    for (isa, table) in tables() {
+    for (isa, table) in distinct_tables(false) {
         let packed = PackedB::new(table, k, n, &w, k, true).unwrap();
         for threads in THREADS {
             let mut cx = Context::with_table(table).with_threads(threads);
@@ -96,7 +84,7 @@ fn bench_conv(c: &mut Criterion) {
     ];
     let mut group = c.benchmark_group("conv");
     group.sample_size(10).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(300));
-    for (isa, table) in tables() {
+    for (isa, table) in distinct_tables(false) {
         for threads in THREADS {
             let mut cx = Context::with_table(table).with_threads(threads);
             for (name, xs, ws, stride, pad, groups) in shapes {

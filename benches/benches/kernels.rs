@@ -5,28 +5,16 @@
 //! off the report: `matmul_f32/x86-64-v3/256` against `matmul_f32/generic/256`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kiln_kernels::{matmul, softmax_cx, unary_cx, Context, DType, Isa, KernelTable, TensorMut, TensorRef, UnaryOp};
+use kiln_benches::distinct_tables;
+use kiln_kernels::{matmul, softmax_cx, unary_cx, Context, DType, TensorMut, TensorRef, UnaryOp};
 
 fn f32_bytes(n: usize) -> Vec<u8> {
     (0..n).flat_map(|i| ((i % 17) as f32 * 0.25 - 2.0).to_le_bytes()).collect()
 }
 
-/// Every table this CPU runs, with its level's name. A v4 table holds the
-/// v3 kernels today, so it is left out when it would only repeat them.
-fn tables() -> Vec<(Isa, &'static KernelTable)> {
-    let all: Vec<_> = Isa::ALL.iter().filter_map(|&isa| KernelTable::for_isa(isa).map(|t| (isa, t))).collect();
-    let mut out: Vec<(Isa, &'static KernelTable)> = Vec::new();
-    for (isa, t) in all {
-        if !out.iter().any(|(_, seen)| seen.entries() == t.entries()) {
-            out.push((isa, t));
-        }
-    }
-    out
-}
-
 fn bench_matmul(c: &mut Criterion) {
     let mut group = c.benchmark_group("matmul_f32");
-    for (isa, table) in tables() {
+    for (isa, table) in distinct_tables(true) {
         for &n in &[64usize, 256, 512] {
             let (a, b) = (f32_bytes(n * n), f32_bytes(n * n));
             let mut out = vec![0u8; n * n * 4];
@@ -57,7 +45,7 @@ fn bench_unary(c: &mut Criterion) {
     for op in [UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Silu] {
         let mut group = c.benchmark_group(format!("unary_f32_{op:?}").to_lowercase());
         group.throughput(Throughput::Elements(N as u64));
-        for (isa, table) in tables() {
+        for (isa, table) in distinct_tables(true) {
             let mut cx = Context::with_table(table);
             group.bench_function(isa.name(), |bench| {
                 bench.iter(|| {
@@ -78,7 +66,7 @@ fn bench_softmax(c: &mut Criterion) {
     let mut out = vec![0u8; x.len()];
     let mut group = c.benchmark_group("softmax_f32_64x1000");
     group.throughput(Throughput::Elements(64 * 1000));
-    for (isa, table) in tables() {
+    for (isa, table) in distinct_tables(true) {
         let mut cx = Context::with_table(table);
         group.bench_function(isa.name(), |bench| {
             bench.iter(|| {
