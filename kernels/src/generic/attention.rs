@@ -237,6 +237,12 @@ const KEY_TILE: usize = 512;
 /// bits are what the model fixtures pin; above it, `block × S` grows with S
 /// (64 MiB a thread at S = 256 K).
 ///
+/// Both give a row whose every key is masked zeros (torch's
+/// `_safe_softmax`). A key a row does not attend still has its value times
+/// a zero weight added in, so an inf or NaN value there makes the row NaN
+/// (as torch's math SDPA) — except, on the key-tiled path, in causal tiles
+/// the row's block skips, which are never read.
+///
 /// Bits: in both paths a row's result depends only on the row and the
 /// shape. Two-pass rows are independent of their block. Key-tiled rows
 /// depend on which tiles their block visits (causal), so its blocks start
@@ -577,7 +583,7 @@ mod tests {
         let tiles = |end, s| key_tiles(end, s).collect::<Vec<_>>();
         // Rows 0..64 of 700 queries: keys 0..64, one tile.
         assert_eq!(causal_key_end(0, 64, 700, 4200), 64);
-        assert_eq!(tiles(64, 4200), [0..512]);
+        assert_eq!(tiles(64, 4200), vec![std::ops::Range { start: 0, end: 512 }]);
         // Rows 640..700: keys 0..700, the diagonal in the second tile; the
         // seven tiles from key 1024 are not visited.
         assert_eq!(causal_key_end(640, 60, 700, 4200), 700);
