@@ -122,6 +122,12 @@ impl PackBuffers {
         (&self.a[..threads], &mut self.b[..b_len], &mut self.b_packs)
     }
 
+    /// Bytes the A blocks and the B slice hold.
+    fn bytes(&self) -> usize {
+        let a: usize = self.a.iter().map(|a| a.lock().unwrap_or_else(|e| e.into_inner()).len()).sum();
+        (a + self.b.len()) * 4
+    }
+
     /// Grows the panels to what a single-threaded m×n×k GEMM of `table`
     /// packs.
     pub(crate) fn reserve_gemm(&mut self, table: &KernelTable, m: usize, n: usize, k: usize) {
@@ -145,6 +151,14 @@ impl Scratch {
     /// steady-state call allocates nothing whichever thread takes which part.
     pub(crate) fn workers(&mut self, n: usize, prepare: impl Fn(&mut Scratch)) -> &[Mutex<Scratch>] {
         WorkerPool(&mut self.workers).workers(n, prepare)
+    }
+
+    /// Bytes its buffers hold now (general, f64 and index buffers, GEMM
+    /// panels, per-thread scratches): what a session keeps between runs.
+    pub fn bytes(&self) -> usize {
+        let own = self.f32s.len() * 4 + self.f64s.len() * 8 + self.idx.len() * std::mem::size_of::<usize>();
+        let workers: usize = self.workers.iter().map(|w| w.lock().unwrap_or_else(|e| e.into_inner()).bytes()).sum();
+        own + self.layout.len() * 4 + self.pack.bytes() + workers
     }
 
     /// A zero-initialised-on-growth buffer of at least `len` f32s.

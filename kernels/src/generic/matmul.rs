@@ -65,15 +65,27 @@ pub(crate) trait GemmFloat: Real {
     /// Softmax of a contiguous row in place, summed in f64; a row that is
     /// entirely -inf (a fully-masked query) becomes zeros, as torch's
     /// `scaled_dot_product_attention` returns since 2.5 (its `_safe_softmax`).
-    fn softmax_in_place(_table: &KernelTable, row: &mut [Self]) {
-        let max = vector::max(row);
+    fn softmax_in_place(table: &KernelTable, row: &mut [Self]) {
+        let max = Self::row_max(table, row);
         if max == Self::NEG_INFINITY {
             row.fill(Self::ZERO);
             return;
         }
-        let sum = vector::exp_sum(row, max);
+        let sum = Self::exp_sum(table, row, max);
         let inv = Self::from_f64(1.0 / sum);
         row.iter_mut().for_each(|v| *v = *v * inv);
+    }
+
+    /// The NaN-propagating maximum of a row (-inf when empty), the table's
+    /// `max_f32` for f32.
+    fn row_max(_table: &KernelTable, row: &[Self]) -> Self {
+        vector::max(row)
+    }
+
+    /// `row[i] = exp(row[i] - shift)` in place, returning the sum in f64
+    /// (the table's `exp_sum_f32` for f32).
+    fn exp_sum(_table: &KernelTable, row: &mut [Self], shift: Self) -> f64 {
+        vector::exp_sum(row, shift)
     }
 
     /// A scratch buffer of `len` elements, borrowed beside the GEMM panels.
@@ -115,15 +127,12 @@ impl GemmFloat for f32 {
         gemm_f32_fused(table, m, n, k, a, k, b, k, c, n, true, 0.0, epilogue, pack);
     }
 
-    fn softmax_in_place(table: &KernelTable, row: &mut [f32]) {
-        let max = table.max_f32(row);
-        if max == f32::NEG_INFINITY {
-            row.fill(0.0);
-            return;
-        }
-        let sum = table.exp_sum_f32(row, max);
-        let inv = (1.0 / sum) as f32;
-        row.iter_mut().for_each(|v| *v *= inv);
+    fn row_max(table: &KernelTable, row: &[f32]) -> f32 {
+        table.max_f32(row)
+    }
+
+    fn exp_sum(table: &KernelTable, row: &mut [f32], shift: f32) -> f64 {
+        table.exp_sum_f32(row, shift)
     }
 
     fn scratch_split(scratch: &mut Scratch, len: usize) -> (&mut [f32], &mut PackBuffers) {
