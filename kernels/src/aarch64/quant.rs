@@ -214,26 +214,32 @@ unsafe fn lane_pairs(b: *const u8, g: usize, half: bool) -> [int8x16_t; 8] {
 #[inline(always)]
 unsafe fn copy_pairs(b: *const u8, g: usize) -> [int8x16_t; 8] {
     let t = b.add(128 * g) as *const i8;
-    std::array::from_fn(|q| vld1q_s8(t.add(16 * q)))
+    let mut w = [vdupq_n_s8(0); 8];
+    for (q, wq) in w.iter_mut().enumerate() {
+        *wq = vld1q_s8(t.add(16 * q));
+    }
+    w
 }
 
 /// The 4×16 tile, K in groups of 8: `PAIRS` reads the pairs copy, else the
 /// lanes ([`lane_pairs`]).
 #[target_feature(enable = "i8mm")]
 unsafe fn int8_i8mm_inner<const PAIRS: bool>(k4: usize, a: *const u8, lda: usize, b: *const u8, acc: &mut [i32]) {
-    // c[h][q]: rows 2h, 2h + 1 by columns 2q, 2q + 1.
-    let mut c = [[vdupq_n_s32(0); 8]; I8MM_MR / 2];
+    // c0[q], c1[q]: rows 0, 1 and rows 2, 3 by columns 2q, 2q + 1 (two
+    // named arrays, not one indexed by a loop, so that they stay in
+    // registers: 16 accumulators, 8 weight pairs, 2 row pairs).
+    let (mut c0, mut c1) = ([vdupq_n_s32(0); 8], [vdupq_n_s32(0); 8]);
     for g in 0..k4.div_ceil(2) {
         let half = 2 * g + 1 == k4;
         let w = if PAIRS { copy_pairs(b, g) } else { lane_pairs(b, g, half) };
-        for (h, ch) in c.iter_mut().enumerate() {
-            let x = vcombine_s8(row_group(a.add(2 * h * lda), g, half), row_group(a.add((2 * h + 1) * lda), g, half));
-            for (cq, &wq) in ch.iter_mut().zip(&w) {
-                *cq = smmla(*cq, x, wq);
-            }
+        let x0 = vcombine_s8(row_group(a, g, half), row_group(a.add(lda), g, half));
+        let x1 = vcombine_s8(row_group(a.add(2 * lda), g, half), row_group(a.add(3 * lda), g, half));
+        for ((c0q, c1q), &wq) in c0.iter_mut().zip(c1.iter_mut()).zip(&w) {
+            *c0q = smmla(*c0q, x0, wq);
+            *c1q = smmla(*c1q, x1, wq);
         }
     }
-    for (h, ch) in c.iter().enumerate() {
+    for (h, ch) in [c0, c1].iter().enumerate() {
         for u in 0..4 {
             // Columns 4u..4u + 4: the low halves of two pair blocks are the
             // upper row's, the high halves the lower row's.
