@@ -102,7 +102,8 @@ crates=(-p kiln-isa -p kiln-kernels -p kiln-runtime -p kiln-runner)
 cargo test "${crates[@]}" --target "$T"
 # The integer kernels' variants against generic on two more CPUs (~45 s):
 # cortex-a57 (Jetson Nano/TX2: no dot product, so the plain NEON int8 GEMM
-# is the table's) and qemu's `max` (dotprod with SVE, i8mm, ...).
+# is the table's) and qemu's `max` (dotprod with SVE and i8mm: the `smmla`
+# variant, `neon_i8mm`, is the table's).
 for cpu in cortex-a57 max; do
     QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --test quant
 done

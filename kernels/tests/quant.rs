@@ -156,6 +156,8 @@ fn weights_i8(n: usize, k: usize, seed: u64) -> Vec<i8> {
 // 32 and up: the plain AVX2 kernel reads its i16 weight copy.
 const MS: &[usize] = &[1, 2, 3, 5, 6, 7, 8, 9, 13, 16, 17, 32, 37];
 const NS: &[usize] = &[1, 5, 16, 17, 31, 33, 47];
+// Packed depths 4, 4, 4, 8, 64, 68, 132: i8mm's groups of 8 end half full
+// (4 values, the rest zero) for all but 7 and 64.
 const KS: &[usize] = &[1, 3, 4, 7, 64, 66, 131];
 
 fn check_int8(name: &str, act: ActQuant, f: Run, g: Run) -> Check {
@@ -168,7 +170,9 @@ fn check_int8(name: &str, act: ActQuant, f: Run, g: Run) -> Check {
             let w = QWeights { n, k, bits: QBits::I8, group: k, data: &data, scales: &scales, zero_points: None };
             // Packed for every variant: the plain AVX2 one adds the i16
             // copy its kernel reads from 32 rows up (fewer rows read the i8
-            // bytes), which every implementation must run alike.
+            // bytes), NEON i8mm the column pairs its kernel reads (other
+            // packings give it only the lanes), which every implementation
+            // must run alike.
             for packing in variants() {
                 let packed = PackedQWeights::pack_for(&w, &packing).map_err(|e| e.to_string())?;
                 for &m in MS {
@@ -341,6 +345,14 @@ fn variants_are_listed_and_named() {
         assert_eq!(all.iter().any(|v| v.name() == "neon_dotprod"), dotprod);
         if !dotprod {
             println!("note: skipping neon_dotprod: this CPU has no dot-product extension");
+        }
+        // Above neon_dotprod (the table's) where the CPU has the int8 matrix multiply.
+        let i8mm = std::arch::is_aarch64_feature_detected!("i8mm");
+        assert_eq!(all.iter().any(|v| v.name() == "neon_i8mm"), i8mm);
+        if i8mm {
+            assert_eq!(all.last().map(|v| v.name()), Some("neon_i8mm"));
+        } else {
+            println!("note: skipping neon_i8mm: this CPU has no int8 matrix multiply");
         }
     }
     // The table holds the last (best) variant of its level.

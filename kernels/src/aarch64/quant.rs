@@ -1,16 +1,21 @@
-//! NEON integer kernels: the int8 GEMM (widening multiplies, and `sdot`
-//! where the CPU has the dot-product extension, detected at run time), the
-//! weight-only kernel, the row quantizer and the int8 depthwise row.
+//! NEON integer kernels: the int8 GEMM (widening multiplies; `sdot` where
+//! the CPU has the dot-product extension and `smmla` where it has the
+//! int8 matrix multiply, both detected at run time), the weight-only
+//! kernel, the row quantizer and the int8 depthwise row.
 //!
 //! Without `sdot`, `smull` multiplies 8 i8 pairs into i16 (exact: at most
 //! 128·128) and `sadalp` adds neighbouring pairs into the i32 accumulators;
 //! a final pairwise add gives each column's sum. `sdot` (not yet a stable
 //! intrinsic, so through `asm!`) adds each column's four i8·i8 products
-//! into its i32 lane directly.
+//! into its i32 lane directly. `smmla` (FEAT_I8MM, also through `asm!`)
+//! multiplies a 2×8 block of two activation rows by an 8×2 block of two
+//! weight columns into a 2×2 block of i32 sums: 32 products an
+//! instruction where `sdot` makes 16. Both sum i8·i8 products exactly
+//! (no saturation), so every variant gives the generic kernel's integers.
 
 use crate::quant::{
-    depthwise_bounds, pair_row, Acts, DepthwiseFns, DepthwiseRow, Driver, QGemmUkr, QuantKernels, WoStrip, WoUkr,
-    GENERIC_DRIVER, PIXELS,
+    depthwise_bounds, pair_row, Acts, CopyKernel, CopyKind, DepthwiseFns, DepthwiseRow, Driver, QGemmUkr, QuantKernels,
+    WoStrip, WoUkr, GENERIC_DRIVER, PAIR_GROUP, PIXELS,
 };
 use crate::table::Entry;
 use std::arch::aarch64::*;
@@ -36,7 +41,7 @@ const INT8_NEON: QGemmUkr = QGemmUkr {
     nr: 16,
     acts: Acts::I8,
     run: int8_neon,
-    wide: None,
+    copy: None,
     window: None,
     driver: DRIVER,
 };
@@ -78,7 +83,7 @@ const INT8_SDOT: QGemmUkr = QGemmUkr {
     nr: 16,
     acts: Acts::I8,
     run: int8_sdot,
-    wide: None,
+    copy: None,
     window: None,
     driver: DRIVER,
 };
@@ -122,6 +127,125 @@ unsafe fn int8_sdot_inner(k4: usize, a: *const u8, lda: usize, b: *const u8, acc
     for (i, ci) in c.iter().enumerate() {
         for (u, v) in ci.iter().enumerate() {
             vst1q_s32(acc.as_mut_ptr().add(i * 16 + 4 * u), *v);
+        }
+    }
+}
+
+const I8MM_MR: usize = 4;
+
+/// The i8mm entry: `smmla` on 4×16 tiles (2 row pairs × 8 column pairs,
+/// 16 accumulators). It reads the weights' column-pairs copy (`pack.rs`),
+/// made at pack time for this table; a weight packed for another table
+/// has only the lanes, from which `run` builds the pairs with two zips.
+const INT8_I8MM: QGemmUkr = QGemmUkr {
+    variant: "neon_i8mm_4x16",
+    mr: I8MM_MR,
+    nr: 16,
+    acts: Acts::I8,
+    run: int8_i8mm,
+    // From one row: a single row costs the sdot kernel a 4-row tile too.
+    copy: Some(CopyKernel { kind: CopyKind::Pairs, run: int8_i8mm_pairs, min_rows: 1 }),
+    window: None,
+    driver: DRIVER,
+};
+
+fn int8_i8mm(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
+    check(I8MM_MR, k4, a, lda, b, acc);
+    // SAFETY: i8mm was detected before this entry was installed; `check`
+    // bounds every load (a half group reads only its line and 4 row bytes).
+    unsafe { int8_i8mm_inner::<false>(k4, a.as_ptr(), lda, b.as_ptr(), acc) }
+}
+
+fn int8_i8mm_pairs(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc: &mut [i32]) {
+    let groups = (4 * k4).div_ceil(PAIR_GROUP);
+    assert!(a.len() >= (I8MM_MR - 1) * lda + 4 * k4, "qgemm: activation rows too short");
+    assert!(b.len() >= 128 * groups, "qgemm: paired weight strip too short");
+    assert!(acc.len() >= I8MM_MR * 16, "qgemm: accumulator tile too small");
+    // SAFETY: as for `int8_i8mm`; the paired strip holds whole groups.
+    unsafe { int8_i8mm_inner::<true>(k4, a.as_ptr(), lda, b.as_ptr(), acc) }
+}
+
+/// `acc.4s += a.16b · b.16bᵀ`: `a` two rows of 8 values, `b` two columns
+/// of 8; lanes `[r0·c0, r0·c1, r1·c0, r1·c1]`.
+#[inline]
+#[target_feature(enable = "i8mm")]
+unsafe fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    std::arch::asm!(
+        "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+        acc = inout(vreg) acc,
+        a = in(vreg) a,
+        b = in(vreg) b,
+        options(pure, nomem, nostack, preserves_flags)
+    );
+    acc
+}
+
+/// Values `8g..8g + 8` of the row at `row`; in a half group (K's last 4
+/// values) only 4 exist, and the rest are zero.
+#[inline(always)]
+unsafe fn row_group(row: *const u8, g: usize, half: bool) -> int8x8_t {
+    if half {
+        vcreate_s8((row.add(8 * g) as *const u32).read_unaligned() as u64)
+    } else {
+        vld1_s8(row.add(8 * g) as *const i8)
+    }
+}
+
+/// Group `g`'s 8 column pairs from the lane layout: lane steps `2g` and
+/// `2g + 1` hold each column's values `8g..8g + 4` and `8g + 4..8g + 8` in
+/// the same 32-bit lane, so zipping the lanes of two 4-column vectors
+/// gives two pairs of 8-value columns. A half group has no second step:
+/// its values are zero (as the padded rows' are).
+#[inline(always)]
+unsafe fn lane_pairs(b: *const u8, g: usize, half: bool) -> [int8x16_t; 8] {
+    let t = b.add(128 * g) as *const i32;
+    let mut w = [vdupq_n_s8(0); 8];
+    for u in 0..4 {
+        let lo = vld1q_s32(t.add(4 * u));
+        let hi = if half { vdupq_n_s32(0) } else { vld1q_s32(t.add(16 + 4 * u)) };
+        w[2 * u] = vreinterpretq_s8_s32(vzip1q_s32(lo, hi));
+        w[2 * u + 1] = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
+    }
+    w
+}
+
+/// Group `g`'s 8 column pairs from the pairs copy, as stored.
+#[inline(always)]
+unsafe fn copy_pairs(b: *const u8, g: usize) -> [int8x16_t; 8] {
+    let t = b.add(128 * g) as *const i8;
+    let mut w = [vdupq_n_s8(0); 8];
+    for (q, wq) in w.iter_mut().enumerate() {
+        *wq = vld1q_s8(t.add(16 * q));
+    }
+    w
+}
+
+/// The 4×16 tile, K in groups of 8: `PAIRS` reads the pairs copy, else the
+/// lanes ([`lane_pairs`]).
+#[target_feature(enable = "i8mm")]
+unsafe fn int8_i8mm_inner<const PAIRS: bool>(k4: usize, a: *const u8, lda: usize, b: *const u8, acc: &mut [i32]) {
+    // c0[q], c1[q]: rows 0, 1 and rows 2, 3 by columns 2q, 2q + 1 (two
+    // named arrays, not one indexed by a loop, so that they stay in
+    // registers: 16 accumulators, 8 weight pairs, 2 row pairs).
+    let (mut c0, mut c1) = ([vdupq_n_s32(0); 8], [vdupq_n_s32(0); 8]);
+    for g in 0..k4.div_ceil(2) {
+        let half = 2 * g + 1 == k4;
+        let w = if PAIRS { copy_pairs(b, g) } else { lane_pairs(b, g, half) };
+        let x0 = vcombine_s8(row_group(a, g, half), row_group(a.add(lda), g, half));
+        let x1 = vcombine_s8(row_group(a.add(2 * lda), g, half), row_group(a.add(3 * lda), g, half));
+        for ((c0q, c1q), &wq) in c0.iter_mut().zip(c1.iter_mut()).zip(&w) {
+            *c0q = smmla(*c0q, x0, wq);
+            *c1q = smmla(*c1q, x1, wq);
+        }
+    }
+    for (h, ch) in [c0, c1].iter().enumerate() {
+        for u in 0..4 {
+            // Columns 4u..4u + 4: the low halves of two pair blocks are the
+            // upper row's, the high halves the lower row's.
+            let (l, r) = (vreinterpretq_s64_s32(ch[2 * u]), vreinterpretq_s64_s32(ch[2 * u + 1]));
+            vst1q_s32(acc.as_mut_ptr().add(2 * h * 16 + 4 * u), vreinterpretq_s32_s64(vzip1q_s64(l, r)));
+            vst1q_s32(acc.as_mut_ptr().add((2 * h + 1) * 16 + 4 * u), vreinterpretq_s32_s64(vzip2q_s64(l, r)));
         }
     }
 }
@@ -383,7 +507,9 @@ unsafe fn depthwise_block<const P: usize>(
 }
 
 /// The NEON variants, lowest first: plain NEON, then `sdot` when the CPU
-/// has the dot-product extension.
+/// has the dot-product extension, then `smmla` when it has the int8
+/// matrix multiply (FEAT_I8MM; Linux reports it as HWCAP2_I8MM, which
+/// `is_aarch64_feature_detected!("i8mm")` reads).
 pub(crate) fn variants() -> Vec<QuantKernels> {
     let neon = QuantKernels {
         name: "neon",
@@ -394,6 +520,9 @@ pub(crate) fn variants() -> Vec<QuantKernels> {
     let mut all = vec![neon];
     if std::arch::is_aarch64_feature_detected!("dotprod") {
         all.push(QuantKernels { name: "neon_dotprod", int8: INT8_SDOT, ..neon });
+    }
+    if std::arch::is_aarch64_feature_detected!("i8mm") {
+        all.push(QuantKernels { name: "neon_i8mm", int8: INT8_I8MM, ..neon });
     }
     all
 }

@@ -9,7 +9,7 @@
 //! call, and the result is the same whatever the thread count (and, since
 //! integer sums are exact, whatever the variant).
 
-use super::pack::{strip_bytes, LANE_I8, STRIP};
+use super::pack::{strip_bytes, CopyKind, LANE_I8, STRIP};
 use super::{PackedQWeights, QBits, QuantKernels};
 use crate::context::Context;
 use crate::generic::gemm::PARALLEL_MIN_FLOPS;
@@ -43,19 +43,27 @@ pub(crate) struct QGemmUkr {
     /// How the driver stores the activation rows the kernel reads.
     pub(crate) acts: Acts,
     pub(crate) run: QKernelFn,
-    /// `run` reading the weights widened to i16 once at pack time
-    /// (`pack::Layout::wide`: the same layout with every byte sign-extended
-    /// to two, lane steps of 128 bytes), where the entry has one: a kernel
-    /// that multiplies i16 pairs then skips a sign extension per weight
-    /// vector. [`multiply`] takes it for [`WIDE_MIN_ROWS`] rows or more
-    /// when the packed weight holds the copy ([`super::PackedQWeights::pack_for`]);
-    /// its sums are `run`'s, exactly.
-    pub(crate) wide: Option<QKernelFn>,
+    /// `run` reading a second copy of the weights made once at pack time
+    /// in the layout its instructions want, where the entry has one.
+    pub(crate) copy: Option<CopyKernel>,
     /// [`QWindowFn`], where the entry has one: a convolution whose window
     /// rows the kernel can read in place skips the gather copy.
     pub(crate) window: Option<QWindowFn>,
     /// The driver's per-value loops, compiled for the entry's ISA.
     pub(crate) driver: Driver,
+}
+
+/// A [`QGemmUkr`]'s kernel for a second copy of the weights (`pack.rs`):
+/// the weights widened to i16 (a kernel that multiplies i16 pairs skips a
+/// sign extension per weight vector), or in column pairs (`smmla`
+/// operands). [`multiply`] takes it for `min_rows` rows or more when the
+/// packed weight holds that copy ([`super::PackedQWeights::pack_for`]);
+/// its sums are `run`'s, exactly. Its `strip` argument is the copy's.
+#[derive(Copy, Clone)]
+pub(crate) struct CopyKernel {
+    pub(crate) kind: CopyKind,
+    pub(crate) run: QKernelFn,
+    pub(crate) min_rows: usize,
 }
 
 /// The loops around the microkernel that touch every activation and every
@@ -124,7 +132,7 @@ pub(crate) const GENERIC_UKR: QGemmUkr = QGemmUkr {
     nr: STRIP,
     acts: Acts::I8,
     run: generic_kernel,
-    wide: None,
+    copy: None,
     window: None,
     driver: GENERIC_DRIVER,
 };
@@ -145,13 +153,6 @@ fn generic_kernel(k4: usize, a: &[u8], lda: usize, b: &[u8], _strip: usize, acc:
     }
     acc[..GENERIC_MR * STRIP].copy_from_slice(sums.as_flattened());
 }
-
-/// Fewest rows for which [`multiply`] reads the i16 weight copy: below,
-/// the layer is bound by reading the weights, and the i8 ones are half the
-/// bytes (decode steps stay on them). Measured with plain AVX2 (Zen 4):
-/// 16 × 4096 × 4096 ran in 0.93× the time on the i8 weights, 64 × 1024 ×
-/// 1024 in 0.9× on the i16 ones (`kernels/examples/q8_ab.rs`).
-pub(crate) const WIDE_MIN_ROWS: usize = 32;
 
 /// Rows per block handed to one work item (a multiple of every MR: 2, 4, 6, 8).
 const MC: usize = 96;
@@ -351,12 +352,12 @@ pub(crate) fn multiply(
         assert_eq!(win.c4 * win.offs.len() * LANE_I8, kp, "qgemm: windows do not cover the packed depth");
         assert!(m > 0 && win.ow > 0, "qgemm: empty windows");
     }
-    // The kernel and the weight bytes it reads: the i16 copy (strips twice
-    // as long) for enough rows, when the entry has a kernel for it and the
-    // weight was packed with it (not for the window kernels' convolutions).
-    let (kernel, weights, strip) = match (ukr.wide, &layout.wide) {
-        (Some(wide), Some(copy)) if m >= WIDE_MIN_ROWS && r_window.is_none() => {
-            (wide, bytemuck::cast_slice::<_, u8>(copy), 2 * strip_bytes(QBits::I8, kp))
+    // The kernel and the weight bytes it reads: the entry's copy for
+    // enough rows, when the entry has a kernel for one and the weight was
+    // packed with that copy (not for the window kernels' convolutions).
+    let (kernel, weights, strip) = match (ukr.copy, &layout.copy) {
+        (Some(ck), Some(copy)) if ck.kind == copy.kind && m >= ck.min_rows && r_window.is_none() => {
+            (ck.run, copy.bytes(), copy.strip)
         }
         _ => (ukr.run, layout.bytes(), strip_bytes(QBits::I8, kp)),
     };

@@ -77,9 +77,13 @@ pub(crate) use int8::GENERIC_DRIVER;
 #[cfg(kiln_x86_64)]
 pub(crate) use int8::{store_row, store_tile_quantized, Epilogue, QTile, Residual};
 #[cfg(any(kiln_x86_64, kiln_neon))]
-pub(crate) use int8::{Acts, QGemmUkr};
+pub(crate) use int8::{Acts, CopyKernel, QGemmUkr};
 #[cfg(any(kiln_x86_64, kiln_neon))]
 pub(crate) use pack::lane as lane_of;
+#[cfg(any(kiln_x86_64, kiln_neon))]
+pub(crate) use pack::CopyKind;
+#[cfg(kiln_neon)]
+pub(crate) use pack::PAIR_GROUP;
 pub(crate) use variant::GENERIC;
 pub use variant::{variants, QuantKernels};
 #[cfg(any(kiln_x86_64, kiln_neon))]
@@ -181,7 +185,8 @@ impl QWeights<'_> {
 /// A quantized weight in the layout the kernels read, built once (at
 /// program load) from [`QWeights`]: 16-column strips of 4-byte lanes
 /// (`pack.rs` describes the layout), 64-byte aligned, and for the plain
-/// AVX2 table an i16 copy of an int8 weight.
+/// AVX2 table an i16 copy of an int8 weight, for the NEON i8mm table a
+/// column-pairs copy.
 #[derive(Clone)]
 pub struct PackedQWeights {
     n: usize,
@@ -206,13 +211,16 @@ impl PackedQWeights {
 
     /// Packs `w` for `kernels`: the layout every variant reads, plus, for
     /// an int8 weight the W8A8 kernels can run (symmetric, per channel)
-    /// when `kernels`' int8 entry multiplies i16 weights (plain AVX2), the
-    /// copy widened to i16 it reads for GEMMs of several rows (`pack.rs`).
-    /// Every variant runs either packing, with the same results.
+    /// when `kernels`' int8 entry has a kernel for a second copy, that
+    /// copy (`pack.rs`): widened to i16 for plain AVX2 (read for GEMMs of
+    /// several rows), in column pairs for AArch64 i8mm. Every variant runs
+    /// any packing, with the same results.
     pub fn pack_for(w: &QWeights<'_>, kernels: &QuantKernels) -> Result<PackedQWeights> {
         let mut layout = pack::Layout::pack(w)?;
-        if kernels.int8.wide.is_some() && w.bits == QBits::I8 && w.group == w.k && w.zero_points.is_none() {
-            layout.widen();
+        if let Some(copy) = kernels.int8.copy {
+            if w.bits == QBits::I8 && w.group == w.k && w.zero_points.is_none() {
+                layout.add_copy(copy.kind);
+            }
         }
         Ok(PackedQWeights { n: w.n, k: w.k, bits: w.bits, group: w.group, layout })
     }

@@ -22,11 +22,23 @@
 //! For int8, the column sums `Σ_p q[j][p]` are kept for the kernels that
 //! offset activations to unsigned (`vpdpbusd` multiplies u8 by i8).
 //!
-//! An int8 weight may also hold a *wide* copy for the kernels that multiply
-//! i16 pairs (`vpmaddwd`, plain AVX2): the same bytes in the same order,
-//! each sign-extended to a little-endian i16, so a lane step is 128 bytes
-//! and a strip twice as long. It is made at pack time only for a kernel
-//! table whose int8 entry reads it (the weight's memory triples there).
+//! An int8 weight may also hold a second copy in the layout one int8
+//! entry's kernel reads ([`CopyKind`]), made at pack time only for a
+//! kernel table whose int8 entry reads it:
+//! - *wide*, for the kernels that multiply i16 pairs (`vpmaddwd`, plain
+//!   AVX2): the same bytes in the same order, each sign-extended to a
+//!   little-endian i16, so a lane step is 128 bytes and a strip twice as
+//!   long (the weight's memory triples);
+//! - *pairs*, for the 2×8 · 8×2 matrix multiply (`smmla`, AArch64 i8mm):
+//!   K cut into groups of [`PAIR_GROUP`] = 8 (zero-padded to a whole
+//!   group), and a group of a strip holds its 8 column pairs, 16 bytes
+//!   each — the first column's 8 values, then the second's (one `smmla`
+//!   operand); 128 bytes a group, so a strip of `kp8` values per column is
+//!   `16 · kp8` bytes (the weight's memory doubles):
+//!
+//! ```text
+//! strip s, group g: [cols 16s+0, 16s+1: 8 + 8 bytes] ... [cols 16s+14, 16s+15: 8 + 8 bytes]
+//! ```
 
 use super::{err, QBits, QWeights};
 use crate::types::Result;
@@ -62,9 +74,36 @@ pub(crate) struct Layout {
     pub(crate) zero_points: Option<Vec<i8>>,
     /// Per padded column, `Σ_p q[j][p]` (int8 only; empty for int4).
     pub(crate) col_sums: Vec<i32>,
-    /// The wide copy of `lines` (see the module doc), or none.
-    pub(crate) wide: Option<Vec<Line>>,
+    /// A second copy for one kernel (see the module doc), or none.
+    pub(crate) copy: Option<WeightCopy>,
 }
+
+/// The layouts a second copy of an int8 weight can take (see the module doc).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CopyKind {
+    /// Every byte sign-extended to an i16, in the same order.
+    Wide,
+    /// Column pairs, K in groups of 8 (`smmla` operands).
+    Pairs,
+}
+
+/// A second copy of an int8 weight's strips.
+#[derive(Clone)]
+pub(crate) struct WeightCopy {
+    pub(crate) kind: CopyKind,
+    pub(crate) lines: Vec<Line>,
+    /// Bytes from one strip to the next.
+    pub(crate) strip: usize,
+}
+
+impl WeightCopy {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.lines)
+    }
+}
+
+/// int8 values per [`CopyKind::Pairs`] group.
+pub(crate) const PAIR_GROUP: usize = 8;
 
 /// int8 or int4 values per lane.
 pub(crate) fn lane(bits: QBits) -> usize {
@@ -120,18 +159,46 @@ impl Layout {
                 }
             }
         }
-        Ok(Layout { kp, npad, groups, lines, scales, zero_points, col_sums, wide: None })
+        Ok(Layout { kp, npad, groups, lines, scales, zero_points, col_sums, copy: None })
     }
 
-    /// Adds the wide copy of an int8 layout's lines (see the module doc).
-    pub(crate) fn widen(&mut self) {
+    /// Adds the `kind` copy of an int8 layout's lines (see the module doc).
+    pub(crate) fn add_copy(&mut self, kind: CopyKind) {
+        let copy = match kind {
+            CopyKind::Wide => self.widened(),
+            CopyKind::Pairs => self.paired(),
+        };
+        self.copy = Some(copy);
+    }
+
+    fn widened(&self) -> WeightCopy {
         let bytes = self.bytes();
         let mut wide = vec![Line([0; 64]); 2 * self.lines.len()];
         let out: &mut [u8] = bytemuck::cast_slice_mut(&mut wide);
         for (pair, &b) in out.chunks_exact_mut(2).zip(bytes) {
             pair.copy_from_slice(&(b as i8 as i16).to_le_bytes());
         }
-        self.wide = Some(wide);
+        WeightCopy { kind: CopyKind::Wide, lines: wide, strip: 2 * strip_bytes(QBits::I8, self.kp) }
+    }
+
+    /// The pairs copy, read off the lanes: value `p` of a strip's column
+    /// `c` is byte `(p / 4) · 64 + 4c + p % 4` there, and byte `(p / 8) ·
+    /// 128 + (c / 2) · 16 + (c % 2) · 8 + p % 8` here.
+    fn paired(&self) -> WeightCopy {
+        let kp8 = self.kp.next_multiple_of(PAIR_GROUP);
+        let (from, to) = (strip_bytes(QBits::I8, self.kp), kp8 * STRIP);
+        let strips = self.npad / STRIP;
+        let mut lines = vec![Line([0; 64]); (strips * to).div_ceil(64)];
+        let out: &mut [u8] = bytemuck::cast_slice_mut(&mut lines);
+        for (src, dst) in self.bytes().chunks_exact(from).zip(out.chunks_exact_mut(to)) {
+            for p in 0..self.kp {
+                for c in 0..STRIP {
+                    let at = (p / PAIR_GROUP) * 128 + (c / 2) * 16 + (c % 2) * PAIR_GROUP + p % PAIR_GROUP;
+                    dst[at] = src[(p / LANE_I8) * 64 + c * 4 + p % LANE_I8];
+                }
+            }
+        }
+        WeightCopy { kind: CopyKind::Pairs, lines, strip: to }
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
@@ -139,9 +206,45 @@ impl Layout {
     }
 
     pub(crate) fn len_bytes(&self) -> usize {
-        (self.lines.len() + self.wide.as_ref().map_or(0, Vec::len)) * 64
+        (self.lines.len() + self.copy.as_ref().map_or(0, |c| c.lines.len())) * 64
             + self.scales.len() * 4
             + self.zero_points.as_ref().map_or(0, Vec::len)
             + self.col_sums.len() * 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pairs copy holds each value where the module doc says, and
+    /// zeros everywhere else (padded columns, K past the weight's depth,
+    /// the last group's second half), for every ISA: the layout is data.
+    #[test]
+    fn pairs_copy_places_every_value_and_pads_with_zeros() {
+        for (n, k) in [(1, 1), (19, 13), (33, 8), (16, 20)] {
+            // Values 1..=127 then -128.., never 0, so a misplaced one shows.
+            let data: Vec<u8> = (0..n * k).map(|i| (i % 255 + 1) as u8).collect();
+            let scales = vec![1.0; n];
+            let w = QWeights { n, k, bits: QBits::I8, group: k, data: &data, scales: &scales, zero_points: None };
+            let mut layout = Layout::pack(&w).unwrap();
+            layout.add_copy(CopyKind::Pairs);
+            let copy = layout.copy.as_ref().unwrap();
+            let kp8 = k.next_multiple_of(PAIR_GROUP);
+            assert_eq!((copy.kind, copy.strip), (CopyKind::Pairs, 16 * kp8));
+            let mut want = vec![0u8; copy.bytes().len()];
+            for j in 0..n {
+                let (s, c) = (j / STRIP, j % STRIP);
+                for p in 0..k {
+                    let at = s * copy.strip + (p / 8) * 128 + (c / 2) * 16 + (c % 2) * 8 + p % 8;
+                    want[at] = data[j * k + p];
+                }
+            }
+            assert!(copy.bytes() == want, "{n}x{k}");
+            assert_eq!(
+                layout.len_bytes(),
+                (layout.lines.len() + copy.lines.len()) * 64 + 4 * (n.next_multiple_of(NPAD) * 2)
+            );
+        }
     }
 }

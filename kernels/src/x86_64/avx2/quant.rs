@@ -14,8 +14,8 @@
 //! `q + 128` and the driver subtracts `128 · Σ_p w` per column.
 
 use crate::quant::{
-    depthwise_bounds, Acts, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, QTile, WoStrip, WoUkr, BLOCK,
-    PIXELS,
+    depthwise_bounds, Acts, CopyKernel, CopyKind, DepthwiseFns, DepthwiseRow, Driver, Epilogue, QGemmUkr, QTile,
+    WoStrip, WoUkr, BLOCK, PIXELS,
 };
 use std::arch::x86_64::*;
 
@@ -190,6 +190,14 @@ unsafe fn store_avx2(o: &mut [f32], acc: &[i32], s: f32, e: &Epilogue<'_>, shift
 
 const AVX2_MR: usize = 2;
 
+/// Fewest rows for which the driver's `multiply` reads the i16 weight
+/// copy: below, the layer is bound by reading the weights, and the i8
+/// ones are half the bytes (decode steps stay on them). Measured with
+/// plain AVX2 (Zen 4): 16 × 4096 × 4096 ran in 0.93× the time on the i8
+/// weights, 64 × 1024 × 1024 in 0.9× on the i16 ones
+/// (`kernels/examples/q8_ab.rs`).
+const WIDE_MIN_ROWS: usize = 32;
+
 /// The plain AVX2 int8 entry (`vpmaddwd` on i16 activations and i16
 /// weights: sign-extended in the loop, or widened once at pack time).
 pub(crate) const INT8_AVX2: QGemmUkr = QGemmUkr {
@@ -198,7 +206,7 @@ pub(crate) const INT8_AVX2: QGemmUkr = QGemmUkr {
     nr: 16,
     acts: Acts::I16,
     run: int8_avx2,
-    wide: Some(int8_avx2_wide),
+    copy: Some(CopyKernel { kind: CopyKind::Wide, run: int8_avx2_wide, min_rows: WIDE_MIN_ROWS }),
     window: None,
     driver: DRIVER,
 };
@@ -270,7 +278,7 @@ pub(crate) const INT8_AVX_VNNI: QGemmUkr = QGemmUkr {
     nr: 16,
     acts: Acts::U8Offset,
     run: int8_avx_vnni,
-    wide: None,
+    copy: None,
     window: None,
     driver: DRIVER,
 };

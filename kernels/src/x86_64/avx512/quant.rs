@@ -21,7 +21,7 @@ pub(crate) const INT8_AVX512_VNNI: QGemmUkr = QGemmUkr {
     nr: NR,
     acts: Acts::U8Offset,
     run: int8,
-    wide: None,
+    copy: None,
     window: Some(int8_window),
     driver: DRIVER_VNNI,
 };
@@ -578,7 +578,7 @@ pub(crate) const INT8_AVX512BW: QGemmUkr = QGemmUkr {
     nr: NR,
     acts: Acts::I16,
     run: int8_bw,
-    wide: None,
+    copy: None,
     window: None,
     driver: DRIVER,
 };
