@@ -359,7 +359,7 @@ fn activate(a: Activation, out: &mut Buf, shape: &[usize], cx: &mut Context) {
 fn gelu_new_unfused(x: &Buf, out: &mut Buf, shape: &[usize], cx: &mut Context) {
     use kiln_isa::epilogue::gelu_tanh_chain::{CUBIC, HALF, ONE, SQRT_2_OVER_PI};
     let scalar = |v: f32| f32s(&[1], &[v]);
-    let mut step = |op: BinaryOp, a: &Buf, b: &Buf, cx: &mut Context| {
+    let step = |op: BinaryOp, a: &Buf, b: &Buf, cx: &mut Context| {
         let mut y = Buf::zeros(DType::F32, shape);
         k::binary_cx(op, a.r(), b.r(), y.w(), cx).unwrap();
         y
