@@ -29,6 +29,9 @@ use entity::entity_id;
 pub use entity::{EntityRef, PrimaryMap, SecondaryMap};
 pub use graph::ValueAttrs;
 pub use graph::{ConstBytes, ConstData, Graph, Location, NodeData, StateSlot, TensorType, ValueData, ValueDef};
+/// The f32 constants of GPT-2's `gelu_new` chain, which the epilogue
+/// fusion pass recognises and [`Activation::GeluTanhChain`] computes.
+pub use kiln_isa::epilogue::gelu_tanh_chain;
 /// The most operands and ops one `Op::Fused` program may have (the fused
 /// kernel's register file).
 pub use kiln_isa::fused::{MAX_FUSED_INPUTS, MAX_FUSED_OPS};

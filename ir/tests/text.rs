@@ -639,6 +639,13 @@ fn table_samples_graph() -> Graph {
         Op::LinearFused {
             epilogue: Epilogue { bias: true, activation: Some(Activation::Hardswish), residual: Residual::None },
         },
+        Op::LinearFused {
+            epilogue: Epilogue {
+                bias: true,
+                activation: Some(Activation::GeluTanhChain),
+                residual: Residual::AfterActivation,
+            },
+        },
         Op::LinearSplit {
             epilogue: Epilogue { bias: true, activation: Some(Activation::Relu), residual: Residual::None },
             columns: vec![32, 8],

@@ -136,6 +136,7 @@ fn channels_last_equals_channels_first_bit_for_bit() {
         (Some(relu6), false, false),
         (Some(Activation::MulSigmoid), true, false),
         (Some(Activation::Hardswish), false, false),
+        (Some(Activation::GeluTanhChain), true, true),
         // Without a residual the depthwise rows apply these before their
         // store (in registers on x86-64): the same bits as the
         // channels-first kernel's pass over its finished planes. GELU's tanh
@@ -145,6 +146,7 @@ fn channels_last_equals_channels_first_bit_for_bit() {
         (Some(Activation::Sigmoid), false, false),
         (Some(Activation::Gelu), false, false),
         (Some(Activation::GeluTanh), false, false),
+        (Some(Activation::GeluTanhChain), false, false),
     ];
     for (ci, c) in CASES.iter().enumerate() {
         let os = out_shape(c);

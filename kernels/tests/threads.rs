@@ -165,7 +165,7 @@ fn fused_linear_equals_the_unfused_kernels() {
         [None, Some(Activation::Relu), Some(Activation::Silu), Some(Activation::Gelu), Some(Activation::GeluTanh)];
     let activations =
         activations.into_iter().chain([Some(Activation::Sigmoid), Some(relu6), Some(Activation::MulSigmoid)]);
-    let activations = activations.chain([Some(Activation::Hardswish)]);
+    let activations = activations.chain([Some(Activation::Hardswish), Some(Activation::GeluTanhChain)]);
     for (act, residual_first) in activations.flat_map(|a| [(a, false), (a, true)]) {
         for table in tables() {
             for (m, n, kk) in [(1, 7, 5), (8, 300, 64), (37, 33, 270)] {
@@ -220,7 +220,10 @@ fn fused_linear_equals_the_unfused_kernels() {
                 // elements, so those may differ by a few ulp.
                 let ctx = format!("{act:?} (residual first: {residual_first}) on {} {m}x{n}x{kk}", table.isa());
                 assert_close(&to64(&got), &to64(&want), 1e-6, 1e-6, &ctx);
-                if matches!(act, None | Some(Activation::Relu | Activation::Clamp { .. } | Activation::Hardswish)) {
+                let exact_ops =
+                    matches!(act, None | Some(Activation::Relu | Activation::Clamp { .. } | Activation::Hardswish))
+                        || (act == Some(Activation::GeluTanhChain) && table.isa() != k::Isa::Aarch64Neon);
+                if exact_ops {
                     assert!(bits(&got) == bits(&want), "exact epilogue differs: {ctx}");
                 }
             }
@@ -244,6 +247,7 @@ fn activation_epilogue_in_registers_is_bit_exact() {
         Activation::GeluTanh,
         Activation::MulSigmoid,
         Activation::Hardswish,
+        Activation::GeluTanhChain,
     ];
     for table in tables() {
         for (act, residual_first) in acts.into_iter().flat_map(|a| [(a, false), (a, true)]) {
@@ -343,9 +347,33 @@ fn activate(a: Activation, out: &mut Buf, shape: &[usize], cx: &mut Context) {
             k::binary_cx(BinaryOp::Mul, before.r(), clipped.r(), product.w(), cx).unwrap();
             k::binary_cx(BinaryOp::Div, product.r(), scalar(6.0).r(), out.w(), cx).unwrap();
         }
+        // GPT-2's `gelu_new` as the importer writes it, op by op.
+        (Activation::GeluTanhChain, _) => gelu_new_unfused(&before, out, shape, cx),
         (_, Some(op)) => k::unary_cx(op, before.r(), out.w(), cx).unwrap(),
         (_, None) => unreachable!("every other activation is a unary op"),
     }
+}
+
+/// `out = 0.5·x · (1 + tanh(√(2/π)·(x + 0.044715·((x·x)·x))))` through the
+/// unfused mul, add and tanh kernels, operands in the graph's order.
+fn gelu_new_unfused(x: &Buf, out: &mut Buf, shape: &[usize], cx: &mut Context) {
+    use kiln_isa::epilogue::gelu_tanh_chain::{CUBIC, HALF, ONE, SQRT_2_OVER_PI};
+    let scalar = |v: f32| f32s(&[1], &[v]);
+    let step = |op: BinaryOp, a: &Buf, b: &Buf, cx: &mut Context| {
+        let mut y = Buf::zeros(DType::F32, shape);
+        k::binary_cx(op, a.r(), b.r(), y.w(), cx).unwrap();
+        y
+    };
+    let half = step(BinaryOp::Mul, x, &scalar(HALF), cx);
+    let square = step(BinaryOp::Mul, x, x, cx);
+    let cube = step(BinaryOp::Mul, &square, x, cx);
+    let scaled = step(BinaryOp::Mul, &cube, &scalar(CUBIC), cx);
+    let sum = step(BinaryOp::Add, x, &scaled, cx);
+    let arg = step(BinaryOp::Mul, &sum, &scalar(SQRT_2_OVER_PI), cx);
+    let mut t = Buf::zeros(DType::F32, shape);
+    k::unary_cx(UnaryOp::Tanh, arg.r(), t.w(), cx).unwrap();
+    let one_plus = step(BinaryOp::Add, &t, &scalar(ONE), cx);
+    k::binary_cx(BinaryOp::Mul, half.r(), one_plus.r(), out.w(), cx).unwrap();
 }
 
 /// A fused convolution (dense im2col, pointwise, grouped and depthwise,
@@ -382,7 +410,7 @@ fn fused_conv_equals_the_unfused_kernels() {
             let packed = k::PackedConv::new(table, w.r(), groups).unwrap();
             let acts =
                 [None, Some(Activation::Relu), Some(relu6), Some(Activation::Silu), Some(Activation::MulSigmoid)];
-            let acts = acts.into_iter().chain([Some(Activation::Hardswish)]);
+            let acts = acts.into_iter().chain([Some(Activation::Hardswish), Some(Activation::GeluTanhChain)]);
             for act in acts {
                 for (with_residual, residual_first) in [(false, false), (true, false), (true, true)] {
                     let mut cx = context(table, 2);
@@ -422,7 +450,9 @@ fn fused_conv_equals_the_unfused_kernels() {
                         // whole vector, so the decomposed SiLU is exact there.
                         let exact = match act {
                             Some(Activation::Silu) => false,
-                            Some(Activation::MulSigmoid) => table.isa() != k::Isa::Aarch64Neon,
+                            Some(Activation::MulSigmoid | Activation::GeluTanhChain) => {
+                                table.isa() != k::Isa::Aarch64Neon
+                            }
                             _ => true,
                         };
                         if exact {

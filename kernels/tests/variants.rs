@@ -733,6 +733,31 @@ variant_tests! {
     qconv_depthwise_i8: qdepthwise;
 }
 
+/// The v4 table's 16-lane math is the AVX2 code operation for operation:
+/// the v3 table's bits on every input (0 ulp). Epilogues rely on it: a v4
+/// GEMM applies an activation in its registers with this code where the
+/// unfused kernel of a v4 table calls the slice function.
+#[test]
+fn v4_math_is_v3_bit_for_bit() {
+    let (Some(v3), Some(v4)) = (KernelTable::for_isa(Isa::X86_64V3), KernelTable::for_isa(Isa::X86_64V4)) else {
+        println!("note: skipping: this CPU or build lacks the v3 or v4 table");
+        return;
+    };
+    type Unary = fn(&KernelTable, &[f32], &mut [f32]);
+    let entries: [(&str, Unary); 6] = [
+        ("exp", KernelTable::exp_f32),
+        ("sigmoid", KernelTable::sigmoid_f32),
+        ("silu", KernelTable::silu_f32),
+        ("tanh", KernelTable::tanh_f32),
+        ("erf", KernelTable::erf_f32),
+        ("gelu", KernelTable::gelu_f32),
+    ];
+    for (name, f) in entries {
+        check_unary(&format!("{name} v4 vs v3"), |x, o| f(v4, x, o), |x, o| f(v3, x, o), 0)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
 #[test]
 fn every_entry_is_tested() {
     let names: Vec<&str> = generic().entries().iter().map(|&(e, _)| e).collect();

@@ -14,8 +14,11 @@
 //!   then `x` has those two readers and the epilogue's `mul_sigmoid`
 //!   rounds as they do; or hardswish's `add(x, 3)`, `clamp` to [0, 6]
 //!   (one clamp or two), `mul(x, ·)` and `div(·, 6)`, which the epilogue's
-//!   `hardswish` computes with the same exact operations), then optionally
-//!   an `add` of a residual;
+//!   `hardswish` computes with the same exact operations; or GPT-2's
+//!   `gelu_new`, `mul(mul(x, 0.5), add(tanh(mul(add(x, mul(mul(mul(x, x),
+//!   x), 0.044715)), √(2/π))), 1))` — its `pow(x, 3)` as the importer
+//!   writes it — which the epilogue's `gelu_tanh_chain` computes step for
+//!   step around the same tanh), then optionally an `add` of a residual;
 //! - or an `add` of a residual, then optionally an activation (ResNet's
 //!   `relu(bn(conv(x)) + identity)`).
 //!
@@ -184,12 +187,13 @@ fn find_chains(g: &Graph) -> Vec<Chain> {
         // ATen's linear on a batch of sequences is view → addmm → view.
         let mut steps = 0;
         while steps < 2 {
-            // SiLU or hardswish as Core ATen decomposes them: `cur` read by
-            // the first step and by the product, and by nothing else.
+            // SiLU or hardswish as Core ATen decomposes them, or GPT-2's
+            // `gelu_new`: `cur` read by the chain's steps, and by nothing else.
             if chain.activation.is_none() {
                 let decomposed = mul_sigmoid(g, cur, &uses, &readers, &taken)
                     .map(|(sigmoid, mul)| (Activation::MulSigmoid, vec![sigmoid, mul]))
-                    .or_else(|| Some((Activation::Hardswish, hardswish(g, cur, &uses, &readers, &taken)?)));
+                    .or_else(|| Some((Activation::Hardswish, hardswish(g, cur, &uses, &readers, &taken)?)))
+                    .or_else(|| Some((Activation::GeluTanhChain, gelu_tanh_chain(g, cur, &uses, &readers, &taken)?)));
                 if let Some((activation, nodes)) = decomposed {
                     chain.activation = Some(activation);
                     chain.residual_first = chain.residual.is_some();
@@ -357,6 +361,79 @@ fn hardswish(
         nodes.push(div);
         nodes
     })
+}
+
+/// The nodes of GPT-2's `gelu_new` on `cur`, the last product last:
+/// `mul(cur, 0.5)` (the half), `mul(cur, cur)` then `mul(·, cur)` (the
+/// cube: the importer's `pow(x, 3)`), `mul(·, 0.044715)`, `add(cur, ·)`,
+/// `mul(·, √(2/π))`, `tanh`, `add(·, 1)` and `mul(half, ·)`, when those are
+/// `cur`'s only readers, each later value is read by the next step only, is
+/// no graph output and has `cur`'s type, and the constants are f32 scalars
+/// equal to [`kiln_ir::gelu_tanh_chain`]'s. Operands of a product or sum may
+/// come in either order (the same result), except the last product's: with
+/// NaN on both sides the first one's is kept, and the epilogue computes
+/// `half · (1 + t)`. Any other association (`0.044715·x·x·x`, `x·(1 +
+/// 0.044715·x²)`) rounds differently and is not this chain.
+fn gelu_tanh_chain(
+    g: &Graph,
+    cur: ValueId,
+    uses: &SecondaryMap<ValueId, u32>,
+    readers: &HashMap<ValueId, Vec<NodeId>>,
+    taken: &SecondaryMap<NodeId, bool>,
+) -> Option<Vec<NodeId>> {
+    use kiln_ir::gelu_tanh_chain::{CUBIC, HALF, ONE, SQRT_2_OVER_PI};
+    let ty = g.ty(cur);
+    if uses[cur] != 5 || g.outputs.contains(&cur) || ty.dtype != DType::F32 {
+        return None;
+    }
+    // A node of `op` with one output of `cur`'s type and no other chain's.
+    let is = |n: NodeId, op: Op| {
+        let node = &g.nodes[n];
+        node.op == op && !taken[n] && matches!(node.outputs.as_slice(), [out] if g.ty(*out) == ty)
+    };
+    let binary = |n: NodeId, op: BinaryOp| is(n, Op::Binary(op)).then(|| (g.nodes[n].inputs[0], g.nodes[n].inputs[1]));
+    let is_scalar = |k: ValueId, value: f32| {
+        g.ty(k).dtype == DType::F32
+            && HostTensor::from_const(g, k).is_some_and(|t| t.numel() == 1 && t.data[0] == f64::from(value))
+    };
+    // `op(v, scalar)` in either order.
+    let by_scalar = |n: NodeId, op: BinaryOp, v: ValueId, value: f32| {
+        binary(n, op).is_some_and(|(p, q)| (p == v && is_scalar(q, value)) || (q == v && is_scalar(p, value)))
+    };
+    // `op(a, b)` in either order.
+    let of_pair = |n: NodeId, op: BinaryOp, a: ValueId, b: ValueId| {
+        binary(n, op).is_some_and(|(p, q)| (p, q) == (a, b) || (p, q) == (b, a))
+    };
+    // The only reader of `v` (a value of one use, no output).
+    let sole_reader = |v: ValueId| match readers.get(&v)?.as_slice() {
+        &[r] if uses[v] == 1 && !g.outputs.contains(&v) => Some(r),
+        _ => None,
+    };
+    let out = |n: NodeId| g.nodes[n].outputs[0];
+
+    // `cur`'s readers (five uses, so each once but the square's two): the
+    // half, the square, the cube and the sum.
+    let mut cur_readers = readers.get(&cur)?.clone();
+    cur_readers.sort();
+    cur_readers.dedup();
+    let half = cur_readers.iter().copied().find(|&n| by_scalar(n, BinaryOp::Mul, cur, HALF))?;
+    let square = cur_readers.iter().copied().find(|&n| binary(n, BinaryOp::Mul) == Some((cur, cur)))?;
+    let cube = sole_reader(out(square)).filter(|&n| of_pair(n, BinaryOp::Mul, out(square), cur))?;
+    let sum = cur_readers.iter().copied().find(|&n| binary(n, BinaryOp::Add).is_some())?;
+    if cur_readers.len() != 4 || !cur_readers.contains(&cube) {
+        return None;
+    }
+    let scaled = sole_reader(out(cube)).filter(|&n| by_scalar(n, BinaryOp::Mul, out(cube), CUBIC))?;
+    if sole_reader(out(scaled)) != Some(sum) || !of_pair(sum, BinaryOp::Add, cur, out(scaled)) {
+        return None;
+    }
+    let arg = sole_reader(out(sum)).filter(|&n| by_scalar(n, BinaryOp::Mul, out(sum), SQRT_2_OVER_PI))?;
+    let tanh = sole_reader(out(arg)).filter(|&n| is(n, Op::Unary(UnaryOp::Tanh)))?;
+    let one_plus = sole_reader(out(tanh)).filter(|&n| by_scalar(n, BinaryOp::Add, out(tanh), ONE))?;
+    let product =
+        sole_reader(out(one_plus)).filter(|&n| binary(n, BinaryOp::Mul) == Some((out(half), out(one_plus))))?;
+    (sole_reader(out(half)) == Some(product))
+        .then(|| vec![half, square, cube, scaled, sum, arg, tanh, one_plus, product])
 }
 
 /// Pushes the fused node (and the reshapes around it) for `chain`; returns

@@ -151,8 +151,9 @@ fn scatter_reduce_name(r: Option<ReduceKind>) -> &'static str {
 }
 
 /// A fused epilogue's attributes: `bias`, then `activation` (a unary op's
-/// name, `mul_sigmoid`, `hardswish`, or `clamp` with optional `min` / `max`) and `residual` (`before` or
-/// `after` the activation), each omitted when absent.
+/// name, `mul_sigmoid`, `hardswish`, `gelu_tanh_chain`, or `clamp` with
+/// optional `min` / `max`) and `residual` (`before` or `after` the
+/// activation), each omitted when absent.
 fn epilogue(a: &mut Attrs, op: &str) -> Result<crate::Epilogue, ParseError> {
     use crate::{Activation, Residual};
     let bias = boolean(&a.take("bias", op)?)?;

@@ -34,6 +34,28 @@ pub enum Activation {
     /// as Core ATen and kiln's importer decompose it), one exact operation
     /// after another.
     Hardswish,
+    /// `0.5·v · (1 + tanh(√(2/π)·(v + 0.044715·(v·v·v))))`: GELU's tanh
+    /// form as GPT-2's `gelu_new` writes it (Hugging Face's
+    /// `NewGELUActivation`, its `pow(x, 3)` imported as `(x·x)·x`), each
+    /// step rounded to f32 in this order — the half, the cube, its scaling,
+    /// the sum with `v`, the product with `√(2/π)`, the tanh kernel, the
+    /// `+ 1`, the last product — with the constants of [`gelu_tanh_chain`]. Equal in
+    /// value to [`Activation::GeluTanh`], which computes the more accurate
+    /// `v·σ(2z)` and so other bits.
+    GeluTanhChain,
+}
+
+/// The f32 constants of [`Activation::GeluTanhChain`]: the Python floats of
+/// `gelu_new`, `HALF * x * (ONE + tanh(SQRT_2_OVER_PI * (x + CUBIC *
+/// x³)))`, rounded to f32 as torch (and kiln's importer) rounds a scalar
+/// operand of an f32 tensor op.
+pub mod gelu_tanh_chain {
+    pub const HALF: f32 = 0.5;
+    /// `0.044715`.
+    pub const CUBIC: f32 = crate::math::GELU_TANH_CUBIC;
+    /// `math.sqrt(2.0 / math.pi)`, 0.7978845608028654 in f64.
+    pub const SQRT_2_OVER_PI: f32 = crate::math::SQRT_2_OVER_PI;
+    pub const ONE: f32 = 1.0;
 }
 
 impl Activation {
@@ -49,7 +71,9 @@ impl Activation {
             Activation::Silu => UnaryOp::Silu,
             Activation::Gelu => UnaryOp::Gelu,
             Activation::GeluTanh => UnaryOp::GeluTanh,
-            Activation::Clamp { .. } | Activation::MulSigmoid | Activation::Hardswish => return None,
+            Activation::Clamp { .. } | Activation::MulSigmoid | Activation::Hardswish | Activation::GeluTanhChain => {
+                return None
+            }
         })
     }
 
@@ -64,6 +88,7 @@ impl Activation {
             (_, Some(op)) => op.name(),
             (Activation::MulSigmoid, None) => "mul_sigmoid",
             (Activation::Hardswish, None) => "hardswish",
+            (Activation::GeluTanhChain, None) => "gelu_tanh_chain",
             _ => "clamp",
         }
     }
@@ -74,6 +99,7 @@ impl Activation {
         match name {
             "mul_sigmoid" => Some(Activation::MulSigmoid),
             "hardswish" => Some(Activation::Hardswish),
+            "gelu_tanh_chain" => Some(Activation::GeluTanhChain),
             _ => UnaryOp::from_name(name).and_then(Activation::from_unary),
         }
     }
@@ -135,7 +161,8 @@ impl Epilogue {
 /// residual)` — kind 0 no activation, else 1 + the unary op's code for the
 /// unary ones, `u16::MAX` clamp (bounds: bit 0 a min, bit 1 a max, as f64
 /// bits), `u16::MAX - 1` `mul_sigmoid`, `u16::MAX - 2` `hardswish` (both
-/// since format 0.16); residual 0 none, 1 before, 2 after the activation.
+/// since format 0.17), `u16::MAX - 3` `gelu_tanh_chain` (since 0.20);
+/// residual 0 none, 1 before, 2 after the activation.
 #[cfg(feature = "serde")]
 mod epilogue_serde {
     use super::{Activation, Epilogue, Residual};
@@ -146,6 +173,7 @@ mod epilogue_serde {
     const CLAMP: u16 = u16::MAX;
     const MUL_SIGMOID: u16 = u16::MAX - 1;
     const HARDSWISH: u16 = u16::MAX - 2;
+    const GELU_TANH_CHAIN: u16 = u16::MAX - 3;
     type Row = (bool, u16, u16, u64, u64, u16);
 
     fn row(e: &Epilogue) -> Row {
@@ -157,6 +185,7 @@ mod epilogue_serde {
             }
             Some(Activation::MulSigmoid) => (MUL_SIGMOID, 0, 0.0, 0.0),
             Some(Activation::Hardswish) => (HARDSWISH, 0, 0.0, 0.0),
+            Some(Activation::GeluTanhChain) => (GELU_TANH_CHAIN, 0, 0.0, 0.0),
             Some(a) => (1 + a.unary_op().map_or(0, UnaryOp::code), 0, 0.0, 0.0),
         };
         let residual = match e.residual {
@@ -177,6 +206,7 @@ mod epilogue_serde {
             CLAMP => return Err(format!("unknown clamp bounds {bounds}")),
             MUL_SIGMOID => Some(Activation::MulSigmoid),
             HARDSWISH => Some(Activation::Hardswish),
+            GELU_TANH_CHAIN => Some(Activation::GeluTanhChain),
             k => {
                 let op = UnaryOp::from_code(k - 1).map_err(|e| e.to_string())?;
                 Some(Activation::from_unary(op).ok_or_else(|| format!("`{op}` is no epilogue activation"))?)
@@ -252,5 +282,19 @@ mod tests {
         assert_eq!(Activation::from_unary(UnaryOp::Exp), None);
         assert_eq!(Activation::Clamp { min: Some(0.0), max: None }.name(), "clamp");
         assert_eq!(Residual::from_name("before"), Some(Residual::BeforeActivation));
+        let chain = Activation::GeluTanhChain;
+        assert_eq!((chain.unary_op(), Activation::from_name(chain.name())), (None, Some(chain)));
+    }
+
+    /// The chain's constants are `gelu_new`'s Python floats rounded to f32
+    /// (what the pattern compares the graph's scalars with).
+    #[test]
+    fn gelu_tanh_chain_constants_are_the_python_floats_in_f32() {
+        use gelu_tanh_chain::*;
+        let sqrt_2_over_pi = (2.0 / std::f64::consts::PI).sqrt();
+        assert_eq!(sqrt_2_over_pi, 0.7978845608028654);
+        assert_eq!(SQRT_2_OVER_PI, sqrt_2_over_pi as f32);
+        assert_eq!(CUBIC, 0.044715f64 as f32);
+        assert_eq!((HALF, ONE), (0.5f64 as f32, 1.0f64 as f32));
     }
 }

@@ -171,6 +171,9 @@ pub(crate) enum VectorActivation {
     MulSigmoid,
     /// `v · clamp(v + 3, 0, 6) / 6` ([`Activation::Hardswish`]).
     Hardswish,
+    /// GPT-2's `gelu_new` chain around the tanh's vector body
+    /// ([`Activation::GeluTanhChain`]).
+    GeluTanhChain,
 }
 
 #[derive(Copy, Clone)]
@@ -180,6 +183,8 @@ enum ActivationKernel {
     MulSigmoid(UnaryFn),
     /// `v · clamp(v + 3, 0, 6) / 6`, exact operations (the same on every table).
     Hardswish,
+    /// GPT-2's `gelu_new` chain, exact operations around this tanh.
+    GeluTanhChain(UnaryFn),
     /// Bounds as the clamp kernel rounds them (an absent one is infinite,
     /// which no value crosses).
     Clamp(f32, f32),
@@ -205,6 +210,9 @@ impl ActivationFn {
                 ActivationKernel::MulSigmoid(unary_f32_fn(table, UnaryOp::Sigmoid).unwrap_or(copy))
             }
             Activation::Hardswish => ActivationKernel::Hardswish,
+            Activation::GeluTanhChain => {
+                ActivationKernel::GeluTanhChain(unary_f32_fn(table, UnaryOp::Tanh).unwrap_or(copy))
+            }
             a => ActivationKernel::Unary(a.unary_op().and_then(|op| unary_f32_fn(table, op)).unwrap_or(copy)),
         };
         let in_registers = vector_form(table, activation, table.gemm.math);
@@ -226,7 +234,10 @@ impl ActivationFn {
             // `v < 0 ? 0 : v` is the clamp's comparison to (0, ∞): the same
             // bits (NaN and -0 kept), so ReLU fuses wherever a clamp does.
             ActivationKernel::Unary(_) if self.activation == Activation::Relu => Some((0.0, f32::INFINITY)),
-            ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) | ActivationKernel::Hardswish => None,
+            ActivationKernel::Unary(_)
+            | ActivationKernel::MulSigmoid(_)
+            | ActivationKernel::Hardswish
+            | ActivationKernel::GeluTanhChain(_) => None,
         }
     }
 
@@ -237,7 +248,7 @@ impl ActivationFn {
         match self.run {
             ActivationKernel::Clamp(lo, hi) => clamp_f32_in_place(row, lo, hi),
             ActivationKernel::Hardswish => row.iter_mut().for_each(|v| *v = hardswish(*v)),
-            ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) => {
+            ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) | ActivationKernel::GeluTanhChain(_) => {
                 let mut tmp = [0f32; CHUNK];
                 for part in row.chunks_mut(CHUNK) {
                     let src = &mut tmp[..part.len()];
@@ -265,7 +276,27 @@ impl ActivationFn {
                 out.iter_mut().zip(x).for_each(|(v, &x)| *v *= x);
             }
             ActivationKernel::Hardswish => out.iter_mut().zip(x).for_each(|(v, &x)| *v = hardswish(x)),
+            ActivationKernel::GeluTanhChain(tanh) => gelu_tanh_chain(tanh, x, out),
         }
+    }
+}
+
+/// `out[i]` = GPT-2's `gelu_new` of `x[i]` as the unfused ops round it
+/// ([`Activation::GeluTanhChain`]): the tanh's argument, then `tanh` (the
+/// table's slice function, as the unfused tanh kernel calls it), then the
+/// rest; each step one f32 operation.
+fn gelu_tanh_chain(tanh: UnaryFn, x: &[f32], out: &mut [f32]) {
+    use kiln_isa::epilogue::gelu_tanh_chain::{CUBIC, HALF, ONE, SQRT_2_OVER_PI};
+    const CHUNK: usize = 64;
+    let mut z = [0f32; CHUNK];
+    for (x, out) in x.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+        let z = &mut z[..x.len()];
+        for (z, &v) in z.iter_mut().zip(x) {
+            let cube = v * v * v;
+            *z = SQRT_2_OVER_PI * (v + CUBIC * cube);
+        }
+        tanh(z, out);
+        out.iter_mut().zip(x).for_each(|(t, &v)| *t = (HALF * v) * (ONE + *t));
     }
 }
 
@@ -291,6 +322,7 @@ fn vector_form(table: &KernelTable, activation: Activation, math: Option<&str>) 
         Activation::Sigmoid => (VectorActivation::Sigmoid, table.sigmoid.variant),
         Activation::MulSigmoid => (VectorActivation::MulSigmoid, table.sigmoid.variant),
         Activation::Hardswish => return math.is_some().then_some(VectorActivation::Hardswish),
+        Activation::GeluTanhChain => (VectorActivation::GeluTanhChain, table.tanh.variant),
         _ => return None,
     };
     (math == Some(entry)).then_some(vector)
@@ -552,9 +584,10 @@ impl<'a> Tile<'a> {
             Some(a) => match a.run {
                 ActivationKernel::Clamp(lo, hi) => (Some((lo, hi)), None),
                 ActivationKernel::Unary(_) if a.activation == Activation::Relu => (Some((0.0, f32::INFINITY)), None),
-                ActivationKernel::Unary(_) | ActivationKernel::MulSigmoid(_) | ActivationKernel::Hardswish => {
-                    (None, Some(a.in_registers?))
-                }
+                ActivationKernel::Unary(_)
+                | ActivationKernel::MulSigmoid(_)
+                | ActivationKernel::Hardswish
+                | ActivationKernel::GeluTanhChain(_) => (None, Some(a.in_registers?)),
             },
         };
         Some(VectorStore {
@@ -1812,6 +1845,86 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// GPT-2's `gelu_new` as the epilogue computes it — through the portable
+    /// store step and through the microkernels (in registers where the
+    /// kernel's math is the table's tanh) — is bit for bit the unfused ops
+    /// of the same table (the mul, add and tanh slice functions) on edge
+    /// values: ±0, ±inf, NaNs of both signs, |x| where the cube or the
+    /// tanh's argument overflows, subnormals, both branches of the tanh and
+    /// its saturation; every table, full and partial tiles.
+    #[test]
+    fn gelu_tanh_chain_epilogue_is_the_unfused_ops_on_edge_values() {
+        use kiln_isa::epilogue::gelu_tanh_chain::{CUBIC, HALF, ONE, SQRT_2_OVER_PI};
+        let mut x = vec![
+            0.0f32,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::MAX,
+            f32::MIN,
+            3e12,
+            -3e12,
+            1e-40,
+            -1e-40,
+            f32::MIN_POSITIVE,
+            -f32::MIN_POSITIVE,
+            1e-20,
+            -1e-20,
+            0.78,
+            -0.78,
+            0.62,
+            -0.62,
+            9.0,
+            -9.0,
+            1e4,
+            -1e4,
+        ];
+        x.extend(data(2001, 9).iter().map(|v| v * 6.0));
+        let n = x.len();
+        let unfused = |table: &KernelTable, x: &[f32]| {
+            let fill = |v: f32| vec![v; x.len()];
+            let step = |f: fn(&KernelTable, &[f32], &[f32], &mut [f32]), a: &[f32], b: &[f32]| {
+                let mut out = vec![0f32; x.len()];
+                f(table, a, b, &mut out);
+                out
+            };
+            let (mul, add) = (KernelTable::mul_f32, KernelTable::add_f32);
+            let half = step(mul, x, &fill(HALF));
+            let cube = step(mul, &step(mul, x, x), x);
+            let sum = step(add, x, &step(mul, &cube, &fill(CUBIC)));
+            let arg = step(mul, &sum, &fill(SQRT_2_OVER_PI));
+            let mut t = vec![0f32; x.len()];
+            table.tanh_f32(&arg, &mut t);
+            step(mul, &half, &step(add, &t, &fill(ONE)))
+        };
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for isa in Isa::ALL {
+            let Some(table) = KernelTable::for_isa(isa) else { continue };
+            let want = bits(&unfused(table, &x));
+            let act = ActivationFn::new(table, Activation::GeluTanhChain);
+            let mut row = x.clone();
+            act.apply(&mut row);
+            assert_eq!(bits(&row), want, "{isa}: the portable store step");
+            // C's rows are x (A a column of ones, K = 1: each sum is one
+            // exact product; -0 sums to +0, which the rows above cover).
+            let m = 7;
+            let packed = PackedB::new(table, 1, n, &x, n, false).unwrap();
+            let epilogue = Epilogue { activation: Some(act), ..Epilogue::default() };
+            let mut c = vec![f32::NAN; m * n];
+            let mut pack = PackBuffers::default();
+            let ones = [1f32; 7];
+            let a = ASource::Strided { a: &ones, lda: 1 };
+            run_gemm(table, m, n, 1, a, BSource::Packed(&packed), &mut c, n, 0.0, epilogue, &mut pack);
+            let sums: Vec<f32> = x.iter().map(|&v| if v == 0.0 { 0.0 } else { v }).collect();
+            let want = bits(&unfused(table, &sums));
+            for (i, row) in c.chunks(n).enumerate() {
+                assert_eq!(bits(row), want, "{isa}: row {i} of the GEMM's store step");
             }
         }
     }

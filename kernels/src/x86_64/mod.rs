@@ -11,8 +11,8 @@ use crate::table::{Entry, Isa, KernelTable};
 
 /// Overrides the entries that have AVX2 + FMA versions, if this CPU has both;
 /// a v4 table (built only when the CPU has AVX-512) then takes the AVX-512
-/// GEMM microkernel, depthwise plane and exp-based activations (16 lanes,
-/// the AVX2 results), the rest staying AVX2.
+/// GEMM microkernel, depthwise plane and exp-based activations and tanh (16
+/// lanes, the AVX2 results), the rest staying AVX2.
 pub(crate) fn plug(table: &mut KernelTable) {
     if !Isa::X86_64V3.is_supported() {
         return;
@@ -51,6 +51,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
         table.exp = Entry::new(W, avx512::math::exp);
         table.sigmoid = Entry::new(W, avx512::math::sigmoid);
         table.silu = Entry::new(W, avx512::math::silu);
+        table.tanh = Entry::new(W, avx512::math::tanh);
         table.erf = Entry::new(W, avx512::math::erf);
         table.gelu = Entry::new(W, avx512::math::gelu);
         if let Some(&q) = quant.iter().rev().find(|q| q.name.starts_with("avx512")) {

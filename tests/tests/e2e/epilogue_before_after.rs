@@ -3,12 +3,13 @@
 //! convolutions (dense 3×3 at strides 1 and 2, pointwise, grouped,
 //! depthwise; with and without bias) and linears / Core ATen matmuls with
 //! every epilogue activation (also SiLU and hardswish as Core ATen
-//! decomposes them) and the
+//! decomposes them, and GPT-2's `gelu_new` chain) and the
 //! residual before, after or absent, and every fixture and real-model
 //! topology. ReLU, clamp (ReLU6) and the adds are exact operations done in
 //! the same order, so those results must be byte for byte the unfused ones
-//! (so must the decomposed SiLU on x86: the same sigmoid vector body, then
-//! the same product; and hardswish's exact steps everywhere); the transcendental activations go through
+//! (so must the decomposed SiLU and `gelu_new` on x86: the same sigmoid or
+//! tanh vector body, with the same exact steps around it; and hardswish's
+//! exact steps everywhere); the transcendental activations go through
 //! the same vector functions but may take the scalar tail on other
 //! elements, so they are held to a few ulp.
 
@@ -23,7 +24,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// The fused calls of a plan, and whether every one of them is exact (no
-/// activation, ReLU / clamp, or the decomposed SiLU on x86).
+/// activation, ReLU / clamp, hardswish, or the decomposed SiLU and
+/// `gelu_new` on x86).
 fn fused_calls(p: &Program) -> (usize, bool) {
     let mut count = 0;
     let mut exact = true;
@@ -33,15 +35,16 @@ fn fused_calls(p: &Program) -> (usize, bool) {
             _ => continue,
         };
         count += 1;
-        // The decomposed SiLU's sigmoid runs the same vector body on every
-        // element on x86 (the slice functions pad their tails): exact there.
+        // The decomposed SiLU's sigmoid and `gelu_new`'s tanh run the same
+        // vector body on every element on x86 (the slice functions pad
+        // their tails): exact there.
         let mul_sigmoid_exact = cfg!(target_arch = "x86_64");
         exact &= match epilogue.activation {
             None
             | Some(kiln_ir::Activation::Relu | kiln_ir::Activation::Clamp { .. } | kiln_ir::Activation::Hardswish) => {
                 true
             }
-            Some(kiln_ir::Activation::MulSigmoid) => mul_sigmoid_exact,
+            Some(kiln_ir::Activation::MulSigmoid | kiln_ir::Activation::GeluTanhChain) => mul_sigmoid_exact,
             Some(_) => false,
         };
     }
@@ -50,12 +53,18 @@ fn fused_calls(p: &Program) -> (usize, bool) {
 
 /// Whether some fused call of the plan applies `activation`.
 fn has_activation(p: &Program, activation: kiln_ir::Activation) -> bool {
-    p.plan().instrs.iter().any(|i| match i.op.kernel() {
+    calls_applying(p, activation) > 0
+}
+
+/// How many fused calls of the plan apply `activation`.
+fn calls_applying(p: &Program, activation: kiln_ir::Activation) -> usize {
+    let applies = |i: &&kiln_runtime::format::Instr| match i.op.kernel() {
         Some(Kernel::ConvFused { epilogue, .. }) | Some(Kernel::LinearFused { epilogue }) => {
             epilogue.activation == Some(activation)
         }
         _ => false,
-    })
+    };
+    p.plan().instrs.iter().filter(applies).count()
 }
 
 /// Compares the fused program's outputs with the unfused one's: bytes when
@@ -78,8 +87,9 @@ fn constant(g: &mut Graph, rng: &mut StdRng, shape: &[i64]) -> ValueId {
 }
 
 /// The activation ops an epilogue takes, as the graph writes them; `mul`
-/// stands for SiLU as Core ATen decomposes it, `mul(x, sigmoid(x))`, and
-/// `div` for its hardswish, `div(mul(x, clamp(clamp(x + 3, 0), None, 6)), 6)`.
+/// stands for SiLU as Core ATen decomposes it, `mul(x, sigmoid(x))`, `div`
+/// for its hardswish, `div(mul(x, clamp(clamp(x + 3, 0), None, 6)), 6)`,
+/// and `tanh` for GPT-2's `gelu_new` chain.
 fn activation(i: usize) -> Option<Op> {
     match i {
         0 => None,
@@ -90,12 +100,37 @@ fn activation(i: usize) -> Option<Op> {
         5 => Some(Op::Unary(UnaryOp::Gelu)),
         6 => Some(Op::Binary(BinaryOp::Mul)),
         7 => Some(Op::Binary(BinaryOp::Div)),
+        8 => Some(Op::Unary(UnaryOp::Tanh)),
         _ => Some(Op::Unary(UnaryOp::GeluTanh)),
     }
 }
 
 /// How many activations [`activation`] knows (with "none").
-const ACTIVATIONS: usize = 9;
+const ACTIVATIONS: usize = 10;
+
+/// An f32 scalar constant.
+fn scalar(g: &mut Graph, x: f32) -> ValueId {
+    g.add_const(None, TensorType::fixed(DType::F32, &[]), ConstBytes::owned(x.to_le_bytes().to_vec()))
+}
+
+/// GPT-2's `gelu_new` of `x` as torch.export and the importer write it:
+/// `0.5 * x * (1.0 + tanh(√(2/π) * (x + 0.044715 * ((x·x)·x))))`.
+fn gelu_new(g: &mut Graph, x: ValueId) -> ValueId {
+    use kiln_ir::gelu_tanh_chain::{CUBIC, HALF, ONE, SQRT_2_OVER_PI};
+    let ty = g.ty(x).clone();
+    let [half_k, cubic_k, sqrt_k, one_k] = [HALF, CUBIC, SQRT_2_OVER_PI, ONE].map(|k| scalar(g, k));
+    let push = |g: &mut Graph, op: Op, inputs: Vec<ValueId>| g.push(op, inputs, ty.clone(), None);
+    let mul = Op::Binary(BinaryOp::Mul);
+    let half = push(g, mul.clone(), vec![x, half_k]);
+    let square = push(g, mul.clone(), vec![x, x]);
+    let cube = push(g, mul.clone(), vec![square, x]);
+    let scaled = push(g, mul.clone(), vec![cube, cubic_k]);
+    let sum = push(g, Op::Binary(BinaryOp::Add), vec![x, scaled]);
+    let arg = push(g, mul.clone(), vec![sum, sqrt_k]);
+    let t = push(g, Op::Unary(UnaryOp::Tanh), vec![arg]);
+    let one_plus = push(g, Op::Binary(BinaryOp::Add), vec![t, one_k]);
+    push(g, mul, vec![half, one_plus])
+}
 
 /// `y = op(x..)`, then the activation and the residual in the order asked
 /// (`residual`: 0 none, 1 before the activation, 2 after it).
@@ -112,10 +147,8 @@ fn epilogue_tail(g: &mut Graph, y: ValueId, act: Option<Op>, residual: usize) ->
             let operands = if residual == 1 { vec![s, v] } else { vec![v, s] };
             v = g.push(Op::Binary(BinaryOp::Mul), operands, ty.clone(), None);
         }
+        Some(Op::Unary(UnaryOp::Tanh)) => v = gelu_new(g, v),
         Some(Op::Binary(BinaryOp::Div)) => {
-            let scalar = |g: &mut Graph, x: f32| {
-                g.add_const(None, TensorType::fixed(DType::F32, &[]), ConstBytes::owned(x.to_le_bytes().to_vec()))
-            };
             let (three, six) = (scalar(g, 3.0), scalar(g, 6.0));
             let shifted = g.push(Op::Binary(BinaryOp::Add), vec![v, three], ty.clone(), None);
             let low = g.push(Op::Clamp { min: Some(0.0), max: None }, vec![shifted], ty.clone(), None);
@@ -198,8 +231,9 @@ fn random_linear(rng: &mut StdRng) -> Graph {
 fn random_convolutions_and_linears_keep_their_results() {
     let mut rng = StdRng::seed_from_u64(2027);
     let mut fused = 0;
-    let decomposed = [kiln_ir::Activation::MulSigmoid, kiln_ir::Activation::Hardswish];
-    let mut seen = [0; 2];
+    let decomposed =
+        [kiln_ir::Activation::MulSigmoid, kiln_ir::Activation::Hardswish, kiln_ir::Activation::GeluTanhChain];
+    let mut seen = [0; 3];
     for case in 0..80 {
         let g = if case % 2 == 0 { random_conv(&mut rng) } else { random_linear(&mut rng) };
         let inputs = random_inputs(&g, &mut rng, -3.0, 3.0);
@@ -213,7 +247,7 @@ fn random_convolutions_and_linears_keep_their_results() {
         compare(&format!("random graph {case}"), &run(&after, &inputs), &run(&before, &inputs), exact);
     }
     // The decomposed forms were recognised too.
-    assert!(seen.iter().all(|&n| n > 0), "decomposed SiLU / hardswish fused in {seen:?} graphs");
+    assert!(seen.iter().all(|&n| n > 0), "decomposed SiLU / hardswish / gelu_new fused in {seen:?} graphs");
     // Most graphs have something to fuse (a bare conv / linear does not).
     assert!(fused > 50, "only {fused} of 80 random graphs fused an epilogue");
 }
@@ -225,7 +259,8 @@ fn fixtures_and_models_keep_their_results() {
     let without: Vec<Pass> =
         default_pipeline(Target::Cpu).into_iter().filter(|p| p.name != FUSE_EPILOGUE.name).collect();
     let with = default_pipeline(Target::Cpu);
-    let models = ["resnet18", "mobilenet_v2", "efficientnet_b0", "bert", "llama"].map(|m| format!("models/{m}"));
+    let models =
+        ["resnet18", "mobilenet_v2", "efficientnet_b0", "bert", "llama", "gpt2"].map(|m| format!("models/{m}"));
     let mut fused = 0;
     for name in FIXTURES.iter().map(|s| s.to_string()).chain(models) {
         for flavour in FLAVOURS {
@@ -252,6 +287,12 @@ fn fixtures_and_models_keep_their_results() {
                     .count();
                 let silus = if flavour == "aten" { 2 + 2 + 9 * 3 } else { 0 };
                 assert_eq!(mul_sigmoid, silus, "{name}/{flavour}: convolutions with the decomposed SiLU fused");
+            }
+            if name == "models/gpt2" {
+                // Each of the two blocks' MLP: `gelu_new` after the
+                // up-projection, in both flavours.
+                let chains = calls_applying(&after, kiln_ir::Activation::GeluTanhChain);
+                assert_eq!(chains, 2, "{name}/{flavour}: up-projections with gelu_new fused");
             }
             let inputs = read_numbered(&fixture_dir(&name), "input");
             compare(&format!("{name}/{flavour}"), &run(&after, &inputs), &run(&before, &inputs), exact);

@@ -265,7 +265,24 @@ pub(crate) unsafe fn activation_ps(a: VectorActivation, v: __m256) -> __m256 {
         VectorActivation::Sigmoid => sigmoid_ps(v),
         VectorActivation::MulSigmoid => mul_sigmoid_ps(v),
         VectorActivation::Hardswish => hardswish_ps(v),
+        VectorActivation::GeluTanhChain => gelu_tanh_chain_ps(v),
     }
+}
+
+/// GPT-2's `gelu_new`, `0.5·x · (1 + tanh(√(2/π)·(x + 0.044715·x·x·x)))`,
+/// one f32 operation per step in the unfused graph's order around
+/// [`tanh_ps`] (no fused multiply-adds: each unfused op rounds), so per
+/// lane the bits of the unfused mul, add and tanh kernels (a GEMM's
+/// `gelu_tanh_chain` epilogue). The last product keeps the graph's operand
+/// order, the half first: with two NaN operands x86 returns the first.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn gelu_tanh_chain_ps(x: __m256) -> __m256 {
+    use kiln_isa::epilogue::gelu_tanh_chain::{CUBIC, HALF, ONE, SQRT_2_OVER_PI};
+    let cube = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    let inner = _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(CUBIC), cube));
+    let t = tanh_ps(_mm256_mul_ps(_mm256_set1_ps(SQRT_2_OVER_PI), inner));
+    _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(HALF), x), _mm256_add_ps(_mm256_set1_ps(ONE), t))
 }
 
 /// x / (1 + e^-x), the generic formula with [`exp_ps`].

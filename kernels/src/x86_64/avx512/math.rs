@@ -2,8 +2,8 @@
 //! 16 lanes at a time. Each is the AVX2 version (`avx2/math.rs`, which
 //! documents the methods) operation for operation, so the results are the
 //! AVX2 ones: blends become mask blends, sign tricks integer bit operations
-//! (AVX-512F alone has no float `and`/`xor`). tanh and GELU's tanh form stay
-//! on the AVX2 code.
+//! (AVX-512F alone has no float `and`/`xor`). GELU's tanh form stays on
+//! the AVX2 code.
 //!
 //! Every `unsafe fn` here requires AVX-512F; the safe wrappers are only
 //! installed in a v4 kernel table, built after AVX-512 was detected.
@@ -11,7 +11,7 @@
 use crate::generic::gemm::VectorActivation;
 use kiln_isa::math::{
     ERFC_EXPONENT_POLY, ERFC_TAIL_POLY, ERFC_ZERO, ERF_SMALL_POLY, ERF_SPLIT, EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO,
-    EXP_POLY,
+    EXP_POLY, TANH_POLY, TANH_SMALL,
 };
 use std::arch::x86_64::*;
 
@@ -233,7 +233,36 @@ pub(crate) unsafe fn activation_ps(a: VectorActivation, v: __m512) -> __m512 {
         VectorActivation::Sigmoid => sigmoid_ps(v),
         VectorActivation::MulSigmoid => mul_sigmoid_ps(v),
         VectorActivation::Hardswish => hardswish_ps(v),
+        VectorActivation::GeluTanhChain => gelu_tanh_chain_ps(v),
     }
+}
+
+/// tanh (AVX2 `tanh_ps`): Cephes' odd polynomial below [`TANH_SMALL`],
+/// `1 - 2/(e^{2|x|} + 1)` above, x's sign put back last.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn tanh_ps(x: __m512) -> __m512 {
+    let ax = abs(x);
+    let z = _mm512_mul_ps(x, x);
+    let p = horner(z, &TANH_POLY);
+    let small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), ax, ax);
+    let one = set(1.0);
+    let e = exp_ps(_mm512_add_ps(ax, ax));
+    let large = _mm512_sub_ps(one, _mm512_div_ps(set(2.0), _mm512_add_ps(e, one)));
+    let t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(ax, set(TANH_SMALL)), large, small);
+    or(t, and(x, set(-0.0)))
+}
+
+/// GPT-2's `gelu_new` chain around [`tanh_ps`], one f32 operation per
+/// step in the unfused graph's order (AVX2 `gelu_tanh_chain_ps`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn gelu_tanh_chain_ps(x: __m512) -> __m512 {
+    use kiln_isa::epilogue::gelu_tanh_chain::{CUBIC, HALF, ONE, SQRT_2_OVER_PI};
+    let cube = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+    let inner = _mm512_add_ps(x, _mm512_mul_ps(set(CUBIC), cube));
+    let t = tanh_ps(_mm512_mul_ps(set(SQRT_2_OVER_PI), inner));
+    _mm512_mul_ps(_mm512_mul_ps(set(HALF), x), _mm512_add_ps(set(ONE), t))
 }
 
 /// x / (1 + e^-x) (AVX2 `silu_ps`).
@@ -283,6 +312,8 @@ slice_fns! {
     sigmoid => sigmoid_ps;
     /// `out[i] = x[i] / (1 + exp(-x[i]))`.
     silu => silu_ps;
+    /// `out[i] = tanh(x[i])`.
+    tanh => tanh_ps;
     /// `out[i] = erf(x[i])`.
     erf => erf_ps;
     /// `out[i] = x[i] · Φ(x[i])`.
