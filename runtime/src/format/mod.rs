@@ -50,10 +50,12 @@ pub const FORMAT_MAJOR: u16 = 0;
 /// `linalg`; 0.17 the `mul_sigmoid` and `hardswish` epilogue activations;
 /// 0.18 int8 residuals on `quant_conv`, `res_scale` / `res_zero_point`;
 /// 0.19 a shape bucket's true-size arguments, `AccelBucket::true_sizes`,
-/// and several outputs of `linear_fused`, column ranges of one GEMM),
+/// and several outputs of `linear_fused`, column ranges of one GEMM; 0.20
+/// a `native_kernel`'s elementwise epilogue and a row function's epilogue
+/// count),
 /// so a runtime reads exactly its own minor version; from 1.0 on,
 /// minors only add. `tests/golden/` holds one artifact per version.
-pub const FORMAT_MINOR: u16 = 19;
+pub const FORMAT_MINOR: u16 = 20;
 /// The oldest minor version this runtime reads.
 pub const FORMAT_MINOR_MIN: u16 = if FORMAT_MAJOR == 0 { FORMAT_MINOR } else { 0 };
 /// Sections start at multiples of this (a cache line; also enough for any dtype).
