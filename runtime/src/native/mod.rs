@@ -512,11 +512,9 @@ pub(crate) fn run_native_kernel(
         *p = t.data.as_ptr();
     }
     // After the operands: where the prologue's result, then the epilogue's, go.
-    let mut at = ins.len();
     let written = [prologue.map(|(_, x)| x.data.as_mut_ptr()), epilogue.map(|(_, z)| z.data.as_mut_ptr())];
-    for p in written.into_iter().flatten() {
-        ptrs[at] = p.cast_const();
-        at += 1;
+    for (slot, p) in ptrs[ins.len()..].iter_mut().zip(written.into_iter().flatten()) {
+        *slot = p.cast_const();
     }
     let (ptrs, dst) = (Shared(ptrs.as_ptr()), SharedMut(out.data.as_mut_ptr()));
     cx.threads().for_each_row_range(rows, len, |start, end| {
