@@ -1435,8 +1435,8 @@ fn epilogues(plan: &kiln_runtime::format::Plan) -> usize {
 /// row kind: a ReLU and residual add after a layer norm, a broadcast mask
 /// (the row result its second operand) after a softmax, a per-column scale
 /// after an RMS norm whose result a later call also reads, `1/√(m² + ε)`
-/// after a mean and a sum minus a max (both left unmerged: epilogues after
-/// sums and means are refused), a scale after a max, a GELU after a layer norm, and a
+/// after a mean (the sum's four-rows-at-a-time path and its rest), a scale
+/// after a max, a sum minus that max, a GELU after a layer norm, and a
 /// residual add + layer norm + scale (prologue and epilogue in one row
 /// function). `compile_plan` merges every pair; the outputs (the row
 /// results included) are the unmerged native plan's bytes (the same
@@ -1503,11 +1503,10 @@ fn merged_epilogues_give_the_unfused_kernels_bits() {
     let target = NativeTarget::new(NativeArch::X86_64, None).unwrap();
     let mut merged = plan.clone();
     let section = compile_plan(&mut merged, &target).unwrap().expect("row functions");
-    // Six row calls with their epilogues (not the sum's and the mean's:
-    // epilogues after sums and means are not merged); the later reader of
-    // the RMS norm stays a call (an elementwise native one).
-    assert_eq!((merged.instrs.len(), epilogues(&merged)), (11, 6), "{:#?}", merged.instrs);
-    let both = &merged.instrs[10];
+    // Eight row calls, each with its epilogue; the later reader of the RMS
+    // norm stays a call (an elementwise native one).
+    assert_eq!((merged.instrs.len(), epilogues(&merged)), (9, 8), "{:#?}", merged.instrs);
+    let both = &merged.instrs[8];
     assert!(
         matches!(&both.op, InstrOp::NativeKernel { prologue: Some(_), epilogue: Some(e), .. } if e.inputs == 0),
         "{both:?}"

@@ -129,7 +129,7 @@ fn models_run_their_norms_and_softmax_natively() {
         ("dynamic_mlp", "aten", &["reduce", "softmax"][..], false),
         ("models/llama", "aten", &["rms_norm"][..], false),
         // Layer norm → GELU + residual, softmax → scale + bias, RMS norm →
-        // scale merge; mean → rsqrt does not (no epilogues after sums).
+        // scale, mean → rsqrt: four merged epilogues.
         ("native_epilogues", "aten", &["layer_norm", "reduce", "rms_norm", "softmax"][..], true),
     ] {
         let bytes = compile_native(name, flavour, false);
