@@ -6,7 +6,7 @@ alternated so that load from other programs hits both alike.
 
     cargo build --release -p kiln-compiler --features native
     /path/to/venv/bin/python benches/real_models.py --models efficientnet_b0 convnext_tiny bert llama
-    python3 benches/native.py [--models ...] [--runs 30] [--rounds 5] [--threads 1] [--profile]
+    python3 benches/native.py [--models ...] [--runs 30] [--rounds 5] [--threads 1] [--profile] [--split-epilogues]
 
 Prints one table row per model: compile time (min of --compile-rounds, each
 target), run latency (min and median of `kiln run --repeat RUNS`, per
@@ -15,7 +15,11 @@ medians), the ratios, and how much the rounds' medians of one artifact
 spread (max/min − 1: the noise). With --profile, each artifact's time per
 kernel kind (one `kiln run --profile` of RUNS runs), the elementwise
 groups' and the row kernels' (softmax, norms, last-axis reductions) time
-and share first: what native code can speed up at most. Needs no Python packages.
+and share first: what native code can speed up at most. With
+--split-epilogues a third artifact, `--target x86_64 --no-row-epilogues`
+(elementwise calls after row functions kept as calls of their own), runs in
+the same alternation, and the table gains its columns and the ratio of
+merged to split epilogues. Needs no Python packages.
 """
 import argparse
 import json
@@ -31,12 +35,18 @@ ROOT = Path(__file__).resolve().parent.parent
 KILN = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "kiln"
 MODELS = ROOT / "target" / "bench-models"
 TARGETS = ("cpu", "x86_64")
+# The third artifact of --split-epilogues: native code without merged epilogues.
+SPLIT = "split"
 
 
 def compile_once(pt2: Path, art: str, target: str, cpu=None) -> float:
+    split = target == SPLIT
+    target = "x86_64" if split else target
     args = [str(KILN), "compile", str(pt2), "-o", art, "--target", target]
     if cpu and target != "cpu":
         args += ["--cpu", cpu]
+    if split:
+        args.append("--no-row-epilogues")
     t = time.perf_counter()
     subprocess.run(args, check=True, capture_output=True)
     return time.perf_counter() - t
@@ -84,43 +94,53 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--flavour", default="aten")
     ap.add_argument("--cpu", help="--cpu levels of the x86_64 artifacts (default: the compiler's)")
+    ap.add_argument("--split-epilogues", action="store_true",
+                    help="also `--target x86_64 --no-row-epilogues`, in the same alternation")
     ap.add_argument("--profile", action="store_true",
                     help="also --rounds profiled A/B runs: time per kernel kind, and the elementwise groups' time")
     args = ap.parse_args()
+    targets = TARGETS + ((SPLIT,) if args.split_epilogues else ())
     if not KILN.exists():
         sys.exit(f"{KILN} missing: cargo build --release -p kiln-compiler --features native")
     print(f"{KILN}; {args.rounds} rounds × {args.runs} runs, {args.threads} thread(s), "
           f"compile min of {args.compile_rounds}; load average {os.getloadavg()[0]:.1f} at start\n")
+    split_head = (" | run split min / median (ms) | merged vs split min / median", "|---|---") if args.split_epilogues \
+        else ("", "")
     print("| model | compile cpu (s) | compile x86_64 (s) | x86_64/cpu | run cpu min / median (ms) "
-          "| run x86_64 min / median (ms) | speed-up min / median | spread cpu / x86_64 |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"| run x86_64 min / median (ms) | speed-up min / median{split_head[0]} | spread {' / '.join(targets)} |")
+    print(f"|---|---|---|---|---|---|---{split_head[1]}|---|")
     profiles = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
             d = args.dir / name
             pt2 = d / f"{args.flavour}.pt2"
-            art = {t: os.path.join(tmp, f"{name}.{t}.kiln") for t in TARGETS}
-            comp = {t: [] for t in TARGETS}
+            art = {t: os.path.join(tmp, f"{name}.{t}.kiln") for t in targets}
+            comp = {t: [] for t in targets}
             for _ in range(args.compile_rounds):
-                for t in TARGETS:
+                for t in targets:
                     comp[t].append(compile_once(pt2, art[t], t, args.cpu))
-            mins = {t: [] for t in TARGETS}
-            meds = {t: [] for t in TARGETS}
+            mins = {t: [] for t in targets}
+            meds = {t: [] for t in targets}
             for r in range(args.rounds):
                 # Alternate which target goes first, too.
-                order = TARGETS if r % 2 == 0 else TARGETS[::-1]
+                order = targets if r % 2 == 0 else targets[::-1]
                 for t in order:
                     lat = run(art[t], d, args.runs, args.threads)["latency"]
                     mins[t].append(lat["min_ms"])
                     meds[t].append(lat["median_ms"])
-            cmin = {t: min(comp[t]) for t in TARGETS}
-            lmin = {t: min(mins[t]) for t in TARGETS}
-            lmed = {t: statistics.median(meds[t]) for t in TARGETS}
-            spread = {t: max(meds[t]) / min(meds[t]) - 1 for t in TARGETS}
+            cmin = {t: min(comp[t]) for t in targets}
+            lmin = {t: min(mins[t]) for t in targets}
+            lmed = {t: statistics.median(meds[t]) for t in targets}
+            spread = {t: max(meds[t]) / min(meds[t]) - 1 for t in targets}
+            split = ""
+            if args.split_epilogues:
+                split = (f" | {lmin[SPLIT]:.2f} / {lmed[SPLIT]:.2f} "
+                         f"| {lmin[SPLIT] / lmin['x86_64']:.2f} / {lmed[SPLIT] / lmed['x86_64']:.2f}")
+            spreads = " / ".join(f"{100 * spread[t]:.0f} %" for t in targets)
             print(f"| {name} | {cmin['cpu']:.2f} | {cmin['x86_64']:.2f} | {cmin['x86_64'] / cmin['cpu']:.2f} "
                   f"| {lmin['cpu']:.2f} / {lmed['cpu']:.2f} | {lmin['x86_64']:.2f} / {lmed['x86_64']:.2f} "
-                  f"| {lmin['cpu'] / lmin['x86_64']:.2f} / {lmed['cpu'] / lmed['x86_64']:.2f} "
-                  f"| {100 * spread['cpu']:.0f} % / {100 * spread['x86_64']:.0f} % |", flush=True)
+                  f"| {lmin['cpu'] / lmin['x86_64']:.2f} / {lmed['cpu'] / lmed['x86_64']:.2f}{split} "
+                  f"| {spreads} |", flush=True)
             if args.profile:
                 # Least time per run of each kernel kind over alternated rounds.
                 best = {t: {} for t in TARGETS}

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,6 +118,29 @@ def rows():
     return Rows(), (randn(8, 128, 768, seed=9), randn(8, 12, 128, 128, seed=10))
 
 
+class RowEpilogues(nn.Module):
+    """Row kernels each followed by an elementwise call on their result, at
+    `rows`' sizes: layer norm → GELU + residual, softmax → scale + additive
+    bias, RMS norm → per-channel scale, mean → rsqrt(· + ε): what native
+    code merges into the row functions as epilogues."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(768)
+        self.rms = nn.RMSNorm(768, eps=1e-6)
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, 768))
+
+    def forward(self, x, s, b):
+        h = F.gelu(self.ln(x)) + x
+        p = torch.softmax(s, dim=-1) * 0.5 + b
+        r = self.rms(x) * self.scale
+        return h, p, r, torch.rsqrt(x.mean(dim=-1) + 1e-5)
+
+
+def row_epilogues():
+    return RowEpilogues(), (randn(8, 128, 768, seed=9), randn(8, 12, 128, 128, seed=10), randn(128, seed=12))
+
+
 def bert():
     import transformers
     cfg = transformers.BertConfig(
@@ -159,7 +183,8 @@ def gpt2():
 
 MODELS = {"mlp": mlp, "resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert": bert, "llama": llama,
           "efficientnet_b0": efficientnet_b0, "mobilenet_v3_large": mobilenet_v3_large,
-          "convnext_tiny": convnext_tiny, "vit": vit, "gpt2": gpt2, "elementwise": elementwise, "rows": rows}
+          "convnext_tiny": convnext_tiny, "vit": vit, "gpt2": gpt2, "elementwise": elementwise, "rows": rows,
+          "row_epilogues": row_epilogues}
 
 
 def export(name, out: Path):

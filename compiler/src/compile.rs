@@ -189,10 +189,12 @@ pub fn compile_graph_with_passes(
     // On the CPU the session owns every state's storage: updates are
     // written there during the run where the planner proves it safe.
     // With native code, an elementwise call's operands outlive the norm or
-    // softmax it feeds, so the two can merge (`native::compile_plan`).
+    // softmax it feeds, and a row op's operands the elementwise call reading
+    // its result, so the two can merge (`native::compile_plan`).
     let mem_opts = MemoryOptions {
         state_in_place: true,
         row_prologues: opts.native.is_some(),
+        row_epilogues: opts.native.is_some(),
         ..MemoryOptions::for_target(opts.target.desc())
     };
     let mem = plan_memory(&graph, &mem_opts)?;

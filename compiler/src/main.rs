@@ -352,6 +352,11 @@ struct TargetArgs {
     /// `neoverse-n1`, `cortex-a78ae` (default `generic`).
     #[arg(long)]
     cpu: Option<String>,
+    /// Keep elementwise calls after native row functions (norms, softmax, last-axis
+    /// reductions) as calls of their own instead of merging them in as epilogues: the
+    /// same bits, to measure what merging gains.
+    #[arg(long)]
+    no_row_epilogues: bool,
 }
 
 fn cmd_compile(
@@ -367,8 +372,14 @@ fn cmd_compile(
         Precision::from_name(precision).ok_or_else(|| format!("unknown precision `{precision}` (known: f32, bf16)"))?;
     let native_arch = kiln_compiler::native::NativeTarget::arch_from_name(&target_args.target);
     let native = match native_arch {
-        Some(arch) => Some(kiln_compiler::native::NativeTarget::new(arch, target_args.cpu.as_deref())?),
+        Some(arch) => Some(kiln_compiler::native::NativeTarget {
+            row_epilogues: !target_args.no_row_epilogues,
+            ..kiln_compiler::native::NativeTarget::new(arch, target_args.cpu.as_deref())?
+        }),
         None if target_args.cpu.is_some() => return Err("--cpu needs --target x86_64 or aarch64".into()),
+        None if target_args.no_row_epilogues => {
+            return Err("--no-row-epilogues needs --target x86_64 or aarch64".into())
+        }
         None => None,
     };
     let target_name = if native.is_some() { "cpu" } else { target_args.target.as_str() };
@@ -443,7 +454,7 @@ fn cmd_demo() -> CliResult {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mlp");
     let model = dir.join("training.pt2");
     let artifact = std::env::temp_dir().join(format!("kiln-demo-{}.kiln", std::process::id()));
-    let cpu = TargetArgs { target: "cpu".into(), cpu: None };
+    let cpu = TargetArgs { target: "cpu".into(), cpu: None, no_row_epilogues: false };
     cmd_compile(&model, &artifact, &cpu, "f32", &QuantArgs::default(), &ShardArgs::default(), None)?;
     let program = load(&artifact)?;
     let _ = std::fs::remove_file(&artifact);

@@ -67,6 +67,13 @@ pub struct MemoryOptions {
     /// (`kiln compile --target x86_64`), reading them while it writes the
     /// norm's result, which must then not take their slots.
     pub row_prologues: bool,
+    /// Keep the operands of a norm, softmax or reduction whose result an
+    /// elementwise node (`fused`, `binary`, `where`) reads — and those of
+    /// the elementwise node computing its first operand — live until that
+    /// node: native code computes the node's result inside the row function
+    /// (an epilogue), reading them while it writes the node's result, which
+    /// must then not take their slots.
+    pub row_epilogues: bool,
 }
 
 /// The smallest buffer alignment: a cache line, so that threads writing
@@ -75,7 +82,13 @@ pub const CACHE_LINE: u64 = 64;
 
 impl Default for MemoryOptions {
     fn default() -> MemoryOptions {
-        MemoryOptions { alignment: CACHE_LINE, alias_reshapes: true, state_in_place: false, row_prologues: false }
+        MemoryOptions {
+            alignment: CACHE_LINE,
+            alias_reshapes: true,
+            state_in_place: false,
+            row_prologues: false,
+            row_epilogues: false,
+        }
     }
 }
 
@@ -228,7 +241,7 @@ fn plan_graph(g: &Graph, opts: &MemoryOptions, external_inputs: bool) -> Result<
     if !align.is_power_of_two() {
         return Err(PassError::new(PASS, format!("alignment {align} is not a power of two")));
     }
-    let mut buffers = buffers(g, align, opts.alias_reshapes, opts.row_prologues, external_inputs)?;
+    let mut buffers = buffers(g, align, opts, external_inputs)?;
     let mut plan = MemoryPlan { alignment: align, ..MemoryPlan::default() };
     if opts.state_in_place && !external_inputs {
         plan.state_writes = (0..g.states.len()).map(|k| state_write(g, k).ok()).collect();
@@ -338,13 +351,8 @@ fn best_fit(busy: &[(u64, u64)], size: u64) -> u64 {
 
 /// Graph inputs and scheduled node outputs with their lifetimes and sizes,
 /// reshapes folded into their input's buffer when `alias` is set.
-fn buffers(
-    g: &Graph,
-    align: u64,
-    alias: bool,
-    row_prologues: bool,
-    external_inputs: bool,
-) -> Result<Vec<Buffer>, PassError> {
+fn buffers(g: &Graph, align: u64, opts: &MemoryOptions, external_inputs: bool) -> Result<Vec<Buffer>, PassError> {
+    let alias = opts.alias_reshapes;
     let end = g.order.len().saturating_sub(1);
     let mut first: SecondaryMap<ValueId, Option<usize>> = SecondaryMap::new();
     let mut last: SecondaryMap<ValueId, usize> = SecondaryMap::new();
@@ -369,8 +377,11 @@ fn buffers(
             }
         }
     }
-    if row_prologues {
+    if opts.row_prologues {
         keep_prologue_operands(g, &mut last);
+    }
+    if opts.row_epilogues {
+        keep_epilogue_operands(g, &mut last);
     }
     for &o in &g.outputs {
         last[o] = end;
@@ -425,6 +436,38 @@ fn keep_prologue_operands(g: &Graph, last: &mut SecondaryMap<ValueId, usize>) {
             for &o in &node.outputs {
                 producer[o] = Some(n);
             }
+        }
+    }
+}
+
+/// [`MemoryOptions::row_epilogues`]: each operand of a norm, softmax or
+/// reduction whose result a later elementwise node reads (and each operand
+/// of the elementwise node computing the row op's first operand) lives
+/// until that node.
+fn keep_epilogue_operands(g: &Graph, last: &mut SecondaryMap<ValueId, usize>) {
+    let mut producer: SecondaryMap<ValueId, Option<NodeId>> = SecondaryMap::new();
+    let mut row_op: SecondaryMap<ValueId, Option<NodeId>> = SecondaryMap::new();
+    for (step, &n) in g.order.iter().enumerate() {
+        let node = &g.nodes[n];
+        let elementwise = matches!(node.op, Op::Fused { .. } | Op::Binary(_) | Op::Where);
+        for &r in node.inputs.iter().filter_map(|&i| row_op[i].as_ref()).filter(|_| elementwise) {
+            let row = &g.nodes[r];
+            let prologue = row.inputs.first().and_then(|&x| producer[x]).map(|p| &g.nodes[p].inputs);
+            for &v in row.inputs.iter().chain(prologue.into_iter().flatten()) {
+                last[v] = last[v].max(step);
+            }
+        }
+        if elementwise {
+            for &o in &node.outputs {
+                producer[o] = Some(n);
+            }
+        }
+        let row = matches!(
+            node.op,
+            Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::Reduce { .. }
+        );
+        for &o in node.outputs.iter().filter(|_| row) {
+            row_op[o] = Some(n);
         }
     }
 }
@@ -512,7 +555,8 @@ fn check_graph_plan(g: &Graph, plan: &MemoryPlan, external_inputs: bool) -> Resu
     crate::check::well_formed(g)?;
     // Every value with its own lifetime; a pair may share memory only when both
     // are views in one reshape chain and use exactly the same slot.
-    let mut buffers = buffers(g, 1, false, false, external_inputs).map_err(|e| e.message)?;
+    let opts = MemoryOptions { alias_reshapes: false, ..MemoryOptions::default() };
+    let mut buffers = buffers(g, 1, &opts, external_inputs).map_err(|e| e.message)?;
     let roots = alias_roots(g, external_inputs).map_err(|e| e.message)?;
     let mut errors = Vec::new();
     let mut slotted = Vec::new();

@@ -404,3 +404,33 @@ fn row_prologues_keep_the_operands_of_a_norms_input_live() {
         assert!(!overlaps(&kept, y, v), "the norm's result shares a slot with an operand of its input's add");
     }
 }
+
+/// `MemoryOptions::row_epilogues` (native code): the operands of a layer
+/// norm (and of the add computing its input) stay live through the add
+/// reading the norm's result, so the add's result never takes their slots
+/// (a row function computing the add as its epilogue reads them while it
+/// writes); without it the planner reuses a dead operand's slot.
+#[test]
+fn row_epilogues_keep_the_operands_of_a_norm_live_through_its_epilogue() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", f32_ty(&[4, 64]));
+    let a = push(&mut g, Op::Unary(UnaryOp::Relu), vec![x], &[4, 64]);
+    let b = push(&mut g, Op::Unary(UnaryOp::Neg), vec![x], &[4, 64]);
+    let s = push(&mut g, Op::Binary(BinaryOp::Add), vec![a, b], &[4, 64]);
+    let y = push(&mut g, Op::LayerNorm { normalized_rank: 1, eps: 1e-5 }, vec![s], &[4, 64]);
+    let z = push(&mut g, Op::Binary(BinaryOp::Mul), vec![y, x], &[4, 64]);
+    g.add_output("z", z);
+    let overlaps = |p: &kiln_passes::MemoryPlan, u: ValueId, v: ValueId| {
+        let (su, sv) = (p.slots[u].unwrap(), p.slots[v].unwrap());
+        su.offset < sv.offset + sv.size && sv.offset < su.offset + su.size
+    };
+    let prologues = MemoryOptions { row_prologues: true, ..MemoryOptions::default() };
+    let plain = plan_memory(&g, &prologues).unwrap();
+    check_plan(&g, &plain).unwrap();
+    assert!([a, b, s].iter().any(|&v| overlaps(&plain, z, v)), "the planner no longer reuses a dead slot here");
+    let kept = plan_memory(&g, &MemoryOptions { row_epilogues: true, ..prologues }).unwrap();
+    check_plan(&g, &kept).unwrap();
+    for v in [x, a, b, s, y] {
+        assert!(!overlaps(&kept, z, v), "the epilogue's result shares a slot with an operand of its row function");
+    }
+}

@@ -983,7 +983,7 @@ impl Session {
                     result.map_err(|source| Error::Kernel { index, origin: instr.origin.clone(), source })?;
                 }
                 Step::NativeKernel { function, run, ints } => {
-                    let (InstrOp::NativeKernel { fallback, prologue, .. }, Some(section)) =
+                    let (InstrOp::NativeKernel { fallback, prologue, epilogue, .. }, Some(section)) =
                         (&instr.op, program.native_section())
                     else {
                         return Err(Error::Plan(format!(
@@ -1005,6 +1005,15 @@ impl Session {
                         )),
                         _ => None,
                     };
+                    // Validated: an epilogue's result is the last output,
+                    // apart from the others and every operand.
+                    let mut z = match (epilogue, instr.outputs.last()) {
+                        (Some(p), Some(&t)) => Some((
+                            p,
+                            TensorMut { dtype: plan.tensors[t as usize].dtype, shape: shape(t), data: arena_slot(t) },
+                        )),
+                        _ => None,
+                    };
                     let ints = &resolved.ints[ints.clone()];
                     let run_fallback = move |cx: &mut Context, ins: &[TensorRef<'_>], out: &mut TensorMut<'_>| {
                         run(fallback, ints, cx, ins, std::slice::from_mut(out))
@@ -1017,6 +1026,7 @@ impl Session {
                         &operands,
                         &mut out,
                         x.as_mut().map(|(p, x)| (*p, x)),
+                        z.as_mut().map(|(p, z)| (*p, z)),
                         (fallback, run_fallback),
                     );
                     *operand_buf = recycle(operands);

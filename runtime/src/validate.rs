@@ -675,43 +675,88 @@ fn validate_accel_instr(
     Ok(())
 }
 
-/// A native kernel with an elementwise prologue, checked as its fallback's
-/// two calls (the program into output 1, the kernel from it into output 0),
-/// and, since the row function computes both in one pass over rows, with
-/// no output overlapping any operand of either call.
-fn validate_row_prologue(
+/// A native kernel with an elementwise prologue or epilogue (or both),
+/// checked as its fallback's calls (the prologue's program into output 1,
+/// the kernel from it — or from operand 0 — into output 0, the epilogue's
+/// program from output 0 and the last operands into the last output),
+/// and, since the row function computes them all in one pass over rows,
+/// with no output overlapping any operand or another output.
+fn validate_row_parts(
     plan: &Plan,
     accel: Option<&AccelProgram>,
     instr: &Instr,
     fallback: &Kernel,
-    prologue: &crate::format::RowPrologue,
+    prologue: Option<&crate::format::RowPrologue>,
+    epilogue: Option<&crate::format::RowEpilogue>,
 ) -> std::result::Result<(), String> {
-    let k = prologue.inputs as usize;
-    let [out, x] = instr.outputs[..] else {
-        return Err(format!("has {} outputs, expected 2 (the kernel's and its prologue's)", instr.outputs.len()));
-    };
-    if k == 0 || k > instr.inputs.len() {
+    let want = 1 + usize::from(prologue.is_some()) + usize::from(epilogue.is_some());
+    if instr.outputs.len() != want {
+        let parts = match (prologue, epilogue) {
+            (Some(_), Some(_)) => "the kernel's, its prologue's and its epilogue's",
+            (Some(_), None) => "the kernel's and its prologue's",
+            _ => "the kernel's and its epilogue's",
+        };
+        return Err(format!("has {} outputs, expected {want} ({parts})", instr.outputs.len()));
+    }
+    let k = prologue.map_or(0, |p| p.inputs as usize);
+    let e = epilogue.map_or(0, |p| p.inputs as usize);
+    if prologue.is_some() && (k == 0 || k + e > instr.inputs.len()) {
         return Err(format!("a prologue of {k} of its {} operands", instr.inputs.len()));
     }
-    let program = Instr {
-        op: InstrOp::Call(Kernel::Fused { program: prologue.program.clone() }),
-        inputs: instr.inputs[..k].to_vec(),
-        outputs: vec![x],
-        origin: String::new(),
+    if k.max(1) + e > instr.inputs.len() {
+        return Err(format!("an epilogue of {e} of its {} operands", instr.inputs.len()));
+    }
+    let (row_ins, extras) = instr.inputs.split_at(instr.inputs.len() - e);
+    let out = instr.outputs[0];
+    let x = match prologue {
+        Some(p) => {
+            let x = instr.outputs[1];
+            let program = Instr {
+                op: InstrOp::Call(Kernel::Fused { program: p.program.clone() }),
+                inputs: row_ins[..k].to_vec(),
+                outputs: vec![x],
+                origin: String::new(),
+            };
+            validate_instr(plan, accel, &program).map_err(|e| format!("its prologue {e}"))?;
+            x
+        }
+        None => row_ins[0],
     };
-    validate_instr(plan, accel, &program).map_err(|e| format!("its prologue {e}"))?;
     let kernel = Instr {
         op: InstrOp::Call(fallback.clone()),
-        inputs: std::iter::once(x).chain(instr.inputs[k..].iter().copied()).collect(),
+        inputs: std::iter::once(x).chain(row_ins[k.max(1)..].iter().copied()).collect(),
         outputs: vec![out],
         origin: String::new(),
     };
     validate_instr(plan, accel, &kernel)?;
     let get = |t: u32| plan.tensors.get(t as usize).ok_or_else(|| format!("tensor index {t} out of range"));
-    let (ro, rx) = (arena_range(get(out)?), arena_range(get(x)?));
+    if let Some(p) = epilogue {
+        if p.row as usize > e {
+            return Err(format!("its epilogue reads the kernel's result as operand {} of {}", p.row, e + 1));
+        }
+        let z = instr.outputs[want - 1];
+        if get(z)?.shape != get(out)?.shape {
+            return Err("its epilogue's result is shaped unlike the kernel's".into());
+        }
+        let program = Instr {
+            op: InstrOp::Call(Kernel::Fused { program: p.program.clone() }),
+            inputs: p.operands(out, extras),
+            outputs: vec![z],
+            origin: String::new(),
+        };
+        validate_instr(plan, accel, &program).map_err(|e| format!("its epilogue {e}"))?;
+    }
+    let mut outs = Vec::with_capacity(want);
+    for (r, &t) in instr.outputs.iter().enumerate() {
+        let range = arena_range(get(t)?).ok_or_else(|| format!("output {r} is a read-only weight"))?;
+        if outs.iter().any(|o| overlaps(*o, range)) {
+            return Err(format!("output {r} overlaps another output"));
+        }
+        outs.push(range);
+    }
     for (j, &t) in instr.inputs.iter().enumerate() {
         if let Some(r) = arena_range(get(t)?) {
-            if [ro, rx].iter().flatten().any(|o| overlaps(r, *o)) {
+            if outs.iter().any(|o| overlaps(r, *o)) {
                 return Err(format!("an output overlaps operand {j}"));
             }
         }
@@ -739,12 +784,12 @@ fn validate_instr(plan: &Plan, accel: Option<&AccelProgram>, instr: &Instr) -> s
             native_fallback = Kernel::Fused { program: program.clone() };
             &native_fallback
         }
-        InstrOp::NativeKernel { fallback, prologue: Some(p), .. } => {
-            return validate_row_prologue(plan, accel, instr, fallback, p)
+        InstrOp::NativeKernel { fallback, prologue, epilogue, .. } if prologue.is_some() || epilogue.is_some() => {
+            return validate_row_parts(plan, accel, instr, fallback, prologue.as_ref(), epilogue.as_ref())
         }
-        InstrOp::NativeKernel { fallback, prologue: None, .. } => {
+        InstrOp::NativeKernel { fallback, .. } => {
             if instr.outputs.len() != 1 {
-                return Err(format!("has {} outputs, expected 1 (no prologue)", instr.outputs.len()));
+                return Err(format!("has {} outputs, expected 1 (no prologue or epilogue)", instr.outputs.len()));
             }
             fallback
         }

@@ -21,7 +21,7 @@ fn row_function(len: u64, out_len: u64) -> NativeFunction {
         inputs: vec![InputMode::Full],
         input_dtypes: vec![DType::F32],
         output_dtype: DType::F32,
-        shape: FunctionShape::Rows { len, out_len, prologue: 0 },
+        shape: FunctionShape::Rows { len, out_len, prologue: 0, epilogue: None },
     }
 }
 
@@ -61,7 +61,7 @@ fn softmax() -> Kernel {
 }
 
 fn native_softmax() -> InstrOp {
-    InstrOp::NativeKernel { prologue: None, function: 0, fallback: softmax() }
+    InstrOp::NativeKernel { prologue: None, epilogue: None, function: 0, fallback: softmax() }
 }
 
 #[test]
@@ -72,6 +72,7 @@ fn a_native_kernel_encodes_with_its_fallback_and_loads() {
     load(&p, Some(&section(vec![row_function(3, 3)]))).expect("a consistent native kernel loads");
     let sum = InstrOp::NativeKernel {
         prologue: None,
+        epilogue: None,
         function: 0,
         fallback: Kernel::Reduce { kind: ReduceKind::Sum, axes: vec![1] },
     };
@@ -107,7 +108,7 @@ fn inconsistent_native_kernels_are_refused_at_load() {
         ),
         // A function index past the section's.
         (
-            plan(InstrOp::NativeKernel { prologue: None, function: 5, fallback: softmax() }, false),
+            plan(InstrOp::NativeKernel { prologue: None, epilogue: None, function: 5, fallback: softmax() }, false),
             section(vec![row_function(3, 3)]),
             "native function 5",
         ),
@@ -116,6 +117,7 @@ fn inconsistent_native_kernels_are_refused_at_load() {
             plan(
                 InstrOp::NativeKernel {
                     prologue: None,
+                    epilogue: None,
                     function: 0,
                     fallback: Kernel::Softmax { axis: 0, log: false },
                 },
@@ -129,6 +131,7 @@ fn inconsistent_native_kernels_are_refused_at_load() {
             plan(
                 InstrOp::NativeKernel {
                     prologue: None,
+                    epilogue: None,
                     function: 0,
                     fallback: Kernel::Reduce { kind: ReduceKind::Sum, axes: vec![1] },
                 },
@@ -141,7 +144,12 @@ fn inconsistent_native_kernels_are_refused_at_load() {
         // A kernel no row function stands for.
         (
             plan(
-                InstrOp::NativeKernel { prologue: None, function: 0, fallback: Kernel::Unary { op: UnaryOp::Neg } },
+                InstrOp::NativeKernel {
+                    prologue: None,
+                    epilogue: None,
+                    function: 0,
+                    fallback: Kernel::Unary { op: UnaryOp::Neg },
+                },
                 false,
             ),
             section(vec![row_function(3, 3)]),
@@ -163,7 +171,12 @@ fn inconsistent_native_kernels_are_refused_at_load() {
     let e = load(&plan(native_softmax(), false), None).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("no native section"), "{e}");
     // The fallback's own parameters are checked as a call's.
-    let bad = InstrOp::NativeKernel { prologue: None, function: 0, fallback: Kernel::Softmax { axis: 7, log: false } };
+    let bad = InstrOp::NativeKernel {
+        prologue: None,
+        epilogue: None,
+        function: 0,
+        fallback: Kernel::Softmax { axis: 7, log: false },
+    };
     let e = load(&plan(bad, false), Some(&section(vec![row_function(3, 3)]))).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("axis"), "{e}");
 }
@@ -205,6 +218,7 @@ fn prologue_plan(y_at: u64, outputs: Vec<u32>) -> Plan {
                 function: 0,
                 fallback: softmax(),
                 prologue: Some(RowPrologue { inputs: 2, program: add }),
+                epilogue: None,
             },
             inputs: vec![0, 1],
             outputs,
@@ -220,7 +234,7 @@ fn prologue_function(prologue: u32) -> NativeFunction {
     NativeFunction {
         inputs: vec![InputMode::Full; 2],
         input_dtypes: vec![DType::F32; 2],
-        shape: FunctionShape::Rows { len: 3, out_len: 3, prologue },
+        shape: FunctionShape::Rows { len: 3, out_len: 3, prologue, epilogue: None },
         ..row_function(3, 3)
     }
 }
@@ -287,4 +301,107 @@ fn a_native_call_on_bool_operands_loads_and_runs_its_program() {
     let out = session.run(&[TensorView { dtype: DType::Bool, shape: &[2, 3], data: &mask }]).unwrap();
     let y: Vec<f32> = out.get(0).data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(y, [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]);
+}
+
+/// `y = softmax(a)`, `z = m · y` as one native kernel with an epilogue
+/// (format 0.20): `a, m: [2, 3]` at 0 and 64, `y` at 128, `z` at `z_at`
+/// (of shape `z_shape`); the epilogue reads `y` as operand `row` of its
+/// program and `m` as the other.
+fn epilogue_plan(z_at: u64, z_shape: &[u64], outputs: Vec<u32>, epilogue: RowEpilogue) -> Plan {
+    Plan {
+        symbols: vec![],
+        exprs: vec![],
+        tensors: vec![arena(&[2, 3], 0), arena(&[2, 3], 64), arena(&[2, 3], 128), arena(z_shape, z_at)],
+        inputs: vec![
+            IoDecl { name: "a".into(), tensor: 0, complex: false },
+            IoDecl { name: "m".into(), tensor: 1, complex: false },
+        ],
+        outputs: outputs.iter().map(|&t| IoDecl { name: format!("t{t}"), tensor: t, complex: false }).collect(),
+        instrs: vec![Instr {
+            op: InstrOp::NativeKernel { function: 0, fallback: softmax(), prologue: None, epilogue: Some(epilogue) },
+            inputs: vec![0, 1],
+            outputs,
+            origin: "test".into(),
+        }],
+        arena_bytes: 256,
+        peak_live_bytes: 256,
+        states: vec![],
+    }
+}
+
+fn mul_epilogue(inputs: u32, row: u32) -> RowEpilogue {
+    RowEpilogue { inputs, row, program: vec![FusedOp::Binary { op: BinaryOp::Mul, a: 0, b: 1 }] }
+}
+
+fn epilogue_function(epilogue: Option<u32>) -> NativeFunction {
+    NativeFunction {
+        inputs: vec![InputMode::Full; 2],
+        input_dtypes: vec![DType::F32; 2],
+        shape: FunctionShape::Rows { len: 3, out_len: 3, prologue: 0, epilogue },
+        ..row_function(3, 3)
+    }
+}
+
+/// A consistent epilogue loads and, with native code refused, runs as the
+/// kernel then the program; malformed epilogue fields are refused at load
+/// with an error saying what is wrong.
+#[test]
+fn a_native_kernel_with_an_epilogue_runs_its_fallback_and_is_checked() {
+    let p = epilogue_plan(192, &[2, 3], vec![2, 3], mul_epilogue(1, 1));
+    let bytes = postcard::to_allocvec(&p).unwrap();
+    assert_eq!(postcard::from_bytes::<Plan>(&bytes).unwrap(), p);
+    let program = load(&p, Some(&section(vec![epilogue_function(Some(1))]))).expect("a consistent epilogue loads");
+    let opts = SessionOptions { allow_native_code: false, ..SessionOptions::default() };
+    let mut session = program.session_with(&opts).unwrap();
+    let (a, m) = ([1.0f32, 2.0, 3.0, 0.0, 0.0, 0.0], [2.0f32, 2.0, 2.0, -3.0, 0.0, 3.0]);
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let (ab, mb) = (bytes(&a), bytes(&m));
+    let out = session
+        .run(&[
+            TensorView { dtype: DType::F32, shape: &[2, 3], data: &ab },
+            TensorView { dtype: DType::F32, shape: &[2, 3], data: &mb },
+        ])
+        .unwrap();
+    let floats =
+        |d: &[u8]| -> Vec<f32> { d.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect() };
+    let (y, z) = (floats(out.get(0).data), floats(out.get(1).data));
+    let e: Vec<f64> = [1.0f64, 2.0, 3.0].iter().map(|&v| (v - 3.0).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    for (i, w) in e.iter().map(|v| v / sum).chain([1.0 / 3.0; 3]).enumerate() {
+        assert!((y[i] as f64 - w).abs() < 1e-6, "element {i}: {} vs {w}", y[i]);
+        assert_eq!(z[i], m[i] * y[i], "element {i} of the epilogue's result");
+    }
+    let cases: Vec<(Plan, NativeFunction, &str)> = vec![
+        // The result overlapping an epilogue operand, or the kernel's result
+        // (native code reads and writes them row by row, on several threads).
+        (epilogue_plan(64, &[2, 3], vec![2, 3], mul_epilogue(1, 1)), epilogue_function(Some(1)), "overlaps"),
+        (epilogue_plan(144, &[2, 3], vec![2, 3], mul_epilogue(1, 1)), epilogue_function(Some(1)), "overlaps"),
+        // No output for the epilogue's result.
+        (epilogue_plan(192, &[2, 3], vec![2], mul_epilogue(1, 1)), epilogue_function(Some(1)), "expected 2"),
+        // The row result at operand 2 of a two-operand program.
+        (epilogue_plan(192, &[2, 3], vec![2, 3], mul_epilogue(1, 2)), epilogue_function(Some(1)), "operand 2 of 2"),
+        // More epilogue operands than the instruction has after the kernel's.
+        (epilogue_plan(192, &[2, 3], vec![2, 3], mul_epilogue(2, 1)), epilogue_function(Some(2)), "an epilogue of 2"),
+        // A result shaped unlike the kernel's.
+        (epilogue_plan(192, &[3, 2], vec![2, 3], mul_epilogue(1, 1)), epilogue_function(Some(1)), "shaped unlike"),
+        // A function compiled without (or with another) epilogue.
+        (
+            epilogue_plan(192, &[2, 3], vec![2, 3], mul_epilogue(1, 1)),
+            epilogue_function(None),
+            "cannot call native function",
+        ),
+        (
+            epilogue_plan(192, &[2, 3], vec![2, 3], mul_epilogue(1, 1)),
+            epilogue_function(Some(0)),
+            "cannot call native function",
+        ),
+    ];
+    for (p, f, want) in cases {
+        let e = load(&p, Some(&section(vec![f]))).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains(want), "{:?}: {e} (wanted `{want}`)", p.instrs[0]);
+    }
+    // A function whose epilogue operands are not f32, bool, i32 or i64.
+    let f16 = NativeFunction { input_dtypes: vec![DType::F32, DType::F16], ..epilogue_function(Some(1)) };
+    let e = load(&p, Some(&section(vec![f16]))).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("native code takes"), "{e}");
 }

@@ -27,6 +27,9 @@ pub struct NativeTarget {
     pub arch: NativeArch,
     /// CPU levels, lowest first (each one object in the artifact).
     pub levels: Vec<String>,
+    /// Merge an elementwise call reading a row function's result right
+    /// after it into the row function (on by default; off to measure it).
+    pub row_epilogues: bool,
 }
 
 impl NativeTarget {
@@ -62,7 +65,7 @@ impl NativeTarget {
         // Lowest first, as the loader expects; each level once.
         levels.sort_by_key(|l| known.iter().position(|k| k == l));
         levels.dedup();
-        Ok(NativeTarget { arch, levels })
+        Ok(NativeTarget { arch, levels, row_epilogues: true })
     }
 }
 
@@ -72,11 +75,11 @@ pub use codegen::compile_plan;
 #[cfg(feature = "native")]
 mod codegen {
     use super::emit::program_to_mlir;
-    use super::emit::rows::{row_function_to_mlir, Prologue, RowOp};
+    use super::emit::rows::{row_function_to_mlir, Epilogue, Prologue, RowOp};
     use super::llvm::{compile_module, triple};
     use super::NativeTarget;
     use kiln_ir::{BinaryOp, DType, FusedOp};
-    use kiln_runtime::format::{DimRef, Instr, InstrOp, Kernel, Plan, RowPrologue, Storage};
+    use kiln_runtime::format::{DimRef, Instr, InstrOp, Kernel, Plan, RowEpilogue, RowPrologue, Storage};
     use kiln_runtime::native::{
         broadcast_of, row_geometry, FunctionShape, InputMode, LoadedObject, NativeFunction, NativeLevel, NativeSection,
         NATIVE_DTYPES,
@@ -101,6 +104,9 @@ mod codegen {
     /// time grows with the module.
     pub fn compile_plan(plan: &mut Plan, target: &NativeTarget) -> Result<Option<NativeSection>, String> {
         merge_prologues(plan, target);
+        if target.row_epilogues {
+            merge_epilogues(plan, target);
+        }
         let mut funcs = String::new();
         let mut functions = Vec::new();
         let mut calls = Vec::new();
@@ -120,10 +126,13 @@ mod codegen {
             let symbol = format!("kiln_fused_{}", functions.len());
             let text = match text_for(&symbol) {
                 Ok(text) => text,
-                // A merged prologue has no portable form of its own: it was
-                // merged only after its function's text was made once.
+                // A merged prologue or epilogue has no portable form of its
+                // own: it was merged only after its function's text was made once.
                 Err(e) if matches!(instr.op, InstrOp::NativeKernel { .. }) => {
-                    return Err(format!("instruction {i}: a row function with a prologue (compiler bug): {}", e.0))
+                    return Err(format!(
+                        "instruction {i}: a row function with a prologue or epilogue (compiler bug): {}",
+                        e.0
+                    ))
                 }
                 Err(_) => continue,
             };
@@ -153,9 +162,11 @@ mod codegen {
             instr.op = match (op, lone) {
                 (InstrOp::Call(Kernel::Fused { program }), _) => InstrOp::Native { function, program },
                 (InstrOp::Call(_), Some(program)) => InstrOp::Native { function, program },
-                (InstrOp::Call(fallback), None) => InstrOp::NativeKernel { function, fallback, prologue: None },
-                (InstrOp::NativeKernel { fallback, prologue, .. }, _) => {
-                    InstrOp::NativeKernel { function, fallback, prologue }
+                (InstrOp::Call(fallback), None) => {
+                    InstrOp::NativeKernel { function, fallback, prologue: None, epilogue: None }
+                }
+                (InstrOp::NativeKernel { fallback, prologue, epilogue, .. }, _) => {
+                    InstrOp::NativeKernel { function, fallback, prologue, epilogue }
                 }
                 (other, _) => other,
             };
@@ -174,30 +185,8 @@ mod codegen {
         instr: &'a Instr,
         target: &NativeTarget,
     ) -> Option<(String, TextFor<'a>, NativeFunction)> {
-        if let InstrOp::NativeKernel { fallback, prologue: Some(p), .. } = &instr.op {
-            let k = p.inputs as usize;
-            let x = *instr.outputs.get(1)?;
-            let (op, len) = row_call(plan, fallback, x, &instr.inputs[k..], &instr.outputs[..1])?;
-            let (modes, dtypes) = input_modes(plan, &instr.inputs[..k], &[x])?;
-            let program = &p.program;
-            let arch = target.arch;
-            let (mut inputs, mut input_dtypes) = (modes.clone(), dtypes.clone());
-            let text = move |s: &str| {
-                let p = Prologue { program, modes: &modes, dtypes: &dtypes };
-                row_function_to_mlir(s, op, len, arch, Some(p))
-            };
-            let key = text("f").ok()?;
-            let extras = op.operands() - 1;
-            inputs.extend((0..extras).map(|_| InputMode::Broadcast { inner: 1, period: len }));
-            input_dtypes.extend((0..extras).map(|_| DType::F32));
-            let function = NativeFunction {
-                symbol: String::new(),
-                input_dtypes,
-                inputs,
-                output_dtype: DType::F32,
-                shape: FunctionShape::Rows { len, out_len: op.out_len(len), prologue: p.inputs },
-            };
-            return Some((key, Box::new(text), function));
+        if let InstrOp::NativeKernel { fallback, prologue, epilogue, .. } = &instr.op {
+            return merged_candidate(plan, instr, fallback, prologue.as_ref(), epilogue.as_ref(), target);
         }
         let InstrOp::Call(kernel) = &instr.op else { return None };
         let single = lone_program(plan, instr);
@@ -220,7 +209,7 @@ mod codegen {
         }
         let (op, len) = row_call(plan, kernel, *instr.inputs.first()?, &instr.inputs[1..], &instr.outputs)?;
         let arch = target.arch;
-        let key = row_function_to_mlir("f", op, len, arch, None).ok()?;
+        let key = row_function_to_mlir("f", op, len, arch, None, None).ok()?;
         let function = NativeFunction {
             symbol: String::new(),
             input_dtypes: vec![DType::F32; op.operands()],
@@ -229,9 +218,74 @@ mod codegen {
                 .map(|k| if k == 0 { InputMode::Full } else { InputMode::Broadcast { inner: 1, period: len } })
                 .collect(),
             output_dtype: DType::F32,
-            shape: FunctionShape::Rows { len, out_len: op.out_len(len), prologue: 0 },
+            shape: FunctionShape::Rows { len, out_len: op.out_len(len), prologue: 0, epilogue: None },
         };
-        Some((key, Box::new(move |s: &str| row_function_to_mlir(s, op, len, arch, None)), function))
+        Some((key, Box::new(move |s: &str| row_function_to_mlir(s, op, len, arch, None, None)), function))
+    }
+
+    /// [`candidate`] for a row call with a merged prologue or epilogue (or
+    /// both): operands the prologue's (or the kernel's first), the kernel's
+    /// others, the epilogue's; outputs the kernel's, the prologue's, the
+    /// epilogue's.
+    fn merged_candidate<'a>(
+        plan: &Plan,
+        instr: &'a Instr,
+        fallback: &'a Kernel,
+        prologue: Option<&'a RowPrologue>,
+        epilogue: Option<&'a RowEpilogue>,
+        target: &NativeTarget,
+    ) -> Option<(String, TextFor<'a>, NativeFunction)> {
+        let k = prologue.map_or(0, |p| p.inputs as usize);
+        let e = epilogue.map_or(0, |p| p.inputs as usize);
+        let (row_ins, extras) = instr.inputs.split_at(instr.inputs.len().checked_sub(e)?);
+        let x = if prologue.is_some() { *instr.outputs.get(1)? } else { *row_ins.first()? };
+        let (op, len) = row_call(plan, fallback, x, row_ins.get(k.max(1)..)?, &instr.outputs[..1])?;
+        let pro = match prologue {
+            Some(p) => Some((p, input_modes(plan, &row_ins[..k], &[x])?)),
+            None => None,
+        };
+        let epi = match epilogue {
+            Some(p) => Some((p, input_modes(plan, extras, &[*instr.outputs.last()?])?)),
+            None => None,
+        };
+        // Operand 0 (computed by the prologue, or read row by row), the
+        // kernel's others read whole for every row, the epilogue's.
+        let (mut inputs, mut input_dtypes) = match &pro {
+            Some((_, (modes, dtypes))) => (modes.clone(), dtypes.clone()),
+            None => (vec![InputMode::Full], vec![DType::F32]),
+        };
+        let others = op.operands() - 1;
+        inputs.extend((0..others).map(|_| InputMode::Broadcast { inner: 1, period: len }));
+        input_dtypes.extend((0..others).map(|_| DType::F32));
+        if let Some((_, (modes, dtypes))) = &epi {
+            inputs.extend(modes);
+            input_dtypes.extend(dtypes);
+        }
+        let arch = target.arch;
+        let text = move |s: &str| {
+            let p = pro.as_ref().map(|(p, (modes, dtypes))| Prologue { program: &p.program, modes, dtypes });
+            let ep = epi.as_ref().map(|(p, (modes, dtypes))| Epilogue {
+                program: &p.program,
+                row: p.row as usize,
+                modes,
+                dtypes,
+            });
+            row_function_to_mlir(s, op, len, arch, p, ep)
+        };
+        let key = text("f").ok()?;
+        let function = NativeFunction {
+            symbol: String::new(),
+            input_dtypes,
+            inputs,
+            output_dtype: DType::F32,
+            shape: FunctionShape::Rows {
+                len,
+                out_len: op.out_len(len),
+                prologue: k as u32,
+                epilogue: epilogue.map(|p| p.inputs),
+            },
+        };
+        Some((key, Box::new(text), function))
     }
 
     /// The one-op fused program of a lone elementwise call (unary, binary,
@@ -342,7 +396,7 @@ mod codegen {
             let producer = plan.instrs.remove(j - 1);
             let row = &mut plan.instrs[j - 1];
             // Filled in by `compile_plan` (every merged call gets a function).
-            row.op = InstrOp::NativeKernel { function: u32::MAX, fallback, prologue: Some(prologue) };
+            row.op = InstrOp::NativeKernel { function: u32::MAX, fallback, prologue: Some(prologue), epilogue: None };
             let x = row.inputs[0];
             row.inputs = producer.inputs.iter().chain(&row.inputs[1..]).copied().collect();
             row.outputs.push(x);
@@ -399,7 +453,114 @@ mod codegen {
         }
         let (modes, dtypes) = input_modes(plan, &producer.inputs, &[x])?;
         let p = Prologue { program: &program, modes: &modes, dtypes: &dtypes };
-        row_function_to_mlir("f", op, len, target.arch, Some(p)).ok()?;
+        row_function_to_mlir("f", op, len, target.arch, Some(p), None).ok()?;
         Some((kernel.clone(), RowPrologue { inputs: producer.inputs.len() as u32, program }))
+    }
+
+    /// Merges each elementwise call that reads a norm's, softmax's or
+    /// last-axis reduction's result just after it (a GELU or residual add
+    /// after a layer norm, a scale after a softmax) into that call: the row
+    /// function runs the program on each row of its result while the row is
+    /// in cache and writes the program's result as well as its own (kept
+    /// for later readers and for the fallback, which runs the two calls).
+    /// Merged only where the function's text is made, the consumer is the
+    /// instruction right after (nothing in between can see its result
+    /// missing or its operands changed), reads the row result once and
+    /// nothing the row call writes otherwise, its result is shaped like the
+    /// row result, no jump lands on it, and no output overlaps an operand or
+    /// another output.
+    fn merge_epilogues(plan: &mut Plan, target: &NativeTarget) {
+        let mut j = 0;
+        while j + 1 < plan.instrs.len() {
+            let Some((epilogue, extras)) = epilogue_of(plan, j, target) else {
+                j += 1;
+                continue;
+            };
+            let consumer = plan.instrs.remove(j + 1);
+            let row = &mut plan.instrs[j];
+            let op = std::mem::replace(&mut row.op, InstrOp::Jump { target: 0 });
+            row.op = match op {
+                InstrOp::NativeKernel { fallback, prologue, .. } => {
+                    InstrOp::NativeKernel { function: u32::MAX, fallback, prologue, epilogue: Some(epilogue) }
+                }
+                InstrOp::Call(fallback) => {
+                    InstrOp::NativeKernel { function: u32::MAX, fallback, prologue: None, epilogue: Some(epilogue) }
+                }
+                // `epilogue_of` takes only those two.
+                other => other,
+            };
+            row.inputs.extend(extras);
+            row.outputs.extend(consumer.outputs);
+            for instr in &mut plan.instrs {
+                if let InstrOp::Jump { target: t } | InstrOp::JumpIfFalse { target: t } = &mut instr.op {
+                    if *t as usize > j + 1 {
+                        *t -= 1;
+                    }
+                }
+            }
+            j += 1;
+        }
+    }
+
+    /// The epilogue instruction `j + 1` gives row call `j` (a plain one or
+    /// one with a merged prologue), with its operands other than the row
+    /// result, if they merge (see [`merge_epilogues`]).
+    fn epilogue_of(plan: &Plan, j: usize, target: &NativeTarget) -> Option<(RowEpilogue, Vec<u32>)> {
+        let (row, consumer) = (&plan.instrs[j], plan.instrs.get(j + 1)?);
+        let (fallback, prologue) = match &row.op {
+            InstrOp::Call(kernel) => (kernel, None),
+            InstrOp::NativeKernel { fallback, prologue, epilogue: None, .. } => (fallback, prologue.as_ref()),
+            _ => return None,
+        };
+        let k = prologue.map_or(0, |p| p.inputs as usize);
+        let x = if prologue.is_some() { *row.outputs.get(1)? } else { *row.inputs.first()? };
+        let &y = row.outputs.first()?;
+        let (op, len) = row_call(plan, fallback, x, row.inputs.get(k.max(1)..)?, &[y])?;
+        let program = match &consumer.op {
+            InstrOp::Call(Kernel::Fused { program }) => program.clone(),
+            InstrOp::Call(Kernel::Binary {
+                op: bop @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div),
+            }) if consumer.inputs.len() == 2 => vec![FusedOp::Binary { op: *bop, a: 0, b: 1 }],
+            // A `where` over a bool mask, a cast of an int: the kernels'
+            // element functions, so the fused program's bits.
+            _ => lone_program(plan, consumer)?,
+        };
+        let &[z] = consumer.outputs.as_slice() else { return None };
+        // The row result read once: the program's operand `at`.
+        let mut reads = consumer.inputs.iter().enumerate().filter(|&(_, &t)| t == y).map(|(i, _)| i);
+        let (Some(at), None) = (reads.next(), reads.next()) else { return None };
+        let extras: Vec<u32> = consumer.inputs.iter().copied().filter(|&t| t != y).collect();
+        let (yd, zd) = (plan.tensors.get(y as usize)?, plan.tensors.get(z as usize)?);
+        if yd.shape != zd.shape || zd.dtype != DType::F32 || extras.iter().any(|t| row.outputs.contains(t)) {
+            return None;
+        }
+        if row.inputs.len() + extras.len() > kiln_ir::MAX_FUSED_INPUTS {
+            return None;
+        }
+        let lands = |i: &Instr| matches!(i.op, InstrOp::Jump { target: t } | InstrOp::JumpIfFalse { target: t } if t as usize == j + 1);
+        if plan.instrs.iter().any(lands) {
+            return None;
+        }
+        let range = |t: u32| match plan.tensors.get(t as usize)?.storage {
+            Storage::Arena { offset, max_bytes } => Some((offset, offset + max_bytes)),
+            Storage::Weight { .. } => None,
+        };
+        let overlap = |a: (u64, u64), b: (u64, u64)| a.0 < b.1 && b.0 < a.1;
+        let outs = row.outputs.iter().chain([&z]).map(|&t| range(t)).collect::<Option<Vec<_>>>()?;
+        let outs_overlap = outs.iter().enumerate().any(|(i, a)| outs[..i].iter().any(|b| overlap(*a, *b)));
+        let ins_overlap =
+            (row.inputs.iter().chain(&extras)).filter_map(|&t| range(t)).any(|a| outs.iter().any(|o| overlap(a, *o)));
+        if outs_overlap || ins_overlap {
+            return None;
+        }
+        let pro = match prologue {
+            Some(p) => Some((p, input_modes(plan, &row.inputs[..k], &[x])?)),
+            None => None,
+        };
+        let (modes, dtypes) = input_modes(plan, &extras, &[z])?;
+        let p = pro.as_ref().map(|(p, (modes, dtypes))| Prologue { program: &p.program, modes, dtypes });
+        let ep = Epilogue { program: &program, row: at, modes: &modes, dtypes: &dtypes };
+        row_function_to_mlir("f", op, len, target.arch, p, Some(ep)).ok()?;
+        Some((RowEpilogue { inputs: extras.len() as u32, row: at as u32, program }, extras))
     }
 }

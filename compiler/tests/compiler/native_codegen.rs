@@ -621,7 +621,7 @@ fn row_functions_match_the_portable_kernels() {
     for (k, op) in ops.iter().enumerate() {
         for (j, &len) in lens.iter().enumerate() {
             let symbol = format!("row_{k}_{j}");
-            module.push_str(&row_function_to_mlir(&symbol, *op, len as u64, NativeArch::X86_64, None).unwrap());
+            module.push_str(&row_function_to_mlir(&symbol, *op, len as u64, NativeArch::X86_64, None, None).unwrap());
             cases.push((symbol, *op, len));
         }
     }
@@ -684,7 +684,7 @@ fn aarch64_row_functions_load_in_the_runtime_loader() {
         .into_iter()
         .enumerate()
     {
-        module.push_str(&row_function_to_mlir(&format!("row_{k}"), op, 37, NativeArch::Aarch64, None).unwrap());
+        module.push_str(&row_function_to_mlir(&format!("row_{k}"), op, 37, NativeArch::Aarch64, None, None).unwrap());
     }
     let module = format!("module {{\n{module}}}\n");
     for level in AARCH64_LEVELS {
@@ -1380,5 +1380,252 @@ fn bool_masked_softmax_prologues_give_the_unfused_kernels_bits() {
     let avx2 = kiln_kernels::best().entries().contains(&("exp_sum_f32", "avx2"));
     if avx2 && cpu_runs(NativeArch::X86_64, "x86-64-v3") {
         assert!(native[0] == want[0], "the masked softmax");
+    }
+}
+
+/// A hand-built plan of f32 tensors: the tensors at consecutive arena
+/// offsets (each `[rows, len]`-style shape given), every tensor after the
+/// `inputs` first a program output, and the calls.
+#[cfg(target_arch = "x86_64")]
+fn plan_of(
+    shapes: &[&[u64]],
+    inputs: usize,
+    calls: Vec<(kiln_runtime::format::Kernel, Vec<u32>, u32)>,
+) -> kiln_runtime::format::Plan {
+    use kiln_runtime::format::*;
+    let mut offset = 0;
+    let tensors: Vec<TensorDecl> = shapes
+        .iter()
+        .map(|shape| {
+            let bytes = shape.iter().product::<u64>() * 4;
+            let t = TensorDecl {
+                dtype: DType::F32,
+                shape: shape.iter().map(|&d| DimRef::Static(d)).collect(),
+                storage: Storage::Arena { offset, max_bytes: bytes },
+            };
+            offset += bytes.div_ceil(64) * 64;
+            t
+        })
+        .collect();
+    let io = |k: usize| IoDecl { name: format!("t{k}"), tensor: k as u32, complex: false };
+    Plan {
+        symbols: vec![],
+        exprs: vec![],
+        inputs: (0..inputs).map(io).collect(),
+        outputs: (inputs..tensors.len()).map(io).collect(),
+        tensors,
+        instrs: calls
+            .into_iter()
+            .map(|(k, inputs, out)| Instr { op: InstrOp::Call(k), inputs, outputs: vec![out], origin: "t".into() })
+            .collect(),
+        arena_bytes: offset,
+        peak_live_bytes: offset,
+        states: vec![],
+    }
+}
+
+/// The plan's instructions with a merged epilogue.
+#[cfg(target_arch = "x86_64")]
+fn epilogues(plan: &kiln_runtime::format::Plan) -> usize {
+    use kiln_runtime::format::InstrOp;
+    plan.instrs.iter().filter(|i| matches!(i.op, InstrOp::NativeKernel { epilogue: Some(_), .. })).count()
+}
+
+/// Elementwise epilogues merged into row functions (format 0.20), every
+/// row kind: a ReLU and residual add after a layer norm, a broadcast mask
+/// (the row result its second operand) after a softmax, a per-column scale
+/// after an RMS norm whose result a later call also reads, `1/√(m² + ε)`
+/// after a mean (the sum's four-rows-at-a-time path and its rest), a scale
+/// after a max, a sum minus that max, a GELU after a layer norm, and a
+/// residual add + layer norm + scale (prologue and epilogue in one row
+/// function). `compile_plan` merges every pair; the outputs (the row
+/// results included) are the unmerged native plan's bytes (the same
+/// native code as two calls), the unmerged plan's on the portable kernels
+/// wherever the ops are exact (all but the GELU; softmax where the table's
+/// exp-sum is AVX2 and the level has FMA), the same at 1 and 3 threads,
+/// and the fallback's with native code refused.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn merged_epilogues_give_the_unfused_kernels_bits() {
+    use kiln_compiler::native::{compile_plan, NativeTarget};
+    use kiln_runtime::format::*;
+    use kiln_runtime::{Program, SessionOptions, TensorView};
+    let (rows, len) = (1003u64, 96u64);
+    let (big, col, row1, vec1): (&[u64], &[u64], &[u64], &[u64]) = (&[rows, len], &[rows, 1], &[1, len], &[len]);
+    // 0 a, 1 r, 2 gamma, 3 beta, 4 mask, 5 scale: inputs; 6..: results.
+    let shapes = [
+        big, big, vec1, vec1, row1, vec1, // inputs
+        big, big, // 6 layer_norm(a), 7 relu(6) + r
+        big, big, // 8 softmax(a), 9 mask · 8
+        big, big, big, // 10 rms_norm(r), 11 10 · scale, 12 10 + 1 (a later reader)
+        col, col, // 13 mean(a), 14 1/√(13² + ε)
+        col, col, // 15 max(a), 16 15 · 0.5
+        col, col, // 17 sum(r), 18 17 − 15
+        big, big, // 19 layer_norm(r), 20 gelu(19)
+        big, big, big, // 21 a + r, 22 layer_norm(21), 23 22 · 2
+    ];
+    let f32s = |v: f32| FusedOp::Scalar { dtype: DType::F32, bits: u64::from(v.to_bits()) };
+    let bin = |op: BinaryOp, a: u32, b: u32| FusedOp::Binary { op, a, b };
+    let relu_add = vec![FusedOp::Unary { op: UnaryOp::Relu, x: 0 }, bin(BinaryOp::Add, 2, 1)];
+    let inv_norm = vec![
+        bin(BinaryOp::Mul, 0, 0),
+        f32s(1e-5),
+        bin(BinaryOp::Add, 1, 2),
+        FusedOp::Unary { op: UnaryOp::Sqrt, x: 3 },
+        f32s(1.0),
+        bin(BinaryOp::Div, 5, 4),
+    ];
+    let scale = |v: f32| vec![f32s(v), bin(BinaryOp::Mul, 0, 1)];
+    let ln = |rank: u32| Kernel::LayerNorm { normalized_rank: rank, eps: 1e-5 };
+    let reduce = |kind: ReduceKind| Kernel::Reduce { kind, axes: vec![1] };
+    let fused = |program: Vec<FusedOp>| Kernel::Fused { program };
+    let calls = vec![
+        (ln(1), vec![0, 2, 3], 6),
+        (fused(relu_add), vec![6, 1], 7),
+        (Kernel::Softmax { axis: 1, log: false }, vec![0], 8),
+        (Kernel::Binary { op: BinaryOp::Mul }, vec![4, 8], 9),
+        (Kernel::RmsNorm { normalized_rank: 1, eps: 1e-6 }, vec![1, 2], 10),
+        (Kernel::Binary { op: BinaryOp::Mul }, vec![10, 5], 11),
+        (fused(vec![f32s(1.0), bin(BinaryOp::Add, 0, 1)]), vec![10], 12),
+        (reduce(ReduceKind::Mean), vec![0], 13),
+        (fused(inv_norm), vec![13], 14),
+        (reduce(ReduceKind::Max), vec![0], 15),
+        (fused(scale(0.5)), vec![15], 16),
+        (reduce(ReduceKind::Sum), vec![1], 17),
+        (Kernel::Binary { op: BinaryOp::Sub }, vec![17, 15], 18),
+        (ln(1), vec![1], 19),
+        (fused(vec![FusedOp::Unary { op: UnaryOp::Gelu, x: 0 }]), vec![19], 20),
+        (Kernel::Binary { op: BinaryOp::Add }, vec![0, 1], 21),
+        (ln(1), vec![21, 2, 3], 22),
+        (fused(scale(2.0)), vec![22], 23),
+    ];
+    let plan = plan_of(&shapes, 6, calls);
+    let target = NativeTarget::new(NativeArch::X86_64, None).unwrap();
+    let mut merged = plan.clone();
+    let section = compile_plan(&mut merged, &target).unwrap().expect("row functions");
+    // Eight row calls, each with its epilogue; the later reader of the RMS
+    // norm stays a call (an elementwise native one).
+    assert_eq!((merged.instrs.len(), epilogues(&merged)), (9, 8), "{:#?}", merged.instrs);
+    let both = &merged.instrs[8];
+    assert!(
+        matches!(&both.op, InstrOp::NativeKernel { prologue: Some(_), epilogue: Some(e), .. } if e.inputs == 0),
+        "{both:?}"
+    );
+    assert_eq!(both.outputs, [22, 21, 23], "the kernel's, the prologue's, the epilogue's result");
+    let mut unmerged = plan.clone();
+    let plain = NativeTarget { row_epilogues: false, ..target.clone() };
+    let unmerged_section = compile_plan(&mut unmerged, &plain).unwrap().expect("row functions");
+    assert_eq!(epilogues(&unmerged), 0);
+    let load = |plan: &Plan, native: Option<&kiln_runtime::native::NativeSection>| {
+        let mut w = ArtifactWriter::new(plan, WeightsBuilder::new(), &Metadata::default()).unwrap();
+        if let Some(s) = native {
+            w.add_native(s).unwrap();
+        }
+        Program::from_bytes(&w.to_bytes()).unwrap()
+    };
+    let (portable, fused, unfused) =
+        (load(&plan, None), load(&merged, Some(&section)), load(&unmerged, Some(&unmerged_section)));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let data: Vec<Vec<u8>> = shapes[..6]
+        .iter()
+        .map(|s| (0..s.iter().product::<u64>()).flat_map(|_| ((rng.gen::<f32>() - 0.5) * 8.0).to_le_bytes()).collect())
+        .collect();
+    let dims: Vec<Vec<usize>> = shapes[..6].iter().map(|s| s.iter().map(|&d| d as usize).collect()).collect();
+    let run = |program: &std::sync::Arc<Program>, threads: usize, allow: bool| -> Vec<Vec<u8>> {
+        let opts = SessionOptions { threads, allow_native_code: allow, ..SessionOptions::default() };
+        let mut s = program.session_with(&opts).unwrap();
+        let views: Vec<TensorView<'_>> =
+            data.iter().zip(&dims).map(|(data, shape)| TensorView { dtype: DType::F32, shape, data }).collect();
+        let out = s.run(&views).unwrap();
+        (0..out.len()).map(|i| out.get(i).data.to_vec()).collect()
+    };
+    let native = run(&fused, 1, true);
+    assert_eq!(native.len(), shapes.len() - 6);
+    assert!(native == run(&fused, 3, true), "1 vs 3 threads");
+    let want = run(&portable, 1, false);
+    assert!(run(&fused, 1, false) == want, "the fallback vs the unfused kernels");
+    // Output k is tensor k + 6.
+    for (k, (got, two_calls)) in native.iter().zip(run(&unfused, 1, true)).enumerate() {
+        assert!(*got == two_calls, "tensor {}: merged vs the two native calls", k + 6);
+    }
+    let exact_softmax =
+        kiln_kernels::best().entries().contains(&("exp_sum_f32", "avx2")) && cpu_runs(NativeArch::X86_64, "x86-64-v3");
+    for (k, (got, want)) in native.iter().zip(&want).enumerate() {
+        let t = k + 6;
+        if t == 20 || (!exact_softmax && (t == 8 || t == 9)) {
+            continue;
+        }
+        assert!(got == want, "tensor {t}: merged vs the portable kernels");
+    }
+}
+
+/// Calls that must not merge as epilogues, each left as its own call: a
+/// result shaped unlike the row result (a mean subtracted from its rows), a
+/// program reading the row result twice, a call that is not the next
+/// instruction, a result stored over the row call's operand, and a program
+/// reading the prologue's result (written while it is read). The plans
+/// still compile and load.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn epilogues_merge_only_where_they_can() {
+    use kiln_compiler::native::{compile_plan, NativeTarget};
+    use kiln_runtime::format::*;
+    let (rows, len) = (64u64, 32u64);
+    let (big, col): (&[u64], &[u64]) = (&[rows, len], &[rows, 1]);
+    let target = NativeTarget::new(NativeArch::X86_64, None).unwrap();
+    let ln = Kernel::LayerNorm { normalized_rank: 1, eps: 1e-5 };
+    let mul = Kernel::Binary { op: BinaryOp::Mul };
+    let add = Kernel::Binary { op: BinaryOp::Add };
+    let mean = Kernel::Reduce { kind: ReduceKind::Mean, axes: vec![1] };
+    let relu = Kernel::Fused { program: vec![FusedOp::Unary { op: UnaryOp::Relu, x: 0 }] };
+    // The add's result where the norm's operand was (dead by then): the
+    // row function would write it while other rows are still read.
+    let over_operand = {
+        let mut p = plan_of(&[big, big, big, big], 2, vec![(ln.clone(), vec![0], 2), (add.clone(), vec![2, 1], 3)]);
+        p.tensors[3].storage = p.tensors[0].storage;
+        p
+    };
+    let cases: Vec<(&str, Plan, usize)> = vec![
+        (
+            "a mean subtracted from its rows",
+            plan_of(
+                &[big, col, big],
+                1,
+                vec![(mean, vec![0], 1), (Kernel::Binary { op: BinaryOp::Sub }, vec![0, 1], 2)],
+            ),
+            2,
+        ),
+        (
+            "the row result read twice",
+            plan_of(&[big, big, big], 1, vec![(ln.clone(), vec![0], 1), (mul, vec![1, 1], 2)]),
+            2,
+        ),
+        (
+            "a call in between",
+            plan_of(
+                &[big, big, big, big],
+                1,
+                vec![(ln.clone(), vec![0], 1), (relu, vec![0], 2), (add.clone(), vec![1, 2], 3)],
+            ),
+            3,
+        ),
+        ("a result over the row call's operand", over_operand, 2),
+        (
+            "the prologue's result read",
+            plan_of(
+                &[big, big, big, big, big],
+                2,
+                vec![(add.clone(), vec![0, 1], 2), (ln, vec![2], 3), (add, vec![3, 2], 4)],
+            ),
+            2,
+        ),
+    ];
+    for (what, plan, instrs) in cases {
+        let mut merged = plan.clone();
+        let section = compile_plan(&mut merged, &target).unwrap().expect("native functions");
+        assert_eq!((merged.instrs.len(), epilogues(&merged)), (instrs, 0), "{what}: {:#?}", merged.instrs);
+        let mut w = ArtifactWriter::new(&merged, WeightsBuilder::new(), &Metadata::default()).unwrap();
+        w.add_native(&section).unwrap();
+        kiln_runtime::Program::from_bytes(&w.to_bytes()).unwrap_or_else(|e| panic!("{what}: {e}"));
     }
 }

@@ -180,7 +180,9 @@ opcodes! {
     /// as its fallback kernel call's; since format 0.11). With an elementwise
     /// prologue (format 0.14) the operands are the prologue's then the
     /// kernel's others, and a second output holds the prologue's result.
-    NativeKernel = 1005, "native_kernel", NativeKernel, operands 1..=MANY, outputs 1..=2;
+    /// With an elementwise epilogue (format 0.20) its other operands come
+    /// last, and so does its result.
+    NativeKernel = 1005, "native_kernel", NativeKernel, operands 1..=MANY, outputs 1..=3;
 }
 
 #[cfg(test)]

@@ -162,11 +162,15 @@ native code: {} functions",
         };
         let shape = match f.shape {
             kiln_runtime::native::FunctionShape::Elementwise => "elementwise".to_string(),
-            kiln_runtime::native::FunctionShape::Rows { len, out_len, prologue: 0 } => {
-                format!("rows of {len} → {out_len}")
-            }
-            kiln_runtime::native::FunctionShape::Rows { len, out_len, prologue } => {
-                format!("rows of {len} → {out_len}, elementwise prologue of {prologue} operands")
+            kiln_runtime::native::FunctionShape::Rows { len, out_len, prologue, epilogue } => {
+                let mut s = format!("rows of {len} → {out_len}");
+                if prologue > 0 {
+                    s += &format!(", elementwise prologue of {prologue} operands");
+                }
+                if let Some(e) = epilogue {
+                    s += &format!(", elementwise epilogue of the row's result and {e} operands");
+                }
+                s
             }
         };
         // Operand and result dtypes (f32, bool, i32, i64).

@@ -51,7 +51,9 @@ pub const FORMAT_MAJOR: u16 = 0;
 /// 0.18 int8 residuals on `quant_conv`, `res_scale` / `res_zero_point`;
 /// 0.19 a shape bucket's true-size arguments, `AccelBucket::true_sizes`,
 /// and several outputs of `linear_fused`, column ranges of one GEMM;
-/// 0.20 the `gelu_tanh_chain` epilogue activation, GPT-2's `gelu_new`),
+/// 0.20 the `gelu_tanh_chain` epilogue activation, GPT-2's `gelu_new`, and
+/// a `native_kernel`'s elementwise epilogue and a row function's epilogue
+/// count),
 /// so a runtime reads exactly its own minor version; from 1.0 on,
 /// minors only add. `tests/golden/` holds one artifact per version.
 pub const FORMAT_MINOR: u16 = 20;

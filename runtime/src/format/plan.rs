@@ -200,7 +200,15 @@ pub enum InstrOp {
     /// kernel's, then the prologue's result (written either way, so later
     /// instructions may read it). The fallback runs the program as a
     /// [`Kernel::Fused`] call into that second output, then the kernel.
-    NativeKernel { function: u32, fallback: Kernel, prologue: Option<RowPrologue> },
+    ///
+    /// With an `epilogue` (format 0.20), an elementwise program reading the
+    /// kernel's result (a GELU or residual add after a layer norm, a scale
+    /// after a softmax) is computed in the row function too, each row while
+    /// it is in cache: its other operands come after the kernel's, and its
+    /// result is the last output. The kernel's result is written either way
+    /// (later instructions may read it); the fallback runs the program as a
+    /// [`Kernel::Fused`] call after the kernel.
+    NativeKernel { function: u32, fallback: Kernel, prologue: Option<RowPrologue>, epilogue: Option<RowEpilogue> },
 }
 
 /// The elementwise program a [`InstrOp::NativeKernel`] computes its
@@ -210,6 +218,27 @@ pub enum InstrOp {
 pub struct RowPrologue {
     pub inputs: u32,
     pub program: Vec<FusedOp>,
+}
+
+/// The elementwise program a [`InstrOp::NativeKernel`] applies to its
+/// kernel's result (format 0.20): a fused program over `inputs + 1`
+/// operands, of which operand `row` is the kernel's result and the others,
+/// in order, the instruction's last `inputs` operands; its result is the
+/// instruction's last output, shaped like the kernel's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowEpilogue {
+    pub inputs: u32,
+    pub row: u32,
+    pub program: Vec<FusedOp>,
+}
+
+impl RowEpilogue {
+    /// The program's operands: `others` (the instruction's last `inputs`
+    /// operands) with `row` inserted at its position.
+    pub fn operands<T: Copy>(&self, row: T, others: &[T]) -> Vec<T> {
+        let at = (self.row as usize).min(others.len());
+        others[..at].iter().copied().chain(std::iter::once(row)).chain(others[at..].iter().copied()).collect()
+    }
 }
 
 impl InstrOp {
@@ -494,10 +523,11 @@ impl Serialize for InstrOp {
                 t.serialize_element(function)?;
                 t.serialize_element(program)?;
             }
-            InstrOp::NativeKernel { function, fallback, prologue } => {
+            InstrOp::NativeKernel { function, fallback, prologue, epilogue } => {
                 t.serialize_element(function)?;
                 t.serialize_element(&CallOf(fallback))?;
                 t.serialize_element(prologue)?;
+                t.serialize_element(epilogue)?;
             }
         }
         t.end()
@@ -542,9 +572,12 @@ impl<'de> Deserialize<'de> for InstrOp {
                     InstrKind::NativeKernel => {
                         let function = next(&mut seq)?;
                         match next::<A, InstrOp>(&mut seq)? {
-                            InstrOp::Call(fallback) => {
-                                InstrOp::NativeKernel { function, fallback, prologue: next(&mut seq)? }
-                            }
+                            InstrOp::Call(fallback) => InstrOp::NativeKernel {
+                                function,
+                                fallback,
+                                prologue: next(&mut seq)?,
+                                epilogue: next(&mut seq)?,
+                            },
                             other => {
                                 return Err(serde::de::Error::custom(format!(
                                     "a native kernel's fallback must be a kernel call, not {}",

@@ -22,7 +22,7 @@
 
 pub mod loader;
 
-use crate::format::{InstrOp, Kernel, Plan, ReduceKind, RowPrologue};
+use crate::format::{InstrOp, Kernel, Plan, ReduceKind, RowEpilogue, RowPrologue};
 use kiln_kernels::{Context, DType, FusedOp, Result, TensorMut, TensorRef};
 pub use loader::{Arch, LoadedObject};
 use serde::{Deserialize, Serialize};
@@ -68,7 +68,14 @@ pub enum FunctionShape {
     /// `inputs` says, indexed like elements of operand 0): `ins` holds those
     /// operands, then the kernel's others, then the pointer the computed
     /// operand is written to (the instruction's second output).
-    Rows { len: u64, out_len: u64, prologue: u32 },
+    ///
+    /// With `epilogue` `Some(e)` (format 0.20) the function also applies an
+    /// elementwise program to each row's result (after writing it) and
+    /// writes the program's result: its `e` other operands come last in
+    /// `inputs` (read as their modes say, indexed like elements of the
+    /// output), and `ins` ends with the pointer that result is written to
+    /// (the instruction's last output), after the prologue's.
+    Rows { len: u64, out_len: u64, prologue: u32, epilogue: Option<u32> },
 }
 
 /// `(len, out_len)` of the rows a native row function computes for
@@ -253,9 +260,12 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
             FunctionShape::Elementwise => {
                 f.input_dtypes.iter().chain([&f.output_dtype]).all(|d| NATIVE_DTYPES.contains(d))
             }
-            FunctionShape::Rows { prologue, .. } => {
-                let (pro, kernel) = f.input_dtypes.split_at((prologue as usize).min(f.input_dtypes.len()));
-                pro.iter().all(|d| NATIVE_DTYPES.contains(d))
+            FunctionShape::Rows { prologue, epilogue, .. } => {
+                let n = f.input_dtypes.len();
+                let e = epilogue.map_or(0, |e| e as usize).min(n);
+                let (rest, epi) = f.input_dtypes.split_at(n - e);
+                let (pro, kernel) = rest.split_at((prologue as usize).min(rest.len()));
+                pro.iter().chain(epi).all(|d| NATIVE_DTYPES.contains(d))
                     && kernel.iter().chain([&f.output_dtype]).all(|&d| d == DType::F32)
             }
         };
@@ -280,11 +290,14 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
             .functions
             .get(function as usize)
             .ok_or_else(|| format!("instruction {i}: native function {function} of {}", section.functions.len()))?;
-        let prologue = match &instr.op {
-            InstrOp::NativeKernel { prologue: Some(p), .. } => p.inputs as usize,
-            _ => 0,
+        let (prologue, epilogue) = match &instr.op {
+            InstrOp::NativeKernel { prologue, epilogue, .. } => {
+                (prologue.as_ref().map_or(0, |p| p.inputs as usize), epilogue.as_ref().map(|e| e.inputs))
+            }
+            _ => (0, None),
         };
-        let outputs = 1 + usize::from(prologue > 0);
+        let extras = epilogue.map_or(0, |e| e as usize);
+        let outputs = 1 + usize::from(prologue > 0) + usize::from(epilogue.is_some());
         if f.inputs.len() != instr.inputs.len() || instr.outputs.len() != outputs {
             return Err(format!(
                 "instruction {i}: native function {} takes {} operands and {outputs} output(s), the instruction has {} and {}",
@@ -301,9 +314,10 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
         }
         match (&instr.op, f.shape) {
             (InstrOp::Native { .. }, FunctionShape::Elementwise) => {}
-            (InstrOp::NativeKernel { fallback, .. }, FunctionShape::Rows { len, out_len, prologue: p })
-                if p as usize == prologue =>
-            {
+            (
+                InstrOp::NativeKernel { fallback, .. },
+                FunctionShape::Rows { len, out_len, prologue: p, epilogue: e },
+            ) if p as usize == prologue && e == epilogue => {
                 // A kernel and axis a row function computes (checked once
                 // more against the run's shapes: `rows_fit`), with one
                 // output per row for a reduction, a whole row otherwise.
@@ -319,8 +333,8 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
                         fallback.name()
                     ));
                 }
-                let kernel_operands = (instr.inputs.len() + 1).saturating_sub(prologue.max(1));
-                if !row_operands(fallback).contains(&kernel_operands) || instr.inputs.len() < prologue {
+                let kernel_operands = (instr.inputs.len() + 1).saturating_sub(prologue.max(1) + extras);
+                if !row_operands(fallback).contains(&kernel_operands) || instr.inputs.len() < prologue.max(1) + extras {
                     return Err(format!(
                         "instruction {i}: a native {} takes {:?} operands, not {kernel_operands}",
                         fallback.name(),
@@ -436,7 +450,9 @@ fn shapes_fit(sig: &NativeFunction, ins: &[TensorRef<'_>], out: &TensorMut<'_>) 
 /// run)`, `run` taking the kernel's operands). With a prologue, `x` is the
 /// instruction's second output: the fallback computes it with the
 /// prologue's program from the first `inputs` operands, then runs the
-/// kernel on it and the other operands.
+/// kernel on it and the other operands. With an epilogue, `z` is the last
+/// output: the fallback then runs the epilogue's program on the kernel's
+/// result and the last `inputs` operands into it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_native_kernel(
     code: Option<&NativeCode>,
@@ -446,41 +462,47 @@ pub(crate) fn run_native_kernel(
     ins: &[TensorRef<'_>],
     out: &mut TensorMut<'_>,
     prologue: Option<(&RowPrologue, &mut TensorMut<'_>)>,
+    epilogue: Option<(&RowEpilogue, &mut TensorMut<'_>)>,
     (fallback, run_fallback): (&Kernel, impl FnOnce(&mut Context, &[TensorRef<'_>], &mut TensorMut<'_>) -> Result<()>),
 ) -> Result<()> {
     let native =
         code.and_then(|c| Some((c.functions.get(function as usize)?, section.functions.get(function as usize)?)));
     let k = prologue.as_ref().map_or(0, |(p, _)| p.inputs as usize);
-    if ins.len() < k.max(1) {
+    let e = epilogue.as_ref().map_or(0, |(p, _)| p.inputs as usize);
+    if ins.len() < k.max(1) + e {
         return Err(kiln_kernels::KernelError::Shape {
             kernel: "native_kernel",
             detail: format!("{} operands", ins.len()),
         });
     }
+    // The prologue's (or the kernel's) operands, then the epilogue's.
+    let (ins_row, extras) = ins.split_at(ins.len() - e);
     let fit = native.and_then(|(&f, sig)| {
         let (rows, len) = match &prologue {
             Some((_, x)) => {
                 let x_ref = TensorRef { dtype: x.dtype, shape: x.shape, data: &*x.data };
-                let fits = prologue_fits(sig, &ins[..k], &x_ref);
-                rows_fit(sig, fallback, &x_ref, &ins[k..], out).filter(|_| fits)?
+                let fits = prologue_fits(sig, &ins_row[..k], &x_ref);
+                rows_fit(sig, fallback, &x_ref, &ins_row[k..], out).filter(|_| fits)?
             }
-            None => rows_fit(sig, fallback, &ins[0], &ins[1..], out)?,
+            None => rows_fit(sig, fallback, &ins_row[0], &ins_row[1..], out)?,
         };
-        Some((f, rows, len))
+        let epilogue_ok = match &epilogue {
+            Some((_, z)) => epilogue_fits(sig, extras, out, z),
+            None => true,
+        };
+        epilogue_ok.then_some((f, rows, len))
     });
     let Some((f, rows, len)) = fit else {
-        let Some((p, x)) = prologue else { return run_fallback(cx, ins, out) };
-        {
-            let xm = TensorMut { dtype: x.dtype, shape: x.shape, data: &mut *x.data };
-            kiln_kernels::fused(&p.program, &ins[..k], xm, cx)?;
-        }
-        let mut operands = Vec::with_capacity(1 + ins.len() - k);
-        operands.push(TensorRef { dtype: x.dtype, shape: x.shape, data: &*x.data });
-        operands.extend(ins[k..].iter().map(|t| TensorRef { dtype: t.dtype, shape: t.shape, data: t.data }));
-        return run_fallback(cx, &operands, out);
+        run_unmerged(cx, ins_row, out, prologue, run_fallback)?;
+        let Some((p, z)) = epilogue else { return Ok(()) };
+        let y = TensorRef { dtype: out.dtype, shape: out.shape, data: &*out.data };
+        let operands = p.operands(y, extras);
+        let z = TensorMut { dtype: z.dtype, shape: z.shape, data: &mut *z.data };
+        return kiln_kernels::fused(&p.program, &operands, z, cx);
     };
     let mut ptrs = [std::ptr::null::<u8>(); kiln_isa::fused::MAX_FUSED_INPUTS + 3];
-    if ins.len() >= ptrs.len() {
+    let outputs = usize::from(prologue.is_some()) + usize::from(epilogue.is_some());
+    if ins.len() + outputs > ptrs.len() {
         return Err(kiln_kernels::KernelError::Shape {
             kernel: "native_kernel",
             detail: format!("{} operands", ins.len()),
@@ -489,8 +511,10 @@ pub(crate) fn run_native_kernel(
     for (p, t) in ptrs.iter_mut().zip(ins) {
         *p = t.data.as_ptr();
     }
-    if let Some((_, x)) = prologue {
-        ptrs[ins.len()] = x.data.as_mut_ptr().cast_const();
+    // After the operands: where the prologue's result, then the epilogue's, go.
+    let written = [prologue.map(|(_, x)| x.data.as_mut_ptr()), epilogue.map(|(_, z)| z.data.as_mut_ptr())];
+    for (slot, p) in ptrs[ins.len()..].iter_mut().zip(written.into_iter().flatten()) {
+        *slot = p.cast_const();
     }
     let (ptrs, dst) = (Shared(ptrs.as_ptr()), SharedMut(out.data.as_mut_ptr()));
     cx.threads().for_each_row_range(rows, len, |start, end| {
@@ -499,12 +523,35 @@ pub(crate) fn run_native_kernel(
         // or the prologue's output) holds `rows` rows of `len` f32s, every
         // other kernel operand `len`, and the output `rows` rows of the
         // function's `out_len`; `prologue_fits` that each prologue operand
-        // holds what its mode indexes for elements of that first operand.
-        // Each range writes only its own rows of the output (and of the
-        // prologue's output); outputs overlap no operand (validated at load).
+        // holds what its mode indexes for elements of that first operand,
+        // `epilogue_fits` the same of each epilogue operand for elements of
+        // the output, and that the epilogue's result is shaped like the
+        // output. Each range writes only its own rows of the outputs;
+        // outputs overlap no operand and each other (validated at load).
         unsafe { f(ptrs.0, dst.0, start, end) }
     });
     Ok(())
+}
+
+/// The fallback of a native kernel without its epilogue: the prologue's
+/// program (if any) into its tensor `x`, then the kernel.
+fn run_unmerged(
+    cx: &mut Context,
+    ins: &[TensorRef<'_>],
+    out: &mut TensorMut<'_>,
+    prologue: Option<(&RowPrologue, &mut TensorMut<'_>)>,
+    run_fallback: impl FnOnce(&mut Context, &[TensorRef<'_>], &mut TensorMut<'_>) -> Result<()>,
+) -> Result<()> {
+    let Some((p, x)) = prologue else { return run_fallback(cx, ins, out) };
+    let k = p.inputs as usize;
+    {
+        let xm = TensorMut { dtype: x.dtype, shape: x.shape, data: &mut *x.data };
+        kiln_kernels::fused(&p.program, &ins[..k], xm, cx)?;
+    }
+    let mut operands = Vec::with_capacity(1 + ins.len() - k);
+    operands.push(TensorRef { dtype: x.dtype, shape: x.shape, data: &*x.data });
+    operands.extend(ins[k..].iter().map(|t| TensorRef { dtype: t.dtype, shape: t.shape, data: t.data }));
+    run_fallback(cx, &operands, out)
 }
 
 /// Whether the prologue operands `ins` have the dtypes and shapes row
@@ -514,9 +561,29 @@ fn prologue_fits(sig: &NativeFunction, ins: &[TensorRef<'_>], x: &TensorRef<'_>)
     if prologue as usize != ins.len() || ins.is_empty() || x.dtype != DType::F32 {
         return false;
     }
-    ins.iter().zip(&sig.inputs).zip(&sig.input_dtypes).all(|((t, mode), &dtype)| {
+    modes_fit(&sig.inputs, &sig.input_dtypes, ins, x.shape)
+}
+
+/// Whether the epilogue operands `ins` have the dtypes and shapes row
+/// function `sig` reads them with for elements of the kernel's output `y`,
+/// and its result `z` is an f32 tensor shaped like `y`.
+fn epilogue_fits(sig: &NativeFunction, ins: &[TensorRef<'_>], y: &TensorMut<'_>, z: &TensorMut<'_>) -> bool {
+    let FunctionShape::Rows { epilogue: Some(e), .. } = sig.shape else { return false };
+    let arity = sig.inputs.len().min(sig.input_dtypes.len());
+    if e as usize != ins.len() || ins.len() > arity || z.dtype != DType::F32 || z.shape != y.shape {
+        return false;
+    }
+    let n = z.shape.iter().product::<usize>();
+    let from = arity - ins.len();
+    z.data.len() == n * z.dtype.size_bytes() && modes_fit(&sig.inputs[from..], &sig.input_dtypes[from..], ins, y.shape)
+}
+
+/// Whether each operand of `ins` has its dtype and the shape its mode reads
+/// for elements of a tensor shaped `shape`.
+fn modes_fit(modes: &[InputMode], dtypes: &[DType], ins: &[TensorRef<'_>], shape: &[usize]) -> bool {
+    ins.iter().zip(modes).zip(dtypes).all(|((t, mode), &dtype)| {
         let n = t.shape.iter().product::<usize>();
-        let shape_ok = match (mode, broadcast_of(t.shape, x.shape)) {
+        let shape_ok = match (mode, broadcast_of(t.shape, shape)) {
             (InputMode::Splat, _) => n == 1,
             (m, Some(actual)) => *m == actual,
             (_, None) => false,
@@ -535,11 +602,15 @@ fn rows_fit(
     params: &[TensorRef<'_>],
     out: &TensorMut<'_>,
 ) -> Option<(usize, usize)> {
-    let FunctionShape::Rows { len, out_len, prologue } = sig.shape else { return None };
+    let FunctionShape::Rows { len, out_len, prologue, epilogue } = sig.shape else { return None };
     let (len, out_len) = (usize::try_from(len).ok()?, usize::try_from(out_len).ok()?);
     let k = (prologue as usize).max(1);
     let arity = sig.inputs.len();
-    if params.len() + k != arity || sig.input_dtypes.len() != arity || params.len() > 2 || len == 0 {
+    if params.len() + k + epilogue.map_or(0, |e| e as usize) != arity
+        || sig.input_dtypes.len() != arity
+        || params.len() > 2
+        || len == 0
+    {
         return None;
     }
     if out.dtype != sig.output_dtype {
@@ -590,7 +661,7 @@ mod tests {
             inputs: vec![InputMode::Full; n],
             input_dtypes: vec![DType::F32; n],
             output_dtype: DType::F32,
-            shape: FunctionShape::Rows { len, out_len, prologue: 0 },
+            shape: FunctionShape::Rows { len, out_len, prologue: 0, epilogue: None },
         };
         let x = [0u8; 24];
         let w = [0u8; 12];

@@ -7,7 +7,10 @@
 //! `native_kernel` put back to its fallback call gives identical outputs
 //! (where the kernel table's softmax is the AVX2 one and the level has FMA);
 //! a merged elementwise prologue (BERT's embedding sum before its layer
-//! norm) put back as its own fused call before the kernel.
+//! norm) put back as its own fused call before the kernel. Merged
+//! elementwise epilogues (format 0.20) give the bytes of the same artifact
+//! compiled without them (`NativeTarget::row_epilogues` off: the row
+//! function and the elementwise call as two native calls).
 #![cfg(all(feature = "native", target_arch = "x86_64"))]
 
 use kiln_compiler::native::NativeTarget;
@@ -17,11 +20,12 @@ use kiln_runtime::native::NativeArch;
 use kiln_runtime::{Program, SessionOptions, Tensor, TensorView};
 use kiln_tests::{assert_close, fixture_dir, read_numbered, temp_path};
 
-/// The fixture compiled with `--target x86_64`: the artifact's bytes.
-fn compile_native(name: &str, flavour: &str) -> Vec<u8> {
+/// The fixture compiled with `--target x86_64` (with merged epilogues or
+/// without): the artifact's bytes.
+fn compile_native(name: &str, flavour: &str, row_epilogues: bool) -> Vec<u8> {
     let src = fixture_dir(name).join(format!("{flavour}.pt2"));
-    let tmp = temp_path(&format!("native-rows-{}-{flavour}", name.replace('/', "-")));
-    let native = NativeTarget::new(NativeArch::X86_64, None).expect("default levels");
+    let tmp = temp_path(&format!("native-rows-{}-{flavour}-{row_epilogues}", name.replace('/', "-")));
+    let native = NativeTarget { row_epilogues, ..NativeTarget::new(NativeArch::X86_64, None).expect("default levels") };
     let opts = CompileOptions { native: Some(native), ..CompileOptions::default() };
     compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{name}: compile failed: {e}"));
     let bytes = std::fs::read(&tmp).unwrap();
@@ -71,14 +75,16 @@ fn check(name: &str, program: &std::sync::Arc<Program>) -> Vec<Vec<u8>> {
     one
 }
 
-/// The same artifact with every native kernel run as its fallback call:
-/// the elementwise native calls stay, so only the row functions differ.
+/// The same artifact (compiled without epilogues) with every native kernel
+/// run as its fallback call: the elementwise native calls stay, so only the
+/// row functions differ.
 fn with_row_kernels_portable(bytes: &[u8], program: &Program) -> std::sync::Arc<Program> {
     let mut plan = program.plan().clone();
     assert!(!plan.instrs.iter().any(|i| matches!(i.op, InstrOp::Jump { .. })), "a plan with loops");
     let mut instrs = Vec::new();
     for instr in std::mem::take(&mut plan.instrs) {
         match &instr.op {
+            InstrOp::NativeKernel { epilogue: Some(_), .. } => panic!("an epilogue: compile without them"),
             InstrOp::NativeKernel { fallback, prologue: None, .. } => {
                 instrs.push(Instr { op: InstrOp::Call(fallback.clone()), ..instr })
             }
@@ -114,14 +120,19 @@ fn with_row_kernels_portable(bytes: &[u8], program: &Program) -> std::sync::Arc<
 fn models_run_their_norms_and_softmax_natively() {
     let exact = kiln_kernels::best().entries().contains(&("exp_sum_f32", "avx2"))
         && kiln_runtime::native::cpu_runs(NativeArch::X86_64, "x86-64-v3");
-    for (name, flavour, want) in [
-        ("models/bert", "aten", &["layer_norm"][..]),
+    for (name, flavour, want, want_epilogues) in [
+        // None of these models has an elementwise call right after a row
+        // function (their activations and residuals are GEMM epilogues).
+        ("models/bert", "aten", &["layer_norm"][..], false),
         // Softmax and log-softmax over a static last dim, the batch
         // symbolic; kiln decomposes log-softmax (max and sum reductions).
-        ("dynamic_mlp", "aten", &["reduce", "softmax"][..]),
-        ("models/llama", "aten", &["rms_norm"][..]),
+        ("dynamic_mlp", "aten", &["reduce", "softmax"][..], false),
+        ("models/llama", "aten", &["rms_norm"][..], false),
+        // Layer norm → GELU + residual, softmax → scale + bias, RMS norm →
+        // scale, mean → rsqrt: four merged epilogues.
+        ("native_epilogues", "aten", &["layer_norm", "reduce", "rms_norm", "softmax"][..], true),
     ] {
-        let bytes = compile_native(name, flavour);
+        let bytes = compile_native(name, flavour, false);
         let program = Program::from_bytes(&bytes).unwrap_or_else(|e| panic!("{name}: load failed: {e}"));
         let kinds = native_kernels(&program);
         for w in want {
@@ -134,6 +145,13 @@ fn models_run_their_norms_and_softmax_natively() {
             .count();
         assert_eq!(prologues > 0, name == "models/bert", "{name}: {prologues} merged prologues");
         let native = check(name, &program);
+        // Elementwise calls right after a row function merge into it.
+        let merged = Program::from_bytes(&compile_native(name, flavour, true)).expect("loads");
+        let epilogues = (merged.plan().instrs.iter())
+            .filter(|i| matches!(i.op, InstrOp::NativeKernel { epilogue: Some(_), .. }))
+            .count();
+        assert_eq!(epilogues > 0, want_epilogues, "{name}: {epilogues} merged epilogues");
+        assert!(check(name, &merged) == native, "{name}: merged epilogues vs the two native calls");
         if exact {
             let inputs = read_numbered(&fixture_dir(name), "input");
             let portable = with_row_kernels_portable(&bytes, &program);

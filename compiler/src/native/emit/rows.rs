@@ -551,7 +551,7 @@ impl Body {
 
     /// Rows `start..start + 4·⌊(end − start)/4⌋` of a sum or mean, four at
     /// a time; defines `%rest`, the first row left.
-    fn sum_quads(&mut self, len: u64, mean: bool) {
+    fn sum_quads(&mut self, len: u64, mean: bool, epilogue: Option<Epilogue<'_>>) -> Result<(), Unsupported> {
         let four = self.cu64(4);
         let nr = self.let_("arith.subi %end, %start : i64");
         let nq = self.let_(format_args!("arith.divui {nr}, {four} : i64"));
@@ -592,11 +592,16 @@ impl Body {
             };
             let s = self.trunc(&s);
             self.store(&s, "%out", r);
+            if let Some(p) = epilogue {
+                let y = self.addr("%out", r);
+                self.epilogue_elems(p, &y, r, 1)?;
+            }
         }
         self.line("}");
         let done = self.let_(format_args!("arith.muli {nq}, {four} : i64"));
         let rest = self.let_(format_args!("arith.addi %start, {done} : i64"));
         self.line(format_args!("%rest = arith.index_cast {rest} : i64 to index"));
+        Ok(())
     }
 
     /// Sum or mean of one row: one f64 chain in order.
@@ -646,18 +651,7 @@ impl Body {
                 .modes
                 .iter()
                 .enumerate()
-                .map(|(k, mode)| {
-                    let at = match *mode {
-                        InputMode::Full => idx.clone(),
-                        InputMode::Splat => b.cu64(0),
-                        InputMode::Broadcast { inner, period } => {
-                            let (inner, period) = (b.cu64(inner), b.cu64(period));
-                            let q = b.let_(format_args!("arith.divui {idx}, {inner} : i64"));
-                            b.let_(format_args!("arith.remui {q}, {period} : i64"))
-                        }
-                    };
-                    (b.load_ty(&format!("%q{k}"), &at, types[k]), types[k])
-                })
+                .map(|(k, &mode)| b.mode_load(&format!("%q{k}"), mode, &idx, types[k]))
                 .collect();
             match program_values(b, p.program, regs) {
                 Ok((r, Ty::F32)) => b.store(&r, "%x", i),
@@ -668,19 +662,81 @@ impl Body {
         });
         failed.map_or(Ok(()), Err)
     }
+
+    /// Element `idx` of an operand read with `mode` (for element `idx` of
+    /// the tensor it is broadcast to), as a `ty` register with its type.
+    fn mode_load(&mut self, ptr: &str, mode: InputMode, idx: &str, ty: Ty) -> (String, Ty) {
+        let at = match mode {
+            InputMode::Full => idx.to_string(),
+            InputMode::Splat => self.cu64(0),
+            InputMode::Broadcast { inner, period } => {
+                let (inner, period) = (self.cu64(inner), self.cu64(period));
+                let q = self.let_(format_args!("arith.divui {idx}, {inner} : i64"));
+                self.let_(format_args!("arith.remui {q}, {period} : i64"))
+            }
+        };
+        (self.load_ty(ptr, &at, ty), ty)
+    }
+
+    /// Elements `base + i` (`i < count`) of the epilogue's result into
+    /// `%z`: its program on element `i` of `y` (the row function's result)
+    /// and on its other operands `%e0, %e1, ..` read as their modes say,
+    /// as the elementwise functions compute it.
+    fn epilogue_elems(&mut self, p: Epilogue<'_>, y: &str, base: &str, count: u64) -> Result<(), Unsupported> {
+        if p.modes.len() != p.dtypes.len() || p.row > p.modes.len() {
+            return Err(Unsupported(format!("an epilogue of {} modes, {} operands", p.modes.len(), p.dtypes.len())));
+        }
+        let types = p.dtypes.iter().map(|&d| Ty::of(d)).collect::<Result<Vec<Ty>, Unsupported>>()?;
+        let mut failed = None;
+        self.for_loop(count, &[], |b, i, _| {
+            let idx = b.let_(format_args!("arith.addi {base}, {i} : i64"));
+            let mut regs: Vec<(String, Ty)> = p
+                .modes
+                .iter()
+                .enumerate()
+                .map(|(k, &mode)| b.mode_load(&format!("%e{k}"), mode, &idx, types[k]))
+                .collect();
+            let v = b.load(y, i);
+            regs.insert(p.row, (v, Ty::F32));
+            match program_values(b, p.program, regs) {
+                Ok((r, Ty::F32)) => b.store(&r, "%z", &idx),
+                Ok((_, ty)) => failed = Some(Unsupported(format!("a {ty:?} epilogue result"))),
+                Err(e) => failed = Some(e),
+            }
+            Vec::new()
+        });
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+/// An elementwise program a row function applies to each row of its result
+/// (format 0.20), writing the program's result too: the program reads the
+/// row function's result as operand `row` and its other operands (indexed
+/// like elements of the result) as `modes` say.
+#[derive(Clone, Copy, Debug)]
+pub struct Epilogue<'a> {
+    pub program: &'a [FusedOp],
+    /// Where the row function's result is among the program's operands.
+    pub row: usize,
+    /// The other operands' modes and dtypes (f32, bool, i32, i64); the result is f32.
+    pub modes: &'a [InputMode],
+    pub dtypes: &'a [DType],
 }
 
 /// The MLIR function text of row function `symbol` computing `op` on rows
 /// of `len` f32 elements, with the kernel table's order for `arch`; with a
 /// `prologue`, operand 0 is computed by it (see
 /// `kiln_runtime::native::FunctionShape::Rows`: the prologue's operands
-/// come first, then the kernel's others, then where operand 0 is written).
+/// come first, then the kernel's others, then where operand 0 is written);
+/// with an `epilogue`, each row's result goes through it too (its operands
+/// after the kernel's, its result written last).
 pub fn row_function_to_mlir(
     symbol: &str,
     op: RowOp,
     len: u64,
     arch: NativeArch,
     prologue: Option<Prologue<'_>>,
+    epilogue: Option<Epilogue<'_>>,
 ) -> Result<String, Unsupported> {
     if len == 0 {
         return Err(Unsupported("empty rows".into()));
@@ -696,16 +752,31 @@ pub fn row_function_to_mlir(
         let _ = writeln!(text, "    %qa{i} = llvm.getelementptr %ins[{i}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr");
         let _ = writeln!(text, "    %q{i} = llvm.load %qa{i} : !llvm.ptr -> !llvm.ptr");
     }
+    // The operands read: the prologue's (or the kernel's first), the
+    // kernel's others, the epilogue's; then the prologue's result, then
+    // the epilogue's.
+    let e = epilogue.map_or(0, |p| p.modes.len());
+    let read = k.max(1) + op.operands() - 1 + e;
     for i in 0..op.operands() {
         // Without a prologue operand `i` is `ins[i]`; with one, operand 0
-        // (written, then read) comes last.
+        // (written, then read) comes after the operands read.
         let at = match (prologue, i) {
             (None, _) => i,
-            (Some(_), 0) => k + op.operands() - 1,
+            (Some(_), 0) => read,
             (Some(_), _) => k + i - 1,
         };
         let _ = writeln!(text, "    %pa{i} = llvm.getelementptr %ins[{at}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr");
         let _ = writeln!(text, "    %p{i} = llvm.load %pa{i} : !llvm.ptr -> !llvm.ptr");
+    }
+    if epilogue.is_some() {
+        for j in 0..e {
+            let at = read - e + j;
+            let _ = writeln!(text, "    %ea{j} = llvm.getelementptr %ins[{at}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr");
+            let _ = writeln!(text, "    %e{j} = llvm.load %ea{j} : !llvm.ptr -> !llvm.ptr");
+        }
+        let at = read + usize::from(prologue.is_some());
+        let _ = writeln!(text, "    %za = llvm.getelementptr %ins[{at}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr");
+        let _ = writeln!(text, "    %z = llvm.load %za : !llvm.ptr -> !llvm.ptr");
     }
     let _ = writeln!(text, "    %lo = arith.index_cast %start : i64 to index");
     let _ = writeln!(text, "    %hi = arith.index_cast %end : i64 to index");
@@ -714,7 +785,7 @@ pub fn row_function_to_mlir(
         // Four rows at a time, as the kernel's `sum_rows`: four independent
         // chains (one per row, each in row order); the rest one by one below.
         let mut q = Body { text: String::new(), next: 1_000_000 };
-        q.sum_quads(len, op == RowOp::Mean);
+        q.sum_quads(len, op == RowOp::Mean, epilogue)?;
         text.push_str(&q.text);
         "%rest"
     } else {
@@ -749,6 +820,10 @@ pub fn row_function_to_mlir(
             let zero = b.cu64(0);
             b.store(&m, "%o", &zero);
         }
+    }
+    if let Some(p) = epilogue {
+        // The row's result is in L1: read back, through the program, into `%z`.
+        b.epilogue_elems(p, "%o", "%ob", op.out_len(len))?;
     }
     text.push_str(&b.text);
     let _ = writeln!(text, "    }}");
