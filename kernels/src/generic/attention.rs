@@ -329,7 +329,7 @@ fn two_pass_group<T: GemmFloat>(
     scores: &mut [T],
     pack: &mut PackBuffers,
 ) {
-    let Dims { l, s, e, ev, ref it, ref mask, scale } = *dims;
+    let Dims { s, e, ev, ref it, scale, .. } = *dims;
     let scale = T::lit(scale);
     let (qo, ko, vo) = (it.offset(0, t), it.offset(1, t), it.offset(2, t));
     for first in range.clone().step_by(block) {
@@ -337,9 +337,7 @@ fn two_pass_group<T: GemmFloat>(
         let q_rows = &x.q[qo + first * e..];
         T::gemm(table, n, s, e, q_rows, e, &x.k[ko..], e, scores, s, true, T::ZERO, pack);
         for (r, row) in (first..).zip(scores[..n * s].chunks_exact_mut(s)) {
-            let (entry, i) = (t + r / l, r % l);
-            let at = |ml: &MaskLayout| it.offset(3, entry) + i * ml.row_stride;
-            mask_row(row, 0, i, scale, mask.as_ref().map(|ml| (ml, x.mask, at(ml))), x.causal);
+            mask_group_row(dims, x, t, r, 0, scale, row);
             T::softmax_in_place(table, row);
         }
         let out_rows = &mut o[(first - range.start) * ev..(first - range.start + n) * ev];
@@ -362,7 +360,7 @@ fn key_tiled_group<T: GemmFloat>(
     scratch: &mut [T],
     pack: &mut PackBuffers,
 ) {
-    let Dims { l, s, e, ev, ref it, ref mask, scale } = *dims;
+    let Dims { l, s, e, ev, ref it, scale, .. } = *dims;
     let scale = T::lit(scale);
     let (qo, ko, vo) = (it.offset(0, t), it.offset(1, t), it.offset(2, t));
     let (tile, acc) = scratch.split_at_mut(block * KEY_TILE);
@@ -378,9 +376,7 @@ fn key_tiled_group<T: GemmFloat>(
             let tile = &mut tile[..n * w];
             T::gemm(table, n, w, e, &x.q[qo + first * e..], e, &x.k[ko + c0 * e..], e, tile, w, true, T::ZERO, pack);
             for ((r, row), st) in (first..).zip(tile.chunks_exact_mut(w)).zip(&mut state) {
-                let (entry, i) = (t + r / l, r % l);
-                let at = |ml: &MaskLayout| it.offset(3, entry) + i * ml.row_stride;
-                mask_row(row, c0, i, scale, mask.as_ref().map(|ml| (ml, x.mask, at(ml))), x.causal);
+                mask_group_row(dims, x, t, r, c0, scale, row);
                 let j = r - first;
                 st.add_tile(table, row, &mut acc[j * ev..(j + 1) * ev]);
             }
@@ -480,6 +476,15 @@ fn block_rows(rows: usize, s: usize) -> usize {
     } else {
         (SCORES_MAX / s.max(1)).max(MIN_BLOCK_ROWS).min(rows)
     }
+}
+
+/// Row `r` of the group from batch entry `t` (query `r % l` of entry
+/// `t + r / l`), its scores for keys `c0..c0 + row.len()`, scaled and
+/// masked by [`mask_row`] with that entry's mask rows.
+fn mask_group_row<T: GemmFloat>(dims: &Dims, x: &Inputs<T>, t: usize, r: usize, c0: usize, scale: T, row: &mut [T]) {
+    let (entry, i) = (t + r / dims.l, r % dims.l);
+    let at = |ml: &MaskLayout| dims.it.offset(3, entry) + i * ml.row_stride;
+    mask_row(row, c0, i, scale, dims.mask.as_ref().map(|ml| (ml, x.mask, at(ml))), x.causal);
 }
 
 /// Scores of row `i` for keys `c0..c0 + row.len()`, before the softmax:
