@@ -4,6 +4,7 @@
 pub(crate) mod avx2;
 #[cfg(kiln_avx512)]
 pub(crate) mod avx512;
+mod depthwise_kernel;
 mod gemm_kernel;
 
 use crate::quant::QuantKernels;
