@@ -100,7 +100,7 @@ export QEMU_CPU=cortex-a76
 unset KILN_TEST_XLA_CPU_PLUGIN KILN_TEST_LIBTPU KILN_PJRT_PLUGIN
 crates=(-p kiln-isa -p kiln-kernels -p kiln-runtime -p kiln-runner)
 cargo test "${crates[@]}" --target "$T"
-# The integer kernels' variants against generic on two more CPUs (~45 s):
+# The integer kernels' variants against generic on two more CPUs (~80 s):
 # cortex-a57 (Jetson Nano/TX2: no dot product, so the plain NEON int8 GEMM
 # is the table's) and qemu's `max` (dotprod with SVE and i8mm: the SVE
 # `smmla` variant, `sve_i8mm`, is the table's) at its default 512-bit
@@ -110,7 +110,7 @@ for cpu in cortex-a57 max,sve-default-vector-length=64; do
 done
 # The SVE int8 kernels read the vector length at run time: their tests
 # again at 128 and 256 bits (Neoverse V2/N2, Graviton3), and the variant
-# list at 1024 bits, where they are not offered (~15 s).
+# list at 1024 bits, where they are not offered (~15 s of CPU).
 for vl in 16 32; do
     QEMU_CPU=max,sve-default-vector-length=$vl cargo test -p kiln-kernels --target "$T" --test quant -- \
         sve_ variants_are_listed qconv_int8 results_do_not_depend
