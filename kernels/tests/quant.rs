@@ -161,6 +161,11 @@ const NS: &[usize] = &[1, 5, 16, 17, 31, 33, 47];
 const KS: &[usize] = &[1, 3, 4, 7, 64, 66, 131];
 
 fn check_int8(name: &str, act: ActQuant, f: Run, g: Run) -> Check {
+    check_int8_packed(name, act, f, g, &variants())
+}
+
+/// [`check_int8`] on weights packed for each of `packings`.
+fn check_int8_packed(name: &str, act: ActQuant, f: Run, g: Run, packings: &[QuantKernels]) -> Check {
     for (s, &k) in KS.iter().enumerate() {
         for &n in NS {
             let q = weights_i8(n, k, s as u64 + 1);
@@ -173,8 +178,8 @@ fn check_int8(name: &str, act: ActQuant, f: Run, g: Run) -> Check {
             // bytes), NEON i8mm the column pairs its kernel reads (other
             // packings give it only the lanes), which every implementation
             // must run alike.
-            for packing in variants() {
-                let packed = PackedQWeights::pack_for(&w, &packing).map_err(|e| e.to_string())?;
+            for packing in packings {
+                let packed = PackedQWeights::pack_for(&w, packing).map_err(|e| e.to_string())?;
                 for &m in MS {
                     let x = activations(m, k, (m * 31 + n) as u64);
                     for b in [None, Some(&bias[..])] {
@@ -346,14 +351,36 @@ fn variants_are_listed_and_named() {
         if !dotprod {
             println!("note: skipping neon_dotprod: this CPU has no dot-product extension");
         }
-        // Above neon_dotprod (the table's) where the CPU has the int8 matrix multiply.
+        // Above neon_dotprod where the CPU has the int8 matrix multiply.
         let i8mm = std::arch::is_aarch64_feature_detected!("i8mm");
         assert_eq!(all.iter().any(|v| v.name() == "neon_i8mm"), i8mm);
-        if i8mm {
-            assert_eq!(all.last().map(|v| v.name()), Some("neon_i8mm"));
-        } else {
+        if !i8mm {
             println!("note: skipping neon_i8mm: this CPU has no int8 matrix multiply");
         }
+        // The SVE variants where the CPU has SVE with a vector of 16, 32 or
+        // 64 bytes (qemu's `max`, `sve-default-vector-length`), sve_i8mm
+        // with i8mm too; each above the NEON ones it outdoes.
+        let vl = sve_vector_bytes();
+        let sve = matches!(vl, Some(16 | 32 | 64));
+        assert_eq!(all.iter().any(|v| v.name() == "sve_dotprod"), sve);
+        // SVE's int8 matrix multiply: HWCAP2_SVEI8MM (bit 9 of AT_HWCAP2).
+        // SAFETY: `getauxval` reads the auxiliary vector; no pointers.
+        let sve_i8mm = unsafe { libc::getauxval(libc::AT_HWCAP2) } & (1 << 9) != 0;
+        assert!(!sve_i8mm || (i8mm && std::arch::is_aarch64_feature_detected!("sve")));
+        assert_eq!(all.iter().any(|v| v.name() == "sve_i8mm"), sve && sve_i8mm);
+        match vl {
+            Some(vl) if !sve => println!("note: skipping sve_dotprod, sve_i8mm: SVE vector length {vl} bytes"),
+            Some(vl) => println!("note: SVE vector length {vl} bytes"),
+            None => println!("note: skipping sve_dotprod, sve_i8mm: this CPU has no SVE"),
+        }
+        let best = match (sve, i8mm) {
+            (true, true) if sve_i8mm => "sve_i8mm",
+            (_, true) => "neon_i8mm",
+            (true, false) => "sve_dotprod",
+            (false, false) if dotprod => "neon_dotprod",
+            (false, false) => "neon",
+        };
+        assert_eq!(all.last().map(|v| v.name()), Some(best));
     }
     // The table holds the last (best) variant of its level.
     let best = Context::new().table().entries();
@@ -361,11 +388,47 @@ fn variants_are_listed_and_named() {
     assert_eq!(qgemm, all.last().map(|v| v.parts().0));
 }
 
+/// The SVE vector length in bytes (`cntb`), where the CPU has SVE.
+#[cfg(all(feature = "isa", target_arch = "aarch64"))]
+fn sve_vector_bytes() -> Option<usize> {
+    #[target_feature(enable = "sve")]
+    unsafe fn cntb() -> usize {
+        let vl: usize;
+        std::arch::asm!("cntb {vl}", vl = out(reg) vl, options(pure, nomem, nostack, preserves_flags));
+        vl
+    }
+    // SAFETY: `cntb` runs only where SVE was detected.
+    std::arch::is_aarch64_feature_detected!("sve").then(|| unsafe { cntb() })
+}
+
 #[test]
 fn dynamic_int8_every_variant_is_bit_exact() {
     let g = with(generic_kernels(), 1);
     for v in variants().into_iter().skip(1) {
         check_int8(v.name(), ActQuant::DynamicPerRow, &with(v, 1), &g).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// The SVE variants alone (the run the CI repeats at several vector
+/// lengths): every activation quantization, on weights packed for the
+/// generic table (lanes only: the `sdot` kernel) and for the variant
+/// (sve_i8mm's pairs copy: the `smmla` kernel), against the generic
+/// kernel. Tiles of 8×32 meet rows, columns and depths off every multiple
+/// (`MS`, `NS`, `KS`: half groups of 8), −128/127 weight rows and ties.
+#[cfg(all(feature = "isa", target_arch = "aarch64"))]
+#[test]
+fn sve_int8_variants_are_bit_exact() {
+    let g = with(generic_kernels(), 1);
+    let sve: Vec<_> = variants().into_iter().filter(|v| v.name().starts_with("sve_")).collect();
+    if sve.is_empty() {
+        println!("note: no SVE variant on this CPU");
+    }
+    let acts = [ActQuant::DynamicPerRow, ActQuant::DynamicAsymmetric, STATIC_ACTS[2]];
+    for v in sve {
+        for act in acts {
+            let packings = [generic_kernels(), v];
+            check_int8_packed(v.name(), act, &with(v, 1), &g, &packings).unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 }
 

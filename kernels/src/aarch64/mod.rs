@@ -7,6 +7,7 @@ pub(crate) mod conv;
 pub(crate) mod gemm;
 pub(crate) mod math;
 pub(crate) mod quant;
+pub(crate) mod sve_quant;
 
 use crate::table::{Entry, KernelTable};
 
@@ -33,7 +34,8 @@ pub(crate) fn plug(table: &mut KernelTable) {
     table.layer_norm = Entry::new("neon_baseline", crate::generic::norm::layer_norm_rows::<f32>);
     table.depthwise = Entry::new(V, conv::depthwise_plane);
     table.depthwise_nhwc = Entry::new(V, conv::depthwise_row);
-    // The integer kernels: `sdot` where the CPU has it (detected at run time).
+    // The integer kernels: the best the CPU has (`sdot`, i8mm, SVE; detected
+    // at run time).
     if let Some(&q) = quant::variants().last() {
         table.quant = q;
     }

@@ -29,8 +29,8 @@ fn check(mr: usize, k4: usize, a: &[u8], lda: usize, b: &[u8], acc: &[i32]) {
 
 /// The driver's loops (quantizing activations, tile stores, the pair
 /// image) are the generic ones, which the baseline build already compiles
-/// to NEON; the depthwise row is this module's.
-const DRIVER: Driver =
+/// to NEON; the depthwise row is this module's (the SVE entries share it).
+pub(crate) const DRIVER: Driver =
     Driver { depthwise: DepthwiseFns { variant: "neon", pairs: pair_row, row: depthwise }, ..GENERIC_DRIVER };
 
 const NEON_MR: usize = 2;
@@ -506,10 +506,14 @@ unsafe fn depthwise_block<const P: usize>(
     }
 }
 
-/// The NEON variants, lowest first: plain NEON, then `sdot` when the CPU
-/// has the dot-product extension, then `smmla` when it has the int8
-/// matrix multiply (FEAT_I8MM; Linux reports it as HWCAP2_I8MM, which
-/// `is_aarch64_feature_detected!("i8mm")` reads).
+/// The NEON and SVE variants, lowest first: plain NEON, then `sdot` when
+/// the CPU has the dot-product extension, SVE `sdot` where it has SVE (with
+/// a vector length the SVE kernels take, `sve_quant::supported`), NEON
+/// `smmla` when it has the int8 matrix multiply (FEAT_I8MM; Linux reports
+/// it as HWCAP2_I8MM, which `is_aarch64_feature_detected!("i8mm")` reads),
+/// then SVE `smmla` where it has SVE's int8 matrix multiply too
+/// (`sve_quant::has_sve_i8mm`). The SVE entries keep NEON's
+/// weight-only kernel and quantizer.
 pub(crate) fn variants() -> Vec<QuantKernels> {
     let neon = QuantKernels {
         name: "neon",
@@ -521,8 +525,15 @@ pub(crate) fn variants() -> Vec<QuantKernels> {
     if std::arch::is_aarch64_feature_detected!("dotprod") {
         all.push(QuantKernels { name: "neon_dotprod", int8: INT8_SDOT, ..neon });
     }
+    let sve = super::sve_quant::supported();
+    if sve {
+        all.push(QuantKernels { name: "sve_dotprod", int8: super::sve_quant::INT8_SDOT, ..neon });
+    }
     if std::arch::is_aarch64_feature_detected!("i8mm") {
         all.push(QuantKernels { name: "neon_i8mm", int8: INT8_I8MM, ..neon });
+        if sve && super::sve_quant::has_sve_i8mm() {
+            all.push(QuantKernels { name: "sve_i8mm", int8: super::sve_quant::INT8_I8MM, ..neon });
+        }
     }
     all
 }

@@ -185,8 +185,8 @@ impl QWeights<'_> {
 /// A quantized weight in the layout the kernels read, built once (at
 /// program load) from [`QWeights`]: 16-column strips of 4-byte lanes
 /// (`pack.rs` describes the layout), 64-byte aligned, and for the plain
-/// AVX2 table an i16 copy of an int8 weight, for the NEON i8mm table a
-/// column-pairs copy.
+/// AVX2 table an i16 copy of an int8 weight, for the NEON and SVE i8mm
+/// tables a column-pairs copy.
 #[derive(Clone)]
 pub struct PackedQWeights {
     n: usize,
@@ -213,7 +213,8 @@ impl PackedQWeights {
     /// an int8 weight the W8A8 kernels can run (symmetric, per channel)
     /// when `kernels`' int8 entry has a kernel for a second copy, that
     /// copy (`pack.rs`): widened to i16 for plain AVX2 (read for GEMMs of
-    /// several rows), in column pairs for AArch64 i8mm. Every variant runs
+    /// several rows), in column pairs for AArch64 i8mm (NEON or SVE, the
+    /// same copy at any vector length). Every variant runs
     /// any packing, with the same results.
     pub fn pack_for(w: &QWeights<'_>, kernels: &QuantKernels) -> Result<PackedQWeights> {
         let mut layout = pack::Layout::pack(w)?;

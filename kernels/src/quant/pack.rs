@@ -29,7 +29,8 @@
 //!   AVX2): the same bytes in the same order, each sign-extended to a
 //!   little-endian i16, so a lane step is 128 bytes and a strip twice as
 //!   long (the weight's memory triples);
-//! - *pairs*, for the 2×8 · 8×2 matrix multiply (`smmla`, AArch64 i8mm):
+//! - *pairs*, for the 2×8 · 8×2 matrix multiply (`smmla`, AArch64 i8mm,
+//!   NEON or SVE — an SVE vector loads `VL / 16` consecutive pairs):
 //!   K cut into groups of [`PAIR_GROUP`] = 8 (zero-padded to a whole
 //!   group), and a group of a strip holds its 8 column pairs, 16 bytes
 //!   each — the first column's 8 values, then the second's (one `smmla`

@@ -34,7 +34,8 @@ impl std::fmt::Debug for QuantKernels {
 
 impl QuantKernels {
     /// The variant's name (`generic`, `avx2`, `avx_vnni`, `avx512bw`,
-    /// `avx512_vnni`, `neon`, `neon_dotprod`, `neon_i8mm`).
+    /// `avx512_vnni`, `neon`, `neon_dotprod`, `sve_dotprod`, `neon_i8mm`,
+    /// `sve_i8mm`).
     pub fn name(&self) -> &'static str {
         self.name
     }
