@@ -186,8 +186,9 @@ impl QWeights<'_> {
 /// program load) from [`QWeights`]: 16-column strips of 4-byte lanes
 /// (`pack.rs` describes the layout), 64-byte aligned, and for the plain
 /// AVX2 table an i16 copy of an int8 weight, for the NEON and SVE i8mm
-/// tables a column-pairs copy.
-#[derive(Clone)]
+/// tables a column-pairs copy. Equal when their bytes are (tests skip
+/// packings that repeat another).
+#[derive(Clone, PartialEq)]
 pub struct PackedQWeights {
     n: usize,
     k: usize,

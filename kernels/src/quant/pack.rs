@@ -56,11 +56,11 @@ pub(crate) const LANE_I4: usize = 8;
 /// 64 bytes, the unit the packed weights are allocated in so strips start
 /// on cache-line boundaries.
 #[repr(C, align(64))]
-#[derive(Copy, Clone, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Copy, Clone, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 pub(crate) struct Line(pub(crate) [u8; 64]);
 
 /// The packed form of one weight (see the module doc).
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub(crate) struct Layout {
     /// K padded to a whole lane step.
     pub(crate) kp: usize,
@@ -89,7 +89,7 @@ pub(crate) enum CopyKind {
 }
 
 /// A second copy of an int8 weight's strips.
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub(crate) struct WeightCopy {
     pub(crate) kind: CopyKind,
     pub(crate) lines: Vec<Line>,
