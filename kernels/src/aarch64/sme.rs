@@ -103,6 +103,8 @@ pub(crate) fn ukr() -> GemmUkr {
 
 /// One 2L×2L tile from packed strips of 2L rows / columns per k.
 fn microkernel<const L: usize>(kc: usize, astrip: &[f32], bstrip: &[f32], tile: &mut Tile<'_>) {
+    // The scratch tile below holds at most MAX_TILE² elements.
+    const { assert!(L <= MAX_LANES) };
     let side = 2 * L;
     let kc = kc.min(astrip.len() / side).min(bstrip.len() / side);
     let (svl, za_free) = streaming_state();
@@ -138,6 +140,7 @@ fn microkernel<const L: usize>(kc: usize, astrip: &[f32], bstrip: &[f32], tile: 
 /// multiply-add chain (`mul_add` is `fmadd`) in k order from +0, then the
 /// portable store step. For the calls that may not use ZA.
 fn fused_tile<const L: usize>(kc: usize, astrip: &[f32], bstrip: &[f32], tile: &mut Tile<'_>) {
+    const { assert!(L <= MAX_LANES) };
     let side = 2 * L;
     let mut acc = [0f32; MAX_TILE * MAX_TILE];
     for (a, b) in astrip.chunks_exact(side).zip(bstrip.chunks_exact(side)).take(kc) {
