@@ -3,7 +3,9 @@
 # kiln-runner for aarch64-unknown-linux-gnu and runs their tests under
 # qemu-user (the NEON kernel table against the generic one, every kernel test
 # on the NEON table, the integer kernels' tests again on a CPU without the
-# dot product and on qemu's `max`, the SVE ones at three vector lengths, the runtime's loader/session/state tests), runs clippy
+# dot product and on qemu's `max`, the SVE ones at three vector lengths,
+# the SME GEMM against NEON's at four streaming vector lengths, the
+# runtime's loader/session/state tests), runs clippy
 # -D warnings for that target, and builds the runtime-only runner `kiln-run`
 # twice: linked with the cross gcc (glibc 2.34+, JetPack 6) and with zig for
 # glibc 2.17 (every Jetson still in the field), checking the symbol versions
@@ -116,6 +118,17 @@ for vl in 16 32; do
         sve_ variants_are_listed qconv_int8 results_do_not_depend
 done
 QEMU_CPU=max,sve-default-vector-length=128 cargo test -p kiln-kernels --target "$T" --test quant -- variants_are_listed
+# The SME table (qemu's `max` has SME, not SME2) at streaming vector lengths
+# of 128, 256, 512 and 1024 bits (8×8, 16×16, 32×32 and a predicated 32×32
+# tile): its GEMM bit for bit against NEON's (`sme::`), within tolerance of
+# generic's (`gemm_f32`), the driver's own GEMM tests on every table
+# (`generic::gemm::`: epilogues, narrow tiles, edge values), its detection
+# and its table's entries. The run above on cortex-a76 checks that no SME
+# table is listed there.
+for svl in 16 32 64 128; do
+    QEMU_CPU=max,sme-default-vector-length=$svl cargo test -p kiln-kernels --target "$T" --lib --test variants -- \
+        sme:: gemm_f32 generic::gemm:: detection_picks_the_best_supported_table plugged_tables_override_every_entry
+done
 cargo clippy "${crates[@]}" --all-targets --target "$T" -- -D warnings
 
 # The runtime-only runner, linked with the cross gcc.

@@ -45,11 +45,15 @@ pub enum Isa {
     /// Armv8 NEON, baseline on aarch64: the level every aarch64 build
     /// detects (tested under qemu in CI).
     Aarch64Neon,
+    /// The NEON table with an SME f32 GEMM microkernel (`fmopa` outer
+    /// products into ZA, in streaming mode), on CPUs with FEAT_SME (Linux's
+    /// `HWCAP2_SME`): bit for bit the NEON table's results.
+    Aarch64Sme,
 }
 
 impl Isa {
     /// Every level, lowest first.
-    pub const ALL: [Isa; 4] = [Isa::Generic, Isa::X86_64V3, Isa::X86_64V4, Isa::Aarch64Neon];
+    pub const ALL: [Isa; 5] = [Isa::Generic, Isa::X86_64V3, Isa::X86_64V4, Isa::Aarch64Neon, Isa::Aarch64Sme];
 
     /// The best level this CPU and this build support, detected once per
     /// process.
@@ -65,7 +69,8 @@ impl Isa {
             Isa::Generic => true,
             Isa::X86_64V3 => matches!(best, Isa::X86_64V3 | Isa::X86_64V4),
             Isa::X86_64V4 => best == Isa::X86_64V4,
-            Isa::Aarch64Neon => best == Isa::Aarch64Neon,
+            Isa::Aarch64Neon => matches!(best, Isa::Aarch64Neon | Isa::Aarch64Sme),
+            Isa::Aarch64Sme => best == Isa::Aarch64Sme,
         }
     }
 
@@ -75,6 +80,7 @@ impl Isa {
             Isa::X86_64V3 => "x86-64-v3",
             Isa::X86_64V4 => "x86-64-v4",
             Isa::Aarch64Neon => "aarch64-neon",
+            Isa::Aarch64Sme => "aarch64-sme",
         }
     }
 
@@ -84,6 +90,7 @@ impl Isa {
             Isa::X86_64V3 => 1,
             Isa::X86_64V4 => 2,
             Isa::Aarch64Neon => 3,
+            Isa::Aarch64Sme => 4,
         }
     }
 }
@@ -112,7 +119,11 @@ fn detect_uncached() -> Isa {
 #[cfg(kiln_neon)]
 fn detect_uncached() -> Isa {
     // NEON is part of the aarch64 base ISA: no run-time check needed.
-    Isa::Aarch64Neon
+    if crate::aarch64::sme::detected() {
+        Isa::Aarch64Sme
+    } else {
+        Isa::Aarch64Neon
+    }
 }
 
 #[cfg(not(any(kiln_x86_64, kiln_neon)))]
@@ -339,7 +350,7 @@ impl fmt::Debug for KernelTable {
 /// The table of `isa`, built on first use: generic entries, then the
 /// plug-ins of that level. Only called for supported levels.
 fn built(isa: Isa) -> &'static KernelTable {
-    static TABLES: [OnceLock<KernelTable>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static TABLES: [OnceLock<KernelTable>; Isa::ALL.len()] = [const { OnceLock::new() }; Isa::ALL.len()];
     TABLES[isa.index()].get_or_init(|| {
         let mut table = crate::generic::table();
         table.isa = isa;
@@ -347,8 +358,11 @@ fn built(isa: Isa) -> &'static KernelTable {
             Isa::Generic => {}
             #[cfg(kiln_neon)]
             Isa::Aarch64Neon => crate::aarch64::plug(&mut table),
+            // The NEON table with the SME GEMM (see `aarch64::plug_sme`).
+            #[cfg(kiln_neon)]
+            Isa::Aarch64Sme => crate::aarch64::plug_sme(&mut table),
             #[cfg(not(kiln_neon))]
-            Isa::Aarch64Neon => {}
+            Isa::Aarch64Neon | Isa::Aarch64Sme => {}
             // v4 = the v3 entries, then its own (see `x86_64::plug`).
             #[cfg(kiln_x86_64)]
             Isa::X86_64V3 | Isa::X86_64V4 => crate::x86_64::plug(&mut table),

@@ -802,11 +802,18 @@ fn detection_picks_the_best_supported_table() {
     }
     #[cfg(all(feature = "isa", target_arch = "aarch64"))]
     {
-        // NEON is baseline: every aarch64 build runs the NEON table.
-        assert_eq!(isa, Isa::Aarch64Neon);
+        // NEON is baseline: every aarch64 build runs the NEON table, and
+        // the SME one (NEON's with the SME GEMM) is the best where the
+        // kernel reports SME.
+        let sme = sme::reported();
+        assert_eq!(isa, if sme { Isa::Aarch64Sme } else { Isa::Aarch64Neon });
+        assert!(Isa::Aarch64Neon.is_supported());
+        assert_eq!(Isa::Aarch64Sme.is_supported(), sme);
         assert!(!Isa::X86_64V3.is_supported() && !Isa::X86_64V4.is_supported());
         assert_eq!(KernelTable::for_isa(Isa::Aarch64Neon).unwrap().gemm_tile(), (8, 12));
     }
+    #[cfg(not(all(feature = "isa", target_arch = "aarch64")))]
+    assert!(!Isa::Aarch64Neon.is_supported() && !Isa::Aarch64Sme.is_supported());
     assert_eq!(generic().gemm_tile(), (4, 8));
     println!("detected {isa}: {:?}", kiln_kernels::best());
 }
@@ -1019,5 +1026,319 @@ fn kernels_route_through_the_context_table() {
         let got = run(&mut cx, &|cx, o| linear(xb.r(), wb.r(), Some(bb.r()), o.w(), cx).unwrap());
         let g = run(&mut gx, &|cx, o| linear(xb.r(), wb.r(), Some(bb.r()), o.w(), cx).unwrap());
         assert_close(&to64(&got), &to64(&g), 1e-5, 1e-5, &format!("{} linear vs generic", t.isa()));
+    }
+}
+
+/// The SME table (`Isa::Aarch64Sme`: the NEON table with the SME `fmopa`
+/// GEMM): listed exactly where Linux reports SME, with the tile its
+/// streaming vector length gives, and its GEMM bit for bit the NEON
+/// kernel's on every combine and epilogue, thread count and shape (edge
+/// tiles, K = 1, several K slices). The aarch64 CI runs these under qemu's
+/// `max` CPU at streaming vector lengths of 128, 256, 512 and 1024 bits.
+mod sme {
+    use super::*;
+    use common::{f32s, rand_f32, Buf};
+    use kiln_kernels::{Activation, ConvParams, DType, LinearEpilogue, PackedB, PackedConv, TensorEpilogue};
+
+    /// Whether Linux reports SME with the single-precision FMOPA
+    /// (HWCAP2_SME, HWCAP2_SME_F32F32), read here independently of the
+    /// crate's own detection.
+    pub fn reported() -> bool {
+        #[cfg(all(feature = "isa", target_arch = "aarch64", target_os = "linux"))]
+        {
+            extern "C" {
+                fn getauxval(t: std::os::raw::c_ulong) -> std::os::raw::c_ulong;
+            }
+            // SAFETY: getauxval has no preconditions; 26 is AT_HWCAP2.
+            let caps = unsafe { getauxval(26) } as u64;
+            caps & (1 << 23) != 0 && caps & (1 << 29) != 0
+        }
+        #[cfg(not(all(feature = "isa", target_arch = "aarch64", target_os = "linux")))]
+        {
+            false
+        }
+    }
+
+    /// The streaming vector length in bytes; only where SME is reported.
+    #[cfg(target_arch = "aarch64")]
+    fn svl_bytes() -> usize {
+        let svl: usize;
+        // SAFETY: RDSVL exists on every SME CPU, outside streaming mode too.
+        unsafe { std::arch::asm!(".arch_extension sme", "rdsvl {x}, #1", x = out(reg) svl, options(nomem, nostack)) };
+        svl
+    }
+
+    #[cfg(not(target_arch = "aarch64"))]
+    fn svl_bytes() -> usize {
+        unreachable!("SME is only reported on aarch64")
+    }
+
+    /// The SME and NEON tables, or None (noted) where SME is not reported.
+    fn tables() -> Option<(&'static KernelTable, &'static KernelTable)> {
+        let pair = KernelTable::for_isa(Isa::Aarch64Sme).zip(KernelTable::for_isa(Isa::Aarch64Neon));
+        if pair.is_none() {
+            println!("note: skipping the SME GEMM checks: this CPU or build has no SME");
+        }
+        pair
+    }
+
+    /// The first element where `got` and `want` differ in bits (two NaNs
+    /// are the same: ZA's outer products give the default NaN where NEON
+    /// propagates an input NaN's payload).
+    fn first_difference(got: &[f32], want: &[f32]) -> Option<usize> {
+        assert_eq!(got.len(), want.len());
+        (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits() && !(got[i].is_nan() && want[i].is_nan()))
+    }
+
+    fn assert_same(what: &str, got: &[f32], want: &[f32]) {
+        if let Some(i) = first_difference(got, want) {
+            panic!(
+                "{what}: [{i}] SME {:e} ({:#x}) vs NEON {:e} ({:#x})",
+                got[i],
+                got[i].to_bits(),
+                want[i],
+                want[i].to_bits()
+            );
+        }
+    }
+
+    #[test]
+    fn sme_table_is_listed_where_sme_is_reported() {
+        let listed = KernelTable::for_isa(Isa::Aarch64Sme);
+        assert_eq!(listed.is_some(), reported(), "SME table listed: {}", listed.is_some());
+        assert_eq!(Isa::Aarch64Sme.name(), "aarch64-sme");
+        let Some((sme, neon)) = tables() else { return };
+        assert_eq!(Isa::detect(), Isa::Aarch64Sme);
+        let svl = svl_bytes();
+        let side = 2 * (svl / 4).min(16);
+        println!("streaming vector length {} bits: SME tile {side}x{side}", svl * 8);
+        assert_eq!(sme.gemm_tile(), (side, side));
+        let (entries, neon_entries) = (sme.entries(), neon.entries());
+        assert_eq!(entries[0].0, "gemm_f32");
+        assert_eq!(entries[0].1, format!("sme_fmopa_{side}x{side}"));
+        assert_eq!(entries[1..], neon_entries[1..], "the rest of the SME table is NEON's");
+        assert!(format!("{sme:?}").contains("aarch64-sme"));
+    }
+
+    /// `gemm_f32` on `table` at `threads` threads, C's padding a sentinel
+    /// and C NaN where beta is 0 (it must not be read).
+    fn gemm_on(table: &'static KernelTable, threads: usize, case: &GemmCase, a: &[f32], b: &[f32]) -> Vec<f32> {
+        let GemmCase { m, n, k, tb, beta, pad } = *case;
+        let ldc = n + pad;
+        let mut r = common::rng(7);
+        let mut c: Vec<f32> = (0..m * ldc)
+            .map(|i| {
+                if i % ldc >= n {
+                    12345.0
+                } else if beta == 0.0 {
+                    f32::NAN
+                } else {
+                    r.gen_range(-1.0..1.0)
+                }
+            })
+            .collect();
+        let mut cx = Context::with_table(table).with_threads(threads);
+        let ldb = if tb { k } else { n } + pad;
+        kiln_kernels::gemm_f32(m, n, k, a, k + pad, b, ldb, &mut c, ldc, tb, beta, &mut cx).unwrap();
+        c
+    }
+
+    /// Shapes around the SME tile (`side`): edge rows and columns on both
+    /// sides of one and two tiles, K = 1, K inside one slice, and K past
+    /// one and two 512-deep slices (the later slices accumulate).
+    fn shapes(side: usize) -> Vec<(usize, usize, usize)> {
+        let dims = [1, side - 1, side + 1, 2 * side + 3];
+        let mut shapes = Vec::new();
+        for (i, &m) in dims.iter().enumerate() {
+            for (j, &n) in dims.iter().enumerate() {
+                shapes.push((m, n, [1, 7, 33, 513][(i + j) % 4]));
+            }
+        }
+        shapes.extend([(side, side, 1), (side, 2 * side, 600), (2 * side, side, 17), (3, 70, 1030), (9, 1030, 3)]);
+        shapes
+    }
+
+    #[test]
+    fn sme_gemm_is_neon_bit_for_bit() {
+        let Some((sme, neon)) = tables() else { return };
+        let side = sme.gemm_tile().0;
+        for (m, n, k) in shapes(side) {
+            let mut r = common::rng((m * 1009 + n * 31 + k) as u64);
+            for tb in [false, true] {
+                let pad = (m + n) % 2 * 3;
+                let a = rand_f32(&mut r, m * (k + pad));
+                let b = rand_f32(&mut r, (if tb { n } else { k }) * (if tb { k } else { n } + pad));
+                // beta 0, 1 and 0.5: the overwrite, accumulate and scale combines.
+                for beta in [0.0f32, 1.0, 0.5] {
+                    let case = GemmCase { m, n, k, tb, beta, pad };
+                    let want = gemm_on(neon, 1, &case, &a, &b);
+                    assert_same(&format!("{case:?}"), &gemm_on(sme, 1, &case, &a, &b), &want);
+                }
+            }
+        }
+        // Big enough for the pool: 2 and 3 threads split the tiles.
+        for (m, n, k) in [(130, 100, 600), (2 * side + 5, 1030, 40)] {
+            let mut r = common::rng(5);
+            let (a, b) = (rand_f32(&mut r, m * k), rand_f32(&mut r, k * n));
+            let case = GemmCase { m, n, k, tb: false, beta: 0.0, pad: 0 };
+            let want = gemm_on(neon, 1, &case, &a, &b);
+            for threads in [1, 2, 3] {
+                assert_same(&format!("{case:?} at {threads} threads"), &gemm_on(sme, threads, &case, &a, &b), &want);
+            }
+        }
+    }
+
+    /// NaN, infinities, subnormal products, signed zeros and huge values
+    /// that cancel: every non-NaN element is NEON's, NaN where NEON's is.
+    #[test]
+    fn sme_gemm_special_values_are_neon_bits() {
+        let Some((sme, neon)) = tables() else { return };
+        let side = sme.gemm_tile().0;
+        let specials = [f32::NAN, -f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-20, -3e-21, 3e38, -3e38];
+        let (m, n, k) = (side + 1, side + 3, 9);
+        let mut r = common::rng(11);
+        let mut a = rand_f32(&mut r, m * k);
+        let mut b = rand_f32(&mut r, k * n);
+        for (i, &v) in specials.iter().enumerate() {
+            a[(i * 7) % (m * k)] = v;
+            b[(i * 13 + 5) % (k * n)] = v;
+        }
+        // A row and a column of zeros times signed zeros: -0 products into +0 sums.
+        a[..k].iter_mut().enumerate().for_each(|(p, v)| *v = if p % 2 == 0 { -0.0 } else { 0.0 });
+        for beta in [0.0f32, 1.0] {
+            let case = GemmCase { m, n, k, tb: false, beta, pad: 0 };
+            assert_same(
+                &format!("specials {case:?}"),
+                &gemm_on(sme, 1, &case, &a, &b),
+                &gemm_on(neon, 1, &case, &a, &b),
+            );
+        }
+    }
+
+    /// The epilogues a linear layer fuses (scale, per-column bias, every
+    /// activation, a residual before or after it), on a B packed for each
+    /// table and on one packed during the call, at 1 and 3 threads.
+    #[test]
+    fn sme_fused_linear_is_neon_bit_for_bit() {
+        let Some((sme, neon)) = tables() else { return };
+        let side = sme.gemm_tile().0;
+        let acts = [
+            None,
+            Some(Activation::Relu),
+            Some(Activation::Clamp { min: Some(-0.25), max: Some(0.5) }),
+            Some(Activation::Gelu),
+            Some(Activation::GeluTanh),
+            Some(Activation::GeluTanhChain),
+            Some(Activation::Silu),
+            Some(Activation::Sigmoid),
+            Some(Activation::MulSigmoid),
+            Some(Activation::Hardswish),
+        ];
+        let mut r = common::rng(13);
+        for (m, n, kk) in [(side + 3, 2 * side + 5, 37), (1, 70, 600), (2 * side, side, 5)] {
+            let x = rand_f32(&mut r, m * kk);
+            let w = rand_f32(&mut r, n * kk);
+            let bias = rand_f32(&mut r, n);
+            let residual = rand_f32(&mut r, m * n);
+            let xs = f32s(&[m, kk], &x);
+            let ws = f32s(&[n, kk], &w);
+            for act in acts {
+                for (scale, residual_first, with_residual) in
+                    [(1.0, false, false), (0.5, false, true), (1.0, true, true)]
+                {
+                    let e = LinearEpilogue {
+                        scale,
+                        bias: Some(&bias),
+                        activation: act,
+                        residual: with_residual.then_some(&residual[..]),
+                        residual_first,
+                    };
+                    let run = |table: &'static KernelTable, threads: usize, packed: bool| {
+                        let mut cx = Context::with_table(table).with_threads(threads);
+                        let mut out = Buf::zeros(DType::F32, &[m, n]);
+                        if packed {
+                            let pw = PackedB::new(table, kk, n, &w, kk, true).unwrap();
+                            kiln_kernels::linear_fused(xs.r(), &pw, &e, out.w(), &mut cx).unwrap();
+                        } else {
+                            kiln_kernels::linear_fused_unpacked(xs.r(), ws.r(), &e, out.w(), &mut cx).unwrap();
+                        }
+                        out.get::<f32>()
+                    };
+                    let want = run(neon, 1, true);
+                    for (threads, packed) in [(1, true), (3, true), (1, false)] {
+                        let ctx = format!("linear {m}x{n}x{kk} {act:?} scale {scale} residual {with_residual} first {residual_first} at {threads} threads, packed {packed}");
+                        assert_same(&ctx, &run(sme, threads, packed), &want);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A convolution's GEMM: the weight as A (packed once, or per call),
+    /// the per-row (output channel) bias, a ReLU and a residual; implicit
+    /// im2col and the pointwise path.
+    #[test]
+    fn sme_conv_is_neon_bit_for_bit() {
+        let Some((sme, neon)) = tables() else { return };
+        let side = sme.gemm_tile().0;
+        let mut r = common::rng(17);
+        let cout = 2 * side + 1;
+        for (ks, pad) in [(3usize, 1usize), (1, 0)] {
+            let xs = [1usize, 5, 11, 13];
+            let ws = [cout, 5, ks, ks];
+            let os = [1, cout, 11, 13];
+            let x = f32s(&xs, &rand_f32(&mut r, xs.iter().product()));
+            let w = f32s(&ws, &rand_f32(&mut r, ws.iter().product()));
+            let b = f32s(&[cout], &rand_f32(&mut r, cout));
+            let res = f32s(&os, &rand_f32(&mut r, os.iter().product()));
+            let p = ConvParams { stride: &[1, 1], padding: &[pad, pad], dilation: &[1, 1], groups: 1 };
+            let e =
+                TensorEpilogue { activation: Some(Activation::Relu), residual: Some(res.r()), residual_first: true };
+            let run = |table: &'static KernelTable, threads: usize, packed: bool| {
+                let mut cx = Context::with_table(table).with_threads(threads);
+                let pw = packed.then(|| PackedConv::new(table, w.r(), 1).unwrap());
+                let mut out = Buf::zeros(DType::F32, &os);
+                kiln_kernels::conv_fused(x.r(), w.r(), pw.as_ref(), Some(b.r()), &e, &p, out.w(), &mut cx).unwrap();
+                out.get::<f32>()
+            };
+            let want = run(neon, 1, false);
+            for (threads, packed) in [(1, false), (1, true), (2, true)] {
+                assert_same(
+                    &format!("conv {ks}x{ks} at {threads} threads, packed {packed}"),
+                    &run(sme, threads, packed),
+                    &want,
+                );
+            }
+        }
+    }
+
+    /// While the caller's ZA is dormant (a lazy save pending: TPIDR2_EL0
+    /// set), the kernel must not touch ZA: it computes the tile in Rust
+    /// with the same fused chains, bit for bit. The test points TPIDR2_EL0
+    /// at an empty save block (no slices) on its own thread, runs a GEMM
+    /// there, and clears it again.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn sme_gemm_leaves_a_dormant_za_alone() {
+        let Some((sme, neon)) = tables() else { return };
+        let side = sme.gemm_tile().0;
+        let block = [0u64; 2];
+        let set_tpidr2 = |v: usize| {
+            // SAFETY: TPIDR2_EL0 is the thread's own register; the block it
+            // points to holds no save buffer and no slices.
+            unsafe { std::arch::asm!(".arch_extension sme", "msr tpidr2_el0, {v}", v = in(reg) v, options(nostack)) }
+        };
+        let mut r = common::rng(19);
+        for (m, n, k) in [(side + 1, 2 * side + 3, 7), (side, side, 513)] {
+            let (a, b) = (rand_f32(&mut r, m * k), rand_f32(&mut r, k * n));
+            for beta in [0.0f32, 1.0] {
+                let case = GemmCase { m, n, k, tb: false, beta, pad: 0 };
+                let want = gemm_on(neon, 1, &case, &a, &b);
+                set_tpidr2(block.as_ptr() as usize);
+                let got = gemm_on(sme, 1, &case, &a, &b);
+                set_tpidr2(0);
+                assert_same(&format!("{case:?} with ZA dormant"), &got, &want);
+            }
+        }
     }
 }

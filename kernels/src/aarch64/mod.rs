@@ -1,12 +1,14 @@
-//! aarch64 kernel variants (Armv8 NEON). NEON is part of the aarch64 base
-//! ISA (every aarch64 Rust target enables it), so these need no run-time
-//! detection: [`plug`] installs them whenever the table is the NEON one.
+//! aarch64 kernel variants (Armv8 NEON, and an SME GEMM). NEON is part of
+//! the aarch64 base ISA (every aarch64 Rust target enables it), so these need
+//! no run-time detection: [`plug`] installs them whenever the table is the
+//! NEON one. [`plug_sme`] adds the SME GEMM ([`sme`]) on CPUs that have SME.
 
 pub(crate) mod binary;
 pub(crate) mod conv;
 pub(crate) mod gemm;
 pub(crate) mod math;
 pub(crate) mod quant;
+pub(crate) mod sme;
 pub(crate) mod sve_quant;
 
 use crate::table::{Entry, KernelTable};
@@ -39,4 +41,11 @@ pub(crate) fn plug(table: &mut KernelTable) {
     if let Some(&q) = quant::variants().last() {
         table.quant = q;
     }
+}
+
+/// The NEON table with the SME f32 GEMM microkernel, whose tile follows the
+/// streaming vector length: only called on CPUs with SME (`Isa::Aarch64Sme`).
+pub(crate) fn plug_sme(table: &mut KernelTable) {
+    plug(table);
+    table.gemm = sme::ukr();
 }

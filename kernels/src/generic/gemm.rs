@@ -452,6 +452,16 @@ impl<'a> Tile<'a> {
         part
     }
 
+    /// The tile's first element, for a kernel that stores whole rows of a
+    /// full tile from registers it cannot hand to Rust code (the SME kernel
+    /// stores ZA rows in streaming mode): element (i, j) is at `i*ldc + j`
+    /// from it, valid for reads and writes for i < rows, j < cols (the
+    /// contract of [`Tile::new`]).
+    #[cfg_attr(not(kiln_neon), allow(dead_code))]
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut f32 {
+        self.c
+    }
+
     /// Row `i` of the tile: its `cols` elements of C.
     pub(crate) fn row(&mut self, i: usize) -> &mut [f32] {
         assert!(i < self.rows, "tile row {i} of {}", self.rows);
@@ -1921,7 +1931,21 @@ mod tests {
             let ones = [1f32; 7];
             let a = ASource::Strided { a: &ones, lda: 1 };
             run_gemm(table, m, n, 1, a, BSource::Packed(&packed), &mut c, n, 0.0, epilogue, &mut pack);
-            let sums: Vec<f32> = x.iter().map(|&v| if v == 0.0 { 0.0 } else { v }).collect();
+            // ZA's outer products (the SME table's GEMM) give the default
+            // NaN for a NaN input, where the other kernels keep its sign.
+            let za = table.isa() == Isa::Aarch64Sme;
+            let sums: Vec<f32> = x
+                .iter()
+                .map(|&v| {
+                    if v == 0.0 {
+                        0.0
+                    } else if v.is_nan() && za {
+                        f32::NAN
+                    } else {
+                        v
+                    }
+                })
+                .collect();
             let want = bits(&unfused(table, &sums));
             for (i, row) in c.chunks(n).enumerate() {
                 assert_eq!(bits(row), want, "{isa}: row {i} of the GEMM's store step");
