@@ -50,7 +50,7 @@ fn numbered(prefix: &str) -> Vec<Tensor> {
 /// The elements (2-byte halves or 4-byte floats) where `a` and `b` differ
 /// in bits, but for NaN against NaN: torch's NaN signs and payloads
 /// (which NaN operand an add returns, the sign of `-x`) are its compiler's.
-fn differing(a: &Tensor, b: &Tensor) -> Vec<usize> {
+pub fn differing(a: &Tensor, b: &Tensor) -> Vec<usize> {
     let size = a.dtype.size_bytes();
     let is_nan = |e: &[u8]| match a.dtype {
         DType::F16 => u16::from_le_bytes([e[0], e[1]]) & 0x7FFF > 0x7C00,
