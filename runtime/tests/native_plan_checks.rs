@@ -95,7 +95,7 @@ fn inconsistent_native_kernels_are_refused_at_load() {
     let ew = NativeFunction { shape: FunctionShape::Elementwise, ..row_function(3, 3) };
     let f16 = NativeFunction { input_dtypes: vec![DType::F16], ..row_function(3, 3) };
     let bool_row = NativeFunction { input_dtypes: vec![DType::Bool], ..row_function(3, 3) };
-    let f16_elementwise = NativeFunction { input_dtypes: vec![DType::F16], ..ew.clone() };
+    let f64_elementwise = NativeFunction { input_dtypes: vec![DType::F64], ..ew.clone() };
     let bool_elementwise = NativeFunction { input_dtypes: vec![DType::Bool], ..ew.clone() };
     let neg = InstrOp::Native { function: 0, program: vec![FusedOp::Unary { op: UnaryOp::Neg, x: 0 }] };
     let cases: Vec<(Plan, NativeSection, &str)> = vec![
@@ -155,11 +155,11 @@ fn inconsistent_native_kernels_are_refused_at_load() {
             section(vec![row_function(3, 3)]),
             "cannot stand for",
         ),
-        // Code reads f32, bool, i32 and i64 (a row function's kernel
-        // operands f32): another dtype is refused.
+        // Code reads f32, bool, i32, i64, f16 and bf16 (a row function's
+        // kernel operands f32): another dtype is refused.
         (plan(native_softmax(), false), section(vec![f16]), "native code takes"),
         (plan(native_softmax(), false), section(vec![bool_row]), "native code takes"),
-        (plan(neg.clone(), false), section(vec![f16_elementwise]), "native code takes"),
+        (plan(neg.clone(), false), section(vec![f64_elementwise]), "native code takes"),
         // A bool function called on f32 tensors.
         (plan(neg, false), section(vec![bool_elementwise]), "tensor dtypes differ"),
     ];
@@ -400,8 +400,8 @@ fn a_native_kernel_with_an_epilogue_runs_its_fallback_and_is_checked() {
         let e = load(&p, Some(&section(vec![f]))).map(|_| ()).unwrap_err().to_string();
         assert!(e.contains(want), "{:?}: {e} (wanted `{want}`)", p.instrs[0]);
     }
-    // A function whose epilogue operands are not f32, bool, i32 or i64.
-    let f16 = NativeFunction { input_dtypes: vec![DType::F32, DType::F16], ..epilogue_function(Some(1)) };
-    let e = load(&p, Some(&section(vec![f16]))).map(|_| ()).unwrap_err().to_string();
+    // A function whose epilogue operands are not f32, bool, i32, i64, f16 or bf16.
+    let f64_epilogue = NativeFunction { input_dtypes: vec![DType::F32, DType::F64], ..epilogue_function(Some(1)) };
+    let e = load(&p, Some(&section(vec![f64_epilogue]))).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("native code takes"), "{e}");
 }

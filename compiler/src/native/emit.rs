@@ -31,14 +31,17 @@ use std::fmt::Write;
 pub struct Unsupported(pub String);
 
 /// The register types this lowering handles: f32 values, i1 masks (bool
-/// tensors: one byte 0/1 in memory, read as `!= 0`, written as 0/1) and
-/// i32 / i64 integers.
+/// tensors: one byte 0/1 in memory, read as `!= 0`, written as 0/1),
+/// i32 / i64 integers and f16 / bf16 values as their 16 bits (`emit/half.rs`:
+/// widened to f32 for each op, the result rounded back).
 #[derive(Copy, Clone, PartialEq, Debug)]
 enum Ty {
     F32,
     Bool,
     I32,
     I64,
+    F16,
+    Bf16,
 }
 
 impl Ty {
@@ -49,6 +52,8 @@ impl Ty {
             DType::Bool => Ok(Ty::Bool),
             DType::I32 => Ok(Ty::I32),
             DType::I64 => Ok(Ty::I64),
+            DType::F16 => Ok(Ty::F16),
+            DType::BF16 => Ok(Ty::Bf16),
             other => Err(Unsupported(format!("{other} operands"))),
         }
     }
@@ -60,6 +65,7 @@ impl Ty {
             Ty::Bool => "i1",
             Ty::I32 => "i32",
             Ty::I64 => "i64",
+            Ty::F16 | Ty::Bf16 => "i16",
         }
     }
 
@@ -101,6 +107,7 @@ fn load_lines(indent: &str, name: &str, ptr: &str, idx: Option<&str>, ty: Ty) ->
     s
 }
 
+mod half;
 mod inverse;
 pub mod rows;
 mod trig;
@@ -630,7 +637,7 @@ impl Body {
 
 /// The MLIR function text of `program` as function `symbol`, reading operand
 /// `i` (of dtype `dtypes[i]`) as `modes[i]` says and storing its result.
-/// Operands and the result are f32, bool, i32 or i64.
+/// Operands and the result are f32, bool, i32, i64, f16 or bf16.
 pub fn program_to_mlir(
     symbol: &str,
     program: &[FusedOp],
@@ -708,6 +715,10 @@ pub fn program_to_mlir(
 /// `clamp`); any other op or dtype is [`Unsupported`].
 fn program_values(b: &mut Body, program: &[FusedOp], mut regs: Vec<(String, Ty)>) -> Result<(String, Ty), Unsupported> {
     for (i, op) in program.iter().enumerate() {
+        if let Some(def) = half::half_op(b, op, &regs)? {
+            regs.push(def);
+            continue;
+        }
         let reg = |r: u32| regs.get(r as usize).cloned().ok_or_else(|| Unsupported(format!("op {i}: register {r}")));
         let def = match *op {
             FusedOp::Scalar { dtype, bits } => match Ty::of(dtype)? {
@@ -716,6 +727,8 @@ fn program_values(b: &mut Body, program: &[FusedOp], mut regs: Vec<(String, Ty)>
                 Ty::Bool => (b.let_(format_args!("arith.constant {}", bits & 0xFF != 0)), Ty::Bool),
                 Ty::I32 => (b.ci(bits as u32 as i32), Ty::I32),
                 Ty::I64 => (b.let_(format_args!("arith.constant {} : i64", bits as i64)), Ty::I64),
+                // `half::half_op` makes half scalars.
+                ty @ (Ty::F16 | Ty::Bf16) => return Err(Unsupported(format!("a {ty:?} scalar"))),
             },
             FusedOp::Unary { op, x } => match reg(x)? {
                 (x, Ty::Bool) if matches!(op, UnaryOp::Not | UnaryOp::BitNot) => {

@@ -2,9 +2,9 @@
 //! compile --target x86_64|aarch64`, feature `native`).
 //!
 //! After lowering, every `Fused` call whose operands and result are f32,
-//! bool, i32 or i64, each operand shaped like its output, a single element
+//! bool, i32, i64, f16 or bf16, each operand shaped like its output, a single element
 //! or a contiguous-block broadcast, and whose ops [`emit`] can lower (and
-//! every lone elementwise call over a bool or integer tensor, as a one-op
+//! every lone elementwise call over a tensor that is not f32, as a one-op
 //! program) becomes an `InstrOp::Native` call of a generated function
 //! (keeping its program as the portable fallback); every f32 softmax / log-softmax
 //! over the last axis, layer norm, RMS norm and sum / mean / max over the
@@ -289,7 +289,8 @@ mod codegen {
     }
 
     /// The one-op fused program of a lone elementwise call (unary, binary,
-    /// where, cast, clamp) that reads or writes a bool, i32 or i64 tensor:
+    /// where, cast, clamp) that reads or writes a bool, i32, i64, f16 or
+    /// bf16 tensor:
     /// the fusion pass leaves such calls alone when their operands are
     /// shaped unlike their consumers' (a `[T]` mask before a `[T, T]`
     /// group), and their portable kernels are scalar loops, where f32 ones
@@ -347,7 +348,7 @@ mod codegen {
     }
 
     /// How each operand of a fused call is read natively, and its dtype:
-    /// operands and the one output f32, bool, i32 or i64
+    /// operands and the one output f32, bool, i32, i64, f16 or bf16
     /// (`kiln_runtime::native::NATIVE_DTYPES`), each operand shaped like the
     /// output (same dims, symbolic ones included), one element, or (static
     /// shapes) a contiguous-block broadcast (`kiln_runtime::native::broadcast_of`).

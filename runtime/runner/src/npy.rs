@@ -37,6 +37,8 @@ fn dtype_of(descr: &str) -> Option<DType> {
         "<f4" => DType::F32,
         "<f8" => DType::F64,
         "<f2" => DType::F16,
+        // bfloat16 bits, as `descr` writes them (kiln has no uint16 dtype).
+        "<u2" => DType::BF16,
         "|i1" | "<i1" => DType::I8,
         "|u1" | "<u1" => DType::U8,
         "<i2" => DType::I16,
@@ -75,7 +77,7 @@ pub fn parse_npy(bytes: &[u8]) -> Result<Tensor, String> {
     let descr_text = field("descr")?;
     let descr = descr_text.strip_prefix('\'').and_then(|r| r.split('\'').next()).ok_or("malformed descr")?;
     let dtype = dtype_of(descr).ok_or(format!(
-        "unsupported dtype '{descr}' (kiln reads f2/f4/f8, i1/i2/i4/i8, u1, b1, c8/c16; little-endian)"
+        "unsupported dtype '{descr}' (kiln reads f2/f4/f8, i1/i2/i4/i8, u1, b1, c8/c16, u2 as bfloat16 bits; little-endian)"
     ))?;
     if field("fortran_order")?.starts_with("True") {
         return Err("Fortran-order arrays are not supported; save with np.ascontiguousarray".into());
@@ -136,6 +138,15 @@ mod tests {
             assert!(parse_npy(&bytes[..cut]).is_err(), "truncated at {cut} must fail");
         }
         assert!(parse_npy(b"not an npy file").is_err());
+    }
+
+    /// bfloat16 is written as `<u2` bits (NumPy has none) and read back as bfloat16.
+    #[test]
+    fn bf16_round_trip() {
+        let t = Tensor { dtype: DType::BF16, shape: vec![3], data: vec![0x80, 0x3F, 0xC0, 0x7F, 0x00, 0x80] };
+        let bytes = encode_npy(&t.view());
+        assert!(std::str::from_utf8(&bytes[10..64]).unwrap().contains("'descr': '<u2'"));
+        assert_eq!(parse_npy(&bytes).unwrap(), t);
     }
 
     /// numpy's complex layout: interleaved (real, imaginary) parts.

@@ -183,8 +183,9 @@ impl NativeArch {
 }
 
 /// The element dtypes native code reads and writes: f32, bool (one byte,
-/// 0 or 1; read as `!= 0`), i32 and i64.
-pub const NATIVE_DTYPES: &[DType] = &[DType::F32, DType::Bool, DType::I32, DType::I64];
+/// 0 or 1; read as `!= 0`), i32, i64, and f16 / bf16 (each op widened to
+/// f32 and rounded back, as the portable kernels compute them).
+pub const NATIVE_DTYPES: &[DType] = &[DType::F32, DType::Bool, DType::I32, DType::I64, DType::F16, DType::BF16];
 
 /// The CPU levels the compiler can target, per ISA, lowest first.
 pub const X86_64_LEVELS: &[&str] = &["x86-64", "x86-64-v3", "x86-64-v4"];
@@ -271,7 +272,7 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
         };
         if !dtypes_ok {
             return Err(format!(
-                "function {}: operand dtypes {:?} → {}: native code takes f32, bool, i32 and i64 elements (a row function's kernel operands and result f32)",
+                "function {}: operand dtypes {:?} → {}: native code takes f32, bool, i32, i64, f16 and bf16 elements (a row function's kernel operands and result f32)",
                 f.symbol, f.input_dtypes, f.output_dtype
             ));
         }

@@ -214,6 +214,49 @@ fn native_aarch64_masks_match_pytorch() {
     }
 }
 
+/// f16 and bf16 tensors in native aarch64 groups (`native_half`: an f16
+/// bias + GELU + residual, where / clamp / relu, a bf16 residual +
+/// GELU-tanh + SiLU gate, casts): every instruction but the views native,
+/// within torch's half tolerances of PyTorch, and the bits of the x86-64
+/// run of the same artifact (its portable kernels) but for NaN payloads:
+/// the conversions are the same integer sequences, and aarch64 fuses
+/// `fmuladd` as the kernels' AVX2 polynomials do.
+#[cfg(all(feature = "native", target_arch = "x86_64"))]
+#[test]
+fn native_aarch64_half_matches_pytorch_and_x86_64() {
+    use crate::native_half::differing;
+    use kiln_compiler::native::NativeTarget;
+    use kiln_runtime::format::{InstrOp, Kernel};
+    use kiln_runtime::native::NativeArch;
+    let Some(runner) = runner() else { return };
+    let src = fixture_dir("native_half").join("aten.pt2");
+    let tmp = temp_path("a64-native-half");
+    let native = NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level");
+    let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
+    kiln_compiler::compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("native_half: compile failed: {e}"));
+    let bytes = std::fs::read(&tmp).expect("read artifact");
+    std::fs::remove_file(&tmp).ok();
+    let program = Program::from_bytes(&bytes).expect("load");
+    let portable: Vec<&InstrOp> = (program.plan().instrs.iter())
+        .map(|i| &i.op)
+        .filter(|op| !matches!(op, InstrOp::Native { .. } | InstrOp::NativeKernel { .. }))
+        .filter(|op| !matches!(op, InstrOp::Call(Kernel::Copy {})))
+        .collect();
+    assert!(portable.is_empty(), "native_half: not native: {portable:?}");
+    let expected = read_numbered(&fixture_dir("native_half"), "output");
+    for threads in [1, 2] {
+        let what = format!("native_half/aten --target aarch64 ({threads} threads)");
+        let (here, there) = run_here_and_there(&runner, &what, "native_half", &bytes, threads);
+        assert_eq!(there.len(), expected.len(), "{what}: number of outputs on aarch64");
+        for (i, want) in expected.iter().enumerate() {
+            let (rtol, atol) = kiln_tests::default_tolerance(want.dtype);
+            assert_close(&format!("{what} output {i} vs PyTorch"), &there[i].view(), &want.view(), rtol, atol);
+            let d = differing(&there[i], &here[i]);
+            assert!(d.is_empty(), "{what}: output {i} differs from x86-64 at {d:?}");
+        }
+    }
+}
+
 /// sin, cos and tan in native aarch64 groups give the x86-64 run's bits
 /// (here the artifact's portable fallback, glibc's sinf/cosf/tanf): the
 /// emitter writes glibc's x86-64 algorithms out for every ISA, and aarch64

@@ -22,6 +22,7 @@ mod layout_before_after;
 mod linalg_checks;
 mod moe_ops;
 mod native_fixtures;
+mod native_half;
 mod native_masks;
 mod native_math;
 mod native_rows;

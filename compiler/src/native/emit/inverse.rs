@@ -417,6 +417,8 @@ impl Body {
         let low = self.op2("andi", &yi, &one_i, "i64");
         let odd = self.let_(format_args!("arith.trunci {low} : i64 to i1"));
         let odd = self.i1("andi", &odd, &small);
+        // Only an integer is odd: 3.5 truncates to 3, but pow(−0, 3.5) is +0.
+        let odd = self.i1("andi", &odd, &yint);
         let xbits = self.let_(format_args!("arith.bitcast {x} : f32 to i32"));
         let xsign = self.cmp_ci("slt", &xbits, 0);
         let negate = self.i1("andi", &odd, &xsign);
