@@ -71,8 +71,8 @@ pub fn write_scalar(dtype: DType, float: f64, int: i64, out: &mut Vec<u8>) {
     match dtype {
         DType::F32 => out.extend_from_slice(&(float as f32).to_le_bytes()),
         DType::F64 => out.extend_from_slice(&float.to_le_bytes()),
-        DType::F16 => out.extend_from_slice(&half::f16::from_f64(float).to_le_bytes()),
-        DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(float).to_le_bytes()),
+        DType::F16 => out.extend_from_slice(&half::f16::from_f32(float as f32).to_le_bytes()),
+        DType::BF16 => out.extend_from_slice(&half::bf16::from_f32(float as f32).to_le_bytes()),
         DType::I8 => out.push(int as i8 as u8),
         DType::U8 => out.push(int as u8),
         DType::I16 => out.extend_from_slice(&(int as i16).to_le_bytes()),

@@ -1768,8 +1768,9 @@ fn half_pairs(rng: &mut rand::rngs::StdRng, ty: DType) -> (Vec<u8>, Vec<u8>) {
 
 /// f32 values whose rounding to a half type is hard: around every tie of
 /// every f16 / bf16 binade (the tie, one ulp either side, the tie plus each
-/// of the f32's three lowest bits — what `half::bf16::from_f64` leaves out
-/// of its sticky bit), subnormals of both, overflow to inf, NaN payloads.
+/// of the f32's three lowest bits — which `half`'s f64 conversion used to
+/// leave out of its sticky bit), subnormals of both, overflow to inf, NaN
+/// payloads.
 fn rounding_cases(rng: &mut rand::rngs::StdRng) -> Vec<u8> {
     let mut v: Vec<u32> = Vec::new();
     for exp in 0u32..=255 {
@@ -1788,8 +1789,8 @@ fn rounding_cases(rng: &mut rand::rngs::StdRng) -> Vec<u8> {
             v.push((exp << 23) | m);
         }
     }
-    // Subnormal f32s with leading bits 21 and 22 (the bf16 rule's subnormal
-    // sticky masks), f16 subnormal ties, overflow around 65520, NaNs.
+    // Subnormal f32s with leading bits 20 to 22, f16 subnormal ties,
+    // overflow around 65520, NaNs.
     for lead in [20u32, 21, 22] {
         for low in 0..8 {
             v.push((1 << lead) | 0x8000 | low);

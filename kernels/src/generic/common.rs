@@ -64,10 +64,13 @@ macro_rules! impl_scalar_half {
             const IS_FLOAT: bool = true;
             #[inline(always)] fn to_f64(self) -> f64 { self.to_f64() }
             #[inline(always)] fn to_i64(self) -> i64 { self.to_f64() as i64 }
-            #[inline(always)] fn from_f64(v: f64) -> Self { <$t>::from_f64(v) }
-            // i64→f64 can round, then f64→half rounds again; the first rounding
-            // only happens above 2^53, far beyond the half formats' range.
-            #[inline(always)] fn from_i64(v: i64) -> Self { <$t>::from_f64(v as f64) }
+            // Through f32, as torch converts (c10's Half and BFloat16 are
+            // made from a float; its CPU kernels compute halves in f32):
+            // `half`'s own f64 conversions round from the f64's upper word
+            // only (a wrong sticky bit) where the CPU lacks F16C, and round
+            // twice where it has it, so their bits depended on the CPU.
+            #[inline(always)] fn from_f64(v: f64) -> Self { <$t>::from_f32(v as f32) }
+            #[inline(always)] fn from_i64(v: i64) -> Self { <$t>::from_f32(v as f32) }
         }
     )*};
 }
@@ -390,5 +393,31 @@ impl<const N: usize> Collapsed<N> {
                 idx[d] = 0;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Half results round from their f32 value, as torch's do, on every CPU:
+    /// `half`'s f64 conversions round from the f64's upper word (a value
+    /// just above a bf16 tie by the f32's lowest bit rounded as the tie) or,
+    /// with F16C, through f32 — so the bits depended on the CPU.
+    #[test]
+    fn halves_round_from_the_f32_value() {
+        // bf16 1 + 2⁻⁸ is a tie between 1 and 1 + 2⁻⁷; one f32 ulp above it
+        // rounds up.
+        let above_tie = f32::from_bits(0x3F80_8001) as f64;
+        assert_eq!(<bf16 as Scalar>::from_f64(above_tie).to_bits(), 0x3F81);
+        assert_eq!(<bf16 as Scalar>::from_f64(f32::from_bits(0x3F80_8000) as f64).to_bits(), 0x3F80);
+        // An f64 just above an f16 tie that f32 cannot hold rounds to the
+        // tie in f32, then to even: torch's float result, then its rounding.
+        let near_tie = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
+        assert_eq!(<f16 as Scalar>::from_f64(near_tie).to_bits(), 0x3C00);
+        assert_eq!(<bf16 as Scalar>::from_f64(1.0 + 2f64.powi(-8) + 2f64.powi(-40)).to_bits(), 0x3F80);
+        // Integers through their f32 too.
+        assert_eq!(<bf16 as Scalar>::from_i64(257).to_bits(), bf16::from_f32(256.0).to_bits());
+        assert_eq!(<f16 as Scalar>::from_i64(2049).to_bits(), f16::from_f32(2048.0).to_bits());
     }
 }

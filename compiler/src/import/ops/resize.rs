@@ -180,8 +180,8 @@ fn cubic_taps<T: Real>(d: &ResizedDim, align_corners: bool) -> CubicTaps {
 /// (the input's), so f16/bf16 weights are rounded to it first.
 fn weight_const(imp: &mut Importer, weights: &[f64], stored: DType, dtype: DType, axis: usize, rank: usize) -> ValueId {
     let rounded = weights.iter().map(|&w| match stored {
-        DType::F16 => half::f16::from_f64(w).to_f64(),
-        DType::BF16 => half::bf16::from_f64(w).to_f64(),
+        DType::F16 => half::f16::from_f32(w as f32).to_f64(),
+        DType::BF16 => half::bf16::from_f32(w as f32).to_f64(),
         _ => w,
     });
     let bytes: Vec<u8> = match dtype {

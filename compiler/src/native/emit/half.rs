@@ -13,12 +13,10 @@
 //! (`Scalar::to_f64` / `from_f64`):
 //! - f16 ↔ f32 is IEEE (round to nearest even; NaN quieted, payload kept),
 //!   what F16C's `vcvtps2ph` / `vcvtph2ps` and `half`'s fallback both give;
-//! - f32 → bf16 is `half::bf16::from_f64` of the f32 value, which rounds to
-//!   nearest even from the f64's upper 32 bits only: the f32's lowest three
-//!   mantissa bits (fewer for subnormals) are not in its sticky bit, so a
-//!   value just above a tie by less than 2⁻²⁰ of the bf16 ulp rounds as the
-//!   tie does. NaN keeps its top payload bits and is quieted.
-//! - i32 / i64 → bf16 goes through that same f64 rule, on the integer's f64.
+//! - f32 → bf16 is round to nearest even on the f32's bits (`half`'s
+//!   `bf16::from_f32`; NaN keeps its top payload bits and is quieted);
+//! - i32 / i64 → f16 / bf16 goes through the integer's f32 (`as f32`), as
+//!   torch's conversions and the kernels' `Scalar::from_i64` do.
 
 use super::{binary, Body, Ty, Unsupported};
 use kiln_ir::{BinaryOp, DType, FusedOp, UnaryOp};
@@ -94,16 +92,11 @@ pub(super) fn half_op(b: &mut Body, op: &FusedOp, regs: &[(String, Ty)]) -> Resu
     }))
 }
 
-/// A clamp bound as the kernels' `H::from_f64` makes it: None where that
-/// depends on the CPU (with F16C `half` rounds the f64 to f32 first, a
-/// second rounding the software path does not make).
-fn half_bound(v: f64, ty: Ty) -> Option<u16> {
+/// A clamp bound as the kernels' `H::from_f64` makes it: through f32.
+fn half_bound(v: f64, ty: Ty) -> u16 {
     match ty {
-        Ty::F16 => {
-            let (direct, via_f32) = (half::f16::from_f64_const(v), half::f16::from_f32_const(v as f32));
-            (direct.to_bits() == via_f32.to_bits()).then_some(direct.to_bits())
-        }
-        _ => Some(half::bf16::from_f64(v).to_bits()),
+        Ty::F16 => half::f16::from_f32(v as f32).to_bits(),
+        _ => half::bf16::from_f32(v as f32).to_bits(),
     }
 }
 
@@ -225,29 +218,16 @@ impl Body {
         self.let_(format_args!("arith.ori {r}, {sign} : i32"))
     }
 
-    /// f32 bits → bf16 bits (in an i32) as `half::bf16::from_f64(v as
-    /// f64)`: the top 16 bits, plus one where the round bit (15) is set and
-    /// the sticky bits or the last kept bit are. The sticky bits are those
-    /// of the f64's upper word: f32 bits 3..14 for normals; for subnormals,
-    /// which the f64 normalises, all of bits 0..14 but those shifted out
-    /// (bits 0..1 below a leading bit 22, bit 0 below 21). NaN: top payload
-    /// bits with the quiet bit.
+    /// f32 bits → bf16 bits (in an i32), rounded to nearest even as
+    /// `half::bf16::from_f32`: the top 16 bits, plus one where the round bit
+    /// (15) is set and the bits below it or the last kept bit (16) are — the
+    /// same rule for subnormals, and a carry into the exponent gives the
+    /// next binade or infinity. NaN: top payload bits with the quiet bit.
     fn f32_bits_to_bf16_bits(&mut self, x: &str) -> String {
         let a = self.i32_c("andi", x, 0x7FFF_FFFF);
         let hi = self.i32_c("shrui", x, 16);
-        let m8 = self.let_("arith.constant 32760 : i32"); // 0x7FF8
-        let mc = self.let_("arith.constant 32764 : i32"); // 0x7FFC
-        let me = self.let_("arith.constant 32766 : i32"); // 0x7FFE
-        let mf = self.let_("arith.constant 32767 : i32"); // 0x7FFF
-        let ge21 = self.cmp_u32("uge", &a, 0x0020_0000);
-        let mask = self.sel_i32(&ge21, &me, &mf);
-        let ge22 = self.cmp_u32("uge", &a, 0x0040_0000);
-        let mask = self.sel_i32(&ge22, &mc, &mask);
-        let normal = self.cmp_u32("uge", &a, 0x0080_0000);
-        let mask = self.sel_i32(&normal, &m8, &mask);
-        let sticky = self.let_(format_args!("arith.andi {x}, {mask} : i32"));
-        let lsb = self.i32_c("andi", &hi, 1);
-        let tail = self.let_(format_args!("arith.ori {sticky}, {lsb} : i32"));
+        // Bits 0..14 and 16: all but the round bit.
+        let tail = self.i32_c("andi", x, 0x1_7FFF);
         let round = self.i32_c("andi", x, 0x8000);
         let round = self.cmp_u32("ne", &round, 0);
         let tail = self.cmp_u32("ne", &tail, 0);
@@ -259,44 +239,10 @@ impl Body {
         self.sel_i32(&is_nan, &nan_bits, &r)
     }
 
-    /// An i32 / i64 register → bf16 bits (in an i32) as
-    /// `half::bf16::from_f64(v as f64)`: the f64 (rounded to nearest) is
-    /// normal or zero, and its upper word is rounded with the f64 rule
-    /// (round bit 12 of the upper mantissa, sticky bits 0..11 and 13).
-    fn int_to_bf16_bits(&mut self, x: &str, from: Ty) -> String {
-        let d = self.let_(format_args!("arith.sitofp {x} : {} to f64", from.reg()));
-        let u = self.let_(format_args!("arith.bitcast {d} : f64 to i64"));
-        let c32 = self.let_("arith.constant 32 : i64");
-        let u = self.let_(format_args!("arith.shrui {u}, {c32} : i64"));
-        let w = self.let_(format_args!("arith.trunci {u} : i64 to i32"));
-        let sign = self.i32_c("shrui", &w, 16);
-        let sign = self.i32_c("andi", &sign, 0x8000);
-        let e = self.i32_c("shrui", &w, 20);
-        let e = self.i32_c("andi", &e, 0x7FF);
-        let e = self.i32_c("subi", &e, 1023 - 127);
-        let e = self.i32_c("shli", &e, 7);
-        let man = self.i32_c("andi", &w, 0xF_FFFF);
-        let top = self.i32_c("shrui", &man, 13);
-        let r = self.let_(format_args!("arith.ori {sign}, {e} : i32"));
-        let r = self.let_(format_args!("arith.ori {r}, {top} : i32"));
-        let round = self.i32_c("andi", &man, 0x1000);
-        let round = self.cmp_u32("ne", &round, 0);
-        let tail = self.i32_c("andi", &man, 0x2FFF);
-        let tail = self.cmp_u32("ne", &tail, 0);
-        let up = self.let_(format_args!("arith.andi {round}, {tail} : i1"));
-        let up = self.let_(format_args!("arith.extui {up} : i1 to i32"));
-        let r = self.let_(format_args!("arith.addi {r}, {up} : i32"));
-        let zero = self.let_(format_args!("arith.constant 0 : {}", from.reg()));
-        let is_zero = self.let_(format_args!("arith.cmpi eq, {x}, {zero} : {}", from.reg()));
-        let z = self.let_("arith.constant 0 : i32");
-        self.sel_i32(&is_zero, &z, &r)
-    }
-
     /// A cast from or to a half type, as the kernels' `cast` (`convert`):
     /// through the f32 value (exact for every half value; float → int
     /// truncates and saturates, NaN → 0; → bool is `!= 0`, NaN true), bool
-    /// → 0 or 1, int → f16 through f32 (exact below 2²⁴, inf above 65519
-    /// either way), int → bf16 by the f64 rule.
+    /// → 0 or 1, int → f16 / bf16 through the integer's f32 (`as f32`).
     fn cast_half(&mut self, x: &str, from: Ty, to: Ty) -> String {
         if from == to {
             return x.to_string();
@@ -316,10 +262,6 @@ impl Body {
                     (self.let_(format_args!("arith.constant {one} : i16")), self.let_("arith.constant 0 : i16"));
                 self.let_(format_args!("arith.select {x}, {one}, {zero} : i16"))
             }
-            Ty::I32 | Ty::I64 if to == Ty::Bf16 => {
-                let h = self.int_to_bf16_bits(x, from);
-                self.let_(format_args!("arith.trunci {h} : i32 to i16"))
-            }
             _ => {
                 let f = self.cast(x, from, Ty::F32);
                 self.narrow(&f, to)
@@ -336,8 +278,7 @@ impl Body {
         let mut v = x.to_string();
         for (bound, pred) in [(min, "olt"), (max, "ogt")] {
             let Some(bound) = bound else { continue };
-            let bits = half_bound(bound, ty)
-                .ok_or_else(|| Unsupported(format!("a {ty:?} clamp bound {bound} rounded differently with F16C")))?;
+            let bits = half_bound(bound, ty);
             // Compare the current value: after the lower bound, `v` may be it.
             let cur = if v == x { f.clone() } else { self.widen(&v, ty) };
             let lo = self.c(half_to_f32(bits, ty));
