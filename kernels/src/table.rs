@@ -43,13 +43,18 @@ pub enum Isa {
     /// elsewhere.
     X86_64V4,
     /// Armv8 NEON, baseline on aarch64: the level every aarch64 build
-    /// detects (tested under qemu in CI).
+    /// without SVE detects (tested under qemu in CI).
     Aarch64Neon,
+    /// SVE on top of NEON (Graviton3/4, Grace): the NEON table with the SVE
+    /// f32 GEMM microkernel, whose tile width follows the vector length but
+    /// whose bits are the NEON kernel's (tested under qemu at several
+    /// vector lengths).
+    Aarch64Sve,
 }
 
 impl Isa {
     /// Every level, lowest first.
-    pub const ALL: [Isa; 4] = [Isa::Generic, Isa::X86_64V3, Isa::X86_64V4, Isa::Aarch64Neon];
+    pub const ALL: [Isa; 5] = [Isa::Generic, Isa::X86_64V3, Isa::X86_64V4, Isa::Aarch64Neon, Isa::Aarch64Sve];
 
     /// The best level this CPU and this build support, detected once per
     /// process.
@@ -65,7 +70,8 @@ impl Isa {
             Isa::Generic => true,
             Isa::X86_64V3 => matches!(best, Isa::X86_64V3 | Isa::X86_64V4),
             Isa::X86_64V4 => best == Isa::X86_64V4,
-            Isa::Aarch64Neon => best == Isa::Aarch64Neon,
+            Isa::Aarch64Neon => matches!(best, Isa::Aarch64Neon | Isa::Aarch64Sve),
+            Isa::Aarch64Sve => best == Isa::Aarch64Sve,
         }
     }
 
@@ -75,6 +81,7 @@ impl Isa {
             Isa::X86_64V3 => "x86-64-v3",
             Isa::X86_64V4 => "x86-64-v4",
             Isa::Aarch64Neon => "aarch64-neon",
+            Isa::Aarch64Sve => "aarch64-sve",
         }
     }
 
@@ -84,6 +91,7 @@ impl Isa {
             Isa::X86_64V3 => 1,
             Isa::X86_64V4 => 2,
             Isa::Aarch64Neon => 3,
+            Isa::Aarch64Sve => 4,
         }
     }
 }
@@ -112,7 +120,11 @@ fn detect_uncached() -> Isa {
 #[cfg(kiln_neon)]
 fn detect_uncached() -> Isa {
     // NEON is part of the aarch64 base ISA: no run-time check needed.
-    Isa::Aarch64Neon
+    if std::arch::is_aarch64_feature_detected!("sve") {
+        Isa::Aarch64Sve
+    } else {
+        Isa::Aarch64Neon
+    }
 }
 
 #[cfg(not(any(kiln_x86_64, kiln_neon)))]
@@ -339,7 +351,7 @@ impl fmt::Debug for KernelTable {
 /// The table of `isa`, built on first use: generic entries, then the
 /// plug-ins of that level. Only called for supported levels.
 fn built(isa: Isa) -> &'static KernelTable {
-    static TABLES: [OnceLock<KernelTable>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static TABLES: [OnceLock<KernelTable>; Isa::ALL.len()] = [const { OnceLock::new() }; Isa::ALL.len()];
     TABLES[isa.index()].get_or_init(|| {
         let mut table = crate::generic::table();
         table.isa = isa;
@@ -347,8 +359,14 @@ fn built(isa: Isa) -> &'static KernelTable {
             Isa::Generic => {}
             #[cfg(kiln_neon)]
             Isa::Aarch64Neon => crate::aarch64::plug(&mut table),
+            // The NEON entries, then the SVE ones (see `aarch64::sve::plug`).
+            #[cfg(kiln_neon)]
+            Isa::Aarch64Sve => {
+                crate::aarch64::plug(&mut table);
+                crate::aarch64::sve::plug(&mut table);
+            }
             #[cfg(not(kiln_neon))]
-            Isa::Aarch64Neon => {}
+            Isa::Aarch64Neon | Isa::Aarch64Sve => {}
             // v4 = the v3 entries, then its own (see `x86_64::plug`).
             #[cfg(kiln_x86_64)]
             Isa::X86_64V3 | Isa::X86_64V4 => crate::x86_64::plug(&mut table),

@@ -802,10 +802,29 @@ fn detection_picks_the_best_supported_table() {
     }
     #[cfg(all(feature = "isa", target_arch = "aarch64"))]
     {
-        // NEON is baseline: every aarch64 build runs the NEON table.
-        assert_eq!(isa, Isa::Aarch64Neon);
+        // NEON is baseline: every aarch64 build runs the NEON table, and
+        // the SVE one on top where the CPU has SVE.
+        let sve = std::arch::is_aarch64_feature_detected!("sve");
+        assert_eq!(isa, if sve { Isa::Aarch64Sve } else { Isa::Aarch64Neon });
+        assert!(Isa::Aarch64Neon.is_supported());
+        assert_eq!(Isa::Aarch64Sve.is_supported(), sve);
         assert!(!Isa::X86_64V3.is_supported() && !Isa::X86_64V4.is_supported());
         assert_eq!(KernelTable::for_isa(Isa::Aarch64Neon).unwrap().gemm_tile(), (8, 12));
+        // The SVE GEMM runs where SVE is (its tile as wide as the vector
+        // length allows, up to 512 bits) and nowhere else.
+        let lanes = sve_lanes();
+        println!("SVE: {sve}, {lanes:?} f32 lanes");
+        let listed = |t: &KernelTable| t.entries().iter().any(|(_, v)| v.starts_with("sve"));
+        assert!(!listed(KernelTable::for_isa(Isa::Aarch64Neon).unwrap()));
+        if let Some(lanes) = lanes {
+            let t = KernelTable::for_isa(Isa::Aarch64Sve).unwrap();
+            let w = [16, 8, 4].into_iter().find(|&w| w <= lanes).unwrap();
+            assert_eq!(t.gemm_tile(), (8, 3 * w));
+            assert!(t.entries().contains(&("gemm_f32", format!("sve_8x{}", 3 * w).leak())), "{t:?}");
+            assert!(std::ptr::eq(kiln_kernels::best(), t));
+        } else {
+            assert!(!listed(kiln_kernels::best()));
+        }
     }
     assert_eq!(generic().gemm_tile(), (4, 8));
     println!("detected {isa}: {:?}", kiln_kernels::best());
@@ -933,6 +952,13 @@ fn checks_reject_wrong_variants() {
         generic_gemm(&GemmCase { beta, ..*case }, a, b, c);
     };
     assert!(check_gemm("gemm", &reads_c, &gemm_with(g)).is_err());
+    // A GEMM one ulp off in one element (the last, a tile's edge).
+    let last_ulp = |case: &GemmCase, a: &[f32], b: &[f32], c: &mut [f32]| {
+        generic_gemm(case, a, b, c);
+        let at = (case.m - 1) * (case.n + case.pad) + case.n - 1;
+        c[at] = f32::from_bits(c[at].to_bits() ^ 1);
+    };
+    assert!(check_gemm_bits("gemm", &last_ulp, &gemm_with(g)).is_err());
 }
 
 /// The kernels that call through a context's table do so: with each table
@@ -1020,4 +1046,121 @@ fn kernels_route_through_the_context_table() {
         let g = run(&mut gx, &|cx, o| linear(xb.r(), wb.r(), Some(bb.r()), o.w(), cx).unwrap());
         assert_close(&to64(&got), &to64(&g), 1e-5, 1e-5, &format!("{} linear vs generic", t.isa()));
     }
+}
+
+/// f32 lanes of an SVE vector (`cntw`), or None without SVE.
+#[cfg(all(feature = "isa", target_arch = "aarch64"))]
+fn sve_lanes() -> Option<usize> {
+    #[target_feature(enable = "sve")]
+    unsafe fn cntw() -> usize {
+        let n: usize;
+        // SAFETY: reads the vector length; SVE was detected.
+        unsafe { std::arch::asm!("cntw {n}", n = out(reg) n, options(nomem, nostack, preserves_flags)) };
+        n
+    }
+    // SAFETY: called only with SVE.
+    std::arch::is_aarch64_feature_detected!("sve").then(|| unsafe { cntw() })
+}
+
+/// The SVE table's GEMM gives the NEON table's bits (the same FMA chain per
+/// element, whatever the vector length and tile width): every
+/// [`gemm_shapes`] case (rows, columns and K off the tiles, K = 1, K past
+/// the 512-deep slice, k = 0) with beta 0, 1 and 0.5 (every `Combine`),
+/// both B layouts, padded C; then `linear_fused` over a weight packed for
+/// each table with every epilogue (scale, bias, each activation, the
+/// residual on either side of it) at one and two threads.
+#[test]
+fn sve_gemm_is_neon_bit_for_bit() {
+    let (Some(sve), Some(neon)) = (KernelTable::for_isa(Isa::Aarch64Sve), KernelTable::for_isa(Isa::Aarch64Neon))
+    else {
+        println!("note: skipping: this CPU or build has no SVE table");
+        return;
+    };
+    let name = format!("gemm {} vs {}", sve.isa(), neon.isa());
+    check_gemm_bits(&name, &gemm_with(sve), &gemm_with(neon)).unwrap_or_else(|e| panic!("{e}"));
+    check_linear_fused_bits(sve, neon).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A GEMM (`f`) against another (`g`), bit for bit (C's padding
+/// included).
+fn check_gemm_bits(name: &str, f: GemmRun, g: GemmRun) -> Check {
+    for (m, n, k) in gemm_shapes() {
+        for tb in [false, true] {
+            for beta in [0.0f32, 1.0, 0.5] {
+                let case = GemmCase { m, n, k, tb, beta, pad: 3 };
+                let (lda, ldb, ldc) = (k + 3, if tb { k } else { n } + 3, n + 3);
+                let mut r = common::rng((m * 131 + n * 7 + k) as u64);
+                let a: Vec<f32> = (0..m * lda).map(|_| r.gen_range(-1.0..1.0)).collect();
+                let b: Vec<f32> = (0..(if tb { n } else { k }) * ldb).map(|_| r.gen_range(-1.0..1.0)).collect();
+                let c0: Vec<f32> = (0..m * ldc).map(|_| r.gen_range(-1.0..1.0)).collect();
+                let (mut got, mut want) = (c0.clone(), c0);
+                f(&case, &a, &b, &mut got);
+                g(&case, &a, &b, &mut want);
+                if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+                    return Err(format!("{name} {case:?} [{i}]: {} vs {}", got[i], want[i]));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `linear_fused` through `t` and `reference`, bit for bit, with every
+/// epilogue the store step has.
+fn check_linear_fused_bits(t: &'static KernelTable, reference: &'static KernelTable) -> Check {
+    use kiln_kernels::{linear_fused, Activation, DType, LinearEpilogue, PackedB, TensorMut, TensorRef};
+    let acts = [
+        None,
+        Some(Activation::Relu),
+        Some(Activation::Clamp { min: Some(-0.25), max: Some(0.5) }),
+        Some(Activation::Sigmoid),
+        Some(Activation::Silu),
+        Some(Activation::Gelu),
+        Some(Activation::GeluTanh),
+        Some(Activation::MulSigmoid),
+        Some(Activation::Hardswish),
+        Some(Activation::GeluTanhChain),
+    ];
+    let mut r = common::rng(41);
+    for (m, n, k) in [(1, 1, 1), (8, 48, 1), (9, 49, 7), (16, 96, 40), (17, 50, 600), (3, 130, 17)] {
+        let x: Vec<f32> = (0..m * k).map(|_| r.gen_range(-2.0..2.0)).collect();
+        let w: Vec<f32> = (0..n * k).map(|_| r.gen_range(-1.0..1.0)).collect();
+        let bias: Vec<f32> = (0..n).map(|_| r.gen_range(-1.0..1.0)).collect();
+        let residual: Vec<f32> = (0..m * n).map(|_| r.gen_range(-1.0..1.0)).collect();
+        let packed = |table| PackedB::new(table, k, n, &w, k, true).map_err(|e| e.to_string());
+        let (pt, pr) = (packed(t)?, packed(reference)?);
+        for act in acts {
+            for (scale, residual_first, with_residual) in [(1.0, false, false), (0.5, false, true), (1.0, true, true)] {
+                let e = LinearEpilogue {
+                    scale,
+                    bias: Some(&bias),
+                    activation: act,
+                    residual: with_residual.then_some(&residual[..]),
+                    residual_first,
+                };
+                for threads in [1, 2] {
+                    let run = |table: &'static KernelTable, w: &PackedB| {
+                        let mut out = vec![f32::NAN; m * n];
+                        let xr = TensorRef { dtype: DType::F32, shape: &[m, k], data: bytemuck::cast_slice(&x) };
+                        let om =
+                            TensorMut { dtype: DType::F32, shape: &[m, n], data: bytemuck::cast_slice_mut(&mut out) };
+                        let mut cx = Context::with_table(table).with_threads(threads);
+                        linear_fused(xr, w, &e, om, &mut cx).map_err(|e| e.to_string())?;
+                        Ok::<_, String>(out)
+                    };
+                    let (got, want) = (run(t, &pt)?, run(reference, &pr)?);
+                    if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+                        return Err(format!(
+                            "{} linear {m}x{n}x{k} {act:?} scale {scale} residual {with_residual} (first {residual_first}), {threads} threads [{i}]: {} vs {} {}",
+                            t.isa(),
+                            got[i],
+                            reference.isa(),
+                            want[i]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }

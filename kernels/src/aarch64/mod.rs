@@ -7,6 +7,7 @@ pub(crate) mod conv;
 pub(crate) mod gemm;
 pub(crate) mod math;
 pub(crate) mod quant;
+pub(crate) mod sve;
 
 use crate::table::{Entry, KernelTable};
 
