@@ -3,7 +3,8 @@
 # kiln-runner for aarch64-unknown-linux-gnu and runs their tests under
 # qemu-user (the NEON kernel table against the generic one, every kernel test
 # on the NEON table, the integer kernels' tests again on a CPU without the
-# dot product and on qemu's `max`, the runtime's loader/session/state tests), runs clippy
+# dot product and on qemu's `max`, the SVE GEMM on `max` at three vector
+# lengths, the runtime's loader/session/state tests), runs clippy
 # -D warnings for that target, and builds the runtime-only runner `kiln-run`
 # twice: linked with the cross gcc (glibc 2.34+, JetPack 6) and with zig for
 # glibc 2.17 (every Jetson still in the field), checking the symbol versions
@@ -106,6 +107,17 @@ cargo test "${crates[@]}" --target "$T"
 # variant, `neon_i8mm`, is the table's).
 for cpu in cortex-a57 max; do
     QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --test quant
+done
+# The SVE table on qemu's `max` (SVE, SVE2) at 128-, 256- and 512-bit
+# vectors, where the SVE GEMM takes its 8×12, 8×24 and 8×48 tile: the
+# table's GEMM against generic and bit for bit against the NEON kernel
+# (plain and with every fused epilogue), detection and the variant names,
+# every tile width each length holds and the generic GEMM unit tests on the
+# SVE table (~65 s on the 2 loaded cores of the dev VM).
+for vl in 16 32 64; do
+    cpu="max,sve-default-vector-length=$vl"
+    QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --test variants -- gemm_f32 sve_ detection plugged
+    QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --lib -- aarch64::sve:: generic::gemm::tests
 done
 cargo clippy "${crates[@]}" --all-targets --target "$T" -- -D warnings
 
