@@ -758,6 +758,58 @@ fn v4_math_is_v3_bit_for_bit() {
     }
 }
 
+/// The SVE table's exp, sigmoid and SiLU are the NEON code per lane: the
+/// NEON table's bits (NaN payloads and signs included) on every length
+/// around the vector widths, misaligned starts, the specials and every
+/// 4099th f32 bit pattern, at whatever vector length this CPU has.
+#[test]
+fn sve_math_is_neon_bit_for_bit() {
+    let (Some(sve), Some(neon)) = (KernelTable::for_isa(Isa::Aarch64Sve), KernelTable::for_isa(Isa::Aarch64Neon))
+    else {
+        println!("note: skipping: this CPU or build has no SVE table");
+        return;
+    };
+    type Unary = fn(&KernelTable, &[f32], &mut [f32]);
+    let entries: [(&str, Unary); 3] =
+        [("exp", KernelTable::exp_f32), ("sigmoid", KernelTable::sigmoid_f32), ("silu", KernelTable::silu_f32)];
+    for (name, f) in entries {
+        check_unary_bits(&format!("{name} sve vs neon"), |x, o| f(sve, x, o), |x, o| f(neon, x, o))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// A unary entry (`f`) against another (`g`), every output bit for bit
+/// (NaNs included), writing nothing past the input.
+fn check_unary_bits(name: &str, f: impl Fn(&[f32], &mut [f32]), g: impl Fn(&[f32], &mut [f32])) -> Check {
+    let mut cases: Vec<Vec<f32>> = Vec::new();
+    for (s, &n) in LENGTHS.iter().enumerate() {
+        for range in [1.0f32, 20.0, 120.0] {
+            cases.push(inputs(n, range, s as u64));
+        }
+    }
+    let nan_payload = f32::from_bits(0xffc0_1234);
+    cases.push(vec![nan_payload, -nan_payload, f32::from_bits(0x7f80_0001), 1.0, nan_payload]);
+    cases.push((0..(1u64 << 32)).step_by(4099).map(|b| f32::from_bits(b as u32)).collect());
+    for x in &cases {
+        for off in [0usize, 1, 3] {
+            let Some(xs) = x.get(off..) else { continue };
+            let (mut got, mut want) = (vec![7.5f32; xs.len() + 2], vec![7.5f32; xs.len() + 2]);
+            f(xs, &mut got);
+            g(xs, &mut want);
+            if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+                let xi = xs.get(i).copied().unwrap_or(f32::NAN);
+                return Err(format!(
+                    "{name}: len {} off {off} [{i}] x={xi:e}: {:#x} vs {:#x}",
+                    xs.len(),
+                    got[i].to_bits(),
+                    want[i].to_bits()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn every_entry_is_tested() {
     let names: Vec<&str> = generic().entries().iter().map(|&(e, _)| e).collect();
@@ -959,6 +1011,13 @@ fn checks_reject_wrong_variants() {
         c[at] = f32::from_bits(c[at].to_bits() ^ 1);
     };
     assert!(check_gemm_bits("gemm", &last_ulp, &gemm_with(g)).is_err());
+    // exp with another NaN payload; exp writing past x.
+    let quiet_nan = |x: &[f32], o: &mut [f32]| {
+        g.exp_f32(x, o);
+        o.iter_mut().take(x.len()).filter(|v| v.is_nan()).for_each(|v| *v = f32::NAN);
+    };
+    assert!(check_unary_bits("exp", quiet_nan, |x, o| g.exp_f32(x, o)).is_err());
+    assert!(check_unary_bits("exp", overrun, |x, o| g.exp_f32(x, o)).is_err());
 }
 
 /// The kernels that call through a context's table do so: with each table

@@ -13,8 +13,9 @@
 //! at 128, 256 and 512 bits).
 
 pub(crate) mod gemm;
+pub(crate) mod math;
 
-use crate::table::KernelTable;
+use crate::table::{Entry, KernelTable};
 use std::arch::asm;
 
 /// f32 lanes of one SVE vector on this CPU (`cntw`): 4 at 128 bits.
@@ -41,4 +42,7 @@ pub(crate) fn plug(table: &mut KernelTable) {
     if let Some(&ukr) = gemm::variants().last() {
         table.gemm = ukr;
     }
+    table.exp = Entry::new("sve", math::exp);
+    table.sigmoid = Entry::new("sve", math::sigmoid);
+    table.silu = Entry::new("sve", math::silu);
 }
