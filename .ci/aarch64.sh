@@ -111,7 +111,8 @@ done
 # The SVE table on qemu's `max` (SVE, SVE2) at 128-, 256- and 512-bit
 # vectors, where the SVE GEMM takes its 8×12, 8×24 and 8×48 tile: the
 # table's GEMM against generic and bit for bit against the NEON kernel
-# (plain and with every fused epilogue), detection and the variant names,
+# (plain and with every fused epilogue), its exp / sigmoid / SiLU bit for
+# bit against NEON's, detection and the variant names,
 # every tile width each length holds and the generic GEMM unit tests on the
 # SVE table (~65 s on the 2 loaded cores of the dev VM).
 for vl in 16 32 64; do

@@ -23,7 +23,8 @@
 //! exp-and-sum. `generic::table()` fills every entry with the portable code;
 //! `x86_64::plug` overrides them with AVX2 + FMA versions, and a v4 table
 //! takes the AVX-512F GEMM microkernel; `aarch64::plug` with NEON ones, and
-//! an SVE table takes the SVE GEMM microkernel (the NEON kernel's bits). CPU
+//! an SVE table takes the SVE GEMM microkernel and exp / sigmoid / SiLU (the
+//! NEON entries' bits). CPU
 //! features are detected once per process ([`Isa::detect`]: generic,
 //! x86-64-v3, v4, aarch64-neon, baseline on every aarch64 CPU, or
 //! aarch64-sve) and each table is built once into a static: [`best`] for

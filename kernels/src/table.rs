@@ -46,9 +46,9 @@ pub enum Isa {
     /// without SVE detects (tested under qemu in CI).
     Aarch64Neon,
     /// SVE on top of NEON (Graviton3/4, Grace): the NEON table with the SVE
-    /// f32 GEMM microkernel, whose tile width follows the vector length but
-    /// whose bits are the NEON kernel's (tested under qemu at several
-    /// vector lengths).
+    /// f32 GEMM microkernel (its tile width follows the vector length) and
+    /// exp / sigmoid / SiLU, all with the NEON entries' bits (tested under
+    /// qemu at several vector lengths).
     Aarch64Sve,
 }
 

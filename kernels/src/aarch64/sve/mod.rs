@@ -3,7 +3,8 @@
 //! `is_aarch64_feature_detected!("sve")`. SVE intrinsics are not stable
 //! Rust, so the kernels are `asm!` inside `#[target_feature(enable = "sve")]`
 //! functions. [`plug`] runs after the NEON one: the SVE table is the NEON
-//! table with these entries replaced.
+//! table with these entries replaced — the f32 GEMM microkernel
+//! (`gemm.rs`) and exp, sigmoid and SiLU (`math.rs`).
 //!
 //! The vector length is the hardware's (128 to 2048 bits, read with `cntw`),
 //! but no result depends on it: each kernel computes every output with the
