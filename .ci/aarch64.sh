@@ -114,7 +114,7 @@ done
 # (plain and with every fused epilogue), its exp / sigmoid / SiLU bit for
 # bit against NEON's, detection and the variant names,
 # every tile width each length holds and the generic GEMM unit tests on the
-# SVE table (~65 s on the 2 loaded cores of the dev VM).
+# SVE table (~95 s on the dev VM's 2 cores at load average 13).
 for vl in 16 32 64; do
     cpu="max,sve-default-vector-length=$vl"
     QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --test variants -- gemm_f32 sve_ detection plugged
