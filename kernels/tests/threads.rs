@@ -19,9 +19,9 @@ fn context(table: &'static KernelTable, threads: usize) -> Context {
     Context::with_table(table).with_threads(threads)
 }
 
-/// Whether the table's vector math is the NEON slice functions (the NEON
-/// table's, and the SVE table's, which keeps them), whose scalar tails
-/// make some fused epilogues differ from the unfused ops by an ulp.
+/// Whether the table's elementwise entries give the NEON slice functions'
+/// bits (the NEON table, and the SVE table, whose entries are NEON's or
+/// the same per lane): the tests below allow those the NEON exceptions.
 fn neon_math(table: &KernelTable) -> bool {
     matches!(table.isa(), k::Isa::Aarch64Neon | k::Isa::Aarch64Sve)
 }
