@@ -3,9 +3,9 @@
 # kiln-runner for aarch64-unknown-linux-gnu and runs their tests under
 # qemu-user (the NEON kernel table against the generic one, every kernel test
 # on the NEON table, the integer kernels' tests again on a CPU without the
-# dot product and on qemu's `max`, the SVE ones at three vector lengths,
-# the SME GEMM against NEON's at four streaming vector lengths, the
-# runtime's loader/session/state tests), runs clippy
+# dot product and on qemu's `max`, the SVE int8 and f32 kernels and the
+# SME GEMM at several vector lengths, the runtime's loader/session/state
+# tests), runs clippy
 # -D warnings for that target, and builds the runtime-only runner `kiln-run`
 # twice: linked with the cross gcc (glibc 2.34+, JetPack 6) and with zig for
 # glibc 2.17 (every Jetson still in the field), checking the symbol versions
@@ -118,16 +118,21 @@ for vl in 16 32; do
         sve_ variants_are_listed qconv_int8 results_do_not_depend
 done
 QEMU_CPU=max,sve-default-vector-length=128 cargo test -p kiln-kernels --target "$T" --test quant -- variants_are_listed
-# The SME table (qemu's `max` has SME, not SME2) at streaming vector lengths
-# of 128, 256, 512 and 1024 bits (8×8, 16×16, 32×32 and a predicated 32×32
-# tile): its GEMM bit for bit against NEON's (`sme::`), within tolerance of
-# generic's (`gemm_f32`), the driver's own GEMM tests on every table
-# (`generic::gemm::`: epilogues, narrow tiles, edge values), its detection
-# and its table's entries. The run above on cortex-a76 checks that no SME
-# table is listed there.
-for svl in 16 32 64 128; do
-    QEMU_CPU=max,sme-default-vector-length=$svl cargo test -p kiln-kernels --target "$T" --lib --test variants -- \
-        sme:: gemm_f32 generic::gemm:: detection_picks_the_best_supported_table plugged_tables_override_every_entry
+# The SVE and SME tables on qemu's `max` (SVE, SVE2, SME without SME2) at
+# 128-, 256- and 512-bit vectors and streaming vectors of 128, 256, 512 and
+# 1024 bits: the SVE GEMM's 8×12, 8×24 and 8×48 tiles and the SME GEMM's
+# 8×8, 16×16, 32×32 and a predicated 32×32 — each table's GEMM against
+# generic (`gemm_f32`) and bit for bit against the NEON kernel (plain and
+# with every fused epilogue: `sve_`, `sme::`), SVE exp / sigmoid / SiLU bit
+# for bit against NEON's, every tile width each length holds
+# (`aarch64::sve::`), the driver's GEMM tests on every table
+# (`generic::gemm::`), detection and the tables' entries. The cortex-a76 run
+# above checks that neither table is listed there.
+for lengths in "16 16" "32 32" "64 64" "64 128"; do
+    read -r vl svl <<<"$lengths"
+    cpu="max,sve-default-vector-length=$vl,sme-default-vector-length=$svl"
+    QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --test variants -- gemm_f32 sve_ sme:: detection plugged
+    QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --lib -- aarch64::sve:: generic::gemm::
 done
 cargo clippy "${crates[@]}" --all-targets --target "$T" -- -D warnings
 

@@ -23,10 +23,12 @@
 //! exp-and-sum. `generic::table()` fills every entry with the portable code;
 //! `x86_64::plug` overrides them with AVX2 + FMA versions, and a v4 table
 //! takes the AVX-512F GEMM microkernel; `aarch64::plug` with NEON ones, and
-//! an aarch64-sme table takes the SME GEMM microkernel. CPU
-//! features are detected once per process ([`Isa::detect`]: generic,
-//! x86-64-v3, v4, aarch64-neon, baseline on every aarch64 CPU, or
-//! aarch64-sme) and each table is built once into a static: [`best`] for
+//! an aarch64-sve table takes the SVE GEMM microkernel and exp / sigmoid /
+//! SiLU (the NEON entries' bits), an aarch64-sme table the SME GEMM
+//! microkernel. CPU features are detected once per process
+//! ([`Isa::detect`]: generic, x86-64-v3, v4, aarch64-neon, baseline on every
+//! aarch64 CPU, aarch64-sve or aarch64-sme) and each table is built once
+//! into a static: [`best`] for
 //! this CPU, [`KernelTable::generic_only`] as the oracle,
 //! [`KernelTable::for_isa`] for any level the CPU supports.
 //!

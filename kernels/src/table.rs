@@ -43,17 +43,25 @@ pub enum Isa {
     /// elsewhere.
     X86_64V4,
     /// Armv8 NEON, baseline on aarch64: the level every aarch64 build
-    /// detects (tested under qemu in CI).
+    /// without SVE detects (tested under qemu in CI).
     Aarch64Neon,
+    /// SVE on top of NEON (Graviton3/4, Grace): the NEON table with the SVE
+    /// f32 GEMM microkernel (its tile width follows the vector length) and
+    /// exp / sigmoid / SiLU, all with the NEON entries' bits (tested under
+    /// qemu at several vector lengths).
+    Aarch64Sve,
     /// The NEON table with an SME f32 GEMM microkernel (`fmopa` outer
     /// products into ZA, in streaming mode), on CPUs with FEAT_SME (Linux's
-    /// `HWCAP2_SME`): bit for bit the NEON table's results.
+    /// `HWCAP2_SME`): bit for bit the NEON table's results but NaN payloads.
+    /// The best level where SME is reported, SVE or not (an SME outer
+    /// product does a vector's square of multiply-adds per instruction).
     Aarch64Sme,
 }
 
 impl Isa {
     /// Every level, lowest first.
-    pub const ALL: [Isa; 5] = [Isa::Generic, Isa::X86_64V3, Isa::X86_64V4, Isa::Aarch64Neon, Isa::Aarch64Sme];
+    pub const ALL: [Isa; 6] =
+        [Isa::Generic, Isa::X86_64V3, Isa::X86_64V4, Isa::Aarch64Neon, Isa::Aarch64Sve, Isa::Aarch64Sme];
 
     /// The best level this CPU and this build support, detected once per
     /// process.
@@ -69,7 +77,8 @@ impl Isa {
             Isa::Generic => true,
             Isa::X86_64V3 => matches!(best, Isa::X86_64V3 | Isa::X86_64V4),
             Isa::X86_64V4 => best == Isa::X86_64V4,
-            Isa::Aarch64Neon => matches!(best, Isa::Aarch64Neon | Isa::Aarch64Sme),
+            Isa::Aarch64Neon => matches!(best, Isa::Aarch64Neon | Isa::Aarch64Sve | Isa::Aarch64Sme),
+            Isa::Aarch64Sve => best == Isa::Aarch64Sve || (best == Isa::Aarch64Sme && has_sve()),
             Isa::Aarch64Sme => best == Isa::Aarch64Sme,
         }
     }
@@ -80,6 +89,7 @@ impl Isa {
             Isa::X86_64V3 => "x86-64-v3",
             Isa::X86_64V4 => "x86-64-v4",
             Isa::Aarch64Neon => "aarch64-neon",
+            Isa::Aarch64Sve => "aarch64-sve",
             Isa::Aarch64Sme => "aarch64-sme",
         }
     }
@@ -90,7 +100,8 @@ impl Isa {
             Isa::X86_64V3 => 1,
             Isa::X86_64V4 => 2,
             Isa::Aarch64Neon => 3,
-            Isa::Aarch64Sme => 4,
+            Isa::Aarch64Sve => 4,
+            Isa::Aarch64Sme => 5,
         }
     }
 }
@@ -121,9 +132,22 @@ fn detect_uncached() -> Isa {
     // NEON is part of the aarch64 base ISA: no run-time check needed.
     if crate::aarch64::sme::detected() {
         Isa::Aarch64Sme
+    } else if has_sve() {
+        Isa::Aarch64Sve
     } else {
         Isa::Aarch64Neon
     }
+}
+
+/// Whether the CPU has SVE (the SVE table's kernels run).
+#[cfg(kiln_neon)]
+fn has_sve() -> bool {
+    std::arch::is_aarch64_feature_detected!("sve")
+}
+
+#[cfg(not(kiln_neon))]
+fn has_sve() -> bool {
+    false
 }
 
 #[cfg(not(any(kiln_x86_64, kiln_neon)))]
@@ -358,11 +382,17 @@ fn built(isa: Isa) -> &'static KernelTable {
             Isa::Generic => {}
             #[cfg(kiln_neon)]
             Isa::Aarch64Neon => crate::aarch64::plug(&mut table),
+            // The NEON entries, then the SVE ones (see `aarch64::sve::plug`).
+            #[cfg(kiln_neon)]
+            Isa::Aarch64Sve => {
+                crate::aarch64::plug(&mut table);
+                crate::aarch64::sve::plug(&mut table);
+            }
             // The NEON table with the SME GEMM (see `aarch64::plug_sme`).
             #[cfg(kiln_neon)]
             Isa::Aarch64Sme => crate::aarch64::plug_sme(&mut table),
             #[cfg(not(kiln_neon))]
-            Isa::Aarch64Neon | Isa::Aarch64Sme => {}
+            Isa::Aarch64Neon | Isa::Aarch64Sve | Isa::Aarch64Sme => {}
             // v4 = the v3 entries, then its own (see `x86_64::plug`).
             #[cfg(kiln_x86_64)]
             Isa::X86_64V3 | Isa::X86_64V4 => crate::x86_64::plug(&mut table),

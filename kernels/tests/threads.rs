@@ -19,10 +19,12 @@ fn context(table: &'static KernelTable, threads: usize) -> Context {
     Context::with_table(table).with_threads(threads)
 }
 
-/// Whether the table's slice functions are the NEON ones (the NEON table,
-/// and the SME table, which is NEON's with another GEMM).
-fn has_neon_slices(table: &KernelTable) -> bool {
-    matches!(table.isa(), k::Isa::Aarch64Neon | k::Isa::Aarch64Sme)
+/// Whether the table's elementwise entries give the NEON slice functions'
+/// bits (the NEON table; the SVE table, whose entries are NEON's or the
+/// same per lane; the SME table, NEON's with another GEMM): the tests below
+/// allow those the NEON exceptions.
+fn neon_math(table: &KernelTable) -> bool {
+    matches!(table.isa(), k::Isa::Aarch64Neon | k::Isa::Aarch64Sve | k::Isa::Aarch64Sme)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -228,7 +230,7 @@ fn fused_linear_equals_the_unfused_kernels() {
                 assert_close(&to64(&got), &to64(&want), 1e-6, 1e-6, &ctx);
                 let exact_ops =
                     matches!(act, None | Some(Activation::Relu | Activation::Clamp { .. } | Activation::Hardswish))
-                        || (act == Some(Activation::GeluTanhChain) && !has_neon_slices(table));
+                        || (act == Some(Activation::GeluTanhChain) && !neon_math(table));
                 if exact_ops {
                     assert!(bits(&got) == bits(&want), "exact epilogue differs: {ctx}");
                 }
@@ -297,7 +299,7 @@ fn activation_epilogue_in_registers_is_bit_exact() {
                     // NEON's slice functions may finish a call's last
                     // elements in scalar code, on other elements than the
                     // fused path: close there, exact on every other table.
-                    if has_neon_slices(table) {
+                    if neon_math(table) {
                         assert_close(&to64(&got), &to64(&want), 1e-6, 1e-6, &ctx);
                     } else {
                         assert!(bits(&got) == bits(&want), "{ctx}: fused differs from unfused");
@@ -456,7 +458,7 @@ fn fused_conv_equals_the_unfused_kernels() {
                         // whole vector, so the decomposed SiLU is exact there.
                         let exact = match act {
                             Some(Activation::Silu) => false,
-                            Some(Activation::MulSigmoid | Activation::GeluTanhChain) => !has_neon_slices(table),
+                            Some(Activation::MulSigmoid | Activation::GeluTanhChain) => !neon_math(table),
                             _ => true,
                         };
                         if exact {

@@ -758,6 +758,58 @@ fn v4_math_is_v3_bit_for_bit() {
     }
 }
 
+/// The SVE table's exp, sigmoid and SiLU are the NEON code per lane: the
+/// NEON table's bits (NaN payloads and signs included) on every length
+/// around the vector widths, misaligned starts, the specials and every
+/// 4099th f32 bit pattern, at whatever vector length this CPU has.
+#[test]
+fn sve_math_is_neon_bit_for_bit() {
+    let (Some(sve), Some(neon)) = (KernelTable::for_isa(Isa::Aarch64Sve), KernelTable::for_isa(Isa::Aarch64Neon))
+    else {
+        println!("note: skipping: this CPU or build has no SVE table");
+        return;
+    };
+    type Unary = fn(&KernelTable, &[f32], &mut [f32]);
+    let entries: [(&str, Unary); 3] =
+        [("exp", KernelTable::exp_f32), ("sigmoid", KernelTable::sigmoid_f32), ("silu", KernelTable::silu_f32)];
+    for (name, f) in entries {
+        check_unary_bits(&format!("{name} sve vs neon"), |x, o| f(sve, x, o), |x, o| f(neon, x, o))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// A unary entry (`f`) against another (`g`), every output bit for bit
+/// (NaNs included), writing nothing past the input.
+fn check_unary_bits(name: &str, f: impl Fn(&[f32], &mut [f32]), g: impl Fn(&[f32], &mut [f32])) -> Check {
+    let mut cases: Vec<Vec<f32>> = Vec::new();
+    for (s, &n) in LENGTHS.iter().enumerate() {
+        for range in [1.0f32, 20.0, 120.0] {
+            cases.push(inputs(n, range, s as u64));
+        }
+    }
+    let nan_payload = f32::from_bits(0xffc0_1234);
+    cases.push(vec![nan_payload, -nan_payload, f32::from_bits(0x7f80_0001), 1.0, nan_payload]);
+    cases.push((0..(1u64 << 32)).step_by(4099).map(|b| f32::from_bits(b as u32)).collect());
+    for x in &cases {
+        for off in [0usize, 1, 3] {
+            let Some(xs) = x.get(off..) else { continue };
+            let (mut got, mut want) = (vec![7.5f32; xs.len() + 2], vec![7.5f32; xs.len() + 2]);
+            f(xs, &mut got);
+            g(xs, &mut want);
+            if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+                let xi = xs.get(i).copied().unwrap_or(f32::NAN);
+                return Err(format!(
+                    "{name}: len {} off {off} [{i}] x={xi:e}: {:#x} vs {:#x}",
+                    xs.len(),
+                    got[i].to_bits(),
+                    want[i].to_bits()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn every_entry_is_tested() {
     let names: Vec<&str> = generic().entries().iter().map(|&(e, _)| e).collect();
@@ -802,18 +854,45 @@ fn detection_picks_the_best_supported_table() {
     }
     #[cfg(all(feature = "isa", target_arch = "aarch64"))]
     {
-        // NEON is baseline: every aarch64 build runs the NEON table, and
-        // the SME one (NEON's with the SME GEMM) is the best where the
-        // kernel reports SME.
+        // NEON is baseline: every aarch64 build runs the NEON table; the
+        // SVE one is on top where the CPU has SVE, and the SME one (NEON's
+        // with the SME GEMM) is the best where the kernel reports SME.
+        let sve = std::arch::is_aarch64_feature_detected!("sve");
         let sme = sme::reported();
-        assert_eq!(isa, if sme { Isa::Aarch64Sme } else { Isa::Aarch64Neon });
+        let best = if sme {
+            Isa::Aarch64Sme
+        } else if sve {
+            Isa::Aarch64Sve
+        } else {
+            Isa::Aarch64Neon
+        };
+        assert_eq!(isa, best);
         assert!(Isa::Aarch64Neon.is_supported());
+        assert_eq!(Isa::Aarch64Sve.is_supported(), sve);
         assert_eq!(Isa::Aarch64Sme.is_supported(), sme);
         assert!(!Isa::X86_64V3.is_supported() && !Isa::X86_64V4.is_supported());
         assert_eq!(KernelTable::for_isa(Isa::Aarch64Neon).unwrap().gemm_tile(), (8, 12));
+        // The SVE GEMM runs where SVE is (its tile as wide as the vector
+        // length allows, up to 512 bits) and nowhere else.
+        let lanes = sve_lanes();
+        println!("SVE: {sve}, {lanes:?} f32 lanes; SME: {sme}");
+        // The f32 entries (the integer ones, `q…`, take the SVE int8
+        // variants on the NEON table too: `quant::variants`).
+        let listed = |t: &KernelTable| t.entries().iter().any(|(e, v)| !e.starts_with('q') && v.starts_with("sve"));
+        assert!(!listed(KernelTable::for_isa(Isa::Aarch64Neon).unwrap()));
+        if let Some(lanes) = lanes {
+            let t = KernelTable::for_isa(Isa::Aarch64Sve).unwrap();
+            let w = [16, 8, 4].into_iter().find(|&w| w <= lanes).unwrap();
+            assert_eq!(t.gemm_tile(), (8, 3 * w));
+            let want = format!("sve_8x{}", 3 * w);
+            assert!(t.entries().iter().any(|&(e, v)| e == "gemm_f32" && v == want), "{t:?}");
+            assert_eq!(std::ptr::eq(kiln_kernels::best(), t), !sme);
+        } else {
+            assert!(!listed(kiln_kernels::best()));
+        }
     }
     #[cfg(not(all(feature = "isa", target_arch = "aarch64")))]
-    assert!(!Isa::Aarch64Neon.is_supported() && !Isa::Aarch64Sme.is_supported());
+    assert!(!Isa::Aarch64Neon.is_supported() && !Isa::Aarch64Sve.is_supported() && !Isa::Aarch64Sme.is_supported());
     assert_eq!(generic().gemm_tile(), (4, 8));
     println!("detected {isa}: {:?}", kiln_kernels::best());
 }
@@ -940,6 +1019,20 @@ fn checks_reject_wrong_variants() {
         generic_gemm(&GemmCase { beta, ..*case }, a, b, c);
     };
     assert!(check_gemm("gemm", &reads_c, &gemm_with(g)).is_err());
+    // A GEMM one ulp off in one element (the last, a tile's edge).
+    let last_ulp = |case: &GemmCase, a: &[f32], b: &[f32], c: &mut [f32]| {
+        generic_gemm(case, a, b, c);
+        let at = (case.m - 1) * (case.n + case.pad) + case.n - 1;
+        c[at] = f32::from_bits(c[at].to_bits() ^ 1);
+    };
+    assert!(check_gemm_bits("gemm", &last_ulp, &gemm_with(g)).is_err());
+    // exp with another NaN payload; exp writing past x.
+    let quiet_nan = |x: &[f32], o: &mut [f32]| {
+        g.exp_f32(x, o);
+        o.iter_mut().take(x.len()).filter(|v| v.is_nan()).for_each(|v| *v = f32::NAN);
+    };
+    assert!(check_unary_bits("exp", quiet_nan, |x, o| g.exp_f32(x, o)).is_err());
+    assert!(check_unary_bits("exp", overrun, |x, o| g.exp_f32(x, o)).is_err());
 }
 
 /// The kernels that call through a context's table do so: with each table
@@ -1341,4 +1434,121 @@ mod sme {
             }
         }
     }
+}
+
+/// f32 lanes of an SVE vector (`cntw`), or None without SVE.
+#[cfg(all(feature = "isa", target_arch = "aarch64"))]
+fn sve_lanes() -> Option<usize> {
+    #[target_feature(enable = "sve")]
+    unsafe fn cntw() -> usize {
+        let n: usize;
+        // SAFETY: reads the vector length; SVE was detected.
+        unsafe { std::arch::asm!("cntw {n}", n = out(reg) n, options(nomem, nostack, preserves_flags)) };
+        n
+    }
+    // SAFETY: called only with SVE.
+    std::arch::is_aarch64_feature_detected!("sve").then(|| unsafe { cntw() })
+}
+
+/// The SVE table's GEMM gives the NEON table's bits (the same FMA chain per
+/// element, whatever the vector length and tile width): every
+/// [`gemm_shapes`] case (rows, columns and K off the tiles, K = 1, K past
+/// the 512-deep slice, k = 0) with beta 0, 1 and 0.5 (every `Combine`),
+/// both B layouts, padded C; then `linear_fused` over a weight packed for
+/// each table with every epilogue (scale, bias, each activation, the
+/// residual on either side of it) at one and two threads.
+#[test]
+fn sve_gemm_is_neon_bit_for_bit() {
+    let (Some(sve), Some(neon)) = (KernelTable::for_isa(Isa::Aarch64Sve), KernelTable::for_isa(Isa::Aarch64Neon))
+    else {
+        println!("note: skipping: this CPU or build has no SVE table");
+        return;
+    };
+    let name = format!("gemm {} vs {}", sve.isa(), neon.isa());
+    check_gemm_bits(&name, &gemm_with(sve), &gemm_with(neon)).unwrap_or_else(|e| panic!("{e}"));
+    check_linear_fused_bits(sve, neon).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A GEMM (`f`) against another (`g`), bit for bit (C's padding
+/// included).
+fn check_gemm_bits(name: &str, f: GemmRun, g: GemmRun) -> Check {
+    for (m, n, k) in gemm_shapes() {
+        for tb in [false, true] {
+            for beta in [0.0f32, 1.0, 0.5] {
+                let case = GemmCase { m, n, k, tb, beta, pad: 3 };
+                let (lda, ldb, ldc) = (k + 3, if tb { k } else { n } + 3, n + 3);
+                let mut r = common::rng((m * 131 + n * 7 + k) as u64);
+                let a: Vec<f32> = (0..m * lda).map(|_| r.gen_range(-1.0..1.0)).collect();
+                let b: Vec<f32> = (0..(if tb { n } else { k }) * ldb).map(|_| r.gen_range(-1.0..1.0)).collect();
+                let c0: Vec<f32> = (0..m * ldc).map(|_| r.gen_range(-1.0..1.0)).collect();
+                let (mut got, mut want) = (c0.clone(), c0);
+                f(&case, &a, &b, &mut got);
+                g(&case, &a, &b, &mut want);
+                if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+                    return Err(format!("{name} {case:?} [{i}]: {} vs {}", got[i], want[i]));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `linear_fused` through `t` and `reference`, bit for bit, with every
+/// epilogue the store step has.
+fn check_linear_fused_bits(t: &'static KernelTable, reference: &'static KernelTable) -> Check {
+    use kiln_kernels::{linear_fused, Activation, DType, LinearEpilogue, PackedB, TensorMut, TensorRef};
+    let acts = [
+        None,
+        Some(Activation::Relu),
+        Some(Activation::Clamp { min: Some(-0.25), max: Some(0.5) }),
+        Some(Activation::Sigmoid),
+        Some(Activation::Silu),
+        Some(Activation::Gelu),
+        Some(Activation::GeluTanh),
+        Some(Activation::MulSigmoid),
+        Some(Activation::Hardswish),
+        Some(Activation::GeluTanhChain),
+    ];
+    let mut r = common::rng(41);
+    for (m, n, k) in [(1, 1, 1), (8, 48, 1), (9, 49, 7), (16, 96, 40), (17, 50, 600), (3, 130, 17)] {
+        let x: Vec<f32> = (0..m * k).map(|_| r.gen_range(-2.0..2.0)).collect();
+        let w: Vec<f32> = (0..n * k).map(|_| r.gen_range(-1.0..1.0)).collect();
+        let bias: Vec<f32> = (0..n).map(|_| r.gen_range(-1.0..1.0)).collect();
+        let residual: Vec<f32> = (0..m * n).map(|_| r.gen_range(-1.0..1.0)).collect();
+        let packed = |table| PackedB::new(table, k, n, &w, k, true).map_err(|e| e.to_string());
+        let (pt, pr) = (packed(t)?, packed(reference)?);
+        for act in acts {
+            for (scale, residual_first, with_residual) in [(1.0, false, false), (0.5, false, true), (1.0, true, true)] {
+                let e = LinearEpilogue {
+                    scale,
+                    bias: Some(&bias),
+                    activation: act,
+                    residual: with_residual.then_some(&residual[..]),
+                    residual_first,
+                };
+                for threads in [1, 2] {
+                    let run = |table: &'static KernelTable, w: &PackedB| {
+                        let mut out = vec![f32::NAN; m * n];
+                        let xr = TensorRef { dtype: DType::F32, shape: &[m, k], data: bytemuck::cast_slice(&x) };
+                        let om =
+                            TensorMut { dtype: DType::F32, shape: &[m, n], data: bytemuck::cast_slice_mut(&mut out) };
+                        let mut cx = Context::with_table(table).with_threads(threads);
+                        linear_fused(xr, w, &e, om, &mut cx).map_err(|e| e.to_string())?;
+                        Ok::<_, String>(out)
+                    };
+                    let (got, want) = (run(t, &pt)?, run(reference, &pr)?);
+                    if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+                        return Err(format!(
+                            "{} linear {m}x{n}x{k} {act:?} scale {scale} residual {with_residual} (first {residual_first}), {threads} threads [{i}]: {} vs {} {}",
+                            t.isa(),
+                            got[i],
+                            reference.isa(),
+                            want[i]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }

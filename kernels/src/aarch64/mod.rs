@@ -9,6 +9,7 @@ pub(crate) mod gemm;
 pub(crate) mod math;
 pub(crate) mod quant;
 pub(crate) mod sme;
+pub(crate) mod sve;
 pub(crate) mod sve_quant;
 
 use crate::table::{Entry, KernelTable};
