@@ -22,6 +22,7 @@ fn row_function(len: u64, out_len: u64) -> NativeFunction {
         input_dtypes: vec![DType::F32],
         output_dtype: DType::F32,
         shape: FunctionShape::Rows { len, out_len, prologue: 0, epilogue: None },
+        can_fail: false,
     }
 }
 
