@@ -22,6 +22,7 @@ fn row_function(len: u64, out_len: u64) -> NativeFunction {
         input_dtypes: vec![DType::F32],
         output_dtype: DType::F32,
         shape: FunctionShape::Rows { len, out_len, prologue: 0, epilogue: None },
+        can_fail: false,
     }
 }
 
@@ -99,6 +100,12 @@ fn inconsistent_native_kernels_are_refused_at_load() {
     let bool_elementwise = NativeFunction { input_dtypes: vec![DType::Bool], ..ew.clone() };
     let neg = InstrOp::Native { function: 0, program: vec![FusedOp::Unary { op: UnaryOp::Neg, x: 0 }] };
     let cases: Vec<(Plan, NativeSection, &str)> = vec![
+        // A row function declaring it can fail (only elementwise ones divide integers).
+        (
+            plan(native_softmax(), false),
+            section(vec![NativeFunction { can_fail: true, ..row_function(3, 3) }]),
+            "a row function cannot fail",
+        ),
         // A row function called as an elementwise one, and the reverse.
         (plan(native_softmax(), false), section(vec![ew.clone()]), "cannot call native function"),
         (

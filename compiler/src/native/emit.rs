@@ -107,8 +107,10 @@ fn load_lines(indent: &str, name: &str, ptr: &str, idx: Option<&str>, ty: Ty) ->
     s
 }
 
+mod divide;
 mod half;
 mod inverse;
+use divide::IntDivision;
 pub mod rows;
 mod trig;
 
@@ -116,6 +118,15 @@ mod trig;
 struct Body {
     text: String,
     next: usize,
+    /// The i1 registers `divisor == 0` of each integer division so far
+    /// (`emit/divide.rs`): a function with any returns whether one held.
+    zero_divisors: Vec<String>,
+}
+
+impl Body {
+    fn new(next: usize) -> Body {
+        Body { text: String::new(), next, zero_divisors: Vec::new() }
+    }
 }
 
 /// 2²³: every f32 at least this large is an integer.
@@ -637,19 +648,33 @@ impl Body {
 
 /// The MLIR function text of `program` as function `symbol`, reading operand
 /// `i` (of dtype `dtypes[i]`) as `modes[i]` says and storing its result.
-/// Operands and the result are f32, bool, i32, i64, f16 or bf16.
+/// Operands and the result are f32, bool, i32, i64, f16 or bf16. See
+/// [`program_function`] for the function's return value.
 pub fn program_to_mlir(
     symbol: &str,
     program: &[FusedOp],
     modes: &[InputMode],
     dtypes: &[DType],
 ) -> Result<String, Unsupported> {
+    program_function(symbol, program, modes, dtypes).map(|(text, _)| text)
+}
+
+/// [`program_to_mlir`], and whether the function can fail
+/// (`NativeFunction::can_fail`): with an integer division or remainder in
+/// the program it returns an `i32`, 1 where some element of `start..end`
+/// met a zero divisor (its results are then unspecified), else 0 (see
+/// `emit/divide.rs`); otherwise it returns nothing.
+pub fn program_function(
+    symbol: &str,
+    program: &[FusedOp],
+    modes: &[InputMode],
+    dtypes: &[DType],
+) -> Result<(String, bool), Unsupported> {
     if modes.len() != dtypes.len() {
         return Err(Unsupported(format!("{} modes for {} operands", modes.len(), dtypes.len())));
     }
-    let mut b = Body { text: String::new(), next: 0 };
+    let mut b = Body::new(0);
     let mut head = String::new();
-    let _ = writeln!(head, "  func.func @{symbol}(%ins: !llvm.ptr, %out: !llvm.ptr, %start: i64, %end: i64) {{");
     let mut regs: Vec<(String, Ty)> = Vec::new();
     let mut loads = String::new();
     for (i, (mode, &dtype)) in modes.iter().zip(dtypes).enumerate() {
@@ -684,11 +709,22 @@ pub fn program_to_mlir(
         }
     }
     let (result, ty) = program_values(&mut b, program, regs)?;
-    let mut text = head;
+    let can_fail = !b.zero_divisors.is_empty();
+    let mut text = String::new();
+    let returns = if can_fail { " -> i32" } else { "" };
+    let _ =
+        writeln!(text, "  func.func @{symbol}(%ins: !llvm.ptr, %out: !llvm.ptr, %start: i64, %end: i64){returns} {{");
+    text.push_str(&head);
     let _ = writeln!(text, "    %lo = arith.index_cast %start : i64 to index");
     let _ = writeln!(text, "    %hi = arith.index_cast %end : i64 to index");
     let _ = writeln!(text, "    %step = arith.constant 1 : index");
-    let _ = writeln!(text, "    scf.for %i = %lo to %hi step %step {{");
+    if can_fail {
+        // `%zero` ORed over the loop: some element met a zero divisor.
+        let _ = writeln!(text, "    %ok = arith.constant false");
+        let _ = writeln!(text, "    %zero = scf.for %i = %lo to %hi step %step iter_args(%seen = %ok) -> (i1) {{");
+    } else {
+        let _ = writeln!(text, "    scf.for %i = %lo to %hi step %step {{");
+    }
     let _ = writeln!(text, "      %ii = arith.index_cast %i : index to i64");
     text.push_str(&loads);
     text.push_str(&b.text);
@@ -702,10 +738,22 @@ pub fn program_to_mlir(
     let mem = ty.mem();
     let _ = writeln!(text, "      %o = llvm.getelementptr %out[%ii] : (!llvm.ptr, i64) -> !llvm.ptr, {mem}");
     let _ = writeln!(text, "      llvm.store {stored}, %o : {mem}, !llvm.ptr");
-    let _ = writeln!(text, "    }}");
-    let _ = writeln!(text, "    return");
+    if can_fail {
+        let mut seen = "%seen".to_string();
+        for (k, z) in b.zero_divisors.iter().enumerate() {
+            let _ = writeln!(text, "      %seen{k} = arith.ori {seen}, {z} : i1");
+            seen = format!("%seen{k}");
+        }
+        let _ = writeln!(text, "      scf.yield {seen} : i1");
+        let _ = writeln!(text, "    }}");
+        let _ = writeln!(text, "    %status = arith.extui %zero : i1 to i32");
+        let _ = writeln!(text, "    return %status : i32");
+    } else {
+        let _ = writeln!(text, "    }}");
+        let _ = writeln!(text, "    return");
+    }
     let _ = writeln!(text, "  }}");
-    Ok(text)
+    Ok((text, can_fail))
 }
 
 /// The values of `program`'s ops in `b`, its operands being the registers
@@ -938,7 +986,10 @@ fn binary(b: &mut Body, op: BinaryOp, x: &str, y: &str, ty: Ty) -> Result<(Strin
             BinaryOp::Le => ("sle", Ty::Bool),
             BinaryOp::Gt => ("sgt", Ty::Bool),
             BinaryOp::Ge => ("sge", Ty::Bool),
-            // Division and remainder fail on a zero divisor in the kernels.
+            // A zero divisor fails the call (`emit/divide.rs`).
+            BinaryOp::FloorDiv => return Ok((b.int_division(IntDivision::Floor, x, y, ty), ty)),
+            BinaryOp::Rem => return Ok((b.int_division(IntDivision::PyRem, x, y, ty), ty)),
+            BinaryOp::Fmod => return Ok((b.int_division(IntDivision::CRem, x, y, ty), ty)),
             _ => return Err(Unsupported(format!("{op} of {ty:?}"))),
         };
         let def = if out == Ty::Bool { b.cmpi(name, x, y, ty) } else { b.int_op(name, x, y, ty) };
@@ -951,6 +1002,9 @@ fn binary(b: &mut Body, op: BinaryOp, x: &str, y: &str, ty: Ty) -> Result<(Strin
         BinaryOp::Div => (b.div(x, y), Ty::F32),
         BinaryOp::Pow => (b.pow(x, y), Ty::F32),
         BinaryOp::Atan2 => (b.atan2(x, y), Ty::F32),
+        BinaryOp::Fmod => (b.fmod(x, y), Ty::F32),
+        BinaryOp::Rem => (b.py_rem_f32(x, y), Ty::F32),
+        BinaryOp::FloorDiv => (b.floor_div_f32(x, y), Ty::F32),
         // NaN-propagating: `a` if it is NaN or wins, else `b` (NaN or not).
         BinaryOp::Max | BinaryOp::Min => {
             let nan = b.is_nan(x);

@@ -74,8 +74,8 @@ pub use codegen::compile_plan;
 
 #[cfg(feature = "native")]
 mod codegen {
-    use super::emit::program_to_mlir;
     use super::emit::rows::{row_function_to_mlir, Epilogue, Prologue, RowOp};
+    use super::emit::{program_function, program_to_mlir};
     use super::llvm::{compile_module, triple};
     use super::NativeTarget;
     use kiln_ir::{BinaryOp, DType, FusedOp};
@@ -197,13 +197,14 @@ mod codegen {
         if let Some(program) = program {
             let program = program.clone();
             let (modes, dtypes) = input_modes(plan, &instr.inputs, &instr.outputs)?;
-            let key = program_to_mlir("f", &program, &modes, &dtypes).ok()?;
+            let (key, can_fail) = program_function("f", &program, &modes, &dtypes).ok()?;
             let function = NativeFunction {
                 symbol: String::new(),
                 input_dtypes: dtypes.clone(),
                 inputs: modes.clone(),
                 output_dtype: plan.tensors.get(instr.outputs[0] as usize)?.dtype,
                 shape: FunctionShape::Elementwise,
+                can_fail,
             };
             return Some((key, Box::new(move |s: &str| program_to_mlir(s, &program, &modes, &dtypes)), function));
         }
@@ -219,6 +220,7 @@ mod codegen {
                 .collect(),
             output_dtype: DType::F32,
             shape: FunctionShape::Rows { len, out_len: op.out_len(len), prologue: 0, epilogue: None },
+            can_fail: false,
         };
         Some((key, Box::new(move |s: &str| row_function_to_mlir(s, op, len, arch, None, None)), function))
     }
@@ -284,6 +286,7 @@ mod codegen {
                 prologue: k as u32,
                 epilogue: epilogue.map(|p| p.inputs),
             },
+            can_fail: false,
         };
         Some((key, Box::new(text), function))
     }

@@ -75,6 +75,7 @@ pub fn cmd_inspect(artifact: &Path, as_json: bool) -> CliResult {
                     "operands": f.inputs.len(),
                     "operand_dtypes": f.input_dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
                     "result_dtype": f.output_dtype.name(),
+                    "can_fail": f.can_fail,
                 })).collect::<Vec<_>>(),
                 "levels": n.levels.iter().map(|l| json!({"arch": format!("{:?}", l.arch), "level": l.level, "bytes": l.object.len()})).collect::<Vec<_>>(),
             })),
@@ -161,6 +162,10 @@ native code: {} functions",
             _ => ("instructions", at.join(", ")),
         };
         let shape = match f.shape {
+            // Integer division: a zero divisor reruns the call portably (its error).
+            kiln_runtime::native::FunctionShape::Elementwise if f.can_fail => {
+                "elementwise, fails on a zero divisor".to_string()
+            }
             kiln_runtime::native::FunctionShape::Elementwise => "elementwise".to_string(),
             kiln_runtime::native::FunctionShape::Rows { len, out_len, prologue, epilogue } => {
                 let mut s = format!("rows of {len} → {out_len}");

@@ -53,10 +53,11 @@ pub const FORMAT_MAJOR: u16 = 0;
 /// and several outputs of `linear_fused`, column ranges of one GEMM;
 /// 0.20 the `gelu_tanh_chain` epilogue activation, GPT-2's `gelu_new`, and
 /// a `native_kernel`'s elementwise epilogue and a row function's epilogue
-/// count),
+/// count; 0.21 `NativeFunction::can_fail`, elementwise functions with an
+/// integer division returning whether a divisor was zero),
 /// so a runtime reads exactly its own minor version; from 1.0 on,
 /// minors only add. `tests/golden/` holds one artifact per version.
-pub const FORMAT_MINOR: u16 = 20;
+pub const FORMAT_MINOR: u16 = 21;
 /// The oldest minor version this runtime reads.
 pub const FORMAT_MINOR_MIN: u16 = if FORMAT_MAJOR == 0 { FORMAT_MINOR } else { 0 };
 /// Sections start at multiples of this (a cache line; also enough for any dtype).

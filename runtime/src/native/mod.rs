@@ -26,6 +26,7 @@ use crate::format::{InstrOp, Kernel, Plan, ReduceKind, RowEpilogue, RowPrologue}
 use kiln_kernels::{Context, DType, FusedOp, Result, TensorMut, TensorRef};
 pub use loader::{Arch, LoadedObject};
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The artifact's native section (`SECTION_NATIVE`, postcard-encoded).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -39,7 +40,8 @@ pub struct NativeSection {
 /// `extern "C" fn(ins: *const *const u8, out: *mut u8, start: usize, end: usize)`:
 /// an elementwise function computes output elements `start..end` (flat,
 /// row-major) from the operand base pointers `ins[0..inputs.len()]`; a row
-/// function ([`FunctionShape::Rows`]) computes rows `start..end`.
+/// function ([`FunctionShape::Rows`]) computes rows `start..end`. One that
+/// [`can_fail`](NativeFunction::can_fail) returns an `i32` as well.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NativeFunction {
     pub symbol: String,
@@ -50,6 +52,11 @@ pub struct NativeFunction {
     pub output_dtype: DType,
     /// What `start..end` counts (since format 0.11).
     pub shape: FunctionShape,
+    /// The function returns an `i32`: nonzero when some element of its
+    /// range met an integer division by zero, its results then unspecified
+    /// (format 0.21; elementwise functions only). The call then runs the
+    /// portable program, which reports the error as it always does.
+    pub can_fail: bool,
 }
 
 /// What a native function's range counts, and so which instruction calls it.
@@ -276,6 +283,9 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
                 f.symbol, f.input_dtypes, f.output_dtype
             ));
         }
+        if f.can_fail && f.shape != FunctionShape::Elementwise {
+            return Err(format!("function {}: a row function cannot fail", f.symbol));
+        }
         if f.inputs.len() != f.input_dtypes.len() {
             return Err(format!(
                 "function {}: {} modes for {} operands",
@@ -357,12 +367,22 @@ pub fn validate_section(section: &NativeSection, plan: &Plan) -> std::result::Re
 
 /// The native signature, fixed by the compiler (see [`NativeFunction`]).
 type NativeFn = unsafe extern "C" fn(*const *const u8, *mut u8, usize, usize);
+/// The signature of a function that [`NativeFunction::can_fail`]: nonzero
+/// when an element met an integer division by zero.
+type FallibleFn = unsafe extern "C" fn(*const *const u8, *mut u8, usize, usize) -> i32;
+
+/// A resolved function, called with the signature its declaration says.
+#[derive(Copy, Clone)]
+enum Entry {
+    Plain(NativeFn),
+    Fallible(FallibleFn),
+}
 
 /// A section's best level for this CPU, mapped and resolved.
 pub struct NativeCode {
     /// Keeps the code mapped for as long as the pointers below live.
     _object: LoadedObject,
-    functions: Vec<NativeFn>,
+    functions: Vec<Entry>,
     pub level: String,
 }
 
@@ -383,8 +403,15 @@ impl NativeCode {
         for f in &section.functions {
             let addr = object.function(&f.symbol).ok_or_else(|| format!("function {} is not defined", f.symbol))?;
             // SAFETY: `addr` is a function symbol of a validated object
-            // mapped read + execute; the compiler emits it with `NativeFn`'s ABI.
-            functions.push(unsafe { std::mem::transmute::<*const u8, NativeFn>(addr) });
+            // mapped read + execute; the compiler emits it with `NativeFn`'s
+            // ABI, or `FallibleFn`'s where it declares it can fail.
+            functions.push(unsafe {
+                if f.can_fail {
+                    Entry::Fallible(std::mem::transmute::<*const u8, FallibleFn>(addr))
+                } else {
+                    Entry::Plain(std::mem::transmute::<*const u8, NativeFn>(addr))
+                }
+            });
         }
         Ok(Some(NativeCode { _object: object, functions, level: level.level.clone() }))
     }
@@ -413,14 +440,33 @@ pub(crate) fn run_native(
         *p = t.data.as_ptr();
     }
     let (ptrs, dst) = (Shared(ptrs.as_ptr()), SharedMut(out.data.as_mut_ptr()));
+    let zero_divisor = AtomicBool::new(false);
     cx.threads().for_each_element_range(total, |start, end| {
         let (ptrs, dst) = (&ptrs, &dst);
         // SAFETY: `shapes_fit` checked every operand holds the elements its
         // mode indexes (`total`, one, or `period`·(outer) with `(i / inner)
         // % period` in range) and the output `total`; each
-        // range writes only its own output elements.
-        unsafe { f(ptrs.0, dst.0, start, end) }
+        // range writes only its own output elements. Each function is
+        // called with the signature its declaration says.
+        let status = unsafe {
+            match f {
+                Entry::Plain(f) => {
+                    f(ptrs.0, dst.0, start, end);
+                    0
+                }
+                Entry::Fallible(f) => f(ptrs.0, dst.0, start, end),
+            }
+        };
+        if status != 0 {
+            zero_divisor.store(true, Ordering::Relaxed);
+        }
     });
+    if zero_divisor.into_inner() {
+        // The portable program meets the same zero divisor and fails with
+        // the kernels' own error (its results are the output otherwise).
+        let out = TensorMut { dtype: out.dtype, shape: out.shape, data: &mut *out.data };
+        return kiln_kernels::fused(program, ins, out, cx);
+    }
     Ok(())
 }
 
@@ -478,6 +524,11 @@ pub(crate) fn run_native_kernel(
     }
     // The prologue's (or the kernel's) operands, then the epilogue's.
     let (ins_row, extras) = ins.split_at(ins.len() - e);
+    // Row functions cannot fail (checked at load).
+    let native = native.and_then(|(f, sig)| match f {
+        Entry::Plain(f) => Some((f, sig)),
+        Entry::Fallible(_) => None,
+    });
     let fit = native.and_then(|(&f, sig)| {
         let (rows, len) = match &prologue {
             Some((_, x)) => {
@@ -663,6 +714,7 @@ mod tests {
             input_dtypes: vec![DType::F32; n],
             output_dtype: DType::F32,
             shape: FunctionShape::Rows { len, out_len, prologue: 0, epilogue: None },
+            can_fail: false,
         };
         let x = [0u8; 24];
         let w = [0u8; 12];

@@ -257,6 +257,55 @@ fn native_aarch64_half_matches_pytorch_and_x86_64() {
     }
 }
 
+/// Integer division and float fmod / remainder in native aarch64 groups
+/// (`native_divide`): every instruction but the views native, matching
+/// PyTorch and the x86-64 run; a zero divisor fails the run with the
+/// kernels' error (aarch64's `sdiv` gives 0 there without trapping, so
+/// only the function's zero-divisor status tells).
+#[cfg(feature = "native")]
+#[test]
+fn native_aarch64_division_matches_pytorch_and_fails_on_a_zero_divisor() {
+    use kiln_compiler::native::NativeTarget;
+    use kiln_runtime::format::{InstrOp, Kernel};
+    use kiln_runtime::native::NativeArch;
+    let Some(runner) = runner() else { return };
+    let src = fixture_dir("native_divide").join("aten.pt2");
+    let tmp = temp_path("a64-native-divide");
+    let native = NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level");
+    let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
+    kiln_compiler::compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("native_divide: compile failed: {e}"));
+    let bytes = std::fs::read(&tmp).expect("read artifact");
+    let program = Program::from_bytes(&bytes).expect("load");
+    let portable: Vec<&InstrOp> = (program.plan().instrs.iter())
+        .map(|i| &i.op)
+        .filter(|op| !matches!(op, InstrOp::Native { .. } | InstrOp::NativeKernel { .. }))
+        .filter(|op| !matches!(op, InstrOp::Call(Kernel::Copy {})))
+        .collect();
+    assert!(portable.is_empty(), "native_divide: not native: {portable:?}");
+    for threads in [1, 2] {
+        let what = format!("native_divide/aten --target aarch64 ({threads} threads)");
+        check_bytes(&runner, &what, "native_divide", &bytes, threads);
+    }
+    // The divisors (the last i64 input) with a zero.
+    let mut inputs = read_numbered(&fixture_dir("native_divide"), "input");
+    let d = inputs.iter_mut().rfind(|t| t.dtype == kiln_runtime::DType::I64).expect("the divisors");
+    d.data[8 * 150..8 * 151].fill(0);
+    let out = out_dir("a64-divide-zero");
+    let mut args = vec!["--threads=2".to_string(), format!("--output-dir={}", out.display())];
+    for (i, t) in inputs.iter().enumerate() {
+        let path = out.join(format!("in_{i}.npy"));
+        kiln_compiler::npy::write_npy(&path, &t.view()).expect("write input");
+        args.push(format!("--input={i}={}", path.display()));
+    }
+    let run = Command::new(&runner[0]).args(&runner[1..]).arg("run").arg(&tmp).args(&args).output();
+    let run = run.unwrap_or_else(|e| panic!("cannot start the aarch64 runner {runner:?}: {e}"));
+    std::fs::remove_file(&tmp).ok();
+    std::fs::remove_dir_all(&out).ok();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "a zero divisor ran on aarch64");
+    assert!(stderr.contains("integer division by zero"), "aarch64 kiln-run: {stderr}");
+}
+
 /// sin, cos and tan in native aarch64 groups give the x86-64 run's bits
 /// (here the artifact's portable fallback, glibc's sinf/cosf/tanf): the
 /// emitter writes glibc's x86-64 algorithms out for every ISA, and aarch64

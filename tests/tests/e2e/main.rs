@@ -21,6 +21,7 @@ mod golden_artifacts;
 mod layout_before_after;
 mod linalg_checks;
 mod moe_ops;
+mod native_divide;
 mod native_fixtures;
 mod native_half;
 mod native_masks;

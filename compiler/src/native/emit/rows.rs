@@ -654,6 +654,10 @@ impl Body {
                 .map(|(k, &mode)| b.mode_load(&format!("%q{k}"), mode, &idx, types[k]))
                 .collect();
             match program_values(b, p.program, regs) {
+                // A row function cannot fail: no integer division.
+                Ok(_) if !b.zero_divisors.is_empty() => {
+                    failed = Some(Unsupported("an integer division in a prologue".into()))
+                }
                 Ok((r, Ty::F32)) => b.store(&r, "%x", i),
                 Ok((_, ty)) => failed = Some(Unsupported(format!("a {ty:?} prologue result"))),
                 Err(e) => failed = Some(e),
@@ -699,6 +703,10 @@ impl Body {
             let v = b.load(y, i);
             regs.insert(p.row, (v, Ty::F32));
             match program_values(b, p.program, regs) {
+                // A row function cannot fail: no integer division.
+                Ok(_) if !b.zero_divisors.is_empty() => {
+                    failed = Some(Unsupported("an integer division in a epilogue".into()))
+                }
                 Ok((r, Ty::F32)) => b.store(&r, "%z", &idx),
                 Ok((_, ty)) => failed = Some(Unsupported(format!("a {ty:?} epilogue result"))),
                 Err(e) => failed = Some(e),
@@ -744,7 +752,7 @@ pub fn row_function_to_mlir(
     if prologue.is_some() && matches!(op, RowOp::Sum | RowOp::Mean) {
         return Err(Unsupported("a prologue before a sum or mean".into()));
     }
-    let mut b = Body { text: String::new(), next: 0 };
+    let mut b = Body::new(0);
     let mut text = String::new();
     let _ = writeln!(text, "  func.func @{symbol}(%ins: !llvm.ptr, %out: !llvm.ptr, %start: i64, %end: i64) {{");
     let k = prologue.map_or(0, |p| p.modes.len());
@@ -784,7 +792,7 @@ pub fn row_function_to_mlir(
     let first = if let RowOp::Sum | RowOp::Mean = op {
         // Four rows at a time, as the kernel's `sum_rows`: four independent
         // chains (one per row, each in row order); the rest one by one below.
-        let mut q = Body { text: String::new(), next: 1_000_000 };
+        let mut q = Body::new(1_000_000);
         q.sum_quads(len, op == RowOp::Mean, epilogue)?;
         text.push_str(&q.text);
         "%rest"
