@@ -130,6 +130,24 @@ fn fixtures_match_pytorch_and_x86_64() {
     }
 }
 
+/// Fixture `name`'s `aten.pt2` compiled with `--target aarch64` (its
+/// default level).
+#[cfg(feature = "native")]
+fn aarch64_artifact(name: &str) -> Vec<u8> {
+    use kiln_compiler::native::NativeTarget;
+    use kiln_runtime::native::NativeArch;
+    let native = NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level");
+    crate::native_common::compile_bytes(name, "aten", Some(native))
+}
+
+/// Every instruction of the artifact but its views is a native call.
+#[cfg(feature = "native")]
+fn assert_all_native(name: &str, bytes: &[u8]) {
+    let program = Program::from_bytes(bytes).expect("load");
+    let portable = crate::native_common::not_native(program.plan());
+    assert!(portable.is_empty(), "{name}: not native: {portable:?}");
+}
+
 /// `--target aarch64` artifacts (native code for the fused elementwise
 /// groups, default level `generic`): the runtime's loader maps and runs the
 /// code on aarch64; here, on x86-64, the same artifact runs its portable
@@ -137,18 +155,10 @@ fn fixtures_match_pytorch_and_x86_64() {
 #[cfg(feature = "native")]
 #[test]
 fn native_aarch64_artifacts_match_pytorch_and_x86_64() {
-    use kiln_compiler::native::NativeTarget;
-    use kiln_runtime::native::NativeArch;
     let Some(runner) = runner() else { return };
     let mut functions = 0;
     for name in FIXTURES {
-        let src = fixture_dir(name).join("aten.pt2");
-        let tmp = temp_path(&format!("a64-native-{name}"));
-        let native = NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level");
-        let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
-        kiln_compiler::compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{name}: compile failed: {e}"));
-        let bytes = std::fs::read(&tmp).expect("read artifact");
-        std::fs::remove_file(&tmp).ok();
+        let bytes = aarch64_artifact(name);
         let program = Program::from_bytes(&bytes).expect("load");
         functions += program.native_section().map_or(0, |n| n.functions.len());
         check_bytes(&runner, &format!("{name}/aten --target aarch64"), name, &bytes, 2);
@@ -161,17 +171,9 @@ fn native_aarch64_artifacts_match_pytorch_and_x86_64() {
 #[cfg(feature = "native")]
 #[test]
 fn native_aarch64_inverse_hyperbolic_and_pow_match_pytorch() {
-    use kiln_compiler::native::NativeTarget;
     use kiln_runtime::format::InstrOp;
-    use kiln_runtime::native::NativeArch;
     let Some(runner) = runner() else { return };
-    let src = fixture_dir("native_math").join("aten.pt2");
-    let tmp = temp_path("a64-native-math");
-    let native = NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level");
-    let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
-    kiln_compiler::compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("native_math: compile failed: {e}"));
-    let bytes = std::fs::read(&tmp).expect("read artifact");
-    std::fs::remove_file(&tmp).ok();
+    let bytes = aarch64_artifact("native_math");
     let program = Program::from_bytes(&bytes).expect("load");
     let native_calls = program.plan().instrs.iter().filter(|i| matches!(i.op, InstrOp::Native { .. })).count();
     assert_eq!(native_calls, program.plan().instrs.len(), "native_math: every instruction native");
@@ -185,24 +187,9 @@ fn native_aarch64_inverse_hyperbolic_and_pow_match_pytorch() {
 #[cfg(feature = "native")]
 #[test]
 fn native_aarch64_masks_match_pytorch() {
-    use kiln_compiler::native::NativeTarget;
-    use kiln_runtime::format::{InstrOp, Kernel};
-    use kiln_runtime::native::NativeArch;
     let Some(runner) = runner() else { return };
-    let src = fixture_dir("native_masks").join("aten.pt2");
-    let tmp = temp_path("a64-native-masks");
-    let native = NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level");
-    let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
-    kiln_compiler::compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("native_masks: compile failed: {e}"));
-    let bytes = std::fs::read(&tmp).expect("read artifact");
-    std::fs::remove_file(&tmp).ok();
-    let program = Program::from_bytes(&bytes).expect("load");
-    let portable: Vec<&InstrOp> = (program.plan().instrs.iter())
-        .map(|i| &i.op)
-        .filter(|op| !matches!(op, InstrOp::Native { .. } | InstrOp::NativeKernel { .. }))
-        .filter(|op| !matches!(op, InstrOp::Call(Kernel::Copy {})))
-        .collect();
-    assert!(portable.is_empty(), "native_masks: not native: {portable:?}");
+    let bytes = aarch64_artifact("native_masks");
+    assert_all_native("native_masks", &bytes);
     for threads in [1, 2] {
         check_bytes(
             &runner,
@@ -225,24 +212,9 @@ fn native_aarch64_masks_match_pytorch() {
 #[test]
 fn native_aarch64_half_matches_pytorch_and_x86_64() {
     use crate::native_half::differing;
-    use kiln_compiler::native::NativeTarget;
-    use kiln_runtime::format::{InstrOp, Kernel};
-    use kiln_runtime::native::NativeArch;
     let Some(runner) = runner() else { return };
-    let src = fixture_dir("native_half").join("aten.pt2");
-    let tmp = temp_path("a64-native-half");
-    let native = NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level");
-    let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
-    kiln_compiler::compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("native_half: compile failed: {e}"));
-    let bytes = std::fs::read(&tmp).expect("read artifact");
-    std::fs::remove_file(&tmp).ok();
-    let program = Program::from_bytes(&bytes).expect("load");
-    let portable: Vec<&InstrOp> = (program.plan().instrs.iter())
-        .map(|i| &i.op)
-        .filter(|op| !matches!(op, InstrOp::Native { .. } | InstrOp::NativeKernel { .. }))
-        .filter(|op| !matches!(op, InstrOp::Call(Kernel::Copy {})))
-        .collect();
-    assert!(portable.is_empty(), "native_half: not native: {portable:?}");
+    let bytes = aarch64_artifact("native_half");
+    assert_all_native("native_half", &bytes);
     let expected = read_numbered(&fixture_dir("native_half"), "output");
     for threads in [1, 2] {
         let what = format!("native_half/aten --target aarch64 ({threads} threads)");
@@ -265,23 +237,9 @@ fn native_aarch64_half_matches_pytorch_and_x86_64() {
 #[cfg(feature = "native")]
 #[test]
 fn native_aarch64_division_matches_pytorch_and_fails_on_a_zero_divisor() {
-    use kiln_compiler::native::NativeTarget;
-    use kiln_runtime::format::{InstrOp, Kernel};
-    use kiln_runtime::native::NativeArch;
     let Some(runner) = runner() else { return };
-    let src = fixture_dir("native_divide").join("aten.pt2");
-    let tmp = temp_path("a64-native-divide");
-    let native = NativeTarget::new(NativeArch::Aarch64, None).expect("default aarch64 level");
-    let opts = kiln_compiler::CompileOptions { native: Some(native), ..kiln_compiler::CompileOptions::default() };
-    kiln_compiler::compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("native_divide: compile failed: {e}"));
-    let bytes = std::fs::read(&tmp).expect("read artifact");
-    let program = Program::from_bytes(&bytes).expect("load");
-    let portable: Vec<&InstrOp> = (program.plan().instrs.iter())
-        .map(|i| &i.op)
-        .filter(|op| !matches!(op, InstrOp::Native { .. } | InstrOp::NativeKernel { .. }))
-        .filter(|op| !matches!(op, InstrOp::Call(Kernel::Copy {})))
-        .collect();
-    assert!(portable.is_empty(), "native_divide: not native: {portable:?}");
+    let bytes = aarch64_artifact("native_divide");
+    assert_all_native("native_divide", &bytes);
     for threads in [1, 2] {
         let what = format!("native_divide/aten --target aarch64 ({threads} threads)");
         check_bytes(&runner, &what, "native_divide", &bytes, threads);
@@ -291,15 +249,16 @@ fn native_aarch64_division_matches_pytorch_and_fails_on_a_zero_divisor() {
     let d = inputs.iter_mut().rfind(|t| t.dtype == kiln_runtime::DType::I64).expect("the divisors");
     d.data[8 * 150..8 * 151].fill(0);
     let out = out_dir("a64-divide-zero");
+    let artifact = out.join("native_divide.kiln");
+    std::fs::write(&artifact, &bytes).expect("write the artifact");
     let mut args = vec!["--threads=2".to_string(), format!("--output-dir={}", out.display())];
     for (i, t) in inputs.iter().enumerate() {
         let path = out.join(format!("in_{i}.npy"));
         kiln_compiler::npy::write_npy(&path, &t.view()).expect("write input");
         args.push(format!("--input={i}={}", path.display()));
     }
-    let run = Command::new(&runner[0]).args(&runner[1..]).arg("run").arg(&tmp).args(&args).output();
+    let run = Command::new(&runner[0]).args(&runner[1..]).arg("run").arg(&artifact).args(&args).output();
     let run = run.unwrap_or_else(|e| panic!("cannot start the aarch64 runner {runner:?}: {e}"));
-    std::fs::remove_file(&tmp).ok();
     std::fs::remove_dir_all(&out).ok();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success(), "a zero divisor ran on aarch64");

@@ -21,6 +21,7 @@ mod golden_artifacts;
 mod layout_before_after;
 mod linalg_checks;
 mod moe_ops;
+mod native_common;
 mod native_divide;
 mod native_fixtures;
 mod native_half;

@@ -9,41 +9,18 @@
 //! error, not a trap. Needs feature `native`.
 #![cfg(all(feature = "native", target_arch = "x86_64"))]
 
+use crate::native_common::{bytes, not_native, try_run as run};
 use kiln_compiler::native::NativeTarget;
-use kiln_compiler::{compile_file, CompileOptions};
-use kiln_runtime::format::{InstrOp, Kernel};
 use kiln_runtime::native::NativeArch;
-use kiln_runtime::{DType, Program, SessionOptions, Tensor};
-use kiln_tests::{assert_close, fixture_dir, read_numbered, run_session, temp_path, FLAVOURS};
+use kiln_runtime::{DType, Program, SessionOptions};
+use kiln_tests::{assert_close, fixture_dir, read_numbered, run_session, FLAVOURS};
 
 fn compile(flavour: &str, native: Option<NativeTarget>) -> std::sync::Arc<Program> {
-    let what = format!("native_divide/{flavour}");
-    let tmp = temp_path(&format!("native-divide-{flavour}"));
-    let opts = CompileOptions { native, ..CompileOptions::default() };
-    let src = fixture_dir("native_divide").join(format!("{flavour}.pt2"));
-    compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let program = Program::load(&tmp).unwrap_or_else(|e| panic!("{what}: {e}"));
-    std::fs::remove_file(&tmp).ok();
-    program
+    crate::native_common::compile("native_divide", flavour, native)
 }
 
 fn x86_64() -> Option<NativeTarget> {
     Some(NativeTarget::new(NativeArch::X86_64, None).expect("default levels"))
-}
-
-fn run(
-    program: &std::sync::Arc<Program>,
-    allow: bool,
-    threads: usize,
-    inputs: &[Tensor],
-) -> kiln_runtime::Result<Vec<Tensor>> {
-    let opts = SessionOptions { allow_native_code: allow, threads, ..SessionOptions::default() };
-    let mut session = program.session_with(&opts).expect("session");
-    run_session(&mut session, inputs)
-}
-
-fn bytes(outputs: &[Tensor]) -> Vec<Vec<u8>> {
-    outputs.iter().map(|t| t.data.clone()).collect()
 }
 
 #[test]
@@ -54,11 +31,7 @@ fn division_chains_run_natively_and_match_pytorch() {
     for flavour in FLAVOURS {
         let what = format!("native_divide/{flavour}");
         let program = compile(flavour, x86_64());
-        let portable: Vec<&InstrOp> = (program.plan().instrs.iter())
-            .map(|i| &i.op)
-            .filter(|op| !matches!(op, InstrOp::Native { .. } | InstrOp::NativeKernel { .. }))
-            .filter(|op| !matches!(op, InstrOp::Call(Kernel::Copy {})))
-            .collect();
+        let portable = not_native(program.plan());
         assert!(portable.is_empty(), "{what}: not native: {portable:?}");
         let section = program.native_section().expect("a native section");
         for d in [DType::I64, DType::I32] {

@@ -13,28 +13,14 @@
 //! Needs feature `native`.
 #![cfg(all(feature = "native", target_arch = "x86_64"))]
 
+use crate::native_common::{bytes, not_native, run};
 use kiln_compiler::native::NativeTarget;
-use kiln_compiler::{compile_file, CompileOptions};
-use kiln_runtime::format::{InstrOp, Kernel};
 use kiln_runtime::native::NativeArch;
-use kiln_runtime::{DType, Program, SessionOptions, Tensor};
-use kiln_tests::{assert_close, default_tolerance, fixture_dir, read_npy_as, run_session, temp_path, FLAVOURS};
+use kiln_runtime::{DType, Program, Tensor};
+use kiln_tests::{assert_close, default_tolerance, fixture_dir, read_npy_as, FLAVOURS};
 
 fn compile(flavour: &str, native: Option<NativeTarget>) -> std::sync::Arc<Program> {
-    let what = format!("native_half/{flavour}");
-    let tmp = temp_path(&format!("native-half-{flavour}"));
-    let opts = CompileOptions { native, ..CompileOptions::default() };
-    let src = fixture_dir("native_half").join(format!("{flavour}.pt2"));
-    compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let program = Program::load(&tmp).unwrap_or_else(|e| panic!("{what}: {e}"));
-    std::fs::remove_file(&tmp).ok();
-    program
-}
-
-fn run(program: &std::sync::Arc<Program>, allow: bool, threads: usize, inputs: &[Tensor]) -> Vec<Tensor> {
-    let opts = SessionOptions { allow_native_code: allow, threads, ..SessionOptions::default() };
-    let mut session = program.session_with(&opts).expect("session");
-    run_session(&mut session, inputs).expect("run")
+    crate::native_common::compile("native_half", flavour, native)
 }
 
 /// `prefix_0.npy, …` of the fixture, bf16 bits stored as `<u2` read as bf16.
@@ -62,10 +48,6 @@ pub fn differing(a: &Tensor, b: &Tensor) -> Vec<usize> {
     x.zip(y).enumerate().filter(|(_, (p, q))| p != q && !(is_nan(p) && is_nan(q))).map(|(i, _)| i).collect()
 }
 
-fn bytes(outputs: &[Tensor]) -> Vec<Vec<u8>> {
-    outputs.iter().map(|t| t.data.clone()).collect()
-}
-
 /// Outputs whose every op is exact (add, mul, div, where, clamp, relu,
 /// casts): torch's bits. The others go through torch's GELU / SiLU.
 const EXACT: [usize; 2] = [1, 3];
@@ -80,11 +62,7 @@ fn half_tails_run_natively_and_match_pytorch() {
     for flavour in FLAVOURS {
         let what = format!("native_half/{flavour}");
         let program = compile(flavour, Some(NativeTarget::new(NativeArch::X86_64, None).expect("default levels")));
-        let portable: Vec<&InstrOp> = (program.plan().instrs.iter())
-            .map(|i| &i.op)
-            .filter(|op| !matches!(op, InstrOp::Native { .. } | InstrOp::NativeKernel { .. }))
-            .filter(|op| !matches!(op, InstrOp::Call(Kernel::Copy {})))
-            .collect();
+        let portable = not_native(program.plan());
         assert!(portable.is_empty(), "{what}: not native: {portable:?}");
         let section = program.native_section().expect("a native section");
         let operands: Vec<DType> = section.functions.iter().flat_map(|f| f.input_dtypes.clone()).collect();

@@ -10,33 +10,15 @@
 //! `--target cpu` gives the same bytes. Needs feature `native`.
 #![cfg(all(feature = "native", target_arch = "x86_64"))]
 
+use crate::native_common::{bytes, not_native, run};
 use kiln_compiler::native::NativeTarget;
-use kiln_compiler::{compile_file, CompileOptions};
-use kiln_runtime::format::{InstrOp, Kernel};
+use kiln_runtime::format::InstrOp;
 use kiln_runtime::native::NativeArch;
-use kiln_runtime::{DType, Program, SessionOptions, Tensor};
-use kiln_tests::{assert_close, fixture_dir, read_numbered, run_session, temp_path, FLAVOURS};
+use kiln_runtime::{DType, Program, SessionOptions};
+use kiln_tests::{assert_close, fixture_dir, read_numbered, run_session, FLAVOURS};
 
 fn compile(flavour: &str, native: Option<NativeTarget>) -> std::sync::Arc<Program> {
-    let what = format!("native_masks/{flavour}");
-    let tmp = temp_path(&format!("native-masks-{flavour}"));
-    let opts = CompileOptions { native, ..CompileOptions::default() };
-    let src = fixture_dir("native_masks").join(format!("{flavour}.pt2"));
-    compile_file(&src, &tmp, &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let program = Program::load(&tmp).unwrap_or_else(|e| panic!("{what}: {e}"));
-    std::fs::remove_file(&tmp).ok();
-    program
-}
-
-fn run(program: &std::sync::Arc<Program>, allow: bool, threads: usize, inputs: &[Tensor]) -> Vec<Tensor> {
-    let opts = SessionOptions { allow_native_code: allow, threads, ..SessionOptions::default() };
-    let mut session = program.session_with(&opts).expect("session");
-    run_session(&mut session, inputs).expect("run")
-}
-
-/// The outputs' bytes.
-fn bytes(outputs: &[Tensor]) -> Vec<Vec<u8>> {
-    outputs.iter().map(|t| t.data.clone()).collect()
+    crate::native_common::compile("native_masks", flavour, native)
 }
 
 #[test]
@@ -49,11 +31,7 @@ fn mask_chains_run_natively_and_match_pytorch() {
     for flavour in FLAVOURS {
         let what = format!("native_masks/{flavour}");
         let program = compile(flavour, Some(NativeTarget::new(NativeArch::X86_64, None).expect("default levels")));
-        let portable: Vec<&InstrOp> = (program.plan().instrs.iter())
-            .map(|i| &i.op)
-            .filter(|op| !matches!(op, InstrOp::Native { .. } | InstrOp::NativeKernel { .. }))
-            .filter(|op| !matches!(op, InstrOp::Call(Kernel::Copy {})))
-            .collect();
+        let portable = not_native(program.plan());
         assert!(portable.is_empty(), "{what}: not native: {portable:?}");
         // Bool and i64 operands, bool and i64 results, a masked softmax.
         let section = program.native_section().expect("a native section");
