@@ -1315,18 +1315,7 @@ mod sme {
     fn sme_fused_linear_is_neon_bit_for_bit() {
         let Some((sme, neon)) = tables() else { return };
         let side = sme.gemm_tile().0;
-        let acts = [
-            None,
-            Some(Activation::Relu),
-            Some(Activation::Clamp { min: Some(-0.25), max: Some(0.5) }),
-            Some(Activation::Gelu),
-            Some(Activation::GeluTanh),
-            Some(Activation::GeluTanhChain),
-            Some(Activation::Silu),
-            Some(Activation::Sigmoid),
-            Some(Activation::MulSigmoid),
-            Some(Activation::Hardswish),
-        ];
+        let acts = fused_activations();
         let mut r = common::rng(13);
         for (m, n, kk) in [(side + 3, 2 * side + 5, 37), (1, 70, 600), (2 * side, side, 5)] {
             let x = rand_f32(&mut r, m * kk);
@@ -1493,11 +1482,10 @@ fn check_gemm_bits(name: &str, f: GemmRun, g: GemmRun) -> Check {
     Ok(())
 }
 
-/// `linear_fused` through `t` and `reference`, bit for bit, with every
-/// epilogue the store step has.
-fn check_linear_fused_bits(t: &'static KernelTable, reference: &'static KernelTable) -> Check {
-    use kiln_kernels::{linear_fused, Activation, DType, LinearEpilogue, PackedB, TensorMut, TensorRef};
-    let acts = [
+/// No activation and every one a GEMM's store step fuses.
+fn fused_activations() -> [Option<kiln_kernels::Activation>; 10] {
+    use kiln_kernels::Activation;
+    [
         None,
         Some(Activation::Relu),
         Some(Activation::Clamp { min: Some(-0.25), max: Some(0.5) }),
@@ -1508,7 +1496,14 @@ fn check_linear_fused_bits(t: &'static KernelTable, reference: &'static KernelTa
         Some(Activation::MulSigmoid),
         Some(Activation::Hardswish),
         Some(Activation::GeluTanhChain),
-    ];
+    ]
+}
+
+/// `linear_fused` through `t` and `reference`, bit for bit, with every
+/// epilogue the store step has.
+fn check_linear_fused_bits(t: &'static KernelTable, reference: &'static KernelTable) -> Check {
+    use kiln_kernels::{linear_fused, DType, LinearEpilogue, PackedB, TensorMut, TensorRef};
+    let acts = fused_activations();
     let mut r = common::rng(41);
     for (m, n, k) in [(1, 1, 1), (8, 48, 1), (9, 49, 7), (16, 96, 40), (17, 50, 600), (3, 130, 17)] {
         let x: Vec<f32> = (0..m * k).map(|_| r.gen_range(-2.0..2.0)).collect();

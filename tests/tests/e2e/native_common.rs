@@ -7,7 +7,7 @@
 use kiln_compiler::native::NativeTarget;
 use kiln_compiler::{compile_file, CompileOptions};
 use kiln_runtime::format::{InstrOp, Kernel, Plan};
-use kiln_runtime::{Program, SessionOptions, Tensor};
+use kiln_runtime::{DType, Program, SessionOptions, Tensor};
 use kiln_tests::{fixture_dir, run_session, temp_path};
 use std::sync::Arc;
 
@@ -60,4 +60,14 @@ pub fn run(program: &Arc<Program>, allow: bool, threads: usize, inputs: &[Tensor
 /// The outputs' bytes.
 pub fn bytes(outputs: &[Tensor]) -> Vec<Vec<u8>> {
     outputs.iter().map(|t| t.data.clone()).collect()
+}
+
+/// Some native function of `program` reads and some returns each of `dtypes`.
+pub fn assert_native_dtypes(what: &str, program: &Program, dtypes: &[DType]) {
+    let section = program.native_section().expect("a native section");
+    let operands: Vec<DType> = section.functions.iter().flat_map(|f| f.input_dtypes.clone()).collect();
+    let results: Vec<DType> = section.functions.iter().map(|f| f.output_dtype).collect();
+    for d in dtypes {
+        assert!(operands.contains(d) && results.contains(d), "{what}: no native {d} operand and result");
+    }
 }

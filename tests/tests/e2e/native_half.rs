@@ -13,7 +13,7 @@
 //! Needs feature `native`.
 #![cfg(all(feature = "native", target_arch = "x86_64"))]
 
-use crate::native_common::{bytes, not_native, run};
+use crate::native_common::{assert_native_dtypes, bytes, not_native, run};
 use kiln_compiler::native::NativeTarget;
 use kiln_runtime::native::NativeArch;
 use kiln_runtime::{DType, Program, Tensor};
@@ -64,12 +64,7 @@ fn half_tails_run_natively_and_match_pytorch() {
         let program = compile(flavour, Some(NativeTarget::new(NativeArch::X86_64, None).expect("default levels")));
         let portable = not_native(program.plan());
         assert!(portable.is_empty(), "{what}: not native: {portable:?}");
-        let section = program.native_section().expect("a native section");
-        let operands: Vec<DType> = section.functions.iter().flat_map(|f| f.input_dtypes.clone()).collect();
-        let results: Vec<DType> = section.functions.iter().map(|f| f.output_dtype).collect();
-        for d in [DType::F16, DType::BF16] {
-            assert!(operands.contains(&d) && results.contains(&d), "{what}: no native {d} operand and result");
-        }
+        assert_native_dtypes(&what, &program, &[DType::F16, DType::BF16]);
         let native = run(&program, true, 1, &inputs);
         let fallback = run(&program, false, 1, &inputs);
         for (allow, got) in [(true, &native), (false, &fallback)] {

@@ -10,7 +10,7 @@
 //! `--target cpu` gives the same bytes. Needs feature `native`.
 #![cfg(all(feature = "native", target_arch = "x86_64"))]
 
-use crate::native_common::{bytes, not_native, run};
+use crate::native_common::{assert_native_dtypes, bytes, not_native, run};
 use kiln_compiler::native::NativeTarget;
 use kiln_runtime::format::InstrOp;
 use kiln_runtime::native::NativeArch;
@@ -34,12 +34,8 @@ fn mask_chains_run_natively_and_match_pytorch() {
         let portable = not_native(program.plan());
         assert!(portable.is_empty(), "{what}: not native: {portable:?}");
         // Bool and i64 operands, bool and i64 results, a masked softmax.
+        assert_native_dtypes(&what, &program, &[DType::Bool, DType::I64]);
         let section = program.native_section().expect("a native section");
-        let operands: Vec<DType> = section.functions.iter().flat_map(|f| f.input_dtypes.clone()).collect();
-        let results: Vec<DType> = section.functions.iter().map(|f| f.output_dtype).collect();
-        for d in [DType::Bool, DType::I64] {
-            assert!(operands.contains(&d) && results.contains(&d), "{what}: no native {d} operand and result");
-        }
         let masked_softmax = (program.plan().instrs.iter()).any(|i| {
             matches!(&i.op, InstrOp::NativeKernel { prologue: Some(_), function, .. }
                 if section.functions[*function as usize].input_dtypes.contains(&DType::Bool))
