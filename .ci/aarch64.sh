@@ -126,13 +126,14 @@ QEMU_CPU=max,sve-default-vector-length=128 cargo test -p kiln-kernels --target "
 # with every fused epilogue: `sve_`, `sme::`), SVE exp / sigmoid / SiLU bit
 # for bit against NEON's, every tile width each length holds
 # (`aarch64::sve::`), the driver's GEMM tests on every table
-# (`generic::gemm::`), detection and the tables' entries. The cortex-a76 run
+# (`generic::gemm::`), detection and the tables' entries, and both GEMMs in
+# a thread that lowered its vector lengths (`lowered`: the Rust tile). The cortex-a76 run
 # above checks that neither table is listed there.
 for lengths in "16 16" "32 32" "64 64" "64 128"; do
     read -r vl svl <<<"$lengths"
     cpu="max,sve-default-vector-length=$vl,sme-default-vector-length=$svl"
-    QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --test variants -- gemm_f32 sve_ sme:: detection plugged
-    QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --lib -- aarch64::sve:: generic::gemm::
+    QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --test variants -- gemm_f32 sve_ sme:: detection plugged lowered
+    QEMU_CPU=$cpu cargo test -p kiln-kernels --target "$T" --lib -- aarch64::sve:: aarch64::sme:: generic::gemm::
 done
 cargo clippy "${crates[@]}" --all-targets --target "$T" -- -D warnings
 

@@ -43,7 +43,9 @@ pub enum Isa {
     /// elsewhere.
     X86_64V4,
     /// Armv8 NEON, baseline on aarch64: the level every aarch64 build
-    /// without SVE detects (tested under qemu in CI).
+    /// without SVE or SME detects (tested under qemu in CI). Its integer
+    /// entry is the best of `quant::variants()`, SVE int8 kernels included
+    /// where the CPU has them.
     Aarch64Neon,
     /// SVE on top of NEON (Graviton3/4, Grace): the NEON table with the SVE
     /// f32 GEMM microkernel (its tile width follows the vector length) and

@@ -1458,6 +1458,42 @@ fn sve_gemm_is_neon_bit_for_bit() {
     check_linear_fused_bits(sve, neon).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// A thread that lowers its SVE and SME vector lengths to 128 bits
+/// (`prctl`) after the tables were built for longer ones: their GEMM
+/// kernels notice at the call and compute the tile in Rust
+/// (`aarch64::fma_tile`), still the NEON kernel's bits — the predicates
+/// would otherwise cover a third of the SVE tile's columns, and the SME
+/// tile would not fit ZA.
+#[cfg(all(feature = "isa", target_arch = "aarch64", target_os = "linux"))]
+#[test]
+fn lowered_vector_lengths_keep_the_neon_bits() {
+    const PR_SVE_SET_VL: libc::c_int = 50;
+    const PR_SME_SET_VL: libc::c_int = 63;
+    let neon = KernelTable::for_isa(Isa::Aarch64Neon).expect("the NEON table");
+    let sve = KernelTable::for_isa(Isa::Aarch64Sve).filter(|t| t.gemm_tile().1 > 12);
+    let sme = KernelTable::for_isa(Isa::Aarch64Sme).filter(|t| t.gemm_tile().1 > 8);
+    if sve.is_none() && sme.is_none() {
+        println!("note: skipping: no SVE or SME table wider than 128-bit vectors here");
+        return;
+    }
+    std::thread::spawn(move || {
+        if let Some(sve) = sve {
+            // SAFETY: prctl with integer arguments only.
+            let vl = unsafe { libc::prctl(PR_SVE_SET_VL, 16) };
+            assert!(vl >= 0 && sve_lanes() == Some(4), "PR_SVE_SET_VL: {vl}");
+            check_gemm_bits("lowered SVE gemm", &gemm_with(sve), &gemm_with(neon)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        if let Some(sme) = sme {
+            // SAFETY: as above.
+            let vl = unsafe { libc::prctl(PR_SME_SET_VL, 16) };
+            assert!(vl >= 0, "PR_SME_SET_VL: {vl}");
+            check_gemm_bits("lowered SME gemm", &gemm_with(sme), &gemm_with(neon)).unwrap_or_else(|e| panic!("{e}"));
+        }
+    })
+    .join()
+    .expect("the lowered-length thread");
+}
+
 /// A GEMM (`f`) against another (`g`), bit for bit (C's padding
 /// included).
 fn check_gemm_bits(name: &str, f: GemmRun, g: GemmRun) -> Check {

@@ -14,6 +14,50 @@ pub(crate) mod sve_quant;
 
 use crate::table::{Entry, KernelTable};
 
+/// Linux's AT_HWCAP2 feature bits (SME, SVE's int8 matrix multiply, …,
+/// which `is_aarch64_feature_detected!` cannot name on stable Rust); 0 on
+/// other systems, which then report none of them.
+pub(crate) fn hwcap2() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getauxval reads the process's auxiliary vector; no pointers.
+        unsafe { libc::getauxval(libc::AT_HWCAP2) as u64 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+/// The most elements [`fma_tile`] computes (the SME kernel's 32×32 tile).
+const FMA_TILE_MAX: usize = 32 * 32;
+
+/// A `mr`×`nr` microkernel tile computed in Rust as the assembly kernels
+/// compute it — each element one fused multiply-add chain (`mul_add` is
+/// `fmadd`) over the `kc` steps of the packed strips in k order from +0 —
+/// then the portable store step: the same bits. For calls the assembly
+/// may not serve (the vector length lowered since the table was built, ZA
+/// in use by the caller).
+pub(crate) fn fma_tile(
+    kc: usize,
+    mr: usize,
+    nr: usize,
+    astrip: &[f32],
+    bstrip: &[f32],
+    tile: &mut crate::generic::gemm::Tile<'_>,
+) {
+    assert!(mr * nr <= FMA_TILE_MAX, "fma_tile: a {mr}x{nr} tile");
+    let mut acc = [0f32; FMA_TILE_MAX];
+    for (a, b) in astrip.chunks_exact(mr).zip(bstrip.chunks_exact(nr)).take(kc) {
+        for (row, &ai) in acc.chunks_exact_mut(nr).zip(a) {
+            for (c, &bj) in row.iter_mut().zip(b) {
+                *c = ai.mul_add(bj, *c);
+            }
+        }
+    }
+    tile.store(&acc[..mr * nr], nr);
+}
+
 /// Overrides every entry with its NEON version.
 pub(crate) fn plug(table: &mut KernelTable) {
     const V: &str = "neon";

@@ -29,7 +29,7 @@
 //! on entry, which the procedure-call standard guarantees unless the caller
 //! left ZA dormant with a lazy save pending (TPIDR2_EL0 set): then, and if
 //! the streaming vector length was lowered below the tile's after the table
-//! was built, the tile is computed by [`fused_tile`] (the same fused chains
+//! was built, the tile is computed by [`super::fma_tile`] (the same fused chains
 //! in Rust) instead of saving the caller's ZA.
 //!
 //! Entry and exit (`smstart`/`smstop`) cost tens of cycles on real cores; a
@@ -53,18 +53,10 @@ const MAX_TILE: usize = 2 * MAX_LANES;
 /// HWCAP2_SME and HWCAP2_SME_F32F32 (`is_aarch64_feature_detected!("sme")`
 /// is unstable). Other systems report no SME.
 pub(crate) fn detected() -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        const HWCAP2_SME: u64 = 1 << 23;
-        const HWCAP2_SME_F32F32: u64 = 1 << 29;
-        // SAFETY: getauxval reads the process's auxiliary vector; no preconditions.
-        let caps = unsafe { libc::getauxval(libc::AT_HWCAP2) } as u64;
-        caps & HWCAP2_SME != 0 && caps & HWCAP2_SME_F32F32 != 0
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        false
-    }
+    const HWCAP2_SME: u64 = 1 << 23;
+    const HWCAP2_SME_F32F32: u64 = 1 << 29;
+    let caps = super::hwcap2();
+    caps & HWCAP2_SME != 0 && caps & HWCAP2_SME_F32F32 != 0
 }
 
 /// The streaming vector length in bytes and whether ZA is free to use (no
@@ -108,8 +100,8 @@ fn microkernel<const L: usize>(kc: usize, astrip: &[f32], bstrip: &[f32], tile: 
     let side = 2 * L;
     let kc = kc.min(astrip.len() / side).min(bstrip.len() / side);
     let (svl, za_free) = streaming_state();
-    if !za_free || svl / 4 < L {
-        return fused_tile::<L>(kc, astrip, bstrip, tile);
+    if !za_usable(svl, za_free, L) {
+        return super::fma_tile(kc, side, side, astrip, bstrip, tile);
     }
     // A full tile with nothing fused goes from ZA straight to C (the
     // overwrite, or `C + acc`: the portable store step's operations).
@@ -136,21 +128,13 @@ fn microkernel<const L: usize>(kc: usize, astrip: &[f32], bstrip: &[f32], tile: 
     }
 }
 
-/// The tile as [`fmopa_tile`] computes it, in Rust: each element one fused
-/// multiply-add chain (`mul_add` is `fmadd`) in k order from +0, then the
-/// portable store step. For the calls that may not use ZA.
-fn fused_tile<const L: usize>(kc: usize, astrip: &[f32], bstrip: &[f32], tile: &mut Tile<'_>) {
-    const { assert!(L <= MAX_LANES) };
-    let side = 2 * L;
-    let mut acc = [0f32; MAX_TILE * MAX_TILE];
-    for (a, b) in astrip.chunks_exact(side).zip(bstrip.chunks_exact(side)).take(kc) {
-        for (row, &ai) in acc.chunks_exact_mut(side).zip(a) {
-            for (c, &bj) in row.iter_mut().zip(b) {
-                *c = ai.mul_add(bj, *c);
-            }
-        }
-    }
-    tile.store(&acc[..side * side], side);
+/// Whether a tile of `lanes`-wide ZA rows may run in ZA: nothing of the
+/// caller's is pending there (a lazy save, TPIDR2_EL0 set) and the
+/// streaming vector (`svl` bytes) still holds the lanes the table was built
+/// for (a thread may lower it with `prctl`). Else the tile is computed in
+/// Rust ([`super::fma_tile`]), with the same bits.
+fn za_usable(svl: usize, za_free: bool, lanes: usize) -> bool {
+    za_free && svl / 4 >= lanes
 }
 
 /// C (`dst`, 2L rows of 2L at a stride of `ld` elements) = or += the
@@ -255,4 +239,21 @@ unsafe fn fmopa_tile(
         clobber_abi("C"),
         options(nostack),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::za_usable;
+
+    /// The calls that must not touch ZA take the Rust tile: a lazy save
+    /// pending, or a streaming vector shorter than the table's tile.
+    #[test]
+    fn za_is_used_only_when_free_and_wide_enough() {
+        assert!(za_usable(64, true, 16));
+        assert!(za_usable(128, true, 16));
+        assert!(!za_usable(64, false, 16));
+        assert!(!za_usable(32, true, 16));
+        assert!(za_usable(16, true, 4));
+        assert!(!za_usable(16, false, 4));
+    }
 }

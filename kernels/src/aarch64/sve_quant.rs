@@ -59,9 +59,8 @@ pub(crate) fn supported() -> bool {
 /// reports it apart from NEON's (HWCAP2_SVEI8MM, bit 9 of AT_HWCAP2, which
 /// `is_aarch64_feature_detected!` has no name for and `libc` no constant).
 pub(crate) fn has_sve_i8mm() -> bool {
-    const HWCAP2_SVEI8MM: libc::c_ulong = 1 << 9;
-    // SAFETY: `getauxval` reads the process's auxiliary vector; no pointers.
-    unsafe { libc::getauxval(libc::AT_HWCAP2) & HWCAP2_SVEI8MM != 0 }
+    const HWCAP2_SVEI8MM: u64 = 1 << 9;
+    super::hwcap2() & HWCAP2_SVEI8MM != 0
 }
 
 /// The vector length at the call; [`supported`] held when the entry was

@@ -56,6 +56,11 @@ pub(crate) fn variants() -> Vec<GemmUkr> {
 fn microkernel<const W: usize>(kc: usize, astrip: &[f32], bstrip: &[f32], tile: &mut Tile<'_>) {
     let nr = 3 * W;
     let kc = kc.min(astrip.len() / MR).min(bstrip.len() / nr);
+    // A thread may have lowered its vector length (`prctl`) since the
+    // table was built: the predicates would then cover fewer than W lanes.
+    if super::vector_lanes().is_none_or(|lanes| lanes < W) {
+        return crate::aarch64::fma_tile(kc, MR, nr, astrip, bstrip, tile);
+    }
     // A full tile with nothing fused goes straight from registers to C; the
     // vector add is the same IEEE operation as the portable `c += acc`.
     let direct = tile.rows == MR && tile.cols == nr && tile.epilogue.is_empty();
@@ -65,7 +70,7 @@ fn microkernel<const W: usize>(kc: usize, astrip: &[f32], bstrip: &[f32], tile: 
             let rows: [*mut f32; MR] = std::array::from_fn(|i| tile.row(i).as_mut_ptr());
             // SAFETY: `kc` is bounded by both strips; each row of the tile
             // holds nr = 3·W f32s; the table holds this kernel only when
-            // the CPU has SVE with at least W lanes (`variants`).
+            // the CPU has SVE with at least W lanes (checked above).
             unsafe { tile_8x3w(kc, astrip.as_ptr(), bstrip.as_ptr(), W, &rows, accumulate) }
         }
         _ => {
